@@ -1,0 +1,134 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/script"
+)
+
+// keys are the Redis keys and channel of one lock. They share the hash tag
+// {name}, so on Redis Cluster they live in one slot and one script can touch
+// them all.
+type keys struct {
+	lock    string // the lock: the owner token, with PX expiry
+	fence   string // the last fencing token issued; no expiry
+	channel string // where a release is announced
+}
+
+func keysFor(prefix, name string) keys {
+	base := prefix + "{" + name + "}"
+	return keys{lock: base, fence: base + ":fence", channel: base + ":ch"}
+}
+
+// grant is the outcome of one acquire script call.
+type grant struct {
+	held  bool
+	fence int64         // when held
+	pttl  time.Duration // when not held: the holder's remaining lease, or -1 if unknown
+}
+
+// backend runs lock operations against one Redis deployment. The Lock
+// handle, waiting and the watchdog are written against it, so a quorum of
+// independent nodes can stand behind the same handle.
+type backend interface {
+	acquire(ctx context.Context, k keys, token string, ttl time.Duration) (grant, error)
+	extend(ctx context.Context, k keys, token string, ttl time.Duration) (bool, error)
+	release(ctx context.Context, k keys, token string) (bool, error)
+	inspect(ctx context.Context, k keys) (Info, error)
+}
+
+// node is the backend for one Redis deployment reached through one
+// go-redis client: a single server, a Sentinel-managed master, or a Cluster.
+type node struct {
+	rdb redis.UniversalClient
+}
+
+func (n node) acquire(ctx context.Context, k keys, token string, ttl time.Duration) (grant, error) {
+	v, err := script.Acquire.Run(ctx, n.rdb, []string{k.lock, k.fence}, token, ttl.Milliseconds()).Int64Slice()
+	if err != nil {
+		return grant{}, redisErr("acquire", err)
+	}
+	if len(v) != 2 {
+		return grant{}, fmt.Errorf("dlock: acquire: unexpected reply %v", v)
+	}
+	if v[0] == 1 {
+		return grant{held: true, fence: v[1]}, nil
+	}
+	pttl := time.Duration(-1)
+	if v[1] >= 0 {
+		pttl = time.Duration(v[1]) * time.Millisecond
+	}
+	return grant{pttl: pttl}, nil
+}
+
+func (n node) extend(ctx context.Context, k keys, token string, ttl time.Duration) (bool, error) {
+	v, err := script.Extend.Run(ctx, n.rdb, []string{k.lock}, token, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return false, redisErr("extend", err)
+	}
+	return v == 1, nil
+}
+
+func (n node) release(ctx context.Context, k keys, token string) (bool, error) {
+	v, err := script.Release.Run(ctx, n.rdb, []string{k.lock}, token, k.channel).Int64()
+	if err != nil {
+		return false, redisErr("release", err)
+	}
+	return v == 1, nil
+}
+
+func (n node) inspect(ctx context.Context, k keys) (Info, error) {
+	v, err := script.Inspect.Run(ctx, n.rdb, []string{k.lock, k.fence}).Slice()
+	if err != nil {
+		return Info{}, redisErr("inspect", err)
+	}
+	if len(v) != 4 {
+		return Info{}, fmt.Errorf("dlock: inspect: unexpected reply %v", v)
+	}
+	kind, _ := v[0].(string)
+	holder, _ := v[1].(string)
+	pttl, _ := v[2].(int64)
+	fence, _ := v[3].(int64)
+	info := Info{Key: k.lock, Type: kind, Fence: fence}
+	switch kind {
+	case "none":
+	case "string":
+		info.Held, info.Token = true, holder
+	default:
+		info.Held = true
+	}
+	if info.Held {
+		info.TTL = time.Duration(pttl) * time.Millisecond
+		if pttl < 0 {
+			info.TTL = -1
+		}
+	}
+	return info, nil
+}
+
+// redisErr wraps an error from Redis, naming the operation and translating
+// the replies that have a meaning of their own here.
+func redisErr(op string, err error) error {
+	if errors.Is(err, redis.Nil) {
+		return fmt.Errorf("dlock: %s: unexpected nil reply", op)
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("%w (%s): %w", ErrWrongType, op, err)
+	}
+	return fmt.Errorf("dlock: %s: %w", op, err)
+}
+
+// isReply reports whether err is an error reply from Redis, as opposed to a
+// failure to reach it: after an error reply the script did not run to a
+// write, so there is nothing to clean up.
+func isReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && !errors.Is(err, redis.ErrClosed)
+}

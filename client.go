@@ -1,0 +1,251 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client acquires locks on one Redis deployment. It is safe for concurrent
+// use; make one per process and share it. A Client owns no connections of
+// its own beyond one pub/sub connection, opened while some Acquire is
+// waiting and closed when none is.
+type Client struct {
+	b    backend
+	hub  *hub
+	opts options
+}
+
+// New returns a Client that keeps its locks in rdb: a *redis.Client, a
+// Sentinel failover client or a *redis.ClusterClient. dlock never dials
+// Redis itself and never closes rdb.
+//
+// New does not fail: an invalid option is reported, wrapping ErrInvalid, by
+// every call on the returned Client.
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if d := o.driftFor(o.ttl); d >= o.ttl {
+		o.invalid("WithDrift(%v): drift must be below the TTL (%v)", d, o.ttl)
+	}
+	return &Client{b: node{rdb: rdb}, hub: newHub(rdb), opts: o}
+}
+
+// TTL returns the lease time of the Client's locks.
+func (c *Client) TTL() time.Duration { return c.opts.ttl }
+
+// TryAcquire makes one attempt to take the lock name. It returns an error
+// wrapping ErrNotAcquired if someone else holds it, ErrInvalid for a bad
+// name, ErrWrongType if the lock key holds a foreign value, or the error
+// from Redis.
+//
+// An attempt whose reply arrived after the lease's validity had already run
+// out (the request or reply was delayed longer than the TTL) is undone and
+// reported as ErrNotAcquired: a lock that could have expired on arrival is
+// never handed out.
+func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
+	k, err := c.check(name)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	l, _, err := c.attempt(ctx, name, k, newToken())
+	if err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, notAcquired(name)
+	}
+	c.acquired(name, time.Since(start))
+	return l, nil
+}
+
+// Acquire takes the lock name, waiting as long as ctx allows. While it
+// waits it sleeps until the holder releases (it is told through pub/sub),
+// the holder's lease runs out, or a jittered backoff elapses, whichever
+// comes first; it does not poll in a tight loop.
+//
+// When ctx ends first, Acquire returns an error that matches both
+// ErrNotAcquired and ctx.Err(), and leaves nothing behind: no key, no
+// subscription, no goroutine. Other errors are as for TryAcquire; an error
+// from Redis ends the wait at once rather than being retried.
+//
+// The returned Lock must be released with Lock.Release. With auto-extend on
+// (the default), Acquire starts the Lock's watchdog goroutine, which runs
+// until Release or until the lock is lost.
+func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
+	k, err := c.check(name)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	token := newToken()
+	l, _, err := c.attempt(ctx, name, k, token)
+	if err != nil || l != nil {
+		if l != nil {
+			c.acquired(name, time.Since(start))
+		}
+		return l, err
+	}
+
+	// Taken. Subscribe to release messages, then try again at once: a
+	// release before the subscription was confirmed is seen by that attempt,
+	// one after it by the subscription, so no wake-up is missed.
+	w := c.hub.watch(ctx, k.channel, DefaultMaxBackoff)
+	defer w.close()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for attempt := 1; ; attempt++ {
+		if ctx.Err() != nil {
+			return nil, gaveUp(ctx, name)
+		}
+		l, pttl, err := c.attempt(ctx, name, k, token)
+		if err != nil {
+			return nil, err
+		}
+		if l != nil {
+			c.acquired(name, time.Since(start))
+			return l, nil
+		}
+		sleep := c.opts.backoff(attempt)
+		if pttl > 0 && pttl < sleep {
+			sleep = pttl
+		}
+		timer.Reset(sleep)
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, gaveUp(ctx, name)
+		}
+		if !timer.Stop() {
+			select { // drain a timer that fired while a wake-up won
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// attempt runs the acquire script once. It returns the Lock when taken, or
+// nil and the holder's remaining lease (-1 if unknown) when not.
+func (c *Client) attempt(ctx context.Context, name string, k keys, token string) (*Lock, time.Duration, error) {
+	ttl := c.opts.ttl
+	start := time.Now()
+	g, err := c.b.acquire(ctx, k, token, ttl)
+	if err != nil {
+		if !isReply(err) {
+			// The script may have run and only the reply been lost: make
+			// sure no lease of ours is left to block others until it expires.
+			c.undo(k, token)
+		}
+		return nil, 0, fmt.Errorf("dlock: acquire %q: %w", name, err)
+	}
+	if !g.held {
+		return nil, g.pttl, nil
+	}
+	validUntil := start.Add(ttl - c.opts.driftFor(ttl))
+	if !time.Now().Before(validUntil) {
+		// The reply came back after the lease could already have expired
+		// on the server: someone else may hold it by now.
+		c.undo(k, token)
+		return nil, 0, nil
+	}
+	return newLock(c, name, k, token, g.fence, ttl, validUntil), 0, nil
+}
+
+// undoTimeout bounds the clean-up of a failed attempt.
+const undoTimeout = 2 * time.Second
+
+// undo deletes the lease token may hold on k, ignoring failure: if Redis
+// cannot be reached, the lease expires by itself within its TTL.
+func (c *Client) undo(k keys, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+	defer cancel()
+	c.b.release(ctx, k, token)
+}
+
+func (c *Client) acquired(name string, waited time.Duration) {
+	if f := c.opts.hooks.Acquired; f != nil {
+		f(name, waited)
+	}
+}
+
+// check validates the Client's options and a lock name, and returns its keys.
+func (c *Client) check(name string) (keys, error) {
+	if c.opts.err != nil {
+		return keys{}, c.opts.err
+	}
+	if err := validName(name); err != nil {
+		return keys{}, err
+	}
+	return keysFor(c.opts.prefix, name), nil
+}
+
+func validName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty lock name", ErrInvalid)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: lock name is %d bytes, longer than %d", ErrInvalid, len(name), MaxNameLen)
+	}
+	return nil
+}
+
+// newToken returns a random 128-bit owner token.
+func newToken() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// Do takes the lock name (waiting as Acquire does), runs fn, and releases
+// the lock when fn returns. fn's context is cancelled, with a cause wrapping
+// ErrNotHeld, if the lock is lost while fn runs; fn should stop touching the
+// protected resource then. The Lock is available to fn through
+// LockFromContext, for its fencing token.
+//
+// Do returns fn's error, joined with an error wrapping ErrNotHeld if the lock
+// was lost before fn returned (the critical section may have overlapped with
+// another holder's), or with the release error.
+func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) error) error {
+	l, err := c.Acquire(ctx, name)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, l))
+	go func() {
+		select {
+		case <-l.Done():
+			cancel(l.Err())
+		case <-fctx.Done():
+		}
+	}()
+	ferr := fn(fctx)
+	cancel(context.Canceled)
+	rerr := l.Release(context.WithoutCancel(ctx))
+	switch {
+	case rerr == nil:
+		return ferr
+	case ferr == nil:
+		return rerr
+	}
+	return errors.Join(ferr, rerr)
+}
+
+type lockKey struct{}
+
+// LockFromContext returns the Lock held for the fn that Do is running with
+// ctx, or nil outside such a call.
+func LockFromContext(ctx context.Context) *Lock {
+	l, _ := ctx.Value(lockKey{}).(*Lock)
+	return l
+}

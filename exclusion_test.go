@@ -1,0 +1,155 @@
+package dlock_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// helper is a worker process: this test binary re-run in a helper mode.
+type helper struct {
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan error
+	out   strings.Builder
+}
+
+func startHelper(t *testing.T, s *redistest.Server, mode, name string, ttl time.Duration, rounds int) *helper {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		helperEnv+"="+mode,
+		"DLOCK_NET="+s.Network(), "DLOCK_ADDR="+s.Addr(),
+		"DLOCK_NAME="+name, "DLOCK_TTL="+ttl.String(), "DLOCK_ROUNDS="+strconv.Itoa(rounds),
+	)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &helper{cmd: cmd, lines: make(chan string, 16), done: make(chan error, 1)}
+	cmd.Stderr = &syncWriter{w: &h.out}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case h.lines <- sc.Text():
+			default:
+			}
+		}
+		io.Copy(io.Discard, stdout)
+		h.done <- cmd.Wait()
+	}()
+	t.Cleanup(h.kill)
+	return h
+}
+
+func (h *helper) waitLine(want string, d time.Duration) bool {
+	timeout := time.After(d)
+	for {
+		select {
+		case l := <-h.lines:
+			if l == want {
+				return true
+			}
+		case <-timeout:
+			return false
+		}
+	}
+}
+
+func (h *helper) kill() { h.cmd.Process.Signal(syscall.SIGKILL) }
+
+func (h *helper) wait(d time.Duration) error {
+	select {
+	case err := <-h.done:
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, h.out.String())
+		}
+		return nil
+	case <-time.After(d):
+		h.kill()
+		return fmt.Errorf("helper still running after %v", d)
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// Goroutines of two Clients in this process and two worker processes all
+// contend for one lock, each doing a non-atomic read-modify-write of a shared
+// counter under it. Any overlap would lose an increment or be seen by the
+// holder counters.
+func TestMutualExclusionAcrossGoroutinesAndProcesses(t *testing.T) {
+	s, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const (
+		name       = "counter"
+		ttl        = 2 * time.Second
+		goroutines = 8 // per Client
+		rounds     = 25
+		procs      = 2
+		procRounds = 60
+	)
+	var helpers []*helper
+	for range procs {
+		helpers = append(helpers, startHelper(t, s, "contend", name, ttl, procRounds))
+	}
+	clients := []*dlock.Client{dlock.New(rdb, dlock.WithTTL(ttl)), dlock.New(s.Client(t), dlock.WithTTL(ttl))}
+	var inside atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*goroutines)
+	for _, c := range clients {
+		for range goroutines {
+			wg.Go(func() {
+				for range rounds {
+					if err := criticalSection(ctx, c, rdb, name, &inside); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, h := range helpers {
+		if err := h.wait(time.Minute); err != nil {
+			t.Errorf("worker process %d: %v", i, err)
+		}
+	}
+	want := len(clients)*goroutines*rounds + procs*procRounds
+	if got, _ := rdb.Get(ctx, counterKey).Int(); got != want {
+		t.Errorf("counter = %d, want %d (%d lost updates)", got, want, want-got)
+	}
+	if v, _ := rdb.Get(ctx, violationsKey).Int(); v != 0 {
+		t.Errorf("%d overlapping holders seen, want 0", v)
+	}
+}

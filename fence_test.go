@@ -1,0 +1,93 @@
+package dlock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+func TestFenceStrictlyIncreases(t *testing.T) {
+	s, rdb := setup(t)
+	ctx := t.Context()
+	c := dlock.New(rdb, dlock.WithAutoExtend(false))
+	var last int64
+	check := func(how string) {
+		t.Helper()
+		l, err := c.TryAcquire(ctx, "fenced")
+		if err != nil {
+			t.Fatalf("TryAcquire %s = %v", how, err)
+		}
+		if l.Fence() <= last {
+			t.Errorf("Fence() %s = %d, want > %d", how, l.Fence(), last)
+		}
+		last = l.Fence()
+		if how == "after expiry" || how == "after restart" {
+			return
+		}
+		rdb.PExpire(ctx, l.Key(), time.Millisecond) // let it expire instead of releasing
+		waitFor(time.Second, func() bool { return rdb.Exists(ctx, l.Key()).Val() == 0 })
+	}
+	for range 5 {
+		check("in a row")
+	}
+	check("after expiry")
+	rdb.Del(ctx, "dlock:{fenced}")
+
+	// A server without persistence comes back empty: the counter is gone,
+	// the fence must still rise.
+	s.Restart()
+	check("after restart")
+
+	// And a fence counter pushed far ahead of the clock keeps counting.
+	rdb.Del(ctx, "dlock:{fenced}")
+	rdb.Set(ctx, "dlock:{fenced}:fence", "9000000000000000", 0)
+	l, err := c.TryAcquire(ctx, "fenced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := l.Fence(), int64(9000000000000001); got != want {
+		t.Errorf("Fence() after counter 9e15 = %d, want %d", got, want)
+	}
+}
+
+// A holder paused past its lease writes late; the guard refuses it because
+// a later holder has written with a higher fence.
+func TestGuardRejectsLateWrite(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := dlock.New(rdb, dlock.WithAutoExtend(false))
+	g := dlock.NewGuard(rdb)
+
+	a, err := c.TryAcquire(ctx, "res")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Write(ctx, "resource", "a1", a.Fence(), a.Token()); err != nil {
+		t.Fatalf("first holder's write = %v", err)
+	}
+	rdb.Del(ctx, a.Key()) // A pauses; its lease is gone
+
+	b, err := c.TryAcquire(ctx, "res")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(ctx)
+	if err := g.Write(ctx, "resource", "b1", b.Fence(), b.Token()); err != nil {
+		t.Fatalf("second holder's write = %v", err)
+	}
+	if err := g.Write(ctx, "resource", "b2", b.Fence(), b.Token()); err != nil {
+		t.Errorf("second holder's second write = %v, want nil (same fence, same owner)", err)
+	}
+	if err := g.Write(ctx, "resource", "a2", a.Fence(), a.Token()); !errors.Is(err, dlock.ErrStaleFence) {
+		t.Errorf("late write with an older fence = %v, want ErrStaleFence", err)
+	}
+	if err := g.Write(ctx, "resource", "x", b.Fence(), "another-token"); !errors.Is(err, dlock.ErrStaleFence) {
+		t.Errorf("write with an equal fence and another token = %v, want ErrStaleFence", err)
+	}
+	v, fence, err := g.Read(ctx, "resource")
+	if err != nil || v != "b2" || fence != b.Fence() {
+		t.Errorf("Read = %q, %d, %v, want %q, %d, nil", v, fence, err, "b2", b.Fence())
+	}
+}

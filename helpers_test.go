@@ -1,0 +1,143 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// helperEnv makes the test binary run as a contending worker process
+// instead of running tests (see TestMain).
+const helperEnv = "DLOCK_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode))
+	}
+	// go-redis logs dial failures; the tests that cause them check the errors.
+	redis.SetLogger(quietLogger{})
+	os.Exit(m.Run())
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// runHelper is the body of a worker process. Modes:
+//
+//	contend: take the lock DLOCK_NAME DLOCK_ROUNDS times and do the critical
+//	         section of criticalSection each time;
+//	hold:    take the lock DLOCK_NAME, print "held", and sleep until killed.
+func runHelper(mode string) int {
+	rdb := redis.NewClient(&redis.Options{Network: os.Getenv("DLOCK_NET"), Addr: os.Getenv("DLOCK_ADDR")})
+	defer rdb.Close()
+	ttl, _ := time.ParseDuration(os.Getenv("DLOCK_TTL"))
+	c := dlock.New(rdb, dlock.WithTTL(ttl))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := os.Getenv("DLOCK_NAME")
+	switch mode {
+	case "contend":
+		rounds, _ := strconv.Atoi(os.Getenv("DLOCK_ROUNDS"))
+		var inside atomic.Int32
+		for range rounds {
+			if err := criticalSection(ctx, c, rdb, name, &inside); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+		return 0
+	case "hold":
+		if _, err := c.Acquire(ctx, name); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println("held")
+		time.Sleep(time.Minute)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
+	return 2
+}
+
+// Keys of the shared resource that criticalSection updates.
+const (
+	counterKey    = "test:counter"
+	insideKey     = "test:inside"
+	violationsKey = "test:violations"
+)
+
+// criticalSection takes name and, holding it, does a non-atomic
+// read-modify-write of counterKey. It counts overlapping holders in Redis
+// (insideKey, across processes) and in this process (inside); any overlap is
+// recorded in violationsKey.
+func criticalSection(ctx context.Context, c *dlock.Client, rdb *redis.Client, name string, inside *atomic.Int32) error {
+	l, err := c.Acquire(ctx, name)
+	if err != nil {
+		return fmt.Errorf("Acquire(%q) = %v", name, err)
+	}
+	if inside.Add(1) > 1 {
+		rdb.Incr(ctx, violationsKey)
+	}
+	if n, _ := rdb.Incr(ctx, insideKey).Result(); n > 1 {
+		rdb.Incr(ctx, violationsKey)
+	}
+	v, err := rdb.Get(ctx, counterKey).Int()
+	if err != nil && err != redis.Nil {
+		return err
+	}
+	time.Sleep(100 * time.Microsecond) // widen the window an overlap would need
+	if err := rdb.Set(ctx, counterKey, v+1, 0).Err(); err != nil {
+		return err
+	}
+	rdb.Decr(ctx, insideKey)
+	inside.Add(-1)
+	if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("Release(%q) = %v", name, err)
+	}
+	return nil
+}
+
+// setup starts a server and returns it with a go-redis client for it. It
+// checks for leaked goroutines when the test ends.
+func setup(t *testing.T) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	leakcheck.Check(t) // registered first: runs after the server is stopped
+	s := redistest.Start(t)
+	return s, s.Client(t)
+}
+
+// waitFor polls cond every 5ms until it is true or d passes.
+func waitFor(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// closedWithin reports whether ch closes within d.
+func closedWithin(ch <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+	}
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}

@@ -1,0 +1,85 @@
+// Package leakcheck fails a test that leaves goroutines of dlock (or of the
+// go-redis pub/sub machinery it drives) running after it ends.
+package leakcheck
+
+import (
+	"bytes"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// settle bounds how long goroutines may take to wind down after a test:
+// an extension or release in flight on a frozen server ends at go-redis's
+// read timeout (3s by default).
+const settle = 5 * time.Second
+
+// Check records the goroutines running now and, in tb's cleanup (register
+// it before anything whose cleanup must run first, such as a server), fails
+// the test if any new goroutine of ours is still running after settle.
+func Check(tb testing.TB) {
+	tb.Helper()
+	before := ids(stacks())
+	tb.Cleanup(func() {
+		tb.Helper()
+		var left []string
+		for deadline := time.Now().Add(settle); ; {
+			left = left[:0]
+			for id, st := range stacks() {
+				if _, ok := before[id]; !ok && ours(st) {
+					left = append(left, st)
+				}
+			}
+			if len(left) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if len(left) > 0 {
+			tb.Errorf("%d goroutine(s) leaked:\n\n%s", len(left), strings.Join(left, "\n\n"))
+		}
+	})
+}
+
+func ours(stack string) bool {
+	if strings.Contains(stack, "leakcheck.") || strings.Contains(stack, "testing.tRunner") {
+		return false
+	}
+	for _, line := range strings.Split(stack, "\n") {
+		if strings.HasPrefix(line, "github.com/dlockio/dlock.") && !strings.Contains(line, "_test.") {
+			return true
+		}
+		if strings.HasPrefix(line, "github.com/redis/go-redis/v9.(*channel)") {
+			return true // a pub/sub connection's reader: a subscription left open
+		}
+	}
+	return false
+}
+
+func stacks() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[string]string{}
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		s := string(g)
+		id, _, _ := strings.Cut(s, " [")
+		out[id] = s
+	}
+	return out
+}
+
+func ids(m map[string]string) map[string]struct{} {
+	out := make(map[string]struct{}, len(m))
+	for id := range m {
+		out[id] = struct{}{}
+	}
+	return out
+}

@@ -1,0 +1,13 @@
+-- inspect.lua: read a lock's state without changing it.
+-- KEYS[1] lock key   KEYS[2] fence key
+-- Returns {type, holder, pttl, fence}: type is the lock key's Redis type
+-- ('none' when free), holder the owner token for a string ('' otherwise),
+-- pttl the remaining ms (-2 missing, -1 no expiry), fence the last fence
+-- issued (0 if none).
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local holder = ''
+if kind == 'string' then
+  holder = redis.call('GET', KEYS[1])
+end
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+return {kind, holder, redis.call('PTTL', KEYS[1]), fence}

@@ -1,0 +1,32 @@
+// Package script holds dlock's Lua scripts. Each runs atomically on one
+// Redis node; each file's header states its KEYS, ARGV and reply.
+package script
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed extend.lua
+	extendSrc string
+	//go:embed inspect.lua
+	inspectSrc string
+	//go:embed guard.lua
+	guardSrc string
+)
+
+// The scripts, run with EVALSHA and a fallback to EVAL when the server's
+// script cache does not have them (redis.Script.Run).
+var (
+	Acquire = redis.NewScript(acquireSrc)
+	Release = redis.NewScript(releaseSrc)
+	Extend  = redis.NewScript(extendSrc)
+	Inspect = redis.NewScript(inspectSrc)
+	Guard   = redis.NewScript(guardSrc)
+)

@@ -1,0 +1,63 @@
+package dlock
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// A retry after a lost reply runs the acquire script again with the same
+// token: it must find the lock ours and return the fence it issued.
+func TestAcquireRetryReturnsSameFence(t *testing.T) {
+	s := redistest.Start(t)
+	b := node{rdb: s.Client(t)}
+	k := keysFor(DefaultPrefix, "retry")
+	ctx := t.Context()
+	first, err := b.acquire(ctx, k, "tok", time.Second)
+	if err != nil || !first.held {
+		t.Fatalf("acquire = %+v, %v, want held", first, err)
+	}
+	again, err := b.acquire(ctx, k, "tok", 5*time.Second)
+	if err != nil || !again.held {
+		t.Fatalf("retried acquire = %+v, %v, want held", again, err)
+	}
+	if again.fence != first.fence {
+		t.Errorf("retried acquire fence = %d, want the first one, %d", again.fence, first.fence)
+	}
+	if pttl := s.Client(t).PTTL(ctx, k.lock).Val(); pttl <= time.Second {
+		t.Errorf("PTTL after the retry = %v, want re-armed to ~5s", pttl)
+	}
+	other, err := b.acquire(ctx, k, "other", time.Second)
+	if err != nil || other.held || other.pttl <= 0 {
+		t.Errorf("acquire by another token = %+v, %v, want not held with a pttl", other, err)
+	}
+}
+
+func TestBackoffBounds(t *testing.T) {
+	b := ExponentialBackoff(10*time.Millisecond, 80*time.Millisecond)
+	for attempt := range 20 {
+		for range 50 {
+			d := b(attempt)
+			if d < 0 || d > 80*time.Millisecond {
+				t.Fatalf("backoff(%d) = %v, want in [0, 80ms]", attempt, d)
+			}
+		}
+	}
+	if d := b(10); d < 40*time.Millisecond {
+		t.Errorf("backoff(10) = %v, want at least half the cap", d)
+	}
+}
+
+func FuzzBackoff(f *testing.F) {
+	f.Add(int64(time.Millisecond), int64(time.Second), 3)
+	f.Add(int64(-5), int64(-5), -1)
+	f.Fuzz(func(t *testing.T, minWait, maxWait int64, attempt int) {
+		lo, hi := time.Duration(minWait), time.Duration(maxWait)
+		d := ExponentialBackoff(lo, hi)(attempt)
+		limit := max(hi, lo, time.Millisecond)
+		if d < 0 || d > limit {
+			t.Errorf("ExponentialBackoff(%v, %v)(%d) = %v, want in [0, %v]", lo, hi, attempt, d, limit)
+		}
+	})
+}

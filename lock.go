@@ -1,0 +1,217 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lock is a held lease on one lock name, returned by Client.Acquire and
+// Client.TryAcquire. Its methods are safe for concurrent use.
+//
+// A Lock is held until Release, or until it is lost: its token disappeared
+// from Redis (it expired, or someone deleted or overwrote the key), or its
+// validity ran out before it could be extended. Done and Err report a loss,
+// and they do so no later than the validity deadline: by the time Redis
+// could let another client in, Done is already closed.
+//
+// It is NOT safe to assume that the lock is still held just because Done is
+// open: a process paused between checking and acting (GC, swap, a stopped
+// VM) can act after the lease has expired. Pass Fence to the protected
+// resource and let it reject stale writes; see the package documentation.
+type Lock struct {
+	c     *Client
+	name  string
+	k     keys
+	token string
+	fence int64
+	start time.Time
+
+	relMu sync.Mutex // serializes Release calls
+	mu    sync.Mutex // guards the fields below
+	ttl        time.Duration
+	validUntil time.Time
+	err        error // nil while held; ErrReleased, or the loss
+	released   bool  // the release script ran
+	done       chan struct{}
+	expiry     *time.Timer // fires at validUntil
+}
+
+func newLock(c *Client, name string, k keys, token string, fence int64, ttl time.Duration, validUntil time.Time) *Lock {
+	l := &Lock{
+		c: c, name: name, k: k, token: token, fence: fence, start: time.Now(),
+		ttl: ttl, validUntil: validUntil, done: make(chan struct{}),
+	}
+	l.mu.Lock()
+	l.expiry = time.AfterFunc(time.Until(validUntil), l.expire)
+	l.mu.Unlock()
+	if c.opts.autoExtend {
+		go l.watchdog()
+	}
+	return l
+}
+
+// Name returns the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// Key returns the Redis key that holds the lock.
+func (l *Lock) Key() string { return l.k.lock }
+
+// Token returns the random owner token stored in the lock key while this
+// Lock holds it.
+func (l *Lock) Token() string { return l.token }
+
+// Fence returns the fencing token of this acquisition: greater than every
+// fence issued before it for the same name, including across expiries and a
+// restart of a Redis without persistence. Give it to the protected resource
+// with every write, and have the resource reject a write whose fence is
+// lower than one it has already accepted (see Guard).
+func (l *Lock) Fence() int64 { return l.fence }
+
+// ValidUntil returns the client-side deadline of the lease: until then no
+// other client can hold the lock, as long as the clocks' rates differ by less
+// than the drift margin. It moves forward with each extension.
+func (l *Lock) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Done returns a channel that is closed when the Lock is released or lost.
+func (l *Lock) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the Lock is held, ErrReleased after Release, or an
+// error wrapping ErrNotHeld that says why the lock was lost.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// TTL asks Redis how long the lease has left. It returns an error wrapping
+// ErrNotHeld if the lock key no longer holds this Lock's token.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	info, err := l.c.b.inspect(ctx, l.k)
+	if err != nil {
+		return 0, err
+	}
+	if info.Token != l.token {
+		return 0, lost(l.name, "the lock key no longer holds our token")
+	}
+	return info.TTL, nil
+}
+
+// Extend resets the lease to ttl from now, and makes ttl the lease time of
+// later automatic extensions. It returns an error wrapping ErrInvalid if ttl
+// is too short, ErrReleased after Release, an error wrapping ErrNotHeld if
+// the lock was lost (Done is then closed), or the error from Redis (the
+// lease is then unchanged).
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl < minTTL || ttl <= l.c.opts.driftFor(ttl) {
+		return fmt.Errorf("%w: Extend(%v): ttl must be at least %v", ErrInvalid, ttl, minTTL)
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	return l.extend(ctx, ttl)
+}
+
+func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
+	start := time.Now()
+	ok, err := l.c.b.extend(ctx, l.k, l.token, ttl)
+	if err != nil {
+		return fmt.Errorf("dlock: extend %q: %w", l.name, err)
+	}
+	if !ok {
+		err := lost(l.name, "the lock key no longer holds our token")
+		l.lose(err)
+		return l.Err()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err // lost or released while the call was in flight
+	}
+	if until := start.Add(ttl - l.c.opts.driftFor(ttl)); until.After(l.validUntil) {
+		l.validUntil = until
+		l.expiry.Reset(time.Until(until))
+	}
+	l.ttl = ttl
+	return nil
+}
+
+// Release gives the lock up, stopping its watchdog. It is idempotent: once
+// it has succeeded, further calls return nil. It returns an error wrapping
+// ErrNotHeld if the lock was lost before Release (the critical section may
+// have overlapped with another holder's), or the error from Redis, in which
+// case the lease is no longer extended and expires within its TTL, and
+// Release may be called again.
+//
+// Pass a context that is not already cancelled, e.g.
+// context.WithoutCancel(ctx) in a defer.
+func (l *Lock) Release(ctx context.Context) error {
+	l.relMu.Lock()
+	defer l.relMu.Unlock()
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return nil
+	}
+	l.finish(ErrReleased) // stop the watchdog before the delete
+	lostErr := l.err
+	l.mu.Unlock()
+
+	ok, err := l.c.b.release(ctx, l.k, l.token)
+	if err != nil {
+		return fmt.Errorf("dlock: release %q: %w", l.name, err)
+	}
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	if lostErr != ErrReleased {
+		return lostErr
+	}
+	if !ok {
+		return lost(l.name, "the lease had expired or was taken over before Release")
+	}
+	if f := l.c.opts.hooks.Released; f != nil {
+		f(l.name, time.Since(l.start))
+	}
+	return nil
+}
+
+// expire runs when the validity deadline passes without an extension.
+func (l *Lock) expire() {
+	l.mu.Lock()
+	if l.err != nil || time.Now().Before(l.validUntil) { // settled, or extended meanwhile
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.lose(lost(l.name, "the lease's validity ran out before it was extended"))
+}
+
+// lose marks the Lock lost with err, unless it is already released or lost.
+func (l *Lock) lose(err error) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.finish(err)
+	l.mu.Unlock()
+	if f := l.c.opts.hooks.Lost; f != nil {
+		f(l.name, err)
+	}
+}
+
+// finish settles the Lock's state with err; l.mu must be held.
+func (l *Lock) finish(err error) {
+	if l.err != nil {
+		return
+	}
+	l.err = err
+	l.expiry.Stop()
+	close(l.done)
+}

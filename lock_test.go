@@ -1,0 +1,560 @@
+package dlock_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+func TestTryAcquireRelease(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := dlock.New(rdb, dlock.WithTTL(5*time.Second))
+
+	l, err := c.TryAcquire(ctx, "jobs")
+	if err != nil {
+		t.Fatalf("TryAcquire(jobs) = %v, want nil", err)
+	}
+	if got, want := l.Key(), "dlock:{jobs}"; got != want {
+		t.Errorf("Key() = %q, want %q", got, want)
+	}
+	if got := rdb.Get(ctx, l.Key()).Val(); got != l.Token() {
+		t.Errorf("GET %s = %q, want the lock's token %q", l.Key(), got, l.Token())
+	}
+	if len(l.Token()) < 22 {
+		t.Errorf("Token() = %q, want at least 128 random bits", l.Token())
+	}
+	if pttl := rdb.PTTL(ctx, l.Key()).Val(); pttl <= 0 || pttl > 5*time.Second {
+		t.Errorf("PTTL %s = %v, want in (0, 5s]", l.Key(), pttl)
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+		t.Errorf("TTL() = %v, %v, want > 0, nil", ttl, err)
+	}
+	if l.Fence() <= 0 {
+		t.Errorf("Fence() = %d, want > 0", l.Fence())
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("Err() while held = %v, want nil", err)
+	}
+	if _, err := c.TryAcquire(ctx, "jobs"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("second TryAcquire(jobs) = %v, want ErrNotAcquired", err)
+	}
+
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release() = %v, want nil", err)
+	}
+	if n := rdb.Exists(ctx, l.Key()).Val(); n != 0 {
+		t.Errorf("EXISTS %s after Release = %d, want 0", l.Key(), n)
+	}
+	if !closedWithin(l.Done(), 0) {
+		t.Error("Done() open after Release")
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrReleased) {
+		t.Errorf("Err() after Release = %v, want ErrReleased", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("second Release() = %v, want nil (idempotent)", err)
+	}
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrReleased) {
+		t.Errorf("Extend after Release = %v, want ErrReleased", err)
+	}
+	l2, err := c.TryAcquire(ctx, "jobs")
+	if err != nil {
+		t.Fatalf("TryAcquire(jobs) after Release = %v, want nil", err)
+	}
+	defer l2.Release(ctx)
+	if l2.Fence() <= l.Fence() {
+		t.Errorf("next Fence() = %d, want > %d", l2.Fence(), l.Fence())
+	}
+}
+
+// The value and the expiry must be set by one command, so that no crash
+// between two commands can leave a lock key without expiry.
+func TestValueAndExpirySetAtomically(t *testing.T) {
+	s, rdb := setup(t)
+	ctx := t.Context()
+
+	conn, err := net.Dial(s.Network(), s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	conn.Write([]byte("MONITOR\r\n"))
+	if line, _ := r.ReadString('\n'); !strings.HasPrefix(line, "+OK") {
+		t.Fatalf("MONITOR = %q", line)
+	}
+
+	l, err := dlock.New(rdb).TryAcquire(ctx, "atomic")
+	if err != nil {
+		t.Fatalf("TryAcquire = %v", err)
+	}
+	defer l.Release(ctx)
+
+	var cmds []string
+	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	for range 20 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			break
+		}
+		if strings.Contains(line, `"dlock:{atomic}"`) {
+			cmds = append(cmds, line)
+		}
+		if strings.Contains(line, `"SET" "dlock:{atomic}"`) {
+			break
+		}
+	}
+	var set string
+	for _, c := range cmds {
+		if strings.Contains(c, `"SET" "dlock:{atomic}"`) {
+			set = c
+		}
+		if strings.Contains(c, `"PEXPIRE"`) || strings.Contains(c, `"EXPIRE"`) {
+			t.Errorf("lock expiry set by a separate command: %s", c)
+		}
+	}
+	if !strings.Contains(set, `"PX"`) {
+		t.Errorf("SET of the lock key = %q, want one SET … PX …", set)
+	}
+}
+
+func TestDeadHolderStopsBlockingAfterTTL(t *testing.T) {
+	s, rdb := setup(t)
+	holder := startHelper(t, s, "hold", "dead", 500*time.Millisecond, 0)
+	if !holder.waitLine("held", 10*time.Second) {
+		t.Fatal("helper process did not take the lock")
+	}
+	holder.kill() // no Release: the lease must run out by itself
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	l, err := dlock.New(rdb).Acquire(ctx, "dead")
+	if err != nil {
+		t.Fatalf("Acquire(dead) after the holder died = %v, want nil", err)
+	}
+	l.Release(ctx)
+}
+
+func TestExpiredHolderCannotReleaseNextHolder(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := dlock.New(rdb, dlock.WithAutoExtend(false))
+
+	a, err := c.TryAcquire(ctx, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.PExpire(ctx, a.Key(), time.Millisecond) // A's lease runs out
+	var b *dlock.Lock
+	waitFor(2*time.Second, func() bool { b, err = c.TryAcquire(ctx, "shared"); return err == nil })
+	if err != nil {
+		t.Fatalf("TryAcquire after expiry = %v, want nil", err)
+	}
+	defer b.Release(ctx)
+
+	if err := a.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("expired holder's Release() = %v, want ErrNotHeld", err)
+	}
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) && !errors.Is(err, dlock.ErrReleased) {
+		t.Errorf("expired holder's Extend() = %v, want ErrNotHeld", err)
+	}
+	if got := rdb.Get(ctx, b.Key()).Val(); got != b.Token() {
+		t.Errorf("after the old holder's Release: GET = %q, want the new holder's token %q", got, b.Token())
+	}
+	if err := b.Err(); err != nil {
+		t.Errorf("new holder Err() = %v, want nil", err)
+	}
+}
+
+func TestExtendAfterExpiry(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	l, err := dlock.New(rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, "ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, l.Key())
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Extend after the key was deleted = %v, want ErrNotHeld", err)
+	}
+	if !closedWithin(l.Done(), 0) {
+		t.Error("Done() open after Extend found the lock gone")
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release after loss = %v, want ErrNotHeld", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("second Release after loss = %v, want nil", err)
+	}
+}
+
+func TestExtendMovesDeadline(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	l, err := dlock.New(rdb, dlock.WithAutoExtend(false), dlock.WithTTL(time.Second)).TryAcquire(ctx, "ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	before := l.ValidUntil()
+	if err := l.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatalf("Extend(20s) = %v", err)
+	}
+	if !l.ValidUntil().After(before.Add(10 * time.Second)) {
+		t.Errorf("ValidUntil after Extend(20s) = %v, want > %v + 10s", l.ValidUntil(), before)
+	}
+	if pttl := rdb.PTTL(ctx, l.Key()).Val(); pttl < 10*time.Second {
+		t.Errorf("PTTL after Extend(20s) = %v, want > 10s", pttl)
+	}
+}
+
+// An acquisition whose reply arrives after the TTL (the server was frozen
+// while it ran) must not be handed out as held.
+func TestSlowAcquireIsNotHeld(t *testing.T) {
+	s, rdb := setup(t)
+	ctx := t.Context()
+	c := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	rdb.Ping(ctx) // open a pooled connection while the server answers
+
+	s.Pause()
+	go func() { time.Sleep(700 * time.Millisecond); s.Resume() }()
+	l, err := c.TryAcquire(ctx, "slow")
+	if err == nil {
+		l.Release(ctx)
+		t.Fatal("TryAcquire whose reply took longer than the TTL = nil error, want ErrNotAcquired")
+	}
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("slow TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	if n := rdb.Exists(ctx, "dlock:{slow}").Val(); n != 0 {
+		t.Errorf("EXISTS after a slow attempt = %d, want 0 (undone)", n)
+	}
+}
+
+func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond) // four TTLs of work
+	if err := l.Err(); err != nil {
+		t.Errorf("Err() after 4 TTLs with the watchdog on = %v, want nil", err)
+	}
+	if got := rdb.Get(ctx, l.Key()).Val(); got != l.Token() {
+		t.Errorf("GET after 4 TTLs = %q, want our token", got)
+	}
+	if _, err := c.TryAcquire(ctx, "long"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquire by another = %v, want ErrNotAcquired", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release() = %v", err)
+	}
+}
+
+func TestLossSignalledWhenKeyDeleted(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	var hooked error
+	lostHook := make(chan struct{})
+	c := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond), dlock.WithHooks(dlock.Hooks{
+		Lost: func(_ string, err error) { hooked = err; close(lostHook) },
+	}))
+	l, err := c.TryAcquire(ctx, "stolen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, l.Key())
+	if !closedWithin(l.Done(), 2*time.Second) {
+		t.Fatal("Done() still open 2s after the key was deleted")
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Err() = %v, want ErrNotHeld", err)
+	}
+	<-lostHook
+	if !errors.Is(hooked, dlock.ErrNotHeld) {
+		t.Errorf("Hooks.Lost got %v, want ErrNotHeld", hooked)
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release after loss = %v, want ErrNotHeld", err)
+	}
+}
+
+// A holder cut off from Redis must learn of it before Redis can let another
+// client in: Done closes before acquisition start + TTL.
+func TestLossSignalledBeforeServerExpiry(t *testing.T) {
+	for _, autoExtend := range []bool{true, false} {
+		t.Run(map[bool]string{true: "watchdog", false: "no-watchdog"}[autoExtend], func(t *testing.T) {
+			s, rdb := setup(t)
+			ctx := t.Context()
+			const ttl = 600 * time.Millisecond
+			c := dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithDrift(100*time.Millisecond), dlock.WithAutoExtend(autoExtend))
+			start := time.Now()
+			l, err := c.TryAcquire(ctx, "frozen")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Pause()
+			defer s.Resume()
+			if !closedWithin(l.Done(), 5*time.Second) {
+				t.Fatal("Done() still open 5s after the server froze")
+			}
+			closedAt := time.Now()
+			if serverExpiry := start.Add(ttl); !closedAt.Before(serverExpiry) {
+				t.Errorf("Done closed %v after the earliest server-side expiry", closedAt.Sub(serverExpiry))
+			}
+			if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("Err() = %v, want ErrNotHeld", err)
+			}
+			s.Resume()
+			l.Release(ctx)
+		})
+	}
+}
+
+func TestWrongTypeKey(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	rdb.HSet(ctx, "dlock:{typed}", "f", "v")
+	c := dlock.New(rdb)
+	if _, err := c.TryAcquire(ctx, "typed"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("TryAcquire on a hash key = %v, want ErrWrongType", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(short, "typed"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Acquire on a hash key = %v, want ErrWrongType", err)
+	}
+	if got := rdb.HGet(ctx, "dlock:{typed}", "f").Val(); got != "v" {
+		t.Errorf("foreign key changed: HGET f = %q, want v", got)
+	}
+}
+
+func TestInvalidInput(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	tests := []struct {
+		name string
+		opts []dlock.Option
+		lock string
+	}{
+		{"empty name", nil, ""},
+		{"oversized name", nil, strings.Repeat("n", dlock.MaxNameLen+1)},
+		{"zero TTL", []dlock.Option{dlock.WithTTL(0)}, "x"},
+		{"negative TTL", []dlock.Option{dlock.WithTTL(-time.Second)}, "x"},
+		{"negative drift", []dlock.Option{dlock.WithDrift(-time.Millisecond)}, "x"},
+		{"drift above TTL", []dlock.Option{dlock.WithTTL(time.Second), dlock.WithDrift(time.Second)}, "x"},
+		{"nil backoff", []dlock.Option{dlock.WithBackoff(nil)}, "x"},
+		{"brace in prefix", []dlock.Option{dlock.WithPrefix("a{")}, "x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := dlock.New(rdb, tt.opts...)
+			if _, err := c.TryAcquire(ctx, tt.lock); !errors.Is(err, dlock.ErrInvalid) {
+				t.Errorf("TryAcquire = %v, want ErrInvalid", err)
+			}
+			if _, err := c.Acquire(ctx, tt.lock); !errors.Is(err, dlock.ErrInvalid) {
+				t.Errorf("Acquire = %v, want ErrInvalid", err)
+			}
+			if err := c.Do(ctx, tt.lock, func(context.Context) error { return nil }); !errors.Is(err, dlock.ErrInvalid) {
+				t.Errorf("Do = %v, want ErrInvalid", err)
+			}
+		})
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("DBSIZE after invalid calls = %d, want 0", n)
+	}
+	if l, err := dlock.New(rdb).TryAcquire(ctx, strings.Repeat("n", dlock.MaxNameLen)); err != nil {
+		t.Errorf("TryAcquire with a name of MaxNameLen bytes = %v, want nil", err)
+	} else {
+		l.Release(ctx)
+	}
+
+	l, err := dlock.New(rdb).TryAcquire(ctx, "ttl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	for _, ttl := range []time.Duration{0, -time.Second} {
+		if err := l.Extend(ctx, ttl); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Extend(%v) = %v, want ErrInvalid", ttl, err)
+		}
+	}
+}
+
+func TestRedisDown(t *testing.T) {
+	s, rdb := setup(t)
+	ctx := t.Context()
+	c := dlock.New(rdb)
+	l, err := c.TryAcquire(ctx, "down")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+
+	if err := l.Release(ctx); err == nil || errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release with Redis down = %v, want a connection error", err)
+	}
+	if _, err := c.TryAcquire(ctx, "other"); err == nil || errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquire with Redis down = %v, want a connection error", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := c.Acquire(short, "other"); err == nil || errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("Acquire with Redis down = %v, want a connection error", err)
+	}
+
+	// The failed Release can be retried once Redis is back.
+	s.Restart()
+	// go-redis reports its last dial error until a background dial succeeds.
+	waitFor(5*time.Second, func() bool { return rdb.Ping(ctx).Err() == nil })
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release retried after a restart that lost the key = %v, want ErrNotHeld", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release once more = %v, want nil", err)
+	}
+}
+
+func TestAcquireCancelledWhileWaiting(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	holder, err := dlock.New(rdb).TryAcquire(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+
+	c := dlock.New(rdb)
+	wctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(wctx, "busy")
+		errc <- err
+	}()
+	if !waitFor(5*time.Second, func() bool { return subscribers(t, rdb, "dlock:{busy}:ch") == 1 }) {
+		t.Fatal("the waiter never subscribed to the release channel")
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled Acquire = %v, want ErrNotAcquired and context.Canceled", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Acquire did not return within 2s of its context's cancellation")
+	}
+	if !waitFor(2*time.Second, func() bool { return subscribers(t, rdb, "dlock:{busy}:ch") == 0 }) {
+		t.Error("the release channel still has a subscriber after the waiter gave up")
+	}
+	if got := rdb.Get(ctx, holder.Key()).Val(); got != holder.Token() {
+		t.Errorf("lock key = %q after the waiter gave up, want the holder's token", got)
+	}
+
+	// A deadline works the same way.
+	dctx, dcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer dcancel()
+	if _, err := c.Acquire(dctx, "busy"); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire past its deadline = %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+}
+
+func subscribers(t *testing.T, rdb *redis.Client, channel string) int64 {
+	t.Helper()
+	m, err := rdb.PubSubNumSub(context.Background(), channel).Result()
+	if err != nil {
+		t.Errorf("PUBSUB NUMSUB: %v", err)
+	}
+	return m[channel]
+}
+
+// A waiter must be woken by the release message: its backoff and the
+// holder's TTL are both far longer than the test's deadline.
+func TestWaiterWokenByRelease(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	holder, err := dlock.New(rdb, dlock.WithTTL(time.Minute)).TryAcquire(ctx, "wake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dlock.New(rdb, dlock.WithBackoff(func(int) time.Duration { return time.Hour }))
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(wctx, "wake")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	if !waitFor(5*time.Second, func() bool { return subscribers(t, rdb, "dlock:{wake}:ch") == 1 }) {
+		t.Fatal("the waiter never subscribed")
+	}
+	time.Sleep(20 * time.Millisecond) // let it go to sleep after its second attempt
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("waiter's Acquire = %v, want the lock (woken by the release)", err)
+	}
+}
+
+func TestDo(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+
+	var fence int64
+	err := c.Do(ctx, "do", func(ctx context.Context) error {
+		l := dlock.LockFromContext(ctx)
+		if l == nil {
+			return errors.New("LockFromContext = nil inside Do")
+		}
+		fence = l.Fence()
+		if got := rdb.Get(ctx, l.Key()).Val(); got != l.Token() {
+			t.Errorf("inside Do: GET = %q, want the lock's token", got)
+		}
+		return nil
+	})
+	if err != nil || fence == 0 {
+		t.Errorf("Do = %v (fence %d), want nil", err, fence)
+	}
+	if n := rdb.Exists(ctx, "dlock:{do}").Val(); n != 0 {
+		t.Errorf("lock still exists after Do returned")
+	}
+
+	errBoom := errors.New("boom")
+	if err := c.Do(ctx, "do", func(context.Context) error { return errBoom }); err != errBoom {
+		t.Errorf("Do with failing fn = %v, want fn's error", err)
+	}
+
+	// Losing the lock cancels fn's context with cause ErrNotHeld.
+	err = c.Do(ctx, "do", func(ctx context.Context) error {
+		rdb.Del(ctx, dlock.LockFromContext(ctx).Key())
+		select {
+		case <-ctx.Done():
+			if cause := context.Cause(ctx); !errors.Is(cause, dlock.ErrNotHeld) {
+				t.Errorf("context.Cause = %v, want ErrNotHeld", cause)
+			}
+			return ctx.Err()
+		case <-time.After(5 * time.Second):
+			t.Error("fn's context not cancelled 5s after the lock was lost")
+			return nil
+		}
+	})
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Do after losing the lock = %v, want ErrNotHeld", err)
+	}
+}

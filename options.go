@@ -1,0 +1,150 @@
+package dlock
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// DefaultTTL is the lease time used when WithTTL is not given. The watchdog
+// extends a held lease every TTL/3, so the TTL bounds only how long a holder
+// that died keeps others waiting, and how long a stalled holder (GC pause,
+// slow network) may go without reaching Redis before it loses the lock. Ten
+// seconds tolerates two missed extensions of multi-second hiccups while a
+// crashed holder blocks others for at most ten seconds.
+const DefaultTTL = 10 * time.Second
+
+// DefaultPrefix is put before every key when WithPrefix is not given.
+const DefaultPrefix = "dlock:"
+
+// MaxNameLen is the longest lock name accepted, in bytes. Redis would take
+// far longer keys, but a name this long is a bug (a payload used as a key),
+// and every key and message of the lock repeats it.
+const MaxNameLen = 1024
+
+// Backoff bounds used when WithBackoff is not given. Waiters are normally
+// woken by a release message; the backoff only covers a holder that died
+// without releasing, or a lost message.
+const (
+	DefaultMinBackoff = 10 * time.Millisecond
+	DefaultMaxBackoff = time.Second
+)
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	ttl        time.Duration
+	autoExtend bool
+	prefix     string
+	backoff    Backoff
+	drift      time.Duration // < 0: derived from the TTL
+	hooks      Hooks
+	err        error // the first invalid option, returned by every call
+}
+
+func defaultOptions() options {
+	return options{
+		ttl:        DefaultTTL,
+		autoExtend: true,
+		prefix:     DefaultPrefix,
+		backoff:    ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff),
+		drift:      -1,
+	}
+}
+
+func (o *options) invalid(format string, args ...any) {
+	if o.err == nil {
+		o.err = fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+}
+
+// WithTTL sets the lease time of each acquisition. It must be positive; the
+// default is DefaultTTL (10s). A TTL below 30ms leaves too little room for a
+// round trip and is refused too.
+func WithTTL(ttl time.Duration) Option {
+	return func(o *options) {
+		if ttl < minTTL {
+			o.invalid("WithTTL(%v): ttl must be at least %v", ttl, minTTL)
+			return
+		}
+		o.ttl = ttl
+	}
+}
+
+const minTTL = 30 * time.Millisecond
+
+// WithAutoExtend turns the watchdog on or off. When on (the default), every
+// held Lock extends its lease every TTL/3 until it is released or lost. When
+// off, a lease ends at its TTL unless Lock.Extend is called; Done still
+// closes when the validity runs out.
+func WithAutoExtend(on bool) Option {
+	return func(o *options) { o.autoExtend = on }
+}
+
+// WithPrefix sets the prefix of every key dlock writes; the default is
+// DefaultPrefix ("dlock:"). A name N is stored at prefix + "{N}", so all keys
+// of one lock share a Redis Cluster hash slot; the prefix must therefore not
+// contain '{' or '}'.
+func WithPrefix(prefix string) Option {
+	return func(o *options) {
+		if strings.ContainsAny(prefix, "{}") {
+			o.invalid("WithPrefix(%q): the prefix must not contain '{' or '}'", prefix)
+			return
+		}
+		o.prefix = prefix
+	}
+}
+
+// WithBackoff sets how long Acquire sleeps between attempts when no release
+// message wakes it. The default is ExponentialBackoff(10ms, 1s). A sleep is
+// also cut short when the holder's lease is due to run out.
+func WithBackoff(b Backoff) Option {
+	return func(o *options) {
+		if b == nil {
+			o.invalid("WithBackoff(nil)")
+			return
+		}
+		o.backoff = b
+	}
+}
+
+// WithDrift sets the margin taken off every lease's validity for the
+// difference between the client's and the server's clock rates and the
+// server's expiry precision: a lease acquired at t is treated as valid until
+// t + TTL − drift. The default is TTL/100 + 2ms. It must be non-negative and
+// below the TTL.
+func WithDrift(d time.Duration) Option {
+	return func(o *options) {
+		if d < 0 {
+			o.invalid("WithDrift(%v): drift must not be negative", d)
+			return
+		}
+		o.drift = d
+	}
+}
+
+// WithHooks sets functions called on lock events, for metrics and tracing.
+func WithHooks(h Hooks) Option {
+	return func(o *options) { o.hooks = h }
+}
+
+// driftFor returns the drift margin for a lease of ttl.
+func (o *options) driftFor(ttl time.Duration) time.Duration {
+	if o.drift >= 0 {
+		return o.drift
+	}
+	return ttl/100 + 2*time.Millisecond
+}
+
+// Hooks are called on lock events. Any field may be nil. Calls may come from
+// several goroutines at once and must not block: they run on the path of
+// the operation that triggered them.
+type Hooks struct {
+	// Acquired is called when a lock is taken, with the time spent waiting.
+	Acquired func(name string, waited time.Duration)
+	// Released is called when a held lock is released, with the time it was held.
+	Released func(name string, held time.Duration)
+	// Lost is called when a lock is lost before Release; err wraps ErrNotHeld.
+	Lost func(name string, err error)
+}
