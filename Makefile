@@ -1,0 +1,23 @@
+# Each target installs redis-server first if it is missing (Debian's package).
+GO ?= go
+TESTFLAGS ?= -race -count=1 -timeout 15m
+
+.PHONY: test demo bench lint redis
+
+# The test command: every package, under the race detector, against real redis-server processes.
+test: redis
+	$(GO) test $(TESTFLAGS) ./...
+
+# The batch-dispatch demo on a private redis-server.
+demo: redis
+	$(GO) run ./cmd/dlock demo
+
+bench: redis
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 .
+
+lint:
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+redis:
+	@bash scripts/ensure-redis.sh

@@ -1,0 +1,127 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// BenchmarkRedisSet is the baseline for the lock benchmarks: one plain SET
+// per iteration through the same client, in the same process.
+func BenchmarkRedisSet(b *testing.B) {
+	rdb := redistest.Start(b).Client(b)
+	ctx := b.Context()
+	b.Run("serial", func(b *testing.B) {
+		for b.Loop() {
+			if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkTryAcquireRelease measures an uncontended lock+release pair (two
+// round trips).
+func BenchmarkTryAcquireRelease(b *testing.B) {
+	rdb := redistest.Start(b).Client(b)
+	c := dlock.New(rdb, dlock.WithAutoExtend(false))
+	ctx := b.Context()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			l, err := c.TryAcquire(ctx, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			l.Release(ctx)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		var id atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			name := fmt.Sprintf("bench:%d", id.Add(1)) // one name per goroutine: no contention
+			for pb.Next() {
+				l, err := c.TryAcquire(ctx, name)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				l.Release(ctx)
+			}
+		})
+	})
+}
+
+// BenchmarkContendedHandoff has several goroutines take turns on one name,
+// each holding it for a short while. It reports handoffs/s and the time from
+// one holder's release to the next holder's acquisition (p50, p99).
+func BenchmarkContendedHandoff(b *testing.B) {
+	for _, workers := range []int{2, 8} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			rdb := redistest.Start(b).Client(b)
+			c := dlock.New(rdb, dlock.WithAutoExtend(false))
+			ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
+			defer cancel()
+			var (
+				mu          sync.Mutex
+				lastRelease time.Time
+				gaps        []time.Duration
+			)
+			var remaining atomic.Int64
+			remaining.Store(int64(b.N))
+			start := time.Now()
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for remaining.Add(-1) >= 0 {
+						l, err := c.Acquire(ctx, "handoff")
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						now := time.Now()
+						mu.Lock()
+						if !lastRelease.IsZero() {
+							gaps = append(gaps, now.Sub(lastRelease))
+						}
+						mu.Unlock()
+						time.Sleep(100 * time.Microsecond) // the critical section
+						mu.Lock()
+						lastRelease = time.Now()
+						mu.Unlock()
+						if err := l.Release(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "handoffs/s")
+			if len(gaps) > 0 {
+				slices.Sort(gaps)
+				b.ReportMetric(float64(gaps[len(gaps)/2].Microseconds()), "p50-µs")
+				b.ReportMetric(float64(gaps[len(gaps)*99/100].Microseconds()), "p99-µs")
+			}
+		})
+	}
+}

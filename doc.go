@@ -1,0 +1,69 @@
+// Package dlock provides distributed locks on Redis for Go services.
+//
+// A Client takes any go-redis v9 client (a single server, a Sentinel
+// failover client or a Cluster client) and hands out leases on lock names:
+//
+//	c := dlock.New(rdb, dlock.WithTTL(10*time.Second))
+//	l, err := c.Acquire(ctx, "reports:nightly") // waits until held or ctx is done
+//	if err != nil {
+//		return err // errors.Is(err, dlock.ErrNotAcquired) when ctx ended first
+//	}
+//	defer l.Release(context.WithoutCancel(ctx))
+//	writeReport(ctx, l.Fence()) // hand the fencing token to the resource
+//
+// or, with the lock's loss turned into a cancelled context:
+//
+//	err := c.Do(ctx, "reports:nightly", func(ctx context.Context) error { ... })
+//
+// # What a lock guarantees
+//
+// A lease is mutually exclusive while it is valid: between a successful
+// acquisition and Lock.ValidUntil no other client holds the same name,
+// provided that Redis did not lose the key (a restart without persistence,
+// a failover to a replica that had not received it) and that the rates of
+// the client's and the server's clocks differ by less than the drift margin
+// (WithDrift). Validity is counted on the client's monotonic clock from
+// before the acquire request was sent, so a slow round trip shortens it
+// rather than extending it; an acquisition whose reply came back after the
+// lease could already have expired is undone and reported as not acquired.
+//
+// A holder that dies stops blocking others when its TTL runs out. Only the
+// holder can extend or release (its random 128-bit token is compared inside
+// a Lua script). With auto-extend on (the default) a watchdog extends the
+// lease every TTL/3; if it cannot before the validity runs out, or Redis
+// shows the token gone, Lock.Done is closed and Lock.Err says why — no later
+// than the validity deadline.
+//
+// # What it does not guarantee, and fencing
+//
+// It is NOT safe to assume that the lock is still held when you act on the
+// protected resource. A process can be paused (GC, swapping, a stopped VM)
+// or a request delayed in the network for longer than the TTL, after its
+// last check; when it resumes, another holder may be inside. No lock service
+// can prevent that by itself.
+//
+// Every acquisition therefore carries a fencing token, Lock.Fence, strictly
+// greater than every earlier one for the same name. Send it with each write,
+// and have the resource refuse a write whose fence is lower than one it has
+// already accepted: the late write of a paused former holder is then
+// rejected however long the pause was. Guard does this for resources kept in
+// Redis; its documentation shows the same rule in SQL. Fences are
+// max(last + 1, Redis server time in µs), so they keep rising even when the
+// counter is lost with an empty restart, as long as the servers' clocks do
+// not step back by more than the outage lasted.
+//
+// # Keys
+//
+// A lock name N is kept at "dlock:{N}" (the prefix is set by WithPrefix): a
+// string holding the owner token, with a PX expiry, readable by any tool
+// that knows the SET NX PX convention. The last fence is at "dlock:{N}:fence"
+// (no expiry), and releases are announced on the pub/sub channel
+// "dlock:{N}:ch". The braces make all of them one Redis Cluster hash slot.
+//
+// # Waiting
+//
+// Acquire tries once; if the lock is taken, it subscribes to the release
+// channel (one pub/sub connection per Client, shared by all its waiters),
+// tries again, and then sleeps until a release message, the holder's
+// remaining lease, or a jittered, capped backoff, whichever comes first.
+package dlock

@@ -1,0 +1,122 @@
+package dlock_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+func ExampleClient_Acquire() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	c := dlock.New(rdb, dlock.WithTTL(10*time.Second))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "reports:nightly")
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		log.Print("another instance is running the report")
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(context.WithoutCancel(ctx))
+
+	select {
+	case <-l.Done():
+		log.Printf("lock lost: %v", l.Err())
+	default:
+		fmt.Println("holding", l.Name(), "with fence", l.Fence())
+	}
+}
+
+func ExampleClient_TryAcquire() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	c := dlock.New(rdb)
+
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "cleanup")
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		return // someone else is cleaning up; nothing to do this time
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	// ... clean up ...
+}
+
+func ExampleClient_Do() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	c := dlock.New(rdb)
+
+	err := c.Do(context.Background(), "batch:task:list", func(ctx context.Context) error {
+		// ctx is cancelled, with cause dlock.ErrNotHeld, if the lock is lost.
+		fence := dlock.LockFromContext(ctx).Fence()
+		return enqueueDueTasks(ctx, fence)
+	})
+	if err != nil {
+		log.Print(err)
+	}
+}
+
+func enqueueDueTasks(ctx context.Context, fence int64) error { return ctx.Err() }
+
+func ExampleGuard() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	c := dlock.New(rdb)
+	g := dlock.NewGuard(rdb)
+
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "config")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+
+	// Even if this process pauses here past its lease and another holder
+	// writes meanwhile, this write is then refused with ErrStaleFence.
+	err = g.Write(ctx, "config:value", "v2", l.Fence(), l.Token())
+	if errors.Is(err, dlock.ErrStaleFence) {
+		log.Print("lost the lock while paused; a newer holder has written")
+	}
+}
+
+func ExampleLock_Fence() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := dlock.New(rdb).Acquire(ctx, "job:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+
+	// The row remembers the highest fence that wrote it; an older one, or
+	// the same one from another owner, changes nothing.
+	res, err := db.ExecContext(ctx, `UPDATE jobs SET state = $1, fence = $2, token = $3
+		WHERE id = $4 AND (fence < $2 OR (fence = $2 AND token = $3))`,
+		"done", l.Fence(), l.Token(), 42)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		log.Print("stale fence: a newer holder has written job 42")
+	}
+}
