@@ -16,6 +16,7 @@ import (
 // its own beyond one pub/sub connection, opened while some Acquire is
 // waiting and closed when none is.
 type Client struct {
+	rdb  redis.UniversalClient
 	b    backend
 	hub  *hub
 	opts options
@@ -35,7 +36,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	if d := o.driftFor(o.ttl); d >= o.ttl {
 		o.invalid("WithDrift(%v): drift must be below the TTL (%v)", d, o.ttl)
 	}
-	return &Client{b: node{rdb: rdb}, hub: newHub(rdb), opts: o}
+	return &Client{rdb: rdb, b: node{rdb: rdb}, hub: newHub(rdb), opts: o}
 }
 
 // TTL returns the lease time of the Client's locks.

@@ -3,7 +3,14 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/script"
 )
 
 // Info describes the state of one lock, as read by Client.Inspect.
@@ -30,4 +37,75 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	}
 	info.Name = name
 	return info, nil
+}
+
+// ForceRelease deletes the lock name whoever holds it, and wakes its
+// waiters. It is for operators clearing a lock whose holder is known to be
+// gone: if the holder is alive, it keeps running until its next extension
+// finds the token missing, and overlaps with the next holder until then.
+// It reports whether a lock was deleted.
+func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
+	k, err := c.check(name)
+	if err != nil {
+		return false, err
+	}
+	n, err := script.ForceRelease.Run(ctx, c.rdb, []string{k.lock}, k.channel).Int64()
+	if err != nil {
+		return false, fmt.Errorf("dlock: force release %q: %w", name, redisErr("force release", err))
+	}
+	return n == 1, nil
+}
+
+// scanBatch is the COUNT hint of each SCAN call made by List.
+const scanBatch = 256
+
+// List returns the state of the held locks whose names match the glob
+// pattern (Redis MATCH syntax; "" or "*" for all), sorted by name. It walks
+// the keyspace with SCAN, never KEYS, on every master of a Cluster. Like
+// Inspect it is for operators: locks come and go while it runs.
+func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
+	if c.opts.err != nil {
+		return nil, c.opts.err
+	}
+	if pattern == "" {
+		pattern = "*"
+	}
+	match := c.opts.prefix + "{" + pattern + "}"
+	var (
+		mu    sync.Mutex
+		names []string
+	)
+	scan := func(ctx context.Context, rdb redis.Cmdable) error {
+		iter := rdb.Scan(ctx, 0, match, scanBatch).Iterator()
+		for iter.Next(ctx) {
+			key := iter.Val()
+			name := strings.TrimSuffix(strings.TrimPrefix(key, c.opts.prefix+"{"), "}")
+			mu.Lock()
+			names = append(names, name)
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
+	} else {
+		err = scan(ctx, c.rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dlock: list: %w", err)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names) // SCAN may return a key twice
+	infos := make([]Info, 0, len(names))
+	for _, name := range names {
+		info, err := c.Inspect(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if info.Held {
+			infos = append(infos, info)
+		}
+	}
+	return infos, nil
 }

@@ -28,8 +28,8 @@ type Lock struct {
 	fence int64
 	start time.Time
 
-	relMu sync.Mutex // serializes Release calls
-	mu    sync.Mutex // guards the fields below
+	relMu      sync.Mutex // serializes Release calls
+	mu         sync.Mutex // guards the fields below
 	ttl        time.Duration
 	validUntil time.Time
 	err        error // nil while held; ErrReleased, or the loss

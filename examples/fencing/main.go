@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/redisserver"
 )
 
 func main() {
@@ -31,7 +31,7 @@ func main() {
 func run() error {
 	url := os.Getenv("REDIS_URL")
 	if url == "" {
-		srv, err := redistest.Launch()
+		srv, err := redisserver.Start()
 		if err != nil {
 			return err
 		}

@@ -1,249 +1,43 @@
 // Package redistest starts real redis-server processes for tests and
-// benchmarks, and injects the faults that lock code must survive: a server
-// that freezes (SIGSTOP), dies (SIGKILL) or comes back empty (restart without
-// persistence).
-//
-// Servers listen on a unix socket in a short temporary directory by default,
-// so there is no port to race for; [TCP] puts one on a free loopback port
-// instead, for topologies that need TCP. Every server is stopped, and its
-// directory removed, in the test's cleanup.
+// benchmarks and injects faults into them: Pause (SIGSTOP), Resume, Kill
+// (SIGKILL) and Restart (empty, without persistence). Every server is
+// stopped, and its directory removed, in the test's cleanup. A missing
+// redis-server binary fails the test with instructions to install it.
 package redistest
 
 import (
-	"bufio"
-	"context"
-	"errors"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/redisserver"
 )
 
-// InstallHint says how to get redis-server when it is missing.
-const InstallHint = "redis-server was not found in PATH; install it (Debian/Ubuntu: apt-get install -y redis-server, macOS: brew install redis) or set REDIS_SERVER to its path"
-
-// startTimeout bounds how long a server may take to answer its first PING.
-const startTimeout = 10 * time.Second
-
-// Option configures a server started by [Start].
-type Option func(*config)
-
-type config struct {
-	tcp  bool
-	args []string
-}
+// Option configures a server; see redisserver.TCP and redisserver.Args.
+type Option = redisserver.Option
 
 // TCP makes the server listen on a free port of 127.0.0.1 instead of a unix socket.
-func TCP() Option { return func(c *config) { c.tcp = true } }
+func TCP() Option { return redisserver.TCP() }
 
-// Args appends redis-server command-line arguments, e.g. Args("--appendonly", "yes").
-func Args(args ...string) Option { return func(c *config) { c.args = append(c.args, args...) } }
+// Args appends redis-server command-line arguments.
+func Args(args ...string) Option { return redisserver.Args(args...) }
 
-// Server is one redis-server process.
+// Server is a redis-server process owned by a test.
 type Server struct {
-	tb   testing.TB
-	cfg  config
-	dir  string
-	port int // 0 for a unix socket
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
-	paused bool
-}
-
-// Binary returns the redis-server executable to run: $REDIS_SERVER, else
-// redis-server from PATH. It returns an error carrying [InstallHint] when
-// there is none.
-func Binary() (string, error) {
-	if p := os.Getenv("REDIS_SERVER"); p != "" {
-		return p, nil
-	}
-	p, err := exec.LookPath("redis-server")
-	if err != nil {
-		return "", errors.New(InstallHint)
-	}
-	return p, nil
+	*redisserver.Server
+	tb testing.TB
 }
 
 // Start starts a redis-server, waits until it answers PING, and stops it in
-// tb's cleanup. A missing binary fails the test with [InstallHint].
+// tb's cleanup.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	s, err := Launch(opts...)
+	s, err := redisserver.Start(opts...)
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
-	s.tb = tb
 	tb.Cleanup(s.Stop)
-	return s
-}
-
-// Launch starts a redis-server outside of a test (for the demo and
-// benchmarks); the caller must call [Server.Stop].
-func Launch(opts ...Option) (*Server, error) {
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
-	}
-	// A short directory keeps the socket path under sun_path's 104–108 bytes.
-	dir, err := os.MkdirTemp("", "rt")
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg, dir: dir}
-	if cfg.tcp {
-		for range 5 { // a freed port can be taken by someone else before we bind it
-			if s.port, err = freePort(); err != nil {
-				break
-			}
-			if err = s.launch(); err == nil {
-				return s, nil
-			}
-		}
-	} else {
-		err = s.launch()
-	}
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	return s, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func (s *Server) launch() error {
-	bin, err := Binary()
-	if err != nil {
-		return err
-	}
-	args := []string{
-		"--save", "", "--appendonly", "no",
-		"--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log"),
-	}
-	if s.port == 0 {
-		args = append(args, "--port", "0", "--unixsocket", s.sock(), "--unixsocketperm", "700")
-	} else {
-		args = append(args, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1")
-	}
-	args = append(args, s.cfg.args...)
-	cmd := exec.Command(bin, args...)
-	// Its own process group: a Ctrl-C in a terminal must not reach it before
-	// the test has cleaned up, and no server outlives its test by accident.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-
-	s.mu.Lock()
-	s.cmd, s.exited, s.paused = cmd, exited, false
-	s.mu.Unlock()
-
-	if err := s.waitReady(exited); err != nil {
-		cmd.Process.Kill()
-		<-exited
-		return err
-	}
-	return nil
-}
-
-func (s *Server) waitReady(exited <-chan struct{}) error {
-	deadline := time.Now().Add(startTimeout)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return fmt.Errorf("redis-server exited during start-up: %s", s.logTail())
-		default:
-		}
-		if s.ping() == nil {
-			return nil
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return fmt.Errorf("redis-server did not answer PING within %v: %s", startTimeout, s.logTail())
-}
-
-func (s *Server) ping() error {
-	c, err := net.DialTimeout(s.Network(), s.Addr(), 200*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(200 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
-	}
-	return nil
-}
-
-func (s *Server) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
-	}
-	return strings.Join(lines, " | ")
-}
-
-func (s *Server) sock() string { return filepath.Join(s.dir, "r.sock") }
-
-// Network returns "unix" or "tcp".
-func (s *Server) Network() string {
-	if s.port == 0 {
-		return "unix"
-	}
-	return "tcp"
-}
-
-// Addr returns the socket path or the host:port the server listens on.
-func (s *Server) Addr() string {
-	if s.port == 0 {
-		return s.sock()
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-}
-
-// Port returns the TCP port, or 0 for a unix-socket server.
-func (s *Server) Port() int { return s.port }
-
-// URL returns a redis:// or unix:// URL for the server.
-func (s *Server) URL() string {
-	if s.port == 0 {
-		return "unix://" + s.sock()
-	}
-	return "redis://" + s.Addr()
-}
-
-// Options returns go-redis options that reach the server.
-func (s *Server) Options() *redis.Options {
-	return &redis.Options{Network: s.Network(), Addr: s.Addr()}
+	return &Server{Server: s, tb: tb}
 }
 
 // Client returns a new go-redis client for the server, closed in tb's cleanup.
@@ -253,79 +47,18 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	return c
 }
 
-// PID returns the server's process ID.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cmd.Process.Pid
-}
-
-// Pause freezes the server with SIGSTOP: connections stay open, nothing is answered.
-func (s *Server) Pause() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.signal(syscall.SIGSTOP)
-	s.paused = true
-}
+// Pause freezes the server with SIGSTOP.
+func (s *Server) Pause() { s.check(s.Server.Pause()) }
 
 // Resume continues a paused server with SIGCONT.
-func (s *Server) Resume() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.signal(syscall.SIGCONT)
-	s.paused = false
-}
+func (s *Server) Resume() { s.check(s.Server.Resume()) }
 
-func (s *Server) signal(sig syscall.Signal) {
-	if err := s.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		s.failf("redistest: signal %v: %v", sig, err)
-	}
-}
+// Restart kills the server and starts an empty one on the same address.
+func (s *Server) Restart() { s.check(s.Server.Restart()) }
 
-// Kill ends the server with SIGKILL and waits until it is gone.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Kill()
-	<-exited
-	s.mu.Lock()
-	s.paused = false
-	s.mu.Unlock()
-}
-
-// Restart kills the server and starts a new one on the same address. Without
-// persistence the new server is empty.
-func (s *Server) Restart() {
-	s.Kill()
-	if s.port == 0 {
-		os.Remove(s.sock())
-	}
-	if err := s.launch(); err != nil {
-		s.failf("redistest: restart: %v", err)
-	}
-}
-
-// Stop kills the server and removes its directory. It is safe to call more than once.
-func (s *Server) Stop() {
-	s.Kill()
-	os.RemoveAll(s.dir)
-}
-
-// Do runs one command on a short-lived connection, for test set-up and checks.
-func (s *Server) Do(ctx context.Context, args ...any) (any, error) {
-	c := redis.NewClient(s.Options())
-	defer c.Close()
-	return c.Do(ctx, args...).Result()
-}
-
-func (s *Server) failf(format string, args ...any) {
-	if s.tb != nil {
+func (s *Server) check(err error) {
+	if err != nil {
 		s.tb.Helper()
-		s.tb.Fatalf(format, args...)
+		s.tb.Fatal(err)
 	}
-	panic(fmt.Sprintf(format, args...))
 }

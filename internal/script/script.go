@@ -19,6 +19,8 @@ var (
 	inspectSrc string
 	//go:embed guard.lua
 	guardSrc string
+	//go:embed force_release.lua
+	forceReleaseSrc string
 )
 
 // The scripts, run with EVALSHA and a fallback to EVAL when the server's
@@ -29,4 +31,6 @@ var (
 	Extend  = redis.NewScript(extendSrc)
 	Inspect = redis.NewScript(inspectSrc)
 	Guard   = redis.NewScript(guardSrc)
+
+	ForceRelease = redis.NewScript(forceReleaseSrc)
 )
