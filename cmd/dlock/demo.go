@@ -1,0 +1,409 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const demoHelp = `demo [flags]
+       demo seckill [flags]
+
+Runs the batch-dispatch scenario: tasks sit in a SQL table; several
+scheduler processes pull due tasks and push them to a Redis queue;
+consumers take them from the queue and process them (some fail and are
+retried, a few fail for good). Without a lock, two schedulers pick the same
+tasks and enqueue them twice; with dlock, never.
+
+By default it runs twice, without and then with the lock, and compares.
+With no --redis it starts a private redis-server; with no --db it uses a
+SQLite file in a temporary directory.`
+
+type demoConfig struct {
+	redisURL, dbDSN  string
+	mode             string
+	tasks, batch     int
+	schedulers       int
+	consumers        int
+	ttl              time.Duration
+	chaos            bool
+	timeout          time.Duration
+	progressInterval time.Duration
+}
+
+func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "seckill" {
+		return cmdSeckill(ctx, args[1:], stdout, stderr)
+	}
+	fs := newFlagSet("demo", stderr, demoHelp)
+	var cfg demoConfig
+	var redisFlag urlList
+	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL, else a private redis-server)")
+	fs.StringVar(&cfg.dbDSN, "db", "", "PostgreSQL `URL` (postgres://…); default a temporary SQLite file")
+	fs.StringVar(&cfg.mode, "mode", "both", "both, lock or no-lock")
+	noLock := fs.Bool("no-lock", false, "run only without the lock (same as --mode no-lock)")
+	fs.IntVar(&cfg.tasks, "tasks", 600, "number of tasks")
+	fs.IntVar(&cfg.batch, "batch", 20, "tasks a scheduler moves per turn")
+	fs.IntVar(&cfg.schedulers, "schedulers", 3, "scheduler processes")
+	fs.IntVar(&cfg.consumers, "consumers", 4, "consumer goroutines")
+	fs.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "lock TTL")
+	fs.BoolVar(&cfg.chaos, "chaos", false, "kill one scheduler with SIGKILL while it holds the lock")
+	fs.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "give up on a run after this long")
+	if code := parse(fs, args); code >= 0 {
+		return code
+	}
+	if *noLock {
+		cfg.mode = "no-lock"
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "dlock demo: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	case cfg.mode != "both" && cfg.mode != "lock" && cfg.mode != "no-lock":
+		fmt.Fprintf(stderr, "dlock demo: --mode must be both, lock or no-lock, not %q\n", cfg.mode)
+		return exitUsage
+	case cfg.tasks < 1 || cfg.batch < 1 || cfg.schedulers < 1 || cfg.consumers < 1:
+		fmt.Fprintln(stderr, "dlock demo: --tasks, --batch, --schedulers and --consumers must be at least 1")
+		return exitUsage
+	case cfg.chaos && cfg.schedulers < 2:
+		fmt.Fprintln(stderr, "dlock demo: --chaos needs at least 2 schedulers")
+		return exitUsage
+	}
+
+	urls := redisURLs(redisFlag)
+	switch len(urls) {
+	case 0:
+		srv, err := privateRedis()
+		if err != nil {
+			return report(stderr, err)
+		}
+		defer srv.Stop()
+		cfg.redisURL = srv.URL()
+		fmt.Fprintf(stdout, "started a private redis-server (%s)\n", srv.URL())
+	case 1:
+		cfg.redisURL = urls[0]
+	default:
+		fmt.Fprintln(stderr, "dlock demo: one --redis at most")
+		return exitUsage
+	}
+	rdb, err := connect(ctx, cfg.redisURL)
+	if err != nil {
+		return report(stderr, err)
+	}
+	defer rdb.Close()
+	if cfg.dbDSN == "" {
+		dir, err := os.MkdirTemp("", "dlock-demo")
+		if err != nil {
+			return report(stderr, err)
+		}
+		defer os.RemoveAll(dir)
+		cfg.dbDSN = sqliteDSN(dir)
+	}
+	db, err := openTaskDB(cfg.dbDSN)
+	if err != nil {
+		return report(stderr, err)
+	}
+	defer db.Close()
+	cfg.progressInterval = time.Second
+	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 && stderr == io.Writer(os.Stderr) {
+		cfg.progressInterval = 200 * time.Millisecond
+	}
+
+	modes := []bool{false, true}
+	switch cfg.mode {
+	case "lock":
+		modes = []bool{true}
+	case "no-lock":
+		modes = []bool{false}
+	}
+	var results []*demoResult
+	for _, locked := range modes {
+		res, err := runDemo(ctx, cfg, locked, rdb, db, stderr)
+		if err != nil {
+			return report(stderr, err)
+		}
+		res.print(stdout)
+		results = append(results, res)
+	}
+	if len(results) == 2 {
+		fmt.Fprintf(stdout, "\nduplicate enqueues: %d without a lock, %d with dlock\n",
+			results[0].duplicates, results[1].duplicates)
+	}
+	for _, r := range results {
+		if r.incomplete || (r.locked && (r.duplicates > 0 || !r.fencesIncreasing)) {
+			return exitFailure
+		}
+	}
+	return exitOK
+}
+
+// demoResult is what one run measured.
+type demoResult struct {
+	locked           bool
+	cfg              demoConfig
+	wall             time.Duration
+	incomplete       bool
+	done, failed     int
+	retries          int64
+	duplicates       int64 // a consumer got a task+attempt it had already got
+	guardRejections  int64 // … and the status guard refused it
+	acquisitions     map[int]int
+	waits            []time.Duration
+	fenceMin         int64
+	fenceMax         int64
+	fencesIncreasing bool
+	killed           string
+}
+
+func newRunID() string { return fmt.Sprintf("%08x", rand.Uint32()) }
+
+// runDemo runs the scenario once, with or without the lock.
+func runDemo(ctx context.Context, cfg demoConfig, locked bool, rdb *redis.Client, db *taskDB, stderr io.Writer) (*demoResult, error) {
+	run := newRunID()
+	k := keysForRun(run)
+	defer rdb.Del(context.WithoutCancel(ctx), k.queue, k.seen, k.acq)
+	if err := db.reset(ctx, cfg.tasks); err != nil {
+		return nil, err
+	}
+	res := &demoResult{locked: locked, cfg: cfg, acquisitions: map[int]int{}}
+	label := "without a lock"
+	if locked {
+		label = "with dlock"
+	}
+	fmt.Fprintf(stderr, "\n== %d tasks, %d schedulers, %d consumers, %s ==\n", cfg.tasks, cfg.schedulers, cfg.consumers, label)
+
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	start := time.Now()
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+
+	// Schedulers: separate OS processes, as separate service instances are.
+	var scheds []*exec.Cmd
+	var wg sync.WaitGroup
+	var killedAt atomic.Int64
+	for i := range cfg.schedulers {
+		sc := schedConfig{redisURL: cfg.redisURL, dbDSN: cfg.dbDSN, run: run, id: i, batch: cfg.batch,
+			ttl: cfg.ttl, prep: 2 * time.Millisecond, stuck: 4 * time.Second,
+			noLock: !locked, victim: cfg.chaos && i == 0}
+		cmd := exec.Command(exe, sc.args()...)
+		cmd.Stderr = stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("start scheduler: %w", err)
+		}
+		scheds = append(scheds, cmd)
+		wg.Go(func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if sc.Text() == "holding" {
+					time.Sleep(200 * time.Millisecond)
+					cmd.Process.Signal(syscall.SIGKILL)
+					killedAt.Store(time.Now().UnixNano())
+					fmt.Fprintf(stderr, "chaos: scheduler %d killed with SIGKILL in the middle of a batch\n", i)
+				}
+			}
+		})
+	}
+	stopScheds := func() {
+		for _, cmd := range scheds {
+			cmd.Process.Signal(syscall.SIGTERM)
+		}
+		wg.Wait()
+		for _, cmd := range scheds {
+			cmd.Wait()
+		}
+	}
+
+	// Consumers: goroutines of this process.
+	cctx, stopConsumers := context.WithCancel(ctx)
+	var cwg sync.WaitGroup
+	for range cfg.consumers {
+		cwg.Go(func() { consume(cctx, rdb, db, k, res) })
+	}
+
+	err = watchProgress(ctx, cfg, db, res, stderr)
+	stopScheds()
+	stopConsumers()
+	cwg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	res.wall = time.Since(start)
+	if at := killedAt.Load(); at != 0 {
+		res.killed = "scheduler 0 killed by SIGKILL after marking a batch, before pushing it"
+		if locked {
+			res.killed += "; it held the lock, and the others went on after its TTL"
+		}
+	}
+	if err := res.collectAcquisitions(context.WithoutCancel(ctx), rdb, k); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// watchProgress prints a progress line until every task is done or failed
+// for good, or ctx ends.
+func watchProgress(ctx context.Context, cfg demoConfig, db *taskDB, res *demoResult, stderr io.Writer) error {
+	tick := time.NewTicker(cfg.progressInterval)
+	defer tick.Stop()
+	live := cfg.progressInterval < time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			res.incomplete = true
+			fmt.Fprintln(stderr, "\ndemo: timed out before every task finished")
+			return nil
+		case <-tick.C:
+		}
+		counts, err := db.counts(context.WithoutCancel(ctx))
+		if err != nil {
+			return fmt.Errorf("read task table: %w", err)
+		}
+		res.done, res.failed = counts[statusDone], counts[statusFailed]
+		line := fmt.Sprintf("pending %4d  enqueued %4d  processing %3d  retry %3d  done %4d  failed %3d  duplicates %3d",
+			counts[statusPending], counts[statusEnqueued], counts[statusProcessing], counts[statusRetry],
+			res.done, res.failed, atomic.LoadInt64(&res.duplicates))
+		if live {
+			fmt.Fprintf(stderr, "\r%s", line)
+		} else {
+			fmt.Fprintln(stderr, line)
+		}
+		if res.done+res.failed == cfg.tasks {
+			if live {
+				fmt.Fprintln(stderr)
+			}
+			return nil
+		}
+	}
+}
+
+// consume takes tasks from the queue until ctx ends. It counts, on its own,
+// every task+attempt it is handed more than once.
+func consume(ctx context.Context, rdb *redis.Client, db *taskDB, k demoKeys, res *demoResult) {
+	for ctx.Err() == nil {
+		v, err := rdb.BLPop(ctx, time.Second, k.queue).Result()
+		if err != nil || len(v) != 2 {
+			continue // empty (redis.Nil), or shutting down
+		}
+		item := v[1]
+		if fresh, _ := rdb.SAdd(ctx, k.seen, item).Result(); fresh == 0 {
+			atomic.AddInt64(&res.duplicates, 1)
+		}
+		idStr, attemptStr, _ := strings.Cut(item, ":")
+		id, _ := strconv.ParseInt(idStr, 10, 64)
+		attempt, _ := strconv.Atoi(attemptStr)
+		ok, err := db.take(ctx, id)
+		if err != nil || !ok {
+			if err == nil {
+				atomic.AddInt64(&res.guardRejections, 1)
+			}
+			continue
+		}
+		time.Sleep(time.Duration(500+rand.IntN(1500)) * time.Microsecond) // the work
+		status := statusDone
+		switch r := rand.IntN(100); {
+		case r < 2:
+			status = statusFailed
+		case r < 12:
+			status = statusRetry
+			if attempt+1 >= 3 {
+				status = statusFailed // third failure: give up
+			}
+		}
+		if status == statusRetry {
+			atomic.AddInt64(&res.retries, 1)
+		}
+		db.finish(context.WithoutCancel(ctx), id, status)
+	}
+}
+
+// collectAcquisitions reads the schedulers' acquisition records, in the
+// order they were taken.
+func (r *demoResult) collectAcquisitions(ctx context.Context, rdb *redis.Client, k demoKeys) error {
+	recs, err := rdb.LRange(ctx, k.acq, 0, -1).Result()
+	if err != nil {
+		return err
+	}
+	r.fencesIncreasing = true
+	var last int64
+	for _, rec := range recs {
+		var id int
+		var waitUS, fence int64
+		if _, err := fmt.Sscanf(rec, "%d %d %d", &id, &waitUS, &fence); err != nil {
+			return fmt.Errorf("bad acquisition record %q", rec)
+		}
+		r.acquisitions[id]++
+		r.waits = append(r.waits, time.Duration(waitUS)*time.Microsecond)
+		if fence <= last {
+			r.fencesIncreasing = false
+		}
+		last = fence
+		if r.fenceMin == 0 || fence < r.fenceMin {
+			r.fenceMin = fence
+		}
+		r.fenceMax = max(r.fenceMax, fence)
+	}
+	return nil
+}
+
+func (r *demoResult) print(w io.Writer) {
+	title := "WITHOUT A LOCK"
+	if r.locked {
+		title = "WITH DLOCK"
+	}
+	fmt.Fprintf(w, "\n%s — %d tasks, %d scheduler processes, %d consumers\n", title, r.cfg.tasks, r.cfg.schedulers, r.cfg.consumers)
+	if r.incomplete {
+		fmt.Fprintf(w, "  INCOMPLETE: stopped after %v\n", r.cfg.timeout)
+	}
+	fmt.Fprintf(w, "  tasks done            %d\n", r.done)
+	fmt.Fprintf(w, "  tasks failed for good %d (retries along the way: %d)\n", r.failed, r.retries)
+	fmt.Fprintf(w, "  duplicate enqueues    %d (a consumer got a task it had already got; %d refused by the status guard)\n",
+		r.duplicates, r.guardRejections)
+	if r.locked {
+		ids := make([]int, 0, len(r.acquisitions))
+		for id := range r.acquisitions {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		var per []string
+		for _, id := range ids {
+			per = append(per, fmt.Sprintf("#%d: %d", id, r.acquisitions[id]))
+		}
+		fmt.Fprintf(w, "  acquisitions          %s\n", strings.Join(per, ", "))
+		if len(r.waits) > 0 {
+			slices.Sort(r.waits)
+			p := func(q float64) time.Duration {
+				return r.waits[int(q*float64(len(r.waits)-1))].Round(10 * time.Microsecond)
+			}
+			fmt.Fprintf(w, "  lock wait             p50 %v, p99 %v, max %v\n", p(0.5), p(0.99), r.waits[len(r.waits)-1].Round(time.Millisecond))
+		}
+		order := "strictly increasing in acquisition order"
+		if !r.fencesIncreasing {
+			order = "NOT increasing: a bug"
+		}
+		fmt.Fprintf(w, "  fences                %d … %d, %s\n", r.fenceMin, r.fenceMax, order)
+	}
+	if r.killed != "" {
+		fmt.Fprintf(w, "  chaos                 %s\n", r.killed)
+	}
+	fmt.Fprintf(w, "  wall time             %v\n", r.wall.Round(time.Millisecond))
+}

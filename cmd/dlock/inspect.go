@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("inspect", stderr, "inspect [--json] NAME...\n\nShows each lock's holder token, remaining TTL and last fence.")
+	var redisFlag urlList
+	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL)")
+	asJSON := fs.Bool("json", false, "print JSON, one object per lock")
+	if code := parse(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "dlock inspect: missing NAME (see 'dlock inspect -h')")
+		return exitUsage
+	}
+	rdb, err := connectOne(ctx, redisFlag)
+	if err != nil {
+		return report(stderr, err)
+	}
+	defer rdb.Close()
+	c := dlock.New(rdb)
+	var infos []dlock.Info
+	for _, name := range fs.Args() {
+		info, err := c.Inspect(ctx, name)
+		if err != nil {
+			return report(stderr, libError(err))
+		}
+		infos = append(infos, info)
+	}
+	return printInfos(stdout, infos, *asJSON)
+}
+
+func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("list", stderr, "list [--json] [PATTERN]\n\nLists held locks whose names match the glob PATTERN (default *), using SCAN.")
+	var redisFlag urlList
+	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL)")
+	asJSON := fs.Bool("json", false, "print JSON, one object per lock")
+	if code := parse(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() > 1 {
+		fmt.Fprintln(stderr, "dlock list: at most one PATTERN")
+		return exitUsage
+	}
+	rdb, err := connectOne(ctx, redisFlag)
+	if err != nil {
+		return report(stderr, err)
+	}
+	defer rdb.Close()
+	infos, err := dlock.New(rdb).List(ctx, fs.Arg(0))
+	if err != nil {
+		return report(stderr, libError(err))
+	}
+	return printInfos(stdout, infos, *asJSON)
+}
+
+const releaseHelp = `release --force NAME
+
+Deletes the lock NAME whoever holds it, and wakes its waiters.
+
+WARNING: if the holder is still running, it keeps running until its next
+extension notices, and overlaps with the next holder meanwhile. Use it only
+for a lock whose holder is known to be gone; a dead holder's lock also
+frees itself when its TTL runs out.`
+
+func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("release", stderr, releaseHelp)
+	var redisFlag urlList
+	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL)")
+	force := fs.Bool("force", false, "required: confirm deleting a lock you do not hold")
+	if code := parse(fs, args); code >= 0 {
+		return code
+	}
+	if !*force {
+		fmt.Fprintln(stderr, "dlock release: refusing without --force (see 'dlock release -h')")
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "dlock release: expected exactly one NAME")
+		return exitUsage
+	}
+	rdb, err := connectOne(ctx, redisFlag)
+	if err != nil {
+		return report(stderr, err)
+	}
+	defer rdb.Close()
+	deleted, err := dlock.New(rdb).ForceRelease(ctx, fs.Arg(0))
+	if err != nil {
+		return report(stderr, libError(err))
+	}
+	if deleted {
+		fmt.Fprintf(stdout, "released %q\n", fs.Arg(0))
+	} else {
+		fmt.Fprintf(stdout, "%q was not held\n", fs.Arg(0))
+	}
+	return exitOK
+}
+
+// libError gives a library error its exit code.
+func libError(err error) error {
+	if errors.Is(err, dlock.ErrInvalid) {
+		return &cliError{code: exitUsage, err: err}
+	}
+	return &cliError{code: exitRedis, err: err}
+}
+
+type infoJSON struct {
+	Name  string `json:"name"`
+	Key   string `json:"key"`
+	Held  bool   `json:"held"`
+	Type  string `json:"type"`
+	Token string `json:"token,omitempty"`
+	TTLMS int64  `json:"ttl_ms"`
+	Fence int64  `json:"fence"`
+}
+
+func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, in := range infos {
+			enc.Encode(infoJSON{in.Name, in.Key, in.Held, in.Type, in.Token, in.TTL.Milliseconds(), in.Fence})
+		}
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tHELD\tTTL\tFENCE\tTOKEN")
+	for _, in := range infos {
+		ttl := "-"
+		switch {
+		case in.Held && in.TTL < 0:
+			ttl = "none"
+		case in.Held:
+			ttl = in.TTL.Round(time.Millisecond).String()
+		}
+		held := "no"
+		if in.Held {
+			held = "yes"
+		}
+		token := in.Token
+		if token == "" {
+			token = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", in.Name, held, ttl, in.Fence, token)
+	}
+	tw.Flush()
+	return exitOK
+}

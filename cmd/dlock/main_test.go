@@ -1,0 +1,355 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// childArg makes the test binary act as the command run under the lock, in
+// the mode $DLOCK_TEST_CHILD.
+const childArg = "dlock-test-child"
+
+// The test binary doubles as the dlock binary (DLOCK_TEST_MAIN=1, or the
+// demo's scheduler command) and as the command run under the lock
+// (childArg; it inherits dlock's environment).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == childArg {
+		os.Exit(child(os.Getenv("DLOCK_TEST_CHILD")))
+	}
+	if os.Getenv("DLOCK_TEST_MAIN") == "1" || (len(os.Args) > 1 && os.Args[1] == demoSchedulerCmd) {
+		main()
+	}
+	redis.SetLogger(quiet{})
+	os.Exit(m.Run())
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// child is a command run under `dlock run`. Modes:
+//
+//	env:        print the DLOCK_ variables and exit 7
+//	exclusive:  fail (exit 9) if the file $MARK exists, else create it,
+//	            sleep $SLEEP, remove it
+//	stubborn:   print "started", ignore SIGTERM, sleep a minute
+//	polite:     print "started", exit 0 on SIGTERM, else sleep a minute
+func child(mode string) int {
+	switch mode {
+	case "env":
+		for _, k := range []string{"DLOCK_NAME", "DLOCK_KEY", "DLOCK_TOKEN", "DLOCK_FENCE"} {
+			fmt.Printf("%s=%s\n", k, os.Getenv(k))
+		}
+		return 7
+	case "exclusive":
+		mark := os.Getenv("MARK")
+		f, err := os.OpenFile(mark, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "another holder is inside:", err)
+			return 9
+		}
+		f.Close()
+		d, _ := time.ParseDuration(os.Getenv("SLEEP"))
+		time.Sleep(d)
+		os.Remove(mark)
+		return 0
+	case "stubborn":
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Println("started")
+		time.Sleep(time.Minute)
+		return 0
+	case "polite":
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM)
+		fmt.Println("started")
+		select {
+		case <-sig:
+			return 0
+		case <-time.After(time.Minute):
+			return 1
+		}
+	}
+	return 100
+}
+
+// dlockCmd returns the dlock binary (this test binary) run with args.
+func dlockCmd(t *testing.T, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), "DLOCK_TEST_MAIN=1"), env...)
+	return cmd
+}
+
+// result runs cmd to completion (bounded) and returns its exit code and output.
+func result(t *testing.T, cmd *exec.Cmd) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("%v still running after 2 minutes", cmd.Args)
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+func childEnv(mode string, extra ...string) []string {
+	return append([]string{"DLOCK_TEST_CHILD=" + mode}, extra...)
+}
+
+func TestRunPassesEnvAndExitStatus(t *testing.T) {
+	s := redistest.Start(t)
+	code, out, errOut := result(t, dlockCmd(t, childEnv("env", "REDIS_URL="+s.URL()), "run", "--ttl", "5s", "jobs", "--", os.Args[0], childArg))
+	if code != 7 {
+		t.Fatalf("dlock run exit = %d, want the child's 7 (stderr %q)", code, errOut)
+	}
+	for _, want := range []string{"DLOCK_NAME=jobs\n", "DLOCK_KEY=dlock:{jobs}\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("child output %q lacks %q", out, want)
+		}
+	}
+	if m := regexp.MustCompile(`DLOCK_FENCE=(\d+)`).FindStringSubmatch(out); m == nil || m[1] == "0" {
+		t.Errorf("child output %q has no fence", out)
+	}
+	if m := regexp.MustCompile(`DLOCK_TOKEN=(\S{22,})`).FindStringSubmatch(out); m == nil {
+		t.Errorf("child output %q has no token", out)
+	}
+	if n := s.Client(t).Exists(t.Context(), "dlock:{jobs}").Val(); n != 0 {
+		t.Errorf("lock still held after dlock run exited")
+	}
+}
+
+func TestRunContending(t *testing.T) {
+	s := redistest.Start(t)
+	mark := filepath.Join(t.TempDir(), "inside")
+	env := childEnv("exclusive", "REDIS_URL="+s.URL(), "MARK="+mark, "SLEEP=300ms")
+
+	// Four runs at once, each waiting: they must take turns.
+	var cmds []*exec.Cmd
+	for range 4 {
+		cmds = append(cmds, dlockCmd(t, env, "run", "--wait", "30s", "batch", "--", os.Args[0], childArg))
+	}
+	type res struct {
+		code   int
+		stderr string
+	}
+	results := make(chan res, len(cmds))
+	for _, cmd := range cmds {
+		go func() {
+			code, _, e := result(t, cmd)
+			results <- res{code, e}
+		}()
+	}
+	for range cmds {
+		if r := <-results; r.code != 0 {
+			t.Errorf("contending dlock run exit = %d, want 0 (stderr %q)", r.code, r.stderr)
+		}
+	}
+
+	// With --wait 0 against a holder: not acquired, its own exit code.
+	rdb := s.Client(t)
+	rdb.Set(t.Context(), "dlock:{batch}", "someone-else", time.Minute)
+	code, _, errOut := result(t, dlockCmd(t, env, "run", "--wait", "0", "batch", "--", os.Args[0], childArg))
+	if code != exitNotAcquired {
+		t.Errorf("dlock run --wait 0 on a held lock: exit %d, want %d", code, exitNotAcquired)
+	}
+	if !strings.Contains(errOut, "held by another owner") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("stderr = %q, want one line saying the lock is held", errOut)
+	}
+	code, _, _ = result(t, dlockCmd(t, env, "run", "--wait", "200ms", "batch", "--", os.Args[0], childArg))
+	if code != exitNotAcquired {
+		t.Errorf("dlock run --wait 200ms on a held lock: exit %d, want %d", code, exitNotAcquired)
+	}
+}
+
+// When the lock is lost under it, the command is stopped: SIGTERM, then
+// SIGKILL after the grace period for one that ignores SIGTERM.
+func TestRunStopsChildWhenLockLost(t *testing.T) {
+	for _, mode := range []string{"polite", "stubborn"} {
+		t.Run(mode, func(t *testing.T) {
+			s := redistest.Start(t)
+			rdb := s.Client(t)
+			cmd := dlockCmd(t, childEnv(mode, "REDIS_URL="+s.URL()), "run", "--ttl", "600ms", "--grace", "300ms", "lost", "--", os.Args[0], childArg)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			stdout, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			line := make([]byte, 8)
+			if n, _ := stdout.Read(line); string(line[:n]) != "started\n" {
+				cmd.Process.Kill()
+				t.Fatalf("child said %q, want started", line[:n])
+			}
+			rdb.Del(t.Context(), "dlock:{lost}") // someone else "steals" the lock
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				cmd.Process.Kill()
+				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				t.Fatal("dlock run did not stop its child within 20s of losing the lock")
+			}
+			if code := cmd.ProcessState.ExitCode(); code != exitLost {
+				t.Errorf("exit = %d, want %d (lock lost); stderr %q", code, exitLost, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "lost") {
+				t.Errorf("stderr %q does not say the lock was lost", stderr.String())
+			}
+		})
+	}
+}
+
+func TestUsageAndConfigErrors(t *testing.T) {
+	s := redistest.Start(t)
+	dead := "redis://127.0.0.1:1" // nothing listens on port 1
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want int
+	}{
+		{"no command", nil, nil, exitUsage},
+		{"unknown command", nil, []string{"frobnicate"}, exitUsage},
+		{"unknown flag", nil, []string{"run", "--frob", "x", "--", "true"}, exitUsage},
+		{"missing --", []string{"REDIS_URL=" + s.URL()}, []string{"run", "x", "true"}, exitUsage},
+		{"missing command", []string{"REDIS_URL=" + s.URL()}, []string{"run", "x", "--"}, exitUsage},
+		{"bad ttl", []string{"REDIS_URL=" + s.URL()}, []string{"run", "--ttl", "-1s", "x", "--", "true"}, exitUsage},
+		{"no redis", []string{"REDIS_URL="}, []string{"run", "x", "--", "true"}, exitConfig},
+		{"bad URL", nil, []string{"run", "--redis", "ftp://nope", "x", "--", "true"}, exitConfig},
+		{"unreachable redis", nil, []string{"inspect", "--redis", dead, "x"}, exitRedis},
+		{"command not found", []string{"REDIS_URL=" + s.URL()}, []string{"run", "x", "--", "/no/such/command"}, exitNotFound},
+		{"release without --force", []string{"REDIS_URL=" + s.URL()}, []string{"release", "x"}, exitUsage},
+		{"empty name", []string{"REDIS_URL=" + s.URL()}, []string{"inspect", ""}, exitUsage},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := result(t, dlockCmd(t, tt.env, tt.args...))
+			if code != tt.want {
+				t.Errorf("dlock %q: exit %d, want %d (stderr %q)", tt.args, code, tt.want, errOut)
+			}
+			if errOut == "" {
+				t.Errorf("dlock %q: nothing on stderr", tt.args)
+			}
+			if strings.Contains(errOut, "panic") || strings.Contains(errOut, "goroutine ") {
+				t.Errorf("dlock %q: stderr %q", tt.args, errOut)
+			}
+		})
+	}
+	if code, out, _ := result(t, dlockCmd(t, nil, "--version")); code != 0 || !strings.HasPrefix(out, "dlock ") {
+		t.Errorf("dlock --version = %d, %q", code, out)
+	}
+}
+
+func TestInspectListRelease(t *testing.T) {
+	s := redistest.Start(t)
+	env := []string{"REDIS_URL=" + s.URL()}
+	rdb := s.Client(t)
+	ctx := t.Context()
+	rdb.Set(ctx, "dlock:{jobs:a}", "tok-a", time.Minute)
+	rdb.Set(ctx, "dlock:{jobs:a}:fence", "42", 0)
+	rdb.Set(ctx, "dlock:{jobs:b}", "tok-b", time.Minute)
+	rdb.Set(ctx, "dlock:{other}", "tok-o", time.Minute)
+
+	code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "jobs:a", "free"))
+	if code != 0 {
+		t.Fatalf("inspect: exit %d, stderr %q", code, errOut)
+	}
+	var got []infoJSON
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var in infoJSON
+		if err := json.Unmarshal([]byte(line), &in); err != nil {
+			t.Fatalf("inspect --json line %q: %v", line, err)
+		}
+		got = append(got, in)
+	}
+	if len(got) != 2 || got[0].Token != "tok-a" || got[0].Fence != 42 || !got[0].Held || got[0].TTLMS <= 0 || got[1].Held {
+		t.Errorf("inspect --json = %+v", got)
+	}
+
+	code, out, _ = result(t, dlockCmd(t, env, "list", "jobs:*"))
+	if code != 0 || !strings.Contains(out, "jobs:a") || !strings.Contains(out, "jobs:b") || strings.Contains(out, "other") {
+		t.Errorf("list jobs:* = %d, %q; want jobs:a and jobs:b only", code, out)
+	}
+
+	code, out, _ = result(t, dlockCmd(t, env, "release", "--force", "jobs:a"))
+	if code != 0 || !strings.Contains(out, "released") {
+		t.Errorf("release --force = %d, %q", code, out)
+	}
+	if rdb.Exists(ctx, "dlock:{jobs:a}").Val() != 0 {
+		t.Error("lock still there after release --force")
+	}
+}
+
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs scheduler processes")
+	}
+	s := redistest.Start(t)
+	code, out, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "demo", "--tasks", "200"))
+	if code != 0 {
+		t.Fatalf("dlock demo: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	m := regexp.MustCompile(`duplicate enqueues: (\d+) without a lock, (\d+) with dlock`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("demo output lacks the comparison:\n%s", out)
+	}
+	without, _ := strconv.Atoi(m[1])
+	with, _ := strconv.Atoi(m[2])
+	if without == 0 || with != 0 {
+		t.Errorf("duplicates: %d without a lock (want > 0), %d with dlock (want 0)", without, with)
+	}
+	if !strings.Contains(out, "strictly increasing") {
+		t.Errorf("demo output lacks the fence check:\n%s", out)
+	}
+}
+
+func TestDemoChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs scheduler processes")
+	}
+	code, out, errOut := result(t, dlockCmd(t, []string{"REDIS_URL="}, "demo", "--mode", "lock", "--chaos", "--tasks", "150", "--ttl", "1s"))
+	if code != 0 {
+		t.Fatalf("dlock demo --chaos: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"started a private redis-server", "duplicate enqueues    0", "tasks done", "killed by SIGKILL"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo --chaos output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestSeckill(t *testing.T) {
+	s := redistest.Start(t)
+	code, out, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "demo", "seckill", "--stock", "20", "--users", "100", "--buyers", "8"))
+	if code != 0 {
+		t.Fatalf("seckill: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if strings.Count(out, "no oversell, nobody bought twice") != 2 || !strings.Contains(out, "sold 20, stock left 0, buyers 20") {
+		t.Errorf("seckill output:\n%s", out)
+	}
+}
