@@ -19,11 +19,13 @@ type keys struct {
 	lock    string // the lock: the owner token, with PX expiry
 	fence   string // the last fencing token issued; no expiry
 	channel string // where a release is announced
+	queue   string // fair mode: waiter tokens in arrival order
+	waiters string // fair mode: token -> "deadline_ms:ttl_ms" of each queued waiter
 }
 
 func keysFor(prefix, name string) keys {
 	base := prefix + "{" + name + "}"
-	return keys{lock: base, fence: base + ":fence", channel: base + ":ch"}
+	return keys{lock: base, fence: base + ":fence", channel: base + ":ch", queue: base + ":q", waiters: base + ":qw"}
 }
 
 // grant is the outcome of one acquire script call.
@@ -37,7 +39,11 @@ type grant struct {
 // handle, waiting and the watchdog are written against it, so a quorum of
 // independent nodes can stand behind the same handle.
 type backend interface {
-	acquire(ctx context.Context, k keys, token string, ttl time.Duration) (grant, error)
+	// acquire takes the lock if it is free or already ours; with queue set
+	// (fair mode) it also joins, or renews its place in, the waiters' queue.
+	acquire(ctx context.Context, k keys, token string, ttl time.Duration, queue bool) (grant, error)
+	// release deletes the lock if it is ours (handing it to the next waiter
+	// in fair mode) and reports whether it was; a waiter's token leaves the queue.
 	extend(ctx context.Context, k keys, token string, ttl time.Duration) (bool, error)
 	release(ctx context.Context, k keys, token string) (bool, error)
 	inspect(ctx context.Context, k keys) (Info, error)
@@ -46,11 +52,23 @@ type backend interface {
 // node is the backend for one Redis deployment reached through one
 // go-redis client: a single server, a Sentinel-managed master, or a Cluster.
 type node struct {
-	rdb redis.UniversalClient
+	rdb  redis.Scripter
+	fair bool
 }
 
-func (n node) acquire(ctx context.Context, k keys, token string, ttl time.Duration) (grant, error) {
-	v, err := script.Acquire.Run(ctx, n.rdb, []string{k.lock, k.fence}, token, ttl.Milliseconds()).Int64Slice()
+func (n node) acquire(ctx context.Context, k keys, token string, ttl time.Duration, queue bool) (grant, error) {
+	var cmd *redis.Cmd
+	if n.fair {
+		q := 0
+		if queue {
+			q = 1
+		}
+		cmd = script.AcquireFair.Run(ctx, n.rdb, []string{k.lock, k.fence, k.queue, k.waiters},
+			token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), k.channel)
+	} else {
+		cmd = script.Acquire.Run(ctx, n.rdb, []string{k.lock, k.fence}, token, ttl.Milliseconds())
+	}
+	v, err := cmd.Int64Slice()
 	if err != nil {
 		return grant{}, redisErr("acquire", err)
 	}
@@ -76,7 +94,13 @@ func (n node) extend(ctx context.Context, k keys, token string, ttl time.Duratio
 }
 
 func (n node) release(ctx context.Context, k keys, token string) (bool, error) {
-	v, err := script.Release.Run(ctx, n.rdb, []string{k.lock}, token, k.channel).Int64()
+	var cmd *redis.Cmd
+	if n.fair {
+		cmd = script.ReleaseFair.Run(ctx, n.rdb, []string{k.lock, k.fence, k.queue, k.waiters}, token, k.channel)
+	} else {
+		cmd = script.Release.Run(ctx, n.rdb, []string{k.lock}, token, k.channel)
+	}
+	v, err := cmd.Int64()
 	if err != nil {
 		return false, redisErr("release", err)
 	}
@@ -111,6 +135,10 @@ func (n node) inspect(ctx context.Context, k keys) (Info, error) {
 	}
 	return info, nil
 }
+
+// queueTTL is how long a fair waiter's queue entry lives unless renewed: a
+// waiter that died is skipped after that. Waiters renew every third of it.
+func queueTTL(ttl time.Duration) time.Duration { return max(ttl, time.Second) }
 
 // redisErr wraps an error from Redis, naming the operation and translating
 // the replies that have a meaning of their own here.

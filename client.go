@@ -36,7 +36,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	if d := o.driftFor(o.ttl); d >= o.ttl {
 		o.invalid("WithDrift(%v): drift must be below the TTL (%v)", d, o.ttl)
 	}
-	return &Client{rdb: rdb, b: node{rdb: rdb}, hub: newHub(rdb), opts: o}
+	return &Client{rdb: rdb, b: node{rdb: rdb, fair: o.fair}, hub: newHub(rdb), opts: o}
 }
 
 // TTL returns the lease time of the Client's locks.
@@ -57,7 +57,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 		return nil, err
 	}
 	start := time.Now()
-	l, _, err := c.attempt(ctx, name, k, newToken())
+	l, _, err := c.attempt(ctx, name, k, newToken(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -88,60 +88,91 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 	}
 	start := time.Now()
 	token := newToken()
-	l, _, err := c.attempt(ctx, name, k, token)
-	if err != nil || l != nil {
+	done := func(l *Lock, err error) (*Lock, error) {
 		if l != nil {
 			c.acquired(name, time.Since(start))
 		}
 		return l, err
 	}
 
-	// Taken. Subscribe to release messages, then try again at once: a
-	// release before the subscription was confirmed is seen by that attempt,
-	// one after it by the subscription, so no wake-up is missed.
-	w := c.hub.watch(ctx, k.channel, DefaultMaxBackoff)
+	// If this Client already listens on the lock's channel, wait there
+	// from the start; no release after the first attempt can be missed.
+	w := c.hub.join(k.channel, token)
+	l, pttl, err := c.attempt(ctx, name, k, token, true)
+	if err != nil || l != nil {
+		if w != nil {
+			w.close()
+		}
+		return done(l, err)
+	}
+	if w == nil {
+		// Subscribe, then try again at once: a release before the
+		// subscription was confirmed is seen by this attempt, one after it
+		// by the subscription.
+		w = c.hub.watch(ctx, k.channel, token, DefaultMaxBackoff)
+		if l, pttl, err = c.attempt(ctx, name, k, token, true); err != nil || l != nil {
+			w.close()
+			return done(l, err)
+		}
+	}
 	defer w.close()
-	timer := time.NewTimer(0)
+
+	timer := time.NewTimer(c.sleep(1, pttl))
 	defer timer.Stop()
-	<-timer.C
 	for attempt := 1; ; attempt++ {
-		if ctx.Err() != nil {
-			return nil, gaveUp(ctx, name)
-		}
-		l, pttl, err := c.attempt(ctx, name, k, token)
-		if err != nil {
-			return nil, err
-		}
-		if l != nil {
-			c.acquired(name, time.Since(start))
-			return l, nil
-		}
-		sleep := c.opts.backoff(attempt)
-		if pttl > 0 && pttl < sleep {
-			sleep = pttl
-		}
-		timer.Reset(sleep)
 		select {
 		case <-w.wake:
 		case <-timer.C:
 		case <-ctx.Done():
+			c.leave(k, token)
 			return nil, gaveUp(ctx, name)
 		}
-		if !timer.Stop() {
-			select { // drain a timer that fired while a wake-up won
-			case <-timer.C:
-			default:
-			}
+		if ctx.Err() != nil {
+			c.leave(k, token)
+			return nil, gaveUp(ctx, name)
 		}
+		l, pttl, err := c.attempt(ctx, name, k, token, true)
+		if err != nil || l != nil {
+			return done(l, err)
+		}
+		timer.Stop()
+		select { // drain a timer that fired while a wake-up won
+		case <-timer.C:
+		default:
+		}
+		timer.Reset(c.sleep(attempt+1, pttl))
+	}
+}
+
+// sleep returns how long a waiter sleeps unless woken: until the holder's
+// lease runs out (it may have died without releasing) or, in unfair mode,
+// a backoff, whichever is first; in fair mode, at most a third of its queue
+// entry's life, to renew it.
+func (c *Client) sleep(attempt int, pttl time.Duration) time.Duration {
+	d := c.opts.backoff(attempt)
+	if c.opts.fair {
+		d = queueTTL(c.opts.ttl) / 3
+	}
+	if pttl > 0 && pttl < d {
+		d = pttl + time.Millisecond
+	}
+	return d
+}
+
+// leave takes a waiter that gives up out of the queue (fair mode); if the
+// lock was handed to it meanwhile, that passes it on to the next waiter.
+func (c *Client) leave(k keys, token string) {
+	if c.opts.fair {
+		c.undo(k, token)
 	}
 }
 
 // attempt runs the acquire script once. It returns the Lock when taken, or
 // nil and the holder's remaining lease (-1 if unknown) when not.
-func (c *Client) attempt(ctx context.Context, name string, k keys, token string) (*Lock, time.Duration, error) {
+func (c *Client) attempt(ctx context.Context, name string, k keys, token string, queue bool) (*Lock, time.Duration, error) {
 	ttl := c.opts.ttl
 	start := time.Now()
-	g, err := c.b.acquire(ctx, k, token, ttl)
+	g, err := c.b.acquire(ctx, k, token, ttl, queue)
 	if err != nil {
 		if !isReply(err) {
 			// The script may have run and only the reply been lost: make

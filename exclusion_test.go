@@ -27,7 +27,7 @@ type helper struct {
 	out   strings.Builder
 }
 
-func startHelper(t *testing.T, s *redistest.Server, mode, name string, ttl time.Duration, rounds int) *helper {
+func startHelper(t *testing.T, s *redistest.Server, mode, name string, ttl time.Duration, rounds int, env ...string) *helper {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(),
@@ -35,6 +35,7 @@ func startHelper(t *testing.T, s *redistest.Server, mode, name string, ttl time.
 		"DLOCK_NET="+s.Network(), "DLOCK_ADDR="+s.Addr(),
 		"DLOCK_NAME="+name, "DLOCK_TTL="+ttl.String(), "DLOCK_ROUNDS="+strconv.Itoa(rounds),
 	)
+	cmd.Env = append(cmd.Env, env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +105,14 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 // counter under it. Any overlap would lose an increment or be seen by the
 // holder counters.
 func TestMutualExclusionAcrossGoroutinesAndProcesses(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unfair", true: "fair"}[fair], func(t *testing.T) {
+			testMutualExclusion(t, fair)
+		})
+	}
+}
+
+func testMutualExclusion(t *testing.T, fair bool) {
 	s, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -117,9 +126,12 @@ func TestMutualExclusionAcrossGoroutinesAndProcesses(t *testing.T) {
 	)
 	var helpers []*helper
 	for range procs {
-		helpers = append(helpers, startHelper(t, s, "contend", name, ttl, procRounds))
+		helpers = append(helpers, startHelper(t, s, "contend", name, ttl, procRounds, fmt.Sprintf("DLOCK_FAIR=%d", map[bool]int{false: 0, true: 1}[fair])))
 	}
-	clients := []*dlock.Client{dlock.New(rdb, dlock.WithTTL(ttl)), dlock.New(s.Client(t), dlock.WithTTL(ttl))}
+	clients := []*dlock.Client{
+		dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithFair(fair)),
+		dlock.New(s.Client(t), dlock.WithTTL(ttl), dlock.WithFair(fair)),
+	}
 	var inside atomic.Int32
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*goroutines)

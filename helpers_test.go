@@ -42,7 +42,7 @@ func runHelper(mode string) int {
 	rdb := redis.NewClient(&redis.Options{Network: os.Getenv("DLOCK_NET"), Addr: os.Getenv("DLOCK_ADDR")})
 	defer rdb.Close()
 	ttl, _ := time.ParseDuration(os.Getenv("DLOCK_TTL"))
-	c := dlock.New(rdb, dlock.WithTTL(ttl))
+	c := dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithFair(os.Getenv("DLOCK_FAIR") == "1"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	name := os.Getenv("DLOCK_NAME")

@@ -14,11 +14,11 @@ func TestAcquireRetryReturnsSameFence(t *testing.T) {
 	b := node{rdb: s.Client(t)}
 	k := keysFor(DefaultPrefix, "retry")
 	ctx := t.Context()
-	first, err := b.acquire(ctx, k, "tok", time.Second)
+	first, err := b.acquire(ctx, k, "tok", time.Second, false)
 	if err != nil || !first.held {
 		t.Fatalf("acquire = %+v, %v, want held", first, err)
 	}
-	again, err := b.acquire(ctx, k, "tok", 5*time.Second)
+	again, err := b.acquire(ctx, k, "tok", 5*time.Second, false)
 	if err != nil || !again.held {
 		t.Fatalf("retried acquire = %+v, %v, want held", again, err)
 	}
@@ -28,7 +28,7 @@ func TestAcquireRetryReturnsSameFence(t *testing.T) {
 	if pttl := s.Client(t).PTTL(ctx, k.lock).Val(); pttl <= time.Second {
 		t.Errorf("PTTL after the retry = %v, want re-armed to ~5s", pttl)
 	}
-	other, err := b.acquire(ctx, k, "other", time.Second)
+	other, err := b.acquire(ctx, k, "other", time.Second, false)
 	if err != nil || other.held || other.pttl <= 0 {
 		t.Errorf("acquire by another token = %+v, %v, want not held with a pttl", other, err)
 	}

@@ -40,6 +40,7 @@ type options struct {
 	backoff    Backoff
 	drift      time.Duration // < 0: derived from the TTL
 	hooks      Hooks
+	fair       bool
 	err        error // the first invalid option, returned by every call
 }
 
@@ -122,6 +123,18 @@ func WithDrift(d time.Duration) Option {
 		}
 		o.drift = d
 	}
+}
+
+// WithFair turns first-come, first-served waiting on or off. When on,
+// waiters queue in Redis in arrival order and a release hands the lock
+// straight to the first live waiter, waking only that one; TryAcquire does
+// not take a free lock while others wait. A waiter that dies is skipped
+// after max(TTL, 1s). All clients of one lock name must use the same mode.
+// The default is off: a released lock goes to whoever asks first, which
+// gives more throughput when locks are held very briefly, but lets a
+// waiter starve under heavy contention.
+func WithFair(on bool) Option {
+	return func(o *options) { o.fair = on }
 }
 
 // WithHooks sets functions called on lock events, for metrics and tracing.

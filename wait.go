@@ -8,27 +8,38 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// linger is how long a channel stays subscribed after its last waiter
+// left: a client that keeps contending for a lock reuses the subscription
+// instead of paying a SUBSCRIBE, and an extra attempt, every time.
+const linger = 500 * time.Millisecond
+
+// wakeAll is the release message that wakes every waiter on a channel; any
+// other message is the token of the one waiter the lock was handed to.
+const wakeAll = "*"
+
 // hub shares one pub/sub connection among all of a Client's waiters. A
-// channel is subscribed while at least one waiter watches it; the
-// connection is open while any channel is subscribed.
+// channel is subscribed while at least one waiter watches it (and for
+// linger after); the connection is open while any channel is subscribed.
 type hub struct {
 	rdb redis.UniversalClient
 
 	mu      sync.Mutex
-	ps      *redis.PubSub     // nil while nobody waits
+	ps      *redis.PubSub     // nil while no channel is subscribed
 	topics  map[string]*topic // subscribed channels
 	pending map[string]int    // SUBSCRIBEs sent on ps and not yet confirmed
 }
 
 type topic struct {
-	waiters map[*waiter]struct{}
-	ready   chan struct{} // closed once the latest SUBSCRIBE is confirmed
+	waiters map[string]*waiter // by token
+	ready   chan struct{}      // closed once the latest SUBSCRIBE is confirmed
+	idle    *time.Timer        // unsubscribes the channel after linger without waiters
 }
 
-// waiter receives a wake-up on wake when a release is announced on its channel.
+// waiter receives a wake-up on wake when its lock is released, or handed to it.
 type waiter struct {
 	h       *hub
 	channel string
+	token   string
 	wake    chan struct{}
 }
 
@@ -36,16 +47,43 @@ func newHub(rdb redis.UniversalClient) *hub {
 	return &hub{rdb: rdb, topics: map[string]*topic{}, pending: map[string]int{}}
 }
 
+// join adds a waiter to channel if the channel is already subscribed and
+// confirmed, and returns nil otherwise. A waiter that joined before its
+// first attempt cannot miss a release that follows that attempt.
+func (h *hub) join(channel, token string) *waiter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.topics[channel]
+	if t == nil {
+		return nil
+	}
+	select {
+	case <-t.ready:
+	default:
+		return nil
+	}
+	return h.add(t, channel, token)
+}
+
+// add registers a waiter on t; h.mu must be held.
+func (h *hub) add(t *topic, channel, token string) *waiter {
+	if t.idle != nil {
+		t.idle.Stop()
+		t.idle = nil
+	}
+	w := &waiter{h: h, channel: channel, token: token, wake: make(chan struct{}, 1)}
+	t.waiters[token] = w
+	return w
+}
+
 // watch subscribes a new waiter to channel and waits, at most maxWait or
 // until ctx ends, for Redis to confirm the subscription. A waiter whose
-// subscription failed or is unconfirmed still works: it is woken by its
-// timers alone.
-func (h *hub) watch(ctx context.Context, channel string, maxWait time.Duration) *waiter {
-	w := &waiter{h: h, channel: channel, wake: make(chan struct{}, 1)}
+// subscription failed or is unconfirmed still works: its timers wake it.
+func (h *hub) watch(ctx context.Context, channel, token string, maxWait time.Duration) *waiter {
 	h.mu.Lock()
 	t := h.topics[channel]
 	if t == nil {
-		t = &topic{waiters: map[*waiter]struct{}{}, ready: make(chan struct{})}
+		t = &topic{waiters: map[string]*waiter{}, ready: make(chan struct{})}
 		h.topics[channel] = t
 		if h.ps == nil {
 			h.ps = h.rdb.Subscribe(ctx)
@@ -56,7 +94,7 @@ func (h *hub) watch(ctx context.Context, channel string, maxWait time.Duration) 
 			close(t.ready) // nothing to wait for; timers will do
 		}
 	}
-	t.waiters[w] = struct{}{}
+	w := h.add(t, channel, token)
 	ready := t.ready
 	h.mu.Unlock()
 
@@ -70,28 +108,37 @@ func (h *hub) watch(ctx context.Context, channel string, maxWait time.Duration) 
 	return w
 }
 
-// close unsubscribes the waiter; the last one on a channel unsubscribes the
-// channel, and the last one of all closes the connection.
+// close removes the waiter. A channel left without waiters is unsubscribed
+// after linger, and the connection is closed with the last channel.
 func (w *waiter) close() {
 	h := w.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.topics[w.channel]
-	if t == nil {
+	if t == nil || t.waiters[w.token] != w {
 		return
 	}
-	delete(t.waiters, w)
-	if len(t.waiters) > 0 {
+	delete(t.waiters, w.token)
+	if len(t.waiters) == 0 && t.idle == nil {
+		t.idle = time.AfterFunc(linger, func() { h.drop(w.channel, t) })
+	}
+}
+
+// drop unsubscribes channel if t is still its topic and has no waiters.
+func (h *hub) drop(channel string, t *topic) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.topics[channel] != t || len(t.waiters) > 0 {
 		return
 	}
-	delete(h.topics, w.channel)
+	delete(h.topics, channel)
 	if len(h.topics) == 0 {
 		h.ps.Close() // the reader sees its channel close and exits
 		h.ps = nil
 		clear(h.pending)
 		return
 	}
-	h.ps.Unsubscribe(context.Background(), w.channel)
+	h.ps.Unsubscribe(context.Background(), channel)
 }
 
 // read dispatches the messages of one pub/sub connection until it is closed.
@@ -121,15 +168,27 @@ func (h *hub) read(ps *redis.PubSub, msgs <-chan any) {
 				}
 			}
 		case *redis.Message:
-			if t := h.topics[m.Channel]; t != nil {
-				for w := range t.waiters {
-					select {
-					case w.wake <- struct{}{}:
-					default: // already has a wake-up pending
-					}
+			t := h.topics[m.Channel]
+			if t == nil {
+				break
+			}
+			if m.Payload != wakeAll {
+				if w := t.waiters[m.Payload]; w != nil {
+					w.signal()
 				}
+				break
+			}
+			for _, w := range t.waiters {
+				w.signal()
 			}
 		}
 		h.mu.Unlock()
+	}
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default: // already has a wake-up pending
 	}
 }

@@ -4,7 +4,7 @@
 -- Returns 1 if it was ours and is now deleted, 0 if it was missing or someone else's.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+  redis.call('PUBLISH', ARGV[2], '*')
   return 1
 end
 return 0

@@ -21,6 +21,10 @@ var (
 	guardSrc string
 	//go:embed force_release.lua
 	forceReleaseSrc string
+	//go:embed acquire_fair.lua
+	acquireFairSrc string
+	//go:embed release_fair.lua
+	releaseFairSrc string
 )
 
 // The scripts, run with EVALSHA and a fallback to EVAL when the server's
@@ -33,4 +37,6 @@ var (
 	Guard   = redis.NewScript(guardSrc)
 
 	ForceRelease = redis.NewScript(forceReleaseSrc)
+	AcquireFair  = redis.NewScript(acquireFairSrc)
+	ReleaseFair  = redis.NewScript(releaseFairSrc)
 )

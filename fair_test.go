@@ -1,0 +1,156 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+func TestFairWaitersServedInArrivalOrder(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c := dlock.New(rdb, dlock.WithFair(true))
+	holder, err := c.TryAcquire(ctx, "fifo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range n {
+		// A Client each, so that the waiters are independent.
+		wc := dlock.New(rdb, dlock.WithFair(true))
+		wg.Go(func() {
+			l, err := wc.Acquire(ctx, "fifo")
+			if err != nil {
+				t.Errorf("waiter %d: Acquire = %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			l.Release(ctx)
+		})
+		if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{fifo}:q").Val() == int64(i+1) }) {
+			t.Fatalf("waiter %d never queued", i)
+		}
+	}
+	// A barging TryAcquire must not jump the queue while it is handed along.
+	if _, err := c.TryAcquire(ctx, "fifo"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquire with waiters queued = %v, want ErrNotAcquired", err)
+	}
+	holder.Release(ctx)
+	wg.Wait()
+	if fmt.Sprint(order) != "[0 1 2 3 4 5]" {
+		t.Errorf("acquisition order = %v, want arrival order [0 1 2 3 4 5]", order)
+	}
+	if n := rdb.Exists(ctx, "dlock:{fifo}", "dlock:{fifo}:q", "dlock:{fifo}:qw").Val(); n != 0 {
+		t.Errorf("%d lock/queue keys left after everyone released, want 0", n)
+	}
+}
+
+// A lock whose holder expired (no release, so no handoff) goes to the first
+// waiter, not to a TryAcquire that arrives first.
+func TestFairExpiredHolderHandsToFirstWaiter(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c := dlock.New(rdb, dlock.WithFair(true), dlock.WithAutoExtend(false))
+	holder, err := c.TryAcquire(ctx, "exp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := dlock.New(rdb, dlock.WithFair(true)).Acquire(ctx, "exp")
+		if err == nil {
+			l.Release(ctx)
+		}
+		got <- err
+	}()
+	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{exp}:q").Val() == 1 }) {
+		t.Fatal("waiter never queued")
+	}
+	rdb.PExpire(ctx, holder.Key(), time.Millisecond) // the holder dies
+	waitFor(time.Second, func() bool { return rdb.PTTL(ctx, holder.Key()).Val() < 0 })
+	if l, err := c.TryAcquire(ctx, "exp"); !errors.Is(err, dlock.ErrNotAcquired) {
+		if l != nil {
+			l.Release(ctx)
+		}
+		t.Errorf("TryAcquire on an expired lock with a waiter queued = %v, want ErrNotAcquired", err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("queued waiter's Acquire = %v, want the lock", err)
+	}
+}
+
+// Waiters that died are skipped: one whose entry has lapsed at once, one
+// that was handed the lock but never took it after its lease.
+func TestFairDeadWaitersSkipped(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c := dlock.New(rdb, dlock.WithFair(true), dlock.WithTTL(time.Second))
+	holder, err := c.TryAcquire(ctx, "dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	rdb.RPush(ctx, "dlock:{dead}:q", "lapsed", "silent")
+	rdb.HSet(ctx, "dlock:{dead}:qw", "lapsed", "1:1000", "silent", fmt.Sprintf("%d:300", now+5000))
+	got := make(chan error, 1)
+	go func() {
+		l, err := dlock.New(rdb, dlock.WithFair(true), dlock.WithTTL(time.Second)).Acquire(ctx, "dead")
+		if err == nil {
+			l.Release(ctx)
+		}
+		got <- err
+	}()
+	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{dead}:q").Val() == 3 }) {
+		t.Fatal("waiter never queued")
+	}
+	holder.Release(ctx) // hands to "silent" (alive by its entry), which never confirms
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("live waiter behind dead ones: Acquire = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("live waiter still waiting 10s after the release")
+	}
+}
+
+func TestFairCancelLeavesQueue(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	holder, err := dlock.New(rdb, dlock.WithFair(true)).TryAcquire(ctx, "cancel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := dlock.New(rdb, dlock.WithFair(true)).Acquire(wctx, "cancel")
+		errc <- err
+	}()
+	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{cancel}:q").Val() == 1 }) {
+		t.Fatal("waiter never queued")
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled Acquire = %v, want ErrNotAcquired and Canceled", err)
+	}
+	if n := rdb.Exists(ctx, "dlock:{cancel}:q", "dlock:{cancel}:qw").Val(); n != 0 {
+		t.Errorf("queue keys left after the only waiter gave up: %d, want 0", n)
+	}
+}

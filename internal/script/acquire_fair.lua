@@ -1,0 +1,71 @@
+-- acquire_fair.lua: take a lock in arrival order (fair mode).
+-- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue (list of waiter tokens)
+-- KEYS[4] waiters (hash: token -> "deadline_ms:ttl_ms")
+-- ARGV[1] owner token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
+-- ARGV[4] how long a queue entry lives without being renewed, in ms   ARGV[5] release channel
+-- Returns {1, fence} when the lock is ours (taken now, handed to us by a
+-- release, or already ours), else {0, pttl} (-1: no expiry). The lock goes to
+-- the caller only if no live waiter is ahead of it; a try never queues and
+-- never jumps the queue. A free lock with live waiters (its holder expired
+-- without releasing) is handed to the first of them.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function new_fence()
+  local t = redis.call('TIME')
+  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if last and last >= fence then
+    fence = last + 1
+  end
+  redis.call('SET', KEYS[2], string.format('%d', fence))
+  return fence
+end
+
+local token = ARGV[1]
+local holder = redis.call('GET', KEYS[1])
+if holder == token then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
+if not holder then
+  local now = now_ms()
+  local head
+  while true do -- drop waiters that died or gave up without saying so
+    head = redis.call('LINDEX', KEYS[3], 0)
+    if not head then break end
+    local entry = redis.call('HGET', KEYS[4], head)
+    local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
+    if deadline and tonumber(deadline) > now then
+      if head ~= token then -- hand it to the first live waiter
+        redis.call('LPOP', KEYS[3])
+        redis.call('HDEL', KEYS[4], head)
+        redis.call('SET', KEYS[1], head, 'PX', ttl)
+        new_fence()
+        redis.call('PUBLISH', ARGV[5], head)
+      end
+      break
+    end
+    redis.call('LPOP', KEYS[3])
+    redis.call('HDEL', KEYS[4], head)
+  end
+  if not head or head == token then
+    if head then
+      redis.call('LPOP', KEYS[3])
+      redis.call('HDEL', KEYS[4], token)
+    end
+    local fence = new_fence()
+    redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+    return {1, fence}
+  end
+end
+if ARGV[3] == '1' then
+  local entry = string.format('%d', now_ms() + tonumber(ARGV[4])) .. ':' .. ARGV[2]
+  if redis.call('HSET', KEYS[4], token, entry) == 1 then
+    redis.call('RPUSH', KEYS[3], token)
+  end
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+end
+return {0, redis.call('PTTL', KEYS[1])}
