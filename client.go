@@ -36,7 +36,11 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	if d := o.driftFor(o.ttl); d >= o.ttl {
 		o.invalid("WithDrift(%v): drift must be below the TTL (%v)", d, o.ttl)
 	}
-	return &Client{rdb: rdb, b: node{rdb: rdb, fair: o.fair}, hub: newHub(rdb), opts: o}
+	var scripts redis.Scripter = rdb
+	if o.pipelining {
+		scripts = newBatcher(rdb)
+	}
+	return &Client{rdb: rdb, b: node{rdb: scripts, fair: o.fair}, hub: newHub(rdb), opts: o}
 }
 
 // TTL returns the lease time of the Client's locks.
@@ -58,6 +62,9 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 	}
 	start := time.Now()
 	l, _, err := c.attempt(ctx, name, k, newToken(), false)
+	if errors.Is(err, errTooSlow) {
+		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, name, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +105,12 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 	// If this Client already listens on the lock's channel, wait there
 	// from the start; no release after the first attempt can be missed.
 	w := c.hub.join(k.channel, token)
+	queued := time.Now() // no handover to us can precede this
+	trustHandover := true
 	l, pttl, err := c.attempt(ctx, name, k, token, true)
+	if errors.Is(err, errTooSlow) {
+		trustHandover, err = false, nil
+	}
 	if err != nil || l != nil {
 		if w != nil {
 			w.close()
@@ -110,7 +122,11 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 		// subscription was confirmed is seen by this attempt, one after it
 		// by the subscription.
 		w = c.hub.watch(ctx, k.channel, token, DefaultMaxBackoff)
-		if l, pttl, err = c.attempt(ctx, name, k, token, true); err != nil || l != nil {
+		l, pttl, err = c.attempt(ctx, name, k, token, true)
+		if errors.Is(err, errTooSlow) {
+			trustHandover, err = false, nil
+		}
+		if err != nil || l != nil {
 			w.close()
 			return done(l, err)
 		}
@@ -120,8 +136,9 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 	timer := time.NewTimer(c.sleep(1, pttl))
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
+		var handed int64
 		select {
-		case <-w.wake:
+		case handed = <-w.wake:
 		case <-timer.C:
 		case <-ctx.Done():
 			c.leave(k, token)
@@ -131,7 +148,17 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 			c.leave(k, token)
 			return nil, gaveUp(ctx, name)
 		}
+		if trustHandover {
+			if l := c.handedOver(name, k, token, handed, queued); l != nil {
+				return done(l, nil)
+			}
+		}
 		l, pttl, err := c.attempt(ctx, name, k, token, true)
+		if errors.Is(err, errTooSlow) {
+			// A handover message for the lease just given back may still
+			// be on its way: from now on, confirm every handover.
+			trustHandover, err = false, nil
+		}
 		if err != nil || l != nil {
 			return done(l, err)
 		}
@@ -142,6 +169,20 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 		}
 		timer.Reset(c.sleep(attempt+1, pttl))
 	}
+}
+
+// handedOver returns the Lock a release handed to a fair waiter, without a
+// round trip to confirm it, when that is safe. The handover happened after
+// the waiter joined the queue, so a lease counted from queued is never
+// longer than the real one. If more than half of it is already gone, it
+// returns nil and the waiter confirms (and renews) the lease with an
+// attempt instead.
+func (c *Client) handedOver(name string, k keys, token string, fence int64, queued time.Time) *Lock {
+	ttl := c.opts.ttl
+	if fence <= 0 || time.Since(queued) > ttl/2 {
+		return nil
+	}
+	return newLock(c, name, k, token, fence, ttl, queued.Add(ttl-c.opts.driftFor(ttl)))
 }
 
 // sleep returns how long a waiter sleeps unless woken: until the holder's
@@ -189,10 +230,14 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, token string,
 		// The reply came back after the lease could already have expired
 		// on the server: someone else may hold it by now.
 		c.undo(k, token)
-		return nil, 0, nil
+		return nil, 0, errTooSlow
 	}
 	return newLock(c, name, k, token, g.fence, ttl, validUntil), 0, nil
 }
+
+// errTooSlow reports an attempt that got the lock too late to use it; the
+// lease was given back.
+var errTooSlow = errors.New("dlock: acquired after the lease's validity had run out")
 
 // undoTimeout bounds the clean-up of a failed attempt.
 const undoTimeout = 2 * time.Second

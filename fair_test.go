@@ -35,10 +35,18 @@ func TestFairWaitersServedInArrivalOrder(t *testing.T) {
 				t.Errorf("waiter %d: Acquire = %v", i, err)
 				return
 			}
+			if got := rdb.Get(ctx, l.Key()).Val(); got != l.Token() {
+				t.Errorf("waiter %d: lock key holds %q, want its token %q", i, got, l.Token())
+			}
+			if got, _ := rdb.Get(ctx, l.Key()+":fence").Int64(); got != l.Fence() {
+				t.Errorf("waiter %d: Fence() = %d, want the last fence issued, %d", i, l.Fence(), got)
+			}
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
-			l.Release(ctx)
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("waiter %d: Release = %v", i, err)
+			}
 		})
 		if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{fifo}:q").Val() == int64(i+1) }) {
 			t.Fatalf("waiter %d never queued", i)

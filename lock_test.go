@@ -482,13 +482,19 @@ func subscribers(t *testing.T, rdb *redis.Client, channel string) int64 {
 // A waiter must be woken by the release message: its backoff and the
 // holder's TTL are both far longer than the test's deadline.
 func TestWaiterWokenByRelease(t *testing.T) {
+	for _, fair := range []bool{true, false} {
+		t.Run(map[bool]string{false: "unfair", true: "fair"}[fair], func(t *testing.T) { testWaiterWoken(t, fair) })
+	}
+}
+
+func testWaiterWoken(t *testing.T, fair bool) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	holder, err := dlock.New(rdb, dlock.WithTTL(time.Minute)).TryAcquire(ctx, "wake")
+	holder, err := dlock.New(rdb, dlock.WithTTL(time.Minute), dlock.WithFair(fair)).TryAcquire(ctx, "wake")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := dlock.New(rdb, dlock.WithBackoff(func(int) time.Duration { return time.Hour }))
+	c := dlock.New(rdb, dlock.WithTTL(time.Minute), dlock.WithFair(fair), dlock.WithBackoff(func(int) time.Duration { return time.Hour }))
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	got := make(chan error, 1)

@@ -41,6 +41,7 @@ type options struct {
 	drift      time.Duration // < 0: derived from the TTL
 	hooks      Hooks
 	fair       bool
+	pipelining bool
 	err        error // the first invalid option, returned by every call
 }
 
@@ -51,6 +52,8 @@ func defaultOptions() options {
 		prefix:     DefaultPrefix,
 		backoff:    ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff),
 		drift:      -1,
+		pipelining: true,
+		fair:       true,
 	}
 }
 
@@ -130,11 +133,21 @@ func WithDrift(d time.Duration) Option {
 // straight to the first live waiter, waking only that one; TryAcquire does
 // not take a free lock while others wait. A waiter that dies is skipped
 // after max(TTL, 1s). All clients of one lock name must use the same mode.
-// The default is off: a released lock goes to whoever asks first, which
-// gives more throughput when locks are held very briefly, but lets a
-// waiter starve under heavy contention.
+//
+// The default is on. Off, a released lock goes to whichever waiter asks
+// first: slightly cheaper when uncontended (a simpler script), but under
+// contention one goroutine can take the lock again and again while others
+// starve, and waiters poll on their backoff. The README shows the figures.
 func WithFair(on bool) Option {
 	return func(o *options) { o.fair = on }
+}
+
+// WithPipelining turns on or off the sharing of round trips: lock
+// operations that goroutines of one Client issue while another is in flight
+// are sent together as one pipeline. It is on by default: a lone call is sent
+// at once, so it costs nothing when there is no concurrency.
+func WithPipelining(on bool) Option {
+	return func(o *options) { o.pipelining = on }
 }
 
 // WithHooks sets functions called on lock events, for metrics and tracing.

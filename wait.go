@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,7 +16,7 @@ import (
 const linger = 500 * time.Millisecond
 
 // wakeAll is the release message that wakes every waiter on a channel; any
-// other message is the token of the one waiter the lock was handed to.
+// other message is "<token> <fence>": the lock was handed to that waiter.
 const wakeAll = "*"
 
 // hub shares one pub/sub connection among all of a Client's waiters. A
@@ -35,12 +37,13 @@ type topic struct {
 	idle    *time.Timer        // unsubscribes the channel after linger without waiters
 }
 
-// waiter receives a wake-up on wake when its lock is released, or handed to it.
+// waiter receives a wake-up on wake when its lock is released (0), or the
+// fence of the lease when the lock is handed to it.
 type waiter struct {
 	h       *hub
 	channel string
 	token   string
-	wake    chan struct{}
+	wake    chan int64
 }
 
 func newHub(rdb redis.UniversalClient) *hub {
@@ -71,7 +74,7 @@ func (h *hub) add(t *topic, channel, token string) *waiter {
 		t.idle.Stop()
 		t.idle = nil
 	}
-	w := &waiter{h: h, channel: channel, token: token, wake: make(chan struct{}, 1)}
+	w := &waiter{h: h, channel: channel, token: token, wake: make(chan int64, 1)}
 	t.waiters[token] = w
 	return w
 }
@@ -173,22 +176,32 @@ func (h *hub) read(ps *redis.PubSub, msgs <-chan any) {
 				break
 			}
 			if m.Payload != wakeAll {
-				if w := t.waiters[m.Payload]; w != nil {
-					w.signal()
+				token, f, _ := strings.Cut(m.Payload, " ")
+				if w := t.waiters[token]; w != nil {
+					fence, _ := strconv.ParseInt(f, 10, 64)
+					w.signal(fence)
 				}
 				break
 			}
 			for _, w := range t.waiters {
-				w.signal()
+				w.signal(0)
 			}
 		}
 		h.mu.Unlock()
 	}
 }
 
-func (w *waiter) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default: // already has a wake-up pending
+func (w *waiter) signal(fence int64) {
+	for {
+		select {
+		case w.wake <- fence:
+			return
+		default: // a wake-up is pending: keep the handover, if either is one
+			select {
+			case old := <-w.wake:
+				fence = max(fence, old)
+			default:
+			}
+		}
 	}
 }

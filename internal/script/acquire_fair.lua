@@ -7,7 +7,8 @@
 -- release, or already ours), else {0, pttl} (-1: no expiry). The lock goes to
 -- the caller only if no live waiter is ahead of it; a try never queues and
 -- never jumps the queue. A free lock with live waiters (its holder expired
--- without releasing) is handed to the first of them.
+-- without releasing) is handed to the first of them. A handover is announced
+-- on the channel as "<token> <fence>".
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -42,8 +43,7 @@ if not holder then
         redis.call('LPOP', KEYS[3])
         redis.call('HDEL', KEYS[4], head)
         redis.call('SET', KEYS[1], head, 'PX', ttl)
-        new_fence()
-        redis.call('PUBLISH', ARGV[5], head)
+        redis.call('PUBLISH', ARGV[5], head .. ' ' .. string.format('%d', new_fence()))
       end
       break
     end

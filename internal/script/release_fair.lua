@@ -2,6 +2,8 @@
 -- take a waiter that gives up out of the queue (fair mode).
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue   KEYS[4] waiters hash
 -- ARGV[1] owner token   ARGV[2] release channel
+-- A handover is announced on the channel as "<token> <fence>", a plain
+-- release as "*".
 -- Returns 1 if the lock was ours (it is now handed over or deleted), 0 if it
 -- was not (a waiter's queue entry, if any, is removed).
 local token = ARGV[1]
@@ -31,7 +33,7 @@ while true do
       fence = last + 1
     end
     redis.call('SET', KEYS[2], string.format('%d', fence))
-    redis.call('PUBLISH', ARGV[2], head)
+    redis.call('PUBLISH', ARGV[2], head .. ' ' .. string.format('%d', fence))
     return 1
   end
 end

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
+
+	"github.com/dlockio/dlock"
+)
+
+// ttl is the lease every library is asked for.
+const ttl = 10 * time.Second
+
+// handle is one goroutine's lock on one name.
+type handle interface {
+	lock(ctx context.Context) error
+	unlock(ctx context.Context) error
+}
+
+// library makes handles against the Redis servers at addrs (one, or a quorum).
+type library struct {
+	name   string
+	quorum bool // supports several independent masters
+	w1only bool // a variant that only matters uncontended
+	open   func(addrs []string) (newHandle func(name string) handle, closeFn func(), err error)
+}
+
+func goRedis(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
+}
+
+var libraries = []library{
+	{name: "dlock", open: openDlock()},
+	{name: "dlock unfair", open: openDlock(dlock.WithFair(false))},
+	{name: "dlock unbatched", w1only: true, open: openDlock(dlock.WithPipelining(false))},
+	{name: "redsync", quorum: true, open: openRedsync},
+	{name: "bsm/redislock", open: openBSM},
+	{name: "rueidislock", open: openRueidis},
+}
+
+type dlockHandle struct {
+	c    *dlock.Client
+	name string
+	l    *dlock.Lock
+}
+
+func (h *dlockHandle) lock(ctx context.Context) (err error) {
+	h.l, err = h.c.Acquire(ctx, h.name)
+	return err
+}
+func (h *dlockHandle) unlock(ctx context.Context) error { return h.l.Release(ctx) }
+
+func openDlock(opts ...dlock.Option) func([]string) (func(string) handle, func(), error) {
+	return func(addrs []string) (func(string) handle, func(), error) {
+		opts := append([]dlock.Option{dlock.WithTTL(ttl)}, opts...)
+		rdb := goRedis(addrs[0])
+		c := dlock.New(rdb, opts...)
+		return func(name string) handle { return &dlockHandle{c: c, name: name} }, func() { rdb.Close() }, nil
+	}
+}
+
+type redsyncHandle struct{ m *redsync.Mutex }
+
+func (h *redsyncHandle) lock(ctx context.Context) error { return h.m.LockContext(ctx) }
+func (h *redsyncHandle) unlock(ctx context.Context) error {
+	_, err := h.m.UnlockContext(ctx)
+	return err
+}
+
+func openRedsync(addrs []string) (func(string) handle, func(), error) {
+	var pools []redsyncredis.Pool
+	var clients []*redis.Client
+	for _, a := range addrs {
+		c := goRedis(a)
+		clients = append(clients, c)
+		pools = append(pools, goredis.NewPool(c))
+	}
+	rs := redsync.New(pools...)
+	return func(name string) handle {
+			// Defaults, but with retries until the context ends, as a waiting lock would.
+			return &redsyncHandle{m: rs.NewMutex(name, redsync.WithExpiry(ttl), redsync.WithTries(1<<30))}
+		}, func() {
+			for _, c := range clients {
+				c.Close()
+			}
+		}, nil
+}
+
+type bsmHandle struct {
+	c    *redislock.Client
+	name string
+	l    *redislock.Lock
+}
+
+func (h *bsmHandle) lock(ctx context.Context) (err error) {
+	h.l, err = h.c.Obtain(ctx, h.name, ttl, &redislock.Options{RetryStrategy: redislock.ExponentialBackoff(time.Millisecond, 64*time.Millisecond)})
+	return err
+}
+func (h *bsmHandle) unlock(ctx context.Context) error { return h.l.Release(ctx) }
+
+func openBSM(addrs []string) (func(string) handle, func(), error) {
+	rdb := goRedis(addrs[0])
+	c := redislock.New(rdb)
+	return func(name string) handle { return &bsmHandle{c: c, name: name} }, func() { rdb.Close() }, nil
+}
+
+type rueidisHandle struct {
+	l      rueidislock.Locker
+	name   string
+	cancel context.CancelFunc
+}
+
+func (h *rueidisHandle) lock(ctx context.Context) error {
+	for {
+		held, cancel, err := h.l.WithContext(ctx, h.name)
+		if err != nil {
+			return err
+		}
+		if held.Err() == nil { // the lock is held while this context is live
+			h.cancel = cancel
+			return nil
+		}
+		cancel()
+	}
+}
+func (h *rueidisHandle) unlock(context.Context) error { h.cancel(); return nil }
+
+// openRueidis gives each handle a Locker of its own, as separate processes
+// would have: goroutines sharing one Locker are not kept apart by it.
+func openRueidis(addrs []string) (func(string) handle, func(), error) {
+	var (
+		mu      sync.Mutex
+		lockers []rueidislock.Locker
+	)
+	newHandle := func(name string) handle {
+		l, err := rueidislock.NewLocker(rueidislock.LockerOption{
+			ClientOption:   rueidis.ClientOption{InitAddress: addrs[:1]},
+			KeyMajority:    1,
+			KeyValidity:    ttl,
+			NoLoopTracking: true,
+		})
+		if err != nil {
+			panic(err) // the server is ours and up; nothing to recover from
+		}
+		mu.Lock()
+		lockers = append(lockers, l)
+		mu.Unlock()
+		return &rueidisHandle{l: l, name: name}
+	}
+	return newHandle, func() {
+		for _, l := range lockers {
+			l.Close()
+		}
+	}, nil
+}

@@ -1,0 +1,304 @@
+// Command bench runs the same lock workloads against dlock and the other Go
+// Redis lock libraries, on redis-server processes it starts itself, and
+// prints a table (and writes an SVG plot) of the results.
+//
+//	cd bench && go run . [-duration 2s] [-out results]
+//
+// W1, uncontended: C goroutines, one lock name each, lock+unlock in a loop.
+// W2, contended: C goroutines on one name, holding it for a fixed time.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/redisserver"
+)
+
+var (
+	duration = flag.Duration("duration", 2*time.Second, "how long each cell of a workload runs")
+	out      = flag.String("out", "results", "write OUT.md (table) and OUT.svg (plot)")
+	only     = flag.String("only", "", "comma-separated workloads to run (W1,W2); default all")
+	libsFlag = flag.String("libs", "", "comma-separated libraries to run; default all")
+)
+
+func main() {
+	log.SetFlags(0)
+	flag.Parse()
+	srv, err := redisserver.Start(redisserver.TCP())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Stop()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+
+	var libs []library
+	for _, l := range libraries {
+		if *libsFlag == "" || slices.Contains(strings.Split(*libsFlag, ","), l.name) {
+			libs = append(libs, l)
+		}
+	}
+	want := func(w string) bool { return *only == "" || slices.Contains(strings.Split(*only, ","), w) }
+
+	rep := &report{}
+	redisVersion, _ := admin.InfoMap(context.Background(), "server").Result()
+	rep.env = fmt.Sprintf("%s, %d CPUs (GOMAXPROCS %d), %s, redis-server %s over loopback TCP; %v per cell",
+		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), redisVersion["Server"]["redis_version"], *duration)
+	if want("W1") {
+		for _, c := range []int{1, 16, 64} {
+			for _, l := range libs {
+				r, err := uncontended(l, srv.Addr(), admin, c)
+				if err != nil {
+					log.Fatalf("W1 %s C=%d: %v", l.name, c, err)
+				}
+				rep.w1 = append(rep.w1, r)
+				log.Printf("W1 C=%-2d %-14s %8.0f pairs/s  p50 %v  p99 %v  %.1f allocs/pair", c, l.name, r.rate, r.p50, r.p99, r.allocs)
+			}
+		}
+	}
+	if want("W2") {
+		for _, hold := range []time.Duration{0, time.Millisecond} {
+			for _, c := range []int{2, 8, 32} {
+				base := contendedBaseline(c, hold)
+				for _, l := range libs {
+					if l.w1only {
+						continue
+					}
+					r, err := contended(l, srv.Addr(), admin, c, hold)
+					if err != nil {
+						log.Fatalf("W2 %s C=%d hold=%v: %v", l.name, c, hold, err)
+					}
+					r.baseline = base
+					rep.w2 = append(rep.w2, r)
+					log.Printf("W2 C=%-2d hold=%-4v %-14s %7.0f acq/s  wait p50 %v p99 %v max %v  fair %.2f  %.1f cmds/acq  violations %d",
+						c, hold, l.name, r.rate, r.p50, r.p99, r.max, r.fairness, r.cmds, r.violations)
+				}
+			}
+		}
+	}
+	if err := rep.write(*out); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(rep.markdown())
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+// reset empties the server between cells.
+func reset(admin *redis.Client) { admin.FlushAll(context.Background()) }
+
+type w1Result struct {
+	lib      string
+	c        int
+	rate     float64
+	p50, p99 time.Duration
+	allocs   float64
+}
+
+// uncontended runs W1: c goroutines, one name each.
+func uncontended(l library, addr string, admin *redis.Client, c int) (w1Result, error) {
+	reset(admin)
+	newHandle, closeFn, err := l.open([]string{addr})
+	if err != nil {
+		return w1Result{}, err
+	}
+	defer closeFn()
+	ctx, cancel := context.WithTimeout(context.Background(), *duration+30*time.Second)
+	defer cancel()
+	lat := make([][]time.Duration, c)
+	errs := make(chan error, c)
+	var ms0, ms1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms0)
+	start := time.Now()
+	stop := start.Add(*duration)
+	var wg sync.WaitGroup
+	for g := range c {
+		h := newHandle(fmt.Sprintf("w1:%d", g))
+		lat[g] = make([]time.Duration, 0, 1<<14)
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				if err := h.lock(ctx); err != nil {
+					errs <- err
+					return
+				}
+				if err := h.unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+				lat[g] = append(lat[g], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&ms1)
+	close(errs)
+	if err := <-errs; err != nil {
+		return w1Result{}, err
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	r := w1Result{lib: l.name, c: c, rate: float64(len(all)) / elapsed.Seconds()}
+	if len(all) > 0 {
+		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
+		r.allocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(len(all))
+	}
+	return r, nil
+}
+
+type w2Result struct {
+	lib           string
+	c             int
+	hold          time.Duration
+	rate          float64
+	baseline      float64 // acquisitions/s of the same loop around a sync.Mutex
+	p50, p99, max time.Duration
+	fairness      float64 // fewest / most acquisitions of one goroutine
+	cmds          float64 // commands the server ran per acquisition
+	violations    int64
+	waits         []time.Duration
+}
+
+// contended runs W2: c goroutines on one name, each holding it for hold.
+func contended(l library, addr string, admin *redis.Client, c int, hold time.Duration) (w2Result, error) {
+	r, err := contendedRun(l, addr, admin, c, hold, *duration)
+	if err != nil {
+		return r, err
+	}
+	// A second, shorter run through a counting proxy: what the library sends.
+	p, err := newCountingProxy(addr)
+	if err != nil {
+		return r, err
+	}
+	counted, err := contendedRun(l, p.addr(), admin, c, hold, *duration/2)
+	p.close()
+	if err != nil {
+		return r, err
+	}
+	if n := len(counted.waits); n > 0 {
+		r.cmds = float64(p.commands.Load()) / float64(n)
+	}
+	r.violations += counted.violations
+	return r, nil
+}
+
+func contendedRun(l library, addr string, admin *redis.Client, c int, hold, duration time.Duration) (w2Result, error) {
+	reset(admin)
+	newHandle, closeFn, err := l.open([]string{addr})
+	if err != nil {
+		return w2Result{}, err
+	}
+	defer closeFn()
+	ctx, cancel := context.WithTimeout(context.Background(), duration+30*time.Second)
+	defer cancel()
+	var inside, violations atomic.Int64
+	waits := make([][]time.Duration, c)
+	errs := make(chan error, c)
+	start := time.Now()
+	stop := start.Add(duration)
+	var wg sync.WaitGroup
+	for g := range c {
+		h := newHandle("w2")
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				lctx, lcancel := context.WithDeadline(ctx, stop.Add(5*time.Second))
+				err := h.lock(lctx)
+				lcancel()
+				if err != nil {
+					if time.Now().After(stop) {
+						return // gave up at the end of the run
+					}
+					errs <- err
+					return
+				}
+				waits[g] = append(waits[g], time.Since(t0))
+				if inside.Add(1) != 1 {
+					violations.Add(1)
+				}
+				if hold > 0 {
+					time.Sleep(hold)
+				}
+				inside.Add(-1)
+				if err := h.unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return w2Result{}, err
+	}
+	r := w2Result{lib: l.name, c: c, hold: hold, violations: violations.Load()}
+	fewest, most := -1, 0
+	for _, w := range waits {
+		if fewest < 0 || len(w) < fewest {
+			fewest = len(w)
+		}
+		most = max(most, len(w))
+	}
+	all := slices.Concat(waits...)
+	slices.Sort(all)
+	r.waits = all
+	r.rate = float64(len(all)) / elapsed.Seconds()
+	if len(all) > 0 {
+		r.p50, r.p99, r.max = all[len(all)/2], all[len(all)*99/100], all[len(all)-1]
+	}
+	if most > 0 {
+		r.fairness = float64(fewest) / float64(most)
+	}
+	return r, nil
+}
+
+// contendedBaseline runs the W2 loop around a sync.Mutex: what the harness
+// reaches with no Redis at all.
+func contendedBaseline(c int, hold time.Duration) float64 {
+	var mu sync.Mutex
+	var n atomic.Int64
+	stop := time.Now().Add(*duration / 2)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				mu.Lock()
+				n.Add(1)
+				if hold > 0 {
+					time.Sleep(hold)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}

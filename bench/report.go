@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"time"
+)
+
+type report struct {
+	env string
+	w1  []w1Result
+	w2  []w2Result
+}
+
+func (r *report) write(out string) error {
+	if err := os.WriteFile(out+".md", []byte(r.markdown()), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(out+".svg", []byte(r.svg()), 0o644)
+}
+
+func ms(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0fms", float64(d)/1e6)
+	default:
+		return fmt.Sprintf("%.2fms", float64(d)/1e6)
+	}
+}
+
+func isDlock(lib string) bool { return strings.HasPrefix(lib, "dlock") }
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Machine: %s.\n\n", r.env)
+	if len(r.w1) > 0 {
+		b.WriteString("**W1 — uncontended** (C goroutines, one name each, lock+unlock pairs)\n\n")
+		b.WriteString("| C | library | pairs/s | vs best other | p50 | p99 | allocs/pair |\n|---|---|---:|---:|---:|---:|---:|\n")
+		best := map[int]float64{}
+		for _, x := range r.w1 {
+			if !isDlock(x.lib) {
+				best[x.c] = math.Max(best[x.c], x.rate)
+			}
+		}
+		for _, x := range r.w1 {
+			ratio := "—"
+			if isDlock(x.lib) && best[x.c] > 0 {
+				ratio = fmt.Sprintf("%.2f×", x.rate/best[x.c])
+			}
+			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s | %.1f |\n", x.c, x.lib, x.rate, ratio, ms(x.p50), ms(x.p99), x.allocs)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.w2) > 0 {
+		b.WriteString("**W2 — contended** (C goroutines on one name, each holding it `hold`; FIFO ideal p99 = C × hold)\n\n")
+		b.WriteString("| C | hold | library | acq/s | vs no-Redis loop | wait p50 | p99 | max | p99 / FIFO ideal | fewest/most | cmds/acq | violations |\n")
+		b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, x := range r.w2 {
+			ideal := "—"
+			if x.hold > 0 {
+				ideal = fmt.Sprintf("%.1f×", float64(x.p99)/float64(time.Duration(x.c)*x.hold))
+			}
+			fmt.Fprintf(&b, "| %d | %v | %s | %.0f | %.0f%% | %s | %s | %s | %s | %.2f | %.1f | %d |\n",
+				x.c, x.hold, x.lib, x.rate, 100*x.rate/x.baseline, ms(x.p50), ms(x.p99), ms(x.max), ideal, x.fairness, x.cmds, x.violations)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+var palette = []string{"#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b"}
+
+// svg draws W1 throughput at the largest C as bars, and the W2 wait-time
+// distribution at the largest C with a 1ms hold as CDF lines.
+func (r *report) svg() string {
+	const w, h = 960, 400
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
+
+	// Left: W1 bars.
+	var bars []w1Result
+	maxC := 0
+	for _, x := range r.w1 {
+		maxC = max(maxC, x.c)
+	}
+	top := 1.0
+	for _, x := range r.w1 {
+		if x.c == maxC {
+			bars = append(bars, x)
+			top = math.Max(top, x.rate)
+		}
+	}
+	fmt.Fprintf(&b, `<text x="20" y="24" font-size="14">W1 uncontended, C=%d: lock+unlock pairs/s</text>`+"\n", maxC)
+	for i, x := range bars {
+		y := 50 + i*50
+		bw := 300 * x.rate / top
+		fmt.Fprintf(&b, `<text x="20" y="%d">%s</text>`+"\n", y+20, x.lib)
+		fmt.Fprintf(&b, `<rect x="130" y="%d" width="%.0f" height="30" fill="%s"/>`+"\n", y, bw, palette[i%len(palette)])
+		fmt.Fprintf(&b, `<text x="%.0f" y="%d">%.0f</text>`+"\n", 135+bw, y+20, x.rate)
+	}
+
+	// Right: W2 CDF, log-scaled wait.
+	var lines []w2Result
+	for _, x := range r.w2 {
+		if x.hold == time.Millisecond && x.c == 32 {
+			lines = append(lines, x)
+		}
+	}
+	const x0, x1, y0, y1 = 540.0, 930.0, 360.0, 50.0
+	lo, hi := math.Log10(1e-4), math.Log10(10.0) // 0.1ms .. 10s
+	px := func(d time.Duration) float64 {
+		s := math.Max(d.Seconds(), 1e-4)
+		return x0 + (x1-x0)*(math.Log10(s)-lo)/(hi-lo)
+	}
+	fmt.Fprintf(&b, `<text x="%.0f" y="24" font-size="14">W2 contended, C=32, hold 1ms: share of acquisitions waiting ≤ t</text>`+"\n", x0-40)
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", x0, y0, x1, y0)
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", x0, y0, x0, y1)
+	for _, tick := range []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, time.Second, 10 * time.Second} {
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">%s</text>`+"\n", px(tick), y0+16, ms(tick))
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#ddd"/>`+"\n", px(tick), y0, px(tick), y1)
+	}
+	ideal := px(32 * time.Millisecond)
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#999" stroke-dasharray="4"/><text x="%.0f" y="%.0f" fill="#999">FIFO ideal</text>`+"\n", ideal, y0, ideal, y1, ideal+3, y1+12)
+	for i, x := range lines {
+		if len(x.waits) == 0 {
+			continue
+		}
+		var pts []string
+		step := max(1, len(x.waits)/200)
+		for j := 0; j < len(x.waits); j += step {
+			frac := float64(j+1) / float64(len(x.waits))
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(x.waits[j]), y0-(y0-y1)*frac))
+		}
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(x.waits[len(x.waits)-1]), y1))
+		color := palette[i%len(palette)]
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", color, strings.Join(pts, " "))
+		fmt.Fprintf(&b, `<text x="%.0f" y="%d" fill="%s">%s</text>`+"\n", x0+10, 70+i*16, color, x.lib)
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
