@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ func keysFor(prefix, name string) keys {
 type grant struct {
 	held  bool
 	fence int64         // when held
+	holds int64         // when held, reentrant: the owner's hold count now
 	pttl  time.Duration // when not held: the holder's remaining lease, or -1 if unknown
 }
 
@@ -52,11 +54,15 @@ type backend interface {
 // node is the backend for one Redis deployment reached through one
 // go-redis client: a single server, a Sentinel-managed master, or a Cluster.
 type node struct {
-	rdb  redis.Scripter
-	fair bool
+	rdb       redis.Scripter
+	fair      bool
+	reentrant bool // the lock is a hash of owner -> hold count
 }
 
 func (n node) acquire(ctx context.Context, k keys, token string, ttl time.Duration, queue bool) (grant, error) {
+	if n.reentrant {
+		return n.acquireReentrant(ctx, k, token, ttl)
+	}
 	var cmd *redis.Cmd
 	if n.fair {
 		q := 0
@@ -85,8 +91,30 @@ func (n node) acquire(ctx context.Context, k keys, token string, ttl time.Durati
 	return grant{pttl: pttl}, nil
 }
 
+func (n node) acquireReentrant(ctx context.Context, k keys, owner string, ttl time.Duration) (grant, error) {
+	v, err := script.AcquireReentrant.Run(ctx, n.rdb, []string{k.lock, k.fence}, owner, ttl.Milliseconds()).Int64Slice()
+	if err != nil {
+		return grant{}, redisErr("acquire", err)
+	}
+	if len(v) != 3 {
+		return grant{}, fmt.Errorf("dlock: acquire: unexpected reply %v", v)
+	}
+	if v[0] == 1 {
+		return grant{held: true, fence: v[1], holds: v[2]}, nil
+	}
+	pttl := time.Duration(-1)
+	if v[1] >= 0 {
+		pttl = time.Duration(v[1]) * time.Millisecond
+	}
+	return grant{pttl: pttl}, nil
+}
+
 func (n node) extend(ctx context.Context, k keys, token string, ttl time.Duration) (bool, error) {
-	v, err := script.Extend.Run(ctx, n.rdb, []string{k.lock}, token, ttl.Milliseconds()).Int64()
+	s := script.Extend
+	if n.reentrant {
+		s = script.ExtendReentrant
+	}
+	v, err := s.Run(ctx, n.rdb, []string{k.lock}, token, ttl.Milliseconds()).Int64()
 	if err != nil {
 		return false, redisErr("extend", err)
 	}
@@ -95,9 +123,16 @@ func (n node) extend(ctx context.Context, k keys, token string, ttl time.Duratio
 
 func (n node) release(ctx context.Context, k keys, token string) (bool, error) {
 	var cmd *redis.Cmd
-	if n.fair {
+	switch {
+	case n.reentrant:
+		left, err := script.ReleaseReentrant.Run(ctx, n.rdb, []string{k.lock}, token, k.channel).Int64()
+		if err != nil {
+			return false, redisErr("release", err)
+		}
+		return left >= 0, nil
+	case n.fair:
 		cmd = script.ReleaseFair.Run(ctx, n.rdb, []string{k.lock, k.fence, k.queue, k.waiters}, token, k.channel)
-	} else {
+	default:
 		cmd = script.Release.Run(ctx, n.rdb, []string{k.lock}, token, k.channel)
 	}
 	v, err := cmd.Int64()
@@ -112,7 +147,7 @@ func (n node) inspect(ctx context.Context, k keys) (Info, error) {
 	if err != nil {
 		return Info{}, redisErr("inspect", err)
 	}
-	if len(v) != 4 {
+	if len(v) != 5 {
 		return Info{}, fmt.Errorf("dlock: inspect: unexpected reply %v", v)
 	}
 	kind, _ := v[0].(string)
@@ -124,6 +159,15 @@ func (n node) inspect(ctx context.Context, k keys) (Info, error) {
 	case "none":
 	case "string":
 		info.Held, info.Token = true, holder
+	case "hash":
+		info.Held = true
+		pairs, _ := v[4].([]any)
+		for i := 0; i+1 < len(pairs); i += 2 {
+			owner, _ := pairs[i].(string)
+			count, _ := pairs[i+1].(string)
+			n, _ := strconv.ParseInt(count, 10, 64)
+			info.Owners = append(info.Owners, Owner{ID: owner, Holds: n})
+		}
 	default:
 		info.Held = true
 	}

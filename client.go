@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,7 @@ type Client struct {
 	b    backend
 	hub  *hub
 	opts options
+	id   string // this Client's instance ID, part of a reentrant owner's identity
 }
 
 // New returns a Client that keeps its locks in rdb: a *redis.Client, a
@@ -36,11 +38,17 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	if d := o.driftFor(o.ttl); d >= o.ttl {
 		o.invalid("WithDrift(%v): drift must be below the TTL (%v)", d, o.ttl)
 	}
+	if o.reentrant {
+		o.fair = false
+	}
 	var scripts redis.Scripter = rdb
 	if o.pipelining {
 		scripts = newBatcher(rdb)
 	}
-	return &Client{rdb: rdb, b: node{rdb: scripts, fair: o.fair}, hub: newHub(rdb), opts: o}
+	return &Client{
+		rdb: rdb, b: node{rdb: scripts, fair: o.fair, reentrant: o.reentrant},
+		hub: newHub(rdb), opts: o, id: newToken()[:11],
+	}
 }
 
 // TTL returns the lease time of the Client's locks.
@@ -61,7 +69,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 		return nil, err
 	}
 	start := time.Now()
-	l, _, err := c.attempt(ctx, name, k, newToken(), false)
+	l, _, err := c.attempt(ctx, name, k, c.newToken(ctx), false)
 	if errors.Is(err, errTooSlow) {
 		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, name, err)
 	}
@@ -94,7 +102,7 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 		return nil, err
 	}
 	start := time.Now()
-	token := newToken()
+	token := c.newToken(ctx)
 	done := func(l *Lock, err error) (*Lock, error) {
 		if l != nil {
 			c.acquired(name, time.Since(start))
@@ -215,9 +223,13 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, token string,
 	start := time.Now()
 	g, err := c.b.acquire(ctx, k, token, ttl, queue)
 	if err != nil {
-		if !isReply(err) {
+		if !isReply(err) && !c.opts.reentrant {
 			// The script may have run and only the reply been lost: make
 			// sure no lease of ours is left to block others until it expires.
+			// (Not for a reentrant lock: if the script did not run, the
+			// release would take away a hold the owner already had. An
+			// extra hold expires with the lease once the owner's other
+			// holds are released.)
 			c.undo(k, token)
 		}
 		return nil, 0, fmt.Errorf("dlock: acquire %q: %w", name, err)
@@ -277,6 +289,29 @@ func validName(name string) error {
 	return nil
 }
 
+// newToken returns the owner token of a new acquisition: random, or for a
+// reentrant Client its instance ID and the context's owner.
+func (c *Client) newToken(ctx context.Context) string {
+	if c.opts.reentrant {
+		owner, ok := ctx.Value(ownerKey{}).(string)
+		if !ok {
+			owner = newToken()
+		}
+		return c.id + "/" + owner
+	}
+	return newToken()
+}
+
+type ownerKey struct{}
+
+// WithOwner returns a context that carries owner, the identity under which
+// a reentrant Client (WithReentrant) takes locks: acquisitions by the same
+// Client with the same owner re-enter. Pick an owner per logical flow of
+// work (a request ID, a job ID), not per goroutine pool.
+func WithOwner(ctx context.Context, owner string) context.Context {
+	return context.WithValue(ctx, ownerKey{}, owner)
+}
+
 // newToken returns a random 128-bit owner token.
 func newToken() string {
 	var b [16]byte
@@ -299,6 +334,10 @@ func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) e
 		return err
 	}
 	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, l))
+	if c.opts.reentrant {
+		_, owner, _ := strings.Cut(l.token, "/")
+		fctx = WithOwner(fctx, owner) // nested calls re-enter
+	}
 	go func() {
 		select {
 		case <-l.Done():

@@ -105,14 +105,13 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 // counter under it. Any overlap would lose an increment or be seen by the
 // holder counters.
 func TestMutualExclusionAcrossGoroutinesAndProcesses(t *testing.T) {
-	for _, fair := range []bool{false, true} {
-		t.Run(map[bool]string{false: "unfair", true: "fair"}[fair], func(t *testing.T) {
-			testMutualExclusion(t, fair)
-		})
+	for _, mode := range []string{"unfair", "fair", "reentrant"} {
+		t.Run(mode, func(t *testing.T) { testMutualExclusion(t, mode) })
 	}
 }
 
-func testMutualExclusion(t *testing.T, fair bool) {
+func testMutualExclusion(t *testing.T, mode string) {
+	fair, reentrant := mode == "fair", mode == "reentrant"
 	s, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -126,17 +125,23 @@ func testMutualExclusion(t *testing.T, fair bool) {
 	)
 	var helpers []*helper
 	for range procs {
-		helpers = append(helpers, startHelper(t, s, "contend", name, ttl, procRounds, fmt.Sprintf("DLOCK_FAIR=%d", map[bool]int{false: 0, true: 1}[fair])))
+		helpers = append(helpers, startHelper(t, s, "contend", name, ttl, procRounds,
+			fmt.Sprintf("DLOCK_FAIR=%d", map[bool]int{false: 0, true: 1}[fair]),
+			fmt.Sprintf("DLOCK_REENTRANT=%d", map[bool]int{false: 0, true: 1}[reentrant])))
 	}
 	clients := []*dlock.Client{
-		dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithFair(fair)),
-		dlock.New(s.Client(t), dlock.WithTTL(ttl), dlock.WithFair(fair)),
+		dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithFair(fair), dlock.WithReentrant(reentrant)),
+		dlock.New(s.Client(t), dlock.WithTTL(ttl), dlock.WithFair(fair), dlock.WithReentrant(reentrant)),
 	}
 	var inside atomic.Int32
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*goroutines)
-	for _, c := range clients {
-		for range goroutines {
+	for ci, c := range clients {
+		for g := range goroutines {
+			ctx := ctx
+			if reentrant { // each goroutine its own owner, nesting a second hold
+				ctx = context.WithValue(dlock.WithOwner(ctx, fmt.Sprint("g", ci, "-", g)), ownerTestKey{}, true)
+			}
 			wg.Go(func() {
 				for range rounds {
 					if err := criticalSection(ctx, c, rdb, name, &inside); err != nil {

@@ -42,7 +42,8 @@ func runHelper(mode string) int {
 	rdb := redis.NewClient(&redis.Options{Network: os.Getenv("DLOCK_NET"), Addr: os.Getenv("DLOCK_ADDR")})
 	defer rdb.Close()
 	ttl, _ := time.ParseDuration(os.Getenv("DLOCK_TTL"))
-	c := dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithFair(os.Getenv("DLOCK_FAIR") == "1"))
+	c := dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithFair(os.Getenv("DLOCK_FAIR") == "1"),
+		dlock.WithReentrant(os.Getenv("DLOCK_REENTRANT") == "1"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	name := os.Getenv("DLOCK_NAME")
@@ -50,6 +51,9 @@ func runHelper(mode string) int {
 	case "contend":
 		rounds, _ := strconv.Atoi(os.Getenv("DLOCK_ROUNDS"))
 		var inside atomic.Int32
+		if os.Getenv("DLOCK_REENTRANT") == "1" {
+			ctx = context.WithValue(dlock.WithOwner(ctx, fmt.Sprint("proc-", os.Getpid())), ownerTestKey{}, true)
+		}
 		for range rounds {
 			if err := criticalSection(ctx, c, rdb, name, &inside); err != nil {
 				fmt.Fprintln(os.Stderr, err)
@@ -86,6 +90,21 @@ func criticalSection(ctx context.Context, c *dlock.Client, rdb *redis.Client, na
 	if err != nil {
 		return fmt.Errorf("Acquire(%q) = %v", name, err)
 	}
+	// With a reentrant Client and an owner in ctx, take it again, nested:
+	// it must re-enter at once, and the lock stay held until both holds end.
+	if _, ok := ctx.Value(ownerTestKey{}).(bool); ok {
+		inner, err := c.TryAcquire(ctx, name)
+		if err != nil {
+			return fmt.Errorf("nested TryAcquire(%q) = %v, want re-entry", name, err)
+		}
+		outer := l
+		defer func() {
+			if err := outer.Release(context.WithoutCancel(ctx)); err != nil {
+				rdb.Incr(ctx, violationsKey)
+			}
+		}()
+		l = inner
+	}
 	if inside.Add(1) > 1 {
 		rdb.Incr(ctx, violationsKey)
 	}
@@ -107,6 +126,9 @@ func criticalSection(ctx context.Context, c *dlock.Client, rdb *redis.Client, na
 	}
 	return nil
 }
+
+// ownerTestKey marks a context whose critical sections nest a second hold.
+type ownerTestKey struct{}
 
 // setup starts a server and returns it with a go-redis client for it. It
 // checks for leaked goroutines when the test ends.

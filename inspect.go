@@ -22,6 +22,29 @@ type Info struct {
 	Token string        // the holder's owner token (plain locks)
 	TTL   time.Duration // the holder's remaining lease; -1 if the key has no expiry
 	Fence int64         // the last fencing token issued for the name, 0 if none
+	// Owners are a reentrant lock's owners (one, unless the hash was
+	// written by hand) and their hold counts.
+	Owners []Owner
+}
+
+// heldBy reports whether token holds the lock (as its plain holder or as
+// one of its reentrant owners).
+func (i Info) heldBy(token string) bool {
+	if i.Token == token {
+		return true
+	}
+	for _, o := range i.Owners {
+		if o.ID == token && o.Holds > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Owner is one owner of a reentrant lock.
+type Owner struct {
+	ID    string // the Client's instance ID and the owner, "<client>/<owner>"
+	Holds int64
 }
 
 // Inspect reads the state of the lock name without changing it. It is for

@@ -96,7 +96,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	if info.Token != l.token {
+	if !info.heldBy(l.token) {
 		return 0, lost(l.name, "the lock key no longer holds our token")
 	}
 	return info.TTL, nil

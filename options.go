@@ -42,6 +42,7 @@ type options struct {
 	hooks      Hooks
 	fair       bool
 	pipelining bool
+	reentrant  bool
 	err        error // the first invalid option, returned by every call
 }
 
@@ -148,6 +149,22 @@ func WithFair(on bool) Option {
 // at once, so it costs nothing when there is no concurrency.
 func WithPipelining(on bool) Option {
 	return func(o *options) { o.pipelining = on }
+}
+
+// WithReentrant makes the Client's locks reentrant: an owner that already
+// holds a lock takes it again at once, and the lock is free when the owner
+// has released every hold. The owner is the Client (each Client has its own
+// random instance ID) together with the owner string carried by the context
+// (WithOwner); Do puts its lock's owner into fn's context, so nested calls
+// re-enter. Without an owner in the context, every acquisition is its own
+// owner and the lock behaves like a plain one.
+//
+// A reentrant lock is a hash of owner -> hold count at "dlock:{N}"; a plain
+// lock is a string. Use one kind per name: the other kind fails with
+// ErrWrongType. Reentrant locks wait as in unfair mode (WithFair is ignored).
+// The default is off.
+func WithReentrant(on bool) Option {
+	return func(o *options) { o.reentrant = on }
 }
 
 // WithHooks sets functions called on lock events, for metrics and tracing.

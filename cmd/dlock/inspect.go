@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -116,25 +117,35 @@ func libError(err error) error {
 }
 
 type infoJSON struct {
-	Name  string `json:"name"`
-	Key   string `json:"key"`
-	Held  bool   `json:"held"`
-	Type  string `json:"type"`
-	Token string `json:"token,omitempty"`
-	TTLMS int64  `json:"ttl_ms"`
-	Fence int64  `json:"fence"`
+	Name   string      `json:"name"`
+	Key    string      `json:"key"`
+	Held   bool        `json:"held"`
+	Type   string      `json:"type"`
+	Token  string      `json:"token,omitempty"`
+	Owners []ownerJSON `json:"owners,omitempty"`
+	TTLMS  int64       `json:"ttl_ms"`
+	Fence  int64       `json:"fence"`
+}
+
+type ownerJSON struct {
+	ID    string `json:"id"`
+	Holds int64  `json:"holds"`
 }
 
 func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		for _, in := range infos {
-			enc.Encode(infoJSON{in.Name, in.Key, in.Held, in.Type, in.Token, in.TTL.Milliseconds(), in.Fence})
+			j := infoJSON{Name: in.Name, Key: in.Key, Held: in.Held, Type: in.Type, Token: in.Token, TTLMS: in.TTL.Milliseconds(), Fence: in.Fence}
+			for _, o := range in.Owners {
+				j.Owners = append(j.Owners, ownerJSON{o.ID, o.Holds})
+			}
+			enc.Encode(j)
 		}
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHELD\tTTL\tFENCE\tTOKEN")
+	fmt.Fprintln(tw, "NAME\tHELD\tTTL\tFENCE\tHOLDER")
 	for _, in := range infos {
 		ttl := "-"
 		switch {
@@ -148,6 +159,9 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 			held = "yes"
 		}
 		token := in.Token
+		for _, o := range in.Owners { // a reentrant lock: owner ×holds
+			token = strings.TrimSpace(fmt.Sprintf("%s %s×%d", token, o.ID, o.Holds))
+		}
 		if token == "" {
 			token = "-"
 		}

@@ -274,6 +274,8 @@ func TestInspectListRelease(t *testing.T) {
 	rdb.Set(ctx, "dlock:{jobs:a}:fence", "42", 0)
 	rdb.Set(ctx, "dlock:{jobs:b}", "tok-b", time.Minute)
 	rdb.Set(ctx, "dlock:{other}", "tok-o", time.Minute)
+	rdb.HSet(ctx, "dlock:{re}", "client/flow", 2)
+	rdb.PExpire(ctx, "dlock:{re}", time.Minute)
 
 	code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "jobs:a", "free"))
 	if code != 0 {
@@ -289,6 +291,15 @@ func TestInspectListRelease(t *testing.T) {
 	}
 	if len(got) != 2 || got[0].Token != "tok-a" || got[0].Fence != 42 || !got[0].Held || got[0].TTLMS <= 0 || got[1].Held {
 		t.Errorf("inspect --json = %+v", got)
+	}
+
+	code, out, _ = result(t, dlockCmd(t, env, "inspect", "re"))
+	if code != 0 || !strings.Contains(out, "client/flow×2") {
+		t.Errorf("inspect of a reentrant lock = %d, %q; want its owner and hold count", code, out)
+	}
+	code, out, _ = result(t, dlockCmd(t, env, "inspect", "--json", "re"))
+	if code != 0 || !strings.Contains(out, `"owners":[{"id":"client/flow","holds":2}]`) {
+		t.Errorf("inspect --json of a reentrant lock = %d, %q", code, out)
 	}
 
 	code, out, _ = result(t, dlockCmd(t, env, "list", "jobs:*"))

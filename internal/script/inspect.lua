@@ -1,13 +1,17 @@
 -- inspect.lua: read a lock's state without changing it.
 -- KEYS[1] lock key   KEYS[2] fence key
--- Returns {type, holder, pttl, fence}: type is the lock key's Redis type
--- ('none' when free), holder the owner token for a string ('' otherwise),
--- pttl the remaining ms (-2 missing, -1 no expiry), fence the last fence
--- issued (0 if none).
+-- Returns {type, holder, pttl, fence, owners}: type is the lock key's Redis
+-- type ('none' when free), holder the owner token of a plain lock ('' for
+-- other types), pttl the remaining ms (-2 missing, -1 no expiry), fence the
+-- last fence issued (0 if none), owners a reentrant lock's flat list of
+-- owner id, hold count pairs (empty for other types).
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local holder = ''
+local owners = {}
 if kind == 'string' then
   holder = redis.call('GET', KEYS[1])
+elseif kind == 'hash' then
+  owners = redis.call('HGETALL', KEYS[1])
 end
 local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-return {kind, holder, redis.call('PTTL', KEYS[1]), fence}
+return {kind, holder, redis.call('PTTL', KEYS[1]), fence, owners}

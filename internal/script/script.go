@@ -25,6 +25,12 @@ var (
 	acquireFairSrc string
 	//go:embed release_fair.lua
 	releaseFairSrc string
+	//go:embed acquire_reentrant.lua
+	acquireReentrantSrc string
+	//go:embed release_reentrant.lua
+	releaseReentrantSrc string
+	//go:embed extend_reentrant.lua
+	extendReentrantSrc string
 )
 
 // The scripts, run with EVALSHA and a fallback to EVAL when the server's
@@ -39,4 +45,8 @@ var (
 	ForceRelease = redis.NewScript(forceReleaseSrc)
 	AcquireFair  = redis.NewScript(acquireFairSrc)
 	ReleaseFair  = redis.NewScript(releaseFairSrc)
+
+	AcquireReentrant = redis.NewScript(acquireReentrantSrc)
+	ReleaseReentrant = redis.NewScript(releaseReentrantSrc)
+	ExtendReentrant  = redis.NewScript(extendReentrantSrc)
 )

@@ -1,0 +1,149 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+func TestReentrantHoldsCount(t *testing.T) {
+	_, rdb := setup(t)
+	c := dlock.New(rdb, dlock.WithReentrant(true))
+	ctx := dlock.WithOwner(t.Context(), "job-7")
+	var holds []*dlock.Lock
+	for i := range 3 {
+		l, err := c.TryAcquire(ctx, "re")
+		if err != nil {
+			t.Fatalf("hold %d: TryAcquire = %v, want re-entry", i+1, err)
+		}
+		holds = append(holds, l)
+	}
+	if holds[1].Fence() != holds[0].Fence() || holds[2].Fence() != holds[0].Fence() {
+		t.Errorf("fences of nested holds = %d, %d, %d, want the first hold's", holds[0].Fence(), holds[1].Fence(), holds[2].Fence())
+	}
+	info, err := c.Inspect(ctx, "re")
+	if err != nil || len(info.Owners) != 1 || info.Owners[0].Holds != 3 || info.Type != "hash" {
+		t.Fatalf("Inspect = %+v, %v, want one owner with 3 holds", info, err)
+	}
+	if got := rdb.HGet(ctx, "dlock:{re}", holds[0].Token()).Val(); got != "3" {
+		t.Errorf("HGET owner = %q, want 3", got)
+	}
+	other := dlock.New(rdb, dlock.WithReentrant(true))
+	for i, l := range holds {
+		if _, err := other.TryAcquire(dlock.WithOwner(t.Context(), "job-7"), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("another Client with the same owner string, %d holds left: %v, want ErrNotAcquired", 3-i, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("release %d = %v", i+1, err)
+		}
+		want := int64(1)
+		if i == 2 {
+			want = 0
+		}
+		if n := rdb.Exists(ctx, "dlock:{re}").Val(); n != want {
+			t.Errorf("after %d of 3 releases: EXISTS = %d, want %d", i+1, n, want)
+		}
+	}
+	if l, err := other.TryAcquire(ctx, "re"); err != nil {
+		t.Errorf("TryAcquire after the last release = %v, want the lock", err)
+	} else {
+		l.Release(ctx)
+	}
+}
+
+func TestReentrantNonOwnerReleaseRefused(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := dlock.New(rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
+	b, err := c.TryAcquire(dlock.WithOwner(ctx, "b"), "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, "dlock:{re}") // b's lease is gone
+	a, err := c.TryAcquire(dlock.WithOwner(ctx, "a"), "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	if err := b.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("non-owner Release = %v, want ErrNotHeld", err)
+	}
+	if got := rdb.HGet(ctx, "dlock:{re}", a.Token()).Val(); got != "1" {
+		t.Errorf("owner's hold count after a non-owner's release = %q, want 1 (unchanged)", got)
+	}
+}
+
+func TestReentrantReleaseBeyondHoldCount(t *testing.T) {
+	_, rdb := setup(t)
+	c := dlock.New(rdb, dlock.WithReentrant(true))
+	ctx := dlock.WithOwner(t.Context(), "x")
+	h1, _ := c.TryAcquire(ctx, "re")
+	h2, err := c.TryAcquire(ctx, "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.HIncrBy(ctx, "dlock:{re}", h1.Token(), -1) // a hold lost behind our back
+	if err := h1.Release(ctx); err != nil {
+		t.Errorf("first Release = %v", err)
+	}
+	if err := h2.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release beyond the hold count = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestReentrantExpiryDuringNestedHoldSignalsOuter(t *testing.T) {
+	_, rdb := setup(t)
+	c := dlock.New(rdb, dlock.WithReentrant(true), dlock.WithTTL(300*time.Millisecond))
+	ctx := dlock.WithOwner(t.Context(), "x")
+	outer, err := c.TryAcquire(ctx, "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := c.TryAcquire(ctx, "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, "dlock:{re}") // the lease is lost while nested
+	for name, l := range map[string]*dlock.Lock{"outer": outer, "inner": inner} {
+		if !closedWithin(l.Done(), 2*time.Second) {
+			t.Errorf("%s hold: Done() still open 2s after the lease was lost", name)
+		}
+		if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("%s hold: Err() = %v, want ErrNotHeld", name, err)
+		}
+		l.Release(ctx)
+	}
+}
+
+func TestReentrantDoInsideDo(t *testing.T) {
+	_, rdb := setup(t)
+	c := dlock.New(rdb, dlock.WithReentrant(true))
+	ctx := t.Context()
+	err := c.Do(ctx, "re", func(ctx context.Context) error {
+		// Another flow (no owner carried over) must wait, not re-enter.
+		if _, err := c.TryAcquire(t.Context(), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("TryAcquire by another flow = %v, want ErrNotAcquired", err)
+		}
+		return c.Do(ctx, "re", func(ctx context.Context) error {
+			info, _ := c.Inspect(ctx, "re")
+			if len(info.Owners) != 1 || info.Owners[0].Holds != 2 {
+				t.Errorf("inside nested Do: owners = %+v, want one with 2 holds", info.Owners)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Errorf("nested Do = %v", err)
+	}
+	if n := rdb.Exists(ctx, "dlock:{re}").Val(); n != 0 {
+		t.Error("lock still held after the outer Do returned")
+	}
+	// A plain lock and a reentrant lock cannot share a name.
+	rdb.Set(ctx, "dlock:{mixed}", "plain-token", time.Minute)
+	if _, err := c.TryAcquire(ctx, "mixed"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("reentrant TryAcquire on a plain lock's key = %v, want ErrWrongType", err)
+	}
+}
