@@ -19,7 +19,7 @@ import (
 type Client struct {
 	rdb  redis.UniversalClient
 	b    backend
-	hub  *hub
+	hubs []*hub // one per node: a quorum Client listens to all of them
 	opts options
 	id   string // this Client's instance ID, part of a reentrant owner's identity
 }
@@ -47,7 +47,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 	return &Client{
 		rdb: rdb, b: node{rdb: scripts, fair: o.fair, reentrant: o.reentrant},
-		hub: newHub(rdb), opts: o, id: newToken()[:11],
+		hubs: []*hub{newHub(rdb)}, opts: o, id: newToken()[:11],
 	}
 }
 
@@ -112,7 +112,7 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 
 	// If this Client already listens on the lock's channel, wait there
 	// from the start; no release after the first attempt can be missed.
-	w := c.hub.join(k.channel, token)
+	w := c.join(k.channel, token)
 	queued := time.Now() // no handover to us can precede this
 	trustHandover := true
 	l, pttl, err := c.attempt(ctx, name, k, token, true)
@@ -129,7 +129,7 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 		// Subscribe, then try again at once: a release before the
 		// subscription was confirmed is seen by this attempt, one after it
 		// by the subscription.
-		w = c.hub.watch(ctx, k.channel, token, DefaultMaxBackoff)
+		w = c.watch(ctx, k.channel, token)
 		l, pttl, err = c.attempt(ctx, name, k, token, true)
 		if errors.Is(err, errTooSlow) {
 			trustHandover, err = false, nil

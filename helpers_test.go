@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,6 +45,15 @@ func runHelper(mode string) int {
 	ttl, _ := time.ParseDuration(os.Getenv("DLOCK_TTL"))
 	c := dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithFair(os.Getenv("DLOCK_FAIR") == "1"),
 		dlock.WithReentrant(os.Getenv("DLOCK_REENTRANT") == "1"))
+	if addrs := os.Getenv("DLOCK_QUORUM"); addrs != "" { // locks on these nodes; the counter on DLOCK_ADDR
+		var nodes []redis.UniversalClient
+		for _, a := range strings.Split(addrs, ",") {
+			n := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
+			defer n.Close()
+			nodes = append(nodes, n)
+		}
+		c = dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(50*time.Millisecond))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	name := os.Getenv("DLOCK_NAME")

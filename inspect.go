@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -72,11 +73,26 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n, err := script.ForceRelease.Run(ctx, c.rdb, []string{k.lock}, k.channel).Int64()
-	if err != nil {
-		return false, fmt.Errorf("dlock: force release %q: %w", name, redisErr("force release", err))
+	force := func(ctx context.Context, rdb redis.Scripter) (bool, error) {
+		n, err := script.ForceRelease.Run(ctx, rdb, []string{k.lock}, k.channel).Int64()
+		if err != nil {
+			return false, fmt.Errorf("dlock: force release %q: %w", name, redisErr("force release", err))
+		}
+		return n == 1, nil
 	}
-	return n == 1, nil
+	q, ok := c.b.(*quorum)
+	if !ok {
+		return force(ctx, c.rdb)
+	}
+	deleted := false
+	var errs []error
+	for _, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return force(ctx, n.rdb) }) {
+		deleted = deleted || r.v
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
+	}
+	return deleted, errors.Join(errs...)
 }
 
 // scanBatch is the COUNT hint of each SCAN call made by List.

@@ -43,6 +43,7 @@ type options struct {
 	fair       bool
 	pipelining bool
 	reentrant  bool
+	nodeTimeout time.Duration // quorum only; 0: derived from the TTL
 	err        error // the first invalid option, returned by every call
 }
 

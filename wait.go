@@ -50,10 +50,62 @@ func newHub(rdb redis.UniversalClient) *hub {
 	return &hub{rdb: rdb, topics: map[string]*topic{}, pending: map[string]int{}}
 }
 
+// waiters are one Acquire's waiters on the hubs of all of a Client's nodes,
+// sharing one wake channel.
+type waiters struct {
+	ws   []*waiter
+	wake chan int64
+}
+
+// join returns waiters on channel if every node's hub already listens to it
+// (see hub.join), and nil otherwise.
+func (c *Client) join(channel, token string) *waiters {
+	w := &waiters{wake: make(chan int64, 1)}
+	for _, h := range c.hubs {
+		hw := h.join(channel, token, w.wake)
+		if hw == nil {
+			w.close()
+			return nil
+		}
+		w.ws = append(w.ws, hw)
+	}
+	return w
+}
+
+// watch subscribes to channel on every node's hub (see hub.watch), waiting
+// for the confirmations together.
+func (c *Client) watch(ctx context.Context, channel, token string) *waiters {
+	w := &waiters{wake: make(chan int64, 1)}
+	ready := make([]<-chan struct{}, len(c.hubs))
+	for i, h := range c.hubs {
+		var hw *waiter
+		hw, ready[i] = h.subscribe(ctx, channel, token, w.wake)
+		w.ws = append(w.ws, hw)
+	}
+	timer := time.NewTimer(DefaultMaxBackoff)
+	defer timer.Stop()
+	for _, r := range ready {
+		select {
+		case <-r:
+		case <-timer.C:
+			return w
+		case <-ctx.Done():
+			return w
+		}
+	}
+	return w
+}
+
+func (w *waiters) close() {
+	for _, hw := range w.ws {
+		hw.close()
+	}
+}
+
 // join adds a waiter to channel if the channel is already subscribed and
 // confirmed, and returns nil otherwise. A waiter that joined before its
 // first attempt cannot miss a release that follows that attempt.
-func (h *hub) join(channel, token string) *waiter {
+func (h *hub) join(channel, token string, wake chan int64) *waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.topics[channel]
@@ -65,24 +117,25 @@ func (h *hub) join(channel, token string) *waiter {
 	default:
 		return nil
 	}
-	return h.add(t, channel, token)
+	return h.add(t, channel, token, wake)
 }
 
 // add registers a waiter on t; h.mu must be held.
-func (h *hub) add(t *topic, channel, token string) *waiter {
+func (h *hub) add(t *topic, channel, token string, wake chan int64) *waiter {
 	if t.idle != nil {
 		t.idle.Stop()
 		t.idle = nil
 	}
-	w := &waiter{h: h, channel: channel, token: token, wake: make(chan int64, 1)}
+	w := &waiter{h: h, channel: channel, token: token, wake: wake}
 	t.waiters[token] = w
 	return w
 }
 
-// watch subscribes a new waiter to channel and waits, at most maxWait or
-// until ctx ends, for Redis to confirm the subscription. A waiter whose
-// subscription failed or is unconfirmed still works: its timers wake it.
-func (h *hub) watch(ctx context.Context, channel, token string, maxWait time.Duration) *waiter {
+// subscribe adds a new waiter on channel, subscribing to it if needed, and
+// returns it with a channel closed once Redis has confirmed the
+// subscription. A waiter whose subscription failed or is unconfirmed still
+// works: its timers wake it.
+func (h *hub) subscribe(ctx context.Context, channel, token string, wake chan int64) (*waiter, <-chan struct{}) {
 	h.mu.Lock()
 	t := h.topics[channel]
 	if t == nil {
@@ -97,18 +150,10 @@ func (h *hub) watch(ctx context.Context, channel, token string, maxWait time.Dur
 			close(t.ready) // nothing to wait for; timers will do
 		}
 	}
-	w := h.add(t, channel, token)
+	w := h.add(t, channel, token, wake)
 	ready := t.ready
 	h.mu.Unlock()
-
-	timer := time.NewTimer(maxWait)
-	defer timer.Stop()
-	select {
-	case <-ready:
-	case <-timer.C:
-	case <-ctx.Done():
-	}
-	return w
+	return w, ready
 }
 
 // close removes the waiter. A channel left without waiters is unsubscribed

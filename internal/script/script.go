@@ -31,6 +31,8 @@ var (
 	releaseReentrantSrc string
 	//go:embed extend_reentrant.lua
 	extendReentrantSrc string
+	//go:embed raise_fence.lua
+	raiseFenceSrc string
 )
 
 // The scripts, run with EVALSHA and a fallback to EVAL when the server's
@@ -49,4 +51,5 @@ var (
 	AcquireReentrant = redis.NewScript(acquireReentrantSrc)
 	ReleaseReentrant = redis.NewScript(releaseReentrantSrc)
 	ExtendReentrant  = redis.NewScript(extendReentrantSrc)
+	RaiseFence       = redis.NewScript(raiseFenceSrc)
 )

@@ -1,0 +1,308 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/script"
+)
+
+// NewRedlock returns a Client whose locks are held on a majority of N
+// independent Redis masters (the Redlock algorithm): nodes must not be
+// replicas of each other. N should be odd, 3 or 5 typically. The Client and
+// its Locks work as for New: waiting, the watchdog, Do, fences.
+//
+// An acquisition runs on all nodes at once and counts the nodes that said
+// yes within the per-node timeout (WithNodeTimeout); it is held when a
+// majority (N/2+1) did and time is left: the validity is TTL − elapsed −
+// drift. Otherwise it is undone on every node, including those that did not
+// answer. Extend needs a majority too; Release goes to every node. Nodes that
+// do not answer cost at most the per-node timeout, never the TTL: the Client
+// waits for each node in its own goroutine and stops waiting at the
+// deadline, whatever the go-redis client's own timeouts are.
+//
+// Fences stay strictly increasing across nodes: an acquisition takes the
+// highest fence of the nodes that granted it and writes it back to a
+// majority before the lease is handed out, so every later majority, which
+// shares a node with this one, issues a higher one.
+//
+// Fair waiting and reentrant locks are not available over a quorum: the
+// Client waits unfairly, and WithReentrant is refused (ErrInvalid).
+func NewRedlock(nodes []redis.UniversalClient, opts ...Option) *Client {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.fair = false
+	switch {
+	case len(nodes) == 0:
+		o.invalid("NewRedlock: no nodes")
+	case o.reentrant:
+		o.invalid("NewRedlock: reentrant locks are not available over a quorum")
+	case o.nodeTimeout < 0:
+		o.invalid("WithNodeTimeout(%v): must be positive", o.nodeTimeout)
+	}
+	if d := o.driftFor(o.ttl); d >= o.ttl {
+		o.invalid("WithDrift(%v): drift must be below the TTL (%v)", d, o.ttl)
+	}
+	if o.nodeTimeout == 0 {
+		o.nodeTimeout = max(o.ttl/50, 5*time.Millisecond)
+	}
+	q := &quorum{timeout: o.nodeTimeout}
+	var hubs []*hub
+	for _, rdb := range nodes {
+		q.nodes = append(q.nodes, node{rdb: rdb})
+		hubs = append(hubs, newHub(rdb))
+	}
+	c := &Client{b: q, hubs: hubs, opts: o, id: newToken()[:11]}
+	if len(nodes) > 0 {
+		c.rdb = nodes[0]
+	}
+	return c
+}
+
+// WithNodeTimeout sets how long a quorum Client (NewRedlock) waits for each
+// node's answer. The default is TTL/50 (200ms for the default TTL), at least
+// 5ms. It has no effect on New.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.nodeTimeout = -1
+			return
+		}
+		o.nodeTimeout = d
+	}
+}
+
+// QuorumError reports an operation that did not reach a majority of nodes.
+// It matches ErrNotAcquired with errors.Is, and unwraps to the nodes' errors.
+type QuorumError struct {
+	Op    string  // "acquire", "extend" or "release"
+	Held  int     // nodes that granted the operation
+	Need  int     // the majority
+	Nodes []error // per node: nil if it granted, the error or refusal otherwise
+}
+
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dlock: %s: %d of %d nodes granted, %d needed", e.Op, e.Held, len(e.Nodes), e.Need)
+	for i, err := range e.Nodes {
+		if err != nil {
+			fmt.Fprintf(&b, "; node %d: %v", i, err)
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns the nodes' errors.
+func (e *QuorumError) Unwrap() []error { return e.Nodes }
+
+// Is makes a QuorumError match ErrNotAcquired.
+func (e *QuorumError) Is(target error) bool { return target == ErrNotAcquired }
+
+var (
+	errRefused  = errors.New("held by another owner")
+	errNoAnswer = errors.New("no answer within the node timeout")
+)
+
+// quorum is the backend of a Redlock Client.
+type quorum struct {
+	nodes   []node
+	timeout time.Duration
+}
+
+func (q *quorum) need() int { return len(q.nodes)/2 + 1 }
+
+// nodeResult is one node's answer.
+type nodeResult[T any] struct {
+	v   T
+	err error
+	ok  bool // answered in time
+}
+
+// fanOut runs fn on every node at once and returns what answered within the
+// per-node timeout. Goroutines of nodes that did not answer finish on their
+// own (bounded by the client's read timeout); their results are dropped.
+func fanOut[T any](ctx context.Context, q *quorum, fn func(context.Context, node) (T, error)) []nodeResult[T] {
+	type indexed struct {
+		i int
+		r nodeResult[T]
+	}
+	ch := make(chan indexed, len(q.nodes))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.timeout)
+	defer cancel()
+	for i, n := range q.nodes {
+		go func() {
+			v, err := fn(ctx, n)
+			ch <- indexed{i, nodeResult[T]{v: v, err: err, ok: true}}
+		}()
+	}
+	out := make([]nodeResult[T], len(q.nodes))
+	timer := time.NewTimer(q.timeout)
+	defer timer.Stop()
+	for range q.nodes {
+		select {
+		case r := <-ch:
+			out[r.i] = r.r
+		case <-timer.C:
+			return out
+		}
+	}
+	return out
+}
+
+func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Duration, _ bool) (grant, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (grant, error) {
+		return n.acquire(ctx, k, token, ttl, false)
+	})
+	var (
+		held  int
+		fence int64
+		pttl  = time.Duration(-1)
+		errs  = make([]error, len(res))
+	)
+	for i, r := range res {
+		switch {
+		case !r.ok:
+			errs[i] = errNoAnswer
+		case r.err != nil:
+			errs[i] = r.err
+		case r.v.held:
+			held++
+			fence = max(fence, r.v.fence)
+		default:
+			errs[i] = errRefused
+			pttl = max(pttl, r.v.pttl)
+		}
+	}
+	if held >= q.need() {
+		// Write the fence back to a majority, so that any later majority
+		// (which shares a node with this one) issues a higher one.
+		raised := fanOut(ctx, q, func(ctx context.Context, n node) (int64, error) {
+			return script.RaiseFence.Run(ctx, n.rdb, []string{k.fence}, fence).Int64()
+		})
+		ok := 0
+		for i, r := range raised {
+			switch {
+			case !r.ok:
+				errs[i] = errNoAnswer
+			case r.err != nil:
+				errs[i] = r.err
+			default:
+				ok++
+			}
+		}
+		if ok >= q.need() {
+			return grant{held: true, fence: fence}, nil
+		}
+		held = ok
+	}
+	q.release(ctx, k, token) // undo what was granted, on every node
+	refused := 0
+	for _, err := range errs {
+		if err == errRefused {
+			refused++
+		}
+	}
+	if held+refused >= q.need() {
+		return grant{pttl: pttl}, nil // a majority answered: taken, or a split vote; wait
+	}
+	return grant{}, &QuorumError{Op: "acquire", Held: held, Need: q.need(), Nodes: errs}
+}
+
+func (q *quorum) extend(ctx context.Context, k keys, token string, ttl time.Duration) (bool, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(ctx, k, token, ttl) })
+	yes, answered := 0, 0
+	errs := make([]error, len(res))
+	for i, r := range res {
+		switch {
+		case !r.ok:
+			errs[i] = errNoAnswer
+		case r.err != nil:
+			errs[i] = r.err
+		case r.v:
+			yes++
+			answered++
+		default:
+			answered++
+			errs[i] = errRefused
+		}
+	}
+	switch {
+	case yes >= q.need():
+		return true, nil
+	case answered-yes > len(q.nodes)-q.need():
+		return false, nil // a majority no longer has our token: lost for good
+	}
+	return false, &QuorumError{Op: "extend", Held: yes, Need: q.need(), Nodes: errs}
+}
+
+func (q *quorum) release(ctx context.Context, k keys, token string) (bool, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, k, token) })
+	yes, answered := 0, 0
+	errs := make([]error, len(res))
+	for i, r := range res {
+		switch {
+		case !r.ok:
+			errs[i] = errNoAnswer
+		case r.err != nil:
+			errs[i] = r.err
+		default:
+			answered++
+			if r.v {
+				yes++
+			} else {
+				errs[i] = errRefused
+			}
+		}
+	}
+	switch {
+	case yes >= q.need():
+		return true, nil
+	case answered >= q.need():
+		return false, nil // a majority answered, and not enough still had our token
+	}
+	return false, &QuorumError{Op: "release", Held: yes, Need: q.need(), Nodes: errs}
+}
+
+// inspect reports what a majority of nodes agree on: the holder, the
+// shortest remaining lease among them, and the highest fence.
+func (q *quorum) inspect(ctx context.Context, k keys) (Info, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (Info, error) { return n.inspect(ctx, k) })
+	votes := map[string]int{}
+	var out Info
+	answered := 0
+	for _, r := range res {
+		if !r.ok || r.err != nil {
+			continue
+		}
+		answered++
+		out.Key, out.Fence = r.v.Key, max(out.Fence, r.v.Fence)
+		if r.v.Held {
+			votes[r.v.Token]++
+		}
+	}
+	if answered < q.need() {
+		return Info{}, fmt.Errorf("dlock: inspect: %d of %d nodes answered, %d needed", answered, len(q.nodes), q.need())
+	}
+	out.Type = "none"
+	for token, n := range votes {
+		if n >= q.need() {
+			out.Held, out.Token, out.Type = true, token, "string"
+		}
+	}
+	if out.Held {
+		out.TTL = -1
+		for _, r := range res {
+			if r.ok && r.err == nil && r.v.Token == out.Token && r.v.TTL >= 0 && (out.TTL < 0 || r.v.TTL < out.TTL) {
+				out.TTL = r.v.TTL
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,235 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// startQuorum starts n independent servers on loopback TCP and returns them
+// with a client for each. The clients do not retry, so a dead node costs
+// one failed dial.
+func startQuorum(t *testing.T, n int) ([]*redistest.Server, []redis.UniversalClient) {
+	t.Helper()
+	leakcheck.Check(t)
+	var srvs []*redistest.Server
+	var nodes []redis.UniversalClient
+	for range n {
+		s := redistest.Start(t, redistest.TCP())
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { c.Close() })
+		srvs = append(srvs, s)
+		nodes = append(nodes, c)
+	}
+	return srvs, nodes
+}
+
+func keysOn(ctx context.Context, srvs []*redistest.Server, key string) int {
+	n := 0
+	for _, s := range srvs {
+		if v, err := s.Do(ctx, "EXISTS", key); err == nil && v.(int64) == 1 {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRedlockSurvivesMinorityLoss(t *testing.T) {
+	srvs, nodes := startQuorum(t, 5)
+	ctx := t.Context()
+	c := dlock.NewRedlock(nodes, dlock.WithTTL(2*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
+	srvs[0].Kill()
+	srvs[3].Kill()
+
+	l, err := c.Acquire(ctx, "q")
+	if err != nil {
+		t.Fatalf("Acquire with 2 of 5 nodes dead = %v, want the lock", err)
+	}
+	if n := keysOn(ctx, srvs, "dlock:{q}"); n != 3 {
+		t.Errorf("lock key on %d nodes, want the 3 alive", n)
+	}
+	if _, err := c.TryAcquire(ctx, "q"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("second TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	if err := l.Extend(ctx, 3*time.Second); err != nil {
+		t.Errorf("Extend with 2 of 5 nodes dead = %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release with 2 of 5 nodes dead = %v", err)
+	}
+	if n := keysOn(ctx, srvs, "dlock:{q}"); n != 0 {
+		t.Errorf("lock key left on %d nodes after Release", n)
+	}
+
+	// With a third node dead there is no majority: a clean failure.
+	srvs[4].Kill()
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = c.Acquire(actx, "q")
+	qe, ok := errors.AsType[*dlock.QuorumError](err)
+	if !ok || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("Acquire with 3 of 5 nodes dead = %v, want a QuorumError matching ErrNotAcquired", err)
+	}
+	if qe.Held != 2 || qe.Need != 3 || len(qe.Nodes) != 5 {
+		t.Errorf("QuorumError = %+v, want 2 held of 3 needed, 5 node errors", qe)
+	}
+	if n := keysOn(ctx, srvs, "dlock:{q}"); n != 0 {
+		t.Errorf("failed acquisition left the lock key on %d surviving nodes, want 0", n)
+	}
+}
+
+// A frozen node costs the per-node timeout, not the TTL or the client's
+// 3s read timeout.
+func TestRedlockFrozenNodeCostsNodeTimeout(t *testing.T) {
+	srvs, nodes := startQuorum(t, 5)
+	ctx := t.Context()
+	c := dlock.NewRedlock(nodes, dlock.WithTTL(10*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
+	for _, n := range nodes { // open the connections while everyone answers
+		n.Ping(ctx)
+	}
+	srvs[2].Pause()
+	defer srvs[2].Resume()
+	for i := range 3 {
+		start := time.Now()
+		l, err := c.Acquire(ctx, "frozen")
+		if err != nil {
+			t.Fatalf("Acquire %d with one node frozen = %v", i, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release %d with one node frozen = %v", i, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("acquire+release %d with one node frozen took %v; the per-node timeout is 100ms", i, d)
+		}
+	}
+	srvs[2].Resume()
+}
+
+func TestRedlockHolderLosingMajoritySignalled(t *testing.T) {
+	srvs, nodes := startQuorum(t, 3)
+	ctx := t.Context()
+	const ttl = time.Second
+	c := dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(50*time.Millisecond))
+	start := time.Now()
+	l, err := c.TryAcquire(ctx, "maj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Kill()
+	srvs[1].Kill()
+	if !closedWithin(l.Done(), 5*time.Second) {
+		t.Fatal("Done() still open 5s after the majority died")
+	}
+	if closedAt := time.Now(); !closedAt.Before(start.Add(ttl)) {
+		t.Errorf("Done closed %v after the lease could have expired", closedAt.Sub(start.Add(ttl)))
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Err() = %v, want ErrNotHeld", err)
+	}
+	l.Release(ctx)
+}
+
+func TestRedlockFencesIncreaseThroughFailures(t *testing.T) {
+	srvs, nodes := startQuorum(t, 3)
+	ctx := t.Context()
+	c := dlock.NewRedlock(nodes, dlock.WithTTL(2*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
+	var last int64
+	take := func(step string) {
+		t.Helper()
+		var l *dlock.Lock
+		var err error
+		waitFor(5*time.Second, func() bool { l, err = c.TryAcquire(ctx, "f"); return err == nil })
+		if err != nil {
+			t.Fatalf("%s: TryAcquire = %v", step, err)
+		}
+		if l.Fence() <= last {
+			t.Errorf("%s: Fence() = %d, want > %d", step, l.Fence(), last)
+		}
+		last = l.Fence()
+		l.Release(ctx)
+	}
+	take("all up")
+	// A node far ahead of the others: later majorities must see its fence.
+	srvs[0].Do(ctx, "SET", "dlock:{f}:fence", "9000000000000000")
+	take("one counter far ahead")
+	if last < 9000000000000000 {
+		t.Errorf("fence %d did not take the highest counter of the majority", last)
+	}
+	srvs[0].Kill()
+	take("node 0 dead") // nodes 1 and 2 got the high fence written back
+	srvs[0].Restart()   // back, empty
+	srvs[1].Kill()
+	take("node 0 back empty, node 1 dead")
+	srvs[1].Restart()
+	srvs[2].Kill()
+	take("node 1 back empty, node 2 dead")
+}
+
+// Goroutines and worker processes contend on a 3-node quorum while one node
+// is killed and restarted empty; the counter lives on a separate server.
+func TestRedlockMutualExclusion(t *testing.T) {
+	srvs, nodes := startQuorum(t, 3)
+	resource := redistest.Start(t)
+	rdb := resource.Client(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const (
+		name       = "qcounter"
+		ttl        = 2 * time.Second
+		goroutines = 6
+		rounds     = 30
+		procs      = 2
+		procRounds = 40
+	)
+	var addrs []string
+	for _, s := range srvs {
+		addrs = append(addrs, s.Addr())
+	}
+	var helpers []*helper
+	for range procs {
+		helpers = append(helpers, startHelper(t, resource, "contend", name, ttl, procRounds, "DLOCK_QUORUM="+strings.Join(addrs, ",")))
+	}
+	c := dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(50*time.Millisecond))
+	var inside atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for range goroutines {
+		wg.Go(func() {
+			for range rounds {
+				if err := criticalSection(ctx, c, rdb, name, &inside); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	srvs[1].Restart() // killed and back, empty, mid-run
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, h := range helpers {
+		if err := h.wait(time.Minute); err != nil {
+			t.Errorf("worker process %d: %v", i, err)
+		}
+	}
+	want := goroutines*rounds + procs*procRounds
+	if got, _ := rdb.Get(ctx, counterKey).Int(); got != want {
+		t.Errorf("counter = %d, want %d", got, want)
+	}
+	if v, _ := rdb.Get(ctx, violationsKey).Int(); v != 0 {
+		t.Errorf("%d overlapping holders seen, want 0", v)
+	}
+}
