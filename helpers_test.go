@@ -52,7 +52,7 @@ func runHelper(mode string) int {
 			defer n.Close()
 			nodes = append(nodes, n)
 		}
-		c = dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(50*time.Millisecond))
+		c = dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(200*time.Millisecond))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

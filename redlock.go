@@ -24,7 +24,14 @@ import (
 // answer. Extend needs a majority too; Release goes to every node. Nodes that
 // do not answer cost at most the per-node timeout, never the TTL: the Client
 // waits for each node in its own goroutine and stops waiting at the
-// deadline, whatever the go-redis client's own timeouts are.
+// deadline, whatever the go-redis client's own timeouts are. Release counts
+// as done if any node still had the lease (the others lost it, died, or
+// will expire it); it reports ErrNotHeld if no node that answered had it.
+//
+// A node without persistence that restarts must stay down for a TTL before
+// it rejoins: back at once and empty, it could grant a lease a majority
+// still holds elsewhere. Run nodes with appendfsync always, or restart them
+// late.
 //
 // Fences stay strictly increasing across nodes: an acquisition takes the
 // highest fence of the nodes that granted it and writes it back to a
@@ -261,11 +268,16 @@ func (q *quorum) release(ctx context.Context, k keys, token string) (bool, error
 			}
 		}
 	}
+	// The lease's exclusivity rests on its validity, not on this answer: a
+	// node that died or lost the key since cannot have granted anyone else a
+	// majority while the lease was valid. So the release counts as ours if
+	// any node still had our token; not held if every node that answered
+	// had lost it.
 	switch {
-	case yes >= q.need():
+	case yes > 0:
 		return true, nil
-	case answered >= q.need():
-		return false, nil // a majority answered, and not enough still had our token
+	case answered > 0:
+		return false, nil
 	}
 	return false, &QuorumError{Op: "release", Held: yes, Need: q.need(), Nodes: errs}
 }

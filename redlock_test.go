@@ -177,6 +177,9 @@ func TestRedlockFencesIncreaseThroughFailures(t *testing.T) {
 
 // Goroutines and worker processes contend on a 3-node quorum while one node
 // is killed and restarted empty; the counter lives on a separate server.
+// The node stays down for a TTL before it comes back, as Redlock requires of
+// a node without persistence: back at once, empty, it could grant a lease
+// that a majority still holds elsewhere.
 func TestRedlockMutualExclusion(t *testing.T) {
 	srvs, nodes := startQuorum(t, 3)
 	resource := redistest.Start(t)
@@ -187,9 +190,9 @@ func TestRedlockMutualExclusion(t *testing.T) {
 		name       = "qcounter"
 		ttl        = 2 * time.Second
 		goroutines = 6
-		rounds     = 30
+		rounds     = 60
 		procs      = 2
-		procRounds = 40
+		procRounds = 100
 	)
 	var addrs []string
 	for _, s := range srvs {
@@ -199,7 +202,7 @@ func TestRedlockMutualExclusion(t *testing.T) {
 	for range procs {
 		helpers = append(helpers, startHelper(t, resource, "contend", name, ttl, procRounds, "DLOCK_QUORUM="+strings.Join(addrs, ",")))
 	}
-	c := dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(50*time.Millisecond))
+	c := dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(200*time.Millisecond))
 	var inside atomic.Int32
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
@@ -214,7 +217,9 @@ func TestRedlockMutualExclusion(t *testing.T) {
 		})
 	}
 	time.Sleep(300 * time.Millisecond)
-	srvs[1].Restart() // killed and back, empty, mid-run
+	srvs[1].Kill() // mid-run
+	time.Sleep(ttl + 200*time.Millisecond)
+	srvs[1].Restart() // back, empty, after every lease it held has expired
 	wg.Wait()
 	close(errs)
 	for err := range errs {

@@ -16,7 +16,7 @@ import (
 func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("inspect", stderr, "inspect [--json] NAME...\n\nShows each lock's holder token, remaining TTL and last fence.")
 	var redisFlag urlList
-	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL)")
+	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL); repeat it for a quorum")
 	asJSON := fs.Bool("json", false, "print JSON, one object per lock")
 	if code := parse(fs, args); code >= 0 {
 		return code
@@ -25,12 +25,11 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "dlock inspect: missing NAME (see 'dlock inspect -h')")
 		return exitUsage
 	}
-	rdb, err := connectOne(ctx, redisFlag)
+	c, closeFn, err := lockClient(ctx, redisFlag)
 	if err != nil {
 		return report(stderr, err)
 	}
-	defer rdb.Close()
-	c := dlock.New(rdb)
+	defer closeFn()
 	var infos []dlock.Info
 	for _, name := range fs.Args() {
 		info, err := c.Inspect(ctx, name)
@@ -91,12 +90,12 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "dlock release: expected exactly one NAME")
 		return exitUsage
 	}
-	rdb, err := connectOne(ctx, redisFlag)
+	c, closeFn, err := lockClient(ctx, redisFlag)
 	if err != nil {
 		return report(stderr, err)
 	}
-	defer rdb.Close()
-	deleted, err := dlock.New(rdb).ForceRelease(ctx, fs.Arg(0))
+	defer closeFn()
+	deleted, err := c.ForceRelease(ctx, fs.Arg(0))
 	if err != nil {
 		return report(stderr, libError(err))
 	}

@@ -224,6 +224,27 @@ func TestRunStopsChildWhenLockLost(t *testing.T) {
 	}
 }
 
+// dlock run over a quorum of three nodes, one of them down.
+func TestRunQuorum(t *testing.T) {
+	var args []string
+	var srvs []*redistest.Server
+	for range 3 {
+		s := redistest.Start(t, redistest.TCP())
+		srvs = append(srvs, s)
+		args = append(args, "--redis", s.URL())
+	}
+	srvs[2].Kill()
+	code, out, errOut := result(t, dlockCmd(t, childEnv("env"), append(append([]string{"run"}, args...), "q", "--", os.Args[0], childArg)...))
+	if code != 7 || !strings.Contains(out, "DLOCK_NAME=q") {
+		t.Fatalf("dlock run over a quorum: exit %d (want 7), stdout %q, stderr %q", code, out, errOut)
+	}
+	for i, s := range srvs[:2] {
+		if n, _ := s.Do(t.Context(), "EXISTS", "dlock:{q}"); n.(int64) != 0 {
+			t.Errorf("node %d still holds the lock after dlock run exited", i)
+		}
+	}
+}
+
 func TestUsageAndConfigErrors(t *testing.T) {
 	s := redistest.Start(t)
 	dead := "redis://127.0.0.1:1" // nothing listens on port 1

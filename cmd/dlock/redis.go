@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redisserver"
 )
 
@@ -52,6 +53,37 @@ func connectOne(ctx context.Context, flagged urlList) (*redis.Client, error) {
 		return connect(ctx, urls[0])
 	}
 	return nil, fail(exitConfig, "%d Redis URLs given; this command takes one", len(urls))
+}
+
+// lockClient connects to the Redis the flags name and returns a dlock
+// Client for it: one URL for a single deployment, several for a quorum of
+// independent masters (Redlock). closeFn closes the connections.
+func lockClient(ctx context.Context, flagged urlList, opts ...dlock.Option) (c *dlock.Client, closeFn func(), err error) {
+	urls := redisURLs(flagged)
+	if len(urls) == 0 {
+		return nil, nil, fail(exitConfig, "no Redis given: pass --redis URL or set REDIS_URL")
+	}
+	var nodes []redis.UniversalClient
+	closeFn = func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	}
+	for _, u := range urls {
+		rdb, err := connect(ctx, u)
+		if err != nil && len(urls) == 1 {
+			return nil, nil, err
+		}
+		if err != nil { // a quorum tolerates a minority of nodes down
+			opts, _ := redis.ParseURL(u)
+			rdb = redis.NewClient(opts)
+		}
+		nodes = append(nodes, rdb)
+	}
+	if len(nodes) == 1 {
+		return dlock.New(nodes[0], opts...), closeFn, nil
+	}
+	return dlock.NewRedlock(nodes, opts...), closeFn, nil
 }
 
 // redact hides the password of a URL for messages.

@@ -31,7 +31,7 @@ acquired; 6 if it was lost while CMD ran; 2 usage; 3 configuration;
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr, runHelp)
 	var redisFlag urlList
-	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL)")
+	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL); repeat it for a quorum of independent masters (Redlock)")
 	ttl := fs.Duration("ttl", dlock.DefaultTTL, "lease time; a holder that dies blocks others at most this long")
 	wait := fs.Duration("wait", -1, "how long to wait for the lock: 0 tries once, negative waits until interrupted")
 	grace := fs.Duration("grace", 10*time.Second, "time CMD has between SIGTERM and SIGKILL after the lock is lost")
@@ -55,12 +55,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	name, argv := rest[0], rest[2:]
 
-	rdb, err := connectOne(ctx, redisFlag)
+	c, closeFn, err := lockClient(ctx, redisFlag, dlock.WithTTL(*ttl))
 	if err != nil {
 		return report(stderr, err)
 	}
-	defer rdb.Close()
-	c := dlock.New(rdb, dlock.WithTTL(*ttl))
+	defer closeFn()
 
 	l, err := acquireFor(ctx, c, name, *wait)
 	if err != nil {
