@@ -115,7 +115,22 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 	w := c.join(k.channel, token)
 	queued := time.Now() // no handover to us can precede this
 	trustHandover := true
-	l, pttl, err := c.attempt(ctx, name, k, token, true)
+	// Over a quorum, failing to reach a majority is worth waiting out:
+	// nodes come back. The last such error is reported if ctx ends first.
+	var lastQuorum error
+	try := func() (*Lock, time.Duration, error) {
+		l, pttl, err := c.attempt(ctx, name, k, token, true)
+		if _, ok := errors.AsType[*QuorumError](err); ok {
+			lastQuorum = err
+			return nil, -1, nil
+		}
+		return l, pttl, err
+	}
+	giveUp := func() error {
+		c.leave(k, token)
+		return errors.Join(gaveUp(ctx, name), lastQuorum)
+	}
+	l, pttl, err := try()
 	if errors.Is(err, errTooSlow) {
 		trustHandover, err = false, nil
 	}
@@ -130,7 +145,7 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 		// subscription was confirmed is seen by this attempt, one after it
 		// by the subscription.
 		w = c.watch(ctx, k.channel, token)
-		l, pttl, err = c.attempt(ctx, name, k, token, true)
+		l, pttl, err = try()
 		if errors.Is(err, errTooSlow) {
 			trustHandover, err = false, nil
 		}
@@ -149,19 +164,17 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 		case handed = <-w.wake:
 		case <-timer.C:
 		case <-ctx.Done():
-			c.leave(k, token)
-			return nil, gaveUp(ctx, name)
+			return nil, giveUp()
 		}
 		if ctx.Err() != nil {
-			c.leave(k, token)
-			return nil, gaveUp(ctx, name)
+			return nil, giveUp()
 		}
 		if trustHandover {
 			if l := c.handedOver(name, k, token, handed, queued); l != nil {
 				return done(l, nil)
 			}
 		}
-		l, pttl, err := c.attempt(ctx, name, k, token, true)
+		l, pttl, err := try()
 		if errors.Is(err, errTooSlow) {
 			// A handover message for the lease just given back may still
 			// be on its way: from now on, confirm every handover.

@@ -86,7 +86,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	}
 	deleted := false
 	var errs []error
-	for _, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return force(ctx, n.rdb) }) {
+	for _, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return force(ctx, n.rdb) }, nil) {
 		deleted = deleted || r.v
 		if r.err != nil {
 			errs = append(errs, r.err)

@@ -133,9 +133,11 @@ type nodeResult[T any] struct {
 }
 
 // fanOut runs fn on every node at once and returns what answered within the
-// per-node timeout. Goroutines of nodes that did not answer finish on their
-// own (bounded by the client's read timeout); their results are dropped.
-func fanOut[T any](ctx context.Context, q *quorum, fn func(context.Context, node) (T, error)) []nodeResult[T] {
+// per-node timeout, or as soon as decided reports that the answers so far
+// settle the outcome. Goroutines of nodes not waited for finish on their own
+// (bounded by the client's read timeout): a late release or extension still
+// takes effect; their results are dropped.
+func fanOut[T any](ctx context.Context, q *quorum, fn func(context.Context, node) (T, error), decided func([]nodeResult[T]) bool) []nodeResult[T] {
 	type indexed struct {
 		i int
 		r nodeResult[T]
@@ -156,6 +158,9 @@ func fanOut[T any](ctx context.Context, q *quorum, fn func(context.Context, node
 		select {
 		case r := <-ch:
 			out[r.i] = r.r
+			if decided != nil && decided(out) {
+				return out
+			}
 		case <-timer.C:
 			return out
 		}
@@ -163,10 +168,29 @@ func fanOut[T any](ctx context.Context, q *quorum, fn func(context.Context, node
 	return out
 }
 
+// majority returns a decided func for fanOut: the outcome is settled once
+// a majority said yes, or once so many answered no that a majority cannot.
+// A node that failed is not an answer: the others are still waited for.
+func majority[T any](q *quorum, yes func(T) bool) func([]nodeResult[T]) bool {
+	return func(rs []nodeResult[T]) bool {
+		y, n := 0, 0
+		for _, r := range rs {
+			switch {
+			case !r.ok || r.err != nil:
+			case yes(r.v):
+				y++
+			default:
+				n++
+			}
+		}
+		return y >= q.need() || n > len(q.nodes)-q.need()
+	}
+}
+
 func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Duration, _ bool) (grant, error) {
 	res := fanOut(ctx, q, func(ctx context.Context, n node) (grant, error) {
 		return n.acquire(ctx, k, token, ttl, false)
-	})
+	}, majority(q, func(g grant) bool { return g.held }))
 	var (
 		held  int
 		fence int64
@@ -192,7 +216,7 @@ func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Dur
 		// (which shares a node with this one) issues a higher one.
 		raised := fanOut(ctx, q, func(ctx context.Context, n node) (int64, error) {
 			return script.RaiseFence.Run(ctx, n.rdb, []string{k.fence}, fence).Int64()
-		})
+		}, majority(q, func(int64) bool { return true }))
 		ok := 0
 		for i, r := range raised {
 			switch {
@@ -223,7 +247,8 @@ func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Dur
 }
 
 func (q *quorum) extend(ctx context.Context, k keys, token string, ttl time.Duration) (bool, error) {
-	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(ctx, k, token, ttl) })
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(ctx, k, token, ttl) },
+		majority(q, func(ok bool) bool { return ok }))
 	yes, answered := 0, 0
 	errs := make([]error, len(res))
 	for i, r := range res {
@@ -250,7 +275,9 @@ func (q *quorum) extend(ctx context.Context, k keys, token string, ttl time.Dura
 }
 
 func (q *quorum) release(ctx context.Context, k keys, token string) (bool, error) {
-	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, k, token) })
+	// Settled once a majority answered: the other nodes' releases still run.
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, k, token) },
+		majority(q, func(bool) bool { return true }))
 	yes, answered := 0, 0
 	errs := make([]error, len(res))
 	for i, r := range res {
@@ -285,7 +312,7 @@ func (q *quorum) release(ctx context.Context, k keys, token string) (bool, error
 // inspect reports what a majority of nodes agree on: the holder, the
 // shortest remaining lease among them, and the highest fence.
 func (q *quorum) inspect(ctx context.Context, k keys) (Info, error) {
-	res := fanOut(ctx, q, func(ctx context.Context, n node) (Info, error) { return n.inspect(ctx, k) })
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (Info, error) { return n.inspect(ctx, k) }, nil)
 	votes := map[string]int{}
 	var out Info
 	answered := 0

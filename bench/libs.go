@@ -38,7 +38,7 @@ func goRedis(addr string) *redis.Client {
 }
 
 var libraries = []library{
-	{name: "dlock", open: openDlock()},
+	{name: "dlock", quorum: true, open: openDlock()},
 	{name: "dlock unfair", open: openDlock(dlock.WithFair(false))},
 	{name: "dlock unbatched", w1only: true, open: openDlock(dlock.WithPipelining(false))},
 	{name: "redsync", quorum: true, open: openRedsync},
@@ -61,9 +61,19 @@ func (h *dlockHandle) unlock(ctx context.Context) error { return h.l.Release(ctx
 func openDlock(opts ...dlock.Option) func([]string) (func(string) handle, func(), error) {
 	return func(addrs []string) (func(string) handle, func(), error) {
 		opts := append([]dlock.Option{dlock.WithTTL(ttl)}, opts...)
-		rdb := goRedis(addrs[0])
-		c := dlock.New(rdb, opts...)
-		return func(name string) handle { return &dlockHandle{c: c, name: name} }, func() { rdb.Close() }, nil
+		var nodes []redis.UniversalClient
+		for _, a := range addrs {
+			nodes = append(nodes, goRedis(a))
+		}
+		c := dlock.New(nodes[0], opts...)
+		if len(nodes) > 1 {
+			c = dlock.NewRedlock(nodes, opts...)
+		}
+		return func(name string) handle { return &dlockHandle{c: c, name: name} }, func() {
+			for _, n := range nodes {
+				n.Close()
+			}
+		}, nil
 	}
 }
 

@@ -6,6 +6,7 @@
 //
 // W1, uncontended: C goroutines, one lock name each, lock+unlock in a loop.
 // W2, contended: C goroutines on one name, holding it for a fixed time.
+// W3, quorum: 5 independent nodes, healthy, one frozen (SIGSTOP), two killed.
 package main
 
 import (
@@ -29,7 +30,7 @@ import (
 var (
 	duration = flag.Duration("duration", 2*time.Second, "how long each cell of a workload runs")
 	out      = flag.String("out", "results", "write OUT.md (table) and OUT.svg (plot)")
-	only     = flag.String("only", "", "comma-separated workloads to run (W1,W2); default all")
+	only     = flag.String("only", "", "comma-separated workloads to run (W1,W2,W3); default all")
 	libsFlag = flag.String("libs", "", "comma-separated libraries to run; default all")
 )
 
@@ -86,6 +87,21 @@ func main() {
 						c, hold, l.name, r.rate, r.p50, r.p99, r.max, r.fairness, r.cmds, r.violations)
 				}
 			}
+		}
+	}
+	if want("W3") {
+		for _, l := range libs {
+			if !l.quorum {
+				continue
+			}
+			rs, err := quorumRuns(l)
+			if err != nil {
+				log.Fatalf("W3 %s: %v", l.name, err)
+			}
+			for _, r := range rs {
+				log.Printf("W3 %-14s %-16s acquire p50 %v p99 %v  release p50 %v p99 %v", l.name, r.scenario, r.acqP50, r.acqP99, r.relP50, r.relP99)
+			}
+			rep.w3 = append(rep.w3, rs...)
 		}
 	}
 	if err := rep.write(*out); err != nil {
@@ -301,4 +317,71 @@ func contendedBaseline(c int, hold time.Duration) float64 {
 	}
 	wg.Wait()
 	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+type w3Result struct {
+	lib, scenario  string
+	acqP50, acqP99 time.Duration
+	relP50, relP99 time.Duration
+	n              int
+}
+
+// quorumRuns runs W3 for one library: lock+unlock in a loop, one goroutine,
+// on fresh names, over 5 nodes that are healthy, then have one frozen, then
+// two killed. Each scenario is bounded by -duration and 200 pairs.
+func quorumRuns(l library) ([]w3Result, error) {
+	var srvs []*redisserver.Server
+	var addrs []string
+	defer func() {
+		for _, s := range srvs {
+			s.Resume()
+			s.Stop()
+		}
+	}()
+	for range 5 {
+		s, err := redisserver.Start(redisserver.TCP())
+		if err != nil {
+			return nil, err
+		}
+		srvs = append(srvs, s)
+		addrs = append(addrs, s.Addr())
+	}
+	newHandle, closeFn, err := l.open(addrs)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	var out []w3Result
+	for _, sc := range []struct {
+		name   string
+		inject func()
+	}{
+		{"healthy", func() {}},
+		{"1 of 5 frozen", func() { srvs[0].Pause() }},
+		{"2 of 5 killed", func() { srvs[0].Resume(); srvs[1].Kill(); srvs[2].Kill() }},
+	} {
+		sc.inject()
+		var acq, rel []time.Duration
+		stop := time.Now().Add(*duration)
+		for i := 0; i < 200 && time.Now().Before(stop); i++ {
+			h := newHandle(fmt.Sprintf("w3:%s:%d", sc.name, i))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			t0 := time.Now()
+			err := h.lock(ctx)
+			t1 := time.Now()
+			if err == nil {
+				err = h.unlock(ctx)
+			}
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", sc.name, err)
+			}
+			acq, rel = append(acq, t1.Sub(t0)), append(rel, time.Since(t1))
+		}
+		slices.Sort(acq)
+		slices.Sort(rel)
+		out = append(out, w3Result{lib: l.name, scenario: sc.name, n: len(acq),
+			acqP50: acq[len(acq)/2], acqP99: acq[len(acq)*99/100], relP50: rel[len(rel)/2], relP99: rel[len(rel)*99/100]})
+	}
+	return out, nil
 }

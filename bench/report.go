@@ -12,6 +12,7 @@ type report struct {
 	env string
 	w1  []w1Result
 	w2  []w2Result
+	w3  []w3Result
 }
 
 func (r *report) write(out string) error {
@@ -66,6 +67,14 @@ func (r *report) markdown() string {
 			}
 			fmt.Fprintf(&b, "| %d | %v | %s | %.0f | %.0f%% | %s | %s | %s | %s | %.2f | %.1f | %d |\n",
 				x.c, x.hold, x.lib, x.rate, 100*x.rate/x.baseline, ms(x.p50), ms(x.p99), ms(x.max), ideal, x.fairness, x.cmds, x.violations)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.w3) > 0 {
+		b.WriteString("**W3 — quorum of 5 independent nodes** (one goroutine, lock+unlock on fresh names)\n\n")
+		b.WriteString("| library | nodes | pairs | acquire p50 | p99 | release p50 | p99 |\n|---|---|---:|---:|---:|---:|---:|\n")
+		for _, x := range r.w3 {
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s |\n", x.lib, x.scenario, x.n, ms(x.acqP50), ms(x.acqP99), ms(x.relP50), ms(x.relP99))
 		}
 		b.WriteString("\n")
 	}
