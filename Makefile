@@ -2,7 +2,7 @@
 GO ?= go
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: test demo bench lint redis
+.PHONY: test demo bench compare lint redis
 
 # The test command: every package, under the race detector, against real redis-server processes.
 test: redis
@@ -15,8 +15,13 @@ demo: redis
 bench: redis
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 .
 
+# The side-by-side comparison with other Go lock libraries (its own module).
+compare: redis
+	cd bench && $(GO) run . -out results
+
 lint:
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 redis:

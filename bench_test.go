@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -121,6 +123,30 @@ func BenchmarkContendedHandoff(b *testing.B) {
 				slices.Sort(gaps)
 				b.ReportMetric(float64(gaps[len(gaps)/2].Microseconds()), "p50-µs")
 				b.ReportMetric(float64(gaps[len(gaps)*99/100].Microseconds()), "p99-µs")
+			}
+		})
+	}
+}
+
+// BenchmarkRedlockPair measures uncontended acquire+release over a quorum of
+// N independent nodes (N=1 is a single node through the same quorum code),
+// all in the same run.
+func BenchmarkRedlockPair(b *testing.B) {
+	for _, n := range []int{1, 3, 5} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			var nodes []redis.UniversalClient
+			for range n {
+				nodes = append(nodes, redistest.Start(b).Client(b))
+			}
+			c := dlock.NewRedlock(nodes, dlock.WithAutoExtend(false))
+			ctx := b.Context()
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := c.TryAcquire(ctx, "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				l.Release(ctx)
 			}
 		})
 	}

@@ -34,17 +34,17 @@ const (
 type Option func(*options)
 
 type options struct {
-	ttl        time.Duration
-	autoExtend bool
-	prefix     string
-	backoff    Backoff
-	drift      time.Duration // < 0: derived from the TTL
-	hooks      Hooks
-	fair       bool
-	pipelining bool
-	reentrant  bool
+	ttl         time.Duration
+	autoExtend  bool
+	prefix      string
+	backoff     Backoff
+	drift       time.Duration // < 0: derived from the TTL
+	hooks       Hooks
+	fair        bool
+	pipelining  bool
+	reentrant   bool
 	nodeTimeout time.Duration // quorum only; 0: derived from the TTL
-	err        error // the first invalid option, returned by every call
+	err         error         // the first invalid option, returned by every call
 }
 
 func defaultOptions() options {
