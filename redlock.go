@@ -211,6 +211,15 @@ func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Dur
 			pttl = max(pttl, r.v.pttl)
 		}
 	}
+	have := 0 // granting nodes whose counter is already at the fence
+	for _, r := range res {
+		if r.ok && r.err == nil && r.v.held && r.v.fence == fence {
+			have++
+		}
+	}
+	if held >= q.need() && have >= q.need() {
+		return grant{held: true, fence: fence}, nil
+	}
 	if held >= q.need() {
 		// Write the fence back to a majority, so that any later majority
 		// (which shares a node with this one) issues a higher one.
@@ -275,9 +284,9 @@ func (q *quorum) extend(ctx context.Context, k keys, token string, ttl time.Dura
 }
 
 func (q *quorum) release(ctx context.Context, k keys, token string) (bool, error) {
-	// Settled once a majority answered: the other nodes' releases still run.
-	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, k, token) },
-		majority(q, func(bool) bool { return true }))
+	// Every node is waited for (up to the per-node timeout): a release still
+	// in flight on a node would make that node refuse the next acquisition.
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, k, token) }, nil)
 	yes, answered := 0, 0
 	errs := make([]error, len(res))
 	for i, r := range res {
