@@ -54,25 +54,62 @@ type backend interface {
 // node is the backend for one Redis deployment reached through one
 // go-redis client: a single server, a Sentinel-managed master, or a Cluster.
 type node struct {
-	rdb       redis.Scripter
-	fair      bool
-	reentrant bool // the lock is a hash of owner -> hold count
+	rdb        redis.Scripter        // scripts run through here (the batcher, or the client)
+	uc         redis.UniversalClient // the client itself, for a script and WAIT on one connection
+	fair       bool
+	reentrant  bool   // the lock is a hash of owner -> hold count
+	pub        string // PUBLISH, or SPUBLISH on a Redis Cluster
+	replicas   int    // WithReplicaAck: replicas that must acknowledge acquire and extend
+	ackTimeout time.Duration
+}
+
+// acked runs a script that may write and, with replica acknowledgement on,
+// WAIT on the same connection, so that WAIT covers the script's write. It
+// returns the reply and the number of replicas that acknowledged (-1 when
+// acknowledgement is off).
+func (n node) acked(ctx context.Context, s *redis.Script, keys []string, args ...any) (*redis.Cmd, int64) {
+	if n.replicas <= 0 {
+		return s.Run(ctx, n.rdb, keys, args...), -1
+	}
+	for range 2 { // a second time after loading the script on NOSCRIPT
+		var cmd, wait *redis.Cmd
+		n.uc.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmd = p.EvalSha(ctx, s.Hash(), keys, args...)
+			wait = p.Do(ctx, "WAIT", n.replicas, n.ackTimeout.Milliseconds())
+			return nil
+		})
+		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			s.Load(ctx, n.uc)
+			continue
+		}
+		acks, _ := wait.Int64()
+		return cmd, acks
+	}
+	return s.Run(ctx, n.rdb, keys, args...), 0
+}
+
+// ackError reports a write that too few replicas acknowledged.
+func (n node) ackError(op string, acks int64) error {
+	return fmt.Errorf("%w: %s: %d of %d replicas acknowledged within %v", ErrReplicaAck, op, max(acks, 0), n.replicas, n.ackTimeout)
 }
 
 func (n node) acquire(ctx context.Context, k keys, token string, ttl time.Duration, queue bool) (grant, error) {
 	if n.reentrant {
 		return n.acquireReentrant(ctx, k, token, ttl)
 	}
-	var cmd *redis.Cmd
+	var (
+		cmd  *redis.Cmd
+		acks int64
+	)
 	if n.fair {
 		q := 0
 		if queue {
 			q = 1
 		}
-		cmd = script.AcquireFair.Run(ctx, n.rdb, []string{k.lock, k.fence, k.queue, k.waiters},
-			token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), k.channel)
+		cmd, acks = n.acked(ctx, script.AcquireFair, []string{k.lock, k.fence, k.queue, k.waiters},
+			token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), k.channel, n.pub)
 	} else {
-		cmd = script.Acquire.Run(ctx, n.rdb, []string{k.lock, k.fence}, token, ttl.Milliseconds())
+		cmd, acks = n.acked(ctx, script.Acquire, []string{k.lock, k.fence}, token, ttl.Milliseconds())
 	}
 	v, err := cmd.Int64Slice()
 	if err != nil {
@@ -82,6 +119,10 @@ func (n node) acquire(ctx context.Context, k keys, token string, ttl time.Durati
 		return grant{}, fmt.Errorf("dlock: acquire: unexpected reply %v", v)
 	}
 	if v[0] == 1 {
+		if acks >= 0 && acks < int64(n.replicas) {
+			n.release(context.WithoutCancel(ctx), k, token)
+			return grant{}, fmt.Errorf("%w: %w", ErrNotAcquired, n.ackError("acquire", acks))
+		}
 		return grant{held: true, fence: v[1]}, nil
 	}
 	pttl := time.Duration(-1)
@@ -92,7 +133,8 @@ func (n node) acquire(ctx context.Context, k keys, token string, ttl time.Durati
 }
 
 func (n node) acquireReentrant(ctx context.Context, k keys, owner string, ttl time.Duration) (grant, error) {
-	v, err := script.AcquireReentrant.Run(ctx, n.rdb, []string{k.lock, k.fence}, owner, ttl.Milliseconds()).Int64Slice()
+	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{k.lock, k.fence}, owner, ttl.Milliseconds())
+	v, err := cmd.Int64Slice()
 	if err != nil {
 		return grant{}, redisErr("acquire", err)
 	}
@@ -100,6 +142,10 @@ func (n node) acquireReentrant(ctx context.Context, k keys, owner string, ttl ti
 		return grant{}, fmt.Errorf("dlock: acquire: unexpected reply %v", v)
 	}
 	if v[0] == 1 {
+		if acks >= 0 && acks < int64(n.replicas) {
+			n.release(context.WithoutCancel(ctx), k, owner)
+			return grant{}, fmt.Errorf("%w: %w", ErrNotAcquired, n.ackError("acquire", acks))
+		}
 		return grant{held: true, fence: v[1], holds: v[2]}, nil
 	}
 	pttl := time.Duration(-1)
@@ -114,9 +160,15 @@ func (n node) extend(ctx context.Context, k keys, token string, ttl time.Duratio
 	if n.reentrant {
 		s = script.ExtendReentrant
 	}
-	v, err := s.Run(ctx, n.rdb, []string{k.lock}, token, ttl.Milliseconds()).Int64()
+	cmd, acks := n.acked(ctx, s, []string{k.lock}, token, ttl.Milliseconds())
+	v, err := cmd.Int64()
 	if err != nil {
 		return false, redisErr("extend", err)
+	}
+	if v == 1 && acks >= 0 && acks < int64(n.replicas) {
+		// Extended on the master only: not a loss yet, but not a safe
+		// extension either. The watchdog retries until the validity runs out.
+		return false, n.ackError("extend", acks)
 	}
 	return v == 1, nil
 }
@@ -125,15 +177,15 @@ func (n node) release(ctx context.Context, k keys, token string) (bool, error) {
 	var cmd *redis.Cmd
 	switch {
 	case n.reentrant:
-		left, err := script.ReleaseReentrant.Run(ctx, n.rdb, []string{k.lock}, token, k.channel).Int64()
+		left, err := script.ReleaseReentrant.Run(ctx, n.rdb, []string{k.lock}, token, k.channel, n.pub).Int64()
 		if err != nil {
 			return false, redisErr("release", err)
 		}
 		return left >= 0, nil
 	case n.fair:
-		cmd = script.ReleaseFair.Run(ctx, n.rdb, []string{k.lock, k.fence, k.queue, k.waiters}, token, k.channel)
+		cmd = script.ReleaseFair.Run(ctx, n.rdb, []string{k.lock, k.fence, k.queue, k.waiters}, token, k.channel, n.pub)
 	default:
-		cmd = script.Release.Run(ctx, n.rdb, []string{k.lock}, token, k.channel)
+		cmd = script.Release.Run(ctx, n.rdb, []string{k.lock}, token, k.channel, n.pub)
 	}
 	v, err := cmd.Int64()
 	if err != nil {

@@ -41,14 +41,35 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	if o.reentrant {
 		o.fair = false
 	}
+	_, cluster := rdb.(*redis.ClusterClient)
+	if cluster && o.replicas > 0 {
+		o.invalid("WithReplicaAck: not available on a Cluster client (WAIT must reach the node that owns the lock)")
+	}
+	sharded := o.sharded > 0 || (o.sharded == 0 && cluster)
+	pub := "PUBLISH"
+	if sharded {
+		pub = "SPUBLISH"
+	}
 	var scripts redis.Scripter = rdb
 	if o.pipelining {
 		scripts = newBatcher(rdb)
 	}
+	h := newHub(rdb)
+	h.sharded = sharded
 	return &Client{
-		rdb: rdb, b: node{rdb: scripts, fair: o.fair, reentrant: o.reentrant},
-		hubs: []*hub{newHub(rdb)}, opts: o, id: newToken()[:11],
+		rdb: rdb,
+		b: node{rdb: scripts, uc: rdb, fair: o.fair, reentrant: o.reentrant, pub: pub,
+			replicas: o.replicas, ackTimeout: o.ackTimeout},
+		hubs: []*hub{h}, opts: o, id: newToken()[:11],
 	}
+}
+
+// pub returns the command that announces releases.
+func (c *Client) pub() string {
+	if n, ok := c.b.(node); ok {
+		return n.pub
+	}
+	return "PUBLISH"
 }
 
 // TTL returns the lease time of the Client's locks.
@@ -200,8 +221,8 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 // attempt instead.
 func (c *Client) handedOver(name string, k keys, token string, fence int64, queued time.Time) *Lock {
 	ttl := c.opts.ttl
-	if fence <= 0 || time.Since(queued) > ttl/2 {
-		return nil
+	if fence <= 0 || time.Since(queued) > ttl/2 || c.opts.replicas > 0 {
+		return nil // (with replica ack, the confirming attempt is what WAITs)
 	}
 	return newLock(c, name, k, token, fence, ttl, queued.Add(ttl-c.opts.driftFor(ttl)))
 }

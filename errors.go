@@ -27,6 +27,11 @@ var (
 	// dlock does not write there (another program uses the key).
 	ErrWrongType = errors.New("dlock: lock key holds a value of another type")
 
+	// ErrReplicaAck means fewer replicas than WithReplicaAck asks for
+	// acknowledged an acquisition (which was then undone, and the error also
+	// matches ErrNotAcquired) or an extension (the watchdog retries it).
+	ErrReplicaAck = errors.New("dlock: not acknowledged by enough replicas")
+
 	// ErrStaleFence is returned by Guard.Write when a write carries a fencing
 	// token older than one the resource has already accepted.
 	ErrStaleFence = errors.New("dlock: stale fencing token")

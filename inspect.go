@@ -74,7 +74,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	force := func(ctx context.Context, rdb redis.Scripter) (bool, error) {
-		n, err := script.ForceRelease.Run(ctx, rdb, []string{k.lock}, k.channel).Int64()
+		n, err := script.ForceRelease.Run(ctx, rdb, []string{k.lock}, k.channel, c.pub()).Int64()
 		if err != nil {
 			return false, fmt.Errorf("dlock: force release %q: %w", name, redisErr("force release", err))
 		}

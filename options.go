@@ -44,7 +44,10 @@ type options struct {
 	pipelining  bool
 	reentrant   bool
 	nodeTimeout time.Duration // quorum only; 0: derived from the TTL
-	err         error         // the first invalid option, returned by every call
+	replicas    int
+	ackTimeout  time.Duration
+	sharded     int   // 0: auto (a Cluster client uses sharded pub/sub), 1 on, -1 off
+	err         error // the first invalid option, returned by every call
 }
 
 func defaultOptions() options {
@@ -166,6 +169,44 @@ func WithPipelining(on bool) Option {
 // The default is off.
 func WithReentrant(on bool) Option {
 	return func(o *options) { o.reentrant = on }
+}
+
+// WithReplicaAck makes every acquisition and extension wait, with WAIT,
+// until n replicas have acknowledged it, for at most timeout. An
+// acquisition they do not acknowledge in time is undone and fails with an
+// error matching ErrReplicaAck and ErrNotAcquired; an extension they do not
+// acknowledge is retried by the watchdog until the lease's validity runs out.
+//
+// It narrows the window in which a failover to a replica loses a lock that
+// was just granted: a lock acknowledged by n replicas survives the loss of
+// the master as long as one of them is promoted. It does not close it:
+// WAIT is not consensus, a replica that acknowledged may not be the one
+// promoted, and an acknowledged write can still be lost if the promoted
+// replica restarts without persistence. Keep timeout well under the
+// client's read timeout (3s by default). Not available on a Cluster client
+// or a quorum (ErrInvalid). The default is no acknowledgement.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(o *options) {
+		if n < 0 || (n > 0 && timeout <= 0) {
+			o.invalid("WithReplicaAck(%d, %v): need n ≥ 0 and a positive timeout", n, timeout)
+			return
+		}
+		o.replicas, o.ackTimeout = n, timeout
+	}
+}
+
+// WithShardedPubSub chooses how releases are announced: with sharded pub/sub
+// (SPUBLISH/SSUBSCRIBE, Redis 7 and later), which keeps a lock's messages on
+// the cluster node that owns its keys, or with plain PUBLISH, which a
+// Cluster broadcasts to every node. The default is sharded for a
+// *redis.ClusterClient and plain otherwise.
+func WithShardedPubSub(on bool) Option {
+	return func(o *options) {
+		o.sharded = -1
+		if on {
+			o.sharded = 1
+		}
+	}
 }
 
 // WithHooks sets functions called on lock events, for metrics and tracing.

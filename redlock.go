@@ -51,6 +51,8 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) *Client {
 		o.invalid("NewRedlock: no nodes")
 	case o.reentrant:
 		o.invalid("NewRedlock: reentrant locks are not available over a quorum")
+	case o.replicas > 0:
+		o.invalid("NewRedlock: WithReplicaAck does not apply to a quorum of independent masters")
 	case o.nodeTimeout < 0:
 		o.invalid("WithNodeTimeout(%v): must be positive", o.nodeTimeout)
 	}
@@ -63,7 +65,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) *Client {
 	q := &quorum{timeout: o.nodeTimeout}
 	var hubs []*hub
 	for _, rdb := range nodes {
-		q.nodes = append(q.nodes, node{rdb: rdb})
+		q.nodes = append(q.nodes, node{rdb: rdb, uc: rdb, pub: "PUBLISH"})
 		hubs = append(hubs, newHub(rdb))
 	}
 	c := &Client{b: q, hubs: hubs, opts: o, id: newToken()[:11]}

@@ -23,7 +23,8 @@ const wakeAll = "*"
 // channel is subscribed while at least one waiter watches it (and for
 // linger after); the connection is open while any channel is subscribed.
 type hub struct {
-	rdb redis.UniversalClient
+	rdb     redis.UniversalClient
+	sharded bool // SSUBSCRIBE, one connection per channel (it lives on its slot's node)
 
 	mu      sync.Mutex
 	ps      *redis.PubSub     // nil while no channel is subscribed
@@ -35,6 +36,7 @@ type topic struct {
 	waiters map[string]*waiter // by token
 	ready   chan struct{}      // closed once the latest SUBSCRIBE is confirmed
 	idle    *time.Timer        // unsubscribes the channel after linger without waiters
+	ps      *redis.PubSub      // sharded: the channel's own connection
 }
 
 // waiter receives a wake-up on wake when its lock is released (0), or the
@@ -138,6 +140,12 @@ func (h *hub) add(t *topic, channel, token string, wake chan int64) *waiter {
 func (h *hub) subscribe(ctx context.Context, channel, token string, wake chan int64) (*waiter, <-chan struct{}) {
 	h.mu.Lock()
 	t := h.topics[channel]
+	if t == nil && h.sharded {
+		t = &topic{waiters: map[string]*waiter{}, ready: make(chan struct{})}
+		h.topics[channel] = t
+		t.ps = h.rdb.SSubscribe(ctx, channel)
+		go h.readTopic(t, t.ps.ChannelWithSubscriptions())
+	}
 	if t == nil {
 		t = &topic{waiters: map[string]*waiter{}, ready: make(chan struct{})}
 		h.topics[channel] = t
@@ -180,6 +188,10 @@ func (h *hub) drop(channel string, t *topic) {
 		return
 	}
 	delete(h.topics, channel)
+	if t.ps != nil {
+		t.ps.Close()
+		return
+	}
 	if len(h.topics) == 0 {
 		h.ps.Close() // the reader sees its channel close and exits
 		h.ps = nil
@@ -216,23 +228,47 @@ func (h *hub) read(ps *redis.PubSub, msgs <-chan any) {
 				}
 			}
 		case *redis.Message:
-			t := h.topics[m.Channel]
-			if t == nil {
-				break
-			}
-			if m.Payload != wakeAll {
-				token, f, _ := strings.Cut(m.Payload, " ")
-				if w := t.waiters[token]; w != nil {
-					fence, _ := strconv.ParseInt(f, 10, 64)
-					w.signal(fence)
-				}
-				break
-			}
-			for _, w := range t.waiters {
-				w.signal(0)
+			if t := h.topics[m.Channel]; t != nil {
+				t.dispatch(m.Payload)
 			}
 		}
 		h.mu.Unlock()
+	}
+}
+
+// readTopic dispatches the messages of a sharded channel's own connection
+// until it is closed.
+func (h *hub) readTopic(t *topic, msgs <-chan any) {
+	for m := range msgs {
+		h.mu.Lock()
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind == "ssubscribe" {
+				select {
+				case <-t.ready:
+				default:
+					close(t.ready)
+				}
+			}
+		case *redis.Message:
+			t.dispatch(m.Payload)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// dispatch wakes the waiters a release message is for; h.mu must be held.
+func (t *topic) dispatch(payload string) {
+	if payload != wakeAll {
+		token, f, _ := strings.Cut(payload, " ")
+		if w := t.waiters[token]; w != nil {
+			fence, _ := strconv.ParseInt(f, 10, 64)
+			w.signal(fence)
+		}
+		return
+	}
+	for _, w := range t.waiters {
+		w.signal(0)
 	}
 }
 

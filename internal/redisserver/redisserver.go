@@ -36,8 +36,9 @@ const startTimeout = 10 * time.Second
 type Option func(*config)
 
 type config struct {
-	tcp  bool
-	args []string
+	tcp      bool
+	args     []string
+	sentinel string // sentinel mode: the config file's initial text
 }
 
 // TCP makes the server listen on a free port of 127.0.0.1 instead of a unix socket.
@@ -45,6 +46,18 @@ func TCP() Option { return func(c *config) { c.tcp = true } }
 
 // Args appends redis-server command-line arguments, e.g. Args("--appendonly", "yes").
 func Args(args ...string) Option { return func(c *config) { c.args = append(c.args, args...) } }
+
+// Sentinel makes the server a Sentinel (redis-server --sentinel, on TCP)
+// watching the master name at 127.0.0.1:masterPort, with the given quorum,
+// down-after and failover timeouts.
+func Sentinel(name string, masterPort, quorum int, downAfter, failoverTimeout time.Duration) Option {
+	return func(c *config) {
+		c.tcp = true
+		c.sentinel = fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d\n"+
+			"sentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s %d\n",
+			name, masterPort, quorum, name, downAfter.Milliseconds(), name, failoverTimeout.Milliseconds())
+	}
+}
 
 // Server is one redis-server process.
 type Server struct {
@@ -122,6 +135,15 @@ func (s *Server) launch() error {
 		"--save", "", "--appendonly", "no",
 		"--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, "redis.log"),
+	}
+	if s.cfg.sentinel != "" {
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		if _, err := os.Stat(conf); err != nil { // first start; Sentinel rewrites it later
+			if err := os.WriteFile(conf, []byte(s.cfg.sentinel), 0o600); err != nil {
+				return err
+			}
+		}
+		args = []string{conf, "--sentinel", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}
 	}
 	if s.port == 0 {
 		args = append(args, "--port", "0", "--unixsocket", s.sock(), "--unixsocketperm", "700")

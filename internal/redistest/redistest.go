@@ -7,6 +7,7 @@ package redistest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -21,6 +22,11 @@ func TCP() Option { return redisserver.TCP() }
 
 // Args appends redis-server command-line arguments.
 func Args(args ...string) Option { return redisserver.Args(args...) }
+
+// Sentinel makes the server a Sentinel; see redisserver.Sentinel.
+func Sentinel(name string, masterPort, quorum int, downAfter, failoverTimeout time.Duration) Option {
+	return redisserver.Sentinel(name, masterPort, quorum, downAfter, failoverTimeout)
+}
 
 // Server is a redis-server process owned by a test.
 type Server struct {

@@ -3,6 +3,7 @@
 -- KEYS[4] waiters (hash: token -> "deadline_ms:ttl_ms")
 -- ARGV[1] owner token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
 -- ARGV[4] how long a queue entry lives without being renewed, in ms   ARGV[5] release channel
+-- ARGV[6] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
 -- Returns {1, fence} when the lock is ours (taken now, handed to us by a
 -- release, or already ours), else {0, pttl} (-1: no expiry). The lock goes to
 -- the caller only if no live waiter is ahead of it; a try never queues and
@@ -43,7 +44,7 @@ if not holder then
         redis.call('LPOP', KEYS[3])
         redis.call('HDEL', KEYS[4], head)
         redis.call('SET', KEYS[1], head, 'PX', ttl)
-        redis.call('PUBLISH', ARGV[5], head .. ' ' .. string.format('%d', new_fence()))
+        redis.call(ARGV[6], ARGV[5], head .. ' ' .. string.format('%d', new_fence()))
       end
       break
     end

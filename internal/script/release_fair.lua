@@ -2,6 +2,7 @@
 -- take a waiter that gives up out of the queue (fair mode).
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue   KEYS[4] waiters hash
 -- ARGV[1] owner token   ARGV[2] release channel
+-- ARGV[3] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
 -- A handover is announced on the channel as "<token> <fence>", a plain
 -- release as "*".
 -- Returns 1 if the lock was ours (it is now handed over or deleted), 0 if it
@@ -19,7 +20,7 @@ while true do
   local head = redis.call('LPOP', KEYS[3])
   if not head then
     redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', ARGV[2], '*')
+    redis.call(ARGV[3], ARGV[2], '*')
     return 1
   end
   local entry = redis.call('HGET', KEYS[4], head)
@@ -33,7 +34,7 @@ while true do
       fence = last + 1
     end
     redis.call('SET', KEYS[2], string.format('%d', fence))
-    redis.call('PUBLISH', ARGV[2], head .. ' ' .. string.format('%d', fence))
+    redis.call(ARGV[3], ARGV[2], head .. ' ' .. string.format('%d', fence))
     return 1
   end
 end

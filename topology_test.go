@@ -1,0 +1,330 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// These tests build real topologies (replicas and Sentinels, a 3-master
+// Cluster) from redis-server processes. `go test -short` skips them.
+
+func info(ctx context.Context, s *redistest.Server, section, field string) string {
+	v, err := s.Do(ctx, "INFO", section)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(fmt.Sprint(v), "\r\n") {
+		if k, val, ok := strings.Cut(line, ":"); ok && k == field {
+			return val
+		}
+	}
+	return ""
+}
+
+func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Sentinel topology")
+	}
+	leakcheck.Check(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	fast := redistest.Args("--repl-diskless-sync-delay", "0")
+	master := redistest.Start(t, redistest.TCP(), fast)
+	// Replicas reach the master through a proxy that can stall replication.
+	link := redistest.NewProxy(t, master.Addr())
+	port := strconv.Itoa(link.Port())
+	replicas := []*redistest.Server{
+		redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", port)),
+		redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", port)),
+	}
+	if !waitFor(30*time.Second, func() bool {
+		return info(ctx, replicas[0], "replication", "master_link_status") == "up" &&
+			info(ctx, replicas[1], "replication", "master_link_status") == "up"
+	}) {
+		t.Fatal("replicas never synced")
+	}
+	var sentinelAddrs []string
+	var sentinels []*redistest.Server
+	for range 3 {
+		s := redistest.Start(t, redistest.Sentinel("m", master.Port(), 2, 500*time.Millisecond, 3*time.Second))
+		sentinels = append(sentinels, s)
+		sentinelAddrs = append(sentinelAddrs, s.Addr())
+	}
+	if !waitFor(30*time.Second, func() bool {
+		for _, s := range sentinels {
+			v, err := s.Do(ctx, "SENTINEL", "MASTER", "m")
+			if err != nil || !sentinelField(v, "num-other-sentinels", "2") {
+				return false
+			}
+			if !sentinelField(v, "num-slaves", "2") {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("sentinels never saw each other and both replicas")
+	}
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: sentinelAddrs, MaxRetries: -1})
+	t.Cleanup(func() { fc.Close() })
+
+	acked := dlock.New(fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 500*time.Millisecond))
+	plain := dlock.New(fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false))
+	const n = 20
+	for i := range n {
+		if _, err := acked.TryAcquire(ctx, fmt.Sprint("acked-", i)); err != nil {
+			t.Fatalf("acked TryAcquire %d = %v", i, err)
+		}
+	}
+
+	// Replication stalls: an acknowledged acquisition now fails cleanly, an
+	// unacknowledged one succeeds on the master alone.
+	link.Stall()
+	_, err := acked.TryAcquire(ctx, "during-freeze")
+	if !errors.Is(err, dlock.ErrReplicaAck) || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("acked TryAcquire with replicas frozen = %v, want ErrReplicaAck and ErrNotAcquired", err)
+	}
+	if exists(ctx, master, "dlock:{during-freeze}") {
+		t.Error("unacknowledged acquisition left its key on the master")
+	}
+	for i := range n {
+		if _, err := plain.TryAcquire(ctx, fmt.Sprint("plain-", i)); err != nil {
+			t.Fatalf("plain TryAcquire %d = %v", i, err)
+		}
+	}
+
+	// The master dies with the stalled replication stream; a replica is promoted.
+	master.Kill()
+	link.Cut()
+	if !waitFor(60*time.Second, func() bool {
+		return fc.Ping(ctx).Err() == nil && fc.Set(ctx, "probe", "1", time.Second).Err() == nil
+	}) {
+		t.Fatal("no new master within 60s")
+	}
+
+	// Clients carry on with the new master.
+	other := dlock.New(fc, dlock.WithAutoExtend(false))
+	l, err := other.TryAcquire(ctx, "after-failover")
+	if err != nil {
+		t.Fatalf("TryAcquire after the failover = %v", err)
+	}
+	l.Release(ctx)
+	lostAcked, secondHolders := 0, 0
+	for i := range n {
+		if _, err := other.TryAcquire(ctx, fmt.Sprint("acked-", i)); err == nil {
+			lostAcked++
+		}
+		if _, err := other.TryAcquire(ctx, fmt.Sprint("plain-", i)); err == nil {
+			secondHolders++
+		}
+	}
+	if lostAcked != 0 {
+		t.Errorf("%d of %d acknowledged locks were lost in the failover, want 0", lostAcked, n)
+	}
+	t.Logf("failover with replication stalled: %d of %d unacknowledged locks got a second holder; %d of %d acknowledged ones", secondHolders, n, lostAcked, n)
+	if secondHolders == 0 {
+		t.Errorf("no unacknowledged lock was lost, though replication was stalled: the test did not exercise the window")
+	}
+}
+
+// exists reports whether node s itself holds key (a node that does not own
+// the key's slot answers MOVED: false).
+func exists(ctx context.Context, s *redistest.Server, key string) bool {
+	v, err := s.Do(ctx, "EXISTS", key)
+	n, _ := v.(int64)
+	return err == nil && n == 1
+}
+
+// sentinelField reports whether a SENTINEL MASTER reply (a flat list or a
+// map) has field set to want.
+func sentinelField(v any, field, want string) bool {
+	switch v := v.(type) {
+	case []any:
+		for i := 0; i+1 < len(v); i += 2 {
+			if fmt.Sprint(v[i]) == field {
+				return fmt.Sprint(v[i+1]) == want
+			}
+		}
+	case map[any]any:
+		return fmt.Sprint(v[field]) == want
+	}
+	return false
+}
+
+// startCluster builds a 3-master Cluster with redis-cli --cluster create.
+func startCluster(t *testing.T) ([]*redistest.Server, *redis.ClusterClient) {
+	t.Helper()
+	var nodes []*redistest.Server
+	var addrs []string
+	for range 3 {
+		s := redistest.Start(t, redistest.TCP(), redistest.Args("--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
+		nodes = append(nodes, s)
+		addrs = append(addrs, s.Addr())
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	ctx := t.Context()
+	if !waitFor(30*time.Second, func() bool {
+		for _, n := range nodes {
+			v, err := n.Do(ctx, "CLUSTER", "INFO")
+			if err != nil || !strings.Contains(fmt.Sprint(v), "cluster_state:ok") {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("cluster never reached cluster_state:ok")
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	return nodes, cc
+}
+
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Redis Cluster")
+	}
+	leakcheck.Check(t)
+	nodes, cc := startCluster(t)
+	ctx := t.Context()
+	c := dlock.New(cc, dlock.WithTTL(time.Second))
+
+	// Many names, spread over the slots: each lock's keys share one slot.
+	var locks []*dlock.Lock
+	for i := range 60 {
+		name := fmt.Sprint("job-", i)
+		l, err := c.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatalf("TryAcquire(%s) on the cluster = %v", name, err)
+		}
+		locks = append(locks, l)
+		slot := cc.ClusterKeySlot(ctx, l.Key()).Val()
+		for _, suffix := range []string{":fence", ":q", ":qw", ":ch"} {
+			if s := cc.ClusterKeySlot(ctx, l.Key()+suffix).Val(); s != slot {
+				t.Errorf("%s%s in slot %d, lock key in %d", l.Key(), suffix, s, slot)
+			}
+		}
+	}
+	perNode := map[string]bool{}
+	for _, l := range locks {
+		for _, n := range nodes {
+			if exists(ctx, n, l.Key()) {
+				perNode[n.Addr()] = true
+			}
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release(%s) = %v", l.Name(), err)
+		}
+	}
+	if len(perNode) != 3 {
+		t.Errorf("locks landed on %d nodes, want all 3", len(perNode))
+	}
+
+	// A waiter is woken by the release message, over sharded pub/sub.
+	holder, err := c.TryAcquire(ctx, "wake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := dlock.New(cc, dlock.WithTTL(time.Minute), dlock.WithBackoff(func(int) time.Duration { return time.Hour }))
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := waiter.Acquire(wctx, "wake")
+		if err == nil {
+			l.Release(ctx)
+		}
+		got <- err
+	}()
+	if !waitFor(5*time.Second, func() bool {
+		return cc.LLen(ctx, "dlock:{wake}:q").Val() == 1
+	}) {
+		t.Fatal("waiter never queued")
+	}
+	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep
+	holder.Release(ctx)
+	if err := <-got; err != nil {
+		t.Errorf("waiter on the cluster = %v, want woken by the release", err)
+	}
+}
+
+// A slot holding a live lock moves to another node; the holder keeps
+// extending it (through MOVED/ASK) and releases it on the new node.
+func TestClusterSlotMigration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Redis Cluster")
+	}
+	leakcheck.Check(t)
+	nodes, cc := startCluster(t)
+	ctx := t.Context()
+	c := dlock.New(cc, dlock.WithTTL(600*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "moving")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := cc.ClusterKeySlot(ctx, l.Key()).Val()
+	ids := map[*redistest.Server]string{}
+	var src, dst *redistest.Server
+	for _, n := range nodes {
+		id, _ := n.Do(ctx, "CLUSTER", "MYID")
+		ids[n] = fmt.Sprint(id)
+		if exists(ctx, n, l.Key()) {
+			src = n
+		}
+	}
+	for _, n := range nodes {
+		if n != src {
+			dst = n
+			break
+		}
+	}
+	if src == nil {
+		t.Fatal("lock key not found on any node")
+	}
+	must := func(s *redistest.Server, args ...any) {
+		t.Helper()
+		if _, err := s.Do(ctx, args...); err != nil {
+			t.Fatalf("%v on %s: %v", args, s.Addr(), err)
+		}
+	}
+	must(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src])
+	must(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst])
+	time.Sleep(300 * time.Millisecond) // the watchdog extends while the slot is half-moved
+	keys, _ := src.Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 100)
+	migrate := []any{"MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS"}
+	for _, k := range keys.([]any) {
+		migrate = append(migrate, k)
+	}
+	must(src, migrate...)
+	for _, n := range nodes {
+		must(n, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
+	}
+	time.Sleep(1200 * time.Millisecond) // two TTLs on the new node
+	if err := l.Err(); err != nil {
+		t.Errorf("lock after its slot moved: Err() = %v, want nil", err)
+	}
+	if v, _ := dst.Do(ctx, "GET", l.Key()); fmt.Sprint(v) != l.Token() {
+		t.Errorf("lock key on the new node = %v, want our token", v)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release after the slot moved = %v", err)
+	}
+	if exists(ctx, dst, l.Key()) {
+		t.Error("lock key still on the new node after Release")
+	}
+}
