@@ -22,11 +22,59 @@ type keys struct {
 	channel string // where a release is announced
 	queue   string // fair mode: waiter tokens in arrival order
 	waiters string // fair mode: token -> "deadline_ms:ttl_ms" of each queued waiter
+
+	// The same, as command arguments: converted once per lock, not per call.
+	lockA, fenceA, channelA, queueA, waitersA any
 }
 
 func keysFor(prefix, name string) keys {
+	// One allocation for all five names: "<base>:fence<base>:qw<base>:ch".
 	base := prefix + "{" + name + "}"
-	return keys{lock: base, fence: base + ":fence", channel: base + ":ch", queue: base + ":q", waiters: base + ":qw"}
+	n := len(base)
+	all := base + ":fence" + base + ":qw" + base + ":ch"
+	k := keys{
+		lock: all[:n], fence: all[:n+6],
+		queue: all[n+6 : 2*n+8], waiters: all[n+6 : 2*n+9],
+		channel: all[2*n+9:],
+	}
+	k.lockA, k.fenceA, k.channelA, k.queueA, k.waitersA = k.lock, k.fence, k.channel, k.queue, k.waiters
+	return k
+}
+
+// Script digests and fixed arguments, converted to interfaces once.
+var (
+	acquireSHA     any = script.Acquire.Hash()
+	acquireFairSHA any = script.AcquireFair.Hash()
+	releaseSHA     any = script.Release.Hash()
+	releaseFairSHA any = script.ReleaseFair.Hash()
+)
+
+// evalsha runs args ("evalsha", digest, numkeys, keys…, argv…) through the
+// batcher or the client, loading the script s if the server lacks it.
+func (n node) evalsha(ctx context.Context, s *redis.Script, args []any) *redis.Cmd {
+	run := func() *redis.Cmd {
+		if b, ok := n.rdb.(*batcher); ok {
+			return b.run(ctx, args...)
+		}
+		return n.uc.Do(ctx, args...)
+	}
+	cmd := run()
+	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if err := s.Load(ctx, n.uc).Err(); err != nil {
+			return cmd
+		}
+		cmd = run()
+	}
+	return cmd
+}
+
+// ms returns d in milliseconds as a command argument, reusing the
+// conversion for the Client's own TTL.
+func (n node) ms(d time.Duration) any {
+	if d == n.ttl && n.ttlA != nil {
+		return n.ttlA
+	}
+	return d.Milliseconds()
 }
 
 // grant is the outcome of one acquire script call.
@@ -61,6 +109,10 @@ type node struct {
 	pub        string // PUBLISH, or SPUBLISH on a Redis Cluster
 	replicas   int    // WithReplicaAck: replicas that must acknowledge acquire and extend
 	ackTimeout time.Duration
+
+	ttl         time.Duration // the Client's lease time, and as arguments:
+	ttlA, qttlA any           // it in ms, and its queue entries' life in ms
+	pubA        any
 }
 
 // acked runs a script that may write and, with replica acknowledgement on,
@@ -101,15 +153,26 @@ func (n node) acquire(ctx context.Context, k keys, token string, ttl time.Durati
 		cmd  *redis.Cmd
 		acks int64
 	)
-	if n.fair {
-		q := 0
-		if queue {
-			q = 1
-		}
+	q := 0
+	if queue {
+		q = 1
+	}
+	switch {
+	case n.replicas > 0 && n.fair:
 		cmd, acks = n.acked(ctx, script.AcquireFair, []string{k.lock, k.fence, k.queue, k.waiters},
 			token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), k.channel, n.pub)
-	} else {
+	case n.replicas > 0:
 		cmd, acks = n.acked(ctx, script.Acquire, []string{k.lock, k.fence}, token, ttl.Milliseconds())
+	case n.fair:
+		qttl := n.qttlA
+		if ttl != n.ttl || qttl == nil {
+			qttl = queueTTL(ttl).Milliseconds()
+		}
+		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 4,
+			k.lockA, k.fenceA, k.queueA, k.waitersA, token, n.ms(ttl), q, qttl, k.channelA, n.pubA}), -1
+	default:
+		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2,
+			k.lockA, k.fenceA, token, n.ms(ttl)}), -1
 	}
 	v, err := cmd.Int64Slice()
 	if err != nil {
@@ -183,9 +246,10 @@ func (n node) release(ctx context.Context, k keys, token string) (bool, error) {
 		}
 		return left >= 0, nil
 	case n.fair:
-		cmd = script.ReleaseFair.Run(ctx, n.rdb, []string{k.lock, k.fence, k.queue, k.waiters}, token, k.channel, n.pub)
+		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 4,
+			k.lockA, k.fenceA, k.queueA, k.waitersA, token, k.channelA, n.pubA})
 	default:
-		cmd = script.Release.Run(ctx, n.rdb, []string{k.lock}, token, k.channel, n.pub)
+		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 1, k.lockA, token, k.channelA, n.pubA})
 	}
 	v, err := cmd.Int64()
 	if err != nil {

@@ -7,10 +7,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// maxFlushers bounds how many pipelines a batcher keeps in flight at once.
-// Two keep the server busy while one batch's replies travel back, without
-// splitting the waiting commands into many small pipelines.
-const maxFlushers = 2
+// maxFlushers bounds how many pipelines a batcher keeps in flight at once:
+// enough to keep the server busy while batches' replies travel back, few
+// enough not to split the waiting commands into many small pipelines
+// (measured on 2 cores: 1 is ~20% slower than 4 at 64 goroutines, 8 no faster).
+const maxFlushers = 4
 
 // batcher runs the script calls of concurrent goroutines together: a call
 // that finds a pipeline in flight queues behind it, and the next flush sends

@@ -58,8 +58,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	h.sharded = sharded
 	return &Client{
 		rdb: rdb,
-		b: node{rdb: scripts, uc: rdb, fair: o.fair, reentrant: o.reentrant, pub: pub,
-			replicas: o.replicas, ackTimeout: o.ackTimeout},
+		b: node{rdb: scripts, uc: rdb, fair: o.fair, reentrant: o.reentrant, pub: pub, pubA: pub,
+			replicas: o.replicas, ackTimeout: o.ackTimeout,
+			ttl: o.ttl, ttlA: o.ttl.Milliseconds(), qttlA: queueTTL(o.ttl).Milliseconds()},
 		hubs: []*hub{h}, opts: o, id: newToken()[:11],
 	}
 }

@@ -11,7 +11,8 @@ import (
 // token: it must find the lock ours and return the fence it issued.
 func TestAcquireRetryReturnsSameFence(t *testing.T) {
 	s := redistest.Start(t)
-	b := node{rdb: s.Client(t)}
+	rdb := s.Client(t)
+	b := node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH"}
 	k := keysFor(DefaultPrefix, "retry")
 	ctx := t.Context()
 	first, err := b.acquire(ctx, k, "tok", time.Second, false)

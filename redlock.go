@@ -65,7 +65,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) *Client {
 	q := &quorum{timeout: o.nodeTimeout}
 	var hubs []*hub
 	for _, rdb := range nodes {
-		q.nodes = append(q.nodes, node{rdb: rdb, uc: rdb, pub: "PUBLISH"})
+		q.nodes = append(q.nodes, node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH"})
 		hubs = append(hubs, newHub(rdb))
 	}
 	c := &Client{b: q, hubs: hubs, opts: o, id: newToken()[:11]}
