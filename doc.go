@@ -66,4 +66,15 @@
 // channel (one pub/sub connection per Client, shared by all its waiters),
 // tries again, and then sleeps until a release message, the holder's
 // remaining lease, or a jittered, capped backoff, whichever comes first.
+//
+// By default waiting is fair (WithFair): waiters queue in Redis in arrival
+// order, a release hands the lock straight to the first live waiter and
+// wakes only that one, and TryAcquire does not jump the queue.
+//
+// # Variants
+//
+// WithReentrant makes a Client's locks reentrant for an owner carried in the
+// context (WithOwner). NewRedlock holds locks on a majority of independent
+// Redis masters. WithReplicaAck makes acquisitions wait for replicas (WAIT)
+// under Sentinel. On a Redis Cluster, releases use sharded pub/sub.
 package dlock

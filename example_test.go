@@ -120,3 +120,59 @@ func ExampleLock_Fence() {
 		log.Print("stale fence: a newer holder has written job 42")
 	}
 }
+
+func ExampleNewRedlock() {
+	var nodes []redis.UniversalClient
+	for _, addr := range []string{"redis-a:6379", "redis-b:6379", "redis-c:6379"} {
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: addr}))
+	}
+	c := dlock.NewRedlock(nodes, dlock.WithNodeTimeout(50*time.Millisecond))
+
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "payments:reconcile")
+	if qe, ok := errors.AsType[*dlock.QuorumError](err); ok {
+		log.Printf("only %d of %d nodes granted the lock (%d needed)", qe.Held, len(qe.Nodes), qe.Need)
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+}
+
+func ExampleWithOwner() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	c := dlock.New(rdb, dlock.WithReentrant(true))
+
+	ctx := dlock.WithOwner(context.Background(), "request-81f3")
+	outer, err := c.Acquire(ctx, "account:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer outer.Release(ctx)
+	inner, err := c.Acquire(ctx, "account:42") // the same owner: re-enters at once
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer inner.Release(ctx) // the lock is free after both releases
+}
+
+func ExampleWithReplicaAck() {
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "locks",
+		SentinelAddrs: []string{"sentinel-a:26379", "sentinel-b:26379", "sentinel-c:26379"},
+	})
+	defer rdb.Close()
+	c := dlock.New(rdb, dlock.WithReplicaAck(1, 200*time.Millisecond))
+
+	l, err := c.TryAcquire(context.Background(), "nightly")
+	if errors.Is(err, dlock.ErrReplicaAck) {
+		log.Print("no replica acknowledged the lock in time; not taken")
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(context.Background())
+}
