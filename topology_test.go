@@ -306,10 +306,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	must(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst])
 	time.Sleep(300 * time.Millisecond) // the watchdog extends while the slot is half-moved
 	keys, _ := src.Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 100)
-	migrate := []any{"MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS"}
-	for _, k := range keys.([]any) {
-		migrate = append(migrate, k)
-	}
+	migrate := append([]any{"MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS"}, keys.([]any)...)
 	must(src, migrate...)
 	for _, n := range nodes {
 		must(n, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
