@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -260,6 +261,28 @@ func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Errorf("Release() = %v", err)
+	}
+}
+
+func TestHooks(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	var acquired, released []string
+	c := dlock.New(rdb, dlock.WithHooks(dlock.Hooks{
+		Acquired: func(name string, waited time.Duration) { acquired = append(acquired, name) },
+		Released: func(name string, held time.Duration) { released = append(released, name) },
+	}))
+	l, err := c.Acquire(ctx, "hooked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquire(ctx, "hooked"); err == nil {
+		t.Fatal("second TryAcquire succeeded")
+	}
+	l.Release(ctx)
+	l.Release(ctx) // idempotent: no second Released call
+	if fmt.Sprint(acquired) != "[hooked]" || fmt.Sprint(released) != "[hooked]" {
+		t.Errorf("Hooks saw acquired %v, released %v; want one of each", acquired, released)
 	}
 }
 

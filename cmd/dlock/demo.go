@@ -203,6 +203,7 @@ func runDemo(ctx context.Context, cfg demoConfig, locked bool, rdb *redis.Client
 			noLock: !locked, victim: cfg.chaos && i == 0}
 		cmd := exec.Command(exe, sc.args()...)
 		cmd.Stderr = stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the demo
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			return nil, err

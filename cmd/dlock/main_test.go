@@ -80,6 +80,9 @@ func child(mode string) int {
 		fmt.Println("started")
 		select {
 		case <-sig:
+			if mark := os.Getenv("MARK"); mark != "" {
+				os.WriteFile(mark, []byte("terminated"), 0o600)
+			}
 			return 0
 		case <-time.After(time.Minute):
 			return 1
@@ -243,6 +246,37 @@ func TestRunQuorum(t *testing.T) {
 			t.Errorf("node %d still holds the lock after dlock run exited", i)
 		}
 	}
+}
+
+// A child does not outlive a dlock that was killed: nobody would extend
+// the lock any more.
+func TestRunChildStoppedWhenDlockKilled(t *testing.T) {
+	s := redistest.Start(t)
+	mark := filepath.Join(t.TempDir(), "terminated")
+	cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark), "run", "orphan", "--", os.Args[0], childArg)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 8)
+	if n, _ := stdout.Read(line); string(line[:n]) != "started\n" {
+		cmd.Process.Kill()
+		t.Fatalf("child said %q, want started", line[:n])
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if !waitFile(mark, 10*time.Second) {
+		t.Error("the child was not sent SIGTERM when dlock was killed")
+	}
+}
+
+func waitFile(path string, d time.Duration) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 func TestUsageAndConfigErrors(t *testing.T) {

@@ -22,7 +22,8 @@ extended every ttl/3 while CMD runs. CMD gets DLOCK_NAME, DLOCK_KEY,
 DLOCK_TOKEN and DLOCK_FENCE in its environment (pass DLOCK_FENCE to the
 resource you protect). SIGINT, SIGTERM and SIGHUP are forwarded to CMD. If
 the lock is lost while CMD runs, CMD's process group gets SIGTERM and, after
---grace, SIGKILL. CMD runs in its own process group.
+--grace, SIGKILL. CMD runs in its own process group, and gets SIGTERM if
+dlock itself is killed.
 
 exit status: CMD's (128+N if killed by signal N); 5 if the lock was not
 acquired; 6 if it was lost while CMD ran; 2 usage; 3 configuration;
@@ -124,8 +125,9 @@ func supervise(l *dlock.Lock, argv []string, grace time.Duration, stdout, stderr
 		"DLOCK_FENCE="+strconv.FormatInt(l.Fence(), 10),
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	// Its own process group, so that a lost lock stops everything it started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so that a lost lock stops everything it started;
+	// and SIGTERM if dlock itself dies (no one would extend the lock then).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
