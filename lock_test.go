@@ -16,9 +16,15 @@ import (
 )
 
 func TestTryAcquireRelease(t *testing.T) {
+	for _, fair := range []bool{true, false} {
+		t.Run(map[bool]string{false: "unfair", true: "fair"}[fair], func(t *testing.T) { testTryAcquireRelease(t, fair) })
+	}
+}
+
+func testTryAcquireRelease(t *testing.T, fair bool) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb, dlock.WithTTL(5*time.Second))
+	c := dlock.New(rdb, dlock.WithTTL(5*time.Second), dlock.WithFair(fair))
 
 	l, err := c.TryAcquire(ctx, "jobs")
 	if err != nil {
@@ -146,9 +152,15 @@ func TestDeadHolderStopsBlockingAfterTTL(t *testing.T) {
 }
 
 func TestExpiredHolderCannotReleaseNextHolder(t *testing.T) {
+	for _, fair := range []bool{true, false} {
+		t.Run(map[bool]string{false: "unfair", true: "fair"}[fair], func(t *testing.T) { testExpiredHolder(t, fair) })
+	}
+}
+
+func testExpiredHolder(t *testing.T, fair bool) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb, dlock.WithAutoExtend(false))
+	c := dlock.New(rdb, dlock.WithAutoExtend(false), dlock.WithFair(fair))
 
 	a, err := c.TryAcquire(ctx, "shared")
 	if err != nil {
