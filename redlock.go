@@ -189,6 +189,27 @@ func majority[T any](q *quorum, yes func(T) bool) func([]nodeResult[T]) bool {
 	}
 }
 
+// tally counts the nodes that said yes and that answered at all, and
+// records per node why it did not say yes (nil for those that did) in errs.
+func tally[T any](res []nodeResult[T], yes func(T) bool, errs []error) (yeses, answered int) {
+	for i, r := range res {
+		switch {
+		case !r.ok:
+			errs[i] = errNoAnswer
+		case r.err != nil:
+			errs[i] = r.err
+		case yes(r.v):
+			errs[i] = nil
+			yeses++
+			answered++
+		default:
+			errs[i] = errRefused
+			answered++
+		}
+	}
+	return yeses, answered
+}
+
 func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Duration, _ bool) (grant, error) {
 	res := fanOut(ctx, q, func(ctx context.Context, n node) (grant, error) {
 		return n.acquire(ctx, k, token, ttl, false)
@@ -228,15 +249,11 @@ func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Dur
 		raised := fanOut(ctx, q, func(ctx context.Context, n node) (int64, error) {
 			return script.RaiseFence.Run(ctx, n.rdb, []string{k.fence}, fence).Int64()
 		}, majority(q, func(int64) bool { return true }))
-		ok := 0
-		for i, r := range raised {
-			switch {
-			case !r.ok:
-				errs[i] = errNoAnswer
-			case r.err != nil:
-				errs[i] = r.err
-			default:
-				ok++
+		raiseErrs := make([]error, len(raised))
+		ok, _ := tally(raised, func(int64) bool { return true }, raiseErrs)
+		for i, err := range raiseErrs {
+			if err != nil {
+				errs[i] = err
 			}
 		}
 		if ok >= q.need() {
@@ -260,22 +277,8 @@ func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Dur
 func (q *quorum) extend(ctx context.Context, k keys, token string, ttl time.Duration) (bool, error) {
 	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(ctx, k, token, ttl) },
 		majority(q, func(ok bool) bool { return ok }))
-	yes, answered := 0, 0
 	errs := make([]error, len(res))
-	for i, r := range res {
-		switch {
-		case !r.ok:
-			errs[i] = errNoAnswer
-		case r.err != nil:
-			errs[i] = r.err
-		case r.v:
-			yes++
-			answered++
-		default:
-			answered++
-			errs[i] = errRefused
-		}
-	}
+	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
 	switch {
 	case yes >= q.need():
 		return true, nil
@@ -289,23 +292,8 @@ func (q *quorum) release(ctx context.Context, k keys, token string) (bool, error
 	// Every node is waited for (up to the per-node timeout): a release still
 	// in flight on a node would make that node refuse the next acquisition.
 	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, k, token) }, nil)
-	yes, answered := 0, 0
 	errs := make([]error, len(res))
-	for i, r := range res {
-		switch {
-		case !r.ok:
-			errs[i] = errNoAnswer
-		case r.err != nil:
-			errs[i] = r.err
-		default:
-			answered++
-			if r.v {
-				yes++
-			} else {
-				errs[i] = errRefused
-			}
-		}
-	}
+	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
 	// The lease's exclusivity rests on its validity, not on this answer: a
 	// node that died or lost the key since cannot have granted anyone else a
 	// majority while the lease was valid. So the release counts as ours if

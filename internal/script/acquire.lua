@@ -4,8 +4,7 @@
 -- Returns {1, fence} when the lock is ours: a new fence if it was free, the
 -- fence issued with it if we already held it (a retry after a lost reply).
 -- Returns {0, pttl} when someone else holds it; pttl is -1 if it has no expiry.
--- A new fence is max(last + 1, server time in µs): it keeps rising even if
--- the fence key was lost with a restart or a failover.
+-- A new fence comes from new_fence (fence.lua).
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -14,12 +13,6 @@ end
 if holder then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local t = redis.call('TIME')
-local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-if last and last >= fence then
-  fence = last + 1
-end
-redis.call('SET', KEYS[2], string.format('%d', fence))
+local fence = new_fence(KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, fence}

@@ -10,19 +10,10 @@
 -- never jumps the queue. A free lock with live waiters (its holder expired
 -- without releasing) is handed to the first of them. A handover is announced
 -- on the channel as "<token> <fence>".
+-- Fences come from new_fence (fence.lua, prepended).
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function new_fence()
-  local t = redis.call('TIME')
-  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if last and last >= fence then
-    fence = last + 1
-  end
-  redis.call('SET', KEYS[2], string.format('%d', fence))
-  return fence
 end
 
 local token = ARGV[1]
@@ -44,7 +35,7 @@ if not holder then
         redis.call('LPOP', KEYS[3])
         redis.call('HDEL', KEYS[4], head)
         redis.call('SET', KEYS[1], head, 'PX', ttl)
-        redis.call(ARGV[6], ARGV[5], head .. ' ' .. string.format('%d', new_fence()))
+        redis.call(ARGV[6], ARGV[5], head .. ' ' .. string.format('%d', new_fence(KEYS[2])))
       end
       break
     end
@@ -56,7 +47,7 @@ if not holder then
       redis.call('LPOP', KEYS[3])
       redis.call('HDEL', KEYS[4], token)
     end
-    local fence = new_fence()
+    local fence = new_fence(KEYS[2])
     redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
     return {1, fence}
   end

@@ -5,17 +5,11 @@
 -- Returns {1, fence, holds} when held by the owner now (a new fence when the
 -- count went from 0 to 1, else the fence of the first hold), or {0, pttl, 0}
 -- when another owner holds it (pttl -1: no expiry).
+-- Fences come from new_fence (fence.lua, prepended).
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], ARGV[1], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local t = redis.call('TIME')
-  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if last and last >= fence then
-    fence = last + 1
-  end
-  redis.call('SET', KEYS[2], string.format('%d', fence))
-  return {1, fence, 1}
+  return {1, new_fence(KEYS[2]), 1}
 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   local holds = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)

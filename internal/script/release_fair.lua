@@ -5,6 +5,7 @@
 -- ARGV[3] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
 -- A handover is announced on the channel as "<token> <fence>", a plain
 -- release as "*".
+-- Fences come from new_fence (fence.lua, prepended).
 -- Returns 1 if the lock was ours (it is now handed over or deleted), 0 if it
 -- was not (a waiter's queue entry, if any, is removed).
 local token = ARGV[1]
@@ -28,13 +29,7 @@ while true do
   local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
   if deadline and tonumber(deadline) > now then
     redis.call('SET', KEYS[1], head, 'PX', ttl)
-    local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-    if last and last >= fence then
-      fence = last + 1
-    end
-    redis.call('SET', KEYS[2], string.format('%d', fence))
-    redis.call(ARGV[3], ARGV[2], head .. ' ' .. string.format('%d', fence))
+    redis.call(ARGV[3], ARGV[2], head .. ' ' .. string.format('%d', new_fence(KEYS[2])))
     return 1
   end
 end

@@ -9,6 +9,8 @@ import (
 )
 
 var (
+	//go:embed fence.lua
+	fenceLib string // new_fence, prepended to the scripts that issue fences
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed release.lua
@@ -38,17 +40,17 @@ var (
 // The scripts, run with EVALSHA and a fallback to EVAL when the server's
 // script cache does not have them (redis.Script.Run).
 var (
-	Acquire = redis.NewScript(acquireSrc)
+	Acquire = redis.NewScript(fenceLib + acquireSrc)
 	Release = redis.NewScript(releaseSrc)
 	Extend  = redis.NewScript(extendSrc)
 	Inspect = redis.NewScript(inspectSrc)
 	Guard   = redis.NewScript(guardSrc)
 
 	ForceRelease = redis.NewScript(forceReleaseSrc)
-	AcquireFair  = redis.NewScript(acquireFairSrc)
-	ReleaseFair  = redis.NewScript(releaseFairSrc)
+	AcquireFair  = redis.NewScript(fenceLib + acquireFairSrc)
+	ReleaseFair  = redis.NewScript(fenceLib + releaseFairSrc)
 
-	AcquireReentrant = redis.NewScript(acquireReentrantSrc)
+	AcquireReentrant = redis.NewScript(fenceLib + acquireReentrantSrc)
 	ReleaseReentrant = redis.NewScript(releaseReentrantSrc)
 	ExtendReentrant  = redis.NewScript(extendReentrantSrc)
 	RaiseFence       = redis.NewScript(raiseFenceSrc)
