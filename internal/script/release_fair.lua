@@ -15,14 +15,17 @@ if redis.call('GET', KEYS[1]) ~= token then
   end
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now
 while true do
   local head = redis.call('LPOP', KEYS[3])
   if not head then
     redis.call('DEL', KEYS[1])
     redis.call(ARGV[3], ARGV[2], '*')
     return 1
+  end
+  if not now then -- the clock is read only when someone waits
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
   local entry = redis.call('HGET', KEYS[4], head)
   redis.call('HDEL', KEYS[4], head)
