@@ -1,6 +1,6 @@
 module github.com/dlockio/dlock
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,14 +146,14 @@ func (h *hub) subscribe(ctx context.Context, channel, token string, wake chan in
 		t = &topic{waiters: map[string]*waiter{}, ready: make(chan struct{})}
 		h.topics[channel] = t
 		t.ps = h.rdb.SSubscribe(ctx, channel)
-		go h.readTopic(t, t.ps.ChannelWithSubscriptions())
+		go h.readTopic(t, receive(t.ps))
 	}
 	if t == nil {
 		t = &topic{waiters: map[string]*waiter{}, ready: make(chan struct{})}
 		h.topics[channel] = t
 		if h.ps == nil {
 			h.ps = h.rdb.Subscribe(ctx)
-			go h.read(h.ps, h.ps.ChannelWithSubscriptions())
+			go h.read(h.ps, receive(h.ps))
 		}
 		h.pending[channel]++
 		if err := h.ps.Subscribe(ctx, channel); err != nil {
@@ -201,8 +203,40 @@ func (h *hub) drop(channel string, t *topic) {
 	h.ps.Unsubscribe(context.Background(), channel)
 }
 
+// healthCheck is how long a pub/sub connection may stay silent before it
+// is pinged; a dead connection is then replaced (and its channels
+// subscribed again) by go-redis.
+const healthCheck = 30 * time.Second
+
+// receive returns an iterator over ps's messages and subscription
+// confirmations until ps is closed. It reads ps directly, rather than
+// through go-redis's Channel, to save a goroutine hop on every wake-up.
+func receive(ps *redis.PubSub) func(yield func(any) bool) {
+	return func(yield func(any) bool) {
+		ctx := context.Background()
+		for {
+			m, err := ps.ReceiveTimeout(ctx, healthCheck)
+			switch {
+			case err == nil:
+				if !yield(m) {
+					return
+				}
+			case errors.Is(err, redis.ErrClosed):
+				return
+			default:
+				var nerr net.Error
+				if errors.As(err, &nerr) && nerr.Timeout() {
+					ps.Ping(ctx) // silent for a while: make sure the connection lives
+					continue
+				}
+				time.Sleep(50 * time.Millisecond) // broken: go-redis reconnects on the next receive
+			}
+		}
+	}
+}
+
 // read dispatches the messages of one pub/sub connection until it is closed.
-func (h *hub) read(ps *redis.PubSub, msgs <-chan any) {
+func (h *hub) read(ps *redis.PubSub, msgs func(func(any) bool)) {
 	for m := range msgs {
 		h.mu.Lock()
 		if h.ps != ps {
@@ -238,7 +272,7 @@ func (h *hub) read(ps *redis.PubSub, msgs <-chan any) {
 
 // readTopic dispatches the messages of a sharded channel's own connection
 // until it is closed.
-func (h *hub) readTopic(t *topic, msgs <-chan any) {
+func (h *hub) readTopic(t *topic, msgs func(func(any) bool)) {
 	for m := range msgs {
 		h.mu.Lock()
 		switch m := m.(type) {
