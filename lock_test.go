@@ -13,6 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 func TestTryAcquireRelease(t *testing.T) {
@@ -597,5 +599,65 @@ func TestDo(t *testing.T) {
 	})
 	if !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Do after losing the lock = %v, want ErrNotHeld", err)
+	}
+}
+
+// The acquire script runs but its reply is lost with the connection. With
+// go-redis retrying, the retry finds the lock already ours and returns the
+// same lease; without retries, the failed call removes the lease it may
+// have taken, so nothing is left to block others.
+func TestDroppedConnectionMidAcquire(t *testing.T) {
+	for _, retries := range []int{3, -1} {
+		t.Run(fmt.Sprintf("MaxRetries=%d", retries), func(t *testing.T) {
+			s := redistest.Start(t, redistest.TCP())
+			leakcheck.Check(t)
+			direct := s.Client(t)
+			p := redistest.NewProxy(t, s.Addr())
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: retries})
+			t.Cleanup(func() { rdb.Close() })
+			ctx := t.Context()
+			c := dlock.New(rdb, dlock.WithAutoExtend(false))
+			// Load the scripts and pool a connection through the proxy.
+			if l, err := c.TryAcquire(ctx, "warm-up"); err != nil {
+				t.Fatal(err)
+			} else {
+				l.Release(ctx)
+			}
+
+			p.StallReplies()
+			type result struct {
+				l   *dlock.Lock
+				err error
+			}
+			got := make(chan result, 1)
+			go func() {
+				l, err := c.TryAcquire(ctx, "dropped")
+				got <- result{l, err}
+			}()
+			if !waitFor(5*time.Second, func() bool { return direct.Exists(ctx, "dlock:{dropped}").Val() == 1 }) {
+				t.Fatal("the acquire never ran on the server")
+			}
+			p.Cut() // the reply is lost with the connection
+			r := <-got
+			switch {
+			case retries > 0 && r.err != nil:
+				t.Fatalf("TryAcquire with retries = %v, want the lock (the retry finds it ours)", r.err)
+			case retries > 0:
+				if got := direct.Get(ctx, "dlock:{dropped}").Val(); got != r.l.Token() {
+					t.Errorf("after the retried acquire the key holds %q, want our token", got)
+				}
+				if f, _ := direct.Get(ctx, "dlock:{dropped}:fence").Int64(); f != r.l.Fence() {
+					t.Errorf("retried acquire: Fence() = %d, want the one issued, %d", r.l.Fence(), f)
+				}
+				r.l.Release(ctx)
+			case r.err == nil:
+				r.l.Release(ctx)
+				t.Fatal("TryAcquire without retries succeeded, want the connection error")
+			default:
+				if n := direct.Exists(ctx, "dlock:{dropped}").Val(); n != 0 {
+					t.Errorf("failed acquire left the lock key behind")
+				}
+			}
+		})
 	}
 }

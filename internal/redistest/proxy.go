@@ -16,7 +16,8 @@ type Proxy struct {
 	target string
 
 	mu      sync.Mutex
-	stalled bool
+	stalled bool // both directions
+	replies bool // server to client only
 	cond    *sync.Cond
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
@@ -56,13 +57,14 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(c, s) })
-		p.wg.Go(func() { p.pipe(s, c) })
+		p.wg.Go(func() { p.pipe(c, s, true) })
+		p.wg.Go(func() { p.pipe(s, c, false) })
 	}
 }
 
-// pipe copies from src to dst, holding data while the proxy is stalled.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies from src to dst, holding data while the proxy is stalled (or,
+// for the reply direction, while replies are stalled).
+func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
@@ -70,7 +72,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			for p.stalled {
+			for p.stalled || (reply && p.replies) {
 				p.cond.Wait()
 			}
 			_, alive := p.conns[dst]
@@ -95,6 +97,14 @@ func (p *Proxy) Stall() {
 	p.mu.Unlock()
 }
 
+// StallReplies holds what the server sends from now on, while requests
+// still reach it: commands run, their replies do not arrive.
+func (p *Proxy) StallReplies() {
+	p.mu.Lock()
+	p.replies = true
+	p.mu.Unlock()
+}
+
 // Cut closes every connection, dropping what is held, and ends a stall; new
 // connections are forwarded again.
 func (p *Proxy) Cut() {
@@ -103,7 +113,7 @@ func (p *Proxy) Cut() {
 		c.Close()
 	}
 	clear(p.conns)
-	p.stalled = false
+	p.stalled, p.replies = false, false
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }
