@@ -270,6 +270,41 @@ func TestRunChildStoppedWhenDlockKilled(t *testing.T) {
 	}
 }
 
+// SIGTERM to dlock reaches the command; dlock exits with its status and
+// releases the lock.
+func TestRunForwardsSignals(t *testing.T) {
+	s := redistest.Start(t)
+	mark := filepath.Join(t.TempDir(), "terminated")
+	cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark), "run", "sig", "--", os.Args[0], childArg)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 8)
+	if n, _ := stdout.Read(line); string(line[:n]) != "started\n" {
+		cmd.Process.Kill()
+		t.Fatalf("child said %q, want started", line[:n])
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("dlock run still running 20s after SIGTERM")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit = %d, want the command's 0", code)
+	}
+	if !waitFile(mark, time.Second) {
+		t.Error("the command did not get the SIGTERM")
+	}
+	if n := s.Client(t).Exists(t.Context(), "dlock:{sig}").Val(); n != 0 {
+		t.Error("lock still held after dlock run exited")
+	}
+}
+
 func waitFile(path string, d time.Duration) bool {
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(path); err == nil {
