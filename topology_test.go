@@ -103,6 +103,14 @@ func TestSentinelFailover(t *testing.T) {
 			t.Fatalf("plain TryAcquire %d = %v", i, err)
 		}
 	}
+	// One more, watched by its watchdog: when the failover loses it, the
+	// holder must be told before its lease would have run out.
+	const watchedTTL = 10 * time.Second
+	watched, err := dlock.New(fc, dlock.WithTTL(watchedTTL)).TryAcquire(ctx, "watched")
+	if err != nil {
+		t.Fatalf("watched TryAcquire = %v", err)
+	}
+	defer watched.Release(ctx)
 
 	// The master dies with the stalled replication stream; a replica is promoted.
 	master.Kill()
@@ -131,6 +139,15 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	if lostAcked != 0 {
 		t.Errorf("%d of %d acknowledged locks were lost in the failover, want 0", lostAcked, n)
+	}
+	select {
+	case <-watched.Done():
+		if err := watched.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("watched lock after the failover: Err() = %v, want ErrNotHeld", err)
+		}
+	case <-time.After(time.Until(watched.ValidUntil().Add(-2 * time.Second))):
+		// Not just the validity timer: the watchdog must find the key gone.
+		t.Error("the holder of a lock lost in the failover was not told well before its lease ended")
 	}
 	t.Logf("failover with replication stalled: %d of %d unacknowledged locks got a second holder; %d of %d acknowledged ones", secondHolders, n, lostAcked, n)
 	if secondHolders == 0 {
