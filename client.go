@@ -105,15 +105,19 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 	return l, nil
 }
 
-// Acquire takes the lock name, waiting as long as ctx allows. While it
-// waits it sleeps until the holder releases (it is told through pub/sub),
-// the holder's lease runs out, or a jittered backoff elapses, whichever
-// comes first; it does not poll in a tight loop.
+// Acquire takes the lock name, waiting as long as ctx allows. In fair mode
+// (the default) it queues behind earlier waiters and is handed the lock by
+// the release before it; otherwise it competes for the lock at each
+// release. Either way it sleeps until told through pub/sub, until the
+// holder's lease runs out, or (unfair mode) until a jittered backoff
+// elapses; it does not poll in a tight loop.
 //
 // When ctx ends first, Acquire returns an error that matches both
-// ErrNotAcquired and ctx.Err(), and leaves nothing behind: no key, no
-// subscription, no goroutine. Other errors are as for TryAcquire; an error
-// from Redis ends the wait at once rather than being retried.
+// ErrNotAcquired and ctx.Err(), and leaves nothing behind: no key, no queue
+// entry, no subscription, no goroutine. Other errors are as for TryAcquire;
+// an error from Redis ends the wait at once rather than being retried,
+// except that a quorum Client (NewRedlock) waits out a missing majority and
+// reports the last QuorumError with the context's error.
 //
 // The returned Lock must be released with Lock.Release. With auto-extend on
 // (the default), Acquire starts the Lock's watchdog goroutine, which runs

@@ -143,14 +143,24 @@ func (h *rueidisHandle) lock(ctx context.Context) error {
 }
 func (h *rueidisHandle) unlock(context.Context) error { h.cancel(); return nil }
 
-// openRueidis gives each handle a Locker of its own, as separate processes
-// would have: goroutines sharing one Locker are not kept apart by it.
+// openRueidis gives each handle on a name already in use a Locker of its
+// own, as separate processes would have (goroutines sharing one Locker were
+// not kept apart by it in our runs); handles on distinct names share one.
 func openRueidis(addrs []string) (func(string) handle, func(), error) {
 	var (
 		mu      sync.Mutex
 		lockers []rueidislock.Locker
+		shared  rueidislock.Locker
+		seen    = map[string]bool{}
 	)
 	newHandle := func(name string) handle {
+		mu.Lock()
+		reuse := !seen[name] && shared != nil
+		seen[name] = true
+		mu.Unlock()
+		if reuse {
+			return &rueidisHandle{l: shared, name: name}
+		}
 		l, err := rueidislock.NewLocker(rueidislock.LockerOption{
 			ClientOption:   rueidis.ClientOption{InitAddress: addrs[:1]},
 			KeyMajority:    1,
@@ -162,6 +172,9 @@ func openRueidis(addrs []string) (func(string) handle, func(), error) {
 		}
 		mu.Lock()
 		lockers = append(lockers, l)
+		if shared == nil {
+			shared = l
+		}
 		mu.Unlock()
 		return &rueidisHandle{l: l, name: name}
 	}

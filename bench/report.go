@@ -83,10 +83,20 @@ func (r *report) markdown() string {
 
 var palette = []string{"#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b"}
 
+// color gives each library the same color in every panel.
+func color(lib string) string {
+	for i, l := range libraries {
+		if l.name == lib {
+			return palette[i%len(palette)]
+		}
+	}
+	return "#333"
+}
+
 // svg draws W1 throughput at the largest C as bars, and the W2 wait-time
 // distribution at the largest C with a 1ms hold as CDF lines.
 func (r *report) svg() string {
-	const w, h = 960, 400
+	const w, h = 1000, 440
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
@@ -109,7 +119,7 @@ func (r *report) svg() string {
 		y := 50 + i*50
 		bw := 300 * x.rate / top
 		fmt.Fprintf(&b, `<text x="20" y="%d">%s</text>`+"\n", y+20, x.lib)
-		fmt.Fprintf(&b, `<rect x="130" y="%d" width="%.0f" height="30" fill="%s"/>`+"\n", y, bw, palette[i%len(palette)])
+		fmt.Fprintf(&b, `<rect x="130" y="%d" width="%.0f" height="30" fill="%s"/>`+"\n", y, bw, color(x.lib))
 		fmt.Fprintf(&b, `<text x="%.0f" y="%d">%.0f</text>`+"\n", 135+bw, y+20, x.rate)
 	}
 
@@ -120,13 +130,17 @@ func (r *report) svg() string {
 			lines = append(lines, x)
 		}
 	}
-	const x0, x1, y0, y1 = 540.0, 930.0, 360.0, 50.0
+	const x0, x1, y0, y1 = 580.0, 980.0, 360.0, 50.0
 	lo, hi := math.Log10(1e-4), math.Log10(10.0) // 0.1ms .. 10s
 	px := func(d time.Duration) float64 {
 		s := math.Max(d.Seconds(), 1e-4)
 		return x0 + (x1-x0)*(math.Log10(s)-lo)/(hi-lo)
 	}
-	fmt.Fprintf(&b, `<text x="%.0f" y="24" font-size="14">W2 contended, C=32, hold 1ms: share of acquisitions waiting ≤ t</text>`+"\n", x0-40)
+	fmt.Fprintf(&b, `<text x="%.0f" y="24" font-size="14">W2 contended, C=32, hold 1 ms: share of waits ≤ t</text>`+"\n", x0-40)
+	for _, q := range []float64{0, 0.5, 1} {
+		y := y0 - (y0-y1)*q
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.1f</text>`+"\n", x0-6, y+4, q)
+	}
 	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", x0, y0, x1, y0)
 	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", x0, y0, x0, y1)
 	for _, tick := range []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, time.Second, 10 * time.Second} {
@@ -134,7 +148,7 @@ func (r *report) svg() string {
 		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#ddd"/>`+"\n", px(tick), y0, px(tick), y1)
 	}
 	ideal := px(32 * time.Millisecond)
-	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#999" stroke-dasharray="4"/><text x="%.0f" y="%.0f" fill="#999">FIFO ideal</text>`+"\n", ideal, y0, ideal, y1, ideal+3, y1+12)
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#999" stroke-dasharray="4"/><text x="%.0f" y="%.0f" fill="#999" text-anchor="end">FIFO ideal →</text>`+"\n", ideal, y0, ideal, y1, ideal-3, y1-4)
 	for i, x := range lines {
 		if len(x.waits) == 0 {
 			continue
@@ -146,9 +160,9 @@ func (r *report) svg() string {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(x.waits[j]), y0-(y0-y1)*frac))
 		}
 		pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(x.waits[len(x.waits)-1]), y1))
-		color := palette[i%len(palette)]
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", color, strings.Join(pts, " "))
-		fmt.Fprintf(&b, `<text x="%.0f" y="%d" fill="%s">%s</text>`+"\n", x0+10, 70+i*16, color, x.lib)
+		c := color(x.lib)
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", c, strings.Join(pts, " "))
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="%s">■ %s</text>`+"\n", x0-40+float64(i%3)*140, y0+40+float64(i/3)*18, c, x.lib)
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
