@@ -23,11 +23,12 @@ if holder == token then
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
 if not holder then
-  local now = now_ms()
+  local now -- the clock is read only if someone is queued
   local head
   while true do -- drop waiters that died or gave up without saying so
     head = redis.call('LINDEX', KEYS[3], 0)
     if not head then break end
+    now = now or now_ms()
     local entry = redis.call('HGET', KEYS[4], head)
     local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
     if deadline and tonumber(deadline) > now then
