@@ -78,12 +78,15 @@ func TestFairExpiredHolderHandsToFirstWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
 		l, err := dlock.New(rdb, dlock.WithFair(true)).Acquire(ctx, "exp")
-		if err == nil {
-			l.Release(ctx)
-		}
 		got <- err
+		if err == nil {
+			<-done // hold it until the test has looked
+			l.Release(context.WithoutCancel(ctx))
+		}
 	}()
 	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{exp}:q").Val() == 1 }) {
 		t.Fatal("waiter never queued")
