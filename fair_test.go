@@ -165,3 +165,42 @@ func TestFairCancelLeavesQueue(t *testing.T) {
 		t.Errorf("queue keys left after the only waiter gave up: %d, want 0", n)
 	}
 }
+
+// An operator's ForceRelease frees a lock with waiters queued: the waiters
+// are woken and the first of them gets it, without waiting out any timer.
+func TestFairForceReleaseWakesQueue(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	c := dlock.New(rdb, dlock.WithTTL(time.Minute))
+	holder, err := c.TryAcquire(ctx, "forced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := dlock.New(rdb, dlock.WithTTL(time.Minute)).Acquire(ctx, "forced")
+		if err == nil {
+			l.Release(context.WithoutCancel(ctx))
+		}
+		got <- err
+	}()
+	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{forced}:q").Val() == 1 }) {
+		t.Fatal("waiter never queued")
+	}
+	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep (its timer: 20s)
+	if ok, err := c.ForceRelease(ctx, "forced"); !ok || err != nil {
+		t.Fatalf("ForceRelease = %v, %v", ok, err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("queued waiter after ForceRelease: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("queued waiter still waiting 5s after ForceRelease")
+	}
+	if err := holder.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("the forced-out holder's Release = %v, want ErrNotHeld", err)
+	}
+}
