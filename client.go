@@ -12,10 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Client acquires locks on one Redis deployment. It is safe for concurrent
-// use; make one per process and share it. A Client owns no connections of
-// its own beyond one pub/sub connection, opened while some Acquire is
-// waiting and closed when none is.
+// Client acquires locks on one Redis deployment (or, from NewRedlock, on a
+// quorum of them). It is safe for concurrent use; make one per process and
+// share it. A Client owns no connections of its own beyond its pub/sub
+// connections — one per node (on a Cluster, one per lock being waited
+// for) — which are open only while some Acquire is waiting.
 type Client struct {
 	rdb  redis.UniversalClient
 	b    backend
@@ -37,6 +38,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 	if d := o.driftFor(o.ttl); d >= o.ttl {
 		o.invalid("WithDrift(%v): drift must be below the TTL (%v)", d, o.ttl)
+	}
+	if rdb == nil {
+		o.invalid("New: nil Redis client")
 	}
 	if o.reentrant {
 		o.fair = false

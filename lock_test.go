@@ -414,6 +414,17 @@ func TestInvalidInput(t *testing.T) {
 	if n := rdb.DBSize(ctx).Val(); n != 0 {
 		t.Errorf("DBSIZE after invalid calls = %d, want 0", n)
 	}
+	for name, c := range map[string]*dlock.Client{
+		"New(nil)":               dlock.New(nil),
+		"NewRedlock(nil)":        dlock.NewRedlock(nil),
+		"NewRedlock(a nil node)": dlock.NewRedlock([]redis.UniversalClient{rdb, nil, rdb}),
+		"NewRedlock(reentrant)":  dlock.NewRedlock([]redis.UniversalClient{rdb}, dlock.WithReentrant(true)),
+		"NewRedlock(replicaAck)": dlock.NewRedlock([]redis.UniversalClient{rdb}, dlock.WithReplicaAck(1, time.Second)),
+	} {
+		if _, err := c.TryAcquire(ctx, "x"); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: TryAcquire = %v, want ErrInvalid", name, err)
+		}
+	}
 	if l, err := dlock.New(rdb).TryAcquire(ctx, strings.Repeat("n", dlock.MaxNameLen)); err != nil {
 		t.Errorf("TryAcquire with a name of MaxNameLen bytes = %v, want nil", err)
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +50,8 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) *Client {
 	switch {
 	case len(nodes) == 0:
 		o.invalid("NewRedlock: no nodes")
+	case slices.Contains(nodes, nil):
+		o.invalid("NewRedlock: a nil node")
 	case o.reentrant:
 		o.invalid("NewRedlock: reentrant locks are not available over a quorum")
 	case o.replicas > 0:
