@@ -99,6 +99,21 @@ func dlockCmd(t *testing.T, env []string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// startUntilChildRuns starts a `dlock run` whose child says "started" on
+// stdout when it runs, and returns once it has said so.
+func startUntilChildRuns(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 8)
+	if n, _ := stdout.Read(line); string(line[:n]) != "started\n" {
+		cmd.Process.Kill()
+		t.Fatalf("child said %q, want started", line[:n])
+	}
+}
+
 // result runs cmd to completion (bounded) and returns its exit code and output.
 func result(t *testing.T, cmd *exec.Cmd) (int, string, string) {
 	t.Helper()
@@ -198,15 +213,7 @@ func TestRunStopsChildWhenLockLost(t *testing.T) {
 			cmd := dlockCmd(t, childEnv(mode, "REDIS_URL="+s.URL()), "run", "--ttl", "600ms", "--grace", "300ms", "lost", "--", os.Args[0], childArg)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
-			stdout, _ := cmd.StdoutPipe()
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			line := make([]byte, 8)
-			if n, _ := stdout.Read(line); string(line[:n]) != "started\n" {
-				cmd.Process.Kill()
-				t.Fatalf("child said %q, want started", line[:n])
-			}
+			startUntilChildRuns(t, cmd)
 			rdb.Del(t.Context(), "dlock:{lost}") // someone else "steals" the lock
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()
@@ -254,15 +261,7 @@ func TestRunChildStoppedWhenDlockKilled(t *testing.T) {
 	s := redistest.Start(t)
 	mark := filepath.Join(t.TempDir(), "terminated")
 	cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark), "run", "orphan", "--", os.Args[0], childArg)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line := make([]byte, 8)
-	if n, _ := stdout.Read(line); string(line[:n]) != "started\n" {
-		cmd.Process.Kill()
-		t.Fatalf("child said %q, want started", line[:n])
-	}
+	startUntilChildRuns(t, cmd)
 	cmd.Process.Kill()
 	cmd.Wait()
 	if !waitFile(mark, 10*time.Second) {
@@ -276,15 +275,7 @@ func TestRunForwardsSignals(t *testing.T) {
 	s := redistest.Start(t)
 	mark := filepath.Join(t.TempDir(), "terminated")
 	cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark), "run", "sig", "--", os.Args[0], childArg)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line := make([]byte, 8)
-	if n, _ := stdout.Read(line); string(line[:n]) != "started\n" {
-		cmd.Process.Kill()
-		t.Fatalf("child said %q, want started", line[:n])
-	}
+	startUntilChildRuns(t, cmd)
 	cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
