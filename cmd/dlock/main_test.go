@@ -122,16 +122,26 @@ func result(t *testing.T, cmd *exec.Cmd) (int, string, string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	if !waitExit(cmd, 2*time.Minute) {
+		t.Fatalf("%v still running after 2 minutes", cmd.Args)
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+// waitExit waits up to d for a started cmd to exit. If it has not, it kills
+// the process and its process group, reaps it and returns false.
+func waitExit(cmd *exec.Cmd, d time.Duration) bool {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(2 * time.Minute):
+		return true
+	case <-time.After(d):
 		cmd.Process.Kill()
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
-		t.Fatalf("%v still running after 2 minutes", cmd.Args)
+		return false
 	}
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
 }
 
 func childEnv(mode string, extra ...string) []string {
@@ -215,13 +225,7 @@ func TestRunStopsChildWhenLockLost(t *testing.T) {
 			cmd.Stderr = &stderr
 			startUntilChildRuns(t, cmd)
 			rdb.Del(t.Context(), "dlock:{lost}") // someone else "steals" the lock
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				cmd.Process.Kill()
-				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			if !waitExit(cmd, 20*time.Second) {
 				t.Fatal("dlock run did not stop its child within 20s of losing the lock")
 			}
 			if code := cmd.ProcessState.ExitCode(); code != exitLost {
@@ -277,12 +281,7 @@ func TestRunForwardsSignals(t *testing.T) {
 	cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark), "run", "sig", "--", os.Args[0], childArg)
 	startUntilChildRuns(t, cmd)
 	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
+	if !waitExit(cmd, 20*time.Second) {
 		t.Fatal("dlock run still running 20s after SIGTERM")
 	}
 	if code := cmd.ProcessState.ExitCode(); code != 0 {
