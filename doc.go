@@ -1,7 +1,8 @@
 // Package dlock provides distributed locks on Redis for Go services.
 //
 // A Client takes any go-redis v9 client (a single server, a Sentinel
-// failover client or a Cluster client) and hands out leases on lock names:
+// failover client or a Cluster client; Redis 7.0 or later) and hands out
+// leases on lock names:
 //
 //	c := dlock.New(rdb, dlock.WithTTL(10*time.Second))
 //	l, err := c.Acquire(ctx, "reports:nightly") // waits until held or ctx is done

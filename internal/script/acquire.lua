@@ -5,14 +5,14 @@
 -- fence issued with it if we already held it (a retry after a lost reply).
 -- Returns {0, pttl} when someone else holds it; pttl is -1 if it has no expiry.
 -- A new fence comes from new_fence (fence.lua).
-local holder = redis.call('GET', KEYS[1])
+-- SET NX GET (Redis 7.0+) takes a free lock and names the holder of a taken
+-- one in a single command.
+local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+if not holder then
+  return {1, new_fence(KEYS[2])}
+end
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
-if holder then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-local fence = new_fence(KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, fence}
+return {0, redis.call('PTTL', KEYS[1])}

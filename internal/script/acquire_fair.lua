@@ -17,7 +17,17 @@ local function now_ms()
 end
 
 local token = ARGV[1]
-local holder = redis.call('GET', KEYS[1])
+local holder
+if not redis.call('LINDEX', KEYS[3], 0) then
+  -- Nobody queued (the common case): SET NX GET takes a free lock, or names
+  -- the holder of a taken one, in a single command.
+  holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
+  if not holder then
+    return {1, new_fence(KEYS[2])}
+  end
+else
+  holder = redis.call('GET', KEYS[1])
+end
 if holder == token then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
