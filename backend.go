@@ -22,23 +22,26 @@ type keys struct {
 	channel string // where a release is announced
 	queue   string // fair mode: waiter tokens in arrival order
 	waiters string // fair mode: token -> "deadline_ms:ttl_ms" of each queued waiter
-
-	// The same, as command arguments: converted once per lock, not per call.
-	lockA, fenceA, channelA, queueA, waitersA any
 }
 
 func keysFor(prefix, name string) keys {
 	// One allocation for all five names: "<base>:fence<base>:qw<base>:ch".
-	base := prefix + "{" + name + "}"
-	n := len(base)
-	all := base + ":fence" + base + ":qw" + base + ":ch"
-	k := keys{
+	all := prefix + "{" + name + "}:fence" + prefix + "{" + name + "}:qw" + prefix + "{" + name + "}:ch"
+	n := (len(all) - len(":fence:qw:ch")) / 3 // len(base)
+	return keys{
 		lock: all[:n], fence: all[:n+6],
 		queue: all[n+6 : 2*n+8], waiters: all[n+6 : 2*n+9],
 		channel: all[2*n+9:],
 	}
-	k.lockA, k.fenceA, k.channelA, k.queueA, k.waitersA = k.lock, k.fence, k.channel, k.queue, k.waiters
-	return k
+}
+
+// claim is one acquisition's keys and owner token. It lives in the Lock,
+// which is allocated when Acquire starts, and the scripts' arguments point
+// into it (go-redis accepts *string): no string is copied into an interface
+// on the way to Redis.
+type claim struct {
+	keys
+	token string
 }
 
 // Script digests and fixed arguments, converted to interfaces once.
@@ -91,12 +94,12 @@ type grant struct {
 type backend interface {
 	// acquire takes the lock if it is free or already ours; with queue set
 	// (fair mode) it also joins, or renews its place in, the waiters' queue.
-	acquire(ctx context.Context, k keys, token string, ttl time.Duration, queue bool) (grant, error)
+	acquire(ctx context.Context, c *claim, ttl time.Duration, queue bool) (grant, error)
 	// release deletes the lock if it is ours (handing it to the next waiter
 	// in fair mode) and reports whether it was; a waiter's token leaves the queue.
-	extend(ctx context.Context, k keys, token string, ttl time.Duration) (bool, error)
-	release(ctx context.Context, k keys, token string) (bool, error)
-	inspect(ctx context.Context, k keys) (Info, error)
+	extend(ctx context.Context, c *claim, ttl time.Duration) (bool, error)
+	release(ctx context.Context, c *claim) (bool, error)
+	inspect(ctx context.Context, k *keys) (Info, error)
 }
 
 // node is the backend for one Redis deployment reached through one
@@ -145,9 +148,9 @@ func (n node) ackError(op string, acks int64) error {
 	return fmt.Errorf("%w: %s: %d of %d replicas acknowledged within %v", ErrReplicaAck, op, max(acks, 0), n.replicas, n.ackTimeout)
 }
 
-func (n node) acquire(ctx context.Context, k keys, token string, ttl time.Duration, queue bool) (grant, error) {
+func (n node) acquire(ctx context.Context, c *claim, ttl time.Duration, queue bool) (grant, error) {
 	if n.reentrant {
-		return n.acquireReentrant(ctx, k, token, ttl)
+		return n.acquireReentrant(ctx, c, ttl)
 	}
 	var (
 		cmd  *redis.Cmd
@@ -159,44 +162,59 @@ func (n node) acquire(ctx context.Context, k keys, token string, ttl time.Durati
 	}
 	switch {
 	case n.replicas > 0 && n.fair:
-		cmd, acks = n.acked(ctx, script.AcquireFair, []string{k.lock, k.fence, k.queue, k.waiters},
-			token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), k.channel, n.pub)
+		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.lock, c.fence, c.queue, c.waiters},
+			c.token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), c.channel, n.pub)
 	case n.replicas > 0:
-		cmd, acks = n.acked(ctx, script.Acquire, []string{k.lock, k.fence}, token, ttl.Milliseconds())
+		cmd, acks = n.acked(ctx, script.Acquire, []string{c.lock, c.fence}, c.token, ttl.Milliseconds())
 	case n.fair:
 		qttl := n.qttlA
 		if ttl != n.ttl || qttl == nil {
 			qttl = queueTTL(ttl).Milliseconds()
 		}
 		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 4,
-			k.lockA, k.fenceA, k.queueA, k.waitersA, token, n.ms(ttl), q, qttl, k.channelA, n.pubA}), -1
+			&c.lock, &c.fence, &c.queue, &c.waiters, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA}), -1
 	default:
 		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2,
-			k.lockA, k.fenceA, token, n.ms(ttl)}), -1
+			&c.lock, &c.fence, &c.token, n.ms(ttl)}), -1
 	}
-	v, err := cmd.Int64Slice()
+	held, v, err := pair(cmd)
 	if err != nil {
 		return grant{}, redisErr("acquire", err)
 	}
-	if len(v) != 2 {
-		return grant{}, fmt.Errorf("dlock: acquire: unexpected reply %v", v)
-	}
-	if v[0] == 1 {
+	if held {
 		if acks >= 0 && acks < int64(n.replicas) {
-			n.release(context.WithoutCancel(ctx), k, token)
+			n.release(context.WithoutCancel(ctx), c)
 			return grant{}, fmt.Errorf("%w: %w", ErrNotAcquired, n.ackError("acquire", acks))
 		}
-		return grant{held: true, fence: v[1]}, nil
+		return grant{held: true, fence: v}, nil
 	}
 	pttl := time.Duration(-1)
-	if v[1] >= 0 {
-		pttl = time.Duration(v[1]) * time.Millisecond
+	if v >= 0 {
+		pttl = time.Duration(v) * time.Millisecond
 	}
 	return grant{pttl: pttl}, nil
 }
 
-func (n node) acquireReentrant(ctx context.Context, k keys, owner string, ttl time.Duration) (grant, error) {
-	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{k.lock, k.fence}, owner, ttl.Milliseconds())
+// pair reads the {held, value} reply of an acquire script, without the
+// copy that Int64Slice makes.
+func pair(cmd *redis.Cmd) (held bool, v int64, err error) {
+	reply, err := cmd.Result()
+	if err != nil {
+		return false, 0, err
+	}
+	a, _ := reply.([]any)
+	if len(a) == 2 {
+		flag, ok1 := a[0].(int64)
+		v, ok2 := a[1].(int64)
+		if ok1 && ok2 {
+			return flag == 1, v, nil
+		}
+	}
+	return false, 0, fmt.Errorf("unexpected reply %v", reply)
+}
+
+func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration) (grant, error) {
+	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.lock, c.fence}, c.token, ttl.Milliseconds())
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return grant{}, redisErr("acquire", err)
@@ -206,7 +224,7 @@ func (n node) acquireReentrant(ctx context.Context, k keys, owner string, ttl ti
 	}
 	if v[0] == 1 {
 		if acks >= 0 && acks < int64(n.replicas) {
-			n.release(context.WithoutCancel(ctx), k, owner)
+			n.release(context.WithoutCancel(ctx), c)
 			return grant{}, fmt.Errorf("%w: %w", ErrNotAcquired, n.ackError("acquire", acks))
 		}
 		return grant{held: true, fence: v[1], holds: v[2]}, nil
@@ -218,12 +236,12 @@ func (n node) acquireReentrant(ctx context.Context, k keys, owner string, ttl ti
 	return grant{pttl: pttl}, nil
 }
 
-func (n node) extend(ctx context.Context, k keys, token string, ttl time.Duration) (bool, error) {
+func (n node) extend(ctx context.Context, c *claim, ttl time.Duration) (bool, error) {
 	s := script.Extend
 	if n.reentrant {
 		s = script.ExtendReentrant
 	}
-	cmd, acks := n.acked(ctx, s, []string{k.lock}, token, ttl.Milliseconds())
+	cmd, acks := n.acked(ctx, s, []string{c.lock}, c.token, ttl.Milliseconds())
 	v, err := cmd.Int64()
 	if err != nil {
 		return false, redisErr("extend", err)
@@ -236,20 +254,20 @@ func (n node) extend(ctx context.Context, k keys, token string, ttl time.Duratio
 	return v == 1, nil
 }
 
-func (n node) release(ctx context.Context, k keys, token string) (bool, error) {
+func (n node) release(ctx context.Context, c *claim) (bool, error) {
 	var cmd *redis.Cmd
 	switch {
 	case n.reentrant:
-		left, err := script.ReleaseReentrant.Run(ctx, n.rdb, []string{k.lock}, token, k.channel, n.pub).Int64()
+		left, err := script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.lock}, c.token, c.channel, n.pub).Int64()
 		if err != nil {
 			return false, redisErr("release", err)
 		}
 		return left >= 0, nil
 	case n.fair:
 		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 4,
-			k.lockA, k.fenceA, k.queueA, k.waitersA, token, k.channelA, n.pubA})
+			&c.lock, &c.fence, &c.queue, &c.waiters, &c.token, &c.channel, n.pubA})
 	default:
-		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 1, k.lockA, token, k.channelA, n.pubA})
+		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 1, &c.lock, &c.token, &c.channel, n.pubA})
 	}
 	v, err := cmd.Int64()
 	if err != nil {
@@ -258,7 +276,7 @@ func (n node) release(ctx context.Context, k keys, token string) (bool, error) {
 	return v == 1, nil
 }
 
-func (n node) inspect(ctx context.Context, k keys) (Info, error) {
+func (n node) inspect(ctx context.Context, k *keys) (Info, error) {
 	v, err := script.Inspect.Run(ctx, n.rdb, []string{k.lock, k.fence}).Slice()
 	if err != nil {
 		return Info{}, redisErr("inspect", err)

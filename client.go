@@ -90,12 +90,12 @@ func (c *Client) TTL() time.Duration { return c.opts.ttl }
 // reported as ErrNotAcquired: a lock that could have expired on arrival is
 // never handed out.
 func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
-	k, err := c.check(name)
+	l, err := c.prepare(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	l, _, err := c.attempt(ctx, name, k, c.newToken(ctx), false)
+	l, _, err = c.attempt(ctx, l, false)
 	if errors.Is(err, errTooSlow) {
 		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, name, err)
 	}
@@ -124,15 +124,16 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 // reports the last QuorumError with the context's error.
 //
 // The returned Lock must be released with Lock.Release. With auto-extend on
-// (the default), Acquire starts the Lock's watchdog goroutine, which runs
-// until Release or until the lock is lost.
+// (the default), Acquire starts the Lock's watchdog: a timer that extends
+// the lease every TTL/3 until Release or until the lock is lost (it holds no
+// goroutine between extensions).
 func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
-	k, err := c.check(name)
+	pending, err := c.prepare(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	token := c.newToken(ctx)
+	channel, token := pending.cl.channel, pending.cl.token
 	done := func(l *Lock, err error) (*Lock, error) {
 		if l != nil {
 			c.acquired(name, time.Since(start))
@@ -142,14 +143,14 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 
 	// If this Client already listens on the lock's channel, wait there
 	// from the start; no release after the first attempt can be missed.
-	w := c.join(k.channel, token)
+	w := c.join(channel, token)
 	queued := time.Now() // no handover to us can precede this
 	trustHandover := true
 	// Over a quorum, failing to reach a majority is worth waiting out:
 	// nodes come back. The last such error is reported if ctx ends first.
 	var lastQuorum error
 	try := func() (*Lock, time.Duration, error) {
-		l, pttl, err := c.attempt(ctx, name, k, token, true)
+		l, pttl, err := c.attempt(ctx, pending, true)
 		if _, ok := errors.AsType[*QuorumError](err); ok {
 			lastQuorum = err
 			return nil, -1, nil
@@ -157,7 +158,7 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 		return l, pttl, err
 	}
 	giveUp := func() error {
-		c.leave(k, token)
+		c.leave(&pending.cl)
 		return errors.Join(gaveUp(ctx, name), lastQuorum)
 	}
 	l, pttl, err := try()
@@ -174,7 +175,7 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 		// Subscribe, then try again at once: a release before the
 		// subscription was confirmed is seen by this attempt, one after it
 		// by the subscription.
-		w = c.watch(ctx, k.channel, token)
+		w = c.watch(ctx, channel, token)
 		l, pttl, err = try()
 		if errors.Is(err, errTooSlow) {
 			trustHandover, err = false, nil
@@ -200,7 +201,7 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 			return nil, giveUp()
 		}
 		if trustHandover {
-			if l := c.handedOver(name, k, token, handed, queued); l != nil {
+			if l := c.handedOver(pending, handed, queued); l != nil {
 				return done(l, nil)
 			}
 		}
@@ -228,12 +229,13 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 // longer than the real one. If more than half of it is already gone, it
 // returns nil and the waiter confirms (and renews) the lease with an
 // attempt instead.
-func (c *Client) handedOver(name string, k keys, token string, fence int64, queued time.Time) *Lock {
+func (c *Client) handedOver(l *Lock, fence int64, queued time.Time) *Lock {
 	ttl := c.opts.ttl
 	if fence <= 0 || time.Since(queued) > ttl/2 || c.opts.replicas > 0 {
 		return nil // (with replica ack, the confirming attempt is what WAITs)
 	}
-	return newLock(c, name, k, token, fence, ttl, queued.Add(ttl-c.opts.driftFor(ttl)))
+	l.activate(fence, ttl, queued.Add(ttl-c.opts.driftFor(ttl)))
+	return l
 }
 
 // sleep returns how long a waiter sleeps unless woken: until the holder's
@@ -253,18 +255,19 @@ func (c *Client) sleep(attempt int, pttl time.Duration) time.Duration {
 
 // leave takes a waiter that gives up out of the queue (fair mode); if the
 // lock was handed to it meanwhile, that passes it on to the next waiter.
-func (c *Client) leave(k keys, token string) {
+func (c *Client) leave(cl *claim) {
 	if c.opts.fair {
-		c.undo(k, token)
+		c.undo(cl)
 	}
 }
 
-// attempt runs the acquire script once. It returns the Lock when taken, or
-// nil and the holder's remaining lease (-1 if unknown) when not.
-func (c *Client) attempt(ctx context.Context, name string, k keys, token string, queue bool) (*Lock, time.Duration, error) {
+// attempt runs the acquire script once for the pending Lock l. It returns l
+// when taken, or nil and the holder's remaining lease (-1 if unknown) when
+// not.
+func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.Duration, error) {
 	ttl := c.opts.ttl
 	start := time.Now()
-	g, err := c.b.acquire(ctx, k, token, ttl, queue)
+	g, err := c.b.acquire(ctx, &l.cl, ttl, queue)
 	if err != nil {
 		if !isReply(err) && !c.opts.reentrant {
 			// The script may have run and only the reply been lost: make
@@ -273,9 +276,9 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, token string,
 			// release would take away a hold the owner already had. An
 			// extra hold expires with the lease once the owner's other
 			// holds are released.)
-			c.undo(k, token)
+			c.undo(&l.cl)
 		}
-		return nil, 0, fmt.Errorf("dlock: acquire %q: %w", name, err)
+		return nil, 0, fmt.Errorf("dlock: acquire %q: %w", l.name, err)
 	}
 	if !g.held {
 		return nil, g.pttl, nil
@@ -284,10 +287,11 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, token string,
 	if !time.Now().Before(validUntil) {
 		// The reply came back after the lease could already have expired
 		// on the server: someone else may hold it by now.
-		c.undo(k, token)
+		c.undo(&l.cl)
 		return nil, 0, errTooSlow
 	}
-	return newLock(c, name, k, token, g.fence, ttl, validUntil), 0, nil
+	l.activate(g.fence, ttl, validUntil)
+	return l, 0, nil
 }
 
 // errTooSlow reports an attempt that got the lock too late to use it; the
@@ -299,10 +303,10 @@ const undoTimeout = 2 * time.Second
 
 // undo deletes the lease token may hold on k, ignoring failure: if Redis
 // cannot be reached, the lease expires by itself within its TTL.
-func (c *Client) undo(k keys, token string) {
+func (c *Client) undo(cl *claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 	defer cancel()
-	c.b.release(ctx, k, token)
+	c.b.release(ctx, cl)
 }
 
 func (c *Client) acquired(name string, waited time.Duration) {
@@ -320,6 +324,16 @@ func (c *Client) check(name string) (keys, error) {
 		return keys{}, err
 	}
 	return keysFor(c.opts.prefix, name), nil
+}
+
+// prepare validates name and returns the Lock that acquiring it will
+// activate, with its keys and a new owner token.
+func (c *Client) prepare(ctx context.Context, name string) (*Lock, error) {
+	k, err := c.check(name)
+	if err != nil {
+		return nil, err
+	}
+	return &Lock{c: c, name: name, cl: claim{keys: k, token: c.newToken(ctx)}}, nil
 }
 
 func validName(name string) error {
@@ -378,7 +392,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) e
 	}
 	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, l))
 	if c.opts.reentrant {
-		_, owner, _ := strings.Cut(l.token, "/")
+		_, owner, _ := strings.Cut(l.cl.token, "/")
 		fctx = WithOwner(fctx, owner) // nested calls re-enter
 	}
 	go func() {

@@ -55,7 +55,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	info, err := c.b.inspect(ctx, k)
+	info, err := c.b.inspect(ctx, &k)
 	if err != nil {
 		return Info{}, fmt.Errorf("dlock: inspect %q: %w", name, err)
 	}

@@ -14,12 +14,13 @@ func TestAcquireRetryReturnsSameFence(t *testing.T) {
 	rdb := s.Client(t)
 	b := node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH"}
 	k := keysFor(DefaultPrefix, "retry")
+	mine, theirs := &claim{keys: k, token: "tok"}, &claim{keys: k, token: "other"}
 	ctx := t.Context()
-	first, err := b.acquire(ctx, k, "tok", time.Second, false)
+	first, err := b.acquire(ctx, mine, time.Second, false)
 	if err != nil || !first.held {
 		t.Fatalf("acquire = %+v, %v, want held", first, err)
 	}
-	again, err := b.acquire(ctx, k, "tok", 5*time.Second, false)
+	again, err := b.acquire(ctx, mine, 5*time.Second, false)
 	if err != nil || !again.held {
 		t.Fatalf("retried acquire = %+v, %v, want held", again, err)
 	}
@@ -29,7 +30,7 @@ func TestAcquireRetryReturnsSameFence(t *testing.T) {
 	if pttl := s.Client(t).PTTL(ctx, k.lock).Val(); pttl <= time.Second {
 		t.Errorf("PTTL after the retry = %v, want re-armed to ~5s", pttl)
 	}
-	other, err := b.acquire(ctx, k, "other", time.Second, false)
+	other, err := b.acquire(ctx, theirs, time.Second, false)
 	if err != nil || other.held || other.pttl <= 0 {
 		t.Errorf("acquire by another token = %+v, %v, want not held with a pttl", other, err)
 	}
@@ -61,4 +62,18 @@ func FuzzBackoff(f *testing.F) {
 			t.Errorf("ExponentialBackoff(%v, %v)(%d) = %v, want in [0, %v]", lo, hi, attempt, d, limit)
 		}
 	})
+}
+
+// The five names share one string; each must come out whole.
+func TestKeysFor(t *testing.T) {
+	for _, tc := range []struct{ prefix, name string }{
+		{"dlock:", "jobs"}, {"", "x"}, {"app:{tenant}:", "a b:c"},
+	} {
+		k := keysFor(tc.prefix, tc.name)
+		base := tc.prefix + "{" + tc.name + "}"
+		want := keys{lock: base, fence: base + ":fence", queue: base + ":q", waiters: base + ":qw", channel: base + ":ch"}
+		if k != want {
+			t.Errorf("keysFor(%q, %q) = %+v, want %+v", tc.prefix, tc.name, k, want)
+		}
+	}
 }

@@ -23,8 +23,7 @@ import (
 type Lock struct {
 	c     *Client
 	name  string
-	k     keys
-	token string
+	cl    claim // the keys and the owner token; script arguments point into it
 	fence int64
 	start time.Time
 
@@ -34,33 +33,53 @@ type Lock struct {
 	validUntil time.Time
 	err        error // nil while held; ErrReleased, or the loss
 	released   bool  // the release script ran
-	done       chan struct{}
-	expiry     *time.Timer // fires at validUntil
+	// done and the expiry timer that closes it at validUntil are made when
+	// someone first watches the Lock (Done, Do, a Lost hook); until then a
+	// loss is found when the state is read (Err, Extend, Release), and a
+	// Lock that nobody watches costs no timer.
+	done   chan struct{}
+	expiry *time.Timer
+	dog    *time.Timer // the watchdog (auto-extend): runs extend every TTL/3
 }
 
-func newLock(c *Client, name string, k keys, token string, fence int64, ttl time.Duration, validUntil time.Time) *Lock {
-	l := &Lock{
-		c: c, name: name, k: k, token: token, fence: fence, start: time.Now(),
-		ttl: ttl, validUntil: validUntil, done: make(chan struct{}),
-	}
+// activate makes the pending Lock l, made by Client.prepare, a held lease
+// with the given fence and validity, and starts its watchdog.
+func (l *Lock) activate(fence int64, ttl time.Duration, validUntil time.Time) {
 	l.mu.Lock()
-	l.expiry = time.AfterFunc(time.Until(validUntil), l.expire)
-	l.mu.Unlock()
-	if c.opts.autoExtend {
-		go l.watchdog()
+	defer l.mu.Unlock()
+	l.fence, l.start, l.ttl, l.validUntil = fence, time.Now(), ttl, validUntil
+	if l.c.opts.hooks.Lost != nil {
+		l.watchLocked() // the hook hears of an expiry when it happens
 	}
-	return l
+	if l.c.opts.autoExtend {
+		l.dog = time.AfterFunc(ttl/3, l.tick)
+	}
+}
+
+// watchLocked makes the done channel, closed at once if the Lock is already
+// settled, and otherwise the timer that closes it at the validity deadline;
+// l.mu must be held.
+func (l *Lock) watchLocked() {
+	if l.done != nil {
+		return
+	}
+	l.done = make(chan struct{})
+	if l.err != nil {
+		close(l.done)
+		return
+	}
+	l.expiry = time.AfterFunc(time.Until(l.validUntil), l.expire)
 }
 
 // Name returns the lock's name.
 func (l *Lock) Name() string { return l.name }
 
 // Key returns the Redis key that holds the lock.
-func (l *Lock) Key() string { return l.k.lock }
+func (l *Lock) Key() string { return l.cl.lock }
 
 // Token returns the random owner token stored in the lock key while this
 // Lock holds it.
-func (l *Lock) Token() string { return l.token }
+func (l *Lock) Token() string { return l.cl.token }
 
 // Fence returns the fencing token of this acquisition: greater than every
 // fence issued before it for the same name, including across expiries and a
@@ -79,11 +98,18 @@ func (l *Lock) ValidUntil() time.Time {
 }
 
 // Done returns a channel that is closed when the Lock is released or lost.
-func (l *Lock) Done() <-chan struct{} { return l.done }
+func (l *Lock) Done() <-chan struct{} {
+	l.expire() // past the deadline, the channel comes back closed
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.watchLocked()
+	return l.done
+}
 
 // Err returns nil while the Lock is held, ErrReleased after Release, or an
 // error wrapping ErrNotHeld that says why the lock was lost.
 func (l *Lock) Err() error {
+	l.expire()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -92,11 +118,11 @@ func (l *Lock) Err() error {
 // TTL asks Redis how long the lease has left. It returns an error wrapping
 // ErrNotHeld if the lock key no longer holds this Lock's token.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	info, err := l.c.b.inspect(ctx, l.k)
+	info, err := l.c.b.inspect(ctx, &l.cl.keys)
 	if err != nil {
 		return 0, err
 	}
-	if !info.heldBy(l.token) {
+	if !info.heldBy(l.cl.token) {
 		return 0, lost(l.name, "the lock key no longer holds our token")
 	}
 	return info.TTL, nil
@@ -119,7 +145,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
-	ok, err := l.c.b.extend(ctx, l.k, l.token, ttl)
+	ok, err := l.c.b.extend(ctx, &l.cl, ttl)
 	if err != nil {
 		return fmt.Errorf("dlock: extend %q: %w", l.name, err)
 	}
@@ -128,6 +154,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		l.lose(err)
 		return l.Err()
 	}
+	l.expire() // a validity that ran out while the call was in flight stays lost
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
@@ -135,7 +162,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	if until := start.Add(ttl - l.c.opts.driftFor(ttl)); until.After(l.validUntil) {
 		l.validUntil = until
-		l.expiry.Reset(time.Until(until))
+		if l.expiry != nil {
+			l.expiry.Reset(time.Until(until))
+		}
 	}
 	l.ttl = ttl
 	return nil
@@ -153,6 +182,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 func (l *Lock) Release(ctx context.Context) error {
 	l.relMu.Lock()
 	defer l.relMu.Unlock()
+	l.expire()
 	l.mu.Lock()
 	if l.released {
 		l.mu.Unlock()
@@ -162,7 +192,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	lostErr := l.err
 	l.mu.Unlock()
 
-	ok, err := l.c.b.release(ctx, l.k, l.token)
+	ok, err := l.c.b.release(ctx, &l.cl)
 	if err != nil {
 		return fmt.Errorf("dlock: release %q: %w", l.name, err)
 	}
@@ -181,7 +211,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	return nil
 }
 
-// expire runs when the validity deadline passes without an extension.
+// expire marks the Lock lost if its validity deadline has passed without an
+// extension. The expiry timer runs it at the deadline; reading the state
+// runs it too, for a Lock that nobody watches.
 func (l *Lock) expire() {
 	l.mu.Lock()
 	if l.err != nil || time.Now().Before(l.validUntil) { // settled, or extended meanwhile
@@ -212,6 +244,13 @@ func (l *Lock) finish(err error) {
 		return
 	}
 	l.err = err
-	l.expiry.Stop()
-	close(l.done)
+	if l.dog != nil {
+		l.dog.Stop()
+	}
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
+	if l.done != nil {
+		close(l.done)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -209,6 +210,91 @@ func TestExtendAfterExpiry(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Errorf("second Release after loss = %v, want nil", err)
+	}
+}
+
+// A Lock that nobody watches has no expiry timer: reading its state after
+// the deadline must still report the loss, and Done must come back closed.
+func TestUnwatchedLockExpires(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := dlock.New(rdb, dlock.WithAutoExtend(false), dlock.WithTTL(100*time.Millisecond))
+	for _, read := range []string{"Err", "Done", "Extend", "Release"} {
+		t.Run(read, func(t *testing.T) {
+			l, err := c.TryAcquire(ctx, "unwatched:"+read)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Until(l.ValidUntil()) + 10*time.Millisecond)
+			switch read {
+			case "Err":
+				err = l.Err()
+			case "Done":
+				if !closedWithin(l.Done(), 0) {
+					t.Fatal("Done() after the deadline is open, want closed")
+				}
+				err = l.Err()
+			case "Extend":
+				err = l.Extend(ctx, time.Second)
+			case "Release":
+				err = l.Release(ctx)
+			}
+			if !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s after the validity deadline = %v, want ErrNotHeld", read, err)
+			}
+			if !closedWithin(l.Done(), 0) {
+				t.Error("Done() open after the loss was reported")
+			}
+		})
+	}
+}
+
+// With a Lost hook the expiry timer is armed at once: the hook hears of an
+// expiry when it happens, though nobody reads the Lock's state.
+func TestLostHookFiresAtExpiry(t *testing.T) {
+	_, rdb := setup(t)
+	lost := make(chan error, 1)
+	c := dlock.New(rdb, dlock.WithAutoExtend(false), dlock.WithTTL(100*time.Millisecond),
+		dlock.WithHooks(dlock.Hooks{Lost: func(_ string, err error) { lost <- err }}))
+	l, err := c.TryAcquire(t.Context(), "hooked-expiry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-lost:
+		if !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Hooks.Lost got %v, want ErrNotHeld", err)
+		}
+		if late := time.Since(l.ValidUntil()); late < 0 {
+			t.Errorf("Hooks.Lost ran %v before the validity deadline", -late)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Hooks.Lost not called 5s after a 100ms lease ran out")
+	}
+}
+
+// The watchdog is a timer, not a goroutine: holding many auto-extended
+// locks must not hold a goroutine each.
+func TestHeldLocksCostNoGoroutines(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := dlock.New(rdb) // auto-extend on
+	before := runtime.NumGoroutine()
+	var held []*dlock.Lock
+	for i := range 200 {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("many:%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	if grew := runtime.NumGoroutine() - before; grew > 20 {
+		t.Errorf("holding 200 locks added %d goroutines, want none per lock", grew)
+	}
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Error(err)
+		}
 	}
 }
 

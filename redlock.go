@@ -213,9 +213,9 @@ func tally[T any](res []nodeResult[T], yes func(T) bool, errs []error) (yeses, a
 	return yeses, answered
 }
 
-func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Duration, _ bool) (grant, error) {
+func (q *quorum) acquire(ctx context.Context, c *claim, ttl time.Duration, _ bool) (grant, error) {
 	res := fanOut(ctx, q, func(ctx context.Context, n node) (grant, error) {
-		return n.acquire(ctx, k, token, ttl, false)
+		return n.acquire(ctx, c, ttl, false)
 	}, majority(q, func(g grant) bool { return g.held }))
 	var (
 		held  int
@@ -250,7 +250,7 @@ func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Dur
 		// Write the fence back to a majority, so that any later majority
 		// (which shares a node with this one) issues a higher one.
 		raised := fanOut(ctx, q, func(ctx context.Context, n node) (int64, error) {
-			return script.RaiseFence.Run(ctx, n.rdb, []string{k.fence}, fence).Int64()
+			return script.RaiseFence.Run(ctx, n.rdb, []string{c.fence}, fence).Int64()
 		}, majority(q, func(int64) bool { return true }))
 		raiseErrs := make([]error, len(raised))
 		ok, _ := tally(raised, func(int64) bool { return true }, raiseErrs)
@@ -264,7 +264,7 @@ func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Dur
 		}
 		held = ok
 	}
-	q.release(ctx, k, token) // undo what was granted, on every node
+	q.release(ctx, c) // undo what was granted, on every node
 	refused := 0
 	for _, err := range errs {
 		if err == errRefused {
@@ -277,8 +277,8 @@ func (q *quorum) acquire(ctx context.Context, k keys, token string, ttl time.Dur
 	return grant{}, &QuorumError{Op: "acquire", Held: held, Need: q.need(), Nodes: errs}
 }
 
-func (q *quorum) extend(ctx context.Context, k keys, token string, ttl time.Duration) (bool, error) {
-	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(ctx, k, token, ttl) },
+func (q *quorum) extend(ctx context.Context, c *claim, ttl time.Duration) (bool, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(ctx, c, ttl) },
 		majority(q, func(ok bool) bool { return ok }))
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
@@ -291,10 +291,10 @@ func (q *quorum) extend(ctx context.Context, k keys, token string, ttl time.Dura
 	return false, &QuorumError{Op: "extend", Held: yes, Need: q.need(), Nodes: errs}
 }
 
-func (q *quorum) release(ctx context.Context, k keys, token string) (bool, error) {
+func (q *quorum) release(ctx context.Context, c *claim) (bool, error) {
 	// Every node is waited for (up to the per-node timeout): a release still
 	// in flight on a node would make that node refuse the next acquisition.
-	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, k, token) }, nil)
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, c) }, nil)
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
 	// The lease's exclusivity rests on its validity, not on this answer: a
@@ -313,7 +313,7 @@ func (q *quorum) release(ctx context.Context, k keys, token string) (bool, error
 
 // inspect reports what a majority of nodes agree on: the holder, the
 // shortest remaining lease among them, and the highest fence.
-func (q *quorum) inspect(ctx context.Context, k keys) (Info, error) {
+func (q *quorum) inspect(ctx context.Context, k *keys) (Info, error) {
 	res := fanOut(ctx, q, func(ctx context.Context, n node) (Info, error) { return n.inspect(ctx, k) }, nil)
 	votes := map[string]int{}
 	var out Info
