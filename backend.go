@@ -177,40 +177,26 @@ func (n node) acquire(ctx context.Context, c *claim, ttl time.Duration, queue bo
 		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2,
 			&c.lock, &c.fence, &c.token, n.ms(ttl)}), -1
 	}
-	held, v, err := pair(cmd)
+	v, err := cmd.Int64()
 	if err != nil {
 		return grant{}, redisErr("acquire", err)
 	}
-	if held {
+	if v >= 0 { // the fence
 		if acks >= 0 && acks < int64(n.replicas) {
 			n.release(context.WithoutCancel(ctx), c)
 			return grant{}, fmt.Errorf("%w: %w", ErrNotAcquired, n.ackError("acquire", acks))
 		}
 		return grant{held: true, fence: v}, nil
 	}
-	pttl := time.Duration(-1)
-	if v >= 0 {
-		pttl = time.Duration(v) * time.Millisecond
-	}
-	return grant{pttl: pttl}, nil
+	return grant{pttl: pttlOf(-2 - v)}, nil
 }
 
-// pair reads the {held, value} reply of an acquire script, without the
-// copy that Int64Slice makes.
-func pair(cmd *redis.Cmd) (held bool, v int64, err error) {
-	reply, err := cmd.Result()
-	if err != nil {
-		return false, 0, err
+// pttlOf converts a PTTL reply in ms (-1: no expiry) to a duration.
+func pttlOf(ms int64) time.Duration {
+	if ms < 0 {
+		return -1
 	}
-	a, _ := reply.([]any)
-	if len(a) == 2 {
-		flag, ok1 := a[0].(int64)
-		v, ok2 := a[1].(int64)
-		if ok1 && ok2 {
-			return flag == 1, v, nil
-		}
-	}
-	return false, 0, fmt.Errorf("unexpected reply %v", reply)
+	return time.Duration(ms) * time.Millisecond
 }
 
 func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration) (grant, error) {
@@ -229,11 +215,7 @@ func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration)
 		}
 		return grant{held: true, fence: v[1], holds: v[2]}, nil
 	}
-	pttl := time.Duration(-1)
-	if v[1] >= 0 {
-		pttl = time.Duration(v[1]) * time.Millisecond
-	}
-	return grant{pttl: pttl}, nil
+	return grant{pttl: pttlOf(v[1])}, nil
 }
 
 func (n node) extend(ctx context.Context, c *claim, ttl time.Duration) (bool, error) {

@@ -28,6 +28,7 @@ type batcher struct {
 	queue    []*call
 	spare    []*call // the previous queue's array, reused
 	flushers int
+	pipes    sync.Pool // idle Pipeliners, reused across flushes
 }
 
 type call struct {
@@ -78,11 +79,15 @@ func (b *batcher) flush() {
 		if len(batch) == 1 {
 			b.rdb.Process(ctx, batch[0].cmd)
 		} else {
-			pipe := b.rdb.Pipeline()
+			pipe, _ := b.pipes.Get().(redis.Pipeliner)
+			if pipe == nil {
+				pipe = b.rdb.Pipeline()
+			}
 			for _, c := range batch {
 				pipe.Process(ctx, c.cmd)
 			}
-			pipe.Exec(ctx) // each command carries its own error
+			pipe.Exec(ctx) // each command carries its own error; Exec empties pipe
+			b.pipes.Put(pipe)
 		}
 		for i, c := range batch {
 			c.done <- struct{}{}

@@ -64,6 +64,11 @@ type waiters struct {
 // join returns waiters on channel if every node's hub already listens to it
 // (see hub.join), and nil otherwise.
 func (c *Client) join(channel, token string) *waiters {
+	for _, h := range c.hubs {
+		if !h.listening(channel) {
+			return nil // the common case: nothing to allocate
+		}
+	}
 	w := &waiters{wake: make(chan int64, 1)}
 	for _, h := range c.hubs {
 		hw := h.join(channel, token, w.wake)
@@ -103,6 +108,22 @@ func (c *Client) watch(ctx context.Context, channel, token string) *waiters {
 func (w *waiters) close() {
 	for _, hw := range w.ws {
 		hw.close()
+	}
+}
+
+// listening reports whether channel is subscribed and confirmed.
+func (h *hub) listening(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.topics[channel]
+	if t == nil {
+		return false
+	}
+	select {
+	case <-t.ready:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -4,8 +4,9 @@
 -- ARGV[1] owner token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
 -- ARGV[4] how long a queue entry lives without being renewed, in ms   ARGV[5] release channel
 -- ARGV[6] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
--- Returns {1, fence} when the lock is ours (taken now, handed to us by a
--- release, or already ours), else {0, pttl} (-1: no expiry). The lock goes to
+-- Returns the fence (>= 0) when the lock is ours (taken now, handed to us by
+-- a release, or already ours), else -2 - pttl (< 0; -1: no expiry), as one
+-- integer rather than a pair. The lock goes to
 -- the caller only if no live waiter is ahead of it; a try never queues and
 -- never jumps the queue. A free lock with live waiters (its holder expired
 -- without releasing) is handed to the first of them. A handover is announced
@@ -23,14 +24,14 @@ if not redis.call('LINDEX', KEYS[3], 0) then
   -- the holder of a taken one, in a single command.
   holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
   if not holder then
-    return {1, new_fence(KEYS[2])}
+    return new_fence(KEYS[2])
   end
 else
   holder = redis.call('GET', KEYS[1])
 end
 if holder == token then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 end
 if not holder then
   local now -- the clock is read only if someone is queued
@@ -60,7 +61,7 @@ if not holder then
     end
     local fence = new_fence(KEYS[2])
     redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-    return {1, fence}
+    return fence
   end
 end
 if ARGV[3] == '1' then
@@ -71,4 +72,4 @@ if ARGV[3] == '1' then
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
   redis.call('PEXPIRE', KEYS[4], ARGV[4])
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return -2 - math.max(redis.call('PTTL', KEYS[1]), -1)
