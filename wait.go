@@ -115,16 +115,7 @@ func (w *waiters) close() {
 func (h *hub) listening(channel string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t := h.topics[channel]
-	if t == nil {
-		return false
-	}
-	select {
-	case <-t.ready:
-		return true
-	default:
-		return false
-	}
+	return h.confirmed(channel) != nil
 }
 
 // join adds a waiter to channel if the channel is already subscribed and
@@ -133,16 +124,26 @@ func (h *hub) listening(channel string) bool {
 func (h *hub) join(channel, token string, wake chan int64) *waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	t := h.confirmed(channel)
+	if t == nil {
+		return nil
+	}
+	return h.add(t, channel, token, wake)
+}
+
+// confirmed returns channel's topic if Redis has confirmed its
+// subscription, and nil otherwise; h.mu must be held.
+func (h *hub) confirmed(channel string) *topic {
 	t := h.topics[channel]
 	if t == nil {
 		return nil
 	}
 	select {
 	case <-t.ready:
+		return t
 	default:
 		return nil
 	}
-	return h.add(t, channel, token, wake)
 }
 
 // add registers a waiter on t; h.mu must be held.

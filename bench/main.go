@@ -70,6 +70,8 @@ func main() {
 		}
 	}
 	if want("W2") {
+		rep.tripCeiling = oneTripCeiling(srv.Addr(), time.Millisecond)
+		log.Printf("W2 one round trip per 1ms hold: %.0f%% of the no-Redis loop", 100*rep.tripCeiling)
 		for _, hold := range []time.Duration{0, time.Millisecond} {
 			for _, c := range []int{2, 8, 32} {
 				base := contendedBaseline(c, hold)
@@ -317,6 +319,40 @@ func contendedBaseline(c int, hold time.Duration) float64 {
 	}
 	wg.Wait()
 	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+// oneTripCeiling is the throughput, relative to a loop that only sleeps
+// hold, of a loop that sleeps hold and then makes one round trip to Redis
+// (PING): what any lock reaches whose handover crosses Redis once, on this
+// machine, where a round trip after an idle pause costs a wake-up on each
+// side. The two loops alternate in short slices, so noise hits both alike.
+func oneTripCeiling(addr string, hold time.Duration) float64 {
+	rdb := goRedis(addr)
+	defer rdb.Close()
+	ctx := context.Background()
+	var sleepOnly, withTrip time.Duration
+	var n int
+	for end := time.Now().Add(*duration); time.Now().Before(end); {
+		for _, trip := range []bool{false, true} {
+			t0 := time.Now()
+			for range 20 {
+				time.Sleep(hold)
+				if trip {
+					rdb.Ping(ctx)
+				}
+			}
+			if trip {
+				withTrip += time.Since(t0)
+			} else {
+				sleepOnly += time.Since(t0)
+			}
+		}
+		n++
+	}
+	if withTrip == 0 {
+		return 0
+	}
+	return float64(sleepOnly) / float64(withTrip)
 }
 
 type w3Result struct {
