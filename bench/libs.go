@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -129,13 +128,26 @@ type rueidisHandle struct {
 }
 
 func (h *rueidisHandle) lock(ctx context.Context) error {
+	// rueidislock holds the lock only while the context it was given lives,
+	// and the harness cancels the context of a lock call once it returns:
+	// hold on a context that outlives the call, cut short only if ctx ends
+	// while still waiting.
+	hold, stopHold := context.WithCancel(context.WithoutCancel(ctx))
+	stopWait := context.AfterFunc(ctx, stopHold)
 	for {
-		held, cancel, err := h.l.WithContext(ctx, h.name)
+		held, cancel, err := h.l.WithContext(hold, h.name)
 		if err != nil {
+			stopWait()
+			stopHold()
 			return err
 		}
 		if held.Err() == nil { // the lock is held while this context is live
-			h.cancel = cancel
+			if !stopWait() { // ctx ended as the lock came: give it back
+				cancel()
+				stopHold()
+				return ctx.Err()
+			}
+			h.cancel = func() { cancel(); stopHold() }
 			return nil
 		}
 		cancel()
@@ -143,44 +155,16 @@ func (h *rueidisHandle) lock(ctx context.Context) error {
 }
 func (h *rueidisHandle) unlock(context.Context) error { h.cancel(); return nil }
 
-// openRueidis gives each handle on a name already in use a Locker of its
-// own, as separate processes would have (goroutines sharing one Locker were
-// not kept apart by it in our runs); handles on distinct names share one.
+// openRueidis shares one Locker among all handles, the normal use.
 func openRueidis(addrs []string) (func(string) handle, func(), error) {
-	var (
-		mu      sync.Mutex
-		lockers []rueidislock.Locker
-		shared  rueidislock.Locker
-		seen    = map[string]bool{}
-	)
-	newHandle := func(name string) handle {
-		mu.Lock()
-		reuse := !seen[name] && shared != nil
-		seen[name] = true
-		mu.Unlock()
-		if reuse {
-			return &rueidisHandle{l: shared, name: name}
-		}
-		l, err := rueidislock.NewLocker(rueidislock.LockerOption{
-			ClientOption:   rueidis.ClientOption{InitAddress: addrs[:1]},
-			KeyMajority:    1,
-			KeyValidity:    ttl,
-			NoLoopTracking: true,
-		})
-		if err != nil {
-			panic(err) // the server is ours and up; nothing to recover from
-		}
-		mu.Lock()
-		lockers = append(lockers, l)
-		if shared == nil {
-			shared = l
-		}
-		mu.Unlock()
-		return &rueidisHandle{l: l, name: name}
+	l, err := rueidislock.NewLocker(rueidislock.LockerOption{
+		ClientOption:   rueidis.ClientOption{InitAddress: addrs[:1]},
+		KeyMajority:    1,
+		KeyValidity:    ttl,
+		NoLoopTracking: true,
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	return newHandle, func() {
-		for _, l := range lockers {
-			l.Close()
-		}
-	}, nil
+	return func(name string) handle { return &rueidisHandle{l: l, name: name} }, l.Close, nil
 }

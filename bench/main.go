@@ -17,6 +17,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,7 +66,7 @@ func main() {
 					log.Fatalf("W1 %s C=%d: %v", l.name, c, err)
 				}
 				rep.w1 = append(rep.w1, r)
-				log.Printf("W1 C=%-2d %-14s %8.0f pairs/s  p50 %v  p99 %v  %.1f allocs/pair", c, l.name, r.rate, r.p50, r.p99, r.allocs)
+				log.Printf("W1 C=%-2d %-14s %8.0f pairs/s  p50 %v  p99 %v  %.1f allocs/pair  redis %.1fµs/pair", c, l.name, r.rate, r.p50, r.p99, r.allocs, float64(r.serverCPU)/1e3)
 			}
 		}
 	}
@@ -134,6 +135,9 @@ type w1Result struct {
 	rate     float64
 	p50, p99 time.Duration
 	allocs   float64
+	// serverCPU is the CPU time redis-server spent per pair (user + system,
+	// from INFO cpu): the cost that bounds throughput once Redis is busy.
+	serverCPU time.Duration
 }
 
 // uncontended runs W1: c goroutines, one name each.
@@ -151,6 +155,7 @@ func uncontended(l library, addr string, admin *redis.Client, c int) (w1Result, 
 	var ms0, ms1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
+	cpu0 := serverCPU(admin)
 	start := time.Now()
 	stop := start.Add(*duration)
 	var wg sync.WaitGroup
@@ -175,6 +180,7 @@ func uncontended(l library, addr string, admin *redis.Client, c int) (w1Result, 
 	wg.Wait()
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&ms1)
+	cpu1 := serverCPU(admin)
 	close(errs)
 	if err := <-errs; err != nil {
 		return w1Result{}, err
@@ -185,8 +191,27 @@ func uncontended(l library, addr string, admin *redis.Client, c int) (w1Result, 
 	if len(all) > 0 {
 		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
 		r.allocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(len(all))
+		r.serverCPU = (cpu1 - cpu0) / time.Duration(len(all))
 	}
 	return r, nil
+}
+
+// serverCPU returns the CPU time the server has used so far (INFO cpu:
+// used_cpu_user + used_cpu_sys).
+func serverCPU(admin *redis.Client) time.Duration {
+	info, err := admin.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 type w2Result struct {

@@ -42,8 +42,8 @@ func (r *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Machine: %s.\n\n", r.env)
 	if len(r.w1) > 0 {
-		b.WriteString("**W1 — uncontended** (C goroutines, one name each, lock+unlock pairs)\n\n")
-		b.WriteString("| C | library | pairs/s | vs best other | p50 | p99 | allocs/pair |\n|---|---|---:|---:|---:|---:|---:|\n")
+		b.WriteString("**W1 — uncontended** (C goroutines, one name each, lock+unlock pairs; Redis CPU = redis-server's CPU time per pair)\n\n")
+		b.WriteString("| C | library | pairs/s | vs best other | p50 | p99 | allocs/pair | Redis CPU/pair |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 		best := map[int]float64{}
 		for _, x := range r.w1 {
 			if !isDlock(x.lib) {
@@ -55,7 +55,7 @@ func (r *report) markdown() string {
 			if isDlock(x.lib) && best[x.c] > 0 {
 				ratio = fmt.Sprintf("%.2f×", x.rate/best[x.c])
 			}
-			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s | %.1f |\n", x.c, x.lib, x.rate, ratio, ms(x.p50), ms(x.p99), x.allocs)
+			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s | %.1f | %.1fµs |\n", x.c, x.lib, x.rate, ratio, ms(x.p50), ms(x.p99), x.allocs, float64(x.serverCPU)/1e3)
 		}
 		b.WriteString("\n")
 	}
