@@ -34,6 +34,13 @@ func TestAcquireRetryReturnsSameFence(t *testing.T) {
 	if err != nil || other.held || other.pttl <= 0 {
 		t.Errorf("acquire by another token = %+v, %v, want not held with a pttl", other, err)
 	}
+	// A holder's key without expiry is reported as pttl -1 (unknown), not
+	// as held: the reply packs "not held" and the pttl into one integer.
+	s.Client(t).Persist(ctx, k.lock)
+	other, err = b.acquire(ctx, theirs, time.Second, false)
+	if err != nil || other.held || other.pttl != -1 {
+		t.Errorf("acquire by another token, key without expiry = %+v, %v, want not held, pttl -1", other, err)
+	}
 }
 
 func TestBackoffBounds(t *testing.T) {
