@@ -7,20 +7,29 @@ import (
 	"time"
 )
 
-// Proxy forwards loopback TCP connections to a server and can stall them
-// (hold every byte in flight) or cut them (drop what is held and close):
-// the network faults that SIGSTOP cannot make, because a stopped process's
-// kernel still receives what is sent to it.
+// Proxy forwards loopback TCP connections to a server and can delay,
+// stall or cut them: the network faults that SIGSTOP cannot make, because a
+// stopped process's kernel still receives what is sent to it.
+//
+//   - Delay holds what crosses in one direction for a while, then delivers
+//     it: a request can reach the server after its client gave up, closed
+//     the connection and undid the call (go-redis re-sends a command whose
+//     reply timed out, so one call can also land twice).
+//   - Stall holds every byte until Cut; StallReplies only the replies, so
+//     commands run and their answers never arrive.
+//   - Cut closes every connection and drops what is held.
 type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu      sync.Mutex
-	stalled bool // both directions
-	replies bool // server to client only
-	cond    *sync.Cond
-	conns   map[net.Conn]struct{}
-	wg      sync.WaitGroup
+	mu       sync.Mutex
+	stalled  bool // both directions
+	replies  bool // server to client only
+	reqDelay time.Duration
+	repDelay time.Duration
+	cond     *sync.Cond
+	conns    map[net.Conn]struct{}
+	wg       sync.WaitGroup
 }
 
 // NewProxy starts a proxy to target (host:port), stopped in tb's cleanup.
@@ -57,37 +66,101 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(c, s, true) })
 		p.wg.Go(func() { p.pipe(s, c, false) })
+		p.wg.Go(func() { p.pipe(c, s, true) })
 	}
 }
 
-// pipe copies from src to dst, holding data while the proxy is stalled (or,
-// for the reply direction, while replies are stalled).
+// chunk is data read from one side, due on the other at a time.
+type chunk struct {
+	data []byte
+	due  time.Time
+}
+
+// pipe copies from src to dst. A reader takes data off src as it comes and
+// stamps it with the direction's delay; a writer delivers each chunk when
+// it is due and the proxy is not stalled. When src closes, what is still
+// held is delivered first (a delayed request outlives its client's
+// connection, as it would in a real network), then dst is half-closed.
 func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			for p.stalled || (reply && p.replies) {
-				p.cond.Wait()
+	var (
+		mu     sync.Mutex
+		cond   = sync.NewCond(&mu)
+		queue  []chunk
+		closed bool
+	)
+	p.wg.Go(func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				p.mu.Lock()
+				d := p.reqDelay
+				if reply {
+					d = p.repDelay
+				}
+				p.mu.Unlock()
+				mu.Lock()
+				queue = append(queue, chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(d)})
+				cond.Signal()
+				mu.Unlock()
 			}
-			_, alive := p.conns[dst]
-			p.mu.Unlock()
-			if !alive {
-				return // cut while held: the data is dropped
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if err != nil {
+				mu.Lock()
+				closed = true
+				cond.Signal()
+				mu.Unlock()
 				return
 			}
 		}
-		if err != nil {
+	})
+	defer src.Close()
+	for {
+		mu.Lock()
+		for len(queue) == 0 && !closed {
+			cond.Wait()
+		}
+		if len(queue) == 0 {
+			mu.Unlock()
+			if tc, ok := dst.(*net.TCPConn); ok {
+				tc.CloseWrite()
+			}
+			p.lingerClose(dst)
+			return
+		}
+		c := queue[0]
+		queue = queue[1:]
+		mu.Unlock()
+		time.Sleep(time.Until(c.due))
+		p.mu.Lock()
+		for p.stalled || (reply && p.replies) {
+			p.cond.Wait()
+		}
+		_, alive := p.conns[dst]
+		p.mu.Unlock()
+		if !alive {
+			dst.Close()
+			return // cut while held: the data is dropped
+		}
+		if _, err := dst.Write(c.data); err != nil {
+			dst.Close()
 			return
 		}
 	}
+}
+
+// lingerClose closes a connection whose other direction may still carry
+// replies to requests just delivered: it waits (boundedly) for them first.
+func (p *Proxy) lingerClose(c net.Conn) {
+	time.AfterFunc(2*time.Second, func() { c.Close() })
+}
+
+// Delay holds what is sent from now on for req (client to server) and rep
+// (server to client) before delivering it; 0 delivers at once.
+func (p *Proxy) Delay(req, rep time.Duration) {
+	p.mu.Lock()
+	p.reqDelay, p.repDelay = req, rep
+	p.mu.Unlock()
 }
 
 // Stall holds every byte that crosses the proxy from now on.
@@ -105,8 +178,8 @@ func (p *Proxy) StallReplies() {
 	p.mu.Unlock()
 }
 
-// Cut closes every connection, dropping what is held, and ends a stall; new
-// connections are forwarded again.
+// Cut closes every connection, dropping what is held, and ends a stall and
+// any delay; new connections are forwarded again.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	for c := range p.conns {
@@ -114,6 +187,7 @@ func (p *Proxy) Cut() {
 	}
 	clear(p.conns)
 	p.stalled, p.replies = false, false
+	p.reqDelay, p.repDelay = 0, 0
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }
