@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -35,18 +34,30 @@ func keysFor(prefix, name string) keys {
 	}
 }
 
-// claim is one acquisition's keys and owner token. It lives in the Lock,
-// which is allocated when Acquire starts, and the scripts' arguments point
-// into it (go-redis accepts *string): no string is copied into an interface
-// on the way to Redis.
+// claim is one acquisition's keys and lease. It lives in the Lock, which is
+// allocated when Acquire starts, and the scripts' arguments point into it
+// (go-redis accepts *string): no string is copied into an interface on the
+// way to Redis.
 type claim struct {
 	keys
-	token string
+	token string // the lease's token: the plain lock's value, or a reentrant hold's field
+	owner string // reentrant: the owner id ("<client>/<owner>") that the hash names
+	rev   string // the lease's revocation key (see lib.lua): "<lock>:r:<token>"
+}
+
+// setToken gives the claim a lease token, and with it a revocation key.
+// A token whose lease was ended (released, or undone after an attempt with
+// an unknown outcome) is refused by Redis from then on, so an attempt after
+// an undo needs a new one.
+func (c *claim) setToken(token string) {
+	c.token = token
+	c.rev = c.lock + ":r:" + token
 }
 
 // Script digests and fixed arguments, converted to interfaces once.
 var (
 	acquireSHA     any = script.Acquire.Hash()
+	errRevoked         = errors.New("dlock: the lease was already ended")
 	acquireFairSHA any = script.AcquireFair.Hash()
 	releaseSHA     any = script.Release.Hash()
 	releaseFairSHA any = script.ReleaseFair.Hash()
@@ -86,6 +97,9 @@ type grant struct {
 	fence int64         // when held
 	holds int64         // when held, reentrant: the owner's hold count now
 	pttl  time.Duration // when not held: the holder's remaining lease, or -1 if unknown
+	// undone reports that the backend ended what the attempt was granted
+	// (too few replicas or quorum nodes said yes): its token is revoked.
+	undone bool
 }
 
 // backend runs lock operations against one Redis deployment. The Lock
@@ -162,20 +176,20 @@ func (n node) acquire(ctx context.Context, c *claim, ttl time.Duration, queue bo
 	}
 	switch {
 	case n.replicas > 0 && n.fair:
-		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.lock, c.fence, c.queue, c.waiters},
+		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.lock, c.fence, c.queue, c.waiters, c.rev},
 			c.token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), c.channel, n.pub)
 	case n.replicas > 0:
-		cmd, acks = n.acked(ctx, script.Acquire, []string{c.lock, c.fence}, c.token, ttl.Milliseconds())
+		cmd, acks = n.acked(ctx, script.Acquire, []string{c.lock, c.fence, c.rev}, c.token, ttl.Milliseconds())
 	case n.fair:
 		qttl := n.qttlA
 		if ttl != n.ttl || qttl == nil {
 			qttl = queueTTL(ttl).Milliseconds()
 		}
-		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 4,
-			&c.lock, &c.fence, &c.queue, &c.waiters, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA}), -1
+		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 5,
+			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA}), -1
 	default:
-		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2,
-			&c.lock, &c.fence, &c.token, n.ms(ttl)}), -1
+		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 3,
+			&c.lock, &c.fence, &c.rev, &c.token, n.ms(ttl)}), -1
 	}
 	v, err := cmd.Int64()
 	if err != nil {
@@ -184,7 +198,7 @@ func (n node) acquire(ctx context.Context, c *claim, ttl time.Duration, queue bo
 	if v >= 0 { // the fence
 		if acks >= 0 && acks < int64(n.replicas) {
 			n.release(context.WithoutCancel(ctx), c)
-			return grant{}, fmt.Errorf("%w: %w", ErrNotAcquired, n.ackError("acquire", acks))
+			return grant{undone: true}, fmt.Errorf("%w: %w", ErrNotAcquired, n.ackError("acquire", acks))
 		}
 		return grant{held: true, fence: v}, nil
 	}
@@ -200,7 +214,7 @@ func pttlOf(ms int64) time.Duration {
 }
 
 func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration) (grant, error) {
-	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.lock, c.fence}, c.token, ttl.Milliseconds())
+	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.lock, c.fence, c.rev}, c.owner, c.token, ttl.Milliseconds())
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return grant{}, redisErr("acquire", err)
@@ -211,7 +225,7 @@ func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration)
 	if v[0] == 1 {
 		if acks >= 0 && acks < int64(n.replicas) {
 			n.release(context.WithoutCancel(ctx), c)
-			return grant{}, fmt.Errorf("%w: %w", ErrNotAcquired, n.ackError("acquire", acks))
+			return grant{undone: true}, fmt.Errorf("%w: %w", ErrNotAcquired, n.ackError("acquire", acks))
 		}
 		return grant{held: true, fence: v[1], holds: v[2]}, nil
 	}
@@ -219,11 +233,13 @@ func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration)
 }
 
 func (n node) extend(ctx context.Context, c *claim, ttl time.Duration) (bool, error) {
-	s := script.Extend
+	var cmd *redis.Cmd
+	var acks int64
 	if n.reentrant {
-		s = script.ExtendReentrant
+		cmd, acks = n.acked(ctx, script.ExtendReentrant, []string{c.lock}, c.owner, c.token, ttl.Milliseconds())
+	} else {
+		cmd, acks = n.acked(ctx, script.Extend, []string{c.lock}, c.token, ttl.Milliseconds())
 	}
-	cmd, acks := n.acked(ctx, s, []string{c.lock}, c.token, ttl.Milliseconds())
 	v, err := cmd.Int64()
 	if err != nil {
 		return false, redisErr("extend", err)
@@ -236,20 +252,23 @@ func (n node) extend(ctx context.Context, c *claim, ttl time.Duration) (bool, er
 	return v == 1, nil
 }
 
+// release ends the lease: deletes the lock if it is ours (handing it to the
+// next waiter in fair mode) and reports whether it was; a waiter's token
+// leaves the queue. Either way the lease's token is revoked for the
+// revocation window (the Client's TTL), so a request of it still in flight
+// cannot take the lock afterwards. A re-sent release reports what the first
+// one did.
 func (n node) release(ctx context.Context, c *claim) (bool, error) {
 	var cmd *redis.Cmd
+	window := n.ms(n.ttl)
 	switch {
 	case n.reentrant:
-		left, err := script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.lock}, c.token, c.channel, n.pub).Int64()
-		if err != nil {
-			return false, redisErr("release", err)
-		}
-		return left >= 0, nil
+		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.lock, c.rev}, c.owner, c.token, c.channel, n.pub, window)
 	case n.fair:
-		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 4,
-			&c.lock, &c.fence, &c.queue, &c.waiters, &c.token, &c.channel, n.pubA})
+		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
+			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, &c.channel, n.pubA, window})
 	default:
-		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 1, &c.lock, &c.token, &c.channel, n.pubA})
+		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.lock, &c.rev, &c.token, &c.channel, n.pubA, window})
 	}
 	v, err := cmd.Int64()
 	if err != nil {
@@ -277,13 +296,7 @@ func (n node) inspect(ctx context.Context, k *keys) (Info, error) {
 		info.Held, info.Token = true, holder
 	case "hash":
 		info.Held = true
-		pairs, _ := v[4].([]any)
-		for i := 0; i+1 < len(pairs); i += 2 {
-			owner, _ := pairs[i].(string)
-			count, _ := pairs[i+1].(string)
-			n, _ := strconv.ParseInt(count, 10, 64)
-			info.Owners = append(info.Owners, Owner{ID: owner, Holds: n})
-		}
+		info.Owners = reentrantOwners(v[4])
 	default:
 		info.Held = true
 	}
@@ -294,6 +307,28 @@ func (n node) inspect(ctx context.Context, k *keys) (Info, error) {
 		}
 	}
 	return info, nil
+}
+
+// reentrantOwners reads a reentrant lock's hash (see acquire_reentrant.lua)
+// from a flat HGETALL reply: its owner and the owner's holds.
+func reentrantOwners(reply any) []Owner {
+	pairs, _ := reply.([]any)
+	var o Owner
+	for i := 0; i+1 < len(pairs); i += 2 {
+		field, _ := pairs[i].(string)
+		value, _ := pairs[i+1].(string)
+		switch {
+		case field == "owner":
+			o.ID = value
+		case strings.HasPrefix(field, "h:"):
+			o.Holds++
+			o.tokens = append(o.tokens, field[2:])
+		}
+	}
+	if o.ID == "" {
+		return nil
+	}
+	return []Owner{o}
 }
 
 // queueTTL is how long a fair waiter's queue entry lives unless renewed: a
@@ -307,6 +342,9 @@ func redisErr(op string, err error) error {
 		return fmt.Errorf("dlock: %s: unexpected nil reply", op)
 	}
 	var rerr redis.Error
+	if errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "REVOKED") {
+		return errRevoked
+	}
 	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") {
 		return fmt.Errorf("%w (%s): %w", ErrWrongType, op, err)
 	}

@@ -2,7 +2,10 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,6 +22,13 @@ const maxFlushers = 4
 // commands, on the client and on the server. A lone call goes out at once,
 // so nothing waits for a batch to fill.
 //
+// Batching changes nothing but speed: a call honours its context as it
+// would unbatched, and better. A call whose ctx is done is not sent; one
+// whose ctx ends while it is queued is taken out of the queue, and one
+// whose ctx ends while it is in flight returns at once (its reply, when it
+// comes, is dropped). Flushes run on goroutines of their own, so no caller
+// ever waits for another caller's pipeline beyond its own deadline.
+//
 // It implements redis.Scripter, so the scripts run through it unchanged
 // (EVALSHA, then EVAL on NOSCRIPT).
 type batcher struct {
@@ -31,20 +41,43 @@ type batcher struct {
 	pipes    sync.Pool // idle Pipeliners, reused across flushes
 }
 
+// A call's life: queued, then sent by a flusher and done when its reply is
+// in; or abandoned by its caller, whose ctx ended first. Whoever touches it
+// last returns it to the pool: the caller once it has read a done call, the
+// flusher for an abandoned one.
+const (
+	callQueued int32 = iota
+	callSent
+	callDone
+	callAbandoned
+)
+
 type call struct {
-	cmd  redis.Cmder
-	done chan struct{}
+	cmd   redis.Cmder
+	ctx   context.Context
+	state atomic.Int32
+	done  chan struct{}
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
+// errNotSent reports a call abandoned before it was sent: it never reached
+// Redis, so there is nothing to undo.
+var errNotSent = errors.New("dlock: not sent")
+
 func newBatcher(rdb redis.UniversalClient) *batcher { return &batcher{rdb: rdb} }
 
 // do runs cmd, alone or in a pipeline with other goroutines' commands, and
-// returns when its reply (or error) is in cmd.
-func (b *batcher) do(cmd redis.Cmder) {
+// returns the command that holds the reply or error: cmd itself, or, if ctx
+// ended first, a new command holding ctx's error (wrapping errNotSent if
+// cmd was never sent).
+func (b *batcher) do(ctx context.Context, cmd redis.Cmder) redis.Cmder {
+	if err := ctx.Err(); err != nil {
+		return failed(ctx, fmt.Errorf("%w: %w", errNotSent, err))
+	}
 	c := callPool.Get().(*call)
-	c.cmd = cmd
+	c.cmd, c.ctx = cmd, ctx
+	c.state.Store(callQueued)
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	lead := b.flushers < maxFlushers
@@ -53,18 +86,35 @@ func (b *batcher) do(cmd redis.Cmder) {
 	}
 	b.mu.Unlock()
 	if lead {
-		b.flush()
+		go b.flush()
 	}
-	<-c.done
-	c.cmd = nil
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callQueued, callAbandoned) {
+			return failed(ctx, fmt.Errorf("%w: %w", errNotSent, ctx.Err()))
+		}
+		if c.state.CompareAndSwap(callSent, callAbandoned) {
+			return failed(ctx, ctx.Err())
+		}
+		<-c.done // done meanwhile: the reply is in
+	}
+	c.cmd, c.ctx = nil, nil
 	callPool.Put(c)
+	return cmd
 }
 
-// flush sends what is queued until the queue is empty. The replies' wait is
-// bounded by the client's read timeout; callers' contexts are not consulted,
-// as go-redis does not consult them on reads either.
+// failed returns a command that holds err.
+func failed(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
+}
+
+// flush sends what is queued until the queue is empty. A pipeline is sent
+// with the first caller's context stripped of its cancellation (its values
+// reach go-redis's hooks); each caller watches its own context.
 func (b *batcher) flush() {
-	ctx := context.Background()
 	for {
 		b.mu.Lock()
 		batch := b.queue
@@ -76,23 +126,25 @@ func (b *batcher) flush() {
 		b.queue, b.spare = b.spare[:0], nil
 		b.mu.Unlock()
 
-		if len(batch) == 1 {
-			b.rdb.Process(ctx, batch[0].cmd)
-		} else {
-			pipe, _ := b.pipes.Get().(redis.Pipeliner)
-			if pipe == nil {
-				pipe = b.rdb.Pipeline()
+		sent := batch[:0]
+		for _, c := range batch {
+			if c.state.CompareAndSwap(callQueued, callSent) {
+				sent = append(sent, c)
+			} else {
+				c.cmd, c.ctx = nil, nil
+				callPool.Put(c) // abandoned before it was sent
 			}
-			for _, c := range batch {
-				pipe.Process(ctx, c.cmd)
+		}
+		b.send(sent)
+		for _, c := range sent {
+			if c.state.CompareAndSwap(callSent, callDone) {
+				c.done <- struct{}{}
+			} else {
+				c.cmd, c.ctx = nil, nil
+				callPool.Put(c) // abandoned in flight
 			}
-			pipe.Exec(ctx) // each command carries its own error; Exec empties pipe
-			b.pipes.Put(pipe)
 		}
-		for i, c := range batch {
-			c.done <- struct{}{}
-			batch[i] = nil
-		}
+		clear(batch)
 		b.mu.Lock()
 		if b.spare == nil {
 			b.spare = batch[:0]
@@ -101,10 +153,28 @@ func (b *batcher) flush() {
 	}
 }
 
+// send runs the calls' commands, one alone or several as a pipeline.
+func (b *batcher) send(calls []*call) {
+	switch len(calls) {
+	case 0:
+	case 1:
+		b.rdb.Process(context.WithoutCancel(calls[0].ctx), calls[0].cmd)
+	default:
+		ctx := context.WithoutCancel(calls[0].ctx)
+		pipe, _ := b.pipes.Get().(redis.Pipeliner)
+		if pipe == nil {
+			pipe = b.rdb.Pipeline()
+		}
+		for _, c := range calls {
+			pipe.Process(ctx, c.cmd)
+		}
+		pipe.Exec(ctx) // each command carries its own error; Exec empties pipe
+		b.pipes.Put(pipe)
+	}
+}
+
 func (b *batcher) run(ctx context.Context, args ...any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, args...)
-	b.do(cmd)
-	return cmd
+	return b.do(ctx, redis.NewCmd(ctx, args...)).(*redis.Cmd)
 }
 
 func evalArgs(cmd, scriptOrSHA string, keys []string, args []any) []any {

@@ -83,7 +83,10 @@ func (c *Client) TTL() time.Duration { return c.opts.ttl }
 // TryAcquire makes one attempt to take the lock name. It returns an error
 // wrapping ErrNotAcquired if someone else holds it, ErrInvalid for a bad
 // name, ErrWrongType if the lock key holds a foreign value, or the error
-// from Redis.
+// from Redis. If ctx is already done, or ends before the answer comes, the
+// error matches both ErrNotAcquired and ctx.Err(), and no lease is left
+// behind (an attempt that may have reached Redis is undone, in the
+// background if ctx is done, within a bounded time).
 //
 // An attempt whose reply arrived after the lease's validity had already run
 // out (the request or reply was delayed longer than the TTL) is undone and
@@ -96,13 +99,17 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 	}
 	start := time.Now()
 	l, _, err = c.attempt(ctx, l, false)
-	if errors.Is(err, errTooSlow) {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		if err == ctx.Err() || errors.Is(err, errNotSent) {
+			return nil, gaveUp(ctx, name)
+		}
+		return nil, errors.Join(gaveUp(ctx, name), err)
+	case errors.Is(err, errTooSlow):
 		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, name, err)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, err
-	}
-	if l == nil {
+	case l == nil:
 		return nil, notAcquired(name)
 	}
 	c.acquired(name, time.Since(start))
@@ -116,12 +123,14 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 // holder's lease runs out, or (unfair mode) until a jittered backoff
 // elapses; it does not poll in a tight loop.
 //
-// When ctx ends first, Acquire returns an error that matches both
-// ErrNotAcquired and ctx.Err(), and leaves nothing behind: no key, no queue
-// entry, no subscription, no goroutine. Other errors are as for TryAcquire;
-// an error from Redis ends the wait at once rather than being retried,
-// except that a quorum Client (NewRedlock) waits out a missing majority and
-// reports the last QuorumError with the context's error.
+// However ctx ends the wait (before the first attempt, between attempts or
+// during one), Acquire returns an error that matches both ErrNotAcquired
+// and ctx.Err(), promptly, and leaves nothing behind: no key, no queue
+// entry, no subscription, no goroutine once the clean-up of an attempt in
+// flight is done (bounded). Other errors are as for TryAcquire; an error
+// from Redis ends the wait at once rather than being retried, except that a
+// quorum Client (NewRedlock) waits out a missing majority and reports the
+// last QuorumError with the context's error.
 //
 // The returned Lock must be released with Lock.Release. With auto-extend on
 // (the default), Acquire starts the Lock's watchdog: a timer that extends
@@ -133,94 +142,110 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 		return nil, err
 	}
 	start := time.Now()
-	channel, token := pending.cl.channel, pending.cl.token
-	done := func(l *Lock, err error) (*Lock, error) {
-		if l != nil {
-			c.acquired(name, time.Since(start))
+	a := acquisition{c: c, ctx: ctx, l: pending, trustHandover: true}
+	l, err := a.run()
+	if err != nil {
+		if ctx.Err() != nil {
+			// However the context ended the wait, the error says so; an
+			// attempt's own error (Redis unreachable) goes with it.
+			c.leave(ctx, pending.cl)
+			if err == ctx.Err() || errors.Is(err, errNotSent) {
+				err = nil
+			}
+			return nil, errors.Join(gaveUp(ctx, name), a.lastQuorum, err)
 		}
-		return l, err
+		return nil, err
 	}
+	c.acquired(name, time.Since(start))
+	return l, nil
+}
 
+// acquisition is one Acquire's wait for its lock.
+type acquisition struct {
+	c   *Client
+	ctx context.Context
+	l   *Lock // pending until taken
+	w   *waiters
+
+	queued        time.Time // no handover to us can precede this
+	trustHandover bool      // false once an attempt came back too late
+	lastQuorum    error     // over a quorum: the last missing majority
+}
+
+// run attempts, subscribes and sleeps until the lock is taken or the
+// context ends; it returns the Lock, or the error that ended the wait.
+func (a *acquisition) run() (*Lock, error) {
 	// If this Client already listens on the lock's channel, wait there
 	// from the start; no release after the first attempt can be missed.
-	w := c.join(channel, token)
-	queued := time.Now() // no handover to us can precede this
-	trustHandover := true
-	// Over a quorum, failing to reach a majority is worth waiting out:
-	// nodes come back. The last such error is reported if ctx ends first.
-	var lastQuorum error
-	try := func() (*Lock, time.Duration, error) {
-		l, pttl, err := c.attempt(ctx, pending, true)
-		if _, ok := errors.AsType[*QuorumError](err); ok {
-			lastQuorum = err
-			return nil, -1, nil
+	a.w = a.c.join(a.l.cl.channel, a.l.cl.token)
+	a.queued = time.Now()
+	defer func() {
+		if a.w != nil {
+			a.w.close()
 		}
-		return l, pttl, err
-	}
-	giveUp := func() error {
-		c.leave(&pending.cl)
-		return errors.Join(gaveUp(ctx, name), lastQuorum)
-	}
-	l, pttl, err := try()
-	if errors.Is(err, errTooSlow) {
-		trustHandover, err = false, nil
-	}
+	}()
+	l, pttl, err := a.try()
 	if err != nil || l != nil {
-		if w != nil {
-			w.close()
-		}
-		return done(l, err)
+		return l, err
 	}
-	if w == nil {
+	if a.w == nil {
 		// Subscribe, then try again at once: a release before the
 		// subscription was confirmed is seen by this attempt, one after it
 		// by the subscription.
-		w = c.watch(ctx, channel, token)
-		l, pttl, err = try()
-		if errors.Is(err, errTooSlow) {
-			trustHandover, err = false, nil
-		}
-		if err != nil || l != nil {
-			w.close()
-			return done(l, err)
+		a.w = a.c.watch(a.ctx, a.l.cl.channel, a.l.cl.token)
+		if l, pttl, err = a.try(); err != nil || l != nil {
+			return l, err
 		}
 	}
-	defer w.close()
-
-	timer := time.NewTimer(c.sleep(1, pttl))
+	timer := time.NewTimer(a.c.sleep(1, pttl))
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
 		var handed int64
 		select {
-		case handed = <-w.wake:
+		case handed = <-a.w.wake:
 		case <-timer.C:
-		case <-ctx.Done():
-			return nil, giveUp()
+		case <-a.ctx.Done():
+			return nil, a.ctx.Err()
 		}
-		if ctx.Err() != nil {
-			return nil, giveUp()
+		if a.ctx.Err() != nil {
+			return nil, a.ctx.Err()
 		}
-		if trustHandover {
-			if l := c.handedOver(pending, handed, queued); l != nil {
-				return done(l, nil)
+		if a.trustHandover {
+			if l := a.c.handedOver(a.l, handed, a.queued); l != nil {
+				return l, nil
 			}
 		}
-		l, pttl, err := try()
-		if errors.Is(err, errTooSlow) {
-			// A handover message for the lease just given back may still
-			// be on its way: from now on, confirm every handover.
-			trustHandover, err = false, nil
-		}
-		if err != nil || l != nil {
-			return done(l, err)
+		if l, pttl, err = a.try(); err != nil || l != nil {
+			return l, err
 		}
 		timer.Stop()
 		select { // drain a timer that fired while a wake-up won
 		case <-timer.C:
 		default:
 		}
-		timer.Reset(c.sleep(attempt+1, pttl))
+		timer.Reset(a.c.sleep(attempt+1, pttl))
 	}
+}
+
+// try makes one attempt. A missing majority (quorum) and an attempt that
+// came back too late are not errors here: the wait goes on. After a late
+// attempt, a handover message for the lease just given back may still be
+// on its way, so every later handover is confirmed.
+func (a *acquisition) try() (*Lock, time.Duration, error) {
+	token := a.l.cl.token
+	l, pttl, err := a.c.attempt(a.ctx, a.l, true)
+	if a.w != nil && a.l.cl.token != token {
+		a.w.retoken(a.l.cl.token) // the attempt was undone: a new lease token
+	}
+	if _, ok := errors.AsType[*QuorumError](err); ok {
+		a.lastQuorum = err
+		return nil, -1, nil
+	}
+	if errors.Is(err, errTooSlow) {
+		a.trustHandover = false
+		return nil, 0, nil
+	}
+	return l, pttl, err
 }
 
 // handedOver returns the Lock a release handed to a fair waiter, without a
@@ -255,39 +280,50 @@ func (c *Client) sleep(attempt int, pttl time.Duration) time.Duration {
 
 // leave takes a waiter that gives up out of the queue (fair mode); if the
 // lock was handed to it meanwhile, that passes it on to the next waiter.
-func (c *Client) leave(cl *claim) {
+func (c *Client) leave(ctx context.Context, cl *claim) {
 	if c.opts.fair {
-		c.undo(cl)
+		c.undo(ctx, cl)
 	}
 }
 
 // attempt runs the acquire script once for the pending Lock l. It returns l
 // when taken, or nil and the holder's remaining lease (-1 if unknown) when
-// not.
+// not. An attempt whose outcome is unknown (no answer, or ctx ended while it
+// was in flight) or that came back too late is undone, and l gets a new
+// lease token for the next attempt: the undo revoked the old one.
 func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err // nothing sent
+	}
 	ttl := c.opts.ttl
 	start := time.Now()
-	g, err := c.b.acquire(ctx, &l.cl, ttl, queue)
-	if err != nil {
-		if !isReply(err) && !c.opts.reentrant {
-			// The script may have run and only the reply been lost: make
-			// sure no lease of ours is left to block others until it expires.
-			// (Not for a reentrant lock: if the script did not run, the
-			// release would take away a hold the owner already had. An
-			// extra hold expires with the lease once the owner's other
-			// holds are released.)
-			c.undo(&l.cl)
+	g, err := c.b.acquire(ctx, l.cl, ttl, queue)
+	if g.undone {
+		l.renew() // the backend ended a partial grant (quorum, replica ack)
+	}
+	switch {
+	case errors.Is(err, errNotSent):
+		return nil, 0, err
+	case errors.Is(err, errRevoked):
+		// Only a token already ended is refused; take a new one and go on.
+		l.renew()
+		return nil, -1, nil
+	case err != nil:
+		if !isReply(err) {
+			// The script may have run and only the reply been lost (or be
+			// still on its way): make sure no lease of ours is left to block
+			// others until it expires.
+			c.undoAndRenew(ctx, l)
 		}
 		return nil, 0, fmt.Errorf("dlock: acquire %q: %w", l.name, err)
-	}
-	if !g.held {
+	case !g.held:
 		return nil, g.pttl, nil
 	}
 	validUntil := start.Add(ttl - c.opts.driftFor(ttl))
 	if !time.Now().Before(validUntil) {
 		// The reply came back after the lease could already have expired
 		// on the server: someone else may hold it by now.
-		c.undo(&l.cl)
+		c.undoAndRenew(ctx, l)
 		return nil, 0, errTooSlow
 	}
 	l.activate(g.fence, ttl, validUntil)
@@ -301,9 +337,27 @@ var errTooSlow = errors.New("dlock: acquired after the lease's validity had run 
 // undoTimeout bounds the clean-up of a failed attempt.
 const undoTimeout = 2 * time.Second
 
-// undo deletes the lease token may hold on k, ignoring failure: if Redis
-// cannot be reached, the lease expires by itself within its TTL.
-func (c *Client) undo(cl *claim) {
+// undoAndRenew undoes the pending Lock's attempt (see undo) and gives it a
+// new lease token.
+func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
+	c.undo(ctx, l.cl)
+	l.renew()
+}
+
+// undo ends the lease cl may hold, or may come to hold when a request of it
+// still in flight lands: it deletes the lock if cl holds it and revokes
+// cl's token. Failure is ignored: if Redis cannot be reached, a lease
+// expires by itself within its TTL. When ctx is done, the caller does not
+// wait: the undo runs in the background, bounded by undoTimeout.
+func (c *Client) undo(ctx context.Context, cl *claim) {
+	if ctx.Err() != nil {
+		go c.undoNow(cl)
+		return
+	}
+	c.undoNow(cl)
+}
+
+func (c *Client) undoNow(cl *claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 	defer cancel()
 	c.b.release(ctx, cl)
@@ -327,13 +381,24 @@ func (c *Client) check(name string) (keys, error) {
 }
 
 // prepare validates name and returns the Lock that acquiring it will
-// activate, with its keys and a new owner token.
+// activate, with its keys and a new lease token (and, for a reentrant
+// Client, the owner id taken from ctx).
 func (c *Client) prepare(ctx context.Context, name string) (*Lock, error) {
 	k, err := c.check(name)
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{c: c, name: name, cl: claim{keys: k, token: c.newToken(ctx)}}, nil
+	l := &Lock{c: c, name: name, base: claim{keys: k}}
+	l.cl = &l.base
+	l.cl.setToken(newToken())
+	if c.opts.reentrant {
+		owner, ok := ctx.Value(ownerKey{}).(string)
+		if !ok {
+			owner = newToken()
+		}
+		l.cl.owner = c.id + "/" + owner
+	}
+	return l, nil
 }
 
 func validName(name string) error {
@@ -344,19 +409,6 @@ func validName(name string) error {
 		return fmt.Errorf("%w: lock name is %d bytes, longer than %d", ErrInvalid, len(name), MaxNameLen)
 	}
 	return nil
-}
-
-// newToken returns the owner token of a new acquisition: random, or for a
-// reentrant Client its instance ID and the context's owner.
-func (c *Client) newToken(ctx context.Context) string {
-	if c.opts.reentrant {
-		owner, ok := ctx.Value(ownerKey{}).(string)
-		if !ok {
-			owner = newToken()
-		}
-		return c.id + "/" + owner
-	}
-	return newToken()
 }
 
 type ownerKey struct{}
@@ -377,10 +429,14 @@ func newToken() string {
 }
 
 // Do takes the lock name (waiting as Acquire does), runs fn, and releases
-// the lock when fn returns. fn's context is cancelled, with a cause wrapping
-// ErrNotHeld, if the lock is lost while fn runs; fn should stop touching the
-// protected resource then. The Lock is available to fn through
-// LockFromContext, for its fencing token.
+// the lock when fn returns — or panics: the lock is released and the panic
+// goes on. fn's context is cancelled, with a cause wrapping ErrNotHeld, if
+// the lock is lost while fn runs; its Err and Done consult the lease's
+// validity deadline when called, so right after a pause longer than the
+// lease (GC, a stopped process) ctx.Err() already reports the loss, before
+// any timer has had a chance to run. fn should stop touching the protected
+// resource then. The Lock is available to fn through LockFromContext, for
+// its fencing token.
 //
 // Do returns fn's error, joined with an error wrapping ErrNotHeld if the lock
 // was lost before fn returned (the critical section may have overlapped with
@@ -392,17 +448,19 @@ func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) e
 	}
 	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, l))
 	if c.opts.reentrant {
-		_, owner, _ := strings.Cut(l.cl.token, "/")
+		_, owner, _ := strings.Cut(l.cl.owner, "/")
 		fctx = WithOwner(fctx, owner) // nested calls re-enter
 	}
-	go func() {
-		select {
-		case <-l.Done():
-			cancel(l.Err())
-		case <-fctx.Done():
+	l.onSettled(cancel) // a loss cancels fctx as it is declared
+	finished := false
+	defer func() {
+		if !finished { // fn panicked
+			cancel(context.Canceled)
+			l.Release(context.WithoutCancel(ctx))
 		}
 	}()
-	ferr := fn(fctx)
+	ferr := fn(&heldContext{Context: fctx, l: l, cancel: cancel})
+	finished = true
 	cancel(context.Canceled)
 	rerr := l.Release(context.WithoutCancel(ctx))
 	switch {
@@ -412,6 +470,34 @@ func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) e
 		return rerr
 	}
 	return errors.Join(ferr, rerr)
+}
+
+// heldContext is the context Do gives fn. Its Err and Done check the
+// lease's validity deadline themselves, so a loss is seen as soon as it is
+// due, not when the expiry timer's goroutine gets to run. (Contexts derived
+// from it learn of the loss from the timer, a moment later.)
+type heldContext struct {
+	context.Context
+	l      *Lock
+	cancel context.CancelCauseFunc
+}
+
+func (h *heldContext) check() {
+	if h.Context.Err() == nil {
+		if err := h.l.Err(); err != nil {
+			h.cancel(err)
+		}
+	}
+}
+
+func (h *heldContext) Done() <-chan struct{} {
+	h.check()
+	return h.Context.Done()
+}
+
+func (h *heldContext) Err() error {
+	h.check()
+	return h.Context.Err()
 }
 
 type lockKey struct{}

@@ -161,8 +161,10 @@ func TestFairCancelLeavesQueue(t *testing.T) {
 	if err := <-errc; !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled Acquire = %v, want ErrNotAcquired and Canceled", err)
 	}
-	if n := rdb.Exists(ctx, "dlock:{cancel}:q", "dlock:{cancel}:qw").Val(); n != 0 {
-		t.Errorf("queue keys left after the only waiter gave up: %d, want 0", n)
+	// The waiter returns at once; its queue entry is removed in the
+	// background, within a bounded time.
+	if !waitFor(3*time.Second, func() bool { return rdb.Exists(ctx, "dlock:{cancel}:q", "dlock:{cancel}:qw").Val() == 0 }) {
+		t.Errorf("queue keys left 3s after the only waiter gave up, want none")
 	}
 }
 

@@ -35,7 +35,7 @@ func (i Info) heldBy(token string) bool {
 		return true
 	}
 	for _, o := range i.Owners {
-		if o.ID == token && o.Holds > 0 {
+		if slices.Contains(o.tokens, token) {
 			return true
 		}
 	}
@@ -45,7 +45,9 @@ func (i Info) heldBy(token string) bool {
 // Owner is one owner of a reentrant lock.
 type Owner struct {
 	ID    string // the Client's instance ID and the owner, "<client>/<owner>"
-	Holds int64
+	Holds int64  // the owner's holds not yet released (each a lease of its own)
+
+	tokens []string // the holds' tokens (Lock.Token)
 }
 
 // Inspect reads the state of the lock name without changing it. It is for

@@ -23,11 +23,13 @@ import (
 type Lock struct {
 	c     *Client
 	name  string
-	cl    claim // the keys and the owner token; script arguments point into it
+	cl    *claim // the keys and the lease token; script arguments point into it
+	base  claim  // where cl points, unless an attempt was undone (see renew)
 	fence int64
 	start time.Time
 
 	relMu      sync.Mutex // serializes Release calls
+	extMu      sync.Mutex // serializes extensions: the last one sets the lease
 	mu         sync.Mutex // guards the fields below
 	ttl        time.Duration
 	validUntil time.Time
@@ -40,6 +42,8 @@ type Lock struct {
 	done   chan struct{}
 	expiry *time.Timer
 	dog    *time.Timer // the watchdog (auto-extend): runs extend every TTL/3
+
+	settled func(error) // called with the error when the Lock is settled (Do's cancel)
 }
 
 // activate makes the pending Lock l, made by Client.prepare, a held lease
@@ -54,6 +58,16 @@ func (l *Lock) activate(fence int64, ttl time.Duration, validUntil time.Time) {
 	if l.c.opts.autoExtend {
 		l.dog = time.AfterFunc(ttl/3, l.tick)
 	}
+}
+
+// renew gives the pending Lock a new lease token after its attempt was
+// undone. The claim is copied, not changed: requests of the undone attempt
+// may still be in flight (a quorum node that did not answer in time, a
+// pipeline whose caller gave up) with arguments that point into it.
+func (l *Lock) renew() {
+	cl := *l.cl
+	cl.setToken(newToken())
+	l.cl = &cl
 }
 
 // watchLocked makes the done channel, closed at once if the Lock is already
@@ -77,8 +91,9 @@ func (l *Lock) Name() string { return l.name }
 // Key returns the Redis key that holds the lock.
 func (l *Lock) Key() string { return l.cl.lock }
 
-// Token returns the random owner token stored in the lock key while this
-// Lock holds it.
+// Token returns the random token of this lease: the value of the lock key
+// while this Lock holds it (for a reentrant lock, the field of this hold in
+// the lock's hash).
 func (l *Lock) Token() string { return l.cl.token }
 
 // Fence returns the fencing token of this acquisition: greater than every
@@ -128,11 +143,18 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	return info.TTL, nil
 }
 
-// Extend resets the lease to ttl from now, and makes ttl the lease time of
-// later automatic extensions. It returns an error wrapping ErrInvalid if ttl
-// is too short, ErrReleased after Release, an error wrapping ErrNotHeld if
-// the lock was lost (Done is then closed), or the error from Redis (the
-// lease is then unchanged).
+// Extend resets the lease to ttl from now, shorter or longer than before,
+// and makes ttl the lease time of later automatic extensions. The validity
+// (ValidUntil, and the deadline at which Done closes) follows: an Extend to
+// a shorter TTL brings it forward. Extend waits for an extension already in
+// flight (the watchdog's), so that the last extension sent is the one that
+// counts.
+//
+// It returns an error wrapping ErrInvalid if ttl is too short, ErrReleased
+// after Release, an error wrapping ErrNotHeld if the lock was lost (Done is
+// then closed), or the error from Redis. After an error from Redis the
+// extension may or may not have reached Redis: the validity is then the
+// earlier of the old one and the one ttl would give.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < minTTL || ttl <= l.c.opts.driftFor(ttl) {
 		return fmt.Errorf("%w: Extend(%v): ttl must be at least %v", ErrInvalid, ttl, minTTL)
@@ -143,10 +165,23 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return l.extend(ctx, ttl)
 }
 
+// extend extends the lease to ttl (0: the lease time of the latest
+// extension, as the watchdog does).
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
+	l.extMu.Lock()
+	defer l.extMu.Unlock()
+	if ttl == 0 {
+		l.mu.Lock()
+		ttl = l.ttl
+		l.mu.Unlock()
+	}
 	start := time.Now()
-	ok, err := l.c.b.extend(ctx, &l.cl, ttl)
+	until := start.Add(ttl - l.c.opts.driftFor(ttl))
+	ok, err := l.c.b.extend(ctx, l.cl, ttl)
 	if err != nil {
+		// Unknown whether it took effect: assume the earlier deadline.
+		l.setValidity(ttl, until, true)
+		l.expire()
 		return fmt.Errorf("dlock: extend %q: %w", l.name, err)
 	}
 	if !ok {
@@ -154,20 +189,34 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		l.lose(err)
 		return l.Err()
 	}
+	l.setValidity(ttl, until, false)
 	l.expire() // a validity that ran out while the call was in flight stays lost
+	return l.Err()
+}
+
+// setValidity records an extension to ttl whose validity runs until until;
+// with onlyEarlier (the extension's outcome is unknown), it moves the
+// deadline back but never forward. The expiry timer and the watchdog follow
+// the new deadline and period.
+func (l *Lock) setValidity(ttl time.Duration, until time.Time, onlyEarlier bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
-		return l.err // lost or released while the call was in flight
+		return // lost or released while the call was in flight
 	}
-	if until := start.Add(ttl - l.c.opts.driftFor(ttl)); until.After(l.validUntil) {
-		l.validUntil = until
-		if l.expiry != nil {
-			l.expiry.Reset(time.Until(until))
+	if onlyEarlier && !until.Before(l.validUntil) {
+		return
+	}
+	l.validUntil = until
+	if l.expiry != nil {
+		l.expiry.Reset(time.Until(until))
+	}
+	if !onlyEarlier {
+		if ttl < l.ttl && l.dog != nil {
+			l.dog.Reset(ttl / 3) // a shorter lease needs the next extension sooner
 		}
+		l.ttl = ttl
 	}
-	l.ttl = ttl
-	return nil
 }
 
 // Release gives the lock up, stopping its watchdog. It is idempotent: once
@@ -192,7 +241,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	lostErr := l.err
 	l.mu.Unlock()
 
-	ok, err := l.c.b.release(ctx, &l.cl)
+	ok, err := l.c.b.release(ctx, l.cl)
 	if err != nil {
 		return fmt.Errorf("dlock: release %q: %w", l.name, err)
 	}
@@ -238,12 +287,31 @@ func (l *Lock) lose(err error) {
 	}
 }
 
+// onSettled makes f be called with the Lock's error once it is settled
+// (released or lost), or at once if it already is; it also arms the
+// expiry timer, so that a loss is declared when it is due. f must not
+// block or call back into the Lock.
+func (l *Lock) onSettled(f func(error)) {
+	l.expire()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.watchLocked()
+	if l.err != nil {
+		f(l.err)
+		return
+	}
+	l.settled = f
+}
+
 // finish settles the Lock's state with err; l.mu must be held.
 func (l *Lock) finish(err error) {
 	if l.err != nil {
 		return
 	}
 	l.err = err
+	if l.settled != nil {
+		l.settled(err)
+	}
 	if l.dog != nil {
 		l.dog.Stop()
 	}

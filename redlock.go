@@ -68,7 +68,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) *Client {
 	q := &quorum{timeout: o.nodeTimeout}
 	var hubs []*hub
 	for _, rdb := range nodes {
-		q.nodes = append(q.nodes, node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH"})
+		q.nodes = append(q.nodes, node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH", ttl: o.ttl, ttlA: o.ttl.Milliseconds()})
 		hubs = append(hubs, newHub(rdb))
 	}
 	c := &Client{b: q, hubs: hubs, opts: o, id: newToken()[:11]}
@@ -272,9 +272,9 @@ func (q *quorum) acquire(ctx context.Context, c *claim, ttl time.Duration, _ boo
 		}
 	}
 	if held+refused >= q.need() {
-		return grant{pttl: pttl}, nil // a majority answered: taken, or a split vote; wait
+		return grant{pttl: pttl, undone: true}, nil // a majority answered: taken, or a split vote; wait
 	}
-	return grant{}, &QuorumError{Op: "acquire", Held: held, Need: q.need(), Nodes: errs}
+	return grant{undone: true}, &QuorumError{Op: "acquire", Held: held, Need: q.need(), Nodes: errs}
 }
 
 func (q *quorum) extend(ctx context.Context, c *claim, ttl time.Duration) (bool, error) {
@@ -297,16 +297,19 @@ func (q *quorum) release(ctx context.Context, c *claim) (bool, error) {
 	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, c) }, nil)
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
-	// The lease's exclusivity rests on its validity, not on this answer: a
-	// node that died or lost the key since cannot have granted anyone else a
-	// majority while the lease was valid. So the release counts as ours if
-	// any node still had our token; not held if every node that answered
-	// had lost it.
+	// The lease was exclusive only while no majority could be won by
+	// another client. A node that answers that our token is gone (it came
+	// back empty, or never granted it) can grant it to someone else; a node
+	// that does not answer is down or cut off, and still holds the lease
+	// until it expires (a node must stay down for a TTL after a crash, see
+	// NewRedlock). So the lease counts as lost when so many nodes answered
+	// "not ours" that the rest cannot make a majority, and as released when
+	// the others could and at least one node confirmed it.
 	switch {
+	case answered-yes > len(q.nodes)-q.need():
+		return false, nil
 	case yes > 0:
 		return true, nil
-	case answered > 0:
-		return false, nil
 	}
 	return false, &QuorumError{Op: "release", Held: yes, Need: q.need(), Nodes: errs}
 }

@@ -28,8 +28,10 @@ func TestReentrantHoldsCount(t *testing.T) {
 	if err != nil || len(info.Owners) != 1 || info.Owners[0].Holds != 3 || info.Type != "hash" {
 		t.Fatalf("Inspect = %+v, %v, want one owner with 3 holds", info, err)
 	}
-	if got := rdb.HGet(ctx, "dlock:{re}", holds[0].Token()).Val(); got != "3" {
-		t.Errorf("HGET owner = %q, want 3", got)
+	for i, l := range holds { // each hold is a lease of its own, a field of the hash
+		if !rdb.HExists(ctx, "dlock:{re}", "h:"+l.Token()).Val() {
+			t.Errorf("hold %d: no field h:<token> in the lock's hash", i+1)
+		}
 	}
 	other := dlock.New(rdb, dlock.WithReentrant(true))
 	for i, l := range holds {
@@ -71,12 +73,12 @@ func TestReentrantNonOwnerReleaseRefused(t *testing.T) {
 	if err := b.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("non-owner Release = %v, want ErrNotHeld", err)
 	}
-	if got := rdb.HGet(ctx, "dlock:{re}", a.Token()).Val(); got != "1" {
-		t.Errorf("owner's hold count after a non-owner's release = %q, want 1 (unchanged)", got)
+	if !rdb.HExists(ctx, "dlock:{re}", "h:"+a.Token()).Val() {
+		t.Errorf("owner's hold gone after a non-owner's release, want it unchanged")
 	}
 }
 
-func TestReentrantReleaseBeyondHoldCount(t *testing.T) {
+func TestReentrantHoldLostBehindItsBack(t *testing.T) {
 	_, rdb := setup(t)
 	c := dlock.New(rdb, dlock.WithReentrant(true))
 	ctx := dlock.WithOwner(t.Context(), "x")
@@ -85,12 +87,18 @@ func TestReentrantReleaseBeyondHoldCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb.HIncrBy(ctx, "dlock:{re}", h1.Token(), -1) // a hold lost behind our back
-	if err := h1.Release(ctx); err != nil {
-		t.Errorf("first Release = %v", err)
+	rdb.HDel(ctx, "dlock:{re}", "h:"+h1.Token()) // one hold lost behind our back
+	if err := h1.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of the lost hold = %v, want ErrNotHeld", err)
 	}
-	if err := h2.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Release beyond the hold count = %v, want ErrNotHeld", err)
+	if n := rdb.Exists(ctx, "dlock:{re}").Val(); n != 1 {
+		t.Errorf("after the lost hold's Release: EXISTS = %d, want 1 (the other hold stands)", n)
+	}
+	if err := h2.Release(ctx); err != nil {
+		t.Errorf("Release of the remaining hold = %v, want nil", err)
+	}
+	if n := rdb.Exists(ctx, "dlock:{re}").Val(); n != 0 {
+		t.Errorf("after the last hold's Release: EXISTS = %d, want 0", n)
 	}
 }
 

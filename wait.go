@@ -105,6 +105,14 @@ func (c *Client) watch(ctx context.Context, channel, token string) *waiters {
 	return w
 }
 
+// retoken moves the waiters to a new lease token, so that a handover to
+// the token of an attempt after an undo reaches them.
+func (w *waiters) retoken(token string) {
+	for _, hw := range w.ws {
+		hw.retoken(token)
+	}
+}
+
 func (w *waiters) close() {
 	for _, hw := range w.ws {
 		hw.close()
@@ -202,6 +210,18 @@ func (w *waiter) close() {
 	if len(t.waiters) == 0 && t.idle == nil {
 		t.idle = time.AfterFunc(linger, func() { h.drop(w.channel, t) })
 	}
+}
+
+// retoken moves the waiter to a new token (see waiters.retoken).
+func (w *waiter) retoken(token string) {
+	h := w.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.topics[w.channel]; t != nil && t.waiters[w.token] == w {
+		delete(t.waiters, w.token)
+		t.waiters[token] = w
+	}
+	w.token = token
 }
 
 // drop unsubscribes channel if t is still its topic and has no waiters.

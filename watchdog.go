@@ -18,7 +18,7 @@ const minRetry = 10 * time.Millisecond
 func (l *Lock) tick() {
 	l.expire()
 	l.mu.Lock()
-	ttl, validUntil, settled := l.ttl, l.validUntil, l.err != nil
+	validUntil, settled := l.validUntil, l.err != nil
 	l.mu.Unlock()
 	if settled {
 		return
@@ -27,9 +27,11 @@ func (l *Lock) tick() {
 	// go-redis honours this deadline only with ContextTimeoutEnabled;
 	// either way the expiry is declared on time.
 	ctx, cancel := context.WithDeadline(context.Background(), validUntil)
-	err := l.extend(ctx, ttl)
+	err := l.extend(ctx, 0) // the lease time of the latest extension
 	cancel()
-	next := ttl / 3
+	l.mu.Lock()
+	next := l.ttl / 3
+	l.mu.Unlock()
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased):

@@ -1,19 +1,29 @@
 -- acquire.lua: take a lock that is free, or confirm one we already hold.
--- KEYS[1] lock key   KEYS[2] fence key
+-- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] the lease's revocation key
 -- ARGV[1] owner token   ARGV[2] ttl in ms
 -- Returns the fence (>= 0) when the lock is ours: a new fence if it was free,
--- the fence issued with it if we already held it (a retry after a lost reply).
+-- the fence issued with it if we already held it (a re-sent request).
 -- Returns -2 - pttl (< 0) when someone else holds it: -1 if the key has no
 -- expiry. One integer rather than a pair, so the reply is one value to read.
--- A new fence comes from new_fence (fence.lua).
+-- Errors: REVOKED if this lease was already ended (the request arrived after
+-- its caller gave up); WRONGTYPE if a key holds a foreign value (nothing is
+-- written then).
 -- SET NX GET (Redis 7.0+) takes a free lock and names the holder of a taken
--- one in a single command.
+-- one in a single command. A re-sent request does not re-arm the expiry: the
+-- first one's expiry already outlasts the validity its caller counts.
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return revoked_reply()
+end
 local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 if not holder then
-  return new_fence(KEYS[2])
+  local fence = new_fence(KEYS[2])
+  if not fence then
+    redis.call('DEL', KEYS[1])
+    return fence_type_reply()
+  end
+  return fence
 end
 if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 end
 return -2 - math.max(redis.call('PTTL', KEYS[1]), -1)

@@ -1,22 +1,21 @@
 -- acquire_fair.lua: take a lock in arrival order (fair mode).
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue (list of waiter tokens)
--- KEYS[4] waiters (hash: token -> "deadline_ms:ttl_ms")
+-- KEYS[4] waiters (hash: token -> "deadline_ms:ttl_ms")   KEYS[5] the lease's revocation key
 -- ARGV[1] owner token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
 -- ARGV[4] how long a queue entry lives without being renewed, in ms   ARGV[5] release channel
 -- ARGV[6] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
 -- Returns the fence (>= 0) when the lock is ours (taken now, handed to us by
 -- a release, or already ours), else -2 - pttl (< 0; -1: no expiry), as one
--- integer rather than a pair. The lock goes to
--- the caller only if no live waiter is ahead of it; a try never queues and
--- never jumps the queue. A free lock with live waiters (its holder expired
--- without releasing) is handed to the first of them. A handover is announced
--- on the channel as "<token> <fence>".
--- Fences come from new_fence (fence.lua, prepended).
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- integer rather than a pair. The lock goes to the caller only if no live
+-- waiter is ahead of it; a try never queues and never jumps the queue. A
+-- free lock with live waiters (its holder expired without releasing) is
+-- handed to the first of them. A handover is announced on the channel as
+-- "<token> <fence>".
+-- Errors: REVOKED if this lease was already ended (nothing is written, no
+-- queue entry made); WRONGTYPE if a key holds a foreign value.
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return revoked_reply()
 end
-
 local token = ARGV[1]
 local holder
 if not redis.call('LINDEX', KEYS[3], 0) then
@@ -24,13 +23,17 @@ if not redis.call('LINDEX', KEYS[3], 0) then
   -- the holder of a taken one, in a single command.
   holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
   if not holder then
-    return new_fence(KEYS[2])
+    local fence = new_fence(KEYS[2])
+    if not fence then
+      redis.call('DEL', KEYS[1])
+      return fence_type_reply()
+    end
+    return fence
   end
 else
   holder = redis.call('GET', KEYS[1])
 end
 if holder == token then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 end
 if not holder then
@@ -44,10 +47,12 @@ if not holder then
     local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
     if deadline and tonumber(deadline) > now then
       if head ~= token then -- hand it to the first live waiter
+        local fence = new_fence(KEYS[2])
+        if not fence then return fence_type_reply() end
         redis.call('LPOP', KEYS[3])
         redis.call('HDEL', KEYS[4], head)
         redis.call('SET', KEYS[1], head, 'PX', ttl)
-        redis.call(ARGV[6], ARGV[5], head .. ' ' .. string.format('%d', new_fence(KEYS[2])))
+        redis.call(ARGV[6], ARGV[5], head .. ' ' .. string.format('%d', fence))
       end
       break
     end
@@ -55,11 +60,12 @@ if not holder then
     redis.call('HDEL', KEYS[4], head)
   end
   if not head or head == token then
+    local fence = new_fence(KEYS[2])
+    if not fence then return fence_type_reply() end
     if head then
       redis.call('LPOP', KEYS[3])
       redis.call('HDEL', KEYS[4], token)
     end
-    local fence = new_fence(KEYS[2])
     redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
     return fence
   end

@@ -1,19 +1,41 @@
 -- acquire_reentrant.lua: take a reentrant lock, or enter it again as its owner.
--- The lock is a hash: field = owner id, value = hold count, with PX expiry.
--- KEYS[1] lock key   KEYS[2] fence key
--- ARGV[1] owner id   ARGV[2] ttl in ms
--- Returns {1, fence, holds} when held by the owner now (a new fence when the
--- count went from 0 to 1, else the fence of the first hold), or {0, pttl, 0}
--- when another owner holds it (pttl -1: no expiry).
--- Fences come from new_fence (fence.lua, prepended).
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], ARGV[1], 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, new_fence(KEYS[2]), 1}
+-- The lock is a hash: 'owner' = the owner id, 'fence' = the fence of the
+-- first hold, and one field 'h:<hold token>' = deadline (ms, server clock)
+-- per hold, with PX expiry at the latest deadline. Each hold is a lease of
+-- its own: a re-sent request finds its field and changes nothing, a stale
+-- handle's release cannot remove a newer hold, and no hold shortens the
+-- key below another's deadline.
+-- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] the hold's revocation key
+-- ARGV[1] owner id   ARGV[2] hold token   ARGV[3] ttl in ms
+-- Returns {1, fence, holds} when held by the owner now (a new fence if the
+-- lock was free, else the fence of the first hold), or {0, pttl, 0} when
+-- another owner holds it (pttl -1: no expiry).
+-- Errors: REVOKED if this hold was already ended; WRONGTYPE if a key holds
+-- a foreign value (nothing is written then).
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return revoked_reply()
 end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  local holds = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), holds}
+local owner = redis.call('HGET', KEYS[1], 'owner')
+local field = 'h:' .. ARGV[2]
+local ttl = tonumber(ARGV[3])
+if not owner then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return redis.error_reply('WRONGTYPE dlock: the lock key holds a hash that is not a reentrant lock')
+  end
+  local fence = new_fence(KEYS[2])
+  if not fence then
+    return fence_type_reply()
+  end
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'fence', string.format('%d', fence), field, now_ms() + ttl)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return {1, fence, 1}
 end
-return {0, redis.call('PTTL', KEYS[1]), 0}
+if owner ~= ARGV[1] then
+  return {0, redis.call('PTTL', KEYS[1]), 0}
+end
+local now = now_ms()
+if redis.call('HSETNX', KEYS[1], field, now + ttl) == 1 and redis.call('PTTL', KEYS[1]) < ttl then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+local holds = live_holds(KEYS[1], now)
+return {1, tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0, holds}

@@ -4,7 +4,7 @@
 -- type ('none' when free), holder the owner token of a plain lock ('' for
 -- other types), pttl the remaining ms (-2 missing, -1 no expiry), fence the
 -- last fence issued (0 if none), owners a reentrant lock's flat list of
--- owner id, hold count pairs (empty for other types).
+-- hash fields and values (empty for other types).
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local holder = ''
 local owners = {}

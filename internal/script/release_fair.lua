@@ -1,20 +1,28 @@
 -- release_fair.lua: release a lock and hand it to the first live waiter, or
--- take a waiter that gives up out of the queue (fair mode).
+-- take a waiter that gives up out of the queue (fair mode); either way the
+-- lease is ended (see revoke in lib.lua).
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue   KEYS[4] waiters hash
+-- KEYS[5] the lease's revocation key
 -- ARGV[1] owner token   ARGV[2] release channel
 -- ARGV[3] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
+-- ARGV[4] how long the revocation marker lives, in ms
 -- A handover is announced on the channel as "<token> <fence>", a plain
 -- release as "*".
--- Fences come from new_fence (fence.lua, prepended).
--- Returns 1 if the lock was ours (it is now handed over or deleted), 0 if it
--- was not (a waiter's queue entry, if any, is removed).
+-- Returns 1 if the lock was ours (it is now handed over or deleted; also for
+-- a re-sent request whose first copy did that), 0 if it was not (a waiter's
+-- queue entry, if any, is removed).
 local token = ARGV[1]
 if redis.call('GET', KEYS[1]) ~= token then
   if redis.call('HDEL', KEYS[4], token) == 1 then
     redis.call('LREM', KEYS[3], 1, token)
   end
+  if redis.call('GET', KEYS[5]) == '1' then
+    return 1
+  end
+  revoke(KEYS[5], '0', ARGV[4])
   return 0
 end
+revoke(KEYS[5], '1', ARGV[4])
 local now
 while true do
   local head = redis.call('LPOP', KEYS[3])
@@ -23,16 +31,19 @@ while true do
     redis.call(ARGV[3], ARGV[2], '*')
     return 1
   end
-  if not now then -- the clock is read only when someone waits
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
+  now = now or now_ms() -- the clock is read only when someone waits
   local entry = redis.call('HGET', KEYS[4], head)
   redis.call('HDEL', KEYS[4], head)
   local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
   if deadline and tonumber(deadline) > now then
+    local fence = new_fence(KEYS[2])
+    if not fence then -- a foreign fence key: free the lock rather than hand it over unfenced
+      redis.call('DEL', KEYS[1])
+      redis.call(ARGV[3], ARGV[2], '*')
+      return 1
+    end
     redis.call('SET', KEYS[1], head, 'PX', ttl)
-    redis.call(ARGV[3], ARGV[2], head .. ' ' .. string.format('%d', new_fence(KEYS[2])))
+    redis.call(ARGV[3], ARGV[2], head .. ' ' .. string.format('%d', fence))
     return 1
   end
 end

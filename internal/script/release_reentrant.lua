@@ -1,17 +1,26 @@
--- release_reentrant.lua: give up one hold of a reentrant lock.
--- KEYS[1] lock key
--- ARGV[1] owner id   ARGV[2] release channel
--- ARGV[3] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
--- Returns the holds left (0: the lock is now free, and waiters are told), or
--- -1 if the owner holds it no more (never held, expired, or released beyond
--- its hold count); nothing is changed then.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return -1
+-- release_reentrant.lua: give up one hold of a reentrant lock (see
+-- acquire_reentrant.lua); the lock is free when no live hold is left.
+-- KEYS[1] lock key   KEYS[2] the hold's revocation key
+-- ARGV[1] owner id   ARGV[2] hold token   ARGV[3] release channel
+-- ARGV[4] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
+-- ARGV[5] how long the revocation marker lives, in ms
+-- Returns 1 if the hold was there and is now removed (also for a re-sent
+-- request whose first copy removed it), 0 if it was gone: nothing else is
+-- changed then.
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and redis.call('HDEL', KEYS[1], 'h:' .. ARGV[2]) == 1 then
+  revoke(KEYS[2], '1', ARGV[5])
+  local now = now_ms()
+  local n, last = live_holds(KEYS[1], now)
+  if n == 0 then
+    redis.call('DEL', KEYS[1])
+    redis.call(ARGV[4], ARGV[3], '*')
+  else
+    redis.call('PEXPIRE', KEYS[1], last - now)
+  end
+  return 1
 end
-local holds = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if holds <= 0 then
-  redis.call('DEL', KEYS[1])
-  redis.call(ARGV[3], ARGV[2], '*')
-  return 0
+if redis.call('GET', KEYS[2]) == '1' then
+  return 1
 end
-return holds
+revoke(KEYS[2], '0', ARGV[5])
+return 0

@@ -9,8 +9,8 @@ import (
 )
 
 var (
-	//go:embed fence.lua
-	fenceLib string // new_fence, prepended to the scripts that issue fences
+	//go:embed lib.lua
+	lib string // the prelude of the scripts that write a lock (lib.lua)
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed release.lua
@@ -38,20 +38,21 @@ var (
 )
 
 // The scripts, run with EVALSHA and a fallback to EVAL when the server's
-// script cache does not have them (redis.Script.Run).
+// script cache does not have them (redis.Script.Run). Those that write a
+// lock start with the prelude, lib.lua.
 var (
-	Acquire = redis.NewScript(fenceLib + acquireSrc)
-	Release = redis.NewScript(releaseSrc)
+	Acquire = redis.NewScript(lib + acquireSrc)
+	Release = redis.NewScript(lib + releaseSrc)
 	Extend  = redis.NewScript(extendSrc)
 	Inspect = redis.NewScript(inspectSrc)
 	Guard   = redis.NewScript(guardSrc)
 
 	ForceRelease = redis.NewScript(forceReleaseSrc)
-	AcquireFair  = redis.NewScript(fenceLib + acquireFairSrc)
-	ReleaseFair  = redis.NewScript(fenceLib + releaseFairSrc)
+	AcquireFair  = redis.NewScript(lib + acquireFairSrc)
+	ReleaseFair  = redis.NewScript(lib + releaseFairSrc)
 
-	AcquireReentrant = redis.NewScript(fenceLib + acquireReentrantSrc)
-	ReleaseReentrant = redis.NewScript(releaseReentrantSrc)
-	ExtendReentrant  = redis.NewScript(extendReentrantSrc)
+	AcquireReentrant = redis.NewScript(lib + acquireReentrantSrc)
+	ReleaseReentrant = redis.NewScript(lib + releaseReentrantSrc)
+	ExtendReentrant  = redis.NewScript(lib + extendReentrantSrc)
 	RaiseFence       = redis.NewScript(raiseFenceSrc)
 )
