@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -38,7 +39,9 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 //
 //	contend: take the lock DLOCK_NAME DLOCK_ROUNDS times and do the critical
 //	         section of criticalSection each time;
-//	hold:    take the lock DLOCK_NAME, print "held", and sleep until killed.
+//	hold:    take the lock DLOCK_NAME, print "held", and sleep until killed;
+//	pausedo: run Do on DLOCK_NAME and report, after the test pauses the
+//	         process, whether fn's ctx knew of the loss ("lost") or not ("stale").
 func runHelper(mode string) int {
 	rdb := redis.NewClient(&redis.Options{Network: os.Getenv("DLOCK_NET"), Addr: os.Getenv("DLOCK_ADDR")})
 	defer rdb.Close()
@@ -69,6 +72,33 @@ func runHelper(mode string) int {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
+		}
+		return 0
+	case "pausedo":
+		// Inside Do, watch for a moment when the lease's deadline has passed
+		// but fn's ctx still says nothing: the test stops this process (for
+		// longer than the TTL) while it loops.
+		err := c.Do(ctx, name, func(ctx context.Context) error {
+			l := dlock.LockFromContext(ctx)
+			fmt.Println("in")
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+				now := time.Now()
+				err := ctx.Err()
+				if vu := l.ValidUntil(); now.After(vu) { // vu read last: it only moves forward
+					if err == nil {
+						fmt.Println("stale")
+					} else {
+						fmt.Println("lost")
+					}
+					return nil
+				}
+			}
+			fmt.Println("timeout")
+			return nil
+		})
+		if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
 		return 0
 	case "hold":

@@ -1,0 +1,443 @@
+package dlock_test
+
+// Regression tests for the paths where a lock's promises used to break:
+// two holders, a stuck or resurrected lease, a context ignored. Each test
+// names the seam it keeps closed; where a fix must hold in every mode, the
+// test runs in each (plain, fair, reentrant, quorum).
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// mode makes Clients of one kind over the same Redis deployment.
+type mode struct {
+	name string
+	new  func(opts ...dlock.Option) *dlock.Client
+	ctx  func(context.Context) context.Context // the owner, for a reentrant Client
+}
+
+// modes returns the single-node modes over rdb, and with quorum set a
+// quorum of 3 fresh nodes.
+func modes(t *testing.T, rdb redis.UniversalClient, quorum bool) []mode {
+	t.Helper()
+	plain := func(ctx context.Context) context.Context { return ctx }
+	ms := []mode{
+		{"plain", func(o ...dlock.Option) *dlock.Client { return dlock.New(rdb, append(o, dlock.WithFair(false))...) }, plain},
+		{"fair", func(o ...dlock.Option) *dlock.Client { return dlock.New(rdb, append(o, dlock.WithFair(true))...) }, plain},
+		{"reentrant", func(o ...dlock.Option) *dlock.Client { return dlock.New(rdb, append(o, dlock.WithReentrant(true))...) },
+			func(ctx context.Context) context.Context { return dlock.WithOwner(ctx, "owner-a") }},
+	}
+	if quorum {
+		_, nodes := startQuorum(t, 3)
+		ms = append(ms, mode{"quorum", func(o ...dlock.Option) *dlock.Client { return dlock.NewRedlock(nodes, o...) }, plain})
+	}
+	return ms
+}
+
+// An Extend to a shorter TTL brings the validity forward: once the shorter
+// lease has run out on the server, the holder must already know, and with
+// the watchdog on, it must extend on the shorter period.
+func TestExtendToShorterTTLBringsValidityForward(t *testing.T) {
+	_, rdb := setup(t)
+	for _, m := range modes(t, rdb, true) {
+		t.Run(m.name, func(t *testing.T) {
+			ctx := m.ctx(t.Context())
+			name := "shorter-" + m.name
+			for _, watchdog := range []bool{false, true} {
+				l, err := m.new(dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(watchdog)).TryAcquire(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Extend(ctx, 300*time.Millisecond); err != nil {
+					t.Fatalf("Extend(300ms) = %v", err)
+				}
+				if left := time.Until(l.ValidUntil()); left > 300*time.Millisecond {
+					t.Errorf("watchdog %v: ValidUntil %v away after Extend(300ms), want at most 300ms", watchdog, left)
+				}
+				time.Sleep(700 * time.Millisecond)
+				other, err := m.new().TryAcquire(t.Context(), name)
+				if watchdog {
+					if err == nil {
+						other.Release(t.Context())
+						t.Errorf("watchdog on: another Client took the lock 700ms after Extend(300ms): the watchdog kept the old period")
+					}
+					if err := l.Err(); err != nil {
+						t.Errorf("watchdog on: Err() = %v after Extend(300ms), want still held", err)
+					}
+				} else {
+					if err != nil {
+						t.Errorf("watchdog off: TryAcquire by another 700ms after Extend(300ms) = %v, want the lock", err)
+					} else {
+						other.Release(t.Context())
+					}
+					if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+						t.Errorf("watchdog off: Err() = %v 700ms after Extend(300ms), want ErrNotHeld", err)
+					}
+				}
+				l.Release(t.Context())
+			}
+		})
+	}
+}
+
+// A reentrant owner's stale handle (its lease was lost, the owner took the
+// lock again) must not release the newer hold.
+func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
+	_, rdb := setup(t)
+	c := dlock.New(rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
+	ctx := dlock.WithOwner(t.Context(), "a")
+	stale, err := c.TryAcquire(ctx, "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, "dlock:{re}") // the lease is lost
+	fresh, err := c.TryAcquire(ctx, "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Release(ctx)
+	if err := stale.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("stale handle's Release = %v, want ErrNotHeld", err)
+	}
+	if _, err := c.TryAcquire(dlock.WithOwner(t.Context(), "b"), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("another owner's TryAcquire after the stale Release = %v, want ErrNotAcquired (the fresh hold stands)", err)
+	}
+	if err := fresh.Err(); err != nil {
+		t.Errorf("fresh hold Err() = %v, want nil", err)
+	}
+}
+
+// A nested hold with a shorter lease must not shorten the key below what the
+// outer hold was promised.
+func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
+	_, rdb := setup(t)
+	c := dlock.New(rdb, dlock.WithReentrant(true), dlock.WithTTL(time.Second), dlock.WithAutoExtend(false))
+	ctx := dlock.WithOwner(t.Context(), "a")
+	outer, err := c.TryAcquire(ctx, "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Release(ctx)
+	if err := outer.Extend(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	inner, err := c.TryAcquire(ctx, "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Extend(ctx, 500*time.Millisecond); err != nil { // shorter still
+		t.Fatal(err)
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pttl := rdb.PTTL(ctx, "dlock:{re}").Val(); pttl < 25*time.Second {
+		t.Errorf("PTTL after a nested hold came and went = %v, want the outer hold's ~30s", pttl)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if _, err := c.TryAcquire(dlock.WithOwner(t.Context(), "b"), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("another owner's TryAcquire 1.2s later = %v, want ErrNotAcquired (outer valid 28s more)", err)
+	}
+}
+
+// A quorum holder whose majority is gone (two nodes came back empty and
+// another client won them) is told: Release reports ErrNotHeld, and the
+// watchdog's next extension closes Done.
+func TestRedlockLostMajorityIsReported(t *testing.T) {
+	for _, watchdog := range []bool{false, true} {
+		srvs, nodes := startQuorum(t, 3)
+		ctx := t.Context()
+		a := dlock.NewRedlock(nodes, dlock.WithTTL(3*time.Second), dlock.WithAutoExtend(watchdog))
+		l, err := a.TryAcquire(ctx, "q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvs[0].Restart() // back at once and empty: what Redlock forbids
+		srvs[1].Restart()
+		waitFor(5*time.Second, func() bool { return nodes[0].Ping(ctx).Err() == nil && nodes[1].Ping(ctx).Err() == nil })
+		b, err := dlock.NewRedlock(nodes, dlock.WithTTL(3*time.Second)).TryAcquire(ctx, "q")
+		if err != nil {
+			t.Fatalf("watchdog %v: second client's TryAcquire = %v, want a majority", watchdog, err)
+		}
+		if watchdog && !closedWithin(l.Done(), 2500*time.Millisecond) {
+			t.Errorf("watchdog on: Done() still open 2.5s after the majority was lost (extends every 1s)")
+		}
+		if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("watchdog %v: Release with one of three nodes left = %v, want ErrNotHeld", watchdog, err)
+		}
+		b.Release(ctx)
+	}
+}
+
+// Do releases the lock when fn panics (net/http recovers handler panics: the
+// lock must not stay held until the process exits), and the panic goes on.
+func TestDoReleasesWhenFnPanics(t *testing.T) {
+	_, rdb := setup(t)
+	for _, m := range modes(t, rdb, true) {
+		t.Run(m.name, func(t *testing.T) {
+			c := m.new()
+			name := "panic-" + m.name
+			func() {
+				defer func() {
+					if r := recover(); r != "boom" {
+						t.Errorf("recovered %v, want the fn's panic", r)
+					}
+				}()
+				c.Do(m.ctx(t.Context()), name, func(context.Context) error { panic("boom") })
+			}()
+			l, err := m.new().TryAcquire(t.Context(), name)
+			if err != nil {
+				t.Fatalf("TryAcquire right after Do's fn panicked = %v, want the lock (released)", err)
+			}
+			l.Release(t.Context())
+		})
+	}
+}
+
+// proxied starts a TCP server behind a proxy and returns the proxy, a
+// client through it and a client straight to the server.
+func proxied(t *testing.T, retries int, readTimeout time.Duration) (*redistest.Proxy, *redis.Client, *redis.Client) {
+	t.Helper()
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: retries, ReadTimeout: readTimeout})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Ping(t.Context()).Err(); err != nil { // a pooled connection, its handshake done
+		t.Fatal(err)
+	}
+	return p, rdb, s.Client(t)
+}
+
+// A request delayed in the network past its caller's timeout lands after
+// the caller's undo: it must not take the lock for nobody. With go-redis's
+// retries on, the re-sent copy takes the lock at once, the delayed original
+// lands after Release: it must not take it again either.
+func TestDelayedAcquireAfterUndoTakesNothing(t *testing.T) {
+	for _, retries := range []int{-1, 3} {
+		p, rdb, direct := proxied(t, retries, 300*time.Millisecond)
+		for _, m := range modes(t, rdb, false) {
+			name := "delayed-" + m.name
+			p.Delay(time.Second, 0)
+			start := time.Now()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				time.Sleep(100 * time.Millisecond) // the acquire has crossed into the proxy
+				p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
+			}()
+			l, err := m.new(dlock.WithTTL(5*time.Second)).TryAcquire(m.ctx(t.Context()), name)
+			<-done
+			switch {
+			case retries < 0 && err == nil:
+				t.Errorf("%s, no retries: TryAcquire through a 1s delay with a 300ms read timeout succeeded", m.name)
+			case retries > 0 && err != nil:
+				t.Errorf("%s, retries: TryAcquire = %v, want the re-sent copy's lock", m.name, err)
+			}
+			if l != nil {
+				if err := l.Release(t.Context()); err != nil {
+					t.Errorf("%s: Release = %v", m.name, err)
+				}
+			}
+			time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
+			if n := direct.Exists(t.Context(), "dlock:{"+name+"}").Val(); n != 0 {
+				t.Errorf("%s, retries %d: the lock key exists after the delayed request landed: a lease held by nobody", m.name, retries)
+			}
+		}
+	}
+}
+
+// stallThenCut runs op while replies are stalled, waits until cond shows
+// that the command ran on the server, then cuts the connection: go-redis
+// re-sends the command, which runs a second time.
+func stallThenCut(t *testing.T, p *redistest.Proxy, op func() error, cond func() bool) error {
+	t.Helper()
+	p.StallReplies()
+	errc := make(chan error, 1)
+	go func() { errc <- op() }()
+	if !waitFor(3*time.Second, cond) {
+		t.Error("the command never reached the server")
+	}
+	p.Cut()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call did not return 5s after the cut")
+		return nil
+	}
+}
+
+// go-redis re-sends a command whose reply was lost. A reentrant acquire that
+// runs twice must count one hold, and a release that runs twice must
+// report the release, not a loss.
+func TestReSentRequestsAreIdempotent(t *testing.T) {
+	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+	for _, m := range modes(t, rdb, false) {
+		t.Run(m.name, func(t *testing.T) {
+			name := "resent-" + m.name
+			key := "dlock:{" + name + "}"
+			c := m.new(dlock.WithPipelining(false))
+			if warm, err := c.TryAcquire(m.ctx(t.Context()), name+"-warm"); err == nil { // the scripts are loaded
+				warm.Release(t.Context())
+			}
+			var l *dlock.Lock
+			err := stallThenCut(t, p, func() (err error) {
+				l, err = c.TryAcquire(m.ctx(t.Context()), name)
+				return err
+			}, func() bool { return direct.Exists(t.Context(), key).Val() == 1 })
+			if err != nil {
+				t.Fatalf("TryAcquire with its reply lost once = %v, want the lock", err)
+			}
+			if m.name == "reentrant" {
+				info, _ := c.Inspect(t.Context(), name)
+				if len(info.Owners) != 1 || info.Owners[0].Holds != 1 {
+					t.Errorf("after a re-sent reentrant acquire: owners %+v, want one hold", info.Owners)
+				}
+			}
+			err = stallThenCut(t, p, func() error { return l.Release(t.Context()) },
+				func() bool { return direct.Exists(t.Context(), key).Val() == 0 })
+			if err != nil {
+				t.Errorf("Release with its reply lost once = %v, want nil (it was held throughout)", err)
+			}
+			if n := direct.Exists(t.Context(), key).Val(); n != 0 {
+				t.Errorf("lock key left after Release: a hold counted twice")
+			}
+		})
+	}
+}
+
+// A foreign value at the fence key fails the acquisition and leaves nothing
+// written: the lock key must not keep our token for a TTL.
+func TestForeignFenceKeyLeavesNothingBehind(t *testing.T) {
+	_, rdb := setup(t)
+	for _, m := range modes(t, rdb, false) {
+		name := "foreign-" + m.name
+		rdb.RPush(t.Context(), "dlock:{"+name+"}:fence", "not a counter")
+		if _, err := m.new().TryAcquire(m.ctx(t.Context()), name); !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("%s: TryAcquire with a list at the fence key = %v, want ErrWrongType", m.name, err)
+		}
+		if n := rdb.Exists(t.Context(), "dlock:{"+name+"}").Val(); n != 0 {
+			t.Errorf("%s: lock key left after the failed acquisition", m.name)
+		}
+	}
+}
+
+// ForceRelease deletes only what is a dlock lock.
+func TestForceReleaseRefusesForeignKey(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	rdb.RPush(ctx, "dlock:{list}", "someone's data")
+	rdb.HSet(ctx, "dlock:{hash}", "field", "value")
+	for _, name := range []string{"list", "hash"} {
+		if _, err := dlock.New(rdb).ForceRelease(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("ForceRelease(%s) = %v, want ErrWrongType", name, err)
+		}
+		if n := rdb.Exists(ctx, "dlock:{"+name+"}").Val(); n != 1 {
+			t.Errorf("ForceRelease(%s) deleted a key that is not a lock", name)
+		}
+	}
+}
+
+// A call with a done context fails fast, matches ErrNotAcquired and the
+// context's error, and never takes the lock — with pipelining on and off.
+func TestDoneContextTakesNothing(t *testing.T) {
+	_, rdb := setup(t)
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, m := range modes(t, rdb, true) {
+		for _, pipelining := range []bool{true, false} {
+			c := m.new(dlock.WithPipelining(pipelining))
+			name := "done-" + m.name
+			for op, call := range map[string]func(context.Context, string) (*dlock.Lock, error){
+				"TryAcquire": c.TryAcquire, "Acquire": c.Acquire,
+			} {
+				_, err := call(m.ctx(cancelled), name)
+				if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+					t.Errorf("%s, pipelining %v: %s with a cancelled ctx = %v, want ErrNotAcquired and Canceled", m.name, pipelining, op, err)
+				}
+				if info, _ := c.Inspect(t.Context(), name); info.Held {
+					t.Errorf("%s, pipelining %v: %s with a cancelled ctx took the lock", m.name, pipelining, op)
+				}
+			}
+		}
+	}
+}
+
+// Against a frozen server, a call returns within a small bound of its
+// context's deadline (go-redis honours deadlines on reads with
+// ContextTimeoutEnabled; batched calls honour them in any case), and the
+// error matches ErrNotAcquired and DeadlineExceeded.
+func TestFrozenServerCallEndsAtDeadline(t *testing.T) {
+	s := redistest.Start(t)
+	opts := s.Options()
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	holder, err := dlock.New(rdb).TryAcquire(t.Context(), "frozen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(t.Context())
+	s.Pause()
+	defer s.Resume()
+	for _, pipelining := range []bool{true, false} {
+		for _, fair := range []bool{true, false} {
+			c := dlock.New(rdb, dlock.WithPipelining(pipelining), dlock.WithFair(fair))
+			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+			start := time.Now()
+			_, err := c.Acquire(ctx, "frozen")
+			took := time.Since(start)
+			cancel()
+			if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("pipelining %v, fair %v: Acquire = %v, want ErrNotAcquired and DeadlineExceeded", pipelining, fair, err)
+			}
+			if took > time.Second {
+				t.Errorf("pipelining %v, fair %v: Acquire with a 200ms ctx on a frozen server took %v", pipelining, fair, took)
+			}
+		}
+	}
+}
+
+// Right after a pause longer than the lease (a stopped process, a GC
+// pause), Do's ctx must already report the loss: its Err consults the
+// validity deadline instead of waiting for a timer's goroutine to run.
+func TestDoContextKnowsOfLossRightAfterPause(t *testing.T) {
+	s, _ := setup(t)
+	for i := range 4 {
+		h := startHelper(t, s, "pausedo", "paused", 500*time.Millisecond, 1)
+		if !h.waitLine("in", 10*time.Second) {
+			t.Fatalf("round %d: the worker never entered Do", i)
+		}
+		time.Sleep(50 * time.Millisecond)
+		h.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(1200 * time.Millisecond)
+		h.cmd.Process.Signal(syscall.SIGCONT)
+		for {
+			select {
+			case line := <-h.lines:
+				switch line {
+				case "lost":
+				case "stale":
+					t.Errorf("round %d: after a 1.2s pause with a 500ms lease, fn's ctx.Err() was nil past the deadline", i)
+				default:
+					continue
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: no report from the worker", i)
+			}
+			break
+		}
+		if err := h.wait(10 * time.Second); err != nil {
+			t.Errorf("round %d: worker: %v", i, err)
+		}
+	}
+}
