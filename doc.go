@@ -33,7 +33,25 @@
 // a Lua script). With auto-extend on (the default) a watchdog extends the
 // lease every TTL/3; if it cannot before the validity runs out, or Redis
 // shows the token gone, Lock.Done is closed and Lock.Err says why — no later
-// than the validity deadline.
+// than the validity deadline. Lock.Extend may shorten the lease as well as
+// lengthen it; the validity follows either way.
+//
+// # Failed, cancelled, delayed and panicking calls
+//
+// A call whose context is done sends nothing. Every way an Acquire or
+// TryAcquire ends because of its context matches both ErrNotAcquired and
+// ctx.Err(), and returns within a small bound of the deadline whatever
+// the Redis client's timeouts (with WithPipelining(false), go-redis honours
+// deadlines on reads only with ContextTimeoutEnabled). An attempt whose
+// outcome is unknown — no answer, or the context ended while it was in
+// flight — is undone: the lock is deleted if the attempt took it, and the
+// attempt's token is revoked for a TTL, so a copy of the request that is
+// still in the network (delayed, or re-sent by go-redis after a lost reply)
+// is refused when it lands. A request delayed in the network for longer
+// than a TTL after it was undone can still take the lock, for nobody, for
+// at most one TTL. Release, too, revokes its token, and a release that
+// go-redis re-sends reports what the first copy did. Do releases the lock
+// when its function panics, and the panic goes on.
 //
 // # What it does not guarantee, and fencing
 //
@@ -59,7 +77,12 @@
 // string holding the owner token, with a PX expiry, readable by any tool
 // that knows the SET NX PX convention. The last fence is at "dlock:{N}:fence"
 // (no expiry), and releases are announced on the pub/sub channel
-// "dlock:{N}:ch". The braces make all of them one Redis Cluster hash slot.
+// "dlock:{N}:ch". An ended lease leaves a revocation marker
+// "dlock:{N}:r:<token>" that expires after the Client's TTL. A reentrant
+// lock is a hash at "dlock:{N}" with the owner, the fence and one field per
+// hold (each hold is a lease with its own deadline); the fair queue lives at
+// "dlock:{N}:q" and "dlock:{N}:qw". The braces make all of them one Redis
+// Cluster hash slot.
 //
 // # Waiting
 //
