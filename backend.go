@@ -350,11 +350,3 @@ func redisErr(op string, err error) error {
 	}
 	return fmt.Errorf("dlock: %s: %w", op, err)
 }
-
-// isReply reports whether err is an error reply from Redis, as opposed to a
-// failure to reach it: after an error reply the script did not run to a
-// write, so there is nothing to clean up.
-func isReply(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr) && !errors.Is(err, redis.ErrClosed)
-}

@@ -309,12 +309,12 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.
 		l.renew()
 		return nil, -1, nil
 	case err != nil:
-		if !isReply(err) {
-			// The script may have run and only the reply been lost (or be
-			// still on its way): make sure no lease of ours is left to block
-			// others until it expires.
-			c.undoAndRenew(ctx, l)
-		}
+		// The script may have run and only the reply been lost (or be still
+		// on its way), or, after an error reply, have written part of its
+		// work (Lua does not roll back: a write refused mid-script, e.g.
+		// NOREPLICAS, leaves the writes before it): make sure no lease or
+		// queue entry of ours is left to block others.
+		c.undoAndRenew(ctx, l)
 		return nil, 0, fmt.Errorf("dlock: acquire %q: %w", l.name, err)
 	case !g.held:
 		return nil, g.pttl, nil
@@ -347,15 +347,32 @@ func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
 // undo ends the lease cl may hold, or may come to hold when a request of it
 // still in flight lands: it deletes the lock if cl holds it and revokes
 // cl's token. Failure is ignored: if Redis cannot be reached, a lease
-// expires by itself within its TTL. When ctx is done, the caller does not
-// wait: the undo runs in the background, bounded by undoTimeout.
+// expires by itself within its TTL. When ctx is done, the caller waits for
+// the undo only up to undoWait: against a healthy Redis that is enough for
+// it to finish (so a process that closes its Redis client right after a
+// cancelled Acquire leaves nothing behind), against a frozen one the undo
+// goes on in the background, bounded by undoTimeout.
 func (c *Client) undo(ctx context.Context, cl *claim) {
-	if ctx.Err() != nil {
-		go c.undoNow(cl)
+	if ctx.Err() == nil {
+		c.undoNow(cl)
 		return
 	}
-	c.undoNow(cl)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.undoNow(cl)
+	}()
+	t := time.NewTimer(undoWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
+
+// undoWait is how long a caller whose context is done waits for the undo
+// of its attempt before leaving it to the background.
+const undoWait = 100 * time.Millisecond
 
 func (c *Client) undoNow(cl *claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)

@@ -92,9 +92,15 @@ func (l *Lock) Name() string { return l.name }
 func (l *Lock) Key() string { return l.cl.lock }
 
 // Token returns the random token of this lease: the value of the lock key
-// while this Lock holds it (for a reentrant lock, the field of this hold in
-// the lock's hash).
-func (l *Lock) Token() string { return l.cl.token }
+// while this Lock holds it. For a reentrant lock it is the owner's id,
+// shared by the owner's nested holds as they share the fence, so that a
+// fenced resource (Guard) takes them for the one holder they are.
+func (l *Lock) Token() string {
+	if l.cl.owner != "" {
+		return l.cl.owner
+	}
+	return l.cl.token
+}
 
 // Fence returns the fencing token of this acquisition: greater than every
 // fence issued before it for the same name, including across expiries and a
