@@ -14,8 +14,11 @@
 //
 // Exit codes: 0 success (or, for run, the command's own status); 2 usage
 // error; 3 bad configuration (such as a malformed URL); 4 Redis unreachable
-// or failing; 5 lock not acquired; 6 lock lost while the command ran (it was
-// terminated); 126 command not executable; 127 command not found.
+// or failing (for a quorum: too many nodes failed to reach a majority); 5
+// lock not acquired (held by another owner); 6 lock lost while the command
+// ran (it was terminated); 126 command not executable; 127 command not
+// found; 128+N interrupted by signal N while waiting for the lock (130 for
+// SIGINT, 143 for SIGTERM).
 package main
 
 import (
@@ -28,6 +31,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Exit codes.
@@ -41,15 +46,77 @@ const (
 	exitLost        = 6
 	exitNoExec      = 126
 	exitNotFound    = 127
+	// exitInterrupted is the code of a wait interrupted by SIGINT: 128+2, as
+	// a shell reports a command killed by it. SIGTERM gives 143 (128+15);
+	// a cancelled context without a signal, 130.
+	exitInterrupted = 130
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// dlock reports Redis errors itself, on one line; go-redis would also
+	// log each failed dial on stderr.
+	redis.SetLogger(quietLogger{})
+	ctx, stop := interruptible(context.Background())
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// interruptible returns a context that SIGINT or SIGTERM cancels, like
+// signal.NotifyContext, with an interruption naming the signal as its
+// cause: an interrupted wait exits 128+N, as a shell reports a command the
+// signal killed, and not as a lock held by someone else.
+func interruptible(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(interruption{s.(syscall.Signal)})
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		cancel(context.Canceled)
+	}
+}
+
+// quietLogger discards go-redis's internal log.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// interruption is the cause of a context cancelled by a signal.
+type interruption struct{ sig syscall.Signal }
+
+func (i interruption) Error() string { return "interrupted by " + signalName(i.sig) }
+
+// interrupted is the error of an operation that stopped because ctx was
+// cancelled: it exits 128+N for signal N, else exitInterrupted.
+func interrupted(ctx context.Context, format string, args ...any) error {
+	code, by := exitInterrupted, ""
+	if i, ok := errors.AsType[interruption](context.Cause(ctx)); ok {
+		code, by = 128+int(i.sig), " by "+signalName(i.sig)
+	}
+	return fail(code, "interrupted%s %s", by, fmt.Sprintf(format, args...))
+}
+
+func signalName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	}
+	return sig.String()
 }
 
 const usage = `usage: dlock COMMAND [flags] [args]
@@ -68,7 +135,9 @@ $REDIS_PASSWORD supplies a password the URL lacks.
 Run 'dlock COMMAND -h' for a command's flags.
 
 exit codes: 0 ok (run: the command's status), 2 usage, 3 configuration,
-4 Redis unreachable, 5 not acquired, 6 lock lost, 126/127 command not runnable
+4 Redis unreachable (or too many quorum nodes failing), 5 not acquired (held
+by another owner), 6 lock lost, 126/127 command not runnable, 130 (143 for
+SIGTERM) interrupted while waiting for the lock
 `
 
 // run is the whole program, callable in-process from tests.
@@ -91,6 +160,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(ctx, rest, stdout, stderr)
 	case demoSchedulerCmd:
 		return cmdScheduler(ctx, rest, stdout, stderr)
+	case runGuardianCmd:
+		return cmdRunGuardian(rest, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "dlock %s\n", version)
 		return exitOK

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -26,22 +25,19 @@ import (
 const childArg = "dlock-test-child"
 
 // The test binary doubles as the dlock binary (DLOCK_TEST_MAIN=1, or the
-// demo's scheduler command) and as the command run under the lock
+// demo's scheduler command, or the guardian of dlock run, which the
+// in-process run also starts) and as the command run under the lock
 // (childArg; it inherits dlock's environment).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == childArg {
 		os.Exit(child(os.Getenv("DLOCK_TEST_CHILD")))
 	}
-	if os.Getenv("DLOCK_TEST_MAIN") == "1" || (len(os.Args) > 1 && os.Args[1] == demoSchedulerCmd) {
+	if os.Getenv("DLOCK_TEST_MAIN") == "1" || (len(os.Args) > 1 && (os.Args[1] == demoSchedulerCmd || os.Args[1] == runGuardianCmd)) {
 		main()
 	}
-	redis.SetLogger(quiet{})
+	redis.SetLogger(quietLogger{})
 	os.Exit(m.Run())
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
 
 // child is a command run under `dlock run`. Modes:
 //
@@ -354,7 +350,8 @@ func TestInspectListRelease(t *testing.T) {
 	rdb.Set(ctx, "dlock:{jobs:a}:fence", "42", 0)
 	rdb.Set(ctx, "dlock:{jobs:b}", "tok-b", time.Minute)
 	rdb.Set(ctx, "dlock:{other}", "tok-o", time.Minute)
-	rdb.HSet(ctx, "dlock:{re}", "client/flow", 2)
+	// A reentrant lock: its owner and one field per hold (deadlines far ahead).
+	rdb.HSet(ctx, "dlock:{re}", "owner", "client/flow", "fence", 7, "h:one", 1<<50, "h:two", 1<<50)
 	rdb.PExpire(ctx, "dlock:{re}", time.Minute)
 
 	code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "jobs:a", "free"))

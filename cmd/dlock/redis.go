@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,8 +39,20 @@ func connect(ctx context.Context, rawURL string) (*redis.Client, error) {
 	rdb := redis.NewClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		rdb.Close()
+	// go-redis does not give up a blocked read when ctx is cancelled, so
+	// wait for the PING apart: Ctrl-C must not wait for Redis.
+	pinged := make(chan error, 1)
+	go func() { pinged <- rdb.Ping(pctx).Err() }()
+	select {
+	case err = <-pinged:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		rdb.Close()           // ends a PING still in flight
+		if ctx.Err() != nil { // a signal, not Redis, ended the attempt
+			return nil, interrupted(ctx, "while connecting to Redis at %s", redact(rawURL))
+		}
 		return nil, fail(exitRedis, "cannot reach Redis at %s: %v", redact(rawURL), err)
 	}
 	return rdb, nil
@@ -57,7 +72,9 @@ func connectOne(ctx context.Context, flagged urlList) (*redis.Client, error) {
 
 // lockClient connects to the Redis the flags name and returns a dlock
 // Client for it: one URL for a single deployment, several for a quorum of
-// independent masters (Redlock). closeFn closes the connections.
+// independent masters (Redlock). closeFn closes the connections. A quorum
+// tolerates a minority of nodes that do not answer; without a majority it
+// fails at once, naming the nodes, rather than wait for them unseen.
 func lockClient(ctx context.Context, flagged urlList, opts ...dlock.Option) (c *dlock.Client, closeFn func(), err error) {
 	urls := redisURLs(flagged)
 	if len(urls) == 0 {
@@ -69,21 +86,59 @@ func lockClient(ctx context.Context, flagged urlList, opts ...dlock.Option) (c *
 			n.Close()
 		}
 	}
-	for _, u := range urls {
-		rdb, err := connect(ctx, u)
-		if err != nil && len(urls) == 1 {
-			return nil, nil, err
+	// All at once: nodes that do not answer cost one timeout, not one each.
+	type conn struct {
+		rdb *redis.Client
+		err error
+	}
+	conns := make([]conn, len(urls))
+	var wg sync.WaitGroup
+	for i, u := range urls {
+		wg.Go(func() { conns[i].rdb, conns[i].err = connect(ctx, u) })
+	}
+	wg.Wait()
+	var failed []string
+	var cfgErr error
+	for i, cn := range conns {
+		switch {
+		case cn.err == nil:
+			nodes = append(nodes, cn.rdb)
+		case len(urls) == 1 || !isCode(cn.err, exitRedis):
+			cfgErr = cmp.Or(cfgErr, cn.err)
+		default: // a quorum tolerates a minority of nodes down
+			failed = append(failed, cn.err.Error())
+			opts, _ := redis.ParseURL(urls[i]) // connect parsed it
+			nodes = append(nodes, redis.NewClient(opts))
 		}
-		if err != nil { // a quorum tolerates a minority of nodes down
-			opts, _ := redis.ParseURL(u)
-			rdb = redis.NewClient(opts)
-		}
-		nodes = append(nodes, rdb)
+	}
+	if cfgErr != nil {
+		closeFn()
+		return nil, nil, cfgErr
+	}
+	if need := len(urls)/2 + 1; len(urls)-len(failed) < need {
+		closeFn()
+		return nil, nil, fail(exitRedis, "only %d of %d Redis nodes answered, %d needed for a majority: %s",
+			len(urls)-len(failed), len(urls), need, strings.Join(failed, "; "))
 	}
 	if len(nodes) == 1 {
 		return dlock.New(nodes[0], opts...), closeFn, nil
 	}
 	return dlock.NewRedlock(nodes, opts...), closeFn, nil
+}
+
+// isCode reports whether err carries the exit code code.
+func isCode(err error, code int) bool {
+	ce, ok := errors.AsType[*cliError](err)
+	return ok && ce.code == code
+}
+
+// redactAll redacts each URL of urls.
+func redactAll(urls []string) []string {
+	out := make([]string, len(urls))
+	for i, u := range urls {
+		out[i] = redact(u)
+	}
+	return out
 }
 
 // redact hides the password of a URL for messages.

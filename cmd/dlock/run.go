@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,14 +22,26 @@ const runHelp = `run [flags] NAME -- CMD [ARG...]
 Holds the lock NAME while CMD runs, like flock(1) across machines. The lock is
 extended every ttl/3 while CMD runs. CMD gets DLOCK_NAME, DLOCK_KEY,
 DLOCK_TOKEN and DLOCK_FENCE in its environment (pass DLOCK_FENCE to the
-resource you protect). SIGINT, SIGTERM and SIGHUP are forwarded to CMD. If
-the lock is lost while CMD runs, CMD's process group gets SIGTERM and, after
---grace, SIGKILL. CMD runs in its own process group, and gets SIGTERM if
-dlock itself is killed.
+resource you protect).
+
+CMD runs in a process group of its own, which is kept under the lock or
+stopped. SIGINT, SIGTERM and SIGHUP are forwarded to it; Ctrl-Z (SIGTSTP)
+stops it along with dlock, and SIGCONT continues both. If the lock is lost
+while CMD runs, the group gets SIGTERM and, after --grace, SIGKILL. A small
+guardian process between dlock and CMD watches dlock: if dlock dies (even by
+kill -9), the group gets SIGTERM, and SIGKILL after --grace but no later than
+ttl/10 before the lease ends, when another dlock could take the lock; if
+dlock is stopped or frozen and the lease comes within ttl/10 of its end
+unextended, the group is stopped with SIGSTOP.
+
+Over a quorum (--redis repeated), dlock exits 4 at once if a majority of the
+nodes do not answer; nodes that fail later are waited out until --wait ends.
 
 exit status: CMD's (128+N if killed by signal N); 5 if the lock was not
-acquired; 6 if it was lost while CMD ran; 2 usage; 3 configuration;
-4 Redis unreachable; 126/127 CMD not executable/not found`
+acquired (held by another owner); 6 if it was lost while CMD ran; 2 usage;
+3 configuration; 4 Redis unreachable, or too many quorum nodes failing to
+reach a majority (the message names them); 130 (143 for SIGTERM) if
+interrupted while waiting for the lock; 126/127 CMD not executable/not found`
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr, runHelp)
@@ -35,7 +49,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL); repeat it for a quorum of independent masters (Redlock)")
 	ttl := fs.Duration("ttl", dlock.DefaultTTL, "lease time; a holder that dies blocks others at most this long")
 	wait := fs.Duration("wait", -1, "how long to wait for the lock: 0 tries once, negative waits until interrupted")
-	grace := fs.Duration("grace", 10*time.Second, "time CMD has between SIGTERM and SIGKILL after the lock is lost")
+	grace := fs.Duration("grace", 10*time.Second, "time CMD has between SIGTERM and SIGKILL after the lock is lost, or after dlock dies (then no later than ttl/10 before the lease ends)")
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
@@ -62,7 +76,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer closeFn()
 
-	l, err := acquireFor(ctx, c, name, *wait)
+	l, err := acquireFor(ctx, c, name, *wait, redactAll(redisURLs(redisFlag)))
 	if err != nil {
 		return report(stderr, err)
 	}
@@ -72,7 +86,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return l.Release(rctx)
 	}
 
-	code, lostErr := supervise(l, argv, *grace, stdout, stderr)
+	code, lostErr := supervise(l, argv, *ttl, *grace, stdout, stderr)
 	if err := release(); err != nil && lostErr == nil {
 		if errors.Is(err, dlock.ErrNotHeld) {
 			lostErr = err
@@ -87,8 +101,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// acquireFor takes name, waiting up to wait (0: once; negative: until ctx ends).
-func acquireFor(ctx context.Context, c *dlock.Client, name string, wait time.Duration) (*dlock.Lock, error) {
+// acquireFor takes name, waiting up to wait (0: once; negative: until ctx
+// ends); nodes names the Redis nodes, in order, for messages. The library
+// reports a quorum that failed as not acquired too (a QuorumError matches
+// ErrNotAcquired), and an interrupted wait as well; the exit codes tell
+// them apart: 5 only when the lock is held by another owner, 4 when nodes
+// failed, 128+N when a signal interrupted the wait.
+func acquireFor(ctx context.Context, c *dlock.Client, name string, wait time.Duration, nodes []string) (*dlock.Lock, error) {
 	var (
 		l   *dlock.Lock
 		err error
@@ -103,71 +122,158 @@ func acquireFor(ctx context.Context, c *dlock.Client, name string, wait time.Dur
 	default:
 		l, err = c.Acquire(ctx, name)
 	}
-	switch {
-	case err == nil:
+	if err == nil {
 		return l, nil
+	}
+	// A waiting Acquire joins the last QuorumError to the context's error.
+	qe, noQuorum := errors.AsType[*dlock.QuorumError](err)
+	switch {
 	case errors.Is(err, dlock.ErrInvalid):
 		return nil, &cliError{code: exitUsage, err: err}
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		if noQuorum {
+			return nil, interrupted(ctx, "while waiting for lock %q (the last attempt reached no majority: %s)", name, nodeFailures(qe, nodes))
+		}
+		return nil, interrupted(ctx, "while waiting for lock %q", name)
+	case noQuorum:
+		// The library returns a QuorumError only when the nodes that failed
+		// left too few answers to decide: a majority that refused is
+		// reported as plain ErrNotAcquired.
+		return nil, fail(exitRedis, "lock %q: too many Redis nodes failed to reach a majority (%d of %d granted, %d needed): %s",
+			name, qe.Held, len(qe.Nodes), qe.Need, nodeFailures(qe, nodes))
 	case errors.Is(err, dlock.ErrNotAcquired):
 		return nil, fail(exitNotAcquired, "lock %q is held by another owner", name)
 	}
 	return nil, &cliError{code: exitRedis, err: err}
 }
 
-// supervise runs argv while l is held. It returns the exit code for the
-// command's status and, if the lock was lost while it ran, why.
-func supervise(l *dlock.Lock, argv []string, grace time.Duration, stdout, stderr io.Writer) (int, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(),
-		"DLOCK_NAME="+l.Name(),
-		"DLOCK_KEY="+l.Key(),
-		"DLOCK_TOKEN="+l.Token(),
-		"DLOCK_FENCE="+strconv.FormatInt(l.Fence(), 10),
-	)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	// Its own process group, so that a lost lock stops everything it started;
-	// and SIGTERM if dlock itself dies (no one would extend the lock then).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+// nodeFailures names the nodes of qe that failed and why, on one line;
+// nodes that answered that another owner holds the lock are no failure.
+func nodeFailures(qe *dlock.QuorumError, nodes []string) string {
+	var parts []string
+	for i, err := range qe.Nodes {
+		if err == nil || refused(err) {
+			continue
+		}
+		node := fmt.Sprintf("node %d", i)
+		if i < len(nodes) {
+			node = nodes[i]
+		}
+		msg := strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", " "), "dlock: ")
+		parts = append(parts, node+": "+msg)
+	}
+	if len(parts) == 0 {
+		return qe.Error()
+	}
+	return strings.Join(parts, "; ")
+}
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+// refused reports whether a node's entry in a QuorumError is its answer
+// that another owner holds the lock rather than a failure. The library does
+// not export that error; its text is "held by another owner".
+func refused(err error) bool {
+	return errors.Is(err, dlock.ErrNotAcquired) || err.Error() == "held by another owner"
+}
+
+// supervise runs argv, through a guardian (see guardian.go), while l is
+// held. It returns the exit code for the command's status and, if the lock
+// was lost while it ran, why.
+func supervise(l *dlock.Lock, argv []string, ttl, grace time.Duration, stdout, stderr io.Writer) (int, error) {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGCONT)
 	defer signal.Stop(sigs)
 
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "dlock: cannot run %q: %v\n", argv[0], err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			return exitNotFound, nil
-		}
-		return exitNoExec, nil
+	env := []string{
+		"DLOCK_NAME=" + l.Name(),
+		"DLOCK_KEY=" + l.Key(),
+		"DLOCK_TOKEN=" + l.Token(),
+		"DLOCK_FENCE=" + strconv.FormatInt(l.Fence(), 10),
 	}
-	pgid := cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// The guardian acts ttl/10 before the lease ends, and hears of each
+	// extension within ttl/10. With an extension every ttl/3, a lease in
+	// good health has at least 2/3 of the TTL left, so the margin is only
+	// reached when dlock cannot extend.
+	margin := max(ttl/10, time.Millisecond)
+	g, code := startGuardian(l, argv, env, grace, margin, stdout, stderr)
+	if g == nil {
+		return code, nil
+	}
+	defer g.close()
+	beat := time.NewTicker(margin)
+	defer beat.Stop()
 
 	var (
 		lostErr error
 		kill    <-chan time.Time
 		lost    = l.Done()
 	)
-	for {
-		select {
-		case err := <-exited:
-			return exitCode(err), lostErr
-		case sig := <-sigs:
-			syscall.Kill(-pgid, sig.(syscall.Signal))
-		case <-lost:
-			lost = nil
-			if err := l.Err(); errors.Is(err, dlock.ErrNotHeld) {
-				lostErr = err
-				fmt.Fprintf(stderr, "dlock: lock %q lost (%v); sending SIGTERM, SIGKILL in %v\n", l.Name(), err, grace)
-				syscall.Kill(-pgid, syscall.SIGTERM)
-				kill = time.After(grace)
-			}
-		case <-kill:
-			kill = nil
-			syscall.Kill(-pgid, syscall.SIGKILL)
+	onLost := func() {
+		lost = nil
+		if err := l.Err(); errors.Is(err, dlock.ErrNotHeld) {
+			lostErr = err
+			g.lost()
+			fmt.Fprintf(stderr, "dlock: lock %q lost (%v); sending SIGTERM, SIGKILL in %v\n", l.Name(), err, grace)
+			g.signal(syscall.SIGTERM)
+			g.signal(syscall.SIGCONT) // a stopped group would not see the SIGTERM
+			kill = time.After(grace)
 		}
 	}
+	// resume continues the group after dlock was stopped, unless the lease
+	// ran out meanwhile: then the loss path applies (it continues the group
+	// too, to deliver its SIGTERM).
+	resume := func() {
+		if lost != nil && errors.Is(l.Err(), dlock.ErrNotHeld) {
+			onLost()
+			return
+		}
+		g.signal(syscall.SIGCONT)
+	}
+	for {
+		select {
+		case err := <-g.exited:
+			if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					// The guardian exits with CMD's status; killed itself,
+					// it leaves CMD's group unwatched.
+					g.signal(syscall.SIGKILL)
+					fmt.Fprintf(stderr, "dlock: the guardian process was killed by %v; killed the command's process group\n", signalName(ws.Signal()))
+				}
+			}
+			return exitCode(err), lostErr
+		case sig := <-sigs:
+			switch sig {
+			case syscall.SIGTSTP:
+				// Ctrl-Z: CMD's group (which the terminal's SIGTSTP does not
+				// reach) stops with dlock, which cannot extend the lease
+				// while stopped. SIGSTOP for both: no handler can delay it,
+				// and it works in an orphaned process group too.
+				g.signal(syscall.SIGSTOP)
+				stopSelf()
+				resume()
+			case syscall.SIGCONT:
+				resume()
+			default:
+				g.signal(sig.(syscall.Signal))
+			}
+		case <-beat.C:
+			g.beat(l)
+		case <-lost:
+			onLost()
+		case <-kill:
+			kill = nil
+			g.signal(syscall.SIGKILL)
+		}
+	}
+}
+
+// stopSelf stops dlock with SIGSTOP and returns once it is continued. The
+// signal goes to the calling thread (tgkill), which stops before it runs
+// Go code again; kill(getpid()) may have another thread take the signal and
+// return first, and dlock would continue the command before stopping.
+func stopSelf() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
 
 // exitCode maps the command's wait status to an exit code.

@@ -1,0 +1,495 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// groupScript is the command of the process-group tests: a shell that says
+// its process ID (its group's ID) and waits for a child, so that the group
+// holds two processes, only one of them dlock's grandchild.
+const groupScript = `echo $$; sleep 60 & wait`
+
+// procStat returns the state, parent and process group of pid, from /proc.
+func procStat(pid int) (state byte, ppid, pgrp int, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
+	if i < 0 || i+2 >= len(s) {
+		return 0, 0, 0, false
+	}
+	f := strings.Fields(s[i+2:]) // state ppid pgrp ...
+	if len(f) < 3 {
+		return 0, 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	pgrp, _ = strconv.Atoi(f[2])
+	return f[0][0], ppid, pgrp, true
+}
+
+// alive reports whether pid runs (or is stopped): it exists and is no zombie.
+func alive(pid int) bool {
+	st, _, _, ok := procStat(pid)
+	return ok && st != 'Z' && st != 'X'
+}
+
+// processes returns the state of every live process for which match (given
+// its parent and group) is true.
+func processes(match func(ppid, pgrp int) bool) map[int]byte {
+	out := map[int]byte{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ppid, pgrp, ok := procStat(pid); ok && st != 'Z' && st != 'X' && match(ppid, pgrp) {
+			out[pid] = st
+		}
+	}
+	return out
+}
+
+// group returns the states of the live processes of process group pgid.
+func group(pgid int) map[int]byte {
+	return processes(func(_, pgrp int) bool { return pgrp == pgid })
+}
+
+// allIn reports whether every process of states is in one of the states in
+// want ("T": stopped), and there is at least one.
+func allIn(states map[int]byte, want string) bool {
+	for _, st := range states {
+		if !strings.ContainsRune(want, rune(st)) {
+			return false
+		}
+	}
+	return len(states) > 0
+}
+
+// eventually polls cond every 10ms for up to d and reports whether it held.
+func eventually(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// startGroup starts cmd, a `dlock run` of sh -c groupScript, and returns
+// the command's process group (sh's ID) and the guardian's process ID once
+// the group holds both sh and its sleep. Whatever the test does, its
+// cleanup kills dlock, the guardian and the group.
+func startGroup(t *testing.T, cmd *exec.Cmd) (pgid, guardian int) {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dlockPID := cmd.Process.Pid
+	t.Cleanup(func() {
+		syscall.Kill(dlockPID, syscall.SIGKILL)
+		for pid := range processes(func(ppid, pgrp int) bool {
+			return (pgid > 0 && pgrp == pgid) || (guardian > 0 && pgrp == guardian)
+		}) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if cmd.ProcessState == nil {
+			waitExit(cmd, 10*time.Second)
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- l
+	}()
+	select {
+	case l := <-line:
+		if pgid, err = strconv.Atoi(strings.TrimSpace(l)); err != nil || pgid <= 1 {
+			t.Fatalf("the command said %q, want its process ID", l)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the command did not start within 20s")
+	}
+	if !eventually(10*time.Second, func() bool { return len(group(pgid)) == 2 }) {
+		t.Fatalf("process group %d = %v, want sh and sleep", pgid, group(pgid))
+	}
+	for pid := range processes(func(ppid, _ int) bool { return ppid == dlockPID }) {
+		guardian = pid
+	}
+	if guardian == 0 {
+		t.Fatal("no guardian process under dlock")
+	}
+	return pgid, guardian
+}
+
+// Whatever kills dlock, the command's whole process group (not only its
+// leader) is gone before the lease ends: a SIGKILLed dlock extends it no
+// more, and another dlock may take the lock then.
+func TestRunKilledDlockTakesGroupAlong(t *testing.T) {
+	for _, tt := range []struct {
+		name, script string
+		within       time.Duration
+	}{
+		// sh and sleep die of the SIGTERM at once.
+		{"polite", groupScript, 3 * time.Second},
+		// Both ignore SIGTERM: SIGKILL must come well before --grace (a
+		// minute), before the lease (3s) runs out.
+		{"stubborn", `trap "" TERM; ` + groupScript, 6 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			rdb := s.Client(t)
+			cmd := dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--ttl", "3s", "--grace", "1m", "k9", "--", "sh", "-c", tt.script)
+			pgid, guardian := startGroup(t, cmd)
+
+			cmd.Process.Kill()
+			cmd.Wait()
+			var heldWhenGone bool
+			if !eventually(tt.within, func() bool {
+				held := rdb.Exists(context.Background(), "dlock:{k9}").Val() == 1 // read first: the group must die while it is held
+				if len(group(pgid)) > 0 {
+					return false
+				}
+				heldWhenGone = held
+				return true
+			}) {
+				t.Fatalf("%v after dlock was killed, its command's process group still holds %v", tt.within, group(pgid))
+			}
+			if !heldWhenGone {
+				t.Error("the command's process group outlived the lease")
+			}
+			if !eventually(5*time.Second, func() bool { return !alive(guardian) }) {
+				t.Error("the guardian process outlived the command")
+			}
+		})
+	}
+}
+
+// Ctrl-Z stops the command with dlock: SIGTSTP does not reach the
+// command's own process group from the terminal, and a stopped dlock
+// cannot extend the lease. SIGCONT continues both.
+func TestRunSuspendStopsCommand(t *testing.T) {
+	s := redistest.Start(t)
+	errFile := filepath.Join(t.TempDir(), "stderr")
+	stderr, err := os.Create(errFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	// A long lease: the guardian's own stop, 54s on, must not be what the
+	// test sees.
+	cmd := dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--ttl", "1m", "tstp", "--", "sh", "-c", groupScript)
+	cmd.Stderr = stderr
+	pgid, guardian := startGroup(t, cmd)
+	dlockPID := cmd.Process.Pid
+	state := func(pid int) byte { st, _, _, _ := procStat(pid); return st }
+
+	cmd.Process.Signal(syscall.SIGTSTP)
+	if !eventually(10*time.Second, func() bool { return state(dlockPID) == 'T' && allIn(group(pgid), "T") }) {
+		t.Fatalf("after SIGTSTP: dlock in state %c, the command's group %v; want all stopped (T)", state(dlockPID), group(pgid))
+	}
+	if state(guardian) == 'T' {
+		t.Error("the guardian was stopped too; it must keep watching dlock")
+	}
+
+	cmd.Process.Signal(syscall.SIGCONT)
+	if !eventually(10*time.Second, func() bool {
+		return state(dlockPID) != 'T' && len(group(pgid)) == 2 && allIn(group(pgid), "RSD")
+	}) {
+		t.Fatalf("after SIGCONT: dlock in state %c, the command's group %v; want all running", state(dlockPID), group(pgid))
+	}
+
+	cmd.Process.Signal(syscall.SIGTERM) // forwarded: sh dies of it
+	if !waitExit(cmd, 20*time.Second) {
+		t.Fatal("dlock run still running 20s after SIGTERM")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGTERM) {
+		out, _ := os.ReadFile(errFile)
+		t.Errorf("exit = %d, want the command's %d (stderr %q)", code, 128+int(syscall.SIGTERM), out)
+	}
+	if n := s.Client(t).Exists(t.Context(), "dlock:{tstp}").Val(); n != 0 {
+		t.Error("lock still held after dlock run exited")
+	}
+}
+
+// A dlock stopped by a signal it cannot catch (SIGSTOP) extends the lease
+// no more: the guardian stops the command before the lease ends, and once
+// dlock continues, the lost lock is handled as any loss.
+func TestRunFrozenDlockStopsCommand(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	errFile := filepath.Join(t.TempDir(), "stderr")
+	stderr, err := os.Create(errFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	cmd := dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--ttl", "2s", "--grace", "5s", "frozen", "--", "sh", "-c", groupScript)
+	cmd.Stderr = stderr
+	pgid, _ := startGroup(t, cmd)
+
+	cmd.Process.Signal(syscall.SIGSTOP)
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGCONT) })
+	var heldWhenStopped bool
+	if !eventually(10*time.Second, func() bool {
+		held := rdb.Exists(context.Background(), "dlock:{frozen}").Val() == 1
+		if !allIn(group(pgid), "T") {
+			return false
+		}
+		heldWhenStopped = held
+		return true
+	}) {
+		t.Fatalf("dlock stopped for 10s (TTL 2s) and its command's group is %v, want stopped (T)", group(pgid))
+	}
+	if !heldWhenStopped {
+		t.Error("the command was stopped only after the lease had ended")
+	}
+
+	// Let the lease end, then continue dlock: it finds the lock lost.
+	if !eventually(10*time.Second, func() bool { return rdb.Exists(context.Background(), "dlock:{frozen}").Val() == 0 }) {
+		t.Fatal("the lock key outlived its TTL")
+	}
+	cmd.Process.Signal(syscall.SIGCONT)
+	if !waitExit(cmd, 20*time.Second) {
+		t.Fatal("dlock run still running 20s after it was continued with its lock lost")
+	}
+	out, _ := os.ReadFile(errFile)
+	if code := cmd.ProcessState.ExitCode(); code != exitLost || !strings.Contains(string(out), "lost") {
+		t.Errorf("exit = %d, stderr %q; want %d (lock lost)", code, out, exitLost)
+	}
+	if !eventually(5*time.Second, func() bool { return len(group(pgid)) == 0 }) {
+		t.Errorf("the command's group %v outlived dlock run", group(pgid))
+	}
+}
+
+// quorumArgs starts n TCP servers with opts and returns them and their
+// --redis flags.
+func quorumArgs(t *testing.T, n int, opts ...redistest.Option) ([]*redistest.Server, []string) {
+	t.Helper()
+	var srvs []*redistest.Server
+	var args []string
+	for range n {
+		s := redistest.Start(t, append([]redistest.Option{redistest.TCP()}, opts...)...)
+		srvs = append(srvs, s)
+		args = append(args, "--redis", s.URL())
+	}
+	return srvs, args
+}
+
+// requirePass makes s require a password (set once it runs: redistest
+// waits for a PING that a password would refuse).
+func requirePass(t *testing.T, s *redistest.Server) {
+	t.Helper()
+	if _, err := s.Do(t.Context(), "CONFIG", "SET", "requirepass", "x"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkRedisExit checks that a dlock run over a failing quorum exits 4 with
+// one line naming each failed node and the reason, never "held by another
+// owner".
+func checkRedisExit(t *testing.T, code int, errOut string, failed []*redistest.Server, reason string) {
+	t.Helper()
+	if code != exitRedis {
+		t.Errorf("exit %d, want %d (Redis unreachable); stderr %q", code, exitRedis, errOut)
+	}
+	if strings.Count(errOut, "\n") != 1 || strings.Contains(errOut, "held by another owner") || !strings.Contains(errOut, reason) {
+		t.Errorf("stderr = %q, want one line saying %q", errOut, reason)
+	}
+	for _, s := range failed {
+		if !strings.Contains(errOut, s.URL()) {
+			t.Errorf("stderr = %q, does not name the failed node %s", errOut, s.URL())
+		}
+	}
+}
+
+// Redis nodes that fail are no lock held by another owner: a quorum that
+// cannot reach a majority exits 4 and names the nodes.
+func TestRunQuorumFailures(t *testing.T) {
+	run := func(t *testing.T, args ...string) (int, string) {
+		t.Helper()
+		args = append(append([]string{"run"}, args...), "q", "--", os.Args[0], childArg)
+		code, _, errOut := result(t, dlockCmd(t, childEnv("env"), args...))
+		return code, errOut
+	}
+	t.Run("two of three dead", func(t *testing.T) {
+		srvs, args := quorumArgs(t, 3)
+		srvs[0].Kill()
+		srvs[2].Kill()
+		for _, wait := range []string{"0", "-1s"} {
+			code, errOut := run(t, append(args, "--wait", wait)...)
+			checkRedisExit(t, code, errOut, []*redistest.Server{srvs[0], srvs[2]}, "refused")
+		}
+	})
+	t.Run("two of three want a password", func(t *testing.T) {
+		srvs, args := quorumArgs(t, 3)
+		requirePass(t, srvs[1])
+		requirePass(t, srvs[2])
+		code, errOut := run(t, append(args, "--wait", "0")...)
+		checkRedisExit(t, code, errOut, srvs[1:], "NOAUTH")
+	})
+	t.Run("one of three wants a password", func(t *testing.T) { // a minority is tolerated
+		srvs, args := quorumArgs(t, 3)
+		requirePass(t, srvs[0])
+		if code, errOut := run(t, args...); code != 7 {
+			t.Errorf("exit %d, want the command's 7; stderr %q", code, errOut)
+		}
+	})
+	t.Run("two of three refuse writes", func(t *testing.T) {
+		// They answer PING, so only the acquisition finds them failing.
+		good, args := quorumArgs(t, 1)
+		bad, badArgs := quorumArgs(t, 2, redistest.Args("--min-replicas-to-write", "1"))
+		args = append(args, badArgs...)
+		for _, wait := range []string{"0", "500ms"} {
+			code, errOut := run(t, append(args, "--wait", wait)...)
+			checkRedisExit(t, code, errOut, bad, "NOREPLICAS")
+			if strings.Contains(errOut, good[0].URL()) {
+				t.Errorf("stderr = %q names the node that worked", errOut)
+			}
+		}
+	})
+}
+
+// acquireFor over a quorum built directly, whose nodes are not checked
+// first: node failures are exit 4, a refusal among them is still exit 5.
+func TestAcquireForQuorumErrors(t *testing.T) {
+	srvs, _ := quorumArgs(t, 3)
+	var nodes []redis.UniversalClient
+	var names []string
+	for _, s := range srvs {
+		nodes = append(nodes, s.Client(t))
+		names = append(names, s.URL())
+	}
+	c := dlock.NewRedlock(nodes, dlock.WithTTL(5*time.Second))
+	ctx := t.Context()
+
+	requirePass(t, srvs[2])
+	srvs[1].Kill()
+	for _, wait := range []time.Duration{0, 300 * time.Millisecond} {
+		l, err := acquireFor(ctx, c, "q", wait, names)
+		if l != nil {
+			t.Fatal("acquired with 2 of 3 nodes failing")
+		}
+		ce, ok := err.(*cliError)
+		if !ok || ce.code != exitRedis || !strings.Contains(err.Error(), names[1]) || !strings.Contains(err.Error(), names[2]+": acquire: NOAUTH") || strings.Contains(err.Error(), names[0]) {
+			t.Errorf("acquireFor (wait %v) with a dead and an unauthorised node = %v, want exit %d naming both", wait, err, exitRedis)
+		}
+	}
+
+	// One node held by another owner, one failing, one granting: the lock
+	// may be held (a split vote at worst). That is "held by another owner".
+	srvs[1].Restart()
+	srvs[1].Do(ctx, "SET", "dlock:{q}", "someone-else", "PX", 60000)
+	_, err := acquireFor(ctx, c, "q", 0, names)
+	if ce, ok := err.(*cliError); !ok || ce.code != exitNotAcquired {
+		t.Errorf("acquireFor with one node held by another owner and one failing = %v, want exit %d", err, exitNotAcquired)
+	}
+}
+
+// An interrupted wait is no lock held by another owner: it exits 130 for a
+// plain cancellation or SIGINT, 128+N for signal N.
+func TestRunInterruptedWait(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	rdb.Set(t.Context(), "dlock:{busy}", "someone-else", time.Minute)
+	args := []string{"run", "--redis", s.URL(), "busy", "--", "true"}
+
+	check := func(t *testing.T, code int, errOut string, wantCode int, wantMsg string) {
+		t.Helper()
+		if code != wantCode {
+			t.Errorf("exit %d, want %d; stderr %q", code, wantCode, errOut)
+		}
+		if strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, wantMsg) || strings.Contains(errOut, "held by another owner") {
+			t.Errorf("stderr = %q, want one line saying %q", errOut, wantMsg)
+		}
+	}
+	// inProcess runs dlock in this process and cancels its context with
+	// cause while it waits.
+	inProcess := func(t *testing.T, args []string, cause error) (int, string) {
+		t.Helper()
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		var stdout, stderr bytes.Buffer
+		done := make(chan int, 1)
+		go func() { done <- run(ctx, args, &stdout, &stderr) }()
+		time.Sleep(300 * time.Millisecond) // waiting, or about to
+		cancel(cause)
+		select {
+		case code := <-done:
+			return code, stderr.String()
+		case <-time.After(20 * time.Second):
+			t.Fatal("run still waiting 20s after its context was cancelled")
+			return 0, ""
+		}
+	}
+	t.Run("cancelled", func(t *testing.T) {
+		code, errOut := inProcess(t, args, nil)
+		check(t, code, errOut, exitInterrupted, `interrupted while waiting for lock "busy"`)
+	})
+	t.Run("cancelled by SIGTERM", func(t *testing.T) {
+		code, errOut := inProcess(t, args, interruption{syscall.SIGTERM})
+		check(t, code, errOut, 128+int(syscall.SIGTERM), `interrupted by SIGTERM while waiting for lock "busy"`)
+	})
+	t.Run("while connecting", func(t *testing.T) {
+		frozen := redistest.Start(t)
+		frozen.Pause() // PING hangs (for up to 5s) instead of failing
+		code, errOut := inProcess(t, []string{"run", "--redis", frozen.URL(), "busy", "--", "true"}, interruption{syscall.SIGINT})
+		check(t, code, errOut, exitInterrupted, "interrupted by SIGINT while connecting to Redis")
+	})
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(signalName(sig), func(t *testing.T) {
+			before := clients(t, rdb)
+			cmd := dlockCmd(t, nil, args...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Once dlock has connected (or is connecting), it handles the
+			// signal; either way it was interrupted.
+			if !eventually(20*time.Second, func() bool { return clients(t, rdb) > before }) {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatal("dlock did not connect to Redis within 20s")
+			}
+			cmd.Process.Signal(sig)
+			if !waitExit(cmd, 20*time.Second) {
+				t.Fatalf("dlock run still waiting 20s after %v", sig)
+			}
+			check(t, cmd.ProcessState.ExitCode(), stderr.String(), 128+int(sig), "interrupted by "+signalName(sig))
+		})
+	}
+}
+
+// clients counts the connections to the Redis of rdb.
+func clients(t *testing.T, rdb *redis.Client) int {
+	list, err := rdb.ClientList(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(list, "\n")
+}
