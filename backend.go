@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,9 +112,16 @@ type backend interface {
 	acquire(ctx context.Context, c *claim, ttl time.Duration, queue bool) (grant, error)
 	// release deletes the lock if it is ours (handing it to the next waiter
 	// in fair mode) and reports whether it was; a waiter's token leaves the queue.
-	extend(ctx context.Context, c *claim, ttl time.Duration) (bool, error)
+	// extend resets the lease to ttl from now, unless an extension with a
+	// higher sequence number seq was applied already (a late copy of an
+	// older one must not cut short what a newer one set).
+	extend(ctx context.Context, c *claim, ttl time.Duration, seq int64) (bool, error)
 	release(ctx context.Context, c *claim) (bool, error)
 	inspect(ctx context.Context, k *keys) (Info, error)
+	// force deletes the lock whoever holds it (for operators), naming the
+	// holding it read first, so that a re-sent copy cannot delete the next
+	// holder's lock; it reports whether a lock was deleted.
+	force(ctx context.Context, k *keys) (bool, error)
 }
 
 // node is the backend for one Redis deployment reached through one
@@ -232,13 +240,15 @@ func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration)
 	return grant{pttl: pttlOf(v[1])}, nil
 }
 
-func (n node) extend(ctx context.Context, c *claim, ttl time.Duration) (bool, error) {
-	var cmd *redis.Cmd
-	var acks int64
+func (n node) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64) (bool, error) {
+	var (
+		cmd  *redis.Cmd
+		acks int64
+	)
 	if n.reentrant {
-		cmd, acks = n.acked(ctx, script.ExtendReentrant, []string{c.lock}, c.owner, c.token, ttl.Milliseconds())
+		cmd, acks = n.acked(ctx, script.ExtendReentrant, []string{c.lock, c.rev}, c.owner, c.token, ttl.Milliseconds(), seq)
 	} else {
-		cmd, acks = n.acked(ctx, script.Extend, []string{c.lock}, c.token, ttl.Milliseconds())
+		cmd, acks = n.acked(ctx, script.Extend, []string{c.lock, c.rev}, c.token, ttl.Milliseconds(), seq)
 	}
 	v, err := cmd.Int64()
 	if err != nil {
@@ -252,6 +262,13 @@ func (n node) extend(ctx context.Context, c *claim, ttl time.Duration) (bool, er
 	return v == 1, nil
 }
 
+// revokeWindow is how long the marker of an ended lease lives (see
+// lib.lua): a request of the lease delayed in the network for longer than
+// that after it ended can still take the lock, for nobody, for a TTL. A
+// TTL, but at most a minute: markers cost a key each, and a network that
+// holds a request for a minute is rare.
+func revokeWindow(ttl time.Duration) time.Duration { return min(ttl, time.Minute) }
+
 // release ends the lease: deletes the lock if it is ours (handing it to the
 // next waiter in fair mode) and reports whether it was; a waiter's token
 // leaves the queue. Either way the lease's token is revoked for the
@@ -260,7 +277,7 @@ func (n node) extend(ctx context.Context, c *claim, ttl time.Duration) (bool, er
 // one did.
 func (n node) release(ctx context.Context, c *claim) (bool, error) {
 	var cmd *redis.Cmd
-	window := n.ms(n.ttl)
+	window := revokeWindow(n.ttl).Milliseconds()
 	switch {
 	case n.reentrant:
 		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.lock, c.rev}, c.owner, c.token, c.channel, n.pub, window)
@@ -282,53 +299,76 @@ func (n node) inspect(ctx context.Context, k *keys) (Info, error) {
 	if err != nil {
 		return Info{}, redisErr("inspect", err)
 	}
-	if len(v) != 5 {
+	if len(v) != 6 {
 		return Info{}, fmt.Errorf("dlock: inspect: unexpected reply %v", v)
 	}
 	kind, _ := v[0].(string)
 	holder, _ := v[1].(string)
 	pttl, _ := v[2].(int64)
 	fence, _ := v[3].(int64)
+	now, _ := v[5].(int64)
 	info := Info{Key: k.lock, Type: kind, Fence: fence}
 	switch kind {
 	case "none":
 	case "string":
-		info.Held, info.Token = true, holder
+		info.Held, info.Token, info.holding = true, holder, holder
 	case "hash":
 		info.Held = true
-		info.Owners = reentrantOwners(v[4])
+		info.Owners, info.holding = reentrantOwners(v[4], now)
 	default:
 		info.Held = true
 	}
 	if info.Held {
-		info.TTL = time.Duration(pttl) * time.Millisecond
-		if pttl < 0 {
-			info.TTL = -1
-		}
+		info.TTL = pttlOf(pttl)
 	}
 	return info, nil
 }
 
 // reentrantOwners reads a reentrant lock's hash (see acquire_reentrant.lua)
-// from a flat HGETALL reply: its owner and the owner's holds.
-func reentrantOwners(reply any) []Owner {
+// from a flat HGETALL reply: its owner and the owner's live holds (their
+// deadlines are on the server's clock, now), and the holding that
+// force_release.lua names.
+func reentrantOwners(reply any, now int64) ([]Owner, string) {
 	pairs, _ := reply.([]any)
-	var o Owner
+	var (
+		o     Owner
+		fence string
+	)
 	for i := 0; i+1 < len(pairs); i += 2 {
 		field, _ := pairs[i].(string)
 		value, _ := pairs[i+1].(string)
 		switch {
 		case field == "owner":
 			o.ID = value
+		case field == "fence":
+			fence = value
 		case strings.HasPrefix(field, "h:"):
-			o.Holds++
-			o.tokens = append(o.tokens, field[2:])
+			deadline, _ := strconv.ParseInt(value, 10, 64)
+			if left := deadline - now; left > 0 {
+				o.Holds++
+				o.holds = append(o.holds, hold{token: field[2:], left: time.Duration(left) * time.Millisecond})
+			}
 		}
 	}
 	if o.ID == "" {
-		return nil
+		return nil, ""
 	}
-	return []Owner{o}
+	return []Owner{o}, o.ID + " " + fence
+}
+
+func (n node) force(ctx context.Context, k *keys) (bool, error) {
+	info, err := n.inspect(ctx, k)
+	if err != nil || !info.Held {
+		return false, err
+	}
+	if info.holding == "" {
+		return false, fmt.Errorf("%w: the lock key holds a %s", ErrWrongType, info.Type)
+	}
+	ok, err := script.ForceRelease.Run(ctx, n.rdb, []string{k.lock}, info.holding, k.channel, n.pub).Int64()
+	if err != nil {
+		return false, redisErr("force release", err)
+	}
+	return ok == 1, nil
 }
 
 // queueTTL is how long a fair waiter's queue entry lives unless renewed: a

@@ -109,6 +109,8 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, name, err)
 	case err != nil:
 		return nil, err
+	case l == nil && ctx.Err() != nil:
+		return nil, gaveUp(ctx, name)
 	case l == nil:
 		return nil, notAcquired(name)
 	}
@@ -346,23 +348,25 @@ func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
 
 // undo ends the lease cl may hold, or may come to hold when a request of it
 // still in flight lands: it deletes the lock if cl holds it and revokes
-// cl's token. Failure is ignored: if Redis cannot be reached, a lease
-// expires by itself within its TTL. When ctx is done, the caller waits for
-// the undo only up to undoWait: against a healthy Redis that is enough for
-// it to finish (so a process that closes its Redis client right after a
-// cancelled Acquire leaves nothing behind), against a frozen one the undo
-// goes on in the background, bounded by undoTimeout.
+// cl's token (in fair mode it also leaves the queue, passing on a lock
+// handed over meanwhile). If Redis does not answer, or refuses the write
+// (NOREPLICAS, READONLY, OOM), the undo is retried in the background for as
+// long as what it ends could block others (a lease or queue entry lives for
+// max(TTL, 1s)), but no longer than undoRetryMax. When ctx is done the caller waits only up to undoWait:
+// against a healthy Redis that is enough for the undo to finish, so a
+// process that closes its Redis client right after a cancelled Acquire
+// leaves nothing behind.
 func (c *Client) undo(ctx context.Context, cl *claim) {
-	if ctx.Err() == nil {
-		c.undoNow(cl)
-		return
+	wait := undoTimeout
+	if ctx.Err() != nil {
+		wait = undoWait
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.undoNow(cl)
+		c.undoUntil(cl, time.Now().Add(min(queueTTL(c.opts.ttl), undoRetryMax)))
 	}()
-	t := time.NewTimer(undoWait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-done:
@@ -370,14 +374,48 @@ func (c *Client) undo(ctx context.Context, cl *claim) {
 	}
 }
 
+// transient reports whether err may go away if the call is tried again:
+// Redis did not answer, or refused a write for the time being (a replica
+// short under min-replicas-to-write, a failover under way, memory full, a
+// server loading its data or busy with a script).
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) || errors.Is(err, redis.ErrClosed) {
+		return !errors.Is(err, redis.ErrClosed)
+	}
+	msg := rerr.Error()
+	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// undoRetryMax bounds how long a failed undo is retried in the background.
+const undoRetryMax = 10 * time.Second
+
 // undoWait is how long a caller whose context is done waits for the undo
 // of its attempt before leaving it to the background.
 const undoWait = 100 * time.Millisecond
 
-func (c *Client) undoNow(cl *claim) {
-	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
-	defer cancel()
-	c.b.release(ctx, cl)
+// undoUntil runs the undo until it succeeds or the deadline passes, each
+// try bounded by undoTimeout, with a growing pause between tries.
+func (c *Client) undoUntil(cl *claim, deadline time.Time) {
+	pause := 20 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+		_, err := c.b.release(ctx, cl)
+		cancel()
+		if !transient(err) || time.Now().Add(pause).After(deadline) {
+			return
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, time.Second)
+	}
 }
 
 func (c *Client) acquired(name string, waited time.Duration) {

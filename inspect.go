@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,8 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/dlockio/dlock/internal/script"
 )
 
 // Info describes the state of one lock, as read by Client.Inspect.
@@ -23,31 +20,41 @@ type Info struct {
 	Token string        // the holder's owner token (plain locks)
 	TTL   time.Duration // the holder's remaining lease; -1 if the key has no expiry
 	Fence int64         // the last fencing token issued for the name, 0 if none
+
+	holding string // what force_release.lua compares: the token, or "<owner> <fence>"
 	// Owners are a reentrant lock's owners (one, unless the hash was
 	// written by hand) and their hold counts.
 	Owners []Owner
 }
 
-// heldBy reports whether token holds the lock (as its plain holder or as
-// one of its reentrant owners).
-func (i Info) heldBy(token string) bool {
+// leaseLeft returns how long the lease with token has left, and whether it
+// holds the lock (as its plain holder, or as a live reentrant hold).
+func (i Info) leaseLeft(token string) (time.Duration, bool) {
 	if i.Token == token {
-		return true
+		return i.TTL, true
 	}
 	for _, o := range i.Owners {
-		if slices.Contains(o.tokens, token) {
-			return true
+		for _, h := range o.holds {
+			if h.token == token {
+				return h.left, true
+			}
 		}
 	}
-	return false
+	return 0, false
 }
 
 // Owner is one owner of a reentrant lock.
 type Owner struct {
 	ID    string // the Client's instance ID and the owner, "<client>/<owner>"
-	Holds int64  // the owner's holds not yet released (each a lease of its own)
+	Holds int64  // the owner's live holds (each a lease of its own)
 
-	tokens []string // the holds' tokens (Lock.Token)
+	holds []hold
+}
+
+// hold is one live hold of a reentrant lock: its token and remaining lease.
+type hold struct {
+	token string
+	left  time.Duration
 }
 
 // Inspect reads the state of the lock name without changing it. It is for
@@ -69,32 +76,19 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 // waiters. It is for operators clearing a lock whose holder is known to be
 // gone: if the holder is alive, it keeps running until its next extension
 // finds the token missing, and overlaps with the next holder until then.
-// It reports whether a lock was deleted.
+// It deletes only the holding it read (a re-sent request cannot delete the
+// next holder's lock) and only a dlock lock: a key of another kind gets
+// ErrWrongType. It reports whether a lock was deleted.
 func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	k, err := c.check(name)
 	if err != nil {
 		return false, err
 	}
-	force := func(ctx context.Context, rdb redis.Scripter) (bool, error) {
-		n, err := script.ForceRelease.Run(ctx, rdb, []string{k.lock}, k.channel, c.pub()).Int64()
-		if err != nil {
-			return false, fmt.Errorf("dlock: force release %q: %w", name, redisErr("force release", err))
-		}
-		return n == 1, nil
+	ok, err := c.b.force(ctx, &k)
+	if err != nil {
+		return false, fmt.Errorf("dlock: force release %q: %w", name, err)
 	}
-	q, ok := c.b.(*quorum)
-	if !ok {
-		return force(ctx, c.rdb)
-	}
-	deleted := false
-	var errs []error
-	for _, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return force(ctx, n.rdb) }, nil) {
-		deleted = deleted || r.v
-		if r.err != nil {
-			errs = append(errs, r.err)
-		}
-	}
-	return deleted, errors.Join(errs...)
+	return ok, nil
 }
 
 // scanBatch is the COUNT hint of each SCAN call made by List.

@@ -5,11 +5,11 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/script"
 )
 
 // A retry after a lost reply runs the acquire script again with the same
-// token: it must find the lock ours and return the fence it issued, and
-// change nothing.
+// token: it must find the lock ours and return the fence it issued.
 func TestAcquireRetryReturnsSameFence(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client(t)
@@ -30,10 +30,16 @@ func TestAcquireRetryReturnsSameFence(t *testing.T) {
 	if again.fence != first.fence {
 		t.Errorf("retried acquire fence = %d, want the first one, %d", again.fence, first.fence)
 	}
-	// The retry does not re-arm the key: the first request's expiry already
-	// outlasts the validity its caller counts from before sending it.
-	if pttl := s.Client(t).PTTL(ctx, k.lock).Val(); pttl > time.Second || pttl < 500*time.Millisecond {
-		t.Errorf("PTTL after the retry = %v, want the first request's ~1s", pttl)
+	// The retry pushes the expiry out to its own TTL (its caller counts
+	// validity from when it sent it), but a shorter one never cuts it.
+	if pttl := s.Client(t).PTTL(ctx, k.lock).Val(); pttl < 4*time.Second {
+		t.Errorf("PTTL after the retry with a 5s TTL = %v, want ~5s", pttl)
+	}
+	if _, err := b.acquire(ctx, mine, time.Second, false); err != nil {
+		t.Fatal(err)
+	}
+	if pttl := s.Client(t).PTTL(ctx, k.lock).Val(); pttl < 4*time.Second {
+		t.Errorf("PTTL after a retry with a 1s TTL = %v, want still ~5s (never shortened)", pttl)
 	}
 	other, err := b.acquire(ctx, theirs, time.Second, false)
 	if err != nil || other.held || other.pttl <= 0 {
@@ -87,5 +93,32 @@ func TestKeysFor(t *testing.T) {
 		if k != want {
 			t.Errorf("keysFor(%q, %q) = %+v, want %+v", tc.prefix, tc.name, k, want)
 		}
+	}
+}
+
+// A force release names the holding it read: a re-sent copy that lands
+// after the next holder took the lock deletes nothing.
+func TestForceReleaseScriptNamesTheHolding(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	k := keysFor(DefaultPrefix, "forced")
+	rdb.Set(ctx, k.lock, "first", time.Minute)
+	force := func() int64 {
+		n, err := script.ForceRelease.Run(ctx, rdb, []string{k.lock}, "first", k.channel, "PUBLISH").Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := force(); n != 1 {
+		t.Fatalf("force release of the holding it names = %d, want 1", n)
+	}
+	rdb.Set(ctx, k.lock, "next", time.Minute) // the next holder
+	if n := force(); n != 0 {
+		t.Errorf("re-sent force release = %d, want 0", n)
+	}
+	if v := rdb.Get(ctx, k.lock).Val(); v != "next" {
+		t.Errorf("lock after a re-sent force release = %q, want the next holder's", v)
 	}
 }

@@ -30,6 +30,7 @@ type Lock struct {
 
 	relMu      sync.Mutex // serializes Release calls
 	extMu      sync.Mutex // serializes extensions: the last one sets the lease
+	extSeq     int64      // the last extension's sequence number; extMu guards it
 	mu         sync.Mutex // guards the fields below
 	ttl        time.Duration
 	validUntil time.Time
@@ -136,17 +137,19 @@ func (l *Lock) Err() error {
 	return l.err
 }
 
-// TTL asks Redis how long the lease has left. It returns an error wrapping
-// ErrNotHeld if the lock key no longer holds this Lock's token.
+// TTL asks Redis how long the lease has left (for a reentrant hold, this
+// hold's own lease). It returns an error wrapping ErrNotHeld if the lock no
+// longer holds this lease.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	info, err := l.c.b.inspect(ctx, &l.cl.keys)
 	if err != nil {
 		return 0, err
 	}
-	if !info.heldBy(l.cl.token) {
-		return 0, lost(l.name, "the lock key no longer holds our token")
+	left, ok := info.leaseLeft(l.cl.token)
+	if !ok {
+		return 0, lost(l.name, "the lock no longer holds our lease")
 	}
-	return info.TTL, nil
+	return left, nil
 }
 
 // Extend resets the lease to ttl from now, shorter or longer than before,
@@ -183,9 +186,12 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	start := time.Now()
 	until := start.Add(ttl - l.c.opts.driftFor(ttl))
-	ok, err := l.c.b.extend(ctx, l.cl, ttl)
+	l.extSeq++
+	ok, err := l.c.b.extend(ctx, l.cl, ttl, l.extSeq)
 	if err != nil {
 		// Unknown whether it took effect: assume the earlier deadline.
+		// (Redis applies no extension older than one it applied, so a
+		// later successful extension counts from its own start.)
 		l.setValidity(ttl, until, true)
 		l.expire()
 		return fmt.Errorf("dlock: extend %q: %w", l.name, err)
@@ -203,25 +209,23 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 // setValidity records an extension to ttl whose validity runs until until;
 // with onlyEarlier (the extension's outcome is unknown), it moves the
 // deadline back but never forward. The expiry timer and the watchdog follow
-// the new deadline and period.
+// the new deadline and lease time.
 func (l *Lock) setValidity(ttl time.Duration, until time.Time, onlyEarlier bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
 		return // lost or released while the call was in flight
 	}
+	if ttl < l.ttl && l.dog != nil {
+		l.dog.Reset(ttl / 3) // a shorter lease needs the next extension sooner
+	}
+	l.ttl = ttl // the lease time asked for, whether or not this call took effect
 	if onlyEarlier && !until.Before(l.validUntil) {
 		return
 	}
 	l.validUntil = until
 	if l.expiry != nil {
 		l.expiry.Reset(time.Until(until))
-	}
-	if !onlyEarlier {
-		if ttl < l.ttl && l.dog != nil {
-			l.dog.Reset(ttl / 3) // a shorter lease needs the next extension sooner
-		}
-		l.ttl = ttl
 	}
 }
 

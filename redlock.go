@@ -139,7 +139,7 @@ type nodeResult[T any] struct {
 
 // fanOut runs fn on every node at once and returns what answered within the
 // per-node timeout, or as soon as decided reports that the answers so far
-// settle the outcome. Goroutines of nodes not waited for finish on their own
+// settle the outcome, or when ctx ends. Goroutines of nodes not waited for finish on their own
 // (bounded by the client's read timeout): a late release or extension still
 // takes effect; their results are dropped.
 func fanOut[T any](ctx context.Context, q *quorum, fn func(context.Context, node) (T, error), decided func([]nodeResult[T]) bool) []nodeResult[T] {
@@ -148,6 +148,7 @@ func fanOut[T any](ctx context.Context, q *quorum, fn func(context.Context, node
 		r nodeResult[T]
 	}
 	ch := make(chan indexed, len(q.nodes))
+	done := ctx.Done() // the caller stops waiting when its ctx ends; the nodes' calls go on
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.timeout)
 	defer cancel()
 	for i, n := range q.nodes {
@@ -167,6 +168,8 @@ func fanOut[T any](ctx context.Context, q *quorum, fn func(context.Context, node
 				return out
 			}
 		case <-timer.C:
+			return out
+		case <-done:
 			return out
 		}
 	}
@@ -277,8 +280,8 @@ func (q *quorum) acquire(ctx context.Context, c *claim, ttl time.Duration, _ boo
 	return grant{undone: true}, &QuorumError{Op: "acquire", Held: held, Need: q.need(), Nodes: errs}
 }
 
-func (q *quorum) extend(ctx context.Context, c *claim, ttl time.Duration) (bool, error) {
-	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(ctx, c, ttl) },
+func (q *quorum) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64) (bool, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(ctx, c, ttl, seq) },
 		majority(q, func(ok bool) bool { return ok }))
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
@@ -312,6 +315,22 @@ func (q *quorum) release(ctx context.Context, c *claim) (bool, error) {
 		return true, nil
 	}
 	return false, &QuorumError{Op: "release", Held: yes, Need: q.need(), Nodes: errs}
+}
+
+// force force-releases the lock on every node (see node.force).
+func (q *quorum) force(ctx context.Context, k *keys) (bool, error) {
+	deleted := false
+	var errs []error
+	for i, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.force(ctx, k) }, nil) {
+		switch {
+		case !r.ok:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, errNoAnswer))
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
+		}
+		deleted = deleted || r.v
+	}
+	return deleted, errors.Join(errs...)
 }
 
 // inspect reports what a majority of nodes agree on: the holder, the

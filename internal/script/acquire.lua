@@ -9,9 +9,12 @@
 -- its caller gave up); WRONGTYPE if a key holds a foreign value (nothing is
 -- written then).
 -- SET NX GET (Redis 7.0+) takes a free lock and names the holder of a taken
--- one in a single command. A re-sent request does not re-arm the expiry: the
--- first one's expiry already outlasts the validity its caller counts.
-if redis.call('EXISTS', KEYS[3]) == 1 then
+-- one in a single command. When the lock is already ours (a re-sent request,
+-- or a fair waiter confirming a handover), the expiry is pushed out to ttl
+-- from now if it is sooner (PEXPIRE GT: never shortened, so a late copy
+-- cannot cut short a lease an extension lengthened): the caller counts its
+-- validity from when it sent this request.
+if revoked(KEYS[3]) then
   return revoked_reply()
 end
 local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
@@ -24,6 +27,7 @@ if not holder then
   return fence
 end
 if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
   return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 end
 return -2 - math.max(redis.call('PTTL', KEYS[1]), -1)

@@ -13,7 +13,7 @@
 -- "<token> <fence>".
 -- Errors: REVOKED if this lease was already ended (nothing is written, no
 -- queue entry made); WRONGTYPE if a key holds a foreign value.
-if redis.call('EXISTS', KEYS[5]) == 1 then
+if revoked(KEYS[5]) then
   return revoked_reply()
 end
 local token = ARGV[1]
@@ -34,6 +34,10 @@ else
   holder = redis.call('GET', KEYS[1])
 end
 if holder == token then
+  -- Handed over earlier, or a re-sent request: the caller counts its
+  -- validity from when it sent this one, so the lease must last ttl from
+  -- now; it is never shortened (GT).
+  redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
   return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 end
 if not holder then

@@ -12,7 +12,7 @@
 -- another owner holds it (pttl -1: no expiry).
 -- Errors: REVOKED if this hold was already ended; WRONGTYPE if a key holds
 -- a foreign value (nothing is written then).
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if revoked(KEYS[3]) then
   return revoked_reply()
 end
 local owner = redis.call('HGET', KEYS[1], 'owner')

@@ -1,9 +1,13 @@
 -- extend.lua: reset the expiry of a lock we still own to ttl from now
--- (shorter or longer than before).
--- KEYS[1] lock key
--- ARGV[1] owner token   ARGV[2] ttl in ms
--- Returns 1 if extended, 0 if the key is missing or owned by someone else.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- (shorter or longer than before), unless a newer extension was applied.
+-- KEYS[1] lock key   KEYS[2] the lease's own key (see lib.lua)
+-- ARGV[1] owner token   ARGV[2] ttl in ms   ARGV[3] the extension's sequence number
+-- Returns 1 if the lease is ours (extended now, or already by a newer
+-- extension), 0 if the key is missing or owned by someone else.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-return 0
+if not superseded(KEYS[2], ARGV[3], ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1

@@ -1,9 +1,12 @@
 -- extend_reentrant.lua: reset one hold of a reentrant lock to ttl from now
--- (shorter or longer); the key lasts until the latest hold's deadline.
--- KEYS[1] lock key
+-- (shorter or longer), unless a newer extension of it was applied; the key
+-- lasts until the latest hold's deadline.
+-- KEYS[1] lock key   KEYS[2] the hold's own key (see lib.lua)
 -- ARGV[1] owner id   ARGV[2] hold token   ARGV[3] ttl in ms
--- Returns 1 if extended, 0 if the hold is gone (released, expired, or the
--- lock is another owner's).
+-- ARGV[4] the extension's sequence number
+-- Returns 1 if the hold is ours (extended now, or already by a newer
+-- extension), 0 if it is gone (released, expired, or the lock is another
+-- owner's).
 local field = 'h:' .. ARGV[2]
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
   return 0
@@ -12,6 +15,9 @@ local now = now_ms()
 local deadline = tonumber(redis.call('HGET', KEYS[1], field) or '0') or 0
 if deadline <= now then
   return 0
+end
+if superseded(KEYS[2], ARGV[4], ARGV[3]) then
+  return 1
 end
 redis.call('HSET', KEYS[1], field, now + tonumber(ARGV[3]))
 local _, last = live_holds(KEYS[1], now)

@@ -1,18 +1,29 @@
--- force_release.lua: delete a lock whoever holds it, and announce it free.
--- For operators; a holder learns of it at its next extension. A key that is
--- not a dlock lock (neither a plain lock's string nor a reentrant lock's
--- hash) is left alone.
+-- force_release.lua: delete a lock whoever holds it, as long as it is
+-- still the holding the operator saw, and announce it free. For operators;
+-- a holder learns of it at its next extension. Naming the holding makes a
+-- re-sent copy harmless: it cannot delete the next holder's lock. A key
+-- that is not a dlock lock is left alone.
 -- KEYS[1] lock key
--- ARGV[1] release channel   ARGV[2] publish command: PUBLISH or SPUBLISH
--- Returns 1 if a lock was deleted, 0 if there was none.
+-- ARGV[1] the holding: a plain lock's token, or a reentrant lock's
+-- "<owner> <fence>"   ARGV[2] release channel
+-- ARGV[3] publish command: PUBLISH or SPUBLISH
+-- Returns 1 if the lock was deleted, 0 if it was not there (any more).
 -- Errors: WRONGTYPE if the key holds something else.
 local kind = redis.call('TYPE', KEYS[1])['ok']
+local holding
 if kind == 'none' then
   return 0
-end
-if kind ~= 'string' and not (kind == 'hash' and redis.call('HEXISTS', KEYS[1], 'owner') == 1) then
+elseif kind == 'string' then
+  holding = redis.call('GET', KEYS[1])
+elseif kind == 'hash' and redis.call('HEXISTS', KEYS[1], 'owner') == 1 then
+  local h = redis.call('HMGET', KEYS[1], 'owner', 'fence')
+  holding = h[1] .. ' ' .. (h[2] or '')
+else
   return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind .. ' that is not a dlock lock')
 end
+if holding ~= ARGV[1] then
+  return 0
+end
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[2], ARGV[1], '*')
+redis.call(ARGV[3], ARGV[2], '*')
 return 1

@@ -1,10 +1,11 @@
 -- inspect.lua: read a lock's state without changing it.
 -- KEYS[1] lock key   KEYS[2] fence key
--- Returns {type, holder, pttl, fence, owners}: type is the lock key's Redis
+-- Returns {type, holder, pttl, fence, owners, now}: type is the lock key's Redis
 -- type ('none' when free), holder the owner token of a plain lock ('' for
 -- other types), pttl the remaining ms (-2 missing, -1 no expiry), fence the
 -- last fence issued (0 if none), owners a reentrant lock's flat list of
--- hash fields and values (empty for other types).
+-- hash fields and values (empty for other types), now the server's clock
+-- in ms (a reentrant hold's deadline is on it).
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local holder = ''
 local owners = {}
@@ -14,4 +15,6 @@ elseif kind == 'hash' then
   owners = redis.call('HGETALL', KEYS[1])
 end
 local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-return {kind, holder, redis.call('PTTL', KEYS[1]), fence, owners}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {kind, holder, redis.call('PTTL', KEYS[1]), fence, owners, now}

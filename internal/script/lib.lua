@@ -11,13 +11,17 @@
 -- returns nil, writing nothing, when key holds a value of another type, so
 -- that the caller can undo what it wrote before (Lua does not roll back).
 --
--- Revocation markers: ending a lease (release, or the undo of an attempt
--- whose outcome is unknown) leaves a marker at the lease's revocation key,
--- "1" when the lease was ours until then and "0" when it was not, living
--- for the lease time. A request of that lease still in flight in the
--- network (delayed, or re-sent by the client after a lost reply) finds the
--- marker and is refused instead of taking the lock for nobody; a re-sent
--- release finds "1" and reports what the first one did.
+-- The lease's own key ("<lock>:r:<token>") records what happened to the
+-- lease, so that a request of it that arrives late or twice does no harm:
+--   "e<n>" while it is held: the sequence number of the latest extension
+--          applied (an older one, delayed in the network, is ignored: it
+--          must not cut short a lease a newer extension set);
+--   "1"/"0" once it is ended (released, or the undo of an attempt whose
+--          outcome is unknown): "1" when it was ours until then, "0" when
+--          not. An acquire of the lease still in flight (delayed, or
+--          re-sent by the client after a lost reply) is refused instead of
+--          taking the lock for nobody; a re-sent release reports what the
+--          first copy did. The marker lives for the revocation window.
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -49,6 +53,24 @@ end
 -- revoke marks a lease ended: held is '1' if it was ours until now.
 local function revoke(key, held, window_ms)
   redis.call('SET', key, held, 'PX', window_ms)
+end
+
+-- revoked reports whether the lease of the revocation key was ended.
+local function revoked(key)
+  local r = redis.call('GET', key)
+  return r == '0' or r == '1'
+end
+
+-- superseded reports whether an extension with sequence number seq comes
+-- too late: one with a number at least as high was applied already.
+-- Otherwise it records seq, for ttl_ms (the lease's life).
+local function superseded(key, seq, ttl_ms)
+  local last = tonumber(string.sub(redis.call('GET', key) or '', 2))
+  if last and last >= tonumber(seq) then
+    return true
+  end
+  redis.call('SET', key, 'e' .. seq, 'PX', ttl_ms)
+  return false
 end
 
 -- live_holds(key, now) drops the holds of the reentrant lock at key whose

@@ -43,7 +43,7 @@ var (
 var (
 	Acquire = redis.NewScript(lib + acquireSrc)
 	Release = redis.NewScript(lib + releaseSrc)
-	Extend  = redis.NewScript(extendSrc)
+	Extend  = redis.NewScript(lib + extendSrc)
 	Inspect = redis.NewScript(inspectSrc)
 	Guard   = redis.NewScript(guardSrc)
 
