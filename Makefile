@@ -2,7 +2,7 @@
 GO ?= go
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: test demo bench compare lint redis
+.PHONY: test demo bench compare lint redis torture
 
 # The test command: every package, under the race detector, against real redis-server processes.
 test: redis
@@ -26,3 +26,9 @@ lint:
 
 redis:
 	@bash scripts/ensure-redis.sh
+
+# The randomized fault checker with a long budget (CI runs it for ~100s as part of `make test`).
+# Replay a failure with the seed and round it prints: go test -race ./internal/torture -torture.seed=S -torture.round=R
+TORTURE_BUDGET ?= 30m
+torture: redis
+	$(GO) test -race -count=1 -timeout 40m ./internal/torture -run TestTorture -v -torture.budget=$(TORTURE_BUDGET)

@@ -1,0 +1,366 @@
+package torture
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Invariants, by the letter the failure messages and summaries use.
+var Invariants = []struct{ ID, What string }{
+	{"a", "no two holders of a name believe they hold it at once (outside exempt windows)"},
+	{"b", "fences strictly increase in acquisition order per name"},
+	{"c", "the Guard never accepts a write with a fence below one it accepted before"},
+	{"d", "liveness: contexts honoured, freed locks acquirable, workers finish"},
+	{"e", "nothing left in Redis but fence keys and short-lived revocation markers"},
+	{"f", "no goroutine growth, bounded connection pools"},
+	{"g", "lease accounting: ValidUntil within the lease, losses reported truthfully, re-entry granted"},
+}
+
+// Violation is one broken invariant, with the instant it is about.
+type Violation struct {
+	Inv  string
+	Name string
+	At   int64
+	Msg  string
+	CS   []string // the critical sections or handles involved, for the excerpt
+}
+
+// Report is the outcome of checking one round's history.
+type Report struct {
+	Ops        map[string]int // operations by kind and outcome
+	Faults     map[string]int
+	Checked    map[string]int // items examined per invariant
+	Exempt     int            // overlaps excused by an exempt window
+	Violations []Violation
+}
+
+func (r *Report) fail(inv, name string, at int64, format string, args ...any) {
+	r.failCS(inv, name, at, nil, format, args...)
+}
+
+func (r *Report) failCS(inv, name string, at int64, cs []string, format string, args ...any) {
+	r.Violations = append(r.Violations, Violation{Inv: inv, Name: name, At: at, CS: cs, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Count returns the violations of invariant inv.
+func (r *Report) Count(inv string) int {
+	n := 0
+	for _, v := range r.Violations {
+		if v.Inv == inv {
+			n++
+		}
+	}
+	return n
+}
+
+// Params describe the round a history comes from.
+type Params struct {
+	TTL time.Duration
+}
+
+// Check runs every history invariant over a merged history (sorted by Inv).
+// Checks (e) and (f) that need Redis or the runtime are done by the
+// coordinator, which records their findings in the history (leftover,
+// hung, probe, pool events) for this function to count.
+func Check(h []Event, p Params) *Report {
+	r := &Report{Ops: map[string]int{}, Faults: map[string]int{}, Checked: map[string]int{}}
+	ex := exemptWindows(h, p)
+	for _, e := range h {
+		switch e.Op {
+		case OpFault:
+			r.Faults[e.Note]++
+		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite:
+			r.Ops[e.Op+":"+e.Res]++
+		}
+	}
+	checkOverlaps(h, ex, r)
+	checkFences(h, ex, r)
+	checkGuard(h, r)
+	checkLiveness(h, r)
+	checkLeftovers(h, r)
+	checkAccounting(h, ex, p, r)
+	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
+	return r
+}
+
+// window is a time range [from, to].
+type window struct{ from, to int64 }
+
+// exempt lists the windows in which the docs allow two holders: after a
+// lock node came back empty, until the longest lease granted before it
+// (the workload extends up to 4×TTL) has run out.
+type exempt []window
+
+func exemptWindows(h []Event, p Params) exempt {
+	var ex exempt
+	for _, e := range h {
+		if e.Op == OpFault && e.Note == FaultServerRestart {
+			ex = append(ex, window{e.Inv, e.Ret + int64(4*p.TTL+time.Second)})
+		}
+	}
+	return ex
+}
+
+// covers reports whether [from, to] meets an exempt window.
+func (ex exempt) covers(from, to int64) bool {
+	for _, w := range ex {
+		if from <= w.to && to >= w.from {
+			return true
+		}
+	}
+	return false
+}
+
+// interval is one critical section: the instants its holder recorded a
+// belief that it held the lock.
+type interval struct {
+	w, cs, name, tok string
+	fence            int64
+	from, to         int64
+}
+
+// intervals gathers the critical sections of h from their stamps.
+func intervals(h []Event) []*interval {
+	byCS := map[string]*interval{}
+	var out []*interval
+	for _, e := range h {
+		if (e.Op != OpEnter && e.Op != OpAlive && e.Op != OpExit) || !e.Held {
+			continue
+		}
+		iv := byCS[e.CS]
+		if iv == nil {
+			iv = &interval{w: e.W, cs: e.CS, name: e.Name, tok: holder(e), fence: e.Fence, from: e.Inv, to: e.Inv}
+			byCS[e.CS] = iv
+			out = append(out, iv)
+		}
+		iv.from, iv.to = min(iv.from, e.Inv), max(iv.to, e.Inv)
+	}
+	return out
+}
+
+// checkOverlaps is (a): critical sections of one name held by different
+// holders must not overlap. Nested reentrant holds share their owner.
+func checkOverlaps(h []Event, ex exempt, r *Report) {
+	ivs := intervals(h)
+	sort.Slice(ivs, func(i, j int) bool { return ivs[i].from < ivs[j].from })
+	active := map[string][]*interval{}
+	for _, iv := range ivs {
+		r.Checked["a"]++
+		keep := active[iv.name][:0]
+		for _, o := range active[iv.name] {
+			if o.to < iv.from {
+				continue
+			}
+			keep = append(keep, o)
+			if o.tok == iv.tok {
+				continue
+			}
+			if ex.covers(iv.from, o.to) {
+				r.Exempt++
+				continue
+			}
+			r.failCS("a", iv.name, iv.from, []string{iv.cs, o.cs}, "%s (%s fence %d) entered at %s while %s (%s fence %d) still believed it held until %s",
+				iv.cs, iv.w, iv.fence, ms(iv.from), o.cs, o.w, o.fence, ms(o.to))
+		}
+		active[iv.name] = append(keep, iv)
+	}
+}
+
+// ms formats a unix-ns instant as seconds.milliseconds within its minute,
+// enough to find it in an excerpt.
+func ms(t int64) string { return time.Unix(0, t).Format("05.000") }
+
+// acquisitions returns the successful acquisitions of h, sorted by return.
+func acquisitions(h []Event) []Event {
+	var out []Event
+	for _, e := range h {
+		if (e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDo) && e.Res == "ok" && e.Tok != "" {
+			out = append(out, e)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Ret < out[j].Ret })
+	return out
+}
+
+// checkFences is (b): in the order acquisitions returned, each fence of a
+// name is above every earlier one; equal only for the same owner token (a
+// reentrant re-entry shares the first hold's fence).
+func checkFences(h []Event, ex exempt, r *Report) {
+	type top struct {
+		fence int64
+		tok   string
+		cs    string
+	}
+	last := map[string]top{}
+	for _, e := range acquisitions(h) {
+		r.Checked["b"]++
+		t := last[e.Name]
+		bad := e.Fence < t.fence || (e.Fence == t.fence && holder(e) != t.tok)
+		if bad && !ex.covers(e.Inv, e.Ret) {
+			r.failCS("b", e.Name, e.Ret, []string{e.CS, t.cs}, "%s got fence %d at %s after %s had fence %d", e.CS, e.Fence, ms(e.Ret), t.cs, t.fence)
+		}
+		if e.Fence > t.fence {
+			last[e.Name] = top{e.Fence, holder(e), e.CS}
+		}
+	}
+}
+
+// checkGuard is (c): a write the Guard accepted has a fence at least that of
+// every write it accepted that had returned before this one was sent (equal
+// only from the same lease).
+func checkGuard(h []Event, r *Report) {
+	var acc []Event
+	for _, e := range h {
+		if e.Op == OpWrite && e.Res == "ok" {
+			acc = append(acc, e)
+		}
+	}
+	byRet := append([]Event(nil), acc...)
+	sort.Slice(byRet, func(i, j int) bool { return byRet[i].Ret < byRet[j].Ret })
+	type top struct {
+		fence   int64
+		tok, cs string
+	}
+	high := map[string]top{}
+	k := 0
+	for _, e := range acc { // in Inv order
+		for ; k < len(byRet) && byRet[k].Ret < e.Inv; k++ {
+			b := byRet[k]
+			if b.Fence >= high[b.Name].fence {
+				high[b.Name] = top{b.Fence, b.Tok, b.CS}
+			}
+		}
+		r.Checked["c"]++
+		t := high[e.Name]
+		if e.Fence < t.fence || (e.Fence == t.fence && e.Tok != t.tok) {
+			r.failCS("c", e.Name, e.Inv, []string{e.CS, t.cs}, "guard accepted %s's write with fence %d after accepting fence %d from %s", e.CS, e.Fence, t.fence, t.cs)
+		}
+	}
+}
+
+// checkLiveness is (d): calls return within their context's deadline plus
+// a bound (unless their process was paused meanwhile), probes of freed
+// locks succeed in time, and workers finish.
+func checkLiveness(h []Event, r *Report) {
+	paused := map[string][]window{}
+	for _, e := range h {
+		if e.Op == OpFault && e.Note == FaultWorkerPause {
+			paused[e.Name] = append(paused[e.Name], window{e.Inv, e.Ret})
+		}
+	}
+	for _, e := range h {
+		switch {
+		case (e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDoRet) && e.DL != 0 && e.Res != "ok":
+			r.Checked["d"]++
+			late := e.Ret - e.DL
+			if late > e.Bound && !exempt(paused[e.W]).covers(e.Inv, e.Ret) {
+				r.fail("d", e.Name, e.Ret, "%s %s returned %v after its context ended (bound %v): %s",
+					e.W, e.Op, time.Duration(late).Round(time.Millisecond), time.Duration(e.Bound), e.Err)
+			}
+		case e.Op == OpProbe:
+			r.Checked["d"]++
+			if e.Res != "ok" || e.Ret-e.Inv > e.Bound {
+				r.fail("d", e.Name, e.Inv, "probe of a freed lock: %s after %v (bound %v) %s",
+					e.Res, time.Duration(e.Ret-e.Inv).Round(time.Millisecond), time.Duration(e.Bound), e.Err)
+			}
+		case e.Op == OpHung:
+			r.fail("d", e.Name, e.Inv, "worker %s did not finish: %s", e.Note, e.Err)
+		}
+	}
+}
+
+// checkLeftovers is (e) as recorded: keys the coordinator's scan found,
+// holds a worker's self-check found after its last release, and locks a
+// panicking Do left held.
+func checkLeftovers(h []Event, r *Report) {
+	for _, e := range h {
+		switch {
+		case e.Op == OpLeftover:
+			r.Checked["e"]++
+			r.fail("e", e.Name, e.Inv, "%s: left in Redis after release: %s", e.W, e.Note)
+		case e.Op == OpPanic:
+			r.Checked["e"]++
+			if e.Res == "stillheld" {
+				r.fail("e", e.Name, e.Inv, "%s: fn panicked inside Do and the lock was still held after Do re-panicked", e.W)
+			}
+		case e.Op == OpPool:
+			r.Checked["f"]++
+			if e.Arg > e.Bound+2 {
+				r.fail("f", "", e.Inv, "%s: go-redis pool of %s holds %d connections (pool size %d)", e.W, e.Note, e.Arg, e.Bound)
+			}
+		}
+	}
+}
+
+// checkAccounting is (g): what a Lock says about its lease matches what
+// happened to it.
+func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
+	auto := map[string]bool{}
+	for _, e := range h {
+		if e.Op == OpConfig {
+			auto[e.W] = strings.Contains(e.Note, "auto=true")
+		}
+	}
+	acq := acquisitions(h)
+	called := map[string]bool{} // handles whose Release has been called
+	for _, e := range h {
+		switch {
+		case e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDo:
+			if e.Res == "ok" && e.VU > e.Ret+int64(p.TTL) {
+				r.fail("g", e.Name, e.Ret, "%s: ValidUntil %s is beyond the lease (returned %s + TTL %v)", e.CS, ms(e.VU), ms(e.Ret), p.TTL)
+			}
+		case e.Op == OpExtend:
+			r.Checked["g"]++
+			if e.Res == "ok" && !auto[e.W] && e.VU > e.Ret+e.Arg {
+				r.failCS("g", e.Name, e.Ret, []string{e.CS}, "%s: Extend(%v) left ValidUntil at %s, beyond the new lease (%s + %v)",
+					e.CS, time.Duration(e.Arg), ms(e.VU), ms(e.Ret), time.Duration(e.Arg))
+			}
+			spurious(e, ex, r)
+		case e.Op == OpRelease:
+			r.Checked["g"]++
+			spurious(e, ex, r)
+			// Only a handle's first Release tells: a later call returns nil
+			// once one has run, and one after a Redis error cannot know
+			// whether the failed call's script ran (and freed the lock).
+			first := !called[e.CS]
+			called[e.CS] = true
+			if e.Res == "ok" && first {
+				if b, ok := laterLease(acq, e); ok {
+					r.failCS("g", e.Name, e.Inv, []string{e.CS, b.CS}, "%s: Release returned nil, but %s (%s) acquired the lock with fence %d > %d at %s, before the release",
+						e.CS, b.CS, b.W, b.Fence, e.Fence, ms(b.Ret))
+				}
+			}
+		case e.Op == OpReentry:
+			if !ex.covers(e.Inv, e.Ret) {
+				r.fail("g", e.Name, e.Inv, "%s: the owner's re-entry was refused while its outer hold was valid: %s", e.CS, e.Err)
+			}
+		}
+	}
+}
+
+// spurious reports a Release or Extend that said the lock was lost
+// (ErrNotHeld) although the handle held it when called and the answer came
+// back before its validity ended: Redis cannot have dropped a valid lease.
+func spurious(e Event, ex exempt, r *Report) {
+	if e.Res != "notheld" || !e.Held || e.Ret >= e.VU0 || ex.covers(e.Inv, e.Ret) {
+		return
+	}
+	r.failCS("g", e.Name, e.Ret, []string{e.CS}, "%s: %s reported ErrNotHeld at %s, before its ValidUntil %s: %s",
+		e.CS, e.Op, ms(e.Ret), ms(e.VU0), e.Err)
+}
+
+// laterLease returns an acquisition of rel's name with a higher fence that
+// returned before rel was invoked: rel's lease was over by then.
+func laterLease(acq []Event, rel Event) (Event, bool) {
+	for _, a := range acq {
+		if a.Ret >= rel.Inv {
+			break
+		}
+		if a.Name == rel.Name && a.Fence > rel.Fence {
+			return a, true
+		}
+	}
+	return Event{}, false
+}

@@ -1,0 +1,191 @@
+package torture
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// maxNodes is the largest quorum a round uses.
+const maxNodes = 5
+
+// cluster is every server the test uses, started once and reused by every
+// round: five lock nodes on loopback TCP, each behind two proxies (a fault
+// hits one proxy, so some clients of a node keep a healthy path), and the
+// guard's server on a unix socket, which no fault touches.
+type cluster struct {
+	nodes   []*redistest.Server
+	proxies [][]*redistest.Proxy
+	guard   *redistest.Server
+}
+
+func newCluster(t *testing.T) *cluster {
+	c := &cluster{guard: redistest.Start(t)}
+	for range maxNodes {
+		s := redistest.Start(t, redistest.TCP())
+		c.nodes = append(c.nodes, s)
+		c.proxies = append(c.proxies, []*redistest.Proxy{redistest.NewProxy(t, s.Addr()), redistest.NewProxy(t, s.Addr())})
+	}
+	return c
+}
+
+// nodeCount is how many lock nodes a mode uses.
+func nodeCount(mode string) int {
+	switch mode {
+	case ModeQuorum3:
+		return 3
+	case ModeQuorum5:
+		return 5
+	}
+	return 1
+}
+
+// targets returns what faults may hit in a round over the first n nodes.
+func (c *cluster) targets(n int) Targets {
+	var t Targets
+	for i := range n {
+		t.Servers = append(t.Servers, c.nodes[i].Server)
+		var ps []Proxy
+		for _, p := range c.proxies[i] {
+			ps = append(ps, p)
+		}
+		t.Proxies = append(t.Proxies, ps)
+	}
+	return t
+}
+
+// addrs returns, per node, the proxy addresses workers reach it through.
+func (c *cluster) addrs(n int) [][]string {
+	var out [][]string
+	for i := range n {
+		out = append(out, []string{c.proxies[i][0].Addr(), c.proxies[i][1].Addr()})
+	}
+	return out
+}
+
+// reset empties the first n nodes before a round and makes sure they run
+// (a round's last fault heals itself, but a failed restart may not have).
+func (c *cluster) reset(t *testing.T, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range n {
+		s := c.nodes[i]
+		s.Server.Resume()
+		if _, err := s.Do(ctx, "FLUSHALL"); err != nil {
+			if err := s.Server.Restart(); err != nil {
+				t.Fatalf("node %d: %v", i, err)
+			}
+		}
+		for _, p := range c.proxies[i] {
+			p.Cut()
+		}
+	}
+}
+
+// directClients returns go-redis clients for the first n nodes that bypass
+// the proxies, for the coordinator's checks.
+func (c *cluster) directClients(n int) []*redis.Client {
+	var out []*redis.Client
+	for i := range n {
+		out = append(out, redis.NewClient(&redis.Options{Addr: c.nodes[i].Addr(), PoolSize: 4}))
+	}
+	return out
+}
+
+// scanKey is one key found under a round's prefix.
+type scanKey struct {
+	node int
+	key  string
+	kind string
+	pttl time.Duration // -1: no expiry
+}
+
+// scan lists every key under prefix on the given nodes, with its type and PTTL.
+func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, error) {
+	var out []scanKey
+	for i, rdb := range rdbs {
+		iter := rdb.Scan(ctx, 0, prefix+"*", 256).Iterator()
+		for iter.Next(ctx) {
+			k := scanKey{node: i, key: iter.Val()}
+			k.kind, _ = rdb.Type(ctx, k.key).Result()
+			pttl, err := rdb.PTTL(ctx, k.key).Result()
+			if err != nil {
+				return nil, err
+			}
+			k.pttl = pttl
+			if k.kind != "none" { // expired between SCAN and TYPE
+				out = append(out, k)
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// leftovers is (e): it sorts the keys found under prefix into those the
+// docs allow to stay (fence keys without expiry, revocation markers that
+// expire within the longest lease) and the rest. Keys with an expiry below
+// grace are excused (returned as excused) when grace > 0: a killed worker's
+// lease and queue entries, which only time removes.
+func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration) (bad, excused []string) {
+	for _, k := range keys {
+		rest := strings.TrimPrefix(k.key, prefix)
+		desc := fmt.Sprintf("node%d %s (%s, pttl %v)", k.node, k.key, k.kind, k.pttl)
+		_, tail, _ := strings.Cut(rest, "}")
+		switch {
+		case tail == ":fence" && k.kind == "string":
+			continue
+		case strings.HasPrefix(tail, ":r:") && k.pttl > 0 && k.pttl <= maxLease:
+			continue
+		case grace > 0 && k.pttl > 0 && k.pttl <= grace:
+			excused = append(excused, desc)
+		default:
+			bad = append(bad, desc)
+		}
+	}
+	return bad, excused
+}
+
+// probe is (d) for a quiet system: with every worker gone, each name must
+// be acquirable within bound. It records one probe event per name.
+func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Duration) {
+	var nodes []redis.UniversalClient
+	for _, r := range rdbs {
+		nodes = append(nodes, r)
+	}
+	opts := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix)}
+	var c *dlock.Client
+	switch cfg.Mode {
+	case ModeQuorum3, ModeQuorum5:
+		c = dlock.NewRedlock(nodes, append(opts, dlock.WithNodeTimeout(nodeTimeout))...)
+	default:
+		c = dlock.New(nodes[0], append(opts, dlock.WithFair(cfg.Mode == ModeFair),
+			dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
+	}
+	var wg sync.WaitGroup
+	for _, name := range cfg.Names {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(dlock.WithOwner(context.Background(), "probe"), bound+2*time.Second)
+			defer cancel()
+			e := Event{Name: name, Op: OpProbe, Inv: now(), Bound: int64(bound)}
+			l, err := c.Acquire(ctx, name)
+			e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
+			if l != nil {
+				e.Tok, e.Fence = l.Token(), l.Fence()
+				l.Release(context.Background())
+			}
+			rec.Add(e)
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,86 @@
+// Package torture is a model-based randomized fault checker for dlock: a
+// "torture test". TestTorture runs seeded rounds; each round picks a mode
+// (plain unfair, fair, reentrant with nested holds, Redlock over 3 or 5
+// nodes), drives several Clients — goroutines of the test process and
+// worker processes (the test binary re-executed, see RunProcess) — through
+// random operations on a few lock names while an Injector breaks things,
+// then quiesces the system and checks the round's history.
+//
+// # Operations
+//
+// Acquire, TryAcquire and Do with short or generous context deadlines and
+// cancellations at random points; Extend to shorter and longer TTLs;
+// Release once, twice, late, and from stale handles (lapsed or already
+// released); panics inside Do (recovered by the worker); nested re-entry of
+// a reentrant lock by its owner. Every Client gets random go-redis settings
+// (200–300ms read timeouts, ContextTimeoutEnabled on or off, 3, 1 or no
+// retries) and dlock settings (auto-extend, pipelining).
+//
+// # Faults
+//
+// SIGSTOP of a worker process for longer than the TTL, redis-server pause
+// and resume, kill and empty restart of a lock node (a minority node of a
+// quorum), and, through a TCP proxy in front of every node, requests or
+// replies delayed past the read timeout (a request can land after its
+// caller gave up and undid it), stalls, and stalls of replies followed by
+// a cut (go-redis re-sends the command, so scripts run twice). Some rounds
+// end by SIGKILLing a worker process that may hold locks.
+//
+// # History
+//
+// Every worker appends JSON lines (Event) to its own file: each call with
+// its invoke and return instants (wall clock, shared by all processes of
+// the machine), token, fence, ValidUntil and outcome; inside critical
+// sections, "enter"/"alive"/"exit" stamps, each taken just before the
+// holder checks that it still holds (Lock.Err, or Do's context), so a
+// recorded stamp is an instant the library itself vouched for; and every
+// write through dlock.Guard to a separate redis-server that no fault
+// touches, accepted or refused as stale.
+//
+// # Invariants
+//
+//	(a) critical sections of one name under different owners never
+//	    overlap, except in the windows the docs allow: after a lock node
+//	    came back empty, until the longest lease granted before could have
+//	    run out (there (c) must still hold);
+//	(b) fences strictly increase in the order acquisitions returned (equal
+//	    only for a reentrant re-entry, same owner);
+//	(c) the Guard never accepts a write whose fence is below one it
+//	    accepted before;
+//	(d) liveness: a call returns within a bound of its context's end; with
+//	    every worker gone (some killed while holding), each name is
+//	    acquirable within TTL-derived bounds; workers finish;
+//	(e) after the run and after the probe, Redis holds nothing under the
+//	    round's prefix but fence keys and revocation markers that expire
+//	    within the longest lease; a worker finds no hold of its own left
+//	    after its last release; a Do whose fn panicked left no lock;
+//	(f) the coordinator's goroutines return to their level before the
+//	    rounds; go-redis pools stay within their size;
+//	(g) lease accounting: ValidUntil never lies beyond the lease Redis
+//	    granted (acquire, Extend to a shorter TTL); Release does not return
+//	    nil after another holder took the lock with a higher fence; Release
+//	    and Extend do not report ErrNotHeld while the lease was valid; the
+//	    owner's re-entry is granted while its outer hold is valid.
+//
+// # Running it
+//
+//	go test -race ./internal/torture                        # ~100s budget (25s with -short)
+//	go test -race ./internal/torture -torture.budget=30m    # make torture
+//	go test -race ./internal/torture -torture.seed=S -torture.round=R   # replay one round
+//	go test -race ./internal/torture -torture.mode=reentrant
+//
+// A seed fixes every worker's sequence of choices and the fault schedule;
+// what the operations return still depends on timing, so a replay
+// reproduces the scenario, not always the exact interleaving: run it a few
+// times.
+//
+// # What one machine cannot exercise
+//
+// All processes share one kernel and one clock, so the checker cannot
+// show clock skew or a clock stepping on one host (Redis expiring a lease
+// early, a client counting validity too long), nor a real network
+// partition in which both sides keep running and talking to different
+// majorities; the proxy only delays, holds and cuts loopback connections.
+// Process pauses are SIGSTOP, not a GC or a hypervisor's steal, and a
+// "crash" of a lock node is a SIGKILL of a server without persistence.
+package torture

@@ -1,0 +1,240 @@
+package torture
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// Event is one line of a history. Every process (the coordinator, its
+// goroutine workers, each worker process) appends events to its own file as
+// JSON lines; the coordinator merges them after the round. Times are wall
+// clock nanoseconds (time.Now().UnixNano()): all processes run on one
+// machine and share its clock.
+type Event struct {
+	W    string `json:"w"`           // worker ("g2", "p0") or "coord"
+	Name string `json:"n,omitempty"` // lock name
+	Op   string `json:"op"`          // see the Op* constants
+	Inv  int64  `json:"i"`           // invoked (for a stamp: the instant)
+	Ret  int64  `json:"r,omitempty"` // returned
+
+	Tok   string `json:"tok,omitempty"` // the Lock's token (Lock.Token)
+	Own   string `json:"own,omitempty"` // reentrant owner (dlock.WithOwner): its holds share it
+	Fence int64  `json:"f,omitempty"`
+	VU    int64  `json:"vu,omitempty"`  // Lock.ValidUntil after the call (or at the stamp)
+	VU0   int64  `json:"vu0,omitempty"` // Lock.ValidUntil before the call (release, extend)
+	Res   string `json:"res,omitempty"` // outcome class; see classify
+	Err   string `json:"err,omitempty"`
+	CS    string `json:"cs,omitempty"` // critical section (or handle) id, unique per worker
+	Held  bool   `json:"held,omitempty"`
+	Arg   int64  `json:"a,omitempty"`  // extend: ttl in ns; fault: node index
+	DL    int64  `json:"dl,omitempty"` // the call's context deadline (or cancel instant)
+	Bound int64  `json:"b,omitempty"`  // how late after DL the call may return, ns
+	Note  string `json:"note,omitempty"`
+}
+
+// Operations recorded.
+const (
+	OpAcquire  = "acquire"  // Client.Acquire
+	OpTry      = "try"      // Client.TryAcquire
+	OpDo       = "do"       // Client.Do: the acquisition, stamped as fn starts
+	OpDoRet    = "do-ret"   // Client.Do returned
+	OpExtend   = "extend"   // Lock.Extend
+	OpRelease  = "release"  // Lock.Release
+	OpEnter    = "enter"    // a critical section starts: the holder believes it holds
+	OpAlive    = "alive"    // the holder still believes it holds
+	OpExit     = "exit"     // the critical section ends (last belief, if Held)
+	OpWrite    = "write"    // Guard.Write through the fenced resource
+	OpPanic    = "panic"    // fn panicked inside Do; Res says whether the lock was left held
+	OpLeftover = "leftover" // a self-check found holds left after the owner's last release
+	OpReentry  = "reentry"  // a nested acquisition by the owner was refused while it held
+	OpFault    = "fault"    // coordinator: a fault window [Inv, Ret]
+	OpProbe    = "probe"    // coordinator: liveness probe acquisition
+	OpPool     = "pool"     // a worker's go-redis pool at its end: Arg total conns, Bound pool size
+	OpHung     = "hung"     // coordinator: a worker did not finish in time
+	OpConfig   = "config"   // a worker's settings, Note "auto=<bool> …"
+)
+
+// Recorder appends events to a file, one JSON object per line. A line is
+// written with one write(2) call, so a worker process killed with SIGKILL
+// leaves whole lines behind.
+type Recorder struct {
+	mu sync.Mutex
+	f  *os.File
+	w  string
+}
+
+// NewRecorder creates (truncates) path and records events of worker w.
+func NewRecorder(path, w string) (*Recorder, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &Recorder{f: f, w: w}, nil
+}
+
+// Add records e, filling in the worker.
+func (r *Recorder) Add(e Event) {
+	e.W = r.w
+	b, _ := json.Marshal(e)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f != nil {
+		r.f.Write(append(b, '\n'))
+	}
+}
+
+// Close closes the file; later events are dropped.
+func (r *Recorder) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.f
+	r.f = nil
+	if f == nil {
+		return nil
+	}
+	return f.Close()
+}
+
+// LoadDir reads and merges every *.jsonl file of dir, sorted by Inv. A
+// truncated last line (a process killed mid-write) is skipped.
+func LoadDir(dir string) ([]Event, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	var all []Event
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var e Event
+			if json.Unmarshal(sc.Bytes(), &e) == nil {
+				all = append(all, e)
+			}
+		}
+		f.Close()
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Inv < all[j].Inv })
+	return all, nil
+}
+
+// holder identifies who holds a lease: a reentrant owner, whose nested
+// holds have tokens of their own, or else the lease's token.
+func holder(e Event) string {
+	if e.Own != "" {
+		return "owner:" + e.Own
+	}
+	return e.Tok
+}
+
+// now is the history's clock.
+func now() int64 { return time.Now().UnixNano() }
+
+// classify names the outcome of a dlock call for the history.
+func classify(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, dlock.ErrStaleFence):
+		return "stale"
+	case errors.Is(err, dlock.ErrReleased):
+		return "released"
+	case errors.Is(err, dlock.ErrNotHeld):
+		return "notheld"
+	case errors.Is(err, dlock.ErrInvalid):
+		return "invalid"
+	case errors.Is(err, dlock.ErrWrongType):
+		return "wrongtype"
+	case errors.Is(err, dlock.ErrNotAcquired):
+		return "notacq"
+	}
+	return "err"
+}
+
+// errText shortens an error for the history.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// Excerpt formats the events of name (all names if "") within [from, to],
+// and those of the critical sections cs at any time, at most max lines,
+// with times in ms relative to base: the context printed with a violation.
+func Excerpt(h []Event, name string, cs []string, from, to, base int64, max int) string {
+	var b strings.Builder
+	n := 0
+	for _, e := range h {
+		inWindow := e.Inv >= from && e.Inv <= to && (name == "" || e.Name == name || e.Op == OpFault)
+		if !inWindow && (e.CS == "" || !slices.Contains(cs, e.CS)) {
+			continue
+		}
+		if n == max {
+			b.WriteString("    …\n")
+			break
+		}
+		n++
+		fmt.Fprintf(&b, "    %s\n", format(e, base))
+	}
+	return b.String()
+}
+
+// format renders one event on one line.
+func format(e Event, base int64) string {
+	ms := func(t int64) string {
+		if t == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", float64(t-base)/1e6)
+	}
+	s := fmt.Sprintf("%-5s %-8s %-10s inv=%s ret=%s", e.W, e.Op, e.Name, ms(e.Inv), ms(e.Ret))
+	if e.CS != "" {
+		s += " cs=" + e.CS
+	}
+	if e.Tok != "" {
+		tok := e.Tok
+		if len(tok) > 10 {
+			tok = tok[len(tok)-10:]
+		}
+		s += " tok=…" + tok
+	}
+	if e.Fence != 0 {
+		s += fmt.Sprintf(" fence=%d", e.Fence)
+	}
+	if e.VU != 0 {
+		s += " vu=" + ms(e.VU)
+	}
+	if e.Held {
+		s += " held"
+	}
+	if e.Res != "" {
+		s += " res=" + e.Res
+	}
+	if e.Note != "" {
+		s += " note=" + e.Note
+	}
+	if e.Err != "" {
+		s += " err=" + e.Err
+	}
+	return s
+}

@@ -1,0 +1,219 @@
+package torture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// acquire runs Acquire or TryAcquire and, if it got the lock, a critical
+// section, then a release (or keeps the handle for a late release).
+func (w *Worker) acquire(name, op string) {
+	ctx, cancel, dl := w.opCtx()
+	defer cancel()
+	ctx, own := w.owner(ctx)
+	inv := now()
+	var (
+		l   *dlock.Lock
+		err error
+	)
+	if op == OpAcquire {
+		l, err = w.c.Acquire(ctx, name)
+	} else {
+		l, err = w.c.TryAcquire(ctx, name)
+	}
+	e := Event{Name: name, Op: op, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err), DL: dl, Bound: w.lateBound()}
+	if l == nil {
+		w.rec.Add(e)
+		return
+	}
+	h := &handle{l: l, id: w.newID(), own: own}
+	e.CS, e.Tok, e.Own, e.Fence, e.VU = h.id, l.Token(), own, l.Fence(), l.ValidUntil().UnixNano()
+	w.rec.Add(e)
+	w.critical(h, func() bool { return l.Err() == nil })
+	if own != "" && w.rng.IntN(2) == 0 {
+		w.nested(ctx, h, func() bool { return l.Err() == nil })
+	}
+	w.dispose(h)
+}
+
+// dispose ends a handle's life: most are released at once (some twice),
+// some are kept to be released again later, and (without auto-extend) some
+// are left to lapse first, so that a later Release comes from a stale handle.
+func (w *Worker) dispose(h *handle) {
+	switch r := w.rng.IntN(10); {
+	case r == 0:
+		w.release(h, "first")
+		w.stale = append(w.stale, h)
+	case r == 1 && !w.opts.autoExtend:
+		w.stale = append(w.stale, h) // lapses by itself; released late
+	default:
+		err := w.release(h, "first")
+		if w.rng.IntN(5) == 0 {
+			err = w.release(h, "again")
+		}
+		if err == nil { // a Release that failed leaves the lease to expire, as documented
+			w.selfCheck(h)
+		}
+	}
+}
+
+// release calls Release and records it; a Redis error keeps the handle for
+// another try at the end, as the docs allow.
+func (w *Worker) release(h *handle, note string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	e := Event{Name: h.l.Name(), Op: OpRelease, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.l.Fence(),
+		VU0: h.l.ValidUntil().UnixNano(), Held: h.l.Err() == nil, Note: note}
+	e.Inv = now()
+	err := h.l.Release(ctx)
+	e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
+	w.rec.Add(e)
+	if e.Res == "err" {
+		w.pending = append(w.pending, h)
+	}
+	return err
+}
+
+// lateRelease releases a handle kept from an earlier operation.
+func (w *Worker) lateRelease() {
+	if len(w.stale) == 0 {
+		return
+	}
+	i := w.rng.IntN(len(w.stale))
+	h := w.stale[i]
+	w.stale = append(w.stale[:i], w.stale[i+1:]...)
+	w.release(h, "late")
+}
+
+// finish releases what the worker still has: stale handles, and handles
+// whose Release failed, retried while Redis may still be recovering.
+func (w *Worker) finish() {
+	for _, h := range w.stale {
+		w.release(h, "late")
+	}
+	w.stale = nil
+	for try := 0; try < 10 && len(w.pending) > 0; try++ {
+		left := w.pending
+		w.pending = nil
+		for _, h := range left {
+			w.release(h, "retry")
+		}
+		if len(w.pending) > 0 {
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+}
+
+// selfCheck asks Redis, after a successful release, whether the lock still
+// carries this handle's owner token. It can only while no other hold of the
+// same owner is legitimately alive: plain tokens are unique; a reentrant
+// owner is this worker's, and no hold of it is open between operations
+// unless a stale handle of that owner is waiting for its late release.
+func (w *Worker) selfCheck(h *handle) {
+	if h.l.Err() != dlock.ErrReleased || w.rng.IntN(3) != 0 {
+		return
+	}
+	for _, s := range append(w.stale, w.pending...) {
+		if s.own != "" && s.own == h.own {
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	inv := now()
+	info, err := w.c.Inspect(ctx, h.l.Name())
+	if err != nil || !heldBy(info, h.l.Token(), h.own) {
+		return
+	}
+	w.rec.Add(Event{Name: h.l.Name(), Op: OpLeftover, Inv: inv, Ret: now(), CS: h.id, Tok: h.l.Token(),
+		Fence: h.l.Fence(), Note: fmt.Sprintf("type=%s ttl=%v owners=%v", info.Type, info.TTL, info.Owners)})
+}
+
+// heldBy reports whether Inspect's answer names token (a plain lock) or
+// the reentrant owner own (owner ids are "<client id>/<owner>"; a worker's
+// owner names are unique) as a holder.
+func heldBy(info dlock.Info, token, own string) bool {
+	if info.Token == token {
+		return true
+	}
+	for _, o := range info.Owners {
+		if (o.ID == token || own != "" && strings.HasSuffix(o.ID, "/"+own)) && o.Holds > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// do runs Client.Do; fn does a critical section, sometimes nests (reentrant
+// mode), returns an error, or panics. A panic is recovered here, and the
+// lock must then be released: Do releases before it re-panics.
+func (w *Worker) do(name string) {
+	ctx, cancel, dl := w.opCtx()
+	defer cancel()
+	ctx, own := w.owner(ctx)
+	inv := now()
+	var tok string
+	var panicked any
+	err := func() (err error) {
+		defer func() { panicked = recover() }()
+		return w.c.Do(ctx, name, func(fctx context.Context) error {
+			l := dlock.LockFromContext(fctx)
+			h := &handle{l: l, id: w.newID(), own: own}
+			tok = l.Token()
+			w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: now(), CS: h.id, Tok: tok, Own: own,
+				Fence: l.Fence(), VU: l.ValidUntil().UnixNano(), Res: "ok"})
+			// A Do user is told of the loss by fn's context.
+			believe := func() bool { return fctx.Err() == nil }
+			w.critical(h, believe)
+			if own != "" && w.rng.IntN(2) == 0 {
+				w.nested(fctx, h, believe)
+			}
+			return w.fnOutcome()
+		})
+	}()
+	e := Event{Name: name, Op: OpDoRet, Inv: inv, Ret: now(), Tok: tok, Res: classify(err), Err: errText(err),
+		DL: dl, Bound: w.lateBound()}
+	if panicked != nil {
+		e.Note = fmt.Sprint("panic: ", panicked)
+	}
+	w.rec.Add(e)
+	if panicked != nil && tok != "" {
+		w.afterPanic(name, tok, own, inv)
+	}
+}
+
+// errFn is what fn returns when the workload makes it fail.
+var errFn = errors.New("torture: fn failed")
+
+// fnOutcome decides how fn ends: mostly nil, sometimes an error, sometimes
+// a panic.
+func (w *Worker) fnOutcome() error {
+	switch w.rng.IntN(12) {
+	case 0:
+		panic("torture: fn panics")
+	case 1:
+		return errFn
+	}
+	return nil
+}
+
+// afterPanic checks, after Do re-panicked, that the lock no longer carries
+// the token of the Do that panicked.
+func (w *Worker) afterPanic(name, tok, own string, inv int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := w.c.Inspect(ctx, name)
+	res := "released"
+	switch {
+	case err != nil:
+		res = "unknown"
+	case heldBy(info, tok, own):
+		res = "stillheld"
+	}
+	w.rec.Add(Event{Name: name, Op: OpPanic, Inv: inv, Ret: now(), Tok: tok, Res: res, Err: errText(err)})
+}

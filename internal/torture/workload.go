@@ -1,0 +1,232 @@
+package torture
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// Modes of a round: how every Client of the round takes its locks.
+const (
+	ModePlain     = "plain"     // one node, WithFair(false)
+	ModeFair      = "fair"      // one node, fair FIFO waiting (the default)
+	ModeReentrant = "reentrant" // one node, WithReentrant(true), nested holds
+	ModeQuorum3   = "quorum3"   // NewRedlock over 3 nodes
+	ModeQuorum5   = "quorum5"   // NewRedlock over 5 nodes
+)
+
+// Modes lists every mode, in the order rounds cycle through them.
+var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5}
+
+// WorkerConfig is everything a worker needs; a worker process gets it as a
+// JSON file.
+type WorkerConfig struct {
+	ID        string
+	Seed      uint64
+	Mode      string
+	Names     []string
+	Prefix    string        // key prefix of the round's locks
+	TTL       time.Duration // the Clients' lease time
+	Nodes     [][]string    // per lock node: addresses to pick from (proxies)
+	GuardNet  string        // the fenced resource's server
+	GuardAddr string
+	GuardKey  string // prefix of the guarded resources' keys
+	Stop      int64  // unix ns: no operation starts after it
+	MaxOps    int
+	History   string // the file this worker records its events in
+}
+
+// clientOpts are the randomly chosen go-redis and dlock settings of one worker.
+type clientOpts struct {
+	readTimeout time.Duration
+	ctxTimeout  bool // go-redis ContextTimeoutEnabled
+	maxRetries  int  // go-redis MaxRetries: -1 none, else retries after the first try
+	pipelining  bool
+	autoExtend  bool
+}
+
+// Worker drives one dlock.Client through a random sequence of operations
+// and records what it did and saw.
+type Worker struct {
+	cfg   WorkerConfig
+	rng   *rand.Rand
+	opts  clientOpts
+	rdbs  []*redis.Client
+	grdb  *redis.Client
+	c     *dlock.Client
+	guard *dlock.Guard
+	rec   *Recorder
+	seq   int
+	// stale holds handles kept after their critical section, to be released
+	// (again, or for the first time after they lapsed) later, from the past.
+	stale []*handle
+	// pending holds handles whose Release failed with a Redis error: the
+	// docs say Release may be called again.
+	pending []*handle
+}
+
+// handle is a Lock with the id its events carry.
+type handle struct {
+	l   *dlock.Lock
+	id  string
+	own string // reentrant owner, "" otherwise
+}
+
+// NewWorker connects a worker's clients as cfg and its seed say.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	rec, err := NewRecorder(cfg.History, cfg.ID)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x7041)), rec: rec}
+	w.opts = clientOpts{
+		readTimeout: []time.Duration{200 * time.Millisecond, 300 * time.Millisecond}[w.rng.IntN(2)],
+		ctxTimeout:  w.rng.IntN(2) == 0,
+		maxRetries:  []int{3, 3, 1, -1}[w.rng.IntN(4)],
+		pipelining:  w.rng.IntN(2) == 0,
+		autoExtend:  w.rng.IntN(5) != 0,
+	}
+	var nodes []redis.UniversalClient
+	for _, addrs := range cfg.Nodes {
+		rdb := redis.NewClient(&redis.Options{
+			Addr: addrs[w.rng.IntN(len(addrs))], DialTimeout: 500 * time.Millisecond,
+			ReadTimeout: w.opts.readTimeout, WriteTimeout: w.opts.readTimeout,
+			ContextTimeoutEnabled: w.opts.ctxTimeout, MaxRetries: w.opts.maxRetries, PoolSize: poolSize,
+		})
+		w.rdbs = append(w.rdbs, rdb)
+		nodes = append(nodes, rdb)
+	}
+	w.grdb = redis.NewClient(&redis.Options{Network: cfg.GuardNet, Addr: cfg.GuardAddr, PoolSize: 4})
+	w.guard = dlock.NewGuard(w.grdb)
+	common := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix),
+		dlock.WithAutoExtend(w.opts.autoExtend), dlock.WithPipelining(w.opts.pipelining)}
+	switch cfg.Mode {
+	case ModeQuorum3, ModeQuorum5:
+		w.c = dlock.NewRedlock(nodes, append(common, dlock.WithNodeTimeout(nodeTimeout))...)
+	default:
+		w.c = dlock.New(nodes[0], append(common, dlock.WithFair(cfg.Mode == ModeFair),
+			dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
+	}
+	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v",
+		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout)})
+	return w, nil
+}
+
+// poolSize is each lock node client's go-redis pool size; check (f) bounds
+// the connections a worker ends with by it.
+const poolSize = 8
+
+// nodeTimeout is a quorum Client's per-node timeout: far below the TTL,
+// far above a loaded machine's round trip.
+const nodeTimeout = 150 * time.Millisecond
+
+// undoSettle is how long a worker lets dlock's background clean-up run
+// before closing its connections: an Acquire whose context ended mid-call
+// undoes its attempt in a goroutine (bounded by 2s in dlock), and closing
+// the go-redis client under it would leave a queue entry or a lease behind
+// until it expires.
+const undoSettle = 2500 * time.Millisecond
+
+// Close waits for dlock's background clean-up, then closes the worker's
+// connections and its history.
+func (w *Worker) Close() {
+	time.Sleep(undoSettle)
+	for _, rdb := range w.rdbs {
+		rdb.Close()
+	}
+	w.grdb.Close()
+	w.rec.Close()
+}
+
+// Run performs operations until the stop time or MaxOps, then releases
+// every handle it still has. It never panics: a panic that escapes Do is
+// recovered and recorded.
+func (w *Worker) Run() {
+	for i := 0; i < w.cfg.MaxOps && now() < w.cfg.Stop; i++ {
+		w.step()
+	}
+	w.finish()
+	for i, rdb := range w.rdbs {
+		st := rdb.PoolStats()
+		w.rec.Add(Event{Op: OpPool, Inv: now(), Arg: int64(st.TotalConns), Bound: poolSize, Note: fmt.Sprint("node", i)})
+	}
+}
+
+// step runs one randomly chosen operation.
+func (w *Worker) step() {
+	name := w.cfg.Names[w.rng.IntN(len(w.cfg.Names))]
+	switch r := w.rng.IntN(100); {
+	case r < 35:
+		w.acquire(name, OpAcquire)
+	case r < 55:
+		w.acquire(name, OpTry)
+	case r < 85:
+		w.do(name)
+	case r < 93:
+		w.lateRelease()
+	default:
+		time.Sleep(w.dur(0, w.cfg.TTL/20))
+	}
+}
+
+// dur returns a random duration in [lo, hi).
+func (w *Worker) dur(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)))
+}
+
+// newID returns a fresh handle or critical-section id.
+func (w *Worker) newID() string {
+	w.seq++
+	return fmt.Sprintf("%s#%d", w.cfg.ID, w.seq)
+}
+
+// owner returns the context a reentrant acquisition runs under: one of two
+// owners of this worker, so that the same Client contends with itself.
+func (w *Worker) owner(ctx context.Context) (context.Context, string) {
+	if w.cfg.Mode != ModeReentrant {
+		return ctx, ""
+	}
+	o := fmt.Sprintf("%s-o%d", w.cfg.ID, w.rng.IntN(2))
+	return dlock.WithOwner(ctx, o), o
+}
+
+// opCtx returns a context for one acquisition: a short or a generous
+// deadline, sometimes cancelled earlier at a random point. dl is when it
+// ends (deadline or cancel), the instant check (d) measures lateness from.
+func (w *Worker) opCtx() (ctx context.Context, cancel context.CancelFunc, dl int64) {
+	ttl := w.cfg.TTL
+	timeout := w.dur(ttl/50, ttl/5)
+	if w.rng.IntN(2) == 0 {
+		timeout = w.dur(ttl/2, 3*ttl)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), timeout)
+	end := time.Now().Add(timeout)
+	if w.rng.IntN(5) == 0 {
+		at := w.dur(0, timeout)
+		t := time.AfterFunc(at, cancel)
+		stop := cancel
+		cancel = func() { t.Stop(); stop() }
+		end = time.Now().Add(at)
+	}
+	return ctx, cancel, end.UnixNano()
+}
+
+// lateBound is how long after its context ended a call may still return:
+// the undo of a failed attempt (2s in dlock) and, when go-redis does not
+// watch the context, its read timeouts and retries, plus scheduling slack.
+func (w *Worker) lateBound() int64 {
+	b := 2*time.Second + 2*time.Second
+	if !w.opts.ctxTimeout {
+		tries := time.Duration(max(w.opts.maxRetries, 0) + 1)
+		b += 2 * tries * (2*w.opts.readTimeout + 512*time.Millisecond)
+	}
+	return int64(b)
+}
