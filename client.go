@@ -69,14 +69,6 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 }
 
-// pub returns the command that announces releases.
-func (c *Client) pub() string {
-	if n, ok := c.b.(node); ok {
-		return n.pub
-	}
-	return "PUBLISH"
-}
-
 // TTL returns the lease time of the Client's locks.
 func (c *Client) TTL() time.Duration { return c.opts.ttl }
 
