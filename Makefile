@@ -4,13 +4,15 @@ TESTFLAGS ?= -race -count=1 -timeout 15m
 
 .PHONY: test demo bench compare lint redis torture
 
-# The test command: every package, under the race detector, against real redis-server processes.
+# The test command: every package of the library and of the CLI (its own module), under the race
+# detector, against real redis-server processes.
 test: redis
 	$(GO) test $(TESTFLAGS) ./...
+	cd cmd/dlock && $(GO) test $(TESTFLAGS) ./...
 
 # The batch-dispatch demo on a private redis-server.
 demo: redis
-	$(GO) run ./cmd/dlock demo
+	cd cmd/dlock && $(GO) run . demo
 
 bench: redis
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 .
@@ -21,8 +23,10 @@ compare: redis
 
 lint:
 	$(GO) vet ./...
+	cd cmd/dlock && $(GO) vet ./...
 	cd bench && $(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	cd cmd/dlock && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 redis:
 	@bash scripts/ensure-redis.sh

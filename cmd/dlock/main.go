@@ -29,6 +29,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -52,8 +54,38 @@ const (
 	exitInterrupted = 130
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version is set at build time with -ldflags "-X main.version=…"; when it
+// is not, versionString reads what the Go toolchain recorded in the binary.
+var version = ""
+
+// versionString returns dlock's version: the one set at build time, the
+// module version `go install …@vX` records, or for a build from a checkout
+// the commit it was built from (with "+dirty" for uncommitted changes).
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 12:
+			rev = s.Value[:12]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "+dirty"
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	return "devel-" + rev + dirty
+}
 
 func main() {
 	// dlock reports Redis errors itself, on one line; go-redis would also
@@ -163,7 +195,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case runGuardianCmd:
 		return cmdRunGuardian(rest, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintf(stdout, "dlock %s\n", version)
+		fmt.Fprintf(stdout, "dlock %s (%s)\n", versionString(), runtime.Version())
 		return exitOK
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
