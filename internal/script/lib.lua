@@ -1,4 +1,6 @@
--- lib.lua: the prelude prepended to every script that writes a lock.
+-- lib.lua: functions the scripts share. Each script is preceded by those it
+-- calls, and only those (script.go, withLib); chunks are separated by blank
+-- lines.
 --
 -- now_ms() is the server's clock in ms.
 --
@@ -22,6 +24,7 @@
 --          re-sent by the client after a lost reply) is refused instead of
 --          taking the lock for nobody; a re-sent release reports what the
 --          first copy did. The marker lives for the revocation window.
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -4,13 +4,15 @@ package script
 
 import (
 	_ "embed"
+	"regexp"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
 var (
 	//go:embed lib.lua
-	lib string // the prelude of the scripts that write a lock (lib.lua)
+	lib string // functions the scripts share, each script gets those it calls (withLib)
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed release.lua
@@ -38,21 +40,44 @@ var (
 )
 
 // The scripts, run with EVALSHA and a fallback to EVAL when the server's
-// script cache does not have them (redis.Script.Run). Those that write a
-// lock start with the prelude, lib.lua.
+// script cache does not have them (redis.Script.Run).
 var (
-	Acquire = redis.NewScript(lib + acquireSrc)
-	Release = redis.NewScript(lib + releaseSrc)
-	Extend  = redis.NewScript(lib + extendSrc)
-	Inspect = redis.NewScript(inspectSrc)
-	Guard   = redis.NewScript(guardSrc)
+	Acquire = withLib(acquireSrc)
+	Release = withLib(releaseSrc)
+	Extend  = withLib(extendSrc)
+	Inspect = withLib(inspectSrc)
+	Guard   = withLib(guardSrc)
 
-	ForceRelease = redis.NewScript(forceReleaseSrc)
-	AcquireFair  = redis.NewScript(lib + acquireFairSrc)
-	ReleaseFair  = redis.NewScript(lib + releaseFairSrc)
+	ForceRelease = withLib(forceReleaseSrc)
+	AcquireFair  = withLib(acquireFairSrc)
+	ReleaseFair  = withLib(releaseFairSrc)
 
-	AcquireReentrant = redis.NewScript(lib + acquireReentrantSrc)
-	ReleaseReentrant = redis.NewScript(lib + releaseReentrantSrc)
-	ExtendReentrant  = redis.NewScript(lib + extendReentrantSrc)
-	RaiseFence       = redis.NewScript(raiseFenceSrc)
+	AcquireReentrant = withLib(acquireReentrantSrc)
+	ReleaseReentrant = withLib(releaseReentrantSrc)
+	ExtendReentrant  = withLib(extendReentrantSrc)
+	RaiseFence       = withLib(raiseFenceSrc)
 )
+
+// withLib returns the script src preceded by the functions of lib.lua it
+// calls, and only those: Redis runs a script's whole text on every call,
+// so each function defined and not used would cost every call a closure.
+func withLib(src string) *redis.Script {
+	var b strings.Builder
+	for _, chunk := range strings.Split(lib, "\n\n") {
+		m := libFunc.FindStringSubmatch(chunk)
+		if m != nil && strings.Contains(src, m[1]+"(") {
+			b.WriteString(chunk)
+			b.WriteString("\n\n")
+		}
+	}
+	b.WriteString(src)
+	s := redis.NewScript(b.String())
+	sources[s.Hash()] = b.String()
+	return s
+}
+
+// sources are the scripts' texts by digest, for the tests.
+var sources = map[string]string{}
+
+// libFunc finds the function a chunk of lib.lua defines.
+var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)
