@@ -44,7 +44,7 @@ func TestDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 		for _, m := range modes(t, rdb, false) {
 			t.Run(fmt.Sprintf("%s/pipelining=%v", m.name, pipelining), func(t *testing.T) {
 				name := fmt.Sprintf("ext-reorder-%s-%v", m.name, pipelining)
-				c := m.new(dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(false), dlock.WithPipelining(pipelining))
+				c := m.new(t, dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(false), dlock.WithPipelining(pipelining))
 				l, err := c.TryAcquire(m.ctx(t.Context()), name)
 				if err != nil {
 					t.Fatal(err)
@@ -65,7 +65,7 @@ func TestDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 				}
 				// The delayed Extend(400ms) lands at ~1.5s and the key dies at ~1.9s.
 				time.Sleep(time.Until(start.Add(2300 * time.Millisecond)))
-				other := dlock.New(direct, dlock.WithFair(m.name == "fair"), dlock.WithReentrant(m.name == "reentrant"))
+				other := newClient(t, direct, dlock.WithFair(m.name == "fair"), dlock.WithReentrant(m.name == "reentrant"))
 				o, err := other.TryAcquire(dlock.WithOwner(t.Context(), "intruder"), name)
 				if err != nil {
 					return // held up
@@ -95,7 +95,7 @@ func TestRedlockDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 		nodes = append(nodes, rdb)
 		directs = append(directs, direct)
 	}
-	c := dlock.NewRedlock(nodes, dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(false), dlock.WithNodeTimeout(200*time.Millisecond))
+	c := newRedlock(t, nodes, dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(false), dlock.WithNodeTimeout(200*time.Millisecond))
 	l, err := c.TryAcquire(t.Context(), "qext")
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestRedlockDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 		t.Fatalf("Extend(10s) = %v", err)
 	}
 	time.Sleep(time.Until(start.Add(2300 * time.Millisecond)))
-	o, err := dlock.NewRedlock(directs).TryAcquire(t.Context(), "qext")
+	o, err := newRedlock(t, directs).TryAcquire(t.Context(), "qext")
 	if err != nil {
 		for i, d := range directs {
 			t.Logf("intruder refused (%v); node %d PTTL %v", err, i, d.PTTL(t.Context(), "dlock:{qext}").Val())
@@ -135,7 +135,7 @@ func TestRedlockDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 func TestDelayedShorterExtendCannotCutTheWatchdogsLease(t *testing.T) {
 	leakcheck.Check(t)
 	p, rdb, direct := proxied(t, -1, 5*time.Second)
-	c := dlock.New(rdb, dlock.WithTTL(6*time.Second), dlock.WithFair(false)) // watchdog every 2s
+	c := newClient(t, rdb, dlock.WithTTL(6*time.Second), dlock.WithFair(false)) // watchdog every 2s
 	l, err := c.TryAcquire(t.Context(), "ext-dog")
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestDelayedShorterExtendCannotCutTheWatchdogsLease(t *testing.T) {
 	}
 	// The watchdog ticks at ~2.0s with the old 6s TTL; the next tick is ~4.0s.
 	time.Sleep(time.Until(t0.Add(3850 * time.Millisecond)))
-	o, err := dlock.New(direct, dlock.WithFair(false)).TryAcquire(t.Context(), "ext-dog")
+	o, err := newClient(t, direct, dlock.WithFair(false)).TryAcquire(t.Context(), "ext-dog")
 	if err != nil {
 		return
 	}
@@ -175,7 +175,7 @@ func TestDelayedShorterExtendCannotCutTheWatchdogsLease(t *testing.T) {
 // Lock.TTL returns the hold's own deadline minus now.
 func TestReentrantTTLIsTheHoldsOwn(t *testing.T) {
 	_, rdb := setup(t)
-	c := dlock.New(rdb, dlock.WithReentrant(true), dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(false))
 	ctx := dlock.WithOwner(t.Context(), "a")
 	outer, err := c.TryAcquire(ctx, "rettl")
 	if err != nil {
@@ -219,11 +219,11 @@ func TestFairWaiterErrorReplyLeavesNoGhostInQueue(t *testing.T) {
 	_, rdb := setup(t)
 	s2 := rdb // same server
 	ctx := t.Context()
-	h, err := dlock.New(rdb, dlock.WithTTL(2*time.Second), dlock.WithFair(true)).TryAcquire(ctx, "ghost")
+	h, err := newClient(t, rdb, dlock.WithTTL(2*time.Second), dlock.WithFair(true)).TryAcquire(ctx, "ghost")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := dlock.New(s2, dlock.WithTTL(2*time.Second), dlock.WithFair(true))
+	w := newClient(t, s2, dlock.WithTTL(2*time.Second), dlock.WithFair(true))
 	errc := make(chan error, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -251,12 +251,12 @@ func TestFairWaiterErrorReplyLeavesNoGhostInQueue(t *testing.T) {
 	if err := h.Release(ctx); err != nil {
 		t.Logf("holder Release = %v", err)
 	}
-	info, _ := dlock.New(rdb).Inspect(ctx, "ghost")
+	info, _ := newClient(t, rdb).Inspect(ctx, "ghost")
 	if info.Held && info.Token == ghost {
 		t.Errorf("LEASE FOR NOBODY: after the waiter's Acquire returned %q, Release handed the lock to its token %s (TTL %v); nobody will release it",
 			werr, ghost, info.TTL)
 	}
-	if _, err := dlock.New(rdb, dlock.WithFair(true)).TryAcquire(ctx, "ghost"); err != nil {
+	if _, err := newClient(t, rdb, dlock.WithFair(true)).TryAcquire(ctx, "ghost"); err != nil {
 		t.Errorf("TryAcquire on a lock nobody holds = %v", err)
 	}
 }
@@ -271,7 +271,7 @@ func TestFairWaiterErrorReplyLeavesNoGhostInQueue(t *testing.T) {
 // calls go on in the background.
 func TestRedlockAttemptEndsWithItsContext(t *testing.T) {
 	srvs, nodes := startQuorum(t, 3)
-	c := dlock.NewRedlock(nodes, dlock.WithTTL(time.Minute)) // node timeout 1.2s
+	c := newRedlock(t, nodes, dlock.WithTTL(time.Minute)) // node timeout 1.2s
 	srvs[1].Pause()
 	srvs[2].Pause()
 	defer srvs[1].Resume()
@@ -307,7 +307,7 @@ func TestBatcherUnderACancellationStorm(t *testing.T) {
 	p, rdb, direct := proxied(t, -1, 5*time.Second)
 	for _, m := range modes(t, rdb, false) {
 		t.Run(m.name, func(t *testing.T) {
-			c := m.new(dlock.WithTTL(5 * time.Second))
+			c := m.new(t, dlock.WithTTL(5*time.Second))
 			p.Delay(0, 2*time.Millisecond)
 			defer p.Delay(0, 0)
 			var wg sync.WaitGroup
@@ -383,7 +383,7 @@ func TestFairHandoverRacingWaitersThatGiveUp(t *testing.T) {
 		for _, pipelining := range []bool{true, false} {
 			name := fmt.Sprintf("handrace-%d-%v", round, pipelining)
 			mk := func() *dlock.Client {
-				return dlock.New(rdb, dlock.WithTTL(3*time.Second), dlock.WithFair(true), dlock.WithPipelining(pipelining))
+				return newClient(t, rdb, dlock.WithTTL(3*time.Second), dlock.WithFair(true), dlock.WithPipelining(pipelining))
 			}
 			h, err := mk().TryAcquire(ctx, name)
 			if err != nil {
@@ -395,7 +395,7 @@ func TestFairHandoverRacingWaitersThatGiveUp(t *testing.T) {
 				d := time.Duration(40+rnd.IntN(120)) * time.Millisecond
 				c := mk()
 				if w%2 == 1 {
-					c = dlock.New(rdb, dlock.WithTTL(3*time.Second), dlock.WithFair(true), dlock.WithPipelining(pipelining))
+					c = newClient(t, rdb, dlock.WithTTL(3*time.Second), dlock.WithFair(true), dlock.WithPipelining(pipelining))
 				}
 				wg.Go(func() {
 					wctx, cancel := context.WithTimeout(ctx, d)
@@ -440,13 +440,13 @@ func TestFairConfirmedHandoverValidityWithinTheLease(t *testing.T) {
 	p, rdb, direct := proxied(t, -1, 5*time.Second)
 	ctx := t.Context()
 	const ttl = 3 * time.Second // W sleeps at most 1s between attempts; TTL/2 = 1.5s
-	h, err := dlock.New(direct, dlock.WithTTL(ttl), dlock.WithFair(true)).TryAcquire(ctx, "confirm")
+	h, err := newClient(t, direct, dlock.WithTTL(ttl), dlock.WithFair(true)).TryAcquire(ctx, "confirm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Delay(0, 300*time.Millisecond) // W's replies and pub/sub messages arrive 300ms late
 	defer p.Delay(0, 0)
-	w := dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithFair(true), dlock.WithAutoExtend(false))
+	w := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithFair(true), dlock.WithAutoExtend(false))
 	type res struct {
 		l   *dlock.Lock
 		err error
@@ -474,7 +474,7 @@ func TestFairConfirmedHandoverValidityWithinTheLease(t *testing.T) {
 		return
 	}
 	time.Sleep(time.Until(serverEnd.Add(5 * time.Millisecond)))
-	o, err := dlock.New(direct, dlock.WithFair(true)).TryAcquire(ctx, "confirm")
+	o, err := newClient(t, direct, dlock.WithFair(true)).TryAcquire(ctx, "confirm")
 	if err != nil {
 		t.Errorf("ValidUntil overstated by %v but no intruder got in: %v", over, err)
 		return
@@ -493,7 +493,7 @@ func TestLockMethodsConcurrently(t *testing.T) {
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
 		t.Run(m.name, func(t *testing.T) {
-			c := m.new(dlock.WithTTL(150 * time.Millisecond)) // watchdog every 50ms
+			c := m.new(t, dlock.WithTTL(150*time.Millisecond)) // watchdog every 50ms
 			ctx := m.ctx(t.Context())
 			for round := range 5 {
 				l, err := c.Acquire(ctx, fmt.Sprintf("conc-%s-%d", m.name, round))

@@ -58,7 +58,7 @@ func (c *claim) setToken(token string) {
 // Script digests and fixed arguments, converted to interfaces once.
 var (
 	acquireSHA     any = script.Acquire.Hash()
-	errRevoked         = errors.New("dlock: the lease was already ended")
+	errRevoked         = errors.New("the lease was already ended")
 	acquireFairSHA any = script.AcquireFair.Hash()
 	releaseSHA     any = script.Release.Hash()
 	releaseFairSHA any = script.ReleaseFair.Hash()
@@ -166,8 +166,15 @@ func (n node) acked(ctx context.Context, s *redis.Script, keys []string, args ..
 }
 
 // ackError reports a write that too few replicas acknowledged.
-func (n node) ackError(op string, acks int64) error {
-	return fmt.Errorf("%w: %s: %d of %d replicas acknowledged within %v", ErrReplicaAck, op, max(acks, 0), n.replicas, n.ackTimeout)
+func (n node) ackError(acks int64) error {
+	return because(ErrReplicaAck, fmt.Sprintf("%d of %d replicas acknowledged within %v", max(acks, 0), n.replicas, n.ackTimeout))
+}
+
+// ackUndone reports an acquisition that too few replicas acknowledged,
+// undone: it matches ErrNotAcquired and ErrReplicaAck.
+func (n node) ackUndone(acks int64) error {
+	err := n.ackError(acks)
+	return because(ErrNotAcquired, err.Error()+" (undone)", err)
 }
 
 func (n node) acquire(ctx context.Context, c *claim, ttl time.Duration, queue bool) (grant, error) {
@@ -201,12 +208,12 @@ func (n node) acquire(ctx context.Context, c *claim, ttl time.Duration, queue bo
 	}
 	v, err := cmd.Int64()
 	if err != nil {
-		return grant{}, redisErr("acquire", err)
+		return grant{}, redisErr(err)
 	}
 	if v >= 0 { // the fence
 		if acks >= 0 && acks < int64(n.replicas) {
 			n.release(context.WithoutCancel(ctx), c)
-			return grant{undone: true}, fmt.Errorf("%w: %w", ErrNotAcquired, n.ackError("acquire", acks))
+			return grant{undone: true}, n.ackUndone(acks)
 		}
 		return grant{held: true, fence: v}, nil
 	}
@@ -225,15 +232,15 @@ func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration)
 	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.lock, c.fence, c.rev}, c.owner, c.token, ttl.Milliseconds())
 	v, err := cmd.Int64Slice()
 	if err != nil {
-		return grant{}, redisErr("acquire", err)
+		return grant{}, redisErr(err)
 	}
 	if len(v) != 3 {
-		return grant{}, fmt.Errorf("dlock: acquire: unexpected reply %v", v)
+		return grant{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	if v[0] == 1 {
 		if acks >= 0 && acks < int64(n.replicas) {
 			n.release(context.WithoutCancel(ctx), c)
-			return grant{undone: true}, fmt.Errorf("%w: %w", ErrNotAcquired, n.ackError("acquire", acks))
+			return grant{undone: true}, n.ackUndone(acks)
 		}
 		return grant{held: true, fence: v[1], holds: v[2]}, nil
 	}
@@ -252,12 +259,12 @@ func (n node) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64
 	}
 	v, err := cmd.Int64()
 	if err != nil {
-		return false, redisErr("extend", err)
+		return false, redisErr(err)
 	}
 	if v == 1 && acks >= 0 && acks < int64(n.replicas) {
 		// Extended on the master only: not a loss yet, but not a safe
 		// extension either. The watchdog retries until the validity runs out.
-		return false, n.ackError("extend", acks)
+		return false, n.ackError(acks)
 	}
 	return v == 1, nil
 }
@@ -289,7 +296,7 @@ func (n node) release(ctx context.Context, c *claim) (bool, error) {
 	}
 	v, err := cmd.Int64()
 	if err != nil {
-		return false, redisErr("release", err)
+		return false, redisErr(err)
 	}
 	return v == 1, nil
 }
@@ -297,10 +304,10 @@ func (n node) release(ctx context.Context, c *claim) (bool, error) {
 func (n node) inspect(ctx context.Context, k *keys) (Info, error) {
 	v, err := script.Inspect.Run(ctx, n.rdb, []string{k.lock, k.fence}).Slice()
 	if err != nil {
-		return Info{}, redisErr("inspect", err)
+		return Info{}, redisErr(err)
 	}
 	if len(v) != 6 {
-		return Info{}, fmt.Errorf("dlock: inspect: unexpected reply %v", v)
+		return Info{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	kind, _ := v[0].(string)
 	holder, _ := v[1].(string)
@@ -362,11 +369,11 @@ func (n node) force(ctx context.Context, k *keys) (bool, error) {
 		return false, err
 	}
 	if info.holding == "" {
-		return false, fmt.Errorf("%w: the lock key holds a %s", ErrWrongType, info.Type)
+		return false, because(ErrWrongType, "a "+info.Type)
 	}
 	ok, err := script.ForceRelease.Run(ctx, n.rdb, []string{k.lock}, info.holding, k.channel, n.pub).Int64()
 	if err != nil {
-		return false, redisErr("force release", err)
+		return false, redisErr(err)
 	}
 	return ok == 1, nil
 }
@@ -375,18 +382,19 @@ func (n node) force(ctx context.Context, k *keys) (bool, error) {
 // waiter that died is skipped after that. Waiters renew every third of it.
 func queueTTL(ttl time.Duration) time.Duration { return max(ttl, time.Second) }
 
-// redisErr wraps an error from Redis, naming the operation and translating
-// the replies that have a meaning of their own here.
-func redisErr(op string, err error) error {
+// redisErr translates the replies from Redis that have a meaning of their
+// own here; other errors it returns as they are. It adds no prefix: the
+// method that returns the error names the operation and the lock.
+func redisErr(err error) error {
 	if errors.Is(err, redis.Nil) {
-		return fmt.Errorf("dlock: %s: unexpected nil reply", op)
+		return errors.New("unexpected nil reply")
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "REVOKED") {
 		return errRevoked
 	}
 	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") {
-		return fmt.Errorf("%w (%s): %w", ErrWrongType, op, err)
+		return because(ErrWrongType, err.Error(), err)
 	}
-	return fmt.Errorf("dlock: %s: %w", op, err)
+	return err
 }

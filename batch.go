@@ -63,7 +63,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 
 // errNotSent reports a call abandoned before it was sent: it never reached
 // Redis, so there is nothing to undo.
-var errNotSent = errors.New("dlock: not sent")
+var errNotSent = errors.New("not sent")
 
 func newBatcher(rdb redis.UniversalClient) *batcher { return &batcher{rdb: rdb} }
 

@@ -15,7 +15,7 @@ func TestPipelinedCallsKeepTheirReplies(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	rdb.HSet(ctx, "dlock:{bad}", "f", "v")
-	c := dlock.New(rdb)
+	c := newClient(t, rdb)
 	const n = 64
 	var wg sync.WaitGroup
 	locks := make([]*dlock.Lock, n)

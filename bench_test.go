@@ -43,7 +43,7 @@ func BenchmarkRedisSet(b *testing.B) {
 // round trips).
 func BenchmarkTryAcquireRelease(b *testing.B) {
 	rdb := redistest.Start(b).Client(b)
-	c := dlock.New(rdb, dlock.WithAutoExtend(false))
+	c := newClient(b, rdb, dlock.WithAutoExtend(false))
 	ctx := b.Context()
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
@@ -79,7 +79,7 @@ func BenchmarkContendedHandoff(b *testing.B) {
 	for _, workers := range []int{2, 8} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			rdb := redistest.Start(b).Client(b)
-			c := dlock.New(rdb, dlock.WithAutoExtend(false))
+			c := newClient(b, rdb, dlock.WithAutoExtend(false))
 			ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
 			defer cancel()
 			var (
@@ -138,7 +138,7 @@ func BenchmarkRedlockPair(b *testing.B) {
 			for range n {
 				nodes = append(nodes, redistest.Start(b).Client(b))
 			}
-			c := dlock.NewRedlock(nodes, dlock.WithAutoExtend(false))
+			c := newRedlock(b, nodes, dlock.WithAutoExtend(false))
 			ctx := b.Context()
 			b.ReportAllocs()
 			for b.Loop() {

@@ -29,25 +29,37 @@ type Client struct {
 // Sentinel failover client or a *redis.ClusterClient. dlock never dials
 // Redis itself and never closes rdb.
 //
-// New does not fail: an invalid option is reported, wrapping ErrInvalid, by
-// every call on the returned Client.
-func New(rdb redis.UniversalClient, opts ...Option) *Client {
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if d := o.driftFor(o.ttl); d >= o.ttl {
-		o.invalid("WithDrift(%v): drift must be below the TTL (%v)", d, o.ttl)
-	}
+// New checks its arguments, and a Client it returns is valid: a nil rdb,
+// an invalid option, and an option that does not apply to this Client are
+// reported here, with an error that wraps ErrInvalid and names the option.
+// Options that do not apply: WithNodeTimeout (NewRedlock only),
+// WithFair(true) with WithReentrant(true) (reentrant locks wait unfairly),
+// WithBackoff while waiting is fair (the default; see WithBackoff), and
+// WithReplicaAck on a Cluster client.
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
-		o.invalid("New: nil Redis client")
+		return nil, fmt.Errorf("%w: New: nil Redis client", ErrInvalid)
+	}
+	o := apply(opts)
+	_, cluster := rdb.(*redis.ClusterClient)
+	switch {
+	case o.err != nil:
+	case o.nodeTimeoutSet:
+		o.invalid("WithNodeTimeout(%v): applies to a quorum (NewRedlock) only", o.nodeTimeout)
+	case o.reentrant && o.fairSet && o.fair:
+		o.invalid("WithFair(true): reentrant locks (WithReentrant(true)) wait unfairly")
+	case o.backoffSet && o.fair && !o.reentrant && o.fairSet:
+		o.invalid("WithBackoff: fair waiters (WithFair(true)) are woken by handover and never back off")
+	case o.backoffSet && o.fair && !o.reentrant:
+		o.invalid("WithBackoff: fair waiters, the default, are woken by handover and never back off; add WithFair(false) to wait with a backoff")
+	case cluster && o.replicas > 0:
+		o.invalid("WithReplicaAck(%d, %v): not available on a Cluster client (WAIT must reach the node that owns the lock)", o.replicas, o.ackTimeout)
+	}
+	if o.err != nil {
+		return nil, o.err
 	}
 	if o.reentrant {
 		o.fair = false
-	}
-	_, cluster := rdb.(*redis.ClusterClient)
-	if cluster && o.replicas > 0 {
-		o.invalid("WithReplicaAck: not available on a Cluster client (WAIT must reach the node that owns the lock)")
 	}
 	sharded := o.sharded > 0 || (o.sharded == 0 && cluster)
 	pub := "PUBLISH"
@@ -66,7 +78,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 			replicas: o.replicas, ackTimeout: o.ackTimeout,
 			ttl: o.ttl, ttlA: o.ttl.Milliseconds(), qttlA: queueTTL(o.ttl).Milliseconds()},
 		hubs: []*hub{h}, opts: o, id: newToken()[:11],
-	}
+	}, nil
 }
 
 // TTL returns the lease time of the Client's locks.
@@ -96,11 +108,11 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 		if err == ctx.Err() || errors.Is(err, errNotSent) {
 			return nil, gaveUp(ctx, name)
 		}
-		return nil, errors.Join(gaveUp(ctx, name), err)
+		return nil, gaveUp(ctx, name, err)
 	case errors.Is(err, errTooSlow):
-		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, name, err)
+		return nil, opError("acquire", name, because(ErrNotAcquired, err.Error(), err))
 	case err != nil:
-		return nil, err
+		return nil, opError("acquire", name, err)
 	case l == nil && ctx.Err() != nil:
 		return nil, gaveUp(ctx, name)
 	case l == nil:
@@ -146,9 +158,9 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 			if err == ctx.Err() || errors.Is(err, errNotSent) {
 				err = nil
 			}
-			return nil, errors.Join(gaveUp(ctx, name), a.lastQuorum, err)
+			return nil, gaveUp(ctx, name, a.lastQuorum, err)
 		}
-		return nil, err
+		return nil, opError("acquire", name, err)
 	}
 	c.acquired(name, time.Since(start))
 	return l, nil
@@ -259,11 +271,16 @@ func (c *Client) handedOver(l *Lock, fence int64, queued time.Time) *Lock {
 
 // sleep returns how long a waiter sleeps unless woken: until the holder's
 // lease runs out (it may have died without releasing) or, in unfair mode,
-// a backoff, whichever is first; in fair mode, at most a third of its queue
+// a backoff (at least DefaultMinBackoff if the Backoff returns no positive
+// duration), whichever is first; in fair mode, at most a third of its queue
 // entry's life, to renew it.
 func (c *Client) sleep(attempt int, pttl time.Duration) time.Duration {
-	d := c.opts.backoff(attempt)
-	if c.opts.fair {
+	var d time.Duration
+	if !c.opts.fair {
+		if d = c.opts.backoff(attempt); d <= 0 {
+			d = DefaultMinBackoff
+		}
+	} else {
 		d = queueTTL(c.opts.ttl) / 3
 	}
 	if pttl > 0 && pttl < d {
@@ -284,7 +301,8 @@ func (c *Client) leave(ctx context.Context, cl *claim) {
 // when taken, or nil and the holder's remaining lease (-1 if unknown) when
 // not. An attempt whose outcome is unknown (no answer, or ctx ended while it
 // was in flight) or that came back too late is undone, and l gets a new
-// lease token for the next attempt: the undo revoked the old one.
+// lease token for the next attempt: the undo revoked the old one. Its
+// errors are bare causes: the caller names the operation and the lock.
 func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err // nothing sent
@@ -309,7 +327,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.
 		// NOREPLICAS, leaves the writes before it): make sure no lease or
 		// queue entry of ours is left to block others.
 		c.undoAndRenew(ctx, l)
-		return nil, 0, fmt.Errorf("dlock: acquire %q: %w", l.name, err)
+		return nil, 0, err
 	case !g.held:
 		return nil, g.pttl, nil
 	}
@@ -326,7 +344,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.
 
 // errTooSlow reports an attempt that got the lock too late to use it; the
 // lease was given back.
-var errTooSlow = errors.New("dlock: acquired after the lease's validity had run out")
+var errTooSlow = errors.New("the reply came after the lease's validity had run out")
 
 // undoTimeout bounds the clean-up of a failed attempt.
 const undoTimeout = 2 * time.Second
@@ -416,11 +434,8 @@ func (c *Client) acquired(name string, waited time.Duration) {
 	}
 }
 
-// check validates the Client's options and a lock name, and returns its keys.
+// check validates a lock name and returns its keys.
 func (c *Client) check(name string) (keys, error) {
-	if c.opts.err != nil {
-		return keys{}, c.opts.err
-	}
 	if err := validName(name); err != nil {
 		return keys{}, err
 	}
@@ -482,18 +497,20 @@ func newToken() string {
 // validity deadline when called, so right after a pause longer than the
 // lease (GC, a stopped process) ctx.Err() already reports the loss, before
 // any timer has had a chance to run. fn should stop touching the protected
-// resource then. The Lock is available to fn through LockFromContext, for
-// its fencing token.
+// resource then. fn gets the Lock too, for its fencing token (Lock.Fence)
+// and validity. For a reentrant Client (WithReentrant), fn's context
+// carries the lock's owner (WithOwner), so that calls nested in fn
+// re-enter.
 //
 // Do returns fn's error, joined with an error wrapping ErrNotHeld if the lock
 // was lost before fn returned (the critical section may have overlapped with
 // another holder's), or with the release error.
-func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) error) error {
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error) error {
 	l, err := c.Acquire(ctx, name)
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, l))
+	fctx, cancel := context.WithCancelCause(ctx)
 	if c.opts.reentrant {
 		_, owner, _ := strings.Cut(l.cl.owner, "/")
 		fctx = WithOwner(fctx, owner) // nested calls re-enter
@@ -506,7 +523,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) e
 			l.Release(context.WithoutCancel(ctx))
 		}
 	}()
-	ferr := fn(&heldContext{Context: fctx, l: l, cancel: cancel})
+	ferr := fn(&heldContext{Context: fctx, l: l, cancel: cancel}, l)
 	finished = true
 	cancel(context.Canceled)
 	rerr := l.Release(context.WithoutCancel(ctx))
@@ -545,13 +562,4 @@ func (h *heldContext) Done() <-chan struct{} {
 func (h *heldContext) Err() error {
 	h.check()
 	return h.Context.Err()
-}
-
-type lockKey struct{}
-
-// LockFromContext returns the Lock held for the fn that Do is running with
-// ctx, or nil outside such a call.
-func LockFromContext(ctx context.Context) *Lock {
-	l, _ := ctx.Value(lockKey{}).(*Lock)
-	return l
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 var (
@@ -19,8 +20,9 @@ var (
 	// ErrReleased is what Lock.Err returns after a normal Release.
 	ErrReleased = errors.New("dlock: released")
 
-	// ErrInvalid reports bad input: an empty or oversized name, a TTL that
-	// is not positive, or an invalid option given to New.
+	// ErrInvalid reports bad input: an empty or oversized name, a TTL too
+	// short for Extend, or, from New and NewRedlock, a nil client or node
+	// and an option that is invalid or does not apply to the Client.
 	ErrInvalid = errors.New("dlock: invalid argument")
 
 	// ErrWrongType means a lock key exists but holds a Redis value of a type
@@ -37,19 +39,57 @@ var (
 	ErrStaleFence = errors.New("dlock: stale fencing token")
 )
 
-// notAcquired is the error of an attempt that found the lock taken.
-func notAcquired(name string) error {
-	return fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
+// Errors read once: "dlock: <op> "<name>": <cause>". The backend returns
+// bare causes (the go-redis error, or a text of its own); the Client or Lock
+// method that returns the error puts the prefix, the operation and the
+// name before it, once. A cause that must match a sentinel error is made
+// with because, so that the sentinel's own "dlock: " is not repeated.
+
+// opError is the error of operation op on the lock name, caused by err.
+func opError(op, name string, err error) error {
+	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 
-// gaveUp is the error of an Acquire whose context ended while it waited: it
-// matches ErrNotAcquired and the context's error (and its cause, if any).
-func gaveUp(ctx context.Context, name string) error {
-	errs := []error{notAcquired(name), ctx.Err()}
+// detailed is an error with a text of its own that errors.Is and errors.As
+// see through to errs.
+type detailed struct {
+	text string
+	errs []error
+}
+
+func (e *detailed) Error() string   { return e.text }
+func (e *detailed) Unwrap() []error { return e.errs }
+
+// because returns a cause that matches the sentinel kind (and errs) and
+// reads "<kind without its dlock: prefix>: <detail>".
+func because(kind error, detail string, errs ...error) error {
+	return &detailed{
+		text: strings.TrimPrefix(kind.Error(), "dlock: ") + ": " + detail,
+		errs: append([]error{kind}, errs...),
+	}
+}
+
+// notAcquired is the error of an attempt that found the lock taken.
+func notAcquired(name string) error {
+	return opError("acquire", name, because(ErrNotAcquired, "held by another owner"))
+}
+
+// gaveUp is the error of an acquisition whose context ended before it took
+// the lock: it matches ErrNotAcquired and the context's error (and its
+// cause, if any), and the errors of the last attempt, if any, which it
+// names last.
+func gaveUp(ctx context.Context, name string, last ...error) error {
+	detail := ctx.Err().Error()
+	errs := []error{ctx.Err()}
 	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		detail += ": " + cause.Error()
 		errs = append(errs, cause)
 	}
-	return errors.Join(errs...)
+	if last := errors.Join(last...); last != nil {
+		detail += "; last attempt: " + strings.ReplaceAll(last.Error(), "\n", "; ")
+		errs = append(errs, last)
+	}
+	return opError("acquire", name, because(ErrNotAcquired, detail, errs...))
 }
 
 // lost is the error of a lease that is no longer ours.

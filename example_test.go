@@ -17,7 +17,10 @@ import (
 func ExampleClient_Acquire() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	c := dlock.New(rdb, dlock.WithTTL(10*time.Second))
+	c, err := dlock.New(rdb, dlock.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err) // an invalid option: New names it
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -42,7 +45,10 @@ func ExampleClient_Acquire() {
 func ExampleClient_TryAcquire() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	c := dlock.New(rdb)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx, "cleanup")
@@ -59,12 +65,14 @@ func ExampleClient_TryAcquire() {
 func ExampleClient_Do() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	c := dlock.New(rdb)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
 
-	err := c.Do(context.Background(), "batch:task:list", func(ctx context.Context) error {
+	err = c.Do(context.Background(), "batch:task:list", func(ctx context.Context, l *dlock.Lock) error {
 		// ctx is cancelled, with cause dlock.ErrNotHeld, if the lock is lost.
-		fence := dlock.LockFromContext(ctx).Fence()
-		return enqueueDueTasks(ctx, fence)
+		return enqueueDueTasks(ctx, l.Fence())
 	})
 	if err != nil {
 		log.Print(err)
@@ -76,7 +84,10 @@ func enqueueDueTasks(ctx context.Context, fence int64) error { return ctx.Err() 
 func ExampleGuard() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	c := dlock.New(rdb)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
 	g := dlock.NewGuard(rdb)
 
 	ctx := context.Background()
@@ -101,8 +112,12 @@ func ExampleLock_Fence() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
-	l, err := dlock.New(rdb).Acquire(ctx, "job:42")
+	l, err := c.Acquire(ctx, "job:42")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -126,7 +141,10 @@ func ExampleNewRedlock() {
 	for _, addr := range []string{"redis-a:6379", "redis-b:6379", "redis-c:6379"} {
 		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: addr}))
 	}
-	c := dlock.NewRedlock(nodes, dlock.WithNodeTimeout(50*time.Millisecond))
+	c, err := dlock.NewRedlock(nodes, dlock.WithNodeTimeout(50*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	ctx := context.Background()
 	l, err := c.Acquire(ctx, "payments:reconcile")
@@ -143,7 +161,10 @@ func ExampleNewRedlock() {
 func ExampleWithOwner() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	c := dlock.New(rdb, dlock.WithReentrant(true))
+	c, err := dlock.New(rdb, dlock.WithReentrant(true))
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	ctx := dlock.WithOwner(context.Background(), "request-81f3")
 	outer, err := c.Acquire(ctx, "account:42")
@@ -164,7 +185,10 @@ func ExampleWithReplicaAck() {
 		SentinelAddrs: []string{"sentinel-a:26379", "sentinel-b:26379", "sentinel-c:26379"},
 	})
 	defer rdb.Close()
-	c := dlock.New(rdb, dlock.WithReplicaAck(1, 200*time.Millisecond))
+	c, err := dlock.New(rdb, dlock.WithReplicaAck(1, 200*time.Millisecond))
+	if err != nil {
+		log.Fatal(err) // e.g. replica acknowledgement asked of a Cluster client
+	}
 
 	l, err := c.TryAcquire(context.Background(), "nightly")
 	if errors.Is(err, dlock.ErrReplicaAck) {

@@ -15,7 +15,7 @@ func TestFairWaitersServedInArrivalOrder(t *testing.T) {
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c := dlock.New(rdb, dlock.WithFair(true))
+	c := newClient(t, rdb, dlock.WithFair(true))
 	holder, err := c.TryAcquire(ctx, "fifo")
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +28,7 @@ func TestFairWaitersServedInArrivalOrder(t *testing.T) {
 	)
 	for i := range n {
 		// A Client each, so that the waiters are independent.
-		wc := dlock.New(rdb, dlock.WithFair(true))
+		wc := newClient(t, rdb, dlock.WithFair(true))
 		wg.Go(func() {
 			l, err := wc.Acquire(ctx, "fifo")
 			if err != nil {
@@ -72,7 +72,7 @@ func TestFairExpiredHolderHandsToFirstWaiter(t *testing.T) {
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c := dlock.New(rdb, dlock.WithFair(true), dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.WithFair(true), dlock.WithAutoExtend(false))
 	holder, err := c.TryAcquire(ctx, "exp")
 	if err != nil {
 		t.Fatal(err)
@@ -80,8 +80,9 @@ func TestFairExpiredHolderHandsToFirstWaiter(t *testing.T) {
 	got := make(chan error, 1)
 	done := make(chan struct{})
 	defer close(done)
+	waiter := newClient(t, rdb, dlock.WithFair(true))
 	go func() {
-		l, err := dlock.New(rdb, dlock.WithFair(true)).Acquire(ctx, "exp")
+		l, err := waiter.Acquire(ctx, "exp")
 		got <- err
 		if err == nil {
 			<-done // hold it until the test has looked
@@ -110,7 +111,7 @@ func TestFairDeadWaitersSkipped(t *testing.T) {
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c := dlock.New(rdb, dlock.WithFair(true), dlock.WithTTL(time.Second))
+	c := newClient(t, rdb, dlock.WithFair(true), dlock.WithTTL(time.Second))
 	holder, err := c.TryAcquire(ctx, "dead")
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +120,9 @@ func TestFairDeadWaitersSkipped(t *testing.T) {
 	rdb.RPush(ctx, "dlock:{dead}:q", "lapsed", "silent")
 	rdb.HSet(ctx, "dlock:{dead}:qw", "lapsed", "1:1000", "silent", fmt.Sprintf("%d:300", now+5000))
 	got := make(chan error, 1)
+	waiter := newClient(t, rdb, dlock.WithFair(true), dlock.WithTTL(time.Second))
 	go func() {
-		l, err := dlock.New(rdb, dlock.WithFair(true), dlock.WithTTL(time.Second)).Acquire(ctx, "dead")
+		l, err := waiter.Acquire(ctx, "dead")
 		if err == nil {
 			l.Release(ctx)
 		}
@@ -143,15 +145,16 @@ func TestFairDeadWaitersSkipped(t *testing.T) {
 func TestFairCancelLeavesQueue(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	holder, err := dlock.New(rdb, dlock.WithFair(true)).TryAcquire(ctx, "cancel")
+	holder, err := newClient(t, rdb, dlock.WithFair(true)).TryAcquire(ctx, "cancel")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer holder.Release(ctx)
 	wctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
+	waiter := newClient(t, rdb, dlock.WithFair(true))
 	go func() {
-		_, err := dlock.New(rdb, dlock.WithFair(true)).Acquire(wctx, "cancel")
+		_, err := waiter.Acquire(wctx, "cancel")
 		errc <- err
 	}()
 	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{cancel}:q").Val() == 1 }) {
@@ -174,14 +177,15 @@ func TestFairForceReleaseWakesQueue(t *testing.T) {
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	c := dlock.New(rdb, dlock.WithTTL(time.Minute))
+	c := newClient(t, rdb, dlock.WithTTL(time.Minute))
 	holder, err := c.TryAcquire(ctx, "forced")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
+	waiter := newClient(t, rdb, dlock.WithTTL(time.Minute))
 	go func() {
-		l, err := dlock.New(rdb, dlock.WithTTL(time.Minute)).Acquire(ctx, "forced")
+		l, err := waiter.Acquire(ctx, "forced")
 		if err == nil {
 			l.Release(context.WithoutCancel(ctx))
 		}

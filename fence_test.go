@@ -11,7 +11,7 @@ import (
 func TestFenceStrictlyIncreases(t *testing.T) {
 	s, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb, dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
 	var last int64
 	check := func(how string) {
 		t.Helper()
@@ -57,7 +57,7 @@ func TestFenceStrictlyIncreases(t *testing.T) {
 func TestGuardRejectsLateWrite(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb, dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
 	g := dlock.NewGuard(rdb)
 
 	a, err := c.TryAcquire(ctx, "res")

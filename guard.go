@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -41,7 +40,7 @@ func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token
 	}
 	v, err := script.Guard.Run(ctx, g.rdb, []string{key}, value, fence, token).Int64Slice()
 	if err != nil {
-		return fmt.Errorf("dlock: guarded write %q: %w", key, redisErr("guard", err))
+		return fmt.Errorf("dlock: guarded write %q: %w", key, redisErr(err))
 	}
 	if len(v) != 2 {
 		return fmt.Errorf("dlock: guarded write %q: unexpected reply %v", key, v)
@@ -57,7 +56,7 @@ func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token
 func (g *Guard) Read(ctx context.Context, key string) (string, int64, error) {
 	v, err := g.rdb.HMGet(ctx, key, "v", "fence").Result()
 	if err != nil {
-		return "", 0, fmt.Errorf("dlock: guarded read %q: %w", key, redisErr("read", err))
+		return "", 0, fmt.Errorf("dlock: guarded read %q: %w", key, redisErr(err))
 	}
 	value, _ := v[0].(string)
 	fs, _ := v[1].(string)
@@ -66,7 +65,7 @@ func (g *Guard) Read(ctx context.Context, key string) (string, int64, error) {
 	}
 	fence, err := strconv.ParseInt(fs, 10, 64)
 	if err != nil {
-		return "", 0, errors.New("dlock: guarded read: fence field is not an integer")
+		return "", 0, fmt.Errorf("dlock: guarded read %q: the fence field is not an integer", key)
 	}
 	return value, fence, nil
 }

@@ -46,8 +46,10 @@ func runHelper(mode string) int {
 	rdb := redis.NewClient(&redis.Options{Network: os.Getenv("DLOCK_NET"), Addr: os.Getenv("DLOCK_ADDR")})
 	defer rdb.Close()
 	ttl, _ := time.ParseDuration(os.Getenv("DLOCK_TTL"))
-	c := dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithFair(os.Getenv("DLOCK_FAIR") == "1"),
-		dlock.WithReentrant(os.Getenv("DLOCK_REENTRANT") == "1"))
+	var (
+		c   *dlock.Client
+		err error
+	)
 	if addrs := os.Getenv("DLOCK_QUORUM"); addrs != "" { // locks on these nodes; the counter on DLOCK_ADDR
 		var nodes []redis.UniversalClient
 		for _, a := range strings.Split(addrs, ",") {
@@ -55,7 +57,14 @@ func runHelper(mode string) int {
 			defer n.Close()
 			nodes = append(nodes, n)
 		}
-		c = dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(200*time.Millisecond))
+		c, err = dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(200*time.Millisecond))
+	} else {
+		c, err = dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithFair(os.Getenv("DLOCK_FAIR") == "1"),
+			dlock.WithReentrant(os.Getenv("DLOCK_REENTRANT") == "1"))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -78,8 +87,7 @@ func runHelper(mode string) int {
 		// Inside Do, watch for a moment when the lease's deadline has passed
 		// but fn's ctx still says nothing: the test stops this process (for
 		// longer than the TTL) while it loops.
-		err := c.Do(ctx, name, func(ctx context.Context) error {
-			l := dlock.LockFromContext(ctx)
+		err := c.Do(ctx, name, func(ctx context.Context, l *dlock.Lock) error {
 			fmt.Println("in")
 			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 				now := time.Now()
@@ -169,6 +177,28 @@ func criticalSection(ctx context.Context, c *dlock.Client, rdb *redis.Client, na
 
 // ownerTestKey marks a context whose critical sections nest a second hold.
 type ownerTestKey struct{}
+
+// newClient returns dlock.New(rdb, opts...), failing the test if New
+// refuses its arguments.
+func newClient(tb testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
+	tb.Helper()
+	c, err := dlock.New(rdb, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// newRedlock returns dlock.NewRedlock(nodes, opts...), failing the test if
+// NewRedlock refuses its arguments.
+func newRedlock(tb testing.TB, nodes []redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
+	tb.Helper()
+	c, err := dlock.NewRedlock(nodes, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
 
 // setup starts a server and returns it with a go-redis client for it. It
 // checks for leaked goroutines when the test ends.

@@ -66,7 +66,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	}
 	info, err := c.b.inspect(ctx, &k)
 	if err != nil {
-		return Info{}, fmt.Errorf("dlock: inspect %q: %w", name, err)
+		return Info{}, opError("inspect", name, err)
 	}
 	info.Name = name
 	return info, nil
@@ -86,7 +86,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	}
 	ok, err := c.b.force(ctx, &k)
 	if err != nil {
-		return false, fmt.Errorf("dlock: force release %q: %w", name, err)
+		return false, opError("force release", name, err)
 	}
 	return ok, nil
 }
@@ -99,9 +99,6 @@ const scanBatch = 256
 // the keyspace with SCAN, never KEYS, on every master of a Cluster. Like
 // Inspect it is for operators: locks come and go while it runs.
 func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
-	if c.opts.err != nil {
-		return nil, c.opts.err
-	}
 	if pattern == "" {
 		pattern = "*"
 	}

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/script"
 )
@@ -66,6 +68,37 @@ func TestBackoffBounds(t *testing.T) {
 	}
 	if d := b(10); d < 40*time.Millisecond {
 		t.Errorf("backoff(10) = %v, want at least half the cap", d)
+	}
+}
+
+// A Backoff that returns no positive duration is taken as
+// DefaultMinBackoff: a waiter never polls in a tight loop. Fair waiters
+// never consult it.
+func TestBackoffClampedAtUse(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer rdb.Close()
+	for _, d := range []time.Duration{0, -time.Second} {
+		c, err := New(rdb, WithFair(false), WithBackoff(func(int) time.Duration { return d }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.sleep(1, -1); got != DefaultMinBackoff {
+			t.Errorf("sleep with a backoff of %v = %v, want DefaultMinBackoff (%v)", d, got, DefaultMinBackoff)
+		}
+	}
+	c, err := New(rdb, WithFair(false), WithBackoff(func(int) time.Duration { return time.Millisecond }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.sleep(1, -1); got != time.Millisecond {
+		t.Errorf("sleep with a backoff of 1ms = %v, want 1ms (only non-positive ones are raised)", got)
+	}
+	fair, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fair.sleep(1, -1), queueTTL(DefaultTTL)/3; got != want {
+		t.Errorf("fair sleep = %v, want a third of the queue entry's life, %v", got, want)
 	}
 }
 

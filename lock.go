@@ -143,7 +143,7 @@ func (l *Lock) Err() error {
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	info, err := l.c.b.inspect(ctx, &l.cl.keys)
 	if err != nil {
-		return 0, err
+		return 0, opError("ttl", l.name, err)
 	}
 	left, ok := info.leaseLeft(l.cl.token)
 	if !ok {
@@ -165,8 +165,11 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // extension may or may not have reached Redis: the validity is then the
 // earlier of the old one and the one ttl would give.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if ttl < minTTL || ttl <= l.c.opts.driftFor(ttl) {
-		return fmt.Errorf("%w: Extend(%v): ttl must be at least %v", ErrInvalid, ttl, minTTL)
+	if ttl < MinTTL {
+		return fmt.Errorf("%w: Extend(%v) of %q: the TTL must be at least %v", ErrInvalid, ttl, l.name, MinTTL)
+	}
+	if d := l.c.opts.driftFor(ttl); ttl <= d {
+		return fmt.Errorf("%w: Extend(%v) of %q: the TTL must be above the drift (%v)", ErrInvalid, ttl, l.name, d)
 	}
 	if err := l.Err(); err != nil {
 		return err
@@ -194,7 +197,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		// later successful extension counts from its own start.)
 		l.setValidity(ttl, until, true)
 		l.expire()
-		return fmt.Errorf("dlock: extend %q: %w", l.name, err)
+		return opError("extend", l.name, err)
 	}
 	if !ok {
 		err := lost(l.name, "the lock key no longer holds our token")
@@ -253,7 +256,7 @@ func (l *Lock) Release(ctx context.Context) error {
 
 	ok, err := l.c.b.release(ctx, l.cl)
 	if err != nil {
-		return fmt.Errorf("dlock: release %q: %w", l.name, err)
+		return opError("release", l.name, err)
 	}
 	l.mu.Lock()
 	l.released = true

@@ -27,7 +27,7 @@ func TestTryAcquireRelease(t *testing.T) {
 func testTryAcquireRelease(t *testing.T, fair bool) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb, dlock.WithTTL(5*time.Second), dlock.WithFair(fair))
+	c := newClient(t, rdb, dlock.WithTTL(5*time.Second), dlock.WithFair(fair))
 
 	l, err := c.TryAcquire(ctx, "jobs")
 	if err != nil {
@@ -103,7 +103,7 @@ func TestValueAndExpirySetAtomically(t *testing.T) {
 		t.Fatalf("MONITOR = %q", line)
 	}
 
-	l, err := dlock.New(rdb).TryAcquire(ctx, "atomic")
+	l, err := newClient(t, rdb).TryAcquire(ctx, "atomic")
 	if err != nil {
 		t.Fatalf("TryAcquire = %v", err)
 	}
@@ -147,7 +147,7 @@ func TestDeadHolderStopsBlockingAfterTTL(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	l, err := dlock.New(rdb).Acquire(ctx, "dead")
+	l, err := newClient(t, rdb).Acquire(ctx, "dead")
 	if err != nil {
 		t.Fatalf("Acquire(dead) after the holder died = %v, want nil", err)
 	}
@@ -163,7 +163,7 @@ func TestExpiredHolderCannotReleaseNextHolder(t *testing.T) {
 func testExpiredHolder(t *testing.T, fair bool) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb, dlock.WithAutoExtend(false), dlock.WithFair(fair))
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithFair(fair))
 
 	a, err := c.TryAcquire(ctx, "shared")
 	if err != nil {
@@ -194,7 +194,7 @@ func testExpiredHolder(t *testing.T, fair bool) {
 func TestExtendAfterExpiry(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	l, err := dlock.New(rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, "ext")
+	l, err := newClient(t, rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, "ext")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestExtendAfterExpiry(t *testing.T) {
 func TestUnwatchedLockExpires(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb, dlock.WithAutoExtend(false), dlock.WithTTL(100*time.Millisecond))
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithTTL(100*time.Millisecond))
 	for _, read := range []string{"Err", "Done", "Extend", "Release"} {
 		t.Run(read, func(t *testing.T) {
 			l, err := c.TryAcquire(ctx, "unwatched:"+read)
@@ -254,7 +254,7 @@ func TestUnwatchedLockExpires(t *testing.T) {
 func TestLostHookFiresAtExpiry(t *testing.T) {
 	_, rdb := setup(t)
 	lost := make(chan error, 1)
-	c := dlock.New(rdb, dlock.WithAutoExtend(false), dlock.WithTTL(100*time.Millisecond),
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithTTL(100*time.Millisecond),
 		dlock.WithHooks(dlock.Hooks{Lost: func(_ string, err error) { lost <- err }}))
 	l, err := c.TryAcquire(t.Context(), "hooked-expiry")
 	if err != nil {
@@ -278,7 +278,7 @@ func TestLostHookFiresAtExpiry(t *testing.T) {
 func TestHeldLocksCostNoGoroutines(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb) // auto-extend on
+	c := newClient(t, rdb) // auto-extend on
 	before := runtime.NumGoroutine()
 	var held []*dlock.Lock
 	for i := range 200 {
@@ -301,7 +301,7 @@ func TestHeldLocksCostNoGoroutines(t *testing.T) {
 func TestExtendMovesDeadline(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	l, err := dlock.New(rdb, dlock.WithAutoExtend(false), dlock.WithTTL(time.Second)).TryAcquire(ctx, "ext")
+	l, err := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithTTL(time.Second)).TryAcquire(ctx, "ext")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestExtendMovesDeadline(t *testing.T) {
 func TestSlowAcquireIsNotHeld(t *testing.T) {
 	s, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	c := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond))
 	rdb.Ping(ctx) // open a pooled connection while the server answers
 
 	s.Pause()
@@ -344,7 +344,7 @@ func TestSlowAcquireIsNotHeld(t *testing.T) {
 func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb, dlock.WithTTL(600*time.Millisecond))
+	c := newClient(t, rdb, dlock.WithTTL(600*time.Millisecond))
 	l, err := c.TryAcquire(ctx, "long")
 	if err != nil {
 		t.Fatal(err)
@@ -368,7 +368,7 @@ func TestHooks(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	var acquired, released []string
-	c := dlock.New(rdb, dlock.WithHooks(dlock.Hooks{
+	c := newClient(t, rdb, dlock.WithHooks(dlock.Hooks{
 		Acquired: func(name string, waited time.Duration) { acquired = append(acquired, name) },
 		Released: func(name string, held time.Duration) { released = append(released, name) },
 	}))
@@ -391,7 +391,7 @@ func TestLossSignalledWhenKeyDeleted(t *testing.T) {
 	ctx := t.Context()
 	var hooked error
 	lostHook := make(chan struct{})
-	c := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond), dlock.WithHooks(dlock.Hooks{
+	c := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond), dlock.WithHooks(dlock.Hooks{
 		Lost: func(_ string, err error) { hooked = err; close(lostHook) },
 	}))
 	l, err := c.TryAcquire(ctx, "stolen")
@@ -424,7 +424,7 @@ func TestLossSignalledBeforeServerExpiry(t *testing.T) {
 			const ttl = time.Second
 			// A wide drift margin: the check below must not depend on how
 			// promptly a loaded machine runs the expiry timer.
-			c := dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithDrift(250*time.Millisecond), dlock.WithAutoExtend(autoExtend))
+			c := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithDrift(250*time.Millisecond), dlock.WithAutoExtend(autoExtend))
 			start := time.Now()
 			l, err := c.TryAcquire(ctx, "frozen")
 			if err != nil {
@@ -452,7 +452,7 @@ func TestWrongTypeKey(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	rdb.HSet(ctx, "dlock:{typed}", "f", "v")
-	c := dlock.New(rdb)
+	c := newClient(t, rdb)
 	if _, err := c.TryAcquire(ctx, "typed"); !errors.Is(err, dlock.ErrWrongType) {
 		t.Errorf("TryAcquire on a hash key = %v, want ErrWrongType", err)
 	}
@@ -469,62 +469,122 @@ func TestWrongTypeKey(t *testing.T) {
 func TestInvalidInput(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	tests := []struct {
-		name string
-		opts []dlock.Option
-		lock string
-	}{
-		{"empty name", nil, ""},
-		{"oversized name", nil, strings.Repeat("n", dlock.MaxNameLen+1)},
-		{"zero TTL", []dlock.Option{dlock.WithTTL(0)}, "x"},
-		{"negative TTL", []dlock.Option{dlock.WithTTL(-time.Second)}, "x"},
-		{"negative drift", []dlock.Option{dlock.WithDrift(-time.Millisecond)}, "x"},
-		{"drift above TTL", []dlock.Option{dlock.WithTTL(time.Second), dlock.WithDrift(time.Second)}, "x"},
-		{"nil backoff", []dlock.Option{dlock.WithBackoff(nil)}, "x"},
-		{"brace in prefix", []dlock.Option{dlock.WithPrefix("a{")}, "x"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := dlock.New(rdb, tt.opts...)
-			if _, err := c.TryAcquire(ctx, tt.lock); !errors.Is(err, dlock.ErrInvalid) {
-				t.Errorf("TryAcquire = %v, want ErrInvalid", err)
-			}
-			if _, err := c.Acquire(ctx, tt.lock); !errors.Is(err, dlock.ErrInvalid) {
-				t.Errorf("Acquire = %v, want ErrInvalid", err)
-			}
-			if err := c.Do(ctx, tt.lock, func(context.Context) error { return nil }); !errors.Is(err, dlock.ErrInvalid) {
-				t.Errorf("Do = %v, want ErrInvalid", err)
-			}
-		})
+	c := newClient(t, rdb)
+	for name, lock := range map[string]string{"empty name": "", "oversized name": strings.Repeat("n", dlock.MaxNameLen+1)} {
+		if _, err := c.TryAcquire(ctx, lock); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: TryAcquire = %v, want ErrInvalid", name, err)
+		}
+		if _, err := c.Acquire(ctx, lock); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: Acquire = %v, want ErrInvalid", name, err)
+		}
+		if err := c.Do(ctx, lock, func(context.Context, *dlock.Lock) error { return nil }); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: Do = %v, want ErrInvalid", name, err)
+		}
 	}
 	if n := rdb.DBSize(ctx).Val(); n != 0 {
 		t.Errorf("DBSIZE after invalid calls = %d, want 0", n)
 	}
-	for name, c := range map[string]*dlock.Client{
-		"New(nil)":               dlock.New(nil),
-		"NewRedlock(nil)":        dlock.NewRedlock(nil),
-		"NewRedlock(a nil node)": dlock.NewRedlock([]redis.UniversalClient{rdb, nil, rdb}),
-		"NewRedlock(reentrant)":  dlock.NewRedlock([]redis.UniversalClient{rdb}, dlock.WithReentrant(true)),
-		"NewRedlock(replicaAck)": dlock.NewRedlock([]redis.UniversalClient{rdb}, dlock.WithReplicaAck(1, time.Second)),
-	} {
-		if _, err := c.TryAcquire(ctx, "x"); !errors.Is(err, dlock.ErrInvalid) {
-			t.Errorf("%s: TryAcquire = %v, want ErrInvalid", name, err)
-		}
-	}
-	if l, err := dlock.New(rdb).TryAcquire(ctx, strings.Repeat("n", dlock.MaxNameLen)); err != nil {
+	if l, err := c.TryAcquire(ctx, strings.Repeat("n", dlock.MaxNameLen)); err != nil {
 		t.Errorf("TryAcquire with a name of MaxNameLen bytes = %v, want nil", err)
 	} else {
 		l.Release(ctx)
 	}
 
-	l, err := dlock.New(rdb).TryAcquire(ctx, "ttl")
+	l, err := c.TryAcquire(ctx, "ttl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	for _, ttl := range []time.Duration{0, -time.Second} {
+	for _, ttl := range []time.Duration{0, -time.Second, 10 * time.Millisecond} {
 		if err := l.Extend(ctx, ttl); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("Extend(%v) = %v, want ErrInvalid", ttl, err)
+		}
+	}
+}
+
+// New and NewRedlock refuse, naming it, every invalid option and every
+// option that does not apply to the Client they make; a Client that exists
+// is valid.
+func TestInvalidOptions(t *testing.T) {
+	_, rdb := setup(t)
+	nodes := []redis.UniversalClient{rdb, rdb, rdb} // never dialled here
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { cluster.Close() })
+	slow := func(int) time.Duration { return time.Second }
+	newRL := func(opts ...dlock.Option) (*dlock.Client, error) { return dlock.NewRedlock(nodes, opts...) }
+	newC := func(opts ...dlock.Option) (*dlock.Client, error) { return dlock.New(rdb, opts...) }
+	tests := []struct {
+		name string
+		new  func(...dlock.Option) (*dlock.Client, error)
+		opts []dlock.Option
+		want string // the option the message names, once
+	}{
+		{"zero TTL", newC, []dlock.Option{dlock.WithTTL(0)}, "WithTTL(0s)"},
+		{"negative TTL", newC, []dlock.Option{dlock.WithTTL(-time.Second)}, "WithTTL(-1s)"},
+		{"TTL below MinTTL", newC, []dlock.Option{dlock.WithTTL(10 * time.Millisecond)}, "WithTTL(10ms)"},
+		{"negative drift", newC, []dlock.Option{dlock.WithDrift(-time.Millisecond)}, "WithDrift(-1ms)"},
+		{"drift above TTL", newC, []dlock.Option{dlock.WithTTL(time.Second), dlock.WithDrift(time.Second)}, "WithDrift(1s)"},
+		{"nil backoff", newC, []dlock.Option{dlock.WithFair(false), dlock.WithBackoff(nil)}, "WithBackoff(nil)"},
+		{"brace in prefix", newC, []dlock.Option{dlock.WithPrefix("a{")}, `WithPrefix("a{")`},
+		{"negative replicas", newC, []dlock.Option{dlock.WithReplicaAck(-1, time.Second)}, "WithReplicaAck(-1, 1s)"},
+		{"no ack timeout", newC, []dlock.Option{dlock.WithReplicaAck(1, 0)}, "WithReplicaAck(1, 0s)"},
+		{"nil option", newC, []dlock.Option{dlock.WithTTL(time.Second), nil}, "option 2"},
+		{"node timeout on New", newC, []dlock.Option{dlock.WithNodeTimeout(time.Second)}, "WithNodeTimeout(1s)"},
+		{"reentrant and fair", newC, []dlock.Option{dlock.WithReentrant(true), dlock.WithFair(true)}, "WithFair(true)"},
+		{"backoff, fair by default", newC, []dlock.Option{dlock.WithBackoff(slow)}, "WithBackoff"},
+		{"backoff and fair", newC, []dlock.Option{dlock.WithFair(true), dlock.WithBackoff(slow)}, "WithBackoff"},
+		{"replica ack on a Cluster", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.New(cluster, o...) },
+			[]dlock.Option{dlock.WithReplicaAck(1, time.Second)}, "WithReplicaAck(1, 1s)"},
+		{"zero node timeout", newRL, []dlock.Option{dlock.WithNodeTimeout(0)}, "WithNodeTimeout(0s)"},
+		{"quorum: TTL below MinTTL", newRL, []dlock.Option{dlock.WithTTL(time.Millisecond)}, "WithTTL(1ms)"},
+		{"quorum: reentrant", newRL, []dlock.Option{dlock.WithReentrant(true)}, "WithReentrant(true)"},
+		{"quorum: fair", newRL, []dlock.Option{dlock.WithFair(true)}, "WithFair(true)"},
+		{"quorum: replica ack", newRL, []dlock.Option{dlock.WithReplicaAck(1, time.Second)}, "WithReplicaAck(1, 1s)"},
+		{"quorum: sharded pub/sub", newRL, []dlock.Option{dlock.WithShardedPubSub(true)}, "WithShardedPubSub(true)"},
+		{"quorum: pipelining", newRL, []dlock.Option{dlock.WithPipelining(true)}, "WithPipelining(true)"},
+		{"New(nil)", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.New(nil, o...) }, nil, "New"},
+		{"NewRedlock(nil)", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.NewRedlock(nil, o...) }, nil, "NewRedlock"},
+		{"NewRedlock(a nil node)", func(o ...dlock.Option) (*dlock.Client, error) {
+			return dlock.NewRedlock([]redis.UniversalClient{rdb, nil, rdb}, o...)
+		}, nil, "NewRedlock"},
+	}
+	for _, tt := range tests {
+		c, err := tt.new(tt.opts...)
+		if c != nil || !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: = %v, %v; want no Client and ErrInvalid", tt.name, c, err)
+			continue
+		}
+		if msg := err.Error(); strings.Count(msg, tt.want) != 1 || prefixes(msg) != 1 || strings.Contains(msg, "\n") {
+			t.Errorf("%s: error %q, want one line naming %s once, with one dlock: prefix", tt.name, msg, tt.want)
+		}
+	}
+	if _, err := dlock.New(rdb, dlock.WithTTL(10*time.Millisecond)); err == nil ||
+		err.Error() != "dlock: invalid argument: WithTTL(10ms): the TTL must be at least 30ms" {
+		t.Errorf("New(WithTTL(10ms)) = %v", err)
+	}
+
+	// Options that turn off what a Client does not do anyway, and a
+	// backoff for Clients that wait unfairly, are fine.
+	for name, new := range map[string]func() (*dlock.Client, error){
+		"backoff, unfair": func() (*dlock.Client, error) { return dlock.New(rdb, dlock.WithFair(false), dlock.WithBackoff(slow)) },
+		"backoff, reentrant": func() (*dlock.Client, error) {
+			return dlock.New(rdb, dlock.WithReentrant(true), dlock.WithBackoff(slow))
+		},
+		"reentrant, not fair": func() (*dlock.Client, error) {
+			return dlock.New(rdb, dlock.WithFair(false), dlock.WithReentrant(true))
+		},
+		"reentrant, fair by default": func() (*dlock.Client, error) { return dlock.New(rdb, dlock.WithReentrant(true)) },
+		"no replica ack on a Cluster": func() (*dlock.Client, error) {
+			return dlock.New(cluster, dlock.WithReplicaAck(0, 0), dlock.WithShardedPubSub(false))
+		},
+		"quorum: backoff, features off": func() (*dlock.Client, error) {
+			return dlock.NewRedlock(nodes, dlock.WithBackoff(slow), dlock.WithFair(false), dlock.WithReentrant(false),
+				dlock.WithPipelining(false), dlock.WithShardedPubSub(false), dlock.WithReplicaAck(0, 0),
+				dlock.WithNodeTimeout(time.Second))
+		},
+	} {
+		if c, err := new(); c == nil || err != nil {
+			t.Errorf("%s: = %v, %v; want a Client", name, c, err)
 		}
 	}
 }
@@ -532,7 +592,7 @@ func TestInvalidInput(t *testing.T) {
 func TestRedisDown(t *testing.T) {
 	s, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb)
+	c := newClient(t, rdb)
 	l, err := c.TryAcquire(ctx, "down")
 	if err != nil {
 		t.Fatal(err)
@@ -566,16 +626,110 @@ func TestRedisDown(t *testing.T) {
 	}
 }
 
+// Errors read once: one "dlock:" prefix, the lock's name once, the cause
+// last; and they still match the sentinel errors.
+func TestErrorsReadOnce(t *testing.T) {
+	s, _ := setup(t)
+	opts := s.Options()
+	opts.MaxRetries = -1 // (fail fast once the server is dead)
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	const name = "the-lock"
+	once := func(what string, err error, is ...error) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s = nil, want an error", what)
+			return
+		}
+		msg := err.Error()
+		if prefixes(msg) != 1 || strings.Count(msg, name) != 1 || !strings.HasPrefix(msg, "dlock: ") {
+			t.Errorf("%s = %q, want one dlock: prefix, first, and the name once", what, msg)
+		}
+		for _, target := range is {
+			if !errors.Is(err, target) {
+				t.Errorf("%s = %q, want it to match %v", what, msg, target)
+			}
+		}
+	}
+
+	c := newClient(t, rdb, dlock.WithFair(false))
+	rdb.HSet(ctx, "dlock:{"+name+"}", "f", "v")
+	_, err := c.TryAcquire(ctx, name)
+	once("TryAcquire on a foreign key", err, dlock.ErrWrongType)
+	_, err = c.ForceRelease(ctx, name)
+	once("ForceRelease of a foreign key", err, dlock.ErrWrongType)
+	rdb.Del(ctx, "dlock:{"+name+"}")
+
+	holder, err := newClient(t, rdb).TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.TryAcquire(ctx, name)
+	once("TryAcquire of a held lock", err, dlock.ErrNotAcquired)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = c.Acquire(short, name)
+	cancel()
+	once("Acquire of a held lock, given up", err, dlock.ErrNotAcquired, context.DeadlineExceeded)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	l, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	_, err = c.TryAcquire(ctx, name)
+	once("TryAcquire against a dead server", err)
+	if !strings.Contains(err.Error(), `dlock: acquire "`+name+`": `) {
+		t.Errorf("TryAcquire against a dead server = %q, want it to start with the operation and the name", err)
+	}
+	_, err = c.Acquire(ctx, name)
+	once("Acquire against a dead server", err)
+	short, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = c.Acquire(short, name)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) { // the dial may outlast the wait, or not
+		once("Acquire against a dead server", err)
+	} else {
+		once("Acquire against a dead server, given up", err, dlock.ErrNotAcquired)
+	}
+	once("Extend against a dead server", l.Extend(ctx, time.Second))
+	once("Release against a dead server", l.Release(ctx))
+	_, err = c.Inspect(ctx, name)
+	once("Inspect against a dead server", err)
+	_, err = c.ForceRelease(ctx, name)
+	once("ForceRelease against a dead server", err)
+
+	// Over a quorum, the nodes' errors are listed after the tally.
+	srvs, nodes := startQuorum(t, 3)
+	for _, n := range srvs {
+		n.Kill()
+	}
+	_, err = newRedlock(t, nodes).TryAcquire(ctx, name)
+	once("quorum TryAcquire against dead nodes", err, dlock.ErrNotAcquired)
+	if qe, ok := errors.AsType[*dlock.QuorumError](err); !ok || qe.Op != "acquire" {
+		t.Errorf("quorum TryAcquire against dead nodes = %v, want a QuorumError", err)
+	}
+}
+
+// prefixes counts the "dlock:" prefixes in an error's text (not the end
+// of "NewRedlock:").
+func prefixes(msg string) int {
+	return strings.Count(msg, "dlock:") - strings.Count(msg, "Redlock:")
+}
+
 func TestAcquireCancelledWhileWaiting(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	holder, err := dlock.New(rdb).TryAcquire(ctx, "busy")
+	holder, err := newClient(t, rdb).TryAcquire(ctx, "busy")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer holder.Release(ctx)
 
-	c := dlock.New(rdb)
+	c := newClient(t, rdb)
 	wctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() {
@@ -629,11 +783,15 @@ func TestWaiterWokenByRelease(t *testing.T) {
 func testWaiterWoken(t *testing.T, fair bool) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	holder, err := dlock.New(rdb, dlock.WithTTL(time.Minute), dlock.WithFair(fair)).TryAcquire(ctx, "wake")
+	holder, err := newClient(t, rdb, dlock.WithTTL(time.Minute), dlock.WithFair(fair)).TryAcquire(ctx, "wake")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := dlock.New(rdb, dlock.WithTTL(time.Minute), dlock.WithFair(fair), dlock.WithBackoff(func(int) time.Duration { return time.Hour }))
+	opts := []dlock.Option{dlock.WithTTL(time.Minute), dlock.WithFair(fair)}
+	if !fair { // (a fair waiter never backs off: it sleeps 20s, a third of its queue entry's life)
+		opts = append(opts, dlock.WithBackoff(func(int) time.Duration { return time.Hour }))
+	}
+	c := newClient(t, rdb, opts...)
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	got := make(chan error, 1)
@@ -659,13 +817,12 @@ func testWaiterWoken(t *testing.T, fair bool) {
 func TestDo(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	c := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond))
 
 	var fence int64
-	err := c.Do(ctx, "do", func(ctx context.Context) error {
-		l := dlock.LockFromContext(ctx)
-		if l == nil {
-			return errors.New("LockFromContext = nil inside Do")
+	err := c.Do(ctx, "do", func(ctx context.Context, l *dlock.Lock) error {
+		if l == nil || l.Name() != "do" || l.Err() != nil {
+			return fmt.Errorf("Do gave fn the Lock %v, want the held lock", l)
 		}
 		fence = l.Fence()
 		if got := rdb.Get(ctx, l.Key()).Val(); got != l.Token() {
@@ -681,13 +838,13 @@ func TestDo(t *testing.T) {
 	}
 
 	errBoom := errors.New("boom")
-	if err := c.Do(ctx, "do", func(context.Context) error { return errBoom }); err != errBoom {
+	if err := c.Do(ctx, "do", func(context.Context, *dlock.Lock) error { return errBoom }); err != errBoom {
 		t.Errorf("Do with failing fn = %v, want fn's error", err)
 	}
 
 	// Losing the lock cancels fn's context with cause ErrNotHeld.
-	err = c.Do(ctx, "do", func(ctx context.Context) error {
-		rdb.Del(ctx, dlock.LockFromContext(ctx).Key())
+	err = c.Do(ctx, "do", func(ctx context.Context, l *dlock.Lock) error {
+		rdb.Del(ctx, l.Key())
 		select {
 		case <-ctx.Done():
 			if cause := context.Cause(ctx); !errors.Is(cause, dlock.ErrNotHeld) {
@@ -718,7 +875,7 @@ func TestDroppedConnectionMidAcquire(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: retries})
 			t.Cleanup(func() { rdb.Close() })
 			ctx := t.Context()
-			c := dlock.New(rdb, dlock.WithAutoExtend(false))
+			c := newClient(t, rdb, dlock.WithAutoExtend(false))
 			// Load the scripts and pool a connection through the proxy.
 			if l, err := c.TryAcquire(ctx, "warm-up"); err != nil {
 				t.Fatal(err)

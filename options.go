@@ -46,8 +46,12 @@ type options struct {
 	nodeTimeout time.Duration // quorum only; 0: derived from the TTL
 	replicas    int
 	ackTimeout  time.Duration
-	sharded     int   // 0: auto (a Cluster client uses sharded pub/sub), 1 on, -1 off
-	err         error // the first invalid option, returned by every call
+	sharded     int // 0: auto (a Cluster client uses sharded pub/sub), 1 on, -1 off
+
+	// Which options were given, for those that apply only with others.
+	fairSet, backoffSet, pipeliningSet, nodeTimeoutSet bool
+
+	err error // the first invalid option: New and NewRedlock return it
 }
 
 func defaultOptions() options {
@@ -62,26 +66,45 @@ func defaultOptions() options {
 	}
 }
 
+// invalid records an invalid option, unless one was recorded before. The
+// message starts with the option, as the caller wrote it.
 func (o *options) invalid(format string, args ...any) {
 	if o.err == nil {
 		o.err = fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 	}
 }
 
-// WithTTL sets the lease time of each acquisition. It must be positive; the
-// default is DefaultTTL (10s). A TTL below 30ms leaves too little room for a
-// round trip and is refused too.
+// apply returns the defaults with opts applied, in order.
+func apply(opts []Option) options {
+	o := defaultOptions()
+	for i, opt := range opts {
+		if opt == nil {
+			o.invalid("option %d is nil", i+1)
+			continue
+		}
+		opt(&o)
+	}
+	if d := o.driftFor(o.ttl); d >= o.ttl {
+		o.invalid("WithDrift(%v): the drift must be below the TTL (%v)", d, o.ttl)
+	}
+	return o
+}
+
+// WithTTL sets the lease time of each acquisition; the default is
+// DefaultTTL (10s). A TTL below MinTTL leaves too little room for a round
+// trip: New and NewRedlock refuse it (ErrInvalid).
 func WithTTL(ttl time.Duration) Option {
 	return func(o *options) {
-		if ttl < minTTL {
-			o.invalid("WithTTL(%v): ttl must be at least %v", ttl, minTTL)
+		if ttl < MinTTL {
+			o.invalid("WithTTL(%v): the TTL must be at least %v", ttl, MinTTL)
 			return
 		}
 		o.ttl = ttl
 	}
 }
 
-const minTTL = 30 * time.Millisecond
+// MinTTL is the shortest lease time accepted, by WithTTL and Lock.Extend.
+const MinTTL = 30 * time.Millisecond
 
 // WithAutoExtend turns the watchdog on or off. When on (the default), every
 // held Lock extends its lease every TTL/3 until it is released or lost. When
@@ -107,14 +130,23 @@ func WithPrefix(prefix string) Option {
 
 // WithBackoff sets how long Acquire sleeps between attempts when no release
 // message wakes it. The default is ExponentialBackoff(10ms, 1s). A sleep is
-// also cut short when the holder's lease is due to run out.
+// also cut short when the holder's lease is due to run out. A duration of
+// zero or less from b is taken as DefaultMinBackoff, so that a waiter never
+// polls Redis in a tight loop.
+//
+// Only unfair waiters back off: those of WithFair(false), of a reentrant
+// Client (WithReentrant) and of a quorum (NewRedlock). Fair waiters, the
+// default, are woken by the release that hands them the lock and never
+// back off, so New refuses WithBackoff (ErrInvalid) unless the Client waits
+// unfairly: with fair waiting on, whether by default or by WithFair(true),
+// pass WithFair(false) to wait with a backoff.
 func WithBackoff(b Backoff) Option {
 	return func(o *options) {
 		if b == nil {
-			o.invalid("WithBackoff(nil)")
+			o.invalid("WithBackoff(nil): the backoff must not be nil")
 			return
 		}
-		o.backoff = b
+		o.backoff, o.backoffSet = b, true
 	}
 }
 
@@ -122,11 +154,11 @@ func WithBackoff(b Backoff) Option {
 // difference between the client's and the server's clock rates and the
 // server's expiry precision: a lease acquired at t is treated as valid until
 // t + TTL − drift. The default is TTL/100 + 2ms. It must be non-negative and
-// below the TTL.
+// below the TTL (ErrInvalid from New and NewRedlock).
 func WithDrift(d time.Duration) Option {
 	return func(o *options) {
 		if d < 0 {
-			o.invalid("WithDrift(%v): drift must not be negative", d)
+			o.invalid("WithDrift(%v): the drift must not be negative", d)
 			return
 		}
 		o.drift = d
@@ -143,16 +175,22 @@ func WithDrift(d time.Duration) Option {
 // first: slightly cheaper when uncontended (a simpler script), but under
 // contention one goroutine can take the lock again and again while others
 // starve, and waiters poll on their backoff. The README shows the figures.
+//
+// Reentrant locks (WithReentrant) and a quorum (NewRedlock) always wait
+// unfairly: WithFair(true) with either is refused (ErrInvalid), while the
+// default needs no WithFair(false).
 func WithFair(on bool) Option {
-	return func(o *options) { o.fair = on }
+	return func(o *options) { o.fair, o.fairSet = on, true }
 }
 
 // WithPipelining turns on or off the sharing of round trips: lock
 // operations that goroutines of one Client issue while another is in flight
 // are sent together as one pipeline. It is on by default: a lone call is sent
-// at once, so it costs nothing when there is no concurrency.
+// at once, so it costs nothing when there is no concurrency. A quorum
+// (NewRedlock) does not pipeline; WithPipelining(true) is refused there
+// (ErrInvalid).
 func WithPipelining(on bool) Option {
-	return func(o *options) { o.pipelining = on }
+	return func(o *options) { o.pipelining, o.pipeliningSet = on, true }
 }
 
 // WithReentrant makes the Client's locks reentrant: an owner that already
@@ -165,8 +203,9 @@ func WithPipelining(on bool) Option {
 //
 // A reentrant lock is a hash of owner -> hold count at "dlock:{N}"; a plain
 // lock is a string. Use one kind per name: the other kind fails with
-// ErrWrongType. Reentrant locks wait as in unfair mode (WithFair is ignored).
-// The default is off.
+// ErrWrongType. Reentrant locks wait as in unfair mode: New refuses
+// WithFair(true) with WithReentrant(true) (ErrInvalid), and NewRedlock
+// refuses WithReentrant(true). The default is off.
 func WithReentrant(on bool) Option {
 	return func(o *options) { o.reentrant = on }
 }
@@ -184,7 +223,8 @@ func WithReentrant(on bool) Option {
 // promoted, and an acknowledged write can still be lost if the promoted
 // replica restarts without persistence. Keep timeout well under the
 // client's read timeout (3s by default). Not available on a Cluster client
-// or a quorum (ErrInvalid). The default is no acknowledgement.
+// or a quorum: New and NewRedlock refuse it there (ErrInvalid), for n > 0.
+// The default is no acknowledgement (n = 0).
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(o *options) {
 		if n < 0 || (n > 0 && timeout <= 0) {
@@ -199,7 +239,8 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 // (SPUBLISH/SSUBSCRIBE, Redis 7 and later), which keeps a lock's messages on
 // the cluster node that owns its keys, or with plain PUBLISH, which a
 // Cluster broadcasts to every node. The default is sharded for a
-// *redis.ClusterClient and plain otherwise.
+// *redis.ClusterClient and plain otherwise. A quorum (NewRedlock) uses
+// plain PUBLISH; WithShardedPubSub(true) is refused there (ErrInvalid).
 func WithShardedPubSub(on bool) Option {
 	return func(o *options) {
 		o.sharded = -1

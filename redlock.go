@@ -40,28 +40,39 @@ import (
 // shares a node with this one, issues a higher one.
 //
 // Fair waiting and reentrant locks are not available over a quorum: the
-// Client waits unfairly, and WithReentrant is refused (ErrInvalid).
-func NewRedlock(nodes []redis.UniversalClient, opts ...Option) *Client {
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	o.fair = false
+// Client waits unfairly (with the backoff of WithBackoff).
+//
+// NewRedlock checks its arguments, and a Client it returns is valid: no
+// nodes, a nil node, an invalid option, and an option that does not apply
+// to a quorum are reported here, with an error that wraps ErrInvalid and
+// names the option. Options that do not apply: WithReentrant(true),
+// WithFair(true), WithReplicaAck with n > 0, WithShardedPubSub(true) and
+// WithPipelining(true).
+func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	switch {
 	case len(nodes) == 0:
-		o.invalid("NewRedlock: no nodes")
+		return nil, fmt.Errorf("%w: NewRedlock: no nodes", ErrInvalid)
 	case slices.Contains(nodes, nil):
-		o.invalid("NewRedlock: a nil node")
+		return nil, fmt.Errorf("%w: NewRedlock: node %d is nil", ErrInvalid, slices.Index(nodes, nil))
+	}
+	o := apply(opts)
+	switch {
+	case o.err != nil:
 	case o.reentrant:
-		o.invalid("NewRedlock: reentrant locks are not available over a quorum")
+		o.invalid("WithReentrant(true): reentrant locks are not available over a quorum")
+	case o.fairSet && o.fair:
+		o.invalid("WithFair(true): a quorum waits unfairly")
 	case o.replicas > 0:
-		o.invalid("NewRedlock: WithReplicaAck does not apply to a quorum of independent masters")
-	case o.nodeTimeout < 0:
-		o.invalid("WithNodeTimeout(%v): must be positive", o.nodeTimeout)
+		o.invalid("WithReplicaAck(%d, %v): does not apply to a quorum of independent masters", o.replicas, o.ackTimeout)
+	case o.sharded > 0:
+		o.invalid("WithShardedPubSub(true): a quorum announces releases with plain PUBLISH")
+	case o.pipeliningSet && o.pipelining:
+		o.invalid("WithPipelining(true): a quorum does not pipeline its calls")
 	}
-	if d := o.driftFor(o.ttl); d >= o.ttl {
-		o.invalid("WithDrift(%v): drift must be below the TTL (%v)", d, o.ttl)
+	if o.err != nil {
+		return nil, o.err
 	}
+	o.fair, o.pipelining = false, false
 	if o.nodeTimeout == 0 {
 		o.nodeTimeout = max(o.ttl/50, 5*time.Millisecond)
 	}
@@ -71,28 +82,27 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) *Client {
 		q.nodes = append(q.nodes, node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH", ttl: o.ttl, ttlA: o.ttl.Milliseconds()})
 		hubs = append(hubs, newHub(rdb))
 	}
-	c := &Client{b: q, hubs: hubs, opts: o, id: newToken()[:11]}
-	if len(nodes) > 0 {
-		c.rdb = nodes[0]
-	}
-	return c
+	return &Client{rdb: nodes[0], b: q, hubs: hubs, opts: o, id: newToken()[:11]}, nil
 }
 
 // WithNodeTimeout sets how long a quorum Client (NewRedlock) waits for each
 // node's answer. The default is TTL/50 (200ms for the default TTL), at least
-// 5ms. It has no effect on New.
+// 5ms. It must be positive. It applies to NewRedlock only: New refuses it
+// (ErrInvalid).
 func WithNodeTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
-			o.nodeTimeout = -1
+			o.invalid("WithNodeTimeout(%v): the timeout must be positive", d)
 			return
 		}
-		o.nodeTimeout = d
+		o.nodeTimeout, o.nodeTimeoutSet = d, true
 	}
 }
 
 // QuorumError reports an operation that did not reach a majority of nodes.
 // It matches ErrNotAcquired with errors.Is, and unwraps to the nodes' errors.
+// Its text is the tally and the nodes' errors; the error that carries it
+// names the operation and the lock.
 type QuorumError struct {
 	Op    string  // "acquire", "extend" or "release"
 	Held  int     // nodes that granted the operation
@@ -102,7 +112,7 @@ type QuorumError struct {
 
 func (e *QuorumError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "dlock: %s: %d of %d nodes granted, %d needed", e.Op, e.Held, len(e.Nodes), e.Need)
+	fmt.Fprintf(&b, "%d of %d nodes granted, %d needed", e.Held, len(e.Nodes), e.Need)
 	for i, err := range e.Nodes {
 		if err != nil {
 			fmt.Fprintf(&b, "; node %d: %v", i, err)
@@ -351,7 +361,7 @@ func (q *quorum) inspect(ctx context.Context, k *keys) (Info, error) {
 		}
 	}
 	if answered < q.need() {
-		return Info{}, fmt.Errorf("dlock: inspect: %d of %d nodes answered, %d needed", answered, len(q.nodes), q.need())
+		return Info{}, fmt.Errorf("%d of %d nodes answered, %d needed", answered, len(q.nodes), q.need())
 	}
 	out.Type = "none"
 	for token, n := range votes {

@@ -47,7 +47,7 @@ func keysOn(ctx context.Context, srvs []*redistest.Server, key string) int {
 func TestRedlockSurvivesMinorityLoss(t *testing.T) {
 	srvs, nodes := startQuorum(t, 5)
 	ctx := t.Context()
-	c := dlock.NewRedlock(nodes, dlock.WithTTL(2*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
+	c := newRedlock(t, nodes, dlock.WithTTL(2*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
 	srvs[0].Kill()
 	srvs[3].Kill()
 
@@ -96,7 +96,7 @@ func TestRedlockSurvivesMinorityLoss(t *testing.T) {
 func TestRedlockFrozenNodeCostsNodeTimeout(t *testing.T) {
 	srvs, nodes := startQuorum(t, 5)
 	ctx := t.Context()
-	c := dlock.NewRedlock(nodes, dlock.WithTTL(10*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
+	c := newRedlock(t, nodes, dlock.WithTTL(10*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
 	for _, n := range nodes { // open the connections while everyone answers
 		n.Ping(ctx)
 	}
@@ -122,7 +122,7 @@ func TestRedlockHolderLosingMajoritySignalled(t *testing.T) {
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
 	const ttl = time.Second
-	c := dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(50*time.Millisecond),
+	c := newRedlock(t, nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(50*time.Millisecond),
 		dlock.WithDrift(250*time.Millisecond)) // room for a loaded machine's timer delays
 	start := time.Now()
 	l, err := c.TryAcquire(ctx, "maj")
@@ -146,7 +146,7 @@ func TestRedlockHolderLosingMajoritySignalled(t *testing.T) {
 func TestRedlockFencesIncreaseThroughFailures(t *testing.T) {
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
-	c := dlock.NewRedlock(nodes, dlock.WithTTL(2*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
+	c := newRedlock(t, nodes, dlock.WithTTL(2*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
 	var last int64
 	take := func(step string) {
 		t.Helper()
@@ -208,7 +208,7 @@ func TestRedlockMutualExclusion(t *testing.T) {
 	for range procs {
 		helpers = append(helpers, startHelper(t, resource, "contend", name, ttl, procRounds, "DLOCK_QUORUM="+strings.Join(addrs, ",")))
 	}
-	c := dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(200*time.Millisecond))
+	c := newRedlock(t, nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(200*time.Millisecond))
 	var inside atomic.Int32
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)

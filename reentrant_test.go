@@ -12,7 +12,7 @@ import (
 
 func TestReentrantHoldsCount(t *testing.T) {
 	_, rdb := setup(t)
-	c := dlock.New(rdb, dlock.WithReentrant(true))
+	c := newClient(t, rdb, dlock.WithReentrant(true))
 	ctx := dlock.WithOwner(t.Context(), "job-7")
 	var holds []*dlock.Lock
 	for i := range 3 {
@@ -34,7 +34,7 @@ func TestReentrantHoldsCount(t *testing.T) {
 			t.Errorf("hold %d: Token() = %q, want the owner's id %q", i+1, l.Token(), info.Owners[0].ID)
 		}
 	}
-	other := dlock.New(rdb, dlock.WithReentrant(true))
+	other := newClient(t, rdb, dlock.WithReentrant(true))
 	for i, l := range holds {
 		if _, err := other.TryAcquire(dlock.WithOwner(t.Context(), "job-7"), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Errorf("another Client with the same owner string, %d holds left: %v, want ErrNotAcquired", 3-i, err)
@@ -60,7 +60,7 @@ func TestReentrantHoldsCount(t *testing.T) {
 func TestReentrantNonOwnerReleaseRefused(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := dlock.New(rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
 	b, err := c.TryAcquire(dlock.WithOwner(ctx, "b"), "re")
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestReentrantNonOwnerReleaseRefused(t *testing.T) {
 
 func TestReentrantHoldLostBehindItsBack(t *testing.T) {
 	_, rdb := setup(t)
-	c := dlock.New(rdb, dlock.WithReentrant(true))
+	c := newClient(t, rdb, dlock.WithReentrant(true))
 	ctx := dlock.WithOwner(t.Context(), "x")
 	h1, _ := c.TryAcquire(ctx, "re")
 	h2, err := c.TryAcquire(ctx, "re")
@@ -113,7 +113,7 @@ func TestReentrantHoldLostBehindItsBack(t *testing.T) {
 
 func TestReentrantExpiryDuringNestedHoldSignalsOuter(t *testing.T) {
 	_, rdb := setup(t)
-	c := dlock.New(rdb, dlock.WithReentrant(true), dlock.WithTTL(300*time.Millisecond))
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(300*time.Millisecond))
 	ctx := dlock.WithOwner(t.Context(), "x")
 	outer, err := c.TryAcquire(ctx, "re")
 	if err != nil {
@@ -137,14 +137,18 @@ func TestReentrantExpiryDuringNestedHoldSignalsOuter(t *testing.T) {
 
 func TestReentrantDoInsideDo(t *testing.T) {
 	_, rdb := setup(t)
-	c := dlock.New(rdb, dlock.WithReentrant(true))
+	c := newClient(t, rdb, dlock.WithReentrant(true))
 	ctx := t.Context()
-	err := c.Do(ctx, "re", func(ctx context.Context) error {
+	err := c.Do(ctx, "re", func(ctx context.Context, outer *dlock.Lock) error {
 		// Another flow (no owner carried over) must wait, not re-enter.
 		if _, err := c.TryAcquire(t.Context(), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Errorf("TryAcquire by another flow = %v, want ErrNotAcquired", err)
 		}
-		return c.Do(ctx, "re", func(ctx context.Context) error {
+		return c.Do(ctx, "re", func(ctx context.Context, inner *dlock.Lock) error {
+			if inner.Fence() != outer.Fence() || inner.Token() != outer.Token() {
+				t.Errorf("nested Do's Lock: fence %d, token %q; want the outer hold's, %d and %q",
+					inner.Fence(), inner.Token(), outer.Fence(), outer.Token())
+			}
 			info, _ := c.Inspect(ctx, "re")
 			if len(info.Owners) != 1 || info.Owners[0].Holds != 2 {
 				t.Errorf("inside nested Do: owners = %+v, want one with 2 holds", info.Owners)

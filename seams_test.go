@@ -21,7 +21,7 @@ import (
 // mode makes Clients of one kind over the same Redis deployment.
 type mode struct {
 	name string
-	new  func(opts ...dlock.Option) *dlock.Client
+	new  func(tb testing.TB, opts ...dlock.Option) *dlock.Client
 	ctx  func(context.Context) context.Context // the owner, for a reentrant Client
 }
 
@@ -31,14 +31,19 @@ func modes(t *testing.T, rdb redis.UniversalClient, quorum bool) []mode {
 	t.Helper()
 	plain := func(ctx context.Context) context.Context { return ctx }
 	ms := []mode{
-		{"plain", func(o ...dlock.Option) *dlock.Client { return dlock.New(rdb, append(o, dlock.WithFair(false))...) }, plain},
-		{"fair", func(o ...dlock.Option) *dlock.Client { return dlock.New(rdb, append(o, dlock.WithFair(true))...) }, plain},
-		{"reentrant", func(o ...dlock.Option) *dlock.Client { return dlock.New(rdb, append(o, dlock.WithReentrant(true))...) },
-			func(ctx context.Context) context.Context { return dlock.WithOwner(ctx, "owner-a") }},
+		{"plain", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
+			return newClient(tb, rdb, append(o, dlock.WithFair(false))...)
+		}, plain},
+		{"fair", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
+			return newClient(tb, rdb, append(o, dlock.WithFair(true))...)
+		}, plain},
+		{"reentrant", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
+			return newClient(tb, rdb, append(o, dlock.WithReentrant(true))...)
+		}, func(ctx context.Context) context.Context { return dlock.WithOwner(ctx, "owner-a") }},
 	}
 	if quorum {
 		_, nodes := startQuorum(t, 3)
-		ms = append(ms, mode{"quorum", func(o ...dlock.Option) *dlock.Client { return dlock.NewRedlock(nodes, o...) }, plain})
+		ms = append(ms, mode{"quorum", func(tb testing.TB, o ...dlock.Option) *dlock.Client { return newRedlock(tb, nodes, o...) }, plain})
 	}
 	return ms
 }
@@ -53,7 +58,7 @@ func TestExtendToShorterTTLBringsValidityForward(t *testing.T) {
 			ctx := m.ctx(t.Context())
 			name := "shorter-" + m.name
 			for _, watchdog := range []bool{false, true} {
-				l, err := m.new(dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(watchdog)).TryAcquire(ctx, name)
+				l, err := m.new(t, dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(watchdog)).TryAcquire(ctx, name)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -64,7 +69,7 @@ func TestExtendToShorterTTLBringsValidityForward(t *testing.T) {
 					t.Errorf("watchdog %v: ValidUntil %v away after Extend(300ms), want at most 300ms", watchdog, left)
 				}
 				time.Sleep(700 * time.Millisecond)
-				other, err := m.new().TryAcquire(t.Context(), name)
+				other, err := m.new(t).TryAcquire(t.Context(), name)
 				if watchdog {
 					if err == nil {
 						other.Release(t.Context())
@@ -93,7 +98,7 @@ func TestExtendToShorterTTLBringsValidityForward(t *testing.T) {
 // lock again) must not release the newer hold.
 func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
 	_, rdb := setup(t)
-	c := dlock.New(rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
 	ctx := dlock.WithOwner(t.Context(), "a")
 	stale, err := c.TryAcquire(ctx, "re")
 	if err != nil {
@@ -120,7 +125,7 @@ func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
 // outer hold was promised.
 func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
 	_, rdb := setup(t)
-	c := dlock.New(rdb, dlock.WithReentrant(true), dlock.WithTTL(time.Second), dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(time.Second), dlock.WithAutoExtend(false))
 	ctx := dlock.WithOwner(t.Context(), "a")
 	outer, err := c.TryAcquire(ctx, "re")
 	if err != nil {
@@ -156,7 +161,7 @@ func TestRedlockLostMajorityIsReported(t *testing.T) {
 	for _, watchdog := range []bool{false, true} {
 		srvs, nodes := startQuorum(t, 3)
 		ctx := t.Context()
-		a := dlock.NewRedlock(nodes, dlock.WithTTL(3*time.Second), dlock.WithAutoExtend(watchdog))
+		a := newRedlock(t, nodes, dlock.WithTTL(3*time.Second), dlock.WithAutoExtend(watchdog))
 		l, err := a.TryAcquire(ctx, "q")
 		if err != nil {
 			t.Fatal(err)
@@ -164,7 +169,7 @@ func TestRedlockLostMajorityIsReported(t *testing.T) {
 		srvs[0].Restart() // back at once and empty: what Redlock forbids
 		srvs[1].Restart()
 		waitFor(5*time.Second, func() bool { return nodes[0].Ping(ctx).Err() == nil && nodes[1].Ping(ctx).Err() == nil })
-		b, err := dlock.NewRedlock(nodes, dlock.WithTTL(3*time.Second)).TryAcquire(ctx, "q")
+		b, err := newRedlock(t, nodes, dlock.WithTTL(3*time.Second)).TryAcquire(ctx, "q")
 		if err != nil {
 			t.Fatalf("watchdog %v: second client's TryAcquire = %v, want a majority", watchdog, err)
 		}
@@ -184,7 +189,7 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
 		t.Run(m.name, func(t *testing.T) {
-			c := m.new()
+			c := m.new(t)
 			name := "panic-" + m.name
 			func() {
 				defer func() {
@@ -192,9 +197,9 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 						t.Errorf("recovered %v, want the fn's panic", r)
 					}
 				}()
-				c.Do(m.ctx(t.Context()), name, func(context.Context) error { panic("boom") })
+				c.Do(m.ctx(t.Context()), name, func(context.Context, *dlock.Lock) error { panic("boom") })
 			}()
-			l, err := m.new().TryAcquire(t.Context(), name)
+			l, err := m.new(t).TryAcquire(t.Context(), name)
 			if err != nil {
 				t.Fatalf("TryAcquire right after Do's fn panicked = %v, want the lock (released)", err)
 			}
@@ -234,7 +239,7 @@ func TestDelayedAcquireAfterUndoTakesNothing(t *testing.T) {
 				time.Sleep(100 * time.Millisecond) // the acquire has crossed into the proxy
 				p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
 			}()
-			l, err := m.new(dlock.WithTTL(5*time.Second)).TryAcquire(m.ctx(t.Context()), name)
+			l, err := m.new(t, dlock.WithTTL(5*time.Second)).TryAcquire(m.ctx(t.Context()), name)
 			<-done
 			switch {
 			case retries < 0 && err == nil:
@@ -285,7 +290,7 @@ func TestReSentRequestsAreIdempotent(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			name := "resent-" + m.name
 			key := "dlock:{" + name + "}"
-			c := m.new(dlock.WithPipelining(false))
+			c := m.new(t, dlock.WithPipelining(false))
 			if warm, err := c.TryAcquire(m.ctx(t.Context()), name+"-warm"); err == nil { // the scripts are loaded
 				warm.Release(t.Context())
 			}
@@ -322,7 +327,7 @@ func TestForeignFenceKeyLeavesNothingBehind(t *testing.T) {
 	for _, m := range modes(t, rdb, false) {
 		name := "foreign-" + m.name
 		rdb.RPush(t.Context(), "dlock:{"+name+"}:fence", "not a counter")
-		if _, err := m.new().TryAcquire(m.ctx(t.Context()), name); !errors.Is(err, dlock.ErrWrongType) {
+		if _, err := m.new(t).TryAcquire(m.ctx(t.Context()), name); !errors.Is(err, dlock.ErrWrongType) {
 			t.Errorf("%s: TryAcquire with a list at the fence key = %v, want ErrWrongType", m.name, err)
 		}
 		if n := rdb.Exists(t.Context(), "dlock:{"+name+"}").Val(); n != 0 {
@@ -338,7 +343,7 @@ func TestForceReleaseRefusesForeignKey(t *testing.T) {
 	rdb.RPush(ctx, "dlock:{list}", "someone's data")
 	rdb.HSet(ctx, "dlock:{hash}", "field", "value")
 	for _, name := range []string{"list", "hash"} {
-		if _, err := dlock.New(rdb).ForceRelease(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+		if _, err := newClient(t, rdb).ForceRelease(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
 			t.Errorf("ForceRelease(%s) = %v, want ErrWrongType", name, err)
 		}
 		if n := rdb.Exists(ctx, "dlock:{"+name+"}").Val(); n != 1 {
@@ -355,7 +360,10 @@ func TestDoneContextTakesNothing(t *testing.T) {
 	cancel()
 	for _, m := range modes(t, rdb, true) {
 		for _, pipelining := range []bool{true, false} {
-			c := m.new(dlock.WithPipelining(pipelining))
+			if pipelining && m.name == "quorum" {
+				continue // a quorum does not pipeline
+			}
+			c := m.new(t, dlock.WithPipelining(pipelining))
 			name := "done-" + m.name
 			for op, call := range map[string]func(context.Context, string) (*dlock.Lock, error){
 				"TryAcquire": c.TryAcquire, "Acquire": c.Acquire,
@@ -382,7 +390,7 @@ func TestFrozenServerCallEndsAtDeadline(t *testing.T) {
 	opts.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { rdb.Close() })
-	holder, err := dlock.New(rdb).TryAcquire(t.Context(), "frozen")
+	holder, err := newClient(t, rdb).TryAcquire(t.Context(), "frozen")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +399,7 @@ func TestFrozenServerCallEndsAtDeadline(t *testing.T) {
 	defer s.Resume()
 	for _, pipelining := range []bool{true, false} {
 		for _, fair := range []bool{true, false} {
-			c := dlock.New(rdb, dlock.WithPipelining(pipelining), dlock.WithFair(fair))
+			c := newClient(t, rdb, dlock.WithPipelining(pipelining), dlock.WithFair(fair))
 			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 			start := time.Now()
 			_, err := c.Acquire(ctx, "frozen")

@@ -64,9 +64,20 @@ func openDlock(opts ...dlock.Option) func([]string) (func(string) handle, func()
 		for _, a := range addrs {
 			nodes = append(nodes, goRedis(a))
 		}
-		c := dlock.New(nodes[0], opts...)
+		var (
+			c   *dlock.Client
+			err error
+		)
 		if len(nodes) > 1 {
-			c = dlock.NewRedlock(nodes, opts...)
+			c, err = dlock.NewRedlock(nodes, opts...)
+		} else {
+			c, err = dlock.New(nodes[0], opts...)
+		}
+		if err != nil {
+			for _, n := range nodes {
+				n.Close()
+			}
+			return nil, nil, err
 		}
 		return func(name string) handle { return &dlockHandle{c: c, name: name} }, func() {
 			for _, n := range nodes {

@@ -82,6 +82,10 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlock demo: --chaos needs at least 2 schedulers")
 		return exitUsage
 	}
+	if err := checkTTL(cfg.ttl); err != nil {
+		fmt.Fprintf(stderr, "dlock demo: %v\n", err)
+		return exitUsage
+	}
 
 	urls := redisURLs(redisFlag)
 	switch len(urls) {

@@ -58,7 +58,11 @@ func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return report(stderr, err)
 	}
 	defer rdb.Close()
-	infos, err := dlock.New(rdb).List(ctx, fs.Arg(0))
+	c, err := dlock.New(rdb)
+	if err != nil {
+		return report(stderr, libError(err))
+	}
+	infos, err := c.List(ctx, fs.Arg(0))
 	if err != nil {
 		return report(stderr, libError(err))
 	}

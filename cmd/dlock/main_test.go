@@ -336,6 +336,18 @@ func TestUsageAndConfigErrors(t *testing.T) {
 			}
 		})
 	}
+	// A bad --ttl is reported in the flag's own name, before Redis is
+	// reached (the URL is dead), as a usage error.
+	for _, cmd := range []string{"run", "demo"} {
+		args := []string{cmd, "--ttl", "10ms"}
+		if cmd == "run" {
+			args = append(args, "x", "--", "true")
+		}
+		code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + dead}, args...))
+		if want := "dlock " + cmd + ": --ttl 10ms: must be at least 30ms\n"; code != exitUsage || errOut != want {
+			t.Errorf("dlock %q: exit %d, stderr %q; want %d, %q", args, code, errOut, exitUsage, want)
+		}
+	}
 	if code, out, _ := result(t, dlockCmd(t, nil, "--version")); code != 0 || !strings.HasPrefix(out, "dlock ") {
 		t.Errorf("dlock --version = %d, %q", code, out)
 	}

@@ -72,7 +72,9 @@ func connectOne(ctx context.Context, flagged urlList) (*redis.Client, error) {
 
 // lockClient connects to the Redis the flags name and returns a dlock
 // Client for it: one URL for a single deployment, several for a quorum of
-// independent masters (Redlock). closeFn closes the connections. A quorum
+// independent masters (Redlock). closeFn closes the connections. The
+// caller checks the flags that opts come from first, and reports a bad one
+// in the flag's own name (see checkTTL). A quorum
 // tolerates a minority of nodes that do not answer; without a majority it
 // fails at once, naming the nodes, rather than wait for them unseen.
 func lockClient(ctx context.Context, flagged urlList, opts ...dlock.Option) (c *dlock.Client, closeFn func(), err error) {
@@ -121,9 +123,15 @@ func lockClient(ctx context.Context, flagged urlList, opts ...dlock.Option) (c *
 			len(urls)-len(failed), len(urls), need, strings.Join(failed, "; "))
 	}
 	if len(nodes) == 1 {
-		return dlock.New(nodes[0], opts...), closeFn, nil
+		c, err = dlock.New(nodes[0], opts...)
+	} else {
+		c, err = dlock.NewRedlock(nodes, opts...)
 	}
-	return dlock.NewRedlock(nodes, opts...), closeFn, nil
+	if err != nil {
+		closeFn()
+		return nil, nil, libError(err)
+	}
+	return c, closeFn, nil
 }
 
 // isCode reports whether err carries the exit code code.

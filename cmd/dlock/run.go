@@ -68,6 +68,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlock run: --grace must not be negative")
 		return exitUsage
 	}
+	if err := checkTTL(*ttl); err != nil {
+		fmt.Fprintf(stderr, "dlock run: %v\n", err)
+		return exitUsage
+	}
 	name, argv := rest[0], rest[2:]
 
 	c, closeFn, err := lockClient(ctx, redisFlag, dlock.WithTTL(*ttl))
@@ -99,6 +103,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitLost
 	}
 	return code
+}
+
+// checkTTL checks a --ttl flag before it becomes dlock.WithTTL, so that a
+// bad one is reported in the flag's own name.
+func checkTTL(ttl time.Duration) error {
+	if ttl < dlock.MinTTL {
+		return fmt.Errorf("--ttl %v: must be at least %v", ttl, dlock.MinTTL)
+	}
+	return nil
 }
 
 // acquireFor takes name, waiting up to wait (0: once; negative: until ctx

@@ -384,7 +384,10 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 		nodes = append(nodes, s.Client(t))
 		names = append(names, s.URL())
 	}
-	c := dlock.NewRedlock(nodes, dlock.WithTTL(5*time.Second))
+	c, err := dlock.NewRedlock(nodes, dlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := t.Context()
 
 	requirePass(t, srvs[2])
@@ -395,7 +398,7 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 			t.Fatal("acquired with 2 of 3 nodes failing")
 		}
 		ce, ok := err.(*cliError)
-		if !ok || ce.code != exitRedis || !strings.Contains(err.Error(), names[1]) || !strings.Contains(err.Error(), names[2]+": acquire: NOAUTH") || strings.Contains(err.Error(), names[0]) {
+		if !ok || ce.code != exitRedis || !strings.Contains(err.Error(), names[1]) || !strings.Contains(err.Error(), names[2]+": NOAUTH") || strings.Contains(err.Error(), names[0]) {
 			t.Errorf("acquireFor (wait %v) with a dead and an unauthorised node = %v, want exit %d naming both", wait, err, exitRedis)
 		}
 	}
@@ -404,7 +407,7 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 	// may be held (a split vote at worst). That is "held by another owner".
 	srvs[1].Restart()
 	srvs[1].Do(ctx, "SET", "dlock:{q}", "someone-else", "PX", 60000)
-	_, err := acquireFor(ctx, c, "q", 0, names)
+	_, err = acquireFor(ctx, c, "q", 0, names)
 	if ce, ok := err.(*cliError); !ok || ce.code != exitNotAcquired {
 		t.Errorf("acquireFor with one node held by another owner and one failing = %v, want exit %d", err, exitNotAcquired)
 	}

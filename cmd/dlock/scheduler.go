@@ -88,13 +88,15 @@ func cmdScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // to the queue, release; until ctx ends.
 func schedule(ctx context.Context, c schedConfig, rdb *redis.Client, db *taskDB, stdout io.Writer) error {
 	k := keysForRun(c.run)
-	locks := dlock.New(rdb, dlock.WithTTL(c.ttl))
+	locks, err := dlock.New(rdb, dlock.WithTTL(c.ttl)) // the demo checked --ttl
+	if err != nil {
+		return libError(err)
+	}
 	dispatched := 0
 	for ctx.Err() == nil {
 		var l *dlock.Lock
 		if !c.noLock {
 			start := time.Now()
-			var err error
 			if l, err = locks.Acquire(ctx, demoLockName); err != nil {
 				if errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() != nil {
 					return nil

@@ -47,7 +47,10 @@ func run() error {
 	ctx := context.Background()
 
 	// Auto-extend off: holder A's "pause" must be able to outlast its lease.
-	c := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoExtend(false))
+	c, err := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoExtend(false))
+	if err != nil {
+		return err
+	}
 	g := dlock.NewGuard(rdb)
 	rdb.Del(ctx, "example:balance")
 

@@ -164,13 +164,20 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 		nodes = append(nodes, r)
 	}
 	opts := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix)}
-	var c *dlock.Client
+	var (
+		c   *dlock.Client
+		err error
+	)
 	switch cfg.Mode {
 	case ModeQuorum3, ModeQuorum5:
-		c = dlock.NewRedlock(nodes, append(opts, dlock.WithNodeTimeout(nodeTimeout))...)
+		c, err = dlock.NewRedlock(nodes, append(opts, dlock.WithNodeTimeout(nodeTimeout))...)
 	default:
-		c = dlock.New(nodes[0], append(opts, dlock.WithFair(cfg.Mode == ModeFair),
+		c, err = dlock.New(nodes[0], append(opts, dlock.WithFair(cfg.Mode == ModeFair),
 			dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
+	}
+	if err != nil {
+		rec.Add(Event{Op: OpProbe, Inv: now(), Ret: now(), Res: classify(err), Err: errText(err)})
+		return
 	}
 	var wg sync.WaitGroup
 	for _, name := range cfg.Names {

@@ -165,8 +165,7 @@ func (w *Worker) nestedAcquire(ctx context.Context, outer *handle, inv int64, he
 
 // nestedDo takes the inner hold with Do.
 func (w *Worker) nestedDo(ctx context.Context, name, own string, inv int64) {
-	err := w.c.Do(ctx, name, func(fctx context.Context) error {
-		l := dlock.LockFromContext(fctx)
+	err := w.c.Do(ctx, name, func(fctx context.Context, l *dlock.Lock) error {
 		inner := &handle{l: l, id: w.newID(), own: own}
 		w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: now(), CS: inner.id, Tok: l.Token(), Own: own,
 			Fence: l.Fence(), VU: l.ValidUntil().UnixNano(), Res: "ok", Note: "nested"})

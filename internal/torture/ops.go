@@ -161,8 +161,7 @@ func (w *Worker) do(name string) {
 	var panicked any
 	err := func() (err error) {
 		defer func() { panicked = recover() }()
-		return w.c.Do(ctx, name, func(fctx context.Context) error {
-			l := dlock.LockFromContext(fctx)
+		return w.c.Do(ctx, name, func(fctx context.Context, l *dlock.Lock) error {
 			h := &handle{l: l, id: w.newID(), own: own}
 			tok = l.Token()
 			w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: now(), CS: h.id, Tok: tok, Own: own,

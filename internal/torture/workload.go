@@ -103,14 +103,22 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.grdb = redis.NewClient(&redis.Options{Network: cfg.GuardNet, Addr: cfg.GuardAddr, PoolSize: 4})
 	w.guard = dlock.NewGuard(w.grdb)
-	common := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix),
-		dlock.WithAutoExtend(w.opts.autoExtend), dlock.WithPipelining(w.opts.pipelining)}
+	common := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix), dlock.WithAutoExtend(w.opts.autoExtend)}
 	switch cfg.Mode {
 	case ModeQuorum3, ModeQuorum5:
-		w.c = dlock.NewRedlock(nodes, append(common, dlock.WithNodeTimeout(nodeTimeout))...)
+		w.opts.pipelining = false // a quorum does not pipeline
+		w.c, err = dlock.NewRedlock(nodes, append(common, dlock.WithNodeTimeout(nodeTimeout))...)
 	default:
-		w.c = dlock.New(nodes[0], append(common, dlock.WithFair(cfg.Mode == ModeFair),
-			dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
+		w.c, err = dlock.New(nodes[0], append(common, dlock.WithPipelining(w.opts.pipelining),
+			dlock.WithFair(cfg.Mode == ModeFair), dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
+	}
+	if err != nil {
+		for _, rdb := range w.rdbs {
+			rdb.Close()
+		}
+		w.grdb.Close()
+		w.rec.Close()
+		return nil, err
 	}
 	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v",
 		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout)})
