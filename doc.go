@@ -4,7 +4,10 @@
 // failover client or a Cluster client; Redis 7.0 or later) and hands out
 // leases on lock names:
 //
-//	c := dlock.New(rdb, dlock.WithTTL(10*time.Second))
+//	c, err := dlock.New(rdb, dlock.WithTTL(10*time.Second)) // a bad option fails here
+//	if err != nil {
+//		return err
+//	}
 //	l, err := c.Acquire(ctx, "reports:nightly") // waits until held or ctx is done
 //	if err != nil {
 //		return err // errors.Is(err, dlock.ErrNotAcquired) when ctx ended first
@@ -14,7 +17,7 @@
 //
 // or, with the lock's loss turned into a cancelled context:
 //
-//	err := c.Do(ctx, "reports:nightly", func(ctx context.Context) error { ... })
+//	err := c.Do(ctx, "reports:nightly", func(ctx context.Context, l *dlock.Lock) error { ... })
 //
 // # What a lock guarantees
 //
