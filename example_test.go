@@ -14,8 +14,12 @@ import (
 	"github.com/dlockio/dlock"
 )
 
+// addr is the Redis server of the examples. The examples that print run
+// against a private redis-server that TestMain starts and puts here.
+var addr = "127.0.0.1:6379"
+
 func ExampleClient_Acquire() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	c, err := dlock.New(rdb, dlock.WithTTL(10*time.Second))
 	if err != nil {
@@ -38,12 +42,13 @@ func ExampleClient_Acquire() {
 	case <-l.Done():
 		log.Printf("lock lost: %v", l.Err())
 	default:
-		fmt.Println("holding", l.Name(), "with fence", l.Fence())
+		fmt.Println("holding", l.Name(), "with a fence:", l.Fence() > 0)
 	}
+	// Output: holding reports:nightly with a fence: true
 }
 
 func ExampleClient_TryAcquire() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	c, err := dlock.New(rdb)
 	if err != nil {
@@ -53,17 +58,27 @@ func ExampleClient_TryAcquire() {
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx, "cleanup")
 	if errors.Is(err, dlock.ErrNotAcquired) {
-		return // someone else is cleaning up; nothing to do this time
+		fmt.Println("someone else is cleaning up; nothing to do this time")
+		return
 	}
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer l.Release(ctx)
-	// ... clean up ...
+	fmt.Println("cleaning up")
+
+	// Meanwhile another instance tries, and finds the lock taken.
+	other, _ := dlock.New(rdb)
+	if _, err := other.TryAcquire(ctx, "cleanup"); errors.Is(err, dlock.ErrNotAcquired) {
+		fmt.Println("another instance: nothing to do this time")
+	}
+	// Output:
+	// cleaning up
+	// another instance: nothing to do this time
 }
 
 func ExampleClient_Do() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	c, err := dlock.New(rdb)
 	if err != nil {
@@ -77,12 +92,18 @@ func ExampleClient_Do() {
 	if err != nil {
 		log.Print(err)
 	}
+	// Output: enqueueing due tasks under a fence
 }
 
-func enqueueDueTasks(ctx context.Context, fence int64) error { return ctx.Err() }
+func enqueueDueTasks(ctx context.Context, fence int64) error {
+	if fence > 0 {
+		fmt.Println("enqueueing due tasks under a fence")
+	}
+	return ctx.Err()
+}
 
 func ExampleGuard() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	c, err := dlock.New(rdb)
 	if err != nil {
@@ -103,10 +124,18 @@ func ExampleGuard() {
 	if errors.Is(err, dlock.ErrStaleFence) {
 		log.Print("lost the lock while paused; a newer holder has written")
 	}
+	fmt.Println("written:", err == nil)
+
+	// A holder from before (a lower fence) that wakes up late is refused.
+	err = g.Write(ctx, "config:value", "v1", l.Fence()-1, "an older lease")
+	fmt.Println("late write from an older lease refused:", errors.Is(err, dlock.ErrStaleFence))
+	// Output:
+	// written: true
+	// late write from an older lease refused: true
 }
 
 func ExampleLock_Fence() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
 	if err != nil {
@@ -159,7 +188,7 @@ func ExampleNewRedlock() {
 }
 
 func ExampleWithOwner() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	c, err := dlock.New(rdb, dlock.WithReentrant(true))
 	if err != nil {
@@ -176,7 +205,14 @@ func ExampleWithOwner() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	fmt.Println("re-entered, same fence:", inner.Fence() == outer.Fence())
 	defer inner.Release(ctx) // the lock is free after both releases
+
+	_, err = c.TryAcquire(dlock.WithOwner(context.Background(), "request-9c1a"), "account:42")
+	fmt.Println("another owner:", errors.Is(err, dlock.ErrNotAcquired))
+	// Output:
+	// re-entered, same fence: true
+	// another owner: true
 }
 
 func ExampleWithReplicaAck() {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redisserver"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -28,7 +29,16 @@ func TestMain(m *testing.M) {
 	}
 	// go-redis logs dial failures; the tests that cause them check the errors.
 	redis.SetLogger(quietLogger{})
-	os.Exit(m.Run())
+	// The examples that print their output run against a server of their own.
+	srv, err := redisserver.Start(redisserver.TCP())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	addr = srv.Addr()
+	code := m.Run()
+	srv.Stop()
+	os.Exit(code)
 }
 
 type quietLogger struct{}
