@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -122,6 +123,9 @@ type backend interface {
 	// holding it read first, so that a re-sent copy cannot delete the next
 	// holder's lock; it reports whether a lock was deleted.
 	force(ctx context.Context, k *keys) (bool, error)
+	// scan returns the keys that match the SCAN pattern match, on every
+	// master of a Cluster and every node of a quorum; a key may repeat.
+	scan(ctx context.Context, match string) ([]string, error)
 }
 
 // node is the backend for one Redis deployment reached through one
@@ -361,6 +365,29 @@ func reentrantOwners(reply any, now int64) ([]Owner, string) {
 		return nil, ""
 	}
 	return []Owner{o}, o.ID + " " + fence
+}
+
+// scanBatch is the COUNT hint of each SCAN call.
+const scanBatch = 256
+
+func (n node) scan(ctx context.Context, match string) ([]string, error) {
+	var (
+		mu   sync.Mutex
+		keys []string
+	)
+	scan := func(ctx context.Context, rdb redis.Cmdable) error {
+		iter := rdb.Scan(ctx, 0, match, scanBatch).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			keys = append(keys, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	if cc, ok := n.uc.(*redis.ClusterClient); ok {
+		return keys, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	}
+	return keys, scan(ctx, n.uc)
 }
 
 func (n node) force(ctx context.Context, k *keys) (bool, error) {

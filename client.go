@@ -18,9 +18,8 @@ import (
 // connections — one per node (on a Cluster, one per lock being waited
 // for) — which are open only while some Acquire is waiting.
 type Client struct {
-	rdb  redis.UniversalClient
-	b    backend
-	hubs []*hub // one per node: a quorum Client listens to all of them
+	b    backend // the only road to Redis
+	hubs []*hub  // one per node: a quorum Client listens to all of them
 	opts options
 	id   string // this Client's instance ID, part of a reentrant owner's identity
 }
@@ -73,7 +72,6 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	h := newHub(rdb)
 	h.sharded = sharded
 	return &Client{
-		rdb: rdb,
 		b: node{rdb: scripts, uc: rdb, fair: o.fair, reentrant: o.reentrant, pub: pub, pubA: pub,
 			replicas: o.replicas, ackTimeout: o.ackTimeout,
 			ttl: o.ttl, ttlA: o.ttl.Milliseconds(), qttlA: queueTTL(o.ttl).Milliseconds()},

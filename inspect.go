@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Info describes the state of one lock, as read by Client.Inspect.
@@ -91,41 +88,24 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	return ok, nil
 }
 
-// scanBatch is the COUNT hint of each SCAN call made by List.
-const scanBatch = 256
-
 // List returns the state of the held locks whose names match the glob
 // pattern (Redis MATCH syntax; "" or "*" for all), sorted by name. It walks
-// the keyspace with SCAN, never KEYS, on every master of a Cluster. Like
-// Inspect it is for operators: locks come and go while it runs.
+// the keyspace with SCAN, never KEYS: on every master of a Cluster, and on
+// every node of a quorum (a lock held on a majority is listed if any node
+// that answered has it). Like Inspect it is for operators: locks come and
+// go while it runs.
 func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
 	if pattern == "" {
 		pattern = "*"
 	}
 	match := c.opts.prefix + "{" + pattern + "}"
-	var (
-		mu    sync.Mutex
-		names []string
-	)
-	scan := func(ctx context.Context, rdb redis.Cmdable) error {
-		iter := rdb.Scan(ctx, 0, match, scanBatch).Iterator()
-		for iter.Next(ctx) {
-			key := iter.Val()
-			name := strings.TrimSuffix(strings.TrimPrefix(key, c.opts.prefix+"{"), "}")
-			mu.Lock()
-			names = append(names, name)
-			mu.Unlock()
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
-	} else {
-		err = scan(ctx, c.rdb)
-	}
+	keys, err := c.b.scan(ctx, match)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: list: %w", err)
+	}
+	names := make([]string, 0, len(keys))
+	for _, key := range keys {
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(key, c.opts.prefix+"{"), "}"))
 	}
 	slices.Sort(names)
 	names = slices.Compact(names) // SCAN may return a key twice

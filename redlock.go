@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -82,7 +83,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 		q.nodes = append(q.nodes, node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH", ttl: o.ttl, ttlA: o.ttl.Milliseconds()})
 		hubs = append(hubs, newHub(rdb))
 	}
-	return &Client{rdb: nodes[0], b: q, hubs: hubs, opts: o, id: newToken()[:11]}, nil
+	return &Client{b: q, hubs: hubs, opts: o, id: newToken()[:11]}, nil
 }
 
 // WithNodeTimeout sets how long a quorum Client (NewRedlock) waits for each
@@ -341,6 +342,32 @@ func (q *quorum) force(ctx context.Context, k *keys) (bool, error) {
 		deleted = deleted || r.v
 	}
 	return deleted, errors.Join(errs...)
+}
+
+// scan gathers the matching keys of every node that answers; it fails if
+// too few answered for a majority, whose locks could then be missed.
+// A walk of the keyspace takes as long as it takes: it is bounded by ctx,
+// not by the per-node timeout.
+func (q *quorum) scan(ctx context.Context, match string) ([]string, error) {
+	found := make([][]string, len(q.nodes))
+	errs := make([]error, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Go(func() { found[i], errs[i] = n.scan(ctx, match) })
+	}
+	wg.Wait()
+	var keys []string
+	answered := 0
+	for i, err := range errs {
+		if err == nil {
+			answered++
+			keys = append(keys, found[i]...)
+		}
+	}
+	if answered < q.need() {
+		return nil, &QuorumError{Op: "list", Held: answered, Need: q.need(), Nodes: errs}
+	}
+	return keys, nil
 }
 
 // inspect reports what a majority of nodes agree on: the holder, the

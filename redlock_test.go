@@ -244,3 +244,25 @@ func TestRedlockMutualExclusion(t *testing.T) {
 		t.Errorf("%d overlapping holders seen, want 0", v)
 	}
 }
+
+// List over a quorum walks every node: with the first node down it still
+// lists a lock held on the others, and it fails only without a majority.
+func TestRedlockListWithANodeDown(t *testing.T) {
+	srvs, nodes := startQuorum(t, 3)
+	ctx := t.Context()
+	c := newRedlock(t, nodes)
+	l, err := c.TryAcquire(ctx, "listed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	srvs[0].Kill()
+	infos, err := c.List(ctx, "*")
+	if err != nil || len(infos) != 1 || infos[0].Name != "listed" || !infos[0].Held {
+		t.Errorf("List with node 0 down = %+v, %v, want the held lock", infos, err)
+	}
+	srvs[1].Kill()
+	if _, err := c.List(ctx, "*"); err == nil {
+		t.Errorf("List with 2 of 3 nodes down = nil error, want a QuorumError")
+	}
+}
