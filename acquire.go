@@ -1,0 +1,359 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file is the way to a held lock: one attempt (TryAcquire), the wait
+// for a lock that is taken (Acquire: subscribe, sleep, be handed the lock),
+// and the undo of an attempt whose outcome is unknown.
+
+// TryAcquire makes one attempt to take the lock name. It returns an error
+// wrapping ErrNotAcquired if someone else holds it, ErrInvalid for a bad
+// name, ErrWrongType if the lock key holds a foreign value, or the error
+// from Redis. If ctx is already done, or ends before the answer comes, the
+// error matches both ErrNotAcquired and ctx.Err(), and no lease is left
+// behind (an attempt that may have reached Redis is undone, in the
+// background if ctx is done, within a bounded time).
+//
+// An attempt whose reply arrived after the lease's validity had already run
+// out (the request or reply was delayed longer than the TTL) is undone and
+// reported as ErrNotAcquired: a lock that could have expired on arrival is
+// never handed out.
+func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
+	l, err := c.prepare(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	l, _, err = c.attempt(ctx, l, false)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		if err == ctx.Err() || errors.Is(err, errNotSent) {
+			return nil, gaveUp(ctx, name)
+		}
+		return nil, gaveUp(ctx, name, err)
+	case errors.Is(err, errTooSlow):
+		return nil, opError("acquire", name, because(ErrNotAcquired, err.Error(), err))
+	case err != nil:
+		return nil, opError("acquire", name, err)
+	case l == nil && ctx.Err() != nil:
+		return nil, gaveUp(ctx, name)
+	case l == nil:
+		return nil, notAcquired(name)
+	}
+	c.acquired(name, time.Since(start))
+	return l, nil
+}
+
+// Acquire takes the lock name, waiting as long as ctx allows. In fair mode
+// (the default) it queues behind earlier waiters and is handed the lock by
+// the release before it; otherwise it competes for the lock at each
+// release. Either way it sleeps until told through pub/sub, until the
+// holder's lease runs out, or (unfair mode) until a jittered backoff
+// elapses; it does not poll in a tight loop.
+//
+// However ctx ends the wait (before the first attempt, between attempts or
+// during one), Acquire returns an error that matches both ErrNotAcquired
+// and ctx.Err(), promptly, and leaves nothing behind: no key, no queue
+// entry, no subscription, no goroutine once the clean-up of an attempt in
+// flight is done (bounded). Other errors are as for TryAcquire; an error
+// from Redis ends the wait at once rather than being retried, except that a
+// quorum Client (NewRedlock) waits out a missing majority and reports the
+// last QuorumError with the context's error.
+//
+// The returned Lock must be released with Lock.Release. With auto-extend on
+// (the default), Acquire starts the Lock's watchdog: a timer that extends
+// the lease every TTL/3 until Release or until the lock is lost (it holds no
+// goroutine between extensions).
+func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
+	pending, err := c.prepare(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	a := acquisition{c: c, ctx: ctx, l: pending, trustHandover: true}
+	l, err := a.run()
+	if err != nil {
+		if ctx.Err() != nil {
+			// However the context ended the wait, the error says so; an
+			// attempt's own error (Redis unreachable) goes with it.
+			c.leave(ctx, pending.cl)
+			if err == ctx.Err() || errors.Is(err, errNotSent) {
+				err = nil
+			}
+			return nil, gaveUp(ctx, name, a.lastQuorum, err)
+		}
+		return nil, opError("acquire", name, err)
+	}
+	c.acquired(name, time.Since(start))
+	return l, nil
+}
+
+// acquisition is one Acquire's wait for its lock.
+type acquisition struct {
+	c   *Client
+	ctx context.Context
+	l   *Lock // pending until taken
+	w   *waiters
+
+	queued        time.Time // no handover to us can precede this
+	trustHandover bool      // false once an attempt came back too late
+	lastQuorum    error     // over a quorum: the last missing majority
+}
+
+// run attempts, subscribes and sleeps until the lock is taken or the
+// context ends; it returns the Lock, or the error that ended the wait.
+func (a *acquisition) run() (*Lock, error) {
+	// If this Client already listens on the lock's channel, wait there
+	// from the start; no release after the first attempt can be missed.
+	a.w = a.c.join(a.l.cl.channel, a.l.cl.token)
+	a.queued = time.Now()
+	defer func() {
+		if a.w != nil {
+			a.w.close()
+		}
+	}()
+	l, pttl, err := a.try()
+	if err != nil || l != nil {
+		return l, err
+	}
+	if a.w == nil {
+		// Subscribe, then try again at once: a release before the
+		// subscription was confirmed is seen by this attempt, one after it
+		// by the subscription.
+		a.w = a.c.watch(a.ctx, a.l.cl.channel, a.l.cl.token)
+		if l, pttl, err = a.try(); err != nil || l != nil {
+			return l, err
+		}
+	}
+	timer := time.NewTimer(a.c.sleep(1, pttl))
+	defer timer.Stop()
+	for attempt := 1; ; attempt++ {
+		var handed int64
+		select {
+		case handed = <-a.w.wake:
+		case <-timer.C:
+		case <-a.ctx.Done():
+			return nil, a.ctx.Err()
+		}
+		if a.ctx.Err() != nil {
+			return nil, a.ctx.Err()
+		}
+		if a.trustHandover {
+			if l := a.c.handedOver(a.l, handed, a.queued); l != nil {
+				return l, nil
+			}
+		}
+		if l, pttl, err = a.try(); err != nil || l != nil {
+			return l, err
+		}
+		timer.Stop()
+		select { // drain a timer that fired while a wake-up won
+		case <-timer.C:
+		default:
+		}
+		timer.Reset(a.c.sleep(attempt+1, pttl))
+	}
+}
+
+// try makes one attempt. A missing majority (quorum) and an attempt that
+// came back too late are not errors here: the wait goes on. After a late
+// attempt, a handover message for the lease just given back may still be
+// on its way, so every later handover is confirmed.
+func (a *acquisition) try() (*Lock, time.Duration, error) {
+	token := a.l.cl.token
+	l, pttl, err := a.c.attempt(a.ctx, a.l, true)
+	if a.w != nil && a.l.cl.token != token {
+		a.w.retoken(a.l.cl.token) // the attempt was undone: a new lease token
+	}
+	if _, ok := errors.AsType[*QuorumError](err); ok {
+		a.lastQuorum = err
+		return nil, -1, nil
+	}
+	if errors.Is(err, errTooSlow) {
+		a.trustHandover = false
+		return nil, 0, nil
+	}
+	return l, pttl, err
+}
+
+// handedOver returns the Lock a release handed to a fair waiter, without a
+// round trip to confirm it, when that is safe. The handover happened after
+// the waiter joined the queue, so a lease counted from queued is never
+// longer than the real one. If more than half of it is already gone, it
+// returns nil and the waiter confirms (and renews) the lease with an
+// attempt instead.
+func (c *Client) handedOver(l *Lock, fence int64, queued time.Time) *Lock {
+	ttl := c.opts.ttl
+	if fence <= 0 || time.Since(queued) > ttl/2 || c.opts.replicas > 0 {
+		return nil // (with replica ack, the confirming attempt is what WAITs)
+	}
+	l.activate(fence, ttl, queued.Add(ttl-c.opts.driftFor(ttl)))
+	return l
+}
+
+// sleep returns how long a waiter sleeps unless woken: until the holder's
+// lease runs out (it may have died without releasing) or, in unfair mode,
+// a backoff (at least DefaultMinBackoff if the Backoff returns no positive
+// duration), whichever is first; in fair mode, at most a third of its queue
+// entry's life, to renew it.
+func (c *Client) sleep(attempt int, pttl time.Duration) time.Duration {
+	var d time.Duration
+	if !c.opts.fair {
+		if d = c.opts.backoff(attempt); d <= 0 {
+			d = DefaultMinBackoff
+		}
+	} else {
+		d = queueTTL(c.opts.ttl) / 3
+	}
+	if pttl > 0 && pttl < d {
+		d = pttl + time.Millisecond
+	}
+	return d
+}
+
+// leave takes a waiter that gives up out of the queue (fair mode); if the
+// lock was handed to it meanwhile, that passes it on to the next waiter.
+func (c *Client) leave(ctx context.Context, cl *claim) {
+	if c.opts.fair {
+		c.undo(ctx, cl)
+	}
+}
+
+// attempt runs the acquire script once for the pending Lock l. It returns l
+// when taken, or nil and the holder's remaining lease (-1 if unknown) when
+// not. An attempt whose outcome is unknown (no answer, or ctx ended while it
+// was in flight) or that came back too late is undone, and l gets a new
+// lease token for the next attempt: the undo revoked the old one. Its
+// errors are bare causes: the caller names the operation and the lock.
+func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err // nothing sent
+	}
+	ttl := c.opts.ttl
+	start := time.Now()
+	g, err := c.b.acquire(ctx, l.cl, ttl, queue)
+	if g.undone {
+		l.renew() // the backend ended a partial grant (quorum, replica ack)
+	}
+	switch {
+	case errors.Is(err, errNotSent):
+		return nil, 0, err
+	case errors.Is(err, errRevoked):
+		// Only a token already ended is refused; take a new one and go on.
+		l.renew()
+		return nil, -1, nil
+	case err != nil:
+		// The script may have run and only the reply been lost (or be still
+		// on its way), or, after an error reply, have written part of its
+		// work (Lua does not roll back: a write refused mid-script, e.g.
+		// NOREPLICAS, leaves the writes before it): make sure no lease or
+		// queue entry of ours is left to block others.
+		c.undoAndRenew(ctx, l)
+		return nil, 0, err
+	case !g.held:
+		return nil, g.pttl, nil
+	}
+	validUntil := start.Add(ttl - c.opts.driftFor(ttl))
+	if !time.Now().Before(validUntil) {
+		// The reply came back after the lease could already have expired
+		// on the server: someone else may hold it by now.
+		c.undoAndRenew(ctx, l)
+		return nil, 0, errTooSlow
+	}
+	l.activate(g.fence, ttl, validUntil)
+	return l, 0, nil
+}
+
+// errTooSlow reports an attempt that got the lock too late to use it; the
+// lease was given back.
+var errTooSlow = errors.New("the reply came after the lease's validity had run out")
+
+// undoTimeout bounds the clean-up of a failed attempt.
+const undoTimeout = 2 * time.Second
+
+// undoAndRenew undoes the pending Lock's attempt (see undo) and gives it a
+// new lease token.
+func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
+	c.undo(ctx, l.cl)
+	l.renew()
+}
+
+// undo ends the lease cl may hold, or may come to hold when a request of it
+// still in flight lands: it deletes the lock if cl holds it and revokes
+// cl's token (in fair mode it also leaves the queue, passing on a lock
+// handed over meanwhile). If Redis does not answer, or refuses the write
+// (NOREPLICAS, READONLY, OOM), the undo is retried in the background for as
+// long as what it ends could block others (a lease or queue entry lives for
+// max(TTL, 1s)), but no longer than undoRetryMax. When ctx is done the caller waits only up to undoWait:
+// against a healthy Redis that is enough for the undo to finish, so a
+// process that closes its Redis client right after a cancelled Acquire
+// leaves nothing behind.
+func (c *Client) undo(ctx context.Context, cl *claim) {
+	wait := undoTimeout
+	if ctx.Err() != nil {
+		wait = undoWait
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.undoUntil(cl, time.Now().Add(min(queueTTL(c.opts.ttl), undoRetryMax)))
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// transient reports whether err may go away if the call is tried again:
+// Redis did not answer, or refused a write for the time being (a replica
+// short under min-replicas-to-write, a failover under way, memory full, a
+// server loading its data or busy with a script).
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) || errors.Is(err, redis.ErrClosed) {
+		return !errors.Is(err, redis.ErrClosed)
+	}
+	msg := rerr.Error()
+	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// undoRetryMax bounds how long a failed undo is retried in the background.
+const undoRetryMax = 10 * time.Second
+
+// undoWait is how long a caller whose context is done waits for the undo
+// of its attempt before leaving it to the background.
+const undoWait = 100 * time.Millisecond
+
+// undoUntil runs the undo until it succeeds or the deadline passes, each
+// try bounded by undoTimeout, with a growing pause between tries.
+func (c *Client) undoUntil(cl *claim, deadline time.Time) {
+	pause := 20 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+		_, err := c.b.release(ctx, cl)
+		cancel()
+		if !transient(err) || time.Now().Add(pause).After(deadline) {
+			return
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, time.Second)
+	}
+}
+
