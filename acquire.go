@@ -26,7 +26,7 @@ import (
 // reported as ErrNotAcquired: a lock that could have expired on arrival is
 // never handed out.
 func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
-	l, err := c.prepare(ctx, name)
+	l, err := c.prepare(name)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 // the lease every TTL/3 until Release or until the lock is lost (it holds no
 // goroutine between extensions).
 func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
-	pending, err := c.prepare(ctx, name)
+	pending, err := c.prepare(name)
 	if err != nil {
 		return nil, err
 	}
@@ -356,4 +356,3 @@ func (c *Client) undoUntil(cl *claim, deadline time.Time) {
 		pause = min(2*pause, time.Second)
 	}
 }
-

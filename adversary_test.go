@@ -66,7 +66,7 @@ func TestDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 				// The delayed Extend(400ms) lands at ~1.5s and the key dies at ~1.9s.
 				time.Sleep(time.Until(start.Add(2300 * time.Millisecond)))
 				other := newClient(t, direct, dlock.WithFair(m.name == "fair"), dlock.WithReentrant(m.name == "reentrant"))
-				o, err := other.TryAcquire(dlock.WithOwner(t.Context(), "intruder"), name)
+				o, err := asOwner(t, other, "intruder").TryAcquire(t.Context(), name)
 				if err != nil {
 					return // held up
 				}
@@ -175,8 +175,8 @@ func TestDelayedShorterExtendCannotCutTheWatchdogsLease(t *testing.T) {
 // Lock.TTL returns the hold's own deadline minus now.
 func TestReentrantTTLIsTheHoldsOwn(t *testing.T) {
 	_, rdb := setup(t)
-	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(false))
-	ctx := dlock.WithOwner(t.Context(), "a")
+	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(false)), "a")
+	ctx := t.Context()
 	outer, err := c.TryAcquire(ctx, "rettl")
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +21,8 @@ type Client struct {
 	hubs []*hub  // one per node: a quorum Client listens to all of them
 	opts options
 	id   string // this Client's instance ID, part of a reentrant owner's identity
+
+	owner string // reentrant: the owner its acquisitions are made for (Owner)
 }
 
 // New returns a Client that keeps its locks in rdb: a *redis.Client, a
@@ -98,8 +99,8 @@ func (c *Client) check(name string) (keys, error) {
 
 // prepare validates name and returns the Lock that acquiring it will
 // activate, with its keys and a new lease token (and, for a reentrant
-// Client, the owner id taken from ctx).
-func (c *Client) prepare(ctx context.Context, name string) (*Lock, error) {
+// Client, its owner id: the Client's owner, see Owner, or one of its own).
+func (c *Client) prepare(name string) (*Lock, error) {
 	k, err := c.check(name)
 	if err != nil {
 		return nil, err
@@ -108,9 +109,9 @@ func (c *Client) prepare(ctx context.Context, name string) (*Lock, error) {
 	l.cl = &l.base
 	l.cl.setToken(newToken())
 	if c.opts.reentrant {
-		owner, ok := ctx.Value(ownerKey{}).(string)
-		if !ok {
-			owner = newToken()
+		owner := c.owner
+		if owner == "" {
+			owner = newToken() // no owner: the acquisition is its own
 		}
 		l.cl.owner = c.id + "/" + owner
 	}
@@ -127,14 +128,28 @@ func validName(name string) error {
 	return nil
 }
 
-type ownerKey struct{}
-
-// WithOwner returns a context that carries owner, the identity under which
-// a reentrant Client (WithReentrant) takes locks: acquisitions by the same
-// Client with the same owner re-enter. Pick an owner per logical flow of
-// work (a request ID, a job ID), not per goroutine pool.
-func WithOwner(ctx context.Context, owner string) context.Context {
-	return context.WithValue(ctx, ownerKey{}, owner)
+// Owner returns a Client that takes c's reentrant locks (WithReentrant) as
+// owner: an acquisition re-enters a lock that the same owner already holds
+// through c or another of its Owner Clients, and waits like any other for
+// a lock another owner holds. Pick an owner per logical flow of work (a
+// request, a job), not per goroutine pool, and pass its Client down the
+// calls that may take the lock again. It shares c's connections and
+// configuration, and costs one small allocation.
+//
+// A reentrant Client without an owner makes each acquisition its own owner:
+// a nested acquisition then waits for the outer one, as with a plain lock.
+// Owner returns an error wrapping ErrInvalid if c is not reentrant or owner
+// is empty.
+func (c *Client) Owner(owner string) (*Client, error) {
+	switch {
+	case !c.opts.reentrant:
+		return nil, fmt.Errorf("%w: Owner(%q): the Client's locks are not reentrant (WithReentrant)", ErrInvalid, owner)
+	case owner == "":
+		return nil, fmt.Errorf("%w: Owner(\"\"): empty owner", ErrInvalid)
+	}
+	v := *c
+	v.owner = owner
+	return &v, nil
 }
 
 // newToken returns a random 128-bit owner token.
@@ -152,9 +167,8 @@ func newToken() string {
 // lease (GC, a stopped process) ctx.Err() already reports the loss, before
 // any timer has had a chance to run. fn should stop touching the protected
 // resource then. fn gets the Lock too, for its fencing token (Lock.Fence)
-// and validity. For a reentrant Client (WithReentrant), fn's context
-// carries the lock's owner (WithOwner), so that calls nested in fn
-// re-enter.
+// and validity. Calls nested in fn re-enter a reentrant lock when they go
+// through the same owner's Client (see Owner).
 //
 // Do returns fn's error, joined with an error wrapping ErrNotHeld if the lock
 // was lost before fn returned (the critical section may have overlapped with
@@ -165,10 +179,6 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 		return err
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
-	if c.opts.reentrant {
-		_, owner, _ := strings.Cut(l.cl.owner, "/")
-		fctx = WithOwner(fctx, owner) // nested calls re-enter
-	}
 	l.onSettled(cancel) // a loss cancels fctx as it is declared
 	finished := false
 	defer func() {

@@ -100,8 +100,8 @@
 //
 // # Variants
 //
-// WithReentrant makes a Client's locks reentrant for an owner carried in the
-// context (WithOwner). NewRedlock holds locks on a majority of independent
-// Redis masters. WithReplicaAck makes acquisitions wait for replicas (WAIT)
+// WithReentrant makes a Client's locks reentrant for an owner, given
+// explicitly with Client.Owner. NewRedlock holds locks on a majority of
+// independent Redis masters. WithReplicaAck makes acquisitions wait for replicas (WAIT)
 // under Sentinel. On a Redis Cluster, releases use sharded pub/sub.
 package dlock

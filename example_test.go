@@ -187,28 +187,33 @@ func ExampleNewRedlock() {
 	defer l.Release(ctx)
 }
 
-func ExampleWithOwner() {
+func ExampleClient_Owner() {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	c, err := dlock.New(rdb, dlock.WithReentrant(true))
 	if err != nil {
 		log.Fatal(err)
 	}
+	req, err := c.Owner("request-81f3") // pass req down the calls that may lock again
+	if err != nil {
+		log.Fatal(err)
+	}
 
-	ctx := dlock.WithOwner(context.Background(), "request-81f3")
-	outer, err := c.Acquire(ctx, "account:42")
+	ctx := context.Background()
+	outer, err := req.Acquire(ctx, "account:42")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer outer.Release(ctx)
-	inner, err := c.Acquire(ctx, "account:42") // the same owner: re-enters at once
+	inner, err := req.Acquire(ctx, "account:42") // the same owner: re-enters at once
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("re-entered, same fence:", inner.Fence() == outer.Fence())
 	defer inner.Release(ctx) // the lock is free after both releases
 
-	_, err = c.TryAcquire(dlock.WithOwner(context.Background(), "request-9c1a"), "account:42")
+	other, _ := c.Owner("request-9c1a")
+	_, err = other.TryAcquire(ctx, "account:42")
 	fmt.Println("another owner:", errors.Is(err, dlock.ErrNotAcquired))
 	// Output:
 	// re-entered, same fence: true

@@ -138,9 +138,10 @@ func testMutualExclusion(t *testing.T, mode string) {
 	errs := make(chan error, 2*goroutines)
 	for ci, c := range clients {
 		for g := range goroutines {
-			ctx := ctx
+			ctx, c := ctx, c
 			if reentrant { // each goroutine its own owner, nesting a second hold
-				ctx = context.WithValue(dlock.WithOwner(ctx, fmt.Sprint("g", ci, "-", g)), ownerTestKey{}, true)
+				c = asOwner(t, c, fmt.Sprint("g", ci, "-", g))
+				ctx = context.WithValue(ctx, ownerTestKey{}, true)
 			}
 			wg.Go(func() {
 				for range rounds {

@@ -195,14 +195,14 @@ func WithPipelining(on bool) Option {
 
 // WithReentrant makes the Client's locks reentrant: an owner that already
 // holds a lock takes it again at once, and the lock is free when the owner
-// has released every hold. The owner is the Client (each Client has its own
-// random instance ID) together with the owner string carried by the context
-// (WithOwner); Do puts its lock's owner into fn's context, so nested calls
-// re-enter. Without an owner in the context, every acquisition is its own
-// owner and the lock behaves like a plain one.
+// has released every hold. The owner is given explicitly, with
+// Client.Owner, which returns the Client to acquire through for it; it is
+// the Client's random instance ID together with the owner string. Without
+// an owner, every acquisition is its own owner and the lock behaves like a
+// plain one.
 //
-// A reentrant lock is a hash of owner -> hold count at "dlock:{N}"; a plain
-// lock is a string. Use one kind per name: the other kind fails with
+// A reentrant lock is a hash at "dlock:{N}" holding its owner and one field
+// per hold (each hold a lease of its own); a plain lock is a string. Use one kind per name: the other kind fails with
 // ErrWrongType. Reentrant locks wait as in unfair mode: New refuses
 // WithFair(true) with WithReentrant(true) (ErrInvalid), and NewRedlock
 // refuses WithReentrant(true). The default is off.

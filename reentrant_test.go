@@ -12,8 +12,8 @@ import (
 
 func TestReentrantHoldsCount(t *testing.T) {
 	_, rdb := setup(t)
-	c := newClient(t, rdb, dlock.WithReentrant(true))
-	ctx := dlock.WithOwner(t.Context(), "job-7")
+	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true)), "job-7")
+	ctx := t.Context()
 	var holds []*dlock.Lock
 	for i := range 3 {
 		l, err := c.TryAcquire(ctx, "re")
@@ -36,7 +36,7 @@ func TestReentrantHoldsCount(t *testing.T) {
 	}
 	other := newClient(t, rdb, dlock.WithReentrant(true))
 	for i, l := range holds {
-		if _, err := other.TryAcquire(dlock.WithOwner(t.Context(), "job-7"), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
+		if _, err := asOwner(t, other, "job-7").TryAcquire(t.Context(), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Errorf("another Client with the same owner string, %d holds left: %v, want ErrNotAcquired", 3-i, err)
 		}
 		if err := l.Release(ctx); err != nil {
@@ -61,12 +61,12 @@ func TestReentrantNonOwnerReleaseRefused(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
-	b, err := c.TryAcquire(dlock.WithOwner(ctx, "b"), "re")
+	b, err := asOwner(t, c, "b").TryAcquire(ctx, "re")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb.Del(ctx, "dlock:{re}") // b's lease is gone
-	a, err := c.TryAcquire(dlock.WithOwner(ctx, "a"), "re")
+	a, err := asOwner(t, c, "a").TryAcquire(ctx, "re")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +81,8 @@ func TestReentrantNonOwnerReleaseRefused(t *testing.T) {
 
 func TestReentrantHoldLostBehindItsBack(t *testing.T) {
 	_, rdb := setup(t)
-	c := newClient(t, rdb, dlock.WithReentrant(true))
-	ctx := dlock.WithOwner(t.Context(), "x")
+	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true)), "x")
+	ctx := t.Context()
 	h1, _ := c.TryAcquire(ctx, "re")
 	h2, err := c.TryAcquire(ctx, "re")
 	if err != nil {
@@ -113,8 +113,8 @@ func TestReentrantHoldLostBehindItsBack(t *testing.T) {
 
 func TestReentrantExpiryDuringNestedHoldSignalsOuter(t *testing.T) {
 	_, rdb := setup(t)
-	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(300*time.Millisecond))
-	ctx := dlock.WithOwner(t.Context(), "x")
+	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(300*time.Millisecond)), "x")
+	ctx := t.Context()
 	outer, err := c.TryAcquire(ctx, "re")
 	if err != nil {
 		t.Fatal(err)
@@ -137,12 +137,15 @@ func TestReentrantExpiryDuringNestedHoldSignalsOuter(t *testing.T) {
 
 func TestReentrantDoInsideDo(t *testing.T) {
 	_, rdb := setup(t)
-	c := newClient(t, rdb, dlock.WithReentrant(true))
+	rc := newClient(t, rdb, dlock.WithReentrant(true))
+	c := asOwner(t, rc, "request-1")
 	ctx := t.Context()
 	err := c.Do(ctx, "re", func(ctx context.Context, outer *dlock.Lock) error {
-		// Another flow (no owner carried over) must wait, not re-enter.
-		if _, err := c.TryAcquire(t.Context(), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
-			t.Errorf("TryAcquire by another flow = %v, want ErrNotAcquired", err)
+		// Another flow (another owner, or none) must wait, not re-enter.
+		for _, other := range []*dlock.Client{rc, asOwner(t, rc, "request-2")} {
+			if _, err := other.TryAcquire(t.Context(), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("TryAcquire by another flow = %v, want ErrNotAcquired", err)
+			}
 		}
 		return c.Do(ctx, "re", func(ctx context.Context, inner *dlock.Lock) error {
 			if inner.Fence() != outer.Fence() || inner.Token() != outer.Token() {
@@ -166,5 +169,16 @@ func TestReentrantDoInsideDo(t *testing.T) {
 	rdb.Set(ctx, "dlock:{mixed}", "plain-token", time.Minute)
 	if _, err := c.TryAcquire(ctx, "mixed"); !errors.Is(err, dlock.ErrWrongType) {
 		t.Errorf("reentrant TryAcquire on a plain lock's key = %v, want ErrWrongType", err)
+	}
+}
+
+// An owner is given only to a reentrant Client, and is not empty.
+func TestOwnerRefusedWhereItDoesNotApply(t *testing.T) {
+	_, rdb := setup(t)
+	if _, err := newClient(t, rdb).Owner("job-7"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Owner on a plain Client = %v, want ErrInvalid", err)
+	}
+	if _, err := newClient(t, rdb, dlock.WithReentrant(true)).Owner(""); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Owner(\"\") = %v, want ErrInvalid", err)
 	}
 }

@@ -38,8 +38,8 @@ func modes(t *testing.T, rdb redis.UniversalClient, quorum bool) []mode {
 			return newClient(tb, rdb, append(o, dlock.WithFair(true))...)
 		}, plain},
 		{"reentrant", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
-			return newClient(tb, rdb, append(o, dlock.WithReentrant(true))...)
-		}, func(ctx context.Context) context.Context { return dlock.WithOwner(ctx, "owner-a") }},
+			return asOwner(tb, newClient(tb, rdb, append(o, dlock.WithReentrant(true))...), "owner-a")
+		}, plain},
 	}
 	if quorum {
 		_, nodes := startQuorum(t, 3)
@@ -98,8 +98,9 @@ func TestExtendToShorterTTLBringsValidityForward(t *testing.T) {
 // lock again) must not release the newer hold.
 func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
 	_, rdb := setup(t)
-	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
-	ctx := dlock.WithOwner(t.Context(), "a")
+	rc := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
+	c := asOwner(t, rc, "a")
+	ctx := t.Context()
 	stale, err := c.TryAcquire(ctx, "re")
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +114,7 @@ func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
 	if err := stale.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("stale handle's Release = %v, want ErrNotHeld", err)
 	}
-	if _, err := c.TryAcquire(dlock.WithOwner(t.Context(), "b"), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := asOwner(t, rc, "b").TryAcquire(t.Context(), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("another owner's TryAcquire after the stale Release = %v, want ErrNotAcquired (the fresh hold stands)", err)
 	}
 	if err := fresh.Err(); err != nil {
@@ -125,8 +126,9 @@ func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
 // outer hold was promised.
 func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
 	_, rdb := setup(t)
-	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(time.Second), dlock.WithAutoExtend(false))
-	ctx := dlock.WithOwner(t.Context(), "a")
+	rc := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(time.Second), dlock.WithAutoExtend(false))
+	c := asOwner(t, rc, "a")
+	ctx := t.Context()
 	outer, err := c.TryAcquire(ctx, "re")
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +151,7 @@ func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
 		t.Errorf("PTTL after a nested hold came and went = %v, want the outer hold's ~30s", pttl)
 	}
 	time.Sleep(1200 * time.Millisecond)
-	if _, err := c.TryAcquire(dlock.WithOwner(t.Context(), "b"), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := asOwner(t, rc, "b").TryAcquire(t.Context(), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("another owner's TryAcquire 1.2s later = %v, want ErrNotAcquired (outer valid 28s more)", err)
 	}
 }

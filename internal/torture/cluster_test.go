@@ -182,7 +182,7 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 	var wg sync.WaitGroup
 	for _, name := range cfg.Names {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(dlock.WithOwner(context.Background(), "probe"), bound+2*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), bound+2*time.Second)
 			defer cancel()
 			e := Event{Name: name, Op: OpProbe, Inv: now(), Bound: int64(bound)}
 			l, err := c.Acquire(ctx, name)

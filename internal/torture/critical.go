@@ -142,9 +142,9 @@ func (w *Worker) nestedAcquire(ctx context.Context, outer *handle, inv int64, he
 	var err error
 	if w.rng.IntN(2) == 0 {
 		op = OpAcquire
-		l, err = w.c.Acquire(ctx, name)
+		l, err = w.client(outer.own).Acquire(ctx, name)
 	} else {
-		l, err = w.c.TryAcquire(ctx, name)
+		l, err = w.client(outer.own).TryAcquire(ctx, name)
 	}
 	e := Event{Name: name, Op: op, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err), Note: "nested"}
 	if l == nil {
@@ -165,7 +165,7 @@ func (w *Worker) nestedAcquire(ctx context.Context, outer *handle, inv int64, he
 
 // nestedDo takes the inner hold with Do.
 func (w *Worker) nestedDo(ctx context.Context, name, own string, inv int64) {
-	err := w.c.Do(ctx, name, func(fctx context.Context, l *dlock.Lock) error {
+	err := w.client(own).Do(ctx, name, func(fctx context.Context, l *dlock.Lock) error {
 		inner := &handle{l: l, id: w.newID(), own: own}
 		w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: now(), CS: inner.id, Tok: l.Token(), Own: own,
 			Fence: l.Fence(), VU: l.ValidUntil().UnixNano(), Res: "ok", Note: "nested"})

@@ -29,7 +29,7 @@ type Event struct {
 	Ret  int64  `json:"r,omitempty"` // returned
 
 	Tok   string `json:"tok,omitempty"` // the Lock's token (Lock.Token)
-	Own   string `json:"own,omitempty"` // reentrant owner (dlock.WithOwner): its holds share it
+	Own   string `json:"own,omitempty"` // reentrant owner (Client.Owner): its holds share it
 	Fence int64  `json:"f,omitempty"`
 	VU    int64  `json:"vu,omitempty"`  // Lock.ValidUntil after the call (or at the stamp)
 	VU0   int64  `json:"vu0,omitempty"` // Lock.ValidUntil before the call (release, extend)

@@ -15,16 +15,17 @@ import (
 func (w *Worker) acquire(name, op string) {
 	ctx, cancel, dl := w.opCtx()
 	defer cancel()
-	ctx, own := w.owner(ctx)
+	own := w.owner()
+	c := w.client(own)
 	inv := now()
 	var (
 		l   *dlock.Lock
 		err error
 	)
 	if op == OpAcquire {
-		l, err = w.c.Acquire(ctx, name)
+		l, err = c.Acquire(ctx, name)
 	} else {
-		l, err = w.c.TryAcquire(ctx, name)
+		l, err = c.TryAcquire(ctx, name)
 	}
 	e := Event{Name: name, Op: op, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err), DL: dl, Bound: w.lateBound()}
 	if l == nil {
@@ -155,13 +156,13 @@ func heldBy(info dlock.Info, token, own string) bool {
 func (w *Worker) do(name string) {
 	ctx, cancel, dl := w.opCtx()
 	defer cancel()
-	ctx, own := w.owner(ctx)
+	own := w.owner()
 	inv := now()
 	var tok string
 	var panicked any
 	err := func() (err error) {
 		defer func() { panicked = recover() }()
-		return w.c.Do(ctx, name, func(fctx context.Context, l *dlock.Lock) error {
+		return w.client(own).Do(ctx, name, func(fctx context.Context, l *dlock.Lock) error {
 			h := &handle{l: l, id: w.newID(), own: own}
 			tok = l.Token()
 			w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: now(), CS: h.id, Tok: tok, Own: own,

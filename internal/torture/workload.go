@@ -196,14 +196,27 @@ func (w *Worker) newID() string {
 	return fmt.Sprintf("%s#%d", w.cfg.ID, w.seq)
 }
 
-// owner returns the context a reentrant acquisition runs under: one of two
-// owners of this worker, so that the same Client contends with itself.
-func (w *Worker) owner(ctx context.Context) (context.Context, string) {
+// owner picks the owner of a reentrant acquisition: one of two owners of
+// this worker, so that the same Client contends with itself ("" in other
+// modes).
+func (w *Worker) owner() string {
 	if w.cfg.Mode != ModeReentrant {
-		return ctx, ""
+		return ""
 	}
-	o := fmt.Sprintf("%s-o%d", w.cfg.ID, w.rng.IntN(2))
-	return dlock.WithOwner(ctx, o), o
+	return fmt.Sprintf("%s-o%d", w.cfg.ID, w.rng.IntN(2))
+}
+
+// client returns the Client to acquire through for own: the worker's, or
+// its Owner Client for a reentrant owner.
+func (w *Worker) client(own string) *dlock.Client {
+	if own == "" {
+		return w.c
+	}
+	c, err := w.c.Owner(own)
+	if err != nil {
+		panic(err) // the worker's Client is reentrant whenever it names an owner
+	}
+	return c
 }
 
 // opCtx returns a context for one acquisition: a short or a generous
