@@ -65,21 +65,22 @@ var (
 	releaseFairSHA any = script.ReleaseFair.Hash()
 )
 
-// evalsha runs args ("evalsha", digest, numkeys, keys…, argv…) through the
-// batcher or the client, loading the script s if the server lacks it.
+// commander sends scripts and commands: the batcher (WithPipelining), or
+// the go-redis client itself.
+type commander interface {
+	redis.Scripter
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// evalsha runs args ("evalsha", digest, numkeys, keys…, argv…), loading the
+// script s if the server lacks it.
 func (n node) evalsha(ctx context.Context, s *redis.Script, args []any) *redis.Cmd {
-	run := func() *redis.Cmd {
-		if b, ok := n.rdb.(*batcher); ok {
-			return b.run(ctx, args...)
-		}
-		return n.uc.Do(ctx, args...)
-	}
-	cmd := run()
+	cmd := n.rdb.Do(ctx, args...)
 	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		if err := s.Load(ctx, n.uc).Err(); err != nil {
 			return cmd
 		}
-		cmd = run()
+		cmd = n.rdb.Do(ctx, args...)
 	}
 	return cmd
 }
@@ -131,7 +132,7 @@ type backend interface {
 // node is the backend for one Redis deployment reached through one
 // go-redis client: a single server, a Sentinel-managed master, or a Cluster.
 type node struct {
-	rdb        redis.Scripter        // scripts run through here (the batcher, or the client)
+	rdb        commander             // scripts run through here (the batcher, or the client)
 	uc         redis.UniversalClient // the client itself, for a script and WAIT on one connection
 	fair       bool
 	reentrant  bool   // the lock is a hash of owner -> hold count

@@ -173,7 +173,8 @@ func (b *batcher) send(calls []*call) {
 	}
 }
 
-func (b *batcher) run(ctx context.Context, args ...any) *redis.Cmd {
+// Do runs one command (see do).
+func (b *batcher) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return b.do(ctx, redis.NewCmd(ctx, args...)).(*redis.Cmd)
 }
 
@@ -187,19 +188,19 @@ func evalArgs(cmd, scriptOrSHA string, keys []string, args []any) []any {
 }
 
 func (b *batcher) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return b.run(ctx, evalArgs("eval", script, keys, args)...)
+	return b.Do(ctx, evalArgs("eval", script, keys, args)...)
 }
 
 func (b *batcher) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return b.run(ctx, evalArgs("evalsha", sha1, keys, args)...)
+	return b.Do(ctx, evalArgs("evalsha", sha1, keys, args)...)
 }
 
 func (b *batcher) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return b.run(ctx, evalArgs("eval_ro", script, keys, args)...)
+	return b.Do(ctx, evalArgs("eval_ro", script, keys, args)...)
 }
 
 func (b *batcher) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return b.run(ctx, evalArgs("evalsha_ro", sha1, keys, args)...)
+	return b.Do(ctx, evalArgs("evalsha_ro", sha1, keys, args)...)
 }
 
 func (b *batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {

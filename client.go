@@ -61,23 +61,28 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if o.reentrant {
 		o.fair = false
 	}
+	n, h := newNode(rdb, &o)
+	return &Client{b: n, hubs: []*hub{h}, opts: o, id: newToken()[:11]}, nil
+}
+
+// newNode returns the backend of one deployment reached through rdb, and
+// the hub that listens for its releases, as the options say.
+func newNode(rdb redis.UniversalClient, o *options) (node, *hub) {
+	_, cluster := rdb.(*redis.ClusterClient)
 	sharded := o.sharded > 0 || (o.sharded == 0 && cluster)
 	pub := "PUBLISH"
 	if sharded {
 		pub = "SPUBLISH"
 	}
-	var scripts redis.Scripter = rdb
+	var cmds commander = rdb
 	if o.pipelining {
-		scripts = newBatcher(rdb)
+		cmds = newBatcher(rdb)
 	}
 	h := newHub(rdb)
 	h.sharded = sharded
-	return &Client{
-		b: node{rdb: scripts, uc: rdb, fair: o.fair, reentrant: o.reentrant, pub: pub, pubA: pub,
-			replicas: o.replicas, ackTimeout: o.ackTimeout,
-			ttl: o.ttl, ttlA: o.ttl.Milliseconds(), qttlA: queueTTL(o.ttl).Milliseconds()},
-		hubs: []*hub{h}, opts: o, id: newToken()[:11],
-	}, nil
+	return node{rdb: cmds, uc: rdb, fair: o.fair, reentrant: o.reentrant, pub: pub, pubA: pub,
+		replicas: o.replicas, ackTimeout: o.ackTimeout,
+		ttl: o.ttl, ttlA: o.ttl.Milliseconds(), qttlA: queueTTL(o.ttl).Milliseconds()}, h
 }
 
 // TTL returns the lease time of the Client's locks.

@@ -540,8 +540,6 @@ func TestInvalidOptions(t *testing.T) {
 		{"quorum: reentrant", newRL, []dlock.Option{dlock.WithReentrant(true)}, "WithReentrant(true)"},
 		{"quorum: fair", newRL, []dlock.Option{dlock.WithFair(true)}, "WithFair(true)"},
 		{"quorum: replica ack", newRL, []dlock.Option{dlock.WithReplicaAck(1, time.Second)}, "WithReplicaAck(1, 1s)"},
-		{"quorum: sharded pub/sub", newRL, []dlock.Option{dlock.WithShardedPubSub(true)}, "WithShardedPubSub(true)"},
-		{"quorum: pipelining", newRL, []dlock.Option{dlock.WithPipelining(true)}, "WithPipelining(true)"},
 		{"New(nil)", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.New(nil, o...) }, nil, "New"},
 		{"NewRedlock(nil)", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.NewRedlock(nil, o...) }, nil, "NewRedlock"},
 		{"NewRedlock(a nil node)", func(o ...dlock.Option) (*dlock.Client, error) {

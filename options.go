@@ -187,8 +187,7 @@ func WithFair(on bool) Option {
 // operations that goroutines of one Client issue while another is in flight
 // are sent together as one pipeline. It is on by default: a lone call is sent
 // at once, so it costs nothing when there is no concurrency. A quorum
-// (NewRedlock) does not pipeline; WithPipelining(true) is refused there
-// (ErrInvalid).
+// (NewRedlock) pipelines each node's calls.
 func WithPipelining(on bool) Option {
 	return func(o *options) { o.pipelining, o.pipeliningSet = on, true }
 }
@@ -239,8 +238,8 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 // (SPUBLISH/SSUBSCRIBE, Redis 7 and later), which keeps a lock's messages on
 // the cluster node that owns its keys, or with plain PUBLISH, which a
 // Cluster broadcasts to every node. The default is sharded for a
-// *redis.ClusterClient and plain otherwise. A quorum (NewRedlock) uses
-// plain PUBLISH; WithShardedPubSub(true) is refused there (ErrInvalid).
+// *redis.ClusterClient and plain otherwise; over a quorum (NewRedlock) it
+// applies to every node.
 func WithShardedPubSub(on bool) Option {
 	return func(o *options) {
 		o.sharded = -1

@@ -65,23 +65,20 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 		o.invalid("WithFair(true): a quorum waits unfairly")
 	case o.replicas > 0:
 		o.invalid("WithReplicaAck(%d, %v): does not apply to a quorum of independent masters", o.replicas, o.ackTimeout)
-	case o.sharded > 0:
-		o.invalid("WithShardedPubSub(true): a quorum announces releases with plain PUBLISH")
-	case o.pipeliningSet && o.pipelining:
-		o.invalid("WithPipelining(true): a quorum does not pipeline its calls")
 	}
 	if o.err != nil {
 		return nil, o.err
 	}
-	o.fair, o.pipelining = false, false
+	o.fair = false
 	if o.nodeTimeout == 0 {
 		o.nodeTimeout = max(o.ttl/50, 5*time.Millisecond)
 	}
 	q := &quorum{timeout: o.nodeTimeout}
 	var hubs []*hub
 	for _, rdb := range nodes {
-		q.nodes = append(q.nodes, node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH", ttl: o.ttl, ttlA: o.ttl.Milliseconds()})
-		hubs = append(hubs, newHub(rdb))
+		n, h := newNode(rdb, &o)
+		q.nodes = append(q.nodes, n)
+		hubs = append(hubs, h)
 	}
 	return &Client{b: q, hubs: hubs, opts: o, id: newToken()[:11]}, nil
 }

@@ -266,3 +266,45 @@ func TestRedlockListWithANodeDown(t *testing.T) {
 		t.Errorf("List with 2 of 3 nodes down = nil error, want a QuorumError")
 	}
 }
+
+// A quorum honours WithShardedPubSub and WithPipelining like a single node:
+// with sharded pub/sub on every node, a release wakes a waiter whose
+// backoff alone would keep it asleep for seconds.
+func TestRedlockShardedPubSubWakesWaiters(t *testing.T) {
+	_, nodes := startQuorum(t, 3)
+	ctx := t.Context()
+	slow := func(int) time.Duration { return 5 * time.Second }
+	c := newRedlock(t, nodes, dlock.WithShardedPubSub(true), dlock.WithPipelining(true), dlock.WithBackoff(slow))
+	l, err := c.TryAcquire(ctx, "woken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := newRedlock(t, nodes, dlock.WithShardedPubSub(true), dlock.WithBackoff(slow))
+	got := make(chan time.Duration, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		w, err := waiter.Acquire(wctx, "woken")
+		if err != nil {
+			got <- -1
+			return
+		}
+		released := time.Now()
+		w.Release(ctx)
+		got <- time.Since(released)
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter has tried once and sleeps
+	start := time.Now()
+	l.Release(ctx)
+	select {
+	case d := <-got:
+		if d < 0 {
+			t.Fatal("the waiter did not get the lock")
+		}
+		if waited := time.Since(start); waited > 2*time.Second {
+			t.Errorf("waiter got the lock %v after the release, want it woken by the release message", waited)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
+	}
+}

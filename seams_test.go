@@ -362,9 +362,6 @@ func TestDoneContextTakesNothing(t *testing.T) {
 	cancel()
 	for _, m := range modes(t, rdb, true) {
 		for _, pipelining := range []bool{true, false} {
-			if pipelining && m.name == "quorum" {
-				continue // a quorum does not pipeline
-			}
 			c := m.new(t, dlock.WithPipelining(pipelining))
 			name := "done-" + m.name
 			for op, call := range map[string]func(context.Context, string) (*dlock.Lock, error){

@@ -103,13 +103,13 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.grdb = redis.NewClient(&redis.Options{Network: cfg.GuardNet, Addr: cfg.GuardAddr, PoolSize: 4})
 	w.guard = dlock.NewGuard(w.grdb)
-	common := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix), dlock.WithAutoExtend(w.opts.autoExtend)}
+	common := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix), dlock.WithAutoExtend(w.opts.autoExtend),
+		dlock.WithPipelining(w.opts.pipelining)}
 	switch cfg.Mode {
 	case ModeQuorum3, ModeQuorum5:
-		w.opts.pipelining = false // a quorum does not pipeline
 		w.c, err = dlock.NewRedlock(nodes, append(common, dlock.WithNodeTimeout(nodeTimeout))...)
 	default:
-		w.c, err = dlock.New(nodes[0], append(common, dlock.WithPipelining(w.opts.pipelining),
+		w.c, err = dlock.New(nodes[0], append(common,
 			dlock.WithFair(cfg.Mode == ModeFair), dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
 	}
 	if err != nil {
