@@ -85,8 +85,9 @@ func newNode(rdb redis.UniversalClient, o *options) (node, *hub) {
 		ttl: o.ttl, ttlA: o.ttl.Milliseconds(), qttlA: queueTTL(o.ttl).Milliseconds()}, h
 }
 
-// TTL returns the lease time of the Client's locks.
-func (c *Client) TTL() time.Duration { return c.opts.ttl }
+// LeaseTime returns the lease time each acquisition asks for (WithTTL). A
+// Lock's own remaining lease is Lock.TTL, which asks Redis.
+func (c *Client) LeaseTime() time.Duration { return c.opts.ttl }
 
 func (c *Client) acquired(name string, waited time.Duration) {
 	if f := c.opts.hooks.Acquired; f != nil {
