@@ -15,7 +15,8 @@ import (
 	"github.com/dlockio/dlock"
 )
 
-// ttl is the lease every library is asked for.
+// ttl is the lease every library is asked for (the leftovers pass asks for
+// a shorter one, so that its wait for the revocation window is short).
 const ttl = 10 * time.Second
 
 // handle is one goroutine's lock on one name.
@@ -29,7 +30,7 @@ type library struct {
 	name   string
 	quorum bool // supports several independent masters
 	w1only bool // a variant that only matters uncontended
-	open   func(addrs []string) (newHandle func(name string) handle, closeFn func(), err error)
+	open   func(addrs []string, lease time.Duration) (newHandle func(name string) handle, closeFn func(), err error)
 }
 
 func goRedis(addr string) *redis.Client {
@@ -57,9 +58,9 @@ func (h *dlockHandle) lock(ctx context.Context) (err error) {
 }
 func (h *dlockHandle) unlock(ctx context.Context) error { return h.l.Release(ctx) }
 
-func openDlock(opts ...dlock.Option) func([]string) (func(string) handle, func(), error) {
-	return func(addrs []string) (func(string) handle, func(), error) {
-		opts := append([]dlock.Option{dlock.WithTTL(ttl)}, opts...)
+func openDlock(opts ...dlock.Option) func([]string, time.Duration) (func(string) handle, func(), error) {
+	return func(addrs []string, lease time.Duration) (func(string) handle, func(), error) {
+		opts := append([]dlock.Option{dlock.WithTTL(lease)}, opts...)
 		var nodes []redis.UniversalClient
 		for _, a := range addrs {
 			nodes = append(nodes, goRedis(a))
@@ -95,7 +96,7 @@ func (h *redsyncHandle) unlock(ctx context.Context) error {
 	return err
 }
 
-func openRedsync(addrs []string) (func(string) handle, func(), error) {
+func openRedsync(addrs []string, lease time.Duration) (func(string) handle, func(), error) {
 	var pools []redsyncredis.Pool
 	var clients []*redis.Client
 	for _, a := range addrs {
@@ -106,7 +107,7 @@ func openRedsync(addrs []string) (func(string) handle, func(), error) {
 	rs := redsync.New(pools...)
 	return func(name string) handle {
 			// Defaults, but with retries until the context ends, as a waiting lock would.
-			return &redsyncHandle{m: rs.NewMutex(name, redsync.WithExpiry(ttl), redsync.WithTries(1<<30))}
+			return &redsyncHandle{m: rs.NewMutex(name, redsync.WithExpiry(lease), redsync.WithTries(1<<30))}
 		}, func() {
 			for _, c := range clients {
 				c.Close()
@@ -115,21 +116,22 @@ func openRedsync(addrs []string) (func(string) handle, func(), error) {
 }
 
 type bsmHandle struct {
-	c    *redislock.Client
-	name string
-	l    *redislock.Lock
+	c     *redislock.Client
+	name  string
+	lease time.Duration
+	l     *redislock.Lock
 }
 
 func (h *bsmHandle) lock(ctx context.Context) (err error) {
-	h.l, err = h.c.Obtain(ctx, h.name, ttl, &redislock.Options{RetryStrategy: redislock.ExponentialBackoff(time.Millisecond, 64*time.Millisecond)})
+	h.l, err = h.c.Obtain(ctx, h.name, h.lease, &redislock.Options{RetryStrategy: redislock.ExponentialBackoff(time.Millisecond, 64*time.Millisecond)})
 	return err
 }
 func (h *bsmHandle) unlock(ctx context.Context) error { return h.l.Release(ctx) }
 
-func openBSM(addrs []string) (func(string) handle, func(), error) {
+func openBSM(addrs []string, lease time.Duration) (func(string) handle, func(), error) {
 	rdb := goRedis(addrs[0])
 	c := redislock.New(rdb)
-	return func(name string) handle { return &bsmHandle{c: c, name: name} }, func() { rdb.Close() }, nil
+	return func(name string) handle { return &bsmHandle{c: c, name: name, lease: lease} }, func() { rdb.Close() }, nil
 }
 
 type rueidisHandle struct {
@@ -167,11 +169,11 @@ func (h *rueidisHandle) lock(ctx context.Context) error {
 func (h *rueidisHandle) unlock(context.Context) error { h.cancel(); return nil }
 
 // openRueidis shares one Locker among all handles, the normal use.
-func openRueidis(addrs []string) (func(string) handle, func(), error) {
+func openRueidis(addrs []string, lease time.Duration) (func(string) handle, func(), error) {
 	l, err := rueidislock.NewLocker(rueidislock.LockerOption{
 		ClientOption:   rueidis.ClientOption{InitAddress: addrs[:1]},
 		KeyMajority:    1,
-		KeyValidity:    ttl,
+		KeyValidity:    lease,
 		NoLoopTracking: true,
 	})
 	if err != nil {

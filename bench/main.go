@@ -4,6 +4,8 @@
 //
 //	cd bench && go run . [-duration 2s] [-out results]
 //
+// W0, the server's ceiling: the commands of a lock pair with no library,
+// pipelined deep, so every W1 figure can be set against what Redis can do.
 // W1, uncontended: C goroutines, one lock name each, lock+unlock in a loop.
 // W2, contended: C goroutines on one name, holding it for a fixed time.
 // W3, quorum: 5 independent nodes, healthy, one frozen (SIGSTOP), two killed.
@@ -11,6 +13,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -31,7 +34,7 @@ import (
 var (
 	duration = flag.Duration("duration", 2*time.Second, "how long each cell of a workload runs")
 	out      = flag.String("out", "results", "write OUT.md (table) and OUT.svg (plot)")
-	only     = flag.String("only", "", "comma-separated workloads to run (W1,W2,W3); default all")
+	only     = flag.String("only", "", "comma-separated workloads to run (W0,W1,W2,W3); default all")
 	libsFlag = flag.String("libs", "", "comma-separated libraries to run; default all")
 )
 
@@ -58,6 +61,16 @@ func main() {
 	redisVersion, _ := admin.InfoMap(context.Background(), "server").Result()
 	rep.env = fmt.Sprintf("%s, %d CPUs (GOMAXPROCS %d), %s, redis-server %s over loopback TCP; %v per cell",
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), redisVersion["Server"]["redis_version"], *duration)
+	if want("W0") {
+		for _, c := range w0Cases {
+			r, err := ceiling(c, srv.Addr(), admin)
+			if err != nil {
+				log.Fatalf("W0 %s: %v", c.name, err)
+			}
+			rep.w0 = append(rep.w0, r)
+			log.Printf("W0 %-40s %8.0f pairs/s  redis %.2fµs/pair  client %.2fµs/pair", c.name, r.rate, float64(r.serverCPU)/1e3, float64(r.clientCPU)/1e3)
+		}
+	}
 	if want("W1") {
 		for _, c := range []int{1, 16, 64} {
 			for _, l := range libs {
@@ -68,6 +81,15 @@ func main() {
 				rep.w1 = append(rep.w1, r)
 				log.Printf("W1 C=%-2d %-14s %8.0f pairs/s  p50 %v  p99 %v  %.1f allocs/pair  redis %.1fµs/pair", c, l.name, r.rate, r.p50, r.p99, r.allocs, float64(r.serverCPU)/1e3)
 			}
+		}
+		for _, l := range libs {
+			r, err := leftovers(l, srv.Addr(), admin)
+			if err != nil {
+				log.Fatalf("W1 leftovers %s: %v", l.name, err)
+			}
+			rep.leftovers = append(rep.leftovers, r)
+			log.Printf("W1 left %-14s %d names: %.2f keys %.0f bytes per name after release, %.2f keys %.0f bytes after %v",
+				l.name, r.names, r.keysAfter, r.bytesAfter, r.keysKept, r.bytesKept, leftoverTTL)
 		}
 	}
 	if want("W2") {
@@ -143,50 +165,29 @@ type w1Result struct {
 // uncontended runs W1: c goroutines, one name each.
 func uncontended(l library, addr string, admin *redis.Client, c int) (w1Result, error) {
 	reset(admin)
-	newHandle, closeFn, err := l.open([]string{addr})
+	newHandle, closeFn, err := l.open([]string{addr}, ttl)
 	if err != nil {
 		return w1Result{}, err
 	}
 	defer closeFn()
 	ctx, cancel := context.WithTimeout(context.Background(), *duration+30*time.Second)
 	defer cancel()
-	lat := make([][]time.Duration, c)
-	errs := make(chan error, c)
+	handles := make([]handle, c)
+	for g := range handles {
+		handles[g] = newHandle(fmt.Sprintf("w1:%d", g))
+	}
 	var ms0, ms1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
 	cpu0 := serverCPU(admin)
 	start := time.Now()
-	stop := start.Add(*duration)
-	var wg sync.WaitGroup
-	for g := range c {
-		h := newHandle(fmt.Sprintf("w1:%d", g))
-		lat[g] = make([]time.Duration, 0, 1<<14)
-		wg.Go(func() {
-			for time.Now().Before(stop) {
-				t0 := time.Now()
-				if err := h.lock(ctx); err != nil {
-					errs <- err
-					return
-				}
-				if err := h.unlock(ctx); err != nil {
-					errs <- err
-					return
-				}
-				lat[g] = append(lat[g], time.Since(t0))
-			}
-		})
-	}
-	wg.Wait()
+	all, err := pairLoop(ctx, c, start.Add(*duration), 0, func(g, _ int) handle { return handles[g] })
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&ms1)
 	cpu1 := serverCPU(admin)
-	close(errs)
-	if err := <-errs; err != nil {
+	if err != nil {
 		return w1Result{}, err
 	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
 	r := w1Result{lib: l.name, c: c, rate: float64(len(all)) / elapsed.Seconds()}
 	if len(all) > 0 {
 		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
@@ -194,6 +195,35 @@ func uncontended(l library, addr string, admin *redis.Client, c int) (w1Result, 
 		r.serverCPU = (cpu1 - cpu0) / time.Duration(len(all))
 	}
 	return r, nil
+}
+
+// pairLoop runs lock+unlock pairs from c goroutines until stop, or until
+// each has done most pairs (0: no limit); pair i of goroutine g is on
+// handleFor(g, i). It returns every pair's latency, sorted.
+func pairLoop(ctx context.Context, c int, stop time.Time, most int, handleFor func(g, i int) handle) ([]time.Duration, error) {
+	lat := make([][]time.Duration, c)
+	errs := make([]error, c)
+	var wg sync.WaitGroup
+	for g := range c {
+		lat[g] = make([]time.Duration, 0, 1<<14)
+		wg.Go(func() {
+			for i := 0; (most == 0 || i < most) && time.Now().Before(stop); i++ {
+				h := handleFor(g, i)
+				t0 := time.Now()
+				if errs[g] = h.lock(ctx); errs[g] != nil {
+					return
+				}
+				if errs[g] = h.unlock(ctx); errs[g] != nil {
+					return
+				}
+				lat[g] = append(lat[g], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return all, errors.Join(errs...)
 }
 
 // serverCPU returns the CPU time the server has used so far (INFO cpu:
@@ -252,7 +282,7 @@ func contended(l library, addr string, admin *redis.Client, c int, hold time.Dur
 
 func contendedRun(l library, addr string, admin *redis.Client, c int, hold, duration time.Duration) (w2Result, error) {
 	reset(admin)
-	newHandle, closeFn, err := l.open([]string{addr})
+	newHandle, closeFn, err := l.open([]string{addr}, ttl)
 	if err != nil {
 		return w2Result{}, err
 	}
@@ -407,7 +437,7 @@ func quorumRuns(l library) ([]w3Result, error) {
 		srvs = append(srvs, s)
 		addrs = append(addrs, s.Addr())
 	}
-	newHandle, closeFn, err := l.open(addrs)
+	newHandle, closeFn, err := l.open(addrs, ttl)
 	if err != nil {
 		return nil, err
 	}

@@ -10,8 +10,11 @@ import (
 
 type report struct {
 	env string
+	w0  []w0Result
 	w1  []w1Result
-	w2  []w2Result
+	// leftovers: what each library leaves in Redis per lock name (W1's loop)
+	leftovers []leftover
+	w2        []w2Result
 	// tripCeiling: a 1ms-hold loop with one round trip to Redis per
 	// iteration, relative to the same loop without it (oneTripCeiling).
 	tripCeiling float64
@@ -41,51 +44,131 @@ func isDlock(lib string) bool { return strings.HasPrefix(lib, "dlock") }
 func (r *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Machine: %s.\n\n", r.env)
-	if len(r.w1) > 0 {
-		b.WriteString("**W1 — uncontended** (C goroutines, one name each, lock+unlock pairs; Redis CPU = redis-server's CPU time per pair)\n\n")
-		b.WriteString("| C | library | pairs/s | vs best other | p50 | p99 | allocs/pair | Redis CPU/pair |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
-		best := map[int]float64{}
-		for _, x := range r.w1 {
-			if !isDlock(x.lib) {
-				best[x.c] = math.Max(best[x.c], x.rate)
-			}
-		}
-		for _, x := range r.w1 {
-			ratio := "—"
-			if isDlock(x.lib) && best[x.c] > 0 {
-				ratio = fmt.Sprintf("%.2f×", x.rate/best[x.c])
-			}
-			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %s | %s | %.1f | %.1fµs |\n", x.c, x.lib, x.rate, ratio, ms(x.p50), ms(x.p99), x.allocs, float64(x.serverCPU)/1e3)
-		}
-		b.WriteString("\n")
-	}
-	if len(r.w2) > 0 {
-		b.WriteString("**W2 — contended** (C goroutines on one name, each holding it `hold`; FIFO ideal p99 = C × hold)\n\n")
-		b.WriteString("| C | hold | library | acq/s | vs no-Redis loop | wait p50 | p99 | max | p99 / FIFO ideal | fewest/most | cmds/acq | violations |\n")
-		b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, x := range r.w2 {
-			ideal := "—"
-			if x.hold > 0 {
-				ideal = fmt.Sprintf("%.1f×", float64(x.p99)/float64(time.Duration(x.c)*x.hold))
-			}
-			fmt.Fprintf(&b, "| %d | %v | %s | %.0f | %.0f%% | %s | %s | %s | %s | %.2f | %.1f | %d |\n",
-				x.c, x.hold, x.lib, x.rate, 100*x.rate/x.baseline, ms(x.p50), ms(x.p99), ms(x.max), ideal, x.fairness, x.cmds, x.violations)
-		}
-		b.WriteString("\n")
-		if r.tripCeiling > 0 {
-			fmt.Fprintf(&b, "Ceiling for a handover that crosses Redis once: a loop that sleeps 1ms and then makes one round trip "+
-				"(PING) runs at **%.0f%%** of the same loop without it, on this machine.\n\n", 100*r.tripCeiling)
-		}
-	}
-	if len(r.w3) > 0 {
-		b.WriteString("**W3 — quorum of 5 independent nodes** (one goroutine, lock+unlock on fresh names)\n\n")
-		b.WriteString("| library | nodes | pairs | acquire p50 | p99 | release p50 | p99 |\n|---|---|---:|---:|---:|---:|---:|\n")
-		for _, x := range r.w3 {
-			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s |\n", x.lib, x.scenario, x.n, ms(x.acqP50), ms(x.acqP99), ms(x.relP50), ms(x.relP99))
-		}
-		b.WriteString("\n")
-	}
+	r.w0Markdown(&b)
+	r.w1Markdown(&b)
+	r.leftoversMarkdown(&b)
+	r.w2Markdown(&b)
+	r.w3Markdown(&b)
 	return b.String()
+}
+
+// baseline is W0(b)'s Redis CPU per pair: SET NX PX and a Lua
+// compare-and-delete, the least a safe lock pair costs the server.
+func (r *report) baseline() time.Duration {
+	for _, x := range r.w0 {
+		if x.id == "b" {
+			return x.serverCPU
+		}
+	}
+	return 0
+}
+
+func µs(d time.Duration) string { return fmt.Sprintf("%.2fµs", float64(d)/1e3) }
+
+func (r *report) w0Markdown(b *strings.Builder) {
+	if len(r.w0) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "**W0 — the server's ceiling**: what one redis-server does per lock pair with no client library in the way: "+
+		"the commands of a lock+unlock pair as raw RESP, %d pairs (%d commands) pipelined on each of %d connections, "+
+		"each pipelined slot on a name of its own (the same every round, as a W1 goroutine keeps its name) and each pair with a fresh token. At that depth Redis's CPU per pair is what the commands "+
+		"themselves cost; \"pairs/s per Redis core\" is the rate one fully busy Redis thread would reach at that cost "+
+		"(on a machine with few cores the client takes part of the CPU, and pairs/s is lower).\n\n",
+		w0Pairs, 2*w0Pairs, w0Conns)
+	b.WriteString("| commands per pair | pairs/s | Redis CPU/pair | pairs/s per Redis core | Redis CPU vs (b) | client CPU/pair |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+	base := r.baseline()
+	for _, x := range r.w0 {
+		ratio, perCore := "—", "—"
+		if base > 0 {
+			ratio = fmt.Sprintf("%.2f×", float64(x.serverCPU)/float64(base))
+		}
+		if x.serverCPU > 0 {
+			perCore = fmt.Sprintf("%.0f", float64(time.Second)/float64(x.serverCPU))
+		}
+		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %s | %s |\n", x.name, x.rate, µs(x.serverCPU), perCore, ratio, µs(x.clientCPU))
+	}
+	b.WriteString("\n")
+}
+
+func (r *report) w1Markdown(b *strings.Builder) {
+	if len(r.w1) == 0 {
+		return
+	}
+	b.WriteString("**W1 — uncontended** (C goroutines, one name each, lock+unlock pairs; Redis CPU = redis-server's CPU time per pair; " +
+		"vs W0(b) = that CPU over W0(b)'s, the pipelined SET NX PX + Lua compare-and-delete)\n\n")
+	b.WriteString("| C | library | pairs/s | vs best other | p50 | p99 | allocs/pair | Redis CPU/pair | Redis CPU vs W0(b) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	best := map[int]float64{}
+	for _, x := range r.w1 {
+		if !isDlock(x.lib) {
+			best[x.c] = math.Max(best[x.c], x.rate)
+		}
+	}
+	base := r.baseline()
+	for _, x := range r.w1 {
+		ratio, vsW0 := "—", "—"
+		if isDlock(x.lib) && best[x.c] > 0 {
+			ratio = fmt.Sprintf("%.2f×", x.rate/best[x.c])
+		}
+		if base > 0 {
+			vsW0 = fmt.Sprintf("%.1f×", float64(x.serverCPU)/float64(base))
+		}
+		fmt.Fprintf(b, "| %d | %s | %.0f | %s | %s | %s | %.1f | %.1fµs | %s |\n",
+			x.c, x.lib, x.rate, ratio, ms(x.p50), ms(x.p99), x.allocs, float64(x.serverCPU)/1e3, vsW0)
+	}
+	b.WriteString("\n")
+}
+
+func (r *report) leftoversMarkdown(b *strings.Builder) {
+	if len(r.leftovers) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "**W1 — what stays in Redis** (W1's loop with %d goroutines, each pair on a name of its own, lease %v; "+
+		"keys and INFO memory used_memory after minus before, per name, right after every lock was released and again "+
+		"once the lease — dlock's revocation window — has passed: what is left then stays for good. A name per pair, because "+
+		"dlock's revocation marker is per lease, not per name: where names are reused, as in W1, one marker per pair stays for the window)\n\n", leftoverC, leftoverTTL)
+	b.WriteString("| library | names | keys/name after release | bytes/name | keys/name after the window | bytes/name |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.leftovers {
+		// +0 turns a rounding "-0" (noise around nothing left) into "0".
+		fmt.Fprintf(b, "| %s | %d | %.2f | %.0f | %.2f | %.0f |\n", x.lib, x.names, x.keysAfter, math.Round(x.bytesAfter)+0, x.keysKept, math.Round(x.bytesKept)+0)
+	}
+	b.WriteString("\n")
+}
+
+func (r *report) w2Markdown(b *strings.Builder) {
+	if len(r.w2) == 0 {
+		return
+	}
+	b.WriteString("**W2 — contended** (C goroutines on one name, each holding it `hold`; FIFO ideal p99 = C × hold)\n\n")
+	b.WriteString("| C | hold | library | acq/s | vs no-Redis loop | wait p50 | p99 | max | p99 / FIFO ideal | fewest/most | cmds/acq | violations |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.w2 {
+		ideal := "—"
+		if x.hold > 0 {
+			ideal = fmt.Sprintf("%.1f×", float64(x.p99)/float64(time.Duration(x.c)*x.hold))
+		}
+		fmt.Fprintf(b, "| %d | %v | %s | %.0f | %.0f%% | %s | %s | %s | %s | %.2f | %.1f | %d |\n",
+			x.c, x.hold, x.lib, x.rate, 100*x.rate/x.baseline, ms(x.p50), ms(x.p99), ms(x.max), ideal, x.fairness, x.cmds, x.violations)
+	}
+	b.WriteString("\n")
+	if r.tripCeiling > 0 {
+		fmt.Fprintf(b, "Ceiling for a handover that crosses Redis once: a loop that sleeps 1ms and then makes one round trip "+
+			"(PING) runs at **%.0f%%** of the same loop without it, on this machine.\n\n", 100*r.tripCeiling)
+	}
+}
+
+func (r *report) w3Markdown(b *strings.Builder) {
+	if len(r.w3) == 0 {
+		return
+	}
+	b.WriteString("**W3 — quorum of 5 independent nodes** (one goroutine, lock+unlock on fresh names)\n\n")
+	b.WriteString("| library | nodes | pairs | acquire p50 | p99 | release p50 | p99 |\n|---|---|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.w3 {
+		fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s |\n", x.lib, x.scenario, x.n, ms(x.acqP50), ms(x.acqP99), ms(x.relP50), ms(x.relP99))
+	}
+	b.WriteString("\n")
 }
 
 var palette = []string{"#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b"}
