@@ -422,7 +422,17 @@ func redisErr(err error) error {
 		return errRevoked
 	}
 	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") {
-		return because(ErrWrongType, err.Error(), err)
+		return because(ErrWrongType, wrongTypeDetail(err.Error()), err)
 	}
 	return err
+}
+
+// wrongTypeDetail is what a WRONGTYPE reply says, without the script's
+// digest and line that Redis appends ("script: <sha>, on @user_script:N.").
+func wrongTypeDetail(msg string) string {
+	if i := strings.Index(msg, " script: "); i >= 0 {
+		msg = msg[:i]
+	}
+	msg = strings.TrimPrefix(msg, "WRONGTYPE ")
+	return strings.TrimPrefix(msg, "dlock: ")
 }

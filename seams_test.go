@@ -8,6 +8,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -329,8 +330,11 @@ func TestForeignFenceKeyLeavesNothingBehind(t *testing.T) {
 	for _, m := range modes(t, rdb, false) {
 		name := "foreign-" + m.name
 		rdb.RPush(t.Context(), "dlock:{"+name+"}:fence", "not a counter")
-		if _, err := m.new(t).TryAcquire(m.ctx(t.Context()), name); !errors.Is(err, dlock.ErrWrongType) {
+		_, err := m.new(t).TryAcquire(m.ctx(t.Context()), name)
+		if !errors.Is(err, dlock.ErrWrongType) {
 			t.Errorf("%s: TryAcquire with a list at the fence key = %v, want ErrWrongType", m.name, err)
+		} else if strings.Contains(err.Error(), "script") {
+			t.Errorf("%s: error text %q shows the script's internals", m.name, err)
 		}
 		if n := rdb.Exists(t.Context(), "dlock:{"+name+"}").Val(); n != 0 {
 			t.Errorf("%s: lock key left after the failed acquisition", m.name)

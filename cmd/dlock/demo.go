@@ -399,7 +399,7 @@ func (r *demoResult) print(w io.Writer) {
 			p := func(q float64) time.Duration {
 				return r.waits[int(q*float64(len(r.waits)-1))].Round(10 * time.Microsecond)
 			}
-			fmt.Fprintf(w, "  lock wait             p50 %v, p99 %v, max %v\n", p(0.5), p(0.99), r.waits[len(r.waits)-1].Round(time.Millisecond))
+			fmt.Fprintf(w, "  lock wait             p50 %v, p99 %v, max %v\n", p(0.5), p(0.99), r.waits[len(r.waits)-1].Round(10*time.Microsecond))
 		}
 		order := "strictly increasing in acquisition order"
 		if !r.fencesIncreasing {
