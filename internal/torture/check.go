@@ -12,10 +12,20 @@ var Invariants = []struct{ ID, What string }{
 	{"a", "no two holders of a name believe they hold it at once (outside exempt windows)"},
 	{"b", "fences strictly increase in acquisition order per name"},
 	{"c", "the Guard never accepts a write with a fence below one it accepted before"},
-	{"d", "liveness: contexts honoured, freed locks acquirable, workers finish"},
+	{"d", "liveness: contexts honoured, no waiter sleeps long through a free lock, freed locks acquirable, workers finish"},
 	{"e", "nothing left in Redis but fence keys and short-lived revocation markers"},
 	{"f", "no goroutine growth, bounded connection pools"},
 	{"g", "lease accounting: ValidUntil within the lease, losses reported truthfully, re-entry granted"},
+}
+
+// FreeWaits sums up the free-wait part of (d) over a round.
+type FreeWaits struct {
+	Waits     int   // Acquire and Do waits examined
+	Waiting   int64 // their time, ns
+	Reachable int64 // of it, outside the faults that reach them, ns
+	Stretches int   // free stretches a waiter waited through (also in Checked["d"])
+	Longest   int64 // the longest of them, ns
+	Bound     int64 // the bound, ns
 }
 
 // Violation is one broken invariant, with the instant it is about.
@@ -25,6 +35,9 @@ type Violation struct {
 	At   int64
 	Msg  string
 	CS   []string // the critical sections or handles involved, for the excerpt
+	// From and To, when set, are the stretch of the history to show;
+	// otherwise the excerpt is taken around At.
+	From, To int64
 }
 
 // Report is the outcome of checking one round's history.
@@ -33,6 +46,7 @@ type Report struct {
 	Faults     map[string]int
 	Checked    map[string]int // items examined per invariant
 	Exempt     int            // overlaps excused by an exempt window
+	Free       FreeWaits      // (d) waits through a free lock
 	Violations []Violation
 }
 
@@ -79,6 +93,7 @@ func Check(h []Event, p Params) *Report {
 	checkFences(h, ex, r)
 	checkGuard(h, r)
 	checkLiveness(h, r)
+	checkFreeWaits(h, p, r)
 	checkLeftovers(h, r)
 	checkAccounting(h, ex, p, r)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })

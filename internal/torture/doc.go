@@ -47,9 +47,12 @@
 //	    only for a reentrant re-entry, same owner);
 //	(c) the Guard never accepts a write whose fence is below one it
 //	    accepted before;
-//	(d) liveness: a call returns within a bound of its context's end; with
-//	    every worker gone (some killed while holding), each name is
-//	    acquirable within TTL-derived bounds; workers finish;
+//	(d) liveness: a call returns within a bound of its context's end; no
+//	    Acquire or Do sleeps through a free lock (by the history: no lease
+//	    of any worker held or unexpired) for longer than 2s + TTL, outside
+//	    the faults that reach it (freewait.go); with every worker gone
+//	    (some killed while holding), each name is acquirable within
+//	    TTL-derived bounds; workers finish;
 //	(e) after the run and after the probe, Redis holds nothing under the
 //	    round's prefix but fence keys and revocation markers that expire
 //	    within the longest lease; a worker finds no hold of its own left

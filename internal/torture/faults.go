@@ -23,6 +23,7 @@ type Proxy interface {
 	Stall()
 	StallReplies()
 	Cut()
+	Addr() string
 }
 
 // Targets are what a round's faults can hit.
@@ -110,6 +111,10 @@ func (j *Injector) inject(kind string, e *Event) (string, error) {
 	ps := j.T.Proxies[node]
 	p := ps[j.Rng.IntN(len(ps))]
 	target := fmt.Sprintf("node%d", node)
+	switch kind {
+	case FaultDelayReq, FaultDelayRep, FaultStallReplies, FaultStall, FaultCut:
+		e.Via = p.Addr() // only the clients that go through it are cut off
+	}
 	switch kind {
 	case FaultServerPause:
 		s := j.T.Servers[node]

@@ -41,6 +41,10 @@ type Event struct {
 	DL    int64  `json:"dl,omitempty"` // the call's context deadline (or cancel instant)
 	Bound int64  `json:"b,omitempty"`  // how late after DL the call may return, ns
 	Note  string `json:"note,omitempty"`
+	// Via is, for a worker's config, the addresses of the proxies it
+	// reaches the lock nodes through (space-separated, one per node); for
+	// a fault that hit one proxy, that proxy's address.
+	Via string `json:"via,omitempty"`
 }
 
 // Operations recorded.
@@ -232,6 +236,9 @@ func format(e Event, base int64) string {
 	}
 	if e.Note != "" {
 		s += " note=" + e.Note
+	}
+	if e.Op == OpFault && e.Via != "" {
+		s += " via=" + e.Via
 	}
 	if e.Err != "" {
 		s += " err=" + e.Err

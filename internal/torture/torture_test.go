@@ -96,17 +96,21 @@ func report(t *testing.T, seed uint64, res *result, totals map[string]int) {
 		counts[inv.ID] = r.Count(inv.ID)
 		totals[inv.ID] += counts[inv.ID]
 	}
-	t.Logf("round %d mode=%s ttl=%v names=%d workers=%dg+%dp run=%v wall=%v restarts=%v kill=%v\n  ops: %s\n  faults: %s\n  checked: %s exempt-overlaps=%d\n  violations: %s",
+	t.Logf("round %d mode=%s ttl=%v names=%d workers=%dg+%dp run=%v wall=%v restarts=%v kill=%v\n  ops: %s\n  faults: %s\n  checked: %s exempt-overlaps=%d\n  free waits (d): %s\n  violations: %s",
 		p.round, p.mode, p.ttl, len(p.names), p.routines, p.procs, p.run, res.wall.Round(time.Millisecond),
-		p.restarts, p.finalKill, mapLine(r.Ops), mapLine(r.Faults), mapLine(r.Checked), r.Exempt, invariantCounts(counts))
+		p.restarts, p.finalKill, mapLine(r.Ops), mapLine(r.Faults), mapLine(r.Checked), r.Exempt, freeLine(r.Free), invariantCounts(counts))
 	shown := map[string]int{}
 	for _, v := range r.Violations {
 		if shown[v.Inv]++; shown[v.Inv] > 3 {
 			continue
 		}
+		from, to, lines := v.At-int64(300*time.Millisecond), v.At+int64(100*time.Millisecond), 50
+		if v.From != 0 {
+			from, to, lines = v.From, v.To, 80
+		}
 		t.Errorf("VIOLATION (%s) seed=%d round=%d mode=%s name=%s: %s\n  rerun: go test -race ./internal/torture -run TestTorture -torture.seed=%d -torture.round=%d\n  history around it (ms since round start):\n%s",
 			v.Inv, seed, p.round, p.mode, v.Name, v.Msg, seed, p.round,
-			Excerpt(res.history, v.Name, v.CS, v.At-int64(300*time.Millisecond), v.At+int64(100*time.Millisecond), res.base, 50))
+			Excerpt(res.history, v.Name, v.CS, from, to, res.base, lines))
 	}
 	for inv, n := range shown {
 		if n > 3 {
@@ -119,6 +123,17 @@ func report(t *testing.T, seed uint64, res *result, totals map[string]int) {
 			t.Logf("stderr of %s:\n%s", id, s)
 		}
 	}
+}
+
+// freeLine renders the free-wait summary of a round.
+func freeLine(f FreeWaits) string {
+	ms := func(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
+	pct := 0.0
+	if f.Waiting > 0 {
+		pct = 100 * float64(f.Reachable) / float64(f.Waiting)
+	}
+	return fmt.Sprintf("%d waits, %v of their %v outside faults (%.0f%%), %d free stretches, longest %v (bound %v)",
+		f.Waits, ms(f.Reachable), ms(f.Waiting), pct, f.Stretches, ms(f.Longest), ms(f.Bound))
 }
 
 // saveHistory writes a failing round's merged history to -torture.out.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -92,9 +93,11 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		autoExtend:  w.rng.IntN(5) != 0,
 	}
 	var nodes []redis.UniversalClient
+	var via []string
 	for _, addrs := range cfg.Nodes {
+		via = append(via, addrs[w.rng.IntN(len(addrs))])
 		rdb := redis.NewClient(&redis.Options{
-			Addr: addrs[w.rng.IntN(len(addrs))], DialTimeout: 500 * time.Millisecond,
+			Addr: via[len(via)-1], DialTimeout: 500 * time.Millisecond,
 			ReadTimeout: w.opts.readTimeout, WriteTimeout: w.opts.readTimeout,
 			ContextTimeoutEnabled: w.opts.ctxTimeout, MaxRetries: w.opts.maxRetries, PoolSize: poolSize,
 		})
@@ -121,7 +124,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v",
-		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout)})
+		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout), Via: strings.Join(via, " ")})
 	return w, nil
 }
 

@@ -1,0 +1,508 @@
+package torture
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// This file is the part of (d) that watches the run itself: no waiter
+// sleeps through a free lock for long. From the history it reconstructs,
+// per name, when a lease may have been held in Redis ("busy"); the rest of
+// the time the lock was free. An Acquire (or Do's acquisition) waiting
+// while its lock was free must get it, or see another waiter take it,
+// within freeBound; a wait counts from the call until it returned the
+// Lock, or until its context ended.
+//
+// A handle's lease (a successful Acquire, TryAcquire or Do) is busy from
+// the earliest instant Redis can have granted it to the latest instant it
+// can have ended:
+//
+//   - granted no earlier than max(invocation, ValidUntil − TTL): dlock
+//     counts the validity from the start of the attempt that took the lock
+//     (for a fair handover, from when the waiter queued), both before the
+//     grant;
+//   - ended no later than the first Release (or Do) that returned a
+//     definite answer (nil or ErrNotHeld: the lease is gone from Redis by
+//     then), nor than the latest expiry any call can have set: the
+//     acquisition's return plus the TTL, an Extend's return plus its TTL
+//     (plus landingSlack when its answer was lost), and with auto-extend
+//     the watchdog's last extension (sent before the first Release call,
+//     which stops it; landingSlack for one in flight) plus the longest
+//     lease time asked for. A handle with auto-extend that was never
+//     released (its process was killed) is busy to the end.
+//
+// Critical sections lie inside those spans (a stamp is only recorded while
+// the lease is valid), so free means: no critical section of any worker
+// covers the instant, and the last holder's lease was released or has run
+// out. A holder still in its critical section after its validity ended
+// (work past the lease, a paused process) does not keep the lock busy:
+// that is the dead holder a waiter must skip once its lease runs out.
+//
+// Faults are exempt where they reach, from their start until healTail
+// after they healed. Exempting every wait from every fault until a TTL
+// after it would leave nothing to check: the injector starts a fault
+// TTL/10 to TTL/2 after the last one healed, so such windows cover the
+// whole run. What a fault does not reach is checked:
+//
+//   - a lock node paused or restarted (every worker loses its way to
+//     Redis or its subscription) and an injector failure: every wait;
+//   - a worker's SIGKILL: every wait, from a second before it to the end
+//     (its last events may be missing, its leases and queue entries expire
+//     on their own);
+//   - a proxy stalled, delayed or cut: the waits of the workers that go
+//     through that proxy;
+//   - a worker's SIGSTOP: that worker's waits, and every wait for a lock it
+//     was trying to take meanwhile (or had given up on a second before):
+//     a fair release may hand the lock to its queue entry, or an attempt
+//     of it take the lock, and the stopped worker cannot pass it on.
+//
+// A paused or killed holder needs nothing more: its lease counts as held
+// until a Release of it returned or the bounds above, not until its last
+// stamp.
+//
+// Not modelled, and left to freeBound: the lease an attempt took for a
+// waiter that gave up (its context ended, or Redis failed to answer,
+// while the attempt was in flight) until dlock's undo of it landed, and
+// in fair mode the lease a release handed to such a waiter's queue entry.
+// Against a healthy Redis the undo follows within a round trip; when a
+// proxy fault holds it up, it lands within a second or two of the heal;
+// the lease lasts a TTL at most. (Such a lease also outlived its attempt
+// by a whole TTL without any fault: a Redlock attempt given up while the
+// connections to the nodes were still being dialled, at the start of
+// quorum5 rounds, e.g. -torture.seed=7 -torture.round=2.)
+
+// freeBound is how long a waiter may keep waiting through a free stretch.
+// By design a waiter learns of a free lock at once from the release
+// message (fair mode: the release hands it the lock), and otherwise — the
+// message lost, the holder gone without releasing — when it next wakes:
+// fair mode after at most a third of its queue entry's life
+// (max(TTL, 1s)/3) or the holder's remaining lease, unfair mode and
+// Redlock after at most the backoff cap (DefaultMaxBackoff, 1s) or the
+// holder's remaining lease. On top of that wake-up (1s for TTLs up to 3s)
+// the bound allows a TTL, for a lease a waiter that gave up left behind
+// (see above), and a second of scheduling slack for -race on a loaded
+// machine with two cores: 2s + TTL.
+func freeBound(ttl time.Duration) time.Duration {
+	wake := max(dlock.DefaultMaxBackoff, max(ttl, time.Second)/3)
+	return wake + ttl + time.Second
+}
+
+// healTail is how long after a fault healed it may still keep a waiter
+// from a free lock: the requests a delay fault held are delivered up to
+// 1.2s late; after a cut, a stall or a restart, connections (the pub/sub
+// one too) are dialled again; a paused process catches up.
+func healTail(kind string) time.Duration {
+	if kind == FaultDelayReq || kind == FaultDelayRep {
+		return 1500 * time.Millisecond
+	}
+	return time.Second
+}
+
+// landingSlack is how much later than an Extend returned its request may
+// land when the call failed (a delay fault holds requests up to 1.2s, a
+// stall 0.6s, and go-redis may re-send).
+const landingSlack = 2 * time.Second
+
+// expirySlack pads every computed expiry: Redis expires keys a little
+// after their deadline, and an acquisition's answer comes back after the
+// script ran.
+const expirySlack = 200 * time.Millisecond
+
+// lease is the span during which a handle's lease may have been held.
+type lease struct {
+	name, w, cs string
+	from, to    int64
+}
+
+// leases reconstructs the span of every handle's lease (see above).
+func leases(h []Event, ttl time.Duration) []lease {
+	auto := map[string]bool{}
+	seenCfg := map[string]bool{}
+	for _, e := range h {
+		if e.Op == OpConfig {
+			auto[e.W] = strings.Contains(e.Note, "auto=true")
+			seenCfg[e.W] = true
+		}
+	}
+	type span struct {
+		lease
+		acqRet  int64
+		expiry  int64 // latest expiry a call can have set
+		maxTTL  int64 // longest lease time asked for (the watchdog's)
+		stop    int64 // first Release call (stops the watchdog); 0: none
+		settled int64 // first definite end; 0: none
+	}
+	byCS := map[string]*span{}
+	var order []*span
+	doByInv := map[string]*span{} // Do's handle by worker, name and invocation
+	key := func(e Event) string { return e.W + "\x00" + e.Name + "\x00" + strconv.FormatInt(e.Inv, 10) }
+	for _, e := range h {
+		if (e.Op != OpAcquire && e.Op != OpTry && e.Op != OpDo) || e.Res != "ok" || e.CS == "" {
+			continue
+		}
+		from := e.Inv
+		if e.VU != 0 {
+			from = max(from, e.VU-int64(ttl))
+		}
+		s := &span{lease: lease{name: e.Name, w: e.W, cs: e.CS, from: from}, acqRet: e.Ret,
+			expiry: e.Ret + int64(ttl), maxTTL: int64(ttl)}
+		byCS[e.CS] = s
+		order = append(order, s)
+		if e.Op == OpDo {
+			doByInv[key(e)] = s
+		}
+	}
+	first := func(t *int64, v int64) {
+		if *t == 0 || v < *t {
+			*t = v
+		}
+	}
+	for _, e := range h {
+		switch e.Op {
+		case OpExtend:
+			s := byCS[e.CS]
+			if s == nil || (e.Res != "ok" && e.Res != "err") {
+				continue
+			}
+			end := e.Ret + e.Arg
+			if e.Res == "err" {
+				end += int64(landingSlack)
+			}
+			s.expiry = max(s.expiry, end)
+			s.maxTTL = max(s.maxTTL, e.Arg)
+		case OpRelease:
+			s := byCS[e.CS]
+			if s == nil {
+				continue
+			}
+			first(&s.stop, e.Inv)
+			if e.Res == "ok" || e.Res == "notheld" {
+				first(&s.settled, e.Ret)
+			}
+		case OpDoRet:
+			s := doByInv[key(e)]
+			if s == nil {
+				continue
+			}
+			first(&s.stop, e.Ret) // Do released before it returned
+			panicked := strings.HasPrefix(e.Note, "panic")
+			if !panicked && (e.Res == "ok" || e.Res == "notheld" || e.Err == errFn.Error()) {
+				first(&s.settled, e.Ret)
+			}
+		case OpPanic:
+			// afterPanic found the lease gone (Inspect) after Do re-panicked.
+			if s := doByInv[key(e)]; s != nil && e.Res == "released" {
+				first(&s.settled, e.Ret)
+			}
+		}
+	}
+	out := make([]lease, 0, len(order))
+	for _, s := range order {
+		end := s.expiry
+		if !seenCfg[s.w] || auto[s.w] {
+			if s.stop == 0 {
+				end = math.MaxInt64 // the watchdog may still be extending it
+			} else {
+				end = max(end, s.stop+int64(landingSlack)+s.maxTTL) // an extension in flight may land late
+			}
+		}
+		if end != math.MaxInt64 {
+			end += int64(expirySlack)
+		}
+		if s.settled != 0 {
+			end = min(end, s.settled)
+		}
+		s.to = max(end, s.from)
+		out = append(out, s.lease)
+	}
+	return out
+}
+
+// busy is a merged span of leases and windows of one name.
+type busy struct {
+	from, to     int64
+	first, last  string // the lease that opens it and the one that ends it ("" for a window)
+	lastIsWindow bool   // a fault window ends it
+	lastLease    string // the lease in it that ended last
+	lastLeaseTo  int64
+}
+
+// wait is one Acquire's (or Do's) wait: from its invocation until it got
+// the lock, or until its context ended.
+type wait struct {
+	w, op, name, cs string
+	from, to        int64
+	res             string
+}
+
+// waits gathers the waits of h.
+func waits(h []Event) []wait {
+	do := map[string]Event{}
+	key := func(e Event) string { return e.W + "\x00" + e.Name + "\x00" + strconv.FormatInt(e.Inv, 10) }
+	for _, e := range h {
+		if e.Op == OpDo {
+			do[key(e)] = e
+		}
+	}
+	var out []wait
+	for _, e := range h {
+		if e.Op != OpAcquire && e.Op != OpDoRet {
+			continue
+		}
+		wt := wait{w: e.W, op: e.Op, name: e.Name, cs: e.CS, from: e.Inv, to: e.Ret, res: e.Res}
+		if e.Op == OpDoRet {
+			wt.op = OpDo
+			if d, ok := do[key(e)]; ok {
+				wt.to, wt.cs, wt.res = d.Ret, d.CS, "ok"
+			}
+		}
+		switch wt.res {
+		case "invalid", "wrongtype":
+			continue // refused before any wait
+		case "ok":
+		default:
+			if e.DL != 0 {
+				wt.to = min(wt.to, e.DL) // after its context ended it no longer waits
+			}
+		}
+		if wt.to > wt.from {
+			out = append(out, wt)
+		}
+	}
+	return out
+}
+
+// effect is what a fault may do to free-wait checking: during window, the
+// waits of the workers it cut off (all, if global) are not checked, nor
+// are the locks those workers were trying to take (see lockSide).
+type effect struct {
+	window
+	healed  int64           // when the fault itself ended
+	global  bool            // it hit every worker, and every lock
+	workers map[string]bool // else, the workers it hit
+	calls   bool            // and the locks those workers were trying to take
+}
+
+// effects returns the reach of every fault of h.
+func effects(h []Event) []effect {
+	via := map[string][]string{} // worker: the proxies it goes through
+	for _, e := range h {
+		if e.Op == OpConfig {
+			via[e.W] = strings.Fields(e.Via)
+		}
+	}
+	var out []effect
+	for _, e := range h {
+		if e.Op != OpFault {
+			continue
+		}
+		f := effect{window: window{e.Inv, max(e.Ret, e.Inv) + int64(healTail(e.Note))}, healed: max(e.Ret, e.Inv)}
+		switch e.Note {
+		case FaultWorkerKill:
+			// The killed worker's last events may be missing, and its leases
+			// and queue entries live on until they expire: check no more.
+			f.from, f.to, f.global = e.Inv-int64(time.Second), math.MaxInt64, true
+		case FaultWorkerPause:
+			id, _, _ := strings.Cut(e.Name, " ")
+			f.workers, f.calls = map[string]bool{id: true}, true
+		case FaultDelayReq, FaultDelayRep, FaultStallReplies, FaultStall, FaultCut:
+			if e.Via == "" {
+				f.global = true
+				break
+			}
+			f.workers = map[string]bool{}
+			for w, addrs := range via {
+				if slices.Contains(addrs, e.Via) {
+					f.workers[w] = true
+				}
+			}
+		default: // a lock node paused or restarted, or the injector failed
+			f.global = true
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// call is one acquisition call (Acquire, TryAcquire, Do until fn started):
+// what can leave a lease or a queue entry behind when a fault hits it.
+type call struct {
+	w, name  string
+	inv, ret int64
+}
+
+// calls gathers the acquisition calls of h.
+func calls(h []Event) []call {
+	var out []call
+	acquired := map[string]bool{}
+	for _, e := range h {
+		switch e.Op {
+		case OpAcquire, OpTry, OpDo:
+			out = append(out, call{e.W, e.Name, e.Inv, e.Ret})
+			if e.Op == OpDo {
+				acquired[e.W+"\x00"+e.Name+"\x00"+strconv.FormatInt(e.Inv, 10)] = true
+			}
+		}
+	}
+	for _, e := range h {
+		if e.Op == OpDoRet && !acquired[e.W+"\x00"+e.Name+"\x00"+strconv.FormatInt(e.Inv, 10)] {
+			out = append(out, call{e.W, e.Name, e.Inv, e.Ret})
+		}
+	}
+	return out
+}
+
+// lockSide reports whether fault f keeps name from every waiter: it hit
+// every worker, or it stopped a worker that was in an acquisition call of
+// name then, or had left one a second before (its undo may not have run).
+// A proxy fault does not: the calls it cut off leave a lease behind only
+// until their undo lands, soon after the heal (see the top of this file).
+func lockSide(f effect, name string, cs []call) bool {
+	if f.global {
+		return true
+	}
+	if !f.calls {
+		return false
+	}
+	for _, c := range cs {
+		if c.name == name && f.workers[c.w] && c.ret >= f.from-int64(time.Second) && c.inv <= f.healed {
+			return true
+		}
+	}
+	return false
+}
+
+// checkFreeWaits is the part of (d) that watches the run: no Acquire or Do
+// waits through a stretch in which its lock was free (see the top of this
+// file) for longer than freeBound.
+func checkFreeWaits(h []Event, p Params, r *Report) {
+	bound := int64(freeBound(p.TTL))
+	r.Free.Bound = bound
+	fx := effects(h)
+	cs := calls(h)
+	byName := map[string][]busy{}
+	for _, l := range leases(h, p.TTL) {
+		byName[l.name] = append(byName[l.name], busy{from: l.from, to: l.to, first: l.cs, last: l.cs, lastLease: l.cs, lastLeaseTo: l.to})
+	}
+	lockFx := map[string][]window{} // per name, the fault windows that keep it from every waiter
+	for _, wt := range waits(h) {
+		ws, ok := lockFx[wt.name]
+		if !ok {
+			for _, f := range fx {
+				if lockSide(f, wt.name, cs) {
+					ws = append(ws, f.window)
+				}
+			}
+			lockFx[wt.name] = ws
+		}
+		ws = slices.Clip(ws)
+		for _, f := range fx {
+			if !f.global && f.workers[wt.w] {
+				ws = append(ws, f.window) // the waiter itself was cut off
+			}
+		}
+		r.Free.Waits++
+		r.Free.Waiting += wt.to - wt.from
+		r.Free.Reachable += wt.to - wt.from - covered(merged(nil, ws), wt.from, wt.to)
+		ss := merged(byName[wt.name], ws)
+		// The free stretches are the gaps between spans, and the time before
+		// the first and after the last.
+		for i := 0; i <= len(ss); i++ {
+			prev := busy{to: math.MinInt64}
+			if i > 0 {
+				prev = ss[i-1]
+			}
+			next := busy{from: math.MaxInt64}
+			if i < len(ss) {
+				next = ss[i]
+			}
+			if prev.to >= wt.to {
+				break
+			}
+			from, to := max(wt.from, prev.to), min(wt.to, next.from)
+			if to <= from {
+				continue
+			}
+			r.Checked["d"]++
+			r.Free.Stretches++
+			r.Free.Longest = max(r.Free.Longest, to-from)
+			if to-from > bound {
+				freeViolation(r, wt, prev, next, from, to, bound, i > 0)
+			}
+		}
+	}
+}
+
+// freeViolation reports wt waiting through the free stretch [from, to]
+// between the spans prev and next.
+func freeViolation(r *Report, wt wait, prev, next busy, from, to, bound int64, hasPrev bool) {
+	after := "no lease before it"
+	switch {
+	case hasPrev && prev.lastIsWindow && prev.lastLease != "":
+		after = fmt.Sprintf("after a fault window; the last lease before, %s's, ended by %s", prev.lastLease, ms(prev.lastLeaseTo))
+	case hasPrev && prev.lastIsWindow:
+		after = "after a fault window"
+	case hasPrev:
+		after = "after " + prev.last + "'s lease ended"
+	}
+	until := "its wait ended"
+	if next.from == to && next.first != "" {
+		until = next.first + " took it"
+	}
+	var cs []string
+	for _, c := range []string{wt.cs, prev.lastLease, next.first} {
+		if c != "" && !slices.Contains(cs, c) {
+			cs = append(cs, c)
+		}
+	}
+	r.Violations = append(r.Violations, Violation{Inv: "d", Name: wt.name, At: from + bound, CS: cs,
+		From: max(min(wt.from, from-int64(500*time.Millisecond)), from-int64(3*time.Second)), To: to + int64(100*time.Millisecond),
+		Msg: fmt.Sprintf("%s %s (waited %s–%s, %s) slept %v through a free stretch, beyond the bound %v: the lock was free from %s (%s) to %s (%s)",
+			wt.w, wt.op, ms(wt.from), ms(wt.to), wt.res, dur(to-from), dur(bound), ms(from), after, ms(to), until)})
+}
+
+// dur renders a span of ns in ms.
+func dur(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
+
+// covered returns how much of [from, to] the sorted, disjoint spans cover.
+func covered(spans []busy, from, to int64) int64 {
+	var n int64
+	for _, b := range spans {
+		if lo, hi := max(b.from, from), min(b.to, to); hi > lo {
+			n += hi - lo
+		}
+	}
+	return n
+}
+
+// merged sorts a name's lease spans together with the fault windows and
+// merges those that overlap.
+func merged(ls []busy, faults []window) []busy {
+	all := make([]busy, 0, len(ls)+len(faults))
+	all = append(all, ls...)
+	for _, f := range faults {
+		all = append(all, busy{from: f.from, to: f.to, lastIsWindow: true, lastLeaseTo: math.MinInt64})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].from < all[j].from })
+	var out []busy
+	for _, b := range all {
+		if n := len(out); n > 0 && b.from <= out[n-1].to {
+			if b.to > out[n-1].to {
+				out[n-1].to, out[n-1].last, out[n-1].lastIsWindow = b.to, b.last, b.lastIsWindow
+			}
+			if b.lastLease != "" && b.lastLeaseTo >= out[n-1].lastLeaseTo {
+				out[n-1].lastLease, out[n-1].lastLeaseTo = b.lastLease, b.lastLeaseTo
+			}
+			continue
+		}
+		out = append(out, b)
+	}
+	return out
+}
