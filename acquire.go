@@ -239,9 +239,6 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.
 	ttl := c.opts.ttl
 	start := time.Now()
 	g, err := c.b.acquire(ctx, l.cl, ttl, queue)
-	if g.undone {
-		l.renew() // the backend ended a partial grant (quorum, replica ack)
-	}
 	switch {
 	case errors.Is(err, errNotSent):
 		return nil, 0, err
@@ -257,6 +254,10 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.
 		// queue entry of ours is left to block others.
 		c.undoAndRenew(ctx, l)
 		return nil, 0, err
+	case g.undo:
+		// Some quorum nodes granted it, too few: give it back everywhere.
+		c.undoAndRenew(ctx, l)
+		return nil, g.pttl, nil
 	case !g.held:
 		return nil, g.pttl, nil
 	}
@@ -300,15 +301,12 @@ func (c *Client) undo(ctx context.Context, cl *claim) {
 	if ctx.Err() != nil {
 		wait = undoWait
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.undoUntil(cl, time.Now().Add(min(queueTTL(c.opts.ttl), undoRetryMax)))
-	}()
+	first := make(chan struct{}) // closed when the first try is over
+	go c.undoUntil(cl, time.Now().Add(min(queueTTL(c.opts.ttl), undoRetryMax)), first)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case <-done:
+	case <-first:
 	case <-t.C:
 	}
 }
@@ -341,14 +339,26 @@ const undoRetryMax = 10 * time.Second
 // of its attempt before leaving it to the background.
 const undoWait = 100 * time.Millisecond
 
-// undoUntil runs the undo until it succeeds or the deadline passes, each
-// try bounded by undoTimeout, with a growing pause between tries.
-func (c *Client) undoUntil(cl *claim, deadline time.Time) {
+// undoUntil runs the undo until it succeeds on every node or the deadline
+// passes, each try bounded by undoTimeout, with a growing pause between
+// tries; first is closed when the first try is over (the caller waits for
+// that one only).
+func (c *Client) undoUntil(cl *claim, deadline time.Time, first chan struct{}) {
+	defer func() {
+		select {
+		case <-first:
+		default:
+			close(first)
+		}
+	}()
 	pause := 20 * time.Millisecond
-	for {
+	for try := 0; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
-		_, err := c.b.release(ctx, cl)
+		err := c.b.undo(ctx, cl)
 		cancel()
+		if try == 0 {
+			close(first)
+		}
 		if !transient(err) || time.Now().Add(pause).After(deadline) {
 			return
 		}

@@ -100,9 +100,10 @@ type grant struct {
 	fence int64         // when held
 	holds int64         // when held, reentrant: the owner's hold count now
 	pttl  time.Duration // when not held: the holder's remaining lease, or -1 if unknown
-	// undone reports that the backend ended what the attempt was granted
-	// (too few replicas or quorum nodes said yes): its token is revoked.
-	undone bool
+	// undo reports that what the attempt was granted must be given back
+	// (too few replicas or quorum nodes said yes): the caller undoes it,
+	// retrying until every node has answered.
+	undo bool
 }
 
 // backend runs lock operations against one Redis deployment. The Lock
@@ -120,6 +121,10 @@ type backend interface {
 	extend(ctx context.Context, c *claim, ttl time.Duration, seq int64) (bool, error)
 	release(ctx context.Context, c *claim) (bool, error)
 	inspect(ctx context.Context, k *keys) (Info, error)
+	// undo ends the lease c may hold, or come to hold (see release), on
+	// every node; it fails if a node could not be reached, so that the undo
+	// is tried again.
+	undo(ctx context.Context, c *claim) error
 	// force deletes the lock whoever holds it (for operators), naming the
 	// holding it read first, so that a re-sent copy cannot delete the next
 	// holder's lock; it reports whether a lock was deleted.
@@ -217,8 +222,7 @@ func (n node) acquire(ctx context.Context, c *claim, ttl time.Duration, queue bo
 	}
 	if v >= 0 { // the fence
 		if acks >= 0 && acks < int64(n.replicas) {
-			n.release(context.WithoutCancel(ctx), c)
-			return grant{undone: true}, n.ackUndone(acks)
+			return grant{undo: true}, n.ackUndone(acks)
 		}
 		return grant{held: true, fence: v}, nil
 	}
@@ -244,8 +248,7 @@ func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration)
 	}
 	if v[0] == 1 {
 		if acks >= 0 && acks < int64(n.replicas) {
-			n.release(context.WithoutCancel(ctx), c)
-			return grant{undone: true}, n.ackUndone(acks)
+			return grant{undo: true}, n.ackUndone(acks)
 		}
 		return grant{held: true, fence: v[1], holds: v[2]}, nil
 	}
@@ -389,6 +392,11 @@ func (n node) scan(ctx context.Context, match string) ([]string, error) {
 		return keys, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
 	}
 	return keys, scan(ctx, n.uc)
+}
+
+func (n node) undo(ctx context.Context, c *claim) error {
+	_, err := n.release(ctx, c)
+	return err
 }
 
 func (n node) force(ctx context.Context, k *keys) (bool, error) {

@@ -275,17 +275,16 @@ func (q *quorum) acquire(ctx context.Context, c *claim, ttl time.Duration, _ boo
 		}
 		held = ok
 	}
-	q.release(ctx, c) // undo what was granted, on every node
-	refused := 0
+	refused := 0 // (the caller undoes what was granted, on every node)
 	for _, err := range errs {
 		if err == errRefused {
 			refused++
 		}
 	}
 	if held+refused >= q.need() {
-		return grant{pttl: pttl, undone: true}, nil // a majority answered: taken, or a split vote; wait
+		return grant{pttl: pttl, undo: true}, nil // a majority answered: taken, or a split vote; wait
 	}
-	return grant{undone: true}, &QuorumError{Op: "acquire", Held: held, Need: q.need(), Nodes: errs}
+	return grant{undo: true}, &QuorumError{Op: "acquire", Held: held, Need: q.need(), Nodes: errs}
 }
 
 func (q *quorum) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64) (bool, error) {
@@ -323,6 +322,21 @@ func (q *quorum) release(ctx context.Context, c *claim) (bool, error) {
 		return true, nil
 	}
 	return false, &QuorumError{Op: "release", Held: yes, Need: q.need(), Nodes: errs}
+}
+
+// undo releases the lease on every node; a node that does not answer (or
+// fails) makes it an error, so that the undo is tried again.
+func (q *quorum) undo(ctx context.Context, c *claim) error {
+	var errs []error
+	for i, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, c) }, nil) {
+		switch {
+		case !r.ok:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, errNoAnswer))
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // force force-releases the lock on every node (see node.force).
