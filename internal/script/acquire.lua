@@ -17,14 +17,9 @@
 if revoked(KEYS[3]) then
   return revoked_reply()
 end
-local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
-if not holder then
-  local fence = new_fence(KEYS[2])
-  if not fence then
-    redis.call('DEL', KEYS[1])
-    return fence_type_reply()
-  end
-  return fence
+local taken, holder = take_free(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+if taken then
+  return taken
 end
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')

@@ -21,14 +21,10 @@ local holder
 if not redis.call('LINDEX', KEYS[3], 0) then
   -- Nobody queued (the common case): SET NX GET takes a free lock, or names
   -- the holder of a taken one, in a single command.
-  holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
-  if not holder then
-    local fence = new_fence(KEYS[2])
-    if not fence then
-      redis.call('DEL', KEYS[1])
-      return fence_type_reply()
-    end
-    return fence
+  local taken
+  taken, holder = take_free(KEYS[1], KEYS[2], token, ARGV[2])
+  if taken then
+    return taken
   end
 else
   holder = redis.call('GET', KEYS[1])

@@ -96,3 +96,20 @@ local function live_holds(key, now)
   end
   return n, last
 end
+
+-- take_free takes the lock at key for token if it is free (SET NX GET, one
+-- command) and issues its fence at fence_key. It returns the fence, or
+-- false and the holder's token when the lock is taken; a fence key of a
+-- foreign type gives an error reply and leaves nothing written.
+local function take_free(key, fence_key, token, ttl)
+  local holder = redis.call('SET', key, token, 'NX', 'PX', ttl, 'GET')
+  if holder then
+    return false, holder
+  end
+  local fence = new_fence(fence_key)
+  if not fence then
+    redis.call('DEL', key)
+    return fence_type_reply()
+  end
+  return fence
+end

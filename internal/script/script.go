@@ -62,10 +62,21 @@ var (
 // calls, and only those: Redis runs a script's whole text on every call,
 // so each function defined and not used would cost every call a closure.
 func withLib(src string) *redis.Script {
+	chunks := strings.Split(lib, "\n\n")
+	need := make([]bool, len(chunks))
+	// A function is needed if the script or a needed function calls it;
+	// lib.lua defines each function after those it calls.
+	text := src
+	for i := len(chunks) - 1; i >= 0; i-- {
+		m := libFunc.FindStringSubmatch(chunks[i])
+		if m != nil && strings.Contains(text, m[1]+"(") {
+			need[i] = true
+			text += chunks[i]
+		}
+	}
 	var b strings.Builder
-	for _, chunk := range strings.Split(lib, "\n\n") {
-		m := libFunc.FindStringSubmatch(chunk)
-		if m != nil && strings.Contains(src, m[1]+"(") {
+	for i, chunk := range chunks {
+		if need[i] {
 			b.WriteString(chunk)
 			b.WriteString("\n\n")
 		}
