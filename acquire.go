@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -234,7 +235,7 @@ func (c *Client) leave(ctx context.Context, cl *claim) {
 // errors are bare causes: the caller names the operation and the lock.
 func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, 0, err // nothing sent
+		return nil, 0, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	ttl := c.opts.ttl
 	start := time.Now()
@@ -247,12 +248,13 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.
 		l.renew()
 		return nil, -1, nil
 	case err != nil:
-		// The script may have run and only the reply been lost (or be still
-		// on its way), or, after an error reply, have written part of its
-		// work (Lua does not roll back: a write refused mid-script, e.g.
-		// NOREPLICAS, leaves the writes before it): make sure no lease or
-		// queue entry of ours is left to block others.
-		c.undoAndRenew(ctx, l)
+		// The backend says whether the request may have taken effect (its
+		// reply lost or still on its way, or part of its work written before
+		// a write was refused): then make sure no lease or queue entry of
+		// ours is left to block others.
+		if g.undo {
+			c.undoAndRenew(ctx, l)
+		}
 		return nil, 0, err
 	case g.undo:
 		// Some quorum nodes granted it, too few: give it back everywhere.
@@ -292,7 +294,8 @@ func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
 // handed over meanwhile). If Redis does not answer, or refuses the write
 // (NOREPLICAS, READONLY, OOM), the undo is retried in the background for as
 // long as what it ends could block others (a lease or queue entry lives for
-// max(TTL, 1s)), but no longer than undoRetryMax. When ctx is done the caller waits only up to undoWait:
+// max(TTL, 1s)), but no longer than undoRetryMax and at most undoTries
+// times. When ctx is done the caller waits only up to undoWait:
 // against a healthy Redis that is enough for the undo to finish, so a
 // process that closes its Redis client right after a cancelled Acquire
 // leaves nothing behind.
@@ -332,8 +335,15 @@ func transient(err error) bool {
 	return false
 }
 
-// undoRetryMax bounds how long a failed undo is retried in the background.
-const undoRetryMax = 10 * time.Second
+// undoRetryMax bounds how long a failed undo is retried in the background,
+// and undoTries how often: enough to outlast a blip (a write refused for a
+// moment, a connection being re-made), few enough that a node that stays
+// down does not keep a goroutine per failed attempt for long (the pauses
+// are 25ms, 100ms, 400ms, 1.6s).
+const (
+	undoRetryMax = 10 * time.Second
+	undoTries    = 5
+)
 
 // undoWait is how long a caller whose context is done waits for the undo
 // of its attempt before leaving it to the background.
@@ -351,18 +361,18 @@ func (c *Client) undoUntil(cl *claim, deadline time.Time, first chan struct{}) {
 			close(first)
 		}
 	}()
-	pause := 20 * time.Millisecond
-	for try := 0; ; try++ {
+	pause := 25 * time.Millisecond
+	for try := 0; try < undoTries; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 		err := c.b.undo(ctx, cl)
 		cancel()
 		if try == 0 {
 			close(first)
 		}
-		if !transient(err) || time.Now().Add(pause).After(deadline) {
+		if try == undoTries-1 || !transient(err) || time.Now().Add(pause).After(deadline) {
 			return
 		}
 		time.Sleep(pause)
-		pause = min(2*pause, time.Second)
+		pause *= 4
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,7 +188,27 @@ func (n node) ackUndone(acks int64) error {
 	return because(ErrNotAcquired, err.Error()+" (undone)", err)
 }
 
+// acquire runs the acquire script once. After an error the attempt must be
+// undone (grant.undo) unless the request surely never reached Redis: the
+// script may have run with its reply lost, or written part of its work
+// before a write was refused (Lua does not roll back).
 func (n node) acquire(ctx context.Context, c *claim, ttl time.Duration, queue bool) (grant, error) {
+	g, err := n.acquireOnce(ctx, c, ttl, queue)
+	if err != nil && !errors.Is(err, errRevoked) && !neverSent(err) {
+		g.undo = true
+	}
+	return g, err
+}
+
+// neverSent reports whether err says the request never left the client: a
+// batched call abandoned before it was sent, or a connection that could not
+// be made.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, errNotSent) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+func (n node) acquireOnce(ctx context.Context, c *claim, ttl time.Duration, queue bool) (grant, error) {
 	if n.reentrant {
 		return n.acquireReentrant(ctx, c, ttl)
 	}
@@ -394,8 +415,13 @@ func (n node) scan(ctx context.Context, match string) ([]string, error) {
 	return keys, scan(ctx, n.uc)
 }
 
+// A server that refuses the connection is down: there is nothing to undo
+// on it that will not be gone with it or expire by itself.
 func (n node) undo(ctx context.Context, c *claim) error {
 	_, err := n.release(ctx, c)
+	if neverSent(err) {
+		return nil
+	}
 	return err
 }
 

@@ -190,13 +190,13 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	defer func() {
 		if !finished { // fn panicked
 			cancel(context.Canceled)
-			l.Release(context.WithoutCancel(ctx))
+			c.release(ctx, l)
 		}
 	}()
 	ferr := fn(&heldContext{Context: fctx, l: l, cancel: cancel}, l)
 	finished = true
 	cancel(context.Canceled)
-	rerr := l.Release(context.WithoutCancel(ctx))
+	rerr := c.release(ctx, l)
 	switch {
 	case rerr == nil:
 		return ferr
@@ -204,6 +204,18 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 		return rerr
 	}
 	return errors.Join(ferr, rerr)
+}
+
+// release releases the Lock of a Do. Do's caller has no Lock to call
+// Release on again, so a release that fails for want of an answer from
+// Redis is retried as an undo is (in the background, bounded) instead of
+// leaving the lease to expire.
+func (c *Client) release(ctx context.Context, l *Lock) error {
+	err := l.Release(context.WithoutCancel(ctx))
+	if err != nil && !errors.Is(err, ErrNotHeld) {
+		c.undo(context.WithoutCancel(ctx), l.cl)
+	}
+	return err
 }
 
 // heldContext is the context Do gives fn. Its Err and Done check the

@@ -47,8 +47,7 @@ import (
 // nodes, a nil node, an invalid option, and an option that does not apply
 // to a quorum are reported here, with an error that wraps ErrInvalid and
 // names the option. Options that do not apply: WithReentrant(true),
-// WithFair(true), WithReplicaAck with n > 0, WithShardedPubSub(true) and
-// WithPipelining(true).
+// WithFair(true) and WithReplicaAck with n > 0.
 func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	switch {
 	case len(nodes) == 0:
@@ -275,20 +274,27 @@ func (q *quorum) acquire(ctx context.Context, c *claim, ttl time.Duration, _ boo
 		}
 		held = ok
 	}
-	refused := 0 // (the caller undoes what was granted, on every node)
-	for _, err := range errs {
-		if err == errRefused {
+	// The caller undoes what may have been granted, on every node: nothing
+	// to undo if no node granted it and every other one refused, or surely
+	// never got the request.
+	refused, unknown := 0, 0
+	for i, r := range res {
+		switch {
+		case errs[i] == errRefused:
 			refused++
+		case !r.ok || (r.err != nil && r.v.undo):
+			unknown++
 		}
 	}
+	undo := held > 0 || unknown > 0
 	if held+refused >= q.need() {
-		return grant{pttl: pttl, undo: true}, nil // a majority answered: taken, or a split vote; wait
+		return grant{pttl: pttl, undo: undo}, nil // a majority answered: taken, or a split vote; wait
 	}
-	return grant{undo: true}, &QuorumError{Op: "acquire", Held: held, Need: q.need(), Nodes: errs}
+	return grant{undo: undo}, &QuorumError{Op: "acquire", Held: held, Need: q.need(), Nodes: errs}
 }
 
 func (q *quorum) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64) (bool, error) {
-	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(ctx, c, ttl, seq) },
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(detached(ctx), c, ttl, seq) },
 		majority(q, func(ok bool) bool { return ok }))
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
@@ -304,7 +310,7 @@ func (q *quorum) extend(ctx context.Context, c *claim, ttl time.Duration, seq in
 func (q *quorum) release(ctx context.Context, c *claim) (bool, error) {
 	// Every node is waited for (up to the per-node timeout): a release still
 	// in flight on a node would make that node refuse the next acquisition.
-	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, c) }, nil)
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(detached(ctx), c) }, nil)
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
 	// The lease was exclusive only while no majority could be won by
@@ -324,11 +330,18 @@ func (q *quorum) release(ctx context.Context, c *claim) (bool, error) {
 	return false, &QuorumError{Op: "release", Held: yes, Need: q.need(), Nodes: errs}
 }
 
+// detached returns ctx without its deadline: a release or an extension
+// must be sent to a node even if the per-node timeout passes while it waits
+// in the node's pipeline (a batched call whose context ends before it is sent is never
+// sent); the fan-out stops waiting for it at the timeout all the same, and
+// go-redis's read timeout bounds it.
+func detached(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
 // undo releases the lease on every node; a node that does not answer (or
 // fails) makes it an error, so that the undo is tried again.
 func (q *quorum) undo(ctx context.Context, c *claim) error {
 	var errs []error
-	for i, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, c) }, nil) {
+	for i, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(detached(ctx), c) }, nil) {
 		switch {
 		case !r.ok:
 			errs = append(errs, fmt.Errorf("node %d: %w", i, errNoAnswer))
