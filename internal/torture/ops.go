@@ -205,15 +205,24 @@ func (w *Worker) fnOutcome() error {
 // afterPanic checks, after Do re-panicked, that the lock no longer carries
 // the token of the Do that panicked.
 func (w *Worker) afterPanic(name, tok, own string, inv int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	info, err := w.c.Inspect(ctx, name)
-	res := "released"
-	switch {
-	case err != nil:
-		res = "unknown"
-	case heldBy(info, tok, own):
-		res = "stillheld"
+	// Do releases before it re-panics; a release that failed for want of an
+	// answer is retried in the background (its first try before the panic
+	// goes on), so allow it a moment to land.
+	res := "stillheld"
+	var err error
+	for deadline := time.Now().Add(2 * time.Second); res == "stillheld" && time.Now().Before(deadline); {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		var info dlock.Info
+		info, err = w.c.Inspect(ctx, name)
+		cancel()
+		switch {
+		case err != nil:
+			res = "unknown"
+		case heldBy(info, tok, own):
+			time.Sleep(100 * time.Millisecond)
+		default:
+			res = "released"
+		}
 	}
 	w.rec.Add(Event{Name: name, Op: OpPanic, Inv: inv, Ret: now(), Tok: tok, Res: res, Err: errText(err)})
 }
