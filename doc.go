@@ -48,11 +48,11 @@
 // deadlines on reads only with ContextTimeoutEnabled). An attempt whose
 // outcome is unknown — no answer, or the context ended while it was in
 // flight — is undone: the lock is deleted if the attempt took it, and the
-// attempt's token is revoked for a TTL, so a copy of the request that is
-// still in the network (delayed, or re-sent by go-redis after a lost reply)
-// is refused when it lands. A request delayed in the network for longer
-// than a TTL after it was undone can still take the lock, for nobody, for
-// at most one TTL. Release, too, revokes its token, and a release that
+// attempt's token is revoked for the TTL (at most a minute), so a copy of
+// the request that is still in the network (delayed, or re-sent by
+// go-redis after a lost reply) is refused when it lands. A request delayed
+// in the network for longer than that after it was undone can still take
+// the lock, for nobody, for at most one TTL. Release, too, revokes its token, and a release that
 // go-redis re-sends reports what the first copy did. Do releases the lock
 // when its function panics, and the panic goes on.
 //
