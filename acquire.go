@@ -173,9 +173,14 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 	if a.w != nil && a.l.cl.token != token {
 		a.w.retoken(a.l.cl.token) // the attempt was undone: a new lease token
 	}
-	if _, ok := errors.AsType[*QuorumError](err); ok {
-		a.lastQuorum = err
+	switch _, quorum := errors.AsType[*QuorumError](err); {
+	case quorum && (a.ctx.Err() == nil || a.lastQuorum == nil):
+		a.lastQuorum = err // (not one cut short by the context's end: it says less)
 		return nil, -1, nil
+	case quorum:
+		return nil, -1, nil
+	case err == nil && l == nil:
+		a.lastQuorum = nil // a majority answered: the lock is taken, not unreachable
 	}
 	if errors.Is(err, errTooSlow) {
 		a.trustHandover = false
