@@ -237,7 +237,7 @@ func TestQuorumAttackDelayedShortExtendAfterLongExtend(t *testing.T) {
 		t.Fatalf("Extend(8s) = %v", err)
 	}
 	time.Sleep(800 * time.Millisecond) // the delayed Extend(1s) has landed
-	long := 0 // the lease is safe while a majority keeps the longer expiry
+	long := 0                          // the lease is safe while a majority keeps the longer expiry
 	for i, d := range direct {
 		pttl := d.PTTL(ctx, "dlock:{ext}").Val()
 		t.Logf("node %d PTTL = %v", i, pttl)

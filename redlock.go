@@ -156,11 +156,15 @@ func fanOut[T any](ctx context.Context, q *quorum, fn func(context.Context, node
 	}
 	ch := make(chan indexed, len(q.nodes))
 	done := ctx.Done() // the caller stops waiting when its ctx ends; the nodes' calls go on
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.timeout)
-	defer cancel()
+	// Each node's call is sent and runs to its end whatever the wait: a
+	// call cancelled when the outcome is decided, or at the per-node
+	// timeout, could be dropped unsent from the node's pipeline (a grant
+	// missing from a node, a release never made). go-redis's timeouts bound
+	// it.
+	nctx := context.WithoutCancel(ctx)
 	for i, n := range q.nodes {
 		go func() {
-			v, err := fn(ctx, n)
+			v, err := fn(nctx, n)
 			ch <- indexed{i, nodeResult[T]{v: v, err: err, ok: true}}
 		}()
 	}
@@ -294,7 +298,7 @@ func (q *quorum) acquire(ctx context.Context, c *claim, ttl time.Duration, _ boo
 }
 
 func (q *quorum) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64) (bool, error) {
-	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(detached(ctx), c, ttl, seq) },
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.extend(ctx, c, ttl, seq) },
 		majority(q, func(ok bool) bool { return ok }))
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
@@ -310,7 +314,7 @@ func (q *quorum) extend(ctx context.Context, c *claim, ttl time.Duration, seq in
 func (q *quorum) release(ctx context.Context, c *claim) (bool, error) {
 	// Every node is waited for (up to the per-node timeout): a release still
 	// in flight on a node would make that node refuse the next acquisition.
-	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(detached(ctx), c) }, nil)
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, c) }, nil)
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
 	// The lease was exclusive only while no majority could be won by
@@ -330,18 +334,11 @@ func (q *quorum) release(ctx context.Context, c *claim) (bool, error) {
 	return false, &QuorumError{Op: "release", Held: yes, Need: q.need(), Nodes: errs}
 }
 
-// detached returns ctx without its deadline: a release or an extension
-// must be sent to a node even if the per-node timeout passes while it waits
-// in the node's pipeline (a batched call whose context ends before it is sent is never
-// sent); the fan-out stops waiting for it at the timeout all the same, and
-// go-redis's read timeout bounds it.
-func detached(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
-
 // undo releases the lease on every node; a node that does not answer (or
 // fails) makes it an error, so that the undo is tried again.
 func (q *quorum) undo(ctx context.Context, c *claim) error {
 	var errs []error
-	for i, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(detached(ctx), c) }, nil) {
+	for i, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, c) }, nil) {
 		switch {
 		case !r.ok:
 			errs = append(errs, fmt.Errorf("node %d: %w", i, errNoAnswer))
