@@ -334,11 +334,28 @@ func (q *quorum) release(ctx context.Context, c *claim) (bool, error) {
 	return false, &QuorumError{Op: "release", Held: yes, Need: q.need(), Nodes: errs}
 }
 
-// undo releases the lease on every node; a node that does not answer (or
-// fails) makes it an error, so that the undo is tried again.
+// undo undoes the lease on every node (see node.undo); a node that does
+// not answer, or fails, makes it an error, so that the undo is tried again.
 func (q *quorum) undo(ctx context.Context, c *claim) error {
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (struct{}, error) { return struct{}{}, n.undo(ctx, c) }, nil)
+	return nodeErrors(res)
+}
+
+// force force-releases the lock on every node (see node.force).
+func (q *quorum) force(ctx context.Context, k *keys) (bool, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.force(ctx, k) }, nil)
+	deleted := false
+	for _, r := range res {
+		deleted = deleted || r.v
+	}
+	return deleted, nodeErrors(res)
+}
+
+// nodeErrors joins the errors of the nodes that failed or did not answer,
+// each named by its index.
+func nodeErrors[T any](res []nodeResult[T]) error {
 	var errs []error
-	for i, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.release(ctx, c) }, nil) {
+	for i, r := range res {
 		switch {
 		case !r.ok:
 			errs = append(errs, fmt.Errorf("node %d: %w", i, errNoAnswer))
@@ -347,22 +364,6 @@ func (q *quorum) undo(ctx context.Context, c *claim) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// force force-releases the lock on every node (see node.force).
-func (q *quorum) force(ctx context.Context, k *keys) (bool, error) {
-	deleted := false
-	var errs []error
-	for i, r := range fanOut(ctx, q, func(ctx context.Context, n node) (bool, error) { return n.force(ctx, k) }, nil) {
-		switch {
-		case !r.ok:
-			errs = append(errs, fmt.Errorf("node %d: %w", i, errNoAnswer))
-		case r.err != nil:
-			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
-		}
-		deleted = deleted || r.v
-	}
-	return deleted, errors.Join(errs...)
 }
 
 // scan gathers the matching keys of every node that answers; it fails if
