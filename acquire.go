@@ -195,12 +195,12 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 // longer than the real one. If more than half of it is already gone, it
 // returns nil and the waiter confirms (and renews) the lease with an
 // attempt instead.
-func (c *Client) handedOver(l *Lock, fence int64, queued time.Time) *Lock {
+func (c *Client) handedOver(l *Lock, wake int64, queued time.Time) *Lock {
 	ttl := c.opts.ttl
-	if fence <= 0 || time.Since(queued) > ttl/2 || c.opts.replicas > 0 {
+	if wake != handedOver || time.Since(queued) > ttl/2 || c.opts.replicas > 0 {
 		return nil // (with replica ack, the confirming attempt is what WAITs)
 	}
-	l.activate(fence, ttl, queued.Add(ttl-c.opts.driftFor(ttl)))
+	l.activate(0, ttl, queued.Add(ttl-c.opts.driftFor(ttl)))
 	return l
 }
 

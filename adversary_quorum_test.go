@@ -55,7 +55,7 @@ func countGoroutines(substr string) int {
 func keyOnNodes(ctx context.Context, direct []*redis.Client, key string) (n int, vals []string) {
 	for _, d := range direct {
 		v, err := d.Get(ctx, key).Result()
-		if err == nil {
+		if err == nil && !strings.HasPrefix(v, "~") { // a tombstone is a free lock
 			n++
 		}
 		vals = append(vals, v)

@@ -19,8 +19,8 @@ import (
 // {name}, so on Redis Cluster they live in one slot and one script can touch
 // them all.
 type keys struct {
-	lock    string // the lock: the owner token, with PX expiry
-	fence   string // the last fencing token issued; no expiry
+	lock    string // the lock: the lease's token, or a tombstone, with PX expiry (see lib.lua)
+	fence   string // the last fencing token issued, for the fence window
 	channel string // where a release is announced
 	queue   string // fair mode: waiter tokens in arrival order
 	waiters string // fair mode: token -> "deadline_ms:ttl_ms" of each queued waiter
@@ -45,16 +45,27 @@ type claim struct {
 	keys
 	token string // the lease's token: the plain lock's value, or a reentrant hold's field
 	owner string // reentrant: the owner id ("<client>/<owner>") that the hash names
-	rev   string // the lease's revocation key (see lib.lua): "<lock>:r:<token>"
+	rev   string // reentrant: the hold's own key (see lib.lua), "<lock>:r:<token>"
 }
 
-// setToken gives the claim a lease token, and with it a revocation key.
-// A token whose lease was ended (released, or undone after an attempt with
-// an unknown outcome) is refused by Redis from then on, so an attempt after
-// an undo needs a new one.
+// setToken gives the claim a lease token (and a reentrant hold its own
+// key). A token whose lease was ended (released, or undone after an attempt
+// with an unknown outcome) is refused by Redis from then on, so an attempt
+// after an undo needs a new one.
 func (c *claim) setToken(token string) {
 	c.token = token
-	c.rev = c.lock + ":r:" + token
+	if c.owner != "" {
+		c.rev = c.lock + ":r:" + token
+	}
+}
+
+// holderID is what the lock names as its holder: the lease's token, or a
+// reentrant lock's owner id.
+func (c *claim) holderID() string {
+	if c.owner != "" {
+		return c.owner
+	}
+	return c.token
 }
 
 // Script digests and fixed arguments, converted to interfaces once.
@@ -98,7 +109,7 @@ func (n node) ms(d time.Duration) any {
 // grant is the outcome of one acquire script call.
 type grant struct {
 	held  bool
-	fence int64         // when held
+	fence int64         // when held, reentrant: the fence of the owner's first hold (0: not issued)
 	holds int64         // when held, reentrant: the owner's hold count now
 	pttl  time.Duration // when not held: the holder's remaining lease, or -1 if unknown
 	// undo reports that what the attempt was granted must be given back
@@ -121,6 +132,9 @@ type backend interface {
 	// older one must not cut short what a newer one set).
 	extend(ctx context.Context, c *claim, ttl time.Duration, seq int64) (bool, error)
 	release(ctx context.Context, c *claim) (bool, error)
+	// fence issues the fencing token of the lease c, if it holds the lock:
+	// greater than every fence issued for the name before (0: not held).
+	fence(ctx context.Context, c *claim) (int64, error)
 	inspect(ctx context.Context, k *keys) (Info, error)
 	// undo ends the lease c may hold, or come to hold (see release), on
 	// every node; it fails if a node could not be reached, so that the undo
@@ -222,30 +236,29 @@ func (n node) acquireOnce(ctx context.Context, c *claim, ttl time.Duration, queu
 	}
 	switch {
 	case n.replicas > 0 && n.fair:
-		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.lock, c.fence, c.queue, c.waiters, c.rev},
+		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.lock, c.queue, c.waiters},
 			c.token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), c.channel, n.pub)
 	case n.replicas > 0:
-		cmd, acks = n.acked(ctx, script.Acquire, []string{c.lock, c.fence, c.rev}, c.token, ttl.Milliseconds())
+		cmd, acks = n.acked(ctx, script.Acquire, []string{c.lock}, c.token, ttl.Milliseconds())
 	case n.fair:
 		qttl := n.qttlA
 		if ttl != n.ttl || qttl == nil {
 			qttl = queueTTL(ttl).Milliseconds()
 		}
-		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 5,
-			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA}), -1
+		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 3,
+			&c.lock, &c.queue, &c.waiters, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA}), -1
 	default:
-		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 3,
-			&c.lock, &c.fence, &c.rev, &c.token, n.ms(ttl)}), -1
+		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 1, &c.lock, &c.token, n.ms(ttl)}), -1
 	}
 	v, err := cmd.Int64()
 	if err != nil {
 		return grant{}, redisErr(err)
 	}
-	if v >= 0 { // the fence
+	if v >= 0 { // ours
 		if acks >= 0 && acks < int64(n.replicas) {
 			return grant{undo: true}, n.ackUndone(acks)
 		}
-		return grant{held: true, fence: v}, nil
+		return grant{held: true}, nil
 	}
 	return grant{pttl: pttlOf(-2 - v)}, nil
 }
@@ -259,7 +272,7 @@ func pttlOf(ms int64) time.Duration {
 }
 
 func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration) (grant, error) {
-	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.lock, c.fence, c.rev}, c.owner, c.token, ttl.Milliseconds())
+	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.lock, c.fence, c.rev}, c.owner, c.token, ttl.Milliseconds(), fenceWindow.Milliseconds())
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return grant{}, redisErr(err)
@@ -284,7 +297,7 @@ func (n node) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64
 	if n.reentrant {
 		cmd, acks = n.acked(ctx, script.ExtendReentrant, []string{c.lock, c.rev}, c.owner, c.token, ttl.Milliseconds(), seq)
 	} else {
-		cmd, acks = n.acked(ctx, script.Extend, []string{c.lock, c.rev}, c.token, ttl.Milliseconds(), seq)
+		cmd, acks = n.acked(ctx, script.Extend, []string{c.lock}, c.token, ttl.Milliseconds(), seq)
 	}
 	v, err := cmd.Int64()
 	if err != nil {
@@ -298,12 +311,19 @@ func (n node) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64
 	return v == 1, nil
 }
 
-// revokeWindow is how long the marker of an ended lease lives (see
+// revokeWindow is how long the tombstone of an ended lease lives (see
 // lib.lua): a request of the lease delayed in the network for longer than
 // that after it ended can still take the lock, for nobody, for a TTL. A
-// TTL, but at most a minute: markers cost a key each, and a network that
+// TTL, but at most a minute: a tombstone keeps the key, and a network that
 // holds a request for a minute is rare.
 func revokeWindow(ttl time.Duration) time.Duration { return min(ttl, time.Minute) }
+
+// fenceWindow is how long a fence counter lives after a fence was issued.
+// Fences are floored by the server's clock (new_fence in lib.lua), so the
+// counter only has to outlast a step back of that clock, or a failover to
+// a server whose clock is behind; after the window the name leaves nothing
+// in Redis.
+const fenceWindow = time.Minute
 
 // release ends the lease: deletes the lock if it is ours (handing it to the
 // next waiter in fair mode) and reports whether it was; a waiter's token
@@ -318,16 +338,24 @@ func (n node) release(ctx context.Context, c *claim) (bool, error) {
 	case n.reentrant:
 		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.lock, c.rev}, c.owner, c.token, c.channel, n.pub, window)
 	case n.fair:
-		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
-			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, &c.channel, n.pubA, window})
+		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 3,
+			&c.lock, &c.queue, &c.waiters, &c.token, &c.channel, n.pubA, window})
 	default:
-		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.lock, &c.rev, &c.token, &c.channel, n.pubA, window})
+		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 1, &c.lock, &c.token, &c.channel, n.pubA, window})
 	}
 	v, err := cmd.Int64()
 	if err != nil {
 		return false, redisErr(err)
 	}
 	return v == 1, nil
+}
+
+func (n node) fence(ctx context.Context, c *claim) (int64, error) {
+	f, err := script.Fence.Run(ctx, n.rdb, []string{c.lock, c.fence}, c.holderID(), fenceWindow.Milliseconds()).Int64()
+	if err != nil {
+		return 0, redisErr(err)
+	}
+	return f, nil
 }
 
 func (n node) inspect(ctx context.Context, k *keys) (Info, error) {
@@ -347,7 +375,12 @@ func (n node) inspect(ctx context.Context, k *keys) (Info, error) {
 	switch kind {
 	case "none":
 	case "string":
-		info.Held, info.Token, info.holding = true, holder, holder
+		if strings.HasPrefix(holder, "~") { // a tombstone (see lib.lua): free
+			info.Type = "none"
+			break
+		}
+		token, _, _ := strings.Cut(holder, " ")
+		info.Held, info.Token, info.holding = true, token, holder
 	case "hash":
 		info.Held = true
 		info.Owners, info.holding = reentrantOwners(v[4], now)

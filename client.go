@@ -113,7 +113,6 @@ func (c *Client) prepare(name string) (*Lock, error) {
 	}
 	l := &Lock{c: c, name: name, base: claim{keys: k}}
 	l.cl = &l.base
-	l.cl.setToken(newToken())
 	if c.opts.reentrant {
 		owner := c.owner
 		if owner == "" {
@@ -121,6 +120,7 @@ func (c *Client) prepare(name string) (*Lock, error) {
 		}
 		l.cl.owner = c.id + "/" + owner
 	}
+	l.cl.setToken(newToken())
 	return l, nil
 }
 

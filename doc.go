@@ -64,28 +64,33 @@
 // last check; when it resumes, another holder may be inside. No lock service
 // can prevent that by itself.
 //
-// Every acquisition therefore carries a fencing token, Lock.Fence, strictly
-// greater than every earlier one for the same name. Send it with each write,
-// and have the resource refuse a write whose fence is lower than one it has
-// already accepted: the late write of a paused former holder is then
+// Every lease therefore has a fencing token, Lock.Fence, strictly greater
+// than that of every earlier lease of the same name. Send it with each
+// write, and have the resource refuse a write whose fence is lower than one
+// it has already accepted: the late write of a paused former holder is then
 // rejected however long the pause was. Guard does this for resources kept in
-// Redis; its documentation shows the same rule in SQL. Fences are
-// max(last + 1, Redis server time in µs), so they keep rising even when the
-// counter is lost with an empty restart, as long as the servers' clocks do
-// not step back by more than the outage lasted.
+// Redis; its documentation shows the same rule in SQL. A fence is issued
+// when the holder first asks for it, and only while its lease holds the
+// lock. Fences are max(last + 1, Redis server time in µs), so they keep
+// rising even when the counter is gone (it lives a minute after the last
+// fence, and an empty restart loses it), as long as the servers' clocks do
+// not step back by more than that.
 //
 // # Keys
 //
 // A lock name N is kept at "dlock:{N}" (the prefix is set by WithPrefix): a
-// string holding the owner token, with a PX expiry, readable by any tool
-// that knows the SET NX PX convention. The last fence is at "dlock:{N}:fence"
-// (no expiry), and releases are announced on the pub/sub channel
-// "dlock:{N}:ch". An ended lease leaves a revocation marker
-// "dlock:{N}:r:<token>" that expires after the Client's TTL. A reentrant
-// lock is a hash at "dlock:{N}" with the owner, the fence and one field per
-// hold (each hold is a lease with its own deadline); the fair queue lives at
-// "dlock:{N}:q" and "dlock:{N}:qw". The braces make all of them one Redis
-// Cluster hash slot.
+// string holding the lease's token (followed, after a space, by notes: the
+// latest extension's number, leases that ended), with a PX expiry. A release
+// leaves a tombstone there, "~ " and the ended lease, for min(TTL, 1 minute):
+// a free lock to everyone, which refuses a request of the ended lease that
+// arrives late. The last fence is at "dlock:{N}:fence" for a minute after it
+// was issued, and releases are announced on the pub/sub channel
+// "dlock:{N}:ch". A reentrant lock is a hash at "dlock:{N}" with the owner,
+// the fence and one field per hold (each hold is a lease with its own
+// deadline, and leaves a marker "dlock:{N}:r:<token>" when it ends); the fair
+// queue lives at "dlock:{N}:q" and "dlock:{N}:qw". The braces make all of
+// them one Redis Cluster hash slot. Once a name is no longer locked, its
+// keys are gone within max(TTL, 1 minute).
 //
 // # Waiting
 //

@@ -38,11 +38,15 @@ func ExampleClient_Acquire() {
 	}
 	defer l.Release(context.WithoutCancel(ctx))
 
+	fence, err := l.Fence(ctx) // issued on first use: only while the lock is held
+	if err != nil {
+		log.Fatal(err)
+	}
 	select {
 	case <-l.Done():
 		log.Printf("lock lost: %v", l.Err())
 	default:
-		fmt.Println("holding", l.Name(), "with a fence:", l.Fence() > 0)
+		fmt.Println("holding", l.Name(), "with a fence:", fence > 0)
 	}
 	// Output: holding reports:nightly with a fence: true
 }
@@ -87,7 +91,11 @@ func ExampleClient_Do() {
 
 	err = c.Do(context.Background(), "batch:task:list", func(ctx context.Context, l *dlock.Lock) error {
 		// ctx is cancelled, with cause dlock.ErrNotHeld, if the lock is lost.
-		return enqueueDueTasks(ctx, l.Fence())
+		fence, err := l.Fence(ctx)
+		if err != nil {
+			return err
+		}
+		return enqueueDueTasks(ctx, fence)
 	})
 	if err != nil {
 		log.Print(err)
@@ -118,16 +126,20 @@ func ExampleGuard() {
 	}
 	defer l.Release(ctx)
 
+	fence, err := l.Fence(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
 	// Even if this process pauses here past its lease and another holder
 	// writes meanwhile, this write is then refused with ErrStaleFence.
-	err = g.Write(ctx, "config:value", "v2", l.Fence(), l.Token())
+	err = g.Write(ctx, "config:value", "v2", fence, l.Token())
 	if errors.Is(err, dlock.ErrStaleFence) {
 		log.Print("lost the lock while paused; a newer holder has written")
 	}
 	fmt.Println("written:", err == nil)
 
 	// A holder from before (a lower fence) that wakes up late is refused.
-	err = g.Write(ctx, "config:value", "v1", l.Fence()-1, "an older lease")
+	err = g.Write(ctx, "config:value", "v1", fence-1, "an older lease")
 	fmt.Println("late write from an older lease refused:", errors.Is(err, dlock.ErrStaleFence))
 	// Output:
 	// written: true
@@ -151,12 +163,16 @@ func ExampleLock_Fence() {
 		log.Fatal(err)
 	}
 	defer l.Release(ctx)
+	fence, err := l.Fence(ctx)
+	if err != nil {
+		log.Fatal(err) // lost before it could be fenced
+	}
 
 	// The row remembers the highest fence that wrote it; an older one, or
 	// the same one from another owner, changes nothing.
 	res, err := db.ExecContext(ctx, `UPDATE jobs SET state = $1, fence = $2, token = $3
 		WHERE id = $4 AND (fence < $2 OR (fence = $2 AND token = $3))`,
-		"done", l.Fence(), l.Token(), 42)
+		"done", fence, l.Token(), 42)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -209,7 +225,9 @@ func ExampleClient_Owner() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("re-entered, same fence:", inner.Fence() == outer.Fence())
+	fi, _ := inner.Fence(ctx)
+	fo, _ := outer.Fence(ctx)
+	fmt.Println("re-entered, same fence:", fi == fo && fi > 0)
 	defer inner.Release(ctx) // the lock is free after both releases
 
 	other, _ := c.Owner("request-9c1a")

@@ -19,15 +19,15 @@ func TestFenceStrictlyIncreases(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryAcquire %s = %v", how, err)
 		}
-		if l.Fence() <= last {
-			t.Errorf("Fence() %s = %d, want > %d", how, l.Fence(), last)
+		if fenceOf(t, l) <= last {
+			t.Errorf("Fence() %s = %d, want > %d", how, fenceOf(t, l), last)
 		}
-		last = l.Fence()
+		last = fenceOf(t, l)
 		if how == "after expiry" || how == "after restart" {
 			return
 		}
 		rdb.PExpire(ctx, l.Key(), time.Millisecond) // let it expire instead of releasing
-		waitFor(time.Second, func() bool { return rdb.Exists(ctx, l.Key()).Val() == 0 })
+		waitFor(time.Second, func() bool { return liveKeys(ctx, rdb, l.Key()) == 0 })
 	}
 	for range 5 {
 		check("in a row")
@@ -47,7 +47,7 @@ func TestFenceStrictlyIncreases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := l.Fence(), int64(9000000000000001); got != want {
+	if got, want := fenceOf(t, l), int64(9000000000000001); got != want {
 		t.Errorf("Fence() after counter 9e15 = %d, want %d", got, want)
 	}
 }
@@ -64,7 +64,7 @@ func TestGuardRejectsLateWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Write(ctx, "resource", "a1", a.Fence(), a.Token()); err != nil {
+	if err := g.Write(ctx, "resource", "a1", fenceOf(t, a), a.Token()); err != nil {
 		t.Fatalf("first holder's write = %v", err)
 	}
 	rdb.Del(ctx, a.Key()) // A pauses; its lease is gone
@@ -74,20 +74,20 @@ func TestGuardRejectsLateWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Release(ctx)
-	if err := g.Write(ctx, "resource", "b1", b.Fence(), b.Token()); err != nil {
+	if err := g.Write(ctx, "resource", "b1", fenceOf(t, b), b.Token()); err != nil {
 		t.Fatalf("second holder's write = %v", err)
 	}
-	if err := g.Write(ctx, "resource", "b2", b.Fence(), b.Token()); err != nil {
+	if err := g.Write(ctx, "resource", "b2", fenceOf(t, b), b.Token()); err != nil {
 		t.Errorf("second holder's second write = %v, want nil (same fence, same owner)", err)
 	}
-	if err := g.Write(ctx, "resource", "a2", a.Fence(), a.Token()); !errors.Is(err, dlock.ErrStaleFence) {
+	if err := g.Write(ctx, "resource", "a2", fenceOf(t, a), a.Token()); !errors.Is(err, dlock.ErrStaleFence) {
 		t.Errorf("late write with an older fence = %v, want ErrStaleFence", err)
 	}
-	if err := g.Write(ctx, "resource", "x", b.Fence(), "another-token"); !errors.Is(err, dlock.ErrStaleFence) {
+	if err := g.Write(ctx, "resource", "x", fenceOf(t, b), "another-token"); !errors.Is(err, dlock.ErrStaleFence) {
 		t.Errorf("write with an equal fence and another token = %v, want ErrStaleFence", err)
 	}
 	v, fence, err := g.Read(ctx, "resource")
-	if err != nil || v != "b2" || fence != b.Fence() {
-		t.Errorf("Read = %q, %d, %v, want %q, %d, nil", v, fence, err, "b2", b.Fence())
+	if err != nil || v != "b2" || fence != fenceOf(t, b) {
+		t.Errorf("Read = %q, %d, %v, want %q, %d, nil", v, fence, err, "b2", fenceOf(t, b))
 	}
 }

@@ -257,3 +257,39 @@ func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 		return false
 	}
 }
+
+// fenceOf returns the lease's fence, asking Redis the first time; it fails
+// the test if none can be issued.
+func fenceOf(t testing.TB, l *dlock.Lock) int64 {
+	t.Helper()
+	f, err := l.Fence(t.Context())
+	if err != nil {
+		t.Errorf("Fence of %q = %v", l.Name(), err)
+	}
+	return f
+}
+
+// liveKeys counts the keys that exist and are not a released lock's
+// tombstone (a string starting with "~", which is a free lock).
+func liveKeys(ctx context.Context, rdb redis.Cmdable, keys ...string) int64 {
+	var n int64
+	for _, k := range keys {
+		switch rdb.Type(ctx, k).Val() {
+		case "none":
+		case "string":
+			if !strings.HasPrefix(rdb.Get(ctx, k).Val(), "~") {
+				n++
+			}
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// holderOf returns the lease token a plain lock's value names: the value
+// up to its notes (see lib.lua).
+func holderOf(v string) string {
+	token, _, _ := strings.Cut(v, " ")
+	return token
+}

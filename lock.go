@@ -25,8 +25,10 @@ type Lock struct {
 	name  string
 	cl    *claim // the keys and the lease token; script arguments point into it
 	base  claim  // where cl points, unless an attempt was undone (see renew)
-	fence int64
 	start time.Time
+
+	fenceMu sync.Mutex // serializes Fence calls
+	fence   int64      // the lease's fence once issued; fenceMu guards it
 
 	relMu      sync.Mutex // serializes Release calls
 	extMu      sync.Mutex // serializes extensions: the last one sets the lease
@@ -52,7 +54,12 @@ type Lock struct {
 func (l *Lock) activate(fence int64, ttl time.Duration, validUntil time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.fence, l.start, l.ttl, l.validUntil = fence, time.Now(), ttl, validUntil
+	l.start, l.ttl, l.validUntil = time.Now(), ttl, validUntil
+	if fence > 0 {
+		l.fenceMu.Lock()
+		l.fence = fence
+		l.fenceMu.Unlock()
+	}
 	if l.c.opts.hooks.Lost != nil {
 		l.watchLocked() // the hook hears of an expiry when it happens
 	}
@@ -103,12 +110,42 @@ func (l *Lock) Token() string {
 	return l.cl.token
 }
 
-// Fence returns the fencing token of this acquisition: greater than every
-// fence issued before it for the same name, including across expiries and a
-// restart of a Redis without persistence. Give it to the protected resource
-// with every write, and have the resource reject a write whose fence is
-// lower than one it has already accepted (see Guard).
-func (l *Lock) Fence() int64 { return l.fence }
+// Fence returns the fencing token of this lease: greater than every fence
+// issued before it for the same name, including across expiries and a
+// restart of a Redis without persistence (as long as the server's clock
+// does not step back). Give it to the protected resource with every write,
+// and have the resource reject a write whose fence is lower than one it has
+// already accepted (see Guard).
+//
+// The first call asks Redis, which issues the fence only if the lease still
+// holds the lock (over a quorum: two rounds, to write it back to a
+// majority); later calls return it without a round trip. A lease that never
+// asks costs the server nothing for fencing. It returns an error wrapping
+// ErrNotHeld if the lock was lost or released before a fence was issued.
+func (l *Lock) Fence(ctx context.Context) (int64, error) {
+	l.fenceMu.Lock()
+	defer l.fenceMu.Unlock()
+	if l.fence > 0 {
+		return l.fence, nil
+	}
+	if err := l.Err(); err != nil {
+		if err == ErrReleased {
+			return 0, lost(l.name, "the lock was released before a fence was asked for")
+		}
+		return 0, err
+	}
+	f, err := l.c.b.fence(ctx, l.cl)
+	if err != nil {
+		return 0, opError("fence", l.name, err)
+	}
+	if f <= 0 {
+		err := lost(l.name, "the lock no longer holds our lease")
+		l.lose(err)
+		return 0, l.Err()
+	}
+	l.fence = f
+	return f, nil
+}
 
 // ValidUntil returns the client-side deadline of the lease: until then no
 // other client can hold the lock, as long as the clocks' rates differ by less

@@ -36,7 +36,7 @@ func testTryAcquireRelease(t *testing.T, fair bool) {
 	if got, want := l.Key(), "dlock:{jobs}"; got != want {
 		t.Errorf("Key() = %q, want %q", got, want)
 	}
-	if got := rdb.Get(ctx, l.Key()).Val(); got != l.Token() {
+	if got := holderOf(rdb.Get(ctx, l.Key()).Val()); got != l.Token() {
 		t.Errorf("GET %s = %q, want the lock's token %q", l.Key(), got, l.Token())
 	}
 	if len(l.Token()) < 22 {
@@ -48,8 +48,8 @@ func testTryAcquireRelease(t *testing.T, fair bool) {
 	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
 		t.Errorf("TTL() = %v, %v, want > 0, nil", ttl, err)
 	}
-	if l.Fence() <= 0 {
-		t.Errorf("Fence() = %d, want > 0", l.Fence())
+	if fenceOf(t, l) <= 0 {
+		t.Errorf("Fence() = %d, want > 0", fenceOf(t, l))
 	}
 	if err := l.Err(); err != nil {
 		t.Errorf("Err() while held = %v, want nil", err)
@@ -61,7 +61,7 @@ func testTryAcquireRelease(t *testing.T, fair bool) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release() = %v, want nil", err)
 	}
-	if n := rdb.Exists(ctx, l.Key()).Val(); n != 0 {
+	if n := liveKeys(ctx, rdb, l.Key()); n != 0 {
 		t.Errorf("EXISTS %s after Release = %d, want 0", l.Key(), n)
 	}
 	if !closedWithin(l.Done(), 0) {
@@ -81,8 +81,8 @@ func testTryAcquireRelease(t *testing.T, fair bool) {
 		t.Fatalf("TryAcquire(jobs) after Release = %v, want nil", err)
 	}
 	defer l2.Release(ctx)
-	if l2.Fence() <= l.Fence() {
-		t.Errorf("next Fence() = %d, want > %d", l2.Fence(), l.Fence())
+	if fenceOf(t, l2) <= fenceOf(t, l) {
+		t.Errorf("next Fence() = %d, want > %d", fenceOf(t, l2), fenceOf(t, l))
 	}
 }
 
@@ -183,7 +183,7 @@ func testExpiredHolder(t *testing.T, fair bool) {
 	if err := a.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) && !errors.Is(err, dlock.ErrReleased) {
 		t.Errorf("expired holder's Extend() = %v, want ErrNotHeld", err)
 	}
-	if got := rdb.Get(ctx, b.Key()).Val(); got != b.Token() {
+	if got := holderOf(rdb.Get(ctx, b.Key()).Val()); got != b.Token() {
 		t.Errorf("after the old holder's Release: GET = %q, want the new holder's token %q", got, b.Token())
 	}
 	if err := b.Err(); err != nil {
@@ -336,7 +336,7 @@ func TestSlowAcquireIsNotHeld(t *testing.T) {
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("slow TryAcquire = %v, want ErrNotAcquired", err)
 	}
-	if n := rdb.Exists(ctx, "dlock:{slow}").Val(); n != 0 {
+	if n := liveKeys(ctx, rdb, "dlock:{slow}"); n != 0 {
 		t.Errorf("EXISTS after a slow attempt = %d, want 0 (undone)", n)
 	}
 }
@@ -353,8 +353,8 @@ func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
 	if err := l.Err(); err != nil {
 		t.Errorf("Err() after 4 TTLs with the watchdog on = %v, want nil", err)
 	}
-	if got := rdb.Get(ctx, l.Key()).Val(); got != l.Token() {
-		t.Errorf("GET after 4 TTLs = %q, want our token", got)
+	if got := rdb.Get(ctx, l.Key()).Val(); !strings.HasPrefix(got, l.Token()) {
+		t.Errorf("GET after 4 TTLs = %q, want our token (and the extension's number)", got)
 	}
 	if _, err := c.TryAcquire(ctx, "long"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("TryAcquire by another = %v, want ErrNotAcquired", err)
@@ -752,7 +752,7 @@ func TestAcquireCancelledWhileWaiting(t *testing.T) {
 	if !waitFor(2*time.Second, func() bool { return subscribers(t, rdb, "dlock:{busy}:ch") == 0 }) {
 		t.Error("the release channel still has a subscriber after the waiter gave up")
 	}
-	if got := rdb.Get(ctx, holder.Key()).Val(); got != holder.Token() {
+	if got := holderOf(rdb.Get(ctx, holder.Key()).Val()); got != holder.Token() {
 		t.Errorf("lock key = %q after the waiter gave up, want the holder's token", got)
 	}
 
@@ -825,8 +825,8 @@ func TestDo(t *testing.T) {
 		if l == nil || l.Name() != "do" || l.Err() != nil {
 			return fmt.Errorf("Do gave fn the Lock %v, want the held lock", l)
 		}
-		fence = l.Fence()
-		if got := rdb.Get(ctx, l.Key()).Val(); got != l.Token() {
+		fence = fenceOf(t, l)
+		if got := holderOf(rdb.Get(ctx, l.Key()).Val()); got != l.Token() {
 			t.Errorf("inside Do: GET = %q, want the lock's token", got)
 		}
 		return nil
@@ -834,7 +834,7 @@ func TestDo(t *testing.T) {
 	if err != nil || fence == 0 {
 		t.Errorf("Do = %v (fence %d), want nil", err, fence)
 	}
-	if n := rdb.Exists(ctx, "dlock:{do}").Val(); n != 0 {
+	if n := liveKeys(ctx, rdb, "dlock:{do}"); n != 0 {
 		t.Errorf("lock still exists after Do returned")
 	}
 
@@ -894,7 +894,7 @@ func TestDroppedConnectionMidAcquire(t *testing.T) {
 				l, err := c.TryAcquire(ctx, "dropped")
 				got <- result{l, err}
 			}()
-			if !waitFor(5*time.Second, func() bool { return direct.Exists(ctx, "dlock:{dropped}").Val() == 1 }) {
+			if !waitFor(5*time.Second, func() bool { return liveKeys(ctx, direct, "dlock:{dropped}") == 1 }) {
 				t.Fatal("the acquire never ran on the server")
 			}
 			p.Cut() // the reply is lost with the connection
@@ -903,18 +903,18 @@ func TestDroppedConnectionMidAcquire(t *testing.T) {
 			case retries > 0 && r.err != nil:
 				t.Fatalf("TryAcquire with retries = %v, want the lock (the retry finds it ours)", r.err)
 			case retries > 0:
-				if got := direct.Get(ctx, "dlock:{dropped}").Val(); got != r.l.Token() {
+				if got := holderOf(direct.Get(ctx, "dlock:{dropped}").Val()); got != r.l.Token() {
 					t.Errorf("after the retried acquire the key holds %q, want our token", got)
 				}
-				if f, _ := direct.Get(ctx, "dlock:{dropped}:fence").Int64(); f != r.l.Fence() {
-					t.Errorf("retried acquire: Fence() = %d, want the one issued, %d", r.l.Fence(), f)
+				if f := fenceOf(t, r.l); f <= 0 {
+					t.Errorf("retried acquire: Fence = %d, want one issued", f)
 				}
 				r.l.Release(ctx)
 			case r.err == nil:
 				r.l.Release(ctx)
 				t.Fatal("TryAcquire without retries succeeded, want the connection error")
 			default:
-				if n := direct.Exists(ctx, "dlock:{dropped}").Val(); n != 0 {
+				if n := liveKeys(ctx, direct, "dlock:{dropped}"); n != 0 {
 					t.Errorf("failed acquire left the lock key behind")
 				}
 			}

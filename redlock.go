@@ -101,7 +101,7 @@ func WithNodeTimeout(d time.Duration) Option {
 // Its text is the tally and the nodes' errors; the error that carries it
 // names the operation and the lock.
 type QuorumError struct {
-	Op    string  // "acquire", "extend" or "release"
+	Op    string  // "acquire", "extend", "release" or "fence"
 	Held  int     // nodes that granted the operation
 	Need  int     // the majority
 	Nodes []error // per node: nil if it granted, the error or refusal otherwise
@@ -231,52 +231,22 @@ func (q *quorum) acquire(ctx context.Context, c *claim, ttl time.Duration, _ boo
 	res := fanOut(ctx, q, func(ctx context.Context, n node) (grant, error) {
 		return n.acquire(ctx, c, ttl, false)
 	}, majority(q, func(g grant) bool { return g.held }))
-	var (
-		held  int
-		fence int64
-		pttl  = time.Duration(-1)
-		errs  = make([]error, len(res))
-	)
-	for i, r := range res {
-		switch {
-		case !r.ok:
-			errs[i] = errNoAnswer
-		case r.err != nil:
-			errs[i] = r.err
-		case r.v.held:
-			held++
-			fence = max(fence, r.v.fence)
-		default:
-			errs[i] = errRefused
-			pttl = max(pttl, r.v.pttl)
-		}
-	}
-	have := 0 // granting nodes whose counter is already at the fence
-	for _, r := range res {
-		if r.ok && r.err == nil && r.v.held && r.v.fence == fence {
-			have++
-		}
-	}
-	if held >= q.need() && have >= q.need() {
-		return grant{held: true, fence: fence}, nil
-	}
-	if held >= q.need() {
-		// Write the fence back to a majority, so that any later majority
-		// (which shares a node with this one) issues a higher one.
-		raised := fanOut(ctx, q, func(ctx context.Context, n node) (int64, error) {
-			return script.RaiseFence.Run(ctx, n.rdb, []string{c.fence}, fence).Int64()
-		}, majority(q, func(int64) bool { return true }))
-		raiseErrs := make([]error, len(raised))
-		ok, _ := tally(raised, func(int64) bool { return true }, raiseErrs)
-		for i, err := range raiseErrs {
+	v := q.count(res)
+	if v.held >= q.need() && v.atFence < q.need() {
+		// A reentrant lock's fence, issued with its first hold: write it
+		// back to a majority, so that any later majority (which shares a
+		// node with this one) issues a higher one. A plain lock's fence is
+		// issued when asked for (fence), so its acquire is one round.
+		ok, errs := q.raise(ctx, c, v.fence)
+		for i, err := range errs {
 			if err != nil {
-				errs[i] = err
+				v.errs[i] = err
 			}
 		}
-		if ok >= q.need() {
-			return grant{held: true, fence: fence}, nil
-		}
-		held = ok
+		v.held = min(v.held, ok)
+	}
+	if v.held >= q.need() {
+		return grant{held: true, fence: v.fence}, nil
 	}
 	// The caller undoes what may have been granted, on every node: nothing
 	// to undo if no node granted it and every other one refused, or surely
@@ -284,17 +254,92 @@ func (q *quorum) acquire(ctx context.Context, c *claim, ttl time.Duration, _ boo
 	refused, unknown := 0, 0
 	for i, r := range res {
 		switch {
-		case errs[i] == errRefused:
+		case v.errs[i] == errRefused:
 			refused++
 		case !r.ok || (r.err != nil && r.v.undo):
 			unknown++
 		}
 	}
-	undo := held > 0 || unknown > 0
-	if held+refused >= q.need() {
-		return grant{pttl: pttl, undo: undo}, nil // a majority answered: taken, or a split vote; wait
+	undo := v.held > 0 || unknown > 0
+	if v.held+refused >= q.need() {
+		return grant{pttl: v.pttl, undo: undo}, nil // a majority answered: taken, or a split vote; wait
 	}
-	return grant{undo: undo}, &QuorumError{Op: "acquire", Held: held, Need: q.need(), Nodes: errs}
+	return grant{undo: undo}, &QuorumError{Op: "acquire", Held: v.held, Need: q.need(), Nodes: v.errs}
+}
+
+// votes is the count of a quorum acquire's answers.
+type votes struct {
+	held    int           // nodes that granted it
+	fence   int64         // the highest fence they gave (reentrant locks)
+	atFence int           // granting nodes whose counter is already at that fence
+	pttl    time.Duration // the longest remaining lease of the refusing nodes' holders
+	errs    []error       // per node: nil if it granted, why not otherwise
+}
+
+func (q *quorum) count(res []nodeResult[grant]) votes {
+	v := votes{pttl: -1, errs: make([]error, len(res))}
+	for i, r := range res {
+		switch {
+		case !r.ok:
+			v.errs[i] = errNoAnswer
+		case r.err != nil:
+			v.errs[i] = r.err
+		case r.v.held:
+			v.held++
+			v.fence = max(v.fence, r.v.fence)
+		default:
+			v.errs[i] = errRefused
+			v.pttl = max(v.pttl, r.v.pttl)
+		}
+	}
+	for _, r := range res {
+		if r.ok && r.err == nil && r.v.held && r.v.fence == v.fence {
+			v.atFence++
+		}
+	}
+	return v
+}
+
+// raise writes fence back to every node's counter where the lease c still
+// holds the lock, and returns on how many it did and why not on the others.
+func (q *quorum) raise(ctx context.Context, c *claim, fence int64) (int, []error) {
+	yes := func(v int64) bool { return v == 1 }
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (int64, error) {
+		v, err := script.RaiseFence.Run(ctx, n.rdb, []string{c.lock, c.fence}, fence, c.holderID(), fenceWindow.Milliseconds()).Int64()
+		return v, redisErr(err)
+	}, majority(q, yes))
+	errs := make([]error, len(res))
+	ok, _ := tally(res, yes, errs)
+	return ok, errs
+}
+
+// fence issues the lease's fence on every node and takes the highest that
+// a majority gave, then writes it back to a majority (raise): any later
+// majority shares a node with that one and issues a higher fence.
+func (q *quorum) fence(ctx context.Context, c *claim) (int64, error) {
+	yes := func(f int64) bool { return f > 0 }
+	res := fanOut(ctx, q, func(ctx context.Context, n node) (int64, error) {
+		return n.fence(ctx, c)
+	}, majority(q, yes))
+	errs := make([]error, len(res))
+	held, answered := tally(res, yes, errs)
+	if held < q.need() {
+		if answered-held > len(q.nodes)-q.need() {
+			return 0, nil // so many said "not ours" that no majority holds it
+		}
+		return 0, &QuorumError{Op: "fence", Held: held, Need: q.need(), Nodes: errs}
+	}
+	var fence int64
+	for _, r := range res {
+		if r.ok && r.err == nil {
+			fence = max(fence, r.v)
+		}
+	}
+	ok, errs := q.raise(ctx, c, fence)
+	if ok < q.need() {
+		return 0, &QuorumError{Op: "fence", Held: ok, Need: q.need(), Nodes: errs}
+	}
+	return fence, nil
 }
 
 func (q *quorum) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64) (bool, error) {

@@ -37,7 +37,7 @@ func startQuorum(t *testing.T, n int) ([]*redistest.Server, []redis.UniversalCli
 func keysOn(ctx context.Context, srvs []*redistest.Server, key string) int {
 	n := 0
 	for _, s := range srvs {
-		if v, err := s.Do(ctx, "EXISTS", key); err == nil && v.(int64) == 1 {
+		if exists(ctx, s, key) {
 			n++
 		}
 	}
@@ -156,10 +156,10 @@ func TestRedlockFencesIncreaseThroughFailures(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: TryAcquire = %v", step, err)
 		}
-		if l.Fence() <= last {
-			t.Errorf("%s: Fence() = %d, want > %d", step, l.Fence(), last)
+		if fenceOf(t, l) <= last {
+			t.Errorf("%s: Fence() = %d, want > %d", step, fenceOf(t, l), last)
 		}
-		last = l.Fence()
+		last = fenceOf(t, l)
 		l.Release(ctx)
 	}
 	take("all up")

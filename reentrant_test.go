@@ -22,8 +22,8 @@ func TestReentrantHoldsCount(t *testing.T) {
 		}
 		holds = append(holds, l)
 	}
-	if holds[1].Fence() != holds[0].Fence() || holds[2].Fence() != holds[0].Fence() {
-		t.Errorf("fences of nested holds = %d, %d, %d, want the first hold's", holds[0].Fence(), holds[1].Fence(), holds[2].Fence())
+	if fenceOf(t, holds[1]) != fenceOf(t, holds[0]) || fenceOf(t, holds[2]) != fenceOf(t, holds[0]) {
+		t.Errorf("fences of nested holds = %d, %d, %d, want the first hold's", fenceOf(t, holds[0]), fenceOf(t, holds[1]), fenceOf(t, holds[2]))
 	}
 	info, err := c.Inspect(ctx, "re")
 	if err != nil || len(info.Owners) != 1 || info.Owners[0].Holds != 3 || info.Type != "hash" {
@@ -46,7 +46,7 @@ func TestReentrantHoldsCount(t *testing.T) {
 		if i == 2 {
 			want = 0
 		}
-		if n := rdb.Exists(ctx, "dlock:{re}").Val(); n != want {
+		if n := liveKeys(ctx, rdb, "dlock:{re}"); n != want {
 			t.Errorf("after %d of 3 releases: EXISTS = %d, want %d", i+1, n, want)
 		}
 	}
@@ -99,14 +99,14 @@ func TestReentrantHoldLostBehindItsBack(t *testing.T) {
 	// Whichever hold it was, its Release reports the loss, the other's does
 	// not, and the key stays until the last live hold is released.
 	e1 := h1.Release(ctx)
-	if n := rdb.Exists(ctx, "dlock:{re}").Val(); errors.Is(e1, dlock.ErrNotHeld) == (n == 0) {
+	if n := liveKeys(ctx, rdb, "dlock:{re}"); errors.Is(e1, dlock.ErrNotHeld) == (n == 0) {
 		t.Errorf("after the first Release (%v): EXISTS = %d", e1, n)
 	}
 	e2 := h2.Release(ctx)
 	if errors.Is(e1, dlock.ErrNotHeld) == errors.Is(e2, dlock.ErrNotHeld) || (e1 != nil && e2 != nil) {
 		t.Errorf("Releases = %v, %v: want exactly one ErrNotHeld (the lost hold) and one nil", e1, e2)
 	}
-	if n := rdb.Exists(ctx, "dlock:{re}").Val(); n != 0 {
+	if n := liveKeys(ctx, rdb, "dlock:{re}"); n != 0 {
 		t.Errorf("after the last hold's Release: EXISTS = %d, want 0", n)
 	}
 }
@@ -148,9 +148,9 @@ func TestReentrantDoInsideDo(t *testing.T) {
 			}
 		}
 		return c.Do(ctx, "re", func(ctx context.Context, inner *dlock.Lock) error {
-			if inner.Fence() != outer.Fence() || inner.Token() != outer.Token() {
+			if fenceOf(t, inner) != fenceOf(t, outer) || inner.Token() != outer.Token() {
 				t.Errorf("nested Do's Lock: fence %d, token %q; want the outer hold's, %d and %q",
-					inner.Fence(), inner.Token(), outer.Fence(), outer.Token())
+					fenceOf(t, inner), inner.Token(), fenceOf(t, outer), outer.Token())
 			}
 			info, _ := c.Inspect(ctx, "re")
 			if len(info.Owners) != 1 || info.Owners[0].Holds != 2 {
@@ -162,7 +162,7 @@ func TestReentrantDoInsideDo(t *testing.T) {
 	if err != nil {
 		t.Errorf("nested Do = %v", err)
 	}
-	if n := rdb.Exists(ctx, "dlock:{re}").Val(); n != 0 {
+	if n := liveKeys(ctx, rdb, "dlock:{re}"); n != 0 {
 		t.Error("lock still held after the outer Do returned")
 	}
 	// A plain lock and a reentrant lock cannot share a name.

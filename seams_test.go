@@ -8,6 +8,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -256,7 +257,7 @@ func TestDelayedAcquireAfterUndoTakesNothing(t *testing.T) {
 				}
 			}
 			time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
-			if n := direct.Exists(t.Context(), "dlock:{"+name+"}").Val(); n != 0 {
+			if n := liveKeys(t.Context(), direct, "dlock:{"+name+"}"); n != 0 {
 				t.Errorf("%s, retries %d: the lock key exists after the delayed request landed: a lease held by nobody", m.name, retries)
 			}
 		}
@@ -301,7 +302,7 @@ func TestReSentRequestsAreIdempotent(t *testing.T) {
 			err := stallThenCut(t, p, func() (err error) {
 				l, err = c.TryAcquire(m.ctx(t.Context()), name)
 				return err
-			}, func() bool { return direct.Exists(t.Context(), key).Val() == 1 })
+			}, func() bool { return liveKeys(t.Context(), direct, key) == 1 })
 			if err != nil {
 				t.Fatalf("TryAcquire with its reply lost once = %v, want the lock", err)
 			}
@@ -312,32 +313,98 @@ func TestReSentRequestsAreIdempotent(t *testing.T) {
 				}
 			}
 			err = stallThenCut(t, p, func() error { return l.Release(t.Context()) },
-				func() bool { return direct.Exists(t.Context(), key).Val() == 0 })
+				func() bool { return liveKeys(t.Context(), direct, key) == 0 })
 			if err != nil {
 				t.Errorf("Release with its reply lost once = %v, want nil (it was held throughout)", err)
 			}
-			if n := direct.Exists(t.Context(), key).Val(); n != 0 {
+			if n := liveKeys(t.Context(), direct, key); n != 0 {
 				t.Errorf("lock key left after Release: a hold counted twice")
 			}
 		})
 	}
 }
 
-// A foreign value at the fence key fails the acquisition and leaves nothing
-// written: the lock key must not keep our token for a TTL.
+// A release whose reply is lost is re-sent by go-redis after the next lease
+// began, and that lease was extended: the re-sent copy must still report
+// the release, not a loss (found by the fault checker, fair mode: the next
+// lease's extension rewrote the lock's value and dropped what the release
+// had left there).
+func TestReSentReleaseAfterTheNextLeaseBegan(t *testing.T) {
+	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
+			name := fmt.Sprint("resent-next-", fair)
+			key := "dlock:{" + name + "}"
+			c := newClient(t, rdb, dlock.WithFair(fair), dlock.WithPipelining(false), dlock.WithAutoExtend(false))
+			next := newClient(t, direct, dlock.WithFair(fair), dlock.WithAutoExtend(false))
+			if warm, err := c.TryAcquire(t.Context(), name+"-warm"); err == nil { // the scripts are loaded
+				warm.Release(t.Context())
+			}
+			l, err := c.TryAcquire(t.Context(), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *dlock.Lock, 1)
+			go func() { // waits (fair: queued) and takes the lock when it is released
+				n, err := next.Acquire(t.Context(), name)
+				if err != nil {
+					t.Errorf("next Acquire = %v", err)
+				}
+				got <- n
+			}()
+			if fair && !waitFor(3*time.Second, func() bool { return direct.LLen(t.Context(), key+":q").Val() == 1 }) {
+				t.Fatal("the next lease never queued")
+			}
+			var n *dlock.Lock
+			err = stallThenCut(t, p, func() error { return l.Release(t.Context()) }, func() bool {
+				if holderOf(direct.Get(t.Context(), key).Val()) == l.Token() {
+					return false
+				}
+				n = <-got // the next lease holds it
+				if n != nil {
+					n.Extend(t.Context(), 5*time.Second) // rewrites the lock's value
+				}
+				return true
+			})
+			if err != nil {
+				t.Errorf("Release with its reply lost, re-sent after the next lease began = %v, want nil", err)
+			}
+			if n != nil {
+				if err := n.Release(t.Context()); err != nil {
+					t.Errorf("the next lease's Release = %v", err)
+				}
+			}
+		})
+	}
+}
+
+// A foreign value at the fence key fails what issues a fence, with a clear
+// error and nothing written: a reentrant acquisition (its fence is issued
+// with the first hold), or Fence of a plain lease (issued when asked for),
+// which leaves the lease held.
 func TestForeignFenceKeyLeavesNothingBehind(t *testing.T) {
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, false) {
 		name := "foreign-" + m.name
 		rdb.RPush(t.Context(), "dlock:{"+name+"}:fence", "not a counter")
-		_, err := m.new(t).TryAcquire(m.ctx(t.Context()), name)
+		l, err := m.new(t).TryAcquire(m.ctx(t.Context()), name)
+		if m.name != "reentrant" {
+			if err != nil {
+				t.Fatalf("%s: TryAcquire with a list at the fence key = %v, want the lock (no fence asked for)", m.name, err)
+			}
+			_, err = l.Fence(t.Context())
+			if l.Err() != nil {
+				t.Errorf("%s: the lease after a failed Fence: %v, want it held", m.name, l.Err())
+			}
+			l.Release(t.Context())
+		}
 		if !errors.Is(err, dlock.ErrWrongType) {
-			t.Errorf("%s: TryAcquire with a list at the fence key = %v, want ErrWrongType", m.name, err)
+			t.Errorf("%s: with a list at the fence key: %v, want ErrWrongType", m.name, err)
 		} else if strings.Contains(err.Error(), "script") {
 			t.Errorf("%s: error text %q shows the script's internals", m.name, err)
 		}
-		if n := rdb.Exists(t.Context(), "dlock:{"+name+"}").Val(); n != 0 {
-			t.Errorf("%s: lock key left after the failed acquisition", m.name)
+		if n := liveKeys(t.Context(), rdb, "dlock:{"+name+"}"); n != 0 {
+			t.Errorf("%s: lock key left behind", m.name)
 		}
 	}
 }
@@ -352,7 +419,7 @@ func TestForceReleaseRefusesForeignKey(t *testing.T) {
 		if _, err := newClient(t, rdb).ForceRelease(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
 			t.Errorf("ForceRelease(%s) = %v, want ErrWrongType", name, err)
 		}
-		if n := rdb.Exists(ctx, "dlock:{"+name+"}").Val(); n != 1 {
+		if n := liveKeys(ctx, rdb, "dlock:{"+name+"}"); n != 1 {
 			t.Errorf("ForceRelease(%s) deleted a key that is not a lock", name)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,7 +17,8 @@ import (
 const linger = 500 * time.Millisecond
 
 // wakeAll is the release message that wakes every waiter on a channel; any
-// other message is "<token> <fence>": the lock was handed to that waiter.
+// other message is "<token>": the lock was handed to that waiter (a
+// previous version sent "<token> <fence>", which reads the same).
 const wakeAll = "*"
 
 // hub shares one pub/sub connection among all of a Client's waiters. A
@@ -41,8 +41,8 @@ type topic struct {
 	ps      *redis.PubSub      // sharded: the channel's own connection
 }
 
-// waiter receives a wake-up on wake when its lock is released (0), or the
-// fence of the lease when the lock is handed to it.
+// waiter receives a wake-up on wake when its lock is released (0), or
+// handedOver when the lock is handed to it.
 type waiter struct {
 	h       *hub
 	channel string
@@ -336,10 +336,9 @@ func (h *hub) readTopic(t *topic, msgs func(func(any) bool)) {
 // dispatch wakes the waiters a release message is for; h.mu must be held.
 func (t *topic) dispatch(payload string) {
 	if payload != wakeAll {
-		token, f, _ := strings.Cut(payload, " ")
+		token, _, _ := strings.Cut(payload, " ")
 		if w := t.waiters[token]; w != nil {
-			fence, _ := strconv.ParseInt(f, 10, 64)
-			w.signal(fence)
+			w.signal(handedOver)
 		}
 		return
 	}
@@ -348,15 +347,18 @@ func (t *topic) dispatch(payload string) {
 	}
 }
 
-func (w *waiter) signal(fence int64) {
+// handedOver is the wake-up of a waiter the lock was handed to.
+const handedOver = 1
+
+func (w *waiter) signal(wake int64) {
 	for {
 		select {
-		case w.wake <- fence:
+		case w.wake <- wake:
 			return
 		default: // a wake-up is pending: keep the handover, if either is one
 			select {
 			case old := <-w.wake:
-				fence = max(fence, old)
+				wake = max(wake, old)
 			default:
 			}
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -140,12 +141,24 @@ func waitExit(cmd *exec.Cmd, d time.Duration) bool {
 	}
 }
 
+// lockHeld reports whether the plain lock at key holds a lease: a released
+// lock leaves a tombstone ("~…") for a while, which is free.
+func lockHeld(rdb *redis.Client, key string) bool {
+	v, err := rdb.Get(context.Background(), key).Result()
+	return err == nil && !strings.HasPrefix(v, "~")
+}
+
 func childEnv(mode string, extra ...string) []string {
 	return append([]string{"DLOCK_TEST_CHILD=" + mode}, extra...)
 }
 
 func TestRunPassesEnvAndExitStatus(t *testing.T) {
 	s := redistest.Start(t)
+	rdb := s.Client(t)
+	// A counter ahead of the server's clock (fences are floored by it in
+	// µs): the fence must still rise above it.
+	const last = 1 << 52
+	rdb.Set(t.Context(), "dlock:{jobs}:fence", last, time.Minute)
 	code, out, errOut := result(t, dlockCmd(t, childEnv("env", "REDIS_URL="+s.URL()), "run", "--ttl", "5s", "jobs", "--", os.Args[0], childArg))
 	if code != 7 {
 		t.Fatalf("dlock run exit = %d, want the child's 7 (stderr %q)", code, errOut)
@@ -155,14 +168,28 @@ func TestRunPassesEnvAndExitStatus(t *testing.T) {
 			t.Errorf("child output %q lacks %q", out, want)
 		}
 	}
-	if m := regexp.MustCompile(`DLOCK_FENCE=(\d+)`).FindStringSubmatch(out); m == nil || m[1] == "0" {
-		t.Errorf("child output %q has no fence", out)
+	m := regexp.MustCompile(`DLOCK_FENCE=(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("child output %q has no fence", out)
+	}
+	if fence, _ := strconv.ParseInt(m[1], 10, 64); fence <= last {
+		t.Errorf("DLOCK_FENCE=%s, want above the counter's %d", m[1], last)
+	}
+	// The counter keeps the fence for a minute after it was issued.
+	if v, ttl := rdb.Get(t.Context(), "dlock:{jobs}:fence").Val(), rdb.PTTL(t.Context(), "dlock:{jobs}:fence").Val(); v != m[1] || ttl <= 0 || ttl > time.Minute {
+		t.Errorf("fence counter = %q, TTL %v; want %s, at most a minute", v, ttl, m[1])
 	}
 	if m := regexp.MustCompile(`DLOCK_TOKEN=(\S{22,})`).FindStringSubmatch(out); m == nil {
 		t.Errorf("child output %q has no token", out)
 	}
-	if n := s.Client(t).Exists(t.Context(), "dlock:{jobs}").Val(); n != 0 {
+	if lockHeld(rdb, "dlock:{jobs}") {
 		t.Errorf("lock still held after dlock run exited")
+	}
+	// Released, the lock is free to inspect, and shows the last fence.
+	code, out, _ = result(t, dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "inspect", "--json", "jobs"))
+	var in infoJSON
+	if err := json.Unmarshal([]byte(out), &in); code != 0 || err != nil || in.Held || in.Type != "none" || strconv.FormatInt(in.Fence, 10) != m[1] {
+		t.Errorf("inspect after dlock run = %d, %q; want free, fence %s", code, out, m[1])
 	}
 }
 
@@ -249,7 +276,7 @@ func TestRunQuorum(t *testing.T) {
 		t.Fatalf("dlock run over a quorum: exit %d (want 7), stdout %q, stderr %q", code, out, errOut)
 	}
 	for i, s := range srvs[:2] {
-		if n, _ := s.Do(t.Context(), "EXISTS", "dlock:{q}"); n.(int64) != 0 {
+		if lockHeld(s.Client(t), "dlock:{q}") {
 			t.Errorf("node %d still holds the lock after dlock run exited", i)
 		}
 	}
@@ -286,7 +313,7 @@ func TestRunForwardsSignals(t *testing.T) {
 	if !waitFile(mark, time.Second) {
 		t.Error("the command did not get the SIGTERM")
 	}
-	if n := s.Client(t).Exists(t.Context(), "dlock:{sig}").Val(); n != 0 {
+	if lockHeld(s.Client(t), "dlock:{sig}") {
 		t.Error("lock still held after dlock run exited")
 	}
 }
@@ -359,7 +386,7 @@ func TestInspectListRelease(t *testing.T) {
 	rdb := s.Client(t)
 	ctx := t.Context()
 	rdb.Set(ctx, "dlock:{jobs:a}", "tok-a", time.Minute)
-	rdb.Set(ctx, "dlock:{jobs:a}:fence", "42", 0)
+	rdb.Set(ctx, "dlock:{jobs:a}:fence", "42", time.Minute)
 	rdb.Set(ctx, "dlock:{jobs:b}", "tok-b", time.Minute)
 	rdb.Set(ctx, "dlock:{other}", "tok-o", time.Minute)
 	// A reentrant lock: its owner and one field per hold (deadlines far ahead).

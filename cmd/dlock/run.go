@@ -38,10 +38,11 @@ Over a quorum (--redis repeated), dlock exits 4 at once if a majority of the
 nodes do not answer; nodes that fail later are waited out until --wait ends.
 
 exit status: CMD's (128+N if killed by signal N); 5 if the lock was not
-acquired (held by another owner); 6 if it was lost while CMD ran; 2 usage;
-3 configuration; 4 Redis unreachable, or too many quorum nodes failing to
-reach a majority (the message names them); 130 (143 for SIGTERM) if
-interrupted while waiting for the lock; 126/127 CMD not executable/not found`
+acquired (held by another owner, or lost before CMD started); 6 if it was
+lost while CMD ran; 2 usage; 3 configuration; 4 Redis unreachable, or too
+many quorum nodes failing to reach a majority (the message names them); 130
+(143 for SIGTERM) if interrupted while waiting for the lock; 126/127 CMD not
+executable/not found`
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr, runHelp)
@@ -80,7 +81,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer closeFn()
 
-	l, err := acquireFor(ctx, c, name, *wait, redactAll(redisURLs(redisFlag)))
+	nodes := redactAll(redisURLs(redisFlag))
+	l, err := acquireFor(ctx, c, name, *wait, nodes)
 	if err != nil {
 		return report(stderr, err)
 	}
@@ -89,8 +91,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 		return l.Release(rctx)
 	}
+	// A fence is issued only while the lease holds the lock: without one,
+	// CMD does not run.
+	fence, err := l.Fence(ctx)
+	if err != nil {
+		release() // if this fails too, the lock expires within ttl
+		return report(stderr, fenceError(ctx, name, err, nodes))
+	}
 
-	code, lostErr := supervise(l, argv, *ttl, *grace, stdout, stderr)
+	code, lostErr := supervise(l, fence, argv, *ttl, *grace, stdout, stderr)
 	if err := release(); err != nil && lostErr == nil {
 		if errors.Is(err, dlock.ErrNotHeld) {
 			lostErr = err
@@ -160,6 +169,24 @@ func acquireFor(ctx context.Context, c *dlock.Client, name string, wait time.Dur
 	return nil, &cliError{code: exitRedis, err: err}
 }
 
+// fenceError is the error of a fence that could not be issued for the
+// lock just acquired, with the exit code of a failed acquire: 5 if the
+// lease no longer held the lock, 4 if nodes failed, 128+N if a signal
+// interrupted it.
+func fenceError(ctx context.Context, name string, err error, nodes []string) error {
+	qe, noQuorum := errors.AsType[*dlock.QuorumError](err)
+	switch {
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		return interrupted(ctx, "while issuing the fence of lock %q", name)
+	case errors.Is(err, dlock.ErrNotHeld):
+		return fail(exitNotAcquired, "lock %q was lost before the command started (%v)", name, err)
+	case noQuorum:
+		return fail(exitRedis, "lock %q: too many Redis nodes failed to issue its fence (%d of %d granted, %d needed): %s",
+			name, qe.Held, len(qe.Nodes), qe.Need, nodeFailures(qe, nodes))
+	}
+	return &cliError{code: exitRedis, err: err}
+}
+
 // nodeFailures names the nodes of qe that failed and why, on one line;
 // nodes that answered that another owner holds the lock are no failure.
 func nodeFailures(qe *dlock.QuorumError, nodes []string) string {
@@ -189,9 +216,9 @@ func refused(err error) bool {
 }
 
 // supervise runs argv, through a guardian (see guardian.go), while l is
-// held. It returns the exit code for the command's status and, if the lock
-// was lost while it ran, why.
-func supervise(l *dlock.Lock, argv []string, ttl, grace time.Duration, stdout, stderr io.Writer) (int, error) {
+// held; fence is l's fence, for argv's environment. It returns the exit
+// code for the command's status and, if the lock was lost while it ran, why.
+func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Duration, stdout, stderr io.Writer) (int, error) {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGCONT)
 	defer signal.Stop(sigs)
@@ -200,7 +227,7 @@ func supervise(l *dlock.Lock, argv []string, ttl, grace time.Duration, stdout, s
 		"DLOCK_NAME=" + l.Name(),
 		"DLOCK_KEY=" + l.Key(),
 		"DLOCK_TOKEN=" + l.Token(),
-		"DLOCK_FENCE=" + strconv.FormatInt(l.Fence(), 10),
+		"DLOCK_FENCE=" + strconv.FormatInt(fence, 10),
 	}
 	// The guardian acts ttl/10 before the lease ends, and hears of each
 	// extension within ttl/10. With an extension every ttl/3, a lease in

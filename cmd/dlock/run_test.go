@@ -170,7 +170,7 @@ func TestRunKilledDlockTakesGroupAlong(t *testing.T) {
 			cmd.Wait()
 			var heldWhenGone bool
 			if !eventually(tt.within, func() bool {
-				held := rdb.Exists(context.Background(), "dlock:{k9}").Val() == 1 // read first: the group must die while it is held
+				held := lockHeld(rdb, "dlock:{k9}") // read first: the group must die while it is held
 				if len(group(pgid)) > 0 {
 					return false
 				}
@@ -231,7 +231,7 @@ func TestRunSuspendStopsCommand(t *testing.T) {
 		out, _ := os.ReadFile(errFile)
 		t.Errorf("exit = %d, want the command's %d (stderr %q)", code, 128+int(syscall.SIGTERM), out)
 	}
-	if n := s.Client(t).Exists(t.Context(), "dlock:{tstp}").Val(); n != 0 {
+	if lockHeld(s.Client(t), "dlock:{tstp}") {
 		t.Error("lock still held after dlock run exited")
 	}
 }
@@ -256,7 +256,7 @@ func TestRunFrozenDlockStopsCommand(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGCONT) })
 	var heldWhenStopped bool
 	if !eventually(10*time.Second, func() bool {
-		held := rdb.Exists(context.Background(), "dlock:{frozen}").Val() == 1
+		held := lockHeld(rdb, "dlock:{frozen}")
 		if !allIn(group(pgid), "T") {
 			return false
 		}
@@ -270,7 +270,7 @@ func TestRunFrozenDlockStopsCommand(t *testing.T) {
 	}
 
 	// Let the lease end, then continue dlock: it finds the lock lost.
-	if !eventually(10*time.Second, func() bool { return rdb.Exists(context.Background(), "dlock:{frozen}").Val() == 0 }) {
+	if !eventually(10*time.Second, func() bool { return !lockHeld(rdb, "dlock:{frozen}") }) {
 		t.Fatal("the lock key outlived its TTL")
 	}
 	cmd.Process.Signal(syscall.SIGCONT)
@@ -411,6 +411,34 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 	if ce, ok := err.(*cliError); !ok || ce.code != exitNotAcquired {
 		t.Errorf("acquireFor with one node held by another owner and one failing = %v, want exit %d", err, exitNotAcquired)
 	}
+}
+
+// A fence that cannot be issued for the lock just acquired ends dlock run as
+// a failed acquire would: 5 if the lease was lost, 130 if interrupted, 4 if
+// Redis failed.
+func TestFenceError(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	c, err := dlock.New(rdb, dlock.WithAutoExtend(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(ctx context.Context, name string, before func(), want int) {
+		t.Helper()
+		l, err := c.TryAcquire(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before()
+		_, err = l.Fence(ctx)
+		if ce, ok := fenceError(ctx, name, err, nil).(*cliError); !ok || ce.code != want {
+			t.Errorf("fence of %q: %v, want exit %d", name, err, want)
+		}
+	}
+	check(t.Context(), "gone", func() { rdb.Del(t.Context(), "dlock:{gone}") }, exitNotAcquired)
+	ctx, cancel := context.WithCancel(t.Context())
+	check(ctx, "interrupted", cancel, exitInterrupted)
+	check(t.Context(), "down", s.Kill, exitRedis)
 }
 
 // An interrupted wait is no lock held by another owner: it exits 130 for a

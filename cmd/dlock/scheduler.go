@@ -103,8 +103,20 @@ func schedule(ctx context.Context, c schedConfig, rdb *redis.Client, db *taskDB,
 				}
 				return err
 			}
+			waited := time.Since(start)
+			fence, err := l.Fence(ctx)
+			if err != nil {
+				l.Release(context.WithoutCancel(ctx))
+				switch {
+				case ctx.Err() != nil:
+					return nil
+				case errors.Is(err, dlock.ErrNotHeld):
+					continue // lost before any work: as if not acquired
+				}
+				return err
+			}
 			// Recorded while holding the lock, so the list is in acquisition order.
-			rdb.RPush(ctx, k.acq, fmt.Sprintf("%d %d %d", c.id, time.Since(start).Microseconds(), l.Fence()))
+			rdb.RPush(ctx, k.acq, fmt.Sprintf("%d %d %d", c.id, waited.Microseconds(), fence))
 		}
 		stall := c.victim && dispatched == 2 // the victim dies in its third batch
 		n, err := dispatch(ctx, c, rdb, db, k, stall, stdout)

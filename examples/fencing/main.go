@@ -58,8 +58,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("A holds the lock, fence %d; A writes 100\n", a.Fence())
-	if err := g.Write(ctx, "example:balance", "100", a.Fence(), a.Token()); err != nil {
+	fenceA, err := a.Fence(ctx) // issued now, while A holds the lock
+	if err != nil {
+		return err
+	}
+	fmt.Printf("A holds the lock, fence %d; A writes 100\n", fenceA)
+	if err := g.Write(ctx, "example:balance", "100", fenceA, a.Token()); err != nil {
 		return err
 	}
 
@@ -76,13 +80,17 @@ func run() error {
 		return err
 	}
 	defer b.Release(ctx)
-	fmt.Printf("B holds the lock, fence %d; B writes 50\n", b.Fence())
-	if err := g.Write(ctx, "example:balance", "50", b.Fence(), b.Token()); err != nil {
+	fenceB, err := b.Fence(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("B holds the lock, fence %d; B writes 50\n", fenceB)
+	if err := g.Write(ctx, "example:balance", "50", fenceB, b.Token()); err != nil {
 		return err
 	}
 
 	fmt.Println("A wakes up, unaware, and writes 120")
-	err = g.Write(ctx, "example:balance", "120", a.Fence(), a.Token())
+	err = g.Write(ctx, "example:balance", "120", fenceA, a.Token())
 	if !errors.Is(err, dlock.ErrStaleFence) {
 		return fmt.Errorf("the late write was not refused: %v", err)
 	}

@@ -1,81 +1,64 @@
 -- acquire_fair.lua: take a lock in arrival order (fair mode).
--- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue (list of waiter tokens)
--- KEYS[4] waiters (hash: token -> "deadline_ms:ttl_ms")   KEYS[5] the lease's revocation key
--- ARGV[1] owner token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
+-- KEYS[1] lock key   KEYS[2] queue (list of waiter tokens)
+-- KEYS[3] waiters (hash: token -> "deadline_ms:ttl_ms")
+-- ARGV[1] the lease's token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
 -- ARGV[4] how long a queue entry lives without being renewed, in ms   ARGV[5] release channel
 -- ARGV[6] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
--- Returns the fence (>= 0) when the lock is ours (taken now, handed to us by
--- a release, or already ours), else -2 - pttl (< 0; -1: no expiry), as one
--- integer rather than a pair. The lock goes to the caller only if no live
--- waiter is ahead of it; a try never queues and never jumps the queue. A
--- free lock with live waiters (its holder expired without releasing) is
--- handed to the first of them. A handover is announced on the channel as
--- "<token> <fence>".
+-- Returns 0 when the lock is ours (taken now, handed to us by a release,
+-- or already ours), else -2 - pttl (< 0; -1: no expiry), as one integer
+-- rather than a pair. The lock goes to the caller only if no live waiter is
+-- ahead of it; a try never queues and never jumps the queue. A free lock
+-- with live waiters (its holder expired without releasing) is handed to the
+-- first of them. A handover is announced on the channel as "<token>".
 -- Errors: REVOKED if this lease was already ended (nothing is written, no
 -- queue entry made); WRONGTYPE if a key holds a foreign value.
-if revoked(KEYS[5]) then
+local token = ARGV[1]
+local v = redis.call('GET', KEYS[1])
+if v and ended(v, token) then
   return revoked_reply()
 end
-local token = ARGV[1]
-local holder
-if not redis.call('LINDEX', KEYS[3], 0) then
-  -- Nobody queued (the common case): SET NX GET takes a free lock, or names
-  -- the holder of a taken one, in a single command.
-  local taken
-  taken, holder = take_free(KEYS[1], KEYS[2], token, ARGV[2])
-  if taken then
-    return taken
+if v and string.byte(v, 1) ~= 126 then
+  if owns(v, token) then
+    -- Handed over earlier, or a re-sent request: the caller counts its
+    -- validity from when it sent this one, so the lease must last ttl from
+    -- now; it is never shortened (GT).
+    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    return 0
   end
 else
-  holder = redis.call('GET', KEYS[1])
-end
-if holder == token then
-  -- Handed over earlier, or a re-sent request: the caller counts its
-  -- validity from when it sent this one, so the lease must last ttl from
-  -- now; it is never shortened (GT).
-  redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-  return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-end
-if not holder then
-  local now -- the clock is read only if someone is queued
-  local head
-  while true do -- drop waiters that died or gave up without saying so
-    head = redis.call('LINDEX', KEYS[3], 0)
-    if not head then break end
+  local head = redis.call('LINDEX', KEYS[2], 0)
+  local now
+  while head do -- drop waiters that died or gave up without saying so
     now = now or now_ms()
-    local entry = redis.call('HGET', KEYS[4], head)
-    local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
+    local deadline = string.match(redis.call('HGET', KEYS[3], head) or '', '^(%d+):')
     if deadline and tonumber(deadline) > now then
-      if head ~= token then -- hand it to the first live waiter
-        local fence = new_fence(KEYS[2])
-        if not fence then return fence_type_reply() end
-        redis.call('LPOP', KEYS[3])
-        redis.call('HDEL', KEYS[4], head)
-        redis.call('SET', KEYS[1], head, 'PX', ttl)
-        redis.call(ARGV[6], ARGV[5], head .. ' ' .. string.format('%d', fence))
-      end
       break
     end
-    redis.call('LPOP', KEYS[3])
-    redis.call('HDEL', KEYS[4], head)
+    redis.call('LPOP', KEYS[2])
+    redis.call('HDEL', KEYS[3], head)
+    head = redis.call('LINDEX', KEYS[2], 0)
   end
-  if not head or head == token then
-    local fence = new_fence(KEYS[2])
-    if not fence then return fence_type_reply() end
+  if head and head ~= token then -- hand it to the first live waiter
+    local ttl = string.match(redis.call('HGET', KEYS[3], head), ':(%d+)$')
+    redis.call('LPOP', KEYS[2])
+    redis.call('HDEL', KEYS[3], head)
+    redis.call('SET', KEYS[1], head .. carried(v), 'PX', ttl)
+    redis.call(ARGV[6], ARGV[5], head)
+  else -- nobody queued (the common case), or we are first
     if head then
-      redis.call('LPOP', KEYS[3])
-      redis.call('HDEL', KEYS[4], token)
+      redis.call('LPOP', KEYS[2])
+      redis.call('HDEL', KEYS[3], token)
     end
-    redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-    return fence
+    redis.call('SET', KEYS[1], token .. carried(v), 'PX', ARGV[2])
+    return 0
   end
 end
 if ARGV[3] == '1' then
   local entry = string.format('%d', now_ms() + tonumber(ARGV[4])) .. ':' .. ARGV[2]
-  if redis.call('HSET', KEYS[4], token, entry) == 1 then
-    redis.call('RPUSH', KEYS[3], token)
+  if redis.call('HSET', KEYS[3], token, entry) == 1 then
+    redis.call('RPUSH', KEYS[2], token)
   end
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
-  redis.call('PEXPIRE', KEYS[4], ARGV[4])
 end
 return -2 - math.max(redis.call('PTTL', KEYS[1]), -1)

@@ -7,6 +7,7 @@
 -- key below another's deadline.
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] the hold's revocation key
 -- ARGV[1] owner id   ARGV[2] hold token   ARGV[3] ttl in ms
+-- ARGV[4] how long the fence counter lives, in ms (the fence window)
 -- Returns {1, fence, holds} when held by the owner now (a new fence if the
 -- lock was free, else the fence of the first hold), or {0, pttl, 0} when
 -- another owner holds it (pttl -1: no expiry).
@@ -22,7 +23,7 @@ if not owner then
   if redis.call('EXISTS', KEYS[1]) == 1 then
     return redis.error_reply('WRONGTYPE dlock: the lock key holds a hash that is not a reentrant lock')
   end
-  local fence = new_fence(KEYS[2])
+  local fence = new_fence(KEYS[2], ARGV[4])
   if not fence then
     return fence_type_reply()
   end

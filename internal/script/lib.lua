@@ -2,45 +2,55 @@
 -- calls, and only those (script.go, withLib); chunks are separated by blank
 -- lines.
 --
+-- A plain lock is one string key per name, in one of two states:
+--   held:  "<token>", or "<token> <notes>" where the notes are
+--          "e<n>"   the sequence number of the latest extension applied
+--                   (an older one, delayed in the network, is ignored: it
+--                   must not cut short a lease a newer one set), and
+--          ended leases, as below;
+--   ended: "~ <entries>", a tombstone with PX expiry (the revocation
+--          window), a free lock to every other lease.
+-- An ended lease's entry is "+<t>" when the lease <t> ended by its release
+-- (or handed the lock over), "!<t>" when it ended while it did not hold the
+-- lock (the undo of an attempt whose outcome is unknown, or a release after
+-- the lease was lost). An acquire of an ended lease that arrives late
+-- (delayed, or re-sent by the client after a lost reply) is refused instead
+-- of taking the lock for nobody; a re-sent release reports what the first
+-- copy did. A "+" entry lives in the tombstone and the value of the lease
+-- after it; "!" entries, which stand for requests that may still be in
+-- flight, pass from value to value, the latest six of them, for as long as
+-- the key lives.
+-- Tokens are 22 characters of base64url, so a token found in a value is
+-- a whole one, and the character before it says what it is.
+-- The fence counter ("<lock>:fence") is written only when a fence is asked
+-- for (fence.lua), and lives for the fence window after that.
+--
 -- now_ms() is the server's clock in ms.
---
--- new_fence(key) returns the next fence for the counter at key and stores
--- it: max(last + 1, server time in µs), so fences keep rising even when the
--- counter was lost (an empty restart, a failover to a stale replica). The
--- clock's value is written first and corrected in the rare case that the
--- counter was already ahead of it: two commands on the common path.
--- string.format('%d') keeps all digits (tostring would round to 14). It
--- returns nil, writing nothing, when key holds a value of another type, so
--- that the caller can undo what it wrote before (Lua does not roll back).
---
--- The lease's own key ("<lock>:r:<token>") records what happened to the
--- lease, so that a request of it that arrives late or twice does no harm:
---   "e<n>" while it is held: the sequence number of the latest extension
---          applied (an older one, delayed in the network, is ignored: it
---          must not cut short a lease a newer extension set);
---   "1"/"0" once it is ended (released, or the undo of an attempt whose
---          outcome is unknown): "1" when it was ours until then, "0" when
---          not. An acquire of the lease still in flight (delayed, or
---          re-sent by the client after a lost reply) is refused instead of
---          taking the lock for nobody; a re-sent release reports what the
---          first copy did. The marker lives for the revocation window.
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function new_fence(key)
+-- new_fence(key, window_ms) returns the next fence for the counter at key
+-- and stores it for window_ms: max(last + 1, server time in µs), so fences
+-- keep rising even when the counter was lost (it expired, an empty restart,
+-- a failover to a stale replica). The clock's value is written first and
+-- corrected in the rare case that the counter was already ahead of it: two
+-- commands on the common path. string.format('%d') keeps all digits
+-- (tostring would round to 14). It returns nil, writing nothing, when key
+-- holds a value of another type.
+local function new_fence(key, window_ms)
   local t = redis.call('TIME')
   local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = redis.pcall('SET', key, string.format('%d', fence), 'GET')
+  local last = redis.pcall('SET', key, string.format('%d', fence), 'PX', window_ms, 'GET')
   if type(last) == 'table' then
     return nil
   end
   last = tonumber(last or '0')
   if last and last >= fence then
     fence = last + 1
-    redis.call('SET', key, string.format('%d', fence))
+    redis.call('SET', key, string.format('%d', fence), 'PX', window_ms)
   end
   return fence
 end
@@ -53,27 +63,71 @@ local function fence_type_reply()
   return redis.error_reply('WRONGTYPE dlock: the fence key holds a value of another type')
 end
 
--- revoke marks a lease ended: held is '1' if it was ours until now.
-local function revoke(key, held, window_ms)
-  redis.call('SET', key, held, 'PX', window_ms)
+-- owns reports whether the lock value v is held by token.
+local function owns(v, token)
+  return v == token or (v ~= false and v ~= nil and string.sub(v, 1, #token + 1) == token .. ' ')
 end
 
--- revoked reports whether the lease of the revocation key was ended.
-local function revoked(key)
-  local r = redis.call('GET', key)
-  return r == '0' or r == '1'
-end
-
--- superseded reports whether an extension with sequence number seq comes
--- too late: one with a number at least as high was applied already.
--- Otherwise it records seq, for ttl_ms (the lease's life).
-local function superseded(key, seq, ttl_ms)
-  local last = tonumber(string.sub(redis.call('GET', key) or '', 2))
-  if last and last >= tonumber(seq) then
-    return true
+-- holds reports whether id holds the lock at key: the lease's token of a
+-- plain lock, or a reentrant lock's owner id.
+local function holds(key, id)
+  if redis.call('TYPE', key)['ok'] == 'hash' then
+    return redis.call('HGET', key, 'owner') == id
   end
-  redis.call('SET', key, 'e' .. seq, 'PX', ttl_ms)
-  return false
+  return owns(redis.call('GET', key), id)
+end
+
+-- ended returns what the value v records of the lease token: '+' ended by
+-- its release (or handover), '!' ended while not holding, nil nothing.
+local function ended(v, token)
+  local i = string.find(v, token, 2, true)
+  if not i then
+    return nil
+  end
+  local c = string.sub(v, i - 1, i - 1)
+  if c == '+' or c == '!' then
+    return c
+  end
+  return nil
+end
+
+-- undone returns the latest six "!" entries of the value v, each with its
+-- leading space ('' if none).
+local function undone(v)
+  if not v or not string.find(v, '!', 1, true) then
+    return ''
+  end
+  local out = {}
+  for e in string.gmatch(v, ' ![%w_-]+') do
+    out[#out + 1] = e
+  end
+  return table.concat(out, '', math.max(1, #out - 5))
+end
+
+-- carried returns the entries of the value v that pass on to the key's
+-- next value: its "+" entry (one at most: the lease that released or
+-- handed over last) and its latest six "!" entries; '' if none. A "+"
+-- entry so lasts through the next lease, "!" entries for as long as the
+-- key lives.
+local function carried(v)
+  if not v then
+    return ''
+  end
+  return (string.match(v, ' %+[%w_-]+') or '') .. undone(v)
+end
+
+-- end_other ends the lease token that does not hold the lock at key, whose
+-- value is v: it records "!<token>" in the tombstone, or makes one if the
+-- key is missing, or adds it to the value of the lease that holds it.
+local function end_other(key, v, token, window_ms)
+  if not v then
+    redis.call('SET', key, '~ !' .. token, 'PX', window_ms)
+  elseif string.byte(v, 1) == 126 then
+    redis.call('SET', key, '~' .. carried(v .. ' !' .. token), 'PX', window_ms)
+  else
+    local head = string.match(v, '^[^ ]+') .. (string.match(v, ' e%d+') or '')
+    redis.call('SET', key, head .. carried(v .. ' !' .. token), 'KEEPTTL')
+  end
 end
 
 -- live_holds(key, now) drops the holds of the reentrant lock at key whose
@@ -97,19 +151,30 @@ local function live_holds(key, now)
   return n, last
 end
 
--- take_free takes the lock at key for token if it is free (SET NX GET, one
--- command) and issues its fence at fence_key. It returns the fence, or
--- false and the holder's token when the lock is taken; a fence key of a
--- foreign type gives an error reply and leaves nothing written.
-local function take_free(key, fence_key, token, ttl)
-  local holder = redis.call('SET', key, token, 'NX', 'PX', ttl, 'GET')
-  if holder then
-    return false, holder
+-- A reentrant hold's own key ("<lock>:r:<token>") records what happened to
+-- it: "e<n>" while held (the latest extension's sequence number), "1"/"0"
+-- once it is ended ("1" when it was a hold until then), for the revocation
+-- window.
+
+-- revoke marks a reentrant hold ended: held is '1' if it was one until now.
+local function revoke(key, held, window_ms)
+  redis.call('SET', key, held, 'PX', window_ms)
+end
+
+-- revoked reports whether the reentrant hold of the key was ended.
+local function revoked(key)
+  local r = redis.call('GET', key)
+  return r == '0' or r == '1'
+end
+
+-- superseded reports whether an extension of a reentrant hold with sequence
+-- number seq comes too late: one with a number at least as high was
+-- applied already. Otherwise it records seq, for ttl_ms (the hold's life).
+local function superseded(key, seq, ttl_ms)
+  local last = tonumber(string.sub(redis.call('GET', key) or '', 2))
+  if last and last >= tonumber(seq) then
+    return true
   end
-  local fence = new_fence(fence_key)
-  if not fence then
-    redis.call('DEL', key)
-    return fence_type_reply()
-  end
-  return fence
+  redis.call('SET', key, 'e' .. seq, 'PX', ttl_ms)
+  return false
 end

@@ -1,12 +1,14 @@
--- raise_fence.lua: make a node's fence counter at least a given value, so
--- that a later majority sees the fence a quorum lease was issued with.
--- KEYS[1] fence key
--- ARGV[1] fence
--- Returns the node's fence counter afterwards.
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-local want = tonumber(ARGV[1])
-if cur < want then
-  redis.call('SET', KEYS[1], ARGV[1])
-  return want
+-- raise_fence.lua: make a quorum node's fence counter at least a given
+-- value, so that a later majority sees the fence a quorum lease was issued
+-- with; only while the lease still holds the lock on this node.
+-- KEYS[1] lock key   KEYS[2] fence key
+-- ARGV[1] fence   ARGV[2] the lease's token (a reentrant lock: its owner id)
+-- ARGV[3] how long the fence counter lives, in ms (the fence window)
+-- Returns 1 if the counter is at least the fence now, 0 if the lease does
+-- not hold the lock here.
+if not holds(KEYS[1], ARGV[2]) then
+  return 0
 end
-return cur
+local cur = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+redis.call('SET', KEYS[2], string.format('%d', math.max(cur, tonumber(ARGV[1]))), 'PX', ARGV[3])
+return 1

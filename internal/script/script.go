@@ -37,6 +37,8 @@ var (
 	extendReentrantSrc string
 	//go:embed raise_fence.lua
 	raiseFenceSrc string
+	//go:embed fence.lua
+	fenceSrc string
 )
 
 // The scripts, run with EVALSHA and a fallback to EVAL when the server's
@@ -56,6 +58,7 @@ var (
 	ReleaseReentrant = withLib(releaseReentrantSrc)
 	ExtendReentrant  = withLib(extendReentrantSrc)
 	RaiseFence       = withLib(raiseFenceSrc)
+	Fence            = withLib(fenceSrc)
 )
 
 // withLib returns the script src preceded by the functions of lib.lua it

@@ -21,7 +21,7 @@ func TestScriptsCompileWithTheirLib(t *testing.T) {
 		"acquire": Acquire, "release": Release, "extend": Extend, "inspect": Inspect, "guard": Guard,
 		"force_release": ForceRelease, "acquire_fair": AcquireFair, "release_fair": ReleaseFair,
 		"acquire_reentrant": AcquireReentrant, "release_reentrant": ReleaseReentrant,
-		"extend_reentrant": ExtendReentrant, "raise_fence": RaiseFence,
+		"extend_reentrant": ExtendReentrant, "raise_fence": RaiseFence, "fence": Fence,
 	} {
 		src := sources[s.Hash()]
 		if err := rdb.ScriptLoad(t.Context(), src).Err(); err != nil {

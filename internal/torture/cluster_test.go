@@ -106,6 +106,7 @@ type scanKey struct {
 	key  string
 	kind string
 	pttl time.Duration // -1: no expiry
+	val  string        // a string's value
 }
 
 // scan lists every key under prefix on the given nodes, with its type and PTTL.
@@ -116,6 +117,9 @@ func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, 
 		for iter.Next(ctx) {
 			k := scanKey{node: i, key: iter.Val()}
 			k.kind, _ = rdb.Type(ctx, k.key).Result()
+			if k.kind == "string" {
+				k.val, _ = rdb.Get(ctx, k.key).Result()
+			}
 			pttl, err := rdb.PTTL(ctx, k.key).Result()
 			if err != nil {
 				return nil, err
@@ -133,8 +137,9 @@ func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, 
 }
 
 // leftovers is (e): it sorts the keys found under prefix into those the
-// docs allow to stay (fence keys without expiry, revocation markers that
-// expire within the longest lease) and the rest. Keys with an expiry below
+// docs allow to stay for a while (fence counters within the fence window,
+// tombstones and reentrant holds' markers that expire within the longest
+// lease) and the rest. Keys with an expiry below
 // grace are excused (returned as excused) when grace > 0: a killed worker's
 // lease and queue entries, which only time removes.
 func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration) (bad, excused []string) {
@@ -143,7 +148,9 @@ func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration) (ba
 		desc := fmt.Sprintf("node%d %s (%s, pttl %v)", k.node, k.key, k.kind, k.pttl)
 		_, tail, _ := strings.Cut(rest, "}")
 		switch {
-		case tail == ":fence" && k.kind == "string":
+		case tail == ":fence" && k.kind == "string" && k.pttl > 0 && k.pttl <= time.Minute:
+			continue
+		case tail == "" && strings.HasPrefix(k.val, "~") && k.pttl > 0 && k.pttl <= maxLease:
 			continue
 		case strings.HasPrefix(tail, ":r:") && k.pttl > 0 && k.pttl <= maxLease:
 			continue
@@ -188,7 +195,8 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 			l, err := c.Acquire(ctx, name)
 			e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
 			if l != nil {
-				e.Tok, e.Fence = l.Token(), l.Fence()
+				e.Tok = l.Token()
+				e.Fence, _ = l.Fence(ctx)
 				l.Release(context.Background())
 			}
 			rec.Add(e)

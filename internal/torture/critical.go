@@ -54,7 +54,7 @@ func (w *Worker) stamp(op string, h *handle, believe func() bool) bool {
 	if !believe() {
 		return false
 	}
-	w.rec.Add(Event{Name: h.l.Name(), Op: op, Inv: t, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.l.Fence(),
+	w.rec.Add(Event{Name: h.l.Name(), Op: op, Inv: t, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.fence,
 		VU: h.l.ValidUntil().UnixNano(), Held: true})
 	return true
 }
@@ -64,7 +64,7 @@ func (w *Worker) stamp(op string, h *handle, believe func() bool) bool {
 func (w *Worker) exit(h *handle, believe func() bool) {
 	t := now()
 	held := believe()
-	w.rec.Add(Event{Name: h.l.Name(), Op: OpExit, Inv: t, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.l.Fence(),
+	w.rec.Add(Event{Name: h.l.Name(), Op: OpExit, Inv: t, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.fence,
 		VU: h.l.ValidUntil().UnixNano(), Held: held})
 }
 
@@ -74,11 +74,14 @@ func (w *Worker) write(h *handle, believe func() bool) bool {
 	if !w.stamp(OpAlive, h, believe) {
 		return false
 	}
+	if h.fence == 0 {
+		return true // no fence to write with: the lease was lost before it asked
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	e := Event{Name: h.l.Name(), Op: OpWrite, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.l.Fence(), Held: true}
+	e := Event{Name: h.l.Name(), Op: OpWrite, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.fence, Held: true}
 	e.Inv = now()
-	err := w.guard.Write(ctx, w.cfg.GuardKey+h.l.Name(), h.id, h.l.Fence(), h.l.Token())
+	err := w.guard.Write(ctx, w.cfg.GuardKey+h.l.Name(), h.id, h.fence, h.l.Token())
 	e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
 	w.rec.Add(e)
 	return true
@@ -102,7 +105,7 @@ func (w *Worker) extendTTL() time.Duration {
 func (w *Worker) extend(h *handle, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	e := Event{Name: h.l.Name(), Op: OpExtend, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.l.Fence(), Arg: int64(ttl),
+	e := Event{Name: h.l.Name(), Op: OpExtend, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.fence, Arg: int64(ttl),
 		VU0: h.l.ValidUntil().UnixNano(), Held: h.l.Err() == nil}
 	e.Inv = now()
 	err := h.l.Extend(ctx, ttl)
@@ -151,12 +154,12 @@ func (w *Worker) nestedAcquire(ctx context.Context, outer *handle, inv int64, he
 		w.rec.Add(e)
 		if held && e.Res == "notacq" && believe() {
 			w.rec.Add(Event{Name: name, Op: OpReentry, Inv: inv, Ret: e.Ret, CS: outer.id,
-				Tok: outer.l.Token(), Fence: outer.l.Fence(), Err: e.Err})
+				Tok: outer.l.Token(), Fence: outer.fence, Err: e.Err})
 		}
 		return false
 	}
-	inner := &handle{l: l, id: w.newID(), own: outer.own}
-	e.CS, e.Tok, e.Own, e.Fence, e.VU = inner.id, l.Token(), inner.own, l.Fence(), l.ValidUntil().UnixNano()
+	inner := w.newHandle(l, outer.own)
+	e.CS, e.Tok, e.Own, e.Fence, e.VU = inner.id, l.Token(), inner.own, inner.fence, l.ValidUntil().UnixNano()
 	w.rec.Add(e)
 	w.critical(inner, func() bool { return l.Err() == nil })
 	w.release(inner, "nested")
@@ -166,9 +169,10 @@ func (w *Worker) nestedAcquire(ctx context.Context, outer *handle, inv int64, he
 // nestedDo takes the inner hold with Do.
 func (w *Worker) nestedDo(ctx context.Context, name, own string, inv int64) {
 	err := w.client(own).Do(ctx, name, func(fctx context.Context, l *dlock.Lock) error {
-		inner := &handle{l: l, id: w.newID(), own: own}
-		w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: now(), CS: inner.id, Tok: l.Token(), Own: own,
-			Fence: l.Fence(), VU: l.ValidUntil().UnixNano(), Res: "ok", Note: "nested"})
+		ret := now()
+		inner := w.newHandle(l, own)
+		w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: ret, CS: inner.id, Tok: l.Token(), Own: own,
+			Fence: inner.fence, VU: l.ValidUntil().UnixNano(), Res: "ok", Note: "nested"})
 		w.critical(inner, func() bool { return fctx.Err() == nil })
 		return nil
 	})

@@ -32,8 +32,8 @@ func (w *Worker) acquire(name, op string) {
 		w.rec.Add(e)
 		return
 	}
-	h := &handle{l: l, id: w.newID(), own: own}
-	e.CS, e.Tok, e.Own, e.Fence, e.VU = h.id, l.Token(), own, l.Fence(), l.ValidUntil().UnixNano()
+	h := w.newHandle(l, own)
+	e.CS, e.Tok, e.Own, e.Fence, e.VU = h.id, l.Token(), own, h.fence, l.ValidUntil().UnixNano()
 	w.rec.Add(e)
 	w.critical(h, func() bool { return l.Err() == nil })
 	if own != "" && w.rng.IntN(2) == 0 {
@@ -68,7 +68,7 @@ func (w *Worker) dispose(h *handle) {
 func (w *Worker) release(h *handle, note string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	e := Event{Name: h.l.Name(), Op: OpRelease, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.l.Fence(),
+	e := Event{Name: h.l.Name(), Op: OpRelease, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.fence,
 		VU0: h.l.ValidUntil().UnixNano(), Held: h.l.Err() == nil, Note: note}
 	e.Inv = now()
 	err := h.l.Release(ctx)
@@ -132,7 +132,7 @@ func (w *Worker) selfCheck(h *handle) {
 		return
 	}
 	w.rec.Add(Event{Name: h.l.Name(), Op: OpLeftover, Inv: inv, Ret: now(), CS: h.id, Tok: h.l.Token(),
-		Fence: h.l.Fence(), Note: fmt.Sprintf("type=%s ttl=%v owners=%v", info.Type, info.TTL, info.Owners)})
+		Fence: h.fence, Note: fmt.Sprintf("type=%s ttl=%v owners=%v", info.Type, info.TTL, info.Owners)})
 }
 
 // heldBy reports whether Inspect's answer names token (a plain lock) or
@@ -163,10 +163,11 @@ func (w *Worker) do(name string) {
 	err := func() (err error) {
 		defer func() { panicked = recover() }()
 		return w.client(own).Do(ctx, name, func(fctx context.Context, l *dlock.Lock) error {
-			h := &handle{l: l, id: w.newID(), own: own}
+			ret := now()
+			h := w.newHandle(l, own)
 			tok = l.Token()
-			w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: now(), CS: h.id, Tok: tok, Own: own,
-				Fence: l.Fence(), VU: l.ValidUntil().UnixNano(), Res: "ok"})
+			w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: ret, CS: h.id, Tok: tok, Own: own,
+				Fence: h.fence, VU: l.ValidUntil().UnixNano(), Res: "ok"})
 			// A Do user is told of the loss by fn's context.
 			believe := func() bool { return fctx.Err() == nil }
 			w.critical(h, believe)

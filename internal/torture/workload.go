@@ -73,9 +73,18 @@ type Worker struct {
 
 // handle is a Lock with the id its events carry.
 type handle struct {
-	l   *dlock.Lock
-	id  string
-	own string // reentrant owner, "" otherwise
+	l     *dlock.Lock
+	id    string
+	own   string // reentrant owner, "" otherwise
+	fence int64  // asked for right after the acquisition; 0 if it was refused (the lease was lost)
+}
+
+// newHandle makes the handle of an acquisition and asks for its fence.
+func (w *Worker) newHandle(l *dlock.Lock, own string) *handle {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	f, _ := l.Fence(ctx)
+	return &handle{l: l, id: w.newID(), own: own, fence: f}
 }
 
 // NewWorker connects a worker's clients as cfg and its seed say.

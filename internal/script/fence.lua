@@ -1,0 +1,16 @@
+-- fence.lua: issue the fencing token of the lease that holds a lock (asked
+-- for when the holder first needs it, so that a lease that never asks
+-- costs the server nothing for fencing).
+-- KEYS[1] lock key   KEYS[2] fence key
+-- ARGV[1] the lease's token (a reentrant lock: its owner id)
+-- ARGV[2] how long the fence counter lives, in ms (the fence window)
+-- Returns the fence (> 0), or 0 if the lease does not hold the lock.
+-- Errors: WRONGTYPE if the fence key holds a foreign value.
+if not holds(KEYS[1], ARGV[1]) then
+  return 0
+end
+local fence = new_fence(KEYS[2], ARGV[2])
+if not fence then
+  return fence_type_reply()
+end
+return fence

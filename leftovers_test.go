@@ -1,0 +1,123 @@
+package dlock_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// Locking many distinct names once each leaves nothing in Redis once the
+// windows have passed: the tombstones are gone after min(TTL, 1 minute), a
+// fence counter a minute after its fence, and memory is back where it was.
+// (The previous data model kept a fence key per name for good.)
+func TestNothingLeftPerName(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const names, workers = 10000, 32
+	ttl := 300 * time.Millisecond
+	for _, fair := range []bool{true, false} {
+		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
+			rdb.FlushAll(ctx)
+			c := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithFair(fair), dlock.WithAutoExtend(false))
+			lockEach := func(prefix string, n int) {
+				var wg sync.WaitGroup
+				errs := make(chan error, workers)
+				for w := range workers {
+					wg.Go(func() {
+						for i := w; i < n; i += workers {
+							name := fmt.Sprintf("%s:%d", prefix, i)
+							l, err := c.TryAcquire(ctx, name)
+							if err == nil && i%100 == 0 {
+								_, err = l.Fence(ctx) // some ask for a fence: a counter for a minute
+							}
+							if err == nil {
+								err = l.Release(ctx)
+							}
+							if err != nil {
+								errs <- fmt.Errorf("%s: %w", name, err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+			}
+			// The baseline: the Client's connections made and the scripts
+			// loaded, and nothing of dlock's in Redis.
+			lockEach("warm", workers)
+			time.Sleep(ttl + 100*time.Millisecond)
+			rdb.Del(ctx, rdb.Keys(ctx, "dlock:*").Val()...)
+			before := usedMemory(t, rdb)
+			lockEach("order", names)
+			if n := keysUnder(t, rdb, "dlock:"); n == 0 { // (the first ones' windows may be over already)
+				t.Errorf("right after the releases: no keys, want the latest names' tombstones")
+			}
+			var left []string
+			waitFor(ttl+2*time.Second, func() bool {
+				left = left[:0]
+				iter := rdb.Scan(ctx, 0, "dlock:*", 1000).Iterator()
+				for iter.Next(ctx) {
+					if !strings.HasSuffix(iter.Val(), ":fence") {
+						left = append(left, iter.Val())
+					}
+				}
+				return len(left) == 0
+			})
+			if len(left) > 0 {
+				t.Errorf("%d keys left after the tombstone window, e.g. %v", len(left), left[:min(3, len(left))])
+			}
+			iter := rdb.Scan(ctx, 0, "dlock:*:fence", 1000).Iterator()
+			fences := 0
+			for iter.Next(ctx) {
+				fences++
+				if d := rdb.PTTL(ctx, iter.Val()).Val(); d <= 0 || d > time.Minute {
+					t.Errorf("%s lives %v, want at most the fence window (1m)", iter.Val(), d)
+				}
+			}
+			if fences != names/100 {
+				t.Errorf("%d fence counters, want one per name that asked for a fence (%d)", fences, names/100)
+			}
+			if keys := rdb.Keys(ctx, "dlock:*:fence").Val(); len(keys) > 0 {
+				rdb.Del(ctx, keys...) // as the fence window would, a minute later
+			}
+			// Redis shrinks its key tables in the background (serverCron).
+			var grown int64
+			waitFor(3*time.Second, func() bool { grown = usedMemory(t, rdb) - before; return grown <= 32<<10 })
+			if grown > 32<<10 {
+				t.Errorf("used_memory grew by %d bytes after %d names were locked once, want it back where it was (the previous model kept ~100 bytes per name)", grown, names)
+			}
+		})
+	}
+}
+
+func usedMemory(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	for _, line := range strings.Split(rdb.Info(t.Context(), "memory").Val(), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatal("INFO memory has no used_memory")
+	return 0
+}
+
+func keysUnder(t *testing.T, rdb *redis.Client, prefix string) int {
+	n := 0
+	iter := rdb.Scan(t.Context(), 0, prefix+"*", 1000).Iterator()
+	for iter.Next(t.Context()) {
+		n++
+	}
+	return n
+}
