@@ -11,9 +11,10 @@ import (
 )
 
 // What a library leaves in Redis once its locks are released: keys and
-// bytes per lock name, right after the run and again once the revocation
-// window (the lease; dlock caps it at a minute) has passed. What is left
-// then stays for good: it grows with the number of distinct names a
+// bytes per lock name, right after the run and again once the lease has
+// passed (dlock's tombstone lives min(TTL, 1 minute); a fence counter, for
+// the leases that ask for a fence, which W1 does not, a minute). What is
+// left then stays for good: it grows with the number of distinct names a
 // service ever locks.
 const (
 	leftoverTTL   = 2 * time.Second // the lease asked for here, so that the wait is short
@@ -31,8 +32,7 @@ type leftover struct {
 
 // leftovers runs the W1 loop with leftoverC goroutines, each pair on a
 // name of its own, so that names = pairs: a library that leaves something
-// per lease (dlock's revocation marker) and one that leaves something per
-// name (its fence key) both show per name. The server is flushed first, and
+// per lease and one that leaves something per name both show per name. The server is flushed first, and
 // the library's connections are closed before memory is read, so that
 // neither other cells' keys nor client buffers are counted.
 func leftovers(l library, addr string, admin *redis.Client) (leftover, error) {

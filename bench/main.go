@@ -418,8 +418,9 @@ type w3Result struct {
 }
 
 // quorumRuns runs W3 for one library: lock+unlock in a loop, one goroutine,
-// on fresh names, over 5 nodes that are healthy, then have one frozen, then
-// two killed. Each scenario is bounded by -duration and 200 pairs.
+// on fresh names, first on one of the nodes alone (the baseline a quorum is
+// compared with), then over 5 nodes that are healthy, then have one frozen,
+// then two killed. Each scenario is bounded by -duration and 200 pairs.
 func quorumRuns(l library) ([]w3Result, error) {
 	var srvs []*redisserver.Server
 	var addrs []string
@@ -437,20 +438,28 @@ func quorumRuns(l library) ([]w3Result, error) {
 		srvs = append(srvs, s)
 		addrs = append(addrs, s.Addr())
 	}
-	newHandle, closeFn, err := l.open(addrs, ttl)
+	single, closeSingle, err := l.open(addrs[:1], ttl)
 	if err != nil {
 		return nil, err
 	}
-	defer closeFn()
+	defer closeSingle()
+	quorum, closeQuorum, err := l.open(addrs, ttl)
+	if err != nil {
+		return nil, err
+	}
+	defer closeQuorum()
 	var out []w3Result
 	for _, sc := range []struct {
-		name   string
-		inject func()
+		name      string
+		newHandle func(string) handle
+		inject    func()
 	}{
-		{"healthy", func() {}},
-		{"1 of 5 frozen", func() { srvs[0].Pause() }},
-		{"2 of 5 killed", func() { srvs[0].Resume(); srvs[1].Kill(); srvs[2].Kill() }},
+		{"one node (baseline)", single, func() {}},
+		{"healthy", quorum, func() {}},
+		{"1 of 5 frozen", quorum, func() { srvs[0].Pause() }},
+		{"2 of 5 killed", quorum, func() { srvs[0].Resume(); srvs[1].Kill(); srvs[2].Kill() }},
 	} {
+		newHandle := sc.newHandle
 		sc.inject()
 		var acq, rel []time.Duration
 		stop := time.Now().Add(*duration)

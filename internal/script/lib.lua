@@ -65,7 +65,7 @@ end
 
 -- owns reports whether the lock value v is held by token.
 local function owns(v, token)
-  return v == token or (v ~= false and v ~= nil and string.sub(v, 1, #token + 1) == token .. ' ')
+  return v == token or (v and string.find(v, token, 1, true) == 1 and string.byte(v, #token + 1) == 32) or false
 end
 
 -- holds reports whether id holds the lock at key: the lease's token of a
@@ -104,16 +104,26 @@ local function undone(v)
   return table.concat(out, '', math.max(1, #out - 5))
 end
 
--- carried returns the entries of the value v that pass on to the key's
+-- entries returns the entries of the value v that pass on to the key's
 -- next value: its "+" entry (one at most: the lease that released or
 -- handed over last) and its latest six "!" entries; '' if none. A "+"
 -- entry so lasts through the next lease, "!" entries for as long as the
 -- key lives.
+local function entries(v)
+  return (string.match(v, ' %+[%w_-]+') or '') .. undone(v)
+end
+
+-- carried is entries(v) for any value v ('' for none); a tombstone (made by
+-- entries, so already within bounds) holds nothing else, so its entries are
+-- its text after the "~".
 local function carried(v)
   if not v then
     return ''
   end
-  return (string.match(v, ' %+[%w_-]+') or '') .. undone(v)
+  if string.byte(v, 1) == 126 then
+    return string.sub(v, 2)
+  end
+  return entries(v)
 end
 
 -- end_other ends the lease token that does not hold the lock at key, whose
@@ -123,10 +133,10 @@ local function end_other(key, v, token, window_ms)
   if not v then
     redis.call('SET', key, '~ !' .. token, 'PX', window_ms)
   elseif string.byte(v, 1) == 126 then
-    redis.call('SET', key, '~' .. carried(v .. ' !' .. token), 'PX', window_ms)
+    redis.call('SET', key, '~' .. entries(v .. ' !' .. token), 'PX', window_ms)
   else
     local head = string.match(v, '^[^ ]+') .. (string.match(v, ' e%d+') or '')
-    redis.call('SET', key, head .. carried(v .. ' !' .. token), 'KEEPTTL')
+    redis.call('SET', key, head .. entries(v .. ' !' .. token), 'KEEPTTL')
   end
 end
 
