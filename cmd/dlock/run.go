@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -49,7 +50,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var redisFlag urlList
 	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL); repeat it for a quorum of independent masters (Redlock)")
 	ttl := fs.Duration("ttl", dlock.DefaultTTL, "lease time; a holder that dies blocks others at most this long")
-	wait := fs.Duration("wait", -1, "how long to wait for the lock: 0 tries once, negative waits until interrupted")
+	wait := waitFlag(fs)
 	grace := fs.Duration("grace", 10*time.Second, "time CMD has between SIGTERM and SIGKILL after the lock is lost, or after dlock dies (then no later than ttl/10 before the lease ends)")
 	if code := parse(fs, args); code >= 0 {
 		return code
@@ -120,6 +121,36 @@ func checkTTL(ttl time.Duration) error {
 	if ttl < dlock.MinTTL {
 		return fmt.Errorf("--ttl %v: must be at least %v", ttl, dlock.MinTTL)
 	}
+	return nil
+}
+
+// waitFlag defines --wait: how long to wait for the lock, "forever" (the
+// default, or any negative duration) until interrupted, 0 to try once.
+func waitFlag(fs *flag.FlagSet) *time.Duration {
+	w := waitValue(-1)
+	fs.Var(&w, "wait", "how long to wait for the lock, a `duration`: 0 tries once; forever (or a negative duration) waits until interrupted")
+	return (*time.Duration)(&w)
+}
+
+type waitValue time.Duration
+
+func (w *waitValue) String() string {
+	if *w < 0 {
+		return "forever"
+	}
+	return time.Duration(*w).String()
+}
+
+func (w *waitValue) Set(s string) error {
+	if s == "forever" {
+		*w = -1
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("want a duration such as 30s, or forever")
+	}
+	*w = waitValue(d)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -523,4 +524,22 @@ func clients(t *testing.T, rdb *redis.Client) int {
 		t.Fatal(err)
 	}
 	return strings.Count(list, "\n")
+}
+
+// --wait reads a duration or "forever", and says "forever" for its
+// default rather than a negative duration.
+func TestWaitFlag(t *testing.T) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	w := waitFlag(fs)
+	if got := fs.Lookup("wait").DefValue; got != "forever" || *w >= 0 {
+		t.Errorf("default --wait = %q (%v), want forever (negative)", got, *w)
+	}
+	for in, want := range map[string]time.Duration{"30s": 30 * time.Second, "0": 0, "forever": -1, "-1s": -time.Second} {
+		if err := fs.Set("wait", in); err != nil || *w != want {
+			t.Errorf("--wait %s = %v, %v, want %v", in, *w, err, want)
+		}
+	}
+	if err := fs.Set("wait", "soon"); err == nil {
+		t.Error("--wait soon accepted, want an error")
+	}
 }
