@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/pubsub"
 )
 
 // This file is the way to a held lock: one attempt (TryAcquire), the wait
@@ -197,7 +199,7 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 // attempt instead.
 func (c *Client) handedOver(l *Lock, wake int64, queued time.Time) *Lock {
 	ttl := c.opts.ttl
-	if wake != handedOver || time.Since(queued) > ttl/2 || c.opts.replicas > 0 {
+	if wake != pubsub.HandedOver || time.Since(queued) > ttl/2 || c.opts.replicas > 0 {
 		return nil // (with replica ack, the confirming attempt is what WAITs)
 	}
 	l.activate(0, ttl, queued.Add(ttl-c.opts.driftFor(ttl)))

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/pubsub"
 )
 
 // Client acquires locks on one Redis deployment (or, from NewRedlock, on a
@@ -17,8 +19,8 @@ import (
 // connections — one per node (on a Cluster, one per lock being waited
 // for) — which are open only while some Acquire is waiting.
 type Client struct {
-	b    backend // the only road to Redis
-	hubs []*hub  // one per node: a quorum Client listens to all of them
+	b    backend       // the only road to Redis
+	hubs []*pubsub.Hub // one per node: a quorum Client listens to all of them
 	opts options
 	id   string // this Client's instance ID, part of a reentrant owner's identity
 
@@ -62,12 +64,12 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		o.fair = false
 	}
 	n, h := newNode(rdb, &o)
-	return &Client{b: n, hubs: []*hub{h}, opts: o, id: newToken()[:11]}, nil
+	return &Client{b: n, hubs: []*pubsub.Hub{h}, opts: o, id: newToken()[:11]}, nil
 }
 
 // newNode returns the backend of one deployment reached through rdb, and
 // the hub that listens for its releases, as the options say.
-func newNode(rdb redis.UniversalClient, o *options) (node, *hub) {
+func newNode(rdb redis.UniversalClient, o *options) (node, *pubsub.Hub) {
 	_, cluster := rdb.(*redis.ClusterClient)
 	sharded := o.sharded > 0 || (o.sharded == 0 && cluster)
 	pub := "PUBLISH"
@@ -78,11 +80,9 @@ func newNode(rdb redis.UniversalClient, o *options) (node, *hub) {
 	if o.pipelining {
 		cmds = newBatcher(rdb)
 	}
-	h := newHub(rdb)
-	h.sharded = sharded
 	return node{rdb: cmds, uc: rdb, fair: o.fair, reentrant: o.reentrant, pub: pub, pubA: pub,
 		replicas: o.replicas, ackTimeout: o.ackTimeout,
-		ttl: o.ttl, ttlA: o.ttl.Milliseconds(), qttlA: queueTTL(o.ttl).Milliseconds()}, h
+		ttl: o.ttl, ttlA: o.ttl.Milliseconds(), qttlA: queueTTL(o.ttl).Milliseconds()}, pubsub.New(rdb, sharded)
 }
 
 // LeaseTime returns the lease time each acquisition asks for (WithTTL). A

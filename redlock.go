@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/pubsub"
 	"github.com/dlockio/dlock/internal/script"
 )
 
@@ -73,7 +74,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 		o.nodeTimeout = max(o.ttl/50, 5*time.Millisecond)
 	}
 	q := &quorum{timeout: o.nodeTimeout}
-	var hubs []*hub
+	var hubs []*pubsub.Hub
 	for _, rdb := range nodes {
 		n, h := newNode(rdb, &o)
 		q.nodes = append(q.nodes, n)

@@ -1,5 +1,6 @@
-// Package leakcheck fails a test that leaves goroutines of dlock (or of the
-// go-redis pub/sub machinery it drives) running after it ends.
+// Package leakcheck fails a test that leaves goroutines of dlock (any
+// package of this module, or the go-redis pub/sub machinery it drives)
+// running after it ends.
 package leakcheck
 
 import (
@@ -42,12 +43,20 @@ func Check(tb testing.TB) {
 	})
 }
 
+// module is the import path of this module; its packages' functions print
+// as module followed by "." (the root package) or "/" (the others).
+const module = "github.com/dlockio/dlock"
+
+// ours reports whether a goroutine's stack runs code of one of this
+// module's packages (other than a test's own functions) or a go-redis
+// pub/sub reader.
 func ours(stack string) bool {
 	if strings.Contains(stack, "leakcheck.") || strings.Contains(stack, "testing.tRunner") {
 		return false
 	}
 	for _, line := range strings.Split(stack, "\n") {
-		if strings.HasPrefix(line, "github.com/dlockio/dlock.") && !strings.Contains(line, "_test.") {
+		rest, ok := strings.CutPrefix(line, module)
+		if ok && (strings.HasPrefix(rest, ".") || strings.HasPrefix(rest, "/")) && !strings.Contains(line, "_test.") {
 			return true
 		}
 		if strings.HasPrefix(line, "github.com/redis/go-redis/v9.(*channel)") {

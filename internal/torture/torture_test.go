@@ -196,15 +196,16 @@ func checkGoroutines(t *testing.T, seed uint64, round, before int) bool {
 	return true
 }
 
-// goroutineDump returns the stacks of goroutines running dlock code
-// (outside this package), or all of them if none does.
+// goroutineDump returns the stacks of goroutines running dlock code (the
+// root package and its pub/sub hub, outside this package), or all of them
+// if none does.
 func goroutineDump() string {
 	buf := make([]byte, 8<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	var ours []string
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
 		s := string(g)
-		if strings.Contains(s, "github.com/dlockio/dlock.") {
+		if strings.Contains(s, "github.com/dlockio/dlock.") || strings.Contains(s, "github.com/dlockio/dlock/internal/pubsub.") {
 			ours = append(ours, s)
 		}
 	}

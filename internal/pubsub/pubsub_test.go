@@ -1,0 +1,183 @@
+package pubsub
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// start returns a client of a new server. The leak check runs after the
+// server is stopped and before the client is closed (which would end the
+// readers of connections the hub left open): every hub must have closed
+// its connections by then.
+func start(t *testing.T) *redis.Client {
+	var rdb *redis.Client
+	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	rdb = redis.NewClient(redistest.Start(t).Options())
+	return rdb
+}
+
+// subscribe adds a waiter with its own wake channel and waits for the
+// subscription's confirmation.
+func subscribe(t *testing.T, h *Hub, channel, token string) (*Waiter, chan int64) {
+	t.Helper()
+	wake := make(chan int64, 1)
+	w, ready := h.Subscribe(t.Context(), channel, token, wake)
+	select {
+	case <-ready:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("subscription to %q not confirmed", channel)
+	}
+	return w, wake
+}
+
+func expect(t *testing.T, who string, wake chan int64, want int64) {
+	t.Helper()
+	select {
+	case got := <-wake:
+		if got != want {
+			t.Errorf("%s woken with %d, want %d", who, got, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("%s not woken, want %d", who, want)
+	}
+}
+
+func expectNone(t *testing.T, who string, wake chan int64) {
+	t.Helper()
+	select {
+	case got := <-wake:
+		t.Errorf("%s woken with %d, want no wake-up", who, got)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// waitUnsubscribed waits until the server counts no subscriber of channel:
+// the hub let it go after linger.
+func waitUnsubscribed(t *testing.T, rdb *redis.Client, channel string, sharded bool) {
+	t.Helper()
+	count := func() int64 {
+		if sharded {
+			return rdb.PubSubShardNumSub(context.Background(), channel).Val()[channel]
+		}
+		return rdb.PubSubNumSub(context.Background(), channel).Val()[channel]
+	}
+	for deadline := time.Now().Add(5 * time.Second); count() > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q still subscribed 5s after its last waiter left", channel)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A release message wakes every waiter on the channel; a handover wakes
+// only the waiter it names, also in the "<token> <fence>" form of earlier
+// versions. Plain and sharded pub/sub work alike.
+func TestWakeUps(t *testing.T) {
+	for _, sharded := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "sharded"}[sharded], func(t *testing.T) {
+			rdb := start(t)
+			publish := rdb.Publish
+			if sharded {
+				publish = rdb.SPublish
+			}
+			h := New(rdb, sharded)
+			a, wakeA := subscribe(t, h, "ch", "a")
+			b, wakeB := subscribe(t, h, "ch", "b")
+			other, wakeOther := subscribe(t, h, "other", "a")
+			ctx := t.Context()
+
+			publish(ctx, "ch", WakeAll)
+			expect(t, "a", wakeA, Released)
+			expect(t, "b", wakeB, Released)
+			expectNone(t, "a waiter on another channel", wakeOther)
+
+			publish(ctx, "ch", "b")
+			expect(t, "b", wakeB, HandedOver)
+			expectNone(t, "a", wakeA)
+
+			publish(ctx, "ch", "a 1234")
+			expect(t, "a", wakeA, HandedOver)
+			expectNone(t, "b", wakeB)
+
+			for _, w := range []*Waiter{a, b, other} {
+				w.Close()
+			}
+			waitUnsubscribed(t, rdb, "ch", sharded)
+			waitUnsubscribed(t, rdb, "other", sharded)
+		})
+	}
+}
+
+// Join adds a waiter only to a channel already subscribed and confirmed.
+// A channel stays subscribed for linger after its last waiter left, and
+// is let go after it.
+func TestJoinAndLinger(t *testing.T) {
+	rdb := start(t)
+	h := New(rdb, false)
+	wake := make(chan int64, 1)
+	if h.Listening("ch") || h.Join("ch", "a", wake) != nil {
+		t.Fatal("a channel nobody subscribed to is listened to")
+	}
+	first, _ := subscribe(t, h, "ch", "first")
+	if !h.Listening("ch") {
+		t.Fatal("Listening = false after a confirmed subscription")
+	}
+	joined := h.Join("ch", "a", wake)
+	if joined == nil {
+		t.Fatal("Join on a confirmed channel = nil")
+	}
+	first.Close()
+	joined.Close()
+	if !h.Listening("ch") {
+		t.Error("Listening = false right after the last waiter left, want true for linger")
+	}
+	again := h.Join("ch", "b", wake) // within linger: reuses the subscription
+	if again == nil {
+		t.Fatal("Join within linger = nil")
+	}
+	time.Sleep(2 * linger)
+	if !h.Listening("ch") {
+		t.Error("a channel with a waiter was let go")
+	}
+	rdb.Publish(t.Context(), "ch", WakeAll)
+	expect(t, "the waiter that joined", wake, Released)
+	again.Close()
+	again.Close() // a second Close does nothing
+	waitUnsubscribed(t, rdb, "ch", false)
+	if h.Listening("ch") {
+		t.Error("Listening = true after the channel was let go")
+	}
+}
+
+// A retokened waiter is handed the lock under its new token only.
+func TestRetoken(t *testing.T) {
+	rdb := start(t)
+	h := New(rdb, false)
+	w, wake := subscribe(t, h, "ch", "old")
+	w.Retoken("new")
+	rdb.Publish(t.Context(), "ch", "old")
+	expectNone(t, "the waiter, by its old token", wake)
+	rdb.Publish(t.Context(), "ch", "new")
+	expect(t, "the waiter, by its new token", wake, HandedOver)
+	w.Close()
+	waitUnsubscribed(t, rdb, "ch", false)
+}
+
+// A wake-up that finds another pending keeps the handover, if either is one.
+func TestSignalKeepsHandover(t *testing.T) {
+	for _, order := range [][2]int64{{Released, HandedOver}, {HandedOver, Released}, {Released, Released}} {
+		w := &Waiter{wake: make(chan int64, 1)}
+		w.signal(order[0])
+		w.signal(order[1])
+		if got, want := <-w.wake, max(order[0], order[1]); got != want {
+			t.Errorf("signal(%d) then signal(%d): pending %d, want %d", order[0], order[1], got, want)
+		}
+	}
+}
