@@ -45,18 +45,16 @@ type claim struct {
 	keys
 	token string // the lease's token: the plain lock's value, or a reentrant hold's field
 	owner string // reentrant: the owner id ("<client>/<owner>") that the hash names
-	rev   string // reentrant: the hold's own key (see lib.lua), "<lock>:r:<token>"
+	rev   string // the lease's marker key (see lib.lua), "<lock>:r:<token>"
 }
 
-// setToken gives the claim a lease token (and a reentrant hold its own
-// key). A token whose lease was ended (released, or undone after an attempt
-// with an unknown outcome) is refused by Redis from then on, so an attempt
-// after an undo needs a new one.
+// setToken gives the claim a lease token, and with it a marker key. A token
+// whose lease was ended (released, or undone after an attempt with an
+// unknown outcome) is refused by Redis from then on, so an attempt after an
+// undo needs a new one.
 func (c *claim) setToken(token string) {
 	c.token = token
-	if c.owner != "" {
-		c.rev = c.lock + ":r:" + token
-	}
+	c.rev = c.lock + ":r:" + token
 }
 
 // holderID is what the lock names as its holder: the lease's token, or a
@@ -236,19 +234,19 @@ func (n node) acquireOnce(ctx context.Context, c *claim, ttl time.Duration, queu
 	}
 	switch {
 	case n.replicas > 0 && n.fair:
-		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.lock, c.queue, c.waiters},
+		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.lock, c.queue, c.waiters, c.rev},
 			c.token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), c.channel, n.pub)
 	case n.replicas > 0:
-		cmd, acks = n.acked(ctx, script.Acquire, []string{c.lock}, c.token, ttl.Milliseconds())
+		cmd, acks = n.acked(ctx, script.Acquire, []string{c.lock, c.rev}, c.token, ttl.Milliseconds())
 	case n.fair:
 		qttl := n.qttlA
 		if ttl != n.ttl || qttl == nil {
 			qttl = queueTTL(ttl).Milliseconds()
 		}
-		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 3,
-			&c.lock, &c.queue, &c.waiters, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA}), -1
+		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 4,
+			&c.lock, &c.queue, &c.waiters, &c.rev, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA}), -1
 	default:
-		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 1, &c.lock, &c.token, n.ms(ttl)}), -1
+		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.lock, &c.rev, &c.token, n.ms(ttl)}), -1
 	}
 	v, err := cmd.Int64()
 	if err != nil {
@@ -311,11 +309,11 @@ func (n node) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64
 	return v == 1, nil
 }
 
-// revokeWindow is how long the tombstone of an ended lease lives (see
-// lib.lua): a request of the lease delayed in the network for longer than
-// that after it ended can still take the lock, for nobody, for a TTL. A
-// TTL, but at most a minute: a tombstone keeps the key, and a network that
-// holds a request for a minute is rare.
+// revokeWindow is how long the tombstone or marker of an ended lease lives
+// (see lib.lua): a request of the lease delayed in the network for longer
+// than that after it ended can still take the lock, for nobody, for a TTL.
+// A TTL, but at most a minute: a tombstone keeps the key, and a network
+// that holds a request for a minute is rare.
 func revokeWindow(ttl time.Duration) time.Duration { return min(ttl, time.Minute) }
 
 // fenceWindow is how long a fence counter lives after a fence was issued.
@@ -338,10 +336,10 @@ func (n node) release(ctx context.Context, c *claim) (bool, error) {
 	case n.reentrant:
 		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.lock, c.rev}, c.owner, c.token, c.channel, n.pub, window)
 	case n.fair:
-		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 3,
-			&c.lock, &c.queue, &c.waiters, &c.token, &c.channel, n.pubA, window})
+		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 4,
+			&c.lock, &c.queue, &c.waiters, &c.rev, &c.token, &c.channel, n.pubA, window})
 	default:
-		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 1, &c.lock, &c.token, &c.channel, n.pubA, window})
+		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.lock, &c.rev, &c.token, &c.channel, n.pubA, window})
 	}
 	v, err := cmd.Int64()
 	if err != nil {
@@ -380,7 +378,7 @@ func (n node) inspect(ctx context.Context, k *keys) (Info, error) {
 			break
 		}
 		token, _, _ := strings.Cut(holder, " ")
-		info.Held, info.Token, info.holding = true, token, holder
+		info.Held, info.Token, info.holding = true, token, token
 	case "hash":
 		info.Held = true
 		info.Owners, info.holding = reentrantOwners(v[4], now)
@@ -466,7 +464,9 @@ func (n node) force(ctx context.Context, k *keys) (bool, error) {
 	if info.holding == "" {
 		return false, because(ErrWrongType, "a "+info.Type)
 	}
-	ok, err := script.ForceRelease.Run(ctx, n.rdb, []string{k.lock}, info.holding, k.channel, n.pub).Int64()
+	marker := k.lock + ":r:" + info.holding // a plain holder's (see force_release.lua)
+	ok, err := script.ForceRelease.Run(ctx, n.rdb, []string{k.lock, marker}, info.holding, k.channel, n.pub,
+		revokeWindow(n.ttl).Milliseconds()).Int64()
 	if err != nil {
 		return false, redisErr(err)
 	}

@@ -13,7 +13,11 @@
 //		return err // errors.Is(err, dlock.ErrNotAcquired) when ctx ended first
 //	}
 //	defer l.Release(context.WithoutCancel(ctx))
-//	writeReport(ctx, l.Fence()) // hand the fencing token to the resource
+//	fence, err := l.Fence(ctx) // issued while the lease holds the lock, then cached
+//	if err != nil {
+//		return err
+//	}
+//	writeReport(ctx, fence) // hand the fencing token to the resource
 //
 // or, with the lock's loss turned into a cancelled context:
 //

@@ -36,10 +36,11 @@ import (
 // still holds elsewhere. Run nodes with appendfsync always, or restart them
 // late.
 //
-// Fences stay strictly increasing across nodes: an acquisition takes the
-// highest fence of the nodes that granted it and writes it back to a
-// majority before the lease is handed out, so every later majority, which
-// shares a node with this one, issues a higher one.
+// Fences stay strictly increasing across nodes: Lock.Fence takes the
+// highest fence of a majority where the lease holds the lock and writes it
+// back to a majority before returning it, so every later majority, which
+// shares a node with this one, issues a higher one. An acquire is one
+// round (a reentrant lock's, whose fence comes with its first hold, two).
 //
 // Fair waiting and reentrant locks are not available over a quorum: the
 // Client waits unfairly (with the backoff of WithBackoff).

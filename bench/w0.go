@@ -76,15 +76,17 @@ var w0Cases = []w0Case{
 	// them; a first try (no queueing), as an uncontended Acquire sends.
 	{id: "c unfair", name: "(c) dlock's scripts, unfair", scripts: []*redis.Script{script.Acquire, script.Release},
 		pair: func(b []byte, n *w0Name, tok string) []byte {
-			b = appendCmd(b, "EVALSHA", script.Acquire.Hash(), "1", n.lock, tok, ttlMS)
-			return appendCmd(b, "EVALSHA", script.Release.Hash(), "1", n.lock, tok, n.channel, "PUBLISH", windowMS)
+			rev := n.lock + ":r:" + tok
+			b = appendCmd(b, "EVALSHA", script.Acquire.Hash(), "2", n.lock, rev, tok, ttlMS)
+			return appendCmd(b, "EVALSHA", script.Release.Hash(), "2", n.lock, rev, tok, n.channel, "PUBLISH", windowMS)
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
 	{id: "c fair", name: "(c) dlock's scripts, fair", scripts: []*redis.Script{script.AcquireFair, script.ReleaseFair},
 		pair: func(b []byte, n *w0Name, tok string) []byte {
-			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "3", n.lock, n.queue, n.waiters,
+			rev := n.lock + ":r:" + tok
+			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "4", n.lock, n.queue, n.waiters, rev,
 				tok, ttlMS, "0", queueMS, n.channel, "PUBLISH")
-			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "3", n.lock, n.queue, n.waiters,
+			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "4", n.lock, n.queue, n.waiters, rev,
 				tok, n.channel, "PUBLISH", windowMS)
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},

@@ -1,5 +1,5 @@
 -- acquire.lua: take a lock that is free, or confirm one we already hold.
--- KEYS[1] lock key
+-- KEYS[1] lock key   KEYS[2] the lease's marker key (see lib.lua)
 -- ARGV[1] the lease's token   ARGV[2] ttl in ms
 -- Returns 0 when the lock is ours: taken now, or already ours (a re-sent
 -- request). Returns -2 - pttl (< 0) when another lease holds it: -1 if the
@@ -13,17 +13,15 @@
 -- late copy cannot cut short a lease an extension lengthened): the caller
 -- counts its validity from when it sent this request.
 local v = redis.call('GET', KEYS[1])
-if v then
-  if string.byte(v, 1) ~= 126 then
-    if owns(v, ARGV[1]) then
-      redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-      return 0
-    end
-    return -2 - math.max(redis.call('PTTL', KEYS[1]), -1)
+if v and string.byte(v, 1) ~= 126 then
+  if owns(v, ARGV[1]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    return 0
   end
-  if ended(v, ARGV[1]) then
-    return revoked_reply()
-  end
+  return -2 - math.max(redis.call('PTTL', KEYS[1]), -1)
 end
-redis.call('SET', KEYS[1], ARGV[1] .. carried(v), 'PX', ARGV[2])
+if ended(v, ARGV[1], KEYS[2]) then
+  return revoked_reply()
+end
+redis.call('SET', KEYS[1], ARGV[1] .. history(v), 'PX', ARGV[2])
 return 0

@@ -1,6 +1,7 @@
 -- acquire_fair.lua: take a lock in arrival order (fair mode).
 -- KEYS[1] lock key   KEYS[2] queue (list of waiter tokens)
 -- KEYS[3] waiters (hash: token -> "deadline_ms:ttl_ms")
+-- KEYS[4] the lease's marker key (see lib.lua)
 -- ARGV[1] the lease's token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
 -- ARGV[4] how long a queue entry lives without being renewed, in ms   ARGV[5] release channel
 -- ARGV[6] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
@@ -14,18 +15,17 @@
 -- queue entry made); WRONGTYPE if a key holds a foreign value.
 local token = ARGV[1]
 local v = redis.call('GET', KEYS[1])
-if v and ended(v, token) then
+if v and string.byte(v, 1) ~= 126 and owns(v, token) then
+  -- Handed over earlier, or a re-sent request: the caller counts its
+  -- validity from when it sent this one, so the lease must last ttl from
+  -- now; it is never shortened (GT).
+  redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+  return 0
+end
+if ended(v, token, KEYS[4]) then
   return revoked_reply()
 end
-if v and string.byte(v, 1) ~= 126 then
-  if owns(v, token) then
-    -- Handed over earlier, or a re-sent request: the caller counts its
-    -- validity from when it sent this one, so the lease must last ttl from
-    -- now; it is never shortened (GT).
-    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-    return 0
-  end
-else
+if not v or string.byte(v, 1) == 126 then
   local head = redis.call('LINDEX', KEYS[2], 0)
   local now
   while head do -- drop waiters that died or gave up without saying so
@@ -38,27 +38,32 @@ else
     redis.call('HDEL', KEYS[3], head)
     head = redis.call('LINDEX', KEYS[2], 0)
   end
-  if head and head ~= token then -- hand it to the first live waiter
-    local ttl = string.match(redis.call('HGET', KEYS[3], head), ':(%d+)$')
-    redis.call('LPOP', KEYS[2])
-    redis.call('HDEL', KEYS[3], head)
-    redis.call('SET', KEYS[1], head .. carried(v), 'PX', ttl)
-    redis.call(ARGV[6], ARGV[5], head)
-  else -- nobody queued (the common case), or we are first
+  if not head or head == token then -- nobody queued (the common case), or we are first
     if head then
       redis.call('LPOP', KEYS[2])
       redis.call('HDEL', KEYS[3], token)
     end
-    redis.call('SET', KEYS[1], token .. carried(v), 'PX', ARGV[2])
+    redis.call('SET', KEYS[1], token .. history(v), 'PX', ARGV[2])
     return 0
   end
+  -- Hand it to the first live waiter: its value is its token alone (see
+  -- lib.lua).
+  local ttl = string.match(redis.call('HGET', KEYS[3], head), ':(%d+)$')
+  redis.call('LPOP', KEYS[2])
+  redis.call('HDEL', KEYS[3], head)
+  redis.call('SET', KEYS[1], head, 'PX', ttl)
+  redis.call(ARGV[6], ARGV[5], head)
 end
 if ARGV[3] == '1' then
   local entry = string.format('%d', now_ms() + tonumber(ARGV[4])) .. ':' .. ARGV[2]
   if redis.call('HSET', KEYS[3], token, entry) == 1 then
     redis.call('RPUSH', KEYS[2], token)
   end
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
-  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  -- The queue lives as long as its longest-lived entry: never shortened.
+  for i = 2, 3 do
+    if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[4]) then
+      redis.call('PEXPIRE', KEYS[i], ARGV[4])
+    end
+  end
 end
 return -2 - math.max(redis.call('PTTL', KEYS[1]), -1)

@@ -14,5 +14,5 @@ local last = tonumber(string.match(v, ' e(%d+)') or '0')
 if last >= tonumber(ARGV[3]) then
   return 1
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ' e' .. ARGV[3] .. carried(v), 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ' e' .. ARGV[3] .. history(v), 'PX', ARGV[2])
 return 1

@@ -7,19 +7,21 @@
 --          "e<n>"   the sequence number of the latest extension applied
 --                   (an older one, delayed in the network, is ignored: it
 --                   must not cut short a lease a newer one set), and
---          ended leases, as below;
---   ended: "~ <entries>", a tombstone with PX expiry (the revocation
---          window), a free lock to every other lease.
--- An ended lease's entry is "+<t>" when the lease <t> ended by its release
--- (or handed the lock over), "!<t>" when it ended while it did not hold the
--- lock (the undo of an attempt whose outcome is unknown, or a release after
--- the lease was lost). An acquire of an ended lease that arrives late
--- (delayed, or re-sent by the client after a lost reply) is refused instead
--- of taking the lock for nobody; a re-sent release reports what the first
--- copy did. A "+" entry lives in the tombstone and the value of the lease
--- after it; "!" entries, which stand for requests that may still be in
--- flight, pass from value to value, the latest six of them, for as long as
--- the key lives.
+--          "+<t>"   the leases that released the lock before (the latest
+--                   three), passed on from the tombstone;
+--   free:  "~ +<t> ...", a tombstone with PX expiry (the revocation window)
+--          naming the lease that released it and the ones before.
+-- A lease named by a "+" entry ended by its release: a request of it that
+-- arrives late (delayed, or re-sent by the client after a lost reply) is
+-- refused instead of taking the lock for nobody, and a re-sent release
+-- reports what the first copy did. A lease that ended any other way (the
+-- undo of an attempt whose outcome is unknown, a release after the lease
+-- was lost, a release that handed the lock to a waiter) leaves a marker of
+-- its own, "<lock>:r:<token>", for the revocation window: "1" if it held
+-- the lock until then, "0" if not. (A handed-over value is the waiter's
+-- token alone, and no note is ever added to another lease's value, so that
+-- a client of the previous version, which compares the whole value, reads
+-- its own lease right.)
 -- Tokens are 22 characters of base64url, so a token found in a value is
 -- a whole one, and the character before it says what it is.
 -- The fence counter ("<lock>:fence") is written only when a fence is asked
@@ -77,67 +79,54 @@ local function holds(key, id)
   return owns(redis.call('GET', key), id)
 end
 
--- ended returns what the value v records of the lease token: '+' ended by
--- its release (or handover), '!' ended while not holding, nil nothing.
-local function ended(v, token)
+-- released reports whether the value v names the lease token as one that
+-- ended by its release (a "+" entry).
+local function released(v, token)
   local i = string.find(v, token, 2, true)
-  if not i then
-    return nil
+  return i ~= nil and string.byte(v, i - 1) == 43
+end
+
+-- ended returns what is known of the end of the lease token, from the
+-- lock's value v and the lease's marker key: 1 ended holding the lock (a
+-- release), 0 ended without holding it, nil not ended.
+local function ended(v, token, marker)
+  if v and released(v, token) then
+    return 1
   end
-  local c = string.sub(v, i - 1, i - 1)
-  if c == '+' or c == '!' then
-    return c
+  local m = redis.call('GET', marker)
+  if m then
+    return tonumber(m)
   end
   return nil
 end
 
--- undone returns the latest six "!" entries of the value v, each with its
--- leading space ('' if none).
-local function undone(v)
-  if not v or not string.find(v, '!', 1, true) then
-    return ''
-  end
-  local out = {}
-  for e in string.gmatch(v, ' ![%w_-]+') do
-    out[#out + 1] = e
-  end
-  return table.concat(out, '', math.max(1, #out - 5))
-end
-
--- entries returns the entries of the value v that pass on to the key's
--- next value: its "+" entry (one at most: the lease that released or
--- handed over last) and its latest six "!" entries; '' if none. A "+"
--- entry so lasts through the next lease, "!" entries for as long as the
--- key lives.
-local function entries(v)
-  return (string.match(v, ' %+[%w_-]+') or '') .. undone(v)
-end
-
--- carried is entries(v) for any value v ('' for none); a tombstone (made by
--- entries, so already within bounds) holds nothing else, so its entries are
--- its text after the "~".
-local function carried(v)
+-- history returns the "+" entries of the value v that the key's next value
+-- keeps: all of a tombstone's (it holds no other notes), the latest two of a
+-- held value's, each with its leading space; '' for none.
+local function history(v)
   if not v then
     return ''
   end
   if string.byte(v, 1) == 126 then
     return string.sub(v, 2)
   end
-  return entries(v)
+  local i = string.find(v, ' +', 1, true)
+  if not i then
+    return ''
+  end
+  return string.sub(v, i, i + 47) -- two entries of 24 characters
 end
 
--- end_other ends the lease token that does not hold the lock at key, whose
--- value is v: it records "!<token>" in the tombstone, or makes one if the
--- key is missing, or adds it to the value of the lease that holds it.
-local function end_other(key, v, token, window_ms)
-  if not v then
-    redis.call('SET', key, '~ !' .. token, 'PX', window_ms)
-  elseif string.byte(v, 1) == 126 then
-    redis.call('SET', key, '~' .. entries(v .. ' !' .. token), 'PX', window_ms)
-  else
-    local head = string.match(v, '^[^ ]+') .. (string.match(v, ' e%d+') or '')
-    redis.call('SET', key, head .. entries(v .. ' !' .. token), 'KEEPTTL')
-  end
+-- tombstone ends the lease token that holds the lock at key (value v): the
+-- lock is free, and names token and the two leases before it.
+local function tombstone(key, v, token, window_ms)
+  redis.call('SET', key, '~ +' .. token .. history(v), 'PX', window_ms)
+end
+
+-- mark ends the lease token that does not hold the lock (or hands it over):
+-- its marker says whether it held it until now ('1') or not ('0').
+local function mark(marker, held, window_ms)
+  redis.call('SET', marker, held, 'PX', window_ms)
 end
 
 -- live_holds(key, now) drops the holds of the reentrant lock at key whose

@@ -1,11 +1,13 @@
 -- release_fair.lua: end a lease in fair mode: hand the lock to the first
--- live waiter, or free it if nobody waits; a waiter that gives up leaves
--- the queue. Either way the lease is ended (see lib.lua): a request of it
--- still in flight cannot take the lock or a place in the queue later.
+-- live waiter, or free it (leaving a tombstone) if nobody waits; a waiter
+-- that gives up leaves the queue. Either way the lease is ended (see
+-- lib.lua): a request of it still in flight cannot take the lock or a
+-- place in the queue later.
 -- KEYS[1] lock key   KEYS[2] queue   KEYS[3] waiters hash
+-- KEYS[4] the lease's marker key
 -- ARGV[1] the lease's token   ARGV[2] release channel
 -- ARGV[3] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
--- ARGV[4] how long the tombstone lives (the revocation window), in ms
+-- ARGV[4] how long the tombstone or marker lives (the revocation window), in ms
 -- A handover is announced on the channel as "<token>", a lock freed with
 -- waiters queued (all of them gone) as "*"; a lock freed with nobody
 -- queued is not announced: fair waiters are always queued.
@@ -16,16 +18,14 @@
 local token = ARGV[1]
 local v = redis.call('GET', KEYS[1])
 if not owns(v, token) then
-  if v then
-    local e = ended(v, token)
-    if e then
-      return e == '+' and 1 or 0
-    end
+  local e = ended(v, token, KEYS[4])
+  if e then
+    return e
   end
   if redis.call('HDEL', KEYS[3], token) == 1 then
     redis.call('LREM', KEYS[2], 1, token)
   end
-  end_other(KEYS[1], v, token, ARGV[4])
+  mark(KEYS[4], '0', ARGV[4])
   return 0
 end
 local now
@@ -33,7 +33,7 @@ local queued = false
 while true do
   local head = redis.call('LPOP', KEYS[2])
   if not head then
-    redis.call('SET', KEYS[1], '~ +' .. token .. undone(v), 'PX', ARGV[4])
+    tombstone(KEYS[1], v, token, ARGV[4])
     if queued then
       redis.call(ARGV[3], ARGV[2], '*')
     end
@@ -45,7 +45,8 @@ while true do
   redis.call('HDEL', KEYS[3], head)
   local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
   if deadline and tonumber(deadline) > now then
-    redis.call('SET', KEYS[1], head .. ' +' .. token .. undone(v), 'PX', ttl)
+    redis.call('SET', KEYS[1], head, 'PX', ttl)
+    mark(KEYS[4], '1', ARGV[4])
     redis.call(ARGV[3], ARGV[2], head)
     return 1
   end

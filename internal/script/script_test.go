@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -36,42 +37,62 @@ func TestScriptsCompileWithTheirLib(t *testing.T) {
 	}
 }
 
-// The ended leases a lock's value records stay bounded however many
-// attempts are undone on it, whether it is free (a tombstone) or held, and
-// they pass on to the next holder.
-func TestEndedEntriesStayBounded(t *testing.T) {
+// A lock's value names the last three leases that released it, however
+// many came and went: a re-sent release of each reports the release, and a
+// late acquire of each is refused; older ones are forgotten. An attempt
+// undone while another lease holds the lock is refused by its marker.
+func TestReleaseHistory(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	ctx := t.Context()
 	token := func(i int) string { return fmt.Sprintf("%022d", i) } // 22 characters, as dlock's
-	const max = len("~ +") + 7*23                                  // one "+" entry and six "!" entries
-	undo := func(i int) {
-		if err := Release.Run(ctx, rdb, []string{"l"}, token(i), "l:ch", "PUBLISH", 60000).Err(); err != nil {
+	marker := func(i int) string { return "l:r:" + token(i) }
+	acquire := func(i int) (int, error) {
+		return Acquire.Run(ctx, rdb, []string{"l", marker(i)}, token(i), 60000).Int()
+	}
+	release := func(i int) int {
+		n, err := Release.Run(ctx, rdb, []string{"l", marker(i)}, token(i), "l:ch", "PUBLISH", 60000).Int()
+		if err != nil {
 			t.Fatal(err)
 		}
+		return n
 	}
-	for i := range 50 { // free: each undo is added to the tombstone
-		undo(i)
-	}
-	if v := rdb.Get(ctx, "l").Val(); len(v) > max || !strings.Contains(v, token(49)) || strings.Contains(v, token(43)) {
-		t.Errorf("tombstone after 50 undos = %q (%d bytes), want the latest six, at most %d bytes", v, len(v), max)
-	}
-	if n, err := Acquire.Run(ctx, rdb, []string{"l"}, token(100), 60000).Int(); err != nil || n != 0 {
-		t.Fatalf("acquire over the tombstone = %d, %v", n, err)
-	}
-	if n, err := Acquire.Run(ctx, rdb, []string{"l"}, token(49), 60000).Int(); err != nil || n >= 0 {
-		t.Errorf("acquire of an undone lease while another holds the lock = %d, %v, want it refused", n, err)
-	}
-	for i := 200; i < 250; i++ { // held: each undo is added to the holder's value
-		undo(i)
+	for i := range 20 {
+		if n, err := acquire(i); err != nil || n != 0 {
+			t.Fatalf("acquire %d = %d, %v", i, n, err)
+		}
+		if i%2 == 1 {
+			Extend.Run(ctx, rdb, []string{"l"}, token(i), 60000, 1)
+		}
+		if release(i) != 1 {
+			t.Fatalf("release %d = 0", i)
+		}
 	}
 	v := rdb.Get(ctx, "l").Val()
-	if len(v) > len(token(100))+7*23 || !strings.HasPrefix(v, token(100)+" ") || !strings.Contains(v, token(249)) {
-		t.Errorf("held value after 50 undos = %q (%d bytes), want the holder's token and the latest six", v, len(v))
+	if len(v) != len("~")+3*24 {
+		t.Errorf("tombstone after 20 leases = %q (%d bytes), want the last three leases", v, len(v))
 	}
-	if n, err := Release.Run(ctx, rdb, []string{"l"}, token(100), "l:ch", "PUBLISH", 60000).Int(); err != nil || n != 1 {
-		t.Errorf("the holder's release = %d, %v, want 1", n, err)
+	for i := 17; i < 20; i++ {
+		if release(i) != 1 {
+			t.Errorf("re-sent release of lease %d (one of the last three) = 0, want 1", i)
+		}
+		if _, err := acquire(i); err == nil || !strings.HasPrefix(err.Error(), "REVOKED") {
+			t.Errorf("late acquire of lease %d = %v, want REVOKED", i, err)
+		}
 	}
-	if err := Acquire.Run(ctx, rdb, []string{"l"}, token(249), 60000).Err(); err == nil || !strings.HasPrefix(err.Error(), "REVOKED") {
-		t.Errorf("acquire of an undone lease after the holder's release = %v, want REVOKED (its entry passed on)", err)
+	if n, err := acquire(100); err != nil || n != 0 {
+		t.Fatalf("acquire 100 = %d, %v", n, err)
+	}
+	if release(50) != 0 { // the undo of an attempt while 100 holds the lock
+		t.Error("release of a lease that never held the lock = 1")
+	}
+	if n, err := acquire(50); err != nil || n >= 0 {
+		t.Errorf("late acquire of the undone lease while 100 holds = %d, %v, want it refused", n, err)
+	}
+	release(100)
+	if _, err := acquire(50); err == nil || !strings.HasPrefix(err.Error(), "REVOKED") {
+		t.Errorf("late acquire of the undone lease after 100 released = %v, want REVOKED (its marker)", err)
+	}
+	if d := rdb.PTTL(ctx, marker(50)).Val(); d <= 0 || d > time.Minute {
+		t.Errorf("the undone lease's marker lives %v, want the revocation window", d)
 	}
 }

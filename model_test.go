@@ -1,0 +1,317 @@
+package dlock_test
+
+// Tests of the data model's seams (see lib.lua): one string key per name
+// holding the lease's token and notes, a tombstone naming the last three
+// leases after release, a marker key per lease that ended otherwise. Each
+// was first written against a version that failed it.
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// An attempt whose outcome is unknown is undone and its token revoked for
+// min(TTL, 1 minute), so a copy still in the network is refused when it
+// lands — also when the lease that held the lock meanwhile expired, or
+// released with a shorter TTL than the undoer's: the revocation must not
+// live in that lease's key.
+func TestUndoneAttemptStaysRevokedAfterTheHoldersKeyIsGone(t *testing.T) {
+	p, rdb, direct := proxied(t, -1, 200*time.Millisecond)
+	for _, fair := range []bool{false, true} {
+		for _, how := range []string{"holder-expires", "holder-releases-with-shorter-ttl"} {
+			t.Run(fmt.Sprintf("fair=%v/%s", fair, how), func(t *testing.T) {
+				ctx := t.Context()
+				name := fmt.Sprintf("model-undo-%v-%s", fair, how)
+				key := "dlock:{" + name + "}"
+				holderTTL := 400 * time.Millisecond
+				holderC := newClient(t, direct, dlock.WithFair(fair), dlock.WithAutoExtend(false), dlock.WithTTL(holderTTL))
+				holder, err := holderC.TryAcquire(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The waiter (TTL 5s) tries through a network that holds its
+				// request for 1s; its read times out after 200ms and it undoes
+				// the attempt (the undo goes straight through).
+				waiter := newClient(t, rdb, dlock.WithFair(fair), dlock.WithTTL(5*time.Second))
+				p.Delay(time.Second, 0)
+				start := time.Now()
+				go func() {
+					time.Sleep(100 * time.Millisecond) // the acquire has crossed into the proxy
+					p.Delay(0, 0)
+				}()
+				if l, err := waiter.TryAcquire(ctx, name); err == nil {
+					l.Release(ctx)
+					t.Fatal("TryAcquire through a 1s delay with a 200ms read timeout succeeded")
+				}
+				v := direct.Get(ctx, key).Val()
+				t.Logf("after the undo: value %q, pttl %v", v, direct.PTTL(ctx, key).Val())
+				if how == "holder-releases-with-shorter-ttl" {
+					if err := holder.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("tombstone after the holder's release: %q (pttl %v)", direct.Get(ctx, key).Val(), direct.PTTL(ctx, key).Val())
+				}
+				// 1.4s after the attempt was sent — well within the undoer's 5s
+				// revocation window — the delayed original has landed.
+				time.Sleep(time.Until(start.Add(1400 * time.Millisecond)))
+				v = direct.Get(ctx, key).Val()
+				if n := liveKeys(ctx, direct, key); n != 0 {
+					pttl := direct.PTTL(ctx, key).Val()
+					other := newClient(t, direct, dlock.WithFair(fair))
+					_, terr := other.TryAcquire(ctx, name)
+					t.Errorf("a request undone %v ago (revocation promised for the TTL, 5s) took the lock for nobody: value %q, pttl %v; another TryAcquire = %v",
+						time.Since(start).Round(time.Millisecond), v, pttl, terr)
+				}
+			})
+		}
+	}
+}
+
+// A re-sent release reports what the first copy did, not a false loss, also
+// when the next lease has come and gone before the copy lands (on a
+// contended lock, two releases fit easily into the time go-redis takes to
+// re-send).
+func TestReSentReleaseAfterTheNextLeaseEnded(t *testing.T) {
+	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
+			ctx := t.Context()
+			name := fmt.Sprint("model-resent-rel-", fair)
+			key := "dlock:{" + name + "}"
+			c := newClient(t, rdb, dlock.WithFair(fair), dlock.WithPipelining(false), dlock.WithAutoExtend(false))
+			next := newClient(t, direct, dlock.WithFair(fair), dlock.WithAutoExtend(false))
+			if warm, err := c.TryAcquire(ctx, name+"-warm"); err == nil { // the scripts are loaded
+				warm.Release(ctx)
+			}
+			l, err := c.TryAcquire(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = stallThenCut(t, p, func() error { return l.Release(ctx) }, func() bool {
+				if holderOf(direct.Get(ctx, key).Val()) == l.Token() {
+					return false
+				}
+				// The first copy ran; its reply is held. The next lease comes and goes.
+				n, err := next.TryAcquire(ctx, name)
+				if err != nil {
+					t.Errorf("next TryAcquire = %v", err)
+					return true
+				}
+				if err := n.Release(ctx); err != nil {
+					t.Errorf("next Release = %v", err)
+				}
+				return true
+			})
+			if err != nil {
+				t.Errorf("Release whose first copy freed the lock, re-sent after the next lease came and went = %v, want nil (value now %q)",
+					err, direct.Get(ctx, key).Val())
+			}
+		})
+	}
+}
+
+// A lease's acquire delayed in the network while go-redis's re-sent copy
+// takes the lock: the lease does its work and releases, another lease comes
+// and goes, and the delayed original must still be refused when it lands.
+func TestDelayedAcquireAfterTwoLeasesTakesNothing(t *testing.T) {
+	p, rdb, direct := proxied(t, 3, 300*time.Millisecond)
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
+			ctx := t.Context()
+			name := fmt.Sprint("model-delayed-acq-", fair)
+			key := "dlock:{" + name + "}"
+			c := newClient(t, rdb, dlock.WithFair(fair), dlock.WithTTL(5*time.Second), dlock.WithAutoExtend(false))
+			other := newClient(t, direct, dlock.WithFair(fair), dlock.WithAutoExtend(false))
+			if warm, err := c.TryAcquire(ctx, name+"-warm"); err == nil { // the scripts are loaded
+				warm.Release(ctx)
+			}
+			p.Delay(time.Second, 0)
+			start := time.Now()
+			go func() {
+				time.Sleep(100 * time.Millisecond) // the acquire has crossed into the proxy
+				p.Delay(0, 0)                      // the re-sent copy goes straight through
+			}()
+			l, err := c.TryAcquire(ctx, name)
+			if err != nil {
+				t.Fatalf("TryAcquire = %v, want the re-sent copy's lock", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			n, err := other.TryAcquire(ctx, name) // the next lease comes and goes
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > 900*time.Millisecond {
+				t.Skipf("too slow to beat the delayed request (%v)", d)
+			}
+			time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
+			if liveKeys(ctx, direct, key) != 0 {
+				_, terr := newClient(t, direct, dlock.WithFair(fair)).TryAcquire(ctx, name)
+				t.Errorf("the delayed original of a released lease took the lock %v after it was sent: value %q, pttl %v; TryAcquire = %v",
+					time.Since(start).Round(time.Millisecond), direct.Get(ctx, key).Val(), direct.PTTL(ctx, key).Val(), terr)
+			}
+		})
+	}
+}
+
+// oldAcquireFair is the previous version's acquire_fair.lua with the lib.lua
+// functions it calls: a previous-version fair client during a rolling
+// upgrade.
+//
+//go:embed testdata/previous_acquire_fair.lua
+var oldAcquireFair string
+
+// Rolling upgrade (README, "Data model, and upgrading"): a fair release
+// hands the lock to the first waiter, which may be a client of the previous
+// version. It reads the handover message (no fence) as a plain wake-up and
+// confirms with its own acquire_fair, which compares the whole value with
+// its token: the handed-over value must be the waiter's token alone, or the
+// lock is held by nobody for the waiter's TTL.
+func TestHandoverToAPreviousVersionWaiter(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	name := "model-upgrade"
+	key := "dlock:{" + name + "}"
+	oldScript := redis.NewScript(oldAcquireFair)
+	const oldToken = "AAAAAAAAAAAAAAAAAAAAAA" // 22 characters of base64url, as the old version made
+	oldAcquire := func() (int64, error) {
+		return oldScript.Run(ctx, rdb, []string{key, key + ":fence", key + ":q", key + ":qw", key + ":r:" + oldToken},
+			oldToken, 3000, 1, 3000, key+":ch", "PUBLISH").Int64()
+	}
+	c := newClient(t, rdb, dlock.WithFair(true), dlock.WithAutoExtend(false))
+	l, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := rdb.Subscribe(ctx, key+":ch")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The previous-version client waits: queued behind the new holder.
+	if v, err := oldAcquire(); err != nil || v >= 0 {
+		t.Fatalf("old acquire_fair while a new client holds = %v, %v; want queued (< 0)", v, err)
+	}
+	if err := l.Release(ctx); err != nil { // hands over to the old waiter
+		t.Fatal(err)
+	}
+	msg, err := ps.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The old client parses "<token> <fence>": no fence, so it confirms.
+	tok, f, _ := strings.Cut(msg.Payload, " ")
+	t.Logf("handover message %q (old client reads token %q, fence %q); value %q", msg.Payload, tok, f, rdb.Get(ctx, key).Val())
+	v, err := oldAcquire()
+	if err != nil || v < 0 {
+		_, terr := newClient(t, rdb, dlock.WithFair(true)).TryAcquire(ctx, name)
+		t.Errorf("the previous-version waiter, handed the lock, confirms with its acquire = %v, %v: not held (queued again); value %q, pttl %v; a new TryAcquire = %v — held by nobody",
+			v, err, rdb.Get(ctx, key).Val(), rdb.PTTL(ctx, key).Val(), terr)
+	}
+}
+
+// release_fair.lua announces a free lock only if someone was queued ("fair
+// waiters are always queued"), so a live waiter's queue entry must not
+// vanish while it sleeps: a waiter with a shorter TTL that queues and leaves
+// must not shorten the queue keys' life below a longer-lived waiter's
+// entry, or the release frees the lock silently and that waiter sleeps
+// through a free lock until its next renewal.
+func TestFairQueueNotShortenedByAShortLivedWaiter(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	name := "model-vanished-entry"
+	key := "dlock:{" + name + "}"
+	holder, err := newClient(t, rdb, dlock.WithFair(true), dlock.WithAutoExtend(false)).TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() { // the waiter with the default TTL (10s): queue entry 10s, renewed every 3.3s
+		l, err := newClient(t, rdb, dlock.WithFair(true)).Acquire(ctx, name)
+		if err != nil {
+			t.Errorf("Acquire = %v", err)
+			got <- time.Time{}
+			return
+		}
+		got <- time.Now()
+		l.Release(ctx)
+	}()
+	if !waitFor(2*time.Second, func() bool { return rdb.LLen(ctx, key+":q").Val() == 1 }) {
+		t.Fatal("the waiter never queued")
+	}
+	// A waiter with a short TTL queues behind it and gives up: its queue
+	// operation set the queue keys' expiry to 1s.
+	short := newClient(t, rdb, dlock.WithFair(true), dlock.WithTTL(100*time.Millisecond))
+	sctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	if _, err := short.Acquire(sctx, name); err == nil {
+		t.Fatal("the short waiter got the lock")
+	}
+	cancel()
+	time.Sleep(1200 * time.Millisecond)
+	t.Logf("queue length after 1.2s: %d (the 10s waiter's entry: %q)", rdb.LLen(ctx, key+":q").Val(), rdb.HGetAll(ctx, key+":qw").Val())
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		if d := at.Sub(released); d > 500*time.Millisecond {
+			t.Errorf("the remaining fair waiter took the free lock %v after its release (it slept through a free lock)", d.Round(time.Millisecond))
+		}
+	case <-time.After(6 * time.Second):
+		t.Errorf("the remaining fair waiter did not take the lock within 6s of its release")
+		<-got
+	}
+}
+
+// ForceRelease deletes only the holding it read: the holder's token, not the
+// whole value, which changes with every extension ("e<n>"); a lock whose
+// holder is alive and extending must be forced, not reported "not held".
+func TestForceReleaseOfAnExtendedLock(t *testing.T) {
+	p, rdb, direct := proxied(t, -1, 5*time.Second)
+	ctx := t.Context()
+	name := "model-force"
+	key := "dlock:{" + name + "}"
+	l, err := newClient(t, direct, dlock.WithAutoExtend(false)).TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	op := newClient(t, rdb)
+	p.Delay(20*time.Millisecond, 0) // the operator's requests take 20ms to arrive
+	stop := make(chan struct{})
+	extended := make(chan struct{})
+	go func() { // the holder extends while the operator's ForceRelease is on its way
+		defer close(extended)
+		for i := 0; i < 40; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			l.Extend(ctx, 10*time.Second)
+		}
+	}()
+	deleted, err := op.ForceRelease(ctx, name)
+	close(stop)
+	<-extended
+	p.Delay(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !deleted && liveKeys(ctx, direct, key) == 1 {
+		t.Errorf("ForceRelease = false (\"was not held\") while the lock is held: value %q", direct.Get(ctx, key).Val())
+	}
+}
