@@ -126,8 +126,8 @@ func (r *report) leftoversMarkdown(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "**W1 — what stays in Redis** (W1's loop with %d goroutines, each pair on a name of its own, lease %v; "+
 		"keys and INFO memory used_memory after minus before, per name, right after every lock was released and again "+
-		"once the lease — dlock's revocation window — has passed: what is left then stays for good. A name per pair, because "+
-		"dlock's revocation marker is per lease, not per name: where names are reused, as in W1, one marker per pair stays for the window)\n\n", leftoverC, leftoverTTL)
+		"once the lease — dlock's tombstone window, min(TTL, 1 min) — has passed: what is left then stays for good. A name per pair, "+
+		"so that what a library leaves per lease and what it leaves per name both show per name)\n\n", leftoverC, leftoverTTL)
 	b.WriteString("| library | names | keys/name after release | bytes/name | keys/name after the window | bytes/name |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.leftovers {
