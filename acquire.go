@@ -199,10 +199,14 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 // attempt instead.
 func (c *Client) handedOver(l *Lock, wake int64, queued time.Time) *Lock {
 	ttl := c.opts.ttl
-	if wake != pubsub.HandedOver || time.Since(queued) > ttl/2 || c.opts.replicas > 0 {
+	if wake < pubsub.HandedOver || time.Since(queued) > ttl/2 || c.opts.replicas > 0 {
 		return nil // (with replica ack, the confirming attempt is what WAITs)
 	}
-	l.activate(0, ttl, queued.Add(ttl-c.opts.driftFor(ttl)))
+	var fence int64 // the handover's, if it came with one
+	if wake > pubsub.HandedOver {
+		fence = wake
+	}
+	l.activate(fence, ttl, queued.Add(ttl-c.opts.driftFor(ttl)))
 	return l
 }
 

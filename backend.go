@@ -19,7 +19,7 @@ import (
 // {name}, so on Redis Cluster they live in one slot and one script can touch
 // them all.
 type keys struct {
-	lock    string // the lock: the lease's token, or a tombstone, with PX expiry (see lib.lua)
+	lock    string // the lock: the lease's token, with PX expiry
 	fence   string // the last fencing token issued, for the fence window
 	channel string // where a release is announced
 	queue   string // fair mode: waiter tokens in arrival order
@@ -234,8 +234,8 @@ func (n node) acquireOnce(ctx context.Context, c *claim, ttl time.Duration, queu
 	}
 	switch {
 	case n.replicas > 0 && n.fair:
-		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.lock, c.queue, c.waiters, c.rev},
-			c.token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), c.channel, n.pub)
+		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.lock, c.fence, c.queue, c.waiters, c.rev},
+			c.token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), c.channel, n.pub, fenceWindowMS)
 	case n.replicas > 0:
 		cmd, acks = n.acked(ctx, script.Acquire, []string{c.lock, c.rev}, c.token, ttl.Milliseconds())
 	case n.fair:
@@ -243,8 +243,8 @@ func (n node) acquireOnce(ctx context.Context, c *claim, ttl time.Duration, queu
 		if ttl != n.ttl || qttl == nil {
 			qttl = queueTTL(ttl).Milliseconds()
 		}
-		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 4,
-			&c.lock, &c.queue, &c.waiters, &c.rev, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA}), -1
+		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 5,
+			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA, fenceWindowMS}), -1
 	default:
 		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.lock, &c.rev, &c.token, n.ms(ttl)}), -1
 	}
@@ -295,7 +295,7 @@ func (n node) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64
 	if n.reentrant {
 		cmd, acks = n.acked(ctx, script.ExtendReentrant, []string{c.lock, c.rev}, c.owner, c.token, ttl.Milliseconds(), seq)
 	} else {
-		cmd, acks = n.acked(ctx, script.Extend, []string{c.lock}, c.token, ttl.Milliseconds(), seq)
+		cmd, acks = n.acked(ctx, script.Extend, []string{c.lock, c.rev}, c.token, ttl.Milliseconds(), seq)
 	}
 	v, err := cmd.Int64()
 	if err != nil {
@@ -309,11 +309,11 @@ func (n node) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64
 	return v == 1, nil
 }
 
-// revokeWindow is how long the tombstone or marker of an ended lease lives
-// (see lib.lua): a request of the lease delayed in the network for longer
-// than that after it ended can still take the lock, for nobody, for a TTL.
-// A TTL, but at most a minute: a tombstone keeps the key, and a network
-// that holds a request for a minute is rare.
+// revokeWindow is how long the marker of an ended lease lives (see
+// lib.lua): a request of the lease delayed in the network for longer than
+// that after it ended can still take the lock, for nobody, for a TTL. A
+// TTL, but at most a minute: markers cost a key each, and a network that
+// holds a request for a minute is rare.
 func revokeWindow(ttl time.Duration) time.Duration { return min(ttl, time.Minute) }
 
 // fenceWindow is how long a fence counter lives after a fence was issued.
@@ -322,6 +322,9 @@ func revokeWindow(ttl time.Duration) time.Duration { return min(ttl, time.Minute
 // a server whose clock is behind; after the window the name leaves nothing
 // in Redis.
 const fenceWindow = time.Minute
+
+// fenceWindowMS is fenceWindow as a script argument.
+var fenceWindowMS any = fenceWindow.Milliseconds()
 
 // release ends the lease: deletes the lock if it is ours (handing it to the
 // next waiter in fair mode) and reports whether it was; a waiter's token
@@ -336,8 +339,8 @@ func (n node) release(ctx context.Context, c *claim) (bool, error) {
 	case n.reentrant:
 		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.lock, c.rev}, c.owner, c.token, c.channel, n.pub, window)
 	case n.fair:
-		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 4,
-			&c.lock, &c.queue, &c.waiters, &c.rev, &c.token, &c.channel, n.pubA, window})
+		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
+			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, &c.channel, n.pubA, window, fenceWindowMS})
 	default:
 		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.lock, &c.rev, &c.token, &c.channel, n.pubA, window})
 	}
@@ -373,12 +376,7 @@ func (n node) inspect(ctx context.Context, k *keys) (Info, error) {
 	switch kind {
 	case "none":
 	case "string":
-		if strings.HasPrefix(holder, "~") { // a tombstone (see lib.lua): free
-			info.Type = "none"
-			break
-		}
-		token, _, _ := strings.Cut(holder, " ")
-		info.Held, info.Token, info.holding = true, token, token
+		info.Held, info.Token, info.holding = true, holder, holder
 	case "hash":
 		info.Held = true
 		info.Owners, info.holding = reentrantOwners(v[4], now)
@@ -464,9 +462,7 @@ func (n node) force(ctx context.Context, k *keys) (bool, error) {
 	if info.holding == "" {
 		return false, because(ErrWrongType, "a "+info.Type)
 	}
-	marker := k.lock + ":r:" + info.holding // a plain holder's (see force_release.lua)
-	ok, err := script.ForceRelease.Run(ctx, n.rdb, []string{k.lock, marker}, info.holding, k.channel, n.pub,
-		revokeWindow(n.ttl).Milliseconds()).Int64()
+	ok, err := script.ForceRelease.Run(ctx, n.rdb, []string{k.lock}, info.holding, k.channel, n.pub).Int64()
 	if err != nil {
 		return false, redisErr(err)
 	}

@@ -57,6 +57,7 @@ var (
 	ttlMS    = strconv.FormatInt(ttl.Milliseconds(), 10)
 	windowMS = strconv.FormatInt(min(ttl, time.Minute).Milliseconds(), 10) // dlock's revocation window
 	queueMS  = strconv.FormatInt(max(ttl, time.Second).Milliseconds(), 10) // a fair queue entry's life
+	fenceMS  = strconv.FormatInt(time.Minute.Milliseconds(), 10)           // dlock's fence window
 )
 
 var w0Cases = []w0Case{
@@ -84,10 +85,10 @@ var w0Cases = []w0Case{
 	{id: "c fair", name: "(c) dlock's scripts, fair", scripts: []*redis.Script{script.AcquireFair, script.ReleaseFair},
 		pair: func(b []byte, n *w0Name, tok string) []byte {
 			rev := n.lock + ":r:" + tok
-			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "4", n.lock, n.queue, n.waiters, rev,
-				tok, ttlMS, "0", queueMS, n.channel, "PUBLISH")
-			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "4", n.lock, n.queue, n.waiters, rev,
-				tok, n.channel, "PUBLISH", windowMS)
+			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
+				tok, ttlMS, "0", queueMS, n.channel, "PUBLISH", fenceMS)
+			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
+				tok, n.channel, "PUBLISH", windowMS, fenceMS)
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
 }

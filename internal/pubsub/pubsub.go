@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,14 +22,16 @@ import (
 const linger = 500 * time.Millisecond
 
 // WakeAll is the release message that wakes every waiter on a channel; any
-// other message is "<token>": the lock was handed to that waiter (a
-// previous version sent "<token> <fence>", which reads the same).
+// other message is "<token> <fence>": the lock was handed to that waiter,
+// with that fence ("<token>" alone reads as a handover without a fence).
 const WakeAll = "*"
 
-// The wake-ups a waiter receives.
+// The wake-ups a waiter receives: Released, or a handover: HandedOver, or
+// above it the fence the handover came with (fences are server time in µs,
+// far above it).
 const (
 	Released   int64 = 0 // the lock was released: try again
-	HandedOver int64 = 1 // the lock was handed to the waiter
+	HandedOver int64 = 1 // the lock was handed to the waiter, without a fence
 )
 
 // Hub shares one pub/sub connection among all of a Client's waiters on one
@@ -53,7 +56,8 @@ type topic struct {
 }
 
 // Waiter receives a wake-up on its wake channel when its lock is released
-// (Released), or HandedOver when the lock is handed to it.
+// (Released), or, when the lock is handed to it, the handover's fence (or
+// HandedOver if it came without one).
 type Waiter struct {
 	h       *Hub
 	channel string
@@ -285,9 +289,10 @@ func (h *Hub) readTopic(t *topic, msgs func(func(any) bool)) {
 // dispatch wakes the waiters a release message is for; h.mu must be held.
 func (t *topic) dispatch(payload string) {
 	if payload != WakeAll {
-		token, _, _ := strings.Cut(payload, " ")
+		token, f, _ := strings.Cut(payload, " ")
 		if w := t.waiters[token]; w != nil {
-			w.signal(HandedOver)
+			fence, _ := strconv.ParseInt(f, 10, 64)
+			w.signal(max(fence, HandedOver))
 		}
 		return
 	}

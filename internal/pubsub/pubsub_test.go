@@ -98,12 +98,12 @@ func TestWakeUps(t *testing.T) {
 			expect(t, "b", wakeB, Released)
 			expectNone(t, "a waiter on another channel", wakeOther)
 
-			publish(ctx, "ch", "b")
+			publish(ctx, "ch", "b") // a handover without a fence
 			expect(t, "b", wakeB, HandedOver)
 			expectNone(t, "a", wakeA)
 
-			publish(ctx, "ch", "a 1234")
-			expect(t, "a", wakeA, HandedOver)
+			publish(ctx, "ch", "a 1234") // with its fence
+			expect(t, "a", wakeA, 1234)
 			expectNone(t, "b", wakeB)
 
 			for _, w := range []*Waiter{a, b, other} {

@@ -8,20 +8,20 @@
 -- Errors: REVOKED if this lease was already ended (the request arrived after
 -- its caller gave up, or after a re-sent copy's lease was released);
 -- WRONGTYPE if the key holds a foreign value.
--- When the lock is already ours (a re-sent request), the expiry is pushed
--- out to ttl from now if it is sooner (PEXPIRE GT: never shortened, so a
--- late copy cannot cut short a lease an extension lengthened): the caller
--- counts its validity from when it sent this request.
-local v = redis.call('GET', KEYS[1])
-if v and string.byte(v, 1) ~= 126 then
-  if owns(v, ARGV[1]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-    return 0
-  end
-  return -2 - math.max(redis.call('PTTL', KEYS[1]), -1)
-end
-if ended(v, ARGV[1], KEYS[2]) then
+-- SET NX GET (Redis 7.0+) takes a free lock and names the holder of a taken
+-- one in a single command. When the lock is already ours (a re-sent request),
+-- the expiry is pushed out to ttl from now if it is sooner (PEXPIRE GT:
+-- never shortened, so a late copy cannot cut short a lease an extension
+-- lengthened): the caller counts its validity from when it sent this request.
+if revoked(KEYS[2]) then
   return revoked_reply()
 end
-redis.call('SET', KEYS[1], ARGV[1] .. history(v), 'PX', ARGV[2])
-return 0
+local taken, holder = take_free(KEYS[1], ARGV[1], ARGV[2])
+if taken then
+  return 0
+end
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+  return 0
+end
+return -2 - math.max(redis.call('PTTL', KEYS[1]), -1)

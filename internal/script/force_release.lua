@@ -3,26 +3,18 @@
 -- a holder learns of it at its next extension. Naming the holding makes a
 -- re-sent copy harmless: it cannot delete the next holder's lock. A key
 -- that is not a dlock lock is left alone.
--- KEYS[1] lock key   KEYS[2] the plain holder's marker key (see lib.lua)
+-- KEYS[1] lock key
 -- ARGV[1] the holding: a plain lock's token, or a reentrant lock's
 -- "<owner> <fence>"   ARGV[2] release channel
 -- ARGV[3] publish command: PUBLISH or SPUBLISH
--- ARGV[4] how long the marker lives (the revocation window), in ms
 -- Returns 1 if the lock was deleted, 0 if it was not there (any more).
 -- Errors: WRONGTYPE if the key holds something else.
--- A plain lock's holding is its holder's token (the value changes with
--- every extension); the holder's lease is marked ended ("0"), so that its
--- release reports the loss and a late request of it takes nothing.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local holding
 if kind == 'none' then
   return 0
 elseif kind == 'string' then
-  local v = redis.call('GET', KEYS[1])
-  if string.byte(v, 1) == 126 then
-    return 0 -- a tombstone: free
-  end
-  holding = string.match(v, '^[^ ]+')
+  holding = redis.call('GET', KEYS[1])
 elseif kind == 'hash' and redis.call('HEXISTS', KEYS[1], 'owner') == 1 then
   local h = redis.call('HMGET', KEYS[1], 'owner', 'fence')
   holding = h[1] .. ' ' .. (h[2] or '')
@@ -33,8 +25,5 @@ if holding ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if kind == 'string' then
-  mark(KEYS[2], '0', ARGV[4])
-end
 redis.call(ARGV[3], ARGV[2], '*')
 return 1

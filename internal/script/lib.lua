@@ -2,30 +2,23 @@
 -- calls, and only those (script.go, withLib); chunks are separated by blank
 -- lines.
 --
--- A plain lock is one string key per name, in one of two states:
---   held:  "<token>", or "<token> <notes>" where the notes are
---          "e<n>"   the sequence number of the latest extension applied
---                   (an older one, delayed in the network, is ignored: it
---                   must not cut short a lease a newer one set), and
---          "+<t>"   the leases that released the lock before (the latest
---                   three), passed on from the tombstone;
---   free:  "~ +<t> ...", a tombstone with PX expiry (the revocation window)
---          naming the lease that released it and the ones before.
--- A lease named by a "+" entry ended by its release: a request of it that
--- arrives late (delayed, or re-sent by the client after a lost reply) is
--- refused instead of taking the lock for nobody, and a re-sent release
--- reports what the first copy did. A lease that ended any other way (the
--- undo of an attempt whose outcome is unknown, a release after the lease
--- was lost, a release that handed the lock to a waiter) leaves a marker of
--- its own, "<lock>:r:<token>", for the revocation window: "1" if it held
--- the lock until then, "0" if not. (A handed-over value is the waiter's
--- token alone, and no note is ever added to another lease's value, so that
--- a client of the previous version, which compares the whole value, reads
--- its own lease right.)
--- Tokens are 22 characters of base64url, so a token found in a value is
--- a whole one, and the character before it says what it is.
+-- A plain lock is a string key holding its lease's token, with PX expiry.
+-- Each lease has a key of its own, "<lock>:r:<token>" (its marker), that
+-- records what happened to it, so that a request of it that arrives late
+-- or twice does no harm:
+--   "e<n>" while it is held: the sequence number of the latest extension
+--          applied (an older one, delayed in the network, is ignored: it
+--          must not cut short a lease a newer extension set);
+--   "1"/"0" once it is ended (released, handed over, or the undo of an
+--          attempt whose outcome is unknown): "1" when it held the lock
+--          until then, "0" when not. An acquire of the lease still in
+--          flight (delayed, or re-sent by the client after a lost reply) is
+--          refused instead of taking the lock for nobody; a re-sent release
+--          reports what the first copy did. The marker lives for the
+--          revocation window, min(TTL, 1 min), whatever happens to the lock.
 -- The fence counter ("<lock>:fence") is written only when a fence is asked
--- for (fence.lua), and lives for the fence window after that.
+-- for (fence.lua) or a lock is handed to a fair waiter, and lives for the
+-- fence window after that.
 --
 -- now_ms() is the server's clock in ms.
 
@@ -65,68 +58,35 @@ local function fence_type_reply()
   return redis.error_reply('WRONGTYPE dlock: the fence key holds a value of another type')
 end
 
--- owns reports whether the lock value v is held by token.
-local function owns(v, token)
-  return v == token or (v and string.find(v, token, 1, true) == 1 and string.byte(v, #token + 1) == 32) or false
-end
-
 -- holds reports whether id holds the lock at key: the lease's token of a
 -- plain lock, or a reentrant lock's owner id.
 local function holds(key, id)
   if redis.call('TYPE', key)['ok'] == 'hash' then
     return redis.call('HGET', key, 'owner') == id
   end
-  return owns(redis.call('GET', key), id)
+  return redis.call('GET', key) == id
 end
 
--- released reports whether the value v names the lease token as one that
--- ended by its release (a "+" entry).
-local function released(v, token)
-  local i = string.find(v, token, 2, true)
-  return i ~= nil and string.byte(v, i - 1) == 43
+-- take_free takes the lock at key for token if it is free (SET NX GET, one
+-- command): it returns true, or false and the holder's token when the lock
+-- is taken.
+local function take_free(key, token, ttl)
+  local holder = redis.call('SET', key, token, 'NX', 'PX', ttl, 'GET')
+  if holder then
+    return false, holder
+  end
+  return true
 end
 
--- ended returns what is known of the end of the lease token, from the
--- lock's value v and the lease's marker key: 1 ended holding the lock (a
--- release), 0 ended without holding it, nil not ended.
-local function ended(v, token, marker)
-  if v and released(v, token) then
-    return 1
+-- extend_queue makes the fair queue's keys live at least ms from now (never
+-- shorter: a waiter with a short TTL must not cut short the entry of one
+-- with a longer TTL).
+local function extend_queue(queue, waiters, ms)
+  for _, key in ipairs({queue, waiters}) do
+    if redis.call('PTTL', key) < tonumber(ms) then
+      redis.call('PEXPIRE', key, ms)
+    end
   end
-  local m = redis.call('GET', marker)
-  if m then
-    return tonumber(m)
-  end
-  return nil
-end
-
--- history returns the "+" entries of the value v that the key's next value
--- keeps: all of a tombstone's (it holds no other notes), the latest two of a
--- held value's, each with its leading space; '' for none.
-local function history(v)
-  if not v then
-    return ''
-  end
-  if string.byte(v, 1) == 126 then
-    return string.sub(v, 2)
-  end
-  local i = string.find(v, ' +', 1, true)
-  if not i then
-    return ''
-  end
-  return string.sub(v, i, i + 47) -- two entries of 24 characters
-end
-
--- tombstone ends the lease token that holds the lock at key (value v): the
--- lock is free, and names token and the two leases before it.
-local function tombstone(key, v, token, window_ms)
-  redis.call('SET', key, '~ +' .. token .. history(v), 'PX', window_ms)
-end
-
--- mark ends the lease token that does not hold the lock (or hands it over):
--- its marker says whether it held it until now ('1') or not ('0').
-local function mark(marker, held, window_ms)
-  redis.call('SET', marker, held, 'PX', window_ms)
 end
 
 -- live_holds(key, now) drops the holds of the reentrant lock at key whose
@@ -150,25 +110,21 @@ local function live_holds(key, now)
   return n, last
 end
 
--- A reentrant hold's own key ("<lock>:r:<token>") records what happened to
--- it: "e<n>" while held (the latest extension's sequence number), "1"/"0"
--- once it is ended ("1" when it was a hold until then), for the revocation
--- window.
-
--- revoke marks a reentrant hold ended: held is '1' if it was one until now.
+-- revoke marks a lease (or a reentrant hold) ended: held is '1' if it held
+-- the lock until now.
 local function revoke(key, held, window_ms)
   redis.call('SET', key, held, 'PX', window_ms)
 end
 
--- revoked reports whether the reentrant hold of the key was ended.
+-- revoked reports whether the lease (or hold) of the marker key was ended.
 local function revoked(key)
   local r = redis.call('GET', key)
   return r == '0' or r == '1'
 end
 
--- superseded reports whether an extension of a reentrant hold with sequence
--- number seq comes too late: one with a number at least as high was
--- applied already. Otherwise it records seq, for ttl_ms (the hold's life).
+-- superseded reports whether an extension with sequence number seq comes
+-- too late: one with a number at least as high was applied already.
+-- Otherwise it records seq in the marker key, for ttl_ms (the lease's life).
 local function superseded(key, seq, ttl_ms)
   local last = tonumber(string.sub(redis.call('GET', key) or '', 2))
   if last and last >= tonumber(seq) then
