@@ -83,15 +83,15 @@
 // # Keys
 //
 // A lock name N is kept at "dlock:{N}" (the prefix is set by WithPrefix): a
-// string holding the lease's token (followed, after a space, by notes: the
-// latest extension's number, leases that ended), with a PX expiry. A release
-// leaves a tombstone there, "~ " and the ended lease, for min(TTL, 1 minute):
-// a free lock to everyone, which refuses a request of the ended lease that
-// arrives late. The last fence is at "dlock:{N}:fence" for a minute after it
-// was issued, and releases are announced on the pub/sub channel
-// "dlock:{N}:ch". A reentrant lock is a hash at "dlock:{N}" with the owner,
-// the fence and one field per hold (each hold is a lease with its own
-// deadline, and leaves a marker "dlock:{N}:r:<token>" when it ends); the fair
+// string holding the lease's token, with a PX expiry, deleted on release.
+// Each lease has a marker "dlock:{N}:r:<token>": the latest extension's
+// number while held, and after it ended whether it ended holding the lock,
+// for min(TTL, 1 minute), so that a request of the lease that lands late
+// takes nothing and a re-sent release reports what the first copy did. The
+// last fence is at "dlock:{N}:fence" for a minute after it was issued, and
+// releases are announced on the pub/sub channel "dlock:{N}:ch". A reentrant
+// lock is a hash at "dlock:{N}" with the owner, the fence and one field per
+// hold (each hold is a lease with its own deadline and marker); the fair
 // queue lives at "dlock:{N}:q" and "dlock:{N}:qw". The braces make all of
 // them one Redis Cluster hash slot. Once a name is no longer locked, its
 // keys are gone within max(TTL, 1 minute).

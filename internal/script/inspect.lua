@@ -1,8 +1,8 @@
 -- inspect.lua: read a lock's state without changing it.
 -- KEYS[1] lock key   KEYS[2] fence key
 -- Returns {type, holder, pttl, fence, owners, now}: type is the lock key's Redis
--- type ('none' when free), holder the value of a plain lock (a held lease's
--- token and notes, or a tombstone: see lib.lua; '' for other types), pttl the remaining ms (-2 missing, -1 no expiry), fence the
+-- type ('none' when free), holder the token of a plain lock ('' for other
+-- types), pttl the remaining ms (-2 missing, -1 no expiry), fence the
 -- last fence issued within the fence window (0 if none), owners a reentrant lock's flat list of
 -- hash fields and values (empty for other types), now the server's clock
 -- in ms (a reentrant hold's deadline is on it).
