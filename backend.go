@@ -161,6 +161,7 @@ type node struct {
 	ttl         time.Duration // the Client's lease time, and as arguments:
 	ttlA, qttlA any           // it in ms, and its queue entries' life in ms
 	pubA        any
+	fenceMS     any // how long a fence counter lives, in ms (fenceWindow, or quorumFenceWindow)
 }
 
 // acked runs a script that may write and, with replica acknowledgement on,
@@ -235,7 +236,7 @@ func (n node) acquireOnce(ctx context.Context, c *claim, ttl time.Duration, queu
 	switch {
 	case n.replicas > 0 && n.fair:
 		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.lock, c.fence, c.queue, c.waiters, c.rev},
-			c.token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), c.channel, n.pub, fenceWindowMS)
+			c.token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), c.channel, n.pub, n.fenceMS)
 	case n.replicas > 0:
 		cmd, acks = n.acked(ctx, script.Acquire, []string{c.lock, c.rev}, c.token, ttl.Milliseconds())
 	case n.fair:
@@ -244,7 +245,7 @@ func (n node) acquireOnce(ctx context.Context, c *claim, ttl time.Duration, queu
 			qttl = queueTTL(ttl).Milliseconds()
 		}
 		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 5,
-			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA, fenceWindowMS}), -1
+			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA, n.fenceMS}), -1
 	default:
 		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.lock, &c.rev, &c.token, n.ms(ttl)}), -1
 	}
@@ -270,7 +271,7 @@ func pttlOf(ms int64) time.Duration {
 }
 
 func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration) (grant, error) {
-	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.lock, c.fence, c.rev}, c.owner, c.token, ttl.Milliseconds(), fenceWindow.Milliseconds())
+	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.lock, c.fence, c.rev}, c.owner, c.token, ttl.Milliseconds(), n.fenceMS)
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return grant{}, redisErr(err)
@@ -321,10 +322,15 @@ func revokeWindow(ttl time.Duration) time.Duration { return min(ttl, time.Minute
 // counter only has to outlast a step back of that clock, or a failover to
 // a server whose clock is behind; after the window the name leaves nothing
 // in Redis.
-const fenceWindow = time.Minute
-
-// fenceWindowMS is fenceWindow as a script argument.
-var fenceWindowMS any = fenceWindow.Milliseconds()
+//
+// Over a quorum the counter lives quorumFenceWindow: a fence is the highest
+// of a majority's, so a node whose clock runs ahead of the others raises it
+// above what they would issue after the counter expired. Fences rise as
+// long as the nodes' clocks agree to within that window.
+const (
+	fenceWindow       = time.Minute
+	quorumFenceWindow = 24 * time.Hour
+)
 
 // release ends the lease: deletes the lock if it is ours (handing it to the
 // next waiter in fair mode) and reports whether it was; a waiter's token
@@ -340,7 +346,7 @@ func (n node) release(ctx context.Context, c *claim) (bool, error) {
 		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.lock, c.rev}, c.owner, c.token, c.channel, n.pub, window)
 	case n.fair:
 		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
-			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, &c.channel, n.pubA, window, fenceWindowMS})
+			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, &c.channel, n.pubA, window, n.fenceMS})
 	default:
 		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.lock, &c.rev, &c.token, &c.channel, n.pubA, window})
 	}
@@ -352,7 +358,7 @@ func (n node) release(ctx context.Context, c *claim) (bool, error) {
 }
 
 func (n node) fence(ctx context.Context, c *claim) (int64, error) {
-	f, err := script.Fence.Run(ctx, n.rdb, []string{c.lock, c.fence}, c.holderID(), fenceWindow.Milliseconds()).Int64()
+	f, err := script.Fence.Run(ctx, n.rdb, []string{c.lock, c.fence}, c.holderID(), n.fenceMS).Int64()
 	if err != nil {
 		return 0, redisErr(err)
 	}

@@ -82,7 +82,8 @@ func newNode(rdb redis.UniversalClient, o *options) (node, *pubsub.Hub) {
 	}
 	return node{rdb: cmds, uc: rdb, fair: o.fair, reentrant: o.reentrant, pub: pub, pubA: pub,
 		replicas: o.replicas, ackTimeout: o.ackTimeout,
-		ttl: o.ttl, ttlA: o.ttl.Milliseconds(), qttlA: queueTTL(o.ttl).Milliseconds()}, pubsub.New(rdb, sharded)
+		ttl: o.ttl, ttlA: o.ttl.Milliseconds(), qttlA: queueTTL(o.ttl).Milliseconds(),
+		fenceMS: fenceWindow.Milliseconds()}, pubsub.New(rdb, sharded)
 }
 
 // LeaseTime returns the lease time each acquisition asks for (WithTTL). A

@@ -88,7 +88,8 @@
 // number while held, and after it ended whether it ended holding the lock,
 // for min(TTL, 1 minute), so that a request of the lease that lands late
 // takes nothing and a re-sent release reports what the first copy did. The
-// last fence is at "dlock:{N}:fence" for a minute after it was issued, and
+// last fence is at "dlock:{N}:fence" for a minute after it was issued (a
+// day over a quorum), and
 // releases are announced on the pub/sub channel "dlock:{N}:ch". A reentrant
 // lock is a hash at "dlock:{N}" with the owner, the fence and one field per
 // hold (each hold is a lease with its own deadline and marker); the fair

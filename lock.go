@@ -113,8 +113,10 @@ func (l *Lock) Token() string {
 // Fence returns the fencing token of this lease: greater than every fence
 // issued before it for the same name, including across expiries and a
 // restart of a Redis without persistence (as long as the server's clock
-// does not step back). Give it to the protected resource with every write,
-// and have the resource reject a write whose fence is lower than one it has
+// does not step back by more than a minute; over a quorum, as long as the
+// nodes' clocks agree to within a day). Give it to the protected resource
+// with every write, and have the resource reject a write whose fence is
+// lower than one it has
 // already accepted (see Guard).
 //
 // The first call asks Redis, which issues the fence only if the lease still

@@ -39,7 +39,9 @@ import (
 // Fences stay strictly increasing across nodes: Lock.Fence takes the
 // highest fence of a majority where the lease holds the lock and writes it
 // back to a majority before returning it, so every later majority, which
-// shares a node with this one, issues a higher one. An acquire is one
+// shares a node with this one, issues a higher one — while the counters
+// live, a day after the last fence; after that, as long as the nodes'
+// clocks agree to within a day. An acquire is one
 // round (a reentrant lock's, whose fence comes with its first hold, two).
 //
 // Fair waiting and reentrant locks are not available over a quorum: the
@@ -78,6 +80,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	var hubs []*pubsub.Hub
 	for _, rdb := range nodes {
 		n, h := newNode(rdb, &o)
+		n.fenceMS = quorumFenceWindow.Milliseconds() // see fenceWindow
 		q.nodes = append(q.nodes, n)
 		hubs = append(hubs, h)
 	}
@@ -307,7 +310,7 @@ func (q *quorum) count(res []nodeResult[grant]) votes {
 func (q *quorum) raise(ctx context.Context, c *claim, fence int64) (int, []error) {
 	yes := func(v int64) bool { return v == 1 }
 	res := fanOut(ctx, q, func(ctx context.Context, n node) (int64, error) {
-		v, err := script.RaiseFence.Run(ctx, n.rdb, []string{c.lock, c.fence}, fence, c.holderID(), fenceWindow.Milliseconds()).Int64()
+		v, err := script.RaiseFence.Run(ctx, n.rdb, []string{c.lock, c.fence}, fence, c.holderID(), n.fenceMS).Int64()
 		return v, redisErr(err)
 	}, majority(q, yes))
 	errs := make([]error, len(res))
