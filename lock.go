@@ -116,8 +116,7 @@ func (l *Lock) Token() string {
 // does not step back by more than a minute; over a quorum, as long as the
 // nodes' clocks agree to within a day). Give it to the protected resource
 // with every write, and have the resource reject a write whose fence is
-// lower than one it has
-// already accepted (see Guard).
+// lower than one it has already accepted (see Guard).
 //
 // The first call asks Redis, which issues the fence only if the lease still
 // holds the lock (over a quorum: two rounds, to write it back to a
