@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
@@ -37,12 +38,12 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 	l, _, err = c.attempt(ctx, l, false)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		if err == ctx.Err() || errors.Is(err, errNotSent) {
+		if err == ctx.Err() || errors.Is(err, backend.ErrNotSent) {
 			return nil, gaveUp(ctx, name)
 		}
 		return nil, gaveUp(ctx, name, err)
 	case errors.Is(err, errTooSlow):
-		return nil, opError("acquire", name, because(ErrNotAcquired, err.Error(), err))
+		return nil, opError("acquire", name, backend.Because(ErrNotAcquired, err.Error(), err))
 	case err != nil:
 		return nil, opError("acquire", name, err)
 	case l == nil && ctx.Err() != nil:
@@ -87,7 +88,7 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 			// However the context ended the wait, the error says so; an
 			// attempt's own error (Redis unreachable) goes with it.
 			c.leave(ctx, pending.cl)
-			if err == ctx.Err() || errors.Is(err, errNotSent) {
+			if err == ctx.Err() || errors.Is(err, backend.ErrNotSent) {
 				err = nil
 			}
 			return nil, gaveUp(ctx, name, a.lastQuorum, err)
@@ -115,7 +116,7 @@ type acquisition struct {
 func (a *acquisition) run() (*Lock, error) {
 	// If this Client already listens on the lock's channel, wait there
 	// from the start; no release after the first attempt can be missed.
-	a.w = a.c.join(a.l.cl.channel, a.l.cl.token)
+	a.w = a.c.join(a.l.cl.Channel, a.l.cl.Token)
 	a.queued = time.Now()
 	defer func() {
 		if a.w != nil {
@@ -130,7 +131,7 @@ func (a *acquisition) run() (*Lock, error) {
 		// Subscribe, then try again at once: a release before the
 		// subscription was confirmed is seen by this attempt, one after it
 		// by the subscription.
-		a.w = a.c.watch(a.ctx, a.l.cl.channel, a.l.cl.token)
+		a.w = a.c.watch(a.ctx, a.l.cl.Channel, a.l.cl.Token)
 		if l, pttl, err = a.try(); err != nil || l != nil {
 			return l, err
 		}
@@ -170,10 +171,10 @@ func (a *acquisition) run() (*Lock, error) {
 // attempt, a handover message for the lease just given back may still be
 // on its way, so every later handover is confirmed.
 func (a *acquisition) try() (*Lock, time.Duration, error) {
-	token := a.l.cl.token
+	token := a.l.cl.Token
 	l, pttl, err := a.c.attempt(a.ctx, a.l, true)
-	if a.w != nil && a.l.cl.token != token {
-		a.w.retoken(a.l.cl.token) // the attempt was undone: a new lease token
+	if a.w != nil && a.l.cl.Token != token {
+		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
 	}
 	switch _, quorum := errors.AsType[*QuorumError](err); {
 	case quorum && (a.ctx.Err() == nil || a.lastQuorum == nil):
@@ -222,7 +223,7 @@ func (c *Client) sleep(attempt int, pttl time.Duration) time.Duration {
 			d = DefaultMinBackoff
 		}
 	} else {
-		d = queueTTL(c.opts.ttl) / 3
+		d = backend.QueueTTL(c.opts.ttl) / 3
 	}
 	if pttl > 0 && pttl < d {
 		d = pttl + time.Millisecond
@@ -232,7 +233,7 @@ func (c *Client) sleep(attempt int, pttl time.Duration) time.Duration {
 
 // leave takes a waiter that gives up out of the queue (fair mode); if the
 // lock was handed to it meanwhile, that passes it on to the next waiter.
-func (c *Client) leave(ctx context.Context, cl *claim) {
+func (c *Client) leave(ctx context.Context, cl *backend.Claim) {
 	if c.opts.fair {
 		c.undo(ctx, cl)
 	}
@@ -246,15 +247,16 @@ func (c *Client) leave(ctx context.Context, cl *claim) {
 // errors are bare causes: the caller names the operation and the lock.
 func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", errNotSent, err)
+		return nil, 0, fmt.Errorf("%w: %w", backend.ErrNotSent, err)
 	}
 	ttl := c.opts.ttl
 	start := time.Now()
-	g, err := c.b.acquire(ctx, l.cl, ttl, queue)
+	g, err := c.b.Acquire(ctx, l.cl, ttl, queue)
+	err = public(err)
 	switch {
-	case errors.Is(err, errNotSent):
+	case errors.Is(err, backend.ErrNotSent):
 		return nil, 0, err
-	case errors.Is(err, errRevoked):
+	case errors.Is(err, backend.ErrRevoked):
 		// Only a token already ended is refused; take a new one and go on.
 		l.renew()
 		return nil, -1, nil
@@ -263,16 +265,16 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.
 		// reply lost or still on its way, or part of its work written before
 		// a write was refused): then make sure no lease or queue entry of
 		// ours is left to block others.
-		if g.undo {
+		if g.Undo {
 			c.undoAndRenew(ctx, l)
 		}
 		return nil, 0, err
-	case g.undo:
+	case g.Undo:
 		// Some quorum nodes granted it, too few: give it back everywhere.
 		c.undoAndRenew(ctx, l)
-		return nil, g.pttl, nil
-	case !g.held:
-		return nil, g.pttl, nil
+		return nil, g.PTTL, nil
+	case !g.Held:
+		return nil, g.PTTL, nil
 	}
 	validUntil := start.Add(ttl - c.opts.driftFor(ttl))
 	if !time.Now().Before(validUntil) {
@@ -281,7 +283,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.
 		c.undoAndRenew(ctx, l)
 		return nil, 0, errTooSlow
 	}
-	l.activate(g.fence, ttl, validUntil)
+	l.activate(g.Fence, ttl, validUntil)
 	return l, 0, nil
 }
 
@@ -310,13 +312,13 @@ func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
 // against a healthy Redis that is enough for the undo to finish, so a
 // process that closes its Redis client right after a cancelled Acquire
 // leaves nothing behind.
-func (c *Client) undo(ctx context.Context, cl *claim) {
+func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 	wait := undoTimeout
 	if ctx.Err() != nil {
 		wait = undoWait
 	}
 	first := make(chan struct{}) // closed when the first try is over
-	go c.undoUntil(cl, time.Now().Add(min(queueTTL(c.opts.ttl), undoRetryMax)), first)
+	go c.undoUntil(cl, time.Now().Add(min(backend.QueueTTL(c.opts.ttl), undoRetryMax)), first)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -364,7 +366,7 @@ const undoWait = 100 * time.Millisecond
 // passes, each try bounded by undoTimeout, with a growing pause between
 // tries; first is closed when the first try is over (the caller waits for
 // that one only).
-func (c *Client) undoUntil(cl *claim, deadline time.Time, first chan struct{}) {
+func (c *Client) undoUntil(cl *backend.Claim, deadline time.Time, first chan struct{}) {
 	defer func() {
 		select {
 		case <-first:
@@ -375,7 +377,7 @@ func (c *Client) undoUntil(cl *claim, deadline time.Time, first chan struct{}) {
 	pause := 25 * time.Millisecond
 	for try := 0; try < undoTries; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
-		err := c.b.undo(ctx, cl)
+		err := c.b.Undo(ctx, cl)
 		cancel()
 		if try == 0 {
 			close(first)

@@ -271,11 +271,12 @@ func TestFairWaiterErrorReplyLeavesNoGhostInQueue(t *testing.T) {
 	l.Release(ctx)
 }
 
-// Was a bug: a quorum attempt ignores its ctx. fanOut (redlock.go) waits on
-// context.WithoutCancel(ctx) for up to the node timeout, which defaults to
-// TTL/50: with WithTTL(1m) that is 1.2s, and an Acquire/TryAcquire with a
-// 100ms ctx against a quorum whose majority is frozen returns after the
-// node timeout, not "within a small bound of the deadline" (doc.go).
+// Was a bug: a quorum attempt ignores its ctx. fanOut
+// (internal/backend/quorum.go) waits on context.WithoutCancel(ctx) for up to
+// the node timeout, which defaults to TTL/50: with WithTTL(1m) that is 1.2s,
+// and an Acquire/TryAcquire with a 100ms ctx against a quorum whose majority
+// is frozen returns after the node timeout, not "within a small bound of the
+// deadline" (doc.go).
 //
 // The fix: fanOut stops waiting when the caller's ctx ends; the nodes'
 // calls go on in the background.

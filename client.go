@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
@@ -19,8 +20,8 @@ import (
 // connections — one per node (on a Cluster, one per lock being waited
 // for) — which are open only while some Acquire is waiting.
 type Client struct {
-	b    backend       // the only road to Redis
-	hubs []*pubsub.Hub // one per node: a quorum Client listens to all of them
+	b    backend.Backend // the only road to Redis
+	hubs []*pubsub.Hub   // one per node: a quorum Client listens to all of them
 	opts options
 	id   string // this Client's instance ID, part of a reentrant owner's identity
 
@@ -69,21 +70,12 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 
 // newNode returns the backend of one deployment reached through rdb, and
 // the hub that listens for its releases, as the options say.
-func newNode(rdb redis.UniversalClient, o *options) (node, *pubsub.Hub) {
+func newNode(rdb redis.UniversalClient, o *options) (backend.Node, *pubsub.Hub) {
 	_, cluster := rdb.(*redis.ClusterClient)
 	sharded := o.sharded > 0 || (o.sharded == 0 && cluster)
-	pub := "PUBLISH"
-	if sharded {
-		pub = "SPUBLISH"
-	}
-	var cmds commander = rdb
-	if o.pipelining {
-		cmds = newBatcher(rdb)
-	}
-	return node{rdb: cmds, uc: rdb, fair: o.fair, reentrant: o.reentrant, pub: pub, pubA: pub,
-		replicas: o.replicas, ackTimeout: o.ackTimeout,
-		ttl: o.ttl, ttlA: o.ttl.Milliseconds(), qttlA: queueTTL(o.ttl).Milliseconds(),
-		fenceMS: fenceWindow.Milliseconds()}, pubsub.New(rdb, sharded)
+	n := backend.NewNode(rdb, backend.Config{Fair: o.fair, Reentrant: o.reentrant, Sharded: sharded,
+		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, TTL: o.ttl})
+	return n, pubsub.New(rdb, sharded)
 }
 
 // LeaseTime returns the lease time each acquisition asks for (WithTTL). A
@@ -97,11 +89,11 @@ func (c *Client) acquired(name string, waited time.Duration) {
 }
 
 // check validates a lock name and returns its keys.
-func (c *Client) check(name string) (keys, error) {
+func (c *Client) check(name string) (backend.Keys, error) {
 	if err := validName(name); err != nil {
-		return keys{}, err
+		return backend.Keys{}, err
 	}
-	return keysFor(c.opts.prefix, name), nil
+	return backend.KeysFor(c.opts.prefix, name), nil
 }
 
 // prepare validates name and returns the Lock that acquiring it will
@@ -112,16 +104,16 @@ func (c *Client) prepare(name string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{c: c, name: name, base: claim{keys: k}}
+	l := &Lock{c: c, name: name, base: backend.Claim{Keys: k}}
 	l.cl = &l.base
 	if c.opts.reentrant {
 		owner := c.owner
 		if owner == "" {
 			owner = newToken() // no owner: the acquisition is its own
 		}
-		l.cl.owner = c.id + "/" + owner
+		l.cl.Owner = c.id + "/" + owner
 	}
-	l.cl.setToken(newToken())
+	l.cl.SetToken(newToken())
 	return l, nil
 }
 

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/dlockio/dlock/internal/backend"
 )
 
 var (
 	// ErrNotAcquired means the lock is held by someone else: TryAcquire found
 	// it taken, or Acquire gave up waiting.
-	ErrNotAcquired = errors.New("dlock: not acquired")
+	ErrNotAcquired = backend.ErrNotAcquired
 
 	// ErrNotHeld means our token is gone from Redis: the lease expired, or
 	// the key was deleted or taken over. Work done under the lock may have
@@ -27,12 +29,12 @@ var (
 
 	// ErrWrongType means a lock key exists but holds a Redis value of a type
 	// dlock does not write there (another program uses the key).
-	ErrWrongType = errors.New("dlock: lock key holds a value of another type")
+	ErrWrongType = backend.ErrWrongType
 
 	// ErrReplicaAck means fewer replicas than WithReplicaAck asks for
 	// acknowledged an acquisition (which was then undone, and the error also
 	// matches ErrNotAcquired) or an extension (the watchdog retries it).
-	ErrReplicaAck = errors.New("dlock: not acknowledged by enough replicas")
+	ErrReplicaAck = backend.ErrReplicaAck
 
 	// ErrStaleFence is returned by Guard.Write when a write carries a fencing
 	// token older than one the resource has already accepted.
@@ -43,35 +45,16 @@ var (
 // bare causes (the go-redis error, or a text of its own); the Client or Lock
 // method that returns the error puts the prefix, the operation and the
 // name before it, once. A cause that must match a sentinel error is made
-// with because, so that the sentinel's own "dlock: " is not repeated.
+// with backend.Because, so that the sentinel's own "dlock: " is not repeated.
 
 // opError is the error of operation op on the lock name, caused by err.
 func opError(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 
-// detailed is an error with a text of its own that errors.Is and errors.As
-// see through to errs.
-type detailed struct {
-	text string
-	errs []error
-}
-
-func (e *detailed) Error() string   { return e.text }
-func (e *detailed) Unwrap() []error { return e.errs }
-
-// because returns a cause that matches the sentinel kind (and errs) and
-// reads "<kind without its dlock: prefix>: <detail>".
-func because(kind error, detail string, errs ...error) error {
-	return &detailed{
-		text: strings.TrimPrefix(kind.Error(), "dlock: ") + ": " + detail,
-		errs: append([]error{kind}, errs...),
-	}
-}
-
 // notAcquired is the error of an attempt that found the lock taken.
 func notAcquired(name string) error {
-	return opError("acquire", name, because(ErrNotAcquired, "held by another owner"))
+	return opError("acquire", name, backend.Because(ErrNotAcquired, "held by another owner"))
 }
 
 // gaveUp is the error of an acquisition whose context ended before it took
@@ -89,7 +72,7 @@ func gaveUp(ctx context.Context, name string, last ...error) error {
 		detail += "; last attempt: " + strings.ReplaceAll(last.Error(), "\n", "; ")
 		errs = append(errs, last)
 	}
-	return opError("acquire", name, because(ErrNotAcquired, detail, errs...))
+	return opError("acquire", name, backend.Because(ErrNotAcquired, detail, errs...))
 }
 
 // lost is the error of a lease that is no longer ours.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/script"
 )
 
@@ -40,7 +41,7 @@ func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token
 	}
 	v, err := script.Guard.Run(ctx, g.rdb, []string{key}, value, fence, token).Int64Slice()
 	if err != nil {
-		return fmt.Errorf("dlock: guarded write %q: %w", key, redisErr(err))
+		return fmt.Errorf("dlock: guarded write %q: %w", key, backend.RedisErr(err))
 	}
 	if len(v) != 2 {
 		return fmt.Errorf("dlock: guarded write %q: unexpected reply %v", key, v)
@@ -56,7 +57,7 @@ func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token
 func (g *Guard) Read(ctx context.Context, key string) (string, int64, error) {
 	v, err := g.rdb.HMGet(ctx, key, "v", "fence").Result()
 	if err != nil {
-		return "", 0, fmt.Errorf("dlock: guarded read %q: %w", key, redisErr(err))
+		return "", 0, fmt.Errorf("dlock: guarded read %q: %w", key, backend.RedisErr(err))
 	}
 	value, _ := v[0].(string)
 	fs, _ := v[1].(string)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dlockio/dlock/internal/backend"
 )
 
 // Info describes the state of one lock, as read by Client.Inspect.
@@ -18,40 +20,24 @@ type Info struct {
 	TTL   time.Duration // the holder's remaining lease; -1 if the key has no expiry
 	Fence int64         // the last fencing token issued for the name, 0 if none
 
-	holding string // what force_release.lua compares: the token, or "<owner> <fence>"
 	// Owners are a reentrant lock's owners (one, unless the hash was
 	// written by hand) and their hold counts.
 	Owners []Owner
-}
-
-// leaseLeft returns how long the lease with token has left, and whether it
-// holds the lock (as its plain holder, or as a live reentrant hold).
-func (i Info) leaseLeft(token string) (time.Duration, bool) {
-	if i.Token == token {
-		return i.TTL, true
-	}
-	for _, o := range i.Owners {
-		for _, h := range o.holds {
-			if h.token == token {
-				return h.left, true
-			}
-		}
-	}
-	return 0, false
 }
 
 // Owner is one owner of a reentrant lock.
 type Owner struct {
 	ID    string // the Client's instance ID and the owner, "<client>/<owner>"
 	Holds int64  // the owner's live holds (each a lease of its own)
-
-	holds []hold
 }
 
-// hold is one live hold of a reentrant lock: its token and remaining lease.
-type hold struct {
-	token string
-	left  time.Duration
+// infoOf is the Info of the lock name in the state st.
+func infoOf(name string, st backend.State) Info {
+	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence}
+	for _, o := range st.Owners {
+		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds))})
+	}
+	return info
 }
 
 // Inspect reads the state of the lock name without changing it. It is for
@@ -61,12 +47,11 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	info, err := c.b.inspect(ctx, &k)
+	st, err := c.b.Inspect(ctx, &k)
 	if err != nil {
 		return Info{}, opError("inspect", name, err)
 	}
-	info.Name = name
-	return info, nil
+	return infoOf(name, st), nil
 }
 
 // ForceRelease deletes the lock name whoever holds it, and wakes its
@@ -81,7 +66,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	ok, err := c.b.force(ctx, &k)
+	ok, err := c.b.Force(ctx, &k)
 	if err != nil {
 		return false, opError("force release", name, err)
 	}
@@ -99,9 +84,9 @@ func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
 		pattern = "*"
 	}
 	match := c.opts.prefix + "{" + pattern + "}"
-	keys, err := c.b.scan(ctx, match)
+	keys, err := c.b.Scan(ctx, match)
 	if err != nil {
-		return nil, fmt.Errorf("dlock: list: %w", err)
+		return nil, fmt.Errorf("dlock: list: %w", public(err))
 	}
 	names := make([]string, 0, len(keys))
 	for _, key := range keys {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dlockio/dlock/internal/backend"
 )
 
 // Lock is a held lease on one lock name, returned by Client.Acquire and
@@ -23,8 +25,8 @@ import (
 type Lock struct {
 	c     *Client
 	name  string
-	cl    *claim // the keys and the lease token; script arguments point into it
-	base  claim  // where cl points, unless an attempt was undone (see renew)
+	cl    *backend.Claim // the keys and the lease token; script arguments point into it
+	base  backend.Claim  // where cl points, unless an attempt was undone (see renew)
 	start time.Time
 
 	fenceMu sync.Mutex // serializes Fence calls
@@ -74,7 +76,7 @@ func (l *Lock) activate(fence int64, ttl time.Duration, validUntil time.Time) {
 // pipeline whose caller gave up) with arguments that point into it.
 func (l *Lock) renew() {
 	cl := *l.cl
-	cl.setToken(newToken())
+	cl.SetToken(newToken())
 	l.cl = &cl
 }
 
@@ -97,17 +99,17 @@ func (l *Lock) watchLocked() {
 func (l *Lock) Name() string { return l.name }
 
 // Key returns the Redis key that holds the lock.
-func (l *Lock) Key() string { return l.cl.lock }
+func (l *Lock) Key() string { return l.cl.Lock }
 
 // Token returns the random token of this lease: the value of the lock key
 // while this Lock holds it. For a reentrant lock it is the owner's id,
 // shared by the owner's nested holds as they share the fence, so that a
 // fenced resource (Guard) takes them for the one holder they are.
 func (l *Lock) Token() string {
-	if l.cl.owner != "" {
-		return l.cl.owner
+	if l.cl.Owner != "" {
+		return l.cl.Owner
 	}
-	return l.cl.token
+	return l.cl.Token
 }
 
 // Fence returns the fencing token of this lease: greater than every fence
@@ -135,9 +137,9 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 		}
 		return 0, err
 	}
-	f, err := l.c.b.fence(ctx, l.cl)
+	f, err := l.c.b.Fence(ctx, l.cl)
 	if err != nil {
-		return 0, opError("fence", l.name, err)
+		return 0, opError("fence", l.name, public(err))
 	}
 	if f <= 0 {
 		err := lost(l.name, "the lock no longer holds our lease")
@@ -179,11 +181,11 @@ func (l *Lock) Err() error {
 // hold's own lease). It returns an error wrapping ErrNotHeld if the lock no
 // longer holds this lease.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	info, err := l.c.b.inspect(ctx, &l.cl.keys)
+	st, err := l.c.b.Inspect(ctx, &l.cl.Keys)
 	if err != nil {
 		return 0, opError("ttl", l.name, err)
 	}
-	left, ok := info.leaseLeft(l.cl.token)
+	left, ok := st.LeaseLeft(l.cl.Token)
 	if !ok {
 		return 0, lost(l.name, "the lock no longer holds our lease")
 	}
@@ -228,8 +230,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
 	until := start.Add(ttl - l.c.opts.driftFor(ttl))
 	l.extSeq++
-	ok, err := l.c.b.extend(ctx, l.cl, ttl, l.extSeq)
+	ok, err := l.c.b.Extend(ctx, l.cl, ttl, l.extSeq)
 	if err != nil {
+		err = public(err)
 		// Unknown whether it took effect: assume the earlier deadline.
 		// (Redis applies no extension older than one it applied, so a
 		// later successful extension counts from its own start.)
@@ -292,9 +295,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	lostErr := l.err
 	l.mu.Unlock()
 
-	ok, err := l.c.b.release(ctx, l.cl)
+	ok, err := l.c.b.Release(ctx, l.cl)
 	if err != nil {
-		return opError("release", l.name, err)
+		return opError("release", l.name, public(err))
 	}
 	l.mu.Lock()
 	l.released = true

@@ -41,7 +41,7 @@ type w0Case struct {
 }
 
 // w0Name holds the keys of one lock name, laid out as dlock lays them out
-// (keysFor in the library).
+// (backend.KeysFor in the library).
 type w0Name struct{ lock, fence, queue, waiters, channel string }
 
 func newW0Name(conn, i int) w0Name {

@@ -1,4 +1,9 @@
-package dlock
+// Package backend is the only road to Redis: the lock operations (acquire,
+// extend, release, fence, inspect, undo, force, scan) against one
+// deployment (Node, through the batcher) or a quorum of independent ones
+// (Quorum, the Redlock algorithm). The root package's Client, Lock and
+// waiting are written against the Backend interface.
+package backend
 
 import (
 	"context"
@@ -15,61 +20,61 @@ import (
 	"github.com/dlockio/dlock/internal/script"
 )
 
-// keys are the Redis keys and channel of one lock. They share the hash tag
+// Keys are the Redis keys and channel of one lock. They share the hash tag
 // {name}, so on Redis Cluster they live in one slot and one script can touch
 // them all.
-type keys struct {
-	lock    string // the lock: the lease's token, with PX expiry
-	fence   string // the last fencing token issued, for the fence window
-	channel string // where a release is announced
-	queue   string // fair mode: waiter tokens in arrival order
-	waiters string // fair mode: token -> "deadline_ms:ttl_ms" of each queued waiter
+type Keys struct {
+	Lock    string // the lock: the lease's token, with PX expiry
+	Fence   string // the last fencing token issued, for the fence window
+	Channel string // where a release is announced
+	Queue   string // fair mode: waiter tokens in arrival order
+	Waiters string // fair mode: token -> "deadline_ms:ttl_ms" of each queued waiter
 }
 
-func keysFor(prefix, name string) keys {
+// KeysFor returns the keys of the lock name under prefix.
+func KeysFor(prefix, name string) Keys {
 	// One allocation for all five names: "<base>:fence<base>:qw<base>:ch".
 	all := prefix + "{" + name + "}:fence" + prefix + "{" + name + "}:qw" + prefix + "{" + name + "}:ch"
 	n := (len(all) - len(":fence:qw:ch")) / 3 // len(base)
-	return keys{
-		lock: all[:n], fence: all[:n+6],
-		queue: all[n+6 : 2*n+8], waiters: all[n+6 : 2*n+9],
-		channel: all[2*n+9:],
+	return Keys{
+		Lock: all[:n], Fence: all[:n+6],
+		Queue: all[n+6 : 2*n+8], Waiters: all[n+6 : 2*n+9],
+		Channel: all[2*n+9:],
 	}
 }
 
-// claim is one acquisition's keys and lease. It lives in the Lock, which is
+// Claim is one acquisition's keys and lease. It lives in the Lock, which is
 // allocated when Acquire starts, and the scripts' arguments point into it
 // (go-redis accepts *string): no string is copied into an interface on the
 // way to Redis.
-type claim struct {
-	keys
-	token string // the lease's token: the plain lock's value, or a reentrant hold's field
-	owner string // reentrant: the owner id ("<client>/<owner>") that the hash names
-	rev   string // the lease's marker key (see lib.lua), "<lock>:r:<token>"
+type Claim struct {
+	Keys
+	Token string // the lease's token: the plain lock's value, or a reentrant hold's field
+	Owner string // reentrant: the owner id ("<client>/<owner>") that the hash names
+	Rev   string // the lease's marker key (see lib.lua), "<lock>:r:<token>"
 }
 
-// setToken gives the claim a lease token, and with it a marker key. A token
+// SetToken gives the claim a lease token, and with it a marker key. A token
 // whose lease was ended (released, or undone after an attempt with an
 // unknown outcome) is refused by Redis from then on, so an attempt after an
 // undo needs a new one.
-func (c *claim) setToken(token string) {
-	c.token = token
-	c.rev = c.lock + ":r:" + token
+func (c *Claim) SetToken(token string) {
+	c.Token = token
+	c.Rev = c.Lock + ":r:" + token
 }
 
-// holderID is what the lock names as its holder: the lease's token, or a
+// HolderID is what the lock names as its holder: the lease's token, or a
 // reentrant lock's owner id.
-func (c *claim) holderID() string {
-	if c.owner != "" {
-		return c.owner
+func (c *Claim) HolderID() string {
+	if c.Owner != "" {
+		return c.Owner
 	}
-	return c.token
+	return c.Token
 }
 
 // Script digests and fixed arguments, converted to interfaces once.
 var (
 	acquireSHA     any = script.Acquire.Hash()
-	errRevoked         = errors.New("the lease was already ended")
 	acquireFairSHA any = script.AcquireFair.Hash()
 	releaseSHA     any = script.Release.Hash()
 	releaseFairSHA any = script.ReleaseFair.Hash()
@@ -84,7 +89,7 @@ type commander interface {
 
 // evalsha runs args ("evalsha", digest, numkeys, keys…, argv…), loading the
 // script s if the server lacks it.
-func (n node) evalsha(ctx context.Context, s *redis.Script, args []any) *redis.Cmd {
+func (n Node) evalsha(ctx context.Context, s *redis.Script, args []any) *redis.Cmd {
 	cmd := n.rdb.Do(ctx, args...)
 	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		if err := s.Load(ctx, n.uc).Err(); err != nil {
@@ -97,59 +102,63 @@ func (n node) evalsha(ctx context.Context, s *redis.Script, args []any) *redis.C
 
 // ms returns d in milliseconds as a command argument, reusing the
 // conversion for the Client's own TTL.
-func (n node) ms(d time.Duration) any {
+func (n Node) ms(d time.Duration) any {
 	if d == n.ttl && n.ttlA != nil {
 		return n.ttlA
 	}
 	return d.Milliseconds()
 }
 
-// grant is the outcome of one acquire script call.
-type grant struct {
-	held  bool
-	fence int64         // when held, reentrant: the fence of the owner's first hold (0: not issued)
-	holds int64         // when held, reentrant: the owner's hold count now
-	pttl  time.Duration // when not held: the holder's remaining lease, or -1 if unknown
-	// undo reports that what the attempt was granted must be given back
+// ErrRevoked reports a lease token that Redis refuses: its lease was
+// already ended. The caller takes a new token and goes on.
+var ErrRevoked = errors.New("the lease was already ended")
+
+// Grant is the outcome of one acquire script call.
+type Grant struct {
+	Held  bool
+	Fence int64         // when held, reentrant: the fence of the owner's first hold (0: not issued)
+	Holds int64         // when held, reentrant: the owner's hold count now
+	PTTL  time.Duration // when not held: the holder's remaining lease, or -1 if unknown
+	// Undo reports that what the attempt was granted must be given back
 	// (too few replicas or quorum nodes said yes): the caller undoes it,
 	// retrying until every node has answered.
-	undo bool
+	Undo bool
 }
 
-// backend runs lock operations against one Redis deployment. The Lock
+// Backend runs lock operations against one Redis deployment. The Lock
 // handle, waiting and the watchdog are written against it, so a quorum of
 // independent nodes can stand behind the same handle.
-type backend interface {
-	// acquire takes the lock if it is free or already ours; with queue set
+type Backend interface {
+	// Acquire takes the lock if it is free or already ours; with queue set
 	// (fair mode) it also joins, or renews its place in, the waiters' queue.
-	acquire(ctx context.Context, c *claim, ttl time.Duration, queue bool) (grant, error)
-	// release deletes the lock if it is ours (handing it to the next waiter
+	Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error)
+	// Release deletes the lock if it is ours (handing it to the next waiter
 	// in fair mode) and reports whether it was; a waiter's token leaves the queue.
-	// extend resets the lease to ttl from now, unless an extension with a
+	// Extend resets the lease to ttl from now, unless an extension with a
 	// higher sequence number seq was applied already (a late copy of an
 	// older one must not cut short what a newer one set).
-	extend(ctx context.Context, c *claim, ttl time.Duration, seq int64) (bool, error)
-	release(ctx context.Context, c *claim) (bool, error)
-	// fence issues the fencing token of the lease c, if it holds the lock:
+	Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error)
+	Release(ctx context.Context, c *Claim) (bool, error)
+	// Fence issues the fencing token of the lease c, if it holds the lock:
 	// greater than every fence issued for the name before (0: not held).
-	fence(ctx context.Context, c *claim) (int64, error)
-	inspect(ctx context.Context, k *keys) (Info, error)
-	// undo ends the lease c may hold, or come to hold (see release), on
+	Fence(ctx context.Context, c *Claim) (int64, error)
+	Inspect(ctx context.Context, k *Keys) (State, error)
+	// Undo ends the lease c may hold, or come to hold (see Release), on
 	// every node; it fails if a node could not be reached, so that the undo
 	// is tried again.
-	undo(ctx context.Context, c *claim) error
-	// force deletes the lock whoever holds it (for operators), naming the
+	Undo(ctx context.Context, c *Claim) error
+	// Force deletes the lock whoever holds it (for operators), naming the
 	// holding it read first, so that a re-sent copy cannot delete the next
 	// holder's lock; it reports whether a lock was deleted.
-	force(ctx context.Context, k *keys) (bool, error)
-	// scan returns the keys that match the SCAN pattern match, on every
+	Force(ctx context.Context, k *Keys) (bool, error)
+	// Scan returns the keys that match the SCAN pattern match, on every
 	// master of a Cluster and every node of a quorum; a key may repeat.
-	scan(ctx context.Context, match string) ([]string, error)
+	Scan(ctx context.Context, match string) ([]string, error)
 }
 
-// node is the backend for one Redis deployment reached through one
+// Node is the backend for one Redis deployment reached through one
 // go-redis client: a single server, a Sentinel-managed master, or a Cluster.
-type node struct {
+type Node struct {
 	rdb        commander             // scripts run through here (the batcher, or the client)
 	uc         redis.UniversalClient // the client itself, for a script and WAIT on one connection
 	fair       bool
@@ -164,11 +173,38 @@ type node struct {
 	fenceMS     any // how long a fence counter lives, in ms (fenceWindow, or quorumFenceWindow)
 }
 
+// Config is what a Node is built from: the Client's options.
+type Config struct {
+	Fair       bool
+	Reentrant  bool          // the lock is a hash of owner -> hold count
+	Sharded    bool          // releases are announced with SPUBLISH (a Redis Cluster)
+	Pipelining bool          // concurrent calls share pipelines (the batcher)
+	Replicas   int           // replicas that must acknowledge acquire and extend
+	AckTimeout time.Duration // how long to wait for them
+	TTL        time.Duration // the Client's lease time
+}
+
+// NewNode returns the backend of one deployment reached through rdb.
+func NewNode(rdb redis.UniversalClient, c Config) Node {
+	pub := "PUBLISH"
+	if c.Sharded {
+		pub = "SPUBLISH"
+	}
+	var cmds commander = rdb
+	if c.Pipelining {
+		cmds = newBatcher(rdb)
+	}
+	return Node{rdb: cmds, uc: rdb, fair: c.Fair, reentrant: c.Reentrant, pub: pub, pubA: pub,
+		replicas: c.Replicas, ackTimeout: c.AckTimeout,
+		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), qttlA: QueueTTL(c.TTL).Milliseconds(),
+		fenceMS: fenceWindow.Milliseconds()}
+}
+
 // acked runs a script that may write and, with replica acknowledgement on,
 // WAIT on the same connection, so that WAIT covers the script's write. It
 // returns the reply and the number of replicas that acknowledged (-1 when
 // acknowledgement is off).
-func (n node) acked(ctx context.Context, s *redis.Script, keys []string, args ...any) (*redis.Cmd, int64) {
+func (n Node) acked(ctx context.Context, s *redis.Script, keys []string, args ...any) (*redis.Cmd, int64) {
 	if n.replicas <= 0 {
 		return s.Run(ctx, n.rdb, keys, args...), -1
 	}
@@ -190,25 +226,25 @@ func (n node) acked(ctx context.Context, s *redis.Script, keys []string, args ..
 }
 
 // ackError reports a write that too few replicas acknowledged.
-func (n node) ackError(acks int64) error {
-	return because(ErrReplicaAck, fmt.Sprintf("%d of %d replicas acknowledged within %v", max(acks, 0), n.replicas, n.ackTimeout))
+func (n Node) ackError(acks int64) error {
+	return Because(ErrReplicaAck, fmt.Sprintf("%d of %d replicas acknowledged within %v", max(acks, 0), n.replicas, n.ackTimeout))
 }
 
 // ackUndone reports an acquisition that too few replicas acknowledged,
 // undone: it matches ErrNotAcquired and ErrReplicaAck.
-func (n node) ackUndone(acks int64) error {
+func (n Node) ackUndone(acks int64) error {
 	err := n.ackError(acks)
-	return because(ErrNotAcquired, err.Error()+" (undone)", err)
+	return Because(ErrNotAcquired, err.Error()+" (undone)", err)
 }
 
-// acquire runs the acquire script once. After an error the attempt must be
-// undone (grant.undo) unless the request surely never reached Redis: the
+// Acquire runs the acquire script once. After an error the attempt must be
+// undone (Grant.Undo) unless the request surely never reached Redis: the
 // script may have run with its reply lost, or written part of its work
 // before a write was refused (Lua does not roll back).
-func (n node) acquire(ctx context.Context, c *claim, ttl time.Duration, queue bool) (grant, error) {
+func (n Node) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	g, err := n.acquireOnce(ctx, c, ttl, queue)
-	if err != nil && !errors.Is(err, errRevoked) && !neverSent(err) {
-		g.undo = true
+	if err != nil && !errors.Is(err, ErrRevoked) && !neverSent(err) {
+		g.Undo = true
 	}
 	return g, err
 }
@@ -218,10 +254,10 @@ func (n node) acquire(ctx context.Context, c *claim, ttl time.Duration, queue bo
 // be made.
 func neverSent(err error) bool {
 	var op *net.OpError
-	return errors.Is(err, errNotSent) || (errors.As(err, &op) && op.Op == "dial")
+	return errors.Is(err, ErrNotSent) || (errors.As(err, &op) && op.Op == "dial")
 }
 
-func (n node) acquireOnce(ctx context.Context, c *claim, ttl time.Duration, queue bool) (grant, error) {
+func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if n.reentrant {
 		return n.acquireReentrant(ctx, c, ttl)
 	}
@@ -235,31 +271,31 @@ func (n node) acquireOnce(ctx context.Context, c *claim, ttl time.Duration, queu
 	}
 	switch {
 	case n.replicas > 0 && n.fair:
-		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.lock, c.fence, c.queue, c.waiters, c.rev},
-			c.token, ttl.Milliseconds(), q, queueTTL(ttl).Milliseconds(), c.channel, n.pub, n.fenceMS)
+		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+			c.Token, ttl.Milliseconds(), q, QueueTTL(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS)
 	case n.replicas > 0:
-		cmd, acks = n.acked(ctx, script.Acquire, []string{c.lock, c.rev}, c.token, ttl.Milliseconds())
+		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds())
 	case n.fair:
 		qttl := n.qttlA
 		if ttl != n.ttl || qttl == nil {
-			qttl = queueTTL(ttl).Milliseconds()
+			qttl = QueueTTL(ttl).Milliseconds()
 		}
 		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 5,
-			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, n.ms(ttl), q, qttl, &c.channel, n.pubA, n.fenceMS}), -1
+			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, n.ms(ttl), q, qttl, &c.Channel, n.pubA, n.fenceMS}), -1
 	default:
-		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.lock, &c.rev, &c.token, n.ms(ttl)}), -1
+		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)}), -1
 	}
 	v, err := cmd.Int64()
 	if err != nil {
-		return grant{}, redisErr(err)
+		return Grant{}, RedisErr(err)
 	}
 	if v >= 0 { // ours
 		if acks >= 0 && acks < int64(n.replicas) {
-			return grant{undo: true}, n.ackUndone(acks)
+			return Grant{Undo: true}, n.ackUndone(acks)
 		}
-		return grant{held: true}, nil
+		return Grant{Held: true}, nil
 	}
-	return grant{pttl: pttlOf(-2 - v)}, nil
+	return Grant{PTTL: pttlOf(-2 - v)}, nil
 }
 
 // pttlOf converts a PTTL reply in ms (-1: no expiry) to a duration.
@@ -270,37 +306,37 @@ func pttlOf(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-func (n node) acquireReentrant(ctx context.Context, c *claim, ttl time.Duration) (grant, error) {
-	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.lock, c.fence, c.rev}, c.owner, c.token, ttl.Milliseconds(), n.fenceMS)
+func (n Node) acquireReentrant(ctx context.Context, c *Claim, ttl time.Duration) (Grant, error) {
+	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
 	v, err := cmd.Int64Slice()
 	if err != nil {
-		return grant{}, redisErr(err)
+		return Grant{}, RedisErr(err)
 	}
 	if len(v) != 3 {
-		return grant{}, fmt.Errorf("unexpected reply %v", v)
+		return Grant{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	if v[0] == 1 {
 		if acks >= 0 && acks < int64(n.replicas) {
-			return grant{undo: true}, n.ackUndone(acks)
+			return Grant{Undo: true}, n.ackUndone(acks)
 		}
-		return grant{held: true, fence: v[1], holds: v[2]}, nil
+		return Grant{Held: true, Fence: v[1], Holds: v[2]}, nil
 	}
-	return grant{pttl: pttlOf(v[1])}, nil
+	return Grant{PTTL: pttlOf(v[1])}, nil
 }
 
-func (n node) extend(ctx context.Context, c *claim, ttl time.Duration, seq int64) (bool, error) {
+func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
 	var (
 		cmd  *redis.Cmd
 		acks int64
 	)
 	if n.reentrant {
-		cmd, acks = n.acked(ctx, script.ExtendReentrant, []string{c.lock, c.rev}, c.owner, c.token, ttl.Milliseconds(), seq)
+		cmd, acks = n.acked(ctx, script.ExtendReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), seq)
 	} else {
-		cmd, acks = n.acked(ctx, script.Extend, []string{c.lock, c.rev}, c.token, ttl.Milliseconds(), seq)
+		cmd, acks = n.acked(ctx, script.Extend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
 	}
 	v, err := cmd.Int64()
 	if err != nil {
-		return false, redisErr(err)
+		return false, RedisErr(err)
 	}
 	if v == 1 && acks >= 0 && acks < int64(n.replicas) {
 		// Extended on the master only: not a loss yet, but not a safe
@@ -332,67 +368,67 @@ const (
 	quorumFenceWindow = 24 * time.Hour
 )
 
-// release ends the lease: deletes the lock if it is ours (handing it to the
+// Release ends the lease: deletes the lock if it is ours (handing it to the
 // next waiter in fair mode) and reports whether it was; a waiter's token
 // leaves the queue. Either way the lease's token is revoked for the
 // revocation window (the Client's TTL), so a request of it still in flight
 // cannot take the lock afterwards. A re-sent release reports what the first
 // one did.
-func (n node) release(ctx context.Context, c *claim) (bool, error) {
+func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
 	var cmd *redis.Cmd
 	window := revokeWindow(n.ttl).Milliseconds()
 	switch {
 	case n.reentrant:
-		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.lock, c.rev}, c.owner, c.token, c.channel, n.pub, window)
+		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
 	case n.fair:
 		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
-			&c.lock, &c.fence, &c.queue, &c.waiters, &c.rev, &c.token, &c.channel, n.pubA, window, n.fenceMS})
+			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, &c.Channel, n.pubA, window, n.fenceMS})
 	default:
-		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.lock, &c.rev, &c.token, &c.channel, n.pubA, window})
+		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.Lock, &c.Rev, &c.Token, &c.Channel, n.pubA, window})
 	}
 	v, err := cmd.Int64()
 	if err != nil {
-		return false, redisErr(err)
+		return false, RedisErr(err)
 	}
 	return v == 1, nil
 }
 
-func (n node) fence(ctx context.Context, c *claim) (int64, error) {
-	f, err := script.Fence.Run(ctx, n.rdb, []string{c.lock, c.fence}, c.holderID(), n.fenceMS).Int64()
+func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
+	f, err := script.Fence.Run(ctx, n.rdb, []string{c.Lock, c.Fence}, c.HolderID(), n.fenceMS).Int64()
 	if err != nil {
-		return 0, redisErr(err)
+		return 0, RedisErr(err)
 	}
 	return f, nil
 }
 
-func (n node) inspect(ctx context.Context, k *keys) (Info, error) {
-	v, err := script.Inspect.Run(ctx, n.rdb, []string{k.lock, k.fence}).Slice()
+func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
+	v, err := script.Inspect.Run(ctx, n.rdb, []string{k.Lock, k.Fence}).Slice()
 	if err != nil {
-		return Info{}, redisErr(err)
+		return State{}, RedisErr(err)
 	}
 	if len(v) != 6 {
-		return Info{}, fmt.Errorf("unexpected reply %v", v)
+		return State{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	kind, _ := v[0].(string)
 	holder, _ := v[1].(string)
 	pttl, _ := v[2].(int64)
 	fence, _ := v[3].(int64)
 	now, _ := v[5].(int64)
-	info := Info{Key: k.lock, Type: kind, Fence: fence}
+	st := State{Key: k.Lock, Type: kind, Fence: fence}
 	switch kind {
 	case "none":
 	case "string":
-		info.Held, info.Token, info.holding = true, holder, holder
+		st.Held, st.Token, st.Holding = true, holder, holder
 	case "hash":
-		info.Held = true
-		info.Owners, info.holding = reentrantOwners(v[4], now)
+		st.Held = true
+		st.Owners, st.Holding = reentrantOwners(v[4], now)
 	default:
-		info.Held = true
+		st.Held = true
 	}
-	if info.Held {
-		info.TTL = pttlOf(pttl)
+	if st.Held {
+		st.TTL = pttlOf(pttl)
 	}
-	return info, nil
+	return st, nil
 }
 
 // reentrantOwners reads a reentrant lock's hash (see acquire_reentrant.lua)
@@ -416,8 +452,7 @@ func reentrantOwners(reply any, now int64) ([]Owner, string) {
 		case strings.HasPrefix(field, "h:"):
 			deadline, _ := strconv.ParseInt(value, 10, 64)
 			if left := deadline - now; left > 0 {
-				o.Holds++
-				o.holds = append(o.holds, hold{token: field[2:], left: time.Duration(left) * time.Millisecond})
+				o.Holds = append(o.Holds, Hold{Token: field[2:], Left: time.Duration(left) * time.Millisecond})
 			}
 		}
 	}
@@ -430,7 +465,7 @@ func reentrantOwners(reply any, now int64) ([]Owner, string) {
 // scanBatch is the COUNT hint of each SCAN call.
 const scanBatch = 256
 
-func (n node) scan(ctx context.Context, match string) ([]string, error) {
+func (n Node) Scan(ctx context.Context, match string) ([]string, error) {
 	var (
 		mu   sync.Mutex
 		keys []string
@@ -452,46 +487,46 @@ func (n node) scan(ctx context.Context, match string) ([]string, error) {
 
 // A server that refuses the connection is down: there is nothing to undo
 // on it that will not be gone with it or expire by itself.
-func (n node) undo(ctx context.Context, c *claim) error {
-	_, err := n.release(ctx, c)
+func (n Node) Undo(ctx context.Context, c *Claim) error {
+	_, err := n.Release(ctx, c)
 	if neverSent(err) {
 		return nil
 	}
 	return err
 }
 
-func (n node) force(ctx context.Context, k *keys) (bool, error) {
-	info, err := n.inspect(ctx, k)
-	if err != nil || !info.Held {
+func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
+	st, err := n.Inspect(ctx, k)
+	if err != nil || !st.Held {
 		return false, err
 	}
-	if info.holding == "" {
-		return false, because(ErrWrongType, "a "+info.Type)
+	if st.Holding == "" {
+		return false, Because(ErrWrongType, "a "+st.Type)
 	}
-	ok, err := script.ForceRelease.Run(ctx, n.rdb, []string{k.lock}, info.holding, k.channel, n.pub).Int64()
+	ok, err := script.ForceRelease.Run(ctx, n.rdb, []string{k.Lock}, st.Holding, k.Channel, n.pub).Int64()
 	if err != nil {
-		return false, redisErr(err)
+		return false, RedisErr(err)
 	}
 	return ok == 1, nil
 }
 
-// queueTTL is how long a fair waiter's queue entry lives unless renewed: a
+// QueueTTL is how long a fair waiter's queue entry lives unless renewed: a
 // waiter that died is skipped after that. Waiters renew every third of it.
-func queueTTL(ttl time.Duration) time.Duration { return max(ttl, time.Second) }
+func QueueTTL(ttl time.Duration) time.Duration { return max(ttl, time.Second) }
 
-// redisErr translates the replies from Redis that have a meaning of their
+// RedisErr translates the replies from Redis that have a meaning of their
 // own here; other errors it returns as they are. It adds no prefix: the
 // method that returns the error names the operation and the lock.
-func redisErr(err error) error {
+func RedisErr(err error) error {
 	if errors.Is(err, redis.Nil) {
 		return errors.New("unexpected nil reply")
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "REVOKED") {
-		return errRevoked
+		return ErrRevoked
 	}
 	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") {
-		return because(ErrWrongType, wrongTypeDetail(err.Error()), err)
+		return Because(ErrWrongType, wrongTypeDetail(err.Error()), err)
 	}
 	return err
 }

@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -61,19 +61,19 @@ type call struct {
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-// errNotSent reports a call abandoned before it was sent: it never reached
+// ErrNotSent reports a call abandoned before it was sent: it never reached
 // Redis, so there is nothing to undo.
-var errNotSent = errors.New("not sent")
+var ErrNotSent = errors.New("not sent")
 
 func newBatcher(rdb redis.UniversalClient) *batcher { return &batcher{rdb: rdb} }
 
 // do runs cmd, alone or in a pipeline with other goroutines' commands, and
 // returns the command that holds the reply or error: cmd itself, or, if ctx
-// ended first, a new command holding ctx's error (wrapping errNotSent if
+// ended first, a new command holding ctx's error (wrapping ErrNotSent if
 // cmd was never sent).
 func (b *batcher) do(ctx context.Context, cmd redis.Cmder) redis.Cmder {
 	if err := ctx.Err(); err != nil {
-		return failed(ctx, fmt.Errorf("%w: %w", errNotSent, err))
+		return failed(ctx, fmt.Errorf("%w: %w", ErrNotSent, err))
 	}
 	c := callPool.Get().(*call)
 	c.cmd, c.ctx = cmd, ctx
@@ -92,7 +92,7 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) redis.Cmder {
 	case <-c.done:
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(callQueued, callAbandoned) {
-			return failed(ctx, fmt.Errorf("%w: %w", errNotSent, ctx.Err()))
+			return failed(ctx, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err()))
 		}
 		if c.state.CompareAndSwap(callSent, callAbandoned) {
 			return failed(ctx, ctx.Err())

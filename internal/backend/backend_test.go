@@ -1,0 +1,96 @@
+package backend
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/script"
+)
+
+// A retry after a lost reply runs the acquire script again with the same
+// token: it must find the lock ours and return the fence it issued.
+func TestAcquireRetryReturnsSameFence(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	b := Node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH"}
+	k := KeysFor("dlock:", "retry")
+	mine, theirs := &Claim{Keys: k}, &Claim{Keys: k}
+	mine.SetToken("tok")
+	theirs.SetToken("other")
+	ctx := t.Context()
+	first, err := b.Acquire(ctx, mine, time.Second, false)
+	if err != nil || !first.Held {
+		t.Fatalf("acquire = %+v, %v, want held", first, err)
+	}
+	again, err := b.Acquire(ctx, mine, 5*time.Second, false)
+	if err != nil || !again.Held {
+		t.Fatalf("retried acquire = %+v, %v, want held", again, err)
+	}
+	if again.Fence != first.Fence {
+		t.Errorf("retried acquire fence = %d, want the first one, %d", again.Fence, first.Fence)
+	}
+	// The retry pushes the expiry out to its own TTL (its caller counts
+	// validity from when it sent it), but a shorter one never cuts it.
+	if pttl := s.Client(t).PTTL(ctx, k.Lock).Val(); pttl < 4*time.Second {
+		t.Errorf("PTTL after the retry with a 5s TTL = %v, want ~5s", pttl)
+	}
+	if _, err := b.Acquire(ctx, mine, time.Second, false); err != nil {
+		t.Fatal(err)
+	}
+	if pttl := s.Client(t).PTTL(ctx, k.Lock).Val(); pttl < 4*time.Second {
+		t.Errorf("PTTL after a retry with a 1s TTL = %v, want still ~5s (never shortened)", pttl)
+	}
+	other, err := b.Acquire(ctx, theirs, time.Second, false)
+	if err != nil || other.Held || other.PTTL <= 0 {
+		t.Errorf("acquire by another token = %+v, %v, want not held with a pttl", other, err)
+	}
+	// A holder's key without expiry is reported as pttl -1 (unknown), not
+	// as held: the reply packs "not held" and the pttl into one integer.
+	s.Client(t).Persist(ctx, k.Lock)
+	other, err = b.Acquire(ctx, theirs, time.Second, false)
+	if err != nil || other.Held || other.PTTL != -1 {
+		t.Errorf("acquire by another token, key without expiry = %+v, %v, want not held, pttl -1", other, err)
+	}
+}
+
+// The five names share one string; each must come out whole.
+func TestKeysFor(t *testing.T) {
+	for _, tc := range []struct{ prefix, name string }{
+		{"dlock:", "jobs"}, {"", "x"}, {"app:{tenant}:", "a b:c"},
+	} {
+		k := KeysFor(tc.prefix, tc.name)
+		base := tc.prefix + "{" + tc.name + "}"
+		want := Keys{Lock: base, Fence: base + ":fence", Queue: base + ":q", Waiters: base + ":qw", Channel: base + ":ch"}
+		if k != want {
+			t.Errorf("KeysFor(%q, %q) = %+v, want %+v", tc.prefix, tc.name, k, want)
+		}
+	}
+}
+
+// A force release names the holding it read: a re-sent copy that lands
+// after the next holder took the lock deletes nothing.
+func TestForceReleaseScriptNamesTheHolding(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	k := KeysFor("dlock:", "forced")
+	rdb.Set(ctx, k.Lock, "first", time.Minute)
+	force := func() int64 {
+		n, err := script.ForceRelease.Run(ctx, rdb, []string{k.Lock}, "first", k.Channel, "PUBLISH").Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := force(); n != 1 {
+		t.Fatalf("force release of the holding it names = %d, want 1", n)
+	}
+	rdb.Set(ctx, k.Lock, "next", time.Minute) // the next holder
+	if n := force(); n != 0 {
+		t.Errorf("re-sent force release = %d, want 0", n)
+	}
+	if v := rdb.Get(ctx, k.Lock).Val(); v != "next" {
+		t.Errorf("lock after a re-sent force release = %q, want the next holder's", v)
+	}
+}

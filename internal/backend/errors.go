@@ -1,0 +1,64 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The sentinel errors the backend's errors match. The root package
+// declares them as its own (dlock.ErrNotAcquired is ErrNotAcquired), with
+// their documentation.
+var (
+	ErrNotAcquired = errors.New("dlock: not acquired")
+	ErrWrongType   = errors.New("dlock: lock key holds a value of another type")
+	ErrReplicaAck  = errors.New("dlock: not acknowledged by enough replicas")
+)
+
+// detailed is an error with a text of its own that errors.Is and errors.As
+// see through to errs.
+type detailed struct {
+	text string
+	errs []error
+}
+
+func (e *detailed) Error() string   { return e.text }
+func (e *detailed) Unwrap() []error { return e.errs }
+
+// Because returns a cause that matches the sentinel kind (and errs) and
+// reads "<kind without its dlock: prefix>: <detail>".
+func Because(kind error, detail string, errs ...error) error {
+	return &detailed{
+		text: strings.TrimPrefix(kind.Error(), "dlock: ") + ": " + detail,
+		errs: append([]error{kind}, errs...),
+	}
+}
+
+// QuorumError reports an operation that did not reach a majority of nodes.
+// It matches ErrNotAcquired with errors.Is, and unwraps to the nodes' errors.
+// Its text is the tally and the nodes' errors; the error that carries it
+// names the operation and the lock. The root package's QuorumError, which
+// the Client returns, has the same fields and converts from it.
+type QuorumError struct {
+	Op    string  // "acquire", "extend", "release" or "fence"
+	Held  int     // nodes that granted the operation
+	Need  int     // the majority
+	Nodes []error // per node: nil if it granted, the error or refusal otherwise
+}
+
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d nodes granted, %d needed", e.Held, len(e.Nodes), e.Need)
+	for i, err := range e.Nodes {
+		if err != nil {
+			fmt.Fprintf(&b, "; node %d: %v", i, err)
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns the nodes' errors.
+func (e *QuorumError) Unwrap() []error { return e.Nodes }
+
+// Is makes a QuorumError match ErrNotAcquired.
+func (e *QuorumError) Is(target error) bool { return target == ErrNotAcquired }

@@ -1,0 +1,374 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dlockio/dlock/internal/script"
+)
+
+var (
+	errRefused  = errors.New("held by another owner")
+	errNoAnswer = errors.New("no answer within the node timeout")
+)
+
+// Quorum is the backend of a Redlock Client: each lock on a majority of
+// independent nodes.
+type Quorum struct {
+	nodes   []Node
+	timeout time.Duration
+}
+
+// NewQuorum returns the backend over nodes that waits for each node's
+// answer up to timeout. Its nodes' fence counters live quorumFenceWindow
+// (see fenceWindow).
+func NewQuorum(nodes []Node, timeout time.Duration) *Quorum {
+	q := &Quorum{nodes: slices.Clone(nodes), timeout: timeout}
+	for i := range q.nodes {
+		q.nodes[i].fenceMS = quorumFenceWindow.Milliseconds()
+	}
+	return q
+}
+
+func (q *Quorum) need() int { return len(q.nodes)/2 + 1 }
+
+// nodeResult is one node's answer.
+type nodeResult[T any] struct {
+	v   T
+	err error
+	ok  bool // answered in time
+}
+
+// fanOut runs fn on every node at once and returns what answered within the
+// per-node timeout, or as soon as decided reports that the answers so far
+// settle the outcome, or when ctx ends. Goroutines of nodes not waited for finish on their own
+// (bounded by the client's read timeout): a late release or extension still
+// takes effect; their results are dropped.
+func fanOut[T any](ctx context.Context, q *Quorum, fn func(context.Context, Node) (T, error), decided func([]nodeResult[T]) bool) []nodeResult[T] {
+	type indexed struct {
+		i int
+		r nodeResult[T]
+	}
+	ch := make(chan indexed, len(q.nodes))
+	done := ctx.Done() // the caller stops waiting when its ctx ends; the nodes' calls go on
+	// Each node's call is sent and runs to its end whatever the wait: a
+	// call cancelled when the outcome is decided, or at the per-node
+	// timeout, could be dropped unsent from the node's pipeline (a grant
+	// missing from a node, a release never made). go-redis's timeouts bound
+	// it.
+	nctx := context.WithoutCancel(ctx)
+	for i, n := range q.nodes {
+		go func() {
+			v, err := fn(nctx, n)
+			ch <- indexed{i, nodeResult[T]{v: v, err: err, ok: true}}
+		}()
+	}
+	out := make([]nodeResult[T], len(q.nodes))
+	timer := time.NewTimer(q.timeout)
+	defer timer.Stop()
+	for range q.nodes {
+		select {
+		case r := <-ch:
+			out[r.i] = r.r
+			if decided != nil && decided(out) {
+				return out
+			}
+		case <-timer.C:
+			return out
+		case <-done:
+			return out
+		}
+	}
+	return out
+}
+
+// majority returns a decided func for fanOut: the outcome is settled once
+// a majority said yes, or once so many answered no that a majority cannot.
+// A node that failed is not an answer: the others are still waited for.
+func majority[T any](q *Quorum, yes func(T) bool) func([]nodeResult[T]) bool {
+	return func(rs []nodeResult[T]) bool {
+		y, n := 0, 0
+		for _, r := range rs {
+			switch {
+			case !r.ok || r.err != nil:
+			case yes(r.v):
+				y++
+			default:
+				n++
+			}
+		}
+		return y >= q.need() || n > len(q.nodes)-q.need()
+	}
+}
+
+// tally counts the nodes that said yes and that answered at all, and
+// records per node why it did not say yes (nil for those that did) in errs.
+func tally[T any](res []nodeResult[T], yes func(T) bool, errs []error) (yeses, answered int) {
+	for i, r := range res {
+		switch {
+		case !r.ok:
+			errs[i] = errNoAnswer
+		case r.err != nil:
+			errs[i] = r.err
+		case yes(r.v):
+			errs[i] = nil
+			yeses++
+			answered++
+		default:
+			errs[i] = errRefused
+			answered++
+		}
+	}
+	return yeses, answered
+}
+
+func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, _ bool) (Grant, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (Grant, error) {
+		return n.Acquire(ctx, c, ttl, false)
+	}, majority(q, func(g Grant) bool { return g.Held }))
+	v := q.count(res)
+	if v.held >= q.need() && v.atFence < q.need() {
+		// A reentrant lock's fence, issued with its first hold: write it
+		// back to a majority, so that any later majority (which shares a
+		// node with this one) issues a higher one. A plain lock's fence is
+		// issued when asked for (fence), so its acquire is one round.
+		ok, errs := q.raise(ctx, c, v.fence)
+		for i, err := range errs {
+			if err != nil {
+				v.errs[i] = err
+			}
+		}
+		v.held = min(v.held, ok)
+	}
+	if v.held >= q.need() {
+		return Grant{Held: true, Fence: v.fence}, nil
+	}
+	// The caller undoes what may have been granted, on every node: nothing
+	// to undo if no node granted it and every other one refused, or surely
+	// never got the request.
+	refused, unknown := 0, 0
+	for i, r := range res {
+		switch {
+		case v.errs[i] == errRefused:
+			refused++
+		case !r.ok || (r.err != nil && r.v.Undo):
+			unknown++
+		}
+	}
+	undo := v.held > 0 || unknown > 0
+	if v.held+refused >= q.need() {
+		return Grant{PTTL: v.pttl, Undo: undo}, nil // a majority answered: taken, or a split vote; wait
+	}
+	return Grant{Undo: undo}, &QuorumError{Op: "acquire", Held: v.held, Need: q.need(), Nodes: v.errs}
+}
+
+// votes is the count of a quorum acquire's answers.
+type votes struct {
+	held    int           // nodes that granted it
+	fence   int64         // the highest fence they gave (reentrant locks)
+	atFence int           // granting nodes whose counter is already at that fence
+	pttl    time.Duration // the longest remaining lease of the refusing nodes' holders
+	errs    []error       // per node: nil if it granted, why not otherwise
+}
+
+func (q *Quorum) count(res []nodeResult[Grant]) votes {
+	v := votes{pttl: -1, errs: make([]error, len(res))}
+	for i, r := range res {
+		switch {
+		case !r.ok:
+			v.errs[i] = errNoAnswer
+		case r.err != nil:
+			v.errs[i] = r.err
+		case r.v.Held:
+			v.held++
+			v.fence = max(v.fence, r.v.Fence)
+		default:
+			v.errs[i] = errRefused
+			v.pttl = max(v.pttl, r.v.PTTL)
+		}
+	}
+	for _, r := range res {
+		if r.ok && r.err == nil && r.v.Held && r.v.Fence == v.fence {
+			v.atFence++
+		}
+	}
+	return v
+}
+
+// raise writes fence back to every node's counter where the lease c still
+// holds the lock, and returns on how many it did and why not on the others.
+func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error) {
+	yes := func(v int64) bool { return v == 1 }
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (int64, error) {
+		v, err := script.RaiseFence.Run(ctx, n.rdb, []string{c.Lock, c.Fence}, fence, c.HolderID(), n.fenceMS).Int64()
+		return v, RedisErr(err)
+	}, majority(q, yes))
+	errs := make([]error, len(res))
+	ok, _ := tally(res, yes, errs)
+	return ok, errs
+}
+
+// Fence issues the lease's fence on every node and takes the highest that
+// a majority gave, then writes it back to a majority (raise): any later
+// majority shares a node with that one and issues a higher fence.
+func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
+	yes := func(f int64) bool { return f > 0 }
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (int64, error) {
+		return n.Fence(ctx, c)
+	}, majority(q, yes))
+	errs := make([]error, len(res))
+	held, answered := tally(res, yes, errs)
+	if held < q.need() {
+		if answered-held > len(q.nodes)-q.need() {
+			return 0, nil // so many said "not ours" that no majority holds it
+		}
+		return 0, &QuorumError{Op: "fence", Held: held, Need: q.need(), Nodes: errs}
+	}
+	var fence int64
+	for _, r := range res {
+		if r.ok && r.err == nil {
+			fence = max(fence, r.v)
+		}
+	}
+	ok, errs := q.raise(ctx, c, fence)
+	if ok < q.need() {
+		return 0, &QuorumError{Op: "fence", Held: ok, Need: q.need(), Nodes: errs}
+	}
+	return fence, nil
+}
+
+func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) { return n.Extend(ctx, c, ttl, seq) },
+		majority(q, func(ok bool) bool { return ok }))
+	errs := make([]error, len(res))
+	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
+	switch {
+	case yes >= q.need():
+		return true, nil
+	case answered-yes > len(q.nodes)-q.need():
+		return false, nil // a majority no longer has our token: lost for good
+	}
+	return false, &QuorumError{Op: "extend", Held: yes, Need: q.need(), Nodes: errs}
+}
+
+func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
+	// Every node is waited for (up to the per-node timeout): a release still
+	// in flight on a node would make that node refuse the next acquisition.
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) { return n.Release(ctx, c) }, nil)
+	errs := make([]error, len(res))
+	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
+	// The lease was exclusive only while no majority could be won by
+	// another client. A node that answers that our token is gone (it came
+	// back empty, or never granted it) can grant it to someone else; a node
+	// that does not answer is down or cut off, and still holds the lease
+	// until it expires (a node must stay down for a TTL after a crash, see
+	// NewRedlock). So the lease counts as lost when so many nodes answered
+	// "not ours" that the rest cannot make a majority, and as released when
+	// the others could and at least one node confirmed it.
+	switch {
+	case answered-yes > len(q.nodes)-q.need():
+		return false, nil
+	case yes > 0:
+		return true, nil
+	}
+	return false, &QuorumError{Op: "release", Held: yes, Need: q.need(), Nodes: errs}
+}
+
+// Undo undoes the lease on every node (see Node.Undo); a node that does
+// not answer, or fails, makes it an error, so that the undo is tried again.
+func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (struct{}, error) { return struct{}{}, n.Undo(ctx, c) }, nil)
+	return nodeErrors(res)
+}
+
+// Force force-releases the lock on every node (see Node.Force).
+func (q *Quorum) Force(ctx context.Context, k *Keys) (bool, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) { return n.Force(ctx, k) }, nil)
+	deleted := false
+	for _, r := range res {
+		deleted = deleted || r.v
+	}
+	return deleted, nodeErrors(res)
+}
+
+// nodeErrors joins the errors of the nodes that failed or did not answer,
+// each named by its index.
+func nodeErrors[T any](res []nodeResult[T]) error {
+	var errs []error
+	for i, r := range res {
+		switch {
+		case !r.ok:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, errNoAnswer))
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Scan gathers the matching keys of every node that answers; it fails if
+// too few answered for a majority, whose locks could then be missed.
+// A walk of the keyspace takes as long as it takes: it is bounded by ctx,
+// not by the per-node timeout.
+func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
+	found := make([][]string, len(q.nodes))
+	errs := make([]error, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Go(func() { found[i], errs[i] = n.Scan(ctx, match) })
+	}
+	wg.Wait()
+	var keys []string
+	answered := 0
+	for i, err := range errs {
+		if err == nil {
+			answered++
+			keys = append(keys, found[i]...)
+		}
+	}
+	if answered < q.need() {
+		return nil, &QuorumError{Op: "list", Held: answered, Need: q.need(), Nodes: errs}
+	}
+	return keys, nil
+}
+
+// Inspect reports what a majority of nodes agree on: the holder, the
+// shortest remaining lease among them, and the highest fence.
+func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (State, error) { return n.Inspect(ctx, k) }, nil)
+	votes := map[string]int{}
+	var out State
+	answered := 0
+	for _, r := range res {
+		if !r.ok || r.err != nil {
+			continue
+		}
+		answered++
+		out.Key, out.Fence = r.v.Key, max(out.Fence, r.v.Fence)
+		if r.v.Held {
+			votes[r.v.Token]++
+		}
+	}
+	if answered < q.need() {
+		return State{}, fmt.Errorf("%d of %d nodes answered, %d needed", answered, len(q.nodes), q.need())
+	}
+	out.Type = "none"
+	for token, n := range votes {
+		if n >= q.need() {
+			out.Held, out.Token, out.Type = true, token, "string"
+		}
+	}
+	if out.Held {
+		out.TTL = -1
+		for _, r := range res {
+			if r.ok && r.err == nil && r.v.Token == out.Token && r.v.TTL >= 0 && (out.TTL < 0 || r.v.TTL < out.TTL) {
+				out.TTL = r.v.TTL
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,48 @@
+package backend
+
+import "time"
+
+// State is the state of one lock as Inspect reads it: what the root
+// package's Info reports, and what Force and a Lock's TTL need besides.
+type State struct {
+	Key   string        // the Redis key of the lock
+	Held  bool          // whether the key exists
+	Type  string        // the key's Redis type: "string" for a plain lock, "none" when free
+	Token string        // the holder's owner token (plain locks)
+	TTL   time.Duration // the holder's remaining lease; -1 if the key has no expiry
+	Fence int64         // the last fencing token issued for the name, 0 if none
+
+	Holding string // what force_release.lua compares: the token, or "<owner> <fence>"
+	// Owners are a reentrant lock's owners (one, unless the hash was
+	// written by hand) and their live holds.
+	Owners []Owner
+}
+
+// Owner is one owner of a reentrant lock: "<client>/<owner>", and its live
+// holds (each a lease of its own).
+type Owner struct {
+	ID    string
+	Holds []Hold
+}
+
+// Hold is one live hold of a reentrant lock: its token and remaining lease.
+type Hold struct {
+	Token string
+	Left  time.Duration
+}
+
+// LeaseLeft returns how long the lease with token has left, and whether it
+// holds the lock (as its plain holder, or as a live reentrant hold).
+func (s State) LeaseLeft(token string) (time.Duration, bool) {
+	if s.Token == token {
+		return s.TTL, true
+	}
+	for _, o := range s.Owners {
+		for _, h := range o.Holds {
+			if h.Token == token {
+				return h.Left, true
+			}
+		}
+	}
+	return 0, false
+}
