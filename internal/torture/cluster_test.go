@@ -137,9 +137,9 @@ func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, 
 }
 
 // leftovers is (e): it sorts the keys found under prefix into those the
-// docs allow to stay for a while (fence counters within the fence window,
-// tombstones and reentrant holds' markers that expire within the longest
-// lease) and the rest. Keys with an expiry below
+// docs allow to stay for a while (fence counters within the fence window —
+// a minute, a day over a quorum — and markers that expire within the
+// longest lease) and the rest. Keys with an expiry below
 // grace are excused (returned as excused) when grace > 0: a killed worker's
 // lease and queue entries, which only time removes.
 func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration) (bad, excused []string) {
@@ -148,9 +148,7 @@ func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration) (ba
 		desc := fmt.Sprintf("node%d %s (%s, pttl %v)", k.node, k.key, k.kind, k.pttl)
 		_, tail, _ := strings.Cut(rest, "}")
 		switch {
-		case tail == ":fence" && k.kind == "string" && k.pttl > 0 && k.pttl <= time.Minute:
-			continue
-		case tail == "" && strings.HasPrefix(k.val, "~") && k.pttl > 0 && k.pttl <= maxLease:
+		case tail == ":fence" && k.kind == "string" && k.pttl > 0 && k.pttl <= 24*time.Hour: // a minute; a day on a quorum
 			continue
 		case strings.HasPrefix(tail, ":r:") && k.pttl > 0 && k.pttl <= maxLease:
 			continue
