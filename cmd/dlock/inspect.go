@@ -14,9 +14,8 @@ import (
 )
 
 func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("inspect", stderr, "inspect [--json] NAME...\n\nShows each lock's holder token, remaining TTL and last fence.")
-	var redisFlag urlList
-	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL); repeat it for a quorum")
+	fs := newFlagSet("inspect", stderr, "inspect [flags] NAME...\n\nShows each lock's holder token, remaining TTL and last fence.")
+	to := targetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per lock")
 	if code := parse(fs, args); code >= 0 {
 		return code
@@ -25,7 +24,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "dlock inspect: missing NAME (see 'dlock inspect -h')")
 		return exitUsage
 	}
-	c, closeFn, err := lockClient(ctx, redisFlag)
+	c, closeFn, err := to.client(ctx)
 	if err != nil {
 		return report(stderr, err)
 	}
@@ -42,9 +41,8 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("list", stderr, "list [--json] [PATTERN]\n\nLists held locks whose names match the glob PATTERN (default *), using SCAN.")
-	var redisFlag urlList
-	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL)")
+	fs := newFlagSet("list", stderr, "list [flags] [PATTERN]\n\nLists held locks whose names match the glob PATTERN (default *), using SCAN\n(on every node of a quorum).")
+	to := targetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per lock")
 	if code := parse(fs, args); code >= 0 {
 		return code
@@ -53,15 +51,11 @@ func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlock list: at most one PATTERN")
 		return exitUsage
 	}
-	rdb, err := connectOne(ctx, redisFlag)
+	c, closeFn, err := to.client(ctx)
 	if err != nil {
 		return report(stderr, err)
 	}
-	defer rdb.Close()
-	c, err := dlock.New(rdb)
-	if err != nil {
-		return report(stderr, libError(err))
-	}
+	defer closeFn()
 	infos, err := c.List(ctx, fs.Arg(0))
 	if err != nil {
 		return report(stderr, libError(err))
@@ -80,8 +74,7 @@ frees itself when its TTL runs out.`
 
 func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("release", stderr, releaseHelp)
-	var redisFlag urlList
-	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL)")
+	to := targetFlags(fs)
 	force := fs.Bool("force", false, "required: confirm deleting a lock you do not hold")
 	if code := parse(fs, args); code >= 0 {
 		return code
@@ -94,7 +87,7 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "dlock release: expected exactly one NAME")
 		return exitUsage
 	}
-	c, closeFn, err := lockClient(ctx, redisFlag)
+	c, closeFn, err := to.client(ctx)
 	if err != nil {
 		return report(stderr, err)
 	}

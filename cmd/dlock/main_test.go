@@ -480,3 +480,43 @@ func TestSeckill(t *testing.T) {
 		t.Errorf("seckill output:\n%s", out)
 	}
 }
+
+// --prefix reaches locks taken with WithPrefix, and list works over a
+// quorum (it scans every node).
+func TestPrefixAndQuorumList(t *testing.T) {
+	var urls []string
+	var rdbs []*redis.Client
+	for range 3 {
+		s := redistest.Start(t, redistest.TCP())
+		urls = append(urls, s.URL())
+		rdbs = append(rdbs, s.Client(t))
+	}
+	ctx := t.Context()
+	for _, r := range rdbs {
+		r.Set(ctx, "myapp:{jobs:a}", "tok-a", time.Minute)
+	}
+	one := []string{"REDIS_URL=" + urls[0]}
+	if code, out, errOut := result(t, dlockCmd(t, one, "list", "--prefix", "myapp:")); code != 0 || !strings.Contains(out, "jobs:a") {
+		t.Errorf("list --prefix myapp: = %d, %q (stderr %q), want jobs:a", code, out, errOut)
+	}
+	if code, out, _ := result(t, dlockCmd(t, one, "list")); code != 0 || strings.Contains(out, "jobs:a") {
+		t.Errorf("list with the default prefix = %d, %q, want no jobs:a", code, out)
+	}
+	var quorum []string
+	for _, u := range urls {
+		quorum = append(quorum, "--redis", u)
+	}
+	args := append(append([]string{"list"}, quorum...), "--prefix", "myapp:", "--json")
+	if code, out, errOut := result(t, dlockCmd(t, nil, args...)); code != 0 || strings.Count(out, `"jobs:a"`) != 1 {
+		t.Errorf("list over a quorum = %d, %q (stderr %q), want jobs:a once", code, out, errOut)
+	}
+	args = append(append([]string{"release", "--force", "--prefix", "myapp:"}, quorum...), "jobs:a")
+	if code, _, errOut := result(t, dlockCmd(t, nil, args...)); code != 0 {
+		t.Errorf("release --force over a quorum = %d, stderr %q", code, errOut)
+	}
+	for i, r := range rdbs {
+		if r.Exists(ctx, "myapp:{jobs:a}").Val() != 0 {
+			t.Errorf("node %d still holds the lock after release --force", i)
+		}
+	}
+}

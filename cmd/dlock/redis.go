@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"cmp"
 	"context"
 	"errors"
@@ -27,11 +28,32 @@ func redisURLs(flagged urlList) []string {
 	return nil
 }
 
+// target is where a command's locks live: the Redis nodes (--redis,
+// repeated for a quorum) and the key prefix (--prefix).
+type target struct {
+	urls   urlList
+	prefix string
+}
+
+// targetFlags defines --redis and --prefix on fs.
+func targetFlags(fs *flag.FlagSet) *target {
+	t := &target{}
+	fs.Var(&t.urls, "redis", "Redis `URL` (default $REDIS_URL); repeat it for a quorum of independent masters (Redlock)")
+	fs.StringVar(&t.prefix, "prefix", dlock.DefaultPrefix, "the key `prefix` the locks were taken with (WithPrefix)")
+	return t
+}
+
+// client opens the Client of t's nodes and prefix, with opts.
+func (t *target) client(ctx context.Context, opts ...dlock.Option) (*dlock.Client, func(), error) {
+	return lockClient(ctx, t.urls, append([]dlock.Option{dlock.WithPrefix(t.prefix)}, opts...)...)
+}
+
 // connect opens a client for url and checks that Redis answers.
 func connect(ctx context.Context, rawURL string) (*redis.Client, error) {
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fail(exitConfig, "bad Redis URL %s: %v", redact(rawURL), strings.ReplaceAll(err.Error(), rawURL, "<url>"))
+		return nil, fail(exitConfig, "bad Redis URL %s: %v (want redis://[user:password@]host:port[/db], or rediss:// for TLS)",
+			redact(rawURL), strings.ReplaceAll(err.Error(), rawURL, "<url>"))
 	}
 	if opts.Password == "" {
 		opts.Password = os.Getenv("REDIS_PASSWORD")
@@ -56,18 +78,6 @@ func connect(ctx context.Context, rawURL string) (*redis.Client, error) {
 		return nil, fail(exitRedis, "cannot reach Redis at %s: %v", redact(rawURL), err)
 	}
 	return rdb, nil
-}
-
-// connectOne connects to the single Redis the command needs.
-func connectOne(ctx context.Context, flagged urlList) (*redis.Client, error) {
-	urls := redisURLs(flagged)
-	switch len(urls) {
-	case 0:
-		return nil, fail(exitConfig, "no Redis given: pass --redis URL or set REDIS_URL")
-	case 1:
-		return connect(ctx, urls[0])
-	}
-	return nil, fail(exitConfig, "%d Redis URLs given; this command takes one", len(urls))
 }
 
 // lockClient connects to the Redis the flags name and returns a dlock
@@ -149,11 +159,16 @@ func redactAll(urls []string) []string {
 	return out
 }
 
-// redact hides the password of a URL for messages.
+// redact hides the password of a URL for messages. A URL that does not
+// parse as a Redis URL is shown from its last "@" on: a password would
+// come before it.
 func redact(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
-		return "<unparsable URL>"
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+		if i := strings.LastIndex(raw, "@"); i >= 0 {
+			return "<hidden>" + raw[i:]
+		}
+		return raw
 	}
 	return u.Redacted()
 }

@@ -47,8 +47,7 @@ executable/not found`
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr, runHelp)
-	var redisFlag urlList
-	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL); repeat it for a quorum of independent masters (Redlock)")
+	to := targetFlags(fs)
 	ttl := fs.Duration("ttl", dlock.DefaultTTL, "lease time; a holder that dies blocks others at most this long")
 	wait := waitFlag(fs)
 	grace := fs.Duration("grace", 10*time.Second, "time CMD has between SIGTERM and SIGKILL after the lock is lost, or after dlock dies (then no later than ttl/10 before the lease ends)")
@@ -76,13 +75,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	name, argv := rest[0], rest[2:]
 
-	c, closeFn, err := lockClient(ctx, redisFlag, dlock.WithTTL(*ttl))
+	c, closeFn, err := to.client(ctx, dlock.WithTTL(*ttl))
 	if err != nil {
 		return report(stderr, err)
 	}
 	defer closeFn()
 
-	nodes := redactAll(redisURLs(redisFlag))
+	nodes := redactAll(redisURLs(to.urls))
 	l, err := acquireFor(ctx, c, name, *wait, nodes)
 	if err != nil {
 		return report(stderr, err)

@@ -543,3 +543,21 @@ func TestWaitFlag(t *testing.T) {
 		t.Error("--wait soon accepted, want an error")
 	}
 }
+
+// A Redis URL that does not parse is reported with the shape it should
+// have, and without the password it may hold.
+func TestBadRedisURL(t *testing.T) {
+	for _, raw := range []string{"127.0.0.1:7777", "u:secret@127.0.0.1:7777", "redis//:secret@host"} {
+		_, err := connect(t.Context(), raw)
+		if err == nil {
+			t.Fatalf("connect(%q) = nil error", raw)
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "secret") || !strings.Contains(msg, "redis://") {
+			t.Errorf("connect(%q) = %q: want the URL's expected shape, and no password", raw, msg)
+		}
+	}
+	if got := redact("redis://u:secret@host:6379/0"); strings.Contains(got, "secret") {
+		t.Errorf("redact = %q, shows the password", got)
+	}
+}
