@@ -1,10 +1,10 @@
 package main
 
 import (
-	"flag"
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"net/url"
 	"os"
 	"strings"
