@@ -17,10 +17,11 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := newFlagSet("inspect", stderr, "inspect [flags] NAME...\n\nShows each lock's holder token, remaining TTL and last fence.")
 	to := targetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per lock")
-	if code := parse(fs, args); code >= 0 {
+	names, code := parseMixed(fs, args)
+	if code >= 0 {
 		return code
 	}
-	if fs.NArg() == 0 {
+	if len(names) == 0 {
 		fmt.Fprintln(stderr, "dlock inspect: missing NAME (see 'dlock inspect -h')")
 		return exitUsage
 	}
@@ -30,7 +31,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	defer closeFn()
 	var infos []dlock.Info
-	for _, name := range fs.Args() {
+	for _, name := range names {
 		info, err := c.Inspect(ctx, name)
 		if err != nil {
 			return report(stderr, libError(err))
@@ -44,10 +45,11 @@ func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("list", stderr, "list [flags] [PATTERN]\n\nLists held locks whose names match the glob PATTERN (default *), using SCAN\n(on every node of a quorum).")
 	to := targetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per lock")
-	if code := parse(fs, args); code >= 0 {
+	patterns, code := parseMixed(fs, args)
+	if code >= 0 {
 		return code
 	}
-	if fs.NArg() > 1 {
+	if len(patterns) > 1 {
 		fmt.Fprintln(stderr, "dlock list: at most one PATTERN")
 		return exitUsage
 	}
@@ -56,7 +58,11 @@ func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return report(stderr, err)
 	}
 	defer closeFn()
-	infos, err := c.List(ctx, fs.Arg(0))
+	pattern := "" // all
+	if len(patterns) == 1 {
+		pattern = patterns[0]
+	}
+	infos, err := c.List(ctx, pattern)
 	if err != nil {
 		return report(stderr, libError(err))
 	}
@@ -76,14 +82,15 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := newFlagSet("release", stderr, releaseHelp)
 	to := targetFlags(fs)
 	force := fs.Bool("force", false, "required: confirm deleting a lock you do not hold")
-	if code := parse(fs, args); code >= 0 {
+	names, code := parseMixed(fs, args)
+	if code >= 0 {
 		return code
 	}
 	if !*force {
 		fmt.Fprintln(stderr, "dlock release: refusing without --force (see 'dlock release -h')")
 		return exitUsage
 	}
-	if fs.NArg() != 1 {
+	if len(names) != 1 {
 		fmt.Fprintln(stderr, "dlock release: expected exactly one NAME")
 		return exitUsage
 	}
@@ -92,14 +99,14 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return report(stderr, err)
 	}
 	defer closeFn()
-	deleted, err := c.ForceRelease(ctx, fs.Arg(0))
+	deleted, err := c.ForceRelease(ctx, names[0])
 	if err != nil {
 		return report(stderr, libError(err))
 	}
 	if deleted {
-		fmt.Fprintf(stdout, "released %q\n", fs.Arg(0))
+		fmt.Fprintf(stdout, "released %q\n", names[0])
 	} else {
-		fmt.Fprintf(stdout, "%q was not held\n", fs.Arg(0))
+		fmt.Fprintf(stdout, "%q was not held\n", names[0])
 	}
 	return exitOK
 }

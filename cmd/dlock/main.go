@@ -252,6 +252,27 @@ func parse(fs *flag.FlagSet, args []string) int {
 	return -1
 }
 
+// parseMixed parses flags that may come before or after the arguments
+// (dlock inspect NAME --json); "--" ends the flags. It returns the
+// arguments, and the exit code to stop with, or -1 to go on.
+func parseMixed(fs *flag.FlagSet, args []string) ([]string, int) {
+	var positional []string
+	for {
+		if code := parse(fs, args); code >= 0 {
+			return nil, code
+		}
+		consumed := len(args) - fs.NArg()
+		if consumed > 0 && args[consumed-1] == "--" { // the flags ended here
+			return append(positional, fs.Args()...), -1
+		}
+		if fs.NArg() == 0 {
+			return positional, -1
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
 // urlList is a repeatable --redis flag.
 type urlList []string
 

@@ -520,3 +520,23 @@ func TestPrefixAndQuorumList(t *testing.T) {
 		}
 	}
 }
+
+// Flags may follow the arguments (dlock inspect NAME --json), and "--"
+// ends the flags.
+func TestFlagsAfterArguments(t *testing.T) {
+	s := redistest.Start(t)
+	env := []string{"REDIS_URL=" + s.URL()}
+	s.Client(t).Set(t.Context(), "dlock:{jobs:a}", "tok-a", time.Minute)
+	if code, out, errOut := result(t, dlockCmd(t, env, "inspect", "jobs:a", "--json")); code != 0 || !strings.Contains(out, `"token":"tok-a"`) {
+		t.Errorf("inspect NAME --json = %d, %q (stderr %q)", code, out, errOut)
+	}
+	if code, out, errOut := result(t, dlockCmd(t, env, "list", "jobs:*", "--json")); code != 0 || !strings.Contains(out, `"jobs:a"`) {
+		t.Errorf("list PATTERN --json = %d, %q (stderr %q)", code, out, errOut)
+	}
+	if code, out, _ := result(t, dlockCmd(t, env, "inspect", "--", "--json")); code != 0 || !strings.Contains(out, "--json") {
+		t.Errorf(`inspect -- --json = %d, %q, want the lock named "--json" inspected`, code, out)
+	}
+	if code, _, errOut := result(t, dlockCmd(t, env, "release", "jobs:a", "--force")); code != 0 {
+		t.Errorf("release NAME --force = %d (stderr %q)", code, errOut)
+	}
+}
