@@ -384,6 +384,9 @@ func spurious(e Event, ex exempt, r *Report) {
 // laterLease returns an acquisition of rel's name with a higher fence that
 // returned before rel was invoked: rel's lease was over by then.
 func laterLease(acq []Event, rel Event) (Event, bool) {
+	if rel.Fence == 0 {
+		return Event{}, false // the lease got no fence (it asked too late): nothing to order by
+	}
 	for _, a := range acq {
 		if a.Ret >= rel.Inv {
 			break
