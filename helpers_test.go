@@ -293,3 +293,21 @@ func holderOf(v string) string {
 	token, _, _ := strings.Cut(v, " ")
 	return token
 }
+
+// leaseOverProxy takes name with a Client that reaches Redis through the
+// proxied rdb (no pipelining, no watchdog, its scripts loaded first, so
+// that a stalled reply is the command's own), and returns the lease and a
+// second Client on the direct connection, to take the lock next.
+func leaseOverProxy(t *testing.T, rdb, direct *redis.Client, fair bool, name string) (*dlock.Lock, *dlock.Client) {
+	t.Helper()
+	c := newClient(t, rdb, dlock.WithFair(fair), dlock.WithPipelining(false), dlock.WithAutoExtend(false))
+	next := newClient(t, direct, dlock.WithFair(fair), dlock.WithAutoExtend(false))
+	if warm, err := c.TryAcquire(t.Context(), name+"-warm"); err == nil {
+		warm.Release(t.Context())
+	}
+	l, err := c.TryAcquire(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, next
+}

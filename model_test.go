@@ -87,16 +87,8 @@ func TestReSentReleaseAfterTheNextLeaseEnded(t *testing.T) {
 			ctx := t.Context()
 			name := fmt.Sprint("model-resent-rel-", fair)
 			key := "dlock:{" + name + "}"
-			c := newClient(t, rdb, dlock.WithFair(fair), dlock.WithPipelining(false), dlock.WithAutoExtend(false))
-			next := newClient(t, direct, dlock.WithFair(fair), dlock.WithAutoExtend(false))
-			if warm, err := c.TryAcquire(ctx, name+"-warm"); err == nil { // the scripts are loaded
-				warm.Release(ctx)
-			}
-			l, err := c.TryAcquire(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = stallThenCut(t, p, func() error { return l.Release(ctx) }, func() bool {
+			l, next := leaseOverProxy(t, rdb, direct, fair, name)
+			err := stallThenCut(t, p, func() error { return l.Release(ctx) }, func() bool {
 				if holderOf(direct.Get(ctx, key).Val()) == l.Token() {
 					return false
 				}

@@ -191,17 +191,9 @@ func TestReSentReleaseAfterTheEntriesWereDropped(t *testing.T) {
 			fair := how == "fair/handover"
 			name := "revocation-resent-" + strings.ReplaceAll(how, "/", "-")
 			key := "dlock:{" + name + "}"
-			c := newClient(t, rdb, dlock.WithFair(fair), dlock.WithPipelining(false), dlock.WithAutoExtend(false))
-			next := newClient(t, direct, dlock.WithFair(fair), dlock.WithAutoExtend(false))
-			if warm, err := c.TryAcquire(ctx, name+"-warm"); err == nil { // the scripts are loaded
-				warm.Release(ctx)
-			}
-			l, err := c.TryAcquire(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l, next := leaseOverProxy(t, rdb, direct, fair, name)
 			var seen string
-			err = stallThenCut(t, p, func() error { return l.Release(ctx) }, func() bool {
+			err := stallThenCut(t, p, func() error { return l.Release(ctx) }, func() bool {
 				if holderOf(direct.Get(ctx, key).Val()) == l.Token() {
 					return false
 				}

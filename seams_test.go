@@ -335,15 +335,7 @@ func TestReSentReleaseAfterTheNextLeaseBegan(t *testing.T) {
 		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
 			name := fmt.Sprint("resent-next-", fair)
 			key := "dlock:{" + name + "}"
-			c := newClient(t, rdb, dlock.WithFair(fair), dlock.WithPipelining(false), dlock.WithAutoExtend(false))
-			next := newClient(t, direct, dlock.WithFair(fair), dlock.WithAutoExtend(false))
-			if warm, err := c.TryAcquire(t.Context(), name+"-warm"); err == nil { // the scripts are loaded
-				warm.Release(t.Context())
-			}
-			l, err := c.TryAcquire(t.Context(), name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l, next := leaseOverProxy(t, rdb, direct, fair, name)
 			got := make(chan *dlock.Lock, 1)
 			go func() { // waits (fair: queued) and takes the lock when it is released
 				n, err := next.Acquire(t.Context(), name)
@@ -356,7 +348,7 @@ func TestReSentReleaseAfterTheNextLeaseBegan(t *testing.T) {
 				t.Fatal("the next lease never queued")
 			}
 			var n *dlock.Lock
-			err = stallThenCut(t, p, func() error { return l.Release(t.Context()) }, func() bool {
+			err := stallThenCut(t, p, func() error { return l.Release(t.Context()) }, func() bool {
 				if holderOf(direct.Get(t.Context(), key).Val()) == l.Token() {
 					return false
 				}
