@@ -58,6 +58,15 @@ func (h *dlockHandle) lock(ctx context.Context) (err error) {
 }
 func (h *dlockHandle) unlock(ctx context.Context) error { return h.l.Release(ctx) }
 
+// batches reports the Client's pipelined calls and the writes that carried them.
+func (h *dlockHandle) batches() (calls, writes uint64) {
+	s := h.c.Stats()
+	return s.Calls, s.Writes
+}
+
+// batched is a handle whose library counts its pipelined batches (dlock).
+type batched interface{ batches() (calls, writes uint64) }
+
 func openDlock(opts ...dlock.Option) func([]string, time.Duration) (func(string) handle, func(), error) {
 	return func(addrs []string, lease time.Duration) (func(string) handle, func(), error) {
 		opts := append([]dlock.Option{dlock.WithTTL(lease)}, opts...)
