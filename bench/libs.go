@@ -16,7 +16,7 @@ import (
 )
 
 // ttl is the lease every library is asked for (the leftovers pass asks for
-// a shorter one, so that its wait for the tombstone window is short).
+// a shorter one, so that its wait for the revocation window is short).
 const ttl = 10 * time.Second
 
 // handle is one goroutine's lock on one name.

@@ -130,7 +130,7 @@ func (r *report) leftoversMarkdown(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "**W1 — what stays in Redis** (W1's loop with %d goroutines, each pair on a name of its own, lease %v; "+
 		"keys and INFO memory used_memory after minus before, per name, right after every lock was released and again "+
-		"once the lease — dlock's tombstone window, min(TTL, 1 min) — has passed: what is left then stays for good. A name per pair, "+
+		"once the lease — dlock's revocation window, min(TTL, 1 min) — has passed: what is left then stays for good. A name per pair, "+
 		"so that what a library leaves per lease and what it leaves per name both show per name)\n\n", leftoverC, leftoverTTL)
 	b.WriteString("| library | names | keys/name after release | bytes/name | keys/name after the window | bytes/name |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
