@@ -20,7 +20,7 @@ import (
 )
 
 const demoHelp = `demo [flags]
-       demo seckill [flags]
+       dlock demo seckill [flags]
 
 Runs the batch-dispatch scenario: tasks sit in a SQL table; several
 scheduler processes pull due tasks and push them to a Redis queue;
@@ -92,7 +92,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case 0:
 		srv, err := privateRedis()
 		if err != nil {
-			return report(stderr, err)
+			return reportDemo(ctx, stderr, err)
 		}
 		defer srv.Stop()
 		cfg.redisURL = srv.URL()
@@ -105,20 +105,20 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	rdb, err := connect(ctx, cfg.redisURL)
 	if err != nil {
-		return report(stderr, err)
+		return reportDemo(ctx, stderr, err)
 	}
 	defer rdb.Close()
 	if cfg.dbDSN == "" {
 		dir, err := os.MkdirTemp("", "dlock-demo")
 		if err != nil {
-			return report(stderr, err)
+			return reportDemo(ctx, stderr, err)
 		}
 		defer os.RemoveAll(dir)
 		cfg.dbDSN = sqliteDSN(dir)
 	}
 	db, err := openTaskDB(cfg.dbDSN)
 	if err != nil {
-		return report(stderr, err)
+		return reportDemo(ctx, stderr, err)
 	}
 	defer db.Close()
 	cfg.progressInterval = time.Second
@@ -137,7 +137,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, locked := range modes {
 		res, err := runDemo(ctx, cfg, locked, rdb, db, stderr)
 		if err != nil {
-			return report(stderr, err)
+			return reportDemo(ctx, stderr, err)
 		}
 		res.print(stdout)
 		results = append(results, res)

@@ -179,6 +179,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	cmd, rest := args[0], args[1:]
+	if wantsHelp(rest) {
+		stderr = stdout
+	}
 	switch cmd {
 	case "run":
 		return cmdRun(ctx, rest, stdout, stderr)
@@ -228,6 +231,29 @@ func report(stderr io.Writer, err error) int {
 		return ce.code
 	}
 	return exitFailure
+}
+
+// reportDemo reports err as report does, unless ctx was cancelled (Ctrl-C,
+// SIGTERM): then the demo was interrupted, whatever step noticed it.
+func reportDemo(ctx context.Context, stderr io.Writer, err error) int {
+	if ctx.Err() != nil {
+		err = interrupted(ctx, "(the demo stopped)")
+	}
+	return report(stderr, err)
+}
+
+// wantsHelp reports whether a command's flags (before a "--") ask for its
+// help: it goes to stdout then, as asked-for output, and not to stderr.
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 // newFlagSet returns a flag set that reports errors instead of exiting.

@@ -57,7 +57,7 @@ func cmdSeckill(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case 0:
 		srv, err := privateRedis()
 		if err != nil {
-			return report(stderr, err)
+			return reportDemo(ctx, stderr, err)
 		}
 		defer srv.Stop()
 		url = srv.URL()
@@ -69,7 +69,7 @@ func cmdSeckill(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	rdb, err := connect(ctx, url)
 	if err != nil {
-		return report(stderr, err)
+		return reportDemo(ctx, stderr, err)
 	}
 	defer rdb.Close()
 	rdb.Options().PoolSize = max(rdb.Options().PoolSize, *buyers+4)
