@@ -175,7 +175,7 @@ type demoResult struct {
 func newRunID() string { return fmt.Sprintf("%08x", rand.Uint32()) }
 
 // runDemo runs the scenario once, with or without the lock.
-func runDemo(ctx context.Context, cfg demoConfig, locked bool, rdb *redis.Client, db *taskDB, stderr io.Writer) (*demoResult, error) {
+func runDemo(ctx context.Context, cfg demoConfig, locked bool, rdb redis.UniversalClient, db *taskDB, stderr io.Writer) (*demoResult, error) {
 	run := newRunID()
 	k := keysForRun(run)
 	defer rdb.Del(context.WithoutCancel(ctx), k.queue, k.seen, k.acq)
@@ -303,7 +303,7 @@ func watchProgress(ctx context.Context, cfg demoConfig, db *taskDB, res *demoRes
 
 // consume takes tasks from the queue until ctx ends. It counts, on its own,
 // every task+attempt it is handed more than once.
-func consume(ctx context.Context, rdb *redis.Client, db *taskDB, k demoKeys, res *demoResult) {
+func consume(ctx context.Context, rdb redis.UniversalClient, db *taskDB, k demoKeys, res *demoResult) {
 	for ctx.Err() == nil {
 		v, err := rdb.BLPop(ctx, time.Second, k.queue).Result()
 		if err != nil || len(v) != 2 {
@@ -343,7 +343,7 @@ func consume(ctx context.Context, rdb *redis.Client, db *taskDB, k demoKeys, res
 
 // collectAcquisitions reads the schedulers' acquisition records, in the
 // order they were taken.
-func (r *demoResult) collectAcquisitions(ctx context.Context, rdb *redis.Client, k demoKeys) error {
+func (r *demoResult) collectAcquisitions(ctx context.Context, rdb redis.UniversalClient, k demoKeys) error {
 	recs, err := rdb.LRange(ctx, k.acq, 0, -1).Result()
 	if err != nil {
 		return err
