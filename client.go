@@ -53,14 +53,12 @@ func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, mode string) *C
 // reported here, with an error that wraps ErrInvalid and names the option.
 // Options that do not apply: WithNodeTimeout (NewRedlock only),
 // WithFair(true) with WithReentrant(true) (reentrant locks wait unfairly),
-// WithBackoff while waiting is fair (the default; see WithBackoff), and
-// WithReplicaAck on a Cluster client.
+// and WithBackoff while waiting is fair (the default; see WithBackoff).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: New: nil Redis client", ErrInvalid)
 	}
 	o := apply(opts)
-	_, cluster := rdb.(*redis.ClusterClient)
 	switch {
 	case o.err != nil:
 	case o.nodeTimeoutSet:
@@ -71,8 +69,6 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		o.invalid("WithBackoff: fair waiters (WithFair(true)) are woken by handover and never back off")
 	case o.backoffSet && o.fair && !o.reentrant:
 		o.invalid("WithBackoff: fair waiters, the default, are woken by handover and never back off; add WithFair(false) to wait with a backoff")
-	case cluster && o.replicas > 0:
-		o.invalid("WithReplicaAck(%d, %v): not available on a Cluster client (WAIT must reach the node that owns the lock)", o.replicas, o.ackTimeout)
 	}
 	if o.err != nil {
 		return nil, o.err

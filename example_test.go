@@ -246,7 +246,7 @@ func ExampleWithReplicaAck() {
 	defer rdb.Close()
 	c, err := dlock.New(rdb, dlock.WithReplicaAck(1, 200*time.Millisecond))
 	if err != nil {
-		log.Fatal(err) // e.g. replica acknowledgement asked of a Cluster client
+		log.Fatal(err) // e.g. replica acknowledgement asked of a quorum (NewRedlock)
 	}
 
 	l, err := c.TryAcquire(context.Background(), "nightly")

@@ -186,7 +186,7 @@ func sentinelField(v any, field, want string) bool {
 // startCluster builds a 3-master Cluster and returns it with a client.
 func startCluster(t *testing.T) ([]*redistest.Server, *redis.ClusterClient) {
 	t.Helper()
-	nodes := redistest.StartCluster(t, 3)
+	nodes := redistest.StartCluster(t, 3, 0)
 	var addrs []string
 	for _, n := range nodes {
 		addrs = append(addrs, n.Addr())
@@ -325,4 +325,150 @@ func TestClusterSlotMigration(t *testing.T) {
 	if exists(ctx, dst, l.Key()) {
 		t.Error("lock key still on the new node after Release")
 	}
+}
+
+// TestClusterReplicaAck is the Sentinel test's proof on a Cluster with a
+// replica per master: the script and WAIT go to the master that owns the
+// lock's slot. With that master's replica stalled (SIGSTOP), an
+// acknowledged acquisition fails cleanly and unacknowledged ones succeed on
+// the master alone; the master is killed and its replica promoted by the
+// Cluster: acknowledged locks survive, unacknowledged ones are lost
+// (counted), and a holder whose watchdog runs is told.
+func TestClusterReplicaAck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Cluster with replicas")
+	}
+	leakcheck.Check(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	began := time.Now()
+	nodes := redistest.StartCluster(t, 3, 1)
+	t.Logf("cluster of 3 masters and 3 replicas up in %v", time.Since(began).Round(time.Millisecond))
+	byAddr := map[string]*redistest.Server{}
+	var addrs []string
+	for _, n := range nodes {
+		byAddr[n.Addr()] = n
+		addrs = append(addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+
+	// Every lock of the test on one master: names whose slot it owns.
+	masterOf := func(name string) string {
+		m, err := cc.MasterForKey(ctx, "dlock:{"+name+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	target := masterOf("acked-0")
+	master := byAddr[target]
+	var replica *redistest.Server
+	for _, n := range nodes {
+		if info(ctx, n, "replication", "master_port") == strconv.Itoa(master.Port()) {
+			replica = n
+		}
+	}
+	if replica == nil {
+		t.Fatalf("no replica of %s", target)
+	}
+	names := func(prefix string, n int) []string {
+		var out []string
+		for i := 0; len(out) < n && i < 100000; i++ {
+			if name := fmt.Sprint(prefix, i); masterOf(name) == target {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	const n = 10
+	ackedNames, plainNames := names("acked-", n), names("plain-", n)
+
+	acked := newClient(t, cc, dlock.WithTTL(5*time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 500*time.Millisecond))
+	plain := newClient(t, cc, dlock.WithTTL(5*time.Minute), dlock.WithAutoExtend(false))
+	for _, name := range ackedNames {
+		if _, err := acked.TryAcquire(ctx, name); err != nil {
+			t.Fatalf("acked TryAcquire %s = %v", name, err)
+		}
+	}
+
+	// Replication stalls: the replica is stopped, and the master drops its
+	// link (what it sends now would otherwise wait in the replica's socket
+	// buffer and reach it when it resumes).
+	replica.Pause()
+	if _, err := master.Do(ctx, "CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatal(err)
+	}
+	stall := names("during-stall-", 1)[0]
+	_, err := acked.TryAcquire(ctx, stall)
+	if !errors.Is(err, dlock.ErrReplicaAck) || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("acked TryAcquire with the replica stalled = %v, want ErrReplicaAck and ErrNotAcquired", err)
+	}
+	if !waitFor(3*time.Second, func() bool { return !exists(ctx, master, "dlock:{"+stall+"}") }) {
+		v, _ := master.Do(ctx, "GET", "dlock:{"+stall+"}")
+		k, _ := master.Do(ctx, "KEYS", "dlock:{"+stall+"}*")
+		t.Errorf("an unacknowledged acquisition left its key on the master: %v %v", v, k)
+	}
+	for _, name := range plainNames {
+		if _, err := plain.TryAcquire(ctx, name); err != nil {
+			t.Fatalf("plain TryAcquire %s = %v", name, err)
+		}
+	}
+	watched, err := newClient(t, cc, dlock.WithTTL(10*time.Second)).TryAcquire(ctx, names("watched-", 1)[0])
+	if err != nil {
+		t.Fatalf("watched TryAcquire = %v", err)
+	}
+	defer watched.Release(ctx)
+
+	killed := time.Now()
+	master.Kill()
+	replica.Resume()
+	if !waitFor(60*time.Second, func() bool { return info(ctx, replica, "replication", "role") == "master" }) {
+		t.Fatal("the replica was not promoted within 60s")
+	}
+	t.Logf("replica promoted %v after the master was killed", time.Since(killed).Round(time.Millisecond))
+	// The Cluster client learns the new slot map (go-redis reloads it when
+	// told to, and a reload may ask a node that is gone: try again).
+	if !waitFor(30*time.Second, func() bool {
+		cc.ReloadState(ctx)
+		m, err := cc.MasterForKey(ctx, "dlock:{"+ackedNames[0]+"}")
+		return err == nil && m.Options().Addr != target
+	}) {
+		t.Fatal("the Cluster client's slot map still names the dead master after 30s")
+	}
+	other := newClient(t, cc, dlock.WithAutoExtend(false))
+	lostAcked, secondHolders := 0, 0
+	for _, name := range ackedNames {
+		var err error
+		if !waitFor(20*time.Second, func() bool { // until the client's slot map names the new master
+			_, err = other.TryAcquire(ctx, name)
+			return err == nil || errors.Is(err, dlock.ErrNotAcquired)
+		}) {
+			t.Logf("TryAcquire(%s) still failing after 20s: %v", name, err)
+		}
+		if err == nil {
+			lostAcked++
+		}
+	}
+	for _, name := range plainNames {
+		if _, err := other.TryAcquire(ctx, name); err == nil {
+			secondHolders++
+		}
+	}
+	if lostAcked != 0 {
+		t.Errorf("%d of %d acknowledged locks were lost in the failover, want 0", lostAcked, n)
+	}
+	if secondHolders == 0 {
+		t.Errorf("no unacknowledged lock was lost, though replication was stalled: the test did not exercise the window")
+	}
+	select {
+	case <-watched.Done():
+		if !errors.Is(watched.Err(), dlock.ErrNotHeld) {
+			t.Errorf("watched lock after the failover: Err() = %v, want ErrNotHeld", watched.Err())
+		}
+	case <-time.After(time.Until(watched.ValidUntil().Add(-2 * time.Second))):
+		t.Error("the holder of a lock lost in the failover was not told well before its lease ended")
+	}
+	t.Logf("%v since the start", time.Since(began).Round(time.Millisecond))
+	t.Logf("Cluster failover with replication stalled: %d of %d unacknowledged locks got a second holder; %d of %d acknowledged ones", secondHolders, n, lostAcked, n)
 }

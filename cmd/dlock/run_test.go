@@ -579,7 +579,7 @@ func TestSentinelAndClusterURLs(t *testing.T) {
 	sentinel := redistest.Start(t, redistest.Sentinel("dlockmaster", master.Port(), 1, 5*time.Second, 10*time.Second))
 	sentinel.Do(t.Context(), "SENTINEL", "SET", "dlockmaster", "auth-pass", "s3cret")
 
-	cluster := redistest.StartCluster(t, 3)
+	cluster := redistest.StartCluster(t, 3, 0)
 	var more []string
 	for _, n := range cluster[1:] {
 		more = append(more, "addr="+n.Addr())

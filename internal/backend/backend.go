@@ -87,15 +87,24 @@ type commander interface {
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
-// evalsha runs args ("evalsha", digest, numkeys, keys…, argv…), loading the
-// script s if the server lacks it.
+// evalsha runs args ("evalsha", digest, numkeys, keys…, argv…); if the
+// server lacks the script s, it sends it with EVAL, which also caches it
+// there. (Not SCRIPT LOAD: a Cluster client sends that to every node, and
+// one node that does not answer, a replica being restarted, would hold up
+// a call that needs only the master of its keys.)
 func (n Node) evalsha(ctx context.Context, s *redis.Script, args []any) *redis.Cmd {
 	cmd := n.rdb.Do(ctx, args...)
 	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		if err := s.Load(ctx, n.uc).Err(); err != nil {
-			return cmd
+		nk := args[2].(int)
+		keys := make([]string, nk)
+		for i, k := range args[3 : 3+nk] {
+			if p, ok := k.(*string); ok {
+				keys[i] = *p
+			} else {
+				keys[i] = k.(string)
+			}
 		}
-		cmd = n.rdb.Do(ctx, args...)
+		cmd = s.Eval(ctx, n.rdb, keys, args[3+nk:]...)
 	}
 	return cmd
 }
@@ -224,25 +233,60 @@ func (n Node) Batches() (calls, writes uint64) {
 // WAIT on the same connection, so that WAIT covers the script's write. It
 // returns the reply and the number of replicas that acknowledged (-1 when
 // acknowledgement is off).
+//
+// On a Cluster both go to the master that owns the keys' slot, on one of
+// its connections (WAIT counts the writes of its own connection). A MOVED
+// reply (the slot moved since the client last looked) reloads the slot map
+// and tries again, a few times; an ASK (the slot is being migrated) is
+// returned as the error it is.
 func (n Node) acked(ctx context.Context, s *redis.Script, keys []string, args ...any) (*redis.Cmd, int64) {
 	if n.replicas <= 0 {
 		return s.Run(ctx, n.rdb, keys, args...), -1
 	}
-	for range 2 { // a second time after loading the script on NOSCRIPT
+	cc, cluster := n.uc.(*redis.ClusterClient)
+	var conn redis.Cmdable = n.uc
+	for try := range 6 {
+		if cluster {
+			master, err := cc.MasterForKey(ctx, keys[0])
+			if err != nil {
+				cmd := redis.NewCmd(ctx)
+				cmd.SetErr(err)
+				return cmd, 0
+			}
+			conn = master
+		}
 		var cmd, wait *redis.Cmd
-		n.uc.Pipelined(ctx, func(p redis.Pipeliner) error {
+		conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 			cmd = p.EvalSha(ctx, s.Hash(), keys, args...)
 			wait = p.Do(ctx, "WAIT", n.replicas, n.ackTimeout.Milliseconds())
 			return nil
 		})
-		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			s.Load(ctx, n.uc)
-			continue
+		switch err := cmd.Err(); {
+		case err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") && try == 0:
+			s.Load(ctx, conn) // then a second time
+		case cluster && err != nil && strings.HasPrefix(err.Error(), "MOVED ") && try < 5:
+			cc.ReloadState(ctx)
+			if !sleepCtx(ctx, time.Duration(try+1)*50*time.Millisecond) {
+				return cmd, 0
+			}
+		default:
+			acks, _ := wait.Int64()
+			return cmd, acks
 		}
-		acks, _ := wait.Int64()
-		return cmd, acks
 	}
-	return s.Run(ctx, n.rdb, keys, args...), 0
+	panic("unreachable")
+}
+
+// sleepCtx sleeps for d, or until ctx ends: it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // ackError reports a write that too few replicas acknowledged.

@@ -9,21 +9,23 @@ import (
 	"time"
 )
 
-// StartCluster builds a Cluster of n masters (no replicas) with redis-cli
-// --cluster create and waits until every node reports cluster_state:ok.
-// It returns the servers; their addresses seed a *redis.ClusterClient.
-func StartCluster(tb testing.TB, n int) []*Server {
+// StartCluster builds a Cluster of n masters, each with replicas replicas,
+// with redis-cli --cluster create, and waits until every node reports
+// cluster_state:ok and every replica's link to its master is up. It
+// returns the servers (the masters first); their addresses seed a
+// *redis.ClusterClient.
+func StartCluster(tb testing.TB, n, replicas int) []*Server {
 	tb.Helper()
 	var nodes []*Server
 	var addrs []string
-	for range n {
+	for range n * (1 + replicas) {
 		s := Start(tb, TCP(), Args("--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
 		nodes = append(nodes, s)
 		addrs = append(addrs, s.Addr())
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", fmt.Sprint(replicas), "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -33,6 +35,8 @@ func StartCluster(tb testing.TB, n int) []*Server {
 		for _, s := range nodes {
 			v, err := s.Do(ctx, "CLUSTER", "INFO")
 			ok = ok && err == nil && strings.Contains(fmt.Sprint(v), "cluster_state:ok")
+			r, err := s.Do(ctx, "INFO", "replication")
+			ok = ok && err == nil && (strings.Contains(fmt.Sprint(r), "role:master") || strings.Contains(fmt.Sprint(r), "master_link_status:up"))
 		}
 		if ok {
 			return nodes
