@@ -533,8 +533,6 @@ func TestInvalidOptions(t *testing.T) {
 		{"reentrant and fair", newC, []dlock.Option{dlock.WithReentrant(true), dlock.WithFair(true)}, "WithFair(true)"},
 		{"backoff, fair by default", newC, []dlock.Option{dlock.WithBackoff(slow)}, "WithBackoff"},
 		{"backoff and fair", newC, []dlock.Option{dlock.WithFair(true), dlock.WithBackoff(slow)}, "WithBackoff"},
-		{"replica ack on a Cluster", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.New(cluster, o...) },
-			[]dlock.Option{dlock.WithReplicaAck(1, time.Second)}, "WithReplicaAck(1, 1s)"},
 		{"zero node timeout", newRL, []dlock.Option{dlock.WithNodeTimeout(0)}, "WithNodeTimeout(0s)"},
 		{"quorum: TTL below MinTTL", newRL, []dlock.Option{dlock.WithTTL(time.Millisecond)}, "WithTTL(1ms)"},
 		{"quorum: reentrant", newRL, []dlock.Option{dlock.WithReentrant(true)}, "WithReentrant(true)"},
@@ -574,6 +572,9 @@ func TestInvalidOptions(t *testing.T) {
 		"reentrant, fair by default": func() (*dlock.Client, error) { return dlock.New(rdb, dlock.WithReentrant(true)) },
 		"no replica ack on a Cluster": func() (*dlock.Client, error) {
 			return dlock.New(cluster, dlock.WithReplicaAck(0, 0), dlock.WithShardedPubSub(false))
+		},
+		"replica ack on a Cluster": func() (*dlock.Client, error) {
+			return dlock.New(cluster, dlock.WithReplicaAck(1, time.Second))
 		},
 		"quorum: backoff, features off": func() (*dlock.Client, error) {
 			return dlock.NewRedlock(nodes, dlock.WithBackoff(slow), dlock.WithFair(false), dlock.WithReentrant(false),
