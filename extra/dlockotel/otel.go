@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -53,8 +54,9 @@ type config struct {
 }
 
 // WithTracerProvider makes Instrument start spans with tp's Tracer. The
-// default is the global provider (otel.GetTracerProvider) at the time of
-// the call; a noop provider turns tracing off.
+// default is the global provider (otel.GetTracerProvider), which forwards
+// to the first one otel.SetTracerProvider sets, even later; a noop provider
+// (go.opentelemetry.io/otel/trace/noop) turns tracing off.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) {
 		if tp == nil {
@@ -65,8 +67,9 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // WithMeterProvider makes Instrument record metrics with mp's Meter. The
-// default is the global provider (otel.GetMeterProvider) at the time of
-// the call; a noop provider turns metrics off.
+// default is the global provider (otel.GetMeterProvider), which forwards
+// to the first one otel.SetMeterProvider sets, even later; a noop provider
+// (go.opentelemetry.io/otel/metric/noop) turns metrics off.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) {
 		if mp == nil {
@@ -129,6 +132,7 @@ type instrumentation struct {
 	acquire, hold           metric.Float64Histogram
 	lostLeases, extendFails metric.Int64Counter
 	waiters                 metric.Int64UpDownCounter
+	sets                    sync.Map // setKey → attribute.Set, without the lock name
 }
 
 // metrics creates the instruments, and the callback that reads c.Stats.
@@ -230,8 +234,24 @@ func (in *instrumentation) waiting(ctx context.Context, name string, delta int) 
 }
 
 // attrs returns the metric attributes of e: its mode, the outcome unless
-// empty, and the lock name if asked for.
+// empty, and the lock name if asked for. Without the name there are a few
+// sets only, made once.
 func (in *instrumentation) attrs(e *dlock.Event, outcome string) attribute.Set {
+	if !in.lockName {
+		key := setKey{e.Mode, outcome}
+		if set, ok := in.sets.Load(key); ok {
+			return set.(attribute.Set)
+		}
+		set := in.newSet(e, outcome)
+		in.sets.Store(key, set)
+		return set
+	}
+	return in.newSet(e, outcome)
+}
+
+type setKey struct{ mode, outcome string }
+
+func (in *instrumentation) newSet(e *dlock.Event, outcome string) attribute.Set {
 	kv := make([]attribute.KeyValue, 0, 3)
 	if e.Mode != "" {
 		kv = append(kv, ModeKey.String(e.Mode))

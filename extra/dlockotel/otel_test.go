@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -156,6 +157,40 @@ func TestSpansAreParentsOfRedisSpans(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The watchdog's extensions are root spans marked dlock.auto, with their
+// Redis commands as children.
+func TestWatchdogExtensionsAreRootSpans(t *testing.T) {
+	h := setup(t, nil, dlock.WithTTL(300*time.Millisecond))
+	l, err := h.c.Acquire(t.Context(), "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	var auto tracetest.SpanStub
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && auto.Name == ""; time.Sleep(20 * time.Millisecond) {
+		for _, s := range h.dlockSpans() {
+			if v, _ := attr(s.Attributes, dlockotel.AutoKey); s.Name == "dlock.extend" && v.AsBool() {
+				auto = s
+			}
+		}
+	}
+	if auto.Name == "" {
+		t.Fatal("no span of a watchdog's extension within 5s (TTL 300ms)")
+	}
+	if auto.Parent.IsValid() || outcome(auto) != "extended" {
+		t.Errorf("watchdog's extension: parent %v, outcome %q; want a root span, extended", auto.Parent.SpanID(), outcome(auto))
+	}
+	children := 0
+	for _, s := range h.spans.GetSpans() {
+		if s.Parent.SpanID() == auto.SpanContext.SpanID() {
+			children++
+		}
+	}
+	if children == 0 {
+		t.Error("the watchdog's extension has no go-redis child span")
 	}
 }
 
@@ -398,6 +433,38 @@ func TestWaiters(t *testing.T) {
 	}
 	if want := []string{"dlock.wait.begin", "dlock.wait.end"}; !slices.Equal(events, want) {
 		t.Errorf("events of the waiting acquisition = %q, want %q", events, want)
+	}
+}
+
+// Without options, Instrument reports to the global providers, even those
+// set after it was called.
+func TestInstrumentWithGlobalProviders(t *testing.T) {
+	leakcheck.Check(t)
+	c := dlocktest.NewClient(t)
+	if err := dlockotel.Instrument(c); err != nil {
+		t.Fatal(err)
+	}
+	spans, reader := tracetest.NewInMemoryExporter(), sdkmetric.NewManualReader()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	otel.SetTracerProvider(tp)
+	otel.SetMeterProvider(mp)
+	t.Cleanup(func() {
+		tp.Shutdown(context.Background())
+		mp.Shutdown(context.Background())
+	})
+	l, err := c.Acquire(t.Context(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(t.Context())
+	if got := len(spans.GetSpans()); got != 2 {
+		t.Errorf("%d spans through the global TracerProvider, want 2", got)
+	}
+	h := &harness{reader: reader}
+	hist := find(t, h.collect(t), "dlock.acquire.duration").Data.(metricdata.Histogram[float64])
+	if len(hist.DataPoints) != 1 || hist.DataPoints[0].Count != 1 {
+		t.Errorf("dlock.acquire.duration through the global MeterProvider = %+v, want one acquisition", hist.DataPoints)
 	}
 }
 
