@@ -85,7 +85,7 @@ type Collector struct {
 	c             *dlock.Client
 	acquire, hold *prometheus.HistogramVec
 
-	acquisitions, releases, errors, lost, extendFailed, waiters, calls, writes *prometheus.Desc
+	acquisitions, releases, failed, lost, extendFailed, waiters, calls, writes *prometheus.Desc
 }
 
 // NewCollector returns a Collector of c's metrics: the counters and the
@@ -125,7 +125,7 @@ func NewCollector(c *dlock.Client, opts ...Option) (*Collector, error) {
 	}, []string{"mode", "outcome"})
 	col.acquisitions = desc("acquisitions_total", "Acquisitions that took the lock (outcome acquired) or ended without it (not_acquired).", "outcome")
 	col.releases = desc("releases_total", "Releases of a lease that still held the lock.")
-	col.errors = desc("errors_total", "Acquisitions and releases that failed with an error from Redis.")
+	col.failed = desc("errors_total", "Acquisitions and releases that failed with an error from Redis.")
 	col.lost = desc("locks_lost_total", "Leases lost before their release.")
 	col.extendFailed = desc("extend_failures_total", "Extensions (the watchdog's and Extend's) that failed.")
 	col.waiters = desc("waiters", "Acquire calls waiting now for a lock that is taken.")
@@ -142,7 +142,7 @@ func NewCollector(c *dlock.Client, opts ...Option) (*Collector, error) {
 
 // Describe sends the descriptors of the Collector's metrics.
 func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{col.acquisitions, col.releases, col.errors, col.lost,
+	for _, d := range []*prometheus.Desc{col.acquisitions, col.releases, col.failed, col.lost,
 		col.extendFailed, col.waiters, col.calls, col.writes} {
 		ch <- d
 	}
@@ -159,7 +159,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(col.acquisitions, s.Acquired, outcomeAcquired)
 	counter(col.acquisitions, s.NotAcquired, outcomeNotAcquired)
 	counter(col.releases, s.Released)
-	counter(col.errors, s.Errors)
+	counter(col.failed, s.Errors)
 	counter(col.lost, s.Lost)
 	counter(col.extendFailed, s.ExtendFailed)
 	counter(col.calls, s.Calls)
