@@ -111,7 +111,9 @@
 // # Variants
 //
 // WithReentrant makes a Client's locks reentrant for an owner, given
-// explicitly with Client.Owner. NewRedlock holds locks on a majority of
+// explicitly with Client.Owner. Client.AcquireAll takes several names all
+// or nothing, in one global order so that overlapping sets cannot
+// deadlock, behind one MultiLock. NewRedlock holds locks on a majority of
 // independent Redis masters. WithReplicaAck makes acquisitions wait for replicas (WAIT)
 // under Sentinel. On a Redis Cluster, releases use sharded pub/sub.
 package dlock
