@@ -221,9 +221,10 @@ func WithReentrant(on bool) Option {
 // WAIT is not consensus, a replica that acknowledged may not be the one
 // promoted, and an acknowledged write can still be lost if the promoted
 // replica restarts without persistence. Keep timeout well under the
-// client's read timeout (3s by default). Not available on a Cluster client
-// or a quorum: New and NewRedlock refuse it there (ErrInvalid), for n > 0.
-// The default is no acknowledgement (n = 0).
+// client's read timeout (go-redis's default: 5s since v9.22, 3s before).
+// Not available on a Cluster client or a quorum: New and NewRedlock refuse
+// it there (ErrInvalid), for n > 0. The default is no acknowledgement
+// (n = 0).
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(o *options) {
 		if n < 0 || (n > 0 && timeout <= 0) {

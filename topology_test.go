@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redisserver"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -184,7 +185,8 @@ func sentinelField(v any, field, want string) bool {
 	return false
 }
 
-// startCluster builds a 3-master Cluster with redis-cli --cluster create.
+// startCluster builds a 3-master Cluster with redis-cli (or valkey-cli)
+// --cluster create.
 func startCluster(t *testing.T) ([]*redistest.Server, *redis.ClusterClient) {
 	t.Helper()
 	var nodes []*redistest.Server
@@ -197,8 +199,12 @@ func startCluster(t *testing.T) ([]*redistest.Server, *redis.ClusterClient) {
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	cli, err := redisserver.CLI() // redis-cli, or valkey-cli next to valkey-server
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s --cluster create: %v\n%s", cli, err, out)
 	}
 	ctx := t.Context()
 	if !waitFor(30*time.Second, func() bool {
