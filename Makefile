@@ -2,7 +2,7 @@
 GO ?= go
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: test demo bench compare lint redis torture
+.PHONY: test test-valkey demo bench compare lint redis torture
 
 # The test command: every package of the library, of the CLI, of the miniredis check and of the OpenTelemetry and
 # Prometheus adapters (modules of their own), under the race detector, against real redis-server processes.
@@ -12,6 +12,17 @@ test: redis
 	cd dlocktest/miniredis && $(GO) test $(TESTFLAGS) ./...
 	cd extra/dlockotel && $(GO) test $(TESTFLAGS) ./...
 	cd extra/dlockprom && $(GO) test $(TESTFLAGS) ./...
+
+# The root package's tests against Valkey instead of Redis, when a valkey-server is found: VALKEY_SERVER,
+# else valkey-server in PATH, else ../shared/bin/valkey-server. Skipped, with a message, when there is none.
+VALKEY_SERVER ?= $(or $(shell command -v valkey-server 2>/dev/null),$(abspath ../shared/bin/valkey-server))
+test-valkey: redis
+	@if [ -x "$(VALKEY_SERVER)" ]; then \
+		"$(VALKEY_SERVER)" --version && \
+		REDIS_SERVER="$(VALKEY_SERVER)" $(GO) test $(TESTFLAGS) . ; \
+	else \
+		echo "test-valkey: no valkey-server at $(VALKEY_SERVER) (set VALKEY_SERVER): skipped"; \
+	fi
 
 # The batch-dispatch demo on a private redis-server.
 demo: redis

@@ -217,7 +217,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 			c.release(ctx, l)
 		}
 	}()
-	ferr := fn(&heldContext{Context: fctx, l: l, cancel: cancel}, l)
+	ferr := fn(&heldContext{Context: fctx, held: l, cancel: cancel}, l)
 	finished = true
 	cancel(context.Canceled)
 	rerr := c.release(ctx, l)
@@ -242,19 +242,20 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 	return err
 }
 
-// heldContext is the context Do gives fn. Its Err and Done check the
-// lease's validity deadline themselves, so a loss is seen as soon as it is
-// due, not when the expiry timer's goroutine gets to run. (Contexts derived
-// from it learn of the loss from the timer, a moment later.)
+// heldContext is the context Do and DoAll give fn. Its Err and Done check
+// the leases' validity deadlines themselves (held's Err), so a loss is seen
+// as soon as it is due, not when the expiry timer's goroutine gets to run.
+// (Contexts derived from it learn of the loss from the timer, a moment
+// later.)
 type heldContext struct {
 	context.Context
-	l      *Lock
+	held   interface{ Err() error } // the Lock, or the MultiLock
 	cancel context.CancelCauseFunc
 }
 
 func (h *heldContext) check() {
 	if h.Context.Err() == nil {
-		if err := h.l.Err(); err != nil {
+		if err := h.held.Err(); err != nil {
 			h.cancel(err)
 		}
 	}

@@ -80,6 +80,13 @@
 // fence, and an empty restart loses it), as long as the servers' clocks do
 // not step back by more than that.
 //
+// Redis can also lose a lock by itself: a restart without persistence, a
+// failover to a replica that had not received it, or eviction. With a
+// maxmemory-policy other than noeviction (the default), a Redis that is
+// full evicts keys, and lock keys, which all have a TTL, are candidates
+// even for the volatile-* policies. Keep noeviction on the Redis (or
+// Valkey) that holds locks.
+//
 // # Keys
 //
 // A lock name N is kept at "dlock:{N}" (the prefix is set by WithPrefix): a
@@ -111,7 +118,9 @@
 // # Variants
 //
 // WithReentrant makes a Client's locks reentrant for an owner, given
-// explicitly with Client.Owner. NewRedlock holds locks on a majority of
+// explicitly with Client.Owner. Client.AcquireAll takes several names all
+// or nothing, in one global order so that overlapping sets cannot
+// deadlock, behind one MultiLock. NewRedlock holds locks on a majority of
 // independent Redis masters. WithReplicaAck makes acquisitions wait for replicas (WAIT)
 // under Sentinel. On a Redis Cluster, releases use sharded pub/sub.
 package dlock

@@ -222,11 +222,12 @@ func WithReentrant(on bool) Option {
 // WAIT is not consensus, a replica that acknowledged may not be the one
 // promoted, and an acknowledged write can still be lost if the promoted
 // replica restarts without persistence. Keep timeout well under the
-// client's read timeout. On a Cluster client the script and WAIT go to the
-// master that owns the lock's slot (a MOVED reply reloads the slot map and
-// tries again; an ASK, during a slot migration, fails the call). Not
-// available over a quorum: NewRedlock refuses it (ErrInvalid), for n > 0.
-// The default is no acknowledgement (n = 0).
+// client's read timeout (go-redis's default: 5s since v9.22, 3s before).
+// On a Cluster client the script and WAIT go to the master that owns the
+// lock's slot (a MOVED reply reloads the slot map and tries again; an ASK,
+// during a slot migration, fails the call). Not available over a quorum:
+// NewRedlock refuses it (ErrInvalid), for n > 0. The default is no
+// acknowledgement (n = 0).
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(o *options) {
 		if n < 0 || (n > 0 && timeout <= 0) {

@@ -92,7 +92,7 @@ func TestRedlockSurvivesMinorityLoss(t *testing.T) {
 }
 
 // A frozen node costs the per-node timeout, not the TTL or the client's
-// 3s read timeout.
+// read timeout (5s by default).
 func TestRedlockFrozenNodeCostsNodeTimeout(t *testing.T) {
 	srvs, nodes := startQuorum(t, 5)
 	ctx := t.Context()

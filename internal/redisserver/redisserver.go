@@ -29,6 +29,16 @@ import (
 // InstallHint says how to get redis-server when it is missing.
 const InstallHint = "redis-server was not found in PATH; install it (Debian/Ubuntu: apt-get install -y redis-server, macOS: brew install redis) or set REDIS_SERVER to its path"
 
+// ServerEnv names the environment variable that chooses the server binary
+// every test, benchmark and demo starts: a redis-server, or a
+// valkey-server (which takes the same flags, Sentinel mode included).
+// Unset, redis-server is looked up in PATH.
+const ServerEnv = "REDIS_SERVER"
+
+// CLIEnv names the environment variable that chooses the command-line
+// client used to build a Cluster (--cluster create); see [CLI].
+const CLIEnv = "REDIS_CLI"
+
 // startTimeout bounds how long a server may take to answer its first PING.
 const startTimeout = 10 * time.Second
 
@@ -71,11 +81,11 @@ type Server struct {
 	paused bool
 }
 
-// Binary returns the redis-server executable to run: $REDIS_SERVER, else
-// redis-server from PATH. It returns an error carrying [InstallHint] when
-// there is none.
+// Binary returns the server executable to run: $REDIS_SERVER (see
+// [ServerEnv]), else redis-server from PATH. It returns an error carrying
+// [InstallHint] when there is none.
 func Binary() (string, error) {
-	if p := os.Getenv("REDIS_SERVER"); p != "" {
+	if p := os.Getenv(ServerEnv); p != "" {
 		return p, nil
 	}
 	p, err := exec.LookPath("redis-server")
@@ -83,6 +93,43 @@ func Binary() (string, error) {
 		return "", errors.New(InstallHint)
 	}
 	return p, nil
+}
+
+// CLI returns the command-line client that goes with [Binary]: $REDIS_CLI
+// (see [CLIEnv]); else, when $REDIS_SERVER names a binary ending in
+// "-server" with a "-cli" next to it (valkey-server and valkey-cli), that
+// one; else redis-cli from PATH.
+func CLI() (string, error) {
+	if p := os.Getenv(CLIEnv); p != "" {
+		return p, nil
+	}
+	if srv := os.Getenv(ServerEnv); strings.HasSuffix(srv, "-server") {
+		cli := strings.TrimSuffix(srv, "-server") + "-cli"
+		if st, err := os.Stat(cli); err == nil && !st.IsDir() {
+			return cli, nil
+		}
+	}
+	p, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return "", fmt.Errorf("redis-cli was not found in PATH; install it (Debian/Ubuntu: apt-get install -y redis-tools) or set %s to its path", CLIEnv)
+	}
+	return p, nil
+}
+
+// Version returns the first line of the server binary's --version output,
+// e.g. "Redis server v=7.0.15 …" or "Valkey server v=8.1.0 …", to name the
+// server a run used.
+func Version() (string, error) {
+	bin, err := Binary()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", bin, err)
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line, nil
 }
 
 // Start starts a redis-server and waits until it answers PING. The caller

@@ -7,13 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlockio/dlock/internal/redisserver"
 )
 
 // StartCluster builds a Cluster of n masters, each with replicas replicas,
-// with redis-cli --cluster create, and waits until every node reports
-// cluster_state:ok and every replica's link to its master is up. It
-// returns the servers (the masters first); their addresses seed a
-// *redis.ClusterClient.
+// with redis-cli (or valkey-cli, see redisserver.CLI) --cluster create, and
+// waits until every node reports cluster_state:ok and every replica's link
+// to its master is up. It returns the servers (the masters first); their
+// addresses seed a *redis.ClusterClient.
 func StartCluster(tb testing.TB, n, replicas int) []*Server {
 	tb.Helper()
 	var nodes []*Server
@@ -26,8 +28,12 @@ func StartCluster(tb testing.TB, n, replicas int) []*Server {
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", fmt.Sprint(replicas), "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	cli, err := redisserver.CLI() // redis-cli, or the valkey-cli next to a valkey-server
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		tb.Fatalf("%s --cluster create: %v\n%s", cli, err, out)
 	}
 	ctx := context.Background()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {

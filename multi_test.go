@@ -1,0 +1,569 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// multiModes are the Clients a multi-lock must work with.
+var multiModes = []string{"unfair", "fair", "reentrant", "quorum"}
+
+// multiClients returns n Clients of mode, on one server (or, for "quorum",
+// on three), and a go-redis client where the test keeps its counters.
+func multiClients(t *testing.T, mode string, n int, opts ...dlock.Option) ([]*dlock.Client, *redis.Client) {
+	t.Helper()
+	_, rdb := setup(t)
+	var cs []*dlock.Client
+	for range n {
+		switch mode {
+		case "quorum":
+			if len(cs) == 0 {
+				var nodes []redis.UniversalClient
+				for range 3 {
+					nodes = append(nodes, redistest.Start(t).Client(t))
+				}
+				t.Cleanup(func() {
+					for _, n := range nodes {
+						n.Close()
+					}
+				})
+				opts = append(opts, dlock.WithNodeTimeout(200*time.Millisecond))
+				cs = append(cs, newRedlock(t, nodes, opts...))
+				continue
+			}
+			cs = append(cs, cs[0]) // (one quorum's nodes, shared)
+		default:
+			cs = append(cs, newClient(t, rdb, append([]dlock.Option{
+				dlock.WithFair(mode == "fair"), dlock.WithReentrant(mode == "reentrant")}, opts...)...))
+		}
+	}
+	return cs, rdb
+}
+
+// Goroutines of two Clients take random overlapping subsets of five names,
+// in random order, with AcquireAll, DoAll and TryAcquireAll, and do a
+// non-atomic read-modify-write of a counter per name while they hold it.
+// The ordered acquisition must never deadlock (every call has a deadline,
+// and the test fails if one runs out) and never let two holders of one name
+// in (overlaps counted, lost updates checked).
+func TestAcquireAllExcludesWithoutDeadlock(t *testing.T) {
+	for _, mode := range multiModes {
+		t.Run(mode, func(t *testing.T) { testAcquireAllExcludes(t, mode) })
+	}
+}
+
+func testAcquireAllExcludes(t *testing.T, mode string) {
+	const (
+		names      = 5
+		goroutines = 8 // per Client
+		rounds     = 20
+	)
+	cs, rdb := multiClients(t, mode, 2, dlock.WithTTL(2*time.Second))
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	var (
+		inside     [names]atomic.Int32
+		violations atomic.Int32
+		held       [names]atomic.Int32 // completed critical sections per name
+		wg         sync.WaitGroup
+	)
+	critical := func(ctx context.Context, set []int) error {
+		for _, i := range set {
+			if inside[i].Add(1) > 1 {
+				violations.Add(1)
+			}
+		}
+		for _, i := range set { // a lost update shows as a short count
+			key := fmt.Sprint("test:multi:", i)
+			v, err := rdb.Get(ctx, key).Int()
+			if err != nil && err != redis.Nil {
+				return err
+			}
+			time.Sleep(50 * time.Microsecond)
+			if err := rdb.Set(ctx, key, v+1, 0).Err(); err != nil {
+				return err
+			}
+			held[i].Add(1)
+		}
+		for _, i := range set {
+			inside[i].Add(-1)
+		}
+		return nil
+	}
+	errs := make(chan error, 2*goroutines)
+	for ci, c := range cs {
+		for g := range goroutines {
+			c := asOwner(t, c, fmt.Sprint("g", ci, "-", g))
+			rng := rand.New(rand.NewPCG(uint64(ci), uint64(g)))
+			wg.Go(func() {
+				for r := range rounds {
+					set := rng.Perm(names)[:2+rng.IntN(names-1)]
+					if err := multiRound(ctx, c, set, r%3, critical); err != nil {
+						errs <- fmt.Errorf("client %d goroutine %d round %d, names %v: %w", ci, g, r, set, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if v := violations.Load(); v != 0 {
+		t.Errorf("%d overlapping holders of one name, want 0", v)
+	}
+	for i := range names {
+		if got, _ := rdb.Get(t.Context(), fmt.Sprint("test:multi:", i)).Int(); int32(got) != held[i].Load() {
+			t.Errorf("counter of name %d = %d, want %d (lost updates)", i, got, held[i].Load())
+		}
+	}
+}
+
+// multiRound takes the names of set with AcquireAll (how 0), DoAll (1) or
+// TryAcquireAll (2; not finding them free is no error), and runs critical
+// while it holds them.
+func multiRound(ctx context.Context, c *dlock.Client, set []int, how int, critical func(context.Context, []int) error) error {
+	var names []string
+	for _, i := range set {
+		names = append(names, fmt.Sprint("m", i))
+	}
+	switch how {
+	case 1:
+		return c.DoAll(ctx, names, func(ctx context.Context, m *dlock.MultiLock) error { return critical(ctx, set) })
+	case 2:
+		m, err := c.TryAcquireAll(ctx, names...)
+		if errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := critical(ctx, set); err != nil {
+			return err
+		}
+		return m.Release(context.WithoutCancel(ctx))
+	}
+	m, err := c.AcquireAll(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("AcquireAll(%v) = %w (a deadlock?)", names, err)
+	}
+	if err := critical(ctx, set); err != nil {
+		return err
+	}
+	return m.Release(context.WithoutCancel(ctx))
+}
+
+// lockKeys returns the lock keys of names.
+func lockKeys(names ...string) []string {
+	var keys []string
+	for _, n := range names {
+		keys = append(keys, "dlock:{"+n+"}")
+	}
+	return keys
+}
+
+// When one name of the set is held by another, TryAcquireAll fails with an
+// error that names it, and leaves none of the others held: their lock keys
+// are gone (checked in Redis) and they are free for anyone at once.
+func TestTryAcquireAllIsAllOrNothing(t *testing.T) {
+	for _, mode := range multiModes {
+		t.Run(mode, func(t *testing.T) {
+			cs, rdb := multiClients(t, mode, 2)
+			c, other := cs[0], asOwner(t, cs[1], "other")
+			c = asOwner(t, c, "me")
+			ctx := t.Context()
+			blocker, err := other.TryAcquire(ctx, "c")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.TryAcquireAll(ctx, "d", "a", "c", "b")
+			if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(fmt.Sprint(err), `"c"`) {
+				t.Errorf("TryAcquireAll(d, a, c, b) with c held = %v, want ErrNotAcquired naming \"c\"", err)
+			}
+			if mode != "quorum" { // (a quorum's keys live on its nodes)
+				if n := liveKeys(ctx, rdb, lockKeys("a", "b", "d")...); n != 0 {
+					t.Errorf("after a failed TryAcquireAll: %d of the lock keys of a, b, d left, want 0", n)
+				}
+			}
+			for _, name := range []string{"a", "b", "d"} {
+				l, err := other.TryAcquire(ctx, name)
+				if err != nil {
+					t.Errorf("TryAcquire(%q) by another after the failed TryAcquireAll = %v, want it free", name, err)
+					continue
+				}
+				l.Release(ctx)
+			}
+			blocker.Release(ctx)
+			m, err := c.TryAcquireAll(ctx, "d", "a", "c", "b")
+			if err != nil {
+				t.Fatalf("TryAcquireAll(d, a, c, b), all free = %v", err)
+			}
+			if err := m.Release(ctx); err != nil {
+				t.Errorf("Release = %v", err)
+			}
+		})
+	}
+}
+
+// An AcquireAll waiting for one name of its set gives every other name back
+// when its context ends, leaves no queue entry behind, and returns an error
+// that names the name it waited for and matches ErrNotAcquired and the
+// context's error.
+func TestAcquireAllCancelledLeavesNothing(t *testing.T) {
+	for _, mode := range []string{"unfair", "fair"} {
+		t.Run(mode, func(t *testing.T) {
+			cs, rdb := multiClients(t, mode, 2)
+			c, other := cs[0], cs[1]
+			blocker, err := other.TryAcquire(t.Context(), "n2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer blocker.Release(t.Context())
+			ctx, cancel := context.WithCancel(t.Context())
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.AcquireAll(ctx, "n3", "n2", "n1")
+				errc <- err
+			}()
+			// Cancel once it holds n1 and waits for n2.
+			if !waitFor(5*time.Second, func() bool { return rdb.Exists(t.Context(), "dlock:{n1}").Val() == 1 }) {
+				t.Fatal("AcquireAll never took n1")
+			}
+			time.Sleep(50 * time.Millisecond)
+			cancel()
+			select {
+			case err = <-errc:
+			case <-time.After(5 * time.Second):
+				t.Fatal("AcquireAll did not return within 5s of its context's end")
+			}
+			if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) || !strings.Contains(fmt.Sprint(err), `"n2"`) {
+				t.Errorf("AcquireAll cancelled = %v, want ErrNotAcquired and context.Canceled, naming \"n2\"", err)
+			}
+			if n := liveKeys(t.Context(), rdb, append(lockKeys("n1", "n3"), "dlock:{n2}:q", "dlock:{n2}:qw")...); n != 0 {
+				t.Errorf("after a cancelled AcquireAll: %d lock or queue keys left, want 0", n)
+			}
+			if err := blocker.Err(); err != nil {
+				t.Errorf("the other holder of n2: Err() = %v, want nil", err)
+			}
+		})
+	}
+}
+
+// When one part's key disappears (deleted, or an operator's ForceRelease),
+// the MultiLock's Done closes and Err names that part; the other parts stay
+// held until Release, which reports the lost part and frees the rest.
+func TestMultiLockLossOfOnePart(t *testing.T) {
+	for _, how := range []string{"del", "force"} {
+		t.Run(how, func(t *testing.T) {
+			cs, rdb := multiClients(t, "fair", 1, dlock.WithTTL(300*time.Millisecond))
+			c := cs[0]
+			ctx := t.Context()
+			m, err := c.AcquireAll(ctx, "p1", "p2", "p3")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if how == "del" {
+				rdb.Del(ctx, "dlock:{p2}")
+			} else if ok, err := c.ForceRelease(ctx, "p2"); !ok || err != nil {
+				t.Fatalf("ForceRelease(p2) = %v, %v", ok, err)
+			}
+			if !closedWithin(m.Done(), 3*time.Second) {
+				t.Fatal("Done() still open 3s after a part was lost")
+			}
+			if err := m.Err(); !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), `"p2"`) {
+				t.Errorf("Err() = %v, want ErrNotHeld naming \"p2\"", err)
+			}
+			time.Sleep(400 * time.Millisecond) // over a TTL: the others are still extended
+			if n := liveKeys(ctx, rdb, lockKeys("p1", "p3")...); n != 2 {
+				t.Errorf("%d of p1, p3 held after p2 was lost, want 2 (held until Release)", n)
+			}
+			err = m.Release(ctx)
+			if !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), `"p2"`) {
+				t.Errorf("Release = %v, want ErrNotHeld naming \"p2\"", err)
+			}
+			if n := liveKeys(ctx, rdb, lockKeys("p1", "p2", "p3")...); n != 0 {
+				t.Errorf("%d lock keys left after Release, want 0", n)
+			}
+			if err := m.Release(ctx); err != nil {
+				t.Errorf("second Release = %v, want nil", err)
+			}
+			if err := m.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("Err() after Release = %v, want the loss (ErrNotHeld)", err)
+			}
+		})
+	}
+}
+
+// DoAll cancels fn's context, with a cause naming the lost part, when one
+// part is lost; it returns that loss and releases the other parts.
+func TestDoAllCancelsOnPartLoss(t *testing.T) {
+	cs, rdb := multiClients(t, "fair", 1, dlock.WithTTL(300*time.Millisecond))
+	c := cs[0]
+	ctx := t.Context()
+	var cause error
+	err := c.DoAll(ctx, []string{"x", "y"}, func(fctx context.Context, m *dlock.MultiLock) error {
+		rdb.Del(ctx, "dlock:{y}")
+		select {
+		case <-fctx.Done():
+			cause = context.Cause(fctx)
+		case <-time.After(3 * time.Second):
+			return errors.New("fn's context was not cancelled within 3s of the loss")
+		}
+		return nil
+	})
+	if !errors.Is(cause, dlock.ErrNotHeld) || !strings.Contains(fmt.Sprint(cause), `"y"`) {
+		t.Errorf("fn's context cause = %v, want ErrNotHeld naming \"y\"", cause)
+	}
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("DoAll = %v, want ErrNotHeld", err)
+	}
+	if n := liveKeys(ctx, rdb, lockKeys("x", "y")...); n != 0 {
+		t.Errorf("%d lock keys left after DoAll, want 0", n)
+	}
+}
+
+// DoAll releases every part when fn panics, and the panic goes on.
+func TestDoAllReleasesOnPanic(t *testing.T) {
+	cs, rdb := multiClients(t, "fair", 1)
+	ctx := t.Context()
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v, want the panic of fn", r)
+			}
+		}()
+		cs[0].DoAll(ctx, []string{"x", "y"}, func(context.Context, *dlock.MultiLock) error { panic("boom") })
+	}()
+	if n := liveKeys(ctx, rdb, lockKeys("x", "y")...); n != 0 {
+		t.Errorf("%d lock keys left after a panicking DoAll, want 0", n)
+	}
+}
+
+// Bad input is refused with ErrInvalid before anything is sent.
+func TestAcquireAllRefusesBadInput(t *testing.T) {
+	cs, rdb := multiClients(t, "fair", 1)
+	c := cs[0]
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name  string
+		names []string
+	}{
+		{"no names", nil},
+		{"duplicate", []string{"a", "b", "a"}},
+		{"empty name", []string{"a", ""}},
+		{"long name", []string{"a", strings.Repeat("x", dlock.MaxNameLen+1)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := c.AcquireAll(ctx, tc.names...); !errors.Is(err, dlock.ErrInvalid) {
+				t.Errorf("AcquireAll(%s) = %v, want ErrInvalid", tc.name, err)
+			}
+			if _, err := c.TryAcquireAll(ctx, tc.names...); !errors.Is(err, dlock.ErrInvalid) {
+				t.Errorf("TryAcquireAll(%s) = %v, want ErrInvalid", tc.name, err)
+			}
+			called := false
+			err := c.DoAll(ctx, tc.names, func(context.Context, *dlock.MultiLock) error { called = true; return nil })
+			if !errors.Is(err, dlock.ErrInvalid) || called {
+				t.Errorf("DoAll(%s) = %v (fn called: %v), want ErrInvalid and fn not called", tc.name, err, called)
+			}
+		})
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("%d keys in Redis after refused calls, want 0", n)
+	}
+}
+
+// The handle: Locks in the order given, a fence per part, ValidUntil the
+// earliest part's, Extend moving every part, and the released state.
+func TestMultiLockHandle(t *testing.T) {
+	cs, rdb := multiClients(t, "fair", 1, dlock.WithTTL(time.Second), dlock.WithAutoExtend(false))
+	ctx := t.Context()
+	m, err := cs[0].AcquireAll(ctx, "zeta", "alpha", "mid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Names(); fmt.Sprint(got) != "[zeta alpha mid]" {
+		t.Errorf("Names() = %v, want [zeta alpha mid]", got)
+	}
+	earliest := m.Locks()[0].ValidUntil()
+	for i, l := range m.Locks() {
+		if l.Name() != m.Names()[i] {
+			t.Errorf("Locks()[%d].Name() = %q, want %q", i, l.Name(), m.Names()[i])
+		}
+		if fenceOf(t, l) <= 0 {
+			t.Errorf("Fence of part %q not positive", l.Name())
+		}
+		if l.ValidUntil().Before(earliest) {
+			earliest = l.ValidUntil()
+		}
+	}
+	if !m.ValidUntil().Equal(earliest) {
+		t.Errorf("ValidUntil() = %v, want the earliest part's, %v", m.ValidUntil(), earliest)
+	}
+	if err := m.Extend(ctx, time.Millisecond); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Extend(1ms) = %v, want ErrInvalid", err)
+	}
+	before := m.ValidUntil()
+	if err := m.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatalf("Extend(10s) = %v", err)
+	}
+	if !m.ValidUntil().After(before.Add(5 * time.Second)) {
+		t.Errorf("ValidUntil() after Extend(10s) = %v, want about 9s later than %v", m.ValidUntil(), before)
+	}
+	for _, k := range lockKeys("zeta", "alpha", "mid") {
+		if pttl := rdb.PTTL(ctx, k).Val(); pttl < 5*time.Second {
+			t.Errorf("PTTL(%s) after Extend(10s) = %v, want about 10s", k, pttl)
+		}
+	}
+	select {
+	case <-m.Done():
+		t.Error("Done() closed while held")
+	default:
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+	if !closedWithin(m.Done(), 0) || m.Err() != dlock.ErrReleased {
+		t.Errorf("after Release: Err() = %v, want ErrReleased and Done closed", m.Err())
+	}
+	if err := m.Extend(ctx, time.Second); err != dlock.ErrReleased {
+		t.Errorf("Extend after Release = %v, want ErrReleased", err)
+	}
+	if n := liveKeys(ctx, rdb, lockKeys("zeta", "alpha", "mid")...); n != 0 {
+		t.Errorf("%d lock keys left after Release, want 0", n)
+	}
+}
+
+// Without auto-extend, an earlier part can run out while AcquireAll waits
+// for a later one: AcquireAll gives everything back, starts over, and
+// returns a set whose parts are all held.
+func TestAcquireAllStartsOverWhenAnEarlierPartRanOut(t *testing.T) {
+	var taken atomic.Int32 // acquisitions of s1
+	hooks := dlock.WithHooks(dlock.Hooks{Acquired: func(name string, _ time.Duration) {
+		if name == "s1" {
+			taken.Add(1)
+		}
+	}})
+	cs, rdb := multiClients(t, "fair", 1, dlock.WithTTL(time.Second), dlock.WithAutoExtend(false), hooks)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	// s2 is held for 1.5s: s1, taken first for a lease of 1s that is not
+	// extended, runs out while AcquireAll waits for s2.
+	blocker, err := newClient(t, rdb).TryAcquire(ctx, "s2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(1500*time.Millisecond, func() { blocker.Release(context.Background()) })
+	m, err := cs[0].AcquireAll(ctx, "s1", "s2")
+	if err != nil {
+		t.Fatalf("AcquireAll(s1, s2) = %v", err)
+	}
+	defer m.Release(ctx)
+	if err := m.Err(); err != nil {
+		t.Errorf("Err() = %v, want nil: every part held", err)
+	}
+	if n := taken.Load(); n != 2 {
+		t.Errorf("s1 taken %d times, want 2 (once more after it ran out)", n)
+	}
+	for _, l := range m.Locks() {
+		if got := rdb.Get(ctx, l.Key()).Val(); holderOf(got) != l.Token() {
+			t.Errorf("%s holds %q, want the part's token %q", l.Key(), got, l.Token())
+		}
+	}
+}
+
+// On a Cluster the parts of a set live in different slots, and on different
+// nodes (the acquisition is a sequence of per-slot steps); names that share
+// their text up to the first '}' share a slot. TryAcquireAll across slots
+// is still all or nothing.
+func TestClusterAcquireAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Redis Cluster")
+	}
+	leakcheck.Check(t)
+	_, cc := startCluster(t)
+	ctx := t.Context()
+	c := newClient(t, cc, dlock.WithTTL(time.Second))
+	names := []string{"c1", "c2", "c3", "c4", "c5", "c6"}
+	m, err := c.AcquireAll(ctx, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := map[int64]bool{}
+	for _, l := range m.Locks() {
+		slots[cc.ClusterKeySlot(ctx, l.Key()).Val()] = true
+		if got := cc.Get(ctx, l.Key()).Val(); holderOf(got) != l.Token() {
+			t.Errorf("%s holds %q, want the part's token", l.Key(), got)
+		}
+	}
+	if len(slots) < 2 {
+		t.Errorf("%d names in %d slots, want them spread", len(names), len(slots))
+	}
+	other := newClient(t, cc)
+	if _, err := other.TryAcquireAll(ctx, "c0", "c3", "c9"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquireAll(c0, c3, c9) with c3 held = %v, want ErrNotAcquired", err)
+	}
+	for _, k := range lockKeys("c0", "c9") {
+		if n := cc.Exists(ctx, k).Val(); n != 0 {
+			t.Errorf("%s left after a failed TryAcquireAll", k)
+		}
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+
+	tagged, err := c.AcquireAll(ctx, "{order:42}:items", "{order:42}:payment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tagged.Release(ctx)
+	ls := tagged.Locks()
+	if a, b := cc.ClusterKeySlot(ctx, ls[0].Key()).Val(), cc.ClusterKeySlot(ctx, ls[1].Key()).Val(); a != b {
+		t.Errorf("slots of %q and %q = %d, %d, want one slot", ls[0].Name(), ls[1].Name(), a, b)
+	}
+}
+
+// With a reentrant Client, a set re-enters the names its owner already
+// holds: releasing the set ends its own holds and leaves the outer one.
+func TestAcquireAllReentersOwnersHolds(t *testing.T) {
+	cs, rdb := multiClients(t, "reentrant", 1)
+	ctx := t.Context()
+	owner := asOwner(t, cs[0], "job-1")
+	outer, err := owner.Acquire(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := owner.TryAcquireAll(ctx, "r2", "r1")
+	if err != nil {
+		t.Fatalf("TryAcquireAll(r2, r1) by the owner of r1 = %v, want it to re-enter r1", err)
+	}
+	if _, err := asOwner(t, cs[0], "job-2").TryAcquireAll(ctx, "r0", "r1"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquireAll(r0, r1) by another owner = %v, want ErrNotAcquired", err)
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Errorf("Release of the set = %v", err)
+	}
+	if n := liveKeys(ctx, rdb, lockKeys("r1")...); n != 1 || outer.Err() != nil {
+		t.Errorf("after the set's release: r1 key count %d, outer Err() = %v; want the outer hold kept", n, outer.Err())
+	}
+	if n := liveKeys(ctx, rdb, lockKeys("r0", "r2")...); n != 0 {
+		t.Errorf("%d of r0, r2 left, want 0", n)
+	}
+	if err := outer.Release(ctx); err != nil {
+		t.Errorf("outer Release = %v", err)
+	}
+}
