@@ -49,7 +49,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 	case l == nil && ctx.Err() != nil:
 		return nil, gaveUp(ctx, name)
 	case l == nil:
-		return nil, notAcquired(name)
+		return nil, c.notAcquired(name)
 	}
 	c.acquired(name, time.Since(start))
 	return l, nil

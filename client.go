@@ -26,6 +26,9 @@ type Client struct {
 	id   string // this Client's instance ID, part of a reentrant owner's identity
 
 	owner string // reentrant: the owner its acquisitions are made for (Owner)
+
+	quorum  bool // made by NewRedlock
+	permits int  // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
 }
 
 // New returns a Client that keeps its locks in rdb: a *redis.Client, a
@@ -113,6 +116,7 @@ func (c *Client) prepare(name string) (*Lock, error) {
 		}
 		l.cl.Owner = c.id + "/" + owner
 	}
+	l.cl.Permits = c.permits
 	l.cl.SetToken(newToken())
 	return l, nil
 }

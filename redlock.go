@@ -40,8 +40,9 @@ import (
 // clocks agree to within a day. An acquire is one
 // round (a reentrant lock's, whose fence comes with its first hold, two).
 //
-// Fair waiting and reentrant locks are not available over a quorum: the
-// Client waits unfairly (with the backoff of WithBackoff).
+// Fair waiting, reentrant locks and semaphores are not available over a
+// quorum: the Client waits unfairly (with the backoff of WithBackoff), and
+// Client.Semaphore refuses it (see there why).
 //
 // NewRedlock checks its arguments, and a Client it returns is valid: no
 // nodes, a nil node, an invalid option, and an option that does not apply
@@ -81,7 +82,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 		ns = append(ns, n)
 		hubs = append(hubs, h)
 	}
-	return &Client{b: backend.NewQuorum(ns, o.nodeTimeout), hubs: hubs, opts: o, id: newToken()[:11]}, nil
+	return &Client{b: backend.NewQuorum(ns, o.nodeTimeout), hubs: hubs, opts: o, id: newToken()[:11], quorum: true}, nil
 }
 
 // WithNodeTimeout sets how long a quorum Client (NewRedlock) waits for each
