@@ -16,16 +16,16 @@ func (w *Worker) acquire(name, op string) {
 	ctx, cancel, dl := w.opCtx()
 	defer cancel()
 	own := w.owner()
-	c := w.client(own)
+	t := w.target(own, name)
 	inv := now()
 	var (
 		l   *dlock.Lock
 		err error
 	)
 	if op == OpAcquire {
-		l, err = c.Acquire(ctx, name)
+		l, err = t.Acquire(ctx)
 	} else {
-		l, err = c.TryAcquire(ctx, name)
+		l, err = t.TryAcquire(ctx)
 	}
 	e := Event{Name: name, Op: op, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err), DL: dl, Bound: w.lateBound()}
 	if l == nil {
@@ -135,12 +135,17 @@ func (w *Worker) selfCheck(h *handle) {
 		Fence: h.fence, Note: fmt.Sprintf("type=%s ttl=%v owners=%v", info.Type, info.TTL, info.Owners)})
 }
 
-// heldBy reports whether Inspect's answer names token (a plain lock) or
-// the reentrant owner own (owner ids are "<client id>/<owner>"; a worker's
-// owner names are unique) as a holder.
+// heldBy reports whether Inspect's answer names token (a plain lock, or a
+// semaphore's permit) or the reentrant owner own (owner ids are
+// "<client id>/<owner>"; a worker's owner names are unique) as a holder.
 func heldBy(info dlock.Info, token, own string) bool {
 	if info.Token == token {
 		return true
+	}
+	for _, p := range info.Permits {
+		if p.Token == token {
+			return true
+		}
 	}
 	for _, o := range info.Owners {
 		if (o.ID == token || own != "" && strings.HasSuffix(o.ID, "/"+own)) && o.Holds > 0 {
@@ -162,7 +167,7 @@ func (w *Worker) do(name string) {
 	var panicked any
 	err := func() (err error) {
 		defer func() { panicked = recover() }()
-		return w.client(own).Do(ctx, name, func(fctx context.Context, l *dlock.Lock) error {
+		return w.target(own, name).Do(ctx, func(fctx context.Context, l *dlock.Lock) error {
 			ret := now()
 			h := w.newHandle(l, own)
 			tok = l.Token()
