@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -67,7 +68,7 @@ type Semaphore struct {
 // scored by its deadline.
 //
 // It returns an error wrapping ErrInvalid for a bad name, for permits
-// below 1, and for a Client that cannot keep a semaphore: a reentrant
+// below 1 or above math.MaxInt32, and for a Client that cannot keep a semaphore: a reentrant
 // Client (WithReentrant: permits are not owned), and a quorum (NewRedlock).
 // Over a quorum a permit held on a majority of nodes would not bound the
 // count: with 3 nodes and 2 permits, three holders can each hold a permit
@@ -79,6 +80,8 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	switch {
 	case permits < 1:
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): need at least 1 permit", ErrInvalid, name, permits)
+	case permits > math.MaxInt32:
+		return nil, fmt.Errorf("%w: Semaphore(%q, %d): at most %d permits", ErrInvalid, name, permits, math.MaxInt32)
 	case c.quorum:
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): semaphores are not available over a quorum (NewRedlock)", ErrInvalid, name, permits)
 	case c.opts.reentrant:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -583,6 +584,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 	_, rdb := setup(t)
 	_, nodes := startQuorum(t, 3)
 	plain := newClient(t, rdb)
+	tooMany := int64(math.MaxInt32) + 1
 	for _, tc := range []struct {
 		name    string
 		c       *dlock.Client
@@ -591,6 +593,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 	}{
 		{"zero permits", plain, "s", 0},
 		{"negative permits", plain, "s", -1},
+		{"too many permits", plain, "s", int(tooMany)},
 		{"empty name", plain, "", 2},
 		{"name too long", plain, strings.Repeat("x", dlock.MaxNameLen+1), 2},
 		{"reentrant Client", newClient(t, rdb, dlock.WithReentrant(true)), "s", 2},
