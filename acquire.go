@@ -309,16 +309,17 @@ func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
 // long as what it ends could block others (a lease or queue entry lives for
 // max(TTL, 1s)), but no longer than undoRetryMax and at most undoTries
 // times. When ctx is done the caller waits only up to undoWait:
-// against a healthy Redis that is enough for the undo to finish, so a
-// process that closes its Redis client right after a cancelled Acquire
-// leaves nothing behind.
+// against a healthy Redis that is enough for the undo to finish. A process
+// that shuts down calls Drain before closing its Redis client, so that a
+// slower undo is not cut short.
 func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 	wait := undoTimeout
 	if ctx.Err() != nil {
 		wait = undoWait
 	}
 	first := make(chan struct{}) // closed when the first try is over
-	go c.undoUntil(cl, time.Now().Add(min(backend.QueueTTL(c.opts.ttl), undoRetryMax)), first)
+	deadline := time.Now().Add(min(backend.QueueTTL(c.opts.ttl), undoRetryMax))
+	c.bg.Go(func() { c.undoUntil(cl, deadline, first) })
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

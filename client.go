@@ -27,6 +27,8 @@ type Client struct {
 
 	owner string // reentrant: the owner its acquisitions are made for (Owner)
 
+	bg *backend.Tracker // clean-up left running in the background (undo); shared with Owner Clients
+
 	quorum  bool // made by NewRedlock
 	permits int  // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
 }
@@ -68,7 +70,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		o.fair = false
 	}
 	n, h := newNode(rdb, &o)
-	return &Client{b: n, hubs: []*pubsub.Hub{h}, opts: o, id: newToken()[:11]}, nil
+	return &Client{b: n, hubs: []*pubsub.Hub{h}, opts: o, id: newToken()[:11], bg: new(backend.Tracker)}, nil
 }
 
 // newNode returns the backend of one deployment reached through rdb, and
@@ -79,6 +81,24 @@ func newNode(rdb redis.UniversalClient, o *options) (backend.Node, *pubsub.Hub) 
 	n := backend.NewNode(rdb, backend.Config{Fair: o.fair, Reentrant: o.reentrant, Sharded: sharded,
 		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, TTL: o.ttl})
 	return n, pubsub.New(rdb, sharded)
+}
+
+// Drain waits until the clean-up the Client left running in the background
+// is over, or ctx ends (it returns ctx's error then): the undo of attempts
+// whose outcome was unknown (an Acquire whose context ended while its
+// request was in flight, or whose reply came too late), the release of a
+// Do whose fn panicked when Redis did not answer, and, over a quorum, the
+// node calls that were still going when a majority had decided. That work
+// ends by itself (bounded by max(TTL, 1s), at most 10 seconds); Drain is
+// for shutting down: call it after the last call on the Client (and on its
+// Owner Clients) returned and before closing the go-redis clients, which
+// would cut it short and leave what it was undoing in Redis until it
+// expires. The Client stays usable.
+func (c *Client) Drain(ctx context.Context) error {
+	if err := c.bg.Wait(ctx); err != nil {
+		return err
+	}
+	return c.b.Drain(ctx)
 }
 
 // LeaseTime returns the lease time each acquisition asks for (WithTTL). A

@@ -261,6 +261,35 @@ func ExampleWithReplicaAck() {
 	defer l.Release(context.Background())
 }
 
+// At shutdown, drain the Client before closing the Redis client: an
+// acquisition cancelled while its request was in flight is undone in the
+// background, and closing the connection under it would leave the lock to
+// expire instead.
+func ExampleClient_Drain() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close() // runs after Drain
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Drain(ctx); err != nil {
+			log.Printf("background clean-up cut short: %v", err)
+		}
+	}()
+
+	err = c.Do(context.Background(), "jobs:compact", func(ctx context.Context, l *dlock.Lock) error {
+		fmt.Println("compacting under", l.Name())
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output: compacting under jobs:compact
+}
+
 func ExampleClient_Semaphore() {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
