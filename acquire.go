@@ -30,11 +30,18 @@ import (
 // reported as ErrNotAcquired: a lock that could have expired on arrival is
 // never handed out.
 func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
+	e, start := Event{Op: OpAcquire, Name: name, Try: true}, time.Now()
+	ctx = c.start(ctx, &e)
+	l, err := c.tryAcquire(ctx, name)
+	c.end(ctx, &e, start, err)
+	return l, err
+}
+
+func (c *Client) tryAcquire(ctx context.Context, name string) (*Lock, error) {
 	l, err := c.prepare(name)
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
 	l, _, err = c.attempt(ctx, l, false)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -51,7 +58,6 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 	case l == nil:
 		return nil, c.notAcquired(name)
 	}
-	c.acquired(name, time.Since(start))
 	return l, nil
 }
 
@@ -76,11 +82,18 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 // the lease every TTL/3 until Release or until the lock is lost (it holds no
 // goroutine between extensions).
 func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
+	e, start := Event{Op: OpAcquire, Name: name}, time.Now()
+	ctx = c.start(ctx, &e)
+	l, err := c.acquire(ctx, name)
+	c.end(ctx, &e, start, err)
+	return l, err
+}
+
+func (c *Client) acquire(ctx context.Context, name string) (*Lock, error) {
 	pending, err := c.prepare(name)
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
 	a := acquisition{c: c, ctx: ctx, l: pending, trustHandover: true}
 	l, err := a.run()
 	if err != nil {
@@ -95,7 +108,6 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
 		}
 		return nil, opError("acquire", name, err)
 	}
-	c.acquired(name, time.Since(start))
 	return l, nil
 }
 
@@ -136,6 +148,8 @@ func (a *acquisition) run() (*Lock, error) {
 			return l, err
 		}
 	}
+	a.c.waitingFor(a.ctx, a.l.name, +1)
+	defer a.c.waitingFor(a.ctx, a.l.name, -1)
 	timer := time.NewTimer(a.c.sleep(1, pttl))
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {

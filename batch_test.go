@@ -69,6 +69,9 @@ func TestStatsCountBatches(t *testing.T) {
 	if s := c.Stats(); s != (dlock.Stats{}) {
 		t.Fatalf("Stats of a new Client = %+v, want zero", s)
 	}
+	if _, err := c.TryAcquire(ctx, ""); err == nil {
+		t.Fatal("TryAcquire of an invalid name succeeded")
+	}
 	const goroutines, pairs = 32, 20
 	var wg sync.WaitGroup
 	for i := range goroutines {
@@ -91,6 +94,9 @@ func TestStatsCountBatches(t *testing.T) {
 	if want := uint64(2 * goroutines * pairs); s.Calls < want || s.Calls > want+2*goroutines {
 		t.Errorf("Calls = %d, want %d (+ at most a NOSCRIPT retry per goroutine and script)", s.Calls, want)
 	}
+	if s.Acquired != goroutines*pairs || s.Released != goroutines*pairs || s.NotAcquired+s.Lost+s.Errors+s.ExtendFailed != 0 {
+		t.Errorf("Stats = %+v, want %d acquired and released, nothing else", s, goroutines*pairs)
+	}
 	if s.Writes == 0 || s.Writes > s.Calls {
 		t.Errorf("Writes = %d with %d calls, want 1..calls", s.Writes, s.Calls)
 	}
@@ -102,7 +108,7 @@ func TestStatsCountBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Release(ctx)
-	if s := unbatched.Stats(); s != (dlock.Stats{}) {
-		t.Errorf("Stats without pipelining = %+v, want zero", s)
+	if s := unbatched.Stats(); s.Calls != 0 || s.Writes != 0 || s.Acquired != 1 || s.Released != 1 {
+		t.Errorf("Stats without pipelining = %+v, want no calls or writes counted, 1 acquired and released", s)
 	}
 }

@@ -27,10 +27,23 @@ type Client struct {
 
 	owner string // reentrant: the owner its acquisitions are made for (Owner)
 
-	bg *backend.Tracker // clean-up left running in the background (undo); shared with Owner Clients
+	bg   *backend.Tracker // clean-up left running in the background (undo); shared with Owner Clients
+	obs  *observers       // shared with Owner Clients
+	mode string           // for observers: "fair", "unfair", "reentrant", "quorum" or "semaphore"
 
-	quorum  bool // made by NewRedlock
-	permits int  // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
+	permits int // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
+}
+
+// newClient returns the Client of backend b and its hubs.
+func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, mode string) *Client {
+	c := &Client{b: b, hubs: hubs, opts: o, id: newToken()[:11], bg: new(backend.Tracker), obs: new(observers), mode: mode}
+	if h := o.hooks; h.Acquired != nil || h.Released != nil || h.Lost != nil {
+		c.obs.add(hooksObserver(o.hooks))
+	}
+	for _, ob := range o.observers {
+		c.obs.add(ob)
+	}
+	return c
 }
 
 // New returns a Client that keeps its locks in rdb: a *redis.Client, a
@@ -70,7 +83,14 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		o.fair = false
 	}
 	n, h := newNode(rdb, &o)
-	return &Client{b: n, hubs: []*pubsub.Hub{h}, opts: o, id: newToken()[:11], bg: new(backend.Tracker)}, nil
+	mode := "unfair"
+	switch {
+	case o.reentrant:
+		mode = "reentrant"
+	case o.fair:
+		mode = "fair"
+	}
+	return newClient(n, []*pubsub.Hub{h}, o, mode), nil
 }
 
 // newNode returns the backend of one deployment reached through rdb, and
@@ -104,12 +124,6 @@ func (c *Client) Drain(ctx context.Context) error {
 // LeaseTime returns the lease time each acquisition asks for (WithTTL). A
 // Lock's own remaining lease is Lock.TTL, which asks Redis.
 func (c *Client) LeaseTime() time.Duration { return c.opts.ttl }
-
-func (c *Client) acquired(name string, waited time.Duration) {
-	if f := c.opts.hooks.Acquired; f != nil {
-		f(name, waited)
-	}
-}
 
 // check validates a lock name and returns its keys.
 func (c *Client) check(name string) (backend.Keys, error) {

@@ -63,8 +63,8 @@ func (l *Lock) activate(fence int64, ttl time.Duration, validUntil time.Time) {
 		l.fence = fence
 		l.fenceMu.Unlock()
 	}
-	if l.c.opts.hooks.Lost != nil {
-		l.watchLocked() // the hook hears of an expiry when it happens
+	if l.c.obs.anyLost.Load() {
+		l.watchLocked() // an Observer hears of an expiry when it happens
 	}
 	if l.c.opts.autoExtend {
 		l.dog = time.AfterFunc(ttl/3, l.tick)
@@ -215,7 +215,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	return l.extend(ctx, ttl)
+	e, start := Event{Op: OpExtend, Name: l.name}, time.Now()
+	ctx = l.c.start(ctx, &e)
+	err := l.extend(ctx, ttl)
+	l.c.end(ctx, &e, start, err)
+	return err
 }
 
 // extend extends the lease to ttl (0: the lease time of the latest
@@ -284,6 +288,14 @@ func (l *Lock) setValidity(ttl time.Duration, until time.Time, onlyEarlier bool)
 // Pass a context that is not already cancelled, e.g.
 // context.WithoutCancel(ctx) in a defer.
 func (l *Lock) Release(ctx context.Context) error {
+	e, start := Event{Op: OpRelease, Name: l.name}, time.Now()
+	ctx = l.c.start(ctx, &e)
+	err := l.release(ctx, &e)
+	l.c.end(ctx, &e, start, err)
+	return err
+}
+
+func (l *Lock) release(ctx context.Context, e *Event) error {
 	l.relMu.Lock()
 	defer l.relMu.Unlock()
 	l.expire()
@@ -309,9 +321,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !ok {
 		return lost(l.name, "the lease had expired or was taken over before Release")
 	}
-	if f := l.c.opts.hooks.Released; f != nil {
-		f(l.name, time.Since(l.start))
-	}
+	e.Held = time.Since(l.start)
 	return nil
 }
 
@@ -337,9 +347,7 @@ func (l *Lock) lose(err error) {
 	}
 	l.finish(err)
 	l.mu.Unlock()
-	if f := l.c.opts.hooks.Lost; f != nil {
-		f(l.name, err)
-	}
+	l.c.lostLease(l, err)
 }
 
 // onSettled makes f be called with the Lock's error once it is settled

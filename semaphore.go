@@ -82,7 +82,7 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): need at least 1 permit", ErrInvalid, name, permits)
 	case permits > math.MaxInt32:
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): at most %d permits", ErrInvalid, name, permits, math.MaxInt32)
-	case c.quorum:
+	case c.mode == "quorum":
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): semaphores are not available over a quorum (NewRedlock)", ErrInvalid, name, permits)
 	case c.opts.reentrant:
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): a reentrant Client (WithReentrant) cannot keep a semaphore", ErrInvalid, name, permits)
@@ -90,6 +90,7 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	v := *c
 	v.opts.fair = true // a permit's waiters queue, whatever WithFair says
 	v.permits = permits
+	v.mode = "semaphore"
 	return &Semaphore{c: &v, name: name, permits: permits}, nil
 }
 

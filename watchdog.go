@@ -27,7 +27,10 @@ func (l *Lock) tick() {
 	// go-redis honours this deadline only with ContextTimeoutEnabled;
 	// either way the expiry is declared on time.
 	ctx, cancel := context.WithDeadline(context.Background(), validUntil)
+	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
+	ctx = l.c.start(ctx, &e)
 	err := l.extend(ctx, 0) // the lease time of the latest extension
+	l.c.end(ctx, &e, start, err)
 	cancel()
 	l.mu.Lock()
 	next := l.ttl / 3
