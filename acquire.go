@@ -56,7 +56,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string) (*Lock, error) {
 	case l == nil && ctx.Err() != nil:
 		return nil, gaveUp(ctx, name)
 	case l == nil:
-		return nil, notAcquired(name)
+		return nil, c.notAcquired(name)
 	}
 	return l, nil
 }

@@ -29,7 +29,9 @@ type Client struct {
 
 	bg   *backend.Tracker // clean-up left running in the background (undo); shared with Owner Clients
 	obs  *observers       // shared with Owner Clients
-	mode string           // for observers: "fair", "unfair", "reentrant" or "quorum"
+	mode string           // for observers: "fair", "unfair", "reentrant", "quorum" or "semaphore"
+
+	permits int // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
 }
 
 // newClient returns the Client of backend b and its hubs.
@@ -144,6 +146,7 @@ func (c *Client) prepare(name string) (*Lock, error) {
 		}
 		l.cl.Owner = c.id + "/" + owner
 	}
+	l.cl.Permits = c.permits
 	l.cl.SetToken(newToken())
 	return l, nil
 }

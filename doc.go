@@ -100,7 +100,11 @@
 // releases are announced on the pub/sub channel "dlock:{N}:ch". A reentrant
 // lock is a hash at "dlock:{N}" with the owner, the fence and one field per
 // hold (each hold is a lease with its own deadline and marker); the fair
-// queue lives at "dlock:{N}:q" and "dlock:{N}:qw". The braces make all of
+// queue lives at "dlock:{N}:q" and "dlock:{N}:qw". A semaphore (see
+// Semaphore) is a sorted set at "dlock:{N}": one member per permit, its
+// token, scored by its deadline (ms, Redis server clock), expiring with
+// the latest permit; each permit has a marker as a lease does, and its
+// waiters use the fair queue's keys. The braces make all of
 // them one Redis Cluster hash slot. Once a name is no longer locked, its
 // keys are gone within max(TTL, 1 minute).
 //
@@ -117,6 +121,8 @@
 //
 // # Variants
 //
+// Client.Semaphore returns a counting semaphore: at most N holders of a
+// name at once, each holding a permit that is a lease of its own (a *Lock).
 // WithReentrant makes a Client's locks reentrant for an owner, given
 // explicitly with Client.Owner. Client.AcquireAll takes several names all
 // or nothing, in one global order so that overlapping sets cannot

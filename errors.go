@@ -52,9 +52,14 @@ func opError(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 
-// notAcquired is the error of an attempt that found the lock taken.
-func notAcquired(name string) error {
-	return opError("acquire", name, backend.Because(ErrNotAcquired, "held by another owner"))
+// notAcquired is the error of an attempt that found the lock taken, or no
+// permit of a semaphore free for it.
+func (c *Client) notAcquired(name string) error {
+	why := "held by another owner"
+	if c.permits > 0 {
+		why = fmt.Sprintf("no permit free: %d or more held, or others waiting ahead", c.permits)
+	}
+	return opError("acquire", name, backend.Because(ErrNotAcquired, why))
 }
 
 // gaveUp is the error of an acquisition whose context ended before it took

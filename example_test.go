@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -287,4 +288,82 @@ func ExampleClient_Drain() {
 		log.Fatal(err)
 	}
 	// Output: compacting under jobs:compact
+}
+
+func ExampleClient_Semaphore() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := c.Semaphore("exports", 2) // at most two exports at once
+	if err != nil {
+		log.Fatal(err) // ErrInvalid: fewer than 1 permit, a quorum or reentrant Client
+	}
+
+	ctx := context.Background()
+	first, err := s.Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	second, err := s.Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx); errors.Is(err, dlock.ErrNotAcquired) {
+		fmt.Println("a third export must wait: both permits are held")
+	}
+	first.Release(ctx) // hands the permit to the first waiter, if any
+	third, err := s.TryAcquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	holders, _ := s.Holders(ctx)
+	fmt.Println("permits held after one release and a new acquire:", len(holders))
+	second.Release(ctx)
+	third.Release(ctx)
+	// Output:
+	// a third export must wait: both permits are held
+	// permits held after one release and a new acquire: 2
+}
+
+func ExampleSemaphore_Do() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := c.Semaphore("thumbnails", 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	var (
+		mu            sync.Mutex
+		running, most int
+		wg            sync.WaitGroup
+	)
+	for range 8 { // eight workers, three at a time
+		wg.Go(func() {
+			err := s.Do(context.Background(), func(ctx context.Context, l *dlock.Lock) error {
+				mu.Lock()
+				running++
+				most = max(most, running)
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond) // resize an image; ctx ends if the permit is lost
+				mu.Lock()
+				running--
+				mu.Unlock()
+				return ctx.Err()
+			})
+			if err != nil {
+				log.Print(err)
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Println("at most 3 workers at once:", most <= 3)
+	// Output: at most 3 workers at once: true
 }

@@ -49,7 +49,8 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 //
 //	contend: take the lock DLOCK_NAME DLOCK_ROUNDS times and do the critical
 //	         section of criticalSection each time;
-//	hold:    take the lock DLOCK_NAME, print "held", and sleep until killed;
+//	hold:    take the lock DLOCK_NAME (a permit of the semaphore DLOCK_NAME
+//	         if DLOCK_PERMITS is set), print "held", and sleep until killed;
 //	pausedo: run Do on DLOCK_NAME and report, after the test pauses the
 //	         process, whether fn's ctx knew of the loss ("lost") or not ("stale").
 func runHelper(mode string) int {
@@ -122,8 +123,17 @@ func runHelper(mode string) int {
 			return 1
 		}
 		return 0
-	case "hold":
-		if _, err := c.Acquire(ctx, name); err != nil {
+	case "hold": // with DLOCK_PERMITS set, a permit of the semaphore DLOCK_NAME
+		acquire := func(ctx context.Context) (*dlock.Lock, error) { return c.Acquire(ctx, name) }
+		if n, _ := strconv.Atoi(os.Getenv("DLOCK_PERMITS")); n > 0 {
+			s, err := c.Semaphore(name, n)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+			acquire = s.Acquire
+		}
+		if _, err := acquire(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

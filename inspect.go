@@ -15,7 +15,7 @@ type Info struct {
 	Name  string
 	Key   string        // the Redis key of the lock
 	Held  bool          // whether the key exists
-	Type  string        // the key's Redis type: "string" for a plain lock, "none" when free
+	Type  string        // the key's Redis type: "string" for a plain lock, "zset" for a semaphore, "none" when free
 	Token string        // the holder's owner token (plain locks)
 	TTL   time.Duration // the holder's remaining lease; -1 if the key has no expiry
 	Fence int64         // the last fencing token issued for the name, 0 if none
@@ -23,6 +23,9 @@ type Info struct {
 	// Owners are a reentrant lock's owners (one, unless the hash was
 	// written by hand) and their hold counts.
 	Owners []Owner
+	// Permits are a semaphore's live permits (Type "zset"), the soonest to
+	// end first; TTL is then the latest permit's.
+	Permits []Permit
 }
 
 // Owner is one owner of a reentrant lock.
@@ -36,6 +39,9 @@ func infoOf(name string, st backend.State) Info {
 	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence}
 	for _, o := range st.Owners {
 		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds))})
+	}
+	for _, p := range st.Permits {
+		info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left})
 	}
 	return info
 }
@@ -60,7 +66,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 // finds the token missing, and overlaps with the next holder until then.
 // It deletes only the holding it read (a re-sent request cannot delete the
 // next holder's lock) and only a dlock lock: a key of another kind gets
-// ErrWrongType. It reports whether a lock was deleted.
+// ErrWrongType. It reports whether a lock was deleted. On a semaphore it
+// ends every permit held, as long as they are still the permits it read,
+// and its waiters take them in queue order.
 func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	k, err := c.check(name)
 	if err != nil {

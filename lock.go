@@ -10,7 +10,8 @@ import (
 )
 
 // Lock is a held lease on one lock name, returned by Client.Acquire and
-// Client.TryAcquire. Its methods are safe for concurrent use.
+// Client.TryAcquire (or a permit of a Semaphore, returned by its Acquire
+// and TryAcquire). Its methods are safe for concurrent use.
 //
 // A Lock is held until Release, or until it is lost: its token disappeared
 // from Redis (it expired, or someone deleted or overwrote the key), or its

@@ -40,8 +40,9 @@ import (
 // clocks agree to within a day. An acquire is one
 // round (a reentrant lock's, whose fence comes with its first hold, two).
 //
-// Fair waiting and reentrant locks are not available over a quorum: the
-// Client waits unfairly (with the backoff of WithBackoff).
+// Fair waiting, reentrant locks and semaphores are not available over a
+// quorum: the Client waits unfairly (with the backoff of WithBackoff), and
+// Client.Semaphore refuses it (see there why).
 //
 // NewRedlock checks its arguments, and a Client it returns is valid: no
 // nodes, a nil node, an invalid option, and an option that does not apply

@@ -262,6 +262,52 @@ func TestCluster(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Errorf("waiter on the cluster = %v, want woken by the release", err)
 	}
+	clusterSemaphore(t, cc)
+}
+
+// clusterSemaphore checks a semaphore on the cluster: N permits and no
+// more, and a waiter handed a permit by a release over sharded pub/sub.
+func clusterSemaphore(t *testing.T, cc *redis.ClusterClient) {
+	ctx := t.Context()
+	s := newSemaphore(t, newClient(t, cc, dlock.WithTTL(time.Minute)), "pool", 2)
+	var held []*dlock.Lock
+	for range 2 {
+		l, err := s.TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("semaphore TryAcquire on the cluster = %v", err)
+		}
+		held = append(held, l)
+	}
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a third permit of 2 on the cluster = %v, want ErrNotAcquired", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second) // its timer: 20s
+		defer cancel()
+		l, err := newSemaphore(t, newClient(t, cc, dlock.WithTTL(time.Minute)), "pool", 2).Acquire(wctx)
+		if err == nil {
+			l.Release(ctx)
+		}
+		got <- err
+	}()
+	if !waitFor(5*time.Second, func() bool { return cc.LLen(ctx, "dlock:{pool}:q").Val() == 1 }) {
+		t.Fatal("semaphore waiter never queued")
+	}
+	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep
+	held[0].Release(ctx)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("semaphore waiter on the cluster = %v, want handed the released permit", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("semaphore waiter on the cluster not woken 5s after a release")
+	}
+	held[1].Release(ctx)
+	if n := cc.Exists(ctx, "dlock:{pool}", "dlock:{pool}:q", "dlock:{pool}:qw").Val(); n != 0 {
+		t.Errorf("%d semaphore keys left on the cluster after every permit was released", n)
+	}
 }
 
 // A slot holding a live lock moves to another node; the holder keeps

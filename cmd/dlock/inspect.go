@@ -122,14 +122,20 @@ func libError(err error) error {
 }
 
 type infoJSON struct {
-	Name   string      `json:"name"`
-	Key    string      `json:"key"`
-	Held   bool        `json:"held"`
-	Type   string      `json:"type"`
-	Token  string      `json:"token,omitempty"`
-	Owners []ownerJSON `json:"owners,omitempty"`
-	TTLMS  *int64      `json:"ttl_ms"` // null when free, -1 when held with no expiry
-	Fence  int64       `json:"fence"`
+	Name    string       `json:"name"`
+	Key     string       `json:"key"`
+	Held    bool         `json:"held"`
+	Type    string       `json:"type"`
+	Token   string       `json:"token,omitempty"`
+	Owners  []ownerJSON  `json:"owners,omitempty"`
+	Permits []permitJSON `json:"permits,omitempty"`
+	TTLMS   *int64       `json:"ttl_ms"` // null when free, -1 when held with no expiry
+	Fence   int64        `json:"fence"`
+}
+
+type permitJSON struct {
+	Token string `json:"token"`
+	TTLMS int64  `json:"ttl_ms"`
 }
 
 type ownerJSON struct {
@@ -161,6 +167,9 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 			for _, o := range in.Owners {
 				j.Owners = append(j.Owners, ownerJSON{o.ID, o.Holds})
 			}
+			for _, p := range in.Permits {
+				j.Permits = append(j.Permits, permitJSON{p.Token, p.TTL.Milliseconds()})
+			}
 			enc.Encode(j)
 		}
 		return exitOK
@@ -182,6 +191,13 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 		token := in.Token
 		for _, o := range in.Owners { // a reentrant lock: owner ×holds
 			token = strings.TrimSpace(fmt.Sprintf("%s %s×%d", token, o.ID, o.Holds))
+		}
+		if len(in.Permits) > 0 { // a semaphore: its permits' tokens
+			tokens := make([]string, len(in.Permits))
+			for i, p := range in.Permits {
+				tokens[i] = p.Token
+			}
+			token = fmt.Sprintf("%d permits: %s", len(tokens), strings.Join(tokens, " "))
 		}
 		if token == "" {
 			token = "-"

@@ -1,7 +1,8 @@
 // Command dlock runs commands under distributed locks kept in Redis,
 // inspects and clears locks, and runs the batch-dispatch demo.
 //
-//	dlock run [flags] NAME -- CMD [ARG...]   hold NAME while CMD runs (a distributed flock)
+//	dlock run [flags] NAME -- CMD [ARG...]   hold NAME while CMD runs (a distributed flock;
+//	                                         with -n N, at most N at once)
 //	dlock inspect [--json] NAME...           show holder, remaining TTL and fence
 //	dlock list [--json] [PATTERN]            list held locks (SCAN, never KEYS)
 //	dlock release --force NAME               delete a lock whoever holds it
@@ -14,7 +15,8 @@
 // argv in REDIS_URL, REDIS_PASSWORD or the file REDIS_PASSWORD_FILE names.
 //
 // Exit codes: 0 success (or, for run, the command's own status); 2 usage
-// error; 3 bad configuration (such as a malformed URL); 4 Redis unreachable
+// error; 3 bad configuration (such as a malformed URL, or a name held as
+// a lock and asked for as a semaphore, or the reverse); 4 Redis unreachable
 // or failing (for a quorum: too many nodes failed to reach a majority); 5
 // lock not acquired (held by another owner); 6 lock lost while the command
 // ran (it was terminated); 126 command not executable; 127 command not
@@ -155,7 +157,7 @@ func signalName(sig syscall.Signal) string {
 const usage = `usage: dlock COMMAND [flags] [args]
 
 commands:
-  run [flags] NAME -- CMD [ARG...]   hold the lock NAME while CMD runs
+  run [flags] NAME -- CMD [ARG...]   hold the lock NAME while CMD runs (-n N: at most N at once)
   inspect [--json] NAME...           show a lock's holder, remaining TTL and fence
   list [--json] [PATTERN]            list held locks whose names match PATTERN
   release --force NAME               delete a lock whoever holds it (operators only)

@@ -47,8 +47,13 @@ func TestMain(m *testing.M) {
 //	            sleep $SLEEP, remove it
 //	stubborn:   print "started", ignore SIGTERM, sleep a minute
 //	polite:     print "started", exit 0 on SIGTERM, else sleep a minute
+//	counted:    create a file of its own in $DIR, print "seen=K" with K the
+//	            files there (the commands running), sleep $SLEEP, count
+//	            again, remove its file; fail (exit 9) if K ever exceeds $N
 func child(mode string) int {
 	switch mode {
+	case "counted":
+		return countedChild()
 	case "env":
 		for _, k := range []string{"DLOCK_NAME", "DLOCK_KEY", "DLOCK_TOKEN", "DLOCK_FENCE"} {
 			fmt.Printf("%s=%s\n", k, os.Getenv(k))
@@ -86,6 +91,33 @@ func child(mode string) int {
 		}
 	}
 	return 100
+}
+
+// countedChild is the child mode "counted".
+func countedChild() int {
+	dir, limit := os.Getenv("DIR"), os.Getenv("N")
+	mine := filepath.Join(dir, strconv.Itoa(os.Getpid()))
+	if err := os.WriteFile(mine, nil, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.Remove(mine)
+	n, _ := strconv.Atoi(limit)
+	seen := 0
+	count := func() {
+		entries, _ := os.ReadDir(dir)
+		seen = max(seen, len(entries))
+	}
+	count()
+	d, _ := time.ParseDuration(os.Getenv("SLEEP"))
+	time.Sleep(d)
+	count()
+	fmt.Printf("seen=%d\n", seen)
+	if seen > n {
+		fmt.Fprintf(os.Stderr, "%d commands running at once, want at most %d\n", seen, n)
+		return 9
+	}
+	return 0
 }
 
 // dlockCmd returns the dlock binary (this test binary) run with args.

@@ -25,6 +25,14 @@ extended every ttl/3 while CMD runs. CMD gets DLOCK_NAME, DLOCK_KEY,
 DLOCK_TOKEN and DLOCK_FENCE in its environment (pass DLOCK_FENCE to the
 resource you protect).
 
+With -n N (N > 1), NAME is a semaphore: CMD runs holding one of its N
+permits, so that at most N commands run at once under NAME; waiters are
+served in arrival order. Everything below applies to the permit as to the
+lock. Every run of NAME should pass the same N: a permit is granted only
+while fewer than the requester's own N are held. A name is either a lock or
+a semaphore: while one kind is held, the other fails (exit 3). Not
+available over a quorum.
+
 CMD runs in a process group of its own, which is kept under the lock or
 stopped. SIGINT, SIGTERM and SIGHUP are forwarded to it; Ctrl-Z (SIGTSTP)
 stops it along with dlock, and SIGCONT continues both. If the lock is lost
@@ -40,7 +48,8 @@ nodes do not answer; nodes that fail later are waited out until --wait ends.
 
 exit status: CMD's (128+N if killed by signal N); 5 if the lock was not
 acquired (held by another owner, or lost before CMD started); 6 if it was
-lost while CMD ran; 2 usage; 3 configuration; 4 Redis unreachable, or too
+lost while CMD ran; 2 usage; 3 configuration (also: NAME is held as the
+other kind, lock or semaphore); 4 Redis unreachable, or too
 many quorum nodes failing to reach a majority (the message names them); 130
 (143 for SIGTERM) if interrupted while waiting for the lock; 126/127 CMD not
 executable/not found`
@@ -51,6 +60,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ttl := fs.Duration("ttl", dlock.DefaultTTL, "lease time; a holder that dies blocks others at most this long")
 	wait := waitFlag(fs)
 	grace := fs.Duration("grace", 10*time.Second, "time CMD has between SIGTERM and SIGKILL after the lock is lost, or after dlock dies (then no later than ttl/10 before the lease ends)")
+	permits := fs.Int("n", 1, "run at most `N` commands at once: hold one of N permits of the semaphore NAME; 1 holds the lock NAME")
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
@@ -68,6 +78,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *grace < 0:
 		fmt.Fprintln(stderr, "dlock run: --grace must not be negative")
 		return exitUsage
+	case *permits < 1:
+		fmt.Fprintf(stderr, "dlock run: -n %d: must be at least 1\n", *permits)
+		return exitUsage
 	}
 	if err := checkTTL(*ttl); err != nil {
 		fmt.Fprintf(stderr, "dlock run: %v\n", err)
@@ -82,7 +95,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer closeFn()
 
 	nodes := redactAll(redisURLs(to.urls))
-	l, err := acquireFor(ctx, c, name, *wait, nodes)
+	h := holdable{c: c, name: name}
+	if *permits > 1 {
+		if h.sem, err = c.Semaphore(name, *permits); err != nil {
+			fmt.Fprintf(stderr, "dlock run: -n %d: %v\n", *permits, strings.TrimPrefix(err.Error(), "dlock: "))
+			return exitUsage
+		}
+	}
+	l, err := acquireFor(ctx, h, *wait, nodes)
 	if err != nil {
 		return report(stderr, err)
 	}
@@ -153,26 +173,50 @@ func (w *waitValue) Set(s string) error {
 	return nil
 }
 
-// acquireFor takes name, waiting up to wait (0: once; negative: until ctx
+// holdable is what dlock run holds while CMD runs: the lock name, or (-n
+// above 1) a permit of the semaphore name.
+type holdable struct {
+	c    *dlock.Client
+	name string
+	sem  *dlock.Semaphore // nil: the lock
+}
+
+func (h holdable) tryAcquire(ctx context.Context) (*dlock.Lock, error) {
+	if h.sem != nil {
+		return h.sem.TryAcquire(ctx)
+	}
+	return h.c.TryAcquire(ctx, h.name)
+}
+
+func (h holdable) acquire(ctx context.Context) (*dlock.Lock, error) {
+	if h.sem != nil {
+		return h.sem.Acquire(ctx)
+	}
+	return h.c.Acquire(ctx, h.name)
+}
+
+// acquireFor takes h, waiting up to wait (0: once; negative: until ctx
 // ends); nodes names the Redis nodes, in order, for messages. The library
 // reports a quorum that failed as not acquired too (a QuorumError matches
 // ErrNotAcquired), and an interrupted wait as well; the exit codes tell
-// them apart: 5 only when the lock is held by another owner, 4 when nodes
-// failed, 128+N when a signal interrupted the wait.
-func acquireFor(ctx context.Context, c *dlock.Client, name string, wait time.Duration, nodes []string) (*dlock.Lock, error) {
+// them apart: 5 only when the lock is held by another owner (or every
+// permit is held), 4 when nodes failed, 128+N when a signal interrupted the
+// wait.
+func acquireFor(ctx context.Context, h holdable, wait time.Duration, nodes []string) (*dlock.Lock, error) {
 	var (
-		l   *dlock.Lock
-		err error
+		l    *dlock.Lock
+		err  error
+		name = h.name
 	)
 	switch {
 	case wait == 0:
-		l, err = c.TryAcquire(ctx, name)
+		l, err = h.tryAcquire(ctx)
 	case wait > 0:
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
-		l, err = c.Acquire(wctx, name)
+		l, err = h.acquire(wctx)
 	default:
-		l, err = c.Acquire(ctx, name)
+		l, err = h.acquire(ctx)
 	}
 	if err == nil {
 		return l, nil
@@ -193,6 +237,12 @@ func acquireFor(ctx context.Context, c *dlock.Client, name string, wait time.Dur
 		// reported as plain ErrNotAcquired.
 		return nil, fail(exitRedis, "lock %q: too many Redis nodes failed to reach a majority (%d of %d granted, %d needed): %s",
 			name, qe.Held, len(qe.Nodes), qe.Need, nodeFailures(qe, nodes))
+	case errors.Is(err, dlock.ErrWrongType):
+		// A name used as a lock and as a semaphore, or a key another
+		// program wrote: a configuration error, not Redis failing.
+		return nil, &cliError{code: exitConfig, err: err}
+	case errors.Is(err, dlock.ErrNotAcquired) && h.sem != nil:
+		return nil, fail(exitNotAcquired, "all %d permits of semaphore %q are held, or others wait ahead", h.sem.Permits(), name)
 	case errors.Is(err, dlock.ErrNotAcquired):
 		return nil, fail(exitNotAcquired, "lock %q is held by another owner", name)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -394,7 +395,7 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 	requirePass(t, srvs[2])
 	srvs[1].Kill()
 	for _, wait := range []time.Duration{0, 300 * time.Millisecond} {
-		l, err := acquireFor(ctx, c, "q", wait, names)
+		l, err := acquireFor(ctx, holdable{c: c, name: "q"}, wait, names)
 		if l != nil {
 			t.Fatal("acquired with 2 of 3 nodes failing")
 		}
@@ -408,7 +409,7 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 	// may be held (a split vote at worst). That is "held by another owner".
 	srvs[1].Restart()
 	srvs[1].Do(ctx, "SET", "dlock:{q}", "someone-else", "PX", 60000)
-	_, err = acquireFor(ctx, c, "q", 0, names)
+	_, err = acquireFor(ctx, holdable{c: c, name: "q"}, 0, names)
 	if ce, ok := err.(*cliError); !ok || ce.code != exitNotAcquired {
 		t.Errorf("acquireFor with one node held by another owner and one failing = %v, want exit %d", err, exitNotAcquired)
 	}
@@ -607,6 +608,100 @@ func TestSentinelAndClusterURLs(t *testing.T) {
 		code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + url}, "inspect", "a"))
 		if code != exitConfig || !strings.Contains(errOut, "redis+sentinel://") {
 			t.Errorf("dlock inspect over %s: exit %d, stderr %q; want %d and the URL shapes", url, code, errOut, exitConfig)
+		}
+	}
+}
+
+// dlock run -n N runs at most N commands at once: seven runs of a command
+// that counts the commands running (files in a directory), with -n 3,
+// never see more than 3 and do see 3; all succeed, and the semaphore is
+// empty afterwards. With every permit held, --wait 0 exits 5, naming the
+// semaphore; -n below 1, -n over a quorum, and a name held as the other
+// kind are refused.
+func TestRunSemaphore(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	const permits, runs = 3, 7
+	env := childEnv("counted", "REDIS_URL="+s.URL(), "DIR="+dir, "N="+strconv.Itoa(permits), "SLEEP=300ms")
+	type res struct {
+		code        int
+		out, stderr string
+	}
+	results := make(chan res, runs)
+	for range runs {
+		cmd := dlockCmd(t, env, "run", "-n", strconv.Itoa(permits), "--wait", "30s", "pool", "--", os.Args[0], childArg)
+		go func() {
+			code, out, e := result(t, cmd)
+			results <- res{code, out, e}
+		}()
+	}
+	most := 0
+	for range runs {
+		r := <-results
+		if r.code != 0 {
+			t.Errorf("dlock run -n %d: exit %d, want 0 (stdout %q, stderr %q)", permits, r.code, r.out, r.stderr)
+		}
+		var seen int
+		fmt.Sscanf(r.out, "seen=%d", &seen)
+		most = max(most, seen)
+	}
+	if most != permits {
+		t.Errorf("at most %d commands seen running at once, want %d (the semaphore's N)", most, permits)
+	}
+	if n := rdb.Exists(ctx, "dlock:{pool}", "dlock:{pool}:q", "dlock:{pool}:qw").Val(); n != 0 {
+		t.Errorf("%d semaphore or queue keys left after every run ended", n)
+	}
+
+	// Every permit held: --wait 0 is not acquired.
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := c.Semaphore("pool", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		l, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+	}
+	code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "pool"))
+	var in infoJSON
+	if err := json.Unmarshal([]byte(out), &in); code != 0 || err != nil || in.Type != "zset" || len(in.Permits) != 2 {
+		t.Errorf("inspect --json of a semaphore with 2 permits held = %d, %q, %q", code, out, errOut)
+	}
+	code, _, errOut = result(t, dlockCmd(t, env, "run", "-n", "2", "--wait", "0", "pool", "--", os.Args[0], childArg))
+	if code != exitNotAcquired || !strings.Contains(errOut, `all 2 permits of semaphore "pool" are held`) {
+		t.Errorf("dlock run -n 2 --wait 0 with both permits held: exit %d, stderr %q; want %d naming the semaphore", code, errOut, exitNotAcquired)
+	}
+	// The same name as a lock, and a lock's name as a semaphore.
+	code, _, errOut = result(t, dlockCmd(t, env, "run", "--wait", "0", "pool", "--", os.Args[0], childArg))
+	if code != exitConfig || !strings.Contains(errOut, "not a semaphore") && !strings.Contains(errOut, "another type") {
+		t.Errorf("dlock run (a lock) on a semaphore's name: exit %d, stderr %q; want %d", code, errOut, exitConfig)
+	}
+	rdb.Set(ctx, "dlock:{plain}", "someone-else", time.Minute)
+	code, _, errOut = result(t, dlockCmd(t, env, "run", "-n", "2", "plain", "--", os.Args[0], childArg))
+	if code != exitConfig || !strings.Contains(errOut, "not a semaphore") {
+		t.Errorf("dlock run -n 2 on a lock's name: exit %d, stderr %q; want %d", code, errOut, exitConfig)
+	}
+
+	_, args := quorumArgs(t, 3)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-n", "0", "x", "--", "true"}, "-n 0: must be at least 1"},
+		{[]string{"run", "-n", "-2", "x", "--", "true"}, "-n -2: must be at least 1"},
+		{append(append([]string{"run"}, args...), "-n", "2", "x", "--", "true"), "not available over a quorum"},
+	} {
+		code, _, errOut := result(t, dlockCmd(t, env, tc.args...))
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("dlock %q: exit %d, stderr %q; want %d, %q", tc.args, code, errOut, exitUsage, tc.want)
 		}
 	}
 }

@@ -52,6 +52,9 @@ type Claim struct {
 	Token string // the lease's token: the plain lock's value, or a reentrant hold's field
 	Owner string // reentrant: the owner id ("<client>/<owner>") that the hash names
 	Rev   string // the lease's marker key (see lib.lua), "<lock>:r:<token>"
+	// Permits > 0 makes the claim a permit of a semaphore whose holder asks
+	// with that N (see semaphore.go); 0 is a lock.
+	Permits int
 }
 
 // SetToken gives the claim a lease token, and with it a marker key. A token
@@ -322,6 +325,9 @@ func neverSent(err error) bool {
 }
 
 func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
+	if c.Permits > 0 {
+		return n.acquirePermit(ctx, c, ttl, queue)
+	}
 	if n.reentrant {
 		return n.acquireReentrant(ctx, c, ttl)
 	}
@@ -393,9 +399,12 @@ func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64
 		cmd  *redis.Cmd
 		acks int64
 	)
-	if n.reentrant {
+	switch {
+	case c.Permits > 0:
+		cmd, acks = n.acked(ctx, script.SemExtend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
+	case n.reentrant:
 		cmd, acks = n.acked(ctx, script.ExtendReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), seq)
-	} else {
+	default:
 		cmd, acks = n.acked(ctx, script.Extend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
 	}
 	v, err := cmd.Int64()
@@ -442,6 +451,9 @@ func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
 	var cmd *redis.Cmd
 	window := revokeWindow(n.ttl).Milliseconds()
 	switch {
+	case c.Permits > 0:
+		cmd = script.SemRelease.Run(ctx, n.rdb, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+			c.Token, c.Channel, n.pub, window, n.fenceMS)
 	case n.reentrant:
 		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
 	case n.fair:
@@ -486,6 +498,9 @@ func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
 	case "hash":
 		st.Held = true
 		st.Owners, st.Holding = reentrantOwners(v[4], now)
+	case "zset":
+		st.Held = true
+		st.Permits, st.Holding = permitsOf(v[4], now)
 	default:
 		st.Held = true
 	}
@@ -561,7 +576,7 @@ func (n Node) Undo(ctx context.Context, c *Claim) error {
 
 func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 	st, err := n.Inspect(ctx, k)
-	if err != nil || !st.Held {
+	if err != nil || !st.Held || (st.Type == "zset" && st.Holding == "") { // (a semaphore whose permits just ended)
 		return false, err
 	}
 	if st.Holding == "" {

@@ -16,6 +16,9 @@ type State struct {
 	// Owners are a reentrant lock's owners (one, unless the hash was
 	// written by hand) and their live holds.
 	Owners []Owner
+	// Permits are a semaphore's live permits (Type "zset"), the soonest
+	// to end first.
+	Permits []Hold
 }
 
 // Owner is one owner of a reentrant lock: "<client>/<owner>", and its live
@@ -25,17 +28,24 @@ type Owner struct {
 	Holds []Hold
 }
 
-// Hold is one live hold of a reentrant lock: its token and remaining lease.
+// Hold is one live hold of a reentrant lock, or one live permit of a
+// semaphore: its token and remaining lease.
 type Hold struct {
 	Token string
 	Left  time.Duration
 }
 
 // LeaseLeft returns how long the lease with token has left, and whether it
-// holds the lock (as its plain holder, or as a live reentrant hold).
+// holds the lock (as its plain holder, a live reentrant hold, or a live
+// permit of a semaphore).
 func (s State) LeaseLeft(token string) (time.Duration, bool) {
 	if s.Token == token {
 		return s.TTL, true
+	}
+	for _, p := range s.Permits {
+		if p.Token == token {
+			return p.Left, true
+		}
 	}
 	for _, o := range s.Owners {
 		for _, h := range o.Holds {

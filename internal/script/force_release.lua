@@ -4,8 +4,9 @@
 -- re-sent copy harmless: it cannot delete the next holder's lock. A key
 -- that is not a dlock lock is left alone.
 -- KEYS[1] lock key
--- ARGV[1] the holding: a plain lock's token, or a reentrant lock's
--- "<owner> <fence>"   ARGV[2] release channel
+-- ARGV[1] the holding: a plain lock's token, a reentrant lock's
+-- "<owner> <fence>", or a semaphore's live permits' tokens separated by
+-- spaces, in any order   ARGV[2] release channel
 -- ARGV[3] publish command: PUBLISH or SPUBLISH
 -- Returns 1 if the lock was deleted, 0 if it was not there (any more).
 -- Errors: WRONGTYPE if the key holds something else.
@@ -18,6 +19,18 @@ elseif kind == 'string' then
 elseif kind == 'hash' and redis.call('HEXISTS', KEYS[1], 'owner') == 1 then
   local h = redis.call('HMGET', KEYS[1], 'owner', 'fence')
   holding = h[1] .. ' ' .. (h[2] or '')
+elseif kind == 'zset' then -- a semaphore: the same live permits, as a set
+  holding = ARGV[1]
+  local n = 0
+  for token in string.gmatch(ARGV[1], '%S+') do
+    n = n + 1
+    if (tonumber(redis.call('ZSCORE', KEYS[1], token)) or 0) <= now_ms() then
+      holding = nil
+    end
+  end
+  if n == 0 or live_permits(KEYS[1], now_ms()) ~= n then
+    holding = nil
+  end
 else
   return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind .. ' that is not a dlock lock')
 end

@@ -4,8 +4,9 @@
 -- type ('none' when free), holder the token of a plain lock ('' for other
 -- types), pttl the remaining ms (-2 missing, -1 no expiry), fence the
 -- last fence issued within the fence window (0 if none), owners a reentrant lock's flat list of
--- hash fields and values (empty for other types), now the server's clock
--- in ms (a reentrant hold's deadline is on it).
+-- hash fields and values, or a semaphore's flat list of permit tokens and
+-- deadlines, soonest first (empty for other types), now the server's clock
+-- in ms (a reentrant hold's and a permit's deadline are on it).
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local holder = ''
 local owners = {}
@@ -13,6 +14,8 @@ if kind == 'string' then
   holder = redis.call('GET', KEYS[1])
 elseif kind == 'hash' then
   owners = redis.call('HGETALL', KEYS[1])
+elseif kind == 'zset' then
+  owners = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 end
 local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local t = redis.call('TIME')

@@ -20,6 +20,15 @@
 -- for (fence.lua) or a lock is handed to a fair waiter, and lives for the
 -- fence window after that.
 --
+-- A semaphore is a sorted set at the lock key: one member per permit, the
+-- permit's token, scored by its deadline (ms, server clock), with the key
+-- expiring at the latest deadline. A permit is held while its deadline is
+-- ahead of the server's clock; the scripts that count permits drop the
+-- others first, so a holder that died frees its permit at its deadline
+-- without anyone releasing it. Each permit is a lease with a marker key of
+-- its own, as a plain lock's. Its waiters queue as a fair lock's, with
+-- entries "deadline_ms:ttl_ms:permits": the N the waiter asked with.
+--
 -- now_ms() is the server's clock in ms.
 
 local function now_ms()
@@ -59,10 +68,14 @@ local function fence_type_reply()
 end
 
 -- holds reports whether id holds the lock at key: the lease's token of a
--- plain lock, or a reentrant lock's owner id.
+-- plain lock, a reentrant lock's owner id, or a live permit's token of a
+-- semaphore.
 local function holds(key, id)
-  if redis.call('TYPE', key)['ok'] == 'hash' then
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'hash' then
     return redis.call('HGET', key, 'owner') == id
+  elseif kind == 'zset' then -- a semaphore: id is a permit's token
+    return (tonumber(redis.call('ZSCORE', key, id)) or 0) > now_ms()
   end
   return redis.call('GET', key) == id
 end
@@ -132,4 +145,57 @@ local function superseded(key, seq, ttl_ms)
   end
   redis.call('SET', key, 'e' .. seq, 'PX', ttl_ms)
   return false
+end
+
+-- live_permits(key, now) drops the permits of the semaphore at key whose
+-- deadline has passed and returns how many are left.
+local function live_permits(key, now)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  return redis.call('ZCARD', key)
+end
+
+-- expire_with_last makes the semaphore at key expire with its latest
+-- permit (a key left without members is deleted by Redis).
+local function expire_with_last(key)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+  if last then
+    redis.call('PEXPIREAT', key, last)
+  end
+end
+
+-- serve_queue hands free permits of a semaphore to the live waiters at the
+-- head of its queue, in arrival order, as long as fewer permits are held
+-- than the head waiter's own N; waiters whose entry lapsed are dropped.
+-- k are the keys {semaphore, fence, queue, waiters}, a the arguments
+-- {channel, publish command, fence window ms}; now is the server's clock,
+-- held the live permits. Each grant lasts the waiter's TTL, comes with a
+-- fence (none if the fence key holds a foreign value) and is announced on
+-- the channel as "<token> <fence>". It stops at the waiter me, left
+-- queued, and returns the permits held now and the waiter left at the
+-- head: nil (nobody), me, or one that must wait for a permit.
+local function serve_queue(k, now, held, me, a)
+  while true do
+    local head = redis.call('LINDEX', k[3], 0)
+    if not head or head == me then
+      return held, head
+    end
+    local entry = redis.call('HGET', k[4], head)
+    local deadline, ttl, n = string.match(entry or '', '^(%d+):(%d+):(%d+)$')
+    if deadline and tonumber(deadline) > now then
+      if held >= tonumber(n) then
+        return held, head
+      end
+      redis.call('ZADD', k[1], now + tonumber(ttl), head)
+      expire_with_last(k[1])
+      held = held + 1
+      local fence = new_fence(k[2], a[3])
+      local msg = head
+      if fence then
+        msg = head .. ' ' .. string.format('%d', fence)
+      end
+      redis.call(a[2], a[1], msg)
+    end
+    redis.call('LPOP', k[3])
+    redis.call('HDEL', k[4], head)
+  end
 end

@@ -39,6 +39,12 @@ var (
 	raiseFenceSrc string
 	//go:embed fence.lua
 	fenceSrc string
+	//go:embed sem_acquire.lua
+	semAcquireSrc string
+	//go:embed sem_release.lua
+	semReleaseSrc string
+	//go:embed sem_extend.lua
+	semExtendSrc string
 )
 
 // The scripts, run with EVALSHA and a fallback to EVAL when the server's
@@ -59,6 +65,11 @@ var (
 	ExtendReentrant  = withLib(extendReentrantSrc)
 	RaiseFence       = withLib(raiseFenceSrc)
 	Fence            = withLib(fenceSrc)
+
+	// A semaphore's permits (see lib.lua); Fence serves them too.
+	SemAcquire = withLib(semAcquireSrc)
+	SemRelease = withLib(semReleaseSrc)
+	SemExtend  = withLib(semExtendSrc)
 )
 
 // withLib returns the script src preceded by the functions of lib.lua it

@@ -9,8 +9,8 @@ import (
 
 // Invariants, by the letter the failure messages and summaries use.
 var Invariants = []struct{ ID, What string }{
-	{"a", "no two holders of a name believe they hold it at once (outside exempt windows)"},
-	{"b", "fences strictly increase in acquisition order per name"},
+	{"a", "no two holders of a name (of a semaphore: no more than N) believe they hold it at once (outside exempt windows)"},
+	{"b", "fences strictly increase in acquisition order per name (of a semaphore: differ between permits)"},
 	{"c", "the Guard never accepts a write with a fence below one it accepted before"},
 	{"d", "liveness: contexts honoured, no waiter sleeps long through a free lock, freed locks acquirable, workers finish"},
 	{"e", "nothing left in Redis but fence keys and short-lived revocation markers"},
@@ -72,7 +72,13 @@ func (r *Report) Count(inv string) int {
 // Params describe the round a history comes from.
 type Params struct {
 	TTL time.Duration
+	// Permits is how many holders of a name may hold it at once: a
+	// semaphore's N; 0 or 1 for a lock.
+	Permits int
 }
+
+// semaphore reports whether the round's names are semaphores.
+func (p Params) semaphore() bool { return p.Permits > 1 }
 
 // Check runs every history invariant over a merged history (sorted by Inv).
 // Checks (e) and (f) that need Redis or the runtime are done by the
@@ -89,8 +95,12 @@ func Check(h []Event, p Params) *Report {
 			r.Ops[e.Op+":"+e.Res]++
 		}
 	}
-	checkOverlaps(h, ex, r)
-	checkFences(h, ex, r)
+	checkOverlaps(h, ex, p, r)
+	if p.semaphore() {
+		checkPermitFences(h, r)
+	} else {
+		checkFences(h, ex, r)
+	}
 	checkGuard(h, r)
 	checkLiveness(h, r)
 	checkFreeWaits(h, p, r)
@@ -156,14 +166,16 @@ func intervals(h []Event) []*interval {
 }
 
 // checkOverlaps is (a): critical sections of one name held by different
-// holders must not overlap. Nested reentrant holds share their owner.
-func checkOverlaps(h []Event, ex exempt, r *Report) {
+// holders must not overlap; of a semaphore, no more than its N may.
+// Nested reentrant holds share their owner.
+func checkOverlaps(h []Event, ex exempt, p Params, r *Report) {
 	ivs := intervals(h)
 	sort.Slice(ivs, func(i, j int) bool { return ivs[i].from < ivs[j].from })
 	active := map[string][]*interval{}
 	for _, iv := range ivs {
 		r.Checked["a"]++
 		keep := active[iv.name][:0]
+		var others []*interval // other holders inside when iv entered
 		for _, o := range active[iv.name] {
 			if o.to < iv.from {
 				continue
@@ -176,11 +188,33 @@ func checkOverlaps(h []Event, ex exempt, r *Report) {
 				r.Exempt++
 				continue
 			}
+			others = append(others, o)
+		}
+		active[iv.name] = append(keep, iv)
+		if p.semaphore() {
+			if len(others) >= p.Permits {
+				semOverlap(r, iv, others, p.Permits)
+			}
+			continue
+		}
+		for _, o := range others {
 			r.failCS("a", iv.name, iv.from, []string{iv.cs, o.cs}, "%s (%s fence %d) entered at %s while %s (%s fence %d) still believed it held until %s",
 				iv.cs, iv.w, iv.fence, ms(iv.from), o.cs, o.w, o.fence, ms(o.to))
 		}
-		active[iv.name] = append(keep, iv)
 	}
+}
+
+// semOverlap reports iv entering a semaphore's critical section while
+// others, at least its N, still believed they held a permit.
+func semOverlap(r *Report, iv *interval, others []*interval, permits int) {
+	cs := []string{iv.cs}
+	var desc []string
+	for _, o := range others {
+		cs = append(cs, o.cs)
+		desc = append(desc, fmt.Sprintf("%s (%s fence %d, until %s)", o.cs, o.w, o.fence, ms(o.to)))
+	}
+	r.failCS("a", iv.name, iv.from, cs, "%s (%s fence %d) entered at %s while %d other holders (N = %d) still believed they held a permit: %s",
+		iv.cs, iv.w, iv.fence, ms(iv.from), len(others), permits, strings.Join(desc, ", "))
 }
 
 // ms formats a unix-ns instant as seconds.milliseconds within its minute,
@@ -224,6 +258,25 @@ func checkFences(h []Event, ex exempt, r *Report) {
 		if e.Fence > t.fence {
 			last[e.Name] = top{e.Fence, holder(e), e.CS}
 		}
+	}
+}
+
+// checkPermitFences is (b) for a semaphore: permits held at once are not
+// ordered, but no two permits share a fence.
+func checkPermitFences(h []Event, r *Report) {
+	seen := map[string]map[int64]Event{}
+	for _, e := range acquisitions(h) {
+		if e.Fence == 0 {
+			continue
+		}
+		r.Checked["b"]++
+		if seen[e.Name] == nil {
+			seen[e.Name] = map[int64]Event{}
+		}
+		if o, ok := seen[e.Name][e.Fence]; ok && holder(o) != holder(e) {
+			r.failCS("b", e.Name, e.Ret, []string{e.CS, o.CS}, "%s got fence %d at %s, as %s did", e.CS, e.Fence, ms(e.Ret), o.CS)
+		}
+		seen[e.Name][e.Fence] = e
 	}
 }
 
@@ -346,7 +399,7 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 			// whether the failed call's script ran (and freed the lock).
 			first := !called[e.CS]
 			called[e.CS] = true
-			if e.Res == "ok" && first {
+			if e.Res == "ok" && first && !p.semaphore() { // (other permits come and go while one is held)
 				if b, ok := laterLease(acq, e); ok {
 					r.failCS("g", e.Name, e.Inv, []string{e.CS, b.CS}, "%s: Release returned nil, but %s (%s) acquired the lock with fence %d > %d at %s, before the release",
 						e.CS, b.CS, b.W, b.Fence, e.Fence, ms(b.Ret))

@@ -197,7 +197,17 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 			ctx, cancel := context.WithTimeout(context.Background(), bound+2*time.Second)
 			defer cancel()
 			e := Event{Name: name, Op: OpProbe, Inv: now(), Bound: int64(bound)}
-			l, err := c.Acquire(ctx, name)
+			var t target = lockName{c, name}
+			if cfg.Mode == ModeSemaphore {
+				s, err := c.Semaphore(name, SemPermits)
+				if err != nil {
+					e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
+					rec.Add(e)
+					return
+				}
+				t = s
+			}
+			l, err := t.Acquire(ctx)
 			e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
 			if l != nil {
 				e.Tok = l.Token()

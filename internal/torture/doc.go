@@ -1,7 +1,7 @@
 // Package torture is a model-based randomized fault checker for dlock: a
 // "torture test". TestTorture runs seeded rounds; each round picks a mode
 // (plain unfair, fair, reentrant with nested holds, Redlock over 3 or 5
-// nodes), drives several Clients — goroutines of the test process and
+// nodes, or semaphores of SemPermits permits), drives several Clients — goroutines of the test process and
 // worker processes (the test binary re-executed, see RunProcess) — through
 // random operations on a few lock names while an Injector breaks things,
 // then quiesces the system and checks the round's history.
@@ -40,17 +40,19 @@
 // # Invariants
 //
 //	(a) critical sections of one name under different owners never
-//	    overlap, except in the windows the docs allow: after a lock node
-//	    came back empty, until the longest lease granted before could have
-//	    run out (there (c) must still hold);
+//	    overlap (of a semaphore: no more than N of them at any instant),
+//	    except in the windows the docs allow: after a lock node came back
+//	    empty, until the longest lease granted before could have run out
+//	    (there (c) must still hold);
 //	(b) fences strictly increase in the order acquisitions returned (equal
-//	    only for a reentrant re-entry, same owner);
+//	    only for a reentrant re-entry, same owner); a semaphore's permits,
+//	    held at once, are not ordered: no two share a fence;
 //	(c) the Guard never accepts a write whose fence is below one it
 //	    accepted before;
 //	(d) liveness: a call returns within a bound of its context's end; no
 //	    Acquire or Do sleeps through a free lock (by the history: no lease
-//	    of any worker held or unexpired) for longer than 2s + TTL, outside
-//	    the faults that reach it (freewait.go); with every worker gone
+//	    of any worker held or unexpired; of a semaphore, fewer than N) for
+//	    longer than 2s + TTL, outside the faults that reach it (freewait.go); with every worker gone
 //	    (some killed while holding), each name is acquirable within
 //	    TTL-derived bounds; workers finish;
 //	(e) after the run and after the probe, Redis holds nothing under the
@@ -63,7 +65,8 @@
 //	    rounds; go-redis pools stay within their size;
 //	(g) lease accounting: ValidUntil never lies beyond the lease Redis
 //	    granted (acquire, Extend to a shorter TTL); Release does not return
-//	    nil after another holder took the lock with a higher fence; Release
+//	    nil after another holder took the lock with a higher fence (not
+//	    checked for a semaphore, whose permits come and go); Release
 //	    and Extend do not report ErrNotHeld while the lease was valid; the
 //	    owner's re-entry is granted while its outer hold is valid.
 //

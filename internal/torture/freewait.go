@@ -391,6 +391,11 @@ func checkFreeWaits(h []Event, p Params, r *Report) {
 	for _, l := range leases(h, p.TTL) {
 		byName[l.name] = append(byName[l.name], busy{from: l.from, to: l.to, first: l.cs, last: l.cs, lastLease: l.cs, lastLeaseTo: l.to})
 	}
+	if p.semaphore() { // a semaphore is busy while all its permits may be held
+		for name, ls := range byName {
+			byName[name] = saturated(ls, p.Permits)
+		}
+	}
 	lockFx := map[string][]window{} // per name, the fault windows that keep it from every waiter
 	for _, wt := range waits(h) {
 		ws, ok := lockFx[wt.name]
@@ -480,6 +485,41 @@ func covered(spans []busy, from, to int64) int64 {
 		}
 	}
 	return n
+}
+
+// saturated returns the stretches in which at least n of the lease spans
+// ls overlap: when every permit of a semaphore of N = n may have been
+// held. Each opens with the lease whose start made it n and ends with the
+// one whose end left fewer.
+func saturated(ls []busy, n int) []busy {
+	type edge struct {
+		at    int64
+		delta int
+		cs    string
+	}
+	var edges []edge
+	for _, l := range ls {
+		edges = append(edges, edge{l.from, 1, l.first}, edge{l.to, -1, l.first})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at != edges[j].at {
+			return edges[i].at < edges[j].at
+		}
+		return edges[i].delta > edges[j].delta // a start before an end at the same instant: spans that touch are joined
+	})
+	var out []busy
+	count := 0
+	for _, e := range edges {
+		count += e.delta
+		switch {
+		case e.delta > 0 && count == n:
+			out = append(out, busy{from: e.at, first: e.cs})
+		case e.delta < 0 && count == n-1:
+			b := &out[len(out)-1]
+			b.to, b.last, b.lastLease, b.lastLeaseTo = e.at, e.cs, e.cs, e.at
+		}
+	}
+	return out
 }
 
 // merged sorts a name's lease spans together with the fault windows and

@@ -16,16 +16,16 @@ func (w *Worker) acquire(name, op string) {
 	ctx, cancel, dl := w.opCtx()
 	defer cancel()
 	own := w.owner()
-	c := w.client(own)
+	t := w.target(own, name)
 	inv := now()
 	var (
 		l   *dlock.Lock
 		err error
 	)
 	if op == OpAcquire {
-		l, err = c.Acquire(ctx, name)
+		l, err = t.Acquire(ctx)
 	} else {
-		l, err = c.TryAcquire(ctx, name)
+		l, err = t.TryAcquire(ctx)
 	}
 	e := Event{Name: name, Op: op, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err), DL: dl, Bound: w.lateBound()}
 	if l == nil {
@@ -126,8 +126,8 @@ func (w *Worker) selfCheck(h *handle) {
 }
 
 // carries reports whether the lock name still carries the lease tok: a
-// plain lock as its token, a reentrant one (owner own) as the hold's own
-// field. Not the owner: other holds of it may legitimately be there — a
+// plain lock as its token, a semaphore as one of its permits, a reentrant
+// one (owner own) as the hold's own field. Not the owner: other holds of it may legitimately be there — a
 // stale handle waiting for its late release, or an attempt whose outcome
 // was unknown and whose undo runs in the background.
 func (w *Worker) carries(ctx context.Context, name, tok, own string) (bool, string, error) {
@@ -140,7 +140,11 @@ func (w *Worker) carries(ctx context.Context, name, tok, own string) (bool, stri
 		return err == nil, "hold field h:<token> = " + deadline, err
 	}
 	info, err := w.c.Inspect(ctx, name)
-	return err == nil && info.Token == tok, fmt.Sprintf("type=%s ttl=%v", info.Type, info.TTL), err
+	held := info.Token == tok
+	for _, p := range info.Permits {
+		held = held || p.Token == tok
+	}
+	return err == nil && held, fmt.Sprintf("type=%s ttl=%v", info.Type, info.TTL), err
 }
 
 // do runs Client.Do; fn does a critical section, sometimes nests (reentrant
@@ -155,7 +159,7 @@ func (w *Worker) do(name string) {
 	var panicked any
 	err := func() (err error) {
 		defer func() { panicked = recover() }()
-		return w.client(own).Do(ctx, name, func(fctx context.Context, l *dlock.Lock) error {
+		return w.target(own, name).Do(ctx, func(fctx context.Context, l *dlock.Lock) error {
 			ret := now()
 			h := w.newHandle(l, own)
 			tok = l.Token()

@@ -19,10 +19,24 @@ const (
 	ModeReentrant = "reentrant" // one node, WithReentrant(true), nested holds
 	ModeQuorum3   = "quorum3"   // NewRedlock over 3 nodes
 	ModeQuorum5   = "quorum5"   // NewRedlock over 5 nodes
+	ModeSemaphore = "semaphore" // one node, every name a semaphore of SemPermits permits
 )
 
 // Modes lists every mode, in the order rounds cycle through them.
-var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5}
+var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5, ModeSemaphore}
+
+// SemPermits is the N of every semaphore of a semaphore round: at most that
+// many holders of a name at once.
+const SemPermits = 2
+
+// Permits returns how many holders of a name a mode allows at once: 1 for
+// a lock, SemPermits for a semaphore.
+func Permits(mode string) int {
+	if mode == ModeSemaphore {
+		return SemPermits
+	}
+	return 1
+}
 
 // WorkerConfig is everything a worker needs; a worker process gets it as a
 // JSON file.
@@ -60,6 +74,7 @@ type Worker struct {
 	rdbs  []*redis.Client
 	grdb  *redis.Client
 	c     *dlock.Client
+	sems  map[string]*dlock.Semaphore // semaphore mode: the round's names
 	guard *dlock.Guard
 	rec   *Recorder
 	seq   int
@@ -123,6 +138,14 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	default:
 		w.c, err = dlock.New(nodes[0], append(common,
 			dlock.WithFair(cfg.Mode == ModeFair), dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
+	}
+	if err == nil && cfg.Mode == ModeSemaphore {
+		w.sems = map[string]*dlock.Semaphore{}
+		for _, name := range cfg.Names {
+			if w.sems[name], err = w.c.Semaphore(name, SemPermits); err != nil {
+				break
+			}
+		}
 	}
 	if err != nil {
 		for _, rdb := range w.rdbs {
@@ -233,6 +256,38 @@ func (w *Worker) client(own string) *dlock.Client {
 		panic(err) // the worker's Client is reentrant whenever it names an owner
 	}
 	return c
+}
+
+// target is what an acquisition takes: a lock name through a Client, or a
+// permit of a semaphore.
+type target interface {
+	Acquire(ctx context.Context) (*dlock.Lock, error)
+	TryAcquire(ctx context.Context) (*dlock.Lock, error)
+	Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error
+}
+
+// lockName is the lock name through the Client c.
+type lockName struct {
+	c    *dlock.Client
+	name string
+}
+
+func (n lockName) Acquire(ctx context.Context) (*dlock.Lock, error) { return n.c.Acquire(ctx, n.name) }
+func (n lockName) TryAcquire(ctx context.Context) (*dlock.Lock, error) {
+	return n.c.TryAcquire(ctx, n.name)
+}
+func (n lockName) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
+	return n.c.Do(ctx, n.name, fn)
+}
+
+// target returns what an acquisition of name for own takes: a permit of
+// the name's semaphore (semaphore mode), or the lock through the owner's
+// Client.
+func (w *Worker) target(own, name string) target {
+	if s := w.sems[name]; s != nil {
+		return s
+	}
+	return lockName{w.client(own), name}
 }
 
 // opCtx returns a context for one acquisition: a short or a generous

@@ -1,0 +1,68 @@
+package torture
+
+import (
+	"sort"
+	"testing"
+	"time"
+)
+
+// The checks of a semaphore round, on small hand-made histories: (a)
+// allows N holders at once and no more, (b) wants distinct fences, not
+// ordered ones, and (d) counts a semaphore free while fewer than N of its
+// leases may be held.
+func TestSemaphoreChecks(t *testing.T) {
+	const ttl = time.Second
+	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	at := func(ms int) int64 { return base + int64(ms)*int64(time.Millisecond) }
+	cfg := func(w string) Event { return Event{W: w, Op: OpConfig, Inv: at(-10), Note: "auto=true"} }
+	inside := func(w, cs string, fence int64, from, to int) []Event { // a critical section
+		return []Event{
+			{W: w, Name: "n0", Op: OpEnter, Inv: at(from), CS: cs, Tok: cs, Fence: fence, Held: true},
+			{W: w, Name: "n0", Op: OpExit, Inv: at(to), CS: cs, Tok: cs, Fence: fence, Held: true},
+		}
+	}
+	acquired := func(w, cs string, fence int64, inv int) Event { // auto-extended, never released
+		return Event{W: w, Name: "n0", Op: OpAcquire, Inv: at(inv), Ret: at(inv + 5), Res: "ok", CS: cs, Tok: cs,
+			Fence: fence, VU: at(inv) + int64(ttl)}
+	}
+	waiter := Event{W: "g9", Name: "n0", Op: OpAcquire, Inv: at(50), Ret: at(6005), DL: at(6000), Bound: int64(time.Second), Res: "notacq"}
+	cases := []struct {
+		name    string
+		permits int
+		h       [][]Event
+		fails   map[string]bool // the invariants violated
+	}{
+		{"two holders of a lock", 1, [][]Event{inside("g0", "a", 1, 0, 100), inside("g1", "b", 2, 50, 150)},
+			map[string]bool{"a": true}},
+		{"two holders of a semaphore of 2", 2, [][]Event{inside("g0", "a", 1, 0, 100), inside("g1", "b", 2, 50, 150)},
+			map[string]bool{}},
+		{"three holders of a semaphore of 2", 2, [][]Event{inside("g0", "a", 1, 0, 100), inside("g1", "b", 2, 50, 150),
+			inside("g2", "c", 3, 80, 200)}, map[string]bool{"a": true}},
+		{"three in turn, two at a time", 2, [][]Event{inside("g0", "a", 1, 0, 100), inside("g1", "b", 2, 50, 150),
+			inside("g2", "c", 3, 120, 200)}, map[string]bool{}},
+		{"two permits with one fence", 2, [][]Event{{acquired("g0", "a", 7, 0), acquired("g1", "b", 7, 10)}},
+			map[string]bool{"b": true}},
+		{"fences out of acquisition order", 2, [][]Event{{acquired("g0", "a", 8, 0), acquired("g1", "b", 7, 10)}},
+			map[string]bool{}},
+		{"a permit free while a waiter sleeps", 2, [][]Event{{cfg("g0"), cfg("g9"), acquired("g0", "a", 1, 0), waiter}},
+			map[string]bool{"d": true}},
+		{"both permits held while a waiter sleeps", 2, [][]Event{{cfg("g0"), cfg("g1"), cfg("g9"), acquired("g0", "a", 1, 0),
+			acquired("g1", "b", 2, 10), waiter}}, map[string]bool{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var h []Event
+			for _, es := range c.h {
+				h = append(h, es...)
+			}
+			sort.SliceStable(h, func(i, j int) bool { return h[i].Inv < h[j].Inv })
+			r := Check(h, Params{TTL: ttl, Permits: c.permits})
+			for _, inv := range []string{"a", "b", "d"} {
+				want := c.fails[inv]
+				if got := r.Count(inv) > 0; got != want {
+					t.Errorf("(%s) violated: %v, want %v: %+v", inv, got, want, r.Violations)
+				}
+			}
+		})
+	}
+}
