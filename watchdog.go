@@ -34,8 +34,8 @@ func (l *Lock) tick() {
 	l.mu.Unlock()
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased):
-		return
+	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased), errors.Is(err, ErrMaxHold):
+		return // (at the max hold, the expiry timer ends the lease)
 	default:
 		// Redis did not answer: try again a few times before the validity
 		// runs out.
