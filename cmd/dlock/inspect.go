@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,7 +15,7 @@ import (
 )
 
 func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("inspect", stderr, "inspect [flags] NAME...\n\nShows each lock's holder token, remaining TTL and last fence.")
+	fs := newFlagSet("inspect", stderr, "inspect [flags] NAME...\n\nShows each lock's holder token and metadata (hostname:pid by default), remaining\nTTL and last fence.")
 	to := targetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per lock")
 	names, code := parseMixed(fs, args)
@@ -125,30 +126,33 @@ type infoJSON struct {
 	Held   bool        `json:"held"`
 	Type   string      `json:"type"`
 	Token  string      `json:"token,omitempty"`
+	Meta   string      `json:"meta,omitempty"`
 	Owners []ownerJSON `json:"owners,omitempty"`
 	TTLMS  int64       `json:"ttl_ms"`
 	Fence  int64       `json:"fence"`
 }
 
 type ownerJSON struct {
-	ID    string `json:"id"`
-	Holds int64  `json:"holds"`
+	ID    string   `json:"id"`
+	Holds int64    `json:"holds"`
+	Meta  []string `json:"meta,omitempty"`
 }
 
 func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		for _, in := range infos {
-			j := infoJSON{Name: in.Name, Key: in.Key, Held: in.Held, Type: in.Type, Token: in.Token, TTLMS: in.TTL.Milliseconds(), Fence: in.Fence}
+			j := infoJSON{Name: in.Name, Key: in.Key, Held: in.Held, Type: in.Type, Token: in.Token, Meta: in.Meta,
+				TTLMS: in.TTL.Milliseconds(), Fence: in.Fence}
 			for _, o := range in.Owners {
-				j.Owners = append(j.Owners, ownerJSON{o.ID, o.Holds})
+				j.Owners = append(j.Owners, ownerJSON{o.ID, o.Holds, o.Meta})
 			}
 			enc.Encode(j)
 		}
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHELD\tTTL\tFENCE\tHOLDER")
+	fmt.Fprintln(tw, "NAME\tHELD\tTTL\tFENCE\tMETA\tHOLDER")
 	for _, in := range infos {
 		ttl := "-"
 		switch {
@@ -168,8 +172,20 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 		if token == "" {
 			token = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", in.Name, held, ttl, in.Fence, token)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", in.Name, held, ttl, in.Fence, metaColumn(in.Meta), token)
 	}
 	tw.Flush()
 	return exitOK
+}
+
+// metaColumn shows holder metadata in a column: "-" for none, quoted if it
+// holds a space or a quote, which would blur the columns.
+func metaColumn(meta string) string {
+	switch {
+	case meta == "":
+		return "-"
+	case strings.ContainsAny(meta, " \t\"") || !strconv.CanBackquote(meta):
+		return strconv.Quote(meta)
+	}
+	return meta
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
 )
@@ -35,12 +37,21 @@ ttl/10 before the lease ends, when another dlock could take the lock; if
 dlock is stopped or frozen and the lease comes within ttl/10 of its end
 unextended, the group is stopped with SIGSTOP.
 
+With --max-hold D, CMD may hold the lock for D at most: it is terminated as
+on a lost lock (SIGTERM, then SIGKILL after --grace) when the lock reaches
+its max hold — ttl/10 before it, when the guardian would otherwise stop CMD
+for want of an extension — and the lock is released at D, so that a waiter
+takes it at once.
+
+The lock's holder metadata (--meta, "hostname:pid" of dlock by default) is
+what 'dlock inspect' shows, and what a run that finds the lock held prints.
+
 Over a quorum (--redis repeated), dlock exits 4 at once if a majority of the
 nodes do not answer; nodes that fail later are waited out until --wait ends.
 
 exit status: CMD's (128+N if killed by signal N); 5 if the lock was not
 acquired (held by another owner, or lost before CMD started); 6 if it was
-lost while CMD ran; 2 usage; 3 configuration; 4 Redis unreachable, or too
+lost, or reached --max-hold, while CMD ran; 2 usage; 3 configuration; 4 Redis unreachable, or too
 many quorum nodes failing to reach a majority (the message names them); 130
 (143 for SIGTERM) if interrupted while waiting for the lock; 126/127 CMD not
 executable/not found`
@@ -51,9 +62,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ttl := fs.Duration("ttl", dlock.DefaultTTL, "lease time; a holder that dies blocks others at most this long")
 	wait := waitFlag(fs)
 	grace := fs.Duration("grace", 10*time.Second, "time CMD has between SIGTERM and SIGKILL after the lock is lost, or after dlock dies (then no later than ttl/10 before the lease ends)")
+	maxHold := fs.Duration("max-hold", 0, "the longest CMD may hold the lock: then it is terminated as on a lost lock and the lock released (0: no limit)")
+	meta := fs.String("meta", "", "the holder `metadata` that 'dlock inspect' shows (default hostname:pid)")
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
+	metaSet := false
+	fs.Visit(func(f *flag.Flag) { metaSet = metaSet || f.Name == "meta" })
 	rest := fs.Args()
 	switch {
 	case len(rest) == 0:
@@ -73,9 +88,21 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dlock run: %v\n", err)
 		return exitUsage
 	}
+	if err := checkMaxHold(*maxHold, *ttl); err != nil {
+		fmt.Fprintf(stderr, "dlock run: %v\n", err)
+		return exitUsage
+	}
+	if err := checkMeta(*meta); metaSet && err != nil {
+		fmt.Fprintf(stderr, "dlock run: %v\n", err)
+		return exitUsage
+	}
 	name, argv := rest[0], rest[2:]
 
-	c, closeFn, err := to.client(ctx, dlock.WithTTL(*ttl))
+	opts := []dlock.Option{dlock.WithTTL(*ttl), dlock.WithMaxHold(*maxHold)}
+	if metaSet {
+		opts = append(opts, dlock.WithHolderMeta(*meta))
+	}
+	c, closeFn, err := to.client(ctx, opts...)
 	if err != nil {
 		return report(stderr, err)
 	}
@@ -107,11 +134,43 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "dlock: warning: release %q: %v (it expires within %v)\n", name, err, *ttl)
 		}
 	}
-	if lostErr != nil {
+	switch {
+	case errors.Is(lostErr, dlock.ErrMaxHold):
+		fmt.Fprintf(stderr, "dlock: lock %q reached its max hold of %v while the command ran; the command was terminated and the lock released\n", name, *maxHold)
+		return exitLost
+	case lostErr != nil:
 		fmt.Fprintf(stderr, "dlock: lock %q was lost while the command ran: %v\n", name, lostErr)
 		return exitLost
 	}
 	return code
+}
+
+// checkMeta checks a --meta flag as dlock.WithHolderMeta does, so that a
+// bad one is reported in the flag's own name.
+func checkMeta(meta string) error {
+	switch {
+	case len(meta) > dlock.MaxMetaLen:
+		return fmt.Errorf("--meta: %d bytes, longer than %d", len(meta), dlock.MaxMetaLen)
+	case !utf8.ValidString(meta):
+		return fmt.Errorf("--meta %q: not valid UTF-8", meta)
+	case strings.IndexFunc(meta, unicode.IsControl) >= 0:
+		return fmt.Errorf("--meta %q: holds a control character", meta)
+	}
+	return nil
+}
+
+// checkMaxHold checks a --max-hold flag: 0 (none), or long enough that the
+// command is not terminated before it starts (see supervise).
+func checkMaxHold(d, ttl time.Duration) error {
+	switch {
+	case d < 0:
+		return fmt.Errorf("--max-hold %v: must not be negative", d)
+	case d > 0 && d < dlock.MinTTL:
+		return fmt.Errorf("--max-hold %v: must be 0 (no limit) or at least %v", d, dlock.MinTTL)
+	case d > 0 && d <= ttl/10:
+		return fmt.Errorf("--max-hold %v: must be longer than a tenth of the TTL (%v), when the command is terminated", d, ttl/10)
+	}
+	return nil
 }
 
 // checkTTL checks a --ttl flag before it becomes dlock.WithTTL, so that a
@@ -160,20 +219,11 @@ func (w *waitValue) Set(s string) error {
 // them apart: 5 only when the lock is held by another owner, 4 when nodes
 // failed, 128+N when a signal interrupted the wait.
 func acquireFor(ctx context.Context, c *dlock.Client, name string, wait time.Duration, nodes []string) (*dlock.Lock, error) {
-	var (
-		l   *dlock.Lock
-		err error
-	)
-	switch {
-	case wait == 0:
-		l, err = c.TryAcquire(ctx, name)
-	case wait > 0:
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		defer cancel()
-		l, err = c.Acquire(wctx, name)
-	default:
-		l, err = c.Acquire(ctx, name)
+	var opts []dlock.LockOption
+	if wait >= 0 {
+		opts = append(opts, dlock.MaxWait(wait)) // MaxWait(0): one attempt
 	}
+	l, err := c.Acquire(ctx, name, opts...)
 	if err == nil {
 		return l, nil
 	}
@@ -194,6 +244,9 @@ func acquireFor(ctx context.Context, c *dlock.Client, name string, wait time.Dur
 		return nil, fail(exitRedis, "lock %q: too many Redis nodes failed to reach a majority (%d of %d granted, %d needed): %s",
 			name, qe.Held, len(qe.Nodes), qe.Need, nodeFailures(qe, nodes))
 	case errors.Is(err, dlock.ErrNotAcquired):
+		if na, ok := errors.AsType[*dlock.NotAcquiredError](err); ok && na.Meta != "" {
+			return nil, fail(exitNotAcquired, "lock %q is held by another owner, %s", name, strconv.Quote(na.Meta))
+		}
 		return nil, fail(exitNotAcquired, "lock %q is held by another owner", name)
 	}
 	return nil, &cliError{code: exitRedis, err: err}
@@ -276,17 +329,35 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 		lostErr error
 		kill    <-chan time.Time
 		lost    = l.Done()
+		capped  <-chan time.Time // the lock's max hold is near
 	)
+	// terminate runs the loss path: the guardian enforces no more
+	// deadlines, and CMD's group gets SIGTERM, and SIGKILL after grace.
+	terminate := func(format string, args ...any) {
+		lost, capped = nil, nil
+		g.lost()
+		fmt.Fprintf(stderr, format+"; sending SIGTERM, SIGKILL in %v\n", append(args, grace)...)
+		g.signal(syscall.SIGTERM)
+		g.signal(syscall.SIGCONT) // a stopped group would not see the SIGTERM
+		kill = time.After(grace)
+	}
 	onLost := func() {
 		lost = nil
-		if err := l.Err(); errors.Is(err, dlock.ErrNotHeld) {
+		switch err := l.Err(); {
+		case errors.Is(err, dlock.ErrMaxHold):
 			lostErr = err
-			g.lost()
-			fmt.Fprintf(stderr, "dlock: lock %q lost (%v); sending SIGTERM, SIGKILL in %v\n", l.Name(), err, grace)
-			g.signal(syscall.SIGTERM)
-			g.signal(syscall.SIGCONT) // a stopped group would not see the SIGTERM
-			kill = time.After(grace)
+			terminate("dlock: lock %q reached its max hold", l.Name())
+		case errors.Is(err, dlock.ErrNotHeld):
+			lostErr = err
+			terminate("dlock: lock %q lost (%v)", l.Name(), err)
 		}
+	}
+	// With a max hold, CMD is terminated a margin before the lease ends
+	// there: the guardian, which hears of no extension past it, would stop
+	// the group at that moment. The lock is released at the cap, or when
+	// CMD exits before it.
+	if deadline, ok := l.Deadline(); ok {
+		capped = time.After(max(time.Until(deadline)-margin, 0))
 	}
 	// resume continues the group after dlock was stopped, unless the lease
 	// ran out meanwhile: then the loss path applies (it continues the group
@@ -329,6 +400,10 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 			g.beat(l)
 		case <-lost:
 			onLost()
+		case <-capped:
+			lostErr = dlock.ErrMaxHold
+			deadline, _ := l.Deadline()
+			terminate("dlock: lock %q reaches its max hold in %v", l.Name(), time.Until(deadline).Round(time.Millisecond))
 		case <-kill:
 			kill = nil
 			g.signal(syscall.SIGKILL)
