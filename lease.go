@@ -100,7 +100,9 @@ func HolderMeta(meta string) LockOption {
 // MaxHold caps how long this lease may be held, in place of the Client's
 // cap (WithMaxHold); see WithMaxHold for what happens at the cap. 0 lifts
 // the Client's cap for this lease. A d between 0 and MinTTL, or negative,
-// is refused (ErrInvalid).
+// is refused (ErrInvalid). On a reentrant re-entry it caps that hold,
+// which is a lease of its own: at the cap the hold ends and is released,
+// and the lock stays with its owner while another hold lives.
 func MaxHold(d time.Duration) LockOption {
 	return func(p *lease) {
 		if why := badMaxHold(d); why != "" {

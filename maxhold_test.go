@@ -235,3 +235,37 @@ func TestDoCancelsAtMaxHold(t *testing.T) {
 		}
 	}
 }
+
+// A reentrant hold's max hold ends that hold, a lease of its own: the
+// owner's other hold keeps the lock.
+func TestMaxHoldOfAReentrantHoldEndsThatHold(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(300*time.Millisecond))
+	owner := asOwner(t, c, "request")
+	outer, err := owner.TryAcquire(ctx, "re-cap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Release(ctx)
+	inner, err := owner.TryAcquire(ctx, "re-cap", dlock.MaxHold(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(inner.Done(), 5*time.Second) || !errors.Is(inner.Err(), dlock.ErrMaxHold) {
+		t.Fatalf("the capped inner hold: Err() = %v, want ended by its max hold", inner.Err())
+	}
+	if !waitFor(5*time.Second, func() bool {
+		info, _ := c.Inspect(ctx, "re-cap")
+		return len(info.Owners) == 1 && info.Owners[0].Holds == 1
+	}) {
+		info, _ := c.Inspect(ctx, "re-cap")
+		t.Errorf("after the inner hold's max hold: Inspect = %+v, want the owner with one hold left", info)
+	}
+	if err := outer.Err(); err != nil {
+		t.Errorf("the outer hold: Err() = %v, want still held", err)
+	}
+	if _, err := asOwner(t, c, "another").TryAcquire(ctx, "re-cap"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("another owner's TryAcquire = %v, want ErrNotAcquired while the outer hold lives", err)
+	}
+}
