@@ -84,24 +84,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlock run: --grace must not be negative")
 		return exitUsage
 	}
-	if err := checkTTL(*ttl); err != nil {
-		fmt.Fprintf(stderr, "dlock run: %v\n", err)
-		return exitUsage
-	}
-	if err := checkMaxHold(*maxHold, *ttl); err != nil {
-		fmt.Fprintf(stderr, "dlock run: %v\n", err)
-		return exitUsage
-	}
-	if err := checkMeta(*meta); metaSet && err != nil {
+	opts, err := runOptions(*ttl, *maxHold, *meta, metaSet)
+	if err != nil {
 		fmt.Fprintf(stderr, "dlock run: %v\n", err)
 		return exitUsage
 	}
 	name, argv := rest[0], rest[2:]
 
-	opts := []dlock.Option{dlock.WithTTL(*ttl), dlock.WithMaxHold(*maxHold)}
-	if metaSet {
-		opts = append(opts, dlock.WithHolderMeta(*meta))
-	}
 	c, closeFn, err := to.client(ctx, opts...)
 	if err != nil {
 		return report(stderr, err)
@@ -137,12 +126,31 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case errors.Is(lostErr, dlock.ErrMaxHold):
 		fmt.Fprintf(stderr, "dlock: lock %q reached its max hold of %v while the command ran; the command was terminated and the lock released\n", name, *maxHold)
-		return exitLost
 	case lostErr != nil:
 		fmt.Fprintf(stderr, "dlock: lock %q was lost while the command ran: %v\n", name, lostErr)
-		return exitLost
+	default:
+		return code
 	}
-	return code
+	return exitLost
+}
+
+// runOptions checks the flags that become the Client's options, so that a
+// bad one is reported in the flag's own name, and returns the options.
+func runOptions(ttl, maxHold time.Duration, meta string, metaSet bool) ([]dlock.Option, error) {
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	if err := checkMaxHold(maxHold, ttl); err != nil {
+		return nil, err
+	}
+	opts := []dlock.Option{dlock.WithTTL(ttl), dlock.WithMaxHold(maxHold)}
+	if metaSet {
+		if err := checkMeta(meta); err != nil {
+			return nil, err
+		}
+		opts = append(opts, dlock.WithHolderMeta(meta))
+	}
+	return opts, nil
 }
 
 // checkMeta checks a --meta flag as dlock.WithHolderMeta does, so that a
@@ -325,46 +333,13 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 	beat := time.NewTicker(margin)
 	defer beat.Stop()
 
-	var (
-		lostErr error
-		kill    <-chan time.Time
-		lost    = l.Done()
-		capped  <-chan time.Time // the lock's max hold is near
-	)
-	// terminate runs the loss path: the guardian enforces no more
-	// deadlines, and CMD's group gets SIGTERM, and SIGKILL after grace.
-	terminate := func(format string, args ...any) {
-		lost, capped = nil, nil
-		g.lost()
-		fmt.Fprintf(stderr, format+"; sending SIGTERM, SIGKILL in %v\n", append(args, grace)...)
-		g.signal(syscall.SIGTERM)
-		g.signal(syscall.SIGCONT) // a stopped group would not see the SIGTERM
-		kill = time.After(grace)
-	}
-	onLost := func() {
-		lost = nil
-		switch err := l.Err(); {
-		case errors.Is(err, dlock.ErrMaxHold):
-			lostErr = err
-			terminate("dlock: lock %q reached its max hold", l.Name())
-		case errors.Is(err, dlock.ErrNotHeld):
-			lostErr = err
-			terminate("dlock: lock %q lost (%v)", l.Name(), err)
-		}
-	}
-	// With a max hold, CMD is terminated a margin before the lease ends
-	// there: the guardian, which hears of no extension past it, would stop
-	// the group at that moment. The lock is released at the cap, or when
-	// CMD exits before it.
-	if deadline, ok := l.Deadline(); ok {
-		capped = time.After(max(time.Until(deadline)-margin, 0))
-	}
+	p := newLossPath(l, g, grace, margin, stderr)
 	// resume continues the group after dlock was stopped, unless the lease
 	// ran out meanwhile: then the loss path applies (it continues the group
 	// too, to deliver its SIGTERM).
 	resume := func() {
-		if lost != nil && errors.Is(l.Err(), dlock.ErrNotHeld) {
-			onLost()
+		if p.lost != nil && errors.Is(l.Err(), dlock.ErrNotHeld) {
+			p.onLost()
 			return
 		}
 		g.signal(syscall.SIGCONT)
@@ -380,7 +355,7 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 					fmt.Fprintf(stderr, "dlock: the guardian process was killed by %v; killed the command's process group\n", signalName(ws.Signal()))
 				}
 			}
-			return exitCode(err), lostErr
+			return exitCode(err), p.err
 		case sig := <-sigs:
 			switch sig {
 			case syscall.SIGTSTP:
@@ -398,17 +373,71 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 			}
 		case <-beat.C:
 			g.beat(l)
-		case <-lost:
-			onLost()
-		case <-capped:
-			lostErr = dlock.ErrMaxHold
-			deadline, _ := l.Deadline()
-			terminate("dlock: lock %q reaches its max hold in %v", l.Name(), time.Until(deadline).Round(time.Millisecond))
-		case <-kill:
-			kill = nil
+		case <-p.lost:
+			p.onLost()
+		case <-p.capped:
+			p.atCap()
+		case <-p.kill:
+			p.kill = nil
 			g.signal(syscall.SIGKILL)
 		}
 	}
+}
+
+// lossPath is the loss path of supervise: what starts it (the lock's
+// loss, or its max hold coming near), why it was taken, and when SIGKILL
+// follows.
+type lossPath struct {
+	l      *dlock.Lock
+	g      *guardian
+	grace  time.Duration
+	stderr io.Writer
+
+	lost   <-chan struct{}  // the lock's Done, until the path is taken
+	capped <-chan time.Time // the max hold is a margin away (nil without one)
+	kill   <-chan time.Time // SIGKILL, once the path is taken
+	err    error            // why it was taken: the loss, or ErrMaxHold
+}
+
+// newLossPath returns the loss path of l, whose guardian is g and acts
+// margin before the lease ends. With a max hold, CMD is terminated margin
+// before the cap: the guardian, which hears of no extension past it, would
+// stop the group at that moment. The lock is released at the cap, or when
+// CMD exits before it.
+func newLossPath(l *dlock.Lock, g *guardian, grace, margin time.Duration, stderr io.Writer) *lossPath {
+	p := &lossPath{l: l, g: g, grace: grace, stderr: stderr, lost: l.Done()}
+	if deadline, ok := l.Deadline(); ok {
+		p.capped = time.After(max(time.Until(deadline)-margin, 0))
+	}
+	return p
+}
+
+// terminate takes the loss path for err: the guardian enforces no more
+// deadlines, and CMD's group gets SIGTERM, and SIGKILL after grace.
+func (p *lossPath) terminate(err error, format string, args ...any) {
+	p.err, p.lost, p.capped = err, nil, nil
+	p.g.lost()
+	fmt.Fprintf(p.stderr, format+"; sending SIGTERM, SIGKILL in %v\n", append(args, p.grace)...)
+	p.g.signal(syscall.SIGTERM)
+	p.g.signal(syscall.SIGCONT) // a stopped group would not see the SIGTERM
+	p.kill = time.After(p.grace)
+}
+
+// onLost takes the loss path if the lock was lost (or ended at its max hold).
+func (p *lossPath) onLost() {
+	p.lost = nil
+	switch err := p.l.Err(); {
+	case errors.Is(err, dlock.ErrMaxHold):
+		p.terminate(err, "dlock: lock %q reached its max hold", p.l.Name())
+	case errors.Is(err, dlock.ErrNotHeld):
+		p.terminate(err, "dlock: lock %q lost (%v)", p.l.Name(), err)
+	}
+}
+
+// atCap takes the loss path as the max hold comes near.
+func (p *lossPath) atCap() {
+	deadline, _ := p.l.Deadline()
+	p.terminate(dlock.ErrMaxHold, "dlock: lock %q reaches its max hold in %v", p.l.Name(), time.Until(deadline).Round(time.Millisecond))
 }
 
 // stopSelf stops dlock with SIGSTOP and returns once it is continued. The
