@@ -34,17 +34,19 @@ import (
 // opts apply to this acquisition and its lease (LeaseTTL, HolderMeta,
 // MaxHold; MaxWait only as MaxWait(0), since TryAcquire never waits).
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	e, start := Event{Op: OpAcquire, Name: name, Try: true}, time.Now()
+	ctx = c.start(ctx, &e)
 	l, err := c.prepare(name, opts, true)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		l, err = c.tryAcquire(ctx, l)
 	}
-	return c.tryAcquire(ctx, l)
+	c.end(ctx, &e, start, err)
+	return l, err
 }
 
 // tryAcquire makes one attempt for the pending Lock l (see TryAcquire).
 func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
 	name := l.name
-	start := time.Now()
 	l, g, err := c.attempt(ctx, l, false)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -61,7 +63,6 @@ func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
 	case l == nil:
 		return nil, notAcquired(name, refusal(g))
 	}
-	c.acquired(name, time.Since(start))
 	return l, nil
 }
 
@@ -93,6 +94,14 @@ func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
 // the lease every TTL/3 until Release or until the lock is lost (it holds no
 // goroutine between extensions).
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	e, start := Event{Op: OpAcquire, Name: name}, time.Now()
+	ctx = c.start(ctx, &e)
+	l, err := c.acquire(ctx, name, opts)
+	c.end(ctx, &e, start, err)
+	return l, err
+}
+
+func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*Lock, error) {
 	pending, err := c.prepare(name, opts, false)
 	if err != nil {
 		return nil, err
@@ -107,7 +116,6 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 		actx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
-	start := time.Now()
 	a := acquisition{c: c, ctx: actx, l: pending, trustHandover: true}
 	l, err := a.run()
 	if err != nil {
@@ -126,7 +134,6 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 		}
 		return nil, opError("acquire", name, err)
 	}
-	c.acquired(name, time.Since(start))
 	return l, nil
 }
 
@@ -183,6 +190,8 @@ func (a *acquisition) run() (*Lock, error) {
 			return l, err
 		}
 	}
+	a.c.waitingFor(a.ctx, a.l.name, +1)
+	defer a.c.waitingFor(a.ctx, a.l.name, -1)
 	timer := time.NewTimer(a.c.sleep(1, pttl, a.l.p.ttl))
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
@@ -362,9 +371,9 @@ func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
 // long as what it ends could block others (a lease or queue entry lives for
 // max(TTL, 1s)), but no longer than undoRetryMax and at most undoTries
 // times. When ctx is done the caller waits only up to undoWait:
-// against a healthy Redis that is enough for the undo to finish, so a
-// process that closes its Redis client right after a cancelled Acquire
-// leaves nothing behind.
+// against a healthy Redis that is enough for the undo to finish. A process
+// that shuts down calls Drain before closing its Redis client, so that a
+// slower undo is not cut short.
 func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 	wait := undoTimeout
 	if ctx.Err() != nil {
@@ -375,7 +384,8 @@ func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 	if ttl == 0 {
 		ttl = c.opts.ttl
 	}
-	go c.undoUntil(cl, time.Now().Add(min(backend.QueueTTL(ttl), undoRetryMax)), first)
+	deadline := time.Now().Add(min(backend.QueueTTL(ttl), undoRetryMax))
+	c.bg.Go(func() { c.undoUntil(cl, deadline, first) })
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

@@ -58,3 +58,57 @@ func TestPipelinedCallsKeepTheirReplies(t *testing.T) {
 		t.Errorf("%d lock keys left after Release, want 0", n)
 	}
 }
+
+// Stats counts the script calls the batcher sent and the writes that
+// carried them: every acquire and release is one call, concurrent ones
+// share writes, and without pipelining nothing is counted.
+func TestStatsCountBatches(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
+	if s := c.Stats(); s != (dlock.Stats{}) {
+		t.Fatalf("Stats of a new Client = %+v, want zero", s)
+	}
+	if _, err := c.TryAcquire(ctx, ""); err == nil {
+		t.Fatal("TryAcquire of an invalid name succeeded")
+	}
+	const goroutines, pairs = 32, 20
+	var wg sync.WaitGroup
+	for i := range goroutines {
+		wg.Go(func() {
+			for j := range pairs {
+				l, err := c.TryAcquire(ctx, fmt.Sprintf("s%d-%d", i, j))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s := c.Stats()
+	// Each script is loaded once (NOSCRIPT, then the call again).
+	if want := uint64(2 * goroutines * pairs); s.Calls < want || s.Calls > want+2*goroutines {
+		t.Errorf("Calls = %d, want %d (+ at most a NOSCRIPT retry per goroutine and script)", s.Calls, want)
+	}
+	if s.Acquired != goroutines*pairs || s.Released != goroutines*pairs || s.NotAcquired+s.Lost+s.Errors+s.ExtendFailed != 0 {
+		t.Errorf("Stats = %+v, want %d acquired and released, nothing else", s, goroutines*pairs)
+	}
+	if s.Writes == 0 || s.Writes > s.Calls {
+		t.Errorf("Writes = %d with %d calls, want 1..calls", s.Writes, s.Calls)
+	}
+	t.Logf("%d calls in %d writes: %.1f per write", s.Calls, s.Writes, float64(s.Calls)/float64(s.Writes))
+
+	unbatched := newClient(t, rdb, dlock.WithPipelining(false))
+	l, err := unbatched.TryAcquire(ctx, "u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(ctx)
+	if s := unbatched.Stats(); s.Calls != 0 || s.Writes != 0 || s.Acquired != 1 || s.Released != 1 {
+		t.Errorf("Stats without pipelining = %+v, want no calls or writes counted, 1 acquired and released", s)
+	}
+}

@@ -24,6 +24,22 @@ type Client struct {
 	id   string // this Client's instance ID, part of a reentrant owner's identity
 
 	owner string // reentrant: the owner its acquisitions are made for (Owner)
+
+	bg   *backend.Tracker // clean-up left running in the background (undo); shared with Owner Clients
+	obs  *observers       // shared with Owner Clients
+	mode string           // for observers: "fair", "unfair", "reentrant" or "quorum"
+}
+
+// newClient returns the Client of backend b and its hubs.
+func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, mode string) *Client {
+	c := &Client{b: b, hubs: hubs, opts: o, id: newToken()[:11], bg: new(backend.Tracker), obs: new(observers), mode: mode}
+	if h := o.hooks; h.Acquired != nil || h.Released != nil || h.Lost != nil {
+		c.obs.add(hooksObserver(o.hooks))
+	}
+	for _, ob := range o.observers {
+		c.obs.add(ob)
+	}
+	return c
 }
 
 // New returns a Client that keeps its locks in rdb: a *redis.Client, a
@@ -63,7 +79,14 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		o.fair = false
 	}
 	n, h := newNode(rdb, &o)
-	return &Client{b: n, hubs: []*pubsub.Hub{h}, opts: o, id: newToken()[:11]}, nil
+	mode := "unfair"
+	switch {
+	case o.reentrant:
+		mode = "reentrant"
+	case o.fair:
+		mode = "fair"
+	}
+	return newClient(n, []*pubsub.Hub{h}, o, mode), nil
 }
 
 // newNode returns the backend of one deployment reached through rdb, and
@@ -76,15 +99,27 @@ func newNode(rdb redis.UniversalClient, o *options) (backend.Node, *pubsub.Hub) 
 	return n, pubsub.New(rdb, sharded)
 }
 
+// Drain waits until the clean-up the Client left running in the background
+// is over, or ctx ends (it returns ctx's error then): the undo of attempts
+// whose outcome was unknown (an Acquire whose context ended while its
+// request was in flight, or whose reply came too late), the release of a
+// Do whose fn panicked when Redis did not answer, and, over a quorum, the
+// node calls that were still going when a majority had decided. That work
+// ends by itself (bounded by max(TTL, 1s), at most 10 seconds); Drain is
+// for shutting down: call it after the last call on the Client (and on its
+// Owner Clients) returned and before closing the go-redis clients, which
+// would cut it short and leave what it was undoing in Redis until it
+// expires. The Client stays usable.
+func (c *Client) Drain(ctx context.Context) error {
+	if err := c.bg.Wait(ctx); err != nil {
+		return err
+	}
+	return c.b.Drain(ctx)
+}
+
 // LeaseTime returns the lease time each acquisition asks for (WithTTL). A
 // Lock's own remaining lease is Lock.TTL, which asks Redis.
 func (c *Client) LeaseTime() time.Duration { return c.opts.ttl }
-
-func (c *Client) acquired(name string, waited time.Duration) {
-	if f := c.opts.hooks.Acquired; f != nil {
-		f(name, waited)
-	}
-}
 
 // check validates a lock name and returns its keys.
 func (c *Client) check(name string) (backend.Keys, error) {

@@ -260,6 +260,35 @@ func ExampleWithReplicaAck() {
 	defer l.Release(context.Background())
 }
 
+// At shutdown, drain the Client before closing the Redis client: an
+// acquisition cancelled while its request was in flight is undone in the
+// background, and closing the connection under it would leave the lock to
+// expire instead.
+func ExampleClient_Drain() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close() // runs after Drain
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Drain(ctx); err != nil {
+			log.Printf("background clean-up cut short: %v", err)
+		}
+	}()
+
+	err = c.Do(context.Background(), "jobs:compact", func(ctx context.Context, l *dlock.Lock) error {
+		fmt.Println("compacting under", l.Name())
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output: compacting under jobs:compact
+}
+
 // Per-call options: a lease with a TTL of its own and a bounded wait, and
 // holder metadata that a caller refused the lock learns.
 func ExampleLockOption() {
@@ -300,14 +329,14 @@ func ExampleMaxHold() {
 	}
 
 	ctx := context.Background()
-	err = c.Do(ctx, "jobs:compact", func(ctx context.Context, l *dlock.Lock) error {
+	err = c.Do(ctx, "jobs:vacuum", func(ctx context.Context, l *dlock.Lock) error {
 		<-ctx.Done() // a job that would run on and on
 		fmt.Println("stopped at the max hold:", errors.Is(context.Cause(ctx), dlock.ErrMaxHold))
 		return nil
 	}, dlock.MaxHold(200*time.Millisecond))
 	fmt.Println("Do reports it:", errors.Is(err, dlock.ErrMaxHold))
 
-	if l, err := c.TryAcquire(ctx, "jobs:compact"); err == nil {
+	if l, err := c.TryAcquire(ctx, "jobs:vacuum"); err == nil {
 		fmt.Println("the lock is free again")
 		l.Release(ctx)
 	}

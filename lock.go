@@ -69,8 +69,8 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 		l.fence = fence
 		l.fenceMu.Unlock()
 	}
-	if l.c.opts.hooks.Lost != nil || !t.capAt.IsZero() {
-		l.watchLocked() // the hook hears of an expiry when it happens
+	if l.c.obs.anyLost.Load() || !t.capAt.IsZero() {
+		l.watchLocked() // an Observer hears of an expiry when it happens
 	}
 	if l.c.opts.autoExtend {
 		l.dog = time.AfterFunc(ttl/3, l.tick)
@@ -280,7 +280,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	return l.extend(ctx, ttl)
+	e, start := Event{Op: OpExtend, Name: l.name}, time.Now()
+	ctx = l.c.start(ctx, &e)
+	err := l.extend(ctx, ttl)
+	l.c.end(ctx, &e, start, err)
+	return err
 }
 
 // extend extends the lease to ttl (0: the lease time of the latest
@@ -367,6 +371,14 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 // Pass a context that is not already cancelled, e.g.
 // context.WithoutCancel(ctx) in a defer.
 func (l *Lock) Release(ctx context.Context) error {
+	e, start := Event{Op: OpRelease, Name: l.name}, time.Now()
+	ctx = l.c.start(ctx, &e)
+	err := l.release(ctx, &e)
+	l.c.end(ctx, &e, start, err)
+	return err
+}
+
+func (l *Lock) release(ctx context.Context, e *Event) error {
 	l.relMu.Lock()
 	defer l.relMu.Unlock()
 	l.expire()
@@ -392,9 +404,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !ok {
 		return lost(l.name, "the lease had expired or was taken over before Release")
 	}
-	if f := l.c.opts.hooks.Released; f != nil {
-		f(l.name, time.Since(l.start))
-	}
+	e.Held = time.Since(l.start)
 	return nil
 }
 
@@ -419,7 +429,7 @@ func (l *Lock) expire() {
 		// The undo is the release, retried while Redis does not answer;
 		// Release, if called, runs it again (Redis answers a repeated
 		// release as the first) and reports the cap.
-		go l.c.undo(context.Background(), l.cl)
+		l.c.bg.Go(func() { l.c.undo(context.Background(), l.cl) })
 	}
 }
 
@@ -433,9 +443,7 @@ func (l *Lock) lose(err error) bool {
 	}
 	l.finish(err)
 	l.mu.Unlock()
-	if f := l.c.opts.hooks.Lost; f != nil {
-		f(l.name, err)
-	}
+	l.c.lostLease(l, err)
 	return true
 }
 

@@ -40,6 +40,7 @@ type options struct {
 	backoff     Backoff
 	drift       time.Duration // < 0: derived from the TTL
 	hooks       Hooks
+	observers   []Observer
 	fair        bool
 	pipelining  bool
 	reentrant   bool

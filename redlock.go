@@ -81,7 +81,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 		ns = append(ns, n)
 		hubs = append(hubs, h)
 	}
-	return &Client{b: backend.NewQuorum(ns, o.nodeTimeout), hubs: hubs, opts: o, id: newToken()[:11]}, nil
+	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o, "quorum"), nil
 }
 
 // WithNodeTimeout sets how long a quorum Client (NewRedlock) waits for each

@@ -511,3 +511,42 @@ func TestDoContextKnowsOfLossRightAfterPause(t *testing.T) {
 		}
 	}
 }
+
+// Drain waits for the undo an Acquire left running in the background (its
+// context ended while the request was delayed in the network), so that a
+// process that drains before closing its Redis client leaves nothing
+// behind: the delayed request lands, the undo after it.
+func TestDrainWaitsForBackgroundUndo(t *testing.T) {
+	for _, quorum := range []bool{false, true} {
+		t.Run(map[bool]string{false: "node", true: "quorum"}[quorum], func(t *testing.T) {
+			p, rdb, direct := proxied(t, -1, 2*time.Second)
+			var c *dlock.Client
+			if quorum {
+				c = newRedlock(t, []redis.UniversalClient{rdb}, dlock.WithNodeTimeout(50*time.Millisecond))
+			} else {
+				c = newClient(t, rdb)
+			}
+			p.Delay(700*time.Millisecond, 0)
+			ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+			_, err := c.Acquire(ctx, "drain")
+			cancel()
+			if !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("Acquire through a delayed link = %v, want ErrNotAcquired", err)
+			}
+			p.Delay(0, 0) // what is held is delivered late: the acquire, then the undo
+			dctx, dcancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer dcancel()
+			if err := c.Drain(dctx); err != nil {
+				t.Fatalf("Drain = %v", err)
+			}
+			if n := countGoroutines("undoUntil"); n != 0 {
+				t.Errorf("%d undo goroutines still running after Drain returned", n)
+			}
+			rdb.Close() // what a process does at shutdown, after Drain
+			time.Sleep(200 * time.Millisecond)
+			if n := liveKeys(t.Context(), direct, "dlock:{drain}", "dlock:{drain}:q"); n != 0 {
+				t.Errorf("%d lock keys left after Drain and close", n)
+			}
+		})
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,33 +183,13 @@ func sentinelField(v any, field, want string) bool {
 	return false
 }
 
-// startCluster builds a 3-master Cluster with redis-cli --cluster create.
+// startCluster builds a 3-master Cluster and returns it with a client.
 func startCluster(t *testing.T) ([]*redistest.Server, *redis.ClusterClient) {
 	t.Helper()
-	var nodes []*redistest.Server
+	nodes := redistest.StartCluster(t, 3)
 	var addrs []string
-	for range 3 {
-		s := redistest.Start(t, redistest.TCP(), redistest.Args("--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
-		nodes = append(nodes, s)
-		addrs = append(addrs, s.Addr())
-	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	ctx := t.Context()
-	if !waitFor(30*time.Second, func() bool {
-		for _, n := range nodes {
-			v, err := n.Do(ctx, "CLUSTER", "INFO")
-			if err != nil || !strings.Contains(fmt.Sprint(v), "cluster_state:ok") {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatal("cluster never reached cluster_state:ok")
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr())
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { cc.Close() })

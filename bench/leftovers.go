@@ -12,14 +12,14 @@ import (
 
 // What a library leaves in Redis once its locks are released: keys and
 // bytes per lock name, right after the run and again once the lease has
-// passed (dlock's tombstone lives min(TTL, 1 minute); a fence counter, for
+// passed (dlock's revocation markers live min(TTL, 1 minute); a fence counter, for
 // the leases that ask for a fence, which W1 does not, a minute). What is
 // left then stays for good: it grows with the number of distinct names a
 // service ever locks.
 const (
 	leftoverTTL   = 2 * time.Second // the lease asked for here, so that the wait is short
 	leftoverC     = 64
-	leftoverNames = 1 << 16 // at most, so that a fast machine does not fill its memory
+	leftoverNames = 100_000 // at most, so that a fast machine does not fill its memory
 )
 
 type leftover struct {

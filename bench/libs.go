@@ -16,7 +16,7 @@ import (
 )
 
 // ttl is the lease every library is asked for (the leftovers pass asks for
-// a shorter one, so that its wait for the tombstone window is short).
+// a shorter one, so that its wait for the revocation window is short).
 const ttl = 10 * time.Second
 
 // handle is one goroutine's lock on one name.
@@ -57,6 +57,15 @@ func (h *dlockHandle) lock(ctx context.Context) (err error) {
 	return err
 }
 func (h *dlockHandle) unlock(ctx context.Context) error { return h.l.Release(ctx) }
+
+// batches reports the Client's pipelined calls and the writes that carried them.
+func (h *dlockHandle) batches() (calls, writes uint64) {
+	s := h.c.Stats()
+	return s.Calls, s.Writes
+}
+
+// batched is a handle whose library counts its pipelined batches (dlock).
+type batched interface{ batches() (calls, writes uint64) }
 
 func openDlock(opts ...dlock.Option) func([]string, time.Duration) (func(string) handle, func(), error) {
 	return func(addrs []string, lease time.Duration) (func(string) handle, func(), error) {

@@ -79,7 +79,7 @@ func main() {
 					log.Fatalf("W1 %s C=%d: %v", l.name, c, err)
 				}
 				rep.w1 = append(rep.w1, r)
-				log.Printf("W1 C=%-2d %-14s %8.0f pairs/s  p50 %v  p99 %v  %.1f allocs/pair  redis %.1fµs/pair", c, l.name, r.rate, r.p50, r.p99, r.allocs, float64(r.serverCPU)/1e3)
+				log.Printf("W1 C=%-2d %-14s %8.0f pairs/s  p50 %v  p99 %v  %.1f allocs/pair  redis %.1fµs/pair  batch %.1f", c, l.name, r.rate, r.p50, r.p99, r.allocs, float64(r.serverCPU)/1e3, r.batch)
 			}
 		}
 		for _, l := range libs {
@@ -160,6 +160,7 @@ type w1Result struct {
 	// serverCPU is the CPU time redis-server spent per pair (user + system,
 	// from INFO cpu): the cost that bounds throughput once Redis is busy.
 	serverCPU time.Duration
+	batch     float64 // calls per pipeline write, for a library that batches (0: not measured)
 }
 
 // uncontended runs W1: c goroutines, one name each.
@@ -180,6 +181,11 @@ func uncontended(l library, addr string, admin *redis.Client, c int) (w1Result, 
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
 	cpu0 := serverCPU(admin)
+	bh, isBatched := handles[0].(batched)
+	var calls0, writes0 uint64
+	if isBatched {
+		calls0, writes0 = bh.batches()
+	}
 	start := time.Now()
 	all, err := pairLoop(ctx, c, start.Add(*duration), 0, func(g, _ int) handle { return handles[g] })
 	elapsed := time.Since(start)
@@ -189,6 +195,11 @@ func uncontended(l library, addr string, admin *redis.Client, c int) (w1Result, 
 		return w1Result{}, err
 	}
 	r := w1Result{lib: l.name, c: c, rate: float64(len(all)) / elapsed.Seconds()}
+	if isBatched {
+		if calls1, writes1 := bh.batches(); writes1 > writes0 {
+			r.batch = float64(calls1-calls0) / float64(writes1-writes0)
+		}
+	}
 	if len(all) > 0 {
 		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
 		r.allocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(len(all))

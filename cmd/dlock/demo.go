@@ -20,7 +20,7 @@ import (
 )
 
 const demoHelp = `demo [flags]
-       demo seckill [flags]
+       dlock demo seckill [flags]
 
 Runs the batch-dispatch scenario: tasks sit in a SQL table; several
 scheduler processes pull due tasks and push them to a Redis queue;
@@ -92,7 +92,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case 0:
 		srv, err := privateRedis()
 		if err != nil {
-			return report(stderr, err)
+			return reportDemo(ctx, stderr, err)
 		}
 		defer srv.Stop()
 		cfg.redisURL = srv.URL()
@@ -105,20 +105,20 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	rdb, err := connect(ctx, cfg.redisURL)
 	if err != nil {
-		return report(stderr, err)
+		return reportDemo(ctx, stderr, err)
 	}
 	defer rdb.Close()
 	if cfg.dbDSN == "" {
 		dir, err := os.MkdirTemp("", "dlock-demo")
 		if err != nil {
-			return report(stderr, err)
+			return reportDemo(ctx, stderr, err)
 		}
 		defer os.RemoveAll(dir)
 		cfg.dbDSN = sqliteDSN(dir)
 	}
 	db, err := openTaskDB(cfg.dbDSN)
 	if err != nil {
-		return report(stderr, err)
+		return reportDemo(ctx, stderr, err)
 	}
 	defer db.Close()
 	cfg.progressInterval = time.Second
@@ -137,7 +137,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, locked := range modes {
 		res, err := runDemo(ctx, cfg, locked, rdb, db, stderr)
 		if err != nil {
-			return report(stderr, err)
+			return reportDemo(ctx, stderr, err)
 		}
 		res.print(stdout)
 		results = append(results, res)
@@ -175,7 +175,7 @@ type demoResult struct {
 func newRunID() string { return fmt.Sprintf("%08x", rand.Uint32()) }
 
 // runDemo runs the scenario once, with or without the lock.
-func runDemo(ctx context.Context, cfg demoConfig, locked bool, rdb *redis.Client, db *taskDB, stderr io.Writer) (*demoResult, error) {
+func runDemo(ctx context.Context, cfg demoConfig, locked bool, rdb redis.UniversalClient, db *taskDB, stderr io.Writer) (*demoResult, error) {
 	run := newRunID()
 	k := keysForRun(run)
 	defer rdb.Del(context.WithoutCancel(ctx), k.queue, k.seen, k.acq)
@@ -303,7 +303,7 @@ func watchProgress(ctx context.Context, cfg demoConfig, db *taskDB, res *demoRes
 
 // consume takes tasks from the queue until ctx ends. It counts, on its own,
 // every task+attempt it is handed more than once.
-func consume(ctx context.Context, rdb *redis.Client, db *taskDB, k demoKeys, res *demoResult) {
+func consume(ctx context.Context, rdb redis.UniversalClient, db *taskDB, k demoKeys, res *demoResult) {
 	for ctx.Err() == nil {
 		v, err := rdb.BLPop(ctx, time.Second, k.queue).Result()
 		if err != nil || len(v) != 2 {
@@ -343,7 +343,7 @@ func consume(ctx context.Context, rdb *redis.Client, db *taskDB, k demoKeys, res
 
 // collectAcquisitions reads the schedulers' acquisition records, in the
 // order they were taken.
-func (r *demoResult) collectAcquisitions(ctx context.Context, rdb *redis.Client, k demoKeys) error {
+func (r *demoResult) collectAcquisitions(ctx context.Context, rdb redis.UniversalClient, k demoKeys) error {
 	recs, err := rdb.LRange(ctx, k.acq, 0, -1).Result()
 	if err != nil {
 		return err

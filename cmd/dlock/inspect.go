@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/dlockio/dlock"
 )
@@ -17,7 +18,7 @@ import (
 func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("inspect", stderr, "inspect [flags] NAME...\n\nShows each lock's holder token and metadata (hostname:pid by default), remaining\nTTL and last fence.")
 	to := targetFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON, one object per lock")
+	asJSON := fs.Bool("json", false, "print JSON, one object per lock (ttl_ms: null when free, -1 when held with no expiry)")
 	names, code := parseMixed(fs, args)
 	if code >= 0 {
 		return code
@@ -45,7 +46,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("list", stderr, "list [flags] [PATTERN]\n\nLists held locks whose names match the glob PATTERN (default *), using SCAN\n(on every node of a quorum).")
 	to := targetFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON, one object per lock")
+	asJSON := fs.Bool("json", false, "print JSON, one object per lock (ttl_ms: null when free, -1 when held with no expiry)")
 	patterns, code := parseMixed(fs, args)
 	if code >= 0 {
 		return code
@@ -128,7 +129,7 @@ type infoJSON struct {
 	Token  string      `json:"token,omitempty"`
 	Meta   string      `json:"meta,omitempty"`
 	Owners []ownerJSON `json:"owners,omitempty"`
-	TTLMS  int64       `json:"ttl_ms"`
+	TTLMS  *int64      `json:"ttl_ms"` // null when free, -1 when held with no expiry
 	Fence  int64       `json:"fence"`
 }
 
@@ -138,12 +139,27 @@ type ownerJSON struct {
 	Meta  []string `json:"meta,omitempty"`
 }
 
+// cell returns s for a table cell: quoted, with escapes, if it holds a
+// control character (a newline or tab in a lock name would break the table).
+func cell(s string) string {
+	if strings.ContainsFunc(s, unicode.IsControl) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
 func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		for _, in := range infos {
-			j := infoJSON{Name: in.Name, Key: in.Key, Held: in.Held, Type: in.Type, Token: in.Token, Meta: in.Meta,
-				TTLMS: in.TTL.Milliseconds(), Fence: in.Fence}
+			j := infoJSON{Name: in.Name, Key: in.Key, Held: in.Held, Type: in.Type, Token: in.Token, Meta: in.Meta, Fence: in.Fence}
+			if in.Held {
+				ms := int64(-1)
+				if in.TTL >= 0 {
+					ms = in.TTL.Milliseconds()
+				}
+				j.TTLMS = &ms
+			}
 			for _, o := range in.Owners {
 				j.Owners = append(j.Owners, ownerJSON{o.ID, o.Holds, o.Meta})
 			}
@@ -172,7 +188,7 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 		if token == "" {
 			token = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", in.Name, held, ttl, in.Fence, metaColumn(in.Meta), token)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", cell(in.Name), held, ttl, in.Fence, metaColumn(in.Meta), cell(token))
 	}
 	tw.Flush()
 	return exitOK

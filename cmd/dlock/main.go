@@ -9,8 +9,9 @@
 //	dlock demo seckill [flags]               a flash sale: lock versus one Lua script
 //
 // Redis is given by --redis URL or the REDIS_URL environment variable
-// (redis://, rediss:// or unix:// URLs); a password can stay out of argv in
-// REDIS_URL or REDIS_PASSWORD.
+// (redis://, rediss:// or unix:// URLs; redis+sentinel://…?master_name=NAME
+// for Sentinel, redis+cluster:// for a Cluster); a password can stay out of
+// argv in REDIS_URL, REDIS_PASSWORD or the file REDIS_PASSWORD_FILE names.
 //
 // Exit codes: 0 success (or, for run, the command's own status); 2 usage
 // error; 3 bad configuration (such as a malformed URL); 4 Redis unreachable
@@ -162,8 +163,11 @@ commands:
   demo seckill [flags]               run the flash-sale demo
   version                            print the version
 
-Redis comes from --redis URL or $REDIS_URL (redis://, rediss://, unix://);
-$REDIS_PASSWORD supplies a password the URL lacks.
+Redis comes from --redis URL or $REDIS_URL: redis:// (rediss:// for TLS),
+unix://, redis+sentinel://HOST:PORT?master_name=NAME[&addr=HOST:PORT...] for
+Sentinel, redis+cluster://HOST:PORT[?addr=HOST:PORT...] for a Cluster;
+$REDIS_PASSWORD, or the file $REDIS_PASSWORD_FILE names, supplies a password
+the URL lacks (keep it out of argv).
 Run 'dlock COMMAND -h' for a command's flags.
 
 exit codes: 0 ok (run: the command's status), 2 usage, 3 configuration,
@@ -179,6 +183,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	cmd, rest := args[0], args[1:]
+	if wantsHelp(rest) {
+		stderr = stdout
+	}
 	switch cmd {
 	case "run":
 		return cmdRun(ctx, rest, stdout, stderr)
@@ -228,6 +235,29 @@ func report(stderr io.Writer, err error) int {
 		return ce.code
 	}
 	return exitFailure
+}
+
+// reportDemo reports err as report does, unless ctx was cancelled (Ctrl-C,
+// SIGTERM): then the demo was interrupted, whatever step noticed it.
+func reportDemo(ctx context.Context, stderr io.Writer, err error) int {
+	if ctx.Err() != nil {
+		err = interrupted(ctx, "(the demo stopped)")
+	}
+	return report(stderr, err)
+}
+
+// wantsHelp reports whether a command's flags (before a "--") ask for its
+// help: it goes to stdout then, as asked-for output, and not to stderr.
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 // newFlagSet returns a flag set that reports errors instead of exiting.

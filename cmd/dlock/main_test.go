@@ -410,7 +410,7 @@ func TestInspectListRelease(t *testing.T) {
 		}
 		got = append(got, in)
 	}
-	if len(got) != 2 || got[0].Token != "tok-a" || got[0].Fence != 42 || !got[0].Held || got[0].TTLMS <= 0 || got[1].Held {
+	if len(got) != 2 || got[0].Token != "tok-a" || got[0].Fence != 42 || !got[0].Held || got[0].TTLMS == nil || *got[0].TTLMS <= 0 || got[1].Held || got[1].TTLMS != nil {
 		t.Errorf("inspect --json = %+v", got)
 	}
 
@@ -543,5 +543,88 @@ func TestFlagsAfterArguments(t *testing.T) {
 	}
 	if code, _, errOut := result(t, dlockCmd(t, env, "release", "jobs:a", "--force")); code != 0 {
 		t.Errorf("release NAME --force = %d (stderr %q)", code, errOut)
+	}
+}
+
+// Asked-for help goes to stdout, with exit 0, for every command; a usage
+// error still goes to stderr.
+func TestHelpGoesToStdout(t *testing.T) {
+	for _, args := range [][]string{{"run", "-h"}, {"inspect", "--help"}, {"list", "-h"}, {"release", "-h"},
+		{"demo", "-h"}, {"demo", "seckill", "-h"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(t.Context(), args, &stdout, &stderr)
+		if code != exitOK || !strings.HasPrefix(stdout.String(), "usage: dlock ") || stderr.Len() != 0 {
+			t.Errorf("dlock %v: exit %d, stdout %q, stderr %q; want 0 and the usage on stdout", args, code, tail(stdout.String()), stderr.String())
+		}
+	}
+	if !strings.Contains(demoHelp, "\n       dlock demo seckill") {
+		t.Errorf("demo's usage names its second form without the command: %q", demoHelp[:60])
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"run", "--bogus"}, &stdout, &stderr); code != exitUsage || stdout.Len() != 0 || stderr.Len() == 0 {
+		t.Errorf("dlock run --bogus: exit %d, stdout %q, stderr %q; want 2 and the error on stderr", code, stdout.String(), stderr.String())
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+// Ctrl-C during the demo says it was interrupted and exits 130, whatever
+// step it was at.
+func TestDemoInterrupted(t *testing.T) {
+	s := redistest.Start(t)
+	for _, after := range []time.Duration{0, 400 * time.Millisecond} {
+		ctx, cancel := context.WithCancelCause(t.Context())
+		var stdout, stderr bytes.Buffer
+		done := make(chan int, 1)
+		go func() { done <- run(ctx, []string{"demo", "--redis", s.URL(), "--tasks", "100000"}, &stdout, &stderr) }()
+		time.Sleep(after)
+		cancel(interruption{syscall.SIGINT})
+		select {
+		case code := <-done:
+			last := strings.TrimSpace(stderr.String())
+			last = last[strings.LastIndex(last, "\n")+1:]
+			if code != exitInterrupted || last != "dlock: interrupted by SIGINT (the demo stopped)" {
+				t.Errorf("demo interrupted after %v: exit %d, last line %q", after, code, last)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("demo still running 30s after SIGINT")
+		}
+	}
+}
+
+// inspect --json tells a free lock (ttl_ms null) from one held with no
+// expiry (-1); a name with a newline or tab does not break the table.
+func TestInspectJSONAndOddNames(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	rdb.Set(t.Context(), "dlock:{forever}", "tok", 0)
+	rdb.Set(t.Context(), "dlock:{two\nlines}", "tok2", time.Minute)
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"inspect", "--redis", s.URL(), "--json", "forever", "free"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("inspect: exit %d: %s", code, stderr.String())
+	}
+	var got []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m)
+	}
+	if len(got) != 2 || got[0]["ttl_ms"] != float64(-1) || got[1]["ttl_ms"] != nil || got[1]["held"] != false {
+		t.Errorf("inspect --json = %v, want ttl_ms -1 for the lock without expiry and null for the free one", got)
+	}
+	stdout.Reset()
+	if code := run(t.Context(), []string{"list", "--redis", s.URL()}, &stdout, &stderr); code != 0 {
+		t.Fatalf("list: exit %d: %s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(stdout.String(), `"two\nlines"`) {
+		t.Errorf("list = %q, want a header and two rows, the odd name quoted", stdout.String())
 	}
 }

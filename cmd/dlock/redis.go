@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
@@ -49,16 +50,11 @@ func (t *target) client(ctx context.Context, opts ...dlock.Option) (*dlock.Clien
 }
 
 // connect opens a client for url and checks that Redis answers.
-func connect(ctx context.Context, rawURL string) (*redis.Client, error) {
-	opts, err := redis.ParseURL(rawURL)
+func connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
+	rdb, err := newRedis(rawURL)
 	if err != nil {
-		return nil, fail(exitConfig, "bad Redis URL %s: %v (want redis://[user:password@]host:port[/db], or rediss:// for TLS)",
-			redact(rawURL), strings.ReplaceAll(err.Error(), rawURL, "<url>"))
+		return nil, err
 	}
-	if opts.Password == "" {
-		opts.Password = os.Getenv("REDIS_PASSWORD")
-	}
-	rdb := redis.NewClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	// go-redis does not give up a blocked read when ctx is cancelled, so
@@ -78,6 +74,76 @@ func connect(ctx context.Context, rawURL string) (*redis.Client, error) {
 		return nil, fail(exitRedis, "cannot reach Redis at %s: %v", redact(rawURL), err)
 	}
 	return rdb, nil
+}
+
+// urlShapes says which Redis URLs dlock takes, for its error messages.
+const urlShapes = "want redis://[user:password@]host:port[/db] (rediss:// for TLS), unix:///path/to/socket, " +
+	"redis+sentinel://[user:password@]host:port?master_name=NAME[&addr=host:port…] for Sentinel, or " +
+	"redis+cluster://[user:password@]host:port[?addr=host:port…] for a Cluster"
+
+// newRedis returns a go-redis client for rawURL: a single server, a
+// Sentinel-managed master (redis+sentinel://, or a master_name parameter)
+// or a Cluster (redis+cluster://); rediss+ schemes use TLS. A password the
+// URL lacks comes from $REDIS_PASSWORD, or the file $REDIS_PASSWORD_FILE
+// names: never from argv.
+func newRedis(rawURL string) (redis.UniversalClient, error) {
+	bad := func(err error) error {
+		return fail(exitConfig, "bad Redis URL %s: %s (%s)", redact(rawURL), strings.ReplaceAll(err.Error(), rawURL, "<url>"), urlShapes)
+	}
+	password, err := envPassword()
+	if err != nil {
+		return nil, fail(exitConfig, "%v", err)
+	}
+	scheme, rest, _ := strings.Cut(rawURL, "://")
+	base, kind, _ := strings.Cut(scheme, "+")
+	if kind == "" && strings.Contains(rawURL, "master_name=") {
+		kind = "sentinel"
+	}
+	switch kind {
+	case "":
+		opts, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, bad(err)
+		}
+		opts.Password = cmp.Or(opts.Password, password)
+		return redis.NewClient(opts), nil
+	case "sentinel":
+		opts, err := redis.ParseFailoverURL(base + "://" + rest)
+		if err == nil && opts.MasterName == "" {
+			err = errors.New("a Sentinel URL needs master_name=NAME")
+		}
+		if err != nil {
+			return nil, bad(err)
+		}
+		opts.Password = cmp.Or(opts.Password, opts.SentinelPassword, password) // the master's; the URL's userinfo is the Sentinels'
+		return redis.NewFailoverClient(opts), nil
+	case "cluster":
+		opts, err := redis.ParseClusterURL(base + "://" + rest)
+		if err != nil {
+			return nil, bad(err)
+		}
+		opts.Password = cmp.Or(opts.Password, password)
+		return redis.NewClusterClient(opts), nil
+	}
+	return nil, bad(fmt.Errorf("unknown scheme %q", scheme))
+}
+
+// envPassword returns the password from $REDIS_PASSWORD or the file
+// $REDIS_PASSWORD_FILE names (its first line), or "".
+func envPassword() (string, error) {
+	if p := os.Getenv("REDIS_PASSWORD"); p != "" {
+		return p, nil
+	}
+	file := os.Getenv("REDIS_PASSWORD_FILE")
+	if file == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("REDIS_PASSWORD_FILE: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimRight(line, "\r"), nil
 }
 
 // lockClient connects to the Redis the flags name and returns a dlock
@@ -100,7 +166,7 @@ func lockClient(ctx context.Context, flagged urlList, opts ...dlock.Option) (c *
 	}
 	// All at once: nodes that do not answer cost one timeout, not one each.
 	type conn struct {
-		rdb *redis.Client
+		rdb redis.UniversalClient
 		err error
 	}
 	conns := make([]conn, len(urls))
@@ -119,8 +185,8 @@ func lockClient(ctx context.Context, flagged urlList, opts ...dlock.Option) (c *
 			cfgErr = cmp.Or(cfgErr, cn.err)
 		default: // a quorum tolerates a minority of nodes down
 			failed = append(failed, cn.err.Error())
-			opts, _ := redis.ParseURL(urls[i]) // connect parsed it
-			nodes = append(nodes, redis.NewClient(opts))
+			rdb, _ := newRedis(urls[i]) // connect parsed it
+			nodes = append(nodes, rdb)
 		}
 	}
 	if cfgErr != nil {

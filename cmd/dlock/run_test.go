@@ -563,6 +563,55 @@ func TestBadRedisURL(t *testing.T) {
 	}
 }
 
+// The CLI reaches a Sentinel-managed master (redis+sentinel://…
+// ?master_name=NAME) and a Cluster (redis+cluster://), takes the password
+// from REDIS_PASSWORD_FILE, and refuses a Sentinel URL without a master
+// name or an unknown scheme with the shapes it takes.
+func TestSentinelAndClusterURLs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Sentinel and a Cluster")
+	}
+	master := redistest.Start(t, redistest.TCP())
+	if _, err := master.Do(t.Context(), "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	pwFile := filepath.Join(t.TempDir(), "pw")
+	os.WriteFile(pwFile, []byte("s3cret\n"), 0o600)
+	sentinel := redistest.Start(t, redistest.Sentinel("dlockmaster", master.Port(), 1, 5*time.Second, 10*time.Second))
+	sentinel.Do(t.Context(), "SENTINEL", "SET", "dlockmaster", "auth-pass", "s3cret")
+
+	cluster := redistest.StartCluster(t, 3)
+	var more []string
+	for _, n := range cluster[1:] {
+		more = append(more, "addr="+n.Addr())
+	}
+	for _, url := range []string{
+		"redis+sentinel://" + sentinel.Addr() + "?master_name=dlockmaster",
+		"redis://" + sentinel.Addr() + "?master_name=dlockmaster",
+		"redis+cluster://" + cluster[0].Addr() + "?" + strings.Join(more, "&"),
+	} {
+		env := []string{"REDIS_URL=" + url, "REDIS_PASSWORD_FILE=" + pwFile}
+		if strings.Contains(url, "cluster") {
+			env = env[:1]
+		}
+		for _, name := range []string{"a", "b", "c", "d"} { // names in several slots
+			code, out, errOut := result(t, dlockCmd(t, env, "run", "--wait", "0", name, "--", "sh", "-c", "echo $DLOCK_FENCE"))
+			if code != 0 || strings.TrimSpace(out) == "" {
+				t.Fatalf("dlock run %s over %s: exit %d, stdout %q, stderr %q", name, url, code, out, errOut)
+			}
+		}
+		if code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "a")); code != 0 || !strings.Contains(out, `"held":false`) {
+			t.Errorf("dlock inspect over %s: exit %d, %q %q", url, code, out, errOut)
+		}
+	}
+	for _, url := range []string{"redis+sentinel://" + sentinel.Addr(), "redis+bogus://127.0.0.1:1"} {
+		code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + url}, "inspect", "a"))
+		if code != exitConfig || !strings.Contains(errOut, "redis+sentinel://") {
+			t.Errorf("dlock inspect over %s: exit %d, stderr %q; want %d and the URL shapes", url, code, errOut, exitConfig)
+		}
+	}
+}
+
 // With --max-hold, the command is terminated as on a lost lock (SIGTERM,
 // then SIGKILL after --grace for one that ignores it) when the lock
 // reaches its max hold, dlock says why and exits 6, and the lock is

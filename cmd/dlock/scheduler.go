@@ -86,7 +86,7 @@ func cmdScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 // schedule is a scheduler's loop: take the lock, move a batch of due tasks
 // to the queue, release; until ctx ends.
-func schedule(ctx context.Context, c schedConfig, rdb *redis.Client, db *taskDB, stdout io.Writer) error {
+func schedule(ctx context.Context, c schedConfig, rdb redis.UniversalClient, db *taskDB, stdout io.Writer) error {
 	k := keysForRun(c.run)
 	locks, err := dlock.New(rdb, dlock.WithTTL(c.ttl)) // the demo checked --ttl
 	if err != nil {
@@ -145,7 +145,7 @@ func schedule(ctx context.Context, c schedConfig, rdb *redis.Client, db *taskDB,
 //
 // With stall set, it stops after the mark, says "holding" and waits to be
 // killed: the demo's chaos.
-func dispatch(ctx context.Context, c schedConfig, rdb *redis.Client, db *taskDB, k demoKeys, stall bool, stdout io.Writer) (int, error) {
+func dispatch(ctx context.Context, c schedConfig, rdb redis.UniversalClient, db *taskDB, k demoKeys, stall bool, stdout io.Writer) (int, error) {
 	if _, err := db.recoverStuck(ctx, c.stuck); err != nil {
 		return 0, fmt.Errorf("recover stuck tasks: %w", err)
 	}

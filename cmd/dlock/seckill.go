@@ -57,7 +57,7 @@ func cmdSeckill(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case 0:
 		srv, err := privateRedis()
 		if err != nil {
-			return report(stderr, err)
+			return reportDemo(ctx, stderr, err)
 		}
 		defer srv.Stop()
 		url = srv.URL()
@@ -69,10 +69,9 @@ func cmdSeckill(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	rdb, err := connect(ctx, url)
 	if err != nil {
-		return report(stderr, err)
+		return reportDemo(ctx, stderr, err)
 	}
 	defer rdb.Close()
-	rdb.Options().PoolSize = max(rdb.Options().PoolSize, *buyers+4)
 
 	attempts := make([]string, 0, *users**tries)
 	for u := range *users {
@@ -142,7 +141,7 @@ func cmdSeckill(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 // buyUnderLock is the check-then-act purchase, made safe by a lock: acquire,
 // GET stock, SISMEMBER, DECR, SADD, release.
-func buyUnderLock(ctx context.Context, locks *dlock.Client, rdb *redis.Client, lockName, stockKey, buyersKey, user string) (int64, error) {
+func buyUnderLock(ctx context.Context, locks *dlock.Client, rdb redis.UniversalClient, lockName, stockKey, buyersKey, user string) (int64, error) {
 	l, err := locks.Acquire(ctx, lockName)
 	if err != nil {
 		return 0, err

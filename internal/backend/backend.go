@@ -160,6 +160,13 @@ type Backend interface {
 	// Scan returns the keys that match the SCAN pattern match, on every
 	// master of a Cluster and every node of a quorum; a key may repeat.
 	Scan(ctx context.Context, match string) ([]string, error)
+	// Batches reports how many script calls the batcher sent and in how
+	// many writes (pipelines, or lone calls), summed over the nodes; both
+	// are 0 without pipelining.
+	Batches() (calls, writes uint64)
+	// Drain waits until the calls that go on after their caller stopped
+	// waiting (a quorum node's late answer) are over, or ctx ends.
+	Drain(ctx context.Context) error
 }
 
 // Node is the backend for one Redis deployment reached through one
@@ -204,6 +211,19 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 		replicas: c.Replicas, ackTimeout: c.AckTimeout,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), qttlA: QueueTTL(c.TTL).Milliseconds(),
 		fenceMS: fenceWindow.Milliseconds()}
+}
+
+// Drain returns at once: a Node's calls end with their callers (a
+// pipeline whose caller gave up is bounded by go-redis's timeouts, and
+// what it may have left is undone by the caller).
+func (Node) Drain(context.Context) error { return nil }
+
+// Batches reports the batcher's counts (see Backend).
+func (n Node) Batches() (calls, writes uint64) {
+	if b, ok := n.rdb.(*batcher); ok {
+		return b.calls.Load(), b.writes.Load()
+	}
+	return 0, 0
 }
 
 // acked runs a script that may write and, with replica acknowledgement on,

@@ -39,6 +39,8 @@ type batcher struct {
 	spare    []*call // the previous queue's array, reused
 	flushers int
 	pipes    sync.Pool // idle Pipeliners, reused across flushes
+
+	calls, writes atomic.Uint64 // commands sent, and the writes (pipelines or lone commands) that carried them
 }
 
 // A call's life: queued, then sent by a flusher and done when its reply is
@@ -155,6 +157,10 @@ func (b *batcher) flush() {
 
 // send runs the calls' commands, one alone or several as a pipeline.
 func (b *batcher) send(calls []*call) {
+	if len(calls) > 0 {
+		b.calls.Add(uint64(len(calls)))
+		b.writes.Add(1)
+	}
 	switch len(calls) {
 	case 0:
 	case 1:

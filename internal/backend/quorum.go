@@ -21,6 +21,7 @@ var (
 type Quorum struct {
 	nodes   []Node
 	timeout time.Duration
+	late    Tracker // the node calls that fanOut stopped waiting for
 }
 
 // NewQuorum returns the backend over nodes that waits for each node's
@@ -62,10 +63,10 @@ func fanOut[T any](ctx context.Context, q *Quorum, fn func(context.Context, Node
 	// it.
 	nctx := context.WithoutCancel(ctx)
 	for i, n := range q.nodes {
-		go func() {
+		q.late.Go(func() {
 			v, err := fn(nctx, n)
 			ch <- indexed{i, nodeResult[T]{v: v, err: err, ok: true}}
-		}()
+		})
 	}
 	out := make([]nodeResult[T], len(q.nodes))
 	timer := time.NewTimer(q.timeout)
@@ -292,6 +293,19 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (struct{}, error) { return struct{}{}, n.Undo(ctx, c) }, nil)
 	return nodeErrors(res)
+}
+
+// Drain waits for the node calls that fanOut stopped waiting for (see
+// Backend).
+func (q *Quorum) Drain(ctx context.Context) error { return q.late.Wait(ctx) }
+
+// Batches sums the nodes' batcher counts (see Backend).
+func (q *Quorum) Batches() (calls, writes uint64) {
+	for _, n := range q.nodes {
+		c, w := n.Batches()
+		calls, writes = calls+c, writes+w
+	}
+	return calls, writes
 }
 
 // Force force-releases the lock on every node (see Node.Force).

@@ -139,21 +139,28 @@ func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, 
 // leftovers is (e): it sorts the keys found under prefix into those the
 // docs allow to stay for a while (fence counters within the fence window —
 // a minute, a day over a quorum — and markers that expire within the
-// longest lease) and the rest. Keys with an expiry below
-// grace are excused (returned as excused) when grace > 0: a killed worker's
-// lease and queue entries, which only time removes.
-func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration) (bad, excused []string) {
+// longest lease) and the rest. Keys with an expiry below grace are excused
+// (returned as excused) when grace > 0: a killed worker's lease and queue
+// entries, which only time removes. So is a lock key expiring within the
+// longest lease on a node that was restarted empty (in restarted): the
+// restart forgot the markers that revoke ended leases, and the docs say a
+// request of one still in flight (go-redis re-sending it to the new
+// server) can then take that node's lock for nobody, for one lease.
+func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration, restarted map[int]bool) (bad, excused []string) {
 	for _, k := range keys {
 		rest := strings.TrimPrefix(k.key, prefix)
 		desc := fmt.Sprintf("node%d %s (%s, pttl %v)", k.node, k.key, k.kind, k.pttl)
 		_, tail, _ := strings.Cut(rest, "}")
+		expiring := k.pttl > 0 && k.pttl <= maxLease
 		switch {
 		case tail == ":fence" && k.kind == "string" && k.pttl > 0 && k.pttl <= 24*time.Hour: // a minute; a day on a quorum
 			continue
-		case strings.HasPrefix(tail, ":r:") && k.pttl > 0 && k.pttl <= maxLease:
+		case strings.HasPrefix(tail, ":r:") && expiring:
 			continue
 		case grace > 0 && k.pttl > 0 && k.pttl <= grace:
 			excused = append(excused, desc)
+		case restarted[k.node] && tail == "" && expiring:
+			excused = append(excused, desc+" on a node restarted empty")
 		default:
 			bad = append(bad, desc)
 		}

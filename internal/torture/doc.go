@@ -55,8 +55,10 @@
 //	    TTL-derived bounds; workers finish;
 //	(e) after the run and after the probe, Redis holds nothing under the
 //	    round's prefix but fence keys and revocation markers that expire
-//	    within the longest lease; a worker finds no hold of its own left
-//	    after its last release; a Do whose fn panicked left no lock;
+//	    within the longest lease (and, on a node restarted empty, which
+//	    forgot its revocations, a lock key expiring within it); a released
+//	    lease or reentrant hold is gone from Redis when its release
+//	    returns; a Do whose fn panicked left no lock;
 //	(f) the coordinator's goroutines return to their level before the
 //	    rounds; go-redis pools stay within their size;
 //	(g) lease accounting: ValidUntil never lies beyond the lease Redis

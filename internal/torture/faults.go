@@ -61,11 +61,13 @@ type Injector struct {
 	Rec     *Recorder
 	Restart bool // whether node restarts are allowed this round
 	Counts  map[string]int
+	// Restarted lists the nodes restarted empty; read it after Run returns.
+	Restarted map[int]bool
 }
 
 // Run injects faults until stop (unix ns); the last one may end a little later.
 func (j *Injector) Run(stop int64) {
-	j.Counts = map[string]int{}
+	j.Counts, j.Restarted = map[string]int{}, map[int]bool{}
 	time.Sleep(j.dur(j.TTL/4, j.TTL/2)) // let workers start
 	for i := 0; i < 200 && now() < stop; i++ {
 		kind := j.pick()
@@ -124,6 +126,7 @@ func (j *Injector) inject(kind string, e *Event) (string, error) {
 		time.Sleep(j.dur(j.TTL/5, j.TTL))
 		return target, s.Resume()
 	case FaultServerRestart:
+		j.Restarted[node] = true
 		return target, j.T.Servers[node].Restart()
 	case FaultDelayReq, FaultDelayRep:
 		d := j.dur(400*time.Millisecond, 1200*time.Millisecond) // beyond the 200-300ms read timeouts

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/redis/go-redis/v9"
 )
 
 // acquire runs Acquire or TryAcquire and, if it got the lock, a critical
@@ -111,43 +111,36 @@ func (w *Worker) finish() {
 }
 
 // selfCheck asks Redis, after a successful release, whether the lock still
-// carries this handle's owner token. It can only while no other hold of the
-// same owner is legitimately alive: plain tokens are unique; a reentrant
-// owner is this worker's, and no hold of it is open between operations
-// unless a stale handle of that owner is waiting for its late release.
+// carries this handle's lease.
 func (w *Worker) selfCheck(h *handle) {
 	if h.l.Err() != dlock.ErrReleased || w.rng.IntN(3) != 0 {
 		return
 	}
-	for _, s := range append(w.stale, w.pending...) {
-		if s.own != "" && s.own == h.own {
-			return
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	inv := now()
-	info, err := w.c.Inspect(ctx, h.l.Name())
-	if err != nil || !heldBy(info, h.l.Token(), h.own) {
-		return
+	if held, note, err := w.carries(ctx, h.l.Name(), h.l.Token(), h.own); err == nil && held {
+		w.rec.Add(Event{Name: h.l.Name(), Op: OpLeftover, Inv: inv, Ret: now(), CS: h.id, Tok: h.l.Token(),
+			Fence: h.fence, Note: note})
 	}
-	w.rec.Add(Event{Name: h.l.Name(), Op: OpLeftover, Inv: inv, Ret: now(), CS: h.id, Tok: h.l.Token(),
-		Fence: h.fence, Note: fmt.Sprintf("type=%s ttl=%v owners=%v", info.Type, info.TTL, info.Owners)})
 }
 
-// heldBy reports whether Inspect's answer names token (a plain lock) or
-// the reentrant owner own (owner ids are "<client id>/<owner>"; a worker's
-// owner names are unique) as a holder.
-func heldBy(info dlock.Info, token, own string) bool {
-	if info.Token == token {
-		return true
-	}
-	for _, o := range info.Owners {
-		if (o.ID == token || own != "" && strings.HasSuffix(o.ID, "/"+own)) && o.Holds > 0 {
-			return true
+// carries reports whether the lock name still carries the lease tok: a
+// plain lock as its token, a reentrant one (owner own) as the hold's own
+// field. Not the owner: other holds of it may legitimately be there — a
+// stale handle waiting for its late release, or an attempt whose outcome
+// was unknown and whose undo runs in the background.
+func (w *Worker) carries(ctx context.Context, name, tok, own string) (bool, string, error) {
+	if own != "" {
+		key := w.cfg.Prefix + "{" + name + "}"
+		deadline, err := w.rdbs[0].HGet(ctx, key, "h:"+tok).Result()
+		if err == redis.Nil {
+			return false, "", nil
 		}
+		return err == nil, "hold field h:<token> = " + deadline, err
 	}
-	return false
+	info, err := w.c.Inspect(ctx, name)
+	return err == nil && info.Token == tok, fmt.Sprintf("type=%s ttl=%v", info.Type, info.TTL), err
 }
 
 // do runs Client.Do; fn does a critical section, sometimes nests (reentrant
@@ -213,13 +206,13 @@ func (w *Worker) afterPanic(name, tok, own string, inv int64) {
 	var err error
 	for deadline := time.Now().Add(2 * time.Second); res == "stillheld" && time.Now().Before(deadline); {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		var info dlock.Info
-		info, err = w.c.Inspect(ctx, name)
+		var held bool
+		held, _, err = w.carries(ctx, name, tok, own)
 		cancel()
 		switch {
 		case err != nil:
 			res = "unknown"
-		case heldBy(info, tok, own):
+		case held:
 			time.Sleep(100 * time.Millisecond)
 		default:
 			res = "released"

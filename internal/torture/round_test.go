@@ -111,7 +111,7 @@ func runRound(t *testing.T, c *cluster, p plan) *result {
 	// Requests a delay fault held are delivered after it heals: let them
 	// land (they are what can leave a lease nobody holds) before scanning.
 	time.Sleep(1500 * time.Millisecond)
-	quiesce(t, c, p, n, cfgs[0], coord, killed)
+	quiesce(t, c, p, n, cfgs[0], coord, killed, inj.Restarted)
 	coord.Close()
 	res.wall = time.Duration(now() - res.base)
 	res.history, err = LoadDir(dir)
@@ -249,7 +249,7 @@ func tail(s string, n int) string {
 
 // quiesce runs the checks that need a quiet system: the key scan (e)
 // before and after the liveness probe (d).
-func quiesce(t *testing.T, c *cluster, p plan, n int, cfg WorkerConfig, rec *Recorder, killed int64) {
+func quiesce(t *testing.T, c *cluster, p plan, n int, cfg WorkerConfig, rec *Recorder, killed int64, restarted map[int]bool) {
 	rdbs := c.directClients(n)
 	defer func() {
 		for _, r := range rdbs {
@@ -268,7 +268,7 @@ func quiesce(t *testing.T, c *cluster, p plan, n int, cfg WorkerConfig, rec *Rec
 		if err != nil {
 			t.Fatalf("scan: %v", err)
 		}
-		bad, excused := leftovers(keys, cfg.Prefix, maxLease, grace)
+		bad, excused := leftovers(keys, cfg.Prefix, maxLease, grace, restarted)
 		for _, b := range bad {
 			rec.Add(Event{Op: OpLeftover, Inv: now(), Note: when + ": " + b})
 		}

@@ -145,17 +145,21 @@ const poolSize = 8
 // far above a loaded machine's round trip.
 const nodeTimeout = 150 * time.Millisecond
 
-// undoSettle is how long a worker lets dlock's background clean-up run
-// before closing its connections: an Acquire whose context ended mid-call
-// undoes its attempt in a goroutine (bounded by 2s in dlock), and closing
-// the go-redis client under it would leave a queue entry or a lease behind
-// until it expires.
-const undoSettle = 2500 * time.Millisecond
+// drainMax bounds how long a worker waits for dlock's background clean-up
+// before closing its connections (Client.Drain): an Acquire whose context
+// ended mid-call undoes its attempt in a goroutine (retried for at most
+// 10s), and closing the go-redis client under it would leave a queue entry
+// or a lease behind until it expires.
+const drainMax = 15 * time.Second
 
 // Close waits for dlock's background clean-up, then closes the worker's
 // connections and its history.
 func (w *Worker) Close() {
-	time.Sleep(undoSettle)
+	ctx, cancel := context.WithTimeout(context.Background(), drainMax)
+	if err := w.c.Drain(ctx); err != nil {
+		w.rec.Add(Event{Op: OpLeftover, Inv: now(), Ret: now(), Note: "Client.Drain: " + err.Error()})
+	}
+	cancel()
 	for _, rdb := range w.rdbs {
 		rdb.Close()
 	}
