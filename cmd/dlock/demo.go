@@ -26,9 +26,12 @@ Runs the batch-dispatch scenario: tasks sit in a SQL table; several
 scheduler processes pull due tasks and push them to a Redis queue;
 consumers take them from the queue and process them (some fail and are
 retried, a few fail for good). Without a lock, two schedulers pick the same
-tasks and enqueue them twice; with dlock, never.
+tasks and enqueue them twice; with dlock, never. The third way needs no
+lock: consumers record each task attempt atomically before acting on it
+(an idempotency key), so a duplicate is enqueued but skipped.
 
-By default it runs twice, without and then with the lock, and compares.
+By default it runs all three, without a lock, with dlock, and with the
+idempotency key, and compares.
 With no --redis it starts a private redis-server; with no --db it uses a
 SQLite file in a temporary directory.`
 
@@ -53,7 +56,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var redisFlag urlList
 	fs.Var(&redisFlag, "redis", "Redis `URL` (default $REDIS_URL, else a private redis-server)")
 	fs.StringVar(&cfg.dbDSN, "db", "", "PostgreSQL `URL` (postgres://…); default a temporary SQLite file")
-	fs.StringVar(&cfg.mode, "mode", "both", "both, lock or no-lock")
+	fs.StringVar(&cfg.mode, "mode", "all", "all (without a lock, with dlock, with an idempotency key), both (the first two), lock, no-lock or idempotent")
 	noLock := fs.Bool("no-lock", false, "run only without the lock (same as --mode no-lock)")
 	fs.IntVar(&cfg.tasks, "tasks", 600, "number of tasks")
 	fs.IntVar(&cfg.batch, "batch", 20, "tasks a scheduler moves per turn")
@@ -72,8 +75,8 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "dlock demo: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
-	case cfg.mode != "both" && cfg.mode != "lock" && cfg.mode != "no-lock":
-		fmt.Fprintf(stderr, "dlock demo: --mode must be both, lock or no-lock, not %q\n", cfg.mode)
+	case !slices.Contains([]string{"all", "both", "lock", "no-lock", "idempotent"}, cfg.mode):
+		fmt.Fprintf(stderr, "dlock demo: --mode must be all, both, lock, no-lock or idempotent, not %q\n", cfg.mode)
 		return exitUsage
 	case cfg.tasks < 1 || cfg.batch < 1 || cfg.schedulers < 1 || cfg.consumers < 1:
 		fmt.Fprintln(stderr, "dlock demo: --tasks, --batch, --schedulers and --consumers must be at least 1")
@@ -126,36 +129,50 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.progressInterval = 200 * time.Millisecond
 	}
 
-	modes := []bool{false, true}
-	switch cfg.mode {
-	case "lock":
-		modes = []bool{true}
-	case "no-lock":
-		modes = []bool{false}
-	}
+	passes := map[string][]demoPass{"all": {passNoLock, passLock, passIdempotent}, "both": {passNoLock, passLock},
+		"lock": {passLock}, "no-lock": {passNoLock}, "idempotent": {passIdempotent}}[cfg.mode]
 	var results []*demoResult
-	for _, locked := range modes {
-		res, err := runDemo(ctx, cfg, locked, rdb, db, stderr)
+	for _, pass := range passes {
+		res, err := runDemo(ctx, cfg, pass, rdb, db, stderr)
 		if err != nil {
 			return reportDemo(ctx, stderr, err)
 		}
 		res.print(stdout)
 		results = append(results, res)
 	}
-	if len(results) == 2 {
+	if len(results) >= 2 {
 		fmt.Fprintf(stdout, "\nduplicate enqueues: %d without a lock, %d with dlock\n",
 			results[0].duplicates, results[1].duplicates)
 	}
+	if len(results) == 3 {
+		fmt.Fprintf(stdout, "without a lock but with an idempotency key: %d duplicate enqueues, %d acted on twice\n",
+			results[2].duplicates, results[2].actedTwice())
+	}
 	for _, r := range results {
-		if r.incomplete || (r.locked && (r.duplicates > 0 || !r.fencesIncreasing)) {
+		if r.incomplete || (r.pass == passLock && (r.duplicates > 0 || !r.fencesIncreasing)) ||
+			(r.pass == passIdempotent && r.actedTwice() > 0) {
 			return exitFailure
 		}
 	}
 	return exitOK
 }
 
+// demoPass is one way of running the scenario: the lessons side by side.
+type demoPass int
+
+const (
+	passNoLock     demoPass = iota // schedulers race: duplicates are enqueued
+	passLock                       // schedulers take turns under dlock: none are
+	passIdempotent                 // no lock, but consumers record each task attempt first (HSETNX): duplicates are skipped
+)
+
+// actedTwice is the number of duplicates a consumer acted on: neither the
+// idempotency key nor the status guard stopped them.
+func (r *demoResult) actedTwice() int64 { return r.duplicates - r.keySkips - r.guardRejections }
+
 // demoResult is what one run measured.
 type demoResult struct {
+	pass             demoPass
 	locked           bool
 	cfg              demoConfig
 	wall             time.Duration
@@ -164,6 +181,7 @@ type demoResult struct {
 	retries          int64
 	duplicates       int64 // a consumer got a task+attempt it had already got
 	guardRejections  int64 // … and the status guard refused it
+	keySkips         int64 // … and its idempotency key made the consumer skip it
 	acquisitions     map[int]int
 	waits            []time.Duration
 	fenceMin         int64
@@ -175,18 +193,16 @@ type demoResult struct {
 func newRunID() string { return fmt.Sprintf("%08x", rand.Uint32()) }
 
 // runDemo runs the scenario once, with or without the lock.
-func runDemo(ctx context.Context, cfg demoConfig, locked bool, rdb redis.UniversalClient, db *taskDB, stderr io.Writer) (*demoResult, error) {
+func runDemo(ctx context.Context, cfg demoConfig, pass demoPass, rdb redis.UniversalClient, db *taskDB, stderr io.Writer) (*demoResult, error) {
 	run := newRunID()
 	k := keysForRun(run)
-	defer rdb.Del(context.WithoutCancel(ctx), k.queue, k.seen, k.acq)
+	defer rdb.Del(context.WithoutCancel(ctx), k.queue, k.seen, k.acq, k.taken)
 	if err := db.reset(ctx, cfg.tasks); err != nil {
 		return nil, err
 	}
-	res := &demoResult{locked: locked, cfg: cfg, acquisitions: map[int]int{}}
-	label := "without a lock"
-	if locked {
-		label = "with dlock"
-	}
+	locked := pass == passLock
+	res := &demoResult{pass: pass, locked: locked, cfg: cfg, acquisitions: map[int]int{}}
+	label := [...]string{"without a lock", "with dlock", "without a lock, with an idempotency key"}[pass]
 	fmt.Fprintf(stderr, "\n== %d tasks, %d schedulers, %d consumers, %s ==\n", cfg.tasks, cfg.schedulers, cfg.consumers, label)
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
@@ -313,6 +329,17 @@ func consume(ctx context.Context, rdb redis.UniversalClient, db *taskDB, k demoK
 		if fresh, _ := rdb.SAdd(ctx, k.seen, item).Result(); fresh == 0 {
 			atomic.AddInt64(&res.duplicates, 1)
 		}
+		if res.pass == passIdempotent {
+			// The idempotency key: record the task attempt before acting on
+			// it, atomically (HSETNX, as SET NX on a key of its own); a
+			// consumer that finds it recorded skips the duplicate.
+			if first, err := rdb.HSetNX(ctx, k.taken, item, 1).Result(); err != nil || !first {
+				if err == nil {
+					atomic.AddInt64(&res.keySkips, 1)
+				}
+				continue
+			}
+		}
 		idStr, attemptStr, _ := strings.Cut(item, ":")
 		id, _ := strconv.ParseInt(idStr, 10, 64)
 		attempt, _ := strconv.Atoi(attemptStr)
@@ -371,18 +398,19 @@ func (r *demoResult) collectAcquisitions(ctx context.Context, rdb redis.Universa
 }
 
 func (r *demoResult) print(w io.Writer) {
-	title := "WITHOUT A LOCK"
-	if r.locked {
-		title = "WITH DLOCK"
-	}
+	title := [...]string{"WITHOUT A LOCK", "WITH DLOCK", "WITHOUT A LOCK, WITH AN IDEMPOTENCY KEY"}[r.pass]
 	fmt.Fprintf(w, "\n%s — %d tasks, %d scheduler processes, %d consumers\n", title, r.cfg.tasks, r.cfg.schedulers, r.cfg.consumers)
 	if r.incomplete {
 		fmt.Fprintf(w, "  INCOMPLETE: stopped after %v\n", r.cfg.timeout)
 	}
 	fmt.Fprintf(w, "  tasks done            %d\n", r.done)
 	fmt.Fprintf(w, "  tasks failed for good %d (retries along the way: %d)\n", r.failed, r.retries)
-	fmt.Fprintf(w, "  duplicate enqueues    %d (a consumer got a task it had already got; %d refused by the status guard)\n",
-		r.duplicates, r.guardRejections)
+	stopped := fmt.Sprintf("%d refused by the status guard", r.guardRejections)
+	if r.pass == passIdempotent {
+		stopped = fmt.Sprintf("%d skipped by the idempotency key", r.keySkips)
+	}
+	fmt.Fprintf(w, "  duplicate enqueues    %d (a consumer got a task it had already got; %s, %d acted on twice)\n",
+		r.duplicates, stopped, r.actedTwice())
 	if r.locked {
 		ids := make([]int, 0, len(r.acquisitions))
 		for id := range r.acquisitions {

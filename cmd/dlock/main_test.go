@@ -458,6 +458,12 @@ func TestDemo(t *testing.T) {
 	if !strings.Contains(out, "strictly increasing") {
 		t.Errorf("demo output lacks the fence check:\n%s", out)
 	}
+	// The third lesson: no lock, an idempotency key; duplicates enqueued
+	// (usually) but none acted on twice.
+	m = regexp.MustCompile(`with an idempotency key: (\d+) duplicate enqueues, (\d+) acted on twice`).FindStringSubmatch(out)
+	if m == nil || m[2] != "0" {
+		t.Errorf("demo output lacks the idempotency key's pass, or it acted on a duplicate: %q\n%s", m, out)
+	}
 }
 
 func TestDemoChaos(t *testing.T) {

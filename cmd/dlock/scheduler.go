@@ -44,11 +44,11 @@ func (c schedConfig) args() []string {
 }
 
 // demoKeys are the Redis keys of one demo run.
-type demoKeys struct{ queue, seen, acq string }
+type demoKeys struct{ queue, seen, acq, taken string }
 
 func keysForRun(run string) demoKeys {
 	p := "dlock-demo:" + run + ":"
-	return demoKeys{queue: p + "queue", seen: p + "seen", acq: p + "acquisitions"}
+	return demoKeys{queue: p + "queue", seen: p + "seen", acq: p + "acquisitions", taken: p + "taken"}
 }
 
 func cmdScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) int {
