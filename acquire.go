@@ -18,31 +18,36 @@ import (
 // and the undo of an attempt whose outcome is unknown.
 
 // TryAcquire makes one attempt to take the lock name. It returns an error
-// wrapping ErrNotAcquired if someone else holds it, ErrInvalid for a bad
-// name, ErrWrongType if the lock key holds a foreign value, or the error
-// from Redis. If ctx is already done, or ends before the answer comes, the
-// error matches both ErrNotAcquired and ctx.Err(), and no lease is left
-// behind (an attempt that may have reached Redis is undone, in the
-// background if ctx is done, within a bounded time).
+// wrapping ErrNotAcquired if someone else holds it (its cause, a
+// *NotAcquiredError, names the holder and its metadata), ErrInvalid for a
+// bad name or option, ErrWrongType if the lock key holds a foreign value,
+// or the error from Redis. If ctx is already done, or ends before the
+// answer comes, the error matches both ErrNotAcquired and ctx.Err(), and no
+// lease is left behind (an attempt that may have reached Redis is undone,
+// in the background if ctx is done, within a bounded time).
 //
 // An attempt whose reply arrived after the lease's validity had already run
 // out (the request or reply was delayed longer than the TTL) is undone and
 // reported as ErrNotAcquired: a lock that could have expired on arrival is
 // never handed out.
-func (c *Client) TryAcquire(ctx context.Context, name string) (*Lock, error) {
+//
+// opts apply to this acquisition and its lease (LeaseTTL, HolderMeta,
+// MaxHold; MaxWait only as MaxWait(0), since TryAcquire never waits).
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	e, start := Event{Op: OpAcquire, Name: name, Try: true}, time.Now()
 	ctx = c.start(ctx, &e)
-	l, err := c.tryAcquire(ctx, name)
+	l, err := c.prepare(name, opts, true)
+	if err == nil {
+		l, err = c.tryAcquire(ctx, l)
+	}
 	c.end(ctx, &e, start, err)
 	return l, err
 }
 
-func (c *Client) tryAcquire(ctx context.Context, name string) (*Lock, error) {
-	l, err := c.prepare(name)
-	if err != nil {
-		return nil, err
-	}
-	l, _, err = c.attempt(ctx, l, false)
+// tryAcquire makes one attempt for the pending Lock l (see TryAcquire).
+func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
+	name := l.name
+	l, g, err := c.attempt(ctx, l, false)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		if err == ctx.Err() || errors.Is(err, backend.ErrNotSent) {
@@ -56,7 +61,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string) (*Lock, error) {
 	case l == nil && ctx.Err() != nil:
 		return nil, gaveUp(ctx, name)
 	case l == nil:
-		return nil, c.notAcquired(name)
+		return nil, c.notAcquired(name, refusal(g))
 	}
 	return l, nil
 }
@@ -75,36 +80,57 @@ func (c *Client) tryAcquire(ctx context.Context, name string) (*Lock, error) {
 // flight is done (bounded). Other errors are as for TryAcquire; an error
 // from Redis ends the wait at once rather than being retried, except that a
 // quorum Client (NewRedlock) waits out a missing majority and reports the
-// last QuorumError with the context's error.
+// last QuorumError with the context's error. An error of a wait that ended
+// carries the *NotAcquiredError of the last attempt that found the lock
+// taken, if any.
+//
+// opts apply to this acquisition and its lease: LeaseTTL, HolderMeta,
+// MaxHold, and MaxWait, which bounds the wait (MaxWait(0): one attempt, as
+// TryAcquire); see LockOption. An invalid one fails the call with an error
+// wrapping ErrInvalid before anything is sent.
 //
 // The returned Lock must be released with Lock.Release. With auto-extend on
 // (the default), Acquire starts the Lock's watchdog: a timer that extends
 // the lease every TTL/3 until Release or until the lock is lost (it holds no
 // goroutine between extensions).
-func (c *Client) Acquire(ctx context.Context, name string) (*Lock, error) {
+func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	e, start := Event{Op: OpAcquire, Name: name}, time.Now()
 	ctx = c.start(ctx, &e)
-	l, err := c.acquire(ctx, name)
+	l, err := c.acquire(ctx, name, opts)
 	c.end(ctx, &e, start, err)
 	return l, err
 }
 
-func (c *Client) acquire(ctx context.Context, name string) (*Lock, error) {
-	pending, err := c.prepare(name)
+func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*Lock, error) {
+	pending, err := c.prepare(name, opts, false)
 	if err != nil {
 		return nil, err
 	}
-	a := acquisition{c: c, ctx: ctx, l: pending, trustHandover: true}
+	wait := pending.p.wait
+	if wait == 0 {
+		return c.tryAcquire(ctx, pending)
+	}
+	actx := ctx // the wait's context: ctx, or ctx bounded by MaxWait
+	if wait > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	a := acquisition{c: c, ctx: actx, l: pending, trustHandover: true}
 	l, err := a.run()
 	if err != nil {
-		if ctx.Err() != nil {
-			// However the context ended the wait, the error says so; an
-			// attempt's own error (Redis unreachable) goes with it.
+		if actx.Err() != nil {
+			// However the wait ended, the error says so; an attempt's own
+			// error (Redis unreachable) goes with it.
 			c.leave(ctx, pending.cl)
-			if err == ctx.Err() || errors.Is(err, backend.ErrNotSent) {
+			if err == actx.Err() || errors.Is(err, backend.ErrNotSent) ||
+				(ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)) {
 				err = nil
 			}
-			return nil, gaveUp(ctx, name, a.lastQuorum, err)
+			if ctx.Err() != nil {
+				return nil, gaveUp(ctx, name, a.last(err)...)
+			}
+			return nil, waitedOut(name, wait, a.last(err)...)
 		}
 		return nil, opError("acquire", name, err)
 	}
@@ -118,9 +144,25 @@ type acquisition struct {
 	l   *Lock // pending until taken
 	w   *waiters
 
-	queued        time.Time // no handover to us can precede this
-	trustHandover bool      // false once an attempt came back too late
-	lastQuorum    error     // over a quorum: the last missing majority
+	queued        time.Time         // no handover to us can precede this
+	trustHandover bool              // false once an attempt came back too late
+	lastQuorum    error             // over a quorum: the last missing majority
+	lastRefusal   *NotAcquiredError // the last attempt that found the lock taken
+}
+
+// last returns the errors of the wait's last attempts for the error of a
+// wait that ended: the missing majority, who held the lock, and err.
+func (a *acquisition) last(err error) []error {
+	var errs []error
+	for _, e := range []error{a.lastQuorum, err} {
+		if e != nil {
+			errs = append(errs, e)
+		}
+	}
+	if a.lastRefusal != nil {
+		errs = append(errs, a.lastRefusal)
+	}
+	return errs
 }
 
 // run attempts, subscribes and sleeps until the lock is taken or the
@@ -150,7 +192,7 @@ func (a *acquisition) run() (*Lock, error) {
 	}
 	a.c.waitingFor(a.ctx, a.l.name, +1)
 	defer a.c.waitingFor(a.ctx, a.l.name, -1)
-	timer := time.NewTimer(a.c.sleep(1, pttl))
+	timer := time.NewTimer(a.c.sleep(1, pttl, a.l.p.ttl))
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
 		var handed int64
@@ -176,7 +218,7 @@ func (a *acquisition) run() (*Lock, error) {
 		case <-timer.C:
 		default:
 		}
-		timer.Reset(a.c.sleep(attempt+1, pttl))
+		timer.Reset(a.c.sleep(attempt+1, pttl, a.l.p.ttl))
 	}
 }
 
@@ -186,7 +228,7 @@ func (a *acquisition) run() (*Lock, error) {
 // on its way, so every later handover is confirmed.
 func (a *acquisition) try() (*Lock, time.Duration, error) {
 	token := a.l.cl.Token
-	l, pttl, err := a.c.attempt(a.ctx, a.l, true)
+	l, g, err := a.c.attempt(a.ctx, a.l, true)
 	if a.w != nil && a.l.cl.Token != token {
 		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
 	}
@@ -198,12 +240,15 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 		return nil, -1, nil
 	case err == nil && l == nil:
 		a.lastQuorum = nil // a majority answered: the lock is taken, not unreachable
+		if g.Holder != "" || g.Owner != "" {
+			a.lastRefusal = refusal(g)
+		}
 	}
 	if errors.Is(err, errTooSlow) {
 		a.trustHandover = false
 		return nil, 0, nil
 	}
-	return l, pttl, err
+	return l, g.PTTL, err
 }
 
 // handedOver returns the Lock a release handed to a fair waiter, without a
@@ -213,31 +258,34 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 // returns nil and the waiter confirms (and renews) the lease with an
 // attempt instead.
 func (c *Client) handedOver(l *Lock, wake int64, queued time.Time) *Lock {
-	ttl := c.opts.ttl
-	if wake < pubsub.HandedOver || time.Since(queued) > ttl/2 || c.opts.replicas > 0 {
+	// The lease the handover gave: the lease time of our queue entry, which
+	// every attempt of this wait asked for alike (a max hold counts from
+	// queued, as an attempt's counts from its start).
+	t := l.terms(queued, l.p.ttl, l.capFrom(queued))
+	if wake < pubsub.HandedOver || time.Since(queued) > t.ask/2 || c.opts.replicas > 0 {
 		return nil // (with replica ack, the confirming attempt is what WAITs)
 	}
 	var fence int64 // the handover's, if it came with one
 	if wake > pubsub.HandedOver {
 		fence = wake
 	}
-	l.activate(fence, ttl, queued.Add(ttl-c.opts.driftFor(ttl)))
+	l.activate(fence, l.p.ttl, t)
 	return l
 }
 
-// sleep returns how long a waiter sleeps unless woken: until the holder's
+// sleep returns how long a waiter for a lease of ttl sleeps unless woken: until the holder's
 // lease runs out (it may have died without releasing) or, in unfair mode,
 // a backoff (at least DefaultMinBackoff if the Backoff returns no positive
 // duration), whichever is first; in fair mode, at most a third of its queue
 // entry's life, to renew it.
-func (c *Client) sleep(attempt int, pttl time.Duration) time.Duration {
+func (c *Client) sleep(attempt int, pttl, ttl time.Duration) time.Duration {
 	var d time.Duration
 	if !c.opts.fair {
 		if d = c.opts.backoff(attempt); d <= 0 {
 			d = DefaultMinBackoff
 		}
 	} else {
-		d = backend.QueueTTL(c.opts.ttl) / 3
+		d = backend.QueueTTL(ttl) / 3
 	}
 	if pttl > 0 && pttl < d {
 		d = pttl + time.Millisecond
@@ -254,26 +302,27 @@ func (c *Client) leave(ctx context.Context, cl *backend.Claim) {
 }
 
 // attempt runs the acquire script once for the pending Lock l. It returns l
-// when taken, or nil and the holder's remaining lease (-1 if unknown) when
-// not. An attempt whose outcome is unknown (no answer, or ctx ended while it
-// was in flight) or that came back too late is undone, and l gets a new
-// lease token for the next attempt: the undo revoked the old one. Its
-// errors are bare causes: the caller names the operation and the lock.
-func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.Duration, error) {
+// when taken, or nil and Redis's answer (the holder's remaining lease, -1
+// if unknown, and who it is) when not. An attempt whose outcome is unknown
+// (no answer, or ctx ended while it was in flight) or that came back too
+// late is undone, and l gets a new lease token for the next attempt: the
+// undo revoked the old one. Its errors are bare causes: the caller names
+// the operation and the lock.
+func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backend.Grant, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", backend.ErrNotSent, err)
+		return nil, backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotSent, err)
 	}
-	ttl := c.opts.ttl
 	start := time.Now()
-	g, err := c.b.Acquire(ctx, l.cl, ttl, queue)
+	t := l.terms(start, l.p.ttl, l.capFrom(start))
+	g, err := c.b.Acquire(ctx, l.cl, t.ask, queue)
 	err = public(err)
 	switch {
 	case errors.Is(err, backend.ErrNotSent):
-		return nil, 0, err
+		return nil, backend.Grant{}, err
 	case errors.Is(err, backend.ErrRevoked):
 		// Only a token already ended is refused; take a new one and go on.
 		l.renew()
-		return nil, -1, nil
+		return nil, backend.Grant{PTTL: -1}, nil
 	case err != nil:
 		// The backend says whether the request may have taken effect (its
 		// reply lost or still on its way, or part of its work written before
@@ -282,23 +331,22 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, time.
 		if g.Undo {
 			c.undoAndRenew(ctx, l)
 		}
-		return nil, 0, err
+		return nil, backend.Grant{}, err
 	case g.Undo:
 		// Some quorum nodes granted it, too few: give it back everywhere.
 		c.undoAndRenew(ctx, l)
-		return nil, g.PTTL, nil
+		return nil, g, nil
 	case !g.Held:
-		return nil, g.PTTL, nil
+		return nil, g, nil
 	}
-	validUntil := start.Add(ttl - c.opts.driftFor(ttl))
-	if !time.Now().Before(validUntil) {
+	if !time.Now().Before(t.until) {
 		// The reply came back after the lease could already have expired
 		// on the server: someone else may hold it by now.
 		c.undoAndRenew(ctx, l)
-		return nil, 0, errTooSlow
+		return nil, backend.Grant{}, errTooSlow
 	}
-	l.activate(g.Fence, ttl, validUntil)
-	return l, 0, nil
+	l.activate(g.Fence, l.p.ttl, t)
+	return l, backend.Grant{}, nil
 }
 
 // errTooSlow reports an attempt that got the lock too late to use it; the
@@ -332,7 +380,11 @@ func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 		wait = undoWait
 	}
 	first := make(chan struct{}) // closed when the first try is over
-	deadline := time.Now().Add(min(backend.QueueTTL(c.opts.ttl), undoRetryMax))
+	ttl := cl.TTL
+	if ttl == 0 {
+		ttl = c.opts.ttl
+	}
+	deadline := time.Now().Add(min(backend.QueueTTL(ttl), undoRetryMax))
 	c.bg.Go(func() { c.undoUntil(cl, deadline, first) })
 	t := time.NewTimer(wait)
 	defer t.Stop()

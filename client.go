@@ -2,8 +2,6 @@ package dlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -129,15 +127,20 @@ func (c *Client) check(name string) (backend.Keys, error) {
 	return backend.KeysFor(c.opts.prefix, name), nil
 }
 
-// prepare validates name and returns the Lock that acquiring it will
-// activate, with its keys and a new lease token (and, for a reentrant
-// Client, its owner id: the Client's owner, see Owner, or one of its own).
-func (c *Client) prepare(name string) (*Lock, error) {
+// prepare validates name and the call's options (try: for TryAcquire) and
+// returns the Lock that acquiring it will activate, with its keys, what it
+// asks for, and a new lease token (and, for a reentrant Client, its owner
+// id: the Client's owner, see Owner, or one of its own).
+func (c *Client) prepare(name string, opts []LockOption, try bool) (*Lock, error) {
 	k, err := c.check(name)
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{c: c, name: name, base: backend.Claim{Keys: k}}
+	p, err := c.leaseFor(name, opts, try)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lock{c: c, name: name, p: p, base: backend.Claim{Keys: k, TTL: p.ttl}}
 	l.cl = &l.base
 	if c.opts.reentrant {
 		owner := c.owner
@@ -147,7 +150,7 @@ func (c *Client) prepare(name string) (*Lock, error) {
 		l.cl.Owner = c.id + "/" + owner
 	}
 	l.cl.Permits = c.permits
-	l.cl.SetToken(newToken())
+	l.cl.SetToken(leaseToken(p.suffix))
 	return l, nil
 }
 
@@ -185,13 +188,6 @@ func (c *Client) Owner(owner string) (*Client, error) {
 	return &v, nil
 }
 
-// newToken returns a random 128-bit owner token.
-func newToken() string {
-	var b [16]byte
-	rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
 // Do takes the lock name (waiting as Acquire does), runs fn, and releases
 // the lock when fn returns — or panics: the lock is released and the panic
 // goes on. fn's context is cancelled, with a cause wrapping ErrNotHeld, if
@@ -203,11 +199,17 @@ func newToken() string {
 // and validity. Calls nested in fn re-enter a reentrant lock when they go
 // through the same owner's Client (see Owner).
 //
+// opts apply to the acquisition and its lease as for Acquire (LeaseTTL,
+// MaxWait, HolderMeta, MaxHold). When the lease reaches its max hold
+// (MaxHold, WithMaxHold), fn's context is cancelled with a cause that wraps
+// ErrNotHeld and ErrMaxHold, and the lock is released at once.
+//
 // Do returns fn's error, joined with an error wrapping ErrNotHeld if the lock
 // was lost before fn returned (the critical section may have overlapped with
-// another holder's), or with the release error.
-func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error) error {
-	l, err := c.Acquire(ctx, name)
+// another holder's; with ErrMaxHold, fn ran past its max hold), or with the
+// release error.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	l, err := c.Acquire(ctx, name, opts...)
 	if err != nil {
 		return err
 	}

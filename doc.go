@@ -90,7 +90,8 @@
 // # Keys
 //
 // A lock name N is kept at "dlock:{N}" (the prefix is set by WithPrefix): a
-// string holding the lease's token, with a PX expiry, deleted on release.
+// string holding the lease's token (see Lock.Token: random, then the
+// holder metadata, escaped), with a PX expiry, deleted on release.
 // Each lease has a marker "dlock:{N}:r:<token>": the latest extension's
 // number while held, and after it ended whether it ended holding the lock,
 // for min(TTL, 1 minute), so that a request of the lease that lands late
@@ -118,6 +119,21 @@
 // By default waiting is fair (WithFair): waiters queue in Redis in arrival
 // order, a release hands the lock straight to the first live waiter and
 // wakes only that one, and TryAcquire does not jump the queue.
+//
+// # Per-call options, holder metadata and a max hold
+//
+// Acquire, TryAcquire and Do take LockOptions that set, for one lease, what
+// the Client's options set for all: LeaseTTL (its lease time and watchdog
+// period), MaxWait (how long Acquire may wait; 0 tries once), HolderMeta and
+// MaxHold. Every lease carries holder metadata, "hostname:pid" unless
+// WithHolderMeta or HolderMeta says otherwise, inside its token: Inspect,
+// Lock.Meta and the *NotAcquiredError of a refused acquisition show who
+// holds a lock, at no cost to Redis. Anyone who can read Redis can read it.
+//
+// WithMaxHold and MaxHold cap how long a lease is held: the watchdog's last
+// extension ends its validity exactly at the cap, where the lease ends as a
+// loss does (Lock.Err matches ErrNotHeld and ErrMaxHold, Do cancels its
+// function's context) and the lock is released for the next holder.
 //
 // # Variants
 //

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dlockio/dlock/internal/backend"
 )
@@ -39,7 +41,49 @@ var (
 	// ErrStaleFence is returned by Guard.Write when a write carries a fencing
 	// token older than one the resource has already accepted.
 	ErrStaleFence = errors.New("dlock: stale fencing token")
+
+	// ErrMaxHold says that a lease reached its max hold (WithMaxHold,
+	// MaxHold). Lock.Err returns an error matching it and ErrNotHeld once
+	// the lease has ended at its cap; Lock.Extend returns an error matching
+	// it alone when it extended the lease only up to the cap.
+	ErrMaxHold = errors.New("dlock: max hold reached")
 )
+
+// NotAcquiredError is the cause of an acquisition that found the lock held
+// by another lease: TryAcquire's error (and that of Acquire with
+// MaxWait(0)) carries it, and so does the error of an Acquire that gave up
+// waiting, for the last attempt that found the lock taken. It matches
+// ErrNotAcquired; get it with errors.AsType[*dlock.NotAcquiredError](err).
+// It tells a waiter who holds the lock, as Redis said when it refused.
+type NotAcquiredError struct {
+	// Holder is the holding lease's token, or a reentrant lock's owner ID
+	// (see Owner); "" when no node said (a quorum whose nodes disagreed).
+	Holder string
+	// Meta is the holder's metadata (WithHolderMeta, HolderMeta): for a
+	// reentrant lock, that of one of its owner's holds; "" if it has none.
+	Meta string
+	// TTL is the holder's remaining lease; -1 if unknown or without expiry.
+	TTL time.Duration
+}
+
+func (e *NotAcquiredError) Error() string {
+	if e.Meta == "" {
+		return "held by another owner"
+	}
+	return "held by another owner, " + strconv.Quote(e.Meta)
+}
+
+// Unwrap returns ErrNotAcquired.
+func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
+
+// refusal is the NotAcquiredError of an attempt that Redis refused with g.
+func refusal(g backend.Grant) *NotAcquiredError {
+	e := &NotAcquiredError{Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL}
+	if g.Owner != "" {
+		e.Holder = g.Owner
+	}
+	return e
+}
 
 // Errors read once: "dlock: <op> "<name>": <cause>". The backend returns
 // bare causes (the go-redis error, or a text of its own); the Client or Lock
@@ -52,14 +96,15 @@ func opError(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 
-// notAcquired is the error of an attempt that found the lock taken, or no
-// permit of a semaphore free for it.
-func (c *Client) notAcquired(name string) error {
-	why := "held by another owner"
+// notAcquired is the error of an attempt that found the lock taken (its
+// cause is a NotAcquiredError that names the holder), or no permit of a
+// semaphore free for it.
+func (c *Client) notAcquired(name string, e *NotAcquiredError) error {
 	if c.permits > 0 {
-		why = fmt.Sprintf("no permit free: %d or more held, or others waiting ahead", c.permits)
+		why := fmt.Sprintf("no permit free: %d or more held, or others waiting ahead", c.permits)
+		return opError("acquire", name, backend.Because(ErrNotAcquired, why))
 	}
-	return opError("acquire", name, backend.Because(ErrNotAcquired, why))
+	return opError("acquire", name, backend.Because(ErrNotAcquired, e.Error(), e))
 }
 
 // gaveUp is the error of an acquisition whose context ended before it took
@@ -73,11 +118,31 @@ func gaveUp(ctx context.Context, name string, last ...error) error {
 		detail += ": " + cause.Error()
 		errs = append(errs, cause)
 	}
+	return opError("acquire", name, backend.Because(ErrNotAcquired, withLast(detail, &errs, last), errs...))
+}
+
+// waitedOut is the error of an acquisition whose wait limit (MaxWait, d)
+// ran out before it took the lock while its context lives: it matches
+// ErrNotAcquired and the errors of the last attempt, not the context's.
+func waitedOut(name string, d time.Duration, last ...error) error {
+	var errs []error
+	detail := withLast(fmt.Sprintf("waited %v (MaxWait)", d), &errs, last)
+	return opError("acquire", name, backend.Because(ErrNotAcquired, detail, errs...))
+}
+
+// withLast returns detail followed by the text of the last attempt's
+// errors, if any, which it adds to errs.
+func withLast(detail string, errs *[]error, last []error) string {
 	if last := errors.Join(last...); last != nil {
 		detail += "; last attempt: " + strings.ReplaceAll(last.Error(), "\n", "; ")
-		errs = append(errs, last)
+		*errs = append(*errs, last)
 	}
-	return opError("acquire", name, backend.Because(ErrNotAcquired, detail, errs...))
+	return detail
+}
+
+// maxHeld is the error of a lease that ended at its max hold d.
+func maxHeld(name string, d time.Duration) error {
+	return fmt.Errorf("dlock: %w", backend.Because(ErrNotHeld, fmt.Sprintf("%q: held for its max hold of %v", name, d), ErrMaxHold))
 }
 
 // lost is the error of a lease that is no longer ours.

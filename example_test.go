@@ -367,3 +367,60 @@ func ExampleSemaphore_Do() {
 	fmt.Println("at most 3 workers at once:", most <= 3)
 	// Output: at most 3 workers at once: true
 }
+
+// Per-call options: a lease with a TTL of its own and a bounded wait, and
+// holder metadata that a caller refused the lock learns.
+func ExampleLockOption() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c, err := dlock.New(rdb, dlock.WithHolderMeta("report-worker-1")) // default: hostname:pid
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "reports:weekly", dlock.LeaseTTL(2*time.Second), dlock.MaxWait(5*time.Second))
+	if err != nil {
+		log.Fatal(err) // ErrNotAcquired if still taken after 5s
+	}
+	defer l.Release(ctx)
+	fmt.Println("held by", l.Meta())
+
+	other, _ := dlock.New(rdb, dlock.WithHolderMeta("report-worker-2"))
+	_, err = other.Acquire(ctx, "reports:weekly", dlock.MaxWait(100*time.Millisecond))
+	if na, ok := errors.AsType[*dlock.NotAcquiredError](err); ok {
+		fmt.Println("worker 2 gave up waiting; the lock is held by", na.Meta)
+	}
+	// Output:
+	// held by report-worker-1
+	// worker 2 gave up waiting; the lock is held by report-worker-1
+}
+
+// A max hold ends a lease that runs too long: Do's function sees its
+// context cancelled with ErrMaxHold as the cause, and the lock is released
+// at the cap, free at once for the next holder.
+func ExampleMaxHold() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx := context.Background()
+	err = c.Do(ctx, "jobs:vacuum", func(ctx context.Context, l *dlock.Lock) error {
+		<-ctx.Done() // a job that would run on and on
+		fmt.Println("stopped at the max hold:", errors.Is(context.Cause(ctx), dlock.ErrMaxHold))
+		return nil
+	}, dlock.MaxHold(200*time.Millisecond))
+	fmt.Println("Do reports it:", errors.Is(err, dlock.ErrMaxHold))
+
+	if l, err := c.TryAcquire(ctx, "jobs:vacuum"); err == nil {
+		fmt.Println("the lock is free again")
+		l.Release(ctx)
+	}
+	// Output:
+	// stopped at the max hold: true
+	// Do reports it: true
+	// the lock is free again
+}

@@ -16,9 +16,15 @@ type Info struct {
 	Key   string        // the Redis key of the lock
 	Held  bool          // whether the key exists
 	Type  string        // the key's Redis type: "string" for a plain lock, "zset" for a semaphore, "none" when free
-	Token string        // the holder's owner token (plain locks)
+	Token string        // the holder's lease token (plain locks; see Lock.Token)
 	TTL   time.Duration // the holder's remaining lease; -1 if the key has no expiry
 	Fence int64         // the last fencing token issued for the name, 0 if none
+
+	// Meta is the holder's metadata (WithHolderMeta, HolderMeta), read from
+	// its token; "" if it has none. For a reentrant lock it is that of its
+	// owner's live holds, their distinct values joined with ", " if they
+	// differ (Owners has each).
+	Meta string
 
 	// Owners are a reentrant lock's owners (one, unless the hash was
 	// written by hand) and their hold counts.
@@ -30,15 +36,28 @@ type Info struct {
 
 // Owner is one owner of a reentrant lock.
 type Owner struct {
-	ID    string // the Client's instance ID and the owner, "<client>/<owner>"
-	Holds int64  // the owner's live holds (each a lease of its own)
+	ID    string   // the Client's instance ID and the owner, "<client>/<owner>"
+	Holds int64    // the owner's live holds (each a lease of its own)
+	Meta  []string // the distinct holder metadata of those holds that have one, sorted
 }
 
 // infoOf is the Info of the lock name in the state st.
 func infoOf(name string, st backend.State) Info {
-	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence}
+	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
+		Meta: metaOf(st.Token)}
 	for _, o := range st.Owners {
-		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds))})
+		var metas []string
+		for _, h := range o.Holds {
+			if m := metaOf(h.Token); m != "" {
+				metas = append(metas, m)
+			}
+		}
+		slices.Sort(metas)
+		metas = slices.Compact(metas)
+		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds)), Meta: metas})
+		if len(info.Owners) == 1 {
+			info.Meta = strings.Join(metas, ", ")
+		}
 	}
 	for _, p := range st.Permits {
 		info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left})

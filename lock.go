@@ -26,6 +26,7 @@ import (
 type Lock struct {
 	c     *Client
 	name  string
+	p     lease          // what the acquisition asked for: the Client's options and the call's
 	cl    *backend.Claim // the keys and the lease token; script arguments point into it
 	base  backend.Claim  // where cl points, unless an attempt was undone (see renew)
 	start time.Time
@@ -39,8 +40,10 @@ type Lock struct {
 	mu         sync.Mutex // guards the fields below
 	ttl        time.Duration
 	validUntil time.Time
-	err        error // nil while held; ErrReleased, or the loss
-	released   bool  // the release script ran
+	capAt      time.Time // the max hold's deadline (zero: none); validUntil never passes it
+	atCap      bool      // validUntil is capAt: the lease ends there, unextended
+	err        error     // nil while held; ErrReleased, or the loss
+	released   bool      // the release script ran
 	// done and the expiry timer that closes it at validUntil are made when
 	// someone first watches the Lock (Done, Do, a Lost hook); until then a
 	// loss is found when the state is read (Err, Extend, Release), and a
@@ -53,22 +56,60 @@ type Lock struct {
 }
 
 // activate makes the pending Lock l, made by Client.prepare, a held lease
-// with the given fence and validity, and starts its watchdog.
-func (l *Lock) activate(fence int64, ttl time.Duration, validUntil time.Time) {
+// with the given fence, lease time and terms (validity, max hold), and
+// starts its watchdog. With a max hold, the expiry timer is armed at once:
+// it ends the lease at the cap, and releases it, whether or not anyone
+// watches the Lock.
+func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.start, l.ttl, l.validUntil = time.Now(), ttl, validUntil
+	l.start, l.ttl, l.validUntil = time.Now(), ttl, t.until
+	l.capAt, l.atCap = t.capAt, t.atCap
 	if fence > 0 {
 		l.fenceMu.Lock()
 		l.fence = fence
 		l.fenceMu.Unlock()
 	}
-	if l.c.obs.anyLost.Load() {
+	if l.c.obs.anyLost.Load() || !t.capAt.IsZero() {
 		l.watchLocked() // an Observer hears of an expiry when it happens
 	}
 	if l.c.opts.autoExtend {
 		l.dog = time.AfterFunc(ttl/3, l.tick)
 	}
+}
+
+// terms are what one request for the lease asks for: the lease time to
+// ask Redis for, the validity it gives, the max hold's deadline, and
+// whether the validity ends there.
+type terms struct {
+	ask   time.Duration
+	until time.Time
+	capAt time.Time
+	atCap bool
+}
+
+// capFrom returns the max hold's deadline of a lease counted from start,
+// or the zero time if the lease has no max hold.
+func (l *Lock) capFrom(start time.Time) time.Time {
+	if l.p.maxHold <= 0 {
+		return time.Time{}
+	}
+	return start.Add(l.p.maxHold)
+}
+
+// terms returns the terms of a request sent at sent for a lease of ttl,
+// under the max hold's deadline capAt (zero: none): ttl, and a validity of
+// sent + ttl − drift; or, if capAt comes first, a validity that ends there
+// and the shortest lease time that gives it (Redis's expiry then comes the
+// drift margin of that shorter lease after the cap, as every lease's comes
+// after its validity).
+func (l *Lock) terms(sent time.Time, ttl time.Duration, capAt time.Time) terms {
+	t := terms{ask: ttl, until: sent.Add(ttl - l.c.opts.driftFor(ttl)), capAt: capAt}
+	if !capAt.IsZero() && !t.until.Before(capAt) {
+		t.ask = min(l.c.opts.leaseFor(capAt.Sub(sent)), ttl)
+		t.until, t.atCap = capAt, true
+	}
+	return t
 }
 
 // renew gives the pending Lock a new lease token after its attempt was
@@ -102,8 +143,13 @@ func (l *Lock) Name() string { return l.name }
 // Key returns the Redis key that holds the lock.
 func (l *Lock) Key() string { return l.cl.Lock }
 
-// Token returns the random token of this lease: the value of the lock key
-// while this Lock holds it. For a reentrant lock it is the owner's id,
+// Token returns the token of this lease: the value of the lock key while
+// this Lock holds it. It is 22 random base64url characters (128 bits)
+// followed, when the lease has holder metadata (WithHolderMeta, HolderMeta;
+// by default "hostname:pid"), by a '.' and the metadata, escaped: every
+// byte that is not printable ASCII, and '%', '{' and '}', as %XX. Treat it
+// as an opaque string of at most 22+1+3·MaxMetaLen bytes without spaces;
+// Meta returns the metadata. For a reentrant lock it is the owner's id,
 // shared by the owner's nested holds as they share the fence, so that a
 // fenced resource (Guard) takes them for the one holder they are.
 func (l *Lock) Token() string {
@@ -111,6 +157,20 @@ func (l *Lock) Token() string {
 		return l.cl.Owner
 	}
 	return l.cl.Token
+}
+
+// Meta returns the holder metadata of this lease (WithHolderMeta,
+// HolderMeta): what Client.Inspect and a refused acquisition show as its
+// holder's.
+func (l *Lock) Meta() string { return l.p.meta }
+
+// Deadline returns when the lease's max hold (WithMaxHold, MaxHold) ends
+// it, and true; or the zero time and false if the lease has no max hold.
+// ValidUntil is never later.
+func (l *Lock) Deadline() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.capAt, !l.capAt.IsZero()
 }
 
 // Fence returns the fencing token of this lease: greater than every fence
@@ -200,6 +260,12 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // flight (the watchdog's), so that the last extension sent is the one that
 // counts.
 //
+// A lease with a max hold (WithMaxHold, MaxHold) is never extended past
+// it: an Extend that would is cut to end the lease at the cap (Deadline),
+// and returns an error wrapping ErrMaxHold — the lease is still held,
+// until then (without a round trip if it already ends there). The cut,
+// rather than a refusal, gives the caller all the time the cap allows.
+//
 // It returns an error wrapping ErrInvalid if ttl is too short, ErrReleased
 // after Release, an error wrapping ErrNotHeld if the lock was lost (Done is
 // then closed), or the error from Redis. After an error from Redis the
@@ -223,25 +289,29 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // extend extends the lease to ttl (0: the lease time of the latest
-// extension, as the watchdog does).
+// extension, as the watchdog does), cut at the max hold.
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	l.extMu.Lock()
 	defer l.extMu.Unlock()
+	l.mu.Lock()
 	if ttl == 0 {
-		l.mu.Lock()
 		ttl = l.ttl
-		l.mu.Unlock()
 	}
+	capAt, atCap := l.capAt, l.atCap
+	l.mu.Unlock()
 	start := time.Now()
-	until := start.Add(ttl - l.c.opts.driftFor(ttl))
+	t := l.terms(start, ttl, capAt)
+	if t.atCap && (atCap || !start.Before(capAt)) {
+		return l.capped() // it ends at the cap already: nothing to gain
+	}
 	l.extSeq++
-	ok, err := l.c.b.Extend(ctx, l.cl, ttl, l.extSeq)
+	ok, err := l.c.b.Extend(ctx, l.cl, t.ask, l.extSeq)
 	if err != nil {
 		err = public(err)
 		// Unknown whether it took effect: assume the earlier deadline.
 		// (Redis applies no extension older than one it applied, so a
 		// later successful extension counts from its own start.)
-		l.setValidity(ttl, until, true)
+		l.setValidity(ttl, t, true)
 		l.expire()
 		return opError("extend", l.name, err)
 	}
@@ -250,31 +320,45 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		l.lose(err)
 		return l.Err()
 	}
-	l.setValidity(ttl, until, false)
+	l.setValidity(ttl, t, false)
 	l.expire() // a validity that ran out while the call was in flight stays lost
-	return l.Err()
+	if err := l.Err(); err != nil || !t.atCap {
+		return err
+	}
+	return l.capped()
 }
 
-// setValidity records an extension to ttl whose validity runs until until;
-// with onlyEarlier (the extension's outcome is unknown), it moves the
-// deadline back but never forward. The expiry timer and the watchdog follow
-// the new deadline and lease time.
-func (l *Lock) setValidity(ttl time.Duration, until time.Time, onlyEarlier bool) {
+// capped is the error of an extension cut at the max hold.
+func (l *Lock) capped() error {
+	l.mu.Lock()
+	left := time.Until(l.capAt).Round(time.Millisecond)
+	l.mu.Unlock()
+	return opError("extend", l.name, backend.Because(ErrMaxHold,
+		fmt.Sprintf("extended only to its max hold of %v, %v from now", l.p.maxHold, left)))
+}
+
+// setValidity records an extension to ttl on terms t; with onlyEarlier (the
+// extension's outcome is unknown), it moves the deadline back but never
+// forward. The expiry timer and the watchdog follow the new deadline and
+// lease time; a watchdog idle at the cap starts again when an extension
+// to a shorter lease moves the deadline off it.
+func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
 		return // lost or released while the call was in flight
 	}
-	if ttl < l.ttl && l.dog != nil {
+	applied := !onlyEarlier || t.until.Before(l.validUntil)
+	if l.dog != nil && (ttl < l.ttl || (applied && l.atCap && !t.atCap)) {
 		l.dog.Reset(ttl / 3) // a shorter lease needs the next extension sooner
 	}
 	l.ttl = ttl // the lease time asked for, whether or not this call took effect
-	if onlyEarlier && !until.Before(l.validUntil) {
+	if !applied {
 		return
 	}
-	l.validUntil = until
+	l.validUntil, l.atCap = t.until, t.atCap
 	if l.expiry != nil {
-		l.expiry.Reset(time.Until(until))
+		l.expiry.Reset(time.Until(t.until))
 	}
 }
 
@@ -327,27 +411,41 @@ func (l *Lock) release(ctx context.Context, e *Event) error {
 
 // expire marks the Lock lost if its validity deadline has passed without an
 // extension. The expiry timer runs it at the deadline; reading the state
-// runs it too, for a Lock that nobody watches.
+// runs it too, for a Lock that nobody watches. A deadline that was the max
+// hold's ends the lease with ErrMaxHold, and releases the lock, in the
+// background, so that waiters need not wait for its expiry.
 func (l *Lock) expire() {
 	l.mu.Lock()
 	if l.err != nil || time.Now().Before(l.validUntil) { // settled, or extended meanwhile
 		l.mu.Unlock()
 		return
 	}
+	atCap := l.atCap
 	l.mu.Unlock()
-	l.lose(lost(l.name, "the lease's validity ran out before it was extended"))
+	if !atCap {
+		l.lose(lost(l.name, "the lease's validity ran out before it was extended"))
+		return
+	}
+	if l.lose(maxHeld(l.name, l.p.maxHold)) {
+		// The undo is the release, retried while Redis does not answer;
+		// Release, if called, runs it again (Redis answers a repeated
+		// release as the first) and reports the cap.
+		l.c.bg.Go(func() { l.c.undo(context.Background(), l.cl) })
+	}
 }
 
-// lose marks the Lock lost with err, unless it is already released or lost.
-func (l *Lock) lose(err error) {
+// lose marks the Lock lost with err, unless it is already released or
+// lost, and reports whether it did.
+func (l *Lock) lose(err error) bool {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
-		return
+		return false
 	}
 	l.finish(err)
 	l.mu.Unlock()
 	l.c.lostLease(l, err)
+	return true
 }
 
 // onSettled makes f be called with the Lock's error once it is settled

@@ -48,6 +48,10 @@ type options struct {
 	replicas    int
 	ackTimeout  time.Duration
 	sharded     int // 0: auto (a Cluster client uses sharded pub/sub), 1 on, -1 off
+	meta        string
+	maxHold     time.Duration // 0: no cap
+
+	lease lease // what an acquisition asks for without LockOptions: the above, applied
 
 	// Which options were given, for those that apply only with others.
 	fairSet, backoffSet, pipeliningSet, nodeTimeoutSet bool
@@ -64,6 +68,7 @@ func defaultOptions() options {
 		drift:      -1,
 		pipelining: true,
 		fair:       true,
+		meta:       defaultMeta(),
 	}
 }
 
@@ -88,6 +93,7 @@ func apply(opts []Option) options {
 	if d := o.driftFor(o.ttl); d >= o.ttl {
 		o.invalid("WithDrift(%v): the drift must be below the TTL (%v)", d, o.ttl)
 	}
+	o.lease = lease{ttl: o.ttl, wait: -1, maxHold: o.maxHold, meta: o.meta, suffix: metaSuffix(o.meta)}
 	return o
 }
 
@@ -253,9 +259,83 @@ func WithShardedPubSub(on bool) Option {
 	}
 }
 
+// WithHolderMeta sets the holder metadata of the Client's leases: a short
+// text that says who holds a lock, such as a host and process, a job or a
+// request ID. The default is "hostname:pid" of the process; "" gives leases
+// none. HolderMeta sets it for one acquisition.
+//
+// It shows wherever the holder is named: Info.Meta (Client.Inspect, List,
+// and `dlock inspect`), Lock.Meta, and the *NotAcquiredError of an
+// acquisition that found the lock taken (TryAcquire, or an Acquire that
+// gave up waiting). It costs Redis no command and no key: the lease's token
+// carries it (see Lock.Token), escaped, so every key, queue entry and
+// message that names the lease names its holder too, and a lock handed to
+// a fair waiter shows the waiter's. Anyone who can read the Redis
+// keyspace can read it: put no secret there.
+//
+// It must be valid UTF-8, at most MaxMetaLen (128) bytes, without control
+// characters; New refuses other text (ErrInvalid).
+func WithHolderMeta(meta string) Option {
+	return func(o *options) {
+		if why := badMeta(meta); why != "" {
+			o.invalid("WithHolderMeta(%q): %s", meta, why)
+			return
+		}
+		o.meta = meta
+	}
+}
+
+// WithMaxHold caps how long each lease of the Client may be held: d after
+// the lease was taken — counted, as its validity is, from before the
+// request that took it was sent (for a lock handed to a fair waiter, from
+// when the waiter queued) — the lease ends, however the watchdog or Extend
+// would have gone on. MaxHold sets the cap for one acquisition.
+//
+// The watchdog's last extension is cut so that the lease's validity ends
+// exactly at the cap (Redis's expiry, as for every lease, the drift margin
+// after it), and Lock.Extend never goes past it: an Extend that would is
+// cut to the cap and returns an error wrapping ErrMaxHold (the lease is
+// still held, until the cap). At the cap the lease ends as a loss does:
+// Done closes, Err returns an error wrapping both ErrNotHeld and ErrMaxHold,
+// the Lost hook is called, Do cancels its function's context with that
+// cause — and the lock is released at once, so that a waiter takes it (a
+// fair waiter by handover) without waiting for the expiry. Lock.Release
+// after that returns the same error.
+//
+// A cap below the TTL gives every lease a lease time of the cap. d must be
+// 0 (no cap, the default) or at least MinTTL; New and NewRedlock refuse
+// other values (ErrInvalid).
+func WithMaxHold(d time.Duration) Option {
+	return func(o *options) {
+		if why := badMaxHold(d); why != "" {
+			o.invalid("WithMaxHold(%v): %s", d, why)
+			return
+		}
+		o.maxHold = d
+	}
+}
+
 // WithHooks sets functions called on lock events, for metrics and tracing.
 func WithHooks(h Hooks) Option {
 	return func(o *options) { o.hooks = h }
+}
+
+// leaseFor returns the shortest lease time, in whole milliseconds (as Redis
+// takes it), whose validity (the lease time less its drift margin) is at
+// least validity.
+func (o *options) leaseFor(validity time.Duration) time.Duration {
+	var ttl time.Duration
+	if o.drift >= 0 {
+		ttl = validity + o.drift
+	} else {
+		// ttl − (ttl/100 + 2ms) ≥ validity
+		ttl = (validity + 2*time.Millisecond) * 100 / 99
+	}
+	ttl = (ttl + time.Millisecond - 1).Truncate(time.Millisecond)
+	for ttl-o.driftFor(ttl) < validity { // integer division's rounding
+		ttl += time.Millisecond
+	}
+	return ttl
 }
 
 // driftFor returns the drift margin for a lease of ttl.

@@ -22,7 +22,7 @@ import (
 // network holds the first copy of the acquire for 1s: go-redis's re-sent
 // copy (after the 300ms read timeout) takes the lock, the delayed original
 // lands about 1s after start. It returns the lock and start.
-func delayedThenResent(t *testing.T, p *redistest.Proxy, acquire func(context.Context, string) (*dlock.Lock, error), name string) (*dlock.Lock, time.Time) {
+func delayedThenResent(t *testing.T, p *redistest.Proxy, acquire func(context.Context, string, ...dlock.LockOption) (*dlock.Lock, error), name string) (*dlock.Lock, time.Time) {
 	t.Helper()
 	ctx := t.Context()
 	if warm, err := acquire(ctx, name+"-warm"); err == nil { // the scripts are loaded

@@ -427,7 +427,7 @@ func TestDoneContextTakesNothing(t *testing.T) {
 		for _, pipelining := range []bool{true, false} {
 			c := m.new(t, dlock.WithPipelining(pipelining))
 			name := "done-" + m.name
-			for op, call := range map[string]func(context.Context, string) (*dlock.Lock, error){
+			for op, call := range map[string]func(context.Context, string, ...dlock.LockOption) (*dlock.Lock, error){
 				"TryAcquire": c.TryAcquire, "Acquire": c.Acquire,
 			} {
 				_, err := call(m.ctx(cancelled), name)

@@ -18,10 +18,10 @@ const minRetry = 10 * time.Millisecond
 func (l *Lock) tick() {
 	l.expire()
 	l.mu.Lock()
-	validUntil, settled := l.validUntil, l.err != nil
+	validUntil, settled, atCap := l.validUntil, l.err != nil, l.atCap
 	l.mu.Unlock()
-	if settled {
-		return
+	if settled || atCap {
+		return // (at the max hold, the expiry timer ends the lease there)
 	}
 
 	// go-redis honours this deadline only with ContextTimeoutEnabled;
@@ -30,12 +30,18 @@ func (l *Lock) tick() {
 	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
 	ctx = l.c.start(ctx, &e)
 	err := l.extend(ctx, 0) // the lease time of the latest extension
+	capped := errors.Is(err, ErrMaxHold) && !errors.Is(err, ErrNotHeld)
+	if capped {
+		err = nil // an extension cut at the max hold, as the watchdog asks: no failure
+	}
 	l.c.end(ctx, &e, start, err)
 	cancel()
 	l.mu.Lock()
 	next := l.ttl / 3
 	l.mu.Unlock()
 	switch {
+	case capped:
+		return // its last extension: the expiry timer ends the lease at the cap
 	case err == nil:
 	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased):
 		return

@@ -16,7 +16,7 @@ import (
 )
 
 func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("inspect", stderr, "inspect [flags] NAME...\n\nShows each lock's holder token, remaining TTL and last fence.")
+	fs := newFlagSet("inspect", stderr, "inspect [flags] NAME...\n\nShows each lock's holder token and metadata (hostname:pid by default), remaining\nTTL and last fence.")
 	to := targetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per lock (ttl_ms: null when free, -1 when held with no expiry)")
 	names, code := parseMixed(fs, args)
@@ -127,6 +127,7 @@ type infoJSON struct {
 	Held    bool         `json:"held"`
 	Type    string       `json:"type"`
 	Token   string       `json:"token,omitempty"`
+	Meta    string       `json:"meta,omitempty"`
 	Owners  []ownerJSON  `json:"owners,omitempty"`
 	Permits []permitJSON `json:"permits,omitempty"`
 	TTLMS   *int64       `json:"ttl_ms"` // null when free, -1 when held with no expiry
@@ -139,8 +140,9 @@ type permitJSON struct {
 }
 
 type ownerJSON struct {
-	ID    string `json:"id"`
-	Holds int64  `json:"holds"`
+	ID    string   `json:"id"`
+	Holds int64    `json:"holds"`
+	Meta  []string `json:"meta,omitempty"`
 }
 
 // cell returns s for a table cell: quoted, with escapes, if it holds a
@@ -156,7 +158,7 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		for _, in := range infos {
-			j := infoJSON{Name: in.Name, Key: in.Key, Held: in.Held, Type: in.Type, Token: in.Token, Fence: in.Fence}
+			j := infoJSON{Name: in.Name, Key: in.Key, Held: in.Held, Type: in.Type, Token: in.Token, Meta: in.Meta, Fence: in.Fence}
 			if in.Held {
 				ms := int64(-1)
 				if in.TTL >= 0 {
@@ -165,7 +167,7 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 				j.TTLMS = &ms
 			}
 			for _, o := range in.Owners {
-				j.Owners = append(j.Owners, ownerJSON{o.ID, o.Holds})
+				j.Owners = append(j.Owners, ownerJSON{o.ID, o.Holds, o.Meta})
 			}
 			for _, p := range in.Permits {
 				j.Permits = append(j.Permits, permitJSON{p.Token, p.TTL.Milliseconds()})
@@ -175,7 +177,7 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHELD\tTTL\tFENCE\tHOLDER")
+	fmt.Fprintln(tw, "NAME\tHELD\tTTL\tFENCE\tMETA\tHOLDER")
 	for _, in := range infos {
 		ttl := "-"
 		switch {
@@ -202,8 +204,20 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 		if token == "" {
 			token = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", cell(in.Name), held, ttl, in.Fence, cell(token))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", cell(in.Name), held, ttl, in.Fence, metaColumn(in.Meta), cell(token))
 	}
 	tw.Flush()
 	return exitOK
+}
+
+// metaColumn shows holder metadata in a column: "-" for none, quoted if it
+// holds a space or a quote, which would blur the columns.
+func metaColumn(meta string) string {
+	switch {
+	case meta == "":
+		return "-"
+	case strings.ContainsAny(meta, " \t\"") || !strconv.CanBackquote(meta):
+		return strconv.Quote(meta)
+	}
+	return meta
 }

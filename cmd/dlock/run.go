@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
 )
@@ -43,13 +45,22 @@ ttl/10 before the lease ends, when another dlock could take the lock; if
 dlock is stopped or frozen and the lease comes within ttl/10 of its end
 unextended, the group is stopped with SIGSTOP.
 
+With --max-hold D, CMD may hold the lock for D at most: it is terminated as
+on a lost lock (SIGTERM, then SIGKILL after --grace) when the lock reaches
+its max hold — ttl/10 before it, when the guardian would otherwise stop CMD
+for want of an extension — and the lock is released at D, so that a waiter
+takes it at once.
+
+The lock's holder metadata (--meta, "hostname:pid" of dlock by default) is
+what 'dlock inspect' shows, and what a run that finds the lock held prints.
+
 Over a quorum (--redis repeated), dlock exits 4 at once if a majority of the
 nodes do not answer; nodes that fail later are waited out until --wait ends.
 
 exit status: CMD's (128+N if killed by signal N); 5 if the lock was not
 acquired (held by another owner, or lost before CMD started); 6 if it was
-lost while CMD ran; 2 usage; 3 configuration (also: NAME is held as the
-other kind, lock or semaphore); 4 Redis unreachable, or too
+lost, or reached --max-hold, while CMD ran; 2 usage; 3 configuration (also: NAME
+is held as the other kind, lock or semaphore); 4 Redis unreachable, or too
 many quorum nodes failing to reach a majority (the message names them); 130
 (143 for SIGTERM) if interrupted while waiting for the lock; 126/127 CMD not
 executable/not found`
@@ -61,9 +72,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wait := waitFlag(fs)
 	grace := fs.Duration("grace", 10*time.Second, "time CMD has between SIGTERM and SIGKILL after the lock is lost, or after dlock dies (then no later than ttl/10 before the lease ends)")
 	permits := fs.Int("n", 1, "run at most `N` commands at once: hold one of N permits of the semaphore NAME; 1 holds the lock NAME")
+	maxHold := fs.Duration("max-hold", 0, "the longest CMD may hold the lock: then it is terminated as on a lost lock and the lock released (0: no limit)")
+	meta := fs.String("meta", "", "the holder `metadata` that 'dlock inspect' shows (default hostname:pid)")
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
+	metaSet := false
+	fs.Visit(func(f *flag.Flag) { metaSet = metaSet || f.Name == "meta" })
 	rest := fs.Args()
 	switch {
 	case len(rest) == 0:
@@ -82,13 +97,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dlock run: -n %d: must be at least 1\n", *permits)
 		return exitUsage
 	}
-	if err := checkTTL(*ttl); err != nil {
+	opts, err := runOptions(*ttl, *maxHold, *meta, metaSet)
+	if err != nil {
 		fmt.Fprintf(stderr, "dlock run: %v\n", err)
 		return exitUsage
 	}
 	name, argv := rest[0], rest[2:]
 
-	c, closeFn, err := to.client(ctx, dlock.WithTTL(*ttl))
+	c, closeFn, err := to.client(ctx, opts...)
 	if err != nil {
 		return report(stderr, err)
 	}
@@ -127,11 +143,62 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "dlock: warning: release %q: %v (it expires within %v)\n", name, err, *ttl)
 		}
 	}
-	if lostErr != nil {
+	switch {
+	case errors.Is(lostErr, dlock.ErrMaxHold):
+		fmt.Fprintf(stderr, "dlock: lock %q reached its max hold of %v while the command ran; the command was terminated and the lock released\n", name, *maxHold)
+	case lostErr != nil:
 		fmt.Fprintf(stderr, "dlock: lock %q was lost while the command ran: %v\n", name, lostErr)
-		return exitLost
+	default:
+		return code
 	}
-	return code
+	return exitLost
+}
+
+// runOptions checks the flags that become the Client's options, so that a
+// bad one is reported in the flag's own name, and returns the options.
+func runOptions(ttl, maxHold time.Duration, meta string, metaSet bool) ([]dlock.Option, error) {
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	if err := checkMaxHold(maxHold, ttl); err != nil {
+		return nil, err
+	}
+	opts := []dlock.Option{dlock.WithTTL(ttl), dlock.WithMaxHold(maxHold)}
+	if metaSet {
+		if err := checkMeta(meta); err != nil {
+			return nil, err
+		}
+		opts = append(opts, dlock.WithHolderMeta(meta))
+	}
+	return opts, nil
+}
+
+// checkMeta checks a --meta flag as dlock.WithHolderMeta does, so that a
+// bad one is reported in the flag's own name.
+func checkMeta(meta string) error {
+	switch {
+	case len(meta) > dlock.MaxMetaLen:
+		return fmt.Errorf("--meta: %d bytes, longer than %d", len(meta), dlock.MaxMetaLen)
+	case !utf8.ValidString(meta):
+		return fmt.Errorf("--meta %q: not valid UTF-8", meta)
+	case strings.IndexFunc(meta, unicode.IsControl) >= 0:
+		return fmt.Errorf("--meta %q: holds a control character", meta)
+	}
+	return nil
+}
+
+// checkMaxHold checks a --max-hold flag: 0 (none), or long enough that the
+// command is not terminated before it starts (see supervise).
+func checkMaxHold(d, ttl time.Duration) error {
+	switch {
+	case d < 0:
+		return fmt.Errorf("--max-hold %v: must not be negative", d)
+	case d > 0 && d < dlock.MinTTL:
+		return fmt.Errorf("--max-hold %v: must be 0 (no limit) or at least %v", d, dlock.MinTTL)
+	case d > 0 && d <= ttl/10:
+		return fmt.Errorf("--max-hold %v: must be longer than a tenth of the TTL (%v), when the command is terminated", d, ttl/10)
+	}
+	return nil
 }
 
 // checkTTL checks a --ttl flag before it becomes dlock.WithTTL, so that a
@@ -181,20 +248,6 @@ type holdable struct {
 	sem  *dlock.Semaphore // nil: the lock
 }
 
-func (h holdable) tryAcquire(ctx context.Context) (*dlock.Lock, error) {
-	if h.sem != nil {
-		return h.sem.TryAcquire(ctx)
-	}
-	return h.c.TryAcquire(ctx, h.name)
-}
-
-func (h holdable) acquire(ctx context.Context) (*dlock.Lock, error) {
-	if h.sem != nil {
-		return h.sem.Acquire(ctx)
-	}
-	return h.c.Acquire(ctx, h.name)
-}
-
 // acquireFor takes h, waiting up to wait (0: once; negative: until ctx
 // ends); nodes names the Redis nodes, in order, for messages. The library
 // reports a quorum that failed as not acquired too (a QuorumError matches
@@ -209,14 +262,18 @@ func acquireFor(ctx context.Context, h holdable, wait time.Duration, nodes []str
 		name = h.name
 	)
 	switch {
+	case h.sem == nil && wait >= 0:
+		l, err = h.c.Acquire(ctx, name, dlock.MaxWait(wait)) // MaxWait(0): one attempt
+	case h.sem == nil:
+		l, err = h.c.Acquire(ctx, name)
 	case wait == 0:
-		l, err = h.tryAcquire(ctx)
+		l, err = h.sem.TryAcquire(ctx)
 	case wait > 0:
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
-		l, err = h.acquire(wctx)
+		l, err = h.sem.Acquire(wctx)
 	default:
-		l, err = h.acquire(ctx)
+		l, err = h.sem.Acquire(ctx)
 	}
 	if err == nil {
 		return l, nil
@@ -244,6 +301,9 @@ func acquireFor(ctx context.Context, h holdable, wait time.Duration, nodes []str
 	case errors.Is(err, dlock.ErrNotAcquired) && h.sem != nil:
 		return nil, fail(exitNotAcquired, "all %d permits of semaphore %q are held, or others wait ahead", h.sem.Permits(), name)
 	case errors.Is(err, dlock.ErrNotAcquired):
+		if na, ok := errors.AsType[*dlock.NotAcquiredError](err); ok && na.Meta != "" {
+			return nil, fail(exitNotAcquired, "lock %q is held by another owner, %s", name, strconv.Quote(na.Meta))
+		}
 		return nil, fail(exitNotAcquired, "lock %q is held by another owner", name)
 	}
 	return nil, &cliError{code: exitRedis, err: err}
@@ -322,28 +382,13 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 	beat := time.NewTicker(margin)
 	defer beat.Stop()
 
-	var (
-		lostErr error
-		kill    <-chan time.Time
-		lost    = l.Done()
-	)
-	onLost := func() {
-		lost = nil
-		if err := l.Err(); errors.Is(err, dlock.ErrNotHeld) {
-			lostErr = err
-			g.lost()
-			fmt.Fprintf(stderr, "dlock: lock %q lost (%v); sending SIGTERM, SIGKILL in %v\n", l.Name(), err, grace)
-			g.signal(syscall.SIGTERM)
-			g.signal(syscall.SIGCONT) // a stopped group would not see the SIGTERM
-			kill = time.After(grace)
-		}
-	}
+	p := newLossPath(l, g, grace, margin, stderr)
 	// resume continues the group after dlock was stopped, unless the lease
 	// ran out meanwhile: then the loss path applies (it continues the group
 	// too, to deliver its SIGTERM).
 	resume := func() {
-		if lost != nil && errors.Is(l.Err(), dlock.ErrNotHeld) {
-			onLost()
+		if p.lost != nil && errors.Is(l.Err(), dlock.ErrNotHeld) {
+			p.onLost()
 			return
 		}
 		g.signal(syscall.SIGCONT)
@@ -359,7 +404,7 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 					fmt.Fprintf(stderr, "dlock: the guardian process was killed by %v; killed the command's process group\n", signalName(ws.Signal()))
 				}
 			}
-			return exitCode(err), lostErr
+			return exitCode(err), p.err
 		case sig := <-sigs:
 			switch sig {
 			case syscall.SIGTSTP:
@@ -377,13 +422,71 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 			}
 		case <-beat.C:
 			g.beat(l)
-		case <-lost:
-			onLost()
-		case <-kill:
-			kill = nil
+		case <-p.lost:
+			p.onLost()
+		case <-p.capped:
+			p.atCap()
+		case <-p.kill:
+			p.kill = nil
 			g.signal(syscall.SIGKILL)
 		}
 	}
+}
+
+// lossPath is the loss path of supervise: what starts it (the lock's
+// loss, or its max hold coming near), why it was taken, and when SIGKILL
+// follows.
+type lossPath struct {
+	l      *dlock.Lock
+	g      *guardian
+	grace  time.Duration
+	stderr io.Writer
+
+	lost   <-chan struct{}  // the lock's Done, until the path is taken
+	capped <-chan time.Time // the max hold is a margin away (nil without one)
+	kill   <-chan time.Time // SIGKILL, once the path is taken
+	err    error            // why it was taken: the loss, or ErrMaxHold
+}
+
+// newLossPath returns the loss path of l, whose guardian is g and acts
+// margin before the lease ends. With a max hold, CMD is terminated margin
+// before the cap: the guardian, which hears of no extension past it, would
+// stop the group at that moment. The lock is released at the cap, or when
+// CMD exits before it.
+func newLossPath(l *dlock.Lock, g *guardian, grace, margin time.Duration, stderr io.Writer) *lossPath {
+	p := &lossPath{l: l, g: g, grace: grace, stderr: stderr, lost: l.Done()}
+	if deadline, ok := l.Deadline(); ok {
+		p.capped = time.After(max(time.Until(deadline)-margin, 0))
+	}
+	return p
+}
+
+// terminate takes the loss path for err: the guardian enforces no more
+// deadlines, and CMD's group gets SIGTERM, and SIGKILL after grace.
+func (p *lossPath) terminate(err error, format string, args ...any) {
+	p.err, p.lost, p.capped = err, nil, nil
+	p.g.lost()
+	fmt.Fprintf(p.stderr, format+"; sending SIGTERM, SIGKILL in %v\n", append(args, p.grace)...)
+	p.g.signal(syscall.SIGTERM)
+	p.g.signal(syscall.SIGCONT) // a stopped group would not see the SIGTERM
+	p.kill = time.After(p.grace)
+}
+
+// onLost takes the loss path if the lock was lost (or ended at its max hold).
+func (p *lossPath) onLost() {
+	p.lost = nil
+	switch err := p.l.Err(); {
+	case errors.Is(err, dlock.ErrMaxHold):
+		p.terminate(err, "dlock: lock %q reached its max hold", p.l.Name())
+	case errors.Is(err, dlock.ErrNotHeld):
+		p.terminate(err, "dlock: lock %q lost (%v)", p.l.Name(), err)
+	}
+}
+
+// atCap takes the loss path as the max hold comes near.
+func (p *lossPath) atCap() {
+	deadline, _ := p.l.Deadline()
+	p.terminate(dlock.ErrMaxHold, "dlock: lock %q reaches its max hold in %v", p.l.Name(), time.Until(deadline).Round(time.Millisecond))
 }
 
 // stopSelf stops dlock with SIGSTOP and returns once it is continued. The

@@ -705,3 +705,97 @@ func TestRunSemaphore(t *testing.T) {
 		}
 	}
 }
+
+// With --max-hold, the command is terminated as on a lost lock (SIGTERM,
+// then SIGKILL after --grace for one that ignores it) when the lock
+// reaches its max hold, dlock says why and exits 6, and the lock is
+// released then: a waiting dlock run takes it at once.
+func TestRunMaxHold(t *testing.T) {
+	for _, mode := range []string{"polite", "stubborn"} {
+		t.Run(mode, func(t *testing.T) {
+			s := redistest.Start(t)
+			rdb := s.Client(t)
+			mark := filepath.Join(t.TempDir(), "mark")
+			cmd := dlockCmd(t, childEnv(mode, "REDIS_URL="+s.URL(), "MARK="+mark),
+				"run", "--ttl", "600ms", "--max-hold", "1500ms", "--grace", "300ms", "capped", "--", os.Args[0], childArg)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			start := time.Now()
+			startUntilChildRuns(t, cmd)
+			// A second run waits for the lock; it must get it once the
+			// first reaches its max hold, long before the first's child
+			// would have ended by itself (a minute).
+			waiter := dlockCmd(t, childEnv("env", "REDIS_URL="+s.URL()), "run", "--wait", "30s", "capped", "--", os.Args[0], childArg)
+			waited := make(chan int, 1)
+			go func() {
+				code, _, _ := result(t, waiter)
+				waited <- code
+			}()
+			if !waitExit(cmd, 20*time.Second) {
+				t.Fatal("dlock run --max-hold 1500ms still running 20s on")
+			}
+			if code := cmd.ProcessState.ExitCode(); code != exitLost {
+				t.Errorf("exit = %d, want %d; stderr %q", code, exitLost, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "max hold") {
+				t.Errorf("stderr %q does not say the max hold was reached", stderr.String())
+			}
+			if held := time.Since(start); held < 1500*time.Millisecond-60*time.Millisecond {
+				t.Errorf("the command was ended %v after dlock run started, before its max hold (less the guardian's margin)", held)
+			}
+			if b, _ := os.ReadFile(mark); mode == "polite" && string(b) != "terminated" {
+				t.Errorf("the polite child did not get SIGTERM (mark %q)", b)
+			}
+			select {
+			case code := <-waited:
+				if code != 7 {
+					t.Errorf("the waiting dlock run exited %d, want its child's 7", code)
+				}
+			case <-time.After(20 * time.Second):
+				t.Error("the waiting dlock run did not get the lock within 20s of the max hold")
+			}
+			if lockHeld(rdb, "dlock:{capped}") {
+				t.Error("lock still held after both runs")
+			}
+		})
+	}
+}
+
+// dlock inspect shows the holder metadata, the default hostname:pid of
+// the dlock that holds the lock or the one --meta sets, in text and JSON;
+// a run that finds the lock held names the holder by it.
+func TestInspectShowsHolderMeta(t *testing.T) {
+	s := redistest.Start(t)
+	env := []string{"REDIS_URL=" + s.URL()}
+	host, _ := os.Hostname()
+	for _, tc := range []struct {
+		flags []string
+		want  func(pid int) string
+	}{
+		{nil, func(pid int) string { return host + ":" + strconv.Itoa(pid) }},
+		{[]string{"--meta", "nightly report #7"}, func(int) string { return "nightly report #7" }},
+	} {
+		args := append(append([]string{"run"}, tc.flags...), "meta", "--", os.Args[0], childArg)
+		cmd := dlockCmd(t, childEnv("polite", env...), args...)
+		startUntilChildRuns(t, cmd)
+		want := tc.want(cmd.Process.Pid)
+
+		code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "meta"))
+		var in infoJSON
+		if err := json.Unmarshal([]byte(out), &in); code != 0 || err != nil || in.Meta != want || !strings.Contains(in.Token, ".") {
+			t.Errorf("inspect --json = %d, %q (stderr %q); want meta %q", code, out, errOut, want)
+		}
+		code, out, _ = result(t, dlockCmd(t, env, "inspect", "meta"))
+		if code != 0 || !strings.Contains(out, "META") || !strings.Contains(out, metaColumn(want)) {
+			t.Errorf("inspect = %d, %q; want a META column showing %s", code, out, metaColumn(want))
+		}
+		code, _, errOut = result(t, dlockCmd(t, env, "run", "--wait", "0", "meta", "--", "true"))
+		if code != exitNotAcquired || !strings.Contains(errOut, strconv.Quote(want)) {
+			t.Errorf("run --wait 0 on the held lock = %d, %q; want %d naming the holder %q", code, errOut, exitNotAcquired, want)
+		}
+		cmd.Process.Signal(syscall.SIGTERM) // forwarded: the child exits 0
+		if !waitExit(cmd, 20*time.Second) {
+			t.Fatal("dlock run did not end 20s after SIGTERM")
+		}
+	}
+}

@@ -55,6 +55,9 @@ type Claim struct {
 	// Permits > 0 makes the claim a permit of a semaphore whose holder asks
 	// with that N (see semaphore.go); 0 is a lock.
 	Permits int
+	// TTL is the lease time the acquisition asks for (0: the Client's): the
+	// marker of the ended lease lives for its revocation window.
+	TTL time.Duration
 }
 
 // SetToken gives the claim a lease token, and with it a marker key. A token
@@ -131,6 +134,9 @@ type Grant struct {
 	Fence int64         // when held, reentrant: the fence of the owner's first hold (0: not issued)
 	Holds int64         // when held, reentrant: the owner's hold count now
 	PTTL  time.Duration // when not held: the holder's remaining lease, or -1 if unknown
+	// When not held: the holder's lease token ("" if unknown; a reentrant
+	// lock's: one of its holds' tokens), and a reentrant lock's owner id.
+	Holder, Owner string
 	// Undo reports that what the attempt was granted must be given back
 	// (too few replicas or quorum nodes said yes): the caller undoes it,
 	// retrying until every node has answered.
@@ -355,17 +361,35 @@ func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queu
 	default:
 		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)}), -1
 	}
-	v, err := cmd.Int64()
+	g, err := acquireReply(cmd)
+	if err == nil && g.Held && acks >= 0 && acks < int64(n.replicas) {
+		return Grant{Undo: true}, n.ackUndone(acks)
+	}
+	return g, err
+}
+
+// acquireReply reads the reply of acquire.lua or acquire_fair.lua: 0 when
+// the lock is ours, {pttl, holder} when another lease holds it.
+func acquireReply(cmd *redis.Cmd) (Grant, error) {
+	v, err := cmd.Result()
 	if err != nil {
 		return Grant{}, RedisErr(err)
 	}
-	if v >= 0 { // ours
-		if acks >= 0 && acks < int64(n.replicas) {
-			return Grant{Undo: true}, n.ackUndone(acks)
+	switch v := v.(type) {
+	case int64:
+		if v == 0 {
+			return Grant{Held: true}, nil
 		}
-		return Grant{Held: true}, nil
+	case []any:
+		if len(v) == 2 {
+			pttl, ok := v[0].(int64)
+			holder, ok2 := v[1].(string)
+			if ok && ok2 {
+				return Grant{PTTL: pttlOf(pttl), Holder: holder}, nil
+			}
+		}
 	}
-	return Grant{PTTL: pttlOf(-2 - v)}, nil
+	return Grant{}, fmt.Errorf("unexpected reply %v", v)
 }
 
 // pttlOf converts a PTTL reply in ms (-1: no expiry) to a duration.
@@ -378,20 +402,26 @@ func pttlOf(ms int64) time.Duration {
 
 func (n Node) acquireReentrant(ctx context.Context, c *Claim, ttl time.Duration) (Grant, error) {
 	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
-	v, err := cmd.Int64Slice()
+	v, err := cmd.Slice()
 	if err != nil {
 		return Grant{}, RedisErr(err)
 	}
-	if len(v) != 3 {
-		return Grant{}, fmt.Errorf("unexpected reply %v", v)
+	var n3 [3]int64
+	for i := range min(len(v), 3) {
+		n3[i], _ = v[i].(int64)
 	}
-	if v[0] == 1 {
+	switch {
+	case len(v) == 3 && n3[0] == 1:
 		if acks >= 0 && acks < int64(n.replicas) {
 			return Grant{Undo: true}, n.ackUndone(acks)
 		}
-		return Grant{Held: true, Fence: v[1], Holds: v[2]}, nil
+		return Grant{Held: true, Fence: n3[1], Holds: n3[2]}, nil
+	case len(v) == 5 && n3[0] == 0:
+		owner, _ := v[3].(string)
+		holder, _ := v[4].(string)
+		return Grant{PTTL: pttlOf(n3[1]), Owner: owner, Holder: holder}, nil
 	}
-	return Grant{PTTL: pttlOf(v[1])}, nil
+	return Grant{}, fmt.Errorf("unexpected reply %v", v)
 }
 
 func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
@@ -444,12 +474,16 @@ const (
 // Release ends the lease: deletes the lock if it is ours (handing it to the
 // next waiter in fair mode) and reports whether it was; a waiter's token
 // leaves the queue. Either way the lease's token is revoked for the
-// revocation window (the Client's TTL), so a request of it still in flight
+// revocation window (of the lease's TTL), so a request of it still in flight
 // cannot take the lock afterwards. A re-sent release reports what the first
 // one did.
 func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
 	var cmd *redis.Cmd
-	window := revokeWindow(n.ttl).Milliseconds()
+	ttl := c.TTL
+	if ttl == 0 {
+		ttl = n.ttl
+	}
+	window := revokeWindow(ttl).Milliseconds()
 	switch {
 	case c.Permits > 0:
 		cmd = script.SemRelease.Run(ctx, n.rdb, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},

@@ -94,3 +94,51 @@ func TestForceReleaseScriptNamesTheHolding(t *testing.T) {
 		t.Errorf("lock after a re-sent force release = %q, want the next holder's", v)
 	}
 }
+
+// A refused acquire names the holder's token (which carries its metadata),
+// in every kind of lock: plain, fair (also when the refusal is a handover
+// to the queue's head) and reentrant (the owner and one of its holds).
+func TestRefusedAcquireNamesTheHolder(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	for _, n := range []struct {
+		name string
+		node Node
+	}{
+		{"plain", Node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH", fenceMS: int64(60000)}},
+		{"fair", Node{rdb: rdb, uc: rdb, fair: true, pub: "PUBLISH", pubA: "PUBLISH", fenceMS: int64(60000)}},
+		{"reentrant", Node{rdb: rdb, uc: rdb, reentrant: true, pub: "PUBLISH", pubA: "PUBLISH", fenceMS: int64(60000)}},
+	} {
+		k := KeysFor("dlock:", "refused-"+n.name)
+		mine, theirs := &Claim{Keys: k, Owner: ""}, &Claim{Keys: k}
+		if n.node.reentrant {
+			mine.Owner, theirs.Owner = "client/a", "client/b"
+		}
+		mine.SetToken("tok-mine.host%3A1")
+		theirs.SetToken("tok-theirs")
+		if g, err := n.node.Acquire(ctx, mine, time.Second, false); err != nil || !g.Held {
+			t.Fatalf("%s: acquire = %+v, %v", n.name, g, err)
+		}
+		g, err := n.node.Acquire(ctx, theirs, time.Second, false)
+		if err != nil || g.Held || g.Holder != mine.Token || g.PTTL <= 0 || g.Owner != mine.Owner {
+			t.Errorf("%s: refused acquire = %+v, %v; want the holder %q, owner %q and its PTTL", n.name, g, err, mine.Token, mine.Owner)
+		}
+	}
+	// Fair: a free lock with a live waiter queued is handed to the waiter,
+	// and the refusal names it.
+	fair := Node{rdb: rdb, uc: rdb, fair: true, pub: "PUBLISH", pubA: "PUBLISH", fenceMS: int64(60000)}
+	k := KeysFor("dlock:", "handed")
+	holder, waiter, late := &Claim{Keys: k}, &Claim{Keys: k}, &Claim{Keys: k}
+	holder.SetToken("holder")
+	waiter.SetToken("waiter.w")
+	late.SetToken("late")
+	fair.Acquire(ctx, holder, time.Second, false)
+	if g, _ := fair.Acquire(ctx, waiter, time.Second, true); g.Held {
+		t.Fatal("the waiter took a held lock")
+	}
+	rdb.Del(ctx, k.Lock) // the holder's lease ran out without a release
+	if g, err := fair.Acquire(ctx, late, time.Second, false); err != nil || g.Held || g.Holder != waiter.Token {
+		t.Errorf("acquire of a free lock with a queued waiter = %+v, %v; want refused, naming the waiter it was handed to", g, err)
+	}
+}

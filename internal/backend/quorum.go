@@ -162,7 +162,8 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, _ boo
 	}
 	undo := v.held > 0 || unknown > 0
 	if v.held+refused >= q.need() {
-		return Grant{PTTL: v.pttl, Undo: undo}, nil // a majority answered: taken, or a split vote; wait
+		// A majority answered: taken, or a split vote; wait.
+		return Grant{PTTL: v.pttl, Holder: v.holder, Undo: undo}, nil
 	}
 	return Grant{Undo: undo}, &QuorumError{Op: "acquire", Held: v.held, Need: q.need(), Nodes: v.errs}
 }
@@ -173,11 +174,13 @@ type votes struct {
 	fence   int64         // the highest fence they gave (reentrant locks)
 	atFence int           // granting nodes whose counter is already at that fence
 	pttl    time.Duration // the longest remaining lease of the refusing nodes' holders
+	holder  string        // the holder most refusing nodes named
 	errs    []error       // per node: nil if it granted, why not otherwise
 }
 
 func (q *Quorum) count(res []nodeResult[Grant]) votes {
 	v := votes{pttl: -1, errs: make([]error, len(res))}
+	var named map[string]int // refusing nodes per holder
 	for i, r := range res {
 		switch {
 		case !r.ok:
@@ -190,6 +193,12 @@ func (q *Quorum) count(res []nodeResult[Grant]) votes {
 		default:
 			v.errs[i] = errRefused
 			v.pttl = max(v.pttl, r.v.PTTL)
+			if named == nil {
+				named = map[string]int{}
+			}
+			if named[r.v.Holder]++; named[r.v.Holder] > named[v.holder] {
+				v.holder = r.v.Holder
+			}
 		}
 	}
 	for _, r := range res {

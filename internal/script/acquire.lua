@@ -2,9 +2,9 @@
 -- KEYS[1] lock key   KEYS[2] the lease's marker key (see lib.lua)
 -- ARGV[1] the lease's token   ARGV[2] ttl in ms
 -- Returns 0 when the lock is ours: taken now, or already ours (a re-sent
--- request). Returns -2 - pttl (< 0) when another lease holds it: -1 if the
--- key has no expiry. One integer rather than a pair, so the reply is one
--- value to read.
+-- request). Returns {pttl, holder} when another lease holds it: its
+-- remaining ms (-1 if the key has no expiry) and its token, which carries
+-- the holder's metadata; the common, uncontended reply stays one integer.
 -- Errors: REVOKED if this lease was already ended (the request arrived after
 -- its caller gave up, or after a re-sent copy's lease was released);
 -- WRONGTYPE if the key holds a foreign value.
@@ -24,4 +24,4 @@ if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
   return 0
 end
-return -2 - math.max(redis.call('PTTL', KEYS[1]), -1)
+return {math.max(redis.call('PTTL', KEYS[1]), -1), holder}

@@ -6,8 +6,8 @@
 -- ARGV[6] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
 -- ARGV[7] how long the fence counter lives, in ms (the fence window)
 -- Returns 0 when the lock is ours (taken now, handed to us by a release, or
--- already ours), else -2 - pttl (< 0; -1: no expiry), as one integer rather
--- than a pair. The lock goes to the caller only if no live waiter is ahead
+-- already ours), else {pttl, holder}: the holder's remaining ms (-1: no
+-- expiry) and its token, which carries its metadata. The lock goes to the caller only if no live waiter is ahead
 -- of it; a try never queues and never jumps the queue. A free lock with
 -- live waiters (its holder expired without releasing) is handed to the
 -- first of them, with a fence: the handover is announced on the channel as
@@ -54,6 +54,7 @@ if not holder then
         redis.call('HDEL', KEYS[4], head)
         redis.call('SET', KEYS[1], head, 'PX', ttl)
         redis.call(ARGV[6], ARGV[5], head .. ' ' .. string.format('%d', fence))
+        holder = head
       end
       break
     end
@@ -76,4 +77,4 @@ if ARGV[3] == '1' then
   end
   extend_queue(KEYS[3], KEYS[4], ARGV[4])
 end
-return -2 - math.max(redis.call('PTTL', KEYS[1]), -1)
+return {math.max(redis.call('PTTL', KEYS[1]), -1), holder or ''}

@@ -9,8 +9,10 @@
 -- ARGV[1] owner id   ARGV[2] hold token   ARGV[3] ttl in ms
 -- ARGV[4] how long the fence counter lives, in ms (the fence window)
 -- Returns {1, fence, holds} when held by the owner now (a new fence if the
--- lock was free, else the fence of the first hold), or {0, pttl, 0} when
--- another owner holds it (pttl -1: no expiry).
+-- lock was free, else the fence of the first hold), or {0, pttl, 0, owner,
+-- hold} when another owner holds it: pttl -1 if no expiry, owner its id,
+-- hold the token of one of its holds (it carries the holder's metadata;
+-- '' if none is left).
 -- Errors: REVOKED if this hold was already ended; WRONGTYPE if a key holds
 -- a foreign value (nothing is written then).
 if revoked(KEYS[3]) then
@@ -32,7 +34,15 @@ if not owner then
   return {1, fence, 1}
 end
 if owner ~= ARGV[1] then
-  return {0, redis.call('PTTL', KEYS[1]), 0}
+  local hold = ''
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'h:' then
+      hold = string.sub(all[i], 3)
+      break
+    end
+  end
+  return {0, redis.call('PTTL', KEYS[1]), 0, owner, hold}
 end
 local now = now_ms()
 if redis.call('HSETNX', KEYS[1], field, now + ttl) == 1 and redis.call('PTTL', KEYS[1]) < ttl then

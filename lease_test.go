@@ -1,0 +1,428 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// The per-call options (LockOption) and the holder metadata, in every mode
+// (plain, fair, reentrant, quorum) and with pipelining on and off: the
+// batched path must behave as the direct one.
+
+// A LeaseTTL is the lease's own: Redis's expiry follows it, not the
+// Client's TTL, and so does the watchdog, which keeps a lease far shorter
+// than the Client's TTL alive by extending it on the lease's period. The
+// marker of the ended lease lives for the lease's revocation window.
+func TestLeaseTTLIsTheLeasesOwn(t *testing.T) {
+	_, rdb := setup(t)
+	const ttl = 300 * time.Millisecond
+	for _, m := range modes(t, rdb, true) {
+		for _, pipelining := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/pipelining=%v", m.name, pipelining), func(t *testing.T) {
+				ctx := m.ctx(t.Context())
+				c := m.new(t, dlock.WithTTL(10*time.Second), dlock.WithPipelining(pipelining))
+				name := fmt.Sprintf("lease-ttl-%s-%v", m.name, pipelining)
+				start := time.Now()
+				calls := map[string]func() (*dlock.Lock, error){
+					"TryAcquire": func() (*dlock.Lock, error) { return c.TryAcquire(ctx, name+"-try", dlock.LeaseTTL(ttl)) },
+					"Acquire":    func() (*dlock.Lock, error) { return c.Acquire(ctx, name+"-acquire", dlock.LeaseTTL(ttl)) },
+				}
+				locks := map[string]*dlock.Lock{}
+				for op, call := range calls {
+					start := time.Now()
+					l, err := call()
+					if err != nil {
+						t.Fatalf("%s(LeaseTTL(%v)) = %v", op, ttl, err)
+					}
+					locks[op] = l
+					if got := l.ValidUntil().Sub(start); got > ttl {
+						t.Errorf("%s: ValidUntil is %v after the call began, want at most the lease's %v", op, got, ttl)
+					}
+					if left, err := l.TTL(ctx); err != nil || left <= 0 || left > ttl {
+						t.Errorf("%s: TTL() = %v, %v; want Redis's expiry within the lease's %v", op, left, err, ttl)
+					}
+				}
+				// Do: the same lease inside fn.
+				err := c.Do(ctx, name+"-do", func(ctx context.Context, l *dlock.Lock) error {
+					if left, err := l.TTL(ctx); err != nil || left <= 0 || left > ttl {
+						t.Errorf("Do: TTL() = %v, %v; want within %v", left, err, ttl)
+					}
+					time.Sleep(4 * ttl) // longer than the lease: the watchdog must extend it
+					return ctx.Err()
+				}, dlock.LeaseTTL(ttl))
+				if err != nil {
+					t.Errorf("Do(LeaseTTL(%v)) holding for %v = %v, want nil", ttl, 4*ttl, err)
+				}
+				for op, l := range locks {
+					// Four lease times later, extended on the lease's period
+					// (a third of 300ms), and each time for 300ms, not 10s.
+					if err := l.Err(); err != nil {
+						t.Errorf("%s: Err() = %v after %v, want held (the watchdog extends on the lease's period)", op, err, time.Since(start))
+					}
+					if left, err := l.TTL(ctx); err != nil || left <= 0 || left > ttl {
+						t.Errorf("%s: TTL() after extensions = %v, %v; want within %v", op, left, err, ttl)
+					}
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("%s: Release = %v", op, err)
+					}
+					if m.name == "quorum" {
+						continue
+					}
+					marker := l.Key() + ":r:" + l.Token()
+					if m.name == "reentrant" {
+						continue // (its Token is the owner's id, not the hold's)
+					}
+					if d := rdb.PTTL(t.Context(), marker).Val(); d <= 0 || d > ttl {
+						t.Errorf("%s: the released lease's marker lives %v, want the lease's window, at most %v", op, d, ttl)
+					}
+				}
+			})
+		}
+	}
+}
+
+// MaxWait(0) tries once, as TryAcquire does (in fair mode it does not
+// queue); MaxWait(d) waits at most d. Both fail with an error that matches
+// ErrNotAcquired and carries the holder, and — the context being alive —
+// matches no context error; a context that ends first is what the error
+// names. A bounded wait that sees the lock released takes it.
+func TestMaxWait(t *testing.T) {
+	_, rdb := setup(t)
+	for _, m := range modes(t, rdb, true) {
+		for _, pipelining := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/pipelining=%v", m.name, pipelining), func(t *testing.T) {
+				ctx := m.ctx(t.Context())
+				name := fmt.Sprintf("maxwait-%s-%v", m.name, pipelining)
+				holder := m.new(t, dlock.WithHolderMeta("holder-a"))
+				c := asOwner(t, m.new(t, dlock.WithPipelining(pipelining)), "owner-b")
+				l, err := holder.TryAcquire(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRefused := func(what string, err error, wantCtx error) {
+					t.Helper()
+					if !errors.Is(err, dlock.ErrNotAcquired) {
+						t.Errorf("%s = %v, want ErrNotAcquired", what, err)
+					}
+					for _, ce := range []error{context.Canceled, context.DeadlineExceeded} {
+						if want := ce == wantCtx; errors.Is(err, ce) != want {
+							t.Errorf("%s = %v: errors.Is(%v) = %v, want %v", what, err, ce, !want, want)
+						}
+					}
+					if na, ok := errors.AsType[*dlock.NotAcquiredError](err); !ok || na.Meta != "holder-a" {
+						t.Errorf("%s = %v: NotAcquiredError %+v, want one naming the holder's metadata", what, err, na)
+					}
+				}
+				_, err = c.Acquire(ctx, name, dlock.MaxWait(0))
+				checkRefused("Acquire(MaxWait(0))", err, nil)
+				if n := rdb.Exists(t.Context(), "dlock:{"+name+"}:q", "dlock:{"+name+"}:qw").Val(); m.name != "quorum" && n != 0 {
+					t.Errorf("Acquire(MaxWait(0)) left %d queue keys, want none (it tries once)", n)
+				}
+				called := false
+				err = c.Do(ctx, name, func(context.Context, *dlock.Lock) error { called = true; return nil }, dlock.MaxWait(0))
+				checkRefused("Do(MaxWait(0))", err, nil)
+				if called {
+					t.Error("Do(MaxWait(0)) ran fn without the lock")
+				}
+
+				start := time.Now()
+				_, err = c.Acquire(ctx, name, dlock.MaxWait(300*time.Millisecond))
+				checkRefused("Acquire(MaxWait(300ms))", err, nil)
+				if waited := time.Since(start); waited < 300*time.Millisecond || waited > 10*time.Second {
+					t.Errorf("Acquire(MaxWait(300ms)) returned after %v, want after the wait, promptly", waited)
+				}
+				short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				_, err = c.Acquire(short, name, dlock.MaxWait(time.Minute))
+				cancel()
+				checkRefused("Acquire(MaxWait(1m)) with a 100ms context", err, context.DeadlineExceeded)
+
+				go func() {
+					time.Sleep(100 * time.Millisecond)
+					l.Release(context.WithoutCancel(ctx))
+				}()
+				got, err := c.Acquire(ctx, name, dlock.MaxWait(10*time.Second))
+				if err != nil {
+					t.Fatalf("Acquire(MaxWait(10s)) while the holder releases after 100ms = %v, want the lock", err)
+				}
+				got.Release(ctx)
+				if m.name != "quorum" {
+					if n := rdb.Exists(t.Context(), "dlock:{"+name+"}", "dlock:{"+name+"}:q", "dlock:{"+name+"}:qw").Val(); n != 0 {
+						t.Errorf("after the waits: %d lock or queue keys left, want none", n)
+					}
+				}
+			})
+		}
+	}
+}
+
+// The holder metadata goes round: the default is hostname:pid; the
+// Client's and the call's show in Lock.Meta, Inspect and the error of a
+// refused attempt, escaped in the token (no space, no brace) and whole
+// again when read back.
+func TestHolderMetaRoundTrip(t *testing.T) {
+	_, rdb := setup(t)
+	host, _ := os.Hostname()
+	def := host + ":" + strconv.Itoa(os.Getpid())
+	for _, m := range modes(t, rdb, true) {
+		for _, pipelining := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/pipelining=%v", m.name, pipelining), func(t *testing.T) {
+				ctx := m.ctx(t.Context())
+				name := fmt.Sprintf("meta-%s-%v", m.name, pipelining)
+				other := asOwner(t, m.new(t, dlock.WithPipelining(pipelining)), "other-owner")
+				for _, tc := range []struct {
+					what string
+					opts []dlock.Option
+					call []dlock.LockOption
+					want string
+				}{
+					{"default", nil, nil, def},
+					{"Client's", []dlock.Option{dlock.WithHolderMeta("web-1 job{42} 100% ünï")}, nil, "web-1 job{42} 100% ünï"},
+					{"call's", []dlock.Option{dlock.WithHolderMeta("client")}, []dlock.LockOption{dlock.HolderMeta("call \"x\"")}, "call \"x\""},
+					{"none", []dlock.Option{dlock.WithHolderMeta("")}, nil, ""},
+					{"none for the call", nil, []dlock.LockOption{dlock.HolderMeta("")}, ""},
+				} {
+					c := m.new(t, append(tc.opts, dlock.WithPipelining(pipelining))...)
+					l, err := c.TryAcquire(ctx, name, tc.call...)
+					if err != nil {
+						t.Fatalf("%s: TryAcquire = %v", tc.what, err)
+					}
+					if l.Meta() != tc.want {
+						t.Errorf("%s: Meta() = %q, want %q", tc.what, l.Meta(), tc.want)
+					}
+					info, err := c.Inspect(t.Context(), name)
+					if err != nil || info.Meta != tc.want {
+						t.Errorf("%s: Inspect = %+v, %v; want Meta %q", tc.what, info, err, tc.want)
+					}
+					_, err = other.TryAcquire(ctx, name)
+					na, ok := errors.AsType[*dlock.NotAcquiredError](err)
+					if !errors.Is(err, dlock.ErrNotAcquired) || !ok || na.Meta != tc.want || na.Holder != l.Token() {
+						t.Errorf("%s: another's TryAcquire = %v (%+v), want ErrNotAcquired naming holder %q, meta %q", tc.what, err, na, l.Token(), tc.want)
+					}
+					if tc.want != "" && tc.want != def && !strings.Contains(err.Error(), strconv.Quote(tc.want)) {
+						t.Errorf("%s: error text %q does not name the holder's metadata", tc.what, err)
+					}
+					if m.name != "reentrant" {
+						token := l.Token()
+						if strings.ContainsAny(token, " {}\n") || (tc.want == "") != (len(token) == 22) {
+							t.Errorf("%s: Token() = %q: want 22 random characters, then '.' and the escaped metadata if any", tc.what, token)
+						}
+						if v := rdb.Get(t.Context(), l.Key()).Val(); m.name != "quorum" && v != token {
+							t.Errorf("%s: the lock key holds %q, want the token %q", tc.what, v, token)
+						}
+					}
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("%s: Release = %v", tc.what, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A lock handed to a fair waiter shows the waiter's metadata, carried by
+// its token through the queue and the handover message; a waiter that gave
+// up on a held lock learns who held it.
+func TestHolderMetaOverFairHandover(t *testing.T) {
+	_, rdb := setup(t)
+	for _, pipelining := range []bool{true, false} {
+		ctx := t.Context()
+		name := fmt.Sprintf("meta-handover-%v", pipelining)
+		holder := newClient(t, rdb, dlock.WithHolderMeta("first"), dlock.WithPipelining(pipelining))
+		waiter := newClient(t, rdb, dlock.WithPipelining(pipelining))
+		l, err := holder.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err = waiter.Acquire(short, name)
+		cancel()
+		if na, ok := errors.AsType[*dlock.NotAcquiredError](err); !ok || na.Meta != "first" || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("pipelining %v: Acquire that gave up = %v, want the holder named and the context's error", pipelining, err)
+		}
+		got := make(chan *dlock.Lock, 1)
+		go func() {
+			w, err := waiter.Acquire(ctx, name, dlock.HolderMeta("second"))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- w
+		}()
+		if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{"+name+"}:q").Val() == 1 }) {
+			t.Fatal("the waiter did not queue")
+		}
+		l.Release(ctx)
+		w := <-got
+		if w == nil {
+			continue
+		}
+		if info, _ := holder.Inspect(ctx, name); info.Meta != "second" || info.Token != w.Token() {
+			t.Errorf("pipelining %v: after the handover Inspect = %+v, want the waiter's token and metadata \"second\"", pipelining, info)
+		}
+		if _, err := holder.TryAcquire(ctx, name); !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), `"second"`) {
+			t.Errorf("pipelining %v: TryAcquire after the handover = %v, want the waiter named", pipelining, err)
+		}
+		w.Release(ctx)
+	}
+}
+
+// A reentrant lock's holds carry their own metadata: Inspect shows the
+// owner's, and a refused owner learns the owner's ID and its metadata.
+func TestHolderMetaOfReentrantHolds(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithHolderMeta("outer"))
+	owner := asOwner(t, c, "request-1")
+	outer, err := owner.TryAcquire(ctx, "re-meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := owner.TryAcquire(ctx, "re-meta", dlock.HolderMeta("inner"), dlock.LeaseTTL(time.Second))
+	if err != nil {
+		t.Fatalf("re-entry with HolderMeta and LeaseTTL = %v, want it honoured", err)
+	}
+	if inner.Meta() != "inner" || outer.Meta() != "outer" {
+		t.Errorf("Meta() = %q, %q; want inner, outer", inner.Meta(), outer.Meta())
+	}
+	info, err := c.Inspect(ctx, "re-meta")
+	if err != nil || len(info.Owners) != 1 || info.Owners[0].Holds != 2 ||
+		strings.Join(info.Owners[0].Meta, ",") != "inner,outer" || info.Meta != "inner, outer" {
+		t.Errorf("Inspect = %+v, %v; want one owner, two holds, metadata inner and outer", info, err)
+	}
+	_, err = asOwner(t, c, "request-2").TryAcquire(ctx, "re-meta")
+	na, ok := errors.AsType[*dlock.NotAcquiredError](err)
+	if !ok || na.Holder != outer.Token() || (na.Meta != "inner" && na.Meta != "outer") {
+		t.Errorf("another owner's TryAcquire = %v (%+v), want the owner %q and one of its holds' metadata", err, na, outer.Token())
+	}
+	if left, err := inner.TTL(ctx); err != nil || left > time.Second {
+		t.Errorf("the inner hold's TTL() = %v, %v; want its own lease, at most 1s", left, err)
+	}
+	inner.Release(ctx)
+	if info, _ := c.Inspect(ctx, "re-meta"); info.Meta != "outer" {
+		t.Errorf("after the inner release Inspect.Meta = %q, want outer", info.Meta)
+	}
+	outer.Release(ctx)
+}
+
+// Bad input — an invalid option, or one that does not apply — fails with
+// ErrInvalid before anything reaches Redis, in every call and mode, and
+// New refuses bad Client options.
+func TestLockOptionsBadInputWritesNothing(t *testing.T) {
+	_, rdb := setup(t)
+	long := strings.Repeat("x", dlock.MaxMetaLen+1)
+	bad := []struct {
+		what string
+		opts []dlock.LockOption
+		try  bool // refused by TryAcquire only
+	}{
+		{"negative TTL", []dlock.LockOption{dlock.LeaseTTL(-time.Second)}, false},
+		{"zero TTL", []dlock.LockOption{dlock.LeaseTTL(0)}, false},
+		{"TTL below MinTTL", []dlock.LockOption{dlock.LeaseTTL(dlock.MinTTL - time.Millisecond)}, false},
+		{"negative wait", []dlock.LockOption{dlock.MaxWait(-time.Millisecond)}, false},
+		{"negative max hold", []dlock.LockOption{dlock.MaxHold(-time.Second)}, false},
+		{"max hold below MinTTL", []dlock.LockOption{dlock.MaxHold(time.Millisecond)}, false},
+		{"metadata too long", []dlock.LockOption{dlock.HolderMeta(long)}, false},
+		{"newline in metadata", []dlock.LockOption{dlock.HolderMeta("a\nb")}, false},
+		{"NUL in metadata", []dlock.LockOption{dlock.HolderMeta("a\x00")}, false},
+		{"escape in metadata", []dlock.LockOption{dlock.HolderMeta("\x1b[31m")}, false},
+		{"invalid UTF-8", []dlock.LockOption{dlock.HolderMeta("\xff")}, false},
+		{"nil option", []dlock.LockOption{nil}, false},
+		{"a valid option then a bad one", []dlock.LockOption{dlock.LeaseTTL(time.Second), dlock.MaxWait(-1)}, false},
+		{"TryAcquire with a wait", []dlock.LockOption{dlock.MaxWait(time.Second)}, true},
+	}
+	for _, m := range modes(t, rdb, true) {
+		for _, pipelining := range []bool{true, false} {
+			c := m.new(t, dlock.WithPipelining(pipelining))
+			ctx := m.ctx(t.Context())
+			for _, tc := range bad {
+				name := "bad-" + m.name
+				_, err := c.TryAcquire(ctx, name, tc.opts...)
+				if !errors.Is(err, dlock.ErrInvalid) {
+					t.Errorf("%s, pipelining %v, %s: TryAcquire = %v, want ErrInvalid", m.name, pipelining, tc.what, err)
+				}
+				if tc.try {
+					continue
+				}
+				if _, err := c.Acquire(ctx, name, tc.opts...); !errors.Is(err, dlock.ErrInvalid) {
+					t.Errorf("%s, pipelining %v, %s: Acquire = %v, want ErrInvalid", m.name, pipelining, tc.what, err)
+				}
+				called := false
+				err = c.Do(ctx, name, func(context.Context, *dlock.Lock) error { called = true; return nil }, tc.opts...)
+				if !errors.Is(err, dlock.ErrInvalid) || called {
+					t.Errorf("%s, pipelining %v, %s: Do = %v (fn called: %v), want ErrInvalid and no call", m.name, pipelining, tc.what, err, called)
+				}
+			}
+		}
+	}
+	// A quorum refuses a TTL its nodes' timeout leaves no room for.
+	_, nodes := startQuorum(t, 3)
+	q := newRedlock(t, nodes, dlock.WithNodeTimeout(200*time.Millisecond))
+	if _, err := q.TryAcquire(t.Context(), "bad-quorum", dlock.LeaseTTL(100*time.Millisecond)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("quorum with a 200ms node timeout: TryAcquire(LeaseTTL(100ms)) = %v, want ErrInvalid", err)
+	}
+	// A TTL the drift margin would eat whole.
+	d := newClient(t, rdb, dlock.WithDrift(50*time.Millisecond))
+	if _, err := d.TryAcquire(t.Context(), "bad-drift", dlock.LeaseTTL(40*time.Millisecond)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("WithDrift(50ms): TryAcquire(LeaseTTL(40ms)) = %v, want ErrInvalid", err)
+	}
+	if n := rdb.DBSize(t.Context()).Val(); n != 0 {
+		keys := rdb.Keys(t.Context(), "*").Val()
+		t.Errorf("after refused calls: %d keys in Redis (%v), want none", n, keys)
+	}
+	for _, opt := range []dlock.Option{
+		dlock.WithHolderMeta(long), dlock.WithHolderMeta("tab\there"), dlock.WithHolderMeta("\xfe"),
+		dlock.WithMaxHold(-time.Second), dlock.WithMaxHold(time.Millisecond),
+	} {
+		if _, err := dlock.New(rdb, opt); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("New with a bad option = %v, want ErrInvalid", err)
+		}
+		if _, err := dlock.NewRedlock(nodes, opt); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("NewRedlock with a bad option = %v, want ErrInvalid", err)
+		}
+	}
+}
+
+// Metadata of MaxMetaLen bytes, all of which must be escaped, still makes
+// a token every script, key and message takes, and reads back whole.
+func TestHolderMetaAtItsLongest(t *testing.T) {
+	_, rdb := setup(t)
+	meta := strings.Repeat("é", dlock.MaxMetaLen/2) // 128 bytes, each escaped as %XX
+	holder := newClient(t, rdb, dlock.WithHolderMeta(meta))
+	waiter := newClient(t, rdb)
+	l, err := holder.TryAcquire(t.Context(), "long-meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		w, err := waiter.Acquire(t.Context(), "long-meta", dlock.HolderMeta(meta))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if info, _ := waiter.Inspect(t.Context(), "long-meta"); info.Meta != meta {
+			t.Errorf("after the handover Inspect.Meta = %q, want the waiter's", info.Meta)
+		}
+		if err := w.Release(t.Context()); err != nil {
+			t.Error(err)
+		}
+	})
+	if !waitFor(5*time.Second, func() bool { return rdb.LLen(t.Context(), "dlock:{long-meta}:q").Val() == 1 }) {
+		t.Fatal("the waiter did not queue")
+	}
+	if info, _ := holder.Inspect(t.Context(), "long-meta"); info.Meta != meta {
+		t.Errorf("Inspect.Meta = %q, want %q", info.Meta, meta)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+	wg.Wait()
+}

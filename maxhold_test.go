@@ -1,0 +1,271 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// The max hold (WithMaxHold, MaxHold), in every mode and with pipelining
+// on and off.
+
+// At the cap the lease ends exactly there, however the watchdog would have
+// gone on: its validity was cut to the cap, Done closes then, not before,
+// Err says ErrNotHeld and ErrMaxHold, the Lost hook hears it — and the lock
+// is released at once, so a waiter (fair: by handover) takes it right
+// after, never before. Release afterwards reports the cap. A Lock nobody
+// watches is ended and released the same.
+func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
+	_, rdb := setup(t)
+	const (
+		ttl     = 300 * time.Millisecond // a third of it between extensions
+		maxHold = time.Second
+	)
+	for _, m := range modes(t, rdb, true) {
+		for _, pipelining := range []bool{true, false} {
+			for _, watched := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%s/pipelining=%v/watched=%v", m.name, pipelining, watched), func(t *testing.T) {
+					ctx := m.ctx(t.Context())
+					name := fmt.Sprintf("maxhold-%s-%v-%v", m.name, pipelining, watched)
+					var (
+						mu     sync.Mutex
+						lostTo []error
+					)
+					hooks := dlock.Hooks{}
+					if watched {
+						hooks.Lost = func(_ string, err error) { mu.Lock(); lostTo = append(lostTo, err); mu.Unlock() }
+					}
+					c := m.new(t, dlock.WithTTL(ttl), dlock.WithPipelining(pipelining), dlock.WithHooks(hooks))
+					before := time.Now()
+					l, err := c.TryAcquire(ctx, name, dlock.MaxHold(maxHold))
+					if err != nil {
+						t.Fatal(err)
+					}
+					deadline, ok := l.Deadline()
+					if !ok || deadline.Before(before.Add(maxHold)) || deadline.After(time.Now().Add(maxHold)) {
+						t.Fatalf("Deadline() = %v, %v; want %v after the call", deadline.Sub(before), ok, maxHold)
+					}
+					type got struct {
+						at time.Time
+						l  *dlock.Lock
+					}
+					waiter := make(chan got, 1)
+					go func() {
+						w, err := asOwner(t, m.new(t, dlock.WithTTL(10*time.Second)), "waiter").Acquire(ctx, name)
+						if err != nil {
+							t.Error(err)
+						}
+						waiter <- got{time.Now(), w}
+					}()
+					var doneAt time.Time
+					if watched {
+						if !closedWithin(l.Done(), 5*time.Second) {
+							t.Fatal("Done still open 5s after a 1s max hold")
+						}
+						doneAt = time.Now()
+					}
+					w := <-waiter
+					if w.l == nil {
+						return
+					}
+					defer w.l.Release(ctx)
+					if w.at.Before(deadline) {
+						t.Errorf("the waiter took the lock %v before the holder's max hold ended", deadline.Sub(w.at))
+					}
+					if !doneAt.IsZero() && doneAt.Before(deadline) {
+						t.Errorf("Done closed %v before the max hold's deadline", deadline.Sub(doneAt))
+					}
+					if vu := l.ValidUntil(); !vu.Equal(deadline) {
+						t.Errorf("ValidUntil() = deadline %+v, want the lease cut at the max hold exactly", vu.Sub(deadline))
+					}
+					err = l.Err()
+					if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrMaxHold) {
+						t.Errorf("Err() = %v, want ErrNotHeld and ErrMaxHold", err)
+					}
+					if err := l.Release(ctx); !errors.Is(err, dlock.ErrMaxHold) {
+						t.Errorf("Release after the max hold = %v, want ErrMaxHold", err)
+					}
+					if m.name == "plain" || m.name == "fair" {
+						// Released, not expired: the marker says it ended holding the lock.
+						if v := rdb.Get(t.Context(), l.Key()+":r:"+l.Token()).Val(); v != "1" {
+							t.Errorf("the capped lease's marker = %q, want \"1\" (released at the cap)", v)
+						}
+					}
+					if watched {
+						mu.Lock()
+						if len(lostTo) != 1 || !errors.Is(lostTo[0], dlock.ErrMaxHold) {
+							t.Errorf("Lost hook calls = %v, want one with ErrMaxHold", lostTo)
+						}
+						mu.Unlock()
+					}
+				})
+			}
+		}
+	}
+}
+
+// A max hold below the TTL gives a lease of the max hold: Redis's expiry
+// and the validity both end there, and the watchdog extends nothing.
+func TestMaxHoldBelowTTLIsTheLease(t *testing.T) {
+	_, rdb := setup(t)
+	for _, m := range modes(t, rdb, true) {
+		ctx := m.ctx(t.Context())
+		c := m.new(t, dlock.WithTTL(10*time.Second), dlock.WithMaxHold(500*time.Millisecond))
+		l, err := c.TryAcquire(ctx, "short-"+m.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Redis's lease: the max hold and the drift margin of a lease that
+		// long (500ms/100 + 2ms), not the TTL's.
+		if left, err := l.TTL(ctx); err != nil || left <= 0 || left > 508*time.Millisecond {
+			t.Errorf("%s: TTL() = %v, %v; want at most the max hold and its drift margin, 508ms", m.name, left, err)
+		}
+		if deadline, _ := l.Deadline(); !l.ValidUntil().Equal(deadline) || time.Until(deadline) > 500*time.Millisecond {
+			t.Errorf("%s: ValidUntil %v, Deadline %v from now; want both the max hold's", m.name, time.Until(l.ValidUntil()), time.Until(deadline))
+		}
+		if !closedWithin(l.Done(), 5*time.Second) || !errors.Is(l.Err(), dlock.ErrMaxHold) {
+			t.Errorf("%s: Err() = %v, want the lease ended by its max hold", m.name, l.Err())
+		}
+		// MaxHold(0) lifts the Client's cap for one lease.
+		free, err := c.TryAcquire(ctx, "uncapped-"+m.name, dlock.MaxHold(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := free.Deadline(); ok {
+			t.Errorf("%s: MaxHold(0) on a Client WithMaxHold: Deadline() ok, want no cap", m.name)
+		}
+		free.Release(ctx)
+	}
+}
+
+// An Extend beyond the max hold is cut to it, with an error wrapping
+// ErrMaxHold (the lease still held); one that ends before it is plain; at
+// the cap already, it sends nothing. Without a watchdog the lease ends and
+// is released at the cap all the same.
+func TestExtendStopsAtMaxHold(t *testing.T) {
+	_, rdb := setup(t)
+	for _, m := range modes(t, rdb, true) {
+		for _, pipelining := range []bool{true, false} {
+			ctx := m.ctx(t.Context())
+			what := fmt.Sprintf("%s, pipelining %v", m.name, pipelining)
+			c := m.new(t, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoExtend(false), dlock.WithPipelining(pipelining))
+			name := fmt.Sprintf("extend-cap-%s-%v", m.name, pipelining)
+			l, err := c.TryAcquire(ctx, name, dlock.MaxHold(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline, _ := l.Deadline()
+			if err := l.Extend(ctx, 400*time.Millisecond); err != nil {
+				t.Errorf("%s: Extend(400ms), before the cap = %v, want nil", what, err)
+			}
+			err = l.Extend(ctx, 10*time.Second)
+			if !errors.Is(err, dlock.ErrMaxHold) || errors.Is(err, dlock.ErrNotHeld) || l.Err() != nil {
+				t.Errorf("%s: Extend(10s) past the cap = %v (Err %v), want ErrMaxHold and still held", what, err, l.Err())
+			}
+			if vu := l.ValidUntil(); !vu.Equal(deadline) {
+				t.Errorf("%s: ValidUntil after the cut Extend is %v from the deadline, want at it", what, vu.Sub(deadline))
+			}
+			// Redis's lease ends at the cap, plus the drift margin of a lease
+			// of at most 1s (12ms) and the request's trip: far from the 10s
+			// asked for.
+			until := time.Until(deadline)
+			if left, err := l.TTL(ctx); err != nil || left > until+50*time.Millisecond {
+				t.Errorf("%s: TTL() after the cut Extend = %v, %v; want Redis's lease to end at the cap (%v away)", what, left, err, until)
+			}
+			if err := l.Extend(ctx, 5*time.Second); !errors.Is(err, dlock.ErrMaxHold) {
+				t.Errorf("%s: Extend at the cap = %v, want ErrMaxHold", what, err)
+			}
+			other := asOwner(t, m.new(t), "other")
+			w, err := other.Acquire(ctx, name, dlock.MaxWait(5*time.Second))
+			if err != nil {
+				t.Fatalf("%s: a waiter's Acquire = %v, want the lock at the cap", what, err)
+			}
+			if time.Now().Before(deadline) {
+				t.Errorf("%s: a waiter took the lock before the cap", what)
+			}
+			w.Release(ctx)
+			if err := l.Err(); !errors.Is(err, dlock.ErrMaxHold) {
+				t.Errorf("%s: Err() = %v, want ErrMaxHold", what, err)
+			}
+		}
+	}
+}
+
+// Do cancels fn's context at the max hold with a cause that says so, and
+// returns an error that says so; a waiter takes the lock right after.
+func TestDoCancelsAtMaxHold(t *testing.T) {
+	_, rdb := setup(t)
+	for _, m := range modes(t, rdb, true) {
+		for _, pipelining := range []bool{true, false} {
+			ctx := m.ctx(t.Context())
+			what := fmt.Sprintf("%s, pipelining %v", m.name, pipelining)
+			name := fmt.Sprintf("do-cap-%s-%v", m.name, pipelining)
+			c := m.new(t, dlock.WithPipelining(pipelining))
+			var cause error
+			waited := make(chan error, 1)
+			err := c.Do(ctx, name, func(ctx context.Context, l *dlock.Lock) error {
+				go func() {
+					w, err := asOwner(t, m.new(t), "waiter").Acquire(context.WithoutCancel(ctx), name, dlock.MaxWait(10*time.Second))
+					if err == nil {
+						w.Release(context.WithoutCancel(ctx))
+					}
+					waited <- err
+				}()
+				select {
+				case <-ctx.Done():
+					cause = context.Cause(ctx)
+				case <-time.After(10 * time.Second):
+				}
+				return nil
+			}, dlock.MaxHold(500*time.Millisecond))
+			if !errors.Is(cause, dlock.ErrMaxHold) || !errors.Is(cause, dlock.ErrNotHeld) {
+				t.Errorf("%s: fn's context cause = %v, want ErrMaxHold and ErrNotHeld", what, cause)
+			}
+			if !errors.Is(err, dlock.ErrMaxHold) {
+				t.Errorf("%s: Do = %v, want ErrMaxHold", what, err)
+			}
+			if err := <-waited; err != nil {
+				t.Errorf("%s: the waiter's Acquire = %v, want the lock after the max hold", what, err)
+			}
+		}
+	}
+}
+
+// A reentrant hold's max hold ends that hold, a lease of its own: the
+// owner's other hold keeps the lock.
+func TestMaxHoldOfAReentrantHoldEndsThatHold(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(300*time.Millisecond))
+	owner := asOwner(t, c, "request")
+	outer, err := owner.TryAcquire(ctx, "re-cap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Release(ctx)
+	inner, err := owner.TryAcquire(ctx, "re-cap", dlock.MaxHold(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(inner.Done(), 5*time.Second) || !errors.Is(inner.Err(), dlock.ErrMaxHold) {
+		t.Fatalf("the capped inner hold: Err() = %v, want ended by its max hold", inner.Err())
+	}
+	if !waitFor(5*time.Second, func() bool {
+		info, _ := c.Inspect(ctx, "re-cap")
+		return len(info.Owners) == 1 && info.Owners[0].Holds == 1
+	}) {
+		info, _ := c.Inspect(ctx, "re-cap")
+		t.Errorf("after the inner hold's max hold: Inspect = %+v, want the owner with one hold left", info)
+	}
+	if err := outer.Err(); err != nil {
+		t.Errorf("the outer hold: Err() = %v, want still held", err)
+	}
+	if _, err := asOwner(t, c, "another").TryAcquire(ctx, "re-cap"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("another owner's TryAcquire = %v, want ErrNotAcquired while the outer hold lives", err)
+	}
+}
