@@ -39,7 +39,9 @@ type Event struct {
 // and extra/dlockprom modules are built on it). Any field may be nil. The
 // functions are called on the path of the operation, from many goroutines
 // at once, and must not block; an extension by the watchdog and a loss come
-// from a timer, with a background context.
+// from a timer, with a background context. A panic in one is recovered and
+// dropped, so that it cannot leave behind a lease that no caller has a
+// handle to.
 type Observer struct {
 	// Start is called as an operation begins, with the caller's context.
 	// The context it returns is the one the operation's Redis calls are
@@ -122,7 +124,9 @@ func (c *Client) start(ctx context.Context, e *Event) context.Context {
 	e.Mode = c.mode
 	for _, o := range c.obs.all() {
 		if o.Start != nil {
-			if next := o.Start(ctx, e); next != nil {
+			var next context.Context
+			safely(func() { next = o.Start(ctx, e) })
+			if next != nil {
 				ctx = next
 			}
 		}
@@ -147,7 +151,7 @@ func (c *Client) end(ctx context.Context, e *Event, began time.Time, err error) 
 	}
 	for _, o := range c.obs.all() {
 		if o.End != nil {
-			o.End(ctx, e)
+			safely(func() { o.End(ctx, e) })
 		}
 	}
 }
@@ -158,7 +162,7 @@ func (c *Client) waitingFor(ctx context.Context, name string, delta int) {
 	c.obs.waiting.Add(int64(delta))
 	for _, o := range c.obs.all() {
 		if o.Waiting != nil {
-			o.Waiting(ctx, name, delta)
+			safely(func() { o.Waiting(ctx, name, delta) })
 		}
 	}
 }
@@ -169,9 +173,18 @@ func (c *Client) lostLease(l *Lock, err error) {
 	e := Event{Op: OpLost, Name: l.name, Mode: c.mode, Held: time.Since(l.start), Err: err}
 	for _, o := range c.obs.all() {
 		if o.Lost != nil {
-			o.Lost(context.Background(), &e)
+			safely(func() { o.Lost(context.Background(), &e) })
 		}
 	}
+}
+
+// safely runs an observer's function, dropping a panic: an observer runs
+// on the path of a lock operation (after an acquisition took its lease,
+// in the watchdog's timer), and its failure must not leave a lease that no
+// caller holds a handle to, or stop a watchdog.
+func safely(f func()) {
+	defer func() { _ = recover() }()
+	f()
 }
 
 // hooksObserver is the Observer that calls the Hooks of WithHooks.

@@ -185,9 +185,13 @@ func TestLogger(t *testing.T) {
 	if !closedWithin(l.Done(), 2*time.Second) {
 		t.Fatal("loss not signalled")
 	}
-	mu.Lock()
-	out := buf.String()
-	mu.Unlock()
+	read := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.String()
+	}
+	waitFor(2*time.Second, func() bool { return strings.Contains(read(), "lease lost") }) // logged just after Done closes
+	out := read()
 	for _, want := range []string{
 		`level=DEBUG msg="dlock: acquire" lock=logged mode=fair`,
 		`level=DEBUG msg="dlock: release" lock=logged mode=fair`,
@@ -222,4 +226,31 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.w.Write(p)
+}
+
+// A panicking observer cannot leave a lease held that no caller has a
+// handle to: the panic is dropped, the caller gets its Lock.
+func TestPanickingObserver(t *testing.T) {
+	_, rdb := setup(t)
+	boom := func() { panic("observer failed") }
+	c := newClient(t, rdb, dlock.WithTTL(600*time.Millisecond), dlock.WithObserver(dlock.Observer{
+		Start:   func(ctx context.Context, e *dlock.Event) context.Context { boom(); return ctx },
+		End:     func(context.Context, *dlock.Event) { boom() },
+		Lost:    func(context.Context, *dlock.Event) { boom() },
+		Waiting: func(context.Context, string, int) { boom() },
+	}))
+	ctx := t.Context()
+	l, err := c.TryAcquire(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := liveKeys(ctx, rdb, "dlock:{p}"); n != 0 {
+		t.Errorf("%d lock keys left after release", n)
+	}
 }
