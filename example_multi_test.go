@@ -13,7 +13,7 @@ import (
 func ExampleClient_AcquireAll() {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	c, err := dlock.New(rdb)
+	c, err := dlock.New(rdb, dlock.WithHolderMeta("transfers-1"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -46,14 +46,14 @@ func ExampleClient_AcquireAll() {
 	// Output:
 	// holding transfer:acct:7 with a fence: true
 	// holding transfer:acct:3 with a fence: true
-	// dlock: acquire "transfer:acct:3": not acquired: held by another owner
+	// dlock: acquire "transfer:acct:3": not acquired: held by another owner, "transfers-1"
 	// transfer:acct:9 was given back
 }
 
 func ExampleClient_DoAll() {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	c, err := dlock.New(rdb)
+	c, err := dlock.New(rdb, dlock.WithHolderMeta("transfers-1"))
 	if err != nil {
 		log.Fatal(err)
 	}
