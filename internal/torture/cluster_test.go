@@ -151,13 +151,14 @@ func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration, res
 		rest := strings.TrimPrefix(k.key, prefix)
 		desc := fmt.Sprintf("node%d %s (%s, pttl %v)", k.node, k.key, k.kind, k.pttl)
 		_, tail, _ := strings.Cut(rest, "}")
-		expiring := k.pttl > 0 && k.pttl <= maxLease
+		// PTTL 0: the key expires within this millisecond (-1: never).
+		expiring := k.pttl >= 0 && k.pttl <= maxLease
 		switch {
-		case tail == ":fence" && k.kind == "string" && k.pttl > 0 && k.pttl <= 24*time.Hour: // a minute; a day on a quorum
+		case tail == ":fence" && k.kind == "string" && k.pttl >= 0 && k.pttl <= 24*time.Hour: // a minute; a day on a quorum
 			continue
 		case strings.HasPrefix(tail, ":r:") && expiring:
 			continue
-		case grace > 0 && k.pttl > 0 && k.pttl <= grace:
+		case grace > 0 && k.pttl >= 0 && k.pttl <= grace:
 			excused = append(excused, desc)
 		case restarted[k.node] && tail == "" && expiring:
 			excused = append(excused, desc+" on a node restarted empty")
