@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/pubsub"
@@ -369,11 +366,10 @@ func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
 // handed over meanwhile). If Redis does not answer, or refuses the write
 // (NOREPLICAS, READONLY, OOM), the undo is retried in the background for as
 // long as what it ends could block others (a lease or queue entry lives for
-// max(TTL, 1s)), but no longer than undoRetryMax and at most undoTries
-// times. When ctx is done the caller waits only up to undoWait:
-// against a healthy Redis that is enough for the undo to finish. A process
-// that shuts down calls Drain before closing its Redis client, so that a
-// slower undo is not cut short.
+// max(TTL, 1s)), on backend.Retry's schedule. When ctx is done the caller
+// waits only up to undoWait: against a healthy Redis that is enough for the
+// undo to finish. A process that shuts down calls Drain before closing its
+// Redis client, so that a slower undo is not cut short.
 func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 	wait := undoTimeout
 	if ctx.Err() != nil {
@@ -384,7 +380,7 @@ func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 	if ttl == 0 {
 		ttl = c.opts.ttl
 	}
-	deadline := time.Now().Add(min(backend.QueueTTL(ttl), undoRetryMax))
+	deadline := time.Now().Add(min(backend.QueueTTL(ttl), backend.RetryMax))
 	c.bg.Go(func() { c.undoUntil(cl, deadline, first) })
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -394,65 +390,13 @@ func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 	}
 }
 
-// transient reports whether err may go away if the call is tried again:
-// Redis did not answer, or refused a write for the time being (a replica
-// short under min-replicas-to-write, a failover under way, memory full, a
-// server loading its data or busy with a script).
-func transient(err error) bool {
-	if err == nil {
-		return false
-	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) || errors.Is(err, redis.ErrClosed) {
-		return !errors.Is(err, redis.ErrClosed)
-	}
-	msg := rerr.Error()
-	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// undoRetryMax bounds how long a failed undo is retried in the background,
-// and undoTries how often: enough to outlast a blip (a write refused for a
-// moment, a connection being re-made), few enough that a node that stays
-// down does not keep a goroutine per failed attempt for long (the pauses
-// are 25ms, 100ms, 400ms, 1.6s).
-const (
-	undoRetryMax = 10 * time.Second
-	undoTries    = 5
-)
-
 // undoWait is how long a caller whose context is done waits for the undo
 // of its attempt before leaving it to the background.
 const undoWait = 100 * time.Millisecond
 
-// undoUntil runs the undo until it succeeds on every node or the deadline
-// passes, each try bounded by undoTimeout, with a growing pause between
-// tries; first is closed when the first try is over (the caller waits for
-// that one only).
+// undoUntil runs the undo until it succeeds on every node or gives up (see
+// backend.Retry); first is closed when the first try is over (the caller
+// waits for that one only).
 func (c *Client) undoUntil(cl *backend.Claim, deadline time.Time, first chan struct{}) {
-	defer func() {
-		select {
-		case <-first:
-		default:
-			close(first)
-		}
-	}()
-	pause := 25 * time.Millisecond
-	for try := 0; try < undoTries; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
-		err := c.b.Undo(ctx, cl)
-		cancel()
-		if try == 0 {
-			close(first)
-		}
-		if try == undoTries-1 || !transient(err) || time.Now().Add(pause).After(deadline) {
-			return
-		}
-		time.Sleep(pause)
-		pause *= 4
-	}
+	backend.Retry(deadline, func(ctx context.Context) error { return c.b.Undo(ctx, cl) }, func() { close(first) })
 }

@@ -418,3 +418,37 @@ func TestQuorumAttackOwnerViews(t *testing.T) {
 		l.Release(ctx)
 	}
 }
+
+// A release that fails on one node (its connection cut while the request
+// was held) is retried there in the background: Release reports success
+// once a majority let go, and the node that missed it must not keep the
+// lock until the lease expires (with one more node down, nobody could take
+// it).
+func TestQuorumReleaseRetriedOnANodeThatFailed(t *testing.T) {
+	ps, via, direct := proxiedQuorum(t, 3)
+	ctx := t.Context()
+	ttl := 20 * time.Second
+	c := newRedlock(t, via, dlock.WithTTL(ttl), dlock.WithNodeTimeout(100*time.Millisecond), dlock.WithAutoExtend(false))
+	l, err := c.TryAcquire(ctx, "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps[2].Stall() // node 2 gets the release only after the cut: never
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release with 2 of 3 nodes answering: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	ps[2].Cut() // the held release is dropped; go-redis reports the broken connection
+	gone := waitFor(5*time.Second, func() bool {
+		n, _ := keyOnNodes(ctx, direct, "dlock:{cut}")
+		return n == 0
+	})
+	if !gone {
+		_, vals := keyOnNodes(ctx, direct, "dlock:{cut}")
+		t.Fatalf("node 2 still holds the released lease %v (pttl %v): the failed release was not retried",
+			vals, direct[2].PTTL(ctx, "dlock:{cut}").Val())
+	}
+	if err := c.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

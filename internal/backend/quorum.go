@@ -268,7 +268,22 @@ func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq in
 func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// Every node is waited for (up to the per-node timeout): a release still
 	// in flight on a node would make that node refuse the next acquisition.
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) { return n.Release(ctx, c) }, nil)
+	// A node whose release failed in a way that may pass (the connection
+	// was cut with the request in it, a write was refused for the moment)
+	// may still hold the lease: the release is retried there in the
+	// background, as an undo is, so that the node does not keep the lock
+	// until the lease expires (its copies are harmless: the first to land
+	// ends the lease, the others report it).
+	deadline := time.Now().Add(RetryMax)
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
+		ok, err := n.Release(ctx, c)
+		if Transient(err) {
+			q.late.Go(func() {
+				Retry(deadline, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err }, nil)
+			})
+		}
+		return ok, err
+	}, nil)
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
 	// The lease was exclusive only while no majority could be won by

@@ -1,0 +1,63 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Transient reports whether err may go away if the call is tried again:
+// Redis did not answer, or refused a write for the time being (a replica
+// short under min-replicas-to-write, a failover under way, memory full, a
+// server loading its data or busy with a script).
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) || errors.Is(err, redis.ErrClosed) {
+		return !errors.Is(err, redis.ErrClosed)
+	}
+	msg := rerr.Error()
+	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// The schedule of a clean-up retried in the background (an undo, a
+// quorum node's missed release): enough to outlast a blip (a write refused
+// for a moment, a connection being re-made), few enough that a node that
+// stays down does not keep a goroutine per failed call for long. The
+// pauses are 25ms, 100ms, 400ms, 1.6s; each call is bounded by RetryCall.
+const (
+	RetryMax   = 10 * time.Second
+	RetryTries = 5
+	RetryCall  = 2 * time.Second
+)
+
+// Retry calls f, each call bounded by RetryCall, until it returns an error
+// that is not Transient (or none), RetryTries calls were made, or the next
+// pause would end after deadline. tried, if not nil, is called once the
+// first call is over. It returns f's last error.
+func Retry(deadline time.Time, f func(context.Context) error, tried func()) error {
+	pause := 25 * time.Millisecond
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), RetryCall)
+		err := f(ctx)
+		cancel()
+		if try == 0 && tried != nil {
+			tried()
+		}
+		if try == RetryTries-1 || !Transient(err) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		time.Sleep(pause)
+		pause *= 4
+	}
+}
