@@ -130,6 +130,7 @@ type infoJSON struct {
 	Meta    string       `json:"meta,omitempty"`
 	Owners  []ownerJSON  `json:"owners,omitempty"`
 	Permits []permitJSON `json:"permits,omitempty"`
+	RWHolds []rwHoldJSON `json:"rw_holds,omitempty"`
 	TTLMS   *int64       `json:"ttl_ms"` // null when free, -1 when held with no expiry
 	Fence   int64        `json:"fence"`
 }
@@ -137,6 +138,12 @@ type infoJSON struct {
 type permitJSON struct {
 	Token string `json:"token"`
 	TTLMS int64  `json:"ttl_ms"`
+}
+
+type rwHoldJSON struct {
+	Token string `json:"token"`
+	TTLMS int64  `json:"ttl_ms"`
+	Write bool   `json:"write"`
 }
 
 type ownerJSON struct {
@@ -172,6 +179,9 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 			for _, p := range in.Permits {
 				j.Permits = append(j.Permits, permitJSON{p.Token, p.TTL.Milliseconds()})
 			}
+			for _, h := range in.RWHolds {
+				j.RWHolds = append(j.RWHolds, rwHoldJSON{h.Token, h.TTL.Milliseconds(), h.Write})
+			}
 			enc.Encode(j)
 		}
 		return exitOK
@@ -201,6 +211,9 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 			}
 			token = fmt.Sprintf("%d permits: %s", len(tokens), strings.Join(tokens, " "))
 		}
+		if len(in.RWHolds) > 0 { // a read-write lock: its write, or its reads
+			token = rwHolders(in.RWHolds)
+		}
 		if token == "" {
 			token = "-"
 		}
@@ -208,6 +221,23 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 	}
 	tw.Flush()
 	return exitOK
+}
+
+// rwHolders describes a read-write lock's holds for the table: "write:
+// <token>", or "<n> reads: <token> …".
+func rwHolders(hs []dlock.RWHold) string {
+	tokens := make([]string, len(hs))
+	write := false
+	for i, h := range hs {
+		tokens[i], write = h.Token, write || h.Write
+	}
+	switch {
+	case write && len(hs) == 1:
+		return "write: " + tokens[0]
+	case len(hs) == 1:
+		return "1 read: " + tokens[0]
+	}
+	return fmt.Sprintf("%d reads: %s", len(hs), strings.Join(tokens, " "))
 }
 
 // metaColumn shows holder metadata in a column: "-" for none, quoted if it
