@@ -329,8 +329,10 @@ const (
 // read-write lock of an rw round: its token ends with its metadata.
 func IsWrite(tok string) bool { return strings.HasSuffix(tok, "."+rwWrite) }
 
-func (s rwHold) Acquire(ctx context.Context) (*dlock.Lock, error)    { return s.l.Acquire(ctx, s.meta) }
-func (s rwHold) TryAcquire(ctx context.Context) (*dlock.Lock, error) { return s.l.TryAcquire(ctx, s.meta) }
+func (s rwHold) Acquire(ctx context.Context) (*dlock.Lock, error) { return s.l.Acquire(ctx, s.meta) }
+func (s rwHold) TryAcquire(ctx context.Context) (*dlock.Lock, error) {
+	return s.l.TryAcquire(ctx, s.meta)
+}
 func (s rwHold) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
 	return s.l.Do(ctx, fn, s.meta)
 }
