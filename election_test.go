@@ -1,0 +1,237 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// newElection returns c.Election(name), failing the test if it is refused.
+func newElection(tb testing.TB, c *dlock.Client, name string) *dlock.Election {
+	tb.Helper()
+	e, err := c.Election(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// campaign runs e.Campaign in a goroutine and returns where its outcome
+// comes.
+type outcome struct {
+	ld  *dlock.Leadership
+	err error
+}
+
+func campaign(ctx context.Context, e *dlock.Election, value string) <-chan outcome {
+	got := make(chan outcome, 1)
+	go func() {
+		ld, err := e.Campaign(ctx, value)
+		got <- outcome{ld, err}
+	}()
+	return got
+}
+
+// queued waits until n candidates wait in the election's queue.
+func queued(ctx context.Context, rdb redis.Cmdable, name string, n int64) bool {
+	return waitFor(10*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{"+name+"}:q").Val() == n })
+}
+
+// leadTerm is what a leader does while it leads, in goroutines and in
+// worker processes alike: it counts itself in the shared leaders key (any
+// count above 1 is a violation), checks that Leader reads it with its fence,
+// and that its fence is above every fence seen before (the highest in
+// fenceKey), then resigns.
+func leadTerm(ctx context.Context, rdb redis.Cmdable, e *dlock.Election, value string) error {
+	ld, err := e.Campaign(ctx, value)
+	if err != nil {
+		return fmt.Errorf("Campaign(%q) = %v", value, err)
+	}
+	if n, _ := rdb.Incr(ctx, "test:leaders").Result(); n > 1 {
+		rdb.Incr(ctx, violationsKey)
+	}
+	if prev, _ := rdb.GetSet(ctx, "test:fence", ld.Fence()).Int64(); prev >= ld.Fence() {
+		rdb.Incr(ctx, "test:stale")
+	}
+	cur, err := e.Leader(ctx)
+	if err != nil || cur.Token != ld.Lock().Token() || cur.Fence != ld.Fence() || cur.Value != value {
+		return fmt.Errorf("Leader while %q leads = %+v, %v; want its token, fence %d, value", value, cur, err, ld.Fence())
+	}
+	time.Sleep(200 * time.Microsecond)
+	rdb.Decr(ctx, "test:leaders")
+	rdb.Incr(ctx, "test:terms")
+	if err := ld.Resign(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("Resign of %q = %v", value, err)
+	}
+	return nil
+}
+
+// campaignHelper is the body of a worker process in mode "campaign": it
+// leads DLOCK_ROUNDS terms of the election DLOCK_NAME (see leadTerm).
+func campaignHelper(ctx context.Context, c *dlock.Client, rdb redis.Cmdable, name string, rounds int) int {
+	e, err := c.Election(name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	for i := range rounds {
+		if err := leadTerm(ctx, rdb, e, fmt.Sprintf("proc-%d-%d", os.Getpid(), i)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// leadHelper is the body of a worker process in mode "lead": it wins the
+// election DLOCK_NAME, prints "leading", and leads until it is killed.
+func leadHelper(ctx context.Context, c *dlock.Client, name string) int {
+	e, err := c.Election(name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if _, err := e.Campaign(ctx, fmt.Sprint("worker ", os.Getpid())); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("leading")
+	time.Sleep(time.Minute)
+	return 0
+}
+
+// Candidates in goroutines and in worker processes campaign again and
+// again: there is never more than one leader, every term is counted, and
+// each term's fence is above the one before.
+func TestElectionOneLeaderAtATime(t *testing.T) {
+	s, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const (
+		goroutines = 6
+		procs      = 2
+		rounds     = 15
+	)
+	var helpers []*helper
+	for range procs {
+		helpers = append(helpers, startHelper(t, s, "campaign", "leader", 2*time.Second, rounds, "DLOCK_FAIR=1"))
+	}
+	e := newElection(t, newClient(t, rdb, dlock.WithTTL(2*time.Second)), "leader")
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range rounds {
+				if err := leadTerm(ctx, rdb, e, fmt.Sprintf("g%d-%d", g, i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, h := range helpers {
+		if err := h.wait(90 * time.Second); err != nil {
+			t.Errorf("worker %d: %v: %s", i, err, h.out.String())
+		}
+	}
+	if v, _ := rdb.Get(ctx, violationsKey).Int(); v != 0 {
+		t.Errorf("%d times a candidate led while another did, want 0", v)
+	}
+	if v, _ := rdb.Get(ctx, "test:stale").Int(); v != 0 {
+		t.Errorf("%d terms had a fence not above the one before, want 0", v)
+	}
+	if n, _ := rdb.Get(ctx, "test:terms").Int(); n != (goroutines+procs)*rounds {
+		t.Errorf("%d terms, want %d", n, (goroutines+procs)*rounds)
+	}
+	if ld, err := e.Leader(ctx); err != nil || ld != (dlock.Leader{}) {
+		t.Errorf("Leader after every candidate resigned = %+v, %v; want none", ld, err)
+	}
+}
+
+// succession checks, on rdb's deployment, that leadership passes to the
+// candidates in the order they campaigned when each leader resigns, that
+// each term's fence is above the last, and that Observe reports each
+// leader in turn and closes its channel with its ctx.
+func succession(t *testing.T, rdb redis.UniversalClient, name string) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	e := newElection(t, newClient(t, rdb, dlock.WithTTL(5*time.Second)), name)
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	obs := e.Observe(octx)
+	if ld := <-obs; ld != (dlock.Leader{}) {
+		t.Errorf("Observe's first value before any campaign = %+v, want none", ld)
+	}
+	first, err := e.Campaign(ctx, "first")
+	if err != nil {
+		t.Fatalf("Campaign(first) = %v", err)
+	}
+	var waiting []<-chan outcome
+	for i, v := range []string{"second", "third {x} 100% ünïcode"} {
+		waiting = append(waiting, campaign(ctx, e, v))
+		if !queued(ctx, rdb, name, int64(i+1)) {
+			t.Fatalf("candidate %q never queued", v)
+		}
+	}
+	want := []string{"first", "second", "third {x} 100% ünïcode"}
+	ld := first
+	var fence int64
+	for i, v := range want {
+		select {
+		case got := <-obs:
+			if got.Value != v || got.Token != ld.Lock().Token() || got.Fence != ld.Fence() || got.TTL <= 0 {
+				t.Errorf("Observe's leader %d = %+v, want %q with token %s, fence %d", i, got, v, ld.Lock().Token(), ld.Fence())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Observe never reported leader %q", v)
+		}
+		if ld.Fence() <= fence {
+			t.Errorf("term %d's fence %d, want above the last (%d)", i, ld.Fence(), fence)
+		}
+		fence = ld.Fence()
+		if err := ld.Resign(ctx); err != nil {
+			t.Errorf("Resign of %q = %v", v, err)
+		}
+		if i < len(waiting) {
+			o := <-waiting[i]
+			if o.err != nil {
+				t.Fatalf("Campaign(%q) = %v, want leadership when %q resigns", want[i+1], o.err, v)
+			}
+			ld = o.ld
+		}
+	}
+	select {
+	case got := <-obs:
+		if got != (dlock.Leader{}) {
+			t.Errorf("Observe after the last resigned = %+v, want none", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Observe never reported that nobody leads")
+	}
+	stop()
+	select {
+	case _, open := <-obs:
+		if open {
+			t.Error("Observe delivered a value after its ctx ended")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Observe's channel still open 5s after its ctx ended")
+	}
+}
+
+func TestElectionSuccessionOnResign(t *testing.T) {
+	_, rdb := setup(t)
+	succession(t, rdb, "resign")
+}
