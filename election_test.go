@@ -2,8 +2,10 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -234,4 +236,221 @@ func succession(t *testing.T, rdb redis.UniversalClient, name string) {
 func TestElectionSuccessionOnResign(t *testing.T) {
 	_, rdb := setup(t)
 	succession(t, rdb, "resign")
+}
+
+// A leader that dies without resigning is followed by the first candidate
+// in line: when its lease runs out (a holder that stopped extending, a
+// killed process) or is taken away by ForceRelease. The dead leader is told
+// (Done, Err), and the new term's fence is above its.
+func TestElectionSuccessionOnDeath(t *testing.T) {
+	s, rdb := setup(t)
+	t.Run("stopped", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		dead := newElection(t, newClient(t, rdb, dlock.WithTTL(500*time.Millisecond), dlock.WithAutoExtend(false)), "stopped")
+		e := newElection(t, newClient(t, rdb), "stopped")
+		old, err := dead.Campaign(ctx, "stops extending")
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs := e.Observe(ctx)
+		if ld := <-obs; ld.Token != old.Lock().Token() {
+			t.Errorf("Observe's first value = %+v, want the stopped leader", ld)
+		}
+		next := campaign(ctx, e, "next")
+		o := <-next
+		if o.err != nil {
+			t.Fatalf("Campaign behind a leader that stopped extending = %v", o.err)
+		}
+		defer o.ld.Resign(ctx)
+		if time.Now().Before(old.ValidUntil()) {
+			t.Errorf("the next term began %v before the stopped leader's validity ended", time.Until(old.ValidUntil()))
+		}
+		if !closedWithin(old.Done(), time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
+			t.Errorf("stopped leader: Err = %v, want Done closed and ErrNotHeld", old.Err())
+		}
+		if o.ld.Fence() <= old.Fence() {
+			t.Errorf("next term's fence %d, want above the stopped leader's %d", o.ld.Fence(), old.Fence())
+		}
+		for ld := range obs { // the gap (nobody leads) may be seen or not
+			if ld == (dlock.Leader{}) {
+				continue
+			}
+			if ld.Token != o.ld.Lock().Token() || ld.Fence != o.ld.Fence() {
+				t.Errorf("Observe after the stopped leader = %+v, want the next one", ld)
+			}
+			break
+		}
+		if err := old.Resign(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Resign of the stopped leader = %v, want ErrNotHeld", err)
+		}
+	})
+	t.Run("killed", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		h := startHelper(t, s, "lead", "killed", time.Second, 0)
+		if !h.waitLine("leading", 10*time.Second) {
+			t.Fatalf("the worker never led: %s", h.out.String())
+		}
+		e := newElection(t, newClient(t, rdb), "killed")
+		was, err := e.Leader(ctx)
+		if err != nil || !strings.HasPrefix(was.Value, "worker ") {
+			t.Fatalf("Leader while the worker leads = %+v, %v", was, err)
+		}
+		next := campaign(ctx, e, "next")
+		if !queued(ctx, rdb, "killed", 1) {
+			t.Fatal("the candidate never queued")
+		}
+		h.kill()
+		o := <-next
+		if o.err != nil {
+			t.Fatalf("Campaign behind a killed leader = %v, want leadership after its TTL", o.err)
+		}
+		defer o.ld.Resign(ctx)
+		if o.ld.Fence() <= was.Fence {
+			t.Errorf("next term's fence %d, want above the killed leader's %d", o.ld.Fence(), was.Fence)
+		}
+	})
+	t.Run("forced", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		c := newClient(t, rdb, dlock.WithTTL(time.Second))
+		e := newElection(t, c, "forced")
+		old, err := e.Campaign(ctx, "forced away")
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := campaign(ctx, e, "next")
+		if !queued(ctx, rdb, "forced", 1) {
+			t.Fatal("the candidate never queued")
+		}
+		if ok, err := c.ForceRelease(ctx, "forced"); !ok || err != nil {
+			t.Fatalf("ForceRelease = %v, %v", ok, err)
+		}
+		o := <-next
+		if o.err != nil {
+			t.Fatalf("Campaign behind a leader forced away = %v", o.err)
+		}
+		defer o.ld.Resign(ctx)
+		if !closedWithin(old.Done(), 5*time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
+			t.Errorf("leader forced away: Err = %v, want Done closed and ErrNotHeld", old.Err())
+		}
+		if o.ld.Fence() <= old.Fence() {
+			t.Errorf("next term's fence %d, want above the forced leader's %d", o.ld.Fence(), old.Fence())
+		}
+	})
+}
+
+// A candidate whose ctx ends stops waiting at once, with an error that says
+// so, and leaves the queue: the leader's resignation then leaves nobody
+// leading, rather than a leadership handed to a candidate that is gone.
+func TestElectionCampaignHonoursCtx(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	e := newElection(t, newClient(t, rdb), "ctx")
+	leader, err := e.Campaign(ctx, "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx, tcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer tcancel()
+	if _, err := e.Campaign(tctx, "times out"); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Campaign with a ctx that times out = %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	got := campaign(cctx, e, "cancelled")
+	if !queued(ctx, rdb, "ctx", 1) {
+		t.Fatal("the candidate never queued")
+	}
+	ccancel()
+	if o := <-got; !errors.Is(o.err, dlock.ErrNotAcquired) || !errors.Is(o.err, context.Canceled) {
+		t.Errorf("Campaign cancelled while queued = %v, want ErrNotAcquired and Canceled", o.err)
+	}
+	if _, err := e.Campaign(ctx, "bounded", dlock.MaxWait(100*time.Millisecond)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("Campaign with MaxWait = %v, want ErrNotAcquired", err)
+	}
+	if !queued(ctx, rdb, "ctx", 0) {
+		t.Errorf("%d candidates left in the queue, want none", rdb.LLen(ctx, "dlock:{ctx}:q").Val())
+	}
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ld, err := e.Leader(ctx); err != nil || ld != (dlock.Leader{}) {
+		t.Errorf("Leader after the only leader resigned = %+v, %v; want none", ld, err)
+	}
+	if keys := rdb.Keys(ctx, "dlock:{ctx}:q*").Val(); len(keys) != 0 {
+		t.Errorf("queue keys left: %v", keys)
+	}
+}
+
+// Bad input gets an error wrapping ErrInvalid before anything is sent.
+func TestElectionBadInput(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	if _, err := c.Election(""); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf(`Election("") = %v, want ErrInvalid`, err)
+	}
+	if _, err := c.Election(strings.Repeat("x", dlock.MaxNameLen+1)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Election(a name too long) = %v, want ErrInvalid", err)
+	}
+	if _, err := newClient(t, rdb, dlock.WithReentrant(true)).Election("x"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Election on a reentrant Client = %v, want ErrInvalid", err)
+	}
+	if _, err := newRedlock(t, []redis.UniversalClient{rdb}).Election("x"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Election over a quorum = %v, want ErrInvalid", err)
+	}
+	e := newElection(t, c, "bad")
+	for _, tc := range []struct {
+		name  string
+		value string
+		opts  []dlock.LockOption
+	}{
+		{"control character", "line\nbreak", nil},
+		{"invalid UTF-8", "\xff", nil},
+		{"too long", strings.Repeat("v", dlock.MaxMetaLen+1), nil},
+		{"HolderMeta", "v", []dlock.LockOption{dlock.HolderMeta("other")}},
+		{"short TTL", "v", []dlock.LockOption{dlock.LeaseTTL(time.Millisecond)}},
+		{"nil option", "v", []dlock.LockOption{nil}},
+	} {
+		if ld, err := e.Campaign(ctx, tc.value, tc.opts...); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Campaign with %s = %v, %v; want ErrInvalid", tc.name, ld, err)
+		}
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("%d keys after refused campaigns, want 0", n)
+	}
+	// Spaces, braces, '%' and non-ASCII text ride in the token, escaped.
+	for _, v := range []string{"", "a b", "{tag}", "100%", "ünïcode ✓", strings.Repeat("é", dlock.MaxMetaLen/2)} {
+		ld, err := e.Campaign(ctx, v)
+		if err != nil {
+			t.Errorf("Campaign(%q) = %v", v, err)
+			continue
+		}
+		if got, err := e.Leader(ctx); err != nil || got.Value != v || ld.Value() != v {
+			t.Errorf("Campaign(%q): Leader().Value = %q, %v; Value() = %q", v, got.Value, err, ld.Value())
+		}
+		ld.Resign(ctx)
+	}
+}
+
+// A name held as a semaphore is no election, and the reverse.
+func TestElectionAndSemaphoreOfOneName(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	s := newSemaphore(t, c, "shared", 2)
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newElection(t, c, "shared")
+	if _, err := e.Leader(ctx); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Leader of a semaphore = %v, want ErrWrongType", err)
+	}
+	if _, err := e.Campaign(ctx, "v", dlock.MaxWait(0)); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Campaign on a semaphore = %v, want ErrWrongType", err)
+	}
+	p.Release(ctx)
 }
