@@ -99,6 +99,45 @@ func (e *Election) Name() string { return e.name }
 // MaxHold), except HolderMeta, which value replaces: it is refused
 // (ErrInvalid).
 func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOption) (*Leadership, error) {
+	opts, err := e.campaignOpts(value, opts)
+	if err != nil {
+		return nil, err
+	}
+	l, err := e.c.Acquire(ctx, e.name, opts...)
+	if err != nil {
+		return nil, err
+	}
+	ld, err := leadership(ctx, l)
+	if err != nil {
+		l.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return ld, nil
+}
+
+// Do campaigns as Campaign does, runs fn while the candidate leads, and
+// resigns when fn returns or panics, as Client.Do does for a lock: fn's
+// context is cancelled, with a cause wrapping ErrNotHeld, if the
+// leadership is lost while fn runs. It returns Campaign's error, or fn's
+// joined with an error wrapping ErrNotHeld if the leadership was lost
+// before fn returned.
+func (e *Election) Do(ctx context.Context, value string, fn func(ctx context.Context, ld *Leadership) error, opts ...LockOption) error {
+	opts, err := e.campaignOpts(value, opts)
+	if err != nil {
+		return err
+	}
+	return e.c.Do(ctx, e.name, func(ctx context.Context, l *Lock) error {
+		ld, err := leadership(ctx, l)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, ld)
+	}, opts...)
+}
+
+// campaignOpts checks a campaign's value and options and returns the
+// options with the value as the lease's holder metadata.
+func (e *Election) campaignOpts(value string, opts []LockOption) ([]LockOption, error) {
 	if why := badMeta(value); why != "" {
 		return nil, fmt.Errorf("%w: campaign %q: the value %s", ErrInvalid, e.name, why)
 	}
@@ -111,16 +150,16 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOptio
 	if probe.meta != "\x00" {
 		return nil, fmt.Errorf("%w: campaign %q: HolderMeta: the leader's metadata is Campaign's value", ErrInvalid, e.name)
 	}
-	l, err := e.c.Acquire(ctx, e.name, append(opts[:len(opts):len(opts)], HolderMeta(value))...)
-	if err != nil {
-		return nil, err
-	}
-	// The term's fence came with the grant (the campaign's script issues
-	// it, or the handover that gave the lease); only a grant that found the
-	// counter gone leaves it to be asked for.
+	return append(opts[:len(opts):len(opts)], HolderMeta(value)), nil
+}
+
+// leadership returns the Leadership of the campaign's lease l. The term's
+// fence came with the grant (the campaign's script issues it, or the
+// handover that gave the lease); only a grant that found the counter gone
+// leaves it to be asked for.
+func leadership(ctx context.Context, l *Lock) (*Leadership, error) {
 	fence, err := l.Fence(ctx)
 	if err != nil {
-		l.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	return &Leadership{l: l, fence: fence}, nil

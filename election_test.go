@@ -454,3 +454,38 @@ func TestElectionAndSemaphoreOfOneName(t *testing.T) {
 	}
 	p.Release(ctx)
 }
+
+// Do leads while fn runs and resigns when it returns; a leadership lost
+// while fn runs cancels fn's context, and Do reports the loss.
+func TestElectionDo(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	c := newClient(t, rdb, dlock.WithTTL(time.Second))
+	e := newElection(t, c, "do")
+	err := e.Do(ctx, "worker", func(ctx context.Context, ld *dlock.Leadership) error {
+		if cur, err := e.Leader(ctx); err != nil || cur.Fence != ld.Fence() || cur.Value != "worker" {
+			t.Errorf("Leader inside Do = %+v, %v; want the worker with fence %d", cur, err, ld.Fence())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("Do = %v", err)
+	}
+	if ld, err := e.Leader(ctx); err != nil || ld != (dlock.Leader{}) {
+		t.Errorf("Leader after Do = %+v, %v; want none", ld, err)
+	}
+	err = e.Do(ctx, "deposed", func(ctx context.Context, ld *dlock.Leadership) error {
+		if ok, err := c.ForceRelease(ctx, "do"); !ok || err != nil {
+			t.Errorf("ForceRelease = %v, %v", ok, err)
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Do whose leadership was forced away = %v, want ErrNotHeld", err)
+	}
+	if err := e.Do(ctx, "bad\x00", func(context.Context, *dlock.Leadership) error { return nil }); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Do with a bad value = %v, want ErrInvalid", err)
+	}
+}
