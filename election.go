@@ -238,7 +238,8 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // running (a pub/sub subscription it shared with others stays theirs).
 //
 // The first value is the leadership when Observe starts (the zero Leader if
-// nobody leads); then each new leader, and the zero Leader when the
+// nobody leads); then each new term (a new leader, or a new fence), and the
+// zero Leader when the
 // election is left without one (the leader resigned with nobody waiting,
 // or its lease ran out or was taken away). Leaders come in the order of
 // their terms: each one's Fence is above the one before it. Observe is
@@ -283,7 +284,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 			return
 		case err != nil:
 			next = observeRetry
-		case first || ld.Token != last.Token:
+		case first || ld.Token != last.Token || ld.Fence != last.Fence:
 			select {
 			case ch <- ld:
 			case <-ctx.Done():
