@@ -41,7 +41,11 @@ import (
 // leader's writes are refused.
 //
 // Leader and Observe read the leadership as it was when Redis answered:
-// by the time the caller acts on it, the leader may have changed.
+// by the time the caller acts on it, the leader may have changed. A
+// candidate paused (or cut off) just as the leadership was handed to it
+// may lose that term before it learns of it; readers then see a term that
+// was never acted on, and the candidate, still in line, leads a later
+// term under the same token with a higher fence.
 //
 // An election's name is its own: while a leader holds it, a lock or
 // semaphore of the same name cannot be taken, and a lock of the name taken
@@ -239,10 +243,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 //
 // The first value is the leadership when Observe starts (the zero Leader if
 // nobody leads); then each new term (a new leader, or a new fence), and the
-// zero Leader when the
-// election is left without one (the leader resigned with nobody waiting,
-// or its lease ran out or was taken away). Leaders come in the order of
-// their terms: each one's Fence is above the one before it. Observe is
+// zero Leader when the election is left without one (the leader resigned
+// with nobody waiting, or its lease ran out or was taken away). Terms come
+// in order: each one's Fence is above the one before it. Observe is
 // woken by the announcements of the name's pub/sub channel (each handover
 // and each new term is announced) and re-reads the leadership when the
 // leader's lease is due to end and at least once per lease time (WithTTL)
