@@ -136,7 +136,8 @@ func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, 
 				return nil, err
 			}
 			k.pttl = pttl
-			if k.kind != "none" { // expired between SCAN and TYPE
+			// "none" or PTTL -2: expired between SCAN and TYPE, or TYPE and PTTL
+			if k.kind != "none" && pttl != -2 {
 				out = append(out, k)
 			}
 		}
