@@ -470,7 +470,8 @@ func TestInvalidInput(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
-	for name, lock := range map[string]string{"empty name": "", "oversized name": strings.Repeat("n", dlock.MaxNameLen+1)} {
+	for name, lock := range map[string]string{"empty name": "", "oversized name": strings.Repeat("n", dlock.MaxNameLen+1),
+		"name beginning with }": "}x"} {
 		if _, err := c.TryAcquire(ctx, lock); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("%s: TryAcquire = %v, want ErrInvalid", name, err)
 		}
