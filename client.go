@@ -156,10 +156,16 @@ func (c *Client) prepare(name string, opts []LockOption, try bool) (*Lock, error
 	return l, nil
 }
 
+// validName checks a lock name. A name that begins with "}" is refused on
+// every deployment: its keys ("<prefix>{<name>}...") would have an empty
+// hash tag, so a Redis Cluster would hash each key whole and put a lock's
+// keys in different slots, and a name must work the same everywhere.
 func validName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty lock name", ErrInvalid)
+	case name[0] == '}':
+		return fmt.Errorf("%w: lock name %q begins with \"}\", which would end its Redis Cluster hash tag empty", ErrInvalid, name)
 	case len(name) > MaxNameLen:
 		return fmt.Errorf("%w: lock name is %d bytes, longer than %d", ErrInvalid, len(name), MaxNameLen)
 	}

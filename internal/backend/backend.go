@@ -373,7 +373,25 @@ func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queu
 	if err == nil && g.Held && acks >= 0 && acks < int64(n.replicas) {
 		return Grant{Undo: true}, n.ackUndone(acks)
 	}
+	if errors.Is(err, ErrWrongType) {
+		err = n.wrongKind(ctx, c.Lock, err)
+	}
 	return g, err
+}
+
+// wrongKind names what the key holds when a lock's script met Redis's own
+// WRONGTYPE reply, which says only that the kind is wrong: one TYPE call,
+// on this error path only. It returns err unchanged when TYPE fails.
+func (n Node) wrongKind(ctx context.Context, key string, err error) error {
+	kind, terr := n.uc.Type(ctx, key).Result()
+	if terr != nil {
+		return err
+	}
+	what := map[string]string{"hash": "a reentrant lock, or another program's value", "zset": "a semaphore, or another program's value"}[kind]
+	if what == "" {
+		what = "another program's value"
+	}
+	return Because(ErrWrongType, fmt.Sprintf("the key holds a %s (%s), not a plain lock", kind, what), err)
 }
 
 // acquireReply reads the reply of acquire.lua or acquire_fair.lua: 0 when
