@@ -27,9 +27,10 @@ type Client struct {
 
 	bg   *backend.Tracker // clean-up left running in the background (undo); shared with Owner Clients
 	obs  *observers       // shared with Owner Clients
-	mode string           // for observers: "fair", "unfair", "reentrant", "quorum" or "semaphore"
+	mode string           // for observers: "fair", "unfair", "reentrant", "quorum", "semaphore" or "election"
 
-	permits int // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
+	permits  int  // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
+	campaign bool // its acquisitions are leadership campaigns (Client.Election)
 }
 
 // newClient returns the Client of backend b and its hubs.
@@ -150,6 +151,7 @@ func (c *Client) prepare(name string, opts []LockOption, try bool) (*Lock, error
 		l.cl.Owner = c.id + "/" + owner
 	}
 	l.cl.Permits = c.permits
+	l.cl.Campaign = c.campaign
 	l.cl.SetToken(leaseToken(p.suffix))
 	return l, nil
 }

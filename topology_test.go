@@ -77,6 +77,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: sentinelAddrs, MaxRetries: -1})
 	t.Cleanup(func() { fc.Close() })
+	succession(t, fc, "elect") // an election through the Sentinel client
 
 	acked := newClient(t, fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 500*time.Millisecond))
 	plain := newClient(t, fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false))
@@ -127,6 +128,7 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("TryAcquire after the failover = %v", err)
 	}
 	l.Release(ctx)
+	succession(t, fc, "elect-after")
 	lostAcked, secondHolders := 0, 0
 	for i := range n {
 		if _, err := other.TryAcquire(ctx, fmt.Sprint("acked-", i)); err == nil {
@@ -263,6 +265,7 @@ func TestCluster(t *testing.T) {
 		t.Errorf("waiter on the cluster = %v, want woken by the release", err)
 	}
 	clusterSemaphore(t, cc)
+	succession(t, cc, "elect") // over sharded pub/sub
 }
 
 // clusterSemaphore checks a semaphore on the cluster: N permits and no

@@ -17,6 +17,7 @@ var Invariants = []struct{ ID, What string }{
 	{"e", "nothing left in Redis but fence keys and short-lived revocation markers"},
 	{"f", "no goroutine growth, bounded connection pools"},
 	{"g", "lease accounting: ValidUntil within the lease, losses reported truthfully, re-entry granted"},
+	{"h", "elections: a leader is read with its own term's fence, and terms rise in real time across reads and campaigns"},
 }
 
 // FreeWaits sums up the free-wait part of (d) over a round.
@@ -107,6 +108,7 @@ func Check(h []Event, p Params) *Report {
 	checkFreeWaits(h, p, r)
 	checkLeftovers(h, r)
 	checkAccounting(h, ex, p, r)
+	checkLeaderReads(h, ex, r)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
 	return r
 }

@@ -220,6 +220,15 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 				}
 				t = s
 			}
+			if cfg.Mode == ModeElection {
+				el, err := c.Election(name)
+				if err != nil {
+					e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
+					rec.Add(e)
+					return
+				}
+				t = candidate{el, "probe"}
+			}
 			l, err := t.Acquire(ctx)
 			e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
 			if l != nil {
