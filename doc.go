@@ -144,6 +144,9 @@
 // Client.RWMutex returns a read-write lock: many readers or one writer,
 // each hold a lease of its own, waiting in one line so that readers cannot
 // starve a writer.
+// Client.Election returns a leader election: candidates Campaign in
+// arrival order, the leadership is a fenced lease (a *Lock inside a
+// Leadership), and Election.Leader and Election.Observe read who leads.
 // WithReentrant makes a Client's locks reentrant for an owner, given
 // explicitly with Client.Owner. Client.AcquireAll takes several names all
 // or nothing, in one global order so that overlapping sets cannot
