@@ -843,3 +843,53 @@ func TestRWMutexReplicaAck(t *testing.T) {
 		t.Errorf("Release = %v", err)
 	}
 }
+
+// ForceRelease ends every hold of a read-write lock, as long as they are
+// the holds it read; their holders learn of it at their next extension,
+// and a writer waiting behind them is granted the lock.
+func TestRWMutexForceRelease(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	const name = "rw-force"
+	c := newClient(t, rdb)
+	rw := newRW(t, c, name)
+	var reads []*dlock.Lock
+	for range 2 {
+		l, err := rw.Reader().TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads = append(reads, l)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := newRW(t, newClient(t, rdb), name).Writer().Acquire(ctx)
+		if err != nil {
+			t.Errorf("writer: Acquire = %v", err)
+		}
+		got <- l
+	}()
+	if !waitFor(5*time.Second, func() bool { return rwQueued(ctx, rdb, name) == 1 }) {
+		t.Fatal("the writer never queued")
+	}
+	if ok, err := c.ForceRelease(ctx, name); !ok || err != nil {
+		t.Fatalf("ForceRelease of 2 reads = %v, %v, want true", ok, err)
+	}
+	for i, l := range reads {
+		if err := l.Extend(ctx, 5*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("read %d's Extend after ForceRelease = %v, want ErrNotHeld", i, err)
+		}
+	}
+	select {
+	case w := <-got:
+		if w != nil {
+			if m := rwMembers(ctx, rdb, name); len(m) != 1 || m[0] != "w:"+w.Token() {
+				t.Errorf("holds after the force release: %v, want the writer's alone", m)
+			}
+			w.Release(ctx)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the waiting writer was not granted the lock 10s after the force release")
+	}
+}

@@ -65,7 +65,7 @@ nodes do not answer; nodes that fail later are waited out until --wait ends.
 exit status: CMD's (128+N if killed by signal N); 5 if the lock was not
 acquired (held by another owner, or lost before CMD started); 6 if it was
 lost, or reached --max-hold, while CMD ran; 2 usage; 3 configuration (also: NAME
-is held as the other kind, lock or semaphore); 4 Redis unreachable, or too
+is held as another kind: lock, semaphore, read-write lock); 4 Redis unreachable, or too
 many quorum nodes failing to reach a majority (the message names them); 130
 (143 for SIGTERM) if interrupted while waiting for the lock; 126/127 CMD not
 executable/not found`
