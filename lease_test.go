@@ -508,3 +508,31 @@ func TestInspectCountsQueuedWaiters(t *testing.T) {
 		held.Release(ctx)
 	}
 }
+
+// A refusal names the holder in the lock's own terms: a plain lock's is
+// "another holder" (a lease), a reentrant lock's "another owner".
+func TestNotAcquiredWording(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	plain := newClient(t, rdb, dlock.WithHolderMeta("batch"))
+	l, err := plain.TryAcquire(ctx, "wording-plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	_, err = plain.TryAcquire(ctx, "wording-plain")
+	if want := `held by another holder, "batch"`; !errors.Is(err, dlock.ErrNotAcquired) || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("TryAcquire of a held plain lock = %v, want ErrNotAcquired ending in %s", err, want)
+	}
+
+	re := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithHolderMeta(""))
+	outer, err := asOwner(t, re, "flow-1").TryAcquire(ctx, "wording-re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Release(ctx)
+	_, err = asOwner(t, re, "flow-2").TryAcquire(ctx, "wording-re")
+	if want := "held by another owner"; !errors.Is(err, dlock.ErrNotAcquired) || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("TryAcquire of a reentrant lock another owner holds = %v, want ErrNotAcquired ending in %s", err, want)
+	}
+}

@@ -18,7 +18,7 @@
 // error; 3 bad configuration (such as a malformed URL, or a name held as
 // a lock and asked for as a semaphore, or the reverse); 4 Redis unreachable
 // or failing (for a quorum: too many nodes failed to reach a majority); 5
-// lock not acquired (held by another owner); 6 lock lost while the command
+// lock not acquired (held by another holder); 6 lock lost while the command
 // ran (it was terminated); 126 command not executable; 127 command not
 // found; 128+N interrupted by signal N while waiting for the lock (130 for
 // SIGINT, 143 for SIGTERM).
@@ -174,7 +174,7 @@ Run 'dlock COMMAND -h' for a command's flags.
 
 exit codes: 0 ok (run: the command's status), 2 usage, 3 configuration,
 4 Redis unreachable (or too many quorum nodes failing), 5 not acquired (held
-by another owner), 6 lock lost, 126/127 command not runnable, 130 (143 for
+by another holder), 6 lock lost, 126/127 command not runnable, 130 (143 for
 SIGTERM) interrupted while waiting for the lock
 `
 

@@ -259,7 +259,7 @@ func TestRunContending(t *testing.T) {
 	if code != exitNotAcquired {
 		t.Errorf("dlock run --wait 0 on a held lock: exit %d, want %d", code, exitNotAcquired)
 	}
-	if !strings.Contains(errOut, "held by another owner") || strings.Count(errOut, "\n") != 1 {
+	if !strings.Contains(errOut, "held by another holder") || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("stderr = %q, want one line saying the lock is held", errOut)
 	}
 	code, _, _ = result(t, dlockCmd(t, env, "run", "--wait", "200ms", "batch", "--", os.Args[0], childArg))

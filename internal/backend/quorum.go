@@ -12,7 +12,7 @@ import (
 )
 
 var (
-	errRefused  = errors.New("held by another owner")
+	errRefused  = errors.New("held by another holder")
 	errNoAnswer = errors.New("no answer within the node timeout")
 )
 
