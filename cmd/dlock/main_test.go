@@ -587,7 +587,7 @@ func TestFlagsAfterArguments(t *testing.T) {
 // Asked-for help goes to stdout, with exit 0, for every command; a usage
 // error still goes to stderr.
 func TestHelpGoesToStdout(t *testing.T) {
-	for _, args := range [][]string{{"run", "-h"}, {"inspect", "--help"}, {"list", "-h"}, {"release", "-h"},
+	for _, args := range [][]string{{"run", "-h"}, {"inspect", "--help"}, {"list", "-h"}, {"watch", "-h"}, {"release", "-h"},
 		{"demo", "-h"}, {"demo", "seckill", "-h"}} {
 		var stdout, stderr bytes.Buffer
 		code := run(t.Context(), args, &stdout, &stderr)

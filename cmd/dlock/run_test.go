@@ -603,6 +603,7 @@ func TestSentinelAndClusterURLs(t *testing.T) {
 		if code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "a")); code != 0 || !strings.Contains(out, `"held":false`) {
 			t.Errorf("dlock inspect over %s: exit %d, %q %q", url, code, out, errOut)
 		}
+		watchSeesRun(t, env, url)
 	}
 	for _, url := range []string{"redis+sentinel://" + sentinel.Addr(), "redis+bogus://127.0.0.1:1"} {
 		code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + url}, "inspect", "a"))
@@ -796,6 +797,33 @@ func TestInspectShowsHolderMeta(t *testing.T) {
 		cmd.Process.Signal(syscall.SIGTERM) // forwarded: the child exits 0
 		if !waitExit(cmd, 20*time.Second) {
 			t.Fatal("dlock run did not end 20s after SIGTERM")
+		}
+	}
+}
+
+// watchSeesRun checks that dlock watch over url (env names it) shows a
+// lock that a dlock run holds, with the run's metadata.
+func watchSeesRun(t *testing.T, env []string, url string) {
+	t.Helper()
+	holder := dlockCmd(t, childEnv("polite", env...), "run", "--meta", "watched", "w", "--", os.Args[0], childArg)
+	startUntilChildRuns(t, holder)
+	code, out, errOut := result(t, dlockCmd(t, env, "watch", "--count", "2", "--interval", "100ms", "--json", "w"))
+	holder.Process.Signal(syscall.SIGTERM) // forwarded: the child exits 0
+	if !waitExit(holder, 20*time.Second) {
+		t.Error("dlock run did not end 20s after SIGTERM")
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != exitOK || len(lines) != 2 {
+		t.Errorf("dlock watch over %s: exit %d, stdout %q, stderr %q; want 2 refreshes", url, code, out, errOut)
+		return
+	}
+	for _, line := range lines {
+		var r watchRefresh
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("refresh %q: %v", line, err)
+		}
+		if l := r.lock("w"); l == nil || !l.Held || l.Meta != "watched" {
+			t.Errorf("dlock watch over %s: refresh %q, want w held with metadata watched", url, line)
 		}
 	}
 }
