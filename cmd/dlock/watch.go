@@ -279,7 +279,7 @@ func (w *watcher) show(infos []dlock.Info, readErr error) error {
 	var b strings.Builder
 	held, queued, total := 0, 0, 0.0
 	for _, l := range locks {
-		if l.info.Held {
+		if l.info.Held && foreign(l.info) == "" {
 			held++
 		}
 		queued += l.info.Queued
