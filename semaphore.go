@@ -131,6 +131,7 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, l *Lock
 type Permit struct {
 	Token string        // the permit's token: its Lock's Token
 	TTL   time.Duration // its remaining lease
+	Meta  string        // its holder metadata (WithHolderMeta, HolderMeta), read from Token; "" if none
 }
 
 // Holders returns the permits held now, the soonest to end first; for
