@@ -108,9 +108,15 @@ func countedChild() int {
 		entries, _ := os.ReadDir(dir)
 		seen = max(seen, len(entries))
 	}
-	count()
+	// Stay until N commands were seen at once, or for SLEEP at most: on a
+	// loaded machine the commands let in together can take a while to start.
 	d, _ := time.ParseDuration(os.Getenv("SLEEP"))
-	time.Sleep(d)
+	for end := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if count(); seen >= n || time.Now().After(end) {
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // let one more in, if the semaphore would
 	count()
 	fmt.Printf("seen=%d\n", seen)
 	if seen > n {

@@ -625,7 +625,7 @@ func TestRunSemaphore(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
 	const permits, runs = 3, 7
-	env := childEnv("counted", "REDIS_URL="+s.URL(), "DIR="+dir, "N="+strconv.Itoa(permits), "SLEEP=300ms")
+	env := childEnv("counted", "REDIS_URL="+s.URL(), "DIR="+dir, "N="+strconv.Itoa(permits), "SLEEP=3s")
 	type res struct {
 		code        int
 		out, stderr string
