@@ -150,7 +150,7 @@ func TestElectionAttackResignTwiceLeavesTheNextTermAlone(t *testing.T) {
 // nothing more — whether the first copy took a free name, or queued the
 // candidate behind a leader that then handed it the term.
 func TestElectionAttackReSentCampaign(t *testing.T) {
-	leakcheck.Check(t) // registered first: runs after the proxy and server are stopped
+	leakcheck.Check(t)                             // registered first: runs after the proxy and server are stopped
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
