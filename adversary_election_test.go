@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -313,5 +315,145 @@ func TestElectionAttackDelayedCampaignTakesNothing(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// candidateHelper is the body of a worker process in mode "candidate": it
+// campaigns once in the election DLOCK_NAME, prints "leading <fence>" when
+// it leads, and resigns.
+func candidateHelper(ctx context.Context, c *dlock.Client, name string) int {
+	e, err := c.Election(name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ld, err := e.Campaign(ctx, "paused")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("leading", ld.Fence())
+	if err := ld.Resign(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// A candidate stopped (SIGSTOP) while it waits is handed the term; its
+// lease runs out while it is stopped and the next candidate leads. When it
+// resumes, the handover message (with the lost term's fence) is waiting
+// for it: it must not lead on it while the next candidate does, and the
+// term it leads later has a fence above the next candidate's.
+func TestElectionAttackPausedCandidateHandedTheTerm(t *testing.T) {
+	s, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const name = "paused"
+	a := announced(t, rdb, name)
+	e := newElection(t, newClient(t, rdb), name)
+	first, err := e.Campaign(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startHelper(t, s, "candidate", name, time.Second, 0)
+	if !queued(ctx, rdb, name, 1) {
+		t.Fatalf("the worker never queued: %s", h.out.String())
+	}
+	next := campaign(ctx, e, "next")
+	if !queued(ctx, rdb, name, 2) {
+		t.Fatal("the next candidate never queued")
+	}
+	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Resign(ctx); err != nil { // hands the term to the stopped worker
+		t.Fatal(err)
+	}
+	o := <-next // the worker's lease ran out: the next candidate leads
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	lost := a.drain(200 * time.Millisecond)
+	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if !queued(ctx, rdb, name, 1) { // the worker found the term gone and queued again
+		t.Fatalf("the resumed worker never queued again: %s", h.out.String())
+	}
+	select {
+	case l := <-h.lines:
+		t.Errorf("the resumed worker printed %q while the next candidate leads (announced before: %q)", l, lost)
+	default:
+	}
+	if cur, err := e.Leader(ctx); err != nil || cur.Token != o.ld.Lock().Token() || cur.Fence != o.ld.Fence() {
+		t.Errorf("Leader = %+v, %v; want the next candidate, fence %d", cur, err, o.ld.Fence())
+	}
+	if err := o.ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-h.lines:
+		var f int64
+		if _, err := fmt.Sscanf(l, "leading %d", &f); err != nil || f <= o.ld.Fence() {
+			t.Errorf("the worker's later term: %q, want a fence above the next candidate's %d", l, o.ld.Fence())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the worker never led after the next candidate resigned: %s", h.out.String())
+	}
+	if err := h.wait(20 * time.Second); err != nil {
+		t.Error(err)
+	}
+}
+
+// Other kinds of lock on an election's name while a leader leads. The
+// README says "a lock or semaphore of the same name is refused
+// (ErrWrongType)": a semaphore and a reentrant lock are (ErrWrongType),
+// but a plain lock is refused as any taken lock is (ErrNotAcquired, not
+// ErrWrongType), and a fair lock's Acquire waits in the candidates' line
+// and is handed the name by the resigning leader: Leader then reads that
+// lock's holder as the leader, with the handover's fence (its own).
+func TestElectionAttackOtherKindsOnAnElectionsName(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	const name = "mixed"
+	e := newElection(t, newClient(t, rdb), name)
+	leader, err := e.Campaign(ctx, "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newClient(t, rdb, dlock.WithFair(false)).TryAcquire(ctx, name); !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("plain TryAcquire on a led name = %v, want ErrNotAcquired (the README says ErrWrongType)", err)
+	}
+	if _, err := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true)), "o").TryAcquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("reentrant TryAcquire on a led name = %v, want ErrWrongType", err)
+	}
+	if _, err := newSemaphore(t, newClient(t, rdb), name, 2).TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("semaphore TryAcquire on a led name = %v, want ErrWrongType", err)
+	}
+	fair := newClient(t, rdb, dlock.WithFair(true), dlock.WithHolderMeta("a fair lock"))
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := fair.Acquire(ctx, name)
+		if err != nil {
+			t.Errorf("fair Acquire behind the leader = %v", err)
+		}
+		got <- l
+	}()
+	if !queued(ctx, rdb, name, 1) {
+		t.Fatal("the fair lock never queued")
+	}
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		return
+	}
+	defer l.Release(ctx)
+	cur, err := e.Leader(ctx)
+	if err != nil || cur.Token != l.Token() || cur.Value != "a fair lock" || cur.Fence != fenceOf(t, l) || cur.Fence <= leader.Fence() {
+		t.Errorf("Leader while a fair lock holds the name = %+v, %v; want that lock, with its fence above %d", cur, err, leader.Fence())
 	}
 }
