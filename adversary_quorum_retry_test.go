@@ -111,6 +111,7 @@ func TestQuorumAttackReleaseRetryGivesUpOnABlackHole(t *testing.T) {
 		t.Fatal("the leases never reached node 2")
 	}
 	ps[2].Stall()
+	start := time.Now()
 	for _, l := range locks {
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("Release with 2 of 3 nodes answering: %v", err)
@@ -121,6 +122,7 @@ func TestQuorumAttackReleaseRetryGivesUpOnABlackHole(t *testing.T) {
 	if err := c.Drain(dctx); err != nil {
 		t.Fatalf("Drain while a node stays stalled = %v, want the retries to give up", err)
 	}
+	t.Logf("the background work on the stalled node ended %v after the releases began", time.Since(start).Round(time.Second))
 	if n, _ := keyOnNodes(ctx, direct[:2], "dlock:{hole-a}"); n != 0 {
 		t.Errorf("the answering nodes still hold a released lease")
 	}
