@@ -57,53 +57,45 @@ func (a *announcements) drain(quiet time.Duration) []string {
 	}
 }
 
-// A term can last longer than the fence window (a minute): WithTTL or
-// LeaseTTL above it, and the watchdog extends only every TTL/3. The
-// campaign script stores the term's fence in the counter for the fence
-// window only, and extend.lua's "PEXPIRE counter ttl GT" cannot bring back
-// a counter that has already expired. So for a term longer than a minute
-// whose first extension comes after the minute (any TTL from 3 minutes, or
-// any TTL above a minute with the watchdog off), the counter expires while
-// the leader still leads, and from then on Leader reports the leader with
-// Fence 0 — not its own fence — and Observe delivers that as a "new term"
-// whose fence is below the one before. Both break Election's documented
-// guarantee ("the name's fence counter holds it for as long as the term
-// lasts, so a reader always gets the fence of the leader it reads").
-//
-// The first check needs no waiting: right after the campaign the counter's
-// PTTL is the fence window (~60s) while the lease's is the TTL (5 min).
-// The second makes the counter expire now, which is what Redis does by
-// itself a minute into the term (the test does not wait a minute), then
-// extends the lease as the watchdog would.
+// A term longer than the fence window (a minute) keeps its fence counter,
+// so Leader reads the leader's own fence all term long: whether the term
+// began on a free name or was handed over by a resigning leader, the
+// counter lives at least as long as the leader's lease.
 func TestElectionAttackLongTermOutlivesFenceCounter(t *testing.T) {
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	const name = "long-term"
-	e := newElection(t, newClient(t, rdb), name)
-	ld, err := e.Campaign(ctx, "long", dlock.LeaseTTL(5*time.Minute))
+	key := "dlock:{" + name + "}"
+	e := newElection(t, newClient(t, rdb, dlock.WithTTL(5*time.Minute)), name)
+	check := func(what string, ld *dlock.Leadership) {
+		t.Helper()
+		lease, counter := rdb.PTTL(ctx, key).Val(), rdb.PTTL(ctx, key+":fence").Val()
+		if counter < lease-5*time.Second {
+			t.Errorf("%s: the fence counter lives %v, the leader's lease %v: it would expire while the term lasts", what, counter, lease)
+		}
+		if cur, err := e.Leader(ctx); err != nil || cur.Token != ld.Lock().Token() || cur.Fence != ld.Fence() {
+			t.Errorf("%s: Leader = %+v, %v; want the leader's own token and fence %d", what, cur, err, ld.Fence())
+		}
+	}
+	first, err := e.Campaign(ctx, "first")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ld.Resign(ctx)
-	lease := rdb.PTTL(ctx, "dlock:{"+name+"}").Val()
-	counter := rdb.PTTL(ctx, "dlock:{"+name+"}:fence").Val()
-	if counter < lease-5*time.Second {
-		t.Errorf("the fence counter lives %v, the leader's lease %v: the counter expires while the term lasts", counter, lease)
+	check("a term begun on a free name", first)
+	next := campaign(ctx, e, "next")
+	if !queued(ctx, rdb, name, 1) {
+		t.Fatal("the candidate never queued")
 	}
-
-	rdb.PExpire(ctx, "dlock:{"+name+"}:fence", time.Millisecond) // a minute passes, for the counter
-	time.Sleep(10 * time.Millisecond)
-	if err := ld.Lock().Extend(ctx, 5*time.Minute); err != nil { // the watchdog's extension
+	if err := first.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cur, err := e.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
+	o := <-next
+	if o.err != nil {
+		t.Fatal(o.err)
 	}
-	if cur.Token != ld.Lock().Token() || cur.Fence != ld.Fence() {
-		t.Errorf("Leader while the long term lasts = {Token: %s, Fence: %d}, want its own fence %d", cur.Token, cur.Fence, ld.Fence())
-	}
+	defer o.ld.Resign(context.WithoutCancel(ctx))
+	check("a term handed over", o.ld)
 }
 
 // Resign is idempotent: a second Resign (and one after Do-style reuse of
