@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -354,5 +357,112 @@ func TestWithoutScriptsWaiting(t *testing.T) {
 		t.Error(err)
 	} else {
 		l.Release(ctx)
+	}
+}
+
+// With WithReplicaAck, the script-free acquire and extend WAIT on their
+// transaction's connection: with replication stalled, an acquisition
+// fails cleanly and leaves nothing, and an extension reports the missing
+// acknowledgement.
+func TestWithoutScriptsReplicaAck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a replica")
+	}
+	leakcheck.Check(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	fast := redistest.Args("--repl-diskless-sync-delay", "0")
+	master := redistest.Start(t, redistest.TCP(), fast)
+	link := redistest.NewProxy(t, master.Addr()) // replication crosses it
+	replica := redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
+	if !waitFor(30*time.Second, func() bool { return info(ctx, replica, "replication", "master_link_status") == "up" }) {
+		t.Fatal("the replica never synced")
+	}
+	rdb := noScriptUser(t, master, nil)
+	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 300*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "acked")
+	if err != nil {
+		t.Fatalf("acked TryAcquire = %v", err)
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Errorf("acked Extend = %v", err)
+	}
+	link.Stall()
+	_, err = c.TryAcquire(ctx, "stalled")
+	if !errors.Is(err, dlock.ErrReplicaAck) || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("acked TryAcquire with replication stalled = %v, want ErrReplicaAck and ErrNotAcquired", err)
+	}
+	if !waitFor(3*time.Second, func() bool { return !exists(ctx, master, "dlock:{stalled}") }) {
+		t.Error("an unacknowledged acquisition left its key on the master")
+	}
+	if err := l.Extend(ctx, time.Minute); !errors.Is(err, dlock.ErrReplicaAck) {
+		t.Errorf("acked Extend with replication stalled = %v, want ErrReplicaAck", err)
+	}
+	link.Cut()
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+}
+
+// clusterWithoutScripts checks the script-free mode on the cluster of
+// TestCluster, as a user that may not run scripts on any node: locks on
+// every master, contention, fences, and a waiter woken over sharded pub/sub.
+func clusterWithoutScripts(t *testing.T, nodes []*redistest.Server) {
+	ctx := t.Context()
+	var addrs []string
+	for _, n := range nodes {
+		if _, err := n.Do(ctx, "ACL", "SETUSER", "noscript", "on", ">pw", "~*", "&*", "+@all", "-@scripting"); err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: "noscript", Password: "pw"})
+	t.Cleanup(func() { cc.Close() })
+	c := newClient(t, cc, dlock.WithoutScripts(), dlock.WithTTL(2*time.Second))
+	var last int64
+	for i := range 30 {
+		l, err := c.TryAcquire(ctx, fmt.Sprint("ns-", i))
+		if err != nil {
+			t.Fatalf("script-free TryAcquire on the cluster = %v", err)
+		}
+		if f := fenceOf(t, l); f <= 0 {
+			t.Errorf("fence %d", f)
+		}
+		if err := l.Extend(ctx, 3*time.Second); err != nil {
+			t.Errorf("Extend = %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release = %v", err)
+		}
+	}
+	var (
+		wg     sync.WaitGroup
+		inside atomic.Int32
+		bad    atomic.Int32
+	)
+	for range 6 {
+		wg.Go(func() {
+			for range 10 {
+				l, err := c.Acquire(ctx, "ns-contended", dlock.MaxWait(30*time.Second))
+				if err != nil {
+					t.Errorf("Acquire = %v", err)
+					return
+				}
+				if inside.Add(1) > 1 {
+					bad.Add(1)
+				}
+				f, _ := l.Fence(ctx)
+				if old := atomic.LoadInt64(&last); f <= old {
+					bad.Add(1)
+				}
+				atomic.StoreInt64(&last, f)
+				inside.Add(-1)
+				l.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	if n := bad.Load(); n != 0 {
+		t.Errorf("%d overlaps or fences not above the last holder's", n)
 	}
 }

@@ -263,6 +263,7 @@ func TestCluster(t *testing.T) {
 		t.Errorf("waiter on the cluster = %v, want woken by the release", err)
 	}
 	clusterSemaphore(t, cc)
+	clusterWithoutScripts(t, nodes)
 }
 
 // clusterSemaphore checks a semaphore on the cluster: N permits and no
