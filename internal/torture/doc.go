@@ -1,7 +1,7 @@
 // Package torture is a model-based randomized fault checker for dlock: a
 // "torture test". TestTorture runs seeded rounds; each round picks a mode
 // (plain unfair, fair, reentrant with nested holds, Redlock over 3 or 5
-// nodes, or semaphores of SemPermits permits), drives several Clients — goroutines of the test process and
+// nodes, semaphores of SemPermits permits, or plain locks WithoutScripts), drives several Clients — goroutines of the test process and
 // worker processes (the test binary re-executed, see RunProcess) — through
 // random operations on a few lock names while an Injector breaks things,
 // then quiesces the system and checks the round's history.
