@@ -27,9 +27,10 @@ type Client struct {
 
 	bg   *backend.Tracker // clean-up left running in the background (undo); shared with Owner Clients
 	obs  *observers       // shared with Owner Clients
-	mode string           // for observers: "fair", "unfair", "reentrant", "quorum" or "semaphore"
+	mode string           // for observers: "fair", "unfair", "reentrant", "quorum", "semaphore" or "election"
 
-	permits int // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
+	permits  int  // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
+	campaign bool // its acquisitions are leadership campaigns (Client.Election)
 }
 
 // newClient returns the Client of backend b and its hubs.
@@ -154,14 +155,21 @@ func (c *Client) prepare(name string, opts []LockOption, try bool) (*Lock, error
 		l.cl.Owner = c.id + "/" + owner
 	}
 	l.cl.Permits = c.permits
+	l.cl.Campaign = c.campaign
 	l.cl.SetToken(leaseToken(p.suffix))
 	return l, nil
 }
 
+// validName checks a lock name. A name that begins with "}" is refused on
+// every deployment: its keys ("<prefix>{<name>}...") would have an empty
+// hash tag, so a Redis Cluster would hash each key whole and put a lock's
+// keys in different slots, and a name must work the same everywhere.
 func validName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty lock name", ErrInvalid)
+	case name[0] == '}':
+		return fmt.Errorf("%w: lock name %q begins with \"}\", which would end its Redis Cluster hash tag empty", ErrInvalid, name)
 	case len(name) > MaxNameLen:
 		return fmt.Errorf("%w: lock name is %d bytes, longer than %d", ErrInvalid, len(name), MaxNameLen)
 	}

@@ -139,6 +139,9 @@
 //
 // Client.Semaphore returns a counting semaphore: at most N holders of a
 // name at once, each holding a permit that is a lease of its own (a *Lock).
+// Client.Election returns a leader election: candidates Campaign in
+// arrival order, the leadership is a fenced lease (a *Lock inside a
+// Leadership), and Election.Leader and Election.Observe read who leads.
 // WithReentrant makes a Client's locks reentrant for an owner, given
 // explicitly with Client.Owner. Client.AcquireAll takes several names all
 // or nothing, in one global order so that overlapping sets cannot

@@ -424,3 +424,57 @@ func ExampleMaxHold() {
 	// Do reports it: true
 	// the lock is free again
 }
+
+func ExampleClient_Election() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	e, err := c.Election("scheduler")
+	if err != nil {
+		log.Fatal(err) // ErrInvalid: a bad name, a quorum or reentrant Client
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // ends Observe, which closes its channel
+	changes := e.Observe(ctx)
+	<-changes // the leadership when Observe started: nobody leads yet
+	nextLeader := func() dlock.Leader {
+		for ld := range changes {
+			if ld.Token != "" { // skip "nobody leads"
+				return ld
+			}
+		}
+		return dlock.Leader{}
+	}
+
+	a, err := e.Campaign(ctx, "node-a") // waits until node-a leads
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leader:", nextLeader().Value)
+
+	won := make(chan *dlock.Leadership, 1)
+	go func() {
+		b, err := e.Campaign(ctx, "node-b") // waits in line behind node-a
+		if err != nil {
+			log.Print(err)
+		}
+		won <- b
+	}()
+	// Lead until done, or until the leadership is lost: a.Done() closes then.
+	if err := a.Resign(ctx); err != nil { // hands the leadership to node-b
+		log.Fatal(err)
+	}
+	b := <-won
+	if b == nil {
+		return
+	}
+	defer b.Resign(ctx)
+	ld := nextLeader()
+	fmt.Println("leader:", ld.Value, "- its term's fence is above node-a's:", ld.Fence == b.Fence() && b.Fence() > a.Fence())
+	// Output:
+	// leader: node-a
+	// leader: node-b - its term's fence is above node-a's: true
+}

@@ -51,6 +51,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 //	         section of criticalSection each time;
 //	hold:    take the lock DLOCK_NAME (a permit of the semaphore DLOCK_NAME
 //	         if DLOCK_PERMITS is set), print "held", and sleep until killed;
+//	campaign, lead: see campaignHelper and leadHelper (election_test.go);
 //	pausedo: run Do on DLOCK_NAME and report, after the test pauses the
 //	         process, whether fn's ctx knew of the loss ("lost") or not ("stale").
 func runHelper(mode string) int {
@@ -97,6 +98,11 @@ func runHelper(mode string) int {
 			}
 		}
 		return 0
+	case "campaign": // lead DLOCK_ROUNDS terms of the election DLOCK_NAME (election_test.go)
+		rounds, _ := strconv.Atoi(os.Getenv("DLOCK_ROUNDS"))
+		return campaignHelper(ctx, c, rdb, name, rounds)
+	case "lead": // win the election DLOCK_NAME, print "leading", sleep until killed
+		return leadHelper(ctx, c, name)
 	case "pausedo":
 		// Inside Do, watch for a moment when the lease's deadline has passed
 		// but fn's ctx still says nothing: the test stops this process (for

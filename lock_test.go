@@ -455,6 +455,15 @@ func TestWrongTypeKey(t *testing.T) {
 	c := newClient(t, rdb)
 	if _, err := c.TryAcquire(ctx, "typed"); !errors.Is(err, dlock.ErrWrongType) {
 		t.Errorf("TryAcquire on a hash key = %v, want ErrWrongType", err)
+	} else if want := `the key holds a hash (a reentrant lock, or another program's value), not a plain lock`; !strings.Contains(err.Error(), want) {
+		t.Errorf("TryAcquire on a hash key = %q, want it to say %q", err, want)
+	}
+	for _, fair := range []bool{false, true} {
+		rdb.RPush(ctx, "dlock:{listed}", "x")
+		_, err := newClient(t, rdb, dlock.WithFair(fair)).TryAcquire(ctx, "listed")
+		if want := `the key holds a list (another program's value), not a plain lock`; !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), want) {
+			t.Errorf("fair=%v: TryAcquire on a list key = %v, want ErrWrongType saying %q", fair, err, want)
+		}
 	}
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
@@ -470,7 +479,8 @@ func TestInvalidInput(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
-	for name, lock := range map[string]string{"empty name": "", "oversized name": strings.Repeat("n", dlock.MaxNameLen+1)} {
+	for name, lock := range map[string]string{"empty name": "", "oversized name": strings.Repeat("n", dlock.MaxNameLen+1),
+		"name beginning with }": "}x"} {
 		if _, err := c.TryAcquire(ctx, lock); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("%s: TryAcquire = %v, want ErrInvalid", name, err)
 		}

@@ -30,9 +30,9 @@ package dlock
 //
 // What it gives up: fair waiting and handover (a waiter's queue has to be
 // served in the same atomic step as the release), reentrant locks,
-// semaphores and Redlock (NewRedlock), which need scripts: New refuses
-// WithFair(true) and WithReentrant(true) with it, Client.Semaphore and
-// NewRedlock refuse it (ErrInvalid). Waiting is unfair without
+// semaphores, elections and Redlock (NewRedlock), which need scripts: New
+// refuses WithFair(true) and WithReentrant(true) with it, Client.Semaphore,
+// Client.Election and NewRedlock refuse it (ErrInvalid). Waiting is unfair without
 // WithFair(false); WithPipelining does not apply (each operation holds a
 // connection of its own for its transaction), and New refuses
 // WithPipelining(true) with it. Each operation takes three or four round

@@ -93,6 +93,9 @@ func TestWithoutScriptsRefusesWhatNeedsScripts(t *testing.T) {
 	if _, err := c.Semaphore("sem", 2); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "WithoutScripts()") {
 		t.Errorf("Semaphore of a script-free Client = %v, want ErrInvalid naming WithoutScripts", err)
 	}
+	if _, err := c.Election("e"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "WithoutScripts()") {
+		t.Errorf("Election of a script-free Client = %v, want ErrInvalid naming WithoutScripts", err)
+	}
 	if _, err := c.TryAcquire(t.Context(), ""); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("TryAcquire(\"\") = %v, want ErrInvalid", err)
 	}

@@ -24,7 +24,7 @@ const (
 type Event struct {
 	Op   Op
 	Name string // the lock name
-	Mode string // "fair", "unfair", "reentrant", "quorum", or "semaphore" (a permit)
+	Mode string // "fair", "unfair", "reentrant", "quorum", "semaphore" (a permit), or "election" (a campaign)
 	Try  bool   // OpAcquire: one attempt (TryAcquire)
 	Auto bool   // OpExtend: made by the watchdog
 

@@ -77,6 +77,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: sentinelAddrs, MaxRetries: -1})
 	t.Cleanup(func() { fc.Close() })
+	succession(t, fc, "elect") // an election through the Sentinel client
 
 	acked := newClient(t, fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 500*time.Millisecond))
 	plain := newClient(t, fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false))
@@ -127,6 +128,7 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("TryAcquire after the failover = %v", err)
 	}
 	l.Release(ctx)
+	succession(t, fc, "elect-after")
 	lostAcked, secondHolders := 0, 0
 	for i := range n {
 		if _, err := other.TryAcquire(ctx, fmt.Sprint("acked-", i)); err == nil {
@@ -263,6 +265,7 @@ func TestCluster(t *testing.T) {
 		t.Errorf("waiter on the cluster = %v, want woken by the release", err)
 	}
 	clusterSemaphore(t, cc)
+	succession(t, cc, "elect") // over sharded pub/sub
 	clusterWithoutScripts(t, nodes)
 }
 
@@ -518,4 +521,34 @@ func TestClusterReplicaAck(t *testing.T) {
 	}
 	t.Logf("%v since the start", time.Since(began).Round(time.Millisecond))
 	t.Logf("Cluster failover with replication stalled: %d of %d unacknowledged locks got a second holder; %d of %d acknowledged ones", secondHolders, n, lostAcked, n)
+}
+
+// Names with braces keep every key of a lock in one Cluster slot (a name
+// that begins with "}" is refused, see TestInvalidInput): acquire, fence and
+// release work for each, in both waiting modes.
+func TestClusterNamesWithBraces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Cluster")
+	}
+	_, cc := startCluster(t)
+	ctx := t.Context()
+	for _, fair := range []bool{false, true} {
+		c := newClient(t, cc, dlock.WithFair(fair))
+		for _, name := range []string{"{", "{}", "a}b", "{x}", "a{b}c", "x}"} {
+			l, err := c.TryAcquire(ctx, name)
+			if err != nil {
+				t.Errorf("fair=%v %q: TryAcquire = %v", fair, name, err)
+				continue
+			}
+			if _, err := l.Fence(ctx); err != nil {
+				t.Errorf("fair=%v %q: Fence = %v", fair, name, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("fair=%v %q: Release = %v", fair, name, err)
+			}
+		}
+		if _, err := c.TryAcquire(ctx, "}x"); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("fair=%v: TryAcquire(\"}x\") = %v, want ErrInvalid", fair, err)
+		}
+	}
 }

@@ -9,6 +9,8 @@
 // W1, uncontended: C goroutines, one lock name each, lock+unlock in a loop.
 // W2, contended: C goroutines on one name, holding it for a fixed time.
 // W3, quorum: 5 independent nodes, healthy, one frozen (SIGSTOP), two killed.
+// W4, the lock family contended: a semaphore (and the other kinds that let
+// several holders in) against the in-process primitive of the same kind.
 package main
 
 import (
@@ -34,7 +36,7 @@ import (
 var (
 	duration = flag.Duration("duration", 2*time.Second, "how long each cell of a workload runs")
 	out      = flag.String("out", "results", "write OUT.md (table) and OUT.svg (plot)")
-	only     = flag.String("only", "", "comma-separated workloads to run (W0,W1,W2,W3); default all")
+	only     = flag.String("only", "", "comma-separated workloads to run (W0,W1,W2,W3,W4); default all")
 	libsFlag = flag.String("libs", "", "comma-separated libraries to run; default all")
 )
 
@@ -128,6 +130,17 @@ func main() {
 			}
 			rep.w3 = append(rep.w3, rs...)
 		}
+	}
+	if want("W4") {
+		rs, err := family(srv.Addr(), admin)
+		if err != nil {
+			log.Fatalf("W4 %v", err)
+		}
+		for _, r := range rs {
+			log.Printf("W4 %-16s C=%-2d hold=%v %7.0f acq/s (in process %.0f)  wait p50 %v p99 %v  redis %.1fµs/acq  most inside %d  violations %d",
+				r.kind, r.c, r.hold, r.rate, r.local, r.p50, r.p99, float64(r.serverCPU)/1e3, r.most, r.violations)
+		}
+		rep.w4 = rs
 	}
 	if err := rep.write(*out); err != nil {
 		log.Fatal(err)

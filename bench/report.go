@@ -19,6 +19,7 @@ type report struct {
 	// iteration, relative to the same loop without it (oneTripCeiling).
 	tripCeiling float64
 	w3          []w3Result
+	w4          []w4Result
 }
 
 func (r *report) write(out string) error {
@@ -49,6 +50,7 @@ func (r *report) markdown() string {
 	r.leftoversMarkdown(&b)
 	r.w2Markdown(&b)
 	r.w3Markdown(&b)
+	r.w4Markdown(&b)
 	return b.String()
 }
 

@@ -55,6 +55,11 @@ type Claim struct {
 	// Permits > 0 makes the claim a permit of a semaphore whose holder asks
 	// with that N (see semaphore.go); 0 is a lock.
 	Permits int
+	// Campaign makes the claim a leadership campaign (see the root
+	// package's Election): it waits in the fair queue whatever the Client's
+	// mode, and its lease is fenced, and announced, as it takes the lock
+	// (acquire_fair.lua).
+	Campaign bool
 	// TTL is the lease time the acquisition asks for (0: the Client's): the
 	// marker of the ended lease lives for its revocation window.
 	TTL time.Duration
@@ -131,7 +136,7 @@ var ErrRevoked = errors.New("the lease was already ended")
 // Grant is the outcome of one acquire script call.
 type Grant struct {
 	Held  bool
-	Fence int64         // when held, reentrant: the fence of the owner's first hold (0: not issued)
+	Fence int64         // when held: reentrant, the fence of the owner's first hold; a campaign, its fence (0: not issued)
 	Holds int64         // when held, reentrant: the owner's hold count now
 	PTTL  time.Duration // when not held: the holder's remaining lease, or -1 if unknown
 	// When not held: the holder's lease token ("" if unknown; a reentrant
@@ -346,6 +351,9 @@ func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queu
 		q = 1
 	}
 	switch {
+	case c.Campaign:
+		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+			c.Token, ttl.Milliseconds(), q, QueueTTL(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, 1)
 	case n.replicas > 0 && n.fair:
 		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
 			c.Token, ttl.Milliseconds(), q, QueueTTL(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS)
@@ -365,11 +373,30 @@ func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queu
 	if err == nil && g.Held && acks >= 0 && acks < int64(n.replicas) {
 		return Grant{Undo: true}, n.ackUndone(acks)
 	}
+	if errors.Is(err, ErrWrongType) {
+		err = n.wrongKind(ctx, c.Lock, err)
+	}
 	return g, err
 }
 
+// wrongKind names what the key holds when a lock's script met Redis's own
+// WRONGTYPE reply, which says only that the kind is wrong: one TYPE call,
+// on this error path only. It returns err unchanged when TYPE fails.
+func (n Node) wrongKind(ctx context.Context, key string, err error) error {
+	kind, terr := n.uc.Type(ctx, key).Result()
+	if terr != nil {
+		return err
+	}
+	what := map[string]string{"hash": "a reentrant lock, or another program's value", "zset": "a semaphore, or another program's value"}[kind]
+	if what == "" {
+		what = "another program's value"
+	}
+	return Because(ErrWrongType, fmt.Sprintf("the key holds a %s (%s), not a plain lock", kind, what), err)
+}
+
 // acquireReply reads the reply of acquire.lua or acquire_fair.lua: 0 when
-// the lock is ours, {pttl, holder} when another lease holds it.
+// the lock is ours (a campaign's fence, > 0, see Claim.Campaign), {pttl,
+// holder} when another lease holds it.
 func acquireReply(cmd *redis.Cmd) (Grant, error) {
 	v, err := cmd.Result()
 	if err != nil {
@@ -377,8 +404,8 @@ func acquireReply(cmd *redis.Cmd) (Grant, error) {
 	}
 	switch v := v.(type) {
 	case int64:
-		if v == 0 {
-			return Grant{Held: true}, nil
+		if v >= 0 {
+			return Grant{Held: true, Fence: v}, nil
 		}
 	case []any:
 		if len(v) == 2 {
@@ -432,6 +459,8 @@ func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64
 	switch {
 	case c.Permits > 0:
 		cmd, acks = n.acked(ctx, script.SemExtend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
+	case c.Campaign:
+		cmd, acks = n.acked(ctx, script.Extend, []string{c.Lock, c.Rev, c.Fence}, c.Token, ttl.Milliseconds(), seq)
 	case n.reentrant:
 		cmd, acks = n.acked(ctx, script.ExtendReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), seq)
 	default:
@@ -490,7 +519,7 @@ func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
 			c.Token, c.Channel, n.pub, window, n.fenceMS)
 	case n.reentrant:
 		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
-	case n.fair:
+	case n.fair || c.Campaign:
 		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
 			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, &c.Channel, n.pubA, window, n.fenceMS})
 	default:

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,10 +50,11 @@ type Hub struct {
 }
 
 type topic struct {
-	waiters map[string]*Waiter // by token
-	ready   chan struct{}      // closed once the latest SUBSCRIBE is confirmed
-	idle    *time.Timer        // unsubscribes the channel after linger without waiters
-	ps      *redis.PubSub      // sharded: the channel's own connection
+	waiters  map[string]*Waiter // by token
+	watchers map[string]*Waiter // those of waiters that watch the channel (WatchToken)
+	ready    chan struct{}      // closed once the latest SUBSCRIBE is confirmed
+	idle     *time.Timer        // unsubscribes the channel after linger without waiters
+	ps       *redis.PubSub      // sharded: the channel's own connection
 }
 
 // Waiter receives a wake-up on its wake channel when its lock is released
@@ -114,7 +116,26 @@ func (h *Hub) add(t *topic, channel, token string, wake chan int64) *Waiter {
 	}
 	w := &Waiter{h: h, channel: channel, token: token, wake: wake}
 	t.waiters[token] = w
+	if strings.HasPrefix(token, watchPrefix) {
+		if t.watchers == nil {
+			t.watchers = map[string]*Waiter{}
+		}
+		t.watchers[token] = w
+	}
 	return w
+}
+
+// watchPrefix begins the token of a waiter that watches its channel (see
+// WatchToken). No lease token begins with it.
+const watchPrefix = "*"
+
+var watchSeq atomic.Uint64
+
+// WatchToken returns a new token for a waiter that watches its channel
+// rather than waits for a lock: it is woken (Released) by every message,
+// a handover to another waiter included. Each watcher needs its own.
+func WatchToken() string {
+	return watchPrefix + strconv.FormatUint(watchSeq.Add(1), 10)
 }
 
 // Subscribe adds a new waiter on channel, subscribing to it if needed, and
@@ -159,6 +180,7 @@ func (w *Waiter) Close() {
 		return
 	}
 	delete(t.waiters, w.token)
+	delete(t.watchers, w.token)
 	if len(t.waiters) == 0 && t.idle == nil {
 		t.idle = time.AfterFunc(linger, func() { h.drop(w.channel, t) })
 	}
@@ -293,6 +315,9 @@ func (t *topic) dispatch(payload string) {
 		if w := t.waiters[token]; w != nil {
 			fence, _ := strconv.ParseInt(f, 10, 64)
 			w.signal(max(fence, HandedOver))
+		}
+		for _, w := range t.watchers {
+			w.signal(Released)
 		}
 		return
 	}

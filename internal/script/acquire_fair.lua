@@ -5,6 +5,7 @@
 -- ARGV[4] how long a queue entry lives without being renewed, in ms   ARGV[5] release channel
 -- ARGV[6] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
 -- ARGV[7] how long the fence counter lives, in ms (the fence window)
+-- ARGV[8] 1 for a leadership campaign (see election.go), else 0 or absent
 -- Returns 0 when the lock is ours (taken now, handed to us by a release, or
 -- already ours), else {pttl, holder}: the holder's remaining ms (-1: no
 -- expiry) and its token, which carries its metadata. The lock goes to the caller only if no live waiter is ahead
@@ -12,12 +13,34 @@
 -- live waiters (its holder expired without releasing) is handed to the
 -- first of them, with a fence: the handover is announced on the channel as
 -- "<token> <fence>".
+-- A campaign's lease is fenced as it takes the lock, so that the fence
+-- counter always names the current leader's term: the reply is then the
+-- fence (> 0) instead of 0 (for a lease that already held the lock, the
+-- counter's value, 0 if it is gone), and a lock taken rather than handed
+-- over is announced on the channel as "<token> <fence>" too, for those who
+-- watch the leadership.
 -- Errors: REVOKED if this lease was already ended (nothing is written, no
 -- queue entry made); WRONGTYPE if a key holds a foreign value.
 if revoked(KEYS[5]) then
   return revoked_reply()
 end
 local token = ARGV[1]
+local campaign = ARGV[8] == '1'
+
+-- won returns the reply of an attempt that took the lock now (see above).
+local function won()
+  if not campaign then
+    return 0
+  end
+  local fence = new_fence(KEYS[2], ARGV[7])
+  if not fence then
+    return fence_type_reply()
+  end
+  local f = string.format('%d', fence)
+  redis.call(ARGV[6], ARGV[5], token .. ' ' .. f)
+  return fence
+end
+
 local holder
 if not redis.call('LINDEX', KEYS[3], 0) then
   -- Nobody queued (the common case): SET NX GET takes a free lock, or names
@@ -25,7 +48,7 @@ if not redis.call('LINDEX', KEYS[3], 0) then
   local taken
   taken, holder = take_free(KEYS[1], token, ARGV[2])
   if taken then
-    return 0
+    return won()
   end
 else
   holder = redis.call('GET', KEYS[1])
@@ -35,6 +58,9 @@ if holder == token then
   -- validity from when it sent this one, so the lease must last ttl from
   -- now; it is never shortened (GT).
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+  if campaign then
+    return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  end
   return 0
 end
 if not holder then
@@ -67,7 +93,7 @@ if not holder then
       redis.call('HDEL', KEYS[4], token)
     end
     redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-    return 0
+    return won()
   end
 end
 if ARGV[3] == '1' then

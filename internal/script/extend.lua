@@ -1,6 +1,8 @@
 -- extend.lua: reset the expiry of a lock we still own to ttl from now
 -- (shorter or longer than before), unless a newer extension was applied.
 -- KEYS[1] lock key   KEYS[2] the lease's own key (see lib.lua)
+-- KEYS[3] (a leadership campaign's lease only) the fence counter, which
+--         then lives at least as long as the lease: it names the leader's term
 -- ARGV[1] owner token   ARGV[2] ttl in ms   ARGV[3] the extension's sequence number
 -- Returns 1 if the lease is ours (extended now, or already by a newer
 -- extension), 0 if the key is missing or owned by someone else.
@@ -9,5 +11,8 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 if not superseded(KEYS[2], ARGV[3], ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if KEYS[3] then
+    redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
+  end
 end
 return 1

@@ -2,6 +2,7 @@ package torture
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ var Invariants = []struct{ ID, What string }{
 	{"e", "nothing left in Redis but fence keys and short-lived revocation markers"},
 	{"f", "no goroutine growth, bounded connection pools"},
 	{"g", "lease accounting: ValidUntil within the lease, losses reported truthfully, re-entry granted"},
+	{"h", "elections: a leader is read with its own term's fence, and terms rise in real time across reads and campaigns"},
 }
 
 // FreeWaits sums up the free-wait part of (d) over a round.
@@ -106,6 +108,7 @@ func Check(h []Event, p Params) *Report {
 	checkFreeWaits(h, p, r)
 	checkLeftovers(h, r)
 	checkAccounting(h, ex, p, r)
+	checkLeaderReads(h, ex, r)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
 	return r
 }
@@ -347,12 +350,24 @@ func checkLiveness(h []Event, r *Report) {
 // checkLeftovers is (e) as recorded: keys the coordinator's scan found,
 // holds a worker's self-check found after its last release, and locks a
 // panicking Do left held.
+// leaseOf returns the critical sections (handles) whose lease had token
+// tok: the history of a key left behind.
+func leaseOf(h []Event, tok string) []string {
+	var cs []string
+	for _, e := range h {
+		if tok != "" && e.Tok == tok && e.CS != "" && !slices.Contains(cs, e.CS) {
+			cs = append(cs, e.CS)
+		}
+	}
+	return cs
+}
+
 func checkLeftovers(h []Event, r *Report) {
 	for _, e := range h {
 		switch {
 		case e.Op == OpLeftover:
 			r.Checked["e"]++
-			r.fail("e", e.Name, e.Inv, "%s: left in Redis after release: %s", e.W, e.Note)
+			r.failCS("e", e.Name, e.Inv, leaseOf(h, e.Tok), "%s: left in Redis after release: %s", e.W, e.Note)
 		case e.Op == OpPanic:
 			r.Checked["e"]++
 			if e.Res == "stillheld" {

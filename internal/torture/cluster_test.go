@@ -109,6 +109,17 @@ type scanKey struct {
 	val  string        // a string's value
 }
 
+func (k scanKey) String() string {
+	return fmt.Sprintf("node%d %s (%s, pttl %v)", k.node, k.key, k.kind, k.pttl)
+}
+
+// name returns the lock name of a key under prefix ("<prefix>{name}...").
+func (k scanKey) name(prefix string) string {
+	rest := strings.TrimPrefix(strings.TrimPrefix(k.key, prefix), "{")
+	name, _, _ := strings.Cut(rest, "}")
+	return name
+}
+
 // scan lists every key under prefix on the given nodes, with its type and PTTL.
 func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, error) {
 	var out []scanKey
@@ -125,7 +136,8 @@ func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, 
 				return nil, err
 			}
 			k.pttl = pttl
-			if k.kind != "none" { // expired between SCAN and TYPE
+			// "none" or PTTL -2: expired between SCAN and TYPE, or TYPE and PTTL
+			if k.kind != "none" && pttl != -2 {
 				out = append(out, k)
 			}
 		}
@@ -146,10 +158,10 @@ func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, 
 // restart forgot the markers that revoke ended leases, and the docs say a
 // request of one still in flight (go-redis re-sending it to the new
 // server) can then take that node's lock for nobody, for one lease.
-func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration, restarted map[int]bool) (bad, excused []string) {
+func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration, restarted map[int]bool) (bad []scanKey, excused []string) {
 	for _, k := range keys {
 		rest := strings.TrimPrefix(k.key, prefix)
-		desc := fmt.Sprintf("node%d %s (%s, pttl %v)", k.node, k.key, k.kind, k.pttl)
+		desc := k.String()
 		_, tail, _ := strings.Cut(rest, "}")
 		// PTTL 0: the key expires within this millisecond (-1: never).
 		expiring := k.pttl >= 0 && k.pttl <= maxLease
@@ -163,7 +175,7 @@ func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration, res
 		case restarted[k.node] && tail == "" && expiring:
 			excused = append(excused, desc+" on a node restarted empty")
 		default:
-			bad = append(bad, desc)
+			bad = append(bad, k)
 		}
 	}
 	return bad, excused
@@ -207,6 +219,15 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 					return
 				}
 				t = s
+			}
+			if cfg.Mode == ModeElection {
+				el, err := c.Election(name)
+				if err != nil {
+					e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
+					rec.Add(e)
+					return
+				}
+				t = candidate{el, "probe"}
 			}
 			l, err := t.Acquire(ctx)
 			e.Ret, e.Res, e.Err = now(), classify(err), errText(err)

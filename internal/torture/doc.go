@@ -1,7 +1,8 @@
 // Package torture is a model-based randomized fault checker for dlock: a
 // "torture test". TestTorture runs seeded rounds; each round picks a mode
 // (plain unfair, fair, reentrant with nested holds, Redlock over 3 or 5
-// nodes, semaphores of SemPermits permits, or plain locks WithoutScripts), drives several Clients — goroutines of the test process and
+// nodes, semaphores of SemPermits permits, elections whose campaigns
+// are the acquisitions, or plain locks WithoutScripts), drives several Clients — goroutines of the test process and
 // worker processes (the test binary re-executed, see RunProcess) — through
 // random operations on a few lock names while an Injector breaks things,
 // then quiesces the system and checks the round's history.
@@ -68,7 +69,12 @@
 //	    nil after another holder took the lock with a higher fence (not
 //	    checked for a semaphore, whose permits come and go); Release
 //	    and Extend do not report ErrNotHeld while the lease was valid; the
-//	    owner's re-entry is granted while its outer hold is valid.
+//	    owner's re-entry is granted while its outer hold is valid;
+//	(h) elections (mode election: every acquisition is a Campaign, the
+//	    leadership its lease, so (a) and (b) are "never two leaders at
+//	    once" and "terms rise"): a read of the leader (Election.Leader)
+//	    names it with its own term's fence, and a read sent after another
+//	    read or a campaign returned never names an earlier term.
 //
 // # Running it
 //

@@ -67,6 +67,7 @@ const (
 	OpPool     = "pool"     // a worker's go-redis pool at its end: Arg total conns, Bound pool size
 	OpHung     = "hung"     // coordinator: a worker did not finish in time
 	OpConfig   = "config"   // a worker's settings, Note "auto=<bool> …"
+	OpLeader   = "leader"   // Election.Leader: Tok and Fence read ("" when nobody leads)
 )
 
 // Recorder appends events to a file, one JSON object per line. A line is

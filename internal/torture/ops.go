@@ -224,3 +224,14 @@ func (w *Worker) afterPanic(name, tok, own string, inv int64) {
 	}
 	w.rec.Add(Event{Name: name, Op: OpPanic, Inv: inv, Ret: now(), Tok: tok, Res: res, Err: errText(err)})
 }
+
+// readLeader reads the leader of the election name and records what it
+// read (check (h)).
+func (w *Worker) readLeader(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	inv := now()
+	ld, err := w.elect[name].Leader(ctx)
+	w.rec.Add(Event{Name: name, Op: OpLeader, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err),
+		Tok: ld.Token, Fence: ld.Fence})
+}

@@ -270,7 +270,9 @@ func quiesce(t *testing.T, c *cluster, p plan, n int, cfg WorkerConfig, rec *Rec
 		}
 		bad, excused := leftovers(keys, cfg.Prefix, maxLease, grace, restarted)
 		for _, b := range bad {
-			rec.Add(Event{Op: OpLeftover, Inv: now(), Note: when + ": " + b})
+			// Tok is the key's value: for a lock key, the token of the
+			// lease it was left by, whose history the report shows.
+			rec.Add(Event{Op: OpLeftover, Name: b.name(cfg.Prefix), Tok: b.val, Inv: now(), Note: when + ": " + b.String()})
 		}
 		if len(excused) > 0 {
 			rec.Add(Event{Op: OpLeftover + "-excused", Inv: now(), Note: strings.Join(excused, "; ")})

@@ -20,11 +20,12 @@ const (
 	ModeQuorum3   = "quorum3"   // NewRedlock over 3 nodes
 	ModeQuorum5   = "quorum5"   // NewRedlock over 5 nodes
 	ModeSemaphore = "semaphore" // one node, every name a semaphore of SemPermits permits
+	ModeElection  = "election"  // one node, every name an election: leaderships are the leases
 	ModeNoScripts = "noscripts" // one node, WithoutScripts(): transactions instead of scripts, unfair
 )
 
 // Modes lists every mode, in the order rounds cycle through them.
-var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5, ModeSemaphore, ModeNoScripts}
+var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5, ModeSemaphore, ModeElection, ModeNoScripts}
 
 // SemPermits is the N of every semaphore of a semaphore round: at most that
 // many holders of a name at once.
@@ -76,6 +77,7 @@ type Worker struct {
 	grdb  *redis.Client
 	c     *dlock.Client
 	sems  map[string]*dlock.Semaphore // semaphore mode: the round's names
+	elect map[string]*dlock.Election  // election mode: the round's names
 	guard *dlock.Guard
 	rec   *Recorder
 	seq   int
@@ -151,6 +153,14 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 			}
 		}
 	}
+	if err == nil && cfg.Mode == ModeElection {
+		w.elect = map[string]*dlock.Election{}
+		for _, name := range cfg.Names {
+			if w.elect[name], err = w.c.Election(name); err != nil {
+				break
+			}
+		}
+	}
 	if err != nil {
 		for _, rdb := range w.rdbs {
 			rdb.Close()
@@ -211,6 +221,10 @@ func (w *Worker) Run() {
 // step runs one randomly chosen operation.
 func (w *Worker) step() {
 	name := w.cfg.Names[w.rng.IntN(len(w.cfg.Names))]
+	if w.elect != nil && w.rng.IntN(6) == 0 {
+		w.readLeader(name)
+		return
+	}
 	switch r := w.rng.IntN(100); {
 	case r < 35:
 		w.acquire(name, OpAcquire)
@@ -284,12 +298,39 @@ func (n lockName) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) 
 	return n.c.Do(ctx, n.name, fn)
 }
 
+// candidate campaigns in an election: its leadership is the lease.
+type candidate struct {
+	e     *dlock.Election
+	value string
+}
+
+func (c candidate) Acquire(ctx context.Context) (*dlock.Lock, error) {
+	return c.campaign(ctx)
+}
+func (c candidate) TryAcquire(ctx context.Context) (*dlock.Lock, error) {
+	return c.campaign(ctx, dlock.MaxWait(0))
+}
+func (c candidate) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
+	return c.e.Do(ctx, c.value, func(ctx context.Context, ld *dlock.Leadership) error { return fn(ctx, ld.Lock()) })
+}
+
+func (c candidate) campaign(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	ld, err := c.e.Campaign(ctx, c.value, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return ld.Lock(), nil
+}
+
 // target returns what an acquisition of name for own takes: a permit of
 // the name's semaphore (semaphore mode), or the lock through the owner's
 // Client.
 func (w *Worker) target(own, name string) target {
 	if s := w.sems[name]; s != nil {
 		return s
+	}
+	if e := w.elect[name]; e != nil {
+		return candidate{e, w.cfg.ID}
 	}
 	return lockName{w.client(own), name}
 }

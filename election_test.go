@@ -1,0 +1,491 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// newElection returns c.Election(name), failing the test if it is refused.
+func newElection(tb testing.TB, c *dlock.Client, name string) *dlock.Election {
+	tb.Helper()
+	e, err := c.Election(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// campaign runs e.Campaign in a goroutine and returns where its outcome
+// comes.
+type outcome struct {
+	ld  *dlock.Leadership
+	err error
+}
+
+func campaign(ctx context.Context, e *dlock.Election, value string) <-chan outcome {
+	got := make(chan outcome, 1)
+	go func() {
+		ld, err := e.Campaign(ctx, value)
+		got <- outcome{ld, err}
+	}()
+	return got
+}
+
+// queued waits until n candidates wait in the election's queue.
+func queued(ctx context.Context, rdb redis.Cmdable, name string, n int64) bool {
+	return waitFor(10*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{"+name+"}:q").Val() == n })
+}
+
+// leadTerm is what a leader does while it leads, in goroutines and in
+// worker processes alike: it counts itself in the shared leaders key (any
+// count above 1 is a violation), checks that Leader reads it with its fence,
+// and that its fence is above every fence seen before (the highest in
+// fenceKey), then resigns.
+func leadTerm(ctx context.Context, rdb redis.Cmdable, e *dlock.Election, value string) error {
+	ld, err := e.Campaign(ctx, value)
+	if err != nil {
+		return fmt.Errorf("Campaign(%q) = %v", value, err)
+	}
+	if n, _ := rdb.Incr(ctx, "test:leaders").Result(); n > 1 {
+		rdb.Incr(ctx, violationsKey)
+	}
+	if prev, _ := rdb.GetSet(ctx, "test:fence", ld.Fence()).Int64(); prev >= ld.Fence() {
+		rdb.Incr(ctx, "test:stale")
+	}
+	cur, err := e.Leader(ctx)
+	if err != nil || cur.Token != ld.Lock().Token() || cur.Fence != ld.Fence() || cur.Value != value {
+		return fmt.Errorf("Leader while %q leads = %+v, %v; want its token, fence %d, value", value, cur, err, ld.Fence())
+	}
+	time.Sleep(200 * time.Microsecond)
+	rdb.Decr(ctx, "test:leaders")
+	rdb.Incr(ctx, "test:terms")
+	if err := ld.Resign(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("Resign of %q = %v", value, err)
+	}
+	return nil
+}
+
+// campaignHelper is the body of a worker process in mode "campaign": it
+// leads DLOCK_ROUNDS terms of the election DLOCK_NAME (see leadTerm).
+func campaignHelper(ctx context.Context, c *dlock.Client, rdb redis.Cmdable, name string, rounds int) int {
+	e, err := c.Election(name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	for i := range rounds {
+		if err := leadTerm(ctx, rdb, e, fmt.Sprintf("proc-%d-%d", os.Getpid(), i)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// leadHelper is the body of a worker process in mode "lead": it wins the
+// election DLOCK_NAME, prints "leading", and leads until it is killed.
+func leadHelper(ctx context.Context, c *dlock.Client, name string) int {
+	e, err := c.Election(name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if _, err := e.Campaign(ctx, fmt.Sprint("worker ", os.Getpid())); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("leading")
+	time.Sleep(time.Minute)
+	return 0
+}
+
+// Candidates in goroutines and in worker processes campaign again and
+// again: there is never more than one leader, every term is counted, and
+// each term's fence is above the one before.
+func TestElectionOneLeaderAtATime(t *testing.T) {
+	s, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const (
+		goroutines = 6
+		procs      = 2
+		rounds     = 15
+	)
+	var helpers []*helper
+	for range procs {
+		helpers = append(helpers, startHelper(t, s, "campaign", "leader", 2*time.Second, rounds, "DLOCK_FAIR=1"))
+	}
+	e := newElection(t, newClient(t, rdb, dlock.WithTTL(2*time.Second)), "leader")
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range rounds {
+				if err := leadTerm(ctx, rdb, e, fmt.Sprintf("g%d-%d", g, i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, h := range helpers {
+		if err := h.wait(90 * time.Second); err != nil {
+			t.Errorf("worker %d: %v: %s", i, err, h.out.String())
+		}
+	}
+	if v, _ := rdb.Get(ctx, violationsKey).Int(); v != 0 {
+		t.Errorf("%d times a candidate led while another did, want 0", v)
+	}
+	if v, _ := rdb.Get(ctx, "test:stale").Int(); v != 0 {
+		t.Errorf("%d terms had a fence not above the one before, want 0", v)
+	}
+	if n, _ := rdb.Get(ctx, "test:terms").Int(); n != (goroutines+procs)*rounds {
+		t.Errorf("%d terms, want %d", n, (goroutines+procs)*rounds)
+	}
+	if ld, err := e.Leader(ctx); err != nil || ld != (dlock.Leader{}) {
+		t.Errorf("Leader after every candidate resigned = %+v, %v; want none", ld, err)
+	}
+}
+
+// succession checks, on rdb's deployment, that leadership passes to the
+// candidates in the order they campaigned when each leader resigns, that
+// each term's fence is above the last, and that Observe reports each
+// leader in turn and closes its channel with its ctx.
+func succession(t *testing.T, rdb redis.UniversalClient, name string) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	e := newElection(t, newClient(t, rdb, dlock.WithTTL(5*time.Second)), name)
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	obs := e.Observe(octx)
+	if ld := <-obs; ld != (dlock.Leader{}) {
+		t.Errorf("Observe's first value before any campaign = %+v, want none", ld)
+	}
+	first, err := e.Campaign(ctx, "first")
+	if err != nil {
+		t.Fatalf("Campaign(first) = %v", err)
+	}
+	var waiting []<-chan outcome
+	for i, v := range []string{"second", "third {x} 100% ünïcode"} {
+		waiting = append(waiting, campaign(ctx, e, v))
+		if !queued(ctx, rdb, name, int64(i+1)) {
+			t.Fatalf("candidate %q never queued", v)
+		}
+	}
+	want := []string{"first", "second", "third {x} 100% ünïcode"}
+	ld := first
+	var fence int64
+	for i, v := range want {
+		select {
+		case got := <-obs:
+			if got.Value != v || got.Token != ld.Lock().Token() || got.Fence != ld.Fence() || got.TTL <= 0 {
+				t.Errorf("Observe's leader %d = %+v, want %q with token %s, fence %d", i, got, v, ld.Lock().Token(), ld.Fence())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Observe never reported leader %q", v)
+		}
+		if ld.Fence() <= fence {
+			t.Errorf("term %d's fence %d, want above the last (%d)", i, ld.Fence(), fence)
+		}
+		fence = ld.Fence()
+		if err := ld.Resign(ctx); err != nil {
+			t.Errorf("Resign of %q = %v", v, err)
+		}
+		if i < len(waiting) {
+			o := <-waiting[i]
+			if o.err != nil {
+				t.Fatalf("Campaign(%q) = %v, want leadership when %q resigns", want[i+1], o.err, v)
+			}
+			ld = o.ld
+		}
+	}
+	select {
+	case got := <-obs:
+		if got != (dlock.Leader{}) {
+			t.Errorf("Observe after the last resigned = %+v, want none", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Observe never reported that nobody leads")
+	}
+	stop()
+	select {
+	case _, open := <-obs:
+		if open {
+			t.Error("Observe delivered a value after its ctx ended")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Observe's channel still open 5s after its ctx ended")
+	}
+}
+
+func TestElectionSuccessionOnResign(t *testing.T) {
+	_, rdb := setup(t)
+	succession(t, rdb, "resign")
+}
+
+// A leader that dies without resigning is followed by the first candidate
+// in line: when its lease runs out (a holder that stopped extending, a
+// killed process) or is taken away by ForceRelease. The dead leader is told
+// (Done, Err), and the new term's fence is above its.
+func TestElectionSuccessionOnDeath(t *testing.T) {
+	s, rdb := setup(t)
+	t.Run("stopped", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		dead := newElection(t, newClient(t, rdb, dlock.WithTTL(500*time.Millisecond), dlock.WithAutoExtend(false)), "stopped")
+		e := newElection(t, newClient(t, rdb), "stopped")
+		old, err := dead.Campaign(ctx, "stops extending")
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs := e.Observe(ctx)
+		if ld := <-obs; ld.Token != old.Lock().Token() {
+			t.Errorf("Observe's first value = %+v, want the stopped leader", ld)
+		}
+		next := campaign(ctx, e, "next")
+		o := <-next
+		if o.err != nil {
+			t.Fatalf("Campaign behind a leader that stopped extending = %v", o.err)
+		}
+		defer o.ld.Resign(ctx)
+		if time.Now().Before(old.ValidUntil()) {
+			t.Errorf("the next term began %v before the stopped leader's validity ended", time.Until(old.ValidUntil()))
+		}
+		if !closedWithin(old.Done(), time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
+			t.Errorf("stopped leader: Err = %v, want Done closed and ErrNotHeld", old.Err())
+		}
+		if o.ld.Fence() <= old.Fence() {
+			t.Errorf("next term's fence %d, want above the stopped leader's %d", o.ld.Fence(), old.Fence())
+		}
+		for ld := range obs { // the gap (nobody leads) may be seen or not
+			if ld == (dlock.Leader{}) {
+				continue
+			}
+			if ld.Token != o.ld.Lock().Token() || ld.Fence != o.ld.Fence() {
+				t.Errorf("Observe after the stopped leader = %+v, want the next one", ld)
+			}
+			break
+		}
+		if err := old.Resign(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Resign of the stopped leader = %v, want ErrNotHeld", err)
+		}
+	})
+	t.Run("killed", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		h := startHelper(t, s, "lead", "killed", time.Second, 0)
+		if !h.waitLine("leading", 10*time.Second) {
+			t.Fatalf("the worker never led: %s", h.out.String())
+		}
+		e := newElection(t, newClient(t, rdb), "killed")
+		was, err := e.Leader(ctx)
+		if err != nil || !strings.HasPrefix(was.Value, "worker ") {
+			t.Fatalf("Leader while the worker leads = %+v, %v", was, err)
+		}
+		next := campaign(ctx, e, "next")
+		if !queued(ctx, rdb, "killed", 1) {
+			t.Fatal("the candidate never queued")
+		}
+		h.kill()
+		o := <-next
+		if o.err != nil {
+			t.Fatalf("Campaign behind a killed leader = %v, want leadership after its TTL", o.err)
+		}
+		defer o.ld.Resign(ctx)
+		if o.ld.Fence() <= was.Fence {
+			t.Errorf("next term's fence %d, want above the killed leader's %d", o.ld.Fence(), was.Fence)
+		}
+	})
+	t.Run("forced", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		c := newClient(t, rdb, dlock.WithTTL(time.Second))
+		e := newElection(t, c, "forced")
+		old, err := e.Campaign(ctx, "forced away")
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := campaign(ctx, e, "next")
+		if !queued(ctx, rdb, "forced", 1) {
+			t.Fatal("the candidate never queued")
+		}
+		if ok, err := c.ForceRelease(ctx, "forced"); !ok || err != nil {
+			t.Fatalf("ForceRelease = %v, %v", ok, err)
+		}
+		o := <-next
+		if o.err != nil {
+			t.Fatalf("Campaign behind a leader forced away = %v", o.err)
+		}
+		defer o.ld.Resign(ctx)
+		if !closedWithin(old.Done(), 5*time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
+			t.Errorf("leader forced away: Err = %v, want Done closed and ErrNotHeld", old.Err())
+		}
+		if o.ld.Fence() <= old.Fence() {
+			t.Errorf("next term's fence %d, want above the forced leader's %d", o.ld.Fence(), old.Fence())
+		}
+	})
+}
+
+// A candidate whose ctx ends stops waiting at once, with an error that says
+// so, and leaves the queue: the leader's resignation then leaves nobody
+// leading, rather than a leadership handed to a candidate that is gone.
+func TestElectionCampaignHonoursCtx(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	e := newElection(t, newClient(t, rdb), "ctx")
+	leader, err := e.Campaign(ctx, "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx, tcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer tcancel()
+	if _, err := e.Campaign(tctx, "times out"); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Campaign with a ctx that times out = %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	got := campaign(cctx, e, "cancelled")
+	if !queued(ctx, rdb, "ctx", 1) {
+		t.Fatal("the candidate never queued")
+	}
+	ccancel()
+	if o := <-got; !errors.Is(o.err, dlock.ErrNotAcquired) || !errors.Is(o.err, context.Canceled) {
+		t.Errorf("Campaign cancelled while queued = %v, want ErrNotAcquired and Canceled", o.err)
+	}
+	if _, err := e.Campaign(ctx, "bounded", dlock.MaxWait(100*time.Millisecond)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("Campaign with MaxWait = %v, want ErrNotAcquired", err)
+	}
+	if !queued(ctx, rdb, "ctx", 0) {
+		t.Errorf("%d candidates left in the queue, want none", rdb.LLen(ctx, "dlock:{ctx}:q").Val())
+	}
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ld, err := e.Leader(ctx); err != nil || ld != (dlock.Leader{}) {
+		t.Errorf("Leader after the only leader resigned = %+v, %v; want none", ld, err)
+	}
+	if keys := rdb.Keys(ctx, "dlock:{ctx}:q*").Val(); len(keys) != 0 {
+		t.Errorf("queue keys left: %v", keys)
+	}
+}
+
+// Bad input gets an error wrapping ErrInvalid before anything is sent.
+func TestElectionBadInput(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	if _, err := c.Election(""); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf(`Election("") = %v, want ErrInvalid`, err)
+	}
+	if _, err := c.Election(strings.Repeat("x", dlock.MaxNameLen+1)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Election(a name too long) = %v, want ErrInvalid", err)
+	}
+	if _, err := newClient(t, rdb, dlock.WithReentrant(true)).Election("x"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Election on a reentrant Client = %v, want ErrInvalid", err)
+	}
+	if _, err := newRedlock(t, []redis.UniversalClient{rdb}).Election("x"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Election over a quorum = %v, want ErrInvalid", err)
+	}
+	e := newElection(t, c, "bad")
+	for _, tc := range []struct {
+		name  string
+		value string
+		opts  []dlock.LockOption
+	}{
+		{"control character", "line\nbreak", nil},
+		{"invalid UTF-8", "\xff", nil},
+		{"too long", strings.Repeat("v", dlock.MaxMetaLen+1), nil},
+		{"HolderMeta", "v", []dlock.LockOption{dlock.HolderMeta("other")}},
+		{"short TTL", "v", []dlock.LockOption{dlock.LeaseTTL(time.Millisecond)}},
+		{"nil option", "v", []dlock.LockOption{nil}},
+	} {
+		if ld, err := e.Campaign(ctx, tc.value, tc.opts...); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Campaign with %s = %v, %v; want ErrInvalid", tc.name, ld, err)
+		}
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("%d keys after refused campaigns, want 0", n)
+	}
+	// Spaces, braces, '%' and non-ASCII text ride in the token, escaped.
+	for _, v := range []string{"", "a b", "{tag}", "100%", "ünïcode ✓", strings.Repeat("é", dlock.MaxMetaLen/2)} {
+		ld, err := e.Campaign(ctx, v)
+		if err != nil {
+			t.Errorf("Campaign(%q) = %v", v, err)
+			continue
+		}
+		if got, err := e.Leader(ctx); err != nil || got.Value != v || ld.Value() != v {
+			t.Errorf("Campaign(%q): Leader().Value = %q, %v; Value() = %q", v, got.Value, err, ld.Value())
+		}
+		ld.Resign(ctx)
+	}
+}
+
+// A name held as a semaphore is no election, and the reverse.
+func TestElectionAndSemaphoreOfOneName(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	s := newSemaphore(t, c, "shared", 2)
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newElection(t, c, "shared")
+	if _, err := e.Leader(ctx); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Leader of a semaphore = %v, want ErrWrongType", err)
+	}
+	if _, err := e.Campaign(ctx, "v", dlock.MaxWait(0)); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Campaign on a semaphore = %v, want ErrWrongType", err)
+	}
+	p.Release(ctx)
+}
+
+// Do leads while fn runs and resigns when it returns; a leadership lost
+// while fn runs cancels fn's context, and Do reports the loss.
+func TestElectionDo(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	c := newClient(t, rdb, dlock.WithTTL(time.Second))
+	e := newElection(t, c, "do")
+	err := e.Do(ctx, "worker", func(ctx context.Context, ld *dlock.Leadership) error {
+		if cur, err := e.Leader(ctx); err != nil || cur.Fence != ld.Fence() || cur.Value != "worker" {
+			t.Errorf("Leader inside Do = %+v, %v; want the worker with fence %d", cur, err, ld.Fence())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("Do = %v", err)
+	}
+	if ld, err := e.Leader(ctx); err != nil || ld != (dlock.Leader{}) {
+		t.Errorf("Leader after Do = %+v, %v; want none", ld, err)
+	}
+	err = e.Do(ctx, "deposed", func(ctx context.Context, ld *dlock.Leadership) error {
+		if ok, err := c.ForceRelease(ctx, "do"); !ok || err != nil {
+			t.Errorf("ForceRelease = %v, %v", ok, err)
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Do whose leadership was forced away = %v, want ErrNotHeld", err)
+	}
+	if err := e.Do(ctx, "bad\x00", func(context.Context, *dlock.Leadership) error { return nil }); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Do with a bad value = %v, want ErrInvalid", err)
+	}
+}

@@ -1,0 +1,60 @@
+package script
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// A campaign (acquire_fair.lua with ARGV[8] = 1) is fenced and announced as
+// it takes the lock, and a re-sent copy of it (go-redis after a lost reply)
+// issues no second fence and no second announcement; its extensions keep
+// the fence counter alive with the lease.
+func TestCampaignFencedOnceWhenResent(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	ps := rdb.Subscribe(ctx, "l:ch")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	keys := []string{"l", "l:fence", "l:q", "l:qw", "l:r:tok-a"}
+	campaign := func(token string, rev string) (any, error) {
+		return AcquireFair.Run(ctx, rdb, []string{"l", "l:fence", "l:q", "l:qw", rev},
+			token, 1000, 1, 1000, "l:ch", "PUBLISH", 60000, 1).Result()
+	}
+	first, err := campaign("tok-a", keys[4])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence, ok := first.(int64)
+	if !ok || fence <= 0 {
+		t.Fatalf("campaign on a free lock = %v, want its fence", first)
+	}
+	if again, err := campaign("tok-a", keys[4]); err != nil || again != fence {
+		t.Errorf("re-sent campaign = %v, %v; want the same fence %d", again, err, fence)
+	}
+	if c, _ := rdb.Get(ctx, "l:fence").Int64(); c != fence {
+		t.Errorf("fence counter after a re-sent campaign = %d, want %d", c, fence)
+	}
+	msg, err := ps.ReceiveTimeout(ctx, 2*time.Second)
+	if err != nil {
+		t.Fatalf("no announcement of the new term: %v", err)
+	}
+	if _, err := ps.ReceiveTimeout(ctx, 200*time.Millisecond); err == nil {
+		t.Errorf("a second announcement after a re-sent campaign (first: %v)", msg)
+	}
+	if other, err := campaign("tok-b", "l:r:tok-b"); err != nil {
+		t.Fatal(err)
+	} else if v, ok := other.([]any); !ok || len(v) != 2 || v[1] != "tok-a" {
+		t.Errorf("campaign while tok-a leads = %v, want {pttl, tok-a}", other)
+	}
+	rdb.PExpire(ctx, "l:fence", 100*time.Millisecond)
+	if n, err := Extend.Run(ctx, rdb, []string{"l", "l:r:tok-a", "l:fence"}, "tok-a", 5000, 1).Int(); err != nil || n != 1 {
+		t.Fatalf("extend of the campaign's lease = %d, %v", n, err)
+	}
+	if d := rdb.PTTL(ctx, "l:fence").Val(); d < 4*time.Second {
+		t.Errorf("fence counter lives %v after the leader's extension to 5s, want the lease's life", d)
+	}
+}
