@@ -86,6 +86,8 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): semaphores are not available over a quorum (NewRedlock)", ErrInvalid, name, permits)
 	case c.opts.reentrant:
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): a reentrant Client (WithReentrant) cannot keep a semaphore", ErrInvalid, name, permits)
+	case c.opts.noScripts:
+		return nil, fmt.Errorf("%w: Semaphore(%q, %d): semaphores need scripts; a Client made WithoutScripts() cannot keep one", ErrInvalid, name, permits)
 	}
 	v := *c
 	v.opts.fair = true // a permit's waiters queue, whatever WithFair says

@@ -545,6 +545,11 @@ func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
 	if err != nil {
 		return State{}, RedisErr(err)
 	}
+	return stateOf(k, v)
+}
+
+// stateOf reads the reply of inspect.lua (see there) for the lock k.
+func stateOf(k *Keys, v []any) (State, error) {
 	if len(v) != 7 {
 		return State{}, fmt.Errorf("unexpected reply %v", v)
 	}
@@ -668,7 +673,10 @@ func RedisErr(err error) error {
 	if errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "REVOKED") {
 		return ErrRevoked
 	}
-	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") {
+	if denied := scriptingDenied(err); denied != nil {
+		return denied
+	}
+	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") && !errors.Is(err, ErrWrongType) {
 		return Because(ErrWrongType, wrongTypeDetail(err.Error()), err)
 	}
 	return err
