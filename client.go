@@ -79,6 +79,10 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		o.fair = false
 	}
 	n, h := newNode(rdb, &o)
+	var b backend.Backend = n
+	if o.noScripts {
+		b = backend.NewNoScripts(n)
+	}
 	mode := "unfair"
 	switch {
 	case o.reentrant:
@@ -86,7 +90,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	case o.fair:
 		mode = "fair"
 	}
-	return newClient(n, []*pubsub.Hub{h}, o, mode), nil
+	return newClient(b, []*pubsub.Hub{h}, o, mode), nil
 }
 
 // newNode returns the backend of one deployment reached through rdb, and

@@ -153,4 +153,6 @@
 // deadlock, behind one MultiLock. NewRedlock holds locks on a majority of
 // independent Redis masters. WithReplicaAck makes acquisitions wait for replicas (WAIT)
 // under Sentinel. On a Redis Cluster, releases use sharded pub/sub.
+// WithoutScripts runs plain locks as WATCH/MULTI/EXEC transactions, for a
+// Redis user that may not run scripts.
 package dlock

@@ -76,6 +76,8 @@ func (c *Client) Election(name string) (*Election, error) {
 		return nil, fmt.Errorf("%w: Election(%q): elections are not available over a quorum (NewRedlock), whose waiting is not fair", ErrInvalid, name)
 	case c.opts.reentrant:
 		return nil, fmt.Errorf("%w: Election(%q): a reentrant Client (WithReentrant) cannot hold an election", ErrInvalid, name)
+	case c.opts.noScripts:
+		return nil, fmt.Errorf("%w: Election(%q): elections need scripts; a Client made WithoutScripts() cannot hold one", ErrInvalid, name)
 	}
 	v := *c
 	v.opts.fair = true // candidates queue, whatever WithFair says

@@ -64,13 +64,22 @@ type NotAcquiredError struct {
 	Meta string
 	// TTL is the holder's remaining lease; -1 if unknown or without expiry.
 	TTL time.Duration
+
+	reentrant bool // Holder is a reentrant lock's owner: the text says "owner"
 }
 
+// Error says who holds the lock: "held by another holder" (a reentrant
+// lock: "held by another owner"), followed by the holder's metadata, quoted,
+// if it has some.
 func (e *NotAcquiredError) Error() string {
-	if e.Meta == "" {
-		return "held by another owner"
+	by := "held by another holder"
+	if e.reentrant {
+		by = "held by another owner"
 	}
-	return "held by another owner, " + strconv.Quote(e.Meta)
+	if e.Meta == "" {
+		return by
+	}
+	return by + ", " + strconv.Quote(e.Meta)
 }
 
 // Unwrap returns ErrNotAcquired.
@@ -80,7 +89,7 @@ func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 func refusal(g backend.Grant) *NotAcquiredError {
 	e := &NotAcquiredError{Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL}
 	if g.Owner != "" {
-		e.Holder = g.Owner
+		e.Holder, e.reentrant = g.Owner, true
 	}
 	return e
 }

@@ -46,7 +46,7 @@ func ExampleClient_AcquireAll() {
 	// Output:
 	// holding transfer:acct:7 with a fence: true
 	// holding transfer:acct:3 with a fence: true
-	// dlock: acquire "transfer:acct:3": not acquired: held by another owner, "transfers-1"
+	// dlock: acquire "transfer:acct:3": not acquired: held by another holder, "transfers-1"
 	// transfer:acct:9 was given back
 }
 

@@ -23,7 +23,8 @@ type Info struct {
 	// Meta is the holder's metadata (WithHolderMeta, HolderMeta), read from
 	// its token; "" if it has none. For a reentrant lock it is that of its
 	// owner's live holds, their distinct values joined with ", " if they
-	// differ (Owners has each).
+	// differ (Owners has each); for a semaphore, that of its live permits,
+	// joined likewise (Permits has each).
 	Meta string
 
 	// Owners are a reentrant lock's owners (one, unless the hash was
@@ -35,6 +36,14 @@ type Info struct {
 	// RWHolds are a read-write lock's live holds (Type "zset" too), the
 	// soonest to end first; TTL is then the latest hold's.
 	RWHolds []RWHold
+
+	// Queued is the length of the name's wait queue: the waiters of a fair
+	// lock (WithFair) or of a semaphore, in line for it. A waiter that died
+	// is counted until a release skips it or its entry expires (max(TTL,
+	// 1s) after it last renewed it). Waiters that do not queue — those of
+	// a lock that is not fair, a reentrant lock or a quorum — are not
+	// counted.
+	Queued int
 }
 
 // Owner is one owner of a reentrant lock.
@@ -47,7 +56,7 @@ type Owner struct {
 // infoOf is the Info of the lock name in the state st.
 func infoOf(name string, st backend.State) Info {
 	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
-		Meta: metaOf(st.Token)}
+		Meta: metaOf(st.Token), Queued: int(st.Queued)}
 	for _, o := range st.Owners {
 		var metas []string
 		for _, h := range o.Holds {
@@ -62,12 +71,21 @@ func infoOf(name string, st backend.State) Info {
 			info.Meta = strings.Join(metas, ", ")
 		}
 	}
+	var metas []string
 	for _, p := range st.Permits {
+		m := metaOf(p.Token)
 		if st.RW {
-			info.RWHolds = append(info.RWHolds, RWHold{Token: p.Token, TTL: p.Left, Write: p.Write})
+			info.RWHolds = append(info.RWHolds, RWHold{Token: p.Token, TTL: p.Left, Write: p.Write, Meta: m})
 		} else {
-			info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left})
+			info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: m})
 		}
+		if m != "" {
+			metas = append(metas, m)
+		}
+	}
+	if len(metas) > 0 {
+		slices.Sort(metas)
+		info.Meta = strings.Join(slices.Compact(metas), ", ")
 	}
 	return info
 }

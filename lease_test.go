@@ -426,3 +426,113 @@ func TestHolderMetaAtItsLongest(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A semaphore's permits carry their holders' metadata: Inspect and Holders
+// show each permit's, and Info.Meta their distinct values.
+func TestHolderMetaOfSemaphorePermits(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	var permits []*dlock.Lock
+	for _, meta := range []string{"worker b", "worker a", "worker b", ""} {
+		s, err := newClient(t, rdb, dlock.WithHolderMeta(meta)).Semaphore("sem-meta", 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("semaphore TryAcquire with metadata %q = %v", meta, err)
+		}
+		defer l.Release(ctx)
+		permits = append(permits, l)
+	}
+	info, err := newClient(t, rdb).Inspect(ctx, "sem-meta")
+	if err != nil || len(info.Permits) != 4 || info.Meta != "worker a, worker b" {
+		t.Fatalf("Inspect = %+v, %v; want 4 permits and Meta %q", info, err, "worker a, worker b")
+	}
+	for _, p := range info.Permits {
+		for _, l := range permits {
+			if p.Token == l.Token() && p.Meta != l.Meta() {
+				t.Errorf("permit %s: Meta = %q, want %q", p.Token, p.Meta, l.Meta())
+			}
+		}
+	}
+}
+
+// Inspect counts the waiters queued for a fair lock and for a semaphore,
+// and no longer those that gave up.
+func TestInspectCountsQueuedWaiters(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	sem, err := c.Semaphore("queued-sem", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		acquire func(context.Context) (*dlock.Lock, error)
+	}{
+		{"queued-lock", func(ctx context.Context) (*dlock.Lock, error) { return c.Acquire(ctx, "queued-lock") }},
+		{"queued-sem", sem.Acquire},
+	} {
+		held, err := tc.acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 2)
+		for range 2 {
+			go func() {
+				_, err := tc.acquire(wctx)
+				done <- err
+			}()
+		}
+		queued := func(n int) bool {
+			info, err := c.Inspect(ctx, tc.name)
+			return err == nil && info.Queued == n
+		}
+		if !waitFor(10*time.Second, func() bool { return queued(2) }) {
+			info, err := c.Inspect(ctx, tc.name)
+			t.Errorf("%s: Inspect with two waiters = %+v, %v; want Queued 2", tc.name, info, err)
+		}
+		cancel()
+		for range 2 {
+			if err := <-done; !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("%s: cancelled waiter's Acquire = %v, want ErrNotAcquired", tc.name, err)
+			}
+		}
+		if !waitFor(10*time.Second, func() bool { return queued(0) }) {
+			info, err := c.Inspect(ctx, tc.name)
+			t.Errorf("%s: Inspect after the waiters gave up = %+v, %v; want Queued 0", tc.name, info, err)
+		}
+		held.Release(ctx)
+	}
+}
+
+// A refusal names the holder in the lock's own terms: a plain lock's is
+// "another holder" (a lease), a reentrant lock's "another owner".
+func TestNotAcquiredWording(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	plain := newClient(t, rdb, dlock.WithHolderMeta("batch"))
+	l, err := plain.TryAcquire(ctx, "wording-plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	_, err = plain.TryAcquire(ctx, "wording-plain")
+	if want := `held by another holder, "batch"`; !errors.Is(err, dlock.ErrNotAcquired) || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("TryAcquire of a held plain lock = %v, want ErrNotAcquired ending in %s", err, want)
+	}
+
+	re := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithHolderMeta(""))
+	outer, err := asOwner(t, re, "flow-1").TryAcquire(ctx, "wording-re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Release(ctx)
+	_, err = asOwner(t, re, "flow-2").TryAcquire(ctx, "wording-re")
+	if want := "held by another owner"; !errors.Is(err, dlock.ErrNotAcquired) || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("TryAcquire of a reentrant lock another owner holds = %v, want ErrNotAcquired ending in %s", err, want)
+	}
+}

@@ -50,6 +50,7 @@ type options struct {
 	sharded     int // 0: auto (a Cluster client uses sharded pub/sub), 1 on, -1 off
 	meta        string
 	maxHold     time.Duration // 0: no cap
+	noScripts   bool          // WithoutScripts: transactions instead of scripts (noscript.go)
 
 	lease lease // what an acquisition asks for without LockOptions: the above, applied
 
@@ -90,6 +91,7 @@ func apply(opts []Option) options {
 		}
 		opt(&o)
 	}
+	o.scriptFree()
 	if d := o.driftFor(o.ttl); d >= o.ttl {
 		o.invalid("WithDrift(%v): the drift must be below the TTL (%v)", d, o.ttl)
 	}

@@ -65,6 +65,8 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 		o.invalid("WithFair(true): a quorum waits unfairly")
 	case o.replicas > 0:
 		o.invalid("WithReplicaAck(%d, %v): does not apply to a quorum of independent masters", o.replicas, o.ackTimeout)
+	case o.noScripts:
+		o.invalid("WithoutScripts(): a quorum (NewRedlock) needs scripts")
 	}
 	if o.err != nil {
 		return nil, o.err

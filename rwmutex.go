@@ -75,7 +75,8 @@ type RWMutex struct {
 //
 // It returns an error wrapping ErrInvalid for a bad name, and for a Client
 // that cannot keep a read-write lock: a reentrant Client (WithReentrant:
-// holds are not owned), and a quorum (NewRedlock). A quorum waits
+// holds are not owned), one made WithoutScripts (its grants and line
+// need a script's atomic reads and writes), and a quorum (NewRedlock). A quorum waits
 // unfairly, each node keeping its own line: readers could then starve a
 // writer, and a line kept on several independent nodes has no one order.
 func (c *Client) RWMutex(name string) (*RWMutex, error) {
@@ -87,6 +88,8 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 		return nil, fmt.Errorf("%w: RWMutex(%q): read-write locks are not available over a quorum (NewRedlock)", ErrInvalid, name)
 	case c.opts.reentrant:
 		return nil, fmt.Errorf("%w: RWMutex(%q): a reentrant Client (WithReentrant) cannot keep a read-write lock", ErrInvalid, name)
+	case c.opts.noScripts:
+		return nil, fmt.Errorf("%w: RWMutex(%q): read-write locks need scripts; a Client made WithoutScripts() cannot keep one", ErrInvalid, name)
 	}
 	rw := &RWMutex{name: name, c: c}
 	for _, s := range []*RWLocker{&rw.reader, &rw.writer} {
@@ -116,6 +119,7 @@ type RWHold struct {
 	Token string        // the hold's token: its Lock's Token
 	TTL   time.Duration // its remaining lease
 	Write bool          // a write hold (else a read)
+	Meta  string        // its holder metadata (WithHolderMeta, HolderMeta), read from Token; "" if none
 }
 
 // Holders returns the holds held now, the soonest to end first: reads, or

@@ -584,9 +584,9 @@ func TestRWMutexLockOptions(t *testing.T) {
 	if d, err := r.TTL(ctx); err != nil || d <= 0 || d > 2*time.Second {
 		t.Errorf("TTL of a read taken with LeaseTTL(2s) = %v, %v", d, err)
 	}
-	if info, err := newClient(t, rdb).Inspect(ctx, name); err != nil || info.Meta != "" || len(info.RWHolds) != 1 ||
-		!strings.Contains(info.RWHolds[0].Token, "reporting") {
-		t.Errorf("Inspect = %+v, %v, want the read's token carrying its metadata", info, err)
+	if info, err := newClient(t, rdb).Inspect(ctx, name); err != nil || info.Meta != "reporting" || len(info.RWHolds) != 1 ||
+		info.RWHolds[0].Meta != "reporting" {
+		t.Errorf("Inspect = %+v, %v, want the read's metadata", info, err)
 	}
 	start := time.Now()
 	_, err = rw.Writer().Acquire(ctx, dlock.MaxWait(200*time.Millisecond))
@@ -673,6 +673,7 @@ func TestRWMutexBadInput(t *testing.T) {
 		{"name too long", plain, strings.Repeat("x", dlock.MaxNameLen+1)},
 		{"reentrant Client", newClient(t, rdb, dlock.WithReentrant(true)), "rw"},
 		{"quorum", newRedlock(t, nodes), "rw"},
+		{"without scripts", newClient(t, rdb, dlock.WithoutScripts()), "rw"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rw, err := tc.c.RWMutex(tc.rw)

@@ -86,6 +86,8 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): semaphores are not available over a quorum (NewRedlock)", ErrInvalid, name, permits)
 	case c.opts.reentrant:
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): a reentrant Client (WithReentrant) cannot keep a semaphore", ErrInvalid, name, permits)
+	case c.opts.noScripts:
+		return nil, fmt.Errorf("%w: Semaphore(%q, %d): semaphores need scripts; a Client made WithoutScripts() cannot keep one", ErrInvalid, name, permits)
 	}
 	v := *c
 	v.opts.fair = true // a permit's waiters queue, whatever WithFair says
@@ -131,6 +133,7 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, l *Lock
 type Permit struct {
 	Token string        // the permit's token: its Lock's Token
 	TTL   time.Duration // its remaining lease
+	Meta  string        // its holder metadata (WithHolderMeta, HolderMeta), read from Token; "" if none
 }
 
 // Holders returns the permits held now, the soonest to end first; for

@@ -266,6 +266,7 @@ func TestCluster(t *testing.T) {
 	}
 	clusterSemaphore(t, cc)
 	succession(t, cc, "elect") // over sharded pub/sub
+	clusterWithoutScripts(t, nodes)
 	clusterRWMutex(t, cc)
 }
 

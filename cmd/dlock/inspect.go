@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,7 +45,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("list", stderr, "list [flags] [PATTERN]\n\nLists held locks whose names match the glob PATTERN (default *), using SCAN\n(on every node of a quorum).")
+	fs := newFlagSet("list", stderr, "list [flags] [PATTERN]\n\nLists held locks whose names match the glob PATTERN (default *), using SCAN\n(on every node of a quorum). Keys under the prefix that dlock did not write\n(another program's) show as HELD foreign.")
 	to := targetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per lock (ttl_ms: null when free, -1 when held with no expiry)")
 	patterns, code := parseMixed(fs, args)
@@ -126,24 +127,28 @@ type infoJSON struct {
 	Key     string       `json:"key"`
 	Held    bool         `json:"held"`
 	Type    string       `json:"type"`
+	Foreign bool         `json:"foreign,omitempty"` // the key holds a value dlock does not write (see foreign)
 	Token   string       `json:"token,omitempty"`
 	Meta    string       `json:"meta,omitempty"`
 	Owners  []ownerJSON  `json:"owners,omitempty"`
 	Permits []permitJSON `json:"permits,omitempty"`
 	RWHolds []rwHoldJSON `json:"rw_holds,omitempty"`
 	TTLMS   *int64       `json:"ttl_ms"` // null when free, -1 when held with no expiry
+	Queued  int          `json:"queued"`
 	Fence   int64        `json:"fence"`
 }
 
 type permitJSON struct {
 	Token string `json:"token"`
 	TTLMS int64  `json:"ttl_ms"`
+	Meta  string `json:"meta,omitempty"`
 }
 
 type rwHoldJSON struct {
 	Token string `json:"token"`
 	TTLMS int64  `json:"ttl_ms"`
 	Write bool   `json:"write"`
+	Meta  string `json:"meta,omitempty"`
 }
 
 type ownerJSON struct {
@@ -161,63 +166,109 @@ func cell(s string) string {
 	return s
 }
 
+// foreign says what the key of in holds when it is not a lock dlock wrote
+// — a value another program put under the prefix — or returns "". A
+// string cannot be told from a plain lock's token: it counts as a lock. A
+// hash without a reentrant lock's owner is foreign, and so is a sorted set
+// without expiry (a semaphore's key always expires at its last permit's
+// deadline). dlock does not take, extend or release such a key.
+func foreign(in dlock.Info) string {
+	switch {
+	case !in.Held || in.Type == "string":
+		return ""
+	case in.Type == "hash":
+		if len(in.Owners) == 0 {
+			return "a hash without a reentrant lock's owner"
+		}
+		return ""
+	case in.Type == "zset":
+		if in.TTL < 0 {
+			return "a sorted set without expiry"
+		}
+		return ""
+	}
+	return "a " + in.Type
+}
+
+// jsonOf is the JSON object of in.
+func jsonOf(in dlock.Info) infoJSON {
+	j := infoJSON{Name: in.Name, Key: in.Key, Held: in.Held, Type: in.Type, Foreign: foreign(in) != "",
+		Token: in.Token, Meta: in.Meta, Queued: in.Queued, Fence: in.Fence}
+	if in.Held {
+		ms := int64(-1)
+		if in.TTL >= 0 {
+			ms = in.TTL.Milliseconds()
+		}
+		j.TTLMS = &ms
+	}
+	for _, o := range in.Owners {
+		j.Owners = append(j.Owners, ownerJSON{o.ID, o.Holds, o.Meta})
+	}
+	for _, p := range in.Permits {
+		j.Permits = append(j.Permits, permitJSON{p.Token, p.TTL.Milliseconds(), p.Meta})
+	}
+	for _, h := range in.RWHolds {
+		j.RWHolds = append(j.RWHolds, rwHoldJSON{h.Token, h.TTL.Milliseconds(), h.Write, h.Meta})
+	}
+	return j
+}
+
+// row is one lock in a table, each cell ready to print.
+type row struct {
+	name, held, ttl, queued, fence, meta, holder string
+}
+
+// rowOf is the row of in: a foreign key is HELD "foreign", and its HOLDER
+// says what it holds.
+func rowOf(in dlock.Info) row {
+	r := row{name: cell(in.Name), held: "no", ttl: "-", queued: strconv.Itoa(in.Queued),
+		fence: strconv.FormatInt(in.Fence, 10), meta: metaColumn(in.Meta)}
+	switch {
+	case in.Held && in.TTL < 0:
+		r.held, r.ttl = "yes", "none"
+	case in.Held:
+		r.held, r.ttl = "yes", in.TTL.Round(time.Millisecond).String()
+	}
+	if why := foreign(in); why != "" {
+		r.held, r.holder = "foreign", "not a dlock lock: "+why
+		return r
+	}
+	token := in.Token
+	for _, o := range in.Owners { // a reentrant lock: owner ×holds
+		token = strings.TrimSpace(fmt.Sprintf("%s %s×%d", token, o.ID, o.Holds))
+	}
+	if len(in.Permits) > 0 { // a semaphore: its permits' tokens
+		tokens := make([]string, len(in.Permits))
+		for i, p := range in.Permits {
+			tokens[i] = p.Token
+		}
+		token = fmt.Sprintf("%d permits: %s", len(tokens), strings.Join(tokens, " "))
+	}
+	if len(in.RWHolds) > 0 { // a read-write lock: its write, or its reads
+		token = rwHolders(in.RWHolds)
+	}
+	r.holder = cmp.Or(cell(token), "-")
+	return r
+}
+
+const infoHeader = "NAME\tHELD\tTTL\tQUEUED\tFENCE\tMETA\tHOLDER"
+
+func (r row) String() string {
+	return strings.Join([]string{r.name, r.held, r.ttl, r.queued, r.fence, r.meta, r.holder}, "\t")
+}
+
 func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		for _, in := range infos {
-			j := infoJSON{Name: in.Name, Key: in.Key, Held: in.Held, Type: in.Type, Token: in.Token, Meta: in.Meta, Fence: in.Fence}
-			if in.Held {
-				ms := int64(-1)
-				if in.TTL >= 0 {
-					ms = in.TTL.Milliseconds()
-				}
-				j.TTLMS = &ms
-			}
-			for _, o := range in.Owners {
-				j.Owners = append(j.Owners, ownerJSON{o.ID, o.Holds, o.Meta})
-			}
-			for _, p := range in.Permits {
-				j.Permits = append(j.Permits, permitJSON{p.Token, p.TTL.Milliseconds()})
-			}
-			for _, h := range in.RWHolds {
-				j.RWHolds = append(j.RWHolds, rwHoldJSON{h.Token, h.TTL.Milliseconds(), h.Write})
-			}
-			enc.Encode(j)
+			enc.Encode(jsonOf(in))
 		}
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHELD\tTTL\tFENCE\tMETA\tHOLDER")
+	fmt.Fprintln(tw, infoHeader)
 	for _, in := range infos {
-		ttl := "-"
-		switch {
-		case in.Held && in.TTL < 0:
-			ttl = "none"
-		case in.Held:
-			ttl = in.TTL.Round(time.Millisecond).String()
-		}
-		held := "no"
-		if in.Held {
-			held = "yes"
-		}
-		token := in.Token
-		for _, o := range in.Owners { // a reentrant lock: owner ×holds
-			token = strings.TrimSpace(fmt.Sprintf("%s %s×%d", token, o.ID, o.Holds))
-		}
-		if len(in.Permits) > 0 { // a semaphore: its permits' tokens
-			tokens := make([]string, len(in.Permits))
-			for i, p := range in.Permits {
-				tokens[i] = p.Token
-			}
-			token = fmt.Sprintf("%d permits: %s", len(tokens), strings.Join(tokens, " "))
-		}
-		if len(in.RWHolds) > 0 { // a read-write lock: its write, or its reads
-			token = rwHolders(in.RWHolds)
-		}
-		if token == "" {
-			token = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", cell(in.Name), held, ttl, in.Fence, metaColumn(in.Meta), cell(token))
+		fmt.Fprintln(tw, rowOf(in))
 	}
 	tw.Flush()
 	return exitOK

@@ -5,6 +5,7 @@
 //	                                         with -n N, at most N at once)
 //	dlock inspect [--json] NAME...           show holder, remaining TTL and fence
 //	dlock list [--json] [PATTERN]            list held locks (SCAN, never KEYS)
+//	dlock watch [flags] PATTERN              a live view of the matching locks
 //	dlock release --force NAME               delete a lock whoever holds it
 //	dlock demo [flags]                       the batch-dispatch scenario, with and without a lock
 //	dlock demo seckill [flags]               a flash sale: lock versus one Lua script
@@ -18,10 +19,10 @@
 // error; 3 bad configuration (such as a malformed URL, or a name held as
 // a lock and asked for as a semaphore, or the reverse); 4 Redis unreachable
 // or failing (for a quorum: too many nodes failed to reach a majority); 5
-// lock not acquired (held by another owner); 6 lock lost while the command
+// lock not acquired (held by another holder); 6 lock lost while the command
 // ran (it was terminated); 126 command not executable; 127 command not
-// found; 128+N interrupted by signal N while waiting for the lock (130 for
-// SIGINT, 143 for SIGTERM).
+// found; 128+N interrupted by signal N while waiting for the lock, or
+// during a watch (130 for SIGINT, 143 for SIGTERM).
 package main
 
 import (
@@ -160,6 +161,7 @@ commands:
   run [flags] NAME -- CMD [ARG...]   hold the lock NAME while CMD runs (-n N: at most N at once)
   inspect [--json] NAME...           show a lock's holder, remaining TTL and fence
   list [--json] [PATTERN]            list held locks whose names match PATTERN
+  watch [flags] PATTERN              a live view of those locks, refreshed every second
   release --force NAME               delete a lock whoever holds it (operators only)
   demo [flags]                       run the batch-dispatch demo
   demo seckill [flags]               run the flash-sale demo
@@ -174,8 +176,8 @@ Run 'dlock COMMAND -h' for a command's flags.
 
 exit codes: 0 ok (run: the command's status), 2 usage, 3 configuration,
 4 Redis unreachable (or too many quorum nodes failing), 5 not acquired (held
-by another owner), 6 lock lost, 126/127 command not runnable, 130 (143 for
-SIGTERM) interrupted while waiting for the lock
+by another holder), 6 lock lost, 126/127 command not runnable, 130 (143 for
+SIGTERM) interrupted (while waiting for the lock, or a watch)
 `
 
 // run is the whole program, callable in-process from tests.
@@ -195,6 +197,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdInspect(ctx, rest, stdout, stderr)
 	case "list":
 		return cmdList(ctx, rest, stdout, stderr)
+	case "watch":
+		return cmdWatch(ctx, rest, stdout, stderr)
 	case "release":
 		return cmdRelease(ctx, rest, stdout, stderr)
 	case "demo":

@@ -32,8 +32,9 @@ func redisURLs(flagged urlList) []string {
 // target is where a command's locks live: the Redis nodes (--redis,
 // repeated for a quorum) and the key prefix (--prefix).
 type target struct {
-	urls   urlList
-	prefix string
+	urls      urlList
+	prefix    string
+	noScripts bool
 }
 
 // targetFlags defines --redis and --prefix on fs.
@@ -41,11 +42,15 @@ func targetFlags(fs *flag.FlagSet) *target {
 	t := &target{}
 	fs.Var(&t.urls, "redis", "Redis `URL` (default $REDIS_URL); repeat it for a quorum of independent masters (Redlock)")
 	fs.StringVar(&t.prefix, "prefix", dlock.DefaultPrefix, "the key `prefix` the locks were taken with (WithPrefix)")
+	fs.BoolVar(&t.noScripts, "no-scripts", false, "run no Lua scripts, for a Redis user denied EVAL (WithoutScripts): plain locks, unfair waiting")
 	return t
 }
 
 // client opens the Client of t's nodes and prefix, with opts.
 func (t *target) client(ctx context.Context, opts ...dlock.Option) (*dlock.Client, func(), error) {
+	if t.noScripts {
+		opts = append(opts, dlock.WithoutScripts())
+	}
 	return lockClient(ctx, t.urls, append([]dlock.Option{dlock.WithPrefix(t.prefix)}, opts...)...)
 }
 

@@ -63,7 +63,7 @@ Over a quorum (--redis repeated), dlock exits 4 at once if a majority of the
 nodes do not answer; nodes that fail later are waited out until --wait ends.
 
 exit status: CMD's (128+N if killed by signal N); 5 if the lock was not
-acquired (held by another owner, or lost before CMD started); 6 if it was
+acquired (held by another holder, or lost before CMD started); 6 if it was
 lost, or reached --max-hold, while CMD ran; 2 usage; 3 configuration (also: NAME
 is held as another kind: lock, semaphore, read-write lock); 4 Redis unreachable, or too
 many quorum nodes failing to reach a majority (the message names them); 130
@@ -273,7 +273,7 @@ type holdable struct {
 // ends); nodes names the Redis nodes, in order, for messages. The library
 // reports a quorum that failed as not acquired too (a QuorumError matches
 // ErrNotAcquired), and an interrupted wait as well; the exit codes tell
-// them apart: 5 only when the lock is held by another owner (or every
+// them apart: 5 only when the lock is held by another holder (or every
 // permit is held), 4 when nodes failed, 128+N when a signal interrupted the
 // wait.
 func acquireFor(ctx context.Context, h holdable, wait time.Duration, nodes []string) (*dlock.Lock, error) {
@@ -331,9 +331,9 @@ func acquireFor(ctx context.Context, h holdable, wait time.Duration, nodes []str
 		return nil, fail(exitNotAcquired, "all %d permits of semaphore %q are held, or others wait ahead", h.sem.Permits(), name)
 	case errors.Is(err, dlock.ErrNotAcquired):
 		if na, ok := errors.AsType[*dlock.NotAcquiredError](err); ok && na.Meta != "" {
-			return nil, fail(exitNotAcquired, "lock %q is held by another owner, %s", name, strconv.Quote(na.Meta))
+			return nil, fail(exitNotAcquired, "lock %q is held by another holder, %s", name, strconv.Quote(na.Meta))
 		}
-		return nil, fail(exitNotAcquired, "lock %q is held by another owner", name)
+		return nil, fail(exitNotAcquired, "lock %q is held by another holder", name)
 	}
 	return nil, &cliError{code: exitRedis, err: err}
 }
@@ -357,7 +357,7 @@ func fenceError(ctx context.Context, name string, err error, nodes []string) err
 }
 
 // nodeFailures names the nodes of qe that failed and why, on one line;
-// nodes that answered that another owner holds the lock are no failure.
+// nodes that answered that another holder holds the lock are no failure.
 func nodeFailures(qe *dlock.QuorumError, nodes []string) string {
 	var parts []string
 	for i, err := range qe.Nodes {
@@ -378,10 +378,10 @@ func nodeFailures(qe *dlock.QuorumError, nodes []string) string {
 }
 
 // refused reports whether a node's entry in a QuorumError is its answer
-// that another owner holds the lock rather than a failure. The library does
-// not export that error; its text is "held by another owner".
+// that another holder holds the lock rather than a failure. The library does
+// not export that error; its text is "held by another holder".
 func refused(err error) bool {
-	return errors.Is(err, dlock.ErrNotAcquired) || err.Error() == "held by another owner"
+	return errors.Is(err, dlock.ErrNotAcquired) || err.Error() == "held by another holder"
 }
 
 // supervise runs argv, through a guardian (see guardian.go), while l is

@@ -319,7 +319,7 @@ func checkRedisExit(t *testing.T, code int, errOut string, failed []*redistest.S
 	if code != exitRedis {
 		t.Errorf("exit %d, want %d (Redis unreachable); stderr %q", code, exitRedis, errOut)
 	}
-	if strings.Count(errOut, "\n") != 1 || strings.Contains(errOut, "held by another owner") || !strings.Contains(errOut, reason) {
+	if strings.Count(errOut, "\n") != 1 || strings.Contains(errOut, "held by another holder") || !strings.Contains(errOut, reason) {
 		t.Errorf("stderr = %q, want one line saying %q", errOut, reason)
 	}
 	for _, s := range failed {
@@ -329,7 +329,7 @@ func checkRedisExit(t *testing.T, code int, errOut string, failed []*redistest.S
 	}
 }
 
-// Redis nodes that fail are no lock held by another owner: a quorum that
+// Redis nodes that fail are no lock held by another holder: a quorum that
 // cannot reach a majority exits 4 and names the nodes.
 func TestRunQuorumFailures(t *testing.T) {
 	run := func(t *testing.T, args ...string) (int, string) {
@@ -405,13 +405,13 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 		}
 	}
 
-	// One node held by another owner, one failing, one granting: the lock
-	// may be held (a split vote at worst). That is "held by another owner".
+	// One node held by another holder, one failing, one granting: the lock
+	// may be held (a split vote at worst). That is "held by another holder".
 	srvs[1].Restart()
 	srvs[1].Do(ctx, "SET", "dlock:{q}", "someone-else", "PX", 60000)
 	_, err = acquireFor(ctx, holdable{c: c, name: "q"}, 0, names)
 	if ce, ok := err.(*cliError); !ok || ce.code != exitNotAcquired {
-		t.Errorf("acquireFor with one node held by another owner and one failing = %v, want exit %d", err, exitNotAcquired)
+		t.Errorf("acquireFor with one node held by another holder and one failing = %v, want exit %d", err, exitNotAcquired)
 	}
 }
 
@@ -443,7 +443,7 @@ func TestFenceError(t *testing.T) {
 	check(t.Context(), "down", s.Kill, exitRedis)
 }
 
-// An interrupted wait is no lock held by another owner: it exits 130 for a
+// An interrupted wait is no lock held by another holder: it exits 130 for a
 // plain cancellation or SIGINT, 128+N for signal N.
 func TestRunInterruptedWait(t *testing.T) {
 	s := redistest.Start(t)
@@ -456,7 +456,7 @@ func TestRunInterruptedWait(t *testing.T) {
 		if code != wantCode {
 			t.Errorf("exit %d, want %d; stderr %q", code, wantCode, errOut)
 		}
-		if strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, wantMsg) || strings.Contains(errOut, "held by another owner") {
+		if strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, wantMsg) || strings.Contains(errOut, "held by another holder") {
 			t.Errorf("stderr = %q, want one line saying %q", errOut, wantMsg)
 		}
 	}
@@ -603,6 +603,7 @@ func TestSentinelAndClusterURLs(t *testing.T) {
 		if code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "a")); code != 0 || !strings.Contains(out, `"held":false`) {
 			t.Errorf("dlock inspect over %s: exit %d, %q %q", url, code, out, errOut)
 		}
+		watchSeesRun(t, env, url)
 	}
 	for _, url := range []string{"redis+sentinel://" + sentinel.Addr(), "redis+bogus://127.0.0.1:1"} {
 		code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + url}, "inspect", "a"))
@@ -624,7 +625,7 @@ func TestRunSemaphore(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
 	const permits, runs = 3, 7
-	env := childEnv("counted", "REDIS_URL="+s.URL(), "DIR="+dir, "N="+strconv.Itoa(permits), "SLEEP=300ms")
+	env := childEnv("counted", "REDIS_URL="+s.URL(), "DIR="+dir, "N="+strconv.Itoa(permits), "SLEEP=3s")
 	type res struct {
 		code        int
 		out, stderr string
@@ -854,5 +855,32 @@ func TestRunReadWrite(t *testing.T) {
 	defer l.Release(ctx)
 	if code, errOut := run("--read", "--wait", "0"); code != exitConfig {
 		t.Errorf("dlock run --read on a name held as a lock: exit %d (%q), want %d", code, errOut, exitConfig)
+	}
+}
+
+// watchSeesRun checks that dlock watch over url (env names it) shows a
+// lock that a dlock run holds, with the run's metadata.
+func watchSeesRun(t *testing.T, env []string, url string) {
+	t.Helper()
+	holder := dlockCmd(t, childEnv("polite", env...), "run", "--meta", "watched", "w", "--", os.Args[0], childArg)
+	startUntilChildRuns(t, holder)
+	code, out, errOut := result(t, dlockCmd(t, env, "watch", "--count", "2", "--interval", "100ms", "--json", "w"))
+	holder.Process.Signal(syscall.SIGTERM) // forwarded: the child exits 0
+	if !waitExit(holder, 20*time.Second) {
+		t.Error("dlock run did not end 20s after SIGTERM")
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != exitOK || len(lines) != 2 {
+		t.Errorf("dlock watch over %s: exit %d, stdout %q, stderr %q; want 2 refreshes", url, code, out, errOut)
+		return
+	}
+	for _, line := range lines {
+		var r watchRefresh
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("refresh %q: %v", line, err)
+		}
+		if l := r.lock("w"); l == nil || !l.Held || l.Meta != "watched" {
+			t.Errorf("dlock watch over %s: refresh %q, want w held with metadata watched", url, line)
+		}
 	}
 }

@@ -559,11 +559,16 @@ func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
 }
 
 func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
-	v, err := script.Inspect.Run(ctx, n.rdb, []string{k.Lock, k.Fence}).Slice()
+	v, err := script.Inspect.Run(ctx, n.rdb, []string{k.Lock, k.Fence, k.Queue}).Slice()
 	if err != nil {
 		return State{}, RedisErr(err)
 	}
-	if len(v) != 6 {
+	return stateOf(k, v)
+}
+
+// stateOf reads the reply of inspect.lua (see there) for the lock k.
+func stateOf(k *Keys, v []any) (State, error) {
+	if len(v) != 7 {
 		return State{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	kind, _ := v[0].(string)
@@ -571,7 +576,8 @@ func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
 	pttl, _ := v[2].(int64)
 	fence, _ := v[3].(int64)
 	now, _ := v[5].(int64)
-	st := State{Key: k.Lock, Type: kind, Fence: fence}
+	queued, _ := v[6].(int64)
+	st := State{Key: k.Lock, Type: kind, Fence: fence, Queued: queued}
 	switch kind {
 	case "none":
 	case "string":
@@ -686,7 +692,10 @@ func RedisErr(err error) error {
 	if errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "REVOKED") {
 		return ErrRevoked
 	}
-	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") {
+	if denied := scriptingDenied(err); denied != nil {
+		return denied
+	}
+	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") && !errors.Is(err, ErrWrongType) {
 		return Because(ErrWrongType, wrongTypeDetail(err.Error()), err)
 	}
 	return err

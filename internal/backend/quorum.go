@@ -12,7 +12,7 @@ import (
 )
 
 var (
-	errRefused  = errors.New("held by another owner")
+	errRefused  = errors.New("held by another holder")
 	errNoAnswer = errors.New("no answer within the node timeout")
 )
 
@@ -386,7 +386,7 @@ func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 			continue
 		}
 		answered++
-		out.Key, out.Fence = r.v.Key, max(out.Fence, r.v.Fence)
+		out.Key, out.Fence, out.Queued = r.v.Key, max(out.Fence, r.v.Fence), max(out.Queued, r.v.Queued)
 		if r.v.Held {
 			votes[r.v.Token]++
 		}

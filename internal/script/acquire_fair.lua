@@ -4,7 +4,8 @@
 -- ARGV[1] the lease's token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
 -- ARGV[4] how long a queue entry lives without being renewed, in ms   ARGV[5] release channel
 -- ARGV[6] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
--- ARGV[7] how long the fence counter lives, in ms (the fence window)
+-- ARGV[7] how long the fence counter lives, in ms (the fence window; a
+--         fence issued with a longer lease lives as long as the lease)
 -- ARGV[8] 1 for a leadership campaign (see election.go), else 0 or absent
 -- Returns 0 when the lock is ours (taken now, handed to us by a release, or
 -- already ours), else {pttl, holder}: the holder's remaining ms (-1: no
@@ -32,7 +33,7 @@ local function won()
   if not campaign then
     return 0
   end
-  local fence = new_fence(KEYS[2], ARGV[7])
+  local fence = new_fence(KEYS[2], math.max(tonumber(ARGV[7]), tonumber(ARGV[2])))
   if not fence then
     return fence_type_reply()
   end
@@ -59,6 +60,7 @@ if holder == token then
   -- now; it is never shortened (GT).
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
   if campaign then
+    redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT')
     return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   end
   return 0
@@ -74,7 +76,7 @@ if not holder then
     local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
     if deadline and tonumber(deadline) > now then
       if head ~= token then -- hand it to the first live waiter
-        local fence = new_fence(KEYS[2], ARGV[7])
+        local fence = new_fence(KEYS[2], math.max(tonumber(ARGV[7]), tonumber(ttl)))
         if not fence then return fence_type_reply() end
         redis.call('LPOP', KEYS[3])
         redis.call('HDEL', KEYS[4], head)

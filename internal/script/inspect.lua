@@ -1,12 +1,14 @@
 -- inspect.lua: read a lock's state without changing it.
--- KEYS[1] lock key   KEYS[2] fence key
--- Returns {type, holder, pttl, fence, owners, now}: type is the lock key's Redis
+-- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] fair queue (list of waiter tokens)
+-- Returns {type, holder, pttl, fence, owners, now, queued}: type is the lock key's Redis
 -- type ('none' when free), holder the token of a plain lock ('' for other
 -- types), pttl the remaining ms (-2 missing, -1 no expiry), fence the
 -- last fence issued within the fence window (0 if none), owners a reentrant lock's flat list of
 -- hash fields and values, or a semaphore's flat list of permit tokens and
 -- deadlines, soonest first (empty for other types), now the server's clock
--- in ms (a reentrant hold's and a permit's deadline are on it).
+-- in ms (a reentrant hold's and a permit's deadline are on it), queued the
+-- fair queue's length (0 if the queue key holds a value of another type).
+-- Errors: none of its own.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local holder = ''
 local owners = {}
@@ -20,4 +22,8 @@ end
 local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return {kind, holder, redis.call('PTTL', KEYS[1]), fence, owners, now}
+local queued = redis.pcall('LLEN', KEYS[3])
+if type(queued) ~= 'number' then
+  queued = 0
+end
+return {kind, holder, redis.call('PTTL', KEYS[1]), fence, owners, now, queued}

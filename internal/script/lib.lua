@@ -18,7 +18,8 @@
 --          revocation window, min(TTL, 1 min), whatever happens to the lock.
 -- The fence counter ("<lock>:fence") is written only when a fence is asked
 -- for (fence.lua) or a lock is handed to a fair waiter, and lives for the
--- fence window after that.
+-- fence window after that; a fence issued with a lease that outlives the
+-- window (a fair handover, a leadership term) lives as long as that lease.
 --
 -- A semaphore is a sorted set at the lock key: one member per permit, the
 -- permit's token, scored by its deadline (ms, server clock), with the key

@@ -6,7 +6,8 @@
 -- ARGV[1] owner token   ARGV[2] release channel
 -- ARGV[3] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
 -- ARGV[4] how long the revocation marker lives, in ms
--- ARGV[5] how long the fence counter lives, in ms (the fence window)
+-- ARGV[5] how long the fence counter lives, in ms (the fence window; with
+--         a longer lease handed over, as long as that lease)
 -- A handover is announced on the channel as "<token> <fence>", a plain
 -- release as "*".
 -- Returns 1 if the lock was ours (it is now handed over or deleted; also for
@@ -37,7 +38,7 @@ while true do
   redis.call('HDEL', KEYS[4], head)
   local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
   if deadline and tonumber(deadline) > now then
-    local fence = new_fence(KEYS[2], ARGV[5])
+    local fence = new_fence(KEYS[2], math.max(tonumber(ARGV[5]), tonumber(ttl)))
     if not fence then -- a foreign fence key: free the lock rather than hand it over unfenced
       redis.call('DEL', KEYS[1])
       redis.call(ARGV[3], ARGV[2], '*')

@@ -1,8 +1,8 @@
 // Package torture is a model-based randomized fault checker for dlock: a
 // "torture test". TestTorture runs seeded rounds; each round picks a mode
 // (plain unfair, fair, reentrant with nested holds, Redlock over 3 or 5
-// nodes, semaphores of SemPermits permits, or elections whose campaigns
-// are the acquisitions), drives several Clients — goroutines of the test process and
+// nodes, semaphores of SemPermits permits, elections whose campaigns
+// are the acquisitions, or plain locks WithoutScripts), drives several Clients — goroutines of the test process and
 // worker processes (the test binary re-executed, see RunProcess) — through
 // random operations on a few lock names while an Injector breaks things,
 // then quiesces the system and checks the round's history.

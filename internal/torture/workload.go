@@ -21,11 +21,12 @@ const (
 	ModeQuorum5   = "quorum5"   // NewRedlock over 5 nodes
 	ModeSemaphore = "semaphore" // one node, every name a semaphore of SemPermits permits
 	ModeElection  = "election"  // one node, every name an election: leaderships are the leases
+	ModeNoScripts = "noscripts" // one node, WithoutScripts(): transactions instead of scripts, unfair
 	ModeRW        = "rw"        // one node, every name a read-write lock, held for reads or writes
 )
 
 // Modes lists every mode, in the order rounds cycle through them.
-var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5, ModeSemaphore, ModeElection, ModeRW}
+var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5, ModeSemaphore, ModeElection, ModeNoScripts, ModeRW}
 
 // SemPermits is the N of every semaphore of a semaphore round: at most that
 // many holders of a name at once.
@@ -134,8 +135,11 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.grdb = redis.NewClient(&redis.Options{Network: cfg.GuardNet, Addr: cfg.GuardAddr, PoolSize: 4})
 	w.guard = dlock.NewGuard(w.grdb)
-	common := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix), dlock.WithAutoExtend(w.opts.autoExtend),
-		dlock.WithPipelining(w.opts.pipelining)}
+	how := dlock.WithPipelining(w.opts.pipelining)
+	if cfg.Mode == ModeNoScripts {
+		how = dlock.WithoutScripts() // (pipelining does not apply)
+	}
+	common := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix), dlock.WithAutoExtend(w.opts.autoExtend), how}
 	switch cfg.Mode {
 	case ModeQuorum3, ModeQuorum5:
 		w.c, err = dlock.NewRedlock(nodes, append(common, dlock.WithNodeTimeout(nodeTimeout))...)

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// Keys under the prefix that dlock did not write — a list, a hash without
+// a reentrant lock's owner, a sorted set without expiry — show in list and
+// inspect as foreign (JSON "foreign": true), not as held locks; a lock, a
+// reentrant lock and a semaphore do not.
+func TestListTellsForeignKeys(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	rdb.RPush(ctx, "dlock:{f:list}", "x")
+	rdb.HSet(ctx, "dlock:{f:hash}", "field", "v")
+	rdb.ZAdd(ctx, "dlock:{f:zset}", redis.Z{Score: 1, Member: "member"})
+	rdb.Set(ctx, "dlock:{f:lock}", "tok", time.Minute)
+	rdb.HSet(ctx, "dlock:{f:re}", "owner", "client/flow", "fence", 7, "h:one", 1<<50)
+	rdb.PExpire(ctx, "dlock:{f:re}", time.Minute)
+	sem, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := sem.Semaphore("f:sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit, err := sm.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer permit.Release(ctx)
+	wantForeign := map[string]bool{"f:list": true, "f:hash": true, "f:zset": true, "f:lock": false, "f:re": false, "f:sem": false}
+
+	var stdout, stderr bytes.Buffer
+	if code := run(ctx, []string{"list", "--redis", s.URL(), "--json", "f:*"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("list --json: exit %d, stderr %q", code, stderr.String())
+	}
+	got := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var in infoJSON
+		if err := json.Unmarshal([]byte(line), &in); err != nil {
+			t.Fatalf("list --json line %q: %v", line, err)
+		}
+		got[in.Name] = in.Foreign
+	}
+	if len(got) != len(wantForeign) {
+		t.Errorf("list --json names %v, want %v", got, wantForeign)
+	}
+	for name, want := range wantForeign {
+		if got[name] != want {
+			t.Errorf("list --json: %s foreign = %v, want %v", name, got[name], want)
+		}
+	}
+
+	stdout.Reset()
+	if code := run(ctx, []string{"list", "--redis", s.URL(), "f:*"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("list: exit %d, stderr %q", code, stderr.String())
+	}
+	for _, line := range strings.Split(stdout.String(), "\n")[1:] {
+		if line == "" {
+			continue
+		}
+		name := strings.Fields(line)[0]
+		if isForeign := strings.Contains(line, " foreign ") && strings.Contains(line, "not a dlock lock"); isForeign != wantForeign[name] {
+			t.Errorf("list row %q: foreign %v, want %v", line, isForeign, wantForeign[name])
+		}
+	}
+	stdout.Reset()
+	if code := run(ctx, []string{"inspect", "--redis", s.URL(), "f:list"}, &stdout, &stderr); code != exitOK || !strings.Contains(stdout.String(), "not a dlock lock: a list") {
+		t.Errorf("inspect of a list: exit %d, %q; want it shown as not a dlock lock", code, stdout.String())
+	}
+}
+
+// dlock inspect shows each semaphore permit's holder metadata: in the
+// META column (their distinct values) and per permit in JSON.
+func TestInspectShowsPermitMeta(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	for _, meta := range []string{"worker 2", "worker-1"} {
+		c, err := dlock.New(rdb, dlock.WithHolderMeta(meta))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sm, err := c.Semaphore("pool", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := sm.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(ctx, []string{"inspect", "--redis", s.URL(), "pool"}, &stdout, &stderr); code != exitOK ||
+		!strings.Contains(stdout.String(), `"worker 2, worker-1"`) || !strings.Contains(stdout.String(), "2 permits: ") {
+		t.Errorf("inspect of a semaphore: exit %d, %q (stderr %q); want both permits' metadata in META", code, stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	if code := run(ctx, []string{"inspect", "--redis", s.URL(), "--json", "pool"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("inspect --json: exit %d, stderr %q", code, stderr.String())
+	}
+	var in infoJSON
+	if err := json.Unmarshal(stdout.Bytes(), &in); err != nil || len(in.Permits) != 2 {
+		t.Fatalf("inspect --json = %q, %v; want 2 permits", stdout.String(), err)
+	}
+	metas := map[string]bool{}
+	for _, p := range in.Permits {
+		metas[p.Meta] = true
+	}
+	if !metas["worker 2"] || !metas["worker-1"] || in.Meta != "worker 2, worker-1" {
+		t.Errorf("inspect --json = %+v; want each permit's metadata, and both in meta", in)
+	}
+}

@@ -1,0 +1,480 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NoScripts is the backend of one deployment whose Redis user may not run
+// scripts (EVAL, EVALSHA): the plain lock's operations, each a
+// compare-and-act transaction (WATCH, reads, MULTI … EXEC) instead of a
+// script, on the same keys and values as the scripts (see lib.lua). A
+// script-free Client and a scripting one can share lock names.
+//
+// Every transaction watches the keys its decision reads, and writes only
+// in its EXEC: a write to one of them between the WATCH and the EXEC (by
+// anyone: another client, the undo of this lease, an expiry) aborts the
+// EXEC, and the operation reads again, up to maxTries times. A request
+// delayed in the network therefore acts on what its own reads saw, or not
+// at all; and go-redis never re-sends a transaction's commands on another
+// connection (its connection is pinned to the transaction), so a re-sent
+// EXEC cannot run without its WATCH.
+//
+// It serves plain locks only: fair waiting (a queue handed over in one
+// step), reentrant locks and semaphores need scripts, and the root package
+// refuses them with this backend.
+type NoScripts struct {
+	Node // Scan, Batches, Drain; its fields configure the operations
+}
+
+// NewNoScripts returns the script-free backend of the deployment n reaches.
+func NewNoScripts(n Node) NoScripts { return NoScripts{Node: n} }
+
+// scriptingDenied returns the error for a NOPERM reply to EVAL or EVALSHA
+// (an ACL that denies the Redis user scripting, such as -@scripting), which
+// names the mode that needs no scripts; nil for any other error.
+func scriptingDenied(err error) error {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) || !strings.HasPrefix(rerr.Error(), "NOPERM") || !strings.Contains(strings.ToLower(rerr.Error()), "'eval") {
+		return nil
+	}
+	return fmt.Errorf("scripting is denied to this Redis user; dlock.WithoutScripts() selects the mode that runs no scripts (%w)", err)
+}
+
+// maxTries bounds the tries of one operation whose transaction keeps
+// being aborted by writes to its keys (or moved with its slot).
+const maxTries = 16
+
+// errConflict reports an operation whose transaction was aborted maxTries
+// times: it did nothing.
+var errConflict = fmt.Errorf("the transaction was aborted by concurrent writes to its keys %d times", maxTries)
+
+// watched runs fn on a transaction that watches keys (the first the lock's
+// key or its marker: they share the hash slot) until fn returns anything
+// but an aborted EXEC (redis.TxFailedErr), or a MOVED/ASK reply when the
+// slot is being moved on a Cluster; each try reads anew.
+func (n NoScripts) watched(ctx context.Context, keys []string, fn func(*redis.Tx) error) error {
+	for try := range maxTries {
+		err := n.uc.Watch(ctx, fn, keys...)
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return err
+		case errors.Is(err, redis.TxFailedErr):
+		case strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK "):
+			// Refused before anything ran: read the slot map again.
+			if cc, ok := n.uc.(*redis.ClusterClient); ok {
+				cc.ReloadState(ctx)
+			}
+			if !sleepCtx(ctx, time.Duration(try+1)*20*time.Millisecond) {
+				return ctx.Err()
+			}
+		default:
+			return err
+		}
+	}
+	return errConflict
+}
+
+// isWrongType reports a WRONGTYPE reply.
+func isWrongType(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")
+}
+
+// errAgain makes watched read again: what fn read changed before it could act.
+var errAgain = redis.TxFailedErr
+
+// str is a string reply that may be missing ("").
+func str(cmd *redis.Cmd) (string, error) {
+	s, err := cmd.Text()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return s, err
+}
+
+// ack waits, on the transaction's connection, for the replicas to
+// acknowledge its writes (WithReplicaAck); it returns how many did, or -1
+// when acknowledgement is off.
+func (n NoScripts) ack(ctx context.Context, tx *redis.Tx) int64 {
+	if n.replicas <= 0 {
+		return -1
+	}
+	acks, _ := tx.Do(ctx, "WAIT", n.replicas, n.ackTimeout.Milliseconds()).Int64()
+	return acks
+}
+
+// Acquire takes the lock if it is free; see Node.Acquire for when the
+// attempt must be undone. queue is ignored: there is no fair queue.
+func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
+	if c.Permits > 0 || c.Owner != "" || n.fair {
+		return Grant{}, fmt.Errorf("%w: only plain locks run without scripts", ErrNotSent)
+	}
+	var g Grant
+	err := n.watched(ctx, []string{c.Rev}, func(tx *redis.Tx) error {
+		var err error
+		g, err = n.acquireTx(ctx, tx, c, ttl)
+		return err
+	})
+	if err != nil {
+		err = RedisErr(err)
+		if !errors.Is(err, ErrRevoked) && !neverSent(err) {
+			g.Undo = true
+		}
+	}
+	return g, err
+}
+
+// acquireTx is one try of Acquire, acquire.lua's steps: the marker is
+// watched, so an undo of this lease (which writes it) that comes first
+// makes the lease's token refused, and one that comes between the reads
+// and the EXEC aborts the EXEC. The lock key itself is not watched: SET NX
+// takes it only if it is free whatever happened since the reads.
+func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl time.Duration) (Grant, error) {
+	var mark, holder, pttl *redis.Cmd
+	tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		mark = p.Do(ctx, "GET", c.Rev)
+		holder = p.Do(ctx, "GET", c.Lock)
+		pttl = p.Do(ctx, "PTTL", c.Lock)
+		return nil
+	})
+	m, err := str(mark)
+	if err != nil {
+		return Grant{}, err
+	}
+	if m == "0" || m == "1" {
+		return Grant{}, ErrRevoked
+	}
+	h, err := str(holder)
+	if err != nil {
+		return Grant{}, err
+	}
+	ms := ttl.Milliseconds()
+	var take, left *redis.Cmd
+	switch h {
+	case c.Token:
+		// Ours already: this lease's earlier try ran, its reply lost. Make
+		// it last ttl from now if it ends sooner (never shorten it), as
+		// acquire.lua does.
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Do(ctx, "PEXPIRE", c.Lock, ms, "GT")
+			take = p.Do(ctx, "GET", c.Lock)
+			return nil
+		})
+		if v, _ := str(take); err == nil && v != c.Token {
+			return Grant{}, errAgain // it expired meanwhile: try again
+		}
+	case "":
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			take = p.Do(ctx, "SET", c.Lock, c.Token, "NX", "PX", ms, "GET")
+			left = p.Do(ctx, "PTTL", c.Lock)
+			return nil
+		})
+		if err != nil && errors.Is(take.Err(), redis.Nil) { // (the first error is SET's missing reply)
+			err = nil
+		}
+		if h, _ = str(take); err == nil && h != "" && h != c.Token {
+			v, _ := left.Int64()
+			return Grant{PTTL: pttlOf(v), Holder: h}, nil
+		}
+	default:
+		v, _ := pttl.Int64()
+		return Grant{PTTL: pttlOf(v), Holder: h}, nil
+	}
+	if err != nil {
+		return Grant{}, err
+	}
+	if acks := n.ack(ctx, tx); acks >= 0 && acks < int64(n.replicas) {
+		return Grant{Undo: true}, n.ackUndone(acks)
+	}
+	return Grant{Held: true}, nil
+}
+
+// Release ends the lease as release.lua does (see Node.Release): it deletes
+// the lock if the lease holds it, and marks the lease ended either way.
+// The lock and the marker are watched, so a lock taken by this lease's
+// attempt still in flight, or by another lease, after the reads aborts the
+// EXEC, and the release reads again.
+func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
+	ttl := c.TTL
+	if ttl == 0 {
+		ttl = n.ttl
+	}
+	window := revokeWindow(ttl)
+	var ok bool
+	err := n.watched(ctx, []string{c.Lock, c.Rev}, func(tx *redis.Tx) error {
+		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)
+		switch {
+		case err != nil:
+			return err
+		case h == c.Token:
+			ok = true
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Del(ctx, c.Lock)
+				p.Set(ctx, c.Rev, "1", window)
+				p.Do(ctx, n.pub, c.Channel, "*")
+				return nil
+			})
+		case m == "1": // released already (by a try whose reply was lost)
+			ok = true
+		default:
+			ok = false
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, c.Rev, "0", window)
+				return nil
+			})
+		}
+		return err
+	})
+	if err != nil {
+		return false, RedisErr(err)
+	}
+	return ok, nil
+}
+
+// read2 reads the string keys a and b (the lock and the lease's marker) in
+// one round trip; a missing key reads "".
+func (n NoScripts) read2(ctx context.Context, tx *redis.Tx, a, b string) (string, string, error) {
+	var ca, cb *redis.Cmd
+	tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		ca = p.Do(ctx, "GET", a)
+		cb = p.Do(ctx, "GET", b)
+		return nil
+	})
+	va, err := str(ca)
+	if err != nil {
+		return "", "", err
+	}
+	vb, err := str(cb)
+	return va, vb, err
+}
+
+// Extend resets the lease to ttl from now as extend.lua does: only while
+// the lease holds the lock, and unless an extension with a sequence number
+// of at least seq was applied (recorded in the marker, "e<seq>"). Both keys
+// are watched, so an older extension delayed in the network, which reads
+// before a newer one writes and would act after it, finds its EXEC aborted.
+func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
+	if c.Permits > 0 || c.Owner != "" {
+		return false, fmt.Errorf("%w: only plain locks run without scripts", ErrNotSent)
+	}
+	var (
+		ok   bool
+		acks int64 = -1
+	)
+	err := n.watched(ctx, []string{c.Lock, c.Rev}, func(tx *redis.Tx) error {
+		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)
+		if err != nil || h != c.Token {
+			ok = false
+			return err
+		}
+		ok = true
+		if last, err := strconv.ParseInt(strings.TrimPrefix(m, "e"), 10, 64); err == nil && m != "" && m[0] == 'e' && last >= seq {
+			return nil // superseded by a newer extension
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.PExpire(ctx, c.Lock, ttl)
+			p.Set(ctx, c.Rev, "e"+strconv.FormatInt(seq, 10), ttl)
+			return nil
+		})
+		if err == nil {
+			acks = n.ack(ctx, tx)
+		}
+		return err
+	})
+	if err != nil {
+		return false, RedisErr(err)
+	}
+	if ok && acks >= 0 && acks < int64(n.replicas) {
+		return false, n.ackError(acks)
+	}
+	return ok, nil
+}
+
+// Fence issues the lease's fence as fence.lua does: max(last + 1, the
+// server's clock in µs), stored for the fence window, if the lease holds
+// the lock. The clock is read with TIME on the transaction's connection
+// (the master of the keys), before the EXEC; the lock and the counter are
+// watched, so a fence issued by anyone else meanwhile aborts the EXEC and
+// this one is computed again. Fences therefore rise as with scripts, also
+// when the counter was lost (it expired, an empty restart, a failover).
+func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
+	var fence int64
+	err := n.watched(ctx, []string{c.Lock, c.Fence}, func(tx *redis.Tx) error {
+		var now *redis.TimeCmd
+		var holder, last *redis.Cmd
+		tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+			now = p.Time(ctx)
+			holder = p.Do(ctx, "GET", c.Lock)
+			last = p.Do(ctx, "GET", c.Fence)
+			return nil
+		})
+		fence = 0
+		h, err := str(holder)
+		if isWrongType(err) {
+			return nil // not a plain lock, so not the lease's
+		}
+		if err != nil || h != c.HolderID() {
+			return err
+		}
+		t, err := now.Result()
+		if err != nil {
+			return err
+		}
+		l, err := str(last)
+		if isWrongType(err) {
+			return Because(ErrWrongType, "the fence key holds a value of another type", err)
+		}
+		if err != nil {
+			return err
+		}
+		prev, _ := strconv.ParseInt(l, 10, 64)
+		f := max(prev+1, t.UnixMicro())
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Do(ctx, "SET", c.Fence, f, "PX", n.fenceMS)
+			return nil
+		})
+		if err == nil {
+			fence = f
+		}
+		return err
+	})
+	if err != nil {
+		return 0, RedisErr(err)
+	}
+	return fence, nil
+}
+
+// stateReads queues the reads of inspect.lua on p and returns a function
+// that makes its reply of them, once they ran.
+func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, error) {
+	kind := p.Type(ctx, k.Lock)
+	get := p.Do(ctx, "GET", k.Lock)
+	hash := p.HGetAll(ctx, k.Lock)
+	zset := p.ZRangeWithScores(ctx, k.Lock, 0, -1)
+	pttl := p.Do(ctx, "PTTL", k.Lock)
+	fence := p.Do(ctx, "GET", k.Fence)
+	now := p.Time(ctx)
+	queued := p.LLen(ctx, k.Queue) // 0 when the queue key holds another type, as inspect.lua's
+	return func() ([]any, error) {
+		t, err := now.Result()
+		if err != nil {
+			return nil, err
+		}
+		v := []any{kind.Val(), "", pttl.Val(), int64(0), []any{}, t.UnixMilli(), queued.Val()}
+		switch v[0] {
+		case "string":
+			v[1], err = str(get)
+		case "hash":
+			v[4], err = flatHash(hash)
+		case "zset":
+			v[4], err = flatZset(zset)
+		}
+		if err == nil {
+			var f string
+			if f, err = str(fence); err == nil {
+				v[3], _ = strconv.ParseInt(f, 10, 64)
+			}
+		}
+		if err == nil {
+			err = kind.Err()
+		}
+		return v, err
+	}
+}
+
+// flatHash and flatZset return a hash's fields and values, and a sorted
+// set's members and scores (lowest first), as one flat list of strings, as
+// a script's HGETALL and ZRANGE … WITHSCORES reply.
+func flatHash(cmd *redis.MapStringStringCmd) ([]any, error) {
+	var v []any
+	m, err := cmd.Result()
+	for field, value := range m {
+		v = append(v, field, value)
+	}
+	return v, err
+}
+
+func flatZset(cmd *redis.ZSliceCmd) ([]any, error) {
+	var v []any
+	zs, err := cmd.Result()
+	for _, z := range zs {
+		v = append(v, fmt.Sprint(z.Member), strconv.FormatFloat(z.Score, 'f', -1, 64))
+	}
+	return v, err
+}
+
+// Inspect reads the lock's state as inspect.lua does, in one MULTI.
+func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {
+	var st State
+	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) error {
+		var reply func() ([]any, error)
+		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			reply = stateReads(ctx, p, k)
+			return nil
+		})
+		if errors.Is(err, redis.TxFailedErr) {
+			return err
+		}
+		v, err := reply() // (the reads of the other types failed: WRONGTYPE)
+		if err == nil {
+			st, err = stateOf(k, v)
+		}
+		return err
+	})
+	if err != nil {
+		return State{}, RedisErr(err)
+	}
+	return st, nil
+}
+
+// Undo ends the lease c may hold (see Node.Undo).
+func (n NoScripts) Undo(ctx context.Context, c *Claim) error {
+	_, err := n.Release(ctx, c)
+	if neverSent(err) {
+		return nil
+	}
+	return err
+}
+
+// Force deletes the lock whoever holds it, as force_release.lua does: the
+// lock is watched before its holding is read, so the EXEC deletes the
+// holding that was read, or nothing.
+func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
+	var deleted bool
+	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) error {
+		deleted = false
+		var reply func() ([]any, error)
+		tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+			reply = stateReads(ctx, p, k)
+			return nil
+		})
+		v, err := reply()
+		if err != nil {
+			return err
+		}
+		st, err := stateOf(k, v)
+		switch {
+		case err != nil || !st.Held || (st.Type == "zset" && st.Holding == ""):
+			return err
+		case st.Holding == "":
+			return Because(ErrWrongType, "a "+st.Type)
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, k.Lock)
+			p.Do(ctx, n.pub, k.Channel, "*")
+			return nil
+		})
+		deleted = err == nil
+		return err
+	})
+	if err != nil {
+		return false, RedisErr(err)
+	}
+	return deleted, nil
+}
