@@ -772,6 +772,9 @@ func TestRWMutexAndOtherKindsGetErrWrongType(t *testing.T) {
 				if _, err := sem.TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
 					t.Errorf("Semaphore.TryAcquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
 				}
+				if _, err := newClient(t, rdb, dlock.WithoutScripts()).TryAcquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("TryAcquire WithoutScripts of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
+				}
 				if _, err := sem.Acquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
 					t.Errorf("Semaphore.Acquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
 				}
