@@ -433,6 +433,9 @@ func TestQuorumReleaseRetriedOnANodeThatFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !waitFor(5*time.Second, func() bool { n, _ := keyOnNodes(ctx, direct, "dlock:{cut}"); return n == 3 }) {
+		t.Fatal("the lease never reached all three nodes") // TryAcquire returns once two have it
+	}
 	ps[2].Stall() // node 2 gets the release only after the cut: never
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release with 2 of 3 nodes answering: %v", err)

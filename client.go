@@ -108,8 +108,11 @@ func newNode(rdb redis.UniversalClient, o *options) (backend.Node, *pubsub.Hub) 
 // whose outcome was unknown (an Acquire whose context ended while its
 // request was in flight, or whose reply came too late), the release of a
 // Do whose fn panicked when Redis did not answer, and, over a quorum, the
-// node calls that were still going when a majority had decided. That work
-// ends by itself (bounded by max(TTL, 1s), at most 10 seconds); Drain is
+// node calls that were still going when a majority had decided, and the
+// retries of a release that a quorum node missed. That work ends by
+// itself: a first call is bounded by go-redis's read timeout, and the
+// retries that follow end within max(TTL, 1s) of it (10 seconds at most,
+// backend.RetryMax). Drain is
 // for shutting down: call it after the last call on the Client (and on its
 // Owner Clients) returned and before closing the go-redis clients, which
 // would cut it short and leave what it was undoing in Redis until it

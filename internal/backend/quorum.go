@@ -274,10 +274,14 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// background, as an undo is, so that the node does not keep the lock
 	// until the lease expires (its copies are harmless: the first to land
 	// ends the lease, the others report it).
-	deadline := time.Now().Add(RetryMax)
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)
 		if Transient(err) {
+			ttl := c.TTL
+			if ttl == 0 {
+				ttl = n.ttl
+			}
+			deadline := time.Now().Add(min(QueueTTL(ttl), RetryMax))
 			q.late.Go(func() {
 				Retry(deadline, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err }, nil)
 			})

@@ -41,14 +41,18 @@ const (
 	RetryCall  = 2 * time.Second
 )
 
-// Retry calls f, each call bounded by RetryCall, until it returns an error
-// that is not Transient (or none), RetryTries calls were made, or the next
-// pause would end after deadline. tried, if not nil, is called once the
-// first call is over. It returns f's last error.
+// Retry calls f until it returns an error that is not Transient (or none),
+// RetryTries calls were made, or the next pause would end after deadline.
+// Each call is bounded by RetryCall and by deadline. tried, if not nil, is
+// called once the first call is over. It returns f's last error.
 func Retry(deadline time.Time, f func(context.Context) error, tried func()) error {
 	pause := 25 * time.Millisecond
 	for try := 0; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), RetryCall)
+		limit := time.Now().Add(RetryCall)
+		if deadline.Before(limit) {
+			limit = deadline
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), limit)
 		err := f(ctx)
 		cancel()
 		if try == 0 && tried != nil {
