@@ -27,10 +27,11 @@ type Client struct {
 
 	bg   *backend.Tracker // clean-up left running in the background (undo); shared with Owner Clients
 	obs  *observers       // shared with Owner Clients
-	mode string           // for observers: "fair", "unfair", "reentrant", "quorum", "semaphore" or "election"
+	mode string           // for observers: "fair", "unfair", "reentrant", "quorum", "semaphore", "election", "read" or "write"
 
-	permits  int  // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
-	campaign bool // its acquisitions are leadership campaigns (Client.Election)
+	permits  int    // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
+	campaign bool   // its acquisitions are leadership campaigns (Client.Election)
+	rw       string // "r" or "w": its acquisitions are read or write holds of a read-write lock (Client.RWMutex)
 }
 
 // newClient returns the Client of backend b and its hubs.
@@ -157,7 +158,7 @@ func (c *Client) prepare(name string, opts []LockOption, try bool) (*Lock, error
 		}
 		l.cl.Owner = c.id + "/" + owner
 	}
-	l.cl.Permits = c.permits
+	l.cl.Permits, l.cl.RW = c.permits, c.rw
 	l.cl.Campaign = c.campaign
 	l.cl.SetToken(leaseToken(p.suffix))
 	return l, nil

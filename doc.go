@@ -105,7 +105,9 @@
 // Semaphore) is a sorted set at "dlock:{N}": one member per permit, its
 // token, scored by its deadline (ms, Redis server clock), expiring with
 // the latest permit; each permit has a marker as a lease does, and its
-// waiters use the fair queue's keys. The braces make all of
+// waiters use the fair queue's keys. A read-write lock (see RWMutex) is a
+// sorted set at "dlock:{N}" too, whose members are "r:<token>" for a read
+// and "w:<token>" for a write. The braces make all of
 // them one Redis Cluster hash slot. Once a name is no longer locked, its
 // keys are gone within max(TTL, 1 minute).
 //
@@ -139,6 +141,9 @@
 //
 // Client.Semaphore returns a counting semaphore: at most N holders of a
 // name at once, each holding a permit that is a lease of its own (a *Lock).
+// Client.RWMutex returns a read-write lock: many readers or one writer,
+// each hold a lease of its own, waiting in one line so that readers cannot
+// starve a writer.
 // Client.Election returns a leader election: candidates Campaign in
 // arrival order, the leadership is a fenced lease (a *Lock inside a
 // Leadership), and Election.Leader and Election.Observe read who leads.

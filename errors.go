@@ -113,6 +113,9 @@ func (c *Client) notAcquired(name string, e *NotAcquiredError) error {
 		why := fmt.Sprintf("no permit free: %d or more held, or others waiting ahead", c.permits)
 		return opError("acquire", name, backend.Because(ErrNotAcquired, why))
 	}
+	if c.rw != "" {
+		return opError("acquire", name, backend.Because(ErrNotAcquired, rwRefusal(c.rw)))
+	}
 	return opError("acquire", name, backend.Because(ErrNotAcquired, e.Error(), e))
 }
 

@@ -478,3 +478,51 @@ func ExampleClient_Election() {
 	// leader: node-a
 	// leader: node-b - its term's fence is above node-a's: true
 }
+
+// A read-write lock: readers share the name, a writer has it alone, and
+// the writer's fence is above the fences of the reads before it.
+func ExampleRWMutex() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rw, err := c.RWMutex("catalog")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	r1, err := rw.Reader().Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r2, err := rw.Reader().Acquire(ctx) // reads share
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = rw.Writer().TryAcquire(ctx)
+	fmt.Println("write while reading:", errors.Is(err, dlock.ErrNotAcquired))
+	readFence, err := r2.Fence(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r1.Release(ctx)
+	r2.Release(ctx)
+
+	err = rw.Writer().Do(ctx, func(ctx context.Context, l *dlock.Lock) error {
+		_, err := rw.Writer().TryAcquire(ctx) // inside its own hold: refused, not a deadlock
+		fmt.Println("nested write:", errors.Is(err, dlock.ErrInvalid))
+		f, err := l.Fence(ctx)
+		fmt.Println("write fenced after the reads:", f > readFence)
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// write while reading: true
+	// nested write: true
+	// write fenced after the reads: true
+}

@@ -50,7 +50,8 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 //	contend: take the lock DLOCK_NAME DLOCK_ROUNDS times and do the critical
 //	         section of criticalSection each time;
 //	hold:    take the lock DLOCK_NAME (a permit of the semaphore DLOCK_NAME
-//	         if DLOCK_PERMITS is set), print "held", and sleep until killed;
+//	         if DLOCK_PERMITS is set, a read of the read-write lock if
+//	         DLOCK_RW=r), print "held", and sleep until killed;
 //	campaign, lead: see campaignHelper and leadHelper (election_test.go);
 //	pausedo: run Do on DLOCK_NAME and report, after the test pauses the
 //	         process, whether fn's ctx knew of the loss ("lost") or not ("stale").
@@ -131,7 +132,7 @@ func runHelper(mode string) int {
 			return 1
 		}
 		return 0
-	case "hold": // with DLOCK_PERMITS set, a permit of the semaphore DLOCK_NAME
+	case "hold": // with DLOCK_PERMITS set, a permit of the semaphore DLOCK_NAME; see DLOCK_RW
 		acquire := func(ctx context.Context) (*dlock.Lock, error) { return c.Acquire(ctx, name) }
 		if n, _ := strconv.Atoi(os.Getenv("DLOCK_PERMITS")); n > 0 {
 			s, err := c.Semaphore(name, n)
@@ -140,6 +141,14 @@ func runHelper(mode string) int {
 				return 2
 			}
 			acquire = s.Acquire
+		}
+		if os.Getenv("DLOCK_RW") == "r" { // a read hold of the read-write lock DLOCK_NAME
+			rw, err := c.RWMutex(name)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+			acquire = func(ctx context.Context) (*dlock.Lock, error) { return rw.Reader().Acquire(ctx) }
 		}
 		if _, err := acquire(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, err)

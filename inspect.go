@@ -15,7 +15,7 @@ type Info struct {
 	Name  string
 	Key   string        // the Redis key of the lock
 	Held  bool          // whether the key exists
-	Type  string        // the key's Redis type: "string" for a plain lock, "zset" for a semaphore, "none" when free
+	Type  string        // the key's Redis type: "string" for a plain lock, "zset" for a semaphore or a read-write lock, "none" when free
 	Token string        // the holder's lease token (plain locks; see Lock.Token)
 	TTL   time.Duration // the holder's remaining lease; -1 if the key has no expiry
 	Fence int64         // the last fencing token issued for the name, 0 if none
@@ -33,6 +33,9 @@ type Info struct {
 	// Permits are a semaphore's live permits (Type "zset"), the soonest to
 	// end first; TTL is then the latest permit's.
 	Permits []Permit
+	// RWHolds are a read-write lock's live holds (Type "zset" too), the
+	// soonest to end first; TTL is then the latest hold's.
+	RWHolds []RWHold
 
 	// Queued is the length of the name's wait queue: the waiters of a fair
 	// lock (WithFair) or of a semaphore, in line for it. A waiter that died
@@ -71,7 +74,11 @@ func infoOf(name string, st backend.State) Info {
 	var metas []string
 	for _, p := range st.Permits {
 		m := metaOf(p.Token)
-		info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: m})
+		if st.RW {
+			info.RWHolds = append(info.RWHolds, RWHold{Token: p.Token, TTL: p.Left, Write: p.Write, Meta: m})
+		} else {
+			info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: m})
+		}
 		if m != "" {
 			metas = append(metas, m)
 		}

@@ -24,7 +24,7 @@ const (
 type Event struct {
 	Op   Op
 	Name string // the lock name
-	Mode string // "fair", "unfair", "reentrant", "quorum", "semaphore" (a permit), or "election" (a campaign)
+	Mode string // "fair", "unfair", "reentrant", "quorum", "semaphore" (a permit), "election" (a campaign), "read" or "write" (a hold of a read-write lock)
 	Try  bool   // OpAcquire: one attempt (TryAcquire)
 	Auto bool   // OpExtend: made by the watchdog
 

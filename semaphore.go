@@ -144,6 +144,8 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
 	switch {
 	case err != nil:
 		return nil, err
+	case info.RWHolds != nil:
+		return nil, opError("inspect", s.name, fmt.Errorf("%w: the name is held as a read-write lock, not a semaphore", ErrWrongType))
 	case info.Held && info.Type != "zset":
 		return nil, opError("inspect", s.name, fmt.Errorf("%w: the name is held as a lock (a %s), not a semaphore", ErrWrongType, info.Type))
 	}

@@ -267,6 +267,55 @@ func TestCluster(t *testing.T) {
 	clusterSemaphore(t, cc)
 	succession(t, cc, "elect") // over sharded pub/sub
 	clusterWithoutScripts(t, nodes)
+	clusterRWMutex(t, cc)
+}
+
+// clusterRWMutex checks a read-write lock on the cluster: reads together,
+// a write alone, and a writer granted the lock by the last read's release
+// over sharded pub/sub.
+func clusterRWMutex(t *testing.T, cc *redis.ClusterClient) {
+	ctx := t.Context()
+	rw := newRW(t, newClient(t, cc, dlock.WithTTL(time.Minute)), "doc")
+	var reads []*dlock.Lock
+	for range 2 {
+		l, err := rw.Reader().TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("read TryAcquire on the cluster = %v", err)
+		}
+		reads = append(reads, l)
+	}
+	if _, err := rw.Writer().TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a write beside 2 reads on the cluster = %v, want ErrNotAcquired", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second) // its timer: 20s
+		defer cancel()
+		l, err := newRW(t, newClient(t, cc, dlock.WithTTL(time.Minute)), "doc").Writer().Acquire(wctx)
+		if err == nil {
+			_, err = l.Fence(ctx)
+			l.Release(ctx)
+		}
+		got <- err
+	}()
+	if !waitFor(5*time.Second, func() bool { return cc.LLen(ctx, "dlock:{doc}:q").Val() == 1 }) {
+		t.Fatal("read-write lock's writer never queued")
+	}
+	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep
+	for _, l := range reads {
+		l.Release(ctx)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("writer on the cluster = %v, want granted the lock by the last read's release", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("writer on the cluster not woken 5s after the reads were released")
+	}
+	if n := cc.Exists(ctx, "dlock:{doc}", "dlock:{doc}:q", "dlock:{doc}:qw").Val(); n != 0 {
+		t.Errorf("%d read-write lock keys left on the cluster after every hold was released", n)
+	}
 }
 
 // clusterSemaphore checks a semaphore on the cluster: N permits and no

@@ -132,6 +132,7 @@ type infoJSON struct {
 	Meta    string       `json:"meta,omitempty"`
 	Owners  []ownerJSON  `json:"owners,omitempty"`
 	Permits []permitJSON `json:"permits,omitempty"`
+	RWHolds []rwHoldJSON `json:"rw_holds,omitempty"`
 	TTLMS   *int64       `json:"ttl_ms"` // null when free, -1 when held with no expiry
 	Queued  int          `json:"queued"`
 	Fence   int64        `json:"fence"`
@@ -140,6 +141,13 @@ type infoJSON struct {
 type permitJSON struct {
 	Token string `json:"token"`
 	TTLMS int64  `json:"ttl_ms"`
+	Meta  string `json:"meta,omitempty"`
+}
+
+type rwHoldJSON struct {
+	Token string `json:"token"`
+	TTLMS int64  `json:"ttl_ms"`
+	Write bool   `json:"write"`
 	Meta  string `json:"meta,omitempty"`
 }
 
@@ -199,6 +207,9 @@ func jsonOf(in dlock.Info) infoJSON {
 	for _, p := range in.Permits {
 		j.Permits = append(j.Permits, permitJSON{p.Token, p.TTL.Milliseconds(), p.Meta})
 	}
+	for _, h := range in.RWHolds {
+		j.RWHolds = append(j.RWHolds, rwHoldJSON{h.Token, h.TTL.Milliseconds(), h.Write, h.Meta})
+	}
 	return j
 }
 
@@ -233,6 +244,9 @@ func rowOf(in dlock.Info) row {
 		}
 		token = fmt.Sprintf("%d permits: %s", len(tokens), strings.Join(tokens, " "))
 	}
+	if len(in.RWHolds) > 0 { // a read-write lock: its write, or its reads
+		token = rwHolders(in.RWHolds)
+	}
 	r.holder = cmp.Or(cell(token), "-")
 	return r
 }
@@ -258,6 +272,23 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 	}
 	tw.Flush()
 	return exitOK
+}
+
+// rwHolders describes a read-write lock's holds for the table: "write:
+// <token>", or "<n> reads: <token> …".
+func rwHolders(hs []dlock.RWHold) string {
+	tokens := make([]string, len(hs))
+	write := false
+	for i, h := range hs {
+		tokens[i], write = h.Token, write || h.Write
+	}
+	switch {
+	case write && len(hs) == 1:
+		return "write: " + tokens[0]
+	case len(hs) == 1:
+		return "1 read: " + tokens[0]
+	}
+	return fmt.Sprintf("%d reads: %s", len(hs), strings.Join(tokens, " "))
 }
 
 // metaColumn shows holder metadata in a column: "-" for none, quoted if it

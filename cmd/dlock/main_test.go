@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -670,5 +671,52 @@ func TestInspectJSONAndOddNames(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if len(lines) != 3 || !strings.Contains(stdout.String(), `"two\nlines"`) {
 		t.Errorf("list = %q, want a header and two rows, the odd name quoted", stdout.String())
+	}
+}
+
+// inspect and list show a read-write lock's holds: its reads, or its write,
+// in the table and in JSON.
+func TestInspectReadWriteLock(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := t.Context()
+	c, err := dlock.New(s.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := c.RWMutex("doc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reads []*dlock.Lock
+	for range 2 {
+		l, err := rw.Reader().TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads = append(reads, l)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(ctx, []string{"inspect", "--redis", s.URL(), "--json", "doc"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("inspect: exit %d: %s", code, stderr.String())
+	}
+	var in infoJSON
+	if err := json.Unmarshal(stdout.Bytes(), &in); err != nil || len(in.RWHolds) != 2 || in.RWHolds[0].Write || in.Permits != nil {
+		t.Errorf("inspect --json of a read-write lock with 2 reads = %q (%v), want its 2 reads in rw_holds", stdout.String(), err)
+	}
+	stdout.Reset()
+	if code := run(ctx, []string{"list", "--redis", s.URL()}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "2 reads: ") {
+		t.Errorf("list with 2 reads held: exit %d, %q, want \"2 reads: <tokens>\"", code, stdout.String())
+	}
+	for _, l := range reads {
+		l.Release(ctx)
+	}
+	w, err := rw.Writer().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release(ctx)
+	stdout.Reset()
+	if code := run(ctx, []string{"inspect", "--redis", s.URL(), "doc"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "write: "+w.Token()) {
+		t.Errorf("inspect with the write held: exit %d, %q, want \"write: %s\"", code, stdout.String(), w.Token())
 	}
 }

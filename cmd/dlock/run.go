@@ -35,6 +35,11 @@ while fewer than the requester's own N are held. A name is either a lock or
 a semaphore: while one kind is held, the other fails (exit 3). Not
 available over a quorum.
 
+With --read or --write, NAME is a read-write lock: CMD runs holding a read
+(shared with other readers) or the write (alone), waiting in one line in
+arrival order, so that readers do not starve a writer. Not available over a
+quorum.
+
 CMD runs in a process group of its own, which is kept under the lock or
 stopped. SIGINT, SIGTERM and SIGHUP are forwarded to it; Ctrl-Z (SIGTSTP)
 stops it along with dlock, and SIGCONT continues both. If the lock is lost
@@ -60,7 +65,7 @@ nodes do not answer; nodes that fail later are waited out until --wait ends.
 exit status: CMD's (128+N if killed by signal N); 5 if the lock was not
 acquired (held by another holder, or lost before CMD started); 6 if it was
 lost, or reached --max-hold, while CMD ran; 2 usage; 3 configuration (also: NAME
-is held as the other kind, lock or semaphore); 4 Redis unreachable, or too
+is held as another kind: lock, semaphore, read-write lock); 4 Redis unreachable, or too
 many quorum nodes failing to reach a majority (the message names them); 130
 (143 for SIGTERM) if interrupted while waiting for the lock; 126/127 CMD not
 executable/not found`
@@ -74,6 +79,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	permits := fs.Int("n", 1, "run at most `N` commands at once: hold one of N permits of the semaphore NAME; 1 holds the lock NAME")
 	maxHold := fs.Duration("max-hold", 0, "the longest CMD may hold the lock: then it is terminated as on a lost lock and the lock released (0: no limit)")
 	meta := fs.String("meta", "", "the holder `metadata` that 'dlock inspect' shows (default hostname:pid)")
+	read := fs.Bool("read", false, "hold a read of the read-write lock NAME, shared with other readers")
+	write := fs.Bool("write", false, "hold the write of the read-write lock NAME, alone")
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
@@ -96,6 +103,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *permits < 1:
 		fmt.Fprintf(stderr, "dlock run: -n %d: must be at least 1\n", *permits)
 		return exitUsage
+	case *read && *write || (*read || *write) && *permits > 1:
+		fmt.Fprintln(stderr, "dlock run: at most one of --read, --write and -n")
+		return exitUsage
 	}
 	opts, err := runOptions(*ttl, *maxHold, *meta, metaSet)
 	if err != nil {
@@ -116,6 +126,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if h.sem, err = c.Semaphore(name, *permits); err != nil {
 			fmt.Fprintf(stderr, "dlock run: -n %d: %v\n", *permits, strings.TrimPrefix(err.Error(), "dlock: "))
 			return exitUsage
+		}
+	}
+	if *read || *write {
+		rw, err := c.RWMutex(name)
+		if err != nil {
+			fmt.Fprintf(stderr, "dlock run: %v\n", strings.TrimPrefix(err.Error(), "dlock: "))
+			return exitUsage
+		}
+		if h.rw = rw.Reader(); *write {
+			h.rw = rw.Writer()
 		}
 	}
 	l, err := acquireFor(ctx, h, *wait, nodes)
@@ -246,6 +266,7 @@ type holdable struct {
 	c    *dlock.Client
 	name string
 	sem  *dlock.Semaphore // nil: the lock
+	rw   *dlock.RWLocker  // non-nil: a read or the write of the read-write lock name
 }
 
 // acquireFor takes h, waiting up to wait (0: once; negative: until ctx
@@ -262,6 +283,10 @@ func acquireFor(ctx context.Context, h holdable, wait time.Duration, nodes []str
 		name = h.name
 	)
 	switch {
+	case h.rw != nil && wait >= 0:
+		l, err = h.rw.Acquire(ctx, dlock.MaxWait(wait))
+	case h.rw != nil:
+		l, err = h.rw.Acquire(ctx)
 	case h.sem == nil && wait >= 0:
 		l, err = h.c.Acquire(ctx, name, dlock.MaxWait(wait)) // MaxWait(0): one attempt
 	case h.sem == nil:
@@ -298,6 +323,10 @@ func acquireFor(ctx context.Context, h holdable, wait time.Duration, nodes []str
 		// A name used as a lock and as a semaphore, or a key another
 		// program wrote: a configuration error, not Redis failing.
 		return nil, &cliError{code: exitConfig, err: err}
+	case errors.Is(err, dlock.ErrNotAcquired) && h.rw != nil && h.rw.Write():
+		return nil, fail(exitNotAcquired, "read-write lock %q is held (by readers or a writer), or others wait ahead", name)
+	case errors.Is(err, dlock.ErrNotAcquired) && h.rw != nil:
+		return nil, fail(exitNotAcquired, "read-write lock %q is held by a writer, or others wait ahead", name)
 	case errors.Is(err, dlock.ErrNotAcquired) && h.sem != nil:
 		return nil, fail(exitNotAcquired, "all %d permits of semaphore %q are held, or others wait ahead", h.sem.Permits(), name)
 	case errors.Is(err, dlock.ErrNotAcquired):

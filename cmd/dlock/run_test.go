@@ -801,6 +801,63 @@ func TestInspectShowsHolderMeta(t *testing.T) {
 	}
 }
 
+// dlock run --read shares NAME with other readers (the child, which exits
+// 7, runs), --write has it alone; a
+// hold it may not have now is exit 5 with --wait 0; both flags at once, or
+// with -n, is a usage error; a name held as a lock is exit 3.
+func TestRunReadWrite(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := t.Context()
+	env := childEnv("env", "REDIS_URL="+s.URL())
+	c, err := dlock.New(s.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := c.RWMutex("doc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rw.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (int, string) {
+		code, _, errOut := result(t, dlockCmd(t, env, append(append([]string{"run"}, args...), "doc", "--", os.Args[0], childArg)...))
+		return code, errOut
+	}
+	if code, errOut := run("--read", "--wait", "0"); code != 7 {
+		t.Errorf("dlock run --read beside a read: exit %d (%q), want 7 (the child's)", code, errOut)
+	}
+	if code, errOut := run("--write", "--wait", "0"); code != exitNotAcquired || !strings.Contains(errOut, `read-write lock "doc" is held`) {
+		t.Errorf("dlock run --write beside a read: exit %d (%q), want %d", code, errOut, exitNotAcquired)
+	}
+	r.Release(ctx)
+	w, err := rw.Writer().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, errOut := run("--read", "--wait", "0"); code != exitNotAcquired || !strings.Contains(errOut, "held by a writer") {
+		t.Errorf("dlock run --read beside a write: exit %d (%q), want %d", code, errOut, exitNotAcquired)
+	}
+	w.Release(ctx)
+	if code, errOut := run("--write", "--wait", "5s"); code != 7 {
+		t.Errorf("dlock run --write on a free name: exit %d (%q), want 7 (the child's)", code, errOut)
+	}
+	for _, args := range [][]string{{"--read", "--write"}, {"--read", "-n", "2"}} {
+		if code, _ := run(args...); code != exitUsage {
+			t.Errorf("dlock run %v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	l, err := c.TryAcquire(ctx, "doc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if code, errOut := run("--read", "--wait", "0"); code != exitConfig {
+		t.Errorf("dlock run --read on a name held as a lock: exit %d (%q), want %d", code, errOut, exitConfig)
+	}
+}
+
 // watchSeesRun checks that dlock watch over url (env names it) shows a
 // lock that a dlock run holds, with the run's metadata.
 func watchSeesRun(t *testing.T, env []string, url string) {

@@ -55,6 +55,10 @@ type Claim struct {
 	// Permits > 0 makes the claim a permit of a semaphore whose holder asks
 	// with that N (see semaphore.go); 0 is a lock.
 	Permits int
+	// RW is "r" or "w" for a read or write hold of a read-write lock (see
+	// rwmutex.go), whose member of the lock's sorted set is Member,
+	// "<RW>:<token>"; "" otherwise.
+	RW, Member string
 	// Campaign makes the claim a leadership campaign (see the root
 	// package's Election): it waits in the fair queue whatever the Client's
 	// mode, and its lease is fenced, and announced, as it takes the lock
@@ -72,11 +76,17 @@ type Claim struct {
 func (c *Claim) SetToken(token string) {
 	c.Token = token
 	c.Rev = c.Lock + ":r:" + token
+	if c.RW != "" {
+		c.Member = c.RW + ":" + token
+	}
 }
 
-// HolderID is what the lock names as its holder: the lease's token, or a
-// reentrant lock's owner id.
+// HolderID is what the lock names as its holder: the lease's token, a
+// reentrant lock's owner id, or a read-write lock's member.
 func (c *Claim) HolderID() string {
+	if c.Member != "" {
+		return c.Member
+	}
 	if c.Owner != "" {
 		return c.Owner
 	}
@@ -339,6 +349,9 @@ func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queu
 	if c.Permits > 0 {
 		return n.acquirePermit(ctx, c, ttl, queue)
 	}
+	if c.RW != "" {
+		return n.acquireRW(ctx, c, ttl, queue)
+	}
 	if n.reentrant {
 		return n.acquireReentrant(ctx, c, ttl)
 	}
@@ -459,6 +472,8 @@ func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64
 	switch {
 	case c.Permits > 0:
 		cmd, acks = n.acked(ctx, script.SemExtend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
+	case c.RW != "":
+		cmd, acks = n.acked(ctx, script.SemExtend, []string{c.Lock, c.Rev}, c.Member, ttl.Milliseconds(), seq)
 	case c.Campaign:
 		cmd, acks = n.acked(ctx, script.Extend, []string{c.Lock, c.Rev, c.Fence}, c.Token, ttl.Milliseconds(), seq)
 	case n.reentrant:
@@ -517,6 +532,9 @@ func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
 	case c.Permits > 0:
 		cmd = script.SemRelease.Run(ctx, n.rdb, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
 			c.Token, c.Channel, n.pub, window, n.fenceMS)
+	case c.RW != "":
+		cmd = script.RWRelease.Run(ctx, n.rdb, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+			c.Token, c.RW, c.Channel, n.pub, window, n.fenceMS)
 	case n.reentrant:
 		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
 	case n.fair || c.Campaign:
@@ -570,6 +588,7 @@ func stateOf(k *Keys, v []any) (State, error) {
 	case "zset":
 		st.Held = true
 		st.Permits, st.Holding = permitsOf(v[4], now)
+		st.RW = rwHolds(st.Permits)
 	default:
 		st.Held = true
 	}

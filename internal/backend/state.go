@@ -20,8 +20,9 @@ type State struct {
 	// written by hand) and their live holds.
 	Owners []Owner
 	// Permits are a semaphore's live permits (Type "zset"), the soonest
-	// to end first.
+	// to end first; or, if RW, a read-write lock's live holds.
 	Permits []Hold
+	RW      bool // the zset is a read-write lock (see rwmutex.go)
 }
 
 // Owner is one owner of a reentrant lock: "<client>/<owner>", and its live
@@ -31,11 +32,12 @@ type Owner struct {
 	Holds []Hold
 }
 
-// Hold is one live hold of a reentrant lock, or one live permit of a
-// semaphore: its token and remaining lease.
+// Hold is one live hold of a reentrant lock or of a read-write lock, or
+// one live permit of a semaphore: its token and remaining lease.
 type Hold struct {
 	Token string
 	Left  time.Duration
+	Write bool // a read-write lock's write hold
 }
 
 // LeaseLeft returns how long the lease with token has left, and whether it

@@ -30,6 +30,14 @@
 -- its own, as a plain lock's. Its waiters queue as a fair lock's, with
 -- entries "deadline_ms:ttl_ms:permits": the N the waiter asked with.
 --
+-- A read-write lock is a sorted set at the lock key too, with one member
+-- per hold: "r:<token>" for a read, "w:<token>" for a write (a write is the
+-- only member while it is held), scored by its deadline, the key expiring
+-- at the latest deadline. A semaphore's members are bare tokens, whose
+-- second character is never ':', so the first member tells the two apart.
+-- Each hold is a lease with a marker key of its own; the waiters queue as
+-- a fair lock's, with entries "deadline_ms:ttl_ms:r" or "...:w".
+--
 -- now_ms() is the server's clock in ms.
 
 local function now_ms()
@@ -189,6 +197,62 @@ local function serve_queue(k, now, held, me, a)
       redis.call('ZADD', k[1], now + tonumber(ttl), head)
       expire_with_last(k[1])
       held = held + 1
+      local fence = new_fence(k[2], a[3])
+      local msg = head
+      if fence then
+        msg = head .. ' ' .. string.format('%d', fence)
+      end
+      redis.call(a[2], a[1], msg)
+    end
+    redis.call('LPOP', k[3])
+    redis.call('HDEL', k[4], head)
+  end
+end
+
+-- is_rw reports whether the sorted set at key is a read-write lock (see
+-- above), not a semaphore; false for a missing key.
+local function is_rw(key)
+  local first = redis.call('ZRANGE', key, 0, 0)[1]
+  return first ~= nil and string.sub(first, 2, 2) == ':'
+end
+
+-- rw_admits reports whether a hold of kind ('r' or 'w') may be granted now
+-- at the read-write lock at key, whose expired holds were dropped: a write
+-- when nothing is held, a read when no write is.
+local function rw_admits(key, kind)
+  local first = redis.call('ZRANGE', key, 0, 0)[1]
+  if kind == 'w' then
+    return first == nil
+  end
+  return first == nil or string.sub(first, 1, 1) == 'r'
+end
+
+-- rw_serve_queue grants the read-write lock to the live waiters at the head
+-- of its queue, in arrival order, as long as the head waiter's hold may be
+-- granted (see rw_admits): a run of readers at once, or one writer;
+-- waiters whose entry lapsed are dropped. k are the keys {lock, fence,
+-- queue, waiters}, a the arguments {channel, publish command, fence window
+-- ms}; now is the server's clock. Each grant lasts the waiter's TTL, comes
+-- with a fence (none if the fence key holds a foreign value) and is
+-- announced on the channel as "<token> <fence>". It stops at the waiter me,
+-- left queued, and returns the waiter left at the head (nil: nobody, me,
+-- or one that must wait) and how many it granted.
+local function rw_serve_queue(k, now, me, a)
+  local granted = 0
+  while true do
+    local head = redis.call('LINDEX', k[3], 0)
+    if not head or head == me then
+      return head, granted
+    end
+    local entry = redis.call('HGET', k[4], head)
+    local deadline, ttl, kind = string.match(entry or '', '^(%d+):(%d+):([rw])$')
+    if deadline and tonumber(deadline) > now then
+      if not rw_admits(k[1], kind) then
+        return head, granted
+      end
+      redis.call('ZADD', k[1], now + tonumber(ttl), kind .. ':' .. head)
+      expire_with_last(k[1])
+      granted = granted + 1
       local fence = new_fence(k[2], a[3])
       local msg = head
       if fence then

@@ -45,6 +45,10 @@ var (
 	semReleaseSrc string
 	//go:embed sem_extend.lua
 	semExtendSrc string
+	//go:embed rw_acquire.lua
+	rwAcquireSrc string
+	//go:embed rw_release.lua
+	rwReleaseSrc string
 )
 
 // The scripts, run with EVALSHA and a fallback to EVAL when the server's
@@ -70,6 +74,11 @@ var (
 	SemAcquire = withLib(semAcquireSrc)
 	SemRelease = withLib(semReleaseSrc)
 	SemExtend  = withLib(semExtendSrc)
+
+	// A read-write lock's holds (see lib.lua); SemExtend and Fence serve
+	// them too, given the hold's member ("r:<token>" or "w:<token>").
+	RWAcquire = withLib(rwAcquireSrc)
+	RWRelease = withLib(rwReleaseSrc)
 )
 
 // withLib returns the script src preceded by the functions of lib.lua it

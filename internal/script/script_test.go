@@ -25,6 +25,7 @@ func TestScriptsCompileWithTheirLib(t *testing.T) {
 		"acquire_reentrant": AcquireReentrant, "release_reentrant": ReleaseReentrant,
 		"extend_reentrant": ExtendReentrant, "raise_fence": RaiseFence, "fence": Fence,
 		"sem_acquire": SemAcquire, "sem_release": SemRelease, "sem_extend": SemExtend,
+		"rw_acquire": RWAcquire, "rw_release": RWRelease,
 	} {
 		src := sources[s.Hash()]
 		if err := rdb.ScriptLoad(t.Context(), src).Err(); err != nil {

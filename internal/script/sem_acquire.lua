@@ -21,13 +21,17 @@
 -- (< 0; -1 if none is held), as one integer.
 -- Errors: REVOKED if this permit's lease was already ended (nothing is
 -- written, no queue entry made); WRONGTYPE if the key holds something
--- other than a semaphore, such as a lock (nothing is written).
+-- other than a semaphore, such as a lock or a read-write lock (nothing is
+-- written).
 if revoked(KEYS[5]) then
   return revoked_reply()
 end
 local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'zset' and is_rw(KEYS[1]) then
+  kind = 'rw'
+end
 if kind ~= 'zset' and kind ~= 'none' then
-  local what = ({string = 'a lock (a string)', hash = 'a reentrant lock (a hash)'})[kind] or ('a ' .. kind)
+  local what = ({string = 'a lock (a string)', hash = 'a reentrant lock (a hash)', rw = 'a read-write lock'})[kind] or ('a ' .. kind)
   return redis.error_reply('WRONGTYPE dlock: the key holds ' .. what .. ', not a semaphore')
 end
 local token, ttl, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[8])

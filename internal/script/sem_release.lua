@@ -13,14 +13,15 @@
 -- permit freed with nobody to take it is announced as "*".
 -- Returns 1 if the permit was ours and live (it is now given back; also
 -- for a re-sent request whose first copy gave it back), 0 if it was not (a
--- waiter's queue entry, if any, is removed).
+-- waiter's queue entry, if any, is removed). A read-write lock's key is
+-- left alone.
 local token = ARGV[1]
 if redis.call('HDEL', KEYS[4], token) == 1 then
   redis.call('LREM', KEYS[3], 1, token)
 end
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local ours = false
-if kind == 'zset' or kind == 'none' then
+if kind == 'none' or (kind == 'zset' and not is_rw(KEYS[1])) then
   local now = now_ms()
   ours = (tonumber(redis.call('ZSCORE', KEYS[1], token)) or 0) > now
   redis.call('ZREM', KEYS[1], token)

@@ -10,8 +10,8 @@ import (
 
 // Invariants, by the letter the failure messages and summaries use.
 var Invariants = []struct{ ID, What string }{
-	{"a", "no two holders of a name (of a semaphore: no more than N) believe they hold it at once (outside exempt windows)"},
-	{"b", "fences strictly increase in acquisition order per name (of a semaphore: differ between permits)"},
+	{"a", "no two holders of a name (of a semaphore: no more than N; of a read-write lock: no writer with another holder) believe they hold it at once (outside exempt windows)"},
+	{"b", "fences strictly increase in acquisition order per name (of a semaphore: differ between permits; of a read-write lock: a write's above every earlier hold's, a read's above every earlier write's)"},
 	{"c", "the Guard never accepts a write with a fence below one it accepted before"},
 	{"d", "liveness: contexts honoured, no waiter sleeps long through a free lock, freed locks acquirable, workers finish"},
 	{"e", "nothing left in Redis but fence keys and short-lived revocation markers"},
@@ -77,6 +77,9 @@ type Params struct {
 	// Permits is how many holders of a name may hold it at once: a
 	// semaphore's N; 0 or 1 for a lock.
 	Permits int
+	// RW: the names are read-write locks, whose reads may overlap (a
+	// lease's kind is in its token, see IsWrite).
+	RW bool
 }
 
 // semaphore reports whether the round's names are semaphores.
@@ -98,9 +101,12 @@ func Check(h []Event, p Params) *Report {
 		}
 	}
 	checkOverlaps(h, ex, p, r)
-	if p.semaphore() {
+	switch {
+	case p.semaphore():
 		checkPermitFences(h, r)
-	} else {
+	case p.RW:
+		checkRWFences(h, ex, r)
+	default:
 		checkFences(h, ex, r)
 	}
 	checkGuard(h, r)
@@ -184,8 +190,8 @@ func checkOverlaps(h []Event, ex exempt, p Params, r *Report) {
 				continue
 			}
 			keep = append(keep, o)
-			if o.tok == iv.tok {
-				continue
+			if o.tok == iv.tok || (p.RW && !IsWrite(o.tok) && !IsWrite(iv.tok)) {
+				continue // (a reentrant owner's nested hold; two reads)
 			}
 			if ex.covers(iv.from, o.to) {
 				r.Exempt++
@@ -280,6 +286,40 @@ func checkPermitFences(h []Event, r *Report) {
 			r.failCS("b", e.Name, e.Ret, []string{e.CS, o.CS}, "%s got fence %d at %s, as %s did", e.CS, e.Fence, ms(e.Ret), o.CS)
 		}
 		seen[e.Name][e.Fence] = e
+	}
+}
+
+// checkRWFences is (b) for a read-write lock: in the order acquisitions
+// returned, a write's fence is above every earlier hold's (the reads it
+// excluded among them), and a read's above every earlier write's; reads
+// held at once are not ordered among themselves. As for a lock, a fence
+// is issued only while its hold holds the lock, and holds that exclude
+// each other do not overlap.
+func checkRWFences(h []Event, ex exempt, r *Report) {
+	type top struct {
+		fence int64
+		cs    string
+	}
+	all, writes := map[string]top{}, map[string]top{}
+	for _, e := range acquisitions(h) {
+		if e.Fence == 0 {
+			continue // the hold was lost before it asked for a fence
+		}
+		r.Checked["b"]++
+		t, kind := writes[e.Name], "write"
+		if IsWrite(e.Tok) {
+			t, kind = all[e.Name], "hold"
+		}
+		if e.Fence <= t.fence && !ex.covers(e.Inv, e.Ret) {
+			r.failCS("b", e.Name, e.Ret, []string{e.CS, t.cs}, "%s (write %v) got fence %d at %s after the %s %s had fence %d",
+				e.CS, IsWrite(e.Tok), e.Fence, ms(e.Ret), kind, t.cs, t.fence)
+		}
+		if e.Fence > all[e.Name].fence {
+			all[e.Name] = top{e.Fence, e.CS}
+		}
+		if IsWrite(e.Tok) && e.Fence > writes[e.Name].fence {
+			writes[e.Name] = top{e.Fence, e.CS}
+		}
 	}
 }
 
@@ -415,7 +455,7 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 			first := !called[e.CS]
 			called[e.CS] = true
 			if e.Res == "ok" && first && !p.semaphore() { // (other permits come and go while one is held)
-				if b, ok := laterLease(acq, e); ok {
+				if b, ok := laterLease(acq, e, p.RW); ok {
 					r.failCS("g", e.Name, e.Inv, []string{e.CS, b.CS}, "%s: Release returned nil, but %s (%s) acquired the lock with fence %d > %d at %s, before the release",
 						e.CS, b.CS, b.W, b.Fence, e.Fence, ms(b.Ret))
 				}
@@ -451,7 +491,9 @@ func spurious(e Event, ex exempt, r *Report) {
 
 // laterLease returns an acquisition of rel's name with a higher fence that
 // returned before rel was invoked: rel's lease was over by then.
-func laterLease(acq []Event, rel Event) (Event, bool) {
+// Of a read-write lock, reads come and go while a read is held: a read's
+// release is ordered after later writes only.
+func laterLease(acq []Event, rel Event, rw bool) (Event, bool) {
 	if rel.Fence == 0 {
 		return Event{}, false // the lease got no fence (it asked too late): nothing to order by
 	}
@@ -459,7 +501,7 @@ func laterLease(acq []Event, rel Event) (Event, bool) {
 		if a.Ret >= rel.Inv {
 			break
 		}
-		if a.Name == rel.Name && a.Fence > rel.Fence {
+		if a.Name == rel.Name && a.Fence > rel.Fence && (!rw || IsWrite(a.Tok) || IsWrite(rel.Tok)) {
 			return a, true
 		}
 	}

@@ -229,6 +229,15 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 				}
 				t = candidate{el, "probe"}
 			}
+			if cfg.Mode == ModeRW {
+				rw, err := c.RWMutex(name)
+				if err != nil {
+					e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
+					rec.Add(e)
+					return
+				}
+				t = rwSide(rw, true) // the write: free only if nothing is held
+			}
 			l, err := t.Acquire(ctx)
 			e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
 			if l != nil {

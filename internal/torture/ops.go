@@ -144,6 +144,9 @@ func (w *Worker) carries(ctx context.Context, name, tok, own string) (bool, stri
 	for _, p := range info.Permits {
 		held = held || p.Token == tok
 	}
+	for _, p := range info.RWHolds {
+		held = held || p.Token == tok
+	}
 	return err == nil && held, fmt.Sprintf("type=%s ttl=%v", info.Type, info.TTL), err
 }
 

@@ -118,7 +118,7 @@ func runRound(t *testing.T, c *cluster, p plan) *result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res.report = Check(res.history, Params{TTL: p.ttl, Permits: Permits(p.mode)})
+	res.report = Check(res.history, Params{TTL: p.ttl, Permits: Permits(p.mode), RW: p.mode == ModeRW})
 	for k, v := range inj.Counts {
 		res.report.Faults[k] = v
 	}

@@ -22,10 +22,11 @@ const (
 	ModeSemaphore = "semaphore" // one node, every name a semaphore of SemPermits permits
 	ModeElection  = "election"  // one node, every name an election: leaderships are the leases
 	ModeNoScripts = "noscripts" // one node, WithoutScripts(): transactions instead of scripts, unfair
+	ModeRW        = "rw"        // one node, every name a read-write lock, held for reads or writes
 )
 
 // Modes lists every mode, in the order rounds cycle through them.
-var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5, ModeSemaphore, ModeElection, ModeNoScripts}
+var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5, ModeSemaphore, ModeElection, ModeNoScripts, ModeRW}
 
 // SemPermits is the N of every semaphore of a semaphore round: at most that
 // many holders of a name at once.
@@ -78,6 +79,7 @@ type Worker struct {
 	c     *dlock.Client
 	sems  map[string]*dlock.Semaphore // semaphore mode: the round's names
 	elect map[string]*dlock.Election  // election mode: the round's names
+	rws   map[string]*dlock.RWMutex   // rw mode: the round's names
 	guard *dlock.Guard
 	rec   *Recorder
 	seq   int
@@ -157,6 +159,14 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.elect = map[string]*dlock.Election{}
 		for _, name := range cfg.Names {
 			if w.elect[name], err = w.c.Election(name); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil && cfg.Mode == ModeRW {
+		w.rws = map[string]*dlock.RWMutex{}
+		for _, name := range cfg.Names {
+			if w.rws[name], err = w.c.RWMutex(name); err != nil {
 				break
 			}
 		}
@@ -332,7 +342,44 @@ func (w *Worker) target(own, name string) target {
 	if e := w.elect[name]; e != nil {
 		return candidate{e, w.cfg.ID}
 	}
+	if rw := w.rws[name]; rw != nil {
+		return rwSide(rw, w.rng.IntN(3) == 0)
+	}
 	return lockName{w.client(own), name}
+}
+
+// rwHold is the read or the write of a read-write lock. Each hold it
+// takes carries its kind as holder metadata, so its token says whether it
+// is a write (see IsWrite) and the checks need nothing else.
+type rwHold struct {
+	l    *dlock.RWLocker
+	meta dlock.LockOption
+}
+
+// rwSide returns the write of rw if write is set, else its read.
+func rwSide(rw *dlock.RWMutex, write bool) target {
+	if write {
+		return rwHold{rw.Writer(), dlock.HolderMeta(rwWrite)}
+	}
+	return rwHold{rw.Reader(), dlock.HolderMeta(rwRead)}
+}
+
+// The holder metadata of reads and writes in rw mode.
+const (
+	rwRead  = "r"
+	rwWrite = "w"
+)
+
+// IsWrite reports whether the lease with token tok is a write of a
+// read-write lock of an rw round: its token ends with its metadata.
+func IsWrite(tok string) bool { return strings.HasSuffix(tok, "."+rwWrite) }
+
+func (s rwHold) Acquire(ctx context.Context) (*dlock.Lock, error) { return s.l.Acquire(ctx, s.meta) }
+func (s rwHold) TryAcquire(ctx context.Context) (*dlock.Lock, error) {
+	return s.l.TryAcquire(ctx, s.meta)
+}
+func (s rwHold) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
+	return s.l.Do(ctx, fn, s.meta)
 }
 
 // opCtx returns a context for one acquisition: a short or a generous

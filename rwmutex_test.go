@@ -1,0 +1,899 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// newRW returns c.RWMutex(name), failing the test if it is refused.
+func newRW(tb testing.TB, c *dlock.Client, name string) *dlock.RWMutex {
+	tb.Helper()
+	rw, err := c.RWMutex(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return rw
+}
+
+// rwMembers returns the members of the read-write lock's sorted set ("r:<token>"
+// or "w:<token>"), live or not yet dropped.
+func rwMembers(ctx context.Context, rdb redis.Cmdable, name string) []string {
+	return rdb.ZRange(ctx, semKey(name), 0, -1).Val()
+}
+
+// rwQueued returns how many waiters the read-write lock's queue holds.
+func rwQueued(ctx context.Context, rdb redis.Cmdable, name string) int64 {
+	return rdb.LLen(ctx, semKey(name)+":q").Val()
+}
+
+// Many goroutines on several Clients take reads and writes of one name, by
+// Acquire and TryAcquire: never a writer with a reader or another writer,
+// checked both by counters inside the critical sections and by the holds
+// Redis has at each entry.
+func TestRWMutexExclusion(t *testing.T) {
+	leakcheck.Check(t)
+	_, rdb := setup(t)
+	for _, pipelining := range []bool{true, false} {
+		t.Run(fmt.Sprint("pipelining=", pipelining), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+			defer cancel()
+			const clients, perClient, rounds = 4, 5, 30
+			name := fmt.Sprint("rw-exclusion-", pipelining)
+			var (
+				readers, writers                   atomic.Int32
+				violations, overran, reads, writes atomic.Int32
+				mostReaders                        atomic.Int32
+				wg                                 sync.WaitGroup
+			)
+			for range clients {
+				rw := newRW(t, newClient(t, rdb, dlock.WithTTL(2*time.Second), dlock.WithPipelining(pipelining)), name)
+				for g := range perClient {
+					wg.Go(func() {
+						for r := range rounds {
+							write := rand.IntN(4) == 0
+							side := rw.Reader()
+							if write {
+								side = rw.Writer()
+							}
+							var (
+								l   *dlock.Lock
+								err error
+							)
+							if (g+r)%3 == 0 {
+								if l, err = side.TryAcquire(ctx); errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil {
+									continue
+								}
+							} else {
+								l, err = side.Acquire(ctx)
+							}
+							if err != nil {
+								t.Errorf("acquire (write %v): %v", write, err)
+								return
+							}
+							if write {
+								writes.Add(1)
+								if writers.Add(1) != 1 || readers.Load() != 0 {
+									violations.Add(1)
+								}
+							} else {
+								reads.Add(1)
+								n := readers.Add(1)
+								if writers.Load() != 0 {
+									violations.Add(1)
+								}
+								for m := mostReaders.Load(); n > m && !mostReaders.CompareAndSwap(m, n); m = mostReaders.Load() {
+								}
+							}
+							held := rwMembers(ctx, rdb, name)
+							if write && len(held) != 1 {
+								violations.Add(1)
+							}
+							for _, m := range held {
+								if strings.HasPrefix(m, "w:") && !write {
+									violations.Add(1)
+								}
+							}
+							time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
+							if write {
+								writers.Add(-1)
+							} else {
+								readers.Add(-1)
+							}
+							if !time.Now().Before(l.ValidUntil()) {
+								overran.Add(1)
+							}
+							if err := l.Release(ctx); err != nil {
+								t.Errorf("Release = %v", err)
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			if n := violations.Load(); n != 0 {
+				t.Errorf("%d times a writer held with a reader or another writer, want 0", n)
+			}
+			if n := overran.Load(); n != 0 {
+				t.Errorf("%d holders still held past their validity, want 0", n)
+			}
+			t.Logf("%d reads, %d writes; at most %d readers at once", reads.Load(), writes.Load(), mostReaders.Load())
+			key := semKey(name)
+			if !waitFor(5*time.Second, func() bool { return liveKeys(ctx, rdb, key, key+":q", key+":qw") == 0 }) {
+				t.Errorf("left after every holder released: holds %v, queue %v", rwMembers(ctx, rdb, name), rdb.LRange(ctx, key+":q", 0, -1).Val())
+			}
+		})
+	}
+}
+
+// Reads share the lock and a write excludes everything; each hold is a
+// lease of its own (token, TTL, Extend, fence, release), and Holders lists
+// them.
+func TestRWMutexHoldsAreLeases(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "rw-leases"
+	rw := newRW(t, newClient(t, rdb), name)
+	var reads []*dlock.Lock
+	for range 3 {
+		l, err := rw.Reader().TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("read TryAcquire with only reads held = %v, want a hold", err)
+		}
+		reads = append(reads, l)
+	}
+	if _, err := rw.Writer().TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("write TryAcquire with 3 reads held = %v, want ErrNotAcquired", err)
+	}
+	hs, err := rw.Holders(ctx)
+	if err != nil || len(hs) != 3 {
+		t.Fatalf("Holders = %v, %v, want 3 reads", hs, err)
+	}
+	for _, h := range hs {
+		if h.Write || h.TTL <= 0 || !slices.ContainsFunc(reads, func(l *dlock.Lock) bool { return l.Token() == h.Token }) {
+			t.Errorf("Holders: %+v, want a live read of ours", h)
+		}
+	}
+	if err := reads[0].Extend(ctx, 5*time.Second); err != nil {
+		t.Errorf("a read's Extend = %v", err)
+	}
+	if d, err := reads[0].TTL(ctx); err != nil || d <= 0 || d > 5*time.Second {
+		t.Errorf("a read's TTL after Extend(5s) = %v, %v", d, err)
+	}
+	fences := map[int64]bool{}
+	for _, l := range reads {
+		fences[fenceOf(t, l)] = true
+	}
+	if len(fences) != 3 {
+		t.Errorf("the reads' fences %v, want 3 distinct", fences)
+	}
+	for _, l := range reads {
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("a read's Release = %v", err)
+		}
+	}
+	w, err := rw.Writer().TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("write TryAcquire once the reads were released = %v", err)
+	}
+	if _, err := rw.Reader().TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("read TryAcquire while a write is held = %v, want ErrNotAcquired", err)
+	}
+	if _, err := rw.Writer().TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a second write TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	if hs, err := rw.Holders(ctx); err != nil || len(hs) != 1 || !hs[0].Write || hs[0].Token != w.Token() {
+		t.Errorf("Holders while a write is held = %+v, %v, want the write", hs, err)
+	}
+	info, err := newClient(t, rdb).Inspect(ctx, name)
+	if err != nil || info.Type != "zset" || len(info.RWHolds) != 1 || info.Permits != nil {
+		t.Errorf("Inspect while a write is held = %+v, %v, want its hold in RWHolds", info, err)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Errorf("the write's Release = %v", err)
+	}
+	if n := liveKeys(ctx, rdb, semKey(name)); n != 0 {
+		t.Errorf("the lock's key is left after every hold was released")
+	}
+}
+
+// A reader that comes while a writer waits queues behind it, TryAcquire
+// does not jump the line, and a release grants the head of the line: the
+// writer first, then every reader queued after it, together.
+func TestRWMutexQueueOrder(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	const name = "rw-order"
+	first, err := newRW(t, newClient(t, rdb), name).Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		who string
+		l   *dlock.Lock
+	}
+	got := make(chan result, 4)
+	queue := func(who string, write bool, n int64) {
+		rw := newRW(t, newClient(t, rdb), name)
+		side := rw.Reader()
+		if write {
+			side = rw.Writer()
+		}
+		go func() {
+			l, err := side.Acquire(ctx)
+			if err != nil {
+				t.Errorf("%s: Acquire = %v", who, err)
+			}
+			got <- result{who, l}
+		}()
+		if !waitFor(5*time.Second, func() bool { return rwQueued(ctx, rdb, name) == n }) {
+			t.Fatalf("%s never queued", who)
+		}
+	}
+	queue("writer", true, 1)
+	if l, err := newRW(t, newClient(t, rdb), name).Reader().TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		if l != nil {
+			l.Release(ctx)
+		}
+		t.Errorf("read TryAcquire with reads held and a writer waiting = %v, want ErrNotAcquired", err)
+	}
+	queue("reader-1", false, 2)
+	queue("reader-2", false, 3)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var w result
+	select {
+	case w = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nobody was granted the lock 10s after the last read was released")
+	}
+	if w.who != "writer" {
+		t.Fatalf("first granted after the read: %s, want the writer queued first", w.who)
+	}
+	select {
+	case r := <-got:
+		t.Errorf("%s granted while the writer holds", r.who)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if w.l != nil {
+		w.l.Release(ctx)
+	}
+	var rs []*dlock.Lock
+	for range 2 {
+		select {
+		case r := <-got:
+			rs = append(rs, r.l)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a queued reader was not granted 10s after the writer released")
+		}
+	}
+	if m := rwMembers(ctx, rdb, name); len(m) != 2 {
+		t.Errorf("holds after the writer released: %v, want both readers at once", m)
+	}
+	for _, l := range rs {
+		if l != nil {
+			l.Release(ctx)
+		}
+	}
+}
+
+// A writer is not starved by a stream of readers that always keep the
+// lock read-held: readers that come after it queue behind it.
+func TestRWMutexWriterNotStarved(t *testing.T) {
+	leakcheck.Check(t)
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	const name = "rw-starve"
+	stop := make(chan struct{})
+	var (
+		wg    sync.WaitGroup
+		reads atomic.Int32
+	)
+	for range 6 {
+		rw := newRW(t, newClient(t, rdb), name)
+		wg.Go(func() {
+			for i := 0; i < 10000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := rw.Reader().Acquire(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("reader: Acquire = %v", err)
+					}
+					return
+				}
+				reads.Add(1)
+				time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
+				l.Release(ctx)
+			}
+		})
+	}
+	if !waitFor(10*time.Second, func() bool { return reads.Load() >= 20 }) {
+		t.Fatal("the readers never got going")
+	}
+	for i := range 3 {
+		before := reads.Load()
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		l, err := newRW(t, newClient(t, rdb), name).Writer().Acquire(wctx)
+		wcancel()
+		if err != nil {
+			t.Errorf("writer %d under a stream of readers: Acquire = %v (%d reads meanwhile), want the lock", i, err, reads.Load()-before)
+			break
+		}
+		if m := rwMembers(ctx, rdb, name); len(m) != 1 || m[0] != "w:"+l.Token() {
+			t.Errorf("holds while writer %d holds: %v, want its write alone", i, m)
+		}
+		l.Release(ctx)
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// Fences order writes after the reads they exclude, and reads after the
+// writes before them: every hold's fence is above the fences of the holds
+// granted before it that it excludes or that excluded it.
+func TestRWMutexFences(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "rw-fences"
+	rw := newRW(t, newClient(t, rdb), name)
+	var last int64
+	for round := range 5 {
+		var rs []*dlock.Lock
+		highest := last
+		for range 3 {
+			l, err := rw.Reader().TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, l)
+			f := fenceOf(t, l)
+			if f <= last {
+				t.Errorf("round %d: a read's fence %d, not above the last write's %d", round, f, last)
+			}
+			highest = max(highest, f)
+		}
+		got := make(chan *dlock.Lock, 1)
+		go func() {
+			l, err := rw.Writer().Acquire(ctx) // waits for the reads
+			if err != nil {
+				t.Errorf("writer: Acquire = %v", err)
+			}
+			got <- l
+		}()
+		if !waitFor(5*time.Second, func() bool { return rwQueued(ctx, rdb, name) == 1 }) {
+			t.Fatal("the writer never queued")
+		}
+		for _, l := range rs {
+			l.Release(ctx)
+		}
+		w := <-got
+		if w == nil {
+			return
+		}
+		if f := fenceOf(t, w); f <= highest {
+			t.Errorf("round %d: the write's fence %d, not above its reads' highest %d", round, f, highest)
+		} else {
+			last = f
+		}
+		w.Release(ctx)
+	}
+}
+
+// A reader that stops without releasing frees its hold at its TTL: a
+// writer gets the lock then, not before the reader's validity ended, and
+// no read is left counted.
+func TestRWMutexDeadReaderFreesItsHold(t *testing.T) {
+	s, rdb := setup(t)
+	t.Run("not-released", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		const name, ttl = "rw-dead", 600 * time.Millisecond
+		dead := newRW(t, newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithAutoExtend(false)), name)
+		var stopped []*dlock.Lock
+		for range 2 {
+			l, err := dead.Reader().TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stopped = append(stopped, l) // and never released
+		}
+		start := time.Now()
+		w, err := newRW(t, newClient(t, rdb), name).Writer().Acquire(ctx)
+		if err != nil {
+			t.Fatalf("write Acquire behind two readers that stopped = %v, want the lock after their TTL", err)
+		}
+		got := time.Now()
+		for i, l := range stopped {
+			if got.Before(l.ValidUntil()) {
+				t.Errorf("the write was granted %v before stopped reader %d's validity ended", l.ValidUntil().Sub(got), i)
+			}
+		}
+		if d := got.Sub(start); d > ttl+1500*time.Millisecond {
+			t.Errorf("the write was granted %v after the readers stopped, want about their TTL (%v)", d, ttl)
+		}
+		for i, l := range stopped {
+			if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("stopped reader %d: Release = %v, want ErrNotHeld", i, err)
+			}
+		}
+		if m := rwMembers(ctx, rdb, name); len(m) != 1 || m[0] != "w:"+w.Token() {
+			t.Errorf("holds after the stopped readers' late Release: %v, want the write alone", m)
+		}
+		w.Release(ctx)
+	})
+	t.Run("process-killed", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		const ttl = time.Second
+		h := startHelper(t, s, "hold", "rw-killed", ttl, 0, "DLOCK_RW=r")
+		if !h.waitLine("held", 10*time.Second) {
+			t.Fatalf("the worker never took its read: %s", h.out.String())
+		}
+		rw := newRW(t, newClient(t, rdb), "rw-killed")
+		if l, err := rw.Reader().TryAcquire(ctx); err != nil {
+			t.Errorf("read TryAcquire beside the worker's read = %v, want a hold", err)
+		} else {
+			l.Release(ctx)
+		}
+		time.Sleep(2 * ttl) // the worker's watchdog keeps its read
+		if _, err := rw.Writer().TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("write TryAcquire 2 TTLs later = %v, want ErrNotAcquired (the watchdog extends the read)", err)
+		}
+		h.kill()
+		killed := time.Now()
+		l, err := rw.Writer().Acquire(ctx)
+		if err != nil {
+			t.Fatalf("write Acquire after the reader was killed = %v", err)
+		}
+		defer l.Release(ctx)
+		if d := time.Since(killed); d > ttl+1500*time.Millisecond {
+			t.Errorf("the killed reader's hold was free %v after the kill, want within its TTL (%v)", d, ttl)
+		}
+	})
+}
+
+// A waiting writer sleeps until the last read's release grants it the
+// lock: it sends no script after the release.
+func TestRWMutexWaiterIsWokenByTheRelease(t *testing.T) {
+	s, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	const name = "rw-woken"
+	opts := []dlock.Option{dlock.WithTTL(30 * time.Second)}
+	rw := newRW(t, newClient(t, rdb, opts...), name)
+	r1, err := rw.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := rw.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrdb := s.Client(t)
+	evals := &countEvals{}
+	wrdb.AddHook(evals)
+	writer := newRW(t, newClient(t, wrdb, opts...), name).Writer()
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := writer.Acquire(ctx)
+		if err != nil {
+			t.Errorf("writer: Acquire = %v", err)
+		}
+		got <- l
+	}()
+	subscribed := func() bool { return rdb.PubSubNumSub(ctx, semKey(name)+":ch").Val()[semKey(name)+":ch"] == 1 }
+	if !waitFor(5*time.Second, func() bool { return subscribed() && evals.n.Load() >= 2 }) {
+		t.Fatalf("the writer never queued and subscribed (%d scripts sent)", evals.n.Load())
+	}
+	time.Sleep(100 * time.Millisecond) // asleep now
+	before := evals.n.Load()
+	r1.Release(ctx)
+	select {
+	case <-got:
+		t.Fatal("the writer was granted the lock while a read is still held")
+	case <-time.After(200 * time.Millisecond):
+	}
+	r2.Release(ctx)
+	var l *dlock.Lock
+	select {
+	case l = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the writer still waits 5s after the last read was released (its timer: 10s)")
+	}
+	if l == nil {
+		return
+	}
+	defer l.Release(ctx)
+	if after := evals.n.Load(); after != before {
+		t.Errorf("the writer sent %d scripts after it queued, want none: the last release grants it the lock", after-before)
+	}
+}
+
+// Waiters of both kinds that give up at random moments leave nothing
+// behind: no hold granted to a waiter that is gone stays, the queue empties.
+func TestRWMutexWaitersThatGiveUpLeaveNothing(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	const name = "rw-giveup"
+	var wg sync.WaitGroup
+	for g := range 8 {
+		rw := newRW(t, newClient(t, rdb), name)
+		wg.Go(func() {
+			for range 25 {
+				side := rw.Reader()
+				if rand.IntN(3) == 0 {
+					side = rw.Writer()
+				}
+				wctx, wcancel := context.WithTimeout(ctx, time.Duration(1+rand.IntN(20))*time.Millisecond)
+				l, err := side.Acquire(wctx)
+				wcancel()
+				switch {
+				case err == nil:
+					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("goroutine %d: Release = %v", g, err)
+					}
+				case !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded):
+					t.Errorf("goroutine %d: Acquire = %v, want ErrNotAcquired and DeadlineExceeded", g, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	key := semKey(name)
+	if !waitFor(5*time.Second, func() bool { return liveKeys(ctx, rdb, key, key+":q", key+":qw") == 0 }) {
+		t.Errorf("left 5s after every waiter gave up or released: holds %v, queue %v",
+			rwMembers(ctx, rdb, name), rdb.LRange(ctx, key+":q", 0, -1).Val())
+	}
+}
+
+// Per-call options apply to holds: LeaseTTL sets the hold's lease,
+// HolderMeta is read back from its token, MaxWait bounds a writer's wait,
+// MaxHold ends a hold.
+func TestRWMutexLockOptions(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "rw-options"
+	rw := newRW(t, newClient(t, rdb, dlock.WithTTL(30*time.Second)), name)
+	r, err := rw.Reader().Acquire(ctx, dlock.LeaseTTL(2*time.Second), dlock.HolderMeta("reporting"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := r.TTL(ctx); err != nil || d <= 0 || d > 2*time.Second {
+		t.Errorf("TTL of a read taken with LeaseTTL(2s) = %v, %v", d, err)
+	}
+	if info, err := newClient(t, rdb).Inspect(ctx, name); err != nil || info.Meta != "reporting" || len(info.RWHolds) != 1 ||
+		info.RWHolds[0].Meta != "reporting" {
+		t.Errorf("Inspect = %+v, %v, want the read's metadata", info, err)
+	}
+	start := time.Now()
+	_, err = rw.Writer().Acquire(ctx, dlock.MaxWait(200*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		t.Errorf("write Acquire with MaxWait(200ms) behind a read = %v, want ErrNotAcquired", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("write Acquire with MaxWait(200ms) returned after %v", d)
+	}
+	if n := rwQueued(ctx, rdb, name); n != 0 {
+		t.Errorf("the writer that waited out its MaxWait left %d queue entries", n)
+	}
+	r.Release(ctx)
+	w, err := rw.Writer().Acquire(ctx, dlock.MaxHold(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(w.Done(), 10*time.Second) || !errors.Is(w.Err(), dlock.ErrMaxHold) {
+		t.Errorf("a write with MaxHold(300ms): Err = %v, want ErrMaxHold", w.Err())
+	}
+	if !waitFor(5*time.Second, func() bool { return liveKeys(ctx, rdb, semKey(name)) == 0 }) {
+		t.Errorf("the write ended by its max hold is still in Redis: %v", rwMembers(ctx, rdb, name))
+	}
+	if _, err := rw.Reader().Acquire(ctx, dlock.LeaseTTL(-time.Second)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("read Acquire with LeaseTTL(-1s) = %v, want ErrInvalid", err)
+	}
+}
+
+// Releasing a hold twice frees it once: the second Release returns nil and
+// changes nothing; a late Release of a hold that expired reports
+// ErrNotHeld and frees nobody else's.
+func TestRWMutexReleaseTwice(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "rw-twice"
+	rw := newRW(t, newClient(t, rdb), name)
+	a, err := rw.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rw.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := a.Release(ctx); err != nil {
+			t.Errorf("Release #%d = %v, want nil", i+1, err)
+		}
+	}
+	if m := rwMembers(ctx, rdb, name); len(m) != 1 || m[0] != "r:"+b.Token() {
+		t.Errorf("holds after releasing one twice: %v, want the other read alone", m)
+	}
+	rdb.ZAdd(ctx, semKey(name), redis.Z{Score: 1, Member: "r:" + b.Token()}) // b's deadline passes
+	w, err := rw.Writer().TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("write TryAcquire once the last read expired = %v", err)
+	}
+	if err := b.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of an expired read = %v, want ErrNotHeld", err)
+	}
+	if m := rwMembers(ctx, rdb, name); len(m) != 1 || m[0] != "w:"+w.Token() {
+		t.Errorf("holds after an expired read's Release: %v, want the write alone", m)
+	}
+	if err := w.Extend(ctx, 5*time.Second); err != nil {
+		t.Errorf("the write's Extend = %v", err)
+	}
+	w.Release(ctx)
+}
+
+// Bad input gets an error wrapping ErrInvalid: a bad name, a Client that
+// cannot keep a read-write lock, and a hold asked for inside a hold of the
+// same name (an upgrade from read to write, a read in a read, anything in
+// a write), which would wait for itself.
+func TestRWMutexBadInput(t *testing.T) {
+	_, rdb := setup(t)
+	_, nodes := startQuorum(t, 3)
+	plain := newClient(t, rdb)
+	for _, tc := range []struct {
+		name string
+		c    *dlock.Client
+		rw   string
+	}{
+		{"empty name", plain, ""},
+		{"name too long", plain, strings.Repeat("x", dlock.MaxNameLen+1)},
+		{"reentrant Client", newClient(t, rdb, dlock.WithReentrant(true)), "rw"},
+		{"quorum", newRedlock(t, nodes), "rw"},
+		{"without scripts", newClient(t, rdb, dlock.WithoutScripts()), "rw"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rw, err := tc.c.RWMutex(tc.rw)
+			if !errors.Is(err, dlock.ErrInvalid) || rw != nil {
+				t.Errorf("RWMutex(%.20q) = %v, %v, want ErrInvalid", tc.rw, rw, err)
+			}
+		})
+	}
+	if n := rdb.DBSize(t.Context()).Val(); n != 0 {
+		t.Errorf("%d keys written by refused calls, want none", n)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	const name = "rw-nested"
+	rw := newRW(t, plain, name)
+	other := newRW(t, plain, name+"-other") // another name: nesting is fine
+	sameFamily := newRW(t, plain, name)     // another RWMutex value of the name: refused alike
+	for _, outer := range []*dlock.RWLocker{rw.Reader(), rw.Writer()} {
+		err := outer.Do(ctx, func(ctx context.Context, l *dlock.Lock) error {
+			for _, inner := range []*dlock.RWLocker{rw.Reader(), rw.Writer(), sameFamily.Writer()} {
+				if _, err := inner.TryAcquire(ctx); !errors.Is(err, dlock.ErrInvalid) {
+					t.Errorf("TryAcquire (write %v) inside Do (write %v) of the same name = %v, want ErrInvalid", inner.Write(), outer.Write(), err)
+				}
+				if _, err := inner.Acquire(ctx); !errors.Is(err, dlock.ErrInvalid) {
+					t.Errorf("Acquire (write %v) inside Do (write %v) of the same name = %v, want ErrInvalid", inner.Write(), outer.Write(), err)
+				}
+				if err := inner.Do(ctx, func(context.Context, *dlock.Lock) error { return nil }); !errors.Is(err, dlock.ErrInvalid) {
+					t.Errorf("Do (write %v) inside Do (write %v) of the same name = %v, want ErrInvalid", inner.Write(), outer.Write(), err)
+				}
+			}
+			return other.Writer().Do(ctx, func(context.Context, *dlock.Lock) error { return nil })
+		})
+		if err != nil {
+			t.Errorf("Do (write %v) = %v, want nil", outer.Write(), err)
+		}
+	}
+	if n := liveKeys(ctx, rdb, semKey(name), semKey(name)+":q", semKey(name)+":qw"); n != 0 {
+		t.Errorf("%d keys left by the refused nested calls, want none", n)
+	}
+}
+
+// A name is one kind of lock: whichever kind holds it (a lock, a
+// semaphore, a read-write lock), the other kinds get ErrWrongType, and
+// nothing is written or left stuck: the holder goes on and releases.
+func TestRWMutexAndOtherKindsGetErrWrongType(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, m := range modes(t, rdb, false) {
+		t.Run(m.name, func(t *testing.T) {
+			name := "rw-wrongtype-" + m.name
+			key := semKey(name)
+			queueKeys := func() int64 { return liveKeys(ctx, rdb, key+":q", key+":qw") }
+			rw := newRW(t, newClient(t, rdb), name)
+			sem := newSemaphore(t, newClient(t, rdb), name, 3)
+
+			lock, err := m.new(t).TryAcquire(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, side := range []*dlock.RWLocker{rw.Reader(), rw.Writer()} {
+				if _, err := side.TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("TryAcquire (write %v) of a held lock = %v, want ErrWrongType", side.Write(), err)
+				}
+				if _, err := side.Acquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("Acquire (write %v) of a held lock = %v, want ErrWrongType", side.Write(), err)
+				}
+			}
+			if _, err := rw.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) {
+				t.Errorf("Holders of a held lock = %v, want ErrWrongType", err)
+			}
+			if n := queueKeys(); n != 0 {
+				t.Errorf("the refused calls left %d queue keys", n)
+			}
+			if err := lock.Release(ctx); err != nil {
+				t.Errorf("the lock's Release after the refused calls = %v", err)
+			}
+
+			for _, write := range []bool{false, true} {
+				side := rw.Reader()
+				if write {
+					side = rw.Writer()
+				}
+				hold, err := side.TryAcquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := m.new(t)
+				if _, err := c.TryAcquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("TryAcquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
+				}
+				if _, err := c.Acquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("Acquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
+				}
+				if _, err := sem.TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("Semaphore.TryAcquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
+				}
+				if _, err := newClient(t, rdb, dlock.WithoutScripts()).TryAcquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("TryAcquire WithoutScripts of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
+				}
+				if _, err := sem.Acquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("Semaphore.Acquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
+				}
+				if _, err := sem.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("Semaphore.Holders of a read-write lock = %v, want ErrWrongType", err)
+				}
+				if mm := rwMembers(ctx, rdb, name); len(mm) != 1 || !strings.HasSuffix(mm[0], ":"+hold.Token()) || queueKeys() != 0 {
+					t.Errorf("after the refused calls: holds %v, %d queue keys; want the hold alone", mm, queueKeys())
+				}
+				if err := hold.Extend(ctx, 5*time.Second); err != nil {
+					t.Errorf("the hold's Extend after the refused calls = %v", err)
+				}
+				if err := hold.Release(ctx); err != nil {
+					t.Errorf("the hold's Release after the refused calls = %v", err)
+				}
+			}
+
+			permit, err := sem.TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, side := range []*dlock.RWLocker{rw.Reader(), rw.Writer()} {
+				if _, err := side.TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("TryAcquire (write %v) of a held semaphore = %v, want ErrWrongType", side.Write(), err)
+				}
+			}
+			if _, err := rw.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) {
+				t.Errorf("Holders of a held semaphore = %v, want ErrWrongType", err)
+			}
+			if err := permit.Release(ctx); err != nil {
+				t.Errorf("the permit's Release after the refused calls = %v", err)
+			}
+			if liveKeys(ctx, rdb, key) != 0 {
+				t.Errorf("the key is left after its last hold was released")
+			}
+		})
+	}
+}
+
+// With replica acknowledgement (Sentinel), a hold's grant and extensions
+// wait for a replica; a grant no replica acknowledged is undone.
+func TestRWMutexReplicaAck(t *testing.T) {
+	leakcheck.Check(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	master := redistest.Start(t, redistest.TCP(), redistest.Args("--repl-diskless-sync-delay", "0"))
+	link := redistest.NewProxy(t, master.Addr())
+	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
+	if !waitFor(30*time.Second, func() bool { return info(ctx, replica, "replication", "master_link_status") == "up" }) {
+		t.Fatal("the replica never synced")
+	}
+	rdb := master.Client(t)
+	rw := newRW(t, newClient(t, rdb, dlock.WithReplicaAck(1, 300*time.Millisecond), dlock.WithAutoExtend(false)), "rw-acked")
+	l, err := rw.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("acknowledged read TryAcquire = %v", err)
+	}
+	if err := l.Extend(ctx, 5*time.Second); err != nil {
+		t.Errorf("acknowledged Extend = %v", err)
+	}
+	link.Stall()
+	defer link.Cut()
+	if _, err := rw.Reader().TryAcquire(ctx); !errors.Is(err, dlock.ErrReplicaAck) || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("read TryAcquire with replication stalled = %v, want ErrReplicaAck and ErrNotAcquired", err)
+	}
+	if m := rwMembers(ctx, rdb, "rw-acked"); len(m) != 1 || m[0] != "r:"+l.Token() {
+		t.Errorf("holds on the master after the unacknowledged grant was undone: %v, want the first read alone", m)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+}
+
+// ForceRelease ends every hold of a read-write lock, as long as they are
+// the holds it read; their holders learn of it at their next extension,
+// and a writer waiting behind them is granted the lock.
+func TestRWMutexForceRelease(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	const name = "rw-force"
+	c := newClient(t, rdb)
+	rw := newRW(t, c, name)
+	var reads []*dlock.Lock
+	for range 2 {
+		l, err := rw.Reader().TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads = append(reads, l)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := newRW(t, newClient(t, rdb), name).Writer().Acquire(ctx)
+		if err != nil {
+			t.Errorf("writer: Acquire = %v", err)
+		}
+		got <- l
+	}()
+	if !waitFor(5*time.Second, func() bool { return rwQueued(ctx, rdb, name) == 1 }) {
+		t.Fatal("the writer never queued")
+	}
+	if ok, err := c.ForceRelease(ctx, name); !ok || err != nil {
+		t.Fatalf("ForceRelease of 2 reads = %v, %v, want true", ok, err)
+	}
+	for i, l := range reads {
+		if err := l.Extend(ctx, 5*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("read %d's Extend after ForceRelease = %v, want ErrNotHeld", i, err)
+		}
+	}
+	select {
+	case w := <-got:
+		if w != nil {
+			if m := rwMembers(ctx, rdb, name); len(m) != 1 || m[0] != "w:"+w.Token() {
+				t.Errorf("holds after the force release: %v, want the writer's alone", m)
+			}
+			w.Release(ctx)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the waiting writer was not granted the lock 10s after the force release")
+	}
+}
