@@ -378,11 +378,11 @@ func TestWithoutScriptsReplicaAck(t *testing.T) {
 	master := redistest.Start(t, redistest.TCP(), fast)
 	link := redistest.NewProxy(t, master.Addr()) // replication crosses it
 	replica := redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
-	if !waitFor(30*time.Second, func() bool { return info(ctx, replica, "replication", "master_link_status") == "up" }) {
+	if !replicaAcks(ctx, master, replica) {
 		t.Fatal("the replica never synced")
 	}
 	rdb := noScriptUser(t, master, nil)
-	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 300*time.Millisecond))
+	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
 	l, err := c.TryAcquire(ctx, "acked")
 	if err != nil {
 		t.Fatalf("acked TryAcquire = %v", err)

@@ -823,11 +823,11 @@ func TestRWMutexReplicaAck(t *testing.T) {
 	master := redistest.Start(t, redistest.TCP(), redistest.Args("--repl-diskless-sync-delay", "0"))
 	link := redistest.NewProxy(t, master.Addr())
 	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
-	if !waitFor(30*time.Second, func() bool { return info(ctx, replica, "replication", "master_link_status") == "up" }) {
+	if !replicaAcks(ctx, master, replica) {
 		t.Fatal("the replica never synced")
 	}
 	rdb := master.Client(t)
-	rw := newRW(t, newClient(t, rdb, dlock.WithReplicaAck(1, 300*time.Millisecond), dlock.WithAutoExtend(false)), "rw-acked")
+	rw := newRW(t, newClient(t, rdb, dlock.WithReplicaAck(1, 2*time.Second), dlock.WithAutoExtend(false)), "rw-acked")
 	l, err := rw.Reader().TryAcquire(ctx)
 	if err != nil {
 		t.Fatalf("acknowledged read TryAcquire = %v", err)

@@ -906,11 +906,11 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 	master := redistest.Start(t, redistest.TCP(), redistest.Args("--repl-diskless-sync-delay", "0"))
 	link := redistest.NewProxy(t, master.Addr())
 	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
-	if !waitFor(30*time.Second, func() bool { return info(ctx, replica, "replication", "master_link_status") == "up" }) {
+	if !replicaAcks(ctx, master, replica) {
 		t.Fatal("the replica never synced")
 	}
 	rdb := master.Client(t)
-	s := newSemaphore(t, newClient(t, rdb, dlock.WithReplicaAck(1, 300*time.Millisecond), dlock.WithAutoExtend(false)), "sem-acked", 2)
+	s := newSemaphore(t, newClient(t, rdb, dlock.WithReplicaAck(1, 2*time.Second), dlock.WithAutoExtend(false)), "sem-acked", 2)
 	l, err := s.TryAcquire(ctx)
 	if err != nil {
 		t.Fatalf("acknowledged TryAcquire = %v", err)

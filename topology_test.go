@@ -32,6 +32,19 @@ func info(ctx context.Context, s *redistest.Server, section, field string) strin
 	return ""
 }
 
+// replicaAcks waits until replica has synced with master and master counts
+// its acknowledgements (WAIT 1 answers 1): a replica whose link is up may
+// not be online on the master's side yet, and a WAIT then counts nobody.
+func replicaAcks(ctx context.Context, master, replica *redistest.Server) bool {
+	return waitFor(30*time.Second, func() bool {
+		if info(ctx, replica, "replication", "master_link_status") != "up" {
+			return false
+		}
+		n, err := master.Do(ctx, "WAIT", 1, 200)
+		return err == nil && fmt.Sprint(n) == "1"
+	})
+}
+
 func TestSentinelFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a Sentinel topology")
