@@ -92,7 +92,7 @@ func TestSentinelFailover(t *testing.T) {
 	t.Cleanup(func() { fc.Close() })
 	succession(t, fc, "elect") // an election through the Sentinel client
 
-	acked := newClient(t, fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 500*time.Millisecond))
+	acked := newClient(t, fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
 	plain := newClient(t, fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false))
 	const n = 20
 	for i := range n {
@@ -496,7 +496,7 @@ func TestClusterReplicaAck(t *testing.T) {
 	const n = 10
 	ackedNames, plainNames := names("acked-", n), names("plain-", n)
 
-	acked := newClient(t, cc, dlock.WithTTL(5*time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 500*time.Millisecond))
+	acked := newClient(t, cc, dlock.WithTTL(5*time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
 	plain := newClient(t, cc, dlock.WithTTL(5*time.Minute), dlock.WithAutoExtend(false))
 	for _, name := range ackedNames {
 		if _, err := acked.TryAcquire(ctx, name); err != nil {
