@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -37,6 +38,11 @@ type MultiLock struct {
 	err     error         // nil while every part is held; ErrReleased, or the first loss
 	done    chan struct{} // closed when err is set
 	settled func(error)   // DoAll's cancel, called with err when it is set
+	// apart holds the loss of each part released on its own, apart from
+	// the set: the part's own Release reports nothing more, so the set's
+	// first Release reports it for the part.
+	apart    map[*Lock]error
+	reported bool // a Release of the set has begun
 }
 
 // AcquireAll takes every lock in names, waiting as long as ctx allows, all
@@ -234,13 +240,19 @@ func newMulti(names []string, locks []*Lock) *MultiLock {
 func (m *MultiLock) partSettled(l *Lock, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.err != nil {
-		return // released as a whole, or another part was lost first
-	}
 	if err == ErrReleased {
+		if m.reported {
+			return // released with the set
+		}
 		err = lost(l.name, "the part was released on its own, apart from the set")
+		if m.apart == nil {
+			m.apart = map[*Lock]error{}
+		}
+		m.apart[l] = err
 	}
-	m.settleLocked(err)
+	if m.err == nil { // else another part was lost first
+		m.settleLocked(err)
+	}
 }
 
 // settleLocked settles the set with err; m.mu must be held.
@@ -356,8 +368,18 @@ func (m *MultiLock) release(rel func(*Lock) error) error {
 	if m.err == nil {
 		m.settleLocked(ErrReleased)
 	}
+	var apart map[*Lock]error
+	if !m.reported { // the first Release reports them
+		apart = maps.Clone(m.apart)
+	}
+	m.reported = true
 	m.mu.Unlock()
-	return m.each(rel)
+	return m.each(func(l *Lock) error {
+		if err := rel(l); err != nil || apart[l] == nil {
+			return err
+		}
+		return apart[l]
+	})
 }
 
 // each runs f on every part at once (pipelined into shared round trips by

@@ -268,7 +268,7 @@ func TestAcquireAllCancelledLeavesNothing(t *testing.T) {
 // the MultiLock's Done closes and Err names that part; the other parts stay
 // held until Release, which reports the lost part and frees the rest.
 func TestMultiLockLossOfOnePart(t *testing.T) {
-	for _, how := range []string{"del", "force"} {
+	for _, how := range []string{"del", "force", "released apart"} {
 		t.Run(how, func(t *testing.T) {
 			cs, rdb := multiClients(t, "fair", 1, dlock.WithTTL(300*time.Millisecond))
 			c := cs[0]
@@ -277,10 +277,17 @@ func TestMultiLockLossOfOnePart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if how == "del" {
+			switch how {
+			case "del":
 				rdb.Del(ctx, "dlock:{p2}")
-			} else if ok, err := c.ForceRelease(ctx, "p2"); !ok || err != nil {
-				t.Fatalf("ForceRelease(p2) = %v, %v", ok, err)
+			case "force":
+				if ok, err := c.ForceRelease(ctx, "p2"); !ok || err != nil {
+					t.Fatalf("ForceRelease(p2) = %v, %v", ok, err)
+				}
+			default: // the part's own Release succeeds; the set counts it as lost
+				if err := m.Locks()[1].Release(ctx); err != nil {
+					t.Fatalf("p2's own Release = %v", err)
+				}
 			}
 			if !closedWithin(m.Done(), 3*time.Second) {
 				t.Fatal("Done() still open 3s after a part was lost")
@@ -293,8 +300,9 @@ func TestMultiLockLossOfOnePart(t *testing.T) {
 				t.Errorf("%d of p1, p3 held after p2 was lost, want 2 (held until Release)", n)
 			}
 			err = m.Release(ctx)
-			if !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), `"p2"`) {
-				t.Errorf("Release = %v, want ErrNotHeld naming \"p2\"", err)
+			if !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), `"p2"`) ||
+				strings.Contains(err.Error(), `"p1"`) || strings.Contains(err.Error(), `"p3"`) {
+				t.Errorf("Release = %v, want ErrNotHeld naming \"p2\" alone", err)
 			}
 			if n := liveKeys(ctx, rdb, lockKeys("p1", "p2", "p3")...); n != 0 {
 				t.Errorf("%d lock keys left after Release, want 0", n)
