@@ -164,9 +164,9 @@ const metaSep = '.'
 func badMeta(meta string) string {
 	switch {
 	case len(meta) > MaxMetaLen:
-		return fmt.Sprintf("%d bytes, longer than %d", len(meta), MaxMetaLen)
+		return fmt.Sprintf("is %d bytes, longer than %d", len(meta), MaxMetaLen)
 	case !utf8.ValidString(meta):
-		return "not valid UTF-8"
+		return "is not valid UTF-8"
 	}
 	for _, r := range meta {
 		if unicode.IsControl(r) {

@@ -30,10 +30,11 @@ package dlock
 //
 // What it gives up: fair waiting and handover (a waiter's queue has to be
 // served in the same atomic step as the release), reentrant locks,
-// semaphores, elections and Redlock (NewRedlock), which need scripts: New
-// refuses WithFair(true) and WithReentrant(true) with it, Client.Semaphore,
-// Client.Election and NewRedlock refuse it (ErrInvalid). Waiting is unfair without
-// WithFair(false); WithPipelining does not apply (each operation holds a
+// semaphores, read-write locks, elections and Redlock (NewRedlock), which
+// need scripts: New refuses WithFair(true) and WithReentrant(true) with it,
+// and Client.Semaphore, Client.RWMutex, Client.Election and NewRedlock refuse
+// it (ErrInvalid). Waiting is unfair, as with WithFair(false), which may be
+// given but need not be; WithPipelining does not apply (each operation holds a
 // connection of its own for its transaction), and New refuses
 // WithPipelining(true) with it. Each operation takes three or four round
 // trips instead of one, and a lock name whose keys are written very often

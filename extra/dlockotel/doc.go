@@ -28,7 +28,8 @@
 // own; WithPipelining(false) gives each its own always, at a cost in
 // throughput.
 //
-// Attributes: dlock.mode (fair, unfair, reentrant or quorum), dlock.try on
+// Attributes: dlock.mode (Event.Mode: fair, unfair, reentrant, quorum,
+// semaphore, election, read or write), dlock.try on
 // acquisitions (TryAcquire), dlock.auto on extensions (made by the
 // watchdog), all set when the span starts so that a sampler can see them,
 // and dlock.outcome when it ends. An Acquire that waits gets the events

@@ -20,7 +20,7 @@ const ScopeName = "github.com/dlockio/dlock/extra/dlockotel"
 
 // The attributes of spans and metrics.
 const (
-	ModeKey     = attribute.Key("dlock.mode")      // fair, unfair, reentrant or quorum
+	ModeKey     = attribute.Key("dlock.mode")      // Event.Mode: fair, unfair, reentrant, quorum, semaphore, election, read, write
 	OutcomeKey  = attribute.Key("dlock.outcome")   // see the package doc
 	LockNameKey = attribute.Key("dlock.lock.name") // only with WithLockNameAttribute(true)
 	TryKey      = attribute.Key("dlock.try")       // spans of acquisitions: TryAcquire

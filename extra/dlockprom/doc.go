@@ -30,9 +30,10 @@
 //	                                                         calls/writes is the mean batch (0 and 0 with
 //	                                                         WithPipelining(false))
 //
-// mode is fair, unfair, reentrant or quorum. A lock found taken, or an
-// Acquire whose context ended while it waited, is not_acquired: an outcome
-// of normal work, not an error. A Release that finds its lease already
+// mode is Event.Mode: fair, unfair, reentrant, quorum, semaphore (a
+// permit), election (a campaign), read or write (holds of a read-write
+// lock). A lock found taken, or an Acquire whose context ended while it
+// waited, is not_acquired: an outcome of normal work, not an error. A Release that finds its lease already
 // gone returns an error wrapping dlock.ErrNotHeld and records no hold
 // time.
 //
