@@ -23,17 +23,7 @@ func (n Node) acquireRW(ctx context.Context, c *Claim, ttl time.Duration, queue 
 	}
 	cmd, acks := n.acked(ctx, script.RWAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
 		c.Token, c.RW, ttl.Milliseconds(), q, QueueTTL(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS)
-	v, err := cmd.Int64()
-	if err != nil {
-		return Grant{}, RedisErr(err)
-	}
-	if v >= 0 {
-		if acks >= 0 && acks < int64(n.replicas) {
-			return Grant{Undo: true}, n.ackUndone(acks)
-		}
-		return Grant{Held: true}, nil
-	}
-	return Grant{PTTL: pttlOf(-2 - v)}, nil
+	return n.queuedGrant(cmd, acks)
 }
 
 // rwHolds reports whether the members of a sorted set (as permitsOf read

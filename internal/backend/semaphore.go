@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/internal/script"
+	"github.com/redis/go-redis/v9"
 )
 
 // A semaphore (see lib.lua) is a sorted set at the lock key: one member per
@@ -23,6 +24,13 @@ func (n Node) acquirePermit(ctx context.Context, c *Claim, ttl time.Duration, qu
 	}
 	cmd, acks := n.acked(ctx, script.SemAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
 		c.Token, ttl.Milliseconds(), q, QueueTTL(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, c.Permits)
+	return n.queuedGrant(cmd, acks)
+}
+
+// queuedGrant reads the reply of sem_acquire.lua or rw_acquire.lua, sent
+// with acks replicas' acknowledgements (-1 without replica ack): >= 0
+// granted, else -2 - the PTTL of the hold that keeps it out.
+func (n Node) queuedGrant(cmd *redis.Cmd, acks int64) (Grant, error) {
 	v, err := cmd.Int64()
 	if err != nil {
 		return Grant{}, RedisErr(err)

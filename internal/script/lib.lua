@@ -172,41 +172,64 @@ local function expire_with_last(key)
   end
 end
 
--- serve_queue hands free permits of a semaphore to the live waiters at the
--- head of its queue, in arrival order, as long as fewer permits are held
--- than the head waiter's own N; waiters whose entry lapsed are dropped.
--- k are the keys {semaphore, fence, queue, waiters}, a the arguments
--- {channel, publish command, fence window ms}; now is the server's clock,
--- held the live permits. Each grant lasts the waiter's TTL, comes with a
--- fence (none if the fence key holds a foreign value) and is announced on
--- the channel as "<token> <fence>". It stops at the waiter me, left
--- queued, and returns the permits held now and the waiter left at the
--- head: nil (nobody), me, or one that must wait for a permit.
-local function serve_queue(k, now, held, me, a)
+-- serve_holds hands holds of the sorted set k[1] (a semaphore's permits,
+-- a read-write lock's holds) to the live waiters at the head of its queue,
+-- in arrival order, for as long as the head waiter may have one; waiters
+-- whose entry lapsed are dropped. k are the keys {set, fence, queue,
+-- waiters}, a the arguments {channel, publish command, fence window ms};
+-- now is the server's clock. A waiter's entry is "deadline_ms:ttl_ms:x":
+-- admit(x, head, granted) returns the member to add for the waiter head
+-- (granted were granted before it in this call), false if it must wait,
+-- or nil if x is malformed (the entry is dropped as if it had lapsed).
+-- Each grant lasts the waiter's TTL, comes with a fence (none if the fence
+-- key holds a foreign value) and is announced on the channel as
+-- "<token> <fence>". It stops at the waiter me, left queued, and returns
+-- the waiter left at the head (nil: nobody, me, or one that must wait) and
+-- how many it granted.
+local function serve_holds(k, now, me, a, admit)
+  local granted = 0
   while true do
     local head = redis.call('LINDEX', k[3], 0)
     if not head or head == me then
-      return held, head
+      return head, granted
     end
     local entry = redis.call('HGET', k[4], head)
-    local deadline, ttl, n = string.match(entry or '', '^(%d+):(%d+):(%d+)$')
+    local deadline, ttl, x = string.match(entry or '', '^(%d+):(%d+):(.+)$')
     if deadline and tonumber(deadline) > now then
-      if held >= tonumber(n) then
-        return held, head
+      local member = admit(x, head, granted)
+      if member == false then
+        return head, granted
       end
-      redis.call('ZADD', k[1], now + tonumber(ttl), head)
-      expire_with_last(k[1])
-      held = held + 1
-      local fence = new_fence(k[2], a[3])
-      local msg = head
-      if fence then
-        msg = head .. ' ' .. string.format('%d', fence)
+      if member then
+        redis.call('ZADD', k[1], now + tonumber(ttl), member)
+        expire_with_last(k[1])
+        granted = granted + 1
+        local fence = new_fence(k[2], a[3])
+        local msg = head
+        if fence then
+          msg = head .. ' ' .. string.format('%d', fence)
+        end
+        redis.call(a[2], a[1], msg)
       end
-      redis.call(a[2], a[1], msg)
     end
     redis.call('LPOP', k[3])
     redis.call('HDEL', k[4], head)
   end
+end
+
+-- serve_queue serves a semaphore's queue (see serve_holds): its waiters'
+-- entries end in their N, and a waiter gets a permit while fewer than its
+-- own N are held. held is the number of live permits; it returns the
+-- number held now and the waiter left at the head.
+local function serve_queue(k, now, held, me, a)
+  local head, granted = serve_holds(k, now, me, a, function(x, head, granted)
+    local n = string.match(x, '^%d+$') and tonumber(x)
+    if not n then
+      return nil
+    end
+    return held + granted < n and head
+  end)
+  return held + granted, head
 end
 
 -- is_rw reports whether the sorted set at key is a read-write lock (see
@@ -227,40 +250,15 @@ local function rw_admits(key, kind)
   return first == nil or string.sub(first, 1, 1) == 'r'
 end
 
--- rw_serve_queue grants the read-write lock to the live waiters at the head
--- of its queue, in arrival order, as long as the head waiter's hold may be
--- granted (see rw_admits): a run of readers at once, or one writer;
--- waiters whose entry lapsed are dropped. k are the keys {lock, fence,
--- queue, waiters}, a the arguments {channel, publish command, fence window
--- ms}; now is the server's clock. Each grant lasts the waiter's TTL, comes
--- with a fence (none if the fence key holds a foreign value) and is
--- announced on the channel as "<token> <fence>". It stops at the waiter me,
--- left queued, and returns the waiter left at the head (nil: nobody, me,
--- or one that must wait) and how many it granted.
+-- rw_serve_queue serves a read-write lock's queue (see serve_holds): its
+-- waiters' entries end in 'r' or 'w', and the head waiter gets its hold
+-- when rw_admits says it may (a run of readers at once, or one writer).
+-- It returns the waiter left at the head and how many it granted.
 local function rw_serve_queue(k, now, me, a)
-  local granted = 0
-  while true do
-    local head = redis.call('LINDEX', k[3], 0)
-    if not head or head == me then
-      return head, granted
+  return serve_holds(k, now, me, a, function(x, head)
+    if x ~= 'r' and x ~= 'w' then
+      return nil
     end
-    local entry = redis.call('HGET', k[4], head)
-    local deadline, ttl, kind = string.match(entry or '', '^(%d+):(%d+):([rw])$')
-    if deadline and tonumber(deadline) > now then
-      if not rw_admits(k[1], kind) then
-        return head, granted
-      end
-      redis.call('ZADD', k[1], now + tonumber(ttl), kind .. ':' .. head)
-      expire_with_last(k[1])
-      granted = granted + 1
-      local fence = new_fence(k[2], a[3])
-      local msg = head
-      if fence then
-        msg = head .. ' ' .. string.format('%d', fence)
-      end
-      redis.call(a[2], a[1], msg)
-    end
-    redis.call('LPOP', k[3])
-    redis.call('HDEL', k[4], head)
-  end
+    return rw_admits(k[1], x) and x .. ':' .. head
+  end)
 end
