@@ -6,6 +6,7 @@ package dlock_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -129,5 +130,37 @@ func TestRWAttackWriterFailedByTheNetworkLeavesItsPlace(t *testing.T) {
 	}
 	if m := rwMembers(ctx, direct, name); len(m) > 0 {
 		t.Errorf("after the reader released: holds %v, want none (the write granted to a writer that gave up)", m)
+	}
+}
+
+// Errors read once, "dlock: <op> "<name>": <cause>" (errors.go): the
+// refusal of a hold asked for inside a hold of the name, and Holders on a
+// name of another kind, said "dlock: " twice ("dlock: acquire "x": dlock:
+// invalid argument: …").
+func TestRWAttackErrorsSayDlockOnce(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	const name = "rw-errors-once"
+	rw := newRW(t, c, name)
+	var nested error
+	if err := rw.Reader().Do(ctx, func(ctx context.Context, _ *dlock.Lock) error {
+		_, nested = rw.Writer().TryAcquire(ctx)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryAcquire(ctx, "rw-errors-once-lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	_, wrong := newRW(t, c, "rw-errors-once-lock").Holders(ctx)
+	for what, err := range map[string]error{"a write inside a read": nested, "Holders of a lock's name": wrong} {
+		if err == nil {
+			t.Errorf("%s: nil error", what)
+		} else if n := strings.Count(err.Error(), "dlock: "); n != 1 {
+			t.Errorf("%s: %q says \"dlock: \" %d times, want once", what, err, n)
+		}
 	}
 }
