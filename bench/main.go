@@ -9,8 +9,8 @@
 // W1, uncontended: C goroutines, one lock name each, lock+unlock in a loop.
 // W2, contended: C goroutines on one name, holding it for a fixed time.
 // W3, quorum: 5 independent nodes, healthy, one frozen (SIGSTOP), two killed.
-// W4, the lock family contended: a semaphore (and the other kinds that let
-// several holders in) against the in-process primitive of the same kind.
+// W4, the lock family contended: a semaphore and a read-write lock (90%
+// reads) against the in-process primitive of the same kind.
 package main
 
 import (
@@ -139,6 +139,11 @@ func main() {
 		for _, r := range rs {
 			log.Printf("W4 %-16s C=%-2d hold=%v %7.0f acq/s (in process %.0f)  wait p50 %v p99 %v  redis %.1fµs/acq  most inside %d  violations %d",
 				r.kind, r.c, r.hold, r.rate, r.local, r.p50, r.p99, float64(r.serverCPU)/1e3, r.most, r.violations)
+			if r.shared.n > 0 && r.excl.n > 0 {
+				log.Printf("W4 %-16s C=%-2d reads %d wait p50 %v p99 %v, writes %d wait p50 %v p99 %v (in process: reads p50 %v p99 %v, writes p50 %v p99 %v)",
+					r.kind, r.c, r.shared.n, r.shared.p50, r.shared.p99, r.excl.n, r.excl.p50, r.excl.p99,
+					r.localShared.p50, r.localShared.p99, r.localExcl.p50, r.localExcl.p99)
+			}
 		}
 		rep.w4 = rs
 	}
