@@ -9,8 +9,17 @@
 // W1, uncontended: C goroutines, one lock name each, lock+unlock in a loop.
 // W2, contended: C goroutines on one name, holding it for a fixed time.
 // W3, quorum: 5 independent nodes, healthy, one frozen (SIGSTOP), two killed.
-// W4, the lock family contended: a semaphore (and the other kinds that let
-// several holders in) against the in-process primitive of the same kind.
+// W4, the lock family contended: a semaphore and a read-write lock (90%
+// reads) against the in-process primitive of the same kind.
+//
+// For the batcher's pipelines: -w1c sets W1's goroutine counts, and its
+// table shows the calls each write carried; -w0depths runs dlock's scripts
+// in W0 at several depths (Redis CPU per pair against commands per write);
+// -leftovers=false skips W1's slow pass over what stays in Redis. The
+// server is the one REDIS_SERVER names (a script that execs redis-server
+// under taskset, or in a CPU-limited cgroup, makes Redis the bottleneck):
+//
+//	go run . -only W0,W1 -libs dlock -w0depths 1,4,16,64 -w1c 1,4,16,64,256 -leftovers=false
 package main
 
 import (
@@ -38,6 +47,9 @@ var (
 	out      = flag.String("out", "results", "write OUT.md (table) and OUT.svg (plot)")
 	only     = flag.String("only", "", "comma-separated workloads to run (W0,W1,W2,W3,W4); default all")
 	libsFlag = flag.String("libs", "", "comma-separated libraries to run; default all")
+	w0Depths = flag.String("w0depths", "", "comma-separated depths (pairs per write) at which W0 also runs dlock's scripts")
+	w1Conc   = flag.String("w1c", "1,16,64", "comma-separated goroutine counts of W1")
+	w1Left   = flag.Bool("leftovers", true, "run W1's pass that measures what stays in Redis")
 )
 
 func main() {
@@ -65,7 +77,7 @@ func main() {
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), redisVersion["Server"]["redis_version"], *duration)
 	if want("W0") {
 		for _, c := range w0Cases {
-			r, err := ceiling(c, srv.Addr(), admin)
+			r, err := ceiling(c, srv.Addr(), admin, w0Pairs)
 			if err != nil {
 				log.Fatalf("W0 %s: %v", c.name, err)
 			}
@@ -73,18 +85,32 @@ func main() {
 			log.Printf("W0 %-40s %8.0f pairs/s  redis %.2fµs/pair  client %.2fµs/pair", c.name, r.rate, float64(r.serverCPU)/1e3, float64(r.clientCPU)/1e3)
 		}
 	}
+	if want("W0") && *w0Depths != "" {
+		rs, err := depthSweep(srv.Addr(), admin, counts("-w0depths", *w0Depths))
+		if err != nil {
+			log.Fatalf("W0 %v", err)
+		}
+		for _, r := range rs {
+			log.Printf("W0 %-28s %3d cmds/write %8.0f pairs/s  redis %.2fµs/pair  client %.2fµs/pair", r.name, 2*r.depth, r.rate, float64(r.serverCPU)/1e3, float64(r.clientCPU)/1e3)
+		}
+		rep.w0depth = rs
+	}
 	if want("W1") {
-		for _, c := range []int{1, 16, 64} {
+		for _, c := range counts("-w1c", *w1Conc) {
 			for _, l := range libs {
 				r, err := uncontended(l, srv.Addr(), admin, c)
 				if err != nil {
 					log.Fatalf("W1 %s C=%d: %v", l.name, c, err)
 				}
 				rep.w1 = append(rep.w1, r)
-				log.Printf("W1 C=%-2d %-14s %8.0f pairs/s  p50 %v  p99 %v  %.1f allocs/pair  redis %.1fµs/pair  batch %.1f", c, l.name, r.rate, r.p50, r.p99, r.allocs, float64(r.serverCPU)/1e3, r.batch)
+				log.Printf("W1 C=%-2d %-14s %8.0f pairs/s  p50 %v  p99 %v  %.1f allocs/pair  redis %.1fµs/pair (busy %.0f%%)  batch %.1f",
+					c, l.name, r.rate, r.p50, r.p99, r.allocs, float64(r.serverCPU)/1e3, r.rate*r.serverCPU.Seconds()*100, r.batch)
 			}
 		}
 		for _, l := range libs {
+			if !*w1Left {
+				break
+			}
 			r, err := leftovers(l, srv.Addr(), admin)
 			if err != nil {
 				log.Fatalf("W1 leftovers %s: %v", l.name, err)
@@ -139,6 +165,11 @@ func main() {
 		for _, r := range rs {
 			log.Printf("W4 %-16s C=%-2d hold=%v %7.0f acq/s (in process %.0f)  wait p50 %v p99 %v  redis %.1fµs/acq  most inside %d  violations %d",
 				r.kind, r.c, r.hold, r.rate, r.local, r.p50, r.p99, float64(r.serverCPU)/1e3, r.most, r.violations)
+			if r.shared.n > 0 && r.excl.n > 0 {
+				log.Printf("W4 %-16s C=%-2d reads %d wait p50 %v p99 %v, writes %d wait p50 %v p99 %v (in process: reads p50 %v p99 %v, writes p50 %v p99 %v)",
+					r.kind, r.c, r.shared.n, r.shared.p50, r.shared.p99, r.excl.n, r.excl.p50, r.excl.p99,
+					r.localShared.p50, r.localShared.p99, r.localExcl.p50, r.localExcl.p99)
+			}
 		}
 		rep.w4 = rs
 	}
@@ -146,6 +177,19 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Print(rep.markdown())
+}
+
+// counts parses a flag's comma-separated list of positive numbers.
+func counts(flagName, list string) []int {
+	var cs []int
+	for _, f := range strings.Split(list, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			log.Fatalf("%s: %q is not a positive number", flagName, f)
+		}
+		cs = append(cs, c)
+	}
+	return cs
 }
 
 func cpuModel() string {

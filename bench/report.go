@@ -9,9 +9,10 @@ import (
 )
 
 type report struct {
-	env string
-	w0  []w0Result
-	w1  []w1Result
+	env     string
+	w0      []w0Result
+	w0depth []w0Result // W0's (c) cases at the depths of -w0depths
+	w1      []w1Result
 	// leftovers: what each library leaves in Redis per lock name (W1's loop)
 	leftovers []leftover
 	w2        []w2Result
@@ -46,6 +47,7 @@ func (r *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Machine: %s.\n\n", r.env)
 	r.w0Markdown(&b)
+	r.w0DepthMarkdown(&b)
 	r.w1Markdown(&b)
 	r.leftoversMarkdown(&b)
 	r.w2Markdown(&b)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -95,6 +96,7 @@ var w0Cases = []w0Case{
 
 type w0Result struct {
 	id, name string
+	depth    int // pairs per round trip on one connection
 	rate     float64
 	// serverCPU is redis-server's CPU time per pair (INFO cpu), clientCPU
 	// this process's (getrusage): if the client's is near the server's on a
@@ -102,8 +104,9 @@ type w0Result struct {
 	serverCPU, clientCPU time.Duration
 }
 
-// ceiling runs one W0 case for -duration on w0Conns connections.
-func ceiling(c w0Case, addr string, admin *redis.Client) (w0Result, error) {
+// ceiling runs one W0 case for -duration on w0Conns connections, pairs
+// pairs in each round trip.
+func ceiling(c w0Case, addr string, admin *redis.Client, pairs int) (w0Result, error) {
 	reset(admin)
 	for _, s := range c.scripts {
 		if err := s.Load(context.Background(), admin).Err(); err != nil {
@@ -117,7 +120,7 @@ func ceiling(c w0Case, addr string, admin *redis.Client) (w0Result, error) {
 	stop := start.Add(*duration)
 	var wg sync.WaitGroup
 	for i := range w0Conns {
-		wg.Go(func() { counts[i], errs[i] = ceilingConn(c, addr, i, stop) })
+		wg.Go(func() { counts[i], errs[i] = ceilingConn(c, addr, i, pairs, stop) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -125,36 +128,36 @@ func ceiling(c w0Case, addr string, admin *redis.Client) (w0Result, error) {
 	if err := errors.Join(errs...); err != nil {
 		return w0Result{}, err
 	}
-	pairs := 0
+	done := 0
 	for _, n := range counts {
-		pairs += n
+		done += n
 	}
-	r := w0Result{id: c.id, name: c.name, rate: float64(pairs) / elapsed.Seconds()}
-	if pairs > 0 {
-		r.serverCPU = (cpu1 - cpu0) / time.Duration(pairs)
-		r.clientCPU = (self1 - self0) / time.Duration(pairs)
+	r := w0Result{id: c.id, name: c.name, depth: pairs, rate: float64(done) / elapsed.Seconds()}
+	if done > 0 {
+		r.serverCPU = (cpu1 - cpu0) / time.Duration(done)
+		r.clientCPU = (self1 - self0) / time.Duration(done)
 	}
 	return r, nil
 }
 
-// ceilingConn sends rounds of w0Pairs pairs on one connection until stop,
+// ceilingConn sends rounds of pairs pairs on one connection until stop,
 // each pair on its own name (the same names every round, as W1 keeps one
 // name per goroutine) with a fresh token (dlock refuses a token whose lease
 // ended), and returns how many pairs it completed.
-func ceilingConn(c w0Case, addr string, conn int, stop time.Time) (int, error) {
+func ceilingConn(c w0Case, addr string, conn, pairs int, stop time.Time) (int, error) {
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		return 0, err
 	}
 	defer nc.Close()
-	names := make([]w0Name, w0Pairs)
+	names := make([]w0Name, pairs)
 	for i := range names {
 		names[i] = newW0Name(conn, i)
 	}
 	r := bufio.NewReaderSize(nc, 64<<10)
 	var buf []byte
 	var seq uint64
-	pairs := 0
+	done := 0
 	for time.Now().Before(stop) {
 		buf = buf[:0]
 		for i := range names {
@@ -162,19 +165,19 @@ func ceilingConn(c w0Case, addr string, conn int, stop time.Time) (int, error) {
 			buf = c.pair(buf, &names[i], w0Token(conn, seq))
 		}
 		if _, err := nc.Write(buf); err != nil {
-			return pairs, err
+			return done, err
 		}
 		for range names {
 			if err := expect(r, c.lockOK, "lock"); err != nil {
-				return pairs, err
+				return done, err
 			}
 			if err := expect(r, c.unlockOK, "unlock"); err != nil {
-				return pairs, err
+				return done, err
 			}
 		}
-		pairs += len(names)
+		done += len(names)
 	}
-	return pairs, nil
+	return done, nil
 }
 
 // w0Token is a 22-character token (the length of dlock's), unique across
@@ -259,4 +262,38 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// depthSweep runs dlock's cases of W0 (c) at each depth of -w0depths: the
+// server's CPU per pair against the commands each write carries (twice the
+// depth), which is what a deeper batch can still save.
+func depthSweep(addr string, admin *redis.Client, depths []int) ([]w0Result, error) {
+	var out []w0Result
+	for _, d := range depths {
+		for _, c := range w0Cases {
+			if !strings.HasPrefix(c.id, "c") {
+				continue
+			}
+			r, err := ceiling(c, addr, admin, d)
+			if err != nil {
+				return out, fmt.Errorf("%s at depth %d: %w", c.name, d, err)
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (r *report) w0DepthMarkdown(b *strings.Builder) {
+	if len(r.w0depth) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "**W0 by depth** (W0's (c) cases with D pairs, 2D commands, in each write on each of %d connections: "+
+		"Redis CPU per pair against the commands a write carries)\n\n", w0Conns)
+	b.WriteString("| commands per pair | commands per write | pairs/s | Redis CPU/pair | client CPU/pair |\n")
+	b.WriteString("|---|---:|---:|---:|---:|\n")
+	for _, x := range r.w0depth {
+		fmt.Fprintf(b, "| %s | %d | %.0f | %s | %s |\n", x.name, 2*x.depth, x.rate, µs(x.serverCPU), µs(x.clientCPU))
+	}
+	b.WriteString("\n")
 }
