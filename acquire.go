@@ -116,10 +116,13 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*
 	a := acquisition{c: c, ctx: actx, l: pending, trustHandover: true}
 	l, err := a.run()
 	if err != nil {
+		// However the wait ended, an entry of an earlier attempt may hold
+		// a place in the queue (fair mode): it leaves, or it would hold
+		// back the waiters behind it and be handed the lock by a release.
+		c.leave(ctx, pending.cl)
 		if actx.Err() != nil {
-			// However the wait ended, the error says so; an attempt's own
-			// error (Redis unreachable) goes with it.
-			c.leave(ctx, pending.cl)
+			// The error says the wait ended; an attempt's own error (Redis
+			// unreachable) goes with it.
 			if err == actx.Err() || errors.Is(err, backend.ErrNotSent) ||
 				(ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)) {
 				err = nil
@@ -290,8 +293,10 @@ func (c *Client) sleep(attempt int, pttl, ttl time.Duration) time.Duration {
 	return d
 }
 
-// leave takes a waiter that gives up out of the queue (fair mode); if the
-// lock was handed to it meanwhile, that passes it on to the next waiter.
+// leave takes a waiter that gives up, or whose wait failed, out of the
+// queue (fair mode); if the lock was handed to it meanwhile, that passes it
+// on to the next waiter. When Redis cannot be reached, it is retried in
+// the background as an undo is (see undo).
 func (c *Client) leave(ctx context.Context, cl *backend.Claim) {
 	if c.opts.fair {
 		c.undo(ctx, cl)

@@ -656,9 +656,6 @@ func (n Node) Scan(ctx context.Context, match string) ([]string, error) {
 // on it that will not be gone with it or expire by itself.
 func (n Node) Undo(ctx context.Context, c *Claim) error {
 	_, err := n.Release(ctx, c)
-	if neverSent(err) {
-		return nil
-	}
 	return err
 }
 

@@ -436,9 +436,6 @@ func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {
 // Undo ends the lease c may hold (see Node.Undo).
 func (n NoScripts) Undo(ctx context.Context, c *Claim) error {
 	_, err := n.Release(ctx, c)
-	if neverSent(err) {
-		return nil
-	}
 	return err
 }
 
