@@ -99,7 +99,7 @@ func Check(h []Event, p Params) *Report {
 		switch e.Op {
 		case OpFault:
 			r.Faults[e.Note]++
-		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite:
+		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect:
 			r.Ops[e.Op+":"+e.Res]++
 		}
 	}
