@@ -115,10 +115,11 @@ func (l *Lock) terms(sent time.Time, ttl time.Duration, capAt time.Time) terms {
 // renew gives the pending Lock a new lease token after its attempt was
 // undone. The claim is copied, not changed: requests of the undone attempt
 // may still be in flight (a quorum node that did not answer in time, a
-// pipeline whose caller gave up) with arguments that point into it.
+// pipeline whose caller gave up) with arguments that point into it. The
+// new token carries the lease's holder metadata, as the first did.
 func (l *Lock) renew() {
 	cl := *l.cl
-	cl.SetToken(newToken())
+	cl.SetToken(leaseToken(l.p.suffix))
 	l.cl = &cl
 }
 

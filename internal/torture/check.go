@@ -18,6 +18,9 @@ var Invariants = []struct{ ID, What string }{
 	{"f", "no goroutine growth, bounded connection pools"},
 	{"g", "lease accounting: ValidUntil within the lease, losses reported truthfully, re-entry granted"},
 	{"h", "elections: a leader is read with its own term's fence, and terms rise in real time across reads and campaigns"},
+	{"i", "multi-locks: the set returned is the one asked for, its parts taken in the names' order and all held at return; a failed call keeps none; a part's loss is the set's"},
+	{"j", "max hold: a lease's deadline is its max hold after its acquisition; never held past it; its loss there signalled on time with ErrMaxHold; its key gone soon after"},
+	{"k", "holder metadata: Inspect and Lock.Meta show a holder with the metadata it was given"},
 }
 
 // FreeWaits sums up the free-wait part of (d) over a round.
@@ -96,7 +99,7 @@ func Check(h []Event, p Params) *Report {
 		switch e.Op {
 		case OpFault:
 			r.Faults[e.Note]++
-		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite:
+		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect:
 			r.Ops[e.Op+":"+e.Res]++
 		}
 	}
@@ -115,6 +118,9 @@ func Check(h []Event, p Params) *Report {
 	checkLeftovers(h, r)
 	checkAccounting(h, ex, p, r)
 	checkLeaderReads(h, ex, r)
+	checkMulti(h, r)
+	checkMaxHold(h, r)
+	checkMeta(h, r)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
 	return r
 }
@@ -368,7 +374,7 @@ func checkLiveness(h []Event, r *Report) {
 	}
 	for _, e := range h {
 		switch {
-		case (e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDoRet) && e.DL != 0 && e.Res != "ok":
+		case (e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDoRet || e.Op == OpAll) && e.DL != 0 && e.Res != "ok":
 			r.Checked["d"]++
 			late := e.Ret - e.DL
 			if late > e.Bound && !exempt(paused[e.W]).covers(e.Inv, e.Ret) {
@@ -436,8 +442,9 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 	for _, e := range h {
 		switch {
 		case e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDo:
-			if e.Res == "ok" && e.VU > e.Ret+int64(p.TTL) {
-				r.fail("g", e.Name, e.Ret, "%s: ValidUntil %s is beyond the lease (returned %s + TTL %v)", e.CS, ms(e.VU), ms(e.Ret), p.TTL)
+			// (A set's part may have been extended before the set returned.)
+			if ttl := ttlOf(e, p.TTL); e.Res == "ok" && e.Grp == "" && e.VU > e.Ret+ttl {
+				r.fail("g", e.Name, e.Ret, "%s: ValidUntil %s is beyond the lease (returned %s + TTL %v)", e.CS, ms(e.VU), ms(e.Ret), time.Duration(ttl))
 			}
 		case e.Op == OpExtend:
 			r.Checked["g"]++
@@ -460,6 +467,9 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 						e.CS, b.CS, b.W, b.Fence, e.Fence, ms(b.Ret))
 				}
 			}
+		case e.Op == OpFence:
+			r.Checked["g"]++
+			spurious(e, ex, r)
 		case e.Op == OpReentry:
 			if !ex.covers(e.Inv, e.Ret) {
 				r.fail("g", e.Name, e.Inv, "%s: the owner's re-entry was refused while its outer hold was valid: %s", e.CS, e.Err)
@@ -468,7 +478,7 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 	}
 }
 
-// spurious reports a Release or Extend that said the lock was lost
+// spurious reports a Release, Extend or Fence that said the lock was lost
 // (ErrNotHeld) although the handle held it when called and the answer came
 // back before its validity ended: Redis cannot have dropped a valid lease.
 //

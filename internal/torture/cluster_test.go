@@ -197,7 +197,7 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 	case ModeQuorum3, ModeQuorum5:
 		c, err = dlock.NewRedlock(nodes, append(opts, dlock.WithNodeTimeout(nodeTimeout))...)
 	default:
-		c, err = dlock.New(nodes[0], append(opts, dlock.WithFair(cfg.Mode == ModeFair),
+		c, err = dlock.New(nodes[0], append(opts, dlock.WithFair(Fair(cfg.Mode)),
 			dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
 	}
 	if err != nil {
@@ -210,7 +210,7 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 			ctx, cancel := context.WithTimeout(context.Background(), bound+2*time.Second)
 			defer cancel()
 			e := Event{Name: name, Op: OpProbe, Inv: now(), Bound: int64(bound)}
-			var t target = lockName{c, name}
+			var t target = lockName{c, name, nil}
 			if cfg.Mode == ModeSemaphore {
 				s, err := c.Semaphore(name, SemPermits)
 				if err != nil {

@@ -2,7 +2,9 @@
 // "torture test". TestTorture runs seeded rounds; each round picks a mode
 // (plain unfair, fair, reentrant with nested holds, Redlock over 3 or 5
 // nodes, semaphores of SemPermits permits, elections whose campaigns
-// are the acquisitions, or plain locks WithoutScripts), drives several Clients — goroutines of the test process and
+// are the acquisitions, plain locks WithoutScripts, read-write locks, or
+// multi: fair locks half of whose acquisitions take several names at
+// once), drives several Clients — goroutines of the test process and
 // worker processes (the test binary re-executed, see RunProcess) — through
 // random operations on a few lock names while an Injector breaks things,
 // then quiesces the system and checks the round's history.
@@ -13,7 +15,16 @@
 // cancellations at random points; Extend to shorter and longer TTLs;
 // Release once, twice, late, and from stale handles (lapsed or already
 // released); panics inside Do (recovered by the worker); nested re-entry of
-// a reentrant lock by its owner. Every Client gets random go-redis settings
+// a reentrant lock by its owner. In plain and fair rounds (15 in 100) and
+// multi rounds (half), an acquisition takes a set of two or more names in
+// random order (AcquireAll, TryAcquireAll, DoAll), contending with single
+// acquisitions of the same names. Where the names are plain locks (plain,
+// fair, multi, quorum, noscripts), a third of the acquisitions get
+// per-call options — LeaseTTL from a third of the TTL to twice it, MaxWait,
+// HolderMeta (escapes, a comma, the longest allowed, none), a MaxHold or
+// MaxHold(0) — and a Client in four gets WithMaxHold and one in four
+// WithHolderMeta; holders check Inspect's view of their metadata, and
+// some stay in their critical section past their max hold. Every Client gets random go-redis settings
 // (200–300ms read timeouts, ContextTimeoutEnabled on or off, 3, 1 or no
 // retries) and dlock settings (auto-extend, pipelining).
 //
@@ -74,14 +85,38 @@
 //	    leadership its lease, so (a) and (b) are "never two leaders at
 //	    once" and "terms rise"): a read of the leader (Election.Leader)
 //	    names it with its own term's fence, and a read sent after another
-//	    read or a campaign returned never names an earlier term.
+//	    read or a campaign returned never names an earlier term;
+//	(i) multi-locks: each part of a set is recorded as an acquisition of
+//	    its name, so (a)–(g) cover it against single holders of the name;
+//	    besides, a set returned is the one asked for (its names in order,
+//	    one part each, distinct tokens), and held whole: its parts were
+//	    taken one by one in the names' byte order — the order that rules
+//	    out deadlock — (a round started over gives back what it took) and
+//	    each asked Redis for its fence while still valid; a call that
+//	    failed gave back every part it took; a part's loss is the set's
+//	    (Err, Done). Which parts a call took and gave back, and when, comes
+//	    from an Observer's trace: (d) counts a set's waits part by part
+//	    (a set must not sleep through the free name it is waiting for),
+//	    and counts parts given back as leases;
+//	(j) max hold: a lease's deadline (Lock.Deadline) is its max hold
+//	    after its acquisition began; no stamp past it and no ValidUntil
+//	    beyond it; kept past it, the lease's Done closes by then (a
+//	    second's slack), its Err wraps ErrMaxHold if its validity had been
+//	    cut to the cap (nothing else can end it there) and never before the
+//	    cap, and the lock no longer carries it within 4s (outside faults);
+//	(k) a holder that Inspect shows holding the lock is shown with the
+//	    metadata it was given (per call, the Client's, or the default),
+//	    and Lock.Meta agrees.
+//
+// Checks that count a lease's time use the lease time it asked for
+// (LeaseTTL); a MaxWait ends a wait, for (d), like its context's end.
 //
 // # Running it
 //
 //	go test -race ./internal/torture                        # ~100s budget (25s with -short)
 //	go test -race ./internal/torture -torture.budget=30m    # make torture
 //	go test -race ./internal/torture -torture.seed=S -torture.round=R   # replay one round
-//	go test -race ./internal/torture -torture.mode=reentrant
+//	go test -race ./internal/torture -torture.mode=reentrant   # or multi, …
 //
 // A seed fixes every worker's sequence of choices and the fault schedule;
 // what the operations return still depends on timing, so a replay

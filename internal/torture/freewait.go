@@ -24,7 +24,8 @@ import (
 // the earliest instant Redis can have granted it to the latest instant it
 // can have ended:
 //
-//   - granted no earlier than max(invocation, ValidUntil − TTL): dlock
+//   - granted no earlier than max(invocation, ValidUntil − its lease
+//     time, LeaseTTL or the TTL) — a set's part: its call's invocation: dlock
 //     counts the validity from the start of the attempt that took the lock
 //     (for a fair handover, from when the waiter queued), both before the
 //     grant;
@@ -147,12 +148,13 @@ func leases(h []Event, ttl time.Duration) []lease {
 		if (e.Op != OpAcquire && e.Op != OpTry && e.Op != OpDo) || e.Res != "ok" || e.CS == "" {
 			continue
 		}
+		lt := ttlOf(e, ttl) // the lease time it asked for
 		from := e.Inv
-		if e.VU != 0 {
-			from = max(from, e.VU-int64(ttl))
+		if e.VU != 0 && e.Grp == "" { // (a set's part may have been extended while the call took the others)
+			from = max(from, e.VU-lt)
 		}
 		s := &span{lease: lease{name: e.Name, w: e.W, cs: e.CS, from: from}, acqRet: e.Ret,
-			expiry: e.Ret + int64(ttl), maxTTL: int64(ttl)}
+			expiry: e.Ret + lt, maxTTL: lt}
 		byCS[e.CS] = s
 		order = append(order, s)
 		if e.Op == OpDo {
@@ -194,6 +196,11 @@ func leases(h []Event, ttl time.Duration) []lease {
 			first(&s.stop, e.Ret) // Do released before it returned
 			panicked := strings.HasPrefix(e.Note, "panic")
 			if !panicked && (e.Res == "ok" || e.Res == "notheld" || e.Err == errFn.Error()) {
+				first(&s.settled, e.Ret)
+			}
+		case OpCapFree:
+			// After the loss at its max hold, the lock no longer carried it.
+			if s := byCS[e.CS]; s != nil && e.Res == "released" {
 				first(&s.settled, e.Ret)
 			}
 		case OpPanic:
@@ -253,7 +260,11 @@ func waits(h []Event) []wait {
 	}
 	var out []wait
 	for _, e := range h {
-		if e.Op != OpAcquire && e.Op != OpDoRet {
+		if e.Op == OpAll {
+			out = append(out, setWaits(e)...)
+			continue
+		}
+		if (e.Op != OpAcquire && e.Op != OpDoRet) || e.Grp != "" { // (a set's parts wait one by one: setWaits)
 			continue
 		}
 		wt := wait{w: e.W, op: e.Op, name: e.Name, cs: e.CS, from: e.Inv, to: e.Ret, res: e.Res}
@@ -355,6 +366,11 @@ func calls(h []Event) []call {
 		if e.Op == OpDoRet && !acquired[e.W+"\x00"+e.Name+"\x00"+strconv.FormatInt(e.Inv, 10)] {
 			out = append(out, call{e.W, e.Name, e.Inv, e.Ret})
 		}
+		if e.Op == OpAll {
+			for _, name := range strings.Split(e.Name, ",") {
+				out = append(out, call{e.W, name, e.Inv, e.Ret})
+			}
+		}
 	}
 	return out
 }
@@ -388,7 +404,7 @@ func checkFreeWaits(h []Event, p Params, r *Report) {
 	fx := effects(h)
 	cs := calls(h)
 	byName := map[string][]busy{}
-	for _, l := range leases(h, p.TTL) {
+	for _, l := range append(leases(h, p.TTL), givenBack(h, p.TTL)...) {
 		byName[l.name] = append(byName[l.name], busy{from: l.from, to: l.to, first: l.cs, last: l.cs, lastLease: l.cs, lastLeaseTo: l.to})
 	}
 	if p.semaphore() { // a semaphore is busy while all its permits may be held
@@ -543,6 +559,84 @@ func merged(ls []busy, faults []window) []busy {
 			continue
 		}
 		out = append(out, b)
+	}
+	return out
+}
+
+// setWaits returns the waits of a multi-lock call (AcquireAll, DoAll;
+// TryAcquireAll does not wait): it takes its names one by one, so from its
+// invocation, or from the previous step of its trace, it waits for the
+// name of the next part it takes; a call that failed waited last for the
+// first name, in the names' order, that it did not hold, until it
+// returned or its context ended.
+func setWaits(e Event) []wait {
+	kind, steps := parseTrace(e)
+	if kind == OpTry {
+		return nil
+	}
+	var out []wait
+	held := map[string]bool{}
+	prev := e.Inv
+	for _, s := range steps {
+		if s.kind == '+' {
+			out = append(out, wait{w: e.W, op: OpAll, name: s.name, cs: e.Grp, from: prev, to: s.at, res: "ok"})
+			held[s.name] = true
+		} else {
+			delete(held, s.name)
+		}
+		prev = s.at
+	}
+	if e.Res == "ok" || e.Res == "invalid" || e.Res == "wrongtype" {
+		return out
+	}
+	names := strings.Split(e.Name, ",")
+	slices.Sort(names)
+	for _, n := range names {
+		if !held[n] {
+			to := e.Ret
+			if e.DL != 0 {
+				to = min(to, e.DL)
+			}
+			if to > prev {
+				out = append(out, wait{w: e.W, op: OpAll, name: n, cs: e.Grp, from: prev, to: to, res: e.Res})
+			}
+			break
+		}
+	}
+	return out
+}
+
+// givenBack returns the leases of parts a multi-lock call took and gave
+// back before it returned (a failed call, or a round started over): they
+// are in no acquisition event, only in the call's trace. Each may have
+// been granted from the step before it was seen taken, and ends when its
+// release returned a definite answer, or else (the undo goes on in the
+// background, the watchdog stopped) a lease time and landingSlack later.
+func givenBack(h []Event, ttl time.Duration) []lease {
+	var out []lease
+	for _, e := range h {
+		if e.Op != OpAll {
+			continue
+		}
+		_, steps := parseTrace(e)
+		from := map[string]int64{}
+		prev := e.Inv
+		for _, s := range steps {
+			switch s.kind {
+			case '+':
+				from[s.name] = prev
+			case '-', '!':
+				if f, ok := from[s.name]; ok {
+					to := s.at
+					if s.kind == '!' {
+						to += ttlOf(e, ttl) + int64(landingSlack) + int64(expirySlack)
+					}
+					out = append(out, lease{name: s.name, w: e.W, cs: e.Grp + "/" + s.name, from: f, to: to})
+					delete(from, s.name)
+				}
+			}
+			prev = s.at
+		}
 	}
 	return out
 }

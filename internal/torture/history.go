@@ -41,6 +41,24 @@ type Event struct {
 	DL    int64  `json:"dl,omitempty"` // the call's context deadline (or cancel instant)
 	Bound int64  `json:"b,omitempty"`  // how late after DL the call may return, ns
 	Note  string `json:"note,omitempty"`
+	// TTL is the lease time an acquisition asked for with LeaseTTL, when it
+	// is not the round's (0: the round's TTL; see ttlOf).
+	TTL int64 `json:"ttl,omitempty"`
+	// Hold and Cap are a lease's max hold (MaxHold, WithMaxHold) and the
+	// deadline it sets (Lock.Deadline), unix ns; 0 without one.
+	Hold int64 `json:"hold,omitempty"`
+	Cap  int64 `json:"cap,omitempty"`
+	// Grp names the multi-lock call (AcquireAll, TryAcquireAll, DoAll) an
+	// acquisition is a part of; its OpAll event carries it too.
+	Grp string `json:"grp,omitempty"`
+	// Meta is the holder metadata a lease was expected to carry (OpInspect:
+	// the one asked for, or the Client's); Seen what Inspect showed, LMeta
+	// what Lock.Meta said.
+	Meta  string `json:"meta,omitempty"`
+	Seen  string `json:"seen,omitempty"`
+	LMeta string `json:"lmeta,omitempty"`
+	// MH: the error (Err) wraps dlock.ErrMaxHold.
+	MH bool `json:"mh,omitempty"`
 	// Via is, for a worker's config, the addresses of the proxies it
 	// reaches the lock nodes through (space-separated, one per node); for
 	// a fault that hit one proxy, that proxy's address.
@@ -68,6 +86,12 @@ const (
 	OpHung     = "hung"     // coordinator: a worker did not finish in time
 	OpConfig   = "config"   // a worker's settings, Note "auto=<bool> …"
 	OpLeader   = "leader"   // Election.Leader: Tok and Fence read ("" when nobody leads)
+	OpAll      = "all"      // a multi-lock call returned: Name the names given (comma-separated), Note its trace (see multiTrace)
+	OpCapped   = "capped"   // a lease kept past its max hold: Inv when its loss signal fired (Held: it fired), Err/MH its Err
+	OpCapFree  = "capfree"  // after a capped lease's loss: Res "released" when Redis no longer carried it, "stillheld" or "unknown"
+	OpFence    = "fence"    // Lock.Fence of a multi-lock's part, right after the set was returned (VU0, Held before it)
+	OpAllLost  = "all-lost" // a part of a set was found lost: Held if the set still said it was held, Res "open" if its Done was
+	OpInspect  = "inspect"  // Client.Inspect by a holder: Res "mine" if it showed the holder's token, Meta/Seen/LMeta
 )
 
 // Recorder appends events to a file, one JSON object per line. A line is
@@ -145,6 +169,15 @@ func holder(e Event) string {
 		return "owner:" + e.Own
 	}
 	return e.Tok
+}
+
+// ttlOf is the lease time the acquisition e asked for: its LeaseTTL, or
+// the round's ttl.
+func ttlOf(e Event, ttl time.Duration) int64 {
+	if e.TTL > 0 {
+		return e.TTL
+	}
+	return int64(ttl)
 }
 
 // now is the history's clock.

@@ -16,7 +16,8 @@ func (w *Worker) acquire(name, op string) {
 	ctx, cancel, dl := w.opCtx()
 	defer cancel()
 	own := w.owner()
-	t := w.target(own, name)
+	co := w.drawOpts(op)
+	t := w.target(own, name, co.opts)
 	inv := now()
 	var (
 		l   *dlock.Lock
@@ -28,6 +29,7 @@ func (w *Worker) acquire(name, op string) {
 		l, err = t.TryAcquire(ctx)
 	}
 	e := Event{Name: name, Op: op, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err), DL: dl, Bound: w.lateBound()}
+	w.annotate(&e, co, l)
 	if l == nil {
 		w.rec.Add(e)
 		return
@@ -35,10 +37,13 @@ func (w *Worker) acquire(name, op string) {
 	h := w.newHandle(l, own)
 	e.CS, e.Tok, e.Own, e.Fence, e.VU = h.id, l.Token(), own, h.fence, l.ValidUntil().UnixNano()
 	w.rec.Add(e)
-	w.critical(h, func() bool { return l.Err() == nil })
+	believe := func() bool { return l.Err() == nil }
+	w.critical(h, believe)
+	w.inspect(h, co)
 	if own != "" && w.rng.IntN(2) == 0 {
-		w.nested(ctx, h, func() bool { return l.Err() == nil })
+		w.nested(ctx, h, believe)
 	}
+	w.overstay(h, believe)
 	w.dispose(h)
 }
 
@@ -157,28 +162,37 @@ func (w *Worker) do(name string) {
 	ctx, cancel, dl := w.opCtx()
 	defer cancel()
 	own := w.owner()
+	co := w.drawOpts(OpDo)
 	inv := now()
 	var tok string
 	var panicked any
 	err := func() (err error) {
 		defer func() { panicked = recover() }()
-		return w.target(own, name).Do(ctx, func(fctx context.Context, l *dlock.Lock) error {
+		return w.target(own, name, co.opts).Do(ctx, func(fctx context.Context, l *dlock.Lock) error {
 			ret := now()
 			h := w.newHandle(l, own)
 			tok = l.Token()
-			w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: ret, CS: h.id, Tok: tok, Own: own,
-				Fence: h.fence, VU: l.ValidUntil().UnixNano(), Res: "ok"})
+			e := Event{Name: name, Op: OpDo, Inv: inv, Ret: ret, CS: h.id, Tok: tok, Own: own,
+				Fence: h.fence, VU: l.ValidUntil().UnixNano(), Res: "ok"}
+			w.annotate(&e, co, l)
+			w.rec.Add(e)
 			// A Do user is told of the loss by fn's context.
 			believe := func() bool { return fctx.Err() == nil }
 			w.critical(h, believe)
+			w.inspect(h, co)
 			if own != "" && w.rng.IntN(2) == 0 {
 				w.nested(fctx, h, believe)
 			}
+			w.overstay(h, believe)
 			return w.fnOutcome()
 		})
 	}()
 	e := Event{Name: name, Op: OpDoRet, Inv: inv, Ret: now(), Tok: tok, Res: classify(err), Err: errText(err),
-		DL: dl, Bound: w.lateBound()}
+		DL: dl, Bound: w.lateBound(), MH: errors.Is(err, dlock.ErrMaxHold)}
+	w.annotate(&e, co, nil)
+	if tok != "" {
+		e.DL = 0 // fn ran (for as long as it liked): no lateness to measure
+	}
 	if panicked != nil {
 		e.Note = fmt.Sprint("panic: ", panicked)
 	}

@@ -49,6 +49,9 @@ func newPlan(seed uint64, round int, short bool, only string) plan {
 	for i := range 2 + rng.IntN(2) {
 		p.names = append(p.names, fmt.Sprintf("n%d", i))
 	}
+	if p.mode == ModeMulti { // sets of two or more, and contention on each name
+		p.names = append(p.names, fmt.Sprintf("n%d", len(p.names)))
+	}
 	p.run = time.Duration(4000+rng.IntN(3000)) * time.Millisecond
 	p.routines = 3 + rng.IntN(3)
 	p.procs = 1 + rng.IntN(2)

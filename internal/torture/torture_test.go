@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -52,7 +53,7 @@ func TestTorture(t *testing.T) {
 			budget = 25 * time.Second
 		}
 	}
-	if *flagMode != "" && nodeCount(*flagMode) == 1 && *flagMode != ModePlain && *flagMode != ModeFair && *flagMode != ModeReentrant && *flagMode != ModeSemaphore && *flagMode != ModeElection && *flagMode != ModeNoScripts && *flagMode != ModeRW {
+	if *flagMode != "" && !slices.Contains(Modes, *flagMode) {
 		t.Fatalf("unknown -torture.mode %q", *flagMode)
 	}
 	t.Logf("torture: seed %d, budget %v (rerun: go test ./internal/torture -run TestTorture -torture.seed=%d)", seed, budget, seed)

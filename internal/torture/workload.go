@@ -23,14 +23,18 @@ const (
 	ModeElection  = "election"  // one node, every name an election: leaderships are the leases
 	ModeNoScripts = "noscripts" // one node, WithoutScripts(): transactions instead of scripts, unfair
 	ModeRW        = "rw"        // one node, every name a read-write lock, held for reads or writes
+	ModeMulti     = "multi"     // one node, fair; half the acquisitions take several names at once (AcquireAll, TryAcquireAll, DoAll)
 )
 
 // Modes lists every mode, in the order rounds cycle through them.
-var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5, ModeSemaphore, ModeElection, ModeNoScripts, ModeRW}
+var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5, ModeSemaphore, ModeElection, ModeNoScripts, ModeRW, ModeMulti}
 
 // SemPermits is the N of every semaphore of a semaphore round: at most that
 // many holders of a name at once.
 const SemPermits = 2
+
+// Fair reports whether a mode's Clients wait fairly (WithFair).
+func Fair(mode string) bool { return mode == ModeFair || mode == ModeMulti }
 
 // Permits returns how many holders of a name a mode allows at once: 1 for
 // a lock, SemPermits for a semaphore.
@@ -66,6 +70,8 @@ type clientOpts struct {
 	maxRetries  int  // go-redis MaxRetries: -1 none, else retries after the first try
 	pipelining  bool
 	autoExtend  bool
+	maxHold     bool // WithMaxHold on the Client (optModes)
+	meta        bool // WithHolderMeta on the Client (optModes)
 }
 
 // Worker drives one dlock.Client through a random sequence of operations
@@ -89,6 +95,9 @@ type Worker struct {
 	// pending holds handles whose Release failed with a Redis error: the
 	// docs say Release may be called again.
 	pending []*handle
+	hold    time.Duration // the Client's max hold (WithMaxHold); 0: none
+	meta    *string       // the Client's holder metadata (WithHolderMeta); nil: the default
+	trace   tracer        // the parts a multi-lock call takes and gives back
 }
 
 // handle is a Lock with the id its events carry.
@@ -121,6 +130,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		pipelining:  w.rng.IntN(2) == 0,
 		autoExtend:  w.rng.IntN(5) != 0,
 	}
+	if optModes(cfg.Mode) {
+		w.opts.maxHold, w.opts.meta = w.rng.IntN(4) == 0, w.rng.IntN(4) == 0
+	}
 	var nodes []redis.UniversalClient
 	var via []string
 	for _, addrs := range cfg.Nodes {
@@ -140,12 +152,24 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		how = dlock.WithoutScripts() // (pipelining does not apply)
 	}
 	common := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix), dlock.WithAutoExtend(w.opts.autoExtend), how}
+	if w.opts.maxHold {
+		w.hold = w.maxHold()
+		common = append(common, dlock.WithMaxHold(w.hold))
+	}
+	if w.opts.meta {
+		m := metas[w.rng.IntN(len(metas))]
+		w.meta = &m
+		common = append(common, dlock.WithHolderMeta(m))
+	}
+	if multiShare(cfg.Mode) > 0 {
+		common = append(common, dlock.WithObserver(w.trace.observer()))
+	}
 	switch cfg.Mode {
 	case ModeQuorum3, ModeQuorum5:
 		w.c, err = dlock.NewRedlock(nodes, append(common, dlock.WithNodeTimeout(nodeTimeout))...)
 	default:
 		w.c, err = dlock.New(nodes[0], append(common,
-			dlock.WithFair(cfg.Mode == ModeFair), dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
+			dlock.WithFair(Fair(cfg.Mode)), dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
 	}
 	if err == nil && cfg.Mode == ModeSemaphore {
 		w.sems = map[string]*dlock.Semaphore{}
@@ -179,8 +203,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.rec.Close()
 		return nil, err
 	}
-	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v",
-		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout), Via: strings.Join(via, " ")})
+	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v maxhold=%v meta=%v",
+		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout, w.hold, w.meta != nil), Via: strings.Join(via, " ")})
 	return w, nil
 }
 
@@ -233,6 +257,10 @@ func (w *Worker) step() {
 	name := w.cfg.Names[w.rng.IntN(len(w.cfg.Names))]
 	if w.elect != nil && w.rng.IntN(6) == 0 {
 		w.readLeader(name)
+		return
+	}
+	if share := multiShare(w.cfg.Mode); share > 0 && w.rng.IntN(100) < share {
+		w.multi([]string{OpAcquire, OpTry, OpDo}[w.rng.IntN(3)])
 		return
 	}
 	switch r := w.rng.IntN(100); {
@@ -294,18 +322,21 @@ type target interface {
 	Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error
 }
 
-// lockName is the lock name through the Client c.
+// lockName is the lock name through the Client c, taken with opts.
 type lockName struct {
 	c    *dlock.Client
 	name string
+	opts []dlock.LockOption
 }
 
-func (n lockName) Acquire(ctx context.Context) (*dlock.Lock, error) { return n.c.Acquire(ctx, n.name) }
+func (n lockName) Acquire(ctx context.Context) (*dlock.Lock, error) {
+	return n.c.Acquire(ctx, n.name, n.opts...)
+}
 func (n lockName) TryAcquire(ctx context.Context) (*dlock.Lock, error) {
-	return n.c.TryAcquire(ctx, n.name)
+	return n.c.TryAcquire(ctx, n.name, n.opts...)
 }
 func (n lockName) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
-	return n.c.Do(ctx, n.name, fn)
+	return n.c.Do(ctx, n.name, fn, n.opts...)
 }
 
 // candidate campaigns in an election: its leadership is the lease.
@@ -334,8 +365,8 @@ func (c candidate) campaign(ctx context.Context, opts ...dlock.LockOption) (*dlo
 
 // target returns what an acquisition of name for own takes: a permit of
 // the name's semaphore (semaphore mode), or the lock through the owner's
-// Client.
-func (w *Worker) target(own, name string) target {
+// Client, with the per-call options opts.
+func (w *Worker) target(own, name string, opts []dlock.LockOption) target {
 	if s := w.sems[name]; s != nil {
 		return s
 	}
@@ -345,7 +376,7 @@ func (w *Worker) target(own, name string) target {
 	if rw := w.rws[name]; rw != nil {
 		return rwSide(rw, w.rng.IntN(3) == 0)
 	}
-	return lockName{w.client(own), name}
+	return lockName{w.client(own), name, opts}
 }
 
 // rwHold is the read or the write of a read-write lock. Each hold it
