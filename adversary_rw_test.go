@@ -178,7 +178,9 @@ func TestFailedWaitLeavesItsPlace(t *testing.T) {
 		free func(ctx context.Context, rdb *redis.Client, name string) bool
 	}{
 		{"fair lock", func(c *dlock.Client, name string) func(context.Context, ...dlock.LockOption) (*dlock.Lock, error) {
-			return func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) { return c.Acquire(ctx, name, opts...) }
+			return func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+				return c.Acquire(ctx, name, opts...)
+			}
 		}, func(ctx context.Context, rdb *redis.Client, name string) bool {
 			return rdb.Exists(ctx, semKey(name)).Val() == 0
 		}},
