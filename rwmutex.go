@@ -132,9 +132,9 @@ func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 	case err != nil:
 		return nil, err
 	case info.Held && info.Type != "zset":
-		return nil, opError("inspect", rw.name, fmt.Errorf("%w: the name is held as a lock (a %s), not a read-write lock", ErrWrongType, info.Type))
+		return nil, opError("inspect", rw.name, backend.Because(ErrWrongType, fmt.Sprintf("the name is held as a lock (a %s), not a read-write lock", info.Type)))
 	case info.Permits != nil:
-		return nil, opError("inspect", rw.name, fmt.Errorf("%w: the name is held as a semaphore, not a read-write lock", ErrWrongType))
+		return nil, opError("inspect", rw.name, backend.Because(ErrWrongType, "the name is held as a semaphore, not a read-write lock"))
 	}
 	return info.RWHolds, nil
 }
@@ -218,7 +218,7 @@ func (l *RWLocker) nested(ctx context.Context) error {
 	default:
 		why = "the context holds the write of the same lock, which this hold would wait for"
 	}
-	return opError("acquire", l.name, fmt.Errorf("%w: %s", ErrInvalid, why))
+	return opError("acquire", l.name, backend.Because(ErrInvalid, why))
 }
 
 // rwRefusal says why a hold of kind rw was not granted.

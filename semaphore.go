@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/dlockio/dlock/internal/backend"
 )
 
 // Semaphore is a distributed counting semaphore: at most N holders of a
@@ -145,9 +147,9 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
 	case err != nil:
 		return nil, err
 	case info.RWHolds != nil:
-		return nil, opError("inspect", s.name, fmt.Errorf("%w: the name is held as a read-write lock, not a semaphore", ErrWrongType))
+		return nil, opError("inspect", s.name, backend.Because(ErrWrongType, "the name is held as a read-write lock, not a semaphore"))
 	case info.Held && info.Type != "zset":
-		return nil, opError("inspect", s.name, fmt.Errorf("%w: the name is held as a lock (a %s), not a semaphore", ErrWrongType, info.Type))
+		return nil, opError("inspect", s.name, backend.Because(ErrWrongType, fmt.Sprintf("the name is held as a lock (a %s), not a semaphore", info.Type)))
 	}
 	return info.Permits, nil
 }

@@ -637,8 +637,8 @@ func TestSemaphoreAndLockOfOneNameGetErrWrongType(t *testing.T) {
 			if _, err := s.Acquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
 				t.Errorf("Semaphore.Acquire on a held lock = %v, want ErrWrongType", err)
 			}
-			if _, err := s.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) {
-				t.Errorf("Holders of a held lock = %v, want ErrWrongType", err)
+			if _, err := s.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) || prefixes(err.Error()) != 1 {
+				t.Errorf("Holders of a held lock = %v, want ErrWrongType, with one dlock: prefix", err)
 			}
 			if n := queueKeys(); n != 0 {
 				t.Errorf("the refused semaphore calls left %d queue keys", n)
