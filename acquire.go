@@ -127,7 +127,10 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*
 			if ctx.Err() != nil {
 				return nil, gaveUp(ctx, name, a.last(err)...)
 			}
-			return nil, waitedOut(name, wait, a.last(err)...)
+			if all := pending.p.waitAll; all > 0 {
+				return nil, waitedOut(name, all, true, a.last(err)...)
+			}
+			return nil, waitedOut(name, wait, false, a.last(err)...)
 		}
 		return nil, opError("acquire", name, err)
 	}

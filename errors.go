@@ -153,9 +153,15 @@ func gaveUp(ctx context.Context, name string, last ...error) error {
 // waitedOut is the error of an acquisition whose wait limit (MaxWait, d)
 // ran out before it took the lock while its context lives: it matches
 // ErrNotAcquired and the errors of the last attempt, not the context's.
-func waitedOut(name string, d time.Duration, last ...error) error {
+// all says that d was the limit of a whole AcquireAll, which was waiting
+// for name.
+func waitedOut(name string, d time.Duration, all bool, last ...error) error {
 	var errs []error
-	detail := withLast(fmt.Sprintf("waited %v (MaxWait)", d), &errs, last)
+	limit := "MaxWait"
+	if all {
+		limit = "MaxWait, for all the names together"
+	}
+	detail := withLast(fmt.Sprintf("waited %v (%s)", d, limit), &errs, last)
 	return opError("acquire", name, backend.Because(ErrNotAcquired, detail, errs...))
 }
 

@@ -401,6 +401,28 @@ func badLockOptions() []badLockOption {
 	}
 }
 
+// checkBadLockOptions gives every invalid list of options to a call's try
+// (its TryAcquire), acquire and do (which sets *called if it runs its fn),
+// and checks that each refuses it with ErrInvalid, without running fn.
+func checkBadLockOptions(t *testing.T, try, acquire func(...dlock.LockOption) error, do func(called *bool, opts ...dlock.LockOption) error) {
+	t.Helper()
+	for _, tc := range badLockOptions() {
+		if err := try(tc.opts...); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: the try = %v, want ErrInvalid", tc.what, err)
+		}
+		if tc.try {
+			continue
+		}
+		if err := acquire(tc.opts...); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: the acquire = %v, want ErrInvalid", tc.what, err)
+		}
+		called := false
+		if err := do(&called, tc.opts...); !errors.Is(err, dlock.ErrInvalid) || called {
+			t.Errorf("%s: the Do = %v (fn called: %v), want ErrInvalid and no call", tc.what, err, called)
+		}
+	}
+}
+
 // Metadata of MaxMetaLen bytes, all of which must be escaped, still makes
 // a token every script, key and message takes, and reads back whole.
 func TestHolderMetaAtItsLongest(t *testing.T) {

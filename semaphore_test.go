@@ -1068,22 +1068,15 @@ func TestSemaphoreLockOptionsBadInputSendsNothing(t *testing.T) {
 	rdb.AddHook(sent)
 	s := newSemaphore(t, newClient(t, rdb), "sem-bad-options", 2)
 	ctx := t.Context()
-	for _, tc := range badLockOptions() {
-		if _, err := s.TryAcquire(ctx, tc.opts...); !errors.Is(err, dlock.ErrInvalid) {
-			t.Errorf("%s: TryAcquire = %v, want ErrInvalid", tc.what, err)
-		}
-		if tc.try {
-			continue
-		}
-		if _, err := s.Acquire(ctx, tc.opts...); !errors.Is(err, dlock.ErrInvalid) {
-			t.Errorf("%s: Acquire = %v, want ErrInvalid", tc.what, err)
-		}
-		called := false
-		err := s.Do(ctx, func(context.Context, *dlock.Lock) error { called = true; return nil }, tc.opts...)
-		if !errors.Is(err, dlock.ErrInvalid) || called {
-			t.Errorf("%s: Do = %v (fn called: %v), want ErrInvalid and no call", tc.what, err, called)
-		}
-	}
+	checkBadLockOptions(t, func(opts ...dlock.LockOption) error {
+		_, err := s.TryAcquire(ctx, opts...)
+		return err
+	}, func(opts ...dlock.LockOption) error {
+		_, err := s.Acquire(ctx, opts...)
+		return err
+	}, func(called *bool, opts ...dlock.LockOption) error {
+		return s.Do(ctx, func(context.Context, *dlock.Lock) error { *called = true; return nil }, opts...)
+	})
 	if n := sent.all.Load(); n != 0 {
 		t.Errorf("refused calls sent %d commands, want none", n)
 	}
