@@ -617,8 +617,9 @@ func TestAcquireAllLockOptions(t *testing.T) {
 				t.Errorf("TryAcquireAll(o3, o1) with o1 held = %v: NotAcquiredError %+v, want one naming o1 and its holder's metadata", err, na)
 			}
 
-			// MaxWait bounds the whole: o1 comes free late, o2 never.
-			const wait = 3 * time.Second
+			// MaxWait bounds the whole: o0 comes free halfway through the
+			// wait, o1 never; o1's part may wait only for what is left.
+			const wait = 4 * time.Second
 			held, err := asOwner(t, other, "job-2").TryAcquire(ctx, "o0")
 			if err != nil {
 				t.Fatal(err)
