@@ -58,7 +58,7 @@ func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
 	case l == nil && ctx.Err() != nil:
 		return nil, gaveUp(ctx, name)
 	case l == nil:
-		return nil, c.notAcquired(name, refusal(g))
+		return nil, c.notAcquired(name, c.refusal(name, g))
 	}
 	return l, nil
 }
@@ -130,7 +130,10 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*
 			if ctx.Err() != nil {
 				return nil, gaveUp(ctx, name, a.last(err)...)
 			}
-			return nil, waitedOut(name, wait, a.last(err)...)
+			if all := pending.p.waitAll; all > 0 {
+				return nil, waitedOut(name, all, true, a.last(err)...)
+			}
+			return nil, waitedOut(name, wait, false, a.last(err)...)
 		}
 		return nil, opError("acquire", name, err)
 	}
@@ -240,8 +243,8 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 		return nil, -1, nil
 	case err == nil && l == nil:
 		a.lastQuorum = nil // a majority answered: the lock is taken, not unreachable
-		if g.Holder != "" || g.Owner != "" {
-			a.lastRefusal = refusal(g)
+		if g.Holder != "" || g.Owner != "" || a.c.permits > 0 {
+			a.lastRefusal = a.c.refusal(a.l.name, g)
 		}
 	}
 	if errors.Is(err, errTooSlow) {

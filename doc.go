@@ -124,8 +124,10 @@
 //
 // # Per-call options, holder metadata and a max hold
 //
-// Acquire, TryAcquire and Do take LockOptions that set, for one lease, what
-// the Client's options set for all: LeaseTTL (its lease time and watchdog
+// Acquire, TryAcquire and Do — of a Client, a read-write lock's side, a
+// semaphore, and of a multi-lock (AcquireAll, TryAcquireAll, DoAll: every
+// part), as well as Election.Campaign — take LockOptions that set, for one
+// lease, what the Client's options set for all: LeaseTTL (its lease time and watchdog
 // period), MaxWait (how long Acquire may wait; 0 tries once), HolderMeta and
 // MaxHold. Every lease carries holder metadata, "hostname:pid" unless
 // WithHolderMeta or HolderMeta says otherwise, inside its token: Inspect,

@@ -234,7 +234,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	case !st.Held:
 		return Leader{}, nil
 	case st.Type != "string":
-		return Leader{}, opError("leader", e.name, fmt.Errorf("%w: the name is held as a %s, not by a leader", ErrWrongType, st.Type))
+		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, fmt.Sprintf("the name is held as a %s, not by a leader", st.Type)))
 	}
 	return Leader{Value: metaOf(st.Token), Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
 }

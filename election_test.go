@@ -446,8 +446,8 @@ func TestElectionAndSemaphoreOfOneName(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newElection(t, c, "shared")
-	if _, err := e.Leader(ctx); !errors.Is(err, dlock.ErrWrongType) {
-		t.Errorf("Leader of a semaphore = %v, want ErrWrongType", err)
+	if _, err := e.Leader(ctx); !errors.Is(err, dlock.ErrWrongType) || prefixes(err.Error()) != 1 {
+		t.Errorf("Leader of a semaphore = %v, want ErrWrongType, with one dlock: prefix", err)
 	}
 	if _, err := e.Campaign(ctx, "v", dlock.MaxWait(0)); !errors.Is(err, dlock.ErrWrongType) {
 		t.Errorf("Campaign on a semaphore = %v, want ErrWrongType", err)

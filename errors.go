@@ -55,23 +55,44 @@ var (
 // waiting, for the last attempt that found the lock taken. It matches
 // ErrNotAcquired; get it with errors.AsType[*dlock.NotAcquiredError](err).
 // It tells a waiter who holds the lock, as Redis said when it refused.
+//
+// A semaphore's refusals (Semaphore.TryAcquire, and a Semaphore.Acquire
+// that gave up) carry one too, with Permits set: a semaphore has no one
+// holder, so Holder and Meta are "" (Semaphore.Holders lists the permits
+// and their metadata), and TTL is the remaining lease of the permit that
+// ends first — the latest a permit comes free, unless others wait ahead —
+// or -1 if no permit is held (the attempt was refused because others wait
+// ahead of it).
 type NotAcquiredError struct {
+	// Name is the name that was asked for: of the lock, or of the
+	// semaphore; for AcquireAll, the part that could not be taken.
+	Name string
 	// Holder is the holding lease's token, or a reentrant lock's owner ID
-	// (see Owner); "" when no node said (a quorum whose nodes disagreed).
+	// (see Owner); "" when no node said (a quorum whose nodes disagreed),
+	// and for a semaphore.
 	Holder string
 	// Meta is the holder's metadata (WithHolderMeta, HolderMeta): for a
-	// reentrant lock, that of one of its owner's holds; "" if it has none.
+	// reentrant lock, that of one of its owner's holds; "" if it has none,
+	// and for a semaphore.
 	Meta string
-	// TTL is the holder's remaining lease; -1 if unknown or without expiry.
+	// TTL is the holder's remaining lease (a semaphore's: that of the
+	// permit that ends first); -1 if unknown or without expiry.
 	TTL time.Duration
+	// Permits is, for a semaphore, the N the refused attempt asked with
+	// (Semaphore.Permits); 0 for a lock.
+	Permits int
 
 	reentrant bool // Holder is a reentrant lock's owner: the text says "owner"
 }
 
 // Error says who holds the lock: "held by another holder" (a reentrant
 // lock: "held by another owner"), followed by the holder's metadata, quoted,
-// if it has some.
+// if it has some. For a semaphore it says that no permit was free:
+// "no permit free: N or more held, or others waiting ahead".
 func (e *NotAcquiredError) Error() string {
+	if e.Permits > 0 {
+		return fmt.Sprintf("no permit free: %d or more held, or others waiting ahead", e.Permits)
+	}
 	by := "held by another holder"
 	if e.reentrant {
 		by = "held by another owner"
@@ -85,9 +106,10 @@ func (e *NotAcquiredError) Error() string {
 // Unwrap returns ErrNotAcquired.
 func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 
-// refusal is the NotAcquiredError of an attempt that Redis refused with g.
-func refusal(g backend.Grant) *NotAcquiredError {
-	e := &NotAcquiredError{Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL}
+// refusal is the NotAcquiredError of an attempt of name that Redis refused
+// with g.
+func (c *Client) refusal(name string, g backend.Grant) *NotAcquiredError {
+	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL, Permits: c.permits}
 	if g.Owner != "" {
 		e.Holder, e.reentrant = g.Owner, true
 	}
@@ -105,14 +127,9 @@ func opError(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 
-// notAcquired is the error of an attempt that found the lock taken (its
-// cause is a NotAcquiredError that names the holder), or no permit of a
-// semaphore free for it.
+// notAcquired is the error of an attempt that found the lock taken, or no
+// permit of a semaphore free for it: its cause is e, which says which.
 func (c *Client) notAcquired(name string, e *NotAcquiredError) error {
-	if c.permits > 0 {
-		why := fmt.Sprintf("no permit free: %d or more held, or others waiting ahead", c.permits)
-		return opError("acquire", name, backend.Because(ErrNotAcquired, why))
-	}
 	if c.rw != "" {
 		return opError("acquire", name, backend.Because(ErrNotAcquired, rwRefusal(c.rw)))
 	}
@@ -136,9 +153,15 @@ func gaveUp(ctx context.Context, name string, last ...error) error {
 // waitedOut is the error of an acquisition whose wait limit (MaxWait, d)
 // ran out before it took the lock while its context lives: it matches
 // ErrNotAcquired and the errors of the last attempt, not the context's.
-func waitedOut(name string, d time.Duration, last ...error) error {
+// all says that d was the limit of a whole AcquireAll, which was waiting
+// for name.
+func waitedOut(name string, d time.Duration, all bool, last ...error) error {
 	var errs []error
-	detail := withLast(fmt.Sprintf("waited %v (MaxWait)", d), &errs, last)
+	limit := "MaxWait"
+	if all {
+		limit = "MaxWait, for all the names together"
+	}
+	detail := withLast(fmt.Sprintf("waited %v (%s)", d, limit), &errs, last)
 	return opError("acquire", name, backend.Because(ErrNotAcquired, detail, errs...))
 }
 

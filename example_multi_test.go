@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,7 +23,7 @@ func ExampleClient_AcquireAll() {
 	// A transfer locks both accounts. The order the names are given in does
 	// not matter: every caller takes them in the same order, so two
 	// transfers in opposite directions cannot deadlock.
-	m, err := c.AcquireAll(ctx, "transfer:acct:7", "transfer:acct:3")
+	m, err := c.AcquireAll(ctx, []string{"transfer:acct:7", "transfer:acct:3"})
 	if err != nil {
 		log.Fatal(err) // names the lock that could not be taken; none is held
 	}
@@ -37,7 +38,7 @@ func ExampleClient_AcquireAll() {
 
 	// Another instance wants one of them and a free one: all or nothing.
 	other, _ := dlock.New(rdb)
-	_, err = other.TryAcquireAll(ctx, "transfer:acct:9", "transfer:acct:3")
+	_, err = other.TryAcquireAll(ctx, []string{"transfer:acct:9", "transfer:acct:3"})
 	fmt.Println(err)
 	if l, err := other.TryAcquire(ctx, "transfer:acct:9"); err == nil {
 		fmt.Println("transfer:acct:9 was given back")
@@ -63,10 +64,12 @@ func ExampleClient_DoAll() {
 		// ctx is cancelled, with a cause naming the part, if any part is
 		// lost; every part is released when fn returns or panics.
 		fmt.Println("holding", m.Names(), "lost:", ctx.Err() != nil)
+		fmt.Println("each part held by", m.Locks()[0].Meta(), "and", m.Locks()[1].Meta())
 		return nil
-	})
+	}, dlock.MaxWait(5*time.Second), dlock.HolderMeta("restock")) // for the whole set, for every part
 	fmt.Println("done:", err)
 	// Output:
 	// holding [inventory:sku:1 inventory:sku:2] lost: false
+	// each part held by restock and restock
 	// done: <nil>
 }

@@ -307,12 +307,15 @@ func ExampleClient_Semaphore() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	second, err := s.Acquire(ctx)
+	// Per-call options apply to the permit: its lease time, its holder's
+	// metadata, how long to wait for it, a cap on how long it is held.
+	second, err := s.Acquire(ctx, dlock.LeaseTTL(time.Minute), dlock.HolderMeta("export-7"), dlock.MaxWait(5*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := s.TryAcquire(ctx); errors.Is(err, dlock.ErrNotAcquired) {
-		fmt.Println("a third export must wait: both permits are held")
+	_, err = s.TryAcquire(ctx)
+	if na, ok := errors.AsType[*dlock.NotAcquiredError](err); ok {
+		fmt.Printf("a third export must wait: both of the %d permits of %q are held\n", na.Permits, na.Name)
 	}
 	first.Release(ctx) // hands the permit to the first waiter, if any
 	third, err := s.TryAcquire(ctx)
@@ -321,11 +324,17 @@ func ExampleClient_Semaphore() {
 	}
 	holders, _ := s.Holders(ctx)
 	fmt.Println("permits held after one release and a new acquire:", len(holders))
+	for _, h := range holders {
+		if h.Token == second.Token() {
+			fmt.Println("one of them by", h.Meta)
+		}
+	}
 	second.Release(ctx)
 	third.Release(ctx)
 	// Output:
-	// a third export must wait: both permits are held
+	// a third export must wait: both of the 2 permits of "exports" are held
 	// permits held after one release and a new acquire: 2
+	// one of them by export-7
 }
 
 func ExampleSemaphore_Do() {

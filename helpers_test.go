@@ -133,7 +133,9 @@ func runHelper(mode string) int {
 		}
 		return 0
 	case "hold": // with DLOCK_PERMITS set, a permit of the semaphore DLOCK_NAME; see DLOCK_RW
-		acquire := func(ctx context.Context) (*dlock.Lock, error) { return c.Acquire(ctx, name) }
+		acquire := func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+			return c.Acquire(ctx, name, opts...)
+		}
 		if n, _ := strconv.Atoi(os.Getenv("DLOCK_PERMITS")); n > 0 {
 			s, err := c.Semaphore(name, n)
 			if err != nil {
@@ -148,7 +150,7 @@ func runHelper(mode string) int {
 				fmt.Fprintln(os.Stderr, err)
 				return 2
 			}
-			acquire = func(ctx context.Context) (*dlock.Lock, error) { return rw.Reader().Acquire(ctx) }
+			acquire = rw.Reader().Acquire
 		}
 		if _, err := acquire(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, err)

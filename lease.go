@@ -16,15 +16,27 @@ import (
 // This file holds what one acquisition asks for: the per-call options
 // (LockOption), and the holder metadata that the lease's token carries.
 
-// LockOption configures one acquisition — a call of Client.Acquire,
-// Client.TryAcquire or Client.Do — and the lease it takes, in place of what
-// the Client's options set for every lease. Per-call options are named
+// LockOption configures one acquisition and the lease it takes, in place of
+// what the Client's options set for every lease. Per-call options are named
 // without the With of the Client's options (LeaseTTL beside WithTTL,
 // MaxHold beside WithMaxHold), so that the two kinds never mix up: a
 // LockOption is not an Option, and the compiler says so.
 //
-// An invalid option, and one that does not apply to the call, fail the call
-// with an error wrapping ErrInvalid before anything is sent to Redis.
+// The calls that take them:
+//   - Client.Acquire, Client.TryAcquire and Client.Do (and so Locker's);
+//   - RWLocker.Acquire, RWLocker.TryAcquire and RWLocker.Do, for a read or
+//     a write hold of a read-write lock;
+//   - Semaphore.Acquire, Semaphore.TryAcquire and Semaphore.Do, for a
+//     permit;
+//   - Client.AcquireAll, Client.TryAcquireAll and Client.DoAll, for every
+//     part of a multi-lock (MaxWait bounds the whole acquisition);
+//   - Election.Campaign and Election.Do, for the leader's lease, except
+//     HolderMeta: the campaign's value is the leader's metadata.
+//
+// TryAcquire and TryAcquireAll never wait: they refuse MaxWait(d) for a
+// d > 0. An invalid option, and one that does not apply to the call, fail
+// the call with an error wrapping ErrInvalid before anything is sent to
+// Redis.
 type LockOption func(*lease)
 
 // lease is what one acquisition asks for: the Client's options, overridden
@@ -36,8 +48,11 @@ type lease struct {
 	meta    string        // the holder metadata
 	suffix  string        // what the token carries of it: "." and meta escaped, or ""
 
-	ttlSet bool   // LeaseTTL was given
-	err    string // the first invalid option, as the caller wrote it
+	ttlSet bool // LeaseTTL was given
+	// waitAll is, for a part of an AcquireAll with MaxWait(d > 0), that d:
+	// wait is what is left of it (partWait).
+	waitAll time.Duration
+	err     string // the first invalid option, as the caller wrote it
 }
 
 func (p *lease) invalid(format string, args ...any) {
@@ -72,7 +87,8 @@ func LeaseTTL(ttl time.Duration) LockOption {
 // exactly as TryAcquire does (it never queues, and in fair mode never jumps
 // the queue). A negative d is refused (ErrInvalid), and so is a d > 0 on
 // TryAcquire, which never waits. Without it, Acquire waits as long as its
-// context allows.
+// context allows. On AcquireAll (and DoAll) it bounds the whole
+// acquisition, every part and round together.
 func MaxWait(d time.Duration) LockOption {
 	return func(p *lease) {
 		if d < 0 {
@@ -81,6 +97,12 @@ func MaxWait(d time.Duration) LockOption {
 		}
 		p.wait = d
 	}
+}
+
+// partWait makes a part of an AcquireAll wait at most left: what is left
+// of all, the MaxWait of the whole acquisition.
+func partWait(left, all time.Duration) LockOption {
+	return func(p *lease) { p.wait, p.waitAll = left, all }
 }
 
 // HolderMeta sets the holder metadata of this lease, in place of the

@@ -318,26 +318,7 @@ func TestHolderMetaOfReentrantHolds(t *testing.T) {
 func TestLockOptionsBadInputWritesNothing(t *testing.T) {
 	_, rdb := setup(t)
 	long := strings.Repeat("x", dlock.MaxMetaLen+1)
-	bad := []struct {
-		what string
-		opts []dlock.LockOption
-		try  bool // refused by TryAcquire only
-	}{
-		{"negative TTL", []dlock.LockOption{dlock.LeaseTTL(-time.Second)}, false},
-		{"zero TTL", []dlock.LockOption{dlock.LeaseTTL(0)}, false},
-		{"TTL below MinTTL", []dlock.LockOption{dlock.LeaseTTL(dlock.MinTTL - time.Millisecond)}, false},
-		{"negative wait", []dlock.LockOption{dlock.MaxWait(-time.Millisecond)}, false},
-		{"negative max hold", []dlock.LockOption{dlock.MaxHold(-time.Second)}, false},
-		{"max hold below MinTTL", []dlock.LockOption{dlock.MaxHold(time.Millisecond)}, false},
-		{"metadata too long", []dlock.LockOption{dlock.HolderMeta(long)}, false},
-		{"newline in metadata", []dlock.LockOption{dlock.HolderMeta("a\nb")}, false},
-		{"NUL in metadata", []dlock.LockOption{dlock.HolderMeta("a\x00")}, false},
-		{"escape in metadata", []dlock.LockOption{dlock.HolderMeta("\x1b[31m")}, false},
-		{"invalid UTF-8", []dlock.LockOption{dlock.HolderMeta("\xff")}, false},
-		{"nil option", []dlock.LockOption{nil}, false},
-		{"a valid option then a bad one", []dlock.LockOption{dlock.LeaseTTL(time.Second), dlock.MaxWait(-1)}, false},
-		{"TryAcquire with a wait", []dlock.LockOption{dlock.MaxWait(time.Second)}, true},
-	}
+	bad := badLockOptions()
 	for _, m := range modes(t, rdb, true) {
 		for _, pipelining := range []bool{true, false} {
 			c := m.new(t, dlock.WithPipelining(pipelining))
@@ -386,6 +367,58 @@ func TestLockOptionsBadInputWritesNothing(t *testing.T) {
 		}
 		if _, err := dlock.NewRedlock(nodes, opt); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("NewRedlock with a bad option = %v, want ErrInvalid", err)
+		}
+	}
+}
+
+// badLockOption is an invalid list of LockOptions: every call that takes
+// them refuses it with ErrInvalid, before anything is sent.
+type badLockOption struct {
+	what string
+	opts []dlock.LockOption
+	try  bool // refused by TryAcquire only
+}
+
+// badLockOptions returns the invalid lists of LockOptions that the tests of
+// every call taking them go through.
+func badLockOptions() []badLockOption {
+	long := strings.Repeat("x", dlock.MaxMetaLen+1)
+	return []badLockOption{
+		{"negative TTL", []dlock.LockOption{dlock.LeaseTTL(-time.Second)}, false},
+		{"zero TTL", []dlock.LockOption{dlock.LeaseTTL(0)}, false},
+		{"TTL below MinTTL", []dlock.LockOption{dlock.LeaseTTL(dlock.MinTTL - time.Millisecond)}, false},
+		{"negative wait", []dlock.LockOption{dlock.MaxWait(-time.Millisecond)}, false},
+		{"negative max hold", []dlock.LockOption{dlock.MaxHold(-time.Second)}, false},
+		{"max hold below MinTTL", []dlock.LockOption{dlock.MaxHold(time.Millisecond)}, false},
+		{"metadata too long", []dlock.LockOption{dlock.HolderMeta(long)}, false},
+		{"newline in metadata", []dlock.LockOption{dlock.HolderMeta("a\nb")}, false},
+		{"NUL in metadata", []dlock.LockOption{dlock.HolderMeta("a\x00")}, false},
+		{"escape in metadata", []dlock.LockOption{dlock.HolderMeta("\x1b[31m")}, false},
+		{"invalid UTF-8", []dlock.LockOption{dlock.HolderMeta("\xff")}, false},
+		{"nil option", []dlock.LockOption{nil}, false},
+		{"a valid option then a bad one", []dlock.LockOption{dlock.LeaseTTL(time.Second), dlock.MaxWait(-1)}, false},
+		{"TryAcquire with a wait", []dlock.LockOption{dlock.MaxWait(time.Second)}, true},
+	}
+}
+
+// checkBadLockOptions gives every invalid list of options to a call's try
+// (its TryAcquire), acquire and do (which sets *called if it runs its fn),
+// and checks that each refuses it with ErrInvalid, without running fn.
+func checkBadLockOptions(t *testing.T, try, acquire func(...dlock.LockOption) error, do func(called *bool, opts ...dlock.LockOption) error) {
+	t.Helper()
+	for _, tc := range badLockOptions() {
+		if err := try(tc.opts...); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: the try = %v, want ErrInvalid", tc.what, err)
+		}
+		if tc.try {
+			continue
+		}
+		if err := acquire(tc.opts...); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: the acquire = %v, want ErrInvalid", tc.what, err)
+		}
+		called := false
+		if err := do(&called, tc.opts...); !errors.Is(err, dlock.ErrInvalid) || called {
+			t.Errorf("%s: the Do = %v (fn called: %v), want ErrInvalid and no call", tc.what, err, called)
 		}
 	}
 }
@@ -470,9 +503,11 @@ func TestInspectCountsQueuedWaiters(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		acquire func(context.Context) (*dlock.Lock, error)
+		acquire func(context.Context, ...dlock.LockOption) (*dlock.Lock, error)
 	}{
-		{"queued-lock", func(ctx context.Context) (*dlock.Lock, error) { return c.Acquire(ctx, "queued-lock") }},
+		{"queued-lock", func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+			return c.Acquire(ctx, "queued-lock", opts...)
+		}},
 		{"queued-sem", sem.Acquire},
 	} {
 		held, err := tc.acquire(ctx)

@@ -76,21 +76,37 @@ type MultiLock struct {
 // over, for three rounds at most; after the third, it returns an error
 // that names the lost part and matches ErrNotAcquired.
 //
+// opts apply to every part as Client.Acquire applies them to a lock:
+// LeaseTTL and HolderMeta to each part's lease, MaxHold to each part (its
+// cap counts from that part's own acquisition, so the set is lost, with an
+// error matching ErrMaxHold, when its first part reaches it), and MaxWait
+// to the whole acquisition: once d has passed, over every part and round,
+// without every name taken, AcquireAll gives back what it took and returns
+// an error wrapping ErrNotAcquired (not the context's errors) that names
+// the part it was waiting for; MaxWait(0) makes one attempt per name, as
+// TryAcquireAll does.
+//
 // It returns an error wrapping ErrInvalid, having sent nothing, when names
-// is empty, holds a name twice or an invalid name; otherwise the error of
-// the part that could not be taken, which names it: when ctx ends, one
-// matching both ErrNotAcquired and ctx.Err().
-func (c *Client) AcquireAll(ctx context.Context, names ...string) (*MultiLock, error) {
-	return c.acquireAll(ctx, names, false)
+// is empty, holds a name twice or an invalid name, or for an invalid
+// option; otherwise the error of the part that could not be taken, which
+// names it: when ctx ends, one matching both ErrNotAcquired and ctx.Err().
+//
+// Before per-call options, AcquireAll took the names as its variadic
+// parameter: AcquireAll(ctx, "a", "b") is now AcquireAll(ctx,
+// []string{"a", "b"}).
+func (c *Client) AcquireAll(ctx context.Context, names []string, opts ...LockOption) (*MultiLock, error) {
+	return c.acquireAll(ctx, names, opts, false)
 }
 
 // TryAcquireAll makes one attempt at every lock in names, in the order of
 // AcquireAll, all or nothing: if one of them is held by another, it
 // releases the parts it has taken and returns that part's error, which
-// wraps ErrNotAcquired and names it. In fair mode it takes no name that
-// others are queued for. Its other errors are as for AcquireAll.
-func (c *Client) TryAcquireAll(ctx context.Context, names ...string) (*MultiLock, error) {
-	return c.acquireAll(ctx, names, true)
+// wraps ErrNotAcquired and names it (its *NotAcquiredError's Name is the
+// part's). In fair mode it takes no name that others are queued for. opts
+// apply to every part as for AcquireAll (LeaseTTL, HolderMeta, MaxHold;
+// MaxWait only as MaxWait(0)). Its other errors are as for AcquireAll.
+func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...LockOption) (*MultiLock, error) {
+	return c.acquireAll(ctx, names, opts, true)
 }
 
 // DoAll takes every lock in names (waiting as AcquireAll does), runs fn, and
@@ -99,11 +115,15 @@ func (c *Client) TryAcquireAll(ctx context.Context, names ...string) (*MultiLock
 // ErrNotHeld that names the part, as soon as any part is lost; as in Do, its
 // Err and Done check the parts' validity deadlines when called.
 //
+// opts apply to every part as for AcquireAll (LeaseTTL, MaxWait,
+// HolderMeta, MaxHold). When a part reaches its max hold, fn's context is
+// cancelled with a cause that wraps ErrNotHeld and ErrMaxHold.
+//
 // DoAll returns fn's error, joined with the errors of parts lost before fn
 // returned (the critical section may have overlapped with another holder's
 // on those names), or with the release error.
-func (c *Client) DoAll(ctx context.Context, names []string, fn func(ctx context.Context, m *MultiLock) error) error {
-	m, err := c.AcquireAll(ctx, names...)
+func (c *Client) DoAll(ctx context.Context, names []string, fn func(ctx context.Context, m *MultiLock) error, opts ...LockOption) error {
+	m, err := c.AcquireAll(ctx, names, opts...)
 	if err != nil {
 		return err
 	}
@@ -136,11 +156,20 @@ func (c *Client) DoAll(ctx context.Context, names []string, fn func(ctx context.
 const maxRounds = 3
 
 // acquireAll takes the names in order, each with Acquire (or, with try,
-// TryAcquire), all or nothing.
-func (c *Client) acquireAll(ctx context.Context, names []string, try bool) (*MultiLock, error) {
+// TryAcquire) and opts, all or nothing. A MaxWait bounds the whole: each
+// part waits for what is left of it.
+func (c *Client) acquireAll(ctx context.Context, names []string, opts []LockOption, try bool) (*MultiLock, error) {
 	order, err := sortedNames(names)
 	if err != nil {
 		return nil, err
+	}
+	p, err := c.leaseFor(order[0], opts, try) // the options are checked before anything is sent
+	if err != nil {
+		return nil, err
+	}
+	var deadline time.Time // of a MaxWait(d > 0)
+	if p.wait > 0 {
+		deadline = time.Now().Add(p.wait)
 	}
 	take := c.Acquire
 	if try {
@@ -149,7 +178,16 @@ func (c *Client) acquireAll(ctx context.Context, names []string, try bool) (*Mul
 	for round := 1; ; round++ {
 		locks := make([]*Lock, 0, len(order))
 		for _, name := range order {
-			l, err := take(ctx, name)
+			partOpts := opts
+			if !deadline.IsZero() {
+				left := time.Until(deadline)
+				if left <= 0 {
+					c.giveBack(ctx, locks)
+					return nil, waitedOut(name, p.wait, true)
+				}
+				partOpts = append(opts[:len(opts):len(opts)], partWait(left, p.wait))
+			}
+			l, err := take(ctx, name, partOpts...)
 			if err != nil {
 				c.giveBack(ctx, locks)
 				return nil, err

@@ -146,7 +146,7 @@ func multiRound(ctx context.Context, c *dlock.Client, set []int, how int, critic
 	case 1:
 		return c.DoAll(ctx, names, func(ctx context.Context, m *dlock.MultiLock) error { return critical(ctx, set) })
 	case 2:
-		m, err := c.TryAcquireAll(ctx, names...)
+		m, err := c.TryAcquireAll(ctx, names)
 		if errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil {
 			return nil
 		}
@@ -158,7 +158,7 @@ func multiRound(ctx context.Context, c *dlock.Client, set []int, how int, critic
 		}
 		return m.Release(context.WithoutCancel(ctx))
 	}
-	m, err := c.AcquireAll(ctx, names...)
+	m, err := c.AcquireAll(ctx, names)
 	if err != nil {
 		return fmt.Errorf("AcquireAll(%v) = %w (a deadlock?)", names, err)
 	}
@@ -191,7 +191,7 @@ func TestTryAcquireAllIsAllOrNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = c.TryAcquireAll(ctx, "d", "a", "c", "b")
+			_, err = c.TryAcquireAll(ctx, []string{"d", "a", "c", "b"})
 			if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(fmt.Sprint(err), `"c"`) {
 				t.Errorf("TryAcquireAll(d, a, c, b) with c held = %v, want ErrNotAcquired naming \"c\"", err)
 			}
@@ -209,7 +209,7 @@ func TestTryAcquireAllIsAllOrNothing(t *testing.T) {
 				l.Release(ctx)
 			}
 			blocker.Release(ctx)
-			m, err := c.TryAcquireAll(ctx, "d", "a", "c", "b")
+			m, err := c.TryAcquireAll(ctx, []string{"d", "a", "c", "b"})
 			if err != nil {
 				t.Fatalf("TryAcquireAll(d, a, c, b), all free = %v", err)
 			}
@@ -237,7 +237,7 @@ func TestAcquireAllCancelledLeavesNothing(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			errc := make(chan error, 1)
 			go func() {
-				_, err := c.AcquireAll(ctx, "n3", "n2", "n1")
+				_, err := c.AcquireAll(ctx, []string{"n3", "n2", "n1"})
 				errc <- err
 			}()
 			// Cancel once it holds n1 and waits for n2.
@@ -273,7 +273,7 @@ func TestMultiLockLossOfOnePart(t *testing.T) {
 			cs, rdb := multiClients(t, "fair", 1, dlock.WithTTL(300*time.Millisecond))
 			c := cs[0]
 			ctx := t.Context()
-			m, err := c.AcquireAll(ctx, "p1", "p2", "p3")
+			m, err := c.AcquireAll(ctx, []string{"p1", "p2", "p3"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -377,10 +377,10 @@ func TestAcquireAllRefusesBadInput(t *testing.T) {
 		{"long name", []string{"a", strings.Repeat("x", dlock.MaxNameLen+1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := c.AcquireAll(ctx, tc.names...); !errors.Is(err, dlock.ErrInvalid) {
+			if _, err := c.AcquireAll(ctx, tc.names); !errors.Is(err, dlock.ErrInvalid) {
 				t.Errorf("AcquireAll(%s) = %v, want ErrInvalid", tc.name, err)
 			}
-			if _, err := c.TryAcquireAll(ctx, tc.names...); !errors.Is(err, dlock.ErrInvalid) {
+			if _, err := c.TryAcquireAll(ctx, tc.names); !errors.Is(err, dlock.ErrInvalid) {
 				t.Errorf("TryAcquireAll(%s) = %v, want ErrInvalid", tc.name, err)
 			}
 			called := false
@@ -400,7 +400,7 @@ func TestAcquireAllRefusesBadInput(t *testing.T) {
 func TestMultiLockHandle(t *testing.T) {
 	cs, rdb := multiClients(t, "fair", 1, dlock.WithTTL(time.Second), dlock.WithAutoExtend(false))
 	ctx := t.Context()
-	m, err := cs[0].AcquireAll(ctx, "zeta", "alpha", "mid")
+	m, err := cs[0].AcquireAll(ctx, []string{"zeta", "alpha", "mid"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +476,7 @@ func TestAcquireAllStartsOverWhenAnEarlierPartRanOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.AfterFunc(1500*time.Millisecond, func() { blocker.Release(context.Background()) })
-	m, err := cs[0].AcquireAll(ctx, "s1", "s2")
+	m, err := cs[0].AcquireAll(ctx, []string{"s1", "s2"})
 	if err != nil {
 		t.Fatalf("AcquireAll(s1, s2) = %v", err)
 	}
@@ -507,7 +507,7 @@ func TestClusterAcquireAll(t *testing.T) {
 	ctx := t.Context()
 	c := newClient(t, cc, dlock.WithTTL(time.Second))
 	names := []string{"c1", "c2", "c3", "c4", "c5", "c6"}
-	m, err := c.AcquireAll(ctx, names...)
+	m, err := c.AcquireAll(ctx, names)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,7 +522,7 @@ func TestClusterAcquireAll(t *testing.T) {
 		t.Errorf("%d names in %d slots, want them spread", len(names), len(slots))
 	}
 	other := newClient(t, cc)
-	if _, err := other.TryAcquireAll(ctx, "c0", "c3", "c9"); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := other.TryAcquireAll(ctx, []string{"c0", "c3", "c9"}); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("TryAcquireAll(c0, c3, c9) with c3 held = %v, want ErrNotAcquired", err)
 	}
 	for _, k := range lockKeys("c0", "c9") {
@@ -534,7 +534,7 @@ func TestClusterAcquireAll(t *testing.T) {
 		t.Errorf("Release = %v", err)
 	}
 
-	tagged, err := c.AcquireAll(ctx, "{order:42}:items", "{order:42}:payment")
+	tagged, err := c.AcquireAll(ctx, []string{"{order:42}:items", "{order:42}:payment"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -555,11 +555,11 @@ func TestAcquireAllReentersOwnersHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := owner.TryAcquireAll(ctx, "r2", "r1")
+	m, err := owner.TryAcquireAll(ctx, []string{"r2", "r1"})
 	if err != nil {
 		t.Fatalf("TryAcquireAll(r2, r1) by the owner of r1 = %v, want it to re-enter r1", err)
 	}
-	if _, err := asOwner(t, cs[0], "job-2").TryAcquireAll(ctx, "r0", "r1"); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := asOwner(t, cs[0], "job-2").TryAcquireAll(ctx, []string{"r0", "r1"}); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("TryAcquireAll(r0, r1) by another owner = %v, want ErrNotAcquired", err)
 	}
 	if err := m.Release(ctx); err != nil {
@@ -573,5 +573,160 @@ func TestAcquireAllReentersOwnersHolds(t *testing.T) {
 	}
 	if err := outer.Release(ctx); err != nil {
 		t.Errorf("outer Release = %v", err)
+	}
+}
+
+// Per-call options apply to every part of a multi-lock: LeaseTTL and
+// HolderMeta to each part's lease (its TTL in Redis and Inspect, its
+// metadata in Inspect and in a refused caller's *NotAcquiredError), MaxHold
+// to each part (the set is lost at the cap, with an error that says so),
+// and MaxWait to the whole acquisition: a part taken late has only what is
+// left of it. The next call without options gets the Client's again.
+func TestAcquireAllLockOptions(t *testing.T) {
+	for _, mode := range multiModes {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			cs, rdb := multiClients(t, mode, 2, dlock.WithTTL(30*time.Second), dlock.WithHolderMeta("client-meta"))
+			c, other := cs[0], cs[1]
+			names := []string{"o2", "o1"}
+			checkParts := func(what string, ls []*dlock.Lock, meta string, ttlMax time.Duration, ttlMin time.Duration) {
+				t.Helper()
+				for _, l := range ls {
+					info, err := c.Inspect(ctx, l.Name())
+					if d, err := l.TTL(ctx); err != nil || d <= ttlMin || d > ttlMax {
+						t.Errorf("%s: part %s: TTL() = %v, %v; want in (%v, %v]", what, l.Name(), d, err, ttlMin, ttlMax)
+					}
+					if err != nil || info.Meta != meta || l.Meta() != meta || info.TTL <= ttlMin || info.TTL > ttlMax {
+						t.Errorf("%s: part %s: Inspect = %+v, %v, Meta() %q; want metadata %q and a TTL in (%v, %v]", what, l.Name(), info, err, l.Meta(), meta, ttlMin, ttlMax)
+					}
+					if mode != "quorum" {
+						if d := rdb.PTTL(ctx, semKey(l.Name())).Val(); d <= ttlMin || d > ttlMax {
+							t.Errorf("%s: part %s: PTTL = %v, want in (%v, %v]", what, l.Name(), d, ttlMin, ttlMax)
+						}
+					}
+				}
+			}
+			m, err := c.AcquireAll(ctx, names, dlock.LeaseTTL(2*time.Second), dlock.HolderMeta("batch-7"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkParts("AcquireAll(LeaseTTL(2s), HolderMeta)", m.Locks(), "batch-7", 2*time.Second, 0)
+			_, err = other.TryAcquireAll(ctx, []string{"o3", "o1"})
+			if na, ok := errors.AsType[*dlock.NotAcquiredError](err); !ok || na.Name != "o1" || na.Meta != "batch-7" {
+				t.Errorf("TryAcquireAll(o3, o1) with o1 held = %v: NotAcquiredError %+v, want one naming o1 and its holder's metadata", err, na)
+			}
+
+			// MaxWait bounds the whole: o0 comes free halfway through the
+			// wait, o1 never; o1's part may wait only for what is left.
+			const wait = 4 * time.Second
+			held, err := asOwner(t, other, "job-2").TryAcquire(ctx, "o0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			released := make(chan time.Time, 1)
+			go func() {
+				time.Sleep(2 * time.Second)
+				released <- time.Now()
+				held.Release(context.WithoutCancel(ctx))
+			}()
+			_, err = asOwner(t, other, "job-3").AcquireAll(ctx, []string{"o0", "o3", "o1"}, dlock.MaxWait(wait))
+			end := time.Now()
+			rel := <-released
+			if !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+				!strings.Contains(err.Error(), `"o1"`) || !strings.Contains(err.Error(), "MaxWait") {
+				t.Errorf("AcquireAll(o0, o3, o1, MaxWait(%v)) with o1 held = %v, want ErrNotAcquired alone, naming o1 and the wait", wait, err)
+			}
+			// A wait per part would have waited for o1 from when o0 came free.
+			if end.Sub(start) < wait || !end.Before(rel.Add(wait)) {
+				t.Errorf("AcquireAll(MaxWait(%v)) returned %v after it began, with o0 free after %v: want the wait bounded over every part", wait, end.Sub(start), rel.Sub(start))
+			}
+			if given, err := other.TryAcquireAll(ctx, []string{"o0", "o3"}); err != nil {
+				t.Errorf("the parts an AcquireAll that waited out its MaxWait took are still held: %v", err)
+			} else {
+				given.Release(ctx)
+			}
+			if mode != "quorum" {
+				if n := rdb.Exists(ctx, semKey("o1")+":q", semKey("o1")+":qw").Val(); n != 0 {
+					t.Errorf("the AcquireAll that waited out its MaxWait left %d queue keys for o1", n)
+				}
+			}
+			if err := m.Release(ctx); err != nil {
+				t.Errorf("Release = %v", err)
+			}
+
+			// DoAll: the options apply to its parts; MaxHold cancels fn.
+			err = c.DoAll(ctx, names, func(ctx context.Context, m *dlock.MultiLock) error {
+				checkParts("DoAll(LeaseTTL(2s), HolderMeta)", m.Locks(), "do-meta", 2*time.Second, 0)
+				return nil
+			}, dlock.LeaseTTL(2*time.Second), dlock.HolderMeta("do-meta"))
+			if err != nil {
+				t.Errorf("DoAll(LeaseTTL, HolderMeta) = %v", err)
+			}
+			var cause error
+			err = c.DoAll(ctx, names, func(ctx context.Context, m *dlock.MultiLock) error {
+				select {
+				case <-ctx.Done():
+					cause = context.Cause(ctx)
+				case <-time.After(10 * time.Second):
+				}
+				return nil
+			}, dlock.MaxHold(300*time.Millisecond))
+			if !errors.Is(cause, dlock.ErrMaxHold) || !errors.Is(cause, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrMaxHold) {
+				t.Errorf("DoAll(MaxHold(300ms)): fn's cause %v, DoAll's error %v; want ErrMaxHold and ErrNotHeld", cause, err)
+			}
+			capped, err := c.AcquireAll(ctx, names, dlock.MaxHold(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !closedWithin(capped.Done(), 10*time.Second) {
+				t.Fatal("a multi-lock with MaxHold(300ms) still held after 10s")
+			}
+			if err := capped.Err(); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrMaxHold) || !strings.Contains(err.Error(), "max hold") {
+				t.Errorf("Err() of a multi-lock at its max hold = %v, want ErrNotHeld and ErrMaxHold, saying so", err)
+			}
+			if err := capped.Release(ctx); !errors.Is(err, dlock.ErrMaxHold) {
+				t.Errorf("Release of a multi-lock at its max hold = %v, want ErrMaxHold", err)
+			}
+
+			// Without options, the Client's again.
+			plain, err := c.AcquireAll(ctx, names)
+			if err != nil {
+				t.Fatalf("AcquireAll after calls with options = %v", err)
+			}
+			checkParts("AcquireAll without options", plain.Locks(), "client-meta", 30*time.Second, 10*time.Second)
+			for _, l := range plain.Locks() {
+				if _, ok := l.Deadline(); ok {
+					t.Errorf("part %s without options after calls with MaxHold: Deadline() ok, want no cap", l.Name())
+				}
+			}
+			plain.Release(ctx)
+		})
+	}
+}
+
+// Invalid options, and options that do not apply (a wait on
+// TryAcquireAll), fail AcquireAll, TryAcquireAll and DoAll with ErrInvalid
+// before anything is sent to Redis.
+func TestAcquireAllLockOptionsBadInputSendsNothing(t *testing.T) {
+	srv, _ := setup(t)
+	rdb := srv.Client(t)
+	sent := &countEvals{}
+	rdb.AddHook(sent)
+	c := newClient(t, rdb)
+	ctx := t.Context()
+	names := []string{"b", "a"}
+	checkBadLockOptions(t, func(opts ...dlock.LockOption) error {
+		_, err := c.TryAcquireAll(ctx, names, opts...)
+		return err
+	}, func(opts ...dlock.LockOption) error {
+		_, err := c.AcquireAll(ctx, names, opts...)
+		return err
+	}, func(called *bool, opts ...dlock.LockOption) error {
+		return c.DoAll(ctx, names, func(context.Context, *dlock.MultiLock) error { *called = true; return nil }, opts...)
+	})
+	if n := sent.all.Load(); n != 0 {
+		t.Errorf("refused calls sent %d commands, want none", n)
 	}
 }

@@ -349,7 +349,7 @@ func TestWithoutScriptsWaiting(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiter was not woken by the release")
 	}
-	ml, err := c.AcquireAll(ctx, "a", "b", "wait")
+	ml, err := c.AcquireAll(ctx, []string{"a", "b", "wait"})
 	if err != nil {
 		t.Fatal(err)
 	}

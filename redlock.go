@@ -37,12 +37,15 @@ import (
 // back to a majority before returning it, so every later majority, which
 // shares a node with this one, issues a higher one — while the counters
 // live, a day after the last fence; after that, as long as the nodes'
-// clocks agree to within a day. An acquire is one
-// round (a reentrant lock's, whose fence comes with its first hold, two).
+// clocks agree to within a day. An acquire is one round on every node;
+// Lock.Fence, when asked for, two (read a majority's fences, then write
+// the highest back).
 //
-// Fair waiting, reentrant locks and semaphores are not available over a
-// quorum: the Client waits unfairly (with the backoff of WithBackoff), and
-// Client.Semaphore refuses it (see there why).
+// Fair waiting, reentrant locks, semaphores, read-write locks and
+// elections are not available over a quorum: the Client waits unfairly
+// (with the backoff of WithBackoff), NewRedlock refuses WithReentrant(true),
+// and Client.Semaphore, Client.RWMutex and Client.Election refuse it (see
+// there why).
 //
 // NewRedlock checks its arguments, and a Client it returns is valid: no
 // nodes, a nil node, an invalid option, and an option that does not apply

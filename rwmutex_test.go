@@ -695,8 +695,8 @@ func TestRWMutexBadInput(t *testing.T) {
 	for _, outer := range []*dlock.RWLocker{rw.Reader(), rw.Writer()} {
 		err := outer.Do(ctx, func(ctx context.Context, l *dlock.Lock) error {
 			for _, inner := range []*dlock.RWLocker{rw.Reader(), rw.Writer(), sameFamily.Writer()} {
-				if _, err := inner.TryAcquire(ctx); !errors.Is(err, dlock.ErrInvalid) {
-					t.Errorf("TryAcquire (write %v) inside Do (write %v) of the same name = %v, want ErrInvalid", inner.Write(), outer.Write(), err)
+				if _, err := inner.TryAcquire(ctx); !errors.Is(err, dlock.ErrInvalid) || prefixes(err.Error()) != 1 {
+					t.Errorf("TryAcquire (write %v) inside Do (write %v) of the same name = %v, want ErrInvalid, with one dlock: prefix", inner.Write(), outer.Write(), err)
 				}
 				if _, err := inner.Acquire(ctx); !errors.Is(err, dlock.ErrInvalid) {
 					t.Errorf("Acquire (write %v) inside Do (write %v) of the same name = %v, want ErrInvalid", inner.Write(), outer.Write(), err)
@@ -743,8 +743,8 @@ func TestRWMutexAndOtherKindsGetErrWrongType(t *testing.T) {
 					t.Errorf("Acquire (write %v) of a held lock = %v, want ErrWrongType", side.Write(), err)
 				}
 			}
-			if _, err := rw.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) {
-				t.Errorf("Holders of a held lock = %v, want ErrWrongType", err)
+			if _, err := rw.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) || prefixes(err.Error()) != 1 {
+				t.Errorf("Holders of a held lock = %v, want ErrWrongType, with one dlock: prefix", err)
 			}
 			if n := queueKeys(); n != 0 {
 				t.Errorf("the refused calls left %d queue keys", n)
@@ -778,8 +778,8 @@ func TestRWMutexAndOtherKindsGetErrWrongType(t *testing.T) {
 				if _, err := sem.Acquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
 					t.Errorf("Semaphore.Acquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
 				}
-				if _, err := sem.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) {
-					t.Errorf("Semaphore.Holders of a read-write lock = %v, want ErrWrongType", err)
+				if _, err := sem.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) || prefixes(err.Error()) != 1 {
+					t.Errorf("Semaphore.Holders of a read-write lock = %v, want ErrWrongType, with one dlock: prefix", err)
 				}
 				if mm := rwMembers(ctx, rdb, name); len(mm) != 1 || !strings.HasSuffix(mm[0], ":"+hold.Token()) || queueKeys() != 0 {
 					t.Errorf("after the refused calls: holds %v, %d queue keys; want the hold alone", mm, queueKeys())
@@ -801,8 +801,8 @@ func TestRWMutexAndOtherKindsGetErrWrongType(t *testing.T) {
 					t.Errorf("TryAcquire (write %v) of a held semaphore = %v, want ErrWrongType", side.Write(), err)
 				}
 			}
-			if _, err := rw.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) {
-				t.Errorf("Holders of a held semaphore = %v, want ErrWrongType", err)
+			if _, err := rw.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) || prefixes(err.Error()) != 1 {
+				t.Errorf("Holders of a held semaphore = %v, want ErrWrongType, with one dlock: prefix", err)
 			}
 			if err := permit.Release(ctx); err != nil {
 				t.Errorf("the permit's Release after the refused calls = %v", err)

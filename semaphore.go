@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/dlockio/dlock/internal/backend"
 )
 
 // Semaphore is a distributed counting semaphore: at most N holders of a
@@ -105,9 +107,13 @@ func (s *Semaphore) Permits() int { return s.permits }
 // TryAcquire makes one attempt to take a permit: it succeeds if fewer than
 // N permits are held and nobody waits in the queue. Its errors are those
 // of Client.TryAcquire: one wrapping ErrNotAcquired if no permit is free
-// for it, and ErrWrongType if the name is held as a lock.
-func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
-	return s.c.TryAcquire(ctx, s.name)
+// for it, whose cause is a *NotAcquiredError (with Permits set; see there
+// what it holds for a semaphore), ErrWrongType if the name is held as a
+// lock, and ErrInvalid for an invalid option. opts apply to the permit's
+// lease as for Client.TryAcquire (LeaseTTL, HolderMeta, MaxHold; MaxWait
+// only as MaxWait(0)).
+func (s *Semaphore) TryAcquire(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return s.c.TryAcquire(ctx, s.name, opts...)
 }
 
 // Acquire takes a permit, waiting in arrival order as long as ctx allows.
@@ -116,16 +122,24 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
 // permit, queue entry or subscription left. The returned Lock is the
 // permit: release it with Lock.Release, which hands it to the first
 // waiter.
-func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
-	return s.c.Acquire(ctx, s.name)
+//
+// opts apply to the permit and its lease as for Client.Acquire: LeaseTTL
+// (its lease time, also while it waits in the queue: a permit handed to it
+// lasts that long), MaxWait (a wait that runs out returns an error wrapping
+// ErrNotAcquired, and not the context's errors), HolderMeta (shown by
+// Holders, Permit.Meta and `dlock inspect`) and MaxHold. An invalid one
+// fails the call with an error wrapping ErrInvalid before anything is sent.
+func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return s.c.Acquire(ctx, s.name, opts...)
 }
 
-// Do takes a permit (waiting as Acquire does), runs fn, and gives the
-// permit back when fn returns or panics, as Client.Do does for a lock:
-// fn's context is cancelled, with a cause wrapping ErrNotHeld, if the
-// permit is lost while fn runs.
-func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) error) error {
-	return s.c.Do(ctx, s.name, fn)
+// Do takes a permit (waiting as Acquire does, with opts as for Acquire),
+// runs fn, and gives the permit back when fn returns or panics, as
+// Client.Do does for a lock: fn's context is cancelled, with a cause
+// wrapping ErrNotHeld, if the permit is lost while fn runs (with
+// ErrMaxHold too when it reached its max hold).
+func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	return s.c.Do(ctx, s.name, fn, opts...)
 }
 
 // Permit is one live permit of a semaphore, as Semaphore.Holders and
@@ -145,9 +159,9 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
 	case err != nil:
 		return nil, err
 	case info.RWHolds != nil:
-		return nil, opError("inspect", s.name, fmt.Errorf("%w: the name is held as a read-write lock, not a semaphore", ErrWrongType))
+		return nil, opError("inspect", s.name, backend.Because(ErrWrongType, "the name is held as a read-write lock, not a semaphore"))
 	case info.Held && info.Type != "zset":
-		return nil, opError("inspect", s.name, fmt.Errorf("%w: the name is held as a lock (a %s), not a semaphore", ErrWrongType, info.Type))
+		return nil, opError("inspect", s.name, backend.Because(ErrWrongType, fmt.Sprintf("the name is held as a lock (a %s), not a semaphore", info.Type)))
 	}
 	return info.Permits, nil
 }

@@ -35,10 +35,10 @@ func TestSemaphoreDelayedRequestTakesNothing(t *testing.T) {
 					if holder, err = newSemaphore(t, newClient(t, direct), name, 1).TryAcquire(ctx); err != nil {
 						t.Fatal(err)
 					}
-					acquire = func(ctx context.Context) (*dlock.Lock, error) {
+					acquire = func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
 						ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 						defer cancel()
-						return s.Acquire(ctx)
+						return s.Acquire(ctx, opts...)
 					}
 				}
 				p.Delay(time.Second, 0)

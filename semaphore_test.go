@@ -452,8 +452,9 @@ func TestSemaphoreTryAcquireDoesNotJumpTheQueue(t *testing.T) {
 	}
 }
 
-// countEvals counts the scripts a go-redis client sends, pipelined or not.
-type countEvals struct{ n atomic.Int64 }
+// countEvals counts the scripts a go-redis client sends, pipelined or not
+// (n), and every command it sends (all).
+type countEvals struct{ n, all atomic.Int64 }
 
 func (h *countEvals) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -474,6 +475,7 @@ func (h *countEvals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 func (h *countEvals) count(cmd redis.Cmder) {
+	h.all.Add(1)
 	if name := cmd.Name(); name == "evalsha" || name == "eval" {
 		h.n.Add(1)
 	}
@@ -637,8 +639,8 @@ func TestSemaphoreAndLockOfOneNameGetErrWrongType(t *testing.T) {
 			if _, err := s.Acquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
 				t.Errorf("Semaphore.Acquire on a held lock = %v, want ErrWrongType", err)
 			}
-			if _, err := s.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) {
-				t.Errorf("Holders of a held lock = %v, want ErrWrongType", err)
+			if _, err := s.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) || prefixes(err.Error()) != 1 {
+				t.Errorf("Holders of a held lock = %v, want ErrWrongType, with one dlock: prefix", err)
 			}
 			if n := queueKeys(); n != 0 {
 				t.Errorf("the refused semaphore calls left %d queue keys", n)
@@ -928,5 +930,154 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Errorf("Release = %v", err)
+	}
+}
+
+// Per-call options apply to a permit's lease: its lease time (the permit's
+// own TTL in Redis, in Holders and in the key's expiry), its metadata
+// (Holders, Permit.Meta), the wait (MaxWait ends it with ErrNotAcquired and
+// no context error) and its max hold. The next call without options gets
+// the Client's again: nothing leaks from one call to the next. A refusal
+// carries a *NotAcquiredError that names the semaphore and its N.
+func TestSemaphoreLockOptions(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const name = "sem-options"
+	s := newSemaphore(t, newClient(t, rdb, dlock.WithTTL(30*time.Second), dlock.WithHolderMeta("client-meta")), name, 3)
+	a, err := s.Acquire(ctx, dlock.LeaseTTL(2*time.Second), dlock.HolderMeta("exporter-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.TryAcquire(ctx, dlock.LeaseTTL(time.Second), dlock.HolderMeta("exporter-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := rdb.PTTL(ctx, semKey(name)).Val(); d <= 0 || d > 2*time.Second {
+		t.Errorf("PTTL of the semaphore holding permits of LeaseTTL(2s) and (1s) = %v, want at most 2s", d)
+	}
+	want := map[string]struct {
+		meta string
+		ttl  time.Duration
+	}{a.Token(): {"exporter-a", 2 * time.Second}, b.Token(): {"exporter-b", time.Second}}
+	checkRefused := func(what string, err error) {
+		t.Helper()
+		na, ok := errors.AsType[*dlock.NotAcquiredError](err)
+		switch {
+		case !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+			t.Errorf("%s = %v, want ErrNotAcquired alone", what, err)
+		case !ok || na.Name != name || na.Permits != 3 || na.Holder != "" || na.Meta != "" || na.TTL <= 0 || na.TTL > 2*time.Second:
+			t.Errorf("%s = %v: NotAcquiredError %+v, want one naming %q and its 3 permits, the soonest ending within 2s", what, err, na, name)
+		case prefixes(err.Error()) != 1 || !strings.Contains(err.Error(), "no permit free"):
+			t.Errorf("%s = %q, want one dlock: prefix and the reason", what, err)
+		}
+	}
+	err = s.Do(ctx, func(ctx context.Context, l *dlock.Lock) error {
+		want[l.Token()] = struct {
+			meta string
+			ttl  time.Duration
+		}{"exporter-c", 1500 * time.Millisecond}
+		hs, err := s.Holders(ctx)
+		if err != nil || len(hs) != 3 {
+			t.Errorf("Holders = %+v, %v; want 3 permits", hs, err)
+		}
+		for _, h := range hs {
+			if w := want[h.Token]; h.Meta != w.meta || h.TTL <= 0 || h.TTL > w.ttl {
+				t.Errorf("Holders: permit %+v, want metadata %q and a TTL within %v", h, w.meta, w.ttl)
+			}
+		}
+		_, err = s.TryAcquire(ctx)
+		checkRefused("TryAcquire of a 4th permit of 3", err)
+		_, err = s.Acquire(ctx, dlock.MaxWait(200*time.Millisecond))
+		checkRefused("Acquire(MaxWait(200ms)) of a 4th permit of 3", err)
+		if !strings.Contains(fmt.Sprint(err), "MaxWait") {
+			t.Errorf("Acquire(MaxWait(200ms)) = %v, want it to say that the wait ran out", err)
+		}
+		if n := rdb.LLen(ctx, semKey(name)+":q").Val(); n != 0 {
+			t.Errorf("the waiter that waited out its MaxWait left %d queue entries", n)
+		}
+		called := false
+		err = s.Do(ctx, func(context.Context, *dlock.Lock) error { called = true; return nil }, dlock.MaxWait(0))
+		checkRefused("Do(MaxWait(0)) of a 4th permit of 3", err)
+		if called {
+			t.Error("Do(MaxWait(0)) ran fn without a permit")
+		}
+		return nil
+	}, dlock.LeaseTTL(1500*time.Millisecond), dlock.HolderMeta("exporter-c"))
+	if err != nil {
+		t.Fatalf("Do(LeaseTTL(1.5s), HolderMeta) = %v", err)
+	}
+
+	// The next permit, asked for without options, is the Client's.
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := p.TTL(ctx); p.Meta() != "client-meta" || err != nil || d <= 10*time.Second {
+		t.Errorf("a permit without options after permits with them: Meta %q, TTL %v, %v; want the Client's (30s)", p.Meta(), d, err)
+	}
+	if d := rdb.PTTL(ctx, semKey(name)).Val(); d <= 10*time.Second {
+		t.Errorf("PTTL of the semaphore with a permit of the Client's TTL = %v, want about 30s", d)
+	}
+	for _, l := range []*dlock.Lock{a, b, p} {
+		l.Release(ctx)
+	}
+
+	// MaxHold ends the permit with a loss that says why, and gives it back.
+	m, err := s.Acquire(ctx, dlock.MaxHold(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(m.Done(), 10*time.Second) {
+		t.Fatal("a permit with MaxHold(300ms) still held after 10s")
+	}
+	if err := m.Err(); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrMaxHold) || !strings.Contains(err.Error(), "max hold") {
+		t.Errorf("Err() of a permit at its max hold = %v, want ErrNotHeld and ErrMaxHold, saying so", err)
+	}
+	if !waitFor(10*time.Second, func() bool { return !slices.Contains(members(ctx, rdb, name), m.Token()) }) {
+		t.Errorf("the permit ended by its max hold is still in Redis: %v", members(ctx, rdb, name))
+	}
+	var cause error
+	err = s.Do(ctx, func(ctx context.Context, l *dlock.Lock) error {
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+		case <-time.After(10 * time.Second):
+		}
+		return nil
+	}, dlock.MaxHold(300*time.Millisecond))
+	if !errors.Is(cause, dlock.ErrMaxHold) || !errors.Is(err, dlock.ErrMaxHold) {
+		t.Errorf("Do(MaxHold(300ms)): fn's cause %v, Do's error %v; want both ErrMaxHold", cause, err)
+	}
+	if l, err := s.TryAcquire(ctx); err != nil {
+		t.Errorf("TryAcquire after permits with a max hold = %v", err)
+	} else {
+		if _, capped := l.Deadline(); capped {
+			t.Error("a permit without options after one with MaxHold: Deadline() ok, want no cap")
+		}
+		l.Release(ctx)
+	}
+}
+
+// Invalid options, and options that do not apply, fail every acquisition
+// of a permit with ErrInvalid before anything is sent to Redis.
+func TestSemaphoreLockOptionsBadInputSendsNothing(t *testing.T) {
+	srv, _ := setup(t)
+	rdb := srv.Client(t)
+	sent := &countEvals{}
+	rdb.AddHook(sent)
+	s := newSemaphore(t, newClient(t, rdb), "sem-bad-options", 2)
+	ctx := t.Context()
+	checkBadLockOptions(t, func(opts ...dlock.LockOption) error {
+		_, err := s.TryAcquire(ctx, opts...)
+		return err
+	}, func(opts ...dlock.LockOption) error {
+		_, err := s.Acquire(ctx, opts...)
+		return err
+	}, func(called *bool, opts ...dlock.LockOption) error {
+		return s.Do(ctx, func(context.Context, *dlock.Lock) error { *called = true; return nil }, opts...)
+	})
+	if n := sent.all.Load(); n != 0 {
+		t.Errorf("refused calls sent %d commands, want none", n)
 	}
 }

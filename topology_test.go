@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,7 +51,7 @@ func TestSentinelFailover(t *testing.T) {
 		t.Skip("builds a Sentinel topology")
 	}
 	leakcheck.Check(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	fast := redistest.Args("--repl-diskless-sync-delay", "0")
 	master := redistest.Start(t, redistest.TCP(), fast)
@@ -91,6 +92,8 @@ func TestSentinelFailover(t *testing.T) {
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: sentinelAddrs, MaxRetries: -1})
 	t.Cleanup(func() { fc.Close() })
 	succession(t, fc, "elect") // an election through the Sentinel client
+	semaphoreOn(t, fc, "a Sentinel master")
+	rwMutexOn(t, fc, "a Sentinel master")
 
 	acked := newClient(t, fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
 	plain := newClient(t, fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false))
@@ -100,6 +103,8 @@ func TestSentinelFailover(t *testing.T) {
 			t.Fatalf("acked TryAcquire %d = %v", i, err)
 		}
 	}
+
+	kept := keepThroughFailover(t, ctx, acked, replicas)
 
 	// Replication stalls: an acknowledged acquisition now fails cleanly, an
 	// unacknowledged one succeeds on the master alone.
@@ -142,6 +147,9 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	l.Release(ctx)
 	succession(t, fc, "elect-after")
+	semaphoreOn(t, fc, "the promoted master")
+	rwMutexOn(t, fc, "the promoted master")
+	kept.check(t, ctx, other)
 	lostAcked, secondHolders := 0, 0
 	for i := range n {
 		if _, err := other.TryAcquire(ctx, fmt.Sprint("acked-", i)); err == nil {
@@ -166,6 +174,102 @@ func TestSentinelFailover(t *testing.T) {
 	t.Logf("failover with replication stalled: %d of %d unacknowledged locks got a second holder; %d of %d acknowledged ones", secondHolders, n, lostAcked, n)
 	if secondHolders == 0 {
 		t.Errorf("no unacknowledged lock was lost, though replication was stalled: the test did not exercise the window")
+	}
+}
+
+// keptHolds are permits and read-write holds acknowledged by a replica
+// before a failover (WithReplicaAck), which the promoted master must still
+// have.
+type keptHolds struct {
+	permits []*dlock.Lock // both permits of the semaphore "sem-kept" (N = 2)
+	reads   []*dlock.Lock // two reads of the read-write lock "rw-kept"
+	write   *dlock.Lock   // the write of the read-write lock "rw-kept-w"
+}
+
+// keepThroughFailover takes, through the acknowledging Client acked, two
+// permits of a semaphore of 2, two reads of a read-write lock and the write
+// of another, and waits until every replica has them (acknowledged by one,
+// they reach the other soon after), so that whichever replica is promoted
+// has them. Their lease outlasts any failover the test waits for.
+func keepThroughFailover(t *testing.T, ctx context.Context, acked *dlock.Client, replicas []*redistest.Server) keptHolds {
+	t.Helper()
+	long := dlock.LeaseTTL(3 * time.Minute)
+	var k keptHolds
+	sem := newSemaphore(t, acked, "sem-kept", 2)
+	rw, rww := newRW(t, acked, "rw-kept"), newRW(t, acked, "rw-kept-w")
+	for range 2 {
+		p, err := sem.TryAcquire(ctx, long, dlock.HolderMeta("kept"))
+		if err != nil {
+			t.Fatalf("acknowledged semaphore TryAcquire through Sentinel = %v", err)
+		}
+		r, err := rw.Reader().TryAcquire(ctx, long)
+		if err != nil {
+			t.Fatalf("acknowledged read TryAcquire through Sentinel = %v", err)
+		}
+		k.permits, k.reads = append(k.permits, p), append(k.reads, r)
+	}
+	w, err := rww.Writer().TryAcquire(ctx, long)
+	if err != nil {
+		t.Fatalf("acknowledged write TryAcquire through Sentinel = %v", err)
+	}
+	k.write = w
+	want := map[string]int64{"dlock:{sem-kept}": 2, "dlock:{rw-kept}": 2, "dlock:{rw-kept-w}": 1}
+	if !waitFor(30*time.Second, func() bool {
+		for _, r := range replicas {
+			for key, n := range want {
+				if v, err := r.Do(ctx, "ZCARD", key); err != nil || fmt.Sprint(v) != fmt.Sprint(n) {
+					return false
+				}
+			}
+		}
+		return true
+	}) {
+		t.Fatal("the acknowledged permits and holds never reached both replicas")
+	}
+	return k
+}
+
+// check verifies, through c on the promoted master, that the kept permits
+// and holds are still held (others are refused, Holders lists them), that
+// their holders release them there, and that the names are free then.
+func (k keptHolds) check(t *testing.T, ctx context.Context, c *dlock.Client) {
+	t.Helper()
+	sem := newSemaphore(t, c, "sem-kept", 2)
+	rw, rww := newRW(t, c, "rw-kept"), newRW(t, c, "rw-kept-w")
+	_, err := sem.TryAcquire(ctx)
+	if na, ok := errors.AsType[*dlock.NotAcquiredError](err); !ok || na.Permits != 2 {
+		t.Errorf("a permit of a semaphore whose 2 permits were acknowledged before the failover = %v, want refused (NotAcquiredError)", err)
+	}
+	if hs, err := sem.Holders(ctx); err != nil || len(hs) != 2 || hs[0].Meta != "kept" ||
+		!slices.ContainsFunc(k.permits, func(l *dlock.Lock) bool { return l.Token() == hs[0].Token }) {
+		t.Errorf("Holders after the failover = %+v, %v; want the 2 acknowledged permits", hs, err)
+	}
+	if _, err := rw.Writer().TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a write beside 2 reads acknowledged before the failover = %v, want ErrNotAcquired", err)
+	}
+	if hs, err := rw.Holders(ctx); err != nil || len(hs) != 2 || hs[0].Write {
+		t.Errorf("read-write lock's Holders after the failover = %+v, %v; want the 2 acknowledged reads", hs, err)
+	}
+	if _, err := rww.Reader().TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a read beside a write acknowledged before the failover = %v, want ErrNotAcquired", err)
+	}
+	for _, l := range append(append(slices.Clone(k.permits), k.reads...), k.write) {
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release of %s, acknowledged before the failover, on the promoted master = %v, want nil", l.Name(), err)
+		}
+	}
+	p, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Errorf("a permit once the kept ones were released = %v", err)
+	} else {
+		p.Release(ctx)
+	}
+	for _, m := range []*dlock.RWMutex{rw, rww} {
+		if l, err := m.Writer().TryAcquire(ctx); err != nil {
+			t.Errorf("a write of %s once the kept holds were released = %v", m.Name(), err)
+		} else {
+			l.Release(ctx)
+		}
 	}
 }
 
@@ -277,42 +381,42 @@ func TestCluster(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Errorf("waiter on the cluster = %v, want woken by the release", err)
 	}
-	clusterSemaphore(t, cc)
+	semaphoreOn(t, cc, "the cluster")
 	succession(t, cc, "elect") // over sharded pub/sub
 	clusterWithoutScripts(t, nodes)
-	clusterRWMutex(t, cc)
+	rwMutexOn(t, cc, "the cluster")
 }
 
-// clusterRWMutex checks a read-write lock on the cluster: reads together,
-// a write alone, and a writer granted the lock by the last read's release
-// over sharded pub/sub.
-func clusterRWMutex(t *testing.T, cc *redis.ClusterClient) {
+// rwMutexOn checks a read-write lock on the deployment rdb (named where,
+// for the messages): reads together, a write alone, and a writer granted
+// the lock by the last read's release over pub/sub (sharded on a Cluster).
+func rwMutexOn(t *testing.T, rdb redis.UniversalClient, where string) {
 	ctx := t.Context()
-	rw := newRW(t, newClient(t, cc, dlock.WithTTL(time.Minute)), "doc")
+	rw := newRW(t, newClient(t, rdb, dlock.WithTTL(time.Minute)), "doc")
 	var reads []*dlock.Lock
 	for range 2 {
 		l, err := rw.Reader().TryAcquire(ctx)
 		if err != nil {
-			t.Fatalf("read TryAcquire on the cluster = %v", err)
+			t.Fatalf("read TryAcquire on %s = %v", where, err)
 		}
 		reads = append(reads, l)
 	}
 	if _, err := rw.Writer().TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("a write beside 2 reads on the cluster = %v, want ErrNotAcquired", err)
+		t.Errorf("a write beside 2 reads on %s = %v, want ErrNotAcquired", where, err)
 	}
 	got := make(chan error, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second) // its timer: 20s
 		defer cancel()
-		l, err := newRW(t, newClient(t, cc, dlock.WithTTL(time.Minute)), "doc").Writer().Acquire(wctx)
+		l, err := newRW(t, newClient(t, rdb, dlock.WithTTL(time.Minute)), "doc").Writer().Acquire(wctx)
 		if err == nil {
 			_, err = l.Fence(ctx)
 			l.Release(ctx)
 		}
 		got <- err
 	}()
-	if !waitFor(5*time.Second, func() bool { return cc.LLen(ctx, "dlock:{doc}:q").Val() == 1 }) {
-		t.Fatal("read-write lock's writer never queued")
+	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{doc}:q").Val() == 1 }) {
+		t.Fatalf("read-write lock's writer never queued on %s", where)
 	}
 	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep
 	for _, l := range reads {
@@ -321,58 +425,59 @@ func clusterRWMutex(t *testing.T, cc *redis.ClusterClient) {
 	select {
 	case err := <-got:
 		if err != nil {
-			t.Errorf("writer on the cluster = %v, want granted the lock by the last read's release", err)
+			t.Errorf("writer on %s = %v, want granted the lock by the last read's release", where, err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Error("writer on the cluster not woken 5s after the reads were released")
+		t.Errorf("writer on %s not woken 5s after the reads were released", where)
 	}
-	if n := cc.Exists(ctx, "dlock:{doc}", "dlock:{doc}:q", "dlock:{doc}:qw").Val(); n != 0 {
-		t.Errorf("%d read-write lock keys left on the cluster after every hold was released", n)
+	if n := rdb.Exists(ctx, "dlock:{doc}", "dlock:{doc}:q", "dlock:{doc}:qw").Val(); n != 0 {
+		t.Errorf("%d read-write lock keys left on %s after every hold was released", n, where)
 	}
 }
 
-// clusterSemaphore checks a semaphore on the cluster: N permits and no
-// more, and a waiter handed a permit by a release over sharded pub/sub.
-func clusterSemaphore(t *testing.T, cc *redis.ClusterClient) {
+// semaphoreOn checks a semaphore on the deployment rdb (named where, for
+// the messages): N permits and no more, and a waiter handed a permit by a
+// release over pub/sub (sharded on a Cluster).
+func semaphoreOn(t *testing.T, rdb redis.UniversalClient, where string) {
 	ctx := t.Context()
-	s := newSemaphore(t, newClient(t, cc, dlock.WithTTL(time.Minute)), "pool", 2)
+	s := newSemaphore(t, newClient(t, rdb, dlock.WithTTL(time.Minute)), "pool", 2)
 	var held []*dlock.Lock
 	for range 2 {
 		l, err := s.TryAcquire(ctx)
 		if err != nil {
-			t.Fatalf("semaphore TryAcquire on the cluster = %v", err)
+			t.Fatalf("semaphore TryAcquire on %s = %v", where, err)
 		}
 		held = append(held, l)
 	}
 	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("a third permit of 2 on the cluster = %v, want ErrNotAcquired", err)
+		t.Errorf("a third permit of 2 on %s = %v, want ErrNotAcquired", where, err)
 	}
 	got := make(chan error, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second) // its timer: 20s
 		defer cancel()
-		l, err := newSemaphore(t, newClient(t, cc, dlock.WithTTL(time.Minute)), "pool", 2).Acquire(wctx)
+		l, err := newSemaphore(t, newClient(t, rdb, dlock.WithTTL(time.Minute)), "pool", 2).Acquire(wctx)
 		if err == nil {
 			l.Release(ctx)
 		}
 		got <- err
 	}()
-	if !waitFor(5*time.Second, func() bool { return cc.LLen(ctx, "dlock:{pool}:q").Val() == 1 }) {
-		t.Fatal("semaphore waiter never queued")
+	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{pool}:q").Val() == 1 }) {
+		t.Fatalf("semaphore waiter never queued on %s", where)
 	}
 	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep
 	held[0].Release(ctx)
 	select {
 	case err := <-got:
 		if err != nil {
-			t.Errorf("semaphore waiter on the cluster = %v, want handed the released permit", err)
+			t.Errorf("semaphore waiter on %s = %v, want handed the released permit", where, err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Error("semaphore waiter on the cluster not woken 5s after a release")
+		t.Errorf("semaphore waiter on %s not woken 5s after a release", where)
 	}
 	held[1].Release(ctx)
-	if n := cc.Exists(ctx, "dlock:{pool}", "dlock:{pool}:q", "dlock:{pool}:qw").Val(); n != 0 {
-		t.Errorf("%d semaphore keys left on the cluster after every permit was released", n)
+	if n := rdb.Exists(ctx, "dlock:{pool}", "dlock:{pool}:q", "dlock:{pool}:qw").Val(); n != 0 {
+		t.Errorf("%d semaphore keys left on %s after every permit was released", n, where)
 	}
 }
 

@@ -282,23 +282,17 @@ func acquireFor(ctx context.Context, h holdable, wait time.Duration, nodes []str
 		err  error
 		name = h.name
 	)
+	var opts []dlock.LockOption
+	if wait >= 0 {
+		opts = append(opts, dlock.MaxWait(wait)) // MaxWait(0): one attempt
+	}
 	switch {
-	case h.rw != nil && wait >= 0:
-		l, err = h.rw.Acquire(ctx, dlock.MaxWait(wait))
 	case h.rw != nil:
-		l, err = h.rw.Acquire(ctx)
-	case h.sem == nil && wait >= 0:
-		l, err = h.c.Acquire(ctx, name, dlock.MaxWait(wait)) // MaxWait(0): one attempt
-	case h.sem == nil:
-		l, err = h.c.Acquire(ctx, name)
-	case wait == 0:
-		l, err = h.sem.TryAcquire(ctx)
-	case wait > 0:
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		defer cancel()
-		l, err = h.sem.Acquire(wctx)
+		l, err = h.rw.Acquire(ctx, opts...)
+	case h.sem != nil:
+		l, err = h.sem.Acquire(ctx, opts...)
 	default:
-		l, err = h.sem.Acquire(ctx)
+		l, err = h.c.Acquire(ctx, name, opts...)
 	}
 	if err == nil {
 		return l, nil

@@ -37,9 +37,9 @@ func multiShare(mode string) int {
 // (try: TryAcquireAll). It is the workload's one call of either.
 func acquireAll(ctx context.Context, c *dlock.Client, names []string, try bool) (*dlock.MultiLock, error) {
 	if try {
-		return c.TryAcquireAll(ctx, names...)
+		return c.TryAcquireAll(ctx, names)
 	}
-	return c.AcquireAll(ctx, names...)
+	return c.AcquireAll(ctx, names)
 }
 
 // tracer records, while a multi-lock call runs, the parts its Client took

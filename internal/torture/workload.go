@@ -317,9 +317,9 @@ func (w *Worker) client(own string) *dlock.Client {
 // target is what an acquisition takes: a lock name through a Client, or a
 // permit of a semaphore.
 type target interface {
-	Acquire(ctx context.Context) (*dlock.Lock, error)
-	TryAcquire(ctx context.Context) (*dlock.Lock, error)
-	Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error
+	Acquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error)
+	TryAcquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error)
+	Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error, opts ...dlock.LockOption) error
 }
 
 // lockName is the lock name through the Client c, taken with opts.
@@ -329,14 +329,14 @@ type lockName struct {
 	opts []dlock.LockOption
 }
 
-func (n lockName) Acquire(ctx context.Context) (*dlock.Lock, error) {
-	return n.c.Acquire(ctx, n.name, n.opts...)
+func (n lockName) Acquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	return n.c.Acquire(ctx, n.name, append(n.opts[:len(n.opts):len(n.opts)], opts...)...)
 }
-func (n lockName) TryAcquire(ctx context.Context) (*dlock.Lock, error) {
-	return n.c.TryAcquire(ctx, n.name, n.opts...)
+func (n lockName) TryAcquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	return n.c.TryAcquire(ctx, n.name, append(n.opts[:len(n.opts):len(n.opts)], opts...)...)
 }
-func (n lockName) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
-	return n.c.Do(ctx, n.name, fn, n.opts...)
+func (n lockName) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error, opts ...dlock.LockOption) error {
+	return n.c.Do(ctx, n.name, fn, append(n.opts[:len(n.opts):len(n.opts)], opts...)...)
 }
 
 // candidate campaigns in an election: its leadership is the lease.
@@ -345,14 +345,14 @@ type candidate struct {
 	value string
 }
 
-func (c candidate) Acquire(ctx context.Context) (*dlock.Lock, error) {
-	return c.campaign(ctx)
+func (c candidate) Acquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	return c.campaign(ctx, opts...)
 }
-func (c candidate) TryAcquire(ctx context.Context) (*dlock.Lock, error) {
-	return c.campaign(ctx, dlock.MaxWait(0))
+func (c candidate) TryAcquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	return c.campaign(ctx, append(opts, dlock.MaxWait(0))...)
 }
-func (c candidate) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
-	return c.e.Do(ctx, c.value, func(ctx context.Context, ld *dlock.Leadership) error { return fn(ctx, ld.Lock()) })
+func (c candidate) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error, opts ...dlock.LockOption) error {
+	return c.e.Do(ctx, c.value, func(ctx context.Context, ld *dlock.Leadership) error { return fn(ctx, ld.Lock()) }, opts...)
 }
 
 func (c candidate) campaign(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
@@ -405,12 +405,14 @@ const (
 // read-write lock of an rw round: its token ends with its metadata.
 func IsWrite(tok string) bool { return strings.HasSuffix(tok, "."+rwWrite) }
 
-func (s rwHold) Acquire(ctx context.Context) (*dlock.Lock, error) { return s.l.Acquire(ctx, s.meta) }
-func (s rwHold) TryAcquire(ctx context.Context) (*dlock.Lock, error) {
-	return s.l.TryAcquire(ctx, s.meta)
+func (s rwHold) Acquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	return s.l.Acquire(ctx, append(opts, s.meta)...)
 }
-func (s rwHold) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
-	return s.l.Do(ctx, fn, s.meta)
+func (s rwHold) TryAcquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	return s.l.TryAcquire(ctx, append(opts, s.meta)...)
+}
+func (s rwHold) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error, opts ...dlock.LockOption) error {
+	return s.l.Do(ctx, fn, append(opts, s.meta)...)
 }
 
 // opCtx returns a context for one acquisition: a short or a generous
