@@ -243,7 +243,7 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 		return nil, -1, nil
 	case err == nil && l == nil:
 		a.lastQuorum = nil // a majority answered: the lock is taken, not unreachable
-		if g.Holder != "" || g.Owner != "" || a.c.permits > 0 {
+		if g.Holder != "" || g.Owner != "" || a.c.permits > 0 || a.c.rw != "" {
 			a.lastRefusal = a.c.refusal(a.l.name, g)
 		}
 	}

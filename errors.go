@@ -62,34 +62,43 @@ var (
 // and their metadata), and TTL is the remaining lease of the permit that
 // ends first — the latest a permit comes free, unless others wait ahead —
 // or -1 if no permit is held (the attempt was refused because others wait
-// ahead of it).
+// ahead of it). So do a read-write lock's (RWLocker.TryAcquire, and an
+// Acquire that gave up), with Holder and Meta "" for the same reason
+// (RWMutex.Holders lists the holds) and TTL the remaining lease of the
+// hold that ends first.
 type NotAcquiredError struct {
-	// Name is the name that was asked for: of the lock, or of the
-	// semaphore; for AcquireAll, the part that could not be taken.
+	// Name is the name that was asked for: of the lock, the semaphore or
+	// the read-write lock; for AcquireAll, the part that could not be taken.
 	Name string
 	// Holder is the holding lease's token, or a reentrant lock's owner ID
 	// (see Owner); "" when no node said (a quorum whose nodes disagreed),
-	// and for a semaphore.
+	// and for a semaphore or a read-write lock.
 	Holder string
 	// Meta is the holder's metadata (WithHolderMeta, HolderMeta): for a
 	// reentrant lock, that of one of its owner's holds; "" if it has none,
-	// and for a semaphore.
+	// and for a semaphore or a read-write lock.
 	Meta string
 	// TTL is the holder's remaining lease (a semaphore's: that of the
-	// permit that ends first); -1 if unknown or without expiry.
+	// permit that ends first; a read-write lock's: of the hold that ends
+	// first); -1 if unknown or without expiry.
 	TTL time.Duration
 	// Permits is, for a semaphore, the N the refused attempt asked with
 	// (Semaphore.Permits); 0 for a lock.
 	Permits int
 
-	reentrant bool // Holder is a reentrant lock's owner: the text says "owner"
+	reentrant bool   // Holder is a reentrant lock's owner: the text says "owner"
+	rw        string // a read-write lock's refusal of a read ("r") or write ("w")
 }
 
 // Error says who holds the lock: "held by another holder" (a reentrant
 // lock: "held by another owner"), followed by the holder's metadata, quoted,
 // if it has some. For a semaphore it says that no permit was free:
-// "no permit free: N or more held, or others waiting ahead".
+// "no permit free: N or more held, or others waiting ahead"; for a
+// read-write lock, what kept the read or write out.
 func (e *NotAcquiredError) Error() string {
+	if e.rw != "" {
+		return rwRefusal(e.rw)
+	}
 	if e.Permits > 0 {
 		return fmt.Sprintf("no permit free: %d or more held, or others waiting ahead", e.Permits)
 	}
@@ -109,7 +118,7 @@ func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 // refusal is the NotAcquiredError of an attempt of name that Redis refused
 // with g.
 func (c *Client) refusal(name string, g backend.Grant) *NotAcquiredError {
-	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL, Permits: c.permits}
+	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL, Permits: c.permits, rw: c.rw}
 	if g.Owner != "" {
 		e.Holder, e.reentrant = g.Owner, true
 	}
@@ -130,9 +139,6 @@ func opError(op, name string, err error) error {
 // notAcquired is the error of an attempt that found the lock taken, or no
 // permit of a semaphore free for it: its cause is e, which says which.
 func (c *Client) notAcquired(name string, e *NotAcquiredError) error {
-	if c.rw != "" {
-		return opError("acquire", name, backend.Because(ErrNotAcquired, rwRefusal(c.rw)))
-	}
 	return opError("acquire", name, backend.Because(ErrNotAcquired, e.Error(), e))
 }
 

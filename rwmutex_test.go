@@ -897,3 +897,32 @@ func TestRWMutexForceRelease(t *testing.T) {
 		t.Error("the waiting writer was not granted the lock 10s after the force release")
 	}
 }
+
+// A read-write lock's refusals carry a *NotAcquiredError, as a lock's and a
+// semaphore's do: TryAcquire's, and that of an Acquire whose MaxWait ran
+// out. It names the lock and the remaining lease of the hold that ends
+// first; Holder and Meta are "" (a read-write lock has no one holder).
+func TestRWMutexRefusalCarriesNotAcquiredError(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "rw-refusal"
+	rw := newRW(t, newClient(t, rdb, dlock.WithTTL(30*time.Second)), name)
+	r, err := rw.Reader().TryAcquire(ctx, dlock.LeaseTTL(5*time.Second), dlock.HolderMeta("reader"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release(ctx)
+	_, tried := rw.Writer().TryAcquire(ctx)
+	_, waited := rw.Writer().Acquire(ctx, dlock.MaxWait(50*time.Millisecond))
+	for what, err := range map[string]error{"TryAcquire": tried, "Acquire with MaxWait": waited} {
+		na, ok := errors.AsType[*dlock.NotAcquiredError](err)
+		switch {
+		case !errors.Is(err, dlock.ErrNotAcquired):
+			t.Errorf("%s of a write while a read is held = %v, want ErrNotAcquired", what, err)
+		case !ok || na.Name != name || na.Holder != "" || na.Meta != "" || na.TTL <= 0 || na.TTL > 5*time.Second:
+			t.Errorf("%s = %v: NotAcquiredError %+v, want one naming %q, the read ending within 5s", what, err, na, name)
+		case prefixes(err.Error()) != 1 || !strings.Contains(err.Error(), "the lock is held"):
+			t.Errorf("%s = %q, want one dlock: prefix and the reason", what, err)
+		}
+	}
+}
