@@ -65,8 +65,8 @@ type Election struct {
 //
 // It returns an error wrapping ErrInvalid for a bad name, and for a Client
 // that cannot hold an election: a quorum (NewRedlock), whose waiting is
-// never fair, and a reentrant Client (WithReentrant: a leader is not an
-// owner that may re-enter).
+// never fair, a reentrant Client (WithReentrant: a leader is not an owner
+// that may re-enter), and a Client made WithoutScripts().
 func (c *Client) Election(name string) (*Election, error) {
 	k, err := c.check(name)
 	switch {
@@ -98,7 +98,8 @@ func (e *Election) Name() string { return e.name }
 // the loss of its lease). Its errors are those of Client.Acquire: if ctx
 // ends first, an error matching both ErrNotAcquired and ctx.Err(), with
 // the candidate out of the queue and nothing left behind; ErrWrongType if
-// the name is held as a semaphore or reentrant lock; an error wrapping
+// the name is held as a semaphore, a read-write lock or a reentrant lock;
+// an error wrapping
 // ErrInvalid for a value the lease token cannot carry, or a bad option.
 //
 // opts apply to the leader's lease as to a lock's (LeaseTTL, MaxWait,
@@ -234,7 +235,11 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	case !st.Held:
 		return Leader{}, nil
 	case st.Type != "string":
-		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, fmt.Sprintf("the name is held as a %s, not by a leader", st.Type)))
+		what := map[string]string{"hash": "a reentrant lock", "zset": "a semaphore or a read-write lock"}[st.Type]
+		if what == "" {
+			what = "a " + st.Type
+		}
+		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, "the name is held as "+what+", not by a leader"))
 	}
 	return Leader{Value: metaOf(st.Token), Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
 }

@@ -29,8 +29,10 @@ var (
 	// and an option that is invalid or does not apply to the Client.
 	ErrInvalid = errors.New("dlock: invalid argument")
 
-	// ErrWrongType means a lock key exists but holds a Redis value of a type
-	// dlock does not write there (another program uses the key).
+	// ErrWrongType means a name is held as another kind than the one asked
+	// for (a lock's name asked for as a semaphore, a read-write lock's as a
+	// lock, ...), or its key holds a value dlock does not write there
+	// (another program uses the key). The error says what the key holds.
 	ErrWrongType = backend.ErrWrongType
 
 	// ErrReplicaAck means fewer replicas than WithReplicaAck asks for

@@ -15,7 +15,7 @@ type Info struct {
 	Name  string
 	Key   string        // the Redis key of the lock
 	Held  bool          // whether the key exists
-	Type  string        // the key's Redis type: "string" for a plain lock, "zset" for a semaphore or a read-write lock, "none" when free
+	Type  string        // the key's Redis type: "string" for a plain lock, "hash" for a reentrant lock, "zset" for a semaphore or a read-write lock, "none" when free
 	Token string        // the holder's lease token (plain locks; see Lock.Token)
 	TTL   time.Duration // the holder's remaining lease; -1 if the key has no expiry
 	Fence int64         // the last fencing token issued for the name, 0 if none
@@ -38,7 +38,8 @@ type Info struct {
 	RWHolds []RWHold
 
 	// Queued is the length of the name's wait queue: the waiters of a fair
-	// lock (WithFair) or of a semaphore, in line for it. A waiter that died
+	// lock (WithFair), of a semaphore or of a read-write lock, and an
+	// election's candidates, in line for it. A waiter that died
 	// is counted until a release skips it or its entry expires (max(TTL,
 	// 1s) after it last renewed it). Waiters that do not queue — those of
 	// a lock that is not fair, a reentrant lock or a quorum — are not

@@ -455,13 +455,13 @@ func TestWrongTypeKey(t *testing.T) {
 	c := newClient(t, rdb)
 	if _, err := c.TryAcquire(ctx, "typed"); !errors.Is(err, dlock.ErrWrongType) {
 		t.Errorf("TryAcquire on a hash key = %v, want ErrWrongType", err)
-	} else if want := `the key holds a hash (a reentrant lock, or another program's value), not a plain lock`; !strings.Contains(err.Error(), want) {
+	} else if want := `the key holds a reentrant lock (a hash), or another program's value, not a plain lock`; !strings.Contains(err.Error(), want) {
 		t.Errorf("TryAcquire on a hash key = %q, want it to say %q", err, want)
 	}
 	for _, fair := range []bool{false, true} {
 		rdb.RPush(ctx, "dlock:{listed}", "x")
 		_, err := newClient(t, rdb, dlock.WithFair(fair)).TryAcquire(ctx, "listed")
-		if want := `the key holds a list (another program's value), not a plain lock`; !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), want) {
+		if want := `the key holds a list, another program's value, not a plain lock`; !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), want) {
 			t.Errorf("fair=%v: TryAcquire on a list key = %v, want ErrWrongType saying %q", fair, err, want)
 		}
 	}
@@ -472,6 +472,30 @@ func TestWrongTypeKey(t *testing.T) {
 	}
 	if got := rdb.HGet(ctx, "dlock:{typed}", "f").Val(); got != "v" {
 		t.Errorf("foreign key changed: HGET f = %q, want v", got)
+	}
+	// dlock's own kinds are named: a read-write lock's name asked for as a
+	// plain lock, a lock's as a reentrant lock.
+	rw, err := c.RWMutex("rw-named")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rw.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release(ctx)
+	if _, err := c.TryAcquire(ctx, "rw-named"); !errors.Is(err, dlock.ErrWrongType) ||
+		!strings.Contains(err.Error(), "the key holds a read-write lock (a sorted set), not a plain lock") {
+		t.Errorf("TryAcquire of a read-write lock's name = %v, want ErrWrongType naming the read-write lock", err)
+	}
+	l, err := c.TryAcquire(ctx, "plain-named")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	_, err = newClient(t, rdb, dlock.WithReentrant(true)).TryAcquire(ctx, "plain-named")
+	if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), "the key holds a lock (a string), or another program's value, not a reentrant lock") {
+		t.Errorf("a reentrant TryAcquire of a lock's name = %v, want ErrWrongType naming the lock", err)
 	}
 }
 

@@ -71,7 +71,8 @@ type Semaphore struct {
 //
 // It returns an error wrapping ErrInvalid for a bad name, for permits
 // below 1 or above math.MaxInt32, and for a Client that cannot keep a semaphore: a reentrant
-// Client (WithReentrant: permits are not owned), and a quorum (NewRedlock).
+// Client (WithReentrant: permits are not owned), a Client made
+// WithoutScripts(), and a quorum (NewRedlock).
 // Over a quorum a permit held on a majority of nodes would not bound the
 // count: with 3 nodes and 2 permits, three holders can each hold a permit
 // on a different pair of nodes while no node has more than 2.

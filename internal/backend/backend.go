@@ -387,24 +387,41 @@ func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queu
 		return Grant{Undo: true}, n.ackUndone(acks)
 	}
 	if errors.Is(err, ErrWrongType) {
-		err = n.wrongKind(ctx, c.Lock, err)
+		err = n.wrongKind(ctx, c.Lock, "a plain lock", err)
 	}
 	return g, err
 }
 
 // wrongKind names what the key holds when a lock's script met Redis's own
-// WRONGTYPE reply, which says only that the kind is wrong: one TYPE call,
-// on this error path only. It returns err unchanged when TYPE fails.
-func (n Node) wrongKind(ctx context.Context, key string, err error) error {
+// WRONGTYPE reply, which says only that the kind is wrong, for a caller
+// that wanted want ("a plain lock", "a reentrant lock"): a TYPE call, and
+// for a sorted set a ZRANGE, on this error path only. It returns err
+// unchanged when they fail.
+func (n Node) wrongKind(ctx context.Context, key, want string, err error) error {
 	kind, terr := n.uc.Type(ctx, key).Result()
 	if terr != nil {
 		return err
 	}
-	what := map[string]string{"hash": "a reentrant lock, or another program's value", "zset": "a semaphore, or another program's value"}[kind]
-	if what == "" {
-		what = "another program's value"
+	var what string
+	switch kind {
+	case "string":
+		what = "a lock (a string), or another program's value"
+	case "hash":
+		what = "a reentrant lock (a hash), or another program's value"
+	case "zset":
+		first, zerr := n.uc.ZRange(ctx, key, 0, 0).Result()
+		switch {
+		case zerr != nil:
+			return err
+		case len(first) == 1 && len(first[0]) > 1 && first[0][1] == ':':
+			what = "a read-write lock (a sorted set)"
+		default:
+			what = "a semaphore (a sorted set), or another program's value"
+		}
+	default:
+		what = "a " + kind + ", another program's value"
 	}
-	return Because(ErrWrongType, fmt.Sprintf("the key holds a %s (%s), not a plain lock", kind, what), err)
+	return Because(ErrWrongType, fmt.Sprintf("the key holds %s, not %s", what, want), err)
 }
 
 // acquireReply reads the reply of acquire.lua or acquire_fair.lua: 0 when
@@ -444,7 +461,10 @@ func (n Node) acquireReentrant(ctx context.Context, c *Claim, ttl time.Duration)
 	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
 	v, err := cmd.Slice()
 	if err != nil {
-		return Grant{}, RedisErr(err)
+		if err = RedisErr(err); errors.Is(err, ErrWrongType) {
+			err = n.wrongKind(ctx, c.Lock, "a reentrant lock", err)
+		}
+		return Grant{}, err
 	}
 	var n3 [3]int64
 	for i := range min(len(v), 3) {

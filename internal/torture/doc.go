@@ -19,8 +19,8 @@
 // multi rounds (half), an acquisition takes a set of two or more names in
 // random order (AcquireAll, TryAcquireAll, DoAll), contending with single
 // acquisitions of the same names. Where the names are plain locks (plain,
-// fair, multi, quorum, noscripts), a third of the acquisitions get
-// per-call options — LeaseTTL from a third of the TTL to twice it, MaxWait,
+// fair, multi, quorum, noscripts), a third of the acquisitions, sets
+// included (their MaxWait bounds the whole call), get per-call options — LeaseTTL from a third of the TTL to twice it, MaxWait,
 // HolderMeta (escapes, a comma, the longest allowed, none), a MaxHold or
 // MaxHold(0) — and a Client in four gets WithMaxHold and one in four
 // WithHolderMeta; holders check Inspect's view of their metadata, and

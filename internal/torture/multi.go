@@ -33,13 +33,13 @@ func multiShare(mode string) int {
 	return 0
 }
 
-// acquireAll takes names all or nothing, waiting (AcquireAll) or not
-// (try: TryAcquireAll). It is the workload's one call of either.
-func acquireAll(ctx context.Context, c *dlock.Client, names []string, try bool) (*dlock.MultiLock, error) {
+// acquireAll takes names all or nothing with opts, waiting (AcquireAll)
+// or not (try: TryAcquireAll). It is the workload's one call of either.
+func acquireAll(ctx context.Context, c *dlock.Client, names []string, try bool, opts []dlock.LockOption) (*dlock.MultiLock, error) {
 	if try {
-		return c.TryAcquireAll(ctx, names)
+		return c.TryAcquireAll(ctx, names, opts...)
 	}
-	return c.AcquireAll(ctx, names)
+	return c.AcquireAll(ctx, names, opts...)
 }
 
 // tracer records, while a multi-lock call runs, the parts its Client took
@@ -122,21 +122,24 @@ func (w *Worker) pickNames() []string {
 }
 
 // multi runs AcquireAll (op OpAcquire), TryAcquireAll (OpTry) or DoAll
-// (OpDo) over a few names, a critical section over the set, and its
+// (OpDo) over a few names, with per-call options that apply to every part
+// (MaxWait to the whole call), a critical section over the set, and its
 // release.
 func (w *Worker) multi(op string) {
 	names := w.pickNames()
+	co := w.drawOpts(op)
 	ctx, cancel, dl := w.opCtx()
 	defer cancel()
 	grp := w.newID()
 	all := Event{Name: strings.Join(names, ","), Op: OpAll, Grp: grp, DL: dl, Bound: w.lateBound()}
 	all.Inv = now()
+	w.annotate(&all, callOpts{ttl: co.ttl, wait: co.wait}, nil) // (the call's wait bound; its parts' leases are theirs)
 	w.trace.start(all.Inv)
 	if op == OpDo {
-		w.doAll(ctx, names, &all)
+		w.doAll(ctx, names, &all, co)
 		return
 	}
-	m, err := acquireAll(ctx, w.c, names, op == OpTry)
+	m, err := acquireAll(ctx, w.c, names, op == OpTry, co.opts)
 	all.Ret, all.Res, all.Err = now(), classify(err), errText(err)
 	all.Note = op + " " + w.trace.stop()
 	if m == nil {
@@ -144,15 +147,15 @@ func (w *Worker) multi(op string) {
 		return
 	}
 	all.DL = 0 // it returned the set: no lateness to measure
-	hs := w.parts(m, &all, op)
+	hs := w.parts(m, &all, op, co)
 	w.rec.Add(all)
-	w.multiCritical(m, hs, func() bool { return m.Err() == nil })
+	w.multiCritical(m, hs, co, func() bool { return m.Err() == nil })
 	w.releaseAll(m, hs)
 }
 
 // doAll runs DoAll; fn does the critical section, and sometimes fails or
 // panics (DoAll must then release every part).
-func (w *Worker) doAll(ctx context.Context, names []string, all *Event) {
+func (w *Worker) doAll(ctx context.Context, names []string, all *Event, co callOpts) {
 	var hs []*handle
 	var panicked any
 	err := func() (err error) {
@@ -160,10 +163,10 @@ func (w *Worker) doAll(ctx context.Context, names []string, all *Event) {
 		return w.c.DoAll(ctx, names, func(fctx context.Context, m *dlock.MultiLock) error {
 			all.Ret = now()
 			all.Note = OpDo + " " + w.trace.stop()
-			hs = w.parts(m, all, OpDo)
-			w.multiCritical(m, hs, func() bool { return fctx.Err() == nil })
+			hs = w.parts(m, all, OpDo, co)
+			w.multiCritical(m, hs, co, func() bool { return fctx.Err() == nil })
 			return w.fnOutcome()
-		})
+		}, co.opts...)
 	}()
 	if hs == nil { // fn never ran
 		all.Ret, all.Note = now(), OpDo+" "+w.trace.stop()
@@ -198,7 +201,7 @@ func (w *Worker) doAll(ctx context.Context, names []string, all *Event) {
 // Arg how many parts, Seen its names in order (check (i)). Each part's
 // fence is asked for and recorded (OpFence): Redis issues it only while the
 // part holds its lock.
-func (w *Worker) parts(m *dlock.MultiLock, all *Event, op string) []*handle {
+func (w *Worker) parts(m *dlock.MultiLock, all *Event, op string, co callOpts) []*handle {
 	all.Arg, all.Seen = int64(len(m.Locks())), strings.Join(m.Names(), ",")
 	var hs []*handle
 	for _, l := range m.Locks() {
@@ -212,7 +215,7 @@ func (w *Worker) parts(m *dlock.MultiLock, all *Event, op string) []*handle {
 		fe.Ret, fe.Res, fe.Err, fe.CS, fe.Fence = now(), classify(err), errText(err), h.id, f
 		e := Event{Name: l.Name(), Op: op, Inv: all.Inv, Ret: all.Ret, Res: "ok", CS: h.id, Tok: l.Token(),
 			Fence: f, VU: l.ValidUntil().UnixNano(), Grp: all.Grp}
-		w.annotate(&e, callOpts{wait: -1}, l)
+		w.annotate(&e, callOpts{ttl: co.ttl, wait: -1, hold: co.hold}, l)
 		w.rec.Add(e)
 		w.rec.Add(fe)
 		hs = append(hs, h)
@@ -224,7 +227,7 @@ func (w *Worker) parts(m *dlock.MultiLock, all *Event, op string) []*handle {
 // writes through every part, believing the set held (believe: MultiLock.Err
 // or DoAll's context); sometimes the set is extended. At the end, if a part
 // was lost, the set must say so (OpAllLost).
-func (w *Worker) multiCritical(m *dlock.MultiLock, hs []*handle, believe func() bool) {
+func (w *Worker) multiCritical(m *dlock.MultiLock, hs []*handle, co callOpts, believe func() bool) {
 	for _, h := range hs {
 		w.stamp(OpEnter, h, believe)
 	}
@@ -240,7 +243,7 @@ func (w *Worker) multiCritical(m *dlock.MultiLock, hs []*handle, believe func() 
 		time.Sleep(w.dur(0, w.cfg.TTL/10))
 	}
 	for _, h := range hs {
-		w.inspect(h, callOpts{})
+		w.inspect(h, co)
 		w.exit(h, believe)
 	}
 	for _, h := range hs {
