@@ -91,9 +91,12 @@ func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
 						t.Errorf("Release after the max hold = %v, want ErrMaxHold", err)
 					}
 					if m.name == "plain" || m.name == "fair" {
-						// Released, not expired: the marker says it ended holding the lock.
-						if v := rdb.Get(t.Context(), l.Key()+":r:"+l.Token()).Val(); v != "1" {
-							t.Errorf("the capped lease's marker = %q, want \"1\" (released at the cap)", v)
+						// Released at the cap, not left to expire: the release leaves the
+						// lease's marker, "1" if it came before Redis's expiry (the drift
+						// margin after the cap: a few ms), "0" on a machine too loaded
+						// for that; a lease left to expire leaves none.
+						if v := rdb.Get(t.Context(), l.Key()+":r:"+l.Token()).Val(); v != "1" && v != "0" {
+							t.Errorf("the capped lease's marker = %q, want \"1\" or \"0\" (released at the cap)", v)
 						}
 					}
 					if watched {
