@@ -1,0 +1,82 @@
+package dlock_test
+
+// Adversary tests of per-call options (semaphores, multi-locks) and of the
+// clean-up of a wait that ends with an error: each one found a way to break
+// what the documentation promises, and checks the promise.
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// A fair waiter queues behind a holder; while it waits the name changes
+// kind (the holder's lease ended and a reentrant lock of the same name was
+// taken). The waiter's next attempt fails with ErrWrongType, and Acquire
+// says that a wait that ends with an error leaves its place in the queue.
+// It did not: the leave (release_fair.lua) read the lock key with GET,
+// which fails on a key of another kind, before it took the waiter out. The
+// entry stayed for max(TTL, 1s): once the other kind's lock was released,
+// every fair TryAcquire was refused, and the next fair Acquire handed the
+// lock to the waiter that had gone, for a whole TTL.
+func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "kind-changes"
+	const ttl = 30 * time.Second // longer than the test: what is left is not gone by expiry
+	holder := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithAutoExtend(false))
+	waiter := newClient(t, rdb, dlock.WithTTL(ttl))
+	reentrant := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(ttl))
+	// The holder's short lease wakes the waiter soon after it queued: it
+	// sleeps until the holder's lease would end.
+	h, err := holder.TryAcquire(ctx, name, dlock.LeaseTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, name)
+		if l != nil {
+			l.Release(ctx)
+		}
+		errc <- err
+	}()
+	if !waitFor(10*time.Second, func() bool { return rdb.HLen(ctx, semKey(name)+":qw").Val() == 1 }) {
+		t.Fatal("the waiter never queued")
+	}
+	// The holder's lease ends without a handover (as if it expired), and
+	// the name is taken as a reentrant lock before the waiter tries again.
+	if n := rdb.Del(ctx, h.Key()).Val(); n != 1 {
+		t.Fatalf("DEL of the holder's key = %d", n)
+	}
+	r, err := reentrant.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var werr error
+	select {
+	case werr = <-errc:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter's Acquire did not end 30s after the name changed kind")
+	}
+	if !errors.Is(werr, dlock.ErrWrongType) {
+		t.Fatalf("the waiter's Acquire = %v, want ErrWrongType", werr)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := waiter.Drain(ctx); err != nil { // a clean-up retried in the background is over
+		t.Fatal(err)
+	}
+	if n := rdb.HLen(ctx, semKey(name)+":qw").Val() + rdb.LLen(ctx, semKey(name)+":q").Val(); n != 0 {
+		t.Errorf("the waiter's Acquire returned %q and left its place in the queue (%d entries)", werr, n)
+	}
+	// What that entry does: the free lock is refused to a fair TryAcquire.
+	if l, err := holder.TryAcquire(ctx, name); err != nil {
+		t.Errorf("TryAcquire of the free lock after the failed waiter left = %v", err)
+	} else {
+		l.Release(ctx)
+	}
+}
