@@ -80,3 +80,48 @@ func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 		l.Release(ctx)
 	}
 }
+
+// Redis refuses connections (a restart, a failover) and a fair Acquire
+// fails at its first attempt: the request never left the client, so there
+// is no queue entry to leave and nothing to undo. Yet since a wait that
+// ends with an error always leaves the queue, and an undo that cannot
+// connect is retried, every such Acquire sent a leave that could not
+// connect either, and retried it in the background (RetryTries, ~2s):
+// eight goroutines retrying Acquire in a loop against a refusing Redis
+// piled up ~10,000 background goroutines in 2s and sent six connection
+// attempts per call, where before they sent one and left none — a
+// reconnect storm against a Redis that is coming back. A wait whose
+// requests never reached Redis must leave nothing to do behind.
+func TestOptsAttackAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing.T) {
+	s, _ := setup(t)
+	rdb, d := refusable(t, s)
+	sent := &countEvals{}
+	rdb.AddHook(sent)
+	d.cutAndRefuse() // from the start: no request of the test ever reaches Redis
+	c := newClient(t, rdb)
+	sem, err := c.Semaphore("refused-sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for _, k := range []struct {
+		what    string
+		acquire func() (*dlock.Lock, error)
+	}{
+		{"fair lock", func() (*dlock.Lock, error) { return c.Acquire(ctx, "refused") }},
+		{"semaphore", func() (*dlock.Lock, error) { return sem.Acquire(ctx) }},
+		{"fair lock with MaxWait", func() (*dlock.Lock, error) { return c.Acquire(ctx, "refused", dlock.MaxWait(time.Minute)) }},
+	} {
+		before := sent.all.Load()
+		if l, err := k.acquire(); err == nil {
+			l.Release(ctx)
+			t.Fatalf("%s: Acquire with every connection refused succeeded", k.what)
+		}
+		if err := c.Drain(ctx); err != nil { // what the Acquire left to the background is over
+			t.Fatal(err)
+		}
+		if n := sent.all.Load() - before; n != 1 {
+			t.Errorf("%s: an Acquire whose one attempt never reached Redis sent %d commands in all (with what it left to the background), want 1", k.what, n)
+		}
+	}
+}
