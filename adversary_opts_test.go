@@ -5,6 +5,7 @@ package dlock_test
 // what the documentation promises, and checks the promise.
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -123,5 +124,69 @@ func TestOptsAttackAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing
 		if n := sent.all.Load() - before; n != 1 {
 			t.Errorf("%s: an Acquire whose one attempt never reached Redis sent %d commands in all (with what it left to the background), want 1", k.what, n)
 		}
+	}
+}
+
+// A fair waiter whose lease is capped below its TTL (MaxHold) asks for a
+// lease of the cap, and its queue entry lives as long as that lease
+// (max(lease, 1s)); but it renewed the entry only every third of its TTL.
+// With a TTL of 60s and MaxHold(2s) the entry died 2s after it was made,
+// and the waiter, still waiting, renewed it 20s later: a release in
+// between skipped it as a waiter that had died and handed the lock to one
+// that came after it. WithFair says waiters are served in arrival order
+// and only a waiter that died is skipped.
+func TestOptsAttackCappedFairWaiterKeepsItsPlace(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const ttl = time.Minute // the waiters renew their entries every 20s
+	for _, kind := range []string{"lock", "semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			name := "capped-" + kind
+			c := newClient(t, rdb, dlock.WithTTL(ttl))
+			acquire := func(opts ...dlock.LockOption) (*dlock.Lock, error) { return c.Acquire(ctx, name, opts...) }
+			if kind == "semaphore" {
+				s, err := c.Semaphore(name, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				acquire = func(opts ...dlock.LockOption) (*dlock.Lock, error) { return s.Acquire(ctx, opts...) }
+			}
+			h, err := acquire(dlock.MaxWait(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan string, 2)
+			wait := func(who string, opts ...dlock.LockOption) {
+				l, err := acquire(append(opts, dlock.MaxWait(30*time.Second))...)
+				if err != nil {
+					t.Errorf("%s: Acquire = %v", who, err)
+					got <- ""
+					return
+				}
+				got <- who
+				l.Release(context.WithoutCancel(ctx))
+			}
+			queued := func(n int64) bool {
+				return waitFor(10*time.Second, func() bool { return rdb.HLen(ctx, semKey(name)+":qw").Val() == n })
+			}
+			go wait("first", dlock.MaxHold(2*time.Second))
+			if !queued(1) {
+				t.Fatal("the first waiter never queued")
+			}
+			go wait("second")
+			if !queued(2) {
+				t.Fatal("the second waiter never queued")
+			}
+			// The first waiter's entry would be gone by now if it lived
+			// only as long as its capped lease; the first waiter waits on.
+			time.Sleep(3 * time.Second)
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if who := <-got; who != "first" {
+				t.Errorf("the lock went to the %q waiter first, ahead of the first one, which had queued before it and was still waiting", who)
+			}
+			<-got
+		})
 	}
 }
