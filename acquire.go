@@ -202,7 +202,7 @@ func (a *acquisition) run() (*Lock, error) {
 	}
 	a.c.waitingFor(a.ctx, a.l.name, +1)
 	defer a.c.waitingFor(a.ctx, a.l.name, -1)
-	timer := time.NewTimer(a.c.sleep(1, pttl, a.l.p.ttl))
+	timer := time.NewTimer(a.c.sleep(1, pttl, a.entryTTL()))
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
 		var handed int64
@@ -228,8 +228,17 @@ func (a *acquisition) run() (*Lock, error) {
 		case <-timer.C:
 		default:
 		}
-		timer.Reset(a.c.sleep(attempt+1, pttl, a.l.p.ttl))
+		timer.Reset(a.c.sleep(attempt+1, pttl, a.entryTTL()))
 	}
+}
+
+// entryTTL is the lease time each attempt of the wait asks for, and so
+// what its queue entry lives for (backend.QueueTTL of it): less than the
+// TTL when a max hold below it caps the lease. The wait renews the entry
+// by that, not by the TTL, or the entry would end while it waits.
+func (a *acquisition) entryTTL() time.Duration {
+	now := time.Now()
+	return a.l.terms(now, a.l.p.ttl, a.l.capFrom(now)).ask
 }
 
 // try makes one attempt. A missing majority (quorum) and an attempt that
