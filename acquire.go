@@ -119,7 +119,13 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*
 		// However the wait ended, an entry of an earlier attempt may hold
 		// a place in the queue (fair mode): it leaves, or it would hold
 		// back the waiters behind it and be handed the lock by a release.
-		c.leave(ctx, pending.cl)
+		// Only a lease token that Redis answered for can have one (an
+		// attempt whose outcome is unknown was undone, and the token
+		// renewed): a wait none of whose requests reached Redis leaves
+		// nothing to take out, and sends nothing more.
+		if a.entered == pending.cl.Token {
+			c.leave(ctx, pending.cl)
+		}
 		if actx.Err() != nil {
 			// The error says the wait ended; an attempt's own error (Redis
 			// unreachable) goes with it.
@@ -148,6 +154,7 @@ type acquisition struct {
 	w   *waiters
 
 	queued        time.Time         // no handover to us can precede this
+	entered       string            // the token of the last attempt Redis answered without a grant: it may wait in the queue
 	trustHandover bool              // false once an attempt came back too late
 	lastQuorum    error             // over a quorum: the last missing majority
 	lastRefusal   *NotAcquiredError // the last attempt that found the lock taken
@@ -195,7 +202,7 @@ func (a *acquisition) run() (*Lock, error) {
 	}
 	a.c.waitingFor(a.ctx, a.l.name, +1)
 	defer a.c.waitingFor(a.ctx, a.l.name, -1)
-	timer := time.NewTimer(a.c.sleep(1, pttl, a.l.p.ttl))
+	timer := time.NewTimer(a.c.sleep(1, pttl, a.entryTTL()))
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
 		var handed int64
@@ -221,8 +228,17 @@ func (a *acquisition) run() (*Lock, error) {
 		case <-timer.C:
 		default:
 		}
-		timer.Reset(a.c.sleep(attempt+1, pttl, a.l.p.ttl))
+		timer.Reset(a.c.sleep(attempt+1, pttl, a.entryTTL()))
 	}
+}
+
+// entryTTL is the lease time each attempt of the wait asks for, and so
+// what its queue entry lives for (backend.QueueTTL of it): less than the
+// TTL when a max hold below it caps the lease. The wait renews the entry
+// by that, not by the TTL, or the entry would end while it waits.
+func (a *acquisition) entryTTL() time.Duration {
+	now := time.Now()
+	return a.l.terms(now, a.l.p.ttl, a.l.capFrom(now)).ask
 }
 
 // try makes one attempt. A missing majority (quorum) and an attempt that
@@ -234,6 +250,9 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 	l, g, err := a.c.attempt(a.ctx, a.l, true)
 	if a.w != nil && a.l.cl.Token != token {
 		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
+	}
+	if err == nil && l == nil && a.l.cl.Token == token {
+		a.entered = token // answered and refused: queued, in fair mode
 	}
 	switch _, quorum := errors.AsType[*QuorumError](err); {
 	case quorum && (a.ctx.Err() == nil || a.lastQuorum == nil):

@@ -12,9 +12,17 @@
 -- release as "*".
 -- Returns 1 if the lock was ours (it is now handed over or deleted; also for
 -- a re-sent request whose first copy did that), 0 if it was not (a waiter's
--- queue entry, if any, is removed).
+-- queue entry, if any, is removed; also when the lock key is of another
+-- kind, which is left alone).
 local token = ARGV[1]
-if redis.call('GET', KEYS[1]) ~= token then
+-- A lock key of another kind (the name taken meanwhile as a reentrant lock,
+-- a semaphore or a read-write lock) holds no lease of ours; GET would fail
+-- on it before a waiter that gives up is taken out of the queue.
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' then
+  holder = false
+end
+if holder ~= token then
   if redis.call('HDEL', KEYS[4], token) == 1 then
     redis.call('LREM', KEYS[3], 1, token)
   end
