@@ -113,7 +113,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*
 		actx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
-	a := acquisition{c: c, ctx: actx, l: pending, trustHandover: true}
+	a := acquisition{c: c, ctx: actx, first: ctx, l: pending, trustHandover: true}
 	l, err := a.run()
 	if err != nil {
 		// However the wait ended, an entry of an earlier attempt may hold
@@ -148,10 +148,11 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*
 
 // acquisition is one Acquire's wait for its lock.
 type acquisition struct {
-	c   *Client
-	ctx context.Context
-	l   *Lock // pending until taken
-	w   *waiters
+	c     *Client
+	ctx   context.Context
+	first context.Context // the first attempt's: ctx without MaxWait's bound, so that a MaxWait, however short, makes one attempt
+	l     *Lock           // pending until taken
+	w     *waiters
 
 	queued        time.Time         // no handover to us can precede this
 	entered       string            // the token of the last attempt Redis answered without a grant: it may wait in the queue
@@ -247,7 +248,11 @@ func (a *acquisition) entryTTL() time.Duration {
 // on its way, so every later handover is confirmed.
 func (a *acquisition) try() (*Lock, time.Duration, error) {
 	token := a.l.cl.Token
-	l, g, err := a.c.attempt(a.ctx, a.l, true)
+	ctx := a.ctx
+	if a.first != nil {
+		ctx, a.first = a.first, nil
+	}
+	l, g, err := a.c.attempt(ctx, a.l, true)
 	if a.w != nil && a.l.cl.Token != token {
 		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
 	}

@@ -83,9 +83,10 @@ func LeaseTTL(ttl time.Duration) LockOption {
 // lock, on top of its context: once d has passed without the lock, the call
 // returns an error wrapping ErrNotAcquired — and, if the context ended
 // first, matching ctx.Err() too; a wait that ran out while the context
-// lives does not match the context's errors. MaxWait(0) makes one attempt,
-// exactly as TryAcquire does (it never queues, and in fair mode never jumps
-// the queue). A negative d is refused (ErrInvalid), and so is a d > 0 on
+// lives does not match the context's errors. However short d is, the call
+// makes one attempt (bounded by its context only); MaxWait(0) makes one
+// attempt exactly as TryAcquire does (it never queues, and in fair mode
+// never jumps the queue). A negative d is refused (ErrInvalid), and so is a d > 0 on
 // TryAcquire, which never waits. Without it, Acquire waits as long as its
 // context allows. On AcquireAll (and DoAll) it bounds the whole
 // acquisition, every part and round together.

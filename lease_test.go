@@ -91,7 +91,8 @@ func TestLeaseTTLIsTheLeasesOwn(t *testing.T) {
 }
 
 // MaxWait(0) tries once, as TryAcquire does (in fair mode it does not
-// queue); MaxWait(d) waits at most d. Both fail with an error that matches
+// queue); MaxWait(d) waits at most d, and makes one attempt however short
+// d is. Both fail with an error that matches
 // ErrNotAcquired and carries the holder, and — the context being alive —
 // matches no context error; a context that ends first is what the error
 // names. A bounded wait that sees the lock released takes it.
@@ -132,6 +133,16 @@ func TestMaxWait(t *testing.T) {
 				checkRefused("Do(MaxWait(0))", err, nil)
 				if called {
 					t.Error("Do(MaxWait(0)) ran fn without the lock")
+				}
+
+				// However short, a MaxWait makes one attempt: refused while
+				// the lock is held, and taking a free one.
+				_, err = c.Acquire(ctx, name, dlock.MaxWait(time.Nanosecond))
+				checkRefused("Acquire(MaxWait(1ns))", err, nil)
+				if free, err := c.Acquire(ctx, name+"-free", dlock.MaxWait(time.Nanosecond)); err != nil {
+					t.Errorf("Acquire(MaxWait(1ns)) of a free lock = %v, want it taken", err)
+				} else {
+					free.Release(ctx)
 				}
 
 				start := time.Now()
