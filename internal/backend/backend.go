@@ -178,7 +178,7 @@ type Backend interface {
 	Inspect(ctx context.Context, k *Keys) (State, error)
 	// Undo ends the lease c may hold, or come to hold (see Release), on
 	// every node; it fails if a node could not be reached, so that the undo
-	// is tried again.
+	// is tried again (a quorum tries such a node again on its own).
 	Undo(ctx context.Context, c *Claim) error
 	// Force deletes the lock whoever holds it (for operators), naming the
 	// holding it read first, so that a re-sent copy cannot delete the next

@@ -277,14 +277,7 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)
 		if Transient(err) {
-			ttl := c.TTL
-			if ttl == 0 {
-				ttl = n.ttl
-			}
-			deadline := time.Now().Add(min(QueueTTL(ttl), RetryMax))
-			q.late.Go(func() {
-				Retry(deadline, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err }, nil)
-			})
+			q.retryOn(n, c, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err })
 		}
 		return ok, err
 	}, nil)
@@ -307,11 +300,37 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	return false, &QuorumError{Op: "release", Held: yes, Need: q.need(), Nodes: errs}
 }
 
-// Undo undoes the lease on every node (see Node.Undo); a node that does
-// not answer, or fails, makes it an error, so that the undo is tried again.
+// Undo undoes the lease on every node (see Node.Undo). A node whose undo
+// failed in a way that may pass is tried again on its own, in the
+// background (as Release does), and so is a node that did not answer in
+// time once its call fails: the nodes that did their part are not asked
+// again. It returns the errors of the nodes that failed otherwise.
 func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (struct{}, error) { return struct{}{}, n.Undo(ctx, c) }, nil)
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (struct{}, error) {
+		err := n.Undo(ctx, c)
+		if Transient(err) {
+			q.retryOn(n, c, func(ctx context.Context) error { return n.Undo(ctx, c) })
+		}
+		return struct{}{}, err
+	}, nil)
+	for i, r := range res {
+		if !r.ok || Transient(r.err) {
+			res[i] = nodeResult[struct{}]{ok: true} // retried on its own
+		}
+	}
 	return nodeErrors(res)
+}
+
+// retryOn tries f, a clean-up of the lease c on the node n that failed in
+// a way that may pass, again in the background on Retry's schedule, for as
+// long as what it ends could block others; Drain waits for it.
+func (q *Quorum) retryOn(n Node, c *Claim, f func(context.Context) error) {
+	ttl := c.TTL
+	if ttl == 0 {
+		ttl = n.ttl
+	}
+	deadline := time.Now().Add(min(QueueTTL(ttl), RetryMax))
+	q.late.Go(func() { Retry(deadline, f, nil) })
 }
 
 // Drain waits for the node calls that fanOut stopped waiting for (see

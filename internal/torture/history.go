@@ -87,7 +87,7 @@ const (
 	OpConfig   = "config"   // a worker's settings, Note "auto=<bool> …"
 	OpLeader   = "leader"   // Election.Leader: Tok and Fence read ("" when nobody leads)
 	OpAll      = "all"      // a multi-lock call returned: Name the names given (comma-separated), Note its trace (see multiTrace)
-	OpCapped   = "capped"   // a lease kept past its max hold: Inv when its loss signal fired (Held: it fired), Err/MH its Err
+	OpCapped   = "capped"   // a lease kept past its max hold: from Inv the holder waits for its loss signal, seen at Ret (Held: it fired), Err/MH its Err
 	OpCapFree  = "capfree"  // after a capped lease's loss: Res "released" when Redis no longer carried it, "stillheld" or "unknown"
 	OpFence    = "fence"    // Lock.Fence of a multi-lock's part, right after the set was returned (VU0, Held before it)
 	OpAllLost  = "all-lost" // a part of a set was found lost: Held if the set still said it was held, Res "open" if its Done was

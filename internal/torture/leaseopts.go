@@ -165,12 +165,12 @@ func (w *Worker) overstay(h *handle, believe func() bool) {
 		time.Sleep(min(w.dur(w.cfg.TTL/16, w.cfg.TTL/6), time.Until(at)+time.Millisecond))
 	}
 	e := Event{Name: h.l.Name(), Op: OpCapped, CS: h.id, Tok: h.l.Token(), Fence: h.fence, VU0: lastVU, Cap: at.UnixNano()}
+	e.Inv = now() // the holder waits for the signal from here (a critical section may have slept past the cap)
 	select {
 	case <-done:
 		e.Held = true
 	case <-time.After(time.Until(at) + 2*time.Second):
 	}
-	e.Inv = now()
 	err := h.l.Err()
 	e.Ret, e.Res, e.Err, e.MH = now(), classify(err), errText(err), errors.Is(err, dlock.ErrMaxHold)
 	w.rec.Add(e)

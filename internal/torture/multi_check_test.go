@@ -78,6 +78,10 @@ func TestMultiChecks(t *testing.T) {
 		{"ErrMaxHold at the cap", [][]Event{capped(700, 700, 700, 20), {{W: "g1", Name: "n0", Op: OpCapped, CS: "c",
 			Inv: at(702), Ret: at(702), Held: true, VU0: at(700), Cap: at(700), Res: "notheld", Err: "max hold", MH: true},
 			{W: "g1", Name: "n0", Op: OpCapFree, CS: "c", Inv: at(703), Ret: at(710), Cap: at(700), Res: "released"}}}, nil},
+		{"a loss signal late for a holder waiting for it", [][]Event{capped(700, 700, 700, 20), {{W: "g1", Name: "n0", Op: OpCapped, CS: "c",
+			Inv: at(650), Ret: at(1800), Held: true, VU0: at(700), Cap: at(700), Res: "notheld", Err: "max hold", MH: true}}}, map[string]bool{"j": true}},
+		{"a loss signal found by a holder that looked only long after the cap", [][]Event{capped(700, 700, 700, 20), {{W: "g1", Name: "n0", Op: OpCapped, CS: "c",
+			Inv: at(2500), Ret: at(2500), Held: true, VU0: at(700), Cap: at(700), Res: "notheld", Err: "max hold", MH: true}}}, nil},
 		{"the key still there after the cap", [][]Event{capped(700, 700, 700, 20), {{W: "g1", Name: "n0", Op: OpCapFree, CS: "c",
 			Inv: at(703), Ret: at(4710), Cap: at(700), Res: "stillheld"}}}, map[string]bool{"j": true}},
 
