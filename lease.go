@@ -89,7 +89,8 @@ func LeaseTTL(ttl time.Duration) LockOption {
 // never jumps the queue). A negative d is refused (ErrInvalid), and so is a d > 0 on
 // TryAcquire, which never waits. Without it, Acquire waits as long as its
 // context allows. On AcquireAll (and DoAll) it bounds the whole
-// acquisition, every part and round together.
+// acquisition, every part and round together (the part whose attempt is in
+// flight when d passes finishes that attempt, as above).
 func MaxWait(d time.Duration) LockOption {
 	return func(p *lease) {
 		if d < 0 {

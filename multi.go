@@ -83,8 +83,9 @@ type MultiLock struct {
 // to the whole acquisition: once d has passed, over every part and round,
 // without every name taken, AcquireAll gives back what it took and returns
 // an error wrapping ErrNotAcquired (not the context's errors) that names
-// the part it was waiting for; MaxWait(0) makes one attempt per name, as
-// TryAcquireAll does.
+// the part it was waiting for (a part's attempt in flight when d passes
+// is finished first, so the call may end one attempt after d); MaxWait(0)
+// makes one attempt per name, as TryAcquireAll does.
 //
 // It returns an error wrapping ErrInvalid, having sent nothing, when names
 // is empty, holds a name twice or an invalid name, or for an invalid
