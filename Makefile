@@ -2,7 +2,7 @@
 GO ?= go
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: test test-valkey demo bench compare lint redis torture
+.PHONY: test test-short test-valkey demo bench compare lint check-setup redis torture
 
 # The test command: every package of the library, of the CLI, of the miniredis check and of the OpenTelemetry and
 # Prometheus adapters (modules of their own), under the race detector, against real redis-server processes.
@@ -12,6 +12,12 @@ test: redis
 	cd dlocktest/miniredis && $(GO) test $(TESTFLAGS) ./...
 	cd extra/dlockotel && $(GO) test $(TESTFLAGS) ./...
 	cd extra/dlockprom && $(GO) test $(TESTFLAGS) ./...
+
+# The quick check before a commit (about two minutes on two cores): the library's module under the race detector,
+# with the long fault and timing scenarios skipped (testing.Short) and one round of the fault checker. `make test`
+# runs everything.
+test-short: redis
+	$(GO) test -short -race -count=1 -timeout 10m ./...
 
 # The root package's tests against Valkey instead of Redis, when a valkey-server is found: VALKEY_SERVER,
 # else valkey-server in PATH, else ../shared/bin/valkey-server. Skipped, with a message, when there is none.
@@ -46,6 +52,11 @@ lint:
 	cd cmd/dlock && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	cd extra/dlockotel && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	cd extra/dlockprom && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+# The README's set-up commands and quick start, run as written in a throwaway module outside the repository, offline
+# (GOPROXY=off), importing the library, dlocktest and both extras; see scripts/check-setup.sh.
+check-setup:
+	bash scripts/check-setup.sh
 
 redis:
 	@bash scripts/ensure-redis.sh

@@ -14,26 +14,19 @@ import (
 // for a lock that is taken (Acquire: subscribe, sleep, be handed the lock),
 // and the undo of an attempt whose outcome is unknown.
 
-// TryAcquire makes one attempt to take the lock name. It returns an error
-// wrapping ErrNotAcquired if someone else holds it (its cause, a
-// *NotAcquiredError, names the holder and its metadata), ErrInvalid for a
-// bad name or option, ErrWrongType if the lock key holds a foreign value,
-// or the error from Redis. If ctx is already done, or ends before the
-// answer comes, the error matches both ErrNotAcquired and ctx.Err(), and no
-// lease is left behind (an attempt that may have reached Redis is undone,
-// in the background if ctx is done, within a bounded time).
-//
-// An attempt whose reply arrived after the lease's validity had already run
-// out (the request or reply was delayed longer than the TTL) is undone and
-// reported as ErrNotAcquired: a lock that could have expired on arrival is
-// never handed out.
-//
-// opts apply to this acquisition and its lease (LeaseTTL, HolderMeta,
-// MaxHold; MaxWait only as MaxWait(0), since TryAcquire never waits).
+// TryAcquire makes one attempt to take the lock name, without jumping a fair
+// queue. If the lock is held it returns an error wrapping [ErrNotAcquired]
+// whose cause, a [*NotAcquiredError], names the holder. Other errors:
+// [ErrInvalid], [ErrWrongType] (held as another kind), ctx's, or Redis's.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return c.tryAcquireAs(ctx, &c.own, name, opts)
+}
+
+// tryAcquireAs is TryAcquire of a lease of kind k.
+func (c *Client) tryAcquireAs(ctx context.Context, k *kind, name string, opts []LockOption) (*Lock, error) {
 	e, start := Event{Op: OpAcquire, Name: name, Try: true}, time.Now()
-	ctx = c.start(ctx, &e)
-	l, err := c.prepare(name, opts, true)
+	ctx = c.start(ctx, k, &e)
+	l, err := c.prepare(k, name, opts, true)
 	if err == nil {
 		l, err = c.tryAcquire(ctx, l)
 	}
@@ -43,63 +36,46 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 
 // tryAcquire makes one attempt for the pending Lock l (see TryAcquire).
 func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
-	name := l.name
+	name, k := l.name, l.k
 	l, g, err := c.attempt(ctx, l, false)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		if err == ctx.Err() || errors.Is(err, backend.ErrNotSent) {
-			return nil, gaveUp(ctx, name)
+			return nil, gaveUp(ctx, k.acquireOp(), name)
 		}
-		return nil, gaveUp(ctx, name, err)
+		return nil, gaveUp(ctx, k.acquireOp(), name, err)
 	case errors.Is(err, errTooSlow):
-		return nil, opError("acquire", name, backend.Because(ErrNotAcquired, err.Error(), err))
+		return nil, opError(k.acquireOp(), name, backend.Because(ErrNotAcquired, err.Error(), err))
 	case err != nil:
-		return nil, opError("acquire", name, err)
+		return nil, opError(k.acquireOp(), name, err)
 	case l == nil && ctx.Err() != nil:
-		return nil, gaveUp(ctx, name)
+		return nil, gaveUp(ctx, k.acquireOp(), name)
 	case l == nil:
-		return nil, c.notAcquired(name, c.refusal(name, g))
+		return nil, k.notAcquired(name, k.refusal(name, g))
 	}
 	return l, nil
 }
 
-// Acquire takes the lock name, waiting as long as ctx allows. In fair mode
-// (the default) it queues behind earlier waiters and is handed the lock by
-// the release before it; otherwise it competes for the lock at each
-// release. Either way it sleeps until told through pub/sub, until the
-// holder's lease runs out, or (unfair mode) until a jittered backoff
-// elapses; it does not poll in a tight loop.
-//
-// However ctx ends the wait (before the first attempt, between attempts or
-// during one), Acquire returns an error that matches both ErrNotAcquired
-// and ctx.Err(), promptly, and leaves nothing behind: no key, no queue
-// entry, no subscription, no goroutine once the clean-up of an attempt in
-// flight is done (bounded). Other errors are as for TryAcquire; an error
-// from Redis ends the wait at once rather than being retried, except that a
-// quorum Client (NewRedlock) waits out a missing majority and reports the
-// last QuorumError with the context's error. An error of a wait that ended
-// carries the *NotAcquiredError of the last attempt that found the lock
-// taken, if any.
-//
-// opts apply to this acquisition and its lease: LeaseTTL, HolderMeta,
-// MaxHold, and MaxWait, which bounds the wait (MaxWait(0): one attempt, as
-// TryAcquire); see LockOption. An invalid one fails the call with an error
-// wrapping ErrInvalid before anything is sent.
-//
-// The returned Lock must be released with Lock.Release. With auto-extend on
-// (the default), Acquire starts the Lock's watchdog: a timer that extends
-// the lease every TTL/3 until Release or until the lock is lost (it holds no
-// goroutine between extensions).
+// Acquire takes the lock name, waiting, woken by releases, as long as ctx and
+// [MaxWait] allow. If ctx ends first it returns an error matching both
+// [ErrNotAcquired] and ctx.Err() and leaves no lease behind. Other errors are
+// those of [Client.TryAcquire]. Unless [WithAutoExtend](false), the watchdog
+// extends the lease every TTL/3 until [Lock.Release].
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return c.acquireAs(ctx, &c.own, name, opts)
+}
+
+// acquireAs is Acquire of a lease of kind k.
+func (c *Client) acquireAs(ctx context.Context, k *kind, name string, opts []LockOption) (*Lock, error) {
 	e, start := Event{Op: OpAcquire, Name: name}, time.Now()
-	ctx = c.start(ctx, &e)
-	l, err := c.acquire(ctx, name, opts)
+	ctx = c.start(ctx, k, &e)
+	l, err := c.acquire(ctx, k, name, opts)
 	c.end(ctx, &e, start, err)
 	return l, err
 }
 
-func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*Lock, error) {
-	pending, err := c.prepare(name, opts, false)
+func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockOption) (*Lock, error) {
+	pending, err := c.prepare(k, name, opts, false)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +100,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*
 		// renewed): a wait none of whose requests reached Redis leaves
 		// nothing to take out, and sends nothing more.
 		if a.entered == pending.cl.Token {
-			c.leave(ctx, pending.cl)
+			c.leave(ctx, pending)
 		}
 		if actx.Err() != nil {
 			// The error says the wait ended; an attempt's own error (Redis
@@ -134,14 +110,14 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*
 				err = nil
 			}
 			if ctx.Err() != nil {
-				return nil, gaveUp(ctx, name, a.last(err)...)
+				return nil, gaveUp(ctx, k.acquireOp(), name, a.last(err)...)
 			}
 			if all := pending.p.waitAll; all > 0 {
-				return nil, waitedOut(name, all, true, a.last(err)...)
+				return nil, waitedOut(k.acquireOp(), name, all, true, a.last(err)...)
 			}
-			return nil, waitedOut(name, wait, false, a.last(err)...)
+			return nil, waitedOut(k.acquireOp(), name, wait, false, a.last(err)...)
 		}
-		return nil, opError("acquire", name, err)
+		return nil, opError(k.acquireOp(), name, err)
 	}
 	return l, nil
 }
@@ -203,7 +179,7 @@ func (a *acquisition) run() (*Lock, error) {
 	}
 	a.c.waitingFor(a.ctx, a.l.name, +1)
 	defer a.c.waitingFor(a.ctx, a.l.name, -1)
-	timer := time.NewTimer(a.c.sleep(1, pttl, a.entryTTL()))
+	timer := time.NewTimer(a.c.sleepAs(a.l.k, 1, pttl, a.entryTTL()))
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
 		var handed int64
@@ -212,9 +188,16 @@ func (a *acquisition) run() (*Lock, error) {
 		case <-timer.C:
 		case <-a.ctx.Done():
 			return nil, a.ctx.Err()
+		case <-a.c.stop: // (checked below)
 		}
 		if a.ctx.Err() != nil {
 			return nil, a.ctx.Err()
+		}
+		if a.c.closed.Load() {
+			// Close was called while it waited: no Lock after Close (it
+			// would never be extended). A lock handed over meanwhile is
+			// passed on by the leave that follows (acquire).
+			return nil, ErrClosed
 		}
 		if a.trustHandover {
 			if l := a.c.handedOver(a.l, handed, a.queued); l != nil {
@@ -229,12 +212,12 @@ func (a *acquisition) run() (*Lock, error) {
 		case <-timer.C:
 		default:
 		}
-		timer.Reset(a.c.sleep(attempt+1, pttl, a.entryTTL()))
+		timer.Reset(a.c.sleepAs(a.l.k, attempt+1, pttl, a.entryTTL()))
 	}
 }
 
 // entryTTL is the lease time each attempt of the wait asks for, and so
-// what its queue entry lives for (backend.QueueTTL of it): less than the
+// what its queue entry lives for (backend.Window of it): less than the
 // TTL when a max hold below it caps the lease. The wait renews the entry
 // by that, not by the TTL, or the entry would end while it waits.
 func (a *acquisition) entryTTL() time.Duration {
@@ -260,15 +243,17 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 		a.entered = token // answered and refused: queued, in fair mode
 	}
 	switch _, quorum := errors.AsType[*QuorumError](err); {
-	case quorum && (a.ctx.Err() == nil || a.lastQuorum == nil):
-		a.lastQuorum = err // (not one cut short by the context's end: it says less)
+	case quorum && (a.ctx.Err() == nil || (a.lastQuorum == nil && a.lastRefusal == nil)):
+		// (Not one cut short by the context's end, if an earlier attempt
+		// was answered: it says less, its missing nodes were not waited for.)
+		a.lastQuorum = err
 		return nil, -1, nil
 	case quorum:
 		return nil, -1, nil
 	case err == nil && l == nil:
 		a.lastQuorum = nil // a majority answered: the lock is taken, not unreachable
-		if g.Holder != "" || g.Owner != "" || a.c.permits > 0 || a.c.rw != "" {
-			a.lastRefusal = a.c.refusal(a.l.name, g)
+		if g.Holder != "" || g.Owner != "" || a.l.k.role.namesNoHolder() {
+			a.lastRefusal = a.l.k.refusal(a.l.name, g)
 		}
 	}
 	if errors.Is(err, errTooSlow) {
@@ -306,13 +291,18 @@ func (c *Client) handedOver(l *Lock, wake int64, queued time.Time) *Lock {
 // duration), whichever is first; in fair mode, at most a third of its queue
 // entry's life, to renew it.
 func (c *Client) sleep(attempt int, pttl, ttl time.Duration) time.Duration {
+	return c.sleepAs(&c.own, attempt, pttl, ttl)
+}
+
+// sleepAs is sleep for a waiter for a lease of kind k.
+func (c *Client) sleepAs(k *kind, attempt int, pttl, ttl time.Duration) time.Duration {
 	var d time.Duration
-	if !c.opts.fair {
+	if !k.fair {
 		if d = c.opts.backoff(attempt); d <= 0 {
 			d = DefaultMinBackoff
 		}
 	} else {
-		d = backend.QueueTTL(ttl) / 3
+		d = backend.Window(ttl) / 3
 	}
 	if pttl > 0 && pttl < d {
 		d = pttl + time.Millisecond
@@ -324,9 +314,9 @@ func (c *Client) sleep(attempt int, pttl, ttl time.Duration) time.Duration {
 // queue (fair mode); if the lock was handed to it meanwhile, that passes it
 // on to the next waiter. When Redis cannot be reached, it is retried in
 // the background as an undo is (see undo).
-func (c *Client) leave(ctx context.Context, cl *backend.Claim) {
-	if c.opts.fair {
-		c.undo(ctx, cl)
+func (c *Client) leave(ctx context.Context, l *Lock) {
+	if l.k.fair {
+		c.undo(ctx, l.cl)
 	}
 }
 
@@ -341,10 +331,18 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backe
 	if err := ctx.Err(); err != nil {
 		return nil, backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotSent, err)
 	}
+	// The scripts in the servers' caches first, off the clock: the attempt
+	// is then one round trip, from a Client's first on. A load that could
+	// not connect says the attempt would not either: it is not sent.
+	if err := c.b.Prepare(ctx, l.cl); err != nil {
+		return nil, backend.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotSent, err)
+	}
 	start := time.Now()
 	t := l.terms(start, l.p.ttl, l.capFrom(start))
 	g, err := c.b.Acquire(ctx, l.cl, t.ask, queue)
-	err = public(err)
 	switch {
 	case errors.Is(err, backend.ErrNotSent):
 		return nil, backend.Grant{}, err
@@ -397,10 +395,10 @@ func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
 // cl's token (in fair mode it also leaves the queue, passing on a lock
 // handed over meanwhile). If Redis does not answer, or refuses the write
 // (NOREPLICAS, READONLY, OOM), the undo is retried in the background for as
-// long as what it ends could block others (a lease or queue entry lives for
-// max(TTL, 1s)), on backend.Retry's schedule. When ctx is done the caller
+// long as what it ends could block others (backend.RetryFor: a lease lives
+// a TTL, a queue entry at most as long), on backend.Retry's schedule. When ctx is done the caller
 // waits only up to undoWait: against a healthy Redis that is enough for the
-// undo to finish. A process that shuts down calls Drain before closing its
+// undo to finish. A process that shuts down calls Close before closing its
 // Redis client, so that a slower undo is not cut short.
 func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 	wait := undoTimeout
@@ -410,9 +408,9 @@ func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 	first := make(chan struct{}) // closed when the first try is over
 	ttl := cl.TTL
 	if ttl == 0 {
-		ttl = c.opts.ttl
+		ttl = c.opts.lease.ttl
 	}
-	deadline := time.Now().Add(min(backend.QueueTTL(ttl), backend.RetryMax))
+	deadline := time.Now().Add(backend.RetryFor(ttl))
 	c.bg.Go(func() { c.undoUntil(cl, deadline, first) })
 	t := time.NewTimer(wait)
 	defer t.Stop()

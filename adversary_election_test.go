@@ -67,7 +67,7 @@ func TestElectionAttackLongTermOutlivesFenceCounter(t *testing.T) {
 	defer cancel()
 	const name = "long-term"
 	key := "dlock:{" + name + "}"
-	e := newElection(t, newClient(t, rdb, dlock.WithTTL(5*time.Minute)), name)
+	e := newElection(t, newClient(t, rdb, dlock.LeaseTTL(5*time.Minute)), name)
 	check := func(what string, ld *dlock.Leadership) {
 		t.Helper()
 		lease, counter := rdb.PTTL(ctx, key).Val(), rdb.PTTL(ctx, key+":fence").Val()
@@ -144,11 +144,14 @@ func TestElectionAttackResignTwiceLeavesTheNextTermAlone(t *testing.T) {
 // nothing more — whether the first copy took a free name, or queued the
 // candidate behind a leader that then handed it the term.
 func TestElectionAttackReSentCampaign(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	leakcheck.Check(t)                             // registered first: runs after the proxy and server are stopped
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c := newClient(t, rdb, dlock.WithPipelining(false), dlock.WithTTL(5*time.Second))
+	c := newClient(t, rdb, pipelined(false), dlock.LeaseTTL(5*time.Second))
 	if warm, err := newElection(t, c, "warm").Campaign(ctx, "w"); err == nil { // the scripts are loaded
 		warm.Resign(ctx)
 	}
@@ -240,6 +243,9 @@ func checkOneTerm(t *testing.T, ctx context.Context, rdb *redis.Client, e *dlock
 // go-redis's retries on, the re-sent copy leads at once on a free name;
 // the delayed original, landing after the Resign, must not lead again.
 func TestElectionAttackDelayedCampaignTakesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	for _, retries := range []int{-1, 3} {
 		for _, led := range []bool{false, true} {
 			t.Run(fmt.Sprintf("retries=%d/led=%v", retries, led), func(t *testing.T) {
@@ -249,7 +255,7 @@ func TestElectionAttackDelayedCampaignTakesNothing(t *testing.T) {
 				defer cancel()
 				name := fmt.Sprintf("delayed-%d-%v", retries, led)
 				key := "dlock:{" + name + "}"
-				c := newClient(t, rdb, dlock.WithTTL(5*time.Second), dlock.WithPipelining(false))
+				c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), pipelined(false))
 				if warm, err := newElection(t, c, name+"-warm").Campaign(ctx, "w"); err == nil { // the scripts are loaded
 					warm.Resign(ctx)
 				}
@@ -338,6 +344,9 @@ func candidateHelper(ctx context.Context, c *dlock.Client, name string) int {
 // for it: it must not lead on it while the next candidate does, and the
 // term it leads later has a fence above the next candidate's.
 func TestElectionAttackPausedCandidateHandedTheTerm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	s, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -415,7 +424,7 @@ func TestElectionAttackOtherKindsOnAnElectionsName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newClient(t, rdb, dlock.WithFair(false)).TryAcquire(ctx, name); !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrWrongType) {
+	if _, err := newClient(t, rdb, dlock.WithUnfair(nil)).TryAcquire(ctx, name); !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrWrongType) {
 		t.Errorf("plain TryAcquire on a led name = %v, want ErrNotAcquired (the README says ErrWrongType)", err)
 	}
 	if _, err := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true)), "o").TryAcquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
@@ -424,7 +433,7 @@ func TestElectionAttackOtherKindsOnAnElectionsName(t *testing.T) {
 	if _, err := newSemaphore(t, newClient(t, rdb), name, 2).TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
 		t.Errorf("semaphore TryAcquire on a led name = %v, want ErrWrongType", err)
 	}
-	fair := newClient(t, rdb, dlock.WithFair(true), dlock.WithHolderMeta("a fair lock"))
+	fair := newClient(t, rdb, dlock.HolderMeta("a fair lock"))
 	got := make(chan *dlock.Lock, 1)
 	go func() {
 		l, err := fair.Acquire(ctx, name)

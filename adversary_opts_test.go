@@ -27,9 +27,9 @@ func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 	ctx := t.Context()
 	const name = "kind-changes"
 	const ttl = 30 * time.Second // longer than the test: what is left is not gone by expiry
-	holder := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithAutoExtend(false))
-	waiter := newClient(t, rdb, dlock.WithTTL(ttl))
-	reentrant := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(ttl))
+	holder := newClient(t, rdb, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false))
+	waiter := newClient(t, rdb, dlock.LeaseTTL(ttl))
+	reentrant := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(ttl))
 	// The holder's short lease wakes the waiter soon after it queued: it
 	// sleeps until the holder's lease would end.
 	h, err := holder.TryAcquire(ctx, name, dlock.LeaseTTL(time.Second))
@@ -68,7 +68,7 @@ func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 	if err := r.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := waiter.Drain(ctx); err != nil { // a clean-up retried in the background is over
+	if err := waiter.Close(ctx); err != nil { // a clean-up retried in the background is over
 		t.Fatal(err)
 	}
 	if n := rdb.HLen(ctx, semKey(name)+":qw").Val() + rdb.LLen(ctx, semKey(name)+":q").Val(); n != 0 {
@@ -94,31 +94,38 @@ func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 // reconnect storm against a Redis that is coming back. A wait whose
 // requests never reached Redis must leave nothing to do behind.
 func TestOptsAttackAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	s, _ := setup(t)
 	rdb, d := refusable(t, s)
 	sent := &countEvals{}
 	rdb.AddHook(sent)
 	d.cutAndRefuse() // from the start: no request of the test ever reaches Redis
-	c := newClient(t, rdb)
-	sem, err := c.Semaphore("refused-sem", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := t.Context()
 	for _, k := range []struct {
 		what    string
-		acquire func() (*dlock.Lock, error)
+		acquire func(c *dlock.Client) (*dlock.Lock, error)
 	}{
-		{"fair lock", func() (*dlock.Lock, error) { return c.Acquire(ctx, "refused") }},
-		{"semaphore", func() (*dlock.Lock, error) { return sem.Acquire(ctx) }},
-		{"fair lock with MaxWait", func() (*dlock.Lock, error) { return c.Acquire(ctx, "refused", dlock.MaxWait(time.Minute)) }},
+		{"fair lock", func(c *dlock.Client) (*dlock.Lock, error) { return c.Acquire(ctx, "refused") }},
+		{"semaphore", func(c *dlock.Client) (*dlock.Lock, error) {
+			sem, err := c.Semaphore("refused-sem", 2)
+			if err != nil {
+				return nil, err
+			}
+			return sem.Acquire(ctx)
+		}},
+		{"fair lock with MaxWait", func(c *dlock.Client) (*dlock.Lock, error) {
+			return c.Acquire(ctx, "refused", dlock.MaxWait(time.Minute))
+		}},
 	} {
+		c := newClient(t, rdb) // one per case: Close ends it
 		before := sent.all.Load()
-		if l, err := k.acquire(); err == nil {
+		if l, err := k.acquire(c); err == nil {
 			l.Release(ctx)
 			t.Fatalf("%s: Acquire with every connection refused succeeded", k.what)
 		}
-		if err := c.Drain(ctx); err != nil { // what the Acquire left to the background is over
+		if err := c.Close(ctx); err != nil { // what the Acquire left to the background is over
 			t.Fatal(err)
 		}
 		if n := sent.all.Load() - before; n != 1 {
@@ -133,16 +140,19 @@ func TestOptsAttackAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing
 // With a TTL of 60s and MaxHold(2s) the entry died 2s after it was made,
 // and the waiter, still waiting, renewed it 20s later: a release in
 // between skipped it as a waiter that had died and handed the lock to one
-// that came after it. WithFair says waiters are served in arrival order
+// that came after it. Fair waiting serves waiters in arrival order
 // and only a waiter that died is skipped.
 func TestOptsAttackCappedFairWaiterKeepsItsPlace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const ttl = time.Minute // the waiters renew their entries every 20s
 	for _, kind := range []string{"lock", "semaphore"} {
 		t.Run(kind, func(t *testing.T) {
 			name := "capped-" + kind
-			c := newClient(t, rdb, dlock.WithTTL(ttl))
+			c := newClient(t, rdb, dlock.LeaseTTL(ttl))
 			acquire := func(opts ...dlock.LockOption) (*dlock.Lock, error) { return c.Acquire(ctx, name, opts...) }
 			if kind == "semaphore" {
 				s, err := c.Semaphore(name, 1)

@@ -17,9 +17,12 @@ import (
 // of the released lease expired (or the node came back empty), another
 // client took the lock on every node, and only then does the retry reach
 // the node. release.lua compares tokens, so the newer lease must survive
-// on all three nodes, the retry must stop (Drain returns), and no goroutine
+// on all three nodes, the retry must stop (Close returns), and no goroutine
 // may be left.
 func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	for _, how := range []string{"expired", "restarted"} {
 		t.Run(how, func(t *testing.T) {
 			leakcheck.Check(t)
@@ -41,7 +44,7 @@ func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
 			}
 			name := "newer-" + how
 			key := "dlock:{" + name + "}"
-			c := newRedlock(t, via, dlock.WithTTL(time.Second), dlock.WithNodeTimeout(100*time.Millisecond), dlock.WithAutoExtend(false))
+			c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(time.Second), dlock.WithAutoExtend(false))
 			l, err := c.TryAcquire(ctx, name)
 			if err != nil {
 				t.Fatal(err)
@@ -60,7 +63,7 @@ func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
 			if !waitFor(10*time.Second, func() bool { return n2.Exists(ctx, key).Val() == 0 }) {
 				t.Fatal("node 2's copy of the released lease never expired")
 			}
-			other := newRedlock(t, direct, dlock.WithTTL(20*time.Second), dlock.WithNodeTimeout(time.Second), dlock.WithAutoExtend(false))
+			other := newRedlock(t, direct, time.Second, dlock.LeaseTTL(20*time.Second), dlock.WithAutoExtend(false))
 			var l2 *dlock.Lock
 			if !waitFor(10*time.Second, func() bool {
 				l2, err = other.TryAcquire(ctx, name)
@@ -71,8 +74,8 @@ func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
 			ps[2].Cut() // the held release is dropped: it is retried now
 			dctx, dcancel := context.WithTimeout(ctx, 40*time.Second)
 			defer dcancel()
-			if err := c.Drain(dctx); err != nil {
-				t.Fatalf("Drain with the retried release = %v, want it to end", err)
+			if err := c.Close(dctx); err != nil {
+				t.Fatalf("Close with the retried release = %v, want it to end", err)
 			}
 			for i, d := range direct {
 				if v := d.Get(ctx, key).Val(); holderOf(v) != l2.Token() {
@@ -90,15 +93,18 @@ func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
 }
 
 // A node that stays stalled (a black hole: nothing answers, nothing is
-// refused) gets the release retried a bounded number of times: Drain
+// refused) gets the release retried a bounded number of times: Close
 // returns by itself while the node is still stalled, and nothing keeps
 // running after.
 func TestQuorumAttackReleaseRetryGivesUpOnABlackHole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	leakcheck.Check(t)
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c := newRedlock(t, via, dlock.WithTTL(20*time.Second), dlock.WithNodeTimeout(100*time.Millisecond), dlock.WithAutoExtend(false))
+	c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(20*time.Second), dlock.WithAutoExtend(false))
 	var locks []*dlock.Lock
 	for i := range 20 {
 		l, err := c.TryAcquire(ctx, "hole-"+string(rune('a'+i)))
@@ -119,8 +125,8 @@ func TestQuorumAttackReleaseRetryGivesUpOnABlackHole(t *testing.T) {
 	}
 	dctx, dcancel := context.WithTimeout(ctx, 45*time.Second)
 	defer dcancel()
-	if err := c.Drain(dctx); err != nil {
-		t.Fatalf("Drain while a node stays stalled = %v, want the retries to give up", err)
+	if err := c.Close(dctx); err != nil {
+		t.Fatalf("Close while a node stays stalled = %v, want the retries to give up", err)
 	}
 	t.Logf("the background work on the stalled node ended %v after the releases began", time.Since(start).Round(time.Second))
 	if n, _ := keyOnNodes(ctx, direct[:2], "dlock:{hole-a}"); n != 0 {

@@ -68,10 +68,13 @@ func keyOnNodes(ctx context.Context, direct []*redis.Client, key string) (n int,
 // retried in the background for the TTL. How many goroutines pile up, and do
 // they outlive Acquire?
 func TestQuorumAttackUndoGoroutinePileUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
 	ttl := 10 * time.Second
-	holder := newRedlock(t, nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(100*time.Millisecond))
+	holder := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(ttl))
 	l, err := holder.TryAcquire(ctx, "pile")
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +82,7 @@ func TestQuorumAttackUndoGoroutinePileUp(t *testing.T) {
 	srvs[2].Kill()
 	base := countGoroutines("undoUntil")
 	fast := func(int) time.Duration { return 10 * time.Millisecond }
-	waiter := newRedlock(t, nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(100*time.Millisecond), dlock.WithBackoff(fast))
+	waiter := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(ttl), dlock.WithUnfair(fast))
 	before, _ := srvs[0].Do(ctx, "INFO", "commandstats")
 	var wg sync.WaitGroup
 	for range 10 {
@@ -112,11 +115,14 @@ func TestQuorumAttackUndoGoroutinePileUp(t *testing.T) {
 // timeout; the grants land after the attempt was declared failed. Nothing
 // may stay behind, and another client must get the lock.
 func TestQuorumAttackLateGrantsAfterFailedQuorum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	for _, dir := range []string{"request", "reply"} {
 		t.Run(dir, func(t *testing.T) {
 			ps, via, direct := proxiedQuorum(t, 3)
 			ctx := t.Context()
-			c := newRedlock(t, via, dlock.WithTTL(3*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
+			c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(3*time.Second))
 			if w, err := c.TryAcquire(ctx, "warm-"+dir); err == nil { // scripts loaded
 				w.Release(ctx)
 			}
@@ -139,7 +145,7 @@ func TestQuorumAttackLateGrantsAfterFailedQuorum(t *testing.T) {
 			if n, vals := keyOnNodes(ctx, direct, "dlock:{"+name+"}"); n != 0 {
 				t.Errorf("lock key on %d nodes after a failed attempt (%v): lease for nobody", n, vals)
 			}
-			other := newRedlock(t, via, dlock.WithTTL(3*time.Second))
+			other := newRedlock(t, via, 0, dlock.LeaseTTL(3*time.Second))
 			l, err := other.TryAcquire(ctx, name)
 			if err != nil {
 				t.Errorf("another client TryAcquire after the failed attempt = %v", err)
@@ -152,6 +158,9 @@ func TestQuorumAttackLateGrantsAfterFailedQuorum(t *testing.T) {
 
 // Mutual exclusion under random delays around the node timeout, pipelined.
 func TestQuorumAttackQuorumExclusionUnderJitter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	ps, via, _ := proxiedQuorum(t, 3)
 	ctx := t.Context()
 	stop := make(chan struct{})
@@ -180,8 +189,8 @@ func TestQuorumAttackQuorumExclusionUnderJitter(t *testing.T) {
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(6 * time.Second)
 	for w := range 4 {
-		c := newRedlock(t, via, dlock.WithTTL(2*time.Second), dlock.WithNodeTimeout(80*time.Millisecond),
-			dlock.WithBackoff(func(int) time.Duration { return 20 * time.Millisecond }))
+		c := newRedlock(t, via, 80*time.Millisecond, dlock.LeaseTTL(2*time.Second),
+			dlock.WithUnfair(func(int) time.Duration { return 20 * time.Millisecond }))
 		wg.Go(func() {
 			for i := 0; i < 200 && time.Now().Before(deadline); i++ {
 				actx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
@@ -219,7 +228,7 @@ func TestQuorumAttackQuorumExclusionUnderJitter(t *testing.T) {
 func TestQuorumAttackDelayedShortExtendAfterLongExtend(t *testing.T) {
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx := t.Context()
-	c := newRedlock(t, via, dlock.WithTTL(3*time.Second), dlock.WithNodeTimeout(100*time.Millisecond), dlock.WithAutoExtend(false))
+	c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(3*time.Second), dlock.WithAutoExtend(false))
 	l, err := c.TryAcquire(ctx, "ext")
 	if err != nil {
 		t.Fatal(err)
@@ -255,17 +264,20 @@ func TestQuorumAttackDelayedShortExtendAfterLongExtend(t *testing.T) {
 // goes on with a new token and gets the lock: the new lease must survive
 // all retries of the old token's undo.
 func TestQuorumAttackUndoRetriesDoNotTouchNewLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
 	ttl := 3 * time.Second
-	holder := newRedlock(t, nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(100*time.Millisecond))
+	holder := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(ttl))
 	h, err := holder.TryAcquire(ctx, "newtok")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srvs[2].Kill()
-	waiter := newRedlock(t, nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(100*time.Millisecond),
-		dlock.WithBackoff(func(int) time.Duration { return 20 * time.Millisecond }))
+	waiter := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(ttl),
+		dlock.WithUnfair(func(int) time.Duration { return 20 * time.Millisecond }))
 	got := make(chan *dlock.Lock, 1)
 	go func() {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -295,10 +307,13 @@ func TestQuorumAttackUndoRetriesDoNotTouchNewLease(t *testing.T) {
 // A release queued in a node's batcher behind in-flight pipelines is
 // abandoned at the node timeout and never sent: the node keeps the lease.
 func TestQuorumAttackQueuedReleaseNeverSent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx := t.Context()
 	ttl := 6 * time.Second
-	c := newRedlock(t, via, dlock.WithTTL(ttl), dlock.WithNodeTimeout(100*time.Millisecond), dlock.WithAutoExtend(false))
+	c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false))
 	l, err := c.TryAcquire(ctx, "rel")
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +339,7 @@ func TestQuorumAttackQueuedReleaseNeverSent(t *testing.T) {
 	}
 	// consequence: with node 1 unreachable, the released lock cannot be taken
 	ps[1].Stall()
-	other := newRedlock(t, via, dlock.WithTTL(ttl), dlock.WithNodeTimeout(100*time.Millisecond))
+	other := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(ttl))
 	if o, err := other.TryAcquire(ctx, "rel"); err == nil {
 		o.Release(ctx)
 	} else if n > 0 {
@@ -339,7 +354,7 @@ func TestQuorumAttackQueuedReleaseNeverSent(t *testing.T) {
 func TestQuorumAttackOwnerViews(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(2*time.Second))
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(2*time.Second))
 	a, _ := c.Owner("a")
 	b, _ := c.Owner("b")
 	ab, _ := a.Owner("b")
@@ -428,7 +443,7 @@ func TestQuorumReleaseRetriedOnANodeThatFailed(t *testing.T) {
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx := t.Context()
 	ttl := 20 * time.Second
-	c := newRedlock(t, via, dlock.WithTTL(ttl), dlock.WithNodeTimeout(100*time.Millisecond), dlock.WithAutoExtend(false))
+	c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false))
 	l, err := c.TryAcquire(ctx, "cut")
 	if err != nil {
 		t.Fatal(err)
@@ -451,7 +466,7 @@ func TestQuorumReleaseRetriedOnANodeThatFailed(t *testing.T) {
 		t.Fatalf("node 2 still holds the released lease %v (pttl %v): the failed release was not retried",
 			vals, direct[2].PTTL(ctx, "dlock:{cut}").Val())
 	}
-	if err := c.Drain(ctx); err != nil {
+	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

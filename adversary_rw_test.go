@@ -80,13 +80,16 @@ func refusable(t *testing.T, s *redistest.Server) (*redis.Client, *refusingDiale
 // behind it for max(TTL, 1s), and the reader's release then granted the
 // write to nobody, for another TTL.
 func TestRWAttackWriterFailedByTheNetworkLeavesItsPlace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	s, direct := setup(t)
 	rdb, d := refusable(t, s)
 	ctx := t.Context()
 	const name = "rw-failed-writer"
 	const ttl = 20 * time.Second // longer than the test: what is left is not gone by expiry
-	w := newRW(t, newClient(t, rdb, dlock.WithTTL(ttl)), name).Writer()
-	rw := newRW(t, newClient(t, direct, dlock.WithTTL(ttl)), name)
+	w := newRW(t, newClient(t, rdb, dlock.LeaseTTL(ttl)), name).Writer()
+	rw := newRW(t, newClient(t, direct, dlock.LeaseTTL(ttl)), name)
 	// The read's short lease (kept by its watchdog) wakes the writer often:
 	// it sleeps until the earliest hold's deadline at most.
 	r, err := rw.Reader().TryAcquire(ctx, dlock.LeaseTTL(2*time.Second))
@@ -171,6 +174,9 @@ func TestRWAttackErrorsSayDlockOnce(t *testing.T) {
 // and the holder's release leaves the name free instead of handing it to
 // the waiter that gave up.
 func TestFailedWaitLeavesItsPlace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	const ttl = 20 * time.Second // longer than the test: what is left is not gone by expiry
 	kinds := []struct {
 		name string
@@ -202,14 +208,14 @@ func TestFailedWaitLeavesItsPlace(t *testing.T) {
 			name := "failed-wait-" + strings.ReplaceAll(k.name, " ", "-")
 			// The holder's lease is short (kept by its watchdog), so that
 			// the waiter makes an attempt soon after Redis is cut off.
-			holderC := newClient(t, direct, dlock.WithTTL(2*time.Second))
+			holderC := newClient(t, direct, dlock.LeaseTTL(2*time.Second))
 			h, err := k.take(holderC, name)(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			errc := make(chan error, 1)
 			go func() {
-				l, err := k.take(newClient(t, rdb, dlock.WithTTL(ttl)), name)(ctx)
+				l, err := k.take(newClient(t, rdb, dlock.LeaseTTL(ttl)), name)(ctx)
 				if l != nil {
 					l.Release(ctx)
 				}

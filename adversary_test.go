@@ -34,6 +34,9 @@ import (
 // The fix: every extension carries a sequence number, and Redis applies
 // none older than one it applied (the lease's own key records it).
 func TestDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	leakcheck.Check(t)
 	for _, pipelining := range []bool{true, false} {
 		readTimeout := 5 * time.Second // the batcher returns at ctx end
@@ -44,7 +47,7 @@ func TestDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 		for _, m := range modes(t, rdb, false) {
 			t.Run(fmt.Sprintf("%s/pipelining=%v", m.name, pipelining), func(t *testing.T) {
 				name := fmt.Sprintf("ext-reorder-%s-%v", m.name, pipelining)
-				c := m.new(t, dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(false), dlock.WithPipelining(pipelining))
+				c := m.new(t, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false), pipelined(pipelining))
 				l, err := c.TryAcquire(m.ctx(t.Context()), name)
 				if err != nil {
 					t.Fatal(err)
@@ -65,7 +68,7 @@ func TestDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 				}
 				// The delayed Extend(400ms) lands at ~1.5s and the key dies at ~1.9s.
 				time.Sleep(time.Until(start.Add(2300 * time.Millisecond)))
-				other := newClient(t, direct, dlock.WithFair(m.name == "fair"), dlock.WithReentrant(m.name == "reentrant"))
+				other := newClient(t, direct, waiting(m.name == "fair"), dlock.WithReentrant(m.name == "reentrant"))
 				o, err := asOwner(t, other, "intruder").TryAcquire(t.Context(), name)
 				if err != nil {
 					return // held up
@@ -85,6 +88,9 @@ func TestDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 // that reaches all, then the delayed short extensions land: a majority now
 // expires early while the holder's validity says 10s.
 func TestRedlockDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	leakcheck.Check(t)
 	var proxies []*proxyT
 	var nodes []redis.UniversalClient
@@ -95,7 +101,7 @@ func TestRedlockDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 		nodes = append(nodes, rdb)
 		directs = append(directs, direct)
 	}
-	c := newRedlock(t, nodes, dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(false), dlock.WithNodeTimeout(200*time.Millisecond))
+	c := newRedlock(t, nodes, 200*time.Millisecond, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false))
 	l, err := c.TryAcquire(t.Context(), "qext")
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +120,7 @@ func TestRedlockDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 		t.Fatalf("Extend(10s) = %v", err)
 	}
 	time.Sleep(time.Until(start.Add(2300 * time.Millisecond)))
-	o, err := newRedlock(t, directs).TryAcquire(t.Context(), "qext")
+	o, err := newRedlock(t, directs, 0).TryAcquire(t.Context(), "qext")
 	if err != nil {
 		for i, d := range directs {
 			t.Logf("intruder refused (%v); node %d PTTL %v", err, i, d.PTTL(t.Context(), "dlock:{qext}").Val())
@@ -133,9 +139,12 @@ func TestRedlockDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 // error does not change l.ttl) and succeeds; the delayed short one lands
 // after it. No second user call is needed.
 func TestDelayedShorterExtendCannotCutTheWatchdogsLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	leakcheck.Check(t)
 	p, rdb, direct := proxied(t, -1, 5*time.Second)
-	c := newClient(t, rdb, dlock.WithTTL(6*time.Second), dlock.WithFair(false)) // watchdog every 2s
+	c := newClient(t, rdb, dlock.LeaseTTL(6*time.Second), dlock.WithUnfair(nil)) // watchdog every 2s
 	l, err := c.TryAcquire(t.Context(), "ext-dog")
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +162,7 @@ func TestDelayedShorterExtendCannotCutTheWatchdogsLease(t *testing.T) {
 	}
 	// The watchdog ticks at ~2.0s with the old 6s TTL; the next tick is ~4.0s.
 	time.Sleep(time.Until(t0.Add(3850 * time.Millisecond)))
-	o, err := newClient(t, direct, dlock.WithFair(false)).TryAcquire(t.Context(), "ext-dog")
+	o, err := newClient(t, direct, dlock.WithUnfair(nil)).TryAcquire(t.Context(), "ext-dog")
 	if err != nil {
 		return
 	}
@@ -175,7 +184,7 @@ func TestDelayedShorterExtendCannotCutTheWatchdogsLease(t *testing.T) {
 // Lock.TTL returns the hold's own deadline minus now.
 func TestReentrantTTLIsTheHoldsOwn(t *testing.T) {
 	_, rdb := setup(t)
-	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(false)), "a")
+	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false)), "a")
 	ctx := t.Context()
 	outer, err := c.TryAcquire(ctx, "rettl")
 	if err != nil {
@@ -219,11 +228,11 @@ func TestFairWaiterErrorReplyLeavesNoGhostInQueue(t *testing.T) {
 	_, rdb := setup(t)
 	s2 := rdb // same server
 	ctx := t.Context()
-	h, err := newClient(t, rdb, dlock.WithTTL(2*time.Second), dlock.WithFair(true)).TryAcquire(ctx, "ghost")
+	h, err := newClient(t, rdb, dlock.LeaseTTL(2*time.Second)).TryAcquire(ctx, "ghost")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newClient(t, s2, dlock.WithTTL(2*time.Second), dlock.WithFair(true))
+	w := newClient(t, s2, dlock.LeaseTTL(2*time.Second))
 	errc := make(chan error, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -255,7 +264,7 @@ func TestFairWaiterErrorReplyLeavesNoGhostInQueue(t *testing.T) {
 	// background: once Redis takes writes again, within a retry's pause (at
 	// most a second), the ghost is gone, whether it was still queued or had
 	// been handed the lock meanwhile — well before its 2s lease would end.
-	c := newClient(t, rdb, dlock.WithFair(true))
+	c := newClient(t, rdb)
 	start := time.Now()
 	var l *dlock.Lock
 	if !waitFor(1500*time.Millisecond, func() bool {
@@ -273,7 +282,7 @@ func TestFairWaiterErrorReplyLeavesNoGhostInQueue(t *testing.T) {
 
 // Was a bug: a quorum attempt ignores its ctx. fanOut
 // (internal/backend/quorum.go) waits on context.WithoutCancel(ctx) for up to
-// the node timeout, which defaults to TTL/50: with WithTTL(1m) that is 1.2s,
+// the node timeout, which defaults to TTL/50: with LeaseTTL(1m) that is 1.2s,
 // and an Acquire/TryAcquire with a 100ms ctx against a quorum whose majority
 // is frozen returns after the node timeout, not "within a small bound of the
 // deadline" (doc.go).
@@ -282,7 +291,7 @@ func TestFairWaiterErrorReplyLeavesNoGhostInQueue(t *testing.T) {
 // calls go on in the background.
 func TestRedlockAttemptEndsWithItsContext(t *testing.T) {
 	srvs, nodes := startQuorum(t, 3)
-	c := newRedlock(t, nodes, dlock.WithTTL(time.Minute)) // node timeout 1.2s
+	c := newRedlock(t, nodes, 0, dlock.LeaseTTL(time.Minute)) // node timeout 1.2s
 	srvs[1].Pause()
 	srvs[2].Pause()
 	defer srvs[1].Resume()
@@ -314,11 +323,14 @@ func TestRedlockAttemptEndsWithItsContext(t *testing.T) {
 // key; every failure must be ctx-caused and match ErrNotAcquired+ctx.Err;
 // nothing may be left behind once the background undos are done.
 func TestBatcherUnderACancellationStorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	leakcheck.Check(t)
 	p, rdb, direct := proxied(t, -1, 5*time.Second)
 	for _, m := range modes(t, rdb, false) {
 		t.Run(m.name, func(t *testing.T) {
-			c := m.new(t, dlock.WithTTL(5*time.Second))
+			c := m.new(t, dlock.LeaseTTL(5*time.Second))
 			p.Delay(0, 2*time.Millisecond)
 			defer p.Delay(0, 0)
 			var wg sync.WaitGroup
@@ -390,13 +402,16 @@ func TestBatcherUnderACancellationStorm(t *testing.T) {
 // whoever is handed the lock must either return it to its caller or pass it
 // on. 300ms after everyone returned, no lease may be left for nobody.
 func TestFairHandoverRacingWaitersThatGiveUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	_, rdb := setup(t)
 	ctx := t.Context()
 	for round := range 12 {
 		for _, pipelining := range []bool{true, false} {
 			name := fmt.Sprintf("handrace-%d-%v", round, pipelining)
 			mk := func() *dlock.Client {
-				return newClient(t, rdb, dlock.WithTTL(3*time.Second), dlock.WithFair(true), dlock.WithPipelining(pipelining))
+				return newClient(t, rdb, dlock.LeaseTTL(3*time.Second), pipelined(pipelining))
 			}
 			h, err := mk().TryAcquire(ctx, name)
 			if err != nil {
@@ -408,7 +423,7 @@ func TestFairHandoverRacingWaitersThatGiveUp(t *testing.T) {
 				d := time.Duration(40+rnd.IntN(120)) * time.Millisecond
 				c := mk()
 				if w%2 == 1 {
-					c = newClient(t, rdb, dlock.WithTTL(3*time.Second), dlock.WithFair(true), dlock.WithPipelining(pipelining))
+					c = newClient(t, rdb, dlock.LeaseTTL(3*time.Second), pipelined(pipelining))
 				}
 				wg.Go(func() {
 					wctx, cancel := context.WithTimeout(ctx, d)
@@ -449,17 +464,20 @@ func TestFairHandoverRacingWaitersThatGiveUp(t *testing.T) {
 // The fix: an acquire that finds the lock already ours pushes its expiry
 // out to the TTL from now (PEXPIRE GT: never shortened).
 func TestFairConfirmedHandoverValidityWithinTheLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	leakcheck.Check(t)
 	p, rdb, direct := proxied(t, -1, 5*time.Second)
 	ctx := t.Context()
 	const ttl = 3 * time.Second // W sleeps at most 1s between attempts; TTL/2 = 1.5s
-	h, err := newClient(t, direct, dlock.WithTTL(ttl), dlock.WithFair(true)).TryAcquire(ctx, "confirm")
+	h, err := newClient(t, direct, dlock.LeaseTTL(ttl)).TryAcquire(ctx, "confirm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Delay(0, 300*time.Millisecond) // W's replies and pub/sub messages arrive 300ms late
 	defer p.Delay(0, 0)
-	w := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithFair(true), dlock.WithAutoExtend(false))
+	w := newClient(t, rdb, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false))
 	type res struct {
 		l   *dlock.Lock
 		err error
@@ -487,7 +505,7 @@ func TestFairConfirmedHandoverValidityWithinTheLease(t *testing.T) {
 		return
 	}
 	time.Sleep(time.Until(serverEnd.Add(5 * time.Millisecond)))
-	o, err := newClient(t, direct, dlock.WithFair(true)).TryAcquire(ctx, "confirm")
+	o, err := newClient(t, direct).TryAcquire(ctx, "confirm")
 	if err != nil {
 		t.Errorf("ValidUntil overstated by %v but no intruder got in: %v", over, err)
 		return
@@ -506,7 +524,7 @@ func TestLockMethodsConcurrently(t *testing.T) {
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
 		t.Run(m.name, func(t *testing.T) {
-			c := m.new(t, dlock.WithTTL(150*time.Millisecond)) // watchdog every 50ms
+			c := m.new(t, dlock.LeaseTTL(150*time.Millisecond)) // watchdog every 50ms
 			ctx := m.ctx(t.Context())
 			for round := range 5 {
 				l, err := c.Acquire(ctx, fmt.Sprintf("conc-%s-%d", m.name, round))

@@ -102,7 +102,7 @@ func TestStatsCountBatches(t *testing.T) {
 	}
 	t.Logf("%d calls in %d writes: %.1f per write", s.Calls, s.Writes, float64(s.Calls)/float64(s.Writes))
 
-	unbatched := newClient(t, rdb, dlock.WithPipelining(false))
+	unbatched := newClient(t, rdb, pipelined(false))
 	l, err := unbatched.TryAcquire(ctx, "u")
 	if err != nil {
 		t.Fatal(err)

@@ -140,7 +140,7 @@ func BenchmarkRedlockPair(b *testing.B) {
 			for range n {
 				nodes = append(nodes, redistest.Start(b).Client(b))
 			}
-			c := newRedlock(b, nodes, dlock.WithAutoExtend(false))
+			c := newRedlock(b, nodes, 0, dlock.WithAutoExtend(false))
 			ctx := b.Context()
 			b.ReportAllocs()
 			for b.Loop() {
@@ -166,7 +166,7 @@ func BenchmarkHolderMeta(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			rdb := redistest.Start(b).Client(b)
-			c := newClient(b, rdb, dlock.WithAutoExtend(false), dlock.WithHolderMeta(tc.meta))
+			c := newClient(b, rdb, dlock.WithAutoExtend(false), dlock.HolderMeta(tc.meta))
 			ctx := b.Context()
 			var id atomic.Int64
 			cpu := redisCPU(b, rdb)

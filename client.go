@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,66 +13,50 @@ import (
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
-// Client acquires locks on one Redis deployment (or, from NewRedlock, on a
-// quorum of them). It is safe for concurrent use; make one per process and
-// share it. A Client owns no connections of its own beyond its pub/sub
-// connections — one per node (on a Cluster, one per lock being waited
-// for) — which are open only while some Acquire is waiting.
+// Client acquires locks on one Redis deployment, or on a quorum of them
+// ([NewRedlock]). It is safe for concurrent use; make one per process and share
+// it. Its lifecycle: New, calls, release the Locks, [Client.Close], then close
+// the go-redis clients.
 type Client struct {
-	b    backend.Backend // the only road to Redis
+	*engine        // shared with its Owner Clients
+	owner   string // reentrant: the owner its acquisitions are made for (Owner)
+}
+
+// engine is what a Client and its Owner Clients share: the backend, the
+// configuration, and the state of Close.
+type engine struct {
+	b    backend.Backend // the only road to Redis; its errors are the package's (publicBackend)
 	hubs []*pubsub.Hub   // one per node: a quorum Client listens to all of them
 	opts options
 	id   string // this Client's instance ID, part of a reentrant owner's identity
 
-	owner string // reentrant: the owner its acquisitions are made for (Owner)
-
-	bg   *backend.Tracker // clean-up left running in the background (undo); shared with Owner Clients
-	obs  *observers       // shared with Owner Clients
-	mode string           // for observers: "fair", "unfair", "reentrant", "quorum", "semaphore", "election", "read" or "write"
-
-	permits  int    // > 0: its acquisitions are permits of a semaphore with this N (Client.Semaphore)
-	campaign bool   // its acquisitions are leadership campaigns (Client.Election)
-	rw       string // "r" or "w": its acquisitions are read or write holds of a read-write lock (Client.RWMutex)
+	bg     backend.Tracker // clean-up left running in the background (undo)
+	closed atomic.Bool     // Close was called
+	stop   chan struct{}   // closed by the first Close: wakes waiting acquisitions
+	obs    observers
+	own    kind // what its own acquisitions are (Semaphore, RWMutex and Election have theirs)
 }
 
-// newClient returns the Client of backend b and its hubs.
-func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, mode string) *Client {
-	c := &Client{b: b, hubs: hubs, opts: o, id: newToken()[:11], bg: new(backend.Tracker), obs: new(observers), mode: mode}
-	if h := o.hooks; h.Acquired != nil || h.Released != nil || h.Lost != nil {
-		c.obs.add(hooksObserver(o.hooks))
-	}
+// newClient returns the Client of backend b and its hubs; it sees b's errors
+// through publicBackend.
+func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, m mode) *Client {
+	e := &engine{b: publicBackend{b}, hubs: hubs, opts: o, id: newToken()[:11],
+		stop: make(chan struct{}), own: kind{mode: m, fair: o.fair, role: ownLocks{}}}
 	for _, ob := range o.observers {
-		c.obs.add(ob)
+		e.obs.add(ob)
 	}
-	return c
+	return &Client{engine: e}
 }
 
-// New returns a Client that keeps its locks in rdb: a *redis.Client, a
-// Sentinel failover client or a *redis.ClusterClient. dlock never dials
-// Redis itself and never closes rdb.
-//
-// New checks its arguments, and a Client it returns is valid: a nil rdb,
-// an invalid option, and an option that does not apply to this Client are
-// reported here, with an error that wraps ErrInvalid and names the option.
-// Options that do not apply: WithNodeTimeout (NewRedlock only),
-// WithFair(true) with WithReentrant(true) (reentrant locks wait unfairly),
-// and WithBackoff while waiting is fair (the default; see WithBackoff).
+// New returns a Client that keeps its locks in rdb (a *redis.Client, a failover
+// client or a *redis.ClusterClient). It sends nothing to Redis and never closes
+// rdb. A nil rdb, or an option that is invalid or does not apply, is refused
+// with an error wrapping [ErrInvalid] that names it.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: New: nil Redis client", ErrInvalid)
 	}
 	o := apply(opts)
-	switch {
-	case o.err != nil:
-	case o.nodeTimeoutSet:
-		o.invalid("WithNodeTimeout(%v): applies to a quorum (NewRedlock) only", o.nodeTimeout)
-	case o.reentrant && o.fairSet && o.fair:
-		o.invalid("WithFair(true): reentrant locks (WithReentrant(true)) wait unfairly")
-	case o.backoffSet && o.fair && !o.reentrant && o.fairSet:
-		o.invalid("WithBackoff: fair waiters (WithFair(true)) are woken by handover and never back off")
-	case o.backoffSet && o.fair && !o.reentrant:
-		o.invalid("WithBackoff: fair waiters, the default, are woken by handover and never back off; add WithFair(false) to wait with a backoff")
-	}
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -83,14 +68,14 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if o.noScripts {
 		b = backend.NewNoScripts(n)
 	}
-	mode := "unfair"
+	m := modeUnfair
 	switch {
 	case o.reentrant:
-		mode = "reentrant"
+		m = modeReentrant
 	case o.fair:
-		mode = "fair"
+		m = modeFair
 	}
-	return newClient(b, []*pubsub.Hub{h}, o, mode), nil
+	return newClient(b, []*pubsub.Hub{h}, o, m), nil
 }
 
 // newNode returns the backend of one deployment reached through rdb, and
@@ -99,34 +84,32 @@ func newNode(rdb redis.UniversalClient, o *options) (backend.Node, *pubsub.Hub) 
 	_, cluster := rdb.(*redis.ClusterClient)
 	sharded := o.sharded > 0 || (o.sharded == 0 && cluster)
 	n := backend.NewNode(rdb, backend.Config{Fair: o.fair, Reentrant: o.reentrant, Sharded: sharded,
-		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, TTL: o.ttl})
+		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, TTL: o.lease.ttl})
 	return n, pubsub.New(rdb, sharded)
 }
 
-// Drain waits until the clean-up the Client left running in the background
-// is over, or ctx ends (it returns ctx's error then): the undo of attempts
-// whose outcome was unknown (an Acquire whose context ended while its
-// request was in flight, or whose reply came too late), the release of a
-// Do whose fn panicked when Redis did not answer, and, over a quorum, the
-// node calls that were still going when a majority had decided, and the
-// retries of a release that a quorum node missed. That work ends by
-// itself: a first call is bounded by go-redis's read timeout, and the
-// retries that follow end within max(TTL, 1s) of it (10 seconds at most,
-// backend.RetryMax). Drain is
-// for shutting down: call it after the last call on the Client (and on its
-// Owner Clients) returned and before closing the go-redis clients, which
-// would cut it short and leave what it was undoing in Redis until it
-// expires. The Client stays usable.
-func (c *Client) Drain(ctx context.Context) error {
-	if err := c.bg.Wait(ctx); err != nil {
-		return err
+// Close shuts the Client and its Owner Clients down, after their last call. It
+// releases nothing: a Lock still held is no longer extended and ends at its
+// validity, as a loss. Acquisitions still waiting, and later ones, fail with
+// [ErrClosed]. Close waits for the background clean-up until ctx ends
+// (returning ctx.Err()), then closes its pub/sub connections, never the
+// go-redis clients.
+func (c *Client) Close(ctx context.Context) error {
+	if !c.closed.Swap(true) {
+		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed
 	}
-	return c.b.Drain(ctx)
+	err := c.bg.Wait(ctx)
+	if err == nil {
+		err = c.b.Drain(ctx)
+	}
+	for _, h := range c.hubs {
+		h.Close()
+	}
+	return err
 }
 
-// LeaseTime returns the lease time each acquisition asks for (WithTTL). A
-// Lock's own remaining lease is Lock.TTL, which asks Redis.
-func (c *Client) LeaseTime() time.Duration { return c.opts.ttl }
+// LeaseTime returns the Client's default lease time ([LeaseTTL]).
+func (c *Client) LeaseTime() time.Duration { return c.opts.lease.ttl }
 
 // check validates a lock name and returns its keys.
 func (c *Client) check(name string) (backend.Keys, error) {
@@ -140,16 +123,19 @@ func (c *Client) check(name string) (backend.Keys, error) {
 // returns the Lock that acquiring it will activate, with its keys, what it
 // asks for, and a new lease token (and, for a reentrant Client, its owner
 // id: the Client's owner, see Owner, or one of its own).
-func (c *Client) prepare(name string, opts []LockOption, try bool) (*Lock, error) {
-	k, err := c.check(name)
+func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lock, error) {
+	if c.closed.Load() {
+		return nil, fmt.Errorf("%w: %s %q", ErrClosed, k.acquireOp(), name)
+	}
+	keys, err := c.check(name)
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.leaseFor(name, opts, try)
+	p, err := c.leaseFor(k.acquireOp(), name, opts, try)
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{c: c, name: name, p: p, base: backend.Claim{Keys: k, TTL: p.ttl}}
+	l := &Lock{c: c, k: k, name: name, p: p, base: backend.Claim{Keys: keys, TTL: p.ttl}, relSem: make(chan struct{}, 1), extSem: make(chan struct{}, 1)}
 	l.cl = &l.base
 	if c.opts.reentrant {
 		owner := c.owner
@@ -158,8 +144,7 @@ func (c *Client) prepare(name string, opts []LockOption, try bool) (*Lock, error
 		}
 		l.cl.Owner = c.id + "/" + owner
 	}
-	l.cl.Permits, l.cl.RW = c.permits, c.rw
-	l.cl.Campaign = c.campaign
+	l.cl.Kind = k.lease
 	l.cl.SetToken(leaseToken(p.suffix))
 	return l, nil
 }
@@ -180,18 +165,11 @@ func validName(name string) error {
 	return nil
 }
 
-// Owner returns a Client that takes c's reentrant locks (WithReentrant) as
-// owner: an acquisition re-enters a lock that the same owner already holds
-// through c or another of its Owner Clients, and waits like any other for
-// a lock another owner holds. Pick an owner per logical flow of work (a
-// request, a job), not per goroutine pool, and pass its Client down the
-// calls that may take the lock again. It shares c's connections and
-// configuration, and costs one small allocation.
-//
-// A reentrant Client without an owner makes each acquisition its own owner:
-// a nested acquisition then waits for the outer one, as with a plain lock.
-// Owner returns an error wrapping ErrInvalid if c is not reentrant or owner
-// is empty.
+// Owner returns a Client that acquires c's reentrant locks as owner: it
+// re-enters a lock the same owner holds and waits for one another owner holds.
+// Pick an owner per flow of work (a request, a job). It shares c's
+// configuration, connections and Close. It fails with [ErrInvalid] if c is not
+// reentrant or owner is empty.
 func (c *Client) Owner(owner string) (*Client, error) {
 	switch {
 	case !c.opts.reentrant:
@@ -199,35 +177,26 @@ func (c *Client) Owner(owner string) (*Client, error) {
 	case owner == "":
 		return nil, fmt.Errorf("%w: Owner(\"\"): empty owner", ErrInvalid)
 	}
-	v := *c
-	v.owner = owner
-	return &v, nil
+	return &Client{engine: c.engine, owner: owner}, nil
 }
 
-// Do takes the lock name (waiting as Acquire does), runs fn, and releases
-// the lock when fn returns — or panics: the lock is released and the panic
-// goes on. fn's context is cancelled, with a cause wrapping ErrNotHeld, if
-// the lock is lost while fn runs; its Err and Done consult the lease's
-// validity deadline when called, so right after a pause longer than the
-// lease (GC, a stopped process) ctx.Err() already reports the loss, before
-// any timer has had a chance to run. fn should stop touching the protected
-// resource then. fn gets the Lock too, for its fencing token (Lock.Fence)
-// and validity. Calls nested in fn re-enter a reentrant lock when they go
-// through the same owner's Client (see Owner).
-//
-// opts apply to the acquisition and its lease as for Acquire (LeaseTTL,
-// MaxWait, HolderMeta, MaxHold). When the lease reaches its max hold
-// (MaxHold, WithMaxHold), fn's context is cancelled with a cause that wraps
-// ErrNotHeld and ErrMaxHold, and the lock is released at once.
-//
-// Do returns fn's error, joined with an error wrapping ErrNotHeld if the lock
-// was lost before fn returned (the critical section may have overlapped with
-// another holder's; with ErrMaxHold, fn ran past its max hold), or with the
-// release error.
+// Do takes the lock name as [Client.Acquire] does, runs fn, and releases the
+// lock when fn returns or panics. If the lock is lost, fn's context is
+// cancelled with a cause wrapping [ErrNotHeld] (and [ErrMaxHold] at the max
+// hold); its Err checks the validity deadline itself, so it sees a loss even
+// right after a long pause. Do returns fn's error combined with the loss or the
+// release's error, if any.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
-	l, err := c.Acquire(ctx, name, opts...)
+	ferr, rerr := c.do(ctx, &c.own, name, fn, opts)
+	return joinEnded(ferr, rerr)
+}
+
+// do is Do, returning apart fn's error and the acquisition's error (fn
+// did not run) or the release's.
+func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx context.Context, l *Lock) error, opts []LockOption) (ferr, rerr error) {
+	l, err := c.acquireAs(ctx, k, name, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	l.onSettled(cancel) // a loss cancels fctx as it is declared
@@ -238,17 +207,10 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 			c.release(ctx, l)
 		}
 	}()
-	ferr := fn(&heldContext{Context: fctx, held: l, cancel: cancel}, l)
+	ferr = fn(&heldContext{Context: fctx, held: l, cancel: cancel}, l)
 	finished = true
 	cancel(context.Canceled)
-	rerr := c.release(ctx, l)
-	switch {
-	case rerr == nil:
-		return ferr
-	case ferr == nil:
-		return rerr
-	}
-	return errors.Join(ferr, rerr)
+	return ferr, c.release(ctx, l)
 }
 
 // release releases the Lock of a Do. Do's caller has no Lock to call

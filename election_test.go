@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // newElection returns c.Election(name), failing the test if it is refused.
@@ -125,7 +126,7 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 	for range procs {
 		helpers = append(helpers, startHelper(t, s, "campaign", "leader", 2*time.Second, rounds, "DLOCK_FAIR=1"))
 	}
-	e := newElection(t, newClient(t, rdb, dlock.WithTTL(2*time.Second)), "leader")
+	e := newElection(t, newClient(t, rdb, dlock.LeaseTTL(2*time.Second)), "leader")
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
 	for g := range goroutines {
@@ -169,7 +170,7 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 func succession(t *testing.T, rdb redis.UniversalClient, name string) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	e := newElection(t, newClient(t, rdb, dlock.WithTTL(5*time.Second)), name)
+	e := newElection(t, newClient(t, rdb, dlock.LeaseTTL(5*time.Second)), name)
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
 	obs := e.Observe(octx)
@@ -247,7 +248,7 @@ func TestElectionSuccessionOnDeath(t *testing.T) {
 	t.Run("stopped", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		dead := newElection(t, newClient(t, rdb, dlock.WithTTL(500*time.Millisecond), dlock.WithAutoExtend(false)), "stopped")
+		dead := newElection(t, newClient(t, rdb, dlock.LeaseTTL(500*time.Millisecond), dlock.WithAutoExtend(false)), "stopped")
 		e := newElection(t, newClient(t, rdb), "stopped")
 		old, err := dead.Campaign(ctx, "stops extending")
 		if err != nil {
@@ -314,7 +315,7 @@ func TestElectionSuccessionOnDeath(t *testing.T) {
 	t.Run("forced", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		c := newClient(t, rdb, dlock.WithTTL(time.Second))
+		c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
 		e := newElection(t, c, "forced")
 		old, err := e.Campaign(ctx, "forced away")
 		if err != nil {
@@ -398,7 +399,7 @@ func TestElectionBadInput(t *testing.T) {
 	if _, err := newClient(t, rdb, dlock.WithReentrant(true)).Election("x"); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Election on a reentrant Client = %v, want ErrInvalid", err)
 	}
-	if _, err := newRedlock(t, []redis.UniversalClient{rdb}).Election("x"); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := newRedlock(t, []redis.UniversalClient{rdb}, 0).Election("x"); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Election over a quorum = %v, want ErrInvalid", err)
 	}
 	e := newElection(t, c, "bad")
@@ -461,7 +462,7 @@ func TestElectionDo(t *testing.T) {
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	c := newClient(t, rdb, dlock.WithTTL(time.Second))
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
 	e := newElection(t, c, "do")
 	err := e.Do(ctx, "worker", func(ctx context.Context, ld *dlock.Leadership) error {
 		if cur, err := e.Leader(ctx); err != nil || cur.Fence != ld.Fence() || cur.Value != "worker" {
@@ -487,5 +488,177 @@ func TestElectionDo(t *testing.T) {
 	}
 	if err := e.Do(ctx, "bad\x00", func(context.Context, *dlock.Leadership) error { return nil }); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Do with a bad value = %v, want ErrInvalid", err)
+	}
+}
+
+// A reader of Observe that does not read while the leadership changes is
+// handed the leadership as it is when it takes the next value, not a term
+// that ended meanwhile: after two handovers it gets the third leader;
+// after that leader resigned with nobody waiting, and a leader whose lease
+// then ran out unannounced, it gets nobody.
+func TestObserveSlowReaderGetsTheCurrentLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	e := newElection(t, newClient(t, rdb, dlock.LeaseTTL(5*time.Second)), "slow")
+	a, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	obs := e.Observe(octx)
+	if got := <-obs; got.Token != a.Lock().Token() {
+		t.Fatalf("Observe's first value = %+v, want a", got)
+	}
+	next := func(what string) dlock.Leader {
+		t.Helper()
+		time.Sleep(400 * time.Millisecond) // the reader is slow: Observe has read the change
+		select {
+		case got := <-obs:
+			return got
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Observe delivered nothing within 10s %s", what)
+		}
+		return dlock.Leader{}
+	}
+
+	b := campaign(ctx, e, "b")
+	if !queued(ctx, rdb, "slow", 1) {
+		t.Fatal("b never queued")
+	}
+	c := campaign(ctx, e, "c")
+	if !queued(ctx, rdb, "slow", 2) {
+		t.Fatal("c never queued")
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ob := <-b
+	if ob.err != nil {
+		t.Fatalf("Campaign(b) = %v", ob.err)
+	}
+	time.Sleep(400 * time.Millisecond) // b leads for a while, unread
+	if err := ob.ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	oc := <-c
+	if oc.err != nil {
+		t.Fatalf("Campaign(c) = %v", oc.err)
+	}
+	if got := next("after two handovers"); got.Token != oc.ld.Lock().Token() || got.Fence != oc.ld.Fence() {
+		t.Errorf("a slow reader after a handed over to b and b to c got %+v, want c (token %s, fence %d), who leads now",
+			got, oc.ld.Lock().Token(), oc.ld.Fence())
+	}
+
+	if err := oc.ld.Resign(ctx); err != nil { // nobody waits
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	dies := newElection(t, newClient(t, rdb, dlock.LeaseTTL(500*time.Millisecond), dlock.WithAutoExtend(false)), "slow")
+	d, err := dies.Campaign(ctx, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(d.Done(), 5*time.Second) {
+		t.Fatal("d's lease did not run out")
+	}
+	if got := next("after c resigned and d's lease ran out"); got != (dlock.Leader{}) {
+		t.Errorf("a slow reader after c resigned and d's lease ran out got %+v, want nobody", got)
+	}
+	d.Resign(ctx)
+}
+
+// An election's errors speak of the campaign and the leader, not of an
+// acquire and a holder, and still match their sentinels: a campaign
+// refused, waited out or given up, one on a name of another kind, a Resign
+// that Redis did not answer; Do's error after a lost leadership is one
+// line, fn's error first and the loss, its cause, last. The texts are what
+// is tested here.
+func TestElectionErrorsSpeakOfCampaignAndLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
+	e := newElection(t, c, "words")
+	ld, err := e.Campaign(ctx, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkText := func(what string, err error, want string, sentinels ...error) {
+		t.Helper()
+		if err == nil || err.Error() != want {
+			t.Errorf("%s = %v, want the text %q", what, err, want)
+		}
+		for _, s := range sentinels {
+			if !errors.Is(err, s) {
+				t.Errorf("%s = %v, want it to match %v", what, err, s)
+			}
+		}
+	}
+	_, err = e.Campaign(ctx, "v2", dlock.MaxWait(0))
+	checkText("Campaign refused", err, `dlock: campaign "words": not acquired: led by another candidate, "v1"`, dlock.ErrNotAcquired)
+	if na, ok := errors.AsType[*dlock.NotAcquiredError](err); !ok || na.Error() != `led by another candidate, "v1"` || na.Meta != "v1" {
+		t.Errorf("Campaign refused = %v: NotAcquiredError %+v, want the leader's value, speaking of a candidate", err, na)
+	}
+	_, err = e.Campaign(ctx, "v2", dlock.MaxWait(50*time.Millisecond))
+	checkText("Campaign waited out", err,
+		`dlock: campaign "words": not acquired: waited 50ms (MaxWait); last attempt: led by another candidate, "v1"`, dlock.ErrNotAcquired)
+	done, stop := context.WithCancel(ctx)
+	stop()
+	_, err = e.Campaign(done, "v2")
+	checkText("Campaign with its context done", err, `dlock: campaign "words": not acquired: context canceled`, dlock.ErrNotAcquired, context.Canceled)
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	s := newSemaphore(t, c, "words-sem", 2)
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newElection(t, c, "words-sem").Campaign(ctx, "v", dlock.MaxWait(0))
+	checkText("Campaign on a semaphore's name", err, `dlock: campaign "words-sem": lock key holds a value of another type: `+
+		`the key holds a semaphore (a sorted set), or another program's value, not a leader's lease`, dlock.ErrWrongType)
+	p.Release(ctx)
+
+	var loss error
+	err = e.Do(ctx, "deposed", func(fctx context.Context, ld *dlock.Leadership) error {
+		if ok, err := c.ForceRelease(ctx, "words"); !ok || err != nil {
+			t.Errorf("ForceRelease = %v, %v", ok, err)
+		}
+		<-fctx.Done()
+		loss = context.Cause(fctx)
+		return fctx.Err()
+	})
+	if !strings.HasPrefix(fmt.Sprint(loss), `dlock: not held: "words": `) {
+		t.Errorf("the cause of Do's context after the leadership was forced away = %v, want the loss", loss)
+	}
+	checkText("Do whose leadership was forced away, fn returning its context's error", err,
+		"context canceled: "+fmt.Sprint(loss), context.Canceled, dlock.ErrNotHeld)
+	err = e.Do(ctx, "deposed", func(fctx context.Context, ld *dlock.Leadership) error {
+		c.ForceRelease(ctx, "words")
+		<-fctx.Done()
+		loss = context.Cause(fctx)
+		return loss
+	})
+	if loss == nil || err == nil || strings.Contains(err.Error(), "\n") || !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Do whose leadership was forced away, fn returning the cause %v: %q, want one line matching ErrNotHeld", loss, err)
+	}
+
+	srv := redistest.Start(t)
+	gone, err := newElection(t, newClient(t, srv.Client(t)), "words").Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if err := gone.Resign(ctx); err == nil || !strings.HasPrefix(err.Error(), `dlock: resign "words": `) {
+		t.Errorf("Resign with Redis gone = %v, want an error of the resign", err)
 	}
 }

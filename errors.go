@@ -12,92 +12,47 @@ import (
 )
 
 var (
-	// ErrNotAcquired means the lock is held by someone else: TryAcquire found
-	// it taken, or Acquire gave up waiting.
-	ErrNotAcquired = backend.ErrNotAcquired
-
-	// ErrNotHeld means our token is gone from Redis: the lease expired, or
-	// the key was deleted or taken over. Work done under the lock may have
-	// overlapped with another holder's.
+	// ErrNotAcquired means the lock was not taken: held, or the wait ended.
+	ErrNotAcquired = errors.New("dlock: not acquired")
+	// ErrNotHeld means the lease was lost: work under it may have overlapped another holder's.
 	ErrNotHeld = errors.New("dlock: not held")
-
-	// ErrReleased is what Lock.Err returns after a normal Release.
+	// ErrReleased is what Err returns after a Release.
 	ErrReleased = errors.New("dlock: released")
-
-	// ErrInvalid reports bad input: an empty or oversized name, a TTL too
-	// short for Extend, or, from New and NewRedlock, a nil client or node
-	// and an option that is invalid or does not apply to the Client.
+	// ErrInvalid reports a bad argument or option; nothing was sent to Redis.
 	ErrInvalid = errors.New("dlock: invalid argument")
-
-	// ErrWrongType means a name is held as another kind than the one asked
-	// for (a lock's name asked for as a semaphore, a read-write lock's as a
-	// lock, ...), or its key holds a value dlock does not write there
-	// (another program uses the key). The error says what the key holds.
-	ErrWrongType = backend.ErrWrongType
-
-	// ErrReplicaAck means fewer replicas than WithReplicaAck asks for
-	// acknowledged an acquisition (which was then undone, and the error also
-	// matches ErrNotAcquired) or an extension (the watchdog retries it).
-	ErrReplicaAck = backend.ErrReplicaAck
-
-	// ErrStaleFence is returned by Guard.Write when a write carries a fencing
-	// token older than one the resource has already accepted.
+	// ErrWrongType means the name is held as another kind, or its key is foreign.
+	ErrWrongType = errors.New("dlock: lock key holds a value of another type")
+	// ErrReplicaAck means too few replicas acknowledged a write ([WithReplicaAck]).
+	ErrReplicaAck = errors.New("dlock: not acknowledged by enough replicas")
+	// ErrStaleFence is [Guard.Write]'s refusal of a write with an old fence.
 	ErrStaleFence = errors.New("dlock: stale fencing token")
-
-	// ErrMaxHold says that a lease reached its max hold (WithMaxHold,
-	// MaxHold). Lock.Err returns an error matching it and ErrNotHeld once
-	// the lease has ended at its cap; Lock.Extend returns an error matching
-	// it alone when it extended the lease only up to the cap.
+	// ErrMaxHold means a lease reached its max hold ([MaxHold]).
 	ErrMaxHold = errors.New("dlock: max hold reached")
+	// ErrClosed is an acquisition's error after [Client.Close].
+	ErrClosed = errors.New("dlock: client closed")
 )
 
-// NotAcquiredError is the cause of an acquisition that found the lock held
-// by another lease: TryAcquire's error (and that of Acquire with
-// MaxWait(0)) carries it, and so does the error of an Acquire that gave up
-// waiting, for the last attempt that found the lock taken. It matches
-// ErrNotAcquired; get it with errors.AsType[*dlock.NotAcquiredError](err).
-// It tells a waiter who holds the lock, as Redis said when it refused.
-//
-// A semaphore's refusals (Semaphore.TryAcquire, and a Semaphore.Acquire
-// that gave up) carry one too, with Permits set: a semaphore has no one
-// holder, so Holder and Meta are "" (Semaphore.Holders lists the permits
-// and their metadata), and TTL is the remaining lease of the permit that
-// ends first — the latest a permit comes free, unless others wait ahead —
-// or -1 if no permit is held (the attempt was refused because others wait
-// ahead of it). So do a read-write lock's (RWLocker.TryAcquire, and an
-// Acquire that gave up), with Holder and Meta "" for the same reason
-// (RWMutex.Holders lists the holds) and TTL the remaining lease of the
-// hold that ends first.
+// NotAcquiredError is the cause of an acquisition refused because the name is
+// held; get it with errors.As. For a semaphore or read-write lock, Holder and
+// Meta are "" and TTL is the soonest hold's.
 type NotAcquiredError struct {
-	// Name is the name that was asked for: of the lock, the semaphore or
-	// the read-write lock; for AcquireAll, the part that could not be taken.
-	Name string
-	// Holder is the holding lease's token, or a reentrant lock's owner ID
-	// (see Owner); "" when no node said (a quorum whose nodes disagreed),
-	// and for a semaphore or a read-write lock.
-	Holder string
-	// Meta is the holder's metadata (WithHolderMeta, HolderMeta): for a
-	// reentrant lock, that of one of its owner's holds; "" if it has none,
-	// and for a semaphore or a read-write lock.
-	Meta string
-	// TTL is the holder's remaining lease (a semaphore's: that of the
-	// permit that ends first; a read-write lock's: of the hold that ends
-	// first); -1 if unknown or without expiry.
-	TTL time.Duration
-	// Permits is, for a semaphore, the N the refused attempt asked with
-	// (Semaphore.Permits); 0 for a lock.
-	Permits int
+	Name    string        // the name, or AcquireAll's part, not taken
+	Holder  string        // the holder's token, or reentrant owner ID; "" if unknown
+	Meta    string        // the holder's metadata; "" if none or unknown
+	TTL     time.Duration // the holder's remaining lease; -1 if unknown
+	Permits int           // a semaphore's N as asked; 0 otherwise
 
 	reentrant bool   // Holder is a reentrant lock's owner: the text says "owner"
 	rw        string // a read-write lock's refusal of a read ("r") or write ("w")
+	notTaken  bool   // a multi-lock's part that no attempt found held
+	leader    bool   // a campaign's refusal: the text speaks of a candidate that leads
 }
 
-// Error says who holds the lock: "held by another holder" (a reentrant
-// lock: "held by another owner"), followed by the holder's metadata, quoted,
-// if it has some. For a semaphore it says that no permit was free:
-// "no permit free: N or more held, or others waiting ahead"; for a
-// read-write lock, what kept the read or write out.
+// Error says who holds the lock.
 func (e *NotAcquiredError) Error() string {
+	if e.notTaken {
+		return "not taken"
+	}
 	if e.rw != "" {
 		return rwRefusal(e.rw)
 	}
@@ -105,8 +60,11 @@ func (e *NotAcquiredError) Error() string {
 		return fmt.Sprintf("no permit free: %d or more held, or others waiting ahead", e.Permits)
 	}
 	by := "held by another holder"
-	if e.reentrant {
+	switch {
+	case e.reentrant:
 		by = "held by another owner"
+	case e.leader:
+		by = "led by another candidate"
 	}
 	if e.Meta == "" {
 		return by
@@ -119,8 +77,9 @@ func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 
 // refusal is the NotAcquiredError of an attempt of name that Redis refused
 // with g.
-func (c *Client) refusal(name string, g backend.Grant) *NotAcquiredError {
-	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL, Permits: c.permits, rw: c.rw}
+func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
+	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL}
+	k.role.refused(e)
 	if g.Owner != "" {
 		e.Holder, e.reentrant = g.Owner, true
 	}
@@ -138,39 +97,43 @@ func opError(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 
+// acquireOp is the operation an acquisition of the kind is named as in its
+// errors: "campaign" for an election's, "acquire" otherwise.
+func (k *kind) acquireOp() string { return k.role.acquireOp() }
+
 // notAcquired is the error of an attempt that found the lock taken, or no
 // permit of a semaphore free for it: its cause is e, which says which.
-func (c *Client) notAcquired(name string, e *NotAcquiredError) error {
-	return opError("acquire", name, backend.Because(ErrNotAcquired, e.Error(), e))
+func (k *kind) notAcquired(name string, e *NotAcquiredError) error {
+	return opError(k.acquireOp(), name, backend.Because(ErrNotAcquired, e.Error(), e))
 }
 
-// gaveUp is the error of an acquisition whose context ended before it took
-// the lock: it matches ErrNotAcquired and the context's error (and its
-// cause, if any), and the errors of the last attempt, if any, which it
-// names last.
-func gaveUp(ctx context.Context, name string, last ...error) error {
+// gaveUp is the error of an acquisition (op, see acquireOp) whose context
+// ended before it took the lock: it matches ErrNotAcquired and the
+// context's error (and its cause, if any), and the errors of the last
+// attempt, if any, which it names last.
+func gaveUp(ctx context.Context, op, name string, last ...error) error {
 	detail := ctx.Err().Error()
 	errs := []error{ctx.Err()}
 	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
 		detail += ": " + cause.Error()
 		errs = append(errs, cause)
 	}
-	return opError("acquire", name, backend.Because(ErrNotAcquired, withLast(detail, &errs, last), errs...))
+	return opError(op, name, backend.Because(ErrNotAcquired, withLast(detail, &errs, last), errs...))
 }
 
-// waitedOut is the error of an acquisition whose wait limit (MaxWait, d)
-// ran out before it took the lock while its context lives: it matches
-// ErrNotAcquired and the errors of the last attempt, not the context's.
-// all says that d was the limit of a whole AcquireAll, which was waiting
-// for name.
-func waitedOut(name string, d time.Duration, all bool, last ...error) error {
+// waitedOut is the error of an acquisition (op, see acquireOp) whose wait
+// limit (MaxWait, d) ran out before it took the lock while its context
+// lives: it matches ErrNotAcquired and the errors of the last attempt, not
+// the context's. all says that d was the limit of a whole AcquireAll,
+// which was waiting for name.
+func waitedOut(op, name string, d time.Duration, all bool, last ...error) error {
 	var errs []error
 	limit := "MaxWait"
 	if all {
 		limit = "MaxWait, for all the names together"
 	}
 	detail := withLast(fmt.Sprintf("waited %v (%s)", d, limit), &errs, last)
-	return opError("acquire", name, backend.Because(ErrNotAcquired, detail, errs...))
+	return opError(op, name, backend.Because(ErrNotAcquired, detail, errs...))
 }
 
 // withLast returns detail followed by the text of the last attempt's
@@ -192,3 +155,160 @@ func maxHeld(name string, d time.Duration) error {
 func lost(name, why string) error {
 	return fmt.Errorf("%w: %q: %s", ErrNotHeld, name, why)
 }
+
+// joinEnded is the error of a Do (Client.Do, DoAll, Election.Do) whose fn
+// returned ferr and whose lease ended with rerr (a loss, or the release's
+// error): either alone if the other is nil, else one line, fn's error first
+// and the end last, matching both.
+func joinEnded(ferr, rerr error) error {
+	switch {
+	case rerr == nil:
+		return ferr
+	case ferr == nil:
+		return rerr
+	case errors.Is(ferr, rerr):
+		return ferr // fn returned the loss itself (its context's cause)
+	}
+	return &endedError{fn: ferr, end: rerr}
+}
+
+// endedError is joinEnded's error: one line, fn's text and end's.
+type endedError struct{ fn, end error }
+
+func (e *endedError) Error() string {
+	sep := "; "
+	if errors.Is(e.fn, context.Canceled) && errors.Is(e.end, ErrNotHeld) {
+		sep = ": " // fn gave up because its context was cancelled, by the loss
+	}
+	line := func(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+	return line(e.fn) + sep + line(e.end)
+}
+
+func (e *endedError) Unwrap() []error { return []error{e.fn, e.end} }
+
+// publicErr returns an error from the backend as the package returns it.
+// The backend has sentinel errors of its own; an error matching one of
+// them is given back as one that matches the package's sentinel of the same
+// meaning too (ErrNotAcquired, ErrWrongType, ErrReplicaAck), with the same
+// text, and a backend's QuorumError found in it is seen as a QuorumError.
+// It is applied to every result of the backend (publicBackend), so the
+// rest of the package and its callers see the package's errors only.
+func publicErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if qe, ok := err.(*backend.QuorumError); ok {
+		return publicQuorum(qe)
+	}
+	if _, ok := err.(*publicError); ok {
+		return err
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s.backend) {
+			return &publicError{err}
+		}
+	}
+	if _, ok := errors.AsType[*backend.QuorumError](err); ok {
+		return &publicError{err}
+	}
+	return err
+}
+
+// sentinels pairs the package's sentinel errors with the backend's.
+var sentinels = [...]struct{ public, backend error }{
+	{ErrNotAcquired, backend.ErrNotAcquired},
+	{ErrWrongType, backend.ErrWrongType},
+	{ErrReplicaAck, backend.ErrReplicaAck},
+}
+
+// publicQuorum is the QuorumError of the backend's qe, its nodes' errors
+// made public.
+func publicQuorum(qe *backend.QuorumError) *QuorumError {
+	nodes := make([]error, len(qe.Nodes))
+	for i, err := range qe.Nodes {
+		nodes[i] = publicErr(err)
+	}
+	return &QuorumError{Op: qe.Op, Held: qe.Held, Need: qe.Need, Nodes: nodes}
+}
+
+// publicError is a backend error that matches the package's sentinels for
+// the backend's it matches, and that errors.As finds a QuorumError in
+// where it holds a backend's one. Its text is the backend error's.
+type publicError struct{ err error }
+
+func (e *publicError) Error() string { return e.err.Error() }
+func (e *publicError) Unwrap() error { return e.err }
+
+func (e *publicError) Is(target error) bool {
+	for _, s := range sentinels {
+		if target == s.public {
+			return errors.Is(e.err, s.backend)
+		}
+	}
+	return false
+}
+
+func (e *publicError) As(target any) bool {
+	p, ok := target.(**QuorumError)
+	if !ok {
+		return false
+	}
+	qe, ok := errors.AsType[*backend.QuorumError](e.err)
+	if ok {
+		*p = publicQuorum(qe)
+	}
+	return ok
+}
+
+// publicBackend is the backend as the Client sees it: every error it
+// returns made public with publicErr.
+type publicBackend struct{ b backend.Backend }
+
+func (p publicBackend) Acquire(ctx context.Context, c *backend.Claim, ttl time.Duration, queue bool) (backend.Grant, error) {
+	g, err := p.b.Acquire(ctx, c, ttl, queue)
+	return g, publicErr(err)
+}
+
+func (p publicBackend) Extend(ctx context.Context, c *backend.Claim, ttl time.Duration, seq int64) (bool, error) {
+	ok, err := p.b.Extend(ctx, c, ttl, seq)
+	return ok, publicErr(err)
+}
+
+func (p publicBackend) Release(ctx context.Context, c *backend.Claim) (bool, error) {
+	ok, err := p.b.Release(ctx, c)
+	return ok, publicErr(err)
+}
+
+func (p publicBackend) Fence(ctx context.Context, c *backend.Claim) (int64, error) {
+	f, err := p.b.Fence(ctx, c)
+	return f, publicErr(err)
+}
+
+func (p publicBackend) Inspect(ctx context.Context, k *backend.Keys) (backend.State, error) {
+	st, err := p.b.Inspect(ctx, k)
+	return st, publicErr(err)
+}
+
+func (p publicBackend) Prepare(ctx context.Context, c *backend.Claim) error {
+	return publicErr(p.b.Prepare(ctx, c))
+}
+
+func (p publicBackend) Undo(ctx context.Context, c *backend.Claim) error {
+	return publicErr(p.b.Undo(ctx, c))
+}
+
+func (p publicBackend) Force(ctx context.Context, k *backend.Keys) (bool, error) {
+	ok, err := p.b.Force(ctx, k)
+	return ok, publicErr(err)
+}
+
+func (p publicBackend) Scan(ctx context.Context, match string) ([]string, error) {
+	keys, err := p.b.Scan(ctx, match)
+	return keys, publicErr(err)
+}
+
+func (p publicBackend) Batches() (calls, writes uint64) { return p.b.Batches() }
+
+func (p publicBackend) Drain(ctx context.Context) error { return p.b.Drain(ctx) }
+
+func (p publicBackend) Carries(k backend.Kind) error { return p.b.Carries(k) }

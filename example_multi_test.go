@@ -14,7 +14,7 @@ import (
 func ExampleClient_AcquireAll() {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	c, err := dlock.New(rdb, dlock.WithHolderMeta("transfers-1"))
+	c, err := dlock.New(rdb, dlock.HolderMeta("transfers-1"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func ExampleClient_AcquireAll() {
 func ExampleClient_DoAll() {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	c, err := dlock.New(rdb, dlock.WithHolderMeta("transfers-1"))
+	c, err := dlock.New(rdb, dlock.HolderMeta("transfers-1"))
 	if err != nil {
 		log.Fatal(err)
 	}

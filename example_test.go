@@ -22,7 +22,7 @@ var addr = "127.0.0.1:6379"
 func ExampleClient_Acquire() {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	c, err := dlock.New(rdb, dlock.WithTTL(10*time.Second))
+	c, err := dlock.New(rdb, dlock.LeaseTTL(10*time.Second))
 	if err != nil {
 		log.Fatal(err) // an invalid option: New names it
 	}
@@ -187,7 +187,7 @@ func ExampleNewRedlock() {
 	for _, addr := range []string{"redis-a:6379", "redis-b:6379", "redis-c:6379"} {
 		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: addr}))
 	}
-	c, err := dlock.NewRedlock(nodes, dlock.WithNodeTimeout(50*time.Millisecond))
+	c, err := dlock.NewRedlock(nodes, 50*time.Millisecond)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -261,13 +261,13 @@ func ExampleWithReplicaAck() {
 	defer l.Release(context.Background())
 }
 
-// At shutdown, drain the Client before closing the Redis client: an
+// At shutdown, close the Client before closing the Redis client: an
 // acquisition cancelled while its request was in flight is undone in the
 // background, and closing the connection under it would leave the lock to
 // expire instead.
-func ExampleClient_Drain() {
+func ExampleClient_Close() {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close() // runs after Drain
+	defer rdb.Close() // runs after c.Close
 	c, err := dlock.New(rdb)
 	if err != nil {
 		log.Fatal(err)
@@ -275,7 +275,7 @@ func ExampleClient_Drain() {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := c.Drain(ctx); err != nil {
+		if err := c.Close(ctx); err != nil {
 			log.Printf("background clean-up cut short: %v", err)
 		}
 	}()
@@ -382,7 +382,7 @@ func ExampleSemaphore_Do() {
 func ExampleLockOption() {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	c, err := dlock.New(rdb, dlock.WithHolderMeta("report-worker-1")) // default: hostname:pid
+	c, err := dlock.New(rdb, dlock.HolderMeta("report-worker-1")) // default: hostname:pid
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -395,7 +395,7 @@ func ExampleLockOption() {
 	defer l.Release(ctx)
 	fmt.Println("held by", l.Meta())
 
-	other, _ := dlock.New(rdb, dlock.WithHolderMeta("report-worker-2"))
+	other, _ := dlock.New(rdb, dlock.HolderMeta("report-worker-2"))
 	_, err = other.Acquire(ctx, "reports:weekly", dlock.MaxWait(100*time.Millisecond))
 	if na, ok := errors.AsType[*dlock.NotAcquiredError](err); ok {
 		fmt.Println("worker 2 gave up waiting; the lock is held by", na.Meta)

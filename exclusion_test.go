@@ -130,8 +130,8 @@ func testMutualExclusion(t *testing.T, mode string) {
 			fmt.Sprintf("DLOCK_REENTRANT=%d", map[bool]int{false: 0, true: 1}[reentrant])))
 	}
 	clients := []*dlock.Client{
-		newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithFair(fair), dlock.WithReentrant(reentrant)),
-		newClient(t, s.Client(t), dlock.WithTTL(ttl), dlock.WithFair(fair), dlock.WithReentrant(reentrant)),
+		newClient(t, rdb, dlock.LeaseTTL(ttl), waiting(fair), dlock.WithReentrant(reentrant)),
+		newClient(t, s.Client(t), dlock.LeaseTTL(ttl), waiting(fair), dlock.WithReentrant(reentrant)),
 	}
 	var inside atomic.Int32
 	var wg sync.WaitGroup

@@ -17,7 +17,7 @@ func TestFairWaitersServedInArrivalOrder(t *testing.T) {
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c := newClient(t, rdb, dlock.WithFair(true))
+	c := newClient(t, rdb)
 	holder, err := c.TryAcquire(ctx, "fifo")
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +30,7 @@ func TestFairWaitersServedInArrivalOrder(t *testing.T) {
 	)
 	for i := range n {
 		// A Client each, so that the waiters are independent.
-		wc := newClient(t, rdb, dlock.WithFair(true))
+		wc := newClient(t, rdb)
 		wg.Go(func() {
 			l, err := wc.Acquire(ctx, "fifo")
 			if err != nil {
@@ -74,7 +74,7 @@ func TestFairExpiredHolderHandsToFirstWaiter(t *testing.T) {
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c := newClient(t, rdb, dlock.WithFair(true), dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
 	holder, err := c.TryAcquire(ctx, "exp")
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestFairExpiredHolderHandsToFirstWaiter(t *testing.T) {
 	got := make(chan error, 1)
 	done := make(chan struct{})
 	defer close(done)
-	waiter := newClient(t, rdb, dlock.WithFair(true))
+	waiter := newClient(t, rdb)
 	go func() {
 		l, err := waiter.Acquire(ctx, "exp")
 		got <- err
@@ -113,7 +113,7 @@ func TestFairDeadWaitersSkipped(t *testing.T) {
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c := newClient(t, rdb, dlock.WithFair(true), dlock.WithTTL(time.Second))
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
 	holder, err := c.TryAcquire(ctx, "dead")
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestFairDeadWaitersSkipped(t *testing.T) {
 	rdb.RPush(ctx, "dlock:{dead}:q", "lapsed", "silent")
 	rdb.HSet(ctx, "dlock:{dead}:qw", "lapsed", "1:1000", "silent", fmt.Sprintf("%d:300", now+5000))
 	got := make(chan error, 1)
-	waiter := newClient(t, rdb, dlock.WithFair(true), dlock.WithTTL(time.Second))
+	waiter := newClient(t, rdb, dlock.LeaseTTL(time.Second))
 	go func() {
 		l, err := waiter.Acquire(ctx, "dead")
 		if err == nil {
@@ -147,14 +147,14 @@ func TestFairDeadWaitersSkipped(t *testing.T) {
 func TestFairCancelLeavesQueue(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	holder, err := newClient(t, rdb, dlock.WithFair(true)).TryAcquire(ctx, "cancel")
+	holder, err := newClient(t, rdb).TryAcquire(ctx, "cancel")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer holder.Release(ctx)
 	wctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
-	waiter := newClient(t, rdb, dlock.WithFair(true))
+	waiter := newClient(t, rdb)
 	go func() {
 		_, err := waiter.Acquire(wctx, "cancel")
 		errc <- err
@@ -179,13 +179,13 @@ func TestFairForceReleaseWakesQueue(t *testing.T) {
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	c := newClient(t, rdb, dlock.WithTTL(time.Minute))
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute))
 	holder, err := c.TryAcquire(ctx, "forced")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	waiter := newClient(t, rdb, dlock.WithTTL(time.Minute))
+	waiter := newClient(t, rdb, dlock.LeaseTTL(time.Minute))
 	go func() {
 		l, err := waiter.Acquire(ctx, "forced")
 		if err == nil {

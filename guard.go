@@ -11,30 +11,20 @@ import (
 	"github.com/dlockio/dlock/internal/script"
 )
 
-// Guard protects resources kept in Redis with fencing tokens: it writes a
-// value only if the writer's fence is not older than the newest the resource
-// has accepted. A holder that lost its lock during a pause, and writes late,
-// is refused, whatever the clocks did.
-//
-// Each resource is a hash at its key with the fields v (the value), fence
-// and token (of the newest accepted write). The same rule for a SQL table:
-//
-//	UPDATE resource SET value = $1, fence = $2, token = $3
-//	WHERE id = $4 AND (fence < $2 OR (fence = $2 AND token = $3))
-//
-// and treat "0 rows updated" as a stale write.
+// Guard writes resources kept in Redis (a hash per key) only for a fence not
+// older than the newest the resource accepted, so a holder that lost its lock
+// and writes late is refused.
 type Guard struct {
 	rdb redis.Cmdable
 }
 
-// NewGuard returns a Guard for resources in rdb, which may be another Redis
-// than the one holding the locks.
+// NewGuard returns a Guard for resources in rdb, which may be any Redis.
 func NewGuard(rdb redis.Cmdable) *Guard { return &Guard{rdb: rdb} }
 
-// Write sets the resource at key to value on behalf of the holder of a lock
-// with the given fencing token and owner token (Lock.Fence, Lock.Token). It
-// returns an error wrapping ErrStaleFence if a write with a higher fence, or
-// the same fence from another owner, was accepted before.
+// Write sets the resource at key to value for the lease with fencing token
+// fence and token ([Lock.Fence], [Lock.Token]). It returns an error wrapping
+// [ErrStaleFence] if a higher fence, or the same fence of another lease, wrote
+// before.
 func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty resource key", ErrInvalid)
@@ -52,8 +42,7 @@ func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token
 	return nil
 }
 
-// Read returns the value of the resource at key and the fence of the write
-// that set it. A resource never written has the value "" and fence 0.
+// Read returns the resource's value and fence; "" and 0 if never written.
 func (g *Guard) Read(ctx context.Context, key string) (string, int64, error) {
 	v, err := g.rdb.HMGet(ctx, key, "v", "fence").Result()
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redisserver"
 	"github.com/dlockio/dlock/internal/redistest"
@@ -70,9 +71,9 @@ func runHelper(mode string) int {
 			defer n.Close()
 			nodes = append(nodes, n)
 		}
-		c, err = dlock.NewRedlock(nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(200*time.Millisecond))
+		c, err = dlock.NewRedlock(nodes, 200*time.Millisecond, dlock.LeaseTTL(ttl))
 	} else {
-		c, err = dlock.New(rdb, dlock.WithTTL(ttl), dlock.WithFair(os.Getenv("DLOCK_FAIR") == "1"),
+		c, err = dlock.New(rdb, dlock.LeaseTTL(ttl), waiting(os.Getenv("DLOCK_FAIR") == "1"),
 			dlock.WithReentrant(os.Getenv("DLOCK_REENTRANT") == "1"))
 	}
 	if err != nil {
@@ -231,8 +232,6 @@ func newClient(tb testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *
 	return c
 }
 
-// newRedlock returns dlock.NewRedlock(nodes, opts...), failing the test if
-// NewRedlock refuses its arguments.
 // asOwner returns c's Client for owner (Client.Owner) when c is reentrant,
 // and c itself otherwise.
 func asOwner(tb testing.TB, c *dlock.Client, owner string) *dlock.Client {
@@ -244,9 +243,11 @@ func asOwner(tb testing.TB, c *dlock.Client, owner string) *dlock.Client {
 	return o
 }
 
-func newRedlock(tb testing.TB, nodes []redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
+// newRedlock returns dlock.NewRedlock(nodes, nodeTimeout, opts...), failing
+// the test if NewRedlock refuses its arguments.
+func newRedlock(tb testing.TB, nodes []redis.UniversalClient, nodeTimeout time.Duration, opts ...dlock.Option) *dlock.Client {
 	tb.Helper()
-	c, err := dlock.NewRedlock(nodes, opts...)
+	c, err := dlock.NewRedlock(nodes, nodeTimeout, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -329,8 +330,8 @@ func holderOf(v string) string {
 // second Client on the direct connection, to take the lock next.
 func leaseOverProxy(t *testing.T, rdb, direct *redis.Client, fair bool, name string) (*dlock.Lock, *dlock.Client) {
 	t.Helper()
-	c := newClient(t, rdb, dlock.WithFair(fair), dlock.WithPipelining(false), dlock.WithAutoExtend(false))
-	next := newClient(t, direct, dlock.WithFair(fair), dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, waiting(fair), pipelined(false), dlock.WithAutoExtend(false))
+	next := newClient(t, direct, waiting(fair), dlock.WithAutoExtend(false))
 	if warm, err := c.TryAcquire(t.Context(), name+"-warm"); err == nil {
 		warm.Release(t.Context())
 	}
@@ -339,4 +340,17 @@ func leaseOverProxy(t *testing.T, rdb, direct *redis.Client, fair bool, name str
 		t.Fatal(err)
 	}
 	return l, next
+}
+
+// pipelined turns the batcher on or off: the API always pipelines, and a
+// test that runs both checks that the fast path behaves as the slow one.
+func pipelined(on bool) dlock.Option { return backend.Pipelined(on).(dlock.Option) }
+
+// waiting returns the option of fair waiting (the default: an option that
+// changes nothing) or of unfair waiting.
+func waiting(fair bool) dlock.Option {
+	if fair {
+		return dlock.WithObserver(dlock.Observer{})
+	}
+	return dlock.WithUnfair(nil)
 }

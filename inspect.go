@@ -10,41 +10,20 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// Info describes the state of one lock, as read by Client.Inspect.
+// Info is the state of one lock, as [Client.Inspect] reads it.
 type Info struct {
-	Name  string
-	Key   string        // the Redis key of the lock
-	Held  bool          // whether the key exists
-	Type  string        // the key's Redis type: "string" for a plain lock, "hash" for a reentrant lock, "zset" for a semaphore or a read-write lock, "none" when free
-	Token string        // the holder's lease token (plain locks; see Lock.Token)
-	TTL   time.Duration // the holder's remaining lease; -1 if the key has no expiry
-	Fence int64         // the last fencing token issued for the name, 0 if none
-
-	// Meta is the holder's metadata (WithHolderMeta, HolderMeta), read from
-	// its token; "" if it has none. For a reentrant lock it is that of its
-	// owner's live holds, their distinct values joined with ", " if they
-	// differ (Owners has each); for a semaphore, that of its live permits,
-	// joined likewise (Permits has each).
-	Meta string
-
-	// Owners are a reentrant lock's owners (one, unless the hash was
-	// written by hand) and their hold counts.
-	Owners []Owner
-	// Permits are a semaphore's live permits (Type "zset"), the soonest to
-	// end first; TTL is then the latest permit's.
-	Permits []Permit
-	// RWHolds are a read-write lock's live holds (Type "zset" too), the
-	// soonest to end first; TTL is then the latest hold's.
-	RWHolds []RWHold
-
-	// Queued is the length of the name's wait queue: the waiters of a fair
-	// lock (WithFair), of a semaphore or of a read-write lock, and an
-	// election's candidates, in line for it. A waiter that died
-	// is counted until a release skips it or its entry expires (max(TTL,
-	// 1s) after it last renewed it). Waiters that do not queue — those of
-	// a lock that is not fair, a reentrant lock or a quorum — are not
-	// counted.
-	Queued int
+	Name    string
+	Key     string        // the lock's Redis key
+	Held    bool          // whether the key exists
+	Type    string        // the key's type: "string", "hash" (reentrant), "zset" (semaphore, read-write lock) or "none"
+	Token   string        // the holder's lease token (plain locks)
+	TTL     time.Duration // the holder's remaining lease; -1 if the key has no expiry
+	Fence   int64         // the last fence issued for the name; 0 if none
+	Meta    string        // the holders' metadata, distinct values joined with ", "
+	Owners  []Owner       // a reentrant lock's owners
+	Permits []Permit      // a semaphore's live permits, the soonest to end first
+	RWHolds []RWHold      // a read-write lock's live holds, the soonest to end first
+	Queued  int           // live waiters in the fair queue (unfair ones are not counted)
 }
 
 // Owner is one owner of a reentrant lock.
@@ -91,8 +70,7 @@ func infoOf(name string, st backend.State) Info {
 	return info
 }
 
-// Inspect reads the state of the lock name without changing it. It is for
-// operators and tools: the answer may be stale by the time it arrives.
+// Inspect reads the state of the lock name; it may be stale on arrival.
 func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	k, err := c.check(name)
 	if err != nil {
@@ -105,15 +83,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	return infoOf(name, st), nil
 }
 
-// ForceRelease deletes the lock name whoever holds it, and wakes its
-// waiters. It is for operators clearing a lock whose holder is known to be
-// gone: if the holder is alive, it keeps running until its next extension
-// finds the token missing, and overlaps with the next holder until then.
-// It deletes only the holding it read (a re-sent request cannot delete the
-// next holder's lock) and only a dlock lock: a key of another kind gets
-// ErrWrongType. It reports whether a lock was deleted. On a semaphore it
-// ends every permit held, as long as they are still the permits it read,
-// and its waiters take them in queue order.
+// ForceRelease deletes the lock name, every hold of it, whoever holds it, and
+// reports whether there was one. A live holder goes on until its next extension
+// finds it gone, overlapping the next holder. [ErrWrongType] for a foreign key.
 func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	k, err := c.check(name)
 	if err != nil {
@@ -126,12 +98,8 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	return ok, nil
 }
 
-// List returns the state of the held locks whose names match the glob
-// pattern (Redis MATCH syntax; "" or "*" for all), sorted by name. It walks
-// the keyspace with SCAN, never KEYS: on every master of a Cluster, and on
-// every node of a quorum (a lock held on a majority is listed if any node
-// that answered has it). Like Inspect it is for operators: locks come and
-// go while it runs.
+// List returns the state of the held locks whose names match the glob pattern
+// ("" for all), sorted by name. It uses SCAN: locks come and go while it runs.
 func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
 	if pattern == "" {
 		pattern = "*"
@@ -139,7 +107,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
 	match := c.opts.prefix + "{" + pattern + "}"
 	keys, err := c.b.Scan(ctx, match)
 	if err != nil {
-		return nil, fmt.Errorf("dlock: list: %w", public(err))
+		return nil, fmt.Errorf("dlock: list: %w", err)
 	}
 	names := make([]string, 0, len(keys))
 	for _, key := range keys {

@@ -16,30 +16,36 @@ import (
 // This file holds what one acquisition asks for: the per-call options
 // (LockOption), and the holder metadata that the lease's token carries.
 
-// LockOption configures one acquisition and the lease it takes, in place of
-// what the Client's options set for every lease. Per-call options are named
-// without the With of the Client's options (LeaseTTL beside WithTTL,
-// MaxHold beside WithMaxHold), so that the two kinds never mix up: a
-// LockOption is not an Option, and the compiler says so.
-//
-// The calls that take them:
-//   - Client.Acquire, Client.TryAcquire and Client.Do (and so Locker's);
-//   - RWLocker.Acquire, RWLocker.TryAcquire and RWLocker.Do, for a read or
-//     a write hold of a read-write lock;
-//   - Semaphore.Acquire, Semaphore.TryAcquire and Semaphore.Do, for a
-//     permit;
-//   - Client.AcquireAll, Client.TryAcquireAll and Client.DoAll, for every
-//     part of a multi-lock (MaxWait bounds the whole acquisition);
-//   - Election.Campaign and Election.Do, for the leader's lease, except
-//     HolderMeta: the campaign's value is the leader's metadata.
-//
-// TryAcquire and TryAcquireAll never wait: they refuse MaxWait(d) for a
-// d > 0. An invalid option, and one that does not apply to the call, fail
-// the call with an error wrapping ErrInvalid before anything is sent to
-// Redis.
-type LockOption func(*lease)
+// LockOption configures one acquisition and its lease: [LeaseTTL],
+// [HolderMeta], [MaxHold] or [MaxWait]. Every call that acquires takes them,
+// except that a campaign refuses HolderMeta. An invalid option fails the call
+// with [ErrInvalid] before anything is sent.
+type LockOption interface {
+	applyLease(*lease)
+}
 
-// lease is what one acquisition asks for: the Client's options, overridden
+// LeaseOption is a lease option: given to New it is the Client's default, given
+// to a call it overrides that default.
+type LeaseOption struct {
+	set func(*lease)
+}
+
+func (l LeaseOption) applyLease(p *lease) { l.set(p) }
+
+func (l LeaseOption) applyOption(o *options) {
+	l.set(&o.lease)
+	if o.lease.err != "" {
+		o.invalid("%s", o.lease.err)
+		o.lease.err = ""
+	}
+}
+
+// lockOption is a LockOption that sets what its function sets.
+type lockOption func(*lease)
+
+func (f lockOption) applyLease(p *lease) { f(p) }
+
+// lease is what one acquisition asks for: the Client's defaults, overridden
 // by the call's LockOptions.
 type lease struct {
 	ttl     time.Duration // the lease time
@@ -48,8 +54,8 @@ type lease struct {
 	meta    string        // the holder metadata
 	suffix  string        // what the token carries of it: "." and meta escaped, or ""
 
-	ttlSet bool // LeaseTTL was given
-	// waitAll is, for a part of an AcquireAll with MaxWait(d > 0), that d:
+	ttlSet, waitSet bool // LeaseTTL, MaxWait were given for this call
+	// waitAll is, for a part of an AcquireAll with a wait bound, that bound:
 	// wait is what is left of it (partWait).
 	waitAll time.Duration
 	err     string // the first invalid option, as the caller wrote it
@@ -61,80 +67,65 @@ func (p *lease) invalid(format string, args ...any) {
 	}
 }
 
-// LeaseTTL sets the lease time of this acquisition, in place of the
-// Client's (WithTTL): Redis's expiry of the lease, and the period of its
-// watchdog, which extends it every ttl/3 (an Extend changes it, as for any
-// lease). A TTL below MinTTL, or not above the drift margin (WithDrift), is
-// refused (ErrInvalid); over a quorum (NewRedlock) so is a TTL not above
-// the per-node timeout, which stays the Client's (WithNodeTimeout). A
-// reentrant hold taken with it is a lease of its own with this TTL; it
-// never shortens the lock's key below what another hold was promised.
-func LeaseTTL(ttl time.Duration) LockOption {
-	return func(p *lease) {
+// LeaseTTL sets the lease time (default [DefaultTTL]), which the watchdog
+// extends every ttl/3. It must be at least [MinTTL], above the drift margin
+// and, over a quorum, above the node timeout.
+func LeaseTTL(ttl time.Duration) LeaseOption {
+	return LeaseOption{func(p *lease) {
 		if ttl < MinTTL {
 			p.invalid("LeaseTTL(%v): the TTL must be at least %v", ttl, MinTTL)
 			return
 		}
 		p.ttl, p.ttlSet = ttl, true
-	}
+	}}
 }
 
-// MaxWait bounds how long Client.Acquire (and Client.Do) may wait for the
-// lock, on top of its context: once d has passed without the lock, the call
-// returns an error wrapping ErrNotAcquired — and, if the context ended
-// first, matching ctx.Err() too; a wait that ran out while the context
-// lives does not match the context's errors. However short d is, the call
-// makes one attempt (bounded by its context only); MaxWait(0) makes one
-// attempt exactly as TryAcquire does (it never queues, and in fair mode
-// never jumps the queue). A negative d is refused (ErrInvalid), and so is a d > 0 on
-// TryAcquire, which never waits. Without it, Acquire waits as long as its
-// context allows. On AcquireAll (and DoAll) it bounds the whole
-// acquisition, every part and round together (the part whose attempt is in
-// flight when d passes finishes that attempt, as above).
-func MaxWait(d time.Duration) LockOption {
-	return func(p *lease) {
+// MaxWait bounds how long an acquisition may wait, on top of its context
+// (default: no bound; for AcquireAll, the whole call); it fails with
+// [ErrNotAcquired] then. It always makes one attempt: MaxWait(0) makes exactly
+// one. A negative d is refused, and so is d > 0 on a TryAcquire call.
+func MaxWait(d time.Duration) LeaseOption {
+	return LeaseOption{func(p *lease) {
 		if d < 0 {
 			p.invalid("MaxWait(%v): the wait must not be negative", d)
 			return
 		}
-		p.wait = d
-	}
+		p.wait, p.waitSet = d, true
+	}}
 }
 
 // partWait makes a part of an AcquireAll wait at most left: what is left
-// of all, the MaxWait of the whole acquisition.
+// of all, the wait bound of the whole acquisition.
 func partWait(left, all time.Duration) LockOption {
-	return func(p *lease) { p.wait, p.waitAll = left, all }
+	return lockOption(func(p *lease) { p.wait, p.waitAll = left, all })
 }
 
-// HolderMeta sets the holder metadata of this lease, in place of the
-// Client's (WithHolderMeta): a short text that says who holds the lock.
-// "" gives the lease none. See WithHolderMeta for what it may hold and where
-// it shows.
-func HolderMeta(meta string) LockOption {
-	return func(p *lease) {
+// HolderMeta sets the holder metadata (default "hostname:pid"; "" for none),
+// shown by [Info], [Lock.Meta] and [NotAcquiredError]. The lease token carries
+// it: anyone who reads the keyspace reads it. It must be UTF-8 of at most
+// [MaxMetaLen] bytes, without control characters.
+func HolderMeta(meta string) LeaseOption {
+	return LeaseOption{func(p *lease) {
 		if why := badMeta(meta); why != "" {
 			p.invalid("HolderMeta(%q): %s", meta, why)
 			return
 		}
 		p.meta, p.suffix = meta, metaSuffix(meta)
-	}
+	}}
 }
 
-// MaxHold caps how long this lease may be held, in place of the Client's
-// cap (WithMaxHold); see WithMaxHold for what happens at the cap. 0 lifts
-// the Client's cap for this lease. A d between 0 and MinTTL, or negative,
-// is refused (ErrInvalid). On a reentrant re-entry it caps that hold,
-// which is a lease of its own: at the cap the hold ends and is released,
-// and the lock stays with its owner while another hold lives.
-func MaxHold(d time.Duration) LockOption {
-	return func(p *lease) {
+// MaxHold caps how long a lease may be held (default 0: no cap; per call, 0
+// lifts the Client's; otherwise at least [MinTTL]). At the cap the lease ends
+// as a loss, with [ErrMaxHold], and is released; the watchdog and [Lock.Extend]
+// never go past it.
+func MaxHold(d time.Duration) LeaseOption {
+	return LeaseOption{func(p *lease) {
 		if why := badMaxHold(d); why != "" {
 			p.invalid("MaxHold(%v): %s", d, why)
 			return
 		}
 		p.maxHold = d
-	}
+	}}
 }
 
 // badMaxHold says what is wrong with the max hold d, or returns "".
@@ -145,10 +136,11 @@ func badMaxHold(d time.Duration) string {
 	return ""
 }
 
-// leaseFor returns what an acquisition of name asks for, with opts applied
-// to the Client's defaults; try is set for TryAcquire. It returns an error
-// wrapping ErrInvalid for an invalid option or one that does not apply.
-func (c *Client) leaseFor(name string, opts []LockOption, try bool) (lease, error) {
+// leaseFor returns what an acquisition (op, see kind.acquireOp) of name
+// asks for, with opts applied to the Client's defaults; try is set for
+// TryAcquire. It returns an error wrapping ErrInvalid for an invalid option
+// or one that does not apply.
+func (c *Client) leaseFor(op, name string, opts []LockOption, try bool) (lease, error) {
 	p := c.opts.lease
 	if len(opts) == 0 {
 		return p, nil
@@ -158,11 +150,11 @@ func (c *Client) leaseFor(name string, opts []LockOption, try bool) (lease, erro
 			p.invalid("option %d is nil", i+1)
 			continue
 		}
-		opt(&p)
+		opt.applyLease(&p)
 	}
 	switch {
 	case p.err != "":
-	case try && p.wait > 0:
+	case try && p.waitSet && p.wait > 0:
 		p.invalid("MaxWait(%v): TryAcquire makes one attempt and never waits; use Acquire", p.wait)
 	case p.ttlSet && c.opts.driftFor(p.ttl) >= p.ttl:
 		p.invalid("LeaseTTL(%v): the TTL must be above the drift margin (%v)", p.ttl, c.opts.driftFor(p.ttl))
@@ -170,14 +162,12 @@ func (c *Client) leaseFor(name string, opts []LockOption, try bool) (lease, erro
 		p.invalid("LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", p.ttl, c.opts.nodeTimeout)
 	}
 	if p.err != "" {
-		return lease{}, fmt.Errorf("%w: acquire %q: %s", ErrInvalid, name, p.err)
+		return lease{}, fmt.Errorf("%w: %s %q: %s", ErrInvalid, op, name, p.err)
 	}
 	return p, nil
 }
 
-// MaxMetaLen is the longest holder metadata accepted (WithHolderMeta,
-// HolderMeta), in bytes. Every lease token, marker key and handover message
-// of a lease carries it.
+// MaxMetaLen is the longest holder metadata accepted ([HolderMeta]), in bytes.
 const MaxMetaLen = 128
 
 // metaSep separates a token's random part from its metadata. The random
@@ -272,7 +262,7 @@ func leaseToken(suffix string) string {
 // newToken returns a random 128-bit token without metadata.
 func newToken() string { return leaseToken("") }
 
-// defaultMeta is the holder metadata of a Client without WithHolderMeta:
+// defaultMeta is the holder metadata of a Client without HolderMeta:
 // "hostname:pid", cut to MaxMetaLen and without control characters.
 var defaultMeta = sync.OnceValue(func() string {
 	pid := ":" + strconv.Itoa(os.Getpid())

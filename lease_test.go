@@ -27,10 +27,19 @@ func TestLeaseTTLIsTheLeasesOwn(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	for _, m := range modes(t, rdb, true) {
 		for _, pipelining := range []bool{true, false} {
+			if testing.Short() && !pipelining { // the direct path: without -short
+				continue
+			}
 			t.Run(fmt.Sprintf("%s/pipelining=%v", m.name, pipelining), func(t *testing.T) {
 				ctx := m.ctx(t.Context())
-				c := m.new(t, dlock.WithTTL(10*time.Second), dlock.WithPipelining(pipelining))
+				c := m.new(t, dlock.LeaseTTL(10*time.Second), pipelined(pipelining))
 				name := fmt.Sprintf("lease-ttl-%s-%v", m.name, pipelining)
+				// A Client's first attempt loads its scripts before the
+				// lease's clock starts: warm it, so that the calls below
+				// measure the lease alone.
+				if warm, err := c.TryAcquire(ctx, name+"-warm"); err == nil {
+					warm.Release(ctx)
+				}
 				start := time.Now()
 				calls := map[string]func() (*dlock.Lock, error){
 					"TryAcquire": func() (*dlock.Lock, error) { return c.TryAcquire(ctx, name+"-try", dlock.LeaseTTL(ttl)) },
@@ -103,8 +112,8 @@ func TestMaxWait(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/pipelining=%v", m.name, pipelining), func(t *testing.T) {
 				ctx := m.ctx(t.Context())
 				name := fmt.Sprintf("maxwait-%s-%v", m.name, pipelining)
-				holder := m.new(t, dlock.WithHolderMeta("holder-a"))
-				c := asOwner(t, m.new(t, dlock.WithPipelining(pipelining)), "owner-b")
+				holder := m.new(t, dlock.HolderMeta("holder-a"))
+				c := asOwner(t, m.new(t, pipelined(pipelining)), "owner-b")
 				l, err := holder.TryAcquire(ctx, name)
 				if err != nil {
 					t.Fatal(err)
@@ -188,7 +197,7 @@ func TestHolderMetaRoundTrip(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/pipelining=%v", m.name, pipelining), func(t *testing.T) {
 				ctx := m.ctx(t.Context())
 				name := fmt.Sprintf("meta-%s-%v", m.name, pipelining)
-				other := asOwner(t, m.new(t, dlock.WithPipelining(pipelining)), "other-owner")
+				other := asOwner(t, m.new(t, pipelined(pipelining)), "other-owner")
 				for _, tc := range []struct {
 					what string
 					opts []dlock.Option
@@ -196,12 +205,12 @@ func TestHolderMetaRoundTrip(t *testing.T) {
 					want string
 				}{
 					{"default", nil, nil, def},
-					{"Client's", []dlock.Option{dlock.WithHolderMeta("web-1 job{42} 100% ünï")}, nil, "web-1 job{42} 100% ünï"},
-					{"call's", []dlock.Option{dlock.WithHolderMeta("client")}, []dlock.LockOption{dlock.HolderMeta("call \"x\"")}, "call \"x\""},
-					{"none", []dlock.Option{dlock.WithHolderMeta("")}, nil, ""},
+					{"Client's", []dlock.Option{dlock.HolderMeta("web-1 job{42} 100% ünï")}, nil, "web-1 job{42} 100% ünï"},
+					{"call's", []dlock.Option{dlock.HolderMeta("client")}, []dlock.LockOption{dlock.HolderMeta("call \"x\"")}, "call \"x\""},
+					{"none", []dlock.Option{dlock.HolderMeta("")}, nil, ""},
 					{"none for the call", nil, []dlock.LockOption{dlock.HolderMeta("")}, ""},
 				} {
-					c := m.new(t, append(tc.opts, dlock.WithPipelining(pipelining))...)
+					c := m.new(t, append(tc.opts, pipelined(pipelining))...)
 					l, err := c.TryAcquire(ctx, name, tc.call...)
 					if err != nil {
 						t.Fatalf("%s: TryAcquire = %v", tc.what, err)
@@ -247,8 +256,8 @@ func TestHolderMetaOverFairHandover(t *testing.T) {
 	for _, pipelining := range []bool{true, false} {
 		ctx := t.Context()
 		name := fmt.Sprintf("meta-handover-%v", pipelining)
-		holder := newClient(t, rdb, dlock.WithHolderMeta("first"), dlock.WithPipelining(pipelining))
-		waiter := newClient(t, rdb, dlock.WithPipelining(pipelining))
+		holder := newClient(t, rdb, dlock.HolderMeta("first"), pipelined(pipelining))
+		waiter := newClient(t, rdb, pipelined(pipelining))
 		l, err := holder.TryAcquire(ctx, name)
 		if err != nil {
 			t.Fatal(err)
@@ -290,7 +299,7 @@ func TestHolderMetaOverFairHandover(t *testing.T) {
 func TestHolderMetaOfReentrantHolds(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithHolderMeta("outer"))
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.HolderMeta("outer"))
 	owner := asOwner(t, c, "request-1")
 	outer, err := owner.TryAcquire(ctx, "re-meta")
 	if err != nil {
@@ -332,7 +341,7 @@ func TestLockOptionsBadInputWritesNothing(t *testing.T) {
 	bad := badLockOptions()
 	for _, m := range modes(t, rdb, true) {
 		for _, pipelining := range []bool{true, false} {
-			c := m.new(t, dlock.WithPipelining(pipelining))
+			c := m.new(t, pipelined(pipelining))
 			ctx := m.ctx(t.Context())
 			for _, tc := range bad {
 				name := "bad-" + m.name
@@ -356,7 +365,7 @@ func TestLockOptionsBadInputWritesNothing(t *testing.T) {
 	}
 	// A quorum refuses a TTL its nodes' timeout leaves no room for.
 	_, nodes := startQuorum(t, 3)
-	q := newRedlock(t, nodes, dlock.WithNodeTimeout(200*time.Millisecond))
+	q := newRedlock(t, nodes, 200*time.Millisecond)
 	if _, err := q.TryAcquire(t.Context(), "bad-quorum", dlock.LeaseTTL(100*time.Millisecond)); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("quorum with a 200ms node timeout: TryAcquire(LeaseTTL(100ms)) = %v, want ErrInvalid", err)
 	}
@@ -370,13 +379,13 @@ func TestLockOptionsBadInputWritesNothing(t *testing.T) {
 		t.Errorf("after refused calls: %d keys in Redis (%v), want none", n, keys)
 	}
 	for _, opt := range []dlock.Option{
-		dlock.WithHolderMeta(long), dlock.WithHolderMeta("tab\there"), dlock.WithHolderMeta("\xfe"),
-		dlock.WithMaxHold(-time.Second), dlock.WithMaxHold(time.Millisecond),
+		dlock.HolderMeta(long), dlock.HolderMeta("tab\there"), dlock.HolderMeta("\xfe"),
+		dlock.MaxHold(-time.Second), dlock.MaxHold(time.Millisecond),
 	} {
 		if _, err := dlock.New(rdb, opt); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("New with a bad option = %v, want ErrInvalid", err)
 		}
-		if _, err := dlock.NewRedlock(nodes, opt); !errors.Is(err, dlock.ErrInvalid) {
+		if _, err := dlock.NewRedlock(nodes, 0, opt); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("NewRedlock with a bad option = %v, want ErrInvalid", err)
 		}
 	}
@@ -439,7 +448,7 @@ func checkBadLockOptions(t *testing.T, try, acquire func(...dlock.LockOption) er
 func TestHolderMetaAtItsLongest(t *testing.T) {
 	_, rdb := setup(t)
 	meta := strings.Repeat("é", dlock.MaxMetaLen/2) // 128 bytes, each escaped as %XX
-	holder := newClient(t, rdb, dlock.WithHolderMeta(meta))
+	holder := newClient(t, rdb, dlock.HolderMeta(meta))
 	waiter := newClient(t, rdb)
 	l, err := holder.TryAcquire(t.Context(), "long-meta")
 	if err != nil {
@@ -478,7 +487,7 @@ func TestHolderMetaOfSemaphorePermits(t *testing.T) {
 	ctx := t.Context()
 	var permits []*dlock.Lock
 	for _, meta := range []string{"worker b", "worker a", "worker b", ""} {
-		s, err := newClient(t, rdb, dlock.WithHolderMeta(meta)).Semaphore("sem-meta", 4)
+		s, err := newClient(t, rdb, dlock.HolderMeta(meta)).Semaphore("sem-meta", 4)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -555,12 +564,80 @@ func TestInspectCountsQueuedWaiters(t *testing.T) {
 	}
 }
 
+// Info.Queued counts the live entries of the queue only: a waiter that
+// died stops counting once its entry lapses, as its documentation says,
+// not when someone serving the queue drops it. A waiter whose connection
+// stalls (to Redis, it died: it neither renews its entry nor leaves) with
+// a lease of 100ms, and a live waiter behind it, wait for a lock, a
+// semaphore, a read-write lock and an election held for longer than the
+// test: Queued must go from 2 to 1 within a second of the stall (the
+// entry lapses 100ms after it was last renewed; nothing serves the queue
+// meanwhile, the live waiter renewing only every 3.3s), read by a Client
+// with scripts and by one without.
+func TestInspectQueuedCountsLiveWaitersOnly(t *testing.T) {
+	const ttl = 100 * time.Millisecond // the dying waiter's lease, and its entry's life
+	for _, kind := range []string{"fair", "semaphore", "rw", "election"} {
+		t.Run(kind, func(t *testing.T) {
+			p, rdb, direct := proxied(t, -1, 300*time.Millisecond)
+			ctx := t.Context()
+			name := "queued-live-" + kind
+			key := semKey(name)
+			dying := newClient(t, rdb, pipelined(false))
+			c := newClient(t, direct, dlock.LeaseTTL(10*time.Second))
+			inspectors := map[string]*dlock.Client{"scripts": c, "no scripts": newClient(t, direct, dlock.WithoutScripts())}
+			// acquire(c, opts) waits for the name on c (a write of the
+			// read-write lock, a campaign of the election).
+			acquire := func(ctx context.Context, c *dlock.Client, opts ...dlock.LockOption) (*dlock.Lock, error) {
+				return holdAs(t, ctx, c, kind, name, opts...)
+			}
+			holder, err := acquire(ctx, c, dlock.MaxWait(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Release(ctx)
+			wctx, cancel := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			defer func() { cancel(); p.Cut(); wg.Wait() }()
+			queued := func(n int64) bool {
+				return waitFor(5*time.Second, func() bool { return direct.LLen(ctx, key+":q").Val() == n })
+			}
+			wg.Go(func() { acquire(wctx, dying, dlock.LeaseTTL(ttl)) })
+			if !queued(1) {
+				t.Fatal("the dying waiter never queued")
+			}
+			wg.Go(func() { acquire(wctx, c) })
+			if !queued(2) {
+				t.Fatal("the live waiter never queued")
+			}
+			for what, i := range inspectors {
+				if info, err := i.Inspect(ctx, name); err != nil || info.Queued != 2 {
+					t.Errorf("Inspect (%s) with two live waiters = %+v, %v; want Queued 2", what, info, err)
+				}
+			}
+			p.Stall() // the first waiter dies: no renewal, no leave
+			stalled := time.Now()
+			for what, i := range inspectors {
+				var info dlock.Info
+				ok := waitFor(time.Second, func() bool {
+					info, err = i.Inspect(ctx, name)
+					return err == nil && info.Queued == 1
+				})
+				if !ok {
+					t.Errorf("Inspect (%s) %v after the first waiter died (its entry lapsed %v after it last renewed it) = Queued %d, %v; want 1, the live waiter; the queue: %v, entries %v",
+						what, time.Since(stalled).Round(time.Millisecond), ttl, info.Queued, err,
+						direct.LRange(ctx, key+":q", 0, -1).Val(), direct.HGetAll(ctx, key+":qw").Val())
+				}
+			}
+		})
+	}
+}
+
 // A refusal names the holder in the lock's own terms: a plain lock's is
 // "another holder" (a lease), a reentrant lock's "another owner".
 func TestNotAcquiredWording(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	plain := newClient(t, rdb, dlock.WithHolderMeta("batch"))
+	plain := newClient(t, rdb, dlock.HolderMeta("batch"))
 	l, err := plain.TryAcquire(ctx, "wording-plain")
 	if err != nil {
 		t.Fatal(err)
@@ -571,7 +648,7 @@ func TestNotAcquiredWording(t *testing.T) {
 		t.Errorf("TryAcquire of a held plain lock = %v, want ErrNotAcquired ending in %s", err, want)
 	}
 
-	re := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithHolderMeta(""))
+	re := newClient(t, rdb, dlock.WithReentrant(true), dlock.HolderMeta(""))
 	outer, err := asOwner(t, re, "flow-1").TryAcquire(ctx, "wording-re")
 	if err != nil {
 		t.Fatal(err)
@@ -580,5 +657,104 @@ func TestNotAcquiredWording(t *testing.T) {
 	_, err = asOwner(t, re, "flow-2").TryAcquire(ctx, "wording-re")
 	if want := "held by another owner"; !errors.Is(err, dlock.ErrNotAcquired) || !strings.HasSuffix(err.Error(), want) {
 		t.Errorf("TryAcquire of a reentrant lock another owner holds = %v, want ErrNotAcquired ending in %s", err, want)
+	}
+}
+
+// The lease options given to New are the Client's defaults, and a call's
+// override them. A default MaxWait bounds every wait (Acquire, Do,
+// AcquireAll, a semaphore's, a read-write lock's, a campaign's) but not
+// TryAcquire and TryAcquireAll, which still make one attempt.
+func TestLeaseOptionsAsClientDefaults(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const wait = 150 * time.Millisecond
+	holder := newClient(t, rdb, dlock.HolderMeta("holder"))
+	c := newClient(t, rdb, dlock.MaxWait(wait), dlock.LeaseTTL(5*time.Second), dlock.HolderMeta("defaults"))
+	bounded := func(what string, f func() error) {
+		t.Helper()
+		start := time.Now()
+		err := f()
+		if took := time.Since(start); !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) ||
+			took < wait || took > wait+2*time.Second {
+			t.Errorf("%s = %v after %v, want ErrNotAcquired after the default MaxWait (%v)", what, err, took, wait)
+		}
+	}
+	once := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s = %v, want ErrNotAcquired: one attempt, the default MaxWait not applying", what, err)
+		}
+	}
+	if _, err := holder.TryAcquire(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	bounded("Acquire", func() error { _, err := c.Acquire(ctx, "held"); return err })
+	bounded("Do", func() error { return c.Do(ctx, "held", func(context.Context, *dlock.Lock) error { return nil }) })
+	bounded("AcquireAll", func() error { _, err := c.AcquireAll(ctx, []string{"free", "held"}); return err })
+	_, err := c.TryAcquire(ctx, "held")
+	once("TryAcquire", err)
+	_, err = c.TryAcquireAll(ctx, []string{"free", "held"})
+	once("TryAcquireAll", err)
+	if _, err := c.TryAcquire(ctx, "held", dlock.MaxWait(time.Second)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("TryAcquire(MaxWait(1s)) = %v, want ErrInvalid", err)
+	}
+	start := time.Now()
+	if _, err := c.Acquire(ctx, "held", dlock.MaxWait(0)); !errors.Is(err, dlock.ErrNotAcquired) || time.Since(start) > wait {
+		t.Errorf("Acquire(MaxWait(0)) = %v after %v, want one attempt: the call's option overrides the default", err, time.Since(start))
+	}
+
+	s1, err := holder.Semaphore("sem-defaults", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s1.TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := c.Semaphore("sem-defaults", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounded("Semaphore.Acquire", func() error { _, err := s2.Acquire(ctx); return err })
+	rw1, err := holder.RWMutex("rw-defaults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw1.Writer().TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rw2, err := c.RWMutex("rw-defaults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounded("RWLocker.Acquire", func() error { _, err := rw2.Reader().Acquire(ctx); return err })
+	e1, err := holder.Election("el-defaults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e1.Campaign(ctx, "leader"); err != nil {
+		t.Fatal(err)
+	}
+	e2, err := c.Election("el-defaults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounded("Election.Campaign", func() error { _, err := e2.Campaign(ctx, "follower"); return err })
+
+	l, err := c.TryAcquire(ctx, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Meta() != "defaults" {
+		t.Errorf("Meta() = %q, want the Client's default", l.Meta())
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl <= 4*time.Second || ttl > 5*time.Second {
+		t.Errorf("TTL() = %v, %v; want the Client's default lease time (5s)", ttl, err)
+	}
+	l2, err := c.TryAcquire(ctx, "mine-too", dlock.LeaseTTL(time.Second), dlock.HolderMeta("call"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := l2.TTL(ctx); err != nil || ttl > time.Second || l2.Meta() != "call" {
+		t.Errorf("per call: TTL() = %v, %v, Meta() = %q; want the call's options (1s, \"call\")", ttl, err, l2.Meta())
 	}
 }

@@ -18,6 +18,9 @@ import (
 // fence counter a minute after its fence, and memory is back where it was.
 // (The previous data model kept a fence key per name for good.)
 func TestNothingLeftPerName(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const names, workers = 10000, 32
@@ -25,7 +28,7 @@ func TestNothingLeftPerName(t *testing.T) {
 	for _, fair := range []bool{true, false} {
 		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
 			rdb.FlushAll(ctx)
-			c := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithFair(fair), dlock.WithAutoExtend(false))
+			c := newClient(t, rdb, dlock.LeaseTTL(ttl), waiting(fair), dlock.WithAutoExtend(false))
 			lockEach := func(prefix string, n int) {
 				var wg sync.WaitGroup
 				errs := make(chan error, workers)

@@ -9,22 +9,13 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// Lock is a held lease on one lock name, returned by Client.Acquire and
-// Client.TryAcquire (or a permit of a Semaphore, returned by its Acquire
-// and TryAcquire). Its methods are safe for concurrent use.
-//
-// A Lock is held until Release, or until it is lost: its token disappeared
-// from Redis (it expired, or someone deleted or overwrote the key), or its
-// validity ran out before it could be extended. Done and Err report a loss,
-// and they do so no later than the validity deadline: by the time Redis
-// could let another client in, Done is already closed.
-//
-// It is NOT safe to assume that the lock is still held just because Done is
-// open: a process paused between checking and acting (GC, swap, a stopped
-// VM) can act after the lease has expired. Pass Fence to the protected
-// resource and let it reject stale writes; see the package documentation.
+// Lock is a held lease on one name (or a permit, a hold, a leadership), until
+// Release or loss; Done and Err report a loss no later than ValidUntil. An open
+// Done does NOT mean the lock is still held when you act: give [Lock.Fence] to
+// the resource. Safe for concurrent use.
 type Lock struct {
 	c     *Client
+	k     *kind // what it is: the Client's own lock, or a kind made on top of them
 	name  string
 	p     lease          // what the acquisition asked for: the Client's options and the call's
 	cl    *backend.Claim // the keys and the lease token; script arguments point into it
@@ -34,10 +25,10 @@ type Lock struct {
 	fenceMu sync.Mutex // serializes Fence calls
 	fence   int64      // the lease's fence once issued; fenceMu guards it
 
-	relMu      sync.Mutex // serializes Release calls
-	extMu      sync.Mutex // serializes extensions: the last one sets the lease
-	extSeq     int64      // the last extension's sequence number; extMu guards it
-	mu         sync.Mutex // guards the fields below
+	relSem     chan struct{} // holds one token while a Release runs: serializes them, and a waiting one honours its context
+	extSem     chan struct{} // holds one token while an extension runs: serializes them (the last one sets the lease), and a waiting one honours its context
+	extSeq     int64         // the last extension's sequence number; extSem guards it
+	mu         sync.Mutex    // guards the fields below
 	ttl        time.Duration
 	validUntil time.Time
 	capAt      time.Time // the max hold's deadline (zero: none); validUntil never passes it
@@ -45,7 +36,7 @@ type Lock struct {
 	err        error     // nil while held; ErrReleased, or the loss
 	released   bool      // the release script ran
 	// done and the expiry timer that closes it at validUntil are made when
-	// someone first watches the Lock (Done, Do, a Lost hook); until then a
+	// someone first watches the Lock (Done, Do, an Observer with Lost); until then a
 	// loss is found when the state is read (Err, Extend, Release), and a
 	// Lock that nobody watches costs no timer.
 	done   chan struct{}
@@ -144,15 +135,9 @@ func (l *Lock) Name() string { return l.name }
 // Key returns the Redis key that holds the lock.
 func (l *Lock) Key() string { return l.cl.Lock }
 
-// Token returns the token of this lease: the value of the lock key while
-// this Lock holds it. It is 22 random base64url characters (128 bits)
-// followed, when the lease has holder metadata (WithHolderMeta, HolderMeta;
-// by default "hostname:pid"), by a '.' and the metadata, escaped: every
-// byte that is not printable ASCII, and '%', '{' and '}', as %XX. Treat it
-// as an opaque string of at most 22+1+3·MaxMetaLen bytes without spaces;
-// Meta returns the metadata. For a reentrant lock it is the owner's id,
-// shared by the owner's nested holds as they share the fence, so that a
-// fenced resource (Guard) takes them for the one holder they are.
+// Token returns the lease's opaque token: 22 random base64url characters, then
+// '.' and the holder metadata, %XX-escaped, if any. It has no spaces. A
+// reentrant lock's holds share their owner's.
 func (l *Lock) Token() string {
 	if l.cl.Owner != "" {
 		return l.cl.Owner
@@ -160,33 +145,22 @@ func (l *Lock) Token() string {
 	return l.cl.Token
 }
 
-// Meta returns the holder metadata of this lease (WithHolderMeta,
-// HolderMeta): what Client.Inspect and a refused acquisition show as its
-// holder's.
+// Meta returns the lease's holder metadata ([HolderMeta]).
 func (l *Lock) Meta() string { return l.p.meta }
 
-// Deadline returns when the lease's max hold (WithMaxHold, MaxHold) ends
-// it, and true; or the zero time and false if the lease has no max hold.
-// ValidUntil is never later.
+// Deadline returns the deadline of the lease's max hold ([MaxHold]), if it has
+// one.
 func (l *Lock) Deadline() (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.capAt, !l.capAt.IsZero()
 }
 
-// Fence returns the fencing token of this lease: greater than every fence
-// issued before it for the same name, including across expiries and a
-// restart of a Redis without persistence (as long as the server's clock
-// does not step back by more than a minute; over a quorum, as long as the
-// nodes' clocks agree to within a day). Give it to the protected resource
-// with every write, and have the resource reject a write whose fence is
-// lower than one it has already accepted (see Guard).
-//
-// The first call asks Redis, which issues the fence only if the lease still
-// holds the lock (over a quorum: two rounds, to write it back to a
-// majority); later calls return it without a round trip. A lease that never
-// asks costs the server nothing for fencing. It returns an error wrapping
-// ErrNotHeld if the lock was lost or released before a fence was issued.
+// Fence returns the lease's fencing token, above every fence issued before for
+// the name while Redis's clock does not step back by over a minute (a day over
+// a quorum). Redis issues it on the first call, only while the lease holds the
+// lock ([ErrNotHeld]). Fences are large (server time in µs, ~1.8e15): store
+// them as 64-bit integers.
 func (l *Lock) Fence(ctx context.Context) (int64, error) {
 	l.fenceMu.Lock()
 	defer l.fenceMu.Unlock()
@@ -201,7 +175,7 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 	}
 	f, err := l.c.b.Fence(ctx, l.cl)
 	if err != nil {
-		return 0, opError("fence", l.name, public(err))
+		return 0, opError("fence", l.name, err)
 	}
 	if f <= 0 {
 		err := lost(l.name, "the lock no longer holds our lease")
@@ -212,9 +186,9 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 	return f, nil
 }
 
-// ValidUntil returns the client-side deadline of the lease: until then no
-// other client can hold the lock, as long as the clocks' rates differ by less
-// than the drift margin. It moves forward with each extension.
+// ValidUntil returns the lease's client-side deadline: until then no other
+// client holds the lock, if clock rates differ by less than the drift margin
+// ([WithDrift]).
 func (l *Lock) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -230,8 +204,8 @@ func (l *Lock) Done() <-chan struct{} {
 	return l.done
 }
 
-// Err returns nil while the Lock is held, ErrReleased after Release, or an
-// error wrapping ErrNotHeld that says why the lock was lost.
+// Err returns nil while the Lock is held, [ErrReleased] after Release, or an
+// error wrapping [ErrNotHeld] that says why it was lost.
 func (l *Lock) Err() error {
 	l.expire()
 	l.mu.Lock()
@@ -239,9 +213,7 @@ func (l *Lock) Err() error {
 	return l.err
 }
 
-// TTL asks Redis how long the lease has left (for a reentrant hold, this
-// hold's own lease). It returns an error wrapping ErrNotHeld if the lock no
-// longer holds this lease.
+// TTL asks Redis how long the lease has left. [ErrNotHeld] if it is gone.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	st, err := l.c.b.Inspect(ctx, &l.cl.Keys)
 	if err != nil {
@@ -254,24 +226,10 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	return left, nil
 }
 
-// Extend resets the lease to ttl from now, shorter or longer than before,
-// and makes ttl the lease time of later automatic extensions. The validity
-// (ValidUntil, and the deadline at which Done closes) follows: an Extend to
-// a shorter TTL brings it forward. Extend waits for an extension already in
-// flight (the watchdog's), so that the last extension sent is the one that
-// counts.
-//
-// A lease with a max hold (WithMaxHold, MaxHold) is never extended past
-// it: an Extend that would is cut to end the lease at the cap (Deadline),
-// and returns an error wrapping ErrMaxHold — the lease is still held,
-// until then (without a round trip if it already ends there). The cut,
-// rather than a refusal, gives the caller all the time the cap allows.
-//
-// It returns an error wrapping ErrInvalid if ttl is too short, ErrReleased
-// after Release, an error wrapping ErrNotHeld if the lock was lost (Done is
-// then closed), or the error from Redis. After an error from Redis the
-// extension may or may not have reached Redis: the validity is then the
-// earlier of the old one and the one ttl would give.
+// Extend resets the lease to ttl from now, shorter or longer, for the watchdog
+// too. Past the max hold it cuts the lease there and returns [ErrMaxHold],
+// still held. Errors: [ErrInvalid] (ttl below [MinTTL]), [ErrReleased],
+// [ErrNotHeld], or Redis's, after which the earlier validity stands.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: Extend(%v) of %q: the TTL must be at least %v", ErrInvalid, ttl, l.name, MinTTL)
@@ -283,7 +241,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	e, start := Event{Op: OpExtend, Name: l.name}, time.Now()
-	ctx = l.c.start(ctx, &e)
+	ctx = l.c.start(ctx, l.k, &e)
 	err := l.extend(ctx, ttl)
 	l.c.end(ctx, &e, start, err)
 	return err
@@ -292,14 +250,23 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // extend extends the lease to ttl (0: the lease time of the latest
 // extension, as the watchdog does), cut at the max hold.
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
-	l.extMu.Lock()
-	defer l.extMu.Unlock()
+	select {
+	case l.extSem <- struct{}{}:
+	default:
+		select { // another extension is under way: wait for it, or for ctx
+		case l.extSem <- struct{}{}:
+		case <-ctx.Done():
+			return opError("extend", l.name, fmt.Errorf("%w: %w", backend.ErrNotSent, ctx.Err()))
+		}
+	}
+	defer func() { <-l.extSem }()
 	l.mu.Lock()
 	if ttl == 0 {
 		ttl = l.ttl
 	}
 	capAt, atCap := l.capAt, l.atCap
 	l.mu.Unlock()
+	l.c.b.Prepare(ctx, l.cl) // (nothing to do unless a server lost its scripts; its error, the extension's too)
 	start := time.Now()
 	t := l.terms(start, ttl, capAt)
 	if t.atCap && (atCap || !start.Before(capAt)) {
@@ -308,7 +275,6 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	l.extSeq++
 	ok, err := l.c.b.Extend(ctx, l.cl, t.ask, l.extSeq)
 	if err != nil {
-		err = public(err)
 		// Unknown whether it took effect: assume the earlier deadline.
 		// (Redis applies no extension older than one it applied, so a
 		// later successful extension counts from its own start.)
@@ -363,39 +329,67 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 	}
 }
 
-// Release gives the lock up, stopping its watchdog. It is idempotent: once
-// it has succeeded, further calls return nil. It returns an error wrapping
-// ErrNotHeld if the lock was lost before Release (the critical section may
-// have overlapped with another holder's), or the error from Redis, in which
-// case the lease is no longer extended and expires within its TTL, and
-// Release may be called again.
-//
-// Pass a context that is not already cancelled, e.g.
-// context.WithoutCancel(ctx) in a defer.
+// Release gives the lock up; it is idempotent. It returns an error wrapping
+// [ErrNotHeld] if the lock was lost first, or Redis's error: the lease then
+// expires within its TTL, and Release may be retried. Pass a context that is
+// not cancelled.
 func (l *Lock) Release(ctx context.Context) error {
+	select {
+	case l.relSem <- struct{}{}: // none under way (a done ctx still stops the watchdog below)
+	default:
+		if taken, err := l.awaitRelease(ctx); !taken {
+			return err
+		}
+	}
+	defer func() { <-l.relSem }()
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return nil // a repeated Release: no operation, no event
+	}
 	e, start := Event{Op: OpRelease, Name: l.name}, time.Now()
-	ctx = l.c.start(ctx, &e)
+	ctx = l.c.start(ctx, l.k, &e)
 	err := l.release(ctx, &e)
 	l.c.end(ctx, &e, start, err)
 	return err
 }
 
+// awaitRelease waits for the Release under way to end, and then takes its
+// turn (relSem; taken), unless ctx ends first: then it returns the error
+// of a Release that found Redis too slow, or nil if the one under way
+// released the lock meanwhile. Nothing is sent.
+func (l *Lock) awaitRelease(ctx context.Context) (taken bool, err error) {
+	select {
+	case l.relSem <- struct{}{}:
+		return true, nil
+	case <-ctx.Done():
+		l.mu.Lock()
+		released := l.released
+		l.mu.Unlock()
+		if released {
+			return false, nil
+		}
+		return false, opError(l.releaseOp(), l.name, fmt.Errorf("%w: %w", backend.ErrNotSent, ctx.Err()))
+	}
+}
+
+// releaseOp names a Release in its errors: "resign" for a leader's lease
+// (Leadership.Resign).
+func (l *Lock) releaseOp() string { return l.k.role.releaseOp() }
+
+// release runs the release of a Lock not yet released; Release holds
+// relSem.
 func (l *Lock) release(ctx context.Context, e *Event) error {
-	l.relMu.Lock()
-	defer l.relMu.Unlock()
 	l.expire()
 	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
-		return nil
-	}
 	l.finish(ErrReleased) // stop the watchdog before the delete
 	lostErr := l.err
 	l.mu.Unlock()
 
 	ok, err := l.c.b.Release(ctx, l.cl)
 	if err != nil {
-		return opError("release", l.name, public(err))
+		return opError(l.releaseOp(), l.name, err)
 	}
 	l.mu.Lock()
 	l.released = true

@@ -27,7 +27,7 @@ func TestTryAcquireRelease(t *testing.T) {
 func testTryAcquireRelease(t *testing.T, fair bool) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithTTL(5*time.Second), dlock.WithFair(fair))
+	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), waiting(fair))
 
 	l, err := c.TryAcquire(ctx, "jobs")
 	if err != nil {
@@ -163,7 +163,7 @@ func TestExpiredHolderCannotReleaseNextHolder(t *testing.T) {
 func testExpiredHolder(t *testing.T, fair bool) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithFair(fair))
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), waiting(fair))
 
 	a, err := c.TryAcquire(ctx, "shared")
 	if err != nil {
@@ -218,7 +218,7 @@ func TestExtendAfterExpiry(t *testing.T) {
 func TestUnwatchedLockExpires(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithTTL(100*time.Millisecond))
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond))
 	for _, read := range []string{"Err", "Done", "Extend", "Release"} {
 		t.Run(read, func(t *testing.T) {
 			l, err := c.TryAcquire(ctx, "unwatched:"+read)
@@ -254,8 +254,8 @@ func TestUnwatchedLockExpires(t *testing.T) {
 func TestLostHookFiresAtExpiry(t *testing.T) {
 	_, rdb := setup(t)
 	lost := make(chan error, 1)
-	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithTTL(100*time.Millisecond),
-		dlock.WithHooks(dlock.Hooks{Lost: func(_ string, err error) { lost <- err }}))
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond),
+		dlock.WithObserver(dlock.Observer{Lost: func(_ context.Context, e *dlock.Event) { lost <- e.Err }}))
 	l, err := c.TryAcquire(t.Context(), "hooked-expiry")
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +263,7 @@ func TestLostHookFiresAtExpiry(t *testing.T) {
 	select {
 	case err := <-lost:
 		if !errors.Is(err, dlock.ErrNotHeld) {
-			t.Errorf("Hooks.Lost got %v, want ErrNotHeld", err)
+			t.Errorf("Observer.Lost got %v, want ErrNotHeld", err)
 		}
 		if late := time.Since(l.ValidUntil()); late < 0 {
 			t.Errorf("Hooks.Lost ran %v before the validity deadline", -late)
@@ -301,7 +301,7 @@ func TestHeldLocksCostNoGoroutines(t *testing.T) {
 func TestExtendMovesDeadline(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	l, err := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithTTL(time.Second)).TryAcquire(ctx, "ext")
+	l, err := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(time.Second)).TryAcquire(ctx, "ext")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,8 +323,13 @@ func TestExtendMovesDeadline(t *testing.T) {
 func TestSlowAcquireIsNotHeld(t *testing.T) {
 	s, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond))
-	rdb.Ping(ctx) // open a pooled connection while the server answers
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
+	// Load the Client's scripts and open a pooled connection while the
+	// server answers, so that the freeze holds the attempt itself (a
+	// Client's first attempt loads its scripts first, off the clock).
+	if warm, err := c.TryAcquire(ctx, "slow-warm"); err == nil {
+		warm.Release(ctx)
+	}
 
 	s.Pause()
 	go func() { time.Sleep(700 * time.Millisecond); s.Resume() }()
@@ -344,7 +349,7 @@ func TestSlowAcquireIsNotHeld(t *testing.T) {
 func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithTTL(600*time.Millisecond))
+	c := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
 	l, err := c.TryAcquire(ctx, "long")
 	if err != nil {
 		t.Fatal(err)
@@ -364,14 +369,21 @@ func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
 	}
 }
 
-func TestHooks(t *testing.T) {
+// An Observer's End hears of each acquisition and of each release once: a
+// failed TryAcquire ends with an error, a repeated Release is not told.
+func TestObserverAcquiredReleased(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	var acquired, released []string
-	c := newClient(t, rdb, dlock.WithHooks(dlock.Hooks{
-		Acquired: func(name string, waited time.Duration) { acquired = append(acquired, name) },
-		Released: func(name string, held time.Duration) { released = append(released, name) },
-	}))
+	c := newClient(t, rdb, dlock.WithObserver(dlock.Observer{End: func(_ context.Context, e *dlock.Event) {
+		switch {
+		case e.Err != nil:
+		case e.Op == dlock.OpAcquire:
+			acquired = append(acquired, e.Name)
+		case e.Op == dlock.OpRelease && e.Held > 0:
+			released = append(released, e.Name)
+		}
+	}}))
 	l, err := c.Acquire(ctx, "hooked")
 	if err != nil {
 		t.Fatal(err)
@@ -382,7 +394,7 @@ func TestHooks(t *testing.T) {
 	l.Release(ctx)
 	l.Release(ctx) // idempotent: no second Released call
 	if fmt.Sprint(acquired) != "[hooked]" || fmt.Sprint(released) != "[hooked]" {
-		t.Errorf("Hooks saw acquired %v, released %v; want one of each", acquired, released)
+		t.Errorf("the Observer saw acquired %v, released %v; want one of each", acquired, released)
 	}
 }
 
@@ -391,8 +403,8 @@ func TestLossSignalledWhenKeyDeleted(t *testing.T) {
 	ctx := t.Context()
 	var hooked error
 	lostHook := make(chan struct{})
-	c := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond), dlock.WithHooks(dlock.Hooks{
-		Lost: func(_ string, err error) { hooked = err; close(lostHook) },
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithObserver(dlock.Observer{
+		Lost: func(_ context.Context, e *dlock.Event) { hooked = e.Err; close(lostHook) },
 	}))
 	l, err := c.TryAcquire(ctx, "stolen")
 	if err != nil {
@@ -407,7 +419,7 @@ func TestLossSignalledWhenKeyDeleted(t *testing.T) {
 	}
 	<-lostHook
 	if !errors.Is(hooked, dlock.ErrNotHeld) {
-		t.Errorf("Hooks.Lost got %v, want ErrNotHeld", hooked)
+		t.Errorf("Observer.Lost got %v, want ErrNotHeld", hooked)
 	}
 	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Release after loss = %v, want ErrNotHeld", err)
@@ -424,7 +436,7 @@ func TestLossSignalledBeforeServerExpiry(t *testing.T) {
 			const ttl = time.Second
 			// A wide drift margin: the check below must not depend on how
 			// promptly a loaded machine runs the expiry timer.
-			c := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithDrift(250*time.Millisecond), dlock.WithAutoExtend(autoExtend))
+			c := newClient(t, rdb, dlock.LeaseTTL(ttl), dlock.WithDrift(250*time.Millisecond), dlock.WithAutoExtend(autoExtend))
 			start := time.Now()
 			l, err := c.TryAcquire(ctx, "frozen")
 			if err != nil {
@@ -460,7 +472,7 @@ func TestWrongTypeKey(t *testing.T) {
 	}
 	for _, fair := range []bool{false, true} {
 		rdb.RPush(ctx, "dlock:{listed}", "x")
-		_, err := newClient(t, rdb, dlock.WithFair(fair)).TryAcquire(ctx, "listed")
+		_, err := newClient(t, rdb, waiting(fair)).TryAcquire(ctx, "listed")
 		if want := `the key holds a list, another program's value, not a plain lock`; !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), want) {
 			t.Errorf("fair=%v: TryAcquire on a list key = %v, want ErrWrongType saying %q", fair, err, want)
 		}
@@ -545,7 +557,7 @@ func TestInvalidOptions(t *testing.T) {
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	t.Cleanup(func() { cluster.Close() })
 	slow := func(int) time.Duration { return time.Second }
-	newRL := func(opts ...dlock.Option) (*dlock.Client, error) { return dlock.NewRedlock(nodes, opts...) }
+	newRL := func(opts ...dlock.Option) (*dlock.Client, error) { return dlock.NewRedlock(nodes, 0, opts...) }
 	newC := func(opts ...dlock.Option) (*dlock.Client, error) { return dlock.New(rdb, opts...) }
 	tests := []struct {
 		name string
@@ -553,29 +565,23 @@ func TestInvalidOptions(t *testing.T) {
 		opts []dlock.Option
 		want string // the option the message names, once
 	}{
-		{"zero TTL", newC, []dlock.Option{dlock.WithTTL(0)}, "WithTTL(0s)"},
-		{"negative TTL", newC, []dlock.Option{dlock.WithTTL(-time.Second)}, "WithTTL(-1s)"},
-		{"TTL below MinTTL", newC, []dlock.Option{dlock.WithTTL(10 * time.Millisecond)}, "WithTTL(10ms)"},
+		{"zero TTL", newC, []dlock.Option{dlock.LeaseTTL(0)}, "LeaseTTL(0s)"},
+		{"negative TTL", newC, []dlock.Option{dlock.LeaseTTL(-time.Second)}, "LeaseTTL(-1s)"},
+		{"TTL below MinTTL", newC, []dlock.Option{dlock.LeaseTTL(10 * time.Millisecond)}, "LeaseTTL(10ms)"},
 		{"negative drift", newC, []dlock.Option{dlock.WithDrift(-time.Millisecond)}, "WithDrift(-1ms)"},
-		{"drift above TTL", newC, []dlock.Option{dlock.WithTTL(time.Second), dlock.WithDrift(time.Second)}, "WithDrift(1s)"},
-		{"nil backoff", newC, []dlock.Option{dlock.WithFair(false), dlock.WithBackoff(nil)}, "WithBackoff(nil)"},
+		{"drift above TTL", newC, []dlock.Option{dlock.LeaseTTL(time.Second), dlock.WithDrift(time.Second)}, "WithDrift(1s)"},
 		{"brace in prefix", newC, []dlock.Option{dlock.WithPrefix("a{")}, `WithPrefix("a{")`},
 		{"negative replicas", newC, []dlock.Option{dlock.WithReplicaAck(-1, time.Second)}, "WithReplicaAck(-1, 1s)"},
 		{"no ack timeout", newC, []dlock.Option{dlock.WithReplicaAck(1, 0)}, "WithReplicaAck(1, 0s)"},
-		{"nil option", newC, []dlock.Option{dlock.WithTTL(time.Second), nil}, "option 2"},
-		{"node timeout on New", newC, []dlock.Option{dlock.WithNodeTimeout(time.Second)}, "WithNodeTimeout(1s)"},
-		{"reentrant and fair", newC, []dlock.Option{dlock.WithReentrant(true), dlock.WithFair(true)}, "WithFair(true)"},
-		{"backoff, fair by default", newC, []dlock.Option{dlock.WithBackoff(slow)}, "WithBackoff"},
-		{"backoff and fair", newC, []dlock.Option{dlock.WithFair(true), dlock.WithBackoff(slow)}, "WithBackoff"},
-		{"zero node timeout", newRL, []dlock.Option{dlock.WithNodeTimeout(0)}, "WithNodeTimeout(0s)"},
-		{"quorum: TTL below MinTTL", newRL, []dlock.Option{dlock.WithTTL(time.Millisecond)}, "WithTTL(1ms)"},
+		{"nil option", newC, []dlock.Option{dlock.LeaseTTL(time.Second), nil}, "option 2"},
+		{"negative node timeout", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.NewRedlock(nodes, -time.Second, o...) }, nil, "node timeout -1s"},
+		{"quorum: TTL below MinTTL", newRL, []dlock.Option{dlock.LeaseTTL(time.Millisecond)}, "LeaseTTL(1ms)"},
 		{"quorum: reentrant", newRL, []dlock.Option{dlock.WithReentrant(true)}, "WithReentrant(true)"},
-		{"quorum: fair", newRL, []dlock.Option{dlock.WithFair(true)}, "WithFair(true)"},
 		{"quorum: replica ack", newRL, []dlock.Option{dlock.WithReplicaAck(1, time.Second)}, "WithReplicaAck(1, 1s)"},
 		{"New(nil)", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.New(nil, o...) }, nil, "New"},
-		{"NewRedlock(nil)", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.NewRedlock(nil, o...) }, nil, "NewRedlock"},
+		{"NewRedlock(nil)", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.NewRedlock(nil, 0, o...) }, nil, "NewRedlock"},
 		{"NewRedlock(a nil node)", func(o ...dlock.Option) (*dlock.Client, error) {
-			return dlock.NewRedlock([]redis.UniversalClient{rdb, nil, rdb}, o...)
+			return dlock.NewRedlock([]redis.UniversalClient{rdb, nil, rdb}, 0, o...)
 		}, nil, "NewRedlock"},
 	}
 	for _, tt := range tests {
@@ -588,20 +594,21 @@ func TestInvalidOptions(t *testing.T) {
 			t.Errorf("%s: error %q, want one line naming %s once, with one dlock: prefix", tt.name, msg, tt.want)
 		}
 	}
-	if _, err := dlock.New(rdb, dlock.WithTTL(10*time.Millisecond)); err == nil ||
-		err.Error() != "dlock: invalid argument: WithTTL(10ms): the TTL must be at least 30ms" {
-		t.Errorf("New(WithTTL(10ms)) = %v", err)
+	if _, err := dlock.New(rdb, dlock.LeaseTTL(10*time.Millisecond)); err == nil ||
+		err.Error() != "dlock: invalid argument: LeaseTTL(10ms): the TTL must be at least 30ms" {
+		t.Errorf("New(LeaseTTL(10ms)) = %v", err)
 	}
 
-	// Options that turn off what a Client does not do anyway, and a
-	// backoff for Clients that wait unfairly, are fine.
+	// Options that turn off what a Client does not do anyway, and unfair
+	// waiting with or without a backoff on any Client, are fine.
 	for name, new := range map[string]func() (*dlock.Client, error){
-		"backoff, unfair": func() (*dlock.Client, error) { return dlock.New(rdb, dlock.WithFair(false), dlock.WithBackoff(slow)) },
+		"backoff, unfair": func() (*dlock.Client, error) { return dlock.New(rdb, dlock.WithUnfair(slow)) },
 		"backoff, reentrant": func() (*dlock.Client, error) {
-			return dlock.New(rdb, dlock.WithReentrant(true), dlock.WithBackoff(slow))
+			return dlock.New(rdb, dlock.WithReentrant(true), dlock.WithUnfair(slow))
 		},
+		"default backoff, quorum": func() (*dlock.Client, error) { return dlock.NewRedlock(nodes, 0, dlock.WithUnfair(nil)) },
 		"reentrant, not fair": func() (*dlock.Client, error) {
-			return dlock.New(rdb, dlock.WithFair(false), dlock.WithReentrant(true))
+			return dlock.New(rdb, dlock.WithUnfair(nil), dlock.WithReentrant(true))
 		},
 		"reentrant, fair by default": func() (*dlock.Client, error) { return dlock.New(rdb, dlock.WithReentrant(true)) },
 		"no replica ack on a Cluster": func() (*dlock.Client, error) {
@@ -611,9 +618,8 @@ func TestInvalidOptions(t *testing.T) {
 			return dlock.New(cluster, dlock.WithReplicaAck(1, time.Second))
 		},
 		"quorum: backoff, features off": func() (*dlock.Client, error) {
-			return dlock.NewRedlock(nodes, dlock.WithBackoff(slow), dlock.WithFair(false), dlock.WithReentrant(false),
-				dlock.WithPipelining(false), dlock.WithShardedPubSub(false), dlock.WithReplicaAck(0, 0),
-				dlock.WithNodeTimeout(time.Second))
+			return dlock.NewRedlock(nodes, time.Second, dlock.WithUnfair(slow), dlock.WithReentrant(false),
+				pipelined(false), dlock.WithShardedPubSub(false), dlock.WithReplicaAck(0, 0))
 		},
 	} {
 		if c, err := new(); c == nil || err != nil {
@@ -665,6 +671,9 @@ func TestRedisDown(t *testing.T) {
 // Errors read once: one "dlock:" prefix, the lock's name once, the cause
 // last; and they still match the sentinel errors.
 func TestErrorsReadOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	s, _ := setup(t)
 	opts := s.Options()
 	opts.MaxRetries = -1 // (fail fast once the server is dead)
@@ -689,7 +698,7 @@ func TestErrorsReadOnce(t *testing.T) {
 		}
 	}
 
-	c := newClient(t, rdb, dlock.WithFair(false))
+	c := newClient(t, rdb, dlock.WithUnfair(nil))
 	rdb.HSet(ctx, "dlock:{"+name+"}", "f", "v")
 	_, err := c.TryAcquire(ctx, name)
 	once("TryAcquire on a foreign key", err, dlock.ErrWrongType)
@@ -743,7 +752,7 @@ func TestErrorsReadOnce(t *testing.T) {
 	for _, n := range srvs {
 		n.Kill()
 	}
-	_, err = newRedlock(t, nodes).TryAcquire(ctx, name)
+	_, err = newRedlock(t, nodes, 0).TryAcquire(ctx, name)
 	once("quorum TryAcquire against dead nodes", err, dlock.ErrNotAcquired)
 	if qe, ok := errors.AsType[*dlock.QuorumError](err); !ok || qe.Op != "acquire" {
 		t.Errorf("quorum TryAcquire against dead nodes = %v, want a QuorumError", err)
@@ -819,13 +828,13 @@ func TestWaiterWokenByRelease(t *testing.T) {
 func testWaiterWoken(t *testing.T, fair bool) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	holder, err := newClient(t, rdb, dlock.WithTTL(time.Minute), dlock.WithFair(fair)).TryAcquire(ctx, "wake")
+	holder, err := newClient(t, rdb, dlock.LeaseTTL(time.Minute), waiting(fair)).TryAcquire(ctx, "wake")
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := []dlock.Option{dlock.WithTTL(time.Minute), dlock.WithFair(fair)}
+	opts := []dlock.Option{dlock.LeaseTTL(time.Minute), waiting(fair)}
 	if !fair { // (a fair waiter never backs off: it sleeps 20s, a third of its queue entry's life)
-		opts = append(opts, dlock.WithBackoff(func(int) time.Duration { return time.Hour }))
+		opts = append(opts, dlock.WithUnfair(func(int) time.Duration { return time.Hour }))
 	}
 	c := newClient(t, rdb, opts...)
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -853,7 +862,7 @@ func testWaiterWoken(t *testing.T, fair bool) {
 func TestDo(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond))
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
 
 	var fence int64
 	err := c.Do(ctx, "do", func(ctx context.Context, l *dlock.Lock) error {
@@ -954,5 +963,43 @@ func TestDroppedConnectionMidAcquire(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestDoErrorAfterALossIsOneLineCauseLast(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
+	ctx := t.Context()
+	c := newClient(t, redistest.Start(t).Client(t))
+	check := func(call string, err, loss error) {
+		t.Helper()
+		want := "context canceled: " + fmt.Sprint(loss)
+		if err == nil || err.Error() != want || !errors.Is(err, context.Canceled) || !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("%s = %q, want %q matching context.Canceled and ErrNotHeld", call, err, want)
+		}
+	}
+	var loss error
+	err := c.Do(ctx, "one-line", func(fctx context.Context, l *dlock.Lock) error {
+		if ok, err := c.ForceRelease(ctx, "one-line"); !ok || err != nil {
+			t.Errorf("ForceRelease = %v, %v", ok, err)
+		}
+		<-fctx.Done()
+		loss = context.Cause(fctx)
+		return fctx.Err()
+	})
+	check("Do whose lock was forced away", err, loss)
+	err = c.DoAll(ctx, []string{"one-a", "one-b"}, func(fctx context.Context, m *dlock.MultiLock) error {
+		if ok, err := c.ForceRelease(ctx, "one-b"); !ok || err != nil {
+			t.Errorf("ForceRelease = %v, %v", ok, err)
+		}
+		<-fctx.Done()
+		loss = context.Cause(fctx)
+		return fctx.Err()
+	})
+	if !strings.Contains(fmt.Sprint(err), "\n") {
+		check("DoAll whose part was forced away", err, loss)
+	} else {
+		t.Errorf("DoAll whose part was forced away = %q, want one line", err)
 	}
 }

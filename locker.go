@@ -2,10 +2,8 @@ package dlock
 
 import "context"
 
-// Locker is what code that takes locks needs of a Client. *Client
-// implements it (a plain, reentrant or Redlock Client alike): let such
-// code take a Locker, and a test can give it a Client on a private server
-// (see package dlocktest), or one with other options.
+// Locker is what code that takes locks needs of a Client, which implements it:
+// a test can pass a Client on a private server (package dlocktest).
 type Locker interface {
 	Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error)
 	TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error)

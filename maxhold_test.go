@@ -11,7 +11,7 @@ import (
 	"github.com/dlockio/dlock"
 )
 
-// The max hold (WithMaxHold, MaxHold), in every mode and with pipelining
+// The max hold (MaxHold, MaxHold), in every mode and with pipelining
 // on and off.
 
 // At the cap the lease ends exactly there, however the watchdog would have
@@ -21,6 +21,9 @@ import (
 // after, never before. Release afterwards reports the cap. A Lock nobody
 // watches is ended and released the same.
 func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	_, rdb := setup(t)
 	const (
 		ttl     = 300 * time.Millisecond // a third of it between extensions
@@ -36,11 +39,11 @@ func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
 						mu     sync.Mutex
 						lostTo []error
 					)
-					hooks := dlock.Hooks{}
+					obs := dlock.Observer{}
 					if watched {
-						hooks.Lost = func(_ string, err error) { mu.Lock(); lostTo = append(lostTo, err); mu.Unlock() }
+						obs.Lost = func(_ context.Context, e *dlock.Event) { mu.Lock(); lostTo = append(lostTo, e.Err); mu.Unlock() }
 					}
-					c := m.new(t, dlock.WithTTL(ttl), dlock.WithPipelining(pipelining), dlock.WithHooks(hooks))
+					c := m.new(t, dlock.LeaseTTL(ttl), pipelined(pipelining), dlock.WithObserver(obs))
 					before := time.Now()
 					l, err := c.TryAcquire(ctx, name, dlock.MaxHold(maxHold))
 					if err != nil {
@@ -56,7 +59,7 @@ func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
 					}
 					waiter := make(chan got, 1)
 					go func() {
-						w, err := asOwner(t, m.new(t, dlock.WithTTL(10*time.Second)), "waiter").Acquire(ctx, name)
+						w, err := asOwner(t, m.new(t, dlock.LeaseTTL(10*time.Second)), "waiter").Acquire(ctx, name)
 						if err != nil {
 							t.Error(err)
 						}
@@ -118,7 +121,7 @@ func TestMaxHoldBelowTTLIsTheLease(t *testing.T) {
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
 		ctx := m.ctx(t.Context())
-		c := m.new(t, dlock.WithTTL(10*time.Second), dlock.WithMaxHold(500*time.Millisecond))
+		c := m.new(t, dlock.LeaseTTL(10*time.Second), dlock.MaxHold(500*time.Millisecond))
 		l, err := c.TryAcquire(ctx, "short-"+m.name)
 		if err != nil {
 			t.Fatal(err)
@@ -140,7 +143,7 @@ func TestMaxHoldBelowTTLIsTheLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, ok := free.Deadline(); ok {
-			t.Errorf("%s: MaxHold(0) on a Client WithMaxHold: Deadline() ok, want no cap", m.name)
+			t.Errorf("%s: MaxHold(0) on a Client MaxHold: Deadline() ok, want no cap", m.name)
 		}
 		free.Release(ctx)
 	}
@@ -151,12 +154,15 @@ func TestMaxHoldBelowTTLIsTheLease(t *testing.T) {
 // the cap already, it sends nothing. Without a watchdog the lease ends and
 // is released at the cap all the same.
 func TestExtendStopsAtMaxHold(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
 		for _, pipelining := range []bool{true, false} {
 			ctx := m.ctx(t.Context())
 			what := fmt.Sprintf("%s, pipelining %v", m.name, pipelining)
-			c := m.new(t, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoExtend(false), dlock.WithPipelining(pipelining))
+			c := m.new(t, dlock.LeaseTTL(300*time.Millisecond), dlock.WithAutoExtend(false), pipelined(pipelining))
 			name := fmt.Sprintf("extend-cap-%s-%v", m.name, pipelining)
 			l, err := c.TryAcquire(ctx, name, dlock.MaxHold(time.Second))
 			if err != nil {
@@ -202,13 +208,16 @@ func TestExtendStopsAtMaxHold(t *testing.T) {
 // Do cancels fn's context at the max hold with a cause that says so, and
 // returns an error that says so; a waiter takes the lock right after.
 func TestDoCancelsAtMaxHold(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
 		for _, pipelining := range []bool{true, false} {
 			ctx := m.ctx(t.Context())
 			what := fmt.Sprintf("%s, pipelining %v", m.name, pipelining)
 			name := fmt.Sprintf("do-cap-%s-%v", m.name, pipelining)
-			c := m.new(t, dlock.WithPipelining(pipelining))
+			c := m.new(t, pipelined(pipelining))
 			var cause error
 			waited := make(chan error, 1)
 			err := c.Do(ctx, name, func(ctx context.Context, l *dlock.Lock) error {
@@ -244,7 +253,7 @@ func TestDoCancelsAtMaxHold(t *testing.T) {
 func TestMaxHoldOfAReentrantHoldEndsThatHold(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(300*time.Millisecond))
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(300*time.Millisecond))
 	owner := asOwner(t, c, "request")
 	outer, err := owner.TryAcquire(ctx, "re-cap")
 	if err != nil {

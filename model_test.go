@@ -25,6 +25,9 @@ import (
 // released with a shorter TTL than the undoer's: the revocation must not
 // live in that lease's key.
 func TestUndoneAttemptStaysRevokedAfterTheHoldersKeyIsGone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	p, rdb, direct := proxied(t, -1, 200*time.Millisecond)
 	for _, fair := range []bool{false, true} {
 		for _, how := range []string{"holder-expires", "holder-releases-with-shorter-ttl"} {
@@ -33,7 +36,7 @@ func TestUndoneAttemptStaysRevokedAfterTheHoldersKeyIsGone(t *testing.T) {
 				name := fmt.Sprintf("model-undo-%v-%s", fair, how)
 				key := "dlock:{" + name + "}"
 				holderTTL := 400 * time.Millisecond
-				holderC := newClient(t, direct, dlock.WithFair(fair), dlock.WithAutoExtend(false), dlock.WithTTL(holderTTL))
+				holderC := newClient(t, direct, waiting(fair), dlock.WithAutoExtend(false), dlock.LeaseTTL(holderTTL))
 				holder, err := holderC.TryAcquire(ctx, name)
 				if err != nil {
 					t.Fatal(err)
@@ -41,7 +44,7 @@ func TestUndoneAttemptStaysRevokedAfterTheHoldersKeyIsGone(t *testing.T) {
 				// The waiter (TTL 5s) tries through a network that holds its
 				// request for 1s; its read times out after 200ms and it undoes
 				// the attempt (the undo goes straight through).
-				waiter := newClient(t, rdb, dlock.WithFair(fair), dlock.WithTTL(5*time.Second))
+				waiter := newClient(t, rdb, waiting(fair), dlock.LeaseTTL(5*time.Second))
 				p.Delay(time.Second, 0)
 				start := time.Now()
 				go func() {
@@ -66,7 +69,7 @@ func TestUndoneAttemptStaysRevokedAfterTheHoldersKeyIsGone(t *testing.T) {
 				v = direct.Get(ctx, key).Val()
 				if n := liveKeys(ctx, direct, key); n != 0 {
 					pttl := direct.PTTL(ctx, key).Val()
-					other := newClient(t, direct, dlock.WithFair(fair))
+					other := newClient(t, direct, waiting(fair))
 					_, terr := other.TryAcquire(ctx, name)
 					t.Errorf("a request undone %v ago (revocation promised for the TTL, 5s) took the lock for nobody: value %q, pttl %v; another TryAcquire = %v",
 						time.Since(start).Round(time.Millisecond), v, pttl, terr)
@@ -115,14 +118,17 @@ func TestReSentReleaseAfterTheNextLeaseEnded(t *testing.T) {
 // takes the lock: the lease does its work and releases, another lease comes
 // and goes, and the delayed original must still be refused when it lands.
 func TestDelayedAcquireAfterTwoLeasesTakesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	p, rdb, direct := proxied(t, 3, 300*time.Millisecond)
 	for _, fair := range []bool{false, true} {
 		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
 			ctx := t.Context()
 			name := fmt.Sprint("model-delayed-acq-", fair)
 			key := "dlock:{" + name + "}"
-			c := newClient(t, rdb, dlock.WithFair(fair), dlock.WithTTL(5*time.Second), dlock.WithAutoExtend(false))
-			other := newClient(t, direct, dlock.WithFair(fair), dlock.WithAutoExtend(false))
+			c := newClient(t, rdb, waiting(fair), dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+			other := newClient(t, direct, waiting(fair), dlock.WithAutoExtend(false))
 			if warm, err := c.TryAcquire(ctx, name+"-warm"); err == nil { // the scripts are loaded
 				warm.Release(ctx)
 			}
@@ -151,7 +157,7 @@ func TestDelayedAcquireAfterTwoLeasesTakesNothing(t *testing.T) {
 			}
 			time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
 			if liveKeys(ctx, direct, key) != 0 {
-				_, terr := newClient(t, direct, dlock.WithFair(fair)).TryAcquire(ctx, name)
+				_, terr := newClient(t, direct, waiting(fair)).TryAcquire(ctx, name)
 				t.Errorf("the delayed original of a released lease took the lock %v after it was sent: value %q, pttl %v; TryAcquire = %v",
 					time.Since(start).Round(time.Millisecond), direct.Get(ctx, key).Val(), direct.PTTL(ctx, key).Val(), terr)
 			}
@@ -166,7 +172,7 @@ func TestDelayedAcquireAfterTwoLeasesTakesNothing(t *testing.T) {
 //go:embed testdata/previous_acquire_fair.lua
 var oldAcquireFair string
 
-// Rolling upgrade (README, "Data model, and upgrading"): a fair release
+// Rolling upgrade: a fair release
 // hands the lock to the first waiter, which may be a client of the previous
 // version. Whether it takes the handover message's fence or confirms with
 // its own acquire_fair, which compares the whole value with its token, the
@@ -183,7 +189,7 @@ func TestHandoverToAPreviousVersionWaiter(t *testing.T) {
 		return oldScript.Run(ctx, rdb, []string{key, key + ":fence", key + ":q", key + ":qw", key + ":r:" + oldToken},
 			oldToken, 3000, 1, 3000, key+":ch", "PUBLISH").Int64()
 	}
-	c := newClient(t, rdb, dlock.WithFair(true), dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
 	l, err := c.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +219,7 @@ func TestHandoverToAPreviousVersionWaiter(t *testing.T) {
 	}
 	v, err := oldAcquire()
 	if err != nil || v < 0 {
-		_, terr := newClient(t, rdb, dlock.WithFair(true)).TryAcquire(ctx, name)
+		_, terr := newClient(t, rdb).TryAcquire(ctx, name)
 		t.Errorf("the previous-version waiter, handed the lock, confirms with its acquire = %v, %v: not held (queued again); value %q, pttl %v; a new TryAcquire = %v — held by nobody",
 			v, err, rdb.Get(ctx, key).Val(), rdb.PTTL(ctx, key).Val(), terr)
 	}
@@ -224,17 +230,20 @@ func TestHandoverToAPreviousVersionWaiter(t *testing.T) {
 // queue keys' life below a longer-lived waiter's entry, or the release
 // finds nobody to hand the lock to and that waiter wakes late.
 func TestFairQueueNotShortenedByAShortLivedWaiter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	_, rdb := setup(t)
 	ctx := t.Context()
 	name := "model-vanished-entry"
 	key := "dlock:{" + name + "}"
-	holder, err := newClient(t, rdb, dlock.WithFair(true), dlock.WithAutoExtend(false)).TryAcquire(ctx, name)
+	holder, err := newClient(t, rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan time.Time, 1)
 	go func() { // the waiter with the default TTL (10s): queue entry 10s, renewed every 3.3s
-		l, err := newClient(t, rdb, dlock.WithFair(true)).Acquire(ctx, name)
+		l, err := newClient(t, rdb).Acquire(ctx, name)
 		if err != nil {
 			t.Errorf("Acquire = %v", err)
 			got <- time.Time{}
@@ -248,7 +257,7 @@ func TestFairQueueNotShortenedByAShortLivedWaiter(t *testing.T) {
 	}
 	// A waiter with a short TTL queues behind it and gives up: its queue
 	// operation set the queue keys' expiry to 1s.
-	short := newClient(t, rdb, dlock.WithFair(true), dlock.WithTTL(100*time.Millisecond))
+	short := newClient(t, rdb, dlock.LeaseTTL(100*time.Millisecond))
 	sctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
 	if _, err := short.Acquire(sctx, name); err == nil {
 		t.Fatal("the short waiter got the lock")

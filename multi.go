@@ -16,20 +16,10 @@ import (
 // This file is the multi-lock: several names taken all or nothing, in one
 // global order, and held behind one handle.
 
-// MultiLock is a set of locks held together, returned by Client.AcquireAll
-// and Client.TryAcquireAll. Each part is an ordinary Lock, with its own
-// lease, watchdog and fence (see Locks); the MultiLock is held while every
-// part is, and its Done closes as soon as one part is lost. Its methods are
-// safe for concurrent use.
-//
-// When a part is lost, the other parts stay held and extended until
-// Release: the code that holds the set may still be touching the resources
-// they protect, and must stop first. Release the parts through the
-// MultiLock, not one by one: a part released on its own counts as lost for
-// the set.
-//
-// As with a Lock, it is NOT safe to assume that the set is still held just
-// because Done is open; give each resource its part's fence.
+// MultiLock is a set of locks held together ([Client.AcquireAll]), each part a
+// [Lock] with its own lease and fence. Done closes when one part is lost; the
+// others stay held until Release. A part released on its own counts as lost.
+// Safe for concurrent use.
 type MultiLock struct {
 	parts []*Lock // in the order the names were given
 	order []*Lock // in acquisition order: by name, byte by byte
@@ -45,84 +35,25 @@ type MultiLock struct {
 	reported bool // a Release of the set has begun
 }
 
-// AcquireAll takes every lock in names, waiting as long as ctx allows, all
-// or nothing: it returns a MultiLock holding all of them, or an error and
-// holds none of them (the parts it had taken are released before it
-// returns).
-//
-// It takes the names one by one, each as Acquire does, in one global order
-// (the names' bytes, whatever the order they are given in), holding the
-// parts it has while it waits for the next. Two callers whose sets overlap
-// therefore never wait for each other in a cycle: whoever holds a name
-// waits only for names above it. That holds for fair waiting too (a waiter
-// queued for a later part keeps its earlier parts meanwhile, so those who
-// queue for them wait for it as well; fairness is per name, not over the
-// set), as long as a caller holds no lock above the ones it asks for while
-// it calls AcquireAll: take everything a piece of work needs in one call.
-//
-// The acquisition is a sequence, not one atomic step: while it runs, others
-// can find some of the names taken and others free, and an AcquireAll that
-// fails may have kept someone else from a name for a moment. On a Redis
-// Cluster each name lives in its own hash slot (a name's slot is decided by
-// its text up to the first '}', so "{order:42}:items" and
-// "{order:42}:payment" share one), and no step spans slots; over a quorum
-// (NewRedlock) each part is a Redlock acquisition of its own, one round
-// each. With a reentrant Client each part is a hold of the Client's owner
-// (see Client.Owner): a name the owner already holds is re-entered at once.
-//
-// If an earlier part is lost while AcquireAll waits for a later one (its
-// lease ran out, which needs auto-extend off and a wait longer than the TTL,
-// or Redis lost the key), everything is given back and AcquireAll starts
-// over, for three rounds at most; after the third, it returns an error
-// that names the lost part and matches ErrNotAcquired.
-//
-// opts apply to every part as Client.Acquire applies them to a lock:
-// LeaseTTL and HolderMeta to each part's lease, MaxHold to each part (its
-// cap counts from that part's own acquisition, so the set is lost, with an
-// error matching ErrMaxHold, when its first part reaches it), and MaxWait
-// to the whole acquisition: once d has passed, over every part and round,
-// without every name taken, AcquireAll gives back what it took and returns
-// an error wrapping ErrNotAcquired (not the context's errors) that names
-// the part it was waiting for (a part's attempt in flight when d passes
-// is finished first, so the call may end one attempt after d); MaxWait(0)
-// makes one attempt per name, as TryAcquireAll does.
-//
-// It returns an error wrapping ErrInvalid, having sent nothing, when names
-// is empty, holds a name twice or an invalid name, or for an invalid
-// option; otherwise the error of the part that could not be taken, which
-// names it: when ctx ends, one matching both ErrNotAcquired and ctx.Err().
-//
-// Before per-call options, AcquireAll took the names as its variadic
-// parameter: AcquireAll(ctx, "a", "b") is now AcquireAll(ctx,
-// []string{"a", "b"}).
+// AcquireAll takes every lock in names, all or nothing, waiting as
+// [Client.Acquire] does; [MaxWait] bounds the whole call. Names are taken one
+// by one in a global order, so overlapping sets cannot deadlock; it is NOT one
+// atomic step. Errors name the part; [ErrInvalid] for no names or a duplicate.
+// See docs/multi.md.
 func (c *Client) AcquireAll(ctx context.Context, names []string, opts ...LockOption) (*MultiLock, error) {
 	return c.acquireAll(ctx, names, opts, false)
 }
 
-// TryAcquireAll makes one attempt at every lock in names, in the order of
-// AcquireAll, all or nothing: if one of them is held by another, it
-// releases the parts it has taken and returns that part's error, which
-// wraps ErrNotAcquired and names it (its *NotAcquiredError's Name is the
-// part's). In fair mode it takes no name that others are queued for. opts
-// apply to every part as for AcquireAll (LeaseTTL, HolderMeta, MaxHold;
-// MaxWait only as MaxWait(0)). Its other errors are as for AcquireAll.
+// TryAcquireAll makes one attempt at every lock in names, all or nothing, as
+// [Client.AcquireAll] does.
 func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...LockOption) (*MultiLock, error) {
 	return c.acquireAll(ctx, names, opts, true)
 }
 
-// DoAll takes every lock in names (waiting as AcquireAll does), runs fn, and
-// releases them all when fn returns — or panics: the locks are released and
-// the panic goes on. fn's context is cancelled, with a cause wrapping
-// ErrNotHeld that names the part, as soon as any part is lost; as in Do, its
-// Err and Done check the parts' validity deadlines when called.
-//
-// opts apply to every part as for AcquireAll (LeaseTTL, MaxWait,
-// HolderMeta, MaxHold). When a part reaches its max hold, fn's context is
-// cancelled with a cause that wraps ErrNotHeld and ErrMaxHold.
-//
-// DoAll returns fn's error, joined with the errors of parts lost before fn
-// returned (the critical section may have overlapped with another holder's
-// on those names), or with the release error.
+// DoAll takes the locks as [Client.AcquireAll] does, runs fn, and releases them
+// when fn returns or panics. fn's context is cancelled, with a cause wrapping
+// [ErrNotHeld] that names the part, when a part is lost. It returns fn's error
+// joined with the losses' and the release's.
 func (c *Client) DoAll(ctx context.Context, names []string, fn func(ctx context.Context, m *MultiLock) error, opts ...LockOption) error {
 	m, err := c.AcquireAll(ctx, names, opts...)
 	if err != nil {
@@ -143,13 +74,7 @@ func (c *Client) DoAll(ctx context.Context, names []string, fn func(ctx context.
 	ferr := fn(&heldContext{Context: fctx, held: m, cancel: cancel}, m)
 	finished = true
 	rerr := release()
-	switch {
-	case rerr == nil:
-		return ferr
-	case ferr == nil:
-		return rerr
-	}
-	return errors.Join(ferr, rerr)
+	return joinEnded(ferr, rerr)
 }
 
 // maxRounds bounds how often AcquireAll starts over after an earlier part
@@ -158,18 +83,20 @@ const maxRounds = 3
 
 // acquireAll takes the names in order, each with Acquire (or, with try,
 // TryAcquire) and opts, all or nothing. A MaxWait bounds the whole: each
-// part waits for what is left of it.
+// part waits for what is left of it, and makes one attempt when nothing is.
 func (c *Client) acquireAll(ctx context.Context, names []string, opts []LockOption, try bool) (*MultiLock, error) {
 	order, err := sortedNames(names)
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.leaseFor(order[0], opts, try) // the options are checked before anything is sent
+	p, err := c.leaseFor("acquire", order[0], opts, try) // the options are checked before anything is sent
 	if err != nil {
 		return nil, err
 	}
-	var deadline time.Time // of a MaxWait(d > 0)
-	if p.wait > 0 {
+	// The deadline of a MaxWait(d > 0); TryAcquireAll never waits, whatever
+	// the Client's default.
+	var deadline time.Time
+	if p.wait > 0 && !try {
 		deadline = time.Now().Add(p.wait)
 	}
 	take := c.Acquire
@@ -181,17 +108,16 @@ func (c *Client) acquireAll(ctx context.Context, names []string, opts []LockOpti
 		for _, name := range order {
 			partOpts := opts
 			if !deadline.IsZero() {
-				left := time.Until(deadline)
-				if left <= 0 {
-					c.giveBack(ctx, locks)
-					return nil, waitedOut(name, p.wait, true)
-				}
+				// What is left of the wait, but never nothing: a part
+				// reached after the deadline still makes the one attempt
+				// that Acquire makes with a MaxWait however short.
+				left := max(time.Until(deadline), time.Nanosecond)
 				partOpts = append(opts[:len(opts):len(opts)], partWait(left, p.wait))
 			}
 			l, err := take(ctx, name, partOpts...)
 			if err != nil {
 				c.giveBack(ctx, locks)
-				return nil, err
+				return nil, partRefused(name, err)
 			}
 			locks = append(locks, l)
 		}
@@ -202,11 +128,36 @@ func (c *Client) acquireAll(ctx context.Context, names []string, opts []LockOpti
 		c.giveBack(ctx, locks)
 		if try || round == maxRounds {
 			why := strings.TrimPrefix(lost.Err().Error(), "dlock: ")
-			return nil, opError("acquire", lost.name, backend.Because(ErrNotAcquired,
-				"lost while the later names were taken: "+why, lost.Err()))
+			return nil, partRefused(lost.name, opError("acquire", lost.name, backend.Because(ErrNotAcquired,
+				"lost while the later names were taken: "+why, lost.Err())))
 		}
 	}
 }
+
+// partRefused returns err, the error of the part name of a multi
+// acquisition, so that if it matches ErrNotAcquired it carries a
+// *NotAcquiredError naming the part: its own, when an attempt found the
+// part held, or else one that says only that the part was not taken. Its
+// text is err's.
+func partRefused(name string, err error) error {
+	if !errors.Is(err, ErrNotAcquired) {
+		return err
+	}
+	if e, ok := errors.AsType[*NotAcquiredError](err); ok && e.Name == name {
+		return err
+	}
+	return &partError{err: err, part: &NotAcquiredError{Name: name, TTL: -1, notTaken: true}}
+}
+
+// partError is err, carrying part besides: it reads as err, and errors.Is
+// and errors.As see both.
+type partError struct {
+	err  error
+	part *NotAcquiredError
+}
+
+func (e *partError) Error() string   { return e.err.Error() }
+func (e *partError) Unwrap() []error { return []error{e.err, e.part} }
 
 // sortedNames checks names and returns them in acquisition order. Nothing
 // has been sent when it returns an error (wrapping ErrInvalid).
@@ -323,12 +274,10 @@ func (m *MultiLock) check() {
 	}
 }
 
-// Locks returns the parts, one Lock per name, in the order the names were
-// given to AcquireAll: each has its own fence (Lock.Fence), token and
-// validity. Release them through the MultiLock.
+// Locks returns the parts, one [Lock] per name, in the order given.
 func (m *MultiLock) Locks() []*Lock { return slices.Clone(m.parts) }
 
-// Names returns the lock names, in the order they were given.
+// Names returns the lock names, in the order given.
 func (m *MultiLock) Names() []string {
 	names := make([]string, len(m.parts))
 	for i, l := range m.parts {
@@ -337,16 +286,13 @@ func (m *MultiLock) Names() []string {
 	return names
 }
 
-// Done returns a channel that is closed when any part is lost, or when the
-// set is released.
+// Done returns a channel closed when any part is lost or the set is released.
 func (m *MultiLock) Done() <-chan struct{} {
 	m.check() // past a deadline, the channel comes back closed
 	return m.done
 }
 
-// Err returns nil while every part is held, ErrReleased after Release, or
-// the error of the first part that was lost, which wraps ErrNotHeld and
-// names the part (a part released on its own counts as lost).
+// Err returns nil while every part is held, [ErrReleased], or the first loss.
 func (m *MultiLock) Err() error {
 	m.check()
 	m.mu.Lock()
@@ -354,8 +300,7 @@ func (m *MultiLock) Err() error {
 	return m.err
 }
 
-// ValidUntil returns the earliest validity deadline of the parts: until
-// then no other client can hold any of them (see Lock.ValidUntil).
+// ValidUntil returns the earliest of the parts' [Lock.ValidUntil].
 func (m *MultiLock) ValidUntil() time.Time {
 	until := m.order[0].ValidUntil()
 	for _, l := range m.order[1:] {
@@ -366,11 +311,8 @@ func (m *MultiLock) ValidUntil() time.Time {
 	return until
 }
 
-// Extend resets every part's lease to ttl from now, as Lock.Extend does,
-// all parts at once. It returns an error wrapping ErrInvalid if ttl is too
-// short (nothing is sent then), ErrReleased after Release, the error of a
-// part lost before (see Err), or the parts' errors joined, each naming its
-// part.
+// Extend extends every part as [Lock.Extend] does, and returns their errors
+// joined, each naming its part.
 func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) error {
 	l := m.order[0]
 	if ttl < MinTTL {
@@ -385,16 +327,8 @@ func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) error {
 	return m.each(func(l *Lock) error { return l.Extend(ctx, ttl) })
 }
 
-// Release gives every part up, all at once, stopping their watchdogs. It is
-// idempotent: once it has succeeded, further calls return nil. It returns
-// the errors of the parts lost before Release, each wrapping ErrNotHeld and
-// naming its part (the critical section may have overlapped with another
-// holder's on those names), joined with the errors from Redis of parts
-// whose release failed; those expire within their TTL, and Release may be
-// called again.
-//
-// Pass a context that is not already cancelled, e.g.
-// context.WithoutCancel(ctx) in a defer.
+// Release releases every part, as [Lock.Release] does, and returns the parts'
+// errors joined.
 func (m *MultiLock) Release(ctx context.Context) error {
 	return m.release(func(l *Lock) error { return l.Release(ctx) })
 }

@@ -18,7 +18,8 @@ import (
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
-// multiModes are the Clients a multi-lock must work with.
+// multiModes are the Clients a multi-lock must work with; multiClients
+// also makes "noscript" ones (WithoutScripts).
 var multiModes = []string{"unfair", "fair", "reentrant", "quorum"}
 
 // multiClients returns n Clients of mode, on one server (or, for "quorum",
@@ -40,14 +41,15 @@ func multiClients(t *testing.T, mode string, n int, opts ...dlock.Option) ([]*dl
 						n.Close()
 					}
 				})
-				opts = append(opts, dlock.WithNodeTimeout(200*time.Millisecond))
-				cs = append(cs, newRedlock(t, nodes, opts...))
+				cs = append(cs, newRedlock(t, nodes, 200*time.Millisecond, opts...))
 				continue
 			}
 			cs = append(cs, cs[0]) // (one quorum's nodes, shared)
+		case "noscript":
+			cs = append(cs, newClient(t, rdb, append([]dlock.Option{dlock.WithoutScripts()}, opts...)...))
 		default:
 			cs = append(cs, newClient(t, rdb, append([]dlock.Option{
-				dlock.WithFair(mode == "fair"), dlock.WithReentrant(mode == "reentrant")}, opts...)...))
+				waiting(mode == "fair"), dlock.WithReentrant(mode == "reentrant")}, opts...)...))
 		}
 	}
 	return cs, rdb
@@ -69,9 +71,12 @@ func testAcquireAllExcludes(t *testing.T, mode string) {
 	const (
 		names      = 5
 		goroutines = 8 // per Client
-		rounds     = 20
 	)
-	cs, rdb := multiClients(t, mode, 2, dlock.WithTTL(2*time.Second))
+	rounds := 20
+	if testing.Short() {
+		rounds = 5
+	}
+	cs, rdb := multiClients(t, mode, 2, dlock.LeaseTTL(2*time.Second))
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	var (
@@ -270,7 +275,7 @@ func TestAcquireAllCancelledLeavesNothing(t *testing.T) {
 func TestMultiLockLossOfOnePart(t *testing.T) {
 	for _, how := range []string{"del", "force", "released apart"} {
 		t.Run(how, func(t *testing.T) {
-			cs, rdb := multiClients(t, "fair", 1, dlock.WithTTL(300*time.Millisecond))
+			cs, rdb := multiClients(t, "fair", 1, dlock.LeaseTTL(300*time.Millisecond))
 			c := cs[0]
 			ctx := t.Context()
 			m, err := c.AcquireAll(ctx, []string{"p1", "p2", "p3"})
@@ -320,7 +325,7 @@ func TestMultiLockLossOfOnePart(t *testing.T) {
 // DoAll cancels fn's context, with a cause naming the lost part, when one
 // part is lost; it returns that loss and releases the other parts.
 func TestDoAllCancelsOnPartLoss(t *testing.T) {
-	cs, rdb := multiClients(t, "fair", 1, dlock.WithTTL(300*time.Millisecond))
+	cs, rdb := multiClients(t, "fair", 1, dlock.LeaseTTL(300*time.Millisecond))
 	c := cs[0]
 	ctx := t.Context()
 	var cause error
@@ -398,7 +403,7 @@ func TestAcquireAllRefusesBadInput(t *testing.T) {
 // The handle: Locks in the order given, a fence per part, ValidUntil the
 // earliest part's, Extend moving every part, and the released state.
 func TestMultiLockHandle(t *testing.T) {
-	cs, rdb := multiClients(t, "fair", 1, dlock.WithTTL(time.Second), dlock.WithAutoExtend(false))
+	cs, rdb := multiClients(t, "fair", 1, dlock.LeaseTTL(time.Second), dlock.WithAutoExtend(false))
 	ctx := t.Context()
 	m, err := cs[0].AcquireAll(ctx, []string{"zeta", "alpha", "mid"})
 	if err != nil {
@@ -460,13 +465,16 @@ func TestMultiLockHandle(t *testing.T) {
 // for a later one: AcquireAll gives everything back, starts over, and
 // returns a set whose parts are all held.
 func TestAcquireAllStartsOverWhenAnEarlierPartRanOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	var taken atomic.Int32 // acquisitions of s1
-	hooks := dlock.WithHooks(dlock.Hooks{Acquired: func(name string, _ time.Duration) {
-		if name == "s1" {
+	hooks := dlock.WithObserver(dlock.Observer{End: func(_ context.Context, e *dlock.Event) {
+		if e.Op == dlock.OpAcquire && e.Err == nil && e.Name == "s1" {
 			taken.Add(1)
 		}
 	}})
-	cs, rdb := multiClients(t, "fair", 1, dlock.WithTTL(time.Second), dlock.WithAutoExtend(false), hooks)
+	cs, rdb := multiClients(t, "fair", 1, dlock.LeaseTTL(time.Second), dlock.WithAutoExtend(false), hooks)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	// s2 is held for 1.5s: s1, taken first for a lease of 1s that is not
@@ -505,7 +513,7 @@ func TestClusterAcquireAll(t *testing.T) {
 	leakcheck.Check(t)
 	_, cc := startCluster(t)
 	ctx := t.Context()
-	c := newClient(t, cc, dlock.WithTTL(time.Second))
+	c := newClient(t, cc, dlock.LeaseTTL(time.Second))
 	names := []string{"c1", "c2", "c3", "c4", "c5", "c6"}
 	m, err := c.AcquireAll(ctx, names)
 	if err != nil {
@@ -583,11 +591,15 @@ func TestAcquireAllReentersOwnersHolds(t *testing.T) {
 // and MaxWait to the whole acquisition: a part taken late has only what is
 // left of it. The next call without options gets the Client's again.
 func TestAcquireAllLockOptions(t *testing.T) {
-	for _, mode := range multiModes {
+	modes := multiModes
+	if testing.Short() { // the options are read before the mode's path: one mode covers them
+		modes = modes[:1]
+	}
+	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
-			cs, rdb := multiClients(t, mode, 2, dlock.WithTTL(30*time.Second), dlock.WithHolderMeta("client-meta"))
+			cs, rdb := multiClients(t, mode, 2, dlock.LeaseTTL(30*time.Second), dlock.HolderMeta("client-meta"))
 			c, other := cs[0], cs[1]
 			names := []string{"o2", "o1"}
 			checkParts := func(what string, ls []*dlock.Lock, meta string, ttlMax time.Duration, ttlMin time.Duration) {
@@ -728,5 +740,162 @@ func TestAcquireAllLockOptionsBadInputSendsNothing(t *testing.T) {
 	})
 	if n := sent.all.Load(); n != 0 {
 		t.Errorf("refused calls sent %d commands, want none", n)
+	}
+}
+
+// checkPartRefused checks the error of a multi acquisition that did not
+// take the part: it matches ErrNotAcquired, names the part in its text and
+// carries a *NotAcquiredError whose Name is the part; it matches the
+// context errors in ctxErrs (and any other errors there, a cause) and no
+// other context error.
+func checkPartRefused(t *testing.T, what string, err error, part string, ctxErrs ...error) {
+	t.Helper()
+	na, ok := errors.AsType[*dlock.NotAcquiredError](err)
+	if !errors.Is(err, dlock.ErrNotAcquired) || !ok || na.Name != part || !strings.Contains(fmt.Sprint(err), `"`+part+`"`) {
+		t.Errorf("%s = %v: NotAcquiredError %+v, want ErrNotAcquired and one naming %q", what, err, na, part)
+	}
+	for _, ce := range []error{context.Canceled, context.DeadlineExceeded} {
+		want := false
+		for _, e := range ctxErrs {
+			want = want || e == ce
+		}
+		if errors.Is(err, ce) != want {
+			t.Errorf("%s = %v: errors.Is(%v) = %v, want %v", what, err, ce, !want, want)
+		}
+	}
+	for _, e := range ctxErrs {
+		if !errors.Is(err, e) {
+			t.Errorf("%s = %v, want it to match %v", what, err, e)
+		}
+	}
+}
+
+// Every refusal or give-up of AcquireAll, TryAcquireAll and DoAll carries
+// a *NotAcquiredError whose Name is the part that was not taken, as the
+// README says: the context already done (then the error matches ctx.Err()
+// and its cause too, as a single Acquire's does), the context ending or
+// MaxWait running out while a part is awaited, a part held by another, and,
+// over a quorum, a part no majority could be reached for. Nothing is left
+// held.
+func TestMultiLockRefusalNamesThePart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
+	for _, mode := range append(multiModes[:len(multiModes):len(multiModes)], "noscript") {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			cs, _ := multiClients(t, mode, 2)
+			c, other := asOwner(t, cs[0], "me"), asOwner(t, cs[1], "other")
+			blocker, err := other.TryAcquire(ctx, "r2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer blocker.Release(context.WithoutCancel(ctx))
+			names := []string{"r3", "r2", "r1"}
+			fn := func(context.Context, *dlock.MultiLock) error {
+				t.Error("DoAll ran fn without its locks")
+				return nil
+			}
+
+			why := errors.New("shutting down")
+			done, stop := context.WithCancelCause(ctx)
+			stop(why)
+			_, err = c.AcquireAll(done, names)
+			checkPartRefused(t, "AcquireAll with its context done", err, "r1", context.Canceled, why)
+			_, err = c.AcquireAll(done, names, dlock.MaxWait(time.Second))
+			checkPartRefused(t, "AcquireAll(MaxWait(1s)) with its context done", err, "r1", context.Canceled, why)
+			_, err = c.TryAcquireAll(done, names)
+			checkPartRefused(t, "TryAcquireAll with its context done", err, "r1", context.Canceled, why)
+			err = c.DoAll(done, names, fn)
+			checkPartRefused(t, "DoAll with its context done", err, "r1", context.Canceled, why)
+
+			short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err = c.AcquireAll(short, names)
+			cancelShort()
+			checkPartRefused(t, "AcquireAll whose context ended while it waited for r2", err, "r2", context.DeadlineExceeded)
+			_, err = c.AcquireAll(ctx, names, dlock.MaxWait(300*time.Millisecond))
+			checkPartRefused(t, "AcquireAll(MaxWait(300ms)) with r2 held", err, "r2")
+			err = c.DoAll(ctx, names, fn, dlock.MaxWait(300*time.Millisecond))
+			checkPartRefused(t, "DoAll(MaxWait(300ms)) with r2 held", err, "r2")
+			_, err = c.TryAcquireAll(ctx, names)
+			checkPartRefused(t, "TryAcquireAll with r2 held", err, "r2")
+
+			if given, err := other.TryAcquireAll(ctx, []string{"r1", "r3"}); err != nil {
+				t.Errorf("r1 and r3 after the refused calls: %v, want them free", err)
+			} else {
+				given.Release(ctx)
+			}
+		})
+	}
+	t.Run("quorum unreachable", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		srvs, nodes := startQuorum(t, 3)
+		c := newRedlock(t, nodes, 100*time.Millisecond)
+		srvs[1].Kill()
+		srvs[2].Kill()
+		_, err := c.TryAcquireAll(ctx, []string{"u2", "u1"})
+		checkPartRefused(t, "TryAcquireAll with 2 of 3 nodes down", err, "u1")
+		_, err = c.AcquireAll(ctx, []string{"u2", "u1"}, dlock.MaxWait(300*time.Millisecond))
+		checkPartRefused(t, "AcquireAll(MaxWait(300ms)) with 2 of 3 nodes down", err, "u1")
+		if _, ok := errors.AsType[*dlock.QuorumError](err); !ok {
+			t.Errorf("AcquireAll(MaxWait(300ms)) with 2 of 3 nodes down = %v, want the last QuorumError too", err)
+		}
+	})
+}
+
+// A MaxWait however short makes one attempt at every part, as it does for
+// a single Acquire: AcquireAll and DoAll with MaxWait(1ns) take a set of
+// free names, and with one name held they are refused by that part (its
+// holder named), give back the parts taken before it, and leave no queue
+// entry.
+func TestAcquireAllTinyMaxWaitTriesEveryPart(t *testing.T) {
+	for _, mode := range append(multiModes[:len(multiModes):len(multiModes)], "noscript") {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			cs, rdb := multiClients(t, mode, 2)
+			c, other := asOwner(t, cs[0], "me"), asOwner(t, cs[1], "other")
+			names := []string{"t3", "t1", "t2"}
+			m, err := c.AcquireAll(ctx, names, dlock.MaxWait(time.Nanosecond))
+			if err != nil {
+				t.Fatalf("AcquireAll(MaxWait(1ns)) of free names = %v, want them taken", err)
+			}
+			if err := m.Release(ctx); err != nil {
+				t.Errorf("Release = %v", err)
+			}
+			ran := false
+			err = c.DoAll(ctx, names, func(context.Context, *dlock.MultiLock) error { ran = true; return nil }, dlock.MaxWait(time.Nanosecond))
+			if err != nil || !ran {
+				t.Errorf("DoAll(MaxWait(1ns)) of free names = %v, fn ran: %v; want it run", err, ran)
+			}
+
+			blocker, err := other.TryAcquire(ctx, "t2", dlock.HolderMeta("blocker"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer blocker.Release(context.WithoutCancel(ctx))
+			_, err = c.AcquireAll(ctx, names, dlock.MaxWait(time.Nanosecond))
+			checkPartRefused(t, "AcquireAll(MaxWait(1ns)) with t2 held", err, "t2")
+			if na, ok := errors.AsType[*dlock.NotAcquiredError](err); !ok || na.Meta != "blocker" {
+				t.Errorf("AcquireAll(MaxWait(1ns)) with t2 held = %v: NotAcquiredError %+v, want t2's holder named", err, na)
+			}
+			err = c.DoAll(ctx, names, func(context.Context, *dlock.MultiLock) error {
+				t.Error("DoAll ran fn without its locks")
+				return nil
+			}, dlock.MaxWait(time.Nanosecond))
+			checkPartRefused(t, "DoAll(MaxWait(1ns)) with t2 held", err, "t2")
+			if given, err := other.TryAcquireAll(ctx, []string{"t1", "t3"}); err != nil {
+				t.Errorf("t1 and t3 after the refused calls: %v, want them free", err)
+			} else {
+				given.Release(ctx)
+			}
+			if mode != "quorum" {
+				if n := rdb.Exists(ctx, "dlock:{t2}:q", "dlock:{t2}:qw").Val(); n != 0 {
+					t.Errorf("the refused calls left %d queue keys for t2, want none", n)
+				}
+			}
+		})
 	}
 }

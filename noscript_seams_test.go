@@ -215,9 +215,12 @@ func proxiedNoScript(t *testing.T, retries int, readTimeout time.Duration) (*red
 // A request delayed in the network past its caller's timeout lands after
 // the caller's undo, with or without go-redis's retries: it takes nothing.
 func TestWithoutScriptsDelayedAcquireTakesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	for _, retries := range []int{-1, 3} {
 		p, rdb, direct := proxiedNoScript(t, retries, 300*time.Millisecond)
-		c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithTTL(5*time.Second))
+		c := newClient(t, rdb, dlock.WithoutScripts(), dlock.LeaseTTL(5*time.Second))
 		for _, delayAt := range []time.Duration{0, 3 * time.Millisecond} {
 			name := fmt.Sprint("delayed-", retries, "-", delayAt)
 			start := time.Now()

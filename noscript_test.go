@@ -46,7 +46,7 @@ func TestScriptingDeniedNamesTheMode(t *testing.T) {
 	rdb := noScriptUser(t, s, nil)
 	ctx := t.Context()
 	for _, fair := range []bool{false, true} {
-		c := newClient(t, rdb, dlock.WithFair(fair))
+		c := newClient(t, rdb, waiting(fair))
 		_, err1 := c.TryAcquire(ctx, "denied")
 		_, err2 := c.Acquire(ctx, "denied")
 		_, err3 := c.Inspect(ctx, "denied")
@@ -76,20 +76,17 @@ func TestWithoutScriptsRefusesWhatNeedsScripts(t *testing.T) {
 		opts []dlock.Option
 		want string
 	}{
-		{[]dlock.Option{dlock.WithFair(true)}, "WithFair(true)"},
 		{[]dlock.Option{dlock.WithReentrant(true)}, "WithReentrant(true)"},
-		{[]dlock.Option{dlock.WithPipelining(true)}, "WithPipelining(true)"},
 	} {
 		_, err := dlock.New(rdb, append(tc.opts, dlock.WithoutScripts())...)
 		if !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "WithoutScripts()") {
 			t.Errorf("New(%s, WithoutScripts()) = %v, want ErrInvalid naming both", tc.want, err)
 		}
 	}
-	if _, err := dlock.NewRedlock([]redis.UniversalClient{rdb}, dlock.WithoutScripts()); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := dlock.NewRedlock([]redis.UniversalClient{rdb}, 0, dlock.WithoutScripts()); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("NewRedlock(WithoutScripts()) = %v, want ErrInvalid", err)
 	}
-	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithBackoff(dlock.ExponentialBackoff(time.Millisecond, 10*time.Millisecond)),
-		dlock.WithFair(false), dlock.WithPipelining(false), dlock.WithReplicaAck(0, 0))
+	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithUnfair(dlock.ExponentialBackoff(time.Millisecond, 10*time.Millisecond)), dlock.WithReplicaAck(0, 0))
 	if _, err := c.Semaphore("sem", 2); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "WithoutScripts()") {
 		t.Errorf("Semaphore of a script-free Client = %v, want ErrInvalid naming WithoutScripts", err)
 	}
@@ -118,10 +115,10 @@ func TestWithoutScriptsMutualExclusion(t *testing.T) {
 		errs   = make(chan error, workers)
 	)
 	for w := range workers {
-		c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithTTL(2*time.Second))
+		c := newClient(t, rdb, dlock.WithoutScripts(), dlock.LeaseTTL(2*time.Second))
 		if w%2 == 1 { // a Client of its own for half of them, others share one
-			c = newClient(t, rdb, dlock.WithoutScripts(), dlock.WithTTL(2*time.Second),
-				dlock.WithBackoff(dlock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
+			c = newClient(t, rdb, dlock.WithoutScripts(), dlock.LeaseTTL(2*time.Second),
+				dlock.WithUnfair(dlock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
 		}
 		wg.Go(func() {
 			for range rounds {
@@ -155,7 +152,7 @@ func TestWithoutScriptsCompareAndAct(t *testing.T) {
 	s, direct := setup(t)
 	rdb := noScriptUser(t, s, nil)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithTTL(200*time.Millisecond), dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.LeaseTTL(200*time.Millisecond), dlock.WithAutoExtend(false))
 	old, err := c.TryAcquire(ctx, "cas")
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +262,7 @@ func TestWithoutScriptsInspectAndForce(t *testing.T) {
 	s, direct := setup(t)
 	rdb := noScriptUser(t, s, nil)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithHolderMeta("job 7"))
+	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.HolderMeta("job 7"))
 	l, err := c.TryAcquire(ctx, "insp")
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +327,7 @@ func TestWithoutScriptsWaiting(t *testing.T) {
 	s, _ := setup(t)
 	rdb := noScriptUser(t, s, nil)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithBackoff(dlock.ExponentialBackoff(time.Minute, time.Minute)))
+	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithUnfair(dlock.ExponentialBackoff(time.Minute, time.Minute)))
 	l, err := c.TryAcquire(ctx, "wait")
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +418,7 @@ func clusterWithoutScripts(t *testing.T, nodes []*redistest.Server) {
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: "noscript", Password: "pw"})
 	t.Cleanup(func() { cc.Close() })
-	c := newClient(t, cc, dlock.WithoutScripts(), dlock.WithTTL(2*time.Second))
+	c := newClient(t, cc, dlock.WithoutScripts(), dlock.LeaseTTL(2*time.Second))
 	var last int64
 	for i := range 30 {
 		l, err := c.TryAcquire(ctx, fmt.Sprint("ns-", i))

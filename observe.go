@@ -14,74 +14,50 @@ type Op string
 
 // The operations an Observer sees.
 const (
-	OpAcquire Op = "acquire" // TryAcquire, Acquire, and Do's acquisition: from the call to its return
-	OpRelease Op = "release" // Release, and Do's release
-	OpExtend  Op = "extend"  // Extend, and the watchdog's extensions (Auto)
-	OpLost    Op = "lost"    // a lease lost before its release (Observer.Lost)
+	OpAcquire Op = "acquire" // TryAcquire, Acquire, Do's acquisition
+	OpRelease Op = "release" // Release, Do's release
+	OpExtend  Op = "extend"  // Extend, the watchdog's extensions
+	OpLost    Op = "lost"    // a lease lost before its release
 )
 
 // Event is one operation on a lock, as an Observer sees it.
 type Event struct {
 	Op   Op
 	Name string // the lock name
-	Mode string // "fair", "unfair", "reentrant", "quorum", "semaphore" (a permit), "election" (a campaign), "read" or "write" (a hold of a read-write lock)
+	Mode string // "fair", "unfair", "reentrant", "quorum", "semaphore", "election", "read" or "write"
 	Try  bool   // OpAcquire: one attempt (TryAcquire)
-	Auto bool   // OpExtend: made by the watchdog
+	Auto bool   // OpExtend: by the watchdog
 
-	// Set when the operation ends (End), or the lease is lost (Lost):
-	Took time.Duration // the operation's duration: for OpAcquire, the wait
-	Held time.Duration // OpRelease and OpLost: how long the lease was held (0: a repeated Release, which did nothing)
-	Err  error         // nil, or the error returned (ErrNotAcquired: not acquired); for Lost, why
+	// Set for End and Lost:
+	Took time.Duration // the operation's duration; for OpAcquire, the wait
+	Held time.Duration // OpRelease, OpLost: how long the lease was held (0: a failed Release)
+	Err  error         // the error returned, or nil; for Lost, why
 }
 
-// Observer is told of a Client's operations, for traces, metrics and logs
-// (see WithObserver and Client.Observe; WithLogger and the extra/dlockotel
-// and extra/dlockprom modules are built on it). Any field may be nil. The
-// functions are called on the path of the operation, from many goroutines
-// at once, and must not block; an extension by the watchdog and a loss come
-// from a timer, with a background context. A panic in one is recovered and
-// dropped, so that it cannot leave behind a lease that no caller has a
-// handle to.
+// Observer watches a Client's operations; any field may be nil. Its functions
+// run on the operation's path, from many goroutines at once, and must not
+// block; a panic in one is dropped. [SlogObserver], extra/dlockotel and
+// extra/dlockprom are built on it.
 type Observer struct {
-	// Start is called as an operation begins, with the caller's context.
-	// The context it returns is the one the operation's Redis calls are
-	// made with, so a span started here is the parent of the Redis
-	// client's own spans. With pipelining (the default), calls that share
-	// a pipeline are sent with the context of the first one among them.
+	// Start is called as an operation begins; its Redis calls use the context
+	// it returns.
 	Start func(ctx context.Context, e *Event) context.Context
-	// End is called when the operation ends, with the context Start
-	// returned and e completed.
+	// End is called when the operation ends, with Start's context.
 	End func(ctx context.Context, e *Event)
-	// Lost is called when a lease is lost before its release: e.Err wraps
-	// ErrNotHeld and says why.
+	// Lost is called when a lease is lost before its release; e.Err says why.
 	Lost func(ctx context.Context, e *Event)
-	// Waiting is called with +1 when an Acquire finds the lock taken and
-	// starts to wait, and with -1 when that wait ends.
+	// Waiting is called with +1 when an Acquire starts to wait, -1 when it
+	// stops.
 	Waiting func(ctx context.Context, name string, delta int)
 }
 
-// WithObserver adds an Observer to the Client (see also Client.Observe).
+// WithObserver adds an Observer to the Client.
 func WithObserver(o Observer) Option {
-	return func(opts *options) { opts.observers = append(opts.observers, o) }
+	return option(func(opts *options) { opts.observers = append(opts.observers, o) })
 }
 
-// WithLogger makes the Client log through l: acquisitions and releases at
-// debug level, a failed extension as a warning, a lost lease as an error,
-// with LogAttrs and the operation's context, so that a handler can add the
-// trace it carries. Without it dlock logs nothing.
-func WithLogger(l *slog.Logger) Option {
-	return func(opts *options) {
-		if l == nil {
-			opts.invalid("WithLogger(nil)")
-			return
-		}
-		opts.observers = append(opts.observers, logObserver(l))
-	}
-}
-
-// Observe adds o to the Client's observers, and to those of the Clients
-// made from it by Owner. It is safe to call while the Client is in use;
-// operations that already started do not see o.
+// Observe adds o to the Client's observers, and its Owner Clients', while in
+// use; operations already started do not see o.
 func (c *Client) Observe(o Observer) {
 	c.obs.add(o)
 }
@@ -120,8 +96,8 @@ func (o *observers) all() []Observer {
 
 // start tells the observers that e begins and returns the context for its
 // Redis calls.
-func (c *Client) start(ctx context.Context, e *Event) context.Context {
-	e.Mode = c.mode
+func (c *Client) start(ctx context.Context, k *kind, e *Event) context.Context {
+	e.Mode = k.mode.String()
 	for _, o := range c.obs.all() {
 		if o.Start != nil {
 			var next context.Context
@@ -170,7 +146,7 @@ func (c *Client) waitingFor(ctx context.Context, name string, delta int) {
 // lostLease counts the loss of l and tells the observers.
 func (c *Client) lostLease(l *Lock, err error) {
 	c.obs.lost.Add(1)
-	e := Event{Op: OpLost, Name: l.name, Mode: c.mode, Held: time.Since(l.start), Err: err}
+	e := Event{Op: OpLost, Name: l.name, Mode: l.k.mode.String(), Held: time.Since(l.start), Err: err}
 	for _, o := range c.obs.all() {
 		if o.Lost != nil {
 			safely(func() { o.Lost(context.Background(), &e) })
@@ -187,28 +163,13 @@ func safely(f func()) {
 	f()
 }
 
-// hooksObserver is the Observer that calls the Hooks of WithHooks.
-func hooksObserver(h Hooks) Observer {
-	o := Observer{}
-	if h.Acquired != nil || h.Released != nil {
-		o.End = func(_ context.Context, e *Event) {
-			switch {
-			case e.Err != nil:
-			case e.Op == OpAcquire && h.Acquired != nil:
-				h.Acquired(e.Name, e.Took)
-			case e.Op == OpRelease && h.Released != nil && e.Held > 0:
-				h.Released(e.Name, e.Held)
-			}
-		}
+// SlogObserver returns an Observer that logs through l (nil: slog.Default()),
+// with the operation's context: acquisitions and releases at debug level,
+// failures as warnings, lost leases as errors.
+func SlogObserver(l *slog.Logger) Observer {
+	if l == nil {
+		l = slog.Default()
 	}
-	if h.Lost != nil {
-		o.Lost = func(_ context.Context, e *Event) { h.Lost(e.Name, e.Err) }
-	}
-	return o
-}
-
-// logObserver is the Observer of WithLogger.
-func logObserver(l *slog.Logger) Observer {
 	return Observer{
 		End: func(ctx context.Context, e *Event) {
 			level, msg := slog.LevelDebug, "dlock: "+string(e.Op)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func TestObserverContextReachesRedis(t *testing.T) {
 	for _, pipelining := range []bool{true, false} {
 		var mu sync.Mutex
 		var ops []string
-		c := newClient(t, rdb, dlock.WithPipelining(pipelining), dlock.WithAutoExtend(false), dlock.WithObserver(dlock.Observer{
+		c := newClient(t, rdb, pipelined(pipelining), dlock.WithAutoExtend(false), dlock.WithObserver(dlock.Observer{
 			Start: func(ctx context.Context, e *dlock.Event) context.Context {
 				return context.WithValue(ctx, ctxKey{}, string(e.Op)+":"+e.Name)
 			},
@@ -115,7 +116,7 @@ func TestObserverWaitingAndLost(t *testing.T) {
 	var mu sync.Mutex
 	var deltas []int
 	lost := make(chan *dlock.Event, 1)
-	c := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond), dlock.WithObserver(dlock.Observer{
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithObserver(dlock.Observer{
 		Waiting: func(_ context.Context, name string, d int) {
 			mu.Lock()
 			deltas = append(deltas, d)
@@ -161,14 +162,14 @@ func TestObserverWaitingAndLost(t *testing.T) {
 	}
 }
 
-// WithLogger logs acquisitions and releases at debug level, a loss as an
+// SlogObserver logs acquisitions and releases at debug level, a loss as an
 // error, with the operation's context; without it nothing is logged.
 func TestLogger(t *testing.T) {
 	_, rdb := setup(t)
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	h := &ctxHandler{Handler: slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug})}
-	c := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond), dlock.WithLogger(slog.New(h)))
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithObserver(dlock.SlogObserver(slog.New(h))))
 	ctx := context.WithValue(t.Context(), ctxKey{}, "req-7")
 	l, err := c.Acquire(ctx, "logged")
 	if err != nil {
@@ -202,9 +203,81 @@ func TestLogger(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
 	}
-	if _, err := dlock.New(rdb, dlock.WithLogger(nil)); !errors.Is(err, dlock.ErrInvalid) {
-		t.Errorf("WithLogger(nil) = %v, want ErrInvalid", err)
+}
+
+// A repeated Release does nothing, and nothing is told of it: no Observer
+// event and no log line; the first Release, a Do's release and a
+// MultiLock's each give one.
+func TestRepeatedReleaseIsSilent(t *testing.T) {
+	_, rdb := setup(t)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var starts, ends, released atomic.Int32
+	c := newClient(t, rdb, dlock.WithObserver(dlock.SlogObserver(logger)), dlock.WithObserver(dlock.Observer{
+		Start: func(ctx context.Context, e *dlock.Event) context.Context {
+			if e.Op == dlock.OpRelease {
+				starts.Add(1)
+			}
+			return ctx
+		},
+		End: func(_ context.Context, e *dlock.Event) {
+			if e.Op == dlock.OpRelease {
+				ends.Add(1)
+			}
+		},
+	}), dlock.WithObserver(dlock.Observer{End: func(_ context.Context, e *dlock.Event) {
+		if e.Op == dlock.OpRelease && e.Err == nil && e.Held > 0 {
+			released.Add(1)
+		}
+	}}))
+	ctx := t.Context()
+	releases := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Count(buf.String(), `msg="dlock: release"`)
 	}
+	check := func(when string, want int) {
+		t.Helper()
+		if s, e, r, logged := starts.Load(), ends.Load(), released.Load(), releases(); s != int32(want) || e != int32(want) || r != int32(want) || logged != want {
+			t.Errorf("%s: %d Start, %d End, %d releases told, %d release log lines; want %d of each:\n%s", when, s, e, r, logged, want, buf.String())
+		}
+	}
+
+	l, err := c.Acquire(ctx, "twice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("after Release", 1)
+	for range 3 {
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("repeated Release = %v", err)
+		}
+	}
+	check("after repeated Releases", 1)
+
+	var held *dlock.Lock
+	if err := c.Do(ctx, "twice", func(_ context.Context, l *dlock.Lock) error { held = l; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("Release after Do = %v", err)
+	}
+	check("after Do and a Release of its lock", 2)
+
+	m, err := c.AcquireAll(ctx, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := m.Release(ctx); err != nil {
+			t.Fatalf("MultiLock.Release = %v", err)
+		}
+	}
+	check("after a MultiLock's Release twice", 4)
 }
 
 // ctxHandler adds the request id of the context, as a handler adds a trace id.
@@ -233,7 +306,7 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 func TestPanickingObserver(t *testing.T) {
 	_, rdb := setup(t)
 	boom := func() { panic("observer failed") }
-	c := newClient(t, rdb, dlock.WithTTL(600*time.Millisecond), dlock.WithObserver(dlock.Observer{
+	c := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond), dlock.WithObserver(dlock.Observer{
 		Start:   func(ctx context.Context, e *dlock.Event) context.Context { boom(); return ctx },
 		End:     func(context.Context, *dlock.Event) { boom() },
 		Lost:    func(context.Context, *dlock.Event) { boom() },

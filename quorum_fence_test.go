@@ -19,7 +19,7 @@ import (
 func TestQuorumFenceOutlivesASkewedNode(t *testing.T) {
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
-	c := newRedlock(t, nodes, dlock.WithAutoExtend(false), dlock.WithTTL(5*time.Second))
+	c := newRedlock(t, nodes, 0, dlock.WithAutoExtend(false), dlock.LeaseTTL(5*time.Second))
 	name := "skewed-fence"
 	counter := "dlock:{" + name + "}:fence"
 

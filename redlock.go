@@ -12,60 +12,28 @@ import (
 )
 
 // NewRedlock returns a Client whose locks are held on a majority of N
-// independent Redis masters (the Redlock algorithm): nodes must not be
-// replicas of each other. N should be odd, 3 or 5 typically. The Client and
-// its Locks work as for New: waiting, the watchdog, Do, fences.
-//
-// An acquisition runs on all nodes at once and counts the nodes that said
-// yes within the per-node timeout (WithNodeTimeout); it is held when a
-// majority (N/2+1) did and time is left: the validity is TTL − elapsed −
-// drift. Otherwise it is undone on every node, including those that did not
-// answer. Extend needs a majority too; Release goes to every node. Nodes that
-// do not answer cost at most the per-node timeout, never the TTL: the Client
-// waits for each node in its own goroutine and stops waiting at the
-// deadline, whatever the go-redis client's own timeouts are. Release counts
-// as done if any node still had the lease (the others lost it, died, or
-// will expire it); it reports ErrNotHeld if no node that answered had it.
-//
-// A node without persistence that restarts must stay down for a TTL before
-// it rejoins: back at once and empty, it could grant a lease a majority
-// still holds elsewhere. Run nodes with appendfsync always, or restart them
-// late.
-//
-// Fences stay strictly increasing across nodes: Lock.Fence takes the
-// highest fence of a majority where the lease holds the lock and writes it
-// back to a majority before returning it, so every later majority, which
-// shares a node with this one, issues a higher one — while the counters
-// live, a day after the last fence; after that, as long as the nodes'
-// clocks agree to within a day. An acquire is one round on every node;
-// Lock.Fence, when asked for, two (read a majority's fences, then write
-// the highest back).
-//
-// Fair waiting, reentrant locks, semaphores, read-write locks and
-// elections are not available over a quorum: the Client waits unfairly
-// (with the backoff of WithBackoff), NewRedlock refuses WithReentrant(true),
-// and Client.Semaphore, Client.RWMutex and Client.Election refuse it (see
-// there why).
-//
-// NewRedlock checks its arguments, and a Client it returns is valid: no
-// nodes, a nil node, an invalid option, and an option that does not apply
-// to a quorum are reported here, with an error that wraps ErrInvalid and
-// names the option. Options that do not apply: WithReentrant(true),
-// WithFair(true) and WithReplicaAck with n > 0.
-func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
+// independent Redis masters (Redlock; N odd). Each operation runs on every node
+// at once, waiting at most nodeTimeout for each (0: TTL/50, at least 5ms); an
+// acquisition holds when a majority granted it with time left, and is undone
+// everywhere otherwise. Fences rise across majorities. A node without
+// persistence must stay down for a TTL after a restart. A quorum waits
+// unfairly, and refuses ([ErrInvalid]) reentrant locks, semaphores, read-write
+// locks, elections, WithReplicaAck(n > 0), WithoutScripts, and no or nil nodes.
+// See docs/deployments.md.
+func NewRedlock(nodes []redis.UniversalClient, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
 	switch {
 	case len(nodes) == 0:
 		return nil, fmt.Errorf("%w: NewRedlock: no nodes", ErrInvalid)
 	case slices.Contains(nodes, nil):
 		return nil, fmt.Errorf("%w: NewRedlock: node %d is nil", ErrInvalid, slices.Index(nodes, nil))
+	case nodeTimeout < 0:
+		return nil, fmt.Errorf("%w: NewRedlock: node timeout %v: must be positive, or 0 for TTL/50", ErrInvalid, nodeTimeout)
 	}
 	o := apply(opts)
 	switch {
 	case o.err != nil:
 	case o.reentrant:
 		o.invalid("WithReentrant(true): reentrant locks are not available over a quorum")
-	case o.fairSet && o.fair:
-		o.invalid("WithFair(true): a quorum waits unfairly")
 	case o.replicas > 0:
 		o.invalid("WithReplicaAck(%d, %v): does not apply to a quorum of independent masters", o.replicas, o.ackTimeout)
 	case o.noScripts:
@@ -75,8 +43,12 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 		return nil, o.err
 	}
 	o.fair = false
+	o.nodeTimeout = nodeTimeout
 	if o.nodeTimeout == 0 {
-		o.nodeTimeout = max(o.ttl/50, 5*time.Millisecond)
+		o.nodeTimeout = max(o.lease.ttl/50, 5*time.Millisecond)
+	}
+	if o.lease.ttl <= o.nodeTimeout { // as a call's LeaseTTL is checked (leaseFor)
+		return nil, fmt.Errorf("%w: LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", ErrInvalid, o.lease.ttl, o.nodeTimeout)
 	}
 	var (
 		ns   []backend.Node
@@ -87,27 +59,11 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 		ns = append(ns, n)
 		hubs = append(hubs, h)
 	}
-	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o, "quorum"), nil
+	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o, modeQuorum), nil
 }
 
-// WithNodeTimeout sets how long a quorum Client (NewRedlock) waits for each
-// node's answer. The default is TTL/50 (200ms for the default TTL), at least
-// 5ms. It must be positive. It applies to NewRedlock only: New refuses it
-// (ErrInvalid).
-func WithNodeTimeout(d time.Duration) Option {
-	return func(o *options) {
-		if d <= 0 {
-			o.invalid("WithNodeTimeout(%v): the timeout must be positive", d)
-			return
-		}
-		o.nodeTimeout, o.nodeTimeoutSet = d, true
-	}
-}
-
-// QuorumError reports an operation that did not reach a majority of nodes.
-// It matches ErrNotAcquired with errors.Is, and unwraps to the nodes' errors.
-// Its text is the tally and the nodes' errors; the error that carries it
-// names the operation and the lock.
+// QuorumError reports an operation that did not reach a majority of nodes. It
+// matches [ErrNotAcquired] and unwraps to the nodes' errors.
 type QuorumError struct {
 	Op    string  // "acquire", "extend", "release" or "fence"
 	Held  int     // nodes that granted the operation
@@ -122,12 +78,3 @@ func (e *QuorumError) Unwrap() []error { return e.Nodes }
 
 // Is makes a QuorumError match ErrNotAcquired.
 func (e *QuorumError) Is(target error) bool { return target == ErrNotAcquired }
-
-// public returns err from the backend as the Client returns it: a
-// backend.QuorumError becomes a QuorumError (the same fields).
-func public(err error) error {
-	if qe, ok := err.(*backend.QuorumError); ok {
-		return (*QuorumError)(qe)
-	}
-	return err
-}

@@ -45,9 +45,12 @@ func keysOn(ctx context.Context, srvs []*redistest.Server, key string) int {
 }
 
 func TestRedlockSurvivesMinorityLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	srvs, nodes := startQuorum(t, 5)
 	ctx := t.Context()
-	c := newRedlock(t, nodes, dlock.WithTTL(2*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
+	c := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(2*time.Second))
 	srvs[0].Kill()
 	srvs[3].Kill()
 
@@ -96,7 +99,7 @@ func TestRedlockSurvivesMinorityLoss(t *testing.T) {
 func TestRedlockFrozenNodeCostsNodeTimeout(t *testing.T) {
 	srvs, nodes := startQuorum(t, 5)
 	ctx := t.Context()
-	c := newRedlock(t, nodes, dlock.WithTTL(10*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
+	c := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(10*time.Second))
 	for _, n := range nodes { // open the connections while everyone answers
 		n.Ping(ctx)
 	}
@@ -122,7 +125,7 @@ func TestRedlockHolderLosingMajoritySignalled(t *testing.T) {
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
 	const ttl = time.Second
-	c := newRedlock(t, nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(50*time.Millisecond),
+	c := newRedlock(t, nodes, 50*time.Millisecond, dlock.LeaseTTL(ttl),
 		dlock.WithDrift(250*time.Millisecond)) // room for a loaded machine's timer delays
 	start := time.Now()
 	l, err := c.TryAcquire(ctx, "maj")
@@ -146,7 +149,7 @@ func TestRedlockHolderLosingMajoritySignalled(t *testing.T) {
 func TestRedlockFencesIncreaseThroughFailures(t *testing.T) {
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
-	c := newRedlock(t, nodes, dlock.WithTTL(2*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
+	c := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(2*time.Second))
 	var last int64
 	take := func(step string) {
 		t.Helper()
@@ -208,7 +211,7 @@ func TestRedlockMutualExclusion(t *testing.T) {
 	for range procs {
 		helpers = append(helpers, startHelper(t, resource, "contend", name, ttl, procRounds, "DLOCK_QUORUM="+strings.Join(addrs, ",")))
 	}
-	c := newRedlock(t, nodes, dlock.WithTTL(ttl), dlock.WithNodeTimeout(200*time.Millisecond))
+	c := newRedlock(t, nodes, 200*time.Millisecond, dlock.LeaseTTL(ttl))
 	var inside atomic.Int32
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
@@ -250,7 +253,7 @@ func TestRedlockMutualExclusion(t *testing.T) {
 func TestRedlockListWithANodeDown(t *testing.T) {
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
-	c := newRedlock(t, nodes)
+	c := newRedlock(t, nodes, 0)
 	l, err := c.TryAcquire(ctx, "listed")
 	if err != nil {
 		t.Fatal(err)
@@ -267,19 +270,19 @@ func TestRedlockListWithANodeDown(t *testing.T) {
 	}
 }
 
-// A quorum honours WithShardedPubSub and WithPipelining like a single node:
+// A quorum honours WithShardedPubSub and pipelining like a single node:
 // with sharded pub/sub on every node, a release wakes a waiter whose
 // backoff alone would keep it asleep for seconds.
 func TestRedlockShardedPubSubWakesWaiters(t *testing.T) {
 	_, nodes := startQuorum(t, 3)
 	ctx := t.Context()
 	slow := func(int) time.Duration { return 5 * time.Second }
-	c := newRedlock(t, nodes, dlock.WithShardedPubSub(true), dlock.WithPipelining(true), dlock.WithBackoff(slow))
+	c := newRedlock(t, nodes, 0, dlock.WithShardedPubSub(true), pipelined(true), dlock.WithUnfair(slow))
 	l, err := c.TryAcquire(ctx, "woken")
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter := newRedlock(t, nodes, dlock.WithShardedPubSub(true), dlock.WithBackoff(slow))
+	waiter := newRedlock(t, nodes, 0, dlock.WithShardedPubSub(true), dlock.WithUnfair(slow))
 	got := make(chan time.Duration, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)

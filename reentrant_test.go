@@ -113,7 +113,7 @@ func TestReentrantHoldLostBehindItsBack(t *testing.T) {
 
 func TestReentrantExpiryDuringNestedHoldSignalsOuter(t *testing.T) {
 	_, rdb := setup(t)
-	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(300*time.Millisecond)), "x")
+	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(300*time.Millisecond)), "x")
 	ctx := t.Context()
 	outer, err := c.TryAcquire(ctx, "re")
 	if err != nil {

@@ -41,26 +41,29 @@ func delayedThenResent(t *testing.T, p *redistest.Proxy, acquire func(context.Co
 	return l, start
 }
 
-// README: "a released lease is remembered through the next three leases of
-// its name". In fair mode a release that hands the lock to a waiter sets
-// the waiter's token alone: the "+" entries of the releasing lease's value
-// (the leases before it) are dropped. A delayed acquire of a lease P
-// released two leases earlier is then refused by nothing:
+// The README once said: "a released lease is remembered through the next
+// three leases of its name". In fair mode a release that hands the lock to
+// a waiter sets the waiter's token alone: the "+" entries of the releasing
+// lease's value (the leases before it) are dropped. A delayed acquire of a
+// lease P released two leases earlier is then refused by nothing:
 //   - landing on the tombstone after the waiter's release, it takes the
 //     lock for nobody, for P's TTL;
 //   - landing (an Acquire's, queue=1) while the waiter holds, it queues P's
 //     token, and the waiter's release hands the lock to P: nobody again,
 //     and the release announces a handover no client waits for.
 func TestDelayedAcquireAfterAHandoverTakesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	p, rdb, direct := proxied(t, 3, 300*time.Millisecond)
 	for _, lands := range []string{"after-the-waiter-released", "while-the-waiter-holds"} {
 		t.Run(lands, func(t *testing.T) {
 			ctx := t.Context()
 			name := "revocation-handover-" + lands
 			key := "dlock:{" + name + "}"
-			c := newClient(t, rdb, dlock.WithFair(true), dlock.WithTTL(5*time.Second), dlock.WithAutoExtend(false))
-			other := newClient(t, direct, dlock.WithFair(true), dlock.WithAutoExtend(false))
-			waiter := newClient(t, direct, dlock.WithFair(true), dlock.WithAutoExtend(false))
+			c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+			other := newClient(t, direct, dlock.WithAutoExtend(false))
+			waiter := newClient(t, direct, dlock.WithAutoExtend(false))
 
 			acquire := c.TryAcquire
 			if lands == "while-the-waiter-holds" {
@@ -110,7 +113,7 @@ func TestDelayedAcquireAfterAHandoverTakesNothing(t *testing.T) {
 				time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
 			}
 			if liveKeys(ctx, direct, key) != 0 {
-				_, terr := newClient(t, direct, dlock.WithFair(true)).TryAcquire(ctx, name)
+				_, terr := newClient(t, direct).TryAcquire(ctx, name)
 				t.Errorf("the delayed original of lease %s, released two leases earlier (one handed over), took the lock %v after it was sent: value %q, pttl %v; TryAcquire = %v",
 					pToken, time.Since(start).Round(time.Millisecond), direct.Get(ctx, key).Val(), direct.PTTL(ctx, key).Val(), terr)
 			}
@@ -118,7 +121,7 @@ func TestDelayedAcquireAfterAHandoverTakesNothing(t *testing.T) {
 	}
 }
 
-// README: "a revocation lasts min(TTL, 1 minute)". A released lease's
+// docs/guarantees.md: "a revocation lasts min(TTL, 1 minute)". A released lease's
 // revocation lives in the lock's value, whose expiry is set by whoever
 // holds or releases the name next: a client with a shorter TTL (another
 // service, or Extend to a shorter lease) takes the name, releases it (or
@@ -127,6 +130,9 @@ func TestDelayedAcquireAfterAHandoverTakesNothing(t *testing.T) {
 // nobody, for its own (longer) TTL. (The same for an undone attempt was
 // fixed with markers; a released lease has no marker.)
 func TestDelayedAcquireAfterAShortLivedLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	p, rdb, direct := proxied(t, 3, 300*time.Millisecond)
 	for _, fair := range []bool{false, true} {
 		for _, how := range []string{"releases", "expires", "same-ttl-extends-shorter-and-expires"} {
@@ -134,10 +140,10 @@ func TestDelayedAcquireAfterAShortLivedLease(t *testing.T) {
 				ctx := t.Context()
 				name := fmt.Sprintf("revocation-short-%v-%s", fair, how)
 				key := "dlock:{" + name + "}"
-				c := newClient(t, rdb, dlock.WithFair(fair), dlock.WithTTL(5*time.Second), dlock.WithAutoExtend(false))
-				short := newClient(t, direct, dlock.WithFair(fair), dlock.WithTTL(200*time.Millisecond), dlock.WithAutoExtend(false))
+				c := newClient(t, rdb, waiting(fair), dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+				short := newClient(t, direct, waiting(fair), dlock.LeaseTTL(200*time.Millisecond), dlock.WithAutoExtend(false))
 				if how == "same-ttl-extends-shorter-and-expires" { // the same configuration as the first lease's
-					short = newClient(t, direct, dlock.WithFair(fair), dlock.WithTTL(5*time.Second), dlock.WithAutoExtend(false))
+					short = newClient(t, direct, waiting(fair), dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
 				}
 
 				l, start := delayedThenResent(t, p, c.TryAcquire, name)
@@ -165,7 +171,7 @@ func TestDelayedAcquireAfterAShortLivedLease(t *testing.T) {
 				}
 				time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
 				if liveKeys(ctx, direct, key) != 0 {
-					_, terr := newClient(t, direct, dlock.WithFair(fair)).TryAcquire(ctx, name)
+					_, terr := newClient(t, direct, waiting(fair)).TryAcquire(ctx, name)
 					t.Errorf("the delayed original of a lease released %v ago (TTL 5s: revoked for 5s) took the lock for nobody: value %q, pttl %v; TryAcquire = %v",
 						time.Since(start).Round(time.Millisecond), direct.Get(ctx, key).Val(), direct.PTTL(ctx, key).Val(), terr)
 				}
@@ -174,8 +180,8 @@ func TestDelayedAcquireAfterAShortLivedLease(t *testing.T) {
 	}
 }
 
-// README: "a re-sent release reports what the first copy did, not a false
-// loss", through the next three leases ("a release re-sent after three more
+// docs/guarantees.md: "a re-sent release reports what the first copy did,
+// not a false loss", through the next three leases ("a release re-sent after three more
 // leases came and went reports a false loss"). The "+" entries that carry
 // the memory are dropped by an extension of the third lease (extend.lua
 // keeps two), by a fair handover (the waiter's token alone) and by a forced
@@ -225,7 +231,7 @@ func TestReSentReleaseAfterTheEntriesWereDropped(t *testing.T) {
 					}
 					got := make(chan *dlock.Lock, 1)
 					go func() {
-						w, _ := newClient(t, direct, dlock.WithFair(true), dlock.WithAutoExtend(false)).Acquire(ctx, name)
+						w, _ := newClient(t, direct, dlock.WithAutoExtend(false)).Acquire(ctx, name)
 						got <- w
 					}()
 					waitFor(time.Second, func() bool { return direct.LLen(ctx, key+":q").Val() == 1 })
@@ -235,7 +241,7 @@ func TestReSentReleaseAfterTheEntriesWereDropped(t *testing.T) {
 						t.Cleanup(func() { w.Release(context.WithoutCancel(ctx)) })
 					}
 				case "unfair/next-lease-with-a-shorter-ttl":
-					short := newClient(t, direct, dlock.WithTTL(200*time.Millisecond), dlock.WithAutoExtend(false))
+					short := newClient(t, direct, dlock.LeaseTTL(200*time.Millisecond), dlock.WithAutoExtend(false))
 					n, err := short.TryAcquire(ctx, name)
 					if err != nil {
 						t.Errorf("next TryAcquire = %v", err)
@@ -270,12 +276,15 @@ func TestReSentReleaseAfterTheEntriesWereDropped(t *testing.T) {
 // in the network lands while that lease holds, is queued (nothing names
 // P), and the lease's release hands the lock to P, which nobody holds.
 func TestDelayedFairAcquireAfterTheThirdLeaseExtended(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	p, rdb, direct := proxied(t, 3, 300*time.Millisecond)
 	ctx := t.Context()
 	name := "revocation-third-extends"
 	key := "dlock:{" + name + "}"
-	c := newClient(t, rdb, dlock.WithFair(true), dlock.WithTTL(5*time.Second), dlock.WithAutoExtend(false))
-	next := newClient(t, direct, dlock.WithFair(true), dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	next := newClient(t, direct, dlock.WithAutoExtend(false))
 
 	l, start := delayedThenResent(t, p, c.Acquire, name) // an Acquire: its attempts queue
 	pToken := l.Token()
@@ -309,7 +318,7 @@ func TestDelayedFairAcquireAfterTheThirdLeaseExtended(t *testing.T) {
 		t.Fatal(err)
 	}
 	if liveKeys(ctx, direct, key) != 0 {
-		_, terr := newClient(t, direct, dlock.WithFair(true)).TryAcquire(ctx, name)
+		_, terr := newClient(t, direct).TryAcquire(ctx, name)
 		t.Errorf("the delayed Acquire of lease %s, released before the current (third) lease, was queued and handed the lock: value %q, pttl %v; TryAcquire = %v",
 			pToken, direct.Get(ctx, key).Val(), direct.PTTL(ctx, key).Val(), terr)
 	}
@@ -331,12 +340,12 @@ func TestForcedHolderIsToldAfterTheMarkerExpired(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	name := "revocation-forced"
-	holder := newClient(t, rdb, dlock.WithTTL(6*time.Second)) // the watchdog extends every 2s
+	holder := newClient(t, rdb, dlock.LeaseTTL(6*time.Second)) // the watchdog extends every 2s
 	l, err := holder.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	operator := newClient(t, rdb, dlock.WithTTL(200*time.Millisecond))
+	operator := newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond))
 	if ok, err := operator.ForceRelease(ctx, name); !ok || err != nil {
 		t.Fatalf("ForceRelease = %v, %v", ok, err)
 	}

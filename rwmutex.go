@@ -8,58 +8,10 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// RWMutex is a distributed read-write lock: many readers of a name at
-// once, or one writer, across every process that uses it. Each read hold
-// and each write hold is a lease of its own, returned as a *Lock with
-// everything a lock's lease has: a random token, a TTL extended by the
-// watchdog, Done and Err, Extend, Release and a fence. A holder that dies
-// without releasing frees its hold when its TTL runs out, whether or not
-// anyone else is running: Redis drops a hold at its deadline.
-//
-// Waiting is first come, first served, whatever WithFair says: readers and
-// writers queue in Redis in one line in arrival order. A reader that comes
-// while a writer waits queues behind it, so a stream of readers cannot
-// starve a writer; a release grants the lock straight to the waiters at
-// the head of the line that may have it (a run of readers together, or
-// one writer) and wakes only those, over pub/sub (a waiter sleeps
-// otherwise, waking only to renew its place in the line). TryAcquire does
-// not take the lock while others wait, even a read while others read. A
-// waiter that dies leaves the line after max(TTL, 1s).
-//
-// # What it guarantees, and what it does not
-//
-// What the package documentation says of a lock holds for each hold: a
-// hold excludes from its grant until Lock.ValidUntil (a write every other
-// hold, a read every write), validity is counted from before the request,
-// a request of a hold that lands late or twice (delayed in the network,
-// re-sent by go-redis) takes nothing once the hold was given back or its
-// attempt undone, and a holder paused past its TTL can act after its hold
-// was granted to someone else. Fences order writes after reads: each hold
-// gets, from Lock.Fence, a number strictly greater than every fence issued
-// before for the name (to any hold, or to a lock of the name), issued
-// while it is held; a write is granted only once every read before it has
-// ended, so a write's fence is above the fence of every read granted
-// before it, and a resource that refuses writes fenced below the highest
-// fence it has seen (of a read or a write) refuses a writer that lost its
-// hold to later readers or writers. Reads are not ordered among themselves.
-//
-// # Nesting
-//
-// A holder that asks for the same name again, through the same Client,
-// would wait for itself: a write waits for the holder's own read to end,
-// a read for its own write, and a second read waits behind a writer that
-// queued after the first (as with sync.RWMutex, recursive read locking is
-// a deadlock). Do marks fn's context with its hold, and an Acquire,
-// TryAcquire or Do of the same name with that context (or one derived
-// from it) through the same Client, or another from the same New, fails
-// at once with an error wrapping ErrInvalid instead. A holder that got its
-// hold from Acquire must not ask again until it released it; nothing can
-// tell it from another goroutine of the process that asks.
-//
-// An RWMutex is a small value bound to the Client that made it; it is safe
-// for concurrent use. A name is one kind of lock: while holds are held, a
-// lock or a semaphore of the same name fails with ErrWrongType, and while
-// a lock or a semaphore is held, so does the read-write lock.
+// RWMutex is a distributed read-write lock: many readers of a name, or one
+// writer. Each hold is a [*Lock] with a lock's guarantees. Readers and writers
+// queue in arrival order, so a writer does not starve. Safe for concurrent use.
+// See docs/rwmutex.md.
 type RWMutex struct {
 	name   string
 	c      *Client // the Client that made it, for Holders
@@ -67,40 +19,22 @@ type RWMutex struct {
 	writer RWLocker
 }
 
-// RWMutex returns the read-write lock name, kept on c's Redis deployment
-// under the same prefix, TTL, watchdog and hooks as c's locks. It is a
-// sorted set at "dlock:{name}" (see the package documentation, Keys): one
-// member per hold, "r:<token>" for a read and "w:<token>" for a write,
-// scored by its deadline.
-//
-// It returns an error wrapping ErrInvalid for a bad name, and for a Client
-// that cannot keep a read-write lock: a reentrant Client (WithReentrant:
-// holds are not owned), one made WithoutScripts (its grants and line
-// need a script's atomic reads and writes), and a quorum (NewRedlock). A quorum waits
-// unfairly, each node keeping its own line: readers could then starve a
-// writer, and a line kept on several independent nodes has no one order.
+// RWMutex returns the read-write lock name. It returns an error wrapping
+// [ErrInvalid] for a bad name, or a quorum, reentrant or script-free Client.
 func (c *Client) RWMutex(name string) (*RWMutex, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	switch {
-	case c.mode == "quorum":
-		return nil, fmt.Errorf("%w: RWMutex(%q): read-write locks are not available over a quorum (NewRedlock)", ErrInvalid, name)
-	case c.opts.reentrant:
-		return nil, fmt.Errorf("%w: RWMutex(%q): a reentrant Client (WithReentrant) cannot keep a read-write lock", ErrInvalid, name)
-	case c.opts.noScripts:
-		return nil, fmt.Errorf("%w: RWMutex(%q): read-write locks need scripts; a Client made WithoutScripts() cannot keep one", ErrInvalid, name)
+	// Holds' waiters queue, whatever WithUnfair says.
+	reader := kind{mode: modeRead, fair: true, lease: backend.Read, role: rwHold("r")}
+	writer := kind{mode: modeWrite, fair: true, lease: backend.Write, role: rwHold("w")}
+	if err := c.carries(&writer, fmt.Sprintf("RWMutex(%q)", name)); err != nil {
+		return nil, err
 	}
 	rw := &RWMutex{name: name, c: c}
-	for _, s := range []*RWLocker{&rw.reader, &rw.writer} {
-		v := *c
-		v.opts.fair = true // holds' waiters queue, whatever WithFair says
-		v.rw, v.mode = "r", "read"
-		if s == &rw.writer {
-			v.rw, v.mode = "w", "write"
-		}
-		*s = RWLocker{c: &v, name: name, nest: rwNestKey{c.bg, c.opts.prefix + "{" + name + "}"}}
-	}
+	nest := rwNestKey{&c.bg, c.opts.prefix + "{" + name + "}"}
+	rw.reader = RWLocker{c: c, k: reader, hold: "r", name: name, nest: nest}
+	rw.writer = RWLocker{c: c, k: writer, hold: "w", name: name, nest: nest}
 	return rw, nil
 }
 
@@ -113,19 +47,16 @@ func (rw *RWMutex) Reader() *RWLocker { return &rw.reader }
 // Writer returns what takes write holds of the lock.
 func (rw *RWMutex) Writer() *RWLocker { return &rw.writer }
 
-// RWHold is one live hold of a read-write lock, as RWMutex.Holders and
-// Client.Inspect report it.
+// RWHold is one live hold of a read-write lock.
 type RWHold struct {
 	Token string        // the hold's token: its Lock's Token
 	TTL   time.Duration // its remaining lease
 	Write bool          // a write hold (else a read)
-	Meta  string        // its holder metadata (WithHolderMeta, HolderMeta), read from Token; "" if none
+	Meta  string        // its holder metadata (HolderMeta), read from Token; "" if none
 }
 
-// Holders returns the holds held now, the soonest to end first: reads, or
-// one write. It is for operators and metrics: the answer may be stale by
-// the time it arrives. It returns ErrWrongType if the name is held as a
-// lock or a semaphore.
+// Holders returns the live holds, the soonest to end first; [ErrWrongType] if
+// the name is another kind.
 func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 	info, err := rw.c.Inspect(ctx, rw.name)
 	switch {
@@ -139,11 +70,11 @@ func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 	return info.RWHolds, nil
 }
 
-// RWLocker takes one kind of hold of a read-write lock: reads
-// (RWMutex.Reader) or writes (RWMutex.Writer). Its methods are those of a
-// Locker, without the name.
+// RWLocker takes read or write holds of a read-write lock.
 type RWLocker struct {
-	c    *Client // a variant of the RWMutex's Client whose acquisitions are holds of this kind
+	c    *Client // the RWMutex's Client
+	k    kind    // its acquisitions: read or write holds
+	hold string  // "r" (reads) or "w" (writes), the value of its holds' contexts (nest)
 	name string
 	nest rwNestKey
 }
@@ -157,50 +88,35 @@ type rwNestKey struct {
 }
 
 // Write reports whether l takes write holds.
-func (l *RWLocker) Write() bool { return l.c.rw == "w" }
+func (l *RWLocker) Write() bool { return l.hold == "w" }
 
-// TryAcquire makes one attempt to take a hold: a read succeeds if no write
-// is held and nobody waits in the line, a write if nothing is held and
-// nobody waits. Its errors are those of Client.TryAcquire: one wrapping
-// ErrNotAcquired if the hold may not be had now, ErrWrongType if the name
-// is held as a lock or a semaphore, and ErrInvalid for an invalid option
-// or for a context that carries a hold of the name (see RWMutex, Nesting).
-// opts apply as for Client.TryAcquire.
+// TryAcquire makes one attempt to take a hold, as [Client.TryAcquire] does;
+// [ErrInvalid] inside a hold of the name (Do's context).
 func (l *RWLocker) TryAcquire(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	if err := l.nested(ctx); err != nil {
 		return nil, err
 	}
-	return l.c.TryAcquire(ctx, l.name, opts...)
+	return l.c.tryAcquireAs(ctx, &l.k, l.name, opts)
 }
 
-// Acquire takes a hold, waiting in arrival order as long as ctx allows. It
-// returns, and leaves behind, what Client.Acquire does: an error that
-// matches both ErrNotAcquired and ctx.Err() if ctx ends first, with no
-// hold, queue entry or subscription left. The returned Lock is the hold:
-// release it with Lock.Release, which grants the lock to the waiters that
-// may have it. opts apply as for Client.Acquire (LeaseTTL, MaxWait,
-// HolderMeta, MaxHold). It fails with ErrInvalid, at once, for a context
-// that carries a hold of the name (see RWMutex, Nesting).
+// Acquire takes a hold as [Client.Acquire] does; [ErrInvalid] inside a hold of
+// the name (Do's context).
 func (l *RWLocker) Acquire(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	if err := l.nested(ctx); err != nil {
 		return nil, err
 	}
-	return l.c.Acquire(ctx, l.name, opts...)
+	return l.c.acquireAs(ctx, &l.k, l.name, opts)
 }
 
-// Do takes a hold (waiting as Acquire does), runs fn, and gives the hold
-// back when fn returns or panics, as Client.Do does for a lock: fn's
-// context is cancelled, with a cause wrapping ErrNotHeld, if the hold is
-// lost while fn runs. fn's context carries the hold, so that asking for
-// the name again with it fails instead of waiting for itself (see
-// RWMutex, Nesting).
+// Do takes a hold, runs fn and releases it, as [Client.Do] does.
 func (l *RWLocker) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	if err := l.nested(ctx); err != nil {
 		return err
 	}
-	return l.c.Do(ctx, l.name, func(ctx context.Context, held *Lock) error {
-		return fn(context.WithValue(ctx, l.nest, l.c.rw), held)
-	}, opts...)
+	ferr, rerr := l.c.do(ctx, &l.k, l.name, func(ctx context.Context, held *Lock) error {
+		return fn(context.WithValue(ctx, l.nest, l.hold), held)
+	}, opts)
+	return joinEnded(ferr, rerr)
 }
 
 // nested returns the error of an acquisition whose context carries a hold
@@ -211,7 +127,7 @@ func (l *RWLocker) nested(ctx context.Context) error {
 	switch {
 	case held == "":
 		return nil
-	case held == "r" && l.c.rw == "w":
+	case held == "r" && l.hold == "w":
 		why = "a write inside a read of the same lock would wait for that read; release it first (a read cannot be upgraded)"
 	case held == "r":
 		why = "a read inside a read of the same lock would wait behind a writer queued between them, which waits for the first"

@@ -17,6 +17,9 @@ import (
 // lands after the undo: no ghost in the queue for the read's release to
 // grant the lock to.
 func TestRWMutexDelayedRequestTakesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	for _, retries := range []int{-1, 3} {
 		for _, wait := range []bool{false, true} {
 			t.Run(fmt.Sprintf("retries=%d/acquire=%v", retries, wait), func(t *testing.T) {
@@ -24,8 +27,9 @@ func TestRWMutexDelayedRequestTakesNothing(t *testing.T) {
 				ctx := t.Context()
 				name := fmt.Sprintf("rw-delayed-%d-%v", retries, wait)
 				key := semKey(name)
-				w := newRW(t, newClient(t, rdb, dlock.WithTTL(5*time.Second), dlock.WithPipelining(false)), name).Writer()
-				if warm, err := newRW(t, newClient(t, rdb), name+"-warm").Writer().TryAcquire(ctx); err == nil { // the scripts are loaded
+				c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), pipelined(false))
+				w := newRW(t, c, name).Writer()
+				if warm, err := newRW(t, c, name+"-warm").Writer().TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
 					warm.Release(ctx)
 				}
 				acquire := w.TryAcquire
@@ -89,8 +93,9 @@ func TestRWMutexReSentRequestsAreIdempotent(t *testing.T) {
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
 	ctx := t.Context()
 	const name = "rw-resent"
-	r := newRW(t, newClient(t, rdb, dlock.WithPipelining(false), dlock.WithAutoExtend(false)), name).Reader()
-	if warm, err := newRW(t, newClient(t, rdb), name+"-warm").Reader().TryAcquire(ctx); err == nil { // the scripts are loaded
+	c := newClient(t, rdb, pipelined(false), dlock.WithAutoExtend(false))
+	r := newRW(t, c, name).Reader()
+	if warm, err := newRW(t, c, name+"-warm").Reader().TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
 		warm.Release(ctx)
 	}
 	other, err := newRW(t, newClient(t, direct), name).Reader().TryAcquire(ctx)

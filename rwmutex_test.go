@@ -61,7 +61,7 @@ func TestRWMutexExclusion(t *testing.T) {
 				wg                                 sync.WaitGroup
 			)
 			for range clients {
-				rw := newRW(t, newClient(t, rdb, dlock.WithTTL(2*time.Second), dlock.WithPipelining(pipelining)), name)
+				rw := newRW(t, newClient(t, rdb, dlock.LeaseTTL(2*time.Second), pipelined(pipelining)), name)
 				for g := range perClient {
 					wg.Go(func() {
 						for r := range rounds {
@@ -409,7 +409,7 @@ func TestRWMutexDeadReaderFreesItsHold(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		const name, ttl = "rw-dead", 600 * time.Millisecond
-		dead := newRW(t, newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithAutoExtend(false)), name)
+		dead := newRW(t, newClient(t, rdb, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false)), name)
 		var stopped []*dlock.Lock
 		for range 2 {
 			l, err := dead.Reader().TryAcquire(ctx)
@@ -480,7 +480,7 @@ func TestRWMutexWaiterIsWokenByTheRelease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	const name = "rw-woken"
-	opts := []dlock.Option{dlock.WithTTL(30 * time.Second)}
+	opts := []dlock.Option{dlock.LeaseTTL(30 * time.Second)}
 	rw := newRW(t, newClient(t, rdb, opts...), name)
 	r1, err := rw.Reader().TryAcquire(ctx)
 	if err != nil {
@@ -576,7 +576,7 @@ func TestRWMutexLockOptions(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "rw-options"
-	rw := newRW(t, newClient(t, rdb, dlock.WithTTL(30*time.Second)), name)
+	rw := newRW(t, newClient(t, rdb, dlock.LeaseTTL(30*time.Second)), name)
 	r, err := rw.Reader().Acquire(ctx, dlock.LeaseTTL(2*time.Second), dlock.HolderMeta("reporting"))
 	if err != nil {
 		t.Fatal(err)
@@ -672,7 +672,7 @@ func TestRWMutexBadInput(t *testing.T) {
 		{"empty name", plain, ""},
 		{"name too long", plain, strings.Repeat("x", dlock.MaxNameLen+1)},
 		{"reentrant Client", newClient(t, rdb, dlock.WithReentrant(true)), "rw"},
-		{"quorum", newRedlock(t, nodes), "rw"},
+		{"quorum", newRedlock(t, nodes, 0), "rw"},
 		{"without scripts", newClient(t, rdb, dlock.WithoutScripts()), "rw"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -906,7 +906,7 @@ func TestRWMutexRefusalCarriesNotAcquiredError(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "rw-refusal"
-	rw := newRW(t, newClient(t, rdb, dlock.WithTTL(30*time.Second)), name)
+	rw := newRW(t, newClient(t, rdb, dlock.LeaseTTL(30*time.Second)), name)
 	r, err := rw.Reader().TryAcquire(ctx, dlock.LeaseTTL(5*time.Second), dlock.HolderMeta("reader"))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -34,10 +35,10 @@ func modes(t *testing.T, rdb redis.UniversalClient, quorum bool) []mode {
 	plain := func(ctx context.Context) context.Context { return ctx }
 	ms := []mode{
 		{"plain", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
-			return newClient(tb, rdb, append(o, dlock.WithFair(false))...)
+			return newClient(tb, rdb, append(o, dlock.WithUnfair(nil))...)
 		}, plain},
 		{"fair", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
-			return newClient(tb, rdb, append(o, dlock.WithFair(true))...)
+			return newClient(tb, rdb, o...)
 		}, plain},
 		{"reentrant", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
 			return asOwner(tb, newClient(tb, rdb, append(o, dlock.WithReentrant(true))...), "owner-a")
@@ -48,7 +49,7 @@ func modes(t *testing.T, rdb redis.UniversalClient, quorum bool) []mode {
 		// The default node timeout, TTL/50, is a few ms for these tests' short
 		// TTLs: too tight for a loaded machine. A test's own option wins.
 		ms = append(ms, mode{"quorum", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
-			return newRedlock(tb, nodes, append([]dlock.Option{dlock.WithNodeTimeout(25 * time.Millisecond)}, o...)...)
+			return newRedlock(tb, nodes, 25*time.Millisecond, o...)
 		}, plain})
 	}
 	return ms
@@ -58,13 +59,16 @@ func modes(t *testing.T, rdb redis.UniversalClient, quorum bool) []mode {
 // lease has run out on the server, the holder must already know, and with
 // the watchdog on, it must extend on the shorter period.
 func TestExtendToShorterTTLBringsValidityForward(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
 		t.Run(m.name, func(t *testing.T) {
 			ctx := m.ctx(t.Context())
 			name := "shorter-" + m.name
 			for _, watchdog := range []bool{false, true} {
-				l, err := m.new(t, dlock.WithTTL(10*time.Second), dlock.WithAutoExtend(watchdog)).TryAcquire(ctx, name)
+				l, err := m.new(t, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(watchdog)).TryAcquire(ctx, name)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -132,7 +136,7 @@ func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
 // outer hold was promised.
 func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
 	_, rdb := setup(t)
-	rc := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithTTL(time.Second), dlock.WithAutoExtend(false))
+	rc := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(time.Second), dlock.WithAutoExtend(false))
 	c := asOwner(t, rc, "a")
 	ctx := t.Context()
 	outer, err := c.TryAcquire(ctx, "re")
@@ -169,7 +173,7 @@ func TestRedlockLostMajorityIsReported(t *testing.T) {
 	for _, watchdog := range []bool{false, true} {
 		srvs, nodes := startQuorum(t, 3)
 		ctx := t.Context()
-		a := newRedlock(t, nodes, dlock.WithTTL(3*time.Second), dlock.WithAutoExtend(watchdog))
+		a := newRedlock(t, nodes, 0, dlock.LeaseTTL(3*time.Second), dlock.WithAutoExtend(watchdog))
 		l, err := a.TryAcquire(ctx, "q")
 		if err != nil {
 			t.Fatal(err)
@@ -177,7 +181,7 @@ func TestRedlockLostMajorityIsReported(t *testing.T) {
 		srvs[0].Restart() // back at once and empty: what Redlock forbids
 		srvs[1].Restart()
 		waitFor(5*time.Second, func() bool { return nodes[0].Ping(ctx).Err() == nil && nodes[1].Ping(ctx).Err() == nil })
-		b, err := newRedlock(t, nodes, dlock.WithTTL(3*time.Second)).TryAcquire(ctx, "q")
+		b, err := newRedlock(t, nodes, 0, dlock.LeaseTTL(3*time.Second)).TryAcquire(ctx, "q")
 		if err != nil {
 			t.Fatalf("watchdog %v: second client's TryAcquire = %v, want a majority", watchdog, err)
 		}
@@ -235,10 +239,20 @@ func proxied(t *testing.T, retries int, readTimeout time.Duration) (*redistest.P
 // retries on, the re-sent copy takes the lock at once, the delayed original
 // lands after Release: it must not take it again either.
 func TestDelayedAcquireAfterUndoTakesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	for _, retries := range []int{-1, 3} {
 		p, rdb, direct := proxied(t, retries, 300*time.Millisecond)
 		for _, m := range modes(t, rdb, false) {
 			name := "delayed-" + m.name
+			// The Client's scripts loaded first: the delayed request is
+			// the acquire itself, not the load that precedes a Client's
+			// first attempt.
+			c := m.new(t, dlock.LeaseTTL(5*time.Second))
+			if warm, err := c.TryAcquire(m.ctx(t.Context()), name+"-warm"); err == nil {
+				warm.Release(t.Context())
+			}
 			p.Delay(time.Second, 0)
 			start := time.Now()
 			done := make(chan struct{})
@@ -247,7 +261,7 @@ func TestDelayedAcquireAfterUndoTakesNothing(t *testing.T) {
 				time.Sleep(100 * time.Millisecond) // the acquire has crossed into the proxy
 				p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
 			}()
-			l, err := m.new(t, dlock.WithTTL(5*time.Second)).TryAcquire(m.ctx(t.Context()), name)
+			l, err := c.TryAcquire(m.ctx(t.Context()), name)
 			<-done
 			switch {
 			case retries < 0 && err == nil:
@@ -298,7 +312,7 @@ func TestReSentRequestsAreIdempotent(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			name := "resent-" + m.name
 			key := "dlock:{" + name + "}"
-			c := m.new(t, dlock.WithPipelining(false))
+			c := m.new(t, pipelined(false))
 			if warm, err := c.TryAcquire(m.ctx(t.Context()), name+"-warm"); err == nil { // the scripts are loaded
 				warm.Release(t.Context())
 			}
@@ -429,7 +443,7 @@ func TestDoneContextTakesNothing(t *testing.T) {
 	cancel()
 	for _, m := range modes(t, rdb, true) {
 		for _, pipelining := range []bool{true, false} {
-			c := m.new(t, dlock.WithPipelining(pipelining))
+			c := m.new(t, pipelined(pipelining))
 			name := "done-" + m.name
 			for op, call := range map[string]func(context.Context, string, ...dlock.LockOption) (*dlock.Lock, error){
 				"TryAcquire": c.TryAcquire, "Acquire": c.Acquire,
@@ -465,7 +479,7 @@ func TestFrozenServerCallEndsAtDeadline(t *testing.T) {
 	defer s.Resume()
 	for _, pipelining := range []bool{true, false} {
 		for _, fair := range []bool{true, false} {
-			c := newClient(t, rdb, dlock.WithPipelining(pipelining), dlock.WithFair(fair))
+			c := newClient(t, rdb, pipelined(pipelining), waiting(fair))
 			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 			start := time.Now()
 			_, err := c.Acquire(ctx, "frozen")
@@ -485,6 +499,9 @@ func TestFrozenServerCallEndsAtDeadline(t *testing.T) {
 // pause), Do's ctx must already report the loss: its Err consults the
 // validity deadline instead of waiting for a timer's goroutine to run.
 func TestDoContextKnowsOfLossRightAfterPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	s, _ := setup(t)
 	for i := range 4 {
 		h := startHelper(t, s, "pausedo", "paused", 500*time.Millisecond, 1)
@@ -516,17 +533,20 @@ func TestDoContextKnowsOfLossRightAfterPause(t *testing.T) {
 	}
 }
 
-// Drain waits for the undo an Acquire left running in the background (its
+// Close waits for the undo an Acquire left running in the background (its
 // context ended while the request was delayed in the network), so that a
 // process that drains before closing its Redis client leaves nothing
 // behind: the delayed request lands, the undo after it.
-func TestDrainWaitsForBackgroundUndo(t *testing.T) {
+func TestCloseWaitsForBackgroundUndo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	for _, quorum := range []bool{false, true} {
 		t.Run(map[bool]string{false: "node", true: "quorum"}[quorum], func(t *testing.T) {
 			p, rdb, direct := proxied(t, -1, 2*time.Second)
 			var c *dlock.Client
 			if quorum {
-				c = newRedlock(t, []redis.UniversalClient{rdb}, dlock.WithNodeTimeout(50*time.Millisecond))
+				c = newRedlock(t, []redis.UniversalClient{rdb}, 50*time.Millisecond)
 			} else {
 				c = newClient(t, rdb)
 			}
@@ -540,17 +560,63 @@ func TestDrainWaitsForBackgroundUndo(t *testing.T) {
 			p.Delay(0, 0) // what is held is delivered late: the acquire, then the undo
 			dctx, dcancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer dcancel()
-			if err := c.Drain(dctx); err != nil {
-				t.Fatalf("Drain = %v", err)
+			if err := c.Close(dctx); err != nil {
+				t.Fatalf("Close = %v", err)
 			}
 			if n := countGoroutines("undoUntil"); n != 0 {
-				t.Errorf("%d undo goroutines still running after Drain returned", n)
+				t.Errorf("%d undo goroutines still running after Close returned", n)
 			}
-			rdb.Close() // what a process does at shutdown, after Drain
+			rdb.Close() // what a process does at shutdown, after Close
 			time.Sleep(200 * time.Millisecond)
 			if n := liveKeys(t.Context(), direct, "dlock:{drain}", "dlock:{drain}:q"); n != 0 {
-				t.Errorf("%d lock keys left after Drain and close", n)
+				t.Errorf("%d lock keys left after Close and close", n)
 			}
 		})
+	}
+}
+
+// Close ends every goroutine and connection the Client started — here the
+// pub/sub connection that lingers after a wait, plain and sharded — before
+// it returns; acquisitions after it fail with ErrClosed, by the Client and
+// its Owner Clients; a Lock still held is no longer extended and ends at its
+// validity.
+func TestCloseEndsBackgroundWork(t *testing.T) {
+	leakcheck.Check(t)
+	_, rdb := setup(t)
+	ctx := t.Context()
+	for _, sharded := range []bool{false, true} {
+		name := fmt.Sprintf("close-%v", sharded)
+		c := newClient(t, rdb, dlock.WithShardedPubSub(sharded), dlock.WithReentrant(true))
+		held, err := c.TryAcquire(ctx, name, dlock.LeaseTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Acquire(ctx, name, dlock.MaxWait(100*time.Millisecond)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("sharded=%v: Acquire of a held lock = %v, want ErrNotAcquired", sharded, err)
+		}
+		if n := countGoroutines("internal/pubsub"); n == 0 {
+			t.Fatalf("sharded=%v: no pub/sub reader after a wait: the test proves nothing", sharded)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatalf("sharded=%v: Close = %v", sharded, err)
+		}
+		if n := countGoroutines("internal/pubsub"); n != 0 {
+			t.Errorf("sharded=%v: %d pub/sub goroutines still running after Close returned", sharded, n)
+		}
+		owner, err := c.Owner("o")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for what, cl := range map[string]*dlock.Client{"the Client": c, "its Owner Client": owner} {
+			if _, err := cl.TryAcquire(ctx, "after-close"); !errors.Is(err, dlock.ErrClosed) {
+				t.Errorf("sharded=%v: TryAcquire by %s after Close = %v, want ErrClosed", sharded, what, err)
+			}
+		}
+		if !closedWithin(held.Done(), 2*time.Second) {
+			t.Errorf("sharded=%v: a Lock held at Close still holds after its TTL: its watchdog went on", sharded)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Errorf("sharded=%v: a second Close = %v", sharded, err)
+		}
 	}
 }

@@ -17,6 +17,9 @@ import (
 // after the undo: no ghost in the queue for the next release to hand a
 // permit to.
 func TestSemaphoreDelayedRequestTakesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
 	for _, retries := range []int{-1, 3} {
 		for _, wait := range []bool{false, true} {
 			t.Run(fmt.Sprintf("retries=%d/acquire=%v", retries, wait), func(t *testing.T) {
@@ -24,8 +27,9 @@ func TestSemaphoreDelayedRequestTakesNothing(t *testing.T) {
 				ctx := t.Context()
 				name := fmt.Sprintf("sem-delayed-%d-%v", retries, wait)
 				key := semKey(name)
-				s := newSemaphore(t, newClient(t, rdb, dlock.WithTTL(5*time.Second), dlock.WithPipelining(false)), name, 1)
-				if warm, err := newSemaphore(t, newClient(t, rdb), name+"-warm", 1).TryAcquire(ctx); err == nil { // the scripts are loaded
+				c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), pipelined(false))
+				s := newSemaphore(t, c, name, 1)
+				if warm, err := newSemaphore(t, c, name+"-warm", 1).TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
 					warm.Release(ctx)
 				}
 				acquire := s.TryAcquire
@@ -89,8 +93,9 @@ func TestSemaphoreReSentRequestsAreIdempotent(t *testing.T) {
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
 	ctx := t.Context()
 	const name = "sem-resent"
-	s := newSemaphore(t, newClient(t, rdb, dlock.WithPipelining(false), dlock.WithAutoExtend(false)), name, 3)
-	if warm, err := newSemaphore(t, newClient(t, rdb), name+"-warm", 1).TryAcquire(ctx); err == nil { // the scripts are loaded
+	c := newClient(t, rdb, pipelined(false), dlock.WithAutoExtend(false))
+	s := newSemaphore(t, c, name, 3)
+	if warm, err := newSemaphore(t, c, name+"-warm", 1).TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
 		warm.Release(ctx)
 	}
 	other, err := newSemaphore(t, newClient(t, direct), name, 3).TryAcquire(ctx)

@@ -90,7 +90,7 @@ func TestSemaphoreNeverMoreThanNHolders(t *testing.T) {
 				wg                                    sync.WaitGroup
 			)
 			for range clients {
-				s := newSemaphore(t, newClient(t, rdb, dlock.WithTTL(2*time.Second), dlock.WithPipelining(pipelining)), name, permits)
+				s := newSemaphore(t, newClient(t, rdb, dlock.LeaseTTL(2*time.Second), pipelined(pipelining)), name, permits)
 				for g := range perClient {
 					wg.Go(func() {
 						for r := range rounds {
@@ -223,7 +223,7 @@ func TestSemaphorePermitsAreLeases(t *testing.T) {
 func TestSemaphoreLostPermitIsTold(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
-	s := newSemaphore(t, newClient(t, rdb, dlock.WithTTL(300*time.Millisecond)), "sem-lost", 2)
+	s := newSemaphore(t, newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond)), "sem-lost", 2)
 	l, err := s.TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +286,7 @@ func TestSemaphoreDeadHolderFreesItsPermitAfterTTL(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		const ttl = 600 * time.Millisecond
-		dead := newSemaphore(t, newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithAutoExtend(false)), "sem-dead", 2)
+		dead := newSemaphore(t, newClient(t, rdb, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false)), "sem-dead", 2)
 		var stopped []*dlock.Lock
 		for range 2 {
 			l, err := dead.TryAcquire(ctx)
@@ -492,7 +492,7 @@ func TestSemaphoreWaiterIsWokenByTheRelease(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			name := fmt.Sprint("sem-woken-", pipelining)
-			opts := []dlock.Option{dlock.WithTTL(30 * time.Second), dlock.WithPipelining(pipelining)}
+			opts := []dlock.Option{dlock.LeaseTTL(30 * time.Second), pipelined(pipelining)}
 			holder, err := newSemaphore(t, newClient(t, rdb, opts...), name, 1).TryAcquire(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -554,7 +554,7 @@ func TestSemaphoreWaitersThatGiveUpLeaveNothing(t *testing.T) {
 			name := fmt.Sprint("sem-giveup-", pipelining)
 			var wg sync.WaitGroup
 			for g := range 8 {
-				s := newSemaphore(t, newClient(t, rdb, dlock.WithPipelining(pipelining)), name, 2)
+				s := newSemaphore(t, newClient(t, rdb, pipelined(pipelining)), name, 2)
 				wg.Go(func() {
 					for range 25 {
 						wctx, wcancel := context.WithTimeout(ctx, time.Duration(1+rand.IntN(20))*time.Millisecond)
@@ -600,7 +600,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 		{"empty name", plain, "", 2},
 		{"name too long", plain, strings.Repeat("x", dlock.MaxNameLen+1), 2},
 		{"reentrant Client", newClient(t, rdb, dlock.WithReentrant(true)), "s", 2},
-		{"quorum", newRedlock(t, nodes), "s", 2},
+		{"quorum", newRedlock(t, nodes, 0), "s", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := tc.c.Semaphore(tc.sem, tc.permits)
@@ -827,7 +827,7 @@ func TestSemaphoreNothingLeftPerName(t *testing.T) {
 	defer cancel()
 	const names, workers = 2000, 16
 	ttl := 300 * time.Millisecond
-	c := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithAutoExtend(false))
+	c := newClient(t, rdb, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false))
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -944,7 +944,7 @@ func TestSemaphoreLockOptions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	const name = "sem-options"
-	s := newSemaphore(t, newClient(t, rdb, dlock.WithTTL(30*time.Second), dlock.WithHolderMeta("client-meta")), name, 3)
+	s := newSemaphore(t, newClient(t, rdb, dlock.LeaseTTL(30*time.Second), dlock.HolderMeta("client-meta")), name, 3)
 	a, err := s.Acquire(ctx, dlock.LeaseTTL(2*time.Second), dlock.HolderMeta("exporter-a"))
 	if err != nil {
 		t.Fatal(err)

@@ -95,8 +95,8 @@ func TestSentinelFailover(t *testing.T) {
 	semaphoreOn(t, fc, "a Sentinel master")
 	rwMutexOn(t, fc, "a Sentinel master")
 
-	acked := newClient(t, fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
-	plain := newClient(t, fc, dlock.WithTTL(time.Minute), dlock.WithAutoExtend(false))
+	acked := newClient(t, fc, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
+	plain := newClient(t, fc, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false))
 	const n = 20
 	for i := range n {
 		if _, err := acked.TryAcquire(ctx, fmt.Sprint("acked-", i)); err != nil {
@@ -124,7 +124,7 @@ func TestSentinelFailover(t *testing.T) {
 	// One more, watched by its watchdog: when the failover loses it, the
 	// holder must be told before its lease would have run out.
 	const watchedTTL = 10 * time.Second
-	watched, err := newClient(t, fc, dlock.WithTTL(watchedTTL)).TryAcquire(ctx, "watched")
+	watched, err := newClient(t, fc, dlock.LeaseTTL(watchedTTL)).TryAcquire(ctx, "watched")
 	if err != nil {
 		t.Fatalf("watched TryAcquire = %v", err)
 	}
@@ -322,7 +322,7 @@ func TestCluster(t *testing.T) {
 	leakcheck.Check(t)
 	nodes, cc := startCluster(t)
 	ctx := t.Context()
-	c := newClient(t, cc, dlock.WithTTL(time.Second))
+	c := newClient(t, cc, dlock.LeaseTTL(time.Second))
 
 	// Many names, spread over the slots: each lock's keys share one slot.
 	var locks []*dlock.Lock
@@ -360,7 +360,7 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter := newClient(t, cc, dlock.WithTTL(time.Minute)) // fair: no backoff, it sleeps a third of its queue entry's life
+	waiter := newClient(t, cc, dlock.LeaseTTL(time.Minute)) // fair: no backoff, it sleeps a third of its queue entry's life
 	got := make(chan error, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -392,7 +392,7 @@ func TestCluster(t *testing.T) {
 // the lock by the last read's release over pub/sub (sharded on a Cluster).
 func rwMutexOn(t *testing.T, rdb redis.UniversalClient, where string) {
 	ctx := t.Context()
-	rw := newRW(t, newClient(t, rdb, dlock.WithTTL(time.Minute)), "doc")
+	rw := newRW(t, newClient(t, rdb, dlock.LeaseTTL(time.Minute)), "doc")
 	var reads []*dlock.Lock
 	for range 2 {
 		l, err := rw.Reader().TryAcquire(ctx)
@@ -408,7 +408,7 @@ func rwMutexOn(t *testing.T, rdb redis.UniversalClient, where string) {
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second) // its timer: 20s
 		defer cancel()
-		l, err := newRW(t, newClient(t, rdb, dlock.WithTTL(time.Minute)), "doc").Writer().Acquire(wctx)
+		l, err := newRW(t, newClient(t, rdb, dlock.LeaseTTL(time.Minute)), "doc").Writer().Acquire(wctx)
 		if err == nil {
 			_, err = l.Fence(ctx)
 			l.Release(ctx)
@@ -440,7 +440,7 @@ func rwMutexOn(t *testing.T, rdb redis.UniversalClient, where string) {
 // release over pub/sub (sharded on a Cluster).
 func semaphoreOn(t *testing.T, rdb redis.UniversalClient, where string) {
 	ctx := t.Context()
-	s := newSemaphore(t, newClient(t, rdb, dlock.WithTTL(time.Minute)), "pool", 2)
+	s := newSemaphore(t, newClient(t, rdb, dlock.LeaseTTL(time.Minute)), "pool", 2)
 	var held []*dlock.Lock
 	for range 2 {
 		l, err := s.TryAcquire(ctx)
@@ -456,7 +456,7 @@ func semaphoreOn(t *testing.T, rdb redis.UniversalClient, where string) {
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second) // its timer: 20s
 		defer cancel()
-		l, err := newSemaphore(t, newClient(t, rdb, dlock.WithTTL(time.Minute)), "pool", 2).Acquire(wctx)
+		l, err := newSemaphore(t, newClient(t, rdb, dlock.LeaseTTL(time.Minute)), "pool", 2).Acquire(wctx)
 		if err == nil {
 			l.Release(ctx)
 		}
@@ -490,7 +490,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	leakcheck.Check(t)
 	nodes, cc := startCluster(t)
 	ctx := t.Context()
-	c := newClient(t, cc, dlock.WithTTL(600*time.Millisecond))
+	c := newClient(t, cc, dlock.LeaseTTL(600*time.Millisecond))
 	l, err := c.TryAcquire(ctx, "moving")
 	if err != nil {
 		t.Fatal(err)
@@ -601,8 +601,8 @@ func TestClusterReplicaAck(t *testing.T) {
 	const n = 10
 	ackedNames, plainNames := names("acked-", n), names("plain-", n)
 
-	acked := newClient(t, cc, dlock.WithTTL(5*time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
-	plain := newClient(t, cc, dlock.WithTTL(5*time.Minute), dlock.WithAutoExtend(false))
+	acked := newClient(t, cc, dlock.LeaseTTL(5*time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
+	plain := newClient(t, cc, dlock.LeaseTTL(5*time.Minute), dlock.WithAutoExtend(false))
 	for _, name := range ackedNames {
 		if _, err := acked.TryAcquire(ctx, name); err != nil {
 			t.Fatalf("acked TryAcquire %s = %v", name, err)
@@ -631,7 +631,7 @@ func TestClusterReplicaAck(t *testing.T) {
 			t.Fatalf("plain TryAcquire %s = %v", name, err)
 		}
 	}
-	watched, err := newClient(t, cc, dlock.WithTTL(10*time.Second)).TryAcquire(ctx, names("watched-", 1)[0])
+	watched, err := newClient(t, cc, dlock.LeaseTTL(10*time.Second)).TryAcquire(ctx, names("watched-", 1)[0])
 	if err != nil {
 		t.Fatalf("watched TryAcquire = %v", err)
 	}
@@ -700,7 +700,7 @@ func TestClusterNamesWithBraces(t *testing.T) {
 	_, cc := startCluster(t)
 	ctx := t.Context()
 	for _, fair := range []bool{false, true} {
-		c := newClient(t, cc, dlock.WithFair(fair))
+		c := newClient(t, cc, waiting(fair))
 		for _, name := range []string{"{", "{}", "a}b", "{x}", "a{b}c", "x}"} {
 			l, err := c.TryAcquire(ctx, name)
 			if err != nil {

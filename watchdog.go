@@ -20,15 +20,15 @@ func (l *Lock) tick() {
 	l.mu.Lock()
 	validUntil, settled, atCap := l.validUntil, l.err != nil, l.atCap
 	l.mu.Unlock()
-	if settled || atCap {
-		return // (at the max hold, the expiry timer ends the lease there)
+	if settled || atCap || l.c.closed.Load() {
+		return // (at the max hold, the expiry timer ends the lease there; after Close, its validity)
 	}
 
 	// go-redis honours this deadline only with ContextTimeoutEnabled;
 	// either way the expiry is declared on time.
 	ctx, cancel := context.WithDeadline(context.Background(), validUntil)
 	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
-	ctx = l.c.start(ctx, &e)
+	ctx = l.c.start(ctx, l.k, &e)
 	err := l.extend(ctx, 0) // the lease time of the latest extension
 	capped := errors.Is(err, ErrMaxHold) && !errors.Is(err, ErrNotHeld)
 	if capped {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/backend"
 )
 
 // ttl is the lease every library is asked for (the leftovers pass asks for
@@ -39,8 +40,8 @@ func goRedis(addr string) *redis.Client {
 
 var libraries = []library{
 	{name: "dlock", quorum: true, open: openDlock()},
-	{name: "dlock unfair", open: openDlock(dlock.WithFair(false))},
-	{name: "dlock unbatched", w1only: true, open: openDlock(dlock.WithPipelining(false))},
+	{name: "dlock unfair", open: openDlock(dlock.WithUnfair(nil))},
+	{name: "dlock unbatched", w1only: true, open: openDlock(backend.Pipelined(false).(dlock.Option))}, // the measure of the batcher, always on in the API
 	{name: "redsync", quorum: true, open: openRedsync},
 	{name: "bsm/redislock", open: openBSM},
 	{name: "rueidislock", open: openRueidis},
@@ -69,7 +70,7 @@ type batched interface{ batches() (calls, writes uint64) }
 
 func openDlock(opts ...dlock.Option) func([]string, time.Duration) (func(string) handle, func(), error) {
 	return func(addrs []string, lease time.Duration) (func(string) handle, func(), error) {
-		opts := append([]dlock.Option{dlock.WithTTL(lease)}, opts...)
+		opts := append([]dlock.Option{dlock.LeaseTTL(lease)}, opts...)
 		var nodes []redis.UniversalClient
 		for _, a := range addrs {
 			nodes = append(nodes, goRedis(a))
@@ -79,7 +80,7 @@ func openDlock(opts ...dlock.Option) func([]string, time.Duration) (func(string)
 			err error
 		)
 		if len(nodes) > 1 {
-			c, err = dlock.NewRedlock(nodes, opts...)
+			c, err = dlock.NewRedlock(nodes, 0, opts...)
 		} else {
 			c, err = dlock.New(nodes[0], opts...)
 		}

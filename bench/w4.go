@@ -175,7 +175,7 @@ func familyCell(k familyKind, addr string, admin *redis.Client, c int, hold time
 	reset(admin)
 	rdb := goRedis(addr)
 	defer rdb.Close()
-	dc, err := dlock.New(rdb, dlock.WithTTL(ttl))
+	dc, err := dlock.New(rdb, dlock.LeaseTTL(ttl))
 	if err != nil {
 		return w4Result{}, err
 	}

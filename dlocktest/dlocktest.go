@@ -49,16 +49,18 @@ import (
 	"github.com/dlockio/dlock/internal/redisserver"
 )
 
-// Option configures a server started by Start.
-type Option = redisserver.Option
+// Option configures a server started by Start: TCP, Args.
+type Option struct {
+	o redisserver.Option
+}
 
 // TCP makes the server listen on a free port of 127.0.0.1 instead of a unix
 // socket.
-func TCP() Option { return redisserver.TCP() }
+func TCP() Option { return Option{redisserver.TCP()} }
 
 // Args appends redis-server command-line arguments, e.g.
 // Args("--appendonly", "yes").
-func Args(args ...string) Option { return redisserver.Args(args...) }
+func Args(args ...string) Option { return Option{redisserver.Args(args...)} }
 
 // Server is a private redis-server owned by one test.
 type Server struct {
@@ -70,7 +72,13 @@ type Server struct {
 // when the test ends. It fails the test if no server can be started.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	s, err := redisserver.Start(opts...)
+	var ropts []redisserver.Option
+	for _, o := range opts {
+		if o.o != nil { // the zero Option changes nothing
+			ropts = append(ropts, o.o)
+		}
+	}
+	s, err := redisserver.Start(ropts...)
 	if err != nil {
 		tb.Fatalf("dlocktest: %v", err)
 	}

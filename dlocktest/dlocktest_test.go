@@ -32,7 +32,7 @@ func TestHold(t *testing.T) {
 // ErrNotHeld, Done is closed, and Do's context is cancelled with that cause.
 func TestLose(t *testing.T) {
 	leakcheck.Check(t)
-	for _, opts := range [][]dlock.Option{nil, {dlock.WithFair(false)}, {dlock.WithAutoExtend(false)}} {
+	for _, opts := range [][]dlock.Option{nil, {dlock.WithUnfair(nil)}, {dlock.WithAutoExtend(false)}} {
 		c := dlocktest.NewClient(t, opts...)
 		l, err := c.Acquire(t.Context(), "job")
 		if err != nil {
@@ -94,7 +94,7 @@ func TestServerFaults(t *testing.T) {
 	if err := l.Release(t.Context()); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Release of a lease the restart forgot = %v, want ErrNotHeld", err)
 	}
-	if err := c.Drain(t.Context()); err != nil {
+	if err := c.Close(t.Context()); err != nil {
 		t.Error(err)
 	}
 }

@@ -282,11 +282,13 @@ func runDemo(ctx context.Context, cfg demoConfig, pass demoPass, rdb redis.Unive
 }
 
 // watchProgress prints a progress line until every task is done or failed
-// for good, or ctx ends.
+// for good, or ctx ends: each tick's, unless nothing moved since the last
+// one (while --chaos's stuck batch waits to be recovered, for seconds).
 func watchProgress(ctx context.Context, cfg demoConfig, db *taskDB, res *demoResult, stderr io.Writer) error {
 	tick := time.NewTicker(cfg.progressInterval)
 	defer tick.Stop()
 	live := cfg.progressInterval < time.Second
+	last := ""
 	for {
 		select {
 		case <-ctx.Done():
@@ -303,11 +305,14 @@ func watchProgress(ctx context.Context, cfg demoConfig, db *taskDB, res *demoRes
 		line := fmt.Sprintf("pending %4d  enqueued %4d  processing %3d  retry %3d  done %4d  failed %3d  duplicates %3d",
 			counts[statusPending], counts[statusEnqueued], counts[statusProcessing], counts[statusRetry],
 			res.done, res.failed, atomic.LoadInt64(&res.duplicates))
-		if live {
+		switch {
+		case line == last:
+		case live:
 			fmt.Fprintf(stderr, "\r%s", line)
-		} else {
+		default:
 			fmt.Fprintln(stderr, line)
 		}
+		last = line
 		if res.done+res.failed == cfg.tasks {
 			if live {
 				fmt.Fprintln(stderr)

@@ -242,7 +242,7 @@ func rowOf(in dlock.Info) row {
 		for i, p := range in.Permits {
 			tokens[i] = p.Token
 		}
-		token = fmt.Sprintf("%d permits: %s", len(tokens), strings.Join(tokens, " "))
+		token = fmt.Sprintf("%s: %s", plural(len(tokens), "permit"), strings.Join(tokens, " "))
 	}
 	if len(in.RWHolds) > 0 { // a read-write lock: its write, or its reads
 		token = rwHolders(in.RWHolds)
@@ -270,8 +270,22 @@ func printInfos(w io.Writer, infos []dlock.Info, asJSON bool) int {
 	for _, in := range infos {
 		fmt.Fprintln(tw, rowOf(in))
 	}
+	if len(infos) == 0 {
+		fmt.Fprintln(tw, noRows)
+	}
 	tw.Flush()
 	return exitOK
+}
+
+// noRows is the row of a table without locks.
+const noRows = "(none)"
+
+// plural returns "1 noun" or "n nouns".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // rwHolders describes a read-write lock's holds for the table: "write:
@@ -285,10 +299,8 @@ func rwHolders(hs []dlock.RWHold) string {
 	switch {
 	case write && len(hs) == 1:
 		return "write: " + tokens[0]
-	case len(hs) == 1:
-		return "1 read: " + tokens[0]
 	}
-	return fmt.Sprintf("%d reads: %s", len(hs), strings.Join(tokens, " "))
+	return plural(len(hs), "read") + ": " + strings.Join(tokens, " ")
 }
 
 // metaColumn shows holder metadata in a column: "-" for none, quoted if it

@@ -89,7 +89,7 @@ func TestInspectShowsPermitMeta(t *testing.T) {
 	rdb := s.Client(t)
 	ctx := t.Context()
 	for _, meta := range []string{"worker 2", "worker-1"} {
-		c, err := dlock.New(rdb, dlock.WithHolderMeta(meta))
+		c, err := dlock.New(rdb, dlock.HolderMeta(meta))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,13 +16,14 @@
 // argv in REDIS_URL, REDIS_PASSWORD or the file REDIS_PASSWORD_FILE names.
 //
 // Exit codes: 0 success (or, for run, the command's own status); 2 usage
-// error; 3 bad configuration (such as a malformed URL, or a name held as
-// a lock and asked for as a semaphore, or the reverse); 4 Redis unreachable
-// or failing (for a quorum: too many nodes failed to reach a majority); 5
-// lock not acquired (held by another holder); 6 lock lost while the command
-// ran (it was terminated); 126 command not executable; 127 command not
-// found; 128+N interrupted by signal N while waiting for the lock, or
-// during a watch (130 for SIGINT, 143 for SIGTERM).
+// error; 3 bad configuration (such as a malformed URL, a database index
+// the server does not have, or a name held as a lock and asked for as a
+// semaphore, or the reverse); 4 Redis unreachable or failing (for a
+// quorum: too many nodes failed to reach a majority); 5 lock not acquired
+// (held by another holder); 6 lock lost, or its --max-hold reached, while
+// the command ran (it was terminated); 126 command not executable; 127
+// command not found; 128+N interrupted by signal N while waiting for the
+// lock, or during a watch (130 for SIGINT, 143 for SIGTERM).
 package main
 
 import (
@@ -278,14 +279,24 @@ func newFlagSet(name string, stderr io.Writer, help string) *flag.FlagSet {
 }
 
 // parse parses flags; it returns the exit code to stop with, or -1 to go on.
+// Asked-for help prints the usage; an error, one line that says where the
+// help is (the flag package would print the whole usage after it).
 func parse(fs *flag.FlagSet, args []string) int {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage // the flag package has printed the error and usage
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return -1
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return exitOK
 	}
-	return -1
+	fmt.Fprintf(out, "dlock %s: %v (see 'dlock %s -h')\n", fs.Name(), err, fs.Name())
+	return exitUsage
 }
 
 // parseMixed parses flags that may come before or after the arguments

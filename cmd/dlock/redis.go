@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -56,7 +57,12 @@ func (t *target) client(ctx context.Context, opts ...dlock.Option) (*dlock.Clien
 
 // connect opens a client for url and checks that Redis answers.
 func connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
-	rdb, err := newRedis(rawURL)
+	return connectVia(ctx, rawURL, new(dialGate))
+}
+
+// connectVia is connect with the server's dials behind gate.
+func connectVia(ctx context.Context, rawURL string, gate *dialGate) (redis.UniversalClient, error) {
+	rdb, err := openRedis(rawURL, gate, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -76,9 +82,62 @@ func connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) 
 		if ctx.Err() != nil { // a signal, not Redis, ended the attempt
 			return nil, interrupted(ctx, "while connecting to Redis at %s", redact(rawURL))
 		}
+		if noSuchDB(err) { // Redis answered: the URL is wrong
+			return nil, fail(exitConfig, "bad Redis URL %s: Redis has no such database (%v)", redact(rawURL), err)
+		}
 		return nil, fail(exitRedis, "cannot reach Redis at %s: %v", redact(rawURL), err)
 	}
 	return rdb, nil
+}
+
+// noSuchDB reports whether err is Redis refusing the database a URL's
+// /db path selects: an index past its "databases" setting, or any but 0
+// on a Cluster node.
+func noSuchDB(err error) bool {
+	rerr, ok := errors.AsType[redis.Error](err)
+	return ok && (strings.Contains(rerr.Error(), "DB index is out of range") ||
+		strings.Contains(rerr.Error(), "SELECT is not allowed in cluster mode"))
+}
+
+// dialCooldown is how long a server whose dial failed is taken for down
+// (see dialGate). go-redis's pool, once its dials keep failing, also tries
+// again once a second.
+const dialCooldown = time.Second
+
+// dialGate remembers a server's failed dial: for dialCooldown after it,
+// dials fail at once with its error (a dial error still, so that go-redis
+// and dlock know the request was never sent), and then one is tried again.
+// A node that does not answer costs one dial timeout, not one per command
+// and per retry. A dial that the caller cancelled proves nothing, and is
+// not remembered.
+type dialGate struct {
+	mu    sync.Mutex
+	err   error     // the last failed dial's; nil once one succeeds
+	until time.Time // when dials are tried again
+}
+
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// wrap returns dial behind the gate.
+func (g *dialGate) wrap(dial dialFunc) dialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		g.mu.Lock()
+		if err := g.err; err != nil && time.Now().Before(g.until) {
+			g.mu.Unlock()
+			return nil, err
+		}
+		g.mu.Unlock()
+		conn, err := dial(ctx, network, addr)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		switch op, ok := errors.AsType[*net.OpError](err); {
+		case err == nil:
+			g.err = nil
+		case ok && op.Op == "dial" && !errors.Is(ctx.Err(), context.Canceled):
+			g.err, g.until = err, time.Now().Add(dialCooldown)
+		}
+		return conn, err
+	}
 }
 
 // urlShapes says which Redis URLs dlock takes, for its error messages.
@@ -86,12 +145,16 @@ const urlShapes = "want redis://[user:password@]host:port[/db] (rediss:// for TL
 	"redis+sentinel://[user:password@]host:port?master_name=NAME[&addr=host:port…] for Sentinel, or " +
 	"redis+cluster://[user:password@]host:port[?addr=host:port…] for a Cluster"
 
-// newRedis returns a go-redis client for rawURL: a single server, a
+// openRedis returns a go-redis client for rawURL: a single server, a
 // Sentinel-managed master (redis+sentinel://, or a master_name parameter)
 // or a Cluster (redis+cluster://); rediss+ schemes use TLS. A password the
 // URL lacks comes from $REDIS_PASSWORD, or the file $REDIS_PASSWORD_FILE
-// names: never from argv.
-func newRedis(rawURL string) (redis.UniversalClient, error) {
+// names: never from argv. A single server's dials go through gate (see
+// dialGate); go-redis's command retries are maxRetries unless it is 0
+// (-1: none). Each attempt of a command dials once: go-redis would dial up
+// to 5 times, 100ms apart, for each of them, and a server that refuses
+// connections would cost every command seconds.
+func openRedis(rawURL string, gate *dialGate, maxRetries int) (redis.UniversalClient, error) {
 	bad := func(err error) error {
 		return fail(exitConfig, "bad Redis URL %s: %s (%s)", redact(rawURL), strings.ReplaceAll(err.Error(), rawURL, "<url>"), urlShapes)
 	}
@@ -107,20 +170,31 @@ func newRedis(rawURL string) (redis.UniversalClient, error) {
 	switch kind {
 	case "":
 		opts, err := redis.ParseURL(rawURL)
+		if err == nil && opts.DB < 0 {
+			err = fmt.Errorf("invalid database number: %d", opts.DB) // go-redis would select none: database 0
+		}
 		if err != nil {
 			return nil, bad(err)
 		}
 		opts.Password = cmp.Or(opts.Password, password)
+		opts.DialerRetries = 1
+		opts.MaxRetries = cmp.Or(maxRetries, opts.MaxRetries)
+		opts.Dialer = gate.wrap(redis.NewDialer(opts))
 		return redis.NewClient(opts), nil
 	case "sentinel":
 		opts, err := redis.ParseFailoverURL(base + "://" + rest)
 		if err == nil && opts.MasterName == "" {
 			err = errors.New("a Sentinel URL needs master_name=NAME")
 		}
+		if err == nil && opts.DB < 0 {
+			err = fmt.Errorf("invalid database number: %d", opts.DB)
+		}
 		if err != nil {
 			return nil, bad(err)
 		}
 		opts.Password = cmp.Or(opts.Password, opts.SentinelPassword, password) // the master's; the URL's userinfo is the Sentinels'
+		opts.DialerRetries = cmp.Or(opts.DialerRetries, 1)
+		opts.MaxRetries = cmp.Or(maxRetries, opts.MaxRetries)
 		return redis.NewFailoverClient(opts), nil
 	case "cluster":
 		opts, err := redis.ParseClusterURL(base + "://" + rest)
@@ -128,6 +202,8 @@ func newRedis(rawURL string) (redis.UniversalClient, error) {
 			return nil, bad(err)
 		}
 		opts.Password = cmp.Or(opts.Password, password)
+		opts.DialerRetries = cmp.Or(opts.DialerRetries, 1)
+		opts.MaxRetries = cmp.Or(maxRetries, opts.MaxRetries)
 		return redis.NewClusterClient(opts), nil
 	}
 	return nil, bad(fmt.Errorf("unknown scheme %q", scheme))
@@ -157,7 +233,9 @@ func envPassword() (string, error) {
 // caller checks the flags that opts come from first, and reports a bad one
 // in the flag's own name (see checkTTL). A quorum
 // tolerates a minority of nodes that do not answer; without a majority it
-// fails at once, naming the nodes, rather than wait for them unseen.
+// fails at once, naming the nodes, rather than wait for them unseen. A
+// node that does not answer costs one dial timeout, at once with the
+// others', and not again for each later command or retry (see dialGate).
 func lockClient(ctx context.Context, flagged urlList, opts ...dlock.Option) (c *dlock.Client, closeFn func(), err error) {
 	urls := redisURLs(flagged)
 	if len(urls) == 0 {
@@ -171,13 +249,17 @@ func lockClient(ctx context.Context, flagged urlList, opts ...dlock.Option) (c *
 	}
 	// All at once: nodes that do not answer cost one timeout, not one each.
 	type conn struct {
-		rdb redis.UniversalClient
-		err error
+		rdb  redis.UniversalClient
+		gate *dialGate
+		err  error
 	}
 	conns := make([]conn, len(urls))
 	var wg sync.WaitGroup
 	for i, u := range urls {
-		wg.Go(func() { conns[i].rdb, conns[i].err = connect(ctx, u) })
+		wg.Go(func() {
+			conns[i].gate = new(dialGate)
+			conns[i].rdb, conns[i].err = connectVia(ctx, u, conns[i].gate)
+		})
 	}
 	wg.Wait()
 	var failed []string
@@ -190,7 +272,11 @@ func lockClient(ctx context.Context, flagged urlList, opts ...dlock.Option) (c *
 			cfgErr = cmp.Or(cfgErr, cn.err)
 		default: // a quorum tolerates a minority of nodes down
 			failed = append(failed, cn.err.Error())
-			rdb, _ := newRedis(urls[i]) // connect parsed it
+			// Behind the gate its PING went through: a dial that just
+			// failed is not tried again for a while. Nor does go-redis
+			// retry its commands: the library retries on its own schedule,
+			// and each retry here would only wait to fail again.
+			rdb, _ := openRedis(urls[i], cn.gate, -1) // the URL parsed above
 			nodes = append(nodes, rdb)
 		}
 	}
@@ -206,7 +292,7 @@ func lockClient(ctx context.Context, flagged urlList, opts ...dlock.Option) (c *
 	if len(nodes) == 1 {
 		c, err = dlock.New(nodes[0], opts...)
 	} else {
-		c, err = dlock.NewRedlock(nodes, opts...)
+		c, err = dlock.NewRedlock(nodes, 0, opts...)
 	}
 	if err != nil {
 		closeFn()

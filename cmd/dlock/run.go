@@ -50,11 +50,13 @@ ttl/10 before the lease ends, when another dlock could take the lock; if
 dlock is stopped or frozen and the lease comes within ttl/10 of its end
 unextended, the group is stopped with SIGSTOP.
 
-With --max-hold D, CMD may hold the lock for D at most: it is terminated as
-on a lost lock (SIGTERM, then SIGKILL after --grace) when the lock reaches
-its max hold — ttl/10 before it, when the guardian would otherwise stop CMD
-for want of an extension — and the lock is released at D, so that a waiter
-takes it at once.
+With --max-hold D (0, the default: no limit; else at least 30ms), CMD holds
+the lock for D at most: once it has been held for D, CMD is terminated as on
+a lost lock (SIGTERM, then SIGKILL after --grace, but no later than ttl/10
+after D, when the lease ends). The lease is kept ttl/10
+past D (the guardian's margin), so that CMD runs under the lock for the whole
+of D; the lock is released when CMD exits, ttl/10 after D at the latest, and
+a waiter takes it at once.
 
 The lock's holder metadata (--meta, "hostname:pid" of dlock by default) is
 what 'dlock inspect' shows, and what a run that finds the lock held prints.
@@ -77,7 +79,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wait := waitFlag(fs)
 	grace := fs.Duration("grace", 10*time.Second, "time CMD has between SIGTERM and SIGKILL after the lock is lost, or after dlock dies (then no later than ttl/10 before the lease ends)")
 	permits := fs.Int("n", 1, "run at most `N` commands at once: hold one of N permits of the semaphore NAME; 1 holds the lock NAME")
-	maxHold := fs.Duration("max-hold", 0, "the longest CMD may hold the lock: then it is terminated as on a lost lock and the lock released (0: no limit)")
+	maxHold := fs.Duration("max-hold", 0, "the longest CMD may hold the lock: then it is terminated as on a lost lock (0: no limit; else at least 30ms)")
 	meta := fs.String("meta", "", "the holder `metadata` that 'dlock inspect' shows (default hostname:pid)")
 	read := fs.Bool("read", false, "hold a read of the read-write lock NAME, shared with other readers")
 	write := fs.Bool("write", false, "hold the write of the read-write lock NAME, alone")
@@ -142,10 +144,24 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return report(stderr, err)
 	}
+	// The release is tried again until its 5s are spent: a release not
+	// sent (Redis refusing dials for a moment, which the dial gate turns
+	// into a second of failing at once) would leave the lock held for the
+	// rest of its TTL. A repeated release reports what the first did.
 	release := func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		return l.Release(rctx)
+		for {
+			err := l.Release(rctx)
+			if err == nil || errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrInvalid) {
+				return err
+			}
+			select {
+			case <-rctx.Done():
+				return err
+			case <-time.After(releaseRetry):
+			}
+		}
 	}
 	// A fence is issued only while the lease holds the lock: without one,
 	// CMD does not run.
@@ -176,24 +192,36 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // runOptions checks the flags that become the Client's options, so that a
 // bad one is reported in the flag's own name, and returns the options.
+// The lease's max hold is the command's, maxHold, and the guardian's
+// margin after it: CMD is terminated at maxHold (see newLossPath), and
+// the lease must still have the margin left then, or the guardian, which
+// acts a margin before the lease ends, would stop CMD earlier.
 func runOptions(ttl, maxHold time.Duration, meta string, metaSet bool) ([]dlock.Option, error) {
 	if err := checkTTL(ttl); err != nil {
 		return nil, err
 	}
-	if err := checkMaxHold(maxHold, ttl); err != nil {
+	if err := checkMaxHold(maxHold); err != nil {
 		return nil, err
 	}
-	opts := []dlock.Option{dlock.WithTTL(ttl), dlock.WithMaxHold(maxHold)}
+	leaseCap := maxHold
+	if maxHold > 0 {
+		leaseCap += guardianMargin(ttl)
+	}
+	opts := []dlock.Option{dlock.LeaseTTL(ttl), dlock.MaxHold(leaseCap)}
 	if metaSet {
 		if err := checkMeta(meta); err != nil {
 			return nil, err
 		}
-		opts = append(opts, dlock.WithHolderMeta(meta))
+		opts = append(opts, dlock.HolderMeta(meta))
 	}
 	return opts, nil
 }
 
-// checkMeta checks a --meta flag as dlock.WithHolderMeta does, so that a
+// guardianMargin is how long before the lease ends the guardian acts (see
+// supervise).
+func guardianMargin(ttl time.Duration) time.Duration { return max(ttl/10, time.Millisecond) }
+
+// checkMeta checks a --meta flag as dlock.HolderMeta does, so that a
 // bad one is reported in the flag's own name.
 func checkMeta(meta string) error {
 	switch {
@@ -207,21 +235,16 @@ func checkMeta(meta string) error {
 	return nil
 }
 
-// checkMaxHold checks a --max-hold flag: 0 (none), or long enough that the
-// command is not terminated before it starts (see supervise).
-func checkMaxHold(d, ttl time.Duration) error {
-	switch {
-	case d < 0:
-		return fmt.Errorf("--max-hold %v: must not be negative", d)
-	case d > 0 && d < dlock.MinTTL:
+// checkMaxHold checks a --max-hold flag: 0 (none), or at least the
+// shortest lease.
+func checkMaxHold(d time.Duration) error {
+	if d < 0 || d > 0 && d < dlock.MinTTL {
 		return fmt.Errorf("--max-hold %v: must be 0 (no limit) or at least %v", d, dlock.MinTTL)
-	case d > 0 && d <= ttl/10:
-		return fmt.Errorf("--max-hold %v: must be longer than a tenth of the TTL (%v), when the command is terminated", d, ttl/10)
 	}
 	return nil
 }
 
-// checkTTL checks a --ttl flag before it becomes dlock.WithTTL, so that a
+// checkTTL checks a --ttl flag before it becomes dlock.LeaseTTL, so that a
 // bad one is reported in the flag's own name.
 func checkTTL(ttl time.Duration) error {
 	if ttl < dlock.MinTTL {
@@ -396,7 +419,7 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 	// extension within ttl/10. With an extension every ttl/3, a lease in
 	// good health has at least 2/3 of the TTL left, so the margin is only
 	// reached when dlock cannot extend.
-	margin := max(ttl/10, time.Millisecond)
+	margin := guardianMargin(ttl)
 	g, code := startGuardian(l, argv, env, grace, margin, stdout, stderr)
 	if g == nil {
 		return code, nil
@@ -466,16 +489,17 @@ type lossPath struct {
 	stderr io.Writer
 
 	lost   <-chan struct{}  // the lock's Done, until the path is taken
-	capped <-chan time.Time // the max hold is a margin away (nil without one)
+	capped <-chan time.Time // the command's max hold (nil without one)
 	kill   <-chan time.Time // SIGKILL, once the path is taken
 	err    error            // why it was taken: the loss, or ErrMaxHold
 }
 
 // newLossPath returns the loss path of l, whose guardian is g and acts
-// margin before the lease ends. With a max hold, CMD is terminated margin
-// before the cap: the guardian, which hears of no extension past it, would
-// stop the group at that moment. The lock is released at the cap, or when
-// CMD exits before it.
+// margin before the lease ends. With a max hold, CMD is terminated at its
+// own, margin before the lease's cap (see runOptions), with the lease still
+// held: the guardian, which hears of no extension past the cap, would stop
+// the group at that moment. The lock is released when CMD exits, or at
+// the cap.
 func newLossPath(l *dlock.Lock, g *guardian, grace, margin time.Duration, stderr io.Writer) *lossPath {
 	p := &lossPath{l: l, g: g, grace: grace, stderr: stderr, lost: l.Done()}
 	if deadline, ok := l.Deadline(); ok {
@@ -487,12 +511,17 @@ func newLossPath(l *dlock.Lock, g *guardian, grace, margin time.Duration, stderr
 // terminate takes the loss path for err: the guardian enforces no more
 // deadlines, and CMD's group gets SIGTERM, and SIGKILL after grace.
 func (p *lossPath) terminate(err error, format string, args ...any) {
+	p.terminateKilling(p.grace, err, format, args...)
+}
+
+// terminateKilling is terminate with SIGKILL after kill.
+func (p *lossPath) terminateKilling(kill time.Duration, err error, format string, args ...any) {
 	p.err, p.lost, p.capped = err, nil, nil
 	p.g.lost()
-	fmt.Fprintf(p.stderr, format+"; sending SIGTERM, SIGKILL in %v\n", append(args, p.grace)...)
+	fmt.Fprintf(p.stderr, format+"; sending SIGTERM, SIGKILL in %v\n", append(args, kill.Round(time.Millisecond))...)
 	p.g.signal(syscall.SIGTERM)
 	p.g.signal(syscall.SIGCONT) // a stopped group would not see the SIGTERM
-	p.kill = time.After(p.grace)
+	p.kill = time.After(kill)
 }
 
 // onLost takes the loss path if the lock was lost (or ended at its max hold).
@@ -506,10 +535,18 @@ func (p *lossPath) onLost() {
 	}
 }
 
-// atCap takes the loss path as the max hold comes near.
+// releaseRetry is the pause between tries of run's release.
+const releaseRetry = 100 * time.Millisecond
+
+// atCap takes the loss path at the command's max hold. The lease cannot
+// be extended past its cap, so SIGKILL comes after grace but no later
+// than the cap: a command slow to act on SIGTERM must not run on once
+// another holder can take the lock.
 func (p *lossPath) atCap() {
 	deadline, _ := p.l.Deadline()
-	p.terminate(dlock.ErrMaxHold, "dlock: lock %q reaches its max hold in %v", p.l.Name(), time.Until(deadline).Round(time.Millisecond))
+	left := max(time.Until(deadline), 0)
+	p.terminateKilling(min(p.grace, left), dlock.ErrMaxHold, "dlock: lock %q reached its max hold (it is released when the command exits, in %v at the latest)",
+		p.l.Name(), left.Round(time.Millisecond))
 }
 
 // stopSelf stops dlock with SIGSTOP and returns once it is continued. The

@@ -386,7 +386,7 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 		nodes = append(nodes, s.Client(t))
 		names = append(names, s.URL())
 	}
-	c, err := dlock.NewRedlock(nodes, dlock.WithTTL(5*time.Second))
+	c, err := dlock.NewRedlock(nodes, 0, dlock.LeaseTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -710,7 +710,8 @@ func TestRunSemaphore(t *testing.T) {
 // With --max-hold, the command is terminated as on a lost lock (SIGTERM,
 // then SIGKILL after --grace for one that ignores it) when the lock
 // reaches its max hold, dlock says why and exits 6, and the lock is
-// released then: a waiting dlock run takes it at once.
+// released (when the command exits, or a tenth of the TTL later): a
+// waiting dlock run takes it at once.
 func TestRunMaxHold(t *testing.T) {
 	for _, mode := range []string{"polite", "stubborn"} {
 		t.Run(mode, func(t *testing.T) {
@@ -741,8 +742,8 @@ func TestRunMaxHold(t *testing.T) {
 			if !strings.Contains(stderr.String(), "max hold") {
 				t.Errorf("stderr %q does not say the max hold was reached", stderr.String())
 			}
-			if held := time.Since(start); held < 1500*time.Millisecond-60*time.Millisecond {
-				t.Errorf("the command was ended %v after dlock run started, before its max hold (less the guardian's margin)", held)
+			if held := time.Since(start); held < 1500*time.Millisecond {
+				t.Errorf("the command was ended %v after dlock run started, before its max hold", held)
 			}
 			if b, _ := os.ReadFile(mark); mode == "polite" && string(b) != "terminated" {
 				t.Errorf("the polite child did not get SIGTERM (mark %q)", b)
@@ -759,6 +760,55 @@ func TestRunMaxHold(t *testing.T) {
 				t.Error("lock still held after both runs")
 			}
 		})
+	}
+}
+
+// --max-hold D gives the command the whole of D: it gets SIGTERM once the
+// lock has been held for D, not a tenth of the TTL before (with the
+// default TTL of 10s, --max-hold 2s terminated it at 1s), and the lock is
+// held until then. A max hold within a tenth of the TTL (300ms here) was
+// refused; it works too. One below the shortest lease is refused with a
+// message that names the flag and what to pass instead.
+func TestRunMaxHoldGivesTheWholeHold(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	for _, d := range []time.Duration{2 * time.Second, 300 * time.Millisecond} {
+		mark := filepath.Join(t.TempDir(), "mark")
+		cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark),
+			"run", "--max-hold", d.String(), "--grace", "5s", "whole", "--", os.Args[0], childArg)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		start := time.Now() // before the lock is taken: its hold ends D after a later moment
+		startUntilChildRuns(t, cmd)
+		if early := d - 200*time.Millisecond; early > 0 {
+			time.Sleep(early - time.Since(start))
+			if _, err := os.Stat(mark); err == nil {
+				t.Errorf("--max-hold %v: the command was terminated before %v", d, early)
+			}
+			if !lockHeld(rdb, "dlock:{whole}") {
+				t.Errorf("--max-hold %v: the lock is not held %v after dlock run started", d, early)
+			}
+		}
+		if !waitExit(cmd, 20*time.Second) {
+			t.Fatalf("dlock run --max-hold %v still running 20s on", d)
+		}
+		took := time.Since(start)
+		if code := cmd.ProcessState.ExitCode(); code != exitLost || !strings.Contains(stderr.String(), "max hold") {
+			t.Errorf("--max-hold %v: exit %d, stderr %q; want %d and the max hold named", d, code, stderr.String(), exitLost)
+		}
+		if b, _ := os.ReadFile(mark); string(b) != "terminated" {
+			t.Errorf("--max-hold %v: the command did not get SIGTERM (mark %q)", d, b)
+		}
+		if took < d {
+			t.Errorf("--max-hold %v: the command was terminated %v after dlock run started", d, took.Round(time.Millisecond))
+		}
+		if lockHeld(rdb, "dlock:{whole}") {
+			t.Errorf("--max-hold %v: lock still held after dlock run exited", d)
+		}
+	}
+	code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--max-hold", "10ms", "x", "--", "true"))
+	if want := "dlock run: --max-hold 10ms: must be 0 (no limit) or at least 30ms\n"; code != exitUsage || errOut != want {
+		t.Errorf("dlock run --max-hold 10ms: exit %d, stderr %q; want %d, %q", code, errOut, exitUsage, want)
 	}
 }
 

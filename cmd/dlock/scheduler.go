@@ -88,7 +88,7 @@ func cmdScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // to the queue, release; until ctx ends.
 func schedule(ctx context.Context, c schedConfig, rdb redis.UniversalClient, db *taskDB, stdout io.Writer) error {
 	k := keysForRun(c.run)
-	locks, err := dlock.New(rdb, dlock.WithTTL(c.ttl)) // the demo checked --ttl
+	locks, err := dlock.New(rdb, dlock.LeaseTTL(c.ttl)) // the demo checked --ttl
 	if err != nil {
 		return libError(err)
 	}

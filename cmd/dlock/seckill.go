@@ -82,7 +82,7 @@ func cmdSeckill(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 
 	run := newRunID()
-	locks, err := dlock.New(rdb, dlock.WithTTL(5*time.Second), dlock.WithAutoExtend(false))
+	locks, err := dlock.New(rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
 	if err != nil {
 		return report(stderr, libError(err))
 	}

@@ -297,6 +297,9 @@ func (w *watcher) show(infos []dlock.Info, readErr error) error {
 		for _, l := range locks {
 			fmt.Fprintf(tw, "%s\t%s\n", rowOf(l.info), rateText(l.rate, false))
 		}
+		if len(locks) == 0 {
+			fmt.Fprintln(tw, noRows)
+		}
 		tw.Flush()
 	}
 	text := b.String()

@@ -112,7 +112,7 @@ func startWatch(t *testing.T, args ...string) (next func(what string, cond func(
 func TestWatchFollowsALock(t *testing.T) {
 	s := redistest.Start(t)
 	ctx := t.Context()
-	c, err := dlock.New(s.Client(t), dlock.WithHolderMeta("job-1"))
+	c, err := dlock.New(s.Client(t), dlock.HolderMeta("job-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +197,41 @@ func TestWatchCountPlainBlocks(t *testing.T) {
 		}
 		if !strings.Contains(b, `"jobs:two\nlines"`) || !strings.Contains(b, "foreign") || !strings.Contains(b, "tok-a") {
 			t.Errorf("block %d = %q; want the odd name quoted, the list foreign, tok-a", i+1, b)
+		}
+	}
+}
+
+// A watch, and a list, with nothing to show say "(none)" under the column
+// names rather than print an empty table; a semaphore with one permit held
+// shows "1 permit", not "1 permits".
+func TestWatchNoneAndOnePermit(t *testing.T) {
+	s := redistest.Start(t)
+	env := []string{"REDIS_URL=" + s.URL()}
+	watch := []string{"watch", "--count", "1", "jobs:*"}
+	for _, args := range [][]string{watch, {"list", "jobs:*"}} {
+		code, out, errOut := result(t, dlockCmd(t, env, args...))
+		if lines := strings.Split(strings.TrimSpace(out), "\n"); code != exitOK || lines[len(lines)-1] != "(none)" ||
+			!strings.HasPrefix(lines[len(lines)-2], "NAME ") {
+			t.Errorf("dlock %q with no locks: exit %d, stdout %q, stderr %q; want the column names, then (none)", args, code, out, errOut)
+		}
+	}
+	c, err := dlock.New(s.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := c.Semaphore("jobs:s", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sem.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.WithoutCancel(t.Context()))
+	for _, args := range [][]string{watch, {"list", "jobs:*"}} {
+		code, out, errOut := result(t, dlockCmd(t, env, args...))
+		if code != exitOK || !strings.Contains(out, "1 permit: "+l.Token()) || strings.Contains(out, "(none)") {
+			t.Errorf("dlock %q with one permit held: exit %d, stdout %q, stderr %q; want \"1 permit: %s\"", args, code, out, errOut, l.Token())
 		}
 	}
 }

@@ -15,7 +15,7 @@ func newClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *miniredis.Mi
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	c, err := dlock.New(rdb, append([]dlock.Option{dlock.WithTTL(time.Second)}, opts...)...)
+	c, err := dlock.New(rdb, append([]dlock.Option{dlock.LeaseTTL(time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,11 @@ func newClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *miniredis.Mi
 // Acquire, exclusion, fence, release and Inspect work as on Redis.
 func TestLocksWork(t *testing.T) {
 	for _, fair := range []bool{true, false} {
-		c, _ := newClient(t, dlock.WithFair(fair))
+		var opts []dlock.Option
+		if !fair {
+			opts = append(opts, dlock.WithUnfair(nil))
+		}
+		c, _ := newClient(t, opts...)
 		ctx := t.Context()
 		l, err := c.TryAcquire(ctx, "a")
 		if err != nil {

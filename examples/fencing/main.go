@@ -47,7 +47,7 @@ func run() error {
 	ctx := context.Background()
 
 	// Auto-extend off: holder A's "pause" must be able to outlast its lease.
-	c, err := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoExtend(false))
+	c, err := dlock.New(rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithAutoExtend(false))
 	if err != nil {
 		return err
 	}

@@ -25,8 +25,7 @@
 // among them: the pipeline's span is then a child of that operation's span
 // only, and the other operations in it show no Redis span of their own.
 // Under low load a pipeline carries one call and each operation has its
-// own; WithPipelining(false) gives each its own always, at a cost in
-// throughput.
+// own.
 //
 // Attributes: dlock.mode (Event.Mode: fair, unfair, reentrant, quorum,
 // semaphore, election, read or write), dlock.try on
@@ -50,7 +49,7 @@
 //
 // A lease lost while it was held (dlock.Observer.Lost) is counted and its
 // hold time recorded, but makes no span: the loss is found by a timer, and
-// no operation of the caller is under way. WithLogger (dlock) logs it as an
+// no operation of the caller is under way. dlock.SlogObserver logs it as an
 // error.
 //
 // # Metrics
@@ -72,7 +71,7 @@
 //
 // All carry dlock.mode, except the last two, which are read from
 // Client.Stats (counts since the Client was made; 0 with
-// WithPipelining(false)). The histograms' bucket boundaries run from a
+// WithoutScripts()). The histograms' bucket boundaries run from a
 // millisecond to a minute for waits and to an hour for holds; a View of
 // the MeterProvider can change them.
 //

@@ -22,6 +22,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/dlocktest"
 	"github.com/dlockio/dlock/extra/dlockotel"
+	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/leakcheck"
 )
 
@@ -59,7 +60,7 @@ func setup(t *testing.T, instr []dlockotel.Option, opts ...dlock.Option) *harnes
 	if err := dlockotel.Instrument(c, instr...); err != nil {
 		t.Fatalf("Instrument = %v", err)
 	}
-	t.Cleanup(func() { c.Drain(context.Background()) })
+	t.Cleanup(func() { c.Close(context.Background()) })
 	return h
 }
 
@@ -94,7 +95,7 @@ func outcome(s tracetest.SpanStub) string {
 func TestSpansAreParentsOfRedisSpans(t *testing.T) {
 	for _, pipelining := range []bool{true, false} {
 		t.Run(fmt.Sprintf("pipelining=%v", pipelining), func(t *testing.T) {
-			h := setup(t, nil, dlock.WithPipelining(pipelining))
+			h := setup(t, nil, backend.Pipelined(pipelining).(dlock.Option)) // the API always pipelines; both paths must nest spans alike
 			ctx, caller := h.tp.Tracer("test").Start(t.Context(), "caller")
 			l, err := h.c.Acquire(ctx, "traced")
 			if err != nil {
@@ -163,7 +164,7 @@ func TestSpansAreParentsOfRedisSpans(t *testing.T) {
 // The watchdog's extensions are root spans marked dlock.auto, with their
 // Redis commands as children.
 func TestWatchdogExtensionsAreRootSpans(t *testing.T) {
-	h := setup(t, nil, dlock.WithTTL(300*time.Millisecond))
+	h := setup(t, nil, dlock.LeaseTTL(300*time.Millisecond))
 	l, err := h.c.Acquire(t.Context(), "kept")
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +308,7 @@ func TestLockNameAttribute(t *testing.T) {
 // The histograms count every acquisition and release, in seconds, by mode
 // and outcome; the Stats counters are there too.
 func TestMetricsCountOperations(t *testing.T) {
-	h := setup(t, nil, dlock.WithFair(false))
+	h := setup(t, nil, dlock.WithUnfair(nil))
 	ctx := t.Context()
 	const n = 5
 	for range n {

@@ -28,7 +28,7 @@
 //	dlock_redis_calls_total                       counter    script calls sent through the pipelining batcher
 //	dlock_redis_writes_total                      counter    the pipelines (or lone calls) that carried them:
 //	                                                         calls/writes is the mean batch (0 and 0 with
-//	                                                         WithPipelining(false))
+//	                                                         WithoutScripts())
 //
 // mode is Event.Mode: fair, unfair, reentrant, quorum, semaphore (a
 // permit), election (a campaign), read or write (holds of a read-write
@@ -39,7 +39,7 @@
 //
 // No metric carries the lock's name: each name would be a time series of
 // its own, and names are often built from identifiers. The traces of
-// extra/dlockotel can carry it, and WithLogger (dlock) logs it.
+// extra/dlockotel can carry it, and dlock.SlogObserver logs it.
 //
 // WithNamespace puts a prefix before the names, WithConstLabels adds fixed
 // labels (to register the Collectors of two Clients in one registry), and

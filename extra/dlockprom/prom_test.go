@@ -24,7 +24,7 @@ func setup(t *testing.T, col []dlockprom.Option, opts ...dlock.Option) (*dlock.C
 	t.Helper()
 	leakcheck.Check(t)
 	c := dlocktest.NewClient(t, opts...)
-	t.Cleanup(func() { c.Drain(context.Background()) })
+	t.Cleanup(func() { c.Close(context.Background()) })
 	reg := prometheus.NewPedanticRegistry()
 	collector, err := dlockprom.NewCollector(c, col...)
 	if err != nil {
@@ -113,7 +113,7 @@ func TestCollectorRegistersAndLints(t *testing.T) {
 // The histograms count each acquisition and release by mode and outcome,
 // in seconds, and the counters are the Client's Stats.
 func TestCollectorCountsOperations(t *testing.T) {
-	c, reg := setup(t, nil, dlock.WithFair(false))
+	c, reg := setup(t, nil, dlock.WithUnfair(nil))
 	ctx := t.Context()
 	const n = 5
 	for range n {
@@ -233,9 +233,9 @@ func TestCollectorWaitersGauge(t *testing.T) {
 	}
 }
 
-// Without pipelining there is no batch to count.
-func TestCollectorWithoutPipelining(t *testing.T) {
-	c, reg := setup(t, nil, dlock.WithPipelining(false))
+// Without scripts there is no batch to count.
+func TestCollectorWithoutScripts(t *testing.T) {
+	c, reg := setup(t, nil, dlock.WithoutScripts())
 	l, err := c.Acquire(t.Context(), "p")
 	if err != nil {
 		t.Fatal(err)

@@ -52,18 +52,13 @@ type Claim struct {
 	Token string // the lease's token: the plain lock's value, or a reentrant hold's field
 	Owner string // reentrant: the owner id ("<client>/<owner>") that the hash names
 	Rev   string // the lease's marker key (see lib.lua), "<lock>:r:<token>"
-	// Permits > 0 makes the claim a permit of a semaphore whose holder asks
-	// with that N (see semaphore.go); 0 is a lock.
-	Permits int
-	// RW is "r" or "w" for a read or write hold of a read-write lock (see
-	// rwmutex.go), whose member of the lock's sorted set is Member,
-	// "<RW>:<token>"; "" otherwise.
-	RW, Member string
-	// Campaign makes the claim a leadership campaign (see the root
-	// package's Election): it waits in the fair queue whatever the Client's
-	// mode, and its lease is fenced, and announced, as it takes the lock
-	// (acquire_fair.lua).
-	Campaign bool
+	// Kind is what the lease is (see kind.go): a semaphore's permit, a
+	// read-write lock's hold, a leadership campaign; nil is a lock of the
+	// kind the Node was configured for (plain, fair or reentrant).
+	Kind Kind
+	// Member is what the lease is in a sorted set that the kind keeps
+	// (a read-write lock's "<r|w>:<token>"); "" otherwise.
+	Member string
 	// TTL is the lease time the acquisition asks for (0: the Client's): the
 	// marker of the ended lease lives for its revocation window.
 	TTL time.Duration
@@ -76,8 +71,8 @@ type Claim struct {
 func (c *Claim) SetToken(token string) {
 	c.Token = token
 	c.Rev = c.Lock + ":r:" + token
-	if c.RW != "" {
-		c.Member = c.RW + ":" + token
+	if c.Kind != nil {
+		c.Member = c.Kind.member(token)
 	}
 }
 
@@ -101,7 +96,7 @@ var (
 	releaseFairSHA any = script.ReleaseFair.Hash()
 )
 
-// commander sends scripts and commands: the batcher (WithPipelining), or
+// commander sends scripts and commands: the batcher (always, but for tests), or
 // the go-redis client itself.
 type commander interface {
 	redis.Scripter
@@ -109,23 +104,15 @@ type commander interface {
 }
 
 // evalsha runs args ("evalsha", digest, numkeys, keys…, argv…); if the
-// server lacks the script s, it sends it with EVAL, which also caches it
-// there. (Not SCRIPT LOAD: a Cluster client sends that to every node, and
-// one node that does not answer, a replica being restarted, would hold up
-// a call that needs only the master of its keys.)
+// server lacks the script s, it runs it again as Node.rerun does. (Scripts
+// are loaded on the master of a call's keys only, never with a Cluster
+// client's SCRIPT LOAD, which goes to every node: one node that does not
+// answer, a replica being restarted, would hold up a call that needs only
+// the master of its keys.)
 func (n Node) evalsha(ctx context.Context, s *redis.Script, args []any) *redis.Cmd {
 	cmd := n.rdb.Do(ctx, args...)
-	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		nk := args[2].(int)
-		keys := make([]string, nk)
-		for i, k := range args[3 : 3+nk] {
-			if p, ok := k.(*string); ok {
-				keys[i] = *p
-			} else {
-				keys[i] = k.(string)
-			}
-		}
-		cmd = s.Eval(ctx, n.rdb, keys, args[3+nk:]...)
+	if noScript(cmd.Err()) {
+		cmd = n.rerun(ctx, s, keyStrings(args), args[3+args[2].(int):])
 	}
 	return cmd
 }
@@ -194,6 +181,22 @@ type Backend interface {
 	// Drain waits until the calls that go on after their caller stopped
 	// waiting (a quorum node's late answer) are over, or ctx ends.
 	Drain(ctx context.Context) error
+	// Prepare readies the servers for the timed calls of the lease c (its
+	// acquire and extensions, whose time counts from when they are sent):
+	// it loads the scripts c's calls run into the script cache of each
+	// server they go to that is not known to have them, so that each of
+	// those calls is one round trip (see scripts.go). The caller calls it
+	// before it starts a timed call's clock; it costs a round trip the
+	// first time for each server and kind of lease, and nothing after. A
+	// call whose script is missing still runs it, so Prepare reports only
+	// a load that never left the client (see neverSent): the deployment
+	// cannot be reached, and the timed call, which would fail alike, is
+	// not sent.
+	Prepare(ctx context.Context, c *Claim) error
+	// Carries reports whether the backend serves leases of the kind k (nil:
+	// its own locks, which every backend serves): nil if it does, or why
+	// not, one of ErrOverQuorum, ErrReentrantNode or ErrNeedsScripts.
+	Carries(k Kind) error
 }
 
 // Node is the backend for one Redis deployment reached through one
@@ -208,10 +211,18 @@ type Node struct {
 	ackTimeout time.Duration
 
 	ttl         time.Duration // the Client's lease time, and as arguments:
-	ttlA, qttlA any           // it in ms, and its queue entries' life in ms
+	ttlA, qttlA any           // it in ms, and its queue entries' life (Window) in ms
 	pubA        any
 	fenceMS     any // how long a fence counter lives, in ms (fenceWindow, or quorumFenceWindow)
+
+	leases leaseScripts  // the scripts each kind of lease runs, which Prepare loads
+	caches *scriptCaches // what the servers' script caches hold (see scripts.go)
 }
+
+// Pipelined is set by package dlock: it returns the dlock.Option that turns
+// the batcher on or off. The API always pipelines; tests and the checker
+// turn it off to check that the fast path behaves exactly as the slow one.
+var Pipelined func(on bool) any
 
 // Config is what a Node is built from: the Client's options.
 type Config struct {
@@ -236,8 +247,8 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 	}
 	return Node{rdb: cmds, uc: rdb, fair: c.Fair, reentrant: c.Reentrant, pub: pub, pubA: pub,
 		replicas: c.Replicas, ackTimeout: c.AckTimeout,
-		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), qttlA: QueueTTL(c.TTL).Milliseconds(),
-		fenceMS: fenceWindow.Milliseconds()}
+		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), qttlA: Window(c.TTL).Milliseconds(),
+		fenceMS: fenceWindow.Milliseconds(), leases: newLeaseScripts(c), caches: new(scriptCaches)}
 }
 
 // Drain returns at once: a Node's calls end with their callers (a
@@ -263,31 +274,49 @@ func (n Node) Batches() (calls, writes uint64) {
 // reply (the slot moved since the client last looked) reloads the slot map
 // and tries again, a few times; an ASK (the slot is being migrated) is
 // returned as the error it is.
+//
+// A NOSCRIPT reply (the server's script cache was emptied) sends the
+// script again with the scripts the Node had loaded there (see
+// Node.rerun), in the same pipeline, or with EVAL if the server refuses
+// SCRIPT LOAD or still lacks it.
 func (n Node) acked(ctx context.Context, s *redis.Script, keys []string, args ...any) (*redis.Cmd, int64) {
 	if n.replicas <= 0 {
-		return s.Run(ctx, n.rdb, keys, args...), -1
+		return n.run(ctx, s, keys, args...), -1
 	}
 	cc, cluster := n.uc.(*redis.ClusterClient)
-	var conn redis.Cmdable = n.uc
+	var (
+		reload scriptSet // after a NOSCRIPT: load these with the script
+		eval   bool      // after a NOSCRIPT that loading did not cure: EVAL
+	)
 	for try := range 6 {
-		if cluster {
-			master, err := cc.MasterForKey(ctx, keys[0])
-			if err != nil {
-				cmd := redis.NewCmd(ctx)
-				cmd.SetErr(err)
-				return cmd, 0
-			}
-			conn = master
+		srv, conn, err := n.server(ctx, keys[0])
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd, 0
 		}
-		var cmd, wait *redis.Cmd
+		var (
+			cmd, wait *redis.Cmd
+			loads     []*redis.StringCmd
+		)
 		conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-			cmd = p.EvalSha(ctx, s.Hash(), keys, args...)
+			loads = queueLoads(ctx, p, reload)
+			if eval {
+				cmd = s.Eval(ctx, p, keys, args...)
+			} else {
+				cmd = p.EvalSha(ctx, s.Hash(), keys, args...)
+			}
 			wait = p.Do(ctx, "WAIT", n.replicas, n.ackTimeout.Milliseconds())
 			return nil
 		})
+		srv.record(reload, loads)
 		switch err := cmd.Err(); {
-		case err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") && try == 0:
-			s.Load(ctx, conn) // then a second time
+		case noScript(err) && !eval && try < 5:
+			if reload == 0 && !srv.refused.Load() {
+				reload = scriptSet(srv.loaded.Swap(0)) | scriptBits[s] // then a second time, with them
+			} else {
+				reload, eval = 0, true
+			}
 		case cluster && err != nil && strings.HasPrefix(err.Error(), "MOVED ") && try < 5:
 			cc.ReloadState(ctx)
 			if !sleepCtx(ctx, time.Duration(try+1)*50*time.Millisecond) {
@@ -346,57 +375,28 @@ func neverSent(err error) bool {
 }
 
 func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	if c.Permits > 0 {
-		return n.acquirePermit(ctx, c, ttl, queue)
-	}
-	if c.RW != "" {
-		return n.acquireRW(ctx, c, ttl, queue)
-	}
-	if n.reentrant {
-		return n.acquireReentrant(ctx, c, ttl)
-	}
-	var (
-		cmd  *redis.Cmd
-		acks int64
-	)
-	q := 0
-	if queue {
-		q = 1
-	}
-	switch {
-	case c.Campaign:
-		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-			c.Token, ttl.Milliseconds(), q, QueueTTL(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, 1)
-	case n.replicas > 0 && n.fair:
-		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-			c.Token, ttl.Milliseconds(), q, QueueTTL(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS)
-	case n.replicas > 0:
-		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds())
-	case n.fair:
-		qttl := n.qttlA
-		if ttl != n.ttl || qttl == nil {
-			qttl = QueueTTL(ttl).Milliseconds()
-		}
-		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 5,
-			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, n.ms(ttl), q, qttl, &c.Channel, n.pubA, n.fenceMS}), -1
-	default:
-		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)}), -1
-	}
+	return n.kind(c).acquire(ctx, n, c, ttl, queue)
+}
+
+// lockGrant reads the reply cmd of acquire.lua or acquire_fair.lua, sent
+// with acks replicas' acknowledgements (-1 without replica ack), for a
+// lease that wanted want (see wrongKind).
+func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int64, want string) (Grant, error) {
 	g, err := acquireReply(cmd)
 	if err == nil && g.Held && acks >= 0 && acks < int64(n.replicas) {
 		return Grant{Undo: true}, n.ackUndone(acks)
 	}
 	if errors.Is(err, ErrWrongType) {
-		err = n.wrongKind(ctx, c.Lock, "a plain lock", err)
+		err = n.wrongKind(ctx, c.Lock, want, err)
 	}
 	return g, err
 }
 
 // wrongKind names what the key holds when a lock's script met Redis's own
 // WRONGTYPE reply, which says only that the kind is wrong, for a caller
-// that wanted want ("a plain lock", "a reentrant lock"): a TYPE call, and
-// for a sorted set a ZRANGE, on this error path only. It returns err
-// unchanged when they fail.
+// that wanted want ("a plain lock", "a leader's lease", "a reentrant
+// lock"): a TYPE call, and for a sorted set a ZRANGE, on this error path
+// only. It returns err unchanged when they fail.
 func (n Node) wrongKind(ctx context.Context, key, want string, err error) error {
 	kind, terr := n.uc.Type(ctx, key).Result()
 	if terr != nil {
@@ -425,7 +425,7 @@ func (n Node) wrongKind(ctx context.Context, key, want string, err error) error 
 }
 
 // acquireReply reads the reply of acquire.lua or acquire_fair.lua: 0 when
-// the lock is ours (a campaign's fence, > 0, see Claim.Campaign), {pttl,
+// the lock is ours (a campaign's fence, > 0, see campaign.go), {pttl,
 // holder} when another lease holds it.
 func acquireReply(cmd *redis.Cmd) (Grant, error) {
 	v, err := cmd.Result()
@@ -457,50 +457,8 @@ func pttlOf(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-func (n Node) acquireReentrant(ctx context.Context, c *Claim, ttl time.Duration) (Grant, error) {
-	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
-	v, err := cmd.Slice()
-	if err != nil {
-		if err = RedisErr(err); errors.Is(err, ErrWrongType) {
-			err = n.wrongKind(ctx, c.Lock, "a reentrant lock", err)
-		}
-		return Grant{}, err
-	}
-	var n3 [3]int64
-	for i := range min(len(v), 3) {
-		n3[i], _ = v[i].(int64)
-	}
-	switch {
-	case len(v) == 3 && n3[0] == 1:
-		if acks >= 0 && acks < int64(n.replicas) {
-			return Grant{Undo: true}, n.ackUndone(acks)
-		}
-		return Grant{Held: true, Fence: n3[1], Holds: n3[2]}, nil
-	case len(v) == 5 && n3[0] == 0:
-		owner, _ := v[3].(string)
-		holder, _ := v[4].(string)
-		return Grant{PTTL: pttlOf(n3[1]), Owner: owner, Holder: holder}, nil
-	}
-	return Grant{}, fmt.Errorf("unexpected reply %v", v)
-}
-
 func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	var (
-		cmd  *redis.Cmd
-		acks int64
-	)
-	switch {
-	case c.Permits > 0:
-		cmd, acks = n.acked(ctx, script.SemExtend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
-	case c.RW != "":
-		cmd, acks = n.acked(ctx, script.SemExtend, []string{c.Lock, c.Rev}, c.Member, ttl.Milliseconds(), seq)
-	case c.Campaign:
-		cmd, acks = n.acked(ctx, script.Extend, []string{c.Lock, c.Rev, c.Fence}, c.Token, ttl.Milliseconds(), seq)
-	case n.reentrant:
-		cmd, acks = n.acked(ctx, script.ExtendReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), seq)
-	default:
-		cmd, acks = n.acked(ctx, script.Extend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
-	}
+	cmd, acks := n.kind(c).extend(ctx, n, c, ttl, seq)
 	v, err := cmd.Int64()
 	if err != nil {
 		return false, RedisErr(err)
@@ -513,12 +471,21 @@ func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64
 	return v == 1, nil
 }
 
-// revokeWindow is how long the marker of an ended lease lives (see
-// lib.lua): a request of the lease delayed in the network for longer than
-// that after it ended can still take the lock, for nobody, for a TTL. A
-// TTL, but at most a minute: markers cost a key each, and a network that
-// holds a request for a minute is rare.
-func revokeWindow(ttl time.Duration) time.Duration { return min(ttl, time.Minute) }
+// Window is how long what a lease of ttl leaves outlives it: the marker
+// of the ended lease (see lib.lua), and a fair waiter's queue entry unless
+// renewed (a waiter that died is skipped after that; waiters renew every
+// third of it). A TTL, but at most a minute: markers cost a key each, and
+// a network that holds a request for a minute is rare.
+//
+// The two are one window so that a request of the lease delayed in the
+// network does no more than the docs allow whenever it lands: within the
+// window after the lease ended, the marker refuses it; later, it can take
+// the lock for nobody for a TTL, or join the queue for nobody, and its
+// entry then holds a place in line for one window, no longer than the
+// marker would have refused it. (A queue entry that outlived the window,
+// max(TTL, 1s) as it was, let a request landing after the marker had gone
+// hold the line for a second behind a lease of a few milliseconds.)
+func Window(ttl time.Duration) time.Duration { return min(ttl, time.Minute) }
 
 // fenceWindow is how long a fence counter lives after a fence was issued.
 // Fences are floored by the server's clock (new_fence in lib.lua), so the
@@ -542,28 +509,11 @@ const (
 // cannot take the lock afterwards. A re-sent release reports what the first
 // one did.
 func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
-	var cmd *redis.Cmd
 	ttl := c.TTL
 	if ttl == 0 {
 		ttl = n.ttl
 	}
-	window := revokeWindow(ttl).Milliseconds()
-	switch {
-	case c.Permits > 0:
-		cmd = script.SemRelease.Run(ctx, n.rdb, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-			c.Token, c.Channel, n.pub, window, n.fenceMS)
-	case c.RW != "":
-		cmd = script.RWRelease.Run(ctx, n.rdb, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-			c.Token, c.RW, c.Channel, n.pub, window, n.fenceMS)
-	case n.reentrant:
-		cmd = script.ReleaseReentrant.Run(ctx, n.rdb, []string{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
-	case n.fair || c.Campaign:
-		cmd = n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
-			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, &c.Channel, n.pubA, window, n.fenceMS})
-	default:
-		cmd = n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.Lock, &c.Rev, &c.Token, &c.Channel, n.pubA, window})
-	}
-	v, err := cmd.Int64()
+	v, err := n.kind(c).release(ctx, n, c, Window(ttl).Milliseconds()).Int64()
 	if err != nil {
 		return false, RedisErr(err)
 	}
@@ -571,7 +521,7 @@ func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	f, err := script.Fence.Run(ctx, n.rdb, []string{c.Lock, c.Fence}, c.HolderID(), n.fenceMS).Int64()
+	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence}, c.HolderID(), n.fenceMS).Int64()
 	if err != nil {
 		return 0, RedisErr(err)
 	}
@@ -579,7 +529,7 @@ func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
 }
 
 func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
-	v, err := script.Inspect.Run(ctx, n.rdb, []string{k.Lock, k.Fence, k.Queue}).Slice()
+	v, err := n.run(ctx, script.Inspect, []string{k.Lock, k.Fence, k.Queue, k.Waiters}).Slice()
 	if err != nil {
 		return State{}, RedisErr(err)
 	}
@@ -687,16 +637,12 @@ func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 	if st.Holding == "" {
 		return false, Because(ErrWrongType, "a "+st.Type)
 	}
-	ok, err := script.ForceRelease.Run(ctx, n.rdb, []string{k.Lock}, st.Holding, k.Channel, n.pub).Int64()
+	ok, err := n.run(ctx, script.ForceRelease, []string{k.Lock}, st.Holding, k.Channel, n.pub).Int64()
 	if err != nil {
 		return false, RedisErr(err)
 	}
 	return ok == 1, nil
 }
-
-// QueueTTL is how long a fair waiter's queue entry lives unless renewed: a
-// waiter that died is skipped after that. Waiters renew every third of it.
-func QueueTTL(ttl time.Duration) time.Duration { return max(ttl, time.Second) }
 
 // RedisErr translates the replies from Redis that have a meaning of their
 // own here; other errors it returns as they are. It adds no prefix: the

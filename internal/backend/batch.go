@@ -30,7 +30,8 @@ const maxFlushers = 4
 // ever waits for another caller's pipeline beyond its own deadline.
 //
 // It implements redis.Scripter, so the scripts run through it unchanged
-// (EVALSHA, then EVAL on NOSCRIPT).
+// (EVALSHA; a NOSCRIPT reply is handled by Node.rerun, which loads the
+// scripts back on the client itself).
 type batcher struct {
 	rdb redis.UniversalClient
 

@@ -6,9 +6,9 @@ import (
 	"strings"
 )
 
-// The sentinel errors the backend's errors match. The root package
-// declares them as its own (dlock.ErrNotAcquired is ErrNotAcquired), with
-// their documentation.
+// The sentinel errors the backend's errors match. The root package has
+// sentinels of its own, with the same texts and their documentation, and
+// makes an error that matches one of these match its own too (publicErr).
 var (
 	ErrNotAcquired = errors.New("dlock: not acquired")
 	ErrWrongType   = errors.New("dlock: lock key holds a value of another type")
@@ -38,7 +38,7 @@ func Because(kind error, detail string, errs ...error) error {
 // It matches ErrNotAcquired with errors.Is, and unwraps to the nodes' errors.
 // Its text is the tally and the nodes' errors; the error that carries it
 // names the operation and the lock. The root package's QuorumError, which
-// the Client returns, has the same fields and converts from it.
+// the Client returns, has the same fields and is made from it (publicErr).
 type QuorumError struct {
 	Op    string  // "acquire", "extend", "release" or "fence"
 	Held  int     // nodes that granted the operation

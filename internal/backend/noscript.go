@@ -36,6 +36,30 @@ type NoScripts struct {
 // NewNoScripts returns the script-free backend of the deployment n reaches.
 func NewNoScripts(n Node) NoScripts { return NoScripts{Node: n} }
 
+// carries refuses a lease it cannot serve: only a plain lock runs without
+// scripts (not a reentrant or fair one, nor another Kind).
+func (n NoScripts) carries(c *Claim) error {
+	if c.Kind != nil || c.Owner != "" || n.fair {
+		return fmt.Errorf("%w: only plain locks run without scripts", ErrNotSent)
+	}
+	return nil
+}
+
+// Carries serves the Node's own locks only: every other Kind runs scripts
+// (see Backend).
+func (n NoScripts) Carries(k Kind) error {
+	if err := n.Node.Carries(k); err != nil {
+		return err
+	}
+	if k != nil {
+		return ErrNeedsScripts
+	}
+	return nil
+}
+
+// Prepare does nothing: no scripts to load (see Backend).
+func (NoScripts) Prepare(context.Context, *Claim) error { return nil }
+
 // scriptingDenied returns the error for a NOPERM reply to EVAL or EVALSHA
 // (an ACL that denies the Redis user scripting, such as -@scripting), which
 // names the mode that needs no scripts; nil for any other error.
@@ -112,8 +136,8 @@ func (n NoScripts) ack(ctx context.Context, tx *redis.Tx) int64 {
 // Acquire takes the lock if it is free; see Node.Acquire for when the
 // attempt must be undone. queue is ignored: there is no fair queue.
 func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	if c.Permits > 0 || c.Owner != "" || n.fair {
-		return Grant{}, fmt.Errorf("%w: only plain locks run without scripts", ErrNotSent)
+	if err := n.carries(c); err != nil {
+		return Grant{}, err
 	}
 	var g Grant
 	err := n.watched(ctx, []string{c.Rev}, func(tx *redis.Tx) error {
@@ -205,7 +229,7 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 	if ttl == 0 {
 		ttl = n.ttl
 	}
-	window := revokeWindow(ttl)
+	window := Window(ttl)
 	var ok bool
 	err := n.watched(ctx, []string{c.Lock, c.Rev}, func(tx *redis.Tx) error {
 		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)
@@ -260,8 +284,8 @@ func (n NoScripts) read2(ctx context.Context, tx *redis.Tx, a, b string) (string
 // are watched, so an older extension delayed in the network, which reads
 // before a newer one writes and would act after it, finds its EXEC aborted.
 func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	if c.Permits > 0 || c.Owner != "" {
-		return false, fmt.Errorf("%w: only plain locks run without scripts", ErrNotSent)
+	if err := n.carries(c); err != nil {
+		return false, err
 	}
 	var (
 		ok   bool
@@ -360,13 +384,17 @@ func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, 
 	pttl := p.Do(ctx, "PTTL", k.Lock)
 	fence := p.Do(ctx, "GET", k.Fence)
 	now := p.Time(ctx)
-	queued := p.LLen(ctx, k.Queue) // 0 when the queue key holds another type, as inspect.lua's
+	// Errors of these two (a queue key of another type) count no waiter,
+	// as in inspect.lua.
+	waiting := p.LRange(ctx, k.Queue, 0, -1)
+	entries := p.HGetAll(ctx, k.Waiters)
 	return func() ([]any, error) {
 		t, err := now.Result()
 		if err != nil {
 			return nil, err
 		}
-		v := []any{kind.Val(), "", pttl.Val(), int64(0), []any{}, t.UnixMilli(), queued.Val()}
+		ms := t.UnixMilli()
+		v := []any{kind.Val(), "", pttl.Val(), int64(0), []any{}, ms, liveWaiters(waiting.Val(), entries.Val(), ms)}
 		switch v[0] {
 		case "string":
 			v[1], err = str(get)
@@ -386,6 +414,19 @@ func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, 
 		}
 		return v, err
 	}
+}
+
+// liveWaiters counts the waiters in the queue whose entry's deadline (see
+// lib.lua) is ahead of now (ms, the server's clock), as inspect.lua does.
+func liveWaiters(queue []string, entries map[string]string, now int64) int64 {
+	var n int64
+	for _, token := range queue {
+		deadline, _, ok := strings.Cut(entries[token], ":")
+		if d, err := strconv.ParseInt(deadline, 10, 64); ok && err == nil && d > now {
+			n++
+		}
+	}
+	return n
 }
 
 // flatHash and flatZset return a hash's fields and values, and a sorted

@@ -11,9 +11,14 @@ import (
 	"github.com/dlockio/dlock/internal/script"
 )
 
+// Why a node has no answer in a fanOut's results (nodeResult.err of a
+// result that is not ok): the node timeout passed, the answers of the
+// others settled the outcome first, or the caller's context ended.
 var (
-	errRefused  = errors.New("held by another holder")
-	errNoAnswer = errors.New("no answer within the node timeout")
+	errRefused   = errors.New("held by another holder")
+	errNoAnswer  = errors.New("no answer within the node timeout")
+	errNotWaited = errors.New("not waited for: the other nodes' answers settled the outcome")
+	errCutShort  = errors.New("no answer before the call's context ended")
 )
 
 // Quorum is the backend of a Redlock Client: each lock on a majority of
@@ -31,6 +36,7 @@ func NewQuorum(nodes []Node, timeout time.Duration) *Quorum {
 	q := &Quorum{nodes: slices.Clone(nodes), timeout: timeout}
 	for i := range q.nodes {
 		q.nodes[i].fenceMS = quorumFenceWindow.Milliseconds()
+		q.nodes[i].leases = q.nodes[i].leases.with(setOf(script.RaiseFence)) // Fence writes back
 	}
 	return q
 }
@@ -40,15 +46,17 @@ func (q *Quorum) need() int { return len(q.nodes)/2 + 1 }
 // nodeResult is one node's answer.
 type nodeResult[T any] struct {
 	v   T
-	err error
-	ok  bool // answered in time
+	err error // the node's error; when not ok, why there is no answer (errNoAnswer, errNotWaited, errCutShort)
+	ok  bool  // answered in time
 }
 
 // fanOut runs fn on every node at once and returns what answered within the
 // per-node timeout, or as soon as decided reports that the answers so far
-// settle the outcome, or when ctx ends. Goroutines of nodes not waited for finish on their own
-// (bounded by the client's read timeout): a late release or extension still
-// takes effect; their results are dropped.
+// settle the outcome, or when ctx ends; each node without an answer then
+// says which of the three it was (its result's err). Goroutines of nodes
+// not waited for finish on their own (bounded by the client's read
+// timeout): a late release or extension still takes effect; their results
+// are dropped.
 func fanOut[T any](ctx context.Context, q *Quorum, fn func(context.Context, Node) (T, error), decided func([]nodeResult[T]) bool) []nodeResult[T] {
 	type indexed struct {
 		i int
@@ -69,6 +77,14 @@ func fanOut[T any](ctx context.Context, q *Quorum, fn func(context.Context, Node
 		})
 	}
 	out := make([]nodeResult[T], len(q.nodes))
+	unanswered := func(why error) []nodeResult[T] {
+		for i := range out {
+			if !out[i].ok {
+				out[i].err = why
+			}
+		}
+		return out
+	}
 	timer := time.NewTimer(q.timeout)
 	defer timer.Stop()
 	for range q.nodes {
@@ -76,20 +92,22 @@ func fanOut[T any](ctx context.Context, q *Quorum, fn func(context.Context, Node
 		case r := <-ch:
 			out[r.i] = r.r
 			if decided != nil && decided(out) {
-				return out
+				return unanswered(errNotWaited)
 			}
 		case <-timer.C:
-			return out
+			return unanswered(errNoAnswer)
 		case <-done:
-			return out
+			return unanswered(errCutShort)
 		}
 	}
 	return out
 }
 
 // majority returns a decided func for fanOut: the outcome is settled once
-// a majority said yes, or once so many answered no that a majority cannot.
-// A node that failed is not an answer: the others are still waited for.
+// a majority said yes, or once so many answered no that a majority cannot
+// (more than N-need: with an even N that is N/2, one fewer than a
+// majority). A node that failed is not an answer: the others are still
+// waited for.
 func majority[T any](q *Quorum, yes func(T) bool) func([]nodeResult[T]) bool {
 	return func(rs []nodeResult[T]) bool {
 		y, n := 0, 0
@@ -111,9 +129,7 @@ func majority[T any](q *Quorum, yes func(T) bool) func([]nodeResult[T]) bool {
 func tally[T any](res []nodeResult[T], yes func(T) bool, errs []error) (yeses, answered int) {
 	for i, r := range res {
 		switch {
-		case !r.ok:
-			errs[i] = errNoAnswer
-		case r.err != nil:
+		case r.err != nil: // (a node without an answer says why)
 			errs[i] = r.err
 		case yes(r.v):
 			errs[i] = nil
@@ -127,7 +143,20 @@ func tally[T any](res []nodeResult[T], yes func(T) bool, errs []error) (yeses, a
 	return yeses, answered
 }
 
+// Carries serves the nodes' own locks only (see Backend).
+func (q *Quorum) Carries(k Kind) error {
+	if k != nil {
+		return ErrOverQuorum
+	}
+	return nil
+}
+
+// Acquire takes the lock on a majority. A quorum carries its nodes' own
+// locks only: a claim of another Kind is refused, unsent.
 func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, _ bool) (Grant, error) {
+	if c.Kind != nil {
+		return Grant{}, fmt.Errorf("%w: a quorum carries only its nodes' own locks", ErrNotSent)
+	}
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (Grant, error) {
 		return n.Acquire(ctx, c, ttl, false)
 	}, majority(q, func(g Grant) bool { return g.Held }))
@@ -161,8 +190,11 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, _ boo
 		}
 	}
 	undo := v.held > 0 || unknown > 0
-	if v.held+refused >= q.need() {
-		// A majority answered: taken, or a split vote; wait.
+	if v.held+refused >= q.need() || refused > len(q.nodes)-q.need() {
+		// A majority answered: taken, or a split vote; or so many refused
+		// that no majority can grant it (with an even N, N/2 refusals,
+		// which settle the outcome before a majority has answered): the
+		// lock is held; wait.
 		return Grant{PTTL: v.pttl, Holder: v.holder, Undo: undo}, nil
 	}
 	return Grant{Undo: undo}, &QuorumError{Op: "acquire", Held: v.held, Need: q.need(), Nodes: v.errs}
@@ -183,9 +215,7 @@ func (q *Quorum) count(res []nodeResult[Grant]) votes {
 	var named map[string]int // refusing nodes per holder
 	for i, r := range res {
 		switch {
-		case !r.ok:
-			v.errs[i] = errNoAnswer
-		case r.err != nil:
+		case r.err != nil: // (a node without an answer says why)
 			v.errs[i] = r.err
 		case r.v.Held:
 			v.held++
@@ -214,7 +244,7 @@ func (q *Quorum) count(res []nodeResult[Grant]) votes {
 func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error) {
 	yes := func(v int64) bool { return v == 1 }
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (int64, error) {
-		v, err := script.RaiseFence.Run(ctx, n.rdb, []string{c.Lock, c.Fence}, fence, c.HolderID(), n.fenceMS).Int64()
+		v, err := n.run(ctx, script.RaiseFence, []string{c.Lock, c.Fence}, fence, c.HolderID(), n.fenceMS).Int64()
 		return v, RedisErr(err)
 	}, majority(q, yes))
 	errs := make([]error, len(res))
@@ -329,8 +359,46 @@ func (q *Quorum) retryOn(n Node, c *Claim, f func(context.Context) error) {
 	if ttl == 0 {
 		ttl = n.ttl
 	}
-	deadline := time.Now().Add(min(QueueTTL(ttl), RetryMax))
+	deadline := time.Now().Add(RetryFor(ttl))
 	q.late.Go(func() { Retry(deadline, f, nil) })
+}
+
+// Prepare loads the scripts of the lease c on the nodes not known to have
+// them (see Backend), all at once, and waits until a majority of nodes are
+// ready or have failed to load, up to the node timeout: a node that does
+// not answer costs no more here than in the call. Loads it stopped waiting
+// for go on (bounded by ctx and the client's timeouts; Drain waits for
+// them). With every node ready it returns at once, starting nothing. It
+// reports nothing: the nodes that can be reached are asked anyway.
+func (q *Quorum) Prepare(ctx context.Context, c *Claim) error {
+	ready, pending := 0, 0
+	var done chan struct{}
+	for _, n := range q.nodes {
+		if n.prepared(ctx, c) {
+			ready++
+			continue
+		}
+		if done == nil {
+			done = make(chan struct{}, len(q.nodes))
+		}
+		pending++
+		q.late.Go(func() { n.prepare(ctx, c, func() { done <- struct{}{} }) })
+	}
+	if pending == 0 {
+		return nil
+	}
+	timer := time.NewTimer(q.timeout)
+	defer timer.Stop()
+	for ; ready < q.need() && pending > 0; ready, pending = ready+1, pending-1 {
+		select {
+		case <-done:
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
 }
 
 // Drain waits for the node calls that fanOut stopped waiting for (see
@@ -361,10 +429,7 @@ func (q *Quorum) Force(ctx context.Context, k *Keys) (bool, error) {
 func nodeErrors[T any](res []nodeResult[T]) error {
 	var errs []error
 	for i, r := range res {
-		switch {
-		case !r.ok:
-			errs = append(errs, fmt.Errorf("node %d: %w", i, errNoAnswer))
-		case r.err != nil:
+		if r.err != nil { // (a node without an answer says why)
 			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
 		}
 	}

@@ -41,6 +41,12 @@ const (
 	RetryCall  = 2 * time.Second
 )
 
+// RetryFor is how long the clean-up of a lease of ttl (an undo, a quorum
+// node's missed release) is retried in the background: for as long as the
+// lease it ends could block others, and at least a second, to outlast a
+// blip however short the lease; at most RetryMax.
+func RetryFor(ttl time.Duration) time.Duration { return min(max(ttl, time.Second), RetryMax) }
+
 // Retry calls f until it returns an error that is not Transient (or none),
 // RetryTries calls were made, or the next pause would end after deadline.
 // Each call is bounded by RetryCall and by deadline. tried, if not nil, is

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock/internal/script"
 )
 
@@ -15,16 +17,35 @@ import (
 // semaphore's and the lock's scripts, given the hold's member; Release and
 // Undo through rw_release.lua.
 
-// acquireRW runs the read-write lock's acquire script once (see Acquire).
-func (n Node) acquireRW(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	q := 0
-	if queue {
-		q = 1
-	}
+// Read and Write are the kinds of a read and a write hold of a read-write
+// lock.
+var (
+	Read  Kind = rwHold{"r"}
+	Write Kind = rwHold{"w"}
+)
+
+// rwHold is a hold of a read-write lock: rw is "r" or "w".
+type rwHold struct{ rw string }
+
+func (h rwHold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	cmd, acks := n.acked(ctx, script.RWAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-		c.Token, c.RW, ttl.Milliseconds(), q, QueueTTL(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS)
+		c.Token, h.rw, ttl.Milliseconds(), queueFlag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS)
 	return n.queuedGrant(cmd, acks)
 }
+
+func (rwHold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+	return n.acked(ctx, script.SemExtend, []string{c.Lock, c.Rev}, c.Member, ttl.Milliseconds(), seq)
+}
+
+func (h rwHold) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+	return n.run(ctx, script.RWRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+		c.Token, h.rw, c.Channel, n.pub, window, n.fenceMS)
+}
+
+func (rwHold) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script.RWAcquire, l.rw }
+
+// member is the hold's member of the lock's sorted set, "<rw>:<token>".
+func (h rwHold) member(token string) string { return h.rw + ":" + token }
 
 // rwHolds reports whether the members of a sorted set (as permitsOf read
 // them) are a read-write lock's holds, and if so turns each into its

@@ -14,18 +14,32 @@ import (
 // permit, scored by its deadline. A permit is a lease like a plain lock's:
 // its own token, marker key, extensions and release; its waiters queue as a
 // fair lock's do. Extend, Release, Fence and Undo serve permits through the
-// same methods as locks, by the claim's Permits.
+// same methods as locks, by the claim's Kind, Permits(N).
 
-// acquirePermit runs the semaphore's acquire script once (see Acquire).
-func (n Node) acquirePermit(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	q := 0
-	if queue {
-		q = 1
-	}
+// Permits returns the kind of a permit of a semaphore whose holder asks
+// with N = permits (> 0).
+func Permits(permits int) Kind { return permit{n: permits} }
+
+type permit struct{ n int }
+
+func (p permit) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	cmd, acks := n.acked(ctx, script.SemAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-		c.Token, ttl.Milliseconds(), q, QueueTTL(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, c.Permits)
+		c.Token, ttl.Milliseconds(), queueFlag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, p.n)
 	return n.queuedGrant(cmd, acks)
 }
+
+func (permit) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+	return n.acked(ctx, script.SemExtend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
+}
+
+func (permit) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+	return n.run(ctx, script.SemRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+		c.Token, c.Channel, n.pub, window, n.fenceMS)
+}
+
+func (permit) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script.SemAcquire, l.permit }
+
+func (permit) member(string) string { return "" }
 
 // queuedGrant reads the reply of sem_acquire.lua or rw_acquire.lua, sent
 // with acks replicas' acknowledgements (-1 without replica ack): >= 0

@@ -13,8 +13,8 @@ type State struct {
 	Fence int64         // the last fencing token issued for the name, 0 if none
 
 	Holding string // what force_release.lua compares: the token, or "<owner> <fence>"
-	// Queued is the fair queue's length: waiters that died and are not
-	// yet skipped included.
+	// Queued is the number of live waiters in the queue: those whose
+	// entry has not lapsed (a waiter that died stops counting then).
 	Queued int64
 	// Owners are a reentrant lock's owners (one, unless the hash was
 	// written by hand) and their live holds.

@@ -43,7 +43,10 @@ type Hub struct {
 	rdb     redis.UniversalClient
 	sharded bool // SSUBSCRIBE, one connection per channel (it lives on its slot's node)
 
+	readers sync.WaitGroup // the goroutines that read its connections
+
 	mu      sync.Mutex
+	closed  bool              // Close was called: no more subscriptions
 	ps      *redis.PubSub     // nil while no channel is subscribed
 	topics  map[string]*topic // subscribed channels
 	pending map[string]int    // SUBSCRIBEs sent on ps and not yet confirmed
@@ -144,19 +147,26 @@ func WatchToken() string {
 // works: its timers wake it.
 func (h *Hub) Subscribe(ctx context.Context, channel, token string, wake chan int64) (*Waiter, <-chan struct{}) {
 	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		ready := make(chan struct{})
+		close(ready)
+		return &Waiter{h: h, channel: channel, token: token, wake: wake}, ready // woken by its timers only
+	}
 	t := h.topics[channel]
 	if t == nil && h.sharded {
 		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{})}
 		h.topics[channel] = t
 		t.ps = h.rdb.SSubscribe(ctx, channel)
-		go h.readTopic(t, receive(t.ps))
+		h.readers.Go(func() { h.readTopic(t, receive(t.ps)) })
 	}
 	if t == nil {
 		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{})}
 		h.topics[channel] = t
 		if h.ps == nil {
-			h.ps = h.rdb.Subscribe(ctx)
-			go h.read(h.ps, receive(h.ps))
+			ps := h.rdb.Subscribe(ctx)
+			h.ps = ps
+			h.readers.Go(func() { h.read(ps, receive(ps)) })
 		}
 		h.pending[channel]++
 		if err := h.ps.Subscribe(ctx, channel); err != nil {
@@ -167,6 +177,29 @@ func (h *Hub) Subscribe(ctx context.Context, channel, token string, wake chan in
 	ready := t.ready
 	h.mu.Unlock()
 	return w, ready
+}
+
+// Close closes the Hub's connections and waits for their readers to end.
+// Waiters are woken by their timers only after it.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	h.closed = true
+	for _, t := range h.topics {
+		if t.idle != nil {
+			t.idle.Stop()
+		}
+		if t.ps != nil {
+			t.ps.Close()
+		}
+	}
+	clear(h.topics)
+	clear(h.pending)
+	if h.ps != nil {
+		h.ps.Close()
+		h.ps = nil
+	}
+	h.mu.Unlock()
+	h.readers.Wait()
 }
 
 // Close removes the waiter. A channel left without waiters is unsubscribed

@@ -2,7 +2,8 @@
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue (list of waiter tokens)
 -- KEYS[4] waiters (hash: token -> "deadline_ms:ttl_ms")   KEYS[5] the lease's marker key
 -- ARGV[1] the lease's token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
--- ARGV[4] how long a queue entry lives without being renewed, in ms   ARGV[5] release channel
+-- ARGV[4] how long a queue entry lives without being renewed, in ms (the
+--         lease's revocation window, see lib.lua)   ARGV[5] release channel
 -- ARGV[6] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
 -- ARGV[7] how long the fence counter lives, in ms (the fence window; a
 --         fence issued with a longer lease lives as long as the lease)

@@ -1,5 +1,6 @@
 -- inspect.lua: read a lock's state without changing it.
--- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] fair queue (list of waiter tokens)
+-- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] the queue (list of waiter tokens)
+-- KEYS[4] the waiters (hash: token -> "deadline_ms:ttl_ms[:x]", see lib.lua)
 -- Returns {type, holder, pttl, fence, owners, now, queued}: type is the lock key's Redis
 -- type ('none' when free), holder the token of a plain lock ('' for other
 -- types), pttl the remaining ms (-2 missing, -1 no expiry), fence the
@@ -7,7 +8,10 @@
 -- hash fields and values, or a semaphore's flat list of permit tokens and
 -- deadlines, soonest first (empty for other types), now the server's clock
 -- in ms (a reentrant hold's and a permit's deadline are on it), queued the
--- fair queue's length (0 if the queue key holds a value of another type).
+-- number of live waiters in the queue: those whose entry's deadline is
+-- ahead of now (a waiter that died counts until its entry lapses, not
+-- until someone serving the queue drops it; 0 if a queue key holds a value
+-- of another type).
 -- Errors: none of its own.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local holder = ''
@@ -22,8 +26,20 @@ end
 local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local queued = redis.pcall('LLEN', KEYS[3])
-if type(queued) ~= 'number' then
-  queued = 0
+local queued = 0
+local waiting = redis.pcall('LRANGE', KEYS[3], 0, -1)
+if type(waiting) == 'table' and not waiting.err then
+  for i = 1, #waiting, 1000 do -- HMGET in batches: unpack is bounded by Lua's stack
+    local entries = redis.pcall('HMGET', KEYS[4], unpack(waiting, i, math.min(i + 999, #waiting)))
+    if type(entries) ~= 'table' or entries.err then
+      break
+    end
+    for j = 1, #entries do
+      local deadline = tonumber(string.match(entries[j] or '', '^(%d+):'))
+      if deadline and deadline > now then
+        queued = queued + 1
+      end
+    end
+  end
 end
 return {kind, holder, redis.call('PTTL', KEYS[1]), fence, owners, now, queued}

@@ -16,6 +16,11 @@
 --          refused instead of taking the lock for nobody; a re-sent release
 --          reports what the first copy did. The marker lives for the
 --          revocation window, min(TTL, 1 min), whatever happens to the lock.
+-- A waiter's queue entry (fair locks, semaphores, read-write locks,
+-- elections) lives the same window unless renewed, so that a request that
+-- lands after its lease's marker is gone holds a place in line for one
+-- window at most, and entries past their deadline are skipped and dropped
+-- by whoever serves the queue.
 -- The fence counter ("<lock>:fence") is written only when a fence is asked
 -- for (fence.lua) or a lock is handed to a fair waiter, and lives for the
 -- fence window after that; a fence issued with a lease that outlives the

@@ -7,7 +7,8 @@
 -- ARGV[1] the hold's token   ARGV[2] 'r' for a read, 'w' for a write
 -- ARGV[3] ttl in ms   ARGV[4] 1 to queue up if it may not have the hold now,
 -- 0 to try only   ARGV[5] how long a queue entry lives without being
--- renewed, in ms   ARGV[6] release channel   ARGV[7] publish command:
+-- renewed, in ms (the hold's revocation window, see lib.lua)
+-- ARGV[6] release channel   ARGV[7] publish command:
 -- PUBLISH or SPUBLISH   ARGV[8] how long the fence counter lives, in ms
 -- A read is granted while no write is held, a write while nothing is held,
 -- and either only if no live waiter is ahead of the caller: a reader that

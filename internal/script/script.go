@@ -51,8 +51,9 @@ var (
 	rwReleaseSrc string
 )
 
-// The scripts, run with EVALSHA and a fallback to EVAL when the server's
-// script cache does not have them (redis.Script.Run).
+// The scripts, run with EVALSHA. The backend loads them into a server's
+// script cache before the first call that needs them, and again when a
+// call finds them missing (see internal/backend/scripts.go).
 var (
 	Acquire = withLib(acquireSrc)
 	Release = withLib(releaseSrc)
@@ -110,8 +111,13 @@ func withLib(src string) *redis.Script {
 	return s
 }
 
-// sources are the scripts' texts by digest, for the tests.
+// sources are the scripts' texts by digest.
 var sources = map[string]string{}
+
+// Source returns the text of s, one of this package's scripts, for SCRIPT
+// LOAD. (redis.Script.Load sets the script's digest from the reply, which
+// a pipeline has not read yet: it must not be queued in one.)
+func Source(s *redis.Script) string { return sources[s.Hash()] }
 
 // libFunc finds the function a chunk of lib.lua defines.
 var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)

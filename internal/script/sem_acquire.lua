@@ -6,7 +6,8 @@
 -- KEYS[5] the permit's marker key (see lib.lua)
 -- ARGV[1] the permit's token   ARGV[2] ttl in ms
 -- ARGV[3] 1 to queue up if no permit is free, 0 to try only
--- ARGV[4] how long a queue entry lives without being renewed, in ms
+-- ARGV[4] how long a queue entry lives without being renewed, in ms (the
+--         permit's revocation window, see lib.lua)
 -- ARGV[5] release channel   ARGV[6] publish command: PUBLISH or SPUBLISH
 -- ARGV[7] how long the fence counter lives, in ms (the fence window)
 -- ARGV[8] permits: the caller's N

@@ -188,16 +188,16 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 	for _, r := range rdbs {
 		nodes = append(nodes, r)
 	}
-	opts := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix)}
+	opts := []dlock.Option{dlock.LeaseTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix)}
 	var (
 		c   *dlock.Client
 		err error
 	)
 	switch cfg.Mode {
 	case ModeQuorum3, ModeQuorum5:
-		c, err = dlock.NewRedlock(nodes, append(opts, dlock.WithNodeTimeout(nodeTimeout))...)
+		c, err = dlock.NewRedlock(nodes, nodeTimeout, opts...)
 	default:
-		c, err = dlock.New(nodes[0], append(opts, dlock.WithFair(Fair(cfg.Mode)),
+		c, err = dlock.New(nodes[0], append(opts, waiting(Fair(cfg.Mode)),
 			dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
 	}
 	if err != nil {

@@ -22,9 +22,12 @@
 // fair, multi, quorum, noscripts), a third of the acquisitions, sets
 // included (their MaxWait bounds the whole call), get per-call options — LeaseTTL from a third of the TTL to twice it, MaxWait,
 // HolderMeta (escapes, a comma, the longest allowed, none), a MaxHold or
-// MaxHold(0) — and a Client in four gets WithMaxHold and one in four
-// WithHolderMeta; holders check Inspect's view of their metadata, and
-// some stay in their critical section past their max hold. Every Client gets random go-redis settings
+// MaxHold(0) — and a Client in four gets MaxHold and one in four
+// HolderMeta; holders check Inspect's view of their metadata, and
+// some stay in their critical section past their max hold. Semaphores,
+// elections and read-write locks get LeaseTTL and MaxWait alike, so that
+// a queueing request a delay fault holds can land after its lease's
+// revocation window (a third of the TTL and up) has passed. Every Client gets random go-redis settings
 // (200–300ms read timeouts, ContextTimeoutEnabled on or off, 3, 1 or no
 // retries) and dlock settings (auto-extend, pipelining).
 //

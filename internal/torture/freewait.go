@@ -84,14 +84,14 @@ import (
 // message (fair mode: the release hands it the lock), and otherwise — the
 // message lost, the holder gone without releasing — when it next wakes:
 // fair mode after at most a third of its queue entry's life
-// (max(TTL, 1s)/3) or the holder's remaining lease, unfair mode and
+// (min(TTL, 1 min)/3) or the holder's remaining lease, unfair mode and
 // Redlock after at most the backoff cap (DefaultMaxBackoff, 1s) or the
 // holder's remaining lease. On top of that wake-up (1s for TTLs up to 3s)
 // the bound allows a TTL, for a lease a waiter that gave up left behind
 // (see above), and a second of scheduling slack for -race on a loaded
 // machine with two cores: 2s + TTL.
 func freeBound(ttl time.Duration) time.Duration {
-	wake := max(dlock.DefaultMaxBackoff, max(ttl, time.Second)/3)
+	wake := max(dlock.DefaultMaxBackoff, min(ttl, time.Minute)/3)
 	return wake + ttl + time.Second
 }
 

@@ -44,7 +44,7 @@ type Event struct {
 	// TTL is the lease time an acquisition asked for with LeaseTTL, when it
 	// is not the round's (0: the round's TTL; see ttlOf).
 	TTL int64 `json:"ttl,omitempty"`
-	// Hold and Cap are a lease's max hold (MaxHold, WithMaxHold) and the
+	// Hold and Cap are a lease's max hold (MaxHold) and the
 	// deadline it sets (Lock.Deadline), unix ns; 0 without one.
 	Hold int64 `json:"hold,omitempty"`
 	Cap  int64 `json:"cap,omitempty"`

@@ -25,6 +25,18 @@ func optModes(mode string) bool {
 	return false
 }
 
+// queuedKinds reports whether mode's names are the queued kinds other than
+// a fair lock — semaphores, elections, read-write locks —, whose
+// acquisitions take a lease time and a wait bound of their own (LeaseTTL,
+// MaxWait) but no other per-call option (holder metadata is an election's
+// value and a read-write hold's kind here). A lease time below the
+// round's puts the lease's revocation window, and its queue entry's life,
+// below the delays a fault holds requests for (400ms–1.2s), so a delayed
+// queueing request can land after its window.
+func queuedKinds(mode string) bool {
+	return mode == ModeSemaphore || mode == ModeElection || mode == ModeRW
+}
+
 // metas are the holder metadata the workload gives leases: escaping, a
 // comma (Inspect joins several holders' with ", "), the longest allowed, and none.
 var metas = []string{"job-7", "host a:1/x", "ünï%20cødé", "k=v; w, x", strings.Repeat("mx", dlock.MaxMetaLen/2), ""}
@@ -41,11 +53,12 @@ type callOpts struct {
 // drawOpts picks the per-call options of an acquisition by op (OpAcquire,
 // OpTry, OpDo), in the modes that take them: a lease time shorter or
 // longer than the Client's (up to twice it: the checks' longest lease stays
-// 4×TTL, an Extend's), a wait bound, holder metadata, a max hold or none
-// in place of the Client's.
+// 4×TTL, an Extend's), a wait bound, and (optModes) holder metadata, a max
+// hold or none in place of the Client's.
 func (w *Worker) drawOpts(op string) callOpts {
 	co := callOpts{wait: -1}
-	if !optModes(w.cfg.Mode) || w.rng.IntN(3) != 0 {
+	queued := queuedKinds(w.cfg.Mode)
+	if (!queued && !optModes(w.cfg.Mode)) || w.rng.IntN(3) != 0 {
 		return co
 	}
 	ttl := w.cfg.TTL
@@ -56,6 +69,9 @@ func (w *Worker) drawOpts(op string) callOpts {
 	if op != OpTry && w.rng.IntN(3) == 0 {
 		co.wait = []time.Duration{0, w.dur(ttl/10, ttl)}[w.rng.IntN(2)]
 		co.opts = append(co.opts, dlock.MaxWait(co.wait))
+	}
+	if queued {
+		return co
 	}
 	if w.rng.IntN(2) == 0 {
 		m := metas[w.rng.IntN(len(metas))]

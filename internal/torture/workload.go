@@ -10,11 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/backend"
 )
 
 // Modes of a round: how every Client of the round takes its locks.
 const (
-	ModePlain     = "plain"     // one node, WithFair(false)
+	ModePlain     = "plain"     // one node, WithUnfair
 	ModeFair      = "fair"      // one node, fair FIFO waiting (the default)
 	ModeReentrant = "reentrant" // one node, WithReentrant(true), nested holds
 	ModeQuorum3   = "quorum3"   // NewRedlock over 3 nodes
@@ -33,7 +34,7 @@ var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum
 // many holders of a name at once.
 const SemPermits = 2
 
-// Fair reports whether a mode's Clients wait fairly (WithFair).
+// Fair reports whether a mode's Clients wait fairly (the default; see WithUnfair).
 func Fair(mode string) bool { return mode == ModeFair || mode == ModeMulti }
 
 // Permits returns how many holders of a name a mode allows at once: 1 for
@@ -70,8 +71,8 @@ type clientOpts struct {
 	maxRetries  int  // go-redis MaxRetries: -1 none, else retries after the first try
 	pipelining  bool
 	autoExtend  bool
-	maxHold     bool // WithMaxHold on the Client (optModes)
-	meta        bool // WithHolderMeta on the Client (optModes)
+	maxHold     bool // MaxHold on the Client (optModes)
+	meta        bool // HolderMeta on the Client (optModes)
 }
 
 // Worker drives one dlock.Client through a random sequence of operations
@@ -95,8 +96,8 @@ type Worker struct {
 	// pending holds handles whose Release failed with a Redis error: the
 	// docs say Release may be called again.
 	pending []*handle
-	hold    time.Duration // the Client's max hold (WithMaxHold); 0: none
-	meta    *string       // the Client's holder metadata (WithHolderMeta); nil: the default
+	hold    time.Duration // the Client's max hold (MaxHold); 0: none
+	meta    *string       // the Client's holder metadata (HolderMeta); nil: the default
 	trace   tracer        // the parts a multi-lock call takes and gives back
 }
 
@@ -147,29 +148,29 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.grdb = redis.NewClient(&redis.Options{Network: cfg.GuardNet, Addr: cfg.GuardAddr, PoolSize: 4})
 	w.guard = dlock.NewGuard(w.grdb)
-	how := dlock.WithPipelining(w.opts.pipelining)
+	how := backend.Pipelined(w.opts.pipelining).(dlock.Option) // the checker runs both paths
 	if cfg.Mode == ModeNoScripts {
 		how = dlock.WithoutScripts() // (pipelining does not apply)
 	}
-	common := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix), dlock.WithAutoExtend(w.opts.autoExtend), how}
+	common := []dlock.Option{dlock.LeaseTTL(cfg.TTL), dlock.WithPrefix(cfg.Prefix), dlock.WithAutoExtend(w.opts.autoExtend), how}
 	if w.opts.maxHold {
 		w.hold = w.maxHold()
-		common = append(common, dlock.WithMaxHold(w.hold))
+		common = append(common, dlock.MaxHold(w.hold))
 	}
 	if w.opts.meta {
 		m := metas[w.rng.IntN(len(metas))]
 		w.meta = &m
-		common = append(common, dlock.WithHolderMeta(m))
+		common = append(common, dlock.HolderMeta(m))
 	}
 	if multiShare(cfg.Mode) > 0 {
 		common = append(common, dlock.WithObserver(w.trace.observer()))
 	}
 	switch cfg.Mode {
 	case ModeQuorum3, ModeQuorum5:
-		w.c, err = dlock.NewRedlock(nodes, append(common, dlock.WithNodeTimeout(nodeTimeout))...)
+		w.c, err = dlock.NewRedlock(nodes, nodeTimeout, common...)
 	default:
 		w.c, err = dlock.New(nodes[0], append(common,
-			dlock.WithFair(Fair(cfg.Mode)), dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
+			waiting(Fair(cfg.Mode)), dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
 	}
 	if err == nil && cfg.Mode == ModeSemaphore {
 		w.sems = map[string]*dlock.Semaphore{}
@@ -217,7 +218,7 @@ const poolSize = 8
 const nodeTimeout = 150 * time.Millisecond
 
 // drainMax bounds how long a worker waits for dlock's background clean-up
-// before closing its connections (Client.Drain): an Acquire whose context
+// before closing its connections (Client.Close): an Acquire whose context
 // ended mid-call undoes its attempt in a goroutine (retried for at most
 // 10s), and closing the go-redis client under it would leave a queue entry
 // or a lease behind until it expires.
@@ -227,8 +228,8 @@ const drainMax = 15 * time.Second
 // connections and its history.
 func (w *Worker) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), drainMax)
-	if err := w.c.Drain(ctx); err != nil {
-		w.rec.Add(Event{Op: OpLeftover, Inv: now(), Ret: now(), Note: "Client.Drain: " + err.Error()})
+	if err := w.c.Close(ctx); err != nil {
+		w.rec.Add(Event{Op: OpLeftover, Inv: now(), Ret: now(), Note: "Client.Close: " + err.Error()})
 	}
 	cancel()
 	for _, rdb := range w.rdbs {
@@ -363,20 +364,42 @@ func (c candidate) campaign(ctx context.Context, opts ...dlock.LockOption) (*dlo
 	return ld.Lock(), nil
 }
 
-// target returns what an acquisition of name for own takes: a permit of
-// the name's semaphore (semaphore mode), or the lock through the owner's
-// Client, with the per-call options opts.
+// target returns what an acquisition of name for own takes, with the
+// per-call options opts: a permit of the name's semaphore (semaphore
+// mode), a campaign (election mode), a read or a write (rw mode), or the
+// lock through the owner's Client.
 func (w *Worker) target(own, name string, opts []dlock.LockOption) target {
-	if s := w.sems[name]; s != nil {
-		return s
+	var t target
+	switch {
+	case w.sems[name] != nil:
+		t = w.sems[name]
+	case w.elect[name] != nil:
+		t = candidate{w.elect[name], w.cfg.ID}
+	case w.rws[name] != nil:
+		t = rwSide(w.rws[name], w.rng.IntN(3) == 0)
+	default:
+		return lockName{w.client(own), name, opts}
 	}
-	if e := w.elect[name]; e != nil {
-		return candidate{e, w.cfg.ID}
+	if len(opts) > 0 {
+		t = withOpts{t, opts}
 	}
-	if rw := w.rws[name]; rw != nil {
-		return rwSide(rw, w.rng.IntN(3) == 0)
-	}
-	return lockName{w.client(own), name, opts}
+	return t
+}
+
+// withOpts is a target taken with the per-call options opts.
+type withOpts struct {
+	t    target
+	opts []dlock.LockOption
+}
+
+func (o withOpts) Acquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	return o.t.Acquire(ctx, append(o.opts[:len(o.opts):len(o.opts)], opts...)...)
+}
+func (o withOpts) TryAcquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	return o.t.TryAcquire(ctx, append(o.opts[:len(o.opts):len(o.opts)], opts...)...)
+}
+func (o withOpts) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) error, opts ...dlock.LockOption) error {
+	return o.t.Do(ctx, fn, append(o.opts[:len(o.opts):len(o.opts)], opts...)...)
 }
 
 // rwHold is the read or the write of a read-write lock. Each hold it
@@ -446,4 +469,13 @@ func (w *Worker) lateBound() int64 {
 		b += 2 * tries * (2*w.opts.readTimeout + 512*time.Millisecond)
 	}
 	return int64(b)
+}
+
+// waiting returns the option of fair waiting (the default: an option that
+// changes nothing) or of unfair waiting.
+func waiting(fair bool) dlock.Option {
+	if fair {
+		return dlock.WithObserver(dlock.Observer{})
+	}
+	return dlock.WithUnfair(nil)
 }

@@ -1,0 +1,263 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// TestAdvObserveClosesWhileRedisFrozen: Observe's channel closes soon after
+// its ctx ends even when Redis stopped answering (SIGSTOP) while it read.
+func TestAdvObserveClosesWhileRedisFrozen(t *testing.T) {
+	s, rdb := setup(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
+	e := newElection(t, c, "adv-obs")
+	ld, err := e.Campaign(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, stop := context.WithCancel(t.Context())
+	obs := e.Observe(octx)
+	if got := <-obs; got.Value != "a" {
+		t.Errorf("first value %+v, want a", got)
+	}
+	s.Pause()
+	time.Sleep(400 * time.Millisecond) // Observe re-reads (lease due) against a frozen server
+	stop()
+	start := time.Now()
+	closed := false
+	for deadline := time.After(2 * time.Second); !closed; {
+		select {
+		case _, ok := <-obs:
+			closed = !ok
+		case <-deadline:
+			t.Errorf("Observe's channel still open %v after its ctx ended, Redis frozen", time.Since(start).Round(time.Millisecond))
+			closed = true
+		}
+	}
+	s.Resume()
+	ld.Resign(context.Background())
+}
+
+// TestAdvShortLeaseQueueExclusionAndLiveness: fair lock, semaphore of 1 and
+// read-write lock (writers), workers with short per-call leases (30ms,
+// 45ms, 200ms: queue entries of one window) under -race on a loaded
+// machine. No two leases' validity intervals overlap, and every worker
+// gets through its iterations in bounded time.
+func TestAdvShortLeaseQueueExclusionAndLiveness(t *testing.T) {
+	srv, rdb := setup(t)
+	pause := os.Getenv("ADV_PAUSE") != ""
+	type iv struct{ from, to time.Time }
+	for _, kind := range []string{"fair", "sem", "rw"} {
+		t.Run(kind, func(t *testing.T) {
+			const workers, iters = 6, 15
+			var mu sync.Mutex
+			var ivs []iv
+			var wg sync.WaitGroup
+			errs := make(chan error, workers)
+			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+			defer cancel()
+			for w := range workers {
+				c := newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond))
+				acquire := func(opts ...dlock.LockOption) (*dlock.Lock, error) {
+					return c.Acquire(ctx, "adv-q-"+kind, opts...)
+				}
+				switch kind {
+				case "sem":
+					s, err := c.Semaphore("adv-q-"+kind, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					acquire = func(opts ...dlock.LockOption) (*dlock.Lock, error) { return s.Acquire(ctx, opts...) }
+				case "rw":
+					rw, err := c.RWMutex("adv-q-" + kind)
+					if err != nil {
+						t.Fatal(err)
+					}
+					acquire = func(opts ...dlock.LockOption) (*dlock.Lock, error) { return rw.Writer().Acquire(ctx, opts...) }
+				}
+				ttl := []time.Duration{30 * time.Millisecond, 45 * time.Millisecond, 200 * time.Millisecond}[w%3]
+				wg.Go(func() {
+					for i := range iters {
+						l, err := acquire(dlock.LeaseTTL(ttl))
+						if err != nil {
+							errs <- fmt.Errorf("worker %d (lease %v) iteration %d: %w", w, ttl, i, err)
+							return
+						}
+						from := time.Now()
+						time.Sleep(time.Duration(w+1) * time.Millisecond)
+						to := time.Now()
+						if vu := l.ValidUntil(); vu.Before(to) {
+							to = vu
+						}
+						if l.Err() == nil {
+							mu.Lock()
+							ivs = append(ivs, iv{from, to})
+							mu.Unlock()
+						}
+						l.Release(context.WithoutCancel(ctx))
+					}
+				})
+			}
+			stopPauses := make(chan struct{})
+			paused := make(chan struct{})
+			go func() {
+				defer close(paused)
+				for pause {
+					select {
+					case <-stopPauses:
+						return
+					case <-time.After(120 * time.Millisecond):
+					}
+					srv.Pause()
+					time.Sleep(70 * time.Millisecond)
+					srv.Resume()
+				}
+			}()
+			wg.Wait()
+			close(stopPauses)
+			<-paused
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			slices.SortFunc(ivs, func(a, b iv) int { return a.from.Compare(b.from) })
+			for i := 1; i < len(ivs); i++ {
+				if ivs[i].from.Before(ivs[i-1].to) {
+					t.Errorf("two valid leases overlap by %v", ivs[i-1].to.Sub(ivs[i].from))
+				}
+			}
+			t.Logf("%d valid holds of %d", len(ivs), workers*iters)
+		})
+	}
+}
+
+// TestAdvAcquireAllCancelledWhileAPartIsInFlight: AcquireAll holds m1 and
+// its request for m2 is in flight to a Redis that froze (SIGSTOP); the
+// context ends. AcquireAll returns within a few seconds with an error that
+// matches the context's and names m2, and once Redis answers again nothing
+// is left held: m1 given back, m2's request (which lands on resume) undone.
+func TestAdvAcquireAllCancelledWhileAPartIsInFlight(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
+			srv, rdb := setup(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var froze sync.Once
+			c := newClient(t, rdb, waiting(fair), dlock.WithObserver(dlock.Observer{
+				Start: func(ctx context.Context, e *dlock.Event) context.Context {
+					if e.Name == "m2" && e.Op == dlock.OpAcquire {
+						froze.Do(func() {
+							srv.Pause()
+							time.AfterFunc(100*time.Millisecond, cancel)
+						})
+					}
+					return ctx
+				},
+			}))
+			start := time.Now()
+			_, err := c.AcquireAll(ctx, []string{"m2", "m1"})
+			took := time.Since(start)
+			srv.Resume()
+			if took > 3*time.Second {
+				t.Errorf("AcquireAll returned %v after its context ended", took-100*time.Millisecond)
+			}
+			var nae *dlock.NotAcquiredError
+			if !errors.Is(err, context.Canceled) || !errors.As(err, &nae) || nae.Name != "m2" {
+				t.Errorf("AcquireAll = %v; want context.Canceled and a *NotAcquiredError naming m2", err)
+			}
+			if !waitFor(5*time.Second, func() bool {
+				return liveKeys(context.Background(), rdb, "dlock:{m1}", "dlock:{m2}", "dlock:{m2}:q", "dlock:{m2}:qw") == 0
+			}) {
+				t.Errorf("5s after Redis answered again: m1 %q, m2 %q still there", rdb.Get(context.Background(), "dlock:{m1}").Val(), rdb.Get(context.Background(), "dlock:{m2}").Val())
+			}
+			other := newClient(t, rdb, waiting(fair))
+			for _, n := range []string{"m1", "m2"} {
+				if l, err := other.TryAcquire(context.Background(), n); err != nil {
+					t.Errorf("TryAcquire(%s) after = %v", n, err)
+				} else {
+					l.Release(context.Background())
+				}
+			}
+			c.Close(context.Background())
+		})
+	}
+}
+
+// TestAdvConcurrentReleaseHonoursItsContext: while one Release of a Lock
+// waits on a Redis that froze, a second Release with a 100ms context
+// waits for the first (up to go-redis's timeouts, 10s here) instead of
+// returning when its context ends.
+func TestAdvConcurrentReleaseHonoursItsContext(t *testing.T) {
+	srv, rdb := setup(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute)) // outlives the freeze
+	l, err := c.TryAcquire(t.Context(), "adv-rel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	first := make(chan error, 1)
+	go func() { first <- l.Release(context.Background()) }()
+	time.Sleep(50 * time.Millisecond) // the first is in flight
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	start := time.Now()
+	err = l.Release(ctx)
+	took := time.Since(start)
+	cancel()
+	if took > time.Second {
+		t.Errorf("a second Release with a 100ms context returned after %v (%v): it waited for the first, whatever its context", took.Round(time.Millisecond), err)
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the second Release = %v, want an error matching its context's", err)
+	}
+	srv.Resume()
+	if err := <-first; err != nil {
+		t.Logf("the first Release: %v", err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Errorf("a Release once Redis answers again = %v, want nil", err)
+	}
+	if n := liveKeys(context.Background(), rdb, l.Key()); n != 0 {
+		t.Errorf("the lock is still held after its Release")
+	}
+}
+
+// TestAdvConcurrentExtendHonoursItsContext: while an extension of a Lock
+// (the watchdog's, or the caller's own) waits on a Redis that froze, an
+// Extend with a 100ms context waits for it (~10s) instead of returning
+// when its context ends.
+func TestAdvConcurrentExtendHonoursItsContext(t *testing.T) {
+	srv, rdb := setup(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false))
+	l, err := c.TryAcquire(t.Context(), "adv-ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	first := make(chan error, 1)
+	go func() { first <- l.Extend(context.Background(), time.Minute) }()
+	time.Sleep(50 * time.Millisecond) // the first is in flight
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	start := time.Now()
+	err = l.Extend(ctx, time.Minute)
+	took := time.Since(start)
+	cancel()
+	if took > time.Second || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("an Extend with a 100ms context = %v after %v; want its context's error within it", err, took.Round(time.Millisecond))
+	}
+	srv.Resume()
+	<-first
+	if err := l.Extend(context.Background(), time.Minute); err != nil {
+		t.Errorf("an Extend once Redis answers again = %v", err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+}

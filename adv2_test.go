@@ -1,0 +1,362 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// TestAdv2ExponentialBackoffHugeMax: ExponentialBackoff with a "no cap"
+// maximum (math.MaxInt64) must not panic at a high attempt. An unfair
+// waiter's attempt counter grows by one per wake-up (each release message
+// of a busy lock), not only per sleep, so attempt 41 comes quickly.
+func TestAdv2ExponentialBackoffHugeMax(t *testing.T) {
+	b := dlock.ExponentialBackoff(10*time.Millisecond, math.MaxInt64)
+	for attempt := 1; attempt <= 100; attempt++ {
+		var d time.Duration
+		var panicked any
+		func() {
+			defer func() { panicked = recover() }()
+			d = b(attempt)
+		}()
+		if panicked != nil {
+			t.Fatalf("ExponentialBackoff(10ms, MaxInt64)(%d) panicked: %v; want a duration in [5ms, MaxInt64]", attempt, panicked)
+		}
+		if d < 5*time.Millisecond {
+			t.Fatalf("ExponentialBackoff(10ms, MaxInt64)(%d) = %v; want at least 5ms (doubling never goes down)", attempt, d)
+		}
+	}
+}
+
+// TestAdv2NewRedlockDefaultTTLAboveNodeTimeout: a lease time at or below the
+// per-node timeout is refused per call (LeaseTTL on Acquire); as the
+// Client's default (LeaseTTL given to NewRedlock) it must be refused too.
+func TestAdv2NewRedlockDefaultTTLAboveNodeTimeout(t *testing.T) {
+	var nodes []redis.UniversalClient
+	for range 3 {
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})) // nothing is sent
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	})
+	c, err := dlock.NewRedlock(nodes, time.Second, dlock.LeaseTTL(100*time.Millisecond))
+	if err == nil {
+		_, perCall := c.TryAcquire(t.Context(), "x", dlock.LeaseTTL(100*time.Millisecond))
+		t.Fatalf("NewRedlock(nodes, 1s, LeaseTTL(100ms)) = nil error (the same LeaseTTL per call: %v); want ErrInvalid", perCall)
+	}
+	if !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("NewRedlock(nodes, 1s, LeaseTTL(100ms)) = %v; want ErrInvalid", err)
+	}
+}
+
+// TestAdv2CloseWhileWaiting: an Acquire waiting when Close is called must
+// not come back with a Lock once the lock is free: acquisitions after Close
+// fail with ErrClosed, and a Lock taken after Close is never extended.
+func TestAdv2CloseWhileWaiting(t *testing.T) {
+	for _, fair := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			_, rdb := setup(t)
+			holder := newClient(t, rdb)
+			c := newClient(t, rdb, waiting(fair))
+			l, err := holder.TryAcquire(t.Context(), "adv2-close-wait")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			type result struct {
+				l   *dlock.Lock
+				err error
+			}
+			res := make(chan result, 1)
+			go func() {
+				l, err := c.Acquire(ctx, "adv2-close-wait")
+				res <- result{l, err}
+			}()
+			time.Sleep(200 * time.Millisecond) // subscribed and waiting
+			cctx, ccancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer ccancel()
+			if err := c.Close(cctx); err != nil {
+				t.Errorf("Close = %v; want nil", err)
+			}
+			l.Release(t.Context())
+			select {
+			case r := <-res:
+				if r.err == nil {
+					r.l.Release(t.Context())
+					t.Fatalf("Acquire waiting across Close = a Lock (nil error); want ErrClosed")
+				}
+				if !errors.Is(r.err, dlock.ErrClosed) {
+					t.Errorf("Acquire waiting across Close = %v; want ErrClosed", r.err)
+				}
+			case <-time.After(6 * time.Second):
+				t.Fatal("Acquire waiting across Close never returned; want ErrClosed")
+			}
+		})
+	}
+}
+
+// TestAdv2CloseFrozenRedisHonoursCtx: Close with a frozen Redis and a
+// waiter subscribed returns by its ctx's deadline (plus slack), not at
+// go-redis's timeouts.
+func TestAdv2CloseFrozenRedisHonoursCtx(t *testing.T) {
+	s, rdb := setup(t)
+	holder := newClient(t, s.Client(t))
+	c := newClient(t, rdb, dlock.WithUnfair(nil))
+	l, err := holder.TryAcquire(t.Context(), "adv2-close-frozen", dlock.LeaseTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "adv2-close-frozen")
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	s.Pause()
+	defer s.Resume()
+	cctx, ccancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer ccancel()
+	start := time.Now()
+	cerr := c.Close(cctx)
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Errorf("Close with a frozen Redis took %v (err %v); want about its ctx's 300ms", took, cerr)
+	}
+	s.Resume()
+	select {
+	case <-done:
+	case <-time.After(8 * time.Second):
+		t.Error("Acquire never returned after Close and its ctx's end")
+	}
+}
+
+// TestAdv2ReleaseExtendWatchdogRace: Release, Extend and the watchdog on
+// one Lock at once, under -race, over a proxy that delays replies; the lock
+// ends released with nothing left in Redis.
+func TestAdv2ReleaseExtendWatchdogRace(t *testing.T) {
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	c := newClient(t, rdb, dlock.LeaseTTL(90*time.Millisecond))
+	deadline := time.Now().Add(8 * time.Second)
+	for round := 0; round < 20 && time.Now().Before(deadline); round++ {
+		name := fmt.Sprintf("adv2-race-%d", round)
+		p.Delay(0, 0)
+		l, err := c.Acquire(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Delay(0, time.Duration(round%4)*10*time.Millisecond)
+		var wg sync.WaitGroup
+		var relErrs [3]error
+		for i := range 3 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(t.Context(), time.Duration(5+i*20)*time.Millisecond)
+				defer cancel()
+				l.Extend(ctx, 60*time.Millisecond)
+				relErrs[i] = l.Release(ctx)
+			})
+		}
+		wg.Wait()
+		p.Delay(0, 0)
+		// A last Release with time enough must settle it.
+		if err := l.Release(t.Context()); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("round %d: final Release = %v (earlier %v); want nil or ErrNotHeld", round, err, relErrs)
+		}
+		if err := l.Err(); err == nil {
+			t.Errorf("round %d: Err after Release = nil; want ErrReleased or a loss", round)
+		}
+		select {
+		case <-l.Done():
+		default:
+			t.Errorf("round %d: Done open after Release; want closed", round)
+		}
+		if n := liveKeys(t.Context(), direct, l.Key()); n != 0 {
+			t.Errorf("round %d: %d live key(s) after Release; want 0", round, n)
+		}
+	}
+}
+
+var _ = math.MaxInt64
+
+// TestAdv2CloseWakesWaiter: an Acquire waiting (with no deadline of its own)
+// while the lock stays held returns soon after Close, not at the next poll of
+// its queue entry, which comes seconds later.
+func TestAdv2CloseWakesWaiter(t *testing.T) {
+	_, rdb := setup(t)
+	holder := newClient(t, rdb)
+	c := newClient(t, rdb)
+	l, err := holder.TryAcquire(t.Context(), "adv2-close-wake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "adv2-close-wake")
+		if err == nil {
+			l.Release(t.Context())
+		}
+		res <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // subscribed and waiting
+	start := time.Now()
+	if err := c.Close(t.Context()); err != nil {
+		t.Errorf("Close = %v; want nil", err)
+	}
+	select {
+	case err := <-res:
+		if took := time.Since(start); took > time.Second || !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("waiting Acquire returned %v, %v after Close; want ErrClosed within 1s", err, took.Round(time.Millisecond))
+		}
+	case <-time.After(9 * time.Second):
+		t.Error("waiting Acquire never returned after Close; want ErrClosed within 1s")
+	}
+}
+
+// TestAdv2DefaultMaxWaitBoundsEveryWait: a Client-wide MaxWait bounds the
+// waits of every kind (campaign, permit, write hold, DoAll, an Owner
+// Client's reentrant Acquire), each failing with ErrNotAcquired near the
+// bound; TryAcquire ignores it.
+func TestAdv2DefaultMaxWaitBoundsEveryWait(t *testing.T) {
+	_, rdb := setup(t)
+	const bound = 300 * time.Millisecond
+	holder := newClient(t, rdb)
+	c := newClient(t, rdb, dlock.MaxWait(bound))
+	rc := newClient(t, rdb, dlock.MaxWait(bound), dlock.WithReentrant(true))
+	rholder := newClient(t, rdb, dlock.WithReentrant(true))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	hold := func(l *dlock.Lock, err error) *dlock.Lock {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Release(context.Background()) })
+		return l
+	}
+	he, err := holder.Election("adv2-mw-el")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := he.Campaign(ctx, "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ld.Resign(context.Background()) })
+	hs, _ := holder.Semaphore("adv2-mw-sem", 1)
+	hold(hs.Acquire(ctx))
+	hrw, _ := holder.RWMutex("adv2-mw-rw")
+	hold(hrw.Reader().Acquire(ctx))
+	hold(holder.Acquire(ctx, "adv2-mw-b"))
+	hold(asOwner(t, rholder, "o1").Acquire(ctx, "adv2-mw-re"))
+
+	e, _ := c.Election("adv2-mw-el")
+	s, _ := c.Semaphore("adv2-mw-sem", 1)
+	rw, _ := c.RWMutex("adv2-mw-rw")
+	owner := asOwner(t, rc, "o2")
+	cases := map[string]func() error{
+		"Campaign":          func() error { _, err := e.Campaign(ctx, "c"); return err },
+		"Semaphore.Acquire": func() error { _, err := s.Acquire(ctx); return err },
+		"Writer.Acquire":    func() error { _, err := rw.Writer().Acquire(ctx); return err },
+		"DoAll": func() error {
+			return c.DoAll(ctx, []string{"adv2-mw-a", "adv2-mw-b"}, func(context.Context, *dlock.MultiLock) error { return nil })
+		},
+		"Owner.Acquire": func() error { _, err := owner.Acquire(ctx, "adv2-mw-re"); return err },
+	}
+	for name, f := range cases {
+		start := time.Now()
+		err := f()
+		took := time.Since(start)
+		if !errors.Is(err, dlock.ErrNotAcquired) || took < bound-20*time.Millisecond || took > bound+1500*time.Millisecond {
+			t.Errorf("%s under a Client MaxWait(%v) = %v after %v; want ErrNotAcquired after about %v", name, bound, err, took.Round(time.Millisecond), bound)
+		}
+	}
+	start := time.Now()
+	if _, err := c.TryAcquire(ctx, "adv2-mw-b"); !errors.Is(err, dlock.ErrNotAcquired) || time.Since(start) > bound/2 {
+		t.Errorf("TryAcquire under a Client MaxWait = %v after %v; want ErrNotAcquired at once", err, time.Since(start))
+	}
+	// A per-call MaxWait(0) overrides the default: one attempt.
+	start = time.Now()
+	if _, err := c.Acquire(ctx, "adv2-mw-b", dlock.MaxWait(0)); !errors.Is(err, dlock.ErrNotAcquired) || time.Since(start) > bound/2 {
+		t.Errorf("Acquire(MaxWait(0)) under a Client MaxWait(%v) = %v after %v; want ErrNotAcquired at once", bound, err, time.Since(start))
+	}
+}
+
+// TestAdv2CloseDuringDo: Close while a Do's fn runs, twice, concurrently
+// with an Extend: the lock is not extended any more, fn's ctx ends at the
+// validity (a loss), Do's release still runs and nothing is left.
+func TestAdv2CloseDuringDo(t *testing.T) {
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.MaxHold(5*time.Second))
+	var wg sync.WaitGroup
+	var key string
+	start := time.Now()
+	err := c.Do(t.Context(), "adv2-close-do", func(ctx context.Context, l *dlock.Lock) error {
+		key = l.Key()
+		if d, ok := l.Deadline(); !ok || time.Until(d) < 4*time.Second {
+			t.Errorf("Deadline = %v, %v; want the Client's MaxHold(5s)", d, ok)
+		}
+		for range 2 {
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if err := c.Close(cctx); err != nil {
+					t.Errorf("Close = %v; want nil", err)
+				}
+			})
+		}
+		wg.Go(func() { l.Extend(context.Background(), 300*time.Millisecond) })
+		wg.Wait()
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+			return errors.New("fn's ctx still open 2s after Close")
+		}
+		return nil
+	})
+	if took := time.Since(start); !errors.Is(err, dlock.ErrNotHeld) || took > 1500*time.Millisecond {
+		t.Errorf("Do across Close = %v after %v; want ErrNotHeld at the lease's validity", err, took)
+	}
+	if n := liveKeys(t.Context(), rdb, key); n != 0 {
+		t.Errorf("%d live key(s) after Do; want 0", n)
+	}
+	if _, err := c.Acquire(t.Context(), "adv2-close-do"); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Acquire after Close = %v; want ErrClosed", err)
+	}
+	// Per call, MaxHold(0) lifts the Client's cap (on a fresh Client).
+	c2 := newClient(t, rdb, dlock.MaxHold(time.Second))
+	l, err := c2.TryAcquire(t.Context(), "adv2-close-do2", dlock.MaxHold(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := l.Deadline(); ok {
+		t.Errorf("Deadline with a per-call MaxHold(0) = %v; want none", d)
+	}
+	l.Release(t.Context())
+	if _, err := c2.TryAcquire(t.Context(), "adv2-close-do2", dlock.MaxHold(time.Millisecond)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("TryAcquire(MaxHold(1ms)) = %v; want ErrInvalid", err)
+	}
+	c2.Close(t.Context())
+}

@@ -1,0 +1,759 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// adv3Events records the observers' events by lock name.
+type adv3Events struct {
+	mu sync.Mutex
+	ev map[string][]dlock.Event
+}
+
+func (r *adv3Events) observer() dlock.Observer {
+	rec := func(_ context.Context, e *dlock.Event) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.ev == nil {
+			r.ev = map[string][]dlock.Event{}
+		}
+		r.ev[e.Name] = append(r.ev[e.Name], *e)
+	}
+	return dlock.Observer{End: rec, Lost: rec}
+}
+
+func (r *adv3Events) of(name string) []dlock.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]dlock.Event(nil), r.ev[name]...)
+}
+
+// adv3Kind is one kind's way to take a lease and its Event.Mode.
+type adv3Kind struct {
+	name, mode string
+	take       func(ctx context.Context, c *dlock.Client, name string, try bool, opts ...dlock.LeaseOption) (*dlock.Lock, error)
+}
+
+func adv3Kinds() []adv3Kind {
+	return []adv3Kind{
+		{"semaphore", "semaphore", func(ctx context.Context, c *dlock.Client, name string, try bool, opts ...dlock.LeaseOption) (*dlock.Lock, error) {
+			s, err := c.Semaphore(name, 1)
+			if err != nil {
+				return nil, err
+			}
+			if try {
+				return s.TryAcquire(ctx, lo(opts)...)
+			}
+			return s.Acquire(ctx, lo(opts)...)
+		}},
+		{"read", "read", func(ctx context.Context, c *dlock.Client, name string, try bool, opts ...dlock.LeaseOption) (*dlock.Lock, error) {
+			rw, err := c.RWMutex(name)
+			if err != nil {
+				return nil, err
+			}
+			if try {
+				return rw.Reader().TryAcquire(ctx, lo(opts)...)
+			}
+			return rw.Reader().Acquire(ctx, lo(opts)...)
+		}},
+		{"write", "write", func(ctx context.Context, c *dlock.Client, name string, try bool, opts ...dlock.LeaseOption) (*dlock.Lock, error) {
+			rw, err := c.RWMutex(name)
+			if err != nil {
+				return nil, err
+			}
+			if try {
+				return rw.Writer().TryAcquire(ctx, lo(opts)...)
+			}
+			return rw.Writer().Acquire(ctx, lo(opts)...)
+		}},
+		{"election", "election", func(ctx context.Context, c *dlock.Client, name string, try bool, opts ...dlock.LeaseOption) (*dlock.Lock, error) {
+			e, err := c.Election(name)
+			if err != nil {
+				return nil, err
+			}
+			o := lo(opts)
+			if try {
+				o = append(o, dlock.MaxWait(0))
+			}
+			ld, err := e.Campaign(ctx, "v", o...)
+			if err != nil {
+				return nil, err
+			}
+			return ld.Lock(), nil
+		}},
+		{"own", "", func(ctx context.Context, c *dlock.Client, name string, try bool, opts ...dlock.LeaseOption) (*dlock.Lock, error) {
+			if try {
+				return c.TryAcquire(ctx, name, lo(opts)...)
+			}
+			return c.Acquire(ctx, name, lo(opts)...)
+		}},
+	}
+}
+
+func lo(opts []dlock.LeaseOption) []dlock.LockOption {
+	var o []dlock.LockOption
+	for _, x := range opts {
+		o = append(o, x)
+	}
+	return o
+}
+
+// TestAdv3KindsRoundTrip: each kind made on an unfair and on a fair Client
+// takes a lease that its watchdog keeps past the TTL, that Extend, Fence
+// and TTL serve, and whose Release frees it for the next one; every event
+// names the kind's mode.
+func TestAdv3KindsRoundTrip(t *testing.T) {
+	_, rdb := setup(t)
+	for _, fair := range []bool{false, true} {
+		var rec adv3Events
+		c := newClient(t, rdb, waiting(fair), dlock.WithObserver(rec.observer()))
+		own := "unfair"
+		if fair {
+			own = "fair"
+		}
+		for _, k := range adv3Kinds() {
+			t.Run(fmt.Sprintf("fair=%v/%s", fair, k.name), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				defer cancel()
+				name := fmt.Sprintf("adv3-rt-%v-%s", fair, k.name)
+				mode := k.mode
+				if mode == "" {
+					mode = own
+				}
+				l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(600*time.Millisecond))
+				if err != nil {
+					t.Fatalf("acquire: %v", err)
+				}
+				time.Sleep(900 * time.Millisecond) // the watchdog extends every 200ms
+				if err := l.Err(); err != nil {
+					t.Fatalf("lease lost under its watchdog: %v", err)
+				}
+				if err := l.Extend(ctx, 700*time.Millisecond); err != nil {
+					t.Fatalf("Extend: %v", err)
+				}
+				if f, err := l.Fence(ctx); err != nil || f <= 0 {
+					t.Fatalf("Fence = %d, %v", f, err)
+				}
+				if d, err := l.TTL(ctx); err != nil || d <= 0 {
+					t.Fatalf("TTL = %v, %v", d, err)
+				}
+				// Held: another of the same kind (a write for a read) is refused.
+				other := k
+				if k.name == "read" {
+					other = adv3Kinds()[2]
+				}
+				if l2, err := other.take(ctx, c, name, true); err == nil {
+					l2.Release(ctx)
+					t.Fatalf("a second %s was granted while the first is held", other.name)
+				} else if !errors.Is(err, dlock.ErrNotAcquired) {
+					t.Fatalf("second %s: %v; want ErrNotAcquired", other.name, err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				l2, err := k.take(ctx, c, name, true)
+				if err != nil {
+					t.Fatalf("after Release: %v", err)
+				}
+				if err := l2.Release(ctx); err != nil {
+					t.Fatalf("second Release: %v", err)
+				}
+				var auto bool
+				for _, e := range rec.of(name) {
+					if other.name != k.name && errors.Is(e.Err, dlock.ErrNotAcquired) {
+						if e.Mode != "write" {
+							t.Errorf("the refused write's event has Mode %q", e.Mode)
+						}
+						continue
+					}
+					if e.Mode != mode {
+						t.Errorf("event %s (auto %v) has Mode %q; want %q", e.Op, e.Auto, e.Mode, mode)
+					}
+					if e.Op == dlock.OpExtend && e.Auto {
+						auto = true
+						if e.Err != nil {
+							t.Errorf("watchdog extension failed: %v", e.Err)
+						}
+					}
+				}
+				if !auto {
+					t.Errorf("no watchdog extension observed")
+				}
+			})
+		}
+	}
+}
+
+// TestAdv3Owners: Owner Clients of one reentrant Client share its engine
+// but not their owner: one does not re-enter another's lock; each re-enters
+// its own; Stats and observers are common, and Close of one closes all.
+func TestAdv3Owners(t *testing.T) {
+	_, rdb := setup(t)
+	var rec adv3Events
+	c := newClient(t, rdb, dlock.WithReentrant(true))
+	c.Observe(rec.observer())
+	a, err := c.Owner("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Owner("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := c.Owner("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	la, err := a.TryAcquire(ctx, "adv3-own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := b.TryAcquire(ctx, "adv3-own"); err == nil {
+		l.Release(ctx)
+		t.Fatal("owner b re-entered owner a's lock")
+	} else if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("owner b: %v; want ErrNotAcquired", err)
+	}
+	if l, err := c.TryAcquire(ctx, "adv3-own"); err == nil {
+		l.Release(ctx)
+		t.Fatal("the root Client re-entered owner a's lock")
+	}
+	la2, err := a2.TryAcquire(ctx, "adv3-own")
+	if err != nil {
+		t.Fatalf("a second Owner(\"a\") does not re-enter a's lock: %v", err)
+	}
+	// An owner made from an Owner Client is that owner, not a nested one.
+	bb, err := a.Owner("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := bb.TryAcquire(ctx, "adv3-own"); err == nil {
+		l.Release(ctx)
+		t.Fatal("a.Owner(\"b\") re-entered owner a's lock")
+	}
+	// The same owner string on another reentrant Client is another owner.
+	d := newClient(t, rdb, dlock.WithReentrant(true))
+	if da, err := d.Owner("a"); err != nil {
+		t.Fatal(err)
+	} else if l, err := da.TryAcquire(ctx, "adv3-own"); err == nil {
+		l.Release(ctx)
+		t.Fatal("owner \"a\" of another Client re-entered this Client's owner a's lock")
+	}
+	for _, l := range []*dlock.Lock{la2, la} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lb, err := b.TryAcquire(ctx, "adv3-own")
+	if err != nil {
+		t.Fatalf("owner b after a released: %v", err)
+	}
+	lb.Release(ctx)
+	if sa, sc := a.Stats(), c.Stats(); sa.Acquired != sc.Acquired || sc.Acquired != 3 {
+		t.Errorf("Stats: owner a %+v, root %+v; want the same counts, 3 acquired", sa, sc)
+	}
+	for _, e := range rec.of("adv3-own") {
+		if e.Mode != "reentrant" {
+			t.Errorf("event %s Mode %q; want reentrant", e.Op, e.Mode)
+		}
+	}
+	for _, x := range []*dlock.Client{c, a, b} {
+		if _, err := x.Semaphore("adv3-own-s", 2); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a semaphore") {
+			t.Errorf("Semaphore on a reentrant Client: %v", err)
+		}
+		if _, err := x.RWMutex("adv3-own-rw"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a read-write lock") {
+			t.Errorf("RWMutex on a reentrant Client: %v", err)
+		}
+		if _, err := x.Election("adv3-own-e"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot hold an election") {
+			t.Errorf("Election on a reentrant Client: %v", err)
+		}
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*dlock.Client{c, a} {
+		if _, err := x.TryAcquire(ctx, "adv3-own-2"); !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("after an Owner's Close: %v; want ErrClosed", err)
+		}
+	}
+}
+
+// TestAdv3Refusals: a quorum and a script-free Client refuse the kinds with
+// the texts they had.
+func TestAdv3Refusals(t *testing.T) {
+	_, rdb := setup(t)
+	ns := newClient(t, rdb, dlock.WithoutScripts())
+	q := newRedlock(t, []redis.UniversalClient{rdb, rdb, rdb}, 50*time.Millisecond)
+	want := []struct {
+		c    *dlock.Client
+		call string
+		s    string
+	}{
+		{ns, "sem", `Semaphore("x", 2): semaphores need scripts; a Client made WithoutScripts() cannot keep one`},
+		{ns, "rw", `RWMutex("x"): read-write locks need scripts; a Client made WithoutScripts() cannot keep one`},
+		{ns, "el", `Election("x"): elections need scripts; a Client made WithoutScripts() cannot hold one`},
+		{q, "sem", `Semaphore("x", 2): semaphores are not available over a quorum (NewRedlock)`},
+		{q, "rw", `RWMutex("x"): read-write locks are not available over a quorum (NewRedlock)`},
+		{q, "el", `Election("x"): elections are not available over a quorum (NewRedlock), whose waiting is not fair`},
+	}
+	for _, w := range want {
+		var err error
+		switch w.call {
+		case "sem":
+			_, err = w.c.Semaphore("x", 2)
+		case "rw":
+			_, err = w.c.RWMutex("x")
+		case "el":
+			_, err = w.c.Election("x")
+		}
+		if !errors.Is(err, dlock.ErrInvalid) || !strings.HasSuffix(err.Error(), w.s) {
+			t.Errorf("%s: %v; want ErrInvalid ending %q", w.call, err, w.s)
+		}
+	}
+}
+
+// TestAdv3ElectionVerbs: an election's errors say campaign and resign; a
+// semaphore's, a read-write lock's and a Client's say acquire and release.
+func TestAdv3ElectionVerbs(t *testing.T) {
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for _, k := range adv3Kinds() {
+		acq, rel := "acquire", "release"
+		if k.name == "election" {
+			acq, rel = "campaign", "resign"
+		}
+		name := "adv3-verb-" + k.name
+		other := k
+		if k.name == "read" {
+			other = adv3Kinds()[2]
+		}
+		l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = other.take(ctx, c, name, true)
+		if err == nil || !strings.HasPrefix(err.Error(), "dlock: "+acq+" ") {
+			t.Errorf("%s: refused attempt: %v; want it to start with %q", k.name, err, "dlock: "+acq)
+		}
+		done, stop := context.WithCancel(ctx)
+		stop()
+		err = l.Release(done)
+		if err == nil || !strings.HasPrefix(err.Error(), "dlock: "+rel+" ") {
+			t.Errorf("%s: Release with a done context: %v; want it to start with %q", k.name, err, "dlock: "+rel)
+		}
+		l.Release(ctx)
+	}
+}
+
+// TestAdv3Storm: many goroutines across every kind on one Client, with
+// observers and Stats read alongside, under -race.
+func TestAdv3Storm(t *testing.T) {
+	_, rdb := setup(t)
+	var rec adv3Events
+	c := newClient(t, rdb, waiting(false), dlock.WithObserver(rec.observer()))
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i, k := range adv3Kinds() {
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 10 {
+					l, err := k.take(ctx, c, fmt.Sprintf("adv3-storm-%d", i), j%2 == 0, dlock.LeaseTTL(300*time.Millisecond))
+					if errors.Is(err, dlock.ErrNotAcquired) {
+						continue
+					}
+					if err != nil {
+						errs <- fmt.Errorf("%s/%d: %w", k.name, g, err)
+						return
+					}
+					_ = c.Stats()
+					time.Sleep(5 * time.Millisecond)
+					if err := l.Release(ctx); err != nil {
+						errs <- fmt.Errorf("%s/%d release: %w", k.name, g, err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, k := range adv3Kinds() {
+		want := k.mode
+		if want == "" {
+			want = "unfair"
+		}
+		for _, e := range rec.of(fmt.Sprintf("adv3-storm-%d", i)) {
+			if e.Mode != want {
+				t.Errorf("%s: event %s Mode %q", k.name, e.Op, e.Mode)
+				break
+			}
+		}
+	}
+}
+
+// TestAdv3CloseLeavesQueue: Close wakes a fair Acquire that waits in the
+// queue (ErrClosed); Close "waits for the background clean-up", so once it
+// returns the waiter's queue entry is gone, and the go-redis client may be
+// closed (the documented lifecycle) without leaving an entry behind that
+// the lock would be handed to.
+func TestAdv3CloseLeavesQueue(t *testing.T) {
+	s, rdb := setup(t)
+	holder := newClient(t, rdb)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	const name = "adv3-close-queue"
+	l, err := holder.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb2 := s.Client(t)
+	c := newClient(t, rdb2, dlock.LeaseTTL(2*time.Second))
+	res := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name)
+		if err == nil {
+			l.Release(ctx)
+		}
+		res <- err
+	}()
+	if !waitFor(3*time.Second, func() bool {
+		info, err := holder.Inspect(ctx, name)
+		return err == nil && info.Queued == 1
+	}) {
+		t.Fatal("the waiter never queued")
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	queuedAtClose := -1
+	if info, err := holder.Inspect(ctx, name); err == nil {
+		queuedAtClose = info.Queued
+	}
+	rdb2.Close()
+	if err := <-res; !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("the waiting Acquire: %v; want ErrClosed", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	info, err := holder.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Queued != 0 || queuedAtClose != 0 {
+		t.Errorf("after Close returned the closed Client's waiter was still queued (%d right after Close, %d later): Close did not wait for its leave", queuedAtClose, info.Queued)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := newClient(t, rdb)
+	l2, err := other.Acquire(ctx, name, dlock.MaxWait(time.Second))
+	if err != nil {
+		t.Fatalf("after the holder released, a new waiter: %v (the lock went to the closed Client's entry?)", err)
+	}
+	l2.Release(ctx)
+}
+
+// TestAdv3KindsAfterFlushAndLoss: with the script cache flushed under a
+// held lease of each kind, Extend, Fence and Release still run that kind's
+// scripts; a lease left to expire is reported Lost with its kind's Mode; a
+// name held as one kind refuses another with ErrWrongType, named by the
+// refusing kind's verb.
+func TestAdv3KindsAfterFlushAndLoss(t *testing.T) {
+	_, rdb := setup(t)
+	var rec adv3Events
+	c := newClient(t, rdb, dlock.WithUnfair(nil), dlock.WithObserver(rec.observer()))
+	noext := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithObserver(rec.observer()))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	kinds := adv3Kinds()
+	for _, k := range kinds {
+		mode := k.mode
+		if mode == "" {
+			mode = "unfair"
+		}
+		name := "adv3-flush-" + k.name
+		l, err := k.take(ctx, c, name, false)
+		if err != nil {
+			t.Fatalf("%s: %v", k.name, err)
+		}
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Extend(ctx, 5*time.Second); err != nil {
+			t.Errorf("%s: Extend after SCRIPT FLUSH: %v", k.name, err)
+		}
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Fence(ctx); err != nil {
+			t.Errorf("%s: Fence after SCRIPT FLUSH: %v", k.name, err)
+		}
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s: Release after SCRIPT FLUSH: %v", k.name, err)
+		}
+		if n, _ := rdb.Exists(ctx, "{"+name+"}").Result(); n != 0 {
+			t.Errorf("%s: the lock key is left after Release", k.name)
+		}
+		// Wrong kinds: every other kind on this name while it is held.
+		l, err = k.take(ctx, c, name, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range kinds {
+			if o.name == k.name || (o.name == "read" && k.name == "write") || (o.name == "write" && k.name == "read") ||
+				(o.name == "election" && k.name == "own") || (o.name == "own" && k.name == "election") {
+				continue // the same structure
+			}
+			verb := "acquire"
+			if o.name == "election" {
+				verb = "campaign"
+			}
+			l2, err := o.take(ctx, c, name, true)
+			if err == nil {
+				l2.Release(ctx)
+				t.Errorf("%s held, %s granted", k.name, o.name)
+				continue
+			}
+			if !errors.Is(err, dlock.ErrWrongType) || !strings.HasPrefix(err.Error(), "dlock: "+verb+" ") {
+				t.Errorf("%s held, %s: %v; want ErrWrongType starting %q", k.name, o.name, err, "dlock: "+verb)
+			}
+		}
+		l.Release(ctx)
+		// Lost.
+		lname := "adv3-lost-" + k.name
+		l, err = k.take(ctx, noext, lname, false, dlock.LeaseTTL(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !closedWithin(l.Done(), 2*time.Second) {
+			t.Fatalf("%s: Done not closed", k.name)
+		}
+		time.Sleep(50 * time.Millisecond)
+		var lost bool
+		for _, e := range rec.of(lname) {
+			if e.Op == dlock.OpLost {
+				lost = true
+				want := mode
+				if k.mode == "" {
+					want = "fair"
+				}
+				if e.Mode != want {
+					t.Errorf("%s: Lost event Mode %q; want %q", k.name, e.Mode, want)
+				}
+			}
+		}
+		if !lost {
+			t.Errorf("%s: no Lost event", k.name)
+		}
+		l.Release(ctx)
+	}
+}
+
+// TestAdv3WaitVerbsAndDo: a wait that runs out names the kind's verb; each
+// kind's Do reports its mode for the acquisition and the release.
+func TestAdv3WaitVerbsAndDo(t *testing.T) {
+	_, rdb := setup(t)
+	var rec adv3Events
+	c := newClient(t, rdb, dlock.WithUnfair(nil), dlock.WithObserver(rec.observer()))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, k := range adv3Kinds() {
+		verb := "acquire"
+		if k.name == "election" {
+			verb = "campaign"
+		}
+		name := "adv3-wait-" + k.name
+		l, err := k.take(ctx, c, name, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := k
+		if k.name == "read" {
+			other = adv3Kinds()[2]
+		}
+		_, err = other.take(ctx, c, name, false, dlock.MaxWait(150*time.Millisecond))
+		if err == nil || !strings.HasPrefix(err.Error(), "dlock: "+verb+" ") || !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("%s: MaxWait ran out: %v; want ErrNotAcquired starting %q", other.name, err, "dlock: "+verb)
+		}
+		cctx, ccancel := context.WithTimeout(ctx, 150*time.Millisecond)
+		_, err = other.take(cctx, c, name, false)
+		ccancel()
+		if err == nil || !strings.HasPrefix(err.Error(), "dlock: "+verb+" ") || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: ctx ran out: %v; want DeadlineExceeded starting %q", other.name, err, "dlock: "+verb)
+		}
+		l.Release(ctx)
+	}
+	s, _ := c.Semaphore("adv3-do-s", 2)
+	rw, _ := c.RWMutex("adv3-do-rw")
+	e, _ := c.Election("adv3-do-e")
+	fn := func(context.Context, *dlock.Lock) error { return nil }
+	if err := s.Do(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Reader().Do(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Writer().Do(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Do(ctx, "v", func(context.Context, *dlock.Leadership) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "adv3-do-c", fn); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][]string{"adv3-do-s": {"semaphore"}, "adv3-do-rw": {"read", "write"}, "adv3-do-e": {"election"}, "adv3-do-c": {"unfair"}} {
+		var got []string
+		for _, ev := range rec.of(name) {
+			got = append(got, string(ev.Op)+":"+ev.Mode)
+		}
+		var exp []string
+		for _, m := range want {
+			exp = append(exp, "acquire:"+m, "release:"+m)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(exp) {
+			t.Errorf("%s: events %v; want %v", name, got, exp)
+		}
+	}
+}
+
+// TestAdv3StormClose: goroutines of every kind wait on one Client, observers
+// are added meanwhile, and Close comes in the middle: every call ends with
+// a Lock or an error, no race, nothing left running (leakcheck).
+func TestAdv3StormClose(t *testing.T) {
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, k := range adv3Kinds() {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; j < 20 && ctx.Err() == nil; j++ {
+					l, err := k.take(ctx, c, fmt.Sprintf("adv3-stormc-%d", i%2), false)
+					if err != nil {
+						if errors.Is(err, dlock.ErrClosed) {
+							return
+						}
+						if !errors.Is(err, dlock.ErrWrongType) {
+							t.Errorf("%s: %v", k.name, err)
+							return
+						}
+						continue
+					}
+					time.Sleep(3 * time.Millisecond)
+					l.Release(ctx)
+				}
+			}()
+		}
+	}
+	for range 20 {
+		c.Observe(dlock.Observer{End: func(context.Context, *dlock.Event) {}})
+		_ = c.Stats()
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	wg.Wait()
+	if err := c.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	for i := range 2 {
+		keys, _ := rdb.Keys(ctx, fmt.Sprintf("*adv3-stormc-%d*", i)).Result()
+		var live []string
+		for _, key := range keys {
+			if ttl, _ := rdb.PTTL(ctx, key).Result(); ttl < 0 {
+				live = append(live, key)
+			}
+		}
+		if len(live) > 0 {
+			t.Errorf("keys without expiry left: %v", live)
+		}
+	}
+}
+
+// TestAdv3QueuedKindsIgnoreUnfairBackoff: a Client made WithUnfair with a
+// long backoff still queues its permits', holds' and campaigns' waiters:
+// a release hands the lease over at once, not after the backoff.
+func TestAdv3QueuedKindsIgnoreUnfairBackoff(t *testing.T) {
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.WithUnfair(dlock.ExponentialBackoff(3*time.Second, 3*time.Second)))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, k := range adv3Kinds()[:4] {
+		name := "adv3-unfair-" + k.name
+		l, err := k.take(ctx, c, name, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := k
+		if k.name == "read" {
+			other = adv3Kinds()[2]
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			l2, err := other.take(ctx, c, name, false)
+			got <- time.Now()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			l2.Release(ctx)
+		}()
+		time.Sleep(300 * time.Millisecond)
+		released := time.Now()
+		l.Release(ctx)
+		if d := (<-got).Sub(released); d > time.Second {
+			t.Errorf("%s: the waiter took the lease %v after the release; want it handed over at once", other.name, d)
+		}
+	}
+}
+
+// TestAdv3CampaignRefusalsSayCampaign: an election's errors name a
+// campaign, not an acquisition: a Campaign with an invalid lease option,
+// and a Campaign after Close, as a campaign waiting across Close does.
+func TestAdv3CampaignRefusalsSayCampaign(t *testing.T) {
+	_, rdb := setup(t)
+	c := newClient(t, rdb)
+	ctx := t.Context()
+	e, err := c.Election("adv3-verb-closed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Campaign(ctx, "v", dlock.LeaseTTL(time.Microsecond))
+	if !errors.Is(err, dlock.ErrInvalid) || strings.Contains(err.Error(), "acquire") || !strings.Contains(err.Error(), "campaign") {
+		t.Errorf("Campaign(LeaseTTL(1µs)) = %v; want ErrInvalid naming a campaign, not an acquire", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Campaign(ctx, "v")
+	if !errors.Is(err, dlock.ErrClosed) || strings.Contains(err.Error(), "acquire") || !strings.Contains(err.Error(), "campaign") {
+		t.Errorf("Campaign after Close = %v; want ErrClosed naming a campaign, not an acquire", err)
+	}
+}

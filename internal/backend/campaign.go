@@ -1,0 +1,39 @@
+package backend
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/script"
+)
+
+// Campaign is the kind of a leadership campaign (the root package's
+// Election): a lock whose candidates wait in the fair queue whatever the
+// Client's mode, and whose lease is fenced, and announced, as it takes the
+// lock (acquire_fair.lua with its campaign argument).
+var Campaign Kind = campaign{}
+
+type campaign struct{}
+
+func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
+	cmd, acks := n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+		c.Token, ttl.Milliseconds(), queueFlag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, 1)
+	return n.lockGrant(ctx, c, cmd, acks, "a leader's lease")
+}
+
+func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+	return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev, c.Fence}, c.Token, ttl.Milliseconds(), seq)
+}
+
+func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+	return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
+		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, &c.Channel, n.pubA, window, n.fenceMS})
+}
+
+func (campaign) scripts(l leaseScripts) (*redis.Script, scriptSet) {
+	return script.AcquireFair, l.campaign
+}
+
+func (campaign) member(string) string { return "" }

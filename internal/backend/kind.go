@@ -1,0 +1,72 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Kind is what a lease is, and the one place a Node learns how to serve
+// it: the scripts that take, extend and end it, how their replies read,
+// and which scripts Prepare loads for it. Each kind is a type in a file of
+// its own: the locks a Node is configured for (lock.go: plain, fair,
+// reentrant), a semaphore's permits (semaphore.go), a read-write lock's
+// holds (rwmutex.go) and leadership campaigns (campaign.go). A Claim names
+// its Kind; nil is the Node's own lock. Each backend says which kinds it
+// carries (Backend.Carries), and still refuses a claim of another on its
+// own (NoScripts.carries; a Quorum carries only its nodes' own locks).
+type Kind interface {
+	// acquire runs the kind's acquire script once (see Node.Acquire).
+	acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error)
+	// extend sends the kind's extension (see Node.Extend), whose reply is
+	// 1 if it extended, and the replicas that acknowledged it (-1 without
+	// replica ack).
+	extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64)
+	// release sends the kind's release (see Node.Release), whose reply is
+	// 1 if the lease held the lock; window is the lease's marker's life
+	// in ms.
+	release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd
+	// scripts returns the script the kind's acquisition runs and the set
+	// of those its leases run, among the Node's l.
+	scripts(l leaseScripts) (first *redis.Script, need scriptSet)
+	// member returns the lease's member in the kind's sorted set, given
+	// its token ("" if it has none: see Claim.Member).
+	member(token string) string
+}
+
+// Why a backend does not carry a Kind (Backend.Carries).
+var (
+	ErrOverQuorum    = errors.New("a quorum carries only its nodes' own locks")
+	ErrReentrantNode = errors.New("a reentrant Node carries only its own locks")
+	ErrNeedsScripts  = errors.New("only plain locks run without scripts")
+)
+
+// Carries serves every Kind, unless the Node keeps reentrant locks, whose
+// hashes of owners no other kind shares (see Backend).
+func (n Node) Carries(k Kind) error {
+	if k != nil && n.reentrant {
+		return ErrReentrantNode
+	}
+	return nil
+}
+
+// kind returns the Kind of the lease c on n.
+func (n Node) kind(c *Claim) Kind {
+	switch {
+	case c.Kind != nil:
+		return c.Kind
+	case n.reentrant:
+		return reentrantLock{}
+	}
+	return lock{}
+}
+
+// queueFlag is the queue argument of the queued kinds' acquire scripts.
+func queueFlag(queue bool) int {
+	if queue {
+		return 1
+	}
+	return 0
+}

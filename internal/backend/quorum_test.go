@@ -1,0 +1,82 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// startNodes starts n servers and returns a quorum over them that waits
+// up to timeout for each node.
+func startNodes(t *testing.T, n int, timeout time.Duration) *Quorum {
+	t.Helper()
+	var nodes []Node
+	for range n {
+		rdb := redistest.Start(t).Client(t)
+		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
+	}
+	q := NewQuorum(nodes, timeout)
+	t.Cleanup(func() { q.Drain(context.Background()) })
+	return q
+}
+
+// A node that a fan-out did not wait for, because the other nodes' answers
+// settled the outcome (with an even N, N/2 refusals) or the caller's
+// context ended, is not reported as having missed the node timeout: the
+// call ended long before it.
+func TestQuorumUnansweredNodesSayWhy(t *testing.T) {
+	const timeout = 5 * time.Second
+	q := startNodes(t, 4, timeout)
+	ctx := t.Context()
+	k := KeysFor("dlock:", "why")
+	mine, theirs := &Claim{Keys: k}, &Claim{Keys: k}
+	mine.SetToken("mine")
+	theirs.SetToken("theirs")
+
+	// Not held by mine anywhere: every node refuses to raise its fence,
+	// and two refusals of four settle it.
+	start := time.Now()
+	ok, errs := q.raise(ctx, mine, 7)
+	took := time.Since(start)
+	refused := 0
+	for i, err := range errs {
+		switch {
+		case errors.Is(err, errNoAnswer):
+			t.Errorf("raise: node %d: %v, after %v of a %v node timeout", i, err, took, timeout)
+		case err == nil:
+			t.Errorf("raise: node %d raised a fence for a lease that holds nothing", i)
+		case errors.Is(err, errRefused):
+			refused++
+		}
+	}
+	if ok != 0 || refused < 2 {
+		t.Errorf("raise = %d, %v; want 0 raised and at least 2 refusals", ok, errs)
+	}
+
+	// Held by theirs: the refusal names them, whatever node answered last.
+	if g, err := q.Acquire(ctx, theirs, 10*time.Second, false); err != nil || !g.Held {
+		t.Fatalf("Acquire(theirs) = %+v, %v", g, err)
+	}
+	g, err := q.Acquire(ctx, mine, 10*time.Second, false)
+	if err != nil || g.Held || g.Holder != theirs.Token || g.PTTL <= 0 {
+		t.Errorf("Acquire(mine) of a lock theirs holds = %+v, %v; want a refusal naming %q", g, err, theirs.Token)
+	}
+
+	// The caller's context ended before any answer came.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = q.Fence(cctx, mine)
+	if qe, ok := errors.AsType[*QuorumError](err); ok {
+		for i, err := range qe.Nodes {
+			if errors.Is(err, errNoAnswer) {
+				t.Errorf("Fence with its context ended: node %d: %v", i, err)
+			}
+		}
+	}
+	if err := q.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,351 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/script"
+)
+
+// A timed call (an acquire, whose lease counts from when it was sent; an
+// extension, which must land before the lease ends) has to be one round
+// trip. A script run for the first time on a server is not: EVALSHA meets
+// NOSCRIPT and the script goes again with EVAL, a second round trip that a
+// slow link makes longer than a short lease. So a Node loads the scripts a
+// lease needs into the server's cache before the first timed call of that
+// kind of lease (Prepare, called by the Client before it starts counting
+// the call's time), with SCRIPT LOAD, pipelined: one round trip, once per
+// server and kind (two the first time: see serverCache.load). The script
+// cache is the server's, shared by every connection,
+// and emptied only when the server restarts empty, when a failover
+// promotes a server that never had the scripts, or by SCRIPT FLUSH; a call
+// that meets NOSCRIPT then loads back, in the same round trip as its own
+// script, every script the Client had loaded there, so that the next
+// timed calls are one round trip again. What a Node knows of a cache is a
+// hint: every call still handles NOSCRIPT.
+
+// loadable are the scripts a Node runs, each with its bit in a set
+// (scriptSet). Guard's script runs on the resource's Redis, not the lock's.
+var loadable = []*redis.Script{
+	script.Acquire, script.Release, script.Extend, script.Inspect, script.ForceRelease,
+	script.AcquireFair, script.ReleaseFair,
+	script.AcquireReentrant, script.ReleaseReentrant, script.ExtendReentrant,
+	script.RaiseFence, script.Fence,
+	script.SemAcquire, script.SemRelease, script.SemExtend,
+	script.RWAcquire, script.RWRelease,
+}
+
+// scriptSet is a set of scripts of loadable: bit i is loadable[i].
+type scriptSet uint32
+
+var scriptBits = func() map[*redis.Script]scriptSet {
+	m := make(map[*redis.Script]scriptSet, len(loadable))
+	for i, s := range loadable {
+		m[s] = 1 << i
+	}
+	return m
+}()
+
+func setOf(ss ...*redis.Script) scriptSet {
+	var set scriptSet
+	for _, s := range ss {
+		set |= scriptBits[s]
+	}
+	return set
+}
+
+// leaseScripts are the scripts each kind of lease of a Node runs: to take
+// it, extend it, end it and fence it (see Node.need); lockFirst is the one a
+// lock's acquisition runs (the other kinds': SemAcquire, RWAcquire,
+// AcquireFair).
+type leaseScripts struct {
+	lock, permit, rw, campaign scriptSet
+	lockFirst                  *redis.Script
+}
+
+func newLeaseScripts(c Config) leaseScripts {
+	first := script.Acquire
+	lock := setOf(script.Acquire, script.Release, script.Extend, script.Fence)
+	switch {
+	case c.Reentrant:
+		first = script.AcquireReentrant
+		lock = setOf(script.AcquireReentrant, script.ReleaseReentrant, script.ExtendReentrant, script.Fence)
+	case c.Fair:
+		first = script.AcquireFair
+		lock = setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence)
+	}
+	return leaseScripts{
+		lock:      lock,
+		permit:    setOf(script.SemAcquire, script.SemRelease, script.SemExtend, script.Fence),
+		rw:        setOf(script.RWAcquire, script.RWRelease, script.SemExtend, script.Fence),
+		campaign:  setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence),
+		lockFirst: first,
+	}
+}
+
+// with adds extra to every kind (a quorum node's RaiseFence).
+func (l leaseScripts) with(extra scriptSet) leaseScripts {
+	l.lock, l.permit, l.rw, l.campaign = l.lock|extra, l.permit|extra, l.rw|extra, l.campaign|extra
+	return l
+}
+
+// first returns the script the acquisition of the lease c runs.
+func (n Node) first(c *Claim) *redis.Script {
+	s, _ := n.kind(c).scripts(n.leases)
+	return s
+}
+
+// need returns the scripts the lease c runs.
+func (n Node) need(c *Claim) scriptSet {
+	_, set := n.kind(c).scripts(n.leases)
+	return set
+}
+
+// scriptCaches is what a Node knows of its servers' script caches, shared
+// by its copies: one server (a single server, or the master a Sentinel
+// client follows), or, on a Cluster, each master by its address.
+type scriptCaches struct {
+	single  serverCache
+	masters sync.Map // address -> *serverCache
+}
+
+// serverCache is what a Node knows of one server's script cache.
+type serverCache struct {
+	loaded  atomic.Uint32 // the scriptSet the server was seen to load
+	reached atomic.Bool   // the server answered a load
+	refused atomic.Bool   // the server refused SCRIPT LOAD (an ACL): not asked again
+	mu      sync.Mutex
+	loading chan struct{} // closed when the load in flight ends; nil if none
+}
+
+// has reports whether the server has the scripts of set, or refuses to
+// load them (calls then send what they miss with EVAL).
+func (s *serverCache) has(set scriptSet) bool {
+	return scriptSet(s.loaded.Load())&set == set || s.refused.Load()
+}
+
+// server returns what the Node knows of the script cache of the server
+// that runs the scripts of key, and a connection to that server: on a
+// Cluster, the master of key's slot.
+func (n Node) server(ctx context.Context, key string) (*serverCache, redis.Cmdable, error) {
+	cc, ok := n.uc.(*redis.ClusterClient)
+	switch {
+	case n.caches == nil: // a Node made without NewNode
+		return new(serverCache), n.uc, nil
+	case !ok:
+		return &n.caches.single, n.uc, nil
+	}
+	m, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	addr := m.Options().Addr
+	v, ok := n.caches.masters.Load(addr)
+	if !ok {
+		v, _ = n.caches.masters.LoadOrStore(addr, new(serverCache))
+	}
+	return v.(*serverCache), m, nil
+}
+
+// Prepare loads the scripts of the lease c into the script cache of the
+// server its calls go to, unless that server is known to have them (see
+// Backend). With a load of the same server already in flight it sends
+// none: it waits for that one (or for ctx) and returns. It reports a load
+// that never left the client (the connection could not be made): the
+// timed call would fail alike, and need not try. Another failed load is
+// not reported, nor one in flight that was of other scripts (another kind
+// of lease): the call that follows runs its script anyway (rerun).
+func (n Node) Prepare(ctx context.Context, c *Claim) error {
+	return n.prepare(ctx, c, nil)
+}
+
+// prepared reports whether Prepare has nothing to do for the lease c.
+func (n Node) prepared(ctx context.Context, c *Claim) bool {
+	s, _, err := n.server(ctx, c.Lock)
+	return err != nil || s.has(n.need(c))
+}
+
+// prepare is Prepare; loaded, if not nil, is called when it is done.
+func (n Node) prepare(ctx context.Context, c *Claim, loaded func()) error {
+	if loaded != nil {
+		defer loaded()
+	}
+	need := n.need(c)
+	s, conn, err := n.server(ctx, c.Lock)
+	if err != nil {
+		return nil // (the call meets it too)
+	}
+	if s.has(need) {
+		return nil
+	}
+	s.mu.Lock()
+	if wait := s.loading; wait != nil {
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	done := make(chan struct{})
+	s.loading = done
+	s.mu.Unlock()
+	err = s.load(ctx, conn, need&^scriptSet(s.loaded.Load()), n.first(c))
+	s.mu.Lock()
+	s.loading = nil
+	s.mu.Unlock()
+	close(done)
+	return err
+}
+
+// load sends SCRIPT LOAD of the scripts of set to the server, and records
+// what it loaded. The scripts go in one pipeline; but to a server that has
+// not answered this Node yet, first (the call's own script) goes alone
+// before the others. So against a server that cannot be reached a load
+// costs one command, as the call itself would, and no more connection
+// attempts (go-redis tries a pipeline on two pools); and a load opens a
+// connection of each of the pools go-redis keeps apart, one for single
+// commands, one for pipelines, off the clock: a new connection's
+// handshake (HELLO, CLIENT SETINFO) costs round trips of its own. It
+// returns the error of a load that never left the client (see neverSent),
+// else nil.
+func (s *serverCache) load(ctx context.Context, conn redis.Cmdable, set scriptSet, first *redis.Script) error {
+	if bit := scriptBits[first]; !s.reached.Load() && set&bit != 0 {
+		cmd := conn.ScriptLoad(ctx, script.Source(first))
+		s.record(bit, []*redis.StringCmd{cmd})
+		if err := cmd.Err(); err != nil {
+			if neverSent(err) {
+				return err
+			}
+			return nil
+		}
+		if set &^= bit; set == 0 {
+			return nil
+		}
+	}
+	var loads []*redis.StringCmd
+	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		loads = queueLoads(ctx, p, set)
+		return nil
+	})
+	s.record(set, loads)
+	if err != nil && neverSent(err) {
+		return err
+	}
+	return nil
+}
+
+// queueLoads adds SCRIPT LOAD of each script of set to the pipeline p.
+func queueLoads(ctx context.Context, p redis.Pipeliner, set scriptSet) []*redis.StringCmd {
+	var loads []*redis.StringCmd
+	for i, sc := range loadable {
+		if set&(1<<i) != 0 {
+			loads = append(loads, p.ScriptLoad(ctx, script.Source(sc)))
+		}
+	}
+	return loads
+}
+
+// record notes the outcome of the loads of the scripts of set (in
+// loadable's order): those loaded, a server that answered, and a server
+// that refuses SCRIPT LOAD (an error reply that is not a passing state,
+// such as NOPERM).
+func (s *serverCache) record(set scriptSet, loads []*redis.StringCmd) {
+	var ok scriptSet
+	j := 0
+	for i := range loadable {
+		if set&(1<<i) == 0 {
+			continue
+		}
+		if j >= len(loads) {
+			break
+		}
+		switch err := loads[j].Err(); {
+		case err == nil:
+			ok |= 1 << i
+			s.reached.Store(true)
+		case isRedisError(err):
+			s.reached.Store(true)
+			if !Transient(err) {
+				s.refused.Store(true)
+			}
+		}
+		j++
+	}
+	s.loaded.Or(uint32(ok))
+}
+
+// isRedisError reports whether err is an error reply of the server.
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && !errors.Is(err, redis.ErrClosed)
+}
+
+// noScript reports whether err is a NOSCRIPT reply: the server's script
+// cache lacks the script.
+func noScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// redirected reports whether err is a Cluster's MOVED or ASK reply.
+func redirected(err error) bool {
+	return redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ")
+}
+
+// run runs the script s with EVALSHA, as redis.Script.Run does; if the
+// server lacks it, see rerun.
+func (n Node) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := n.rdb.EvalSha(ctx, s.Hash(), keys, args...)
+	if noScript(cmd.Err()) {
+		return n.rerun(ctx, s, keys, args)
+	}
+	return cmd
+}
+
+// rerun runs the script s again after the server answered NOSCRIPT: its
+// script cache was emptied. In one round trip it loads back every script
+// the Node had loaded there, s among them, and runs s with EVALSHA on the
+// same connection; if that cannot be done (the server refuses SCRIPT LOAD,
+// a Cluster's slot moved), it sends s with EVAL, as redis.Script.Run does.
+// Either way the call costs the one round trip more that the NOSCRIPT
+// did, and the next timed calls find their scripts.
+func (n Node) rerun(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+	srv, conn, err := n.server(ctx, keys[0])
+	if err != nil || srv.refused.Load() {
+		return s.Eval(ctx, n.rdb, keys, args...)
+	}
+	set := scriptSet(srv.loaded.Swap(0)) | scriptBits[s]
+	var (
+		loads []*redis.StringCmd
+		cmd   *redis.Cmd
+	)
+	conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		loads = queueLoads(ctx, p, set)
+		cmd = p.EvalSha(ctx, s.Hash(), keys, args...)
+		return nil
+	})
+	srv.record(set, loads)
+	if err := cmd.Err(); noScript(err) || redirected(err) {
+		return s.Eval(ctx, n.rdb, keys, args...)
+	}
+	return cmd
+}
+
+// keyStrings returns the keys of an EVALSHA's arguments (evalsha, digest,
+// numkeys, keys…, argv…), given as strings or *strings.
+func keyStrings(args []any) []string {
+	nk := args[2].(int)
+	keys := make([]string, nk)
+	for i, k := range args[3 : 3+nk] {
+		if p, ok := k.(*string); ok {
+			keys[i] = *p
+		} else {
+			keys[i] = k.(string)
+		}
+	}
+	return keys
+}
