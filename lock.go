@@ -27,7 +27,9 @@ type Lock struct {
 
 	relSem     chan struct{} // holds one token while a Release runs: serializes them, and a waiting one honours its context
 	extSem     chan struct{} // holds one token while an extension runs: serializes them (the last one sets the lease), and a waiting one honours its context
-	extSeq     int64         // the last extension's sequence number; extSem guards it
+	extSeq     int64         // the last ordered extension's sequence number; extSem guards it and the two below
+	maxAsk     time.Duration // the longest lease time a request of this lease asked for
+	ordered    bool          // an extension that may shorten the lease was sent: every later one is ordered too
 	mu         sync.Mutex    // guards the fields below
 	ttl        time.Duration
 	validUntil time.Time
@@ -55,6 +57,7 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.start, l.ttl, l.validUntil = time.Now(), ttl, t.until
+	l.maxAsk = t.ask
 	l.capAt, l.atCap = t.capAt, t.atCap
 	if fence > 0 {
 		l.fenceMu.Lock()
@@ -272,8 +275,18 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	if t.atCap && (atCap || !start.Before(capAt)) {
 		return l.capped() // it ends at the cap already: nothing to gain
 	}
-	l.extSeq++
-	ok, err := l.c.b.Extend(ctx, l.cl, t.ask, l.extSeq)
+	// An extension asking for no less than any request before it cannot
+	// shorten the lease: Redis applies it only if it lengthens (seq 0), so
+	// copies of it need no order. One that may shorten is numbered, and so
+	// is every later one, so that a late copy of it cannot undo them.
+	var seq int64
+	if l.ordered || t.ask < l.maxAsk {
+		l.ordered = true
+		l.extSeq++
+		seq = l.extSeq
+	}
+	l.maxAsk = max(l.maxAsk, t.ask)
+	ok, err := l.c.b.Extend(ctx, l.cl, t.ask, seq)
 	if err != nil {
 		// Unknown whether it took effect: assume the earlier deadline.
 		// (Redis applies no extension older than one it applied, so a

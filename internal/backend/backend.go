@@ -521,7 +521,7 @@ func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence}, c.HolderID(), n.fenceMS).Int64()
+	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence}, c.HolderID(), n.fenceMS, n.kind(c).shape()).Int64()
 	if err != nil {
 		return 0, RedisErr(err)
 	}

@@ -29,7 +29,7 @@ func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration,
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
 	return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
-		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, &c.Channel, n.pubA, window, n.fenceMS})
+		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, &c.Channel, n.pubA, window, n.fenceMS, "1"})
 }
 
 func (campaign) scripts(l leaseScripts) (*redis.Script, scriptSet) {
@@ -37,3 +37,5 @@ func (campaign) scripts(l leaseScripts) (*redis.Script, scriptSet) {
 }
 
 func (campaign) member(string) string { return "" }
+
+func (campaign) shape() string { return "string" }

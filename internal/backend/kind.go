@@ -34,6 +34,10 @@ type Kind interface {
 	// member returns the lease's member in the kind's sorted set, given
 	// its token ("" if it has none: see Claim.Member).
 	member(token string) string
+	// shape is the Redis type of the kind's lock key, for the scripts
+	// shared by kinds (fence.lua, raise_fence.lua), which so need not
+	// probe it.
+	shape() string
 }
 
 // Why a backend does not carry a Kind (Backend.Carries).

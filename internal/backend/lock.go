@@ -50,7 +50,7 @@ func (lock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq
 func (lock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
 	if n.fair {
 		return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
-			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, &c.Channel, n.pubA, window, n.fenceMS})
+			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, &c.Channel, n.pubA, window, n.fenceMS, "0"})
 	}
 	return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.Lock, &c.Rev, &c.Token, &c.Channel, n.pubA, window})
 }
@@ -58,6 +58,8 @@ func (lock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.
 func (lock) scripts(l leaseScripts) (*redis.Script, scriptSet) { return l.lockFirst, l.lock }
 
 func (lock) member(string) string { return "" }
+
+func (lock) shape() string { return "string" }
 
 func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, _ bool) (Grant, error) {
 	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
@@ -97,3 +99,5 @@ func (reentrantLock) release(ctx context.Context, n Node, c *Claim, window int64
 func (reentrantLock) scripts(l leaseScripts) (*redis.Script, scriptSet) { return l.lockFirst, l.lock }
 
 func (reentrantLock) member(string) string { return "" }
+
+func (reentrantLock) shape() string { return "hash" }

@@ -280,7 +280,8 @@ func (n NoScripts) read2(ctx context.Context, tx *redis.Tx, a, b string) (string
 
 // Extend resets the lease to ttl from now as extend.lua does: only while
 // the lease holds the lock, and unless an extension with a sequence number
-// of at least seq was applied (recorded in the marker, "e<seq>"). Both keys
+// of at least seq was applied (recorded in the marker, "e<seq>"); with seq
+// 0 it only ever lengthens the lease (PEXPIRE GT) and records nothing. Both keys
 // are watched, so an older extension delayed in the network, which reads
 // before a newer one writes and would act after it, finds its EXEC aborted.
 func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
@@ -302,6 +303,10 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 			return nil // superseded by a newer extension
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			if seq == 0 { // never shortens: no order to keep (see extend.lua)
+				p.Do(ctx, "pexpire", c.Lock, ttl.Milliseconds(), "gt")
+				return nil
+			}
 			p.PExpire(ctx, c.Lock, ttl)
 			p.Set(ctx, c.Rev, "e"+strconv.FormatInt(seq, 10), ttl)
 			return nil

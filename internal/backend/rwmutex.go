@@ -47,6 +47,8 @@ func (rwHold) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script
 // member is the hold's member of the lock's sorted set, "<rw>:<token>".
 func (h rwHold) member(token string) string { return h.rw + ":" + token }
 
+func (rwHold) shape() string { return "zset" }
+
 // rwHolds reports whether the members of a sorted set (as permitsOf read
 // them) are a read-write lock's holds, and if so turns each into its
 // token, marking the write. A semaphore's tokens never have ':' as their

@@ -41,6 +41,8 @@ func (permit) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script
 
 func (permit) member(string) string { return "" }
 
+func (permit) shape() string { return "zset" }
+
 // queuedGrant reads the reply of sem_acquire.lua or rw_acquire.lua, sent
 // with acks replicas' acknowledgements (-1 without replica ack): >= 0
 // granted, else -2 - the PTTL of the hold that keeps it out.

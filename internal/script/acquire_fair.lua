@@ -23,10 +23,13 @@
 -- watch the leadership.
 -- Errors: REVOKED if this lease was already ended (nothing is written, no
 -- queue entry made); WRONGTYPE if a key holds a foreign value.
-if revoked(KEYS[5]) then
+local token = ARGV[1]
+-- One EXISTS over the marker and the queue: on the common path (this lease
+-- never ended, nobody queued) SET NX GET follows and nothing else.
+local quiet = redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
+if not quiet and revoked(KEYS[5]) then
   return revoked_reply()
 end
-local token = ARGV[1]
 local campaign = ARGV[8] == '1'
 
 -- won returns the reply of an attempt that took the lock now (see above).
@@ -44,7 +47,7 @@ local function won()
 end
 
 local holder
-if not redis.call('LINDEX', KEYS[3], 0) then
+if quiet or not redis.call('LINDEX', KEYS[3], 0) then
   -- Nobody queued (the common case): SET NX GET takes a free lock, or names
   -- the holder of a taken one, in a single command.
   local taken

@@ -3,7 +3,8 @@
 -- lasts until the latest hold's deadline.
 -- KEYS[1] lock key   KEYS[2] the hold's own key (see lib.lua)
 -- ARGV[1] owner id   ARGV[2] hold token   ARGV[3] ttl in ms
--- ARGV[4] the extension's sequence number
+-- ARGV[4] 0 for an extension that never shortens the hold, else the
+--         extension's sequence number (see extend.lua)
 -- Returns 1 if the hold is ours (extended now, or already by a newer
 -- extension), 0 if it is gone (released, expired, or the lock is another
 -- owner's).
@@ -16,10 +17,15 @@ local deadline = tonumber(redis.call('HGET', KEYS[1], field) or '0') or 0
 if deadline <= now then
   return 0
 end
-if superseded(KEYS[2], ARGV[4], ARGV[3]) then
+local until_ms = now + tonumber(ARGV[3])
+if ARGV[4] == '0' then
+  if until_ms <= deadline then
+    return 1
+  end
+elseif superseded(KEYS[2], ARGV[4], ARGV[3]) then
   return 1
 end
-redis.call('HSET', KEYS[1], field, now + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], field, until_ms)
 local _, last = live_holds(KEYS[1], now)
 redis.call('PEXPIRE', KEYS[1], last - now)
 return 1

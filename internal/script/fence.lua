@@ -4,9 +4,10 @@
 -- KEYS[1] lock key   KEYS[2] fence key
 -- ARGV[1] the lease's token (a reentrant lock: its owner id)
 -- ARGV[2] how long the fence counter lives, in ms (the fence window)
+-- ARGV[3] the lock key's shape: string, hash (reentrant) or zset (see holds)
 -- Returns the fence (> 0), or 0 if the lease does not hold the lock.
 -- Errors: WRONGTYPE if the fence key holds a foreign value.
-if not holds(KEYS[1], ARGV[1]) then
+if not holds(KEYS[1], ARGV[1], ARGV[3]) then
   return 0
 end
 local fence = new_fence(KEYS[2], ARGV[2])

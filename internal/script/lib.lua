@@ -81,17 +81,18 @@ local function fence_type_reply()
   return redis.error_reply('WRONGTYPE dlock: the fence key holds a value of another type')
 end
 
--- holds reports whether id holds the lock at key: the lease's token of a
--- plain lock, a reentrant lock's owner id, or a live permit's token of a
--- semaphore.
-local function holds(key, id)
-  local kind = redis.call('TYPE', key)['ok']
-  if kind == 'hash' then
-    return redis.call('HGET', key, 'owner') == id
-  elseif kind == 'zset' then -- a semaphore: id is a permit's token
-    return (tonumber(redis.call('ZSCORE', key, id)) or 0) > now_ms()
+-- holds reports whether id holds the lock at key, whose shape its kind
+-- knows (no probe of the key's type): 'hash' a reentrant lock, id its
+-- owner; 'zset' a semaphore or read-write lock, id a live member; else a
+-- plain lock, id its token. A key of another shape holds nothing of id's.
+local function holds(key, id, shape)
+  if shape == 'hash' then
+    return redis.pcall('HGET', key, 'owner') == id
+  elseif shape == 'zset' then
+    local score = redis.pcall('ZSCORE', key, id)
+    return type(score) == 'string' and tonumber(score) > now_ms()
   end
-  return redis.call('GET', key) == id
+  return redis.pcall('GET', key) == id
 end
 
 -- take_free takes the lock at key for token if it is free (SET NX GET, one

@@ -4,9 +4,10 @@
 -- KEYS[1] lock key   KEYS[2] fence key
 -- ARGV[1] fence   ARGV[2] the lease's token (a reentrant lock: its owner id)
 -- ARGV[3] how long the fence counter lives, in ms (the fence window)
+-- ARGV[4] the lock key's shape: string, hash (reentrant) or zset (see holds)
 -- Returns 1 if the counter is at least the fence now, 0 if the lease does
 -- not hold the lock here.
-if not holds(KEYS[1], ARGV[2]) then
+if not holds(KEYS[1], ARGV[2], ARGV[4]) then
   return 0
 end
 local cur = tonumber(redis.call('GET', KEYS[2]) or '0') or 0

@@ -8,8 +8,11 @@
 -- ARGV[4] how long the revocation marker lives, in ms
 -- ARGV[5] how long the fence counter lives, in ms (the fence window; with
 --         a longer lease handed over, as long as that lease)
+-- ARGV[6] 1 to announce a plain release even with nobody queued (a
+--         leadership campaign: its observers watch the channel), else 0
 -- A handover is announced on the channel as "<token> <fence>", a plain
--- release as "*".
+-- release as "*" only if someone queued (or with ARGV[6]): a fair lock's
+-- waiters are all in its queue, so nobody else listens.
 -- Returns 1 if the lock was ours (it is now handed over or deleted; also for
 -- a re-sent request whose first copy did that), 0 if it was not (a waiter's
 -- queue entry, if any, is removed; also when the lock key is of another
@@ -33,14 +36,17 @@ if holder ~= token then
   return 0
 end
 revoke(KEYS[5], '1', ARGV[4])
-local now
+local now, queued = nil, ARGV[6] == '1'
 while true do
   local head = redis.call('LPOP', KEYS[3])
   if not head then
     redis.call('DEL', KEYS[1])
-    redis.call(ARGV[3], ARGV[2], '*')
+    if queued then
+      redis.call(ARGV[3], ARGV[2], '*')
+    end
     return 1
   end
+  queued = true
   now = now or now_ms() -- the clock is read only when someone waits
   local entry = redis.call('HGET', KEYS[4], head)
   redis.call('HDEL', KEYS[4], head)

@@ -1,0 +1,140 @@
+package dlock_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// The server's work per operation, counted as docs/performance.md counts
+// it: CONFIG RESETSTAT, n operations one after another, INFO commandstats;
+// every command a script runs inside Redis counts, and so does the call.
+// The budgets are that table's: a change that makes an operation cost the
+// server more commands fails here, whatever it does to timings.
+
+// commandsPerOp runs op n times after one warm-up run (scripts loaded,
+// connections made) and returns the commands rdb's server ran per run.
+func commandsPerOp(t *testing.T, ctx context.Context, rdb *redis.Client, n int, op func(i int)) float64 {
+	t.Helper()
+	op(-1)
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		op(i)
+	}
+	v, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, line := range strings.Split(v, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || name == line {
+			continue
+		}
+		switch strings.SplitN(name, "|", 2)[0] {
+		case "info", "config", "hello", "client", "ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "script":
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if k, val, ok := strings.Cut(kv, "="); ok && k == "calls" {
+				c, _ := strconv.Atoi(val)
+				total += c
+			}
+		}
+	}
+	return float64(total) / float64(n)
+}
+
+func TestCommandsPerOperation(t *testing.T) {
+	ctx := context.Background()
+	const n = 20
+	type holder interface {
+		TryAcquire(context.Context, ...dlock.LockOption) (*dlock.Lock, error)
+	}
+	for _, tc := range []struct {
+		name string
+		opts []dlock.Option
+		// take returns what takes one lease of the kind on c.
+		take func(t *testing.T, c *dlock.Client) holder
+		// pair, extend, fence: the budgets, commands per uncontended
+		// acquire + release, per extension, per first fence.
+		pair, extend, fence float64
+	}{
+		{name: "fair lock", pair: 8, extend: 3, fence: 4},
+		{name: "unfair lock", opts: []dlock.Option{dlock.WithUnfair(nil)}, pair: 8, extend: 3, fence: 4},
+		{name: "semaphore permit", take: func(t *testing.T, c *dlock.Client) holder {
+			s, err := c.Semaphore("count-sem", 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}, pair: 23, extend: 5, fence: 5},
+		{name: "read hold", take: func(t *testing.T, c *dlock.Client) holder {
+			rw, err := c.RWMutex("count-rw")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rw.Reader()
+		}, pair: 24, extend: 5, fence: 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, rdb := setup(t)
+			c := newClient(t, rdb, append([]dlock.Option{dlock.WithAutoExtend(false)}, tc.opts...)...)
+			take := func() *dlock.Lock {
+				t.Helper()
+				var (
+					l   *dlock.Lock
+					err error
+				)
+				if tc.take != nil {
+					l, err = tc.take(t, c).TryAcquire(ctx)
+				} else {
+					l, err = c.TryAcquire(ctx, "count-lock")
+				}
+				if err != nil {
+					t.Fatalf("TryAcquire: %v", err)
+				}
+				return l
+			}
+			release := func(l *dlock.Lock) {
+				t.Helper()
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+			}
+			pair := commandsPerOp(t, ctx, rdb, n, func(int) { release(take()) })
+			l := take()
+			extend := commandsPerOp(t, ctx, rdb, n, func(int) {
+				if err := l.Extend(ctx, 10*time.Second); err != nil {
+					t.Fatalf("Extend: %v", err)
+				}
+			})
+			release(l)
+			fenced := commandsPerOp(t, ctx, rdb, n, func(int) {
+				l := take()
+				if _, err := l.Fence(ctx); err != nil {
+					t.Fatalf("Fence: %v", err)
+				}
+				release(l)
+			})
+			t.Logf("%s: %.2f commands per pair, %.2f per extension, %.2f per fence", tc.name, pair, extend, fenced-pair)
+			if pair > tc.pair {
+				t.Errorf("an uncontended acquire + release costs %.2f commands; the budget is %v", pair, tc.pair)
+			}
+			if extend > tc.extend {
+				t.Errorf("an extension costs %.2f commands; the budget is %v", extend, tc.extend)
+			}
+			if fenced-pair > tc.fence {
+				t.Errorf("a fence costs %.2f commands; the budget is %v", fenced-pair, tc.fence)
+			}
+		})
+	}
+}
