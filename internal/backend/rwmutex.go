@@ -13,9 +13,8 @@ import (
 // semaphore is: one member per hold, "r:<token>" for a read and
 // "w:<token>" for a write, scored by its deadline. Each hold is a lease
 // like a plain lock's, with its own token and marker key; its waiters
-// queue as a fair lock's do. Extend and Fence serve holds through the
-// semaphore's and the lock's scripts, given the hold's member; Release and
-// Undo through rw_release.lua.
+// queue as a fair lock's do. The semaphore's permits and these holds run
+// one family of scripts (hold_*.lua), told apart by what is asked for.
 
 // Read and Write are the kinds of a read and a write hold of a read-write
 // lock.
@@ -28,21 +27,21 @@ var (
 type rwHold struct{ rw string }
 
 func (h rwHold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	cmd, acks := n.acked(ctx, script.RWAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-		c.Token, h.rw, ttl.Milliseconds(), queueFlag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS)
+	cmd, acks := n.acked(ctx, script.HoldAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+		c.Token, ttl.Milliseconds(), queueFlag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, h.rw)
 	return n.queuedGrant(cmd, acks)
 }
 
 func (rwHold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.SemExtend, []string{c.Lock, c.Rev}, c.Member, ttl.Milliseconds(), seq)
+	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, c.Member, ttl.Milliseconds(), seq)
 }
 
 func (h rwHold) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.run(ctx, script.RWRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-		c.Token, h.rw, c.Channel, n.pub, window, n.fenceMS)
+	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+		h.member(c.Token), c.Token, c.Channel, n.pub, window, n.fenceMS)
 }
 
-func (rwHold) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script.RWAcquire, l.rw }
+func (rwHold) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script.HoldAcquire, l.hold }
 
 // member is the hold's member of the lock's sorted set, "<rw>:<token>".
 func (h rwHold) member(token string) string { return h.rw + ":" + token }

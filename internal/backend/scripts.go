@@ -35,8 +35,7 @@ var loadable = []*redis.Script{
 	script.AcquireFair, script.ReleaseFair,
 	script.AcquireReentrant, script.ReleaseReentrant, script.ExtendReentrant,
 	script.RaiseFence, script.Fence,
-	script.SemAcquire, script.SemRelease, script.SemExtend,
-	script.RWAcquire, script.RWRelease,
+	script.HoldAcquire, script.HoldRelease, script.HoldExtend,
 }
 
 // scriptSet is a set of scripts of loadable: bit i is loadable[i].
@@ -60,11 +59,10 @@ func setOf(ss ...*redis.Script) scriptSet {
 
 // leaseScripts are the scripts each kind of lease of a Node runs: to take
 // it, extend it, end it and fence it (see Node.need); lockFirst is the one a
-// lock's acquisition runs (the other kinds': SemAcquire, RWAcquire,
-// AcquireFair).
+// lock's acquisition runs (the other kinds': HoldAcquire, AcquireFair).
 type leaseScripts struct {
-	lock, permit, rw, campaign scriptSet
-	lockFirst                  *redis.Script
+	lock, hold, campaign scriptSet
+	lockFirst            *redis.Script
 }
 
 func newLeaseScripts(c Config) leaseScripts {
@@ -80,8 +78,7 @@ func newLeaseScripts(c Config) leaseScripts {
 	}
 	return leaseScripts{
 		lock:      lock,
-		permit:    setOf(script.SemAcquire, script.SemRelease, script.SemExtend, script.Fence),
-		rw:        setOf(script.RWAcquire, script.RWRelease, script.SemExtend, script.Fence),
+		hold:      setOf(script.HoldAcquire, script.HoldRelease, script.HoldExtend, script.Fence),
 		campaign:  setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence),
 		lockFirst: first,
 	}
@@ -89,7 +86,7 @@ func newLeaseScripts(c Config) leaseScripts {
 
 // with adds extra to every kind (a quorum node's RaiseFence).
 func (l leaseScripts) with(extra scriptSet) leaseScripts {
-	l.lock, l.permit, l.rw, l.campaign = l.lock|extra, l.permit|extra, l.rw|extra, l.campaign|extra
+	l.lock, l.hold, l.campaign = l.lock|extra, l.hold|extra, l.campaign|extra
 	return l
 }
 

@@ -23,27 +23,27 @@ func Permits(permits int) Kind { return permit{n: permits} }
 type permit struct{ n int }
 
 func (p permit) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	cmd, acks := n.acked(ctx, script.SemAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+	cmd, acks := n.acked(ctx, script.HoldAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
 		c.Token, ttl.Milliseconds(), queueFlag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, p.n)
 	return n.queuedGrant(cmd, acks)
 }
 
 func (permit) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.SemExtend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
+	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
 }
 
 func (permit) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.run(ctx, script.SemRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-		c.Token, c.Channel, n.pub, window, n.fenceMS)
+	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+		c.Token, c.Token, c.Channel, n.pub, window, n.fenceMS)
 }
 
-func (permit) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script.SemAcquire, l.permit }
+func (permit) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script.HoldAcquire, l.hold }
 
 func (permit) member(string) string { return "" }
 
 func (permit) shape() string { return "zset" }
 
-// queuedGrant reads the reply of sem_acquire.lua or rw_acquire.lua, sent
+// queuedGrant reads the reply of hold_acquire.lua, sent
 // with acks replicas' acknowledgements (-1 without replica ack): >= 0
 // granted, else -2 - the PTTL of the hold that keeps it out.
 func (n Node) queuedGrant(cmd *redis.Cmd, acks int64) (Grant, error) {

@@ -39,16 +39,12 @@ var (
 	raiseFenceSrc string
 	//go:embed fence.lua
 	fenceSrc string
-	//go:embed sem_acquire.lua
-	semAcquireSrc string
-	//go:embed sem_release.lua
-	semReleaseSrc string
-	//go:embed sem_extend.lua
-	semExtendSrc string
-	//go:embed rw_acquire.lua
-	rwAcquireSrc string
-	//go:embed rw_release.lua
-	rwReleaseSrc string
+	//go:embed hold_acquire.lua
+	holdAcquireSrc string
+	//go:embed hold_release.lua
+	holdReleaseSrc string
+	//go:embed hold_extend.lua
+	holdExtendSrc string
 )
 
 // The scripts, run with EVALSHA. The backend loads them into a server's
@@ -71,15 +67,12 @@ var (
 	RaiseFence       = withLib(raiseFenceSrc)
 	Fence            = withLib(fenceSrc)
 
-	// A semaphore's permits (see lib.lua); Fence serves them too.
-	SemAcquire = withLib(semAcquireSrc)
-	SemRelease = withLib(semReleaseSrc)
-	SemExtend  = withLib(semExtendSrc)
-
-	// A read-write lock's holds (see lib.lua); SemExtend and Fence serve
-	// them too, given the hold's member ("r:<token>" or "w:<token>").
-	RWAcquire = withLib(rwAcquireSrc)
-	RWRelease = withLib(rwReleaseSrc)
+	// The sorted-set kinds' holds, one family: a semaphore's permits and
+	// a read-write lock's reads and writes (see lib.lua); Fence serves
+	// them too.
+	HoldAcquire = withLib(holdAcquireSrc)
+	HoldRelease = withLib(holdReleaseSrc)
+	HoldExtend  = withLib(holdExtendSrc)
 )
 
 // withLib returns the script src preceded by the functions of lib.lua it

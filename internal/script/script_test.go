@@ -24,8 +24,7 @@ func TestScriptsCompileWithTheirLib(t *testing.T) {
 		"force_release": ForceRelease, "acquire_fair": AcquireFair, "release_fair": ReleaseFair,
 		"acquire_reentrant": AcquireReentrant, "release_reentrant": ReleaseReentrant,
 		"extend_reentrant": ExtendReentrant, "raise_fence": RaiseFence, "fence": Fence,
-		"sem_acquire": SemAcquire, "sem_release": SemRelease, "sem_extend": SemExtend,
-		"rw_acquire": RWAcquire, "rw_release": RWRelease,
+		"hold_acquire": HoldAcquire, "hold_release": HoldRelease, "hold_extend": HoldExtend,
 	} {
 		src := sources[s.Hash()]
 		if err := rdb.ScriptLoad(t.Context(), src).Err(); err != nil {

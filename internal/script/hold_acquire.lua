@@ -1,0 +1,102 @@
+-- hold_acquire.lua: take a hold of a sorted-set kind, in arrival order, or
+-- confirm one we already hold: a permit of a semaphore, or a read or write
+-- hold of a read-write lock (see lib.lua).
+-- KEYS[1] the set (member -> deadline ms)   KEYS[2] fence key
+-- KEYS[3] queue (list of waiter tokens)
+-- KEYS[4] waiters (hash: token -> "deadline_ms:ttl_ms:<what>")
+-- KEYS[5] the hold's marker key (see lib.lua)
+-- ARGV[1] the hold's token   ARGV[2] ttl in ms
+-- ARGV[3] 1 to queue up if it may not have the hold now, 0 to try only
+-- ARGV[4] how long a queue entry lives without being renewed, in ms (the
+--         hold's revocation window, see lib.lua)
+-- ARGV[5] release channel   ARGV[6] publish command: PUBLISH or SPUBLISH
+-- ARGV[7] how long the fence counter lives, in ms (the fence window)
+-- ARGV[8] what is asked for: N, a permit of a semaphore of N permits
+--         (member: the token); 'r' a read, 'w' a write (member
+--         "r:<token>" or "w:<token>")
+-- A permit is granted while fewer than the caller's N are held (by anyone,
+-- whatever N they asked with); a read while no write is held; a write while
+-- nothing is; and each only if no live waiter is ahead of the caller: a
+-- try never queues and never jumps the queue. Waiters at the head of the
+-- queue that may have their hold get it first (serve_holds), each
+-- announced on the channel as "<token> <fence>".
+-- Returns 0 when the hold is ours (taken now, handed to us earlier, or
+-- already ours: a re-sent request, whose hold then lasts at least ttl from
+-- now), else -2 - the ms until the earliest held hold's deadline (< 0; -1
+-- if none is held), as one integer.
+-- Errors: REVOKED if this hold's lease was already ended (nothing is
+-- written, no queue entry made); WRONGTYPE if the key holds another kind
+-- (nothing is written).
+local token, ttl, what = ARGV[1], tonumber(ARGV[2]), ARGV[8]
+local n = tonumber(what)
+local member = n and token or (what .. ':' .. token)
+-- One EXISTS over the marker and the queue: on the common path (this hold
+-- never ended, nobody queued, nobody else holds) the hold is added, the
+-- live ones counted and the key's expiry set, and nothing else.
+local quiet = redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
+if not quiet and revoked(KEYS[5]) then
+  return revoked_reply()
+end
+local now = now_ms()
+if quiet then
+  local added = redis.pcall('ZADD', KEYS[1], 'NX', now + ttl, member)
+  if type(added) == 'table' then
+    return not_hold_kind(KEYS[1], n)
+  end
+  if added == 1 then
+    -- The only member, lapsed ones included: the key lasts as long as
+    -- this hold. (With lapsed members it goes the way below, which drops
+    -- them: a hold is never granted past one that lapsed without dropping
+    -- it, so hold_release.lua's ZREM tells a lapsed hold that lost its
+    -- place from one that did not.)
+    if redis.call('ZCARD', KEYS[1]) == 1 then
+      redis.call('PEXPIREAT', KEYS[1], now + ttl)
+      return 0
+    end
+    redis.call('ZREM', KEYS[1], member) -- others hold: the rules below decide
+  end
+end
+if type(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)) ~= 'number' or not same_kind(KEYS[1], member) then
+  return not_hold_kind(KEYS[1], n)
+end
+if redis.call('ZSCORE', KEYS[1], member) then
+  -- Handed over earlier, or a re-sent request: the caller counts its
+  -- validity from when it sent this one; never shortened (GT).
+  redis.call('ZADD', KEYS[1], 'GT', now + ttl, member)
+  expire_with_last(KEYS[1])
+  return 0
+end
+local a = {ARGV[5], ARGV[6], ARGV[7]}
+local head, admitted
+if n then
+  local held
+  held, head = serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), token, a)
+  admitted = held < n
+else
+  head = rw_serve_queue(KEYS, now, token, a)
+  admitted = rw_admits(KEYS[1], what)
+end
+if (not head or head == token) and admitted then
+  if head then
+    redis.call('LPOP', KEYS[3])
+    redis.call('HDEL', KEYS[4], token)
+  end
+  redis.call('ZADD', KEYS[1], now + ttl, member)
+  expire_with_last(KEYS[1])
+  return 0
+end
+if ARGV[3] == '1' then
+  local entry = string.format('%d:%d:%s', now + tonumber(ARGV[4]), ttl, what)
+  if redis.call('HSET', KEYS[4], token, entry) == 1 then
+    redis.call('RPUSH', KEYS[3], token)
+  end
+  extend_queue(KEYS[3], KEYS[4], ARGV[4])
+  -- The marker says the hold is queued, so that its release takes the
+  -- entry out of the queue (hold_release.lua) without looking on its own.
+  redis.call('SET', KEYS[5], 'q', 'PX', ARGV[4])
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
+if not first then
+  return -1
+end
+return -2 - math.max(tonumber(first) - now, 0)

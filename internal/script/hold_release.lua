@@ -1,0 +1,47 @@
+-- hold_release.lua: give back a hold of a sorted-set kind (a semaphore's
+-- permit, a read-write lock's read or write) and grant what it frees to the
+-- waiters at the head of the queue, or take a waiter that gives up out of
+-- the queue; either way the hold's lease is ended (see revoke in lib.lua).
+-- KEYS[1] the set   KEYS[2] fence key   KEYS[3] queue   KEYS[4] waiters
+-- hash   KEYS[5] the hold's marker key (see lib.lua)
+-- ARGV[1] the hold's member (a permit: its token; a read or write:
+--         "r:<token>" or "w:<token>")   ARGV[2] the hold's token
+-- ARGV[3] release channel   ARGV[4] publish command: PUBLISH or SPUBLISH
+-- ARGV[5] how long the revocation marker lives, in ms
+-- ARGV[6] how long the fence counter lives, in ms (the fence window)
+-- Grants (serve_holds) are announced as "<token> <fence>". Nothing is
+-- announced when nobody queued: the kinds' waiters are all in the queue.
+-- Returns 1 if the hold was ours (it is now given back; also for a re-sent
+-- request whose first copy gave it back), 0 if it was not (a waiter's queue
+-- entry, if any, is removed). A key of another kind is left alone. A hold
+-- past its deadline that nobody dropped yet counts as ours: no other hold
+-- was granted past it (hold_acquire.lua drops lapsed holds before it grants
+-- one among them), and the caller's own clock tells it was late.
+local removed = redis.pcall('ZREM', KEYS[1], ARGV[1])
+if type(removed) ~= 'number' then
+  removed = 0
+end
+local was = redis.call('SET', KEYS[5], removed == 1 and '1' or '0', 'PX', ARGV[5], 'GET')
+if removed == 0 and was == '1' then
+  redis.call('SET', KEYS[5], '1', 'PX', ARGV[5]) -- a re-sent release: the first copy's answer
+  return 1
+end
+if was == 'q' and redis.call('HDEL', KEYS[4], ARGV[2]) == 1 then
+  redis.call('LREM', KEYS[3], 1, ARGV[2])
+end
+if redis.call('LINDEX', KEYS[3], 0) then
+  -- Someone waits: serve the queue (a waiter that left may have been the
+  -- one blocking the others), unless the key is another kind's.
+  local now = now_ms()
+  local ok = redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if type(ok) == 'number' and same_kind(KEYS[1], ARGV[1]) then
+    local a = {ARGV[3], ARGV[4], ARGV[6]}
+    if string.sub(ARGV[1], 2, 2) == ':' then
+      rw_serve_queue(KEYS, now, nil, a)
+    else
+      serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), nil, a)
+    end
+    expire_with_last(KEYS[1])
+  end
+end
+return removed
