@@ -179,7 +179,7 @@ func (a *acquisition) run() (*Lock, error) {
 	}
 	a.c.waitingFor(a.ctx, a.l.name, +1)
 	defer a.c.waitingFor(a.ctx, a.l.name, -1)
-	timer := time.NewTimer(a.c.sleepAs(a.l.k, 1, pttl, a.entryTTL()))
+	timer := time.NewTimer(a.sleep(1, pttl))
 	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
 		var handed int64
@@ -212,8 +212,25 @@ func (a *acquisition) run() (*Lock, error) {
 		case <-timer.C:
 		default:
 		}
-		timer.Reset(a.c.sleepAs(a.l.k, attempt+1, pttl, a.entryTTL()))
+		timer.Reset(a.sleep(attempt+1, pttl))
 	}
+}
+
+// sleep is how long the wait sleeps after its attempt-th attempt (see
+// sleepAs). A queued kind's waiter that is not in the queue (its last
+// attempt was undone, refused as revoked, came back too late or missed a
+// quorum) hears of no release, since nothing is announced when nobody
+// queues: it tries again on the backoff instead, and so queues.
+func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
+	d := a.c.sleepAs(a.l.k, attempt, pttl, a.entryTTL())
+	if a.l.k.fair && a.entered != a.l.cl.Token {
+		b := a.c.opts.backoff(attempt)
+		if b <= 0 {
+			b = DefaultMinBackoff
+		}
+		d = min(d, b)
+	}
+	return d
 }
 
 // entryTTL is the lease time each attempt of the wait asks for, and so

@@ -212,3 +212,61 @@ func TestFairForceReleaseWakesQueue(t *testing.T) {
 		t.Errorf("the forced-out holder's Release = %v, want ErrNotHeld", err)
 	}
 }
+
+// A fair waiter that finds itself out of the queue (here: its entry gone
+// and its lease revoked, so its next attempt is refused as REVOKED and it
+// takes a new token) queues again at once rather than sleeping a third of
+// the window: a release with nobody queued announces nothing, so a waiter
+// out of the queue would not hear of it.
+func TestFairWaiterOutOfTheQueueQueuesAgain(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const key = "dlock:{out}"
+	c := newClient(t, rdb, dlock.LeaseTTL(30*time.Second)) // a window of 30s: a third is 10s
+	a, err := c.TryAcquire(ctx, "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	go func() {
+		l, err := c.Acquire(wctx, "out")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	var token string
+	if !waitFor(5*time.Second, func() bool {
+		q := rdb.LRange(ctx, key+":q", 0, -1).Val()
+		if len(q) == 1 {
+			token = q[0]
+		}
+		return token != ""
+	}) {
+		t.Fatal("the waiter never queued")
+	}
+	// Out of the queue and revoked; a wake-up makes it try again now.
+	rdb.LRem(ctx, key+":q", 0, token)
+	rdb.HDel(ctx, key+":qw", token)
+	rdb.Set(ctx, key+":r:"+token, "0", time.Minute)
+	rdb.Publish(ctx, key+":ch", "*")
+	if !waitFor(5*time.Second, func() bool {
+		q := rdb.LRange(ctx, key+":q", 0, -1).Val()
+		return len(q) == 1 && q[0] != token
+	}) {
+		t.Fatal("the waiter did not queue again with a new token within 5s (a third of the window is 10s)")
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter's Acquire: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not handed the lock within 5s of the release")
+	}
+}

@@ -6,9 +6,13 @@
 -- Each lease has a key of its own, "<lock>:r:<token>" (its marker), that
 -- records what happened to it, so that a request of it that arrives late
 -- or twice does no harm:
---   "e<n>" while it is held: the sequence number of the latest extension
---          applied (an older one, delayed in the network, is ignored: it
---          must not cut short a lease a newer extension set);
+--   "e<n>" while it is held, once an extension that may shorten it was
+--          sent: the sequence number of the latest such extension applied
+--          (an older one, delayed in the network, is ignored: it must not
+--          cut short a lease a newer extension set). Extensions that only
+--          lengthen (PEXPIRE GT) need no number;
+--   "q"    while a hold of a sorted-set kind waits in the queue (its
+--          release then takes the entry out);
 --   "1"/"0" once it is ended (released, handed over, or the undo of an
 --          attempt whose outcome is unknown): "1" when it held the lock
 --          until then, "0" when not. An acquire of the lease still in
@@ -30,8 +34,9 @@
 -- permit's token, scored by its deadline (ms, server clock), with the key
 -- expiring at the latest deadline. A permit is held while its deadline is
 -- ahead of the server's clock; the scripts that count permits drop the
--- others first, so a holder that died frees its permit at its deadline
--- without anyone releasing it. Each permit is a lease with a marker key of
+-- others first (a permit is granted without counting only when it is the
+-- set's one member), so a holder that died frees its permit at its
+-- deadline without anyone releasing it. Each permit is a lease with a marker key of
 -- its own, as a plain lock's. Its waiters queue as a fair lock's, with
 -- entries "deadline_ms:ttl_ms:permits": the N the waiter asked with.
 --
