@@ -57,7 +57,7 @@ func (e *NotAcquiredError) Error() string {
 		return rwRefusal(e.rw)
 	}
 	if e.Permits > 0 {
-		return fmt.Sprintf("no permit free: %d or more held, or others waiting ahead", e.Permits)
+		return fmt.Sprintf("no permit free: all %d held, or others waiting ahead", e.Permits)
 	}
 	by := "held by another holder"
 	switch {

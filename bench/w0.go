@@ -92,6 +92,15 @@ var w0Cases = []w0Case{
 				tok, n.channel, "PUBLISH", windowMS, fenceMS)
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
+	{id: "c permit", name: "(c) dlock's scripts, a semaphore's permit", scripts: []*redis.Script{script.HoldAcquire, script.HoldRelease},
+		pair: func(b []byte, n *w0Name, tok string) []byte {
+			rev := n.lock + ":r:" + tok
+			b = appendCmd(b, "EVALSHA", script.HoldAcquire.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
+				tok, ttlMS, "0", queueMS, n.channel, "PUBLISH", fenceMS, "3")
+			return appendCmd(b, "EVALSHA", script.HoldRelease.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
+				tok, tok, n.channel, "PUBLISH", windowMS, fenceMS)
+		},
+		lockOK: isInt(0), unlockOK: isInt(1)},
 }
 
 type w0Result struct {

@@ -13,15 +13,17 @@
 -- the expiry is pushed out to ttl from now if it is sooner (PEXPIRE GT:
 -- never shortened, so a late copy cannot cut short a lease an extension
 -- lengthened): the caller counts its validity from when it sent this request.
-if revoked(KEYS[2]) then
-  return revoked_reply()
+local mark = redis.call('GET', KEYS[2])
+if mark ~= '0' and mark ~= '1' then -- not ended (see revoked in lib.lua)
+  local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+  if not holder then
+    return 0
+  end
+  if holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    return 0
+  end
+  return {math.max(redis.call('PTTL', KEYS[1]), -1), holder}
 end
-local taken, holder = take_free(KEYS[1], ARGV[1], ARGV[2])
-if taken then
-  return 0
-end
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-  return 0
-end
-return {math.max(redis.call('PTTL', KEYS[1]), -1), holder}
+-- (the shared functions are defined here)
+return revoked_reply()

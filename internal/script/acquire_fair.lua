@@ -27,10 +27,18 @@ local token = ARGV[1]
 -- One EXISTS over the marker and the queue: on the common path (this lease
 -- never ended, nobody queued) SET NX GET follows and nothing else.
 local quiet = redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
+local campaign = ARGV[8] == '1'
+local holder -- nil: not tried yet; else the holder SET NX GET named
+if quiet and not campaign then
+  holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
+  if not holder then
+    return 0
+  end
+end
+-- (the shared functions are defined here)
 if not quiet and revoked(KEYS[5]) then
   return revoked_reply()
 end
-local campaign = ARGV[8] == '1'
 
 -- won returns the reply of an attempt that took the lock now (see above).
 local function won()
@@ -46,8 +54,9 @@ local function won()
   return fence
 end
 
-local holder
-if quiet or not redis.call('LINDEX', KEYS[3], 0) then
+if holder then
+  -- taken, found above
+elseif quiet or not redis.call('LINDEX', KEYS[3], 0) then
   -- Nobody queued (the common case): SET NX GET takes a free lock, or names
   -- the holder of a taken one, in a single command.
   local taken

@@ -34,15 +34,11 @@ local member = n and token or (what .. ':' .. token)
 -- never ended, nobody queued, nobody else holds) the hold is added, the
 -- live ones counted and the key's expiry set, and nothing else.
 local quiet = redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
-if not quiet and revoked(KEYS[5]) then
-  return revoked_reply()
-end
-local now = now_ms()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) -- as now_ms in lib.lua
+local added -- 1 when added below as the set's possibly only member
 if quiet then
-  local added = redis.pcall('ZADD', KEYS[1], 'NX', now + ttl, member)
-  if type(added) == 'table' then
-    return not_hold_kind(KEYS[1], n)
-  end
+  added = redis.pcall('ZADD', KEYS[1], 'NX', now + ttl, member)
   if added == 1 then
     -- The only member, lapsed ones included: the key lasts as long as
     -- this hold. (With lapsed members it goes the way below, which drops
@@ -55,6 +51,13 @@ if quiet then
     end
     redis.call('ZREM', KEYS[1], member) -- others hold: the rules below decide
   end
+end
+-- (the shared functions are defined here)
+if type(added) == 'table' then
+  return not_hold_kind(KEYS[1], n)
+end
+if not quiet and revoked(KEYS[5]) then
+  return revoked_reply()
 end
 if type(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)) ~= 'number' or not same_kind(KEYS[1], member) then
   return not_hold_kind(KEYS[1], n)

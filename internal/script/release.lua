@@ -8,12 +8,12 @@
 -- whose first copy deleted it), 0 if it was missing or someone else's.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  revoke(KEYS[2], '1', ARGV[4])
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4]) -- see revoke in lib.lua
   redis.call(ARGV[3], ARGV[2], '*')
   return 1
 end
 if redis.call('GET', KEYS[2]) == '1' then
   return 1
 end
-revoke(KEYS[2], '0', ARGV[4])
+redis.call('SET', KEYS[2], '0', 'PX', ARGV[4])
 return 0

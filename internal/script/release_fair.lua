@@ -22,9 +22,19 @@ local token = ARGV[1]
 -- a semaphore or a read-write lock) holds no lease of ours; GET would fail
 -- on it before a waiter that gives up is taken out of the queue.
 local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'table' then
-  holder = false
+local head -- the first waiter, taken out of the queue
+if holder == token then
+  redis.call('SET', KEYS[5], '1', 'PX', ARGV[4]) -- ended, holding the lock (see revoke in lib.lua)
+  head = redis.call('LPOP', KEYS[3])
+  if not head then -- nobody queued (the common case)
+    redis.call('DEL', KEYS[1])
+    if ARGV[6] == '1' then
+      redis.call(ARGV[3], ARGV[2], '*')
+    end
+    return 1
+  end
 end
+-- (the shared functions are defined here)
 if holder ~= token then
   if redis.call('HDEL', KEYS[4], token) == 1 then
     redis.call('LREM', KEYS[3], 1, token)
@@ -35,19 +45,10 @@ if holder ~= token then
   revoke(KEYS[5], '0', ARGV[4])
   return 0
 end
-revoke(KEYS[5], '1', ARGV[4])
-local now, queued = nil, ARGV[6] == '1'
-while true do
-  local head = redis.call('LPOP', KEYS[3])
-  if not head then
-    redis.call('DEL', KEYS[1])
-    if queued then
-      redis.call(ARGV[3], ARGV[2], '*')
-    end
-    return 1
-  end
-  queued = true
-  now = now or now_ms() -- the clock is read only when someone waits
+-- Hand the lock to the first live waiter; those whose entry lapsed are
+-- dropped.
+local now = now_ms()
+while head do
   local entry = redis.call('HGET', KEYS[4], head)
   redis.call('HDEL', KEYS[4], head)
   local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
@@ -62,4 +63,8 @@ while true do
     redis.call(ARGV[3], ARGV[2], head .. ' ' .. string.format('%d', fence))
     return 1
   end
+  head = redis.call('LPOP', KEYS[3])
 end
+redis.call('DEL', KEYS[1])
+redis.call(ARGV[3], ARGV[2], '*') -- someone queued: those who left may still listen
+return 1

@@ -75,11 +75,27 @@ var (
 	HoldExtend  = withLib(holdExtendSrc)
 )
 
-// withLib returns the script src preceded by the functions of lib.lua it
-// calls, and only those: Redis runs a script's whole text on every call,
-// so each function defined and not used would cost every call a closure.
+// libHere is the line of a script after which the functions of lib.lua
+// it calls are defined: the part above it, its common path, runs before
+// any of them is made (see withLib).
+const libHere = "-- (the shared functions are defined here)\n"
+
+// withLib returns the script src with the functions of lib.lua it calls,
+// and only those, defined before it, or at its libHere line: Redis runs a
+// script's whole text on every call, so each function defined costs every
+// call that reaches its definition a closure, and a common path that
+// returns above libHere costs none.
 func withLib(src string) *redis.Script {
+	head, tail, split := strings.Cut(src, libHere)
+	if !split {
+		head, tail = "", src
+	}
 	chunks := strings.Split(lib, "\n\n")
+	for _, chunk := range chunks {
+		if m := libFunc.FindStringSubmatch(chunk); m != nil && strings.Contains(head, m[1]+"(") {
+			early = append(early, m[1])
+		}
+	}
 	need := make([]bool, len(chunks))
 	// A function is needed if the script or a needed function calls it;
 	// lib.lua defines each function after those it calls.
@@ -92,13 +108,14 @@ func withLib(src string) *redis.Script {
 		}
 	}
 	var b strings.Builder
+	b.WriteString(head)
 	for i, chunk := range chunks {
 		if need[i] {
 			b.WriteString(chunk)
 			b.WriteString("\n\n")
 		}
 	}
-	b.WriteString(src)
+	b.WriteString(tail)
 	s := redis.NewScript(b.String())
 	sources[s.Hash()] = b.String()
 	return s
@@ -106,6 +123,10 @@ func withLib(src string) *redis.Script {
 
 // sources are the scripts' texts by digest.
 var sources = map[string]string{}
+
+// early are the shared functions a script calls above its libHere line,
+// where they are not defined yet (a test checks there are none).
+var early []string
 
 // Source returns the text of s, one of this package's scripts, for SCRIPT
 // LOAD. (redis.Script.Load sets the script's digest from the reply, which

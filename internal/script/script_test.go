@@ -90,3 +90,11 @@ func TestMarkersOutliveLaterLeases(t *testing.T) {
 		t.Errorf("the undone lease's marker lives %v, want the revocation window", d)
 	}
 }
+
+// A script's common path, above its libHere line, calls none of lib.lua's
+// functions: they are defined below it.
+func TestNoSharedFunctionAboveLibHere(t *testing.T) {
+	if len(early) > 0 {
+		t.Errorf("called above the line that defines them: %v", early)
+	}
+}
