@@ -535,3 +535,25 @@ func ExampleRWMutex() {
 	// nested write: true
 	// write fenced after the reads: true
 }
+
+func ExampleLock_Context() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "jobs:compact")
+	if err != nil {
+		log.Fatal(err)
+	}
+	work := l.Context() // done when the lock is lost, or released
+	go func() {
+		time.Sleep(10 * time.Millisecond) // the work's caller gives the lock up
+		l.Release(ctx)
+	}()
+	<-work.Done()
+	fmt.Println(context.Cause(work))
+	// Output: dlock: released
+}

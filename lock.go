@@ -45,7 +45,10 @@ type Lock struct {
 	expiry *time.Timer
 	dog    *time.Timer // the watchdog (auto-extend): runs extend every TTL/3
 
-	settled func(error) // called with the error when the Lock is settled (Do's cancel)
+	settled []func(error) // called with the error when the Lock is settled (Do's cancel, Context's)
+
+	ctxOnce sync.Once
+	ctx     context.Context // Context's
 }
 
 // activate makes the pending Lock l, made by Client.prepare, a held lease
@@ -469,7 +472,20 @@ func (l *Lock) onSettled(f func(error)) {
 		f(l.err)
 		return
 	}
-	l.settled = f
+	l.settled = append(l.settled, f)
+}
+
+// Context returns a context that is done once the Lock is released or
+// lost, with [ErrReleased] or the loss as its [context.Cause]: for work
+// under a lock taken without [Client.Do]. It carries no values or deadline
+// of its own; every call returns the same context.
+func (l *Lock) Context() context.Context {
+	l.ctxOnce.Do(func() {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		l.ctx = ctx
+		l.onSettled(cancel)
+	})
+	return l.ctx
 }
 
 // finish settles the Lock's state with err; l.mu must be held.
@@ -478,9 +494,10 @@ func (l *Lock) finish(err error) {
 		return
 	}
 	l.err = err
-	if l.settled != nil {
-		l.settled(err)
+	for _, f := range l.settled {
+		f(err)
 	}
+	l.settled = nil
 	if l.dog != nil {
 		l.dog.Stop()
 	}
