@@ -10,9 +10,8 @@ import (
 // must be safe for concurrent use.
 type Backoff func(attempt int) time.Duration
 
-// ExponentialBackoff doubles the wait from minWait (at least 1ms) up to maxWait
-// (at least minWait), drawing each uniformly from [d/2, d] so waiters drift
-// apart.
+// ExponentialBackoff doubles the wait from minWait (≥ 1ms) up to maxWait (≥
+// minWait), each drawn uniformly from [d/2, d] so that waiters drift apart.
 func ExponentialBackoff(minWait, maxWait time.Duration) Backoff {
 	if minWait <= 0 {
 		minWait = time.Millisecond

@@ -12,8 +12,10 @@
 //	})
 //
 // Besides plain locks: [Client.Semaphore], [Client.RWMutex],
-// [Client.Election], [Client.AcquireAll], reentrant locks ([WithReentrant]),
-// Redlock ([NewRedlock]) and script-free Redis users ([WithoutScripts]).
+// [Client.Election], [Client.AcquireAll] and [AcquireParts], reentrant locks
+// ([WithReentrant]), Redlock ([NewRedlock]) and script-free Redis users
+// ([WithoutScripts]). docs/README.md in the repository indexes the guide,
+// the guarantees, the data model, each kind, deployments and observability.
 //
 // # Guarantees
 //
@@ -32,9 +34,4 @@
 // the name: have the resource refuse a write whose fence is lower than one it
 // has accepted ([Guard] does so in Redis), and the late write is rejected
 // however long the pause was.
-//
-// # Documentation
-//
-// docs/README.md in the repository indexes the guide, the guarantees, the
-// data model, each kind of lock, deployments and observability.
 package dlock

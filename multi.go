@@ -16,10 +16,9 @@ import (
 // This file is the multi-lock: several names taken all or nothing, in one
 // global order, and held behind one handle.
 
-// MultiLock is a set of locks held together ([Client.AcquireAll]), each part a
-// [Lock] with its own lease and fence. Done closes when one part is lost; the
-// others stay held until Release. A part released on its own counts as lost.
-// Safe for concurrent use.
+// MultiLock is a set of locks held together ([Client.AcquireAll]), each a
+// [Lock] with its own lease and fence; safe for concurrent use. Done closes when
+// one is lost, the others held until Release (one released alone counts as lost).
 type MultiLock struct {
 	parts []*Lock // in the order the names were given
 	order []*Lock // in acquisition order: by name, byte by byte
@@ -41,13 +40,35 @@ type MultiLock struct {
 // atomic step. Errors name the part; [ErrInvalid] for no names or a duplicate.
 // See docs/multi.md.
 func (c *Client) AcquireAll(ctx context.Context, names []string, opts ...LockOption) (*MultiLock, error) {
-	return c.acquireAll(ctx, names, opts, false)
+	return acquireAll(ctx, c.parts(names), opts, false)
+}
+
+// Part is one lock of a multi-lock that spans Clients: Name on Client.
+type Part struct {
+	Client *Client
+	Name   string
+}
+
+// AcquireParts takes every part, each on its own Client, all or nothing, as
+// [Client.AcquireAll] does on one (in the lock keys' order; a key twice is
+// [ErrInvalid]): a multi-lock over independent deployments.
+func AcquireParts(ctx context.Context, parts []Part, opts ...LockOption) (*MultiLock, error) {
+	return acquireAll(ctx, parts, opts, false)
+}
+
+// parts returns names as Parts on c.
+func (c *Client) parts(names []string) []Part {
+	ps := make([]Part, len(names))
+	for i, name := range names {
+		ps[i] = Part{Client: c, Name: name}
+	}
+	return ps
 }
 
 // TryAcquireAll makes one attempt at every lock in names, all or nothing, as
 // [Client.AcquireAll] does.
 func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...LockOption) (*MultiLock, error) {
-	return c.acquireAll(ctx, names, opts, true)
+	return acquireAll(ctx, c.parts(names), opts, true)
 }
 
 // DoAll takes the locks as [Client.AcquireAll] does, runs fn, and releases them
@@ -81,17 +102,26 @@ func (c *Client) DoAll(ctx context.Context, names []string, fn func(ctx context.
 // was lost while it waited for a later one.
 const maxRounds = 3
 
-// acquireAll takes the names in order, each with Acquire (or, with try,
-// TryAcquire) and opts, all or nothing. A MaxWait bounds the whole: each
-// part waits for what is left of it, and makes one attempt when nothing is.
-func (c *Client) acquireAll(ctx context.Context, names []string, opts []LockOption, try bool) (*MultiLock, error) {
-	order, err := sortedNames(names)
+// acquireAll takes the parts in order, each with its Client's Acquire (or,
+// with try, TryAcquire) and opts, all or nothing. A MaxWait bounds the
+// whole: each part waits for what is left of it, and makes one attempt
+// when nothing is.
+func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) (*MultiLock, error) {
+	order, err := sortedParts(parts)
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.leaseFor("acquire", order[0], opts, try) // the options are checked before anything is sent
-	if err != nil {
-		return nil, err
+	// The options are checked against every Client before anything is
+	// sent; the first part's terms give the MaxWait if the call has none.
+	var p lease
+	for i, part := range order {
+		q, err := part.Client.leaseFor("acquire", part.Name, opts, try)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			p = q
+		}
 	}
 	// The deadline of a MaxWait(d > 0); TryAcquireAll never waits, whatever
 	// the Client's default.
@@ -99,13 +129,14 @@ func (c *Client) acquireAll(ctx context.Context, names []string, opts []LockOpti
 	if p.wait > 0 && !try {
 		deadline = time.Now().Add(p.wait)
 	}
-	take := c.Acquire
-	if try {
-		take = c.TryAcquire
-	}
 	for round := 1; ; round++ {
 		locks := make([]*Lock, 0, len(order))
-		for _, name := range order {
+		for _, part := range order {
+			c, name := part.Client, part.Name
+			take := c.Acquire
+			if try {
+				take = c.TryAcquire
+			}
 			partOpts := opts
 			if !deadline.IsZero() {
 				// What is left of the wait, but never nothing: a part
@@ -116,16 +147,16 @@ func (c *Client) acquireAll(ctx context.Context, names []string, opts []LockOpti
 			}
 			l, err := take(ctx, name, partOpts...)
 			if err != nil {
-				c.giveBack(ctx, locks)
+				giveBack(ctx, locks)
 				return nil, partRefused(name, err)
 			}
 			locks = append(locks, l)
 		}
 		lost := lostPart(locks)
 		if lost == nil {
-			return newMulti(names, locks), nil
+			return newMulti(parts, locks), nil
 		}
-		c.giveBack(ctx, locks)
+		giveBack(ctx, locks)
 		if try || round == maxRounds {
 			why := strings.TrimPrefix(lost.Err().Error(), "dlock: ")
 			return nil, partRefused(lost.name, opError("acquire", lost.name, backend.Because(ErrNotAcquired,
@@ -159,22 +190,28 @@ type partError struct {
 func (e *partError) Error() string   { return e.err.Error() }
 func (e *partError) Unwrap() []error { return []error{e.err, e.part} }
 
-// sortedNames checks names and returns them in acquisition order. Nothing
-// has been sent when it returns an error (wrapping ErrInvalid).
-func sortedNames(names []string) ([]string, error) {
-	if len(names) == 0 {
+// sortedParts checks parts and returns them in acquisition order: by
+// lock key, so that sets over several Clients that overlap take their
+// common locks in the same order. Nothing has been sent when it returns an
+// error (wrapping ErrInvalid).
+func sortedParts(parts []Part) ([]Part, error) {
+	if len(parts) == 0 {
 		return nil, fmt.Errorf("%w: no lock names", ErrInvalid)
 	}
-	for i, name := range names {
-		if err := validName(name); err != nil {
-			return nil, fmt.Errorf("%w (name %d of %d)", err, i+1, len(names))
+	for i, p := range parts {
+		if p.Client == nil {
+			return nil, fmt.Errorf("%w: part %d of %d (%q) has no Client", ErrInvalid, i+1, len(parts), p.Name)
+		}
+		if err := validName(p.Name); err != nil {
+			return nil, fmt.Errorf("%w (name %d of %d)", err, i+1, len(parts))
 		}
 	}
-	order := slices.Clone(names)
-	slices.Sort(order)
+	order := slices.Clone(parts)
+	key := func(p Part) string { return backend.KeysFor(p.Client.opts.prefix, p.Name).Lock }
+	slices.SortStableFunc(order, func(a, b Part) int { return strings.Compare(key(a), key(b)) })
 	for i := 1; i < len(order); i++ {
-		if order[i] == order[i-1] {
-			return nil, fmt.Errorf("%w: lock name %q given twice", ErrInvalid, order[i])
+		if key(order[i]) == key(order[i-1]) {
+			return nil, fmt.Errorf("%w: lock name %q given twice", ErrInvalid, order[i].Name)
 		}
 	}
 	return order, nil
@@ -193,7 +230,7 @@ func lostPart(locks []*Lock) *Lock {
 // giveBack releases the parts an acquisition had taken before it failed,
 // all at once. Against a Redis that does not answer, it waits no longer
 // than an undo does and leaves the rest to the background (see undo).
-func (c *Client) giveBack(ctx context.Context, locks []*Lock) {
+func giveBack(ctx context.Context, locks []*Lock) {
 	var wg sync.WaitGroup
 	for _, l := range locks {
 		wg.Go(func() {
@@ -201,23 +238,23 @@ func (c *Client) giveBack(ctx context.Context, locks []*Lock) {
 			err := l.Release(rctx)
 			cancel()
 			if err != nil && !errors.Is(err, ErrNotHeld) {
-				c.undo(ctx, l.cl)
+				l.c.undo(ctx, l.cl)
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// newMulti returns the MultiLock of the parts locks, taken in acquisition
-// order for names.
-func newMulti(names []string, locks []*Lock) *MultiLock {
+// newMulti returns the MultiLock of locks, taken in acquisition order for
+// parts.
+func newMulti(parts []Part, locks []*Lock) *MultiLock {
 	m := &MultiLock{order: locks, done: make(chan struct{})}
-	byName := make(map[string]*Lock, len(locks))
+	byKey := make(map[string]*Lock, len(locks))
 	for _, l := range locks {
-		byName[l.name] = l
+		byKey[l.cl.Keys.Lock] = l
 	}
-	for _, name := range names {
-		m.parts = append(m.parts, byName[name])
+	for _, p := range parts {
+		m.parts = append(m.parts, byKey[backend.KeysFor(p.Client.opts.prefix, p.Name).Lock])
 	}
 	for _, l := range locks {
 		l.onSettled(func(err error) { m.partSettled(l, err) })
@@ -311,8 +348,7 @@ func (m *MultiLock) ValidUntil() time.Time {
 	return until
 }
 
-// Extend extends every part as [Lock.Extend] does, and returns their errors
-// joined, each naming its part.
+// Extend extends every part as [Lock.Extend] does; errors name their part.
 func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) error {
 	l := m.order[0]
 	if ttl < MinTTL {
@@ -327,8 +363,7 @@ func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) error {
 	return m.each(func(l *Lock) error { return l.Extend(ctx, ttl) })
 }
 
-// Release releases every part, as [Lock.Release] does, and returns the parts'
-// errors joined.
+// Release releases every part as [Lock.Release] does; errors name their part.
 func (m *MultiLock) Release(ctx context.Context) error {
 	return m.release(func(l *Lock) error { return l.Release(ctx) })
 }

@@ -39,15 +39,13 @@ type Event struct {
 // block; a panic in one is dropped. [SlogObserver], extra/dlockotel and
 // extra/dlockprom are built on it.
 type Observer struct {
-	// Start is called as an operation begins; its Redis calls use the context
-	// it returns.
+	// Start is called as an operation begins; its calls use what it returns.
 	Start func(ctx context.Context, e *Event) context.Context
 	// End is called when the operation ends, with Start's context.
 	End func(ctx context.Context, e *Event)
 	// Lost is called when a lease is lost before its release; e.Err says why.
 	Lost func(ctx context.Context, e *Event)
-	// Waiting is called with +1 when an Acquire starts to wait, -1 when it
-	// stops.
+	// Waiting is called with +1 when an Acquire starts to wait, -1 after.
 	Waiting func(ctx context.Context, name string, delta int)
 }
 

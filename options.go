@@ -8,9 +8,8 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// DefaultTTL is the lease time when [LeaseTTL] is not given. With the watchdog
-// extending every TTL/3, it bounds how long a holder that died blocks others,
-// and how long a stalled holder may miss Redis before it loses the lock.
+// DefaultTTL is the lease time when [LeaseTTL] is not given: how long a holder
+// that died blocks others, the watchdog extending every TTL/3.
 const DefaultTTL = 10 * time.Second
 
 // DefaultPrefix is put before every key when WithPrefix is not given.
