@@ -57,7 +57,7 @@ func infoOf(name string, st backend.State) Info {
 		if st.RW {
 			info.RWHolds = append(info.RWHolds, RWHold{Token: p.Token, TTL: p.Left, Write: p.Write, Meta: m})
 		} else {
-			info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: m})
+			info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: m, Count: p.N})
 		}
 		if m != "" {
 			metas = append(metas, m)
@@ -83,9 +83,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	return infoOf(name, st), nil
 }
 
-// ForceRelease deletes the lock name, every hold of it, whoever holds it, and
-// reports whether there was one. A live holder goes on until its next extension
-// finds it gone, overlapping the next holder. [ErrWrongType] for a foreign key.
+// ForceRelease deletes the lock name and every hold of it, and reports whether
+// there was one; a live holder overlaps the next until its next extension finds
+// it gone. [ErrWrongType] for a foreign key.
 func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	k, err := c.check(name)
 	if err != nil {

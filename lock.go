@@ -154,8 +154,7 @@ func (l *Lock) Token() string {
 // Meta returns the lease's holder metadata ([HolderMeta]).
 func (l *Lock) Meta() string { return l.p.meta }
 
-// Deadline returns the deadline of the lease's max hold ([MaxHold]), if it has
-// one.
+// Deadline returns the lease's max hold deadline ([MaxHold]), if it has one.
 func (l *Lock) Deadline() (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -475,10 +474,9 @@ func (l *Lock) onSettled(f func(error)) {
 	l.settled = append(l.settled, f)
 }
 
-// Context returns a context that is done once the Lock is released or
-// lost, with [ErrReleased] or the loss as its [context.Cause]: for work
-// under a lock taken without [Client.Do]. It carries no values or deadline
-// of its own; every call returns the same context.
+// Context returns the context, with no values or deadline, that is done once
+// the Lock is released or lost, [ErrReleased] or the loss its [context.Cause]:
+// for work under a lock taken without [Client.Do].
 func (l *Lock) Context() context.Context {
 	l.ctxOnce.Do(func() {
 		ctx, cancel := context.WithCancelCause(context.Background())

@@ -35,10 +35,9 @@ type MultiLock struct {
 }
 
 // AcquireAll takes every lock in names, all or nothing, waiting as
-// [Client.Acquire] does; [MaxWait] bounds the whole call. Names are taken one
-// by one in a global order, so overlapping sets cannot deadlock; it is NOT one
-// atomic step. Errors name the part; [ErrInvalid] for no names or a duplicate.
-// See docs/multi.md.
+// [Client.Acquire] does, [MaxWait] bounding the whole: one by one in a global
+// order, so overlapping sets cannot deadlock (NOT one atomic step; see
+// docs/multi.md). Errors name the part; [ErrInvalid] for no names or one twice.
 func (c *Client) AcquireAll(ctx context.Context, names []string, opts ...LockOption) (*MultiLock, error) {
 	return acquireAll(ctx, c.parts(names), opts, false)
 }
@@ -65,8 +64,7 @@ func (c *Client) parts(names []string) []Part {
 	return ps
 }
 
-// TryAcquireAll makes one attempt at every lock in names, all or nothing, as
-// [Client.AcquireAll] does.
+// TryAcquireAll makes one attempt per name, all or nothing, as AcquireAll does.
 func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...LockOption) (*MultiLock, error) {
 	return acquireAll(ctx, c.parts(names), opts, true)
 }

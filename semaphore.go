@@ -20,9 +20,9 @@ type Semaphore struct {
 	permits int
 }
 
-// Semaphore returns the semaphore name with N = permits. It returns an error
-// wrapping [ErrInvalid] for a bad name, permits outside [1, math.MaxInt32], or
-// a quorum, reentrant or script-free Client.
+// Semaphore returns the semaphore name with N = permits; [ErrInvalid] for a bad
+// name, permits outside [1, math.MaxInt32], or a quorum, reentrant or
+// script-free Client.
 func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if err := validName(name); err != nil {
 		return nil, err
@@ -58,6 +58,19 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Lock, err
 	return s.c.acquireAs(ctx, &s.k, s.name, opts)
 }
 
+// AcquireN takes n permits at once (1 ≤ n ≤ N) as one [*Lock], in arrival
+// order: later callers never pass a waiter for n.
+func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*Lock, error) {
+	if n < 1 || n > s.permits {
+		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q of %d permits: need 1 to %d", ErrInvalid, n, s.name, s.permits, s.permits)
+	}
+	k := s.k
+	if n > 1 {
+		k.lease = backend.PermitsAtOnce(s.permits, n)
+	}
+	return s.c.acquireAs(ctx, &k, s.name, opts)
+}
+
 // Do takes a permit, runs fn and releases it, as [Client.Do] does.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	ferr, rerr := s.c.do(ctx, &s.k, s.name, fn, opts)
@@ -69,6 +82,7 @@ type Permit struct {
 	Token string        // the permit's token: its Lock's Token
 	TTL   time.Duration // its remaining lease
 	Meta  string        // its holder metadata (HolderMeta), read from Token; "" if none
+	Count int           // the permits it holds: 1, or n for AcquireN(n)
 }
 
 // Holders returns the live permits, the soonest to end first; [ErrWrongType] if

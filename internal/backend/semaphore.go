@@ -18,23 +18,37 @@ import (
 
 // Permits returns the kind of a permit of a semaphore whose holder asks
 // with N = permits (> 0).
-func Permits(permits int) Kind { return permit{n: permits} }
+func Permits(permits int) Kind { return permit{n: permits, w: 1} }
 
-type permit struct{ n int }
+// PermitsAtOnce returns the kind of a hold of w permits at once (0 < w ≤
+// permits) of a semaphore whose holder asks with N = permits: one lease, w
+// members of the set.
+func PermitsAtOnce(permits, w int) Kind { return permit{n: permits, w: w} }
+
+type permit struct{ n, w int }
 
 func (p permit) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	cmd, acks := n.acked(ctx, script.HoldAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-		c.Token, ttl.Milliseconds(), queueFlag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, p.n)
+		p.args(c.Token, ttl.Milliseconds(), queueFlag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, p.n)...)
 	return n.queuedGrant(cmd, acks)
 }
 
-func (permit) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
+func (p permit) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, p.args(c.Token, ttl.Milliseconds(), seq)...)
 }
 
-func (permit) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+func (p permit) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
 	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-		c.Token, c.Token, c.Channel, n.pub, window, n.fenceMS)
+		p.args(c.Token, c.Token, c.Channel, n.pub, window, n.fenceMS)...)
+}
+
+// args returns a script's arguments, followed by the hold's permits when
+// it has more than one (the scripts' last argument, 1 when absent).
+func (p permit) args(a ...any) []any {
+	if p.w > 1 {
+		return append(a, p.w)
+	}
+	return a
 }
 
 func (permit) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script.HoldAcquire, l.hold }
@@ -61,18 +75,28 @@ func (n Node) queuedGrant(cmd *redis.Cmd, acks int64) (Grant, error) {
 }
 
 // permitsOf reads a semaphore's live permits from a flat ZRANGE … WITHSCORES
-// reply: tokens and deadlines (ms on the server's clock, now). Its holding,
-// which force_release.lua compares, is their tokens.
+// reply: tokens and deadlines (ms on the server's clock, now), a hold of w
+// permits at once being its token and "<token> 2" to "<token> w" (Hold.N
+// counts them). Its holding, which force_release.lua compares, is the
+// holds' tokens.
 func permitsOf(reply any, now int64) ([]Hold, string) {
 	pairs, _ := reply.([]any)
 	var ps []Hold
+	extra := map[string]int{}
 	for i := 0; i+1 < len(pairs); i += 2 {
 		token, _ := pairs[i].(string)
 		score, _ := pairs[i+1].(string)
 		deadline, _ := strconv.ParseFloat(score, 64)
 		if left := int64(deadline) - now; left > 0 {
-			ps = append(ps, Hold{Token: token, Left: time.Duration(left) * time.Millisecond})
+			if base, _, ok := strings.Cut(token, " "); ok {
+				extra[base]++
+				continue
+			}
+			ps = append(ps, Hold{Token: token, Left: time.Duration(left) * time.Millisecond, N: 1})
 		}
+	}
+	for i := range ps {
+		ps[i].N += extra[ps[i].Token]
 	}
 	tokens := make([]string, len(ps))
 	for i, p := range ps {

@@ -38,6 +38,7 @@ type Hold struct {
 	Token string
 	Left  time.Duration
 	Write bool // a read-write lock's write hold
+	N     int  // a semaphore's: the permits it holds at once
 }
 
 // LeaseLeft returns how long the lease with token has left, and whether it

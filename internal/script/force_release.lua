@@ -28,7 +28,15 @@ elseif kind == 'zset' then -- a semaphore: the same live permits, as a set
       holding = nil
     end
   end
-  if n == 0 or live_permits(KEYS[1], now_ms()) ~= n then
+  -- as many live holds as tokens (a hold of several permits at once is
+  -- its token and "<token> 2", ...: one hold)
+  local live = 0
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms(), '+inf')) do
+    if not string.find(m, ' ', 1, true) then
+      live = live + 1
+    end
+  end
+  if n == 0 or live ~= n then
     holding = nil
   end
 else

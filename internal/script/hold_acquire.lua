@@ -14,6 +14,8 @@
 -- ARGV[8] what is asked for: N, a permit of a semaphore of N permits
 --         (member: the token); 'r' a read, 'w' a write (member
 --         "r:<token>" or "w:<token>")
+-- ARGV[9] (a semaphore's) how many permits the hold takes at once, w: its
+--         members are the token and "<token> 2" to "<token> w" (absent: 1)
 -- A permit is granted while fewer than the caller's N are held (by anyone,
 -- whatever N they asked with); a read while no write is held; a write while
 -- nothing is; and each only if no live waiter is ahead of the caller: a
@@ -28,7 +30,7 @@
 -- written, no queue entry made); WRONGTYPE if the key holds another kind
 -- (nothing is written).
 local token, ttl, what = ARGV[1], tonumber(ARGV[2]), ARGV[8]
-local n = tonumber(what)
+local n, w = tonumber(what), tonumber(ARGV[9]) or 1
 local member = n and token or (what .. ':' .. token)
 -- One EXISTS over the marker and the queue: on the common path (this hold
 -- never ended, nobody queued, nobody else holds) the hold is added, the
@@ -38,23 +40,33 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) -- as now_ms in lib.lua
 local added -- 1 when added below as the set's possibly only member
 if quiet then
-  added = redis.pcall('ZADD', KEYS[1], 'NX', now + ttl, member)
-  if added == 1 then
+  if w == 1 then
+    added = redis.pcall('ZADD', KEYS[1], 'NX', now + ttl, member)
+  else
+    local args = {'ZADD', KEYS[1], 'NX'}
+    for i = 1, w do
+      args[2 * i + 2], args[2 * i + 3] = now + ttl, i == 1 and member or (member .. ' ' .. i)
+    end
+    added = redis.pcall(unpack(args))
+  end
+  if added == w then
     -- The only member, lapsed ones included: the key lasts as long as
     -- this hold. (With lapsed members it goes the way below, which drops
     -- them: a hold is never granted past one that lapsed without dropping
     -- it, so hold_release.lua's ZREM tells a lapsed hold that lost its
     -- place from one that did not.)
-    if redis.call('ZCARD', KEYS[1]) == 1 then
+    if redis.call('ZCARD', KEYS[1]) == w then
       redis.call('PEXPIREAT', KEYS[1], now + ttl)
       return 0
     end
-    redis.call('ZREM', KEYS[1], member) -- others hold: the rules below decide
   end
 end
 -- (the shared functions are defined here)
 if type(added) == 'table' then
   return not_hold_kind(KEYS[1], n)
+end
+if added and added > 0 then
+  hold_call(KEYS[1], member, w, nil, 'ZREM') -- others hold: the rules below decide
 end
 if not quiet and revoked(KEYS[5]) then
   return revoked_reply()
@@ -65,7 +77,7 @@ end
 if redis.call('ZSCORE', KEYS[1], member) then
   -- Handed over earlier, or a re-sent request: the caller counts its
   -- validity from when it sent this one; never shortened (GT).
-  redis.call('ZADD', KEYS[1], 'GT', now + ttl, member)
+  hold_call(KEYS[1], member, w, now + ttl, 'ZADD', 'GT')
   expire_with_last(KEYS[1])
   return 0
 end
@@ -74,7 +86,7 @@ local head, admitted
 if n then
   local held
   held, head = serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), token, a)
-  admitted = held < n
+  admitted = held + w <= n
 else
   head = rw_serve_queue(KEYS, now, token, a)
   admitted = rw_admits(KEYS[1], what)
@@ -84,12 +96,16 @@ if (not head or head == token) and admitted then
     redis.call('LPOP', KEYS[3])
     redis.call('HDEL', KEYS[4], token)
   end
-  redis.call('ZADD', KEYS[1], now + ttl, member)
+  hold_call(KEYS[1], member, w, now + ttl, 'ZADD')
   expire_with_last(KEYS[1])
   return 0
 end
 if ARGV[3] == '1' then
-  local entry = string.format('%d:%d:%s', now + tonumber(ARGV[4]), ttl, what)
+  local x = what
+  if w > 1 then
+    x = what .. ':' .. w
+  end
+  local entry = string.format('%d:%d:%s', now + tonumber(ARGV[4]), ttl, x)
   if redis.call('HSET', KEYS[4], token, entry) == 1 then
     redis.call('RPUSH', KEYS[3], token)
   end

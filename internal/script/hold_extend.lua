@@ -6,6 +6,7 @@
 -- ARGV[2] ttl in ms
 -- ARGV[3] 0 for an extension that never shortens the permit (ZADD GT),
 --         else the extension's sequence number (see extend.lua)
+-- ARGV[4] (a semaphore's) how many permits the hold has, w (absent: 1)
 -- Returns 1 if the hold is ours (extended now, or already by a newer
 -- extension), 0 if it is gone (released, expired, or the key is another
 -- kind's).
@@ -16,13 +17,13 @@ if type(score) ~= 'string' or tonumber(score) <= now then
 end
 local until_ms = now + tonumber(ARGV[2])
 if ARGV[3] == '0' then
-  redis.call('ZADD', KEYS[1], 'XX', 'GT', until_ms, ARGV[1])
+  hold_call(KEYS[1], ARGV[1], tonumber(ARGV[4]) or 1, until_ms, 'ZADD', 'XX', 'GT')
   redis.call('PEXPIREAT', KEYS[1], until_ms, 'GT')
   return 1
 end
 if superseded(KEYS[2], ARGV[3], ARGV[2]) then
   return 1
 end
-redis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[1])
+hold_call(KEYS[1], ARGV[1], tonumber(ARGV[4]) or 1, until_ms, 'ZADD', 'XX')
 expire_with_last(KEYS[1])
 return 1

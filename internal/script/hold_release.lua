@@ -9,6 +9,7 @@
 -- ARGV[3] release channel   ARGV[4] publish command: PUBLISH or SPUBLISH
 -- ARGV[5] how long the revocation marker lives, in ms
 -- ARGV[6] how long the fence counter lives, in ms (the fence window)
+-- ARGV[7] (a semaphore's) how many permits the hold has, w (absent: 1)
 -- Grants (serve_holds) are announced as "<token> <fence>". Nothing is
 -- announced when nobody queued: the kinds' waiters are all in the queue.
 -- Returns 1 if the hold was ours (it is now given back; also for a re-sent
@@ -17,9 +18,21 @@
 -- past its deadline that nobody dropped yet counts as ours: no other hold
 -- was granted past it (hold_acquire.lua drops lapsed holds before it grants
 -- one among them), and the caller's own clock tells it was late.
-local removed = redis.pcall('ZREM', KEYS[1], ARGV[1])
+local w = tonumber(ARGV[7]) or 1
+local removed
+if w == 1 then
+  removed = redis.pcall('ZREM', KEYS[1], ARGV[1])
+else
+  local args = {'ZREM', KEYS[1], ARGV[1]}
+  for i = 2, w do
+    args[i + 2] = ARGV[1] .. ' ' .. i
+  end
+  removed = redis.pcall(unpack(args))
+end
 if type(removed) ~= 'number' then
   removed = 0
+elseif removed > 1 then
+  removed = 1
 end
 local was = redis.call('SET', KEYS[5], removed == 1 and '1' or '0', 'PX', ARGV[5], 'GET')
 if removed == 0 and was == '1' then

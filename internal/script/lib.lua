@@ -183,6 +183,20 @@ local function expire_with_last(key)
   end
 end
 
+-- hold_call runs cmd (ZADD with its flags, or ZREM) on the members of a
+-- hold of w permits at key: its first member, then "<member> 2" to
+-- "<member> w" (a token has no space), each with score if one is given.
+local function hold_call(key, member, w, score, cmd, ...)
+  local args = {cmd, key, ...}
+  for i = 1, w do
+    if score then
+      args[#args + 1] = score
+    end
+    args[#args + 1] = i == 1 and member or (member .. ' ' .. i)
+  end
+  return redis.call(unpack(args))
+end
+
 -- serve_holds hands holds of the sorted set k[1] (a semaphore's permits,
 -- a read-write lock's holds) to the live waiters at the head of its queue,
 -- in arrival order, for as long as the head waiter may have one; waiters
@@ -190,6 +204,7 @@ end
 -- waiters}, a the arguments {channel, publish command, fence window ms};
 -- now is the server's clock. A waiter's entry is "deadline_ms:ttl_ms:x":
 -- admit(x, head, granted) returns the member to add for the waiter head
+-- and the permits it holds (nil: 1)
 -- (granted were granted before it in this call), false if it must wait,
 -- or nil if x is malformed (the entry is dropped as if it had lapsed).
 -- Each grant lasts the waiter's TTL, comes with a fence (none if the fence
@@ -207,14 +222,15 @@ local function serve_holds(k, now, me, a, admit)
     local entry = redis.call('HGET', k[4], head)
     local deadline, ttl, x = string.match(entry or '', '^(%d+):(%d+):(.+)$')
     if deadline and tonumber(deadline) > now then
-      local member = admit(x, head, granted)
+      local member, w = admit(x, head, granted)
       if member == false then
         return head, granted
       end
       if member then
-        redis.call('ZADD', k[1], now + tonumber(ttl), member)
+        w = w or 1
+        hold_call(k[1], member, w, now + tonumber(ttl), 'ZADD')
         expire_with_last(k[1])
-        granted = granted + 1
+        granted = granted + w
         local fence = new_fence(k[2], a[3])
         local msg = head
         if fence then
@@ -229,16 +245,18 @@ local function serve_holds(k, now, me, a, admit)
 end
 
 -- serve_queue serves a semaphore's queue (see serve_holds): its waiters'
--- entries end in their N, and a waiter gets a permit while fewer than its
--- own N are held. held is the number of live permits; it returns the
--- number held now and the waiter left at the head.
+-- entries end in their N, and ":<w>" when they want w permits at once; a
+-- waiter gets its w while that leaves no more than its own N held. held is
+-- the number of live permits; it returns the number held now and the
+-- waiter left at the head.
 local function serve_queue(k, now, held, me, a)
   local head, granted = serve_holds(k, now, me, a, function(x, head, granted)
-    local n = string.match(x, '^%d+$') and tonumber(x)
+    local n, w = string.match(x, '^(%d+):?(%d*)$')
+    n, w = tonumber(n), tonumber(w) or 1
     if not n then
       return nil
     end
-    return held + granted < n and head
+    return held + granted + w <= n and head, w
   end)
   return held + granted, head
 end
