@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -232,9 +233,9 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 // Extend resets the lease to ttl from now, shorter or longer, for the watchdog
-// too. Past the max hold it cuts the lease there and returns [ErrMaxHold],
-// still held. Errors: [ErrInvalid] (ttl below [MinTTL]), [ErrReleased],
-// [ErrNotHeld], or Redis's, after which the earlier validity stands.
+// too; past the max hold it cuts it there ([ErrMaxHold], still held). Redis
+// errors are retried while ctx and the validity last, then the earlier validity
+// stands. Others: [ErrInvalid] (ttl < [MinTTL]), [ErrReleased], [ErrNotHeld].
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: Extend(%v) of %q: the TTL must be at least %v", ErrInvalid, ttl, l.name, MinTTL)
@@ -248,8 +249,31 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	e, start := Event{Op: OpExtend, Name: l.name}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
 	err := l.extend(ctx, ttl)
+	for wait := minRetry; retryExtend(ctx, l, err, wait); wait *= 2 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		if ctx.Err() == nil {
+			err = l.extend(ctx, ttl)
+		}
+	}
 	l.c.end(ctx, &e, start, err)
 	return err
+}
+
+// retryExtend reports whether Extend tries again after err: a Redis error
+// (the outcome unknown, each extension safe to repeat), with ctx alive and
+// the lease valid for longer than the wait before the next try.
+func retryExtend(ctx context.Context, l *Lock, err error, wait time.Duration) bool {
+	switch {
+	case err == nil, ctx.Err() != nil, l.c.closed.Load(),
+		errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased), errors.Is(err, ErrMaxHold), errors.Is(err, ErrInvalid):
+		return false
+	}
+	return time.Now().Add(wait).Before(l.ValidUntil())
 }
 
 // extend extends the lease to ttl (0: the lease time of the latest
