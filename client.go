@@ -50,8 +50,8 @@ func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, m mode) *Client
 
 // New returns a Client that keeps its locks in rdb (a *redis.Client, a failover
 // client or a *redis.ClusterClient). It sends nothing to Redis and never closes
-// rdb. A nil rdb, or an option that is invalid or does not apply, is refused
-// with an error wrapping [ErrInvalid] that names it.
+// rdb. A nil rdb, or an option invalid or not applying, is refused with an
+// error wrapping [ErrInvalid] that names it.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: New: nil Redis client", ErrInvalid)
@@ -179,12 +179,11 @@ func (c *Client) Owner(owner string) (*Client, error) {
 	return &Client{engine: c.engine, owner: owner}, nil
 }
 
-// Do takes the lock name as [Client.Acquire] does, runs fn, and releases the
-// lock when fn returns or panics. If the lock is lost, fn's context is
-// cancelled with a cause wrapping [ErrNotHeld] (and [ErrMaxHold] at the max
-// hold); its Err checks the validity deadline itself, so it sees a loss even
-// right after a long pause. Do returns fn's error combined with the loss or the
-// release's error, if any.
+// Do takes the lock name as [Client.Acquire] does, runs fn, and releases it
+// when fn returns or panics. A loss cancels fn's context with a cause wrapping
+// [ErrNotHeld] (and [ErrMaxHold] at the max hold), whose Err checks the
+// validity itself: a loss shows even right after a long pause. Do returns fn's
+// error joined with the loss or the release's error.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	ferr, rerr := c.do(ctx, &c.own, name, fn, opts)
 	return joinEnded(ferr, rerr)

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dlockio/dlock/internal/backend"
@@ -113,13 +114,46 @@ func leadership(ctx context.Context, l *Lock) (*Leadership, error) {
 type Leadership struct {
 	l     *Lock
 	fence int64
+
+	mu    sync.Mutex // serializes Proclaim; guards value
+	value *string    // the value proclaimed last; nil: the campaign's
 }
 
-// Value returns the value the leader campaigned with.
-func (ld *Leadership) Value() string { return ld.l.Meta() }
+// Value returns the leader's value: the campaign's, or the last proclaimed.
+func (ld *Leadership) Value() string {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	if ld.value != nil {
+		return *ld.value
+	}
+	return ld.l.Meta()
+}
 
-// Fence returns the term's fencing token, above every earlier fence of the
-// name.
+// Proclaim changes the value [Election.Leader] and observers see, within the
+// term: the lease and its fence stay. [ErrNotHeld] if the term has ended.
+func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
+	if why := badMeta(value); why != "" {
+		return fmt.Errorf("%w: proclaim %q: the value %s", ErrInvalid, ld.l.name, why)
+	}
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	if err := ld.l.Err(); err != nil {
+		return err
+	}
+	ok, err := ld.l.c.b.Proclaim(ctx, ld.l.cl, value)
+	switch {
+	case err != nil:
+		return opError("proclaim", ld.l.name, err)
+	case !ok:
+		err := lost(ld.l.name, "the lock key no longer holds our token")
+		ld.l.lose(err)
+		return ld.l.Err()
+	}
+	ld.value = &value
+	return nil
+}
+
+// Fence returns the term's fencing token, above every earlier one of the name.
 func (ld *Leadership) Fence() int64 { return ld.fence }
 
 // Done returns a channel closed when the leadership ends: on Resign or loss.
@@ -139,7 +173,7 @@ func (ld *Leadership) Resign(ctx context.Context) error { return ld.l.Release(ct
 
 // Leader is who leads an election, as read; the zero Leader when nobody does.
 type Leader struct {
-	Value string        // the value the leader campaigned with
+	Value string        // the leader's value: the campaign's, or the last proclaimed
 	Token string        // the leader's lease token (see Lock.Token); "" when nobody leads
 	Fence int64         // the leader's term: its Leadership.Fence
 	TTL   time.Duration // the leader's remaining lease when it was read
@@ -161,7 +195,11 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		}
 		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, "the name is held as "+what+", not by a leader"))
 	}
-	return Leader{Value: metaOf(st.Token), Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
+	value := metaOf(st.Token)
+	if st.Proclaimed {
+		value = st.Value
+	}
+	return Leader{Value: value, Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
 }
 
 // Observe returns a channel of the leadership, closed when ctx ends: the
@@ -220,7 +258,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 				ends = read.Add(ld.TTL)
 				next = min(next, ld.TTL+time.Millisecond) // a leader that dies announces nothing
 			}
-			due = first || ld.Token != last.Token || ld.Fence != last.Fence
+			due = first || ld.Token != last.Token || ld.Fence != last.Fence || ld.Value != last.Value
 		}
 		timer.Stop()
 		select { // drain a timer that fired while a wake-up won

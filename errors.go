@@ -279,6 +279,11 @@ func (p publicBackend) Release(ctx context.Context, c *backend.Claim) (bool, err
 	return ok, publicErr(err)
 }
 
+func (p publicBackend) Proclaim(ctx context.Context, c *backend.Claim, value string) (bool, error) {
+	ok, err := p.b.Proclaim(ctx, c, value)
+	return ok, publicErr(err)
+}
+
 func (p publicBackend) Fence(ctx context.Context, c *backend.Claim) (int64, error) {
 	f, err := p.b.Fence(ctx, c)
 	return f, publicErr(err)

@@ -12,14 +12,13 @@ import (
 )
 
 // NewRedlock returns a Client whose locks are held on a majority of N
-// independent Redis masters (Redlock; N odd). Each operation runs on every node
-// at once, waiting at most nodeTimeout for each (0: TTL/50, at least 5ms); an
-// acquisition holds when a majority granted it with time left, and is undone
-// everywhere otherwise. Fences rise across majorities. A node without
-// persistence must stay down for a TTL after a restart. A quorum waits
-// unfairly, and refuses ([ErrInvalid]) reentrant locks, semaphores, read-write
-// locks, elections, WithReplicaAck(n > 0), WithoutScripts, and no or nil nodes.
-// See docs/deployments.md.
+// independent Redis masters (Redlock; N odd; docs/deployments.md). Each
+// operation runs on every node at once, waiting at most nodeTimeout for each
+// (0: TTL/50, at least 5ms); an acquisition holds when a majority granted it
+// with time left, else it is undone everywhere. A node without persistence
+// must stay down for a TTL after a restart. It waits unfairly; it refuses
+// ([ErrInvalid]) reentrant locks, semaphores, read-write locks, elections,
+// WithReplicaAck(n > 0), WithoutScripts and no nodes.
 func NewRedlock(nodes []redis.UniversalClient, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
 	switch {
 	case len(nodes) == 0:

@@ -8,10 +8,9 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// RWMutex is a distributed read-write lock: many readers of a name, or one
-// writer. Each hold is a [*Lock] with a lock's guarantees. Readers and writers
-// queue in arrival order, so a writer does not starve. Safe for concurrent use.
-// See docs/rwmutex.md.
+// RWMutex is a distributed read-write lock (docs/rwmutex.md): many readers of a
+// name, or one writer, each hold a [*Lock] with a lock's guarantees, queued in
+// arrival order so that a writer does not starve. Safe for concurrent use.
 type RWMutex struct {
 	name   string
 	c      *Client // the Client that made it, for Holders

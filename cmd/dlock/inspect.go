@@ -140,6 +140,7 @@ type infoJSON struct {
 
 type permitJSON struct {
 	Token string `json:"token"`
+	Count int    `json:"count"` // the permits the hold has: 1, or n (AcquireN)
 	TTLMS int64  `json:"ttl_ms"`
 	Meta  string `json:"meta,omitempty"`
 }
@@ -205,7 +206,7 @@ func jsonOf(in dlock.Info) infoJSON {
 		j.Owners = append(j.Owners, ownerJSON{o.ID, o.Holds, o.Meta})
 	}
 	for _, p := range in.Permits {
-		j.Permits = append(j.Permits, permitJSON{p.Token, p.TTL.Milliseconds(), p.Meta})
+		j.Permits = append(j.Permits, permitJSON{p.Token, max(p.Count, 1), p.TTL.Milliseconds(), p.Meta})
 	}
 	for _, h := range in.RWHolds {
 		j.RWHolds = append(j.RWHolds, rwHoldJSON{h.Token, h.TTL.Milliseconds(), h.Write, h.Meta})
@@ -237,12 +238,16 @@ func rowOf(in dlock.Info) row {
 	for _, o := range in.Owners { // a reentrant lock: owner ×holds
 		token = strings.TrimSpace(fmt.Sprintf("%s %s×%d", token, o.ID, o.Holds))
 	}
-	if len(in.Permits) > 0 { // a semaphore: its permits' tokens
-		tokens := make([]string, len(in.Permits))
+	if len(in.Permits) > 0 { // a semaphore: its holds' tokens, ×n for a hold of n permits
+		tokens, n := make([]string, len(in.Permits)), 0
 		for i, p := range in.Permits {
 			tokens[i] = p.Token
+			if p.Count > 1 {
+				tokens[i] += "×" + strconv.Itoa(p.Count)
+			}
+			n += max(p.Count, 1)
 		}
-		token = fmt.Sprintf("%s: %s", plural(len(tokens), "permit"), strings.Join(tokens, " "))
+		token = fmt.Sprintf("%s: %s", plural(n, "permit"), strings.Join(tokens, " "))
 	}
 	if len(in.RWHolds) > 0 { // a read-write lock: its write, or its reads
 		token = rwHolders(in.RWHolds)

@@ -31,6 +31,10 @@ type Keys struct {
 	Waiters string // fair mode: token -> "deadline_ms:ttl_ms" of each queued waiter
 }
 
+// ValueKey is the key of a leader's value (proclaim.lua), made when needed:
+// only elections use it.
+func (k *Keys) ValueKey() string { return k.Lock + ":v" }
+
 // KeysFor returns the keys of the lock name under prefix.
 func KeysFor(prefix, name string) Keys {
 	// One allocation for all five names: "<base>:fence<base>:qw<base>:ch".
@@ -193,6 +197,9 @@ type Backend interface {
 	// cannot be reached, and the timed call, which would fail alike, is
 	// not sent.
 	Prepare(ctx context.Context, c *Claim) error
+	// Proclaim sets the value the leader of the campaign lease c shows,
+	// within its term (see proclaim.lua); false if c no longer holds the lock.
+	Proclaim(ctx context.Context, c *Claim, value string) (bool, error)
 	// Carries reports whether the backend serves leases of the kind k (nil:
 	// its own locks, which every backend serves): nil if it does, or why
 	// not, one of ErrOverQuorum, ErrReentrantNode or ErrNeedsScripts.
@@ -520,6 +527,14 @@ func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
 	return v == 1, nil
 }
 
+func (n Node) Proclaim(ctx context.Context, c *Claim, value string) (bool, error) {
+	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence}, c.Token, value, c.Channel, n.pub).Int64()
+	if err != nil {
+		return false, RedisErr(err)
+	}
+	return v == 1, nil
+}
+
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
 	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence}, c.HolderID(), n.fenceMS, n.kind(c).shape()).Int64()
 	if err != nil {
@@ -529,7 +544,7 @@ func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
 }
 
 func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
-	v, err := n.run(ctx, script.Inspect, []string{k.Lock, k.Fence, k.Queue, k.Waiters}).Slice()
+	v, err := n.run(ctx, script.Inspect, []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.ValueKey()}).Slice()
 	if err != nil {
 		return State{}, RedisErr(err)
 	}
@@ -538,7 +553,7 @@ func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
 
 // stateOf reads the reply of inspect.lua (see there) for the lock k.
 func stateOf(k *Keys, v []any) (State, error) {
-	if len(v) != 7 {
+	if len(v) != 7 && len(v) != 8 {
 		return State{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	kind, _ := v[0].(string)
@@ -548,6 +563,12 @@ func stateOf(k *Keys, v []any) (State, error) {
 	now, _ := v[5].(int64)
 	queued, _ := v[6].(int64)
 	st := State{Key: k.Lock, Type: kind, Fence: fence, Queued: queued}
+	if len(v) == 8 {
+		value, _ := v[7].(string)
+		if t, val, ok := strings.Cut(value, " "); ok && t == holder && holder != "" {
+			st.Value, st.Proclaimed = val, true
+		}
+	}
 	switch kind {
 	case "none":
 	case "string":

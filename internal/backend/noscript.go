@@ -455,7 +455,13 @@ func flatZset(cmd *redis.ZSliceCmd) ([]any, error) {
 	return v, err
 }
 
+// Proclaim is refused: elections need scripts.
+func (n NoScripts) Proclaim(context.Context, *Claim, string) (bool, error) {
+	return false, ErrNeedsScripts
+}
+
 // Inspect reads the lock's state as inspect.lua does, in one MULTI.
+
 func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {
 	var st State
 	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) error {

@@ -462,6 +462,9 @@ func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
 	return keys, nil
 }
 
+// Proclaim is refused: a quorum carries no elections.
+func (q *Quorum) Proclaim(context.Context, *Claim, string) (bool, error) { return false, ErrOverQuorum }
+
 // Inspect reports what a majority of nodes agree on: the holder, the
 // shortest remaining lease among them, and the highest fence.
 func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {

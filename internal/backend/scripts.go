@@ -36,6 +36,7 @@ var loadable = []*redis.Script{
 	script.AcquireReentrant, script.ReleaseReentrant, script.ExtendReentrant,
 	script.RaiseFence, script.Fence,
 	script.HoldAcquire, script.HoldRelease, script.HoldExtend,
+	script.Proclaim,
 }
 
 // scriptSet is a set of scripts of loadable: bit i is loadable[i].
@@ -79,7 +80,7 @@ func newLeaseScripts(c Config) leaseScripts {
 	return leaseScripts{
 		lock:      lock,
 		hold:      setOf(script.HoldAcquire, script.HoldRelease, script.HoldExtend, script.Fence),
-		campaign:  setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence),
+		campaign:  setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence, script.Proclaim),
 		lockFirst: first,
 	}
 }

@@ -23,6 +23,10 @@ type State struct {
 	// to end first; or, if RW, a read-write lock's live holds.
 	Permits []Hold
 	RW      bool // the zset is a read-write lock (see rwmutex.go)
+	// Value is the value the leader holding the lock proclaimed (see
+	// proclaim.lua), when Proclaimed.
+	Value      string
+	Proclaimed bool
 }
 
 // Owner is one owner of a reentrant lock: "<client>/<owner>", and its live

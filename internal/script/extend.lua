@@ -2,6 +2,8 @@
 -- KEYS[1] lock key   KEYS[2] the lease's own key (see lib.lua)
 -- KEYS[3] (a leadership campaign's lease only) the fence counter, which
 --         then lives at least as long as the lease: it names the leader's term
+-- KEYS[4] (a campaign's only) the leader's value key (proclaim.lua), which
+--         lives as long as the lease too
 -- ARGV[1] owner token   ARGV[2] ttl in ms
 -- ARGV[3] 0 for an extension that never shortens the lease (PEXPIRE GT:
 --         copies applied in any order leave the latest deadline), else the
@@ -22,5 +24,6 @@ else
 end
 if KEYS[3] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
+  redis.call('PEXPIRE', KEYS[4], ARGV[2], 'GT')
 end
 return 1

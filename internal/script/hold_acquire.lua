@@ -74,12 +74,24 @@ end
 if type(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)) ~= 'number' or not same_kind(KEYS[1], member) then
   return not_hold_kind(KEYS[1], n)
 end
-if redis.call('ZSCORE', KEYS[1], member) then
+local mine = {redis.call('ZSCORE', KEYS[1], member)}
+if w > 1 and mine[1] then
+  mine = hold_call(KEYS[1], member, w, nil, 'ZMSCORE')
+end
+local whole = mine[1]
+for i = 2, w do
+  whole = whole and mine[i]
+end
+if whole then
   -- Handed over earlier, or a re-sent request: the caller counts its
   -- validity from when it sent this one; never shortened (GT).
   hold_call(KEYS[1], member, w, now + ttl, 'ZADD', 'GT')
   expire_with_last(KEYS[1])
   return 0
+elseif mine[1] then
+  -- Part of this hold lapsed and was dropped: what is left goes, and the
+  -- request is weighed as a new one.
+  hold_call(KEYS[1], member, w, nil, 'ZREM')
 end
 local a = {ARGV[5], ARGV[6], ARGV[7]}
 local head, admitted

@@ -11,19 +11,28 @@
 -- extension), 0 if it is gone (released, expired, or the key is another
 -- kind's).
 local now = now_ms()
+local w = tonumber(ARGV[4]) or 1
 local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
 if type(score) ~= 'string' or tonumber(score) <= now then
   return 0 -- gone, or the key is not a semaphore or read-write lock
 end
+if w > 1 then -- every permit of the hold must be live: none lapsed on its own
+  local scores = hold_call(KEYS[1], ARGV[1], w, nil, 'ZMSCORE')
+  for i = 1, w do
+    if not scores[i] or tonumber(scores[i]) <= now then
+      return 0
+    end
+  end
+end
 local until_ms = now + tonumber(ARGV[2])
 if ARGV[3] == '0' then
-  hold_call(KEYS[1], ARGV[1], tonumber(ARGV[4]) or 1, until_ms, 'ZADD', 'XX', 'GT')
+  hold_call(KEYS[1], ARGV[1], w, until_ms, 'ZADD', 'XX', 'GT')
   redis.call('PEXPIREAT', KEYS[1], until_ms, 'GT')
   return 1
 end
 if superseded(KEYS[2], ARGV[3], ARGV[2]) then
   return 1
 end
-hold_call(KEYS[1], ARGV[1], tonumber(ARGV[4]) or 1, until_ms, 'ZADD', 'XX')
+hold_call(KEYS[1], ARGV[1], w, until_ms, 'ZADD', 'XX')
 expire_with_last(KEYS[1])
 return 1

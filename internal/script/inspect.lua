@@ -1,7 +1,9 @@
 -- inspect.lua: read a lock's state without changing it.
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] the queue (list of waiter tokens)
 -- KEYS[4] the waiters (hash: token -> "deadline_ms:ttl_ms[:x]", see lib.lua)
--- Returns {type, holder, pttl, fence, owners, now, queued}: type is the lock key's Redis
+-- KEYS[5] a leader's value key (see proclaim.lua)
+-- Returns {type, holder, pttl, fence, owners, now, queued, value}: value is
+-- KEYS[5]'s, '' if none; type is the lock key's Redis
 -- type ('none' when free), holder the token of a plain lock ('' for other
 -- types), pttl the remaining ms (-2 missing, -1 no expiry), fence the
 -- last fence issued within the fence window (0 if none), owners a reentrant lock's flat list of
@@ -42,4 +44,8 @@ if type(waiting) == 'table' and not waiting.err then
     end
   end
 end
-return {kind, holder, redis.call('PTTL', KEYS[1]), fence, owners, now, queued}
+local value = redis.pcall('GET', KEYS[5])
+if type(value) ~= 'string' then
+  value = ''
+end
+return {kind, holder, redis.call('PTTL', KEYS[1]), fence, owners, now, queued, value}

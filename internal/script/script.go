@@ -45,6 +45,8 @@ var (
 	holdReleaseSrc string
 	//go:embed hold_extend.lua
 	holdExtendSrc string
+	//go:embed proclaim.lua
+	proclaimSrc string
 )
 
 // The scripts, run with EVALSHA. The backend loads them into a server's
@@ -73,6 +75,9 @@ var (
 	HoldAcquire = withLib(holdAcquireSrc)
 	HoldRelease = withLib(holdReleaseSrc)
 	HoldExtend  = withLib(holdExtendSrc)
+
+	// A leader's value, changed within its term (election.go).
+	Proclaim = withLib(proclaimSrc)
 )
 
 // libHere is the line of a script after which the functions of lib.lua
