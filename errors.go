@@ -279,6 +279,11 @@ func (p publicBackend) Release(ctx context.Context, c *backend.Claim) (bool, err
 	return ok, publicErr(err)
 }
 
+func (p publicBackend) Downgrade(ctx context.Context, c *backend.Claim) (bool, error) {
+	ok, err := p.b.Downgrade(ctx, c)
+	return ok, publicErr(err)
+}
+
 func (p publicBackend) Proclaim(ctx context.Context, c *backend.Claim, value string) (bool, error) {
 	ok, err := p.b.Proclaim(ctx, c, value)
 	return ok, publicErr(err)

@@ -80,10 +80,9 @@ func LeaseTTL(ttl time.Duration) LeaseOption {
 	}}
 }
 
-// MaxWait bounds how long an acquisition may wait, on top of its context
-// (default: no bound; for AcquireAll, the whole call); it fails with
-// [ErrNotAcquired] then. It always makes one attempt: MaxWait(0) makes exactly
-// one. A negative d is refused, and so is d > 0 on a TryAcquire call.
+// MaxWait bounds how long an acquisition waits, besides ctx (AcquireAll: the
+// whole call), then [ErrNotAcquired]; it always makes one attempt (MaxWait(0):
+// one). Refused: d < 0, or d > 0 on TryAcquire.
 func MaxWait(d time.Duration) LeaseOption {
 	return LeaseOption{func(p *lease) {
 		if d < 0 {
@@ -100,10 +99,9 @@ func partWait(left, all time.Duration) LockOption {
 	return lockOption(func(p *lease) { p.wait, p.waitAll = left, all })
 }
 
-// HolderMeta sets the holder metadata (default "hostname:pid"; "" for none),
-// shown by [Info], [Lock.Meta] and [NotAcquiredError]. The lease token carries
-// it: anyone who reads the keyspace reads it. It must be UTF-8 of at most
-// [MaxMetaLen] bytes, without control characters.
+// HolderMeta sets the holder metadata (default "hostname:pid"; "" for none)
+// that [Info], [Lock.Meta] and [NotAcquiredError] show; the token carries it,
+// for all to read. UTF-8, ≤ [MaxMetaLen] bytes, no control characters.
 func HolderMeta(meta string) LeaseOption {
 	return LeaseOption{func(p *lease) {
 		if why := badMeta(meta); why != "" {

@@ -142,9 +142,8 @@ func (l *Lock) Name() string { return l.name }
 // Key returns the Redis key that holds the lock.
 func (l *Lock) Key() string { return l.cl.Lock }
 
-// Token returns the lease's opaque token: 22 random base64url characters, then
-// '.' and the holder metadata, %XX-escaped, if any. It has no spaces. A
-// reentrant lock's holds share their owner's.
+// Token returns the lease's opaque token, without spaces: 22 random base64url
+// characters, then '.' and the holder metadata, %XX-escaped, if any.
 func (l *Lock) Token() string {
 	if l.cl.Owner != "" {
 		return l.cl.Owner
@@ -193,8 +192,7 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 }
 
 // ValidUntil returns the lease's client-side deadline: until then no other
-// client holds the lock, if clock rates differ by less than the drift margin
-// ([WithDrift]).
+// client holds the lock, clock rates differing by less than [WithDrift]'s.
 func (l *Lock) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -368,10 +366,9 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 	}
 }
 
-// Release gives the lock up; it is idempotent. It returns an error wrapping
-// [ErrNotHeld] if the lock was lost first, or Redis's error: the lease then
-// expires within its TTL, and Release may be retried. Pass a context that is
-// not cancelled.
+// Release gives the lock up; it is idempotent. [ErrNotHeld] if the lock was
+// lost first; on Redis's error the lease expires within its TTL, and Release
+// may be retried. Pass a context that is not cancelled.
 func (l *Lock) Release(ctx context.Context) error {
 	select {
 	case l.relSem <- struct{}{}: // none under way (a done ctx still stops the watchdog below)

@@ -46,6 +46,43 @@ func (rw *RWMutex) Reader() *RWLocker { return &rw.reader }
 // Writer returns what takes write holds of the lock.
 func (rw *RWMutex) Writer() *RWLocker { return &rw.writer }
 
+// Downgrade turns w, a write hold of the lock, into a read hold in one step:
+// no writer comes in between, and the readers waiting first join it. w keeps
+// its token, fence and lease. [ErrInvalid] if w is not a write hold of it.
+func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
+	if w == nil || w.name != rw.name || w.c.engine != rw.c.engine {
+		return fmt.Errorf("%w: Downgrade of %q: not a hold of it", ErrInvalid, rw.name)
+	}
+	// Every other call of w that sends its claim waits: a Release, an
+	// extension, a Fence.
+	for _, sem := range []chan struct{}{w.relSem, w.extSem} {
+		select {
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+		case <-ctx.Done():
+			return opError("downgrade", rw.name, fmt.Errorf("%w: %w", backend.ErrNotSent, ctx.Err()))
+		}
+	}
+	w.fenceMu.Lock()
+	defer w.fenceMu.Unlock()
+	if w.cl.Kind != backend.Write {
+		return fmt.Errorf("%w: Downgrade of %q: not a write hold", ErrInvalid, rw.name)
+	}
+	if err := w.Err(); err != nil {
+		return err
+	}
+	ok, err := w.c.b.Downgrade(ctx, w.cl)
+	switch {
+	case err != nil:
+		return opError("downgrade", rw.name, err)
+	case !ok:
+		err := lost(rw.name, "the write hold is gone")
+		w.lose(err)
+		return w.Err()
+	}
+	return nil
+}
+
 // RWHold is one live hold of a read-write lock.
 type RWHold struct {
 	Token string        // the hold's token: its Lock's Token

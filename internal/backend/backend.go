@@ -197,6 +197,10 @@ type Backend interface {
 	// cannot be reached, and the timed call, which would fail alike, is
 	// not sent.
 	Prepare(ctx context.Context, c *Claim) error
+	// Downgrade turns the write hold c into a read hold, in one step (see
+	// hold_downgrade.lua), and c into a read's claim; false if c no longer
+	// holds the lock. The caller keeps every other use of c out meanwhile.
+	Downgrade(ctx context.Context, c *Claim) (bool, error)
 	// Proclaim sets the value the leader of the campaign lease c shows,
 	// within its term (see proclaim.lua); false if c no longer holds the lock.
 	Proclaim(ctx context.Context, c *Claim, value string) (bool, error)
@@ -523,6 +527,17 @@ func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
 	v, err := n.kind(c).release(ctx, n, c, Window(ttl).Milliseconds()).Int64()
 	if err != nil {
 		return false, RedisErr(err)
+	}
+	return v == 1, nil
+}
+
+func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
+	v, err := n.run(ctx, script.HoldDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters}, c.Token, c.Channel, n.pub, n.fenceMS).Int64()
+	if err != nil {
+		return false, RedisErr(err)
+	}
+	if v == 1 {
+		c.Kind, c.Member = Read, Read.member(c.Token)
 	}
 	return v == 1, nil
 }

@@ -455,6 +455,9 @@ func flatZset(cmd *redis.ZSliceCmd) ([]any, error) {
 	return v, err
 }
 
+// Downgrade is refused: read-write locks need scripts.
+func (n NoScripts) Downgrade(context.Context, *Claim) (bool, error) { return false, ErrNeedsScripts }
+
 // Proclaim is refused: elections need scripts.
 func (n NoScripts) Proclaim(context.Context, *Claim, string) (bool, error) {
 	return false, ErrNeedsScripts

@@ -462,6 +462,9 @@ func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
 	return keys, nil
 }
 
+// Downgrade is refused: a quorum carries no read-write locks.
+func (q *Quorum) Downgrade(context.Context, *Claim) (bool, error) { return false, ErrOverQuorum }
+
 // Proclaim is refused: a quorum carries no elections.
 func (q *Quorum) Proclaim(context.Context, *Claim, string) (bool, error) { return false, ErrOverQuorum }
 

@@ -36,7 +36,7 @@ var loadable = []*redis.Script{
 	script.AcquireReentrant, script.ReleaseReentrant, script.ExtendReentrant,
 	script.RaiseFence, script.Fence,
 	script.HoldAcquire, script.HoldRelease, script.HoldExtend,
-	script.Proclaim,
+	script.Proclaim, script.HoldDowngrade,
 }
 
 // scriptSet is a set of scripts of loadable: bit i is loadable[i].
@@ -79,7 +79,7 @@ func newLeaseScripts(c Config) leaseScripts {
 	}
 	return leaseScripts{
 		lock:      lock,
-		hold:      setOf(script.HoldAcquire, script.HoldRelease, script.HoldExtend, script.Fence),
+		hold:      setOf(script.HoldAcquire, script.HoldRelease, script.HoldExtend, script.Fence, script.HoldDowngrade),
 		campaign:  setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence, script.Proclaim),
 		lockFirst: first,
 	}

@@ -47,6 +47,8 @@ var (
 	holdExtendSrc string
 	//go:embed proclaim.lua
 	proclaimSrc string
+	//go:embed hold_downgrade.lua
+	holdDowngradeSrc string
 )
 
 // The scripts, run with EVALSHA. The backend loads them into a server's
@@ -75,6 +77,8 @@ var (
 	HoldAcquire = withLib(holdAcquireSrc)
 	HoldRelease = withLib(holdReleaseSrc)
 	HoldExtend  = withLib(holdExtendSrc)
+	// A read-write lock's write hold turned into a read (RWMutex.Downgrade).
+	HoldDowngrade = withLib(holdDowngradeSrc)
 
 	// A leader's value, changed within its term (election.go).
 	Proclaim = withLib(proclaimSrc)

@@ -24,7 +24,7 @@ func TestScriptsCompileWithTheirLib(t *testing.T) {
 		"force_release": ForceRelease, "acquire_fair": AcquireFair, "release_fair": ReleaseFair,
 		"acquire_reentrant": AcquireReentrant, "release_reentrant": ReleaseReentrant,
 		"extend_reentrant": ExtendReentrant, "raise_fence": RaiseFence, "fence": Fence,
-		"hold_acquire": HoldAcquire, "hold_release": HoldRelease, "hold_extend": HoldExtend, "proclaim": Proclaim,
+		"hold_acquire": HoldAcquire, "hold_release": HoldRelease, "hold_extend": HoldExtend, "proclaim": Proclaim, "hold_downgrade": HoldDowngrade,
 	} {
 		src := sources[s.Hash()]
 		if err := rdb.ScriptLoad(t.Context(), src).Err(); err != nil {
