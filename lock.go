@@ -246,8 +246,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	e, start := Event{Op: OpExtend, Name: l.name}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
+	sent := time.Now()
 	err := l.extend(ctx, ttl)
-	for wait := minRetry; retryExtend(ctx, l, err, wait); wait *= 2 {
+	for wait := minRetry; retryExtend(ctx, l, err, wait+2*time.Since(sent)); wait *= 2 {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -255,6 +256,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 			t.Stop()
 		}
 		if ctx.Err() == nil {
+			sent = time.Now()
 			err = l.extend(ctx, ttl)
 		}
 	}
@@ -264,14 +266,16 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // retryExtend reports whether Extend tries again after err: a Redis error
 // (the outcome unknown, each extension safe to repeat), with ctx alive and
-// the lease valid for longer than the wait before the next try.
-func retryExtend(ctx context.Context, l *Lock, err error, wait time.Duration) bool {
+// the lease valid for longer than need, the wait before the next try and
+// twice what the last one took: a retry never spends the time the caller
+// needs to act on its failure (an extension of its own, a release).
+func retryExtend(ctx context.Context, l *Lock, err error, need time.Duration) bool {
 	switch {
 	case err == nil, ctx.Err() != nil, l.c.closed.Load(),
 		errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased), errors.Is(err, ErrMaxHold), errors.Is(err, ErrInvalid):
 		return false
 	}
-	return time.Now().Add(wait).Before(l.ValidUntil())
+	return time.Now().Add(need).Before(l.ValidUntil())
 }
 
 // extend extends the lease to ttl (0: the lease time of the latest
