@@ -30,7 +30,7 @@ func adv5Live(ctx context.Context, rdb *redis.Client, key string) []string {
 	if err != nil {
 		return nil
 	}
-	return rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now.UnixMilli(), 10), Max: "+inf"}).Val()
+	return rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key, ByScore: true, Start: "(" + strconv.FormatInt(now.UnixMilli(), 10), Stop: "+inf"}).Val()
 }
 
 // Mixed k (1..N, N included) on one name, with a chaos goroutine that makes
