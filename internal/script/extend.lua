@@ -24,6 +24,8 @@ else
 end
 if KEYS[3] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
+end
+if KEYS[4] then
   redis.call('PEXPIRE', KEYS[4], ARGV[2], 'GT')
 end
 return 1
