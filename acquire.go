@@ -89,8 +89,13 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 		actx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
+	// Close waits for the wait to end, its queue entry taken out.
+	defer c.bg.Enter()()
 	a := acquisition{c: c, ctx: actx, first: ctx, l: pending, trustHandover: true}
 	l, err := a.run()
+	if err != nil && c.closed.Load() && !errors.Is(err, ErrClosed) && actx.Err() == nil {
+		err = fmt.Errorf("%w: %w", ErrClosed, err) // an attempt cut short by Close
+	}
 	if err != nil {
 		// However the wait ended, an entry of an earlier attempt may hold
 		// a place in the queue (fair mode): it leaves, or it would hold

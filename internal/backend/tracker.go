@@ -17,16 +17,23 @@ type Tracker struct {
 
 // Go runs f in a goroutine of its own, counted until f returns.
 func (t *Tracker) Go(f func()) {
+	done := t.Enter()
+	go func() {
+		defer done()
+		f()
+	}()
+}
+
+// Enter counts a call in progress until the function it returns is called:
+// an acquisition, which Close wakes, and then waits for.
+func (t *Tracker) Enter() (done func()) {
 	t.mu.Lock()
 	if t.n == 0 {
 		t.idle = make(chan struct{})
 	}
 	t.n++
 	t.mu.Unlock()
-	go func() {
-		defer t.done()
-		f()
-	}()
+	return t.done
 }
 
 func (t *Tracker) done() {
