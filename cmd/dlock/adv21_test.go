@@ -25,7 +25,7 @@ func TestAdvMaxHoldCommandOutlivesLease(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	a := dlockCmd(t, childEnv("stubborn", "REDIS_URL="+s.URL()),
-		"run", "--ttl", "1s", "--max-hold", "300ms", "--grace", "4s", "adv-cap", "--", os.Args[0], childArg)
+		"run", "--ttl", "2s", "--max-hold", "1s", "--grace", "4s", "adv-cap", "--", os.Args[0], childArg)
 	var aErr bytes.Buffer
 	a.Stderr = &aErr
 	start := time.Now()
@@ -40,11 +40,12 @@ func TestAdvMaxHoldCommandOutlivesLease(t *testing.T) {
 			<-exited
 		}
 	}()
-	// The lease ends at 400ms at the latest; the stubborn command is killed
-	// only at 300ms + 4s.
-	time.Sleep(time.Until(start.Add(1200 * time.Millisecond)))
+	// The lease ends at 1.2s at the latest; the stubborn command is killed
+	// only at 1s + 4s. (A max hold long enough for the child to start and
+	// say so on a loaded machine: at 300ms it was sometimes stopped first.)
+	time.Sleep(time.Until(start.Add(2500 * time.Millisecond)))
 	if lockHeld(rdb, "dlock:{adv-cap}") {
-		t.Log("lock still held at 1.2s")
+		t.Log("lock still held at 2.5s")
 	}
 	code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--wait", "0", "adv-cap", "--", "true"))
 	running := true
@@ -54,7 +55,7 @@ func TestAdvMaxHoldCommandOutlivesLease(t *testing.T) {
 	default:
 	}
 	if code == 0 && running {
-		t.Errorf("a second dlock run took the lock and ran its command %v after the first started, while the first's command (SIGTERM at its 300ms max hold, SIGKILL only after --grace 4s) still ran: two commands under one lock (second's stderr %q)",
+		t.Errorf("a second dlock run took the lock and ran its command %v after the first started, while the first's command (SIGTERM at its 1s max hold, SIGKILL only after --grace 4s) still ran: two commands under one lock (second's stderr %q)",
 			time.Since(start).Round(time.Millisecond), errOut)
 	}
 }
