@@ -27,7 +27,10 @@ func (c *Client) tryAcquireAs(ctx context.Context, k *kind, name string, opts []
 	e, start := Event{Op: OpAcquire, Name: name, Try: true}, time.Now()
 	ctx = c.start(ctx, k, &e)
 	l, err := c.prepare(k, name, opts, true)
-	if err == nil {
+	switch {
+	case err == nil && l.p.resume != "":
+		l, err = c.resume(ctx, l)
+	case err == nil:
 		l, err = c.tryAcquire(ctx, l)
 	}
 	c.end(ctx, &e, start, err)
@@ -78,6 +81,9 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	pending, err := c.prepare(k, name, opts, false)
 	if err != nil {
 		return nil, err
+	}
+	if pending.p.resume != "" {
+		return c.resume(ctx, pending)
 	}
 	wait := pending.p.wait
 	if wait == 0 {

@@ -13,10 +13,9 @@ import (
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
-// Client acquires locks on one Redis deployment, or on a quorum of them
-// ([NewRedlock]). It is safe for concurrent use; make one per process and share
-// it. Its lifecycle: New, calls, release the Locks, [Client.Close], then close
-// the go-redis clients.
+// Client acquires locks on one Redis deployment, or a quorum ([NewRedlock]);
+// make one per process and share it. Its lifecycle: New, calls, release the
+// Locks, [Client.Close], then close the go-redis clients.
 type Client struct {
 	*engine        // shared with its Owner Clients
 	owner   string // reentrant: the owner its acquisitions are made for (Owner)
@@ -88,12 +87,10 @@ func newNode(rdb redis.UniversalClient, o *options) (backend.Node, *pubsub.Hub) 
 	return n, pubsub.New(rdb, sharded)
 }
 
-// Close shuts the Client and its Owner Clients down, after their last call. It
-// releases nothing: a Lock still held is no longer extended and ends at its
-// validity, as a loss. Acquisitions still waiting, and later ones, fail with
-// [ErrClosed]. Close waits for the background clean-up until ctx ends
-// (returning ctx.Err()), then closes its pub/sub connections, never the
-// go-redis clients.
+// Close shuts the Client and its Owner Clients down: waiting and later
+// acquisitions fail with [ErrClosed]; held Locks are not released but no longer
+// extended. It waits for the background clean-up until ctx ends (ctx.Err()),
+// then closes its pub/sub connections, never the go-redis clients.
 func (c *Client) Close(ctx context.Context) error {
 	if !c.closed.Swap(true) {
 		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed
@@ -145,6 +142,10 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 		l.cl.Owner = c.id + "/" + owner
 	}
 	l.cl.Kind = k.lease
+	if p.resume != "" {
+		l.cl.SetToken(p.resume)
+		return l, nil
+	}
 	l.cl.SetToken(leaseToken(p.suffix))
 	return l, nil
 }
@@ -180,10 +181,9 @@ func (c *Client) Owner(owner string) (*Client, error) {
 }
 
 // Do takes the lock name as [Client.Acquire] does, runs fn, and releases it
-// when fn returns or panics. A loss cancels fn's context with a cause wrapping
-// [ErrNotHeld] (and [ErrMaxHold] at the max hold), whose Err checks the
-// validity itself: a loss shows even right after a long pause. Do returns fn's
-// error joined with the loss or the release's error.
+// when fn returns or panics. A loss cancels fn's context (cause: [ErrNotHeld],
+// [ErrMaxHold]), whose Err checks the validity itself, even after a long
+// pause. Do returns fn's error joined with the loss's or the release's.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	ferr, rerr := c.do(ctx, &c.own, name, fn, opts)
 	return joinEnded(ferr, rerr)

@@ -11,11 +11,9 @@
 //		...
 //	})
 //
-// Besides plain locks: [Client.Semaphore], [Client.RWMutex],
-// [Client.Election], [Client.AcquireAll] and [AcquireParts], reentrant locks
-// ([WithReentrant]), Redlock ([NewRedlock]) and script-free Redis users
-// ([WithoutScripts]). docs/README.md in the repository indexes the guide,
-// the guarantees, the data model, each kind, deployments and observability.
+// Besides plain locks: [Client.Semaphore], [Client.RWMutex], [Client.Election],
+// [Client.AcquireAll], [WithReentrant], [NewRedlock] and [WithoutScripts].
+// docs/README.md indexes the guide, the guarantees and the design.
 //
 // # Guarantees
 //

@@ -11,10 +11,9 @@ import (
 )
 
 // Election is a leader election on one name: candidates queue in arrival order,
-// the first leads, and leadership passes on when it resigns or its lease ends.
-// A leader paused past its TTL can act after its successor began: give
-// [Leadership.Fence] to what it writes. Safe for concurrent use. See
-// docs/election.md.
+// the first leads until it resigns or its lease ends. A leader paused past its
+// TTL can act after its successor began: give [Leadership.Fence] to what it
+// writes. Safe for concurrent use. See docs/election.md.
 type Election struct {
 	c    *Client // the Client that made it
 	k    kind    // its acquisitions: campaigns
@@ -43,8 +42,7 @@ func (e *Election) Name() string { return e.name }
 
 // Campaign waits in arrival order until this candidate leads or ctx ends; value
 // (valid as [HolderMeta], which it replaces) is what [Election.Leader] shows.
-// End the Leadership with [Leadership.Resign]. Errors are those of
-// [Client.Acquire].
+// End it with [Leadership.Resign]. Errors are those of [Client.Acquire].
 func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOption) (*Leadership, error) {
 	opts, err := e.campaignOpts(value, opts)
 	if err != nil {
@@ -102,11 +100,42 @@ func (e *Election) campaignOpts(value string, opts []LockOption) ([]LockOption, 
 // handover that gave the lease); only a grant that found the counter gone
 // leaves it to be asked for.
 func leadership(ctx context.Context, l *Lock) (*Leadership, error) {
+	if l.p.resume != "" {
+		return resumedLeadership(ctx, l)
+	}
 	fence, err := l.Fence(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return &Leadership{l: l, fence: fence}, nil
+}
+
+// resumedLeadership returns the Leadership of the resumed campaign lease
+// l: the term's fence and value are the ones in Redis, read while l holds
+// the lease (the fence counter lives as long as a leader's lease).
+func resumedLeadership(ctx context.Context, l *Lock) (*Leadership, error) {
+	st, err := l.c.b.Inspect(ctx, &l.cl.Keys)
+	switch {
+	case err != nil:
+		return nil, opError("campaign", l.name, err)
+	case st.Token != l.cl.Token:
+		err := lost(l.name, "the lock key no longer holds our token")
+		l.lose(err)
+		return nil, l.Err()
+	}
+	fence := st.Fence
+	if fence > 0 {
+		l.fenceMu.Lock()
+		l.fence = fence
+		l.fenceMu.Unlock()
+	} else if fence, err = l.Fence(ctx); err != nil { // the counter was lost (a failover): a new one, above
+		return nil, err
+	}
+	ld := &Leadership{l: l, fence: fence}
+	if st.Proclaimed {
+		ld.value = &st.Value
+	}
+	return ld, nil
 }
 
 // Leadership is one candidate's term as leader. An open Done does NOT mean it

@@ -18,7 +18,7 @@ var (
 	ErrNotHeld = errors.New("dlock: not held")
 	// ErrReleased is what Err returns after a Release.
 	ErrReleased = errors.New("dlock: released")
-	// ErrInvalid reports a bad argument or option; nothing was sent to Redis.
+	// ErrInvalid reports a bad argument or option; nothing was taken or changed.
 	ErrInvalid = errors.New("dlock: invalid argument")
 	// ErrWrongType means the name is held as another kind, or its key is foreign.
 	ErrWrongType = errors.New("dlock: lock key holds a value of another type")
@@ -46,6 +46,7 @@ type NotAcquiredError struct {
 	rw        string // a read-write lock's refusal of a read ("r") or write ("w")
 	notTaken  bool   // a multi-lock's part that no attempt found held
 	leader    bool   // a campaign's refusal: the text speaks of a candidate that leads
+	sem       bool   // a semaphore's refusal
 }
 
 // Error says who holds the lock.
@@ -58,6 +59,9 @@ func (e *NotAcquiredError) Error() string {
 	}
 	if e.Permits > 0 {
 		return fmt.Sprintf("no permit free: all %d held, or others waiting ahead", e.Permits)
+	}
+	if e.sem {
+		return "no permit free: all held, or others waiting ahead"
 	}
 	by := "held by another holder"
 	switch {
@@ -219,6 +223,7 @@ var sentinels = [...]struct{ public, backend error }{
 	{ErrNotAcquired, backend.ErrNotAcquired},
 	{ErrWrongType, backend.ErrWrongType},
 	{ErrReplicaAck, backend.ErrReplicaAck},
+	{ErrInvalid, backend.ErrInvalid},
 }
 
 // publicQuorum is the QuorumError of the backend's qe, its nodes' errors
@@ -292,6 +297,16 @@ func (p publicBackend) Proclaim(ctx context.Context, c *backend.Claim, value str
 func (p publicBackend) Fence(ctx context.Context, c *backend.Claim) (int64, error) {
 	f, err := p.b.Fence(ctx, c)
 	return f, publicErr(err)
+}
+
+func (p publicBackend) Seq(ctx context.Context, c *backend.Claim) (int64, error) {
+	n, err := p.b.Seq(ctx, c)
+	return n, publicErr(err)
+}
+
+func (p publicBackend) Permits(ctx context.Context, k *backend.Keys, op string, v, size int) (backend.PermitSize, error) {
+	ps, err := p.b.Permits(ctx, k, op, v, size)
+	return ps, publicErr(err)
 }
 
 func (p publicBackend) Inspect(ctx context.Context, k *backend.Keys) (backend.State, error) {

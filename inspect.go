@@ -83,9 +83,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	return infoOf(name, st), nil
 }
 
-// ForceRelease deletes the lock name and every hold of it, and reports whether
-// there was one; a live holder overlaps the next until its next extension finds
-// it gone. [ErrWrongType] for a foreign key.
+// ForceRelease deletes the lock name and its holds, reporting whether there were
+// any; a live holder overlaps the next until it extends. [ErrWrongType]: foreign.
 func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	k, err := c.check(name)
 	if err != nil {

@@ -16,10 +16,9 @@ import (
 // This file holds what one acquisition asks for: the per-call options
 // (LockOption), and the holder metadata that the lease's token carries.
 
-// LockOption configures one acquisition and its lease: [LeaseTTL],
-// [HolderMeta], [MaxHold] or [MaxWait]. Every call that acquires takes them,
-// except that a campaign refuses HolderMeta. An invalid option fails the call
-// with [ErrInvalid] before anything is sent.
+// LockOption configures one acquisition: [LeaseTTL], [HolderMeta], [MaxHold],
+// [MaxWait] or [Resume]. An invalid one fails the call with [ErrInvalid] before
+// anything is sent.
 type LockOption interface {
 	applyLease(*lease)
 }
@@ -34,6 +33,7 @@ func (l LeaseOption) applyLease(p *lease) { l.set(p) }
 
 func (l LeaseOption) applyOption(o *options) {
 	l.set(&o.lease)
+	o.lease.metaSet = false // a default, not this call's
 	if o.lease.err != "" {
 		o.invalid("%s", o.lease.err)
 		o.lease.err = ""
@@ -54,7 +54,9 @@ type lease struct {
 	meta    string        // the holder metadata
 	suffix  string        // what the token carries of it: "." and meta escaped, or ""
 
-	ttlSet, waitSet bool // LeaseTTL, MaxWait were given for this call
+	ttlSet, waitSet bool   // LeaseTTL, MaxWait were given for this call
+	metaSet         bool   // HolderMeta was given for this call
+	resume          string // Resume's token: take over that lease instead of a new one
 	// waitAll is, for a part of an AcquireAll with a wait bound, that bound:
 	// wait is what is left of it (partWait).
 	waitAll time.Duration
@@ -108,8 +110,37 @@ func HolderMeta(meta string) LeaseOption {
 			p.invalid("HolderMeta(%q): %s", meta, why)
 			return
 		}
-		p.meta, p.suffix = meta, metaSuffix(meta)
+		p.meta, p.suffix, p.metaSet = meta, metaSuffix(meta), true
 	}}
+}
+
+// Resume makes the call take over the live lease of token (a [Lock.Token],
+// perhaps another process's), extended to the call's lease time, with a
+// watchdog and loss signal of its own; [ErrNotHeld] if it ended. Its fence is
+// issued anew, above the old (a leadership keeps its term's). See docs/resume.md.
+func Resume(token string) LockOption {
+	return lockOption(func(p *lease) {
+		if why := badToken(token); why != "" {
+			p.invalid("Resume(%q): %s", token, why)
+			return
+		}
+		p.resume = token
+	})
+}
+
+// badToken says why token is not a lease token (see leaseToken), or
+// returns "".
+func badToken(token string) string {
+	random, suffix, _ := strings.Cut(token, string(metaSep))
+	if len(random) != 22 || strings.ContainsFunc(random, func(r rune) bool {
+		return !('A' <= r && r <= 'Z' || 'a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '-' || r == '_')
+	}) {
+		return "not a lease token: 22 base64url characters, then '.' and the metadata if any"
+	}
+	if strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }) {
+		return "not a lease token: its metadata part holds a character a token never does"
+	}
+	return ""
 }
 
 // MaxHold caps how long a lease may be held (default 0: no cap; per call, 0
@@ -158,6 +189,12 @@ func (c *Client) leaseFor(op, name string, opts []LockOption, try bool) (lease, 
 		p.invalid("LeaseTTL(%v): the TTL must be above the drift margin (%v)", p.ttl, c.opts.driftFor(p.ttl))
 	case p.ttlSet && c.opts.nodeTimeout > 0 && p.ttl <= c.opts.nodeTimeout:
 		p.invalid("LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", p.ttl, c.opts.nodeTimeout)
+	case p.resume != "" && c.opts.reentrant:
+		p.invalid("Resume: a reentrant Client's holds belong to its owners, not to a token")
+	case p.resume != "" && p.metaSet && p.suffix != suffixOf(p.resume):
+		p.invalid("Resume: the metadata is the token's (%q), not %q", metaOf(p.resume), p.meta)
+	case p.resume != "":
+		p.meta, p.suffix = metaOf(p.resume), suffixOf(p.resume)
 	}
 	if p.err != "" {
 		return lease{}, fmt.Errorf("%w: %s %q: %s", ErrInvalid, op, name, p.err)
@@ -237,6 +274,15 @@ func metaOf(token string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// suffixOf returns what token carries of its metadata: "" or '.' and the
+// escaped metadata.
+func suffixOf(token string) string {
+	if i := strings.IndexByte(token, metaSep); i >= 0 {
+		return token[i:]
+	}
+	return ""
 }
 
 func isHex(c byte) bool {

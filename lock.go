@@ -161,11 +161,10 @@ func (l *Lock) Deadline() (time.Time, bool) {
 	return l.capAt, !l.capAt.IsZero()
 }
 
-// Fence returns the lease's fencing token, above every fence issued before for
-// the name while Redis's clock does not step back by over a minute (a day over
-// a quorum). Redis issues it on the first call, only while the lease holds the
-// lock ([ErrNotHeld]). Fences are large (server time in µs, ~1.8e15): store
-// them as 64-bit integers.
+// Fence returns the lease's fencing token, issued on the first call while the
+// lease holds the lock ([ErrNotHeld]): above every earlier fence of the name
+// unless Redis's clock steps back over a minute (a day over a quorum). Fences
+// are server time in µs (~1.8e15): store them as 64-bit integers.
 func (l *Lock) Fence(ctx context.Context) (int64, error) {
 	l.fenceMu.Lock()
 	defer l.fenceMu.Unlock()
@@ -370,9 +369,8 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 	}
 }
 
-// Release gives the lock up; it is idempotent. [ErrNotHeld] if the lock was
-// lost first; on Redis's error the lease expires within its TTL, and Release
-// may be retried. Pass a context that is not cancelled.
+// Release gives the lock up, idempotently; [ErrNotHeld] if it was lost first.
+// On Redis's error the lease expires within its TTL; Release may be retried.
 func (l *Lock) Release(ctx context.Context) error {
 	select {
 	case l.relSem <- struct{}{}: // none under way (a done ctx still stops the watchdog below)

@@ -89,7 +89,7 @@ type semaphorePermits int
 
 func (semaphorePermits) acquireOp() string             { return "acquire" }
 func (semaphorePermits) releaseOp() string             { return "release" }
-func (n semaphorePermits) refused(e *NotAcquiredError) { e.Permits = int(n) }
+func (n semaphorePermits) refused(e *NotAcquiredError) { e.Permits, e.sem = int(n), true }
 func (semaphorePermits) namesNoHolder() bool           { return true }
 func (semaphorePermits) words() kindWords              { return kindWords{"semaphores", "a semaphore", "keep", ""} }
 

@@ -16,9 +16,8 @@ import (
 // This file is the multi-lock: several names taken all or nothing, in one
 // global order, and held behind one handle.
 
-// MultiLock is a set of locks held together ([Client.AcquireAll]), each a
-// [Lock] with its own lease and fence; safe for concurrent use. Done closes when
-// one is lost, the others held until Release (one released alone counts as lost).
+// MultiLock is locks held together ([Client.AcquireAll]), each a [Lock] with
+// its own lease and fence. Done closes when one is lost (or released alone).
 type MultiLock struct {
 	parts []*Lock // in the order the names were given
 	order []*Lock // in acquisition order: by name, byte by byte
@@ -116,6 +115,9 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 		q, err := part.Client.leaseFor("acquire", part.Name, opts, try)
 		if err != nil {
 			return nil, err
+		}
+		if q.resume != "" {
+			return nil, fmt.Errorf("%w: acquire %q: Resume names one lease, not a multi-lock's", ErrInvalid, part.Name)
 		}
 		if i == 0 {
 			p = q

@@ -1,9 +1,8 @@
 package dlock
 
 // WithoutScripts makes the Client run no Lua scripts, for Redis users that may
-// not. Plain locks keep their guarantees at three or four round trips per
-// operation, waiting unfairly; reentrant locks, semaphores, read-write locks,
-// elections and quorums are refused. See docs/deployments.md.
+// not: plain locks keep their guarantees at 3–4 round trips an operation,
+// waiting unfairly; other kinds are refused. See docs/deployments.md.
 func WithoutScripts() Option {
 	return option(func(o *options) { o.noScripts = true })
 }

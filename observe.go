@@ -35,9 +35,8 @@ type Event struct {
 }
 
 // Observer watches a Client's operations; any field may be nil. Its functions
-// run on the operation's path, from many goroutines at once, and must not
-// block; a panic in one is dropped. [SlogObserver], extra/dlockotel and
-// extra/dlockprom are built on it.
+// run on the operation's path, concurrently, and must not block; a panic in one
+// is dropped. [SlogObserver], extra/dlockotel and extra/dlockprom use it.
 type Observer struct {
 	// Start is called as an operation begins; its calls use what it returns.
 	Start func(ctx context.Context, e *Event) context.Context

@@ -96,9 +96,8 @@ func apply(opts []Option) options {
 // MinTTL is the shortest lease time accepted, by LeaseTTL and Lock.Extend.
 const MinTTL = 30 * time.Millisecond
 
-// WithAutoExtend turns the watchdog on (the default) or off. On, a held Lock is
-// extended every TTL/3 until released or lost; off, its lease ends at its TTL
-// unless [Lock.Extend] is called.
+// WithAutoExtend turns the watchdog (extending a held Lock every TTL/3) on, the
+// default, or off: a lease then ends at its TTL unless [Lock.Extend] is called.
 func WithAutoExtend(on bool) Option {
 	return option(func(o *options) { o.autoExtend = on })
 }
@@ -115,9 +114,8 @@ func WithPrefix(prefix string) Option {
 	})
 }
 
-// WithDrift sets the margin taken off every lease's validity for clock-rate
-// differences: a lease taken at t is valid until t + TTL − d. The default is
-// TTL/100 + 2ms; d must be ≥ 0 and below the TTL.
+// WithDrift sets the margin d for clock-rate differences: a lease taken at t is
+// valid until t + TTL − d (default TTL/100 + 2ms; 0 ≤ d < TTL).
 func WithDrift(d time.Duration) Option {
 	return option(func(o *options) {
 		if d < 0 {
@@ -128,11 +126,10 @@ func WithDrift(d time.Duration) Option {
 	})
 }
 
-// WithUnfair makes waiters unfair: a released lock goes to whichever waiter
-// asks first, so one may starve; waiters also poll on b (nil:
-// ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff)). The default is
-// fair: arrival order. Reentrant locks, a quorum and [WithoutScripts] always
-// wait unfairly, on b. All clients of a name must wait the same way.
+// WithUnfair makes waiters unfair (the default is arrival order): whoever asks
+// first after a release wins, polling on b (nil: ExponentialBackoff(
+// DefaultMinBackoff, DefaultMaxBackoff)). Reentrant locks, a quorum and
+// [WithoutScripts] always wait so. All clients of a name must wait alike.
 func WithUnfair(b Backoff) Option {
 	return option(func(o *options) {
 		o.fair = false
@@ -151,18 +148,16 @@ func init() {
 }
 
 // WithReentrant makes the Client's locks reentrant (default off): an owner
-// ([Client.Owner]) re-enters a lock it holds, which is free once it released
-// every hold. Use one kind per name ([ErrWrongType]). Reentrant locks wait
-// unfairly; NewRedlock and WithoutScripts refuse them.
+// ([Client.Owner]) re-enters a lock it holds, free once it released every
+// hold. They wait unfairly; NewRedlock and WithoutScripts refuse them.
 func WithReentrant(on bool) Option {
 	return option(func(o *options) { o.reentrant = on })
 }
 
-// WithReplicaAck makes acquisitions and extensions wait until n replicas
-// acknowledged them, for at most timeout (default n = 0); an acquisition not
-// acknowledged is undone and fails with [ErrReplicaAck] and [ErrNotAcquired].
-// It narrows, but does NOT close, a failover's window. NewRedlock refuses n >
-// 0.
+// WithReplicaAck makes acquisitions and extensions wait up to timeout for n
+// replicas' acknowledgement (default n = 0); one not acknowledged is undone
+// ([ErrReplicaAck], [ErrNotAcquired]). It narrows, but does NOT close, a
+// failover's window.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return option(func(o *options) {
 		if n < 0 || (n > 0 && timeout <= 0) {

@@ -12,13 +12,11 @@ import (
 )
 
 // NewRedlock returns a Client whose locks are held on a majority of N
-// independent Redis masters (Redlock; N odd; docs/deployments.md). Each
-// operation runs on every node at once, waiting at most nodeTimeout for each
-// (0: TTL/50, at least 5ms); an acquisition holds when a majority granted it
-// with time left, else it is undone everywhere. A node without persistence
-// must stay down for a TTL after a restart. It waits unfairly; it refuses
-// ([ErrInvalid]) reentrant locks, semaphores, read-write locks, elections,
-// WithReplicaAck(n > 0), WithoutScripts and no nodes.
+// independent Redis masters (Redlock, N odd: docs/deployments.md), waiting at
+// most nodeTimeout for each (0: TTL/50, ≥ 5ms); an acquisition short of a
+// majority is undone everywhere. A node without persistence must stay down a
+// TTL after a restart. It waits unfairly; other kinds, WithReplicaAck(n > 0),
+// WithoutScripts and no nodes are [ErrInvalid].
 func NewRedlock(nodes []redis.UniversalClient, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
 	switch {
 	case len(nodes) == 0:

@@ -8,9 +8,8 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// RWMutex is a distributed read-write lock (docs/rwmutex.md): many readers of a
-// name, or one writer, each hold a [*Lock] with a lock's guarantees, queued in
-// arrival order so that a writer does not starve. Safe for concurrent use.
+// RWMutex is a read-write lock (docs/rwmutex.md): many readers or one writer,
+// each hold a [*Lock], queued in arrival order. Safe for concurrent use.
 type RWMutex struct {
 	name   string
 	c      *Client // the Client that made it, for Holders

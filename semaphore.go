@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -9,43 +10,76 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// Semaphore is a distributed counting semaphore: at most N permits of a name
-// held at once, each a [*Lock], granted in arrival order. NOT guaranteed: a
-// holder paused past its TTL can act beside N others, and fences cannot prevent
-// that. Safe for concurrent use. See docs/semaphore.md.
+// Semaphore is a counting semaphore: at most N permits of a name held at once,
+// each a [*Lock], granted in arrival order. NOT guaranteed: a holder paused past
+// its TTL can act beside N others. Safe for concurrent use. docs/semaphore.md.
 type Semaphore struct {
 	c       *Client // the Client that made it
 	k       kind    // its acquisitions: permits
 	name    string
 	permits int
+	keys    backend.Keys
 }
 
-// Semaphore returns the semaphore name with N = permits; [ErrInvalid] for a bad
-// name, permits outside [1, math.MaxInt32], or a quorum, reentrant or
-// script-free Client.
+// Semaphore returns the semaphore name of N = permits, or of the size kept in
+// Redis if any ([Semaphore.TrySetPermits]; 0: none granted until then).
+// [ErrInvalid] for a bad name or N, or a quorum, reentrant or script-free Client.
 func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	switch {
-	case permits < 1:
-		return nil, fmt.Errorf("%w: Semaphore(%q, %d): need at least 1 permit", ErrInvalid, name, permits)
-	case permits > math.MaxInt32:
-		return nil, fmt.Errorf("%w: Semaphore(%q, %d): at most %d permits", ErrInvalid, name, permits, math.MaxInt32)
+	if permits < 0 || permits > math.MaxInt32 {
+		return nil, fmt.Errorf("%w: Semaphore(%q, %d): permits must be 0 (the size kept in Redis) to %d", ErrInvalid, name, permits, math.MaxInt32)
 	}
 	// A permit's waiters queue, whatever WithUnfair says.
 	k := kind{mode: modeSemaphore, fair: true, lease: backend.Permits(permits), role: semaphorePermits(permits)}
 	if err := c.carries(&k, fmt.Sprintf("Semaphore(%q, %d)", name, permits)); err != nil {
 		return nil, err
 	}
-	return &Semaphore{c: c, k: k, name: name, permits: permits}, nil
+	return &Semaphore{c: c, k: k, name: name, permits: permits, keys: backend.KeysFor(c.opts.prefix, name)}, nil
 }
 
 // Name returns the semaphore's name.
 func (s *Semaphore) Name() string { return s.name }
 
-// Permits returns N.
+// Permits returns the N it was made with.
 func (s *Semaphore) Permits() int { return s.permits }
+
+// TrySetPermits keeps N = n in Redis for every caller, unless a size is kept
+// already (false). n must be in [1, math.MaxInt32].
+func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
+	if n < 1 || n > math.MaxInt32 {
+		return false, fmt.Errorf("%w: TrySetPermits(%d) of %q: need 1 to %d", ErrInvalid, n, s.name, math.MaxInt32)
+	}
+	ps, err := s.c.b.Permits(ctx, &s.keys, "set", n, s.permits)
+	if err != nil {
+		return false, opError("set permits", s.name, err)
+	}
+	return ps.Changed, nil
+}
+
+// AddPermits adds delta (< 0: takes away) to the size kept in Redis, or to N if
+// none is, and returns it; holds above a shrunk size stay. [ErrInvalid]: < 1.
+func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
+	if delta < -math.MaxInt32 || delta > math.MaxInt32 {
+		return 0, fmt.Errorf("%w: AddPermits(%d) of %q: out of range", ErrInvalid, delta, s.name)
+	}
+	ps, err := s.c.b.Permits(ctx, &s.keys, "add", delta, s.permits)
+	if err != nil {
+		return 0, opError("add permits", s.name, err)
+	}
+	return ps.Size, nil
+}
+
+// Available returns the size (kept in Redis, else N) less the permits held:
+// below 0 while holds above a shrunk size last.
+func (s *Semaphore) Available(ctx context.Context) (int, error) {
+	ps, err := s.c.b.Permits(ctx, &s.keys, "get", 0, s.permits)
+	if err != nil {
+		return 0, opError("available", s.name, err)
+	}
+	return ps.Size - ps.Held, nil
+}
 
 // TryAcquire makes one attempt to take a permit, as [Client.TryAcquire] does:
 // it succeeds if fewer than N are held and nobody waits.
@@ -58,11 +92,11 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Lock, err
 	return s.c.acquireAs(ctx, &s.k, s.name, opts)
 }
 
-// AcquireN takes n permits at once (1 ≤ n ≤ N) as one [*Lock], in arrival
-// order: later callers never pass a waiter for n.
+// AcquireN takes n permits at once (1 ≤ n ≤ N, and the size kept) as one
+// [*Lock], in arrival order: later callers never pass a waiter for n.
 func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*Lock, error) {
-	if n < 1 || n > s.permits {
-		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q of %d permits: need 1 to %d", ErrInvalid, n, s.name, s.permits, s.permits)
+	if most := cmp.Or(s.permits, math.MaxInt32); n < 1 || n > most {
+		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q of %d permits: need 1 to %d", ErrInvalid, n, s.name, s.permits, most)
 	}
 	k := s.k
 	if n > 1 {

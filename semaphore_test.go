@@ -594,7 +594,6 @@ func TestSemaphoreBadInput(t *testing.T) {
 		sem     string
 		permits int
 	}{
-		{"zero permits", plain, "s", 0},
 		{"negative permits", plain, "s", -1},
 		{"too many permits", plain, "s", int(tooMany)},
 		{"empty name", plain, "", 2},

@@ -35,6 +35,10 @@ type Keys struct {
 // only elections use it.
 func (k *Keys) ValueKey() string { return k.Lock + ":v" }
 
+// SizeKey is the key of a semaphore's size kept in Redis (permits.lua),
+// made only when a size is stored.
+func (k *Keys) SizeKey() string { return k.Lock + ":n" }
+
 // KeysFor returns the keys of the lock name under prefix.
 func KeysFor(prefix, name string) Keys {
 	// One allocation for all five names: "<base>:fence<base>:qw<base>:ch".
@@ -166,6 +170,10 @@ type Backend interface {
 	// Fence issues the fencing token of the lease c, if it holds the lock:
 	// greater than every fence issued for the name before (0: not held).
 	Fence(ctx context.Context, c *Claim) (int64, error)
+	// Seq returns the sequence number of the last ordered extension
+	// applied to the lease c (0: none), or -1 if c's lease was ended; a
+	// Lock that resumes the lease numbers its extensions above it.
+	Seq(ctx context.Context, c *Claim) (int64, error)
 	Inspect(ctx context.Context, k *Keys) (State, error)
 	// Undo ends the lease c may hold, or come to hold (see Release), on
 	// every node; it fails if a node could not be reached, so that the undo
@@ -204,6 +212,9 @@ type Backend interface {
 	// Proclaim sets the value the leader of the campaign lease c shows,
 	// within its term (see proclaim.lua); false if c no longer holds the lock.
 	Proclaim(ctx context.Context, c *Claim, value string) (bool, error)
+	// Permits reads or changes the size of the semaphore k kept in Redis
+	// (see Node.Permits).
+	Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error)
 	// Carries reports whether the backend serves leases of the kind k (nil:
 	// its own locks, which every backend serves): nil if it does, or why
 	// not, one of ErrOverQuorum, ErrReentrantNode or ErrNeedsScripts.
@@ -550,12 +561,56 @@ func (n Node) Proclaim(ctx context.Context, c *Claim, value string) (bool, error
 	return v == 1, nil
 }
 
+// Permits runs permits.lua on the semaphore k: op "get", "set" (to v,
+// unless a size is stored) or "add" (v); n is the caller's N, the size
+// while none is stored.
+func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error) {
+	r, err := n.run(ctx, script.Permits, []string{k.Lock, k.SizeKey(), k.Queue}, op, v, size, k.Channel, n.pub).Int64Slice()
+	if err != nil {
+		return PermitSize{}, RedisErr(err)
+	}
+	if len(r) != 3 {
+		return PermitSize{}, fmt.Errorf("permits.lua: unexpected reply %v", r)
+	}
+	return PermitSize{Size: int(r[0]), Held: int(r[1]), Changed: r[2] == 1}, nil
+}
+
+// PermitSize is a semaphore's size as permits.lua read or left it.
+type PermitSize struct {
+	Size, Held int  // the size, and the permits held
+	Changed    bool // the call changed the stored size
+}
+
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
 	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence}, c.HolderID(), n.fenceMS, n.kind(c).shape()).Int64()
 	if err != nil {
 		return 0, RedisErr(err)
 	}
 	return f, nil
+}
+
+func (n Node) Seq(ctx context.Context, c *Claim) (int64, error) {
+	mark, err := n.rdb.Do(ctx, "get", c.Rev).Text()
+	switch {
+	case err == redis.Nil:
+		return 0, nil
+	case err != nil:
+		return 0, RedisErr(err)
+	}
+	return seqOf(mark), nil
+}
+
+// seqOf reads a lease's marker (see lib.lua): "e<n>" gives n, "1" or "0"
+// (ended) -1, anything else 0.
+func seqOf(mark string) int64 {
+	switch {
+	case mark == "0", mark == "1":
+		return -1
+	case strings.HasPrefix(mark, "e"):
+		n, _ := strconv.ParseInt(mark[1:], 10, 64)
+		return max(n, 0)
+	}
+	return 0
 }
 
 func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
@@ -693,6 +748,10 @@ func RedisErr(err error) error {
 	}
 	if denied := scriptingDenied(err); denied != nil {
 		return denied
+	}
+	if errors.As(err, &rerr) && (strings.HasPrefix(err.Error(), "DLOCK_TOOMANY ") || strings.HasPrefix(err.Error(), "DLOCK_RANGE ")) {
+		_, msg, _ := strings.Cut(wrongTypeDetail(err.Error()), " ")
+		return Because(ErrInvalid, msg, err)
 	}
 	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") && !errors.Is(err, ErrWrongType) {
 		return Because(ErrWrongType, wrongTypeDetail(err.Error()), err)

@@ -13,6 +13,7 @@ var (
 	ErrNotAcquired = errors.New("dlock: not acquired")
 	ErrWrongType   = errors.New("dlock: lock key holds a value of another type")
 	ErrReplicaAck  = errors.New("dlock: not acknowledged by enough replicas")
+	ErrInvalid     = errors.New("dlock: invalid argument")
 )
 
 // detailed is an error with a text of its own that errors.Is and errors.As

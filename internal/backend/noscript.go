@@ -463,6 +463,11 @@ func (n NoScripts) Proclaim(context.Context, *Claim, string) (bool, error) {
 	return false, ErrNeedsScripts
 }
 
+// Permits is refused: semaphores need scripts.
+func (n NoScripts) Permits(context.Context, *Keys, string, int, int) (PermitSize, error) {
+	return PermitSize{}, ErrNeedsScripts
+}
+
 // Inspect reads the lock's state as inspect.lua does, in one MULTI.
 
 func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {

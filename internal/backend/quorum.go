@@ -281,6 +281,31 @@ func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
 	return fence, nil
 }
 
+// Seq is the highest of a majority's answers: -1 only if a majority says
+// the lease was ended.
+func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, error) {
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (int64, error) { return n.Seq(ctx, c) },
+		majority(q, func(int64) bool { return true }))
+	errs := make([]error, len(res))
+	answered, _ := tally(res, func(int64) bool { return true }, errs)
+	if answered < q.need() {
+		return 0, &QuorumError{Op: "resume", Held: answered, Need: q.need(), Nodes: errs}
+	}
+	var seq, ended int64
+	for _, r := range res {
+		if r.ok && r.err == nil {
+			seq = max(seq, r.v)
+			if r.v < 0 {
+				ended++
+			}
+		}
+	}
+	if ended >= int64(q.need()) {
+		return -1, nil
+	}
+	return max(seq, 0), nil
+}
+
 func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) { return n.Extend(ctx, c, ttl, seq) },
 		majority(q, func(ok bool) bool { return ok }))
@@ -467,6 +492,10 @@ func (q *Quorum) Downgrade(context.Context, *Claim) (bool, error) { return false
 
 // Proclaim is refused: a quorum carries no elections.
 func (q *Quorum) Proclaim(context.Context, *Claim, string) (bool, error) { return false, ErrOverQuorum }
+
+func (q *Quorum) Permits(context.Context, *Keys, string, int, int) (PermitSize, error) {
+	return PermitSize{}, ErrOverQuorum
+}
 
 // Inspect reports what a majority of nodes agree on: the holder, the
 // shortest remaining lease among them, and the highest fence.

@@ -28,7 +28,7 @@ func PermitsAtOnce(permits, w int) Kind { return permit{n: permits, w: w} }
 type permit struct{ n, w int }
 
 func (p permit) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	cmd, acks := n.acked(ctx, script.HoldAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+	cmd, acks := n.acked(ctx, script.HoldAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.SizeKey()},
 		p.args(c.Token, ttl.Milliseconds(), queueFlag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, p.n)...)
 	return n.queuedGrant(cmd, acks)
 }
@@ -38,7 +38,7 @@ func (p permit) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration,
 }
 
 func (p permit) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.SizeKey()},
 		p.args(c.Token, c.Token, c.Channel, n.pub, window, n.fenceMS)...)
 }
 

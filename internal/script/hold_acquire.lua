@@ -16,6 +16,8 @@
 --         "r:<token>" or "w:<token>")
 -- ARGV[9] (a semaphore's) how many permits the hold takes at once, w: its
 --         members are the token and "<token> 2" to "<token> w" (absent: 1)
+-- KEYS[6] (a semaphore's) the size kept in Redis (permits.lua): when it is
+--         there, it is N for every caller, whatever N they ask with
 -- A permit is granted while fewer than the caller's N are held (by anyone,
 -- whatever N they asked with); a read while no write is held; a write while
 -- nothing is; and each only if no live waiter is ahead of the caller: a
@@ -28,14 +30,21 @@
 -- if none is held), as one integer.
 -- Errors: REVOKED if this hold's lease was already ended (nothing is
 -- written, no queue entry made); WRONGTYPE if the key holds another kind
--- (nothing is written).
+-- (nothing is written); DLOCK_TOOMANY if the hold asks more permits than
+-- the stored size (nothing is written, a queue entry of the caller's
+-- stays for its undo to take out).
 local token, ttl, what = ARGV[1], tonumber(ARGV[2]), ARGV[8]
 local n, w = tonumber(what), tonumber(ARGV[9]) or 1
 local member = n and token or (what .. ':' .. token)
 -- One EXISTS over the marker and the queue: on the common path (this hold
 -- never ended, nobody queued, nobody else holds) the hold is added, the
 -- live ones counted and the key's expiry set, and nothing else.
-local quiet = redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
+local quiet
+if KEYS[6] then -- a semaphore: a stored size takes the way below, which reads it
+  quiet = w <= n and redis.call('EXISTS', KEYS[5], KEYS[3], KEYS[6]) == 0
+else
+  quiet = redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) -- as now_ms in lib.lua
 local added -- 1 when added below as the set's possibly only member
@@ -96,8 +105,13 @@ end
 local a = {ARGV[5], ARGV[6], ARGV[7]}
 local head, admitted
 if n then
+  local size = stored_size(KEYS[6])
+  if size and w > size then
+    return redis.error_reply(string.format('DLOCK_TOOMANY asks %d permits of a semaphore whose stored size is %d', w, size))
+  end
+  n = size or n
   local held
-  held, head = serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), token, a)
+  held, head = serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), token, a, size)
   admitted = held + w <= n
 else
   head = rw_serve_queue(KEYS, now, token, a)

@@ -10,6 +10,7 @@
 -- ARGV[5] how long the revocation marker lives, in ms
 -- ARGV[6] how long the fence counter lives, in ms (the fence window)
 -- ARGV[7] (a semaphore's) how many permits the hold has, w (absent: 1)
+-- KEYS[6] (a semaphore's) its size kept in Redis, if any (permits.lua)
 -- Grants (serve_holds) are announced as "<token> <fence>". Nothing is
 -- announced when nobody queued: the kinds' waiters are all in the queue.
 -- Returns 1 if the hold was ours (it is now given back; also for a re-sent
@@ -56,7 +57,7 @@ do
     if string.sub(ARGV[1], 2, 2) == ':' then
       rw_serve_queue(KEYS, now, nil, a)
     else
-      serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), nil, a)
+      serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), nil, a, stored_size(KEYS[6]))
     end
     expire_with_last(KEYS[1])
   end

@@ -246,19 +246,30 @@ end
 
 -- serve_queue serves a semaphore's queue (see serve_holds): its waiters'
 -- entries end in their N, and ":<w>" when they want w permits at once; a
--- waiter gets its w while that leaves no more than its own N held. held is
--- the number of live permits; it returns the number held now and the
+-- waiter gets its w while that leaves no more than its own N held, or the
+-- size stored in Redis if there is one (size, else nil): a waiter that
+-- wants more than that size is dropped (its next attempt is refused). held
+-- is the number of live permits; it returns the number held now and the
 -- waiter left at the head.
-local function serve_queue(k, now, held, me, a)
+local function serve_queue(k, now, held, me, a, size)
   local head, granted = serve_holds(k, now, me, a, function(x, head, granted)
     local n, w = string.match(x, '^(%d+):?(%d*)$')
-    n, w = tonumber(n), tonumber(w) or 1
-    if not n then
+    n, w = size or tonumber(n), tonumber(w) or 1
+    if not n or (size and w > size) then
       return nil
     end
     return held + granted + w <= n and head, w
   end)
   return held + granted, head
+end
+
+-- stored_size returns the size of the semaphore kept at key (permits.lua),
+-- or nil when none is stored (or key is absent: a read-write lock's call).
+local function stored_size(key)
+  if not key then
+    return nil
+  end
+  return tonumber(redis.call('GET', key) or '')
 end
 
 -- is_rw reports whether the sorted set at key is a read-write lock (see

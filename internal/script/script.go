@@ -49,6 +49,8 @@ var (
 	proclaimSrc string
 	//go:embed hold_downgrade.lua
 	holdDowngradeSrc string
+	//go:embed permits.lua
+	permitsSrc string
 )
 
 // The scripts, run with EVALSHA. The backend loads them into a server's
@@ -82,6 +84,8 @@ var (
 
 	// A leader's value, changed within its term (election.go).
 	Proclaim = withLib(proclaimSrc)
+	// A semaphore's size kept in Redis: read, set once, grown or shrunk.
+	Permits = withLib(permitsSrc)
 )
 
 // libHere is the line of a script after which the functions of lib.lua

@@ -1,0 +1,40 @@
+-- permits.lua: read or change a semaphore's size kept in Redis.
+-- KEYS[1] the set (see lib.lua)   KEYS[2] the size key   KEYS[3] the queue
+-- ARGV[1] what to do: 'get'; 'set' stores ARGV[2] unless a size is stored;
+--         'add' adds ARGV[2] (negative: takes away) to the stored size, or
+--         to ARGV[3] when none is stored
+-- ARGV[3] the caller's N: the size while none is stored
+-- ARGV[4] release channel   ARGV[5] publish command: PUBLISH or SPUBLISH
+-- The size key has no expiry: it is the semaphore's configuration, not a
+-- lease's state. Holds above a size that shrank keep their permits until
+-- they end; none is granted until fewer than the size are held. A change
+-- wakes the waiters, if any, with '*' (see internal/pubsub): a bigger size
+-- may admit them, a smaller one refuses those who ask more than it.
+-- Returns {size, held, changed}: the size after the call, the permits
+-- held now (live members of the set), 1 if the call changed the size.
+-- Errors: WRONGTYPE if the set is another kind's (nothing is written);
+-- DLOCK_RANGE if 'add' would leave the size outside [1, 2^31-1] (nothing
+-- is written).
+local now = now_ms()
+local held = redis.pcall('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+if type(held) ~= 'number' or is_rw(KEYS[1]) then
+  return not_hold_kind(KEYS[1], 1)
+end
+local stored = tonumber(redis.call('GET', KEYS[2]) or '')
+local size, changed = stored or tonumber(ARGV[3]), 0
+if ARGV[1] == 'set' and not stored then
+  size, changed = tonumber(ARGV[2]), 1
+elseif ARGV[1] == 'add' then
+  size = size + tonumber(ARGV[2])
+  if size < 1 or size > 2147483647 then
+    return redis.error_reply(string.format('DLOCK_RANGE the size would be %d, outside 1 to 2147483647', size))
+  end
+  changed = 1
+end
+if changed == 1 then
+  redis.call('SET', KEYS[2], string.format('%d', size))
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    redis.call(ARGV[5], ARGV[4], '*')
+  end
+end
+return {size, held, changed}

@@ -1,0 +1,47 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlockio/dlock/internal/backend"
+)
+
+// resumeGap is how far above the last ordered extension that Redis applied
+// to a lease its resumed Lock numbers its own: copies of the old holder's
+// extensions still in flight carry lower numbers, so none of them can undo
+// one of the new holder's, nor be mistaken for it.
+const resumeGap = 1 << 20
+
+// resume takes over the live lease whose token the pending Lock l carries
+// (see Resume): one ordered extension to the call's lease time, which
+// also checks that the lease is still l's kind of hold. Its errors are
+// those of a TryAcquire, and ErrNotHeld when the lease has ended.
+func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
+	op := l.k.acquireOp()
+	if err := c.b.Prepare(ctx, l.cl); err != nil {
+		return nil, opError(op, l.name, err)
+	}
+	seq, err := c.b.Seq(ctx, l.cl)
+	switch {
+	case err != nil:
+		return nil, opError(op, l.name, err)
+	case seq < 0:
+		return nil, opError(op, l.name, backend.Because(ErrNotHeld, "the lease of that token was ended"))
+	}
+	seq += resumeGap
+	sent := time.Now()
+	t := l.terms(sent, l.p.ttl, l.capFrom(sent))
+	ok, err := c.b.Extend(ctx, l.cl, t.ask, seq)
+	switch {
+	case err != nil:
+		return nil, opError(op, l.name, err)
+	case !ok:
+		return nil, opError(op, l.name, backend.Because(ErrNotHeld, "no live lease of that token here: it ended, or it is another kind's hold"))
+	case !time.Now().Before(t.until):
+		return nil, opError(op, l.name, backend.Because(ErrNotHeld, errTooSlow.Error()))
+	}
+	l.extSeq, l.ordered = seq, true
+	l.activate(0, l.p.ttl, t)
+	return l, nil
+}

@@ -1,0 +1,278 @@
+package dlock_test
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// A size kept in Redis is set once, and then it is N for every caller,
+// whatever N they were made with.
+func TestSemaphoreSizeKeptInRedis(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	s2, _ := c.Semaphore("kept", 2)
+	s9, _ := c.Semaphore("kept", 9)
+	if n, err := s2.Available(ctx); err != nil || n != 2 {
+		t.Fatalf("Available before a size is kept = %d, %v; want the Semaphore's N, 2", n, err)
+	}
+	if ok, err := s2.TrySetPermits(ctx, 3); err != nil || !ok {
+		t.Fatalf("TrySetPermits(3) = %v, %v; want true", ok, err)
+	}
+	if ok, err := s9.TrySetPermits(ctx, 5); err != nil || ok {
+		t.Fatalf("a second TrySetPermits = %v, %v; want false (kept once)", ok, err)
+	}
+	var held []*dlock.Lock
+	for i, s := range []*dlock.Semaphore{s2, s2, s2} { // three callers of N = 2
+		l, err := s.TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("permit %d of the kept 3: %v", i+1, err)
+		}
+		held = append(held, l)
+	}
+	if n, err := s9.Available(ctx); err != nil || n != 0 {
+		t.Errorf("Available with 3 of 3 held = %d, %v", n, err)
+	}
+	if _, err := s9.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a caller of N = 9 past the kept 3 = %v, want ErrNotAcquired", err)
+	}
+	if _, err := s9.AcquireN(ctx, 4, dlock.MaxWait(0)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("AcquireN(4) of a kept size of 3 = %v, want ErrInvalid", err)
+	}
+	for _, l := range held {
+		l.Release(ctx)
+	}
+	if _, err := s9.AcquireN(ctx, 3); err != nil {
+		t.Errorf("AcquireN(3) of a kept size of 3: %v", err)
+	}
+}
+
+// AddPermits grows and shrinks the kept size. Growing admits a waiter at
+// once; after a shrink the holders keep their permits, Available goes
+// below 0, and nothing is granted until fewer than the new size are held.
+// A size below 1 is refused and changes nothing.
+func TestSemaphoreAddPermits(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	s, _ := c.Semaphore("grow", 1)
+	first, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := s.Acquire(ctx, dlock.MaxWait(5*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(100 * time.Millisecond) // queued
+	if n, err := s.AddPermits(ctx, 2); err != nil || n != 3 {
+		t.Fatalf("AddPermits(2) from N = 1 = %d, %v; want 3", n, err)
+	}
+	var second *dlock.Lock
+	select {
+	case second = <-got:
+	case <-time.After(time.Second): // far below the waiter's own retry: the change woke it
+		t.Fatal("growing the size did not admit the waiter")
+	}
+	third, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("the third permit of 3: %v", err)
+	}
+	if n, err := s.AddPermits(ctx, -2); err != nil || n != 1 {
+		t.Fatalf("AddPermits(-2) = %d, %v; want 1", n, err)
+	}
+	if n, err := s.Available(ctx); err != nil || n != -2 {
+		t.Errorf("Available with 3 held of 1 = %d, %v; want -2", n, err)
+	}
+	for _, l := range []*dlock.Lock{first, second, third} {
+		if err := l.Extend(ctx, time.Second); err != nil {
+			t.Errorf("a holder above the shrunk size lost its permit: %v", err)
+		}
+	}
+	first.Release(ctx)
+	second.Release(ctx)
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquire with 1 held of 1 = %v, want ErrNotAcquired", err)
+	}
+	third.Release(ctx)
+	l, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire with 0 held of 1: %v", err)
+	}
+	l.Release(ctx)
+	for _, d := range []int{-1, -5} {
+		if _, err := s.AddPermits(ctx, d); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("AddPermits(%d) of 1 = %v, want ErrInvalid", d, err)
+		}
+	}
+	if ok, err := s.TrySetPermits(ctx, 0); ok || !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("TrySetPermits(0) = %v, %v; want ErrInvalid", ok, err)
+	}
+	if n, err := s.Available(ctx); err != nil || n != 1 {
+		t.Errorf("after refused changes Available = %d, %v; want 1", n, err)
+	}
+}
+
+// A Semaphore made with 0 permits grants nothing until a size is kept;
+// keeping one wakes its waiters.
+func TestSemaphoreOfTheKeptSizeOnly(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	s, err := c.Semaphore("later", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire before a size is kept = %v, want ErrNotAcquired", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := s.AcquireN(ctx, 2, dlock.MaxWait(5*time.Second))
+		if err == nil {
+			l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if ok, err := s.TrySetPermits(ctx, 2); err != nil || !ok {
+		t.Fatalf("TrySetPermits(2) = %v, %v", ok, err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter for 2 once the size is 2: %v", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("keeping a size did not wake the waiter")
+	}
+	if _, err := c.Semaphore("later", -1); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Semaphore(-1) = %v, want ErrInvalid", err)
+	}
+}
+
+// A waiter asking more than a size shrunk under it is refused with
+// ErrInvalid soon after, and leaves the queue: the waiters behind it are
+// not held back.
+func TestSemaphoreShrunkBelowAWaiter(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	s, _ := c.Semaphore("shrink", 3)
+	if _, err := s.TrySetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	one, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make(chan error, 1)
+	go func() {
+		_, err := s.AcquireN(ctx, 3, dlock.MaxWait(10*time.Second))
+		big <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	small := make(chan error, 1)
+	go func() {
+		l, err := s.Acquire(ctx, dlock.MaxWait(10*time.Second))
+		if err == nil {
+			l.Release(ctx)
+		}
+		small <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := s.AddPermits(ctx, -1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-big:
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("the waiter for 3 of a size shrunk to 2 = %v, want ErrInvalid", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter for more than the size was not told")
+	}
+	select {
+	case err := <-small:
+		if err != nil {
+			t.Errorf("the waiter behind it: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter behind a refused one was held back")
+	}
+	one.Release(ctx)
+	if n := rdb.LLen(ctx, "dlock:{shrink}:q").Val(); n != 0 {
+		t.Errorf("%d entries left in the queue", n)
+	}
+}
+
+// Many callers with different N under one kept size never hold more than
+// it between them; the size's reads and changes refuse another kind's key.
+func TestSemaphoreKeptSizeBoundsEveryone(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
+	base, _ := c.Semaphore("bound", 1)
+	if _, err := base.TrySetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	var inside, most atomic.Int32
+	var wg sync.WaitGroup
+	for g := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, _ := c.Semaphore("bound", 1+g%6) // N from 1 to 6: the kept 3 rules
+			for range 5 {
+				l, err := s.Acquire(ctx, dlock.MaxWait(10*time.Second))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(2 * time.Millisecond)
+				inside.Add(-1)
+				l.Release(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+	if m := most.Load(); m > 3 {
+		t.Errorf("%d permits held at once under a kept size of 3", m)
+	}
+
+	lock, err := c.Acquire(ctx, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	rw, _ := c.RWMutex("rw")
+	r, err := rw.Reader().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release(ctx)
+	for _, name := range []string{"plain", "rw"} {
+		s, _ := c.Semaphore(name, 2)
+		if _, err := s.TrySetPermits(ctx, 2); !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("TrySetPermits on %s = %v, want ErrWrongType", name, err)
+		}
+		if _, err := s.Available(ctx); !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("Available on %s = %v, want ErrWrongType", name, err)
+		}
+		if n := rdb.Exists(ctx, "dlock:{"+name+"}:n").Val(); n != 0 {
+			t.Errorf("a refused change kept a size for %s", name)
+		}
+	}
+}
