@@ -72,9 +72,14 @@ func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return printInfos(stdout, infos, *asJSON)
 }
 
-const releaseHelp = `release --force NAME
+const releaseHelp = `release --token TOKEN [-n N | --read | --write] NAME
+release --force NAME
 
-Deletes the lock NAME whoever holds it, and wakes its waiters.
+With --token, ends the lease of TOKEN (printed by 'dlock acquire') on NAME,
+as its holder would; pass the -n, --read or --write that acquired it. Exit 6
+if the lease has already ended.
+
+With --force, deletes the lock NAME whoever holds it, and wakes its waiters.
 
 WARNING: if the holder is still running, it keeps running until its next
 extension notices, and overlaps with the next holder meanwhile. Use it only
@@ -84,19 +89,24 @@ frees itself when its TTL runs out.`
 func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("release", stderr, releaseHelp)
 	to := targetFlags(fs)
-	force := fs.Bool("force", false, "required: confirm deleting a lock you do not hold")
-	names, code := parseMixed(fs, args)
+	force := fs.Bool("force", false, "delete the lock whoever holds it (operators only)")
+	token := fs.String("token", "", "end the lease of this `token` (dlock acquire), as its holder")
+	kf := kindFlags(fs)
+	name, code := oneName("release", fs, args, stderr)
 	if code >= 0 {
 		return code
 	}
-	if !*force {
-		fmt.Fprintln(stderr, "dlock release: refusing without --force (see 'dlock release -h')")
+	switch {
+	case *force && *token != "":
+		fmt.Fprintln(stderr, "dlock release: --force or --token, not both")
+		return exitUsage
+	case *token != "":
+		return releaseByToken(ctx, name, *token, kf, to, stdout, stderr)
+	case !*force:
+		fmt.Fprintln(stderr, "dlock release: refusing without --token or --force (see 'dlock release -h')")
 		return exitUsage
 	}
-	if len(names) != 1 {
-		fmt.Fprintln(stderr, "dlock release: expected exactly one NAME")
-		return exitUsage
-	}
+	names := []string{name}
 	c, closeFn, err := to.client(ctx)
 	if err != nil {
 		return report(stderr, err)

@@ -163,6 +163,9 @@ commands:
   inspect [--json] NAME...           show a lock's holder, remaining TTL and fence
   list [--json] [PATTERN]            list held locks whose names match PATTERN
   watch [flags] PATTERN              a live view of those locks, refreshed every second
+  acquire [flags] NAME               take NAME, print its token, leave the lease to its TTL
+  extend --token T [flags] NAME      extend the lease of token T ('dlock acquire')
+  release --token T NAME             end the lease of token T
   release --force NAME               delete a lock whoever holds it (operators only)
   demo [flags]                       run the batch-dispatch demo
   demo seckill [flags]               run the flash-sale demo
@@ -202,6 +205,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdWatch(ctx, rest, stdout, stderr)
 	case "release":
 		return cmdRelease(ctx, rest, stdout, stderr)
+	case "acquire":
+		return cmdAcquire(ctx, rest, stdout, stderr)
+	case "extend":
+		return cmdExtend(ctx, rest, stdout, stderr)
 	case "demo":
 		return cmdDemo(ctx, rest, stdout, stderr)
 	case demoSchedulerCmd:

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// The shell's lock across steps, each step its own dlock process: acquire
+// prints a token and leaves the lease (held after dlock exits, to its TTL,
+// unextended); a second acquire is refused (5); extend with the token sets
+// the lease's end; release with it frees the lock; a release or extend of
+// the ended lease exits 6.
+func TestAcquireExtendReleaseAcrossProcesses(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	env := []string{"REDIS_URL=" + s.URL()}
+
+	code, out, errOut := result(t, dlockCmd(t, env, "acquire", "--ttl", "5s", "--meta", "step-1", "nightly"))
+	token := strings.TrimSpace(out)
+	if code != exitOK || len(token) < 22 || strings.ContainsAny(token, " \n") {
+		t.Fatalf("acquire: exit %d, stdout %q, stderr %q; want 0 and one token", code, out, errOut)
+	}
+	if got := rdb.Get(ctx, "dlock:{nightly}").Val(); got != token {
+		t.Fatalf("the lock after acquire exited holds %q, want the printed token %q", got, token)
+	}
+	if pttl := rdb.PTTL(ctx, "dlock:{nightly}").Val(); pttl <= 3*time.Second || pttl > 5*time.Second {
+		t.Errorf("the lease left by acquire lives %v, want its --ttl of 5s", pttl)
+	}
+	if code, _, errOut := result(t, dlockCmd(t, env, "acquire", "--wait", "0", "nightly")); code != exitNotAcquired || !strings.Contains(errOut, "step-1") {
+		t.Errorf("a second acquire: exit %d, stderr %q; want %d naming step-1", code, errOut, exitNotAcquired)
+	}
+
+	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "--token", token, "--ttl", "20s", "nightly")); code != exitOK {
+		t.Fatalf("extend: exit %d, stderr %q", code, errOut)
+	}
+	if pttl := rdb.PTTL(ctx, "dlock:{nightly}").Val(); pttl <= 15*time.Second {
+		t.Errorf("after extend --ttl 20s the lease lives %v", pttl)
+	}
+	if code, _, _ := result(t, dlockCmd(t, env, "extend", "--token", token, "--ttl", "20s", "other")); code != exitLost {
+		t.Errorf("extend of the token on another name: exit %d, want %d", code, exitLost)
+	}
+	if code, out, errOut := result(t, dlockCmd(t, env, "release", "--token", token, "nightly")); code != exitOK || !strings.Contains(out, "released") {
+		t.Fatalf("release --token: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if lockHeld(rdb, "dlock:{nightly}") {
+		t.Fatal("the lock is still held after release --token")
+	}
+	for _, args := range [][]string{
+		{"release", "--token", token, "nightly"},
+		{"extend", "--token", token, "nightly"},
+	} {
+		if code, _, errOut := result(t, dlockCmd(t, env, args...)); code != exitLost || !strings.Contains(errOut, "ended") {
+			t.Errorf("%s of the released lease: exit %d, stderr %q; want %d", args[0], code, errOut, exitLost)
+		}
+	}
+}
+
+// The kind flags: a permit of a semaphore and a read hold are acquired,
+// extended and released by token the same way; a token given with the
+// wrong kind's flag finds no lease of that kind.
+func TestAcquireReleaseKinds(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	env := []string{"REDIS_URL=" + s.URL()}
+
+	var tokens []string
+	for range 2 {
+		code, out, errOut := result(t, dlockCmd(t, env, "acquire", "-n", "2", "--ttl", "10s", "pool"))
+		if code != exitOK {
+			t.Fatalf("acquire -n 2: exit %d, stderr %q", code, errOut)
+		}
+		tokens = append(tokens, strings.TrimSpace(out))
+	}
+	if code, _, _ := result(t, dlockCmd(t, env, "acquire", "-n", "2", "--wait", "0", "pool")); code != exitNotAcquired {
+		t.Errorf("a third permit of 2: exit %d, want %d", code, exitNotAcquired)
+	}
+	if code, _, _ := result(t, dlockCmd(t, env, "release", "--token", tokens[0], "pool")); code != exitConfig {
+		t.Errorf("release of a permit's token as a lock: exit %d, want %d (the name is a semaphore)", code, exitConfig)
+	}
+	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "-n", "2", "--token", tokens[1], "--ttl", "30s", "pool")); code != exitOK {
+		t.Errorf("extend -n 2: exit %d, stderr %q", code, errOut)
+	}
+	for _, tok := range tokens {
+		if code, _, errOut := result(t, dlockCmd(t, env, "release", "-n", "2", "--token", tok, "pool")); code != exitOK {
+			t.Errorf("release -n 2: exit %d, stderr %q", code, errOut)
+		}
+	}
+	if n := rdb.ZCard(ctx, "dlock:{pool}").Val(); n != 0 {
+		t.Errorf("%d permits left after both were released by token", n)
+	}
+
+	code, out, errOut := result(t, dlockCmd(t, env, "acquire", "--read", "--ttl", "10s", "doc"))
+	if code != exitOK {
+		t.Fatalf("acquire --read: exit %d, stderr %q", code, errOut)
+	}
+	read := strings.TrimSpace(out)
+	if code, _, _ := result(t, dlockCmd(t, env, "release", "--write", "--token", read, "doc")); code != exitLost {
+		t.Errorf("release --write of a read's token: exit %d, want %d", code, exitLost)
+	}
+	if code, _, errOut := result(t, dlockCmd(t, env, "release", "--read", "--token", read, "doc")); code != exitOK {
+		t.Errorf("release --read: exit %d, stderr %q", code, errOut)
+	}
+	if lockHeld(rdb, "dlock:{doc}") {
+		t.Error("the read-write lock is still held")
+	}
+}
+
+// Bad input is a usage error (2) that sends nothing.
+func TestAcquireExtendReleaseUsage(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	env := []string{"REDIS_URL=" + s.URL()}
+	for _, args := range [][]string{
+		{"acquire"},
+		{"acquire", "a", "b"},
+		{"acquire", "--ttl", "1ms", "a"},
+		{"acquire", "-n", "0", "a"},
+		{"acquire", "--read", "--write", "a"},
+		{"extend", "a"},
+		{"extend", "--token", "not-a-token", "a"},
+		{"extend", "--token", "AAAAAAAAAAAAAAAAAAAAAA", "--ttl", "1ms", "a"},
+		{"release", "a"},
+		{"release", "--force", "--token", "AAAAAAAAAAAAAAAAAAAAAA", "a"},
+		{"release", "--token", "x y", "a"},
+	} {
+		if code, _, errOut := result(t, dlockCmd(t, env, args...)); code != exitUsage || errOut == "" {
+			t.Errorf("dlock %s: exit %d, stderr %q; want %d with a message", strings.Join(args, " "), code, errOut, exitUsage)
+		}
+	}
+	if n := rdb.DBSize(t.Context()).Val(); n != 0 {
+		t.Errorf("%d keys written by refused commands", n)
+	}
+}
