@@ -99,7 +99,7 @@ func Check(h []Event, p Params) *Report {
 		switch e.Op {
 		case OpFault:
 			r.Faults[e.Note]++
-		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect:
+		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect, OpResume:
 			r.Ops[e.Op+":"+e.Res]++
 		}
 	}
@@ -470,6 +470,16 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 		case e.Op == OpFence:
 			r.Checked["g"]++
 			spurious(e, ex, r)
+		case e.Op == OpResume:
+			r.Checked["g"]++
+			spurious(e, ex, r) // a lease valid when resumed is still there to resume
+			switch {
+			case e.Res == "wrongtoken":
+				r.failCS("g", e.Name, e.Ret, []string{e.CS}, "%s: Resume returned another lease: %s", e.CS, e.Err)
+			case e.Res == "ok" && e.VU > e.Ret+e.Arg:
+				r.failCS("g", e.Name, e.Ret, []string{e.CS}, "%s: the resumed Lock's ValidUntil %s is beyond its lease (%s + %v)",
+					e.CS, ms(e.VU), ms(e.Ret), time.Duration(e.Arg))
+			}
 		case e.Op == OpReentry:
 			if !ex.covers(e.Inv, e.Ret) {
 				r.fail("g", e.Name, e.Inv, "%s: the owner's re-entry was refused while its outer hold was valid: %s", e.CS, e.Err)

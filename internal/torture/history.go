@@ -91,6 +91,7 @@ const (
 	OpCapFree  = "capfree"  // after a capped lease's loss: Res "released" when Redis no longer carried it, "stillheld" or "unknown"
 	OpFence    = "fence"    // Lock.Fence of a multi-lock's part, right after the set was returned (VU0, Held before it)
 	OpAllLost  = "all-lost" // a part of a set was found lost: Held if the set still said it was held, Res "open" if its Done was
+	OpResume   = "resume"   // a held lease taken over by its token (dlock.Resume): Arg the TTL asked, VU0/VU the validity before and after
 	OpInspect  = "inspect"  // Client.Inspect by a holder: Res "mine" if it showed the holder's token, Meta/Seen/LMeta
 )
 

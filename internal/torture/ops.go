@@ -37,7 +37,10 @@ func (w *Worker) acquire(name, op string) {
 	h := w.newHandle(l, own)
 	e.CS, e.Tok, e.Own, e.Fence, e.VU = h.id, l.Token(), own, h.fence, l.ValidUntil().UnixNano()
 	w.rec.Add(e)
-	believe := func() bool { return l.Err() == nil }
+	if own == "" && !w.opts.autoExtend && co.hold == nil && w.hold == 0 && w.rng.IntN(5) == 0 {
+		w.resume(h, name, co) // h.l is the resumed Lock from here on
+	}
+	believe := func() bool { return h.l.Err() == nil }
 	w.critical(h, believe)
 	w.inspect(h, co)
 	if own != "" && w.rng.IntN(2) == 0 {
@@ -45,6 +48,41 @@ func (w *Worker) acquire(name, op string) {
 	}
 	w.overstay(h, believe)
 	w.dispose(h)
+}
+
+// resume takes over h's lease by its token (dlock.Resume) through a new
+// Lock of the same kind, as another process would, and carries on the
+// critical section with it; the old Lock, which has no watchdog (the
+// worker does not extend automatically), is dropped unused. The fence
+// stays the one the lease got: the resumed Lock does not ask for another.
+func (w *Worker) resume(h *handle, name string, co callOpts) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	t := w.target("", name, nil)
+	if rw := w.rws[name]; rw != nil {
+		t = rwSide(rw, IsWrite(h.l.Token())) // the side of the hold, not a random one
+	}
+	ttl := co.ttl
+	if ttl == 0 {
+		ttl = w.cfg.TTL
+	}
+	opts := []dlock.LockOption{dlock.Resume(h.l.Token()), dlock.LeaseTTL(ttl)}
+	if co.meta != nil {
+		opts = append(opts, dlock.HolderMeta(*co.meta))
+	}
+	e := Event{Name: name, Op: OpResume, CS: h.id, Tok: h.l.Token(), Fence: h.fence, Arg: int64(ttl),
+		VU0: h.l.ValidUntil().UnixNano(), Held: h.l.Err() == nil}
+	e.Inv = now()
+	l, err := t.TryAcquire(ctx, opts...)
+	e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
+	if l != nil {
+		e.VU = l.ValidUntil().UnixNano()
+		if l.Token() != h.l.Token() {
+			e.Res, e.Err = "wrongtoken", "resumed "+l.Token()
+		}
+		h.l = l
+	}
+	w.rec.Add(e)
 }
 
 // dispose ends a handle's life: most are released at once (some twice),
