@@ -99,7 +99,7 @@ func Check(h []Event, p Params) *Report {
 		switch e.Op {
 		case OpFault:
 			r.Faults[e.Note]++
-		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect, OpResume:
+		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect, OpResume, OpDowngrade:
 			r.Ops[e.Op+":"+e.Res]++
 		}
 	}
@@ -159,25 +159,45 @@ type interval struct {
 	w, cs, name, tok string
 	fence            int64
 	from, to         int64
+	write            bool // a write hold of a read-write lock
 }
 
-// intervals gathers the critical sections of h from their stamps.
+// intervals gathers the critical sections of h from their stamps. A write
+// hold downgraded to a read is two: its stamps before the Downgrade was
+// called are a write's, those after it returned a read's.
 func intervals(h []Event) []*interval {
+	read := downgrades(h, true)
 	byCS := map[string]*interval{}
 	var out []*interval
 	for _, e := range h {
 		if (e.Op != OpEnter && e.Op != OpAlive && e.Op != OpExit) || !e.Held {
 			continue
 		}
-		iv := byCS[e.CS]
+		key, write := e.CS, IsWrite(e.Tok)
+		if at, ok := read[e.CS]; ok && e.Inv > at {
+			key, write = e.CS+"/read", false
+		}
+		iv := byCS[key]
 		if iv == nil {
-			iv = &interval{w: e.W, cs: e.CS, name: e.Name, tok: holder(e), fence: e.Fence, from: e.Inv, to: e.Inv}
-			byCS[e.CS] = iv
+			iv = &interval{w: e.W, cs: e.CS, name: e.Name, tok: holder(e), fence: e.Fence, from: e.Inv, to: e.Inv, write: write}
+			byCS[key] = iv
 			out = append(out, iv)
 		}
 		iv.from, iv.to = min(iv.from, e.Inv), max(iv.to, e.Inv)
 	}
 	return out
+}
+
+// downgrades returns the holds of h whose Downgrade was called, with the
+// instant it returned: of those it succeeded for only if ok is set.
+func downgrades(h []Event, ok bool) map[string]int64 {
+	m := map[string]int64{}
+	for _, e := range h {
+		if e.Op == OpDowngrade && (!ok || e.Res == "ok") {
+			m[e.CS] = e.Ret
+		}
+	}
+	return m
 }
 
 // checkOverlaps is (a): critical sections of one name held by different
@@ -196,7 +216,7 @@ func checkOverlaps(h []Event, ex exempt, p Params, r *Report) {
 				continue
 			}
 			keep = append(keep, o)
-			if o.tok == iv.tok || (p.RW && !IsWrite(o.tok) && !IsWrite(iv.tok)) {
+			if o.tok == iv.tok || (p.RW && !o.write && !iv.write) {
 				continue // (a reentrant owner's nested hold; two reads)
 			}
 			if ex.covers(iv.from, o.to) {
@@ -438,7 +458,8 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 		}
 	}
 	acq := acquisitions(h)
-	called := map[string]bool{} // handles whose Release has been called
+	read := downgrades(h, false) // (whatever a Downgrade returned, the hold may be a read since)
+	called := map[string]bool{}  // handles whose Release has been called
 	for _, e := range h {
 		switch {
 		case e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDo:
@@ -462,7 +483,7 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 			first := !called[e.CS]
 			called[e.CS] = true
 			if e.Res == "ok" && first && !p.semaphore() { // (other permits come and go while one is held)
-				if b, ok := laterLease(acq, e, p.RW); ok {
+				if b, ok := laterLease(acq, e, p.RW, read); ok {
 					r.failCS("g", e.Name, e.Inv, []string{e.CS, b.CS}, "%s: Release returned nil, but %s (%s) acquired the lock with fence %d > %d at %s, before the release",
 						e.CS, b.CS, b.W, b.Fence, e.Fence, ms(b.Ret))
 				}
@@ -470,6 +491,9 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 		case e.Op == OpFence:
 			r.Checked["g"]++
 			spurious(e, ex, r)
+		case e.Op == OpDowngrade:
+			r.Checked["g"]++
+			spurious(e, ex, r) // a valid write hold is there to downgrade
 		case e.Op == OpResume:
 			r.Checked["g"]++
 			spurious(e, ex, r) // a lease valid when resumed is still there to resume
@@ -513,7 +537,9 @@ func spurious(e Event, ex exempt, r *Report) {
 // returned before rel was invoked: rel's lease was over by then.
 // Of a read-write lock, reads come and go while a read is held: a read's
 // release is ordered after later writes only.
-func laterLease(acq []Event, rel Event, rw bool) (Event, bool) {
+func laterLease(acq []Event, rel Event, rw bool, read map[string]int64) (Event, bool) {
+	_, downgraded := read[rel.CS]
+	relWrite := IsWrite(rel.Tok) && !downgraded
 	if rel.Fence == 0 {
 		return Event{}, false // the lease got no fence (it asked too late): nothing to order by
 	}
@@ -521,7 +547,7 @@ func laterLease(acq []Event, rel Event, rw bool) (Event, bool) {
 		if a.Ret >= rel.Inv {
 			break
 		}
-		if a.Name == rel.Name && a.Fence > rel.Fence && (!rw || IsWrite(a.Tok) || IsWrite(rel.Tok)) {
+		if a.Name == rel.Name && a.Fence > rel.Fence && (!rw || IsWrite(a.Tok) || relWrite) {
 			return a, true
 		}
 	}

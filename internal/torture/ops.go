@@ -42,6 +42,9 @@ func (w *Worker) acquire(name, op string) {
 	}
 	believe := func() bool { return h.l.Err() == nil }
 	w.critical(h, believe)
+	if rw := w.rws[name]; rw != nil && IsWrite(h.l.Token()) && w.rng.IntN(3) == 0 && w.downgrade(h, rw) {
+		w.critical(h, believe) // now as a read: readers may join it
+	}
 	w.inspect(h, co)
 	if own != "" && w.rng.IntN(2) == 0 {
 		w.nested(ctx, h, believe)
@@ -83,6 +86,21 @@ func (w *Worker) resume(h *handle, name string, co callOpts) {
 		h.l = l
 	}
 	w.rec.Add(e)
+}
+
+// downgrade turns h's write hold into a read (RWMutex.Downgrade) and
+// records it; it reports whether the hold is now surely a read. After an
+// error the hold may be either, so the caller goes no further with it.
+func (w *Worker) downgrade(h *handle, rw *dlock.RWMutex) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	e := Event{Name: h.l.Name(), Op: OpDowngrade, CS: h.id, Tok: h.l.Token(), Fence: h.fence,
+		VU0: h.l.ValidUntil().UnixNano(), Held: h.l.Err() == nil}
+	e.Inv = now()
+	err := rw.Downgrade(ctx, h.l)
+	e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
+	w.rec.Add(e)
+	return err == nil
 }
 
 // dispose ends a handle's life: most are released at once (some twice),
