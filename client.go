@@ -143,10 +143,13 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 	}
 	l.cl.Kind = k.lease
 	if p.resume != "" {
+		if tokenTag(p.resume) != k.tag() {
+			return nil, fmt.Errorf("%w: %q: Resume: the token is another kind's lease", ErrNotHeld, name)
+		}
 		l.cl.SetToken(p.resume)
 		return l, nil
 	}
-	l.cl.SetToken(leaseToken(p.suffix))
+	l.cl.SetToken(leaseToken(p.suffix, k.tag()))
 	return l, nil
 }
 

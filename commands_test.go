@@ -76,14 +76,14 @@ func TestCommandsPerOperation(t *testing.T) {
 				t.Fatal(err)
 			}
 			return s
-		}, pair: 10, extend: 5, fence: 5},
+		}, pair: 10, extend: 6, fence: 5},
 		{name: "read hold", take: func(t *testing.T, c *dlock.Client) holder {
 			rw, err := c.RWMutex("count-rw")
 			if err != nil {
 				t.Fatal(err)
 			}
 			return rw.Reader()
-		}, pair: 10, extend: 5, fence: 5},
+		}, pair: 10, extend: 6, fence: 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, rdb := setup(t)

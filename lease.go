@@ -290,12 +290,14 @@ func isHex(c byte) bool {
 }
 
 // leaseToken returns a new lease token: 128 random bits in base64url,
-// followed by suffix (see metaSuffix).
-func leaseToken(suffix string) string {
+// followed by suffix (see metaSuffix). The 22nd character carries only two
+// of the bits; its four low bits, zero in base64, carry tag (see tokenTag).
+func leaseToken(suffix string, tag byte) string {
 	var raw [16]byte
 	rand.Read(raw[:]) // never fails (crypto/rand, Go 1.24+)
 	var enc [22]byte
 	base64.RawURLEncoding.Encode(enc[:], raw[:])
+	enc[21] = base64URL[strings.IndexByte(base64URL, enc[21])|int(tag&0x0f)]
 	var b strings.Builder
 	b.Grow(len(enc) + len(suffix))
 	b.Write(enc[:])
@@ -304,7 +306,22 @@ func leaseToken(suffix string) string {
 }
 
 // newToken returns a random 128-bit token without metadata.
-func newToken() string { return leaseToken("") }
+func newToken() string { return leaseToken("", 0) }
+
+const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// The tags of lease tokens: which kind of lease took a token, where the
+// keys alone cannot tell (a leadership's lease and a plain lock's are both
+// a string holding the token), so that Resume refuses the other kind's.
+const (
+	tagLock     byte = 0 // a lock, a permit, a read or a write
+	tagCampaign byte = 1 // a leadership campaign's lease
+)
+
+// tokenTag returns the tag of a well-formed token (see badToken).
+func tokenTag(token string) byte {
+	return byte(strings.IndexByte(base64URL, token[21]) & 0x0f)
+}
 
 // defaultMeta is the holder metadata of a Client without HolderMeta:
 // "hostname:pid", cut to MaxMetaLen and without control characters.

@@ -117,7 +117,7 @@ func (l *Lock) terms(sent time.Time, ttl time.Duration, capAt time.Time) terms {
 // new token carries the lease's holder metadata, as the first did.
 func (l *Lock) renew() {
 	cl := *l.cl
-	cl.SetToken(leaseToken(l.p.suffix))
+	cl.SetToken(leaseToken(l.p.suffix, l.k.tag()))
 	l.cl = &cl
 }
 
@@ -323,7 +323,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		return opError("extend", l.name, err)
 	}
 	if !ok {
-		err := lost(l.name, "the lock key no longer holds our token")
+		err := lost(l.name, "the lock key no longer holds our token, or another Lock resumed the lease and extends it")
 		l.lose(err)
 		return l.Err()
 	}

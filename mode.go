@@ -50,6 +50,14 @@ type kind struct {
 	role  role
 }
 
+// tag is the tag of the kind's lease tokens (see tokenTag).
+func (k *kind) tag() byte {
+	if k.lease == backend.Campaign {
+		return tagCampaign
+	}
+	return tagLock
+}
+
 // role is what a kind's acquisitions say of themselves: each kind is a
 // type of its own (ownLocks, semaphorePermits, rwHold, campaign).
 type role interface {

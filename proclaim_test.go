@@ -84,3 +84,57 @@ func TestLeadershipProclaim(t *testing.T) {
 		ld.Resign(ctx)
 	}
 }
+
+// A resigned term's proclaimed value goes with it, whether the lock is
+// freed or handed to the next candidate: nothing is left in Redis once the
+// lock and its markers are gone.
+func TestProclaimedValueGoesWithTheTerm(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
+	e, err := c.Election("proclaim-left")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const valueKey = "dlock:{proclaim-left}:v"
+	for _, handover := range []bool{false, true} {
+		a, err := e.Campaign(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Proclaim(ctx, "a2"); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := rdb.Exists(ctx, valueKey).Result(); n != 1 {
+			t.Fatalf("the proclaimed value is not at %s", valueKey)
+		}
+		next := make(chan *dlock.Leadership, 1)
+		if handover {
+			go func() {
+				ld, err := e.Campaign(ctx, "b")
+				if err != nil {
+					t.Errorf("second Campaign: %v", err)
+				}
+				next <- ld
+			}()
+			if !waitFor(3*time.Second, func() bool { n, _ := rdb.LLen(ctx, "dlock:{proclaim-left}:q").Result(); return n == 1 }) {
+				t.Fatal("the second candidate never queued")
+			}
+		}
+		if err := a.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := rdb.Exists(ctx, valueKey).Result(); n != 0 {
+			t.Errorf("handover %v: the resigned term's value is still at %s (pttl %v)", handover, valueKey, rdb.PTTL(ctx, valueKey).Val())
+		}
+		if handover {
+			b := <-next
+			if ld, err := e.Leader(ctx); err != nil || ld.Value != "b" {
+				t.Errorf("the next leader shows %+v, %v; want b", ld, err)
+			}
+			if b != nil {
+				b.Resign(ctx)
+			}
+		}
+	}
+}

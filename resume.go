@@ -37,7 +37,7 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 	case err != nil:
 		return nil, opError(op, l.name, err)
 	case !ok:
-		return nil, opError(op, l.name, backend.Because(ErrNotHeld, "no live lease of that token here: it ended, or it is another kind's hold"))
+		return nil, opError(op, l.name, backend.Because(ErrNotHeld, "no live lease of that token here: it ended, it is another kind's hold, or it was resumed again since"))
 	case !time.Now().Before(t.until):
 		return nil, opError(op, l.name, backend.Because(ErrNotHeld, errTooSlow.Error()))
 	}

@@ -490,7 +490,7 @@ func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64
 		// extension either. The watchdog retries until the validity runs out.
 		return false, n.ackError(acks)
 	}
-	return v == 1, nil
+	return v == 1, nil // (2: a newer extension was applied, which this one cannot claim; see extend.lua)
 }
 
 // Window is how long what a lease of ttl leaves outlives it: the marker

@@ -28,8 +28,8 @@ func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration,
 }
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
-		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, &c.Channel, n.pubA, window, n.fenceMS, "1"})
+	return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 6,
+		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey(), &c.Token, &c.Channel, n.pubA, window, n.fenceMS, "1"})
 }
 
 func (campaign) scripts(l leaseScripts) (*redis.Script, scriptSet) {

@@ -298,10 +298,11 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 			ok = false
 			return err
 		}
-		ok = true
 		if last, err := strconv.ParseInt(strings.TrimPrefix(m, "e"), 10, 64); err == nil && m != "" && m[0] == 'e' && last >= seq {
-			return nil // superseded by a newer extension
+			ok = last == seq // this request's earlier copy; else superseded by a newer extension (see extend.lua)
+			return nil
 		}
+		ok = true
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			if seq == 0 { // never shortens: no order to keep (see extend.lua)
 				p.Do(ctx, "pexpire", c.Lock, ttl.Milliseconds(), "gt")

@@ -10,22 +10,38 @@
 --         extension's sequence number: the expiry is set to ttl from now,
 --         shorter or longer, unless an extension with a number at least as
 --         high was applied already (a late copy must not undo a newer one).
--- Returns 1 if the lease is ours (extended now, or already by a newer
--- extension), 0 if the key is missing or owned by someone else.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
+--         A Lock numbers every extension after its first numbered one, so
+--         an unnumbered request that finds one applied is a late copy.
+-- Returns 1 if the lease is ours (extended now, or by this request's
+-- earlier copy), 0 if the key is missing or owned by someone else, 2 if the
+-- lease is ours but a newer extension was applied (see superseded in
+-- lib.lua): this request changed nothing.
+local gt = false
 if ARGV[3] == '0' then
+  local v = redis.call('MGET', KEYS[1], KEYS[2])
+  if v[1] ~= ARGV[1] then
+    return 0
+  elseif v[2] then -- (a live lease's marker holds the last numbered extension)
+    return 2
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-elseif not superseded(KEYS[2], ARGV[3], ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  gt = 'GT'
 else
-  return 1
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return 0
+  end
+  local s = superseded(KEYS[2], ARGV[3], ARGV[2])
+  if s ~= 0 then
+    return s
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 if KEYS[3] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
 end
-if KEYS[4] then
+if KEYS[4] and gt then
   redis.call('PEXPIRE', KEYS[4], ARGV[2], 'GT')
+elseif KEYS[4] then -- the value ends with the lease, also one this shortens
+  redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 return 1

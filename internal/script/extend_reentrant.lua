@@ -5,9 +5,9 @@
 -- ARGV[1] owner id   ARGV[2] hold token   ARGV[3] ttl in ms
 -- ARGV[4] 0 for an extension that never shortens the hold, else the
 --         extension's sequence number (see extend.lua)
--- Returns 1 if the hold is ours (extended now, or already by a newer
--- extension), 0 if it is gone (released, expired, or the lock is another
--- owner's).
+-- Returns 1 if the hold is ours (extended now, or by this request's
+-- earlier copy), 0 if it is gone (released, expired, or the lock is another
+-- owner's), 2 if a newer extension was applied (see extend.lua).
 local field = 'h:' .. ARGV[2]
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
   return 0
@@ -19,11 +19,16 @@ if deadline <= now then
 end
 local until_ms = now + tonumber(ARGV[3])
 if ARGV[4] == '0' then
-  if until_ms <= deadline then
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    return 2 -- a numbered extension was applied since this was sent (see extend.lua)
+  elseif until_ms <= deadline then
     return 1
   end
-elseif superseded(KEYS[2], ARGV[4], ARGV[3]) then
-  return 1
+else
+  local s = superseded(KEYS[2], ARGV[4], ARGV[3])
+  if s ~= 0 then
+    return s
+  end
 end
 redis.call('HSET', KEYS[1], field, until_ms)
 local _, last = live_holds(KEYS[1], now)

@@ -7,9 +7,11 @@
 -- ARGV[3] 0 for an extension that never shortens the permit (ZADD GT),
 --         else the extension's sequence number (see extend.lua)
 -- ARGV[4] (a semaphore's) how many permits the hold has, w (absent: 1)
--- Returns 1 if the hold is ours (extended now, or already by a newer
--- extension), 0 if it is gone (released, expired, or the key is another
--- kind's).
+-- Returns 1 if the hold is ours (extended now, or by this request's
+-- earlier copy), 0 if it is gone (released, expired, the key is another
+-- kind's, or, for a numbered extension, the hold has more than w permits:
+-- a resume of a hold of k permits must ask for k), 2 if it is ours but a
+-- newer extension was applied (as in extend.lua): this changed nothing.
 local now = now_ms()
 local w = tonumber(ARGV[4]) or 1
 local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
@@ -26,12 +28,19 @@ if w > 1 then -- every permit of the hold must be live: none lapsed on its own
 end
 local until_ms = now + tonumber(ARGV[2])
 if ARGV[3] == '0' then
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    return 2 -- a numbered extension was applied since this was sent (see extend.lua)
+  end
   hold_call(KEYS[1], ARGV[1], w, until_ms, 'ZADD', 'XX', 'GT')
   redis.call('PEXPIREAT', KEYS[1], until_ms, 'GT')
   return 1
 end
-if superseded(KEYS[2], ARGV[3], ARGV[2]) then
-  return 1
+if redis.call('ZSCORE', KEYS[1], ARGV[1] .. ' ' .. (w + 1)) then
+  return 0
+end
+local s = superseded(KEYS[2], ARGV[3], ARGV[2])
+if s ~= 0 then
+  return s
 end
 hold_call(KEYS[1], ARGV[1], w, until_ms, 'ZADD', 'XX')
 expire_with_last(KEYS[1])

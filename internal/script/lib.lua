@@ -155,16 +155,21 @@ local function revoked(key)
   return r == '0' or r == '1'
 end
 
--- superseded reports whether an extension with sequence number seq comes
--- too late: one with a number at least as high was applied already.
--- Otherwise it records seq in the marker key, for ttl_ms (the lease's life).
+-- superseded tells whether an extension with sequence number seq may be
+-- applied: 0 if it is the newest (seq is then recorded in the marker key,
+-- for ttl_ms: the lease's life), 1 if it was applied already (a re-sent
+-- copy), 2 if a higher number was (a late copy, or the lease was resumed
+-- by another Lock, which numbers its extensions above: see resume.go).
 local function superseded(key, seq, ttl_ms)
   local last = tonumber(string.sub(redis.call('GET', key) or '', 2))
-  if last and last >= tonumber(seq) then
-    return true
+  seq = tonumber(seq)
+  if last and last > seq then
+    return 2
+  elseif last == seq then
+    return 1
   end
   redis.call('SET', key, 'e' .. seq, 'PX', ttl_ms)
-  return false
+  return 0
 end
 
 -- live_permits(key, now) drops the permits of the semaphore at key whose

@@ -3,6 +3,8 @@
 -- lease is ended (see revoke in lib.lua).
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue   KEYS[4] waiters hash
 -- KEYS[5] the lease's marker key (see lib.lua)
+-- KEYS[6] (a leadership campaign's only) the leader's value key
+--         (proclaim.lua), deleted with the lease
 -- ARGV[1] owner token   ARGV[2] release channel
 -- ARGV[3] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
 -- ARGV[4] how long the revocation marker lives, in ms
@@ -25,6 +27,9 @@ local holder = redis.pcall('GET', KEYS[1])
 local head -- the first waiter, taken out of the queue
 if holder == token then
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[4]) -- ended, holding the lock (see revoke in lib.lua)
+  if KEYS[6] then
+    redis.call('DEL', KEYS[6])
+  end
   head = redis.call('LPOP', KEYS[3])
   if not head then -- nobody queued (the common case)
     redis.call('DEL', KEYS[1])

@@ -99,7 +99,7 @@ func Check(h []Event, p Params) *Report {
 		switch e.Op {
 		case OpFault:
 			r.Faults[e.Note]++
-		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect, OpResume, OpDowngrade:
+		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect, OpResume, OpDowngrade, OpProclaim:
 			r.Ops[e.Op+":"+e.Res]++
 		}
 	}
@@ -491,9 +491,9 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 		case e.Op == OpFence:
 			r.Checked["g"]++
 			spurious(e, ex, r)
-		case e.Op == OpDowngrade:
+		case e.Op == OpDowngrade, e.Op == OpProclaim:
 			r.Checked["g"]++
-			spurious(e, ex, r) // a valid write hold is there to downgrade
+			spurious(e, ex, r) // a valid hold is there to downgrade, a valid leadership to proclaim
 		case e.Op == OpResume:
 			r.Checked["g"]++
 			spurious(e, ex, r) // a lease valid when resumed is still there to resume

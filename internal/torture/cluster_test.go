@@ -227,7 +227,7 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 					rec.Add(e)
 					return
 				}
-				t = candidate{el, "probe"}
+				t = candidate{e: el, value: "probe"}
 			}
 			if cfg.Mode == ModeRW {
 				rw, err := c.RWMutex(name)

@@ -4,7 +4,8 @@ import "sort"
 
 // checkLeaderReads is (h), for an election round: a read of the leader
 // (Election.Leader) that names a leader names it with its own term's fence
-// (the one its Campaign got), and terms rise in real time: a read sent
+// (the one its Campaign got) and a value of that term (see leaderValue),
+// and terms rise in real time: a read sent
 // after another read, or a campaign, returned never names an earlier term
 // than that one saw. Reads within an exempt window are not checked.
 //
@@ -26,12 +27,23 @@ func checkLeaderReads(h []Event, ex exempt, r *Report) {
 			reads = append(reads, e)
 		}
 	}
+	proclaimed := map[string]Event{} // by value (each is unique), and by token the last one that returned
+	latest := map[string]Event{}
+	for _, e := range h {
+		if e.Op == OpProclaim {
+			proclaimed[e.Seen] = e
+			if e.Res == "ok" && e.Ret > latest[e.Tok].Ret {
+				latest[e.Tok] = e
+			}
+		}
+	}
 	for _, e := range reads {
 		r.Checked["h"]++
 		if t, ok := terms[e.Tok]; ok && (e.Fence > t.Fence || (e.Fence < t.Fence && e.Inv > t.Ret)) {
 			r.failCS("h", e.Name, e.Ret, []string{t.CS}, "%s read leader %s with fence %d at %s; its campaign got fence %d",
 				e.W, t.CS, e.Fence, ms(e.Ret), t.Fence)
 		}
+		leaderValue(e, terms[e.Tok], proclaimed, latest[e.Tok], r)
 	}
 	byRet := append([]Event(nil), reads...)
 	for _, t := range terms {
@@ -56,5 +68,27 @@ func checkLeaderReads(h []Event, ex exempt, r *Report) {
 			r.fail("h", e.Name, e.Inv, "%s read fence %d at %s, after %s (%s) had seen fence %d at %s",
 				e.W, e.Fence, ms(e.Ret), t.e.W, t.e.Op, t.fence, ms(t.e.Ret))
 		}
+	}
+}
+
+// leaderValue checks the value a read e of the leader showed: one the term
+// named proclaimed (Leadership.Proclaim) before the read returned, or its
+// campaign's (its worker's id) unless a Proclaim of the term had returned
+// before the read was sent (last). term is the term's campaign, if known.
+func leaderValue(e, term Event, proclaimed map[string]Event, last Event, r *Report) {
+	p, ok := proclaimed[e.Seen]
+	switch {
+	case ok && p.Tok != e.Tok:
+		r.failCS("h", e.Name, e.Ret, []string{p.CS}, "%s read leader %s showing %q, proclaimed by another term (%s)",
+			e.W, e.Tok, e.Seen, p.CS)
+	case ok && p.Inv > e.Ret:
+		r.failCS("h", e.Name, e.Ret, []string{p.CS}, "%s read %q at %s, before %s proclaimed it at %s",
+			e.W, e.Seen, ms(e.Ret), p.CS, ms(p.Inv))
+	case !ok && last.Op != "" && last.Ret < e.Inv:
+		r.failCS("h", e.Name, e.Ret, []string{last.CS}, "%s read leader %s showing %q at %s, after it proclaimed %q (returned %s)",
+			e.W, e.Tok, e.Seen, ms(e.Ret), last.Seen, ms(last.Ret))
+	case !ok && term.Op != "" && e.Seen != term.W:
+		r.failCS("h", e.Name, e.Ret, []string{term.CS}, "%s read leader %s showing %q, neither its campaign's value (%q) nor one it proclaimed",
+			e.W, e.Tok, e.Seen, term.W)
 	}
 }

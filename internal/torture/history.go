@@ -85,13 +85,14 @@ const (
 	OpPool      = "pool"      // a worker's go-redis pool at its end: Arg total conns, Bound pool size
 	OpHung      = "hung"      // coordinator: a worker did not finish in time
 	OpConfig    = "config"    // a worker's settings, Note "auto=<bool> …"
-	OpLeader    = "leader"    // Election.Leader: Tok and Fence read ("" when nobody leads)
+	OpLeader    = "leader"    // Election.Leader: Tok, Fence and Seen (the value) read (Tok "" when nobody leads)
 	OpAll       = "all"       // a multi-lock call returned: Name the names given (comma-separated), Note its trace (see multiTrace)
 	OpCapped    = "capped"    // a lease kept past its max hold: from Inv the holder waits for its loss signal, seen at Ret (Held: it fired), Err/MH its Err
 	OpCapFree   = "capfree"   // after a capped lease's loss: Res "released" when Redis no longer carried it, "stillheld" or "unknown"
 	OpFence     = "fence"     // Lock.Fence of a multi-lock's part, right after the set was returned (VU0, Held before it)
 	OpAllLost   = "all-lost"  // a part of a set was found lost: Held if the set still said it was held, Res "open" if its Done was
 	OpResume    = "resume"    // a held lease taken over by its token (dlock.Resume): Arg the TTL asked, VU0/VU the validity before and after
+	OpProclaim  = "proclaim"  // Leadership.Proclaim in election mode: Seen the value proclaimed
 	OpDowngrade = "downgrade" // RWMutex.Downgrade of a write hold in rw mode: the hold's stamps after Ret are a read's
 	OpInspect   = "inspect"   // Client.Inspect by a holder: Res "mine" if it showed the holder's token, Meta/Seen/LMeta
 )

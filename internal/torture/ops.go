@@ -45,6 +45,12 @@ func (w *Worker) acquire(name, op string) {
 	if rw := w.rws[name]; rw != nil && IsWrite(h.l.Token()) && w.rng.IntN(3) == 0 && w.downgrade(h, rw) {
 		w.critical(h, believe) // now as a read: readers may join it
 	}
+	if ld := w.won[h.l]; ld != nil && w.rng.IntN(2) == 0 { // (h.l: the resumed Lock, if resumed)
+		w.proclaim(h, ld)
+		w.critical(h, believe)
+	}
+	delete(w.won, l)
+	delete(w.won, h.l)
 	w.inspect(h, co)
 	if own != "" && w.rng.IntN(2) == 0 {
 		w.nested(ctx, h, believe)
@@ -101,6 +107,21 @@ func (w *Worker) downgrade(h *handle, rw *dlock.RWMutex) bool {
 	e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
 	w.rec.Add(e)
 	return err == nil
+}
+
+// proclaim changes the value h's leadership shows (Leadership.Proclaim) to
+// one unique to the call, and records it; check (h) then wants a read of the
+// leader to show a value of the term it names.
+func (w *Worker) proclaim(h *handle, ld *dlock.Leadership) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	v := fmt.Sprintf("p:%s:%d", h.id, w.rng.IntN(1000))
+	e := Event{Name: h.l.Name(), Op: OpProclaim, CS: h.id, Tok: h.l.Token(), Fence: h.fence, Seen: v,
+		VU0: h.l.ValidUntil().UnixNano(), Held: h.l.Err() == nil}
+	e.Inv = now()
+	err := ld.Proclaim(ctx, v)
+	e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
+	w.rec.Add(e)
 }
 
 // dispose ends a handle's life: most are released at once (some twice),
@@ -306,5 +327,5 @@ func (w *Worker) readLeader(name string) {
 	inv := now()
 	ld, err := w.elect[name].Leader(ctx)
 	w.rec.Add(Event{Name: name, Op: OpLeader, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err),
-		Tok: ld.Token, Fence: ld.Fence})
+		Tok: ld.Token, Fence: ld.Fence, Seen: ld.Value})
 }

@@ -84,9 +84,10 @@ type Worker struct {
 	rdbs  []*redis.Client
 	grdb  *redis.Client
 	c     *dlock.Client
-	sems  map[string]*dlock.Semaphore // semaphore mode: the round's names
-	elect map[string]*dlock.Election  // election mode: the round's names
-	rws   map[string]*dlock.RWMutex   // rw mode: the round's names
+	sems  map[string]*dlock.Semaphore       // semaphore mode: the round's names
+	elect map[string]*dlock.Election        // election mode: the round's names
+	rws   map[string]*dlock.RWMutex         // rw mode: the round's names
+	won   map[*dlock.Lock]*dlock.Leadership // election mode: a campaign's Leadership, until its Lock's critical section
 	guard *dlock.Guard
 	rec   *Recorder
 	seq   int
@@ -182,6 +183,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if err == nil && cfg.Mode == ModeElection {
 		w.elect = map[string]*dlock.Election{}
+		w.won = map[*dlock.Lock]*dlock.Leadership{}
 		for _, name := range cfg.Names {
 			if w.elect[name], err = w.c.Election(name); err != nil {
 				break
@@ -344,6 +346,7 @@ func (n lockName) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) 
 type candidate struct {
 	e     *dlock.Election
 	value string
+	won   map[*dlock.Lock]*dlock.Leadership // where a campaign leaves its Leadership (nil: nowhere)
 }
 
 func (c candidate) Acquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
@@ -361,6 +364,9 @@ func (c candidate) campaign(ctx context.Context, opts ...dlock.LockOption) (*dlo
 	if err != nil {
 		return nil, err
 	}
+	if c.won != nil {
+		c.won[ld.Lock()] = ld
+	}
 	return ld.Lock(), nil
 }
 
@@ -374,7 +380,7 @@ func (w *Worker) target(own, name string, opts []dlock.LockOption) target {
 	case w.sems[name] != nil:
 		t = w.sems[name]
 	case w.elect[name] != nil:
-		t = candidate{w.elect[name], w.cfg.ID}
+		t = candidate{w.elect[name], w.cfg.ID, w.won}
 	case w.rws[name] != nil:
 		t = rwSide(w.rws[name], w.rng.IntN(3) == 0)
 	default:
