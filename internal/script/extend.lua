@@ -21,7 +21,7 @@ if ARGV[3] == '0' then
   local v = redis.call('MGET', KEYS[1], KEYS[2])
   if v[1] ~= ARGV[1] then
     return 0
-  elseif v[2] then -- (a live lease's marker holds the last numbered extension)
+  elseif v[2] and string.byte(v[2]) == 101 then -- "e<n>": a numbered extension was applied
     return 2
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')

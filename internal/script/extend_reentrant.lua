@@ -19,7 +19,7 @@ if deadline <= now then
 end
 local until_ms = now + tonumber(ARGV[3])
 if ARGV[4] == '0' then
-  if redis.call('EXISTS', KEYS[2]) == 1 then
+  if numbered(KEYS[2]) then
     return 2 -- a numbered extension was applied since this was sent (see extend.lua)
   elseif until_ms <= deadline then
     return 1

@@ -28,7 +28,7 @@ if w > 1 then -- every permit of the hold must be live: none lapsed on its own
 end
 local until_ms = now + tonumber(ARGV[2])
 if ARGV[3] == '0' then
-  if redis.call('EXISTS', KEYS[2]) == 1 then
+  if numbered(KEYS[2]) then
     return 2 -- a numbered extension was applied since this was sent (see extend.lua)
   end
   hold_call(KEYS[1], ARGV[1], w, until_ms, 'ZADD', 'XX', 'GT')

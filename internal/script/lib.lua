@@ -155,6 +155,14 @@ local function revoked(key)
   return r == '0' or r == '1'
 end
 
+-- numbered reports whether the marker key holds the number of an applied
+-- extension ("e<n>", see superseded): a lease's later extensions are all
+-- numbered then, so an unnumbered one that finds it is a late copy.
+local function numbered(key)
+  local m = redis.call('GET', key)
+  return m ~= false and string.byte(m) == 101
+end
+
 -- superseded tells whether an extension with sequence number seq may be
 -- applied: 0 if it is the newest (seq is then recorded in the marker key,
 -- for ttl_ms: the lease's life), 1 if it was applied already (a re-sent
