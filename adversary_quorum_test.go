@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,18 +37,6 @@ func proxiedQuorum(t *testing.T, n int) ([]*redistest.Proxy, []redis.UniversalCl
 		direct = append(direct, s.Client(t))
 	}
 	return ps, via, direct
-}
-
-func countGoroutines(substr string) int {
-	buf := make([]byte, 8<<20)
-	n := runtime.Stack(buf, true)
-	c := 0
-	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-		if strings.Contains(g, substr) {
-			c++
-		}
-	}
-	return c
 }
 
 func keyOnNodes(ctx context.Context, direct []*redis.Client, key string) (n int, vals []string) {

@@ -5,69 +5,14 @@ package dlock_test
 
 import (
 	"context"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/redistest"
 )
-
-// refusingDialer is a go-redis Dialer whose connections the test can cut,
-// and which can refuse new ones for a while: Redis unreachable from one
-// process (a partition, a proxy or a failover in between) while it lives,
-// with its data, for everyone else.
-type refusingDialer struct {
-	refuse atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-}
-
-func (d *refusingDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	if d.refuse.Load() {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
-	}
-	var nd net.Dialer
-	c, err := nd.DialContext(ctx, network, addr)
-	if err == nil {
-		d.mu.Lock()
-		d.conns = append(d.conns, c)
-		d.mu.Unlock()
-	}
-	return c, err
-}
-
-// cutAndRefuse closes every connection made so far and refuses new ones
-// until allow.
-func (d *refusingDialer) cutAndRefuse() {
-	d.refuse.Store(true)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, c := range d.conns {
-		c.Close()
-	}
-	d.conns = nil
-}
-
-func (d *refusingDialer) allow() { d.refuse.Store(false) }
-
-// refusable returns a client of s whose connections go through a
-// refusingDialer (go-redis's retries off).
-func refusable(t *testing.T, s *redistest.Server) (*redis.Client, *refusingDialer) {
-	t.Helper()
-	d := &refusingDialer{}
-	opts := s.Options()
-	opts.Dialer, opts.MaxRetries = d.dial, -1
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { rdb.Close() })
-	return rdb, d
-}
 
 // A writer waits behind a reader; Redis becomes unreachable from the
 // writer's process for a moment, and the writer's Acquire ends with that

@@ -181,36 +181,3 @@ func TestLateQueueingRequestHoldsTheLineOneWindow(t *testing.T) {
 		})
 	}
 }
-
-// holdAs waits for a hold of kind on name through c ("fair": a lock, a
-// semaphore's permit of 1, a read-write lock's write, an election's
-// campaign), as Acquire does with opts.
-func holdAs(t *testing.T, ctx context.Context, c *dlock.Client, kind, name string, opts ...dlock.LockOption) (*dlock.Lock, error) {
-	t.Helper()
-	switch kind {
-	case "semaphore":
-		return newSemaphore(t, c, name, 1).Acquire(ctx, opts...)
-	case "rw":
-		return newRW(t, c, name).Writer().Acquire(ctx, opts...)
-	case "election":
-		ld, err := newElection(t, c, name).Campaign(ctx, "candidate", opts...)
-		if err != nil {
-			return nil, err
-		}
-		return ld.Lock(), nil
-	}
-	return c.Acquire(ctx, name, opts...)
-}
-
-// warm makes c load the scripts of kind by taking and giving back a hold
-// of that kind on name.
-func warm(t *testing.T, ctx context.Context, c *dlock.Client, kind, name string) {
-	t.Helper()
-	l, err := holdAs(t, ctx, c, kind, name, dlock.MaxWait(0))
-	if err != nil {
-		t.Fatalf("warming the %s scripts: %v", kind, err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatalf("warming the %s scripts: Release = %v", kind, err)
-	}
-}

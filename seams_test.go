@@ -21,40 +21,6 @@ import (
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
-// mode makes Clients of one kind over the same Redis deployment.
-type mode struct {
-	name string
-	new  func(tb testing.TB, opts ...dlock.Option) *dlock.Client
-	ctx  func(context.Context) context.Context // the owner, for a reentrant Client
-}
-
-// modes returns the single-node modes over rdb, and with quorum set a
-// quorum of 3 fresh nodes.
-func modes(t *testing.T, rdb redis.UniversalClient, quorum bool) []mode {
-	t.Helper()
-	plain := func(ctx context.Context) context.Context { return ctx }
-	ms := []mode{
-		{"plain", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
-			return newClient(tb, rdb, append(o, dlock.WithUnfair(nil))...)
-		}, plain},
-		{"fair", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
-			return newClient(tb, rdb, o...)
-		}, plain},
-		{"reentrant", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
-			return asOwner(tb, newClient(tb, rdb, append(o, dlock.WithReentrant(true))...), "owner-a")
-		}, plain},
-	}
-	if quorum {
-		_, nodes := startQuorum(t, 3)
-		// The default node timeout, TTL/50, is a few ms for these tests' short
-		// TTLs: too tight for a loaded machine. A test's own option wins.
-		ms = append(ms, mode{"quorum", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
-			return newRedlock(tb, nodes, 25*time.Millisecond, o...)
-		}, plain})
-	}
-	return ms
-}
-
 // An Extend to a shorter TTL brings the validity forward: once the shorter
 // lease has run out on the server, the holder must already know, and with
 // the watchdog on, it must extend on the shorter period.
@@ -220,20 +186,6 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 	}
 }
 
-// proxied starts a TCP server behind a proxy and returns the proxy, a
-// client through it and a client straight to the server.
-func proxied(t *testing.T, retries int, readTimeout time.Duration) (*redistest.Proxy, *redis.Client, *redis.Client) {
-	t.Helper()
-	s := redistest.Start(t, redistest.TCP())
-	p := redistest.NewProxy(t, s.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: retries, ReadTimeout: readTimeout})
-	t.Cleanup(func() { rdb.Close() })
-	if err := rdb.Ping(t.Context()).Err(); err != nil { // a pooled connection, its handshake done
-		t.Fatal(err)
-	}
-	return p, rdb, s.Client(t)
-}
-
 // A request delayed in the network past its caller's timeout lands after
 // the caller's undo: it must not take the lock for nobody. With go-redis's
 // retries on, the re-sent copy takes the lock at once, the delayed original
@@ -279,27 +231,6 @@ func TestDelayedAcquireAfterUndoTakesNothing(t *testing.T) {
 				t.Errorf("%s, retries %d: the lock key exists after the delayed request landed: a lease held by nobody", m.name, retries)
 			}
 		}
-	}
-}
-
-// stallThenCut runs op while replies are stalled, waits until cond shows
-// that the command ran on the server, then cuts the connection: go-redis
-// re-sends the command, which runs a second time.
-func stallThenCut(t *testing.T, p *redistest.Proxy, op func() error, cond func() bool) error {
-	t.Helper()
-	p.StallReplies()
-	errc := make(chan error, 1)
-	go func() { errc <- op() }()
-	if !waitFor(3*time.Second, cond) {
-		t.Error("the command never reached the server")
-	}
-	p.Cut()
-	select {
-	case err := <-errc:
-		return err
-	case <-time.After(5 * time.Second):
-		t.Fatal("the call did not return 5s after the cut")
-		return nil
 	}
 }
 
