@@ -13,39 +13,6 @@ import (
 	"github.com/dlockio/dlock"
 )
 
-// TestAdvObserveClosesWhileRedisFrozen: Observe's channel closes soon after
-// its ctx ends even when Redis stopped answering (SIGSTOP) while it read.
-func TestAdvObserveClosesWhileRedisFrozen(t *testing.T) {
-	s, rdb := setup(t)
-	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
-	e := newElection(t, c, "adv-obs")
-	ld, err := e.Campaign(t.Context(), "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	octx, stop := context.WithCancel(t.Context())
-	obs := e.Observe(octx)
-	if got := <-obs; got.Value != "a" {
-		t.Errorf("first value %+v, want a", got)
-	}
-	s.Pause()
-	time.Sleep(400 * time.Millisecond) // Observe re-reads (lease due) against a frozen server
-	stop()
-	start := time.Now()
-	closed := false
-	for deadline := time.After(2 * time.Second); !closed; {
-		select {
-		case _, ok := <-obs:
-			closed = !ok
-		case <-deadline:
-			t.Errorf("Observe's channel still open %v after its ctx ended, Redis frozen", time.Since(start).Round(time.Millisecond))
-			closed = true
-		}
-	}
-	s.Resume()
-	ld.Resign(context.Background())
-}
-
 // TestAdvShortLeaseQueueExclusionAndLiveness: fair lock, semaphore of 1 and
 // read-write lock (writers), workers with short per-call leases (30ms,
 // 45ms, 200ms: queue entries of one window) under -race on a loaded

@@ -733,27 +733,3 @@ func TestAdv3QueuedKindsIgnoreUnfairBackoff(t *testing.T) {
 		}
 	}
 }
-
-// TestAdv3CampaignRefusalsSayCampaign: an election's errors name a
-// campaign, not an acquisition: a Campaign with an invalid lease option,
-// and a Campaign after Close, as a campaign waiting across Close does.
-func TestAdv3CampaignRefusalsSayCampaign(t *testing.T) {
-	_, rdb := setup(t)
-	c := newClient(t, rdb)
-	ctx := t.Context()
-	e, err := c.Election("adv3-verb-closed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = e.Campaign(ctx, "v", dlock.LeaseTTL(time.Microsecond))
-	if !errors.Is(err, dlock.ErrInvalid) || strings.Contains(err.Error(), "acquire") || !strings.Contains(err.Error(), "campaign") {
-		t.Errorf("Campaign(LeaseTTL(1µs)) = %v; want ErrInvalid naming a campaign, not an acquire", err)
-	}
-	if err := c.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	_, err = e.Campaign(ctx, "v")
-	if !errors.Is(err, dlock.ErrClosed) || strings.Contains(err.Error(), "acquire") || !strings.Contains(err.Error(), "campaign") {
-		t.Errorf("Campaign after Close = %v; want ErrClosed naming a campaign, not an acquire", err)
-	}
-}
