@@ -38,29 +38,6 @@ func TestAdv2ExponentialBackoffHugeMax(t *testing.T) {
 	}
 }
 
-// TestAdv2NewRedlockDefaultTTLAboveNodeTimeout: a lease time at or below the
-// per-node timeout is refused per call (LeaseTTL on Acquire); as the
-// Client's default (LeaseTTL given to NewRedlock) it must be refused too.
-func TestAdv2NewRedlockDefaultTTLAboveNodeTimeout(t *testing.T) {
-	var nodes []redis.UniversalClient
-	for range 3 {
-		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})) // nothing is sent
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			n.Close()
-		}
-	})
-	c, err := dlock.NewRedlock(nodes, time.Second, dlock.LeaseTTL(100*time.Millisecond))
-	if err == nil {
-		_, perCall := c.TryAcquire(t.Context(), "x", dlock.LeaseTTL(100*time.Millisecond))
-		t.Fatalf("NewRedlock(nodes, 1s, LeaseTTL(100ms)) = nil error (the same LeaseTTL per call: %v); want ErrInvalid", perCall)
-	}
-	if !errors.Is(err, dlock.ErrInvalid) {
-		t.Fatalf("NewRedlock(nodes, 1s, LeaseTTL(100ms)) = %v; want ErrInvalid", err)
-	}
-}
-
 // TestAdv2CloseWhileWaiting: an Acquire waiting when Close is called must
 // not come back with a Lock once the lock is free: acquisitions after Close
 // fail with ErrClosed, and a Lock taken after Close is never extended.
