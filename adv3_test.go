@@ -411,67 +411,6 @@ func TestAdv3Storm(t *testing.T) {
 	}
 }
 
-// TestAdv3CloseLeavesQueue: Close wakes a fair Acquire that waits in the
-// queue (ErrClosed); Close "waits for the background clean-up", so once it
-// returns the waiter's queue entry is gone, and the go-redis client may be
-// closed (the documented lifecycle) without leaving an entry behind that
-// the lock would be handed to.
-func TestAdv3CloseLeavesQueue(t *testing.T) {
-	s, rdb := setup(t)
-	holder := newClient(t, rdb)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	const name = "adv3-close-queue"
-	l, err := holder.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb2 := s.Client(t)
-	c := newClient(t, rdb2, dlock.LeaseTTL(2*time.Second))
-	res := make(chan error, 1)
-	go func() {
-		l, err := c.Acquire(ctx, name)
-		if err == nil {
-			l.Release(ctx)
-		}
-		res <- err
-	}()
-	if !waitFor(3*time.Second, func() bool {
-		info, err := holder.Inspect(ctx, name)
-		return err == nil && info.Queued == 1
-	}) {
-		t.Fatal("the waiter never queued")
-	}
-	if err := c.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	queuedAtClose := -1
-	if info, err := holder.Inspect(ctx, name); err == nil {
-		queuedAtClose = info.Queued
-	}
-	rdb2.Close()
-	if err := <-res; !errors.Is(err, dlock.ErrClosed) {
-		t.Fatalf("the waiting Acquire: %v; want ErrClosed", err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	info, err := holder.Inspect(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Queued != 0 || queuedAtClose != 0 {
-		t.Errorf("after Close returned the closed Client's waiter was still queued (%d right after Close, %d later): Close did not wait for its leave", queuedAtClose, info.Queued)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	other := newClient(t, rdb)
-	l2, err := other.Acquire(ctx, name, dlock.MaxWait(time.Second))
-	if err != nil {
-		t.Fatalf("after the holder released, a new waiter: %v (the lock went to the closed Client's entry?)", err)
-	}
-	l2.Release(ctx)
-}
-
 // TestAdv3KindsAfterFlushAndLoss: with the script cache flushed under a
 // held lease of each kind, Extend, Fence and Release still run that kind's
 // scripts; a lease left to expire is reported Lost with its kind's Mode; a
@@ -635,64 +574,6 @@ func TestAdv3WaitVerbsAndDo(t *testing.T) {
 		}
 		if fmt.Sprint(got) != fmt.Sprint(exp) {
 			t.Errorf("%s: events %v; want %v", name, got, exp)
-		}
-	}
-}
-
-// TestAdv3StormClose: goroutines of every kind wait on one Client, observers
-// are added meanwhile, and Close comes in the middle: every call ends with
-// a Lock or an error, no race, nothing left running (leakcheck).
-func TestAdv3StormClose(t *testing.T) {
-	_, rdb := setup(t)
-	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i, k := range adv3Kinds() {
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := 0; j < 20 && ctx.Err() == nil; j++ {
-					l, err := k.take(ctx, c, fmt.Sprintf("adv3-stormc-%d", i%2), false)
-					if err != nil {
-						if errors.Is(err, dlock.ErrClosed) {
-							return
-						}
-						if !errors.Is(err, dlock.ErrWrongType) {
-							t.Errorf("%s: %v", k.name, err)
-							return
-						}
-						continue
-					}
-					time.Sleep(3 * time.Millisecond)
-					l.Release(ctx)
-				}
-			}()
-		}
-	}
-	for range 20 {
-		c.Observe(dlock.Observer{End: func(context.Context, *dlock.Event) {}})
-		_ = c.Stats()
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := c.Close(ctx); err != nil {
-		t.Error(err)
-	}
-	wg.Wait()
-	if err := c.Close(ctx); err != nil {
-		t.Error(err)
-	}
-	for i := range 2 {
-		keys, _ := rdb.Keys(ctx, fmt.Sprintf("*adv3-stormc-%d*", i)).Result()
-		var live []string
-		for _, key := range keys {
-			if ttl, _ := rdb.PTTL(ctx, key).Result(); ttl < 0 {
-				live = append(live, key)
-			}
-		}
-		if len(live) > 0 {
-			t.Errorf("keys without expiry left: %v", live)
 		}
 	}
 }

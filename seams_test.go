@@ -17,7 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -431,94 +430,6 @@ func TestDoContextKnowsOfLossRightAfterPause(t *testing.T) {
 		}
 		if err := h.wait(10 * time.Second); err != nil {
 			t.Errorf("round %d: worker: %v", i, err)
-		}
-	}
-}
-
-// Close waits for the undo an Acquire left running in the background (its
-// context ended while the request was delayed in the network), so that a
-// process that drains before closing its Redis client leaves nothing
-// behind: the delayed request lands, the undo after it.
-func TestCloseWaitsForBackgroundUndo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a long fault/timing scenario; run without -short")
-	}
-	for _, quorum := range []bool{false, true} {
-		t.Run(map[bool]string{false: "node", true: "quorum"}[quorum], func(t *testing.T) {
-			p, rdb, direct := proxied(t, -1, 2*time.Second)
-			var c *dlock.Client
-			if quorum {
-				c = newRedlock(t, []redis.UniversalClient{rdb}, 50*time.Millisecond)
-			} else {
-				c = newClient(t, rdb)
-			}
-			p.Delay(700*time.Millisecond, 0)
-			ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
-			_, err := c.Acquire(ctx, "drain")
-			cancel()
-			if !errors.Is(err, dlock.ErrNotAcquired) {
-				t.Fatalf("Acquire through a delayed link = %v, want ErrNotAcquired", err)
-			}
-			p.Delay(0, 0) // what is held is delivered late: the acquire, then the undo
-			dctx, dcancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer dcancel()
-			if err := c.Close(dctx); err != nil {
-				t.Fatalf("Close = %v", err)
-			}
-			if n := countGoroutines("undoUntil"); n != 0 {
-				t.Errorf("%d undo goroutines still running after Close returned", n)
-			}
-			rdb.Close() // what a process does at shutdown, after Close
-			time.Sleep(200 * time.Millisecond)
-			if n := liveKeys(t.Context(), direct, "dlock:{drain}", "dlock:{drain}:q"); n != 0 {
-				t.Errorf("%d lock keys left after Close and close", n)
-			}
-		})
-	}
-}
-
-// Close ends every goroutine and connection the Client started — here the
-// pub/sub connection that lingers after a wait, plain and sharded — before
-// it returns; acquisitions after it fail with ErrClosed, by the Client and
-// its Owner Clients; a Lock still held is no longer extended and ends at its
-// validity.
-func TestCloseEndsBackgroundWork(t *testing.T) {
-	leakcheck.Check(t)
-	_, rdb := setup(t)
-	ctx := t.Context()
-	for _, sharded := range []bool{false, true} {
-		name := fmt.Sprintf("close-%v", sharded)
-		c := newClient(t, rdb, dlock.WithShardedPubSub(sharded), dlock.WithReentrant(true))
-		held, err := c.TryAcquire(ctx, name, dlock.LeaseTTL(300*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Acquire(ctx, name, dlock.MaxWait(100*time.Millisecond)); !errors.Is(err, dlock.ErrNotAcquired) {
-			t.Fatalf("sharded=%v: Acquire of a held lock = %v, want ErrNotAcquired", sharded, err)
-		}
-		if n := countGoroutines("internal/pubsub"); n == 0 {
-			t.Fatalf("sharded=%v: no pub/sub reader after a wait: the test proves nothing", sharded)
-		}
-		if err := c.Close(ctx); err != nil {
-			t.Fatalf("sharded=%v: Close = %v", sharded, err)
-		}
-		if n := countGoroutines("internal/pubsub"); n != 0 {
-			t.Errorf("sharded=%v: %d pub/sub goroutines still running after Close returned", sharded, n)
-		}
-		owner, err := c.Owner("o")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for what, cl := range map[string]*dlock.Client{"the Client": c, "its Owner Client": owner} {
-			if _, err := cl.TryAcquire(ctx, "after-close"); !errors.Is(err, dlock.ErrClosed) {
-				t.Errorf("sharded=%v: TryAcquire by %s after Close = %v, want ErrClosed", sharded, what, err)
-			}
-		}
-		if !closedWithin(held.Done(), 2*time.Second) {
-			t.Errorf("sharded=%v: a Lock held at Close still holds after its TTL: its watchdog went on", sharded)
-		}
-		if err := c.Close(ctx); err != nil {
-			t.Errorf("sharded=%v: a second Close = %v", sharded, err)
 		}
 	}
 }
