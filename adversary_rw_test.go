@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockio/dlock"
 )
 
@@ -110,85 +108,5 @@ func TestRWAttackErrorsSayDlockOnce(t *testing.T) {
 		} else if n := strings.Count(err.Error(), "dlock: "); n != 1 {
 			t.Errorf("%s: %q says \"dlock: \" %d times, want once", what, err, n)
 		}
-	}
-}
-
-// The same as TestRWAttackWriterFailedByTheNetworkLeavesItsPlace, for the
-// other kinds that queue: a fair lock's waiter and a semaphore's. A waiter
-// whose wait ends with an error from Redis leaves its place in the line,
-// and the holder's release leaves the name free instead of handing it to
-// the waiter that gave up.
-func TestFailedWaitLeavesItsPlace(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a long fault/timing scenario; run without -short")
-	}
-	const ttl = 20 * time.Second // longer than the test: what is left is not gone by expiry
-	kinds := []struct {
-		name string
-		take func(c *dlock.Client, name string) func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error)
-		free func(ctx context.Context, rdb *redis.Client, name string) bool
-	}{
-		{"fair lock", func(c *dlock.Client, name string) func(context.Context, ...dlock.LockOption) (*dlock.Lock, error) {
-			return func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
-				return c.Acquire(ctx, name, opts...)
-			}
-		}, func(ctx context.Context, rdb *redis.Client, name string) bool {
-			return rdb.Exists(ctx, semKey(name)).Val() == 0
-		}},
-		{"semaphore", func(c *dlock.Client, name string) func(context.Context, ...dlock.LockOption) (*dlock.Lock, error) {
-			s, err := c.Semaphore(name, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return func(ctx context.Context, _ ...dlock.LockOption) (*dlock.Lock, error) { return s.Acquire(ctx) }
-		}, func(ctx context.Context, rdb *redis.Client, name string) bool {
-			return len(members(ctx, rdb, name)) == 0
-		}},
-	}
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			s, direct := setup(t)
-			rdb, d := refusable(t, s)
-			ctx := t.Context()
-			name := "failed-wait-" + strings.ReplaceAll(k.name, " ", "-")
-			// The holder's lease is short (kept by its watchdog), so that
-			// the waiter makes an attempt soon after Redis is cut off.
-			holderC := newClient(t, direct, dlock.LeaseTTL(2*time.Second))
-			h, err := k.take(holderC, name)(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			errc := make(chan error, 1)
-			go func() {
-				l, err := k.take(newClient(t, rdb, dlock.LeaseTTL(ttl)), name)(ctx)
-				if l != nil {
-					l.Release(ctx)
-				}
-				errc <- err
-			}()
-			if !waitFor(10*time.Second, func() bool { return rwQueued(ctx, direct, name) == 1 }) {
-				t.Fatal("the waiter never queued")
-			}
-			d.cutAndRefuse()
-			var werr error
-			select {
-			case werr = <-errc:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the waiter's Acquire did not end 30s after Redis became unreachable")
-			}
-			d.allow()
-			if werr == nil {
-				t.Fatal("the waiter's Acquire succeeded with Redis unreachable")
-			}
-			if !waitFor(5*time.Second, func() bool { return rwQueued(ctx, direct, name) == 0 }) {
-				t.Errorf("the waiter's Acquire returned %q and left its place in the line", werr)
-			}
-			if err := h.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if !k.free(ctx, direct, name) {
-				t.Errorf("after the holder released, the name is held (handed to a waiter that gave up)")
-			}
-		})
 	}
 }

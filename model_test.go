@@ -6,15 +6,9 @@ package dlock_test
 // ended leases' memory in the lock's own value).
 
 import (
-	"context"
-	_ "embed"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
 )
@@ -162,121 +156,6 @@ func TestDelayedAcquireAfterTwoLeasesTakesNothing(t *testing.T) {
 					time.Since(start).Round(time.Millisecond), direct.Get(ctx, key).Val(), direct.PTTL(ctx, key).Val(), terr)
 			}
 		})
-	}
-}
-
-// oldAcquireFair is the previous version's acquire_fair.lua with the lib.lua
-// functions it calls: a previous-version fair client during a rolling
-// upgrade.
-//
-//go:embed testdata/previous_acquire_fair.lua
-var oldAcquireFair string
-
-// Rolling upgrade: a fair release
-// hands the lock to the first waiter, which may be a client of the previous
-// version. Whether it takes the handover message's fence or confirms with
-// its own acquire_fair, which compares the whole value with its token, the
-// handed-over value must be the waiter's token alone, or the lock is held
-// by nobody for the waiter's TTL.
-func TestHandoverToAPreviousVersionWaiter(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	name := "model-upgrade"
-	key := "dlock:{" + name + "}"
-	oldScript := redis.NewScript(oldAcquireFair)
-	const oldToken = "AAAAAAAAAAAAAAAAAAAAAA" // 22 characters of base64url, as the old version made
-	oldAcquire := func() (int64, error) {
-		return oldScript.Run(ctx, rdb, []string{key, key + ":fence", key + ":q", key + ":qw", key + ":r:" + oldToken},
-			oldToken, 3000, 1, 3000, key+":ch", "PUBLISH").Int64()
-	}
-	c := newClient(t, rdb, dlock.WithAutoExtend(false))
-	l, err := c.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := rdb.Subscribe(ctx, key+":ch")
-	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// The previous-version client waits: queued behind the new holder.
-	if v, err := oldAcquire(); err != nil || v >= 0 {
-		t.Fatalf("old acquire_fair while a new client holds = %v, %v; want queued (< 0)", v, err)
-	}
-	if err := l.Release(ctx); err != nil { // hands over to the old waiter
-		t.Fatal(err)
-	}
-	msg, err := ps.ReceiveMessage(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The old client parses "<token> <fence>" and takes the lease with that
-	// fence; it confirms with an attempt when the wait was long, which must
-	// work too.
-	tok, f, _ := strings.Cut(msg.Payload, " ")
-	if n, _ := strconv.ParseInt(f, 10, 64); tok != oldToken || n <= 0 {
-		t.Errorf("handover message %q, want the old waiter's token and a fence", msg.Payload)
-	}
-	v, err := oldAcquire()
-	if err != nil || v < 0 {
-		_, terr := newClient(t, rdb).TryAcquire(ctx, name)
-		t.Errorf("the previous-version waiter, handed the lock, confirms with its acquire = %v, %v: not held (queued again); value %q, pttl %v; a new TryAcquire = %v — held by nobody",
-			v, err, rdb.Get(ctx, key).Val(), rdb.PTTL(ctx, key).Val(), terr)
-	}
-}
-
-// A live fair waiter's queue entry must not vanish while it sleeps: a
-// waiter with a shorter TTL that queues and leaves must not shorten the
-// queue keys' life below a longer-lived waiter's entry, or the release
-// finds nobody to hand the lock to and that waiter wakes late.
-func TestFairQueueNotShortenedByAShortLivedWaiter(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a long fault/timing scenario; run without -short")
-	}
-	_, rdb := setup(t)
-	ctx := t.Context()
-	name := "model-vanished-entry"
-	key := "dlock:{" + name + "}"
-	holder, err := newClient(t, rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan time.Time, 1)
-	go func() { // the waiter with the default TTL (10s): queue entry 10s, renewed every 3.3s
-		l, err := newClient(t, rdb).Acquire(ctx, name)
-		if err != nil {
-			t.Errorf("Acquire = %v", err)
-			got <- time.Time{}
-			return
-		}
-		got <- time.Now()
-		l.Release(ctx)
-	}()
-	if !waitFor(2*time.Second, func() bool { return rdb.LLen(ctx, key+":q").Val() == 1 }) {
-		t.Fatal("the waiter never queued")
-	}
-	// A waiter with a short TTL queues behind it and gives up: its queue
-	// operation set the queue keys' expiry to 1s.
-	short := newClient(t, rdb, dlock.LeaseTTL(100*time.Millisecond))
-	sctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
-	if _, err := short.Acquire(sctx, name); err == nil {
-		t.Fatal("the short waiter got the lock")
-	}
-	cancel()
-	time.Sleep(1200 * time.Millisecond)
-	t.Logf("queue length after 1.2s: %d (the 10s waiter's entry: %q)", rdb.LLen(ctx, key+":q").Val(), rdb.HGetAll(ctx, key+":qw").Val())
-	released := time.Now()
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case at := <-got:
-		if d := at.Sub(released); d > 500*time.Millisecond {
-			t.Errorf("the remaining fair waiter took the free lock %v after its release (it slept through a free lock)", d.Round(time.Millisecond))
-		}
-	case <-time.After(6 * time.Second):
-		t.Errorf("the remaining fair waiter did not take the lock within 6s of its release")
-		<-got
 	}
 }
 
