@@ -100,36 +100,3 @@ func TestAdvConcurrentReleaseHonoursItsContext(t *testing.T) {
 		t.Errorf("the lock is still held after its Release")
 	}
 }
-
-// TestAdvConcurrentExtendHonoursItsContext: while an extension of a Lock
-// (the watchdog's, or the caller's own) waits on a Redis that froze, an
-// Extend with a 100ms context waits for it (~10s) instead of returning
-// when its context ends.
-func TestAdvConcurrentExtendHonoursItsContext(t *testing.T) {
-	srv, rdb := setup(t)
-	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false))
-	l, err := c.TryAcquire(t.Context(), "adv-ext")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Pause()
-	first := make(chan error, 1)
-	go func() { first <- l.Extend(context.Background(), time.Minute) }()
-	time.Sleep(50 * time.Millisecond) // the first is in flight
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
-	start := time.Now()
-	err = l.Extend(ctx, time.Minute)
-	took := time.Since(start)
-	cancel()
-	if took > time.Second || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("an Extend with a 100ms context = %v after %v; want its context's error within it", err, took.Round(time.Millisecond))
-	}
-	srv.Resume()
-	<-first
-	if err := l.Extend(context.Background(), time.Minute); err != nil {
-		t.Errorf("an Extend once Redis answers again = %v", err)
-	}
-	if err := l.Release(context.Background()); err != nil {
-		t.Errorf("Release = %v", err)
-	}
-}

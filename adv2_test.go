@@ -3,68 +3,12 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/leakcheck"
-	"github.com/dlockio/dlock/internal/redistest"
 )
-
-// TestAdv2ReleaseExtendWatchdogRace: Release, Extend and the watchdog on
-// one Lock at once, under -race, over a proxy that delays replies; the lock
-// ends released with nothing left in Redis.
-func TestAdv2ReleaseExtendWatchdogRace(t *testing.T) {
-	leakcheck.Check(t)
-	s := redistest.Start(t, redistest.TCP())
-	direct := s.Client(t)
-	p := redistest.NewProxy(t, s.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	c := newClient(t, rdb, dlock.LeaseTTL(90*time.Millisecond))
-	deadline := time.Now().Add(8 * time.Second)
-	for round := 0; round < 20 && time.Now().Before(deadline); round++ {
-		name := fmt.Sprintf("adv2-race-%d", round)
-		p.Delay(0, 0)
-		l, err := c.Acquire(t.Context(), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Delay(0, time.Duration(round%4)*10*time.Millisecond)
-		var wg sync.WaitGroup
-		var relErrs [3]error
-		for i := range 3 {
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(t.Context(), time.Duration(5+i*20)*time.Millisecond)
-				defer cancel()
-				l.Extend(ctx, 60*time.Millisecond)
-				relErrs[i] = l.Release(ctx)
-			})
-		}
-		wg.Wait()
-		p.Delay(0, 0)
-		// A last Release with time enough must settle it.
-		if err := l.Release(t.Context()); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-			t.Errorf("round %d: final Release = %v (earlier %v); want nil or ErrNotHeld", round, err, relErrs)
-		}
-		if err := l.Err(); err == nil {
-			t.Errorf("round %d: Err after Release = nil; want ErrReleased or a loss", round)
-		}
-		select {
-		case <-l.Done():
-		default:
-			t.Errorf("round %d: Done open after Release; want closed", round)
-		}
-		if n := liveKeys(t.Context(), direct, l.Key()); n != 0 {
-			t.Errorf("round %d: %d live key(s) after Release; want 0", round, n)
-		}
-	}
-}
 
 var _ = math.MaxInt64
 

@@ -204,54 +204,6 @@ func itoa(v int64) string {
 	return string(b)
 }
 
-// A late copy of an older extension (numbered, or seq 0) replayed after a
-// newer one never cuts the lease short: plain lock and permit.
-func TestAdv4LateExtensionCopies(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
-	l, err := c.TryAcquire(ctx, "adv4-ext")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newSemaphore(t, c, "adv4-ext-sem", 2)
-	p, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		l      *dlock.Lock
-		sc     *redis.Script
-		member string
-		pttl   func() time.Duration
-	}{
-		{l, script.Extend, l.Token(), func() time.Duration { return rdb.PTTL(ctx, l.Key()).Val() }},
-		{p, script.HoldExtend, p.Token(), func() time.Duration {
-			sc := rdb.ZScore(ctx, p.Key(), p.Token()).Val()
-			return time.Until(time.UnixMilli(int64(sc)))
-		}},
-	} {
-		marker := tc.l.Key() + ":r:" + tc.l.Token()
-		if err := tc.l.Extend(ctx, 10*time.Second); err != nil { // seq 0
-			t.Fatal(err)
-		}
-		if err := tc.l.Extend(ctx, 2*time.Second); err != nil { // seq 1
-			t.Fatal(err)
-		}
-		if err := tc.l.Extend(ctx, 8*time.Second); err != nil { // seq 2
-			t.Fatal(err)
-		}
-		for _, seq := range []int64{1, 0} {
-			tc.sc.Run(ctx, rdb, []string{tc.l.Key(), marker}, tc.member, 2000, seq)
-			if d := tc.pttl(); d < 5*time.Second {
-				t.Errorf("%s: a late copy of seq %d cut the lease to %v (want ~8s)", tc.l.Key(), seq, d)
-			}
-		}
-	}
-	l.Release(ctx)
-	p.Release(ctx)
-}
-
 // A late copy of a hold's acquire, replayed after its Release (fast path
 // taken at first), is refused and grants nothing; likewise for a waiter
 // that left the queue.

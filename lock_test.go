@@ -191,28 +191,6 @@ func testExpiredHolder(t *testing.T, fair bool) {
 	}
 }
 
-func TestExtendAfterExpiry(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	l, err := newClient(t, rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, "ext")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb.Del(ctx, l.Key())
-	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Extend after the key was deleted = %v, want ErrNotHeld", err)
-	}
-	if !closedWithin(l.Done(), 0) {
-		t.Error("Done() open after Extend found the lock gone")
-	}
-	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Release after loss = %v, want ErrNotHeld", err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Errorf("second Release after loss = %v, want nil", err)
-	}
-}
-
 // A Lock that nobody watches has no expiry timer: reading its state after
 // the deadline must still report the loss, and Done must come back closed.
 func TestUnwatchedLockExpires(t *testing.T) {
@@ -298,26 +276,6 @@ func TestHeldLocksCostNoGoroutines(t *testing.T) {
 	}
 }
 
-func TestExtendMovesDeadline(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	l, err := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(time.Second)).TryAcquire(ctx, "ext")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	before := l.ValidUntil()
-	if err := l.Extend(ctx, 20*time.Second); err != nil {
-		t.Fatalf("Extend(20s) = %v", err)
-	}
-	if !l.ValidUntil().After(before.Add(10 * time.Second)) {
-		t.Errorf("ValidUntil after Extend(20s) = %v, want > %v + 10s", l.ValidUntil(), before)
-	}
-	if pttl := rdb.PTTL(ctx, l.Key()).Val(); pttl < 10*time.Second {
-		t.Errorf("PTTL after Extend(20s) = %v, want > 10s", pttl)
-	}
-}
-
 // An acquisition whose reply arrives after the TTL (the server was frozen
 // while it ran) must not be handed out as held.
 func TestSlowAcquireIsNotHeld(t *testing.T) {
@@ -343,29 +301,6 @@ func TestSlowAcquireIsNotHeld(t *testing.T) {
 	}
 	if n := liveKeys(ctx, rdb, "dlock:{slow}"); n != 0 {
 		t.Errorf("EXISTS after a slow attempt = %d, want 0 (undone)", n)
-	}
-}
-
-func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	c := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
-	l, err := c.TryAcquire(ctx, "long")
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2400 * time.Millisecond) // four TTLs of work
-	if err := l.Err(); err != nil {
-		t.Errorf("Err() after 4 TTLs with the watchdog on = %v, want nil", err)
-	}
-	if got := rdb.Get(ctx, l.Key()).Val(); !strings.HasPrefix(got, l.Token()) {
-		t.Errorf("GET after 4 TTLs = %q, want our token (and the extension's number)", got)
-	}
-	if _, err := c.TryAcquire(ctx, "long"); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("TryAcquire by another = %v, want ErrNotAcquired", err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Errorf("Release() = %v", err)
 	}
 }
 

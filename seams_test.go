@@ -20,55 +20,6 @@ import (
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
-// An Extend to a shorter TTL brings the validity forward: once the shorter
-// lease has run out on the server, the holder must already know, and with
-// the watchdog on, it must extend on the shorter period.
-func TestExtendToShorterTTLBringsValidityForward(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a long fault/timing scenario; run without -short")
-	}
-	_, rdb := setup(t)
-	for _, m := range modes(t, rdb, true) {
-		t.Run(m.name, func(t *testing.T) {
-			ctx := m.ctx(t.Context())
-			name := "shorter-" + m.name
-			for _, watchdog := range []bool{false, true} {
-				l, err := m.new(t, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(watchdog)).TryAcquire(ctx, name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := l.Extend(ctx, 300*time.Millisecond); err != nil {
-					t.Fatalf("Extend(300ms) = %v", err)
-				}
-				if left := time.Until(l.ValidUntil()); left > 300*time.Millisecond {
-					t.Errorf("watchdog %v: ValidUntil %v away after Extend(300ms), want at most 300ms", watchdog, left)
-				}
-				time.Sleep(700 * time.Millisecond)
-				other, err := m.new(t).TryAcquire(t.Context(), name)
-				if watchdog {
-					if err == nil {
-						other.Release(t.Context())
-						t.Errorf("watchdog on: another Client took the lock 700ms after Extend(300ms): the watchdog kept the old period")
-					}
-					if err := l.Err(); err != nil {
-						t.Errorf("watchdog on: Err() = %v after Extend(300ms), want still held", err)
-					}
-				} else {
-					if err != nil {
-						t.Errorf("watchdog off: TryAcquire by another 700ms after Extend(300ms) = %v, want the lock", err)
-					} else {
-						other.Release(t.Context())
-					}
-					if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
-						t.Errorf("watchdog off: Err() = %v 700ms after Extend(300ms), want ErrNotHeld", err)
-					}
-				}
-				l.Release(t.Context())
-			}
-		})
-	}
-}
-
 // A reentrant owner's stale handle (its lease was lost, the owner took the
 // lock again) must not release the newer hold.
 func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
