@@ -73,41 +73,6 @@ func TestUndoneAttemptStaysRevokedAfterTheHoldersKeyIsGone(t *testing.T) {
 	}
 }
 
-// A re-sent release reports what the first copy did, not a false loss, also
-// when the next lease has come and gone before the copy lands (on a
-// contended lock, two releases fit easily into the time go-redis takes to
-// re-send).
-func TestReSentReleaseAfterTheNextLeaseEnded(t *testing.T) {
-	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
-	for _, fair := range []bool{false, true} {
-		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
-			ctx := t.Context()
-			name := fmt.Sprint("model-resent-rel-", fair)
-			key := "dlock:{" + name + "}"
-			l, next := leaseOverProxy(t, rdb, direct, fair, name)
-			err := stallThenCut(t, p, func() error { return l.Release(ctx) }, func() bool {
-				if holderOf(direct.Get(ctx, key).Val()) == l.Token() {
-					return false
-				}
-				// The first copy ran; its reply is held. The next lease comes and goes.
-				n, err := next.TryAcquire(ctx, name)
-				if err != nil {
-					t.Errorf("next TryAcquire = %v", err)
-					return true
-				}
-				if err := n.Release(ctx); err != nil {
-					t.Errorf("next Release = %v", err)
-				}
-				return true
-			})
-			if err != nil {
-				t.Errorf("Release whose first copy freed the lock, re-sent after the next lease came and went = %v, want nil (value now %q)",
-					err, direct.Get(ctx, key).Val())
-			}
-		})
-	}
-}
-
 // A lease's acquire delayed in the network while go-redis's re-sent copy
 // takes the lock: the lease does its work and releases, another lease comes
 // and goes, and the delayed original must still be refused when it lands.
@@ -156,45 +121,5 @@ func TestDelayedAcquireAfterTwoLeasesTakesNothing(t *testing.T) {
 					time.Since(start).Round(time.Millisecond), direct.Get(ctx, key).Val(), direct.PTTL(ctx, key).Val(), terr)
 			}
 		})
-	}
-}
-
-// ForceRelease deletes only the holding it read: the holder's token, not the
-// whole value, which changes with every extension ("e<n>"); a lock whose
-// holder is alive and extending must be forced, not reported "not held".
-func TestForceReleaseOfAnExtendedLock(t *testing.T) {
-	p, rdb, direct := proxied(t, -1, 5*time.Second)
-	ctx := t.Context()
-	name := "model-force"
-	key := "dlock:{" + name + "}"
-	l, err := newClient(t, direct, dlock.WithAutoExtend(false)).TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	op := newClient(t, rdb)
-	p.Delay(20*time.Millisecond, 0) // the operator's requests take 20ms to arrive
-	stop := make(chan struct{})
-	extended := make(chan struct{})
-	go func() { // the holder extends while the operator's ForceRelease is on its way
-		defer close(extended)
-		for i := 0; i < 40; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			l.Extend(ctx, 10*time.Second)
-		}
-	}()
-	deleted, err := op.ForceRelease(ctx, name)
-	close(stop)
-	<-extended
-	p.Delay(0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !deleted && liveKeys(ctx, direct, key) == 1 {
-		t.Errorf("ForceRelease = false (\"was not held\") while the lock is held: value %q", direct.Get(ctx, key).Val())
 	}
 }

@@ -8,7 +8,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -155,91 +154,6 @@ func TestDelayedAcquireAfterUndoTakesNothing(t *testing.T) {
 	}
 }
 
-// go-redis re-sends a command whose reply was lost. A reentrant acquire that
-// runs twice must count one hold, and a release that runs twice must
-// report the release, not a loss.
-func TestReSentRequestsAreIdempotent(t *testing.T) {
-	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
-	for _, m := range modes(t, rdb, false) {
-		t.Run(m.name, func(t *testing.T) {
-			name := "resent-" + m.name
-			key := "dlock:{" + name + "}"
-			c := m.new(t, pipelined(false))
-			if warm, err := c.TryAcquire(m.ctx(t.Context()), name+"-warm"); err == nil { // the scripts are loaded
-				warm.Release(t.Context())
-			}
-			var l *dlock.Lock
-			err := stallThenCut(t, p, func() (err error) {
-				l, err = c.TryAcquire(m.ctx(t.Context()), name)
-				return err
-			}, func() bool { return liveKeys(t.Context(), direct, key) == 1 })
-			if err != nil {
-				t.Fatalf("TryAcquire with its reply lost once = %v, want the lock", err)
-			}
-			if m.name == "reentrant" {
-				info, _ := c.Inspect(t.Context(), name)
-				if len(info.Owners) != 1 || info.Owners[0].Holds != 1 {
-					t.Errorf("after a re-sent reentrant acquire: owners %+v, want one hold", info.Owners)
-				}
-			}
-			err = stallThenCut(t, p, func() error { return l.Release(t.Context()) },
-				func() bool { return liveKeys(t.Context(), direct, key) == 0 })
-			if err != nil {
-				t.Errorf("Release with its reply lost once = %v, want nil (it was held throughout)", err)
-			}
-			if n := liveKeys(t.Context(), direct, key); n != 0 {
-				t.Errorf("lock key left after Release: a hold counted twice")
-			}
-		})
-	}
-}
-
-// A release whose reply is lost is re-sent by go-redis after the next lease
-// began, and that lease was extended: the re-sent copy must still report
-// the release, not a loss (found by the fault checker, fair mode: the next
-// lease's extension rewrote the lock's value and dropped what the release
-// had left there).
-func TestReSentReleaseAfterTheNextLeaseBegan(t *testing.T) {
-	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
-	for _, fair := range []bool{false, true} {
-		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
-			name := fmt.Sprint("resent-next-", fair)
-			key := "dlock:{" + name + "}"
-			l, next := leaseOverProxy(t, rdb, direct, fair, name)
-			got := make(chan *dlock.Lock, 1)
-			go func() { // waits (fair: queued) and takes the lock when it is released
-				n, err := next.Acquire(t.Context(), name)
-				if err != nil {
-					t.Errorf("next Acquire = %v", err)
-				}
-				got <- n
-			}()
-			if fair && !waitFor(3*time.Second, func() bool { return direct.LLen(t.Context(), key+":q").Val() == 1 }) {
-				t.Fatal("the next lease never queued")
-			}
-			var n *dlock.Lock
-			err := stallThenCut(t, p, func() error { return l.Release(t.Context()) }, func() bool {
-				if holderOf(direct.Get(t.Context(), key).Val()) == l.Token() {
-					return false
-				}
-				n = <-got // the next lease holds it
-				if n != nil {
-					n.Extend(t.Context(), 5*time.Second) // rewrites the lock's value
-				}
-				return true
-			})
-			if err != nil {
-				t.Errorf("Release with its reply lost, re-sent after the next lease began = %v, want nil", err)
-			}
-			if n != nil {
-				if err := n.Release(t.Context()); err != nil {
-					t.Errorf("the next lease's Release = %v", err)
-				}
-			}
-		})
-	}
-}
-
 // A foreign value at the fence key fails what issues a fence, with a clear
 // error and nothing written: a reentrant acquisition (its fence is issued
 // with the first hold), or Fence of a plain lease (issued when asked for),
@@ -267,22 +181,6 @@ func TestForeignFenceKeyLeavesNothingBehind(t *testing.T) {
 		}
 		if n := liveKeys(t.Context(), rdb, "dlock:{"+name+"}"); n != 0 {
 			t.Errorf("%s: lock key left behind", m.name)
-		}
-	}
-}
-
-// ForceRelease deletes only what is a dlock lock.
-func TestForceReleaseRefusesForeignKey(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	rdb.RPush(ctx, "dlock:{list}", "someone's data")
-	rdb.HSet(ctx, "dlock:{hash}", "field", "value")
-	for _, name := range []string{"list", "hash"} {
-		if _, err := newClient(t, rdb).ForceRelease(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
-			t.Errorf("ForceRelease(%s) = %v, want ErrWrongType", name, err)
-		}
-		if n := liveKeys(ctx, rdb, "dlock:{"+name+"}"); n != 1 {
-			t.Errorf("ForceRelease(%s) deleted a key that is not a lock", name)
 		}
 	}
 }
