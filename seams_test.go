@@ -106,54 +106,6 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 	}
 }
 
-// A request delayed in the network past its caller's timeout lands after
-// the caller's undo: it must not take the lock for nobody. With go-redis's
-// retries on, the re-sent copy takes the lock at once, the delayed original
-// lands after Release: it must not take it again either.
-func TestDelayedAcquireAfterUndoTakesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a long fault/timing scenario; run without -short")
-	}
-	for _, retries := range []int{-1, 3} {
-		p, rdb, direct := proxied(t, retries, 300*time.Millisecond)
-		for _, m := range modes(t, rdb, false) {
-			name := "delayed-" + m.name
-			// The Client's scripts loaded first: the delayed request is
-			// the acquire itself, not the load that precedes a Client's
-			// first attempt.
-			c := m.new(t, dlock.LeaseTTL(5*time.Second))
-			if warm, err := c.TryAcquire(m.ctx(t.Context()), name+"-warm"); err == nil {
-				warm.Release(t.Context())
-			}
-			p.Delay(time.Second, 0)
-			start := time.Now()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				time.Sleep(100 * time.Millisecond) // the acquire has crossed into the proxy
-				p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
-			}()
-			l, err := c.TryAcquire(m.ctx(t.Context()), name)
-			<-done
-			switch {
-			case retries < 0 && err == nil:
-				t.Errorf("%s, no retries: TryAcquire through a 1s delay with a 300ms read timeout succeeded", m.name)
-			case retries > 0 && err != nil:
-				t.Errorf("%s, retries: TryAcquire = %v, want the re-sent copy's lock", m.name, err)
-			}
-			if l != nil {
-				if err := l.Release(t.Context()); err != nil {
-					t.Errorf("%s: Release = %v", m.name, err)
-				}
-			}
-			time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
-			if n := liveKeys(t.Context(), direct, "dlock:{"+name+"}"); n != 0 {
-				t.Errorf("%s, retries %d: the lock key exists after the delayed request landed: a lease held by nobody", m.name, retries)
-			}
-		}
-	}
-}
-
 // A foreign value at the fence key fails what issues a fence, with a clear
 // error and nothing written: a reentrant acquisition (its fence is issued
 // with the first hold), or Fence of a plain lease (issued when asked for),
