@@ -19,49 +19,6 @@ import (
 	"github.com/dlockio/dlock/internal/leakcheck"
 )
 
-// Was a bug: Lock.TTL on a reentrant hold reports the KEY's remaining time, and
-// counts a hold whose own deadline has passed (its h:<token> field lingers
-// until the next write runs live_holds) as still held: TTL returns a
-// positive lease and nil for a hold that Err() already reports lost, and
-// for a live nested hold it overstates the hold's lease by the outer's.
-// Inspect's Owner.Holds counts expired holds too.
-//
-// The fix: Inspect reads the server's clock and counts only live holds;
-// Lock.TTL returns the hold's own deadline minus now.
-func TestReentrantTTLIsTheHoldsOwn(t *testing.T) {
-	_, rdb := setup(t)
-	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false)), "a")
-	ctx := t.Context()
-	outer, err := c.TryAcquire(ctx, "rettl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer outer.Release(ctx)
-	inner, err := c.TryAcquire(ctx, "rettl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := inner.Extend(ctx, 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if ttl, err := inner.TTL(ctx); err != nil || ttl > 2*time.Second {
-		t.Errorf("live nested hold extended to 2s: TTL() = %v, %v; want at most 2s (the hold's own lease)", ttl, err)
-	}
-	if err := inner.Extend(ctx, 100*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(400 * time.Millisecond)
-	if err := inner.Err(); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("inner.Err() = %v after its 100ms lease ran out, want ErrNotHeld", err)
-	}
-	if ttl, err := inner.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("expired nested hold: TTL() = %v, %v; want ErrNotHeld (Err() already says lost)", ttl, err)
-	}
-	if info, _ := c.Inspect(ctx, "rettl"); len(info.Owners) != 1 || info.Owners[0].Holds != 1 {
-		t.Errorf("Inspect after the nested hold expired: owners %+v, want 1 live hold", info.Owners)
-	}
-}
-
 // The batcher under heavy cancellation.
 // 48 goroutines, each on its own free name, TryAcquire with random 0-4ms
 // deadlines through a proxy that delays replies 1-3ms (so calls are

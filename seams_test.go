@@ -19,68 +19,6 @@ import (
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
-// A reentrant owner's stale handle (its lease was lost, the owner took the
-// lock again) must not release the newer hold.
-func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
-	_, rdb := setup(t)
-	rc := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
-	c := asOwner(t, rc, "a")
-	ctx := t.Context()
-	stale, err := c.TryAcquire(ctx, "re")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb.Del(ctx, "dlock:{re}") // the lease is lost
-	fresh, err := c.TryAcquire(ctx, "re")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Release(ctx)
-	if err := stale.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("stale handle's Release = %v, want ErrNotHeld", err)
-	}
-	if _, err := asOwner(t, rc, "b").TryAcquire(t.Context(), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("another owner's TryAcquire after the stale Release = %v, want ErrNotAcquired (the fresh hold stands)", err)
-	}
-	if err := fresh.Err(); err != nil {
-		t.Errorf("fresh hold Err() = %v, want nil", err)
-	}
-}
-
-// A nested hold with a shorter lease must not shorten the key below what the
-// outer hold was promised.
-func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
-	_, rdb := setup(t)
-	rc := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(time.Second), dlock.WithAutoExtend(false))
-	c := asOwner(t, rc, "a")
-	ctx := t.Context()
-	outer, err := c.TryAcquire(ctx, "re")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer outer.Release(ctx)
-	if err := outer.Extend(ctx, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	inner, err := c.TryAcquire(ctx, "re")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := inner.Extend(ctx, 500*time.Millisecond); err != nil { // shorter still
-		t.Fatal(err)
-	}
-	if err := inner.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if pttl := rdb.PTTL(ctx, "dlock:{re}").Val(); pttl < 25*time.Second {
-		t.Errorf("PTTL after a nested hold came and went = %v, want the outer hold's ~30s", pttl)
-	}
-	time.Sleep(1200 * time.Millisecond)
-	if _, err := asOwner(t, rc, "b").TryAcquire(t.Context(), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("another owner's TryAcquire 1.2s later = %v, want ErrNotAcquired (outer valid 28s more)", err)
-	}
-}
-
 // Do releases the lock when fn panics (net/http recovers handler panics: the
 // lock must not stay held until the process exits), and the panic goes on.
 func TestDoReleasesWhenFnPanics(t *testing.T) {
