@@ -1,7 +1,6 @@
 package dlock_test
 
 import (
-	"context"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -12,36 +11,6 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/script"
 )
-
-// A permit forced past its deadline (not dropped) is dropped by the next
-// grant; its Release then reports ErrNotHeld, and never more than N live.
-func TestAdv4SemLapsedPlaceTaken(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	const name = "adv4-sem-lapsed"
-	s := newSemaphore(t, newClient(t, rdb, dlock.WithAutoExtend(false)), name, 2)
-	a, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb.ZAdd(ctx, semKey(name), redis.Z{Score: 1, Member: a.Token()})
-	c, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("TryAcquire past a lapsed permit = %v", err)
-	}
-	if _, err := s.TryAcquire(ctx); err == nil {
-		t.Fatal("a third live permit of 2")
-	}
-	if err := a.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Release of the lapsed permit whose place was taken = %v, want ErrNotHeld", err)
-	}
-	b.Release(ctx)
-	c.Release(ctx)
-}
 
 // Kinds on one name: every pair refused with ErrWrongType, in both the fast
 // path (the key alone) and the general path (a queue present).
@@ -88,40 +57,6 @@ func TestAdv4KindsRefused(t *testing.T) {
 			}
 		}
 	}
-}
-
-// A queued writer that gives up must not block the readers behind it.
-func TestAdv4RWWaiterGivesUp(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	const name = "adv4-rw-giveup"
-	c := newClient(t, rdb, dlock.LeaseTTL(30*time.Second))
-	rw := newRW(t, c, name)
-	r1, err := rw.Reader().TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = rw.Writer().Acquire(wctx)
-	cancel()
-	if err == nil {
-		t.Fatal("writer got the lock while a read was held")
-	}
-	if n := rwQueued(ctx, rdb, name); n != 0 {
-		t.Errorf("queue after the writer gave up: %d entries", n)
-	}
-	start := time.Now()
-	actx, cancel2 := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel2()
-	r2, err := rw.Reader().Acquire(actx)
-	if err != nil {
-		t.Fatalf("second read after the writer left: %v", err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("second read waited %v", d)
-	}
-	r1.Release(ctx)
-	r2.Release(ctx)
 }
 
 // Randomized: semaphore N=2 (and a read-write lock) with forced lapses;

@@ -1080,3 +1080,33 @@ func TestSemaphoreLockOptionsBadInputSendsNothing(t *testing.T) {
 		t.Errorf("refused calls sent %d commands, want none", n)
 	}
 }
+
+// A permit forced past its deadline (not dropped) is dropped by the next
+// grant; its Release then reports ErrNotHeld, and never more than N live.
+func TestAdv4SemLapsedPlaceTaken(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "adv4-sem-lapsed"
+	s := newSemaphore(t, newClient(t, rdb, dlock.WithAutoExtend(false)), name, 2)
+	a, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.ZAdd(ctx, semKey(name), redis.Z{Score: 1, Member: a.Token()})
+	c, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire past a lapsed permit = %v", err)
+	}
+	if _, err := s.TryAcquire(ctx); err == nil {
+		t.Fatal("a third live permit of 2")
+	}
+	if err := a.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of the lapsed permit whose place was taken = %v, want ErrNotHeld", err)
+	}
+	b.Release(ctx)
+	c.Release(ctx)
+}
