@@ -14,6 +14,10 @@ import (
 	"github.com/dlockio/dlock"
 )
 
+// Tests that run across every kind of lock on a name (Lock, reentrant
+// Lock, Semaphore, RWMutex, Election): what they share (leases, events,
+// waits, errors) and how kinds of one name refuse each other.
+
 // adv3Events records the observers' events by lock name.
 type adv3Events struct {
 	mu sync.Mutex
@@ -194,128 +198,6 @@ func TestAdv3KindsRoundTrip(t *testing.T) {
 	}
 }
 
-// TestAdv3Refusals: a quorum and a script-free Client refuse the kinds with
-// the texts they had.
-func TestAdv3Refusals(t *testing.T) {
-	_, rdb := setup(t)
-	ns := newClient(t, rdb, dlock.WithoutScripts())
-	q := newRedlock(t, []redis.UniversalClient{rdb, rdb, rdb}, 50*time.Millisecond)
-	want := []struct {
-		c    *dlock.Client
-		call string
-		s    string
-	}{
-		{ns, "sem", `Semaphore("x", 2): semaphores need scripts; a Client made WithoutScripts() cannot keep one`},
-		{ns, "rw", `RWMutex("x"): read-write locks need scripts; a Client made WithoutScripts() cannot keep one`},
-		{ns, "el", `Election("x"): elections need scripts; a Client made WithoutScripts() cannot hold one`},
-		{q, "sem", `Semaphore("x", 2): semaphores are not available over a quorum (NewRedlock)`},
-		{q, "rw", `RWMutex("x"): read-write locks are not available over a quorum (NewRedlock)`},
-		{q, "el", `Election("x"): elections are not available over a quorum (NewRedlock), whose waiting is not fair`},
-	}
-	for _, w := range want {
-		var err error
-		switch w.call {
-		case "sem":
-			_, err = w.c.Semaphore("x", 2)
-		case "rw":
-			_, err = w.c.RWMutex("x")
-		case "el":
-			_, err = w.c.Election("x")
-		}
-		if !errors.Is(err, dlock.ErrInvalid) || !strings.HasSuffix(err.Error(), w.s) {
-			t.Errorf("%s: %v; want ErrInvalid ending %q", w.call, err, w.s)
-		}
-	}
-}
-
-// TestAdv3ElectionVerbs: an election's errors say campaign and resign; a
-// semaphore's, a read-write lock's and a Client's say acquire and release.
-func TestAdv3ElectionVerbs(t *testing.T) {
-	_, rdb := setup(t)
-	c := newClient(t, rdb, dlock.WithAutoExtend(false))
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	for _, k := range adv3Kinds() {
-		acq, rel := "acquire", "release"
-		if k.name == "election" {
-			acq, rel = "campaign", "resign"
-		}
-		name := "adv3-verb-" + k.name
-		other := k
-		if k.name == "read" {
-			other = adv3Kinds()[2]
-		}
-		l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(300*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = other.take(ctx, c, name, true)
-		if err == nil || !strings.HasPrefix(err.Error(), "dlock: "+acq+" ") {
-			t.Errorf("%s: refused attempt: %v; want it to start with %q", k.name, err, "dlock: "+acq)
-		}
-		done, stop := context.WithCancel(ctx)
-		stop()
-		err = l.Release(done)
-		if err == nil || !strings.HasPrefix(err.Error(), "dlock: "+rel+" ") {
-			t.Errorf("%s: Release with a done context: %v; want it to start with %q", k.name, err, "dlock: "+rel)
-		}
-		l.Release(ctx)
-	}
-}
-
-// TestAdv3Storm: many goroutines across every kind on one Client, with
-// observers and Stats read alongside, under -race.
-func TestAdv3Storm(t *testing.T) {
-	_, rdb := setup(t)
-	var rec adv3Events
-	c := newClient(t, rdb, waiting(false), dlock.WithObserver(rec.observer()))
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 100)
-	for i, k := range adv3Kinds() {
-		for g := range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := range 10 {
-					l, err := k.take(ctx, c, fmt.Sprintf("adv3-storm-%d", i), j%2 == 0, dlock.LeaseTTL(300*time.Millisecond))
-					if errors.Is(err, dlock.ErrNotAcquired) {
-						continue
-					}
-					if err != nil {
-						errs <- fmt.Errorf("%s/%d: %w", k.name, g, err)
-						return
-					}
-					_ = c.Stats()
-					time.Sleep(5 * time.Millisecond)
-					if err := l.Release(ctx); err != nil {
-						errs <- fmt.Errorf("%s/%d release: %w", k.name, g, err)
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	for i, k := range adv3Kinds() {
-		want := k.mode
-		if want == "" {
-			want = "unfair"
-		}
-		for _, e := range rec.of(fmt.Sprintf("adv3-storm-%d", i)) {
-			if e.Mode != want {
-				t.Errorf("%s: event %s Mode %q", k.name, e.Op, e.Mode)
-				break
-			}
-		}
-	}
-}
-
 // TestAdv3KindsAfterFlushAndLoss: with the script cache flushed under a
 // held lease of each kind, Extend, Fence and Release still run that kind's
 // scripts; a lease left to expire is reported Lost with its kind's Mode; a
@@ -480,5 +362,244 @@ func TestAdv3WaitVerbsAndDo(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(exp) {
 			t.Errorf("%s: events %v; want %v", name, got, exp)
 		}
+	}
+}
+
+// TestAdv3ElectionVerbs: an election's errors say campaign and resign; a
+// semaphore's, a read-write lock's and a Client's say acquire and release.
+func TestAdv3ElectionVerbs(t *testing.T) {
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for _, k := range adv3Kinds() {
+		acq, rel := "acquire", "release"
+		if k.name == "election" {
+			acq, rel = "campaign", "resign"
+		}
+		name := "adv3-verb-" + k.name
+		other := k
+		if k.name == "read" {
+			other = adv3Kinds()[2]
+		}
+		l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = other.take(ctx, c, name, true)
+		if err == nil || !strings.HasPrefix(err.Error(), "dlock: "+acq+" ") {
+			t.Errorf("%s: refused attempt: %v; want it to start with %q", k.name, err, "dlock: "+acq)
+		}
+		done, stop := context.WithCancel(ctx)
+		stop()
+		err = l.Release(done)
+		if err == nil || !strings.HasPrefix(err.Error(), "dlock: "+rel+" ") {
+			t.Errorf("%s: Release with a done context: %v; want it to start with %q", k.name, err, "dlock: "+rel)
+		}
+		l.Release(ctx)
+	}
+}
+
+// TestAdv3Refusals: a quorum and a script-free Client refuse the kinds with
+// the texts they had.
+func TestAdv3Refusals(t *testing.T) {
+	_, rdb := setup(t)
+	ns := newClient(t, rdb, dlock.WithoutScripts())
+	q := newRedlock(t, []redis.UniversalClient{rdb, rdb, rdb}, 50*time.Millisecond)
+	want := []struct {
+		c    *dlock.Client
+		call string
+		s    string
+	}{
+		{ns, "sem", `Semaphore("x", 2): semaphores need scripts; a Client made WithoutScripts() cannot keep one`},
+		{ns, "rw", `RWMutex("x"): read-write locks need scripts; a Client made WithoutScripts() cannot keep one`},
+		{ns, "el", `Election("x"): elections need scripts; a Client made WithoutScripts() cannot hold one`},
+		{q, "sem", `Semaphore("x", 2): semaphores are not available over a quorum (NewRedlock)`},
+		{q, "rw", `RWMutex("x"): read-write locks are not available over a quorum (NewRedlock)`},
+		{q, "el", `Election("x"): elections are not available over a quorum (NewRedlock), whose waiting is not fair`},
+	}
+	for _, w := range want {
+		var err error
+		switch w.call {
+		case "sem":
+			_, err = w.c.Semaphore("x", 2)
+		case "rw":
+			_, err = w.c.RWMutex("x")
+		case "el":
+			_, err = w.c.Election("x")
+		}
+		if !errors.Is(err, dlock.ErrInvalid) || !strings.HasSuffix(err.Error(), w.s) {
+			t.Errorf("%s: %v; want ErrInvalid ending %q", w.call, err, w.s)
+		}
+	}
+}
+
+// TestAdv3Storm: many goroutines across every kind on one Client, with
+// observers and Stats read alongside, under -race.
+func TestAdv3Storm(t *testing.T) {
+	_, rdb := setup(t)
+	var rec adv3Events
+	c := newClient(t, rdb, waiting(false), dlock.WithObserver(rec.observer()))
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i, k := range adv3Kinds() {
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 10 {
+					l, err := k.take(ctx, c, fmt.Sprintf("adv3-storm-%d", i), j%2 == 0, dlock.LeaseTTL(300*time.Millisecond))
+					if errors.Is(err, dlock.ErrNotAcquired) {
+						continue
+					}
+					if err != nil {
+						errs <- fmt.Errorf("%s/%d: %w", k.name, g, err)
+						return
+					}
+					_ = c.Stats()
+					time.Sleep(5 * time.Millisecond)
+					if err := l.Release(ctx); err != nil {
+						errs <- fmt.Errorf("%s/%d release: %w", k.name, g, err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, k := range adv3Kinds() {
+		want := k.mode
+		if want == "" {
+			want = "unfair"
+		}
+		for _, e := range rec.of(fmt.Sprintf("adv3-storm-%d", i)) {
+			if e.Mode != want {
+				t.Errorf("%s: event %s Mode %q", k.name, e.Op, e.Mode)
+				break
+			}
+		}
+	}
+}
+
+// Kinds on one name: every pair refused with ErrWrongType, in both the fast
+// path (the key alone) and the general path (a queue present).
+func TestAdv4KindsRefused(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	fair := newClient(t, rdb, dlock.WithAutoExtend(false))
+	unfair := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithUnfair(nil))
+	type taker func(name string) (*dlock.Lock, error)
+	kinds := map[string]taker{
+		"fair":   func(n string) (*dlock.Lock, error) { return fair.TryAcquire(ctx, n) },
+		"unfair": func(n string) (*dlock.Lock, error) { return unfair.TryAcquire(ctx, n) },
+		"sem": func(n string) (*dlock.Lock, error) {
+			return newSemaphore(t, fair, n, 3).TryAcquire(ctx)
+		},
+		"read":  func(n string) (*dlock.Lock, error) { return newRW(t, fair, n).Reader().TryAcquire(ctx) },
+		"write": func(n string) (*dlock.Lock, error) { return newRW(t, fair, n).Writer().TryAcquire(ctx) },
+	}
+	same := func(a, b string) bool {
+		return a == b || (a == "read" && b == "write") || (a == "write" && b == "read") ||
+			(a == "fair" && b == "unfair") || (a == "unfair" && b == "fair")
+	}
+	i := 0
+	for ka, ta := range kinds {
+		for kb, tb := range kinds {
+			if same(ka, kb) {
+				continue
+			}
+			i++
+			name := "adv4-kinds-" + ka + "-" + kb
+			la, err := ta(name)
+			if err != nil {
+				t.Fatalf("%s: %v", ka, err)
+			}
+			lb, err := tb(name)
+			if !errors.Is(err, dlock.ErrWrongType) {
+				t.Errorf("%s then %s: %v, want ErrWrongType", ka, kb, err)
+				if lb != nil {
+					lb.Release(ctx)
+				}
+			}
+			if err := la.Release(ctx); err != nil {
+				t.Errorf("%s then %s: release of the first = %v", ka, kb, err)
+			}
+		}
+	}
+}
+
+// TestAdv2DefaultMaxWaitBoundsEveryWait: a Client-wide MaxWait bounds the
+// waits of every kind (campaign, permit, write hold, DoAll, an Owner
+// Client's reentrant Acquire), each failing with ErrNotAcquired near the
+// bound; TryAcquire ignores it.
+func TestAdv2DefaultMaxWaitBoundsEveryWait(t *testing.T) {
+	_, rdb := setup(t)
+	const bound = 300 * time.Millisecond
+	holder := newClient(t, rdb)
+	c := newClient(t, rdb, dlock.MaxWait(bound))
+	rc := newClient(t, rdb, dlock.MaxWait(bound), dlock.WithReentrant(true))
+	rholder := newClient(t, rdb, dlock.WithReentrant(true))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	hold := func(l *dlock.Lock, err error) *dlock.Lock {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Release(context.Background()) })
+		return l
+	}
+	he, err := holder.Election("adv2-mw-el")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := he.Campaign(ctx, "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ld.Resign(context.Background()) })
+	hs, _ := holder.Semaphore("adv2-mw-sem", 1)
+	hold(hs.Acquire(ctx))
+	hrw, _ := holder.RWMutex("adv2-mw-rw")
+	hold(hrw.Reader().Acquire(ctx))
+	hold(holder.Acquire(ctx, "adv2-mw-b"))
+	hold(asOwner(t, rholder, "o1").Acquire(ctx, "adv2-mw-re"))
+
+	e, _ := c.Election("adv2-mw-el")
+	s, _ := c.Semaphore("adv2-mw-sem", 1)
+	rw, _ := c.RWMutex("adv2-mw-rw")
+	owner := asOwner(t, rc, "o2")
+	cases := map[string]func() error{
+		"Campaign":          func() error { _, err := e.Campaign(ctx, "c"); return err },
+		"Semaphore.Acquire": func() error { _, err := s.Acquire(ctx); return err },
+		"Writer.Acquire":    func() error { _, err := rw.Writer().Acquire(ctx); return err },
+		"DoAll": func() error {
+			return c.DoAll(ctx, []string{"adv2-mw-a", "adv2-mw-b"}, func(context.Context, *dlock.MultiLock) error { return nil })
+		},
+		"Owner.Acquire": func() error { _, err := owner.Acquire(ctx, "adv2-mw-re"); return err },
+	}
+	for name, f := range cases {
+		start := time.Now()
+		err := f()
+		took := time.Since(start)
+		if !errors.Is(err, dlock.ErrNotAcquired) || took < bound-20*time.Millisecond || took > bound+1500*time.Millisecond {
+			t.Errorf("%s under a Client MaxWait(%v) = %v after %v; want ErrNotAcquired after about %v", name, bound, err, took.Round(time.Millisecond), bound)
+		}
+	}
+	start := time.Now()
+	if _, err := c.TryAcquire(ctx, "adv2-mw-b"); !errors.Is(err, dlock.ErrNotAcquired) || time.Since(start) > bound/2 {
+		t.Errorf("TryAcquire under a Client MaxWait = %v after %v; want ErrNotAcquired at once", err, time.Since(start))
+	}
+	// A per-call MaxWait(0) overrides the default: one attempt.
+	start = time.Now()
+	if _, err := c.Acquire(ctx, "adv2-mw-b", dlock.MaxWait(0)); !errors.Is(err, dlock.ErrNotAcquired) || time.Since(start) > bound/2 {
+		t.Errorf("Acquire(MaxWait(0)) under a Client MaxWait(%v) = %v after %v; want ErrNotAcquired at once", bound, err, time.Since(start))
 	}
 }
