@@ -109,7 +109,7 @@ func runHelper(mode string) int {
 		return campaignHelper(ctx, c, rdb, name, rounds)
 	case "lead": // win the election DLOCK_NAME, print "leading", sleep until killed
 		return leadHelper(ctx, c, name)
-	case "candidate": // campaign once, print "leading <fence>", resign (adversary_election_test.go)
+	case "candidate": // campaign once, print "leading <fence>", resign (election_test.go)
 		return candidateHelper(ctx, c, name)
 	case "pausedo":
 		// Inside Do, watch for a moment when the lease's deadline has passed

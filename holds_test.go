@@ -15,7 +15,7 @@ import (
 
 // Tests of the hold engine (hold_*.lua) that semaphores and read-write
 // locks share: a semaphore's permits and a read-write lock's holds are
-// members of one sorted set, granted, extended and released by the same
+// members of a sorted set at the name's key, granted, extended and released by the same
 // scripts, so their cases run side by side here.
 
 // Randomized: semaphore N=2 (and a read-write lock) with forced lapses;
@@ -141,243 +141,183 @@ func TestAdv4LateHoldAcquireCopy(t *testing.T) {
 	}
 }
 
-// A permit's request delayed in the network past its caller's timeout lands
-// after the caller's undo and takes nothing: no permit, no queue entry.
-// With go-redis's retries on, the re-sent copy takes the permit at once
-// and the delayed original lands after its Release: it takes nothing
-// either. And a waiting Acquire's delayed request, which would queue, lands
-// after the undo: no ghost in the queue for the next release to hand a
-// permit to.
-func TestSemaphoreDelayedRequestTakesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a long fault/timing scenario; run without -short")
-	}
-	for _, retries := range []int{-1, 3} {
-		for _, wait := range []bool{false, true} {
-			t.Run(fmt.Sprintf("retries=%d/acquire=%v", retries, wait), func(t *testing.T) {
-				p, rdb, direct := proxied(t, retries, 300*time.Millisecond)
-				ctx := t.Context()
-				name := fmt.Sprintf("sem-delayed-%d-%v", retries, wait)
-				key := semKey(name)
-				c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), pipelined(false))
-				s := newSemaphore(t, c, name, 1)
-				if warm, err := newSemaphore(t, c, name+"-warm", 1).TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
-					warm.Release(ctx)
-				}
-				acquire := s.TryAcquire
-				var holder *dlock.Lock
-				if wait { // the permit is taken: the delayed request would queue
-					var err error
-					if holder, err = newSemaphore(t, newClient(t, direct), name, 1).TryAcquire(ctx); err != nil {
-						t.Fatal(err)
-					}
-					acquire = func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
-						ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-						defer cancel()
-						return s.Acquire(ctx, opts...)
-					}
-				}
-				p.Delay(time.Second, 0)
-				start := time.Now()
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					time.Sleep(100 * time.Millisecond) // the request has crossed into the proxy
-					p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
-				}()
-				l, err := acquire(ctx)
-				<-done
-				switch {
-				case (retries < 0 || wait) && err == nil:
-					t.Errorf("acquire through a 1s delay with a 300ms read timeout = nil error, want it to fail")
-				case retries > 0 && !wait && err != nil:
-					t.Errorf("TryAcquire = %v, want the re-sent copy's permit", err)
-				}
-				if l != nil {
-					if err := l.Release(ctx); err != nil {
-						t.Errorf("Release = %v", err)
-					}
-				}
-				time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
-				want := 0
-				if holder != nil {
-					want = 1
-				}
-				if m := members(ctx, direct, name); len(m) != want || liveKeys(ctx, direct, key+":q", key+":qw") != 0 {
-					t.Errorf("after the delayed request landed: permits %v (want %d), queue %v %v: a permit or entry for nobody",
-						m, want, direct.LRange(ctx, key+":q", 0, -1).Val(), direct.HGetAll(ctx, key+":qw").Val())
-				}
-				if holder != nil {
-					holder.Release(ctx)
-					if m := members(ctx, direct, name); len(m) != 0 {
-						t.Errorf("permits after the holder released: %v, want none (handed to nobody)", m)
-					}
-				}
-			})
-		}
-	}
+// holdLocker is what the twin tests below ask of a semaphore and of a
+// read-write lock's Reader or Writer.
+type holdLocker interface {
+	TryAcquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error)
+	Acquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error)
 }
 
-// A hold's request delayed in the network past its caller's timeout lands
-// after the caller's undo and takes nothing: no hold, no queue entry. With
-// go-redis's retries on, the re-sent copy takes the hold at once and the
-// delayed original lands after its Release: it takes nothing either. And
-// a waiting writer's delayed request, which would queue behind a read,
-// lands after the undo: no ghost in the queue for the read's release to
-// grant the lock to.
-func TestRWMutexDelayedRequestTakesNothing(t *testing.T) {
+// A permit's or a write hold's request delayed in the network past its
+// caller's timeout lands after the caller's undo and takes nothing: no
+// permit or hold, no queue entry. With go-redis's retries on, the re-sent
+// copy takes the permit or hold at once and the delayed original lands
+// after its Release: it takes nothing either. And a waiting request's
+// delayed copy, which would queue (an Acquire behind the taken permit, a
+// writer behind a read), lands after the undo: no ghost in the queue for
+// the next release to hand a permit, or grant the lock, to.
+//
+// One row per kind; this was TestSemaphoreDelayedRequestTakesNothing and
+// TestRWMutexDelayedRequestTakesNothing.
+func TestHoldDelayedRequestTakesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
-	for _, retries := range []int{-1, 3} {
-		for _, wait := range []bool{false, true} {
-			t.Run(fmt.Sprintf("retries=%d/acquire=%v", retries, wait), func(t *testing.T) {
-				p, rdb, direct := proxied(t, retries, 300*time.Millisecond)
-				ctx := t.Context()
-				name := fmt.Sprintf("rw-delayed-%d-%v", retries, wait)
-				key := semKey(name)
-				c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), pipelined(false))
-				w := newRW(t, c, name).Writer()
-				if warm, err := newRW(t, c, name+"-warm").Writer().TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
-					warm.Release(ctx)
+	for _, k := range []struct {
+		kind    string
+		prefix  string                                                      // of the lock names
+		noun    string                                                      // what a holder has
+		waiter  func(t *testing.T, c *dlock.Client, name string) holdLocker // the delayed request's
+		holder  func(t *testing.T, c *dlock.Client, name string) holdLocker // what the waiter waits behind
+		members func(ctx context.Context, rdb redis.Cmdable, name string) []string
+	}{
+		{"semaphore", "sem", "permit",
+			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newSemaphore(t, c, name, 1) },
+			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newSemaphore(t, c, name, 1) },
+			members},
+		{"rwmutex", "rw", "hold",
+			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newRW(t, c, name).Writer() },
+			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newRW(t, c, name).Reader() },
+			rwMembers},
+	} {
+		t.Run(k.kind, func(t *testing.T) {
+			for _, retries := range []int{-1, 3} {
+				for _, wait := range []bool{false, true} {
+					t.Run(fmt.Sprintf("retries=%d/acquire=%v", retries, wait), func(t *testing.T) {
+						p, rdb, direct := proxied(t, retries, 300*time.Millisecond)
+						ctx := t.Context()
+						name := fmt.Sprintf("%s-delayed-%d-%v", k.prefix, retries, wait)
+						key := semKey(name)
+						c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), pipelined(false))
+						s := k.waiter(t, c, name)
+						if warm, err := k.waiter(t, c, name+"-warm").TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
+							warm.Release(ctx)
+						}
+						acquire := s.TryAcquire
+						var holder *dlock.Lock
+						if wait { // the permit is taken, or a read held: the delayed request would queue
+							var err error
+							if holder, err = k.holder(t, newClient(t, direct), name).TryAcquire(ctx); err != nil {
+								t.Fatal(err)
+							}
+							acquire = func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+								ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+								defer cancel()
+								return s.Acquire(ctx, opts...)
+							}
+						}
+						p.Delay(time.Second, 0)
+						start := time.Now()
+						done := make(chan struct{})
+						go func() {
+							defer close(done)
+							time.Sleep(100 * time.Millisecond) // the request has crossed into the proxy
+							p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
+						}()
+						l, err := acquire(ctx)
+						<-done
+						switch {
+						case (retries < 0 || wait) && err == nil:
+							t.Errorf("acquire through a 1s delay with a 300ms read timeout = nil error, want it to fail")
+						case retries > 0 && !wait && err != nil:
+							t.Errorf("TryAcquire = %v, want the re-sent copy's %s", err, k.noun)
+						}
+						if l != nil {
+							if err := l.Release(ctx); err != nil {
+								t.Errorf("Release = %v", err)
+							}
+						}
+						time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
+						want := 0
+						if holder != nil {
+							want = 1
+						}
+						if m := k.members(ctx, direct, name); len(m) != want || liveKeys(ctx, direct, key+":q", key+":qw") != 0 {
+							t.Errorf("after the delayed request landed: %ss %v (want %d), queue %v %v: a %s or entry for nobody",
+								k.noun, m, want, direct.LRange(ctx, key+":q", 0, -1).Val(), direct.HGetAll(ctx, key+":qw").Val(), k.noun)
+						}
+						if holder != nil {
+							holder.Release(ctx)
+							if m := k.members(ctx, direct, name); len(m) != 0 {
+								t.Errorf("%ss after the holder released: %v, want none (given to nobody)", k.noun, m)
+							}
+						}
+					})
 				}
-				acquire := w.TryAcquire
-				var holder *dlock.Lock
-				if wait { // a read is held: the delayed write would queue
-					var err error
-					if holder, err = newRW(t, newClient(t, direct), name).Reader().TryAcquire(ctx); err != nil {
-						t.Fatal(err)
-					}
-					acquire = func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
-						ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-						defer cancel()
-						return w.Acquire(ctx, opts...)
-					}
-				}
-				p.Delay(time.Second, 0)
-				start := time.Now()
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					time.Sleep(100 * time.Millisecond) // the request has crossed into the proxy
-					p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
-				}()
-				l, err := acquire(ctx)
-				<-done
-				switch {
-				case (retries < 0 || wait) && err == nil:
-					t.Errorf("acquire through a 1s delay with a 300ms read timeout = nil error, want it to fail")
-				case retries > 0 && !wait && err != nil:
-					t.Errorf("TryAcquire = %v, want the re-sent copy's hold", err)
-				}
-				if l != nil {
-					if err := l.Release(ctx); err != nil {
-						t.Errorf("Release = %v", err)
-					}
-				}
-				time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
-				want := 0
-				if holder != nil {
-					want = 1
-				}
-				if m := rwMembers(ctx, direct, name); len(m) != want || liveKeys(ctx, direct, key+":q", key+":qw") != 0 {
-					t.Errorf("after the delayed request landed: holds %v (want %d), queue %v %v: a hold or entry for nobody",
-						m, want, direct.LRange(ctx, key+":q", 0, -1).Val(), direct.HGetAll(ctx, key+":qw").Val())
-				}
-				if holder != nil {
-					holder.Release(ctx)
-					if m := rwMembers(ctx, direct, name); len(m) != 0 {
-						t.Errorf("holds after the reader released: %v, want none (granted to nobody)", m)
-					}
-				}
-			})
-		}
+			}
+		})
 	}
 }
 
 // go-redis re-sends a command whose reply was lost. An acquire that runs
-// twice takes one permit, and a release that runs twice gives back one
-// permit (not another holder's) and reports the release, not a loss.
-func TestSemaphoreReSentRequestsAreIdempotent(t *testing.T) {
-	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
-	ctx := t.Context()
-	const name = "sem-resent"
-	c := newClient(t, rdb, pipelined(false), dlock.WithAutoExtend(false))
-	s := newSemaphore(t, c, name, 3)
-	if warm, err := newSemaphore(t, c, name+"-warm", 1).TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
-		warm.Release(ctx)
-	}
-	other, err := newSemaphore(t, newClient(t, direct), name, 3).TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Release(ctx)
-	var l *dlock.Lock
-	err = stallThenCut(t, p, func() (err error) {
-		l, err = s.TryAcquire(ctx)
-		return err
-	}, func() bool { return len(members(ctx, direct, name)) == 2 })
-	if err != nil {
-		t.Fatalf("TryAcquire with its reply lost once = %v, want a permit", err)
-	}
-	if m := members(ctx, direct, name); len(m) != 2 {
-		t.Errorf("permits after a re-sent acquire: %v, want 2 (the other's and ours)", m)
-	}
-	err = stallThenCut(t, p, func() error { return l.Release(ctx) },
-		func() bool { return len(members(ctx, direct, name)) == 1 })
-	if err != nil {
-		t.Errorf("Release with its reply lost once = %v, want nil (it was held throughout)", err)
-	}
-	if m := members(ctx, direct, name); len(m) != 1 || m[0] != other.Token() {
-		t.Errorf("permits after a re-sent release: %v, want the other holder's alone", m)
-	}
-	if err := other.Extend(ctx, 5*time.Second); err != nil {
-		t.Errorf("the other holder's Extend after the re-sent release = %v, want held", err)
-	}
-	again, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("TryAcquire after the re-sent release = %v", err)
-	}
-	again.Release(ctx)
-}
-
-// go-redis re-sends a command whose reply was lost. An acquire that runs
-// twice takes one hold, and a release that runs twice gives back one hold
-// (not another reader's) and reports the release, not a loss.
-func TestRWMutexReSentRequestsAreIdempotent(t *testing.T) {
-	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
-	ctx := t.Context()
-	const name = "rw-resent"
-	c := newClient(t, rdb, pipelined(false), dlock.WithAutoExtend(false))
-	r := newRW(t, c, name).Reader()
-	if warm, err := newRW(t, c, name+"-warm").Reader().TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
-		warm.Release(ctx)
-	}
-	other, err := newRW(t, newClient(t, direct), name).Reader().TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Release(ctx)
-	var l *dlock.Lock
-	err = stallThenCut(t, p, func() (err error) {
-		l, err = r.TryAcquire(ctx)
-		return err
-	}, func() bool { return len(rwMembers(ctx, direct, name)) == 2 })
-	if err != nil {
-		t.Fatalf("read TryAcquire with its reply lost once = %v, want a hold", err)
-	}
-	if m := rwMembers(ctx, direct, name); len(m) != 2 {
-		t.Errorf("holds after a re-sent acquire: %v, want 2 (the other's and ours)", m)
-	}
-	err = stallThenCut(t, p, func() error { return l.Release(ctx) },
-		func() bool { return len(rwMembers(ctx, direct, name)) == 1 })
-	if err != nil {
-		t.Errorf("Release with its reply lost once = %v, want nil (it was held throughout)", err)
-	}
-	if m := rwMembers(ctx, direct, name); len(m) != 1 || m[0] != "r:"+other.Token() {
-		t.Errorf("holds after a re-sent release: %v, want the other reader's alone", m)
-	}
-	if err := other.Extend(ctx, 5*time.Second); err != nil {
-		t.Errorf("the other reader's Extend after the re-sent release = %v, want held", err)
+// twice takes one permit or read hold, and a release that runs twice gives
+// back one (not another holder's) and reports the release, not a loss.
+//
+// One row per kind; this was TestSemaphoreReSentRequestsAreIdempotent and
+// TestRWMutexReSentRequestsAreIdempotent.
+func TestHoldReSentRequestsAreIdempotent(t *testing.T) {
+	for _, k := range []struct {
+		kind    string
+		name    string
+		noun    string                                                      // what a holder has
+		locker  func(t *testing.T, c *dlock.Client, name string) holdLocker // ours and the other holder's
+		warm    func(t *testing.T, c *dlock.Client, name string) holdLocker
+		members func(ctx context.Context, rdb redis.Cmdable, name string) []string
+		member  func(token string) string // a holder's member in the set
+		again   bool                      // acquire once more after the re-sent release
+	}{
+		{"semaphore", "sem-resent", "permit",
+			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newSemaphore(t, c, name, 3) },
+			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newSemaphore(t, c, name, 1) },
+			members, func(tok string) string { return tok }, true},
+		{"rwmutex", "rw-resent", "hold",
+			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newRW(t, c, name).Reader() },
+			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newRW(t, c, name).Reader() },
+			rwMembers, func(tok string) string { return "r:" + tok }, false},
+	} {
+		t.Run(k.kind, func(t *testing.T) {
+			p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+			ctx := t.Context()
+			name := k.name
+			c := newClient(t, rdb, pipelined(false), dlock.WithAutoExtend(false))
+			s := k.locker(t, c, name)
+			if warm, err := k.warm(t, c, name+"-warm").TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
+				warm.Release(ctx)
+			}
+			other, err := k.locker(t, newClient(t, direct), name).TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Release(ctx)
+			var l *dlock.Lock
+			err = stallThenCut(t, p, func() (err error) {
+				l, err = s.TryAcquire(ctx)
+				return err
+			}, func() bool { return len(k.members(ctx, direct, name)) == 2 })
+			if err != nil {
+				t.Fatalf("TryAcquire with its reply lost once = %v, want a %s", err, k.noun)
+			}
+			if m := k.members(ctx, direct, name); len(m) != 2 {
+				t.Errorf("%ss after a re-sent acquire: %v, want 2 (the other's and ours)", k.noun, m)
+			}
+			err = stallThenCut(t, p, func() error { return l.Release(ctx) },
+				func() bool { return len(k.members(ctx, direct, name)) == 1 })
+			if err != nil {
+				t.Errorf("Release with its reply lost once = %v, want nil (it was held throughout)", err)
+			}
+			if m := k.members(ctx, direct, name); len(m) != 1 || m[0] != k.member(other.Token()) {
+				t.Errorf("%ss after a re-sent release: %v, want the other holder's alone", k.noun, m)
+			}
+			if err := other.Extend(ctx, 5*time.Second); err != nil {
+				t.Errorf("the other holder's Extend after the re-sent release = %v, want held", err)
+			}
+			if k.again {
+				again, err := s.TryAcquire(ctx)
+				if err != nil {
+					t.Fatalf("TryAcquire after the re-sent release = %v", err)
+				}
+				again.Release(ctx)
+			}
+		})
 	}
 }
