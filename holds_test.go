@@ -2,14 +2,18 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/script"
 )
 
@@ -317,6 +321,63 @@ func TestHoldReSentRequestsAreIdempotent(t *testing.T) {
 					t.Fatalf("TryAcquire after the re-sent release = %v", err)
 				}
 				again.Release(ctx)
+			}
+		})
+	}
+}
+
+// With WithReplicaAck (Sentinel), a permit or a read hold is granted, and
+// extended, only once a replica has it: with replication stalled,
+// TryAcquire fails with ErrReplicaAck and ErrNotAcquired, and the grant no
+// replica acknowledged is undone, leaving no permit or hold on the master.
+//
+// One row per kind; this was TestSemaphoreReplicaAck and
+// TestRWMutexReplicaAck.
+func TestHoldReplicaAck(t *testing.T) {
+	for _, k := range []struct {
+		kind    string
+		name    string
+		noun    string // what a holder has
+		locker  func(t *testing.T, c *dlock.Client, name string) holdLocker
+		members func(ctx context.Context, rdb redis.Cmdable, name string) []string
+		member  func(token string) string // a holder's member in the set
+	}{
+		{"semaphore", "sem-acked", "permit",
+			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newSemaphore(t, c, name, 2) },
+			members, func(tok string) string { return tok }},
+		{"rwmutex", "rw-acked", "hold",
+			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newRW(t, c, name).Reader() },
+			rwMembers, func(tok string) string { return "r:" + tok }},
+	} {
+		t.Run(k.kind, func(t *testing.T) {
+			leakcheck.Check(t)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			master := redistest.Start(t, redistest.TCP(), redistest.Args("--repl-diskless-sync-delay", "0"))
+			link := redistest.NewProxy(t, master.Addr())
+			replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
+			if !replicaAcks(ctx, master, replica) {
+				t.Fatal("the replica never synced")
+			}
+			rdb := master.Client(t)
+			s := k.locker(t, newClient(t, rdb, dlock.WithReplicaAck(1, 2*time.Second), dlock.WithAutoExtend(false)), k.name)
+			l, err := s.TryAcquire(ctx)
+			if err != nil {
+				t.Fatalf("acknowledged TryAcquire = %v", err)
+			}
+			if err := l.Extend(ctx, 5*time.Second); err != nil {
+				t.Errorf("acknowledged Extend = %v", err)
+			}
+			link.Stall()
+			defer link.Cut()
+			if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrReplicaAck) || !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("TryAcquire with replication stalled = %v, want ErrReplicaAck and ErrNotAcquired", err)
+			}
+			if m := k.members(ctx, rdb, k.name); len(m) != 1 || m[0] != k.member(l.Token()) {
+				t.Errorf("%ss on the master after the unacknowledged grant was undone: %v, want the first alone", k.noun, m)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("Release = %v", err)
 			}
 		})
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
-	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // newRW returns c.RWMutex(name), failing the test if it is refused.
@@ -811,40 +809,6 @@ func TestRWMutexAndOtherKindsGetErrWrongType(t *testing.T) {
 				t.Errorf("the key is left after its last hold was released")
 			}
 		})
-	}
-}
-
-// With replica acknowledgement (Sentinel), a hold's grant and extensions
-// wait for a replica; a grant no replica acknowledged is undone.
-func TestRWMutexReplicaAck(t *testing.T) {
-	leakcheck.Check(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	master := redistest.Start(t, redistest.TCP(), redistest.Args("--repl-diskless-sync-delay", "0"))
-	link := redistest.NewProxy(t, master.Addr())
-	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
-	if !replicaAcks(ctx, master, replica) {
-		t.Fatal("the replica never synced")
-	}
-	rdb := master.Client(t)
-	rw := newRW(t, newClient(t, rdb, dlock.WithReplicaAck(1, 2*time.Second), dlock.WithAutoExtend(false)), "rw-acked")
-	l, err := rw.Reader().TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("acknowledged read TryAcquire = %v", err)
-	}
-	if err := l.Extend(ctx, 5*time.Second); err != nil {
-		t.Errorf("acknowledged Extend = %v", err)
-	}
-	link.Stall()
-	defer link.Cut()
-	if _, err := rw.Reader().TryAcquire(ctx); !errors.Is(err, dlock.ErrReplicaAck) || !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("read TryAcquire with replication stalled = %v, want ErrReplicaAck and ErrNotAcquired", err)
-	}
-	if m := rwMembers(ctx, rdb, "rw-acked"); len(m) != 1 || m[0] != "r:"+l.Token() {
-		t.Errorf("holds on the master after the unacknowledged grant was undone: %v, want the first read alone", m)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Errorf("Release = %v", err)
 	}
 }
 

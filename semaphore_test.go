@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,8 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/leakcheck"
-	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // newSemaphore returns c.Semaphore(name, permits), failing the test if it
@@ -894,41 +891,6 @@ func TestSemaphoreNothingLeftPerName(t *testing.T) {
 		if d := rdb.PTTL(ctx, iter.Val()).Val(); d <= 0 || d > time.Minute {
 			t.Errorf("%s lives %v, want at most the fence window (1m)", iter.Val(), d)
 		}
-	}
-}
-
-// With WithReplicaAck, a permit is granted only once a replica has it: with
-// replication stalled, TryAcquire fails with ErrReplicaAck and
-// ErrNotAcquired and leaves no permit on the master.
-func TestSemaphoreReplicaAck(t *testing.T) {
-	leakcheck.Check(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	master := redistest.Start(t, redistest.TCP(), redistest.Args("--repl-diskless-sync-delay", "0"))
-	link := redistest.NewProxy(t, master.Addr())
-	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
-	if !replicaAcks(ctx, master, replica) {
-		t.Fatal("the replica never synced")
-	}
-	rdb := master.Client(t)
-	s := newSemaphore(t, newClient(t, rdb, dlock.WithReplicaAck(1, 2*time.Second), dlock.WithAutoExtend(false)), "sem-acked", 2)
-	l, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("acknowledged TryAcquire = %v", err)
-	}
-	if err := l.Extend(ctx, 5*time.Second); err != nil {
-		t.Errorf("acknowledged Extend = %v", err)
-	}
-	link.Stall()
-	defer link.Cut()
-	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrReplicaAck) || !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("TryAcquire with replication stalled = %v, want ErrReplicaAck and ErrNotAcquired", err)
-	}
-	if m := members(ctx, rdb, "sem-acked"); len(m) != 1 || m[0] != l.Token() {
-		t.Errorf("permits on the master after the unacknowledged grant was undone: %v, want the first alone", m)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Errorf("Release = %v", err)
 	}
 }
 
