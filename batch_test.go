@@ -1,12 +1,17 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
 )
 
 // Many goroutines of one Client share pipelines; each still gets its own
@@ -110,5 +115,86 @@ func TestStatsCountBatches(t *testing.T) {
 	l.Release(ctx)
 	if s := unbatched.Stats(); s.Calls != 0 || s.Writes != 0 || s.Acquired != 1 || s.Released != 1 {
 		t.Errorf("Stats without pipelining = %+v, want no calls or writes counted, 1 acquired and released", s)
+	}
+}
+
+// The batcher under heavy cancellation.
+// 48 goroutines, each on its own free name, TryAcquire with random 0-4ms
+// deadlines through a proxy that delays replies 1-3ms (so calls are
+// abandoned queued and in flight), under -race. Every success must own the
+// key; every failure must be ctx-caused and match ErrNotAcquired+ctx.Err;
+// nothing may be left behind once the background undos are done.
+func TestBatcherUnderACancellationStorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
+	leakcheck.Check(t)
+	p, rdb, direct := proxied(t, -1, 5*time.Second)
+	for _, m := range modes(t, rdb, false) {
+		t.Run(m.name, func(t *testing.T) {
+			c := m.new(t, dlock.LeaseTTL(5*time.Second))
+			p.Delay(0, 2*time.Millisecond)
+			defer p.Delay(0, 0)
+			var wg sync.WaitGroup
+			var bad atomic.Int32
+			var got atomic.Int32
+			deadline := time.Now().Add(8 * time.Second)
+			for g := range 48 {
+				wg.Go(func() {
+					name := fmt.Sprintf("storm-%s-%d", m.name, g)
+					rnd := rand.New(rand.NewPCG(uint64(g), 7))
+					for i := 0; i < 60 && time.Now().Before(deadline); i++ {
+						ctx, cancel := context.WithTimeout(m.ctx(t.Context()), time.Duration(rnd.IntN(4000))*time.Microsecond)
+						l, err := c.TryAcquire(ctx, name)
+						ctxErr := ctx.Err()
+						cancel()
+						if err != nil {
+							if ctxErr == nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, ctxErr) {
+								if bad.Add(1) < 5 {
+									t.Errorf("%s: TryAcquire on a free name = %v (ctx err %v)", name, err, ctxErr)
+								}
+							}
+							continue
+						}
+						got.Add(1)
+						key := "dlock:{" + name + "}"
+						owned := false
+						if m.name == "reentrant" { // Token() is the owner id
+							owned = direct.HGet(t.Context(), key, "owner").Val() == l.Token()
+						} else {
+							owned = holderOf(direct.Get(t.Context(), key).Val()) == l.Token()
+						}
+						if _, err := l.TTL(t.Context()); err != nil {
+							owned = false
+						}
+						if !owned && bad.Add(1) < 5 {
+							t.Errorf("%s: TryAcquire succeeded but the key does not hold it: %v / %v", name,
+								direct.HGetAll(t.Context(), key).Val(), direct.Get(t.Context(), key).Val())
+						}
+						if err := l.Release(context.Background()); err != nil && bad.Add(1) < 5 {
+							t.Errorf("%s: Release = %v", name, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			t.Logf("%d acquisitions succeeded", got.Load())
+			time.Sleep(2500 * time.Millisecond) // background undos (bounded by 2s)
+			var left []string
+			iter := direct.Scan(t.Context(), 0, "dlock:{storm-"+m.name+"-*}", 1000).Iterator()
+			for iter.Next(t.Context()) {
+				if liveKeys(t.Context(), direct, iter.Val()) == 1 {
+					left = append(left, iter.Val())
+				}
+			}
+			if len(left) > 0 {
+				t.Errorf("lock keys left behind after the storm: %v", left)
+			}
+			for g := range 48 {
+				if n := direct.LLen(t.Context(), fmt.Sprintf("dlock:{storm-%s-%d}:q", m.name, g)).Val(); n != 0 {
+					t.Errorf("queue entries left behind for storm-%s-%d", m.name, g)
+				}
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,5 +90,36 @@ func TestGuardRejectsLateWrite(t *testing.T) {
 	v, fence, err := g.Read(ctx, "resource")
 	if err != nil || v != "b2" || fence != fenceOf(t, b) {
 		t.Errorf("Read = %q, %d, %v, want %q, %d, nil", v, fence, err, "b2", fenceOf(t, b))
+	}
+}
+
+// A foreign value at the fence key fails what issues a fence, with a clear
+// error and nothing written: a reentrant acquisition (its fence is issued
+// with the first hold), or Fence of a plain lease (issued when asked for),
+// which leaves the lease held.
+func TestForeignFenceKeyLeavesNothingBehind(t *testing.T) {
+	_, rdb := setup(t)
+	for _, m := range modes(t, rdb, false) {
+		name := "foreign-" + m.name
+		rdb.RPush(t.Context(), "dlock:{"+name+"}:fence", "not a counter")
+		l, err := m.new(t).TryAcquire(m.ctx(t.Context()), name)
+		if m.name != "reentrant" {
+			if err != nil {
+				t.Fatalf("%s: TryAcquire with a list at the fence key = %v, want the lock (no fence asked for)", m.name, err)
+			}
+			_, err = l.Fence(t.Context())
+			if l.Err() != nil {
+				t.Errorf("%s: the lease after a failed Fence: %v, want it held", m.name, l.Err())
+			}
+			l.Release(t.Context())
+		}
+		if !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("%s: with a list at the fence key: %v, want ErrWrongType", m.name, err)
+		} else if strings.Contains(err.Error(), "script") {
+			t.Errorf("%s: error text %q shows the script's internals", m.name, err)
+		}
+		if n := liveKeys(t.Context(), rdb, "dlock:{"+name+"}"); n != 0 {
+			t.Errorf("%s: lock key left behind", m.name)
+		}
 	}
 }

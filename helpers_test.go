@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,7 +109,7 @@ func runHelper(mode string) int {
 		return campaignHelper(ctx, c, rdb, name, rounds)
 	case "lead": // win the election DLOCK_NAME, print "leading", sleep until killed
 		return leadHelper(ctx, c, name)
-	case "candidate": // campaign once, print "leading <fence>", resign (adversary_election_test.go)
+	case "candidate": // campaign once, print "leading <fence>", resign (election_test.go)
 		return candidateHelper(ctx, c, name)
 	case "pausedo":
 		// Inside Do, watch for a moment when the lease's deadline has passed
@@ -353,4 +357,168 @@ func waiting(fair bool) dlock.Option {
 		return dlock.WithObserver(dlock.Observer{})
 	}
 	return dlock.WithUnfair(nil)
+}
+
+// mode makes Clients of one kind over the same Redis deployment.
+type mode struct {
+	name string
+	new  func(tb testing.TB, opts ...dlock.Option) *dlock.Client
+	ctx  func(context.Context) context.Context // the owner, for a reentrant Client
+}
+
+// modes returns the single-node modes over rdb, and with quorum set a
+// quorum of 3 fresh nodes.
+func modes(t *testing.T, rdb redis.UniversalClient, quorum bool) []mode {
+	t.Helper()
+	plain := func(ctx context.Context) context.Context { return ctx }
+	ms := []mode{
+		{"plain", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
+			return newClient(tb, rdb, append(o, dlock.WithUnfair(nil))...)
+		}, plain},
+		{"fair", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
+			return newClient(tb, rdb, o...)
+		}, plain},
+		{"reentrant", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
+			return asOwner(tb, newClient(tb, rdb, append(o, dlock.WithReentrant(true))...), "owner-a")
+		}, plain},
+	}
+	if quorum {
+		_, nodes := startQuorum(t, 3)
+		// The default node timeout, TTL/50, is a few ms for these tests' short
+		// TTLs: too tight for a loaded machine. A test's own option wins.
+		ms = append(ms, mode{"quorum", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
+			return newRedlock(tb, nodes, 25*time.Millisecond, o...)
+		}, plain})
+	}
+	return ms
+}
+
+// proxied starts a TCP server behind a proxy and returns the proxy, a
+// client through it and a client straight to the server.
+func proxied(t *testing.T, retries int, readTimeout time.Duration) (*redistest.Proxy, *redis.Client, *redis.Client) {
+	t.Helper()
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: retries, ReadTimeout: readTimeout})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Ping(t.Context()).Err(); err != nil { // a pooled connection, its handshake done
+		t.Fatal(err)
+	}
+	return p, rdb, s.Client(t)
+}
+
+// stallThenCut runs op while replies are stalled, waits until cond shows
+// that the command ran on the server, then cuts the connection: go-redis
+// re-sends the command, which runs a second time.
+func stallThenCut(t *testing.T, p *redistest.Proxy, op func() error, cond func() bool) error {
+	t.Helper()
+	p.StallReplies()
+	errc := make(chan error, 1)
+	go func() { errc <- op() }()
+	if !waitFor(3*time.Second, cond) {
+		t.Error("the command never reached the server")
+	}
+	p.Cut()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call did not return 5s after the cut")
+		return nil
+	}
+}
+
+func countGoroutines(substr string) int {
+	buf := make([]byte, 8<<20)
+	n := runtime.Stack(buf, true)
+	c := 0
+	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+		if strings.Contains(g, substr) {
+			c++
+		}
+	}
+	return c
+}
+
+// refusingDialer is a go-redis Dialer whose connections the test can cut,
+// and which can refuse new ones for a while: Redis unreachable from one
+// process (a partition, a proxy or a failover in between) while it lives,
+// with its data, for everyone else.
+type refusingDialer struct {
+	refuse atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func (d *refusingDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.refuse.Load() {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+	}
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err == nil {
+		d.mu.Lock()
+		d.conns = append(d.conns, c)
+		d.mu.Unlock()
+	}
+	return c, err
+}
+
+// cutAndRefuse closes every connection made so far and refuses new ones
+// until allow.
+func (d *refusingDialer) cutAndRefuse() {
+	d.refuse.Store(true)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		c.Close()
+	}
+	d.conns = nil
+}
+
+func (d *refusingDialer) allow() { d.refuse.Store(false) }
+
+// refusable returns a client of s whose connections go through a
+// refusingDialer (go-redis's retries off).
+func refusable(t *testing.T, s *redistest.Server) (*redis.Client, *refusingDialer) {
+	t.Helper()
+	d := &refusingDialer{}
+	opts := s.Options()
+	opts.Dialer, opts.MaxRetries = d.dial, -1
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb, d
+}
+
+// warm makes c load the scripts of kind by taking and giving back a hold
+// of that kind on name.
+func warm(t *testing.T, ctx context.Context, c *dlock.Client, kind, name string) {
+	t.Helper()
+	l, err := holdAs(t, ctx, c, kind, name, dlock.MaxWait(0))
+	if err != nil {
+		t.Fatalf("warming the %s scripts: %v", kind, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("warming the %s scripts: Release = %v", kind, err)
+	}
+}
+
+// holdAs waits for a hold of kind on name through c ("fair": a lock, a
+// semaphore's permit of 1, a read-write lock's write, an election's
+// campaign), as Acquire does with opts.
+func holdAs(t *testing.T, ctx context.Context, c *dlock.Client, kind, name string, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	t.Helper()
+	switch kind {
+	case "semaphore":
+		return newSemaphore(t, c, name, 1).Acquire(ctx, opts...)
+	case "rw":
+		return newRW(t, c, name).Writer().Acquire(ctx, opts...)
+	case "election":
+		ld, err := newElection(t, c, name).Campaign(ctx, "candidate", opts...)
+		if err != nil {
+			return nil, err
+		}
+		return ld.Lock(), nil
+	}
+	return c.Acquire(ctx, name, opts...)
 }

@@ -3,6 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,6 +88,121 @@ func TestLockContext(t *testing.T) {
 		})
 		if !errors.Is(err, dlock.ErrNotHeld) {
 			t.Errorf("Do = %v, want the loss", err)
+		}
+	}
+}
+
+// Lock.Context: done with ErrReleased after Release, with the loss after a
+// loss, immediately when called after either, and no goroutine left.
+func TestAdv5LockContext(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	for i := range 50 {
+		l, err := c.Acquire(ctx, fmt.Sprint("adv5-ctx-", i%3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc := l.Context()
+		var wg sync.WaitGroup
+		wg.Go(func() { l.Release(ctx) })
+		wg.Go(func() { _ = l.Context() })
+		wg.Wait()
+		select {
+		case <-lc.Done():
+		case <-time.After(time.Second):
+			t.Fatal("Context not done after Release")
+		}
+		if !errors.Is(context.Cause(lc), dlock.ErrReleased) {
+			t.Fatalf("cause = %v", context.Cause(lc))
+		}
+		if l.Context() != lc {
+			t.Fatal("Context changed")
+		}
+	}
+	// Context first asked after a loss: done, cause the loss.
+	l, err := c.Acquire(ctx, "adv5-ctx-lost", dlock.LeaseTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, l.Key())
+	ok := waitFor(3*time.Second, func() bool { return l.Err() != nil })
+	if !ok {
+		t.Fatal("loss not noticed")
+	}
+	lc := l.Context()
+	select {
+	case <-lc.Done():
+	case <-time.After(time.Second):
+		t.Fatal("Context after a loss not done")
+	}
+	if !errors.Is(context.Cause(lc), dlock.ErrNotHeld) {
+		t.Errorf("cause after loss = %v", context.Cause(lc))
+	}
+	// Context of a lock whose client is closed afterwards.
+	c2 := newClient(t, rdb)
+	l2, err := c2.Acquire(ctx, "adv5-ctx-close", dlock.LeaseTTL(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc2 := l2.Context()
+	c2.Close(ctx)
+	select {
+	case <-lc2.Done():
+		if !errors.Is(context.Cause(lc2), dlock.ErrNotHeld) {
+			t.Errorf("after Close: cause %v", context.Cause(lc2))
+		}
+	case <-time.After(3 * time.Second):
+		t.Errorf("after Close, Context not done past the lease's validity (Err %v)", l2.Err())
+	}
+	// Context asked first, then the key deleted: the watchdog's loss ends it.
+	l3, err := c.Acquire(ctx, "adv5-ctx-del", dlock.LeaseTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc3 := l3.Context()
+	rdb.Del(ctx, l3.Key())
+	select {
+	case <-lc3.Done():
+	case <-time.After(3 * time.Second):
+		t.Errorf("Context not done after the key was deleted")
+	}
+}
+
+// Right after a pause longer than the lease (a stopped process, a GC
+// pause), Do's ctx must already report the loss: its Err consults the
+// validity deadline instead of waiting for a timer's goroutine to run.
+func TestDoContextKnowsOfLossRightAfterPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
+	s, _ := setup(t)
+	for i := range 4 {
+		h := startHelper(t, s, "pausedo", "paused", 500*time.Millisecond, 1)
+		if !h.waitLine("in", 10*time.Second) {
+			t.Fatalf("round %d: the worker never entered Do", i)
+		}
+		time.Sleep(50 * time.Millisecond)
+		h.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(1200 * time.Millisecond)
+		h.cmd.Process.Signal(syscall.SIGCONT)
+		for {
+			select {
+			case line := <-h.lines:
+				switch line {
+				case "lost":
+				case "stale":
+					t.Errorf("round %d: after a 1.2s pause with a 500ms lease, fn's ctx.Err() was nil past the deadline", i)
+				default:
+					continue
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: no report from the worker", i)
+			}
+			break
+		}
+		if err := h.wait(10 * time.Second); err != nil {
+			t.Errorf("round %d: worker: %v", i, err)
 		}
 	}
 }

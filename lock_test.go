@@ -8,6 +8,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,28 +192,6 @@ func testExpiredHolder(t *testing.T, fair bool) {
 	}
 }
 
-func TestExtendAfterExpiry(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	l, err := newClient(t, rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, "ext")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb.Del(ctx, l.Key())
-	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Extend after the key was deleted = %v, want ErrNotHeld", err)
-	}
-	if !closedWithin(l.Done(), 0) {
-		t.Error("Done() open after Extend found the lock gone")
-	}
-	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Release after loss = %v, want ErrNotHeld", err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Errorf("second Release after loss = %v, want nil", err)
-	}
-}
-
 // A Lock that nobody watches has no expiry timer: reading its state after
 // the deadline must still report the loss, and Done must come back closed.
 func TestUnwatchedLockExpires(t *testing.T) {
@@ -298,26 +277,6 @@ func TestHeldLocksCostNoGoroutines(t *testing.T) {
 	}
 }
 
-func TestExtendMovesDeadline(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	l, err := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(time.Second)).TryAcquire(ctx, "ext")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	before := l.ValidUntil()
-	if err := l.Extend(ctx, 20*time.Second); err != nil {
-		t.Fatalf("Extend(20s) = %v", err)
-	}
-	if !l.ValidUntil().After(before.Add(10 * time.Second)) {
-		t.Errorf("ValidUntil after Extend(20s) = %v, want > %v + 10s", l.ValidUntil(), before)
-	}
-	if pttl := rdb.PTTL(ctx, l.Key()).Val(); pttl < 10*time.Second {
-		t.Errorf("PTTL after Extend(20s) = %v, want > 10s", pttl)
-	}
-}
-
 // An acquisition whose reply arrives after the TTL (the server was frozen
 // while it ran) must not be handed out as held.
 func TestSlowAcquireIsNotHeld(t *testing.T) {
@@ -343,29 +302,6 @@ func TestSlowAcquireIsNotHeld(t *testing.T) {
 	}
 	if n := liveKeys(ctx, rdb, "dlock:{slow}"); n != 0 {
 		t.Errorf("EXISTS after a slow attempt = %d, want 0 (undone)", n)
-	}
-}
-
-func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	c := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
-	l, err := c.TryAcquire(ctx, "long")
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2400 * time.Millisecond) // four TTLs of work
-	if err := l.Err(); err != nil {
-		t.Errorf("Err() after 4 TTLs with the watchdog on = %v, want nil", err)
-	}
-	if got := rdb.Get(ctx, l.Key()).Val(); !strings.HasPrefix(got, l.Token()) {
-		t.Errorf("GET after 4 TTLs = %q, want our token (and the extension's number)", got)
-	}
-	if _, err := c.TryAcquire(ctx, "long"); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("TryAcquire by another = %v, want ErrNotAcquired", err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Errorf("Release() = %v", err)
 	}
 }
 
@@ -1001,5 +937,152 @@ func TestDoErrorAfterALossIsOneLineCauseLast(t *testing.T) {
 		check("DoAll whose part was forced away", err, loss)
 	} else {
 		t.Errorf("DoAll whose part was forced away = %q, want one line", err)
+	}
+}
+
+// Every Lock method from many goroutines at
+// once, with a fast watchdog, shorter and longer Extends, Release in the
+// middle, under -race; in every mode (quorum included).
+func TestLockMethodsConcurrently(t *testing.T) {
+	_, rdb := setup(t)
+	for _, m := range modes(t, rdb, true) {
+		t.Run(m.name, func(t *testing.T) {
+			c := m.new(t, dlock.LeaseTTL(150*time.Millisecond)) // watchdog every 50ms
+			ctx := m.ctx(t.Context())
+			for round := range 5 {
+				l, err := c.Acquire(ctx, fmt.Sprintf("conc-%s-%d", m.name, round))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				stop := time.Now().Add(300 * time.Millisecond)
+				for g := range 6 {
+					wg.Go(func() {
+						for i := 0; i < 200 && time.Now().Before(stop); i++ {
+							switch (g + i) % 7 {
+							case 0:
+								l.Extend(ctx, time.Duration(60+20*(i%5))*time.Millisecond)
+							case 1:
+								l.Err()
+							case 2:
+								l.ValidUntil()
+							case 3:
+								<-closedOrNot(l.Done())
+							case 4:
+								l.TTL(ctx)
+							case 5:
+								_ = l.Token() + l.Key() + l.Name()
+							case 6:
+								if g == 0 && i > 30 {
+									l.Release(ctx)
+								}
+							}
+						}
+					})
+				}
+				wg.Wait()
+				if err := l.Release(ctx); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+					t.Errorf("Release = %v", err)
+				}
+				if err := l.Err(); err == nil {
+					t.Errorf("Err() nil after Release")
+				}
+			}
+		})
+	}
+}
+
+func closedOrNot(ch <-chan struct{}) <-chan struct{} {
+	out := make(chan struct{})
+	close(out)
+	select {
+	case <-ch:
+	default:
+	}
+	return out
+}
+
+// Do releases the lock when fn panics (net/http recovers handler panics: the
+// lock must not stay held until the process exits), and the panic goes on.
+func TestDoReleasesWhenFnPanics(t *testing.T) {
+	_, rdb := setup(t)
+	for _, m := range modes(t, rdb, true) {
+		t.Run(m.name, func(t *testing.T) {
+			c := m.new(t)
+			name := "panic-" + m.name
+			func() {
+				defer func() {
+					if r := recover(); r != "boom" {
+						t.Errorf("recovered %v, want the fn's panic", r)
+					}
+				}()
+				c.Do(m.ctx(t.Context()), name, func(context.Context, *dlock.Lock) error { panic("boom") })
+			}()
+			l, err := m.new(t).TryAcquire(t.Context(), name)
+			if err != nil {
+				t.Fatalf("TryAcquire right after Do's fn panicked = %v, want the lock (released)", err)
+			}
+			l.Release(t.Context())
+		})
+	}
+}
+
+// A call with a done context fails fast, matches ErrNotAcquired and the
+// context's error, and never takes the lock — with pipelining on and off.
+func TestDoneContextTakesNothing(t *testing.T) {
+	_, rdb := setup(t)
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, m := range modes(t, rdb, true) {
+		for _, pipelining := range []bool{true, false} {
+			c := m.new(t, pipelined(pipelining))
+			name := "done-" + m.name
+			for op, call := range map[string]func(context.Context, string, ...dlock.LockOption) (*dlock.Lock, error){
+				"TryAcquire": c.TryAcquire, "Acquire": c.Acquire,
+			} {
+				_, err := call(m.ctx(cancelled), name)
+				if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+					t.Errorf("%s, pipelining %v: %s with a cancelled ctx = %v, want ErrNotAcquired and Canceled", m.name, pipelining, op, err)
+				}
+				if info, _ := c.Inspect(t.Context(), name); info.Held {
+					t.Errorf("%s, pipelining %v: %s with a cancelled ctx took the lock", m.name, pipelining, op)
+				}
+			}
+		}
+	}
+}
+
+// Against a frozen server, a call returns within a small bound of its
+// context's deadline (go-redis honours deadlines on reads with
+// ContextTimeoutEnabled; batched calls honour them in any case), and the
+// error matches ErrNotAcquired and DeadlineExceeded.
+func TestFrozenServerCallEndsAtDeadline(t *testing.T) {
+	s := redistest.Start(t)
+	opts := s.Options()
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	holder, err := newClient(t, rdb).TryAcquire(t.Context(), "frozen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(t.Context())
+	s.Pause()
+	defer s.Resume()
+	for _, pipelining := range []bool{true, false} {
+		for _, fair := range []bool{true, false} {
+			c := newClient(t, rdb, pipelined(pipelining), waiting(fair))
+			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+			start := time.Now()
+			_, err := c.Acquire(ctx, "frozen")
+			took := time.Since(start)
+			cancel()
+			if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("pipelining %v, fair %v: Acquire = %v, want ErrNotAcquired and DeadlineExceeded", pipelining, fair, err)
+			}
+			if took > time.Second {
+				t.Errorf("pipelining %v, fair %v: Acquire with a 200ms ctx on a frozen server took %v", pipelining, fair, took)
+			}
+		}
 	}
 }

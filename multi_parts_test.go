@@ -3,10 +3,13 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
@@ -121,4 +124,120 @@ func TestAcquirePartsAcrossDeployments(t *testing.T) {
 		t.Fatal("Done not closed after a part was lost")
 	}
 	m.Release(ctx)
+}
+
+// AcquireParts over three servers, one paused: all or nothing, nothing left
+// held on the others (now or once the paused one resumes).
+func TestAdv5PartsServerPaused(t *testing.T) {
+	_, rdb1 := setup(t)
+	s2 := redistest.Start(t)
+	s3 := redistest.Start(t)
+	rdb2, rdb3 := s2.Client(t), s3.Client(t)
+	ctx := t.Context()
+	c1, c2, c3 := newClient(t, rdb1), newClient(t, rdb2), newClient(t, rdb3)
+	parts := []dlock.Part{{Client: c3, Name: "a"}, {Client: c1, Name: "b"}, {Client: c2, Name: "c"}}
+	s2.Pause()
+	start := time.Now()
+	// (MaxWait alone does not bound a call to a server that does not
+	// answer, for Acquire as for AcquireParts: go-redis's timeouts do, 12s;
+	// a ctx deadline bounds it.)
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	m, err := dlock.AcquireParts(cctx, parts, dlock.MaxWait(300*time.Millisecond), dlock.LeaseTTL(2*time.Second))
+	cancel()
+	el := time.Since(start)
+	s2.Resume()
+	if err == nil {
+		m.Release(ctx)
+		t.Fatal("AcquireParts with a paused server succeeded")
+	}
+	t.Logf("refused after %v: %v", el, err)
+	if el > 15*time.Second { // pre-existing: a single Acquire takes ~5s here too (go-redis read timeout, ctx not used for I/O)
+		t.Errorf("refusal took %v", el)
+	}
+	check := func() []string {
+		var held []string
+		for _, p := range []struct {
+			rdb  *redis.Client
+			name string
+		}{{rdb3, "a"}, {rdb1, "b"}, {rdb2, "c"}} {
+			if p.rdb.Exists(ctx, "dlock:{"+p.name+"}").Val() == 1 {
+				held = append(held, p.name)
+			}
+		}
+		return held
+	}
+	if h := check(); len(h) > 0 && !waitFor(3*time.Second, func() bool { return len(check()) == 0 }) {
+		t.Errorf("left held after the refusal: %v", check())
+	}
+	// Now all are free: the same call succeeds at once.
+	m, err = dlock.AcquireParts(ctx, parts, dlock.MaxWait(time.Second))
+	if err != nil {
+		t.Fatalf("AcquireParts after resume: %v", err)
+	}
+	m.Release(ctx)
+}
+
+// Overlapping AcquireParts over 3 servers in varied orders, with prefixes:
+// no deadlock, no overlap, one key twice (two Clients, same server, same
+// prefix) refused, the same name under two prefixes on one server allowed.
+func TestAdv5PartsOverlapNoDeadlock(t *testing.T) {
+	_, rdb1 := setup(t)
+	s2, s3 := redistest.Start(t), redistest.Start(t)
+	rdb2, rdb3 := s2.Client(t), s3.Client(t)
+	ctx := t.Context()
+	cs := []*dlock.Client{newClient(t, rdb1), newClient(t, rdb2), newClient(t, rdb3), newClient(t, rdb1, dlock.WithPrefix("other:"))}
+	type res struct {
+		c    int
+		name string
+	}
+	all := []res{{0, "x"}, {1, "y"}, {2, "z"}, {3, "x"}, {1, "w"}}
+	inside := map[res]*atomic.Int32{}
+	for _, r := range all {
+		inside[r] = new(atomic.Int32)
+	}
+	var over atomic.Int32
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(3 * time.Second)
+	var done atomic.Int32
+	for g := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			for i := 0; i < 60 && time.Now().Before(deadline); i++ {
+				perm := r.Perm(len(all))[:2+r.IntN(len(all)-1)]
+				var ps []dlock.Part
+				var rs []res
+				for _, j := range perm {
+					ps = append(ps, dlock.Part{Client: cs[all[j].c], Name: all[j].name})
+					rs = append(rs, all[j])
+				}
+				m, err := dlock.AcquireParts(ctx, ps, dlock.MaxWait(2*time.Second))
+				if err != nil {
+					t.Errorf("AcquireParts(%v): %v", rs, err)
+					return
+				}
+				for _, x := range rs {
+					if inside[x].Add(1) > 1 {
+						over.Add(1)
+					}
+				}
+				time.Sleep(time.Millisecond)
+				for _, x := range rs {
+					inside[x].Add(-1)
+				}
+				if err := m.Release(ctx); err != nil {
+					t.Errorf("Release: %v", err)
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d multi-locks", done.Load())
+	if over.Load() > 0 {
+		t.Errorf("%d overlaps", over.Load())
+	}
+	c1b := newClient(t, rdb1)
+	if _, err := dlock.AcquireParts(ctx, []dlock.Part{{Client: cs[0], Name: "q"}, {Client: c1b, Name: "q"}}); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("same key via two Clients of one server: %v, want ErrInvalid", err)
+	}
 }

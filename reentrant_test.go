@@ -182,3 +182,288 @@ func TestOwnerRefusedWhereItDoesNotApply(t *testing.T) {
 		t.Errorf("Owner(\"\") = %v, want ErrInvalid", err)
 	}
 }
+
+// Was a bug: Lock.TTL on a reentrant hold reports the KEY's remaining time, and
+// counts a hold whose own deadline has passed (its h:<token> field lingers
+// until the next write runs live_holds) as still held: TTL returns a
+// positive lease and nil for a hold that Err() already reports lost, and
+// for a live nested hold it overstates the hold's lease by the outer's.
+// Inspect's Owner.Holds counts expired holds too.
+//
+// The fix: Inspect reads the server's clock and counts only live holds;
+// Lock.TTL returns the hold's own deadline minus now.
+func TestReentrantTTLIsTheHoldsOwn(t *testing.T) {
+	_, rdb := setup(t)
+	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false)), "a")
+	ctx := t.Context()
+	outer, err := c.TryAcquire(ctx, "rettl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Release(ctx)
+	inner, err := c.TryAcquire(ctx, "rettl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Extend(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := inner.TTL(ctx); err != nil || ttl > 2*time.Second {
+		t.Errorf("live nested hold extended to 2s: TTL() = %v, %v; want at most 2s (the hold's own lease)", ttl, err)
+	}
+	if err := inner.Extend(ctx, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if err := inner.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("inner.Err() = %v after its 100ms lease ran out, want ErrNotHeld", err)
+	}
+	if ttl, err := inner.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("expired nested hold: TTL() = %v, %v; want ErrNotHeld (Err() already says lost)", ttl, err)
+	}
+	if info, _ := c.Inspect(ctx, "rettl"); len(info.Owners) != 1 || info.Owners[0].Holds != 1 {
+		t.Errorf("Inspect after the nested hold expired: owners %+v, want 1 live hold", info.Owners)
+	}
+}
+
+// A reentrant owner's stale handle (its lease was lost, the owner took the
+// lock again) must not release the newer hold.
+func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
+	_, rdb := setup(t)
+	rc := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
+	c := asOwner(t, rc, "a")
+	ctx := t.Context()
+	stale, err := c.TryAcquire(ctx, "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, "dlock:{re}") // the lease is lost
+	fresh, err := c.TryAcquire(ctx, "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Release(ctx)
+	if err := stale.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("stale handle's Release = %v, want ErrNotHeld", err)
+	}
+	if _, err := asOwner(t, rc, "b").TryAcquire(t.Context(), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("another owner's TryAcquire after the stale Release = %v, want ErrNotAcquired (the fresh hold stands)", err)
+	}
+	if err := fresh.Err(); err != nil {
+		t.Errorf("fresh hold Err() = %v, want nil", err)
+	}
+}
+
+// A nested hold with a shorter lease must not shorten the key below what the
+// outer hold was promised.
+func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
+	_, rdb := setup(t)
+	rc := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(time.Second), dlock.WithAutoExtend(false))
+	c := asOwner(t, rc, "a")
+	ctx := t.Context()
+	outer, err := c.TryAcquire(ctx, "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Release(ctx)
+	if err := outer.Extend(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	inner, err := c.TryAcquire(ctx, "re")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Extend(ctx, 500*time.Millisecond); err != nil { // shorter still
+		t.Fatal(err)
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pttl := rdb.PTTL(ctx, "dlock:{re}").Val(); pttl < 25*time.Second {
+		t.Errorf("PTTL after a nested hold came and went = %v, want the outer hold's ~30s", pttl)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if _, err := asOwner(t, rc, "b").TryAcquire(t.Context(), "re"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("another owner's TryAcquire 1.2s later = %v, want ErrNotAcquired (outer valid 28s more)", err)
+	}
+}
+
+// TestAdv3Owners: Owner Clients of one reentrant Client share its engine
+// but not their owner: one does not re-enter another's lock; each re-enters
+// its own; Stats and observers are common, and Close of one closes all.
+func TestAdv3Owners(t *testing.T) {
+	_, rdb := setup(t)
+	var rec adv3Events
+	c := newClient(t, rdb, dlock.WithReentrant(true))
+	c.Observe(rec.observer())
+	a, err := c.Owner("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Owner("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := c.Owner("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	la, err := a.TryAcquire(ctx, "adv3-own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := b.TryAcquire(ctx, "adv3-own"); err == nil {
+		l.Release(ctx)
+		t.Fatal("owner b re-entered owner a's lock")
+	} else if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("owner b: %v; want ErrNotAcquired", err)
+	}
+	if l, err := c.TryAcquire(ctx, "adv3-own"); err == nil {
+		l.Release(ctx)
+		t.Fatal("the root Client re-entered owner a's lock")
+	}
+	la2, err := a2.TryAcquire(ctx, "adv3-own")
+	if err != nil {
+		t.Fatalf("a second Owner(\"a\") does not re-enter a's lock: %v", err)
+	}
+	// An owner made from an Owner Client is that owner, not a nested one.
+	bb, err := a.Owner("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := bb.TryAcquire(ctx, "adv3-own"); err == nil {
+		l.Release(ctx)
+		t.Fatal("a.Owner(\"b\") re-entered owner a's lock")
+	}
+	// The same owner string on another reentrant Client is another owner.
+	d := newClient(t, rdb, dlock.WithReentrant(true))
+	if da, err := d.Owner("a"); err != nil {
+		t.Fatal(err)
+	} else if l, err := da.TryAcquire(ctx, "adv3-own"); err == nil {
+		l.Release(ctx)
+		t.Fatal("owner \"a\" of another Client re-entered this Client's owner a's lock")
+	}
+	for _, l := range []*dlock.Lock{la2, la} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lb, err := b.TryAcquire(ctx, "adv3-own")
+	if err != nil {
+		t.Fatalf("owner b after a released: %v", err)
+	}
+	lb.Release(ctx)
+	if sa, sc := a.Stats(), c.Stats(); sa.Acquired != sc.Acquired || sc.Acquired != 3 {
+		t.Errorf("Stats: owner a %+v, root %+v; want the same counts, 3 acquired", sa, sc)
+	}
+	for _, e := range rec.of("adv3-own") {
+		if e.Mode != "reentrant" {
+			t.Errorf("event %s Mode %q; want reentrant", e.Op, e.Mode)
+		}
+	}
+	for _, x := range []*dlock.Client{c, a, b} {
+		if _, err := x.Semaphore("adv3-own-s", 2); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a semaphore") {
+			t.Errorf("Semaphore on a reentrant Client: %v", err)
+		}
+		if _, err := x.RWMutex("adv3-own-rw"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a read-write lock") {
+			t.Errorf("RWMutex on a reentrant Client: %v", err)
+		}
+		if _, err := x.Election("adv3-own-e"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot hold an election") {
+			t.Errorf("Election on a reentrant Client: %v", err)
+		}
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*dlock.Client{c, a} {
+		if _, err := x.TryAcquire(ctx, "adv3-own-2"); !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("after an Owner's Close: %v; want ErrClosed", err)
+		}
+	}
+}
+
+// Owner views: nested Do of another owner waits, bounded by ctx; views of
+// the same owner re-enter; Owner of an Owner is the new owner.
+func TestQuorumAttackOwnerViews(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(2*time.Second))
+	a, _ := c.Owner("a")
+	b, _ := c.Owner("b")
+	ab, _ := a.Owner("b")
+	err := a.Do(ctx, "own", func(ctx context.Context, l *dlock.Lock) error {
+		// same owner again, from another goroutine: re-enters
+		errc := make(chan error, 1)
+		go func() {
+			a2, _ := c.Owner("a")
+			l2, err := a2.TryAcquire(ctx, "own")
+			if err == nil {
+				err = l2.Release(ctx)
+			}
+			errc <- err
+		}()
+		if err := <-errc; err != nil {
+			t.Errorf("same owner re-entry from another view = %v", err)
+		}
+		// owner b (through a's Owner) must not re-enter
+		if l3, err := ab.TryAcquire(ctx, "own"); err == nil {
+			l3.Release(ctx)
+			t.Errorf("a.Owner(\"b\") re-entered a's hold")
+		}
+		start := time.Now()
+		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		err := b.Do(dctx, "own", func(context.Context, *dlock.Lock) error {
+			t.Errorf("b's nested Do ran inside a's hold")
+			return nil
+		})
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
+			t.Errorf("b's nested Do = %v after %v, want the deadline promptly", err, time.Since(start))
+		}
+		// release order: inner released after outer ends is checked by Do
+		inner, err := a.TryAcquire(ctx, "own")
+		if err != nil {
+			t.Fatalf("inner = %v", err)
+		}
+		defer func() {
+			if err := inner.Release(ctx); err != nil {
+				t.Errorf("inner release after the outer Do's lock... = %v", err)
+			}
+		}()
+		return nil
+	})
+	if err != nil {
+		t.Errorf("Do = %v", err)
+	}
+	// outer released by Do, the inner hold released after it (defer inside fn
+	// runs before Do's release). Now check the lock is free.
+	if l, err := b.TryAcquire(ctx, "own"); err != nil {
+		t.Errorf("after both holds ended, b TryAcquire = %v", err)
+	} else {
+		l.Release(ctx)
+	}
+	// inner outliving the outer
+	o1, err := a.TryAcquire(ctx, "own2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2, err := a.TryAcquire(ctx, "own2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o1.Release(ctx); err != nil {
+		t.Errorf("outer release = %v", err)
+	}
+	if _, err := b.TryAcquire(ctx, "own2"); err == nil {
+		t.Errorf("b got own2 while a's inner hold is live")
+	}
+	if err := o2.Release(ctx); err != nil {
+		t.Errorf("inner release = %v", err)
+	}
+	if l, err := b.TryAcquire(ctx, "own2"); err != nil {
+		t.Errorf("after inner release b TryAcquire = %v", err)
+	} else {
+		l.Release(ctx)
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,8 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/leakcheck"
-	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // newSemaphore returns c.Semaphore(name, permits), failing the test if it
@@ -277,82 +274,6 @@ func TestSemaphoreDoReleases(t *testing.T) {
 	}
 }
 
-// A holder that stops without releasing frees its permit at the end of
-// its TTL, without anyone releasing it: with the watchdog off in this
-// process, and a worker process killed with SIGKILL while its watchdog ran.
-func TestSemaphoreDeadHolderFreesItsPermitAfterTTL(t *testing.T) {
-	s, rdb := setup(t)
-	t.Run("not-released", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		const ttl = 600 * time.Millisecond
-		dead := newSemaphore(t, newClient(t, rdb, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false)), "sem-dead", 2)
-		var stopped []*dlock.Lock
-		for range 2 {
-			l, err := dead.TryAcquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			stopped = append(stopped, l) // and never released
-		}
-		start := time.Now()
-		w, err := newSemaphore(t, newClient(t, rdb), "sem-dead", 2).Acquire(ctx)
-		if err != nil {
-			t.Fatalf("Acquire behind two holders that stopped = %v, want a permit after their TTL", err)
-		}
-		defer w.Release(ctx)
-		got := time.Now()
-		first := stopped[0].ValidUntil()
-		if v := stopped[1].ValidUntil(); v.Before(first) {
-			first = v
-		}
-		if got.Before(first) {
-			t.Errorf("a permit was granted %v before the first stopped holder's validity ended", first.Sub(got))
-		}
-		if d := got.Sub(start); d > ttl+1500*time.Millisecond {
-			t.Errorf("a permit was granted %v after the holders stopped, want about their TTL (%v)", d, ttl)
-		}
-		for i, l := range stopped {
-			if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
-				t.Errorf("stopped holder %d: Err = %v, want ErrNotHeld", i, err)
-			}
-			if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-				t.Errorf("stopped holder %d: Release = %v, want ErrNotHeld", i, err)
-			}
-		}
-		if m := members(ctx, rdb, "sem-dead"); len(m) != 1 || m[0] != w.Token() {
-			t.Errorf("permits after the stopped holders' late Release: %v, want the waiter's alone", m)
-		}
-	})
-	t.Run("process-killed", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		defer cancel()
-		const ttl = time.Second
-		h := startHelper(t, s, "hold", "sem-killed", ttl, 0, "DLOCK_PERMITS=1")
-		if !h.waitLine("held", 10*time.Second) {
-			t.Fatalf("the worker never took its permit: %s", h.out.String())
-		}
-		sem := newSemaphore(t, newClient(t, rdb), "sem-killed", 1)
-		if _, err := sem.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-			t.Fatalf("TryAcquire while the worker holds the permit = %v, want ErrNotAcquired", err)
-		}
-		time.Sleep(2 * ttl) // the worker's watchdog keeps its permit
-		if _, err := sem.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-			t.Fatalf("TryAcquire 2 TTLs later = %v, want ErrNotAcquired (the watchdog extends it)", err)
-		}
-		h.kill()
-		killed := time.Now()
-		l, err := sem.Acquire(ctx)
-		if err != nil {
-			t.Fatalf("Acquire after the holder was killed = %v", err)
-		}
-		defer l.Release(ctx)
-		if d := time.Since(killed); d > ttl+1500*time.Millisecond {
-			t.Errorf("the killed holder's permit was free %v after the kill, want within its TTL (%v)", d, ttl)
-		}
-	})
-}
-
 // Waiters get permits in the order they arrived, one per release, and a
 // TryAcquire does not take a permit while others are queued.
 func TestSemaphoreWaitersServedInArrivalOrder(t *testing.T) {
@@ -481,107 +402,6 @@ func (h *countEvals) count(cmd redis.Cmder) {
 	}
 }
 
-// A waiter is woken by the release that hands it the permit, not by a
-// timer or by polling: with a TTL of 30s its fallback timer is 10s away,
-// yet it has the permit at once, and it sends no script between queueing
-// and holding (the handover message carries the grant).
-func TestSemaphoreWaiterIsWokenByTheRelease(t *testing.T) {
-	s, rdb := setup(t)
-	for _, pipelining := range []bool{true, false} {
-		t.Run(fmt.Sprint("pipelining=", pipelining), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-			defer cancel()
-			name := fmt.Sprint("sem-woken-", pipelining)
-			opts := []dlock.Option{dlock.LeaseTTL(30 * time.Second), pipelined(pipelining)}
-			holder, err := newSemaphore(t, newClient(t, rdb, opts...), name, 1).TryAcquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wrdb := s.Client(t)
-			evals := &countEvals{}
-			wrdb.AddHook(evals)
-			ws := newSemaphore(t, newClient(t, wrdb, opts...), name, 1)
-			got := make(chan *dlock.Lock, 1)
-			go func() {
-				l, err := ws.Acquire(ctx)
-				if err != nil {
-					t.Errorf("waiter: Acquire = %v", err)
-				}
-				got <- l
-			}()
-			subscribed := func() bool {
-				return rdb.PubSubNumSub(ctx, semKey(name)+":ch").Val()[semKey(name)+":ch"] == 1
-			}
-			if !waitFor(5*time.Second, func() bool { return subscribed() && evals.n.Load() >= 2 }) {
-				t.Fatalf("the waiter never queued and subscribed (%d scripts sent)", evals.n.Load())
-			}
-			time.Sleep(100 * time.Millisecond) // asleep now
-			before := evals.n.Load()
-			released := time.Now()
-			if err := holder.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			var l *dlock.Lock
-			select {
-			case l = <-got:
-			case <-time.After(5 * time.Second):
-				t.Fatal("the waiter still waits 5s after the release (its timer: 10s)")
-			}
-			if l == nil {
-				return
-			}
-			defer l.Release(ctx)
-			t.Logf("woken %v after the release; %d scripts sent while waiting", time.Since(released), before)
-			if after := evals.n.Load(); after != before {
-				t.Errorf("the waiter sent %d scripts after the release, want none: the handover grants the permit", after-before)
-			}
-			if m := members(ctx, rdb, name); len(m) != 1 || m[0] != l.Token() {
-				t.Errorf("permits: %v, want the waiter's alone", m)
-			}
-		})
-	}
-}
-
-// Waiters that give up (their context ends at random moments, while
-// permits are handed along) leave nothing behind: no permit handed to a
-// waiter that is gone stays held, and the queue empties.
-func TestSemaphoreWaitersThatGiveUpLeaveNothing(t *testing.T) {
-	_, rdb := setup(t)
-	for _, pipelining := range []bool{true, false} {
-		t.Run(fmt.Sprint("pipelining=", pipelining), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-			defer cancel()
-			name := fmt.Sprint("sem-giveup-", pipelining)
-			var wg sync.WaitGroup
-			for g := range 8 {
-				s := newSemaphore(t, newClient(t, rdb, pipelined(pipelining)), name, 2)
-				wg.Go(func() {
-					for range 25 {
-						wctx, wcancel := context.WithTimeout(ctx, time.Duration(1+rand.IntN(20))*time.Millisecond)
-						l, err := s.Acquire(wctx)
-						wcancel()
-						switch {
-						case err == nil:
-							time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
-							if err := l.Release(ctx); err != nil {
-								t.Errorf("goroutine %d: Release = %v", g, err)
-							}
-						case !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded):
-							t.Errorf("goroutine %d: Acquire = %v, want ErrNotAcquired and DeadlineExceeded", g, err)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			key := semKey(name)
-			if !waitFor(5*time.Second, func() bool { return liveKeys(ctx, rdb, key, key+":q", key+":qw") == 0 }) {
-				t.Errorf("left 5s after every waiter gave up or released: permits %v, queue %v",
-					members(ctx, rdb, name), rdb.LRange(ctx, key+":q", 0, -1).Val())
-			}
-		})
-	}
-}
-
 // Bad input gets an error wrapping ErrInvalid, and no Semaphore.
 func TestSemaphoreBadInput(t *testing.T) {
 	_, rdb := setup(t)
@@ -674,52 +494,6 @@ func TestSemaphoreAndLockOfOneNameGetErrWrongType(t *testing.T) {
 			}
 		})
 	}
-}
-
-// Releasing a permit twice frees one permit, not two: the second Release
-// returns nil and changes nothing; a late Release of a permit that expired
-// reports ErrNotHeld and frees nobody else's.
-func TestSemaphoreReleaseTwiceFreesOnePermit(t *testing.T) {
-	_, rdb := setup(t)
-	ctx := t.Context()
-	const name = "sem-twice"
-	s := newSemaphore(t, newClient(t, rdb), name, 2)
-	a, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 {
-		if err := a.Release(ctx); err != nil {
-			t.Errorf("Release #%d = %v, want nil", i+1, err)
-		}
-	}
-	if m := members(ctx, rdb, name); len(m) != 1 || m[0] != b.Token() {
-		t.Errorf("permits after releasing one twice: %v, want the other's alone", m)
-	}
-	c, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("TryAcquire after one release = %v", err)
-	}
-	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("TryAcquire with 2 of 2 held after a double release = %v, want ErrNotAcquired", err)
-	}
-	rdb.ZAdd(ctx, semKey(name), redis.Z{Score: 1, Member: b.Token()}) // b's deadline passes
-	d, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("TryAcquire after a permit expired = %v", err)
-	}
-	if err := b.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Release of an expired permit = %v, want ErrNotHeld", err)
-	}
-	if m := members(ctx, rdb, name); len(m) != 2 || !slices.Contains(m, c.Token()) || !slices.Contains(m, d.Token()) {
-		t.Errorf("permits after an expired permit's Release: %v, want the two live ones", m)
-	}
-	c.Release(ctx)
-	d.Release(ctx)
 }
 
 // N travels with each request: a permit is granted only while fewer than
@@ -897,41 +671,6 @@ func TestSemaphoreNothingLeftPerName(t *testing.T) {
 	}
 }
 
-// With WithReplicaAck, a permit is granted only once a replica has it: with
-// replication stalled, TryAcquire fails with ErrReplicaAck and
-// ErrNotAcquired and leaves no permit on the master.
-func TestSemaphoreReplicaAck(t *testing.T) {
-	leakcheck.Check(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	master := redistest.Start(t, redistest.TCP(), redistest.Args("--repl-diskless-sync-delay", "0"))
-	link := redistest.NewProxy(t, master.Addr())
-	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
-	if !replicaAcks(ctx, master, replica) {
-		t.Fatal("the replica never synced")
-	}
-	rdb := master.Client(t)
-	s := newSemaphore(t, newClient(t, rdb, dlock.WithReplicaAck(1, 2*time.Second), dlock.WithAutoExtend(false)), "sem-acked", 2)
-	l, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("acknowledged TryAcquire = %v", err)
-	}
-	if err := l.Extend(ctx, 5*time.Second); err != nil {
-		t.Errorf("acknowledged Extend = %v", err)
-	}
-	link.Stall()
-	defer link.Cut()
-	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrReplicaAck) || !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("TryAcquire with replication stalled = %v, want ErrReplicaAck and ErrNotAcquired", err)
-	}
-	if m := members(ctx, rdb, "sem-acked"); len(m) != 1 || m[0] != l.Token() {
-		t.Errorf("permits on the master after the unacknowledged grant was undone: %v, want the first alone", m)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Errorf("Release = %v", err)
-	}
-}
-
 // Per-call options apply to a permit's lease: its lease time (the permit's
 // own TTL in Redis, in Holders and in the key's expiry), its metadata
 // (Holders, Permit.Meta), the wait (MaxWait ends it with ErrNotAcquired and
@@ -1079,4 +818,34 @@ func TestSemaphoreLockOptionsBadInputSendsNothing(t *testing.T) {
 	if n := sent.all.Load(); n != 0 {
 		t.Errorf("refused calls sent %d commands, want none", n)
 	}
+}
+
+// A permit forced past its deadline (not dropped) is dropped by the next
+// grant; its Release then reports ErrNotHeld, and never more than N live.
+func TestAdv4SemLapsedPlaceTaken(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "adv4-sem-lapsed"
+	s := newSemaphore(t, newClient(t, rdb, dlock.WithAutoExtend(false)), name, 2)
+	a, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.ZAdd(ctx, semKey(name), redis.Z{Score: 1, Member: a.Token()})
+	c, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire past a lapsed permit = %v", err)
+	}
+	if _, err := s.TryAcquire(ctx); err == nil {
+		t.Fatal("a third live permit of 2")
+	}
+	if err := a.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of the lapsed permit whose place was taken = %v, want ErrNotHeld", err)
+	}
+	b.Release(ctx)
+	c.Release(ctx)
 }

@@ -1,0 +1,400 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+)
+
+// TestAdv2CloseWhileWaiting: an Acquire waiting when Close is called must
+// not come back with a Lock once the lock is free: acquisitions after Close
+// fail with ErrClosed, and a Lock taken after Close is never extended.
+func TestAdv2CloseWhileWaiting(t *testing.T) {
+	for _, fair := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			_, rdb := setup(t)
+			holder := newClient(t, rdb)
+			c := newClient(t, rdb, waiting(fair))
+			l, err := holder.TryAcquire(t.Context(), "adv2-close-wait")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			type result struct {
+				l   *dlock.Lock
+				err error
+			}
+			res := make(chan result, 1)
+			go func() {
+				l, err := c.Acquire(ctx, "adv2-close-wait")
+				res <- result{l, err}
+			}()
+			time.Sleep(200 * time.Millisecond) // subscribed and waiting
+			cctx, ccancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer ccancel()
+			if err := c.Close(cctx); err != nil {
+				t.Errorf("Close = %v; want nil", err)
+			}
+			l.Release(t.Context())
+			select {
+			case r := <-res:
+				if r.err == nil {
+					r.l.Release(t.Context())
+					t.Fatalf("Acquire waiting across Close = a Lock (nil error); want ErrClosed")
+				}
+				if !errors.Is(r.err, dlock.ErrClosed) {
+					t.Errorf("Acquire waiting across Close = %v; want ErrClosed", r.err)
+				}
+			case <-time.After(6 * time.Second):
+				t.Fatal("Acquire waiting across Close never returned; want ErrClosed")
+			}
+		})
+	}
+}
+
+// TestAdv2CloseFrozenRedisHonoursCtx: Close with a frozen Redis and a
+// waiter subscribed returns by its ctx's deadline (plus slack), not at
+// go-redis's timeouts.
+func TestAdv2CloseFrozenRedisHonoursCtx(t *testing.T) {
+	s, rdb := setup(t)
+	holder := newClient(t, s.Client(t))
+	c := newClient(t, rdb, dlock.WithUnfair(nil))
+	l, err := holder.TryAcquire(t.Context(), "adv2-close-frozen", dlock.LeaseTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "adv2-close-frozen")
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	s.Pause()
+	defer s.Resume()
+	cctx, ccancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer ccancel()
+	start := time.Now()
+	cerr := c.Close(cctx)
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Errorf("Close with a frozen Redis took %v (err %v); want about its ctx's 300ms", took, cerr)
+	}
+	s.Resume()
+	select {
+	case <-done:
+	case <-time.After(8 * time.Second):
+		t.Error("Acquire never returned after Close and its ctx's end")
+	}
+}
+
+// TestAdv2CloseWakesWaiter: an Acquire waiting (with no deadline of its own)
+// while the lock stays held returns soon after Close, not at the next poll of
+// its queue entry, which comes seconds later.
+func TestAdv2CloseWakesWaiter(t *testing.T) {
+	_, rdb := setup(t)
+	holder := newClient(t, rdb)
+	c := newClient(t, rdb)
+	l, err := holder.TryAcquire(t.Context(), "adv2-close-wake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "adv2-close-wake")
+		if err == nil {
+			l.Release(t.Context())
+		}
+		res <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // subscribed and waiting
+	start := time.Now()
+	if err := c.Close(t.Context()); err != nil {
+		t.Errorf("Close = %v; want nil", err)
+	}
+	select {
+	case err := <-res:
+		if took := time.Since(start); took > time.Second || !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("waiting Acquire returned %v, %v after Close; want ErrClosed within 1s", err, took.Round(time.Millisecond))
+		}
+	case <-time.After(9 * time.Second):
+		t.Error("waiting Acquire never returned after Close; want ErrClosed within 1s")
+	}
+}
+
+// TestAdv2CloseDuringDo: Close while a Do's fn runs, twice, concurrently
+// with an Extend: the lock is not extended any more, fn's ctx ends at the
+// validity (a loss), Do's release still runs and nothing is left.
+func TestAdv2CloseDuringDo(t *testing.T) {
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.MaxHold(5*time.Second))
+	var wg sync.WaitGroup
+	var key string
+	start := time.Now()
+	err := c.Do(t.Context(), "adv2-close-do", func(ctx context.Context, l *dlock.Lock) error {
+		key = l.Key()
+		if d, ok := l.Deadline(); !ok || time.Until(d) < 4*time.Second {
+			t.Errorf("Deadline = %v, %v; want the Client's MaxHold(5s)", d, ok)
+		}
+		for range 2 {
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if err := c.Close(cctx); err != nil {
+					t.Errorf("Close = %v; want nil", err)
+				}
+			})
+		}
+		wg.Go(func() { l.Extend(context.Background(), 300*time.Millisecond) })
+		wg.Wait()
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+			return errors.New("fn's ctx still open 2s after Close")
+		}
+		return nil
+	})
+	if took := time.Since(start); !errors.Is(err, dlock.ErrNotHeld) || took > 1500*time.Millisecond {
+		t.Errorf("Do across Close = %v after %v; want ErrNotHeld at the lease's validity", err, took)
+	}
+	if n := liveKeys(t.Context(), rdb, key); n != 0 {
+		t.Errorf("%d live key(s) after Do; want 0", n)
+	}
+	if _, err := c.Acquire(t.Context(), "adv2-close-do"); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Acquire after Close = %v; want ErrClosed", err)
+	}
+	// Per call, MaxHold(0) lifts the Client's cap (on a fresh Client).
+	c2 := newClient(t, rdb, dlock.MaxHold(time.Second))
+	l, err := c2.TryAcquire(t.Context(), "adv2-close-do2", dlock.MaxHold(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := l.Deadline(); ok {
+		t.Errorf("Deadline with a per-call MaxHold(0) = %v; want none", d)
+	}
+	l.Release(t.Context())
+	if _, err := c2.TryAcquire(t.Context(), "adv2-close-do2", dlock.MaxHold(time.Millisecond)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("TryAcquire(MaxHold(1ms)) = %v; want ErrInvalid", err)
+	}
+	c2.Close(t.Context())
+}
+
+// TestAdv3CloseLeavesQueue: Close wakes a fair Acquire that waits in the
+// queue (ErrClosed); Close "waits for the background clean-up", so once it
+// returns the waiter's queue entry is gone, and the go-redis client may be
+// closed (the documented lifecycle) without leaving an entry behind that
+// the lock would be handed to.
+func TestAdv3CloseLeavesQueue(t *testing.T) {
+	s, rdb := setup(t)
+	holder := newClient(t, rdb)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	const name = "adv3-close-queue"
+	l, err := holder.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb2 := s.Client(t)
+	c := newClient(t, rdb2, dlock.LeaseTTL(2*time.Second))
+	res := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name)
+		if err == nil {
+			l.Release(ctx)
+		}
+		res <- err
+	}()
+	if !waitFor(3*time.Second, func() bool {
+		info, err := holder.Inspect(ctx, name)
+		return err == nil && info.Queued == 1
+	}) {
+		t.Fatal("the waiter never queued")
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	queuedAtClose := -1
+	if info, err := holder.Inspect(ctx, name); err == nil {
+		queuedAtClose = info.Queued
+	}
+	rdb2.Close()
+	if err := <-res; !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("the waiting Acquire: %v; want ErrClosed", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	info, err := holder.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Queued != 0 || queuedAtClose != 0 {
+		t.Errorf("after Close returned the closed Client's waiter was still queued (%d right after Close, %d later): Close did not wait for its leave", queuedAtClose, info.Queued)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := newClient(t, rdb)
+	l2, err := other.Acquire(ctx, name, dlock.MaxWait(time.Second))
+	if err != nil {
+		t.Fatalf("after the holder released, a new waiter: %v (the lock went to the closed Client's entry?)", err)
+	}
+	l2.Release(ctx)
+}
+
+// TestAdv3StormClose: goroutines of every kind wait on one Client, observers
+// are added meanwhile, and Close comes in the middle: every call ends with
+// a Lock or an error, no race, nothing left running (leakcheck).
+func TestAdv3StormClose(t *testing.T) {
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, k := range adv3Kinds() {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; j < 20 && ctx.Err() == nil; j++ {
+					l, err := k.take(ctx, c, fmt.Sprintf("adv3-stormc-%d", i%2), false)
+					if err != nil {
+						if errors.Is(err, dlock.ErrClosed) {
+							return
+						}
+						if !errors.Is(err, dlock.ErrWrongType) {
+							t.Errorf("%s: %v", k.name, err)
+							return
+						}
+						continue
+					}
+					time.Sleep(3 * time.Millisecond)
+					l.Release(ctx)
+				}
+			}()
+		}
+	}
+	for range 20 {
+		c.Observe(dlock.Observer{End: func(context.Context, *dlock.Event) {}})
+		_ = c.Stats()
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	wg.Wait()
+	if err := c.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	for i := range 2 {
+		keys, _ := rdb.Keys(ctx, fmt.Sprintf("*adv3-stormc-%d*", i)).Result()
+		var live []string
+		for _, key := range keys {
+			if ttl, _ := rdb.PTTL(ctx, key).Result(); ttl < 0 {
+				live = append(live, key)
+			}
+		}
+		if len(live) > 0 {
+			t.Errorf("keys without expiry left: %v", live)
+		}
+	}
+}
+
+// Close waits for the undo an Acquire left running in the background (its
+// context ended while the request was delayed in the network), so that a
+// process that drains before closing its Redis client leaves nothing
+// behind: the delayed request lands, the undo after it.
+func TestCloseWaitsForBackgroundUndo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
+	for _, quorum := range []bool{false, true} {
+		t.Run(map[bool]string{false: "node", true: "quorum"}[quorum], func(t *testing.T) {
+			p, rdb, direct := proxied(t, -1, 2*time.Second)
+			var c *dlock.Client
+			if quorum {
+				c = newRedlock(t, []redis.UniversalClient{rdb}, 50*time.Millisecond)
+			} else {
+				c = newClient(t, rdb)
+			}
+			p.Delay(700*time.Millisecond, 0)
+			ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+			_, err := c.Acquire(ctx, "drain")
+			cancel()
+			if !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("Acquire through a delayed link = %v, want ErrNotAcquired", err)
+			}
+			p.Delay(0, 0) // what is held is delivered late: the acquire, then the undo
+			dctx, dcancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer dcancel()
+			if err := c.Close(dctx); err != nil {
+				t.Fatalf("Close = %v", err)
+			}
+			if n := countGoroutines("undoUntil"); n != 0 {
+				t.Errorf("%d undo goroutines still running after Close returned", n)
+			}
+			rdb.Close() // what a process does at shutdown, after Close
+			time.Sleep(200 * time.Millisecond)
+			if n := liveKeys(t.Context(), direct, "dlock:{drain}", "dlock:{drain}:q"); n != 0 {
+				t.Errorf("%d lock keys left after Close and close", n)
+			}
+		})
+	}
+}
+
+// Close ends every goroutine and connection the Client started — here the
+// pub/sub connection that lingers after a wait, plain and sharded — before
+// it returns; acquisitions after it fail with ErrClosed, by the Client and
+// its Owner Clients; a Lock still held is no longer extended and ends at its
+// validity.
+func TestCloseEndsBackgroundWork(t *testing.T) {
+	leakcheck.Check(t)
+	_, rdb := setup(t)
+	ctx := t.Context()
+	for _, sharded := range []bool{false, true} {
+		name := fmt.Sprintf("close-%v", sharded)
+		c := newClient(t, rdb, dlock.WithShardedPubSub(sharded), dlock.WithReentrant(true))
+		held, err := c.TryAcquire(ctx, name, dlock.LeaseTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Acquire(ctx, name, dlock.MaxWait(100*time.Millisecond)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("sharded=%v: Acquire of a held lock = %v, want ErrNotAcquired", sharded, err)
+		}
+		if n := countGoroutines("internal/pubsub"); n == 0 {
+			t.Fatalf("sharded=%v: no pub/sub reader after a wait: the test proves nothing", sharded)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatalf("sharded=%v: Close = %v", sharded, err)
+		}
+		if n := countGoroutines("internal/pubsub"); n != 0 {
+			t.Errorf("sharded=%v: %d pub/sub goroutines still running after Close returned", sharded, n)
+		}
+		owner, err := c.Owner("o")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for what, cl := range map[string]*dlock.Client{"the Client": c, "its Owner Client": owner} {
+			if _, err := cl.TryAcquire(ctx, "after-close"); !errors.Is(err, dlock.ErrClosed) {
+				t.Errorf("sharded=%v: TryAcquire by %s after Close = %v, want ErrClosed", sharded, what, err)
+			}
+		}
+		if !closedWithin(held.Done(), 2*time.Second) {
+			t.Errorf("sharded=%v: a Lock held at Close still holds after its TTL: its watchdog went on", sharded)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Errorf("sharded=%v: a second Close = %v", sharded, err)
+		}
+	}
+}

@@ -1,0 +1,411 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/script"
+)
+
+// A manual Extend that meets a Redis outage shorter than the lease's
+// validity retries, as the watchdog does, and succeeds once Redis answers;
+// one whose ctx ends first returns the error, the earlier validity
+// standing.
+func TestExtendRetriesThroughAnOutage(t *testing.T) {
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	ctx := t.Context()
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(3*time.Second))
+	l, err := c.TryAcquire(ctx, "extend-retry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := l.ValidUntil()
+	p.Stall()
+	heal := time.AfterFunc(500*time.Millisecond, p.Cut) // the outage ends
+	defer heal.Stop()
+	ectx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := l.Extend(ectx, 3*time.Second); err != nil {
+		t.Fatalf("Extend through a 500ms outage = %v, want it retried until Redis answered", err)
+	}
+	if !l.ValidUntil().After(before) {
+		t.Error("the validity did not move on")
+	}
+
+	// The caller's ctx bounds the retries.
+	p.Stall()
+	defer p.Cut()
+	before = l.ValidUntil()
+	ectx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := l.Extend(ectx, 3*time.Second); err == nil {
+		t.Fatal("Extend succeeded with Redis stalled")
+	}
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Errorf("Extend took %v past its 300ms ctx", took)
+	}
+	if !l.ValidUntil().Equal(before) || l.Err() != nil {
+		t.Errorf("after a failed Extend: validity %v (was %v), Err %v", l.ValidUntil(), before, l.Err())
+	}
+}
+
+func TestExtendAfterExpiry(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	l, err := newClient(t, rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, "ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, l.Key())
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Extend after the key was deleted = %v, want ErrNotHeld", err)
+	}
+	if !closedWithin(l.Done(), 0) {
+		t.Error("Done() open after Extend found the lock gone")
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release after loss = %v, want ErrNotHeld", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("second Release after loss = %v, want nil", err)
+	}
+}
+
+func TestExtendMovesDeadline(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	l, err := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(time.Second)).TryAcquire(ctx, "ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	before := l.ValidUntil()
+	if err := l.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatalf("Extend(20s) = %v", err)
+	}
+	if !l.ValidUntil().After(before.Add(10 * time.Second)) {
+		t.Errorf("ValidUntil after Extend(20s) = %v, want > %v + 10s", l.ValidUntil(), before)
+	}
+	if pttl := rdb.PTTL(ctx, l.Key()).Val(); pttl < 10*time.Second {
+		t.Errorf("PTTL after Extend(20s) = %v, want > 10s", pttl)
+	}
+}
+
+func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2400 * time.Millisecond) // four TTLs of work
+	if err := l.Err(); err != nil {
+		t.Errorf("Err() after 4 TTLs with the watchdog on = %v, want nil", err)
+	}
+	if got := rdb.Get(ctx, l.Key()).Val(); !strings.HasPrefix(got, l.Token()) {
+		t.Errorf("GET after 4 TTLs = %q, want our token (and the extension's number)", got)
+	}
+	if _, err := c.TryAcquire(ctx, "long"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquire by another = %v, want ErrNotAcquired", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release() = %v", err)
+	}
+}
+
+// An Extend to a shorter TTL brings the validity forward: once the shorter
+// lease has run out on the server, the holder must already know, and with
+// the watchdog on, it must extend on the shorter period.
+func TestExtendToShorterTTLBringsValidityForward(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
+	_, rdb := setup(t)
+	for _, m := range modes(t, rdb, true) {
+		t.Run(m.name, func(t *testing.T) {
+			ctx := m.ctx(t.Context())
+			name := "shorter-" + m.name
+			for _, watchdog := range []bool{false, true} {
+				l, err := m.new(t, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(watchdog)).TryAcquire(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Extend(ctx, 300*time.Millisecond); err != nil {
+					t.Fatalf("Extend(300ms) = %v", err)
+				}
+				if left := time.Until(l.ValidUntil()); left > 300*time.Millisecond {
+					t.Errorf("watchdog %v: ValidUntil %v away after Extend(300ms), want at most 300ms", watchdog, left)
+				}
+				time.Sleep(700 * time.Millisecond)
+				other, err := m.new(t).TryAcquire(t.Context(), name)
+				if watchdog {
+					if err == nil {
+						other.Release(t.Context())
+						t.Errorf("watchdog on: another Client took the lock 700ms after Extend(300ms): the watchdog kept the old period")
+					}
+					if err := l.Err(); err != nil {
+						t.Errorf("watchdog on: Err() = %v after Extend(300ms), want still held", err)
+					}
+				} else {
+					if err != nil {
+						t.Errorf("watchdog off: TryAcquire by another 700ms after Extend(300ms) = %v, want the lock", err)
+					} else {
+						other.Release(t.Context())
+					}
+					if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+						t.Errorf("watchdog off: Err() = %v 700ms after Extend(300ms), want ErrNotHeld", err)
+					}
+				}
+				l.Release(t.Context())
+			}
+		})
+	}
+}
+
+// Was a bug: a delayed shorter extension lands after a later, longer one.
+//
+// Extend(short) whose request is delayed in the network past its caller's
+// ctx (or go-redis read timeout) returns an error and keeps min(old, new)
+// validity, as documented. The next Extend(long) overtakes it on another
+// connection and succeeds: ValidUntil moves to now+long. Then the delayed
+// short PEXPIRE lands and cuts the server-side lease to `short` from its
+// landing. The server lets another client in while the first holder's
+// Err() is nil and ValidUntil is seconds in the future: two holders.
+//
+// The fix: every extension carries a sequence number, and Redis applies
+// none older than one it applied (the lease's own key records it).
+func TestDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
+	leakcheck.Check(t)
+	for _, pipelining := range []bool{true, false} {
+		readTimeout := 5 * time.Second // the batcher returns at ctx end
+		if !pipelining {
+			readTimeout = 300 * time.Millisecond // go-redis gives up on the read
+		}
+		p, rdb, direct := proxied(t, -1, readTimeout)
+		for _, m := range modes(t, rdb, false) {
+			t.Run(fmt.Sprintf("%s/pipelining=%v", m.name, pipelining), func(t *testing.T) {
+				name := fmt.Sprintf("ext-reorder-%s-%v", m.name, pipelining)
+				c := m.new(t, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false), pipelined(pipelining))
+				l, err := c.TryAcquire(m.ctx(t.Context()), name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Release(context.WithoutCancel(t.Context()))
+
+				p.Delay(1500*time.Millisecond, 0)
+				start := time.Now()
+				ctx1, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+				err = l.Extend(ctx1, 400*time.Millisecond)
+				cancel()
+				p.Delay(0, 0)
+				if err == nil {
+					t.Skip("short extension did not time out; cannot stage the reorder")
+				}
+				if err := l.Extend(t.Context(), 10*time.Second); err != nil {
+					t.Fatalf("Extend(10s) = %v", err)
+				}
+				// The delayed Extend(400ms) lands at ~1.5s and the key dies at ~1.9s.
+				time.Sleep(time.Until(start.Add(2300 * time.Millisecond)))
+				other := newClient(t, direct, waiting(m.name == "fair"), dlock.WithReentrant(m.name == "reentrant"))
+				o, err := asOwner(t, other, "intruder").TryAcquire(t.Context(), name)
+				if err != nil {
+					return // held up
+				}
+				defer o.Release(t.Context())
+				if l.Err() == nil && time.Now().Before(l.ValidUntil()) {
+					t.Errorf("TWO HOLDERS: another client acquired %q while the first holder's Err()=nil and ValidUntil is %v away",
+						name, time.Until(l.ValidUntil()).Round(time.Millisecond))
+				}
+			})
+		}
+	}
+}
+
+// Was a bug: one user Extend(short) whose request is delayed;
+// the watchdog then extends with the OLD, longer TTL (an extension with an
+// error does not change l.ttl) and succeeds; the delayed short one lands
+// after it. No second user call is needed.
+func TestDelayedShorterExtendCannotCutTheWatchdogsLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long fault/timing scenario; run without -short")
+	}
+	leakcheck.Check(t)
+	p, rdb, direct := proxied(t, -1, 5*time.Second)
+	c := newClient(t, rdb, dlock.LeaseTTL(6*time.Second), dlock.WithUnfair(nil)) // watchdog every 2s
+	l, err := c.TryAcquire(t.Context(), "ext-dog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	defer l.Release(context.WithoutCancel(t.Context()))
+	time.Sleep(time.Until(t0.Add(1500 * time.Millisecond)))
+	p.Delay(time.Second, 0)
+	ctx1, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	err = l.Extend(ctx1, 1200*time.Millisecond) // lands at ~2.5s, key dies at ~3.7s
+	cancel()
+	p.Delay(0, 0)
+	if err == nil {
+		t.Skip("short extension did not time out")
+	}
+	// The watchdog ticks at ~2.0s with the old 6s TTL; the next tick is ~4.0s.
+	time.Sleep(time.Until(t0.Add(3850 * time.Millisecond)))
+	o, err := newClient(t, direct, dlock.WithUnfair(nil)).TryAcquire(t.Context(), "ext-dog")
+	if err != nil {
+		return
+	}
+	defer o.Release(t.Context())
+	if l.Err() == nil && time.Now().Before(l.ValidUntil()) {
+		t.Errorf("TWO HOLDERS: intruder holds while the watchdog-extended holder's ValidUntil is %v away",
+			time.Until(l.ValidUntil()).Round(time.Millisecond))
+	}
+}
+
+// A late copy of an older extension (numbered, or seq 0) replayed after a
+// newer one never cuts the lease short: plain lock and permit.
+func TestAdv4LateExtensionCopies(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
+	l, err := c.TryAcquire(ctx, "adv4-ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSemaphore(t, c, "adv4-ext-sem", 2)
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		l      *dlock.Lock
+		sc     *redis.Script
+		member string
+		pttl   func() time.Duration
+	}{
+		{l, script.Extend, l.Token(), func() time.Duration { return rdb.PTTL(ctx, l.Key()).Val() }},
+		{p, script.HoldExtend, p.Token(), func() time.Duration {
+			sc := rdb.ZScore(ctx, p.Key(), p.Token()).Val()
+			return time.Until(time.UnixMilli(int64(sc)))
+		}},
+	} {
+		marker := tc.l.Key() + ":r:" + tc.l.Token()
+		if err := tc.l.Extend(ctx, 10*time.Second); err != nil { // seq 0
+			t.Fatal(err)
+		}
+		if err := tc.l.Extend(ctx, 2*time.Second); err != nil { // seq 1
+			t.Fatal(err)
+		}
+		if err := tc.l.Extend(ctx, 8*time.Second); err != nil { // seq 2
+			t.Fatal(err)
+		}
+		for _, seq := range []int64{1, 0} {
+			tc.sc.Run(ctx, rdb, []string{tc.l.Key(), marker}, tc.member, 2000, seq)
+			if d := tc.pttl(); d < 5*time.Second {
+				t.Errorf("%s: a late copy of seq %d cut the lease to %v (want ~8s)", tc.l.Key(), seq, d)
+			}
+		}
+	}
+	l.Release(ctx)
+	p.Release(ctx)
+}
+
+// TestAdvConcurrentExtendHonoursItsContext: while an extension of a Lock
+// (the watchdog's, or the caller's own) waits on a Redis that froze, an
+// Extend with a 100ms context waits for it (~10s) instead of returning
+// when its context ends.
+func TestAdvConcurrentExtendHonoursItsContext(t *testing.T) {
+	srv, rdb := setup(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false))
+	l, err := c.TryAcquire(t.Context(), "adv-ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	first := make(chan error, 1)
+	go func() { first <- l.Extend(context.Background(), time.Minute) }()
+	time.Sleep(50 * time.Millisecond) // the first is in flight
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	start := time.Now()
+	err = l.Extend(ctx, time.Minute)
+	took := time.Since(start)
+	cancel()
+	if took > time.Second || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("an Extend with a 100ms context = %v after %v; want its context's error within it", err, took.Round(time.Millisecond))
+	}
+	srv.Resume()
+	<-first
+	if err := l.Extend(context.Background(), time.Minute); err != nil {
+		t.Errorf("an Extend once Redis answers again = %v", err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+}
+
+// TestAdv2ReleaseExtendWatchdogRace: Release, Extend and the watchdog on
+// one Lock at once, under -race, over a proxy that delays replies; the lock
+// ends released with nothing left in Redis.
+func TestAdv2ReleaseExtendWatchdogRace(t *testing.T) {
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	c := newClient(t, rdb, dlock.LeaseTTL(90*time.Millisecond))
+	deadline := time.Now().Add(8 * time.Second)
+	for round := 0; round < 20 && time.Now().Before(deadline); round++ {
+		name := fmt.Sprintf("adv2-race-%d", round)
+		p.Delay(0, 0)
+		l, err := c.Acquire(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Delay(0, time.Duration(round%4)*10*time.Millisecond)
+		var wg sync.WaitGroup
+		var relErrs [3]error
+		for i := range 3 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(t.Context(), time.Duration(5+i*20)*time.Millisecond)
+				defer cancel()
+				l.Extend(ctx, 60*time.Millisecond)
+				relErrs[i] = l.Release(ctx)
+			})
+		}
+		wg.Wait()
+		p.Delay(0, 0)
+		// A last Release with time enough must settle it.
+		if err := l.Release(t.Context()); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("round %d: final Release = %v (earlier %v); want nil or ErrNotHeld", round, err, relErrs)
+		}
+		if err := l.Err(); err == nil {
+			t.Errorf("round %d: Err after Release = nil; want ErrReleased or a loss", round)
+		}
+		select {
+		case <-l.Done():
+		default:
+			t.Errorf("round %d: Done open after Release; want closed", round)
+		}
+		if n := liveKeys(t.Context(), direct, l.Key()); n != 0 {
+			t.Errorf("round %d: %d live key(s) after Release; want 0", round, n)
+		}
+	}
+}

@@ -1,0 +1,225 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// go-redis re-sends a command whose reply was lost. A reentrant acquire that
+// runs twice must count one hold, and a release that runs twice must
+// report the release, not a loss.
+func TestReSentRequestsAreIdempotent(t *testing.T) {
+	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+	for _, m := range modes(t, rdb, false) {
+		t.Run(m.name, func(t *testing.T) {
+			name := "resent-" + m.name
+			key := "dlock:{" + name + "}"
+			c := m.new(t, pipelined(false))
+			if warm, err := c.TryAcquire(m.ctx(t.Context()), name+"-warm"); err == nil { // the scripts are loaded
+				warm.Release(t.Context())
+			}
+			var l *dlock.Lock
+			err := stallThenCut(t, p, func() (err error) {
+				l, err = c.TryAcquire(m.ctx(t.Context()), name)
+				return err
+			}, func() bool { return liveKeys(t.Context(), direct, key) == 1 })
+			if err != nil {
+				t.Fatalf("TryAcquire with its reply lost once = %v, want the lock", err)
+			}
+			if m.name == "reentrant" {
+				info, _ := c.Inspect(t.Context(), name)
+				if len(info.Owners) != 1 || info.Owners[0].Holds != 1 {
+					t.Errorf("after a re-sent reentrant acquire: owners %+v, want one hold", info.Owners)
+				}
+			}
+			err = stallThenCut(t, p, func() error { return l.Release(t.Context()) },
+				func() bool { return liveKeys(t.Context(), direct, key) == 0 })
+			if err != nil {
+				t.Errorf("Release with its reply lost once = %v, want nil (it was held throughout)", err)
+			}
+			if n := liveKeys(t.Context(), direct, key); n != 0 {
+				t.Errorf("lock key left after Release: a hold counted twice")
+			}
+		})
+	}
+}
+
+// A release whose reply is lost is re-sent by go-redis after the next lease
+// began, and that lease was extended: the re-sent copy must still report
+// the release, not a loss (found by the fault checker, fair mode: the next
+// lease's extension rewrote the lock's value and dropped what the release
+// had left there).
+func TestReSentReleaseAfterTheNextLeaseBegan(t *testing.T) {
+	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
+			name := fmt.Sprint("resent-next-", fair)
+			key := "dlock:{" + name + "}"
+			l, next := leaseOverProxy(t, rdb, direct, fair, name)
+			got := make(chan *dlock.Lock, 1)
+			go func() { // waits (fair: queued) and takes the lock when it is released
+				n, err := next.Acquire(t.Context(), name)
+				if err != nil {
+					t.Errorf("next Acquire = %v", err)
+				}
+				got <- n
+			}()
+			if fair && !waitFor(3*time.Second, func() bool { return direct.LLen(t.Context(), key+":q").Val() == 1 }) {
+				t.Fatal("the next lease never queued")
+			}
+			var n *dlock.Lock
+			err := stallThenCut(t, p, func() error { return l.Release(t.Context()) }, func() bool {
+				if holderOf(direct.Get(t.Context(), key).Val()) == l.Token() {
+					return false
+				}
+				n = <-got // the next lease holds it
+				if n != nil {
+					n.Extend(t.Context(), 5*time.Second) // rewrites the lock's value
+				}
+				return true
+			})
+			if err != nil {
+				t.Errorf("Release with its reply lost, re-sent after the next lease began = %v, want nil", err)
+			}
+			if n != nil {
+				if err := n.Release(t.Context()); err != nil {
+					t.Errorf("the next lease's Release = %v", err)
+				}
+			}
+		})
+	}
+}
+
+// A re-sent release reports what the first copy did, not a false loss, also
+// when the next lease has come and gone before the copy lands (on a
+// contended lock, two releases fit easily into the time go-redis takes to
+// re-send).
+func TestReSentReleaseAfterTheNextLeaseEnded(t *testing.T) {
+	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
+			ctx := t.Context()
+			name := fmt.Sprint("model-resent-rel-", fair)
+			key := "dlock:{" + name + "}"
+			l, next := leaseOverProxy(t, rdb, direct, fair, name)
+			err := stallThenCut(t, p, func() error { return l.Release(ctx) }, func() bool {
+				if holderOf(direct.Get(ctx, key).Val()) == l.Token() {
+					return false
+				}
+				// The first copy ran; its reply is held. The next lease comes and goes.
+				n, err := next.TryAcquire(ctx, name)
+				if err != nil {
+					t.Errorf("next TryAcquire = %v", err)
+					return true
+				}
+				if err := n.Release(ctx); err != nil {
+					t.Errorf("next Release = %v", err)
+				}
+				return true
+			})
+			if err != nil {
+				t.Errorf("Release whose first copy freed the lock, re-sent after the next lease came and went = %v, want nil (value now %q)",
+					err, direct.Get(ctx, key).Val())
+			}
+		})
+	}
+}
+
+// TestAdvConcurrentReleaseHonoursItsContext: while one Release of a Lock
+// waits on a Redis that froze, a second Release with a 100ms context
+// waits for the first (up to go-redis's timeouts, 10s here) instead of
+// returning when its context ends.
+func TestAdvConcurrentReleaseHonoursItsContext(t *testing.T) {
+	srv, rdb := setup(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute)) // outlives the freeze
+	l, err := c.TryAcquire(t.Context(), "adv-rel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	first := make(chan error, 1)
+	go func() { first <- l.Release(context.Background()) }()
+	time.Sleep(50 * time.Millisecond) // the first is in flight
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	start := time.Now()
+	err = l.Release(ctx)
+	took := time.Since(start)
+	cancel()
+	if took > time.Second {
+		t.Errorf("a second Release with a 100ms context returned after %v (%v): it waited for the first, whatever its context", took.Round(time.Millisecond), err)
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the second Release = %v, want an error matching its context's", err)
+	}
+	srv.Resume()
+	if err := <-first; err != nil {
+		t.Logf("the first Release: %v", err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Errorf("a Release once Redis answers again = %v, want nil", err)
+	}
+	if n := liveKeys(context.Background(), rdb, l.Key()); n != 0 {
+		t.Errorf("the lock is still held after its Release")
+	}
+}
+
+// ForceRelease deletes only what is a dlock lock.
+func TestForceReleaseRefusesForeignKey(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	rdb.RPush(ctx, "dlock:{list}", "someone's data")
+	rdb.HSet(ctx, "dlock:{hash}", "field", "value")
+	for _, name := range []string{"list", "hash"} {
+		if _, err := newClient(t, rdb).ForceRelease(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("ForceRelease(%s) = %v, want ErrWrongType", name, err)
+		}
+		if n := liveKeys(ctx, rdb, "dlock:{"+name+"}"); n != 1 {
+			t.Errorf("ForceRelease(%s) deleted a key that is not a lock", name)
+		}
+	}
+}
+
+// ForceRelease deletes only the holding it read: the holder's token, not the
+// whole value, which changes with every extension ("e<n>"); a lock whose
+// holder is alive and extending must be forced, not reported "not held".
+func TestForceReleaseOfAnExtendedLock(t *testing.T) {
+	p, rdb, direct := proxied(t, -1, 5*time.Second)
+	ctx := t.Context()
+	name := "model-force"
+	key := "dlock:{" + name + "}"
+	l, err := newClient(t, direct, dlock.WithAutoExtend(false)).TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	op := newClient(t, rdb)
+	p.Delay(20*time.Millisecond, 0) // the operator's requests take 20ms to arrive
+	stop := make(chan struct{})
+	extended := make(chan struct{})
+	go func() { // the holder extends while the operator's ForceRelease is on its way
+		defer close(extended)
+		for i := 0; i < 40; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			l.Extend(ctx, 10*time.Second)
+		}
+	}()
+	deleted, err := op.ForceRelease(ctx, name)
+	close(stop)
+	<-extended
+	p.Delay(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !deleted && liveKeys(ctx, direct, key) == 1 {
+		t.Errorf("ForceRelease = false (\"was not held\") while the lock is held: value %q", direct.Get(ctx, key).Val())
+	}
+}
