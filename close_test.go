@@ -398,3 +398,80 @@ func TestCloseEndsBackgroundWork(t *testing.T) {
 		}
 	}
 }
+
+// HELD: Close wakes every kind of waiting acquisition with ErrClosed and
+// takes its queue entry out: when the holder then releases, the lock (or
+// permit, or write, or leadership) is free at once, not handed to the
+// closed waiter.
+func TestAdv7CloseLeavesNothingQueued(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	type holdFn func(c *dlock.Client, name string) (*dlock.Lock, error)
+	kinds := map[string]holdFn{
+		"fair": func(c *dlock.Client, name string) (*dlock.Lock, error) { return c.Acquire(ctx, name) },
+		"sem": func(c *dlock.Client, name string) (*dlock.Lock, error) {
+			s, _ := c.Semaphore(name, 1)
+			return s.Acquire(ctx)
+		},
+		"semN": func(c *dlock.Client, name string) (*dlock.Lock, error) {
+			s, _ := c.Semaphore(name, 2)
+			return s.AcquireN(ctx, 2)
+		},
+		"write": func(c *dlock.Client, name string) (*dlock.Lock, error) {
+			rw, _ := c.RWMutex(name)
+			return rw.Writer().Acquire(ctx)
+		},
+		"campaign": func(c *dlock.Client, name string) (*dlock.Lock, error) {
+			e, _ := c.Election(name)
+			ld, err := e.Campaign(ctx, "x")
+			if err != nil {
+				return nil, err
+			}
+			return ld.Lock(), nil
+		},
+	}
+	for kname, take := range kinds {
+		name := "adv7-close-" + kname
+		holderC := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
+		h, err := take(holderC, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiterC := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
+		done := make(chan error, 1)
+		go func() {
+			l, err := take(waiterC, name)
+			if l != nil {
+				l.Release(ctx)
+			}
+			done <- err
+		}()
+		if !waitFor(2*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{"+name+"}:q").Val() == 1 }) {
+			t.Fatalf("%s: the waiter did not queue", kname)
+		}
+		if err := waiterC.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, dlock.ErrClosed) {
+				t.Errorf("%s: the waiter woken by Close = %v, want ErrClosed", kname, err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatalf("%s: the waiter was not woken by Close", kname)
+		}
+		if n := rdb.LLen(ctx, "dlock:{"+name+"}:q").Val() + rdb.HLen(ctx, "dlock:{"+name+"}:qw").Val(); n != 0 {
+			t.Errorf("%s: %d queue entries left after Close", kname, n)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		third := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
+		l, err := take(third, name)
+		if err != nil {
+			t.Errorf("%s: after the holder released: %v", kname, err)
+			continue
+		}
+		l.Release(ctx)
+	}
+}

@@ -409,3 +409,41 @@ func TestAdv2ReleaseExtendWatchdogRace(t *testing.T) {
 		}
 	}
 }
+
+// DEFECT (a lock left stuck past what was asked): an Extend that only
+// lengthens is sent unnumbered (PEXPIRE GT), on the reasoning that "copies
+// of it need no order". But a copy delayed in the network that lands AFTER
+// a later, shortening Extend undoes it: the caller's Extend(10s) gave up
+// (its ctx ended, the request still in the network), the caller then
+// shortened the lease to 1s (Extend returned nil), and the late
+// Extend(10s) lands and sets the key back to 10s. The Lock's validity ends
+// at 1s (it declares the loss), while Redis keeps the lock from everyone
+// for ~10s: Extend extended past what was last asked.
+func TestAdv7LateLengtheningExtendUndoesShortening(t *testing.T) {
+	srv := redistest.Start(t, redistest.TCP())
+	direct := srv.Client(t)
+	ctx := t.Context()
+	p := redistest.NewProxy(t, srv.Addr())
+	prdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { prdb.Close() })
+	c := newClient(t, prdb, dlock.LeaseTTL(2*time.Second), dlock.WithAutoExtend(false), pipelined(false))
+	l, err := c.TryAcquire(ctx, "adv7-late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Delay(300*time.Millisecond, 0)
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	lateErr := l.Extend(cctx, 10*time.Second) // gives up; the request is still in the network
+	cancel()
+	p.Delay(0, 0)
+	if err := l.Extend(ctx, time.Second); err != nil {
+		t.Fatalf("Extend(1s): %v (the late Extend(10s): %v)", err, lateErr)
+	}
+	time.Sleep(500 * time.Millisecond) // the late copy has landed
+	pttl := direct.PTTL(ctx, "dlock:{adv7-late}").Val()
+	if pttl > 1100*time.Millisecond {
+		t.Errorf("after Extend(10s) gave up (%v) and Extend(1s) returned nil, the key lives %v more: the late lengthening copy undid the shortening; the Lock's validity ends in %v",
+			lateErr, pttl.Round(time.Millisecond), time.Until(l.ValidUntil()).Round(time.Millisecond))
+	}
+	l.Release(ctx)
+}

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,5 +328,235 @@ func TestResumeQuorumAndScriptFree(t *testing.T) {
 	}
 	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("the old Lock after the script-free resumed one released = %v, want ErrNotHeld", err)
+	}
+}
+
+// Was a defect (fixed): a leadership's token resumed through Client.TryAcquire (a plain
+// lock's call) is taken over as a plain Lock, although docs/resume.md says
+// "A token of another kind's hold is refused with ErrNotHeld". The plain
+// Lock's extensions then no longer keep the term's fence counter and value
+// key alive (extend.lua gets no KEYS[3]/KEYS[4] for a plain lock), so the
+// election's term is silently broken.
+func TestAdv7ResumeLeadershipAsPlainLockRefused(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	next := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	e, _ := old.Election("adv7-elect")
+	ld, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Resign(ctx)
+	l, err := next.TryAcquire(ctx, "adv7-elect", dlock.Resume(ld.Lock().Token()))
+	if err == nil {
+		defer l.Release(ctx)
+		t.Fatalf("a leadership's token resumed as a plain lock was taken over (Lock %q); want ErrNotHeld", l.Token())
+	}
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("resume of a leadership's token as a plain lock = %v, want ErrNotHeld", err)
+	}
+}
+
+// Was a defect (fixed): the converse: a plain lock's token resumed through
+// Election.Campaign becomes a Leadership, a term that no campaign won.
+func TestAdv7ResumePlainLockAsLeadershipRefused(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false), dlock.HolderMeta("a"))
+	next := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	l, err := old.TryAcquire(ctx, "adv7-plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	e, _ := next.Election("adv7-plain")
+	ld, err := e.Campaign(ctx, "a", dlock.Resume(l.Token()))
+	if err == nil {
+		defer ld.Resign(ctx)
+		t.Fatalf("a plain lock's token resumed as a campaign became a leadership (fence %d); want ErrNotHeld", ld.Fence())
+	}
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("resume of a plain lock's token as a campaign = %v, want ErrNotHeld", err)
+	}
+}
+
+// Was a defect (fixed): a hold of 3 permits (AcquireN(3)) resumed through Acquire (one
+// permit) is taken over as a one-permit Lock; docs/resume.md says a hold of
+// k permits is resumed by AcquireN with the same k. The resumed Lock
+// extends and releases only the first of the three members, so the other
+// two stay held by nobody until the old deadline: after the resumed Lock's
+// Release, the semaphore still has 2 permits taken.
+func TestAdv7ResumeNPermitsAsOneRefused(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	next := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	s, _ := old.Semaphore("adv7-sem", 3)
+	s2, _ := next.Semaphore("adv7-sem", 3)
+	three, err := s.AcquireN(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := s2.Acquire(ctx, dlock.Resume(three.Token()))
+	if err == nil {
+		if err := one.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		avail, _ := s2.Available(ctx)
+		t.Fatalf("a 3-permit hold resumed as one permit was taken over; after its Release %d of 3 permits are available (the rest held by nobody until the old deadline); want ErrNotHeld", avail)
+	}
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("resume of a 3-permit hold as one permit = %v, want ErrNotHeld", err)
+	}
+	three.Release(ctx)
+}
+
+// HELD: a semaphore permit's token resumed as a plain lock of the same name
+// is refused (ErrWrongType: the name is held as a semaphore), and a plain
+// lock's token resumed as a permit or a read is refused too.
+func TestAdv7ResumeAcrossKindsRefused(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	s, _ := c.Semaphore("adv7-k", 2)
+	p, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	if _, err := c.TryAcquire(ctx, "adv7-k", dlock.Resume(p.Token())); !errors.Is(err, dlock.ErrWrongType) && !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("resume a permit as a plain lock = %v, want ErrWrongType or ErrNotHeld", err)
+	}
+	rw, _ := c.RWMutex("adv7-k")
+	if _, err := rw.Reader().TryAcquire(ctx, dlock.Resume(p.Token())); !errors.Is(err, dlock.ErrWrongType) && !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("resume a permit as a read = %v, want ErrWrongType or ErrNotHeld", err)
+	}
+	l, err := c.TryAcquire(ctx, "adv7-k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	s2, _ := c.Semaphore("adv7-k2", 2)
+	if _, err := s2.TryAcquire(ctx, dlock.Resume(l.Token())); !errors.Is(err, dlock.ErrWrongType) && !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("resume a plain lock as a permit = %v, want ErrWrongType or ErrNotHeld", err)
+	}
+	// A token of another name.
+	if _, err := c.TryAcquire(ctx, "adv7-k3", dlock.Resume(l.Token())); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("resume a token on another name = %v, want ErrNotHeld", err)
+	}
+	// Malformed tokens: ErrInvalid, nothing sent.
+	for _, tok := range []string{"", "short", "AAAAAAAAAAAAAAAAAAAAA!", "AAAAAAAAAAAAAAAAAAAAAA.a b", "AAAAAAAAAAAAAAAAAAAAAA.{x}", "AAAAAAAAAAAAAAAAAAAAAAA"} {
+		if _, err := c.TryAcquire(ctx, "adv7-k2", dlock.Resume(tok)); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Resume(%q) = %v, want ErrInvalid", tok, err)
+		}
+	}
+}
+
+// DEFECT (with the old holder still running, which docs/resume.md says
+// both may then extend): after a resume, an Extend of the old Lock whose
+// extensions were ordered is "superseded" in Redis (its number is below the
+// resumed Lock's), does nothing, and yet returns nil and moves the old
+// Lock's ValidUntil to its own new TTL. The old Lock then believes it holds
+// the lock for 5s while Redis expires it after 300ms: a third client takes
+// the lock while the old Lock says held, no loss told.
+func TestAdv7OldHolderExtendAfterResumeClaimsValidity(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	old := newClient(t, rdb, dlock.LeaseTTL(3*time.Second), dlock.WithAutoExtend(false))
+	a, err := old.TryAcquire(ctx, "adv7-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Extend(ctx, 2*time.Second); err != nil { // shortens: a's extensions are ordered from now on
+		t.Fatal(err)
+	}
+	next := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithAutoExtend(false))
+	if _, err := next.TryAcquire(ctx, "adv7-old", dlock.Resume(a.Token())); err != nil {
+		t.Fatal(err)
+	}
+	// The resumed process stops (crashes) without releasing; the old one,
+	// still running, extends.
+	extErr := a.Extend(ctx, 5*time.Second)
+	pttl := rdb.PTTL(ctx, "dlock:{adv7-old}").Val()
+	time.Sleep(400 * time.Millisecond)
+	third := newClient(t, rdb, dlock.WithAutoExtend(false))
+	l, err := third.TryAcquire(ctx, "adv7-old")
+	if err != nil {
+		t.Fatalf("the third client could not take the lock: %v", err)
+	}
+	defer l.Release(ctx)
+	if extErr == nil && a.Err() == nil && time.Now().Before(a.ValidUntil()) {
+		t.Fatalf("two holders: the old Lock's Extend(5s) returned nil (Redis left the key at %v), its Err is nil and ValidUntil %v ahead, while another client holds the lock",
+			pttl, time.Until(a.ValidUntil()).Round(time.Millisecond))
+	}
+}
+
+// HELD: two resumes of one token at once each extend the same lease; a
+// later TryAcquire by someone else is refused while either says held, and
+// after both release the lock is free.
+func TestAdv7ConcurrentResumes(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	old := newClient(t, rdb, dlock.LeaseTTL(2*time.Second), dlock.WithAutoExtend(false))
+	a, err := old.TryAcquire(ctx, "adv7-twice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	locks := make([]*dlock.Lock, 4)
+	errs := make([]error, 4)
+	for i := range locks {
+		c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
+		wg.Go(func() { locks[i], errs[i] = c.TryAcquire(ctx, "adv7-twice", dlock.Resume(a.Token())) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("resume %d: %v", i, err)
+		}
+	}
+	other := newClient(t, rdb)
+	if _, err := other.TryAcquire(ctx, "adv7-twice"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire while resumed = %v", err)
+	}
+	for _, l := range locks {
+		l.Release(ctx)
+	}
+	l, err := other.TryAcquire(ctx, "adv7-twice")
+	if err != nil {
+		t.Fatalf("after the resumed Locks released: %v", err)
+	}
+	l.Release(ctx)
+}
+
+// HELD: a resumed Lock's fence is above the old holder's, and a resumed
+// lease under MaxHold ends at the cap counted from the resume, with its
+// key gone soon after.
+func TestAdv7ResumeFenceAndMaxHold(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	a, err := old.TryAcquire(ctx, "adv7-mh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f0 := fenceOf(t, a)
+	next := newClient(t, rdb, dlock.LeaseTTL(time.Second))
+	b, err := next.TryAcquire(ctx, "adv7-mh", dlock.Resume(a.Token()), dlock.MaxHold(400*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := fenceOf(t, b); f <= f0 {
+		t.Errorf("resumed fence %d not above %d", f, f0)
+	}
+	if !closedWithin(b.Done(), 2*time.Second) || !errors.Is(b.Err(), dlock.ErrMaxHold) {
+		t.Fatalf("the resumed lease under MaxHold(400ms): Err %v", b.Err())
+	}
+	if !waitFor(time.Second, func() bool { return rdb.Exists(ctx, "dlock:{adv7-mh}").Val() == 0 }) {
+		t.Errorf("the lock key is still there after the max hold of the resumed lease")
+	}
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("the old Lock after the resumed one ended = %v, want ErrNotHeld", err)
 	}
 }

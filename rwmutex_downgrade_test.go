@@ -3,10 +3,13 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // RWMutex.Downgrade: a write hold becomes a read in one step, keeping its
@@ -123,5 +126,112 @@ func TestRWMutexDowngrade(t *testing.T) {
 	}
 	if err := rw.Downgrade(ctx, w); !errors.Is(err, dlock.ErrInvalid) && !errors.Is(err, dlock.ErrReleased) {
 		t.Errorf("Downgrade after Release = %v", err)
+	}
+}
+
+// HELD: Downgrade of a write hold keeps its token and fence, lets a
+// waiting reader in, not a waiting writer, and its watchdog then extends
+// the read hold past several TTLs; a second Downgrade is ErrInvalid, and a
+// Downgrade of a write that lapsed is ErrNotHeld.
+func TestAdv7Downgrade(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
+	rw, _ := c.RWMutex("adv7-dg")
+	w, err := rw.Writer().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fenceOf(t, w)
+	tok := w.Token()
+	wdone := make(chan error, 1)
+	c2 := newClient(t, rdb, dlock.LeaseTTL(time.Second))
+	rw2, _ := c2.RWMutex("adv7-dg")
+	go func() {
+		l, err := rw2.Writer().Acquire(ctx, dlock.MaxWait(1500*time.Millisecond))
+		if l != nil {
+			l.Release(ctx)
+		}
+		wdone <- err
+	}()
+	if !waitFor(2*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{adv7-dg}:q").Val() == 1 }) {
+		t.Fatal("the writer did not queue")
+	}
+	if err := rw.Downgrade(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if w.Token() != tok || fenceOf(t, w) != f {
+		t.Errorf("token or fence changed by Downgrade")
+	}
+	if err := rw.Downgrade(ctx, w); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("a second Downgrade = %v, want ErrInvalid", err)
+	}
+	time.Sleep(time.Second) // >3 TTLs: the watchdog extends the read
+	if err := w.Err(); err != nil {
+		t.Fatalf("the downgraded hold was lost: %v", err)
+	}
+	select {
+	case err := <-wdone:
+		t.Fatalf("a writer got in beside the downgraded read: %v", err)
+	default:
+	}
+	hs, err := rw.Holders(ctx)
+	if err != nil || len(hs) != 1 || hs[0].Write || hs[0].Token != tok {
+		t.Errorf("Holders = %+v, %v; want the one read", hs, err)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wdone; err != nil {
+		t.Errorf("the waiting writer after the read released: %v", err)
+	}
+
+	c3 := newClient(t, rdb, dlock.LeaseTTL(100*time.Millisecond), dlock.WithAutoExtend(false))
+	rw3, _ := c3.RWMutex("adv7-dg2")
+	w3, err := rw3.Writer().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if err := rw3.Downgrade(ctx, w3); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Downgrade of a lapsed write = %v, want ErrNotHeld", err)
+	}
+}
+
+// HELD: a Downgrade whose reply arrives after the write hold reached its
+// max hold (the cap's undo runs meanwhile, with the claim as it was before
+// the reply) leaves nothing held for long: a writer gets the lock within a
+// second of the cap. (Also run under -race: Downgrade rewrites the claim
+// while the background undo reads it; no race was reported, the go-redis
+// pool orders the two.)
+func TestAdv7DowngradeAcrossMaxHold(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
+	other := newClient(t, direct, dlock.LeaseTTL(2*time.Second))
+	for round := range 3 {
+		name := fmt.Sprint("adv7-dgr-", round)
+		rw, _ := c.RWMutex(name)
+		w, err := rw.Writer().Acquire(ctx, dlock.MaxHold(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Done() // arm the expiry timer
+		time.Sleep(150 * time.Millisecond)
+		p.Delay(0, 150*time.Millisecond) // the reply of the downgrade arrives after the cap
+		err = rw.Downgrade(ctx, w)
+		p.Delay(0, 0)
+		t.Logf("round %d: Downgrade = %v, Err = %v", round, err, w.Err())
+		orw, _ := other.RWMutex(name)
+		l, err := orw.Writer().Acquire(ctx, dlock.MaxWait(time.Second))
+		if err != nil {
+			t.Fatalf("round %d: a writer after the downgraded hold's cap: %v", round, err)
+		}
+		l.Release(ctx)
+		w.Release(ctx)
 	}
 }

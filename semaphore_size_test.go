@@ -1,7 +1,9 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -274,5 +276,135 @@ func TestSemaphoreKeptSizeBoundsEveryone(t *testing.T) {
 		if n := rdb.Exists(ctx, "dlock:{"+name+"}:n").Val(); n != 0 {
 			t.Errorf("a refused change kept a size for %s", name)
 		}
+	}
+}
+
+// HELD: concurrent holders of a semaphore whose kept size is changed
+// (between 2 and 3) while they acquire, through handles made with N = 1,
+// 5 and 0, never number more than 3 at once; once all released, Available
+// is the kept size.
+func TestAdv7SemaphoreSizeRaceExclusion(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	setter := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
+	s0, _ := setter.Semaphore("adv7-size", 0)
+	if ok, err := s0.TrySetPermits(ctx, 2); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	var inside, most atomic.Int32
+	var wg sync.WaitGroup
+	stop := time.Now().Add(2500 * time.Millisecond)
+	for i := range 6 {
+		c := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
+		s, err := c.Semaphore("adv7-size", []int{1, 5, 0}[i%3])
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for j := 0; j < 200 && time.Now().Before(stop); j++ {
+				actx, cancel := context.WithTimeout(ctx, time.Second)
+				l, err := s.Acquire(actx)
+				cancel()
+				if err != nil {
+					continue
+				}
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for j := 0; j < 100 && time.Now().Before(stop); j++ {
+			if _, err := s0.AddPermits(ctx, 1); err != nil {
+				t.Errorf("AddPermits(+1): %v", err)
+			}
+			time.Sleep(3 * time.Millisecond)
+			if _, err := s0.AddPermits(ctx, -1); err != nil {
+				t.Errorf("AddPermits(-1): %v", err)
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+	})
+	wg.Wait()
+	if m := most.Load(); m > 3 {
+		t.Errorf("%d permits held at once; the kept size was never above 3", m)
+	}
+	if a, err := s0.Available(ctx); err != nil || a != 2 {
+		t.Errorf("Available after all released = %d, %v; want 2", a, err)
+	}
+	if _, err := s0.AddPermits(ctx, -2); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("AddPermits(-2) of 2 = %v, want ErrInvalid", err)
+	}
+	if _, err := s0.AddPermits(ctx, math.MaxInt32); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("AddPermits(MaxInt32) of 2 = %v, want ErrInvalid", err)
+	}
+	if v := rdb.Get(ctx, "dlock:{adv7-size}:n").Val(); v != "2" {
+		t.Errorf("the kept size after refused adds is %q, want 2", v)
+	}
+}
+
+// HELD: with a kept size of 2, a Semaphore made with N = 5 is bound by 2;
+// AcquireN(3) through it is ErrInvalid; a waiter for 2 behind one holder,
+// shrunk to 1, is refused with ErrInvalid and leaves the queue.
+func TestAdv7SemaphoreHandleMismatch(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(3*time.Second))
+	s5, _ := c.Semaphore("adv7-mm", 5)
+	if ok, err := s5.TrySetPermits(ctx, 2); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := s5.TrySetPermits(ctx, 4); ok || err != nil {
+		t.Errorf("TrySetPermits over a kept size = %v, %v; want false", ok, err)
+	}
+	a, err := s5.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s5.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s5.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a third permit of a kept 2 through N=5 = %v, want ErrNotAcquired", err)
+	}
+	if _, err := s5.AcquireN(ctx, 3, dlock.MaxWait(100*time.Millisecond)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("AcquireN(3) of a kept 2 = %v, want ErrInvalid", err)
+	}
+	b.Release(ctx)
+	done := make(chan error, 1)
+	go func() {
+		l, err := s5.AcquireN(ctx, 2, dlock.MaxWait(3*time.Second))
+		if l != nil {
+			l.Release(ctx)
+		}
+		done <- err
+	}()
+	if !waitFor(2*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{adv7-mm}:q").Val() == 1 }) {
+		t.Fatal("the waiter for 2 did not queue")
+	}
+	if n, err := s5.AddPermits(ctx, -1); err != nil || n != 1 {
+		t.Fatalf("AddPermits(-1) = %d, %v", n, err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("the waiter for 2 after the shrink to 1 = %v, want ErrInvalid", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter for 2 was not told of the shrink")
+	}
+	if n := rdb.LLen(ctx, "dlock:{adv7-mm}:q").Val(); n != 0 {
+		t.Errorf("%d queue entries left", n)
+	}
+	a.Release(ctx)
+	if av, err := s5.Available(ctx); err != nil || av != 1 {
+		t.Errorf("Available = %d, %v; want 1", av, err)
 	}
 }
