@@ -247,6 +247,7 @@ func TestElectionSuccessionOnResign(t *testing.T) {
 // killed process) or is taken away by ForceRelease. The dead leader is told
 // (Done, Err), and the new term's fence is above its.
 func TestElectionSuccessionOnDeath(t *testing.T) {
+	long(t)
 	s, rdb := setup(t)
 	t.Run("stopped", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)

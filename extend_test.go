@@ -107,6 +107,7 @@ func TestExtendMovesDeadline(t *testing.T) {
 }
 
 func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
+	long(t)
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))

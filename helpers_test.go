@@ -522,3 +522,12 @@ func holdAs(t *testing.T, ctx context.Context, c *dlock.Client, kind, name strin
 	}
 	return c.Acquire(ctx, name, opts...)
 }
+
+// long skips a long timing or fault scenario under -short (the quick check
+// before a commit); the full suite runs it.
+func long(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a long timing or fault scenario: runs without -short")
+	}
+}

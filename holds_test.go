@@ -336,6 +336,7 @@ func TestHoldReSentRequestsAreIdempotent(t *testing.T) {
 // One row per kind; this was TestSemaphoreReplicaAck and
 // TestRWMutexReplicaAck.
 func TestHoldReplicaAck(t *testing.T) {
+	long(t)
 	for _, k := range []struct {
 		kind    string
 		name    string
@@ -673,6 +674,7 @@ func TestRWMutexReleaseTwice(t *testing.T) {
 // its TTL, without anyone releasing it: with the watchdog off in this
 // process, and a worker process killed with SIGKILL while its watchdog ran.
 func TestSemaphoreDeadHolderFreesItsPermitAfterTTL(t *testing.T) {
+	long(t)
 	s, rdb := setup(t)
 	t.Run("not-released", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -749,6 +751,7 @@ func TestSemaphoreDeadHolderFreesItsPermitAfterTTL(t *testing.T) {
 // writer gets the lock then, not before the reader's validity ended, and
 // no read is left counted.
 func TestRWMutexDeadReaderFreesItsHold(t *testing.T) {
+	long(t)
 	s, rdb := setup(t)
 	t.Run("not-released", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

@@ -117,6 +117,7 @@ func lo(opts []dlock.LeaseOption) []dlock.LockOption {
 // and TTL serve, and whose Release frees it for the next one; every event
 // names the kind's mode.
 func TestAdv3KindsRoundTrip(t *testing.T) {
+	long(t)
 	_, rdb := setup(t)
 	for _, fair := range []bool{false, true} {
 		var rec adv3Events

@@ -23,6 +23,7 @@ import (
 // than the Client's TTL alive by extending it on the lease's period. The
 // marker of the ended lease lives for the lease's revocation window.
 func TestLeaseTTLIsTheLeasesOwn(t *testing.T) {
+	long(t)
 	_, rdb := setup(t)
 	const ttl = 300 * time.Millisecond
 	for _, m := range modes(t, rdb, true) {
@@ -106,6 +107,7 @@ func TestLeaseTTLIsTheLeasesOwn(t *testing.T) {
 // matches no context error; a context that ends first is what the error
 // names. A bounded wait that sees the lock released takes it.
 func TestMaxWait(t *testing.T) {
+	long(t)
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
 		for _, pipelining := range []bool{true, false} {

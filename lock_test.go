@@ -565,6 +565,7 @@ func TestInvalidOptions(t *testing.T) {
 }
 
 func TestRedisDown(t *testing.T) {
+	long(t)
 	s, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)

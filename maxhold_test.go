@@ -118,6 +118,7 @@ func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
 // A max hold below the TTL gives a lease of the max hold: Redis's expiry
 // and the validity both end there, and the watchdog extends nothing.
 func TestMaxHoldBelowTTLIsTheLease(t *testing.T) {
+	long(t)
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
 		ctx := m.ctx(t.Context())

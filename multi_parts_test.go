@@ -129,6 +129,7 @@ func TestAcquirePartsAcrossDeployments(t *testing.T) {
 // AcquireParts over three servers, one paused: all or nothing, nothing left
 // held on the others (now or once the paused one resumes).
 func TestAdv5PartsServerPaused(t *testing.T) {
+	long(t)
 	_, rdb1 := setup(t)
 	s2 := redistest.Start(t)
 	s3 := redistest.Start(t)

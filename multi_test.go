@@ -62,6 +62,7 @@ func multiClients(t *testing.T, mode string, n int, opts ...dlock.Option) ([]*dl
 // and the test fails if one runs out) and never let two holders of one name
 // in (overlaps counted, lost updates checked).
 func TestAcquireAllExcludesWithoutDeadlock(t *testing.T) {
+	long(t)
 	for _, mode := range multiModes {
 		t.Run(mode, func(t *testing.T) { testAcquireAllExcludes(t, mode) })
 	}
@@ -591,6 +592,7 @@ func TestAcquireAllReentersOwnersHolds(t *testing.T) {
 // and MaxWait to the whole acquisition: a part taken late has only what is
 // left of it. The next call without options gets the Client's again.
 func TestAcquireAllLockOptions(t *testing.T) {
+	long(t)
 	modes := multiModes
 	if testing.Short() { // the options are read before the mode's path: one mode covers them
 		modes = modes[:1]
@@ -906,6 +908,7 @@ func TestAcquireAllTinyMaxWaitTriesEveryPart(t *testing.T) {
 // matches the context's and names m2, and once Redis answers again nothing
 // is left held: m1 given back, m2's request (which lands on resume) undone.
 func TestAdvAcquireAllCancelledWhileAPartIsInFlight(t *testing.T) {
+	long(t)
 	for _, fair := range []bool{false, true} {
 		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
 			srv, rdb := setup(t)

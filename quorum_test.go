@@ -192,6 +192,7 @@ func TestRedlockFencesIncreaseThroughFailures(t *testing.T) {
 // a node without persistence: back at once, empty, it could grant a lease
 // that a majority still holds elsewhere.
 func TestRedlockMutualExclusion(t *testing.T) {
+	long(t)
 	srvs, nodes := startQuorum(t, 3)
 	resource := redistest.Start(t)
 	rdb := resource.Client(t)
@@ -465,6 +466,7 @@ func TestAdv2NewRedlockDefaultTTLAboveNodeTimeout(t *testing.T) {
 // for as having missed the node timeout. The attempt ends long before that
 // timeout. Odd N (3, 5) is the reference.
 func TestRedlockRefusalWithEvenNodes(t *testing.T) {
+	long(t)
 	for _, n := range []int{3, 4, 5, 6} {
 		t.Run(fmt.Sprint(n, "nodes"), func(t *testing.T) {
 			_, nodes := startQuorum(t, n)

@@ -162,7 +162,11 @@ func TestFirstTimedCallIsOneRoundTrip(t *testing.T) {
 	leakcheck.Check(t)
 	_, direct, slow := slowServer(t)
 	ctx := t.Context()
-	for _, k := range lockKinds {
+	kinds := lockKinds
+	if testing.Short() {
+		kinds = []lockKind{lockKinds[0], lockKinds[4]} // a lock and a hold; every kind without -short
+	}
+	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			direct.ScriptFlush(ctx) // as a new server's
 			direct.ConfigResetStat(ctx)
@@ -181,6 +185,7 @@ func TestFirstTimedCallIsOneRoundTrip(t *testing.T) {
 // With replica acknowledgement (a script and WAIT, pipelined on one
 // connection) too.
 func TestFirstTimedCallIsOneRoundTripWithReplicaAck(t *testing.T) {
+	long(t)
 	leakcheck.Check(t)
 	master, direct, slow := slowServer(t, redistest.Args("--repl-diskless-sync-delay", "0"))
 	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
@@ -208,6 +213,7 @@ func TestFirstTimedCallIsOneRoundTripWithReplicaAck(t *testing.T) {
 // new connection's handshake, which the loading of the scripts, bounded by
 // the node timeout too, would spend.)
 func TestFirstTimedCallIsOneRoundTripOverAQuorum(t *testing.T) {
+	long(t)
 	for _, on := range []bool{true, false} {
 		t.Run(fmt.Sprint("pipelined=", on), func(t *testing.T) {
 			srvs, direct := startQuorum(t, 3)
@@ -307,6 +313,7 @@ func TestClusterScriptsLoadedBeforeFirstUse(t *testing.T) {
 // and a 600ms lease outlives its first extensions, although the extend
 // script was not the one that met the empty cache.
 func TestScriptsReloadedAfterTheServerLostThem(t *testing.T) {
+	long(t)
 	leakcheck.Check(t)
 	s, direct, slow := slowServer(t)
 	ctx := t.Context()

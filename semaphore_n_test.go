@@ -177,6 +177,7 @@ func adv5Live(ctx context.Context, rdb *redis.Client, key string) []string {
 // a hold): live members never exceed N, a hold's members are all there or
 // none, and Holders' counts add up to the live members.
 func TestAdv5MixedKChaosNeverOverN(t *testing.T) {
+	long(t)
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name, N = "adv5-mixed", 4
