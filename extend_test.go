@@ -448,3 +448,176 @@ func TestAdv7LateLengtheningExtendUndoesShortening(t *testing.T) {
 	}
 	l.Release(ctx)
 }
+
+// Was a defect (fixed): a late copy of a lock's acquire request undoes a shortening
+// Extend. The acquisition's first copy is held in the network, go-redis
+// re-sends it and the Lock is taken; its holder then shortens the lease to
+// 1s (a numbered extension, so that no late extension copy can undo it).
+// The acquire's first copy lands after that and finds the lock "already
+// ours" (acquire.lua: PEXPIRE GT ttl), pushing the lease back to 10s: the
+// lock stays in Redis ~9s after its Lock's validity ended, held by nobody.
+// acquire.lua reads the marker already; an "e<n>" there (a numbered
+// extension applied) says the copy is late, as extend.lua's unnumbered path
+// treats it.
+func TestAdv8LateAcquireCopyUndoesShortening(t *testing.T) {
+	s, rdb := adv8SetupTCP(t)
+	ctx := t.Context()
+	rdbP, p := adv8LateCopyClient(t, s)
+	plain := func(opt dlock.Option) func(t *testing.T, name string) func() (*dlock.Lock, error) {
+		return func(t *testing.T, name string) func() (*dlock.Lock, error) {
+			c := newClient(t, rdbP, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false), opt)
+			return func() (*dlock.Lock, error) { return c.TryAcquire(ctx, name) }
+		}
+	}
+	for _, mode := range []struct {
+		name string
+		make func(t *testing.T, name string) func() (*dlock.Lock, error)
+	}{
+		{"unfair", plain(dlock.WithUnfair(nil))},
+		{"fair", plain(dlock.WithObserver(dlock.Observer{}))},
+		{"semaphore", func(t *testing.T, name string) func() (*dlock.Lock, error) {
+			c := newClient(t, rdbP, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false))
+			sem, err := c.Semaphore(name, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() (*dlock.Lock, error) { return sem.TryAcquire(ctx) }
+		}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			acquire := mode.make(t, "adv8-late-acq-"+mode.name)
+			warm, err := acquire() // scripts loaded, a connection in the pool
+			if err != nil {
+				t.Fatal(err)
+			}
+			warm.Release(ctx)
+			var l *dlock.Lock
+			adv8LateFirstCopy(p, func() { l, err = acquire() })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			if err := l.Extend(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(700 * time.Millisecond) // the first copy has landed
+			pttl, err := rdb.PTTL(ctx, l.Key()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left := time.Until(l.ValidUntil()); pttl > left+200*time.Millisecond {
+				t.Errorf("after Extend(1s) and a late copy of the acquire, Redis keeps the lock %v more; its Lock is valid only %v more (the copy undid the shortening)", pttl, left.Round(time.Millisecond))
+			}
+		})
+	}
+}
+
+// HELD: a late copy of an unnumbered (lengthening) extension that lands
+// after a shortening Extend finds the "e<n>" marker and changes nothing:
+// Redis keeps the lease no longer than the Lock claims, and the Lock keeps
+// its lease (the copy is its own, not a loss). Plain lock (fair and
+// unfair), semaphore permit, read hold, and the script-free mode.
+func TestAdv8LateUnnumberedExtendAfterShortening(t *testing.T) {
+	s, rdb := adv8SetupTCP(t)
+	ctx := t.Context()
+	rdbP, p := adv8LateCopyClient(t, s)
+	client := func(t *testing.T, opts ...dlock.Option) *dlock.Client {
+		return newClient(t, rdbP, append([]dlock.Option{dlock.LeaseTTL(5 * time.Second), dlock.WithAutoExtend(false)}, opts...)...)
+	}
+	for _, mode := range []struct {
+		name string
+		make func(t *testing.T, name string) func() (*dlock.Lock, error)
+	}{
+		{"unfair", func(t *testing.T, name string) func() (*dlock.Lock, error) {
+			c := client(t, dlock.WithUnfair(nil))
+			return func() (*dlock.Lock, error) { return c.TryAcquire(ctx, name) }
+		}},
+		{"fair", func(t *testing.T, name string) func() (*dlock.Lock, error) {
+			c := client(t)
+			return func() (*dlock.Lock, error) { return c.TryAcquire(ctx, name) }
+		}},
+		{"noscripts", func(t *testing.T, name string) func() (*dlock.Lock, error) {
+			c := client(t, dlock.WithoutScripts())
+			return func() (*dlock.Lock, error) { return c.TryAcquire(ctx, name) }
+		}},
+		{"semaphore", func(t *testing.T, name string) func() (*dlock.Lock, error) {
+			sem, _ := client(t).Semaphore(name, 3)
+			return func() (*dlock.Lock, error) { return sem.AcquireN(ctx, 2) }
+		}},
+		{"read", func(t *testing.T, name string) func() (*dlock.Lock, error) {
+			rw, _ := client(t).RWMutex(name)
+			return func() (*dlock.Lock, error) { return rw.Reader().TryAcquire(ctx) }
+		}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			acquire := mode.make(t, "adv8-late-ext-"+mode.name)
+			l, err := acquire()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			if err := l.Extend(ctx, 5*time.Second); err != nil { // warm: scripts loaded
+				t.Fatal(err)
+			}
+			adv8LateFirstCopy(p, func() { err = l.Extend(ctx, 20*time.Second) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Extend(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(700 * time.Millisecond) // the first copy has landed
+			if err := l.Err(); err != nil {
+				t.Fatalf("the Lock lost its lease to its own late extension copy: %v", err)
+			}
+			pttl, err := rdb.PTTL(ctx, l.Key()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left := time.Until(l.ValidUntil()); pttl > left+200*time.Millisecond {
+				t.Errorf("after Extend(1s) and a late copy of Extend(20s), Redis keeps the lock %v more; its Lock is valid only %v more", pttl, left.Round(time.Millisecond))
+			}
+			if err := l.Extend(ctx, 2*time.Second); err != nil {
+				t.Errorf("an Extend after the late copy: %v", err)
+			}
+		})
+	}
+}
+
+// HELD: Extends whose replies are lost (the proxy holds every reply, then
+// cuts the connections), lengthening and then shortening, followed by
+// another Extend: the Lock stays held, claims no validity past what Redis
+// holds, and the next Extend sets the lease Redis keeps.
+func TestAdv8ExtendLostReplyThenExtend(t *testing.T) {
+	s, rdb := adv8SetupTCP(t)
+	ctx := t.Context()
+	rdbP, p := adv8LateCopyClient(t, s)
+	c := newClient(t, rdbP, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	l, err := c.TryAcquire(ctx, "adv8-lost-reply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	for _, ttl := range []time.Duration{10 * time.Second, 2 * time.Second} { // unnumbered, then numbered
+		p.StallReplies()
+		ectx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+		err := l.Extend(ectx, ttl)
+		cancel()
+		p.Cut()
+		if err == nil {
+			t.Fatalf("Extend(%v) with its replies lost returned nil", ttl)
+		}
+		if l.Err() != nil {
+			t.Fatalf("Extend(%v) with its replies lost ended the Lock: %v", ttl, l.Err())
+		}
+		adv8ClaimWithinRedis(t, rdb, l, "after a lost reply")
+	}
+	if err := l.Extend(ctx, 3*time.Second); err != nil {
+		t.Fatalf("the Extend after the lost replies: %v", err)
+	}
+	pttl, _ := rdb.PTTL(ctx, l.Key()).Result()
+	if pttl > 3*time.Second || pttl < 2500*time.Millisecond {
+		t.Errorf("after Extend(3s) Redis keeps the lock %v more, want ~3s", pttl)
+	}
+	adv8ClaimWithinRedis(t, rdb, l, "after the last Extend")
+}

@@ -38,6 +38,7 @@ type Lock struct {
 	atCap      bool      // validUntil is capAt: the lease ends there, unextended
 	err        error     // nil while held; ErrReleased, or the loss
 	released   bool      // the release script ran
+	handedOff  bool      // another Lock resumed the lease: Release sends nothing (see Resume)
 	// done and the expiry timer that closes it at validUntil are made when
 	// someone first watches the Lock (Done, Do, an Observer with Lost); until then a
 	// loss is found when the state is read (Err, Extend, Release), and a
@@ -314,6 +315,13 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	l.maxAsk = max(l.maxAsk, t.ask)
 	ok, err := l.c.b.Extend(ctx, l.cl, t.ask, seq)
+	if errors.Is(err, backend.ErrSuperseded) {
+		l.mu.Lock()
+		l.handedOff = true
+		l.mu.Unlock()
+		l.lose(lost(l.name, err.Error()))
+		return l.Err()
+	}
 	if err != nil {
 		// Unknown whether it took effect: assume the earlier deadline.
 		// (Redis applies no extension older than one it applied, so a
@@ -422,8 +430,11 @@ func (l *Lock) release(ctx context.Context, e *Event) error {
 	l.expire()
 	l.mu.Lock()
 	l.finish(ErrReleased) // stop the watchdog before the delete
-	lostErr := l.err
+	lostErr, handedOff := l.err, l.handedOff
 	l.mu.Unlock()
+	if handedOff {
+		return lostErr // the lease is the resuming Lock's now: not ours to end
+	}
 
 	ok, err := l.c.b.Release(ctx, l.cl)
 	if err != nil {

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/dlockio/dlock/internal/backend"
@@ -30,10 +31,13 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 		return nil, opError(op, l.name, backend.Because(ErrNotHeld, "the lease of that token was ended"))
 	}
 	seq += resumeGap
+	l.cl.Resumer = newToken()[:8] // tells its numbers from another resumer's that read the same seq
 	sent := time.Now()
 	t := l.terms(sent, l.p.ttl, l.capFrom(sent))
 	ok, err := c.b.Extend(ctx, l.cl, t.ask, seq)
 	switch {
+	case errors.Is(err, backend.ErrSuperseded):
+		return nil, opError(op, l.name, backend.Because(ErrNotHeld, "another Lock resumed the lease first"))
 	case err != nil:
 		return nil, opError(op, l.name, err)
 	case !ok:

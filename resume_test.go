@@ -492,9 +492,10 @@ func TestAdv7OldHolderExtendAfterResumeClaimsValidity(t *testing.T) {
 	}
 }
 
-// HELD: two resumes of one token at once each extend the same lease; a
-// later TryAcquire by someone else is refused while either says held, and
-// after both release the lock is free.
+// Four resumes of one token at once: one drives the lease, each other is
+// refused with ErrNotHeld (two Locks driving one lease was a defect: see
+// TestAdv8ConcurrentResumesBothWin); a TryAcquire by someone else is
+// refused while the winner holds, and after it releases the lock is free.
 func TestAdv7ConcurrentResumes(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
@@ -511,17 +512,26 @@ func TestAdv7ConcurrentResumes(t *testing.T) {
 		wg.Go(func() { locks[i], errs[i] = c.TryAcquire(ctx, "adv7-twice", dlock.Resume(a.Token())) })
 	}
 	wg.Wait()
+	won := 0
 	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("resume %d: %v", i, err)
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, dlock.ErrNotHeld):
+			t.Fatalf("resume %d: %v, want the lease or ErrNotHeld", i, err)
 		}
+	}
+	if won == 0 {
+		t.Fatal("no resume got the lease")
 	}
 	other := newClient(t, rdb)
 	if _, err := other.TryAcquire(ctx, "adv7-twice"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire while resumed = %v", err)
 	}
 	for _, l := range locks {
-		l.Release(ctx)
+		if l != nil {
+			l.Release(ctx)
+		}
 	}
 	l, err := other.TryAcquire(ctx, "adv7-twice")
 	if err != nil {
@@ -558,5 +568,236 @@ func TestAdv7ResumeFenceAndMaxHold(t *testing.T) {
 	}
 	if err := a.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("the old Lock after the resumed one ended = %v, want ErrNotHeld", err)
+	}
+}
+
+// Was a defect (fixed): two Resumes of the same token whose Seq reads both land before
+// either's extension: both read the same marker, both number their
+// extension marker+resumeGap, and the second one's extension, which finds
+// an equal number, is taken for "its own re-sent copy" (reply 1). Both
+// resumes succeed, two Locks drive one lease, and the second claims the
+// validity of its own lease time (10s) while Redis keeps the one the first
+// set (2s): a Lock claiming a validity Redis does not give it. docs/resume.md
+// says a token "resumed again since" is refused.
+func TestAdv8ConcurrentResumesBothWin(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []dlock.Option
+	}{{"scripts", nil}, {"noscripts", []dlock.Option{dlock.WithoutScripts()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			s, rdb := setup(t)
+			ctx := t.Context()
+			name := "adv8-rr-" + mode.name
+			opts := append([]dlock.Option{dlock.WithAutoExtend(false)}, mode.opts...)
+			l0, err := newClient(t, rdb, opts...).TryAcquire(ctx, name, dlock.LeaseTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := l0.Token()
+
+			// A: its process pauses 300ms between reading the marker and extending.
+			hook := &adv8PauseAfter{match: adv8IsMarkerGet, pause: 300 * time.Millisecond}
+			rdbA := s.Client(t)
+			rdbA.AddHook(hook)
+			cA := newClient(t, rdbA, opts...)
+			cB := newClient(t, rdb, opts...)
+
+			var (
+				lA   *dlock.Lock
+				errA error
+				wg   sync.WaitGroup
+			)
+			wg.Go(func() {
+				lA, errA = cA.TryAcquire(ctx, name, dlock.Resume(tok), dlock.LeaseTTL(10*time.Second))
+			})
+			time.Sleep(100 * time.Millisecond)
+			lB, errB := cB.TryAcquire(ctx, name, dlock.Resume(tok), dlock.LeaseTTL(2*time.Second))
+			wg.Wait()
+			if errA == nil {
+				defer lA.Release(ctx)
+			}
+			if errB == nil {
+				defer lB.Release(ctx)
+			}
+			if errA == nil && errB == nil {
+				t.Errorf("two Resumes of one token both succeeded: two Locks drive one lease")
+				adv8ClaimWithinRedis(t, rdb, lA, "the resume whose extension came second")
+			}
+			if errA != nil && errB != nil {
+				t.Fatalf("both resumes refused: A %v, B %v", errA, errB)
+			}
+		})
+	}
+}
+
+// Was a defect (fixed): a Lock that was told it lost because another Lock resumed its
+// lease (its extension got reply 2: "superseded") still ends the lease on
+// Release, which every caller runs on its way out (defer l.Release). The
+// resumed Lock keeps claiming its validity, a third client takes the lock,
+// and two Locks hold it at once. (docs/resume.md says the first process's
+// Release "still ends the lease, for both"; but once the first Lock knows
+// it was superseded, its release script deletes a lease that is no longer
+// its to end, and the resumed Lock is not told: exclusion is broken.)
+func TestAdv8SupersededLockReleaseEndsResumedLease(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "adv8-sup-rel"
+	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	next := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	third := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	l0, err := old.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := next.TryAcquire(ctx, name, dlock.Resume(l0.Token()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release(ctx)
+	if err := l0.Extend(ctx, 5*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("the superseded Lock's Extend = %v, want ErrNotHeld", err)
+	}
+	l0.Release(ctx) // its deferred Release, on its way out
+	l3, err := third.TryAcquire(ctx, name)
+	if err == nil {
+		defer l3.Release(ctx)
+		if r.Err() == nil && time.Now().Before(r.ValidUntil()) {
+			t.Errorf("two holders: the resumed Lock claims validity for %v more, and another client took the lock after the superseded Lock's Release",
+				time.Until(r.ValidUntil()).Round(time.Millisecond))
+		}
+	}
+}
+
+// HELD: a Resume while the first Lock's watchdog runs: the first Lock ends
+// with ErrNotHeld at its next tick and never claims a validity beyond what
+// Redis holds for the token; the resumed Lock's watchdog keeps the lease.
+func TestAdv8ResumeUnderRunningWatchdog(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "adv8-dog"
+	old := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
+	next := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
+	l0, err := old.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l0.Extend(ctx, 500*time.Millisecond); err != nil { // numbered from now on
+		t.Fatal(err)
+	}
+	r, err := next.TryAcquire(ctx, name, dlock.Resume(l0.Token()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release(ctx)
+	select {
+	case <-l0.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the first Lock was not told of the resume within 2s")
+	}
+	if !errors.Is(l0.Err(), dlock.ErrNotHeld) {
+		t.Errorf("the first Lock ended with %v, want ErrNotHeld", l0.Err())
+	}
+	time.Sleep(time.Second) // several TTLs
+	if err := r.Err(); err != nil {
+		t.Fatalf("the resumed Lock lost its lease: %v", err)
+	}
+	if v, _ := rdb.Get(ctx, r.Key()).Result(); v != r.Token() {
+		t.Errorf("the lock key holds %q, want the resumed token", v)
+	}
+	adv8ClaimWithinRedis(t, rdb, r, "the resumed Lock")
+}
+
+// HELD: a semaphore waiter granted from the queue (its marker "q" stays)
+// extends unnumbered and numbered, and is then resumed by another Lock:
+// the resume is granted, the waiter's own Lock is told of it (ErrNotHeld)
+// at its next extension, and the resumed Lock's Release frees the permit
+// and leaves no marker "q" or queue entry that keeps the permit taken.
+func TestAdv8GrantedWaiterExtendedThenResumed(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "adv8-semq"
+	c := newClient(t, rdb, dlock.LeaseTTL(3*time.Second), dlock.WithAutoExtend(false))
+	sem, _ := c.Semaphore(name, 1)
+	first, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		w    *dlock.Lock
+		werr error
+		wg   sync.WaitGroup
+	)
+	wg.Go(func() { w, werr = sem.Acquire(ctx, dlock.MaxWait(2*time.Second)) })
+	time.Sleep(100 * time.Millisecond) // queued
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	if err := w.Extend(ctx, 5*time.Second); err != nil { // unnumbered, marker "q"
+		t.Fatalf("the granted waiter's unnumbered Extend: %v", err)
+	}
+	if err := w.Extend(ctx, 2*time.Second); err != nil { // numbered
+		t.Fatalf("the granted waiter's numbered Extend: %v", err)
+	}
+	sem2, _ := newClient(t, rdb, dlock.WithAutoExtend(false)).Semaphore(name, 1)
+	r, err := sem2.TryAcquire(ctx, dlock.Resume(w.Token()), dlock.LeaseTTL(3*time.Second))
+	if err != nil {
+		t.Fatalf("resume of the granted waiter's permit: %v", err)
+	}
+	if err := w.Extend(ctx, 3*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("the waiter's Extend after the resume = %v, want ErrNotHeld", err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if avail, err := sem2.Available(ctx); err != nil || avail != 1 {
+		t.Errorf("after the resumed permit's Release: %d available (err %v), want 1", avail, err)
+	}
+	p, err := sem2.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("a new permit after the release: %v", err)
+	}
+	p.Release(ctx)
+}
+
+// HELD: a token whose tag bits (the four low bits of its 22nd character)
+// name no kind of lease (2 to 15), and a campaign's token (tag 1) given to
+// a plain lock, a permit or a read, are refused before anything is sent:
+// nothing is taken or written under the name.
+func TestAdv8ResumeForeignTags(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
+	const b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	l, err := c.TryAcquire(ctx, "adv8-tag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	tok := l.Token()
+	base := strings.IndexByte(b64, tok[21]) &^ 0x0f
+	sem, _ := c.Semaphore("adv8-tag-sem", 2)
+	rw, _ := c.RWMutex("adv8-tag-rw")
+	for tag := 1; tag < 16; tag++ {
+		other := tok[:21] + string(b64[base|tag]) + tok[22:]
+		if _, err := c.TryAcquire(ctx, "adv8-tag", dlock.Resume(other)); err == nil || !(errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrInvalid)) {
+			t.Errorf("tag %d: resume as a lock = %v, want ErrNotHeld or ErrInvalid", tag, err)
+		}
+		if _, err := sem.TryAcquire(ctx, dlock.Resume(other)); err == nil {
+			t.Errorf("tag %d: resume as a permit succeeded", tag)
+		}
+		if _, err := rw.Reader().TryAcquire(ctx, dlock.Resume(other)); err == nil {
+			t.Errorf("tag %d: resume as a read succeeded", tag)
+		}
+	}
+	prefix := strings.TrimSuffix(l.Key(), "{adv8-tag}")
+	if n, _ := rdb.Exists(ctx, prefix+"{adv8-tag-sem}", prefix+"{adv8-tag-rw}").Result(); n != 0 {
+		t.Errorf("%d keys written by refused resumes", n)
+	}
+	if v, _ := rdb.Get(ctx, l.Key()).Result(); v != tok {
+		t.Errorf("the lock holds %q after the refused resumes, want its token", v)
 	}
 }

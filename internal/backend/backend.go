@@ -70,6 +70,20 @@ type Claim struct {
 	// TTL is the lease time the acquisition asks for (0: the Client's): the
 	// marker of the ended lease lives for its revocation window.
 	TTL time.Duration
+	// Resumer tells this Lock's numbered extensions from those of another
+	// Lock that resumed the same lease and picked the same numbers ("":
+	// the Lock that took the lease; see lib.lua's superseded).
+	Resumer string
+}
+
+// seqArg is the sequence number seq of an extension as its script takes it
+// (see lib.lua's superseded): 0 for an unnumbered one, else "<seq>", or
+// "<seq>.<Resumer>" for a resumed Lock.
+func (c *Claim) seqArg(seq int64) any {
+	if seq == 0 || c.Resumer == "" {
+		return seq
+	}
+	return strconv.FormatInt(seq, 10) + "." + c.Resumer
 }
 
 // SetToken gives the claim a lease token, and with it a marker key. A token
@@ -490,7 +504,10 @@ func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64
 		// extension either. The watchdog retries until the validity runs out.
 		return false, n.ackError(acks)
 	}
-	return v == 1, nil // (2: a newer extension was applied, which this one cannot claim; see extend.lua)
+	if v == 2 {
+		return false, ErrSuperseded
+	}
+	return v == 1, nil
 }
 
 // Window is how long what a lease of ttl leaves outlives it: the marker
@@ -600,14 +617,15 @@ func (n Node) Seq(ctx context.Context, c *Claim) (int64, error) {
 	return seqOf(mark), nil
 }
 
-// seqOf reads a lease's marker (see lib.lua): "e<n>" gives n, "1" or "0"
-// (ended) -1, anything else 0.
+// seqOf reads a lease's marker (see lib.lua): "e<n>" or "e<n>.<id>" gives
+// n, "1" or "0" (ended) -1, anything else 0.
 func seqOf(mark string) int64 {
 	switch {
 	case mark == "0", mark == "1":
 		return -1
 	case strings.HasPrefix(mark, "e"):
-		n, _ := strconv.ParseInt(mark[1:], 10, 64)
+		num, _, _ := strings.Cut(mark[1:], ".") // (a resumed Lock's: "e<n>.<id>")
+		n, _ := strconv.ParseInt(num, 10, 64)
 		return max(n, 0)
 	}
 	return 0

@@ -24,7 +24,7 @@ func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 }
 
 func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev, c.Fence, c.ValueKey()}, c.Token, ttl.Milliseconds(), seq)
+	return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev, c.Fence, c.ValueKey()}, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {

@@ -6,6 +6,11 @@ import (
 	"strings"
 )
 
+// ErrSuperseded reports an extension that found a newer one applied, which
+// its Lock did not send (its own are one at a time): another Lock resumed
+// the lease and drives it now. The extension changed nothing.
+var ErrSuperseded = errors.New("another Lock resumed the lease and extends it")
+
 // The sentinel errors the backend's errors match. The root package has
 // sentinels of its own, with the same texts and their documentation, and
 // makes an error that matches one of these match its own too (publicErr).

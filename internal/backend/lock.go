@@ -44,7 +44,7 @@ func (lock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, qu
 }
 
 func (lock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), seq)
+	return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (lock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
@@ -89,7 +89,7 @@ func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Dur
 }
 
 func (reentrantLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.ExtendReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), seq)
+	return n.acked(ctx, script.ExtendReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (reentrantLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {

@@ -180,8 +180,10 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 	}
 	ms := ttl.Milliseconds()
 	var take, left *redis.Cmd
-	switch h {
-	case c.Token:
+	switch {
+	case h == c.Token && strings.HasPrefix(m, "e"):
+		return Grant{Held: true}, nil // a late copy: a numbered extension was applied since, which it must not undo (acquire.lua)
+	case h == c.Token:
 		// Ours already: this lease's earlier try ran, its reply lost. Make
 		// it last ttl from now if it ends sooner (never shorten it), as
 		// acquire.lua does.
@@ -193,7 +195,7 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 		if v, _ := str(take); err == nil && v != c.Token {
 			return Grant{}, errAgain // it expired meanwhile: try again
 		}
-	case "":
+	case h == "":
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			take = p.Do(ctx, "SET", c.Lock, c.Token, "NX", "PX", ms, "GET")
 			left = p.Do(ctx, "PTTL", c.Lock)
@@ -289,18 +291,23 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 		return false, err
 	}
 	var (
-		ok   bool
-		acks int64 = -1
+		ok, superseded bool
+		acks           int64 = -1
 	)
+	arg := fmt.Sprint(c.seqArg(seq))
 	err := n.watched(ctx, []string{c.Lock, c.Rev}, func(tx *redis.Tx) error {
 		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)
+		ok, superseded = false, false
 		if err != nil || h != c.Token {
-			ok = false
 			return err
 		}
-		if last, err := strconv.ParseInt(strings.TrimPrefix(m, "e"), 10, 64); err == nil && m != "" && m[0] == 'e' && last >= seq {
-			ok = last == seq // this request's earlier copy; else superseded by a newer extension (see extend.lua)
-			return nil
+		if strings.HasPrefix(m, "e") { // a numbered extension was applied (see extend.lua and lib.lua's superseded)
+			last := seqOf(m)
+			ok = seq > 0 && m == "e"+arg // this request's earlier copy
+			superseded = !ok && (seq == 0 || last >= seq)
+			if ok || superseded {
+				return nil
+			}
 		}
 		ok = true
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -309,7 +316,7 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 				return nil
 			}
 			p.PExpire(ctx, c.Lock, ttl)
-			p.Set(ctx, c.Rev, "e"+strconv.FormatInt(seq, 10), ttl)
+			p.Set(ctx, c.Rev, "e"+arg, ttl)
 			return nil
 		})
 		if err == nil {
@@ -317,10 +324,12 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 		}
 		return err
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return false, RedisErr(err)
-	}
-	if ok && acks >= 0 && acks < int64(n.replicas) {
+	case superseded:
+		return false, ErrSuperseded
+	case ok && acks >= 0 && acks < int64(n.replicas):
 		return false, n.ackError(acks)
 	}
 	return ok, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockio/dlock/internal/script"
@@ -307,13 +308,22 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, error) {
 }
 
 func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) { return n.Extend(ctx, c, ttl, seq) },
-		majority(q, func(ok bool) bool { return ok }))
+	var superseded atomic.Int32 // nodes where another Lock's extension was applied (it resumed the lease)
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
+		ok, err := n.Extend(ctx, c, ttl, seq)
+		if errors.Is(err, ErrSuperseded) {
+			superseded.Add(1)
+			return false, nil
+		}
+		return ok, err
+	}, majority(q, func(ok bool) bool { return ok }))
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
 	switch {
 	case yes >= q.need():
 		return true, nil
+	case answered-yes > len(q.nodes)-q.need() && superseded.Load() > 0:
+		return false, ErrSuperseded
 	case answered-yes > len(q.nodes)-q.need():
 		return false, nil // a majority no longer has our token: lost for good
 	}

@@ -33,7 +33,7 @@ func (h rwHold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 }
 
 func (rwHold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, c.Member, ttl.Milliseconds(), seq)
+	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, c.Member, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (h rwHold) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {

@@ -34,7 +34,7 @@ func (p permit) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 }
 
 func (p permit) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, p.args(c.Token, ttl.Milliseconds(), seq)...)
+	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, p.args(c.Token, ttl.Milliseconds(), c.seqArg(seq))...)
 }
 
 func (p permit) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {

@@ -12,7 +12,9 @@
 -- one in a single command. When the lock is already ours (a re-sent request),
 -- the expiry is pushed out to ttl from now if it is sooner (PEXPIRE GT:
 -- never shortened, so a late copy cannot cut short a lease an extension
--- lengthened): the caller counts its validity from when it sent this request.
+-- lengthened): the caller counts its validity from when it sent this request;
+-- but not once a numbered extension was applied (see extend.lua): the
+-- request is then a late copy, and the lease may have been shortened since.
 local mark = redis.call('GET', KEYS[2])
 if mark ~= '0' and mark ~= '1' then -- not ended (see revoked in lib.lua)
   local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
@@ -20,7 +22,9 @@ if mark ~= '0' and mark ~= '1' then -- not ended (see revoked in lib.lua)
     return 0
   end
   if holder == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    if not mark then -- (a numbered extension's mark: it may have shortened the lease, which this copy must not undo)
+      redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    end
     return 0
   end
   return {math.max(redis.call('PTTL', KEYS[1]), -1), holder}

@@ -70,10 +70,16 @@ end
 if holder == token then
   -- Handed over earlier, or a re-sent request: the caller counts its
   -- validity from when it sent this one, so the lease must last ttl from
-  -- now; it is never shortened (GT).
-  redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+  -- now; it is never shortened (GT). Not once a numbered extension was
+  -- applied (see extend.lua): this is then a late copy, and the lease may
+  -- have been shortened since.
+  if quiet or not numbered(KEYS[5]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    if campaign then
+      redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT')
+    end
+  end
   if campaign then
-    redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT')
     return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   end
   return 0

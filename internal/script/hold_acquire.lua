@@ -93,9 +93,12 @@ for i = 2, w do
 end
 if whole then
   -- Handed over earlier, or a re-sent request: the caller counts its
-  -- validity from when it sent this one; never shortened (GT).
-  hold_call(KEYS[1], member, w, now + ttl, 'ZADD', 'GT')
-  expire_with_last(KEYS[1])
+  -- validity from when it sent this one; never shortened (GT). Not once a
+  -- numbered extension was applied (see extend.lua): a late copy then.
+  if quiet or not numbered(KEYS[5]) then
+    hold_call(KEYS[1], member, w, now + ttl, 'ZADD', 'GT')
+    expire_with_last(KEYS[1])
+  end
   return 0
 elseif mine[1] then
   -- Part of this hold lapsed and was dropped: what is left goes, and the

@@ -168,12 +168,15 @@ end
 -- for ttl_ms: the lease's life), 1 if it was applied already (a re-sent
 -- copy), 2 if a higher number was (a late copy, or the lease was resumed
 -- by another Lock, which numbers its extensions above: see resume.go).
+-- seq is "<n>", or "<n>.<id>" from a resumed Lock (its id tells its copies
+-- from another resumer's that picked the same number).
 local function superseded(key, seq, ttl_ms)
-  local last = tonumber(string.sub(redis.call('GET', key) or '', 2))
-  seq = tonumber(seq)
-  if last and last > seq then
+  local m = redis.call('GET', key)
+  local last = m and tonumber(string.match(m, '^e(%d+)'))
+  local n = tonumber(string.match(seq, '^(%d+)'))
+  if last and (last > n or (last == n and m ~= 'e' .. seq)) then
     return 2
-  elseif last == seq then
+  elseif last == n then
     return 1
   end
   redis.call('SET', key, 'e' .. seq, 'PX', ttl_ms)
