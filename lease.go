@@ -137,6 +137,9 @@ func badToken(token string) string {
 	}) {
 		return "not a lease token: 22 base64url characters, then '.' and the metadata if any"
 	}
+	if tokenTag(token) > tagCampaign {
+		return "not a lease token: its 22nd character is not one a token ends its random part with"
+	}
 	if strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }) {
 		return "not a lease token: its metadata part holds a character a token never does"
 	}
