@@ -118,7 +118,7 @@ func schedule(ctx context.Context, c schedConfig, rdb redis.UniversalClient, db 
 			// Recorded while holding the lock, so the list is in acquisition order.
 			rdb.RPush(ctx, k.acq, fmt.Sprintf("%d %d %d", c.id, waited.Microseconds(), fence))
 		}
-		stall := c.victim && dispatched == 2 // the victim dies in its third batch
+		stall := c.victim && dispatched == 0 // the victim dies in its first batch (a later one may never come: the others can drain the table first)
 		n, err := dispatch(ctx, c, rdb, db, k, stall, stdout)
 		if n > 0 {
 			dispatched++
