@@ -15,7 +15,11 @@
 // cancellations at random points; Extend to shorter and longer TTLs;
 // Release once, twice, late, and from stale handles (lapsed or already
 // released); panics inside Do (recovered by the worker); nested re-entry of
-// a reentrant lock by its owner. In plain and fair rounds (15 in 100) and
+// a reentrant lock by its owner; a held lease taken over by its token
+// through a new Lock (Resume, one acquisition in five where no watchdog or
+// max hold runs); a write downgraded to a read (RWMutex.Downgrade, rw
+// rounds); a leader's value changed (Leadership.Proclaim, election rounds,
+// checked by (h) against what reads of the leader show). In plain and fair rounds (15 in 100) and
 // multi rounds (half), an acquisition takes a set of two or more names in
 // random order (AcquireAll, TryAcquireAll, DoAll), contending with single
 // acquisitions of the same names. Where the names are plain locks (plain,
