@@ -540,6 +540,10 @@ func TestAdv8LateUnnumberedExtendAfterShortening(t *testing.T) {
 			c := client(t, dlock.WithoutScripts())
 			return func() (*dlock.Lock, error) { return c.TryAcquire(ctx, name) }
 		}},
+		{"reentrant", func(t *testing.T, name string) func() (*dlock.Lock, error) {
+			c := client(t, dlock.WithReentrant(true))
+			return func() (*dlock.Lock, error) { return c.TryAcquire(ctx, name) }
+		}},
 		{"semaphore", func(t *testing.T, name string) func() (*dlock.Lock, error) {
 			sem, _ := client(t).Semaphore(name, 3)
 			return func() (*dlock.Lock, error) { return sem.AcquireN(ctx, 2) }

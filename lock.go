@@ -331,7 +331,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		return opError("extend", l.name, err)
 	}
 	if !ok {
-		err := lost(l.name, "the lock key no longer holds our token, or another Lock resumed the lease and extends it")
+		err := lost(l.name, "the lock key no longer holds our token")
 		l.lose(err)
 		return l.Err()
 	}

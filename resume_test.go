@@ -805,3 +805,48 @@ func TestAdv8ResumeForeignTags(t *testing.T) {
 		t.Errorf("the lock holds %q after the refused resumes, want its token", v)
 	}
 }
+
+// Over a quorum too: of two Resumes of one token that read the same
+// numbers on every node, one gets the lease and the other ErrNotHeld.
+func TestResumeConcurrentOverAQuorum(t *testing.T) {
+	ctx := t.Context()
+	var plain, paused []redis.UniversalClient
+	for range 3 {
+		s := redistest.Start(t)
+		plain = append(plain, s.Client(t))
+		rdbA := s.Client(t)
+		rdbA.AddHook(&adv8PauseAfter{match: adv8IsMarkerGet, pause: 300 * time.Millisecond})
+		paused = append(paused, rdbA)
+	}
+	opts := []dlock.Option{dlock.WithAutoExtend(false)}
+	l0, err := newRedlock(t, plain, 200*time.Millisecond, opts...).TryAcquire(ctx, "quorum-rr", dlock.LeaseTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cA := newRedlock(t, paused, time.Second, opts...)
+	cB := newRedlock(t, plain, 200*time.Millisecond, opts...)
+	var (
+		lA   *dlock.Lock
+		errA error
+		wg   sync.WaitGroup
+	)
+	wg.Go(func() {
+		lA, errA = cA.TryAcquire(ctx, "quorum-rr", dlock.Resume(l0.Token()), dlock.LeaseTTL(10*time.Second))
+	})
+	time.Sleep(100 * time.Millisecond)
+	lB, errB := cB.TryAcquire(ctx, "quorum-rr", dlock.Resume(l0.Token()), dlock.LeaseTTL(2*time.Second))
+	wg.Wait()
+	for _, l := range []*dlock.Lock{lA, lB} {
+		if l != nil {
+			defer l.Release(ctx)
+		}
+	}
+	switch {
+	case errA == nil && errB == nil:
+		t.Errorf("two Resumes of one token both succeeded over a quorum")
+	case errA != nil && errB != nil:
+		t.Fatalf("both resumes refused: A %v, B %v", errA, errB)
+	case errA != nil && !errors.Is(errA, dlock.ErrNotHeld):
+		t.Errorf("the later resume = %v, want ErrNotHeld", errA)
+	}
+}
