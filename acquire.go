@@ -371,6 +371,18 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backe
 	start := time.Now()
 	t := l.terms(start, l.p.ttl, l.capFrom(start))
 	g, err := c.b.Acquire(ctx, l.cl, t.ask, queue)
+	if err != nil && g.Again && ctx.Err() == nil {
+		// The reply was lost, and the Redis client does not send the
+		// request again (see backend.Claim.Clean): undo it and try once
+		// more, as a new lease.
+		c.undoAndRenew(ctx, l)
+		start = time.Now()
+		t = l.terms(start, l.p.ttl, l.capFrom(start))
+		g, err = c.b.Acquire(ctx, l.cl, t.ask, queue)
+	}
+	if err == nil && !g.Once {
+		l.cl.Clean = false // a copy of the request may land later: the release marks the lease ended
+	}
 	switch {
 	case errors.Is(err, backend.ErrNotSent):
 		return nil, backend.Grant{}, err

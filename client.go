@@ -147,6 +147,7 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 			return nil, fmt.Errorf("%w: %q: Resume: the token is another kind's lease", ErrNotHeld, name)
 		}
 		l.cl.SetToken(p.resume)
+		l.cl.Clean = false // the lease's first holder may have requests in flight
 		return l, nil
 	}
 	l.cl.SetToken(leaseToken(p.suffix, k.tag()))

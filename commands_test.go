@@ -68,22 +68,22 @@ func TestCommandsPerOperation(t *testing.T) {
 		// acquire + release, per extension, per first fence.
 		pair, extend, fence float64
 	}{
-		{name: "fair lock", pair: 8, extend: 3, fence: 4},
-		{name: "unfair lock", opts: []dlock.Option{dlock.WithUnfair(nil)}, pair: 8, extend: 3, fence: 4},
+		{name: "fair lock", pair: 7, extend: 3, fence: 4},
+		{name: "unfair lock", opts: []dlock.Option{dlock.WithUnfair(nil)}, pair: 6, extend: 3, fence: 4},
 		{name: "semaphore permit", take: func(t *testing.T, c *dlock.Client) holder {
 			s, err := c.Semaphore("count-sem", 3)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
-		}, pair: 10, extend: 6, fence: 5},
+		}, pair: 9, extend: 6, fence: 5},
 		{name: "read hold", take: func(t *testing.T, c *dlock.Client) holder {
 			rw, err := c.RWMutex("count-rw")
 			if err != nil {
 				t.Fatal(err)
 			}
 			return rw.Reader()
-		}, pair: 10, extend: 6, fence: 5},
+		}, pair: 9, extend: 6, fence: 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, rdb := setup(t)

@@ -38,6 +38,7 @@ type Lock struct {
 	atCap      bool      // validUntil is capAt: the lease ends there, unextended
 	err        error     // nil while held; ErrReleased, or the loss
 	released   bool      // the release script ran
+	relSent    bool      // a release was sent and its reply lost: it may have run (see release)
 	handedOff  bool      // another Lock resumed the lease: Release sends nothing (see Resume)
 	// done and the expiry timer that closes it at validUntil are made when
 	// someone first watches the Lock (Done, Do, an Observer with Lost); until then a
@@ -438,8 +439,13 @@ func (l *Lock) release(ctx context.Context, e *Event) error {
 
 	ok, err := l.c.b.Release(ctx, l.cl)
 	if err != nil {
+		l.relSent = l.relSent || backend.ReplyLost(err)
 		return opError(l.releaseOp(), l.name, err)
 	}
+	// After a release whose reply was lost, a lease found gone may be the
+	// one it deleted: it was valid when that release was sent (checked
+	// above), so the lease was not lost while held.
+	ok = ok || l.relSent
 	l.mu.Lock()
 	l.released = true
 	l.mu.Unlock()

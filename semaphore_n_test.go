@@ -405,14 +405,20 @@ func TestAdv5KEqualsNWaiter(t *testing.T) {
 }
 
 // Late copies of an AcquireN (k=3) request: after the hold was released,
-// and after the waiter gave up, they take nothing and queue nothing.
+// and after the waiter gave up, they take nothing and queue nothing. (A
+// copy can exist only for a lease that ends marked: here a resumed one,
+// whose first holder's requests may still be in flight, and an undone one.)
 func TestAdv5LateAcquireNCopies(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv5-late-n"
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
 	s := newSemaphore(t, c, name, 4)
-	l, err := s.AcquireN(ctx, 3)
+	first, err := s.AcquireN(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.AcquireN(ctx, 3, dlock.Resume(first.Token()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,11 +43,11 @@ type w0Case struct {
 
 // w0Name holds the keys of one lock name, laid out as dlock lays them out
 // (backend.KeysFor in the library).
-type w0Name struct{ lock, fence, queue, waiters, channel string }
+type w0Name struct{ lock, fence, queue, waiters, channel, wake string }
 
 func newW0Name(conn, i int) w0Name {
 	base := fmt.Sprintf("dlock:{w0:%d:%d}", conn, i)
-	return w0Name{lock: base, fence: base + ":fence", queue: base + ":q", waiters: base + ":qw", channel: base + ":ch"}
+	return w0Name{lock: base, fence: base + ":fence", queue: base + ":q", waiters: base + ":qw", channel: base + ":ch", wake: base + ":w"}
 }
 
 // compareAndDelete is the usual release of a SET NX PX lock: delete the key
@@ -56,7 +56,8 @@ var compareAndDelete = redis.NewScript(`if redis.call('GET',KEYS[1])==ARGV[1] th
 
 var (
 	ttlMS    = strconv.FormatInt(ttl.Milliseconds(), 10)
-	windowMS = strconv.FormatInt(min(ttl, time.Minute).Milliseconds(), 10) // dlock's revocation window
+	windowMS = strconv.FormatInt(min(ttl, time.Minute).Milliseconds(), 10) // dlock's revocation window, for a marked lease
+	cleanMS  = "0"                                                          // the window argument of a clean lease's release: no marker
 	queueMS  = strconv.FormatInt(max(ttl, time.Second).Milliseconds(), 10) // a fair queue entry's life
 	fenceMS  = strconv.FormatInt(time.Minute.Milliseconds(), 10)           // dlock's fence window
 )
@@ -75,21 +76,19 @@ var w0Cases = []w0Case{
 		},
 		lockOK: isOK, unlockOK: isInt(1)},
 	// KEYS and ARGV as the headers of acquire.lua and release.lua document
-	// them; a first try (no queueing), as an uncontended Acquire sends.
+	// them; a first try (no queueing), as an uncontended Acquire sends, and
+	// the release of a clean lease (every request answered: no marker).
 	{id: "c unfair", name: "(c) dlock's scripts, unfair", scripts: []*redis.Script{script.Acquire, script.Release},
-		pair: func(b []byte, n *w0Name, tok string) []byte {
-			rev := n.lock + ":r:" + tok
-			b = appendCmd(b, "EVALSHA", script.Acquire.Hash(), "2", n.lock, rev, tok, ttlMS)
-			return appendCmd(b, "EVALSHA", script.Release.Hash(), "2", n.lock, rev, tok, n.channel, "PUBLISH", windowMS)
-		},
-		lockOK: isInt(0), unlockOK: isInt(1)},
+		pair: unfairPair(cleanMS), lockOK: isInt(0), unlockOK: isInt(1)},
+	{id: "c unfair marked", name: "(c) dlock's scripts, unfair, the lease marked", scripts: []*redis.Script{script.Acquire, script.Release},
+		pair: unfairPair(windowMS), lockOK: isInt(0), unlockOK: isInt(1)},
 	{id: "c fair", name: "(c) dlock's scripts, fair", scripts: []*redis.Script{script.AcquireFair, script.ReleaseFair},
 		pair: func(b []byte, n *w0Name, tok string) []byte {
 			rev := n.lock + ":r:" + tok
 			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
 				tok, ttlMS, "0", queueMS, n.channel, "PUBLISH", fenceMS)
 			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
-				tok, n.channel, "PUBLISH", windowMS, fenceMS)
+				tok, n.channel, "PUBLISH", cleanMS, fenceMS)
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
 	{id: "c permit", name: "(c) dlock's scripts, a semaphore's permit", scripts: []*redis.Script{script.HoldAcquire, script.HoldRelease},
@@ -98,9 +97,19 @@ var w0Cases = []w0Case{
 			b = appendCmd(b, "EVALSHA", script.HoldAcquire.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
 				tok, ttlMS, "0", queueMS, n.channel, "PUBLISH", fenceMS, "3")
 			return appendCmd(b, "EVALSHA", script.HoldRelease.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
-				tok, tok, n.channel, "PUBLISH", windowMS, fenceMS)
+				tok, tok, n.channel, "PUBLISH", cleanMS, fenceMS)
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
+}
+
+// unfairPair is an unfair lock's uncontended pair whose release writes a
+// marker for window ms ("0": none).
+func unfairPair(window string) func(b []byte, n *w0Name, tok string) []byte {
+	return func(b []byte, n *w0Name, tok string) []byte {
+		rev := n.lock + ":r:" + tok
+		b = appendCmd(b, "EVALSHA", script.Acquire.Hash(), "3", n.lock, rev, n.wake, tok, ttlMS, "0")
+		return appendCmd(b, "EVALSHA", script.Release.Hash(), "3", n.lock, rev, n.wake, tok, n.channel, "PUBLISH", window)
+	}
 }
 
 type w0Result struct {

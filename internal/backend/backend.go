@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -29,6 +30,7 @@ type Keys struct {
 	Channel string // where a release is announced
 	Queue   string // fair mode: waiter tokens in arrival order
 	Waiters string // fair mode: token -> "deadline_ms:ttl_ms" of each queued waiter
+	Wake    string // unfair mode: exists while a waiter listens on Channel (see release.lua)
 }
 
 // ValueKey is the key of a leader's value (proclaim.lua), made when needed:
@@ -41,13 +43,13 @@ func (k *Keys) SizeKey() string { return k.Lock + ":n" }
 
 // KeysFor returns the keys of the lock name under prefix.
 func KeysFor(prefix, name string) Keys {
-	// One allocation for all five names: "<base>:fence<base>:qw<base>:ch".
-	all := prefix + "{" + name + "}:fence" + prefix + "{" + name + "}:qw" + prefix + "{" + name + "}:ch"
-	n := (len(all) - len(":fence:qw:ch")) / 3 // len(base)
+	// One allocation for all six names: "<base>:fence<base>:qw<base>:ch<base>:w".
+	all := prefix + "{" + name + "}:fence" + prefix + "{" + name + "}:qw" + prefix + "{" + name + "}:ch" + prefix + "{" + name + "}:w"
+	n := (len(all) - len(":fence:qw:ch:w")) / 4 // len(base)
 	return Keys{
 		Lock: all[:n], Fence: all[:n+6],
 		Queue: all[n+6 : 2*n+8], Waiters: all[n+6 : 2*n+9],
-		Channel: all[2*n+9:],
+		Channel: all[2*n+9 : 3*n+12], Wake: all[3*n+12:],
 	}
 }
 
@@ -74,6 +76,11 @@ type Claim struct {
 	// Lock that resumed the same lease and picked the same numbers ("":
 	// the Lock that took the lease; see lib.lua's superseded).
 	Resumer string
+	// Clean reports that no request that could make the lease (an acquire
+	// attempt of its token) can land after its release: each was sent once
+	// and answered (Grant.Once). Its release then leaves no marker. A new
+	// token is clean; the caller clears it for any other lease.
+	Clean bool
 }
 
 // seqArg is the sequence number seq of an extension as its script takes it
@@ -91,7 +98,7 @@ func (c *Claim) seqArg(seq int64) any {
 // unknown outcome) is refused by Redis from then on, so an attempt after an
 // undo needs a new one.
 func (c *Claim) SetToken(token string) {
-	c.Token = token
+	c.Token, c.Clean = token, true
 	c.Rev = c.Lock + ":r:" + token
 	if c.Kind != nil {
 		c.Member = c.Kind.member(token)
@@ -118,8 +125,7 @@ var (
 	releaseFairSHA any = script.ReleaseFair.Hash()
 )
 
-// commander sends scripts and commands: the batcher (always, but for tests), or
-// the go-redis client itself.
+// commander sends scripts and commands, each once: the batcher.
 type commander interface {
 	redis.Scripter
 	Do(ctx context.Context, args ...any) *redis.Cmd
@@ -165,6 +171,13 @@ type Grant struct {
 	// (too few replicas or quorum nodes said yes): the caller undoes it,
 	// retrying until every node has answered.
 	Undo bool
+	// Once reports that the request was sent once and answered: no copy of
+	// it can land later. Without it the lease's Claim is not Clean.
+	Once bool
+	// Again reports that the request's reply was lost and may be asked
+	// again, as a new attempt once this one is undone: the Redis client,
+	// which never sends it twice, is configured to retry.
+	Again bool
 }
 
 // Backend runs lock operations against one Redis deployment. The Lock
@@ -238,12 +251,13 @@ type Backend interface {
 // Node is the backend for one Redis deployment reached through one
 // go-redis client: a single server, a Sentinel-managed master, or a Cluster.
 type Node struct {
-	rdb        commander             // scripts run through here (the batcher, or the client)
+	rdb        commander             // scripts run through here (the batcher)
 	uc         redis.UniversalClient // the client itself, for a script and WAIT on one connection
 	fair       bool
 	reentrant  bool   // the lock is a hash of owner -> hold count
 	pub        string // PUBLISH, or SPUBLISH on a Redis Cluster
 	replicas   int    // WithReplicaAck: replicas that must acknowledge acquire and extend
+	retries    bool   // the go-redis client retries: a lost reply is asked again, once (see Grant.Again)
 	ackTimeout time.Duration
 
 	ttl         time.Duration // the Client's lease time, and as arguments:
@@ -277,14 +291,26 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 	if c.Sharded {
 		pub = "SPUBLISH"
 	}
-	var cmds commander = rdb
-	if c.Pipelining {
-		cmds = newBatcher(rdb)
-	}
-	return Node{rdb: cmds, uc: rdb, fair: c.Fair, reentrant: c.Reentrant, pub: pub, pubA: pub,
+	return Node{rdb: newBatcher(rdb, !c.Pipelining), retries: retries(rdb), uc: rdb, fair: c.Fair, reentrant: c.Reentrant, pub: pub, pubA: pub,
 		replicas: c.Replicas, ackTimeout: c.AckTimeout,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), qttlA: Window(c.TTL).Milliseconds(),
 		fenceMS: fenceWindow.Milliseconds(), leases: newLeaseScripts(c), caches: new(scriptCaches)}
+}
+
+// retries reports whether rdb is configured to send a command again after a
+// failure (MaxRetries; a client of a type whose options cannot be read is
+// taken to retry). dlock's requests are never sent twice by go-redis;
+// dlock asks again itself, where it is safe, when rdb would have.
+func retries(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().MaxRetries > 0
+	case *redis.ClusterClient:
+		return c.Options().MaxRetries > 0
+	case *redis.Ring:
+		return c.Options().MaxRetries > 0
+	}
+	return true
 }
 
 // Drain returns at once: a Node's calls end with their callers (a
@@ -294,7 +320,7 @@ func (Node) Drain(context.Context) error { return nil }
 
 // Batches reports the batcher's counts (see Backend).
 func (n Node) Batches() (calls, writes uint64) {
-	if b, ok := n.rdb.(*batcher); ok {
+	if b, ok := n.rdb.(*batcher); ok && !b.alone {
 		return b.calls.Load(), b.writes.Load()
 	}
 	return 0, 0
@@ -399,6 +425,8 @@ func (n Node) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bo
 	if err != nil && !errors.Is(err, ErrRevoked) && !neverSent(err) {
 		g.Undo = true
 	}
+	g.Once = err == nil && n.replicas == 0 // (WAIT's pipeline is go-redis's own)
+	g.Again = g.Undo && n.retries && ReplyLost(err)
 	return g, err
 }
 
@@ -408,6 +436,17 @@ func (n Node) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bo
 func neverSent(err error) bool {
 	var op *net.OpError
 	return errors.Is(err, ErrNotSent) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+// ReplyLost reports whether err says a request may have reached Redis and
+// its reply did not come back: the connection broke or timed out after it
+// was sent. The Redis client does not send it again (see batcher); the
+// caller may, as a new request, after what the first may have done is
+// undone or found.
+func ReplyLost(err error) bool {
+	var ne net.Error
+	return !neverSent(err) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.As(err, &ne))
 }
 
 func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
@@ -543,16 +582,33 @@ const (
 
 // Release ends the lease: deletes the lock if it is ours (handing it to the
 // next waiter in fair mode) and reports whether it was; a waiter's token
-// leaves the queue. Either way the lease's token is revoked for the
-// revocation window (of the lease's TTL), so a request of it still in flight
-// cannot take the lock afterwards. A re-sent release reports what the first
-// one did.
+// leaves the queue. Unless the claim is Clean, the lease's token is revoked
+// for the revocation window (of the lease's TTL) either way, so a request
+// of it still in flight cannot take the lock afterwards, and a re-sent
+// release reports what the first one did.
 func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
-	ttl := c.TTL
-	if ttl == 0 {
-		ttl = n.ttl
+	return n.release(ctx, c, !c.Clean)
+}
+
+// release is Release, revoking the token if mark.
+func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
+	var window int64
+	if mark {
+		ttl := c.TTL
+		if ttl == 0 {
+			ttl = n.ttl
+		}
+		window = Window(ttl).Milliseconds()
 	}
-	v, err := n.kind(c).release(ctx, n, c, Window(ttl).Milliseconds()).Int64()
+	v, err := n.kind(c).release(ctx, n, c, window).Int64()
+	if n.retries && ReplyLost(err) && ctx.Err() == nil {
+		// The reply was lost: ask again. A lease found gone may be the one
+		// the first copy deleted, so it counts as held: the caller sent the
+		// release while the lease was valid.
+		if v, err = n.kind(c).release(ctx, n, c, window).Int64(); err == nil {
+			v = 1
+		}
+	}
 	if err != nil {
 		return false, RedisErr(err)
 	}
@@ -734,7 +790,7 @@ func (n Node) Scan(ctx context.Context, match string) ([]string, error) {
 // A server that refuses the connection is down: there is nothing to undo
 // on it that will not be gone with it or expire by itself.
 func (n Node) Undo(ctx context.Context, c *Claim) error {
-	_, err := n.Release(ctx, c)
+	_, err := n.release(ctx, c, true)
 	return err
 }
 

@@ -54,14 +54,14 @@ func TestAcquireRetryReturnsSameFence(t *testing.T) {
 	}
 }
 
-// The five names share one string; each must come out whole.
+// The six names share one string; each must come out whole.
 func TestKeysFor(t *testing.T) {
 	for _, tc := range []struct{ prefix, name string }{
 		{"dlock:", "jobs"}, {"", "x"}, {"app:{tenant}:", "a b:c"},
 	} {
 		k := KeysFor(tc.prefix, tc.name)
 		base := tc.prefix + "{" + tc.name + "}"
-		want := Keys{Lock: base, Fence: base + ":fence", Queue: base + ":q", Waiters: base + ":qw", Channel: base + ":ch"}
+		want := Keys{Lock: base, Fence: base + ":fence", Queue: base + ":q", Waiters: base + ":qw", Channel: base + ":ch", Wake: base + ":w"}
 		if k != want {
 			t.Errorf("KeysFor(%q, %q) = %+v, want %+v", tc.prefix, tc.name, k, want)
 		}

@@ -32,8 +32,13 @@ const maxFlushers = 4
 // It implements redis.Scripter, so the scripts run through it unchanged
 // (EVALSHA; a NOSCRIPT reply is handled by Node.rerun, which loads the
 // scripts back on the client itself).
+//
+// Every command goes out once: go-redis never sends it again after a
+// failure that may have left it running (see once), so a command whose
+// reply came back has no copy that can land later.
 type batcher struct {
-	rdb redis.UniversalClient
+	rdb   redis.UniversalClient
+	alone bool // each call goes alone, on its caller's goroutine (pipelining off)
 
 	mu       sync.Mutex
 	queue    []*call
@@ -56,11 +61,19 @@ const (
 )
 
 type call struct {
-	cmd   redis.Cmder
-	ctx   context.Context
+	redis.Cmder // the command; go-redis is given the call, which is never re-sent (NoRetry)
+	ctx         context.Context
 	state atomic.Int32
 	done  chan struct{}
 }
+
+// NoRetry makes go-redis send the call's command once (see batcher).
+func (*call) NoRetry() bool { return true }
+
+// once is a command that go-redis sends once, as a call is.
+type once struct{ redis.Cmder }
+
+func (once) NoRetry() bool { return true }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
@@ -68,7 +81,9 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 // Redis, so there is nothing to undo.
 var ErrNotSent = errors.New("not sent")
 
-func newBatcher(rdb redis.UniversalClient) *batcher { return &batcher{rdb: rdb} }
+func newBatcher(rdb redis.UniversalClient, alone bool) *batcher {
+	return &batcher{rdb: rdb, alone: alone}
+}
 
 // do runs cmd, alone or in a pipeline with other goroutines' commands, and
 // returns the command that holds the reply or error: cmd itself, or, if ctx
@@ -78,8 +93,12 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) redis.Cmder {
 	if err := ctx.Err(); err != nil {
 		return failed(ctx, fmt.Errorf("%w: %w", ErrNotSent, err))
 	}
+	if b.alone {
+		b.rdb.Process(ctx, once{cmd})
+		return cmd
+	}
 	c := callPool.Get().(*call)
-	c.cmd, c.ctx = cmd, ctx
+	c.Cmder, c.ctx = cmd, ctx
 	c.state.Store(callQueued)
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
@@ -102,7 +121,7 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) redis.Cmder {
 		}
 		<-c.done // done meanwhile: the reply is in
 	}
-	c.cmd, c.ctx = nil, nil
+	c.Cmder, c.ctx = nil, nil
 	callPool.Put(c)
 	return cmd
 }
@@ -134,7 +153,7 @@ func (b *batcher) flush() {
 			if c.state.CompareAndSwap(callQueued, callSent) {
 				sent = append(sent, c)
 			} else {
-				c.cmd, c.ctx = nil, nil
+				c.Cmder, c.ctx = nil, nil
 				callPool.Put(c) // abandoned before it was sent
 			}
 		}
@@ -143,7 +162,7 @@ func (b *batcher) flush() {
 			if c.state.CompareAndSwap(callSent, callDone) {
 				c.done <- struct{}{}
 			} else {
-				c.cmd, c.ctx = nil, nil
+				c.Cmder, c.ctx = nil, nil
 				callPool.Put(c) // abandoned in flight
 			}
 		}
@@ -165,7 +184,7 @@ func (b *batcher) send(calls []*call) {
 	switch len(calls) {
 	case 0:
 	case 1:
-		b.rdb.Process(context.WithoutCancel(calls[0].ctx), calls[0].cmd)
+		b.rdb.Process(context.WithoutCancel(calls[0].ctx), calls[0])
 	default:
 		ctx := context.WithoutCancel(calls[0].ctx)
 		pipe, _ := b.pipes.Get().(redis.Pipeliner)
@@ -173,7 +192,7 @@ func (b *batcher) send(calls []*call) {
 			pipe = b.rdb.Pipeline()
 		}
 		for _, c := range calls {
-			pipe.Process(ctx, c.cmd)
+			pipe.Process(ctx, c)
 		}
 		pipe.Exec(ctx) // each command carries its own error; Exec empties pipe
 		b.pipes.Put(pipe)

@@ -29,7 +29,7 @@ func (lock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, qu
 		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
 			c.Token, ttl.Milliseconds(), q, Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS)
 	case n.replicas > 0:
-		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds())
+		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev, c.Wake}, c.Token, ttl.Milliseconds(), q)
 	case n.fair:
 		qttl := n.qttlA
 		if ttl != n.ttl || qttl == nil {
@@ -38,7 +38,7 @@ func (lock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, qu
 		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 5,
 			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, n.ms(ttl), q, qttl, &c.Channel, n.pubA, n.fenceMS}), -1
 	default:
-		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)}), -1
+		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), q}), -1
 	}
 	return n.lockGrant(ctx, c, cmd, acks, "a plain lock")
 }
@@ -52,7 +52,7 @@ func (lock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.
 		return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
 			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, &c.Channel, n.pubA, window, n.fenceMS, "0"})
 	}
-	return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.Lock, &c.Rev, &c.Token, &c.Channel, n.pubA, window})
+	return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, &c.Channel, n.pubA, window})
 }
 
 func (lock) scripts(l leaseScripts) (*redis.Script, scriptSet) { return l.lockFirst, l.lock }

@@ -153,13 +153,14 @@ func (q *Quorum) Carries(k Kind) error {
 }
 
 // Acquire takes the lock on a majority. A quorum carries its nodes' own
-// locks only: a claim of another Kind is refused, unsent.
-func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, _ bool) (Grant, error) {
+// locks only: a claim of another Kind is refused, unsent. A waiter (queue)
+// queues on no node, but asks each to announce the release (acquire.lua).
+func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if c.Kind != nil {
 		return Grant{}, fmt.Errorf("%w: a quorum carries only its nodes' own locks", ErrNotSent)
 	}
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (Grant, error) {
-		return n.Acquire(ctx, c, ttl, false)
+		return n.Acquire(ctx, c, ttl, queue && !n.fair)
 	}, majority(q, func(g Grant) bool { return g.Held }))
 	v := q.count(res)
 	if v.held >= q.need() && v.atFence < q.need() {

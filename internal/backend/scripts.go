@@ -323,7 +323,8 @@ func (n Node) rerun(ctx context.Context, s *redis.Script, keys []string, args []
 	)
 	conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		loads = queueLoads(ctx, p, set)
-		cmd = p.EvalSha(ctx, s.Hash(), keys, args...)
+		cmd = redis.NewCmd(ctx, evalArgs("evalsha", s.Hash(), keys, args)...)
+		p.Process(ctx, once{cmd}) // (sent once, as the batcher sends: see Grant.Once)
 		return nil
 	})
 	srv.record(set, loads)

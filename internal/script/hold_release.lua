@@ -7,7 +7,8 @@
 -- ARGV[1] the hold's member (a permit: its token; a read or write:
 --         "r:<token>" or "w:<token>")   ARGV[2] the hold's token
 -- ARGV[3] release channel   ARGV[4] publish command: PUBLISH or SPUBLISH
--- ARGV[5] how long the revocation marker lives, in ms
+-- ARGV[5] how long the revocation marker lives, in ms; 0 writes none (see
+--         release.lua)
 -- ARGV[6] how long the fence counter lives, in ms (the fence window)
 -- ARGV[7] (a semaphore's) how many permits the hold has, w (absent: 1)
 -- KEYS[6] (a semaphore's) its size kept in Redis, if any (permits.lua)
@@ -35,10 +36,17 @@ if type(removed) ~= 'number' then
 elseif removed > 1 then
   removed = 1
 end
-local was = redis.call('SET', KEYS[5], removed == 1 and '1' or '0', 'PX', ARGV[5], 'GET')
-if removed == 0 and was == '1' then
-  redis.call('SET', KEYS[5], '1', 'PX', ARGV[5]) -- a re-sent release: the first copy's answer
-  return 1
+-- The marker read: a waiter's "q" says it has a queue entry to take out
+-- (a hold that was removed has none: it left the queue when granted).
+local was
+if ARGV[5] ~= '0' then
+  was = redis.call('SET', KEYS[5], removed == 1 and '1' or '0', 'PX', ARGV[5], 'GET')
+  if removed == 0 and was == '1' then
+    redis.call('SET', KEYS[5], '1', 'PX', ARGV[5]) -- a re-sent release: the first copy's answer
+    return 1
+  end
+elseif removed == 0 then
+  was = redis.call('GET', KEYS[5])
 end
 if was == 'q' and redis.call('HDEL', KEYS[4], ARGV[2]) == 1 then
   redis.call('LREM', KEYS[3], 1, ARGV[2])

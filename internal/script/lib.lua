@@ -16,10 +16,14 @@
 --   "1"/"0" once it is ended (released, handed over, or the undo of an
 --          attempt whose outcome is unknown): "1" when it held the lock
 --          until then, "0" when not. An acquire of the lease still in
---          flight (delayed, or re-sent by the client after a lost reply) is
---          refused instead of taking the lock for nobody; a re-sent release
---          reports what the first copy did. The marker lives for the
---          revocation window, min(TTL, 1 min), whatever happens to the lock.
+--          flight (delayed, or sent again after a lost reply) is refused
+--          instead of taking the lock for nobody; a re-sent release reports
+--          what the first copy did. The marker lives for the revocation
+--          window, min(TTL, 1 min), whatever happens to the lock. Only a
+--          lease that may have such a request in flight is marked: dlock
+--          sends each request once (the Redis client never re-sends it),
+--          so a lease whose every acquire was answered ends unmarked; an
+--          undo, a resumed lease, a quorum's or a script-free one is marked.
 -- A waiter's queue entry (fair locks, semaphores, read-write locks,
 -- elections) lives the same window unless renewed, so that a request that
 -- lands after its lease's marker is gone holds a place in line for one
@@ -144,9 +148,13 @@ local function live_holds(key, now)
 end
 
 -- revoke marks a lease (or a reentrant hold) ended: held is '1' if it held
--- the lock until now.
+-- the lock until now. A window of '0' writes nothing: every request of the
+-- lease was answered on its one send, so none can land later (see
+-- Node.Release).
 local function revoke(key, held, window_ms)
-  redis.call('SET', key, held, 'PX', window_ms)
+  if window_ms ~= '0' then
+    redis.call('SET', key, held, 'PX', window_ms)
+  end
 end
 
 -- revoked reports whether the lease (or hold) of the marker key was ended.

@@ -7,7 +7,8 @@
 --         (proclaim.lua), deleted with the lease
 -- ARGV[1] owner token   ARGV[2] release channel
 -- ARGV[3] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
--- ARGV[4] how long the revocation marker lives, in ms
+-- ARGV[4] how long the revocation marker lives, in ms; 0 writes none (see
+--         release.lua)
 -- ARGV[5] how long the fence counter lives, in ms (the fence window; with
 --         a longer lease handed over, as long as that lease)
 -- ARGV[6] 1 to announce a plain release even with nobody queued (a
@@ -26,7 +27,9 @@ local token = ARGV[1]
 local holder = redis.pcall('GET', KEYS[1])
 local head -- the first waiter, taken out of the queue
 if holder == token then
-  redis.call('SET', KEYS[5], '1', 'PX', ARGV[4]) -- ended, holding the lock (see revoke in lib.lua)
+  if ARGV[4] ~= '0' then
+    redis.call('SET', KEYS[5], '1', 'PX', ARGV[4]) -- ended, holding the lock (see revoke in lib.lua)
+  end
   if KEYS[6] then
     redis.call('DEL', KEYS[6])
   end
@@ -44,7 +47,7 @@ if holder ~= token then
   if redis.call('HDEL', KEYS[4], token) == 1 then
     redis.call('LREM', KEYS[3], 1, token)
   end
-  if redis.call('GET', KEYS[5]) == '1' then
+  if ARGV[4] ~= '0' and redis.call('GET', KEYS[5]) == '1' then
     return 1
   end
   revoke(KEYS[5], '0', ARGV[4])

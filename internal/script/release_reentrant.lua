@@ -3,7 +3,8 @@
 -- KEYS[1] lock key   KEYS[2] the hold's revocation key
 -- ARGV[1] owner id   ARGV[2] hold token   ARGV[3] release channel
 -- ARGV[4] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
--- ARGV[5] how long the revocation marker lives, in ms
+-- ARGV[5] how long the revocation marker lives, in ms; 0 writes none (see
+--         release.lua)
 -- Returns 1 if the hold was there and is now removed (also for a re-sent
 -- request whose first copy removed it), 0 if it was gone: nothing else is
 -- changed then.
@@ -19,7 +20,7 @@ if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and redis.call('HDEL', KEYS[1
   end
   return 1
 end
-if redis.call('GET', KEYS[2]) == '1' then
+if ARGV[5] ~= '0' and redis.call('GET', KEYS[2]) == '1' then
   return 1
 end
 revoke(KEYS[2], '0', ARGV[5])

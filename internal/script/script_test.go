@@ -48,10 +48,10 @@ func TestMarkersOutliveLaterLeases(t *testing.T) {
 	token := func(i int) string { return fmt.Sprintf("%022d", i) } // 22 characters, as dlock's
 	marker := func(i int) string { return "l:r:" + token(i) }
 	acquire := func(i int) (int, error) {
-		return Acquire.Run(ctx, rdb, []string{"l", marker(i)}, token(i), 60000).Int()
+		return Acquire.Run(ctx, rdb, []string{"l", marker(i), "l:w"}, token(i), 60000, 0).Int()
 	}
 	release := func(i int) int {
-		n, err := Release.Run(ctx, rdb, []string{"l", marker(i)}, token(i), "l:ch", "PUBLISH", 60000).Int()
+		n, err := Release.Run(ctx, rdb, []string{"l", marker(i), "l:w"}, token(i), "l:ch", "PUBLISH", 60000).Int()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,6 +88,74 @@ func TestMarkersOutliveLaterLeases(t *testing.T) {
 	}
 	if d := rdb.PTTL(ctx, marker(50)).Val(); d <= 0 || d > time.Minute {
 		t.Errorf("the undone lease's marker lives %v, want the revocation window", d)
+	}
+}
+
+// A release with no marker window (a lease none of whose requests can land
+// later) writes no marker, and announces itself only when a waiter's
+// attempt set the wake key: PUBLISH is counted in the server's command
+// statistics.
+func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	keys := func(tok string) []string { return []string{"l", "l:r:" + tok, "l:w"} }
+	acquire := func(tok string, waits int) []any {
+		t.Helper()
+		v, err := Acquire.Run(ctx, rdb, keys(tok), tok, 60000, waits).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := v.([]any); ok {
+			return r
+		}
+		return nil
+	}
+	release := func(tok string, window int) int64 {
+		t.Helper()
+		n, err := Release.Run(ctx, rdb, keys(tok), tok, "l:ch", "PUBLISH", window).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	publishes := func() string {
+		for _, line := range strings.Split(rdb.Info(ctx, "commandstats").Val(), "\n") {
+			if strings.HasPrefix(line, "cmdstat_publish:") {
+				return strings.Fields(strings.ReplaceAll(line, ",", " "))[0]
+			}
+		}
+		return "cmdstat_publish:calls=0"
+	}
+	rdb.ConfigResetStat(ctx)
+	if acquire("a", 0) != nil || acquire("b", 0) == nil { // b tries only
+		t.Fatal("a should hold the lock, b be refused")
+	}
+	if rdb.Exists(ctx, "l:w").Val() != 0 {
+		t.Error("a try that does not wait set the wake key")
+	}
+	if release("a", 0) != 1 {
+		t.Fatal("release of a = 0")
+	}
+	if rdb.Exists(ctx, "l:r:a").Val() != 0 {
+		t.Error("a release without a marker window wrote a marker")
+	}
+	if got := publishes(); got != "cmdstat_publish:calls=0" {
+		t.Errorf("a release nobody waited for published: %s", got)
+	}
+	acquire("c", 0)
+	if r := acquire("d", 1); r == nil {
+		t.Fatal("d should be refused")
+	} else if d := rdb.PTTL(ctx, "l:w").Val(); d <= 0 || d > time.Minute {
+		t.Errorf("the wake key lives %v, want the holder's remaining lease", d)
+	}
+	if release("c", 0) != 1 || rdb.Exists(ctx, "l:w").Val() != 0 {
+		t.Error("the release with a waiter did not take the wake key")
+	}
+	if got := publishes(); got != "cmdstat_publish:calls=1" {
+		t.Errorf("the release with a waiter published %s, want once", got)
+	}
+	if release("c", 0) != 0 {
+		t.Error("a second release without a marker says the lease was still held")
 	}
 }
 

@@ -1,0 +1,79 @@
+package backend
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// The batcher sends each command once: a command whose reply is lost with
+// its connection is not sent again by go-redis, even with retries on, alone
+// or in a pipeline, so a command whose reply came back has no copy that can
+// land later (Claim.Clean rests on it).
+func TestBatcherNeverSendsTwice(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	for _, tc := range []struct {
+		name  string
+		alone bool
+		calls int
+	}{{"alone", true, 1}, {"one call", false, 1}, {"a pipeline", false, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			p := redistest.NewProxy(t, s.Addr())
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 3})
+			t.Cleanup(func() { rdb.Close() })
+			b := newBatcher(rdb, tc.alone)
+			if err := rdb.Ping(ctx).Err(); err != nil { // pooled connections through the proxy, for both ways
+				t.Fatal(err)
+			}
+			if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Ping(ctx)
+				p.Ping(ctx)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			key := "once:" + tc.name
+			p.StallReplies()
+			var wg sync.WaitGroup
+			errs := make([]error, tc.calls)
+			if tc.calls == 1 {
+				wg.Go(func() { errs[0] = b.Do(ctx, "INCR", key).Err() })
+			} else { // (the flush of calls queued together: one pipeline on the pooled connection)
+				calls := make([]*call, tc.calls)
+				for i := range calls {
+					calls[i] = &call{Cmder: redis.NewCmd(ctx, "INCR", key), ctx: ctx}
+				}
+				wg.Go(func() {
+					b.send(calls)
+					for i, c := range calls {
+						errs[i] = c.Err()
+					}
+				})
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for direct.Get(ctx, key).Val() != fmt.Sprint(tc.calls) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			p.Cut()
+			wg.Wait()
+			for i, err := range errs {
+				if err == nil {
+					t.Errorf("call %d: nil error, want the lost connection's", i)
+				} else if !ReplyLost(err) {
+					t.Errorf("call %d: %v does not read as a lost reply", i, err)
+				}
+			}
+			time.Sleep(100 * time.Millisecond) // (a re-sent copy would have landed by now)
+			if got := direct.Get(ctx, key).Val(); got != fmt.Sprint(tc.calls) {
+				t.Errorf("INCR ran %s times for %d calls: go-redis sent a command again", got, tc.calls)
+			}
+		})
+	}
+}
