@@ -57,7 +57,7 @@ var compareAndDelete = redis.NewScript(`if redis.call('GET',KEYS[1])==ARGV[1] th
 var (
 	ttlMS    = strconv.FormatInt(ttl.Milliseconds(), 10)
 	windowMS = strconv.FormatInt(min(ttl, time.Minute).Milliseconds(), 10) // dlock's revocation window, for a marked lease
-	cleanMS  = "0"                                                          // the window argument of a clean lease's release: no marker
+	cleanMS  = "0"                                                         // the window argument of a clean lease's release: no marker
 	queueMS  = strconv.FormatInt(max(ttl, time.Second).Milliseconds(), 10) // a fair queue entry's life
 	fenceMS  = strconv.FormatInt(time.Minute.Milliseconds(), 10)           // dlock's fence window
 )
