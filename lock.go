@@ -442,10 +442,10 @@ func (l *Lock) release(ctx context.Context, e *Event) error {
 		l.relSent = l.relSent || backend.ReplyLost(err)
 		return opError(l.releaseOp(), l.name, err)
 	}
-	// After a release whose reply was lost, a lease found gone may be the
-	// one it deleted: it was valid when that release was sent (checked
-	// above), so the lease was not lost while held.
-	ok = ok || l.relSent
+	// After a release whose reply was lost, a clean lease found gone may be
+	// the one it deleted (a marked one's marker tells): it was valid when
+	// that release was sent (checked above), so it was not lost while held.
+	ok = ok || (l.relSent && l.cl.Clean)
 	l.mu.Lock()
 	l.released = true
 	l.mu.Unlock()

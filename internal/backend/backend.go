@@ -602,10 +602,12 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 	}
 	v, err := n.kind(c).release(ctx, n, c, window).Int64()
 	if n.retries && ReplyLost(err) && ctx.Err() == nil {
-		// The reply was lost: ask again. A lease found gone may be the one
-		// the first copy deleted, so it counts as held: the caller sent the
-		// release while the lease was valid.
-		if v, err = n.kind(c).release(ctx, n, c, window).Int64(); err == nil {
+		// The reply was lost: ask again. A marked lease's marker tells what
+		// the first copy did. A clean one writes none, so a lease found gone
+		// counts as released by the first copy: the caller sent it while the
+		// lease was valid (a lock lost meanwhile outside the guarantees, to
+		// a failover or a forced release, then goes untold).
+		if v, err = n.kind(c).release(ctx, n, c, window).Int64(); err == nil && !mark {
 			v = 1
 		}
 	}

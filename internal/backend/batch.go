@@ -63,8 +63,8 @@ const (
 type call struct {
 	redis.Cmder // the command; go-redis is given the call, which is never re-sent (NoRetry)
 	ctx         context.Context
-	state atomic.Int32
-	done  chan struct{}
+	state       atomic.Int32
+	done        chan struct{}
 }
 
 // NoRetry makes go-redis send the call's command once (see batcher).

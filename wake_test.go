@@ -1,0 +1,132 @@
+package dlock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// A marked lease (here a resumed one) taken over (its key lost and re-taken,
+// as after a failover) before Release lands is reported ErrNotHeld when the
+// release's reply is lost and dlock asks again: the marker the first copy
+// wrote tells. (A clean lease writes none: a lease found gone after a lost
+// reply counts as released, see Node.release.)
+func TestReleaseReplyLostAfterTakeover(t *testing.T) {
+	t.Run("marked", func(t *testing.T) {
+		s := redistest.Start(t, redistest.TCP())
+		leakcheck.Check(t)
+		direct := s.Client(t)
+		p := redistest.NewProxy(t, s.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 3})
+		t.Cleanup(func() { rdb.Close() })
+		ctx := t.Context()
+		c := newClient(t, rdb, dlock.WithAutoExtend(false))
+		other := newClient(t, direct, dlock.WithAutoExtend(false))
+		l, err := c.TryAcquire(ctx, "x", dlock.LeaseTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, err = c.TryAcquire(ctx, "x", dlock.Resume(l.Token()), dlock.LeaseTTL(10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		// The key is lost (failover, eviction) and another client takes the lock.
+		direct.Del(ctx, l.Key())
+		o, err := other.TryAcquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Release(ctx)
+		p.StallReplies()
+		done := make(chan error, 1)
+		go func() { done <- l.Release(ctx) }()
+		time.Sleep(300 * time.Millisecond) // the release runs; its reply is held
+		p.Cut()
+		select {
+		case err = <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Release hung")
+		}
+		if !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("Release of a lease taken over (reply lost) = %v, want ErrNotHeld", err)
+		}
+	})
+}
+
+// An unfair waiter is woken by a release that comes after the holder
+// extended its lease past the wake key's life.
+func TestUnfairWakeAfterExtension(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	slow := func(int) time.Duration { return 5 * time.Second }
+	c := newClient(t, rdb, dlock.WithUnfair(slow))
+	w := newClient(t, rdb, dlock.WithUnfair(slow))
+	l, err := c.TryAcquire(ctx, "ext", dlock.LeaseTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		m, err := w.Acquire(ctx, "ext", dlock.LeaseTTL(300*time.Millisecond))
+		got <- time.Now()
+		if err == nil {
+			m.Release(ctx)
+		}
+	}()
+	time.Sleep(700 * time.Millisecond) // several extensions; the waiter re-attempts at each pttl
+	rel := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		if d := at.Sub(rel); d > 100*time.Millisecond {
+			t.Fatalf("waiter took the lock %v after the release", d)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("waiter never woken")
+	}
+}
+
+// A Redlock waiter (unfair nodes set the wake key) is woken by the release.
+func TestRedlockWaiterWokenByRelease(t *testing.T) {
+	leakcheck.Check(t)
+	var nodes []redis.UniversalClient
+	for range 3 {
+		nodes = append(nodes, redistest.Start(t).Client(t))
+	}
+	ctx := t.Context()
+	slow := func(int) time.Duration { return 5 * time.Second }
+	c := newRedlock(t, nodes, time.Second, dlock.WithUnfair(slow))
+	w := newRedlock(t, nodes, time.Second, dlock.WithUnfair(slow))
+	l, err := c.TryAcquire(ctx, "rl", dlock.LeaseTTL(4*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		m, err := w.Acquire(ctx, "rl")
+		got <- time.Now()
+		if err == nil {
+			m.Release(ctx)
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	rel := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		if d := at.Sub(rel); d > 200*time.Millisecond {
+			t.Fatalf("waiter took the lock %v after the release", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Redlock waiter never woken")
+	}
+}
