@@ -86,9 +86,9 @@ var w0Cases = []w0Case{
 		pair: func(b []byte, n *w0Name, tok string) []byte {
 			rev := n.lock + ":r:" + tok
 			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
-				tok, ttlMS, "0", queueMS, n.channel, "PUBLISH", fenceMS)
-			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
-				tok, n.channel, "PUBLISH", cleanMS, fenceMS)
+				tok, ttlMS, "0", queueMS+" PUBLISH "+fenceMS+" 0")
+			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, n.lock,
+				tok, cleanMS, "PUBLISH "+fenceMS+" 0")
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
 	{id: "c permit", name: "(c) dlock's scripts, a semaphore's permit", scripts: []*redis.Script{script.HoldAcquire, script.HoldRelease},
@@ -103,12 +103,15 @@ var w0Cases = []w0Case{
 }
 
 // unfairPair is an unfair lock's uncontended pair whose release writes a
-// marker for window ms ("0": none).
+// marker for window ms (cleanMS: none, and no marker key or window is sent).
 func unfairPair(window string) func(b []byte, n *w0Name, tok string) []byte {
 	return func(b []byte, n *w0Name, tok string) []byte {
 		rev := n.lock + ":r:" + tok
-		b = appendCmd(b, "EVALSHA", script.Acquire.Hash(), "3", n.lock, rev, n.wake, tok, ttlMS, "0")
-		return appendCmd(b, "EVALSHA", script.Release.Hash(), "3", n.lock, rev, n.wake, tok, n.channel, "PUBLISH", window)
+		b = appendCmd(b, "EVALSHA", script.Acquire.Hash(), "2", n.lock, rev, tok, ttlMS)
+		if window == cleanMS {
+			return appendCmd(b, "EVALSHA", script.Release.Hash(), "2", n.lock, n.wake, tok, "PUBLISH")
+		}
+		return appendCmd(b, "EVALSHA", script.Release.Hash(), "3", n.lock, n.wake, rev, tok, "PUBLISH", window)
 	}
 }
 

@@ -264,6 +264,10 @@ type Node struct {
 	ttlA, qttlA any           // it in ms, and its queue entries' life (Window) in ms
 	pubA        any
 	fenceMS     any // how long a fence counter lives, in ms (fenceWindow, or quorumFenceWindow)
+	// The fair scripts' last argument, what only a contended call reads
+	// (acquire_fair.lua, release_fair.lua), for a fair lock of the Client's
+	// TTL: built once (see setFenceWindow).
+	acqConf, relConf any
 
 	leases leaseScripts  // the scripts each kind of lease runs, which Prepare loads
 	caches *scriptCaches // what the servers' script caches hold (see scripts.go)
@@ -291,10 +295,35 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 	if c.Sharded {
 		pub = "SPUBLISH"
 	}
-	return Node{rdb: newBatcher(rdb, !c.Pipelining), retries: retries(rdb), uc: rdb, fair: c.Fair, reentrant: c.Reentrant, pub: pub, pubA: pub,
+	n := Node{rdb: newBatcher(rdb, !c.Pipelining), retries: retries(rdb), uc: rdb, fair: c.Fair, reentrant: c.Reentrant, pub: pub, pubA: pub,
 		replicas: c.Replicas, ackTimeout: c.AckTimeout,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), qttlA: Window(c.TTL).Milliseconds(),
-		fenceMS: fenceWindow.Milliseconds(), leases: newLeaseScripts(c), caches: new(scriptCaches)}
+		leases: newLeaseScripts(c), caches: new(scriptCaches)}
+	n.setFenceWindow(fenceWindow)
+	return n
+}
+
+// setFenceWindow sets how long the fence counters n writes live.
+func (n *Node) setFenceWindow(d time.Duration) {
+	n.fenceMS, n.acqConf, n.relConf = d.Milliseconds(), nil, nil
+	n.acqConf, n.relConf = n.acquireConf(n.ttl, false), n.releaseConf(false)
+}
+
+// acquireConf is acquire_fair.lua's ARGV[4] for a lease of ttl: "<qttl>
+// <publish> <fence_ms> <campaign>".
+func (n Node) acquireConf(ttl time.Duration, campaign bool) any {
+	if ttl == n.ttl && !campaign && n.acqConf != nil {
+		return n.acqConf
+	}
+	return fmt.Sprintf("%d %s %v %d", Window(ttl).Milliseconds(), n.pub, n.fenceMS, flag(campaign))
+}
+
+// releaseConf is release_fair.lua's ARGV[3]: "<publish> <fence_ms> <announce>".
+func (n Node) releaseConf(announce bool) any {
+	if !announce && n.relConf != nil {
+		return n.relConf
+	}
+	return fmt.Sprintf("%s %v %d", n.pub, n.fenceMS, flag(announce))
 }
 
 // retries reports whether rdb is configured to send a command again after a

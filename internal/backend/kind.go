@@ -68,8 +68,11 @@ func (n Node) kind(c *Claim) Kind {
 }
 
 // queueFlag is the queue argument of the queued kinds' acquire scripts.
-func queueFlag(queue bool) int {
-	if queue {
+func queueFlag(queue bool) int { return flag(queue) }
+
+// flag is b as a script's argument: 1 or 0.
+func flag(b bool) int {
+	if b {
 		return 1
 	}
 	return 0

@@ -27,18 +27,20 @@ func (lock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, qu
 	switch q := queueFlag(queue); {
 	case n.replicas > 0 && n.fair:
 		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-			c.Token, ttl.Milliseconds(), q, Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS)
+			c.Token, ttl.Milliseconds(), q, n.acquireConf(ttl, false))
 	case n.replicas > 0:
-		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev, c.Wake}, c.Token, ttl.Milliseconds(), q)
-	case n.fair:
-		qttl := n.qttlA
-		if ttl != n.ttl || qttl == nil {
-			qttl = Window(ttl).Milliseconds()
+		keys := []string{c.Lock, c.Rev, c.Wake}
+		if !queue {
+			keys = keys[:2]
 		}
+		cmd, acks = n.acked(ctx, script.Acquire, keys, c.Token, ttl.Milliseconds())
+	case n.fair:
 		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 5,
-			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, n.ms(ttl), q, qttl, &c.Channel, n.pubA, n.fenceMS}), -1
+			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, n.ms(ttl), q, n.acquireConf(ttl, false)}), -1
+	case queue: // (a waiter: the wake key too, see acquire.lua)
+		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, n.ms(ttl)}), -1
 	default:
-		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), q}), -1
+		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)}), -1
 	}
 	return n.lockGrant(ctx, c, cmd, acks, "a plain lock")
 }
@@ -49,10 +51,17 @@ func (lock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq
 
 func (lock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
 	if n.fair {
+		rev := &c.Rev
+		if window == 0 {
+			rev = &c.Lock // (a clean lease's release reads no marker: see release_fair.lua)
+		}
 		return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
-			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, &c.Channel, n.pubA, window, n.fenceMS, "0"})
+			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, rev, &c.Token, window, n.releaseConf(false)})
 	}
-	return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, &c.Channel, n.pubA, window})
+	if window == 0 { // a clean lease: two keys, two arguments (release.lua)
+		return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.Lock, &c.Wake, &c.Token, n.pubA})
+	}
+	return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA, window})
 }
 
 func (lock) scripts(l leaseScripts) (*redis.Script, scriptSet) { return l.lockFirst, l.lock }

@@ -36,7 +36,7 @@ type Quorum struct {
 func NewQuorum(nodes []Node, timeout time.Duration) *Quorum {
 	q := &Quorum{nodes: slices.Clone(nodes), timeout: timeout}
 	for i := range q.nodes {
-		q.nodes[i].fenceMS = quorumFenceWindow.Milliseconds()
+		q.nodes[i].setFenceWindow(quorumFenceWindow)
 		q.nodes[i].leases = q.nodes[i].leases.with(setOf(script.RaiseFence)) // Fence writes back
 	}
 	return q

@@ -1,8 +1,8 @@
 -- acquire.lua: take a lock that is free, or confirm one we already hold.
 -- KEYS[1] lock key   KEYS[2] the lease's marker key (see lib.lua)
--- KEYS[3] the wake key: exists while a waiter listens (see release.lua)
+-- KEYS[3] (only from a caller that waits for a release when the lock is
+--         taken) the wake key: exists while a waiter listens (release.lua)
 -- ARGV[1] the lease's token   ARGV[2] ttl in ms
--- ARGV[3] 1 if the caller waits for a release when the lock is taken, else 0
 -- Returns 0 when the lock is ours: taken now, or already ours (a re-sent
 -- request). Returns {pttl, holder} when another lease holds it: its
 -- remaining ms (-1 if the key has no expiry) and its token, which carries
@@ -32,7 +32,7 @@ if mark ~= '0' and mark ~= '1' then -- not ended (see revoked in lib.lua)
     return 0
   end
   local pttl = math.max(redis.call('PTTL', KEYS[1]), -1)
-  if ARGV[3] == '1' then
+  if KEYS[3] then
     redis.call('SET', KEYS[3], '1', 'PX', pttl > 0 and pttl or ARGV[2])
   end
   return {pttl, holder}

@@ -2,12 +2,14 @@
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue (list of waiter tokens)
 -- KEYS[4] waiters (hash: token -> "deadline_ms:ttl_ms")   KEYS[5] the lease's marker key
 -- ARGV[1] the lease's token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
--- ARGV[4] how long a queue entry lives without being renewed, in ms (the
---         lease's revocation window, see lib.lua)   ARGV[5] release channel
--- ARGV[6] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
--- ARGV[7] how long the fence counter lives, in ms (the fence window; a
---         fence issued with a longer lease lives as long as the lease)
--- ARGV[8] 1 for a leadership campaign (see election.go), else 0 or absent
+-- ARGV[4] what only a contended call reads, in one argument (each costs the
+--         server a string of its own): "<qttl> <publish> <fence_ms> <campaign>":
+--         how long a queue entry lives without being renewed, in ms (the
+--         lease's revocation window, see lib.lua); the publish command,
+--         PUBLISH or SPUBLISH on a Redis Cluster; how long the fence counter
+--         lives, in ms (the fence window; a fence issued with a longer lease
+--         lives as long as the lease); 1 for a leadership campaign (see
+--         election.go), else 0. The channel is the lock key + ":ch".
 -- Returns 0 when the lock is ours (taken now, handed to us by a release, or
 -- already ours), else {pttl, holder}: the holder's remaining ms (-1: no
 -- expiry) and its token, which carries its metadata. The lock goes to the caller only if no live waiter is ahead
@@ -27,7 +29,7 @@ local token = ARGV[1]
 -- One EXISTS over the marker and the queue: on the common path (this lease
 -- never ended, nobody queued) SET NX GET follows and nothing else.
 local quiet = redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
-local campaign = ARGV[8] == '1'
+local campaign = string.sub(ARGV[4], -1) == '1'
 local holder -- nil: not tried yet; else the holder SET NX GET named
 if quiet and not campaign then
   holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
@@ -40,17 +42,20 @@ if not quiet and revoked(KEYS[5]) then
   return revoked_reply()
 end
 
+local qttl, pub, fence_ms = string.match(ARGV[4], '^(%d+) (%S+) (%d+)')
+local channel = KEYS[1] .. ':ch'
+
 -- won returns the reply of an attempt that took the lock now (see above).
 local function won()
   if not campaign then
     return 0
   end
-  local fence = new_fence(KEYS[2], math.max(tonumber(ARGV[7]), tonumber(ARGV[2])))
+  local fence = new_fence(KEYS[2], math.max(tonumber(fence_ms), tonumber(ARGV[2])))
   if not fence then
     return fence_type_reply()
   end
   local f = string.format('%d', fence)
-  redis.call(ARGV[6], ARGV[5], token .. ' ' .. f)
+  redis.call(pub, channel, token .. ' ' .. f)
   return fence
 end
 
@@ -95,12 +100,12 @@ if not holder then
     local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
     if deadline and tonumber(deadline) > now then
       if head ~= token then -- hand it to the first live waiter
-        local fence = new_fence(KEYS[2], math.max(tonumber(ARGV[7]), tonumber(ttl)))
+        local fence = new_fence(KEYS[2], math.max(tonumber(fence_ms), tonumber(ttl)))
         if not fence then return fence_type_reply() end
         redis.call('LPOP', KEYS[3])
         redis.call('HDEL', KEYS[4], head)
         redis.call('SET', KEYS[1], head, 'PX', ttl)
-        redis.call(ARGV[6], ARGV[5], head .. ' ' .. string.format('%d', fence))
+        redis.call(pub, channel, head .. ' ' .. string.format('%d', fence))
         holder = head
       end
       break
@@ -118,10 +123,10 @@ if not holder then
   end
 end
 if ARGV[3] == '1' then
-  local entry = string.format('%d', now_ms() + tonumber(ARGV[4])) .. ':' .. ARGV[2]
+  local entry = string.format('%d', now_ms() + tonumber(qttl)) .. ':' .. ARGV[2]
   if redis.call('HSET', KEYS[4], token, entry) == 1 then
     redis.call('RPUSH', KEYS[3], token)
   end
-  extend_queue(KEYS[3], KEYS[4], ARGV[4])
+  extend_queue(KEYS[3], KEYS[4], qttl)
 end
 return {math.max(redis.call('PTTL', KEYS[1]), -1), holder or ''}

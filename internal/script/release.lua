@@ -1,34 +1,36 @@
 -- release.lua: delete a lock we own, announce that it is free if someone
 -- waits, and end the lease (or undo an attempt whose outcome is unknown).
--- KEYS[1] lock key   KEYS[2] the lease's marker key (see lib.lua)
--- KEYS[3] the wake key, set by a waiter's attempt (acquire.lua)
--- ARGV[1] owner token   ARGV[2] release channel
--- ARGV[3] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
--- ARGV[4] how long the lease's marker lives, in ms; 0 writes none (every
---         request of the lease was answered on its one send, so none can
---         land after this: see Node.Release)
+-- KEYS[1] lock key   KEYS[2] the wake key, set by a waiter's attempt
+-- (acquire.lua)   KEYS[3] (a marked lease's only) the lease's marker key
+-- ARGV[1] owner token
+-- ARGV[2] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
+-- ARGV[3] (a marked lease's only) how long the marker lives, in ms
+-- A clean lease (every request of it answered on its one send, so none can
+-- land after this: see Node.Release) passes neither, and no marker is
+-- written: the common path reads one MGET and writes one DEL, with two keys
+-- and two arguments (each argument costs the server its own string).
 -- Returns 1 if it was ours and is now deleted (also, with a marker, for a
 -- re-sent request whose first copy deleted it), 0 if it was missing or
--- someone else's. The release is announced, and the wake key deleted, only
--- if the wake key exists: the one read of the common path is MGET.
-local v = redis.call('MGET', KEYS[1], KEYS[3])
+-- someone else's. The release is announced on the lock's channel
+-- ("<lock key>:ch"), and the wake key deleted, only if the wake key exists.
+local v = redis.call('MGET', KEYS[1], KEYS[2])
 if v[1] == ARGV[1] then
-  if ARGV[4] ~= '0' then
-    redis.call('SET', KEYS[2], '1', 'PX', ARGV[4]) -- see revoke in lib.lua
+  if KEYS[3] then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3]) -- see revoke in lib.lua
   end
   if v[2] then
-    redis.call('DEL', KEYS[1], KEYS[3])
-    redis.call(ARGV[3], ARGV[2], '*')
+    redis.call('DEL', KEYS[1], KEYS[2])
+    redis.call(ARGV[2], KEYS[1] .. ':ch', '*')
   else
     redis.call('DEL', KEYS[1])
   end
   return 1
 end
-if ARGV[4] == '0' then
+if not KEYS[3] then
   return 0
 end
-if redis.call('GET', KEYS[2]) == '1' then
+if redis.call('GET', KEYS[3]) == '1' then
   return 1
 end
-redis.call('SET', KEYS[2], '0', 'PX', ARGV[4])
+redis.call('SET', KEYS[3], '0', 'PX', ARGV[3])
 return 0

@@ -2,19 +2,22 @@
 -- take a waiter that gives up out of the queue (fair mode); either way the
 -- lease is ended (see revoke in lib.lua).
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue   KEYS[4] waiters hash
--- KEYS[5] the lease's marker key (see lib.lua)
+-- KEYS[5] the lease's marker key (see lib.lua); a clean lease's release,
+--         which reads no marker, names the lock key again
 -- KEYS[6] (a leadership campaign's only) the leader's value key
 --         (proclaim.lua), deleted with the lease
--- ARGV[1] owner token   ARGV[2] release channel
--- ARGV[3] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
--- ARGV[4] how long the revocation marker lives, in ms; 0 writes none (see
+-- ARGV[1] owner token
+-- ARGV[2] how long the revocation marker lives, in ms; 0 writes none (see
 --         release.lua)
--- ARGV[5] how long the fence counter lives, in ms (the fence window; with
---         a longer lease handed over, as long as that lease)
--- ARGV[6] 1 to announce a plain release even with nobody queued (a
---         leadership campaign: its observers watch the channel), else 0
+-- ARGV[3] what only a contended call reads, in one argument:
+--         "<publish> <fence_ms> <announce>": the publish command, PUBLISH or
+--         SPUBLISH on a Redis Cluster; how long the fence counter lives, in
+--         ms (the fence window; with a longer lease handed over, as long as
+--         that lease); 1 to announce a plain release even with nobody queued
+--         (a leadership campaign: its observers watch the channel), else 0.
+--         The channel is the lock key + ":ch".
 -- A handover is announced on the channel as "<token> <fence>", a plain
--- release as "*" only if someone queued (or with ARGV[6]): a fair lock's
+-- release as "*" only if someone queued (or with announce): a fair lock's
 -- waiters are all in its queue, so nobody else listens.
 -- Returns 1 if the lock was ours (it is now handed over or deleted; also for
 -- a re-sent request whose first copy did that), 0 if it was not (a waiter's
@@ -27,8 +30,8 @@ local token = ARGV[1]
 local holder = redis.pcall('GET', KEYS[1])
 local head -- the first waiter, taken out of the queue
 if holder == token then
-  if ARGV[4] ~= '0' then
-    redis.call('SET', KEYS[5], '1', 'PX', ARGV[4]) -- ended, holding the lock (see revoke in lib.lua)
+  if ARGV[2] ~= '0' then
+    redis.call('SET', KEYS[5], '1', 'PX', ARGV[2]) -- ended, holding the lock (see revoke in lib.lua)
   end
   if KEYS[6] then
     redis.call('DEL', KEYS[6])
@@ -36,8 +39,8 @@ if holder == token then
   head = redis.call('LPOP', KEYS[3])
   if not head then -- nobody queued (the common case)
     redis.call('DEL', KEYS[1])
-    if ARGV[6] == '1' then
-      redis.call(ARGV[3], ARGV[2], '*')
+    if string.sub(ARGV[3], -1) == '1' then
+      redis.call(string.match(ARGV[3], '^%S+'), KEYS[1] .. ':ch', '*')
     end
     return 1
   end
@@ -47,32 +50,34 @@ if holder ~= token then
   if redis.call('HDEL', KEYS[4], token) == 1 then
     redis.call('LREM', KEYS[3], 1, token)
   end
-  if ARGV[4] ~= '0' and redis.call('GET', KEYS[5]) == '1' then
+  if ARGV[2] ~= '0' and redis.call('GET', KEYS[5]) == '1' then
     return 1
   end
-  revoke(KEYS[5], '0', ARGV[4])
+  revoke(KEYS[5], '0', ARGV[2])
   return 0
 end
 -- Hand the lock to the first live waiter; those whose entry lapsed are
 -- dropped.
+local pub, fence_ms = string.match(ARGV[3], '^(%S+) (%d+)')
+local channel = KEYS[1] .. ':ch'
 local now = now_ms()
 while head do
   local entry = redis.call('HGET', KEYS[4], head)
   redis.call('HDEL', KEYS[4], head)
   local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
   if deadline and tonumber(deadline) > now then
-    local fence = new_fence(KEYS[2], math.max(tonumber(ARGV[5]), tonumber(ttl)))
+    local fence = new_fence(KEYS[2], math.max(tonumber(fence_ms), tonumber(ttl)))
     if not fence then -- a foreign fence key: free the lock rather than hand it over unfenced
       redis.call('DEL', KEYS[1])
-      redis.call(ARGV[3], ARGV[2], '*')
+      redis.call(pub, channel, '*')
       return 1
     end
     redis.call('SET', KEYS[1], head, 'PX', ttl)
-    redis.call(ARGV[3], ARGV[2], head .. ' ' .. string.format('%d', fence))
+    redis.call(pub, channel, head .. ' ' .. string.format('%d', fence))
     return 1
   end
   head = redis.call('LPOP', KEYS[3])
 end
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[3], ARGV[2], '*') -- someone queued: those who left may still listen
+redis.call(pub, channel, '*') -- someone queued: those who left may still listen
 return 1

@@ -48,10 +48,10 @@ func TestMarkersOutliveLaterLeases(t *testing.T) {
 	token := func(i int) string { return fmt.Sprintf("%022d", i) } // 22 characters, as dlock's
 	marker := func(i int) string { return "l:r:" + token(i) }
 	acquire := func(i int) (int, error) {
-		return Acquire.Run(ctx, rdb, []string{"l", marker(i), "l:w"}, token(i), 60000, 0).Int()
+		return Acquire.Run(ctx, rdb, []string{"l", marker(i)}, token(i), 60000).Int()
 	}
 	release := func(i int) int {
-		n, err := Release.Run(ctx, rdb, []string{"l", marker(i), "l:w"}, token(i), "l:ch", "PUBLISH", 60000).Int()
+		n, err := Release.Run(ctx, rdb, []string{"l", "l:w", marker(i)}, token(i), "PUBLISH", 60000).Int()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,10 +98,10 @@ func TestMarkersOutliveLaterLeases(t *testing.T) {
 func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	ctx := t.Context()
-	keys := func(tok string) []string { return []string{"l", "l:r:" + tok, "l:w"} }
 	acquire := func(tok string, waits int) []any {
 		t.Helper()
-		v, err := Acquire.Run(ctx, rdb, keys(tok), tok, 60000, waits).Result()
+		keys := []string{"l", "l:r:" + tok, "l:w"}
+		v, err := Acquire.Run(ctx, rdb, keys[:2+waits], tok, 60000).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,9 +110,9 @@ func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
 		}
 		return nil
 	}
-	release := func(tok string, window int) int64 {
+	release := func(tok string) int64 { // a clean lease's: no marker key, no window
 		t.Helper()
-		n, err := Release.Run(ctx, rdb, keys(tok), tok, "l:ch", "PUBLISH", window).Int64()
+		n, err := Release.Run(ctx, rdb, []string{"l", "l:w"}, tok, "PUBLISH").Int64()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
 	if rdb.Exists(ctx, "l:w").Val() != 0 {
 		t.Error("a try that does not wait set the wake key")
 	}
-	if release("a", 0) != 1 {
+	if release("a") != 1 {
 		t.Fatal("release of a = 0")
 	}
 	if rdb.Exists(ctx, "l:r:a").Val() != 0 {
@@ -148,13 +148,13 @@ func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
 	} else if d := rdb.PTTL(ctx, "l:w").Val(); d <= 0 || d > time.Minute {
 		t.Errorf("the wake key lives %v, want the holder's remaining lease", d)
 	}
-	if release("c", 0) != 1 || rdb.Exists(ctx, "l:w").Val() != 0 {
+	if release("c") != 1 || rdb.Exists(ctx, "l:w").Val() != 0 {
 		t.Error("the release with a waiter did not take the wake key")
 	}
 	if got := publishes(); got != "cmdstat_publish:calls=1" {
 		t.Errorf("the release with a waiter published %s, want once", got)
 	}
-	if release("c", 0) != 0 {
+	if release("c") != 0 {
 		t.Error("a second release without a marker says the lease was still held")
 	}
 }
