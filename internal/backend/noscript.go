@@ -143,6 +143,12 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 	err := n.watched(ctx, []string{c.Rev}, func(tx *redis.Tx) error {
 		var err error
 		g, err = n.acquireTx(ctx, tx, c, ttl)
+		if err == nil && queue && !g.Held && g.PTTL > 0 {
+			// A waiter: the wake key, so that a release by a Client with
+			// scripts announces itself too (see release.lua). Only a hint:
+			// a waiter not woken tries again when the holder's lease ends.
+			tx.Set(ctx, c.Wake, "1", g.PTTL)
+		}
 		return err
 	})
 	if err != nil {
