@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/script"
 )
 
 func TestFairWaitersServedInArrivalOrder(t *testing.T) {
@@ -1274,5 +1275,126 @@ func TestFairQueueNotShortenedByAShortLivedWaiter(t *testing.T) {
 	case <-time.After(6 * time.Second):
 		t.Errorf("the remaining fair waiter did not take the lock within 6s of its release")
 		<-got
+	}
+}
+
+// A fair lease with its own TTL, queued: the queue entry and the fence of
+// the handover follow the lease's TTL (the fair scripts' packed argument).
+func TestFairLeaseTTLQueueEntryAndFence(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	for _, q := range []bool{false} { // (a Redlock waits unfairly: no queue)
+		mk := func(o ...dlock.Option) *dlock.Client { return newClient(t, rdb, o...) }
+		inspect := []redis.UniversalClient{rdb}
+		name := "ft" + strconv.FormatBool(q)
+		hc := mk(dlock.LeaseTTL(5 * time.Second))
+		h, err := hc.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wc := mk(dlock.LeaseTTL(3 * time.Second)) // the Client's TTL
+		type res struct {
+			l   *dlock.Lock
+			err error
+		}
+		got := make(chan res, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+			defer cancel()
+			l, err := wc.Acquire(wctx, name, dlock.LeaseTTL(90*time.Second))
+			got <- res{l, err}
+		}()
+		if !waitFor(3*time.Second, func() bool { return inspect[0].LLen(ctx, h.Key()+":q").Val() == 1 }) {
+			t.Fatalf("q=%v: never queued", q)
+		}
+		for _, n := range inspect {
+			e := n.HGetAll(ctx, h.Key()+":qw").Val()
+			for tok, v := range e {
+				parts := strings.Split(v, ":")
+				dl, _ := strconv.ParseInt(parts[0], 10, 64)
+				tm := n.Time(ctx).Val().UnixMilli()
+				left := time.Duration(dl-tm) * time.Millisecond
+				if left < 50*time.Second || left > 61*time.Second || parts[1] != "90000" {
+					t.Errorf("q=%v: queue entry %s = %s: %v left, want the 90s lease's window (60s)", q, tok, v, left)
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("q=%v: waiter = %v", q, r.err)
+		}
+		want := 90 * time.Second
+		for i, n := range inspect {
+			if d := n.PTTL(ctx, h.Key()+":fence").Val(); d < want {
+				t.Errorf("q=%v node %d: fence key lives %v after the handover, want >= %v", q, i, d, want)
+			}
+		}
+		r.l.Release(ctx)
+	}
+}
+
+// The packed argument: values whose digits end in 1 must not pass for the
+// campaign flag, and a campaign must announce on the lock's channel.
+func TestFairScriptsPackedArgument(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	keys := func(l, tok string) []string {
+		return []string{l, l + ":fence", l + ":q", l + ":qw", l + ":r:" + tok, l + ":w"}
+	}
+	// not a campaign, digits ending in 1
+	v, err := script.AcquireFair.Run(ctx, rdb, keys("a", "t1"), "t1", 1000, 1, "1001 PUBLISH 60001 0").Result()
+	if err != nil || v != int64(0) {
+		t.Errorf("plain acquire = %v, %v; want 0", v, err)
+	}
+	if rdb.Exists(ctx, "a:fence").Val() != 0 {
+		t.Error("a plain acquire wrote a fence")
+	}
+	// another waiter queues; release with an odd fence window: handover on a:ch
+	sub := rdb.Subscribe(ctx, "a:ch")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := script.AcquireFair.Run(ctx, rdb, keys("a", "t2"), "t2", 4000, 1, "4001 PUBLISH 60001 0").Result(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := script.ReleaseFair.Run(ctx, rdb, []string{"a", "a:fence", "a:q", "a:qw", "a", "a:w"}, "t1", 0, "PUBLISH 60001 0").Int()
+	if err != nil || n != 1 {
+		t.Fatalf("release = %v, %v", n, err)
+	}
+	m, err := sub.ReceiveTimeout(ctx, time.Second)
+	if err != nil {
+		t.Fatalf("no handover message: %v", err)
+	}
+	if msg, ok := m.(*redis.Message); !ok || !strings.HasPrefix(msg.Payload, "t2 ") {
+		t.Errorf("handover message %v", m)
+	}
+	if g := rdb.Get(ctx, "a").Val(); g != "t2" {
+		t.Errorf("lock = %q after the handover, want t2", g)
+	}
+	if d := rdb.PTTL(ctx, "a:fence").Val(); d < 59*time.Second {
+		t.Errorf("fence lives %v", d)
+	}
+	// clean release by the new holder with nobody queued, announce 0: no message
+	n, _ = script.ReleaseFair.Run(ctx, rdb, []string{"a", "a:fence", "a:q", "a:qw", "a", "a:w"}, "t2", 0, "PUBLISH 60001 0").Int()
+	if n != 1 || rdb.Exists(ctx, "a").Val() != 0 {
+		t.Errorf("release of t2 = %d", n)
+	}
+	if m, err := sub.ReceiveTimeout(ctx, 200*time.Millisecond); err == nil {
+		t.Errorf("unexpected message %v", m)
+	}
+	// campaign with qttl and fence ending in 1: a fence and an announcement
+	f, err := script.AcquireFair.Run(ctx, rdb, keys("a", "t3"), "t3", 1000, 0, "1001 PUBLISH 60001 1").Int64()
+	if err != nil || f <= 1 {
+		t.Errorf("campaign = %v, %v; want a fence", f, err)
+	}
+	if m, err := sub.ReceiveTimeout(ctx, time.Second); err != nil {
+		t.Errorf("campaign not announced: %v", err)
+	} else if msg := m.(*redis.Message); msg.Payload != "t3 "+strconv.FormatInt(f, 10) {
+		t.Errorf("campaign message %q", msg.Payload)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,5 +222,39 @@ func TestForceReleaseOfAnExtendedLock(t *testing.T) {
 	}
 	if !deleted && liveKeys(ctx, direct, key) == 1 {
 		t.Errorf("ForceRelease = false (\"was not held\") while the lock is held: value %q", direct.Get(ctx, key).Val())
+	}
+}
+
+// A fair Lock whose lease was taken over: its clean release names the lock
+// key as its marker key (KEYS[5]); it must leave the new holder's lock
+// alone.
+func TestCleanFairReleaseLeavesAnotherHoldersLock(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(20*time.Second))
+	l, err := c.TryAcquire(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := strings.Repeat("Z", 22)
+	rdb.Set(ctx, l.Key(), other, 15*time.Second)
+	// a queue entry, so that release_fair reaches its later branches
+	rdb.RPush(ctx, l.Key()+":q", l.Token())
+	rdb.HSet(ctx, l.Key()+":qw", l.Token(), "99999999999999:1000")
+	err = l.Release(ctx)
+	if err == nil {
+		t.Errorf("Release of a taken-over lease = nil")
+	}
+	if v := rdb.Get(ctx, l.Key()).Val(); v != other {
+		t.Errorf("lock key = %q after the release, want %q", v, other)
+	}
+	if d := rdb.PTTL(ctx, l.Key()).Val(); d <= 10*time.Second {
+		t.Errorf("lock key's PTTL = %v after the release", d)
+	}
+	if n := rdb.LLen(ctx, l.Key()+":q").Val(); n != 0 {
+		t.Errorf("queue len %d", n)
+	}
+	if n := rdb.Exists(ctx, l.Key()+":r:"+l.Token()).Val(); n != 0 {
+		t.Errorf("clean lease left a marker")
 	}
 }

@@ -1,7 +1,9 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -174,5 +176,92 @@ func TestScriptFreeWaiterWokenByScriptedRelease(t *testing.T) {
 		}
 	case <-time.After(6 * time.Second):
 		t.Fatal("the waiter never took the lock")
+	}
+}
+
+// A fair and an unfair Client on one name: a waiter of either mode is woken
+// by the other mode's release (a fair waiter sets the wake key as it queues;
+// a fair release reads the wake key with its lock).
+func TestMixedModesWakeEachOther(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	slow := func(int) time.Duration { return 8 * time.Second }
+	for _, c := range []struct{ holderFair, waiterFair bool }{{false, true}, {true, false}} {
+		name := "mix" + strconv.FormatBool(c.holderFair)
+		mk := func(fair bool) *dlock.Client {
+			if fair {
+				return newClient(t, rdb, dlock.LeaseTTL(30*time.Second))
+			}
+			return newClient(t, rdb, dlock.WithUnfair(slow), dlock.LeaseTTL(30*time.Second))
+		}
+		h, err := mk(c.holderFair).TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wc := mk(c.waiterFair)
+		got := make(chan time.Time, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 7*time.Second)
+			defer cancel()
+			l, err := wc.Acquire(wctx, name)
+			if err != nil {
+				got <- time.Time{}
+				return
+			}
+			got <- time.Now()
+			l.Release(ctx)
+		}()
+		time.Sleep(300 * time.Millisecond)
+		start := time.Now()
+		h.Release(ctx)
+		if at := <-got; at.IsZero() || at.Sub(start) > 2*time.Second {
+			t.Errorf("holder fair=%v, waiter fair=%v: waiter not woken by the release (got it %v after; zero: never within 7s)", c.holderFair, c.waiterFair, at.Sub(start))
+		}
+	}
+}
+
+// An unfair waiter on a Cluster, with a backoff far longer than the test
+// waits, is woken only by the release's SPUBLISH on the derived channel.
+func TestUnfairWakeOnCluster(t *testing.T) {
+	_, cc := startCluster(t)
+	ctx := t.Context()
+	slow := func(int) time.Duration { return 8 * time.Second }
+	for _, resume := range []bool{false, true} {
+		name := "uw" + strconv.FormatBool(resume)
+		hc := newClient(t, cc, dlock.WithUnfair(slow), dlock.LeaseTTL(30*time.Second))
+		h, err := hc.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resume { // a marked lease: release.lua with the marker key
+			if h, err = hc.TryAcquire(ctx, name, dlock.Resume(h.Token())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wc := newClient(t, cc, dlock.WithUnfair(slow), dlock.LeaseTTL(30*time.Second))
+		got := make(chan time.Time, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 7*time.Second)
+			defer cancel()
+			l, err := wc.Acquire(wctx, name)
+			if err != nil {
+				t.Errorf("resume=%v: waiter = %v", resume, err)
+				got <- time.Time{}
+				return
+			}
+			got <- time.Now()
+			l.Release(ctx)
+		}()
+		if !waitFor(3*time.Second, func() bool { return cc.Exists(ctx, h.Key()+":w").Val() == 1 }) {
+			t.Fatalf("resume=%v: no wake key", resume)
+		}
+		time.Sleep(100 * time.Millisecond)
+		start := time.Now()
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if at := <-got; !at.IsZero() && at.Sub(start) > 2*time.Second {
+			t.Errorf("resume=%v: waiter woke %v after the release: the SPUBLISH did not reach it", resume, at.Sub(start))
+		}
 	}
 }

@@ -85,9 +85,9 @@ var w0Cases = []w0Case{
 	{id: "c fair", name: "(c) dlock's scripts, fair", scripts: []*redis.Script{script.AcquireFair, script.ReleaseFair},
 		pair: func(b []byte, n *w0Name, tok string) []byte {
 			rev := n.lock + ":r:" + tok
-			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
+			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "6", n.lock, n.fence, n.queue, n.waiters, rev, n.wake,
 				tok, ttlMS, "0", queueMS+" PUBLISH "+fenceMS+" 0")
-			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, n.lock,
+			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "6", n.lock, n.fence, n.queue, n.waiters, n.lock, n.wake,
 				tok, cleanMS, "PUBLISH "+fenceMS+" 0")
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},

@@ -26,7 +26,7 @@ func (lock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, qu
 	)
 	switch q := queueFlag(queue); {
 	case n.replicas > 0 && n.fair:
-		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
+		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
 			c.Token, ttl.Milliseconds(), q, n.acquireConf(ttl, false))
 	case n.replicas > 0:
 		keys := []string{c.Lock, c.Rev, c.Wake}
@@ -35,8 +35,8 @@ func (lock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, qu
 		}
 		cmd, acks = n.acked(ctx, script.Acquire, keys, c.Token, ttl.Milliseconds())
 	case n.fair:
-		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 5,
-			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, n.ms(ttl), q, n.acquireConf(ttl, false)}), -1
+		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 6,
+			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), q, n.acquireConf(ttl, false)}), -1
 	case queue: // (a waiter: the wake key too, see acquire.lua)
 		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, n.ms(ttl)}), -1
 	default:
@@ -55,8 +55,8 @@ func (lock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.
 		if window == 0 {
 			rev = &c.Lock // (a clean lease's release reads no marker: see release_fair.lua)
 		}
-		return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
-			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, rev, &c.Token, window, n.releaseConf(false)})
+		return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 6,
+			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, rev, &c.Wake, &c.Token, window, n.releaseConf(false)})
 	}
 	if window == 0 { // a clean lease: two keys, two arguments (release.lua)
 		return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.Lock, &c.Wake, &c.Token, n.pubA})
