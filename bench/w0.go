@@ -87,7 +87,7 @@ var w0Cases = []w0Case{
 			rev := n.lock + ":r:" + tok
 			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "6", n.lock, n.fence, n.queue, n.waiters, rev, n.wake,
 				tok, ttlMS, "0", queueMS+" PUBLISH "+fenceMS+" 0")
-			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "6", n.lock, n.fence, n.queue, n.waiters, n.lock, n.wake,
+			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, n.lock,
 				tok, cleanMS, "PUBLISH "+fenceMS+" 0")
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},

@@ -55,8 +55,8 @@ func (lock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.
 		if window == 0 {
 			rev = &c.Lock // (a clean lease's release reads no marker: see release_fair.lua)
 		}
-		return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 6,
-			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, rev, &c.Wake, &c.Token, window, n.releaseConf(false)})
+		return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
+			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, rev, &c.Token, window, n.releaseConf(false)})
 	}
 	if window == 0 { // a clean lease: two keys, two arguments (release.lua)
 		return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.Lock, &c.Wake, &c.Token, n.pubA})

@@ -4,9 +4,7 @@
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue   KEYS[4] waiters hash
 -- KEYS[5] the lease's marker key (see lib.lua); a clean lease's release,
 --         which reads no marker, names the lock key again
--- KEYS[6] the wake key, set by a waiter's attempt (release.lua): an unfair
---         waiter's (a name used in both modes), which does not queue
--- KEYS[7] (a leadership campaign's only) the leader's value key
+-- KEYS[6] (a leadership campaign's only) the leader's value key
 --         (proclaim.lua), deleted with the lease
 -- ARGV[1] owner token
 -- ARGV[2] how long the revocation marker lives, in ms; 0 writes none (see
@@ -19,35 +17,29 @@
 --         (a leadership campaign: its observers watch the channel), else 0.
 --         The channel is the lock key + ":ch".
 -- A handover is announced on the channel as "<token> <fence>", a plain
--- release as "*" only if someone queued, or set the wake key, or with
--- announce.
+-- release as "*" only if someone queued (or with announce): a fair lock's
+-- waiters are all in its queue, so nobody else listens.
 -- Returns 1 if the lock was ours (it is now handed over or deleted; also for
 -- a re-sent request whose first copy did that), 0 if it was not (a waiter's
 -- queue entry, if any, is removed; also when the lock key is of another
 -- kind, which is left alone).
 local token = ARGV[1]
 -- A lock key of another kind (the name taken meanwhile as a reentrant lock,
--- a semaphore or a read-write lock) holds no lease of ours: MGET reads it
--- as nil (where GET would fail before a waiter that gives up is taken out
--- of the queue).
-local v = redis.call('MGET', KEYS[1], KEYS[6])
-local holder = v[1]
+-- a semaphore or a read-write lock) holds no lease of ours; GET would fail
+-- on it before a waiter that gives up is taken out of the queue.
+local holder = redis.pcall('GET', KEYS[1])
 local head -- the first waiter, taken out of the queue
 if holder == token then
   if ARGV[2] ~= '0' then
     redis.call('SET', KEYS[5], '1', 'PX', ARGV[2]) -- ended, holding the lock (see revoke in lib.lua)
   end
-  if KEYS[7] then
-    redis.call('DEL', KEYS[7])
+  if KEYS[6] then
+    redis.call('DEL', KEYS[6])
   end
   head = redis.call('LPOP', KEYS[3])
   if not head then -- nobody queued (the common case)
-    if v[2] then -- an unfair waiter listens
-      redis.call('DEL', KEYS[1], KEYS[6])
-    else
-      redis.call('DEL', KEYS[1])
-    end
-    if v[2] or string.sub(ARGV[3], -1) == '1' then
+    redis.call('DEL', KEYS[1])
+    if string.sub(ARGV[3], -1) == '1' then
       redis.call(string.match(ARGV[3], '^%S+'), KEYS[1] .. ':ch', '*')
     end
     return 1
@@ -68,9 +60,6 @@ end
 -- dropped.
 local pub, fence_ms = string.match(ARGV[3], '^(%S+) (%d+)')
 local channel = KEYS[1] .. ':ch'
-if v[2] then -- set by waiters that this release serves: announced below
-  redis.call('DEL', KEYS[6])
-end
 local now = now_ms()
 while head do
   local entry = redis.call('HGET', KEYS[4], head)
