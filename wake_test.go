@@ -108,75 +108,26 @@ func TestRedlockWaiterWokenByRelease(t *testing.T) {
 	for range 3 {
 		nodes = append(nodes, redistest.Start(t).Client(t))
 	}
-	ctx := t.Context()
-	slow := func(int) time.Duration { return 5 * time.Second }
-	c := newRedlock(t, nodes, time.Second, dlock.WithUnfair(slow))
-	w := newRedlock(t, nodes, time.Second, dlock.WithUnfair(slow))
-	l, err := c.TryAcquire(ctx, "rl", dlock.LeaseTTL(4*time.Second))
+	c := newRedlock(t, nodes, time.Second, dlock.WithUnfair(slowBackoff))
+	w := newRedlock(t, nodes, time.Second, dlock.WithUnfair(slowBackoff))
+	l, err := c.TryAcquire(t.Context(), "rl", dlock.LeaseTTL(8*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan time.Time, 1)
-	go func() {
-		m, err := w.Acquire(ctx, "rl")
-		got <- time.Now()
-		if err == nil {
-			m.Release(ctx)
-		}
-	}()
-	time.Sleep(300 * time.Millisecond)
-	rel := time.Now()
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case at := <-got:
-		if d := at.Sub(rel); d > 2*time.Second { // (its own timer: the holder's 3.7s left)
-			t.Fatalf("waiter took the lock %v after the release: not woken by it", d)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Redlock waiter never woken")
-	}
+	wokenByRelease(t, w, l, func() bool { return nodes[0].Exists(t.Context(), l.Key()+":w").Val() == 1 })
 }
 
 // A script-free waiter sets the wake key as a waiter with scripts does, so
 // that the release of a holder with scripts announces itself to it.
 func TestScriptFreeWaiterWokenByScriptedRelease(t *testing.T) {
 	_, rdb := setup(t)
-	ctx := t.Context()
-	slow := func(int) time.Duration { return 5 * time.Second }
-	c := newClient(t, rdb, dlock.WithUnfair(slow))
-	w := newClient(t, rdb, dlock.WithUnfair(slow), dlock.WithoutScripts())
-	l, err := c.TryAcquire(ctx, "mixed", dlock.LeaseTTL(4*time.Second))
+	c := newClient(t, rdb, dlock.WithUnfair(slowBackoff))
+	w := newClient(t, rdb, dlock.WithUnfair(slowBackoff), dlock.WithoutScripts())
+	l, err := c.TryAcquire(t.Context(), "mixed", dlock.LeaseTTL(8*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		m, err := w.Acquire(ctx, "mixed")
-		if err == nil {
-			m.Release(ctx)
-		}
-		got <- err
-	}()
-	if !waitFor(3*time.Second, func() bool { return rdb.Exists(ctx, l.Key()+":w").Val() == 1 }) {
-		t.Fatal("the script-free waiter never set the wake key")
-	}
-	rel := time.Now()
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(rel); d > 2*time.Second { // (its own timer: the holder's ~4s left)
-			t.Errorf("the waiter took the lock %v after the release: not woken by it", d)
-		}
-	case <-time.After(6 * time.Second):
-		t.Fatal("the waiter never took the lock")
-	}
+	wokenByRelease(t, w, l, func() bool { return rdb.Exists(t.Context(), l.Key()+":w").Val() == 1 })
 }
 
 // A fair and an unfair Client on one name: a fair waiter is woken by the
@@ -185,39 +136,47 @@ func TestScriptFreeWaiterWokenByScriptedRelease(t *testing.T) {
 // timer: a fair release reads no wake key.)
 func TestFairWaiterWokenByUnfairRelease(t *testing.T) {
 	_, rdb := setup(t)
+	h := newClient(t, rdb, dlock.WithUnfair(slowBackoff))
+	w := newClient(t, rdb, dlock.LeaseTTL(30*time.Second)) // (a fair waiter renews its entry every 10s)
+	l, err := h.TryAcquire(t.Context(), "mix", dlock.LeaseTTL(8*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wokenByRelease(t, w, l, func() bool { return rdb.LLen(t.Context(), l.Key()+":q").Val() == 1 })
+}
+
+// slowBackoff is an unfair waiter's backoff far longer than a test waits.
+func slowBackoff(int) time.Duration { return 10 * time.Second }
+
+// wokenByRelease has w wait for l's lock in the background until ready
+// says it listens, releases l, and fails t unless w takes the lock within
+// 2s: l's lease has longer left, and the waiters here back off for longer,
+// so only the release's announcement can wake w that soon.
+func wokenByRelease(t *testing.T, w *dlock.Client, l *dlock.Lock, ready func() bool) {
+	t.Helper()
 	ctx := t.Context()
-	slow := func(int) time.Duration { return 8 * time.Second }
-	for _, c := range []struct{ holderFair, waiterFair bool }{{false, true}} {
-		name := "mix" + strconv.FormatBool(c.holderFair)
-		mk := func(fair bool) *dlock.Client {
-			if fair {
-				return newClient(t, rdb, dlock.LeaseTTL(30*time.Second))
-			}
-			return newClient(t, rdb, dlock.WithUnfair(slow), dlock.LeaseTTL(30*time.Second))
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 7*time.Second)
+		defer cancel()
+		m, err := w.Acquire(wctx, l.Name())
+		if err == nil {
+			m.Release(ctx)
 		}
-		h, err := mk(c.holderFair).TryAcquire(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wc := mk(c.waiterFair)
-		got := make(chan time.Time, 1)
-		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 7*time.Second)
-			defer cancel()
-			l, err := wc.Acquire(wctx, name)
-			if err != nil {
-				got <- time.Time{}
-				return
-			}
-			got <- time.Now()
-			l.Release(ctx)
-		}()
-		time.Sleep(300 * time.Millisecond)
-		start := time.Now()
-		h.Release(ctx)
-		if at := <-got; at.IsZero() || at.Sub(start) > 2*time.Second {
-			t.Errorf("holder fair=%v, waiter fair=%v: waiter not woken by the release (got it %v after; zero: never within 7s)", c.holderFair, c.waiterFair, at.Sub(start))
-		}
+		got <- err
+	}()
+	if !waitFor(3*time.Second, ready) {
+		t.Fatal("the waiter never began to listen")
+	}
+	rel := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+	if d := time.Since(rel); d > 2*time.Second {
+		t.Errorf("the waiter took the lock %v after the release: not woken by it", d)
 	}
 }
 
