@@ -260,10 +260,10 @@ type Node struct {
 	retries    bool   // the go-redis client retries: a lost reply is asked again, once (see Grant.Again)
 	ackTimeout time.Duration
 
-	ttl         time.Duration // the Client's lease time, and as arguments:
-	ttlA, qttlA any           // it in ms, and its queue entries' life (Window) in ms
-	pubA        any
-	fenceMS     any // how long a fence counter lives, in ms (fenceWindow, or quorumFenceWindow)
+	ttl     time.Duration // the Client's lease time, and as arguments:
+	ttlA    any           // it in ms
+	pubA    any
+	fenceMS any // how long a fence counter lives, in ms (fenceWindow, or quorumFenceWindow)
 	// The fair scripts' last argument, what only a contended call reads
 	// (acquire_fair.lua, release_fair.lua), for a fair lock of the Client's
 	// TTL: built once (see setFenceWindow).
@@ -297,32 +297,46 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 	}
 	n := Node{rdb: newBatcher(rdb, !c.Pipelining), retries: retries(rdb), uc: rdb, fair: c.Fair, reentrant: c.Reentrant, pub: pub, pubA: pub,
 		replicas: c.Replicas, ackTimeout: c.AckTimeout,
-		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), qttlA: Window(c.TTL).Milliseconds(),
+		ttl: c.TTL, ttlA: c.TTL.Milliseconds(),
 		leases: newLeaseScripts(c), caches: new(scriptCaches)}
 	n.setFenceWindow(fenceWindow)
 	return n
 }
 
-// setFenceWindow sets how long the fence counters n writes live.
+// setFenceWindow sets how long the fence counters n writes live, and the
+// fair scripts' arguments that carry it.
 func (n *Node) setFenceWindow(d time.Duration) {
-	n.fenceMS, n.acqConf, n.relConf = d.Milliseconds(), nil, nil
-	n.acqConf, n.relConf = n.acquireConf(n.ttl, false), n.releaseConf(false)
+	n.fenceMS = d.Milliseconds()
+	n.acqConf, n.relConf = n.fairConf(n.ttl, false), n.fairReleaseConf(false)
 }
 
-// acquireConf is acquire_fair.lua's ARGV[4] for a lease of ttl: "<qttl>
-// <publish> <fence_ms> <campaign>".
+// acquireConf is acquire_fair.lua's ARGV[4] for a lease of ttl (see fairConf),
+// built once for the Client's TTL.
 func (n Node) acquireConf(ttl time.Duration, campaign bool) any {
 	if ttl == n.ttl && !campaign && n.acqConf != nil {
 		return n.acqConf
 	}
+	return n.fairConf(ttl, campaign)
+}
+
+// fairConf builds acquire_fair.lua's ARGV[4]: "<qttl> <publish> <fence_ms>
+// <campaign>".
+func (n Node) fairConf(ttl time.Duration, campaign bool) any {
 	return fmt.Sprintf("%d %s %v %d", Window(ttl).Milliseconds(), n.pub, n.fenceMS, flag(campaign))
 }
 
-// releaseConf is release_fair.lua's ARGV[3]: "<publish> <fence_ms> <announce>".
+// releaseConf is release_fair.lua's ARGV[3] (see fairReleaseConf), built
+// once for a lock.
 func (n Node) releaseConf(announce bool) any {
 	if !announce && n.relConf != nil {
 		return n.relConf
 	}
+	return n.fairReleaseConf(announce)
+}
+
+// fairReleaseConf builds release_fair.lua's ARGV[3]: "<publish> <fence_ms>
+// <announce>".
+func (n Node) fairReleaseConf(announce bool) any {
 	return fmt.Sprintf("%s %v %d", n.pub, n.fenceMS, flag(announce))
 }
 
