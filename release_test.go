@@ -258,3 +258,29 @@ func TestCleanFairReleaseLeavesAnotherHoldersLock(t *testing.T) {
 		t.Errorf("clean lease left a marker")
 	}
 }
+
+// A clean lease (every acquire answered) ends without a marker in every
+// mode with scripts (an undo's marker: TestMarkersOutliveLaterLeases).
+func TestCleanReleaseLeavesNoMarker(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	markers := func(name string) []string {
+		return rdb.Keys(ctx, "dlock:{"+name+"}:r:*").Val()
+	}
+	for _, m := range modes(t, rdb, false) {
+		t.Run(m.name, func(t *testing.T) {
+			c := m.new(t, dlock.WithAutoExtend(false))
+			name := "clean-" + m.name
+			l, err := c.TryAcquire(m.ctx(ctx), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(m.ctx(ctx)); err != nil {
+				t.Fatal(err)
+			}
+			if got := markers(name); len(got) != 0 {
+				t.Errorf("a clean release left markers %v", got)
+			}
+		})
+	}
+}
