@@ -170,6 +170,8 @@ func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration, res
 			continue
 		case strings.HasPrefix(tail, ":r:") && expiring:
 			continue
+		case tail == ":w" && k.kind == "string" && expiring: // a wake key: the holder's remaining lease at most
+			continue
 		case grace > 0 && k.pttl >= 0 && k.pttl <= grace:
 			excused = append(excused, desc)
 		case restarted[k.node] && tail == "" && expiring:

@@ -19,13 +19,15 @@ func TestLeftoversSortsKeys(t *testing.T) {
 		{node: 1, key: p + "{b}", kind: "string", pttl: ttl, val: "lease-b"},      // on a node restarted empty
 		{node: 1, key: p + "{c}:r:tok", kind: "string", pttl: -1, val: "1"},       // a marker with no expiry
 		{node: 0, key: p + "{d}", kind: "string", pttl: 10 * ttl, val: "lease-d"}, // beyond any lease
+		{node: 0, key: p + "{e}:w", kind: "string", pttl: ttl, val: "1"},          // a wake key within a lease: allowed
+		{node: 0, key: p + "{f}:w", kind: "string", pttl: -1, val: "1"},           // a wake key with no expiry
 	}
 	bad, excused := leftovers(keys, p, ttl, 0, map[int]bool{1: true})
 	var names []string
 	for _, k := range bad {
 		names = append(names, k.name(p)+"="+k.val)
 	}
-	if want := []string{"a=lease-a", "c=1", "d=lease-d"}; !slices.Equal(names, want) {
+	if want := []string{"a=lease-a", "c=1", "d=lease-d", "f=1"}; !slices.Equal(names, want) {
 		t.Errorf("bad = %v, want %v", names, want)
 	}
 	if len(excused) != 1 || excused[0] != "node1 t7:{b} (string, pttl 2s) on a node restarted empty" {
