@@ -621,7 +621,8 @@ func TestClusterReplicaAck(t *testing.T) {
 	if !errors.Is(err, dlock.ErrReplicaAck) || !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("acked TryAcquire with the replica stalled = %v, want ErrReplicaAck and ErrNotAcquired", err)
 	}
-	if !waitFor(3*time.Second, func() bool { return !exists(ctx, master, "dlock:{"+stall+"}") }) {
+	// (The undo is retried in the background for up to 10s while the master refuses or drops it.)
+	if !waitFor(10*time.Second, func() bool { return !exists(ctx, master, "dlock:{"+stall+"}") }) {
 		v, _ := master.Do(ctx, "GET", "dlock:{"+stall+"}")
 		k, _ := master.Do(ctx, "KEYS", "dlock:{"+stall+"}*")
 		t.Errorf("an unacknowledged acquisition left its key on the master: %v %v", v, k)
