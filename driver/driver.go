@@ -1,0 +1,159 @@
+// Package driver is what a Redis client other than go-redis implements for
+// dlock to keep its locks there ([github.com/dlockio/dlock.NewFrom]): send
+// a command once, send a few to one server in one write, listen on pub/sub,
+// and list a Cluster's masters. extra/dlockrueidis and extra/dlockvalkey
+// implement it; package drivertest holds the tests every implementation
+// must pass.
+//
+// A command is a list of arguments: string, *string, []byte, int or int64
+// ([String] gives each its wire form). dlock sends these commands: EVALSHA
+// and EVAL (keys after the key count), SCRIPT LOAD, GET, TYPE and ZRANGE
+// (key first), SCAN, PING ([Keys] names the keys of each, for a Cluster's
+// routing).
+package driver
+
+import (
+	"context"
+	"errors"
+	"strconv"
+)
+
+// Conn is one Redis deployment: a server, a Sentinel-managed master, or a
+// Cluster. Its methods are safe for concurrent use.
+type Conn interface {
+	// Do sends one command and returns its reply: nil, int64, string, or
+	// []any of these; a server's error reply as an [Error]. The command is
+	// sent once: never again after a failure that may have left it
+	// running (a lock's clean lease relies on it). A failure to connect
+	// wraps a *net.OpError whose Op is "dial"; a reply lost to a broken or
+	// timed-out connection wraps io.EOF or a net.Error; a closed client
+	// returns [ErrClosed].
+	Do(ctx context.Context, args ...any) (any, error)
+	// DoMulti sends cmds, each once, in one write on one connection to
+	// one server, and returns their replies in order. dlock calls it only
+	// on a Conn that is one server: never on a Cluster's, only on the
+	// masters' Conns that Masters returns.
+	DoMulti(ctx context.Context, cmds ...[]any) []Result
+	// PubSub opens a pub/sub connection. With channel "" it is subscribed
+	// to nothing yet (SUBSCRIBE, UNSUBSCRIBE); otherwise it is a Cluster's
+	// connection to the shard of channel, subscribed to it with
+	// SSUBSCRIBE. After a broken connection it connects again on its own
+	// and subscribes again to its channels, whose confirmations Receive
+	// then returns anew.
+	PubSub(ctx context.Context, channel string) PubSub
+	// Masters returns a Conn for each master of a Cluster, each one
+	// server; or, for any other deployment, the Conn itself.
+	Masters(ctx context.Context) ([]Conn, error)
+	// Info describes the deployment and the client's configuration.
+	Info() Info
+}
+
+// Info describes a Conn.
+type Info struct {
+	// Cluster reports a Redis Cluster: releases are announced with
+	// SPUBLISH and listened to with sharded pub/sub.
+	Cluster bool
+	// Retries reports that a command whose reply was lost may be asked
+	// again: dlock then does so once, where it is safe (the client itself
+	// must not: see Conn.Do).
+	Retries bool
+}
+
+// Result is the reply of one command of DoMulti, as Do returns it.
+type Result struct {
+	Val any
+	Err error
+}
+
+// PubSub is one pub/sub connection (see Conn.PubSub).
+type PubSub interface {
+	Subscribe(ctx context.Context, channels ...string) error
+	Unsubscribe(ctx context.Context, channels ...string) error
+	// Receive returns the next message or subscription confirmation, or
+	// an error when ctx ends first (wrapping ctx.Err()), when the
+	// connection broke (it connects again by itself), or [ErrClosed] once
+	// closed.
+	Receive(ctx context.Context) (Message, error)
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// Message is what a PubSub received: a message, or a confirmation.
+type Message struct {
+	// Kind is "message" (or "smessage"), or a confirmation: "subscribe",
+	// "ssubscribe", "unsubscribe", "sunsubscribe".
+	Kind    string
+	Channel string
+	Payload string // a message's
+}
+
+// Error is a server's error reply, such as "NOSCRIPT No matching script".
+type Error string
+
+func (e Error) Error() string { return string(e) }
+
+// RedisError marks e as a reply of the server, not a failure to reach it.
+func (Error) RedisError() {}
+
+// ErrClosed is returned by a Conn or PubSub that was closed.
+var ErrClosed = errors.New("driver: client closed")
+
+// String returns the wire form of a command argument (see the package
+// doc); ok is false for a type dlock never sends.
+func String(arg any) (s string, ok bool) {
+	switch v := arg.(type) {
+	case string:
+		return v, true
+	case *string:
+		return *v, true
+	case []byte:
+		return string(v), true
+	case int:
+		return strconv.Itoa(v), true
+	case int64:
+		return strconv.FormatInt(v, 10), true
+	}
+	return "", false
+}
+
+// Keys returns the keys of the command args (see the package doc), in their
+// wire form: what a Cluster routes it by. Commands with none return nil.
+func Keys(args []any) []string {
+	if len(args) < 2 {
+		return nil
+	}
+	name, _ := String(args[0])
+	switch lower(name) {
+	case "evalsha", "eval", "evalsha_ro", "eval_ro":
+		if len(args) < 3 {
+			return nil
+		}
+		n, ok := args[2].(int)
+		if !ok {
+			s, _ := String(args[2])
+			n, _ = strconv.Atoi(s)
+		}
+		if n <= 0 || 3+n > len(args) {
+			return nil
+		}
+		keys := make([]string, n)
+		for i := range n {
+			keys[i], _ = String(args[3+i])
+		}
+		return keys
+	case "get", "type", "zrange", "mget", "exists", "pttl", "hmget":
+		k, _ := String(args[1])
+		return []string{k}
+	}
+	return nil
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
