@@ -1,0 +1,262 @@
+// Package dlockrueidis keeps dlock's locks with a rueidis client: [Conn]
+// adapts a rueidis.Client (a server, a Sentinel-managed master or a
+// Cluster) to package driver, and [New] builds a dlock Client on it.
+//
+// Every command is sent once: rueidis retries only commands marked
+// read-only, and none that dlock sends is. A client built with
+// ConnLifetime may send a command again when its connection expires while
+// the command is in flight: leave ConnLifetime unset. rueidis does not
+// expose DisableRetry, so Info reports Retries.
+package dlockrueidis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/driver"
+)
+
+// Conn returns c as a driver.Conn. It never closes c.
+func Conn(c rueidis.Client) driver.Conn { return conn{c: c} }
+
+type conn struct {
+	c rueidis.Client
+}
+
+func (c conn) Do(ctx context.Context, args ...any) (any, error) {
+	cmd, err := build(c.c.B(), args)
+	if err != nil {
+		return nil, err
+	}
+	return reply(c.c.Do(ctx, cmd))
+}
+
+func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
+	out := make([]driver.Result, len(cmds))
+	built := make(rueidis.Commands, 0, len(cmds))
+	idx := make([]int, 0, len(cmds))
+	for i, args := range cmds {
+		cmd, err := build(c.c.B(), args)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		built = append(built, cmd)
+		idx = append(idx, i)
+	}
+	if len(built) == 0 {
+		return out
+	}
+	for j, r := range c.c.DoMulti(ctx, built...) {
+		out[idx[j]].Val, out[idx[j]].Err = reply(r)
+	}
+	return out
+}
+
+func (c conn) Info() driver.Info {
+	return driver.Info{Cluster: c.c.Mode() == rueidis.ClientModeCluster, Retries: true}
+}
+
+// Masters returns, for a Cluster, a Conn for each master of the slot map
+// that a node reports (CLUSTER SLOTS).
+func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
+	if c.c.Mode() != rueidis.ClientModeCluster {
+		return []driver.Conn{c}, nil
+	}
+	slots, err := c.c.Do(ctx, c.c.B().Arbitrary("CLUSTER", "SLOTS").Build()).ToArray()
+	if err != nil {
+		return nil, convertErr(err)
+	}
+	nodes := c.c.Nodes()
+	var out []driver.Conn
+	seen := map[string]bool{}
+	for _, s := range slots {
+		v, err := s.ToArray()
+		if err != nil || len(v) < 3 {
+			return nil, fmt.Errorf("dlockrueidis: unexpected CLUSTER SLOTS entry %v", s)
+		}
+		addr, err := endpoint(v[2])
+		if err != nil {
+			return nil, err
+		}
+		if seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		n, ok := nodes[addr]
+		if !ok {
+			return nil, fmt.Errorf("dlockrueidis: master %s is not among the client's nodes", addr)
+		}
+		out = append(out, conn{c: n})
+	}
+	return out, nil
+}
+
+// endpoint returns the host:port of a CLUSTER SLOTS node entry.
+func endpoint(m rueidis.RedisMessage) (string, error) {
+	v, err := m.ToArray()
+	if err != nil || len(v) < 2 {
+		return "", fmt.Errorf("dlockrueidis: unexpected CLUSTER SLOTS node %v", m)
+	}
+	host, err := v[0].ToString()
+	if err != nil {
+		return "", fmt.Errorf("dlockrueidis: unexpected CLUSTER SLOTS node %v", m)
+	}
+	port, err := v[1].AsInt64()
+	if err != nil {
+		return "", fmt.Errorf("dlockrueidis: unexpected CLUSTER SLOTS node %v", m)
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return fmt.Sprintf("%s:%d", host, port), nil
+}
+
+// build makes a command of args, its keys (driver.Keys) marked for a
+// Cluster's routing.
+func build(b rueidis.Builder, args []any) (rueidis.Completed, error) {
+	if len(args) == 0 {
+		return rueidis.Completed{}, errors.New("dlockrueidis: empty command")
+	}
+	s := make([]string, len(args))
+	for i, a := range args {
+		v, ok := driver.String(a)
+		if !ok {
+			return rueidis.Completed{}, fmt.Errorf("dlockrueidis: argument %d of %v: unsupported type %T", i, args[0], a)
+		}
+		s[i] = v
+	}
+	if s[0] == "" || strings.HasSuffix(strings.ToUpper(s[0]), "SUBSCRIBE") {
+		return rueidis.Completed{}, fmt.Errorf("dlockrueidis: command %q is not supported by Do", s[0])
+	}
+	first := 1
+	switch strings.ToLower(s[0]) {
+	case "eval", "evalsha", "eval_ro", "evalsha_ro":
+		first = 3
+	}
+	cmd := b.Arbitrary(s[0])
+	if keys := driver.Keys(args); len(keys) > 0 && first+len(keys) <= len(s) {
+		cmd = cmd.Args(s[1:first]...).Keys(s[first : first+len(keys)]...).Args(s[first+len(keys):]...)
+	} else {
+		cmd = cmd.Args(s[1:]...)
+	}
+	return cmd.Build(), nil
+}
+
+// reply converts a result to driver's form.
+func reply(r rueidis.RedisResult) (any, error) {
+	if err := r.NonRedisError(); err != nil {
+		return nil, convertErr(err)
+	}
+	m, err := r.ToMessage()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return nil, convertErr(err)
+	}
+	return value(&m)
+}
+
+// value converts a reply as a RESP2 client sees it: a double or a big
+// number as a string, a boolean as 1 or nil, a map as a flat array.
+func value(m *rueidis.RedisMessage) (any, error) {
+	if err := m.Error(); err != nil {
+		if rueidis.IsRedisNil(err) {
+			return nil, nil
+		}
+		return nil, convertErr(err)
+	}
+	switch {
+	case m.IsInt64():
+		return m.AsInt64()
+	case m.IsBool():
+		if b, _ := m.AsBool(); b {
+			return int64(1), nil
+		}
+		return nil, nil
+	case m.IsArray():
+		vs, err := m.ToArray()
+		if err != nil {
+			return nil, err
+		}
+		return values(vs)
+	case m.IsMap():
+		kv, err := m.AsMap()
+		if err != nil {
+			return nil, err
+		}
+		var out []any
+		for _, k := range slices.Sorted(maps.Keys(kv)) {
+			v := kv[k]
+			e, err := value(&v)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, k, e)
+		}
+		return out, nil
+	case m.IsFloat64():
+		f, err := m.AsFloat64()
+		return strconv.FormatFloat(f, 'f', -1, 64), err
+	}
+	return m.ToAny()
+}
+
+// values converts the elements of an array; an element that is an error
+// reply becomes a driver.Error in its place.
+func values(vs []rueidis.RedisMessage) ([]any, error) {
+	out := make([]any, len(vs))
+	for i := range vs {
+		v, err := value(&vs[i])
+		if err != nil {
+			var de driver.Error
+			if !errors.As(err, &de) {
+				return nil, err
+			}
+			v = de
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// convertErr converts an error of rueidis to driver's form: a server's
+// error reply to a driver.Error (with the "ERR " prefix that rueidis
+// strips put back), a closed client to one that wraps driver.ErrClosed.
+func convertErr(err error) error {
+	if rerr, ok := rueidis.IsRedisErr(err); ok {
+		return driver.Error(restoreCode(rerr.Error()))
+	}
+	if errors.Is(err, rueidis.ErrClosing) {
+		return fmt.Errorf("%w: %w", driver.ErrClosed, err)
+	}
+	return err
+}
+
+// restoreCode returns a server's error message as it was sent: rueidis
+// removes a leading "ERR ", so a message that does not start with an
+// upper-case error code had it.
+func restoreCode(msg string) string {
+	code, _, _ := strings.Cut(msg, " ")
+	if len(code) < 2 {
+		return "ERR " + msg
+	}
+	for _, r := range code {
+		if !('A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '_' || r == '-') {
+			return "ERR " + msg
+		}
+	}
+	return msg
+}
+
+// New returns a dlock Client that keeps its locks through c (see
+// dlock.NewFrom). Closing the Client does not close c.
+func New(c rueidis.Client, opts ...dlock.Option) (*dlock.Client, error) {
+	return dlock.NewFrom(Conn(c), opts...)
+}

@@ -1,0 +1,338 @@
+package dlockrueidis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/dlockio/dlock/driver"
+)
+
+// The pause before connecting again after a broken connection: doubled at
+// each failure, from minBackoff up to maxBackoff.
+const (
+	minBackoff = 20 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// maxQueued bounds the messages held for Receive; beyond it messages are
+// dropped (confirmations and errors never are).
+const maxQueued = 1 << 14
+
+var errNotConnected = errors.New("dlockrueidis: pub/sub connection not established")
+
+func (c conn) PubSub(ctx context.Context, channel string) driver.PubSub {
+	p := &pubsub{
+		c:       c.c,
+		sharded: channel != "",
+		done:    make(chan struct{}),
+		notify:  make(chan struct{}, 1),
+		kick:    make(chan struct{}, 1),
+	}
+	if p.sharded {
+		p.chans = []string{channel}
+	}
+	broken := p.connect(ctx)
+	p.wg.Add(1)
+	go p.run(broken)
+	return p
+}
+
+// pubsub is a dedicated connection with hooks that queue what it receives;
+// a goroutine connects again (and subscribes again) when it breaks.
+type pubsub struct {
+	c       rueidis.Client
+	sharded bool // SSUBSCRIBE, on the shard of its channels
+	done    chan struct{}
+	wg      sync.WaitGroup
+
+	cmdMu sync.Mutex // orders (un)subscriptions and reconnections
+
+	mu      sync.Mutex
+	chans   []string
+	dc      rueidis.DedicatedClient // nil while not connected
+	release func()
+	closed  bool
+
+	qmu    sync.Mutex
+	queue  []item
+	notify chan struct{} // signalled when queue grows
+	kick   chan struct{} // the server ended a subscription: connect again
+}
+
+type item struct {
+	msg driver.Message
+	err error
+}
+
+func (p *pubsub) push(it item) {
+	p.qmu.Lock()
+	if it.err != nil || it.msg.Kind != "message" && it.msg.Kind != "smessage" || len(p.queue) < maxQueued {
+		p.queue = append(p.queue, it)
+	}
+	p.qmu.Unlock()
+	select {
+	case p.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pubsub) hooks() rueidis.PubSubHooks {
+	kind := "message"
+	if p.sharded {
+		kind = "smessage"
+	}
+	return rueidis.PubSubHooks{
+		OnMessage: func(m rueidis.PubSubMessage) {
+			p.push(item{msg: driver.Message{Kind: kind, Channel: m.Channel, Payload: m.Message}})
+		},
+		OnSubscription: func(s rueidis.PubSubSubscription) {
+			p.push(item{msg: driver.Message{Kind: s.Kind, Channel: s.Channel}})
+			if s.Kind == "sunsubscribe" {
+				p.mu.Lock()
+				ours := slices.Contains(p.chans, s.Channel)
+				p.mu.Unlock()
+				if ours { // the slot moved: subscribe again on its new shard
+					select {
+					case p.kick <- struct{}{}:
+					default:
+					}
+				}
+			}
+		},
+	}
+}
+
+// connect opens a dedicated connection, subscribes it to the current
+// channels and returns the channel on which rueidis reports that it broke.
+func (p *pubsub) connect(ctx context.Context) <-chan error {
+	p.cmdMu.Lock()
+	defer p.cmdMu.Unlock()
+	select {
+	case <-p.kick: // about a connection gone
+	default:
+	}
+	dc, release := p.c.Dedicate()
+	broken := dc.SetPubSubHooks(p.hooks())
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		dc.Close()
+		release()
+		return nil
+	}
+	p.dc, p.release = dc, release
+	chans := slices.Clone(p.chans)
+	p.mu.Unlock()
+	if len(chans) > 0 {
+		if err := dc.Do(ctx, p.subscribe(dc, chans)).Error(); err != nil {
+			errc := make(chan error, 1)
+			errc <- err
+			return errc
+		}
+	}
+	if broken == nil {
+		broken = make(chan error) // hooks need a wire: none until the first command
+	}
+	return broken
+}
+
+func (p *pubsub) subscribe(dc rueidis.DedicatedClient, chans []string) rueidis.Completed {
+	if p.sharded {
+		return dc.B().Ssubscribe().Channel(chans...).Build()
+	}
+	return dc.B().Subscribe().Channel(chans...).Build()
+}
+
+// drop closes the current connection.
+func (p *pubsub) drop() {
+	p.mu.Lock()
+	dc, release := p.dc, p.release
+	p.dc, p.release = nil, nil
+	p.mu.Unlock()
+	if dc != nil {
+		dc.Close()
+		release()
+	}
+}
+
+func (p *pubsub) run(broken <-chan error) {
+	defer p.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	backoff := minBackoff
+	for {
+		var err error
+		start := time.Now()
+		select {
+		case <-p.done:
+			return
+		case err = <-broken:
+		case <-p.kick:
+			err = errors.New("dlockrueidis: the server ended a subscription")
+		}
+		if err == nil {
+			err = errors.New("dlockrueidis: pub/sub connection closed")
+		}
+		p.drop()
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		p.push(item{err: convertErr(err)})
+		if time.Since(start) > maxBackoff {
+			backoff = minBackoff // it had been up a while
+		}
+		select {
+		case <-p.done:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+		broken = p.connect(ctx)
+		if broken == nil {
+			return // closed
+		}
+	}
+}
+
+func (p *pubsub) Subscribe(ctx context.Context, channels ...string) error {
+	if len(channels) == 0 {
+		return nil
+	}
+	p.cmdMu.Lock()
+	defer p.cmdMu.Unlock()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return driver.ErrClosed
+	}
+	for _, ch := range channels {
+		if !slices.Contains(p.chans, ch) {
+			p.chans = append(p.chans, ch)
+		}
+	}
+	dc := p.dc
+	p.mu.Unlock()
+	if dc == nil {
+		return nil // connecting: subscribed once connected
+	}
+	cmd := p.subscribe(dc, channels)
+	if p.sharded {
+		if err := sameSlot(dc, cmd, p.chans[0]); err != nil {
+			return err
+		}
+	}
+	return convertErr(dc.Do(ctx, cmd).Error())
+}
+
+// sameSlot checks that cmd's channels hash to the slot of first: a
+// sharded connection serves one shard.
+func sameSlot(dc rueidis.DedicatedClient, cmd rueidis.Completed, first string) error {
+	ref := dc.B().Ssubscribe().Channel(first).Build()
+	if cmd.Slot() != ref.Slot() {
+		return fmt.Errorf("dlockrueidis: channels of another slot than %q on a sharded connection", first)
+	}
+	return nil
+}
+
+func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
+	p.cmdMu.Lock()
+	defer p.cmdMu.Unlock()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return driver.ErrClosed
+	}
+	if len(channels) == 0 {
+		p.chans = nil
+	} else {
+		p.chans = slices.DeleteFunc(p.chans, func(ch string) bool { return slices.Contains(channels, ch) })
+	}
+	dc := p.dc
+	p.mu.Unlock()
+	if dc == nil {
+		return nil
+	}
+	var cmd rueidis.Completed
+	switch {
+	case p.sharded && len(channels) == 0:
+		cmd = dc.B().Sunsubscribe().Build()
+	case p.sharded:
+		cmd = dc.B().Sunsubscribe().Channel(channels...).Build()
+	case len(channels) == 0:
+		cmd = dc.B().Unsubscribe().Build()
+	default:
+		cmd = dc.B().Unsubscribe().Channel(channels...).Build()
+	}
+	return convertErr(dc.Do(ctx, cmd).Error())
+}
+
+func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
+	for {
+		select {
+		case <-p.done:
+			return driver.Message{}, driver.ErrClosed
+		default:
+		}
+		p.qmu.Lock()
+		if len(p.queue) > 0 {
+			it := p.queue[0]
+			p.queue[0] = item{}
+			p.queue = p.queue[1:]
+			p.qmu.Unlock()
+			return it.msg, it.err
+		}
+		p.qmu.Unlock()
+		select {
+		case <-p.done:
+			return driver.Message{}, driver.ErrClosed
+		case <-ctx.Done():
+			return driver.Message{}, fmt.Errorf("dlockrueidis: receive: %w", ctx.Err())
+		case <-p.notify:
+		}
+	}
+}
+
+func (p *pubsub) Ping(ctx context.Context) error {
+	p.mu.Lock()
+	dc, closed := p.dc, p.closed
+	p.mu.Unlock()
+	switch {
+	case closed:
+		return driver.ErrClosed
+	case dc == nil:
+		return errNotConnected
+	}
+	return convertErr(dc.Do(ctx, dc.B().Ping().Build()).Error())
+}
+
+func (p *pubsub) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.done)
+	p.mu.Unlock()
+	p.drop()
+	p.wg.Wait()
+	p.qmu.Lock()
+	p.queue = nil
+	p.qmu.Unlock()
+	return nil
+}
