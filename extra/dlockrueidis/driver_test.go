@@ -1,0 +1,541 @@
+package dlockrueidis
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"reflect"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+func client(t *testing.T, addrs ...string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestReplies(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	conn := Conn(client(t, s.Addr()))
+	ctx := ctxT(t, 10*time.Second)
+	if info := conn.Info(); info.Cluster || !info.Retries {
+		t.Fatalf("Info = %+v", info)
+	}
+	eval := func(script string, args ...any) (any, error) {
+		return conn.Do(ctx, append([]any{"EVAL", script, 1, "k"}, args...)...)
+	}
+	for _, tc := range []struct {
+		script string
+		want   any
+	}{
+		{"return 42", int64(42)},
+		{"return -7", int64(-7)},
+		{"return 3.7", int64(3)},
+		{"return 'hi'", "hi"},
+		{"return ''", ""},
+		{"return ARGV[1]", "\x00bin\xff"},
+		{"return false", nil},
+		{"return nil", nil},
+		{"return true", int64(1)},
+		{"return redis.status_reply('PONG')", "PONG"},
+		{"return {}", []any{}},
+		{"return {1, 'a', {2, false, 'b', {}}}", []any{int64(1), "a", []any{int64(2), nil, "b", []any{}}}},
+		{"return {1, redis.error_reply('E1 inner')}", []any{int64(1), driver.Error("E1 inner")}},
+		{"return redis.call('GET', KEYS[1])", nil},
+	} {
+		got, err := eval(tc.script, []byte("\x00bin\xff"))
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: got %#v, %v; want %#v", tc.script, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		script string
+		prefix string
+	}{
+		{"return redis.error_reply('MYERR boom')", "MYERR boom"},
+		{"return redis.error_reply('DLOCK_RANGE 5')", "DLOCK_RANGE 5"},
+		{"error('boom')", "ERR user_script:1: boom"},
+		{"return redis.call('NOSUCHCOMMAND')", "ERR "},
+		{"return redis.call('ZRANGE', KEYS[1], 0, -1)", "WRONGTYPE "},
+	} {
+		if _, err := conn.Do(ctx, "SET", "k", "v"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := eval(tc.script)
+		var de driver.Error
+		if !errors.As(err, &de) || !strings.HasPrefix(string(de), tc.prefix) {
+			t.Errorf("%s: err %#v, want a driver.Error starting with %q", tc.script, err, tc.prefix)
+		}
+	}
+	// Plain commands, with every argument type.
+	name := "k2"
+	if v, err := conn.Do(ctx, "SET", &name, int64(5)); err != nil || v != "OK" {
+		t.Fatalf("SET: %#v, %v", v, err)
+	}
+	if v, err := conn.Do(ctx, "GET", name); err != nil || v != "5" {
+		t.Fatalf("GET: %#v, %v", v, err)
+	}
+	if v, err := conn.Do(ctx, "TYPE", "k2"); err != nil || v != "string" {
+		t.Fatalf("TYPE: %#v, %v", v, err)
+	}
+	if v, err := conn.Do(ctx, "SCAN", 0, "MATCH", "k*", "COUNT", 100); err != nil || len(v.([]any)) != 2 {
+		t.Fatalf("SCAN: %#v, %v", v, err)
+	}
+	if v, err := conn.Do(ctx, "ZRANGE", "nokey", 0, -1); err != nil || !reflect.DeepEqual(v, []any{}) {
+		t.Fatalf("ZRANGE: %#v, %v", v, err)
+	}
+	if _, err := conn.Do(ctx, "GET", 1.5); err == nil {
+		t.Fatal("a float argument was accepted")
+	}
+	if _, err := conn.Do(ctx, "SUBSCRIBE", "x"); err == nil {
+		t.Fatal("SUBSCRIBE through Do was accepted")
+	}
+	// Scripts by digest: NOSCRIPT, then SCRIPT LOAD and EVALSHA.
+	_, err := conn.Do(ctx, "EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", 0)
+	var de driver.Error
+	if !errors.As(err, &de) || !strings.HasPrefix(string(de), "NOSCRIPT") {
+		t.Fatalf("EVALSHA of an unknown script: %#v", err)
+	}
+	sha, err := conn.Do(ctx, "SCRIPT", "LOAD", "return redis.call('INCR', KEYS[1])")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := conn.Do(ctx, "EVALSHA", sha, 1, "n"); err != nil || v != int64(1) {
+		t.Fatalf("EVALSHA: %#v, %v", v, err)
+	}
+}
+
+func TestRestoreCode(t *testing.T) {
+	for in, want := range map[string]string{
+		"NOSCRIPT No matching script. Please use EVAL.": "NOSCRIPT No matching script. Please use EVAL.",
+		"Error running script":                          "ERR Error running script",
+		"user_script:1: boom":                           "ERR user_script:1: boom",
+		"WRONGTYPE Operation against a key":             "WRONGTYPE Operation against a key",
+		"x":                                             "ERR x",
+	} {
+		if got := restoreCode(in); got != want {
+			t.Errorf("restoreCode(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestDoMulti(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	conn := Conn(client(t, s.Addr()))
+	ctx := ctxT(t, 10*time.Second)
+	rs := conn.DoMulti(ctx,
+		[]any{"SET", "a", "1"},
+		[]any{"EVAL", "return redis.call('INCR', KEYS[1])", 1, "a"},
+		[]any{"GET", 3.5},
+		[]any{"EVAL", "return redis.error_reply('BAD x')", 0},
+		[]any{"GET", "a"},
+		[]any{"GET", "missing"},
+	)
+	if len(rs) != 6 {
+		t.Fatalf("%d results", len(rs))
+	}
+	want := []any{"OK", int64(2), nil, nil, "2", nil}
+	for i, r := range rs {
+		if i == 2 || i == 3 {
+			continue
+		}
+		if r.Err != nil || !reflect.DeepEqual(r.Val, want[i]) {
+			t.Errorf("result %d: %#v, %v; want %#v", i, r.Val, r.Err, want[i])
+		}
+	}
+	if rs[2].Err == nil {
+		t.Error("a float argument was accepted")
+	}
+	if rs[3].Err != driver.Error("BAD x") {
+		t.Errorf("result 3: %#v", rs[3].Err)
+	}
+	if rs := conn.DoMulti(ctx); len(rs) != 0 {
+		t.Fatalf("no commands: %v", rs)
+	}
+}
+
+func TestClosedClient(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	c := client(t, s.Addr())
+	conn := Conn(c)
+	c.Close()
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := conn.Do(ctx, "PING"); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Do on a closed client: %v", err)
+	}
+	if rs := conn.DoMulti(ctx, []any{"PING"}); !errors.Is(rs[0].Err, driver.ErrClosed) {
+		t.Fatalf("DoMulti on a closed client: %v", rs[0].Err)
+	}
+}
+
+// TestDialError: once the server is gone, a command fails to connect with a
+// dial *net.OpError (a command that never left).
+func TestDialError(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	conn := Conn(client(t, s.Addr()))
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := conn.Do(ctx, "PING"); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	var errs []error
+	for range 20 {
+		_, err := conn.Do(ctx, "PING")
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return
+		}
+		var nerr net.Error
+		if !errors.Is(err, io.EOF) && !errors.As(err, &nerr) && !errors.Is(err, driver.ErrClosed) {
+			t.Fatalf("not a network error: %#v", err)
+		}
+		errs = append(errs, err)
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no dial error among %v", errs)
+}
+
+// TestSentOnce: a script whose reply is lost runs once: the client does not
+// send it again, neither after a cut connection nor after a timeout. (A
+// command sometimes stays in the client while replies are held: such a
+// round only checks that it does not run twice.)
+func TestSentOnce(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	conn := Conn(client(t, p.Addr()))
+	ctx := ctxT(t, 60*time.Second)
+	const incr = "return redis.call('INCR', KEYS[1])"
+	count := func() int {
+		v, err := s.Do(ctx, "GET", "n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(v.(string))
+		return n
+	}
+	if _, err := conn.Do(ctx, "EVAL", incr, 1, "n"); err != nil {
+		t.Fatal(err)
+	}
+	evals := 1
+	for _, timeout := range []bool{false, true} {
+		reached := 0
+		for round := 0; round < 4 || reached == 0 && round < 12; round++ {
+			warm(t, conn, "n")
+			before := count()
+			p.StallReplies()
+			dctx, cancel := context.WithCancel(ctx)
+			if timeout {
+				dctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := conn.Do(dctx, "EVAL", incr, 1, "n")
+				done <- err
+			}()
+			evals++
+			ran := false
+			for deadline := time.Now().Add(time.Second); !ran && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				ran = count() == before+1
+			}
+			if timeout { // the context ended first: its error waits in a new done
+				err := <-done
+				done = make(chan error, 1)
+				done <- err
+			}
+			p.Cut()
+			select {
+			case err := <-done:
+				var nerr net.Error
+				if err == nil || !errors.Is(err, io.EOF) && !errors.As(err, &nerr) && !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("a lost reply: %#v, want io.EOF, a net.Error or the context's end", err)
+				}
+			case <-time.After(10 * time.Second):
+				buf := make([]byte, 1<<20)
+				t.Fatalf("Do did not return after the cut (ran %v)\n%s", ran, buf[:runtime.Stack(buf, true)])
+			}
+			cancel()
+			warm(t, conn, "n")
+			time.Sleep(200 * time.Millisecond)
+			switch after := count(); {
+			case ran && after != before+1, !ran && after > before+1:
+				t.Fatalf("timeout %v, round %d: n went from %d to %d (ran before the cut: %v)", timeout, round, before, after, ran)
+			case ran:
+				reached++
+			}
+		}
+		if reached == 0 {
+			t.Fatalf("timeout %v: no command reached the server while replies were held", timeout)
+		}
+	}
+	v, err := s.Do(ctx, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := regexp.MustCompile(`cmdstat_eval:calls=(\d+),`).FindStringSubmatch(v.(string))
+	if calls == nil || calls[1] != strconv.Itoa(count()) {
+		t.Fatalf("n = %d after %d EVALs, but the server counted %v", count(), evals, calls)
+	}
+}
+
+// warm sends GET key until 3 in a row are answered (10 at most): the
+// first commands after a cut may meet the dead connection (rueidis picks
+// one of its connections by the key's slot).
+func warm(t *testing.T, conn driver.Conn, key string) {
+	t.Helper()
+	ok := 0
+	for range 10 {
+		if _, err := conn.Do(context.Background(), "GET", key); err != nil {
+			ok = 0
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if ok++; ok == 3 {
+			return
+		}
+	}
+	t.Fatal("GET failed after a cut")
+}
+
+func recv(t *testing.T, ps driver.PubSub, d time.Duration) (driver.Message, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return ps.Receive(ctx)
+}
+
+// expect receives until m arrives, skipping errors (of a broken
+// connection), at most a few times.
+func expect(t *testing.T, ps driver.PubSub, want ...driver.Message) {
+	t.Helper()
+	for _, w := range want {
+		for i := 0; ; i++ {
+			m, err := recv(t, ps, 10*time.Second)
+			if err == nil && m == w {
+				break
+			}
+			if i == 5 || err != nil && errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("waiting for %+v: got %+v, %v", w, m, err)
+			}
+			t.Logf("skipped %+v, %v", m, err)
+		}
+	}
+}
+
+func TestPubSub(t *testing.T) {
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	c := client(t, s.Addr())
+	conn := Conn(c)
+	ctx := ctxT(t, 60*time.Second)
+	ps := conn.PubSub(ctx, "")
+	t.Cleanup(func() { ps.Close() })
+	if err := ps.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recv(t, ps, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive with nothing to receive: %v", err)
+	}
+	if err := ps.Subscribe(ctx, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ps, driver.Message{Kind: "subscribe", Channel: "a"}, driver.Message{Kind: "subscribe", Channel: "b"})
+	publish := func(ch, msg string) int64 {
+		t.Helper()
+		for i := 0; ; i++ { // the first command after a restart may meet the old connection
+			n, err := conn.Do(ctx, "PUBLISH", ch, msg)
+			if err == nil {
+				return n.(int64)
+			}
+			if i == 3 {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish("a", "1")
+	publish("b", "2")
+	expect(t, ps, driver.Message{Kind: "message", Channel: "a", Payload: "1"}, driver.Message{Kind: "message", Channel: "b", Payload: "2"})
+	if err := ps.Unsubscribe(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ps, driver.Message{Kind: "unsubscribe", Channel: "a"})
+	if n := publish("a", "3"); n != 0 {
+		t.Fatalf("PUBLISH after UNSUBSCRIBE reached %d", n)
+	}
+
+	// The server restarts: an error, then b subscribed again.
+	s.Restart()
+	m, err := recv(t, ps, 10*time.Second)
+	if err == nil {
+		t.Fatalf("received %+v, want the error of a broken connection", m)
+	}
+	expect(t, ps, driver.Message{Kind: "subscribe", Channel: "b"})
+	if n := publish("b", "4"); n != 1 {
+		t.Fatalf("PUBLISH after the restart reached %d", n)
+	}
+	expect(t, ps, driver.Message{Kind: "message", Channel: "b", Payload: "4"})
+	if err := ps.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Paused through a break: it connects again with backoff.
+	s.Kill()
+	time.Sleep(300 * time.Millisecond)
+	if err := ps.Subscribe(ctx, "c"); err == nil {
+		// (it may have been queued for the next connection)
+		t.Log("Subscribe while the server is down returned nil")
+	}
+	s.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for got := map[string]bool{}; !got["b"] || !got["c"]; {
+		m, err := recv(t, ps, time.Until(deadline))
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("subscriptions after the restart: %v", got)
+		}
+		if err == nil && m.Kind == "subscribe" {
+			got[m.Channel] = true
+		}
+	}
+	publish("c", "5")
+	expect(t, ps, driver.Message{Kind: "message", Channel: "c", Payload: "5"})
+
+	if err := ps.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recv(t, ps, time.Second); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Receive after Close: %v", err)
+	}
+	if err := ps.Subscribe(ctx, "d"); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Subscribe after Close: %v", err)
+	}
+	if err := ps.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPubSubCloseWhileDown: Close ends the reconnection loop at once.
+func TestPubSubCloseWhileDown(t *testing.T) {
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	conn := Conn(client(t, s.Addr()))
+	ctx := ctxT(t, 20*time.Second)
+	ps := conn.PubSub(ctx, "")
+	t.Cleanup(func() { ps.Close() })
+	if err := ps.Subscribe(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ps, driver.Message{Kind: "subscribe", Channel: "a"})
+	s.Kill()
+	if _, err := recv(t, ps, 5*time.Second); err == nil {
+		t.Fatal("no error after the server was killed")
+	}
+	time.Sleep(1500 * time.Millisecond) // a few attempts
+	start := time.Now()
+	ps.Close()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	leakcheck.Check(t)
+	nodes := redistest.StartCluster(t, 3, 1)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	c := client(t, addrs...)
+	conn := Conn(c)
+	ctx := ctxT(t, 60*time.Second)
+	if info := conn.Info(); !info.Cluster {
+		t.Fatalf("Info = %+v", info)
+	}
+	masters, err := conn.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(masters) != 3 {
+		t.Fatalf("%d masters", len(masters))
+	}
+	seen := map[string]bool{}
+	for _, m := range masters {
+		role, err := m.Do(ctx, "ROLE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := role.([]any); r[0] != "master" {
+			t.Fatalf("ROLE = %v", r)
+		}
+		id, err := m.Do(ctx, "CLUSTER", "MYID")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[id.(string)] = true
+		if sub, err := m.Masters(ctx); err != nil || len(sub) != 1 {
+			t.Fatalf("a master's Masters: %v, %v", sub, err)
+		}
+		if rs := m.DoMulti(ctx, []any{"PING"}, []any{"SCAN", 0}); rs[0].Val != "PONG" || rs[1].Err != nil {
+			t.Fatalf("DoMulti on a master: %+v", rs)
+		}
+	}
+	if len(seen) != 3 {
+		t.Fatalf("masters %v", seen)
+	}
+	// Keys route to their slots.
+	for _, k := range []string{"a", "b", "c", "{x}1", "{x}2"} {
+		if v, err := conn.Do(ctx, "EVAL", "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])", 1, k, k); err != nil || v != k {
+			t.Fatalf("EVAL on %s: %#v, %v", k, v, err)
+		}
+		if v, err := conn.Do(ctx, "GET", k); err != nil || v != k {
+			t.Fatalf("GET %s: %#v, %v", k, v, err)
+		}
+	}
+
+	// Sharded pub/sub.
+	for _, ch := range []string{"{a}ch", "{b}ch", "{c}ch"} {
+		ps := conn.PubSub(ctx, ch)
+		t.Cleanup(func() { ps.Close() })
+		expect(t, ps, driver.Message{Kind: "ssubscribe", Channel: ch})
+		n, err := c.Do(ctx, c.B().Spublish().Channel(ch).Message("hi").Build()).AsInt64()
+		if err != nil || n != 1 {
+			t.Fatalf("SPUBLISH %s: %d, %v", ch, n, err)
+		}
+		expect(t, ps, driver.Message{Kind: "smessage", Channel: ch, Payload: "hi"})
+		other := "{a}ch"
+		if ch == other {
+			other = "{b}ch"
+		}
+		if err := ps.Subscribe(ctx, other); err == nil {
+			t.Fatalf("a sharded connection to %s subscribed to %s", ch, other)
+		}
+		if err := ps.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := ps.Unsubscribe(ctx, ch); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, ps, driver.Message{Kind: "sunsubscribe", Channel: ch})
+		ps.Close()
+	}
+}
