@@ -7,9 +7,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlockio/dlock/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/backend"
+	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
@@ -67,14 +70,49 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if o.noScripts {
 		b = backend.NewNoScripts(n)
 	}
-	m := modeUnfair
+	return newClient(b, []*pubsub.Hub{h}, o, o.mode()), nil
+}
+
+// mode is the kind of lock the options ask for.
+func (o *options) mode() mode {
 	switch {
 	case o.reentrant:
-		m = modeReentrant
+		return modeReentrant
 	case o.fair:
-		m = modeFair
+		return modeFair
 	}
-	return newClient(b, []*pubsub.Hub{h}, o, m), nil
+	return modeUnfair
+}
+
+// config is a Node's configuration from the options.
+func (o *options) config(sharded bool) backend.Config {
+	return backend.Config{Fair: o.fair, Reentrant: o.reentrant, Sharded: sharded,
+		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, TTL: o.lease.ttl}
+}
+
+// NewFrom returns a Client that keeps its locks where conn, another Redis
+// client's driver (extra/dlockrueidis, extra/dlockvalkey), reaches, as New
+// does for go-redis. [WithReplicaAck] and [WithoutScripts] need go-redis:
+// they are refused with [ErrInvalid]. It never closes conn.
+func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("%w: NewFrom: nil driver", ErrInvalid)
+	}
+	o := apply(opts)
+	switch {
+	case o.err != nil:
+		return nil, o.err
+	case o.replicas > 0:
+		return nil, fmt.Errorf("%w: NewFrom: WithReplicaAck needs a go-redis client (New)", ErrInvalid)
+	case o.noScripts:
+		return nil, fmt.Errorf("%w: NewFrom: WithoutScripts needs a go-redis client (New)", ErrInvalid)
+	}
+	if o.reentrant {
+		o.fair = false
+	}
+	sharded := o.sharded > 0 || (o.sharded == 0 && conn.Info().Cluster)
+	n := backend.NewNodeFrom(conn, o.config(sharded))
+	return newClient(n, []*pubsub.Hub{pubsub.New(conn, sharded)}, o, o.mode()), nil
 }
 
 // newNode returns the backend of one deployment reached through rdb, and
@@ -82,9 +120,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 func newNode(rdb redis.UniversalClient, o *options) (backend.Node, *pubsub.Hub) {
 	_, cluster := rdb.(*redis.ClusterClient)
 	sharded := o.sharded > 0 || (o.sharded == 0 && cluster)
-	n := backend.NewNode(rdb, backend.Config{Fair: o.fair, Reentrant: o.reentrant, Sharded: sharded,
-		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, TTL: o.lease.ttl})
-	return n, pubsub.New(rdb, sharded)
+	n := backend.NewNode(rdb, o.config(sharded))
+	return n, pubsub.New(goredisdriver.Conn(rdb), sharded)
 }
 
 // Close shuts the Client and its Owner Clients down: waiting and later

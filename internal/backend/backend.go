@@ -18,6 +18,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/script"
 )
 
@@ -253,6 +255,7 @@ type Backend interface {
 type Node struct {
 	rdb        commander             // scripts run through here (the batcher)
 	uc         redis.UniversalClient // the client itself, for a script and WAIT on one connection
+	d          driver.Conn           // or the driver a Node made by NewNodeFrom runs through (uc is nil)
 	fair       bool
 	reentrant  bool   // the lock is a hash of owner -> hold count
 	pub        string // PUBLISH, or SPUBLISH on a Redis Cluster
@@ -295,10 +298,13 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 	if c.Sharded {
 		pub = "SPUBLISH"
 	}
-	n := Node{rdb: newBatcher(rdb, !c.Pipelining), retries: retries(rdb), uc: rdb, fair: c.Fair, reentrant: c.Reentrant, pub: pub, pubA: pub,
+	n := Node{uc: rdb, fair: c.Fair, reentrant: c.Reentrant, pub: pub, pubA: pub,
 		replicas: c.Replicas, ackTimeout: c.AckTimeout,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(),
 		leases: newLeaseScripts(c), caches: new(scriptCaches)}
+	if rdb != nil {
+		n.rdb, n.retries = newBatcher(rdb, !c.Pipelining), goredisdriver.Retries(rdb)
+	}
 	n.setFenceWindow(fenceWindow)
 	return n
 }
@@ -338,22 +344,6 @@ func (n Node) releaseConf(announce bool) any {
 // <announce>".
 func (n Node) fairReleaseConf(announce bool) any {
 	return fmt.Sprintf("%s %v %d", n.pub, n.fenceMS, flag(announce))
-}
-
-// retries reports whether rdb is configured to send a command again after a
-// failure (MaxRetries; a client of a type whose options cannot be read is
-// taken to retry). dlock's requests are never sent twice by go-redis;
-// dlock asks again itself, where it is safe, when rdb would have.
-func retries(rdb redis.UniversalClient) bool {
-	switch c := rdb.(type) {
-	case *redis.Client:
-		return c.Options().MaxRetries > 0
-	case *redis.ClusterClient:
-		return c.Options().MaxRetries > 0
-	case *redis.Ring:
-		return c.Options().MaxRetries > 0
-	}
-	return true
 }
 
 // Drain returns at once: a Node's calls end with their callers (a
@@ -516,7 +506,7 @@ func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int6
 // lock"): a TYPE call, and for a sorted set a ZRANGE, on this error path
 // only. It returns err unchanged when they fail.
 func (n Node) wrongKind(ctx context.Context, key, want string, err error) error {
-	kind, terr := n.uc.Type(ctx, key).Result()
+	kind, terr := n.rdb.Do(ctx, "type", key).Text()
 	if terr != nil {
 		return err
 	}
@@ -527,7 +517,7 @@ func (n Node) wrongKind(ctx context.Context, key, want string, err error) error 
 	case "hash":
 		what = "a reentrant lock (a hash), or another program's value"
 	case "zset":
-		first, zerr := n.uc.ZRange(ctx, key, 0, 0).Result()
+		first, zerr := n.rdb.Do(ctx, "zrange", key, 0, 0).StringSlice()
 		switch {
 		case zerr != nil:
 			return err
@@ -813,6 +803,9 @@ func reentrantOwners(reply any, now int64) ([]Owner, string) {
 const scanBatch = 256
 
 func (n Node) Scan(ctx context.Context, match string) ([]string, error) {
+	if n.d != nil {
+		return n.scanFrom(ctx, match)
+	}
 	var (
 		mu   sync.Mutex
 		keys []string

@@ -132,6 +132,8 @@ func (s *serverCache) has(set scriptSet) bool {
 func (n Node) server(ctx context.Context, key string) (*serverCache, redis.Cmdable, error) {
 	cc, ok := n.uc.(*redis.ClusterClient)
 	switch {
+	case n.d != nil: // (a driver's: one cache, see prepareFrom)
+		return &n.caches.single, nil, nil
 	case n.caches == nil: // a Node made without NewNode
 		return new(serverCache), n.uc, nil
 	case !ok:
@@ -192,7 +194,11 @@ func (n Node) prepare(ctx context.Context, c *Claim, loaded func()) error {
 	done := make(chan struct{})
 	s.loading = done
 	s.mu.Unlock()
-	err = s.load(ctx, conn, need&^scriptSet(s.loaded.Load()), n.first(c))
+	if n.d != nil {
+		err = n.prepareFrom(ctx, s, need&^scriptSet(s.loaded.Load()), n.first(c))
+	} else {
+		err = s.load(ctx, conn, need&^scriptSet(s.loaded.Load()), n.first(c))
+	}
 	s.mu.Lock()
 	s.loading = nil
 	s.mu.Unlock()
@@ -312,6 +318,9 @@ func (n Node) run(ctx context.Context, s *redis.Script, keys []string, args ...a
 // Either way the call costs the one round trip more that the NOSCRIPT
 // did, and the next timed calls find their scripts.
 func (n Node) rerun(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+	if n.d != nil {
+		return n.rerunFrom(ctx, s, keys, args)
+	}
 	srv, conn, err := n.server(ctx, keys[0])
 	if err != nil || srv.refused.Load() {
 		return s.Eval(ctx, n.rdb, keys, args...)

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlockio/dlock/driver"
 )
 
 // linger is how long a channel stays subscribed after its last waiter
@@ -40,14 +40,14 @@ const (
 // for linger after); the connection is open while any channel is
 // subscribed.
 type Hub struct {
-	rdb     redis.UniversalClient
+	conn    driver.Conn
 	sharded bool // SSUBSCRIBE, one connection per channel (it lives on its slot's node)
 
 	readers sync.WaitGroup // the goroutines that read its connections
 
 	mu      sync.Mutex
 	closed  bool              // Close was called: no more subscriptions
-	ps      *redis.PubSub     // nil while no channel is subscribed
+	ps      driver.PubSub     // nil while no channel is subscribed
 	topics  map[string]*topic // subscribed channels
 	pending map[string]int    // SUBSCRIBEs sent on ps and not yet confirmed
 }
@@ -57,7 +57,7 @@ type topic struct {
 	watchers map[string]*Waiter // those of waiters that watch the channel (WatchToken)
 	ready    chan struct{}      // closed once the latest SUBSCRIBE is confirmed
 	idle     *time.Timer        // unsubscribes the channel after linger without waiters
-	ps       *redis.PubSub      // sharded: the channel's own connection
+	ps       driver.PubSub      // sharded: the channel's own connection
 }
 
 // Waiter receives a wake-up on its wake channel when its lock is released
@@ -70,10 +70,10 @@ type Waiter struct {
 	wake    chan int64
 }
 
-// New returns a Hub that subscribes through rdb; with sharded, it uses
+// New returns a Hub that subscribes through conn; with sharded, it uses
 // SSUBSCRIBE, one connection per channel.
-func New(rdb redis.UniversalClient, sharded bool) *Hub {
-	return &Hub{rdb: rdb, sharded: sharded, topics: map[string]*topic{}, pending: map[string]int{}}
+func New(conn driver.Conn, sharded bool) *Hub {
+	return &Hub{conn: conn, sharded: sharded, topics: map[string]*topic{}, pending: map[string]int{}}
 }
 
 // Listening reports whether channel is subscribed and confirmed.
@@ -157,14 +157,14 @@ func (h *Hub) Subscribe(ctx context.Context, channel, token string, wake chan in
 	if t == nil && h.sharded {
 		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{})}
 		h.topics[channel] = t
-		t.ps = h.rdb.SSubscribe(ctx, channel)
+		t.ps = h.conn.PubSub(ctx, channel)
 		h.readers.Go(func() { h.readTopic(t, receive(t.ps)) })
 	}
 	if t == nil {
 		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{})}
 		h.topics[channel] = t
 		if h.ps == nil {
-			ps := h.rdb.Subscribe(ctx)
+			ps := h.conn.PubSub(ctx, "")
 			h.ps = ps
 			h.readers.Go(func() { h.read(ps, receive(ps)) })
 		}
@@ -255,52 +255,49 @@ func (h *Hub) drop(channel string, t *topic) {
 
 // healthCheck is how long a pub/sub connection may stay silent before it
 // is pinged; a dead connection is then replaced (and its channels
-// subscribed again) by go-redis.
+// subscribed again) by the driver.
 const healthCheck = 30 * time.Second
 
 // receive returns an iterator over ps's messages and subscription
-// confirmations until ps is closed. It reads ps directly, rather than
-// through go-redis's Channel, to save a goroutine hop on every wake-up.
-func receive(ps *redis.PubSub) func(yield func(any) bool) {
-	return func(yield func(any) bool) {
-		ctx := context.Background()
+// confirmations until ps is closed.
+func receive(ps driver.PubSub) func(yield func(driver.Message) bool) {
+	return func(yield func(driver.Message) bool) {
 		for {
-			m, err := ps.ReceiveTimeout(ctx, healthCheck)
+			ctx, cancel := context.WithTimeout(context.Background(), healthCheck)
+			m, err := ps.Receive(ctx)
+			cancel()
+			var nerr net.Error
 			switch {
 			case err == nil:
 				if !yield(m) {
 					return
 				}
-			case errors.Is(err, redis.ErrClosed):
+			case errors.Is(err, driver.ErrClosed):
 				return
+			case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &nerr) && nerr.Timeout():
+				ctx, cancel := context.WithTimeout(context.Background(), healthCheck)
+				ps.Ping(ctx) // silent for a while: make sure the connection lives
+				cancel()
 			default:
-				var nerr net.Error
-				if errors.As(err, &nerr) && nerr.Timeout() {
-					ps.Ping(ctx) // silent for a while: make sure the connection lives
-					continue
-				}
-				time.Sleep(50 * time.Millisecond) // broken: go-redis reconnects on the next receive
+				time.Sleep(50 * time.Millisecond) // broken: the driver reconnects on the next receive
 			}
 		}
 	}
 }
 
 // read dispatches the messages of one pub/sub connection until it is closed.
-func (h *Hub) read(ps *redis.PubSub, msgs func(func(any) bool)) {
+func (h *Hub) read(ps driver.PubSub, msgs func(func(driver.Message) bool)) {
 	for m := range msgs {
 		h.mu.Lock()
 		if h.ps != ps {
 			h.mu.Unlock()
 			continue // a closed connection's leftovers
 		}
-		switch m := m.(type) {
-		case *redis.Subscription:
-			if m.Kind != "subscribe" {
-				break
-			}
+		switch m.Kind {
+		case "subscribe":
 			// Confirmations come in the order the SUBSCRIBEs were sent; the
 			// last one outstanding is the one that covers current waiters.
-			// After a reconnect go-redis subscribes again: nothing pending.
+			// After a reconnect the driver subscribes again: nothing pending.
 			if h.pending[m.Channel]--; h.pending[m.Channel] <= 0 {
 				delete(h.pending, m.Channel)
 				if t := h.topics[m.Channel]; t != nil {
@@ -311,7 +308,7 @@ func (h *Hub) read(ps *redis.PubSub, msgs func(func(any) bool)) {
 					}
 				}
 			}
-		case *redis.Message:
+		case "message", "smessage":
 			if t := h.topics[m.Channel]; t != nil {
 				t.dispatch(m.Payload)
 			}
@@ -322,19 +319,17 @@ func (h *Hub) read(ps *redis.PubSub, msgs func(func(any) bool)) {
 
 // readTopic dispatches the messages of a sharded channel's own connection
 // until it is closed.
-func (h *Hub) readTopic(t *topic, msgs func(func(any) bool)) {
+func (h *Hub) readTopic(t *topic, msgs func(func(driver.Message) bool)) {
 	for m := range msgs {
 		h.mu.Lock()
-		switch m := m.(type) {
-		case *redis.Subscription:
-			if m.Kind == "ssubscribe" {
-				select {
-				case <-t.ready:
-				default:
-					close(t.ready)
-				}
+		switch m.Kind {
+		case "ssubscribe":
+			select {
+			case <-t.ready:
+			default:
+				close(t.ready)
 			}
-		case *redis.Message:
+		case "message", "smessage":
 			t.dispatch(m.Payload)
 		}
 		h.mu.Unlock()

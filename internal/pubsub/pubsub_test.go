@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -87,7 +88,7 @@ func TestWakeUps(t *testing.T) {
 			if sharded {
 				publish = rdb.SPublish
 			}
-			h := New(rdb, sharded)
+			h := New(goredisdriver.Conn(rdb), sharded)
 			a, wakeA := subscribe(t, h, "ch", "a")
 			b, wakeB := subscribe(t, h, "ch", "b")
 			other, wakeOther := subscribe(t, h, "other", "a")
@@ -120,7 +121,7 @@ func TestWakeUps(t *testing.T) {
 // is let go after it.
 func TestJoinAndLinger(t *testing.T) {
 	rdb := start(t)
-	h := New(rdb, false)
+	h := New(goredisdriver.Conn(rdb), false)
 	wake := make(chan int64, 1)
 	if h.Listening("ch") || h.Join("ch", "a", wake) != nil {
 		t.Fatal("a channel nobody subscribed to is listened to")
@@ -159,7 +160,7 @@ func TestJoinAndLinger(t *testing.T) {
 // A retokened waiter is handed the lock under its new token only.
 func TestRetoken(t *testing.T) {
 	rdb := start(t)
-	h := New(rdb, false)
+	h := New(goredisdriver.Conn(rdb), false)
 	w, wake := subscribe(t, h, "ch", "old")
 	w.Retoken("new")
 	rdb.Publish(t.Context(), "ch", "old")

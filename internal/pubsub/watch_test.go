@@ -3,6 +3,8 @@ package pubsub
 import (
 	"testing"
 	"time"
+
+	"github.com/dlockio/dlock/internal/goredisdriver"
 )
 
 // A watcher (WatchToken) is woken by every message on its channel: a
@@ -10,7 +12,7 @@ import (
 // that waiter among the others. Two watchers on one channel are both woken.
 func TestWatchersSeeEveryMessage(t *testing.T) {
 	rdb := start(t)
-	h := New(rdb, false)
+	h := New(goredisdriver.Conn(rdb), false)
 	w1, watch1 := subscribe(t, h, "ch", WatchToken())
 	w2, watch2 := subscribe(t, h, "ch", WatchToken())
 	wa, a := subscribe(t, h, "ch", "tok-a")

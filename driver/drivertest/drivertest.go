@@ -1,0 +1,471 @@
+// Package drivertest holds the tests every driver must pass: each lock kind
+// taken, extended, fenced and released through dlock.NewFrom on private
+// redis-server processes, with mutual exclusion counted across goroutines
+// and Clients, waiters woken by pub/sub, a script cache emptied under a
+// Client, a server down, and a Cluster where the client has one.
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// Setup makes a driver's Conns for the tests; each is closed by the
+// caller's cleanup (t.Cleanup), after the Clients made on it.
+type Setup struct {
+	// Server returns a Conn to the redis-server at addr (127.0.0.1:port).
+	Server func(t *testing.T, addr string) driver.Conn
+	// Cluster returns a Conn to the Cluster whose nodes are addrs; nil
+	// skips the Cluster tests.
+	Cluster func(t *testing.T, addrs []string) driver.Conn
+}
+
+// Run runs the table against s's driver.
+func Run(t *testing.T, s Setup) {
+	srv := redistest.Start(t, redistest.TCP())
+	conn := func(t *testing.T) driver.Conn { return s.Server(t, srv.Addr()) }
+	t.Run("Refusals", func(t *testing.T) { refusals(t, conn(t)) })
+	for _, m := range modes {
+		t.Run("Lock/"+m.name, func(t *testing.T) {
+			lockKind(t, m, func(t *testing.T, opts ...dlock.Option) *dlock.Client { return client(t, conn(t), opts...) })
+		})
+	}
+	t.Run("Semaphore", func(t *testing.T) { semaphore(t, client(t, conn(t)), client(t, conn(t))) })
+	t.Run("RWMutex", func(t *testing.T) { rwMutex(t, client(t, conn(t)), client(t, conn(t))) })
+	t.Run("Election", func(t *testing.T) { election(t, client(t, conn(t)), client(t, conn(t))) })
+	t.Run("Admin", func(t *testing.T) { admin(t, client(t, conn(t)), client(t, conn(t))) })
+	t.Run("ScriptFlush", func(t *testing.T) { scriptFlush(t, srv, client(t, conn(t))) })
+	t.Run("ServerDown", func(t *testing.T) {
+		down := redistest.Start(t, redistest.TCP())
+		serverDown(t, down, client(t, s.Server(t, down.Addr())))
+	})
+	if s.Cluster == nil {
+		return
+	}
+	t.Run("Cluster", func(t *testing.T) {
+		var addrs []string
+		for _, n := range redistest.StartCluster(t, 3, 0) {
+			addrs = append(addrs, n.Addr())
+		}
+		cconn := func(t *testing.T) driver.Conn { return s.Cluster(t, addrs) }
+		for _, m := range modes {
+			t.Run("Lock/"+m.name, func(t *testing.T) {
+				lockKind(t, m, func(t *testing.T, opts ...dlock.Option) *dlock.Client { return client(t, cconn(t), opts...) })
+			})
+		}
+		t.Run("Semaphore", func(t *testing.T) { semaphore(t, client(t, cconn(t)), client(t, cconn(t))) })
+		t.Run("Admin", func(t *testing.T) { admin(t, client(t, cconn(t)), client(t, cconn(t))) })
+	})
+}
+
+// client returns a Client on conn, closed in t's cleanup.
+func client(t *testing.T, conn driver.Conn, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	c, err := dlock.NewFrom(conn, opts...)
+	if err != nil {
+		t.Fatalf("NewFrom: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c.Close(ctx)
+	})
+	return c
+}
+
+// slow is an unfair waiter's backoff far longer than any test waits: only
+// a release's message wakes it in time.
+func slow(int) time.Duration { return 20 * time.Second }
+
+type mode struct {
+	name string
+	opts []dlock.Option
+}
+
+var modes = []mode{
+	{"fair", nil},
+	{"unfair", []dlock.Option{dlock.WithUnfair(slow)}},
+	{"reentrant", []dlock.Option{dlock.WithReentrant(true), dlock.WithUnfair(slow)}},
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func refusals(t *testing.T, conn driver.Conn) {
+	for _, c := range []struct {
+		conn driver.Conn
+		opts []dlock.Option
+	}{
+		{nil, nil},
+		{conn, []dlock.Option{dlock.WithReplicaAck(1, time.Second)}},
+		{conn, []dlock.Option{dlock.WithoutScripts()}},
+		{conn, []dlock.Option{dlock.LeaseTTL(time.Millisecond)}},
+	} {
+		if cl, err := dlock.NewFrom(c.conn, c.opts...); !errors.Is(err, dlock.ErrInvalid) {
+			if cl != nil {
+				cl.Close(context.Background())
+			}
+			t.Errorf("NewFrom(%v, %d options): %v, want ErrInvalid", c.conn, len(c.opts), err)
+		}
+	}
+}
+
+// lockKind takes, fences, extends and releases a lock of mode m; counts
+// holders at once under contention from two Clients; and checks that a
+// waiter is woken by the release.
+func lockKind(t *testing.T, m mode, newClient func(t *testing.T, opts ...dlock.Option) *dlock.Client) {
+	a, b := newClient(t, m.opts...), newClient(t, m.opts...)
+	ctx := ctxFor(t, 60*time.Second)
+	name := "dt-" + m.name
+	l, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	f1, err := l.Fence(ctx)
+	if err != nil || f1 <= 0 {
+		t.Fatalf("Fence: %d, %v", f1, err)
+	}
+	if err := l.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl <= 10*time.Second {
+		t.Fatalf("TTL after Extend(20s): %v, %v", ttl, err)
+	}
+	if _, err := b.TryAcquire(ctx, name); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a held lock: %v, want ErrNotAcquired", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("second Release: %v, want nil (idempotent)", err)
+	}
+	l2, err := b.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("TryAcquire after the release: %v", err)
+	}
+	if f2, err := l2.Fence(ctx); err != nil || f2 <= f1 {
+		t.Fatalf("the next lease's fence %d (%v), not above %d", f2, err, f1)
+	}
+
+	// A waiter is woken by the release: its own timers would wake it
+	// much later (the unfair backoff is 20s; the fair lock's queue renewal
+	// is a third of its 10s lease).
+	woken(t, l2, func(ctx context.Context) (*dlock.Lock, error) { return a.Acquire(ctx, name) })
+
+	// Mutual exclusion: goroutines of both Clients, each lease counted in
+	// and out of the critical section.
+	var (
+		in, most, done atomic.Int64
+		wg             sync.WaitGroup
+	)
+	for i := range 8 {
+		c := a
+		if i%2 == 1 {
+			c = b
+		}
+		wg.Go(func() {
+			for range 15 {
+				err := c.Do(ctx, name+":x", func(context.Context, *dlock.Lock) error {
+					if n := in.Add(1); n > most.Load() {
+						most.Store(n)
+					}
+					time.Sleep(200 * time.Microsecond)
+					in.Add(-1)
+					done.Add(1)
+					return nil
+				}, dlock.MaxWait(30*time.Second))
+				if err != nil {
+					t.Errorf("Do: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if most.Load() != 1 || done.Load() != 8*15 {
+		t.Fatalf("%d holders at once (want 1), %d of %d sections done", most.Load(), done.Load(), 8*15)
+	}
+}
+
+// woken checks that a waiter (acquire) takes the lock soon after l is
+// released.
+func woken(t *testing.T, l *dlock.Lock, acquire func(context.Context) (*dlock.Lock, error)) {
+	t.Helper()
+	ctx := t.Context()
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		m, err := acquire(wctx)
+		if err == nil {
+			err = m.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // (the waiter subscribes and is refused once)
+	rel := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+	if d := time.Since(rel); d > 2*time.Second {
+		t.Errorf("the waiter took the lock %v after the release: not woken by it", d)
+	}
+}
+
+func semaphore(t *testing.T, a, b *dlock.Client) {
+	ctx := ctxFor(t, 60*time.Second)
+	sa, err := a.Semaphore("dt-sem", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := b.Semaphore("dt-sem", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := sa.AcquireN(ctx, 2)
+	if err != nil {
+		t.Fatalf("AcquireN(2): %v", err)
+	}
+	one, err := sb.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("the third permit: %v", err)
+	}
+	if _, err := sb.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("a fourth permit of 3: %v, want ErrNotAcquired", err)
+	}
+	if n, err := sa.Available(ctx); err != nil || n != 0 {
+		t.Fatalf("Available: %d, %v", n, err)
+	}
+	if err := two.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if f, err := one.Fence(ctx); err != nil || f <= 0 {
+		t.Fatalf("Fence: %d, %v", f, err)
+	}
+	woken(t, one, func(ctx context.Context) (*dlock.Lock, error) { return sa.Acquire(ctx) })
+	if err := two.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// At most 3 permits held at once, by goroutines of both Clients.
+	var (
+		in, most atomic.Int64
+		wg       sync.WaitGroup
+	)
+	for i := range 6 {
+		s := sa
+		if i%2 == 1 {
+			s = sb
+		}
+		wg.Go(func() {
+			for range 8 {
+				err := s.Do(ctx, func(context.Context, *dlock.Lock) error {
+					if n := in.Add(1); n > most.Load() {
+						most.Store(n)
+					}
+					time.Sleep(time.Millisecond)
+					in.Add(-1)
+					return nil
+				}, dlock.MaxWait(30*time.Second))
+				if err != nil {
+					t.Errorf("Do: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if most.Load() > 3 {
+		t.Fatalf("%d permits of 3 held at once", most.Load())
+	}
+}
+
+func rwMutex(t *testing.T, a, b *dlock.Client) {
+	ctx := ctxFor(t, 30*time.Second)
+	ra, err := a.RWMutex("dt-rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, _ := b.RWMutex("dt-rw")
+	r1, err := ra.Reader().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := rb.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("a second reader: %v", err)
+	}
+	if _, err := rb.Writer().TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("a writer beside readers: %v, want ErrNotAcquired", err)
+	}
+	r1.Release(ctx)
+	woken2 := make(chan error, 1)
+	go func() {
+		w, err := rb.Writer().Acquire(ctx)
+		if err == nil {
+			if _, err2 := ra.Reader().TryAcquire(ctx); !errors.Is(err2, dlock.ErrNotAcquired) {
+				err = fmt.Errorf("a reader beside the writer: %v", err2)
+			} else {
+				err = rb.Downgrade(ctx, w)
+			}
+			if err == nil {
+				var r *dlock.Lock
+				if r, err = ra.Reader().TryAcquire(ctx); err == nil { // a reader beside the downgraded hold
+					r.Release(ctx)
+					err = w.Release(ctx)
+				}
+			}
+		}
+		woken2 <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	r2.Release(ctx)
+	if err := <-woken2; err != nil {
+		t.Fatalf("the writer: %v", err)
+	}
+}
+
+func election(t *testing.T, a, b *dlock.Client) {
+	ctx := ctxFor(t, 30*time.Second)
+	ea, err := a.Election("dt-el")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, _ := b.Election("dt-el")
+	la, err := ea.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Proclaim(ctx, "a2"); err != nil {
+		t.Fatalf("Proclaim: %v", err)
+	}
+	if ld, err := eb.Leader(ctx); err != nil || ld.Value != "a2" {
+		t.Fatalf("Leader: %+v, %v", ld, err)
+	}
+	got := make(chan *dlock.Leadership, 1)
+	go func() {
+		lb, err := eb.Campaign(ctx, "b")
+		if err != nil {
+			t.Errorf("the second campaign: %v", err)
+		}
+		got <- lb
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := la.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := <-got
+	if lb == nil {
+		return
+	}
+	if lb.Fence() <= la.Fence() {
+		t.Errorf("the next term's fence %d, not above %d", lb.Fence(), la.Fence())
+	}
+	if ld, err := ea.Leader(ctx); err != nil || ld.Value != "b" {
+		t.Fatalf("Leader after the handover: %+v, %v", ld, err)
+	}
+	lb.Resign(ctx)
+}
+
+func admin(t *testing.T, a, b *dlock.Client) {
+	ctx := ctxFor(t, 30*time.Second)
+	var held []*dlock.Lock
+	for i := range 5 {
+		l, err := a.Acquire(ctx, fmt.Sprintf("dt-adm-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	infos, err := b.List(ctx, "dt-adm-*")
+	if err != nil || len(infos) != 5 {
+		t.Fatalf("List: %d locks, %v (want 5)", len(infos), err)
+	}
+	info, err := b.Inspect(ctx, "dt-adm-0")
+	if err != nil || !info.Held || info.Token != held[0].Token() {
+		t.Fatalf("Inspect: %+v, %v", info, err)
+	}
+	if ok, err := b.ForceRelease(ctx, "dt-adm-0"); err != nil || !ok {
+		t.Fatalf("ForceRelease: %v, %v", ok, err)
+	}
+	select {
+	case <-held[0].Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("a forced release went untold to the holder")
+	}
+	for _, l := range held[1:] {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// scriptFlush empties the server's script cache under a Client that has
+// loaded its scripts: its next calls run them anyway.
+func scriptFlush(t *testing.T, srv *redistest.Server, c *dlock.Client) {
+	ctx := ctxFor(t, 30*time.Second)
+	for i := range 3 {
+		l, err := c.Acquire(ctx, "dt-flush")
+		if err != nil {
+			t.Fatalf("Acquire %d: %v", i, err)
+		}
+		if _, err := srv.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Extend(ctx, 5*time.Second); err != nil {
+			t.Fatalf("Extend after SCRIPT FLUSH: %v", err)
+		}
+		if _, err := srv.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release after SCRIPT FLUSH: %v", err)
+		}
+	}
+}
+
+// serverDown: with the server killed, an acquisition fails within its
+// context, and after a restart the Client takes locks again.
+func serverDown(t *testing.T, srv *redistest.Server, c *dlock.Client) {
+	ctx := ctxFor(t, 60*time.Second)
+	l, err := c.Acquire(ctx, "dt-down")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if err := l.Release(ctx); err == nil {
+		t.Fatal("Release with the server down: no error")
+	}
+	actx, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = c.Acquire(actx, "dt-down2")
+	cancel()
+	if err == nil {
+		t.Fatal("Acquire with the server down: no error")
+	}
+	srv.Restart()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		l, err := c.TryAcquire(ctx, "dt-down")
+		if err == nil {
+			l.Release(ctx)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the restart: %v", err)
+		}
+	}
+}

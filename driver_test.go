@@ -1,0 +1,28 @@
+package dlock_test
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/driver/drivertest"
+	"github.com/dlockio/dlock/internal/goredisdriver"
+)
+
+// The driver road (NewFrom), run on go-redis: the same table every driver
+// passes (extra/dlockrueidis, extra/dlockvalkey).
+func TestDriverTable(t *testing.T) {
+	drivertest.Run(t, drivertest.Setup{
+		Server: func(t *testing.T, addr string) driver.Conn {
+			rdb := redis.NewClient(&redis.Options{Addr: addr})
+			t.Cleanup(func() { rdb.Close() })
+			return goredisdriver.Conn(rdb)
+		},
+		Cluster: func(t *testing.T, addrs []string) driver.Conn {
+			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+			t.Cleanup(func() { rdb.Close() })
+			return goredisdriver.Conn(rdb)
+		},
+	})
+}

@@ -1,0 +1,240 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/script"
+)
+
+// NewNodeFrom returns the backend of one deployment reached through a
+// driver (another Redis client than go-redis). The driver sends each
+// command once and pipelines concurrent callers' commands itself, so there
+// is no batcher; replica acknowledgement and the script-free mode need
+// go-redis (the caller refuses them).
+func NewNodeFrom(d driver.Conn, c Config) Node {
+	n := NewNode(nil, c)
+	n.rdb, n.d, n.retries = drv{d}, d, d.Info().Retries
+	return n
+}
+
+// drv runs a Node's scripts and commands through a driver. It implements
+// commander, so the scripts' calls and replies read as they do through
+// go-redis.
+type drv struct{ d driver.Conn }
+
+func (c drv) Do(ctx context.Context, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	if err := ctx.Err(); err != nil {
+		cmd.SetErr(fmt.Errorf("%w: %w", ErrNotSent, err))
+		return cmd
+	}
+	v, err := c.d.Do(ctx, args...)
+	setReply(cmd, v, err)
+	return cmd
+}
+
+// setReply gives cmd a driver's reply: a nil reply reads as go-redis's
+// redis.Nil, a closed driver as redis.ErrClosed.
+func setReply(cmd *redis.Cmd, v any, err error) {
+	switch {
+	case errors.Is(err, driver.ErrClosed):
+		cmd.SetErr(fmt.Errorf("%w: %w", redis.ErrClosed, err))
+	case err != nil:
+		cmd.SetErr(err)
+	case v == nil:
+		cmd.SetErr(redis.Nil)
+	default:
+		cmd.SetVal(v)
+	}
+}
+
+func (c drv) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return c.Do(ctx, evalArgs("eval", script, keys, args)...)
+}
+
+func (c drv) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return c.Do(ctx, evalArgs("evalsha", sha1, keys, args)...)
+}
+
+func (c drv) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return c.Do(ctx, evalArgs("eval_ro", script, keys, args)...)
+}
+
+func (c drv) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return c.Do(ctx, evalArgs("evalsha_ro", sha1, keys, args)...)
+}
+
+func (c drv) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	cmd := redis.NewBoolSliceCmd(ctx)
+	cmd.SetErr(errors.New("SCRIPT EXISTS is not sent through a driver"))
+	return cmd
+}
+
+func (c drv) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	cmd := redis.NewStringCmd(ctx)
+	v, err := c.d.Do(ctx, "script", "load", script)
+	if err != nil {
+		cmd.SetErr(err)
+	} else {
+		s, _ := v.(string)
+		cmd.SetVal(s)
+	}
+	return cmd
+}
+
+// prepareFrom is prepare's load through a driver: the scripts of set go to
+// every master (on a Cluster; the server otherwise), each master's in one
+// write, and s records what all of them loaded. To a deployment that has
+// not answered yet, first goes alone before the others (see
+// serverCache.load).
+func (n Node) prepareFrom(ctx context.Context, s *serverCache, set scriptSet, first *redis.Script) error {
+	masters, err := n.d.Masters(ctx)
+	if err != nil {
+		if neverSent(err) {
+			return err
+		}
+		return nil
+	}
+	if bit := scriptBits[first]; !s.reached.Load() && set&bit != 0 {
+		if err := loadOn(ctx, masters, bit, s); err != nil {
+			return err
+		}
+		if set &^= bit; set == 0 {
+			return nil
+		}
+	}
+	return loadOn(ctx, masters, set, s)
+}
+
+// loadOn loads the scripts of set on each of masters at once, and records
+// in s those that all of them loaded. It returns an error only if every
+// load never left the client (see neverSent).
+func loadOn(ctx context.Context, masters []driver.Conn, set scriptSet, s *serverCache) error {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		all      = set
+		unsent   error
+		sentSome bool
+	)
+	for _, m := range masters {
+		wg.Go(func() {
+			cmds := make([][]any, 0, len(loadable))
+			for i, sc := range loadable {
+				if set&(1<<i) != 0 {
+					cmds = append(cmds, []any{"script", "load", script.Source(sc)})
+				}
+			}
+			rs := m.DoMulti(ctx, cmds...)
+			var ok scriptSet
+			j := 0
+			mu.Lock()
+			defer mu.Unlock()
+			for i := range loadable {
+				if set&(1<<i) == 0 || j >= len(rs) {
+					continue
+				}
+				switch err := rs[j].Err; {
+				case err == nil:
+					ok |= 1 << i
+					s.reached.Store(true)
+					sentSome = true
+				case isRedisError(err):
+					s.reached.Store(true)
+					sentSome = true
+					if !Transient(err) {
+						s.refused.Store(true)
+					}
+				case neverSent(err):
+					unsent = err
+				default:
+					sentSome = true
+				}
+				j++
+			}
+			all &= ok
+		})
+	}
+	wg.Wait()
+	if len(masters) > 0 {
+		s.loaded.Or(uint32(all))
+	}
+	if unsent != nil && !sentSome {
+		return unsent
+	}
+	return nil
+}
+
+// rerunFrom is rerun through a driver: on one server, every script the
+// Node had loaded there goes back with s's EVALSHA in one write; on a
+// Cluster s goes with EVAL, and the next Prepare loads the scripts on
+// every master again.
+func (n Node) rerunFrom(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+	srv := &n.caches.single
+	if n.d.Info().Cluster || srv.refused.Load() {
+		srv.loaded.Store(0)
+		return s.Eval(ctx, n.rdb, keys, args...)
+	}
+	set := scriptSet(srv.loaded.Swap(0)) | scriptBits[s]
+	var cmds [][]any
+	for i, sc := range loadable {
+		if set&(1<<i) != 0 {
+			cmds = append(cmds, []any{"script", "load", script.Source(sc)})
+		}
+	}
+	eval := evalArgs("evalsha", s.Hash(), keys, args)
+	rs := n.d.DoMulti(ctx, append(cmds, eval)...)
+	loads := make([]*redis.StringCmd, len(rs)-1)
+	for i, r := range rs[:len(rs)-1] {
+		loads[i] = redis.NewStringCmd(ctx)
+		if r.Err != nil {
+			loads[i].SetErr(r.Err)
+		}
+	}
+	srv.record(set, loads)
+	cmd := redis.NewCmd(ctx, eval...)
+	last := rs[len(rs)-1]
+	if setReply(cmd, last.Val, last.Err); noScript(cmd.Err()) {
+		return s.Eval(ctx, n.rdb, keys, args...)
+	}
+	return cmd
+}
+
+// scanFrom is Scan through a driver: SCAN on every master.
+func (n Node) scanFrom(ctx context.Context, match string) ([]string, error) {
+	masters, err := n.d.Masters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, m := range masters {
+		cursor := "0"
+		for {
+			v, err := m.Do(ctx, "scan", cursor, "match", match, "count", scanBatch)
+			if err != nil {
+				return keys, err
+			}
+			r, _ := v.([]any)
+			if len(r) != 2 {
+				return keys, fmt.Errorf("SCAN: unexpected reply %v", v)
+			}
+			cursor, _ = r[0].(string)
+			page, _ := r[1].([]any)
+			for _, k := range page {
+				if s, ok := k.(string); ok {
+					keys = append(keys, s)
+				}
+			}
+			if cursor == "0" || cursor == "" {
+				break
+			}
+		}
+	}
+	return keys, nil
+}

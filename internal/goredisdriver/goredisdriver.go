@@ -1,0 +1,154 @@
+// Package goredisdriver implements package driver with a go-redis client:
+// the pub/sub of every Client made with go-redis, and, in tests, the
+// driver road (dlock.NewFrom) run on go-redis beside the other clients'.
+package goredisdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/driver"
+)
+
+// Conn returns rdb as a driver.Conn. It never closes rdb.
+func Conn(rdb redis.UniversalClient) driver.Conn { return conn{rdb} }
+
+type conn struct{ rdb redis.UniversalClient }
+
+// once is a command that go-redis sends once, never again after a failure.
+type once struct{ redis.Cmder }
+
+func (once) NoRetry() bool { return true }
+
+func (c conn) Do(ctx context.Context, args ...any) (any, error) {
+	cmd := redis.NewCmd(ctx, args...)
+	c.rdb.Process(ctx, once{cmd})
+	return reply(cmd)
+}
+
+// reply converts a command's outcome to the driver's form.
+func reply(cmd *redis.Cmd) (any, error) {
+	v, err := cmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, nil
+	case errors.Is(err, redis.ErrClosed):
+		return nil, fmt.Errorf("%w: %w", driver.ErrClosed, err)
+	case isServerError(err):
+		return nil, driver.Error(err.Error())
+	}
+	return v, err
+}
+
+func isServerError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && !errors.Is(err, redis.ErrClosed)
+}
+
+func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
+	rs := make([]*redis.Cmd, len(cmds))
+	c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, args := range cmds {
+			rs[i] = redis.NewCmd(ctx, args...)
+			p.Process(ctx, once{rs[i]})
+		}
+		return nil
+	})
+	out := make([]driver.Result, len(cmds))
+	for i, cmd := range rs {
+		out[i].Val, out[i].Err = reply(cmd)
+	}
+	return out
+}
+
+func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return []driver.Conn{c}, nil
+	}
+	var (
+		mu  sync.Mutex
+		out []driver.Conn
+	)
+	err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		out = append(out, conn{m})
+		mu.Unlock()
+		return nil
+	})
+	return out, err
+}
+
+func (c conn) Info() driver.Info {
+	_, cluster := c.rdb.(*redis.ClusterClient)
+	return driver.Info{Cluster: cluster, Retries: Retries(c.rdb)}
+}
+
+// Retries reports whether rdb is configured to send a command again after a
+// failure (MaxRetries; a client of a type whose options cannot be read is
+// taken to retry).
+func Retries(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().MaxRetries > 0
+	case *redis.ClusterClient:
+		return c.Options().MaxRetries > 0
+	case *redis.Ring:
+		return c.Options().MaxRetries > 0
+	}
+	return true
+}
+
+func (c conn) PubSub(ctx context.Context, channel string) driver.PubSub {
+	if channel != "" {
+		return pubsub{c.rdb.SSubscribe(ctx, channel)}
+	}
+	return pubsub{c.rdb.Subscribe(ctx)}
+}
+
+type pubsub struct{ ps *redis.PubSub }
+
+func (p pubsub) Subscribe(ctx context.Context, channels ...string) error {
+	return p.ps.Subscribe(ctx, channels...)
+}
+
+func (p pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
+	return p.ps.Unsubscribe(ctx, channels...)
+}
+
+func (p pubsub) Ping(ctx context.Context) error { return p.ps.Ping(ctx) }
+
+func (p pubsub) Close() error { return p.ps.Close() }
+
+// Receive reads the connection directly, rather than through go-redis's
+// Channel, to save a goroutine hop on every message. It waits until ctx's
+// deadline (go-redis does not watch ctx while it reads).
+func (p pubsub) Receive(ctx context.Context) (driver.Message, error) {
+	var timeout time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		if timeout = time.Until(d); timeout <= 0 {
+			return driver.Message{}, context.DeadlineExceeded
+		}
+	}
+	for {
+		m, err := p.ps.ReceiveTimeout(ctx, timeout)
+		if errors.Is(err, redis.ErrClosed) {
+			return driver.Message{}, driver.ErrClosed
+		}
+		if err != nil {
+			return driver.Message{}, err
+		}
+		switch m := m.(type) {
+		case *redis.Subscription:
+			return driver.Message{Kind: m.Kind, Channel: m.Channel}, nil
+		case *redis.Message:
+			return driver.Message{Kind: "message", Channel: m.Channel, Payload: m.Payload}, nil
+		}
+		// (a PONG: read on)
+	}
+}
