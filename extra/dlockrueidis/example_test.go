@@ -1,0 +1,59 @@
+package dlockrueidis_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/dlockio/dlock/extra/dlockrueidis"
+	"github.com/dlockio/dlock/internal/redisserver"
+)
+
+// addr is the Redis server of the example: a private redis-server that
+// TestMain starts.
+var addr = "127.0.0.1:6379"
+
+func TestMain(m *testing.M) {
+	s, err := redisserver.Start(redisserver.TCP())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	addr = s.Addr()
+	code := m.Run()
+	s.Stop()
+	os.Exit(code)
+}
+
+func ExampleNew() {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rc.Close()
+	c, err := dlockrueidis.New(rc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(context.Background())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "reports:nightly")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holding", l.Name())
+	if err := l.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released")
+	// Output:
+	// holding reports:nightly
+	// released
+}
