@@ -1,0 +1,3 @@
+package dlockvalkey
+
+//go:generate go run gen.go
