@@ -17,8 +17,7 @@ import (
 )
 
 // Client acquires locks on one Redis deployment, or a quorum ([NewRedlock]);
-// make one per process and share it. Its lifecycle: New, calls, release the
-// Locks, [Client.Close], then close the go-redis clients.
+// make one per process, share it, and Close it before its Redis clients.
 type Client struct {
 	*engine        // shared with its Owner Clients
 	owner   string // reentrant: the owner its acquisitions are made for (Owner)
@@ -90,10 +89,9 @@ func (o *options) config(sharded bool) backend.Config {
 		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, TTL: o.lease.ttl}
 }
 
-// NewFrom returns a Client that keeps its locks where conn, another Redis
-// client's driver (extra/dlockrueidis, extra/dlockvalkey), reaches, as New
-// does for go-redis. [WithReplicaAck] and [WithoutScripts] need go-redis:
-// they are refused with [ErrInvalid]. It never closes conn.
+// NewFrom is New for another Redis client, through its driver
+// (extra/dlockrueidis, extra/dlockvalkey); it never closes conn.
+// [WithReplicaAck] and [WithoutScripts] need go-redis: [ErrInvalid].
 func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%w: NewFrom: nil driver", ErrInvalid)

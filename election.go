@@ -231,9 +231,8 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{Value: value, Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
 }
 
-// Observe returns a channel of the leadership, closed when ctx ends: the
-// current one, then each change in fence order (the zero Leader: nobody leads).
-// A slow reader gets the latest. Redis errors are retried, not delivered.
+// Observe returns a channel, closed when ctx ends, of the leadership then each
+// change in fence order (zero: nobody leads); a slow reader gets the latest.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	go e.observe(ctx, ch)

@@ -21,10 +21,9 @@ type Guard struct {
 // NewGuard returns a Guard for resources in rdb, which may be any Redis.
 func NewGuard(rdb redis.Cmdable) *Guard { return &Guard{rdb: rdb} }
 
-// Write sets the resource at key to value for the lease with fencing token
-// fence and token ([Lock.Fence], [Lock.Token]). It returns an error wrapping
-// [ErrStaleFence] if a higher fence, or the same fence of another lease, wrote
-// before.
+// Write sets the resource at key to value for the lease with fence and token
+// ([Lock.Fence], [Lock.Token]); [ErrStaleFence] if a higher fence, or the same
+// fence of another lease, wrote before.
 func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty resource key", ErrInvalid)

@@ -63,7 +63,7 @@ func (c *Client) parts(names []string) []Part {
 	return ps
 }
 
-// TryAcquireAll makes one attempt per name, all or nothing, as AcquireAll does.
+// TryAcquireAll makes one attempt per name, all or nothing.
 func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...LockOption) (*MultiLock, error) {
 	return acquireAll(ctx, c.parts(names), opts, true)
 }

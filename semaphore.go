@@ -22,8 +22,8 @@ type Semaphore struct {
 }
 
 // Semaphore returns the semaphore name of N = permits, or of the size kept in
-// Redis if any ([Semaphore.TrySetPermits]; 0: none granted until then).
-// [ErrInvalid] for a bad name or N, or a quorum, reentrant or script-free Client.
+// Redis ([Semaphore.TrySetPermits]). [ErrInvalid]: a bad name or N, or a
+// quorum, reentrant or script-free Client.
 func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if err := validName(name); err != nil {
 		return nil, err
