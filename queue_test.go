@@ -256,10 +256,20 @@ func TestFairWaiterOutOfTheQueueQueuesAgain(t *testing.T) {
 	}) {
 		t.Fatal("the waiter never queued")
 	}
-	// Out of the queue and revoked; a wake-up makes it try again now.
-	rdb.LRem(ctx, key+":q", 0, token)
-	rdb.HDel(ctx, key+":qw", token)
-	rdb.Set(ctx, key+":r:"+token, "0", time.Minute)
+	// Once it listens (its first attempt queues it before it subscribes):
+	// out of the queue and revoked in one step, which its attempts land
+	// before or after as a whole; a wake-up makes it try again now.
+	if !waitFor(5*time.Second, func() bool { return rdb.PubSubNumSub(ctx, key+":ch").Val()[key+":ch"] > 0 }) {
+		t.Fatal("the waiter never subscribed")
+	}
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.LRem(ctx, key+":q", 0, token)
+		p.HDel(ctx, key+":qw", token)
+		p.Set(ctx, key+":r:"+token, "0", time.Minute)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	rdb.Publish(ctx, key+":ch", "*")
 	if !waitFor(5*time.Second, func() bool {
 		q := rdb.LRange(ctx, key+":q", 0, -1).Val()
