@@ -205,10 +205,9 @@ func validName(name string) error {
 	return nil
 }
 
-// Owner returns a Client that takes c's reentrant locks as owner (one per flow
-// of work: a request, a job), re-entering what owner holds; it shares c's
-// configuration, connections and Close. [ErrInvalid] if c is not reentrant or
-// owner is empty.
+// Owner returns a Client that takes c's reentrant locks as owner (a request, a
+// job), re-entering what owner holds; it shares c's configuration, connections
+// and Close. [ErrInvalid] if c is not reentrant or owner is empty.
 func (c *Client) Owner(owner string) (*Client, error) {
 	switch {
 	case !c.opts.reentrant:

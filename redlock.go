@@ -7,22 +7,38 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
 // NewRedlock returns a Client whose locks are held on a majority of N
-// independent Redis masters (Redlock, N odd: docs/deployments.md), waiting at
-// most nodeTimeout for each (0: TTL/50, ≥ 5ms); an acquisition short of a
-// majority is undone everywhere. A node without persistence must stay down a
-// TTL after a restart. It waits unfairly; other kinds, WithReplicaAck(n > 0),
-// WithoutScripts and no nodes are [ErrInvalid].
+// independent masters (Redlock, N odd: docs/deployments.md), waiting at most
+// nodeTimeout for each (0: TTL/50, ≥ 5ms); one short of a majority is undone.
+// A node without persistence must stay down a TTL after a restart. Locks wait
+// unfairly; other kinds, WithReplicaAck and WithoutScripts are [ErrInvalid].
 func NewRedlock(nodes []redis.UniversalClient, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
+	return newRedlock(len(nodes), slices.Index(nodes, nil), func(i int, o *options) (backend.Node, *pubsub.Hub) {
+		return newNode(nodes[i], o)
+	}, nodeTimeout, opts)
+}
+
+// NewRedlockFrom is NewRedlock over drivers (see [NewFrom]).
+func NewRedlockFrom(nodes []driver.Conn, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
+	return newRedlock(len(nodes), slices.Index(nodes, nil), func(i int, o *options) (backend.Node, *pubsub.Hub) {
+		sharded := o.sharded > 0 || (o.sharded == 0 && nodes[i].Info().Cluster)
+		return backend.NewNodeFrom(nodes[i], o.config(sharded)), pubsub.New(nodes[i], sharded)
+	}, nodeTimeout, opts)
+}
+
+// newRedlock is NewRedlock over n nodes, of which node(i) makes the i-th
+// (nilNode: the first nil one, or -1).
+func newRedlock(n, nilNode int, node func(i int, o *options) (backend.Node, *pubsub.Hub), nodeTimeout time.Duration, opts []Option) (*Client, error) {
 	switch {
-	case len(nodes) == 0:
+	case n == 0:
 		return nil, fmt.Errorf("%w: NewRedlock: no nodes", ErrInvalid)
-	case slices.Contains(nodes, nil):
-		return nil, fmt.Errorf("%w: NewRedlock: node %d is nil", ErrInvalid, slices.Index(nodes, nil))
+	case nilNode >= 0:
+		return nil, fmt.Errorf("%w: NewRedlock: node %d is nil", ErrInvalid, nilNode)
 	case nodeTimeout < 0:
 		return nil, fmt.Errorf("%w: NewRedlock: node timeout %v: must be positive, or 0 for TTL/50", ErrInvalid, nodeTimeout)
 	}
@@ -51,9 +67,9 @@ func NewRedlock(nodes []redis.UniversalClient, nodeTimeout time.Duration, opts .
 		ns   []backend.Node
 		hubs []*pubsub.Hub
 	)
-	for _, rdb := range nodes {
-		n, h := newNode(rdb, &o)
-		ns = append(ns, n)
+	for i := range n {
+		nd, h := node(i, &o)
+		ns = append(ns, nd)
 		hubs = append(hubs, h)
 	}
 	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o, modeQuorum), nil

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Checks the README's set-up as a user follows it: a throwaway module outside the repository, beside a checkout
 # of it at ../dlock, runs the README's set-up commands word for word and builds the README's quick start, plus
-# code that imports every package a user may import (dlock, dlocktest, extra/dlockotel, extra/dlockprom) —
+# code that imports every package a user may import (dlock, dlocktest and the four extra/ modules) —
 # with no network: GOPROXY=off, so a module the set-up fails to point at the checkout cannot be fetched instead.
 #
 # The README marks the two blocks it takes:
 #   <!-- check-setup: commands -->  before the ```sh block of set-up commands (run in the module's directory)
 #   <!-- check-setup: program -->   before the ```go block of the quick start (a whole main package)
 #
-# First, online, `go mod tidy -diff` in the modules a user imports (the root, extra/dlockotel, extra/dlockprom)
+# First, online, `go mod tidy -diff` in the modules a user imports (the root and the extra/ modules)
 # brings into the module cache everything a user's `go mod tidy` reads, which the builds and tests of the
 # repository do not all fetch (go.mod files of the whole graph, the modules of their tests' imports); it also
 # fails if one of those modules is not tidy. Offline, the repository's go.sum files stand in for the checksum
@@ -17,7 +17,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd -P)
 readme=$repo/README.md
-modules=(. extra/dlockotel extra/dlockprom)
+modules=(. extra/dlockotel extra/dlockprom extra/dlockrueidis extra/dlockvalkey)
 
 # block MARKER prints the lines of the first fenced code block after the line "<!-- check-setup: MARKER -->".
 block() {
@@ -69,6 +69,8 @@ import (
 	"github.com/dlockio/dlock/dlocktest"
 	"github.com/dlockio/dlock/extra/dlockotel"
 	"github.com/dlockio/dlock/extra/dlockprom"
+	"github.com/dlockio/dlock/extra/dlockrueidis"
+	"github.com/dlockio/dlock/extra/dlockvalkey"
 )
 
 func instrument(c *dlock.Client) error {
@@ -81,7 +83,7 @@ func instrument(c *dlock.Client) error {
 
 func testClient(t *testing.T) *dlock.Client { return dlocktest.NewClient(t) }
 
-var _, _ = instrument, testClient
+var _, _, _, _ = instrument, testClient, dlockrueidis.New, dlockvalkey.New
 EOF
 
 echo "check-setup: in $app, beside a link ../dlock to the checkout, offline (GOPROXY=off GOFLAGS=$GOFLAGS):"
@@ -91,4 +93,4 @@ go build -o /dev/null .
 go vet .
 echo "check-setup: go.mod after the set-up:"
 sed 's/^/  /' go.mod
-echo "check-setup: ok: the README's set-up and quick start build dlock, dlocktest, dlockotel and dlockprom offline"
+echo "check-setup: ok: the README's set-up and quick start build dlock, dlocktest and the four extra/ modules offline"

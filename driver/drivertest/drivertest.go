@@ -48,6 +48,7 @@ func Run(t *testing.T, s Setup) {
 		down := redistest.Start(t, redistest.TCP())
 		serverDown(t, down, client(t, s.Server(t, down.Addr())))
 	})
+	t.Run("Quorum", func(t *testing.T) { quorum(t, s) })
 	if s.Cluster == nil {
 		return
 	}
@@ -467,5 +468,80 @@ func serverDown(t *testing.T, srv *redistest.Server, c *dlock.Client) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after the restart: %v", err)
 		}
+	}
+}
+
+// quorum: locks on a majority of three servers (NewRedlockFrom), fences
+// rising, exclusion counted, and a lock taken with one node down.
+func quorum(t *testing.T, s Setup) {
+	ctx := ctxFor(t, 60*time.Second)
+	var (
+		srvs  []*redistest.Server
+		conns []driver.Conn
+	)
+	for range 3 {
+		srv := redistest.Start(t, redistest.TCP())
+		srvs = append(srvs, srv)
+		conns = append(conns, s.Server(t, srv.Addr()))
+	}
+	if _, err := dlock.NewRedlockFrom(conns, 0, dlock.WithReentrant(true)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("NewRedlockFrom(WithReentrant): %v, want ErrInvalid", err)
+	}
+	if _, err := dlock.NewRedlockFrom(append(conns[:2:2], nil), 0); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("NewRedlockFrom with a nil node: %v, want ErrInvalid", err)
+	}
+	var cs []*dlock.Client
+	for range 2 {
+		c, err := dlock.NewRedlockFrom(conns, 0, dlock.LeaseTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		cs = append(cs, c)
+	}
+	var (
+		in, most atomic.Int64
+		last     atomic.Int64
+		wg       sync.WaitGroup
+	)
+	for i := range 6 {
+		c := cs[i%2]
+		wg.Go(func() {
+			for range 10 {
+				err := c.Do(ctx, "dt-q", func(ctx context.Context, l *dlock.Lock) error {
+					if n := in.Add(1); n > most.Load() {
+						most.Store(n)
+					}
+					defer in.Add(-1)
+					f, err := l.Fence(ctx)
+					if err != nil {
+						return err
+					}
+					if prev := last.Swap(f); f <= prev {
+						return fmt.Errorf("fence %d after %d", f, prev)
+					}
+					return nil
+				}, dlock.MaxWait(30*time.Second))
+				if err != nil {
+					t.Errorf("Do: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if most.Load() != 1 {
+		t.Fatalf("%d holders at once over the quorum", most.Load())
+	}
+	srvs[2].Kill()
+	l, err := cs[0].Acquire(ctx, "dt-q2")
+	if err != nil {
+		t.Fatalf("with one node of three down: %v", err)
+	}
+	if _, err := cs[1].TryAcquire(ctx, "dt-q2"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("a second holder over the quorum: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
