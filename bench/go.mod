@@ -14,6 +14,9 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dlockio/dlock/extra/dlockrueidis v0.0.0
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
+
+replace github.com/dlockio/dlock/extra/dlockrueidis => ../extra/dlockrueidis

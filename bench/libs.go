@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/dlockio/dlock/driver"
+
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
@@ -13,6 +15,7 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/extra/dlockrueidis"
 	"github.com/dlockio/dlock/internal/backend"
 )
 
@@ -45,6 +48,7 @@ var libraries = []library{
 	{name: "redsync", quorum: true, open: openRedsync},
 	{name: "bsm/redislock", open: openBSM},
 	{name: "rueidislock", open: openRueidis},
+	{name: "dlock on rueidis", quorum: true, open: openDlockRueidis},
 }
 
 type dlockHandle struct {
@@ -190,4 +194,41 @@ func openRueidis(addrs []string, lease time.Duration) (func(string) handle, func
 		return nil, nil, err
 	}
 	return func(name string) handle { return &rueidisHandle{l: l, name: name} }, l.Close, nil
+}
+
+// openDlockRueidis is dlock through its rueidis driver (extra/dlockrueidis),
+// on one rueidis client per node.
+func openDlockRueidis(addrs []string, lease time.Duration) (func(string) handle, func(), error) {
+	var (
+		rcs   []rueidis.Client
+		conns []driver.Conn
+	)
+	closeAll := func() {
+		for _, rc := range rcs {
+			rc.Close()
+		}
+	}
+	for _, a := range addrs {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}})
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		rcs = append(rcs, rc)
+		conns = append(conns, dlockrueidis.Conn(rc))
+	}
+	var (
+		c   *dlock.Client
+		err error
+	)
+	if len(conns) > 1 {
+		c, err = dlock.NewRedlockFrom(conns, 0, dlock.LeaseTTL(lease))
+	} else {
+		c, err = dlock.NewFrom(conns[0], dlock.LeaseTTL(lease))
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return func(name string) handle { return &dlockHandle{c: c, name: name} }, closeAll, nil
 }
