@@ -44,6 +44,11 @@ func Run(t *testing.T, s Setup) {
 	t.Run("Election", func(t *testing.T) { election(t, client(t, conn(t)), client(t, conn(t))) })
 	t.Run("Admin", func(t *testing.T) { admin(t, client(t, conn(t)), client(t, conn(t))) })
 	t.Run("ScriptFlush", func(t *testing.T) { scriptFlush(t, srv, client(t, conn(t))) })
+	t.Run("MultiLock", func(t *testing.T) { multiLock(t, client(t, conn(t)), client(t, conn(t))) })
+	t.Run("LostReply", func(t *testing.T) {
+		p := redistest.NewProxy(t, srv.Addr())
+		lostReply(t, p, client(t, s.Server(t, p.Addr()), dlock.LeaseTTL(30*time.Second)), client(t, conn(t)))
+	})
 	t.Run("ServerDown", func(t *testing.T) {
 		down := redistest.Start(t, redistest.TCP())
 		serverDown(t, down, client(t, s.Server(t, down.Addr())))
@@ -544,4 +549,66 @@ func quorum(t *testing.T, s Setup) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func multiLock(t *testing.T, a, b *dlock.Client) {
+	ctx := ctxFor(t, 30*time.Second)
+	names := []string{"dt-m1", "dt-m2", "dt-m3"}
+	m, err := a.AcquireAll(ctx, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquireAll(ctx, []string{"dt-m0", "dt-m2"}); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquireAll over a held part: %v, want ErrNotAcquired", err)
+	}
+	if l, err := b.TryAcquire(ctx, "dt-m0"); err != nil {
+		t.Fatalf("a part of a refused multi-lock was left held: %v", err)
+	} else {
+		l.Release(ctx)
+	}
+	if err := m.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DoAll(ctx, names, func(context.Context, *dlock.MultiLock) error { return nil }); err != nil {
+		t.Fatalf("DoAll after the release: %v", err)
+	}
+}
+
+// lostReply: the replies of a's connection stall while its acquire runs on
+// the server; the call fails with its context, and what it took is undone
+// (a's lease is 30s): b takes the lock long before that.
+func lostReply(t *testing.T, p *redistest.Proxy, a, b *dlock.Client) {
+	ctx := ctxFor(t, 60*time.Second)
+	l, err := a.Acquire(ctx, "dt-lost") // (scripts loaded, connection made)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(ctx)
+	p.StallReplies()
+	actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = a.Acquire(actx, "dt-lost")
+	cancel()
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("Acquire with its reply stalled: %v, want ErrNotAcquired", err)
+	}
+	p.Cut()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		l, err := b.TryAcquire(ctx, "dt-lost")
+		if err == nil {
+			l.Release(ctx)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lock taken by a call whose reply was lost was never undone: %v", err)
+		}
+	}
+	// And a's Client takes locks again.
+	l, err = a.Acquire(ctx, "dt-lost")
+	if err != nil {
+		t.Fatalf("after the cut: %v", err)
+	}
+	l.Release(ctx)
 }
