@@ -19,6 +19,11 @@ func TestDriverTable(t *testing.T) {
 			t.Cleanup(func() { rdb.Close() })
 			return goredisdriver.Conn(rdb)
 		},
+		Sentinel: func(t *testing.T, master string, addrs []string) driver.Conn {
+			rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: addrs})
+			t.Cleanup(func() { rdb.Close() })
+			return goredisdriver.Conn(rdb)
+		},
 		Cluster: func(t *testing.T, addrs []string) driver.Conn {
 			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 			t.Cleanup(func() { rdb.Close() })

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +28,9 @@ type Setup struct {
 	// Cluster returns a Conn to the Cluster whose nodes are addrs; nil
 	// skips the Cluster tests.
 	Cluster func(t *testing.T, addrs []string) driver.Conn
+	// Sentinel returns a Conn to the master named master that the
+	// Sentinels at addrs watch; nil skips the Sentinel test.
+	Sentinel func(t *testing.T, master string, addrs []string) driver.Conn
 }
 
 // Run runs the table against s's driver.
@@ -54,6 +58,9 @@ func Run(t *testing.T, s Setup) {
 		serverDown(t, down, client(t, s.Server(t, down.Addr())))
 	})
 	t.Run("Quorum", func(t *testing.T) { quorum(t, s) })
+	if s.Sentinel != nil {
+		t.Run("Sentinel", func(t *testing.T) { sentinel(t, s) })
+	}
 	if s.Cluster == nil {
 		return
 	}
@@ -611,4 +618,56 @@ func lostReply(t *testing.T, p *redistest.Proxy, a, b *dlock.Client) {
 		t.Fatalf("after the cut: %v", err)
 	}
 	l.Release(ctx)
+}
+
+// sentinel: locks through a Sentinel-managed master, a waiter woken; the
+// master killed, and locks taken again on the promoted replica.
+func sentinel(t *testing.T, s Setup) {
+	ctx := ctxFor(t, 3*time.Minute)
+	fast := redistest.Args("--repl-diskless-sync-delay", "0")
+	master := redistest.Start(t, redistest.TCP(), fast)
+	replica := redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", fmt.Sprint(master.Port())))
+	var addrs []string
+	for range 3 {
+		addrs = append(addrs, redistest.Start(t, redistest.Sentinel("m", master.Port(), 2, 500*time.Millisecond, 3*time.Second)).Addr())
+	}
+	if !eventually(30*time.Second, func() bool {
+		v, err := replica.Do(ctx, "INFO", "replication")
+		return err == nil && strings.Contains(fmt.Sprint(v), "master_link_status:up")
+	}) {
+		t.Fatal("the replica never synced")
+	}
+	a, b := client(t, s.Sentinel(t, "m", addrs)), client(t, s.Sentinel(t, "m", addrs))
+	l, err := a.Acquire(ctx, "dt-sen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken(t, l, func(ctx context.Context) (*dlock.Lock, error) { return b.Acquire(ctx, "dt-sen") })
+	master.Kill()
+	if !eventually(60*time.Second, func() bool {
+		l, err := a.TryAcquire(ctx, "dt-sen-after")
+		if err == nil {
+			l.Release(ctx)
+		}
+		return err == nil
+	}) {
+		t.Fatal("no lock taken through the Sentinels within 60s of the master's death")
+	}
+	l, err = a.Acquire(ctx, "dt-sen2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken(t, l, func(ctx context.Context) (*dlock.Lock, error) { return b.Acquire(ctx, "dt-sen2") })
+}
+
+// eventually reports whether ok held within d, polling.
+func eventually(d time.Duration, ok func() bool) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		if ok() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }

@@ -3,6 +3,8 @@ package dlockrueidis
 import (
 	"testing"
 
+	"github.com/redis/rueidis"
+
 	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/driver/drivertest"
 )
@@ -12,5 +14,13 @@ func TestTable(t *testing.T) {
 	drivertest.Run(t, drivertest.Setup{
 		Server:  func(t *testing.T, addr string) driver.Conn { return conn(t, []string{addr}) },
 		Cluster: conn,
+		Sentinel: func(t *testing.T, master string, addrs []string) driver.Conn {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, Sentinel: rueidis.SentinelOption{MasterSet: master}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			return Conn(c)
+		},
 	})
 }

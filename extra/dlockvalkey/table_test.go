@@ -5,6 +5,8 @@ package dlockvalkey
 import (
 	"testing"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/driver/drivertest"
 )
@@ -14,5 +16,13 @@ func TestTable(t *testing.T) {
 	drivertest.Run(t, drivertest.Setup{
 		Server:  func(t *testing.T, addr string) driver.Conn { return conn(t, []string{addr}) },
 		Cluster: conn,
+		Sentinel: func(t *testing.T, master string, addrs []string) driver.Conn {
+			c, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, Sentinel: valkey.SentinelOption{MasterSet: master}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			return Conn(c)
+		},
 	})
 }
