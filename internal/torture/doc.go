@@ -33,7 +33,8 @@
 // a queueing request a delay fault holds can land after its lease's
 // revocation window (a third of the TTL and up) has passed. Every Client gets random go-redis settings
 // (200–300ms read timeouts, ContextTimeoutEnabled on or off, 3, 1 or no
-// retries) and dlock settings (auto-extend, pipelining).
+// retries) and dlock settings (auto-extend, pipelining, the driver road:
+// dlock.NewFrom on go-redis, for a third of the workers).
 //
 // # Faults
 //

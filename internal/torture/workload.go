@@ -7,10 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlockio/dlock/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/backend"
+	"github.com/dlockio/dlock/internal/goredisdriver"
 )
 
 // Modes of a round: how every Client of the round takes its locks.
@@ -73,6 +76,7 @@ type clientOpts struct {
 	autoExtend  bool
 	maxHold     bool // MaxHold on the Client (optModes)
 	meta        bool // HolderMeta on the Client (optModes)
+	driver      bool // the Client made through package driver (NewFrom), on go-redis
 }
 
 // Worker drives one dlock.Client through a random sequence of operations
@@ -135,7 +139,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if optModes(cfg.Mode) {
 		w.opts.maxHold, w.opts.meta = w.rng.IntN(4) == 0, w.rng.IntN(4) == 0
 	}
+	w.opts.driver = cfg.Mode != ModeNoScripts && w.rng.IntN(3) == 0 // (WithoutScripts needs New)
 	var nodes []redis.UniversalClient
+	var conns []driver.Conn
 	var via []string
 	for _, addrs := range cfg.Nodes {
 		via = append(via, addrs[w.rng.IntN(len(addrs))])
@@ -146,6 +152,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		})
 		w.rdbs = append(w.rdbs, rdb)
 		nodes = append(nodes, rdb)
+		conns = append(conns, goredisdriver.Conn(rdb))
 	}
 	w.grdb = redis.NewClient(&redis.Options{Network: cfg.GuardNet, Addr: cfg.GuardAddr, PoolSize: 4})
 	w.guard = dlock.NewGuard(w.grdb)
@@ -166,12 +173,16 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if multiShare(cfg.Mode) > 0 {
 		common = append(common, dlock.WithObserver(w.trace.observer()))
 	}
-	switch cfg.Mode {
-	case ModeQuorum3, ModeQuorum5:
+	own := append(common, waiting(Fair(cfg.Mode)), dlock.WithReentrant(cfg.Mode == ModeReentrant))
+	switch quorum := cfg.Mode == ModeQuorum3 || cfg.Mode == ModeQuorum5; {
+	case quorum && w.opts.driver:
+		w.c, err = dlock.NewRedlockFrom(conns, nodeTimeout, common...)
+	case quorum:
 		w.c, err = dlock.NewRedlock(nodes, nodeTimeout, common...)
+	case w.opts.driver:
+		w.c, err = dlock.NewFrom(conns[0], own...)
 	default:
-		w.c, err = dlock.New(nodes[0], append(common,
-			waiting(Fair(cfg.Mode)), dlock.WithReentrant(cfg.Mode == ModeReentrant))...)
+		w.c, err = dlock.New(nodes[0], own...)
 	}
 	if err == nil && cfg.Mode == ModeSemaphore {
 		w.sems = map[string]*dlock.Semaphore{}
@@ -206,8 +217,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.rec.Close()
 		return nil, err
 	}
-	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v maxhold=%v meta=%v",
-		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout, w.hold, w.meta != nil), Via: strings.Join(via, " ")})
+	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v maxhold=%v meta=%v driver=%v",
+		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout, w.hold, w.meta != nil, w.opts.driver), Via: strings.Join(via, " ")})
 	return w, nil
 }
 
