@@ -457,6 +457,15 @@ func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 	select {
 	case <-first:
 	case <-t.C:
+	case <-ctx.Done():
+		// The caller gave up meanwhile (a client's own timer can fail the
+		// call a moment before ctx reports it): wait as one whose context
+		// was done from the start.
+		t.Reset(undoWait)
+		select {
+		case <-first:
+		case <-t.C:
+		}
 	}
 }
 

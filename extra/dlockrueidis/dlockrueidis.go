@@ -5,8 +5,9 @@
 // Every command is sent once: rueidis retries only commands marked
 // read-only, and none that dlock sends is. A client built with
 // ConnLifetime may send a command again when its connection expires while
-// the command is in flight: leave ConnLifetime unset. rueidis does not
-// expose DisableRetry, so Info reports Retries.
+// the command is in flight: leave ConnLifetime unset (nothing can check
+// it). A client's DisableRetry cannot be read back, so Info reports
+// Retries: dlock asks again once after a lost reply, where that is safe.
 package dlockrueidis
 
 import (
@@ -24,8 +25,14 @@ import (
 	"github.com/dlockio/dlock/driver"
 )
 
-// Conn returns c as a driver.Conn. It never closes c.
-func Conn(c rueidis.Client) driver.Conn { return conn{c: c} }
+// Conn returns c as a driver.Conn (nil for a nil c, which dlock.NewFrom
+// refuses). It never closes c.
+func Conn(c rueidis.Client) driver.Conn {
+	if c == nil {
+		return nil
+	}
+	return conn{c: c}
+}
 
 type conn struct {
 	c rueidis.Client

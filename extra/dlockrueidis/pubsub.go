@@ -33,28 +33,30 @@ func (c conn) PubSub(ctx context.Context, channel string) driver.PubSub {
 		done:    make(chan struct{}),
 		notify:  make(chan struct{}, 1),
 		kick:    make(chan struct{}, 1),
+		opsSig:  make(chan struct{}, 1),
 	}
 	if p.sharded {
 		p.chans = []string{channel}
 	}
-	broken := p.connect(ctx)
 	p.wg.Add(1)
-	go p.run(broken)
+	go p.run()
 	return p
 }
 
-// pubsub is a dedicated connection with hooks that queue what it receives;
-// a goroutine connects again (and subscribes again) when it breaks.
+// pubsub is a dedicated connection with hooks that queue what it receives.
+// One goroutine does its network work: it connects (again, and subscribes
+// again, when the connection breaks) and sends the (un)subscriptions in
+// the order they were asked for; the methods never wait on the network.
 type pubsub struct {
 	c       rueidis.Client
 	sharded bool // SSUBSCRIBE, on the shard of its channels
 	done    chan struct{}
 	wg      sync.WaitGroup
 
-	cmdMu sync.Mutex // orders (un)subscriptions and reconnections
-
 	mu      sync.Mutex
 	chans   []string
+	ops     []rueidis.Completed // (un)subscriptions to send, in order
+	opsSig  chan struct{}
 	dc      rueidis.DedicatedClient // nil while not connected
 	release func()
 	closed  bool
@@ -111,8 +113,6 @@ func (p *pubsub) hooks() rueidis.PubSubHooks {
 // connect opens a dedicated connection, subscribes it to the current
 // channels and returns the channel on which rueidis reports that it broke.
 func (p *pubsub) connect(ctx context.Context) <-chan error {
-	p.cmdMu.Lock()
-	defer p.cmdMu.Unlock()
 	select {
 	case <-p.kick: // about a connection gone
 	default:
@@ -130,7 +130,7 @@ func (p *pubsub) connect(ctx context.Context) <-chan error {
 	chans := slices.Clone(p.chans)
 	p.mu.Unlock()
 	if len(chans) > 0 {
-		if err := dc.Do(ctx, p.subscribe(dc, chans)).Error(); err != nil {
+		if err := dc.Do(ctx, p.subscribe(chans)).Error(); err != nil {
 			errc := make(chan error, 1)
 			errc <- err
 			return errc
@@ -142,11 +142,11 @@ func (p *pubsub) connect(ctx context.Context) <-chan error {
 	return broken
 }
 
-func (p *pubsub) subscribe(dc rueidis.DedicatedClient, chans []string) rueidis.Completed {
+func (p *pubsub) subscribe(chans []string) rueidis.Completed {
 	if p.sharded {
-		return dc.B().Ssubscribe().Channel(chans...).Build()
+		return p.c.B().Ssubscribe().Channel(chans...).Build()
 	}
-	return dc.B().Subscribe().Channel(chans...).Build()
+	return p.c.B().Subscribe().Channel(chans...).Build()
 }
 
 // drop closes the current connection.
@@ -161,7 +161,7 @@ func (p *pubsub) drop() {
 	}
 }
 
-func (p *pubsub) run(broken <-chan error) {
+func (p *pubsub) run() {
 	defer p.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -172,6 +172,10 @@ func (p *pubsub) run(broken <-chan error) {
 		case <-ctx.Done():
 		}
 	}()
+	broken := p.connect(ctx)
+	if broken == nil {
+		return // closed
+	}
 	backoff := minBackoff
 	for {
 		var err error
@@ -179,6 +183,9 @@ func (p *pubsub) run(broken <-chan error) {
 		select {
 		case <-p.done:
 			return
+		case <-p.opsSig:
+			p.sendOps(ctx)
+			continue
 		case err = <-broken:
 		case <-p.kick:
 			err = errors.New("dlockrueidis: the server ended a subscription")
@@ -209,52 +216,88 @@ func (p *pubsub) run(broken <-chan error) {
 	}
 }
 
-func (p *pubsub) Subscribe(ctx context.Context, channels ...string) error {
+// sendOps sends the (un)subscriptions asked for, in order, on the current
+// connection; without one they are dropped (connect subscribes to the
+// channels of the moment).
+func (p *pubsub) sendOps(ctx context.Context) {
+	for {
+		p.mu.Lock()
+		ops, dc := p.ops, p.dc
+		p.ops = nil
+		p.mu.Unlock()
+		if len(ops) == 0 {
+			return
+		}
+		for _, cmd := range ops {
+			if dc != nil {
+				dc.Do(ctx, cmd) // (a broken connection is reported on broken)
+			}
+		}
+	}
+}
+
+// ask records an (un)subscription for the run goroutine to send.
+func (p *pubsub) ask(cmd rueidis.Completed) {
+	p.ops = append(p.ops, cmd)
+	select {
+	case p.opsSig <- struct{}{}:
+	default:
+	}
+}
+
+// Subscribe adds channels; it does not wait for the network (Receive
+// returns the confirmations).
+func (p *pubsub) Subscribe(_ context.Context, channels ...string) error {
 	if len(channels) == 0 {
 		return nil
 	}
-	p.cmdMu.Lock()
-	defer p.cmdMu.Unlock()
+	cmd := p.subscribe(channels)
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.closed {
-		p.mu.Unlock()
 		return driver.ErrClosed
+	}
+	if p.sharded {
+		if err := p.sameSlot(cmd, p.chans[0]); err != nil {
+			return err
+		}
 	}
 	for _, ch := range channels {
 		if !slices.Contains(p.chans, ch) {
 			p.chans = append(p.chans, ch)
 		}
 	}
-	dc := p.dc
-	p.mu.Unlock()
-	if dc == nil {
-		return nil // connecting: subscribed once connected
-	}
-	cmd := p.subscribe(dc, channels)
-	if p.sharded {
-		if err := sameSlot(dc, cmd, p.chans[0]); err != nil {
-			return err
-		}
-	}
-	return convertErr(dc.Do(ctx, cmd).Error())
+	p.ask(cmd)
+	return nil
 }
 
 // sameSlot checks that cmd's channels hash to the slot of first: a
 // sharded connection serves one shard.
-func sameSlot(dc rueidis.DedicatedClient, cmd rueidis.Completed, first string) error {
-	ref := dc.B().Ssubscribe().Channel(first).Build()
+func (p *pubsub) sameSlot(cmd rueidis.Completed, first string) error {
+	ref := p.c.B().Ssubscribe().Channel(first).Build()
 	if cmd.Slot() != ref.Slot() {
 		return fmt.Errorf("dlockrueidis: channels of another slot than %q on a sharded connection", first)
 	}
 	return nil
 }
 
-func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
-	p.cmdMu.Lock()
-	defer p.cmdMu.Unlock()
+// Unsubscribe removes channels (all of them without any); it does not wait
+// for the network.
+func (p *pubsub) Unsubscribe(_ context.Context, channels ...string) error {
+	var cmd rueidis.Completed
+	switch {
+	case p.sharded && len(channels) == 0:
+		cmd = p.c.B().Sunsubscribe().Build()
+	case p.sharded:
+		cmd = p.c.B().Sunsubscribe().Channel(channels...).Build()
+	case len(channels) == 0:
+		cmd = p.c.B().Unsubscribe().Build()
+	default:
+		cmd = p.c.B().Unsubscribe().Channel(channels...).Build()
+	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.closed {
-		p.mu.Unlock()
 		return driver.ErrClosed
 	}
 	if len(channels) == 0 {
@@ -262,23 +305,8 @@ func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
 	} else {
 		p.chans = slices.DeleteFunc(p.chans, func(ch string) bool { return slices.Contains(channels, ch) })
 	}
-	dc := p.dc
-	p.mu.Unlock()
-	if dc == nil {
-		return nil
-	}
-	var cmd rueidis.Completed
-	switch {
-	case p.sharded && len(channels) == 0:
-		cmd = dc.B().Sunsubscribe().Build()
-	case p.sharded:
-		cmd = dc.B().Sunsubscribe().Channel(channels...).Build()
-	case len(channels) == 0:
-		cmd = dc.B().Unsubscribe().Build()
-	default:
-		cmd = dc.B().Unsubscribe().Channel(channels...).Build()
-	}
-	return convertErr(dc.Do(ctx, cmd).Error())
+	p.ask(cmd)
+	return nil
 }
 
 func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {

@@ -7,8 +7,9 @@
 // Every command is sent once: valkey retries only commands marked
 // read-only, and none that dlock sends is. A client built with
 // ConnLifetime may send a command again when its connection expires while
-// the command is in flight: leave ConnLifetime unset. valkey does not
-// expose DisableRetry, so Info reports Retries.
+// the command is in flight: leave ConnLifetime unset (nothing can check
+// it). A client's DisableRetry cannot be read back, so Info reports
+// Retries: dlock asks again once after a lost reply, where that is safe.
 package dlockvalkey
 
 import (
@@ -26,8 +27,14 @@ import (
 	"github.com/dlockio/dlock/driver"
 )
 
-// Conn returns c as a driver.Conn. It never closes c.
-func Conn(c valkey.Client) driver.Conn { return conn{c: c} }
+// Conn returns c as a driver.Conn (nil for a nil c, which dlock.NewFrom
+// refuses). It never closes c.
+func Conn(c valkey.Client) driver.Conn {
+	if c == nil {
+		return nil
+	}
+	return conn{c: c}
+}
 
 type conn struct {
 	c valkey.Client
