@@ -125,7 +125,7 @@ func newNode(rdb redis.UniversalClient, o *options) (backend.Node, *pubsub.Hub) 
 // Close shuts the Client and its Owner Clients down: waiting and later
 // acquisitions fail with [ErrClosed]; held Locks are not released but no longer
 // extended. It waits for the background clean-up until ctx ends (ctx.Err()),
-// then closes its pub/sub connections, never the go-redis clients.
+// then closes its pub/sub connections, never the Redis clients.
 func (c *Client) Close(ctx context.Context) error {
 	if !c.closed.Swap(true) {
 		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed

@@ -159,7 +159,7 @@ func (ld *Leadership) Value() string {
 }
 
 // Proclaim changes the value [Election.Leader] and observers see, within the
-// term: the lease and its fence stay. [ErrNotHeld] if the term has ended.
+// term: the lease and its fence stay. [ErrNotHeld] once lost, [ErrReleased] after Resign.
 func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if why := badMeta(value); why != "" {
 		return fmt.Errorf("%w: proclaim %q: the value %s", ErrInvalid, ld.l.name, why)
