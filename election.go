@@ -158,8 +158,8 @@ func (ld *Leadership) Value() string {
 	return ld.l.Meta()
 }
 
-// Proclaim changes the value [Election.Leader] and observers see, within the
-// term: the lease and its fence stay. [ErrNotHeld] once lost, [ErrReleased] after Resign.
+// Proclaim changes what [Election.Leader] shows, within the term (the lease
+// and fence stay); [ErrNotHeld] once lost, [ErrReleased] after Resign.
 func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if why := badMeta(value); why != "" {
 		return fmt.Errorf("%w: proclaim %q: the value %s", ErrInvalid, ld.l.name, why)
