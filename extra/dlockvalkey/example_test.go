@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockio/dlock/extra/dlockvalkey"
 	"github.com/dlockio/dlock/internal/redisserver"
+	"github.com/dlockio/dlock/internal/torture"
 )
 
 // addr is the Redis server of the example: a private redis-server that
@@ -21,6 +22,10 @@ import (
 var addr = "127.0.0.1:6379"
 
 func TestMain(m *testing.M) {
+	torture.Driver = tortureConn
+	if path := os.Getenv(torture.WorkerEnv); path != "" { // a fault checker's worker process
+		os.Exit(torture.RunProcess(path))
+	}
 	s, err := redisserver.Start(redisserver.TCP())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -34,7 +34,8 @@
 // revocation window (a third of the TTL and up) has passed. Every Client gets random go-redis settings
 // (200–300ms read timeouts, ContextTimeoutEnabled on or off, 3, 1 or no
 // retries) and dlock settings (auto-extend, pipelining, the driver road:
-// dlock.NewFrom on go-redis, for a third of the workers).
+// dlock.NewFrom on go-redis, for a third of the workers; with Driver set,
+// as the rueidis and valkey-go adapters' tests do, on that client for all).
 //
 // # Faults
 //

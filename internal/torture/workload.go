@@ -82,19 +82,20 @@ type clientOpts struct {
 // Worker drives one dlock.Client through a random sequence of operations
 // and records what it did and saw.
 type Worker struct {
-	cfg   WorkerConfig
-	rng   *rand.Rand
-	opts  clientOpts
-	rdbs  []*redis.Client
-	grdb  *redis.Client
-	c     *dlock.Client
-	sems  map[string]*dlock.Semaphore       // semaphore mode: the round's names
-	elect map[string]*dlock.Election        // election mode: the round's names
-	rws   map[string]*dlock.RWMutex         // rw mode: the round's names
-	won   map[*dlock.Lock]*dlock.Leadership // election mode: a campaign's Leadership, until its Lock's critical section
-	guard *dlock.Guard
-	rec   *Recorder
-	seq   int
+	cfg     WorkerConfig
+	rng     *rand.Rand
+	opts    clientOpts
+	rdbs    []*redis.Client
+	closers []func() // the Driver's connections
+	grdb    *redis.Client
+	c       *dlock.Client
+	sems    map[string]*dlock.Semaphore       // semaphore mode: the round's names
+	elect   map[string]*dlock.Election        // election mode: the round's names
+	rws     map[string]*dlock.RWMutex         // rw mode: the round's names
+	won     map[*dlock.Lock]*dlock.Leadership // election mode: a campaign's Leadership, until its Lock's critical section
+	guard   *dlock.Guard
+	rec     *Recorder
+	seq     int
 	// stale holds handles kept after their critical section, to be released
 	// (again, or for the first time after they lapsed) later, from the past.
 	stale []*handle
@@ -139,7 +140,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if optModes(cfg.Mode) {
 		w.opts.maxHold, w.opts.meta = w.rng.IntN(4) == 0, w.rng.IntN(4) == 0
 	}
-	w.opts.driver = cfg.Mode != ModeNoScripts && w.rng.IntN(3) == 0 // (WithoutScripts needs New)
+	w.opts.driver = cfg.Mode != ModeNoScripts && (Driver != nil || w.rng.IntN(3) == 0) // (WithoutScripts needs New)
 	var nodes []redis.UniversalClient
 	var conns []driver.Conn
 	var via []string
@@ -153,6 +154,20 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.rdbs = append(w.rdbs, rdb)
 		nodes = append(nodes, rdb)
 		conns = append(conns, goredisdriver.Conn(rdb))
+		if Driver != nil && w.opts.driver {
+			conn, closeConn, derr := Driver(via[len(via)-1], w.opts.readTimeout)
+			if derr != nil {
+				err = derr
+				break
+			}
+			conns[len(conns)-1] = conn
+			w.closers = append(w.closers, closeConn)
+		}
+	}
+	if err != nil {
+		w.closeConns()
+		w.rec.Close()
+		return nil, err
 	}
 	w.grdb = redis.NewClient(&redis.Options{Network: cfg.GuardNet, Addr: cfg.GuardAddr, PoolSize: 4})
 	w.guard = dlock.NewGuard(w.grdb)
@@ -210,9 +225,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 	}
 	if err != nil {
-		for _, rdb := range w.rdbs {
-			rdb.Close()
-		}
+		w.closeConns()
 		w.grdb.Close()
 		w.rec.Close()
 		return nil, err
@@ -245,12 +258,27 @@ func (w *Worker) Close() {
 		w.rec.Add(Event{Op: OpLeftover, Inv: now(), Ret: now(), Note: "Client.Close: " + err.Error()})
 	}
 	cancel()
-	for _, rdb := range w.rdbs {
-		rdb.Close()
-	}
+	w.closeConns()
 	w.grdb.Close()
 	w.rec.Close()
 }
+
+// closeConns closes the worker's connections to the lock nodes.
+func (w *Worker) closeConns() {
+	for _, rdb := range w.rdbs {
+		rdb.Close()
+	}
+	for _, c := range w.closers {
+		c()
+	}
+}
+
+// Driver, if set, makes every worker's Client through package driver (but
+// in ModeNoScripts, which needs go-redis): it returns a connection to the
+// node at addr, whose commands time out after timeout, and what closes it.
+// A process sets it before RunProcess and Run: the checker then runs on
+// another Redis client.
+var Driver func(addr string, timeout time.Duration) (conn driver.Conn, close func(), err error)
 
 // Run performs operations until the stop time or MaxOps, then releases
 // every handle it still has. It never panics: a panic that escapes Do is
