@@ -8,7 +8,7 @@
 #   <!-- check-setup: commands -->  before the ```sh block of set-up commands (run in the module's directory)
 #   <!-- check-setup: program -->   before the ```go block of the quick start (a whole main package)
 #
-# First, online, `go mod tidy -diff` in the modules a user imports (the root and the extra/ modules)
+# First, online, `go mod tidy -diff` in the modules a user imports (the root and the extra/ modules), then the set-up once in a module of its own,
 # brings into the module cache everything a user's `go mod tidy` reads, which the builds and tests of the
 # repository do not all fetch (go.mod files of the whole graph, the modules of their tests' imports); it also
 # fails if one of those modules is not tidy. Offline, the repository's go.sum files stand in for the checksum
@@ -52,12 +52,9 @@ case $tmp/ in "$repo"/*)
 	;;
 esac
 ln -s "$repo" "$tmp/dlock" # the checkout, at ../dlock from the module
-app=$tmp/app
-mkdir "$app"
-cd "$app"
 
-export GOPROXY=off GOWORK=off GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
-for m in "${modules[@]}"; do cat "$repo/$m/go.sum"; done | sort -u >go.sum
+# populate writes the program, and code that imports every package a user may import, into the current directory.
+populate() {
 printf '%s\n' "$program" >main.go
 cat >imports.go <<'EOF'
 package main
@@ -85,6 +82,27 @@ func testClient(t *testing.T) *dlock.Client { return dlocktest.NewClient(t) }
 
 var _, _, _, _ = instrument, testClient, dlockrueidis.New, dlockvalkey.New
 EOF
+}
+
+# Online, the set-up once in a module of its own: a user's `go mod tidy` selects, across the modules it imports
+# together, versions that none of their own `go mod tidy` needs (the tests of a dependency's dependencies); this
+# brings them into the module cache as a user's first, online, set-up would.
+echo "check-setup: warming the module cache with the set-up, online, in a module of its own"
+mkdir "$tmp/warm"
+if ! (cd "$tmp/warm" && populate && GOWORK=off GOTOOLCHAIN=local bash -euo pipefail -c "$commands" >/dev/null 2>&1 &&
+	go build -o /dev/null .); then
+	echo "check-setup: the set-up failed online; its go mod tidy says:" >&2
+	(cd "$tmp/warm" && GOWORK=off go mod tidy) >&2 || true
+	exit 1
+fi
+
+app=$tmp/app
+mkdir "$app"
+cd "$app"
+
+export GOPROXY=off GOWORK=off GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
+for m in "${modules[@]}"; do cat "$repo/$m/go.sum"; done | sort -u >go.sum
+populate
 
 echo "check-setup: in $app, beside a link ../dlock to the checkout, offline (GOPROXY=off GOFLAGS=$GOFLAGS):"
 printf '%s\n' "$commands" | sed 's/^/  $ /'
