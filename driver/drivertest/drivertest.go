@@ -180,27 +180,40 @@ func lockKind(t *testing.T, m mode, newClient func(t *testing.T, opts ...dlock.O
 
 	// Mutual exclusion: goroutines of both Clients, each lease counted in
 	// and out of the critical section.
+	most, done := contend(t, 8, 15, func(i int, body func(context.Context, *dlock.Lock) error) error {
+		return []*dlock.Client{a, b}[i%2].Do(ctx, name+":x", body, dlock.MaxWait(30*time.Second))
+	}, nil)
+	if most != 1 || done != 8*15 {
+		t.Fatalf("%d holders at once (want 1), %d of %d sections done", most, done, 8*15)
+	}
+}
+
+// contend runs iters critical sections (body) on each of workers
+// goroutines, the i-th through do(i, body), and returns the most held at
+// once and how many were done; check, if not nil, runs in each section.
+func contend(t *testing.T, workers, iters int, do func(i int, body func(context.Context, *dlock.Lock) error) error, check func(context.Context, *dlock.Lock) error) (most, done int64) {
 	var (
-		in, most, done atomic.Int64
-		wg             sync.WaitGroup
+		in, top, n atomic.Int64
+		wg         sync.WaitGroup
 	)
-	for i := range 8 {
-		c := a
-		if i%2 == 1 {
-			c = b
+	body := func(ctx context.Context, l *dlock.Lock) error {
+		k := in.Add(1)
+		defer in.Add(-1)
+		for m := top.Load(); k > m && !top.CompareAndSwap(m, k); m = top.Load() {
 		}
+		if check != nil {
+			if err := check(ctx, l); err != nil {
+				return err
+			}
+		}
+		time.Sleep(500 * time.Microsecond)
+		n.Add(1)
+		return nil
+	}
+	for i := range workers {
 		wg.Go(func() {
-			for range 15 {
-				err := c.Do(ctx, name+":x", func(context.Context, *dlock.Lock) error {
-					if n := in.Add(1); n > most.Load() {
-						most.Store(n)
-					}
-					time.Sleep(200 * time.Microsecond)
-					in.Add(-1)
-					done.Add(1)
-					return nil
-				}, dlock.MaxWait(30*time.Second))
-				if err != nil {
+			for range iters {
+				if err := do(i, body); err != nil {
 					t.Errorf("Do: %v", err)
 					return
 				}
@@ -208,9 +221,7 @@ func lockKind(t *testing.T, m mode, newClient func(t *testing.T, opts ...dlock.O
 		})
 	}
 	wg.Wait()
-	if most.Load() != 1 || done.Load() != 8*15 {
-		t.Fatalf("%d holders at once (want 1), %d of %d sections done", most.Load(), done.Load(), 8*15)
-	}
+	return top.Load(), n.Load()
 }
 
 // woken checks that a waiter (acquire) takes the lock soon after l is
@@ -276,35 +287,11 @@ func semaphore(t *testing.T, a, b *dlock.Client) {
 		t.Fatal(err)
 	}
 	// At most 3 permits held at once, by goroutines of both Clients.
-	var (
-		in, most atomic.Int64
-		wg       sync.WaitGroup
-	)
-	for i := range 6 {
-		s := sa
-		if i%2 == 1 {
-			s = sb
-		}
-		wg.Go(func() {
-			for range 8 {
-				err := s.Do(ctx, func(context.Context, *dlock.Lock) error {
-					if n := in.Add(1); n > most.Load() {
-						most.Store(n)
-					}
-					time.Sleep(time.Millisecond)
-					in.Add(-1)
-					return nil
-				}, dlock.MaxWait(30*time.Second))
-				if err != nil {
-					t.Errorf("Do: %v", err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if most.Load() > 3 {
-		t.Fatalf("%d permits of 3 held at once", most.Load())
+	most, _ := contend(t, 6, 8, func(i int, body func(context.Context, *dlock.Lock) error) error {
+		return []*dlock.Semaphore{sa, sb}[i%2].Do(ctx, body, dlock.MaxWait(30*time.Second))
+	}, nil)
+	if most > 3 {
+		t.Fatalf("%d permits of 3 held at once", most)
 	}
 }
 
@@ -511,39 +498,21 @@ func quorum(t *testing.T, s Setup) {
 		t.Cleanup(func() { c.Close(context.Background()) })
 		cs = append(cs, c)
 	}
-	var (
-		in, most atomic.Int64
-		last     atomic.Int64
-		wg       sync.WaitGroup
-	)
-	for i := range 6 {
-		c := cs[i%2]
-		wg.Go(func() {
-			for range 10 {
-				err := c.Do(ctx, "dt-q", func(ctx context.Context, l *dlock.Lock) error {
-					if n := in.Add(1); n > most.Load() {
-						most.Store(n)
-					}
-					defer in.Add(-1)
-					f, err := l.Fence(ctx)
-					if err != nil {
-						return err
-					}
-					if prev := last.Swap(f); f <= prev {
-						return fmt.Errorf("fence %d after %d", f, prev)
-					}
-					return nil
-				}, dlock.MaxWait(30*time.Second))
-				if err != nil {
-					t.Errorf("Do: %v", err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if most.Load() != 1 {
-		t.Fatalf("%d holders at once over the quorum", most.Load())
+	var last atomic.Int64
+	most, _ := contend(t, 6, 10, func(i int, body func(context.Context, *dlock.Lock) error) error {
+		return cs[i%2].Do(ctx, "dt-q", body, dlock.MaxWait(30*time.Second))
+	}, func(ctx context.Context, l *dlock.Lock) error {
+		f, err := l.Fence(ctx)
+		if err != nil {
+			return err
+		}
+		if prev := last.Swap(f); f <= prev {
+			return fmt.Errorf("fence %d after %d", f, prev)
+		}
+		return nil
+	})
+	if most != 1 {
+		t.Fatalf("%d holders at once over the quorum", most)
 	}
 	srvs[2].Kill()
 	l, err := cs[0].Acquire(ctx, "dt-q2")
