@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -54,7 +55,7 @@ func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, m mode) *Client
 // rdb. A nil rdb, or an option invalid or not applying, is refused with an
 // error wrapping [ErrInvalid] that names it.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	if rdb == nil {
+	if isNil(rdb) {
 		return nil, fmt.Errorf("%w: New: nil Redis client", ErrInvalid)
 	}
 	o := apply(opts)
@@ -93,7 +94,7 @@ func (o *options) config(sharded bool) backend.Config {
 // (extra/dlockrueidis, extra/dlockvalkey); it never closes conn.
 // [WithReplicaAck] and [WithoutScripts] need go-redis: [ErrInvalid].
 func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
-	if conn == nil {
+	if isNil(conn) {
 		return nil, fmt.Errorf("%w: NewFrom: nil driver", ErrInvalid)
 	}
 	o := apply(opts)
@@ -111,6 +112,16 @@ func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	sharded := o.sharded > 0 || (o.sharded == 0 && conn.Info().Cluster)
 	n := backend.NewNodeFrom(conn, o.config(sharded))
 	return newClient(n, []*pubsub.Hub{pubsub.New(conn, sharded)}, o, o.mode()), nil
+}
+
+// isNil reports whether v is nil, or an interface holding a nil pointer (a
+// (*redis.Client)(nil)).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
 }
 
 // newNode returns the backend of one deployment reached through rdb, and

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -518,6 +519,14 @@ func TestInvalidOptions(t *testing.T) {
 		{"NewRedlock(nil)", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.NewRedlock(nil, 0, o...) }, nil, "NewRedlock"},
 		{"NewRedlock(a nil node)", func(o ...dlock.Option) (*dlock.Client, error) {
 			return dlock.NewRedlock([]redis.UniversalClient{rdb, nil, rdb}, 0, o...)
+		}, nil, "NewRedlock"},
+		{"New(a nil *redis.Client)", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.New((*redis.Client)(nil), o...) }, nil, "New"},
+		{"NewRedlock(a nil *redis.Client)", func(o ...dlock.Option) (*dlock.Client, error) {
+			return dlock.NewRedlock([]redis.UniversalClient{rdb, (*redis.ClusterClient)(nil), rdb}, 0, o...)
+		}, nil, "NewRedlock"},
+		{"NewFrom(nil)", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.NewFrom(nil, o...) }, nil, "NewFrom"},
+		{"NewRedlockFrom(a nil node)", func(o ...dlock.Option) (*dlock.Client, error) {
+			return dlock.NewRedlockFrom([]driver.Conn{nil}, 0, o...)
 		}, nil, "NewRedlock"},
 	}
 	for _, tt := range tests {

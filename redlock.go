@@ -18,14 +18,14 @@ import (
 // A node without persistence must stay down a TTL after a restart. Locks wait
 // unfairly; other kinds, WithReplicaAck and WithoutScripts are [ErrInvalid].
 func NewRedlock(nodes []redis.UniversalClient, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
-	return newRedlock(len(nodes), slices.Index(nodes, nil), func(i int, o *options) (backend.Node, *pubsub.Hub) {
+	return newRedlock(len(nodes), slices.IndexFunc(nodes, func(n redis.UniversalClient) bool { return isNil(n) }), func(i int, o *options) (backend.Node, *pubsub.Hub) {
 		return newNode(nodes[i], o)
 	}, nodeTimeout, opts)
 }
 
 // NewRedlockFrom is NewRedlock over drivers (see [NewFrom]).
 func NewRedlockFrom(nodes []driver.Conn, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
-	return newRedlock(len(nodes), slices.Index(nodes, nil), func(i int, o *options) (backend.Node, *pubsub.Hub) {
+	return newRedlock(len(nodes), slices.IndexFunc(nodes, func(n driver.Conn) bool { return isNil(n) }), func(i int, o *options) (backend.Node, *pubsub.Hub) {
 		sharded := o.sharded > 0 || (o.sharded == 0 && nodes[i].Info().Cluster)
 		return backend.NewNodeFrom(nodes[i], o.config(sharded)), pubsub.New(nodes[i], sharded)
 	}, nodeTimeout, opts)

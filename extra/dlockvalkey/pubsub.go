@@ -119,7 +119,10 @@ func (p *pubsub) connect(ctx context.Context) <-chan error {
 	case <-p.kick: // about a connection gone
 	default:
 	}
-	dc, release := p.c.Dedicate()
+	dc, release, ok := p.dedicate()
+	if !ok {
+		return nil // closed while it connected
+	}
 	broken := dc.SetPubSubHooks(p.hooks())
 	p.mu.Lock()
 	if p.closed {
@@ -142,6 +145,32 @@ func (p *pubsub) connect(ctx context.Context) <-chan error {
 		broken = make(chan error) // hooks need a wire: none until the first command
 	}
 	return broken
+}
+
+// dedicate takes a dedicated connection, which valkey dials and greets
+// with no context: until Close, then it leaves the dial to finish on its
+// own and hands the connection back (so that Close waits on no network).
+func (p *pubsub) dedicate() (valkey.DedicatedClient, func(), bool) {
+	type dedicated struct {
+		dc      valkey.DedicatedClient
+		release func()
+	}
+	got := make(chan dedicated, 1)
+	go func() {
+		dc, release := p.c.Dedicate()
+		got <- dedicated{dc, release}
+	}()
+	select {
+	case d := <-got:
+		return d.dc, d.release, true
+	case <-p.done:
+		go func() {
+			d := <-got
+			d.dc.Close()
+			d.release()
+		}()
+		return nil, nil, false
+	}
 }
 
 func (p *pubsub) subscribe(chans []string) valkey.Completed {
