@@ -1072,9 +1072,7 @@ func TestElectionAttackPausedCandidateHandedTheTerm(t *testing.T) {
 	if !queued(ctx, rdb, name, 2) {
 		t.Fatal("the next candidate never queued")
 	}
-	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	h.stop(t)
 	if err := first.Resign(ctx); err != nil { // hands the term to the stopped worker
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -58,6 +59,35 @@ func startHelper(t *testing.T, s *redistest.Server, mode, name string, ttl time.
 	}()
 	t.Cleanup(h.kill)
 	return h
+}
+
+// stop stops the worker process (SIGSTOP) and waits until every one of its
+// threads is stopped: the signal takes effect a moment after it is sent,
+// and a test that then changes what the worker must not see (a handover
+// while it is stopped) would race it.
+func (h *helper) stop(t *testing.T) {
+	t.Helper()
+	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	tasks := fmt.Sprintf("/proc/%d/task", h.cmd.Process.Pid)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		ids, err := os.ReadDir(tasks)
+		if err != nil { // no /proc: give the signal a while
+			time.Sleep(100 * time.Millisecond)
+			return
+		}
+		all := true
+		for _, id := range ids {
+			b, err := os.ReadFile(tasks + "/" + id.Name() + "/stat")
+			i := bytes.LastIndexByte(b, ')') // "tid (comm) <state> …"
+			all = all && err == nil && i >= 0 && i+2 < len(b) && b[i+2] == 'T'
+		}
+		if all {
+			return
+		}
+	}
+	t.Fatal("the worker process never stopped")
 }
 
 func (h *helper) waitLine(want string, d time.Duration) bool {
