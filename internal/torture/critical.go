@@ -149,6 +149,7 @@ func (w *Worker) nestedAcquire(ctx context.Context, outer *handle, inv int64, he
 	} else {
 		l, err = w.client(outer.own).TryAcquire(ctx, name)
 	}
+	vu := validUntil(l)
 	e := Event{Name: name, Op: op, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err), Note: "nested"}
 	if l == nil {
 		w.rec.Add(e)
@@ -159,7 +160,7 @@ func (w *Worker) nestedAcquire(ctx context.Context, outer *handle, inv int64, he
 		return false
 	}
 	inner := w.newHandle(l, outer.own)
-	e.CS, e.Tok, e.Own, e.Fence, e.VU = inner.id, l.Token(), inner.own, inner.fence, l.ValidUntil().UnixNano()
+	e.CS, e.Tok, e.Own, e.Fence, e.VU = inner.id, l.Token(), inner.own, inner.fence, vu
 	w.rec.Add(e)
 	w.critical(inner, func() bool { return l.Err() == nil })
 	w.release(inner, "nested")
@@ -169,10 +170,11 @@ func (w *Worker) nestedAcquire(ctx context.Context, outer *handle, inv int64, he
 // nestedDo takes the inner hold with Do.
 func (w *Worker) nestedDo(ctx context.Context, name, own string, inv int64) {
 	err := w.client(own).Do(ctx, name, func(fctx context.Context, l *dlock.Lock) error {
+		vu := validUntil(l)
 		ret := now()
 		inner := w.newHandle(l, own)
 		w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: ret, CS: inner.id, Tok: l.Token(), Own: own,
-			Fence: inner.fence, VU: l.ValidUntil().UnixNano(), Res: "ok", Note: "nested"})
+			Fence: inner.fence, VU: vu, Res: "ok", Note: "nested"})
 		w.critical(inner, func() bool { return fctx.Err() == nil })
 		return nil
 	})

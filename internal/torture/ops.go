@@ -28,6 +28,7 @@ func (w *Worker) acquire(name, op string) {
 	} else {
 		l, err = t.TryAcquire(ctx)
 	}
+	vu := validUntil(l) // read before Ret: any extension it reflects began before Ret
 	e := Event{Name: name, Op: op, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err), DL: dl, Bound: w.lateBound()}
 	w.annotate(&e, co, l)
 	if l == nil {
@@ -35,7 +36,7 @@ func (w *Worker) acquire(name, op string) {
 		return
 	}
 	h := w.newHandle(l, own)
-	e.CS, e.Tok, e.Own, e.Fence, e.VU = h.id, l.Token(), own, h.fence, l.ValidUntil().UnixNano()
+	e.CS, e.Tok, e.Own, e.Fence, e.VU = h.id, l.Token(), own, h.fence, vu
 	w.rec.Add(e)
 	if own == "" && !w.opts.autoExtend && co.hold == nil && w.hold == 0 && w.rng.IntN(5) == 0 {
 		w.resume(h, name, co) // h.l is the resumed Lock from here on
@@ -83,9 +84,10 @@ func (w *Worker) resume(h *handle, name string, co callOpts) {
 		VU0: h.l.ValidUntil().UnixNano(), Held: h.l.Err() == nil}
 	e.Inv = now()
 	l, err := t.TryAcquire(ctx, opts...)
+	vu := validUntil(l)
 	e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
 	if l != nil {
-		e.VU = l.ValidUntil().UnixNano()
+		e.VU = vu
 		if l.Token() != h.l.Token() {
 			e.Res, e.Err = "wrongtoken", "resumed "+l.Token()
 		}
@@ -246,11 +248,12 @@ func (w *Worker) do(name string) {
 	err := func() (err error) {
 		defer func() { panicked = recover() }()
 		return w.target(own, name, co.opts).Do(ctx, func(fctx context.Context, l *dlock.Lock) error {
+			vu := validUntil(l)
 			ret := now()
 			h := w.newHandle(l, own)
 			tok = l.Token()
 			e := Event{Name: name, Op: OpDo, Inv: inv, Ret: ret, CS: h.id, Tok: tok, Own: own,
-				Fence: h.fence, VU: l.ValidUntil().UnixNano(), Res: "ok"}
+				Fence: h.fence, VU: vu, Res: "ok"}
 			w.annotate(&e, co, l)
 			w.rec.Add(e)
 			// A Do user is told of the loss by fn's context.
@@ -328,4 +331,15 @@ func (w *Worker) readLeader(name string) {
 	ld, err := w.elect[name].Leader(ctx)
 	w.rec.Add(Event{Name: name, Op: OpLeader, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err),
 		Tok: ld.Token, Fence: ld.Fence, Seen: ld.Value})
+}
+
+// validUntil is l's ValidUntil in ns (0 for no Lock), read as soon as the
+// call that returned l is over: a watchdog extension after that (the
+// worker descheduled, or annotating the event with a round trip) would
+// make it reach past the call's return plus a TTL.
+func validUntil(l *dlock.Lock) int64 {
+	if l == nil {
+		return 0
+	}
+	return l.ValidUntil().UnixNano()
 }
