@@ -8,10 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlockio/dlock/driver"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/pubsub"

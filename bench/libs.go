@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/dlockio/dlock/driver"
-
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
@@ -15,6 +13,7 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/extra/dlockrueidis"
 	"github.com/dlockio/dlock/internal/backend"
 )

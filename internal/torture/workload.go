@@ -7,11 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlockio/dlock/driver"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/goredisdriver"
 )
