@@ -38,7 +38,7 @@ func (c conn) PubSub(ctx context.Context, channel string) driver.PubSub {
 		opsSig:  make(chan struct{}, 1),
 	}
 	if p.sharded {
-		p.chans = []string{channel}
+		p.chans, p.shard = []string{channel}, channel
 	}
 	p.wg.Add(1)
 	go p.run()
@@ -51,7 +51,8 @@ func (c conn) PubSub(ctx context.Context, channel string) driver.PubSub {
 // the order they were asked for; the methods never wait on the network.
 type pubsub struct {
 	c       valkey.Client
-	sharded bool // SSUBSCRIBE, on the shard of its channels
+	sharded bool   // SSUBSCRIBE, on the shard of its channels
+	shard   string // sharded: the channel it was opened for, whose slot its channels share
 	done    chan struct{}
 	wg      sync.WaitGroup
 
@@ -187,8 +188,12 @@ func (p *pubsub) drop() {
 	p.dc, p.release = nil, nil
 	p.mu.Unlock()
 	if dc != nil {
-		dc.Close()
-		release()
+		// valkey's Close pings the server and waits for the reply (up to a
+		// second): off the caller's goroutine, which waits on no network.
+		go func() {
+			dc.Close()
+			release()
+		}()
 	}
 }
 
@@ -289,7 +294,7 @@ func (p *pubsub) Subscribe(_ context.Context, channels ...string) error {
 		return driver.ErrClosed
 	}
 	if p.sharded {
-		if err := p.sameSlot(cmd, p.chans[0]); err != nil {
+		if err := p.sameSlot(cmd, p.shard); err != nil {
 			return err
 		}
 	}
