@@ -8,6 +8,14 @@
 // the command is in flight: leave ConnLifetime unset (nothing can check
 // it). A client's DisableRetry cannot be read back, so Info reports
 // Retries: dlock asks again once after a lost reply, where that is safe.
+//
+// rueidis makes a command that finds its connection being dialled wait for
+// that dial, whatever its own context. Once a command has failed without a
+// reply, the adapter runs each command on a goroutine of its own until one
+// is answered, so that its caller leaves when its context ends. A dial
+// that no failure came before (a connection's first, or one replaced in
+// the background) can still hold other commands for up to the client's
+// Dialer.Timeout (5 s by default).
 package dlockrueidis
 
 import (
@@ -18,6 +26,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/redis/rueidis"
 
@@ -31,11 +41,13 @@ func Conn(c rueidis.Client) driver.Conn {
 	if c == nil {
 		return nil
 	}
-	return conn{c: c}
+	return conn{c: c, g: new(guard), nodes: new(sync.Map)}
 }
 
 type conn struct {
-	c rueidis.Client
+	c     rueidis.Client
+	g     *guard
+	nodes *sync.Map // a Cluster's: address -> *guard of the node's conn
 }
 
 func (c conn) Do(ctx context.Context, args ...any) (any, error) {
@@ -43,7 +55,48 @@ func (c conn) Do(ctx context.Context, args ...any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return reply(c.c.Do(ctx, cmd))
+	r, err := call(ctx, c.g, func() (rueidis.RedisResult, bool) {
+		r := c.c.Do(ctx, cmd)
+		return r, r.NonRedisError() == nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return reply(r)
+}
+
+// guard keeps a connection's calls to their contexts while it is in
+// trouble. rueidis makes a call that finds its connection being dialled
+// again wait for that dial, which another call started with its own
+// context (up to the dialer's timeout, 5 s by default). After a call
+// failed without a reply, each call runs on a goroutine of its own and the
+// caller leaves when its context ends; the first reply ends the trouble.
+type guard struct{ trouble atomic.Bool }
+
+// call runs f, which returns its result and whether the server answered.
+// While g is in trouble it returns the context's error, once ctx is done,
+// without waiting for f; whether the command was sent is then unknown.
+func call[T any](ctx context.Context, g *guard, f func() (T, bool)) (T, error) {
+	if !g.trouble.Load() {
+		r, ok := f()
+		if !ok {
+			g.trouble.Store(true)
+		}
+		return r, nil
+	}
+	done := make(chan T, 1)
+	go func() {
+		r, ok := f()
+		g.trouble.Store(!ok)
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		return r, nil
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("dlockrueidis: %w", ctx.Err())
+	}
 }
 
 func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
@@ -62,8 +115,16 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 	if len(built) == 0 {
 		return out
 	}
-	for j, r := range c.c.DoMulti(ctx, built...) {
-		out[idx[j]].Val, out[idx[j]].Err = reply(r)
+	rs, err := call(ctx, c.g, func() ([]rueidis.RedisResult, bool) {
+		rs := c.c.DoMulti(ctx, built...)
+		return rs, !slices.ContainsFunc(rs, func(r rueidis.RedisResult) bool { return r.NonRedisError() != nil })
+	})
+	for j := range built {
+		if err != nil {
+			out[idx[j]].Err = err
+			continue
+		}
+		out[idx[j]].Val, out[idx[j]].Err = reply(rs[j])
 	}
 	return out
 }
@@ -78,7 +139,14 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 	if c.c.Mode() != rueidis.ClientModeCluster {
 		return []driver.Conn{c}, nil
 	}
-	slots, err := c.c.Do(ctx, c.c.B().Arbitrary("CLUSTER", "SLOTS").Build()).ToArray()
+	r, err := call(ctx, c.g, func() (rueidis.RedisResult, bool) {
+		r := c.c.Do(ctx, c.c.B().Arbitrary("CLUSTER", "SLOTS").Build())
+		return r, r.NonRedisError() == nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slots, err := r.ToArray()
 	if err != nil {
 		return nil, convertErr(err)
 	}
@@ -102,7 +170,8 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 		if !ok {
 			return nil, fmt.Errorf("dlockrueidis: master %s is not among the client's nodes", addr)
 		}
-		out = append(out, conn{c: n})
+		g, _ := c.nodes.LoadOrStore(addr, new(guard))
+		out = append(out, conn{c: n, g: g.(*guard), nodes: c.nodes})
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -24,6 +25,27 @@ func newDlock(t *testing.T, addr string, opts ...dlock.Option) *dlock.Client {
 		c.Close(ctx)
 	})
 	return c
+}
+
+// warmUp takes and releases locks until rueidis has dialled each of its
+// connections: it dials one on the first command sent there, picked at
+// random, and a command that finds its connection being dialled waits for
+// that dial with no regard to its context (up to the dialling command's
+// context or the dialer's timeout). The stall tests stall connections that
+// are up.
+func warmUp(t *testing.T, c *dlock.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 64 {
+		l, err := c.TryAcquire(ctx, fmt.Sprint("warm", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func stacks() string {
@@ -57,6 +79,7 @@ func TestStalledPubSubDoesNotHoldAcquire(t *testing.T) {
 		}
 	}
 	c := newDlock(t, p.Addr())
+	warmUp(t, c)
 	xctx, xcancel := context.WithTimeout(bg, 30*time.Second)
 	defer xcancel()
 	xdone := make(chan struct{})
@@ -87,7 +110,7 @@ func TestStalledPubSubDoesNotHoldAcquire(t *testing.T) {
 	p.Cut()
 	xcancel()
 	<-xdone
-	if elapsed > 2*time.Second {
+	if elapsed > 800*time.Millisecond {
 		t.Fatalf("Acquire with a 300ms context returned after %v (err %v): blocked on the hub while it waited for the stalled pub/sub connection\n%s", elapsed, err, st)
 	}
 	t.Logf("Acquire returned after %v: %v", elapsed, err)
@@ -131,6 +154,7 @@ func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	warmUp(t, c)
 	xctx, xcancel := context.WithTimeout(bg, 30*time.Second)
 	defer xcancel()
 	xdone := make(chan struct{})
@@ -149,7 +173,129 @@ func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
 	p.Cut()
 	xcancel()
 	<-xdone
-	if elapsed > 2*time.Second {
+	if elapsed > 800*time.Millisecond {
 		t.Fatalf("Close with a 300ms context returned after %v", elapsed)
+	}
+}
+
+// With the whole connection stalled (commands and pub/sub) while the hub
+// drops a channel whose waiter left, many Acquires with short contexts all
+// end soon after their contexts do: rueidis makes a command wait for the
+// dial of its connection that another command started, and the adapter
+// runs commands apart once one has failed (see guard).
+func TestStalledDropDoesNotHoldAcquire(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	holder := newDlock(t, s.Addr())
+	bg, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, name := range []string{"x", "z"} {
+		if _, err := holder.TryAcquire(bg, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newDlock(t, p.Addr())
+	warmUp(t, c)
+	xctx, xcancel := context.WithTimeout(bg, 400*time.Millisecond)
+	defer xcancel()
+	go c.Acquire(xctx, "x")
+	time.Sleep(300 * time.Millisecond)
+	p.Stall()
+	type result struct {
+		elapsed time.Duration
+		err     error
+	}
+	const n = 8
+	results := make(chan result, n)
+	for i := range n {
+		go func() {
+			time.Sleep(time.Duration(350+50*i) * time.Millisecond)
+			ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := c.Acquire(ctx, "z")
+			results <- result{time.Since(start), err}
+		}()
+	}
+	st := make(chan string, 1)
+	timer := time.AfterFunc(1500*time.Millisecond, func() { st <- stacks() })
+	var worst time.Duration
+	for range n {
+		r := <-results
+		t.Logf("Acquire returned after %v: %v", r.elapsed, r.err)
+		worst = max(worst, r.elapsed)
+	}
+	if timer.Stop() {
+		st <- ""
+	}
+	p.Cut()
+	if worst > 700*time.Millisecond {
+		t.Fatalf("an Acquire with a 200ms context returned after %v\n%s", worst, <-st)
+	}
+}
+
+// With the connection stalled, every call of every kind ends soon after
+// its context does.
+func TestStalledCallsEndWithContext(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	c := newDlock(t, p.Addr(), dlock.WithAutoExtend(false))
+	warmUp(t, c)
+	bg, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l, err := c.TryAcquire(bg, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.TryAcquire(bg, "held2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := c.Semaphore("sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := c.RWMutex("rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	el, err := c.Election("el")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := []struct {
+		name string
+		f    func(ctx context.Context) error
+	}{
+		{"Extend", func(ctx context.Context) error { return l.Extend(ctx, 10*time.Second) }},
+		{"Fence", func(ctx context.Context) error { _, err := l.Fence(ctx); return err }},
+		{"TTL", func(ctx context.Context) error { _, err := l.TTL(ctx); return err }},
+		{"Release", func(ctx context.Context) error { return l2.Release(ctx) }},
+		{"TryAcquire", func(ctx context.Context) error { _, err := c.TryAcquire(ctx, "free"); return err }},
+		{"Acquire", func(ctx context.Context) error { _, err := c.Acquire(ctx, "held"); return err }},
+		{"Inspect", func(ctx context.Context) error { _, err := c.Inspect(ctx, "held"); return err }},
+		{"List", func(ctx context.Context) error { _, err := c.List(ctx, "*"); return err }},
+		{"ForceRelease", func(ctx context.Context) error { _, err := c.ForceRelease(ctx, "other"); return err }},
+		{"Semaphore", func(ctx context.Context) error { _, err := sem.Acquire(ctx); return err }},
+		{"RWMutex.Reader", func(ctx context.Context) error { _, err := rw.Reader().Acquire(ctx); return err }},
+		{"RWMutex.Writer", func(ctx context.Context) error { _, err := rw.Writer().Acquire(ctx); return err }},
+		{"Campaign", func(ctx context.Context) error { _, err := el.Campaign(ctx, "v"); return err }},
+		{"Leader", func(ctx context.Context) error { _, err := el.Leader(ctx); return err }},
+		{"AcquireAll", func(ctx context.Context) error { _, err := c.AcquireAll(ctx, []string{"m1", "m2"}); return err }},
+	}
+	p.Stall()
+	defer p.Cut()
+	for _, call := range calls {
+		ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+		start := time.Now()
+		err := call.f(ctx)
+		elapsed := time.Since(start)
+		cancel()
+		if err == nil {
+			t.Errorf("%s succeeded through a stalled connection", call.name)
+		}
+		if elapsed > 700*time.Millisecond {
+			t.Errorf("%s with a 200ms context returned after %v: %v", call.name, elapsed, err)
+		}
 	}
 }

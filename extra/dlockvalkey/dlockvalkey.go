@@ -10,6 +10,14 @@
 // the command is in flight: leave ConnLifetime unset (nothing can check
 // it). A client's DisableRetry cannot be read back, so Info reports
 // Retries: dlock asks again once after a lost reply, where that is safe.
+//
+// valkey makes a command that finds its connection being dialled wait for
+// that dial, whatever its own context. Once a command has failed without a
+// reply, the adapter runs each command on a goroutine of its own until one
+// is answered, so that its caller leaves when its context ends. A dial
+// that no failure came before (a connection's first, or one replaced in
+// the background) can still hold other commands for up to the client's
+// Dialer.Timeout (5 s by default).
 package dlockvalkey
 
 import (
@@ -20,6 +28,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -33,11 +43,13 @@ func Conn(c valkey.Client) driver.Conn {
 	if c == nil {
 		return nil
 	}
-	return conn{c: c}
+	return conn{c: c, g: new(guard), nodes: new(sync.Map)}
 }
 
 type conn struct {
-	c valkey.Client
+	c     valkey.Client
+	g     *guard
+	nodes *sync.Map // a Cluster's: address -> *guard of the node's conn
 }
 
 func (c conn) Do(ctx context.Context, args ...any) (any, error) {
@@ -45,7 +57,48 @@ func (c conn) Do(ctx context.Context, args ...any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return reply(c.c.Do(ctx, cmd))
+	r, err := call(ctx, c.g, func() (valkey.ValkeyResult, bool) {
+		r := c.c.Do(ctx, cmd)
+		return r, r.NonValkeyError() == nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return reply(r)
+}
+
+// guard keeps a connection's calls to their contexts while it is in
+// trouble. valkey makes a call that finds its connection being dialled
+// again wait for that dial, which another call started with its own
+// context (up to the dialer's timeout, 5 s by default). After a call
+// failed without a reply, each call runs on a goroutine of its own and the
+// caller leaves when its context ends; the first reply ends the trouble.
+type guard struct{ trouble atomic.Bool }
+
+// call runs f, which returns its result and whether the server answered.
+// While g is in trouble it returns the context's error, once ctx is done,
+// without waiting for f; whether the command was sent is then unknown.
+func call[T any](ctx context.Context, g *guard, f func() (T, bool)) (T, error) {
+	if !g.trouble.Load() {
+		r, ok := f()
+		if !ok {
+			g.trouble.Store(true)
+		}
+		return r, nil
+	}
+	done := make(chan T, 1)
+	go func() {
+		r, ok := f()
+		g.trouble.Store(!ok)
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		return r, nil
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("dlockvalkey: %w", ctx.Err())
+	}
 }
 
 func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
@@ -64,8 +117,16 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 	if len(built) == 0 {
 		return out
 	}
-	for j, r := range c.c.DoMulti(ctx, built...) {
-		out[idx[j]].Val, out[idx[j]].Err = reply(r)
+	rs, err := call(ctx, c.g, func() ([]valkey.ValkeyResult, bool) {
+		rs := c.c.DoMulti(ctx, built...)
+		return rs, !slices.ContainsFunc(rs, func(r valkey.ValkeyResult) bool { return r.NonValkeyError() != nil })
+	})
+	for j := range built {
+		if err != nil {
+			out[idx[j]].Err = err
+			continue
+		}
+		out[idx[j]].Val, out[idx[j]].Err = reply(rs[j])
 	}
 	return out
 }
@@ -80,7 +141,14 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 	if c.c.Mode() != valkey.ClientModeCluster {
 		return []driver.Conn{c}, nil
 	}
-	slots, err := c.c.Do(ctx, c.c.B().Arbitrary("CLUSTER", "SLOTS").Build()).ToArray()
+	r, err := call(ctx, c.g, func() (valkey.ValkeyResult, bool) {
+		r := c.c.Do(ctx, c.c.B().Arbitrary("CLUSTER", "SLOTS").Build())
+		return r, r.NonValkeyError() == nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slots, err := r.ToArray()
 	if err != nil {
 		return nil, convertErr(err)
 	}
@@ -104,7 +172,8 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 		if !ok {
 			return nil, fmt.Errorf("dlockvalkey: master %s is not among the client's nodes", addr)
 		}
-		out = append(out, conn{c: n})
+		g, _ := c.nodes.LoadOrStore(addr, new(guard))
+		out = append(out, conn{c: n, g: g.(*guard), nodes: c.nodes})
 	}
 	return out, nil
 }
