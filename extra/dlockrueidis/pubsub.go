@@ -56,7 +56,8 @@ type pubsub struct {
 
 	mu      sync.Mutex
 	chans   []string
-	ops     []rueidis.Completed // (un)subscriptions to send, in order
+	leaving map[string]int // sharded: unsubscriptions sent and not yet confirmed, by channel
+	ops     []op           // (un)subscriptions to send, in order
 	opsSig  chan struct{}
 	dc      rueidis.DedicatedClient // nil while not connected
 	release func()
@@ -66,6 +67,13 @@ type pubsub struct {
 	queue  []item
 	notify chan struct{} // signalled when queue grows
 	kick   chan struct{} // the server ended a subscription: connect again
+}
+
+// op is an (un)subscription to send; leaving names the channels a
+// sharded unsubscription ends.
+type op struct {
+	cmd     rueidis.Completed
+	leaving []string
 }
 
 type item struct {
@@ -97,10 +105,17 @@ func (p *pubsub) hooks() rueidis.PubSubHooks {
 		OnSubscription: func(s rueidis.PubSubSubscription) {
 			p.push(item{msg: driver.Message{Kind: s.Kind, Channel: s.Channel}})
 			if s.Kind == "sunsubscribe" {
+				// One that was not asked for: the slot moved.
 				p.mu.Lock()
-				ours := slices.Contains(p.chans, s.Channel)
+				asked := p.leaving[s.Channel] > 0
+				if asked {
+					if p.leaving[s.Channel]--; p.leaving[s.Channel] == 0 {
+						delete(p.leaving, s.Channel)
+					}
+				}
+				ours := !asked && slices.Contains(p.chans, s.Channel)
 				p.mu.Unlock()
-				if ours { // the slot moved: subscribe again on its new shard
+				if ours { // subscribe again on the slot's shard
 					select {
 					case p.kick <- struct{}{}:
 					default:
@@ -132,6 +147,7 @@ func (p *pubsub) connect(ctx context.Context) <-chan error {
 	}
 	p.dc, p.release = dc, release
 	chans := slices.Clone(p.chans)
+	p.leaving = nil
 	p.mu.Unlock()
 	if len(chans) > 0 {
 		if err := dc.Do(ctx, p.subscribe(chans)).Error(); err != nil {
@@ -262,17 +278,29 @@ func (p *pubsub) sendOps(ctx context.Context) {
 		if len(ops) == 0 {
 			return
 		}
-		for _, cmd := range ops {
-			if dc != nil {
-				dc.Do(ctx, cmd) // (a broken connection is reported on broken)
+		if dc == nil {
+			continue
+		}
+		for _, o := range ops {
+			if len(o.leaving) > 0 {
+				// Its confirmations are not the server's (see hooks).
+				p.mu.Lock()
+				if p.leaving == nil {
+					p.leaving = map[string]int{}
+				}
+				for _, ch := range o.leaving {
+					p.leaving[ch]++
+				}
+				p.mu.Unlock()
 			}
+			dc.Do(ctx, o.cmd) // (a broken connection is reported on broken)
 		}
 	}
 }
 
 // ask records an (un)subscription for the run goroutine to send.
-func (p *pubsub) ask(cmd rueidis.Completed) {
-	p.ops = append(p.ops, cmd)
+func (p *pubsub) ask(o op) {
+	p.ops = append(p.ops, o)
 	select {
 	case p.opsSig <- struct{}{}:
 	default:
@@ -301,7 +329,7 @@ func (p *pubsub) Subscribe(_ context.Context, channels ...string) error {
 			p.chans = append(p.chans, ch)
 		}
 	}
-	p.ask(cmd)
+	p.ask(op{cmd: cmd})
 	return nil
 }
 
@@ -334,12 +362,19 @@ func (p *pubsub) Unsubscribe(_ context.Context, channels ...string) error {
 	if p.closed {
 		return driver.ErrClosed
 	}
+	var leaving []string
+	if p.sharded {
+		leaving = channels
+		if len(channels) == 0 {
+			leaving = slices.Clone(p.chans)
+		}
+	}
 	if len(channels) == 0 {
 		p.chans = nil
 	} else {
 		p.chans = slices.DeleteFunc(p.chans, func(ch string) bool { return slices.Contains(channels, ch) })
 	}
-	p.ask(cmd)
+	p.ask(op{cmd, leaving})
 	return nil
 }
 

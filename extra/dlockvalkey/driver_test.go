@@ -22,7 +22,7 @@ import (
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
-func client(t *testing.T, addrs ...string) valkey.Client {
+func client(t testing.TB, addrs ...string) valkey.Client {
 	t.Helper()
 	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs})
 	if err != nil {
@@ -551,6 +551,38 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		expect(t, ps, driver.Message{Kind: "sunsubscribe", Channel: ch})
+		// Subscribed again at once: its unsubscription's confirmation is
+		// not taken for a slot migration (which would reconnect, and
+		// Receive would report the broken connection).
+		for range 3 {
+			if err := ps.Subscribe(ctx, ch); err != nil {
+				t.Fatal(err)
+			}
+			if err := ps.Unsubscribe(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ps.Subscribe(ctx, ch); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; ; i++ {
+			m, err := recv(t, ps, 5*time.Second)
+			if err != nil {
+				t.Fatalf("Receive after subscribing %s again: %v", ch, err)
+			}
+			if m.Kind == "ssubscribe" && i == 6 {
+				break
+			}
+			if want := []string{"ssubscribe", "sunsubscribe"}[i%2]; m.Kind != want || m.Channel != ch {
+				t.Fatalf("message %d after subscribing %s again: %+v, want %s", i, ch, m, want)
+			}
+		}
+		if n, err := c.Do(ctx, c.B().Spublish().Channel(ch).Message("again").Build()).AsInt64(); err != nil || n != 1 {
+			t.Fatalf("SPUBLISH %s: %d, %v", ch, n, err)
+		}
+		if m, err := recv(t, ps, 5*time.Second); err != nil || m != (driver.Message{Kind: "smessage", Channel: ch, Payload: "again"}) {
+			t.Fatalf("after subscribing %s again: %+v, %v", ch, m, err)
+		}
 		ps.Close()
 	}
 }
