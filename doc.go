@@ -30,6 +30,5 @@
 // lock service can prevent that by itself. [Lock.Fence] therefore gives each
 // lease a fencing token strictly greater than that of every earlier lease of
 // the name: have the resource refuse a write whose fence is lower than one it
-// has accepted ([Guard] does so in Redis), and the late write is rejected
-// however long the pause was.
+// has accepted ([Guard] does so in Redis), whatever the pause.
 package dlock

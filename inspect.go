@@ -83,8 +83,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	return infoOf(name, st), nil
 }
 
-// ForceRelease deletes the lock name and its holds, reporting whether there were
-// any; a live holder overlaps the next until it extends. [ErrWrongType]: foreign.
+// ForceRelease deletes the lock name and its holds ([ErrWrongType] if foreign),
+// reporting if any; a live holder overlaps the next until it extends.
 func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 	k, err := c.check(name)
 	if err != nil {

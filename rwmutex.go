@@ -48,6 +48,8 @@ func (rw *RWMutex) Writer() *RWLocker { return &rw.writer }
 // Downgrade turns w, a write hold of the lock, into a read hold in one step:
 // no writer comes in between, and the readers waiting first join it. w keeps
 // its token, fence and lease. [ErrInvalid] if w is not a write hold of it.
+// After an error of unknown outcome w is the read or the write, whichever
+// is held: it extends and releases as that, and a new Downgrade settles it.
 func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	if w == nil || w.name != rw.name || w.c.engine != rw.c.engine {
 		return fmt.Errorf("%w: Downgrade of %q: not a hold of it", ErrInvalid, rw.name)
@@ -64,7 +66,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	}
 	w.fenceMu.Lock()
 	defer w.fenceMu.Unlock()
-	if w.cl.Kind != backend.Write {
+	if w.cl.Kind != backend.Write && w.cl.Kind != backend.Downgrading { // (asking again settles an unknown outcome)
 		return fmt.Errorf("%w: Downgrade of %q: not a write hold", ErrInvalid, rw.name)
 	}
 	if err := w.Err(); err != nil {

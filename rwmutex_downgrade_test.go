@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,5 +234,96 @@ func TestAdv7DowngradeAcrossMaxHold(t *testing.T) {
 		}
 		l.Release(ctx)
 		w.Release(ctx)
+	}
+}
+
+// A Downgrade whose outcome is unknown (its reply lost, or its context
+// ended while the request was held on the way) leaves the hold a read or
+// a write: its extensions, its fence and its Release act on whichever the
+// lock has, a second Downgrade settles it, and a Release ends it at once.
+func TestRWMutexDowngradeUnknownOutcome(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
+	other := newClient(t, direct)
+	for _, tc := range []struct {
+		name  string
+		fault func()
+		late  time.Duration // how long after the cut a held request may still land
+	}{
+		{"reply lost", p.StallReplies, 0},
+		{"request late", func() { p.Delay(400*time.Millisecond, 0) }, 600 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "dg-unknown-" + strings.ReplaceAll(tc.name, " ", "-")
+			rw := newRW(t, c, name)
+			orw := newRW(t, other, name)
+			w, err := rw.Writer().Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.fault()
+			dctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+			err = rw.Downgrade(dctx, w)
+			cancel()
+			p.Cut()
+			if err == nil {
+				t.Fatal("Downgrade succeeded through the fault")
+			}
+			if _, err := w.Fence(ctx); err != nil {
+				t.Fatalf("Fence after the unknown Downgrade: %v", err)
+			}
+			time.Sleep(tc.late)
+			// Three extensions by the watchdog: the hold, read or write, lives.
+			time.Sleep(1500 * time.Millisecond)
+			if err := w.Err(); err != nil {
+				t.Fatalf("the hold was lost after the unknown Downgrade: %v", err)
+			}
+			if l, err := orw.Writer().TryAcquire(ctx); err == nil {
+				l.Release(ctx)
+				t.Fatal("a writer got in beside the hold")
+			}
+			if err := rw.Downgrade(ctx, w); err != nil {
+				t.Fatalf("the second Downgrade: %v", err)
+			}
+			hs, err := rw.Holders(ctx)
+			if err != nil || len(hs) != 1 || hs[0].Write || hs[0].Token != w.Token() {
+				t.Fatalf("Holders after the second Downgrade = %+v, %v; want one read", hs, err)
+			}
+			if err := w.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l, err := orw.Writer().TryAcquire(ctx)
+			if err != nil {
+				t.Fatalf("a writer after the Release: %v", err)
+			}
+			l.Release(ctx)
+		})
+	}
+	// Released with the outcome still unknown: the read or the write goes,
+	// and a request held on the way and landing after it does nothing.
+	rw := newRW(t, c, "dg-unknown-release")
+	w, err := rw.Writer().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Delay(400*time.Millisecond, 0)
+	dctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	err = rw.Downgrade(dctx, w)
+	cancel()
+	p.Delay(0, 0)
+	if err == nil {
+		t.Fatal("Downgrade succeeded through the delay")
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatalf("Release after the unknown Downgrade: %v", err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if n := direct.ZCard(ctx, "dlock:{dg-unknown-release}").Val(); n != 0 {
+		t.Fatalf("%d holds left after the Release", n)
 	}
 }

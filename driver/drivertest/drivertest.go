@@ -52,6 +52,7 @@ func Run(t *testing.T, s Setup) {
 	t.Run("LostReply", func(t *testing.T) {
 		p := redistest.NewProxy(t, srv.Addr())
 		lostReply(t, p, client(t, s.Server(t, p.Addr()), dlock.LeaseTTL(30*time.Second)), client(t, conn(t)))
+		lostDowngrade(t, p, client(t, s.Server(t, p.Addr()), dlock.LeaseTTL(30*time.Second)), client(t, conn(t)))
 	})
 	t.Run("ServerDown", func(t *testing.T) {
 		down := redistest.Start(t, redistest.TCP())
@@ -589,6 +590,42 @@ func lostReply(t *testing.T, p *redistest.Proxy, a, b *dlock.Client) {
 	l.Release(ctx)
 }
 
+// lostDowngrade: a Downgrade whose reply is lost took effect; the hold's
+// Release then ends its read, and a writer gets in at once, not after the
+// lease.
+func lostDowngrade(t *testing.T, p *redistest.Proxy, a, b *dlock.Client) {
+	ctx := ctxFor(t, 60*time.Second)
+	rwa, err := a.RWMutex("dt-lost-rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := rwa.Writer().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.StallReplies()
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = rwa.Downgrade(dctx, w)
+	cancel()
+	p.Cut()
+	if err == nil {
+		t.Fatal("Downgrade succeeded with its reply stalled")
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatalf("Release after a Downgrade whose reply was lost: %v", err)
+	}
+	rwb, err := b.RWMutex("dt-lost-rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := rwb.Writer().TryAcquire(ctx)
+	if err != nil {
+		hs, _ := rwb.Holders(ctx)
+		t.Fatalf("a writer after the release: %v (holders %+v)", err, hs)
+	}
+	l.Release(ctx)
+}
+
 // sentinel: locks through a Sentinel-managed master, a waiter woken; the
 // master killed, and locks taken again on the promoted replica.
 func sentinel(t *testing.T, s Setup) {
@@ -613,12 +650,16 @@ func sentinel(t *testing.T, s Setup) {
 	}
 	woken(t, l, func(ctx context.Context) (*dlock.Lock, error) { return b.Acquire(ctx, "dt-sen") })
 	master.Kill()
+	// Each Client's connection learns of the promotion on its own.
 	if !eventually(60*time.Second, func() bool {
-		l, err := a.TryAcquire(ctx, "dt-sen-after")
-		if err == nil {
+		for _, c := range []*dlock.Client{a, b} {
+			l, err := c.TryAcquire(ctx, "dt-sen-after")
+			if err != nil {
+				return false
+			}
 			l.Release(ctx)
 		}
-		return err == nil
+		return true
 	}) {
 		t.Fatal("no lock taken through the Sentinels within 60s of the master's death")
 	}

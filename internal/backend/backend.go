@@ -235,8 +235,9 @@ type Backend interface {
 	// not sent.
 	Prepare(ctx context.Context, c *Claim) error
 	// Downgrade turns the write hold c into a read hold, in one step (see
-	// hold_downgrade.lua), and c into a read's claim; false if c no longer
-	// holds the lock. The caller keeps every other use of c out meanwhile.
+	// hold_downgrade.lua), and c into a read's claim (a Downgrading one
+	// when the outcome is unknown); false if c no longer holds the lock.
+	// The caller keeps every other use of c out meanwhile.
 	Downgrade(ctx context.Context, c *Claim) (bool, error)
 	// Proclaim sets the value the leader of the campaign lease c shows,
 	// within its term (see proclaim.lua); false if c no longer holds the lock.
@@ -652,6 +653,10 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 
 func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
 	v, err := n.run(ctx, script.HoldDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters}, c.Token, c.Channel, n.pub, n.fenceMS).Int64()
+	var reply redis.Error
+	if err != nil && !neverSent(err) && !errors.As(err, &reply) {
+		c.Kind, c.Member = Downgrading, Downgrading.member(c.Token)
+	}
 	if err != nil {
 		return false, RedisErr(err)
 	}

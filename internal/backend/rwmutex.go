@@ -17,13 +17,17 @@ import (
 // one family of scripts (hold_*.lua), told apart by what is asked for.
 
 // Read and Write are the kinds of a read and a write hold of a read-write
-// lock.
+// lock; Downgrading is a write hold whose downgrade has an unknown outcome
+// (its reply lost, or its context ended in flight): its scripts act on
+// whichever of the hold's read and write the lock has (hold_member in
+// lib.lua), so that its release or extension misses neither.
 var (
-	Read  Kind = rwHold{"r"}
-	Write Kind = rwHold{"w"}
+	Read        Kind = rwHold{"r"}
+	Write       Kind = rwHold{"w"}
+	Downgrading Kind = rwHold{"?"}
 )
 
-// rwHold is a hold of a read-write lock: rw is "r" or "w".
+// rwHold is a hold of a read-write lock: rw is "r", "w" or "?".
 type rwHold struct{ rw string }
 
 func (h rwHold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {

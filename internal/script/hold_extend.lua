@@ -2,7 +2,9 @@
 -- semaphore's permit, a read-write lock's read or write) to ttl from now;
 -- the key lasts until the latest hold's deadline.
 -- KEYS[1] the set   KEYS[2] the hold's marker key (see lib.lua)
--- ARGV[1] the hold's member (a permit: its token; "r:<token>", "w:<token>")
+-- ARGV[1] the hold's member (a permit: its token; "r:<token>", "w:<token>",
+--         or "?:<token>" after a downgrade of unknown outcome: see
+--         hold_member in lib.lua)
 -- ARGV[2] ttl in ms
 -- ARGV[3] 0 for an extension that never shortens the permit (ZADD GT),
 --         else the extension's sequence number (see extend.lua)
@@ -14,12 +16,13 @@
 -- newer extension was applied (as in extend.lua): this changed nothing.
 local now = now_ms()
 local w = tonumber(ARGV[4]) or 1
-local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
+local member = hold_member(KEYS[1], ARGV[1])
+local score = redis.pcall('ZSCORE', KEYS[1], member)
 if type(score) ~= 'string' or tonumber(score) <= now then
   return 0 -- gone, or the key is not a semaphore or read-write lock
 end
 if w > 1 then -- every permit of the hold must be live: none lapsed on its own
-  local scores = hold_call(KEYS[1], ARGV[1], w, nil, 'ZMSCORE')
+  local scores = hold_call(KEYS[1], member, w, nil, 'ZMSCORE')
   for i = 1, w do
     if not scores[i] or tonumber(scores[i]) <= now then
       return 0
@@ -31,17 +34,17 @@ if ARGV[3] == '0' then
   if numbered(KEYS[2]) then
     return 2 -- a numbered extension was applied since this was sent (see extend.lua)
   end
-  hold_call(KEYS[1], ARGV[1], w, until_ms, 'ZADD', 'XX', 'GT')
+  hold_call(KEYS[1], member, w, until_ms, 'ZADD', 'XX', 'GT')
   redis.call('PEXPIREAT', KEYS[1], until_ms, 'GT')
   return 1
 end
-if redis.call('ZSCORE', KEYS[1], ARGV[1] .. ' ' .. (w + 1)) then
+if redis.call('ZSCORE', KEYS[1], member .. ' ' .. (w + 1)) then
   return 0
 end
 local s = superseded(KEYS[2], ARGV[3], ARGV[2])
 if s ~= 0 then
   return s
 end
-hold_call(KEYS[1], ARGV[1], w, until_ms, 'ZADD', 'XX')
+hold_call(KEYS[1], member, w, until_ms, 'ZADD', 'XX')
 expire_with_last(KEYS[1])
 return 1

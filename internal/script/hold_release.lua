@@ -5,7 +5,9 @@
 -- KEYS[1] the set   KEYS[2] fence key   KEYS[3] queue   KEYS[4] waiters
 -- hash   KEYS[5] the hold's marker key (see lib.lua)
 -- ARGV[1] the hold's member (a permit: its token; a read or write:
---         "r:<token>" or "w:<token>")   ARGV[2] the hold's token
+--         "r:<token>" or "w:<token>"; "?:<token>" after a downgrade of
+--         unknown outcome: either)
+-- ARGV[2] the hold's token
 -- ARGV[3] release channel   ARGV[4] publish command: PUBLISH or SPUBLISH
 -- ARGV[5] how long the revocation marker lives, in ms; 0 writes none (see
 --         release.lua)
@@ -22,7 +24,10 @@
 -- one among them), and the caller's own clock tells it was late.
 local w = tonumber(ARGV[7]) or 1
 local removed
-if w == 1 then
+if string.sub(ARGV[1], 1, 2) == '?:' then -- the hold is its read or its write
+  local token = string.sub(ARGV[1], 3)
+  removed = redis.pcall('ZREM', KEYS[1], 'r:' .. token, 'w:' .. token)
+elseif w == 1 then
   removed = redis.pcall('ZREM', KEYS[1], ARGV[1])
 else
   local args = {'ZREM', KEYS[1], ARGV[1]}

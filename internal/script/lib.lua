@@ -90,15 +90,30 @@ local function fence_type_reply()
   return redis.error_reply('WRONGTYPE dlock: the fence key holds a value of another type')
 end
 
+-- hold_member returns the member of the sorted set at key that a hold's
+-- member names: itself, or for a read-write hold whose downgrade has an
+-- unknown outcome ("?:<token>") its read if the set has it, else its write.
+local function hold_member(key, member)
+  if string.sub(member, 1, 2) ~= '?:' then
+    return member
+  end
+  local read = 'r:' .. string.sub(member, 3)
+  if type(redis.pcall('ZSCORE', key, read)) == 'string' then
+    return read
+  end
+  return 'w:' .. string.sub(member, 3)
+end
+
 -- holds reports whether id holds the lock at key, whose shape its kind
 -- knows (no probe of the key's type): 'hash' a reentrant lock, id its
--- owner; 'zset' a semaphore or read-write lock, id a live member; else a
--- plain lock, id its token. A key of another shape holds nothing of id's.
+-- owner; 'zset' a semaphore or read-write lock, id a live member (see
+-- hold_member); else a plain lock, id its token. A key of another shape
+-- holds nothing of id's.
 local function holds(key, id, shape)
   if shape == 'hash' then
     return redis.pcall('HGET', key, 'owner') == id
   elseif shape == 'zset' then
-    local score = redis.pcall('ZSCORE', key, id)
+    local score = redis.pcall('ZSCORE', key, hold_member(key, id))
     return type(score) == 'string' and tonumber(score) > now_ms()
   end
   return redis.pcall('GET', key) == id
