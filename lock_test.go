@@ -527,7 +527,7 @@ func TestInvalidOptions(t *testing.T) {
 		{"NewFrom(nil)", func(o ...dlock.Option) (*dlock.Client, error) { return dlock.NewFrom(nil, o...) }, nil, "NewFrom"},
 		{"NewRedlockFrom(a nil node)", func(o ...dlock.Option) (*dlock.Client, error) {
 			return dlock.NewRedlockFrom([]driver.Conn{nil}, 0, o...)
-		}, nil, "NewRedlock"},
+		}, nil, "NewRedlockFrom:"},
 	}
 	for _, tt := range tests {
 		c, err := tt.new(tt.opts...)

@@ -18,29 +18,29 @@ import (
 // A node without persistence must stay down a TTL after a restart. Locks wait
 // unfairly; other kinds, WithReplicaAck and WithoutScripts are [ErrInvalid].
 func NewRedlock(nodes []redis.UniversalClient, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
-	return newRedlock(len(nodes), slices.IndexFunc(nodes, func(n redis.UniversalClient) bool { return isNil(n) }), func(i int, o *options) (backend.Node, *pubsub.Hub) {
+	return newRedlock("NewRedlock", len(nodes), slices.IndexFunc(nodes, func(n redis.UniversalClient) bool { return isNil(n) }), func(i int, o *options) (backend.Node, *pubsub.Hub) {
 		return newNode(nodes[i], o)
 	}, nodeTimeout, opts)
 }
 
 // NewRedlockFrom is NewRedlock over drivers (see [NewFrom]).
 func NewRedlockFrom(nodes []driver.Conn, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
-	return newRedlock(len(nodes), slices.IndexFunc(nodes, func(n driver.Conn) bool { return isNil(n) }), func(i int, o *options) (backend.Node, *pubsub.Hub) {
+	return newRedlock("NewRedlockFrom", len(nodes), slices.IndexFunc(nodes, func(n driver.Conn) bool { return isNil(n) }), func(i int, o *options) (backend.Node, *pubsub.Hub) {
 		sharded := o.sharded > 0 || (o.sharded == 0 && nodes[i].Info().Cluster)
 		return backend.NewNodeFrom(nodes[i], o.config(sharded)), pubsub.New(nodes[i], sharded)
 	}, nodeTimeout, opts)
 }
 
 // newRedlock is NewRedlock over n nodes, of which node(i) makes the i-th
-// (nilNode: the first nil one, or -1).
-func newRedlock(n, nilNode int, node func(i int, o *options) (backend.Node, *pubsub.Hub), nodeTimeout time.Duration, opts []Option) (*Client, error) {
+// (nilNode: the first nil one, or -1); fn names the caller in errors.
+func newRedlock(fn string, n, nilNode int, node func(i int, o *options) (backend.Node, *pubsub.Hub), nodeTimeout time.Duration, opts []Option) (*Client, error) {
 	switch {
 	case n == 0:
-		return nil, fmt.Errorf("%w: NewRedlock: no nodes", ErrInvalid)
+		return nil, fmt.Errorf("%w: %s: no nodes", ErrInvalid, fn)
 	case nilNode >= 0:
-		return nil, fmt.Errorf("%w: NewRedlock: node %d is nil", ErrInvalid, nilNode)
+		return nil, fmt.Errorf("%w: %s: node %d is nil", ErrInvalid, fn, nilNode)
 	case nodeTimeout < 0:
-		return nil, fmt.Errorf("%w: NewRedlock: node timeout %v: must be positive, or 0 for TTL/50", ErrInvalid, nodeTimeout)
+		return nil, fmt.Errorf("%w: %s: node timeout %v: must be positive, or 0 for TTL/50", ErrInvalid, fn, nodeTimeout)
 	}
 	o := apply(opts)
 	switch {
@@ -50,7 +50,7 @@ func newRedlock(n, nilNode int, node func(i int, o *options) (backend.Node, *pub
 	case o.replicas > 0:
 		o.invalid("WithReplicaAck(%d, %v): does not apply to a quorum of independent masters", o.replicas, o.ackTimeout)
 	case o.noScripts:
-		o.invalid("WithoutScripts(): a quorum (NewRedlock) needs scripts")
+		o.invalid("WithoutScripts(): a quorum (%s) needs scripts", fn)
 	}
 	if o.err != nil {
 		return nil, o.err

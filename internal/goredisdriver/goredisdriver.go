@@ -129,13 +129,14 @@ func (p pubsub) Close() error { return p.ps.Close() }
 // Channel, to save a goroutine hop on every message. It waits until ctx's
 // deadline (go-redis does not watch ctx while it reads).
 func (p pubsub) Receive(ctx context.Context) (driver.Message, error) {
-	var timeout time.Duration
-	if d, ok := ctx.Deadline(); ok {
-		if timeout = time.Until(d); timeout <= 0 {
-			return driver.Message{}, context.DeadlineExceeded
-		}
-	}
+	d, timed := ctx.Deadline()
 	for {
+		var timeout time.Duration // (0: none)
+		if timed {
+			if timeout = time.Until(d); timeout <= 0 {
+				return driver.Message{}, context.DeadlineExceeded
+			}
+		}
 		m, err := p.ps.ReceiveTimeout(ctx, timeout)
 		if errors.Is(err, redis.ErrClosed) {
 			return driver.Message{}, driver.ErrClosed
