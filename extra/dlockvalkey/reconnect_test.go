@@ -44,16 +44,7 @@ func TestPubSubCloseDuringStalledReconnect(t *testing.T) {
 // hub closes the connection under its lock, and every Acquire of the Client
 // waits for it, past its own context.
 func TestStalledReconnectDoesNotHoldAcquire(t *testing.T) {
-	s := redistest.Start(t, redistest.TCP())
-	p := redistest.NewProxy(t, s.Addr())
-	holder := newDlock(t, s.Addr())
-	bg, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for _, name := range []string{"x", "z"} {
-		if _, err := holder.TryAcquire(bg, name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p, bg := heldBehindProxy(t, "x", "z")
 	c := newDlock(t, p.Addr())
 	xctx, xcancel := context.WithTimeout(bg, 700*time.Millisecond)
 	defer xcancel()

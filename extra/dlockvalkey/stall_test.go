@@ -29,6 +29,22 @@ func newDlock(t *testing.T, addr string, opts ...dlock.Option) *dlock.Client {
 	return c
 }
 
+// heldBehindProxy starts a server and a proxy to it, and takes names on
+// the server with a Client of its own; bg bounds the test.
+func heldBehindProxy(t *testing.T, names ...string) (p *redistest.Proxy, bg context.Context) {
+	t.Helper()
+	s := redistest.Start(t, redistest.TCP())
+	p = redistest.NewProxy(t, s.Addr())
+	holder := newDlock(t, s.Addr())
+	bg = ctxT(t, 60*time.Second)
+	for _, name := range names {
+		if _, err := holder.TryAcquire(bg, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p, bg
+}
+
 // warmUp takes and releases locks until valkey has dialled each of its
 // connections: it dials one on the first command sent there, picked at
 // random, and a command that finds its connection being dialled waits for
@@ -70,16 +86,7 @@ func stacks() string {
 // adapter whose Unsubscribe waited for the confirmation held every Acquire,
 // and Close, for valkey's write timeout.)
 func TestStalledPubSubDoesNotHoldAcquire(t *testing.T) {
-	s := redistest.Start(t, redistest.TCP())
-	p := redistest.NewProxy(t, s.Addr())
-	holder := newDlock(t, s.Addr())
-	bg, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for _, name := range []string{"x", "y", "z"} {
-		if _, err := holder.TryAcquire(bg, name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p, bg := heldBehindProxy(t, "x", "y", "z")
 	c := newDlock(t, p.Addr())
 	warmUp(t, c)
 	xctx, xcancel := context.WithTimeout(bg, 30*time.Second)
@@ -142,16 +149,7 @@ func TestNilClient(t *testing.T) {
 
 // As TestStalledPubSubDoesNotHoldAcquire, for Client.Close(ctx).
 func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
-	s := redistest.Start(t, redistest.TCP())
-	p := redistest.NewProxy(t, s.Addr())
-	holder := newDlock(t, s.Addr())
-	bg, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for _, name := range []string{"x", "y"} {
-		if _, err := holder.TryAcquire(bg, name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p, bg := heldBehindProxy(t, "x", "y")
 	c, err := New(client(t, p.Addr()))
 	if err != nil {
 		t.Fatal(err)
@@ -186,16 +184,7 @@ func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
 // dial of its connection that another command started, and the adapter
 // runs commands apart once one has failed (see guard).
 func TestStalledDropDoesNotHoldAcquire(t *testing.T) {
-	s := redistest.Start(t, redistest.TCP())
-	p := redistest.NewProxy(t, s.Addr())
-	holder := newDlock(t, s.Addr())
-	bg, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for _, name := range []string{"x", "z"} {
-		if _, err := holder.TryAcquire(bg, name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p, bg := heldBehindProxy(t, "x", "z")
 	c := newDlock(t, p.Addr())
 	warmUp(t, c)
 	xctx, xcancel := context.WithTimeout(bg, 400*time.Millisecond)
