@@ -60,8 +60,8 @@ func (e *NotAcquiredError) Error() string {
 	if e.Permits > 0 {
 		return fmt.Sprintf("no permit free: all %d held, or others waiting ahead", e.Permits)
 	}
-	if e.sem {
-		return "no permit free: all held, or others waiting ahead"
+	if e.sem { // N asked as 0: the size kept in Redis, if any
+		return "no permit free: all held, others waiting ahead, or no size kept in Redis"
 	}
 	by := "held by another holder"
 	switch {

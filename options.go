@@ -129,7 +129,7 @@ func WithDrift(d time.Duration) Option {
 // WithUnfair makes waiters unfair (the default is arrival order): whoever asks
 // first after a release wins, polling on b (nil: ExponentialBackoff(
 // DefaultMinBackoff, DefaultMaxBackoff)). Reentrant locks, a quorum and
-// [WithoutScripts] always wait so. All clients of a name must wait alike.
+// [WithoutScripts] always wait so. Mixed modes on a name still exclude.
 func WithUnfair(b Backoff) Option {
 	return option(func(o *options) {
 		o.fair = false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -407,4 +408,28 @@ func TestAdv7SemaphoreHandleMismatch(t *testing.T) {
 	if av, err := s5.Available(ctx); err != nil || av != 1 {
 		t.Errorf("Available = %d, %v; want 1", av, err)
 	}
+}
+
+// A Semaphore of N = 0 takes the size kept in Redis: with none kept, its
+// refusal says so rather than that the permits are all held.
+func TestSemaphoreSizeZeroWithNoneKept(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	s, err := c.Semaphore("none-kept", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.TryAcquire(ctx)
+	if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "no size kept in Redis") {
+		t.Fatalf("TryAcquire of a Semaphore(name, 0) with no size kept = %v", err)
+	}
+	if ok, err := s.TrySetPermits(ctx, 1); err != nil || !ok {
+		t.Fatalf("TrySetPermits(1) = %v, %v", ok, err)
+	}
+	l, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire once a size is kept: %v", err)
+	}
+	l.Release(ctx)
 }
