@@ -10,12 +10,12 @@
 // Retries: dlock asks again once after a lost reply, where that is safe.
 //
 // rueidis makes a command that finds its connection being dialled wait for
-// that dial, whatever its own context. Once a command has failed without a
-// reply, the adapter runs each command on a goroutine of its own until one
-// is answered, so that its caller leaves when its context ends. A dial
-// that no failure came before (a connection's first, or one replaced in
-// the background) can still hold other commands for up to the client's
-// Dialer.Timeout (5 s by default).
+// that dial, whatever its own context. After a command fails without a
+// reply, and until 10 s pass without another such failure, the adapter
+// runs each command on a goroutine of its own, so that its caller leaves
+// when its context ends. A dial that no failure came before (a
+// connection's first, or one replaced in the background), or one that a
+// Dialer.Timeout over 10 s lets run longer, can still hold other commands.
 package dlockrueidis
 
 import (
@@ -26,8 +26,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -41,13 +41,12 @@ func Conn(c rueidis.Client) driver.Conn {
 	if c == nil {
 		return nil
 	}
-	return conn{c: c, g: new(guard), nodes: new(sync.Map)}
+	return conn{c: c, g: new(guard)}
 }
 
 type conn struct {
-	c     rueidis.Client
-	g     *guard
-	nodes *sync.Map // a Cluster's: address -> *guard of the node's conn
+	c rueidis.Client
+	g *guard // shared with the conns of a Cluster's nodes (Masters)
 }
 
 func (c conn) Do(ctx context.Context, args ...any) (any, error) {
@@ -65,29 +64,50 @@ func (c conn) Do(ctx context.Context, args ...any) (any, error) {
 	return reply(r)
 }
 
-// guard keeps a connection's calls to their contexts while it is in
-// trouble. rueidis makes a call that finds its connection being dialled
-// again wait for that dial, which another call started with its own
-// context (up to the dialer's timeout, 5 s by default). After a call
-// failed without a reply, each call runs on a goroutine of its own and the
-// caller leaves when its context ends; the first reply ends the trouble.
-type guard struct{ trouble atomic.Bool }
+// guard keeps a client's commands to their contexts while it is in
+// trouble. rueidis makes a command that finds its connection being
+// dialled again wait for that dial, which another command started with
+// its own context (and Dialer.Timeout, 5 s by default, bounds). After a
+// command failed without a reply, and until troubleFor passes without
+// another such failure, each command runs on a goroutine of its own and
+// its caller leaves when its context ends. A reply does not end the
+// trouble: on a Cluster it may come from another node than the one being
+// dialled.
+type guard struct {
+	failed atomic.Int64 // when a command last failed without a reply: time since epoch, in ns; 0 if never
+}
+
+// troubleFor is how long trouble lasts after a failure: twice rueidis's
+// default Dialer.Timeout, so that a dial that a failure made ends within it.
+const troubleFor = 10 * time.Second
+
+// epoch is the base of guard.failed, read on the monotonic clock.
+var epoch = time.Now()
+
+func (g *guard) fail() { g.failed.Store(max(int64(time.Since(epoch)), 1)) }
+
+func (g *guard) inTrouble() bool {
+	f := g.failed.Load()
+	return f != 0 && time.Since(epoch)-time.Duration(f) < troubleFor
+}
 
 // call runs f, which returns its result and whether the server answered.
 // While g is in trouble it returns the context's error, once ctx is done,
 // without waiting for f; whether the command was sent is then unknown.
 func call[T any](ctx context.Context, g *guard, f func() (T, bool)) (T, error) {
-	if !g.trouble.Load() {
+	if !g.inTrouble() {
 		r, ok := f()
 		if !ok {
-			g.trouble.Store(true)
+			g.fail()
 		}
 		return r, nil
 	}
 	done := make(chan T, 1)
 	go func() {
 		r, ok := f()
-		g.trouble.Store(!ok)
+		if !ok {
+			g.fail()
+		}
 		done <- r
 	}()
 	select {
@@ -170,8 +190,7 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 		if !ok {
 			return nil, fmt.Errorf("dlockrueidis: master %s is not among the client's nodes", addr)
 		}
-		g, _ := c.nodes.LoadOrStore(addr, new(guard))
-		out = append(out, conn{c: n, g: g.(*guard), nodes: c.nodes})
+		out = append(out, conn{c: n, g: c.g})
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -287,4 +288,103 @@ func TestStalledCallsEndWithContext(t *testing.T) {
 			t.Errorf("%s with a 200ms context returned after %v: %v", call.name, elapsed, err)
 		}
 	}
+}
+
+// namesOn returns n lock names whose keys live on node (dlock's keys of a
+// name share the hash tag "{name}").
+func namesOn(t *testing.T, node *redistest.Server, prefix string, n int) []string {
+	t.Helper()
+	var out []string
+	for i := 0; len(out) < n && i < 10000; i++ {
+		name := fmt.Sprint(prefix, i)
+		if _, err := node.Do(context.Background(), "GET", "{"+name+"}"); err == nil || !strings.HasPrefix(err.Error(), "MOVED") {
+			out = append(out, name)
+		}
+	}
+	if len(out) < n {
+		t.Fatalf("no %d names on %s", n, node.Addr())
+	}
+	return out
+}
+
+// On a Cluster with one master stalled: after a command to it failed, one
+// with a longer context dials it again; another master's reply meanwhile
+// does not end the trouble, and a command to the stalled master, or a
+// dlock call on a name there, still ends with its context.
+func TestClusterStalledMasterTroubleOutlastsOtherReplies(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3, 0)
+	addrs := []string{nodes[0].Addr(), nodes[1].Addr(), nodes[2].Addr()}
+	stalled, healthy := namesOn(t, nodes[0], "s", 3), namesOn(t, nodes[1], "h", 1)
+	bg := ctxT(t, 60*time.Second)
+	for _, n := range nodes { // the others serve on when the stalled one is taken for failed
+		if _, err := n.Do(bg, "CONFIG", "SET", "cluster-require-full-coverage", "no"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := Conn(client(t, addrs...))
+	c, err := New(client(t, addrs...), dlock.WithAutoExtend(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(bg) })
+	warmUp(t, c)
+	for range 10 {
+		for _, k := range []string{stalled[0], healthy[0]} {
+			if _, err := conn.Do(bg, "GET", "{"+k+"}"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	nodes[0].Pause()
+	defer nodes[0].Resume()
+	within := func(what string, d time.Duration, f func(ctx context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bg, d)
+		defer cancel()
+		start := time.Now()
+		err := f(ctx)
+		if elapsed := time.Since(start); elapsed > d+500*time.Millisecond {
+			t.Errorf("%s with a %v context returned after %v: %v", what, d, elapsed, err)
+		}
+	}
+	// The driver: a failure, a dial with a long context, another master's
+	// reply, then a command with a short one.
+	within("GET on the stalled master", 200*time.Millisecond, func(ctx context.Context) error {
+		_, err := conn.Do(ctx, "GET", "{"+stalled[0]+"}")
+		return err
+	})
+	dialled := make(chan struct{})
+	go func() {
+		defer close(dialled)
+		ctx, cancel := context.WithTimeout(bg, 4*time.Second)
+		defer cancel()
+		conn.Do(ctx, "GET", "{"+stalled[0]+"}")
+	}()
+	time.Sleep(150 * time.Millisecond)
+	if _, err := conn.Do(bg, "GET", "{"+healthy[0]+"}"); err != nil {
+		t.Fatalf("GET on a healthy master: %v", err)
+	}
+	within("a second GET on the stalled master", 200*time.Millisecond, func(ctx context.Context) error {
+		_, err := conn.Do(ctx, "GET", "{"+stalled[0]+"}")
+		return err
+	})
+	// dlock: a TryAcquire there fails (its undo, with a bound of its own,
+	// dials the master again), one on a healthy master succeeds, and
+	// another there ends with its context.
+	within("TryAcquire on the stalled master", 300*time.Millisecond, func(ctx context.Context) error {
+		_, err := c.TryAcquire(ctx, stalled[1])
+		return err
+	})
+	time.Sleep(100 * time.Millisecond)
+	l, err := c.TryAcquire(bg, healthy[0])
+	if err != nil {
+		t.Fatalf("TryAcquire on a healthy master: %v", err)
+	}
+	defer l.Release(bg)
+	within("a second TryAcquire on the stalled master", 300*time.Millisecond, func(ctx context.Context) error {
+		_, err := c.TryAcquire(ctx, stalled[2])
+		return err
+	})
+	nodes[0].Resume()
+	<-dialled
 }
