@@ -12,10 +12,11 @@
 // rueidis makes a command that finds its connection being dialled wait for
 // that dial, whatever its own context. After a command fails without a
 // reply, and until 10 s pass without another such failure, the adapter
-// runs each command on a goroutine of its own, so that its caller leaves
-// when its context ends. A dial that no failure came before (a
-// connection's first, or one replaced in the background), or one that a
-// Dialer.Timeout over 10 s lets run longer, can still hold other commands.
+// runs each command through that rueidis client (from every dlock Client
+// on it) on a goroutine of its own, so that its caller leaves when its
+// context ends. A dial that no failure came before (a connection's first,
+// or one replaced in the background), or one that a Dialer.Timeout over
+// 10 s lets run longer, can still hold other commands.
 package dlockrueidis
 
 import (
@@ -23,9 +24,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,12 +44,18 @@ func Conn(c rueidis.Client) driver.Conn {
 	if c == nil {
 		return nil
 	}
-	return conn{c: c, g: new(guard)}
+	var key any = c
+	if !reflect.TypeOf(c).Comparable() {
+		key = new(byte) // (a client that cannot key a map shares trouble with no other Conn)
+	}
+	return conn{c: c, key: key}
 }
 
 type conn struct {
 	c rueidis.Client
-	g *guard // shared with the conns of a Cluster's nodes (Masters)
+	// key names the client whose trouble (see call) the commands share:
+	// c, or for a Cluster's node (Masters) the Cluster's client.
+	key any
 }
 
 func (c conn) Do(ctx context.Context, args ...any) (any, error) {
@@ -54,7 +63,7 @@ func (c conn) Do(ctx context.Context, args ...any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := call(ctx, c.g, func() (rueidis.RedisResult, bool) {
+	r, err := call(ctx, c.key, func() (rueidis.RedisResult, bool) {
 		r := c.c.Do(ctx, cmd)
 		return r, r.NonRedisError() == nil
 	})
@@ -64,41 +73,77 @@ func (c conn) Do(ctx context.Context, args ...any) (any, error) {
 	return reply(r)
 }
 
-// guard keeps a client's commands to their contexts while it is in
+// trouble keeps a client's commands to their contexts while it is in
 // trouble. rueidis makes a command that finds its connection being
 // dialled again wait for that dial, which another command started with
 // its own context (and Dialer.Timeout, 5 s by default, bounds). After a
 // command failed without a reply, and until troubleFor passes without
-// another such failure, each command runs on a goroutine of its own and
-// its caller leaves when its context ends. A reply does not end the
-// trouble: on a Cluster it may come from another node than the one being
-// dialled.
-type guard struct {
-	failed atomic.Int64 // when a command last failed without a reply: time since epoch, in ns; 0 if never
+// another such failure, each command through that client (from any Conn
+// of it, so any dlock Client on it) runs on a goroutine of its own and its
+// caller leaves when its context ends. A reply does not end the trouble:
+// on a Cluster it may come from another node than the one being dialled.
+//
+// Healthy, a command reads one atomic: last is when any command last
+// failed; by holds, for the clients that failed since, when each did, and
+// is cleared once all trouble is over (dirty: it has entries). Times are
+// since epoch, on the monotonic clock, in ns (0: never).
+var trouble struct {
+	mu    sync.Mutex // held by fail and forget
+	last  atomic.Int64
+	dirty atomic.Bool
+	by    sync.Map // key (see conn) -> *atomic.Int64
 }
 
 // troubleFor is how long trouble lasts after a failure: twice rueidis's
 // default Dialer.Timeout, so that a dial that a failure made ends within it.
 const troubleFor = 10 * time.Second
 
-// epoch is the base of guard.failed, read on the monotonic clock.
 var epoch = time.Now()
 
-func (g *guard) fail() { g.failed.Store(max(int64(time.Since(epoch)), 1)) }
+func now() int64 { return max(int64(time.Since(epoch)), 1) }
 
-func (g *guard) inTrouble() bool {
-	f := g.failed.Load()
-	return f != 0 && time.Since(epoch)-time.Duration(f) < troubleFor
+// fail records a failure without a reply of a command through key's client.
+func fail(key any) {
+	trouble.mu.Lock()
+	defer trouble.mu.Unlock()
+	t := now()
+	v, _ := trouble.by.LoadOrStore(key, new(atomic.Int64))
+	v.(*atomic.Int64).Store(t)
+	trouble.last.Store(t)
+	trouble.dirty.Store(true)
+}
+
+// inTrouble reports whether key's client is in trouble.
+func inTrouble(key any) bool {
+	if last := trouble.last.Load(); last == 0 || now()-last >= int64(troubleFor) {
+		if trouble.dirty.Load() {
+			forget()
+		}
+		return false
+	}
+	v, ok := trouble.by.Load(key)
+	return ok && now()-v.(*atomic.Int64).Load() < int64(troubleFor)
+}
+
+// forget clears the record of the clients that failed, once all trouble is
+// over (so that it keeps no closed client).
+func forget() {
+	trouble.mu.Lock()
+	defer trouble.mu.Unlock()
+	if now()-trouble.last.Load() >= int64(troubleFor) {
+		trouble.by.Clear()
+		trouble.dirty.Store(false)
+	}
 }
 
 // call runs f, which returns its result and whether the server answered.
-// While g is in trouble it returns the context's error, once ctx is done,
+// While key's client is in trouble it returns the context's error, once ctx is done,
 // without waiting for f; whether the command was sent is then unknown.
-func call[T any](ctx context.Context, g *guard, f func() (T, bool)) (T, error) {
-	if !g.inTrouble() {
+func call[T any](ctx context.Context, key any, f func() (T, bool)) (T, error) {
+	if !inTrouble(key) {
 		r, ok := f()
 		if !ok {
-			g.fail()
+			fail(key)
 		}
 		return r, nil
 	}
@@ -106,7 +151,7 @@ func call[T any](ctx context.Context, g *guard, f func() (T, bool)) (T, error) {
 	go func() {
 		r, ok := f()
 		if !ok {
-			g.fail()
+			fail(key)
 		}
 		done <- r
 	}()
@@ -135,7 +180,7 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 	if len(built) == 0 {
 		return out
 	}
-	rs, err := call(ctx, c.g, func() ([]rueidis.RedisResult, bool) {
+	rs, err := call(ctx, c.key, func() ([]rueidis.RedisResult, bool) {
 		rs := c.c.DoMulti(ctx, built...)
 		return rs, !slices.ContainsFunc(rs, func(r rueidis.RedisResult) bool { return r.NonRedisError() != nil })
 	})
@@ -159,7 +204,7 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 	if c.c.Mode() != rueidis.ClientModeCluster {
 		return []driver.Conn{c}, nil
 	}
-	r, err := call(ctx, c.g, func() (rueidis.RedisResult, bool) {
+	r, err := call(ctx, c.key, func() (rueidis.RedisResult, bool) {
 		r := c.c.Do(ctx, c.c.B().Arbitrary("CLUSTER", "SLOTS").Build())
 		return r, r.NonRedisError() == nil
 	})
@@ -190,7 +235,7 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 		if !ok {
 			return nil, fmt.Errorf("dlockrueidis: master %s is not among the client's nodes", addr)
 		}
-		out = append(out, conn{c: n, g: c.g})
+		out = append(out, conn{c: n, key: c.key})
 	}
 	return out, nil
 }

@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/valkey-io/valkey-go"
 )
 
 func newDlock(t *testing.T, addr string, opts ...dlock.Option) *dlock.Client {
@@ -389,4 +391,57 @@ func TestClusterStalledMasterTroubleOutlastsOtherReplies(t *testing.T) {
 	})
 	nodes[0].Resume()
 	<-dialled
+}
+
+// Two dlock Clients on one valkey client share its trouble: after the
+// first's commands failed on a stalled server and others of it dial the
+// connection again with long contexts, the second's calls still end with
+// their contexts.
+func TestSharedClientSharesTrouble(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	rc := client(t, p.Addr())
+	a, b := newOn(t, rc), newOn(t, rc)
+	warmUp(t, a)
+	warmUp(t, b)
+	bg := ctxT(t, 30*time.Second)
+	p.Stall()
+	defer p.Cut()
+	for i := range 10 { // each of valkey's connections, picked at random, breaks
+		ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+		a.TryAcquire(ctx, fmt.Sprint("a", i))
+		cancel()
+	}
+	var dials sync.WaitGroup
+	for i := range 8 {
+		dials.Go(func() {
+			ctx, cancel := context.WithTimeout(bg, 4*time.Second)
+			defer cancel()
+			a.TryAcquire(ctx, fmt.Sprint("long", i))
+		})
+	}
+	time.Sleep(150 * time.Millisecond)
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+		start := time.Now()
+		_, err := b.TryAcquire(ctx, fmt.Sprint("b", i))
+		elapsed := time.Since(start)
+		cancel()
+		if elapsed > 800*time.Millisecond {
+			t.Errorf("the second Client's TryAcquire with a 300ms context returned after %v: %v", elapsed, err)
+		}
+	}
+	p.Cut()
+	dials.Wait()
+}
+
+// newOn returns a dlock Client on rc, closed in t's cleanup.
+func newOn(t *testing.T, rc valkey.Client) *dlock.Client {
+	t.Helper()
+	c, err := New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
 }
