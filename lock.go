@@ -480,7 +480,10 @@ func (l *Lock) expire() {
 		// The undo is the release, retried while Redis does not answer;
 		// Release, if called, runs it again (Redis answers a repeated
 		// release as the first) and reports the cap.
-		l.c.bg.Go(func() { l.c.undo(context.Background(), l.cl) })
+		l.mu.Lock()
+		cl := *l.cl // (a Downgrade in flight changes l.cl)
+		l.mu.Unlock()
+		l.c.bg.Go(func() { l.c.undo(context.Background(), &cl) })
 	}
 }
 

@@ -72,7 +72,16 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	if err := w.Err(); err != nil {
 		return err
 	}
-	ok, err := w.c.b.Downgrade(ctx, w.cl)
+	// Until the reply, the hold may be either: an undo at the max hold,
+	// meanwhile, ends both (it reads the claim under w.mu).
+	w.mu.Lock()
+	cl := *w.cl
+	w.cl.SetKind(backend.Downgrading)
+	w.mu.Unlock()
+	ok, err := w.c.b.Downgrade(ctx, &cl)
+	w.mu.Lock()
+	*w.cl = cl
+	w.mu.Unlock()
 	switch {
 	case err != nil:
 		return opError("downgrade", rw.name, err)
@@ -81,7 +90,8 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 		w.lose(err)
 		return w.Err()
 	}
-	return nil
+	w.expire()
+	return w.Err() // (lost in flight, at the max hold: ErrMaxHold)
 }
 
 // RWHold is one live hold of a read-write lock.

@@ -327,3 +327,64 @@ func TestRWMutexDowngradeUnknownOutcome(t *testing.T) {
 		t.Fatalf("%d holds left after the Release", n)
 	}
 }
+
+// A downgraded hold keeps its key's expiry (the write was the set's only
+// member: the downgrade makes the set anew), so a holder that dies after
+// a Downgrade leaves nothing behind past its lease.
+func TestRWMutexDowngradeKeepsExpiry(t *testing.T) {
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "dg-expiry"
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
+	rw := newRW(t, c, name)
+	w, err := rw.Writer().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Downgrade(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	key := "dlock:{" + name + "}"
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
+		t.Fatalf("PTTL after the Downgrade = %v, want the lease's", ttl)
+	}
+	time.Sleep(400 * time.Millisecond) // the watchdog extends
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
+		t.Fatalf("PTTL after an extension = %v, want the lease's", ttl)
+	}
+	c.Close(ctx) // the holder dies: no release, no more extensions
+	if !waitFor(2*time.Second, func() bool { return rdb.Exists(ctx, key).Val() == 0 }) {
+		t.Fatalf("the key outlived its lease: PTTL %v, %v", rdb.PTTL(ctx, key).Val(), rdb.ZRangeWithScores(ctx, key, 0, -1).Val())
+	}
+}
+
+// A Downgrade whose reply comes after the hold reached its max hold: the
+// max hold's release, meanwhile, ends the read that the downgrade made,
+// and Downgrade reports ErrMaxHold.
+func TestRWMutexDowngradeAcrossMaxHoldReleasesTheRead(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	const name = "dg-maxhold"
+	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
+	rw := newRW(t, c, name)
+	w, err := rw.Writer().Acquire(ctx, dlock.MaxHold(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Done() // arm the expiry timer
+	time.Sleep(400 * time.Millisecond)
+	p.Delay(0, 500*time.Millisecond) // the downgrade lands at once, its reply after the cap
+	err = rw.Downgrade(ctx, w)
+	p.Delay(0, 0)
+	if !errors.Is(err, dlock.ErrMaxHold) {
+		t.Errorf("Downgrade across the max hold = %v, want ErrMaxHold", err)
+	}
+	key := "dlock:{" + name + "}"
+	if !waitFor(2*time.Second, func() bool { return direct.ZCard(ctx, key).Val() == 0 }) {
+		t.Fatalf("the downgraded read outlived the max hold's release: %v", direct.ZRangeWithScores(ctx, key, 0, -1).Val())
+	}
+}

@@ -107,6 +107,11 @@ func (c *Claim) SetToken(token string) {
 	}
 }
 
+// SetKind makes the claim's lease of kind k, with its member.
+func (c *Claim) SetKind(k Kind) {
+	c.Kind, c.Member = k, k.member(c.Token)
+}
+
 // HolderID is what the lock names as its holder: the lease's token, a
 // reentrant lock's owner id, or a read-write lock's member.
 func (c *Claim) HolderID() string {
@@ -655,13 +660,13 @@ func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
 	v, err := n.run(ctx, script.HoldDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters}, c.Token, c.Channel, n.pub, n.fenceMS).Int64()
 	var reply redis.Error
 	if err != nil && !neverSent(err) && !errors.As(err, &reply) {
-		c.Kind, c.Member = Downgrading, Downgrading.member(c.Token)
+		c.SetKind(Downgrading)
 	}
 	if err != nil {
 		return false, RedisErr(err)
 	}
 	if v == 1 {
-		c.Kind, c.Member = Read, Read.member(c.Token)
+		c.SetKind(Read)
 	}
 	return v == 1, nil
 }

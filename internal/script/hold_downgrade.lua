@@ -21,10 +21,10 @@ if type(score) ~= 'string' or tonumber(score) <= now then
   return 0
 end
 redis.call('ZREM', KEYS[1], w)
-redis.call('ZADD', KEYS[1], score, r)
+redis.call('ZADD', KEYS[1], score, r) -- (the key is new if w was its only member: it has no expiry yet)
 if redis.call('LINDEX', KEYS[3], 0) then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   rw_serve_queue(KEYS, now, nil, {ARGV[2], ARGV[3], ARGV[4]})
-  expire_with_last(KEYS[1])
 end
+expire_with_last(KEYS[1])
 return 1
