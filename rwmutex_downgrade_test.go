@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -386,5 +389,176 @@ func TestRWMutexDowngradeAcrossMaxHoldReleasesTheRead(t *testing.T) {
 	key := "dlock:{" + name + "}"
 	if !waitFor(2*time.Second, func() bool { return direct.ZCard(ctx, key).Val() == 0 }) {
 		t.Fatalf("the downgraded read outlived the max hold's release: %v", direct.ZRangeWithScores(ctx, key, 0, -1).Val())
+	}
+}
+
+// Downgrades of unknown outcome, many: a holder behind a proxy that delays
+// requests and replies at random, its Downgrade contexts about as long,
+// its connections sometimes cut; then a second Downgrade, the watchdog, a
+// fence, and the Release. Three goroutines of a second Client take reads
+// and writes alongside. No write is ever beside another hold; a token
+// whose Release returned nil never shows in the lock again; no hold is
+// reported lost while Redis has it.
+func TestRWMutexDowngradeUnknownOutcomeUnderFaults(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	const name = "dg-faults"
+	key := semKey(name)
+	a := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
+	b := newClient(t, direct, dlock.LeaseTTL(600*time.Millisecond))
+	rwa, rwb := newRW(t, a, name), newRW(t, b, name)
+
+	var (
+		mu       sync.Mutex
+		released = map[string]time.Time{} // A's tokens released (Release returned nil)
+		writers  atomic.Int32
+		readers  atomic.Int32
+		aWrite   atomic.Int32 // A holds what it believes may be a write
+		fails    atomic.Int32
+	)
+	fail := func(format string, args ...any) {
+		if fails.Add(1) <= 10 {
+			t.Errorf(format, args...)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	// B's writers and readers.
+	for i := range 3 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				actx, acancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				write := i == 0 || rand.IntN(2) == 0
+				l := rwb.Reader()
+				if write {
+					l = rwb.Writer()
+				}
+				h, err := l.Acquire(actx)
+				acancel()
+				if err != nil {
+					continue
+				}
+				if write {
+					if writers.Add(1) != 1 || readers.Load() != 0 {
+						fail("B's writer beside another B hold")
+					}
+					if aWrite.Load() != 0 {
+						fail("B's writer got in while A believes it holds a write")
+					}
+					if m := direct.ZRange(ctx, key, 0, -1).Val(); len(m) != 1 || m[0] != "w:"+h.Token() {
+						fail("B's writer in: members %v", m)
+					}
+				} else {
+					readers.Add(1)
+					if writers.Load() != 0 {
+						fail("B's reader beside a B writer")
+					}
+				}
+				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+				if write {
+					writers.Add(-1)
+				} else {
+					readers.Add(-1)
+				}
+				h.Release(ctx)
+			}
+		})
+	}
+	// Leftover watcher.
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			m := direct.ZRange(ctx, key, 0, -1).Val()
+			mu.Lock()
+			for _, mem := range m {
+				if at, ok := released[mem[2:]]; ok && time.Since(at) > 50*time.Millisecond {
+					fail("A's hold %s still in the lock %v after its Release returned nil", mem, time.Since(at))
+					delete(released, mem[2:])
+				}
+			}
+			mu.Unlock()
+		}
+	})
+	unknown, settled, lostN := 0, 0, 0
+	for iter := 0; iter < 60 && fails.Load() == 0; iter++ {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		w, err := rwa.Writer().Acquire(actx)
+		acancel()
+		if err != nil {
+			continue
+		}
+		aWrite.Store(1)
+		if writers.Load() != 0 || readers.Load() != 0 {
+			fail("A's writer in beside a B hold")
+		}
+		d := time.Duration(rand.IntN(60)) * time.Millisecond
+		p.Delay(d, time.Duration(rand.IntN(60))*time.Millisecond)
+		dctx, dcancel := context.WithTimeout(ctx, time.Duration(20+rand.IntN(60))*time.Millisecond)
+		err = rwa.Downgrade(dctx, w)
+		dcancel()
+		if rand.IntN(2) == 0 {
+			p.Cut()
+		} else {
+			p.Delay(0, 0)
+		}
+		if err != nil {
+			unknown++
+		}
+		switch rand.IntN(4) {
+		case 0: // settle it
+			if err := rwa.Downgrade(ctx, w); err != nil {
+				if errors.Is(err, dlock.ErrNotHeld) {
+					lostN++
+					if m := direct.ZRange(ctx, key, 0, -1).Val(); strings.Contains(fmt.Sprint(m), w.Token()) {
+						fail("second Downgrade says lost (%v) while the lock has %v", err, m)
+					}
+				}
+			} else {
+				settled++
+				aWrite.Store(0)
+			}
+		case 1: // let the watchdog extend it a while
+			time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
+			if err := w.Err(); err != nil {
+				lostN++
+				if m := direct.ZRange(ctx, key, 0, -1).Val(); strings.Contains(fmt.Sprint(m), w.Token()) {
+					fail("the Lock says lost (%v) while the lock has %v", err, m)
+				}
+			}
+		case 2:
+			if _, err := w.Fence(ctx); err != nil {
+				fail("Fence after the Downgrade: %v", err)
+			}
+		}
+		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+		aWrite.Store(0)
+		if err := w.Release(ctx); err == nil {
+			mu.Lock()
+			released[w.Token()] = time.Now()
+			mu.Unlock()
+		} else {
+			t.Logf("Release: %v", err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	p.Delay(0, 0)
+	t.Logf("unknown %d, settled %d, lost %d", unknown, settled, lostN)
+	if unknown == 0 {
+		t.Error("no Downgrade had an unknown outcome: the faults did not bite")
 	}
 }
