@@ -125,9 +125,9 @@ func resumedLeadership(ctx context.Context, l *Lock) (*Leadership, error) {
 	}
 	fence := st.Fence
 	if fence > 0 {
-		l.fenceMu.Lock()
+		l.fenceSem <- struct{}{}
 		l.fence = fence
-		l.fenceMu.Unlock()
+		<-l.fenceSem
 	} else if fence, err = l.Fence(ctx); err != nil { // the counter was lost (a failover): a new one, above
 		return nil, err
 	}

@@ -23,8 +23,8 @@ type Lock struct {
 	base  backend.Claim  // where cl points, unless an attempt was undone (see renew)
 	start time.Time
 
-	fenceMu sync.Mutex // serializes Fence calls
-	fence   int64      // the lease's fence once issued; fenceMu guards it
+	fenceSem chan struct{} // holds one token while a Fence (or a Downgrade) runs: serializes them, and a waiting one honours its context
+	fence    int64         // the lease's fence once issued; fenceSem guards it
 
 	relSem     chan struct{} // holds one token while a Release runs: serializes them, and a waiting one honours its context
 	extSem     chan struct{} // holds one token while an extension runs: serializes them (the last one sets the lease), and a waiting one honours its context
@@ -66,9 +66,9 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	l.maxAsk = t.ask
 	l.capAt, l.atCap = t.capAt, t.atCap
 	if fence > 0 {
-		l.fenceMu.Lock()
+		l.fenceSem <- struct{}{}
 		l.fence = fence
-		l.fenceMu.Unlock()
+		<-l.fenceSem
 	}
 	if l.c.obs.anyLost.Load() || !t.capAt.IsZero() {
 		l.watchLocked() // an Observer hears of an expiry when it happens
@@ -168,8 +168,16 @@ func (l *Lock) Deadline() (time.Time, bool) {
 // unless Redis's clock steps back over a minute (a day over a quorum). Fences
 // are server time in µs (~1.8e15): store them as 64-bit integers.
 func (l *Lock) Fence(ctx context.Context) (int64, error) {
-	l.fenceMu.Lock()
-	defer l.fenceMu.Unlock()
+	select {
+	case l.fenceSem <- struct{}{}:
+	default:
+		select { // a Downgrade is under way: wait for it, or for ctx
+		case l.fenceSem <- struct{}{}:
+		case <-ctx.Done():
+			return 0, opError("fence", l.name, fmt.Errorf("%w: %w", backend.ErrNotSent, ctx.Err()))
+		}
+	}
+	defer func() { <-l.fenceSem }()
 	if l.fence > 0 {
 		return l.fence, nil
 	}

@@ -56,7 +56,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	}
 	// Every other call of w that sends its claim waits: a Release, an
 	// extension, a Fence.
-	for _, sem := range []chan struct{}{w.relSem, w.extSem} {
+	for _, sem := range []chan struct{}{w.relSem, w.extSem, w.fenceSem} {
 		select {
 		case sem <- struct{}{}:
 			defer func() { <-sem }()
@@ -64,8 +64,6 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 			return opError("downgrade", rw.name, fmt.Errorf("%w: %w", backend.ErrNotSent, ctx.Err()))
 		}
 	}
-	w.fenceMu.Lock()
-	defer w.fenceMu.Unlock()
 	if w.cl.Kind != backend.Write && w.cl.Kind != backend.Downgrading { // (asking again settles an unknown outcome)
 		return fmt.Errorf("%w: Downgrade of %q: not a write hold", ErrInvalid, rw.name)
 	}
@@ -80,7 +78,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	w.mu.Unlock()
 	ok, err := w.c.b.Downgrade(ctx, &cl)
 	w.mu.Lock()
-	*w.cl = cl
+	w.cl.SetKind(cl.Kind) // (only its kind changes: Key, Token and TTL read the rest unlocked)
 	w.mu.Unlock()
 	switch {
 	case err != nil:

@@ -562,3 +562,61 @@ func TestRWMutexDowngradeUnknownOutcomeUnderFaults(t *testing.T) {
 		t.Error("no Downgrade had an unknown outcome: the faults did not bite")
 	}
 }
+
+// A Lock's Token, Key and TTL, read while a Downgrade of it is in flight,
+// do not race with it (run under -race), and a Fence waiting behind a
+// stalled Downgrade ends with its own context.
+func TestRWMutexDowngradeConcurrentReads(t *testing.T) {
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	rw := newRW(t, c, "dg-reads")
+	w, err := rw.Writer().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	readers.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = w.Token(), w.Key()
+			w.TTL(ctx)
+		}
+	})
+	if err := rw.Downgrade(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	readers.Wait()
+
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := rw.Writer().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stall()
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	down := make(chan error, 1)
+	go func() { down <- rw.Downgrade(dctx, w2) }()
+	time.Sleep(200 * time.Millisecond)
+	fctx, fcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer fcancel()
+	start := time.Now()
+	_, err = w2.Fence(fctx)
+	if took := time.Since(start); took > time.Second || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Fence with a 300ms context behind a stalled Downgrade = %v after %v", err, took)
+	}
+	p.Cut()
+	<-down
+}

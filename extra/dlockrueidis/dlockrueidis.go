@@ -45,7 +45,7 @@ func Conn(c rueidis.Client) driver.Conn {
 		return nil
 	}
 	var key any = c
-	if !reflect.TypeOf(c).Comparable() {
+	if !reflect.ValueOf(c).Comparable() {
 		key = new(byte) // (a client that cannot key a map shares trouble with no other Conn)
 	}
 	return conn{c: c, key: key}
@@ -85,12 +85,13 @@ func (c conn) Do(ctx context.Context, args ...any) (any, error) {
 //
 // Healthy, a command reads one atomic: last is when any command last
 // failed; by holds, for the clients that failed since, when each did, and
-// is cleared once all trouble is over (dirty: it has entries). Times are
-// since epoch, on the monotonic clock, in ns (0: never).
+// sweep clears it once all trouble is over (so that it keeps no closed
+// client). Times are since epoch, on the monotonic clock, in ns (0:
+// never).
 var trouble struct {
-	mu    sync.Mutex // held by fail and forget
+	mu    sync.Mutex  // held by fail and sweep
+	sweep *time.Timer // pending while by has entries
 	last  atomic.Int64
-	dirty atomic.Bool
 	by    sync.Map // key (see conn) -> *atomic.Int64
 }
 
@@ -110,30 +111,31 @@ func fail(key any) {
 	v, _ := trouble.by.LoadOrStore(key, new(atomic.Int64))
 	v.(*atomic.Int64).Store(t)
 	trouble.last.Store(t)
-	trouble.dirty.Store(true)
+	if trouble.sweep == nil {
+		trouble.sweep = time.AfterFunc(troubleFor, sweep)
+	}
+}
+
+// sweep clears the record once all trouble is over, or looks again when it
+// will be.
+func sweep() {
+	trouble.mu.Lock()
+	defer trouble.mu.Unlock()
+	if left := int64(troubleFor) - (now() - trouble.last.Load()); left > 0 {
+		trouble.sweep.Reset(time.Duration(left))
+		return
+	}
+	trouble.by.Clear()
+	trouble.sweep = nil
 }
 
 // inTrouble reports whether key's client is in trouble.
 func inTrouble(key any) bool {
 	if last := trouble.last.Load(); last == 0 || now()-last >= int64(troubleFor) {
-		if trouble.dirty.Load() {
-			forget()
-		}
 		return false
 	}
 	v, ok := trouble.by.Load(key)
 	return ok && now()-v.(*atomic.Int64).Load() < int64(troubleFor)
-}
-
-// forget clears the record of the clients that failed, once all trouble is
-// over (so that it keeps no closed client).
-func forget() {
-	trouble.mu.Lock()
-	defer trouble.mu.Unlock()
-	if now()-trouble.last.Load() >= int64(troubleFor) {
-		trouble.by.Clear()
-		trouble.dirty.Store(false)
-	}
 }
 
 // call runs f, which returns its result and whether the server answered.
