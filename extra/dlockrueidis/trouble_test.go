@@ -18,7 +18,7 @@ type unhashable struct{ rueidis.Client }
 
 type withSlice struct {
 	rueidis.Client
-	tags []string
+	_ []string
 }
 
 // A client that cannot key the trouble record is not refused and does not

@@ -20,7 +20,7 @@ type unhashable struct{ valkey.Client }
 
 type withSlice struct {
 	valkey.Client
-	tags []string
+	_ []string
 }
 
 // A client that cannot key the trouble record is not refused and does not
