@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // RWMutex.Downgrade: a write hold becomes a read in one step, keeping its
@@ -203,17 +201,11 @@ func TestAdv7Downgrade(t *testing.T) {
 }
 
 // HELD: a Downgrade whose reply arrives after the write hold reached its
-// max hold (the cap's undo runs meanwhile, with the claim as it was before
-// the reply) leaves nothing held for long: a writer gets the lock within a
-// second of the cap. (Also run under -race: Downgrade rewrites the claim
-// while the background undo reads it; no race was reported, the go-redis
-// pool orders the two.)
+// max hold (the cap's undo runs meanwhile, on a copy of the claim, which is
+// Downgrading while the request is in flight) leaves nothing held for
+// long: a writer gets the lock within a second of the cap.
 func TestAdv7DowngradeAcrossMaxHold(t *testing.T) {
-	s := redistest.Start(t, redistest.TCP())
-	direct := s.Client(t)
-	p := redistest.NewProxy(t, s.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	p, rdb, direct := proxied(t, 0, 0)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
 	other := newClient(t, direct, dlock.LeaseTTL(2*time.Second))
@@ -245,11 +237,7 @@ func TestAdv7DowngradeAcrossMaxHold(t *testing.T) {
 // a write: its extensions, its fence and its Release act on whichever the
 // lock has, a second Downgrade settles it, and a Release ends it at once.
 func TestRWMutexDowngradeUnknownOutcome(t *testing.T) {
-	s := redistest.Start(t, redistest.TCP())
-	direct := s.Client(t)
-	p := redistest.NewProxy(t, s.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	p, rdb, direct := proxied(t, 0, 0)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
 	other := newClient(t, direct)
@@ -365,11 +353,7 @@ func TestRWMutexDowngradeKeepsExpiry(t *testing.T) {
 // max hold's release, meanwhile, ends the read that the downgrade made,
 // and Downgrade reports ErrMaxHold.
 func TestRWMutexDowngradeAcrossMaxHoldReleasesTheRead(t *testing.T) {
-	s := redistest.Start(t, redistest.TCP())
-	direct := s.Client(t)
-	p := redistest.NewProxy(t, s.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	p, rdb, direct := proxied(t, 0, 0)
 	ctx := t.Context()
 	const name = "dg-maxhold"
 	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
@@ -400,11 +384,7 @@ func TestRWMutexDowngradeAcrossMaxHoldReleasesTheRead(t *testing.T) {
 // whose Release returned nil never shows in the lock again; no hold is
 // reported lost while Redis has it.
 func TestRWMutexDowngradeUnknownOutcomeUnderFaults(t *testing.T) {
-	s := redistest.Start(t, redistest.TCP())
-	direct := s.Client(t)
-	p := redistest.NewProxy(t, s.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	p, rdb, direct := proxied(t, 0, 0)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	const name = "dg-faults"
@@ -567,10 +547,7 @@ func TestRWMutexDowngradeUnknownOutcomeUnderFaults(t *testing.T) {
 // do not race with it (run under -race), and a Fence waiting behind a
 // stalled Downgrade ends with its own context.
 func TestRWMutexDowngradeConcurrentReads(t *testing.T) {
-	s := redistest.Start(t, redistest.TCP())
-	p := redistest.NewProxy(t, s.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	p, rdb, _ := proxied(t, 0, 0)
 	ctx := t.Context()
 	c := newClient(t, rdb)
 	rw := newRW(t, c, "dg-reads")
