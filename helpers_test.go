@@ -613,3 +613,27 @@ func adv8LateFirstCopy(p *redistest.Proxy, op func()) {
 	p.Delay(0, 0)
 	<-done
 }
+
+// oldServer waits until the server behind rdb has been up for 2 s: a clean
+// lease found gone by a release whose reply was lost counts as released
+// only on a server certainly up since before the lease began (INFO's
+// uptime is in whole seconds).
+func oldServer(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, err := rdb.Info(t.Context(), "server").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var up int
+		if i := strings.Index(info, "uptime_in_seconds:"); i >= 0 {
+			fmt.Sscan(info[i+len("uptime_in_seconds:"):], &up)
+		}
+		if up >= 2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server up %ds after 10s", up)
+		}
+	}
+}

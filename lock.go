@@ -38,7 +38,6 @@ type Lock struct {
 	atCap      bool      // validUntil is capAt: the lease ends there, unextended
 	err        error     // nil while held; ErrReleased, or the loss
 	released   bool      // the release script ran
-	relSent    bool      // a release was sent and its reply lost: it may have run (see release)
 	handedOff  bool      // another Lock resumed the lease: Release sends nothing (see Resume)
 	// done and the expiry timer that closes it at validUntil are made when
 	// someone first watches the Lock (Done, Do, an Observer with Lost); until then a
@@ -63,6 +62,7 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.start, l.ttl, l.validUntil = time.Now(), ttl, t.until
+	l.cl.Began = l.start
 	l.maxAsk = t.ask
 	l.capAt, l.atCap = t.capAt, t.atCap
 	if fence > 0 {
@@ -447,13 +447,16 @@ func (l *Lock) release(ctx context.Context, e *Event) error {
 
 	ok, err := l.c.b.Release(ctx, l.cl)
 	if err != nil {
-		l.relSent = l.relSent || backend.ReplyLost(err)
+		// A lease found lost already is reported lost whatever Redis says:
+		// it is gone there, or going (a max hold's undo runs on its own).
+		l.mu.Lock() // (the claim is copied under it: see expire)
+		l.cl.ReleaseSent = l.cl.ReleaseSent || backend.ReplyLost(err)
+		l.mu.Unlock()
+		if lostErr != ErrReleased {
+			return lostErr
+		}
 		return opError(l.releaseOp(), l.name, err)
 	}
-	// After a release whose reply was lost, a clean lease found gone may be
-	// the one it deleted (a marked one's marker tells): it was valid when
-	// that release was sent (checked above), so it was not lost while held.
-	ok = ok || (l.relSent && l.cl.Clean)
 	l.mu.Lock()
 	l.released = true
 	l.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 // report the release, not a loss.
 func TestReSentRequestsAreIdempotent(t *testing.T) {
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+	oldServer(t, direct)                           // (a lost release reply is told by the server's uptime)
 	for _, m := range modes(t, rdb, false) {
 		t.Run(m.name, func(t *testing.T) {
 			name := "resent-" + m.name
@@ -57,6 +58,7 @@ func TestReSentRequestsAreIdempotent(t *testing.T) {
 // had left there).
 func TestReSentReleaseAfterTheNextLeaseBegan(t *testing.T) {
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+	oldServer(t, direct)                           // (a lost release reply is told by the server's uptime)
 	for _, fair := range []bool{false, true} {
 		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
 			name := fmt.Sprint("resent-next-", fair)
@@ -102,6 +104,7 @@ func TestReSentReleaseAfterTheNextLeaseBegan(t *testing.T) {
 // re-send).
 func TestReSentReleaseAfterTheNextLeaseEnded(t *testing.T) {
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+	oldServer(t, direct)                           // (a lost release reply is told by the server's uptime)
 	for _, fair := range []bool{false, true} {
 		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
 			ctx := t.Context()
@@ -280,6 +283,45 @@ func TestCleanReleaseLeavesNoMarker(t *testing.T) {
 			}
 			if got := markers(name); len(got) != 0 {
 				t.Errorf("a clean release left markers %v", got)
+			}
+		})
+	}
+}
+
+// A lease known lost (its validity ran out with Redis gone) is reported
+// lost by its Release and by Do, whatever error Redis's absence gives the
+// release: errors.Is(err, ErrNotHeld) holds, as the guide promises.
+func TestALeaseKnownLostIsReportedLostWithRedisDown(t *testing.T) {
+	t.Parallel()
+	for _, via := range []string{"Release", "Do"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			s, rdb := setup(t)
+			c := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
+			ctx := t.Context()
+			if via == "Do" {
+				err := c.Do(ctx, "down-do", func(ctx context.Context, _ *dlock.Lock) error {
+					s.Kill()
+					<-ctx.Done() // the lease runs out unextended
+					return ctx.Err()
+				})
+				if !errors.Is(err, dlock.ErrNotHeld) {
+					t.Fatalf("Do whose lease was lost with Redis down = %v, want ErrNotHeld", err)
+				}
+				return
+			}
+			l, err := c.Acquire(ctx, "down-release")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Kill()
+			select {
+			case <-l.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the lease was never found lost")
+			}
+			if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatalf("Release of a lease known lost, Redis down = %v, want ErrNotHeld", err)
 			}
 		})
 	}

@@ -191,6 +191,7 @@ func TestDelayedAcquireAfterAShortLivedLease(t *testing.T) {
 // which carries our entry, lives for its own TTL, not ours.
 func TestReSentReleaseAfterTheEntriesWereDropped(t *testing.T) {
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+	oldServer(t, direct)                           // (a lost release reply is told by the server's uptime)
 	for _, how := range []string{"unfair/third-lease-extends", "fair/handover", "unfair/force-release", "unfair/next-lease-with-a-shorter-ttl"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := t.Context()

@@ -83,6 +83,12 @@ type Claim struct {
 	// and answered (Grant.Once). Its release then leaves no marker. A new
 	// token is clean; the caller clears it for any other lease.
 	Clean bool
+	// Began is when the lease was granted (or resumed): a server up for
+	// less time than has passed since may have lost it (see Node.release).
+	Began time.Time
+	// ReleaseSent reports that a release of the lease was sent before and
+	// its reply lost: it may have run. The caller sets it.
+	ReleaseSent bool
 }
 
 // seqArg is the sequence number seq of an extension as its script takes it
@@ -630,6 +636,17 @@ func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
 }
 
 // release is Release, revoking the token if mark.
+//
+// A release whose reply was lost is asked again, after a pause that lets
+// the client replace a broken connection (a second copy sent at once can
+// meet the same dead connection), a few times while its ctx lasts. A
+// marked lease's marker tells what an earlier copy did. A clean lease
+// writes none, so a lease found gone after a copy was lost counts as
+// deleted by that copy, which the caller sent while the lease was valid,
+// unless the server restarted since the lease began: an empty restart
+// forgets leases, and the lease may have been gone, and its name taken,
+// before the release was sent. (A lease lost otherwise, outside the
+// guarantees, to a failover or a forced release, then goes untold.)
 func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 	var window int64
 	if mark {
@@ -639,22 +656,53 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 		}
 		window = Window(ttl).Milliseconds()
 	}
-	v, err := n.kind(c).release(ctx, n, c, window).Int64()
-	if n.retries && ReplyLost(err) && ctx.Err() == nil {
-		// The reply was lost: ask again. A marked lease's marker tells what
-		// the first copy did. A clean one writes none, so a lease found gone
-		// counts as released by the first copy: the caller sent it while the
-		// lease was valid (a lock lost meanwhile outside the guarantees, to
-		// a failover or a forced release, then goes untold).
-		if v, err = n.kind(c).release(ctx, n, c, window).Int64(); err == nil && !mark {
-			v = 1
-		}
-	}
+	var v int64
+	sent, err := n.again(ctx, c.ReleaseSent, func() (err error) {
+		v, err = n.kind(c).release(ctx, n, c, window).Int64()
+		return err
+	})
 	if err != nil {
 		return false, RedisErr(err)
 	}
+	if v == 0 && sent && !mark {
+		var up int64
+		_, err := n.again(ctx, false, func() (err error) {
+			up, err = n.run(ctx, script.Uptime, []string{c.Lock}).Int64()
+			return err
+		})
+		if err != nil {
+			return false, RedisErr(err)
+		}
+		// (INFO counts whole seconds between two truncated clock readings:
+		// the server may have been up a second less than it says.)
+		if time.Duration(up-1)*time.Second >= time.Since(c.Began) {
+			v = 1
+		}
+	}
 	return v == 1, nil
 }
+
+// again calls f, and, with a Redis client that retries, calls it again
+// after a pause while its reply is lost, or, once one was (or sent was
+// set), while no connection can be made, a few times while ctx lasts. The
+// pause lets the client replace broken connections: a copy sent at once
+// can meet another dead one. It reports whether a call's reply was lost
+// (or sent), and returns the last call's error.
+func (n Node) again(ctx context.Context, sent bool, f func() error) (bool, error) {
+	err := f()
+	for pause := 10 * time.Millisecond; n.retries && pause <= releasePauseMax && (ReplyLost(err) || sent && neverSent(err)); pause *= 4 {
+		sent = sent || ReplyLost(err)
+		if !sleepCtx(ctx, pause) {
+			break
+		}
+		err = f()
+	}
+	return sent || ReplyLost(err), err
+}
+
+// releasePauseMax is the longest pause before a release whose reply was
+// lost is asked again: the pauses are 10ms, 40ms, 160ms.
+const releasePauseMax = 160 * time.Millisecond
 
 func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
 	v, err := n.run(ctx, script.HoldDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters}, c.Token, c.Channel, n.pub, n.fenceMS).Int64()

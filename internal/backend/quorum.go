@@ -340,6 +340,7 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// background, as an undo is, so that the node does not keep the lock
 	// until the lease expires (its copies are harmless: the first to land
 	// ends the lease, the others report it).
+	c = ptr(*c) // (the nodes' calls may outlive this one, and the caller marks its claim after it)
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)
 		if Transient(err) {
@@ -544,3 +545,6 @@ func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 	}
 	return out, nil
 }
+
+// ptr returns a pointer to a copy of v.
+func ptr[T any](v T) *T { return &v }

@@ -51,6 +51,8 @@ var (
 	holdDowngradeSrc string
 	//go:embed permits.lua
 	permitsSrc string
+	//go:embed uptime.lua
+	uptimeSrc string
 )
 
 // The scripts, run with EVALSHA. The backend loads them into a server's
@@ -86,6 +88,8 @@ var (
 	Proclaim = withLib(proclaimSrc)
 	// A semaphore's size kept in Redis: read, set once, grown or shrunk.
 	Permits = withLib(permitsSrc)
+	// How long a lock's server has been up (a release of unknown outcome).
+	Uptime = withLib(uptimeSrc)
 )
 
 // libHere is the line of a script after which the functions of lib.lua

@@ -458,6 +458,12 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 		}
 	}
 	acq := acquisitions(h)
+	began := map[string]int64{} // each lease's acquisition's return
+	for _, a := range acq {
+		if _, ok := began[a.CS]; !ok {
+			began[a.CS] = a.Ret
+		}
+	}
 	read := downgrades(h, false) // (whatever a Downgrade returned, the hold may be a read since)
 	called := map[string]bool{}  // handles whose Release has been called
 	for _, e := range h {
@@ -476,7 +482,9 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 			spurious(e, ex, r)
 		case e.Op == OpRelease:
 			r.Checked["g"]++
-			spurious(e, ex, r)
+			if !young(e, h, began) {
+				spurious(e, ex, r)
+			}
 			// Only a handle's first Release tells: a later call returns nil
 			// once one has run, and one after a Redis error cannot know
 			// whether the failed call's script ran (and freed the lock).
@@ -532,6 +540,36 @@ func spurious(e Event, ex exempt, r *Report) {
 	r.failCS("g", e.Name, e.Ret, []string{e.CS}, "%s: %s reported ErrNotHeld at %s, before its lease ended at %s: %s",
 		e.CS, e.Op, ms(e.Ret), ms(until), e.Err)
 }
+
+// young reports whether the lease that rel releases began within
+// youngServer of a server's start (the round's, or a restart): a release
+// whose reply was lost and that found its clean lease gone then reports
+// the lease lost, as the server's uptime, in whole seconds, cannot tell
+// that the server was up before the lease began.
+func young(rel Event, h []Event, began map[string]int64) bool {
+	b, ok := began[rel.CS]
+	if !ok || len(h) == 0 {
+		return false
+	}
+	first := h[0].Inv
+	for _, e := range h {
+		if e.Inv > 0 && e.Inv < first {
+			first = e.Inv
+		}
+	}
+	if b < first+int64(youngServer) {
+		return true
+	}
+	for _, e := range h {
+		if e.Op == OpFault && e.Note == FaultServerRestart && e.Inv <= b && b < e.Ret+int64(youngServer) {
+			return true
+		}
+	}
+	return false
+}
+
+// youngServer: see young.
+const youngServer = 2500 * time.Millisecond
 
 // laterLease returns an acquisition of rel's name with a higher fence that
 // returned before rel was invoked: rel's lease was over by then.
