@@ -92,10 +92,20 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Lock, err
 	return s.c.acquireAs(ctx, &s.k, s.name, opts)
 }
 
-// AcquireN takes n permits at once (1 ≤ n ≤ N, and the size kept) as one
-// [*Lock], in arrival order: later callers never pass a waiter for n.
+// MaxAcquireN is the most permits [Semaphore.AcquireN] takes at once. Each
+// permit is a member of a sorted set in Redis, and the scripts that grant,
+// extend and release a hold handle each of its members while Redis serves
+// nobody else: for a hold of this size, tens of milliseconds each time.
+const MaxAcquireN = 10_000
+
+// AcquireN takes n permits at once (1 ≤ n ≤ N, the size kept and
+// [MaxAcquireN]) as one [*Lock], in arrival order: later callers never pass a
+// waiter for n. [MaxWait](0) makes one attempt.
 func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*Lock, error) {
-	if most := cmp.Or(s.permits, math.MaxInt32); n < 1 || n > most {
+	if n > MaxAcquireN {
+		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q: more than MaxAcquireN (%d) permits at once", ErrInvalid, n, s.name, MaxAcquireN)
+	}
+	if most := cmp.Or(s.permits, MaxAcquireN); n < 1 || n > most {
 		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q of %d permits: need 1 to %d", ErrInvalid, n, s.name, s.permits, most)
 	}
 	k := s.k

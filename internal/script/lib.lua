@@ -222,18 +222,33 @@ local function expire_with_last(key)
   end
 end
 
--- hold_call runs cmd (ZADD with its flags, or ZREM) on the members of a
--- hold of w permits at key: its first member, then "<member> 2" to
--- "<member> w" (a token has no space), each with score if one is given.
+-- hold_call runs cmd (ZADD with its flags, ZREM or ZMSCORE) on the members
+-- of a hold of w permits at key: its first member, then "<member> 2" to
+-- "<member> w" (a token has no space), each with score if one is given. It
+-- sends them 500 at a time, since unpack is bounded by Lua's stack (about
+-- 8,000 values), and returns the sum of the replies (ZADD, ZREM) or, for
+-- ZMSCORE, the scores in order (false for a missing member).
 local function hold_call(key, member, w, score, cmd, ...)
-  local args = {cmd, key, ...}
-  for i = 1, w do
-    if score then
-      args[#args + 1] = score
+  local total
+  for from = 1, w, 500 do
+    local args = {cmd, key, ...}
+    for i = from, math.min(from + 499, w) do
+      if score then
+        args[#args + 1] = score
+      end
+      args[#args + 1] = i == 1 and member or (member .. ' ' .. i)
     end
-    args[#args + 1] = i == 1 and member or (member .. ' ' .. i)
+    local r = redis.call(unpack(args))
+    if type(r) == 'table' then
+      total = total or {}
+      for _, v in ipairs(r) do
+        total[#total + 1] = v
+      end
+    else
+      total = (total or 0) + r
+    end
   end
-  return redis.call(unpack(args))
+  return total
 end
 
 -- serve_holds hands holds of the sorted set k[1] (a semaphore's permits,
