@@ -21,9 +21,11 @@ type Semaphore struct {
 	keys    backend.Keys
 }
 
-// Semaphore returns the semaphore name of N = permits, or of the size kept in
-// Redis ([Semaphore.TrySetPermits]). [ErrInvalid]: a bad name or N, or a
-// quorum, reentrant or script-free Client.
+// Semaphore returns the semaphore name of N = permits. Made with 0 permits, it
+// has the size kept in Redis ([Semaphore.TrySetPermits]), and its calls fail
+// with [ErrInvalid] while none is kept. It returns an error wrapping
+// [ErrInvalid] for a bad name or N, or on a quorum, reentrant or script-free
+// Client.
 func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if err := validName(name); err != nil {
 		return nil, err
@@ -72,9 +74,13 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 }
 
 // Available returns the size (kept in Redis, else N) less the permits held:
-// below 0 while holds above a shrunk size last.
+// below 0 while holds above a shrunk size last. [ErrInvalid]: N is 0 and no
+// size is kept.
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	ps, err := s.c.b.Permits(ctx, &s.keys, "get", 0, s.permits)
+	if err == nil && ps.Size == 0 {
+		err = backend.Because(ErrInvalid, "no size is kept in Redis for this semaphore of 0 permits")
+	}
 	if err != nil {
 		return 0, opError("available", s.name, err)
 	}

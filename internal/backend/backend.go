@@ -871,7 +871,7 @@ func RedisErr(err error) error {
 	if denied := scriptingDenied(err); denied != nil {
 		return denied
 	}
-	if errors.As(err, &rerr) && (strings.HasPrefix(err.Error(), "DLOCK_TOOMANY ") || strings.HasPrefix(err.Error(), "DLOCK_RANGE ")) {
+	if errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "DLOCK_") {
 		_, msg, _ := strings.Cut(wrongTypeDetail(err.Error()), " ")
 		return Because(ErrInvalid, msg, err)
 	}

@@ -302,14 +302,14 @@ end
 -- entries end in their N, and ":<w>" when they want w permits at once; a
 -- waiter gets its w while that leaves no more than its own N held, or the
 -- size stored in Redis if there is one (size, else nil): a waiter that
--- wants more than that size is dropped (its next attempt is refused). held
--- is the number of live permits; it returns the number held now and the
--- waiter left at the head.
+-- wants more than that size, or whose N is 0 while none is stored, is
+-- dropped (its next attempt is refused). held is the number of live
+-- permits; it returns the number held now and the waiter left at the head.
 local function serve_queue(k, now, held, me, a, size)
   local head, granted = serve_holds(k, now, me, a, function(x, head, granted)
     local n, w = string.match(x, '^(%d+):?(%d*)$')
     n, w = size or tonumber(n), tonumber(w) or 1
-    if not n or (size and w > size) then
+    if not n or n == 0 or (size and w > size) then
       return nil
     end
     return held + granted + w <= n and head, w
