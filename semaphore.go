@@ -48,7 +48,8 @@ func (s *Semaphore) Name() string { return s.name }
 func (s *Semaphore) Permits() int { return s.permits }
 
 // TrySetPermits keeps N = n in Redis for every caller, unless a size is kept
-// already (false). n must be in [1, math.MaxInt32].
+// already (false); [Semaphore.UnsetPermits] deletes it. n must be in [1,
+// math.MaxInt32].
 func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 1 || n > math.MaxInt32 {
 		return false, fmt.Errorf("%w: TrySetPermits(%d) of %q: need 1 to %d", ErrInvalid, n, s.name, math.MaxInt32)
@@ -56,6 +57,17 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	ps, err := s.c.b.Permits(ctx, &s.keys, "set", n, s.permits)
 	if err != nil {
 		return false, opError("set permits", s.name, err)
+	}
+	return ps.Changed, nil
+}
+
+// UnsetPermits deletes the size kept in Redis, if any (false if none was):
+// each caller's own N counts again. Holds stay; waiters of N = 0 fail with
+// [ErrInvalid].
+func (s *Semaphore) UnsetPermits(ctx context.Context) (bool, error) {
+	ps, err := s.c.b.Permits(ctx, &s.keys, "unset", 0, s.permits)
+	if err != nil {
+		return false, opError("unset permits", s.name, err)
 	}
 	return ps.Changed, nil
 }

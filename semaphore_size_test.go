@@ -443,3 +443,53 @@ func TestSemaphoreOfNoSizeRefusesAtOnce(t *testing.T) {
 		t.Errorf("%d queue keys left by the refused calls", n)
 	}
 }
+
+// UnsetPermits deletes the size kept in Redis: each caller's own N counts
+// again, and a waiter of a Semaphore of N = 0 is refused with ErrInvalid
+// rather than left waiting for a size.
+func TestSemaphoreUnsetPermits(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "unset"
+	c := newClient(t, rdb)
+	s0 := newSemaphore(t, c, name, 0)
+	s5 := newSemaphore(t, c, name, 5)
+	if ok, err := s0.UnsetPermits(ctx); err != nil || ok {
+		t.Errorf("UnsetPermits with none kept = %v, %v; want false", ok, err)
+	}
+	if ok, err := s0.TrySetPermits(ctx, 1); err != nil || !ok {
+		t.Fatalf("TrySetPermits(1) = %v, %v", ok, err)
+	}
+	held, err := s0.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := s0.Acquire(ctx, dlock.MaxWait(time.Minute))
+		got <- err
+	}()
+	if !waitFor(10*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{"+name+"}:q").Val() == 1 }) {
+		t.Fatal("the waiter never queued")
+	}
+	if ok, err := s5.UnsetPermits(ctx); err != nil || !ok {
+		t.Fatalf("UnsetPermits with a size kept = %v, %v; want true", ok, err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("a waiter of N = 0 once the kept size is unset = %v, want ErrInvalid", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a waiter of N = 0 still waits 30s after the kept size was unset")
+	}
+	if n := rdb.Exists(ctx, "dlock:{"+name+"}:n").Val(); n != 0 {
+		t.Errorf("the size key is still there after UnsetPermits")
+	}
+	wantAvailable(t, s5, 4, "of N = 5 with one held, once unset")
+	if _, err := s5.AcquireN(ctx, 4, dlock.MaxWait(0)); err != nil {
+		t.Errorf("AcquireN(4) of N = 5 with one held, once unset: %v", err)
+	}
+	held.Release(ctx)
+}
