@@ -61,7 +61,7 @@ func (e *NotAcquiredError) Error() string {
 		return fmt.Sprintf("no permit free: all %d held, or others waiting ahead", e.Permits)
 	}
 	if e.sem { // N asked as 0: the size kept in Redis, if any
-		return "no permit free: all held, others waiting ahead, or no size kept in Redis"
+		return "no permit free: all held, or others waiting ahead"
 	}
 	by := "held by another holder"
 	switch {

@@ -21,9 +21,11 @@ type Semaphore struct {
 	keys    backend.Keys
 }
 
-// Semaphore returns the semaphore name of N = permits, or of the size kept in
-// Redis ([Semaphore.TrySetPermits]). [ErrInvalid]: a bad name or N, or a
-// quorum, reentrant or script-free Client.
+// Semaphore returns the semaphore name of N = permits. Made with 0 permits, it
+// has the size kept in Redis ([Semaphore.TrySetPermits]), and its calls fail
+// with [ErrInvalid] while none is kept. It returns an error wrapping
+// [ErrInvalid] for a bad name or N, or on a quorum, reentrant or script-free
+// Client.
 func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if err := validName(name); err != nil {
 		return nil, err
@@ -46,7 +48,8 @@ func (s *Semaphore) Name() string { return s.name }
 func (s *Semaphore) Permits() int { return s.permits }
 
 // TrySetPermits keeps N = n in Redis for every caller, unless a size is kept
-// already (false). n must be in [1, math.MaxInt32].
+// already (false); [Semaphore.UnsetPermits] deletes it. n must be in [1,
+// math.MaxInt32].
 func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 1 || n > math.MaxInt32 {
 		return false, fmt.Errorf("%w: TrySetPermits(%d) of %q: need 1 to %d", ErrInvalid, n, s.name, math.MaxInt32)
@@ -54,6 +57,17 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	ps, err := s.c.b.Permits(ctx, &s.keys, "set", n, s.permits)
 	if err != nil {
 		return false, opError("set permits", s.name, err)
+	}
+	return ps.Changed, nil
+}
+
+// UnsetPermits deletes the size kept in Redis, if any (false if none was):
+// each caller's own N counts again. Holds stay; waiters of N = 0 fail with
+// [ErrInvalid].
+func (s *Semaphore) UnsetPermits(ctx context.Context) (bool, error) {
+	ps, err := s.c.b.Permits(ctx, &s.keys, "unset", 0, s.permits)
+	if err != nil {
+		return false, opError("unset permits", s.name, err)
 	}
 	return ps.Changed, nil
 }
@@ -72,9 +86,13 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 }
 
 // Available returns the size (kept in Redis, else N) less the permits held:
-// below 0 while holds above a shrunk size last.
+// below 0 while holds above a shrunk size last. [ErrInvalid]: N is 0 and no
+// size is kept.
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	ps, err := s.c.b.Permits(ctx, &s.keys, "get", 0, s.permits)
+	if err == nil && ps.Size == 0 {
+		err = backend.Because(ErrInvalid, "no size is kept in Redis for this semaphore of 0 permits")
+	}
 	if err != nil {
 		return 0, opError("available", s.name, err)
 	}
@@ -92,10 +110,20 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Lock, err
 	return s.c.acquireAs(ctx, &s.k, s.name, opts)
 }
 
-// AcquireN takes n permits at once (1 ≤ n ≤ N, and the size kept) as one
-// [*Lock], in arrival order: later callers never pass a waiter for n.
+// MaxAcquireN is the most permits [Semaphore.AcquireN] takes at once. Each
+// permit is a member of a sorted set in Redis, and the scripts that grant,
+// extend and release a hold handle each of its members while Redis serves
+// nobody else: for a hold of this size, tens of milliseconds each time.
+const MaxAcquireN = 10_000
+
+// AcquireN takes n permits at once (1 ≤ n ≤ N, the size kept and
+// [MaxAcquireN]) as one [*Lock], in arrival order: later callers never pass a
+// waiter for n. [MaxWait](0) makes one attempt.
 func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*Lock, error) {
-	if most := cmp.Or(s.permits, math.MaxInt32); n < 1 || n > most {
+	if n > MaxAcquireN {
+		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q: more than MaxAcquireN (%d) permits at once", ErrInvalid, n, s.name, MaxAcquireN)
+	}
+	if most := cmp.Or(s.permits, MaxAcquireN); n < 1 || n > most {
 		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q of %d permits: need 1 to %d", ErrInvalid, n, s.name, s.permits, most)
 	}
 	k := s.k

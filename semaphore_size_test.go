@@ -125,8 +125,9 @@ func TestSemaphoreAddPermits(t *testing.T) {
 	}
 }
 
-// A Semaphore made with 0 permits grants nothing until a size is kept;
-// keeping one wakes its waiters.
+// A Semaphore made with 0 permits is refused until a size is kept, with an
+// error that says so rather than that the permits are all held, and then
+// has that size: growing it wakes its waiters.
 func TestSemaphoreOfTheKeptSizeOnly(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
@@ -135,28 +136,36 @@ func TestSemaphoreOfTheKeptSizeOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire before a size is kept = %v, want ErrNotAcquired", err)
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "no size is kept in Redis") {
+		t.Fatalf("TryAcquire before a size is kept = %v, want ErrInvalid saying no size is kept", err)
 	}
+	if ok, err := s.TrySetPermits(ctx, 1); err != nil || !ok {
+		t.Fatalf("TrySetPermits(1) = %v, %v", ok, err)
+	}
+	first, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire once a size of 1 is kept: %v", err)
+	}
+	defer first.Release(ctx)
 	got := make(chan error, 1)
 	go func() {
-		l, err := s.AcquireN(ctx, 2, dlock.MaxWait(5*time.Second))
+		l, err := s.Acquire(ctx, dlock.MaxWait(5*time.Second))
 		if err == nil {
 			l.Release(ctx)
 		}
 		got <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
-	if ok, err := s.TrySetPermits(ctx, 2); err != nil || !ok {
-		t.Fatalf("TrySetPermits(2) = %v, %v", ok, err)
+	if n, err := s.AddPermits(ctx, 1); err != nil || n != 2 {
+		t.Fatalf("AddPermits(1) = %v, %v; want 2", n, err)
 	}
 	select {
 	case err := <-got:
 		if err != nil {
-			t.Fatalf("the waiter for 2 once the size is 2: %v", err)
+			t.Fatalf("the waiter once the size is 2: %v", err)
 		}
 	case <-time.After(time.Second):
-		t.Fatal("keeping a size did not wake the waiter")
+		t.Fatal("growing the size did not wake the waiter")
 	}
 	if _, err := c.Semaphore("later", -1); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Semaphore(-1) = %v, want ErrInvalid", err)
@@ -410,26 +419,77 @@ func TestAdv7SemaphoreHandleMismatch(t *testing.T) {
 	}
 }
 
-// A Semaphore of N = 0 takes the size kept in Redis: with none kept, its
-// refusal says so rather than that the permits are all held.
-func TestSemaphoreSizeZeroWithNoneKept(t *testing.T) {
+// A Semaphore of N = 0 takes the size kept in Redis; with none kept, every
+// way to take a permit, and Available, fail at once with ErrInvalid saying
+// so, rather than wait for a size that may never come.
+func TestSemaphoreOfNoSizeRefusesAtOnce(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	s := newSemaphore(t, newClient(t, rdb), "no-size", 0)
+	for what, call := range map[string]func() error{
+		"Acquire":    func() error { _, err := s.Acquire(ctx); return err },
+		"AcquireN":   func() error { _, err := s.AcquireN(ctx, 2); return err },
+		"TryAcquire": func() error { _, err := s.TryAcquire(ctx); return err },
+		"Do":         func() error { return s.Do(ctx, func(context.Context, *dlock.Lock) error { return nil }) },
+		"Available":  func() error { _, err := s.Available(ctx); return err },
+	} {
+		if err := call(); !errors.Is(err, dlock.ErrInvalid) || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s of a Semaphore(name, 0) with no size kept = %v, want ErrInvalid", what, err)
+		}
+	}
+	if n := rdb.Exists(ctx, "dlock:{no-size}:q", "dlock:{no-size}:qw").Val(); n != 0 {
+		t.Errorf("%d queue keys left by the refused calls", n)
+	}
+}
+
+// UnsetPermits deletes the size kept in Redis: each caller's own N counts
+// again, and a waiter of a Semaphore of N = 0 is refused with ErrInvalid
+// rather than left waiting for a size.
+func TestSemaphoreUnsetPermits(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
+	const name = "unset"
 	c := newClient(t, rdb)
-	s, err := c.Semaphore("none-kept", 0)
+	s0 := newSemaphore(t, c, name, 0)
+	s5 := newSemaphore(t, c, name, 5)
+	if ok, err := s0.UnsetPermits(ctx); err != nil || ok {
+		t.Errorf("UnsetPermits with none kept = %v, %v; want false", ok, err)
+	}
+	if ok, err := s0.TrySetPermits(ctx, 1); err != nil || !ok {
+		t.Fatalf("TrySetPermits(1) = %v, %v", ok, err)
+	}
+	held, err := s0.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.TryAcquire(ctx)
-	if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "no size kept in Redis") {
-		t.Fatalf("TryAcquire of a Semaphore(name, 0) with no size kept = %v", err)
+	got := make(chan error, 1)
+	go func() {
+		_, err := s0.Acquire(ctx, dlock.MaxWait(time.Minute))
+		got <- err
+	}()
+	if !waitFor(10*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{"+name+"}:q").Val() == 1 }) {
+		t.Fatal("the waiter never queued")
 	}
-	if ok, err := s.TrySetPermits(ctx, 1); err != nil || !ok {
-		t.Fatalf("TrySetPermits(1) = %v, %v", ok, err)
+	if ok, err := s5.UnsetPermits(ctx); err != nil || !ok {
+		t.Fatalf("UnsetPermits with a size kept = %v, %v; want true", ok, err)
 	}
-	l, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("TryAcquire once a size is kept: %v", err)
+	select {
+	case err := <-got:
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("a waiter of N = 0 once the kept size is unset = %v, want ErrInvalid", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a waiter of N = 0 still waits 30s after the kept size was unset")
 	}
-	l.Release(ctx)
+	if n := rdb.Exists(ctx, "dlock:{"+name+"}:n").Val(); n != 0 {
+		t.Errorf("the size key is still there after UnsetPermits")
+	}
+	wantAvailable(t, s5, 4, "of N = 5 with one held, once unset")
+	if _, err := s5.AcquireN(ctx, 4, dlock.MaxWait(0)); err != nil {
+		t.Errorf("AcquireN(4) of N = 5 with one held, once unset: %v", err)
+	}
+	held.Release(ctx)
 }

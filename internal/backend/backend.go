@@ -919,12 +919,18 @@ func RedisErr(err error) error {
 	if denied := scriptingDenied(err); denied != nil {
 		return denied
 	}
-	if errors.As(err, &rerr) && (strings.HasPrefix(err.Error(), "DLOCK_TOOMANY ") || strings.HasPrefix(err.Error(), "DLOCK_RANGE ")) {
+	if errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "DLOCK_") {
 		_, msg, _ := strings.Cut(wrongTypeDetail(err.Error()), " ")
 		return Because(ErrInvalid, msg, err)
 	}
 	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") && !errors.Is(err, ErrWrongType) {
 		return Because(ErrWrongType, wrongTypeDetail(err.Error()), err)
+	}
+	if errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "ERR ") && strings.Contains(err.Error(), "user_script:") {
+		// A Lua error in a script of dlock's: a defect of dlock's, which
+		// the caller can do nothing about. Said so, without Lua's words
+		// alone; the reply stays in the chain.
+		return &detailed{text: "script failed in Redis, a defect of dlock: " + wrongTypeDetail(strings.TrimPrefix(err.Error(), "ERR ")), errs: []error{err}}
 	}
 	return err
 }

@@ -1,8 +1,12 @@
 package backend
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/script"
@@ -140,5 +144,27 @@ func TestRefusedAcquireNamesTheHolder(t *testing.T) {
 	rdb.Del(ctx, k.Lock) // the holder's lease ran out without a release
 	if g, err := fair.Acquire(ctx, late, time.Second, false); err != nil || g.Held || g.Holder != waiter.Token {
 		t.Errorf("acquire of a free lock with a queued waiter = %+v, %v; want refused, naming the waiter it was handed to", g, err)
+	}
+}
+
+// A Lua error in a script is told as a script that failed, a defect of
+// dlock's, with Redis's reply kept in the chain; Redis's own errors, such as
+// NOSCRIPT, pass as they are.
+func TestLuaErrorIsToldAsAScriptFailure(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	lua := RedisErr(rdb.Eval(ctx, "local t = {} for i = 1, 9000 do t[i] = i end return redis.call(unpack(t))", nil).Err())
+	var reply redis.Error
+	if lua == nil || !strings.HasPrefix(lua.Error(), "script failed in Redis, a defect of dlock: ") || !errors.As(lua, &reply) {
+		t.Errorf("RedisErr(a Lua error) = %v, want a script failure that keeps the reply", lua)
+	}
+	if strings.Contains(lua.Error(), " script: ") {
+		t.Errorf("RedisErr(a Lua error) = %q, want it without the script's digest", lua)
+	}
+	noScript := rdb.EvalSha(ctx, strings.Repeat("0", 40), nil).Err()
+	if err := RedisErr(noScript); err != noScript {
+		t.Errorf("RedisErr(%v) = %v, want it unchanged", noScript, err)
 	}
 }

@@ -32,7 +32,8 @@
 -- written, no queue entry made); WRONGTYPE if the key holds another kind
 -- (nothing is written); DLOCK_TOOMANY if the hold asks more permits than
 -- the stored size (nothing is written, a queue entry of the caller's
--- stays for its undo to take out).
+-- stays for its undo to take out); DLOCK_NOSIZE if the caller's N is 0 and
+-- no size is stored (the same).
 local token, ttl, what = ARGV[1], tonumber(ARGV[2]), ARGV[8]
 local n, w = tonumber(what), tonumber(ARGV[9]) or 1
 local member = n and token or (what .. ':' .. token)
@@ -41,7 +42,9 @@ local member = n and token or (what .. ':' .. token)
 -- live ones counted and the key's expiry set, and nothing else.
 local quiet
 if KEYS[6] then -- a semaphore: a stored size takes the way below, which reads it
-  quiet = w <= n and redis.call('EXISTS', KEYS[5], KEYS[3], KEYS[6]) == 0
+  -- So does a hold of more than 500 permits, which hold_call adds in
+  -- batches (one ZADD here would unpack more than Lua's stack allows).
+  quiet = w <= n and w <= 500 and redis.call('EXISTS', KEYS[5], KEYS[3], KEYS[6]) == 0
 else
   quiet = redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
 end
@@ -109,6 +112,9 @@ local a = {ARGV[5], ARGV[6], ARGV[7]}
 local head, admitted
 if n then
   local size = stored_size(KEYS[6])
+  if not size and n == 0 then
+    return redis.error_reply('DLOCK_NOSIZE no size is kept in Redis for this semaphore of 0 permits')
+  end
   if size and w > size then
     return redis.error_reply(string.format('DLOCK_TOOMANY asks %d permits of a semaphore whose stored size is %d', w, size))
   end

@@ -29,12 +29,20 @@ if string.sub(ARGV[1], 1, 2) == '?:' then -- the hold is its read or its write
   removed = redis.pcall('ZREM', KEYS[1], 'r:' .. token, 'w:' .. token)
 elseif w == 1 then
   removed = redis.pcall('ZREM', KEYS[1], ARGV[1])
-else
-  local args = {'ZREM', KEYS[1], ARGV[1]}
-  for i = 2, w do
-    args[i + 2] = ARGV[1] .. ' ' .. i
+else -- 500 members at a time: unpack is bounded by Lua's stack
+  removed = 0
+  for from = 1, w, 500 do
+    local args = {'ZREM', KEYS[1]}
+    for i = from, math.min(from + 499, w) do
+      args[#args + 1] = i == 1 and ARGV[1] or (ARGV[1] .. ' ' .. i)
+    end
+    local r = redis.pcall(unpack(args))
+    if type(r) ~= 'number' then
+      removed = r
+      break
+    end
+    removed = removed + r
   end
-  removed = redis.pcall(unpack(args))
 end
 if type(removed) ~= 'number' then
   removed = 0

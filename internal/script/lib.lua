@@ -222,18 +222,33 @@ local function expire_with_last(key)
   end
 end
 
--- hold_call runs cmd (ZADD with its flags, or ZREM) on the members of a
--- hold of w permits at key: its first member, then "<member> 2" to
--- "<member> w" (a token has no space), each with score if one is given.
+-- hold_call runs cmd (ZADD with its flags, ZREM or ZMSCORE) on the members
+-- of a hold of w permits at key: its first member, then "<member> 2" to
+-- "<member> w" (a token has no space), each with score if one is given. It
+-- sends them 500 at a time, since unpack is bounded by Lua's stack (about
+-- 8,000 values), and returns the sum of the replies (ZADD, ZREM) or, for
+-- ZMSCORE, the scores in order (false for a missing member).
 local function hold_call(key, member, w, score, cmd, ...)
-  local args = {cmd, key, ...}
-  for i = 1, w do
-    if score then
-      args[#args + 1] = score
+  local total
+  for from = 1, w, 500 do
+    local args = {cmd, key, ...}
+    for i = from, math.min(from + 499, w) do
+      if score then
+        args[#args + 1] = score
+      end
+      args[#args + 1] = i == 1 and member or (member .. ' ' .. i)
     end
-    args[#args + 1] = i == 1 and member or (member .. ' ' .. i)
+    local r = redis.call(unpack(args))
+    if type(r) == 'table' then
+      total = total or {}
+      for _, v in ipairs(r) do
+        total[#total + 1] = v
+      end
+    else
+      total = (total or 0) + r
+    end
   end
-  return redis.call(unpack(args))
+  return total
 end
 
 -- serve_holds hands holds of the sorted set k[1] (a semaphore's permits,
@@ -287,14 +302,14 @@ end
 -- entries end in their N, and ":<w>" when they want w permits at once; a
 -- waiter gets its w while that leaves no more than its own N held, or the
 -- size stored in Redis if there is one (size, else nil): a waiter that
--- wants more than that size is dropped (its next attempt is refused). held
--- is the number of live permits; it returns the number held now and the
--- waiter left at the head.
+-- wants more than that size, or whose N is 0 while none is stored, is
+-- dropped (its next attempt is refused). held is the number of live
+-- permits; it returns the number held now and the waiter left at the head.
 local function serve_queue(k, now, held, me, a, size)
   local head, granted = serve_holds(k, now, me, a, function(x, head, granted)
     local n, w = string.match(x, '^(%d+):?(%d*)$')
     n, w = size or tonumber(n), tonumber(w) or 1
-    if not n or (size and w > size) then
+    if not n or n == 0 or (size and w > size) then
       return nil
     end
     return held + granted + w <= n and head, w

@@ -2,14 +2,15 @@
 -- KEYS[1] the set (see lib.lua)   KEYS[2] the size key   KEYS[3] the queue
 -- ARGV[1] what to do: 'get'; 'set' stores ARGV[2] unless a size is stored;
 --         'add' adds ARGV[2] (negative: takes away) to the stored size, or
---         to ARGV[3] when none is stored
+--         to ARGV[3] when none is stored; 'unset' deletes the stored size
 -- ARGV[3] the caller's N: the size while none is stored
 -- ARGV[4] release channel   ARGV[5] publish command: PUBLISH or SPUBLISH
 -- The size key has no expiry: it is the semaphore's configuration, not a
 -- lease's state. Holds above a size that shrank keep their permits until
 -- they end; none is granted until fewer than the size are held. A change
 -- wakes the waiters, if any, with '*' (see internal/pubsub): a bigger size
--- may admit them, a smaller one refuses those who ask more than it.
+-- may admit them, a smaller one refuses those who ask more than it, and
+-- with none stored those who ask with N = 0 are refused.
 -- Returns {size, held, changed}: the size after the call, the permits
 -- held now (live members of the set), 1 if the call changed the size.
 -- Errors: WRONGTYPE if the set is another kind's (nothing is written);
@@ -30,9 +31,15 @@ elseif ARGV[1] == 'add' then
     return redis.error_reply(string.format('DLOCK_RANGE the size would be %d, outside 1 to 2147483647', size))
   end
   changed = 1
+elseif ARGV[1] == 'unset' and stored then
+  size, changed = tonumber(ARGV[3]), 1
 end
 if changed == 1 then
-  redis.call('SET', KEYS[2], string.format('%d', size))
+  if ARGV[1] == 'unset' then
+    redis.call('DEL', KEYS[2])
+  else
+    redis.call('SET', KEYS[2], string.format('%d', size))
+  end
   if redis.call('EXISTS', KEYS[3]) == 1 then
     redis.call(ARGV[5], ARGV[4], '*')
   end
