@@ -527,12 +527,13 @@ func (l *Lock) onSettled(f func(error)) {
 
 // Context returns the context, with no values or deadline, that is done once
 // the Lock is released or lost, [ErrReleased] or the loss its [context.Cause]:
-// for work under a lock taken without [Client.Do].
+// for work under a lock taken without [Client.Do]. Like Do's, it checks the
+// validity itself: it is done as soon as [Lock.Err] reports the loss.
 func (l *Lock) Context() context.Context {
 	l.ctxOnce.Do(func() {
 		ctx, cancel := context.WithCancelCause(context.Background())
-		l.ctx = ctx
 		l.onSettled(cancel)
+		l.ctx = &heldContext{Context: ctx, held: l, cancel: cancel}
 	})
 	return l.ctx
 }
