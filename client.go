@@ -271,11 +271,11 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 	return err
 }
 
-// heldContext is the context Do and DoAll give fn. Its Err and Done check
-// the leases' validity deadlines themselves (held's Err), so a loss is seen
-// as soon as it is due, not when the expiry timer's goroutine gets to run.
-// (Contexts derived from it learn of the loss from the timer, a moment
-// later.)
+// heldContext is the context Do and DoAll give fn, and Lock.Context. Its
+// Err, Done and Value (which context.Cause reads) check the leases'
+// validity deadlines themselves (held's Err), so a loss is seen as soon as
+// it is due, not when the expiry timer's goroutine gets to run. (Contexts
+// derived from it learn of the loss from the timer, a moment later.)
 type heldContext struct {
 	context.Context
 	held   interface{ Err() error } // the Lock, or the MultiLock
@@ -298,4 +298,9 @@ func (h *heldContext) Done() <-chan struct{} {
 func (h *heldContext) Err() error {
 	h.check()
 	return h.Context.Err()
+}
+
+func (h *heldContext) Value(key any) any {
+	h.check()
+	return h.Context.Value(key)
 }

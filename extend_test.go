@@ -625,3 +625,49 @@ func TestAdv8ExtendLostReplyThenExtend(t *testing.T) {
 	}
 	adv8ClaimWithinRedis(t, rdb, l, "after the last Extend")
 }
+
+// A manual Extend whose ctx has no deadline, on a stalled connection, ends
+// by about the end of the lease's validity, with an error wrapping
+// ErrNotHeld: past the validity the lease is lost and there is nothing left
+// to retry for, whatever the client's read timeout (here a minute).
+// Serial: it bounds a duration.
+func TestExtendEndsAtTheValidityOnAStalledServer(t *testing.T) {
+	leakcheck.Check(t)
+	for _, tc := range []struct {
+		name       string
+		pipelining bool
+		ctxTimeout bool // go-redis ContextTimeoutEnabled
+	}{
+		{"pipelined", true, false},
+		{"unpipelined, ContextTimeoutEnabled", false, true},
+	} {
+		s := redistest.Start(t, redistest.TCP())
+		p := redistest.NewProxy(t, s.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: time.Minute, MaxRetries: -1, ContextTimeoutEnabled: tc.ctxTimeout})
+		t.Cleanup(func() { rdb.Close() })
+		c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(time.Second), pipelined(tc.pipelining))
+		l, err := c.TryAcquire(t.Context(), "extend-stalled")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Stall()
+		end := l.ValidUntil()
+		errc := make(chan error, 1)
+		go func() { errc <- l.Extend(context.WithoutCancel(t.Context()), time.Second) }() // no deadline
+		select {
+		case err := <-errc:
+			if !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s: Extend on a stalled server = %v, want ErrNotHeld", tc.name, err)
+			}
+			if late := time.Since(end); late > 2*time.Second {
+				t.Errorf("%s: Extend returned %v after the validity ended", tc.name, late)
+			}
+		case <-time.After(time.Until(end) + 5*time.Second):
+			t.Errorf("%s: Extend still running 5s after the validity ended", tc.name)
+			p.Cut()
+			<-errc
+		}
+		p.Cut()
+		l.Release(t.Context())
+	}
+}

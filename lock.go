@@ -242,7 +242,9 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // Extend resets the lease to ttl from now, shorter or longer, for the watchdog
 // too; past the max hold it cuts it there ([ErrMaxHold], still held). Redis
 // errors are retried while ctx and the validity last, then the earlier validity
-// stands. Others: [ErrInvalid] (ttl < [MinTTL]), [ErrReleased], [ErrNotHeld].
+// stands. No call outlasts the validity (go-redis: with pipelining or
+// ContextTimeoutEnabled): past it, the lease is lost, [ErrNotHeld]. Others:
+// [ErrInvalid] (ttl < [MinTTL]), [ErrReleased].
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: Extend(%v) of %q: the TTL must be at least %v", ErrInvalid, ttl, l.name, MinTTL)
@@ -255,19 +257,26 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	e, start := Event{Op: OpExtend, Name: l.name}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
+	// Nothing is gained past the validity (an extension sent later finds
+	// the lease lost), so no attempt or wait outlasts it.
+	vctx, cancel := context.WithDeadline(ctx, l.ValidUntil())
+	defer cancel()
 	sent := time.Now()
-	err := l.extend(ctx, ttl)
-	for wait := minRetry; retryExtend(ctx, l, err, wait+2*time.Since(sent)); wait *= 2 {
+	err := l.extend(vctx, ttl)
+	for wait := minRetry; retryExtend(vctx, l, err, wait+2*time.Since(sent)); wait *= 2 {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
-		case <-ctx.Done():
+		case <-vctx.Done():
 			t.Stop()
 		}
-		if ctx.Err() == nil {
+		if vctx.Err() == nil {
 			sent = time.Now()
-			err = l.extend(ctx, ttl)
+			err = l.extend(vctx, ttl)
 		}
+	}
+	if lerr := l.Err(); err != nil && errors.Is(lerr, ErrNotHeld) {
+		err = lerr // the validity ran out meanwhile: the loss, not the Redis error that outlasted it
 	}
 	l.c.end(ctx, &e, start, err)
 	return err
@@ -530,12 +539,13 @@ func (l *Lock) onSettled(f func(error)) {
 
 // Context returns the context, with no values or deadline, that is done once
 // the Lock is released or lost, [ErrReleased] or the loss its [context.Cause]:
-// for work under a lock taken without [Client.Do].
+// for work under a lock taken without [Client.Do]. Like Do's, it checks the
+// validity itself: it is done as soon as [Lock.Err] reports the loss.
 func (l *Lock) Context() context.Context {
 	l.ctxOnce.Do(func() {
 		ctx, cancel := context.WithCancelCause(context.Background())
-		l.ctx = ctx
 		l.onSettled(cancel)
+		l.ctx = &heldContext{Context: ctx, held: l, cancel: cancel}
 	})
 	return l.ctx
 }

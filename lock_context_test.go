@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -204,5 +206,57 @@ func TestDoContextKnowsOfLossRightAfterPause(t *testing.T) {
 		if err := h.wait(10 * time.Second); err != nil {
 			t.Errorf("round %d: worker: %v", i, err)
 		}
+	}
+}
+
+// Once a lease's validity has passed without an extension (its server
+// frozen, so the watchdog cannot extend it), Lock.Context reports the loss
+// as Lock.Err does, whichever is read first: the context checks the
+// validity itself, as Do's does, instead of waiting for a timer's
+// goroutine. Serial: it stops its server with SIGSTOP.
+func TestLockContextKnowsOfLossAsSoonAsErr(t *testing.T) {
+	s, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond))
+	for round := range 8 {
+		ctxFirst := round%2 == 0
+		l, err := c.TryAcquire(ctx, "ctx-frozen")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lctx := l.Context()
+		s.Pause()
+		if ctxFirst {
+			// Read the context the moment the validity has passed, every
+			// other P kept busy meanwhile (as on a loaded machine), so that
+			// a timer due then waits for a preemption to run.
+			deadline := time.Now().Add(5 * time.Second)
+			var busy sync.WaitGroup
+			var stop atomic.Bool
+			for range runtime.GOMAXPROCS(0) - 1 {
+				busy.Go(func() {
+					for !stop.Load() && time.Now().Before(deadline) {
+					}
+				})
+			}
+			for !time.Now().After(l.ValidUntil()) && time.Now().Before(deadline) {
+			}
+			cause, cerr := context.Cause(lctx), lctx.Err()
+			stop.Store(true)
+			busy.Wait()
+			if !errors.Is(cause, dlock.ErrNotHeld) || cerr == nil {
+				t.Errorf("round %d: past ValidUntil, before reading Err: Cause = %v, Err = %v; want ErrNotHeld, non-nil (l.Err() now %v)",
+					round, cause, cerr, l.Err())
+			}
+		} else if !waitFor(5*time.Second, func() bool { return l.Err() != nil }) {
+			t.Errorf("round %d: the loss was never declared on a frozen server", round)
+		} else if cerr, cause := lctx.Err(), context.Cause(lctx); cerr == nil || !errors.Is(cause, dlock.ErrNotHeld) {
+			t.Errorf("round %d: after l.Err() = %v: Context Err = %v, Cause = %v; want non-nil, ErrNotHeld", round, l.Err(), cerr, cause)
+		}
+		if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("round %d: l.Err() = %v, want ErrNotHeld", round, err)
+		}
+		s.Resume()
+		l.Release(ctx)
 	}
 }

@@ -225,3 +225,57 @@ func TestUnfairWakeOnCluster(t *testing.T) {
 		}
 	}
 }
+
+// The wake key a waiter sets lives no longer than the marker of a lease of
+// the waiter's lease time does (min(TTL, 1 min)), however long the
+// holder's lease has left: behind a 1,000-hour lease it does not stay for
+// 1,000 hours after the release, in any mode that sets it.
+func TestWakeKeyLivesAtMostTheWindow(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const long = 1000 * time.Hour
+	const bound = time.Minute // backend.Window(long)
+	for _, m := range []struct {
+		name string
+		opts []dlock.Option
+	}{
+		{"fair", nil},
+		{"unfair", []dlock.Option{dlock.WithUnfair(slowBackoff)}},
+		{"script-free", []dlock.Option{dlock.WithUnfair(slowBackoff), dlock.WithoutScripts()}},
+	} {
+		name := "wake-" + m.name
+		c := newClient(t, rdb, append([]dlock.Option{dlock.LeaseTTL(long)}, m.opts...)...)
+		w := newClient(t, rdb, append([]dlock.Option{dlock.LeaseTTL(long)}, m.opts...)...)
+		l, err := c.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wake := l.Key() + ":w"
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			m, err := w.Acquire(wctx, name)
+			if err == nil {
+				err = m.Release(ctx)
+			}
+			got <- err
+		}()
+		if !waitFor(5*time.Second, func() bool { return rdb.Exists(ctx, wake).Val() == 1 }) {
+			t.Fatalf("%s: the waiter never set the wake key", m.name)
+		}
+		if pttl := rdb.PTTL(ctx, wake).Val(); pttl <= 0 || pttl > bound {
+			t.Errorf("%s: behind a %v lease the wake key lives %v, want at most %v", m.name, long, pttl, bound)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("%s: the waiter: %v", m.name, err)
+		}
+		if pttl := rdb.PTTL(ctx, wake).Val(); pttl > bound {
+			t.Errorf("%s: after the release the wake key lives %v more, want at most %v", m.name, pttl, bound)
+		}
+	}
+}

@@ -145,9 +145,10 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 		g, err = n.acquireTx(ctx, tx, c, ttl)
 		if err == nil && queue && !g.Held && g.PTTL > 0 {
 			// A waiter: the wake key, so that a release by a Client with
-			// scripts announces itself too (see release.lua). Only a hint:
-			// a waiter not woken tries again when the holder's lease ends.
-			tx.Set(ctx, c.Wake, "1", g.PTTL)
+			// scripts announces itself too (see release.lua), for at most
+			// the window, as acquire.lua sets it. Only a hint: a waiter not
+			// woken tries again when the holder's lease ends.
+			tx.Set(ctx, c.Wake, "1", min(g.PTTL, Window(ttl)))
 		}
 		return err
 	})
@@ -247,7 +248,7 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 		case h == c.Token:
 			ok = true
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.Del(ctx, c.Lock)
+				p.Del(ctx, c.Lock, c.Wake) // (the wake key, as release.lua does: the release is announced)
 				p.Set(ctx, c.Rev, "1", window)
 				p.Do(ctx, n.pub, c.Channel, "*")
 				return nil

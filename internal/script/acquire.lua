@@ -2,13 +2,17 @@
 -- KEYS[1] lock key   KEYS[2] the lease's marker key (see lib.lua)
 -- KEYS[3] (only from a caller that waits for a release when the lock is
 --         taken) the wake key: exists while a waiter listens (release.lua)
--- ARGV[1] the lease's token   ARGV[2] ttl in ms
+-- ARGV[1] the lease's token   ARGV[2] ttl in ms   ARGV[3] (with KEYS[3]
+--         only) how long the wake key may live, in ms: the lease's
+--         revocation window (see lib.lua), so that behind a long lease it
+--         does not outlive the release by hours
 -- Returns 0 when the lock is ours: taken now, or already ours (a re-sent
 -- request). Returns {pttl, holder} when another lease holds it: its
 -- remaining ms (-1 if the key has no expiry) and its token, which carries
 -- the holder's metadata; the common, uncontended reply stays one integer.
--- A caller that waits sets the wake key for the holder's remaining lease
--- first, so that the release announces itself.
+-- A caller that waits sets the wake key for the holder's remaining lease,
+-- at most ARGV[3], so that the release announces itself (a waiter sleeps
+-- no longer than that before it sets the key again).
 -- Errors: REVOKED if this lease was already ended (the request arrived after
 -- its caller gave up, or after a re-sent copy's lease was released);
 -- WRONGTYPE if the key holds a foreign value.
@@ -33,7 +37,7 @@ if mark ~= '0' and mark ~= '1' then -- not ended (see revoked in lib.lua)
   end
   local pttl = math.max(redis.call('PTTL', KEYS[1]), -1)
   if KEYS[3] then
-    redis.call('SET', KEYS[3], '1', 'PX', pttl > 0 and pttl or ARGV[2])
+    redis.call('SET', KEYS[3], '1', 'PX', pttl > 0 and math.min(pttl, tonumber(ARGV[3])) or ARGV[3])
   end
   return {pttl, holder}
 end

@@ -2,8 +2,9 @@
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue (list of waiter tokens)
 -- KEYS[4] waiters (hash: token -> "deadline_ms:ttl_ms")   KEYS[5] the lease's marker key
 -- KEYS[6] the wake key (see release.lua): a waiter that queues sets it for
---         the holder's remaining lease, so that an unfair holder's release
---         (a name used in both modes) announces itself too
+--         the holder's remaining lease, at most as long as its queue entry
+--         lives, so that an unfair holder's release (a name used in both
+--         modes) announces itself too
 -- ARGV[1] the lease's token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
 -- ARGV[4] what only a contended call reads, in one argument (each costs the
 --         server a string of its own): "<qttl> <publish> <fence_ms> <campaign>":
@@ -132,6 +133,6 @@ if ARGV[3] == '1' then
     redis.call('RPUSH', KEYS[3], token)
   end
   extend_queue(KEYS[3], KEYS[4], qttl)
-  redis.call('SET', KEYS[6], '1', 'PX', pttl > 0 and pttl or ARGV[2])
+  redis.call('SET', KEYS[6], '1', 'PX', pttl > 0 and math.min(pttl, tonumber(qttl)) or qttl)
 end
 return {pttl, holder or ''}

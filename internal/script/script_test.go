@@ -101,7 +101,7 @@ func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
 	acquire := func(tok string, waits int) []any {
 		t.Helper()
 		keys := []string{"l", "l:r:" + tok, "l:w"}
-		v, err := Acquire.Run(ctx, rdb, keys[:2+waits], tok, 60000).Result()
+		v, err := Acquire.Run(ctx, rdb, keys[:2+waits], tok, 60000, 60000).Result() // (the window: read with the wake key only)
 		if err != nil {
 			t.Fatal(err)
 		}
