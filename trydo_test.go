@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,6 +38,17 @@ var tryDoKinds = []struct {
 		}
 		return func(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
 			return s.TryDo(ctx, fn)
+		}
+	}},
+	{"multi-lock", true, func(t *testing.T, rdb *redis.Client, name string) job {
+		c := newClient(t, rdb)
+		return func(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
+			// In key order "nightly" comes before "other": an attempt is
+			// refused on it, and fn gets its lease.
+			return c.TryDoAll(ctx, []string{"other", name}, func(ctx context.Context, m *dlock.MultiLock) error {
+				i := slices.IndexFunc(m.Locks(), func(l *dlock.Lock) bool { return l.Name() == name })
+				return fn(ctx, m.Locks()[i])
+			})
 		}
 	}},
 	{"write lock", false, func(t *testing.T, rdb *redis.Client, name string) job {
