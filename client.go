@@ -233,14 +233,33 @@ func (c *Client) Owner(owner string) (*Client, error) {
 // [ErrMaxHold]), whose Err checks the validity itself, even after a long
 // pause. Do returns fn's error joined with the loss's or the release's.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
-	ferr, rerr := c.do(ctx, &c.own, name, fn, opts)
+	ferr, rerr := c.do(ctx, &c.own, name, fn, opts, false)
 	return joinEnded(ferr, rerr)
 }
 
-// do is Do, returning apart fn's error and the acquisition's error (fn
-// did not run) or the release's.
-func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx context.Context, l *Lock) error, opts []LockOption) (ferr, rerr error) {
-	l, err := c.acquireAs(ctx, k, name, opts)
+// TryDo runs fn under the lock name only if it is free now: it makes one
+// attempt, as [Client.TryAcquire] does, and never waits. If another holds
+// the lock (or, in fair mode, waits for it), fn does not run and TryDo
+// returns an error wrapping [ErrNotAcquired] whose cause, a
+// [*NotAcquiredError], names the holder; this is how one of several
+// instances runs a job and the others skip it. Otherwise it is [Client.Do].
+// fn's own errors come back as they are, so a fn that takes other locks
+// may return ErrNotAcquired too.
+func (c *Client) TryDo(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	ferr, rerr := c.do(ctx, &c.own, name, fn, opts, true)
+	return joinEnded(ferr, rerr)
+}
+
+// do is Do (try: TryDo), returning apart fn's error and the acquisition's
+// error (fn did not run) or the release's.
+func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx context.Context, l *Lock) error, opts []LockOption, try bool) (ferr, rerr error) {
+	var l *Lock
+	var err error
+	if try {
+		l, err = c.tryAcquireAs(ctx, k, name, opts)
+	} else {
+		l, err = c.acquireAs(ctx, k, name, opts)
+	}
 	if err != nil {
 		return nil, err
 	}

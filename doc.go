@@ -6,10 +6,17 @@
 //
 //	c, err := dlock.New(rdb)
 //	...
-//	err = c.Do(ctx, "reports:nightly", func(ctx context.Context, l *dlock.Lock) error {
+//	err = c.TryDo(ctx, "reports:nightly", func(ctx context.Context, l *dlock.Lock) error {
 //		fence, err := l.Fence(ctx) // give it to the resource with every write
 //		...
 //	})
+//	if errors.Is(err, dlock.ErrNotAcquired) {
+//		... // another instance holds the lock and writes the report
+//	}
+//
+// [Client.TryDo] runs the function only if the lock is free now, so that one
+// of several instances does the job; [Client.Do] waits for the lock, so that
+// each does it in turn.
 //
 // Besides plain locks: [Client.Semaphore], [Client.RWMutex], [Client.Election],
 // [Client.AcquireAll], [WithReentrant], [NewRedlock] and [WithoutScripts].

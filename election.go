@@ -73,7 +73,7 @@ func (e *Election) Do(ctx context.Context, value string, fn func(ctx context.Con
 			return err
 		}
 		return fn(ctx, ld)
-	}, opts)
+	}, opts, false)
 	return joinEnded(ferr, rerr)
 }
 

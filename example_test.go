@@ -104,6 +104,42 @@ func ExampleClient_Do() {
 	// Output: enqueueing due tasks under a fence
 }
 
+// Every instance of a scheduler starts the nightly report at 02:00; the
+// first to take the lock writes it, and the others skip it.
+func ExampleClient_TryDo() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	a, err := dlock.New(rdb, dlock.HolderMeta("scheduler-a")) // default: hostname:pid
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, err := dlock.New(rdb, dlock.HolderMeta("scheduler-b"))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx := context.Background()
+	err = a.TryDo(ctx, "reports:nightly", func(ctx context.Context, l *dlock.Lock) error {
+		fmt.Println("scheduler-a: writing the nightly report")
+
+		// Meanwhile scheduler-b starts the same job, and skips it.
+		err := b.TryDo(ctx, "reports:nightly", func(context.Context, *dlock.Lock) error {
+			fmt.Println("scheduler-b: writing the nightly report too")
+			return nil
+		})
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			fmt.Println("scheduler-b: skipped:", err)
+		}
+		return nil
+	})
+	if err != nil {
+		log.Print(err)
+	}
+	// Output:
+	// scheduler-a: writing the nightly report
+	// scheduler-b: skipped: dlock: acquire "reports:nightly": not acquired: held by another holder, "scheduler-a"
+}
+
 func enqueueDueTasks(ctx context.Context, fence int64) error {
 	if fence > 0 {
 		fmt.Println("enqueueing due tasks under a fence")

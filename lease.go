@@ -84,7 +84,7 @@ func LeaseTTL(ttl time.Duration) LeaseOption {
 
 // MaxWait bounds how long an acquisition waits, besides ctx (AcquireAll: the
 // whole call), then [ErrNotAcquired]; it always makes one attempt (MaxWait(0):
-// one). Refused: d < 0, or d > 0 on TryAcquire.
+// one). Refused: d < 0, or d > 0 on TryAcquire or TryDo.
 func MaxWait(d time.Duration) LeaseOption {
 	return LeaseOption{func(p *lease) {
 		if d < 0 {
@@ -187,7 +187,7 @@ func (c *Client) leaseFor(op, name string, opts []LockOption, try bool) (lease, 
 	switch {
 	case p.err != "":
 	case try && p.waitSet && p.wait > 0:
-		p.invalid("MaxWait(%v): TryAcquire makes one attempt and never waits; use Acquire", p.wait)
+		p.invalid("MaxWait(%v): TryAcquire and TryDo make one attempt and never wait; use Acquire or Do", p.wait)
 	case p.ttlSet && c.opts.driftFor(p.ttl) >= p.ttl:
 		p.invalid("LeaseTTL(%v): the TTL must be above the drift margin (%v)", p.ttl, c.opts.driftFor(p.ttl))
 	case p.ttlSet && c.opts.nodeTimeout > 0 && p.ttl <= c.opts.nodeTimeout:

@@ -73,7 +73,20 @@ func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...Lock
 // [ErrNotHeld] that names the part, when a part is lost. It returns fn's error
 // joined with the losses' and the release's.
 func (c *Client) DoAll(ctx context.Context, names []string, fn func(ctx context.Context, m *MultiLock) error, opts ...LockOption) error {
-	m, err := c.AcquireAll(ctx, names, opts...)
+	return c.doAll(ctx, names, fn, opts, false)
+}
+
+// TryDoAll runs fn under the locks only if all of them are free now: it
+// makes one attempt per name, as [Client.TryAcquireAll] does, and never
+// waits. If one is held, fn does not run and TryDoAll returns an error
+// wrapping [ErrNotAcquired]. Otherwise it is [Client.DoAll].
+func (c *Client) TryDoAll(ctx context.Context, names []string, fn func(ctx context.Context, m *MultiLock) error, opts ...LockOption) error {
+	return c.doAll(ctx, names, fn, opts, true)
+}
+
+// doAll is DoAll (try: TryDoAll).
+func (c *Client) doAll(ctx context.Context, names []string, fn func(ctx context.Context, m *MultiLock) error, opts []LockOption, try bool) error {
+	m, err := acquireAll(ctx, c.parts(names), opts, try)
 	if err != nil {
 		return err
 	}

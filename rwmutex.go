@@ -155,12 +155,25 @@ func (l *RWLocker) Acquire(ctx context.Context, opts ...LockOption) (*Lock, erro
 
 // Do takes a hold, runs fn and releases it, as [Client.Do] does.
 func (l *RWLocker) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	return l.do(ctx, fn, opts, false)
+}
+
+// TryDo runs fn under a hold only if it is granted now, as [Client.TryDo]
+// does: if the hold conflicts with another (a writer, or readers for a
+// write) or others wait, fn does not run and TryDo returns an error
+// wrapping [ErrNotAcquired].
+func (l *RWLocker) TryDo(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	return l.do(ctx, fn, opts, true)
+}
+
+// do is Do (try: TryDo).
+func (l *RWLocker) do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts []LockOption, try bool) error {
 	if err := l.nested(ctx); err != nil {
 		return err
 	}
 	ferr, rerr := l.c.do(ctx, &l.k, l.name, func(ctx context.Context, held *Lock) error {
 		return fn(context.WithValue(ctx, l.nest, l.hold), held)
-	}, opts)
+	}, opts, try)
 	return joinEnded(ferr, rerr)
 }
 

@@ -129,6 +129,10 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.progressInterval = 200 * time.Millisecond
 	}
 
+	fmt.Fprintf(stdout, "The consumers' work fails on purpose, as real work does: %d%% of attempts fail for good, %d%% fail and\n"+
+		"are retried, and a task that fails %d times has failed for good. Those are the \"tasks failed for good\" below:\n"+
+		"failures of the work itself, expected in every run, with or without a lock, and not failures of the lock.\n",
+		failPct, retryPct, maxAttempts)
 	passes := map[string][]demoPass{"all": {passNoLock, passLock, passIdempotent}, "both": {passNoLock, passLock},
 		"lock": {passLock}, "no-lock": {passNoLock}, "idempotent": {passIdempotent}}[cfg.mode]
 	var results []*demoResult
@@ -322,6 +326,15 @@ func watchProgress(ctx context.Context, cfg demoConfig, db *taskDB, res *demoRes
 	}
 }
 
+// How the demo's work fails, as real work does: in failPct of attempts for
+// good, in retryPct for a retry, and for good at a task's maxAttempts-th
+// failure: the report's "tasks failed for good", which no lock prevents.
+const (
+	failPct     = 2
+	retryPct    = 10
+	maxAttempts = 3
+)
+
 // consume takes tasks from the queue until ctx ends. It counts, on its own,
 // every task+attempt it is handed more than once.
 func consume(ctx context.Context, rdb redis.UniversalClient, db *taskDB, k demoKeys, res *demoResult) {
@@ -358,12 +371,12 @@ func consume(ctx context.Context, rdb redis.UniversalClient, db *taskDB, k demoK
 		time.Sleep(time.Duration(500+rand.IntN(1500)) * time.Microsecond) // the work
 		status := statusDone
 		switch r := rand.IntN(100); {
-		case r < 2:
+		case r < failPct:
 			status = statusFailed
-		case r < 12:
+		case r < failPct+retryPct:
 			status = statusRetry
-			if attempt+1 >= 3 {
-				status = statusFailed // third failure: give up
+			if attempt+1 >= maxAttempts {
+				status = statusFailed // the last failure allowed: give up
 			}
 		}
 		if status == statusRetry {
@@ -409,7 +422,7 @@ func (r *demoResult) print(w io.Writer) {
 		fmt.Fprintf(w, "  INCOMPLETE: stopped after %v\n", r.cfg.timeout)
 	}
 	fmt.Fprintf(w, "  tasks done            %d\n", r.done)
-	fmt.Fprintf(w, "  tasks failed for good %d (retries along the way: %d)\n", r.failed, r.retries)
+	fmt.Fprintf(w, "  tasks failed for good %d (the work's failures, as above; retries along the way: %d)\n", r.failed, r.retries)
 	stopped := fmt.Sprintf("%d refused by the status guard", r.guardRejections)
 	if r.pass == passIdempotent {
 		stopped = fmt.Sprintf("%d skipped by the idempotency key", r.keySkips)

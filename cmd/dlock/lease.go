@@ -203,14 +203,35 @@ func resumeLease(ctx context.Context, cmd, name, token string, kf leaseFlags, to
 	case err == nil:
 		return l, closeFn, -1
 	case errors.Is(err, dlock.ErrInvalid):
-		err = &cliError{code: exitUsage, err: err}
+		err = &cliError{code: exitUsage, err: asStep(cmd, name, token, err)}
 	case errors.Is(err, dlock.ErrNotHeld):
-		err = fail(exitLost, "the lease of that token on %q has ended (released, expired, or another name's or kind's)", name)
+		err = fail(exitLost, "%s %q: the lease of that token has ended (released, expired, or another name's or kind's)", cmd, name)
 	case errors.Is(err, dlock.ErrWrongType):
-		err = &cliError{code: exitConfig, err: err}
+		err = &cliError{code: exitConfig, err: fmt.Errorf("%w (give the -n, --read or --write that acquired the token)", asStep(cmd, name, token, err))}
 	default:
-		err = &cliError{code: exitRedis, err: err}
+		err = &cliError{code: exitRedis, err: asStep(cmd, name, token, err)}
 	}
 	closeFn()
 	return nil, nil, report(stderr, err)
+}
+
+// stepError is an error of a step of the CLI's, worded as the step, that
+// matches the library's error it comes from.
+type stepError struct {
+	msg string
+	err error
+}
+
+func (e *stepError) Error() string { return e.msg }
+func (e *stepError) Unwrap() error { return e.err }
+
+// asStep rewords err, the library's error of the acquisition by which
+// extend or release (cmd) resumes the lease of token on name, as an error
+// of cmd: the library names the call ("acquire" NAME) and its option
+// (Resume(TOKEN)), neither of which the user of the command made.
+func asStep(cmd, name, token string, err error) error {
+	r := strings.NewReplacer(
+		fmt.Sprintf("acquire %q: Resume(%q): ", name, token), fmt.Sprintf("%s %q: --token %q: ", cmd, name, token),
+		fmt.Sprintf("acquire %q: ", name), fmt.Sprintf("%s %q: ", cmd, name))
+	return &stepError{msg: r.Replace(err.Error()), err: err}
 }

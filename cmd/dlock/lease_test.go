@@ -136,3 +136,34 @@ func TestAcquireExtendReleaseUsage(t *testing.T) {
 		t.Errorf("%d keys written by refused commands", n)
 	}
 }
+
+// An error of extend or release --token names that step, the lock and the
+// flag at fault, not the acquisition by which the CLI resumes the lease
+// (the library's "acquire" and Resume(TOKEN)): a token that is none, a
+// token given without the flag of its kind, a lease that has ended.
+func TestExtendAndReleaseByTokenErrorsNameTheStep(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	env := []string{"REDIS_URL=" + s.URL()}
+	code, out, errOut := result(t, dlockCmd(t, env, "acquire", "-n", "2", "--ttl", "1m", "pool"))
+	if code != exitOK {
+		t.Fatalf("acquire -n 2 pool: exit %d, stderr %q", code, errOut)
+	}
+	permit := strings.TrimSpace(out)
+	for _, cmd := range []string{"release", "extend"} {
+		for _, c := range []struct {
+			token, name string
+			code        int
+			want        string // what stderr says
+		}{
+			{"garbage", "nightly", exitUsage, cmd + ` "nightly": --token "garbage": not a lease token`},
+			{permit, "pool", exitConfig, cmd + ` "pool": lock key holds a value of another type`},
+			{permit, "nightly", exitLost, cmd + ` "nightly": the lease of that token has ended`},
+		} {
+			code, _, errOut := result(t, dlockCmd(t, env, cmd, "--token", c.token, c.name))
+			if code != c.code || !strings.Contains(errOut, c.want) || strings.Contains(errOut, `acquire "`) || strings.Contains(errOut, "Resume") {
+				t.Errorf("%s --token %.10s… %s: exit %d, stderr %q; want %d and %q, with no acquire NAME or Resume", cmd, c.token, c.name, code, errOut, c.code, c.want)
+			}
+		}
+	}
+}

@@ -621,6 +621,11 @@ func TestDemo(t *testing.T) {
 	if !strings.Contains(out, "strictly increasing") {
 		t.Errorf("demo output lacks the fence check:\n%s", out)
 	}
+	// Some tasks fail for good by the demo's design; the report says that
+	// this is the work failing, not the lock, before the first count of them.
+	if legend, count := strings.Index(out, "not failures of the lock"), strings.Index(out, "tasks failed for good "); legend < 0 || count < legend {
+		t.Errorf("demo output does not explain \"tasks failed for good\" before it counts them:\n%s", out)
+	}
 	// The third lesson: no lock, an idempotency key; duplicates enqueued
 	// (usually) but none acted on twice.
 	m = regexp.MustCompile(`with an idempotency key: (\d+) duplicate enqueues, (\d+) acted on twice`).FindStringSubmatch(out)
