@@ -290,6 +290,7 @@ func TestHoldReSentRequestsAreIdempotent(t *testing.T) {
 	} {
 		t.Run(k.kind, func(t *testing.T) {
 			p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
+			oldServer(t, direct)                           // (a lost release reply is told by the server's uptime)
 			ctx := t.Context()
 			name := k.name
 			c := newClient(t, rdb, pipelined(false), dlock.WithAutoExtend(false))
