@@ -9,9 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/driver/drivertest"
 	"github.com/dlockio/dlock/internal/goredisdriver"
+	"github.com/dlockio/dlock/internal/leakcheck"
 )
 
 // lossyConn is go-redis's driver with two taps. Once armed, its next script
@@ -212,6 +216,60 @@ func TestQueuedWaiterIgnoresHandoverToItsUndoneToken(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the waiter never took the lock after the next one released")
 			}
+		})
+	}
+}
+
+// scriptCounter counts the script calls a go-redis client got replies to.
+type scriptCounter struct{ n *atomic.Int32 }
+
+func (h scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.count(cmd)
+		return err
+	}
+}
+
+func (h scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return err
+	}
+}
+
+func (h scriptCounter) count(cmd redis.Cmder) {
+	if strings.HasPrefix(cmd.Name(), "eval") {
+		h.n.Add(1)
+	}
+}
+
+// A waiter whose pub/sub connection stalls while the holder releases asks
+// Redis again once the connection is back: drivertest.WokenAfterBreak on
+// go-redis through New (the driver table runs it through NewFrom).
+func TestWaiterAsksAgainAfterItsPubSubConnectionBroke(t *testing.T) {
+	for _, fair := range []bool{true, false} {
+		t.Run(map[bool]string{true: "fair", false: "unfair"}[fair], func(t *testing.T) {
+			t.Parallel()
+			leakcheck.Check(t)
+			p, rdb, direct := proxied(t, 3, 0)
+			var scripts atomic.Int32
+			rdb.AddHook(scriptCounter{&scripts})
+			opts := []dlock.Option{dlock.LeaseTTL(30 * time.Second)}
+			if !fair {
+				opts = append(opts, dlock.WithUnfair(slowBackoff))
+			}
+			w := newClient(t, rdb, opts...)
+			t.Cleanup(func() { w.Close(context.Background()) })
+			channel := "dlock:{broke}:ch"
+			drivertest.WokenAfterBreak(t, p, w, newClient(t, direct, opts...), "broke", func() bool {
+				return scripts.Load() >= 2 && direct.PubSubNumSub(t.Context(), channel).Val()[channel] == 1
+			})
 		})
 	}
 }
