@@ -215,7 +215,14 @@ func (a *acquisition) run() (*Lock, error) {
 				return l, nil
 			}
 		}
-		if l, pttl, err = a.try(); err != nil || l != nil {
+		l, pttl, err = a.try()
+		again := a.sleep(attempt+1, pttl)
+		if err != nil && handed == pubsub.Recheck && connectionLost(err) {
+			// Woken by the return of the pub/sub connection: the client may
+			// find its other connections broken only now. Once more, soon.
+			err, again = nil, DefaultMinBackoff
+		}
+		if err != nil || l != nil {
 			return l, err
 		}
 		timer.Stop()
@@ -223,8 +230,14 @@ func (a *acquisition) run() (*Lock, error) {
 		case <-timer.C:
 		default:
 		}
-		timer.Reset(a.sleep(attempt+1, pttl))
+		timer.Reset(again)
 	}
+}
+
+// connectionLost reports whether err says an attempt's connection failed:
+// it was not sent, or its reply was lost (and the attempt undone).
+func connectionLost(err error) bool {
+	return errors.Is(err, backend.ErrNotSent) || backend.ReplyLost(err)
 }
 
 // sleep is how long the wait sleeps after its attempt-th attempt (see

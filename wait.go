@@ -59,10 +59,21 @@ func (c *Client) watch(ctx context.Context, channel, token string) *waiters {
 }
 
 // retoken moves the waiters to a new lease token, so that a handover to
-// the token of an attempt after an undo reaches them.
+// the token of an attempt after an undo reaches them. A handover already
+// received was for the old token, whose hold the undo passed on: it is
+// kept as a plain wake-up (try again), never trusted. Once every hub
+// has moved, only a handover to the new token can arrive.
 func (w *waiters) retoken(token string) {
 	for _, hw := range w.ws {
 		hw.Retoken(token)
+	}
+	select {
+	case old := <-w.wake:
+		select {
+		case w.wake <- min(old, pubsub.Released):
+		default: // a wake-up for the new token came meanwhile
+		}
+	default:
 	}
 }
 

@@ -39,7 +39,8 @@ type Conn interface {
 	// connection to the shard of channel, subscribed to it with
 	// SSUBSCRIBE. After a broken connection it connects again on its own
 	// and subscribes again to its channels, whose confirmations Receive
-	// then returns anew. PubSub, and the PubSub's Subscribe, Unsubscribe
+	// then returns anew: dlock wakes each channel's waiters on them, since
+	// a message sent while it was down is lost. PubSub, and the PubSub's Subscribe, Unsubscribe
 	// and Close, do not wait on the network (dlock calls them under a lock
 	// that its waiters share): they send, or queue, and return.
 	PubSub(ctx context.Context, channel string) PubSub

@@ -54,6 +54,12 @@ func Run(t *testing.T, s Setup) {
 		lostReply(t, p, client(t, s.Server(t, p.Addr()), dlock.LeaseTTL(30*time.Second)), client(t, conn(t)))
 		lostDowngrade(t, p, client(t, s.Server(t, p.Addr()), dlock.LeaseTTL(30*time.Second)), client(t, conn(t)))
 	})
+	for _, m := range modes[:2] {
+		t.Run("BrokenPubSub/"+m.name, func(t *testing.T) {
+			p := redistest.NewProxy(t, srv.Addr())
+			brokenPubSub(t, p, &scriptCount{Conn: s.Server(t, p.Addr())}, conn(t), m)
+		})
+	}
 	t.Run("ServerDown", func(t *testing.T) {
 		down := redistest.Start(t, redistest.TCP())
 		serverDown(t, down, client(t, s.Server(t, down.Addr())))
@@ -627,6 +633,82 @@ func lostReply(t *testing.T, p *redistest.Proxy, a, b *dlock.Client) {
 		t.Fatalf("after the cut: %v", err)
 	}
 	l.Release(ctx)
+}
+
+// scriptCount is a Conn that counts the script calls it got a reply to.
+type scriptCount struct {
+	driver.Conn
+	n atomic.Int32
+}
+
+func (c *scriptCount) Do(ctx context.Context, args ...any) (any, error) {
+	v, err := c.Conn.Do(ctx, args...)
+	if name, _ := driver.String(args[0]); strings.HasPrefix(strings.ToLower(name), "eval") {
+		c.n.Add(1)
+	}
+	return v, err
+}
+
+// brokenPubSub runs WokenAfterBreak on wconn through p, in mode m.
+func brokenPubSub(t *testing.T, p *redistest.Proxy, wconn *scriptCount, direct driver.Conn, m mode) {
+	ctx := ctxFor(t, 60*time.Second)
+	opts := append([]dlock.Option{dlock.LeaseTTL(30 * time.Second)}, m.opts...)
+	name := "dt-broken-" + m.name
+	channel := "dlock:{" + name + "}:ch"
+	WokenAfterBreak(t, p, client(t, wconn, opts...), client(t, direct, opts...), name, func() bool {
+		v, _ := direct.Do(ctx, "pubsub", "numsub", channel)
+		r, _ := v.([]any)
+		return wconn.n.Load() >= 2 && len(r) == 2 && r[1] == int64(1)
+	})
+}
+
+// WokenAfterBreak checks that a waiter whose pub/sub connection stalls
+// while the holder releases (the release's message is held, then lost when
+// the connection is cut) asks Redis again once the connection is back and
+// subscribed again. w, whose connections go through p, waits for name,
+// which h takes; listening reports that w tried, subscribed and tried
+// again. The Clients' TTL and backoff make w's own timer 10s or more: w
+// must take the lock within 3s of the cut.
+func WokenAfterBreak(t *testing.T, p *redistest.Proxy, w, h *dlock.Client, name string, listening func() bool) {
+	t.Helper()
+	ctx := ctxFor(t, 60*time.Second)
+	l, err := h.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		m, err := w.Acquire(wctx, name)
+		if err == nil {
+			err = m.Release(ctx)
+		}
+		got <- err
+	}()
+	if !eventually(5*time.Second, listening) {
+		t.Fatal("the waiter never began to listen")
+	}
+	p.Stall()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(5*time.Second, func() bool {
+		info, err := h.Inspect(ctx, name)
+		return err == nil && info.Token != l.Token()
+	}) {
+		t.Fatal("the release never ran")
+	}
+	p.Cut()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("the waiter: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("the waiter did not take the lock within 3s of its pub/sub connection's return")
+		<-got
+	}
 }
 
 // lostDowngrade: a Downgrade whose reply is lost took effect; the hold's

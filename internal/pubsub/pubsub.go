@@ -27,12 +27,13 @@ const linger = 500 * time.Millisecond
 // with that fence ("<token>" alone reads as a handover without a fence).
 const WakeAll = "*"
 
-// The wake-ups a waiter receives: Released, or a handover: HandedOver, or
-// above it the fence the handover came with (fences are server time in µs,
-// far above it).
+// The wake-ups a waiter receives: Recheck, Released, or a handover:
+// HandedOver, or above it the fence the handover came with (fences are
+// server time in µs, far above it).
 const (
-	Released   int64 = 0 // the lock was released: try again
-	HandedOver int64 = 1 // the lock was handed to the waiter, without a fence
+	Recheck    int64 = -1 // the connection is back after a break: a release may have been missed, try again
+	Released   int64 = 0  // the lock was released: try again
+	HandedOver int64 = 1  // the lock was handed to the waiter, without a fence
 )
 
 // Hub shares one pub/sub connection among all of a Client's waiters on one
@@ -279,13 +280,24 @@ func receive(ps driver.PubSub) func(yield func(driver.Message) bool) {
 				ps.Ping(ctx) // silent for a while: make sure the connection lives
 				cancel()
 			default:
-				time.Sleep(50 * time.Millisecond) // broken: the driver reconnects on the next receive
+				if !yield(driver.Message{Kind: broken}) {
+					return
+				}
+				time.Sleep(50 * time.Millisecond) // the driver reconnects on the next receive
 			}
 		}
 	}
 }
 
+// broken is the Kind of the Message receive yields when ps reports a
+// broken connection.
+const broken = "broken"
+
 // read dispatches the messages of one pub/sub connection until it is closed.
+// A confirmation of a channel already confirmed is a subscription renewed
+// after a break (the driver subscribes again, see driver.Conn.PubSub): a
+// release announced while the connection was down was lost, so every waiter
+// on the channel is woken to ask Redis again.
 func (h *Hub) read(ps driver.PubSub, msgs func(func(driver.Message) bool)) {
 	for m := range msgs {
 		h.mu.Lock()
@@ -294,6 +306,10 @@ func (h *Hub) read(ps driver.PubSub, msgs func(func(driver.Message) bool)) {
 			continue // a closed connection's leftovers
 		}
 		switch m.Kind {
+		case broken:
+			// The driver subscribes again to every channel: the SUBSCRIBEs
+			// sent on the broken connection will not be confirmed.
+			clear(h.pending)
 		case "subscribe":
 			// Confirmations come in the order the SUBSCRIBEs were sent; the
 			// last one outstanding is the one that covers current waiters.
@@ -301,11 +317,7 @@ func (h *Hub) read(ps driver.PubSub, msgs func(func(driver.Message) bool)) {
 			if h.pending[m.Channel]--; h.pending[m.Channel] <= 0 {
 				delete(h.pending, m.Channel)
 				if t := h.topics[m.Channel]; t != nil {
-					select {
-					case <-t.ready:
-					default:
-						close(t.ready)
-					}
+					t.confirm()
 				}
 			}
 		case "message", "smessage":
@@ -318,21 +330,31 @@ func (h *Hub) read(ps driver.PubSub, msgs func(func(driver.Message) bool)) {
 }
 
 // readTopic dispatches the messages of a sharded channel's own connection
-// until it is closed.
+// until it is closed; a renewed confirmation wakes every waiter (see read).
 func (h *Hub) readTopic(t *topic, msgs func(func(driver.Message) bool)) {
 	for m := range msgs {
 		h.mu.Lock()
 		switch m.Kind {
 		case "ssubscribe":
-			select {
-			case <-t.ready:
-			default:
-				close(t.ready)
-			}
+			t.confirm()
 		case "message", "smessage":
 			t.dispatch(m.Payload)
 		}
 		h.mu.Unlock()
+	}
+}
+
+// confirm marks t's subscription confirmed. If it was already, this is its
+// renewal after a break: every waiter is woken with Recheck (see Hub.read).
+// h.mu must be held.
+func (t *topic) confirm() {
+	select {
+	case <-t.ready:
+		for _, w := range t.waiters {
+			w.signal(Recheck)
+		}
+	default:
+		close(t.ready)
 	}
 }
 

@@ -182,3 +182,27 @@ func TestSignalKeepsHandover(t *testing.T) {
 		}
 	}
 }
+
+// When its connection breaks and comes back, subscribed again, every waiter
+// is woken with Recheck: a release announced meanwhile was lost.
+func TestRenewedSubscriptionWakesWaiters(t *testing.T) {
+	for _, sharded := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "sharded"}[sharded], func(t *testing.T) {
+			var rdb *redis.Client
+			t.Cleanup(func() { rdb.Close() })
+			leakcheck.Check(t)
+			s := redistest.Start(t, redistest.TCP())
+			p := redistest.NewProxy(t, s.Addr())
+			rdb = redis.NewClient(&redis.Options{Addr: p.Addr()})
+			h := New(goredisdriver.Conn(rdb), sharded)
+			a, wakeA := subscribe(t, h, "ch", "a")
+			b, wakeB := subscribe(t, h, "ch", "b")
+			p.Cut()
+			expect(t, "a", wakeA, Recheck)
+			expect(t, "b", wakeB, Recheck)
+			a.Close()
+			b.Close()
+			waitUnsubscribed(t, s.Client(t), "ch", sharded)
+		})
+	}
+}
