@@ -16,7 +16,7 @@ test: redis
 	cd extra/dlockrueidis && $(GO) test $(TESTFLAGS) ./...
 	cd extra/dlockvalkey && $(GO) test $(TESTFLAGS) ./...
 
-# The quick check before a commit (about a minute and a half on two cores): the library's module under the race detector,
+# The quick check before a commit (two to four minutes on two cores): the library's module under the race detector,
 # with the long fault and timing scenarios skipped (testing.Short) and one round of the fault checker. `make test`
 # runs everything.
 test-short: redis
