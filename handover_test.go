@@ -112,7 +112,6 @@ func TestQueuedWaiterIgnoresHandoverToItsUndoneToken(t *testing.T) {
 		{"election", "election", "election", "election"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
 			_, rdb := setup(t)
 			ctx := t.Context()
 			const name = "stale"
@@ -255,7 +254,6 @@ func (h scriptCounter) count(cmd redis.Cmder) {
 func TestWaiterAsksAgainAfterItsPubSubConnectionBroke(t *testing.T) {
 	for _, fair := range []bool{true, false} {
 		t.Run(map[bool]string{true: "fair", false: "unfair"}[fair], func(t *testing.T) {
-			t.Parallel()
 			leakcheck.Check(t)
 			p, rdb, direct := proxied(t, 3, 0)
 			var scripts atomic.Int32

@@ -62,7 +62,7 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.start, l.ttl, l.validUntil = time.Now(), ttl, t.until
-	l.cl.Began = l.start
+	l.cl.Began = t.sent // (no later than the server granted it: see Node.release)
 	l.maxAsk = t.ask
 	l.capAt, l.atCap = t.capAt, t.atCap
 	if fence > 0 {
@@ -82,6 +82,7 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 // ask Redis for, the validity it gives, the max hold's deadline, and
 // whether the validity ends there.
 type terms struct {
+	sent  time.Time // when the request that gave the lease was sent (a handover: when its waiter queued)
 	ask   time.Duration
 	until time.Time
 	capAt time.Time
@@ -104,7 +105,7 @@ func (l *Lock) capFrom(start time.Time) time.Time {
 // drift margin of that shorter lease after the cap, as every lease's comes
 // after its validity).
 func (l *Lock) terms(sent time.Time, ttl time.Duration, capAt time.Time) terms {
-	t := terms{ask: ttl, until: sent.Add(ttl - l.c.opts.driftFor(ttl)), capAt: capAt}
+	t := terms{sent: sent, ask: ttl, until: sent.Add(ttl - l.c.opts.driftFor(ttl)), capAt: capAt}
 	if !capAt.IsZero() && !t.until.Before(capAt) {
 		t.ask = min(l.c.opts.leaseFor(capAt.Sub(sent)), ttl)
 		t.until, t.atCap = capAt, true
@@ -446,10 +447,18 @@ func (l *Lock) releaseOp() string { return l.k.role.releaseOp() }
 // relSem.
 func (l *Lock) release(ctx context.Context, e *Event) error {
 	l.expire()
+	live := ctx.Err() == nil
 	l.mu.Lock()
 	l.finish(ErrReleased) // stop the watchdog before the delete
 	lostErr, handedOff := l.err, l.handedOff
 	l.mu.Unlock()
+	if live && ctx.Err() != nil {
+		// ctx is the Lock's own (Context, Do's), ended by the settling
+		// above: the release still goes out, bounded as a clean-up is.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), backend.RetryCall)
+		defer cancel()
+	}
 	if handedOff {
 		return lostErr // the lease is the resuming Lock's now: not ours to end
 	}

@@ -292,10 +292,8 @@ func TestCleanReleaseLeavesNoMarker(t *testing.T) {
 // lost by its Release and by Do, whatever error Redis's absence gives the
 // release: errors.Is(err, ErrNotHeld) holds, as the guide promises.
 func TestALeaseKnownLostIsReportedLostWithRedisDown(t *testing.T) {
-	t.Parallel()
 	for _, via := range []string{"Release", "Do"} {
 		t.Run(via, func(t *testing.T) {
-			t.Parallel()
 			s, rdb := setup(t)
 			c := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
 			ctx := t.Context()

@@ -423,7 +423,6 @@ func TestAdv7SemaphoreHandleMismatch(t *testing.T) {
 // way to take a permit, and Available, fail at once with ErrInvalid saying
 // so, rather than wait for a size that may never come.
 func TestSemaphoreOfNoSizeRefusesAtOnce(t *testing.T) {
-	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -448,7 +447,6 @@ func TestSemaphoreOfNoSizeRefusesAtOnce(t *testing.T) {
 // again, and a waiter of a Semaphore of N = 0 is refused with ErrInvalid
 // rather than left waiting for a size.
 func TestSemaphoreUnsetPermits(t *testing.T) {
-	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "unset"

@@ -231,7 +231,6 @@ func TestUnfairWakeOnCluster(t *testing.T) {
 // holder's lease has left: behind a 1,000-hour lease it does not stay for
 // 1,000 hours after the release, in any mode that sets it.
 func TestWakeKeyLivesAtMostTheWindow(t *testing.T) {
-	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const long = 1000 * time.Hour

@@ -83,8 +83,9 @@ type Claim struct {
 	// and answered (Grant.Once). Its release then leaves no marker. A new
 	// token is clean; the caller clears it for any other lease.
 	Clean bool
-	// Began is when the lease was granted (or resumed): a server up for
-	// less time than has passed since may have lost it (see Node.release).
+	// Began is no later than when the lease was granted (or resumed): when
+	// the request that gave it was sent. A server up for less time than has
+	// passed since may have lost it (see Node.release).
 	Began time.Time
 	// ReleaseSent reports that a release of the lease was sent before and
 	// its reply lost: it may have run. The caller sets it.

@@ -148,7 +148,10 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 			// scripts announces itself too (see release.lua), for at most
 			// the window, as acquire.lua sets it. Only a hint: a waiter not
 			// woken tries again when the holder's lease ends.
-			tx.Set(ctx, c.Wake, "1", min(g.PTTL, Window(ttl)))
+			// Lengthened, never shortened: another waiter's may live longer.
+			px := min(g.PTTL, Window(ttl))
+			tx.SetNX(ctx, c.Wake, "1", px)
+			tx.Do(ctx, "pexpire", c.Wake, px.Milliseconds(), "gt")
 		}
 		return err
 	})

@@ -11,7 +11,8 @@
 -- remaining ms (-1 if the key has no expiry) and its token, which carries
 -- the holder's metadata; the common, uncontended reply stays one integer.
 -- A caller that waits sets the wake key for the holder's remaining lease,
--- at most ARGV[3], so that the release announces itself (a waiter sleeps
+-- at most ARGV[3], unless it already lives longer (a waiter with a longer
+-- lease set it), so that the release announces itself (a waiter sleeps
 -- no longer than that before it sets the key again).
 -- Errors: REVOKED if this lease was already ended (the request arrived after
 -- its caller gave up, or after a re-sent copy's lease was released);
@@ -36,8 +37,11 @@ if mark ~= '0' and mark ~= '1' then -- not ended (see revoked in lib.lua)
     return 0
   end
   local pttl = math.max(redis.call('PTTL', KEYS[1]), -1)
-  if KEYS[3] then
-    redis.call('SET', KEYS[3], '1', 'PX', pttl > 0 and math.min(pttl, tonumber(ARGV[3])) or ARGV[3])
+  if KEYS[3] then -- (lengthened, never shortened: another waiter's may live longer)
+    local px = pttl > 0 and math.min(pttl, tonumber(ARGV[3])) or tonumber(ARGV[3])
+    if redis.call('PTTL', KEYS[3]) < px then
+      redis.call('SET', KEYS[3], '1', 'PX', px)
+    end
   end
   return {pttl, holder}
 end

@@ -133,6 +133,9 @@ if ARGV[3] == '1' then
     redis.call('RPUSH', KEYS[3], token)
   end
   extend_queue(KEYS[3], KEYS[4], qttl)
-  redis.call('SET', KEYS[6], '1', 'PX', pttl > 0 and math.min(pttl, tonumber(qttl)) or qttl)
+  local px = pttl > 0 and math.min(pttl, tonumber(qttl)) or tonumber(qttl)
+  if redis.call('PTTL', KEYS[6]) < px then -- (lengthened, never shortened: another waiter's may live longer)
+    redis.call('SET', KEYS[6], '1', 'PX', px)
+  end
 end
 return {pttl, holder or ''}
