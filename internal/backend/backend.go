@@ -700,7 +700,11 @@ type PermitSize struct {
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence}, c.HolderID(), n.fenceMS, n.kind(c).shape()).Int64()
+	window := n.fenceMS
+	if c.Kind == Campaign && c.TTL.Milliseconds() > n.fenceMS.(int64) {
+		window = c.TTL.Milliseconds() // a term's fence lives as long as its lease, as acquire_fair.lua issues it
+	}
+	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), window, n.kind(c).shape(), c.Resumer).Int64()
 	if err != nil {
 		return 0, RedisErr(err)
 	}
@@ -730,6 +734,17 @@ func seqOf(mark string) int64 {
 		return max(n, 0)
 	}
 	return 0
+}
+
+// drives reports whether the Lock with resumer id resumer ("": the Lock
+// that took the lease) still drives the lease whose marker is mark, as
+// lib.lua's drives does: not once another Lock resumed it.
+func drives(mark, resumer string) bool {
+	if !strings.HasPrefix(mark, "e") {
+		return true
+	}
+	_, id, _ := strings.Cut(mark, ".")
+	return id == resumer
 }
 
 func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {

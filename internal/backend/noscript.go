@@ -348,15 +348,18 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 // watched, so a fence issued by anyone else meanwhile aborts the EXEC and
 // this one is computed again. Fences therefore rise as with scripts, also
 // when the counter was lost (it expired, an empty restart, a failover).
+// The lease's marker is watched too: a Lock that another resumed gets no
+// fence (see drives).
 func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 	var fence int64
-	err := n.watched(ctx, []string{c.Lock, c.Fence}, func(tx *redis.Tx) error {
+	err := n.watched(ctx, []string{c.Lock, c.Fence, c.Rev}, func(tx *redis.Tx) error {
 		var now *redis.TimeCmd
-		var holder, last *redis.Cmd
+		var holder, last, mark *redis.Cmd
 		tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 			now = p.Time(ctx)
 			holder = p.Do(ctx, "GET", c.Lock)
 			last = p.Do(ctx, "GET", c.Fence)
+			mark = p.Do(ctx, "GET", c.Rev)
 			return nil
 		})
 		fence = 0
@@ -365,6 +368,9 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 			return nil // not a plain lock, so not the lease's
 		}
 		if err != nil || h != c.HolderID() {
+			return err
+		}
+		if m, err := str(mark); err != nil || !drives(m, c.Resumer) {
 			return err
 		}
 		t, err := now.Result()

@@ -1,13 +1,15 @@
 -- fence.lua: issue the fencing token of the lease that holds a lock (asked
 -- for when the holder first needs it, so that a lease that never asks
 -- costs the server nothing for fencing).
--- KEYS[1] lock key   KEYS[2] fence key
+-- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] the lease's marker key
 -- ARGV[1] the lease's token (a reentrant lock: its owner id)
 -- ARGV[2] how long the fence counter lives, in ms (the fence window)
 -- ARGV[3] the lock key's shape: string, hash (reentrant) or zset (see holds)
--- Returns the fence (> 0), or 0 if the lease does not hold the lock.
+-- ARGV[4] the asking Lock's resumer id ('' for the Lock that took the lease)
+-- Returns the fence (> 0), or 0 if the lease does not hold the lock, or
+-- another Lock resumed it since (see drives in lib.lua).
 -- Errors: WRONGTYPE if the fence key holds a foreign value.
-if not holds(KEYS[1], ARGV[1], ARGV[3]) then
+if not holds(KEYS[1], ARGV[1], ARGV[3]) or not drives(KEYS[3], ARGV[4]) then
   return 0
 end
 local fence = new_fence(KEYS[2], ARGV[2])
