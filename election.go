@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -168,6 +169,8 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	}
 	ok, err := ld.l.c.b.Proclaim(ctx, ld.l.cl, value)
 	switch {
+	case errors.Is(err, backend.ErrSuperseded):
+		return ld.l.handOff()
 	case err != nil:
 		return opError("proclaim", ld.l.name, err)
 	case !ok:

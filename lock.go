@@ -188,6 +188,9 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	f, err := l.c.b.Fence(ctx, l.cl)
+	if errors.Is(err, backend.ErrSuperseded) {
+		return 0, l.handOff()
+	}
 	if err != nil {
 		return 0, opError("fence", l.name, err)
 	}
@@ -226,7 +229,8 @@ func (l *Lock) Err() error {
 	return l.err
 }
 
-// TTL asks Redis how long the lease has left. [ErrNotHeld] if it is gone.
+// TTL asks Redis how long the lease has left. [ErrNotHeld] if it is gone, or
+// another Lock resumed it (the Lock is then lost).
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	st, err := l.c.b.Inspect(ctx, &l.cl.Keys)
 	if err != nil {
@@ -235,6 +239,11 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	left, ok := st.LeaseLeft(l.cl.Token)
 	if !ok {
 		return 0, lost(l.name, "the lock no longer holds our lease")
+	}
+	if _, drives, err := l.c.b.Seq(ctx, l.cl); err != nil {
+		return 0, opError("ttl", l.name, err)
+	} else if !drives {
+		return 0, l.handOff()
 	}
 	return left, nil
 }
@@ -325,11 +334,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	l.maxAsk = max(l.maxAsk, t.ask)
 	ok, err := l.c.b.Extend(ctx, l.cl, t.ask, seq)
 	if errors.Is(err, backend.ErrSuperseded) {
-		l.mu.Lock()
-		l.handedOff = true
-		l.mu.Unlock()
-		l.lose(lost(l.name, err.Error()))
-		return l.Err()
+		return l.handOff()
 	}
 	if err != nil {
 		// Unknown whether it took effect: assume the earlier deadline.
@@ -350,6 +355,16 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	return l.capped()
+}
+
+// handOff ends the Lock as lost to another Lock that resumed its lease
+// (see Resume): its Release then sends nothing. It returns the Lock's error.
+func (l *Lock) handOff() error {
+	l.mu.Lock()
+	l.handedOff = true
+	l.mu.Unlock()
+	l.lose(lost(l.name, backend.ErrSuperseded.Error()))
+	return l.Err()
 }
 
 // capped is the error of an extension cut at the max hold.

@@ -164,3 +164,111 @@ func TestSupersededHolderGetsNoFenceQuorumAndScriptFree(t *testing.T) {
 		})
 	}
 }
+
+// Every call of a Lock whose lease another Lock resumed, made before it
+// learned of it, fails with ErrNotHeld and ends the Lock as lost; its
+// Release then sends nothing, and the resumer's Lock goes on.
+func TestSupersededHolderCallsRefused(t *testing.T) {
+	_, rdb := setup(t)
+	calls := map[string]supersededDo{
+		"fence":  func(ctx context.Context, _ *dlock.Client, l *dlock.Lock) error { _, err := l.Fence(ctx); return err },
+		"ttl":    func(ctx context.Context, _ *dlock.Client, l *dlock.Lock) error { _, err := l.TTL(ctx); return err },
+		"extend": func(ctx context.Context, _ *dlock.Client, l *dlock.Lock) error { return l.Extend(ctx, 10*time.Second) },
+	}
+	for _, k := range resumables() {
+		for call, do := range calls {
+			if k.name == "leadership" && call == "fence" {
+				continue // (a term's fence comes with the grant: TestSupersededHolderGetsNoFence)
+			}
+			t.Run(k.name+"/"+call, func(t *testing.T) {
+				supersededCall(t, rdb, k, do)
+			})
+		}
+	}
+	rw := resumables()[5]
+	t.Run("write/downgrade", func(t *testing.T) {
+		supersededCall(t, rdb, rw, func(ctx context.Context, c *dlock.Client, l *dlock.Lock) error {
+			m, err := c.RWMutex(l.Name())
+			if err != nil {
+				return err
+			}
+			return m.Downgrade(ctx, l)
+		})
+	})
+}
+
+// supersededDo is a call of the Lock l that the Client c took.
+type supersededDo func(ctx context.Context, c *dlock.Client, l *dlock.Lock) error
+
+// supersededCall takes a hold of kind k, resumes it on another Client,
+// and checks that the first Lock's call do is refused and ends it, and
+// that the resumed Lock goes on.
+func supersededCall(t *testing.T, rdb redis.UniversalClient, k resumable, do supersededDo) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	name := "sup-call-" + t.Name()
+	opts := append([]dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}, k.opts...)
+	old := newClient(t, rdb, opts...)
+	a, err := k.take(ctx, old, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := k.take(ctx, newClient(t, rdb, opts...), name, dlock.Resume(a.Token()))
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if err := do(ctx, old, a); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("the superseded Lock's call = %v, want ErrNotHeld", err)
+	}
+	if !errors.Is(a.Err(), dlock.ErrNotHeld) || !closedWithin(a.Done(), 5*time.Second) {
+		t.Errorf("the superseded Lock after its call: Err %v; want the loss, and Done closed", a.Err())
+	}
+	if err := a.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("the superseded Lock's Release = %v, want ErrNotHeld", err)
+	}
+	if _, err := b.TTL(ctx); err != nil {
+		t.Errorf("the resumer's TTL after the superseded Lock's calls: %v", err)
+	}
+	if _, err := b.Fence(ctx); err != nil {
+		t.Errorf("the resumer's Fence: %v", err)
+	}
+	if err := b.Extend(ctx, 10*time.Second); err != nil {
+		t.Errorf("the resumer's Extend: %v", err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Errorf("the resumer's Release: %v", err)
+	}
+}
+
+// A leader whose lease another process resumed cannot proclaim a value:
+// ErrNotHeld, the Leadership ends, and the resumed one's value stands.
+func TestSupersededLeaderProclaimRefused(t *testing.T) {
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	opts := []dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}
+	e, _ := newClient(t, rdb, opts...).Election("sup-proclaim")
+	e2, _ := newClient(t, rdb, opts...).Election("sup-proclaim")
+	a, err := e.Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e2.Campaign(ctx, "v", dlock.Resume(a.Lock().Token()))
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	defer b.Resign(ctx)
+	if err := b.Proclaim(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Proclaim(ctx, "a"); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("the superseded leader's Proclaim = %v, want ErrNotHeld", err)
+	}
+	if !errors.Is(a.Err(), dlock.ErrNotHeld) || !closedWithin(a.Done(), 5*time.Second) {
+		t.Errorf("the superseded leader after Proclaim: Err %v; want the loss, and Done closed", a.Err())
+	}
+	if l, err := e2.Leader(ctx); err != nil || l.Value != "b" || l.Fence != b.Fence() {
+		t.Errorf("Leader = %+v, %v; want the resumed leader's value b and fence %d", l, err, b.Fence())
+	}
+}

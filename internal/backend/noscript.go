@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -371,7 +372,7 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 			return err
 		}
 		if m, err := str(mark); err != nil || !drives(m, c.Resumer) {
-			return err
+			return cmp.Or(err, ErrSuperseded)
 		}
 		t, err := now.Result()
 		if err != nil {

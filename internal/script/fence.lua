@@ -6,11 +6,13 @@
 -- ARGV[2] how long the fence counter lives, in ms (the fence window)
 -- ARGV[3] the lock key's shape: string, hash (reentrant) or zset (see holds)
 -- ARGV[4] the asking Lock's resumer id ('' for the Lock that took the lease)
--- Returns the fence (> 0), or 0 if the lease does not hold the lock, or
--- another Lock resumed it since (see drives in lib.lua).
+-- Returns the fence (> 0), 0 if the lease does not hold the lock, or -1 if
+-- another Lock resumed it (see drives in lib.lua): none is issued.
 -- Errors: WRONGTYPE if the fence key holds a foreign value.
-if not holds(KEYS[1], ARGV[1], ARGV[3]) or not drives(KEYS[3], ARGV[4]) then
+if not holds(KEYS[1], ARGV[1], ARGV[3]) then
   return 0
+elseif not drives(KEYS[3], ARGV[4]) then
+  return -1
 end
 local fence = new_fence(KEYS[2], ARGV[2])
 if not fence then
