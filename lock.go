@@ -401,7 +401,8 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 	}
 }
 
-// Release gives the lock up, idempotently; [ErrNotHeld] if it was lost first.
+// Release gives the lock up, idempotently; [ErrNotHeld] if it was lost first,
+// or another Lock resumed its lease (which it leaves to that one).
 // On Redis's error the lease expires within its TTL; Release may be retried.
 func (l *Lock) Release(ctx context.Context) error {
 	select {
@@ -461,6 +462,12 @@ func (l *Lock) release(ctx context.Context, e *Event) error {
 	}
 
 	ok, err := l.c.b.Release(ctx, l.cl)
+	if errors.Is(err, backend.ErrSuperseded) {
+		l.mu.Lock() // another Lock resumed the lease: Redis left it to that one
+		l.handedOff, l.released = true, true
+		l.mu.Unlock()
+		return lost(l.name, err.Error())
+	}
 	if err != nil {
 		l.relSent = l.relSent || backend.ReplyLost(err)
 		return opError(l.releaseOp(), l.name, err)

@@ -161,6 +161,23 @@ func TestSupersededHolderGetsNoFenceQuorumAndScriptFree(t *testing.T) {
 			if err := g.Write(ctx, name, "b2", fenceOf(t, b), b.Token()); err != nil {
 				t.Errorf("the resumer's next fenced write: %v", err)
 			}
+
+			// A superseded Lock's first call its Release: it leaves the lease to the resumer.
+			a, err = mode.old.Acquire(ctx, name+"-rel", dlock.LeaseTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err = mode.next.Acquire(ctx, name+"-rel", dlock.Resume(a.Token()), dlock.LeaseTTL(10*time.Second))
+			if err != nil {
+				t.Fatalf("resume: %v", err)
+			}
+			defer b.Release(ctx)
+			if err := a.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("the superseded Lock's Release = %v, want ErrNotHeld", err)
+			}
+			if err := b.Extend(ctx, 10*time.Second); err != nil {
+				t.Errorf("the resumer's Extend after the superseded Lock's Release: %v", err)
+			}
 		})
 	}
 }
@@ -174,6 +191,8 @@ func TestSupersededHolderCallsRefused(t *testing.T) {
 		"fence":  func(ctx context.Context, _ *dlock.Client, l *dlock.Lock) error { _, err := l.Fence(ctx); return err },
 		"ttl":    func(ctx context.Context, _ *dlock.Client, l *dlock.Lock) error { _, err := l.TTL(ctx); return err },
 		"extend": func(ctx context.Context, _ *dlock.Client, l *dlock.Lock) error { return l.Extend(ctx, 10*time.Second) },
+		// (its Lock then reports ErrReleased, as after any Release)
+		"release": func(ctx context.Context, _ *dlock.Client, l *dlock.Lock) error { return l.Release(ctx) },
 	}
 	for _, k := range resumables() {
 		for call, do := range calls {
@@ -221,11 +240,12 @@ func supersededCall(t *testing.T, rdb redis.UniversalClient, k resumable, do sup
 	if err := do(ctx, old, a); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("the superseded Lock's call = %v, want ErrNotHeld", err)
 	}
-	if !errors.Is(a.Err(), dlock.ErrNotHeld) || !closedWithin(a.Done(), 5*time.Second) {
+	released := errors.Is(a.Err(), dlock.ErrReleased) // (the call was its Release)
+	if !released && !errors.Is(a.Err(), dlock.ErrNotHeld) || !closedWithin(a.Done(), 5*time.Second) {
 		t.Errorf("the superseded Lock after its call: Err %v; want the loss, and Done closed", a.Err())
 	}
-	if err := a.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("the superseded Lock's Release = %v, want ErrNotHeld", err)
+	if err := a.Release(ctx); !released && !errors.Is(err, dlock.ErrNotHeld) || released && err != nil {
+		t.Errorf("the superseded Lock's (next) Release = %v, want ErrNotHeld, or nil after a Release", err)
 	}
 	if _, err := b.TTL(ctx); err != nil {
 		t.Errorf("the resumer's TTL after the superseded Lock's calls: %v", err)

@@ -95,6 +95,15 @@ func (c *Claim) seqArg(seq int64) any {
 	return strconv.FormatInt(seq, 10) + "." + c.Resumer
 }
 
+// resumerArg appends to a release script's arguments args the Resumer, the
+// last argument, which only a resumed Lock's release passes.
+func (c *Claim) resumerArg(args []any) []any {
+	if c.Resumer == "" {
+		return args
+	}
+	return append(args, &c.Resumer)
+}
+
 // SetToken gives the claim a lease token, and with it a marker key. A token
 // whose lease was ended (released, or undone after an attempt with an
 // unknown outcome) is refused by Redis from then on, so an attempt after an
@@ -196,6 +205,7 @@ type Backend interface {
 	Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error)
 	// Release deletes the lock if it is ours (handing it to the next waiter
 	// in fair mode) and reports whether it was; a waiter's token leaves the queue.
+	// ErrSuperseded: another Lock resumed the lease, which is left to it.
 	// Extend resets the lease to ttl from now, unless an extension with a
 	// higher sequence number seq was applied already (a late copy of an
 	// older one must not cut short what a newer one set).
@@ -649,14 +659,14 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 		// counts as released by the first copy: the caller sent it while the
 		// lease was valid (a lock lost meanwhile outside the guarantees, to
 		// a failover or a forced release, then goes untold).
-		if v, err = n.kind(c).release(ctx, n, c, window).Int64(); err == nil && !mark {
+		if v, err = n.kind(c).release(ctx, n, c, window).Int64(); err == nil && !mark && v == 0 {
 			v = 1
 		}
 	}
 	if err != nil {
 		return false, RedisErr(err)
 	}
-	return v == 1, nil
+	return v == 1, superseded(v)
 }
 
 func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {

@@ -245,6 +245,8 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 		switch {
 		case err != nil:
 			return err
+		case !drives(m, c.Resumer):
+			return ErrSuperseded // the lease is the resuming Lock's: nothing is written
 		case h == c.Token:
 			ok = true
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {

@@ -359,15 +359,23 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// background, as an undo is, so that the node does not keep the lock
 	// until the lease expires (its copies are harmless: the first to land
 	// ends the lease, the others report it).
+	var superseded atomic.Int32 // nodes where another Lock resumed the lease
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)
 		if Transient(err) {
 			q.retryOn(n, c, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err })
 		}
+		if errors.Is(err, ErrSuperseded) {
+			superseded.Add(1)
+			return false, nil
+		}
 		return ok, err
 	}, nil)
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
+	if superseded.Load() > 0 {
+		return false, ErrSuperseded
+	}
 	// The lease was exclusive only while no majority could be won by
 	// another client. A node that answers that our token is gone (it came
 	// back empty, or never granted it) can grant it to someone else; a node

@@ -211,7 +211,7 @@ end
 -- key: false once another Lock resumed it, whose numbered extension the
 -- marker then records ("e<n>.<its id>", see superseded). A superseded Lock
 -- may still hold the token; it must not be issued a fence, nor act for the
--- lease.
+-- lease. (The release scripts check it inline, on their common path.)
 local function drives(key, id)
   local m = redis.call('GET', key)
   if not m or string.byte(m) ~= 101 then
