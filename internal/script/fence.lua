@@ -9,9 +9,16 @@
 -- Returns the fence (> 0), 0 if the lease does not hold the lock, or -1 if
 -- another Lock resumed it (see drives in lib.lua): none is issued.
 -- Errors: WRONGTYPE if the fence key holds a foreign value.
-if not holds(KEYS[1], ARGV[1], ARGV[3]) then
+local held, mark
+if ARGV[3] == 'string' then -- (one read: MGET, for which a key of another type is nil, as for holds)
+  local v = redis.call('MGET', KEYS[1], KEYS[3])
+  held, mark = v[1] == ARGV[1], v[2]
+else
+  held, mark = holds(KEYS[1], ARGV[1], ARGV[3]), redis.call('GET', KEYS[3])
+end
+if not held then
   return 0
-elseif not drives(KEYS[3], ARGV[4]) then
+elseif not drives(mark, ARGV[4]) then
   return -1
 end
 local fence = new_fence(KEYS[2], ARGV[2])

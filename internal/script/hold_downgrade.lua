@@ -12,7 +12,7 @@
 -- Returns 1 if the hold is now a read (also for a re-sent request whose
 -- first copy did it), 0 if the write hold is gone (released or lapsed),
 -- -1 if another Lock resumed it (see drives in lib.lua).
-if not drives(KEYS[5], ARGV[5]) then
+if not drives(redis.call('GET', KEYS[5]), ARGV[5]) then
   return -1
 end
 local now = now_ms()

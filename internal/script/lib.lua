@@ -207,13 +207,13 @@ local function superseded(key, seq, ttl_ms)
 end
 
 -- drives reports whether the Lock whose resumer id is id ('' for the Lock
--- that took the lease, see resume.go) still drives the lease of the marker
--- key: false once another Lock resumed it, whose numbered extension the
--- marker then records ("e<n>.<its id>", see superseded). A superseded Lock
--- may still hold the token; it must not be issued a fence, nor act for the
--- lease. (The release scripts check it inline, on their common path.)
-local function drives(key, id)
-  local m = redis.call('GET', key)
+-- that took the lease, see resume.go) still drives the lease whose marker
+-- is m (false: none): not once another Lock resumed it, whose numbered
+-- extension the marker then records ("e<n>.<its id>", see superseded). A
+-- superseded Lock may still hold the token; it must not be issued a fence,
+-- nor act for the lease. (The release scripts check it inline, on their
+-- common path.)
+local function drives(m, id)
   if not m or string.byte(m) ~= 101 then
     return true
   end

@@ -11,9 +11,10 @@
 -- with "~", a message no waiter's token matches (see internal/pubsub).
 -- Returns 1 if the lease holds the lock (the value is set), else 0, or -1
 -- if another Lock resumed the lease (see drives in lib.lua).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local v = redis.call('MGET', KEYS[1], KEYS[4])
+if v[1] ~= ARGV[1] then
   return 0
-elseif not drives(KEYS[4], ARGV[5]) then
+elseif not drives(v[2], ARGV[5]) then
   return -1
 end
 local pttl = redis.call('PTTL', KEYS[1])

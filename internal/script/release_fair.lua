@@ -25,14 +25,14 @@
 -- kind, which is left alone), -1 if another Lock resumed the lease (nothing
 -- is done).
 local token = ARGV[1]
-local m = redis.call('GET', KEYS[5])
+-- A lock key of another kind (the name taken meanwhile as a reentrant lock,
+-- a semaphore or a read-write lock) holds no lease of ours; MGET reads it
+-- as nil. The marker tells whether another Lock resumed the lease.
+local v = redis.call('MGET', KEYS[1], KEYS[5])
+local holder, m = v[1], v[2]
 if m and string.byte(m) == 101 and (string.match(m, '^e%d+%.(.+)$') or '') ~= (ARGV[4] or '') then
   return -1 -- not drives (lib.lua)
 end
--- A lock key of another kind (the name taken meanwhile as a reentrant lock,
--- a semaphore or a read-write lock) holds no lease of ours; GET would fail
--- on it before a waiter that gives up is taken out of the queue.
-local holder = redis.pcall('GET', KEYS[1])
 local head -- the first waiter, taken out of the queue
 if holder == token then
   if ARGV[2] ~= '0' then
