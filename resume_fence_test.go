@@ -292,3 +292,69 @@ func TestSupersededLeaderProclaimRefused(t *testing.T) {
 		t.Errorf("Leader = %+v, %v; want the resumed leader's value b and fence %d", l, err, b.Fence())
 	}
 }
+
+// A Fence whose reply is lost, asked for again: a copy that ran before
+// another Lock resumed the lease gave the first Lock a fence below the
+// resumer's, and the call asked again after the resume is refused; the
+// resumer's Fence asked again after a lost reply is a fence above every
+// earlier one, and its writes carry it.
+func TestSupersededHolderFenceAskedAgainAfterResume(t *testing.T) {
+	leakcheck.Check(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	p, rdb, direct := proxied(t, 0, 2*time.Second)
+	opts := []dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}
+	old, next := newClient(t, rdb, opts...), newClient(t, direct, opts...)
+	g := dlock.NewGuard(direct)
+	a, err := old.Acquire(ctx, "fence-again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b *dlock.Lock
+	err = stallThenCut(t, p, func() error { _, err := a.Fence(ctx); return err }, func() bool {
+		if direct.Exists(ctx, a.Key()+":fence").Val() == 0 {
+			return false
+		}
+		if b == nil { // the first copy ran: the lease is resumed before its reply is lost
+			if b, err = next.Acquire(ctx, "fence-again", dlock.Resume(a.Token())); err != nil {
+				t.Fatalf("resume: %v", err)
+			}
+		}
+		return true
+	})
+	if err == nil {
+		t.Fatal("the Fence whose reply was cut off succeeded")
+	}
+	defer b.Release(ctx)
+	if f, err := a.Fence(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("the superseded Lock's Fence asked again after the resume = %d, %v; want ErrNotHeld", f, err)
+	}
+	if err := g.Write(ctx, "fence-again-res", "b", fenceOf(t, b), b.Token()); err != nil {
+		t.Errorf("the resumer's fenced write: %v", err)
+	}
+
+	x, err := next.Acquire(ctx, "fence-again-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := old.Acquire(ctx, "fence-again-2", dlock.Resume(x.Token()))
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	defer r.Release(ctx)
+	err = stallThenCut(t, p, func() error { _, err := r.Fence(ctx); return err },
+		func() bool { return direct.Exists(ctx, x.Key()+":fence").Val() == 1 })
+	if err == nil {
+		t.Fatal("the resumer's Fence whose reply was cut off succeeded")
+	}
+	f, err := r.Fence(ctx)
+	if err != nil {
+		t.Fatalf("the resumer's Fence asked again: %v", err)
+	}
+	if got, err := x.Fence(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("the superseded Lock's Fence = %d, %v; want ErrNotHeld", got, err)
+	}
+	if err := g.Write(ctx, "fence-again-res-2", "r", f, r.Token()); err != nil {
+		t.Errorf("the resumer's fenced write: %v", err)
+	}
+}
