@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -111,8 +112,9 @@ func leadership(ctx context.Context, l *Lock) (*Leadership, error) {
 }
 
 // resumedLeadership returns the Leadership of the resumed campaign lease
-// l: the term's fence and value are the ones in Redis, read while l holds
-// the lease (the fence counter lives as long as a leader's lease).
+// l: the term's value is the one in Redis, read while l holds the lease;
+// its fence is issued anew, above the term's, so that a resource that
+// checks fences refuses the superseded leader's late writes.
 func resumedLeadership(ctx context.Context, l *Lock) (*Leadership, error) {
 	st, err := l.c.b.Inspect(ctx, &l.cl.Keys)
 	switch {
@@ -123,12 +125,8 @@ func resumedLeadership(ctx context.Context, l *Lock) (*Leadership, error) {
 		l.lose(err)
 		return nil, l.Err()
 	}
-	fence := st.Fence
-	if fence > 0 {
-		l.fenceSem <- struct{}{}
-		l.fence = fence
-		<-l.fenceSem
-	} else if fence, err = l.Fence(ctx); err != nil { // the counter was lost (a failover): a new one, above
+	fence, err := l.Fence(ctx)
+	if err != nil {
 		return nil, err
 	}
 	ld := &Leadership{l: l, fence: fence}
@@ -171,6 +169,8 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	}
 	ok, err := ld.l.c.b.Proclaim(ctx, ld.l.cl, value)
 	switch {
+	case errors.Is(err, backend.ErrSuperseded):
+		return ld.l.handOff()
 	case err != nil:
 		return opError("proclaim", ld.l.name, err)
 	case !ok:

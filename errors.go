@@ -299,9 +299,9 @@ func (p publicBackend) Fence(ctx context.Context, c *backend.Claim) (int64, erro
 	return f, publicErr(err)
 }
 
-func (p publicBackend) Seq(ctx context.Context, c *backend.Claim) (int64, error) {
-	n, err := p.b.Seq(ctx, c)
-	return n, publicErr(err)
+func (p publicBackend) Seq(ctx context.Context, c *backend.Claim) (int64, bool, error) {
+	n, drives, err := p.b.Seq(ctx, c)
+	return n, drives, publicErr(err)
 }
 
 func (p publicBackend) Permits(ctx context.Context, k *backend.Keys, op string, v, size int) (backend.PermitSize, error) {

@@ -189,6 +189,9 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	f, err := l.c.b.Fence(ctx, l.cl)
+	if errors.Is(err, backend.ErrSuperseded) {
+		return 0, l.handOff()
+	}
 	if err != nil {
 		return 0, opError("fence", l.name, err)
 	}
@@ -227,7 +230,8 @@ func (l *Lock) Err() error {
 	return l.err
 }
 
-// TTL asks Redis how long the lease has left. [ErrNotHeld] if it is gone.
+// TTL asks Redis how long the lease has left. [ErrNotHeld] if it is gone, or
+// another Lock resumed it (the Lock is then lost).
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	st, err := l.c.b.Inspect(ctx, &l.cl.Keys)
 	if err != nil {
@@ -236,6 +240,11 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	left, ok := st.LeaseLeft(l.cl.Token)
 	if !ok {
 		return 0, lost(l.name, "the lock no longer holds our lease")
+	}
+	if _, drives, err := l.c.b.Seq(ctx, l.cl); err != nil {
+		return 0, opError("ttl", l.name, err)
+	} else if !drives {
+		return 0, l.handOff()
 	}
 	return left, nil
 }
@@ -335,11 +344,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	l.maxAsk = max(l.maxAsk, t.ask)
 	ok, err := l.c.b.Extend(ctx, l.cl, t.ask, seq)
 	if errors.Is(err, backend.ErrSuperseded) {
-		l.mu.Lock()
-		l.handedOff = true
-		l.mu.Unlock()
-		l.lose(lost(l.name, err.Error()))
-		return l.Err()
+		return l.handOff()
 	}
 	if err != nil {
 		// Unknown whether it took effect: assume the earlier deadline.
@@ -360,6 +365,16 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	return l.capped()
+}
+
+// handOff ends the Lock as lost to another Lock that resumed its lease
+// (see Resume): its Release then sends nothing. It returns the Lock's error.
+func (l *Lock) handOff() error {
+	l.mu.Lock()
+	l.handedOff = true
+	l.mu.Unlock()
+	l.lose(lost(l.name, backend.ErrSuperseded.Error()))
+	return l.Err()
 }
 
 // capped is the error of an extension cut at the max hold.
@@ -396,7 +411,8 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 	}
 }
 
-// Release gives the lock up, idempotently; [ErrNotHeld] if it was lost first.
+// Release gives the lock up, idempotently; [ErrNotHeld] if it was lost first,
+// or another Lock resumed its lease (which it leaves to that one).
 // On Redis's error the lease expires within its TTL; Release may be retried.
 func (l *Lock) Release(ctx context.Context) error {
 	select {
@@ -464,6 +480,12 @@ func (l *Lock) release(ctx context.Context, e *Event) error {
 	}
 
 	ok, err := l.c.b.Release(ctx, l.cl)
+	if errors.Is(err, backend.ErrSuperseded) {
+		l.mu.Lock() // another Lock resumed the lease: Redis left it to that one
+		l.handedOff, l.released = true, true
+		l.mu.Unlock()
+		return lost(l.name, err.Error())
+	}
 	if err != nil {
 		// A lease found lost already is reported lost whatever Redis says:
 		// it is gone there, or going (a max hold's undo runs on its own).

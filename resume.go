@@ -23,7 +23,7 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 	if err := c.b.Prepare(ctx, l.cl); err != nil {
 		return nil, opError(op, l.name, err)
 	}
-	seq, err := c.b.Seq(ctx, l.cl)
+	seq, _, err := c.b.Seq(ctx, l.cl)
 	switch {
 	case err != nil:
 		return nil, opError(op, l.name, err)

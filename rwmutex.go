@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -81,6 +82,8 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	w.cl.SetKind(cl.Kind) // (only its kind changes: Key, Token and TTL read the rest unlocked)
 	w.mu.Unlock()
 	switch {
+	case errors.Is(err, backend.ErrSuperseded):
+		return w.handOff()
 	case err != nil:
 		return opError("downgrade", rw.name, err)
 	case !ok:

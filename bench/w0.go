@@ -87,7 +87,7 @@ var w0Cases = []w0Case{
 			rev := n.lock + ":r:" + tok
 			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "6", n.lock, n.fence, n.queue, n.waiters, rev, n.wake,
 				tok, ttlMS, "0", queueMS+" PUBLISH "+fenceMS+" 0")
-			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, n.lock,
+			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
 				tok, cleanMS, "PUBLISH "+fenceMS+" 0")
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
@@ -103,13 +103,13 @@ var w0Cases = []w0Case{
 }
 
 // unfairPair is an unfair lock's uncontended pair whose release writes a
-// marker for window ms (cleanMS: none, and no marker key or window is sent).
+// marker for window ms (cleanMS: none, and no window is sent).
 func unfairPair(window string) func(b []byte, n *w0Name, tok string) []byte {
 	return func(b []byte, n *w0Name, tok string) []byte {
 		rev := n.lock + ":r:" + tok
 		b = appendCmd(b, "EVALSHA", script.Acquire.Hash(), "2", n.lock, rev, tok, ttlMS)
 		if window == cleanMS {
-			return appendCmd(b, "EVALSHA", script.Release.Hash(), "2", n.lock, n.wake, tok, "PUBLISH")
+			return appendCmd(b, "EVALSHA", script.Release.Hash(), "3", n.lock, n.wake, rev, tok, "PUBLISH")
 		}
 		return appendCmd(b, "EVALSHA", script.Release.Hash(), "3", n.lock, n.wake, rev, tok, "PUBLISH", window)
 	}

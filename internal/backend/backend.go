@@ -102,6 +102,15 @@ func (c *Claim) seqArg(seq int64) any {
 	return strconv.FormatInt(seq, 10) + "." + c.Resumer
 }
 
+// resumerArg appends to a release script's arguments args the Resumer, the
+// last argument, which only a resumed Lock's release passes.
+func (c *Claim) resumerArg(args []any) []any {
+	if c.Resumer == "" {
+		return args
+	}
+	return append(args, &c.Resumer)
+}
+
 // SetToken gives the claim a lease token, and with it a marker key. A token
 // whose lease was ended (released, or undone after an attempt with an
 // unknown outcome) is refused by Redis from then on, so an attempt after an
@@ -203,18 +212,21 @@ type Backend interface {
 	Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error)
 	// Release deletes the lock if it is ours (handing it to the next waiter
 	// in fair mode) and reports whether it was; a waiter's token leaves the queue.
+	// ErrSuperseded: another Lock resumed the lease, which is left to it.
 	// Extend resets the lease to ttl from now, unless an extension with a
 	// higher sequence number seq was applied already (a late copy of an
 	// older one must not cut short what a newer one set).
 	Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error)
 	Release(ctx context.Context, c *Claim) (bool, error)
 	// Fence issues the fencing token of the lease c, if it holds the lock:
-	// greater than every fence issued for the name before (0: not held).
+	// greater than every fence issued for the name before (0: not held;
+	// ErrSuperseded: another Lock resumed the lease, and c gets none).
 	Fence(ctx context.Context, c *Claim) (int64, error)
 	// Seq returns the sequence number of the last ordered extension
 	// applied to the lease c (0: none), or -1 if c's lease was ended; a
-	// Lock that resumes the lease numbers its extensions above it.
-	Seq(ctx context.Context, c *Claim) (int64, error)
+	// Lock that resumes the lease numbers its extensions above it. drives
+	// is false once a Lock other than c's resumed the lease.
+	Seq(ctx context.Context, c *Claim) (seq int64, drives bool, err error)
 	Inspect(ctx context.Context, k *Keys) (State, error)
 	// Undo ends the lease c may hold, or come to hold (see Release), on
 	// every node; it fails if a node could not be reached, so that the undo
@@ -250,6 +262,7 @@ type Backend interface {
 	// hold_downgrade.lua), and c into a read's claim (a Downgrading one
 	// when the outcome is unknown); false if c no longer holds the lock.
 	// The caller keeps every other use of c out meanwhile.
+	// ErrSuperseded: another Lock resumed the lease (so for Proclaim).
 	Downgrade(ctx context.Context, c *Claim) (bool, error)
 	// Proclaim sets the value the leader of the campaign lease c shows,
 	// within its term (see proclaim.lua); false if c no longer holds the lock.
@@ -680,7 +693,7 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 			v = 1
 		}
 	}
-	return v == 1, nil
+	return v == 1, superseded(v)
 }
 
 // again calls f, and, with a Redis client that retries, calls it again
@@ -706,7 +719,7 @@ func (n Node) again(ctx context.Context, sent bool, f func() error) (bool, error
 const releasePauseMax = 160 * time.Millisecond
 
 func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
-	v, err := n.run(ctx, script.HoldDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters}, c.Token, c.Channel, n.pub, n.fenceMS).Int64()
+	v, err := n.run(ctx, script.HoldDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer).Int64()
 	var reply redis.Error
 	if err != nil && !neverSent(err) && !errors.As(err, &reply) {
 		c.SetKind(Downgrading)
@@ -717,15 +730,24 @@ func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
 	if v == 1 {
 		c.SetKind(Read)
 	}
-	return v == 1, nil
+	return v == 1, superseded(v)
 }
 
 func (n Node) Proclaim(ctx context.Context, c *Claim, value string) (bool, error) {
-	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence}, c.Token, value, c.Channel, n.pub).Int64()
+	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer).Int64()
 	if err != nil {
 		return false, RedisErr(err)
 	}
-	return v == 1, nil
+	return v == 1, superseded(v)
+}
+
+// superseded is the error of a script's reply v: ErrSuperseded for -1,
+// which says that another Lock resumed the lease (see lib.lua's drives).
+func superseded(v int64) error {
+	if v == -1 {
+		return ErrSuperseded
+	}
+	return nil
 }
 
 // Permits runs permits.lua on the semaphore k: op "get", "set" (to v,
@@ -749,22 +771,26 @@ type PermitSize struct {
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence}, c.HolderID(), n.fenceMS, n.kind(c).shape()).Int64()
+	window := n.fenceMS
+	if c.Kind == Campaign && c.TTL.Milliseconds() > n.fenceMS.(int64) {
+		window = c.TTL.Milliseconds() // a term's fence lives as long as its lease, as acquire_fair.lua issues it
+	}
+	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), window, n.kind(c).shape(), c.Resumer).Int64()
 	if err != nil {
 		return 0, RedisErr(err)
 	}
-	return f, nil
+	return max(f, 0), superseded(f)
 }
 
-func (n Node) Seq(ctx context.Context, c *Claim) (int64, error) {
+func (n Node) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 	mark, err := n.rdb.Do(ctx, "get", c.Rev).Text()
 	switch {
 	case err == redis.Nil:
-		return 0, nil
+		return 0, true, nil
 	case err != nil:
-		return 0, RedisErr(err)
+		return 0, false, RedisErr(err)
 	}
-	return seqOf(mark), nil
+	return seqOf(mark), drives(mark, c.Resumer), nil
 }
 
 // seqOf reads a lease's marker (see lib.lua): "e<n>" or "e<n>.<id>" gives
@@ -779,6 +805,17 @@ func seqOf(mark string) int64 {
 		return max(n, 0)
 	}
 	return 0
+}
+
+// drives reports whether the Lock with resumer id resumer ("": the Lock
+// that took the lease) still drives the lease whose marker is mark, as
+// lib.lua's drives does: not once another Lock resumed it.
+func drives(mark, resumer string) bool {
+	if !strings.HasPrefix(mark, "e") {
+		return true
+	}
+	_, id, _ := strings.Cut(mark, ".")
+	return id == resumer
 }
 
 func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {

@@ -28,8 +28,8 @@ func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration,
 }
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 6,
-		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey(), &c.Token, window, n.releaseConf(true)})
+	return n.evalsha(ctx, script.ReleaseFair, c.resumerArg([]any{"evalsha", releaseFairSHA, 6,
+		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey(), &c.Token, window, n.releaseConf(true)}))
 }
 
 func (campaign) scripts(l leaseScripts) (*redis.Script, scriptSet) {

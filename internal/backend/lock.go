@@ -49,17 +49,13 @@ func (lock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq
 
 func (lock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
 	if n.fair {
-		rev := &c.Rev
-		if window == 0 {
-			rev = &c.Lock // (a clean lease's release reads no marker: see release_fair.lua)
-		}
-		return n.evalsha(ctx, script.ReleaseFair, []any{"evalsha", releaseFairSHA, 5,
-			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, rev, &c.Token, window, n.releaseConf(false)})
+		return n.evalsha(ctx, script.ReleaseFair, c.resumerArg([]any{"evalsha", releaseFairSHA, 5,
+			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, window, n.releaseConf(false)}))
 	}
-	if window == 0 { // a clean lease: two keys, two arguments (release.lua)
-		return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 2, &c.Lock, &c.Wake, &c.Token, n.pubA})
+	if window == 0 { // a clean lease: two arguments (release.lua)
+		return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA})
 	}
-	return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA, window})
+	return n.evalsha(ctx, script.Release, c.resumerArg([]any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA, window}))
 }
 
 func (lock) scripts(l leaseScripts) (*redis.Script, scriptSet) { return l.lockFirst, l.lock }

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -248,6 +249,8 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 		switch {
 		case err != nil:
 			return err
+		case !drives(m, c.Resumer):
+			return ErrSuperseded // the lease is the resuming Lock's: nothing is written
 		case h == c.Token:
 			ok = true
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -352,15 +355,18 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 // watched, so a fence issued by anyone else meanwhile aborts the EXEC and
 // this one is computed again. Fences therefore rise as with scripts, also
 // when the counter was lost (it expired, an empty restart, a failover).
+// The lease's marker is watched too: a Lock that another resumed gets no
+// fence (see drives).
 func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 	var fence int64
-	err := n.watched(ctx, []string{c.Lock, c.Fence}, func(tx *redis.Tx) error {
+	err := n.watched(ctx, []string{c.Lock, c.Fence, c.Rev}, func(tx *redis.Tx) error {
 		var now *redis.TimeCmd
-		var holder, last *redis.Cmd
+		var holder, last, mark *redis.Cmd
 		tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 			now = p.Time(ctx)
 			holder = p.Do(ctx, "GET", c.Lock)
 			last = p.Do(ctx, "GET", c.Fence)
+			mark = p.Do(ctx, "GET", c.Rev)
 			return nil
 		})
 		fence = 0
@@ -370,6 +376,9 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 		}
 		if err != nil || h != c.HolderID() {
 			return err
+		}
+		if m, err := str(mark); err != nil || !drives(m, c.Resumer) {
+			return cmp.Or(err, ErrSuperseded)
 		}
 		t, err := now.Result()
 		if err != nil {

@@ -246,7 +246,7 @@ func (q *Quorum) count(res []nodeResult[Grant]) votes {
 func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error) {
 	yes := func(v int64) bool { return v == 1 }
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (int64, error) {
-		v, err := n.run(ctx, script.RaiseFence, []string{c.Lock, c.Fence}, fence, c.HolderID(), n.fenceMS, n.kind(c).shape()).Int64()
+		v, err := n.run(ctx, script.RaiseFence, []string{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, n.kind(c).shape(), c.Resumer).Int64()
 		return v, RedisErr(err)
 	}, majority(q, yes))
 	errs := make([]error, len(res))
@@ -259,13 +259,22 @@ func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error
 // majority shares a node with that one and issues a higher fence.
 func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
 	yes := func(f int64) bool { return f > 0 }
+	var superseded atomic.Int32 // nodes where another Lock resumed the lease
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (int64, error) {
-		return n.Fence(ctx, c)
+		f, err := n.Fence(ctx, c)
+		if errors.Is(err, ErrSuperseded) {
+			superseded.Add(1)
+			return 0, nil
+		}
+		return f, err
 	}, majority(q, yes))
 	errs := make([]error, len(res))
 	held, answered := tally(res, yes, errs)
 	if held < q.need() {
-		if answered-held > len(q.nodes)-q.need() {
+		switch {
+		case answered-held > len(q.nodes)-q.need() && superseded.Load() > 0:
+			return 0, ErrSuperseded
+		case answered-held > len(q.nodes)-q.need():
 			return 0, nil // so many said "not ours" that no majority holds it
 		}
 		return 0, &QuorumError{Op: "fence", Held: held, Need: q.need(), Nodes: errs}
@@ -284,28 +293,38 @@ func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
 }
 
 // Seq is the highest of a majority's answers: -1 only if a majority says
-// the lease was ended.
-func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, error) {
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (int64, error) { return n.Seq(ctx, c) },
-		majority(q, func(int64) bool { return true }))
+// the lease was ended. c no longer drives the lease if one of them says so
+// (the majority the resume was applied on shares a node with it).
+func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
+	type mark struct {
+		seq    int64
+		drives bool
+	}
+	all := func(mark) bool { return true }
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (mark, error) {
+		seq, drives, err := n.Seq(ctx, c)
+		return mark{seq, drives}, err
+	}, majority(q, all))
 	errs := make([]error, len(res))
-	answered, _ := tally(res, func(int64) bool { return true }, errs)
+	answered, _ := tally(res, all, errs)
 	if answered < q.need() {
-		return 0, &QuorumError{Op: "resume", Held: answered, Need: q.need(), Nodes: errs}
+		return 0, false, &QuorumError{Op: "resume", Held: answered, Need: q.need(), Nodes: errs}
 	}
 	var seq, ended int64
+	drives := true
 	for _, r := range res {
 		if r.ok && r.err == nil {
-			seq = max(seq, r.v)
-			if r.v < 0 {
+			seq = max(seq, r.v.seq)
+			drives = drives && r.v.drives
+			if r.v.seq < 0 {
 				ended++
 			}
 		}
 	}
 	if ended >= int64(q.need()) {
-		return -1, nil
+		return -1, drives, nil
 	}
-	return max(seq, 0), nil
+	return max(seq, 0), drives, nil
 }
 
 func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
@@ -341,15 +360,23 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// until the lease expires (its copies are harmless: the first to land
 	// ends the lease, the others report it).
 	c = ptr(*c) // (the nodes' calls may outlive this one, and the caller marks its claim after it)
+	var superseded atomic.Int32 // nodes where another Lock resumed the lease
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)
 		if Transient(err) {
 			q.retryOn(n, c, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err })
 		}
+		if errors.Is(err, ErrSuperseded) {
+			superseded.Add(1)
+			return false, nil
+		}
 		return ok, err
 	}, nil)
 	errs := make([]error, len(res))
 	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
+	if superseded.Load() > 0 {
+		return false, ErrSuperseded
+	}
 	// The lease was exclusive only while no majority could be won by
 	// another client. A node that answers that our token is gone (it came
 	// back empty, or never granted it) can grant it to someone else; a node

@@ -14,7 +14,7 @@ import (
 // short under min-replicas-to-write, a failover under way, memory full, a
 // server loading its data or busy with a script).
 func Transient(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, ErrSuperseded) {
 		return false
 	}
 	var rerr redis.Error

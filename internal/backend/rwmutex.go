@@ -41,8 +41,11 @@ func (rwHold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, s
 }
 
 func (h rwHold) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-		h.member(c.Token), c.Token, c.Channel, n.pub, window, n.fenceMS)
+	a := []any{h.member(c.Token), c.Token, c.Channel, n.pub, window, n.fenceMS}
+	if c.Resumer != "" {
+		a = append(a, 1) // (ARGV[7], before the resumer id)
+	}
+	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, c.resumerArg(a)...)
 }
 
 func (rwHold) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script.HoldAcquire, l.hold }

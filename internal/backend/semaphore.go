@@ -38,8 +38,11 @@ func (p permit) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration,
 }
 
 func (p permit) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.SizeKey()},
-		p.args(c.Token, c.Token, c.Channel, n.pub, window, n.fenceMS)...)
+	a := p.args(c.Token, c.Token, c.Channel, n.pub, window, n.fenceMS)
+	if c.Resumer != "" && p.w == 1 {
+		a = append(a, 1) // (ARGV[7], before the resumer id)
+	}
+	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.SizeKey()}, c.resumerArg(a)...)
 }
 
 // args returns a script's arguments, followed by the hold's permits when

@@ -2,14 +2,19 @@
 -- hold in one step: no writer can come in between, and the readers waiting
 -- at the head of the queue are let in with it.
 -- KEYS[1] the lock (sorted set, see lib.lua)   KEYS[2] fence key
--- KEYS[3] queue   KEYS[4] waiters hash
+-- KEYS[3] queue   KEYS[4] waiters hash   KEYS[5] the hold's marker key
 -- ARGV[1] the hold's token   ARGV[2] release channel
 -- ARGV[3] publish command: PUBLISH or SPUBLISH
 -- ARGV[4] how long the fence counter lives, in ms (the fence window)
+-- ARGV[5] the asking Lock's resumer id ('' for the Lock that took the hold)
 -- The hold keeps its token, deadline and fence: "w:<token>" becomes
 -- "r:<token>" with the same score. Grants are announced as for a release.
 -- Returns 1 if the hold is now a read (also for a re-sent request whose
--- first copy did it), 0 if the write hold is gone (released or lapsed).
+-- first copy did it), 0 if the write hold is gone (released or lapsed),
+-- -1 if another Lock resumed it (see drives in lib.lua).
+if not drives(redis.call('GET', KEYS[5]), ARGV[5]) then
+  return -1
+end
 local now = now_ms()
 local w, r = 'w:' .. ARGV[1], 'r:' .. ARGV[1]
 local score = redis.pcall('ZSCORE', KEYS[1], w)

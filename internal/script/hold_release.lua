@@ -13,15 +13,21 @@
 --         release.lua)
 -- ARGV[6] how long the fence counter lives, in ms (the fence window)
 -- ARGV[7] (a semaphore's) how many permits the hold has, w (absent: 1)
+-- ARGV[8] (a resumed Lock's only) its resumer id (see drives in lib.lua)
 -- KEYS[6] (a semaphore's) its size kept in Redis, if any (permits.lua)
 -- Grants (serve_holds) are announced as "<token> <fence>". Nothing is
 -- announced when nobody queued: the kinds' waiters are all in the queue.
 -- Returns 1 if the hold was ours (it is now given back; also for a re-sent
 -- request whose first copy gave it back), 0 if it was not (a waiter's queue
--- entry, if any, is removed). A key of another kind is left alone. A hold
+-- entry, if any, is removed), -1 if another Lock resumed the hold (nothing
+-- is done). A key of another kind is left alone. A hold
 -- past its deadline that nobody dropped yet counts as ours: no other hold
 -- was granted past it (hold_acquire.lua drops lapsed holds before it grants
 -- one among them), and the caller's own clock tells it was late.
+local m = redis.call('GET', KEYS[5])
+if m and string.byte(m) == 101 and (string.match(m, '^e%d+%.(.+)$') or '') ~= (ARGV[8] or '') then
+  return -1 -- not drives (lib.lua)
+end
 local w = tonumber(ARGV[7]) or 1
 local removed
 if string.sub(ARGV[1], 1, 2) == '?:' then -- the hold is its read or its write

@@ -206,6 +206,20 @@ local function superseded(key, seq, ttl_ms)
   return 0
 end
 
+-- drives reports whether the Lock whose resumer id is id ('' for the Lock
+-- that took the lease, see resume.go) still drives the lease whose marker
+-- is m (false: none): not once another Lock resumed it, whose numbered
+-- extension the marker then records ("e<n>.<its id>", see superseded). A
+-- superseded Lock may still hold the token; it must not be issued a fence,
+-- nor act for the lease. (The release scripts check it inline, on their
+-- common path.)
+local function drives(m, id)
+  if not m or string.byte(m) ~= 101 then
+    return true
+  end
+  return (string.match(m, '^e%d+%.(.+)$') or '') == id
+end
+
 -- live_permits(key, now) drops the permits of the semaphore at key whose
 -- deadline has passed and returns how many are left.
 local function live_permits(key, now)

@@ -1,21 +1,26 @@
 -- release.lua: delete a lock we own, announce that it is free if someone
 -- waits, and end the lease (or undo an attempt whose outcome is unknown).
 -- KEYS[1] lock key   KEYS[2] the wake key, set by a waiter's attempt
--- (acquire.lua)   KEYS[3] (a marked lease's only) the lease's marker key
+-- (acquire.lua)   KEYS[3] the lease's marker key
 -- ARGV[1] owner token
 -- ARGV[2] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
 -- ARGV[3] (a marked lease's only) how long the marker lives, in ms
+-- ARGV[4] (a resumed Lock's only) its resumer id (see drives in lib.lua)
 -- A clean lease (every request of it answered on its one send, so none can
--- land after this: see Node.Release) passes neither, and no marker is
--- written: the common path reads one MGET and writes one DEL, with two keys
--- and two arguments (each argument costs the server its own string).
+-- land after this: see Node.Release) passes no ARGV[3], and no marker is
+-- written: the common path reads one MGET and writes one DEL, with two
+-- arguments (each argument costs the server its own string).
 -- Returns 1 if it was ours and is now deleted (also, with a marker, for a
 -- re-sent request whose first copy deleted it), 0 if it was missing or
--- someone else's. The release is announced on the lock's channel
--- ("<lock key>:ch"), and the wake key deleted, only if the wake key exists.
-local v = redis.call('MGET', KEYS[1], KEYS[2])
+-- someone else's, -1 if another Lock resumed the lease (nothing is done).
+-- The release is announced on the lock's channel ("<lock key>:ch"), and the
+-- wake key deleted, only if the wake key exists.
+local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
+if v[3] and string.byte(v[3]) == 101 and (string.match(v[3], '^e%d+%.(.+)$') or '') ~= (ARGV[4] or '') then
+  return -1 -- not drives (lib.lua)
+end
 if v[1] == ARGV[1] then
-  if KEYS[3] then
+  if ARGV[3] then
     redis.call('SET', KEYS[3], '1', 'PX', ARGV[3]) -- see revoke in lib.lua
   end
   if v[2] then
@@ -26,10 +31,10 @@ if v[1] == ARGV[1] then
   end
   return 1
 end
-if not KEYS[3] then
+if not ARGV[3] then
   return 0
 end
-if redis.call('GET', KEYS[3]) == '1' then
+if v[3] == '1' then
   return 1
 end
 redis.call('SET', KEYS[3], '0', 'PX', ARGV[3])

@@ -2,8 +2,7 @@
 -- take a waiter that gives up out of the queue (fair mode); either way the
 -- lease is ended (see revoke in lib.lua).
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue   KEYS[4] waiters hash
--- KEYS[5] the lease's marker key (see lib.lua); a clean lease's release,
---         which reads no marker, names the lock key again
+-- KEYS[5] the lease's marker key (see lib.lua)
 -- KEYS[6] (a leadership campaign's only) the leader's value key
 --         (proclaim.lua), deleted with the lease
 -- ARGV[1] owner token
@@ -16,18 +15,24 @@
 --         that lease); 1 to announce a plain release even with nobody queued
 --         (a leadership campaign: its observers watch the channel), else 0.
 --         The channel is the lock key + ":ch".
+-- ARGV[4] (a resumed Lock's only) its resumer id (see drives in lib.lua)
 -- A handover is announced on the channel as "<token> <fence>", a plain
 -- release as "*" only if someone queued (or with announce): a fair lock's
 -- waiters are all in its queue, so nobody else listens.
 -- Returns 1 if the lock was ours (it is now handed over or deleted; also for
 -- a re-sent request whose first copy did that), 0 if it was not (a waiter's
 -- queue entry, if any, is removed; also when the lock key is of another
--- kind, which is left alone).
+-- kind, which is left alone), -1 if another Lock resumed the lease (nothing
+-- is done).
 local token = ARGV[1]
 -- A lock key of another kind (the name taken meanwhile as a reentrant lock,
--- a semaphore or a read-write lock) holds no lease of ours; GET would fail
--- on it before a waiter that gives up is taken out of the queue.
-local holder = redis.pcall('GET', KEYS[1])
+-- a semaphore or a read-write lock) holds no lease of ours; MGET reads it
+-- as nil. The marker tells whether another Lock resumed the lease.
+local v = redis.call('MGET', KEYS[1], KEYS[5])
+local holder, m = v[1], v[2]
+if m and string.byte(m) == 101 and (string.match(m, '^e%d+%.(.+)$') or '') ~= (ARGV[4] or '') then
+  return -1 -- not drives (lib.lua)
+end
 local head -- the first waiter, taken out of the queue
 if holder == token then
   if ARGV[2] ~= '0' then
@@ -50,7 +55,7 @@ if holder ~= token then
   if redis.call('HDEL', KEYS[4], token) == 1 then
     redis.call('LREM', KEYS[3], 1, token)
   end
-  if ARGV[2] ~= '0' and redis.call('GET', KEYS[5]) == '1' then
+  if ARGV[2] ~= '0' and m == '1' then
     return 1
   end
   revoke(KEYS[5], '0', ARGV[2])

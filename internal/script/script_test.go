@@ -110,9 +110,9 @@ func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
 		}
 		return nil
 	}
-	release := func(tok string) int64 { // a clean lease's: no marker key, no window
+	release := func(tok string) int64 { // a clean lease's: no window
 		t.Helper()
-		n, err := Release.Run(ctx, rdb, []string{"l", "l:w"}, tok, "PUBLISH").Int64()
+		n, err := Release.Run(ctx, rdb, []string{"l", "l:w", "l:r:" + tok}, tok, "PUBLISH").Int64()
 		if err != nil {
 			t.Fatal(err)
 		}
