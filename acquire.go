@@ -342,6 +342,7 @@ func (c *Client) sleepAs(k *kind, attempt int, pttl, ttl time.Duration) time.Dur
 		if d = c.opts.backoff(attempt); d <= 0 {
 			d = DefaultMinBackoff
 		}
+		d = min(d, backend.WakeWindow) // (the wake key it set lives no longer)
 	} else {
 		d = backend.Window(ttl) / 3
 	}

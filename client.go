@@ -320,6 +320,13 @@ func (h *heldContext) Err() error {
 }
 
 func (h *heldContext) Value(key any) any {
+	if key == (heldKey{}) {
+		return h.held
+	}
 	h.check()
 	return h.Context.Value(key)
 }
+
+// heldKey is the key under which a heldContext, and each context derived
+// from it, names what it is held by (see Lock.release).
+type heldKey struct{}

@@ -55,10 +55,22 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOptio
 	}
 	ld, err := leadership(ctx, l)
 	if err != nil {
-		l.Release(context.WithoutCancel(ctx))
+		giveUp(ctx, l, err)
 		return nil, err
 	}
 	return ld, nil
+}
+
+// giveUp ends the campaign lease l whose leadership could not be read: a
+// lease taken up by Resume is left as it was, for another resume of its
+// token (a momentary error must not end the term it took over); a new one
+// is released.
+func giveUp(ctx context.Context, l *Lock, err error) {
+	if l.p.resume != "" {
+		l.leave(err)
+		return
+	}
+	l.Release(context.WithoutCancel(ctx))
 }
 
 // Do campaigns as Campaign does, runs fn while leading and resigns when fn
@@ -71,6 +83,9 @@ func (e *Election) Do(ctx context.Context, value string, fn func(ctx context.Con
 	ferr, rerr := e.c.do(ctx, &e.k, e.name, func(ctx context.Context, l *Lock) error {
 		ld, err := leadership(ctx, l)
 		if err != nil {
+			if l.p.resume != "" {
+				l.leave(err) // (as Campaign does: see giveUp)
+			}
 			return err
 		}
 		return fn(ctx, ld)

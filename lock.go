@@ -370,11 +370,17 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 // handOff ends the Lock as lost to another Lock that resumed its lease
 // (see Resume): its Release then sends nothing. It returns the Lock's error.
 func (l *Lock) handOff() error {
+	l.leave(lost(l.name, backend.ErrSuperseded.Error()))
+	return l.Err()
+}
+
+// leave ends the Lock with err without ending its lease, which stays for
+// another Lock to resume, or until it expires: its Release sends nothing.
+func (l *Lock) leave(err error) {
 	l.mu.Lock()
 	l.handedOff = true
 	l.mu.Unlock()
-	l.lose(lost(l.name, backend.ErrSuperseded.Error()))
-	return l.Err()
+	l.lose(err)
 }
 
 // capped is the error of an extension cut at the max hold.
@@ -463,14 +469,14 @@ func (l *Lock) releaseOp() string { return l.k.role.releaseOp() }
 // relSem.
 func (l *Lock) release(ctx context.Context, e *Event) error {
 	l.expire()
-	live := ctx.Err() == nil
 	l.mu.Lock()
 	l.finish(ErrReleased) // stop the watchdog before the delete
 	lostErr, handedOff := l.err, l.handedOff
 	l.mu.Unlock()
-	if live && ctx.Err() != nil {
-		// ctx is the Lock's own (Context, Do's), ended by the settling
-		// above: the release still goes out, bounded as a clean-up is.
+	if ctx.Err() != nil && ctx.Value(heldKey{}) != nil {
+		// ctx is a lock's own (Context, Do's, DoAll's, or one derived from
+		// them), ended by the release or the loss: the release still goes
+		// out (the lease may still be in Redis), bounded as a clean-up is.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), backend.RetryCall)
 		defer cancel()

@@ -64,3 +64,33 @@ func TestReleaseInsideDoWithFnsContextIsSent(t *testing.T) {
 		t.Errorf("l.Release(fn's ctx) inside Do = %v; then another's TryAcquire = %v (still held)", rerr, oerr)
 	}
 }
+
+// A Lock lost on the client (its validity ran out) while Redis still holds
+// its lease (an extension applied, its reply lost: here a PEXPIRE from
+// outside): Release with the Lock's own Context, ended by the loss, still
+// sends the release, and the name is free at once.
+func TestReleaseWithTheContextOfALostLockIsSent(t *testing.T) {
+	for _, own := range []bool{true, false} {
+		t.Run(map[bool]string{true: "own-ctx", false: "live-ctx"}[own], func(t *testing.T) {
+			_, rdb := setup(t)
+			ctx := t.Context()
+			c := newClient(t, rdb, dlock.WithUnfair(nil), dlock.LeaseTTL(500*time.Millisecond), dlock.WithAutoExtend(false))
+			l, err := c.Acquire(ctx, "relctx-lost")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb.PExpire(ctx, l.Key(), 20*time.Second)
+			if !closedWithin(l.Done(), 3*time.Second) {
+				t.Fatal("the lease was never found lost")
+			}
+			rctx := context.Background()
+			if own {
+				rctx = l.Context()
+			}
+			rerr := l.Release(rctx)
+			if v := rdb.Get(ctx, l.Key()).Val(); v == l.Token() {
+				t.Errorf("after Release (= %v) the lease still holds the name for %v", rerr, rdb.PTTL(ctx, l.Key()).Val())
+			}
+		})
+	}
+}

@@ -23,7 +23,8 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 	if err := c.b.Prepare(ctx, l.cl); err != nil {
 		return nil, opError(op, l.name, err)
 	}
-	seq, _, err := c.b.Seq(ctx, l.cl)
+	probe := *l.cl // (a quorum node's call may outlive Seq's, and the claim is changed below)
+	seq, _, err := c.b.Seq(ctx, &probe)
 	switch {
 	case err != nil:
 		return nil, opError(op, l.name, err)

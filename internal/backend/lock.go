@@ -29,14 +29,14 @@ func (lock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, qu
 		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
 			c.Token, ttl.Milliseconds(), q, n.acquireConf(ttl, false))
 	case n.replicas > 0 && queue:
-		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev, c.Wake}, c.Token, ttl.Milliseconds(), Window(ttl).Milliseconds())
+		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev, c.Wake}, c.Token, ttl.Milliseconds(), wakeMS)
 	case n.replicas > 0:
 		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds())
 	case n.fair:
 		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 6,
 			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), q, n.acquireConf(ttl, false)}), -1
 	case queue: // (a waiter: the wake key too, see acquire.lua)
-		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), Window(ttl).Milliseconds()}), -1
+		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), wakeMS}), -1
 	default:
 		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)}), -1
 	}

@@ -150,7 +150,7 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 			// the window, as acquire.lua sets it. Only a hint: a waiter not
 			// woken tries again when the holder's lease ends.
 			// Lengthened, never shortened: another waiter's may live longer.
-			px := min(g.PTTL, Window(ttl))
+			px := min(g.PTTL, WakeWindow)
 			tx.SetNX(ctx, c.Wake, "1", px)
 			tx.Do(ctx, "pexpire", c.Wake, px.Milliseconds(), "gt")
 		}

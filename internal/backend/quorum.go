@@ -359,7 +359,7 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// background, as an undo is, so that the node does not keep the lock
 	// until the lease expires (its copies are harmless: the first to land
 	// ends the lease, the others report it).
-	c = ptr(*c) // (the nodes' calls may outlive this one, and the caller marks its claim after it)
+	c = ptr(*c)                 // (the nodes' calls may outlive this one, and the caller marks its claim after it)
 	var superseded atomic.Int32 // nodes where another Lock resumed the lease
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)

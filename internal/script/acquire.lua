@@ -3,9 +3,9 @@
 -- KEYS[3] (only from a caller that waits for a release when the lock is
 --         taken) the wake key: exists while a waiter listens (release.lua)
 -- ARGV[1] the lease's token   ARGV[2] ttl in ms   ARGV[3] (with KEYS[3]
---         only) how long the wake key may live, in ms: the lease's
---         revocation window (see lib.lua), so that behind a long lease it
---         does not outlive the release by hours
+--         only) how long the wake key may live, in ms (a minute, as a
+--         marker at most: behind a long lease it does not outlive the
+--         release by hours; an unfair waiter sleeps no longer)
 -- Returns 0 when the lock is ours: taken now, or already ours (a re-sent
 -- request). Returns {pttl, holder} when another lease holds it: its
 -- remaining ms (-1 if the key has no expiry) and its token, which carries

@@ -1,0 +1,82 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// failFenceOnce makes the first fence.lua call (EVALSHA with 3 keys, the
+// second of which is the fence counter) fail before it is sent.
+type failFenceOnce struct{ armed atomic.Bool }
+
+func (h *failFenceOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failFenceOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		if len(a) > 4 && strings.HasPrefix(strings.ToLower(fmt.Sprint(a[0])), "eval") && fmt.Sprint(a[2]) == "3" &&
+			strings.HasSuffix(fmt.Sprint(a[4]), "fence") && h.armed.CompareAndSwap(true, false) {
+			err := errors.New("ERR injected failure")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *failFenceOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			a := cmd.Args()
+			if len(a) > 4 && strings.HasPrefix(strings.ToLower(fmt.Sprint(a[0])), "eval") && fmt.Sprint(a[2]) == "3" &&
+				strings.HasSuffix(fmt.Sprint(a[4]), "fence") && h.armed.CompareAndSwap(true, false) {
+				err := errors.New("ERR injected failure")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A resumed campaign whose fence call fails (a transient Redis error) fails;
+// it leaves the term as it found it, for another resume of its token, and
+// does not end the leadership it was asked to take over.
+func TestAResumedCampaignThatFailsLeavesTheTerm(t *testing.T) {
+	s, rdb := setup(t)
+	ctx := t.Context()
+	ca := newClient(t, rdb, dlock.LeaseTTL(20*time.Second))
+	ea, _ := ca.Election("resume-fails")
+	a, err := ea.Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := a.Lock().Token()
+	hook := &failFenceOnce{}
+	brdb := s.Client(t)
+	brdb.AddHook(hook)
+	cb := newClient(t, brdb, dlock.LeaseTTL(20*time.Second))
+	eb, _ := cb.Election("resume-fails")
+	hook.armed.Store(true)
+	b, err := eb.Campaign(ctx, "v", dlock.Resume(tok))
+	if err == nil {
+		b.Resign(ctx)
+		t.Fatal("a resume whose fence call failed succeeded")
+	}
+	if got := rdb.Get(ctx, a.Lock().Key()).Val(); got != tok {
+		t.Errorf("a resume that failed (%v) ended the leadership it was to take over: the key holds %q", err, got)
+	}
+	b2, err2 := eb.Campaign(ctx, "v", dlock.Resume(tok))
+	if err2 != nil {
+		t.Errorf("resume again: %v", err2)
+	} else {
+		b2.Resign(ctx)
+	}
+}
