@@ -165,7 +165,8 @@ func (l *Lock) Deadline() (time.Time, bool) {
 }
 
 // Fence returns the lease's fencing token, issued on the first call while the
-// lease holds the lock ([ErrNotHeld]): above every earlier fence of the name
+// lease holds the lock ([ErrNotHeld]; also once another Lock is known to have
+// resumed the lease: see [Resume]): above every earlier fence of the name
 // unless Redis's clock steps back over a minute (a day over a quorum). Fences
 // are server time in µs (~1.8e15): store them as 64-bit integers.
 func (l *Lock) Fence(ctx context.Context) (int64, error) {
@@ -179,7 +180,10 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 		}
 	}
 	defer func() { <-l.fenceSem }()
-	if l.fence > 0 {
+	l.mu.Lock()
+	superseded := l.handedOff
+	l.mu.Unlock()
+	if l.fence > 0 && !superseded { // (a Lock known superseded by a resume has no fence to give)
 		return l.fence, nil
 	}
 	if err := l.Err(); err != nil {
