@@ -49,7 +49,8 @@ type Part struct {
 
 // AcquireParts takes every part, each on its own Client, all or nothing, as
 // [Client.AcquireAll] does on one (in the lock keys' order; a key twice is
-// [ErrInvalid]): a multi-lock over independent deployments.
+// [ErrInvalid]): a multi-lock over independent deployments. With
+// [MaxWait](0) it tries each part once, as [Client.TryAcquireAll] does.
 func AcquireParts(ctx context.Context, parts []Part, opts ...LockOption) (*MultiLock, error) {
 	return acquireAll(ctx, parts, opts, false)
 }

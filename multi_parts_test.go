@@ -242,3 +242,34 @@ func TestAdv5PartsOverlapNoDeadlock(t *testing.T) {
 		t.Errorf("same key via two Clients of one server: %v, want ErrInvalid", err)
 	}
 }
+
+// AcquireParts with MaxWait(0) tries each part once, as TryAcquireAll does:
+// with a part held elsewhere it returns ErrNotAcquired without waiting
+// (its ctx has no deadline), and keeps nothing.
+func TestAcquirePartsWithMaxWaitZeroTriesOnce(t *testing.T) {
+	leakcheck.Check(t)
+	ctx := t.Context()
+	rdb1, rdb2 := redistest.Start(t).Client(t), redistest.Start(t).Client(t)
+	c1, c2 := newClient(t, rdb1), newClient(t, rdb2)
+	held, err := newClient(t, rdb2).TryAcquire(ctx, "parts-once:b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := dlock.AcquireParts(ctx, []dlock.Part{{Client: c1, Name: "parts-once:a"}, {Client: c2, Name: "parts-once:b"}}, dlock.MaxWait(0))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("AcquireParts(MaxWait(0)) with a part held = %v, want ErrNotAcquired", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("AcquireParts(MaxWait(0)) with a part held waited")
+	}
+	if liveKeys(ctx, rdb1, "dlock:{parts-once:a}") != 0 {
+		t.Fatal("the part taken before the refusal was not given back")
+	}
+}
