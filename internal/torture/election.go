@@ -21,6 +21,11 @@ func checkLeaderReads(h []Event, ex exempt, r *Report) {
 			terms[e.Tok] = e
 		}
 	}
+	for _, e := range h { // a resumed leadership is issued a fence above its term's
+		if t, ok := terms[e.Tok]; ok && e.Op == OpResume && e.Res == "ok" && e.Fence > t.Fence {
+			terms[e.Tok] = e
+		}
+	}
 	var reads []Event
 	for _, e := range h {
 		if e.Op == OpLeader && e.Res == "ok" && e.Tok != "" && !ex.covers(e.Inv, e.Ret) {

@@ -64,7 +64,9 @@ func (w *Worker) acquire(name, op string) {
 // Lock of the same kind, as another process would, and carries on the
 // critical section with it; the old Lock, which has no watchdog (the
 // worker does not extend automatically), is dropped unused. The fence
-// stays the one the lease got: the resumed Lock does not ask for another.
+// stays the one the lease got: the resumed Lock does not ask for another;
+// but a resumed leadership is issued a new one, above its term's, which
+// the event records (check (h) reads the term's fence from it).
 func (w *Worker) resume(h *handle, name string, co callOpts) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -90,6 +92,9 @@ func (w *Worker) resume(h *handle, name string, co callOpts) {
 		e.VU = vu
 		if l.Token() != h.l.Token() {
 			e.Res, e.Err = "wrongtoken", "resumed "+l.Token()
+		}
+		if ld := w.won[l]; ld != nil {
+			e.Fence, h.fence = ld.Fence(), ld.Fence()
 		}
 		h.l = l
 	}
