@@ -21,11 +21,7 @@ type failFenceOnce struct{ armed atomic.Bool }
 func (h *failFenceOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *failFenceOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		a := cmd.Args()
-		if len(a) > 4 && strings.HasPrefix(strings.ToLower(fmt.Sprint(a[0])), "eval") && fmt.Sprint(a[2]) == "3" &&
-			strings.HasSuffix(fmt.Sprint(a[4]), "fence") && h.armed.CompareAndSwap(true, false) {
-			err := errors.New("ERR injected failure")
-			cmd.SetErr(err)
+		if err := h.fail(cmd); err != nil {
 			return err
 		}
 		return next(ctx, cmd)
@@ -34,16 +30,24 @@ func (h *failFenceOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *failFenceOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
-			a := cmd.Args()
-			if len(a) > 4 && strings.HasPrefix(strings.ToLower(fmt.Sprint(a[0])), "eval") && fmt.Sprint(a[2]) == "3" &&
-				strings.HasSuffix(fmt.Sprint(a[4]), "fence") && h.armed.CompareAndSwap(true, false) {
-				err := errors.New("ERR injected failure")
-				cmd.SetErr(err)
+			if err := h.fail(cmd); err != nil {
 				return err
 			}
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// fail fails cmd if it is the first fence.lua call since the hook was armed.
+func (h *failFenceOnce) fail(cmd redis.Cmder) error {
+	a := cmd.Args()
+	if len(a) > 4 && strings.HasPrefix(strings.ToLower(fmt.Sprint(a[0])), "eval") && fmt.Sprint(a[2]) == "3" &&
+		strings.HasSuffix(fmt.Sprint(a[4]), "fence") && h.armed.CompareAndSwap(true, false) {
+		err := errors.New("ERR injected failure")
+		cmd.SetErr(err)
+		return err
+	}
+	return nil
 }
 
 // A resumed campaign whose fence call fails (a transient Redis error) fails;

@@ -47,19 +47,7 @@ func TestReleaseOfALeaseGrantedBeforeAnEmptyRestartReportsTheLoss(t *testing.T) 
 			if !waitFor(2*time.Second, func() bool { return direct.Exists(ctx, key).Val() == 1 }) {
 				t.Fatal("the acquire never reached the server")
 			}
-			s.Restart()
-			other := newClient(t, direct, waiting(fair))
-			var ol *dlock.Lock
-			for i := 0; i < 50; i++ {
-				var err error
-				if ol, err = other.TryAcquire(ctx, name); err == nil {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if ol == nil {
-				t.Fatal("the other client never took the name on the restarted server")
-			}
+			takenAfterRestart(t, s, newClient(t, direct, waiting(fair)), name)
 			r := <-got
 			if r.err != nil {
 				t.Skipf("the delayed acquire failed: %v (no two holders)", r.err)
@@ -116,18 +104,7 @@ func TestReleaseOfALeaseHandedOverBeforeAnEmptyRestartReportsTheLoss(t *testing.
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // (the handover is in the proxy)
-	s.Restart()
-	other := newClient(t, direct)
-	var ol *dlock.Lock
-	for i := 0; i < 50 && ol == nil; i++ {
-		ol, _ = other.TryAcquire(ctx, name)
-		if ol == nil {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	if ol == nil {
-		t.Fatal("the other client never took the name")
-	}
+	takenAfterRestart(t, s, newClient(t, direct), name)
 	r := <-got
 	if r.err != nil {
 		t.Skipf("the waiter failed: %v", r.err)
@@ -139,5 +116,17 @@ func TestReleaseOfALeaseHandedOverBeforeAnEmptyRestartReportsTheLoss(t *testing.
 	})
 	if !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Release of a handed-over lease whose name another holder took on the restarted server = %v, want ErrNotHeld", err)
+	}
+}
+
+// takenAfterRestart restarts s empty and has c take name there.
+func takenAfterRestart(t *testing.T, s *redistest.Server, c *dlock.Client, name string) {
+	t.Helper()
+	s.Restart()
+	if !waitFor(5*time.Second, func() bool {
+		_, err := c.TryAcquire(t.Context(), name)
+		return err == nil
+	}) {
+		t.Fatal("another client never took the name on the restarted server")
 	}
 }
