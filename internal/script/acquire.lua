@@ -38,8 +38,9 @@ if mark ~= '0' and mark ~= '1' then -- not ended (see revoked in lib.lua)
   end
   local pttl = math.max(redis.call('PTTL', KEYS[1]), -1)
   if KEYS[3] then -- (lengthened, never shortened: another waiter's may live longer)
-    local px = pttl > 0 and math.min(pttl, tonumber(ARGV[3])) or tonumber(ARGV[3])
-    if redis.call('PTTL', KEYS[3]) < px then
+    -- (PTTL 0: the holder's lease ends within this ms; no key to set)
+    local px = pttl < 0 and tonumber(ARGV[3]) or math.min(pttl, tonumber(ARGV[3]))
+    if px > 0 and redis.call('PTTL', KEYS[3]) < px then
       redis.call('SET', KEYS[3], '1', 'PX', px)
     end
   end

@@ -133,8 +133,8 @@ if ARGV[3] == '1' then
     redis.call('RPUSH', KEYS[3], token)
   end
   extend_queue(KEYS[3], KEYS[4], qttl)
-  local px = pttl > 0 and math.min(pttl, tonumber(qttl)) or tonumber(qttl)
-  if redis.call('PTTL', KEYS[6]) < px then -- (lengthened, never shortened: another waiter's may live longer)
+  local px = pttl < 0 and tonumber(qttl) or math.min(pttl, tonumber(qttl)) -- (0: the lease ends now)
+  if px > 0 and redis.call('PTTL', KEYS[6]) < px then -- (lengthened, never shortened: another waiter's may live longer)
     redis.call('SET', KEYS[6], '1', 'PX', px)
   end
 end

@@ -166,3 +166,31 @@ func TestNoSharedFunctionAboveLibHere(t *testing.T) {
 		t.Errorf("called above the line that defines them: %v", early)
 	}
 }
+
+// A waiter that meets a lease in its last millisecond (PTTL 0) sets no wake
+// key: the key lives no longer than the holder's lease, never the whole
+// wake window (a key left for a minute after everyone is gone).
+func TestWakeKeyNotSetForALeaseEndingNow(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < 20000 && time.Now().Before(deadline); i++ {
+		if err := rdb.Set(ctx, "l", "holder", time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+		reply, err := Acquire.Run(ctx, rdb, []string{"l", "l:r:w", "l:w"}, "waiter", 1000, 60000).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, ok := reply.([]any)
+		if !ok || v[0] != int64(0) {
+			rdb.Del(ctx, "l", "l:w")
+			continue // (the lease had 1 ms left, or was gone: try again)
+		}
+		if d := rdb.PTTL(ctx, "l:w").Val(); d > time.Millisecond {
+			t.Fatalf("wake key lives %v behind a lease with PTTL 0, want none", d)
+		}
+		return
+	}
+	t.Skip("no attempt met a lease with PTTL 0 in 10 s")
+}
