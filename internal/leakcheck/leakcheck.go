@@ -13,6 +13,7 @@ import (
 	"context"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -23,6 +24,9 @@ import (
 // little scheduling slack on a loaded machine.
 const settle = 7 * time.Second
 
+// checked holds the tests Check was called for.
+var checked sync.Map
+
 // label is the pprof label key that marks a test's goroutines.
 const label = "dlock-leakcheck"
 
@@ -30,13 +34,18 @@ const label = "dlock-leakcheck"
 // tb's cleanup (register it before anything whose cleanup must run first,
 // such as a server), fails the test if any goroutine of ours that carries
 // the label is still running after settle. Call it from the test's own
-// goroutine, before the test starts the goroutines it checks.
+// goroutine, before the test starts the goroutines it checks; a second call
+// for the same test does nothing (the first one's check runs last).
 func Check(tb testing.TB) {
 	tb.Helper()
+	if _, again := checked.LoadOrStore(tb, true); again {
+		return
+	}
 	id := tb.Name()
 	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels(label, id)))
 	tb.Cleanup(func() {
 		tb.Helper()
+		defer checked.Delete(tb)
 		var left []string
 		for deadline := time.Now().Add(settle); ; {
 			left = running(id)
@@ -58,24 +67,55 @@ const module = "github.com/dlockio/dlock"
 // running returns the stacks of the goroutines labelled id that run code
 // of ours, one per goroutine.
 func running(id string) []string {
+	var out []string
+	for _, g := range labelled() {
+		if g.label == id && ours(g.frames) {
+			out = append(out, g.frames)
+		}
+	}
+	return out
+}
+
+// Count returns how many goroutines of tb's (tb's or its parent's, for a
+// subtest that runs in its parent's goroutines, or one of its subtests')
+// run a function whose name or file contains substr. Check must have been
+// called for tb or its parent.
+func Count(tb testing.TB, substr string) int {
+	name, n := tb.Name(), 0
+	for _, g := range labelled() {
+		related := g.label == name || strings.HasPrefix(name, g.label+"/") || strings.HasPrefix(g.label, name+"/")
+		if related && strings.Contains(g.frames, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+type goroutine struct{ label, frames string }
+
+// labelled returns the goroutines that carry a Check label, one per
+// goroutine, from the goroutine profile: its records are separated by
+// blank lines, each "N @ pcs", "# labels: {...}", then one
+// "#\tpc\tfunc+off\tfile:line" line per frame.
+func labelled() []goroutine {
 	var buf bytes.Buffer
 	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
-	want := `"` + label + `":"` + id + `"`
-	var out []string
-	// Records are separated by blank lines: "N @ pcs", "# labels: {...}",
-	// then one "#\tpc\tfunc+off\tfile:line" line per frame.
+	key := `"` + label + `":"`
+	var out []goroutine
 	for _, rec := range strings.Split(buf.String(), "\n\n") {
 		head, rest, _ := strings.Cut(rec, "\n")
 		labels, frames, _ := strings.Cut(rest, "\n")
-		if !strings.HasPrefix(labels, "# labels: ") || !strings.Contains(labels, want) || !ours(frames) {
+		_, id, ok := strings.Cut(labels, key)
+		if !strings.HasPrefix(labels, "# labels: ") || !ok {
 			continue
 		}
+		id, _, _ = strings.Cut(id, `"`)
 		n := 1
 		if count, _, ok := strings.Cut(head, " @"); ok {
 			n = atoi(count)
 		}
 		for range n {
-			out = append(out, frames)
+			out = append(out, goroutine{id, frames})
 		}
 	}
 	return out
