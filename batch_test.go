@@ -17,6 +17,7 @@ import (
 // Many goroutines of one Client share pipelines; each still gets its own
 // reply, and an error reply in a batch stays with its own call.
 func TestPipelinedCallsKeepTheirReplies(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	rdb.HSet(ctx, "dlock:{bad}", "f", "v")
@@ -68,6 +69,7 @@ func TestPipelinedCallsKeepTheirReplies(t *testing.T) {
 // carried them: every acquire and release is one call, concurrent ones
 // share writes, and without pipelining nothing is counted.
 func TestStatsCountBatches(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false))
@@ -125,6 +127,7 @@ func TestStatsCountBatches(t *testing.T) {
 // key; every failure must be ctx-caused and match ErrNotAcquired+ctx.Err;
 // nothing may be left behind once the background undos are done.
 func TestBatcherUnderACancellationStorm(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}

@@ -18,6 +18,7 @@ import (
 // not come back with a Lock once the lock is free: acquisitions after Close
 // fail with ErrClosed, and a Lock taken after Close is never extended.
 func TestAdv2CloseWhileWaiting(t *testing.T) {
+	t.Parallel()
 	for _, fair := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
 			_, rdb := setup(t)
@@ -65,6 +66,7 @@ func TestAdv2CloseWhileWaiting(t *testing.T) {
 // waiter subscribed returns by its ctx's deadline (plus slack), not at
 // go-redis's timeouts.
 func TestAdv2CloseFrozenRedisHonoursCtx(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	holder := newClient(t, s.Client(t))
 	c := newClient(t, rdb, dlock.WithUnfair(nil))
@@ -102,6 +104,7 @@ func TestAdv2CloseFrozenRedisHonoursCtx(t *testing.T) {
 // while the lock stays held returns soon after Close, not at the next poll of
 // its queue entry, which comes seconds later.
 func TestAdv2CloseWakesWaiter(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	holder := newClient(t, rdb)
 	c := newClient(t, rdb)
@@ -139,6 +142,7 @@ func TestAdv2CloseWakesWaiter(t *testing.T) {
 // with an Extend: the lock is not extended any more, fn's ctx ends at the
 // validity (a loss), Do's release still runs and nothing is left.
 func TestAdv2CloseDuringDo(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.MaxHold(5*time.Second))
 	var wg sync.WaitGroup
@@ -198,6 +202,7 @@ func TestAdv2CloseDuringDo(t *testing.T) {
 // closed (the documented lifecycle) without leaving an entry behind that
 // the lock would be handed to.
 func TestAdv3CloseLeavesQueue(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	holder := newClient(t, rdb)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -257,6 +262,7 @@ func TestAdv3CloseLeavesQueue(t *testing.T) {
 // are added meanwhile, and Close comes in the middle: every call ends with
 // a Lock or an error, no race, nothing left running (leakcheck).
 func TestAdv3StormClose(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
@@ -316,6 +322,7 @@ func TestAdv3StormClose(t *testing.T) {
 // process that drains before closing its Redis client leaves nothing
 // behind: the delayed request lands, the undo after it.
 func TestCloseWaitsForBackgroundUndo(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -341,7 +348,7 @@ func TestCloseWaitsForBackgroundUndo(t *testing.T) {
 			if err := c.Close(dctx); err != nil {
 				t.Fatalf("Close = %v", err)
 			}
-			if n := countGoroutines("undoUntil"); n != 0 {
+			if n := countGoroutines(t, "undoUntil"); n != 0 {
 				t.Errorf("%d undo goroutines still running after Close returned", n)
 			}
 			rdb.Close() // what a process does at shutdown, after Close
@@ -359,6 +366,7 @@ func TestCloseWaitsForBackgroundUndo(t *testing.T) {
 // its Owner Clients; a Lock still held is no longer extended and ends at its
 // validity.
 func TestCloseEndsBackgroundWork(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	_, rdb := setup(t)
 	ctx := t.Context()
@@ -372,13 +380,13 @@ func TestCloseEndsBackgroundWork(t *testing.T) {
 		if _, err := c.Acquire(ctx, name, dlock.MaxWait(100*time.Millisecond)); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("sharded=%v: Acquire of a held lock = %v, want ErrNotAcquired", sharded, err)
 		}
-		if n := countGoroutines("internal/pubsub"); n == 0 {
+		if n := countGoroutines(t, "internal/pubsub"); n == 0 {
 			t.Fatalf("sharded=%v: no pub/sub reader after a wait: the test proves nothing", sharded)
 		}
 		if err := c.Close(ctx); err != nil {
 			t.Fatalf("sharded=%v: Close = %v", sharded, err)
 		}
-		if n := countGoroutines("internal/pubsub"); n != 0 {
+		if n := countGoroutines(t, "internal/pubsub"); n != 0 {
 			t.Errorf("sharded=%v: %d pub/sub goroutines still running after Close returned", sharded, n)
 		}
 		owner, err := c.Owner("o")
@@ -404,6 +412,7 @@ func TestCloseEndsBackgroundWork(t *testing.T) {
 // permit, or write, or leadership) is free at once, not handed to the
 // closed waiter.
 func TestAdv7CloseLeavesNothingQueued(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	type holdFn func(c *dlock.Client, name string) (*dlock.Lock, error)

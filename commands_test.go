@@ -54,6 +54,7 @@ func commandsPerOp(t *testing.T, ctx context.Context, rdb *redis.Client, n int, 
 }
 
 func TestCommandsPerOperation(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const n = 20
 	type holder interface {

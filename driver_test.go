@@ -13,6 +13,7 @@ import (
 // The driver road (NewFrom), run on go-redis: the same table every driver
 // passes (extra/dlockrueidis, extra/dlockvalkey).
 func TestDriverTable(t *testing.T) {
+	t.Parallel()
 	drivertest.Run(t, drivertest.Setup{
 		Server: func(t *testing.T, addr string) driver.Conn {
 			rdb := redis.NewClient(&redis.Options{Addr: addr})

@@ -54,6 +54,7 @@ func (h *failFenceOnce) fail(cmd redis.Cmder) error {
 // it leaves the term as it found it, for another resume of its token, and
 // does not end the leadership it was asked to take over.
 func TestAResumedCampaignThatFailsLeavesTheTerm(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	ctx := t.Context()
 	ca := newClient(t, rdb, dlock.LeaseTTL(20*time.Second))

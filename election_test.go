@@ -117,6 +117,7 @@ func leadHelper(ctx context.Context, c *dlock.Client, name string) int {
 // again: there is never more than one leader, every term is counted, and
 // each term's fence is above the one before.
 func TestElectionOneLeaderAtATime(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -238,6 +239,7 @@ func succession(t *testing.T, rdb redis.UniversalClient, name string) {
 }
 
 func TestElectionSuccessionOnResign(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	succession(t, rdb, "resign")
 }
@@ -247,6 +249,7 @@ func TestElectionSuccessionOnResign(t *testing.T) {
 // killed process) or is taken away by ForceRelease. The dead leader is told
 // (Done, Err), and the new term's fence is above its.
 func TestElectionSuccessionOnDeath(t *testing.T) {
+	t.Parallel()
 	long(t)
 	s, rdb := setup(t)
 	t.Run("stopped", func(t *testing.T) {
@@ -350,6 +353,7 @@ func TestElectionSuccessionOnDeath(t *testing.T) {
 // so, and leaves the queue: the leader's resignation then leaves nobody
 // leading, rather than a leadership handed to a candidate that is gone.
 func TestElectionCampaignHonoursCtx(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -391,6 +395,7 @@ func TestElectionCampaignHonoursCtx(t *testing.T) {
 
 // Bad input gets an error wrapping ErrInvalid before anything is sent.
 func TestElectionBadInput(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
@@ -442,6 +447,7 @@ func TestElectionBadInput(t *testing.T) {
 
 // A name held as a semaphore is no election, and the reverse.
 func TestElectionAndSemaphoreOfOneName(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
@@ -463,6 +469,7 @@ func TestElectionAndSemaphoreOfOneName(t *testing.T) {
 // Do leads while fn runs and resigns when it returns; a leadership lost
 // while fn runs cancels fn's context, and Do reports the loss.
 func TestElectionDo(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -501,6 +508,7 @@ func TestElectionDo(t *testing.T) {
 // after that leader resigned with nobody waiting, and a leader whose lease
 // then ran out unannounced, it gets nobody.
 func TestObserveSlowReaderGetsTheCurrentLeader(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -583,6 +591,7 @@ func TestObserveSlowReaderGetsTheCurrentLeader(t *testing.T) {
 // line, fn's error first and the loss, its cause, last. The texts are what
 // is tested here.
 func TestElectionErrorsSpeakOfCampaignAndLeader(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -670,6 +679,7 @@ func TestElectionErrorsSpeakOfCampaignAndLeader(t *testing.T) {
 // TestAdvObserveClosesWhileRedisFrozen: Observe's channel closes soon after
 // its ctx ends even when Redis stopped answering (SIGSTOP) while it read.
 func TestAdvObserveClosesWhileRedisFrozen(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
 	e := newElection(t, c, "adv-obs")
@@ -704,6 +714,7 @@ func TestAdvObserveClosesWhileRedisFrozen(t *testing.T) {
 // campaign, not an acquisition: a Campaign with an invalid lease option,
 // and a Campaign after Close, as a campaign waiting across Close does.
 func TestAdv3CampaignRefusalsSayCampaign(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb)
 	ctx := t.Context()
@@ -769,6 +780,7 @@ func (a *announcements) drain(quiet time.Duration) []string {
 // began on a free name or was handed over by a resigning leader, the
 // counter lives at least as long as the leader's lease.
 func TestElectionAttackLongTermOutlivesFenceCounter(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -809,6 +821,7 @@ func TestElectionAttackLongTermOutlivesFenceCounter(t *testing.T) {
 // the Lock) reports what the first did, and changes nothing of the next
 // leader's term.
 func TestElectionAttackResignTwiceLeavesTheNextTermAlone(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -851,6 +864,7 @@ func TestElectionAttackResignTwiceLeavesTheNextTermAlone(t *testing.T) {
 // nothing more — whether the first copy took a free name, or queued the
 // candidate behind a leader that then handed it the term.
 func TestElectionAttackReSentCampaign(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -950,6 +964,7 @@ func checkOneTerm(t *testing.T, ctx context.Context, rdb *redis.Client, e *dlock
 // go-redis's retries on, the re-sent copy leads at once on a free name;
 // the delayed original, landing after the Resign, must not lead again.
 func TestElectionAttackDelayedCampaignTakesNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1051,6 +1066,7 @@ func candidateHelper(ctx context.Context, c *dlock.Client, name string) int {
 // for it: it must not lead on it while the next candidate does, and the
 // term it leads later has a fence above the next candidate's.
 func TestElectionAttackPausedCandidateHandedTheTerm(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1120,6 +1136,7 @@ func TestElectionAttackPausedCandidateHandedTheTerm(t *testing.T) {
 // and is handed the name by the resigning leader: Leader then reads that
 // lock's holder as the leader, with the handover's fence (its own).
 func TestElectionAttackOtherKindsOnAnElectionsName(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -135,6 +135,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 // counter under it. Any overlap would lose an increment or be seen by the
 // holder counters.
 func TestMutualExclusionAcrossGoroutinesAndProcesses(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"unfair", "fair", "reentrant"} {
 		t.Run(mode, func(t *testing.T) { testMutualExclusion(t, mode) })
 	}

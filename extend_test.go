@@ -22,6 +22,7 @@ import (
 // one whose ctx ends first returns the error, the earlier validity
 // standing.
 func TestExtendRetriesThroughAnOutage(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
 	ctx := t.Context()
@@ -65,6 +66,7 @@ func TestExtendRetriesThroughAnOutage(t *testing.T) {
 }
 
 func TestExtendAfterExpiry(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	l, err := newClient(t, rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, "ext")
@@ -87,6 +89,7 @@ func TestExtendAfterExpiry(t *testing.T) {
 }
 
 func TestExtendMovesDeadline(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	l, err := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(time.Second)).TryAcquire(ctx, "ext")
@@ -107,6 +110,7 @@ func TestExtendMovesDeadline(t *testing.T) {
 }
 
 func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
+	t.Parallel()
 	long(t)
 	_, rdb := setup(t)
 	ctx := t.Context()
@@ -134,6 +138,7 @@ func TestWatchdogKeepsLongWorkLocked(t *testing.T) {
 // lease has run out on the server, the holder must already know, and with
 // the watchdog on, it must extend on the shorter period.
 func TestExtendToShorterTTLBringsValidityForward(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -192,6 +197,7 @@ func TestExtendToShorterTTLBringsValidityForward(t *testing.T) {
 // The fix: every extension carries a sequence number, and Redis applies
 // none older than one it applied (the lease's own key records it).
 func TestDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -246,6 +252,7 @@ func TestDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 // error does not change l.ttl) and succeeds; the delayed short one lands
 // after it. No second user call is needed.
 func TestDelayedShorterExtendCannotCutTheWatchdogsLease(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -283,6 +290,7 @@ func TestDelayedShorterExtendCannotCutTheWatchdogsLease(t *testing.T) {
 // A late copy of an older extension (numbered, or seq 0) replayed after a
 // newer one never cuts the lease short: plain lock and permit.
 func TestAdv4LateExtensionCopies(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
@@ -333,6 +341,7 @@ func TestAdv4LateExtensionCopies(t *testing.T) {
 // Extend with a 100ms context waits for it (~10s) instead of returning
 // when its context ends.
 func TestAdvConcurrentExtendHonoursItsContext(t *testing.T) {
+	t.Parallel()
 	srv, rdb := setup(t)
 	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false))
 	l, err := c.TryAcquire(t.Context(), "adv-ext")
@@ -365,6 +374,7 @@ func TestAdvConcurrentExtendHonoursItsContext(t *testing.T) {
 // one Lock at once, under -race, over a proxy that delays replies; the lock
 // ends released with nothing left in Redis.
 func TestAdv2ReleaseExtendWatchdogRace(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
 	direct := s.Client(t)
@@ -421,6 +431,7 @@ func TestAdv2ReleaseExtendWatchdogRace(t *testing.T) {
 // at 1s (it declares the loss), while Redis keeps the lock from everyone
 // for ~10s: Extend extended past what was last asked.
 func TestAdv7LateLengtheningExtendUndoesShortening(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, redistest.TCP())
 	direct := srv.Client(t)
 	ctx := t.Context()
@@ -460,6 +471,7 @@ func TestAdv7LateLengtheningExtendUndoesShortening(t *testing.T) {
 // extension applied) says the copy is late, as extend.lua's unnumbered path
 // treats it.
 func TestAdv8LateAcquireCopyUndoesShortening(t *testing.T) {
+	t.Parallel()
 	s, rdb := adv8SetupTCP(t)
 	ctx := t.Context()
 	rdbP, p := adv8LateCopyClient(t, s)
@@ -518,6 +530,7 @@ func TestAdv8LateAcquireCopyUndoesShortening(t *testing.T) {
 // its lease (the copy is its own, not a loss). Plain lock (fair and
 // unfair), semaphore permit, read hold, and the script-free mode.
 func TestAdv8LateUnnumberedExtendAfterShortening(t *testing.T) {
+	t.Parallel()
 	s, rdb := adv8SetupTCP(t)
 	ctx := t.Context()
 	rdbP, p := adv8LateCopyClient(t, s)
@@ -593,6 +606,7 @@ func TestAdv8LateUnnumberedExtendAfterShortening(t *testing.T) {
 // another Extend: the Lock stays held, claims no validity past what Redis
 // holds, and the next Extend sets the lease Redis keeps.
 func TestAdv8ExtendLostReplyThenExtend(t *testing.T) {
+	t.Parallel()
 	s, rdb := adv8SetupTCP(t)
 	ctx := t.Context()
 	rdbP, p := adv8LateCopyClient(t, s)
@@ -632,6 +646,7 @@ func TestAdv8ExtendLostReplyThenExtend(t *testing.T) {
 // to retry for, whatever the client's read timeout (here a minute).
 // Serial: it bounds a duration.
 func TestExtendEndsAtTheValidityOnAStalledServer(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	for _, tc := range []struct {
 		name       string

@@ -10,6 +10,7 @@ import (
 )
 
 func TestFenceStrictlyIncreases(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false))
@@ -56,6 +57,7 @@ func TestFenceStrictlyIncreases(t *testing.T) {
 // A holder paused past its lease writes late; the guard refuses it because
 // a later holder has written with a higher fence.
 func TestGuardRejectsLateWrite(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false))
@@ -98,6 +100,7 @@ func TestGuardRejectsLateWrite(t *testing.T) {
 // with the first hold), or Fence of a plain lease (issued when asked for),
 // which leaves the lease held.
 func TestForeignFenceKeyLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, false) {
 		name := "foreign-" + m.name

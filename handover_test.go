@@ -100,6 +100,7 @@ func (p *tappedPubSub) Receive(ctx context.Context) (driver.Message, error) {
 // handover naming its current token may, or Redis's answer. For every
 // queued kind; "write over reads" is a writer queued between readers.
 func TestQueuedWaiterIgnoresHandoverToItsUndoneToken(t *testing.T) {
+	t.Parallel()
 	kinds := map[string]adv3Kind{}
 	for _, k := range adv3Kinds() {
 		kinds[k.name] = k
@@ -252,6 +253,7 @@ func (h scriptCounter) count(cmd redis.Cmder) {
 // Redis again once the connection is back: drivertest.WokenAfterBreak on
 // go-redis through New (the driver table runs it through NewFrom).
 func TestWaiterAsksAgainAfterItsPubSubConnectionBroke(t *testing.T) {
+	t.Parallel()
 	for _, fair := range []bool{true, false} {
 		t.Run(map[bool]string{true: "fair", false: "unfair"}[fair], func(t *testing.T) {
 			leakcheck.Check(t)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -387,7 +386,7 @@ func modes(t *testing.T, rdb redis.UniversalClient, quorum bool) []mode {
 		// The default node timeout, TTL/50, is a few ms for these tests' short
 		// TTLs: too tight for a loaded machine. A test's own option wins.
 		ms = append(ms, mode{"quorum", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
-			return newRedlock(tb, nodes, 25*time.Millisecond, o...)
+			return newRedlock(tb, nodes, 100*time.Millisecond, o...)
 		}, plain})
 	}
 	return ms
@@ -428,17 +427,9 @@ func stallThenCut(t *testing.T, p *redistest.Proxy, op func() error, cond func()
 	}
 }
 
-func countGoroutines(substr string) int {
-	buf := make([]byte, 8<<20)
-	n := runtime.Stack(buf, true)
-	c := 0
-	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-		if strings.Contains(g, substr) {
-			c++
-		}
-	}
-	return c
-}
+// countGoroutines counts the test's goroutines that run a function whose
+// name or file contains substr (see leakcheck.Count).
+func countGoroutines(t testing.TB, substr string) int { return leakcheck.Count(t, substr) }
 
 // refusingDialer is a go-redis Dialer whose connections the test can cut,
 // and which can refuse new ones for a while: Redis unreachable from one

@@ -28,6 +28,7 @@ import (
 // after each step, the live members never exceed N, and a Release that
 // reports success was not overtaken.
 func TestAdv4SemRandomLapses(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv4-sem-rand"
@@ -109,6 +110,7 @@ func itoa(v int64) string {
 // for a lease that ends marked: here a resumed one, whose first holder's
 // requests may still be in flight.
 func TestAdv4LateHoldAcquireCopy(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
@@ -173,6 +175,7 @@ type holdLocker interface {
 // One row per kind; this was TestSemaphoreDelayedRequestTakesNothing and
 // TestRWMutexDelayedRequestTakesNothing.
 func TestHoldDelayedRequestTakesNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -269,6 +272,7 @@ func TestHoldDelayedRequestTakesNothing(t *testing.T) {
 // One row per kind; this was TestSemaphoreReSentRequestsAreIdempotent and
 // TestRWMutexReSentRequestsAreIdempotent.
 func TestHoldReSentRequestsAreIdempotent(t *testing.T) {
+	t.Parallel()
 	for _, k := range []struct {
 		kind    string
 		name    string
@@ -344,6 +348,7 @@ func TestHoldReSentRequestsAreIdempotent(t *testing.T) {
 // One row per kind; this was TestSemaphoreReplicaAck and
 // TestRWMutexReplicaAck.
 func TestHoldReplicaAck(t *testing.T) {
+	t.Parallel()
 	long(t)
 	for _, k := range []struct {
 		kind    string
@@ -399,6 +404,7 @@ func TestHoldReplicaAck(t *testing.T) {
 // yet it has the permit at once, and it sends no script between queueing
 // and holding (the handover message carries the grant).
 func TestSemaphoreWaiterIsWokenByTheRelease(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	for _, pipelining := range []bool{true, false} {
 		t.Run(fmt.Sprint("pipelining=", pipelining), func(t *testing.T) {
@@ -458,6 +464,7 @@ func TestSemaphoreWaiterIsWokenByTheRelease(t *testing.T) {
 // A waiting writer sleeps until the last read's release grants it the
 // lock: it sends no script after the release.
 func TestRWMutexWaiterIsWokenByTheRelease(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -516,6 +523,7 @@ func TestRWMutexWaiterIsWokenByTheRelease(t *testing.T) {
 // permits are handed along) leave nothing behind: no permit handed to a
 // waiter that is gone stays held, and the queue empties.
 func TestSemaphoreWaitersThatGiveUpLeaveNothing(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	for _, pipelining := range []bool{true, false} {
 		t.Run(fmt.Sprint("pipelining=", pipelining), func(t *testing.T) {
@@ -555,6 +563,7 @@ func TestSemaphoreWaitersThatGiveUpLeaveNothing(t *testing.T) {
 // Waiters of both kinds that give up at random moments leave nothing
 // behind: no hold granted to a waiter that is gone stays, the queue empties.
 func TestRWMutexWaitersThatGiveUpLeaveNothing(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -595,6 +604,7 @@ func TestRWMutexWaitersThatGiveUpLeaveNothing(t *testing.T) {
 // returns nil and changes nothing; a late Release of a permit that expired
 // reports ErrNotHeld and frees nobody else's.
 func TestSemaphoreReleaseTwiceFreesOnePermit(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "sem-twice"
@@ -641,6 +651,7 @@ func TestSemaphoreReleaseTwiceFreesOnePermit(t *testing.T) {
 // changes nothing; a late Release of a hold that expired reports
 // ErrNotHeld and frees nobody else's.
 func TestRWMutexReleaseTwice(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "rw-twice"
@@ -682,6 +693,7 @@ func TestRWMutexReleaseTwice(t *testing.T) {
 // its TTL, without anyone releasing it: with the watchdog off in this
 // process, and a worker process killed with SIGKILL while its watchdog ran.
 func TestSemaphoreDeadHolderFreesItsPermitAfterTTL(t *testing.T) {
+	t.Parallel()
 	long(t)
 	s, rdb := setup(t)
 	t.Run("not-released", func(t *testing.T) {
@@ -759,6 +771,7 @@ func TestSemaphoreDeadHolderFreesItsPermitAfterTTL(t *testing.T) {
 // writer gets the lock then, not before the reader's validity ended, and
 // no read is left counted.
 func TestRWMutexDeadReaderFreesItsHold(t *testing.T) {
+	t.Parallel()
 	long(t)
 	s, rdb := setup(t)
 	t.Run("not-released", func(t *testing.T) {
@@ -833,6 +846,7 @@ func TestRWMutexDeadReaderFreesItsHold(t *testing.T) {
 // other: its queue marker ("q") is not the number of an applied extension,
 // which would make a lengthening extension count as a late copy.
 func TestHoldGrantedFromTheQueueExtends(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(2*time.Second))

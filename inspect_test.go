@@ -13,6 +13,7 @@ import (
 // Inspect counts the waiters queued for a fair lock and for a semaphore,
 // and no longer those that gave up.
 func TestInspectCountsQueuedWaiters(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
@@ -74,6 +75,7 @@ func TestInspectCountsQueuedWaiters(t *testing.T) {
 // meanwhile, the live waiter renewing only every 3.3s), read by a Client
 // with scripts and by one without.
 func TestInspectQueuedCountsLiveWaitersOnly(t *testing.T) {
+	t.Parallel()
 	const ttl = 100 * time.Millisecond // the dying waiter's lease, and its entry's life
 	for _, kind := range []string{"fair", "semaphore", "rw", "election"} {
 		t.Run(kind, func(t *testing.T) {

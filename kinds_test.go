@@ -117,6 +117,7 @@ func lo(opts []dlock.LeaseOption) []dlock.LockOption {
 // and TTL serve, and whose Release frees it for the next one; every event
 // names the kind's mode.
 func TestAdv3KindsRoundTrip(t *testing.T) {
+	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	long(t)
 	_, rdb := setup(t)
 	for _, fair := range []bool{false, true} {
@@ -205,6 +206,7 @@ func TestAdv3KindsRoundTrip(t *testing.T) {
 // name held as one kind refuses another with ErrWrongType, named by the
 // refusing kind's verb.
 func TestAdv3KindsAfterFlushAndLoss(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	var rec adv3Events
 	c := newClient(t, rdb, dlock.WithUnfair(nil), dlock.WithObserver(rec.observer()))
@@ -301,6 +303,7 @@ func TestAdv3KindsAfterFlushAndLoss(t *testing.T) {
 // TestAdv3WaitVerbsAndDo: a wait that runs out names the kind's verb; each
 // kind's Do reports its mode for the acquisition and the release.
 func TestAdv3WaitVerbsAndDo(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	var rec adv3Events
 	c := newClient(t, rdb, dlock.WithUnfair(nil), dlock.WithObserver(rec.observer()))
@@ -369,6 +372,7 @@ func TestAdv3WaitVerbsAndDo(t *testing.T) {
 // TestAdv3ElectionVerbs: an election's errors say campaign and resign; a
 // semaphore's, a read-write lock's and a Client's say acquire and release.
 func TestAdv3ElectionVerbs(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb, dlock.WithAutoExtend(false))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -404,6 +408,7 @@ func TestAdv3ElectionVerbs(t *testing.T) {
 // TestAdv3Refusals: a quorum and a script-free Client refuse the kinds with
 // the texts they had.
 func TestAdv3Refusals(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ns := newClient(t, rdb, dlock.WithoutScripts())
 	q := newRedlock(t, []redis.UniversalClient{rdb, rdb, rdb}, 50*time.Millisecond)
@@ -438,6 +443,7 @@ func TestAdv3Refusals(t *testing.T) {
 // TestAdv3Storm: many goroutines across every kind on one Client, with
 // observers and Stats read alongside, under -race.
 func TestAdv3Storm(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	var rec adv3Events
 	c := newClient(t, rdb, waiting(false), dlock.WithObserver(rec.observer()))
@@ -491,6 +497,7 @@ func TestAdv3Storm(t *testing.T) {
 // Kinds on one name: every pair refused with ErrWrongType, in both the fast
 // path (the key alone) and the general path (a queue present).
 func TestAdv4KindsRefused(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	fair := newClient(t, rdb, dlock.WithAutoExtend(false))
@@ -540,6 +547,7 @@ func TestAdv4KindsRefused(t *testing.T) {
 // Client's reentrant Acquire), each failing with ErrNotAcquired near the
 // bound; TryAcquire ignores it.
 func TestAdv2DefaultMaxWaitBoundsEveryWait(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	const bound = 300 * time.Millisecond
 	holder := newClient(t, rdb)

@@ -24,6 +24,7 @@ import (
 // marker of an ended lease lives for the lease's revocation window: here a
 // resumed lease's (a clean lease leaves none).
 func TestLeaseTTLIsTheLeasesOwn(t *testing.T) {
+	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	long(t)
 	_, rdb := setup(t)
 	const ttl = 300 * time.Millisecond
@@ -113,6 +114,7 @@ func TestLeaseTTLIsTheLeasesOwn(t *testing.T) {
 // matches no context error; a context that ends first is what the error
 // names. A bounded wait that sees the lock released takes it.
 func TestMaxWait(t *testing.T) {
+	t.Parallel()
 	long(t)
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
@@ -197,6 +199,7 @@ func TestMaxWait(t *testing.T) {
 // refused attempt, escaped in the token (no space, no brace) and whole
 // again when read back.
 func TestHolderMetaRoundTrip(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	host, _ := os.Hostname()
 	def := host + ":" + strconv.Itoa(os.Getpid())
@@ -260,6 +263,7 @@ func TestHolderMetaRoundTrip(t *testing.T) {
 // its token through the queue and the handover message; a waiter that gave
 // up on a held lock learns who held it.
 func TestHolderMetaOverFairHandover(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	for _, pipelining := range []bool{true, false} {
 		ctx := t.Context()
@@ -305,6 +309,7 @@ func TestHolderMetaOverFairHandover(t *testing.T) {
 // A reentrant lock's holds carry their own metadata: Inspect shows the
 // owner's, and a refused owner learns the owner's ID and its metadata.
 func TestHolderMetaOfReentrantHolds(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.HolderMeta("outer"))
@@ -344,6 +349,7 @@ func TestHolderMetaOfReentrantHolds(t *testing.T) {
 // ErrInvalid before anything reaches Redis, in every call and mode, and
 // New refuses bad Client options.
 func TestLockOptionsBadInputWritesNothing(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	long := strings.Repeat("x", dlock.MaxMetaLen+1)
 	bad := badLockOptions()
@@ -454,6 +460,7 @@ func checkBadLockOptions(t *testing.T, try, acquire func(...dlock.LockOption) er
 // Metadata of MaxMetaLen bytes, all of which must be escaped, still makes
 // a token every script, key and message takes, and reads back whole.
 func TestHolderMetaAtItsLongest(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	meta := strings.Repeat("é", dlock.MaxMetaLen/2) // 128 bytes, each escaped as %XX
 	holder := newClient(t, rdb, dlock.HolderMeta(meta))
@@ -491,6 +498,7 @@ func TestHolderMetaAtItsLongest(t *testing.T) {
 // A semaphore's permits carry their holders' metadata: Inspect and Holders
 // show each permit's, and Info.Meta their distinct values.
 func TestHolderMetaOfSemaphorePermits(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	var permits []*dlock.Lock
@@ -522,6 +530,7 @@ func TestHolderMetaOfSemaphorePermits(t *testing.T) {
 // A refusal names the holder in the lock's own terms: a plain lock's is
 // "another holder" (a lease), a reentrant lock's "another owner".
 func TestNotAcquiredWording(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	plain := newClient(t, rdb, dlock.HolderMeta("batch"))
@@ -552,6 +561,7 @@ func TestNotAcquiredWording(t *testing.T) {
 // AcquireAll, a semaphore's, a read-write lock's, a campaign's) but not
 // TryAcquire and TryAcquireAll, which still make one attempt.
 func TestLeaseOptionsAsClientDefaults(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const wait = 150 * time.Millisecond

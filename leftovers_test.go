@@ -18,6 +18,7 @@ import (
 // fence counter a minute after its fence, and memory is back where it was.
 // (The previous data model kept a fence key per name for good.)
 func TestNothingLeftPerName(t *testing.T) {
+	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}

@@ -18,6 +18,7 @@ import (
 // cause; at a loss, with the loss; never while the lease is extended; and
 // beside a Do's context, each told.
 func TestLockContext(t *testing.T) {
+	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	_, rdb := setup(t)
 	ctx := t.Context()
 	for _, unfair := range []bool{false, true} {
@@ -97,6 +98,7 @@ func TestLockContext(t *testing.T) {
 // Lock.Context: done with ErrReleased after Release, with the loss after a
 // loss, immediately when called after either, and no goroutine left.
 func TestAdv5LockContext(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
@@ -175,6 +177,7 @@ func TestAdv5LockContext(t *testing.T) {
 // pause), Do's ctx must already report the loss: its Err consults the
 // validity deadline instead of waiting for a timer's goroutine to run.
 func TestDoContextKnowsOfLossRightAfterPause(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -215,6 +218,7 @@ func TestDoContextKnowsOfLossRightAfterPause(t *testing.T) {
 // validity itself, as Do's does, instead of waiting for a timer's
 // goroutine. Serial: it stops its server with SIGSTOP.
 func TestLockContextKnowsOfLossAsSoonAsErr(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond))

@@ -21,6 +21,7 @@ import (
 )
 
 func TestTryAcquireRelease(t *testing.T) {
+	t.Parallel()
 	for _, fair := range []bool{true, false} {
 		t.Run(map[bool]string{false: "unfair", true: "fair"}[fair], func(t *testing.T) { testTryAcquireRelease(t, fair) })
 	}
@@ -91,6 +92,7 @@ func testTryAcquireRelease(t *testing.T, fair bool) {
 // The value and the expiry must be set by one command, so that no crash
 // between two commands can leave a lock key without expiry.
 func TestValueAndExpirySetAtomically(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	ctx := t.Context()
 
@@ -140,6 +142,7 @@ func TestValueAndExpirySetAtomically(t *testing.T) {
 }
 
 func TestDeadHolderStopsBlockingAfterTTL(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	holder := startHelper(t, s, "hold", "dead", 500*time.Millisecond, 0)
 	if !holder.waitLine("held", 10*time.Second) {
@@ -157,6 +160,7 @@ func TestDeadHolderStopsBlockingAfterTTL(t *testing.T) {
 }
 
 func TestExpiredHolderCannotReleaseNextHolder(t *testing.T) {
+	t.Parallel()
 	for _, fair := range []bool{true, false} {
 		t.Run(map[bool]string{false: "unfair", true: "fair"}[fair], func(t *testing.T) { testExpiredHolder(t, fair) })
 	}
@@ -196,6 +200,7 @@ func testExpiredHolder(t *testing.T, fair bool) {
 // A Lock that nobody watches has no expiry timer: reading its state after
 // the deadline must still report the loss, and Done must come back closed.
 func TestUnwatchedLockExpires(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond))
@@ -232,6 +237,7 @@ func TestUnwatchedLockExpires(t *testing.T) {
 // With a Lost hook the expiry timer is armed at once: the hook hears of an
 // expiry when it happens, though nobody reads the Lock's state.
 func TestLostHookFiresAtExpiry(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	lost := make(chan error, 1)
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond),
@@ -256,6 +262,7 @@ func TestLostHookFiresAtExpiry(t *testing.T) {
 // The watchdog is a timer, not a goroutine: holding many auto-extended
 // locks must not hold a goroutine each.
 func TestHeldLocksCostNoGoroutines(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb) // auto-extend on
@@ -281,6 +288,7 @@ func TestHeldLocksCostNoGoroutines(t *testing.T) {
 // An acquisition whose reply arrives after the TTL (the server was frozen
 // while it ran) must not be handed out as held.
 func TestSlowAcquireIsNotHeld(t *testing.T) {
+	t.Parallel()
 	s, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
@@ -309,6 +317,7 @@ func TestSlowAcquireIsNotHeld(t *testing.T) {
 // An Observer's End hears of each acquisition and of each release once: a
 // failed TryAcquire ends with an error, a repeated Release is not told.
 func TestObserverAcquiredReleased(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	var acquired, released []string
@@ -336,6 +345,7 @@ func TestObserverAcquiredReleased(t *testing.T) {
 }
 
 func TestLossSignalledWhenKeyDeleted(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	var hooked error
@@ -366,6 +376,7 @@ func TestLossSignalledWhenKeyDeleted(t *testing.T) {
 // A holder cut off from Redis must learn of it before Redis can let another
 // client in: Done closes before acquisition start + TTL.
 func TestLossSignalledBeforeServerExpiry(t *testing.T) {
+	t.Parallel()
 	for _, autoExtend := range []bool{true, false} {
 		t.Run(map[bool]string{true: "watchdog", false: "no-watchdog"}[autoExtend], func(t *testing.T) {
 			s, rdb := setup(t)
@@ -398,6 +409,7 @@ func TestLossSignalledBeforeServerExpiry(t *testing.T) {
 }
 
 func TestWrongTypeKey(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	rdb.HSet(ctx, "dlock:{typed}", "f", "v")
@@ -449,6 +461,7 @@ func TestWrongTypeKey(t *testing.T) {
 }
 
 func TestInvalidInput(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
@@ -489,6 +502,7 @@ func TestInvalidInput(t *testing.T) {
 // option that does not apply to the Client they make; a Client that exists
 // is valid.
 func TestInvalidOptions(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	nodes := []redis.UniversalClient{rdb, rdb, rdb} // never dialled here
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
@@ -574,6 +588,7 @@ func TestInvalidOptions(t *testing.T) {
 }
 
 func TestRedisDown(t *testing.T) {
+	t.Parallel()
 	long(t)
 	s, rdb := setup(t)
 	ctx := t.Context()
@@ -617,6 +632,7 @@ func TestRedisDown(t *testing.T) {
 // Errors read once: one "dlock:" prefix, the lock's name once, the cause
 // last; and they still match the sentinel errors.
 func TestErrorsReadOnce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -712,6 +728,7 @@ func prefixes(msg string) int {
 }
 
 func TestAcquireCancelledWhileWaiting(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	holder, err := newClient(t, rdb).TryAcquire(ctx, "busy")
@@ -766,6 +783,7 @@ func subscribers(t *testing.T, rdb *redis.Client, channel string) int64 {
 // A waiter must be woken by the release message: its backoff and the
 // holder's TTL are both far longer than the test's deadline.
 func TestWaiterWokenByRelease(t *testing.T) {
+	t.Parallel()
 	for _, fair := range []bool{true, false} {
 		t.Run(map[bool]string{false: "unfair", true: "fair"}[fair], func(t *testing.T) { testWaiterWoken(t, fair) })
 	}
@@ -806,6 +824,7 @@ func testWaiterWoken(t *testing.T, fair bool) {
 }
 
 func TestDo(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
@@ -857,6 +876,7 @@ func TestDo(t *testing.T) {
 // same lease; without retries, the failed call removes the lease it may
 // have taken, so nothing is left to block others.
 func TestDroppedConnectionMidAcquire(t *testing.T) {
+	t.Parallel()
 	for _, retries := range []int{3, -1} {
 		t.Run(fmt.Sprintf("MaxRetries=%d", retries), func(t *testing.T) {
 			s := redistest.Start(t, redistest.TCP())
@@ -913,6 +933,7 @@ func TestDroppedConnectionMidAcquire(t *testing.T) {
 }
 
 func TestDoErrorAfterALossIsOneLineCauseLast(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -954,6 +975,7 @@ func TestDoErrorAfterALossIsOneLineCauseLast(t *testing.T) {
 // once, with a fast watchdog, shorter and longer Extends, Release in the
 // middle, under -race; in every mode (quorum included).
 func TestLockMethodsConcurrently(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
 		t.Run(m.name, func(t *testing.T) {
@@ -1015,6 +1037,7 @@ func closedOrNot(ch <-chan struct{}) <-chan struct{} {
 // Do releases the lock when fn panics (net/http recovers handler panics: the
 // lock must not stay held until the process exits), and the panic goes on.
 func TestDoReleasesWhenFnPanics(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
 		t.Run(m.name, func(t *testing.T) {
@@ -1040,6 +1063,7 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 // A call with a done context fails fast, matches ErrNotAcquired and the
 // context's error, and never takes the lock — with pipelining on and off.
 func TestDoneContextTakesNothing(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	cancelled, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -1067,6 +1091,7 @@ func TestDoneContextTakesNothing(t *testing.T) {
 // ContextTimeoutEnabled; batched calls honour them in any case), and the
 // error matches ErrNotAcquired and DeadlineExceeded.
 func TestFrozenServerCallEndsAtDeadline(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	opts := s.Options()
 	opts.ContextTimeoutEnabled = true

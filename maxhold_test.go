@@ -21,6 +21,7 @@ import (
 // after, never before. Release afterwards reports the cap. A Lock nobody
 // watches is ended and released the same.
 func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
+	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -118,6 +119,7 @@ func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
 // A max hold below the TTL gives a lease of the max hold: Redis's expiry
 // and the validity both end there, and the watchdog extends nothing.
 func TestMaxHoldBelowTTLIsTheLease(t *testing.T) {
+	t.Parallel()
 	long(t)
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, true) {
@@ -155,6 +157,7 @@ func TestMaxHoldBelowTTLIsTheLease(t *testing.T) {
 // the cap already, it sends nothing. Without a watchdog the lease ends and
 // is released at the cap all the same.
 func TestExtendStopsAtMaxHold(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -209,6 +212,7 @@ func TestExtendStopsAtMaxHold(t *testing.T) {
 // Do cancels fn's context at the max hold with a cause that says so, and
 // returns an error that says so; a waiter takes the lock right after.
 func TestDoCancelsAtMaxHold(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -252,6 +256,7 @@ func TestDoCancelsAtMaxHold(t *testing.T) {
 // A reentrant hold's max hold ends that hold, a lease of its own: the
 // owner's other hold keeps the lock.
 func TestMaxHoldOfAReentrantHoldEndsThatHold(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(300*time.Millisecond))

@@ -21,6 +21,7 @@ import (
 // order never deadlock nor overlap, bad sets refused before anything is
 // sent, and a part's loss told.
 func TestAcquirePartsAcrossDeployments(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	ctx := t.Context()
 	rdb1, rdb2 := redistest.Start(t).Client(t), redistest.Start(t).Client(t)
@@ -129,6 +130,7 @@ func TestAcquirePartsAcrossDeployments(t *testing.T) {
 // AcquireParts over three servers, one paused: all or nothing, nothing left
 // held on the others (now or once the paused one resumes).
 func TestAdv5PartsServerPaused(t *testing.T) {
+	t.Parallel()
 	long(t)
 	_, rdb1 := setup(t)
 	s2 := redistest.Start(t)
@@ -182,6 +184,7 @@ func TestAdv5PartsServerPaused(t *testing.T) {
 // no deadlock, no overlap, one key twice (two Clients, same server, same
 // prefix) refused, the same name under two prefixes on one server allowed.
 func TestAdv5PartsOverlapNoDeadlock(t *testing.T) {
+	t.Parallel()
 	_, rdb1 := setup(t)
 	s2, s3 := redistest.Start(t), redistest.Start(t)
 	rdb2, rdb3 := s2.Client(t), s3.Client(t)
@@ -247,6 +250,7 @@ func TestAdv5PartsOverlapNoDeadlock(t *testing.T) {
 // with a part held elsewhere it returns ErrNotAcquired without waiting
 // (its ctx has no deadline), and keeps nothing.
 func TestAcquirePartsWithMaxWaitZeroTriesOnce(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	ctx := t.Context()
 	rdb1, rdb2 := redistest.Start(t).Client(t), redistest.Start(t).Client(t)

@@ -62,6 +62,7 @@ func multiClients(t *testing.T, mode string, n int, opts ...dlock.Option) ([]*dl
 // and the test fails if one runs out) and never let two holders of one name
 // in (overlaps counted, lost updates checked).
 func TestAcquireAllExcludesWithoutDeadlock(t *testing.T) {
+	t.Parallel()
 	long(t)
 	for _, mode := range multiModes {
 		t.Run(mode, func(t *testing.T) { testAcquireAllExcludes(t, mode) })
@@ -187,6 +188,7 @@ func lockKeys(names ...string) []string {
 // error that names it, and leaves none of the others held: their lock keys
 // are gone (checked in Redis) and they are free for anyone at once.
 func TestTryAcquireAllIsAllOrNothing(t *testing.T) {
+	t.Parallel()
 	for _, mode := range multiModes {
 		t.Run(mode, func(t *testing.T) {
 			cs, rdb := multiClients(t, mode, 2)
@@ -231,6 +233,7 @@ func TestTryAcquireAllIsAllOrNothing(t *testing.T) {
 // that names the name it waited for and matches ErrNotAcquired and the
 // context's error.
 func TestAcquireAllCancelledLeavesNothing(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"unfair", "fair"} {
 		t.Run(mode, func(t *testing.T) {
 			cs, rdb := multiClients(t, mode, 2)
@@ -274,6 +277,7 @@ func TestAcquireAllCancelledLeavesNothing(t *testing.T) {
 // the MultiLock's Done closes and Err names that part; the other parts stay
 // held until Release, which reports the lost part and frees the rest.
 func TestMultiLockLossOfOnePart(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"del", "force", "released apart"} {
 		t.Run(how, func(t *testing.T) {
 			cs, rdb := multiClients(t, "fair", 1, dlock.LeaseTTL(300*time.Millisecond))
@@ -326,6 +330,7 @@ func TestMultiLockLossOfOnePart(t *testing.T) {
 // DoAll cancels fn's context, with a cause naming the lost part, when one
 // part is lost; it returns that loss and releases the other parts.
 func TestDoAllCancelsOnPartLoss(t *testing.T) {
+	t.Parallel()
 	cs, rdb := multiClients(t, "fair", 1, dlock.LeaseTTL(300*time.Millisecond))
 	c := cs[0]
 	ctx := t.Context()
@@ -353,6 +358,7 @@ func TestDoAllCancelsOnPartLoss(t *testing.T) {
 
 // DoAll releases every part when fn panics, and the panic goes on.
 func TestDoAllReleasesOnPanic(t *testing.T) {
+	t.Parallel()
 	cs, rdb := multiClients(t, "fair", 1)
 	ctx := t.Context()
 	func() {
@@ -370,6 +376,7 @@ func TestDoAllReleasesOnPanic(t *testing.T) {
 
 // Bad input is refused with ErrInvalid before anything is sent.
 func TestAcquireAllRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	cs, rdb := multiClients(t, "fair", 1)
 	c := cs[0]
 	ctx := t.Context()
@@ -404,6 +411,7 @@ func TestAcquireAllRefusesBadInput(t *testing.T) {
 // The handle: Locks in the order given, a fence per part, ValidUntil the
 // earliest part's, Extend moving every part, and the released state.
 func TestMultiLockHandle(t *testing.T) {
+	t.Parallel()
 	cs, rdb := multiClients(t, "fair", 1, dlock.LeaseTTL(time.Second), dlock.WithAutoExtend(false))
 	ctx := t.Context()
 	m, err := cs[0].AcquireAll(ctx, []string{"zeta", "alpha", "mid"})
@@ -466,6 +474,7 @@ func TestMultiLockHandle(t *testing.T) {
 // for a later one: AcquireAll gives everything back, starts over, and
 // returns a set whose parts are all held.
 func TestAcquireAllStartsOverWhenAnEarlierPartRanOut(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -508,6 +517,7 @@ func TestAcquireAllStartsOverWhenAnEarlierPartRanOut(t *testing.T) {
 // their text up to the first '}' share a slot. TryAcquireAll across slots
 // is still all or nothing.
 func TestClusterAcquireAll(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a Redis Cluster")
 	}
@@ -557,6 +567,7 @@ func TestClusterAcquireAll(t *testing.T) {
 // With a reentrant Client, a set re-enters the names its owner already
 // holds: releasing the set ends its own holds and leaves the outer one.
 func TestAcquireAllReentersOwnersHolds(t *testing.T) {
+	t.Parallel()
 	cs, rdb := multiClients(t, "reentrant", 1)
 	ctx := t.Context()
 	owner := asOwner(t, cs[0], "job-1")
@@ -592,6 +603,7 @@ func TestAcquireAllReentersOwnersHolds(t *testing.T) {
 // and MaxWait to the whole acquisition: a part taken late has only what is
 // left of it. The next call without options gets the Client's again.
 func TestAcquireAllLockOptions(t *testing.T) {
+	t.Parallel()
 	long(t)
 	modes := multiModes
 	if testing.Short() { // the options are read before the mode's path: one mode covers them
@@ -724,6 +736,7 @@ func TestAcquireAllLockOptions(t *testing.T) {
 // TryAcquireAll), fail AcquireAll, TryAcquireAll and DoAll with ErrInvalid
 // before anything is sent to Redis.
 func TestAcquireAllLockOptionsBadInputSendsNothing(t *testing.T) {
+	t.Parallel()
 	srv, _ := setup(t)
 	rdb := srv.Client(t)
 	sent := &countEvals{}
@@ -780,6 +793,7 @@ func checkPartRefused(t *testing.T, what string, err error, part string, ctxErrs
 // over a quorum, a part no majority could be reached for. Nothing is left
 // held.
 func TestMultiLockRefusalNamesThePart(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -853,6 +867,7 @@ func TestMultiLockRefusalNamesThePart(t *testing.T) {
 // holder named), give back the parts taken before it, and leave no queue
 // entry.
 func TestAcquireAllTinyMaxWaitTriesEveryPart(t *testing.T) {
+	t.Parallel()
 	for _, mode := range append(multiModes[:len(multiModes):len(multiModes)], "noscript") {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -908,6 +923,7 @@ func TestAcquireAllTinyMaxWaitTriesEveryPart(t *testing.T) {
 // matches the context's and names m2, and once Redis answers again nothing
 // is left held: m1 given back, m2's request (which lands on resume) undone.
 func TestAdvAcquireAllCancelledWhileAPartIsInFlight(t *testing.T) {
+	t.Parallel()
 	long(t)
 	for _, fair := range []bool{false, true} {
 		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {

@@ -42,6 +42,7 @@ func noScriptUser(t *testing.T, s *redistest.Server, opts *redis.Options) *redis
 // A scripting Client whose Redis user may not run scripts says so, and
 // names the mode to use; the script-free Client works for the same user.
 func TestScriptingDeniedNamesTheMode(t *testing.T) {
+	t.Parallel()
 	s, _ := setup(t)
 	rdb := noScriptUser(t, s, nil)
 	ctx := t.Context()
@@ -71,6 +72,7 @@ func TestScriptingDeniedNamesTheMode(t *testing.T) {
 
 // The features that need scripts are refused with WithoutScripts, by name.
 func TestWithoutScriptsRefusesWhatNeedsScripts(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	for _, tc := range []struct {
 		opts []dlock.Option
@@ -104,6 +106,7 @@ func TestWithoutScriptsRefusesWhatNeedsScripts(t *testing.T) {
 // Many goroutines of several script-free Clients, as a user that may not
 // run scripts, contend for one lock: never two inside at once.
 func TestWithoutScriptsMutualExclusion(t *testing.T) {
+	t.Parallel()
 	s, direct := setup(t)
 	rdb := noScriptUser(t, s, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -149,6 +152,7 @@ func TestWithoutScriptsMutualExclusion(t *testing.T) {
 // out and another took the lock, they report the loss and leave the new
 // holder's lock alone. A lease's marker records what became of it.
 func TestWithoutScriptsCompareAndAct(t *testing.T) {
+	t.Parallel()
 	s, direct := setup(t)
 	rdb := noScriptUser(t, s, nil)
 	ctx := t.Context()
@@ -196,6 +200,7 @@ func TestWithoutScriptsCompareAndAct(t *testing.T) {
 // Fences rise from holder to holder, also when the counter is lost: the
 // server's clock floors them, as with scripts.
 func TestWithoutScriptsFencesRise(t *testing.T) {
+	t.Parallel()
 	s, direct := setup(t)
 	rdb := noScriptUser(t, s, nil)
 	ctx := t.Context()
@@ -259,6 +264,7 @@ func TestWithoutScriptsFencesRise(t *testing.T) {
 // Inspect, List and ForceRelease work without scripts, on what scripting
 // Clients wrote too; a lock key of another type is reported, not taken.
 func TestWithoutScriptsInspectAndForce(t *testing.T) {
+	t.Parallel()
 	s, direct := setup(t)
 	rdb := noScriptUser(t, s, nil)
 	ctx := t.Context()
@@ -324,6 +330,7 @@ func TestWithoutScriptsInspectAndForce(t *testing.T) {
 // A waiter is woken by the release (pub/sub) and takes the lock; Do and
 // AcquireAll work as with scripts.
 func TestWithoutScriptsWaiting(t *testing.T) {
+	t.Parallel()
 	s, _ := setup(t)
 	rdb := noScriptUser(t, s, nil)
 	ctx := t.Context()
@@ -365,6 +372,7 @@ func TestWithoutScriptsWaiting(t *testing.T) {
 // fails cleanly and leaves nothing, and an extension reports the missing
 // acknowledgement.
 func TestWithoutScriptsReplicaAck(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a replica")
 	}
@@ -554,6 +562,7 @@ func hooked(t *testing.T, s *redistest.Server, h *holdTx, opts ...dlock.Option) 
 // the acquire's reads and its EXEC aborts the EXEC: the lock is not taken
 // for nobody.
 func TestWithoutScriptsUndoBeforeExecTakesNothing(t *testing.T) {
+	t.Parallel()
 	s, direct := setup(t)
 	ctx := t.Context()
 	h := newHoldTx(func(args []any) bool { return cmdIs(args, "set", "dlock:{undo}") })
@@ -578,6 +587,7 @@ func TestWithoutScriptsUndoBeforeExecTakesNothing(t *testing.T) {
 // A release whose lease ran out, and whose lock another lease took,
 // between its reads and its EXEC deletes nothing: it reports the loss.
 func TestWithoutScriptsLateReleaseKeepsTheNextHolder(t *testing.T) {
+	t.Parallel()
 	s, direct := setup(t)
 	ctx := t.Context()
 	h := newHoldTx(func(args []any) bool { return cmdIs(args, "del", "dlock:{late}") })
@@ -607,6 +617,7 @@ func TestWithoutScriptsLateReleaseKeepsTheNextHolder(t *testing.T) {
 // claim the lease for its own terms: the newer extension, which it did not
 // send (a Lock's own are one at a time), came from a Lock that resumed it.
 func TestWithoutScriptsOlderExtendCannotCutNewer(t *testing.T) {
+	t.Parallel()
 	s, direct := setup(t)
 	ctx := t.Context()
 	h := newHoldTx(func(args []any) bool { return cmdIs(args, "pexpire", "dlock:{ext}") })
@@ -634,6 +645,7 @@ func TestWithoutScriptsOlderExtendCannotCutNewer(t *testing.T) {
 // A fence issued by someone else between a fence's reads and its EXEC
 // makes it read again and issue one above.
 func TestWithoutScriptsFenceRaceStaysMonotonic(t *testing.T) {
+	t.Parallel()
 	s, direct := setup(t)
 	ctx := t.Context()
 	h := newHoldTx(func(args []any) bool { return cmdIs(args, "set", "dlock:{fr}:fence") })
@@ -671,6 +683,7 @@ func proxiedNoScript(t *testing.T, retries int, readTimeout time.Duration) (*red
 // A request delayed in the network past its caller's timeout lands after
 // the caller's undo, with or without go-redis's retries: it takes nothing.
 func TestWithoutScriptsDelayedAcquireTakesNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -715,6 +728,7 @@ func TestWithoutScriptsDelayedAcquireTakesNothing(t *testing.T) {
 // leaves nothing held: the acquire's undo ends the lease, and a release
 // tried again reports the release.
 func TestWithoutScriptsLostRepliesLeaveNothing(t *testing.T) {
+	t.Parallel()
 	p, rdb, direct := proxiedNoScript(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
 	key := "dlock:{lost}"
 	// lostReply runs op with the replies stalled from its transaction on

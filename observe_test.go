@@ -48,6 +48,7 @@ func (r *ctxRecorder) record(ctx context.Context) {
 // returns is the one the operation's Redis calls are made with (so a span
 // started there is their parent), with and without pipelining.
 func TestObserverContextReachesRedis(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	rec := &ctxRecorder{}
 	rdb.AddHook(rec)
@@ -112,6 +113,7 @@ func errString(err error) string {
 // Waiting counts Acquire calls that wait for a taken lock, and goes back to
 // zero when they stop; the Observer's Waiting sees +1 and -1.
 func TestObserverWaitingAndLost(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	var mu sync.Mutex
 	var deltas []int
@@ -165,6 +167,7 @@ func TestObserverWaitingAndLost(t *testing.T) {
 // SlogObserver logs acquisitions and releases at debug level, a loss as an
 // error, with the operation's context; without it nothing is logged.
 func TestLogger(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	var buf bytes.Buffer
 	var mu sync.Mutex
@@ -209,6 +212,7 @@ func TestLogger(t *testing.T) {
 // event and no log line; the first Release, a Do's release and a
 // MultiLock's each give one.
 func TestRepeatedReleaseIsSilent(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	var buf bytes.Buffer
 	var mu sync.Mutex
@@ -304,6 +308,7 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 // A panicking observer cannot leave a lease held that no caller has a
 // handle to: the panic is dropped, the caller gets its Lock.
 func TestPanickingObserver(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	boom := func() { panic("observer failed") }
 	c := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond), dlock.WithObserver(dlock.Observer{

@@ -14,6 +14,7 @@ import (
 // lease's first extensions; the next leader shows its own value; a
 // resigned term cannot proclaim.
 func TestLeadershipProclaim(t *testing.T) {
+	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
@@ -89,6 +90,7 @@ func TestLeadershipProclaim(t *testing.T) {
 // freed or handed to the next candidate: nothing is left in Redis once the
 // lock and its markers are gone.
 func TestProclaimedValueGoesWithTheTerm(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
@@ -145,6 +147,7 @@ func TestProclaimedValueGoesWithTheTerm(t *testing.T) {
 // old, longer expiry: extend.lua sets it with PEXPIRE GT. The lease ends
 // after 300ms; the value key "<token> <value>" stays for ~5s more.
 func TestAdv7ProclaimValueKeyOutlivesShortenedLease(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
@@ -176,6 +179,7 @@ func TestAdv7ProclaimValueKeyOutlivesShortenedLease(t *testing.T) {
 // made stays until the lease time it was given (release_fair.lua does not
 // get the value key), well past the lease it belongs to.
 func TestAdv7ProclaimValueKeyLeftAfterResign(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
@@ -198,6 +202,7 @@ func TestAdv7ProclaimValueKeyLeftAfterResign(t *testing.T) {
 // HELD: a leader that lost its lease cannot proclaim (ErrNotHeld), and the
 // next leader shows its own campaign value, not the old proclaimed one.
 func TestAdv7StaleLeaderProclaim(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond), dlock.WithAutoExtend(false))

@@ -23,6 +23,7 @@ import (
 )
 
 func TestFairWaitersServedInArrivalOrder(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -80,6 +81,7 @@ func TestFairWaitersServedInArrivalOrder(t *testing.T) {
 // A lock whose holder expired (no release, so no handoff) goes to the first
 // waiter, not to a TryAcquire that arrives first.
 func TestFairExpiredHolderHandsToFirstWaiter(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -119,6 +121,7 @@ func TestFairExpiredHolderHandsToFirstWaiter(t *testing.T) {
 // Waiters that died are skipped: one whose entry has lapsed at once, one
 // that was handed the lock but never took it after its lease.
 func TestFairDeadWaitersSkipped(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -154,6 +157,7 @@ func TestFairDeadWaitersSkipped(t *testing.T) {
 }
 
 func TestFairCancelLeavesQueue(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	holder, err := newClient(t, rdb).TryAcquire(ctx, "cancel")
@@ -185,6 +189,7 @@ func TestFairCancelLeavesQueue(t *testing.T) {
 // An operator's ForceRelease frees a lock with waiters queued: the waiters
 // are woken and the first of them gets it, without waiting out any timer.
 func TestFairForceReleaseWakesQueue(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -228,6 +233,7 @@ func TestFairForceReleaseWakesQueue(t *testing.T) {
 // the window: a release with nobody queued announces nothing, so a waiter
 // out of the queue would not hear of it.
 func TestFairWaiterOutOfTheQueueQueuesAgain(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const key = "dlock:{out}"
@@ -313,6 +319,7 @@ func TestFairWaiterOutOfTheQueueQueuesAgain(t *testing.T) {
 // fixed code fail). The fair lock and the election are released 4 windows
 // after the landing, and a new caller must get them at once.
 func TestLateQueueingRequestHoldsTheLineOneWindow(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -472,6 +479,7 @@ func TestLateQueueingRequestHoldsTheLineOneWindow(t *testing.T) {
 // The fix: an attempt is undone after any error, and an undo that Redis
 // refuses for the time being is retried in the background.
 func TestFairWaiterErrorReplyLeavesNoGhostInQueue(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	s2 := rdb // same server
 	ctx := t.Context()
@@ -532,6 +540,7 @@ func TestFairWaiterErrorReplyLeavesNoGhostInQueue(t *testing.T) {
 // whoever is handed the lock must either return it to its caller or pass it
 // on. 300ms after everyone returned, no lease may be left for nobody.
 func TestFairHandoverRacingWaitersThatGiveUp(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -594,6 +603,7 @@ func TestFairHandoverRacingWaitersThatGiveUp(t *testing.T) {
 // The fix: an acquire that finds the lock already ours pushes its expiry
 // out to the TTL from now (PEXPIRE GT: never shortened).
 func TestFairConfirmedHandoverValidityWithinTheLease(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -651,6 +661,7 @@ func TestFairConfirmedHandoverValidityWithinTheLease(t *testing.T) {
 // waiter gets the lock promptly on release (the release publishes only
 // when someone queued: it must still wake it).
 func TestAdv4FairWaiterGivesUp(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv4-fair-giveup"
@@ -692,6 +703,7 @@ func TestAdv4FairWaiterGivesUp(t *testing.T) {
 // and a re-sent release of an earlier holder (its script run again after the
 // handover) does not free or re-hand the lock.
 func TestAdv5FairHandoverFences(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv5-fair"
@@ -759,6 +771,7 @@ func TestAdv5FairHandoverFences(t *testing.T) {
 // machine. No two leases' validity intervals overlap, and every worker
 // gets through its iterations in bounded time.
 func TestAdvShortLeaseQueueExclusionAndLiveness(t *testing.T) {
+	t.Parallel()
 	srv, rdb := setup(t)
 	pause := os.Getenv("ADV_PAUSE") != ""
 	type iv struct{ from, to time.Time }
@@ -850,6 +863,7 @@ func TestAdvShortLeaseQueueExclusionAndLiveness(t *testing.T) {
 // long backoff still queues its permits', holds' and campaigns' waiters:
 // a release hands the lease over at once, not after the backoff.
 func TestAdv3QueuedKindsIgnoreUnfairBackoff(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb, dlock.WithUnfair(dlock.ExponentialBackoff(3*time.Second, 3*time.Second)))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -888,6 +902,7 @@ func TestAdv3QueuedKindsIgnoreUnfairBackoff(t *testing.T) {
 // waiter's attempt counter grows by one per wake-up (each release message
 // of a busy lock), not only per sleep, so attempt 41 comes quickly.
 func TestAdv2ExponentialBackoffHugeMax(t *testing.T) {
+	t.Parallel()
 	b := dlock.ExponentialBackoff(10*time.Millisecond, math.MaxInt64)
 	for attempt := 1; attempt <= 100; attempt++ {
 		var d time.Duration
@@ -911,6 +926,7 @@ func TestAdv2ExponentialBackoffHugeMax(t *testing.T) {
 // and the holder's release leaves the name free instead of handing it to
 // the waiter that gave up.
 func TestFailedWaitLeavesItsPlace(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -995,6 +1011,7 @@ func TestFailedWaitLeavesItsPlace(t *testing.T) {
 // every fair TryAcquire was refused, and the next fair Acquire handed the
 // lock to the waiter that had gone, for a whole TTL.
 func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "kind-changes"
@@ -1066,6 +1083,7 @@ func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 // reconnect storm against a Redis that is coming back. A wait whose
 // requests never reached Redis must leave nothing to do behind.
 func TestOptsAttackAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1115,6 +1133,7 @@ func TestOptsAttackAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing
 // that came after it. Fair waiting serves waiters in arrival order
 // and only a waiter that died is skipped.
 func TestOptsAttackCappedFairWaiterKeepsItsPlace(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1187,6 +1206,7 @@ var oldAcquireFair string
 // handed-over value must be the waiter's token alone, or the lock is held
 // by nobody for the waiter's TTL.
 func TestHandoverToAPreviousVersionWaiter(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	name := "model-upgrade"
@@ -1238,6 +1258,7 @@ func TestHandoverToAPreviousVersionWaiter(t *testing.T) {
 // queue keys' life below a longer-lived waiter's entry, or the release
 // finds nobody to hand the lock to and that waiter wakes late.
 func TestFairQueueNotShortenedByAShortLivedWaiter(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1291,6 +1312,7 @@ func TestFairQueueNotShortenedByAShortLivedWaiter(t *testing.T) {
 // A fair lease with its own TTL, queued: the queue entry and the fence of
 // the handover follow the lease's TTL (the fair scripts' packed argument).
 func TestFairLeaseTTLQueueEntryAndFence(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	for _, q := range []bool{false} { // (a Redlock waits unfairly: no queue)
@@ -1350,6 +1372,7 @@ func TestFairLeaseTTLQueueEntryAndFence(t *testing.T) {
 // The packed argument: values whose digits end in 1 must not pass for the
 // campaign flag, and a campaign must announce on the lock's channel.
 func TestFairScriptsPackedArgument(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	keys := func(l, tok string) []string {

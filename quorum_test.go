@@ -47,6 +47,7 @@ func keysOn(ctx context.Context, srvs []*redistest.Server, key string) int {
 }
 
 func TestRedlockSurvivesMinorityLoss(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -99,6 +100,7 @@ func TestRedlockSurvivesMinorityLoss(t *testing.T) {
 // A frozen node costs the per-node timeout, not the TTL or the client's
 // read timeout (5s by default).
 func TestRedlockFrozenNodeCostsNodeTimeout(t *testing.T) {
+	t.Parallel()
 	srvs, nodes := startQuorum(t, 5)
 	ctx := t.Context()
 	c := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(10*time.Second))
@@ -124,6 +126,7 @@ func TestRedlockFrozenNodeCostsNodeTimeout(t *testing.T) {
 }
 
 func TestRedlockHolderLosingMajoritySignalled(t *testing.T) {
+	t.Parallel()
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
 	const ttl = time.Second
@@ -149,6 +152,7 @@ func TestRedlockHolderLosingMajoritySignalled(t *testing.T) {
 }
 
 func TestRedlockFencesIncreaseThroughFailures(t *testing.T) {
+	t.Parallel()
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
 	c := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(2*time.Second))
@@ -192,6 +196,7 @@ func TestRedlockFencesIncreaseThroughFailures(t *testing.T) {
 // a node without persistence: back at once, empty, it could grant a lease
 // that a majority still holds elsewhere.
 func TestRedlockMutualExclusion(t *testing.T) {
+	t.Parallel()
 	long(t)
 	srvs, nodes := startQuorum(t, 3)
 	resource := redistest.Start(t)
@@ -254,6 +259,7 @@ func TestRedlockMutualExclusion(t *testing.T) {
 // List over a quorum walks every node: with the first node down it still
 // lists a lock held on the others, and it fails only without a majority.
 func TestRedlockListWithANodeDown(t *testing.T) {
+	t.Parallel()
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
 	c := newRedlock(t, nodes, 0)
@@ -277,6 +283,7 @@ func TestRedlockListWithANodeDown(t *testing.T) {
 // with sharded pub/sub on every node, a release wakes a waiter whose
 // backoff alone would keep it asleep for seconds.
 func TestRedlockShardedPubSubWakesWaiters(t *testing.T) {
+	t.Parallel()
 	_, nodes := startQuorum(t, 3)
 	ctx := t.Context()
 	slow := func(int) time.Duration { return 5 * time.Second }
@@ -320,6 +327,7 @@ func TestRedlockShardedPubSubWakesWaiters(t *testing.T) {
 // that reaches all, then the delayed short extensions land: a majority now
 // expires early while the holder's validity says 10s.
 func TestRedlockDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -380,6 +388,7 @@ type proxyT struct {
 // The fix: fanOut stops waiting when the caller's ctx ends; the nodes'
 // calls go on in the background.
 func TestRedlockAttemptEndsWithItsContext(t *testing.T) {
+	t.Parallel()
 	srvs, nodes := startQuorum(t, 3)
 	c := newRedlock(t, nodes, 0, dlock.LeaseTTL(time.Minute)) // node timeout 1.2s
 	srvs[1].Pause()
@@ -410,6 +419,7 @@ func TestRedlockAttemptEndsWithItsContext(t *testing.T) {
 // another client won them) is told: Release reports ErrNotHeld, and the
 // watchdog's next extension closes Done.
 func TestRedlockLostMajorityIsReported(t *testing.T) {
+	t.Parallel()
 	for _, watchdog := range []bool{false, true} {
 		srvs, nodes := startQuorum(t, 3)
 		ctx := t.Context()
@@ -439,6 +449,7 @@ func TestRedlockLostMajorityIsReported(t *testing.T) {
 // per-node timeout is refused per call (LeaseTTL on Acquire); as the
 // Client's default (LeaseTTL given to NewRedlock) it must be refused too.
 func TestAdv2NewRedlockDefaultTTLAboveNodeTimeout(t *testing.T) {
+	t.Parallel()
 	var nodes []redis.UniversalClient
 	for range 3 {
 		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})) // nothing is sent
@@ -466,6 +477,7 @@ func TestAdv2NewRedlockDefaultTTLAboveNodeTimeout(t *testing.T) {
 // for as having missed the node timeout. The attempt ends long before that
 // timeout. Odd N (3, 5) is the reference.
 func TestRedlockRefusalWithEvenNodes(t *testing.T) {
+	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	long(t)
 	for _, n := range []int{3, 4, 5, 6} {
 		t.Run(fmt.Sprint(n, "nodes"), func(t *testing.T) {
@@ -558,6 +570,7 @@ func TestRedlockRefusalWithEvenNodes(t *testing.T) {
 // later, is still out when MaxWait ends at 500ms. (Another wait of the Client listens on the lock's
 // channel already, so the wait does not subscribe through the delay.)
 func TestRedlockWaitEndingMidAttemptReportsTheRefusal(t *testing.T) {
+	t.Parallel()
 	srvs, direct := startQuorum(t, 3)
 	ctx := t.Context()
 	const nodeTimeout = 2 * time.Second
@@ -616,6 +629,7 @@ func TestRedlockWaitEndingMidAttemptReportsTheRefusal(t *testing.T) {
 // earlier one won too few nodes and was given back (the Lock then takes a
 // new token). Found by the fault checker's check (k) in quorum rounds.
 func TestRedlockInspectShowsHolderMetaAfterRetry(t *testing.T) {
+	t.Parallel()
 	_, nodes := startQuorum(t, 3)
 	ctx := t.Context()
 	c := newRedlock(t, nodes, 0, dlock.LeaseTTL(2*time.Second), dlock.WithUnfair(nil), dlock.HolderMeta("job-7"))
@@ -656,6 +670,7 @@ func TestRedlockInspectShowsHolderMetaAfterRetry(t *testing.T) {
 // every node up to five times, so a node down multiplied the undo traffic
 // of the healthy ones.)
 func TestQuorumUndoRetriesOnlyTheNodeThatFailed(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -709,6 +724,7 @@ func TestQuorumUndoRetriesOnlyTheNodeThatFailed(t *testing.T) {
 // (The skewed node's fence is written into its counter directly, as
 // TestFenceStrictlyIncreases does: libfaketime crashes redis-server here.)
 func TestQuorumFenceOutlivesASkewedNode(t *testing.T) {
+	t.Parallel()
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
 	c := newRedlock(t, nodes, 0, dlock.WithAutoExtend(false), dlock.LeaseTTL(5*time.Second))
@@ -813,6 +829,7 @@ func keyOnNodes(ctx context.Context, direct []*redis.Client, key string) (n int,
 // retried in the background for the TTL. How many goroutines pile up, and do
 // they outlive Acquire?
 func TestQuorumAttackUndoGoroutinePileUp(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -825,7 +842,7 @@ func TestQuorumAttackUndoGoroutinePileUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	srvs[2].Kill()
-	base := countGoroutines("undoUntil")
+	base := countGoroutines(t, "undoUntil")
 	fast := func(int) time.Duration { return 10 * time.Millisecond }
 	waiter := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(ttl), dlock.WithUnfair(fast))
 	before, _ := srvs[0].Do(ctx, "INFO", "commandstats")
@@ -844,22 +861,23 @@ func TestQuorumAttackUndoGoroutinePileUp(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	afterStats, _ := srvs[0].Do(ctx, "INFO", "commandstats")
 	t.Logf("node 0 commandstats before:\n%v\nafter 10 waiters x 1.5s + 3s:\n%v", before, afterStats)
-	after := countGoroutines("undoUntil") - base
+	after := countGoroutines(t, "undoUntil") - base
 	t.Logf("undoUntil goroutines 3s after 10 Acquire waits of 1.5s each were refused throughout (no node ever granted): %d", after)
-	later := countGoroutines("undoUntil") - base
+	later := countGoroutines(t, "undoUntil") - base
 	t.Logf("... and at the next count: %d", later)
 	if after > 5 {
 		t.Errorf("%d background undo goroutines left behind by one Acquire that was refused on every answering node (nothing to undo)", after)
 	}
 	l.Release(ctx)
 	// let the goroutines drain so the leakcheck does not fire
-	waitFor(12*time.Second, func() bool { return countGoroutines("undoUntil") <= base })
+	waitFor(12*time.Second, func() bool { return countGoroutines(t, "undoUntil") <= base })
 }
 
 // Quorum + pipelining: requests to two nodes are delayed past the per-node
 // timeout; the grants land after the attempt was declared failed. Nothing
 // may stay behind, and another client must get the lock.
 func TestQuorumAttackLateGrantsAfterFailedQuorum(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -903,6 +921,7 @@ func TestQuorumAttackLateGrantsAfterFailedQuorum(t *testing.T) {
 
 // Mutual exclusion under random delays around the node timeout, pipelined.
 func TestQuorumAttackQuorumExclusionUnderJitter(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -971,6 +990,7 @@ func TestQuorumAttackQuorumExclusionUnderJitter(t *testing.T) {
 // An old, shorter extension delayed past the node timeout lands after a
 // newer, longer one: it must be ignored (sequence numbers).
 func TestQuorumAttackDelayedShortExtendAfterLongExtend(t *testing.T) {
+	t.Parallel()
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx := t.Context()
 	c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(3*time.Second), dlock.WithAutoExtend(false))
@@ -1012,6 +1032,7 @@ func TestQuorumAttackDelayedShortExtendAfterLongExtend(t *testing.T) {
 // goes on with a new token and gets the lock: the new lease must survive
 // all retries of the old token's undo.
 func TestQuorumAttackUndoRetriesDoNotTouchNewLease(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1055,6 +1076,7 @@ func TestQuorumAttackUndoRetriesDoNotTouchNewLease(t *testing.T) {
 // A release queued in a node's batcher behind in-flight pipelines is
 // abandoned at the node timeout and never sent: the node keeps the lease.
 func TestQuorumAttackQueuedReleaseNeverSent(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1103,6 +1125,7 @@ func TestQuorumAttackQueuedReleaseNeverSent(t *testing.T) {
 // lock until the lease expires (with one more node down, nobody could take
 // it).
 func TestQuorumReleaseRetriedOnANodeThatFailed(t *testing.T) {
+	t.Parallel()
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx := t.Context()
 	ttl := 20 * time.Second
@@ -1142,6 +1165,7 @@ func TestQuorumReleaseRetriedOnANodeThatFailed(t *testing.T) {
 // on all three nodes, the retry must stop (Close returns), and no goroutine
 // may be left.
 func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
+	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1219,6 +1243,7 @@ func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
 // returns by itself while the node is still stalled, and nothing keeps
 // running after.
 func TestQuorumAttackReleaseRetryGivesUpOnABlackHole(t *testing.T) {
+	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}

@@ -11,6 +11,7 @@ import (
 )
 
 func TestReentrantHoldsCount(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true)), "job-7")
 	ctx := t.Context()
@@ -58,6 +59,7 @@ func TestReentrantHoldsCount(t *testing.T) {
 }
 
 func TestReentrantNonOwnerReleaseRefused(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
@@ -80,6 +82,7 @@ func TestReentrantNonOwnerReleaseRefused(t *testing.T) {
 }
 
 func TestReentrantHoldLostBehindItsBack(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true)), "x")
 	ctx := t.Context()
@@ -112,6 +115,7 @@ func TestReentrantHoldLostBehindItsBack(t *testing.T) {
 }
 
 func TestReentrantExpiryDuringNestedHoldSignalsOuter(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(300*time.Millisecond)), "x")
 	ctx := t.Context()
@@ -136,6 +140,7 @@ func TestReentrantExpiryDuringNestedHoldSignalsOuter(t *testing.T) {
 }
 
 func TestReentrantDoInsideDo(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	rc := newClient(t, rdb, dlock.WithReentrant(true))
 	c := asOwner(t, rc, "request-1")
@@ -174,6 +179,7 @@ func TestReentrantDoInsideDo(t *testing.T) {
 
 // An owner is given only to a reentrant Client, and is not empty.
 func TestOwnerRefusedWhereItDoesNotApply(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	if _, err := newClient(t, rdb).Owner("job-7"); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Owner on a plain Client = %v, want ErrInvalid", err)
@@ -193,6 +199,7 @@ func TestOwnerRefusedWhereItDoesNotApply(t *testing.T) {
 // The fix: Inspect reads the server's clock and counts only live holds;
 // Lock.TTL returns the hold's own deadline minus now.
 func TestReentrantTTLIsTheHoldsOwn(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false)), "a")
 	ctx := t.Context()
@@ -229,6 +236,7 @@ func TestReentrantTTLIsTheHoldsOwn(t *testing.T) {
 // A reentrant owner's stale handle (its lease was lost, the owner took the
 // lock again) must not release the newer hold.
 func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	rc := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
 	c := asOwner(t, rc, "a")
@@ -257,6 +265,7 @@ func TestReentrantStaleHandleCannotReleaseNewerHold(t *testing.T) {
 // A nested hold with a shorter lease must not shorten the key below what the
 // outer hold was promised.
 func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	rc := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(time.Second), dlock.WithAutoExtend(false))
 	c := asOwner(t, rc, "a")
@@ -292,6 +301,7 @@ func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
 // but not their owner: one does not re-enter another's lock; each re-enters
 // its own; Stats and observers are common, and Close of one closes all.
 func TestAdv3Owners(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	var rec adv3Events
 	c := newClient(t, rdb, dlock.WithReentrant(true))
@@ -386,6 +396,7 @@ func TestAdv3Owners(t *testing.T) {
 // Owner views: nested Do of another owner waits, bounded by ctx; views of
 // the same owner re-enter; Owner of an Owner is the new owner.
 func TestQuorumAttackOwnerViews(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(2*time.Second))

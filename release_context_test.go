@@ -12,6 +12,7 @@ import (
 // lock's context): Release settles the Lock before it sends, which ends that
 // very context; the release must still go out, and the name be free at once.
 func TestReleaseWithTheLocksOwnContextIsSent(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, false) {
 		t.Run(m.name, func(t *testing.T) {
@@ -45,6 +46,7 @@ func TestReleaseWithTheLocksOwnContextIsSent(t *testing.T) {
 
 // The same inside Do: fn releases early with its own ctx.
 func TestReleaseInsideDoWithFnsContextIsSent(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb, dlock.LeaseTTL(20*time.Second))
 	var rerr, oerr error
@@ -70,6 +72,7 @@ func TestReleaseInsideDoWithFnsContextIsSent(t *testing.T) {
 // outside): Release with the Lock's own Context, ended by the loss, still
 // sends the release, and the name is free at once.
 func TestReleaseWithTheContextOfALostLockIsSent(t *testing.T) {
+	t.Parallel()
 	for _, own := range []bool{true, false} {
 		t.Run(map[bool]string{true: "own-ctx", false: "live-ctx"}[own], func(t *testing.T) {
 			_, rdb := setup(t)

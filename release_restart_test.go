@@ -19,6 +19,7 @@ import (
 // when its acquire was sent (not from when the reply came), so Release
 // reports ErrNotHeld, as it does when its reply arrives.
 func TestReleaseOfALeaseGrantedBeforeAnEmptyRestartReportsTheLoss(t *testing.T) {
+	t.Parallel()
 	for _, cs := range []struct{ fair, lose bool }{{false, true}, {true, true}, {false, false}} {
 		fair, lose := cs.fair, cs.lose
 		t.Run(map[bool]string{false: "plain", true: "fair"}[fair]+map[bool]string{true: "/reply-lost", false: "/reply-arrives"}[lose], func(t *testing.T) {
@@ -72,6 +73,7 @@ func TestReleaseOfALeaseGrantedBeforeAnEmptyRestartReportsTheLoss(t *testing.T) 
 // The same for a lease handed over to a fair waiter, whose message is
 // delayed 3 s: the lease's age counts from when the waiter queued.
 func TestReleaseOfALeaseHandedOverBeforeAnEmptyRestartReportsTheLoss(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 3, ReadTimeout: 10 * time.Second})

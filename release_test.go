@@ -15,6 +15,7 @@ import (
 // runs twice must count one hold, and a release that runs twice must
 // report the release, not a loss.
 func TestReSentRequestsAreIdempotent(t *testing.T) {
+	t.Parallel()
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
 	oldServer(t, direct)                           // (a lost release reply is told by the server's uptime)
 	for _, m := range modes(t, rdb, false) {
@@ -57,6 +58,7 @@ func TestReSentRequestsAreIdempotent(t *testing.T) {
 // lease's extension rewrote the lock's value and dropped what the release
 // had left there).
 func TestReSentReleaseAfterTheNextLeaseBegan(t *testing.T) {
+	t.Parallel()
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
 	oldServer(t, direct)                           // (a lost release reply is told by the server's uptime)
 	for _, fair := range []bool{false, true} {
@@ -103,6 +105,7 @@ func TestReSentReleaseAfterTheNextLeaseBegan(t *testing.T) {
 // contended lock, two releases fit easily into the time go-redis takes to
 // re-send).
 func TestReSentReleaseAfterTheNextLeaseEnded(t *testing.T) {
+	t.Parallel()
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
 	oldServer(t, direct)                           // (a lost release reply is told by the server's uptime)
 	for _, fair := range []bool{false, true} {
@@ -139,6 +142,7 @@ func TestReSentReleaseAfterTheNextLeaseEnded(t *testing.T) {
 // waits for the first (up to go-redis's timeouts, 10s here) instead of
 // returning when its context ends.
 func TestAdvConcurrentReleaseHonoursItsContext(t *testing.T) {
+	t.Parallel()
 	srv, rdb := setup(t)
 	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute)) // outlives the freeze
 	l, err := c.TryAcquire(t.Context(), "adv-rel")
@@ -174,6 +178,7 @@ func TestAdvConcurrentReleaseHonoursItsContext(t *testing.T) {
 
 // ForceRelease deletes only what is a dlock lock.
 func TestForceReleaseRefusesForeignKey(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	rdb.RPush(ctx, "dlock:{list}", "someone's data")
@@ -192,6 +197,7 @@ func TestForceReleaseRefusesForeignKey(t *testing.T) {
 // whole value, which changes with every extension ("e<n>"); a lock whose
 // holder is alive and extending must be forced, not reported "not held".
 func TestForceReleaseOfAnExtendedLock(t *testing.T) {
+	t.Parallel()
 	p, rdb, direct := proxied(t, -1, 5*time.Second)
 	ctx := t.Context()
 	name := "model-force"
@@ -232,6 +238,7 @@ func TestForceReleaseOfAnExtendedLock(t *testing.T) {
 // key as its marker key (KEYS[5]); it must leave the new holder's lock
 // alone.
 func TestCleanFairReleaseLeavesAnotherHoldersLock(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(20*time.Second))
@@ -265,6 +272,7 @@ func TestCleanFairReleaseLeavesAnotherHoldersLock(t *testing.T) {
 // A clean lease (every acquire answered) ends without a marker in every
 // mode with scripts (an undo's marker: TestMarkersOutliveLaterLeases).
 func TestCleanReleaseLeavesNoMarker(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	markers := func(name string) []string {
@@ -292,6 +300,7 @@ func TestCleanReleaseLeavesNoMarker(t *testing.T) {
 // lost by its Release and by Do, whatever error Redis's absence gives the
 // release: errors.Is(err, ErrNotHeld) holds, as the guide promises.
 func TestALeaseKnownLostIsReportedLostWithRedisDown(t *testing.T) {
+	t.Parallel()
 	for _, via := range []string{"Release", "Do"} {
 		t.Run(via, func(t *testing.T) {
 			s, rdb := setup(t)

@@ -121,6 +121,7 @@ func resumeChain(t *testing.T, rdb *redis.Client, mk func(gen int) *dlock.Client
 // (the resume's read of the lease once copied a claim a straggling node's
 // call still read).
 func TestResumeChainOverAQuorum(t *testing.T) {
+	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	long(t)
 	_, rdb := setup(t)
 	_, nodes := startQuorum(t, 3)

@@ -12,6 +12,7 @@ import (
 // its lease (its Extend said so), gets no fence any more: its cached one
 // is below the resumer's.
 func TestFenceOfALockKnownSupersededFails(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	ca, cb := newClient(t, rdb, dlock.WithUnfair(nil), dlock.LeaseTTL(5*time.Second)), newClient(t, rdb, dlock.WithUnfair(nil), dlock.LeaseTTL(5*time.Second))

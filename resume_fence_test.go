@@ -75,6 +75,7 @@ func resumables() []resumable {
 // above the resumer's, a resource would take its late writes and refuse
 // the resumer's. The resumer's fence and lease go on.
 func TestSupersededHolderGetsNoFence(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	g := dlock.NewGuard(rdb)
 	for _, k := range resumables() {
@@ -123,6 +124,7 @@ func TestSupersededHolderGetsNoFence(t *testing.T) {
 // The scenario over a quorum and without scripts: the superseded Lock's
 // Fence is refused, the resumer's fenced writes stay accepted.
 func TestSupersededHolderGetsNoFenceQuorumAndScriptFree(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -186,6 +188,7 @@ func TestSupersededHolderGetsNoFenceQuorumAndScriptFree(t *testing.T) {
 // learned of it, fails with ErrNotHeld and ends the Lock as lost; its
 // Release then sends nothing, and the resumer's Lock goes on.
 func TestSupersededHolderCallsRefused(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	calls := map[string]supersededDo{
 		"fence":  func(ctx context.Context, _ *dlock.Client, l *dlock.Lock) error { _, err := l.Fence(ctx); return err },
@@ -264,6 +267,7 @@ func supersededCall(t *testing.T, rdb redis.UniversalClient, k resumable, do sup
 // A leader whose lease another process resumed cannot proclaim a value:
 // ErrNotHeld, the Leadership ends, and the resumed one's value stands.
 func TestSupersededLeaderProclaimRefused(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -299,6 +303,7 @@ func TestSupersededLeaderProclaimRefused(t *testing.T) {
 // resumer's Fence asked again after a lost reply is a fence above every
 // earlier one, and its writes carry it.
 func TestSupersededHolderFenceAskedAgainAfterResume(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

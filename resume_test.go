@@ -18,6 +18,7 @@ import (
 // holder's, its watchdog keeps it past the TTL, it releases the lock, and
 // the old Lock finds it gone.
 func TestResumeTakesOverTheLease(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(time.Second), dlock.WithAutoExtend(false), dlock.HolderMeta("job-7"))
@@ -63,6 +64,7 @@ func TestResumeTakesOverTheLease(t *testing.T) {
 // existed), what is not a token, metadata other than the token's, a
 // reentrant Client and a multi-lock; none of them leaves anything behind.
 func TestResumeRefusals(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithAutoExtend(false), dlock.HolderMeta("m"))
@@ -132,6 +134,7 @@ func TestResumeRefusals(t *testing.T) {
 // shortening ones, and a late copy of an old holder's extension (here:
 // the old Lock, still running, extending again) cannot undo it.
 func TestResumeOrdersExtensionsAboveTheOldHolders(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false))
@@ -167,6 +170,7 @@ func TestResumeOrdersExtensionsAboveTheOldHolders(t *testing.T) {
 // A resumed Lock tells its loss as any Lock does: when the lock is deleted
 // under it, its watchdog finds out and Done closes.
 func TestResumedLeaseToldOfLoss(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.WithAutoExtend(false))
@@ -194,6 +198,7 @@ func TestResumedLeaseToldOfLoss(t *testing.T) {
 // a leadership (which keeps its term's fence and proclaimed value); a hold
 // of one kind cannot be resumed as another.
 func TestResumeEveryKind(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
@@ -287,6 +292,7 @@ func TestResumeEveryKind(t *testing.T) {
 
 // Over a quorum and in the script-free mode a lease resumes the same way.
 func TestResumeQuorumAndScriptFree(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	var nodes []redis.UniversalClient
 	for range 3 {
@@ -338,6 +344,7 @@ func TestResumeQuorumAndScriptFree(t *testing.T) {
 // key alive (extend.lua gets no KEYS[3]/KEYS[4] for a plain lock), so the
 // election's term is silently broken.
 func TestAdv7ResumeLeadershipAsPlainLockRefused(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
@@ -361,6 +368,7 @@ func TestAdv7ResumeLeadershipAsPlainLockRefused(t *testing.T) {
 // Was a defect (fixed): the converse: a plain lock's token resumed through
 // Election.Campaign becomes a Leadership, a term that no campaign won.
 func TestAdv7ResumePlainLockAsLeadershipRefused(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false), dlock.HolderMeta("a"))
@@ -388,6 +396,7 @@ func TestAdv7ResumePlainLockAsLeadershipRefused(t *testing.T) {
 // two stay held by nobody until the old deadline: after the resumed Lock's
 // Release, the semaphore still has 2 permits taken.
 func TestAdv7ResumeNPermitsAsOneRefused(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
@@ -416,6 +425,7 @@ func TestAdv7ResumeNPermitsAsOneRefused(t *testing.T) {
 // is refused (ErrWrongType: the name is held as a semaphore), and a plain
 // lock's token resumed as a permit or a read is refused too.
 func TestAdv7ResumeAcrossKindsRefused(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
@@ -461,6 +471,7 @@ func TestAdv7ResumeAcrossKindsRefused(t *testing.T) {
 // the lock for 5s while Redis expires it after 300ms: a third client takes
 // the lock while the old Lock says held, no loss told.
 func TestAdv7OldHolderExtendAfterResumeClaimsValidity(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(3*time.Second), dlock.WithAutoExtend(false))
@@ -497,6 +508,7 @@ func TestAdv7OldHolderExtendAfterResumeClaimsValidity(t *testing.T) {
 // TestAdv8ConcurrentResumesBothWin); a TryAcquire by someone else is
 // refused while the winner holds, and after it releases the lock is free.
 func TestAdv7ConcurrentResumes(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(2*time.Second), dlock.WithAutoExtend(false))
@@ -544,6 +556,7 @@ func TestAdv7ConcurrentResumes(t *testing.T) {
 // lease under MaxHold ends at the cap counted from the resume, with its
 // key gone soon after.
 func TestAdv7ResumeFenceAndMaxHold(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
@@ -580,6 +593,7 @@ func TestAdv7ResumeFenceAndMaxHold(t *testing.T) {
 // set (2s): a Lock claiming a validity Redis does not give it. docs/resume.md
 // says a token "resumed again since" is refused.
 func TestAdv8ConcurrentResumesBothWin(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []struct {
 		name string
 		opts []dlock.Option
@@ -639,6 +653,7 @@ func TestAdv8ConcurrentResumesBothWin(t *testing.T) {
 // it was superseded, its release script deletes a lease that is no longer
 // its to end, and the resumed Lock is not told: exclusion is broken.)
 func TestAdv8SupersededLockReleaseEndsResumedLease(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv8-sup-rel"
@@ -672,6 +687,7 @@ func TestAdv8SupersededLockReleaseEndsResumedLease(t *testing.T) {
 // with ErrNotHeld at its next tick and never claims a validity beyond what
 // Redis holds for the token; the resumed Lock's watchdog keeps the lease.
 func TestAdv8ResumeUnderRunningWatchdog(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv8-dog"
@@ -713,6 +729,7 @@ func TestAdv8ResumeUnderRunningWatchdog(t *testing.T) {
 // at its next extension, and the resumed Lock's Release frees the permit
 // and leaves no marker "q" or queue entry that keeps the permit taken.
 func TestAdv8GrantedWaiterExtendedThenResumed(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv8-semq"
@@ -768,6 +785,7 @@ func TestAdv8GrantedWaiterExtendedThenResumed(t *testing.T) {
 // a plain lock, a permit or a read, are refused before anything is sent:
 // nothing is taken or written under the name.
 func TestAdv8ResumeForeignTags(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false))
@@ -809,6 +827,7 @@ func TestAdv8ResumeForeignTags(t *testing.T) {
 // Over a quorum too: of two Resumes of one token that read the same
 // numbers on every node, one gets the lease and the other ErrNotHeld.
 func TestResumeConcurrentOverAQuorum(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	var plain, paused []redis.UniversalClient
 	for range 3 {

@@ -52,6 +52,7 @@ func delayedThenResent(t *testing.T, p *redistest.Proxy, acquire func(context.Co
 //     token, and the waiter's release hands the lock to P: nobody again,
 //     and the release announces a handover no client waits for.
 func TestDelayedAcquireAfterAHandoverTakesNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -130,6 +131,7 @@ func TestDelayedAcquireAfterAHandoverTakesNothing(t *testing.T) {
 // nobody, for its own (longer) TTL. (The same for an undone attempt was
 // fixed with markers; a released lease has no marker.)
 func TestDelayedAcquireAfterAShortLivedLease(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -190,6 +192,7 @@ func TestDelayedAcquireAfterAShortLivedLease(t *testing.T) {
 // So does the release of a next lease with a shorter TTL: its tombstone,
 // which carries our entry, lives for its own TTL, not ours.
 func TestReSentReleaseAfterTheEntriesWereDropped(t *testing.T) {
+	t.Parallel()
 	p, rdb, direct := proxied(t, 3, 5*time.Second) // the cut, not a timeout, ends the wait
 	oldServer(t, direct)                           // (a lost release reply is told by the server's uptime)
 	for _, how := range []string{"unfair/third-lease-extends", "fair/handover", "unfair/force-release", "unfair/next-lease-with-a-shorter-ttl"} {
@@ -277,6 +280,7 @@ func TestReSentReleaseAfterTheEntriesWereDropped(t *testing.T) {
 // in the network lands while that lease holds, is queued (nothing names
 // P), and the lease's release hands the lock to P, which nobody holds.
 func TestDelayedFairAcquireAfterTheThirdLeaseExtended(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -338,6 +342,7 @@ func TestDelayedFairAcquireAfterTheThirdLeaseExtended(t *testing.T) {
 // lease it knows nothing of; it fails with the uncommitted change that
 // counts such a lease as released, return 2.)
 func TestForcedHolderIsToldAfterTheMarkerExpired(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	name := "revocation-forced"
@@ -367,6 +372,7 @@ func TestForcedHolderIsToldAfterTheMarkerExpired(t *testing.T) {
 // retries on, the re-sent copy takes the lock at once, the delayed original
 // lands after Release: it must not take it again either.
 func TestDelayedAcquireAfterUndoTakesNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -416,6 +422,7 @@ func TestDelayedAcquireAfterUndoTakesNothing(t *testing.T) {
 // released with a shorter TTL than the undoer's: the revocation must not
 // live in that lease's key.
 func TestUndoneAttemptStaysRevokedAfterTheHoldersKeyIsGone(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -474,6 +481,7 @@ func TestUndoneAttemptStaysRevokedAfterTheHoldersKeyIsGone(t *testing.T) {
 // takes the lock: the lease does its work and releases, another lease comes
 // and goes, and the delayed original must still be refused when it lands.
 func TestDelayedAcquireAfterTwoLeasesTakesNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}

@@ -19,6 +19,7 @@ import (
 // never comes in between, and the downgraded hold extends and releases as
 // a read.
 func TestRWMutexDowngrade(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "rw-down"
@@ -136,6 +137,7 @@ func TestRWMutexDowngrade(t *testing.T) {
 // the read hold past several TTLs; a second Downgrade is ErrInvalid, and a
 // Downgrade of a write that lapsed is ErrNotHeld.
 func TestAdv7Downgrade(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
@@ -205,6 +207,7 @@ func TestAdv7Downgrade(t *testing.T) {
 // Downgrading while the request is in flight) leaves nothing held for
 // long: a writer gets the lock within a second of the cap.
 func TestAdv7DowngradeAcrossMaxHold(t *testing.T) {
+	t.Parallel()
 	p, rdb, direct := proxied(t, 0, 0)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
@@ -237,6 +240,7 @@ func TestAdv7DowngradeAcrossMaxHold(t *testing.T) {
 // a write: its extensions, its fence and its Release act on whichever the
 // lock has, a second Downgrade settles it, and a Release ends it at once.
 func TestRWMutexDowngradeUnknownOutcome(t *testing.T) {
+	t.Parallel()
 	p, rdb, direct := proxied(t, 0, 0)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
@@ -323,6 +327,7 @@ func TestRWMutexDowngradeUnknownOutcome(t *testing.T) {
 // member: the downgrade makes the set anew), so a holder that dies after
 // a Downgrade leaves nothing behind past its lease.
 func TestRWMutexDowngradeKeepsExpiry(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "dg-expiry"
@@ -353,6 +358,7 @@ func TestRWMutexDowngradeKeepsExpiry(t *testing.T) {
 // max hold's release, meanwhile, ends the read that the downgrade made,
 // and Downgrade reports ErrMaxHold.
 func TestRWMutexDowngradeAcrossMaxHoldReleasesTheRead(t *testing.T) {
+	t.Parallel()
 	p, rdb, direct := proxied(t, 0, 0)
 	ctx := t.Context()
 	const name = "dg-maxhold"
@@ -384,6 +390,7 @@ func TestRWMutexDowngradeAcrossMaxHoldReleasesTheRead(t *testing.T) {
 // whose Release returned nil never shows in the lock again; no hold is
 // reported lost while Redis has it.
 func TestRWMutexDowngradeUnknownOutcomeUnderFaults(t *testing.T) {
+	t.Parallel()
 	p, rdb, direct := proxied(t, 0, 0)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -547,6 +554,7 @@ func TestRWMutexDowngradeUnknownOutcomeUnderFaults(t *testing.T) {
 // do not race with it (run under -race), and a Fence waiting behind a
 // stalled Downgrade ends with its own context.
 func TestRWMutexDowngradeConcurrentReads(t *testing.T) {
+	t.Parallel()
 	p, rdb, _ := proxied(t, 0, 0)
 	ctx := t.Context()
 	c := newClient(t, rdb)

@@ -44,6 +44,7 @@ func rwQueued(ctx context.Context, rdb redis.Cmdable, name string) int64 {
 // checked both by counters inside the critical sections and by the holds
 // Redis has at each entry.
 func TestRWMutexExclusion(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	_, rdb := setup(t)
 	for _, pipelining := range []bool{true, false} {
@@ -142,6 +143,7 @@ func TestRWMutexExclusion(t *testing.T) {
 // lease of its own (token, TTL, Extend, fence, release), and Holders lists
 // them.
 func TestRWMutexHoldsAreLeases(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "rw-leases"
@@ -213,6 +215,7 @@ func TestRWMutexHoldsAreLeases(t *testing.T) {
 // does not jump the line, and a release grants the head of the line: the
 // writer first, then every reader queued after it, together.
 func TestRWMutexQueueOrder(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -294,6 +297,7 @@ func TestRWMutexQueueOrder(t *testing.T) {
 // A writer is not starved by a stream of readers that always keep the
 // lock read-held: readers that come after it queue behind it.
 func TestRWMutexWriterNotStarved(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -351,6 +355,7 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 // writes before them: every hold's fence is above the fences of the holds
 // granted before it that it excludes or that excluded it.
 func TestRWMutexFences(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "rw-fences"
@@ -402,6 +407,7 @@ func TestRWMutexFences(t *testing.T) {
 // HolderMeta is read back from its token, MaxWait bounds a writer's wait,
 // MaxHold ends a hold.
 func TestRWMutexLockOptions(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "rw-options"
@@ -449,6 +455,7 @@ func TestRWMutexLockOptions(t *testing.T) {
 // same name (an upgrade from read to write, a read in a read, anything in
 // a write), which would wait for itself.
 func TestRWMutexBadInput(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	_, nodes := startQuorum(t, 3)
 	plain := newClient(t, rdb)
@@ -508,6 +515,7 @@ func TestRWMutexBadInput(t *testing.T) {
 // semaphore, a read-write lock), the other kinds get ErrWrongType, and
 // nothing is written or left stuck: the holder goes on and releases.
 func TestRWMutexAndOtherKindsGetErrWrongType(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -606,6 +614,7 @@ func TestRWMutexAndOtherKindsGetErrWrongType(t *testing.T) {
 // the holds it read; their holders learn of it at their next extension,
 // and a writer waiting behind them is granted the lock.
 func TestRWMutexForceRelease(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -657,6 +666,7 @@ func TestRWMutexForceRelease(t *testing.T) {
 // out. It names the lock and the remaining lease of the hold that ends
 // first; Holder and Meta are "" (a read-write lock has no one holder).
 func TestRWMutexRefusalCarriesNotAcquiredError(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "rw-refusal"
@@ -683,6 +693,7 @@ func TestRWMutexRefusalCarriesNotAcquiredError(t *testing.T) {
 
 // A queued writer that gives up must not block the readers behind it.
 func TestAdv4RWWaiterGivesUp(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv4-rw-giveup"
@@ -726,6 +737,7 @@ func TestAdv4RWWaiterGivesUp(t *testing.T) {
 // behind it for max(TTL, 1s), and the reader's release then granted the
 // write to nobody, for another TTL.
 func TestRWAttackWriterFailedByTheNetworkLeavesItsPlace(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -787,6 +799,7 @@ func TestRWAttackWriterFailedByTheNetworkLeavesItsPlace(t *testing.T) {
 // name of another kind, said "dlock: " twice ("dlock: acquire "x": dlock:
 // invalid argument: …").
 func TestRWAttackErrorsSayDlockOnce(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)

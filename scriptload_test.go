@@ -159,6 +159,7 @@ func shortLeases(t *testing.T, ctx context.Context, c *dlock.Client, k lockKind,
 // A Client's first timed calls are one round trip: its scripts are loaded
 // before the first is timed, in every kind of lease.
 func TestFirstTimedCallIsOneRoundTrip(t *testing.T) {
+	// Serial: it times round trips against short leases; a busy machine adds its own delays.
 	leakcheck.Check(t)
 	_, direct, slow := slowServer(t)
 	ctx := t.Context()
@@ -185,6 +186,7 @@ func TestFirstTimedCallIsOneRoundTrip(t *testing.T) {
 // With replica acknowledgement (a script and WAIT, pipelined on one
 // connection) too.
 func TestFirstTimedCallIsOneRoundTripWithReplicaAck(t *testing.T) {
+	// Serial: it times round trips against short leases; a busy machine adds its own delays.
 	long(t)
 	leakcheck.Check(t)
 	master, direct, slow := slowServer(t, redistest.Args("--repl-diskless-sync-delay", "0"))
@@ -213,6 +215,7 @@ func TestFirstTimedCallIsOneRoundTripWithReplicaAck(t *testing.T) {
 // new connection's handshake, which the loading of the scripts, bounded by
 // the node timeout too, would spend.)
 func TestFirstTimedCallIsOneRoundTripOverAQuorum(t *testing.T) {
+	// Serial: it times round trips against short leases; a busy machine adds its own delays.
 	long(t)
 	for _, on := range []bool{true, false} {
 		t.Run(fmt.Sprint("pipelined=", on), func(t *testing.T) {
@@ -267,6 +270,7 @@ func TestFirstTimedCallIsOneRoundTripOverAQuorum(t *testing.T) {
 // On a Cluster each master that owns a lock's slot has the scripts before
 // the first call there.
 func TestClusterScriptsLoadedBeforeFirstUse(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a Redis Cluster")
 	}
@@ -313,6 +317,7 @@ func TestClusterScriptsLoadedBeforeFirstUse(t *testing.T) {
 // and a 600ms lease outlives its first extensions, although the extend
 // script was not the one that met the empty cache.
 func TestScriptsReloadedAfterTheServerLostThem(t *testing.T) {
+	// Serial: it times round trips against short leases; a busy machine adds its own delays.
 	long(t)
 	leakcheck.Check(t)
 	s, direct, slow := slowServer(t)
@@ -367,6 +372,7 @@ func TestScriptsReloadedAfterTheServerLostThem(t *testing.T) {
 // -script|load) is served as before: each call's script goes with EVAL when
 // the server lacks it, and SCRIPT LOAD, refused once, is not asked again.
 func TestScriptLoadDeniedStillRunsScripts(t *testing.T) {
+	t.Parallel()
 	s, direct := setup(t)
 	ctx := t.Context()
 	if err := direct.Do(ctx, "ACL", "SETUSER", "noload", "on", ">pw", "~*", "&*", "+@all", "-script|load").Err(); err != nil {

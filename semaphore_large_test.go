@@ -40,6 +40,7 @@ func wantAvailable(t *testing.T, s *dlock.Semaphore, want int, when string) {
 // shown, extended and released as one, with or without a kept size; more
 // than MaxAcquireN is refused with ErrInvalid.
 func TestSemaphoreAcquireNOfManyPermits(t *testing.T) {
+	t.Parallel()
 	for _, kept := range []bool{false, true} {
 		t.Run("kept="+strconv.FormatBool(kept), func(t *testing.T) {
 			_, rdb := setup(t)
@@ -85,6 +86,7 @@ func TestSemaphoreAcquireNOfManyPermits(t *testing.T) {
 // usual, the holder's release grants it its permits and the next waiter
 // its one, and the accounting is right afterwards.
 func TestSemaphoreWaiterForManyPermitsBreaksNothing(t *testing.T) {
+	t.Parallel()
 	for _, kept := range []bool{false, true} {
 		t.Run("kept="+strconv.FormatBool(kept), func(t *testing.T) {
 			_, rdb := setup(t)

@@ -22,6 +22,7 @@ import (
 // Several permits at once (Semaphore.AcquireN): one Lock for n permits,
 // counted as n by everyone, released, extended and fenced as one.
 func TestSemaphoreAcquireN(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "sem-n"
@@ -89,6 +90,7 @@ func TestSemaphoreAcquireN(t *testing.T) {
 // between them (two callers taking 3 of 10 one by one can); a caller
 // wanting all N is not starved by a stream of single permits.
 func TestSemaphoreAcquireNConcurrent(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name, permits = "sem-n-many", 10
@@ -177,6 +179,7 @@ func adv5Live(ctx context.Context, rdb *redis.Client, key string) []string {
 // a hold): live members never exceed N, a hold's members are all there or
 // none, and Holders' counts add up to the live members.
 func TestAdv5MixedKChaosNeverOverN(t *testing.T) {
+	t.Parallel()
 	long(t)
 	_, rdb := setup(t)
 	ctx := t.Context()
@@ -290,6 +293,7 @@ func TestAdv5MixedKChaosNeverOverN(t *testing.T) {
 // takes the freed permits; the holder's Extend (or TTL) must not report the
 // hold of 3 as still held, or two callers believe they share more than N.
 func TestAdv5PartialLapseThenExtend(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv5-partial"
@@ -323,6 +327,7 @@ func TestAdv5PartialLapseThenExtend(t *testing.T) {
 // ForceRelease counts holds: a semaphore with a hold of 3 (meta with spaces
 // and '#') and a single permit is force-released, and Inspect shows Count.
 func TestAdv5ForceReleaseKHold(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv5-force"
@@ -364,6 +369,7 @@ func TestAdv5ForceReleaseKHold(t *testing.T) {
 // short holds, in arrival order; and k > its own N is refused even when
 // another Semaphore of bigger N on the same name holds nothing.
 func TestAdv5KEqualsNWaiter(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name, N = "adv5-kn", 3
@@ -409,6 +415,7 @@ func TestAdv5KEqualsNWaiter(t *testing.T) {
 // copy can exist only for a lease that ends marked: here a resumed one,
 // whose first holder's requests may still be in flight, and an undone one.)
 func TestAdv5LateAcquireNCopies(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv5-late-n"
@@ -462,6 +469,7 @@ func TestAdv5LateAcquireNCopies(t *testing.T) {
 // late request lands after the caller's undo or before it; either way the
 // permits end free, and N is never exceeded meanwhile.
 func TestAdv5DelayedAcquireN(t *testing.T) {
+	t.Parallel()
 	srv, rdb := setup(t)
 	ctx := t.Context()
 	const name, N = "adv5-delay-n", 3

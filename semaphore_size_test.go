@@ -16,6 +16,7 @@ import (
 // A size kept in Redis is set once, and then it is N for every caller,
 // whatever N they were made with.
 func TestSemaphoreSizeKeptInRedis(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
@@ -60,6 +61,7 @@ func TestSemaphoreSizeKeptInRedis(t *testing.T) {
 // below 0, and nothing is granted until fewer than the new size are held.
 // A size below 1 is refused and changes nothing.
 func TestSemaphoreAddPermits(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
@@ -129,6 +131,7 @@ func TestSemaphoreAddPermits(t *testing.T) {
 // error that says so rather than that the permits are all held, and then
 // has that size: growing it wakes its waiters.
 func TestSemaphoreOfTheKeptSizeOnly(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
@@ -176,6 +179,7 @@ func TestSemaphoreOfTheKeptSizeOnly(t *testing.T) {
 // ErrInvalid soon after, and leaves the queue: the waiters behind it are
 // not held back.
 func TestSemaphoreShrunkBelowAWaiter(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
@@ -230,6 +234,7 @@ func TestSemaphoreShrunkBelowAWaiter(t *testing.T) {
 // Many callers with different N under one kept size never hold more than
 // it between them; the size's reads and changes refuse another kind's key.
 func TestSemaphoreKeptSizeBoundsEveryone(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
@@ -294,6 +299,7 @@ func TestSemaphoreKeptSizeBoundsEveryone(t *testing.T) {
 // 5 and 0, never number more than 3 at once; once all released, Available
 // is the kept size.
 func TestAdv7SemaphoreSizeRaceExclusion(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	setter := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
@@ -363,6 +369,7 @@ func TestAdv7SemaphoreSizeRaceExclusion(t *testing.T) {
 // AcquireN(3) through it is ErrInvalid; a waiter for 2 behind one holder,
 // shrunk to 1, is refused with ErrInvalid and leaves the queue.
 func TestAdv7SemaphoreHandleMismatch(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(3*time.Second))
@@ -423,6 +430,7 @@ func TestAdv7SemaphoreHandleMismatch(t *testing.T) {
 // way to take a permit, and Available, fail at once with ErrInvalid saying
 // so, rather than wait for a size that may never come.
 func TestSemaphoreOfNoSizeRefusesAtOnce(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -447,6 +455,7 @@ func TestSemaphoreOfNoSizeRefusesAtOnce(t *testing.T) {
 // again, and a waiter of a Semaphore of N = 0 is refused with ErrInvalid
 // rather than left waiting for a size.
 func TestSemaphoreUnsetPermits(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "unset"

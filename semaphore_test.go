@@ -73,6 +73,7 @@ func maxOverlap(spans []span) int {
 // the recorded holding spans afterwards; every span ends before its
 // permit's validity deadline. Both the pipelined path and the direct one.
 func TestSemaphoreNeverMoreThanNHolders(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	for _, pipelining := range []bool{true, false} {
 		t.Run(fmt.Sprint("pipelining=", pipelining), func(t *testing.T) {
@@ -152,6 +153,7 @@ func TestSemaphoreNeverMoreThanNHolders(t *testing.T) {
 // A semaphore lets N holders in at once and no more; each permit is a lease
 // of its own, with its own token, fence, TTL and release.
 func TestSemaphorePermitsAreLeases(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const permits = 3
@@ -218,6 +220,7 @@ func TestSemaphorePermitsAreLeases(t *testing.T) {
 // could) is noticed by the watchdog: Done closes, Err wraps ErrNotHeld, a
 // Fence is refused and Do's function sees its context cancelled.
 func TestSemaphoreLostPermitIsTold(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	s := newSemaphore(t, newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond)), "sem-lost", 2)
@@ -255,6 +258,7 @@ func TestSemaphoreLostPermitIsTold(t *testing.T) {
 
 // Do gives the permit back when its function returns, and when it panics.
 func TestSemaphoreDoReleases(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	s := newSemaphore(t, newClient(t, rdb), "sem-do", 1)
@@ -277,6 +281,7 @@ func TestSemaphoreDoReleases(t *testing.T) {
 // Waiters get permits in the order they arrived, one per release, and a
 // TryAcquire does not take a permit while others are queued.
 func TestSemaphoreWaitersServedInArrivalOrder(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -333,6 +338,7 @@ func TestSemaphoreWaitersServedInArrivalOrder(t *testing.T) {
 // to that waiter, not to a TryAcquire that comes first: the TryAcquire's
 // own call hands it over.
 func TestSemaphoreTryAcquireDoesNotJumpTheQueue(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -404,6 +410,7 @@ func (h *countEvals) count(cmd redis.Cmder) {
 
 // Bad input gets an error wrapping ErrInvalid, and no Semaphore.
 func TestSemaphoreBadInput(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	_, nodes := startQuorum(t, 3)
 	plain := newClient(t, rdb)
@@ -437,6 +444,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 // ErrWrongType (TryAcquire and a waiting Acquire alike), and nothing is
 // written or left stuck: the holder goes on and releases as usual.
 func TestSemaphoreAndLockOfOneNameGetErrWrongType(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	for _, m := range modes(t, rdb, false) {
 		t.Run(m.name, func(t *testing.T) {
@@ -502,6 +510,7 @@ func TestSemaphoreAndLockOfOneNameGetErrWrongType(t *testing.T) {
 // drained below it. A waiter at the head of the queue whose N is lower
 // than the permits held holds up the waiters behind it.
 func TestSemaphoreChangingN(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -595,6 +604,7 @@ func TestSemaphoreChangingN(t *testing.T) {
 // nothing in Redis once the windows have passed but fence counters, each
 // for its minute: no permit, queue or marker key.
 func TestSemaphoreNothingLeftPerName(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -678,6 +688,7 @@ func TestSemaphoreNothingLeftPerName(t *testing.T) {
 // the Client's again: nothing leaks from one call to the next. A refusal
 // carries a *NotAcquiredError that names the semaphore and its N.
 func TestSemaphoreLockOptions(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -800,6 +811,7 @@ func TestSemaphoreLockOptions(t *testing.T) {
 // Invalid options, and options that do not apply, fail every acquisition
 // of a permit with ErrInvalid before anything is sent to Redis.
 func TestSemaphoreLockOptionsBadInputSendsNothing(t *testing.T) {
+	t.Parallel()
 	srv, _ := setup(t)
 	rdb := srv.Client(t)
 	sent := &countEvals{}
@@ -823,6 +835,7 @@ func TestSemaphoreLockOptionsBadInputSendsNothing(t *testing.T) {
 // A permit forced past its deadline (not dropped) is dropped by the next
 // grant; its Release then reports ErrNotHeld, and never more than N live.
 func TestAdv4SemLapsedPlaceTaken(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "adv4-sem-lapsed"

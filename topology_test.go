@@ -47,6 +47,7 @@ func replicaAcks(ctx context.Context, master, replica *redistest.Server) bool {
 }
 
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a Sentinel topology")
 	}
@@ -316,6 +317,7 @@ func startCluster(t *testing.T) ([]*redistest.Server, *redis.ClusterClient) {
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a Redis Cluster")
 	}
@@ -484,6 +486,7 @@ func semaphoreOn(t *testing.T, rdb redis.UniversalClient, where string) {
 // A slot holding a live lock moves to another node; the holder keeps
 // extending it (through MOVED/ASK) and releases it on the new node.
 func TestClusterSlotMigration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a Redis Cluster")
 	}
@@ -552,6 +555,7 @@ func TestClusterSlotMigration(t *testing.T) {
 // Cluster: acknowledged locks survive, unacknowledged ones are lost
 // (counted), and a holder whose watchdog runs is told.
 func TestClusterReplicaAck(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a Cluster with replicas")
 	}
@@ -695,6 +699,7 @@ func TestClusterReplicaAck(t *testing.T) {
 // that begins with "}" is refused, see TestInvalidInput): acquire, fence and
 // release work for each, in both waiting modes.
 func TestClusterNamesWithBraces(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Cluster")
 	}

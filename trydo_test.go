@@ -67,6 +67,7 @@ var tryDoKinds = []struct {
 // the lock is held (by whom, for a lock). The job's fn stays in until both
 // others have returned, so the three attempts overlap.
 func TestTryDoRunsTheJobOnceAmongInstancesStartedTogether(t *testing.T) {
+	t.Parallel()
 	for _, k := range tryDoKinds {
 		t.Run(k.kind, func(t *testing.T) {
 			_, rdb := setup(t)
@@ -125,6 +126,7 @@ func TestTryDoRunsTheJobOnceAmongInstancesStartedTogether(t *testing.T) {
 // TryDo runs fn and releases the lock when the lock is free, so a second
 // TryDo after it runs too; a MaxWait that would make it wait is refused.
 func TestTryDoRunsWhenFreeAndReleases(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)

@@ -11,6 +11,7 @@ import (
 // window (300 ms) finds the wake key it set still there when the release
 // comes, and is woken by it rather than by its backoff.
 func TestWakeKeyOutlivesAnUnfairWaitersBackoff(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	name := "wake-backoff"

@@ -21,6 +21,7 @@ import (
 // wrote tells. (A clean lease writes none: a lease found gone after a lost
 // reply counts as released, see Node.release.)
 func TestReleaseReplyLostAfterTakeover(t *testing.T) {
+	t.Parallel()
 	t.Run("marked", func(t *testing.T) {
 		s := redistest.Start(t, redistest.TCP())
 		leakcheck.Check(t)
@@ -66,6 +67,7 @@ func TestReleaseReplyLostAfterTakeover(t *testing.T) {
 // set the key again, so the release announced itself (counted in the
 // server's command statistics).
 func TestUnfairWakeAfterExtension(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	slow := func(int) time.Duration { return 5 * time.Second }
@@ -103,6 +105,7 @@ func TestUnfairWakeAfterExtension(t *testing.T) {
 
 // A Redlock waiter (unfair nodes set the wake key) is woken by the release.
 func TestRedlockWaiterWokenByRelease(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	var nodes []redis.UniversalClient
 	for range 3 {
@@ -120,6 +123,7 @@ func TestRedlockWaiterWokenByRelease(t *testing.T) {
 // A script-free waiter sets the wake key as a waiter with scripts does, so
 // that the release of a holder with scripts announces itself to it.
 func TestScriptFreeWaiterWokenByScriptedRelease(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb, dlock.WithUnfair(slowBackoff))
 	w := newClient(t, rdb, dlock.WithUnfair(slowBackoff), dlock.WithoutScripts())
@@ -135,6 +139,7 @@ func TestScriptFreeWaiterWokenByScriptedRelease(t *testing.T) {
 // way round, an unfair waiter, which does not queue, waits for its own
 // timer: a fair release reads no wake key.)
 func TestFairWaiterWokenByUnfairRelease(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	h := newClient(t, rdb, dlock.WithUnfair(slowBackoff))
 	w := newClient(t, rdb, dlock.LeaseTTL(30*time.Second)) // (a fair waiter renews its entry every 10s)
@@ -183,6 +188,7 @@ func wokenByRelease(t *testing.T, w *dlock.Client, l *dlock.Lock, ready func() b
 // An unfair waiter on a Cluster, with a backoff far longer than the test
 // waits, is woken only by the release's SPUBLISH on the derived channel.
 func TestUnfairWakeOnCluster(t *testing.T) {
+	t.Parallel()
 	_, cc := startCluster(t)
 	ctx := t.Context()
 	slow := func(int) time.Duration { return 8 * time.Second }
@@ -231,6 +237,7 @@ func TestUnfairWakeOnCluster(t *testing.T) {
 // holder's lease has left: behind a 1,000-hour lease it does not stay for
 // 1,000 hours after the release, in any mode that sets it.
 func TestWakeKeyLivesAtMostTheWindow(t *testing.T) {
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const long = 1000 * time.Hour

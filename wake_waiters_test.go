@@ -13,6 +13,7 @@ import (
 // would announce nothing, and a fair waiter queued behind it (a name used
 // in both modes) would sleep to its timer (a third of its window, 20 s).
 func TestWakeKeyIsNotShortenedByAWaiterWithAShortLease(t *testing.T) {
+	t.Parallel()
 	for _, withShort := range []bool{true, false} {
 		t.Run(map[bool]string{true: "short-waiter", false: "control"}[withShort], func(t *testing.T) { wakeBehindShortWaiter(t, withShort) })
 	}
