@@ -22,6 +22,7 @@ import (
 // under one lock. The dead-dlock path bounds SIGKILL by the lease's end; the
 // max-hold path, whose lease end dlock knows exactly, does not.
 func TestAdvMaxHoldCommandOutlivesLease(t *testing.T) {
+	// Serial: the child must start within its 1s max hold.
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	a := dlockCmd(t, childEnv("stubborn", "REDIS_URL="+s.URL()),
@@ -138,6 +139,7 @@ func (b *blipper) up() {
 // (ADV_BLIP sets another blip; from about 2.5s both fail: the release is
 // one call, bounded by go-redis's retries, not by its 5s context.)
 func TestAdvDialGateLeavesLockAfterBlip(t *testing.T) {
+	// Serial: a 2s refused-dial window against go-redis's retry budget.
 	blip, _ := time.ParseDuration(os.Getenv("ADV_BLIP"))
 	if blip == 0 {
 		blip = 2 * time.Second
@@ -174,6 +176,7 @@ func TestAdvDialGateLeavesLockAfterBlip(t *testing.T) {
 // command holding the lock in database 0 and exited 0. It must exit 3
 // (configuration) as for /99, and run nothing.
 func TestAdvNegativeDatabaseIsConfigError(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	for _, args := range [][]string{
 		{"run", "--redis", s.URL() + "/-1", "x", "--", "true"},

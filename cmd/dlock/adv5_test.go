@@ -15,6 +15,7 @@ import (
 // says "1 permit: <token>" and the JSON has no count, so an operator reads
 // 1 of 4 held while 3 are.
 func TestAdv5InspectCountsKHold(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()

@@ -14,6 +14,7 @@ import (
 // another kind) and leaves it held; with the right flag it ends it; a
 // malformed token is a usage error (2) that sends nothing.
 func TestAdv7CLIKindsAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()

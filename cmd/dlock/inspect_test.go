@@ -18,6 +18,7 @@ import (
 // inspect as foreign (JSON "foreign": true), not as held locks; a lock, a
 // reentrant lock and a semaphore do not.
 func TestListTellsForeignKeys(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
@@ -85,6 +86,7 @@ func TestListTellsForeignKeys(t *testing.T) {
 // dlock inspect shows each semaphore permit's holder metadata: in the
 // META column (their distinct values) and per permit in JSON.
 func TestInspectShowsPermitMeta(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()

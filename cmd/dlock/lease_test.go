@@ -14,6 +14,7 @@ import (
 // the lease's end; release with it frees the lock; a release or extend of
 // the ended lease exits 6.
 func TestAcquireExtendReleaseAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
@@ -63,6 +64,7 @@ func TestAcquireExtendReleaseAcrossProcesses(t *testing.T) {
 // extended and released by token the same way; a token given with the
 // wrong kind's flag finds no lease of that kind.
 func TestAcquireReleaseKinds(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
@@ -112,6 +114,7 @@ func TestAcquireReleaseKinds(t *testing.T) {
 
 // Bad input is a usage error (2) that sends nothing.
 func TestAcquireExtendReleaseUsage(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	env := []string{"REDIS_URL=" + s.URL()}

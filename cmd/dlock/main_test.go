@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -39,6 +40,14 @@ func TestMain(m *testing.M) {
 		main()
 	}
 	redis.SetLogger(quietLogger{})
+	// The parallel tests mostly wait on processes and servers, not on the
+	// CPU: run four at a time unless -parallel says otherwise.
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", "4")
+	}
 	os.Exit(m.Run())
 }
 
@@ -198,6 +207,7 @@ func childEnv(mode string, extra ...string) []string {
 }
 
 func TestRunPassesEnvAndExitStatus(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	// A counter ahead of the server's clock (fences are floored by it in
@@ -239,6 +249,7 @@ func TestRunPassesEnvAndExitStatus(t *testing.T) {
 }
 
 func TestRunContending(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	mark := filepath.Join(t.TempDir(), "inside")
 	env := childEnv("exclusive", "REDIS_URL="+s.URL(), "MARK="+mark, "SLEEP=300ms")
@@ -284,8 +295,10 @@ func TestRunContending(t *testing.T) {
 // When the lock is lost under it, the command is stopped: SIGTERM, then
 // SIGKILL after the grace period for one that ignores SIGTERM.
 func TestRunStopsChildWhenLockLost(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"polite", "stubborn"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			s := redistest.Start(t)
 			rdb := s.Client(t)
 			cmd := dlockCmd(t, childEnv(mode, "REDIS_URL="+s.URL()), "run", "--ttl", "600ms", "--grace", "300ms", "lost", "--", os.Args[0], childArg)
@@ -308,6 +321,7 @@ func TestRunStopsChildWhenLockLost(t *testing.T) {
 
 // dlock run over a quorum of three nodes, one of them down.
 func TestRunQuorum(t *testing.T) {
+	t.Parallel()
 	var args []string
 	var srvs []*redistest.Server
 	for range 3 {
@@ -335,6 +349,7 @@ func TestRunQuorum(t *testing.T) {
 // against itself with every node up (the faster of two tries), with a
 // generous bound: the dead node may cost its one dial timeout, no more.
 func TestQuorumNodeDownCostsOneDial(t *testing.T) {
+	// Serial: times each command against itself with every node up.
 	srvs, args := quorumArgs(t, 3)
 	up := args[len(args)-1]
 	refused := srvs[2].URL() // once killed: nothing listens there
@@ -410,6 +425,7 @@ func unansweredAddr(t *testing.T) string {
 // A child does not outlive a dlock that was killed: nobody would extend
 // the lock any more.
 func TestRunChildStoppedWhenDlockKilled(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	mark := filepath.Join(t.TempDir(), "terminated")
 	cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark), "run", "orphan", "--", os.Args[0], childArg)
@@ -424,6 +440,7 @@ func TestRunChildStoppedWhenDlockKilled(t *testing.T) {
 // SIGTERM to dlock reaches the command; dlock exits with its status and
 // releases the lock.
 func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	mark := filepath.Join(t.TempDir(), "terminated")
 	cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark), "run", "sig", "--", os.Args[0], childArg)
@@ -453,6 +470,7 @@ func waitFile(path string, d time.Duration) bool {
 }
 
 func TestUsageAndConfigErrors(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	dead := "redis://127.0.0.1:1" // nothing listens on port 1
 	tests := []struct {
@@ -480,6 +498,7 @@ func TestUsageAndConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			code, _, errOut := result(t, dlockCmd(t, tt.env, tt.args...))
 			if code != tt.want {
 				t.Errorf("dlock %q: exit %d, want %d (stderr %q)", tt.args, code, tt.want, errOut)
@@ -512,6 +531,7 @@ func TestUsageAndConfigErrors(t *testing.T) {
 // A flag that does not parse is reported on one line that says where the
 // help is, not followed by the whole help, for every command.
 func TestFlagErrorIsOneLine(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"run", "--frob", "x", "--", "true"},
 		{"run", "--ttl", "soon", "x", "--", "true"},
@@ -538,6 +558,7 @@ func TestFlagErrorIsOneLine(t *testing.T) {
 // (3), not Redis unreachable (4): Redis answered. Over a quorum too, where
 // an unreachable node would be tolerated.
 func TestMissingDatabaseIsConfigError(t *testing.T) {
+	t.Parallel()
 	srvs, args := quorumArgs(t, 3)
 	bad := srvs[0].URL() + "/99"
 	for _, args := range [][]string{
@@ -552,6 +573,7 @@ func TestMissingDatabaseIsConfigError(t *testing.T) {
 }
 
 func TestInspectListRelease(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	env := []string{"REDIS_URL=" + s.URL()}
 	rdb := s.Client(t)
@@ -604,6 +626,7 @@ func TestInspectListRelease(t *testing.T) {
 }
 
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs scheduler processes")
 	}
@@ -638,6 +661,7 @@ func TestDemo(t *testing.T) {
 }
 
 func TestDemoChaos(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs scheduler processes")
 	}
@@ -671,6 +695,7 @@ func TestDemoChaos(t *testing.T) {
 }
 
 func TestSeckill(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	code, out, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "demo", "seckill", "--stock", "20", "--users", "100", "--buyers", "8"))
 	if code != 0 {
@@ -684,6 +709,7 @@ func TestSeckill(t *testing.T) {
 // --prefix reaches locks taken with WithPrefix, and list works over a
 // quorum (it scans every node).
 func TestPrefixAndQuorumList(t *testing.T) {
+	t.Parallel()
 	var urls []string
 	var rdbs []*redis.Client
 	for range 3 {
@@ -724,6 +750,7 @@ func TestPrefixAndQuorumList(t *testing.T) {
 // Flags may follow the arguments (dlock inspect NAME --json), and "--"
 // ends the flags.
 func TestFlagsAfterArguments(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	env := []string{"REDIS_URL=" + s.URL()}
 	s.Client(t).Set(t.Context(), "dlock:{jobs:a}", "tok-a", time.Minute)
@@ -744,6 +771,7 @@ func TestFlagsAfterArguments(t *testing.T) {
 // Asked-for help goes to stdout, with exit 0, for every command; a usage
 // error still goes to stderr.
 func TestHelpGoesToStdout(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"run", "-h"}, {"inspect", "--help"}, {"list", "-h"}, {"watch", "-h"}, {"release", "-h"},
 		{"demo", "-h"}, {"demo", "seckill", "-h"}} {
 		var stdout, stderr bytes.Buffer
@@ -771,6 +799,7 @@ func tail(s string) string {
 // Ctrl-C during the demo says it was interrupted and exits 130, whatever
 // step it was at.
 func TestDemoInterrupted(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	for _, after := range []time.Duration{0, 400 * time.Millisecond} {
 		ctx, cancel := context.WithCancelCause(t.Context())
@@ -795,6 +824,7 @@ func TestDemoInterrupted(t *testing.T) {
 // inspect --json tells a free lock (ttl_ms null) from one held with no
 // expiry (-1); a name with a newline or tab does not break the table.
 func TestInspectJSONAndOddNames(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	rdb.Set(t.Context(), "dlock:{forever}", "tok", 0)
@@ -827,6 +857,7 @@ func TestInspectJSONAndOddNames(t *testing.T) {
 // inspect and list show a read-write lock's holds: its reads, or its write,
 // in the table and in JSON.
 func TestInspectReadWriteLock(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	ctx := t.Context()
 	c, err := dlock.New(s.Client(t))

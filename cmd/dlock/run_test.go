@@ -152,6 +152,7 @@ func startGroup(t *testing.T, cmd *exec.Cmd) (pgid, guardian int) {
 // leader) is gone before the lease ends: a SIGKILLed dlock extends it no
 // more, and another dlock may take the lock then.
 func TestRunKilledDlockTakesGroupAlong(t *testing.T) {
+	// Serial: bounds how soon the group dies after dlock is killed, within a 3s lease.
 	for _, tt := range []struct {
 		name, script string
 		within       time.Duration
@@ -195,6 +196,7 @@ func TestRunKilledDlockTakesGroupAlong(t *testing.T) {
 // command's own process group from the terminal, and a stopped dlock
 // cannot extend the lease. SIGCONT continues both.
 func TestRunSuspendStopsCommand(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	errFile := filepath.Join(t.TempDir(), "stderr")
 	stderr, err := os.Create(errFile)
@@ -242,6 +244,7 @@ func TestRunSuspendStopsCommand(t *testing.T) {
 // no more: the guardian stops the command before the lease ends, and once
 // dlock continues, the lost lock is handled as any loss.
 func TestRunFrozenDlockStopsCommand(t *testing.T) {
+	// Serial: the guardian must stop the command within a 2s lease.
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	errFile := filepath.Join(t.TempDir(), "stderr")
@@ -332,6 +335,7 @@ func checkRedisExit(t *testing.T, code int, errOut string, failed []*redistest.S
 // Redis nodes that fail are no lock held by another holder: a quorum that
 // cannot reach a majority exits 4 and names the nodes.
 func TestRunQuorumFailures(t *testing.T) {
+	t.Parallel()
 	run := func(t *testing.T, args ...string) (int, string) {
 		t.Helper()
 		args = append(append([]string{"run"}, args...), "q", "--", os.Args[0], childArg)
@@ -339,6 +343,7 @@ func TestRunQuorumFailures(t *testing.T) {
 		return code, errOut
 	}
 	t.Run("two of three dead", func(t *testing.T) {
+		t.Parallel()
 		srvs, args := quorumArgs(t, 3)
 		srvs[0].Kill()
 		srvs[2].Kill()
@@ -348,6 +353,7 @@ func TestRunQuorumFailures(t *testing.T) {
 		}
 	})
 	t.Run("two of three want a password", func(t *testing.T) {
+		t.Parallel()
 		srvs, args := quorumArgs(t, 3)
 		requirePass(t, srvs[1])
 		requirePass(t, srvs[2])
@@ -355,6 +361,7 @@ func TestRunQuorumFailures(t *testing.T) {
 		checkRedisExit(t, code, errOut, srvs[1:], "NOAUTH")
 	})
 	t.Run("one of three wants a password", func(t *testing.T) { // a minority is tolerated
+		t.Parallel()
 		srvs, args := quorumArgs(t, 3)
 		requirePass(t, srvs[0])
 		if code, errOut := run(t, args...); code != 7 {
@@ -362,6 +369,7 @@ func TestRunQuorumFailures(t *testing.T) {
 		}
 	})
 	t.Run("two of three refuse writes", func(t *testing.T) {
+		t.Parallel()
 		// They answer PING, so only the acquisition finds them failing.
 		good, args := quorumArgs(t, 1)
 		bad, badArgs := quorumArgs(t, 2, redistest.Args("--min-replicas-to-write", "1"))
@@ -379,6 +387,7 @@ func TestRunQuorumFailures(t *testing.T) {
 // acquireFor over a quorum built directly, whose nodes are not checked
 // first: node failures are exit 4, a refusal among them is still exit 5.
 func TestAcquireForQuorumErrors(t *testing.T) {
+	t.Parallel()
 	srvs, _ := quorumArgs(t, 3)
 	var nodes []redis.UniversalClient
 	var names []string
@@ -419,6 +428,7 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 // a failed acquire would: 5 if the lease was lost, 130 if interrupted, 4 if
 // Redis failed.
 func TestFenceError(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	c, err := dlock.New(rdb, dlock.WithAutoExtend(false))
@@ -446,6 +456,7 @@ func TestFenceError(t *testing.T) {
 // An interrupted wait is no lock held by another holder: it exits 130 for a
 // plain cancellation or SIGINT, 128+N for signal N.
 func TestRunInterruptedWait(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	rdb.Set(t.Context(), "dlock:{busy}", "someone-else", time.Minute)
@@ -530,6 +541,7 @@ func clients(t *testing.T, rdb *redis.Client) int {
 // --wait reads a duration or "forever", and says "forever" for its
 // default rather than a negative duration.
 func TestWaitFlag(t *testing.T) {
+	t.Parallel()
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	w := waitFlag(fs)
 	if got := fs.Lookup("wait").DefValue; got != "forever" || *w >= 0 {
@@ -548,6 +560,7 @@ func TestWaitFlag(t *testing.T) {
 // A Redis URL that does not parse is reported with the shape it should
 // have, and without the password it may hold.
 func TestBadRedisURL(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{"127.0.0.1:7777", "u:secret@127.0.0.1:7777", "redis//:secret@host"} {
 		_, err := connect(t.Context(), raw)
 		if err == nil {
@@ -568,6 +581,7 @@ func TestBadRedisURL(t *testing.T) {
 // from REDIS_PASSWORD_FILE, and refuses a Sentinel URL without a master
 // name or an unknown scheme with the shapes it takes.
 func TestSentinelAndClusterURLs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a Sentinel and a Cluster")
 	}
@@ -620,6 +634,7 @@ func TestSentinelAndClusterURLs(t *testing.T) {
 // semaphore; -n below 1, -n over a quorum, and a name held as the other
 // kind are refused.
 func TestRunSemaphore(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
@@ -713,6 +728,7 @@ func TestRunSemaphore(t *testing.T) {
 // released (when the command exits, or a tenth of the TTL later): a
 // waiting dlock run takes it at once.
 func TestRunMaxHold(t *testing.T) {
+	// Serial: a 600ms lease, which a loaded machine can fail to extend.
 	for _, mode := range []string{"polite", "stubborn"} {
 		t.Run(mode, func(t *testing.T) {
 			s := redistest.Start(t)
@@ -771,6 +787,7 @@ func TestRunMaxHold(t *testing.T) {
 // loaded machine has started the child). One below the shortest lease is refused with a
 // message that names the flag and what to pass instead.
 func TestRunMaxHoldGivesTheWholeHold(t *testing.T) {
+	// Serial: times the SIGTERM against the max hold on the wall clock.
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	for _, d := range []time.Duration{2 * time.Second, 900 * time.Millisecond} {
@@ -817,6 +834,7 @@ func TestRunMaxHoldGivesTheWholeHold(t *testing.T) {
 // the dlock that holds the lock or the one --meta sets, in text and JSON;
 // a run that finds the lock held names the holder by it.
 func TestInspectShowsHolderMeta(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	env := []string{"REDIS_URL=" + s.URL()}
 	host, _ := os.Hostname()
@@ -857,6 +875,7 @@ func TestInspectShowsHolderMeta(t *testing.T) {
 // hold it may not have now is exit 5 with --wait 0; both flags at once, or
 // with -n, is a usage error; a name held as a lock is exit 3.
 func TestRunReadWrite(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	ctx := t.Context()
 	env := childEnv("env", "REDIS_URL="+s.URL())
