@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -457,6 +458,7 @@ func TestFenceError(t *testing.T) {
 // plain cancellation or SIGINT, 128+N for signal N.
 func TestRunInterruptedWait(t *testing.T) {
 	t.Parallel()
+	leakcheck.Check(t) // labels the in-process runs' goroutines, for leakcheck.Count
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	rdb.Set(t.Context(), "dlock:{busy}", "someone-else", time.Minute)
@@ -472,15 +474,18 @@ func TestRunInterruptedWait(t *testing.T) {
 		}
 	}
 	// inProcess runs dlock in this process and cancels its context with
-	// cause while it waits.
-	inProcess := func(t *testing.T, args []string, cause error) (int, string) {
+	// cause once a goroutine of the run is in the function at (acquireFor:
+	// waiting, or about to; connectVia: connecting).
+	inProcess := func(t *testing.T, args []string, at string, cause error) (int, string) {
 		t.Helper()
 		ctx, cancel := context.WithCancelCause(context.Background())
 		defer cancel(nil)
 		var stdout, stderr bytes.Buffer
 		done := make(chan int, 1)
 		go func() { done <- run(ctx, args, &stdout, &stderr) }()
-		time.Sleep(300 * time.Millisecond) // waiting, or about to
+		if !eventually(20*time.Second, func() bool { return leakcheck.Count(t, at) > 0 }) {
+			t.Fatalf("run not in %s within 20s", at)
+		}
 		cancel(cause)
 		select {
 		case code := <-done:
@@ -491,17 +496,17 @@ func TestRunInterruptedWait(t *testing.T) {
 		}
 	}
 	t.Run("cancelled", func(t *testing.T) {
-		code, errOut := inProcess(t, args, nil)
+		code, errOut := inProcess(t, args, "cmd/dlock.acquireFor", nil)
 		check(t, code, errOut, exitInterrupted, `interrupted while waiting for lock "busy"`)
 	})
 	t.Run("cancelled by SIGTERM", func(t *testing.T) {
-		code, errOut := inProcess(t, args, interruption{syscall.SIGTERM})
+		code, errOut := inProcess(t, args, "cmd/dlock.acquireFor", interruption{syscall.SIGTERM})
 		check(t, code, errOut, 128+int(syscall.SIGTERM), `interrupted by SIGTERM while waiting for lock "busy"`)
 	})
 	t.Run("while connecting", func(t *testing.T) {
 		frozen := redistest.Start(t)
 		frozen.Pause() // PING hangs (for up to 5s) instead of failing
-		code, errOut := inProcess(t, []string{"run", "--redis", frozen.URL(), "busy", "--", "true"}, interruption{syscall.SIGINT})
+		code, errOut := inProcess(t, []string{"run", "--redis", frozen.URL(), "busy", "--", "true"}, "cmd/dlock.connectVia", interruption{syscall.SIGINT})
 		check(t, code, errOut, exitInterrupted, "interrupted by SIGINT while connecting to Redis")
 	})
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
