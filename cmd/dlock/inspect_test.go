@@ -126,3 +126,60 @@ func TestInspectShowsPermitMeta(t *testing.T) {
 		t.Errorf("inspect --json = %+v; want each permit's metadata, and both in meta", in)
 	}
 }
+
+// dlock inspect counts a hold of several permits at once
+// (Semaphore.AcquireN) as that many: not "1 permit" in the table, and with
+// its count and metadata in JSON.
+func TestInspectCountsPermitsOfOneHold(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := c.Semaphore("pool:k", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	three, err := sem.AcquireN(ctx, 3, dlock.HolderMeta("job #7 x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer three.Release(ctx)
+
+	var stdout, stderr bytes.Buffer
+	if code := run(ctx, []string{"inspect", "--redis", s.URL(), "pool:k"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("inspect: exit %d, stderr %q", code, stderr.String())
+	}
+	out := stdout.String()
+	if strings.Contains(out, "1 permit:") {
+		t.Errorf("inspect shows a hold of 3 permits as one permit:\n%s", out)
+	}
+	stdout.Reset()
+	if code := run(ctx, []string{"inspect", "--redis", s.URL(), "--json", "pool:k"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("inspect --json: exit %d, stderr %q", code, stderr.String())
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	ps, _ := raw["permits"].([]any)
+	if len(ps) != 1 {
+		t.Fatalf("permits = %v", raw["permits"])
+	}
+	p, _ := ps[0].(map[string]any)
+	if p["meta"] != "job #7 x" {
+		t.Errorf("meta = %v, want %q", p["meta"], "job #7 x")
+	}
+	n := 0
+	for _, k := range []string{"count", "permits", "n"} {
+		if v, ok := p[k].(float64); ok {
+			n = int(v)
+		}
+	}
+	if n != 3 {
+		t.Errorf("inspect --json shows the hold of 3 permits without its count: %s", strings.TrimSpace(stdout.String()))
+	}
+}

@@ -572,6 +572,24 @@ func TestMissingDatabaseIsConfigError(t *testing.T) {
 	}
 }
 
+// A URL's database index -1 is no database Redis has (go-redis would select
+// none for it, and database 0 be used): a configuration error (3), as for
+// /99, that runs nothing.
+func TestNegativeDatabaseIsConfigError(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.TCP())
+	for _, args := range [][]string{
+		{"run", "--redis", s.URL() + "/-1", "x", "--", "true"},
+		{"inspect", "--redis", s.URL() + "/-1", "x"},
+		{"run", "--redis", "unix://" + redistest.Start(t).Addr() + "?db=-1", "x", "--", "true"},
+	} {
+		code, _, errOut := result(t, dlockCmd(t, nil, args...))
+		if code != exitConfig || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("dlock %q: exit %d, stderr %q; want %d and one line", args, code, errOut, exitConfig)
+		}
+	}
+}
+
 func TestInspectListRelease(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)

@@ -7,11 +7,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -957,5 +960,156 @@ func watchSeesRun(t *testing.T, env []string, url string) {
 		if l := r.lock("w"); l == nil || !l.Held || l.Meta != "watched" {
 			t.Errorf("dlock watch over %s: refresh %q, want w held with metadata watched", url, line)
 		}
+	}
+}
+
+// With --max-hold D, the command gets SIGTERM at D and SIGKILL only after
+// --grace; one that ignores SIGTERM keeps running past D + ttl/10, and the
+// lock stays held until it has exited: a second dlock run does not take the
+// lock and run its own command beside it.
+func TestRunMaxHoldKeepsLockUntilCommandExits(t *testing.T) {
+	// Serial: the child must start within its 1s max hold.
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	a := dlockCmd(t, childEnv("stubborn", "REDIS_URL="+s.URL()),
+		"run", "--ttl", "2s", "--max-hold", "1s", "--grace", "4s", "capped-stubborn", "--", os.Args[0], childArg)
+	var aErr bytes.Buffer
+	a.Stderr = &aErr
+	start := time.Now()
+	startUntilChildRuns(t, a)
+	exited := make(chan struct{})
+	go func() { a.Wait(); close(exited) }()
+	defer func() {
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			a.Process.Kill()
+			<-exited
+		}
+	}()
+	// The lease ends at 1.2s at the latest; the stubborn command is killed
+	// only at 1s + 4s. (A max hold long enough for the child to start and
+	// say so on a loaded machine: at 300ms it was sometimes stopped first.)
+	time.Sleep(time.Until(start.Add(2500 * time.Millisecond)))
+	if lockHeld(rdb, "dlock:{capped-stubborn}") {
+		t.Log("lock still held at 2.5s")
+	}
+	code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--wait", "0", "capped-stubborn", "--", "true"))
+	running := true
+	select {
+	case <-exited:
+		running = false
+	default:
+	}
+	if code == 0 && running {
+		t.Errorf("a second dlock run took the lock and ran its command %v after the first started, while the first's command (SIGTERM at its 1s max hold, SIGKILL only after --grace 4s) still ran: two commands under one lock (second's stderr %q)",
+			time.Since(start).Round(time.Millisecond), errOut)
+	}
+}
+
+// blipper forwards a loopback port to a server; down closes the listener
+// and every connection (dials are refused), up listens again on the port.
+type blipper struct {
+	t      *testing.T
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+}
+
+func newBlipper(t *testing.T, target string) *blipper {
+	b := &blipper{t: t, target: target}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.addr = ln.Addr().String()
+	b.serve(ln)
+	t.Cleanup(b.down)
+	return b
+}
+
+func (b *blipper) serve(ln net.Listener) {
+	b.mu.Lock()
+	b.ln = ln
+	b.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", b.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			b.mu.Lock()
+			b.conns = append(b.conns, c, s)
+			b.mu.Unlock()
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
+}
+
+func (b *blipper) down() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ln != nil {
+		b.ln.Close()
+		b.ln = nil
+	}
+	for _, c := range b.conns {
+		c.Close()
+	}
+	b.conns = nil
+}
+
+func (b *blipper) up() {
+	ln, err := net.Listen("tcp", b.addr)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.serve(ln)
+}
+
+// A single Redis that refuses dials for 2s (a restart, a blip) just as dlock
+// run's command exits: the release is retried past the blip and the lock is
+// free once dlock has exited. (Behind the dial gate, a refused dial fails
+// every dial for the next second at once; the release must still outlast a
+// blip of 2s. DLOCK_TEST_BLIP sets another blip; from about 2.5s the
+// release, one call bounded by go-redis's retries, gives up.)
+func TestRunReleasesAfterRedisBlip(t *testing.T) {
+	// Serial: a 2s refused-dial window against go-redis's retry budget.
+	blip, _ := time.ParseDuration(os.Getenv("DLOCK_TEST_BLIP"))
+	if blip == 0 {
+		blip = 2 * time.Second
+	}
+	s := redistest.Start(t, redistest.TCP())
+	rdb := s.Client(t)
+	b := newBlipper(t, s.Addr())
+	mark := t.TempDir() + "/mark"
+	cmd := dlockCmd(t, childEnv("polite", "REDIS_URL=redis://"+b.addr, "MARK="+mark),
+		"run", "--ttl", "6s", "blip", "--", os.Args[0], childArg)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	startUntilChildRuns(t, cmd)
+	// A blip of 300ms as the command ends: the release's first dial is
+	// refused; go-redis dials again (5 dials 100ms apart per attempt, 4
+	// attempts), which outlasts the blip, but behind the gate every later
+	// dial fails at once.
+	b.down()
+	cmd.Process.Signal(syscall.SIGTERM) // the command exits at once; dlock releases
+	time.Sleep(blip)
+	b.up()
+	if !waitExit(cmd, 20*time.Second) {
+		t.Fatal("dlock run still running 20s after SIGTERM")
+	}
+	t.Logf("exit %d, stderr %q", cmd.ProcessState.ExitCode(), stderr.String())
+	if lockHeld(rdb, "dlock:{blip}") {
+		t.Errorf("the lock is still held after dlock run exited (Redis up again since before the release); exit %d, stderr %q",
+			cmd.ProcessState.ExitCode(), strings.TrimSpace(stderr.String()))
 	}
 }
