@@ -28,15 +28,7 @@ func TestListTellsForeignKeys(t *testing.T) {
 	rdb.Set(ctx, "dlock:{f:lock}", "tok", time.Minute)
 	rdb.HSet(ctx, "dlock:{f:re}", "owner", "client/flow", "fence", 7, "h:one", 1<<50)
 	rdb.PExpire(ctx, "dlock:{f:re}", time.Minute)
-	sem, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sm, err := sem.Semaphore("f:sem", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	permit, err := sm.TryAcquire(ctx)
+	permit, err := semaphore(t, rdb, "f:sem", 2).TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,15 +83,7 @@ func TestInspectShowsPermitMeta(t *testing.T) {
 	rdb := s.Client(t)
 	ctx := t.Context()
 	for _, meta := range []string{"worker 2", "worker-1"} {
-		c, err := dlock.New(rdb, dlock.HolderMeta(meta))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sm, err := c.Semaphore("pool", 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := sm.TryAcquire(ctx)
+		l, err := semaphore(t, rdb, "pool", 3, dlock.HolderMeta(meta)).TryAcquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,15 +119,7 @@ func TestInspectCountsPermitsOfOneHold(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sem, err := c.Semaphore("pool:k", 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	three, err := sem.AcquireN(ctx, 3, dlock.HolderMeta("job #7 x"))
+	three, err := semaphore(t, rdb, "pool:k", 4).AcquireN(ctx, 3, dlock.HolderMeta("job #7 x"))
 	if err != nil {
 		t.Fatal(err)
 	}

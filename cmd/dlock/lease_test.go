@@ -20,10 +20,9 @@ func TestAcquireExtendReleaseAcrossProcesses(t *testing.T) {
 	ctx := t.Context()
 	env := []string{"REDIS_URL=" + s.URL()}
 
-	code, out, errOut := result(t, dlockCmd(t, env, "acquire", "--ttl", "5s", "--meta", "step-1", "nightly"))
-	token := strings.TrimSpace(out)
-	if code != exitOK || len(token) < 22 || strings.ContainsAny(token, " \n") {
-		t.Fatalf("acquire: exit %d, stdout %q, stderr %q; want 0 and one token", code, out, errOut)
+	token := acquireToken(t, env, "--ttl", "5s", "--meta", "step-1", "nightly")
+	if len(token) < 22 || strings.ContainsAny(token, " \n") {
+		t.Fatalf("acquire printed %q, want one token", token)
 	}
 	if got := rdb.Get(ctx, "dlock:{nightly}").Val(); got != token {
 		t.Fatalf("the lock after acquire exited holds %q, want the printed token %q", got, token)
@@ -70,14 +69,7 @@ func TestAcquireReleaseKinds(t *testing.T) {
 	ctx := t.Context()
 	env := []string{"REDIS_URL=" + s.URL()}
 
-	var tokens []string
-	for range 2 {
-		code, out, errOut := result(t, dlockCmd(t, env, "acquire", "-n", "2", "--ttl", "10s", "pool"))
-		if code != exitOK {
-			t.Fatalf("acquire -n 2: exit %d, stderr %q", code, errOut)
-		}
-		tokens = append(tokens, strings.TrimSpace(out))
-	}
+	tokens := []string{acquireToken(t, env, "-n", "2", "--ttl", "10s", "pool"), acquireToken(t, env, "-n", "2", "--ttl", "10s", "pool")}
 	if code, _, _ := result(t, dlockCmd(t, env, "acquire", "-n", "2", "--wait", "0", "pool")); code != exitNotAcquired {
 		t.Errorf("a third permit of 2: exit %d, want %d", code, exitNotAcquired)
 	}
@@ -96,11 +88,7 @@ func TestAcquireReleaseKinds(t *testing.T) {
 		t.Errorf("%d permits left after both were released by token", n)
 	}
 
-	code, out, errOut := result(t, dlockCmd(t, env, "acquire", "--read", "--ttl", "10s", "doc"))
-	if code != exitOK {
-		t.Fatalf("acquire --read: exit %d, stderr %q", code, errOut)
-	}
-	read := strings.TrimSpace(out)
+	read := acquireToken(t, env, "--read", "--ttl", "10s", "doc")
 	if code, _, _ := result(t, dlockCmd(t, env, "release", "--write", "--token", read, "doc")); code != exitLost {
 		t.Errorf("release --write of a read's token: exit %d, want %d", code, exitLost)
 	}
@@ -148,11 +136,7 @@ func TestExtendAndReleaseByTokenErrorsNameTheStep(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	env := []string{"REDIS_URL=" + s.URL()}
-	code, out, errOut := result(t, dlockCmd(t, env, "acquire", "-n", "2", "--ttl", "1m", "pool"))
-	if code != exitOK {
-		t.Fatalf("acquire -n 2 pool: exit %d, stderr %q", code, errOut)
-	}
-	permit := strings.TrimSpace(out)
+	permit := acquireToken(t, env, "-n", "2", "--ttl", "1m", "pool")
 	for _, cmd := range []string{"release", "extend"} {
 		for _, c := range []struct {
 			token, name string
@@ -183,11 +167,7 @@ func TestReleaseByTokenOfWrongKindKeepsLease(t *testing.T) {
 	ctx := t.Context()
 	env := []string{"REDIS_URL=" + s.URL()}
 
-	code, out, errOut := result(t, dlockCmd(t, env, "acquire", "--ttl", "5s", "-n", "3", "k:sem"))
-	tok := strings.TrimSpace(out)
-	if code != exitOK {
-		t.Fatalf("acquire -n 3: exit %d, %q", code, errOut)
-	}
+	tok := acquireToken(t, env, "--ttl", "5s", "-n", "3", "k:sem")
 	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "--token", tok, "--ttl", "20s", "-n", "3", "k:sem")); code != exitOK {
 		t.Fatalf("extend -n 3: exit %d, %q", code, errOut)
 	}
@@ -207,11 +187,7 @@ func TestReleaseByTokenOfWrongKindKeepsLease(t *testing.T) {
 		t.Errorf("the semaphore key is still there after release")
 	}
 
-	code, out, errOut = result(t, dlockCmd(t, env, "acquire", "--ttl", "5s", "--write", "k:rw"))
-	wtok := strings.TrimSpace(out)
-	if code != exitOK {
-		t.Fatalf("acquire --write: exit %d, %q", code, errOut)
-	}
+	wtok := acquireToken(t, env, "--ttl", "5s", "--write", "k:rw")
 	if code, _, errOut := result(t, dlockCmd(t, env, "release", "--token", wtok, "--read", "k:rw")); code != exitLost {
 		t.Errorf("release of a write as a read: exit %d, %q; want %d", code, errOut, exitLost)
 	}

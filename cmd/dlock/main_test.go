@@ -206,6 +206,32 @@ func childEnv(mode string, extra ...string) []string {
 	return append([]string{"DLOCK_TEST_CHILD=" + mode}, extra...)
 }
 
+// semaphore returns the semaphore name of n permits over rdb, for a
+// Client made with opts.
+func semaphore(t *testing.T, rdb *redis.Client, name string, n int, opts ...dlock.Option) *dlock.Semaphore {
+	t.Helper()
+	c, err := dlock.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := c.Semaphore(name, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sem
+}
+
+// acquireToken runs dlock acquire with args and returns the token it
+// printed, failing the test unless it exited 0.
+func acquireToken(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	code, out, errOut := result(t, dlockCmd(t, env, append([]string{"acquire"}, args...)...))
+	if code != exitOK {
+		t.Fatalf("dlock acquire %q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+	}
+	return strings.TrimSpace(out)
+}
+
 func TestRunPassesEnvAndExitStatus(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)

@@ -638,10 +638,8 @@ func TestSentinelAndClusterURLs(t *testing.T) {
 // dlock run -n N runs at most N commands at once: seven runs of a command
 // that counts the commands running (files in a directory), with -n 3,
 // never see more than 3 and do see 3; all succeed, and the semaphore is
-// empty afterwards. With every permit held, --wait 0 exits 5, naming the
-// semaphore; -n below 1, -n over a quorum, and a name held as the other
-// kind are refused.
-func TestRunSemaphore(t *testing.T) {
+// empty afterwards.
+func TestRunSemaphoreRunsAtMostN(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
@@ -677,16 +675,18 @@ func TestRunSemaphore(t *testing.T) {
 	if n := rdb.Exists(ctx, "dlock:{pool}", "dlock:{pool}:q", "dlock:{pool}:qw").Val(); n != 0 {
 		t.Errorf("%d semaphore or queue keys left after every run ended", n)
 	}
+}
 
-	// Every permit held: --wait 0 is not acquired.
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sem, err := c.Semaphore("pool", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+// With every permit of a semaphore held, dlock run -n --wait 0 exits 5,
+// naming the semaphore; -n below 1, -n over a quorum, and a name held as
+// the other kind are refused.
+func TestRunSemaphoreRefusals(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	env := childEnv("env", "REDIS_URL="+s.URL())
+	sem := semaphore(t, rdb, "pool", 2)
 	for range 2 {
 		l, err := sem.TryAcquire(ctx)
 		if err != nil {

@@ -218,15 +218,7 @@ func TestWatchNoneAndOnePermit(t *testing.T) {
 			t.Errorf("dlock %q with no locks: exit %d, stdout %q, stderr %q; want the column names, then (none)", args, code, out, errOut)
 		}
 	}
-	c, err := dlock.New(s.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sem, err := c.Semaphore("jobs:s", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := sem.Acquire(t.Context())
+	l, err := semaphore(t, s.Client(t), "jobs:s", 3).Acquire(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
