@@ -593,46 +593,55 @@ func TestSentinelAndClusterURLs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a Sentinel and a Cluster")
 	}
-	master := redistest.Start(t, redistest.TCP())
-	if _, err := master.Do(t.Context(), "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
-		t.Fatal(err)
-	}
-	pwFile := filepath.Join(t.TempDir(), "pw")
-	os.WriteFile(pwFile, []byte("s3cret\n"), 0o600)
-	sentinel := redistest.Start(t, redistest.Sentinel("dlockmaster", master.Port(), 1, 5*time.Second, 10*time.Second))
-	sentinel.Do(t.Context(), "SENTINEL", "SET", "dlockmaster", "auth-pass", "s3cret")
-
-	cluster := redistest.StartCluster(t, 3, 0)
-	var more []string
-	for _, n := range cluster[1:] {
-		more = append(more, "addr="+n.Addr())
-	}
-	for _, url := range []string{
-		"redis+sentinel://" + sentinel.Addr() + "?master_name=dlockmaster",
-		"redis://" + sentinel.Addr() + "?master_name=dlockmaster",
-		"redis+cluster://" + cluster[0].Addr() + "?" + strings.Join(more, "&"),
-	} {
-		env := []string{"REDIS_URL=" + url, "REDIS_PASSWORD_FILE=" + pwFile}
-		if strings.Contains(url, "cluster") {
-			env = env[:1]
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		master := redistest.Start(t, redistest.TCP())
+		if _, err := master.Do(t.Context(), "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
+			t.Fatal(err)
 		}
-		for _, name := range []string{"a", "b", "c", "d"} { // names in several slots
-			code, out, errOut := result(t, dlockCmd(t, env, "run", "--wait", "0", name, "--", "sh", "-c", "echo $DLOCK_FENCE"))
-			if code != 0 || strings.TrimSpace(out) == "" {
-				t.Fatalf("dlock run %s over %s: exit %d, stdout %q, stderr %q", name, url, code, out, errOut)
+		pwFile := filepath.Join(t.TempDir(), "pw")
+		os.WriteFile(pwFile, []byte("s3cret\n"), 0o600)
+		sentinel := redistest.Start(t, redistest.Sentinel("dlockmaster", master.Port(), 1, 5*time.Second, 10*time.Second))
+		sentinel.Do(t.Context(), "SENTINEL", "SET", "dlockmaster", "auth-pass", "s3cret")
+		for _, url := range []string{
+			"redis+sentinel://" + sentinel.Addr() + "?master_name=dlockmaster",
+			"redis://" + sentinel.Addr() + "?master_name=dlockmaster",
+		} {
+			checkURL(t, []string{"REDIS_URL=" + url, "REDIS_PASSWORD_FILE=" + pwFile}, url)
+		}
+		for _, url := range []string{"redis+sentinel://" + sentinel.Addr(), "redis+bogus://127.0.0.1:1"} {
+			code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + url}, "inspect", "a"))
+			if code != exitConfig || !strings.Contains(errOut, "redis+sentinel://") {
+				t.Errorf("dlock inspect over %s: exit %d, stderr %q; want %d and the URL shapes", url, code, errOut, exitConfig)
 			}
 		}
-		if code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "a")); code != 0 || !strings.Contains(out, `"held":false`) {
-			t.Errorf("dlock inspect over %s: exit %d, %q %q", url, code, out, errOut)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cluster := redistest.StartCluster(t, 3, 0)
+		var more []string
+		for _, n := range cluster[1:] {
+			more = append(more, "addr="+n.Addr())
 		}
-		watchSeesRun(t, env, url)
-	}
-	for _, url := range []string{"redis+sentinel://" + sentinel.Addr(), "redis+bogus://127.0.0.1:1"} {
-		code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + url}, "inspect", "a"))
-		if code != exitConfig || !strings.Contains(errOut, "redis+sentinel://") {
-			t.Errorf("dlock inspect over %s: exit %d, stderr %q; want %d and the URL shapes", url, code, errOut, exitConfig)
+		url := "redis+cluster://" + cluster[0].Addr() + "?" + strings.Join(more, "&")
+		checkURL(t, []string{"REDIS_URL=" + url}, url)
+	})
+}
+
+// checkURL checks that dlock run, inspect and watch work over url (env
+// names it): runs of names in several slots, each given a fence.
+func checkURL(t *testing.T, env []string, url string) {
+	t.Helper()
+	for _, name := range []string{"a", "b", "c", "d"} { // names in several slots
+		code, out, errOut := result(t, dlockCmd(t, env, "run", "--wait", "0", name, "--", "sh", "-c", "echo $DLOCK_FENCE"))
+		if code != 0 || strings.TrimSpace(out) == "" {
+			t.Fatalf("dlock run %s over %s: exit %d, stdout %q, stderr %q", name, url, code, out, errOut)
 		}
 	}
+	if code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "a")); code != 0 || !strings.Contains(out, `"held":false`) {
+		t.Errorf("dlock inspect over %s: exit %d, %q %q", url, code, out, errOut)
+	}
+	watchSeesRun(t, env, url)
 }
 
 // dlock run -n N runs at most N commands at once: seven runs of a command
