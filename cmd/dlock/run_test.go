@@ -399,7 +399,9 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 		nodes = append(nodes, s.Client(t))
 		names = append(names, s.URL())
 	}
-	c, err := dlock.NewRedlock(nodes, 0, dlock.LeaseTTL(5*time.Second))
+	// A node timeout of a second, not TTL/50 (100ms): a loaded machine can
+	// take that long to answer, and nodes that fail or refuse are tested, not slow ones.
+	c, err := dlock.NewRedlock(nodes, time.Second, dlock.LeaseTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
