@@ -31,6 +31,14 @@ import (
 // holds two processes, only one of them dlock's grandchild.
 const groupScript = `echo $$; sleep 60 & wait`
 
+// shChild holds the shell forms of the child modes polite and stubborn, for
+// tests that time the command: a shell starts in milliseconds where the
+// race-instrumented test binary can take a second on a loaded machine.
+var shChild = map[string]string{
+	"polite":   `trap 'kill $! 2>/dev/null; printf terminated > "$MARK"; exit 0' TERM; echo started; sleep 60 & wait`,
+	"stubborn": `trap '' TERM; echo started; sleep 60`,
+}
+
 // procStat returns the state, parent and process group of pid, from /proc.
 func procStat(pid int) (state byte, ppid, pgrp int, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -754,7 +762,7 @@ func TestRunMaxHold(t *testing.T) {
 			rdb := s.Client(t)
 			mark := filepath.Join(t.TempDir(), "mark")
 			cmd := dlockCmd(t, childEnv(mode, "REDIS_URL="+s.URL(), "MARK="+mark),
-				"run", "--ttl", "600ms", "--max-hold", "1500ms", "--grace", "300ms", "capped", "--", os.Args[0], childArg)
+				"run", "--ttl", "600ms", "--max-hold", "1500ms", "--grace", "300ms", "capped", "--", "sh", "-c", shChild[mode])
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			start := time.Now()
@@ -801,18 +809,20 @@ func TestRunMaxHold(t *testing.T) {
 // --max-hold D gives the command the whole of D: it gets SIGTERM once the
 // lock has been held for D, not a tenth of the TTL before (with the
 // default TTL of 10s, --max-hold 2s terminated it at 1s), and the lock is
-// held until then. A max hold within a tenth of the TTL was
-// refused; it works too (900ms here: a shorter one can end before a
-// loaded machine has started the child). One below the shortest lease is refused with a
-// message that names the flag and what to pass instead.
+// held until then (3s here). A max hold within a tenth of the TTL was
+// refused; it works too (1.8s of a 20s TTL here: a shorter one can end
+// before a loaded machine has started the child). One below the shortest
+// lease is refused with a message that names the flag and what to pass
+// instead.
 func TestRunMaxHoldGivesTheWholeHold(t *testing.T) {
 	// Serial: times the SIGTERM against the max hold on the wall clock.
 	s := redistest.Start(t)
 	rdb := s.Client(t)
-	for _, d := range []time.Duration{2 * time.Second, 900 * time.Millisecond} {
+	for _, tc := range []struct{ d, ttl time.Duration }{{3 * time.Second, 10 * time.Second}, {1800 * time.Millisecond, 20 * time.Second}} {
+		d := tc.d
 		mark := filepath.Join(t.TempDir(), "mark")
-		cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark),
-			"run", "--max-hold", d.String(), "--grace", "5s", "whole", "--", os.Args[0], childArg)
+		cmd := dlockCmd(t, []string{"REDIS_URL=" + s.URL(), "MARK=" + mark},
+			"run", "--ttl", tc.ttl.String(), "--max-hold", d.String(), "--grace", "5s", "whole", "--", "sh", "-c", shChild["polite"])
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		start := time.Now() // before the lock is taken: its hold ends D after a later moment
@@ -979,11 +989,11 @@ func watchSeesRun(t *testing.T, env []string, url string) {
 // lock stays held until it has exited: a second dlock run does not take the
 // lock and run its own command beside it.
 func TestRunMaxHoldKeepsLockUntilCommandExits(t *testing.T) {
-	// Serial: the child must start within its 1s max hold.
+	// Serial: the command must start within its 2s max hold.
 	s := redistest.Start(t)
 	rdb := s.Client(t)
-	a := dlockCmd(t, childEnv("stubborn", "REDIS_URL="+s.URL()),
-		"run", "--ttl", "2s", "--max-hold", "1s", "--grace", "4s", "capped-stubborn", "--", os.Args[0], childArg)
+	a := dlockCmd(t, []string{"REDIS_URL=" + s.URL()},
+		"run", "--ttl", "2s", "--max-hold", "2s", "--grace", "4s", "capped-stubborn", "--", "sh", "-c", shChild["stubborn"])
 	var aErr bytes.Buffer
 	a.Stderr = &aErr
 	start := time.Now()
@@ -998,12 +1008,13 @@ func TestRunMaxHoldKeepsLockUntilCommandExits(t *testing.T) {
 			<-exited
 		}
 	}()
-	// The lease ends at 1.2s at the latest; the stubborn command is killed
-	// only at 1s + 4s. (A max hold long enough for the child to start and
-	// say so on a loaded machine: at 300ms it was sometimes stopped first.)
-	time.Sleep(time.Until(start.Add(2500 * time.Millisecond)))
+	// The lease ends at 2.2s at the latest; the stubborn command is killed
+	// only at 2s + 4s. (A max hold long enough for dlock's guardian and the
+	// command to start on a loaded machine: at 1s it was sometimes stopped
+	// first.)
+	time.Sleep(time.Until(start.Add(3500 * time.Millisecond)))
 	if lockHeld(rdb, "dlock:{capped-stubborn}") {
-		t.Log("lock still held at 2.5s")
+		t.Log("lock still held at 3.5s")
 	}
 	code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--wait", "0", "capped-stubborn", "--", "true"))
 	running := true
@@ -1013,7 +1024,7 @@ func TestRunMaxHoldKeepsLockUntilCommandExits(t *testing.T) {
 	default:
 	}
 	if code == 0 && running {
-		t.Errorf("a second dlock run took the lock and ran its command %v after the first started, while the first's command (SIGTERM at its 1s max hold, SIGKILL only after --grace 4s) still ran: two commands under one lock (second's stderr %q)",
+		t.Errorf("a second dlock run took the lock and ran its command %v after the first started, while the first's command (SIGTERM at its 2s max hold, SIGKILL only after --grace 4s) still ran: two commands under one lock (second's stderr %q)",
 			time.Since(start).Round(time.Millisecond), errOut)
 	}
 }
