@@ -18,6 +18,7 @@ import (
 // inspect as foreign (JSON "foreign": true), not as held locks; a lock, a
 // reentrant lock and a semaphore do not.
 func TestListTellsForeignKeys(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
@@ -27,15 +28,7 @@ func TestListTellsForeignKeys(t *testing.T) {
 	rdb.Set(ctx, "dlock:{f:lock}", "tok", time.Minute)
 	rdb.HSet(ctx, "dlock:{f:re}", "owner", "client/flow", "fence", 7, "h:one", 1<<50)
 	rdb.PExpire(ctx, "dlock:{f:re}", time.Minute)
-	sem, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sm, err := sem.Semaphore("f:sem", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	permit, err := sm.TryAcquire(ctx)
+	permit, err := semaphore(t, rdb, "f:sem", 2).TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,19 +78,12 @@ func TestListTellsForeignKeys(t *testing.T) {
 // dlock inspect shows each semaphore permit's holder metadata: in the
 // META column (their distinct values) and per permit in JSON.
 func TestInspectShowsPermitMeta(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
 	for _, meta := range []string{"worker 2", "worker-1"} {
-		c, err := dlock.New(rdb, dlock.HolderMeta(meta))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sm, err := c.Semaphore("pool", 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := sm.TryAcquire(ctx)
+		l, err := semaphore(t, rdb, "pool", 3, dlock.HolderMeta(meta)).TryAcquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,5 +108,54 @@ func TestInspectShowsPermitMeta(t *testing.T) {
 	}
 	if !metas["worker 2"] || !metas["worker-1"] || in.Meta != "worker 2, worker-1" {
 		t.Errorf("inspect --json = %+v; want each permit's metadata, and both in meta", in)
+	}
+}
+
+// dlock inspect counts a hold of several permits at once
+// (Semaphore.AcquireN) as that many: not "1 permit" in the table, and with
+// its count and metadata in JSON.
+func TestInspectCountsPermitsOfOneHold(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	three, err := semaphore(t, rdb, "pool:k", 4).AcquireN(ctx, 3, dlock.HolderMeta("job #7 x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer three.Release(ctx)
+
+	var stdout, stderr bytes.Buffer
+	if code := run(ctx, []string{"inspect", "--redis", s.URL(), "pool:k"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("inspect: exit %d, stderr %q", code, stderr.String())
+	}
+	out := stdout.String()
+	if strings.Contains(out, "1 permit:") {
+		t.Errorf("inspect shows a hold of 3 permits as one permit:\n%s", out)
+	}
+	stdout.Reset()
+	if code := run(ctx, []string{"inspect", "--redis", s.URL(), "--json", "pool:k"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("inspect --json: exit %d, stderr %q", code, stderr.String())
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	ps, _ := raw["permits"].([]any)
+	if len(ps) != 1 {
+		t.Fatalf("permits = %v", raw["permits"])
+	}
+	p, _ := ps[0].(map[string]any)
+	if p["meta"] != "job #7 x" {
+		t.Errorf("meta = %v, want %q", p["meta"], "job #7 x")
+	}
+	n := 0
+	for _, k := range []string{"count", "permits", "n"} {
+		if v, ok := p[k].(float64); ok {
+			n = int(v)
+		}
+	}
+	if n != 3 {
+		t.Errorf("inspect --json shows the hold of 3 permits without its count: %s", strings.TrimSpace(stdout.String()))
 	}
 }

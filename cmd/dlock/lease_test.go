@@ -14,15 +14,15 @@ import (
 // the lease's end; release with it frees the lock; a release or extend of
 // the ended lease exits 6.
 func TestAcquireExtendReleaseAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
 	env := []string{"REDIS_URL=" + s.URL()}
 
-	code, out, errOut := result(t, dlockCmd(t, env, "acquire", "--ttl", "5s", "--meta", "step-1", "nightly"))
-	token := strings.TrimSpace(out)
-	if code != exitOK || len(token) < 22 || strings.ContainsAny(token, " \n") {
-		t.Fatalf("acquire: exit %d, stdout %q, stderr %q; want 0 and one token", code, out, errOut)
+	token := acquireToken(t, env, "--ttl", "5s", "--meta", "step-1", "nightly")
+	if len(token) < 22 || strings.ContainsAny(token, " \n") {
+		t.Fatalf("acquire printed %q, want one token", token)
 	}
 	if got := rdb.Get(ctx, "dlock:{nightly}").Val(); got != token {
 		t.Fatalf("the lock after acquire exited holds %q, want the printed token %q", got, token)
@@ -63,19 +63,13 @@ func TestAcquireExtendReleaseAcrossProcesses(t *testing.T) {
 // extended and released by token the same way; a token given with the
 // wrong kind's flag finds no lease of that kind.
 func TestAcquireReleaseKinds(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
 	env := []string{"REDIS_URL=" + s.URL()}
 
-	var tokens []string
-	for range 2 {
-		code, out, errOut := result(t, dlockCmd(t, env, "acquire", "-n", "2", "--ttl", "10s", "pool"))
-		if code != exitOK {
-			t.Fatalf("acquire -n 2: exit %d, stderr %q", code, errOut)
-		}
-		tokens = append(tokens, strings.TrimSpace(out))
-	}
+	tokens := []string{acquireToken(t, env, "-n", "2", "--ttl", "10s", "pool"), acquireToken(t, env, "-n", "2", "--ttl", "10s", "pool")}
 	if code, _, _ := result(t, dlockCmd(t, env, "acquire", "-n", "2", "--wait", "0", "pool")); code != exitNotAcquired {
 		t.Errorf("a third permit of 2: exit %d, want %d", code, exitNotAcquired)
 	}
@@ -94,11 +88,7 @@ func TestAcquireReleaseKinds(t *testing.T) {
 		t.Errorf("%d permits left after both were released by token", n)
 	}
 
-	code, out, errOut := result(t, dlockCmd(t, env, "acquire", "--read", "--ttl", "10s", "doc"))
-	if code != exitOK {
-		t.Fatalf("acquire --read: exit %d, stderr %q", code, errOut)
-	}
-	read := strings.TrimSpace(out)
+	read := acquireToken(t, env, "--read", "--ttl", "10s", "doc")
 	if code, _, _ := result(t, dlockCmd(t, env, "release", "--write", "--token", read, "doc")); code != exitLost {
 		t.Errorf("release --write of a read's token: exit %d, want %d", code, exitLost)
 	}
@@ -112,6 +102,7 @@ func TestAcquireReleaseKinds(t *testing.T) {
 
 // Bad input is a usage error (2) that sends nothing.
 func TestAcquireExtendReleaseUsage(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	env := []string{"REDIS_URL=" + s.URL()}
@@ -145,11 +136,7 @@ func TestExtendAndReleaseByTokenErrorsNameTheStep(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	env := []string{"REDIS_URL=" + s.URL()}
-	code, out, errOut := result(t, dlockCmd(t, env, "acquire", "-n", "2", "--ttl", "1m", "pool"))
-	if code != exitOK {
-		t.Fatalf("acquire -n 2 pool: exit %d, stderr %q", code, errOut)
-	}
-	permit := strings.TrimSpace(out)
+	permit := acquireToken(t, env, "-n", "2", "--ttl", "1m", "pool")
 	for _, cmd := range []string{"release", "extend"} {
 		for _, c := range []struct {
 			token, name string
@@ -165,5 +152,52 @@ func TestExtendAndReleaseByTokenErrorsNameTheStep(t *testing.T) {
 				t.Errorf("%s --token %.10s… %s: exit %d, stderr %q; want %d and %q, with no acquire NAME or Resume", cmd, c.token, c.name, code, errOut, c.code, c.want)
 			}
 		}
+	}
+}
+
+// A semaphore's permit of 3 and a read-write lock's write, each held across
+// processes: a release --token with the wrong kind flag does not end the
+// lease (exit 6, or 3 when the name is held as another kind) and leaves it
+// held; with the right flag it ends it; a malformed token is a usage error
+// (2) that sends nothing.
+func TestReleaseByTokenOfWrongKindKeepsLease(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	env := []string{"REDIS_URL=" + s.URL()}
+
+	tok := acquireToken(t, env, "--ttl", "5s", "-n", "3", "k:sem")
+	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "--token", tok, "--ttl", "20s", "-n", "3", "k:sem")); code != exitOK {
+		t.Fatalf("extend -n 3: exit %d, %q", code, errOut)
+	}
+	if pttl := rdb.PTTL(ctx, "dlock:{k:sem}").Val(); pttl < 15*time.Second {
+		t.Errorf("after extend --ttl 20s the permit lives %v", pttl)
+	}
+	if code, _, errOut := result(t, dlockCmd(t, env, "release", "--token", tok, "k:sem")); code != exitLost && code != exitConfig {
+		t.Errorf("release of a permit as a plain lock: exit %d, %q; want %d or %d", code, errOut, exitLost, exitConfig)
+	}
+	if n := rdb.ZCard(ctx, "dlock:{k:sem}").Val(); n != 1 {
+		t.Errorf("after a refused release the semaphore has %d members, want 1", n)
+	}
+	if code, _, errOut := result(t, dlockCmd(t, env, "release", "--token", tok, "-n", "3", "k:sem")); code != exitOK {
+		t.Errorf("release -n 3: exit %d, %q", code, errOut)
+	}
+	if n := rdb.Exists(ctx, "dlock:{k:sem}").Val(); n != 0 {
+		t.Errorf("the semaphore key is still there after release")
+	}
+
+	wtok := acquireToken(t, env, "--ttl", "5s", "--write", "k:rw")
+	if code, _, errOut := result(t, dlockCmd(t, env, "release", "--token", wtok, "--read", "k:rw")); code != exitLost {
+		t.Errorf("release of a write as a read: exit %d, %q; want %d", code, errOut, exitLost)
+	}
+	if code, _, _ := result(t, dlockCmd(t, env, "acquire", "--wait", "0", "--read", "k:rw")); code != exitNotAcquired {
+		t.Errorf("a read while the write is held: exit %d, want %d", code, exitNotAcquired)
+	}
+	if code, _, errOut := result(t, dlockCmd(t, env, "release", "--token", wtok, "--write", "k:rw")); code != exitOK {
+		t.Errorf("release --write: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "--token", "not-a-token", "k:rw")); code != exitUsage {
+		t.Errorf("extend of a malformed token: exit %d, %q; want %d", code, errOut, exitUsage)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -39,6 +40,14 @@ func TestMain(m *testing.M) {
 		main()
 	}
 	redis.SetLogger(quietLogger{})
+	// The parallel tests mostly wait on processes and servers, not on the
+	// CPU: run four at a time unless -parallel says otherwise.
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", "4")
+	}
 	os.Exit(m.Run())
 }
 
@@ -128,11 +137,16 @@ func countedChild() int {
 	return 0
 }
 
-// dlockCmd returns the dlock binary (this test binary) run with args.
+// dlockCmd returns the dlock binary (this test binary) run with args. The
+// race detector's runtime would sleep a second as each such process exits
+// with goroutines left (a connection pool's): GORACE turns that off, which
+// roughly quarters the time of a test that runs a dozen of them; races are
+// still reported as they happen.
 func dlockCmd(t *testing.T, env []string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), "DLOCK_TEST_MAIN=1"), env...)
+	gorace := "GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")
+	cmd.Env = append(append(os.Environ(), "DLOCK_TEST_MAIN=1", gorace), env...)
 	return cmd
 }
 
@@ -192,7 +206,34 @@ func childEnv(mode string, extra ...string) []string {
 	return append([]string{"DLOCK_TEST_CHILD=" + mode}, extra...)
 }
 
+// semaphore returns the semaphore name of n permits over rdb, for a
+// Client made with opts.
+func semaphore(t *testing.T, rdb *redis.Client, name string, n int, opts ...dlock.Option) *dlock.Semaphore {
+	t.Helper()
+	c, err := dlock.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := c.Semaphore(name, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sem
+}
+
+// acquireToken runs dlock acquire with args and returns the token it
+// printed, failing the test unless it exited 0.
+func acquireToken(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	code, out, errOut := result(t, dlockCmd(t, env, append([]string{"acquire"}, args...)...))
+	if code != exitOK {
+		t.Fatalf("dlock acquire %q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+	}
+	return strings.TrimSpace(out)
+}
+
 func TestRunPassesEnvAndExitStatus(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	// A counter ahead of the server's clock (fences are floored by it in
@@ -234,6 +275,7 @@ func TestRunPassesEnvAndExitStatus(t *testing.T) {
 }
 
 func TestRunContending(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	mark := filepath.Join(t.TempDir(), "inside")
 	env := childEnv("exclusive", "REDIS_URL="+s.URL(), "MARK="+mark, "SLEEP=300ms")
@@ -279,8 +321,10 @@ func TestRunContending(t *testing.T) {
 // When the lock is lost under it, the command is stopped: SIGTERM, then
 // SIGKILL after the grace period for one that ignores SIGTERM.
 func TestRunStopsChildWhenLockLost(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"polite", "stubborn"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			s := redistest.Start(t)
 			rdb := s.Client(t)
 			cmd := dlockCmd(t, childEnv(mode, "REDIS_URL="+s.URL()), "run", "--ttl", "600ms", "--grace", "300ms", "lost", "--", os.Args[0], childArg)
@@ -303,6 +347,7 @@ func TestRunStopsChildWhenLockLost(t *testing.T) {
 
 // dlock run over a quorum of three nodes, one of them down.
 func TestRunQuorum(t *testing.T) {
+	t.Parallel()
 	var args []string
 	var srvs []*redistest.Server
 	for range 3 {
@@ -330,6 +375,7 @@ func TestRunQuorum(t *testing.T) {
 // against itself with every node up (the faster of two tries), with a
 // generous bound: the dead node may cost its one dial timeout, no more.
 func TestQuorumNodeDownCostsOneDial(t *testing.T) {
+	// Serial: times each command against itself with every node up.
 	srvs, args := quorumArgs(t, 3)
 	up := args[len(args)-1]
 	refused := srvs[2].URL() // once killed: nothing listens there
@@ -339,10 +385,8 @@ func TestQuorumNodeDownCostsOneDial(t *testing.T) {
 		best := time.Duration(0)
 		for range 2 {
 			cmdArgs := append(append(append([]string{command[0]}, args[:len(args)-1]...), third), command[1:]...)
-			start := time.Now()
-			// The race detector's runtime sleeps a second as each process
-			// exits: not what is measured here.
-			code, _, errOut := result(t, dlockCmd(t, []string{"GORACE=" + os.Getenv("GORACE") + " atexit_sleep_ms=0"}, cmdArgs...))
+			start := time.Now() // dlockCmd turns off the race runtime's exit sleep
+			code, _, errOut := result(t, dlockCmd(t, nil, cmdArgs...))
 			took := time.Since(start)
 			if code != 0 {
 				t.Fatalf("dlock %q: exit %d, stderr %q", cmdArgs, code, errOut)
@@ -407,6 +451,7 @@ func unansweredAddr(t *testing.T) string {
 // A child does not outlive a dlock that was killed: nobody would extend
 // the lock any more.
 func TestRunChildStoppedWhenDlockKilled(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	mark := filepath.Join(t.TempDir(), "terminated")
 	cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark), "run", "orphan", "--", os.Args[0], childArg)
@@ -421,6 +466,7 @@ func TestRunChildStoppedWhenDlockKilled(t *testing.T) {
 // SIGTERM to dlock reaches the command; dlock exits with its status and
 // releases the lock.
 func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	mark := filepath.Join(t.TempDir(), "terminated")
 	cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark), "run", "sig", "--", os.Args[0], childArg)
@@ -450,6 +496,7 @@ func waitFile(path string, d time.Duration) bool {
 }
 
 func TestUsageAndConfigErrors(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	dead := "redis://127.0.0.1:1" // nothing listens on port 1
 	tests := []struct {
@@ -477,6 +524,7 @@ func TestUsageAndConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			code, _, errOut := result(t, dlockCmd(t, tt.env, tt.args...))
 			if code != tt.want {
 				t.Errorf("dlock %q: exit %d, want %d (stderr %q)", tt.args, code, tt.want, errOut)
@@ -509,6 +557,7 @@ func TestUsageAndConfigErrors(t *testing.T) {
 // A flag that does not parse is reported on one line that says where the
 // help is, not followed by the whole help, for every command.
 func TestFlagErrorIsOneLine(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"run", "--frob", "x", "--", "true"},
 		{"run", "--ttl", "soon", "x", "--", "true"},
@@ -535,6 +584,7 @@ func TestFlagErrorIsOneLine(t *testing.T) {
 // (3), not Redis unreachable (4): Redis answered. Over a quorum too, where
 // an unreachable node would be tolerated.
 func TestMissingDatabaseIsConfigError(t *testing.T) {
+	t.Parallel()
 	srvs, args := quorumArgs(t, 3)
 	bad := srvs[0].URL() + "/99"
 	for _, args := range [][]string{
@@ -548,7 +598,26 @@ func TestMissingDatabaseIsConfigError(t *testing.T) {
 	}
 }
 
+// A URL's database index -1 is no database Redis has (go-redis would select
+// none for it, and database 0 be used): a configuration error (3), as for
+// /99, that runs nothing.
+func TestNegativeDatabaseIsConfigError(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.TCP())
+	for _, args := range [][]string{
+		{"run", "--redis", s.URL() + "/-1", "x", "--", "true"},
+		{"inspect", "--redis", s.URL() + "/-1", "x"},
+		{"run", "--redis", "unix://" + redistest.Start(t).Addr() + "?db=-1", "x", "--", "true"},
+	} {
+		code, _, errOut := result(t, dlockCmd(t, nil, args...))
+		if code != exitConfig || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("dlock %q: exit %d, stderr %q; want %d and one line", args, code, errOut, exitConfig)
+		}
+	}
+}
+
 func TestInspectListRelease(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	env := []string{"REDIS_URL=" + s.URL()}
 	rdb := s.Client(t)
@@ -601,6 +670,7 @@ func TestInspectListRelease(t *testing.T) {
 }
 
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs scheduler processes")
 	}
@@ -635,6 +705,7 @@ func TestDemo(t *testing.T) {
 }
 
 func TestDemoChaos(t *testing.T) {
+	// Serial: the victim scheduler must find a batch before the others drain the table.
 	if testing.Short() {
 		t.Skip("runs scheduler processes")
 	}
@@ -668,6 +739,7 @@ func TestDemoChaos(t *testing.T) {
 }
 
 func TestSeckill(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	code, out, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "demo", "seckill", "--stock", "20", "--users", "100", "--buyers", "8"))
 	if code != 0 {
@@ -681,6 +753,7 @@ func TestSeckill(t *testing.T) {
 // --prefix reaches locks taken with WithPrefix, and list works over a
 // quorum (it scans every node).
 func TestPrefixAndQuorumList(t *testing.T) {
+	t.Parallel()
 	var urls []string
 	var rdbs []*redis.Client
 	for range 3 {
@@ -721,6 +794,7 @@ func TestPrefixAndQuorumList(t *testing.T) {
 // Flags may follow the arguments (dlock inspect NAME --json), and "--"
 // ends the flags.
 func TestFlagsAfterArguments(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	env := []string{"REDIS_URL=" + s.URL()}
 	s.Client(t).Set(t.Context(), "dlock:{jobs:a}", "tok-a", time.Minute)
@@ -741,6 +815,7 @@ func TestFlagsAfterArguments(t *testing.T) {
 // Asked-for help goes to stdout, with exit 0, for every command; a usage
 // error still goes to stderr.
 func TestHelpGoesToStdout(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"run", "-h"}, {"inspect", "--help"}, {"list", "-h"}, {"watch", "-h"}, {"release", "-h"},
 		{"demo", "-h"}, {"demo", "seckill", "-h"}} {
 		var stdout, stderr bytes.Buffer
@@ -768,6 +843,7 @@ func tail(s string) string {
 // Ctrl-C during the demo says it was interrupted and exits 130, whatever
 // step it was at.
 func TestDemoInterrupted(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	for _, after := range []time.Duration{0, 400 * time.Millisecond} {
 		ctx, cancel := context.WithCancelCause(t.Context())
@@ -792,6 +868,7 @@ func TestDemoInterrupted(t *testing.T) {
 // inspect --json tells a free lock (ttl_ms null) from one held with no
 // expiry (-1); a name with a newline or tab does not break the table.
 func TestInspectJSONAndOddNames(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	rdb.Set(t.Context(), "dlock:{forever}", "tok", 0)
@@ -824,6 +901,7 @@ func TestInspectJSONAndOddNames(t *testing.T) {
 // inspect and list show a read-write lock's holds: its reads, or its write,
 // in the table and in JSON.
 func TestInspectReadWriteLock(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	ctx := t.Context()
 	c, err := dlock.New(s.Client(t))

@@ -12,6 +12,7 @@ import (
 // --no-scripts' option; with --no-scripts, run and inspect work, and a
 // semaphore (-n) is refused as needing scripts.
 func TestNoScriptsFlag(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	if _, err := s.Do(t.Context(), "ACL", "SETUSER", "noscript", "on", ">pw", "~*", "&*", "+@all", "-@scripting"); err != nil {
 		t.Fatal(err)

@@ -69,6 +69,7 @@ func startPostgres(t *testing.T) string {
 }
 
 func TestDemoPostgres(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and scheduler processes")
 	}

@@ -7,11 +7,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -26,6 +30,14 @@ import (
 // its process ID (its group's ID) and waits for a child, so that the group
 // holds two processes, only one of them dlock's grandchild.
 const groupScript = `echo $$; sleep 60 & wait`
+
+// shChild holds the shell forms of the child modes polite and stubborn, for
+// tests that time the command: a shell starts in milliseconds where the
+// race-instrumented test binary can take a second on a loaded machine.
+var shChild = map[string]string{
+	"polite":   `trap 'kill $! 2>/dev/null; printf terminated > "$MARK"; exit 0' TERM; echo started; sleep 60 & wait`,
+	"stubborn": `trap '' TERM; echo started; sleep 60`,
+}
 
 // procStat returns the state, parent and process group of pid, from /proc.
 func procStat(pid int) (state byte, ppid, pgrp int, ok bool) {
@@ -152,6 +164,7 @@ func startGroup(t *testing.T, cmd *exec.Cmd) (pgid, guardian int) {
 // leader) is gone before the lease ends: a SIGKILLed dlock extends it no
 // more, and another dlock may take the lock then.
 func TestRunKilledDlockTakesGroupAlong(t *testing.T) {
+	// Serial: bounds how soon the group dies after dlock is killed, within a 3s lease.
 	for _, tt := range []struct {
 		name, script string
 		within       time.Duration
@@ -195,6 +208,7 @@ func TestRunKilledDlockTakesGroupAlong(t *testing.T) {
 // command's own process group from the terminal, and a stopped dlock
 // cannot extend the lease. SIGCONT continues both.
 func TestRunSuspendStopsCommand(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	errFile := filepath.Join(t.TempDir(), "stderr")
 	stderr, err := os.Create(errFile)
@@ -242,6 +256,7 @@ func TestRunSuspendStopsCommand(t *testing.T) {
 // no more: the guardian stops the command before the lease ends, and once
 // dlock continues, the lost lock is handled as any loss.
 func TestRunFrozenDlockStopsCommand(t *testing.T) {
+	// Serial: the guardian must stop the command within a 2s lease.
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	errFile := filepath.Join(t.TempDir(), "stderr")
@@ -332,6 +347,7 @@ func checkRedisExit(t *testing.T, code int, errOut string, failed []*redistest.S
 // Redis nodes that fail are no lock held by another holder: a quorum that
 // cannot reach a majority exits 4 and names the nodes.
 func TestRunQuorumFailures(t *testing.T) {
+	t.Parallel()
 	run := func(t *testing.T, args ...string) (int, string) {
 		t.Helper()
 		args = append(append([]string{"run"}, args...), "q", "--", os.Args[0], childArg)
@@ -339,6 +355,7 @@ func TestRunQuorumFailures(t *testing.T) {
 		return code, errOut
 	}
 	t.Run("two of three dead", func(t *testing.T) {
+		t.Parallel()
 		srvs, args := quorumArgs(t, 3)
 		srvs[0].Kill()
 		srvs[2].Kill()
@@ -348,6 +365,7 @@ func TestRunQuorumFailures(t *testing.T) {
 		}
 	})
 	t.Run("two of three want a password", func(t *testing.T) {
+		t.Parallel()
 		srvs, args := quorumArgs(t, 3)
 		requirePass(t, srvs[1])
 		requirePass(t, srvs[2])
@@ -355,6 +373,7 @@ func TestRunQuorumFailures(t *testing.T) {
 		checkRedisExit(t, code, errOut, srvs[1:], "NOAUTH")
 	})
 	t.Run("one of three wants a password", func(t *testing.T) { // a minority is tolerated
+		t.Parallel()
 		srvs, args := quorumArgs(t, 3)
 		requirePass(t, srvs[0])
 		if code, errOut := run(t, args...); code != 7 {
@@ -362,6 +381,7 @@ func TestRunQuorumFailures(t *testing.T) {
 		}
 	})
 	t.Run("two of three refuse writes", func(t *testing.T) {
+		t.Parallel()
 		// They answer PING, so only the acquisition finds them failing.
 		good, args := quorumArgs(t, 1)
 		bad, badArgs := quorumArgs(t, 2, redistest.Args("--min-replicas-to-write", "1"))
@@ -379,6 +399,7 @@ func TestRunQuorumFailures(t *testing.T) {
 // acquireFor over a quorum built directly, whose nodes are not checked
 // first: node failures are exit 4, a refusal among them is still exit 5.
 func TestAcquireForQuorumErrors(t *testing.T) {
+	t.Parallel()
 	srvs, _ := quorumArgs(t, 3)
 	var nodes []redis.UniversalClient
 	var names []string
@@ -386,7 +407,9 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 		nodes = append(nodes, s.Client(t))
 		names = append(names, s.URL())
 	}
-	c, err := dlock.NewRedlock(nodes, 0, dlock.LeaseTTL(5*time.Second))
+	// A node timeout of a second, not TTL/50 (100ms): a loaded machine can
+	// take that long to answer, and nodes that fail or refuse are tested, not slow ones.
+	c, err := dlock.NewRedlock(nodes, time.Second, dlock.LeaseTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,6 +442,7 @@ func TestAcquireForQuorumErrors(t *testing.T) {
 // a failed acquire would: 5 if the lease was lost, 130 if interrupted, 4 if
 // Redis failed.
 func TestFenceError(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	c, err := dlock.New(rdb, dlock.WithAutoExtend(false))
@@ -446,6 +470,8 @@ func TestFenceError(t *testing.T) {
 // An interrupted wait is no lock held by another holder: it exits 130 for a
 // plain cancellation or SIGINT, 128+N for signal N.
 func TestRunInterruptedWait(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t) // labels the in-process runs' goroutines, for leakcheck.Count
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	rdb.Set(t.Context(), "dlock:{busy}", "someone-else", time.Minute)
@@ -461,15 +487,18 @@ func TestRunInterruptedWait(t *testing.T) {
 		}
 	}
 	// inProcess runs dlock in this process and cancels its context with
-	// cause while it waits.
-	inProcess := func(t *testing.T, args []string, cause error) (int, string) {
+	// cause once a goroutine of the run is in the function at (acquireFor:
+	// waiting, or about to; connectVia: connecting).
+	inProcess := func(t *testing.T, args []string, at string, cause error) (int, string) {
 		t.Helper()
 		ctx, cancel := context.WithCancelCause(context.Background())
 		defer cancel(nil)
 		var stdout, stderr bytes.Buffer
 		done := make(chan int, 1)
 		go func() { done <- run(ctx, args, &stdout, &stderr) }()
-		time.Sleep(300 * time.Millisecond) // waiting, or about to
+		if !eventually(20*time.Second, func() bool { return leakcheck.Count(t, at) > 0 }) {
+			t.Fatalf("run not in %s within 20s", at)
+		}
 		cancel(cause)
 		select {
 		case code := <-done:
@@ -480,17 +509,17 @@ func TestRunInterruptedWait(t *testing.T) {
 		}
 	}
 	t.Run("cancelled", func(t *testing.T) {
-		code, errOut := inProcess(t, args, nil)
+		code, errOut := inProcess(t, args, "cmd/dlock.acquireFor", nil)
 		check(t, code, errOut, exitInterrupted, `interrupted while waiting for lock "busy"`)
 	})
 	t.Run("cancelled by SIGTERM", func(t *testing.T) {
-		code, errOut := inProcess(t, args, interruption{syscall.SIGTERM})
+		code, errOut := inProcess(t, args, "cmd/dlock.acquireFor", interruption{syscall.SIGTERM})
 		check(t, code, errOut, 128+int(syscall.SIGTERM), `interrupted by SIGTERM while waiting for lock "busy"`)
 	})
 	t.Run("while connecting", func(t *testing.T) {
 		frozen := redistest.Start(t)
 		frozen.Pause() // PING hangs (for up to 5s) instead of failing
-		code, errOut := inProcess(t, []string{"run", "--redis", frozen.URL(), "busy", "--", "true"}, interruption{syscall.SIGINT})
+		code, errOut := inProcess(t, []string{"run", "--redis", frozen.URL(), "busy", "--", "true"}, "cmd/dlock.connectVia", interruption{syscall.SIGINT})
 		check(t, code, errOut, exitInterrupted, "interrupted by SIGINT while connecting to Redis")
 	})
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
@@ -530,6 +559,7 @@ func clients(t *testing.T, rdb *redis.Client) int {
 // --wait reads a duration or "forever", and says "forever" for its
 // default rather than a negative duration.
 func TestWaitFlag(t *testing.T) {
+	t.Parallel()
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	w := waitFlag(fs)
 	if got := fs.Lookup("wait").DefValue; got != "forever" || *w >= 0 {
@@ -548,6 +578,7 @@ func TestWaitFlag(t *testing.T) {
 // A Redis URL that does not parse is reported with the shape it should
 // have, and without the password it may hold.
 func TestBadRedisURL(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{"127.0.0.1:7777", "u:secret@127.0.0.1:7777", "redis//:secret@host"} {
 		_, err := connect(t.Context(), raw)
 		if err == nil {
@@ -568,58 +599,67 @@ func TestBadRedisURL(t *testing.T) {
 // from REDIS_PASSWORD_FILE, and refuses a Sentinel URL without a master
 // name or an unknown scheme with the shapes it takes.
 func TestSentinelAndClusterURLs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a Sentinel and a Cluster")
 	}
-	master := redistest.Start(t, redistest.TCP())
-	if _, err := master.Do(t.Context(), "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
-		t.Fatal(err)
-	}
-	pwFile := filepath.Join(t.TempDir(), "pw")
-	os.WriteFile(pwFile, []byte("s3cret\n"), 0o600)
-	sentinel := redistest.Start(t, redistest.Sentinel("dlockmaster", master.Port(), 1, 5*time.Second, 10*time.Second))
-	sentinel.Do(t.Context(), "SENTINEL", "SET", "dlockmaster", "auth-pass", "s3cret")
-
-	cluster := redistest.StartCluster(t, 3, 0)
-	var more []string
-	for _, n := range cluster[1:] {
-		more = append(more, "addr="+n.Addr())
-	}
-	for _, url := range []string{
-		"redis+sentinel://" + sentinel.Addr() + "?master_name=dlockmaster",
-		"redis://" + sentinel.Addr() + "?master_name=dlockmaster",
-		"redis+cluster://" + cluster[0].Addr() + "?" + strings.Join(more, "&"),
-	} {
-		env := []string{"REDIS_URL=" + url, "REDIS_PASSWORD_FILE=" + pwFile}
-		if strings.Contains(url, "cluster") {
-			env = env[:1]
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		master := redistest.Start(t, redistest.TCP())
+		if _, err := master.Do(t.Context(), "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
+			t.Fatal(err)
 		}
-		for _, name := range []string{"a", "b", "c", "d"} { // names in several slots
-			code, out, errOut := result(t, dlockCmd(t, env, "run", "--wait", "0", name, "--", "sh", "-c", "echo $DLOCK_FENCE"))
-			if code != 0 || strings.TrimSpace(out) == "" {
-				t.Fatalf("dlock run %s over %s: exit %d, stdout %q, stderr %q", name, url, code, out, errOut)
+		pwFile := filepath.Join(t.TempDir(), "pw")
+		os.WriteFile(pwFile, []byte("s3cret\n"), 0o600)
+		sentinel := redistest.Start(t, redistest.Sentinel("dlockmaster", master.Port(), 1, 5*time.Second, 10*time.Second))
+		sentinel.Do(t.Context(), "SENTINEL", "SET", "dlockmaster", "auth-pass", "s3cret")
+		for _, url := range []string{
+			"redis+sentinel://" + sentinel.Addr() + "?master_name=dlockmaster",
+			"redis://" + sentinel.Addr() + "?master_name=dlockmaster",
+		} {
+			checkURL(t, []string{"REDIS_URL=" + url, "REDIS_PASSWORD_FILE=" + pwFile}, url)
+		}
+		for _, url := range []string{"redis+sentinel://" + sentinel.Addr(), "redis+bogus://127.0.0.1:1"} {
+			code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + url}, "inspect", "a"))
+			if code != exitConfig || !strings.Contains(errOut, "redis+sentinel://") {
+				t.Errorf("dlock inspect over %s: exit %d, stderr %q; want %d and the URL shapes", url, code, errOut, exitConfig)
 			}
 		}
-		if code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "a")); code != 0 || !strings.Contains(out, `"held":false`) {
-			t.Errorf("dlock inspect over %s: exit %d, %q %q", url, code, out, errOut)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cluster := redistest.StartCluster(t, 3, 0)
+		var more []string
+		for _, n := range cluster[1:] {
+			more = append(more, "addr="+n.Addr())
 		}
-		watchSeesRun(t, env, url)
-	}
-	for _, url := range []string{"redis+sentinel://" + sentinel.Addr(), "redis+bogus://127.0.0.1:1"} {
-		code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + url}, "inspect", "a"))
-		if code != exitConfig || !strings.Contains(errOut, "redis+sentinel://") {
-			t.Errorf("dlock inspect over %s: exit %d, stderr %q; want %d and the URL shapes", url, code, errOut, exitConfig)
+		url := "redis+cluster://" + cluster[0].Addr() + "?" + strings.Join(more, "&")
+		checkURL(t, []string{"REDIS_URL=" + url}, url)
+	})
+}
+
+// checkURL checks that dlock run, inspect and watch work over url (env
+// names it): runs of names in several slots, each given a fence.
+func checkURL(t *testing.T, env []string, url string) {
+	t.Helper()
+	for _, name := range []string{"a", "b", "c", "d"} { // names in several slots
+		code, out, errOut := result(t, dlockCmd(t, env, "run", "--wait", "0", name, "--", "sh", "-c", "echo $DLOCK_FENCE"))
+		if code != 0 || strings.TrimSpace(out) == "" {
+			t.Fatalf("dlock run %s over %s: exit %d, stdout %q, stderr %q", name, url, code, out, errOut)
 		}
 	}
+	if code, out, errOut := result(t, dlockCmd(t, env, "inspect", "--json", "a")); code != 0 || !strings.Contains(out, `"held":false`) {
+		t.Errorf("dlock inspect over %s: exit %d, %q %q", url, code, out, errOut)
+	}
+	watchSeesRun(t, env, url)
 }
 
 // dlock run -n N runs at most N commands at once: seven runs of a command
 // that counts the commands running (files in a directory), with -n 3,
 // never see more than 3 and do see 3; all succeed, and the semaphore is
-// empty afterwards. With every permit held, --wait 0 exits 5, naming the
-// semaphore; -n below 1, -n over a quorum, and a name held as the other
-// kind are refused.
-func TestRunSemaphore(t *testing.T) {
+// empty afterwards.
+func TestRunSemaphoreRunsAtMostN(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
@@ -654,16 +694,18 @@ func TestRunSemaphore(t *testing.T) {
 	if n := rdb.Exists(ctx, "dlock:{pool}", "dlock:{pool}:q", "dlock:{pool}:qw").Val(); n != 0 {
 		t.Errorf("%d semaphore or queue keys left after every run ended", n)
 	}
+}
 
-	// Every permit held: --wait 0 is not acquired.
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sem, err := c.Semaphore("pool", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+// With every permit of a semaphore held, dlock run -n --wait 0 exits 5,
+// naming the semaphore; -n below 1, -n over a quorum, and a name held as
+// the other kind are refused.
+func TestRunSemaphoreRefusals(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := t.Context()
+	env := childEnv("env", "REDIS_URL="+s.URL())
+	sem := semaphore(t, rdb, "pool", 2)
 	for range 2 {
 		l, err := sem.TryAcquire(ctx)
 		if err != nil {
@@ -713,13 +755,14 @@ func TestRunSemaphore(t *testing.T) {
 // released (when the command exits, or a tenth of the TTL later): a
 // waiting dlock run takes it at once.
 func TestRunMaxHold(t *testing.T) {
+	// Serial: a 600ms lease, which a loaded machine can fail to extend.
 	for _, mode := range []string{"polite", "stubborn"} {
 		t.Run(mode, func(t *testing.T) {
 			s := redistest.Start(t)
 			rdb := s.Client(t)
 			mark := filepath.Join(t.TempDir(), "mark")
 			cmd := dlockCmd(t, childEnv(mode, "REDIS_URL="+s.URL(), "MARK="+mark),
-				"run", "--ttl", "600ms", "--max-hold", "1500ms", "--grace", "300ms", "capped", "--", os.Args[0], childArg)
+				"run", "--ttl", "600ms", "--max-hold", "1500ms", "--grace", "300ms", "capped", "--", "sh", "-c", shChild[mode])
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			start := time.Now()
@@ -766,17 +809,20 @@ func TestRunMaxHold(t *testing.T) {
 // --max-hold D gives the command the whole of D: it gets SIGTERM once the
 // lock has been held for D, not a tenth of the TTL before (with the
 // default TTL of 10s, --max-hold 2s terminated it at 1s), and the lock is
-// held until then. A max hold within a tenth of the TTL was
-// refused; it works too (900ms here: a shorter one can end before a
-// loaded machine has started the child). One below the shortest lease is refused with a
-// message that names the flag and what to pass instead.
+// held until then (3s here). A max hold within a tenth of the TTL was
+// refused; it works too (1.8s of a 20s TTL here: a shorter one can end
+// before a loaded machine has started the child). One below the shortest
+// lease is refused with a message that names the flag and what to pass
+// instead.
 func TestRunMaxHoldGivesTheWholeHold(t *testing.T) {
+	// Serial: times the SIGTERM against the max hold on the wall clock.
 	s := redistest.Start(t)
 	rdb := s.Client(t)
-	for _, d := range []time.Duration{2 * time.Second, 900 * time.Millisecond} {
+	for _, tc := range []struct{ d, ttl time.Duration }{{3 * time.Second, 10 * time.Second}, {1800 * time.Millisecond, 20 * time.Second}} {
+		d := tc.d
 		mark := filepath.Join(t.TempDir(), "mark")
-		cmd := dlockCmd(t, childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark),
-			"run", "--max-hold", d.String(), "--grace", "5s", "whole", "--", os.Args[0], childArg)
+		cmd := dlockCmd(t, []string{"REDIS_URL=" + s.URL(), "MARK=" + mark},
+			"run", "--ttl", tc.ttl.String(), "--max-hold", d.String(), "--grace", "5s", "whole", "--", "sh", "-c", shChild["polite"])
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		start := time.Now() // before the lock is taken: its hold ends D after a later moment
@@ -817,6 +863,7 @@ func TestRunMaxHoldGivesTheWholeHold(t *testing.T) {
 // the dlock that holds the lock or the one --meta sets, in text and JSON;
 // a run that finds the lock held names the holder by it.
 func TestInspectShowsHolderMeta(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	env := []string{"REDIS_URL=" + s.URL()}
 	host, _ := os.Hostname()
@@ -857,6 +904,7 @@ func TestInspectShowsHolderMeta(t *testing.T) {
 // hold it may not have now is exit 5 with --wait 0; both flags at once, or
 // with -n, is a usage error; a name held as a lock is exit 3.
 func TestRunReadWrite(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	ctx := t.Context()
 	env := childEnv("env", "REDIS_URL="+s.URL())
@@ -933,5 +981,157 @@ func watchSeesRun(t *testing.T, env []string, url string) {
 		if l := r.lock("w"); l == nil || !l.Held || l.Meta != "watched" {
 			t.Errorf("dlock watch over %s: refresh %q, want w held with metadata watched", url, line)
 		}
+	}
+}
+
+// With --max-hold D, the command gets SIGTERM at D and SIGKILL only after
+// --grace; one that ignores SIGTERM keeps running past D + ttl/10, and the
+// lock stays held until it has exited: a second dlock run does not take the
+// lock and run its own command beside it.
+func TestRunMaxHoldKeepsLockUntilCommandExits(t *testing.T) {
+	// Serial: the command must start within its 2s max hold.
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	a := dlockCmd(t, []string{"REDIS_URL=" + s.URL()},
+		"run", "--ttl", "2s", "--max-hold", "2s", "--grace", "4s", "capped-stubborn", "--", "sh", "-c", shChild["stubborn"])
+	var aErr bytes.Buffer
+	a.Stderr = &aErr
+	start := time.Now()
+	startUntilChildRuns(t, a)
+	exited := make(chan struct{})
+	go func() { a.Wait(); close(exited) }()
+	defer func() {
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			a.Process.Kill()
+			<-exited
+		}
+	}()
+	// The lease ends at 2.2s at the latest; the stubborn command is killed
+	// only at 2s + 4s. (A max hold long enough for dlock's guardian and the
+	// command to start on a loaded machine: at 1s it was sometimes stopped
+	// first.)
+	time.Sleep(time.Until(start.Add(3500 * time.Millisecond)))
+	if lockHeld(rdb, "dlock:{capped-stubborn}") {
+		t.Log("lock still held at 3.5s")
+	}
+	code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--wait", "0", "capped-stubborn", "--", "true"))
+	running := true
+	select {
+	case <-exited:
+		running = false
+	default:
+	}
+	if code == 0 && running {
+		t.Errorf("a second dlock run took the lock and ran its command %v after the first started, while the first's command (SIGTERM at its 2s max hold, SIGKILL only after --grace 4s) still ran: two commands under one lock (second's stderr %q)",
+			time.Since(start).Round(time.Millisecond), errOut)
+	}
+}
+
+// blipper forwards a loopback port to a server; down closes the listener
+// and every connection (dials are refused), up listens again on the port.
+type blipper struct {
+	t      *testing.T
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+}
+
+func newBlipper(t *testing.T, target string) *blipper {
+	b := &blipper{t: t, target: target}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.addr = ln.Addr().String()
+	b.serve(ln)
+	t.Cleanup(b.down)
+	return b
+}
+
+func (b *blipper) serve(ln net.Listener) {
+	b.mu.Lock()
+	b.ln = ln
+	b.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", b.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			b.mu.Lock()
+			b.conns = append(b.conns, c, s)
+			b.mu.Unlock()
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
+}
+
+func (b *blipper) down() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ln != nil {
+		b.ln.Close()
+		b.ln = nil
+	}
+	for _, c := range b.conns {
+		c.Close()
+	}
+	b.conns = nil
+}
+
+func (b *blipper) up() {
+	ln, err := net.Listen("tcp", b.addr)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.serve(ln)
+}
+
+// A single Redis that refuses dials for 2s (a restart, a blip) just as dlock
+// run's command exits: the release is retried past the blip and the lock is
+// free once dlock has exited. (Behind the dial gate, a refused dial fails
+// every dial for the next second at once; the release must still outlast a
+// blip of 2s. DLOCK_TEST_BLIP sets another blip; from about 2.5s the
+// release, one call bounded by go-redis's retries, gives up.)
+func TestRunReleasesAfterRedisBlip(t *testing.T) {
+	// Serial: a 2s refused-dial window against go-redis's retry budget.
+	blip, _ := time.ParseDuration(os.Getenv("DLOCK_TEST_BLIP"))
+	if blip == 0 {
+		blip = 2 * time.Second
+	}
+	s := redistest.Start(t, redistest.TCP())
+	rdb := s.Client(t)
+	b := newBlipper(t, s.Addr())
+	mark := t.TempDir() + "/mark"
+	cmd := dlockCmd(t, childEnv("polite", "REDIS_URL=redis://"+b.addr, "MARK="+mark),
+		"run", "--ttl", "6s", "blip", "--", os.Args[0], childArg)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	startUntilChildRuns(t, cmd)
+	// A blip of 300ms as the command ends: the release's first dial is
+	// refused; go-redis dials again (5 dials 100ms apart per attempt, 4
+	// attempts), which outlasts the blip, but behind the gate every later
+	// dial fails at once.
+	b.down()
+	cmd.Process.Signal(syscall.SIGTERM) // the command exits at once; dlock releases
+	time.Sleep(blip)
+	b.up()
+	if !waitExit(cmd, 20*time.Second) {
+		t.Fatal("dlock run still running 20s after SIGTERM")
+	}
+	t.Logf("exit %d, stderr %q", cmd.ProcessState.ExitCode(), stderr.String())
+	if lockHeld(rdb, "dlock:{blip}") {
+		t.Errorf("the lock is still held after dlock run exited (Redis up again since before the release); exit %d, stderr %q",
+			cmd.ProcessState.ExitCode(), strings.TrimSpace(stderr.String()))
 	}
 }

@@ -110,6 +110,7 @@ func startWatch(t *testing.T, args ...string) (next func(what string, cond func(
 // released (shown free), taken again by another lease (counted as an
 // acquisition), and a fair waiter queued for it; Ctrl-C ends it with 130.
 func TestWatchFollowsALock(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	ctx := t.Context()
 	c, err := dlock.New(s.Client(t), dlock.HolderMeta("job-1"))
@@ -174,6 +175,7 @@ func TestWatchFollowsALock(t *testing.T) {
 // prints one plain block per refresh, without escape codes; a name with a
 // control character is quoted, and a key dlock did not write is foreign.
 func TestWatchCountPlainBlocks(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
@@ -205,6 +207,7 @@ func TestWatchCountPlainBlocks(t *testing.T) {
 // names rather than print an empty table; a semaphore with one permit held
 // shows "1 permit", not "1 permits".
 func TestWatchNoneAndOnePermit(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	env := []string{"REDIS_URL=" + s.URL()}
 	watch := []string{"watch", "--count", "1", "jobs:*"}
@@ -215,15 +218,7 @@ func TestWatchNoneAndOnePermit(t *testing.T) {
 			t.Errorf("dlock %q with no locks: exit %d, stdout %q, stderr %q; want the column names, then (none)", args, code, out, errOut)
 		}
 	}
-	c, err := dlock.New(s.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sem, err := c.Semaphore("jobs:s", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := sem.Acquire(t.Context())
+	l, err := semaphore(t, s.Client(t), "jobs:s", 3).Acquire(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +233,7 @@ func TestWatchNoneAndOnePermit(t *testing.T) {
 
 // A watch works over a quorum of nodes as over one.
 func TestWatchQuorum(t *testing.T) {
+	t.Parallel()
 	srvs, args := quorumArgs(t, 3)
 	for _, s := range srvs {
 		s.Client(t).Set(t.Context(), "dlock:{jobs:a}", "tok-a", time.Minute)
@@ -262,6 +258,7 @@ func TestWatchQuorum(t *testing.T) {
 // Bad flags and patterns get a clear error and exit 2 before Redis is
 // reached; no Redis given exits 3, an unreachable one 4.
 func TestWatchBadInput(t *testing.T) {
+	// Serial: sets REDIS_URL (t.Setenv).
 	s := redistest.Start(t)
 	t.Setenv("REDIS_URL", s.URL())
 	for _, tc := range []struct {
@@ -295,6 +292,7 @@ func TestWatchBadInput(t *testing.T) {
 }
 
 func TestCheckPattern(t *testing.T) {
+	t.Parallel()
 	for _, p := range []string{"*", "jobs:*", "jobs:[ab]*", `jobs:\[x`, `a\\`, "[]]", "?"} {
 		if err := checkPattern(p); err != nil {
 			t.Errorf("checkPattern(%q) = %v, want nil", p, err)
@@ -311,6 +309,7 @@ func TestCheckPattern(t *testing.T) {
 // token, a semaphore's permits, a reentrant lock's owner; none on the first
 // refresh. A freed lock shows as free for watchForget refreshes.
 func TestWatchCountsNewLeases(t *testing.T) {
+	t.Parallel()
 	w := &watcher{seen: map[string]*seenLock{}}
 	plain := func(tok string) dlock.Info { return dlock.Info{Name: "plain", Held: true, Type: "string", Token: tok} }
 	sem := func(toks ...string) dlock.Info {
