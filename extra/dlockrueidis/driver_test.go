@@ -37,6 +37,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 }
 
 func TestReplies(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 10*time.Second)
@@ -128,6 +129,7 @@ func TestReplies(t *testing.T) {
 }
 
 func TestRestoreCode(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"NOSCRIPT No matching script. Please use EVAL.": "NOSCRIPT No matching script. Please use EVAL.",
 		"Error running script":                          "ERR Error running script",
@@ -142,6 +144,7 @@ func TestRestoreCode(t *testing.T) {
 }
 
 func TestDoMulti(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 10*time.Second)
@@ -177,6 +180,7 @@ func TestDoMulti(t *testing.T) {
 }
 
 func TestClosedClient(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	c := client(t, s.Addr())
 	conn := Conn(c)
@@ -193,6 +197,7 @@ func TestClosedClient(t *testing.T) {
 // TestDialError: once the server is gone, a command fails to connect with a
 // dial *net.OpError (a command that never left).
 func TestDialError(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 10*time.Second)
@@ -222,6 +227,7 @@ func TestDialError(t *testing.T) {
 // command sometimes stays in the client while replies are held: such a
 // round only checks that it does not run twice.)
 func TestSentOnce(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	conn := Conn(client(t, p.Addr()))
@@ -344,6 +350,7 @@ func expect(t *testing.T, ps driver.PubSub, want ...driver.Message) {
 }
 
 func TestPubSub(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
 	c := client(t, s.Addr())
@@ -443,6 +450,7 @@ func TestPubSub(t *testing.T) {
 
 // TestPubSubCloseWhileDown: Close ends the reconnection loop at once.
 func TestPubSubCloseWhileDown(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
@@ -472,6 +480,7 @@ func TestPubSubCloseWhileDown(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	nodes := redistest.StartCluster(t, 3, 1)
 	var addrs []string

@@ -110,6 +110,7 @@ func exclusionUnderFaults(t *testing.T, dur time.Duration, fault func(r *rand.Ra
 }
 
 func TestExclusionUnderFaults(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("20s of faults")
 	}
@@ -133,11 +134,13 @@ func TestExclusionUnderFaults(t *testing.T) {
 }
 
 func TestExclusionUnderFaultsUnfairReentrant(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("20s of faults")
 	}
 	for name, opt := range map[string]dlock.Option{"unfair": dlock.WithUnfair(nil), "reentrant": dlock.WithReentrant(true)} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			exclusionUnderFaults(t, 5*time.Second, func(r *rand.Rand, ps []*redistest.Proxy) {
 				p := ps[r.IntN(len(ps))]
 				switch r.IntN(3) {

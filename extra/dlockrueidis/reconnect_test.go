@@ -17,6 +17,7 @@ import (
 // rueidis's Dedicate (a synchronous dial + HELLO, no context) and Close
 // waits for it (wg.Wait).
 func TestPubSubCloseDuringStalledReconnect(t *testing.T) {
+	// Serial: bounds how soon Close returns.
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	conn := Conn(client(t, p.Addr()))
@@ -42,6 +43,7 @@ func TestPubSubCloseDuringStalledReconnect(t *testing.T) {
 // hub closes the connection under its lock, and every Acquire of the Client
 // waits for it, past its own context.
 func TestStalledReconnectDoesNotHoldAcquire(t *testing.T) {
+	// Serial: bounds how soon an Acquire returns.
 	p, bg := heldBehindProxy(t, "x", "z")
 	c := newDlock(t, p.Addr())
 	xctx, xcancel := context.WithTimeout(bg, 700*time.Millisecond)
@@ -65,6 +67,7 @@ func TestStalledReconnectDoesNotHoldAcquire(t *testing.T) {
 // Unsubscribe a then Subscribe a; afterwards a must be subscribed.
 // And Subscribe b then Unsubscribe b: b must not be.
 func TestPubSubOrderAcrossReconnect(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	conn := Conn(client(t, p.Addr()))
@@ -112,6 +115,7 @@ func TestPubSubOrderAcrossReconnect(t *testing.T) {
 // a waiter whose pub/sub connection was cut is still woken by the
 // release (its own timers are 20s).
 func TestWokenAfterPubSubCut(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	slow := dlock.WithUnfair(func(int) time.Duration { return 20 * time.Second })

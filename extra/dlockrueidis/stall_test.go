@@ -87,6 +87,7 @@ func stacks() string {
 // adapter whose Unsubscribe waited for the confirmation held every Acquire,
 // and Close, for rueidis's write timeout.)
 func TestStalledPubSubDoesNotHoldAcquire(t *testing.T) {
+	// Serial: bounds how soon an Acquire returns.
 	p, bg := heldBehindProxy(t, "x", "y", "z")
 	c := newDlock(t, p.Addr())
 	warmUp(t, c)
@@ -128,6 +129,7 @@ func TestStalledPubSubDoesNotHoldAcquire(t *testing.T) {
 
 // A nil client is refused with ErrInvalid, never a panic.
 func TestNilClient(t *testing.T) {
+	t.Parallel()
 	for name, f := range map[string]func() error{
 		"New(nil)": func() error { _, err := New(nil); return err },
 		"NewFrom(Conn(nil))": func() error {
@@ -150,6 +152,7 @@ func TestNilClient(t *testing.T) {
 
 // As TestStalledPubSubDoesNotHoldAcquire, for Client.Close(ctx).
 func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
+	// Serial: bounds how soon Close returns.
 	p, bg := heldBehindProxy(t, "x", "y")
 	c, err := New(client(t, p.Addr()))
 	if err != nil {
@@ -185,6 +188,7 @@ func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
 // dial of its connection that another command started, and the adapter
 // runs commands apart once one has failed (see guard).
 func TestStalledDropDoesNotHoldAcquire(t *testing.T) {
+	// Serial: bounds how soon Acquires return, on a timed schedule.
 	p, bg := heldBehindProxy(t, "x", "z")
 	c := newDlock(t, p.Addr())
 	warmUp(t, c)
@@ -229,6 +233,7 @@ func TestStalledDropDoesNotHoldAcquire(t *testing.T) {
 // With the connection stalled, every call of every kind ends soon after
 // its context does.
 func TestStalledCallsEndWithContext(t *testing.T) {
+	// Serial: bounds how soon each call returns.
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	c := newDlock(t, p.Addr(), dlock.WithAutoExtend(false))
@@ -314,6 +319,7 @@ func namesOn(t *testing.T, node *redistest.Server, prefix string, n int) []strin
 // does not end the trouble, and a command to the stalled master, or a
 // dlock call on a name there, still ends with its context.
 func TestClusterStalledMasterTroubleOutlastsOtherReplies(t *testing.T) {
+	// Serial: SIGSTOPs a node and bounds how soon calls return.
 	nodes := redistest.StartCluster(t, 3, 0)
 	addrs := []string{nodes[0].Addr(), nodes[1].Addr(), nodes[2].Addr()}
 	stalled, healthy := namesOn(t, nodes[0], "s", 3), namesOn(t, nodes[1], "h", 1)
@@ -396,6 +402,7 @@ func TestClusterStalledMasterTroubleOutlastsOtherReplies(t *testing.T) {
 // connection again with long contexts, the second's calls still end with
 // their contexts.
 func TestSharedClientSharesTrouble(t *testing.T) {
+	// Serial: bounds how soon TryAcquire returns.
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	rc := client(t, p.Addr())

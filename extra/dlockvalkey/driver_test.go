@@ -39,6 +39,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 }
 
 func TestReplies(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 10*time.Second)
@@ -130,6 +131,7 @@ func TestReplies(t *testing.T) {
 }
 
 func TestRestoreCode(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"NOSCRIPT No matching script. Please use EVAL.": "NOSCRIPT No matching script. Please use EVAL.",
 		"Error running script":                          "ERR Error running script",
@@ -144,6 +146,7 @@ func TestRestoreCode(t *testing.T) {
 }
 
 func TestDoMulti(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 10*time.Second)
@@ -179,6 +182,7 @@ func TestDoMulti(t *testing.T) {
 }
 
 func TestClosedClient(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	c := client(t, s.Addr())
 	conn := Conn(c)
@@ -195,6 +199,7 @@ func TestClosedClient(t *testing.T) {
 // TestDialError: once the server is gone, a command fails to connect with a
 // dial *net.OpError (a command that never left).
 func TestDialError(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 10*time.Second)
@@ -224,6 +229,7 @@ func TestDialError(t *testing.T) {
 // command sometimes stays in the client while replies are held: such a
 // round only checks that it does not run twice.)
 func TestSentOnce(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	conn := Conn(client(t, p.Addr()))
@@ -346,6 +352,7 @@ func expect(t *testing.T, ps driver.PubSub, want ...driver.Message) {
 }
 
 func TestPubSub(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
 	c := client(t, s.Addr())
@@ -445,6 +452,7 @@ func TestPubSub(t *testing.T) {
 
 // TestPubSubCloseWhileDown: Close ends the reconnection loop at once.
 func TestPubSubCloseWhileDown(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
@@ -474,6 +482,7 @@ func TestPubSubCloseWhileDown(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	nodes := redistest.StartCluster(t, 3, 1)
 	var addrs []string

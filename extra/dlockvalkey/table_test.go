@@ -12,6 +12,7 @@ import (
 )
 
 func TestTable(t *testing.T) {
+	t.Parallel()
 	conn := func(t *testing.T, addrs []string) driver.Conn { return Conn(client(t, addrs...)) }
 	drivertest.Run(t, drivertest.Setup{
 		Server:  func(t *testing.T, addr string) driver.Conn { return conn(t, []string{addr}) },

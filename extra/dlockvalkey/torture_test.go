@@ -39,6 +39,7 @@ func tortureConn(addr string, timeout time.Duration) (driver.Conn, func(), error
 // every worker's Client on valkey: every mode but the script-free one,
 // which needs go-redis.
 func TestTorture(t *testing.T) {
+	// Serial: its goroutine check counts every goroutine of the process.
 	budget := 40 * time.Second
 	if testing.Short() {
 		budget = 20 * time.Second

@@ -26,6 +26,7 @@ type withSlice struct {
 // A client that cannot key the trouble record is not refused and does not
 // panic when its commands fail.
 func TestTroubleOfUnhashableClient(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(unhashable{withSlice{Client: client(t, s.Addr())}})
 	ctx := ctxT(t, 5*time.Second)
@@ -48,6 +49,7 @@ func TestTroubleOfUnhashableClient(t *testing.T) {
 // Once all trouble is over, the record keeps no client, so a closed one
 // can be collected.
 func TestTroubleRecordKeepsNoClosedClient(t *testing.T) {
+	// Serial: the record is global, and other tests' failures keep it.
 	s := redistest.Start(t, redistest.TCP())
 	rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr()}})
 	if err != nil {
