@@ -39,7 +39,10 @@ func tortureConn(addr string, timeout time.Duration) (driver.Conn, func(), error
 func TestTorture(t *testing.T) {
 	// Serial: its goroutine check counts every goroutine of the process.
 	budget := 40 * time.Second
-	if testing.Short() {
+	switch {
+	case !dlockrueidis.FullTier():
+		budget = 15 * time.Second
+	case testing.Short():
 		budget = 20 * time.Second
 	}
 	torture.Run(t, torture.Options{Seed: *tortureSeed, Round: *tortureRound, Budget: budget,
