@@ -349,6 +349,24 @@ func expect(t *testing.T, ps driver.PubSub, want ...driver.Message) {
 	}
 }
 
+// pingUntilUp pings through ps until a PING is answered (100 tries, 20ms
+// apart): PubSub connects in the background and waits on no network, and
+// once a PING is answered, the commands sent before it on its connection
+// have run.
+func pingUntilUp(t *testing.T, ctx context.Context, ps driver.PubSub) {
+	t.Helper()
+	for i := 0; ; i++ {
+		err := ps.Ping(ctx)
+		if err == nil {
+			return
+		}
+		if i == 100 {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestPubSub(t *testing.T) {
 	t.Parallel()
 	leakcheck.Check(t)
@@ -358,16 +376,7 @@ func TestPubSub(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	ps := conn.PubSub(ctx, "")
 	t.Cleanup(func() { ps.Close() })
-	for i := 0; ; i++ { // (PubSub connects in the background: it waits on no network)
-		err := ps.Ping(ctx)
-		if err == nil {
-			break
-		}
-		if i == 100 {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pingUntilUp(t, ctx, ps)
 	if _, err := recv(t, ps, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Receive with nothing to receive: %v", err)
 	}

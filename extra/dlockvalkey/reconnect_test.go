@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -20,6 +21,7 @@ import (
 // waits for it (wg.Wait).
 func TestPubSubCloseDuringStalledReconnect(t *testing.T) {
 	// Serial: bounds how soon Close returns.
+	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	conn := Conn(client(t, p.Addr()))
@@ -32,7 +34,11 @@ func TestPubSubCloseDuringStalledReconnect(t *testing.T) {
 	expect(t, ps, driver.Message{Kind: "subscribe", Channel: "a"})
 	p.Cut()
 	p.Stall() // new connections: accepted, nothing crosses
-	time.Sleep(300 * time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); leakcheck.Count(t, "(*pubsub).dedicate") == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("PubSub never began to reconnect after the cut")
+		}
+	}
 	start := time.Now()
 	ps.Close()
 	if d := time.Since(start); d > 500*time.Millisecond {
@@ -46,7 +52,7 @@ func TestPubSubCloseDuringStalledReconnect(t *testing.T) {
 // waits for it, past its own context.
 func TestStalledReconnectDoesNotHoldAcquire(t *testing.T) {
 	// Serial: bounds how soon an Acquire returns.
-	p, bg := heldBehindProxy(t, "x", "z")
+	_, p, bg := heldBehindProxy(t, "x", "z")
 	c := newDlock(t, p.Addr())
 	xctx, xcancel := context.WithTimeout(bg, 700*time.Millisecond)
 	defer xcancel()
@@ -89,7 +95,10 @@ func TestPubSubOrderAcrossReconnect(t *testing.T) {
 		ps.Subscribe(ctx, "a")
 		ps.Subscribe(ctx, "b")
 		ps.Unsubscribe(ctx, "b")
-		time.Sleep(500 * time.Millisecond)
+		if !listening(t, s, "a") {
+			t.Fatalf("round %d: a not subscribed again after the reconnection", round)
+		}
+		pingUntilUp(t, ctx, ps) // (b's commands, sent before, have run)
 		na, _ := direct.Do(ctx, "PUBSUB", "NUMSUB", "a", "b")
 		t.Logf("round %d: NUMSUB %v", round, na)
 		got := map[string]bool{}

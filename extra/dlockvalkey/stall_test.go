@@ -34,9 +34,9 @@ func newDlock(t *testing.T, addr string, opts ...dlock.Option) *dlock.Client {
 
 // heldBehindProxy starts a server and a proxy to it, and takes names on
 // the server with a Client of its own; bg bounds the test.
-func heldBehindProxy(t *testing.T, names ...string) (p *redistest.Proxy, bg context.Context) {
+func heldBehindProxy(t *testing.T, names ...string) (s *redistest.Server, p *redistest.Proxy, bg context.Context) {
 	t.Helper()
-	s := redistest.Start(t, redistest.TCP())
+	s = redistest.Start(t, redistest.TCP())
 	p = redistest.NewProxy(t, s.Addr())
 	holder := newDlock(t, s.Addr())
 	bg = ctxT(t, 60*time.Second)
@@ -45,7 +45,7 @@ func heldBehindProxy(t *testing.T, names ...string) (p *redistest.Proxy, bg cont
 			t.Fatal(err)
 		}
 	}
-	return p, bg
+	return s, p, bg
 }
 
 // warmUp takes and releases locks until valkey has dialled each of its
@@ -90,14 +90,16 @@ func stacks() string {
 // and Close, for valkey's write timeout.)
 func TestStalledPubSubDoesNotHoldAcquire(t *testing.T) {
 	// Serial: bounds how soon an Acquire returns.
-	p, bg := heldBehindProxy(t, "x", "y", "z")
+	s, p, bg := heldBehindProxy(t, "x", "y", "z")
 	c := newDlock(t, p.Addr())
 	warmUp(t, c)
 	xctx, xcancel := context.WithTimeout(bg, 30*time.Second)
 	defer xcancel()
 	xdone := make(chan struct{})
 	go func() { defer close(xdone); c.Acquire(xctx, "x") }()
-	time.Sleep(300 * time.Millisecond) // x is subscribed: the hub's connection stays open
+	if !listening(t, s, "dlock:{x}:ch") { // x is subscribed: the hub's connection stays open
+		t.Fatal("the waiter for x never subscribed")
+	}
 	yctx, ycancel := context.WithTimeout(bg, 500*time.Millisecond)
 	_, err := c.Acquire(yctx, "y")
 	ycancel()
@@ -155,7 +157,7 @@ func TestNilClient(t *testing.T) {
 // As TestStalledPubSubDoesNotHoldAcquire, for Client.Close(ctx).
 func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
 	// Serial: bounds how soon Close returns.
-	p, bg := heldBehindProxy(t, "x", "y")
+	s, p, bg := heldBehindProxy(t, "x", "y")
 	c, err := New(client(t, p.Addr()))
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +167,9 @@ func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
 	defer xcancel()
 	xdone := make(chan struct{})
 	go func() { defer close(xdone); c.Acquire(xctx, "x") }()
-	time.Sleep(300 * time.Millisecond)
+	if !listening(t, s, "dlock:{x}:ch") {
+		t.Fatal("the waiter for x never subscribed")
+	}
 	yctx, ycancel := context.WithTimeout(bg, 500*time.Millisecond)
 	c.Acquire(yctx, "y")
 	ycancel()
@@ -191,7 +195,7 @@ func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
 // runs commands apart once one has failed (see guard).
 func TestStalledDropDoesNotHoldAcquire(t *testing.T) {
 	// Serial: bounds how soon Acquires return, on a timed schedule.
-	p, bg := heldBehindProxy(t, "x", "z")
+	_, p, bg := heldBehindProxy(t, "x", "z")
 	c := newDlock(t, p.Addr())
 	warmUp(t, c)
 	xctx, xcancel := context.WithTimeout(bg, 400*time.Millisecond)
