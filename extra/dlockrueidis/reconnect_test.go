@@ -72,7 +72,7 @@ func TestStalledReconnectDoesNotHoldAcquire(t *testing.T) {
 // ordering across a reconnect: while the connection is down,
 // Unsubscribe a then Subscribe a; afterwards a must be subscribed.
 // And Subscribe b then Unsubscribe b: b must not be.
-func TestPubSubOrderAcrossReconnect(t *testing.T) {
+func TestPubSubKeepsCallOrderAcrossReconnect(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
@@ -93,10 +93,9 @@ func TestPubSubOrderAcrossReconnect(t *testing.T) {
 		ps.Subscribe(ctx, "a")
 		ps.Subscribe(ctx, "b")
 		ps.Unsubscribe(ctx, "b")
-		if !listening(t, s, "a") {
-			t.Fatalf("round %d: a not subscribed again after the reconnection", round)
-		}
-		pingUntilUp(t, ctx, ps) // (b's commands, sent before, have run)
+		// Lets the calls made while down settle after the reconnection: b
+		// may be subscribed for a moment, then unsubscribed.
+		time.Sleep(500 * time.Millisecond)
 		na, _ := direct.Do(ctx, "PUBSUB", "NUMSUB", "a", "b")
 		t.Logf("round %d: NUMSUB %v", round, na)
 		got := map[string]bool{}
@@ -123,7 +122,7 @@ func TestPubSubOrderAcrossReconnect(t *testing.T) {
 
 // a waiter whose pub/sub connection was cut is still woken by the
 // release (its own timers are 20s).
-func TestWokenAfterPubSubCut(t *testing.T) {
+func TestWaiterWokenAfterPubSubCut(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())

@@ -23,7 +23,7 @@ type withSlice struct {
 
 // A client that cannot key the trouble record is not refused and does not
 // panic when its commands fail.
-func TestTroubleOfUnhashableClient(t *testing.T) {
+func TestUnhashableClientNeitherRefusedNorPanics(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(unhashable{withSlice{Client: client(t, s.Addr())}})

@@ -132,7 +132,7 @@ func TestStalledPubSubDoesNotHoldAcquire(t *testing.T) {
 }
 
 // A nil client is refused with ErrInvalid, never a panic.
-func TestNilClient(t *testing.T) {
+func TestNilClientRefusedWithErrInvalid(t *testing.T) {
 	t.Parallel()
 	for name, f := range map[string]func() error{
 		"New(nil)": func() error { _, err := New(nil); return err },

@@ -35,10 +35,10 @@ func tortureConn(addr string, timeout time.Duration) (driver.Conn, func(), error
 	return dlockvalkey.Conn(rc), rc.Close, nil
 }
 
-// TestTorture runs the randomized fault checker (internal/torture) with
+// TestFaultCheckerFindsNoViolation runs the randomized fault checker (internal/torture) with
 // every worker's Client on valkey: every mode but the script-free one,
 // which needs go-redis.
-func TestTorture(t *testing.T) {
+func TestFaultCheckerFindsNoViolation(t *testing.T) {
 	// Serial: its goroutine check counts every goroutine of the process.
 	budget := 40 * time.Second
 	switch {
@@ -48,5 +48,5 @@ func TestTorture(t *testing.T) {
 		budget = 20 * time.Second
 	}
 	torture.Run(t, torture.Options{Seed: *tortureSeed, Round: *tortureRound, Budget: budget,
-		Skip: []string{torture.ModeNoScripts}, Rerun: "cd extra/dlockvalkey && go test -race -run TestTorture ."})
+		Skip: []string{torture.ModeNoScripts}, Rerun: "cd extra/dlockvalkey && go test -race -run TestFaultCheckerFindsNoViolation ."})
 }
