@@ -584,7 +584,9 @@ func quorum(t *testing.T, s Setup) {
 	}
 	var cs []*dlock.Client
 	for range 2 {
-		c, err := dlock.NewRedlockFrom(conns, 0, dlock.LeaseTTL(5*time.Second))
+		// A node timeout of a second, not TTL/50: the table's cases run in
+		// parallel, and on a loaded machine a node may take longer than 100ms.
+		c, err := dlock.NewRedlockFrom(conns, time.Second, dlock.LeaseTTL(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
