@@ -25,7 +25,8 @@ func Alone(t *testing.T) bool {
 		return false
 	}
 	t.Parallel()
-	args := []string{"-test.run=^" + t.Name() + "$", "-test.count=1", "-test.short=" + strconv.FormatBool(testing.Short())}
+	args := []string{"-test.run=^" + t.Name() + "$", "-test.count=1",
+		"-test.short=" + strconv.FormatBool(testing.Short()), "-test.v=" + strconv.FormatBool(testing.Verbose())}
 	if d, ok := t.Deadline(); ok {
 		args = append(args, "-test.timeout="+time.Until(d).Round(time.Second).String())
 	}
@@ -37,8 +38,12 @@ func Alone(t *testing.T) bool {
 	cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
 	cmd.Env = append(os.Environ(), aloneEnv+"="+t.Name())
 	out, err := cmd.CombinedOutput()
+	quoted := "| " + strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", "\n| ") // (not read as this binary's results)
 	if err != nil || strings.Contains(string(out), "no tests to run") {
-		t.Fatalf("%s in a process of its own: %v\n| %s", t.Name(), err, strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", "\n| "))
+		t.Fatalf("%s in a process of its own: %v\n%s", t.Name(), err, quoted)
+	}
+	if testing.Verbose() {
+		t.Logf("%s in a process of its own:\n%s", t.Name(), quoted)
 	}
 	return true
 }
