@@ -31,65 +31,112 @@ type Setup struct {
 	// Sentinel returns a Conn to the master named master that the
 	// Sentinels at addrs watch; nil skips the Sentinel test.
 	Sentinel func(t *testing.T, master string, addrs []string) driver.Conn
+	// Smoke runs only a representative subset of the table: the refusals,
+	// each lock mode, the semaphore and a lost reply.
+	Smoke bool
 }
 
-// Run runs the table against s's driver.
+// tableCase is one case of the table: run starts the servers it uses.
+type tableCase struct {
+	name  string
+	smoke bool // in the Smoke subset
+	run   func(t *testing.T, s Setup)
+}
+
+// Run runs the table against s's driver: each case a parallel subtest on
+// servers of its own.
 func Run(t *testing.T, s Setup) {
+	for _, c := range table() {
+		if s.Smoke && !c.smoke || c.name == "Sentinel" && s.Sentinel == nil || c.name == "Cluster" && s.Cluster == nil {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, s)
+		})
+	}
+}
+
+// table returns the cases of Run.
+func table() []tableCase {
+	cases := []tableCase{{"Refusals", true, func(t *testing.T, s Setup) { refusals(t, onServer(t, s)(t)) }}}
+	for _, m := range modes {
+		cases = append(cases, tableCase{"Lock/" + m.name, true, func(t *testing.T, s Setup) {
+			lockKind(t, m, clients(onServer(t, s)))
+		}})
+	}
+	pair := func(name string, smoke bool, f func(t *testing.T, a, b *dlock.Client)) tableCase {
+		return tableCase{name, smoke, func(t *testing.T, s Setup) {
+			conn := onServer(t, s)
+			f(t, client(t, conn(t)), client(t, conn(t)))
+		}}
+	}
+	cases = append(cases, pair("Semaphore", true, semaphore), pair("RWMutex", false, rwMutex),
+		pair("Election", false, election), pair("Admin", false, admin), pair("MultiLock", false, multiLock),
+		tableCase{"ScriptFlush", false, func(t *testing.T, s Setup) {
+			srv := redistest.Start(t, redistest.TCP())
+			scriptFlush(t, srv, client(t, s.Server(t, srv.Addr())))
+		}},
+		tableCase{"LostReply", true, func(t *testing.T, s Setup) {
+			srv := redistest.Start(t, redistest.TCP())
+			p := redistest.NewProxy(t, srv.Addr())
+			behind := func() *dlock.Client { return client(t, s.Server(t, p.Addr()), dlock.LeaseTTL(30*time.Second)) }
+			lostReply(t, p, behind(), client(t, s.Server(t, srv.Addr())))
+			lostDowngrade(t, p, behind(), client(t, s.Server(t, srv.Addr())))
+		}})
+	for _, m := range modes[:2] {
+		cases = append(cases, tableCase{"BrokenPubSub/" + m.name, false, func(t *testing.T, s Setup) {
+			srv := redistest.Start(t, redistest.TCP())
+			p := redistest.NewProxy(t, srv.Addr())
+			brokenPubSub(t, p, &scriptCount{Conn: s.Server(t, p.Addr())}, s.Server(t, srv.Addr()), m)
+		}})
+	}
+	return append(cases,
+		tableCase{"ServerDown", false, func(t *testing.T, s Setup) {
+			down := redistest.Start(t, redistest.TCP())
+			serverDown(t, down, client(t, s.Server(t, down.Addr())))
+		}},
+		tableCase{"ReleaseAfterRestart", false, func(t *testing.T, s Setup) {
+			gone := redistest.Start(t, redistest.TCP())
+			releaseAfterRestart(t, gone, clients(func(t *testing.T) driver.Conn { return s.Server(t, gone.Addr()) }))
+		}},
+		tableCase{"Quorum", false, quorum},
+		tableCase{"Sentinel", false, sentinel},
+		tableCase{"Cluster", false, cluster})
+}
+
+// onServer starts a redis-server for t and returns a maker of Conns to it.
+func onServer(t *testing.T, s Setup) func(t *testing.T) driver.Conn {
 	srv := redistest.Start(t, redistest.TCP())
-	conn := func(t *testing.T) driver.Conn { return s.Server(t, srv.Addr()) }
-	t.Run("Refusals", func(t *testing.T) { refusals(t, conn(t)) })
+	return func(t *testing.T) driver.Conn { return s.Server(t, srv.Addr()) }
+}
+
+// clients returns a maker of Clients, each on a Conn of its own from conn.
+func clients(conn func(t *testing.T) driver.Conn) func(t *testing.T, opts ...dlock.Option) *dlock.Client {
+	return func(t *testing.T, opts ...dlock.Option) *dlock.Client { return client(t, conn(t), opts...) }
+}
+
+// cluster runs the lock modes, the semaphore and the admin calls on a
+// Cluster of three masters, as parallel subtests (their names differ).
+func cluster(t *testing.T, s Setup) {
+	var addrs []string
+	for _, n := range redistest.StartCluster(t, 3, 0) {
+		addrs = append(addrs, n.Addr())
+	}
+	cconn := func(t *testing.T) driver.Conn { return s.Cluster(t, addrs) }
 	for _, m := range modes {
 		t.Run("Lock/"+m.name, func(t *testing.T) {
-			lockKind(t, m, func(t *testing.T, opts ...dlock.Option) *dlock.Client { return client(t, conn(t), opts...) })
+			t.Parallel()
+			lockKind(t, m, clients(cconn))
 		})
 	}
-	t.Run("Semaphore", func(t *testing.T) { semaphore(t, client(t, conn(t)), client(t, conn(t))) })
-	t.Run("RWMutex", func(t *testing.T) { rwMutex(t, client(t, conn(t)), client(t, conn(t))) })
-	t.Run("Election", func(t *testing.T) { election(t, client(t, conn(t)), client(t, conn(t))) })
-	t.Run("Admin", func(t *testing.T) { admin(t, client(t, conn(t)), client(t, conn(t))) })
-	t.Run("ScriptFlush", func(t *testing.T) { scriptFlush(t, srv, client(t, conn(t))) })
-	t.Run("MultiLock", func(t *testing.T) { multiLock(t, client(t, conn(t)), client(t, conn(t))) })
-	t.Run("LostReply", func(t *testing.T) {
-		p := redistest.NewProxy(t, srv.Addr())
-		lostReply(t, p, client(t, s.Server(t, p.Addr()), dlock.LeaseTTL(30*time.Second)), client(t, conn(t)))
-		lostDowngrade(t, p, client(t, s.Server(t, p.Addr()), dlock.LeaseTTL(30*time.Second)), client(t, conn(t)))
+	t.Run("Semaphore", func(t *testing.T) {
+		t.Parallel()
+		semaphore(t, client(t, cconn(t)), client(t, cconn(t)))
 	})
-	for _, m := range modes[:2] {
-		t.Run("BrokenPubSub/"+m.name, func(t *testing.T) {
-			p := redistest.NewProxy(t, srv.Addr())
-			brokenPubSub(t, p, &scriptCount{Conn: s.Server(t, p.Addr())}, conn(t), m)
-		})
-	}
-	t.Run("ServerDown", func(t *testing.T) {
-		down := redistest.Start(t, redistest.TCP())
-		serverDown(t, down, client(t, s.Server(t, down.Addr())))
-	})
-	t.Run("ReleaseAfterRestart", func(t *testing.T) {
-		gone := redistest.Start(t, redistest.TCP())
-		releaseAfterRestart(t, gone, func(t *testing.T, opts ...dlock.Option) *dlock.Client {
-			return client(t, s.Server(t, gone.Addr()), opts...)
-		})
-	})
-	t.Run("Quorum", func(t *testing.T) { quorum(t, s) })
-	if s.Sentinel != nil {
-		t.Run("Sentinel", func(t *testing.T) { sentinel(t, s) })
-	}
-	if s.Cluster == nil {
-		return
-	}
-	t.Run("Cluster", func(t *testing.T) {
-		var addrs []string
-		for _, n := range redistest.StartCluster(t, 3, 0) {
-			addrs = append(addrs, n.Addr())
-		}
-		cconn := func(t *testing.T) driver.Conn { return s.Cluster(t, addrs) }
-		for _, m := range modes {
-			t.Run("Lock/"+m.name, func(t *testing.T) {
-				lockKind(t, m, func(t *testing.T, opts ...dlock.Option) *dlock.Client { return client(t, cconn(t), opts...) })
-			})
-		}
-		t.Run("Semaphore", func(t *testing.T) { semaphore(t, client(t, cconn(t)), client(t, cconn(t))) })
-		t.Run("Admin", func(t *testing.T) { admin(t, client(t, cconn(t)), client(t, cconn(t))) })
+	t.Run("Admin", func(t *testing.T) {
+		t.Parallel()
+		admin(t, client(t, cconn(t)), client(t, cconn(t)))
 	})
 }
 
@@ -537,7 +584,9 @@ func quorum(t *testing.T, s Setup) {
 	}
 	var cs []*dlock.Client
 	for range 2 {
-		c, err := dlock.NewRedlockFrom(conns, 0, dlock.LeaseTTL(5*time.Second))
+		// A node timeout of a second, not TTL/50: the table's cases run in
+		// parallel, and on a loaded machine a node may take longer than 100ms.
+		c, err := dlock.NewRedlockFrom(conns, time.Second, dlock.LeaseTTL(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

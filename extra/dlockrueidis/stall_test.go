@@ -32,9 +32,9 @@ func newDlock(t *testing.T, addr string, opts ...dlock.Option) *dlock.Client {
 
 // heldBehindProxy starts a server and a proxy to it, and takes names on
 // the server with a Client of its own; bg bounds the test.
-func heldBehindProxy(t *testing.T, names ...string) (p *redistest.Proxy, bg context.Context) {
+func heldBehindProxy(t *testing.T, names ...string) (s *redistest.Server, p *redistest.Proxy, bg context.Context) {
 	t.Helper()
-	s := redistest.Start(t, redistest.TCP())
+	s = redistest.Start(t, redistest.TCP())
 	p = redistest.NewProxy(t, s.Addr())
 	holder := newDlock(t, s.Addr())
 	bg = ctxT(t, 60*time.Second)
@@ -43,7 +43,7 @@ func heldBehindProxy(t *testing.T, names ...string) (p *redistest.Proxy, bg cont
 			t.Fatal(err)
 		}
 	}
-	return p, bg
+	return s, p, bg
 }
 
 // warmUp takes and releases locks until rueidis has dialled each of its
@@ -87,14 +87,17 @@ func stacks() string {
 // adapter whose Unsubscribe waited for the confirmation held every Acquire,
 // and Close, for rueidis's write timeout.)
 func TestStalledPubSubDoesNotHoldAcquire(t *testing.T) {
-	p, bg := heldBehindProxy(t, "x", "y", "z")
+	// Serial: bounds how soon an Acquire returns.
+	s, p, bg := heldBehindProxy(t, "x", "y", "z")
 	c := newDlock(t, p.Addr())
 	warmUp(t, c)
 	xctx, xcancel := context.WithTimeout(bg, 30*time.Second)
 	defer xcancel()
 	xdone := make(chan struct{})
 	go func() { defer close(xdone); c.Acquire(xctx, "x") }()
-	time.Sleep(300 * time.Millisecond) // x is subscribed: the hub's connection stays open
+	if !listening(t, s, "dlock:{x}:ch") { // x is subscribed: the hub's connection stays open
+		t.Fatal("the waiter for x never subscribed")
+	}
 	yctx, ycancel := context.WithTimeout(bg, 500*time.Millisecond)
 	_, err := c.Acquire(yctx, "y")
 	ycancel()
@@ -127,7 +130,8 @@ func TestStalledPubSubDoesNotHoldAcquire(t *testing.T) {
 }
 
 // A nil client is refused with ErrInvalid, never a panic.
-func TestNilClient(t *testing.T) {
+func TestNilClientRefusedWithErrInvalid(t *testing.T) {
+	t.Parallel()
 	for name, f := range map[string]func() error{
 		"New(nil)": func() error { _, err := New(nil); return err },
 		"NewFrom(Conn(nil))": func() error {
@@ -150,7 +154,8 @@ func TestNilClient(t *testing.T) {
 
 // As TestStalledPubSubDoesNotHoldAcquire, for Client.Close(ctx).
 func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
-	p, bg := heldBehindProxy(t, "x", "y")
+	// Serial: bounds how soon Close returns.
+	s, p, bg := heldBehindProxy(t, "x", "y")
 	c, err := New(client(t, p.Addr()))
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +165,9 @@ func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
 	defer xcancel()
 	xdone := make(chan struct{})
 	go func() { defer close(xdone); c.Acquire(xctx, "x") }()
-	time.Sleep(300 * time.Millisecond)
+	if !listening(t, s, "dlock:{x}:ch") {
+		t.Fatal("the waiter for x never subscribed")
+	}
 	yctx, ycancel := context.WithTimeout(bg, 500*time.Millisecond)
 	c.Acquire(yctx, "y")
 	ycancel()
@@ -185,7 +192,8 @@ func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
 // dial of its connection that another command started, and the adapter
 // runs commands apart once one has failed (see guard).
 func TestStalledDropDoesNotHoldAcquire(t *testing.T) {
-	p, bg := heldBehindProxy(t, "x", "z")
+	// Serial: bounds how soon Acquires return, on a timed schedule.
+	_, p, bg := heldBehindProxy(t, "x", "z")
 	c := newDlock(t, p.Addr())
 	warmUp(t, c)
 	xctx, xcancel := context.WithTimeout(bg, 400*time.Millisecond)
@@ -229,6 +237,7 @@ func TestStalledDropDoesNotHoldAcquire(t *testing.T) {
 // With the connection stalled, every call of every kind ends soon after
 // its context does.
 func TestStalledCallsEndWithContext(t *testing.T) {
+	// Serial: bounds how soon each call returns.
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	c := newDlock(t, p.Addr(), dlock.WithAutoExtend(false))
@@ -314,6 +323,7 @@ func namesOn(t *testing.T, node *redistest.Server, prefix string, n int) []strin
 // does not end the trouble, and a command to the stalled master, or a
 // dlock call on a name there, still ends with its context.
 func TestClusterStalledMasterTroubleOutlastsOtherReplies(t *testing.T) {
+	// Serial: SIGSTOPs a node and bounds how soon calls return.
 	nodes := redistest.StartCluster(t, 3, 0)
 	addrs := []string{nodes[0].Addr(), nodes[1].Addr(), nodes[2].Addr()}
 	stalled, healthy := namesOn(t, nodes[0], "s", 3), namesOn(t, nodes[1], "h", 1)
@@ -396,6 +406,7 @@ func TestClusterStalledMasterTroubleOutlastsOtherReplies(t *testing.T) {
 // connection again with long contexts, the second's calls still end with
 // their contexts.
 func TestSharedClientSharesTrouble(t *testing.T) {
+	// Serial: bounds how soon TryAcquire returns.
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	rc := client(t, p.Addr())

@@ -38,7 +38,10 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func TestReplies(t *testing.T) {
+// Script replies of every shape become the driver's values, and error
+// replies driver.Errors with their codes.
+func TestScriptRepliesBecomeDriverValues(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 10*time.Second)
@@ -91,7 +94,18 @@ func TestReplies(t *testing.T) {
 			t.Errorf("%s: err %#v, want a driver.Error starting with %q", tc.script, err, tc.prefix)
 		}
 	}
-	// Plain commands, with every argument type.
+}
+
+// Plain commands take every argument type the library sends, refuse a
+// float, and scripts run by digest: NOSCRIPT, then SCRIPT LOAD and EVALSHA.
+func TestCommandsTakeArgumentsAndScriptsByDigest(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.TCP())
+	conn := Conn(client(t, s.Addr()))
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := conn.Do(ctx, "SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
 	name := "k2"
 	if v, err := conn.Do(ctx, "SET", &name, int64(5)); err != nil || v != "OK" {
 		t.Fatalf("SET: %#v, %v", v, err)
@@ -114,7 +128,6 @@ func TestReplies(t *testing.T) {
 	if _, err := conn.Do(ctx, "SUBSCRIBE", "x"); err == nil {
 		t.Fatal("SUBSCRIBE through Do was accepted")
 	}
-	// Scripts by digest: NOSCRIPT, then SCRIPT LOAD and EVALSHA.
 	_, err := conn.Do(ctx, "EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", 0)
 	var de driver.Error
 	if !errors.As(err, &de) || !strings.HasPrefix(string(de), "NOSCRIPT") {
@@ -129,7 +142,8 @@ func TestReplies(t *testing.T) {
 	}
 }
 
-func TestRestoreCode(t *testing.T) {
+func TestRestoreCodeAddsERRToUncodedErrors(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"NOSCRIPT No matching script. Please use EVAL.": "NOSCRIPT No matching script. Please use EVAL.",
 		"Error running script":                          "ERR Error running script",
@@ -143,7 +157,8 @@ func TestRestoreCode(t *testing.T) {
 	}
 }
 
-func TestDoMulti(t *testing.T) {
+func TestDoMultiAnswersEachCommand(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 10*time.Second)
@@ -178,7 +193,8 @@ func TestDoMulti(t *testing.T) {
 	}
 }
 
-func TestClosedClient(t *testing.T) {
+func TestClosedClientFailsWithErrClosed(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	c := client(t, s.Addr())
 	conn := Conn(c)
@@ -192,9 +208,10 @@ func TestClosedClient(t *testing.T) {
 	}
 }
 
-// TestDialError: once the server is gone, a command fails to connect with a
+// TestDeadServerFailsWithDialError: once the server is gone, a command fails to connect with a
 // dial *net.OpError (a command that never left).
-func TestDialError(t *testing.T) {
+func TestDeadServerFailsWithDialError(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 10*time.Second)
@@ -219,11 +236,12 @@ func TestDialError(t *testing.T) {
 	t.Fatalf("no dial error among %v", errs)
 }
 
-// TestSentOnce: a script whose reply is lost runs once: the client does not
+// TestLostReplyScriptRunsOnce: a script whose reply is lost runs once: the client does not
 // send it again, neither after a cut connection nor after a timeout. (A
 // command sometimes stays in the client while replies are held: such a
 // round only checks that it does not run twice.)
-func TestSentOnce(t *testing.T) {
+func TestLostReplyScriptRunsOnce(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	conn := Conn(client(t, p.Addr()))
@@ -345,24 +363,36 @@ func expect(t *testing.T, ps driver.PubSub, want ...driver.Message) {
 	}
 }
 
-func TestPubSub(t *testing.T) {
-	leakcheck.Check(t)
-	s := redistest.Start(t, redistest.TCP())
-	c := client(t, s.Addr())
-	conn := Conn(c)
-	ctx := ctxT(t, 60*time.Second)
-	ps := conn.PubSub(ctx, "")
-	t.Cleanup(func() { ps.Close() })
-	for i := 0; ; i++ { // (PubSub connects in the background: it waits on no network)
+// pingUntilUp pings through ps until a PING is answered (100 tries, 20ms
+// apart): PubSub connects in the background and waits on no network, and
+// once a PING is answered, the commands sent before it on its connection
+// have run.
+func pingUntilUp(t *testing.T, ctx context.Context, ps driver.PubSub) {
+	t.Helper()
+	for i := 0; ; i++ {
 		err := ps.Ping(ctx)
 		if err == nil {
-			break
+			return
 		}
 		if i == 100 {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// A PubSub subscribes, receives and unsubscribes; after a server restart,
+// and after a break while it was down, it subscribes its channels again;
+// after Close, every call fails with ErrClosed.
+func TestPubSubResubscribesAfterRestarts(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	conn := Conn(client(t, s.Addr()))
+	ctx := ctxT(t, 60*time.Second)
+	ps := conn.PubSub(ctx, "")
+	t.Cleanup(func() { ps.Close() })
+	pingUntilUp(t, ctx, ps)
 	if _, err := recv(t, ps, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Receive with nothing to receive: %v", err)
 	}
@@ -407,7 +437,14 @@ func TestPubSub(t *testing.T) {
 	if err := ps.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
+	resubscribedAfterBreak(t, ctx, s, ps, publish)
+	closedPubSub(t, ctx, ps)
+}
 
+// resubscribedAfterBreak subscribes ps to c while s is down (it connects
+// again with backoff) and checks that b and c are subscribed once s is back.
+func resubscribedAfterBreak(t *testing.T, ctx context.Context, s *redistest.Server, ps driver.PubSub, publish func(ch, msg string) int64) {
+	t.Helper()
 	// Paused through a break: it connects again with backoff.
 	s.Kill()
 	time.Sleep(300 * time.Millisecond)
@@ -428,7 +465,12 @@ func TestPubSub(t *testing.T) {
 	}
 	publish("c", "5")
 	expect(t, ps, driver.Message{Kind: "message", Channel: "c", Payload: "5"})
+}
 
+// closedPubSub closes ps and checks that its calls then fail with
+// ErrClosed, and that a second Close is harmless.
+func closedPubSub(t *testing.T, ctx context.Context, ps driver.PubSub) {
+	t.Helper()
 	if err := ps.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -443,8 +485,9 @@ func TestPubSub(t *testing.T) {
 	}
 }
 
-// TestPubSubCloseWhileDown: Close ends the reconnection loop at once.
-func TestPubSubCloseWhileDown(t *testing.T) {
+// TestPubSubCloseEndsReconnectionAtOnce: Close ends the reconnection loop at once.
+func TestPubSubCloseEndsReconnectionAtOnce(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
@@ -473,7 +516,10 @@ func TestPubSubCloseWhileDown(t *testing.T) {
 	}
 }
 
-func TestCluster(t *testing.T) {
+// On a Cluster: Masters lists each master once, keys and scripts route to
+// their slots, and sharded pub/sub subscribes on the channel's shard.
+func TestClusterRoutesBySlotAndShardsPubSub(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	nodes := redistest.StartCluster(t, 3, 1)
 	var addrs []string
@@ -486,6 +532,27 @@ func TestCluster(t *testing.T) {
 	if info := conn.Info(); !info.Cluster {
 		t.Fatalf("Info = %+v", info)
 	}
+	clusterMasters(t, ctx, conn)
+	// Keys route to their slots.
+	for _, k := range []string{"a", "b", "c", "{x}1", "{x}2"} {
+		if v, err := conn.Do(ctx, "EVAL", "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])", 1, k, k); err != nil || v != k {
+			t.Fatalf("EVAL on %s: %#v, %v", k, v, err)
+		}
+		if v, err := conn.Do(ctx, "GET", k); err != nil || v != k {
+			t.Fatalf("GET %s: %#v, %v", k, v, err)
+		}
+	}
+
+	// Sharded pub/sub.
+	for _, ch := range []string{"{a}ch", "{b}ch", "{c}ch"} {
+		shardedPubSub(t, ctx, c, conn, ch)
+	}
+}
+
+// clusterMasters checks that conn's Masters are the Cluster's three
+// masters, each a Conn to that node alone.
+func clusterMasters(t *testing.T, ctx context.Context, conn driver.Conn) {
+	t.Helper()
 	masters, err := conn.Masters(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -517,72 +584,66 @@ func TestCluster(t *testing.T) {
 	if len(seen) != 3 {
 		t.Fatalf("masters %v", seen)
 	}
-	// Keys route to their slots.
-	for _, k := range []string{"a", "b", "c", "{x}1", "{x}2"} {
-		if v, err := conn.Do(ctx, "EVAL", "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])", 1, k, k); err != nil || v != k {
-			t.Fatalf("EVAL on %s: %#v, %v", k, v, err)
-		}
-		if v, err := conn.Do(ctx, "GET", k); err != nil || v != k {
-			t.Fatalf("GET %s: %#v, %v", k, v, err)
-		}
-	}
+}
 
-	// Sharded pub/sub.
-	for _, ch := range []string{"{a}ch", "{b}ch", "{c}ch"} {
-		ps := conn.PubSub(ctx, ch)
-		t.Cleanup(func() { ps.Close() })
-		expect(t, ps, driver.Message{Kind: "ssubscribe", Channel: ch})
-		n, err := c.Do(ctx, c.B().Spublish().Channel(ch).Message("hi").Build()).AsInt64()
-		if err != nil || n != 1 {
-			t.Fatalf("SPUBLISH %s: %d, %v", ch, n, err)
-		}
-		expect(t, ps, driver.Message{Kind: "smessage", Channel: ch, Payload: "hi"})
-		other := "{a}ch"
-		if ch == other {
-			other = "{b}ch"
-		}
-		if err := ps.Subscribe(ctx, other); err == nil {
-			t.Fatalf("a sharded connection to %s subscribed to %s", ch, other)
-		}
-		if err := ps.Ping(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := ps.Unsubscribe(ctx, ch); err != nil {
-			t.Fatal(err)
-		}
-		expect(t, ps, driver.Message{Kind: "sunsubscribe", Channel: ch})
-		// Subscribed again at once: its unsubscription's confirmation is
-		// not taken for a slot migration (which would reconnect, and
-		// Receive would report the broken connection).
-		for range 3 {
-			if err := ps.Subscribe(ctx, ch); err != nil {
-				t.Fatal(err)
-			}
-			if err := ps.Unsubscribe(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+// shardedPubSub subscribes to ch on a sharded PubSub of its own: messages
+// arrive, another shard's channel is refused, and unsubscribing and
+// subscribing again at once is not taken for a slot migration.
+func shardedPubSub(t *testing.T, ctx context.Context, c valkey.Client, conn driver.Conn, ch string) {
+	t.Helper()
+	ps := conn.PubSub(ctx, ch)
+	t.Cleanup(func() { ps.Close() })
+	expect(t, ps, driver.Message{Kind: "ssubscribe", Channel: ch})
+	n, err := c.Do(ctx, c.B().Spublish().Channel(ch).Message("hi").Build()).AsInt64()
+	if err != nil || n != 1 {
+		t.Fatalf("SPUBLISH %s: %d, %v", ch, n, err)
+	}
+	expect(t, ps, driver.Message{Kind: "smessage", Channel: ch, Payload: "hi"})
+	other := "{a}ch"
+	if ch == other {
+		other = "{b}ch"
+	}
+	if err := ps.Subscribe(ctx, other); err == nil {
+		t.Fatalf("a sharded connection to %s subscribed to %s", ch, other)
+	}
+	if err := ps.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ps.Unsubscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ps, driver.Message{Kind: "sunsubscribe", Channel: ch})
+	// Subscribed again at once: its unsubscription's confirmation is
+	// not taken for a slot migration (which would reconnect, and
+	// Receive would report the broken connection).
+	for range 3 {
 		if err := ps.Subscribe(ctx, ch); err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; ; i++ {
-			m, err := recv(t, ps, 5*time.Second)
-			if err != nil {
-				t.Fatalf("Receive after subscribing %s again: %v", ch, err)
-			}
-			if m.Kind == "ssubscribe" && i == 6 {
-				break
-			}
-			if want := []string{"ssubscribe", "sunsubscribe"}[i%2]; m.Kind != want || m.Channel != ch {
-				t.Fatalf("message %d after subscribing %s again: %+v, want %s", i, ch, m, want)
-			}
+		if err := ps.Unsubscribe(ctx); err != nil {
+			t.Fatal(err)
 		}
-		if n, err := c.Do(ctx, c.B().Spublish().Channel(ch).Message("again").Build()).AsInt64(); err != nil || n != 1 {
-			t.Fatalf("SPUBLISH %s: %d, %v", ch, n, err)
-		}
-		if m, err := recv(t, ps, 5*time.Second); err != nil || m != (driver.Message{Kind: "smessage", Channel: ch, Payload: "again"}) {
-			t.Fatalf("after subscribing %s again: %+v, %v", ch, m, err)
-		}
-		ps.Close()
 	}
+	if err := ps.Subscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		m, err := recv(t, ps, 5*time.Second)
+		if err != nil {
+			t.Fatalf("Receive after subscribing %s again: %v", ch, err)
+		}
+		if m.Kind == "ssubscribe" && i == 6 {
+			break
+		}
+		if want := []string{"ssubscribe", "sunsubscribe"}[i%2]; m.Kind != want || m.Channel != ch {
+			t.Fatalf("message %d after subscribing %s again: %+v, want %s", i, ch, m, want)
+		}
+	}
+	if n, err := c.Do(ctx, c.B().Spublish().Channel(ch).Message("again").Build()).AsInt64(); err != nil || n != 1 {
+		t.Fatalf("SPUBLISH %s: %d, %v", ch, n, err)
+	}
+	if m, err := recv(t, ps, 5*time.Second); err != nil || m != (driver.Message{Kind: "smessage", Channel: ch, Payload: "again"}) {
+		t.Fatalf("after subscribing %s again: %+v, %v", ch, m, err)
+	}
+	ps.Close()
 }

@@ -9,9 +9,9 @@ import (
 	"testing"
 )
 
-// TestGenerated fails when a file generated from ../dlockrueidis is not up
+// TestGeneratedFilesUpToDate fails when a file generated from ../dlockrueidis is not up
 // to date: run go generate.
-func TestGenerated(t *testing.T) {
+func TestGeneratedFilesUpToDate(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command("go", "run", "gen.go", "-out", dir)
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -19,6 +20,8 @@ import (
 // valkey's Dedicate (a synchronous dial + HELLO, no context) and Close
 // waits for it (wg.Wait).
 func TestPubSubCloseDuringStalledReconnect(t *testing.T) {
+	// Serial: bounds how soon Close returns.
+	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	conn := Conn(client(t, p.Addr()))
@@ -31,7 +34,11 @@ func TestPubSubCloseDuringStalledReconnect(t *testing.T) {
 	expect(t, ps, driver.Message{Kind: "subscribe", Channel: "a"})
 	p.Cut()
 	p.Stall() // new connections: accepted, nothing crosses
-	time.Sleep(300 * time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); leakcheck.Count(t, "(*pubsub).dedicate") == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("PubSub never began to reconnect after the cut")
+		}
+	}
 	start := time.Now()
 	ps.Close()
 	if d := time.Since(start); d > 500*time.Millisecond {
@@ -44,7 +51,8 @@ func TestPubSubCloseDuringStalledReconnect(t *testing.T) {
 // hub closes the connection under its lock, and every Acquire of the Client
 // waits for it, past its own context.
 func TestStalledReconnectDoesNotHoldAcquire(t *testing.T) {
-	p, bg := heldBehindProxy(t, "x", "z")
+	// Serial: bounds how soon an Acquire returns.
+	_, p, bg := heldBehindProxy(t, "x", "z")
 	c := newDlock(t, p.Addr())
 	xctx, xcancel := context.WithTimeout(bg, 700*time.Millisecond)
 	defer xcancel()
@@ -66,7 +74,8 @@ func TestStalledReconnectDoesNotHoldAcquire(t *testing.T) {
 // ordering across a reconnect: while the connection is down,
 // Unsubscribe a then Subscribe a; afterwards a must be subscribed.
 // And Subscribe b then Unsubscribe b: b must not be.
-func TestPubSubOrderAcrossReconnect(t *testing.T) {
+func TestPubSubKeepsCallOrderAcrossReconnect(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	conn := Conn(client(t, p.Addr()))
@@ -86,6 +95,8 @@ func TestPubSubOrderAcrossReconnect(t *testing.T) {
 		ps.Subscribe(ctx, "a")
 		ps.Subscribe(ctx, "b")
 		ps.Unsubscribe(ctx, "b")
+		// Lets the calls made while down settle after the reconnection: b
+		// may be subscribed for a moment, then unsubscribed.
 		time.Sleep(500 * time.Millisecond)
 		na, _ := direct.Do(ctx, "PUBSUB", "NUMSUB", "a", "b")
 		t.Logf("round %d: NUMSUB %v", round, na)
@@ -113,7 +124,8 @@ func TestPubSubOrderAcrossReconnect(t *testing.T) {
 
 // a waiter whose pub/sub connection was cut is still woken by the
 // release (its own timers are 20s).
-func TestWokenAfterPubSubCut(t *testing.T) {
+func TestWaiterWokenAfterPubSubCut(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
 	slow := dlock.WithUnfair(func(int) time.Duration { return 20 * time.Second })

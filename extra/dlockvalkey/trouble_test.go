@@ -25,7 +25,8 @@ type withSlice struct {
 
 // A client that cannot key the trouble record is not refused and does not
 // panic when its commands fail.
-func TestTroubleOfUnhashableClient(t *testing.T) {
+func TestUnhashableClientNeitherRefusedNorPanics(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(unhashable{withSlice{Client: client(t, s.Addr())}})
 	ctx := ctxT(t, 5*time.Second)
@@ -48,6 +49,9 @@ func TestTroubleOfUnhashableClient(t *testing.T) {
 // Once all trouble is over, the record keeps no client, so a closed one
 // can be collected.
 func TestTroubleRecordKeepsNoClosedClient(t *testing.T) {
+	if Alone(t) { // the record is global, and other tests' failures keep it
+		return
+	}
 	s := redistest.Start(t, redistest.TCP())
 	rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr()}})
 	if err != nil {
@@ -63,13 +67,13 @@ func TestTroubleRecordKeepsNoClosedClient(t *testing.T) {
 	}
 	rc.Close()
 	p, rc = nil, nil
-	time.Sleep(troubleFor + 500*time.Millisecond)
-	for range 5 {
+	// The record's sweep lets go of it troubleFor after the failure.
+	limit := troubleFor + 5*time.Second
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		runtime.GC()
 		if wp.Value() == nil {
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	t.Errorf("a closed client is still reachable %v after its failure", troubleFor+500*time.Millisecond)
+	t.Errorf("a closed client is still reachable %v after its failure", limit)
 }
