@@ -676,9 +676,9 @@ func TestElectionErrorsSpeakOfCampaignAndLeader(t *testing.T) {
 	}
 }
 
-// TestAdvObserveClosesWhileRedisFrozen: Observe's channel closes soon after
+// TestObserveClosesWhileRedisFrozen: Observe's channel closes soon after
 // its ctx ends even when Redis stopped answering (SIGSTOP) while it read.
-func TestAdvObserveClosesWhileRedisFrozen(t *testing.T) {
+func TestObserveClosesWhileRedisFrozen(t *testing.T) {
 	t.Parallel()
 	s, rdb := setup(t)
 	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
@@ -710,15 +710,15 @@ func TestAdvObserveClosesWhileRedisFrozen(t *testing.T) {
 	ld.Resign(context.Background())
 }
 
-// TestAdv3CampaignRefusalsSayCampaign: an election's errors name a
+// TestCampaignRefusalsSayCampaign: an election's errors name a
 // campaign, not an acquisition: a Campaign with an invalid lease option,
 // and a Campaign after Close, as a campaign waiting across Close does.
-func TestAdv3CampaignRefusalsSayCampaign(t *testing.T) {
+func TestCampaignRefusalsSayCampaign(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb)
 	ctx := t.Context()
-	e, err := c.Election("adv3-verb-closed")
+	e, err := c.Election("verb-closed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -779,7 +779,7 @@ func (a *announcements) drain(quiet time.Duration) []string {
 // so Leader reads the leader's own fence all term long: whether the term
 // began on a free name or was handed over by a resigning leader, the
 // counter lives at least as long as the leader's lease.
-func TestElectionAttackLongTermOutlivesFenceCounter(t *testing.T) {
+func TestElectionLongTermKeepsItsFenceCounter(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -820,7 +820,7 @@ func TestElectionAttackLongTermOutlivesFenceCounter(t *testing.T) {
 // Resign is idempotent: a second Resign (and one after Do-style reuse of
 // the Lock) reports what the first did, and changes nothing of the next
 // leader's term.
-func TestElectionAttackResignTwiceLeavesTheNextTermAlone(t *testing.T) {
+func TestElectionResignTwiceLeavesTheNextTermAlone(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -863,7 +863,7 @@ func TestElectionAttackResignTwiceLeavesTheNextTermAlone(t *testing.T) {
 // it must return the term's own fence, issue no second one and announce
 // nothing more — whether the first copy took a free name, or queued the
 // candidate behind a leader that then handed it the term.
-func TestElectionAttackReSentCampaign(t *testing.T) {
+func TestElectionReSentCampaignIssuesNoSecondFence(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -963,7 +963,7 @@ func checkOneTerm(t *testing.T, ctx context.Context, rdb *redis.Client, e *dlock
 // queue entry — whether the name was free or led by another. With
 // go-redis's retries on, the re-sent copy leads at once on a free name;
 // the delayed original, landing after the Resign, must not lead again.
-func TestElectionAttackDelayedCampaignTakesNothing(t *testing.T) {
+func TestElectionDelayedCampaignTakesNothing(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -1065,7 +1065,7 @@ func candidateHelper(ctx context.Context, c *dlock.Client, name string) int {
 // resumes, the handover message (with the lost term's fence) is waiting
 // for it: it must not lead on it while the next candidate does, and the
 // term it leads later has a fence above the next candidate's.
-func TestElectionAttackPausedCandidateHandedTheTerm(t *testing.T) {
+func TestElectionPausedCandidateDoesNotLeadOnALostTerm(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -1135,7 +1135,7 @@ func TestElectionAttackPausedCandidateHandedTheTerm(t *testing.T) {
 // ErrWrongType), and a fair lock's Acquire waits in the candidates' line
 // and is handed the name by the resigning leader: Leader then reads that
 // lock's holder as the leader, with the handover's fence (its own).
-func TestElectionAttackOtherKindsOnAnElectionsName(t *testing.T) {
+func TestElectionOtherKindsOnTheLeadersName(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -27,11 +27,11 @@ import (
 // Randomized: semaphore N=2 (and a read-write lock) with forced lapses;
 // after each step, the live members never exceed N, and a Release that
 // reports success was not overtaken.
-func TestAdv4SemRandomLapses(t *testing.T) {
+func TestHoldRandomLapsesNeverExceedN(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv4-sem-rand"
+	const name = "sem-rand"
 	const n = 2
 	cs := []*dlock.Client{
 		newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(5*time.Second)),
@@ -109,13 +109,13 @@ func itoa(v int64) string {
 // taken at first), is refused and grants nothing. A copy can exist only
 // for a lease that ends marked: here a resumed one, whose first holder's
 // requests may still be in flight.
-func TestAdv4LateHoldAcquireCopy(t *testing.T) {
+func TestHoldLateAcquireCopyAfterReleaseTakesNothing(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
 	for _, what := range []any{"2", "r", "w"} {
-		name := "adv4-late-acq-" + what.(string)
+		name := "late-acq-" + what.(string)
 		var l *dlock.Lock
 		var err error
 		member := func(tok string) string { return tok }

@@ -129,7 +129,7 @@ func TestAcquirePartsAcrossDeployments(t *testing.T) {
 
 // AcquireParts over three servers, one paused: all or nothing, nothing left
 // held on the others (now or once the paused one resumes).
-func TestAdv5PartsServerPaused(t *testing.T) {
+func TestAcquirePartsWithAServerPausedIsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	long(t)
 	_, rdb1 := setup(t)
@@ -183,7 +183,7 @@ func TestAdv5PartsServerPaused(t *testing.T) {
 // Overlapping AcquireParts over 3 servers in varied orders, with prefixes:
 // no deadlock, no overlap, one key twice (two Clients, same server, same
 // prefix) refused, the same name under two prefixes on one server allowed.
-func TestAdv5PartsOverlapNoDeadlock(t *testing.T) {
+func TestAcquirePartsOverlappingNeitherDeadlockNorOverlap(t *testing.T) {
 	t.Parallel()
 	_, rdb1 := setup(t)
 	s2, s3 := redistest.Start(t), redistest.Start(t)

@@ -917,12 +917,12 @@ func TestAcquireAllTinyMaxWaitTriesEveryPart(t *testing.T) {
 	}
 }
 
-// TestAdvAcquireAllCancelledWhileAPartIsInFlight: AcquireAll holds m1 and
+// TestAcquireAllCancelledWhileAPartIsInFlight: AcquireAll holds m1 and
 // its request for m2 is in flight to a Redis that froze (SIGSTOP); the
 // context ends. AcquireAll returns within a few seconds with an error that
 // matches the context's and names m2, and once Redis answers again nothing
 // is left held: m1 given back, m2's request (which lands on resume) undone.
-func TestAdvAcquireAllCancelledWhileAPartIsInFlight(t *testing.T) {
+func TestAcquireAllCancelledWhileAPartIsInFlight(t *testing.T) {
 	t.Parallel()
 	long(t)
 	for _, fair := range []bool{false, true} {

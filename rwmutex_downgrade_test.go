@@ -132,16 +132,16 @@ func TestRWMutexDowngrade(t *testing.T) {
 	}
 }
 
-// HELD: Downgrade of a write hold keeps its token and fence, lets a
+// TestRWMutexDowngradeLetsReadersInAndKeepsExtending: Downgrade of a write hold keeps its token and fence, lets a
 // waiting reader in, not a waiting writer, and its watchdog then extends
 // the read hold past several TTLs; a second Downgrade is ErrInvalid, and a
 // Downgrade of a write that lapsed is ErrNotHeld.
-func TestAdv7Downgrade(t *testing.T) {
+func TestRWMutexDowngradeLetsReadersInAndKeepsExtending(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
-	rw, _ := c.RWMutex("adv7-dg")
+	rw, _ := c.RWMutex("dg")
 	w, err := rw.Writer().Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestAdv7Downgrade(t *testing.T) {
 	tok := w.Token()
 	wdone := make(chan error, 1)
 	c2 := newClient(t, rdb, dlock.LeaseTTL(time.Second))
-	rw2, _ := c2.RWMutex("adv7-dg")
+	rw2, _ := c2.RWMutex("dg")
 	go func() {
 		l, err := rw2.Writer().Acquire(ctx, dlock.MaxWait(1500*time.Millisecond))
 		if l != nil {
@@ -158,7 +158,7 @@ func TestAdv7Downgrade(t *testing.T) {
 		}
 		wdone <- err
 	}()
-	if !waitFor(2*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{adv7-dg}:q").Val() == 1 }) {
+	if !waitFor(2*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{dg}:q").Val() == 1 }) {
 		t.Fatal("the writer did not queue")
 	}
 	if err := rw.Downgrade(ctx, w); err != nil {
@@ -191,7 +191,7 @@ func TestAdv7Downgrade(t *testing.T) {
 	}
 
 	c3 := newClient(t, rdb, dlock.LeaseTTL(100*time.Millisecond), dlock.WithAutoExtend(false))
-	rw3, _ := c3.RWMutex("adv7-dg2")
+	rw3, _ := c3.RWMutex("dg2")
 	w3, err := rw3.Writer().Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -202,18 +202,18 @@ func TestAdv7Downgrade(t *testing.T) {
 	}
 }
 
-// HELD: a Downgrade whose reply arrives after the write hold reached its
+// TestRWMutexDowngradeReplyAfterMaxHoldFreesTheLock: a Downgrade whose reply arrives after the write hold reached its
 // max hold (the cap's undo runs meanwhile, on a copy of the claim, which is
 // Downgrading while the request is in flight) leaves nothing held for
 // long: a writer gets the lock within a second of the cap.
-func TestAdv7DowngradeAcrossMaxHold(t *testing.T) {
+func TestRWMutexDowngradeReplyAfterMaxHoldFreesTheLock(t *testing.T) {
 	t.Parallel()
 	p, rdb, direct := proxied(t, 0, 0)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
 	other := newClient(t, direct, dlock.LeaseTTL(2*time.Second))
 	for round := range 3 {
-		name := fmt.Sprint("adv7-dgr-", round)
+		name := fmt.Sprint("dgr-", round)
 		rw, _ := c.RWMutex(name)
 		w, err := rw.Writer().Acquire(ctx, dlock.MaxHold(200*time.Millisecond))
 		if err != nil {

@@ -692,11 +692,11 @@ func TestRWMutexRefusalCarriesNotAcquiredError(t *testing.T) {
 }
 
 // A queued writer that gives up must not block the readers behind it.
-func TestAdv4RWWaiterGivesUp(t *testing.T) {
+func TestRWMutexWriterThatGivesUpDoesNotBlockReaders(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv4-rw-giveup"
+	const name = "rw-giveup"
 	c := newClient(t, rdb, dlock.LeaseTTL(30*time.Second))
 	rw := newRW(t, c, name)
 	r1, err := rw.Reader().TryAcquire(ctx)
@@ -736,7 +736,7 @@ func TestAdv4RWWaiterGivesUp(t *testing.T) {
 // left: a write that nobody waits for any more held back every reader
 // behind it for max(TTL, 1s), and the reader's release then granted the
 // write to nobody, for another TTL.
-func TestRWAttackWriterFailedByTheNetworkLeavesItsPlace(t *testing.T) {
+func TestRWMutexWriterFailedByTheNetworkLeavesItsPlace(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -798,7 +798,7 @@ func TestRWAttackWriterFailedByTheNetworkLeavesItsPlace(t *testing.T) {
 // refusal of a hold asked for inside a hold of the name, and Holders on a
 // name of another kind, said "dlock: " twice ("dlock: acquire "x": dlock:
 // invalid argument: …").
-func TestRWAttackErrorsSayDlockOnce(t *testing.T) {
+func TestRWMutexErrorsSayDlockOnce(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()

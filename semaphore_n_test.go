@@ -166,7 +166,7 @@ func TestSemaphoreAcquireNConcurrent(t *testing.T) {
 
 // liveMembers returns the semaphore's members whose deadline is ahead of
 // the server's clock, and the time it read.
-func adv5Live(ctx context.Context, rdb *redis.Client, key string) []string {
+func liveMembers(ctx context.Context, rdb *redis.Client, key string) []string {
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
 		return nil
@@ -178,12 +178,12 @@ func adv5Live(ctx context.Context, rdb *redis.Client, key string) []string {
 // whole holds lapse server-side (ZADD XX of a small score on all members of
 // a hold): live members never exceed N, a hold's members are all there or
 // none, and Holders' counts add up to the live members.
-func TestAdv5MixedKChaosNeverOverN(t *testing.T) {
+func TestSemaphoreMixedAcquireNUnderLapsesNeverOverN(t *testing.T) {
 	t.Parallel()
 	long(t)
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name, N = "adv5-mixed", 4
+	const name, N = "mixed", 4
 	key := semKey(name)
 	var bad atomic.Int64
 	var mu sync.Mutex
@@ -243,7 +243,7 @@ func TestAdv5MixedKChaosNeverOverN(t *testing.T) {
 		c := newClient(t, rdb)
 		s := newSemaphore(t, c, name, N)
 		for time.Now().Before(stop) {
-			live := adv5Live(ctx, rdb, key)
+			live := liveMembers(ctx, rdb, key)
 			if len(live) > N {
 				report(fmt.Sprintf("%d live members > N=%d: %v", len(live), N, live))
 			}
@@ -281,22 +281,20 @@ func TestAdv5MixedKChaosNeverOverN(t *testing.T) {
 	}
 }
 
-// DEFECT (low severity: needs score divergence that dlock's own scripts never
-// write, e.g. an operator's or foreign ZADD). hold_extend.lua checks only the
-// hold's first member and then ZADD XX's the others, so lapsed siblings are
-// silently not renewed: the hold shrinks to 1 member while Extend returns nil
-// and the holder believes it has 3; another caller is granted the 2 freed
-// permits. hold_acquire.lua's re-sent path likewise checks only the first
-// member and re-adds the others with ZADD GT without counting capacity.
-// A hold of N=3 whose members "<t> 2" and "<t> 3" lapse (forced: ZADD of a
-// past score on those members only) while "<t>" stays. Another caller then
-// takes the freed permits; the holder's Extend (or TTL) must not report the
-// hold of 3 as still held, or two callers believe they share more than N.
-func TestAdv5PartialLapseThenExtend(t *testing.T) {
+// TestSemaphorePartlyLapsedHoldIsNotExtended: a hold whose members' scores
+// diverge (something dlock's own scripts never write, e.g. an operator's or
+// a foreign ZADD) must not be renewed as a whole by checking its first
+// member only: its lapsed members would stay lapsed while Extend returned
+// nil, and another caller could be granted them. A hold of N=3 whose
+// members "<t> 2" and "<t> 3" lapse (forced: ZADD of a past score on those
+// members only) while "<t>" stays. Another caller then takes the freed
+// permits; the holder's Extend (or TTL) must not report the hold of 3 as
+// still held, or two callers believe they share more than N.
+func TestSemaphorePartlyLapsedHoldIsNotExtended(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv5-partial"
+	const name = "partial"
 	key := semKey(name)
 	c := newClient(t, rdb, dlock.WithAutoExtend(false))
 	s := newSemaphore(t, c, name, 3)
@@ -317,7 +315,7 @@ func TestAdv5PartialLapseThenExtend(t *testing.T) {
 	if eerr == nil {
 		believed += 3
 	}
-	live := adv5Live(ctx, rdb, key)
+	live := liveMembers(ctx, rdb, key)
 	t.Logf("Extend of the partly lapsed hold: %v; live members %v", eerr, live)
 	if believed > 3 {
 		t.Errorf("after a partial lapse of a hold of 3 of N=3 and a grant of 2, the hold's Extend succeeded: holders believe %d permits held of 3", believed)
@@ -326,11 +324,11 @@ func TestAdv5PartialLapseThenExtend(t *testing.T) {
 
 // ForceRelease counts holds: a semaphore with a hold of 3 (meta with spaces
 // and '#') and a single permit is force-released, and Inspect shows Count.
-func TestAdv5ForceReleaseKHold(t *testing.T) {
+func TestSemaphoreForceReleaseCountsHolds(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv5-force"
+	const name = "force"
 	c := newClient(t, rdb)
 	s := newSemaphore(t, c, name, 5)
 	three, err := s.AcquireN(ctx, 3, dlock.HolderMeta("a b #c"))
@@ -368,11 +366,11 @@ func TestAdv5ForceReleaseKHold(t *testing.T) {
 // A waiter for k = N is not starved by four streams of single permits with
 // short holds, in arrival order; and k > its own N is refused even when
 // another Semaphore of bigger N on the same name holds nothing.
-func TestAdv5KEqualsNWaiter(t *testing.T) {
+func TestSemaphoreWaiterForAllPermitsIsNotStarved(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name, N = "adv5-kn", 3
+	const name, N = "kn", 3
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 4 {
@@ -402,7 +400,7 @@ func TestAdv5KEqualsNWaiter(t *testing.T) {
 	if err != nil {
 		t.Errorf("AcquireN(N) among single-permit streams: %v after %v", err, time.Since(start))
 	} else {
-		if live := adv5Live(ctx, rdb, semKey(name)); len(live) != N {
+		if live := liveMembers(ctx, rdb, semKey(name)); len(live) != N {
 			t.Errorf("with AcquireN(N) held, live members = %v", live)
 		}
 		l.Release(ctx)
@@ -414,11 +412,11 @@ func TestAdv5KEqualsNWaiter(t *testing.T) {
 // and after the waiter gave up, they take nothing and queue nothing. (A
 // copy can exist only for a lease that ends marked: here a resumed one,
 // whose first holder's requests may still be in flight, and an undone one.)
-func TestAdv5LateAcquireNCopies(t *testing.T) {
+func TestSemaphoreLateAcquireNCopiesTakeNothing(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv5-late-n"
+	const name = "late-n"
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
 	s := newSemaphore(t, c, name, 4)
 	first, err := s.AcquireN(ctx, 3)
@@ -468,11 +466,11 @@ func TestAdv5LateAcquireNCopies(t *testing.T) {
 // AcquireN through a proxy that delays requests past the caller's ctx: the
 // late request lands after the caller's undo or before it; either way the
 // permits end free, and N is never exceeded meanwhile.
-func TestAdv5DelayedAcquireN(t *testing.T) {
+func TestSemaphoreDelayedAcquireNLeavesThePermitsFree(t *testing.T) {
 	t.Parallel()
 	srv, rdb := setup(t)
 	ctx := t.Context()
-	const name, N = "adv5-delay-n", 3
+	const name, N = "delay-n", 3
 	p := redistest.NewProxy(t, srv.Addr())
 	prdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { prdb.Close() })
@@ -493,11 +491,11 @@ func TestAdv5DelayedAcquireN(t *testing.T) {
 		}
 		p.Delay(0, 0)
 		time.Sleep(50 * time.Millisecond)
-		if live := adv5Live(ctx, rdb, semKey(name)); len(live) > N {
+		if live := liveMembers(ctx, rdb, semKey(name)); len(live) > N {
 			t.Fatalf("round %d: live %v", i, live)
 		}
-		if !waitFor(3*time.Second, func() bool { return len(adv5Live(ctx, rdb, semKey(name))) == 1 }) {
-			t.Errorf("round %d: permits left by a late AcquireN: %v", i, adv5Live(ctx, rdb, semKey(name)))
+		if !waitFor(3*time.Second, func() bool { return len(liveMembers(ctx, rdb, semKey(name))) == 1 }) {
+			t.Errorf("round %d: permits left by a late AcquireN: %v", i, liveMembers(ctx, rdb, semKey(name)))
 		}
 	}
 	hold.Release(ctx)

@@ -834,11 +834,11 @@ func TestSemaphoreLockOptionsBadInputSendsNothing(t *testing.T) {
 
 // A permit forced past its deadline (not dropped) is dropped by the next
 // grant; its Release then reports ErrNotHeld, and never more than N live.
-func TestAdv4SemLapsedPlaceTaken(t *testing.T) {
+func TestSemaphoreLapsedPermitDroppedByTheNextGrant(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv4-sem-lapsed"
+	const name = "sem-lapsed"
 	s := newSemaphore(t, newClient(t, rdb, dlock.WithAutoExtend(false)), name, 2)
 	a, err := s.TryAcquire(ctx)
 	if err != nil {
