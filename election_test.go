@@ -252,101 +252,114 @@ func TestElectionSuccessionOnDeath(t *testing.T) {
 	t.Parallel()
 	long(t)
 	s, rdb := setup(t)
-	t.Run("stopped", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		defer cancel()
-		dead := newElection(t, newClient(t, rdb, dlock.LeaseTTL(500*time.Millisecond), dlock.WithAutoExtend(false)), "stopped")
-		e := newElection(t, newClient(t, rdb), "stopped")
-		old, err := dead.Campaign(ctx, "stops extending")
-		if err != nil {
-			t.Fatal(err)
+	t.Run("stopped", func(t *testing.T) { successionStopped(t, rdb) })
+	t.Run("killed", func(t *testing.T) { successionKilled(t, s, rdb) })
+	t.Run("forced", func(t *testing.T) { successionForced(t, rdb) })
+}
+
+// successionStopped: a leader that stops extending is succeeded once its
+// validity ends; Observe sees the next one, and the stopped leader's
+// Resign says ErrNotHeld.
+func successionStopped(t *testing.T, rdb *redis.Client) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	dead := newElection(t, newClient(t, rdb, dlock.LeaseTTL(500*time.Millisecond), dlock.WithAutoExtend(false)), "stopped")
+	e := newElection(t, newClient(t, rdb), "stopped")
+	old, err := dead.Campaign(ctx, "stops extending")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := e.Observe(ctx)
+	if ld := <-obs; ld.Token != old.Lock().Token() {
+		t.Errorf("Observe's first value = %+v, want the stopped leader", ld)
+	}
+	next := campaign(ctx, e, "next")
+	o := <-next
+	if o.err != nil {
+		t.Fatalf("Campaign behind a leader that stopped extending = %v", o.err)
+	}
+	defer o.ld.Resign(ctx)
+	if time.Now().Before(old.ValidUntil()) {
+		t.Errorf("the next term began %v before the stopped leader's validity ended", time.Until(old.ValidUntil()))
+	}
+	if !closedWithin(old.Done(), time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
+		t.Errorf("stopped leader: Err = %v, want Done closed and ErrNotHeld", old.Err())
+	}
+	if o.ld.Fence() <= old.Fence() {
+		t.Errorf("next term's fence %d, want above the stopped leader's %d", o.ld.Fence(), old.Fence())
+	}
+	for ld := range obs { // the gap (nobody leads) may be seen or not
+		if ld == (dlock.Leader{}) {
+			continue
 		}
-		obs := e.Observe(ctx)
-		if ld := <-obs; ld.Token != old.Lock().Token() {
-			t.Errorf("Observe's first value = %+v, want the stopped leader", ld)
+		if ld.Token != o.ld.Lock().Token() || ld.Fence != o.ld.Fence() {
+			t.Errorf("Observe after the stopped leader = %+v, want the next one", ld)
 		}
-		next := campaign(ctx, e, "next")
-		o := <-next
-		if o.err != nil {
-			t.Fatalf("Campaign behind a leader that stopped extending = %v", o.err)
-		}
-		defer o.ld.Resign(ctx)
-		if time.Now().Before(old.ValidUntil()) {
-			t.Errorf("the next term began %v before the stopped leader's validity ended", time.Until(old.ValidUntil()))
-		}
-		if !closedWithin(old.Done(), time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
-			t.Errorf("stopped leader: Err = %v, want Done closed and ErrNotHeld", old.Err())
-		}
-		if o.ld.Fence() <= old.Fence() {
-			t.Errorf("next term's fence %d, want above the stopped leader's %d", o.ld.Fence(), old.Fence())
-		}
-		for ld := range obs { // the gap (nobody leads) may be seen or not
-			if ld == (dlock.Leader{}) {
-				continue
-			}
-			if ld.Token != o.ld.Lock().Token() || ld.Fence != o.ld.Fence() {
-				t.Errorf("Observe after the stopped leader = %+v, want the next one", ld)
-			}
-			break
-		}
-		if err := old.Resign(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-			t.Errorf("Resign of the stopped leader = %v, want ErrNotHeld", err)
-		}
-	})
-	t.Run("killed", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		h := startHelper(t, s, "lead", "killed", time.Second, 0)
-		if !h.waitLine("leading", 10*time.Second) {
-			t.Fatalf("the worker never led: %s", h.out.String())
-		}
-		e := newElection(t, newClient(t, rdb), "killed")
-		was, err := e.Leader(ctx)
-		if err != nil || !strings.HasPrefix(was.Value, "worker ") {
-			t.Fatalf("Leader while the worker leads = %+v, %v", was, err)
-		}
-		next := campaign(ctx, e, "next")
-		if !queued(ctx, rdb, "killed", 1) {
-			t.Fatal("the candidate never queued")
-		}
-		h.kill()
-		o := <-next
-		if o.err != nil {
-			t.Fatalf("Campaign behind a killed leader = %v, want leadership after its TTL", o.err)
-		}
-		defer o.ld.Resign(ctx)
-		if o.ld.Fence() <= was.Fence {
-			t.Errorf("next term's fence %d, want above the killed leader's %d", o.ld.Fence(), was.Fence)
-		}
-	})
-	t.Run("forced", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		defer cancel()
-		c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
-		e := newElection(t, c, "forced")
-		old, err := e.Campaign(ctx, "forced away")
-		if err != nil {
-			t.Fatal(err)
-		}
-		next := campaign(ctx, e, "next")
-		if !queued(ctx, rdb, "forced", 1) {
-			t.Fatal("the candidate never queued")
-		}
-		if ok, err := c.ForceRelease(ctx, "forced"); !ok || err != nil {
-			t.Fatalf("ForceRelease = %v, %v", ok, err)
-		}
-		o := <-next
-		if o.err != nil {
-			t.Fatalf("Campaign behind a leader forced away = %v", o.err)
-		}
-		defer o.ld.Resign(ctx)
-		if !closedWithin(old.Done(), 5*time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
-			t.Errorf("leader forced away: Err = %v, want Done closed and ErrNotHeld", old.Err())
-		}
-		if o.ld.Fence() <= old.Fence() {
-			t.Errorf("next term's fence %d, want above the forced leader's %d", o.ld.Fence(), old.Fence())
-		}
-	})
+		break
+	}
+	if err := old.Resign(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Resign of the stopped leader = %v, want ErrNotHeld", err)
+	}
+}
+
+// successionKilled: a worker process that leads is killed; the queued
+// candidate leads after its TTL, with a higher fence.
+func successionKilled(t *testing.T, s *redistest.Server, rdb *redis.Client) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	h := startHelper(t, s, "lead", "killed", time.Second, 0)
+	if !h.waitLine("leading", 10*time.Second) {
+		t.Fatalf("the worker never led: %s", h.out.String())
+	}
+	e := newElection(t, newClient(t, rdb), "killed")
+	was, err := e.Leader(ctx)
+	if err != nil || !strings.HasPrefix(was.Value, "worker ") {
+		t.Fatalf("Leader while the worker leads = %+v, %v", was, err)
+	}
+	next := campaign(ctx, e, "next")
+	if !queued(ctx, rdb, "killed", 1) {
+		t.Fatal("the candidate never queued")
+	}
+	h.kill()
+	o := <-next
+	if o.err != nil {
+		t.Fatalf("Campaign behind a killed leader = %v, want leadership after its TTL", o.err)
+	}
+	defer o.ld.Resign(ctx)
+	if o.ld.Fence() <= was.Fence {
+		t.Errorf("next term's fence %d, want above the killed leader's %d", o.ld.Fence(), was.Fence)
+	}
+}
+
+// successionForced: a leader forced away (ForceRelease) is told so, and the
+// queued candidate leads with a higher fence.
+func successionForced(t *testing.T, rdb *redis.Client) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
+	e := newElection(t, c, "forced")
+	old, err := e.Campaign(ctx, "forced away")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := campaign(ctx, e, "next")
+	if !queued(ctx, rdb, "forced", 1) {
+		t.Fatal("the candidate never queued")
+	}
+	if ok, err := c.ForceRelease(ctx, "forced"); !ok || err != nil {
+		t.Fatalf("ForceRelease = %v, %v", ok, err)
+	}
+	o := <-next
+	if o.err != nil {
+		t.Fatalf("Campaign behind a leader forced away = %v", o.err)
+	}
+	defer o.ld.Resign(ctx)
+	if !closedWithin(old.Done(), 5*time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
+		t.Errorf("leader forced away: Err = %v, want Done closed and ErrNotHeld", old.Err())
+	}
+	if o.ld.Fence() <= old.Fence() {
+		t.Errorf("next term's fence %d, want above the forced leader's %d", o.ld.Fence(), old.Fence())
+	}
 }
 
 // A candidate whose ctx ends stops waiting at once, with an error that says
@@ -606,14 +619,7 @@ func TestElectionErrorsSpeakOfCampaignAndLeader(t *testing.T) {
 	}
 	checkText := func(what string, err error, want string, sentinels ...error) {
 		t.Helper()
-		if err == nil || err.Error() != want {
-			t.Errorf("%s = %v, want the text %q", what, err, want)
-		}
-		for _, s := range sentinels {
-			if !errors.Is(err, s) {
-				t.Errorf("%s = %v, want it to match %v", what, err, s)
-			}
-		}
+		checkErrText(t, what, err, want, sentinels...)
 	}
 	_, err = e.Campaign(ctx, "v2", dlock.MaxWait(0))
 	checkText("Campaign refused", err, `dlock: campaign "words": not acquired: led by another candidate, "v1"`, dlock.ErrNotAcquired)
@@ -641,8 +647,39 @@ func TestElectionErrorsSpeakOfCampaignAndLeader(t *testing.T) {
 		`the key holds a semaphore (a sorted set), or another program's value, not a leader's lease`, dlock.ErrWrongType)
 	p.Release(ctx)
 
+	electionDoLossWords(ctx, t, c, e)
+
+	srv := redistest.Start(t)
+	gone, err := newElection(t, newClient(t, srv.Client(t)), "words").Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if err := gone.Resign(ctx); err == nil || !strings.HasPrefix(err.Error(), `dlock: resign "words": `) {
+		t.Errorf("Resign with Redis gone = %v, want an error of the resign", err)
+	}
+}
+
+// checkErrText checks that err reads want and matches every sentinel.
+func checkErrText(t *testing.T, what string, err error, want string, sentinels ...error) {
+	t.Helper()
+	if err == nil || err.Error() != want {
+		t.Errorf("%s = %v, want the text %q", what, err, want)
+	}
+	for _, s := range sentinels {
+		if !errors.Is(err, s) {
+			t.Errorf("%s = %v, want it to match %v", what, err, s)
+		}
+	}
+}
+
+// electionDoLossWords: e's Do, whose leadership (of "words", on c) is
+// forced away while fn runs, ends fn's context with the loss as its cause,
+// and returns fn's error with the loss, on one line.
+func electionDoLossWords(ctx context.Context, t *testing.T, c *dlock.Client, e *dlock.Election) {
+	t.Helper()
 	var loss error
-	err = e.Do(ctx, "deposed", func(fctx context.Context, ld *dlock.Leadership) error {
+	err := e.Do(ctx, "deposed", func(fctx context.Context, ld *dlock.Leadership) error {
 		if ok, err := c.ForceRelease(ctx, "words"); !ok || err != nil {
 			t.Errorf("ForceRelease = %v, %v", ok, err)
 		}
@@ -653,7 +690,7 @@ func TestElectionErrorsSpeakOfCampaignAndLeader(t *testing.T) {
 	if !strings.HasPrefix(fmt.Sprint(loss), `dlock: not held: "words": `) {
 		t.Errorf("the cause of Do's context after the leadership was forced away = %v, want the loss", loss)
 	}
-	checkText("Do whose leadership was forced away, fn returning its context's error", err,
+	checkErrText(t, "Do whose leadership was forced away, fn returning its context's error", err,
 		"context canceled: "+fmt.Sprint(loss), context.Canceled, dlock.ErrNotHeld)
 	err = e.Do(ctx, "deposed", func(fctx context.Context, ld *dlock.Leadership) error {
 		c.ForceRelease(ctx, "words")
@@ -663,16 +700,6 @@ func TestElectionErrorsSpeakOfCampaignAndLeader(t *testing.T) {
 	})
 	if loss == nil || err == nil || strings.Contains(err.Error(), "\n") || !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Do whose leadership was forced away, fn returning the cause %v: %q, want one line matching ErrNotHeld", loss, err)
-	}
-
-	srv := redistest.Start(t)
-	gone, err := newElection(t, newClient(t, srv.Client(t)), "words").Campaign(ctx, "v")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Kill()
-	if err := gone.Resign(ctx); err == nil || !strings.HasPrefix(err.Error(), `dlock: resign "words": `) {
-		t.Errorf("Resign with Redis gone = %v, want an error of the resign", err)
 	}
 }
 
@@ -990,14 +1017,7 @@ func TestElectionDelayedCampaignTakesNothing(t *testing.T) {
 				}
 				a := announced(t, direct, name)
 				e := newElection(t, c, name)
-				p.Delay(time.Second, 0)
-				start := time.Now()
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					time.Sleep(100 * time.Millisecond) // the request has crossed into the proxy
-					p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
-				}()
+				start, done := delayThenLetThrough(p)
 				cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
 				ld, err := e.Campaign(cctx, "late")
 				ccancel()

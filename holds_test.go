@@ -179,14 +179,7 @@ func TestHoldDelayedRequestTakesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
-	for _, k := range []struct {
-		kind    string
-		prefix  string                                                      // of the lock names
-		noun    string                                                      // what a holder has
-		waiter  func(t *testing.T, c *dlock.Client, name string) holdLocker // the delayed request's
-		holder  func(t *testing.T, c *dlock.Client, name string) holdLocker // what the waiter waits behind
-		members func(ctx context.Context, rdb redis.Cmdable, name string) []string
-	}{
+	for _, k := range []delayedHoldKind{
 		{"semaphore", "sem", "permit",
 			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newSemaphore(t, c, name, 1) },
 			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newSemaphore(t, c, name, 1) },
@@ -200,68 +193,80 @@ func TestHoldDelayedRequestTakesNothing(t *testing.T) {
 			for _, retries := range []int{-1, 3} {
 				for _, wait := range []bool{false, true} {
 					t.Run(fmt.Sprintf("retries=%d/acquire=%v", retries, wait), func(t *testing.T) {
-						p, rdb, direct := proxied(t, retries, 300*time.Millisecond)
-						ctx := t.Context()
-						name := fmt.Sprintf("%s-delayed-%d-%v", k.prefix, retries, wait)
-						key := semKey(name)
-						c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), pipelined(false))
-						s := k.waiter(t, c, name)
-						if warm, err := k.waiter(t, c, name+"-warm").TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
-							warm.Release(ctx)
-						}
-						acquire := s.TryAcquire
-						var holder *dlock.Lock
-						if wait { // the permit is taken, or a read held: the delayed request would queue
-							var err error
-							if holder, err = k.holder(t, newClient(t, direct), name).TryAcquire(ctx); err != nil {
-								t.Fatal(err)
-							}
-							acquire = func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
-								ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-								defer cancel()
-								return s.Acquire(ctx, opts...)
-							}
-						}
-						p.Delay(time.Second, 0)
-						start := time.Now()
-						done := make(chan struct{})
-						go func() {
-							defer close(done)
-							time.Sleep(100 * time.Millisecond) // the request has crossed into the proxy
-							p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
-						}()
-						l, err := acquire(ctx)
-						<-done
-						switch {
-						case (retries < 0 || wait) && err == nil:
-							t.Errorf("acquire through a 1s delay with a 300ms read timeout = nil error, want it to fail")
-						case retries > 0 && !wait && err != nil:
-							t.Errorf("TryAcquire = %v, want the re-sent copy's %s", err, k.noun)
-						}
-						if l != nil {
-							if err := l.Release(ctx); err != nil {
-								t.Errorf("Release = %v", err)
-							}
-						}
-						time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
-						want := 0
-						if holder != nil {
-							want = 1
-						}
-						if m := k.members(ctx, direct, name); len(m) != want || liveKeys(ctx, direct, key+":q", key+":qw") != 0 {
-							t.Errorf("after the delayed request landed: %ss %v (want %d), queue %v %v: a %s or entry for nobody",
-								k.noun, m, want, direct.LRange(ctx, key+":q", 0, -1).Val(), direct.HGetAll(ctx, key+":qw").Val(), k.noun)
-						}
-						if holder != nil {
-							holder.Release(ctx)
-							if m := k.members(ctx, direct, name); len(m) != 0 {
-								t.Errorf("%ss after the holder released: %v, want none (given to nobody)", k.noun, m)
-							}
-						}
+						delayedHoldRequest(t, k, retries, wait)
 					})
 				}
 			}
 		})
+	}
+}
+
+// delayedHoldKind is a kind of hold for TestHoldDelayedRequestTakesNothing.
+type delayedHoldKind struct {
+	kind    string
+	prefix  string                                                      // of the lock names
+	noun    string                                                      // what a holder has
+	waiter  func(t *testing.T, c *dlock.Client, name string) holdLocker // the delayed request's
+	holder  func(t *testing.T, c *dlock.Client, name string) holdLocker // what the waiter waits behind
+	members func(ctx context.Context, rdb redis.Cmdable, name string) []string
+}
+
+// delayedHoldRequest sends a hold's acquisition (with go-redis's retries
+// off or on, a TryAcquire or an Acquire behind a holder) through a proxy
+// that delays it past the 300ms read timeout, then lets the undo (or the
+// re-sent copy) through: once the delayed original has landed, it must
+// have taken nothing and queued nothing.
+func delayedHoldRequest(t *testing.T, k delayedHoldKind, retries int, wait bool) {
+	p, rdb, direct := proxied(t, retries, 300*time.Millisecond)
+	ctx := t.Context()
+	name := fmt.Sprintf("%s-delayed-%d-%v", k.prefix, retries, wait)
+	key := semKey(name)
+	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), pipelined(false))
+	s := k.waiter(t, c, name)
+	if warm, err := k.waiter(t, c, name+"-warm").TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
+		warm.Release(ctx)
+	}
+	acquire := s.TryAcquire
+	var holder *dlock.Lock
+	if wait { // the permit is taken, or a read held: the delayed request would queue
+		var err error
+		if holder, err = k.holder(t, newClient(t, direct), name).TryAcquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		acquire = func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+			ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			return s.Acquire(ctx, opts...)
+		}
+	}
+	start, done := delayThenLetThrough(p)
+	l, err := acquire(ctx)
+	<-done
+	switch {
+	case (retries < 0 || wait) && err == nil:
+		t.Errorf("acquire through a 1s delay with a 300ms read timeout = nil error, want it to fail")
+	case retries > 0 && !wait && err != nil:
+		t.Errorf("TryAcquire = %v, want the re-sent copy's %s", err, k.noun)
+	}
+	if l != nil {
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release = %v", err)
+		}
+	}
+	time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
+	want := 0
+	if holder != nil {
+		want = 1
+	}
+	if m := k.members(ctx, direct, name); len(m) != want || liveKeys(ctx, direct, key+":q", key+":qw") != 0 {
+		t.Errorf("after the delayed request landed: %ss %v (want %d), queue %v %v: a %s or entry for nobody",
+			k.noun, m, want, direct.LRange(ctx, key+":q", 0, -1).Val(), direct.HGetAll(ctx, key+":qw").Val(), k.noun)
+	}
+	if holder != nil {
+		holder.Release(ctx)
+		if m := k.members(ctx, direct, name); len(m) != 0 {
+			t.Errorf("%ss after the holder released: %v, want none (given to nobody)", k.noun, m)
+		}
 	}
 }
 

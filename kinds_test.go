@@ -117,7 +117,7 @@ func lo(opts []dlock.LeaseOption) []dlock.LockOption {
 // and TTL serve, and whose Release frees it for the next one; every event
 // names the kind's mode.
 func TestKindsLeaseExtendFenceAndRelease(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+	t.Parallel()
 	long(t)
 	_, rdb := setup(t)
 	for _, fair := range []bool{false, true} {
@@ -129,74 +129,83 @@ func TestKindsLeaseExtendFenceAndRelease(t *testing.T) {
 		}
 		for _, k := range adv3Kinds() {
 			t.Run(fmt.Sprintf("fair=%v/%s", fair, k.name), func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-				defer cancel()
-				name := fmt.Sprintf("rt-%v-%s", fair, k.name)
+				t.Parallel()
 				mode := k.mode
 				if mode == "" {
 					mode = own
 				}
-				l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(600*time.Millisecond))
-				if err != nil {
-					t.Fatalf("acquire: %v", err)
-				}
-				time.Sleep(900 * time.Millisecond) // the watchdog extends every 200ms
-				if err := l.Err(); err != nil {
-					t.Fatalf("lease lost under its watchdog: %v", err)
-				}
-				if err := l.Extend(ctx, 700*time.Millisecond); err != nil {
-					t.Fatalf("Extend: %v", err)
-				}
-				if f, err := l.Fence(ctx); err != nil || f <= 0 {
-					t.Fatalf("Fence = %d, %v", f, err)
-				}
-				if d, err := l.TTL(ctx); err != nil || d <= 0 {
-					t.Fatalf("TTL = %v, %v", d, err)
-				}
-				// Held: another of the same kind (a write for a read) is refused.
-				other := k
-				if k.name == "read" {
-					other = adv3Kinds()[2]
-				}
-				if l2, err := other.take(ctx, c, name, true); err == nil {
-					l2.Release(ctx)
-					t.Fatalf("a second %s was granted while the first is held", other.name)
-				} else if !errors.Is(err, dlock.ErrNotAcquired) {
-					t.Fatalf("second %s: %v; want ErrNotAcquired", other.name, err)
-				}
-				if err := l.Release(ctx); err != nil {
-					t.Fatalf("Release: %v", err)
-				}
-				l2, err := k.take(ctx, c, name, true)
-				if err != nil {
-					t.Fatalf("after Release: %v", err)
-				}
-				if err := l2.Release(ctx); err != nil {
-					t.Fatalf("second Release: %v", err)
-				}
-				var auto bool
-				for _, e := range rec.of(name) {
-					if other.name != k.name && errors.Is(e.Err, dlock.ErrNotAcquired) {
-						if e.Mode != "write" {
-							t.Errorf("the refused write's event has Mode %q", e.Mode)
-						}
-						continue
-					}
-					if e.Mode != mode {
-						t.Errorf("event %s (auto %v) has Mode %q; want %q", e.Op, e.Auto, e.Mode, mode)
-					}
-					if e.Op == dlock.OpExtend && e.Auto {
-						auto = true
-						if e.Err != nil {
-							t.Errorf("watchdog extension failed: %v", e.Err)
-						}
-					}
-				}
-				if !auto {
-					t.Errorf("no watchdog extension observed")
-				}
+				kindRoundTrip(t, c, &rec, k, fmt.Sprintf("rt-%v-%s", fair, k.name), mode)
 			})
 		}
+	}
+}
+
+// kindRoundTrip takes name as kind k on c under a watchdog past its TTL,
+// extends it, reads its fence and TTL, sees another of the kind refused,
+// releases it and takes it again; then checks that rec saw every event of
+// name with mode and at least one watchdog extension.
+func kindRoundTrip(t *testing.T, c *dlock.Client, rec *adv3Events, k adv3Kind, name, mode string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(1500*time.Millisecond))
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	time.Sleep(2200 * time.Millisecond) // past the TTL; the watchdog extends every 500ms
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost under its watchdog: %v", err)
+	}
+	if err := l.Extend(ctx, 2*time.Second); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if f, err := l.Fence(ctx); err != nil || f <= 0 {
+		t.Fatalf("Fence = %d, %v", f, err)
+	}
+	if d, err := l.TTL(ctx); err != nil || d <= 0 {
+		t.Fatalf("TTL = %v, %v", d, err)
+	}
+	// Held: another of the same kind (a write for a read) is refused.
+	other := k
+	if k.name == "read" {
+		other = adv3Kinds()[2]
+	}
+	if l2, err := other.take(ctx, c, name, true); err == nil {
+		l2.Release(ctx)
+		t.Fatalf("a second %s was granted while the first is held", other.name)
+	} else if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("second %s: %v; want ErrNotAcquired", other.name, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	l2, err := k.take(ctx, c, name, true)
+	if err != nil {
+		t.Fatalf("after Release: %v", err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	var auto bool
+	for _, e := range rec.of(name) {
+		if other.name != k.name && errors.Is(e.Err, dlock.ErrNotAcquired) {
+			if e.Mode != "write" {
+				t.Errorf("the refused write's event has Mode %q", e.Mode)
+			}
+			continue
+		}
+		if e.Mode != mode {
+			t.Errorf("event %s (auto %v) has Mode %q; want %q", e.Op, e.Auto, e.Mode, mode)
+		}
+		if e.Op == dlock.OpExtend && e.Auto {
+			auto = true
+			if e.Err != nil {
+				t.Errorf("watchdog extension failed: %v", e.Err)
+			}
+		}
+	}
+	if !auto {
+		t.Errorf("no watchdog extension observed")
 	}
 }
 
@@ -245,58 +254,76 @@ func TestKindsAfterScriptFlushAndLoss(t *testing.T) {
 		if n, _ := rdb.Exists(ctx, "{"+name+"}").Result(); n != 0 {
 			t.Errorf("%s: the lock key is left after Release", k.name)
 		}
-		// Wrong kinds: every other kind on this name while it is held.
-		l, err = k.take(ctx, c, name, false)
-		if err != nil {
-			t.Fatal(err)
+		wrongKindsRefused(ctx, t, c, kinds, k, name)
+		lostWithMode(ctx, t, noext, &rec, k, mode)
+	}
+}
+
+// wrongKindsRefused holds name as kind k on c and checks that every kind of
+// another structure is refused with ErrWrongType, named by its own verb.
+func wrongKindsRefused(ctx context.Context, t *testing.T, c *dlock.Client, kinds []adv3Kind, k adv3Kind, name string) {
+	t.Helper()
+	l, err := k.take(ctx, c, name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	for _, o := range kinds {
+		if o.name == k.name || (o.name == "read" && k.name == "write") || (o.name == "write" && k.name == "read") ||
+			(o.name == "election" && k.name == "own") || (o.name == "own" && k.name == "election") {
+			continue // the same structure
 		}
-		for _, o := range kinds {
-			if o.name == k.name || (o.name == "read" && k.name == "write") || (o.name == "write" && k.name == "read") ||
-				(o.name == "election" && k.name == "own") || (o.name == "own" && k.name == "election") {
-				continue // the same structure
-			}
-			verb := "acquire"
-			if o.name == "election" {
-				verb = "campaign"
-			}
-			l2, err := o.take(ctx, c, name, true)
-			if err == nil {
-				l2.Release(ctx)
-				t.Errorf("%s held, %s granted", k.name, o.name)
-				continue
-			}
-			if !errors.Is(err, dlock.ErrWrongType) || !strings.HasPrefix(err.Error(), "dlock: "+verb+" ") {
-				t.Errorf("%s held, %s: %v; want ErrWrongType starting %q", k.name, o.name, err, "dlock: "+verb)
-			}
+		verb := "acquire"
+		if o.name == "election" {
+			verb = "campaign"
 		}
-		l.Release(ctx)
-		// Lost.
-		lname := "lost-" + k.name
-		l, err = k.take(ctx, noext, lname, false, dlock.LeaseTTL(200*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
+		l2, err := o.take(ctx, c, name, true)
+		if err == nil {
+			l2.Release(ctx)
+			t.Errorf("%s held, %s granted", k.name, o.name)
+			continue
 		}
-		if !closedWithin(l.Done(), 2*time.Second) {
-			t.Fatalf("%s: Done not closed", k.name)
+		if !errors.Is(err, dlock.ErrWrongType) || !strings.HasPrefix(err.Error(), "dlock: "+verb+" ") {
+			t.Errorf("%s held, %s: %v; want ErrWrongType starting %q", k.name, o.name, err, "dlock: "+verb)
 		}
-		time.Sleep(50 * time.Millisecond)
-		var lost bool
+	}
+}
+
+// lostWithMode lets a lease of kind k taken on noext (no watchdog) expire
+// and checks that rec saw it Lost with the kind's mode.
+func lostWithMode(ctx context.Context, t *testing.T, noext *dlock.Client, rec *adv3Events, k adv3Kind, mode string) {
+	t.Helper()
+	lname := "lost-" + k.name
+	l, err := k.take(ctx, noext, lname, false, dlock.LeaseTTL(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if !closedWithin(l.Done(), 2*time.Second) {
+		t.Fatalf("%s: Done not closed", k.name)
+	}
+	lostEvents := func() []dlock.Event {
+		var lost []dlock.Event
 		for _, e := range rec.of(lname) {
 			if e.Op == dlock.OpLost {
-				lost = true
-				want := mode
-				if k.mode == "" {
-					want = "fair"
-				}
-				if e.Mode != want {
-					t.Errorf("%s: Lost event Mode %q; want %q", k.name, e.Mode, want)
-				}
+				lost = append(lost, e)
 			}
 		}
-		if !lost {
-			t.Errorf("%s: no Lost event", k.name)
+		return lost
+	}
+	waitFor(2*time.Second, func() bool { return len(lostEvents()) > 0 })
+	lost := lostEvents()
+	for _, e := range lost {
+		want := mode
+		if k.mode == "" {
+			want = "fair"
 		}
-		l.Release(ctx)
+		if e.Mode != want {
+			t.Errorf("%s: Lost event Mode %q; want %q", k.name, e.Mode, want)
+		}
+	}
+	if len(lost) == 0 {
+		t.Errorf("%s: no Lost event", k.name)
 	}
 }
 
@@ -387,7 +414,7 @@ func TestKindsErrorsNameTheirVerbs(t *testing.T) {
 		if k.name == "read" {
 			other = adv3Kinds()[2]
 		}
-		l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(300*time.Millisecond))
+		l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(3*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -457,7 +484,7 @@ func TestKindsConcurrentOnOneClientWithObservers(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for j := range 10 {
-					l, err := k.take(ctx, c, fmt.Sprintf("storm-%d", i), j%2 == 0, dlock.LeaseTTL(300*time.Millisecond))
+					l, err := k.take(ctx, c, fmt.Sprintf("storm-%d", i), j%2 == 0, dlock.LeaseTTL(1500*time.Millisecond))
 					if errors.Is(err, dlock.ErrNotAcquired) {
 						continue
 					}

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // RWMutex.Downgrade: a write hold becomes a read in one step, keeping its
@@ -30,25 +33,8 @@ func TestRWMutexDowngrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	fence := fenceOf(t, w)
-	wait := func(l *dlock.RWLocker) <-chan *dlock.Lock {
-		ch := make(chan *dlock.Lock, 1)
-		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			h, err := l.Acquire(wctx)
-			if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("Acquire: %v", err)
-			}
-			ch <- h
-		}()
-		return ch
-	}
-	queued := func(n int64) {
-		t.Helper()
-		if !waitFor(3*time.Second, func() bool { return rdb.LLen(ctx, semKey(name)+":q").Val() == n }) {
-			t.Fatalf("%d waiters never queued", n)
-		}
-	}
+	wait := func(l *dlock.RWLocker) <-chan *dlock.Lock { return rwWaitFor(ctx, t, l) }
+	queued := func(n int64) { t.Helper(); rwWaitQueued(ctx, t, rdb, name, n) }
 	reader := wait(rw.Reader())
 	queued(1)
 	writer := wait(rw.Writer())
@@ -98,15 +84,47 @@ func TestRWMutexDowngrade(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("the writer was not let in once the reads were released")
 	}
+	downgradeBeforeAWriterFirstInLine(ctx, t, rdb, rw, name)
+}
 
-	// A writer first in line: the downgrade lets in nobody behind it.
-	w, err = rw.Writer().TryAcquire(ctx)
+// rwWaitFor acquires l in a goroutine, for up to 5s, and sends the hold (nil
+// if the wait ran out) on the channel it returns.
+func rwWaitFor(ctx context.Context, t *testing.T, l *dlock.RWLocker) <-chan *dlock.Lock {
+	ch := make(chan *dlock.Lock, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		h, err := l.Acquire(wctx)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Acquire: %v", err)
+		}
+		ch <- h
+	}()
+	return ch
+}
+
+// rwWaitQueued waits until the read-write lock name has n waiters in its queue.
+func rwWaitQueued(ctx context.Context, t *testing.T, rdb *redis.Client, name string, n int64) {
+	t.Helper()
+	if !waitFor(3*time.Second, func() bool { return rwQueued(ctx, rdb, name) == n }) {
+		t.Fatalf("%d waiters never queued", n)
+	}
+}
+
+// downgradeBeforeAWriterFirstInLine: with a writer first in line, a
+// downgrade lets in nobody behind it, neither the reader behind the writer
+// nor the writer; the writer gets the lock once the downgraded hold goes.
+func downgradeBeforeAWriterFirstInLine(ctx context.Context, t *testing.T, rdb *redis.Client, rw *dlock.RWMutex, name string) {
+	t.Helper()
+	wait := func(l *dlock.RWLocker) <-chan *dlock.Lock { return rwWaitFor(ctx, t, l) }
+	queued := func(n int64) { t.Helper(); rwWaitQueued(ctx, t, rdb, name, n) }
+	w, err := rw.Writer().TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	writer = wait(rw.Writer())
+	writer := wait(rw.Writer())
 	queued(1)
-	reader = wait(rw.Reader())
+	reader := wait(rw.Reader())
 	queued(2)
 	if err := rw.Downgrade(ctx, w); err != nil {
 		t.Fatal(err)
@@ -299,8 +317,14 @@ func TestRWMutexDowngradeUnknownOutcome(t *testing.T) {
 			l.Release(ctx)
 		})
 	}
-	// Released with the outcome still unknown: the read or the write goes,
-	// and a request held on the way and landing after it does nothing.
+	downgradeUnknownThenReleased(ctx, t, p, c, direct)
+}
+
+// downgradeUnknownThenReleased: a write hold released with its Downgrade's
+// outcome still unknown goes, read or write, and the Downgrade request held
+// on the way and landing after it does nothing.
+func downgradeUnknownThenReleased(ctx context.Context, t *testing.T, p *redistest.Proxy, c *dlock.Client, direct *redis.Client) {
+	t.Helper()
 	rw := newRW(t, c, "dg-unknown-release")
 	w, err := rw.Writer().Acquire(ctx)
 	if err != nil {
@@ -395,158 +419,183 @@ func TestRWMutexDowngradeUnknownOutcomeUnderFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	const name = "dg-faults"
-	key := semKey(name)
 	a := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
 	b := newClient(t, direct, dlock.LeaseTTL(600*time.Millisecond))
 	rwa, rwb := newRW(t, a, name), newRW(t, b, name)
-
-	var (
-		mu       sync.Mutex
-		released = map[string]time.Time{} // A's tokens released (Release returned nil)
-		writers  atomic.Int32
-		readers  atomic.Int32
-		aWrite   atomic.Int32 // A holds what it believes may be a write
-		fails    atomic.Int32
-	)
-	fail := func(format string, args ...any) {
-		if fails.Add(1) <= 10 {
-			t.Errorf(format, args...)
-		}
-	}
+	f := &dgFaults{t: t, ctx: ctx, direct: direct, key: semKey(name), released: map[string]time.Time{}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	// B's writers and readers.
-	for i := range 3 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				actx, acancel := context.WithTimeout(ctx, 300*time.Millisecond)
-				write := i == 0 || rand.IntN(2) == 0
-				l := rwb.Reader()
-				if write {
-					l = rwb.Writer()
-				}
-				h, err := l.Acquire(actx)
-				acancel()
-				if err != nil {
-					continue
-				}
-				if write {
-					if writers.Add(1) != 1 || readers.Load() != 0 {
-						fail("B's writer beside another B hold")
-					}
-					if aWrite.Load() != 0 {
-						fail("B's writer got in while A believes it holds a write")
-					}
-					if m := direct.ZRange(ctx, key, 0, -1).Val(); len(m) != 1 || m[0] != "w:"+h.Token() {
-						fail("B's writer in: members %v", m)
-					}
-				} else {
-					readers.Add(1)
-					if writers.Load() != 0 {
-						fail("B's reader beside a B writer")
-					}
-				}
-				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
-				if write {
-					writers.Add(-1)
-				} else {
-					readers.Add(-1)
-				}
-				h.Release(ctx)
-			}
-		})
+	for i := range 3 { // B's writers and readers
+		wg.Go(func() { f.bHolds(rwb, i == 0, stop) })
 	}
-	// Leftover watcher.
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			m := direct.ZRange(ctx, key, 0, -1).Val()
-			mu.Lock()
-			for _, mem := range m {
-				if at, ok := released[mem[2:]]; ok && time.Since(at) > 50*time.Millisecond {
-					fail("A's hold %s still in the lock %v after its Release returned nil", mem, time.Since(at))
-					delete(released, mem[2:])
-				}
-			}
-			mu.Unlock()
-		}
-	})
-	unknown, settled, lostN := 0, 0, 0
-	for iter := 0; iter < 60 && fails.Load() == 0; iter++ {
-		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-		w, err := rwa.Writer().Acquire(actx)
-		acancel()
-		if err != nil {
-			continue
-		}
-		aWrite.Store(1)
-		if writers.Load() != 0 || readers.Load() != 0 {
-			fail("A's writer in beside a B hold")
-		}
-		d := time.Duration(rand.IntN(60)) * time.Millisecond
-		p.Delay(d, time.Duration(rand.IntN(60))*time.Millisecond)
-		dctx, dcancel := context.WithTimeout(ctx, time.Duration(20+rand.IntN(60))*time.Millisecond)
-		err = rwa.Downgrade(dctx, w)
-		dcancel()
-		if rand.IntN(2) == 0 {
-			p.Cut()
-		} else {
-			p.Delay(0, 0)
-		}
-		if err != nil {
-			unknown++
-		}
-		switch rand.IntN(4) {
-		case 0: // settle it
-			if err := rwa.Downgrade(ctx, w); err != nil {
-				if errors.Is(err, dlock.ErrNotHeld) {
-					lostN++
-					if m := direct.ZRange(ctx, key, 0, -1).Val(); strings.Contains(fmt.Sprint(m), w.Token()) {
-						fail("second Downgrade says lost (%v) while the lock has %v", err, m)
-					}
-				}
-			} else {
-				settled++
-				aWrite.Store(0)
-			}
-		case 1: // let the watchdog extend it a while
-			time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
-			if err := w.Err(); err != nil {
-				lostN++
-				if m := direct.ZRange(ctx, key, 0, -1).Val(); strings.Contains(fmt.Sprint(m), w.Token()) {
-					fail("the Lock says lost (%v) while the lock has %v", err, m)
-				}
-			}
-		case 2:
-			if _, err := w.Fence(ctx); err != nil {
-				fail("Fence after the Downgrade: %v", err)
-			}
-		}
-		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
-		aWrite.Store(0)
-		if err := w.Release(ctx); err == nil {
-			mu.Lock()
-			released[w.Token()] = time.Now()
-			mu.Unlock()
-		} else {
-			t.Logf("Release: %v", err)
-		}
+	wg.Go(func() { f.watchLeftovers(stop) })
+	var n dgCounts
+	for iter := 0; iter < 60 && f.fails.Load() == 0; iter++ {
+		f.aDowngrade(p, rwa, &n)
 	}
 	close(stop)
 	wg.Wait()
 	p.Delay(0, 0)
-	t.Logf("unknown %d, settled %d, lost %d", unknown, settled, lostN)
-	if unknown == 0 {
+	t.Logf("unknown %d, settled %d, lost %d", n.unknown, n.settled, n.lost)
+	if n.unknown == 0 {
 		t.Error("no Downgrade had an unknown outcome: the faults did not bite")
+	}
+}
+
+// dgFaults is the shared state of TestRWMutexDowngradeUnknownOutcomeUnderFaults.
+type dgFaults struct {
+	t        *testing.T
+	ctx      context.Context
+	direct   *redis.Client
+	key      string
+	mu       sync.Mutex
+	released map[string]time.Time // A's tokens released (Release returned nil)
+	writers  atomic.Int32
+	readers  atomic.Int32
+	aWrite   atomic.Int32 // A holds what it believes may be a write
+	fails    atomic.Int32
+}
+
+// dgCounts counts how A's Downgrades ended.
+type dgCounts struct{ unknown, settled, lost int }
+
+func (f *dgFaults) fail(format string, args ...any) {
+	if f.fails.Add(1) <= 10 {
+		f.t.Errorf(format, args...)
+	}
+}
+
+// bHolds takes B's reads and writes (writes only if writer) until stop,
+// checking each against the others and against what A believes it holds.
+func (f *dgFaults) bHolds(rwb *dlock.RWMutex, writer bool, stop <-chan struct{}) {
+	ctx := f.ctx
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		actx, acancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		write := writer || rand.IntN(2) == 0
+		l := rwb.Reader()
+		if write {
+			l = rwb.Writer()
+		}
+		h, err := l.Acquire(actx)
+		acancel()
+		if err != nil {
+			continue
+		}
+		if write {
+			if f.writers.Add(1) != 1 || f.readers.Load() != 0 {
+				f.fail("B's writer beside another B hold")
+			}
+			if f.aWrite.Load() != 0 {
+				f.fail("B's writer got in while A believes it holds a write")
+			}
+			if m := f.direct.ZRange(ctx, f.key, 0, -1).Val(); len(m) != 1 || m[0] != "w:"+h.Token() {
+				f.fail("B's writer in: members %v", m)
+			}
+		} else {
+			f.readers.Add(1)
+			if f.writers.Load() != 0 {
+				f.fail("B's reader beside a B writer")
+			}
+		}
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+		if write {
+			f.writers.Add(-1)
+		} else {
+			f.readers.Add(-1)
+		}
+		h.Release(ctx)
+	}
+}
+
+// watchLeftovers fails if a hold of A's shows in the lock in a read that
+// began more than 50ms after its Release returned nil.
+func (f *dgFaults) watchLeftovers(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		readAt := time.Now()
+		m := f.direct.ZRange(f.ctx, f.key, 0, -1).Val()
+		f.mu.Lock()
+		for _, mem := range m {
+			if at, ok := f.released[mem[2:]]; ok && readAt.Sub(at) > 50*time.Millisecond {
+				f.fail("A's hold %s still in the lock %v after its Release returned nil", mem, time.Since(at))
+				delete(f.released, mem[2:])
+			}
+		}
+		f.mu.Unlock()
+	}
+}
+
+// aDowngrade takes A's write, downgrades it through random delays and a
+// short context, then settles it, lets the watchdog extend it, or reads
+// its fence, and releases it.
+func (f *dgFaults) aDowngrade(p *redistest.Proxy, rwa *dlock.RWMutex, n *dgCounts) {
+	ctx := f.ctx
+	actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+	w, err := rwa.Writer().Acquire(actx)
+	acancel()
+	if err != nil {
+		return
+	}
+	f.aWrite.Store(1)
+	if f.writers.Load() != 0 || f.readers.Load() != 0 {
+		f.fail("A's writer in beside a B hold")
+	}
+	d := time.Duration(rand.IntN(60)) * time.Millisecond
+	p.Delay(d, time.Duration(rand.IntN(60))*time.Millisecond)
+	dctx, dcancel := context.WithTimeout(ctx, time.Duration(20+rand.IntN(60))*time.Millisecond)
+	err = rwa.Downgrade(dctx, w)
+	dcancel()
+	if rand.IntN(2) == 0 {
+		p.Cut()
+	} else {
+		p.Delay(0, 0)
+	}
+	if err != nil {
+		n.unknown++
+	}
+	switch rand.IntN(4) {
+	case 0: // settle it
+		if err := rwa.Downgrade(ctx, w); err != nil {
+			if errors.Is(err, dlock.ErrNotHeld) {
+				n.lost++
+				if m := f.direct.ZRange(ctx, f.key, 0, -1).Val(); strings.Contains(fmt.Sprint(m), w.Token()) {
+					f.fail("second Downgrade says lost (%v) while the lock has %v", err, m)
+				}
+			}
+		} else {
+			n.settled++
+			f.aWrite.Store(0)
+		}
+	case 1: // let the watchdog extend it a while
+		time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
+		if err := w.Err(); err != nil {
+			n.lost++
+			if m := f.direct.ZRange(ctx, f.key, 0, -1).Val(); strings.Contains(fmt.Sprint(m), w.Token()) {
+				f.fail("the Lock says lost (%v) while the lock has %v", err, m)
+			}
+		}
+	case 2:
+		if _, err := w.Fence(ctx); err != nil {
+			f.fail("Fence after the Downgrade: %v", err)
+		}
+	}
+	time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+	f.aWrite.Store(0)
+	if err := w.Release(ctx); err == nil {
+		f.mu.Lock()
+		f.released[w.Token()] = time.Now()
+		f.mu.Unlock()
+	} else {
+		f.t.Logf("Release: %v", err)
 	}
 }
 

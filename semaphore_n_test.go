@@ -225,17 +225,7 @@ func TestSemaphoreMixedAcquireNUnderLapsesNeverOverN(t *testing.T) {
 	wg.Go(func() { // chaos: lapse a random hold, whole
 		r := rand.New(rand.NewPCG(99, 5))
 		for time.Now().Before(stop) {
-			ms := rdb.ZRange(ctx, key, 0, -1).Val()
-			if len(ms) > 0 {
-				base, _, _ := strings.Cut(ms[r.IntN(len(ms))], " ")
-				var zs []redis.Z
-				for _, m := range ms {
-					if b, _, _ := strings.Cut(m, " "); b == base {
-						zs = append(zs, redis.Z{Score: 1, Member: m})
-					}
-				}
-				rdb.ZAddXX(ctx, key, zs...)
-			}
+			lapseRandomHold(ctx, rdb, key, r)
 			time.Sleep(time.Duration(5+r.IntN(20)) * time.Millisecond)
 		}
 	})
@@ -243,34 +233,7 @@ func TestSemaphoreMixedAcquireNUnderLapsesNeverOverN(t *testing.T) {
 		c := newClient(t, rdb)
 		s := newSemaphore(t, c, name, N)
 		for time.Now().Before(stop) {
-			live := liveMembers(ctx, rdb, key)
-			if len(live) > N {
-				report(fmt.Sprintf("%d live members > N=%d: %v", len(live), N, live))
-			}
-			// Sibling consistency: every "<t> i" has its "<t>" and i ≤ count.
-			bases := map[string]bool{}
-			for _, m := range live {
-				if !strings.Contains(m, " ") {
-					bases[m] = true
-				}
-			}
-			for _, m := range live {
-				if b, _, ok := strings.Cut(m, " "); ok && !bases[b] {
-					report(fmt.Sprintf("member %q live without its hold's first member: %v", m, live))
-				}
-			}
-			if hs, err := s.Holders(ctx); err == nil {
-				sum := 0
-				for _, h := range hs {
-					if h.Count < 1 || h.Count > N {
-						report(fmt.Sprintf("Holders: %s counts %d", h.Token, h.Count))
-					}
-					sum += h.Count
-				}
-				if sum > N {
-					report(fmt.Sprintf("Holders count %d > N", sum))
-				}
-			}
+			checkLiveHolds(ctx, rdb, s, key, N, report)
 			time.Sleep(2 * time.Millisecond)
 		}
 	})
@@ -278,6 +241,57 @@ func TestSemaphoreMixedAcquireNUnderLapsesNeverOverN(t *testing.T) {
 	t.Logf("%d holds taken", taken.Load())
 	if bad.Load() > 0 {
 		t.Fatalf("%d violations: %v", bad.Load(), errs)
+	}
+}
+
+// lapseRandomHold makes one hold of the semaphore at key, picked by r,
+// lapse whole: every member of it gets a score in the past.
+func lapseRandomHold(ctx context.Context, rdb *redis.Client, key string, r *rand.Rand) {
+	ms := rdb.ZRange(ctx, key, 0, -1).Val()
+	if len(ms) == 0 {
+		return
+	}
+	base, _, _ := strings.Cut(ms[r.IntN(len(ms))], " ")
+	var zs []redis.Z
+	for _, m := range ms {
+		if b, _, _ := strings.Cut(m, " "); b == base {
+			zs = append(zs, redis.Z{Score: 1, Member: m})
+		}
+	}
+	rdb.ZAddXX(ctx, key, zs...)
+}
+
+// checkLiveHolds reports a semaphore of N at key with more than N live
+// members, a live member of a hold whose first member is not live, or
+// Holders' counts out of range or adding up to more than N.
+func checkLiveHolds(ctx context.Context, rdb *redis.Client, s *dlock.Semaphore, key string, N int, report func(string)) {
+	live := liveMembers(ctx, rdb, key)
+	if len(live) > N {
+		report(fmt.Sprintf("%d live members > N=%d: %v", len(live), N, live))
+	}
+	// Sibling consistency: every "<t> i" has its "<t>" and i ≤ count.
+	bases := map[string]bool{}
+	for _, m := range live {
+		if !strings.Contains(m, " ") {
+			bases[m] = true
+		}
+	}
+	for _, m := range live {
+		if b, _, ok := strings.Cut(m, " "); ok && !bases[b] {
+			report(fmt.Sprintf("member %q live without its hold's first member: %v", m, live))
+		}
+	}
+	if hs, err := s.Holders(ctx); err == nil {
+		sum := 0
+		for _, h := range hs {
+			if h.Count < 1 || h.Count > N {
+				report(fmt.Sprintf("Holders: %s counts %d", h.Token, h.Count))
+			}
+			sum += h.Count
+		}
+		if sum > N {
+			report(fmt.Sprintf("Holders count %d > N", sum))
+		}
 	}
 }
 
