@@ -41,7 +41,7 @@ func multiClients(t *testing.T, mode string, n int, opts ...dlock.Option) ([]*dl
 						n.Close()
 					}
 				})
-				cs = append(cs, newRedlock(t, nodes, 200*time.Millisecond, opts...))
+				cs = append(cs, newRedlock(t, nodes, 500*time.Millisecond, opts...))
 				continue
 			}
 			cs = append(cs, cs[0]) // (one quorum's nodes, shared)
@@ -280,7 +280,7 @@ func TestMultiLockLossOfOnePart(t *testing.T) {
 	t.Parallel()
 	for _, how := range []string{"del", "force", "released apart"} {
 		t.Run(how, func(t *testing.T) {
-			cs, rdb := multiClients(t, "fair", 1, dlock.LeaseTTL(300*time.Millisecond))
+			cs, rdb := multiClients(t, "fair", 1, dlock.LeaseTTL(1500*time.Millisecond))
 			c := cs[0]
 			ctx := t.Context()
 			m, err := c.AcquireAll(ctx, []string{"p1", "p2", "p3"})
@@ -305,7 +305,7 @@ func TestMultiLockLossOfOnePart(t *testing.T) {
 			if err := m.Err(); !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), `"p2"`) {
 				t.Errorf("Err() = %v, want ErrNotHeld naming \"p2\"", err)
 			}
-			time.Sleep(400 * time.Millisecond) // over a TTL: the others are still extended
+			time.Sleep(2 * time.Second) // over a TTL: the others are still extended
 			if n := liveKeys(ctx, rdb, lockKeys("p1", "p3")...); n != 2 {
 				t.Errorf("%d of p1, p3 held after p2 was lost, want 2 (held until Release)", n)
 			}
@@ -331,7 +331,7 @@ func TestMultiLockLossOfOnePart(t *testing.T) {
 // part is lost; it returns that loss and releases the other parts.
 func TestDoAllCancelsOnPartLoss(t *testing.T) {
 	t.Parallel()
-	cs, rdb := multiClients(t, "fair", 1, dlock.LeaseTTL(300*time.Millisecond))
+	cs, rdb := multiClients(t, "fair", 1, dlock.LeaseTTL(1500*time.Millisecond))
 	c := cs[0]
 	ctx := t.Context()
 	var cause error
@@ -859,7 +859,7 @@ func TestMultiLockRefusalNamesThePart(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		srvs, nodes := startQuorum(t, 3)
-		c := newRedlock(t, nodes, 100*time.Millisecond)
+		c := newRedlock(t, nodes, 250*time.Millisecond)
 		srvs[1].Kill()
 		srvs[2].Kill()
 		_, err := c.TryAcquireAll(ctx, []string{"u2", "u1"})

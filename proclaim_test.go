@@ -14,10 +14,10 @@ import (
 // lease's first extensions; the next leader shows its own value; a
 // resigned term cannot proclaim.
 func TestLeadershipProclaim(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
+	c := newClient(t, rdb, dlock.LeaseTTL(1500*time.Millisecond))
 	e, err := c.Election("proclaim")
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestLeadershipProclaim(t *testing.T) {
 	if a.Value() != "a2" {
 		t.Errorf("Leadership.Value = %q, want a2", a.Value())
 	}
-	time.Sleep(time.Second) // several extensions of the 300ms lease
+	time.Sleep(2 * time.Second) // past the 1.5s lease: several extensions of it
 	if ld, err := e.Leader(ctx); err != nil || ld.Value != "a2" || ld.Fence != a.Fence() {
 		t.Errorf("Leader after the lease's extensions = %+v, %v; want a2 in the same term", ld, err)
 	}
@@ -68,7 +68,9 @@ func TestLeadershipProclaim(t *testing.T) {
 		}
 		b <- ld
 	}()
-	time.Sleep(50 * time.Millisecond)
+	if !waitFor(3*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{proclaim}:q").Val() == 1 }) {
+		t.Fatal("the second candidate never queued")
+	}
 	if err := a.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -158,7 +158,7 @@ func TestRWMutexDowngradeLetsReadersInAndKeepsExtending(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
+	c := newClient(t, rdb, dlock.LeaseTTL(1500*time.Millisecond))
 	rw, _ := c.RWMutex("dg")
 	w, err := rw.Writer().Acquire(ctx)
 	if err != nil {
@@ -170,7 +170,7 @@ func TestRWMutexDowngradeLetsReadersInAndKeepsExtending(t *testing.T) {
 	c2 := newClient(t, rdb, dlock.LeaseTTL(time.Second))
 	rw2, _ := c2.RWMutex("dg")
 	go func() {
-		l, err := rw2.Writer().Acquire(ctx, dlock.MaxWait(1500*time.Millisecond))
+		l, err := rw2.Writer().Acquire(ctx, dlock.MaxWait(4*time.Second))
 		if l != nil {
 			l.Release(ctx)
 		}
@@ -188,7 +188,7 @@ func TestRWMutexDowngradeLetsReadersInAndKeepsExtending(t *testing.T) {
 	if err := rw.Downgrade(ctx, w); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("a second Downgrade = %v, want ErrInvalid", err)
 	}
-	time.Sleep(time.Second) // >3 TTLs: the watchdog extends the read
+	time.Sleep(2 * time.Second) // past the 1.5s TTL: the watchdog extends the read
 	if err := w.Err(); err != nil {
 		t.Fatalf("the downgraded hold was lost: %v", err)
 	}
@@ -355,7 +355,7 @@ func TestRWMutexDowngradeKeepsExpiry(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "dg-expiry"
-	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
+	c := newClient(t, rdb, dlock.LeaseTTL(1500*time.Millisecond))
 	rw := newRW(t, c, name)
 	w, err := rw.Writer().Acquire(ctx)
 	if err != nil {
@@ -368,12 +368,12 @@ func TestRWMutexDowngradeKeepsExpiry(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
 		t.Fatalf("PTTL after the Downgrade = %v, want the lease's", ttl)
 	}
-	time.Sleep(400 * time.Millisecond) // the watchdog extends
+	time.Sleep(2 * time.Second) // past the 1.5s TTL: the watchdog extends
 	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
 		t.Fatalf("PTTL after an extension = %v, want the lease's", ttl)
 	}
 	c.Close(ctx) // the holder dies: no release, no more extensions
-	if !waitFor(2*time.Second, func() bool { return rdb.Exists(ctx, key).Val() == 0 }) {
+	if !waitFor(5*time.Second, func() bool { return rdb.Exists(ctx, key).Val() == 0 }) {
 		t.Fatalf("the key outlived its lease: PTTL %v, %v", rdb.PTTL(ctx, key).Val(), rdb.ZRangeWithScores(ctx, key, 0, -1).Val())
 	}
 }

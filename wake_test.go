@@ -73,19 +73,19 @@ func TestUnfairWakeAfterExtension(t *testing.T) {
 	slow := func(int) time.Duration { return 5 * time.Second }
 	c := newClient(t, rdb, dlock.WithUnfair(slow))
 	w := newClient(t, rdb, dlock.WithUnfair(slow))
-	l, err := c.TryAcquire(ctx, "ext", dlock.LeaseTTL(300*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "ext", dlock.LeaseTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan time.Time, 1)
 	go func() {
-		m, err := w.Acquire(ctx, "ext", dlock.LeaseTTL(300*time.Millisecond))
+		m, err := w.Acquire(ctx, "ext", dlock.LeaseTTL(time.Second))
 		got <- time.Now()
 		if err == nil {
 			m.Release(ctx)
 		}
 	}()
-	time.Sleep(700 * time.Millisecond) // several extensions; the waiter re-attempts at each pttl
+	time.Sleep(2400 * time.Millisecond) // several extensions; the waiter re-attempts at each pttl
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
