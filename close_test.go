@@ -39,7 +39,7 @@ func TestCloseWhileWaitingHandsOutNoLock(t *testing.T) {
 				l, err := c.Acquire(ctx, "close-wait")
 				res <- result{l, err}
 			}()
-			time.Sleep(200 * time.Millisecond) // subscribed and waiting
+			waitSubscribed(t.Context(), t, c, rdb)
 			cctx, ccancel := context.WithTimeout(t.Context(), 2*time.Second)
 			defer ccancel()
 			if err := c.Close(cctx); err != nil {
@@ -82,7 +82,7 @@ func TestCloseWithRedisFrozenHonoursCtx(t *testing.T) {
 		_, err := c.Acquire(ctx, "close-frozen")
 		done <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	waitSubscribed(t.Context(), t, c, rdb)
 	s.Pause()
 	defer s.Resume()
 	cctx, ccancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
@@ -123,7 +123,7 @@ func TestCloseWakesAWaiterAtOnce(t *testing.T) {
 		}
 		res <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // subscribed and waiting
+	waitSubscribed(t.Context(), t, c, rdb)
 	start := time.Now()
 	if err := c.Close(t.Context()); err != nil {
 		t.Errorf("Close = %v; want nil", err)

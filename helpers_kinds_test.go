@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -53,5 +55,17 @@ func doneCause(ctx context.Context) error {
 		return context.Cause(ctx)
 	case <-time.After(10 * time.Second):
 		return nil
+	}
+}
+
+// waitSubscribed waits until c has an Acquire waiting and a client of rdb's
+// server (a test's own) is subscribed to a channel: the waiter waits for a
+// wake-up.
+func waitSubscribed(ctx context.Context, t *testing.T, c *dlock.Client, rdb *redis.Client) {
+	t.Helper()
+	if !waitFor(5*time.Second, func() bool {
+		return c.Stats().Waiting == 1 && len(rdb.PubSubChannels(ctx, "*").Val()) > 0
+	}) {
+		t.Fatalf("the waiter never subscribed and waited (%d waiting, channels %v)", c.Stats().Waiting, rdb.PubSubChannels(ctx, "*").Val())
 	}
 }

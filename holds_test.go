@@ -868,9 +868,10 @@ func TestHoldGrantedFromTheQueueExtends(t *testing.T) {
 		first, next interface {
 			Acquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error)
 		}
+		lock string // the name the waiter queues on
 	}{
-		{"permit", s, s},
-		{"read after a write", rw.Writer(), rw.Reader()},
+		{"permit", s, s, "queued-ext"},
+		{"read after a write", rw.Writer(), rw.Reader(), "queued-ext-rw"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			first, err := tc.first.Acquire(ctx)
@@ -885,7 +886,9 @@ func TestHoldGrantedFromTheQueueExtends(t *testing.T) {
 				}
 				got <- l
 			}()
-			time.Sleep(100 * time.Millisecond) // queued behind first
+			if !queued(ctx, rdb, tc.lock, 1) {
+				t.Fatal("the waiter never queued behind the first")
+			}
 			if err := first.Release(ctx); err != nil {
 				t.Fatal(err)
 			}

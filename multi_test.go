@@ -253,7 +253,9 @@ func TestAcquireAllCancelledLeavesNothing(t *testing.T) {
 			if !waitFor(5*time.Second, func() bool { return rdb.Exists(t.Context(), "dlock:{n1}").Val() == 1 }) {
 				t.Fatal("AcquireAll never took n1")
 			}
-			time.Sleep(50 * time.Millisecond)
+			if !waitFor(5*time.Second, func() bool { return c.Stats().Waiting == 1 }) {
+				t.Fatal("AcquireAll never waited for n2")
+			}
 			cancel()
 			select {
 			case err = <-errc:

@@ -216,7 +216,9 @@ func TestProclaimByALeaderThatLostItsLeaseIsRefused(t *testing.T) {
 	if err := ld.Proclaim(ctx, "a2"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	if !waitFor(3*time.Second, func() bool { return rdb.Exists(ctx, "dlock:{sp}").Val() == 0 }) {
+		t.Fatal("the 200ms lease never lapsed")
+	}
 	c2 := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
 	e2, _ := c2.Election("sp")
 	ld2, err := e2.Campaign(ctx, "b")

@@ -214,7 +214,9 @@ func TestRWMutexDowngradeLetsReadersInAndKeepsExtending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond)
+	if !waitFor(3*time.Second, func() bool { return rdb.Exists(ctx, "dlock:{dg2}").Val() == 0 }) {
+		t.Fatal("the 100ms write never lapsed")
+	}
 	if err := rw3.Downgrade(ctx, w3); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Downgrade of a lapsed write = %v, want ErrNotHeld", err)
 	}

@@ -146,7 +146,9 @@ func TestSemaphoreAcquireNConcurrent(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(50 * time.Millisecond)
+	if !waitFor(5*time.Second, func() bool { return held.Load() > 0 }) { // the singles stream
+		t.Fatal("no single permit was taken")
+	}
 	all := make(chan error, 1)
 	go func() { all <- take(newClient(t, rdb), permits) }()
 	select {
@@ -405,7 +407,9 @@ func TestSemaphoreWaiterForAllPermitsIsNotStarved(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(100 * time.Millisecond)
+	if !waitFor(5*time.Second, func() bool { return len(liveMembers(ctx, rdb, semKey(name))) > 0 }) { // the singles stream
+		t.Fatal("no single permit was taken")
+	}
 	c := newClient(t, rdb)
 	s := newSemaphore(t, c, name, N)
 	start := time.Now()

@@ -78,7 +78,9 @@ func TestSemaphoreAddPermits(t *testing.T) {
 		}
 		got <- l
 	}()
-	time.Sleep(100 * time.Millisecond) // queued
+	if !queued(ctx, rdb, "grow", 1) {
+		t.Fatal("the waiter never queued")
+	}
 	if n, err := s.AddPermits(ctx, 2); err != nil || n != 3 {
 		t.Fatalf("AddPermits(2) from N = 1 = %d, %v; want 3", n, err)
 	}
@@ -158,7 +160,9 @@ func TestSemaphoreOfTheKeptSizeOnly(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	if !queued(ctx, rdb, "later", 1) {
+		t.Fatal("the waiter never queued")
+	}
 	if n, err := s.AddPermits(ctx, 1); err != nil || n != 2 {
 		t.Fatalf("AddPermits(1) = %v, %v; want 2", n, err)
 	}
@@ -196,7 +200,9 @@ func TestSemaphoreShrunkBelowAWaiter(t *testing.T) {
 		_, err := s.AcquireN(ctx, 3, dlock.MaxWait(10*time.Second))
 		big <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	if !queued(ctx, rdb, "shrink", 1) {
+		t.Fatal("the waiter for 3 never queued")
+	}
 	small := make(chan error, 1)
 	go func() {
 		l, err := s.Acquire(ctx, dlock.MaxWait(10*time.Second))
@@ -205,7 +211,9 @@ func TestSemaphoreShrunkBelowAWaiter(t *testing.T) {
 		}
 		small <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	if !queued(ctx, rdb, "shrink", 2) {
+		t.Fatal("the waiter for 1 never queued")
+	}
 	if _, err := s.AddPermits(ctx, -1); err != nil {
 		t.Fatal(err)
 	}
