@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,20 +17,55 @@ import (
 // Helpers shared by the tests of the kinds of lock (semaphores, read-write
 // locks, elections, multi-locks).
 
-// delayThenLetThrough holds requests through p for a second; 100ms later,
-// once the request sent meanwhile has crossed into the proxy, it lets the
-// next ones (an undo, a re-sent copy) straight through and closes done.
-// start is when the delay began.
-func delayThenLetThrough(p *redistest.Proxy) (start time.Time, done <-chan struct{}) {
+// delayedSend is a request held in the proxy by delayThenLetThrough.
+type delayedSend struct {
+	done chan struct{} // closed once the proxy lets requests through again
+	sent time.Time     // when the held request was sent; read after done
+}
+
+// landed is when the held request has surely reached Redis: its send, the
+// proxy's second of delay and as much again for a busy machine.
+func (d *delayedSend) landed() time.Time { return d.sent.Add(2 * time.Second) }
+
+// delayThenLetThrough holds requests through p for a second; 100ms after
+// rdb (a client through p) sends its next command, once that request has
+// crossed into the proxy, it lets the next ones (an undo, a re-sent copy)
+// straight through and closes done.
+func delayThenLetThrough(p *redistest.Proxy, rdb *redis.Client) *delayedSend {
+	first := &firstSend{at: make(chan time.Time, 1)}
+	rdb.AddHook(first)
 	p.Delay(time.Second, 0)
-	start = time.Now()
-	ch := make(chan struct{})
+	d := &delayedSend{done: make(chan struct{})}
 	go func() {
-		defer close(ch)
+		defer close(d.done)
+		select {
+		case d.sent = <-first.at:
+		case <-time.After(5 * time.Second):
+			d.sent = time.Now()
+		}
 		time.Sleep(100 * time.Millisecond) // the request has crossed into the proxy
 		p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
 	}()
-	return start, ch
+	return d
+}
+
+// firstSend is a go-redis hook that tells when the first command (or
+// pipeline) after it was added is sent.
+type firstSend struct {
+	once sync.Once
+	at   chan time.Time
+}
+
+func (h *firstSend) mark() { h.once.Do(func() { h.at <- time.Now() }) }
+
+func (h *firstSend) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *firstSend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.mark(); return next(ctx, cmd) }
+}
+
+func (h *firstSend) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.mark(); return next(ctx, cmds) }
 }
 
 // endedByMaxHold checks that l (a permit, a multi-lock: what) taken with

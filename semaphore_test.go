@@ -616,7 +616,7 @@ func TestSemaphoreNothingLeftPerName(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	const names, workers = 2000, 16
-	ttl := 300 * time.Millisecond
+	ttl := 2 * time.Second
 	c := newClient(t, rdb, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false))
 	var wg sync.WaitGroup
 	for w := range workers {
