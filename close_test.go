@@ -307,7 +307,7 @@ func TestCloseAmidWaitersOfEveryKind(t *testing.T) {
 		keys, _ := rdb.Keys(ctx, fmt.Sprintf("*stormc-%d*", i)).Result()
 		var live []string
 		for _, key := range keys {
-			if ttl, _ := rdb.PTTL(ctx, key).Result(); ttl < 0 {
+			if ttl, err := rdb.PTTL(ctx, key).Result(); err == nil && ttl == -1 { // -2: gone since KEYS
 				live = append(live, key)
 			}
 		}

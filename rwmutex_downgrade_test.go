@@ -421,8 +421,8 @@ func TestRWMutexDowngradeUnknownOutcomeUnderFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	const name = "dg-faults"
-	a := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
-	b := newClient(t, direct, dlock.LeaseTTL(600*time.Millisecond))
+	a := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
+	b := newClient(t, direct, dlock.LeaseTTL(2*time.Second))
 	rwa, rwb := newRW(t, a, name), newRW(t, b, name)
 	f := &dgFaults{t: t, ctx: ctx, direct: direct, key: semKey(name), released: map[string]time.Time{}}
 	stop := make(chan struct{})
@@ -578,7 +578,7 @@ func (f *dgFaults) aDowngrade(p *redistest.Proxy, rwa *dlock.RWMutex, n *dgCount
 			f.aWrite.Store(0)
 		}
 	case 1: // let the watchdog extend it a while
-		time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
+		time.Sleep(time.Duration(rand.IntN(1600)) * time.Millisecond)
 		if err := w.Err(); err != nil {
 			n.lost++
 			if m := f.direct.ZRange(ctx, f.key, 0, -1).Val(); strings.Contains(fmt.Sprint(m), w.Token()) {
