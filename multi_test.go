@@ -936,7 +936,7 @@ func TestAcquireAllTinyMaxWaitTriesEveryPart(t *testing.T) {
 // matches the context's and names m2, and once Redis answers again nothing
 // is left held: m1 given back, m2's request (which lands on resume) undone.
 func TestAcquireAllCancelledWhileAPartIsInFlight(t *testing.T) {
-	t.Parallel()
+	// Serial: it bounds how soon AcquireAll returns (under go-redis's 3s read timeout); a busy machine outlasts the bound.
 	long(t)
 	for _, fair := range []bool{false, true} {
 		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
