@@ -252,101 +252,114 @@ func TestElectionSuccessionOnDeath(t *testing.T) {
 	t.Parallel()
 	long(t)
 	s, rdb := setup(t)
-	t.Run("stopped", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		defer cancel()
-		dead := newElection(t, newClient(t, rdb, dlock.LeaseTTL(500*time.Millisecond), dlock.WithAutoExtend(false)), "stopped")
-		e := newElection(t, newClient(t, rdb), "stopped")
-		old, err := dead.Campaign(ctx, "stops extending")
-		if err != nil {
-			t.Fatal(err)
+	t.Run("stopped", func(t *testing.T) { successionStopped(t, rdb) })
+	t.Run("killed", func(t *testing.T) { successionKilled(t, s, rdb) })
+	t.Run("forced", func(t *testing.T) { successionForced(t, rdb) })
+}
+
+// successionStopped: a leader that stops extending is succeeded once its
+// validity ends; Observe sees the next one, and the stopped leader's
+// Resign says ErrNotHeld.
+func successionStopped(t *testing.T, rdb *redis.Client) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	dead := newElection(t, newClient(t, rdb, dlock.LeaseTTL(500*time.Millisecond), dlock.WithAutoExtend(false)), "stopped")
+	e := newElection(t, newClient(t, rdb), "stopped")
+	old, err := dead.Campaign(ctx, "stops extending")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := e.Observe(ctx)
+	if ld := <-obs; ld.Token != old.Lock().Token() {
+		t.Errorf("Observe's first value = %+v, want the stopped leader", ld)
+	}
+	next := campaign(ctx, e, "next")
+	o := <-next
+	if o.err != nil {
+		t.Fatalf("Campaign behind a leader that stopped extending = %v", o.err)
+	}
+	defer o.ld.Resign(ctx)
+	if time.Now().Before(old.ValidUntil()) {
+		t.Errorf("the next term began %v before the stopped leader's validity ended", time.Until(old.ValidUntil()))
+	}
+	if !closedWithin(old.Done(), time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
+		t.Errorf("stopped leader: Err = %v, want Done closed and ErrNotHeld", old.Err())
+	}
+	if o.ld.Fence() <= old.Fence() {
+		t.Errorf("next term's fence %d, want above the stopped leader's %d", o.ld.Fence(), old.Fence())
+	}
+	for ld := range obs { // the gap (nobody leads) may be seen or not
+		if ld == (dlock.Leader{}) {
+			continue
 		}
-		obs := e.Observe(ctx)
-		if ld := <-obs; ld.Token != old.Lock().Token() {
-			t.Errorf("Observe's first value = %+v, want the stopped leader", ld)
+		if ld.Token != o.ld.Lock().Token() || ld.Fence != o.ld.Fence() {
+			t.Errorf("Observe after the stopped leader = %+v, want the next one", ld)
 		}
-		next := campaign(ctx, e, "next")
-		o := <-next
-		if o.err != nil {
-			t.Fatalf("Campaign behind a leader that stopped extending = %v", o.err)
-		}
-		defer o.ld.Resign(ctx)
-		if time.Now().Before(old.ValidUntil()) {
-			t.Errorf("the next term began %v before the stopped leader's validity ended", time.Until(old.ValidUntil()))
-		}
-		if !closedWithin(old.Done(), time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
-			t.Errorf("stopped leader: Err = %v, want Done closed and ErrNotHeld", old.Err())
-		}
-		if o.ld.Fence() <= old.Fence() {
-			t.Errorf("next term's fence %d, want above the stopped leader's %d", o.ld.Fence(), old.Fence())
-		}
-		for ld := range obs { // the gap (nobody leads) may be seen or not
-			if ld == (dlock.Leader{}) {
-				continue
-			}
-			if ld.Token != o.ld.Lock().Token() || ld.Fence != o.ld.Fence() {
-				t.Errorf("Observe after the stopped leader = %+v, want the next one", ld)
-			}
-			break
-		}
-		if err := old.Resign(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-			t.Errorf("Resign of the stopped leader = %v, want ErrNotHeld", err)
-		}
-	})
-	t.Run("killed", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		h := startHelper(t, s, "lead", "killed", time.Second, 0)
-		if !h.waitLine("leading", 10*time.Second) {
-			t.Fatalf("the worker never led: %s", h.out.String())
-		}
-		e := newElection(t, newClient(t, rdb), "killed")
-		was, err := e.Leader(ctx)
-		if err != nil || !strings.HasPrefix(was.Value, "worker ") {
-			t.Fatalf("Leader while the worker leads = %+v, %v", was, err)
-		}
-		next := campaign(ctx, e, "next")
-		if !queued(ctx, rdb, "killed", 1) {
-			t.Fatal("the candidate never queued")
-		}
-		h.kill()
-		o := <-next
-		if o.err != nil {
-			t.Fatalf("Campaign behind a killed leader = %v, want leadership after its TTL", o.err)
-		}
-		defer o.ld.Resign(ctx)
-		if o.ld.Fence() <= was.Fence {
-			t.Errorf("next term's fence %d, want above the killed leader's %d", o.ld.Fence(), was.Fence)
-		}
-	})
-	t.Run("forced", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		defer cancel()
-		c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
-		e := newElection(t, c, "forced")
-		old, err := e.Campaign(ctx, "forced away")
-		if err != nil {
-			t.Fatal(err)
-		}
-		next := campaign(ctx, e, "next")
-		if !queued(ctx, rdb, "forced", 1) {
-			t.Fatal("the candidate never queued")
-		}
-		if ok, err := c.ForceRelease(ctx, "forced"); !ok || err != nil {
-			t.Fatalf("ForceRelease = %v, %v", ok, err)
-		}
-		o := <-next
-		if o.err != nil {
-			t.Fatalf("Campaign behind a leader forced away = %v", o.err)
-		}
-		defer o.ld.Resign(ctx)
-		if !closedWithin(old.Done(), 5*time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
-			t.Errorf("leader forced away: Err = %v, want Done closed and ErrNotHeld", old.Err())
-		}
-		if o.ld.Fence() <= old.Fence() {
-			t.Errorf("next term's fence %d, want above the forced leader's %d", o.ld.Fence(), old.Fence())
-		}
-	})
+		break
+	}
+	if err := old.Resign(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Resign of the stopped leader = %v, want ErrNotHeld", err)
+	}
+}
+
+// successionKilled: a worker process that leads is killed; the queued
+// candidate leads after its TTL, with a higher fence.
+func successionKilled(t *testing.T, s *redistest.Server, rdb *redis.Client) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	h := startHelper(t, s, "lead", "killed", time.Second, 0)
+	if !h.waitLine("leading", 10*time.Second) {
+		t.Fatalf("the worker never led: %s", h.out.String())
+	}
+	e := newElection(t, newClient(t, rdb), "killed")
+	was, err := e.Leader(ctx)
+	if err != nil || !strings.HasPrefix(was.Value, "worker ") {
+		t.Fatalf("Leader while the worker leads = %+v, %v", was, err)
+	}
+	next := campaign(ctx, e, "next")
+	if !queued(ctx, rdb, "killed", 1) {
+		t.Fatal("the candidate never queued")
+	}
+	h.kill()
+	o := <-next
+	if o.err != nil {
+		t.Fatalf("Campaign behind a killed leader = %v, want leadership after its TTL", o.err)
+	}
+	defer o.ld.Resign(ctx)
+	if o.ld.Fence() <= was.Fence {
+		t.Errorf("next term's fence %d, want above the killed leader's %d", o.ld.Fence(), was.Fence)
+	}
+}
+
+// successionForced: a leader forced away (ForceRelease) is told so, and the
+// queued candidate leads with a higher fence.
+func successionForced(t *testing.T, rdb *redis.Client) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
+	e := newElection(t, c, "forced")
+	old, err := e.Campaign(ctx, "forced away")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := campaign(ctx, e, "next")
+	if !queued(ctx, rdb, "forced", 1) {
+		t.Fatal("the candidate never queued")
+	}
+	if ok, err := c.ForceRelease(ctx, "forced"); !ok || err != nil {
+		t.Fatalf("ForceRelease = %v, %v", ok, err)
+	}
+	o := <-next
+	if o.err != nil {
+		t.Fatalf("Campaign behind a leader forced away = %v", o.err)
+	}
+	defer o.ld.Resign(ctx)
+	if !closedWithin(old.Done(), 5*time.Second) || !errors.Is(old.Err(), dlock.ErrNotHeld) {
+		t.Errorf("leader forced away: Err = %v, want Done closed and ErrNotHeld", old.Err())
+	}
+	if o.ld.Fence() <= old.Fence() {
+		t.Errorf("next term's fence %d, want above the forced leader's %d", o.ld.Fence(), old.Fence())
+	}
 }
 
 // A candidate whose ctx ends stops waiting at once, with an error that says
@@ -606,14 +619,7 @@ func TestElectionErrorsSpeakOfCampaignAndLeader(t *testing.T) {
 	}
 	checkText := func(what string, err error, want string, sentinels ...error) {
 		t.Helper()
-		if err == nil || err.Error() != want {
-			t.Errorf("%s = %v, want the text %q", what, err, want)
-		}
-		for _, s := range sentinels {
-			if !errors.Is(err, s) {
-				t.Errorf("%s = %v, want it to match %v", what, err, s)
-			}
-		}
+		checkErrText(t, what, err, want, sentinels...)
 	}
 	_, err = e.Campaign(ctx, "v2", dlock.MaxWait(0))
 	checkText("Campaign refused", err, `dlock: campaign "words": not acquired: led by another candidate, "v1"`, dlock.ErrNotAcquired)
@@ -641,29 +647,7 @@ func TestElectionErrorsSpeakOfCampaignAndLeader(t *testing.T) {
 		`the key holds a semaphore (a sorted set), or another program's value, not a leader's lease`, dlock.ErrWrongType)
 	p.Release(ctx)
 
-	var loss error
-	err = e.Do(ctx, "deposed", func(fctx context.Context, ld *dlock.Leadership) error {
-		if ok, err := c.ForceRelease(ctx, "words"); !ok || err != nil {
-			t.Errorf("ForceRelease = %v, %v", ok, err)
-		}
-		<-fctx.Done()
-		loss = context.Cause(fctx)
-		return fctx.Err()
-	})
-	if !strings.HasPrefix(fmt.Sprint(loss), `dlock: not held: "words": `) {
-		t.Errorf("the cause of Do's context after the leadership was forced away = %v, want the loss", loss)
-	}
-	checkText("Do whose leadership was forced away, fn returning its context's error", err,
-		"context canceled: "+fmt.Sprint(loss), context.Canceled, dlock.ErrNotHeld)
-	err = e.Do(ctx, "deposed", func(fctx context.Context, ld *dlock.Leadership) error {
-		c.ForceRelease(ctx, "words")
-		<-fctx.Done()
-		loss = context.Cause(fctx)
-		return loss
-	})
-	if loss == nil || err == nil || strings.Contains(err.Error(), "\n") || !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Do whose leadership was forced away, fn returning the cause %v: %q, want one line matching ErrNotHeld", loss, err)
-	}
+	electionDoLossWords(ctx, t, c, e)
 
 	srv := redistest.Start(t)
 	gone, err := newElection(t, newClient(t, srv.Client(t)), "words").Campaign(ctx, "v")
@@ -676,9 +660,52 @@ func TestElectionErrorsSpeakOfCampaignAndLeader(t *testing.T) {
 	}
 }
 
-// TestAdvObserveClosesWhileRedisFrozen: Observe's channel closes soon after
+// checkErrText checks that err reads want and matches every sentinel.
+func checkErrText(t *testing.T, what string, err error, want string, sentinels ...error) {
+	t.Helper()
+	if err == nil || err.Error() != want {
+		t.Errorf("%s = %v, want the text %q", what, err, want)
+	}
+	for _, s := range sentinels {
+		if !errors.Is(err, s) {
+			t.Errorf("%s = %v, want it to match %v", what, err, s)
+		}
+	}
+}
+
+// electionDoLossWords: e's Do, whose leadership (of "words", on c) is
+// forced away while fn runs, ends fn's context with the loss as its cause,
+// and returns fn's error with the loss, on one line.
+func electionDoLossWords(ctx context.Context, t *testing.T, c *dlock.Client, e *dlock.Election) {
+	t.Helper()
+	var loss error
+	err := e.Do(ctx, "deposed", func(fctx context.Context, ld *dlock.Leadership) error {
+		if ok, err := c.ForceRelease(ctx, "words"); !ok || err != nil {
+			t.Errorf("ForceRelease = %v, %v", ok, err)
+		}
+		<-fctx.Done()
+		loss = context.Cause(fctx)
+		return fctx.Err()
+	})
+	if !strings.HasPrefix(fmt.Sprint(loss), `dlock: not held: "words": `) {
+		t.Errorf("the cause of Do's context after the leadership was forced away = %v, want the loss", loss)
+	}
+	checkErrText(t, "Do whose leadership was forced away, fn returning its context's error", err,
+		"context canceled: "+fmt.Sprint(loss), context.Canceled, dlock.ErrNotHeld)
+	err = e.Do(ctx, "deposed", func(fctx context.Context, ld *dlock.Leadership) error {
+		c.ForceRelease(ctx, "words")
+		<-fctx.Done()
+		loss = context.Cause(fctx)
+		return loss
+	})
+	if loss == nil || err == nil || strings.Contains(err.Error(), "\n") || !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Do whose leadership was forced away, fn returning the cause %v: %q, want one line matching ErrNotHeld", loss, err)
+	}
+}
+
+// TestObserveClosesWhileRedisFrozen: Observe's channel closes soon after
 // its ctx ends even when Redis stopped answering (SIGSTOP) while it read.
-func TestAdvObserveClosesWhileRedisFrozen(t *testing.T) {
+func TestObserveClosesWhileRedisFrozen(t *testing.T) {
 	t.Parallel()
 	s, rdb := setup(t)
 	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
@@ -710,15 +737,15 @@ func TestAdvObserveClosesWhileRedisFrozen(t *testing.T) {
 	ld.Resign(context.Background())
 }
 
-// TestAdv3CampaignRefusalsSayCampaign: an election's errors name a
+// TestCampaignRefusalsSayCampaign: an election's errors name a
 // campaign, not an acquisition: a Campaign with an invalid lease option,
 // and a Campaign after Close, as a campaign waiting across Close does.
-func TestAdv3CampaignRefusalsSayCampaign(t *testing.T) {
+func TestCampaignRefusalsSayCampaign(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb)
 	ctx := t.Context()
-	e, err := c.Election("adv3-verb-closed")
+	e, err := c.Election("verb-closed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -779,7 +806,7 @@ func (a *announcements) drain(quiet time.Duration) []string {
 // so Leader reads the leader's own fence all term long: whether the term
 // began on a free name or was handed over by a resigning leader, the
 // counter lives at least as long as the leader's lease.
-func TestElectionAttackLongTermOutlivesFenceCounter(t *testing.T) {
+func TestElectionLongTermKeepsItsFenceCounter(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -820,7 +847,7 @@ func TestElectionAttackLongTermOutlivesFenceCounter(t *testing.T) {
 // Resign is idempotent: a second Resign (and one after Do-style reuse of
 // the Lock) reports what the first did, and changes nothing of the next
 // leader's term.
-func TestElectionAttackResignTwiceLeavesTheNextTermAlone(t *testing.T) {
+func TestElectionResignTwiceLeavesTheNextTermAlone(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -863,7 +890,7 @@ func TestElectionAttackResignTwiceLeavesTheNextTermAlone(t *testing.T) {
 // it must return the term's own fence, issue no second one and announce
 // nothing more — whether the first copy took a free name, or queued the
 // candidate behind a leader that then handed it the term.
-func TestElectionAttackReSentCampaign(t *testing.T) {
+func TestElectionReSentCampaignIssuesNoSecondFence(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -963,8 +990,8 @@ func checkOneTerm(t *testing.T, ctx context.Context, rdb *redis.Client, e *dlock
 // queue entry — whether the name was free or led by another. With
 // go-redis's retries on, the re-sent copy leads at once on a free name;
 // the delayed original, landing after the Resign, must not lead again.
-func TestElectionAttackDelayedCampaignTakesNothing(t *testing.T) {
-	t.Parallel()
+func TestElectionDelayedCampaignTakesNothing(t *testing.T) {
+	// Serial: a request held in the proxy must cross into it within 100ms, and the caller's give-up beat its 300ms read timeout; a busy machine outlasts them.
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -990,18 +1017,11 @@ func TestElectionAttackDelayedCampaignTakesNothing(t *testing.T) {
 				}
 				a := announced(t, direct, name)
 				e := newElection(t, c, name)
-				p.Delay(time.Second, 0)
-				start := time.Now()
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					time.Sleep(100 * time.Millisecond) // the request has crossed into the proxy
-					p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
-				}()
+				d := delayThenLetThrough(p, rdb)
 				cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
 				ld, err := e.Campaign(cctx, "late")
 				ccancel()
-				<-done
+				<-d.done
 				switch {
 				case (retries < 0 || led) && err == nil:
 					t.Errorf("Campaign through a 1s delay with a 300ms read timeout = nil error, want it to fail")
@@ -1015,7 +1035,7 @@ func TestElectionAttackDelayedCampaignTakesNothing(t *testing.T) {
 						t.Errorf("Resign = %v", err)
 					}
 				}
-				time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
+				time.Sleep(time.Until(d.landed())) // the delayed original has landed
 				if leader != nil {
 					if err := leader.Resign(ctx); err != nil {
 						t.Errorf("the leader's Resign = %v", err)
@@ -1065,7 +1085,7 @@ func candidateHelper(ctx context.Context, c *dlock.Client, name string) int {
 // resumes, the handover message (with the lost term's fence) is waiting
 // for it: it must not lead on it while the next candidate does, and the
 // term it leads later has a fence above the next candidate's.
-func TestElectionAttackPausedCandidateHandedTheTerm(t *testing.T) {
+func TestElectionPausedCandidateDoesNotLeadOnALostTerm(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -1135,7 +1155,7 @@ func TestElectionAttackPausedCandidateHandedTheTerm(t *testing.T) {
 // ErrWrongType), and a fair lock's Acquire waits in the candidates' line
 // and is handed the name by the resigning leader: Leader then reads that
 // lock's holder as the leader, with the handover's fence (its own).
-func TestElectionAttackOtherKindsOnAnElectionsName(t *testing.T) {
+func TestElectionOtherKindsOnTheLeadersName(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -27,11 +27,11 @@ import (
 // Randomized: semaphore N=2 (and a read-write lock) with forced lapses;
 // after each step, the live members never exceed N, and a Release that
 // reports success was not overtaken.
-func TestAdv4SemRandomLapses(t *testing.T) {
+func TestHoldRandomLapsesNeverExceedN(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv4-sem-rand"
+	const name = "sem-rand"
 	const n = 2
 	cs := []*dlock.Client{
 		newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(5*time.Second)),
@@ -109,13 +109,13 @@ func itoa(v int64) string {
 // taken at first), is refused and grants nothing. A copy can exist only
 // for a lease that ends marked: here a resumed one, whose first holder's
 // requests may still be in flight.
-func TestAdv4LateHoldAcquireCopy(t *testing.T) {
+func TestHoldLateAcquireCopyAfterReleaseTakesNothing(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
 	for _, what := range []any{"2", "r", "w"} {
-		name := "adv4-late-acq-" + what.(string)
+		name := "late-acq-" + what.(string)
 		var l *dlock.Lock
 		var err error
 		member := func(tok string) string { return tok }
@@ -175,18 +175,11 @@ type holdLocker interface {
 // One row per kind; this was TestSemaphoreDelayedRequestTakesNothing and
 // TestRWMutexDelayedRequestTakesNothing.
 func TestHoldDelayedRequestTakesNothing(t *testing.T) {
-	t.Parallel()
+	// Serial: a request held in the proxy must cross into it within 100ms, and the caller's give-up beat its 300ms read timeout; a busy machine outlasts them.
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
-	for _, k := range []struct {
-		kind    string
-		prefix  string                                                      // of the lock names
-		noun    string                                                      // what a holder has
-		waiter  func(t *testing.T, c *dlock.Client, name string) holdLocker // the delayed request's
-		holder  func(t *testing.T, c *dlock.Client, name string) holdLocker // what the waiter waits behind
-		members func(ctx context.Context, rdb redis.Cmdable, name string) []string
-	}{
+	for _, k := range []delayedHoldKind{
 		{"semaphore", "sem", "permit",
 			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newSemaphore(t, c, name, 1) },
 			func(t *testing.T, c *dlock.Client, name string) holdLocker { return newSemaphore(t, c, name, 1) },
@@ -200,68 +193,80 @@ func TestHoldDelayedRequestTakesNothing(t *testing.T) {
 			for _, retries := range []int{-1, 3} {
 				for _, wait := range []bool{false, true} {
 					t.Run(fmt.Sprintf("retries=%d/acquire=%v", retries, wait), func(t *testing.T) {
-						p, rdb, direct := proxied(t, retries, 300*time.Millisecond)
-						ctx := t.Context()
-						name := fmt.Sprintf("%s-delayed-%d-%v", k.prefix, retries, wait)
-						key := semKey(name)
-						c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), pipelined(false))
-						s := k.waiter(t, c, name)
-						if warm, err := k.waiter(t, c, name+"-warm").TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
-							warm.Release(ctx)
-						}
-						acquire := s.TryAcquire
-						var holder *dlock.Lock
-						if wait { // the permit is taken, or a read held: the delayed request would queue
-							var err error
-							if holder, err = k.holder(t, newClient(t, direct), name).TryAcquire(ctx); err != nil {
-								t.Fatal(err)
-							}
-							acquire = func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
-								ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-								defer cancel()
-								return s.Acquire(ctx, opts...)
-							}
-						}
-						p.Delay(time.Second, 0)
-						start := time.Now()
-						done := make(chan struct{})
-						go func() {
-							defer close(done)
-							time.Sleep(100 * time.Millisecond) // the request has crossed into the proxy
-							p.Delay(0, 0)                      // the undo (or re-sent copy) goes straight through
-						}()
-						l, err := acquire(ctx)
-						<-done
-						switch {
-						case (retries < 0 || wait) && err == nil:
-							t.Errorf("acquire through a 1s delay with a 300ms read timeout = nil error, want it to fail")
-						case retries > 0 && !wait && err != nil:
-							t.Errorf("TryAcquire = %v, want the re-sent copy's %s", err, k.noun)
-						}
-						if l != nil {
-							if err := l.Release(ctx); err != nil {
-								t.Errorf("Release = %v", err)
-							}
-						}
-						time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // the delayed original has landed
-						want := 0
-						if holder != nil {
-							want = 1
-						}
-						if m := k.members(ctx, direct, name); len(m) != want || liveKeys(ctx, direct, key+":q", key+":qw") != 0 {
-							t.Errorf("after the delayed request landed: %ss %v (want %d), queue %v %v: a %s or entry for nobody",
-								k.noun, m, want, direct.LRange(ctx, key+":q", 0, -1).Val(), direct.HGetAll(ctx, key+":qw").Val(), k.noun)
-						}
-						if holder != nil {
-							holder.Release(ctx)
-							if m := k.members(ctx, direct, name); len(m) != 0 {
-								t.Errorf("%ss after the holder released: %v, want none (given to nobody)", k.noun, m)
-							}
-						}
+						delayedHoldRequest(t, k, retries, wait)
 					})
 				}
 			}
 		})
+	}
+}
+
+// delayedHoldKind is a kind of hold for TestHoldDelayedRequestTakesNothing.
+type delayedHoldKind struct {
+	kind    string
+	prefix  string                                                      // of the lock names
+	noun    string                                                      // what a holder has
+	waiter  func(t *testing.T, c *dlock.Client, name string) holdLocker // the delayed request's
+	holder  func(t *testing.T, c *dlock.Client, name string) holdLocker // what the waiter waits behind
+	members func(ctx context.Context, rdb redis.Cmdable, name string) []string
+}
+
+// delayedHoldRequest sends a hold's acquisition (with go-redis's retries
+// off or on, a TryAcquire or an Acquire behind a holder) through a proxy
+// that delays it past the 300ms read timeout, then lets the undo (or the
+// re-sent copy) through: once the delayed original has landed, it must
+// have taken nothing and queued nothing.
+func delayedHoldRequest(t *testing.T, k delayedHoldKind, retries int, wait bool) {
+	p, rdb, direct := proxied(t, retries, 300*time.Millisecond)
+	ctx := t.Context()
+	name := fmt.Sprintf("%s-delayed-%d-%v", k.prefix, retries, wait)
+	key := semKey(name)
+	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), pipelined(false))
+	s := k.waiter(t, c, name)
+	if warm, err := k.waiter(t, c, name+"-warm").TryAcquire(ctx); err == nil { // the scripts are loaded, by this Client
+		warm.Release(ctx)
+	}
+	acquire := s.TryAcquire
+	var holder *dlock.Lock
+	if wait { // the permit is taken, or a read held: the delayed request would queue
+		var err error
+		if holder, err = k.holder(t, newClient(t, direct), name).TryAcquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		acquire = func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+			ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			return s.Acquire(ctx, opts...)
+		}
+	}
+	d := delayThenLetThrough(p, rdb)
+	l, err := acquire(ctx)
+	<-d.done
+	switch {
+	case (retries < 0 || wait) && err == nil:
+		t.Errorf("acquire through a 1s delay with a 300ms read timeout = nil error, want it to fail")
+	case retries > 0 && !wait && err != nil:
+		t.Errorf("TryAcquire = %v, want the re-sent copy's %s", err, k.noun)
+	}
+	if l != nil {
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release = %v", err)
+		}
+	}
+	time.Sleep(time.Until(d.landed())) // the delayed original has landed
+	want := 0
+	if holder != nil {
+		want = 1
+	}
+	if m := k.members(ctx, direct, name); len(m) != want || liveKeys(ctx, direct, key+":q", key+":qw") != 0 {
+		t.Errorf("after the delayed request landed: %ss %v (want %d), queue %v %v: a %s or entry for nobody",
+			k.noun, m, want, direct.LRange(ctx, key+":q", 0, -1).Val(), direct.HGetAll(ctx, key+":qw").Val(), k.noun)
+	}
+	if holder != nil {
+		holder.Release(ctx)
+		if m := k.members(ctx, direct, name); len(m) != 0 {
+			t.Errorf("%ss after the holder released: %v, want none (given to nobody)", k.noun, m)
+		}
 	}
 }
 
@@ -741,7 +746,7 @@ func TestSemaphoreDeadHolderFreesItsPermitAfterTTL(t *testing.T) {
 	t.Run("process-killed", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		const ttl = time.Second
+		const ttl = 2 * time.Second
 		h := startHelper(t, s, "hold", "sem-killed", ttl, 0, "DLOCK_PERMITS=1")
 		if !h.waitLine("held", 10*time.Second) {
 			t.Fatalf("the worker never took its permit: %s", h.out.String())
@@ -814,7 +819,7 @@ func TestRWMutexDeadReaderFreesItsHold(t *testing.T) {
 	t.Run("process-killed", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		const ttl = time.Second
+		const ttl = 2 * time.Second
 		h := startHelper(t, s, "hold", "rw-killed", ttl, 0, "DLOCK_RW=r")
 		if !h.waitLine("held", 10*time.Second) {
 			t.Fatalf("the worker never took its read: %s", h.out.String())
@@ -863,9 +868,10 @@ func TestHoldGrantedFromTheQueueExtends(t *testing.T) {
 		first, next interface {
 			Acquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error)
 		}
+		lock string // the name the waiter queues on
 	}{
-		{"permit", s, s},
-		{"read after a write", rw.Writer(), rw.Reader()},
+		{"permit", s, s, "queued-ext"},
+		{"read after a write", rw.Writer(), rw.Reader(), "queued-ext-rw"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			first, err := tc.first.Acquire(ctx)
@@ -880,7 +886,9 @@ func TestHoldGrantedFromTheQueueExtends(t *testing.T) {
 				}
 				got <- l
 			}()
-			time.Sleep(100 * time.Millisecond) // queued behind first
+			if !queued(ctx, rdb, tc.lock, 1) {
+				t.Fatal("the waiter never queued behind the first")
+			}
 			if err := first.Release(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -112,12 +112,12 @@ func lo(opts []dlock.LeaseOption) []dlock.LockOption {
 	return o
 }
 
-// TestAdv3KindsRoundTrip: each kind made on an unfair and on a fair Client
+// TestKindsLeaseExtendFenceAndRelease: each kind made on an unfair and on a fair Client
 // takes a lease that its watchdog keeps past the TTL, that Extend, Fence
 // and TTL serve, and whose Release frees it for the next one; every event
 // names the kind's mode.
-func TestAdv3KindsRoundTrip(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+func TestKindsLeaseExtendFenceAndRelease(t *testing.T) {
+	t.Parallel()
 	long(t)
 	_, rdb := setup(t)
 	for _, fair := range []bool{false, true} {
@@ -129,83 +129,92 @@ func TestAdv3KindsRoundTrip(t *testing.T) {
 		}
 		for _, k := range adv3Kinds() {
 			t.Run(fmt.Sprintf("fair=%v/%s", fair, k.name), func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-				defer cancel()
-				name := fmt.Sprintf("adv3-rt-%v-%s", fair, k.name)
+				t.Parallel()
 				mode := k.mode
 				if mode == "" {
 					mode = own
 				}
-				l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(600*time.Millisecond))
-				if err != nil {
-					t.Fatalf("acquire: %v", err)
-				}
-				time.Sleep(900 * time.Millisecond) // the watchdog extends every 200ms
-				if err := l.Err(); err != nil {
-					t.Fatalf("lease lost under its watchdog: %v", err)
-				}
-				if err := l.Extend(ctx, 700*time.Millisecond); err != nil {
-					t.Fatalf("Extend: %v", err)
-				}
-				if f, err := l.Fence(ctx); err != nil || f <= 0 {
-					t.Fatalf("Fence = %d, %v", f, err)
-				}
-				if d, err := l.TTL(ctx); err != nil || d <= 0 {
-					t.Fatalf("TTL = %v, %v", d, err)
-				}
-				// Held: another of the same kind (a write for a read) is refused.
-				other := k
-				if k.name == "read" {
-					other = adv3Kinds()[2]
-				}
-				if l2, err := other.take(ctx, c, name, true); err == nil {
-					l2.Release(ctx)
-					t.Fatalf("a second %s was granted while the first is held", other.name)
-				} else if !errors.Is(err, dlock.ErrNotAcquired) {
-					t.Fatalf("second %s: %v; want ErrNotAcquired", other.name, err)
-				}
-				if err := l.Release(ctx); err != nil {
-					t.Fatalf("Release: %v", err)
-				}
-				l2, err := k.take(ctx, c, name, true)
-				if err != nil {
-					t.Fatalf("after Release: %v", err)
-				}
-				if err := l2.Release(ctx); err != nil {
-					t.Fatalf("second Release: %v", err)
-				}
-				var auto bool
-				for _, e := range rec.of(name) {
-					if other.name != k.name && errors.Is(e.Err, dlock.ErrNotAcquired) {
-						if e.Mode != "write" {
-							t.Errorf("the refused write's event has Mode %q", e.Mode)
-						}
-						continue
-					}
-					if e.Mode != mode {
-						t.Errorf("event %s (auto %v) has Mode %q; want %q", e.Op, e.Auto, e.Mode, mode)
-					}
-					if e.Op == dlock.OpExtend && e.Auto {
-						auto = true
-						if e.Err != nil {
-							t.Errorf("watchdog extension failed: %v", e.Err)
-						}
-					}
-				}
-				if !auto {
-					t.Errorf("no watchdog extension observed")
-				}
+				kindRoundTrip(t, c, &rec, k, fmt.Sprintf("rt-%v-%s", fair, k.name), mode)
 			})
 		}
 	}
 }
 
-// TestAdv3KindsAfterFlushAndLoss: with the script cache flushed under a
+// kindRoundTrip takes name as kind k on c under a watchdog past its TTL,
+// extends it, reads its fence and TTL, sees another of the kind refused,
+// releases it and takes it again; then checks that rec saw every event of
+// name with mode and at least one watchdog extension.
+func kindRoundTrip(t *testing.T, c *dlock.Client, rec *adv3Events, k adv3Kind, name, mode string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(1500*time.Millisecond))
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	time.Sleep(2200 * time.Millisecond) // past the TTL; the watchdog extends every 500ms
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost under its watchdog: %v", err)
+	}
+	if err := l.Extend(ctx, 2*time.Second); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if f, err := l.Fence(ctx); err != nil || f <= 0 {
+		t.Fatalf("Fence = %d, %v", f, err)
+	}
+	if d, err := l.TTL(ctx); err != nil || d <= 0 {
+		t.Fatalf("TTL = %v, %v", d, err)
+	}
+	// Held: another of the same kind (a write for a read) is refused.
+	other := k
+	if k.name == "read" {
+		other = adv3Kinds()[2]
+	}
+	if l2, err := other.take(ctx, c, name, true); err == nil {
+		l2.Release(ctx)
+		t.Fatalf("a second %s was granted while the first is held", other.name)
+	} else if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("second %s: %v; want ErrNotAcquired", other.name, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	l2, err := k.take(ctx, c, name, true)
+	if err != nil {
+		t.Fatalf("after Release: %v", err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	var auto bool
+	for _, e := range rec.of(name) {
+		if other.name != k.name && errors.Is(e.Err, dlock.ErrNotAcquired) {
+			if e.Mode != "write" {
+				t.Errorf("the refused write's event has Mode %q", e.Mode)
+			}
+			continue
+		}
+		if e.Mode != mode {
+			t.Errorf("event %s (auto %v) has Mode %q; want %q", e.Op, e.Auto, e.Mode, mode)
+		}
+		if e.Op == dlock.OpExtend && e.Auto {
+			auto = true
+			if e.Err != nil {
+				t.Errorf("watchdog extension failed: %v", e.Err)
+			}
+		}
+	}
+	if !auto {
+		t.Errorf("no watchdog extension observed")
+	}
+}
+
+// TestKindsAfterScriptFlushAndLoss: with the script cache flushed under a
 // held lease of each kind, Extend, Fence and Release still run that kind's
 // scripts; a lease left to expire is reported Lost with its kind's Mode; a
 // name held as one kind refuses another with ErrWrongType, named by the
 // refusing kind's verb.
-func TestAdv3KindsAfterFlushAndLoss(t *testing.T) {
+func TestKindsAfterScriptFlushAndLoss(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	var rec adv3Events
@@ -219,7 +228,7 @@ func TestAdv3KindsAfterFlushAndLoss(t *testing.T) {
 		if mode == "" {
 			mode = "unfair"
 		}
-		name := "adv3-flush-" + k.name
+		name := "flush-" + k.name
 		l, err := k.take(ctx, c, name, false)
 		if err != nil {
 			t.Fatalf("%s: %v", k.name, err)
@@ -245,64 +254,82 @@ func TestAdv3KindsAfterFlushAndLoss(t *testing.T) {
 		if n, _ := rdb.Exists(ctx, "{"+name+"}").Result(); n != 0 {
 			t.Errorf("%s: the lock key is left after Release", k.name)
 		}
-		// Wrong kinds: every other kind on this name while it is held.
-		l, err = k.take(ctx, c, name, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range kinds {
-			if o.name == k.name || (o.name == "read" && k.name == "write") || (o.name == "write" && k.name == "read") ||
-				(o.name == "election" && k.name == "own") || (o.name == "own" && k.name == "election") {
-				continue // the same structure
-			}
-			verb := "acquire"
-			if o.name == "election" {
-				verb = "campaign"
-			}
-			l2, err := o.take(ctx, c, name, true)
-			if err == nil {
-				l2.Release(ctx)
-				t.Errorf("%s held, %s granted", k.name, o.name)
-				continue
-			}
-			if !errors.Is(err, dlock.ErrWrongType) || !strings.HasPrefix(err.Error(), "dlock: "+verb+" ") {
-				t.Errorf("%s held, %s: %v; want ErrWrongType starting %q", k.name, o.name, err, "dlock: "+verb)
-			}
-		}
-		l.Release(ctx)
-		// Lost.
-		lname := "adv3-lost-" + k.name
-		l, err = k.take(ctx, noext, lname, false, dlock.LeaseTTL(200*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !closedWithin(l.Done(), 2*time.Second) {
-			t.Fatalf("%s: Done not closed", k.name)
-		}
-		time.Sleep(50 * time.Millisecond)
-		var lost bool
-		for _, e := range rec.of(lname) {
-			if e.Op == dlock.OpLost {
-				lost = true
-				want := mode
-				if k.mode == "" {
-					want = "fair"
-				}
-				if e.Mode != want {
-					t.Errorf("%s: Lost event Mode %q; want %q", k.name, e.Mode, want)
-				}
-			}
-		}
-		if !lost {
-			t.Errorf("%s: no Lost event", k.name)
-		}
-		l.Release(ctx)
+		wrongKindsRefused(ctx, t, c, kinds, k, name)
+		lostWithMode(ctx, t, noext, &rec, k, mode)
 	}
 }
 
-// TestAdv3WaitVerbsAndDo: a wait that runs out names the kind's verb; each
+// wrongKindsRefused holds name as kind k on c and checks that every kind of
+// another structure is refused with ErrWrongType, named by its own verb.
+func wrongKindsRefused(ctx context.Context, t *testing.T, c *dlock.Client, kinds []adv3Kind, k adv3Kind, name string) {
+	t.Helper()
+	l, err := k.take(ctx, c, name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	for _, o := range kinds {
+		if o.name == k.name || (o.name == "read" && k.name == "write") || (o.name == "write" && k.name == "read") ||
+			(o.name == "election" && k.name == "own") || (o.name == "own" && k.name == "election") {
+			continue // the same structure
+		}
+		verb := "acquire"
+		if o.name == "election" {
+			verb = "campaign"
+		}
+		l2, err := o.take(ctx, c, name, true)
+		if err == nil {
+			l2.Release(ctx)
+			t.Errorf("%s held, %s granted", k.name, o.name)
+			continue
+		}
+		if !errors.Is(err, dlock.ErrWrongType) || !strings.HasPrefix(err.Error(), "dlock: "+verb+" ") {
+			t.Errorf("%s held, %s: %v; want ErrWrongType starting %q", k.name, o.name, err, "dlock: "+verb)
+		}
+	}
+}
+
+// lostWithMode lets a lease of kind k taken on noext (no watchdog) expire
+// and checks that rec saw it Lost with the kind's mode.
+func lostWithMode(ctx context.Context, t *testing.T, noext *dlock.Client, rec *adv3Events, k adv3Kind, mode string) {
+	t.Helper()
+	lname := "lost-" + k.name
+	l, err := k.take(ctx, noext, lname, false, dlock.LeaseTTL(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if !closedWithin(l.Done(), 2*time.Second) {
+		t.Fatalf("%s: Done not closed", k.name)
+	}
+	lostEvents := func() []dlock.Event {
+		var lost []dlock.Event
+		for _, e := range rec.of(lname) {
+			if e.Op == dlock.OpLost {
+				lost = append(lost, e)
+			}
+		}
+		return lost
+	}
+	waitFor(2*time.Second, func() bool { return len(lostEvents()) > 0 })
+	lost := lostEvents()
+	for _, e := range lost {
+		want := mode
+		if k.mode == "" {
+			want = "fair"
+		}
+		if e.Mode != want {
+			t.Errorf("%s: Lost event Mode %q; want %q", k.name, e.Mode, want)
+		}
+	}
+	if len(lost) == 0 {
+		t.Errorf("%s: no Lost event", k.name)
+	}
+}
+
+// TestKindsWaitErrorsNameTheVerbAndDoReportsTheMode: a wait that runs out names the kind's verb; each
 // kind's Do reports its mode for the acquisition and the release.
-func TestAdv3WaitVerbsAndDo(t *testing.T) {
+func TestKindsWaitErrorsNameTheVerbAndDoReportsTheMode(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	var rec adv3Events
@@ -314,7 +341,7 @@ func TestAdv3WaitVerbsAndDo(t *testing.T) {
 		if k.name == "election" {
 			verb = "campaign"
 		}
-		name := "adv3-wait-" + k.name
+		name := "wait-" + k.name
 		l, err := k.take(ctx, c, name, false)
 		if err != nil {
 			t.Fatal(err)
@@ -335,9 +362,9 @@ func TestAdv3WaitVerbsAndDo(t *testing.T) {
 		}
 		l.Release(ctx)
 	}
-	s, _ := c.Semaphore("adv3-do-s", 2)
-	rw, _ := c.RWMutex("adv3-do-rw")
-	e, _ := c.Election("adv3-do-e")
+	s, _ := c.Semaphore("do-s", 2)
+	rw, _ := c.RWMutex("do-rw")
+	e, _ := c.Election("do-e")
 	fn := func(context.Context, *dlock.Lock) error { return nil }
 	if err := s.Do(ctx, fn); err != nil {
 		t.Fatal(err)
@@ -351,10 +378,10 @@ func TestAdv3WaitVerbsAndDo(t *testing.T) {
 	if err := e.Do(ctx, "v", func(context.Context, *dlock.Leadership) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Do(ctx, "adv3-do-c", fn); err != nil {
+	if err := c.Do(ctx, "do-c", fn); err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string][]string{"adv3-do-s": {"semaphore"}, "adv3-do-rw": {"read", "write"}, "adv3-do-e": {"election"}, "adv3-do-c": {"unfair"}} {
+	for name, want := range map[string][]string{"do-s": {"semaphore"}, "do-rw": {"read", "write"}, "do-e": {"election"}, "do-c": {"unfair"}} {
 		var got []string
 		for _, ev := range rec.of(name) {
 			got = append(got, string(ev.Op)+":"+ev.Mode)
@@ -369,9 +396,9 @@ func TestAdv3WaitVerbsAndDo(t *testing.T) {
 	}
 }
 
-// TestAdv3ElectionVerbs: an election's errors say campaign and resign; a
+// TestKindsErrorsNameTheirVerbs: an election's errors say campaign and resign; a
 // semaphore's, a read-write lock's and a Client's say acquire and release.
-func TestAdv3ElectionVerbs(t *testing.T) {
+func TestKindsErrorsNameTheirVerbs(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb, dlock.WithAutoExtend(false))
@@ -382,12 +409,12 @@ func TestAdv3ElectionVerbs(t *testing.T) {
 		if k.name == "election" {
 			acq, rel = "campaign", "resign"
 		}
-		name := "adv3-verb-" + k.name
+		name := "verb-" + k.name
 		other := k
 		if k.name == "read" {
 			other = adv3Kinds()[2]
 		}
-		l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(300*time.Millisecond))
+		l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(3*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -405,9 +432,9 @@ func TestAdv3ElectionVerbs(t *testing.T) {
 	}
 }
 
-// TestAdv3Refusals: a quorum and a script-free Client refuse the kinds with
+// TestKindsRefusedByQuorumAndScriptFreeClients: a quorum and a script-free Client refuse the kinds with
 // the texts they had.
-func TestAdv3Refusals(t *testing.T) {
+func TestKindsRefusedByQuorumAndScriptFreeClients(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ns := newClient(t, rdb, dlock.WithoutScripts())
@@ -440,9 +467,9 @@ func TestAdv3Refusals(t *testing.T) {
 	}
 }
 
-// TestAdv3Storm: many goroutines across every kind on one Client, with
+// TestKindsConcurrentOnOneClientWithObservers: many goroutines across every kind on one Client, with
 // observers and Stats read alongside, under -race.
-func TestAdv3Storm(t *testing.T) {
+func TestKindsConcurrentOnOneClientWithObservers(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	var rec adv3Events
@@ -457,7 +484,7 @@ func TestAdv3Storm(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for j := range 10 {
-					l, err := k.take(ctx, c, fmt.Sprintf("adv3-storm-%d", i), j%2 == 0, dlock.LeaseTTL(300*time.Millisecond))
+					l, err := k.take(ctx, c, fmt.Sprintf("storm-%d", i), j%2 == 0, dlock.LeaseTTL(1500*time.Millisecond))
 					if errors.Is(err, dlock.ErrNotAcquired) {
 						continue
 					}
@@ -485,7 +512,7 @@ func TestAdv3Storm(t *testing.T) {
 		if want == "" {
 			want = "unfair"
 		}
-		for _, e := range rec.of(fmt.Sprintf("adv3-storm-%d", i)) {
+		for _, e := range rec.of(fmt.Sprintf("storm-%d", i)) {
 			if e.Mode != want {
 				t.Errorf("%s: event %s Mode %q", k.name, e.Op, e.Mode)
 				break
@@ -496,7 +523,7 @@ func TestAdv3Storm(t *testing.T) {
 
 // Kinds on one name: every pair refused with ErrWrongType, in both the fast
 // path (the key alone) and the general path (a queue present).
-func TestAdv4KindsRefused(t *testing.T) {
+func TestKindsOnOneNameRefuseEachOther(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
@@ -523,7 +550,7 @@ func TestAdv4KindsRefused(t *testing.T) {
 				continue
 			}
 			i++
-			name := "adv4-kinds-" + ka + "-" + kb
+			name := "kinds-" + ka + "-" + kb
 			la, err := ta(name)
 			if err != nil {
 				t.Fatalf("%s: %v", ka, err)
@@ -542,11 +569,11 @@ func TestAdv4KindsRefused(t *testing.T) {
 	}
 }
 
-// TestAdv2DefaultMaxWaitBoundsEveryWait: a Client-wide MaxWait bounds the
+// TestClientMaxWaitBoundsEveryKindsWait: a Client-wide MaxWait bounds the
 // waits of every kind (campaign, permit, write hold, DoAll, an Owner
 // Client's reentrant Acquire), each failing with ErrNotAcquired near the
 // bound; TryAcquire ignores it.
-func TestAdv2DefaultMaxWaitBoundsEveryWait(t *testing.T) {
+func TestClientMaxWaitBoundsEveryKindsWait(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	const bound = 300 * time.Millisecond
@@ -565,7 +592,7 @@ func TestAdv2DefaultMaxWaitBoundsEveryWait(t *testing.T) {
 		t.Cleanup(func() { l.Release(context.Background()) })
 		return l
 	}
-	he, err := holder.Election("adv2-mw-el")
+	he, err := holder.Election("mw-el")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,25 +601,25 @@ func TestAdv2DefaultMaxWaitBoundsEveryWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ld.Resign(context.Background()) })
-	hs, _ := holder.Semaphore("adv2-mw-sem", 1)
+	hs, _ := holder.Semaphore("mw-sem", 1)
 	hold(hs.Acquire(ctx))
-	hrw, _ := holder.RWMutex("adv2-mw-rw")
+	hrw, _ := holder.RWMutex("mw-rw")
 	hold(hrw.Reader().Acquire(ctx))
-	hold(holder.Acquire(ctx, "adv2-mw-b"))
-	hold(asOwner(t, rholder, "o1").Acquire(ctx, "adv2-mw-re"))
+	hold(holder.Acquire(ctx, "mw-b"))
+	hold(asOwner(t, rholder, "o1").Acquire(ctx, "mw-re"))
 
-	e, _ := c.Election("adv2-mw-el")
-	s, _ := c.Semaphore("adv2-mw-sem", 1)
-	rw, _ := c.RWMutex("adv2-mw-rw")
+	e, _ := c.Election("mw-el")
+	s, _ := c.Semaphore("mw-sem", 1)
+	rw, _ := c.RWMutex("mw-rw")
 	owner := asOwner(t, rc, "o2")
 	cases := map[string]func() error{
 		"Campaign":          func() error { _, err := e.Campaign(ctx, "c"); return err },
 		"Semaphore.Acquire": func() error { _, err := s.Acquire(ctx); return err },
 		"Writer.Acquire":    func() error { _, err := rw.Writer().Acquire(ctx); return err },
 		"DoAll": func() error {
-			return c.DoAll(ctx, []string{"adv2-mw-a", "adv2-mw-b"}, func(context.Context, *dlock.MultiLock) error { return nil })
+			return c.DoAll(ctx, []string{"mw-a", "mw-b"}, func(context.Context, *dlock.MultiLock) error { return nil })
 		},
-		"Owner.Acquire": func() error { _, err := owner.Acquire(ctx, "adv2-mw-re"); return err },
+		"Owner.Acquire": func() error { _, err := owner.Acquire(ctx, "mw-re"); return err },
 	}
 	for name, f := range cases {
 		start := time.Now()
@@ -603,12 +630,12 @@ func TestAdv2DefaultMaxWaitBoundsEveryWait(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	if _, err := c.TryAcquire(ctx, "adv2-mw-b"); !errors.Is(err, dlock.ErrNotAcquired) || time.Since(start) > bound/2 {
+	if _, err := c.TryAcquire(ctx, "mw-b"); !errors.Is(err, dlock.ErrNotAcquired) || time.Since(start) > bound/2 {
 		t.Errorf("TryAcquire under a Client MaxWait = %v after %v; want ErrNotAcquired at once", err, time.Since(start))
 	}
 	// A per-call MaxWait(0) overrides the default: one attempt.
 	start = time.Now()
-	if _, err := c.Acquire(ctx, "adv2-mw-b", dlock.MaxWait(0)); !errors.Is(err, dlock.ErrNotAcquired) || time.Since(start) > bound/2 {
+	if _, err := c.Acquire(ctx, "mw-b", dlock.MaxWait(0)); !errors.Is(err, dlock.ErrNotAcquired) || time.Since(start) > bound/2 {
 		t.Errorf("Acquire(MaxWait(0)) under a Client MaxWait(%v) = %v after %v; want ErrNotAcquired at once", bound, err, time.Since(start))
 	}
 }

@@ -61,7 +61,40 @@ func TestAcquirePartsAcrossDeployments(t *testing.T) {
 	}
 	held.Release(ctx)
 
-	// Overlapping sets in either order: no deadlock, no overlap.
+	partsOverlappingInEitherOrder(ctx, t, ab)
+
+	// Refused before anything is sent.
+	for _, bad := range [][]dlock.Part{
+		nil,
+		{{Client: nil, Name: "x"}},
+		{{Client: c1, Name: "same"}, {Client: c1, Name: "same"}},
+		{{Client: c1, Name: "same"}, {Client: c2, Name: "same"}}, // one key, on two servers: a quorum's job
+		{{Client: c1, Name: ""}},
+	} {
+		if _, err := dlock.AcquireParts(ctx, bad); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("AcquireParts(%v) = %v, want ErrInvalid", bad, err)
+		}
+	}
+
+	// A part lost: the set is told, naming it.
+	m, err = dlock.AcquireParts(ctx, ab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb2.Del(ctx, "dlock:{accounts:b}")
+	if err := m.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Extend with b gone = %v, want ErrNotHeld", err)
+	}
+	if !closedWithin(m.Done(), time.Second) {
+		t.Fatal("Done not closed after a part was lost")
+	}
+	m.Release(ctx)
+}
+
+// partsOverlappingInEitherOrder: goroutines take the set ab in either
+// order: no deadlock, no overlap.
+func partsOverlappingInEitherOrder(ctx context.Context, t *testing.T, ab []dlock.Part) {
+	t.Helper()
 	var inside, overlaps, done atomic.Int32
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(3 * time.Second)
@@ -98,38 +131,11 @@ func TestAcquirePartsAcrossDeployments(t *testing.T) {
 	if done.Load() == 0 {
 		t.Error("no set was ever taken")
 	}
-
-	// Refused before anything is sent.
-	for _, bad := range [][]dlock.Part{
-		nil,
-		{{Client: nil, Name: "x"}},
-		{{Client: c1, Name: "same"}, {Client: c1, Name: "same"}},
-		{{Client: c1, Name: "same"}, {Client: c2, Name: "same"}}, // one key, on two servers: a quorum's job
-		{{Client: c1, Name: ""}},
-	} {
-		if _, err := dlock.AcquireParts(ctx, bad); !errors.Is(err, dlock.ErrInvalid) {
-			t.Errorf("AcquireParts(%v) = %v, want ErrInvalid", bad, err)
-		}
-	}
-
-	// A part lost: the set is told, naming it.
-	m, err = dlock.AcquireParts(ctx, ab)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb2.Del(ctx, "dlock:{accounts:b}")
-	if err := m.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Extend with b gone = %v, want ErrNotHeld", err)
-	}
-	if !closedWithin(m.Done(), time.Second) {
-		t.Fatal("Done not closed after a part was lost")
-	}
-	m.Release(ctx)
 }
 
 // AcquireParts over three servers, one paused: all or nothing, nothing left
 // held on the others (now or once the paused one resumes).
-func TestAdv5PartsServerPaused(t *testing.T) {
+func TestAcquirePartsWithAServerPausedIsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	long(t)
 	_, rdb1 := setup(t)
@@ -183,7 +189,7 @@ func TestAdv5PartsServerPaused(t *testing.T) {
 // Overlapping AcquireParts over 3 servers in varied orders, with prefixes:
 // no deadlock, no overlap, one key twice (two Clients, same server, same
 // prefix) refused, the same name under two prefixes on one server allowed.
-func TestAdv5PartsOverlapNoDeadlock(t *testing.T) {
+func TestAcquirePartsOverlappingNeitherDeadlockNorOverlap(t *testing.T) {
 	t.Parallel()
 	_, rdb1 := setup(t)
 	s2, s3 := redistest.Start(t), redistest.Start(t)

@@ -118,7 +118,7 @@ func TestObserverWaitingAndLost(t *testing.T) {
 	var mu sync.Mutex
 	var deltas []int
 	lost := make(chan *dlock.Event, 1)
-	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithObserver(dlock.Observer{
+	c := newClient(t, rdb, dlock.LeaseTTL(1500*time.Millisecond), dlock.WithObserver(dlock.Observer{
 		Waiting: func(_ context.Context, name string, d int) {
 			mu.Lock()
 			deltas = append(deltas, d)
@@ -148,8 +148,8 @@ func TestObserverWaitingAndLost(t *testing.T) {
 		if e.Op != dlock.OpLost || e.Name != "w" || !errors.Is(e.Err, dlock.ErrNotHeld) {
 			t.Errorf("Lost event = %+v", e)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("Lost was not called within 2s of the key's deletion")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost was not called within 5s of the key's deletion")
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -172,7 +172,7 @@ func TestLogger(t *testing.T) {
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	h := &ctxHandler{Handler: slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug})}
-	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithObserver(dlock.SlogObserver(slog.New(h))))
+	c := newClient(t, rdb, dlock.LeaseTTL(1500*time.Millisecond), dlock.WithObserver(dlock.SlogObserver(slog.New(h))))
 	ctx := context.WithValue(t.Context(), ctxKey{}, "req-7")
 	l, err := c.Acquire(ctx, "logged")
 	if err != nil {
@@ -186,7 +186,7 @@ func TestLogger(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb.Del(ctx, l.Key())
-	if !closedWithin(l.Done(), 2*time.Second) {
+	if !closedWithin(l.Done(), 5*time.Second) {
 		t.Fatal("loss not signalled")
 	}
 	read := func() string {
@@ -311,7 +311,7 @@ func TestPanickingObserver(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	boom := func() { panic("observer failed") }
-	c := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond), dlock.WithObserver(dlock.Observer{
+	c := newClient(t, rdb, dlock.LeaseTTL(1500*time.Millisecond), dlock.WithObserver(dlock.Observer{
 		Start:   func(ctx context.Context, e *dlock.Event) context.Context { boom(); return ctx },
 		End:     func(context.Context, *dlock.Event) { boom() },
 		Lost:    func(context.Context, *dlock.Event) { boom() },

@@ -14,10 +14,10 @@ import (
 // lease's first extensions; the next leader shows its own value; a
 // resigned term cannot proclaim.
 func TestLeadershipProclaim(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
+	c := newClient(t, rdb, dlock.LeaseTTL(1500*time.Millisecond))
 	e, err := c.Election("proclaim")
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestLeadershipProclaim(t *testing.T) {
 	if a.Value() != "a2" {
 		t.Errorf("Leadership.Value = %q, want a2", a.Value())
 	}
-	time.Sleep(time.Second) // several extensions of the 300ms lease
+	time.Sleep(2 * time.Second) // past the 1.5s lease: several extensions of it
 	if ld, err := e.Leader(ctx); err != nil || ld.Value != "a2" || ld.Fence != a.Fence() {
 		t.Errorf("Leader after the lease's extensions = %+v, %v; want a2 in the same term", ld, err)
 	}
@@ -68,7 +68,9 @@ func TestLeadershipProclaim(t *testing.T) {
 		}
 		b <- ld
 	}()
-	time.Sleep(50 * time.Millisecond)
+	if !waitFor(3*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{proclaim}:q").Val() == 1 }) {
+		t.Fatal("the second candidate never queued")
+	}
 	if err := a.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -141,17 +143,17 @@ func TestProclaimedValueGoesWithTheTerm(t *testing.T) {
 	}
 }
 
-// Was a defect (fixed): docs/election.md says the value key "lasts as long as the lease
-// (each extension lengthens both)". A leader whose lease is extended
-// shorter (Lock.Extend, an ordered extension) leaves the value key at its
-// old, longer expiry: extend.lua sets it with PEXPIRE GT. The lease ends
-// after 300ms; the value key "<token> <value>" stays for ~5s more.
-func TestAdv7ProclaimValueKeyOutlivesShortenedLease(t *testing.T) {
+// TestProclaimValueKeyFollowsAShortenedLease: docs/election.md says the
+// value key "lasts as long as the lease (each extension lengthens both)".
+// A leader whose lease is extended shorter (Lock.Extend, an ordered
+// extension) must not leave the value key at its old, longer expiry: once
+// the shortened lease ends, the value key "<token> <value>" is gone too.
+func TestProclaimValueKeyFollowsAShortenedLease(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
-	e, _ := c.Election("adv7-pv")
+	e, _ := c.Election("pv")
 	ld, err := e.Campaign(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
@@ -162,12 +164,12 @@ func TestAdv7ProclaimValueKeyOutlivesShortenedLease(t *testing.T) {
 	if err := ld.Lock().Extend(ctx, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(2*time.Second, func() bool { return rdb.Exists(ctx, "dlock:{adv7-pv}").Val() == 0 }) {
+	if !waitFor(2*time.Second, func() bool { return rdb.Exists(ctx, "dlock:{pv}").Val() == 0 }) {
 		t.Fatal("the shortened lease did not end")
 	}
 	time.Sleep(50 * time.Millisecond)
-	if pttl := rdb.PTTL(ctx, "dlock:{adv7-pv}:v").Val(); pttl > 0 {
-		t.Errorf("the lease ended, but its value key %q lives on for %v (the old lease time)", rdb.Get(ctx, "dlock:{adv7-pv}:v").Val(), pttl)
+	if pttl := rdb.PTTL(ctx, "dlock:{pv}:v").Val(); pttl > 0 {
+		t.Errorf("the lease ended, but its value key %q lives on for %v (the old lease time)", rdb.Get(ctx, "dlock:{pv}:v").Val(), pttl)
 	}
 	// What Leader shows is right nonetheless (the token does not match).
 	if got, err := e.Leader(ctx); err != nil || got.Token != "" {
@@ -175,15 +177,15 @@ func TestAdv7ProclaimValueKeyOutlivesShortenedLease(t *testing.T) {
 	}
 }
 
-// DEFECT (a leftover): Resign ends the term, but the value key a Proclaim
-// made stays until the lease time it was given (release_fair.lua does not
-// get the value key), well past the lease it belongs to.
-func TestAdv7ProclaimValueKeyLeftAfterResign(t *testing.T) {
+// TestProclaimValueKeyGoesWithResign: Resign ends the term and takes the
+// value key a Proclaim made with it, rather than leaving it until the
+// lease time it was given, past the lease it belongs to.
+func TestProclaimValueKeyGoesWithResign(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
-	e, _ := c.Election("adv7-pr")
+	e, _ := c.Election("pr")
 	ld, err := e.Campaign(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
@@ -194,19 +196,19 @@ func TestAdv7ProclaimValueKeyLeftAfterResign(t *testing.T) {
 	if err := ld.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if pttl := rdb.PTTL(ctx, "dlock:{adv7-pr}:v").Val(); pttl > 0 {
-		t.Errorf("after Resign the value key %q lives on for %v", rdb.Get(ctx, "dlock:{adv7-pr}:v").Val(), pttl)
+	if pttl := rdb.PTTL(ctx, "dlock:{pr}:v").Val(); pttl > 0 {
+		t.Errorf("after Resign the value key %q lives on for %v", rdb.Get(ctx, "dlock:{pr}:v").Val(), pttl)
 	}
 }
 
-// HELD: a leader that lost its lease cannot proclaim (ErrNotHeld), and the
+// TestProclaimByALeaderThatLostItsLeaseIsRefused: a leader that lost its lease cannot proclaim (ErrNotHeld), and the
 // next leader shows its own campaign value, not the old proclaimed one.
-func TestAdv7StaleLeaderProclaim(t *testing.T) {
+func TestProclaimByALeaderThatLostItsLeaseIsRefused(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond), dlock.WithAutoExtend(false))
-	e, _ := c.Election("adv7-sp")
+	e, _ := c.Election("sp")
 	ld, err := e.Campaign(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
@@ -214,9 +216,11 @@ func TestAdv7StaleLeaderProclaim(t *testing.T) {
 	if err := ld.Proclaim(ctx, "a2"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	if !waitFor(3*time.Second, func() bool { return rdb.Exists(ctx, "dlock:{sp}").Val() == 0 }) {
+		t.Fatal("the 200ms lease never lapsed")
+	}
 	c2 := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
-	e2, _ := c2.Election("adv7-sp")
+	e2, _ := c2.Election("sp")
 	ld2, err := e2.Campaign(ctx, "b")
 	if err != nil {
 		t.Fatal(err)

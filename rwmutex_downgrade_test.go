@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // RWMutex.Downgrade: a write hold becomes a read in one step, keeping its
@@ -30,25 +33,8 @@ func TestRWMutexDowngrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	fence := fenceOf(t, w)
-	wait := func(l *dlock.RWLocker) <-chan *dlock.Lock {
-		ch := make(chan *dlock.Lock, 1)
-		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			h, err := l.Acquire(wctx)
-			if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("Acquire: %v", err)
-			}
-			ch <- h
-		}()
-		return ch
-	}
-	queued := func(n int64) {
-		t.Helper()
-		if !waitFor(3*time.Second, func() bool { return rdb.LLen(ctx, semKey(name)+":q").Val() == n }) {
-			t.Fatalf("%d waiters never queued", n)
-		}
-	}
+	wait := func(l *dlock.RWLocker) <-chan *dlock.Lock { return rwWaitFor(ctx, t, l) }
+	queued := func(n int64) { t.Helper(); rwWaitQueued(ctx, t, rdb, name, n) }
 	reader := wait(rw.Reader())
 	queued(1)
 	writer := wait(rw.Writer())
@@ -98,15 +84,47 @@ func TestRWMutexDowngrade(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("the writer was not let in once the reads were released")
 	}
+	downgradeBeforeAWriterFirstInLine(ctx, t, rdb, rw, name)
+}
 
-	// A writer first in line: the downgrade lets in nobody behind it.
-	w, err = rw.Writer().TryAcquire(ctx)
+// rwWaitFor acquires l in a goroutine, for up to 5s, and sends the hold (nil
+// if the wait ran out) on the channel it returns.
+func rwWaitFor(ctx context.Context, t *testing.T, l *dlock.RWLocker) <-chan *dlock.Lock {
+	ch := make(chan *dlock.Lock, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		h, err := l.Acquire(wctx)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Acquire: %v", err)
+		}
+		ch <- h
+	}()
+	return ch
+}
+
+// rwWaitQueued waits until the read-write lock name has n waiters in its queue.
+func rwWaitQueued(ctx context.Context, t *testing.T, rdb *redis.Client, name string, n int64) {
+	t.Helper()
+	if !waitFor(3*time.Second, func() bool { return rwQueued(ctx, rdb, name) == n }) {
+		t.Fatalf("%d waiters never queued", n)
+	}
+}
+
+// downgradeBeforeAWriterFirstInLine: with a writer first in line, a
+// downgrade lets in nobody behind it, neither the reader behind the writer
+// nor the writer; the writer gets the lock once the downgraded hold goes.
+func downgradeBeforeAWriterFirstInLine(ctx context.Context, t *testing.T, rdb *redis.Client, rw *dlock.RWMutex, name string) {
+	t.Helper()
+	wait := func(l *dlock.RWLocker) <-chan *dlock.Lock { return rwWaitFor(ctx, t, l) }
+	queued := func(n int64) { t.Helper(); rwWaitQueued(ctx, t, rdb, name, n) }
+	w, err := rw.Writer().TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	writer = wait(rw.Writer())
+	writer := wait(rw.Writer())
 	queued(1)
-	reader = wait(rw.Reader())
+	reader := wait(rw.Reader())
 	queued(2)
 	if err := rw.Downgrade(ctx, w); err != nil {
 		t.Fatal(err)
@@ -132,16 +150,16 @@ func TestRWMutexDowngrade(t *testing.T) {
 	}
 }
 
-// HELD: Downgrade of a write hold keeps its token and fence, lets a
+// TestRWMutexDowngradeLetsReadersInAndKeepsExtending: Downgrade of a write hold keeps its token and fence, lets a
 // waiting reader in, not a waiting writer, and its watchdog then extends
 // the read hold past several TTLs; a second Downgrade is ErrInvalid, and a
 // Downgrade of a write that lapsed is ErrNotHeld.
-func TestAdv7Downgrade(t *testing.T) {
+func TestRWMutexDowngradeLetsReadersInAndKeepsExtending(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
-	rw, _ := c.RWMutex("adv7-dg")
+	c := newClient(t, rdb, dlock.LeaseTTL(1500*time.Millisecond))
+	rw, _ := c.RWMutex("dg")
 	w, err := rw.Writer().Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -150,15 +168,15 @@ func TestAdv7Downgrade(t *testing.T) {
 	tok := w.Token()
 	wdone := make(chan error, 1)
 	c2 := newClient(t, rdb, dlock.LeaseTTL(time.Second))
-	rw2, _ := c2.RWMutex("adv7-dg")
+	rw2, _ := c2.RWMutex("dg")
 	go func() {
-		l, err := rw2.Writer().Acquire(ctx, dlock.MaxWait(1500*time.Millisecond))
+		l, err := rw2.Writer().Acquire(ctx, dlock.MaxWait(4*time.Second))
 		if l != nil {
 			l.Release(ctx)
 		}
 		wdone <- err
 	}()
-	if !waitFor(2*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{adv7-dg}:q").Val() == 1 }) {
+	if !waitFor(2*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{dg}:q").Val() == 1 }) {
 		t.Fatal("the writer did not queue")
 	}
 	if err := rw.Downgrade(ctx, w); err != nil {
@@ -170,7 +188,7 @@ func TestAdv7Downgrade(t *testing.T) {
 	if err := rw.Downgrade(ctx, w); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("a second Downgrade = %v, want ErrInvalid", err)
 	}
-	time.Sleep(time.Second) // >3 TTLs: the watchdog extends the read
+	time.Sleep(2 * time.Second) // past the 1.5s TTL: the watchdog extends the read
 	if err := w.Err(); err != nil {
 		t.Fatalf("the downgraded hold was lost: %v", err)
 	}
@@ -191,29 +209,31 @@ func TestAdv7Downgrade(t *testing.T) {
 	}
 
 	c3 := newClient(t, rdb, dlock.LeaseTTL(100*time.Millisecond), dlock.WithAutoExtend(false))
-	rw3, _ := c3.RWMutex("adv7-dg2")
+	rw3, _ := c3.RWMutex("dg2")
 	w3, err := rw3.Writer().Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond)
+	if !waitFor(3*time.Second, func() bool { return rdb.Exists(ctx, "dlock:{dg2}").Val() == 0 }) {
+		t.Fatal("the 100ms write never lapsed")
+	}
 	if err := rw3.Downgrade(ctx, w3); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Downgrade of a lapsed write = %v, want ErrNotHeld", err)
 	}
 }
 
-// HELD: a Downgrade whose reply arrives after the write hold reached its
+// TestRWMutexDowngradeReplyAfterMaxHoldFreesTheLock: a Downgrade whose reply arrives after the write hold reached its
 // max hold (the cap's undo runs meanwhile, on a copy of the claim, which is
 // Downgrading while the request is in flight) leaves nothing held for
 // long: a writer gets the lock within a second of the cap.
-func TestAdv7DowngradeAcrossMaxHold(t *testing.T) {
+func TestRWMutexDowngradeReplyAfterMaxHoldFreesTheLock(t *testing.T) {
 	t.Parallel()
 	p, rdb, direct := proxied(t, 0, 0)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
 	other := newClient(t, direct, dlock.LeaseTTL(2*time.Second))
 	for round := range 3 {
-		name := fmt.Sprint("adv7-dgr-", round)
+		name := fmt.Sprint("dgr-", round)
 		rw, _ := c.RWMutex(name)
 		w, err := rw.Writer().Acquire(ctx, dlock.MaxHold(200*time.Millisecond))
 		if err != nil {
@@ -299,8 +319,14 @@ func TestRWMutexDowngradeUnknownOutcome(t *testing.T) {
 			l.Release(ctx)
 		})
 	}
-	// Released with the outcome still unknown: the read or the write goes,
-	// and a request held on the way and landing after it does nothing.
+	downgradeUnknownThenReleased(ctx, t, p, c, direct)
+}
+
+// downgradeUnknownThenReleased: a write hold released with its Downgrade's
+// outcome still unknown goes, read or write, and the Downgrade request held
+// on the way and landing after it does nothing.
+func downgradeUnknownThenReleased(ctx context.Context, t *testing.T, p *redistest.Proxy, c *dlock.Client, direct *redis.Client) {
+	t.Helper()
 	rw := newRW(t, c, "dg-unknown-release")
 	w, err := rw.Writer().Acquire(ctx)
 	if err != nil {
@@ -331,7 +357,7 @@ func TestRWMutexDowngradeKeepsExpiry(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const name = "dg-expiry"
-	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond))
+	c := newClient(t, rdb, dlock.LeaseTTL(1500*time.Millisecond))
 	rw := newRW(t, c, name)
 	w, err := rw.Writer().Acquire(ctx)
 	if err != nil {
@@ -344,12 +370,12 @@ func TestRWMutexDowngradeKeepsExpiry(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
 		t.Fatalf("PTTL after the Downgrade = %v, want the lease's", ttl)
 	}
-	time.Sleep(400 * time.Millisecond) // the watchdog extends
+	time.Sleep(2 * time.Second) // past the 1.5s TTL: the watchdog extends
 	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
 		t.Fatalf("PTTL after an extension = %v, want the lease's", ttl)
 	}
 	c.Close(ctx) // the holder dies: no release, no more extensions
-	if !waitFor(2*time.Second, func() bool { return rdb.Exists(ctx, key).Val() == 0 }) {
+	if !waitFor(5*time.Second, func() bool { return rdb.Exists(ctx, key).Val() == 0 }) {
 		t.Fatalf("the key outlived its lease: PTTL %v, %v", rdb.PTTL(ctx, key).Val(), rdb.ZRangeWithScores(ctx, key, 0, -1).Val())
 	}
 }
@@ -395,158 +421,183 @@ func TestRWMutexDowngradeUnknownOutcomeUnderFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	const name = "dg-faults"
-	key := semKey(name)
-	a := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
-	b := newClient(t, direct, dlock.LeaseTTL(600*time.Millisecond))
+	a := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
+	b := newClient(t, direct, dlock.LeaseTTL(2*time.Second))
 	rwa, rwb := newRW(t, a, name), newRW(t, b, name)
-
-	var (
-		mu       sync.Mutex
-		released = map[string]time.Time{} // A's tokens released (Release returned nil)
-		writers  atomic.Int32
-		readers  atomic.Int32
-		aWrite   atomic.Int32 // A holds what it believes may be a write
-		fails    atomic.Int32
-	)
-	fail := func(format string, args ...any) {
-		if fails.Add(1) <= 10 {
-			t.Errorf(format, args...)
-		}
-	}
+	f := &dgFaults{t: t, ctx: ctx, direct: direct, key: semKey(name), released: map[string]time.Time{}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	// B's writers and readers.
-	for i := range 3 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				actx, acancel := context.WithTimeout(ctx, 300*time.Millisecond)
-				write := i == 0 || rand.IntN(2) == 0
-				l := rwb.Reader()
-				if write {
-					l = rwb.Writer()
-				}
-				h, err := l.Acquire(actx)
-				acancel()
-				if err != nil {
-					continue
-				}
-				if write {
-					if writers.Add(1) != 1 || readers.Load() != 0 {
-						fail("B's writer beside another B hold")
-					}
-					if aWrite.Load() != 0 {
-						fail("B's writer got in while A believes it holds a write")
-					}
-					if m := direct.ZRange(ctx, key, 0, -1).Val(); len(m) != 1 || m[0] != "w:"+h.Token() {
-						fail("B's writer in: members %v", m)
-					}
-				} else {
-					readers.Add(1)
-					if writers.Load() != 0 {
-						fail("B's reader beside a B writer")
-					}
-				}
-				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
-				if write {
-					writers.Add(-1)
-				} else {
-					readers.Add(-1)
-				}
-				h.Release(ctx)
-			}
-		})
+	for i := range 3 { // B's writers and readers
+		wg.Go(func() { f.bHolds(rwb, i == 0, stop) })
 	}
-	// Leftover watcher.
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			m := direct.ZRange(ctx, key, 0, -1).Val()
-			mu.Lock()
-			for _, mem := range m {
-				if at, ok := released[mem[2:]]; ok && time.Since(at) > 50*time.Millisecond {
-					fail("A's hold %s still in the lock %v after its Release returned nil", mem, time.Since(at))
-					delete(released, mem[2:])
-				}
-			}
-			mu.Unlock()
-		}
-	})
-	unknown, settled, lostN := 0, 0, 0
-	for iter := 0; iter < 60 && fails.Load() == 0; iter++ {
-		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-		w, err := rwa.Writer().Acquire(actx)
-		acancel()
-		if err != nil {
-			continue
-		}
-		aWrite.Store(1)
-		if writers.Load() != 0 || readers.Load() != 0 {
-			fail("A's writer in beside a B hold")
-		}
-		d := time.Duration(rand.IntN(60)) * time.Millisecond
-		p.Delay(d, time.Duration(rand.IntN(60))*time.Millisecond)
-		dctx, dcancel := context.WithTimeout(ctx, time.Duration(20+rand.IntN(60))*time.Millisecond)
-		err = rwa.Downgrade(dctx, w)
-		dcancel()
-		if rand.IntN(2) == 0 {
-			p.Cut()
-		} else {
-			p.Delay(0, 0)
-		}
-		if err != nil {
-			unknown++
-		}
-		switch rand.IntN(4) {
-		case 0: // settle it
-			if err := rwa.Downgrade(ctx, w); err != nil {
-				if errors.Is(err, dlock.ErrNotHeld) {
-					lostN++
-					if m := direct.ZRange(ctx, key, 0, -1).Val(); strings.Contains(fmt.Sprint(m), w.Token()) {
-						fail("second Downgrade says lost (%v) while the lock has %v", err, m)
-					}
-				}
-			} else {
-				settled++
-				aWrite.Store(0)
-			}
-		case 1: // let the watchdog extend it a while
-			time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
-			if err := w.Err(); err != nil {
-				lostN++
-				if m := direct.ZRange(ctx, key, 0, -1).Val(); strings.Contains(fmt.Sprint(m), w.Token()) {
-					fail("the Lock says lost (%v) while the lock has %v", err, m)
-				}
-			}
-		case 2:
-			if _, err := w.Fence(ctx); err != nil {
-				fail("Fence after the Downgrade: %v", err)
-			}
-		}
-		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
-		aWrite.Store(0)
-		if err := w.Release(ctx); err == nil {
-			mu.Lock()
-			released[w.Token()] = time.Now()
-			mu.Unlock()
-		} else {
-			t.Logf("Release: %v", err)
-		}
+	wg.Go(func() { f.watchLeftovers(stop) })
+	var n dgCounts
+	for iter := 0; iter < 60 && f.fails.Load() == 0; iter++ {
+		f.aDowngrade(p, rwa, &n)
 	}
 	close(stop)
 	wg.Wait()
 	p.Delay(0, 0)
-	t.Logf("unknown %d, settled %d, lost %d", unknown, settled, lostN)
-	if unknown == 0 {
+	t.Logf("unknown %d, settled %d, lost %d", n.unknown, n.settled, n.lost)
+	if n.unknown == 0 {
 		t.Error("no Downgrade had an unknown outcome: the faults did not bite")
+	}
+}
+
+// dgFaults is the shared state of TestRWMutexDowngradeUnknownOutcomeUnderFaults.
+type dgFaults struct {
+	t        *testing.T
+	ctx      context.Context
+	direct   *redis.Client
+	key      string
+	mu       sync.Mutex
+	released map[string]time.Time // A's tokens released (Release returned nil)
+	writers  atomic.Int32
+	readers  atomic.Int32
+	aWrite   atomic.Int32 // A holds what it believes may be a write
+	fails    atomic.Int32
+}
+
+// dgCounts counts how A's Downgrades ended.
+type dgCounts struct{ unknown, settled, lost int }
+
+func (f *dgFaults) fail(format string, args ...any) {
+	if f.fails.Add(1) <= 10 {
+		f.t.Errorf(format, args...)
+	}
+}
+
+// bHolds takes B's reads and writes (writes only if writer) until stop,
+// checking each against the others and against what A believes it holds.
+func (f *dgFaults) bHolds(rwb *dlock.RWMutex, writer bool, stop <-chan struct{}) {
+	ctx := f.ctx
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		actx, acancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		write := writer || rand.IntN(2) == 0
+		l := rwb.Reader()
+		if write {
+			l = rwb.Writer()
+		}
+		h, err := l.Acquire(actx)
+		acancel()
+		if err != nil {
+			continue
+		}
+		if write {
+			if f.writers.Add(1) != 1 || f.readers.Load() != 0 {
+				f.fail("B's writer beside another B hold")
+			}
+			if f.aWrite.Load() != 0 {
+				f.fail("B's writer got in while A believes it holds a write")
+			}
+			if m := f.direct.ZRange(ctx, f.key, 0, -1).Val(); len(m) != 1 || m[0] != "w:"+h.Token() {
+				f.fail("B's writer in: members %v", m)
+			}
+		} else {
+			f.readers.Add(1)
+			if f.writers.Load() != 0 {
+				f.fail("B's reader beside a B writer")
+			}
+		}
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+		if write {
+			f.writers.Add(-1)
+		} else {
+			f.readers.Add(-1)
+		}
+		h.Release(ctx)
+	}
+}
+
+// watchLeftovers fails if a hold of A's shows in the lock in a read that
+// began more than 50ms after its Release returned nil.
+func (f *dgFaults) watchLeftovers(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		readAt := time.Now()
+		m := f.direct.ZRange(f.ctx, f.key, 0, -1).Val()
+		f.mu.Lock()
+		for _, mem := range m {
+			if at, ok := f.released[mem[2:]]; ok && readAt.Sub(at) > 50*time.Millisecond {
+				f.fail("A's hold %s still in the lock %v after its Release returned nil", mem, time.Since(at))
+				delete(f.released, mem[2:])
+			}
+		}
+		f.mu.Unlock()
+	}
+}
+
+// aDowngrade takes A's write, downgrades it through random delays and a
+// short context, then settles it, lets the watchdog extend it, or reads
+// its fence, and releases it.
+func (f *dgFaults) aDowngrade(p *redistest.Proxy, rwa *dlock.RWMutex, n *dgCounts) {
+	ctx := f.ctx
+	actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+	w, err := rwa.Writer().Acquire(actx)
+	acancel()
+	if err != nil {
+		return
+	}
+	f.aWrite.Store(1)
+	if f.writers.Load() != 0 || f.readers.Load() != 0 {
+		f.fail("A's writer in beside a B hold")
+	}
+	d := time.Duration(rand.IntN(60)) * time.Millisecond
+	p.Delay(d, time.Duration(rand.IntN(60))*time.Millisecond)
+	dctx, dcancel := context.WithTimeout(ctx, time.Duration(20+rand.IntN(60))*time.Millisecond)
+	err = rwa.Downgrade(dctx, w)
+	dcancel()
+	if rand.IntN(2) == 0 {
+		p.Cut()
+	} else {
+		p.Delay(0, 0)
+	}
+	if err != nil {
+		n.unknown++
+	}
+	switch rand.IntN(4) {
+	case 0: // settle it
+		if err := rwa.Downgrade(ctx, w); err != nil {
+			if errors.Is(err, dlock.ErrNotHeld) {
+				n.lost++
+				if m := f.direct.ZRange(ctx, f.key, 0, -1).Val(); strings.Contains(fmt.Sprint(m), w.Token()) {
+					f.fail("second Downgrade says lost (%v) while the lock has %v", err, m)
+				}
+			}
+		} else {
+			n.settled++
+			f.aWrite.Store(0)
+		}
+	case 1: // let the watchdog extend it a while
+		time.Sleep(time.Duration(rand.IntN(1600)) * time.Millisecond)
+		if err := w.Err(); err != nil {
+			n.lost++
+			if m := f.direct.ZRange(ctx, f.key, 0, -1).Val(); strings.Contains(fmt.Sprint(m), w.Token()) {
+				f.fail("the Lock says lost (%v) while the lock has %v", err, m)
+			}
+		}
+	case 2:
+		if _, err := w.Fence(ctx); err != nil {
+			f.fail("Fence after the Downgrade: %v", err)
+		}
+	}
+	time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+	f.aWrite.Store(0)
+	if err := w.Release(ctx); err == nil {
+		f.mu.Lock()
+		f.released[w.Token()] = time.Now()
+		f.mu.Unlock()
+	} else {
+		f.t.Logf("Release: %v", err)
 	}
 }
 

@@ -54,88 +54,98 @@ func TestRWMutexExclusion(t *testing.T) {
 			const clients, perClient, rounds = 4, 5, 30
 			name := fmt.Sprint("rw-exclusion-", pipelining)
 			var (
-				readers, writers                   atomic.Int32
-				violations, overran, reads, writes atomic.Int32
-				mostReaders                        atomic.Int32
-				wg                                 sync.WaitGroup
+				tally rwTally
+				wg    sync.WaitGroup
 			)
 			for range clients {
 				rw := newRW(t, newClient(t, rdb, dlock.LeaseTTL(2*time.Second), pipelined(pipelining)), name)
 				for g := range perClient {
-					wg.Go(func() {
-						for r := range rounds {
-							write := rand.IntN(4) == 0
-							side := rw.Reader()
-							if write {
-								side = rw.Writer()
-							}
-							var (
-								l   *dlock.Lock
-								err error
-							)
-							if (g+r)%3 == 0 {
-								if l, err = side.TryAcquire(ctx); errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil {
-									continue
-								}
-							} else {
-								l, err = side.Acquire(ctx)
-							}
-							if err != nil {
-								t.Errorf("acquire (write %v): %v", write, err)
-								return
-							}
-							if write {
-								writes.Add(1)
-								if writers.Add(1) != 1 || readers.Load() != 0 {
-									violations.Add(1)
-								}
-							} else {
-								reads.Add(1)
-								n := readers.Add(1)
-								if writers.Load() != 0 {
-									violations.Add(1)
-								}
-								for m := mostReaders.Load(); n > m && !mostReaders.CompareAndSwap(m, n); m = mostReaders.Load() {
-								}
-							}
-							held := rwMembers(ctx, rdb, name)
-							if write && len(held) != 1 {
-								violations.Add(1)
-							}
-							for _, m := range held {
-								if strings.HasPrefix(m, "w:") && !write {
-									violations.Add(1)
-								}
-							}
-							time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
-							if write {
-								writers.Add(-1)
-							} else {
-								readers.Add(-1)
-							}
-							if !time.Now().Before(l.ValidUntil()) {
-								overran.Add(1)
-							}
-							if err := l.Release(ctx); err != nil {
-								t.Errorf("Release = %v", err)
-							}
-						}
-					})
+					wg.Go(func() { tally.run(ctx, t, rdb, rw, name, g, rounds) })
 				}
 			}
 			wg.Wait()
-			if n := violations.Load(); n != 0 {
+			if n := tally.violations.Load(); n != 0 {
 				t.Errorf("%d times a writer held with a reader or another writer, want 0", n)
 			}
-			if n := overran.Load(); n != 0 {
+			if n := tally.overran.Load(); n != 0 {
 				t.Errorf("%d holders still held past their validity, want 0", n)
 			}
-			t.Logf("%d reads, %d writes; at most %d readers at once", reads.Load(), writes.Load(), mostReaders.Load())
+			t.Logf("%d reads, %d writes; at most %d readers at once", tally.reads.Load(), tally.writes.Load(), tally.mostReaders.Load())
 			key := semKey(name)
 			if !waitFor(5*time.Second, func() bool { return liveKeys(ctx, rdb, key, key+":q", key+":qw") == 0 }) {
 				t.Errorf("left after every holder released: holds %v, queue %v", rwMembers(ctx, rdb, name), rdb.LRange(ctx, key+":q", 0, -1).Val())
 			}
 		})
+	}
+}
+
+// rwTally counts what the holders of TestRWMutexExclusion saw.
+type rwTally struct {
+	readers, writers                   atomic.Int32
+	violations, overran, reads, writes atomic.Int32
+	mostReaders                        atomic.Int32
+}
+
+// run takes rounds holds of rw (a write one time in four, a TryAcquire
+// one time in three), each checked against the others in the tally and
+// against the holds in Redis, and held for up to 1.5ms.
+func (tl *rwTally) run(ctx context.Context, t *testing.T, rdb *redis.Client, rw *dlock.RWMutex, name string, g, rounds int) {
+	for r := range rounds {
+		write := rand.IntN(4) == 0
+		side := rw.Reader()
+		if write {
+			side = rw.Writer()
+		}
+		var (
+			l   *dlock.Lock
+			err error
+		)
+		if (g+r)%3 == 0 {
+			if l, err = side.TryAcquire(ctx); errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil {
+				continue
+			}
+		} else {
+			l, err = side.Acquire(ctx)
+		}
+		if err != nil {
+			t.Errorf("acquire (write %v): %v", write, err)
+			return
+		}
+		if write {
+			tl.writes.Add(1)
+			if tl.writers.Add(1) != 1 || tl.readers.Load() != 0 {
+				tl.violations.Add(1)
+			}
+		} else {
+			tl.reads.Add(1)
+			n := tl.readers.Add(1)
+			if tl.writers.Load() != 0 {
+				tl.violations.Add(1)
+			}
+			for m := tl.mostReaders.Load(); n > m && !tl.mostReaders.CompareAndSwap(m, n); m = tl.mostReaders.Load() {
+			}
+		}
+		held := rwMembers(ctx, rdb, name)
+		if write && len(held) != 1 {
+			tl.violations.Add(1)
+		}
+		for _, m := range held {
+			if strings.HasPrefix(m, "w:") && !write {
+				tl.violations.Add(1)
+			}
+		}
+		time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
+		if write {
+			tl.writers.Add(-1)
+		} else {
+			tl.readers.Add(-1)
+		}
+		if !time.Now().Before(l.ValidUntil()) {
+			tl.overran.Add(1)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release = %v", err)
+		}
 	}
 }
 
@@ -550,42 +560,7 @@ func TestRWMutexAndOtherKindsGetErrWrongType(t *testing.T) {
 			}
 
 			for _, write := range []bool{false, true} {
-				side := rw.Reader()
-				if write {
-					side = rw.Writer()
-				}
-				hold, err := side.TryAcquire(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				c := m.new(t)
-				if _, err := c.TryAcquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
-					t.Errorf("TryAcquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
-				}
-				if _, err := c.Acquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
-					t.Errorf("Acquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
-				}
-				if _, err := sem.TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
-					t.Errorf("Semaphore.TryAcquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
-				}
-				if _, err := newClient(t, rdb, dlock.WithoutScripts()).TryAcquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
-					t.Errorf("TryAcquire WithoutScripts of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
-				}
-				if _, err := sem.Acquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
-					t.Errorf("Semaphore.Acquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
-				}
-				if _, err := sem.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) || prefixes(err.Error()) != 1 {
-					t.Errorf("Semaphore.Holders of a read-write lock = %v, want ErrWrongType, with one dlock: prefix", err)
-				}
-				if mm := rwMembers(ctx, rdb, name); len(mm) != 1 || !strings.HasSuffix(mm[0], ":"+hold.Token()) || queueKeys() != 0 {
-					t.Errorf("after the refused calls: holds %v, %d queue keys; want the hold alone", mm, queueKeys())
-				}
-				if err := hold.Extend(ctx, 5*time.Second); err != nil {
-					t.Errorf("the hold's Extend after the refused calls = %v", err)
-				}
-				if err := hold.Release(ctx); err != nil {
-					t.Errorf("the hold's Release after the refused calls = %v", err)
-				}
+				rwHeldRefusesOtherKinds(ctx, t, rdb, m, rw, sem, name, write)
 			}
 
 			permit, err := sem.TryAcquire(ctx)
@@ -607,6 +582,51 @@ func TestRWMutexAndOtherKindsGetErrWrongType(t *testing.T) {
 				t.Errorf("the key is left after its last hold was released")
 			}
 		})
+	}
+}
+
+// rwHeldRefusesOtherKinds holds name as a read (or a write) of rw and
+// checks that a lock of mode m, a semaphore and a script-free Client are
+// refused with ErrWrongType, leave the hold alone and queue nothing.
+func rwHeldRefusesOtherKinds(ctx context.Context, t *testing.T, rdb *redis.Client, m mode, rw *dlock.RWMutex, sem *dlock.Semaphore, name string, write bool) {
+	t.Helper()
+	key := semKey(name)
+	queueKeys := func() int64 { return liveKeys(ctx, rdb, key+":q", key+":qw") }
+	side := rw.Reader()
+	if write {
+		side = rw.Writer()
+	}
+	hold, err := side.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.new(t)
+	if _, err := c.TryAcquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("TryAcquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
+	}
+	if _, err := c.Acquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Acquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
+	}
+	if _, err := sem.TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Semaphore.TryAcquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
+	}
+	if _, err := newClient(t, rdb, dlock.WithoutScripts()).TryAcquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("TryAcquire WithoutScripts of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
+	}
+	if _, err := sem.Acquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("Semaphore.Acquire of a name held as a read-write lock (write %v) = %v, want ErrWrongType", write, err)
+	}
+	if _, err := sem.Holders(ctx); !errors.Is(err, dlock.ErrWrongType) || prefixes(err.Error()) != 1 {
+		t.Errorf("Semaphore.Holders of a read-write lock = %v, want ErrWrongType, with one dlock: prefix", err)
+	}
+	if mm := rwMembers(ctx, rdb, name); len(mm) != 1 || !strings.HasSuffix(mm[0], ":"+hold.Token()) || queueKeys() != 0 {
+		t.Errorf("after the refused calls: holds %v, %d queue keys; want the hold alone", mm, queueKeys())
+	}
+	if err := hold.Extend(ctx, 5*time.Second); err != nil {
+		t.Errorf("the hold's Extend after the refused calls = %v", err)
+	}
+	if err := hold.Release(ctx); err != nil {
+		t.Errorf("the hold's Release after the refused calls = %v", err)
 	}
 }
 
@@ -692,11 +712,11 @@ func TestRWMutexRefusalCarriesNotAcquiredError(t *testing.T) {
 }
 
 // A queued writer that gives up must not block the readers behind it.
-func TestAdv4RWWaiterGivesUp(t *testing.T) {
+func TestRWMutexWriterThatGivesUpDoesNotBlockReaders(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv4-rw-giveup"
+	const name = "rw-giveup"
 	c := newClient(t, rdb, dlock.LeaseTTL(30*time.Second))
 	rw := newRW(t, c, name)
 	r1, err := rw.Reader().TryAcquire(ctx)
@@ -736,7 +756,7 @@ func TestAdv4RWWaiterGivesUp(t *testing.T) {
 // left: a write that nobody waits for any more held back every reader
 // behind it for max(TTL, 1s), and the reader's release then granted the
 // write to nobody, for another TTL.
-func TestRWAttackWriterFailedByTheNetworkLeavesItsPlace(t *testing.T) {
+func TestRWMutexWriterFailedByTheNetworkLeavesItsPlace(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -798,7 +818,7 @@ func TestRWAttackWriterFailedByTheNetworkLeavesItsPlace(t *testing.T) {
 // refusal of a hold asked for inside a hold of the name, and Holders on a
 // name of another kind, said "dlock: " twice ("dlock: acquire "x": dlock:
 // invalid argument: …").
-func TestRWAttackErrorsSayDlockOnce(t *testing.T) {
+func TestRWMutexErrorsSayDlockOnce(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()

@@ -78,7 +78,9 @@ func TestSemaphoreAddPermits(t *testing.T) {
 		}
 		got <- l
 	}()
-	time.Sleep(100 * time.Millisecond) // queued
+	if !queued(ctx, rdb, "grow", 1) {
+		t.Fatal("the waiter never queued")
+	}
 	if n, err := s.AddPermits(ctx, 2); err != nil || n != 3 {
 		t.Fatalf("AddPermits(2) from N = 1 = %d, %v; want 3", n, err)
 	}
@@ -158,7 +160,9 @@ func TestSemaphoreOfTheKeptSizeOnly(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	if !queued(ctx, rdb, "later", 1) {
+		t.Fatal("the waiter never queued")
+	}
 	if n, err := s.AddPermits(ctx, 1); err != nil || n != 2 {
 		t.Fatalf("AddPermits(1) = %v, %v; want 2", n, err)
 	}
@@ -196,7 +200,9 @@ func TestSemaphoreShrunkBelowAWaiter(t *testing.T) {
 		_, err := s.AcquireN(ctx, 3, dlock.MaxWait(10*time.Second))
 		big <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	if !queued(ctx, rdb, "shrink", 1) {
+		t.Fatal("the waiter for 3 never queued")
+	}
 	small := make(chan error, 1)
 	go func() {
 		l, err := s.Acquire(ctx, dlock.MaxWait(10*time.Second))
@@ -205,7 +211,9 @@ func TestSemaphoreShrunkBelowAWaiter(t *testing.T) {
 		}
 		small <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	if !queued(ctx, rdb, "shrink", 2) {
+		t.Fatal("the waiter for 1 never queued")
+	}
 	if _, err := s.AddPermits(ctx, -1); err != nil {
 		t.Fatal(err)
 	}
@@ -294,16 +302,16 @@ func TestSemaphoreKeptSizeBoundsEveryone(t *testing.T) {
 	}
 }
 
-// HELD: concurrent holders of a semaphore whose kept size is changed
+// TestSemaphoreSizeChangedWhileAcquiringBoundsHolders: concurrent holders of a semaphore whose kept size is changed
 // (between 2 and 3) while they acquire, through handles made with N = 1,
 // 5 and 0, never number more than 3 at once; once all released, Available
 // is the kept size.
-func TestAdv7SemaphoreSizeRaceExclusion(t *testing.T) {
+func TestSemaphoreSizeChangedWhileAcquiringBoundsHolders(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	setter := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
-	s0, _ := setter.Semaphore("adv7-size", 0)
+	s0, _ := setter.Semaphore("size", 0)
 	if ok, err := s0.TrySetPermits(ctx, 2); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
@@ -312,7 +320,7 @@ func TestAdv7SemaphoreSizeRaceExclusion(t *testing.T) {
 	stop := time.Now().Add(2500 * time.Millisecond)
 	for i := range 6 {
 		c := newClient(t, rdb, dlock.LeaseTTL(2*time.Second))
-		s, err := c.Semaphore("adv7-size", []int{1, 5, 0}[i%3])
+		s, err := c.Semaphore("size", []int{1, 5, 0}[i%3])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,20 +368,20 @@ func TestAdv7SemaphoreSizeRaceExclusion(t *testing.T) {
 	if _, err := s0.AddPermits(ctx, math.MaxInt32); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("AddPermits(MaxInt32) of 2 = %v, want ErrInvalid", err)
 	}
-	if v := rdb.Get(ctx, "dlock:{adv7-size}:n").Val(); v != "2" {
+	if v := rdb.Get(ctx, "dlock:{size}:n").Val(); v != "2" {
 		t.Errorf("the kept size after refused adds is %q, want 2", v)
 	}
 }
 
-// HELD: with a kept size of 2, a Semaphore made with N = 5 is bound by 2;
+// TestSemaphoreHandleOfAnotherNIsBoundByTheKeptSize: with a kept size of 2, a Semaphore made with N = 5 is bound by 2;
 // AcquireN(3) through it is ErrInvalid; a waiter for 2 behind one holder,
 // shrunk to 1, is refused with ErrInvalid and leaves the queue.
-func TestAdv7SemaphoreHandleMismatch(t *testing.T) {
+func TestSemaphoreHandleOfAnotherNIsBoundByTheKeptSize(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(3*time.Second))
-	s5, _ := c.Semaphore("adv7-mm", 5)
+	s5, _ := c.Semaphore("mm", 5)
 	if ok, err := s5.TrySetPermits(ctx, 2); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
@@ -403,7 +411,7 @@ func TestAdv7SemaphoreHandleMismatch(t *testing.T) {
 		}
 		done <- err
 	}()
-	if !waitFor(2*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{adv7-mm}:q").Val() == 1 }) {
+	if !waitFor(2*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{mm}:q").Val() == 1 }) {
 		t.Fatal("the waiter for 2 did not queue")
 	}
 	if n, err := s5.AddPermits(ctx, -1); err != nil || n != 1 {
@@ -417,7 +425,7 @@ func TestAdv7SemaphoreHandleMismatch(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("the waiter for 2 was not told of the shrink")
 	}
-	if n := rdb.LLen(ctx, "dlock:{adv7-mm}:q").Val(); n != 0 {
+	if n := rdb.LLen(ctx, "dlock:{mm}:q").Val(); n != 0 {
 		t.Errorf("%d queue entries left", n)
 	}
 	a.Release(ctx)

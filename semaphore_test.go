@@ -549,8 +549,15 @@ func TestSemaphoreChangingN(t *testing.T) {
 	refused(one) // 1 held (x): not below 1 yet
 	y := take(two)
 	y.Release(ctx)
+	semaphoreQueueHeadKeepsItsN(ctx, t, rdb, name, x, func() { refused(three) })
+}
 
-	// Head of the queue: a waiter with N=1 before one with N=3, 1 held (x).
+// semaphoreQueueHeadKeepsItsN queues a waiter with N=1 before one with N=3
+// while x holds the one permit of name: refusedThree must see a refusal for
+// N=3 (a permit free, but waiters queued), the N=3 waiter is not served
+// before the head, and once x is released both are, N=1 first.
+func semaphoreQueueHeadKeepsItsN(ctx context.Context, t *testing.T, rdb *redis.Client, name string, x *dlock.Lock, refusedThree func()) {
+	t.Helper()
 	type grant struct {
 		permits int
 		fence   int64
@@ -576,7 +583,7 @@ func TestSemaphoreChangingN(t *testing.T) {
 			t.Fatalf("waiter %d never queued", i)
 		}
 	}
-	refused(three) // a permit is free for N=3, but waiters are queued
+	refusedThree() // a permit is free for N=3, but waiters are queued
 	select {
 	case g := <-got:
 		t.Errorf("the waiter with N=%d got a permit while the head of the queue (N=1) may not have one", g.permits)
@@ -609,7 +616,7 @@ func TestSemaphoreNothingLeftPerName(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	const names, workers = 2000, 16
-	ttl := 300 * time.Millisecond
+	ttl := 2 * time.Second
 	c := newClient(t, rdb, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false))
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -709,18 +716,7 @@ func TestSemaphoreLockOptions(t *testing.T) {
 		meta string
 		ttl  time.Duration
 	}{a.Token(): {"exporter-a", 2 * time.Second}, b.Token(): {"exporter-b", time.Second}}
-	checkRefused := func(what string, err error) {
-		t.Helper()
-		na, ok := errors.AsType[*dlock.NotAcquiredError](err)
-		switch {
-		case !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-			t.Errorf("%s = %v, want ErrNotAcquired alone", what, err)
-		case !ok || na.Name != name || na.Permits != 3 || na.Holder != "" || na.Meta != "" || na.TTL <= 0 || na.TTL > 2*time.Second:
-			t.Errorf("%s = %v: NotAcquiredError %+v, want one naming %q and its 3 permits, the soonest ending within 2s", what, err, na, name)
-		case prefixes(err.Error()) != 1 || !strings.Contains(err.Error(), "no permit free"):
-			t.Errorf("%s = %q, want one dlock: prefix and the reason", what, err)
-		}
-	}
+	checkRefused := func(what string, err error) { t.Helper(); semaphoreRefusedFull(t, what, err, name) }
 	err = s.Do(ctx, func(ctx context.Context, l *dlock.Lock) error {
 		want[l.Token()] = struct {
 			meta string
@@ -771,28 +767,41 @@ func TestSemaphoreLockOptions(t *testing.T) {
 	for _, l := range []*dlock.Lock{a, b, p} {
 		l.Release(ctx)
 	}
+	semaphoreMaxHold(ctx, t, rdb, s, name)
+}
 
-	// MaxHold ends the permit with a loss that says why, and gives it back.
+// semaphoreRefusedFull checks that err is a refusal of a 4th permit of the
+// 3 of name, all taken: ErrNotAcquired alone, with a NotAcquiredError that
+// names the semaphore, its permits and the soonest end within 2s, and says
+// "dlock: " once.
+func semaphoreRefusedFull(t *testing.T, what string, err error, name string) {
+	t.Helper()
+	na, ok := errors.AsType[*dlock.NotAcquiredError](err)
+	switch {
+	case !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		t.Errorf("%s = %v, want ErrNotAcquired alone", what, err)
+	case !ok || na.Name != name || na.Permits != 3 || na.Holder != "" || na.Meta != "" || na.TTL <= 0 || na.TTL > 2*time.Second:
+		t.Errorf("%s = %v: NotAcquiredError %+v, want one naming %q and its 3 permits, the soonest ending within 2s", what, err, na, name)
+	case prefixes(err.Error()) != 1 || !strings.Contains(err.Error(), "no permit free"):
+		t.Errorf("%s = %q, want one dlock: prefix and the reason", what, err)
+	}
+}
+
+// semaphoreMaxHold: MaxHold ends a permit of s with a loss that says why,
+// and gives it back; Do's fn sees the cause; the next permit has no cap.
+func semaphoreMaxHold(ctx context.Context, t *testing.T, rdb *redis.Client, s *dlock.Semaphore, name string) {
+	t.Helper()
 	m, err := s.Acquire(ctx, dlock.MaxHold(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !closedWithin(m.Done(), 10*time.Second) {
-		t.Fatal("a permit with MaxHold(300ms) still held after 10s")
-	}
-	if err := m.Err(); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrMaxHold) || !strings.Contains(err.Error(), "max hold") {
-		t.Errorf("Err() of a permit at its max hold = %v, want ErrNotHeld and ErrMaxHold, saying so", err)
-	}
+	endedByMaxHold(t, "permit", m)
 	if !waitFor(10*time.Second, func() bool { return !slices.Contains(members(ctx, rdb, name), m.Token()) }) {
 		t.Errorf("the permit ended by its max hold is still in Redis: %v", members(ctx, rdb, name))
 	}
 	var cause error
 	err = s.Do(ctx, func(ctx context.Context, l *dlock.Lock) error {
-		select {
-		case <-ctx.Done():
-			cause = context.Cause(ctx)
-		case <-time.After(10 * time.Second):
-		}
+		cause = doneCause(ctx)
 		return nil
 	}, dlock.MaxHold(300*time.Millisecond))
 	if !errors.Is(cause, dlock.ErrMaxHold) || !errors.Is(err, dlock.ErrMaxHold) {
@@ -834,11 +843,11 @@ func TestSemaphoreLockOptionsBadInputSendsNothing(t *testing.T) {
 
 // A permit forced past its deadline (not dropped) is dropped by the next
 // grant; its Release then reports ErrNotHeld, and never more than N live.
-func TestAdv4SemLapsedPlaceTaken(t *testing.T) {
+func TestSemaphoreLapsedPermitDroppedByTheNextGrant(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv4-sem-lapsed"
+	const name = "sem-lapsed"
 	s := newSemaphore(t, newClient(t, rdb, dlock.WithAutoExtend(false)), name, 2)
 	a, err := s.TryAcquire(ctx)
 	if err != nil {
