@@ -660,11 +660,11 @@ func TestFairConfirmedHandoverValidityWithinTheLease(t *testing.T) {
 // Fair lock: a queued waiter that gives up leaves no entry; the next
 // waiter gets the lock promptly on release (the release publishes only
 // when someone queued: it must still wake it).
-func TestAdv4FairWaiterGivesUp(t *testing.T) {
+func TestFairWaiterThatGivesUpLeavesNoEntry(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv4-fair-giveup"
+	const name = "q-fair-giveup"
 	c := newClient(t, rdb, dlock.LeaseTTL(30*time.Second))
 	h, err := c.TryAcquire(ctx, name)
 	if err != nil {
@@ -702,11 +702,11 @@ func TestAdv4FairWaiterGivesUp(t *testing.T) {
 // A fair lock handed over along a chain of waiters: fences strictly rise,
 // and a re-sent release of an earlier holder (its script run again after the
 // handover) does not free or re-hand the lock.
-func TestAdv5FairHandoverFences(t *testing.T) {
+func TestFairHandoverChainFencesRiseAndResentReleaseIsInert(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv5-fair"
+	const name = "q-fair"
 	c := newClient(t, rdb)
 	first, err := c.Acquire(ctx, name)
 	if err != nil {
@@ -765,12 +765,12 @@ func TestAdv5FairHandoverFences(t *testing.T) {
 	prev.Release(ctx)
 }
 
-// TestAdvShortLeaseQueueExclusionAndLiveness: fair lock, semaphore of 1 and
+// TestQueuedKindsShortLeaseExclusionAndLiveness: fair lock, semaphore of 1 and
 // read-write lock (writers), workers with short per-call leases (30ms,
 // 45ms, 200ms: queue entries of one window) under -race on a loaded
 // machine. No two leases' validity intervals overlap, and every worker
 // gets through its iterations in bounded time.
-func TestAdvShortLeaseQueueExclusionAndLiveness(t *testing.T) {
+func TestQueuedKindsShortLeaseExclusionAndLiveness(t *testing.T) {
 	t.Parallel()
 	srv, rdb := setup(t)
 	pause := os.Getenv("ADV_PAUSE") != ""
@@ -787,17 +787,17 @@ func TestAdvShortLeaseQueueExclusionAndLiveness(t *testing.T) {
 			for w := range workers {
 				c := newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond))
 				acquire := func(opts ...dlock.LockOption) (*dlock.Lock, error) {
-					return c.Acquire(ctx, "adv-q-"+kind, opts...)
+					return c.Acquire(ctx, "q-"+kind, opts...)
 				}
 				switch kind {
 				case "sem":
-					s, err := c.Semaphore("adv-q-"+kind, 1)
+					s, err := c.Semaphore("q-"+kind, 1)
 					if err != nil {
 						t.Fatal(err)
 					}
 					acquire = func(opts ...dlock.LockOption) (*dlock.Lock, error) { return s.Acquire(ctx, opts...) }
 				case "rw":
-					rw, err := c.RWMutex("adv-q-" + kind)
+					rw, err := c.RWMutex("q-" + kind)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -859,17 +859,17 @@ func TestAdvShortLeaseQueueExclusionAndLiveness(t *testing.T) {
 	}
 }
 
-// TestAdv3QueuedKindsIgnoreUnfairBackoff: a Client made WithUnfair with a
+// TestUnfairClientQueuedKindsIgnoreItsBackoff: a Client made WithUnfair with a
 // long backoff still queues its permits', holds' and campaigns' waiters:
 // a release hands the lease over at once, not after the backoff.
-func TestAdv3QueuedKindsIgnoreUnfairBackoff(t *testing.T) {
+func TestUnfairClientQueuedKindsIgnoreItsBackoff(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb, dlock.WithUnfair(dlock.ExponentialBackoff(3*time.Second, 3*time.Second)))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	for _, k := range adv3Kinds()[:4] {
-		name := "adv3-unfair-" + k.name
+		name := "q-unfair-" + k.name
 		l, err := k.take(ctx, c, name, false)
 		if err != nil {
 			t.Fatal(err)
@@ -897,11 +897,11 @@ func TestAdv3QueuedKindsIgnoreUnfairBackoff(t *testing.T) {
 	}
 }
 
-// TestAdv2ExponentialBackoffHugeMax: ExponentialBackoff with a "no cap"
+// TestExponentialBackoffUncappedMaxDoesNotPanic: ExponentialBackoff with a "no cap"
 // maximum (math.MaxInt64) must not panic at a high attempt. An unfair
 // waiter's attempt counter grows by one per wake-up (each release message
 // of a busy lock), not only per sleep, so attempt 41 comes quickly.
-func TestAdv2ExponentialBackoffHugeMax(t *testing.T) {
+func TestExponentialBackoffUncappedMaxDoesNotPanic(t *testing.T) {
 	t.Parallel()
 	b := dlock.ExponentialBackoff(10*time.Millisecond, math.MaxInt64)
 	for attempt := 1; attempt <= 100; attempt++ {
@@ -920,7 +920,7 @@ func TestAdv2ExponentialBackoffHugeMax(t *testing.T) {
 	}
 }
 
-// The same as TestRWAttackWriterFailedByTheNetworkLeavesItsPlace, for the
+// The same as the read-write lock's test of a writer failed by the network, for the
 // other kinds that queue: a fair lock's waiter and a semaphore's. A waiter
 // whose wait ends with an error from Redis leaves its place in the line,
 // and the holder's release leaves the name free instead of handing it to
@@ -1010,7 +1010,7 @@ func TestFailedWaitLeavesItsPlace(t *testing.T) {
 // entry stayed for max(TTL, 1s): once the other kind's lock was released,
 // every fair TryAcquire was refused, and the next fair Acquire handed the
 // lock to the waiter that had gone, for a whole TTL.
-func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
+func TestFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
@@ -1082,7 +1082,7 @@ func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 // attempts per call, where before they sent one and left none — a
 // reconnect storm against a Redis that is coming back. A wait whose
 // requests never reached Redis must leave nothing to do behind.
-func TestOptsAttackAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing.T) {
+func TestFairAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -1132,7 +1132,7 @@ func TestOptsAttackAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing
 // between skipped it as a waiter that had died and handed the lock to one
 // that came after it. Fair waiting serves waiters in arrival order
 // and only a waiter that died is skipped.
-func TestOptsAttackCappedFairWaiterKeepsItsPlace(t *testing.T) {
+func TestFairWaiterCappedByMaxHoldKeepsItsPlace(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")

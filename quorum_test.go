@@ -445,10 +445,10 @@ func TestRedlockLostMajorityIsReported(t *testing.T) {
 	}
 }
 
-// TestAdv2NewRedlockDefaultTTLAboveNodeTimeout: a lease time at or below the
+// TestNewRedlockRefusesDefaultTTLAtOrBelowNodeTimeout: a lease time at or below the
 // per-node timeout is refused per call (LeaseTTL on Acquire); as the
 // Client's default (LeaseTTL given to NewRedlock) it must be refused too.
-func TestAdv2NewRedlockDefaultTTLAboveNodeTimeout(t *testing.T) {
+func TestNewRedlockRefusesDefaultTTLAtOrBelowNodeTimeout(t *testing.T) {
 	t.Parallel()
 	var nodes []redis.UniversalClient
 	for range 3 {
@@ -828,7 +828,7 @@ func keyOnNodes(ctx context.Context, direct []*redis.Client, key string) (n int,
 // refused attempt is "undone", and the undo fails on the dead node, so it is
 // retried in the background for the TTL. How many goroutines pile up, and do
 // they outlive Acquire?
-func TestQuorumAttackUndoGoroutinePileUp(t *testing.T) {
+func TestRedlockRefusedWaiterLeavesNoUndoGoroutines(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -876,7 +876,7 @@ func TestQuorumAttackUndoGoroutinePileUp(t *testing.T) {
 // Quorum + pipelining: requests to two nodes are delayed past the per-node
 // timeout; the grants land after the attempt was declared failed. Nothing
 // may stay behind, and another client must get the lock.
-func TestQuorumAttackLateGrantsAfterFailedQuorum(t *testing.T) {
+func TestRedlockLateGrantsAfterFailedQuorumLeaveNothing(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -920,7 +920,7 @@ func TestQuorumAttackLateGrantsAfterFailedQuorum(t *testing.T) {
 }
 
 // Mutual exclusion under random delays around the node timeout, pipelined.
-func TestQuorumAttackQuorumExclusionUnderJitter(t *testing.T) {
+func TestRedlockExclusionUnderJitterAroundNodeTimeout(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -989,7 +989,7 @@ func TestQuorumAttackQuorumExclusionUnderJitter(t *testing.T) {
 
 // An old, shorter extension delayed past the node timeout lands after a
 // newer, longer one: it must be ignored (sequence numbers).
-func TestQuorumAttackDelayedShortExtendAfterLongExtend(t *testing.T) {
+func TestRedlockDelayedShortExtendAfterLongExtendIgnored(t *testing.T) {
 	t.Parallel()
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx := t.Context()
@@ -1031,7 +1031,7 @@ func TestQuorumAttackDelayedShortExtendAfterLongExtend(t *testing.T) {
 // A failed attempt's undo retries in the background while the same Lock
 // goes on with a new token and gets the lock: the new lease must survive
 // all retries of the old token's undo.
-func TestQuorumAttackUndoRetriesDoNotTouchNewLease(t *testing.T) {
+func TestRedlockUndoRetriesSpareTheSameLocksNewLease(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -1075,7 +1075,7 @@ func TestQuorumAttackUndoRetriesDoNotTouchNewLease(t *testing.T) {
 
 // A release queued in a node's batcher behind in-flight pipelines is
 // abandoned at the node timeout and never sent: the node keeps the lease.
-func TestQuorumAttackQueuedReleaseNeverSent(t *testing.T) {
+func TestRedlockReleaseQueuedBehindSlowPipelinesLeavesNoLease(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -1164,7 +1164,7 @@ func TestQuorumReleaseRetriedOnANodeThatFailed(t *testing.T) {
 // the node. release.lua compares tokens, so the newer lease must survive
 // on all three nodes, the retry must stop (Close returns), and no goroutine
 // may be left.
-func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
+func TestRedlockRetriedReleaseSparesANewerLease(t *testing.T) {
 	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -1242,7 +1242,7 @@ func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
 // refused) gets the release retried a bounded number of times: Close
 // returns by itself while the node is still stalled, and nothing keeps
 // running after.
-func TestQuorumAttackReleaseRetryGivesUpOnABlackHole(t *testing.T) {
+func TestRedlockReleaseRetryGivesUpOnABlackHole(t *testing.T) {
 	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")

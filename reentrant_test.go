@@ -297,10 +297,10 @@ func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
 	}
 }
 
-// TestAdv3Owners: Owner Clients of one reentrant Client share its engine
+// TestReentrantOwnersShareTheEngineNotTheOwnership: Owner Clients of one reentrant Client share its engine
 // but not their owner: one does not re-enter another's lock; each re-enters
 // its own; Stats and observers are common, and Close of one closes all.
-func TestAdv3Owners(t *testing.T) {
+func TestReentrantOwnersShareTheEngineNotTheOwnership(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	var rec adv3Events
@@ -319,21 +319,21 @@ func TestAdv3Owners(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	la, err := a.TryAcquire(ctx, "adv3-own")
+	la, err := a.TryAcquire(ctx, "own")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := b.TryAcquire(ctx, "adv3-own"); err == nil {
+	if l, err := b.TryAcquire(ctx, "own"); err == nil {
 		l.Release(ctx)
 		t.Fatal("owner b re-entered owner a's lock")
 	} else if !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("owner b: %v; want ErrNotAcquired", err)
 	}
-	if l, err := c.TryAcquire(ctx, "adv3-own"); err == nil {
+	if l, err := c.TryAcquire(ctx, "own"); err == nil {
 		l.Release(ctx)
 		t.Fatal("the root Client re-entered owner a's lock")
 	}
-	la2, err := a2.TryAcquire(ctx, "adv3-own")
+	la2, err := a2.TryAcquire(ctx, "own")
 	if err != nil {
 		t.Fatalf("a second Owner(\"a\") does not re-enter a's lock: %v", err)
 	}
@@ -342,7 +342,7 @@ func TestAdv3Owners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := bb.TryAcquire(ctx, "adv3-own"); err == nil {
+	if l, err := bb.TryAcquire(ctx, "own"); err == nil {
 		l.Release(ctx)
 		t.Fatal("a.Owner(\"b\") re-entered owner a's lock")
 	}
@@ -350,7 +350,7 @@ func TestAdv3Owners(t *testing.T) {
 	d := newClient(t, rdb, dlock.WithReentrant(true))
 	if da, err := d.Owner("a"); err != nil {
 		t.Fatal(err)
-	} else if l, err := da.TryAcquire(ctx, "adv3-own"); err == nil {
+	} else if l, err := da.TryAcquire(ctx, "own"); err == nil {
 		l.Release(ctx)
 		t.Fatal("owner \"a\" of another Client re-entered this Client's owner a's lock")
 	}
@@ -359,7 +359,7 @@ func TestAdv3Owners(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lb, err := b.TryAcquire(ctx, "adv3-own")
+	lb, err := b.TryAcquire(ctx, "own")
 	if err != nil {
 		t.Fatalf("owner b after a released: %v", err)
 	}
@@ -367,19 +367,19 @@ func TestAdv3Owners(t *testing.T) {
 	if sa, sc := a.Stats(), c.Stats(); sa.Acquired != sc.Acquired || sc.Acquired != 3 {
 		t.Errorf("Stats: owner a %+v, root %+v; want the same counts, 3 acquired", sa, sc)
 	}
-	for _, e := range rec.of("adv3-own") {
+	for _, e := range rec.of("own") {
 		if e.Mode != "reentrant" {
 			t.Errorf("event %s Mode %q; want reentrant", e.Op, e.Mode)
 		}
 	}
 	for _, x := range []*dlock.Client{c, a, b} {
-		if _, err := x.Semaphore("adv3-own-s", 2); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a semaphore") {
+		if _, err := x.Semaphore("own-s", 2); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a semaphore") {
 			t.Errorf("Semaphore on a reentrant Client: %v", err)
 		}
-		if _, err := x.RWMutex("adv3-own-rw"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a read-write lock") {
+		if _, err := x.RWMutex("own-rw"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a read-write lock") {
 			t.Errorf("RWMutex on a reentrant Client: %v", err)
 		}
-		if _, err := x.Election("adv3-own-e"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot hold an election") {
+		if _, err := x.Election("own-e"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot hold an election") {
 			t.Errorf("Election on a reentrant Client: %v", err)
 		}
 	}
@@ -387,7 +387,7 @@ func TestAdv3Owners(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range []*dlock.Client{c, a} {
-		if _, err := x.TryAcquire(ctx, "adv3-own-2"); !errors.Is(err, dlock.ErrClosed) {
+		if _, err := x.TryAcquire(ctx, "own-2"); !errors.Is(err, dlock.ErrClosed) {
 			t.Errorf("after an Owner's Close: %v; want ErrClosed", err)
 		}
 	}
@@ -395,7 +395,7 @@ func TestAdv3Owners(t *testing.T) {
 
 // Owner views: nested Do of another owner waits, bounded by ctx; views of
 // the same owner re-enter; Owner of an Owner is the new owner.
-func TestQuorumAttackOwnerViews(t *testing.T) {
+func TestReentrantOwnerViewsNestAndReenter(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
