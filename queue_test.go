@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/script"
 )
 
@@ -337,70 +338,8 @@ func TestLateQueueingRequestHoldsTheLineOneWindow(t *testing.T) {
 			// directly, with leases far longer than the test.
 			late := newClient(t, rdb, pipelined(false))
 			other := newClient(t, direct, dlock.LeaseTTL(10*time.Second))
-			var (
-				holder *dlock.Lock
-				wait   func(context.Context) error // the late waiter's Acquire
-				probe  func() (bool, error)        // whether the line is free of the dead entry
-				resign func() error                // fair lock, election: the holder's release
-				err    error
-			)
-			admitted := func(l *dlock.Lock, err error) (bool, error) {
-				if l != nil {
-					return true, l.Release(ctx)
-				}
-				if errors.Is(err, dlock.ErrNotAcquired) {
-					return false, nil
-				}
-				return false, err
-			}
-			switch kind {
-			case "fair":
-				holder, err = other.TryAcquire(ctx, name)
-				wait = func(ctx context.Context) error {
-					_, err := late.Acquire(ctx, name, dlock.LeaseTTL(ttl))
-					return err
-				}
-				probe = func() (bool, error) { return admitted(other.TryAcquire(ctx, name)) }
-			case "semaphore":
-				holder, err = newSemaphore(t, other, name, 1).TryAcquire(ctx)
-				s := newSemaphore(t, late, name, 1)
-				wait = func(ctx context.Context) error {
-					_, err := s.Acquire(ctx, dlock.LeaseTTL(ttl))
-					return err
-				}
-				// One permit is held: a caller with N=2 has room, unless a
-				// waiter with N=1 is ahead of it.
-				roomy := newSemaphore(t, other, name, 2)
-				probe = func() (bool, error) { return admitted(roomy.TryAcquire(ctx)) }
-			case "rw":
-				holder, err = newRW(t, other, name).Reader().TryAcquire(ctx)
-				w := newRW(t, late, name).Writer()
-				wait = func(ctx context.Context) error {
-					_, err := w.Acquire(ctx, dlock.LeaseTTL(ttl))
-					return err
-				}
-				r := newRW(t, other, name).Reader()
-				probe = func() (bool, error) { return admitted(r.TryAcquire(ctx)) }
-			case "election":
-				var ld *dlock.Leadership
-				ld, err = newElection(t, other, name).Campaign(ctx, "leader")
-				if ld != nil {
-					holder = ld.Lock()
-				}
-				e := newElection(t, late, name)
-				wait = func(ctx context.Context) error {
-					_, err := e.Campaign(ctx, "late", dlock.LeaseTTL(ttl))
-					return err
-				}
-				next := newElection(t, other, name)
-				probe = func() (bool, error) {
-					ld, err := next.Campaign(ctx, "next", dlock.MaxWait(0))
-					if ld != nil {
-						return true, ld.Resign(ctx)
-					}
-					return admitted(nil, err)
-				}
-			}
+			holder, wait, probe, err := lateQueuer(t, kind, name, late, other, ttl)
+			var resign func() error // fair lock, election: the holder's release
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -437,16 +376,7 @@ func TestLateQueueingRequestHoldsTheLineOneWindow(t *testing.T) {
 			t.Logf("the late request queued for nobody: entry %q", direct.HGet(ctx, key+":qw", dead).Val())
 
 			if resign == nil {
-				var free bool
-				for !free && time.Since(landed) < 3*time.Second {
-					if free, err = probe(); err != nil {
-						t.Fatal(err)
-					}
-					if !free {
-						time.Sleep(10 * time.Millisecond)
-					}
-				}
-				d := time.Since(landed)
+				free, d := lineFreeAfter(t, landed, probe)
 				t.Logf("the line was free %v after the landing", d.Round(time.Millisecond))
 				if !free || d > bound {
 					t.Errorf("the line was free of the dead waiter's entry %v after it landed (free: %v), want within %v: its lease was %v, and its place in line must lapse with its revocation window",
@@ -468,6 +398,89 @@ func TestLateQueueingRequestHoldsTheLineOneWindow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lateQueuer sets up one kind of TestLateQueueingRequestHoldsTheLineOneWindow:
+// other takes name (holder); wait is the late waiter's Acquire through late,
+// with lease ttl; probe tells whether a new caller through other gets in
+// (the line is free of the dead entry), releasing what it got.
+func lateQueuer(t *testing.T, kind, name string, late, other *dlock.Client, ttl time.Duration) (holder *dlock.Lock, wait func(context.Context) error, probe func() (bool, error), err error) {
+	ctx := t.Context()
+	admitted := func(l *dlock.Lock, err error) (bool, error) {
+		if l != nil {
+			return true, l.Release(ctx)
+		}
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			return false, nil
+		}
+		return false, err
+	}
+	switch kind {
+	case "fair":
+		holder, err = other.TryAcquire(ctx, name)
+		wait = func(ctx context.Context) error {
+			_, err := late.Acquire(ctx, name, dlock.LeaseTTL(ttl))
+			return err
+		}
+		probe = func() (bool, error) { return admitted(other.TryAcquire(ctx, name)) }
+	case "semaphore":
+		holder, err = newSemaphore(t, other, name, 1).TryAcquire(ctx)
+		s := newSemaphore(t, late, name, 1)
+		wait = func(ctx context.Context) error {
+			_, err := s.Acquire(ctx, dlock.LeaseTTL(ttl))
+			return err
+		}
+		// One permit is held: a caller with N=2 has room, unless a
+		// waiter with N=1 is ahead of it.
+		roomy := newSemaphore(t, other, name, 2)
+		probe = func() (bool, error) { return admitted(roomy.TryAcquire(ctx)) }
+	case "rw":
+		holder, err = newRW(t, other, name).Reader().TryAcquire(ctx)
+		w := newRW(t, late, name).Writer()
+		wait = func(ctx context.Context) error {
+			_, err := w.Acquire(ctx, dlock.LeaseTTL(ttl))
+			return err
+		}
+		r := newRW(t, other, name).Reader()
+		probe = func() (bool, error) { return admitted(r.TryAcquire(ctx)) }
+	case "election":
+		var ld *dlock.Leadership
+		ld, err = newElection(t, other, name).Campaign(ctx, "leader")
+		if ld != nil {
+			holder = ld.Lock()
+		}
+		e := newElection(t, late, name)
+		wait = func(ctx context.Context) error {
+			_, err := e.Campaign(ctx, "late", dlock.LeaseTTL(ttl))
+			return err
+		}
+		next := newElection(t, other, name)
+		probe = func() (bool, error) {
+			ld, err := next.Campaign(ctx, "next", dlock.MaxWait(0))
+			if ld != nil {
+				return true, ld.Resign(ctx)
+			}
+			return admitted(nil, err)
+		}
+	}
+	return holder, wait, probe, err
+}
+
+// lineFreeAfter polls probe until it finds the line free (3s at most) and
+// says whether it did and how long after landed.
+func lineFreeAfter(t *testing.T, landed time.Time, probe func() (bool, error)) (bool, time.Duration) {
+	t.Helper()
+	var free bool
+	for !free && time.Since(landed) < 3*time.Second {
+		var err error
+		if free, err = probe(); err != nil {
+			t.Fatal(err)
+		}
+		if !free {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return free, time.Since(landed)
 }
 
 // Was a bug: a fair waiter whose later attempt gets an error REPLY from Redis
@@ -773,7 +786,7 @@ func TestFairHandoverChainFencesRiseAndResentReleaseIsInert(t *testing.T) {
 func TestQueuedKindsShortLeaseExclusionAndLiveness(t *testing.T) {
 	t.Parallel()
 	srv, rdb := setup(t)
-	pause := os.Getenv("ADV_PAUSE") != ""
+	pause := os.Getenv("DLOCK_TEST_PAUSE") != "" // also pause the server now and then
 	type iv struct{ from, to time.Time }
 	for _, kind := range []string{"fair", "sem", "rw"} {
 		t.Run(kind, func(t *testing.T) {
@@ -785,24 +798,7 @@ func TestQueuedKindsShortLeaseExclusionAndLiveness(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 			defer cancel()
 			for w := range workers {
-				c := newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond))
-				acquire := func(opts ...dlock.LockOption) (*dlock.Lock, error) {
-					return c.Acquire(ctx, "q-"+kind, opts...)
-				}
-				switch kind {
-				case "sem":
-					s, err := c.Semaphore("q-"+kind, 1)
-					if err != nil {
-						t.Fatal(err)
-					}
-					acquire = func(opts ...dlock.LockOption) (*dlock.Lock, error) { return s.Acquire(ctx, opts...) }
-				case "rw":
-					rw, err := c.RWMutex("q-" + kind)
-					if err != nil {
-						t.Fatal(err)
-					}
-					acquire = func(opts ...dlock.LockOption) (*dlock.Lock, error) { return rw.Writer().Acquire(ctx, opts...) }
-				}
+				acquire := queuedKindAcquirer(t, ctx, newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond)), kind, "q-"+kind)
 				ttl := []time.Duration{30 * time.Millisecond, 45 * time.Millisecond, 200 * time.Millisecond}[w%3]
 				wg.Go(func() {
 					for i := range iters {
@@ -826,24 +822,9 @@ func TestQueuedKindsShortLeaseExclusionAndLiveness(t *testing.T) {
 					}
 				})
 			}
-			stopPauses := make(chan struct{})
-			paused := make(chan struct{})
-			go func() {
-				defer close(paused)
-				for pause {
-					select {
-					case <-stopPauses:
-						return
-					case <-time.After(120 * time.Millisecond):
-					}
-					srv.Pause()
-					time.Sleep(70 * time.Millisecond)
-					srv.Resume()
-				}
-			}()
+			stopPauses := pauseEvery(srv, pause, 120*time.Millisecond, 70*time.Millisecond)
 			wg.Wait()
-			close(stopPauses)
-			<-paused
+			stopPauses()
 			close(errs)
 			for err := range errs {
 				t.Error(err)
@@ -856,6 +837,51 @@ func TestQueuedKindsShortLeaseExclusionAndLiveness(t *testing.T) {
 			}
 			t.Logf("%d valid holds of %d", len(ivs), workers*iters)
 		})
+	}
+}
+
+// queuedKindAcquirer returns an Acquire of name through c, of the kind
+// "fair" (a lock), "sem" (a semaphore of 1) or "rw" (a writer).
+func queuedKindAcquirer(t *testing.T, ctx context.Context, c *dlock.Client, kind, name string) func(...dlock.LockOption) (*dlock.Lock, error) {
+	t.Helper()
+	switch kind {
+	case "sem":
+		s, err := c.Semaphore(name, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(opts ...dlock.LockOption) (*dlock.Lock, error) { return s.Acquire(ctx, opts...) }
+	case "rw":
+		rw, err := c.RWMutex(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(opts ...dlock.LockOption) (*dlock.Lock, error) { return rw.Writer().Acquire(ctx, opts...) }
+	}
+	return func(opts ...dlock.LockOption) (*dlock.Lock, error) { return c.Acquire(ctx, name, opts...) }
+}
+
+// pauseEvery, when on, pauses srv for pause after every gap until the
+// returned stop is called; stop returns once the server runs again.
+func pauseEvery(srv *redistest.Server, on bool, gap, pause time.Duration) (stop func()) {
+	stopPauses := make(chan struct{})
+	paused := make(chan struct{})
+	go func() {
+		defer close(paused)
+		for on {
+			select {
+			case <-stopPauses:
+				return
+			case <-time.After(gap):
+			}
+			srv.Pause()
+			time.Sleep(pause)
+			srv.Resume()
+		}
+	}()
+	return func() {
+		close(stopPauses)
+		<-paused
 	}
 }
 

@@ -477,13 +477,13 @@ func TestNewRedlockRefusesDefaultTTLAtOrBelowNodeTimeout(t *testing.T) {
 // for as having missed the node timeout. The attempt ends long before that
 // timeout. Odd N (3, 5) is the reference.
 func TestRedlockRefusalWithEvenNodes(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+	t.Parallel()
 	long(t)
 	for _, n := range []int{3, 4, 5, 6} {
 		t.Run(fmt.Sprint(n, "nodes"), func(t *testing.T) {
 			_, nodes := startQuorum(t, n)
 			ctx := t.Context()
-			const nodeTimeout = 2 * time.Second // far above what a refusal takes on loopback
+			const nodeTimeout = 4 * time.Second // far above what a refusal takes on loopback
 			holder := newRedlock(t, nodes, nodeTimeout, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false))
 			held, err := holder.TryAcquire(ctx, "even", dlock.HolderMeta("the-holder"))
 			if err != nil {
@@ -504,24 +504,7 @@ func TestRedlockRefusalWithEvenNodes(t *testing.T) {
 				c := newRedlock(t, nodes, nodeTimeout, opts...)
 				check := func(call string, err error, took time.Duration) {
 					t.Helper()
-					if qe, ok := errors.AsType[*dlock.QuorumError](err); ok {
-						t.Errorf("%s %s: %s = a *QuorumError (%v), want a refusal", mode.name, call, err, qe)
-					}
-					if strings.Contains(fmt.Sprint(err), "node timeout") {
-						t.Errorf("%s %s: %v, names the node timeout, which never passed (the call took %v)", mode.name, call, err, took)
-					}
-					ne, ok := errors.AsType[*dlock.NotAcquiredError](err)
-					switch {
-					case !ok || !errors.Is(err, dlock.ErrNotAcquired):
-						t.Errorf("%s %s = %v, want a *NotAcquiredError", mode.name, call, err)
-					case ne.Holder != held.Token() || ne.Meta != "the-holder" || ne.Name != "even":
-						t.Errorf("%s %s: refusal %+v, want holder %q, meta %q, name %q", mode.name, call, ne, held.Token(), "the-holder", "even")
-					case ne.TTL <= 5*time.Second || ne.TTL > 10*time.Second:
-						t.Errorf("%s %s: refusal TTL %v, want the holder's remaining lease (~10s)", mode.name, call, ne.TTL)
-					}
-					if took >= nodeTimeout {
-						t.Errorf("%s %s took %v, want a refusal well within the node timeout %v", mode.name, call, took, nodeTimeout)
-					}
+					checkEvenRefusal(t, mode.name+" "+call, err, took, held, nodeTimeout)
 				}
 
 				start := time.Now()
@@ -558,6 +541,32 @@ func TestRedlockRefusalWithEvenNodes(t *testing.T) {
 				t.Errorf("holder's Release after the refusals = %v", err)
 			}
 		})
+	}
+}
+
+// checkEvenRefusal: call (named what) was refused by the quorum because held
+// holds "even": a *NotAcquiredError naming the holder, its meta and its
+// remaining lease, no *QuorumError, no word of the node timeout, and well
+// within that timeout.
+func checkEvenRefusal(t *testing.T, what string, err error, took time.Duration, held *dlock.Lock, nodeTimeout time.Duration) {
+	t.Helper()
+	if qe, ok := errors.AsType[*dlock.QuorumError](err); ok {
+		t.Errorf("%s = a *QuorumError (%v), want a refusal", what, qe)
+	}
+	if strings.Contains(fmt.Sprint(err), "node timeout") {
+		t.Errorf("%s: %v, names the node timeout, which never passed (the call took %v)", what, err, took)
+	}
+	ne, ok := errors.AsType[*dlock.NotAcquiredError](err)
+	switch {
+	case !ok || !errors.Is(err, dlock.ErrNotAcquired):
+		t.Errorf("%s = %v, want a *NotAcquiredError", what, err)
+	case ne.Holder != held.Token() || ne.Meta != "the-holder" || ne.Name != "even":
+		t.Errorf("%s: refusal %+v, want holder %q, meta %q, name %q", what, ne, held.Token(), "the-holder", "even")
+	case ne.TTL <= 5*time.Second || ne.TTL > 10*time.Second:
+		t.Errorf("%s: refusal TTL %v, want the holder's remaining lease (~10s)", what, ne.TTL)
+	}
+	if took >= nodeTimeout {
+		t.Errorf("%s took %v, want a refusal well within the node timeout %v", what, took, nodeTimeout)
 	}
 }
 

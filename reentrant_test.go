@@ -306,18 +306,9 @@ func TestReentrantOwnersShareTheEngineNotTheOwnership(t *testing.T) {
 	var rec adv3Events
 	c := newClient(t, rdb, dlock.WithReentrant(true))
 	c.Observe(rec.observer())
-	a, err := c.Owner("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Owner("b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a2, err := c.Owner("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustOwner(t, c, "a")
+	b := mustOwner(t, c, "b")
+	a2 := mustOwner(t, c, "a")
 	ctx := t.Context()
 	la, err := a.TryAcquire(ctx, "own")
 	if err != nil {
@@ -338,10 +329,7 @@ func TestReentrantOwnersShareTheEngineNotTheOwnership(t *testing.T) {
 		t.Fatalf("a second Owner(\"a\") does not re-enter a's lock: %v", err)
 	}
 	// An owner made from an Owner Client is that owner, not a nested one.
-	bb, err := a.Owner("b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bb := mustOwner(t, a, "b")
 	if l, err := bb.TryAcquire(ctx, "own"); err == nil {
 		l.Release(ctx)
 		t.Fatal("a.Owner(\"b\") re-entered owner a's lock")
@@ -372,17 +360,7 @@ func TestReentrantOwnersShareTheEngineNotTheOwnership(t *testing.T) {
 			t.Errorf("event %s Mode %q; want reentrant", e.Op, e.Mode)
 		}
 	}
-	for _, x := range []*dlock.Client{c, a, b} {
-		if _, err := x.Semaphore("own-s", 2); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a semaphore") {
-			t.Errorf("Semaphore on a reentrant Client: %v", err)
-		}
-		if _, err := x.RWMutex("own-rw"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a read-write lock") {
-			t.Errorf("RWMutex on a reentrant Client: %v", err)
-		}
-		if _, err := x.Election("own-e"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot hold an election") {
-			t.Errorf("Election on a reentrant Client: %v", err)
-		}
-	}
+	refusesOtherKinds(t, c, a, b)
 	if err := b.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -454,27 +432,61 @@ func TestReentrantOwnerViewsNestAndReenter(t *testing.T) {
 	} else {
 		l.Release(ctx)
 	}
-	// inner outliving the outer
-	o1, err := a.TryAcquire(ctx, "own2")
+	innerHoldOutlivesOuter(t, a, b, "own2")
+}
+
+// refusesOtherKinds: a reentrant Client (each of cs) keeps no semaphore,
+// read-write lock or election.
+func refusesOtherKinds(t *testing.T, cs ...*dlock.Client) {
+	t.Helper()
+	for _, x := range cs {
+		if _, err := x.Semaphore("own-s", 2); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a semaphore") {
+			t.Errorf("Semaphore on a reentrant Client: %v", err)
+		}
+		if _, err := x.RWMutex("own-rw"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a read-write lock") {
+			t.Errorf("RWMutex on a reentrant Client: %v", err)
+		}
+		if _, err := x.Election("own-e"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot hold an election") {
+			t.Errorf("Election on a reentrant Client: %v", err)
+		}
+	}
+}
+
+// innerHoldOutlivesOuter: owner a holds name twice and releases the outer
+// hold first; owner b gets name only after the inner one is released too.
+func innerHoldOutlivesOuter(t *testing.T, a, b *dlock.Client, name string) {
+	t.Helper()
+	ctx := t.Context()
+	o1, err := a.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o2, err := a.TryAcquire(ctx, "own2")
+	o2, err := a.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := o1.Release(ctx); err != nil {
 		t.Errorf("outer release = %v", err)
 	}
-	if _, err := b.TryAcquire(ctx, "own2"); err == nil {
-		t.Errorf("b got own2 while a's inner hold is live")
+	if _, err := b.TryAcquire(ctx, name); err == nil {
+		t.Errorf("b got %s while a's inner hold is live", name)
 	}
 	if err := o2.Release(ctx); err != nil {
 		t.Errorf("inner release = %v", err)
 	}
-	if l, err := b.TryAcquire(ctx, "own2"); err != nil {
+	if l, err := b.TryAcquire(ctx, name); err != nil {
 		t.Errorf("after inner release b TryAcquire = %v", err)
 	} else {
 		l.Release(ctx)
 	}
+}
+
+// mustOwner is c.Owner(owner), failing the test on an error.
+func mustOwner(t *testing.T, c *dlock.Client, owner string) *dlock.Client {
+	t.Helper()
+	o, err := c.Owner(owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }

@@ -200,10 +200,19 @@ func TestResumedLeaseToldOfLoss(t *testing.T) {
 func TestResumeEveryKind(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
-	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
 	next := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
 
+	resumeEveryKindPermits(t, old, next)
+	resumeEveryKindReadWrite(t, old, next)
+	resumeEveryKindLeadership(t, old, next)
+}
+
+// resumeEveryKindPermits: next resumes old's permit and old's 3 permits;
+// a permit nobody holds is refused.
+func resumeEveryKindPermits(t *testing.T, old, next *dlock.Client) {
+	t.Helper()
+	ctx := t.Context()
 	s, _ := old.Semaphore("sem", 4)
 	s2, _ := next.Semaphore("sem", 4)
 	one, err := s.Acquire(ctx)
@@ -232,7 +241,13 @@ func TestResumeEveryKind(t *testing.T) {
 	if ps, err := s2.Holders(ctx); err != nil || len(ps) != 1 || ps[0].Count != 1 {
 		t.Errorf("after releasing the resumed 3 permits: %+v, %v; want the one permit", ps, err)
 	}
+}
 
+// resumeEveryKindReadWrite: next resumes old's read and old's write; a read
+// is not resumed as a write, nor a write as a plain lock.
+func resumeEveryKindReadWrite(t *testing.T, old, next *dlock.Client) {
+	t.Helper()
+	ctx := t.Context()
 	rw, _ := old.RWMutex("rw")
 	rw2, _ := next.RWMutex("rw")
 	r, err := rw.Reader().Acquire(ctx)
@@ -259,7 +274,13 @@ func TestResumeEveryKind(t *testing.T) {
 		t.Errorf("resume a write as a plain lock = %v, want ErrNotHeld or ErrWrongType", err)
 	}
 	w2.Release(ctx)
+}
 
+// resumeEveryKindLeadership: next resumes old's leadership, which keeps its
+// term's fence and proclaimed value; a resume with another value is refused.
+func resumeEveryKindLeadership(t *testing.T, old, next *dlock.Client) {
+	t.Helper()
+	ctx := t.Context()
 	e, _ := old.Election("elect")
 	e2, _ := next.Election("elect")
 	ld, err := e.Campaign(ctx, "a")
