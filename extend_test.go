@@ -644,7 +644,6 @@ func TestExtendsWithLostRepliesThenExtend(t *testing.T) {
 // by about the end of the lease's validity, with an error wrapping
 // ErrNotHeld: past the validity the lease is lost and there is nothing left
 // to retry for, whatever the client's read timeout (here a minute).
-// Serial: it bounds a duration.
 func TestExtendEndsAtTheValidityOnAStalledServer(t *testing.T) {
 	t.Parallel()
 	leakcheck.Check(t)

@@ -1174,7 +1174,7 @@ func TestQuorumReleaseRetriedOnANodeThatFailed(t *testing.T) {
 // on all three nodes, the retry must stop (Close returns), and no goroutine
 // may be left.
 func TestRedlockRetriedReleaseSparesANewerLease(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1199,7 +1199,7 @@ func TestRedlockRetriedReleaseSparesANewerLease(t *testing.T) {
 			}
 			name := "newer-" + how
 			key := "dlock:{" + name + "}"
-			c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(time.Second), dlock.WithAutoExtend(false))
+			c := newRedlock(t, via, 300*time.Millisecond, dlock.LeaseTTL(2*time.Second), dlock.WithAutoExtend(false))
 			l, err := c.TryAcquire(ctx, name)
 			if err != nil {
 				t.Fatal(err)
@@ -1252,7 +1252,7 @@ func TestRedlockRetriedReleaseSparesANewerLease(t *testing.T) {
 // returns by itself while the node is still stalled, and nothing keeps
 // running after.
 func TestRedlockReleaseRetryGivesUpOnABlackHole(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1260,7 +1260,7 @@ func TestRedlockReleaseRetryGivesUpOnABlackHole(t *testing.T) {
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(20*time.Second), dlock.WithAutoExtend(false))
+	c := newRedlock(t, via, 300*time.Millisecond, dlock.LeaseTTL(20*time.Second), dlock.WithAutoExtend(false))
 	var locks []*dlock.Lock
 	for i := range 20 {
 		l, err := c.TryAcquire(ctx, "hole-"+string(rune('a'+i)))
