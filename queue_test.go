@@ -211,7 +211,9 @@ func TestFairForceReleaseWakesQueue(t *testing.T) {
 	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{forced}:q").Val() == 1 }) {
 		t.Fatal("waiter never queued")
 	}
-	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep (its timer: 20s)
+	if !waitFor(5*time.Second, listeningOnAll(t, "forced", rdb)) { // then it sleeps (its timer: 20s)
+		t.Fatal("waiter never subscribed")
+	}
 	if ok, err := c.ForceRelease(ctx, "forced"); !ok || err != nil {
 		t.Fatalf("ForceRelease = %v, %v", ok, err)
 	}
@@ -700,7 +702,9 @@ func TestFairWaiterThatGivesUpLeavesNoEntry(t *testing.T) {
 		}
 		close(got)
 	}()
-	time.Sleep(200 * time.Millisecond)
+	if !waitFor(5*time.Second, queuedAndListening(t, rdb, name, 1)) {
+		t.Fatal("second waiter never queued")
+	}
 	released := time.Now()
 	h.Release(ctx)
 	at, ok := <-got
@@ -743,7 +747,9 @@ func TestFairHandoverChainFencesRiseAndResentReleaseIsInert(t *testing.T) {
 			got <- l
 		}()
 	}
-	time.Sleep(200 * time.Millisecond)
+	if !waitFor(5*time.Second, queuedAndListening(t, rdb, name, W)) {
+		t.Fatal("the waiters never queued")
+	}
 	last := f0
 	prev := first
 	for range W {
@@ -914,7 +920,9 @@ func TestUnfairClientQueuedKindsIgnoreItsBackoff(t *testing.T) {
 			}
 			l2.Release(ctx)
 		}()
-		time.Sleep(300 * time.Millisecond)
+		if !waitFor(5*time.Second, queuedAndListening(t, rdb, name, 1)) {
+			t.Fatalf("%s: the waiter never queued", k.name)
+		}
 		released := time.Now()
 		l.Release(ctx)
 		if d := (<-got).Sub(released); d > time.Second {

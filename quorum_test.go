@@ -306,7 +306,9 @@ func TestRedlockShardedPubSubWakesWaiters(t *testing.T) {
 		w.Release(ctx)
 		got <- time.Since(released)
 	}()
-	time.Sleep(300 * time.Millisecond) // the waiter has tried once and sleeps
+	if !waitFor(5*time.Second, listeningOnAll(t, "woken", nodes...)) { // then it sleeps on its backoff
+		t.Fatal("the waiter never subscribed")
+	}
 	start := time.Now()
 	l.Release(ctx)
 	select {
@@ -613,7 +615,9 @@ func TestRedlockWaitEndingMidAttemptReportsTheRefusal(t *testing.T) {
 		c.Acquire(bctx, "cut")
 	}()
 	defer func() { stop(); <-other; c.Close(context.WithoutCancel(ctx)) }()
-	time.Sleep(300 * time.Millisecond) // the other wait has subscribed
+	if !waitFor(5*time.Second, listeningOnAll(t, "cut", direct...)) {
+		t.Fatal("the other wait never subscribed")
+	}
 	for _, p := range proxies {
 		p.Delay(200*time.Millisecond, 0)
 	}

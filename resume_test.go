@@ -766,7 +766,9 @@ func TestGrantedSemaphoreWaiterExtendedThenResumed(t *testing.T) {
 		wg   sync.WaitGroup
 	)
 	wg.Go(func() { w, werr = sem.Acquire(ctx, dlock.MaxWait(2*time.Second)) })
-	time.Sleep(100 * time.Millisecond) // queued
+	if !waitFor(5*time.Second, queuedAndListening(t, rdb, name, 1)) {
+		t.Fatal("the waiter never queued")
+	}
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
