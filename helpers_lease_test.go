@@ -6,11 +6,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// channelListeners counts the clients that listen on name's channel on rdb, by
-// SUBSCRIBE or by SSUBSCRIBE.
+// channelListeners counts the clients that listen on name's channel on rdb
+// (on a Cluster, on the master of name's slot), by SUBSCRIBE or by
+// SSUBSCRIBE.
 func channelListeners(t *testing.T, rdb redis.UniversalClient, name string) int64 {
 	t.Helper()
 	ch := "dlock:{" + name + "}:ch"
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(t.Context(), ch)
+		if err != nil {
+			return 0
+		}
+		rdb = m
+	}
 	plain, err := rdb.PubSubNumSub(t.Context(), ch).Result()
 	if err != nil {
 		t.Errorf("PUBSUB NUMSUB: %v", err)

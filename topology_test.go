@@ -400,7 +400,9 @@ func TestCluster(t *testing.T) {
 	}) {
 		t.Fatal("waiter never queued")
 	}
-	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep
+	if !waitFor(5*time.Second, listeningOnAll(t, "wake", cc)) { // then it sleeps
+		t.Fatal("waiter never subscribed")
+	}
 	holder.Release(ctx)
 	if err := <-got; err != nil {
 		t.Errorf("waiter on the cluster = %v, want woken by the release", err)
@@ -442,7 +444,9 @@ func rwMutexOn(t *testing.T, rdb redis.UniversalClient, where string) {
 	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{doc}:q").Val() == 1 }) {
 		t.Fatalf("read-write lock's writer never queued on %s", where)
 	}
-	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep
+	if !waitFor(5*time.Second, listeningOnAll(t, "doc", rdb)) { // then it sleeps
+		t.Fatalf("read-write lock's writer never subscribed on %s", where)
+	}
 	for _, l := range reads {
 		l.Release(ctx)
 	}
@@ -489,7 +493,9 @@ func semaphoreOn(t *testing.T, rdb redis.UniversalClient, where string) {
 	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{pool}:q").Val() == 1 }) {
 		t.Fatalf("semaphore waiter never queued on %s", where)
 	}
-	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep
+	if !waitFor(5*time.Second, listeningOnAll(t, "pool", rdb)) { // then it sleeps
+		t.Fatalf("semaphore waiter never subscribed on %s", where)
+	}
 	held[0].Release(ctx)
 	select {
 	case err := <-got:
@@ -515,7 +521,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	leakcheck.Check(t)
 	nodes, cc := startCluster(t)
 	ctx := t.Context()
-	c := newClient(t, cc, dlock.LeaseTTL(600*time.Millisecond))
+	c := newClient(t, cc, dlock.LeaseTTL(1500*time.Millisecond))
 	l, err := c.TryAcquire(ctx, "moving")
 	if err != nil {
 		t.Fatal(err)
@@ -547,14 +553,14 @@ func TestClusterSlotMigration(t *testing.T) {
 	}
 	must(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src])
 	must(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst])
-	time.Sleep(300 * time.Millisecond) // the watchdog extends while the slot is half-moved
+	time.Sleep(750 * time.Millisecond) // the watchdog extends while the slot is half-moved
 	keys, _ := src.Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 100)
 	migrate := append([]any{"MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS"}, keys.([]any)...)
 	must(src, migrate...)
 	for _, n := range nodes {
 		must(n, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
 	}
-	time.Sleep(1200 * time.Millisecond) // two TTLs on the new node
+	time.Sleep(3 * time.Second) // two TTLs on the new node
 	if err := l.Err(); err != nil {
 		t.Errorf("lock after its slot moved: Err() = %v, want nil", err)
 	}
