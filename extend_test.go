@@ -580,7 +580,7 @@ func TestLateUnnumberedExtendCopyAfterShorteningEveryKind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := l.Extend(ctx, time.Second); err != nil {
+			if err := l.Extend(ctx, 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(700 * time.Millisecond) // the first copy has landed
@@ -592,7 +592,7 @@ func TestLateUnnumberedExtendCopyAfterShorteningEveryKind(t *testing.T) {
 				t.Fatal(err)
 			}
 			if left := time.Until(l.ValidUntil()); pttl > left+200*time.Millisecond {
-				t.Errorf("after Extend(1s) and a late copy of Extend(20s), Redis keeps the lock %v more; its Lock is valid only %v more", pttl, left.Round(time.Millisecond))
+				t.Errorf("after Extend(2s) and a late copy of Extend(20s), Redis keeps the lock %v more; its Lock is valid only %v more", pttl, left.Round(time.Millisecond))
 			}
 			if err := l.Extend(ctx, 2*time.Second); err != nil {
 				t.Errorf("an Extend after the late copy: %v", err)

@@ -29,8 +29,8 @@ func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
 	}
 	_, rdb := setup(t)
 	const (
-		ttl     = 900 * time.Millisecond // a third of it between extensions
-		maxHold = 3 * time.Second
+		ttl     = 1500 * time.Millisecond // a third of it between extensions
+		maxHold = 5 * time.Second
 	)
 	for _, m := range modes(t, rdb, true) {
 		for _, pipelining := range []bool{true, false} {
@@ -70,8 +70,8 @@ func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
 					}()
 					var doneAt time.Time
 					if watched {
-						if !closedWithin(l.Done(), 10*time.Second) {
-							t.Fatal("Done still open 10s after a 3s max hold")
+						if !closedWithin(l.Done(), 15*time.Second) {
+							t.Fatal("Done still open 15s after a 5s max hold")
 						}
 						doneAt = time.Now()
 					}
