@@ -51,13 +51,13 @@ func TestLockContext(t *testing.T) {
 		}
 
 		// Lost: no watchdog, a short lease that runs out.
-		short := newClient(t, rdb, waiting(!unfair), dlock.WithAutoExtend(false), dlock.LeaseTTL(750*time.Millisecond))
+		short := newClient(t, rdb, waiting(!unfair), dlock.WithAutoExtend(false), dlock.LeaseTTL(1500*time.Millisecond))
 		l, err = short.TryAcquire(ctx, "ctx-lost")
 		if err != nil {
 			t.Fatal(err)
 		}
 		lctx = l.Context()
-		if !closedWithin(lctx.Done(), 5*time.Second) {
+		if !closedWithin(lctx.Done(), 8*time.Second) {
 			t.Fatal("the context is not done once the lease ran out")
 		}
 		if cause := context.Cause(lctx); !errors.Is(cause, dlock.ErrNotHeld) {
@@ -66,13 +66,13 @@ func TestLockContext(t *testing.T) {
 		l.Release(ctx)
 
 		// Extended by the watchdog: held past several TTLs.
-		dog := newClient(t, rdb, waiting(!unfair), dlock.LeaseTTL(750*time.Millisecond))
+		dog := newClient(t, rdb, waiting(!unfair), dlock.LeaseTTL(1500*time.Millisecond))
 		l, err = dog.TryAcquire(ctx, "ctx-held")
 		if err != nil {
 			t.Fatal(err)
 		}
 		lctx = l.Context()
-		if closedWithin(lctx.Done(), 3*time.Second) {
+		if closedWithin(lctx.Done(), 6*time.Second) {
 			t.Fatalf("the context ended while the watchdog kept the lease: %v", context.Cause(lctx))
 		}
 		l.Release(ctx)

@@ -67,18 +67,18 @@ func TestResumeRefusals(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithAutoExtend(false), dlock.HolderMeta("m"))
+	c := newClient(t, rdb, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false), dlock.HolderMeta("m"))
 
 	released, err := c.Acquire(ctx, "gone")
 	if err != nil {
 		t.Fatal(err)
 	}
 	released.Release(ctx)
-	expired, err := c.Acquire(ctx, "lapsed")
+	expired, err := c.Acquire(ctx, "lapsed", dlock.LeaseTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond) // past its lease
 	held, err := c.Acquire(ctx, "held")
 	if err != nil {
 		t.Fatal(err)
