@@ -1067,8 +1067,10 @@ func TestFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 		}
 		errc <- err
 	}()
-	if !waitFor(10*time.Second, func() bool { return rdb.HLen(ctx, semKey(name)+":qw").Val() == 1 }) {
-		t.Fatal("the waiter never queued")
+	if !waitFor(10*time.Second, func() bool {
+		return rdb.HLen(ctx, semKey(name)+":qw").Val() == 1 && channelListeners(t, rdb, name) == 1
+	}) {
+		t.Fatal("the waiter never queued and subscribed") // (then it sleeps until the holder's lease would end)
 	}
 	// The holder's lease ends without a handover (as if it expired), and
 	// the name is taken as a reentrant lock before the waiter tries again.
