@@ -105,27 +105,7 @@ func TestCommandsPerOperation(t *testing.T) {
 				}
 				return l
 			}
-			release := func(l *dlock.Lock) {
-				t.Helper()
-				if err := l.Release(ctx); err != nil {
-					t.Fatalf("Release: %v", err)
-				}
-			}
-			pair := commandsPerOp(t, ctx, rdb, n, func(int) { release(take()) })
-			l := take()
-			extend := commandsPerOp(t, ctx, rdb, n, func(int) {
-				if err := l.Extend(ctx, 10*time.Second); err != nil {
-					t.Fatalf("Extend: %v", err)
-				}
-			})
-			release(l)
-			fenced := commandsPerOp(t, ctx, rdb, n, func(int) {
-				l := take()
-				if _, err := l.Fence(ctx); err != nil {
-					t.Fatalf("Fence: %v", err)
-				}
-				release(l)
-			})
+			pair, extend, fenced := commandsPerPairExtendFence(t, ctx, rdb, n, take)
 			t.Logf("%s: %.2f commands per pair, %.2f per extension, %.2f per fence", tc.name, pair, extend, fenced-pair)
 			if pair > tc.pair {
 				t.Errorf("an uncontended acquire + release costs %.2f commands; the budget is %v", pair, tc.pair)
@@ -138,4 +118,33 @@ func TestCommandsPerOperation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// commandsPerPairExtendFence counts, over n operations each, the commands
+// per acquire (take) + release, per extension, and per acquire + first
+// fence + release.
+func commandsPerPairExtendFence(t *testing.T, ctx context.Context, rdb *redis.Client, n int, take func() *dlock.Lock) (pair, extend, fenced float64) {
+	t.Helper()
+	release := func(l *dlock.Lock) {
+		t.Helper()
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	pair = commandsPerOp(t, ctx, rdb, n, func(int) { release(take()) })
+	l := take()
+	extend = commandsPerOp(t, ctx, rdb, n, func(int) {
+		if err := l.Extend(ctx, 10*time.Second); err != nil {
+			t.Fatalf("Extend: %v", err)
+		}
+	})
+	release(l)
+	fenced = commandsPerOp(t, ctx, rdb, n, func(int) {
+		l := take()
+		if _, err := l.Fence(ctx); err != nil {
+			t.Fatalf("Fence: %v", err)
+		}
+		release(l)
+	})
+	return pair, extend, fenced
 }

@@ -289,16 +289,16 @@ func TestDelayedShorterExtendCannotCutTheWatchdogsLease(t *testing.T) {
 
 // A late copy of an older extension (numbered, or seq 0) replayed after a
 // newer one never cuts the lease short: plain lock and permit.
-func TestAdv4LateExtensionCopies(t *testing.T) {
+func TestLateOlderExtensionCopyNeverShortensTheLease(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
-	l, err := c.TryAcquire(ctx, "adv4-ext")
+	l, err := c.TryAcquire(ctx, "ext")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSemaphore(t, c, "adv4-ext-sem", 2)
+	s := newSemaphore(t, c, "ext-sem", 2)
 	p, err := s.TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -336,15 +336,15 @@ func TestAdv4LateExtensionCopies(t *testing.T) {
 	p.Release(ctx)
 }
 
-// TestAdvConcurrentExtendHonoursItsContext: while an extension of a Lock
+// TestConcurrentExtendHonoursItsContext: while an extension of a Lock
 // (the watchdog's, or the caller's own) waits on a Redis that froze, an
 // Extend with a 100ms context waits for it (~10s) instead of returning
 // when its context ends.
-func TestAdvConcurrentExtendHonoursItsContext(t *testing.T) {
+func TestConcurrentExtendHonoursItsContext(t *testing.T) {
 	t.Parallel()
 	srv, rdb := setup(t)
 	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false))
-	l, err := c.TryAcquire(t.Context(), "adv-ext")
+	l, err := c.TryAcquire(t.Context(), "ext")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,10 +370,10 @@ func TestAdvConcurrentExtendHonoursItsContext(t *testing.T) {
 	}
 }
 
-// TestAdv2ReleaseExtendWatchdogRace: Release, Extend and the watchdog on
+// TestReleaseExtendAndWatchdogRacingLeaveNothing: Release, Extend and the watchdog on
 // one Lock at once, under -race, over a proxy that delays replies; the lock
 // ends released with nothing left in Redis.
-func TestAdv2ReleaseExtendWatchdogRace(t *testing.T) {
+func TestReleaseExtendAndWatchdogRacingLeaveNothing(t *testing.T) {
 	t.Parallel()
 	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
@@ -384,7 +384,7 @@ func TestAdv2ReleaseExtendWatchdogRace(t *testing.T) {
 	c := newClient(t, rdb, dlock.LeaseTTL(90*time.Millisecond))
 	deadline := time.Now().Add(8 * time.Second)
 	for round := 0; round < 20 && time.Now().Before(deadline); round++ {
-		name := fmt.Sprintf("adv2-race-%d", round)
+		name := fmt.Sprintf("ext-race-%d", round)
 		p.Delay(0, 0)
 		l, err := c.Acquire(t.Context(), name)
 		if err != nil {
@@ -421,7 +421,7 @@ func TestAdv2ReleaseExtendWatchdogRace(t *testing.T) {
 	}
 }
 
-// DEFECT (a lock left stuck past what was asked): an Extend that only
+// Was a defect, fixed (a lock left stuck past what was asked): an Extend that only
 // lengthens is sent unnumbered (PEXPIRE GT), on the reasoning that "copies
 // of it need no order". But a copy delayed in the network that lands AFTER
 // a later, shortening Extend undoes it: the caller's Extend(10s) gave up
@@ -430,7 +430,7 @@ func TestAdv2ReleaseExtendWatchdogRace(t *testing.T) {
 // Extend(10s) lands and sets the key back to 10s. The Lock's validity ends
 // at 1s (it declares the loss), while Redis keeps the lock from everyone
 // for ~10s: Extend extended past what was last asked.
-func TestAdv7LateLengtheningExtendUndoesShortening(t *testing.T) {
+func TestLateLengtheningExtendCopyKeepsShortening(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.TCP())
 	direct := srv.Client(t)
@@ -439,7 +439,7 @@ func TestAdv7LateLengtheningExtendUndoesShortening(t *testing.T) {
 	prdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { prdb.Close() })
 	c := newClient(t, prdb, dlock.LeaseTTL(2*time.Second), dlock.WithAutoExtend(false), pipelined(false))
-	l, err := c.TryAcquire(ctx, "adv7-late")
+	l, err := c.TryAcquire(ctx, "ext-late")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func TestAdv7LateLengtheningExtendUndoesShortening(t *testing.T) {
 		t.Fatalf("Extend(1s): %v (the late Extend(10s): %v)", err, lateErr)
 	}
 	time.Sleep(500 * time.Millisecond) // the late copy has landed
-	pttl := direct.PTTL(ctx, "dlock:{adv7-late}").Val()
+	pttl := direct.PTTL(ctx, "dlock:{ext-late}").Val()
 	if pttl > 1100*time.Millisecond {
 		t.Errorf("after Extend(10s) gave up (%v) and Extend(1s) returned nil, the key lives %v more: the late lengthening copy undid the shortening; the Lock's validity ends in %v",
 			lateErr, pttl.Round(time.Millisecond), time.Until(l.ValidUntil()).Round(time.Millisecond))
@@ -460,7 +460,7 @@ func TestAdv7LateLengtheningExtendUndoesShortening(t *testing.T) {
 	l.Release(ctx)
 }
 
-// Was a defect (fixed): a late copy of a lock's acquire request undoes a shortening
+// Was a defect, fixed: a late copy of a lock's acquire request undoes a shortening
 // Extend. The acquisition's first copy is held in the network, go-redis
 // re-sends it and the Lock is taken; its holder then shortens the lease to
 // 1s (a numbered extension, so that no late extension copy can undo it).
@@ -470,7 +470,7 @@ func TestAdv7LateLengtheningExtendUndoesShortening(t *testing.T) {
 // acquire.lua reads the marker already; an "e<n>" there (a numbered
 // extension applied) says the copy is late, as extend.lua's unnumbered path
 // treats it.
-func TestAdv8LateAcquireCopyUndoesShortening(t *testing.T) {
+func TestLateAcquireCopyKeepsShortening(t *testing.T) {
 	t.Parallel()
 	s, rdb := adv8SetupTCP(t)
 	ctx := t.Context()
@@ -497,7 +497,7 @@ func TestAdv8LateAcquireCopyUndoesShortening(t *testing.T) {
 		}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
-			acquire := mode.make(t, "adv8-late-acq-"+mode.name)
+			acquire := mode.make(t, "ext-late-acq-"+mode.name)
 			warm, err := acquire() // scripts loaded, a connection in the pool
 			if err != nil {
 				t.Fatal(err)
@@ -524,12 +524,12 @@ func TestAdv8LateAcquireCopyUndoesShortening(t *testing.T) {
 	}
 }
 
-// HELD: a late copy of an unnumbered (lengthening) extension that lands
+// A late copy of an unnumbered (lengthening) extension that lands
 // after a shortening Extend finds the "e<n>" marker and changes nothing:
 // Redis keeps the lease no longer than the Lock claims, and the Lock keeps
 // its lease (the copy is its own, not a loss). Plain lock (fair and
 // unfair), semaphore permit, read hold, and the script-free mode.
-func TestAdv8LateUnnumberedExtendAfterShortening(t *testing.T) {
+func TestLateUnnumberedExtendCopyAfterShorteningEveryKind(t *testing.T) {
 	t.Parallel()
 	s, rdb := adv8SetupTCP(t)
 	ctx := t.Context()
@@ -567,7 +567,7 @@ func TestAdv8LateUnnumberedExtendAfterShortening(t *testing.T) {
 		}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
-			acquire := mode.make(t, "adv8-late-ext-"+mode.name)
+			acquire := mode.make(t, "ext-late-ext-"+mode.name)
 			l, err := acquire()
 			if err != nil {
 				t.Fatal(err)
@@ -580,7 +580,7 @@ func TestAdv8LateUnnumberedExtendAfterShortening(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := l.Extend(ctx, time.Second); err != nil {
+			if err := l.Extend(ctx, 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(700 * time.Millisecond) // the first copy has landed
@@ -592,7 +592,7 @@ func TestAdv8LateUnnumberedExtendAfterShortening(t *testing.T) {
 				t.Fatal(err)
 			}
 			if left := time.Until(l.ValidUntil()); pttl > left+200*time.Millisecond {
-				t.Errorf("after Extend(1s) and a late copy of Extend(20s), Redis keeps the lock %v more; its Lock is valid only %v more", pttl, left.Round(time.Millisecond))
+				t.Errorf("after Extend(2s) and a late copy of Extend(20s), Redis keeps the lock %v more; its Lock is valid only %v more", pttl, left.Round(time.Millisecond))
 			}
 			if err := l.Extend(ctx, 2*time.Second); err != nil {
 				t.Errorf("an Extend after the late copy: %v", err)
@@ -601,17 +601,17 @@ func TestAdv8LateUnnumberedExtendAfterShortening(t *testing.T) {
 	}
 }
 
-// HELD: Extends whose replies are lost (the proxy holds every reply, then
+// Extends whose replies are lost (the proxy holds every reply, then
 // cuts the connections), lengthening and then shortening, followed by
 // another Extend: the Lock stays held, claims no validity past what Redis
 // holds, and the next Extend sets the lease Redis keeps.
-func TestAdv8ExtendLostReplyThenExtend(t *testing.T) {
+func TestExtendsWithLostRepliesThenExtend(t *testing.T) {
 	t.Parallel()
 	s, rdb := adv8SetupTCP(t)
 	ctx := t.Context()
 	rdbP, p := adv8LateCopyClient(t, s)
 	c := newClient(t, rdbP, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
-	l, err := c.TryAcquire(ctx, "adv8-lost-reply")
+	l, err := c.TryAcquire(ctx, "ext-lost-reply")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -644,7 +644,6 @@ func TestAdv8ExtendLostReplyThenExtend(t *testing.T) {
 // by about the end of the lease's validity, with an error wrapping
 // ErrNotHeld: past the validity the lease is lost and there is nothing left
 // to retry for, whatever the client's read timeout (here a minute).
-// Serial: it bounds a duration.
 func TestExtendEndsAtTheValidityOnAStalledServer(t *testing.T) {
 	t.Parallel()
 	leakcheck.Check(t)

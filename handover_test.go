@@ -127,17 +127,13 @@ func TestQueuedWaiterIgnoresHandoverToItsUndoneToken(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the holder: %v", err)
 			}
-			type result struct {
-				l   *dlock.Lock
-				err error
-			}
-			wait := func(c *dlock.Client, kind string) chan result {
-				got := make(chan result, 1)
+			wait := func(c *dlock.Client, kind string) chan takeResult {
+				got := make(chan takeResult, 1)
 				go func() {
 					wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 					defer cancel()
 					l, err := kinds[kind].take(wctx, c, name, false)
-					got <- result{l, err}
+					got <- takeResult{l, err}
 				}()
 				return got
 			}
@@ -178,45 +174,60 @@ func TestQueuedWaiterIgnoresHandoverToItsUndoneToken(t *testing.T) {
 					t.Fatal("the handover never reached the waiter")
 				}
 			}
-			// The reply is lost: the waiter undoes (the next waiter is handed
-			// the lock) and queues again under a new token.
-			close(lc.lose)
-			var xr result
-			select {
-			case xr = <-x:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the next waiter never took the lock")
-			}
-			if xr.err != nil {
-				t.Fatalf("the next waiter: %v", xr.err)
-			}
-			select {
-			case wr := <-w:
-				if wr.err == nil {
-					t.Errorf("the waiter took the lock (lease %s) while the next waiter holds it", wr.l.Token())
-					wr.l.Release(ctx)
-				} else {
-					t.Errorf("the waiter: %v", wr.err)
-				}
-				xr.l.Release(ctx)
-				return
-			case <-time.After(2 * time.Second): // (long enough for a wrongly trusted handover to show)
-			}
-			if err := xr.l.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case wr := <-w:
-				if wr.err != nil {
-					t.Fatalf("the waiter after the next one released: %v", wr.err)
-				}
-				if err := wr.l.Release(ctx); err != nil {
-					t.Errorf("the waiter's Release = %v, want nil", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the waiter never took the lock after the next one released")
-			}
+			nextWaiterThenWaiter(t, lc, w, x)
 		})
+	}
+}
+
+// takeResult is what a waiter's take returned.
+type takeResult struct {
+	l   *dlock.Lock
+	err error
+}
+
+// nextWaiterThenWaiter: once lc's held reply is lost, the waiter (w) undoes
+// and queues again; the next waiter (x) takes the lock, the waiter takes it
+// only after the next one released.
+func nextWaiterThenWaiter(t *testing.T, lc *lossyConn, w, x <-chan takeResult) {
+	t.Helper()
+	ctx := t.Context()
+	// The reply is lost: the waiter undoes (the next waiter is handed
+	// the lock) and queues again under a new token.
+	close(lc.lose)
+	var xr takeResult
+	select {
+	case xr = <-x:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the next waiter never took the lock")
+	}
+	if xr.err != nil {
+		t.Fatalf("the next waiter: %v", xr.err)
+	}
+	select {
+	case wr := <-w:
+		if wr.err == nil {
+			t.Errorf("the waiter took the lock (lease %s) while the next waiter holds it", wr.l.Token())
+			wr.l.Release(ctx)
+		} else {
+			t.Errorf("the waiter: %v", wr.err)
+		}
+		xr.l.Release(ctx)
+		return
+	case <-time.After(2 * time.Second): // (long enough for a wrongly trusted handover to show)
+	}
+	if err := xr.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case wr := <-w:
+		if wr.err != nil {
+			t.Fatalf("the waiter after the next one released: %v", wr.err)
+		}
+		if err := wr.l.Release(ctx); err != nil {
+			t.Errorf("the waiter's Release = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter never took the lock after the next one released")
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 )
 
@@ -24,10 +26,10 @@ import (
 // marker of an ended lease lives for the lease's revocation window: here a
 // resumed lease's (a clean lease leaves none).
 func TestLeaseTTLIsTheLeasesOwn(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+	t.Parallel()
 	long(t)
 	_, rdb := setup(t)
-	const ttl = 300 * time.Millisecond
+	const ttl = time.Second // a tenth of the Client's
 	for _, m := range modes(t, rdb, true) {
 		for _, pipelining := range []bool{true, false} {
 			if testing.Short() && !pipelining { // the direct path: without -short
@@ -75,35 +77,44 @@ func TestLeaseTTLIsTheLeasesOwn(t *testing.T) {
 					t.Errorf("Do(LeaseTTL(%v)) holding for %v = %v, want nil", ttl, 4*ttl, err)
 				}
 				for op, l := range locks {
-					// Four lease times later, extended on the lease's period
-					// (a third of 300ms), and each time for 300ms, not 10s.
-					if err := l.Err(); err != nil {
-						t.Errorf("%s: Err() = %v after %v, want held (the watchdog extends on the lease's period)", op, err, time.Since(start))
-					}
-					if left, err := l.TTL(ctx); err != nil || left <= 0 || left > ttl {
-						t.Errorf("%s: TTL() after extensions = %v, %v; want within %v", op, left, err, ttl)
-					}
-					marker := l.Key() + ":r:" + l.Token()
-					if m.name == "quorum" || m.name == "reentrant" { // (a reentrant Token is the owner's id, not the hold's)
-						if err := l.Release(ctx); err != nil {
-							t.Errorf("%s: Release = %v", op, err)
-						}
-						continue
-					}
-					// The lease resumed, whose first holder's requests may be in flight: it ends marked.
-					r, err := c.TryAcquire(ctx, l.Name(), dlock.Resume(l.Token()), dlock.LeaseTTL(ttl))
-					if err != nil {
-						t.Fatalf("%s: Resume = %v", op, err)
-					}
-					if err := r.Release(ctx); err != nil {
-						t.Errorf("%s: Release = %v", op, err)
-					}
-					if d := rdb.PTTL(t.Context(), marker).Val(); d <= 0 || d > ttl {
-						t.Errorf("%s: the released lease's marker lives %v, want the lease's window, at most %v", op, d, ttl)
-					}
+					leaseKeptThenMarked(t, ctx, c, rdb, m.name, op, l, ttl, start)
 				}
 			})
 		}
+	}
+}
+
+// leaseKeptThenMarked: l (taken by op with lease ttl through c, in mode)
+// is still held at least 4 leases after start, Redis keeping it within
+// ttl; then, resumed and released, it leaves its marker for the lease's
+// window (a quorum's and a reentrant hold's are only released).
+func leaseKeptThenMarked(t *testing.T, ctx context.Context, c *dlock.Client, rdb *redis.Client, mode, op string, l *dlock.Lock, ttl time.Duration, start time.Time) {
+	t.Helper()
+	// Four lease times later, extended on the lease's period
+	// (a third of it), and each time for the lease, not 10s.
+	if err := l.Err(); err != nil {
+		t.Errorf("%s: Err() = %v after %v, want held (the watchdog extends on the lease's period)", op, err, time.Since(start))
+	}
+	if left, err := l.TTL(ctx); err != nil || left <= 0 || left > ttl {
+		t.Errorf("%s: TTL() after extensions = %v, %v; want within %v", op, left, err, ttl)
+	}
+	marker := l.Key() + ":r:" + l.Token()
+	if mode == "quorum" || mode == "reentrant" { // (a reentrant Token is the owner's id, not the hold's)
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s: Release = %v", op, err)
+		}
+		return
+	}
+	// The lease resumed, whose first holder's requests may be in flight: it ends marked.
+	r, err := c.TryAcquire(ctx, l.Name(), dlock.Resume(l.Token()), dlock.LeaseTTL(ttl))
+	if err != nil {
+		t.Fatalf("%s: Resume = %v", op, err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Errorf("%s: Release = %v", op, err)
+	}
+	if d := rdb.PTTL(t.Context(), marker).Val(); d <= 0 || d > ttl {
+		t.Errorf("%s: the released lease's marker lives %v, want the lease's window, at most %v", op, d, ttl)
 	}
 }
 
@@ -600,6 +611,32 @@ func TestLeaseOptionsAsClientDefaults(t *testing.T) {
 		t.Errorf("Acquire(MaxWait(0)) = %v after %v, want one attempt: the call's option overrides the default", err, time.Since(start))
 	}
 
+	defaultMaxWaitBoundsKinds(t, holder, c, bounded)
+
+	l, err := c.TryAcquire(ctx, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Meta() != "defaults" {
+		t.Errorf("Meta() = %q, want the Client's default", l.Meta())
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl <= 4*time.Second || ttl > 5*time.Second {
+		t.Errorf("TTL() = %v, %v; want the Client's default lease time (5s)", ttl, err)
+	}
+	l2, err := c.TryAcquire(ctx, "mine-too", dlock.LeaseTTL(time.Second), dlock.HolderMeta("call"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := l2.TTL(ctx); err != nil || ttl > time.Second || l2.Meta() != "call" {
+		t.Errorf("per call: TTL() = %v, %v, Meta() = %q; want the call's options (1s, \"call\")", ttl, err, l2.Meta())
+	}
+}
+
+// defaultMaxWaitBoundsKinds: with holder holding a semaphore, a write and a
+// leadership, c's waits for each are bounded (bounded checks one).
+func defaultMaxWaitBoundsKinds(t *testing.T, holder, c *dlock.Client, bounded func(what string, f func() error)) {
+	t.Helper()
+	ctx := t.Context()
 	s1, err := holder.Semaphore("sem-defaults", 1)
 	if err != nil {
 		t.Fatal(err)
@@ -636,22 +673,4 @@ func TestLeaseOptionsAsClientDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	bounded("Election.Campaign", func() error { _, err := e2.Campaign(ctx, "follower"); return err })
-
-	l, err := c.TryAcquire(ctx, "mine")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Meta() != "defaults" {
-		t.Errorf("Meta() = %q, want the Client's default", l.Meta())
-	}
-	if ttl, err := l.TTL(ctx); err != nil || ttl <= 4*time.Second || ttl > 5*time.Second {
-		t.Errorf("TTL() = %v, %v; want the Client's default lease time (5s)", ttl, err)
-	}
-	l2, err := c.TryAcquire(ctx, "mine-too", dlock.LeaseTTL(time.Second), dlock.HolderMeta("call"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ttl, err := l2.TTL(ctx); err != nil || ttl > time.Second || l2.Meta() != "call" {
-		t.Errorf("per call: TTL() = %v, %v, Meta() = %q; want the call's options (1s, \"call\")", ttl, err, l2.Meta())
-	}
 }

@@ -18,49 +18,23 @@ import (
 // fence counter a minute after its fence, and memory is back where it was.
 // (The previous data model kept a fence key per name for good.)
 func TestNothingLeftPerName(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
 	_, rdb := setup(t)
 	ctx := t.Context()
 	const names, workers = 10000, 32
-	ttl := 300 * time.Millisecond
+	ttl := 1500 * time.Millisecond // the tombstones' window too
 	for _, fair := range []bool{true, false} {
 		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
 			rdb.FlushAll(ctx)
 			c := newClient(t, rdb, dlock.LeaseTTL(ttl), waiting(fair), dlock.WithAutoExtend(false))
-			lockEach := func(prefix string, n int) {
-				var wg sync.WaitGroup
-				errs := make(chan error, workers)
-				for w := range workers {
-					wg.Go(func() {
-						for i := w; i < n; i += workers {
-							name := fmt.Sprintf("%s:%d", prefix, i)
-							l, err := c.TryAcquire(ctx, name)
-							if err == nil && i%100 == 0 {
-								_, err = l.Fence(ctx) // some ask for a fence: a counter for a minute
-							}
-							if err == nil {
-								err = l.Release(ctx)
-							}
-							if err != nil {
-								errs <- fmt.Errorf("%s: %w", name, err)
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					t.Fatal(err)
-				}
-			}
+			lockEach := func(prefix string, n int) { lockEachOnce(t, c, prefix, n, workers) }
 			// The baseline: the Client's connections made and the scripts
 			// loaded, and nothing of dlock's in Redis.
 			lockEach("warm", workers)
-			time.Sleep(ttl + 100*time.Millisecond)
+			waitFor(ttl+2*time.Second, func() bool { return len(keysBesidesFences(t, rdb)) == 0 }) // the warm names' tombstones gone
 			rdb.Del(ctx, rdb.Keys(ctx, "dlock:*").Val()...)
 			before := usedMemory(t, rdb)
 			lockEach("order", names)
@@ -68,16 +42,7 @@ func TestNothingLeftPerName(t *testing.T) {
 				t.Errorf("right after the releases: no keys, want the latest names' tombstones")
 			}
 			var left []string
-			waitFor(ttl+2*time.Second, func() bool {
-				left = left[:0]
-				iter := rdb.Scan(ctx, 0, "dlock:*", 1000).Iterator()
-				for iter.Next(ctx) {
-					if !strings.HasSuffix(iter.Val(), ":fence") {
-						left = append(left, iter.Val())
-					}
-				}
-				return len(left) == 0
-			})
+			waitFor(ttl+2*time.Second, func() bool { left = keysBesidesFences(t, rdb); return len(left) == 0 })
 			if len(left) > 0 {
 				t.Errorf("%d keys left after the tombstone window, e.g. %v", len(left), left[:min(3, len(left))])
 			}
@@ -107,6 +72,51 @@ func TestNothingLeftPerName(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockEachOnce locks and releases prefix:0 … prefix:n-1 once each through
+// c, with workers goroutines; every hundredth asks for its fence.
+func lockEachOnce(t *testing.T, c *dlock.Client, prefix string, n, workers int) {
+	t.Helper()
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				name := fmt.Sprintf("%s:%d", prefix, i)
+				l, err := c.TryAcquire(ctx, name)
+				if err == nil && i%100 == 0 {
+					_, err = l.Fence(ctx) // some ask for a fence: a counter for a minute
+				}
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", name, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// keysBesidesFences lists dlock's keys in rdb other than fence counters.
+func keysBesidesFences(t *testing.T, rdb *redis.Client) []string {
+	ctx := t.Context()
+	var left []string
+	iter := rdb.Scan(ctx, 0, "dlock:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if !strings.HasSuffix(iter.Val(), ":fence") {
+			left = append(left, iter.Val())
+		}
+	}
+	return left
 }
 
 func usedMemory(t *testing.T, rdb *redis.Client) int64 {

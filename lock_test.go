@@ -507,7 +507,6 @@ func TestInvalidOptions(t *testing.T) {
 	nodes := []redis.UniversalClient{rdb, rdb, rdb} // never dialled here
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	t.Cleanup(func() { cluster.Close() })
-	slow := func(int) time.Duration { return time.Second }
 	newRL := func(opts ...dlock.Option) (*dlock.Client, error) { return dlock.NewRedlock(nodes, 0, opts...) }
 	newC := func(opts ...dlock.Option) (*dlock.Client, error) { return dlock.New(rdb, opts...) }
 	tests := []struct {
@@ -558,8 +557,15 @@ func TestInvalidOptions(t *testing.T) {
 		t.Errorf("New(LeaseTTL(10ms)) = %v", err)
 	}
 
-	// Options that turn off what a Client does not do anyway, and unfair
-	// waiting with or without a backoff on any Client, are fine.
+	validOptionsMakeAClient(t, rdb, nodes, cluster)
+}
+
+// validOptionsMakeAClient: options that turn off what a Client does not
+// do anyway, and unfair waiting with or without a backoff on any Client,
+// are fine.
+func validOptionsMakeAClient(t *testing.T, rdb *redis.Client, nodes []redis.UniversalClient, cluster *redis.ClusterClient) {
+	t.Helper()
+	slow := func(int) time.Duration { return time.Second }
 	for name, new := range map[string]func() (*dlock.Client, error){
 		"backoff, unfair": func() (*dlock.Client, error) { return dlock.New(rdb, dlock.WithUnfair(slow)) },
 		"backoff, reentrant": func() (*dlock.Client, error) {
@@ -645,19 +651,7 @@ func TestErrorsReadOnce(t *testing.T) {
 	const name = "the-lock"
 	once := func(what string, err error, is ...error) {
 		t.Helper()
-		if err == nil {
-			t.Errorf("%s = nil, want an error", what)
-			return
-		}
-		msg := err.Error()
-		if prefixes(msg) != 1 || strings.Count(msg, name) != 1 || !strings.HasPrefix(msg, "dlock: ") {
-			t.Errorf("%s = %q, want one dlock: prefix, first, and the name once", what, msg)
-		}
-		for _, target := range is {
-			if !errors.Is(err, target) {
-				t.Errorf("%s = %q, want it to match %v", what, msg, target)
-			}
-		}
+		readsOnce(t, name, what, err, is...)
 	}
 
 	c := newClient(t, rdb, dlock.WithUnfair(nil))
@@ -718,6 +712,25 @@ func TestErrorsReadOnce(t *testing.T) {
 	once("quorum TryAcquire against dead nodes", err, dlock.ErrNotAcquired)
 	if qe, ok := errors.AsType[*dlock.QuorumError](err); !ok || qe.Op != "acquire" {
 		t.Errorf("quorum TryAcquire against dead nodes = %v, want a QuorumError", err)
+	}
+}
+
+// readsOnce: err (what returned it) reads once: one "dlock:" prefix,
+// first, and name once; and it matches each of is.
+func readsOnce(t *testing.T, name, what string, err error, is ...error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s = nil, want an error", what)
+		return
+	}
+	msg := err.Error()
+	if prefixes(msg) != 1 || strings.Count(msg, name) != 1 || !strings.HasPrefix(msg, "dlock: ") {
+		t.Errorf("%s = %q, want one dlock: prefix, first, and the name once", what, msg)
+	}
+	for _, target := range is {
+		if !errors.Is(err, target) {
+			t.Errorf("%s = %q, want it to match %v", what, msg, target)
+		}
 	}
 }
 

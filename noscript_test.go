@@ -343,7 +343,9 @@ func TestWithoutScriptsWaiting(t *testing.T) {
 	go func() {
 		got <- c.Do(ctx, "wait", func(context.Context, *dlock.Lock) error { return nil }, dlock.MaxWait(30*time.Second))
 	}()
-	time.Sleep(100 * time.Millisecond) // the waiter has tried and sleeps on its (one minute) backoff
+	if !waitFor(5*time.Second, listeningOnAll(t, "wait", rdb)) { // then it sleeps on its (one minute) backoff
+		t.Fatal("the waiter never subscribed")
+	}
 	l.Release(ctx)
 	select {
 	case err := <-got:

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/script"
 )
 
@@ -210,7 +211,9 @@ func TestFairForceReleaseWakesQueue(t *testing.T) {
 	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{forced}:q").Val() == 1 }) {
 		t.Fatal("waiter never queued")
 	}
-	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep (its timer: 20s)
+	if !waitFor(5*time.Second, listeningOnAll(t, "forced", rdb)) { // then it sleeps (its timer: 20s)
+		t.Fatal("waiter never subscribed")
+	}
 	if ok, err := c.ForceRelease(ctx, "forced"); !ok || err != nil {
 		t.Fatalf("ForceRelease = %v, %v", ok, err)
 	}
@@ -319,7 +322,7 @@ func TestFairWaiterOutOfTheQueueQueuesAgain(t *testing.T) {
 // fixed code fail). The fair lock and the election are released 4 windows
 // after the landing, and a new caller must get them at once.
 func TestLateQueueingRequestHoldsTheLineOneWindow(t *testing.T) {
-	t.Parallel()
+	// Serial: its windows are 60ms and its request must reach the proxy within 100ms; a busy machine would outlast them.
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -337,70 +340,8 @@ func TestLateQueueingRequestHoldsTheLineOneWindow(t *testing.T) {
 			// directly, with leases far longer than the test.
 			late := newClient(t, rdb, pipelined(false))
 			other := newClient(t, direct, dlock.LeaseTTL(10*time.Second))
-			var (
-				holder *dlock.Lock
-				wait   func(context.Context) error // the late waiter's Acquire
-				probe  func() (bool, error)        // whether the line is free of the dead entry
-				resign func() error                // fair lock, election: the holder's release
-				err    error
-			)
-			admitted := func(l *dlock.Lock, err error) (bool, error) {
-				if l != nil {
-					return true, l.Release(ctx)
-				}
-				if errors.Is(err, dlock.ErrNotAcquired) {
-					return false, nil
-				}
-				return false, err
-			}
-			switch kind {
-			case "fair":
-				holder, err = other.TryAcquire(ctx, name)
-				wait = func(ctx context.Context) error {
-					_, err := late.Acquire(ctx, name, dlock.LeaseTTL(ttl))
-					return err
-				}
-				probe = func() (bool, error) { return admitted(other.TryAcquire(ctx, name)) }
-			case "semaphore":
-				holder, err = newSemaphore(t, other, name, 1).TryAcquire(ctx)
-				s := newSemaphore(t, late, name, 1)
-				wait = func(ctx context.Context) error {
-					_, err := s.Acquire(ctx, dlock.LeaseTTL(ttl))
-					return err
-				}
-				// One permit is held: a caller with N=2 has room, unless a
-				// waiter with N=1 is ahead of it.
-				roomy := newSemaphore(t, other, name, 2)
-				probe = func() (bool, error) { return admitted(roomy.TryAcquire(ctx)) }
-			case "rw":
-				holder, err = newRW(t, other, name).Reader().TryAcquire(ctx)
-				w := newRW(t, late, name).Writer()
-				wait = func(ctx context.Context) error {
-					_, err := w.Acquire(ctx, dlock.LeaseTTL(ttl))
-					return err
-				}
-				r := newRW(t, other, name).Reader()
-				probe = func() (bool, error) { return admitted(r.TryAcquire(ctx)) }
-			case "election":
-				var ld *dlock.Leadership
-				ld, err = newElection(t, other, name).Campaign(ctx, "leader")
-				if ld != nil {
-					holder = ld.Lock()
-				}
-				e := newElection(t, late, name)
-				wait = func(ctx context.Context) error {
-					_, err := e.Campaign(ctx, "late", dlock.LeaseTTL(ttl))
-					return err
-				}
-				next := newElection(t, other, name)
-				probe = func() (bool, error) {
-					ld, err := next.Campaign(ctx, "next", dlock.MaxWait(0))
-					if ld != nil {
-						return true, ld.Resign(ctx)
-					}
-					return admitted(nil, err)
-				}
-			}
+			holder, wait, probe, err := lateQueuer(t, kind, name, late, other, ttl)
+			var resign func() error // fair lock, election: the holder's release
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -437,16 +378,7 @@ func TestLateQueueingRequestHoldsTheLineOneWindow(t *testing.T) {
 			t.Logf("the late request queued for nobody: entry %q", direct.HGet(ctx, key+":qw", dead).Val())
 
 			if resign == nil {
-				var free bool
-				for !free && time.Since(landed) < 3*time.Second {
-					if free, err = probe(); err != nil {
-						t.Fatal(err)
-					}
-					if !free {
-						time.Sleep(10 * time.Millisecond)
-					}
-				}
-				d := time.Since(landed)
+				free, d := lineFreeAfter(t, landed, probe)
 				t.Logf("the line was free %v after the landing", d.Round(time.Millisecond))
 				if !free || d > bound {
 					t.Errorf("the line was free of the dead waiter's entry %v after it landed (free: %v), want within %v: its lease was %v, and its place in line must lapse with its revocation window",
@@ -468,6 +400,89 @@ func TestLateQueueingRequestHoldsTheLineOneWindow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lateQueuer sets up one kind of TestLateQueueingRequestHoldsTheLineOneWindow:
+// other takes name (holder); wait is the late waiter's Acquire through late,
+// with lease ttl; probe tells whether a new caller through other gets in
+// (the line is free of the dead entry), releasing what it got.
+func lateQueuer(t *testing.T, kind, name string, late, other *dlock.Client, ttl time.Duration) (holder *dlock.Lock, wait func(context.Context) error, probe func() (bool, error), err error) {
+	ctx := t.Context()
+	admitted := func(l *dlock.Lock, err error) (bool, error) {
+		if l != nil {
+			return true, l.Release(ctx)
+		}
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			return false, nil
+		}
+		return false, err
+	}
+	switch kind {
+	case "fair":
+		holder, err = other.TryAcquire(ctx, name)
+		wait = func(ctx context.Context) error {
+			_, err := late.Acquire(ctx, name, dlock.LeaseTTL(ttl))
+			return err
+		}
+		probe = func() (bool, error) { return admitted(other.TryAcquire(ctx, name)) }
+	case "semaphore":
+		holder, err = newSemaphore(t, other, name, 1).TryAcquire(ctx)
+		s := newSemaphore(t, late, name, 1)
+		wait = func(ctx context.Context) error {
+			_, err := s.Acquire(ctx, dlock.LeaseTTL(ttl))
+			return err
+		}
+		// One permit is held: a caller with N=2 has room, unless a
+		// waiter with N=1 is ahead of it.
+		roomy := newSemaphore(t, other, name, 2)
+		probe = func() (bool, error) { return admitted(roomy.TryAcquire(ctx)) }
+	case "rw":
+		holder, err = newRW(t, other, name).Reader().TryAcquire(ctx)
+		w := newRW(t, late, name).Writer()
+		wait = func(ctx context.Context) error {
+			_, err := w.Acquire(ctx, dlock.LeaseTTL(ttl))
+			return err
+		}
+		r := newRW(t, other, name).Reader()
+		probe = func() (bool, error) { return admitted(r.TryAcquire(ctx)) }
+	case "election":
+		var ld *dlock.Leadership
+		ld, err = newElection(t, other, name).Campaign(ctx, "leader")
+		if ld != nil {
+			holder = ld.Lock()
+		}
+		e := newElection(t, late, name)
+		wait = func(ctx context.Context) error {
+			_, err := e.Campaign(ctx, "late", dlock.LeaseTTL(ttl))
+			return err
+		}
+		next := newElection(t, other, name)
+		probe = func() (bool, error) {
+			ld, err := next.Campaign(ctx, "next", dlock.MaxWait(0))
+			if ld != nil {
+				return true, ld.Resign(ctx)
+			}
+			return admitted(nil, err)
+		}
+	}
+	return holder, wait, probe, err
+}
+
+// lineFreeAfter polls probe until it finds the line free (3s at most) and
+// says whether it did and how long after landed.
+func lineFreeAfter(t *testing.T, landed time.Time, probe func() (bool, error)) (bool, time.Duration) {
+	t.Helper()
+	var free bool
+	for !free && time.Since(landed) < 3*time.Second {
+		var err error
+		if free, err = probe(); err != nil {
+			t.Fatal(err)
+		}
+		if !free {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return free, time.Since(landed)
 }
 
 // Was a bug: a fair waiter whose later attempt gets an error REPLY from Redis
@@ -660,11 +675,11 @@ func TestFairConfirmedHandoverValidityWithinTheLease(t *testing.T) {
 // Fair lock: a queued waiter that gives up leaves no entry; the next
 // waiter gets the lock promptly on release (the release publishes only
 // when someone queued: it must still wake it).
-func TestAdv4FairWaiterGivesUp(t *testing.T) {
+func TestFairWaiterThatGivesUpLeavesNoEntry(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv4-fair-giveup"
+	const name = "q-fair-giveup"
 	c := newClient(t, rdb, dlock.LeaseTTL(30*time.Second))
 	h, err := c.TryAcquire(ctx, name)
 	if err != nil {
@@ -687,7 +702,9 @@ func TestAdv4FairWaiterGivesUp(t *testing.T) {
 		}
 		close(got)
 	}()
-	time.Sleep(200 * time.Millisecond)
+	if !waitFor(5*time.Second, queuedAndListening(t, rdb, name, 1)) {
+		t.Fatal("second waiter never queued")
+	}
 	released := time.Now()
 	h.Release(ctx)
 	at, ok := <-got
@@ -702,11 +719,11 @@ func TestAdv4FairWaiterGivesUp(t *testing.T) {
 // A fair lock handed over along a chain of waiters: fences strictly rise,
 // and a re-sent release of an earlier holder (its script run again after the
 // handover) does not free or re-hand the lock.
-func TestAdv5FairHandoverFences(t *testing.T) {
+func TestFairHandoverChainFencesRiseAndResentReleaseIsInert(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv5-fair"
+	const name = "q-fair"
 	c := newClient(t, rdb)
 	first, err := c.Acquire(ctx, name)
 	if err != nil {
@@ -730,7 +747,9 @@ func TestAdv5FairHandoverFences(t *testing.T) {
 			got <- l
 		}()
 	}
-	time.Sleep(200 * time.Millisecond)
+	if !waitFor(5*time.Second, queuedAndListening(t, rdb, name, W)) {
+		t.Fatal("the waiters never queued")
+	}
 	last := f0
 	prev := first
 	for range W {
@@ -765,15 +784,15 @@ func TestAdv5FairHandoverFences(t *testing.T) {
 	prev.Release(ctx)
 }
 
-// TestAdvShortLeaseQueueExclusionAndLiveness: fair lock, semaphore of 1 and
+// TestQueuedKindsShortLeaseExclusionAndLiveness: fair lock, semaphore of 1 and
 // read-write lock (writers), workers with short per-call leases (30ms,
 // 45ms, 200ms: queue entries of one window) under -race on a loaded
 // machine. No two leases' validity intervals overlap, and every worker
 // gets through its iterations in bounded time.
-func TestAdvShortLeaseQueueExclusionAndLiveness(t *testing.T) {
+func TestQueuedKindsShortLeaseExclusionAndLiveness(t *testing.T) {
 	t.Parallel()
 	srv, rdb := setup(t)
-	pause := os.Getenv("ADV_PAUSE") != ""
+	pause := os.Getenv("DLOCK_TEST_PAUSE") != "" // also pause the server now and then
 	type iv struct{ from, to time.Time }
 	for _, kind := range []string{"fair", "sem", "rw"} {
 		t.Run(kind, func(t *testing.T) {
@@ -785,24 +804,7 @@ func TestAdvShortLeaseQueueExclusionAndLiveness(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 			defer cancel()
 			for w := range workers {
-				c := newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond))
-				acquire := func(opts ...dlock.LockOption) (*dlock.Lock, error) {
-					return c.Acquire(ctx, "adv-q-"+kind, opts...)
-				}
-				switch kind {
-				case "sem":
-					s, err := c.Semaphore("adv-q-"+kind, 1)
-					if err != nil {
-						t.Fatal(err)
-					}
-					acquire = func(opts ...dlock.LockOption) (*dlock.Lock, error) { return s.Acquire(ctx, opts...) }
-				case "rw":
-					rw, err := c.RWMutex("adv-q-" + kind)
-					if err != nil {
-						t.Fatal(err)
-					}
-					acquire = func(opts ...dlock.LockOption) (*dlock.Lock, error) { return rw.Writer().Acquire(ctx, opts...) }
-				}
+				acquire := queuedKindAcquirer(t, ctx, newClient(t, rdb, dlock.LeaseTTL(200*time.Millisecond)), kind, "q-"+kind)
 				ttl := []time.Duration{30 * time.Millisecond, 45 * time.Millisecond, 200 * time.Millisecond}[w%3]
 				wg.Go(func() {
 					for i := range iters {
@@ -826,24 +828,9 @@ func TestAdvShortLeaseQueueExclusionAndLiveness(t *testing.T) {
 					}
 				})
 			}
-			stopPauses := make(chan struct{})
-			paused := make(chan struct{})
-			go func() {
-				defer close(paused)
-				for pause {
-					select {
-					case <-stopPauses:
-						return
-					case <-time.After(120 * time.Millisecond):
-					}
-					srv.Pause()
-					time.Sleep(70 * time.Millisecond)
-					srv.Resume()
-				}
-			}()
+			stopPauses := pauseEvery(srv, pause, 120*time.Millisecond, 70*time.Millisecond)
 			wg.Wait()
-			close(stopPauses)
-			<-paused
+			stopPauses()
 			close(errs)
 			for err := range errs {
 				t.Error(err)
@@ -859,17 +846,62 @@ func TestAdvShortLeaseQueueExclusionAndLiveness(t *testing.T) {
 	}
 }
 
-// TestAdv3QueuedKindsIgnoreUnfairBackoff: a Client made WithUnfair with a
+// queuedKindAcquirer returns an Acquire of name through c, of the kind
+// "fair" (a lock), "sem" (a semaphore of 1) or "rw" (a writer).
+func queuedKindAcquirer(t *testing.T, ctx context.Context, c *dlock.Client, kind, name string) func(...dlock.LockOption) (*dlock.Lock, error) {
+	t.Helper()
+	switch kind {
+	case "sem":
+		s, err := c.Semaphore(name, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(opts ...dlock.LockOption) (*dlock.Lock, error) { return s.Acquire(ctx, opts...) }
+	case "rw":
+		rw, err := c.RWMutex(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(opts ...dlock.LockOption) (*dlock.Lock, error) { return rw.Writer().Acquire(ctx, opts...) }
+	}
+	return func(opts ...dlock.LockOption) (*dlock.Lock, error) { return c.Acquire(ctx, name, opts...) }
+}
+
+// pauseEvery, when on, pauses srv for pause after every gap until the
+// returned stop is called; stop returns once the server runs again.
+func pauseEvery(srv *redistest.Server, on bool, gap, pause time.Duration) (stop func()) {
+	stopPauses := make(chan struct{})
+	paused := make(chan struct{})
+	go func() {
+		defer close(paused)
+		for on {
+			select {
+			case <-stopPauses:
+				return
+			case <-time.After(gap):
+			}
+			srv.Pause()
+			time.Sleep(pause)
+			srv.Resume()
+		}
+	}()
+	return func() {
+		close(stopPauses)
+		<-paused
+	}
+}
+
+// TestUnfairClientQueuedKindsIgnoreItsBackoff: a Client made WithUnfair with a
 // long backoff still queues its permits', holds' and campaigns' waiters:
 // a release hands the lease over at once, not after the backoff.
-func TestAdv3QueuedKindsIgnoreUnfairBackoff(t *testing.T) {
+func TestUnfairClientQueuedKindsIgnoreItsBackoff(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	c := newClient(t, rdb, dlock.WithUnfair(dlock.ExponentialBackoff(3*time.Second, 3*time.Second)))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	for _, k := range adv3Kinds()[:4] {
-		name := "adv3-unfair-" + k.name
+		name := "q-unfair-" + k.name
 		l, err := k.take(ctx, c, name, false)
 		if err != nil {
 			t.Fatal(err)
@@ -888,7 +920,9 @@ func TestAdv3QueuedKindsIgnoreUnfairBackoff(t *testing.T) {
 			}
 			l2.Release(ctx)
 		}()
-		time.Sleep(300 * time.Millisecond)
+		if !waitFor(5*time.Second, queuedAndListening(t, rdb, name, 1)) {
+			t.Fatalf("%s: the waiter never queued", k.name)
+		}
 		released := time.Now()
 		l.Release(ctx)
 		if d := (<-got).Sub(released); d > time.Second {
@@ -897,11 +931,11 @@ func TestAdv3QueuedKindsIgnoreUnfairBackoff(t *testing.T) {
 	}
 }
 
-// TestAdv2ExponentialBackoffHugeMax: ExponentialBackoff with a "no cap"
+// TestExponentialBackoffUncappedMaxDoesNotPanic: ExponentialBackoff with a "no cap"
 // maximum (math.MaxInt64) must not panic at a high attempt. An unfair
 // waiter's attempt counter grows by one per wake-up (each release message
 // of a busy lock), not only per sleep, so attempt 41 comes quickly.
-func TestAdv2ExponentialBackoffHugeMax(t *testing.T) {
+func TestExponentialBackoffUncappedMaxDoesNotPanic(t *testing.T) {
 	t.Parallel()
 	b := dlock.ExponentialBackoff(10*time.Millisecond, math.MaxInt64)
 	for attempt := 1; attempt <= 100; attempt++ {
@@ -920,7 +954,7 @@ func TestAdv2ExponentialBackoffHugeMax(t *testing.T) {
 	}
 }
 
-// The same as TestRWAttackWriterFailedByTheNetworkLeavesItsPlace, for the
+// The same as the read-write lock's test of a writer failed by the network, for the
 // other kinds that queue: a fair lock's waiter and a semaphore's. A waiter
 // whose wait ends with an error from Redis leaves its place in the line,
 // and the holder's release leaves the name free instead of handing it to
@@ -1010,7 +1044,7 @@ func TestFailedWaitLeavesItsPlace(t *testing.T) {
 // entry stayed for max(TTL, 1s): once the other kind's lock was released,
 // every fair TryAcquire was refused, and the next fair Acquire handed the
 // lock to the waiter that had gone, for a whole TTL.
-func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
+func TestFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
@@ -1021,7 +1055,7 @@ func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 	reentrant := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(ttl))
 	// The holder's short lease wakes the waiter soon after it queued: it
 	// sleeps until the holder's lease would end.
-	h, err := holder.TryAcquire(ctx, name, dlock.LeaseTTL(time.Second))
+	h, err := holder.TryAcquire(ctx, name, dlock.LeaseTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1033,8 +1067,10 @@ func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 		}
 		errc <- err
 	}()
-	if !waitFor(10*time.Second, func() bool { return rdb.HLen(ctx, semKey(name)+":qw").Val() == 1 }) {
-		t.Fatal("the waiter never queued")
+	if !waitFor(10*time.Second, func() bool {
+		return rdb.HLen(ctx, semKey(name)+":qw").Val() == 1 && channelListeners(t, rdb, name) == 1
+	}) {
+		t.Fatal("the waiter never queued and subscribed") // (then it sleeps until the holder's lease would end)
 	}
 	// The holder's lease ends without a handover (as if it expired), and
 	// the name is taken as a reentrant lock before the waiter tries again.
@@ -1082,7 +1118,7 @@ func TestOptsAttackFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 // attempts per call, where before they sent one and left none — a
 // reconnect storm against a Redis that is coming back. A wait whose
 // requests never reached Redis must leave nothing to do behind.
-func TestOptsAttackAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing.T) {
+func TestFairAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -1132,7 +1168,7 @@ func TestOptsAttackAcquireThatNeverReachedRedisLeavesNoBackgroundWork(t *testing
 // between skipped it as a waiter that had died and handed the lock to one
 // that came after it. Fair waiting serves waiters in arrival order
 // and only a waiter that died is skipped.
-func TestOptsAttackCappedFairWaiterKeepsItsPlace(t *testing.T) {
+func TestFairWaiterCappedByMaxHoldKeepsItsPlace(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")

@@ -129,8 +129,8 @@ func TestRedlockHolderLosingMajoritySignalled(t *testing.T) {
 	t.Parallel()
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
-	const ttl = time.Second
-	c := newRedlock(t, nodes, 50*time.Millisecond, dlock.LeaseTTL(ttl),
+	const ttl = 2 * time.Second
+	c := newRedlock(t, nodes, 250*time.Millisecond, dlock.LeaseTTL(ttl),
 		dlock.WithDrift(250*time.Millisecond)) // room for a loaded machine's timer delays
 	start := time.Now()
 	l, err := c.TryAcquire(ctx, "maj")
@@ -306,7 +306,9 @@ func TestRedlockShardedPubSubWakesWaiters(t *testing.T) {
 		w.Release(ctx)
 		got <- time.Since(released)
 	}()
-	time.Sleep(300 * time.Millisecond) // the waiter has tried once and sleeps
+	if !waitFor(5*time.Second, listeningOnAll(t, "woken", nodes...)) { // then it sleeps on its backoff
+		t.Fatal("the waiter never subscribed")
+	}
 	start := time.Now()
 	l.Release(ctx)
 	select {
@@ -423,7 +425,7 @@ func TestRedlockLostMajorityIsReported(t *testing.T) {
 	for _, watchdog := range []bool{false, true} {
 		srvs, nodes := startQuorum(t, 3)
 		ctx := t.Context()
-		a := newRedlock(t, nodes, 0, dlock.LeaseTTL(3*time.Second), dlock.WithAutoExtend(watchdog))
+		a := newRedlock(t, nodes, 500*time.Millisecond, dlock.LeaseTTL(3*time.Second), dlock.WithAutoExtend(watchdog))
 		l, err := a.TryAcquire(ctx, "q")
 		if err != nil {
 			t.Fatal(err)
@@ -431,7 +433,7 @@ func TestRedlockLostMajorityIsReported(t *testing.T) {
 		srvs[0].Restart() // back at once and empty: what Redlock forbids
 		srvs[1].Restart()
 		waitFor(5*time.Second, func() bool { return nodes[0].Ping(ctx).Err() == nil && nodes[1].Ping(ctx).Err() == nil })
-		b, err := newRedlock(t, nodes, 0, dlock.LeaseTTL(3*time.Second)).TryAcquire(ctx, "q")
+		b, err := newRedlock(t, nodes, 500*time.Millisecond, dlock.LeaseTTL(3*time.Second)).TryAcquire(ctx, "q")
 		if err != nil {
 			t.Fatalf("watchdog %v: second client's TryAcquire = %v, want a majority", watchdog, err)
 		}
@@ -445,10 +447,10 @@ func TestRedlockLostMajorityIsReported(t *testing.T) {
 	}
 }
 
-// TestAdv2NewRedlockDefaultTTLAboveNodeTimeout: a lease time at or below the
+// TestNewRedlockRefusesDefaultTTLAtOrBelowNodeTimeout: a lease time at or below the
 // per-node timeout is refused per call (LeaseTTL on Acquire); as the
 // Client's default (LeaseTTL given to NewRedlock) it must be refused too.
-func TestAdv2NewRedlockDefaultTTLAboveNodeTimeout(t *testing.T) {
+func TestNewRedlockRefusesDefaultTTLAtOrBelowNodeTimeout(t *testing.T) {
 	t.Parallel()
 	var nodes []redis.UniversalClient
 	for range 3 {
@@ -477,14 +479,14 @@ func TestAdv2NewRedlockDefaultTTLAboveNodeTimeout(t *testing.T) {
 // for as having missed the node timeout. The attempt ends long before that
 // timeout. Odd N (3, 5) is the reference.
 func TestRedlockRefusalWithEvenNodes(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+	t.Parallel()
 	long(t)
 	for _, n := range []int{3, 4, 5, 6} {
 		t.Run(fmt.Sprint(n, "nodes"), func(t *testing.T) {
 			_, nodes := startQuorum(t, n)
 			ctx := t.Context()
-			const nodeTimeout = 2 * time.Second // far above what a refusal takes on loopback
-			holder := newRedlock(t, nodes, nodeTimeout, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false))
+			const nodeTimeout = 4 * time.Second // far above what a refusal takes on loopback
+			holder := newRedlock(t, nodes, nodeTimeout, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false))
 			held, err := holder.TryAcquire(ctx, "even", dlock.HolderMeta("the-holder"))
 			if err != nil {
 				t.Fatal(err)
@@ -504,24 +506,7 @@ func TestRedlockRefusalWithEvenNodes(t *testing.T) {
 				c := newRedlock(t, nodes, nodeTimeout, opts...)
 				check := func(call string, err error, took time.Duration) {
 					t.Helper()
-					if qe, ok := errors.AsType[*dlock.QuorumError](err); ok {
-						t.Errorf("%s %s: %s = a *QuorumError (%v), want a refusal", mode.name, call, err, qe)
-					}
-					if strings.Contains(fmt.Sprint(err), "node timeout") {
-						t.Errorf("%s %s: %v, names the node timeout, which never passed (the call took %v)", mode.name, call, err, took)
-					}
-					ne, ok := errors.AsType[*dlock.NotAcquiredError](err)
-					switch {
-					case !ok || !errors.Is(err, dlock.ErrNotAcquired):
-						t.Errorf("%s %s = %v, want a *NotAcquiredError", mode.name, call, err)
-					case ne.Holder != held.Token() || ne.Meta != "the-holder" || ne.Name != "even":
-						t.Errorf("%s %s: refusal %+v, want holder %q, meta %q, name %q", mode.name, call, ne, held.Token(), "the-holder", "even")
-					case ne.TTL <= 5*time.Second || ne.TTL > 10*time.Second:
-						t.Errorf("%s %s: refusal TTL %v, want the holder's remaining lease (~10s)", mode.name, call, ne.TTL)
-					}
-					if took >= nodeTimeout {
-						t.Errorf("%s %s took %v, want a refusal well within the node timeout %v", mode.name, call, took, nodeTimeout)
-					}
+					checkEvenRefusal(t, mode.name+" "+call, err, took, held, nodeTimeout)
 				}
 
 				start := time.Now()
@@ -558,6 +543,32 @@ func TestRedlockRefusalWithEvenNodes(t *testing.T) {
 				t.Errorf("holder's Release after the refusals = %v", err)
 			}
 		})
+	}
+}
+
+// checkEvenRefusal: call (named what) was refused by the quorum because held
+// holds "even": a *NotAcquiredError naming the holder, its meta and its
+// remaining lease, no *QuorumError, no word of the node timeout, and well
+// within that timeout.
+func checkEvenRefusal(t *testing.T, what string, err error, took time.Duration, held *dlock.Lock, nodeTimeout time.Duration) {
+	t.Helper()
+	if qe, ok := errors.AsType[*dlock.QuorumError](err); ok {
+		t.Errorf("%s = a *QuorumError (%v), want a refusal", what, qe)
+	}
+	if strings.Contains(fmt.Sprint(err), "node timeout") {
+		t.Errorf("%s: %v, names the node timeout, which never passed (the call took %v)", what, err, took)
+	}
+	ne, ok := errors.AsType[*dlock.NotAcquiredError](err)
+	switch {
+	case !ok || !errors.Is(err, dlock.ErrNotAcquired):
+		t.Errorf("%s = %v, want a *NotAcquiredError", what, err)
+	case ne.Holder != held.Token() || ne.Meta != "the-holder" || ne.Name != "even":
+		t.Errorf("%s: refusal %+v, want holder %q, meta %q, name %q", what, ne, held.Token(), "the-holder", "even")
+	case ne.TTL <= 30*time.Second || ne.TTL > time.Minute:
+		t.Errorf("%s: refusal TTL %v, want the holder's remaining lease (~1m)", what, ne.TTL)
+	}
+	if took >= nodeTimeout {
+		t.Errorf("%s took %v, want a refusal well within the node timeout %v", what, took, nodeTimeout)
 	}
 }
 
@@ -604,7 +615,9 @@ func TestRedlockWaitEndingMidAttemptReportsTheRefusal(t *testing.T) {
 		c.Acquire(bctx, "cut")
 	}()
 	defer func() { stop(); <-other; c.Close(context.WithoutCancel(ctx)) }()
-	time.Sleep(300 * time.Millisecond) // the other wait has subscribed
+	if !waitFor(5*time.Second, listeningOnAll(t, "cut", direct...)) {
+		t.Fatal("the other wait never subscribed")
+	}
 	for _, p := range proxies {
 		p.Delay(200*time.Millisecond, 0)
 	}
@@ -828,7 +841,7 @@ func keyOnNodes(ctx context.Context, direct []*redis.Client, key string) (n int,
 // refused attempt is "undone", and the undo fails on the dead node, so it is
 // retried in the background for the TTL. How many goroutines pile up, and do
 // they outlive Acquire?
-func TestQuorumAttackUndoGoroutinePileUp(t *testing.T) {
+func TestRedlockRefusedWaiterLeavesNoUndoGoroutines(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -876,7 +889,7 @@ func TestQuorumAttackUndoGoroutinePileUp(t *testing.T) {
 // Quorum + pipelining: requests to two nodes are delayed past the per-node
 // timeout; the grants land after the attempt was declared failed. Nothing
 // may stay behind, and another client must get the lock.
-func TestQuorumAttackLateGrantsAfterFailedQuorum(t *testing.T) {
+func TestRedlockLateGrantsAfterFailedQuorumLeaveNothing(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -920,7 +933,7 @@ func TestQuorumAttackLateGrantsAfterFailedQuorum(t *testing.T) {
 }
 
 // Mutual exclusion under random delays around the node timeout, pipelined.
-func TestQuorumAttackQuorumExclusionUnderJitter(t *testing.T) {
+func TestRedlockExclusionUnderJitterAroundNodeTimeout(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -989,7 +1002,7 @@ func TestQuorumAttackQuorumExclusionUnderJitter(t *testing.T) {
 
 // An old, shorter extension delayed past the node timeout lands after a
 // newer, longer one: it must be ignored (sequence numbers).
-func TestQuorumAttackDelayedShortExtendAfterLongExtend(t *testing.T) {
+func TestRedlockDelayedShortExtendAfterLongExtendIgnored(t *testing.T) {
 	t.Parallel()
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx := t.Context()
@@ -1031,7 +1044,7 @@ func TestQuorumAttackDelayedShortExtendAfterLongExtend(t *testing.T) {
 // A failed attempt's undo retries in the background while the same Lock
 // goes on with a new token and gets the lock: the new lease must survive
 // all retries of the old token's undo.
-func TestQuorumAttackUndoRetriesDoNotTouchNewLease(t *testing.T) {
+func TestRedlockUndoRetriesSpareTheSameLocksNewLease(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -1075,7 +1088,7 @@ func TestQuorumAttackUndoRetriesDoNotTouchNewLease(t *testing.T) {
 
 // A release queued in a node's batcher behind in-flight pipelines is
 // abandoned at the node timeout and never sent: the node keeps the lease.
-func TestQuorumAttackQueuedReleaseNeverSent(t *testing.T) {
+func TestRedlockReleaseQueuedBehindSlowPipelinesLeavesNoLease(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
@@ -1164,8 +1177,8 @@ func TestQuorumReleaseRetriedOnANodeThatFailed(t *testing.T) {
 // the node. release.lua compares tokens, so the newer lease must survive
 // on all three nodes, the retry must stop (Close returns), and no goroutine
 // may be left.
-func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+func TestRedlockRetriedReleaseSparesANewerLease(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1190,7 +1203,7 @@ func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
 			}
 			name := "newer-" + how
 			key := "dlock:{" + name + "}"
-			c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(time.Second), dlock.WithAutoExtend(false))
+			c := newRedlock(t, via, 300*time.Millisecond, dlock.LeaseTTL(2*time.Second), dlock.WithAutoExtend(false))
 			l, err := c.TryAcquire(ctx, name)
 			if err != nil {
 				t.Fatal(err)
@@ -1242,8 +1255,8 @@ func TestQuorumAttackRetriedReleaseSparesANewerLease(t *testing.T) {
 // refused) gets the release retried a bounded number of times: Close
 // returns by itself while the node is still stalled, and nothing keeps
 // running after.
-func TestQuorumAttackReleaseRetryGivesUpOnABlackHole(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+func TestRedlockReleaseRetryGivesUpOnABlackHole(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
@@ -1251,7 +1264,7 @@ func TestQuorumAttackReleaseRetryGivesUpOnABlackHole(t *testing.T) {
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(20*time.Second), dlock.WithAutoExtend(false))
+	c := newRedlock(t, via, 300*time.Millisecond, dlock.LeaseTTL(20*time.Second), dlock.WithAutoExtend(false))
 	var locks []*dlock.Lock
 	for i := range 20 {
 		l, err := c.TryAcquire(ctx, "hole-"+string(rune('a'+i)))

@@ -297,52 +297,40 @@ func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
 	}
 }
 
-// TestAdv3Owners: Owner Clients of one reentrant Client share its engine
+// TestReentrantOwnersShareTheEngineNotTheOwnership: Owner Clients of one reentrant Client share its engine
 // but not their owner: one does not re-enter another's lock; each re-enters
 // its own; Stats and observers are common, and Close of one closes all.
-func TestAdv3Owners(t *testing.T) {
+func TestReentrantOwnersShareTheEngineNotTheOwnership(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	var rec adv3Events
 	c := newClient(t, rdb, dlock.WithReentrant(true))
 	c.Observe(rec.observer())
-	a, err := c.Owner("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Owner("b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a2, err := c.Owner("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustOwner(t, c, "a")
+	b := mustOwner(t, c, "b")
+	a2 := mustOwner(t, c, "a")
 	ctx := t.Context()
-	la, err := a.TryAcquire(ctx, "adv3-own")
+	la, err := a.TryAcquire(ctx, "own")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := b.TryAcquire(ctx, "adv3-own"); err == nil {
+	if l, err := b.TryAcquire(ctx, "own"); err == nil {
 		l.Release(ctx)
 		t.Fatal("owner b re-entered owner a's lock")
 	} else if !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("owner b: %v; want ErrNotAcquired", err)
 	}
-	if l, err := c.TryAcquire(ctx, "adv3-own"); err == nil {
+	if l, err := c.TryAcquire(ctx, "own"); err == nil {
 		l.Release(ctx)
 		t.Fatal("the root Client re-entered owner a's lock")
 	}
-	la2, err := a2.TryAcquire(ctx, "adv3-own")
+	la2, err := a2.TryAcquire(ctx, "own")
 	if err != nil {
 		t.Fatalf("a second Owner(\"a\") does not re-enter a's lock: %v", err)
 	}
 	// An owner made from an Owner Client is that owner, not a nested one.
-	bb, err := a.Owner("b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l, err := bb.TryAcquire(ctx, "adv3-own"); err == nil {
+	bb := mustOwner(t, a, "b")
+	if l, err := bb.TryAcquire(ctx, "own"); err == nil {
 		l.Release(ctx)
 		t.Fatal("a.Owner(\"b\") re-entered owner a's lock")
 	}
@@ -350,7 +338,7 @@ func TestAdv3Owners(t *testing.T) {
 	d := newClient(t, rdb, dlock.WithReentrant(true))
 	if da, err := d.Owner("a"); err != nil {
 		t.Fatal(err)
-	} else if l, err := da.TryAcquire(ctx, "adv3-own"); err == nil {
+	} else if l, err := da.TryAcquire(ctx, "own"); err == nil {
 		l.Release(ctx)
 		t.Fatal("owner \"a\" of another Client re-entered this Client's owner a's lock")
 	}
@@ -359,7 +347,7 @@ func TestAdv3Owners(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lb, err := b.TryAcquire(ctx, "adv3-own")
+	lb, err := b.TryAcquire(ctx, "own")
 	if err != nil {
 		t.Fatalf("owner b after a released: %v", err)
 	}
@@ -367,27 +355,17 @@ func TestAdv3Owners(t *testing.T) {
 	if sa, sc := a.Stats(), c.Stats(); sa.Acquired != sc.Acquired || sc.Acquired != 3 {
 		t.Errorf("Stats: owner a %+v, root %+v; want the same counts, 3 acquired", sa, sc)
 	}
-	for _, e := range rec.of("adv3-own") {
+	for _, e := range rec.of("own") {
 		if e.Mode != "reentrant" {
 			t.Errorf("event %s Mode %q; want reentrant", e.Op, e.Mode)
 		}
 	}
-	for _, x := range []*dlock.Client{c, a, b} {
-		if _, err := x.Semaphore("adv3-own-s", 2); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a semaphore") {
-			t.Errorf("Semaphore on a reentrant Client: %v", err)
-		}
-		if _, err := x.RWMutex("adv3-own-rw"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a read-write lock") {
-			t.Errorf("RWMutex on a reentrant Client: %v", err)
-		}
-		if _, err := x.Election("adv3-own-e"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot hold an election") {
-			t.Errorf("Election on a reentrant Client: %v", err)
-		}
-	}
+	refusesOtherKinds(t, c, a, b)
 	if err := b.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, x := range []*dlock.Client{c, a} {
-		if _, err := x.TryAcquire(ctx, "adv3-own-2"); !errors.Is(err, dlock.ErrClosed) {
+		if _, err := x.TryAcquire(ctx, "own-2"); !errors.Is(err, dlock.ErrClosed) {
 			t.Errorf("after an Owner's Close: %v; want ErrClosed", err)
 		}
 	}
@@ -395,7 +373,7 @@ func TestAdv3Owners(t *testing.T) {
 
 // Owner views: nested Do of another owner waits, bounded by ctx; views of
 // the same owner re-enter; Owner of an Owner is the new owner.
-func TestQuorumAttackOwnerViews(t *testing.T) {
+func TestReentrantOwnerViewsNestAndReenter(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
@@ -454,27 +432,61 @@ func TestQuorumAttackOwnerViews(t *testing.T) {
 	} else {
 		l.Release(ctx)
 	}
-	// inner outliving the outer
-	o1, err := a.TryAcquire(ctx, "own2")
+	innerHoldOutlivesOuter(t, a, b, "own2")
+}
+
+// refusesOtherKinds: a reentrant Client (each of cs) keeps no semaphore,
+// read-write lock or election.
+func refusesOtherKinds(t *testing.T, cs ...*dlock.Client) {
+	t.Helper()
+	for _, x := range cs {
+		if _, err := x.Semaphore("own-s", 2); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a semaphore") {
+			t.Errorf("Semaphore on a reentrant Client: %v", err)
+		}
+		if _, err := x.RWMutex("own-rw"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot keep a read-write lock") {
+			t.Errorf("RWMutex on a reentrant Client: %v", err)
+		}
+		if _, err := x.Election("own-e"); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "a reentrant Client (WithReentrant) cannot hold an election") {
+			t.Errorf("Election on a reentrant Client: %v", err)
+		}
+	}
+}
+
+// innerHoldOutlivesOuter: owner a holds name twice and releases the outer
+// hold first; owner b gets name only after the inner one is released too.
+func innerHoldOutlivesOuter(t *testing.T, a, b *dlock.Client, name string) {
+	t.Helper()
+	ctx := t.Context()
+	o1, err := a.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o2, err := a.TryAcquire(ctx, "own2")
+	o2, err := a.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := o1.Release(ctx); err != nil {
 		t.Errorf("outer release = %v", err)
 	}
-	if _, err := b.TryAcquire(ctx, "own2"); err == nil {
-		t.Errorf("b got own2 while a's inner hold is live")
+	if _, err := b.TryAcquire(ctx, name); err == nil {
+		t.Errorf("b got %s while a's inner hold is live", name)
 	}
 	if err := o2.Release(ctx); err != nil {
 		t.Errorf("inner release = %v", err)
 	}
-	if l, err := b.TryAcquire(ctx, "own2"); err != nil {
+	if l, err := b.TryAcquire(ctx, name); err != nil {
 		t.Errorf("after inner release b TryAcquire = %v", err)
 	} else {
 		l.Release(ctx)
 	}
+}
+
+// mustOwner is c.Owner(owner), failing the test on an error.
+func mustOwner(t *testing.T, c *dlock.Client, owner string) *dlock.Client {
+	t.Helper()
+	o, err := c.Owner(owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }

@@ -100,7 +100,9 @@ func TestReleaseOfALeaseHandedOverBeforeAnEmptyRestartReportsTheLoss(t *testing.
 	if !waitFor(3*time.Second, func() bool { return direct.LLen(ctx, key+":q").Val() == 1 }) {
 		t.Fatal("never queued")
 	}
-	time.Sleep(200 * time.Millisecond) // (subscribed: the waiter's wait has no hook to tell)
+	if !waitFor(3*time.Second, listeningOnAll(t, name, direct)) {
+		t.Fatal("never subscribed")
+	}
 	p.Delay(0, 3*time.Second)
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -137,15 +137,15 @@ func TestReSentReleaseAfterTheNextLeaseEnded(t *testing.T) {
 	}
 }
 
-// TestAdvConcurrentReleaseHonoursItsContext: while one Release of a Lock
+// TestConcurrentReleaseHonoursItsContext: while one Release of a Lock
 // waits on a Redis that froze, a second Release with a 100ms context
 // waits for the first (up to go-redis's timeouts, 10s here) instead of
 // returning when its context ends.
-func TestAdvConcurrentReleaseHonoursItsContext(t *testing.T) {
+func TestConcurrentReleaseHonoursItsContext(t *testing.T) {
 	t.Parallel()
 	srv, rdb := setup(t)
 	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute)) // outlives the freeze
-	l, err := c.TryAcquire(t.Context(), "adv-rel")
+	l, err := c.TryAcquire(t.Context(), "rel")
 	if err != nil {
 		t.Fatal(err)
 	}

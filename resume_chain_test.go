@@ -14,6 +14,10 @@ import (
 	"github.com/dlockio/dlock"
 )
 
+// chainTTL is the lease of every generation of a resume chain, and what
+// each generation's Extend asks.
+const chainTTL = 3 * time.Second
+
 type resumeTaker func(ctx context.Context, c *dlock.Client, name string, opts ...dlock.LockOption) (*dlock.Lock, error)
 
 // resumeChain resumes a lease generation after generation (each on a
@@ -52,7 +56,7 @@ func resumeChain(t *testing.T, rdb *redis.Client, mk func(gen int) *dlock.Client
 				mu.Unlock()
 				g.Write(ctx, res, fmt.Sprint("g", gen-1), f, old.Token())
 			}
-			old.Extend(ctx, 900*time.Millisecond)
+			old.Extend(ctx, chainTTL)
 		}()
 		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
 		t0 := time.Now()
@@ -84,32 +88,42 @@ func resumeChain(t *testing.T, rdb *redis.Client, mk func(gen int) *dlock.Client
 				t.Errorf("gen %d: a late write of the superseded gen %d with fence %d was accepted", gen, gen-1, f)
 			}
 		}
-		if err := nl.Extend(ctx, 900*time.Millisecond); err != nil {
+		if err := nl.Extend(ctx, chainTTL); err != nil {
 			t.Errorf("gen %d: the resumer's Extend: %v (resume %v, fence at %v, old done at %v, now %v, valid until +%v)", gen, err, tResume, tFence, tWait, time.Since(t0), nl.ValidUntil().Sub(t0))
 		}
 	}
-	for i := 0; i < gens; i++ {
-		for j := i + 1; j < gens; j++ {
+	checkResumeChainEnd(t, ctx, locks, fences, func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+		return take(ctx, mk(0), name, opts...)
+	})
+}
+
+// checkResumeChainEnd: fences rise generation after generation (0: none
+// obtained), every superseded Lock's Release says ErrNotHeld, the last Lock
+// holds and releases, and then take gets the name.
+func checkResumeChainEnd(t *testing.T, ctx context.Context, locks []*dlock.Lock, fences []int64, take func(context.Context, ...dlock.LockOption) (*dlock.Lock, error)) {
+	t.Helper()
+	for i := 0; i < len(locks); i++ {
+		for j := i + 1; j < len(locks); j++ {
 			if fences[i] != 0 && fences[j] != 0 && fences[i] >= fences[j] {
 				t.Errorf("fence of gen %d (%d) >= fence of later gen %d (%d)", i, fences[i], j, fences[j])
 			}
 		}
 	}
-	for i := 0; i < gens-1; i++ {
+	for i := 0; i < len(locks)-1; i++ {
 		if err := locks[i].Release(ctx); err == nil {
 			t.Errorf("the superseded gen %d's Release = nil, want ErrNotHeld", i)
 		} else if !errors.Is(err, dlock.ErrNotHeld) {
 			t.Errorf("the superseded gen %d's Release = %v, want ErrNotHeld", i, err)
 		}
 	}
-	last := locks[gens-1]
+	last := locks[len(locks)-1]
 	if err := last.Err(); err != nil {
 		t.Errorf("the last resumer lost its lease: %v", err)
 	}
 	if err := last.Release(ctx); err != nil {
 		t.Errorf("the last resumer's Release: %v", err)
 	}
-	l, err := take(ctx, mk(0), name, dlock.MaxWait(200*time.Millisecond))
+	l, err := take(ctx, dlock.MaxWait(2*time.Second))
 	if err != nil {
 		t.Errorf("the name after the last Release: %v", err)
 	} else {
@@ -121,7 +135,7 @@ func resumeChain(t *testing.T, rdb *redis.Client, mk func(gen int) *dlock.Client
 // (the resume's read of the lease once copied a claim a straggling node's
 // call still read).
 func TestResumeChainOverAQuorum(t *testing.T) {
-	// Serial: its leases and node timeouts are short; a busy machine would outlast them.
+	t.Parallel()
 	long(t)
 	_, rdb := setup(t)
 	_, nodes := startQuorum(t, 3)
@@ -130,7 +144,7 @@ func TestResumeChainOverAQuorum(t *testing.T) {
 	}
 	for round := range 4 {
 		resumeChain(t, rdb, func(gen int) *dlock.Client {
-			return newRedlock(t, nodes, 50*time.Millisecond, dlock.LeaseTTL(900*time.Millisecond), dlock.WithUnfair(nil))
+			return newRedlock(t, nodes, 250*time.Millisecond, dlock.LeaseTTL(chainTTL), dlock.WithUnfair(nil))
 		}, fmt.Sprintf("resume-chain-q-%d", round), plain)
 	}
 }

@@ -67,18 +67,18 @@ func TestResumeRefusals(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithAutoExtend(false), dlock.HolderMeta("m"))
+	c := newClient(t, rdb, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false), dlock.HolderMeta("m"))
 
 	released, err := c.Acquire(ctx, "gone")
 	if err != nil {
 		t.Fatal(err)
 	}
 	released.Release(ctx)
-	expired, err := c.Acquire(ctx, "lapsed")
+	expired, err := c.Acquire(ctx, "lapsed", dlock.LeaseTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond) // past its lease
 	held, err := c.Acquire(ctx, "held")
 	if err != nil {
 		t.Fatal(err)
@@ -200,10 +200,19 @@ func TestResumedLeaseToldOfLoss(t *testing.T) {
 func TestResumeEveryKind(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
-	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
 	next := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
 
+	resumeEveryKindPermits(t, old, next)
+	resumeEveryKindReadWrite(t, old, next)
+	resumeEveryKindLeadership(t, old, next)
+}
+
+// resumeEveryKindPermits: next resumes old's permit and old's 3 permits;
+// a permit nobody holds is refused.
+func resumeEveryKindPermits(t *testing.T, old, next *dlock.Client) {
+	t.Helper()
+	ctx := t.Context()
 	s, _ := old.Semaphore("sem", 4)
 	s2, _ := next.Semaphore("sem", 4)
 	one, err := s.Acquire(ctx)
@@ -232,7 +241,13 @@ func TestResumeEveryKind(t *testing.T) {
 	if ps, err := s2.Holders(ctx); err != nil || len(ps) != 1 || ps[0].Count != 1 {
 		t.Errorf("after releasing the resumed 3 permits: %+v, %v; want the one permit", ps, err)
 	}
+}
 
+// resumeEveryKindReadWrite: next resumes old's read and old's write; a read
+// is not resumed as a write, nor a write as a plain lock.
+func resumeEveryKindReadWrite(t *testing.T, old, next *dlock.Client) {
+	t.Helper()
+	ctx := t.Context()
 	rw, _ := old.RWMutex("rw")
 	rw2, _ := next.RWMutex("rw")
 	r, err := rw.Reader().Acquire(ctx)
@@ -259,7 +274,13 @@ func TestResumeEveryKind(t *testing.T) {
 		t.Errorf("resume a write as a plain lock = %v, want ErrNotHeld or ErrWrongType", err)
 	}
 	w2.Release(ctx)
+}
 
+// resumeEveryKindLeadership: next resumes old's leadership, which keeps its
+// term's fence and proclaimed value; a resume with another value is refused.
+func resumeEveryKindLeadership(t *testing.T, old, next *dlock.Client) {
+	t.Helper()
+	ctx := t.Context()
 	e, _ := old.Election("elect")
 	e2, _ := next.Election("elect")
 	ld, err := e.Campaign(ctx, "a")
@@ -337,25 +358,25 @@ func TestResumeQuorumAndScriptFree(t *testing.T) {
 	}
 }
 
-// Was a defect (fixed): a leadership's token resumed through Client.TryAcquire (a plain
+// Was a defect, fixed: a leadership's token resumed through Client.TryAcquire (a plain
 // lock's call) is taken over as a plain Lock, although docs/resume.md says
 // "A token of another kind's hold is refused with ErrNotHeld". The plain
 // Lock's extensions then no longer keep the term's fence counter and value
 // key alive (extend.lua gets no KEYS[3]/KEYS[4] for a plain lock), so the
 // election's term is silently broken.
-func TestAdv7ResumeLeadershipAsPlainLockRefused(t *testing.T) {
+func TestResumeLeadershipAsPlainLockRefused(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
 	next := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
-	e, _ := old.Election("adv7-elect")
+	e, _ := old.Election("resume-elect")
 	ld, err := e.Campaign(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ld.Resign(ctx)
-	l, err := next.TryAcquire(ctx, "adv7-elect", dlock.Resume(ld.Lock().Token()))
+	l, err := next.TryAcquire(ctx, "resume-elect", dlock.Resume(ld.Lock().Token()))
 	if err == nil {
 		defer l.Release(ctx)
 		t.Fatalf("a leadership's token resumed as a plain lock was taken over (Lock %q); want ErrNotHeld", l.Token())
@@ -365,20 +386,20 @@ func TestAdv7ResumeLeadershipAsPlainLockRefused(t *testing.T) {
 	}
 }
 
-// Was a defect (fixed): the converse: a plain lock's token resumed through
+// Was a defect, fixed: the converse: a plain lock's token resumed through
 // Election.Campaign becomes a Leadership, a term that no campaign won.
-func TestAdv7ResumePlainLockAsLeadershipRefused(t *testing.T) {
+func TestResumePlainLockAsLeadershipRefused(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false), dlock.HolderMeta("a"))
 	next := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
-	l, err := old.TryAcquire(ctx, "adv7-plain")
+	l, err := old.TryAcquire(ctx, "resume-plain")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	e, _ := next.Election("adv7-plain")
+	e, _ := next.Election("resume-plain")
 	ld, err := e.Campaign(ctx, "a", dlock.Resume(l.Token()))
 	if err == nil {
 		defer ld.Resign(ctx)
@@ -389,20 +410,20 @@ func TestAdv7ResumePlainLockAsLeadershipRefused(t *testing.T) {
 	}
 }
 
-// Was a defect (fixed): a hold of 3 permits (AcquireN(3)) resumed through Acquire (one
+// Was a defect, fixed: a hold of 3 permits (AcquireN(3)) resumed through Acquire (one
 // permit) is taken over as a one-permit Lock; docs/resume.md says a hold of
 // k permits is resumed by AcquireN with the same k. The resumed Lock
 // extends and releases only the first of the three members, so the other
 // two stay held by nobody until the old deadline: after the resumed Lock's
 // Release, the semaphore still has 2 permits taken.
-func TestAdv7ResumeNPermitsAsOneRefused(t *testing.T) {
+func TestResumeNPermitsAsOnePermitRefused(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
 	next := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
-	s, _ := old.Semaphore("adv7-sem", 3)
-	s2, _ := next.Semaphore("adv7-sem", 3)
+	s, _ := old.Semaphore("resume-sem", 3)
+	s2, _ := next.Semaphore("resume-sem", 3)
 	three, err := s.AcquireN(ctx, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -421,61 +442,61 @@ func TestAdv7ResumeNPermitsAsOneRefused(t *testing.T) {
 	three.Release(ctx)
 }
 
-// HELD: a semaphore permit's token resumed as a plain lock of the same name
+// A semaphore permit's token resumed as a plain lock of the same name
 // is refused (ErrWrongType: the name is held as a semaphore), and a plain
 // lock's token resumed as a permit or a read is refused too.
-func TestAdv7ResumeAcrossKindsRefused(t *testing.T) {
+func TestResumeAcrossKindsRefused(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
-	s, _ := c.Semaphore("adv7-k", 2)
+	s, _ := c.Semaphore("resume-k", 2)
 	p, err := s.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Release(ctx)
-	if _, err := c.TryAcquire(ctx, "adv7-k", dlock.Resume(p.Token())); !errors.Is(err, dlock.ErrWrongType) && !errors.Is(err, dlock.ErrNotHeld) {
+	if _, err := c.TryAcquire(ctx, "resume-k", dlock.Resume(p.Token())); !errors.Is(err, dlock.ErrWrongType) && !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("resume a permit as a plain lock = %v, want ErrWrongType or ErrNotHeld", err)
 	}
-	rw, _ := c.RWMutex("adv7-k")
+	rw, _ := c.RWMutex("resume-k")
 	if _, err := rw.Reader().TryAcquire(ctx, dlock.Resume(p.Token())); !errors.Is(err, dlock.ErrWrongType) && !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("resume a permit as a read = %v, want ErrWrongType or ErrNotHeld", err)
 	}
-	l, err := c.TryAcquire(ctx, "adv7-k2")
+	l, err := c.TryAcquire(ctx, "resume-k2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	s2, _ := c.Semaphore("adv7-k2", 2)
+	s2, _ := c.Semaphore("resume-k2", 2)
 	if _, err := s2.TryAcquire(ctx, dlock.Resume(l.Token())); !errors.Is(err, dlock.ErrWrongType) && !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("resume a plain lock as a permit = %v, want ErrWrongType or ErrNotHeld", err)
 	}
 	// A token of another name.
-	if _, err := c.TryAcquire(ctx, "adv7-k3", dlock.Resume(l.Token())); !errors.Is(err, dlock.ErrNotHeld) {
+	if _, err := c.TryAcquire(ctx, "resume-k3", dlock.Resume(l.Token())); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("resume a token on another name = %v, want ErrNotHeld", err)
 	}
 	// Malformed tokens: ErrInvalid, nothing sent.
 	for _, tok := range []string{"", "short", "AAAAAAAAAAAAAAAAAAAAA!", "AAAAAAAAAAAAAAAAAAAAAA.a b", "AAAAAAAAAAAAAAAAAAAAAA.{x}", "AAAAAAAAAAAAAAAAAAAAAAA"} {
-		if _, err := c.TryAcquire(ctx, "adv7-k2", dlock.Resume(tok)); !errors.Is(err, dlock.ErrInvalid) {
+		if _, err := c.TryAcquire(ctx, "resume-k2", dlock.Resume(tok)); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("Resume(%q) = %v, want ErrInvalid", tok, err)
 		}
 	}
 }
 
-// DEFECT (with the old holder still running, which docs/resume.md says
+// Was a defect, fixed (with the old holder still running, which docs/resume.md says
 // both may then extend): after a resume, an Extend of the old Lock whose
 // extensions were ordered is "superseded" in Redis (its number is below the
 // resumed Lock's), does nothing, and yet returns nil and moves the old
 // Lock's ValidUntil to its own new TTL. The old Lock then believes it holds
 // the lock for 5s while Redis expires it after 300ms: a third client takes
 // the lock while the old Lock says held, no loss told.
-func TestAdv7OldHolderExtendAfterResumeClaimsValidity(t *testing.T) {
+func TestOldHolderExtendAfterResumeClaimsNoValidity(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(3*time.Second), dlock.WithAutoExtend(false))
-	a, err := old.TryAcquire(ctx, "adv7-old")
+	a, err := old.TryAcquire(ctx, "resume-old")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,16 +504,16 @@ func TestAdv7OldHolderExtendAfterResumeClaimsValidity(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithAutoExtend(false))
-	if _, err := next.TryAcquire(ctx, "adv7-old", dlock.Resume(a.Token())); err != nil {
+	if _, err := next.TryAcquire(ctx, "resume-old", dlock.Resume(a.Token())); err != nil {
 		t.Fatal(err)
 	}
 	// The resumed process stops (crashes) without releasing; the old one,
 	// still running, extends.
 	extErr := a.Extend(ctx, 5*time.Second)
-	pttl := rdb.PTTL(ctx, "dlock:{adv7-old}").Val()
+	pttl := rdb.PTTL(ctx, "dlock:{resume-old}").Val()
 	time.Sleep(400 * time.Millisecond)
 	third := newClient(t, rdb, dlock.WithAutoExtend(false))
-	l, err := third.TryAcquire(ctx, "adv7-old")
+	l, err := third.TryAcquire(ctx, "resume-old")
 	if err != nil {
 		t.Fatalf("the third client could not take the lock: %v", err)
 	}
@@ -505,14 +526,14 @@ func TestAdv7OldHolderExtendAfterResumeClaimsValidity(t *testing.T) {
 
 // Four resumes of one token at once: one drives the lease, each other is
 // refused with ErrNotHeld (two Locks driving one lease was a defect: see
-// TestAdv8ConcurrentResumesBothWin); a TryAcquire by someone else is
+// TestConcurrentResumesReadingOneMarkerOneWins); a TryAcquire by someone else is
 // refused while the winner holds, and after it releases the lock is free.
-func TestAdv7ConcurrentResumes(t *testing.T) {
+func TestConcurrentResumesOfOneTokenOneWins(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(2*time.Second), dlock.WithAutoExtend(false))
-	a, err := old.TryAcquire(ctx, "adv7-twice")
+	a, err := old.TryAcquire(ctx, "resume-twice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +542,7 @@ func TestAdv7ConcurrentResumes(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range locks {
 		c := newClient(t, rdb, dlock.LeaseTTL(time.Second))
-		wg.Go(func() { locks[i], errs[i] = c.TryAcquire(ctx, "adv7-twice", dlock.Resume(a.Token())) })
+		wg.Go(func() { locks[i], errs[i] = c.TryAcquire(ctx, "resume-twice", dlock.Resume(a.Token())) })
 	}
 	wg.Wait()
 	won := 0
@@ -537,7 +558,7 @@ func TestAdv7ConcurrentResumes(t *testing.T) {
 		t.Fatal("no resume got the lease")
 	}
 	other := newClient(t, rdb)
-	if _, err := other.TryAcquire(ctx, "adv7-twice"); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := other.TryAcquire(ctx, "resume-twice"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire while resumed = %v", err)
 	}
 	for _, l := range locks {
@@ -545,28 +566,28 @@ func TestAdv7ConcurrentResumes(t *testing.T) {
 			l.Release(ctx)
 		}
 	}
-	l, err := other.TryAcquire(ctx, "adv7-twice")
+	l, err := other.TryAcquire(ctx, "resume-twice")
 	if err != nil {
 		t.Fatalf("after the resumed Locks released: %v", err)
 	}
 	l.Release(ctx)
 }
 
-// HELD: a resumed Lock's fence is above the old holder's, and a resumed
+// A resumed Lock's fence is above the old holder's, and a resumed
 // lease under MaxHold ends at the cap counted from the resume, with its
 // key gone soon after.
-func TestAdv7ResumeFenceAndMaxHold(t *testing.T) {
+func TestResumeRaisesFenceAndCountsMaxHoldFromResume(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
-	a, err := old.TryAcquire(ctx, "adv7-mh")
+	a, err := old.TryAcquire(ctx, "resume-mh")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f0 := fenceOf(t, a)
 	next := newClient(t, rdb, dlock.LeaseTTL(time.Second))
-	b, err := next.TryAcquire(ctx, "adv7-mh", dlock.Resume(a.Token()), dlock.MaxHold(400*time.Millisecond))
+	b, err := next.TryAcquire(ctx, "resume-mh", dlock.Resume(a.Token()), dlock.MaxHold(400*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,7 +597,7 @@ func TestAdv7ResumeFenceAndMaxHold(t *testing.T) {
 	if !closedWithin(b.Done(), 2*time.Second) || !errors.Is(b.Err(), dlock.ErrMaxHold) {
 		t.Fatalf("the resumed lease under MaxHold(400ms): Err %v", b.Err())
 	}
-	if !waitFor(time.Second, func() bool { return rdb.Exists(ctx, "dlock:{adv7-mh}").Val() == 0 }) {
+	if !waitFor(time.Second, func() bool { return rdb.Exists(ctx, "dlock:{resume-mh}").Val() == 0 }) {
 		t.Errorf("the lock key is still there after the max hold of the resumed lease")
 	}
 	if err := a.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
@@ -584,7 +605,7 @@ func TestAdv7ResumeFenceAndMaxHold(t *testing.T) {
 	}
 }
 
-// Was a defect (fixed): two Resumes of the same token whose Seq reads both land before
+// Was a defect, fixed: two Resumes of the same token whose Seq reads both land before
 // either's extension: both read the same marker, both number their
 // extension marker+resumeGap, and the second one's extension, which finds
 // an equal number, is taken for "its own re-sent copy" (reply 1). Both
@@ -592,7 +613,7 @@ func TestAdv7ResumeFenceAndMaxHold(t *testing.T) {
 // validity of its own lease time (10s) while Redis keeps the one the first
 // set (2s): a Lock claiming a validity Redis does not give it. docs/resume.md
 // says a token "resumed again since" is refused.
-func TestAdv8ConcurrentResumesBothWin(t *testing.T) {
+func TestConcurrentResumesReadingOneMarkerOneWins(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct {
 		name string
@@ -601,7 +622,7 @@ func TestAdv8ConcurrentResumesBothWin(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			s, rdb := setup(t)
 			ctx := t.Context()
-			name := "adv8-rr-" + mode.name
+			name := "resume-rr-" + mode.name
 			opts := append([]dlock.Option{dlock.WithAutoExtend(false)}, mode.opts...)
 			l0, err := newClient(t, rdb, opts...).TryAcquire(ctx, name, dlock.LeaseTTL(10*time.Second))
 			if err != nil {
@@ -644,7 +665,7 @@ func TestAdv8ConcurrentResumesBothWin(t *testing.T) {
 	}
 }
 
-// Was a defect (fixed): a Lock that was told it lost because another Lock resumed its
+// Was a defect, fixed: a Lock that was told it lost because another Lock resumed its
 // lease (its extension got reply 2: "superseded") still ends the lease on
 // Release, which every caller runs on its way out (defer l.Release). The
 // resumed Lock keeps claiming its validity, a third client takes the lock,
@@ -652,11 +673,11 @@ func TestAdv8ConcurrentResumesBothWin(t *testing.T) {
 // Release "still ends the lease, for both"; but once the first Lock knows
 // it was superseded, its release script deletes a lease that is no longer
 // its to end, and the resumed Lock is not told: exclusion is broken.)
-func TestAdv8SupersededLockReleaseEndsResumedLease(t *testing.T) {
+func TestSupersededLockReleaseSparesResumedLease(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv8-sup-rel"
+	const name = "resume-sup-rel"
 	old := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
 	next := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
 	third := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
@@ -683,14 +704,14 @@ func TestAdv8SupersededLockReleaseEndsResumedLease(t *testing.T) {
 	}
 }
 
-// HELD: a Resume while the first Lock's watchdog runs: the first Lock ends
+// A Resume while the first Lock's watchdog runs: the first Lock ends
 // with ErrNotHeld at its next tick and never claims a validity beyond what
 // Redis holds for the token; the resumed Lock's watchdog keeps the lease.
-func TestAdv8ResumeUnderRunningWatchdog(t *testing.T) {
+func TestResumeUnderTheOldLocksRunningWatchdog(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv8-dog"
+	const name = "resume-dog"
 	old := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
 	next := newClient(t, rdb, dlock.LeaseTTL(600*time.Millisecond))
 	l0, err := old.TryAcquire(ctx, name)
@@ -723,16 +744,16 @@ func TestAdv8ResumeUnderRunningWatchdog(t *testing.T) {
 	adv8ClaimWithinRedis(t, rdb, r, "the resumed Lock")
 }
 
-// HELD: a semaphore waiter granted from the queue (its marker "q" stays)
+// A semaphore waiter granted from the queue (its marker "q" stays)
 // extends unnumbered and numbered, and is then resumed by another Lock:
 // the resume is granted, the waiter's own Lock is told of it (ErrNotHeld)
 // at its next extension, and the resumed Lock's Release frees the permit
 // and leaves no marker "q" or queue entry that keeps the permit taken.
-func TestAdv8GrantedWaiterExtendedThenResumed(t *testing.T) {
+func TestGrantedSemaphoreWaiterExtendedThenResumed(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv8-semq"
+	const name = "resume-semq"
 	c := newClient(t, rdb, dlock.LeaseTTL(3*time.Second), dlock.WithAutoExtend(false))
 	sem, _ := c.Semaphore(name, 1)
 	first, err := sem.Acquire(ctx)
@@ -745,7 +766,9 @@ func TestAdv8GrantedWaiterExtendedThenResumed(t *testing.T) {
 		wg   sync.WaitGroup
 	)
 	wg.Go(func() { w, werr = sem.Acquire(ctx, dlock.MaxWait(2*time.Second)) })
-	time.Sleep(100 * time.Millisecond) // queued
+	if !waitFor(5*time.Second, queuedAndListening(t, rdb, name, 1)) {
+		t.Fatal("the waiter never queued")
+	}
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -780,32 +803,32 @@ func TestAdv8GrantedWaiterExtendedThenResumed(t *testing.T) {
 	p.Release(ctx)
 }
 
-// HELD: a token whose tag bits (the four low bits of its 22nd character)
+// A token whose tag bits (the four low bits of its 22nd character)
 // name no kind of lease (2 to 15), and a campaign's token (tag 1) given to
 // a plain lock, a permit or a read, are refused before anything is sent:
 // nothing is taken or written under the name.
-func TestAdv8ResumeForeignTags(t *testing.T) {
+func TestResumeOfForeignTagsRefusedBeforeSending(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false))
 	const b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-	l, err := c.TryAcquire(ctx, "adv8-tag")
+	l, err := c.TryAcquire(ctx, "resume-tag")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
 	tok := l.Token()
 	base := strings.IndexByte(b64, tok[21]) &^ 0x0f
-	sem, _ := c.Semaphore("adv8-tag-sem", 2)
-	rw, _ := c.RWMutex("adv8-tag-rw")
+	sem, _ := c.Semaphore("resume-tag-sem", 2)
+	rw, _ := c.RWMutex("resume-tag-rw")
 	for tag := 1; tag < 16; tag++ {
 		other := tok[:21] + string(b64[base|tag]) + tok[22:]
 		want := dlock.ErrInvalid // a tag no token carries: not a token
 		if tag == 1 {
 			want = dlock.ErrNotHeld // a campaign's token
 		}
-		if _, err := c.TryAcquire(ctx, "adv8-tag", dlock.Resume(other)); !errors.Is(err, want) {
+		if _, err := c.TryAcquire(ctx, "resume-tag", dlock.Resume(other)); !errors.Is(err, want) {
 			t.Errorf("tag %d: resume as a lock = %v, want %v", tag, err, want)
 		}
 		if _, err := sem.TryAcquire(ctx, dlock.Resume(other)); err == nil {
@@ -815,8 +838,8 @@ func TestAdv8ResumeForeignTags(t *testing.T) {
 			t.Errorf("tag %d: resume as a read succeeded", tag)
 		}
 	}
-	prefix := strings.TrimSuffix(l.Key(), "{adv8-tag}")
-	if n, _ := rdb.Exists(ctx, prefix+"{adv8-tag-sem}", prefix+"{adv8-tag-rw}").Result(); n != 0 {
+	prefix := strings.TrimSuffix(l.Key(), "{resume-tag}")
+	if n, _ := rdb.Exists(ctx, prefix+"{resume-tag-sem}", prefix+"{resume-tag-rw}").Result(); n != 0 {
 		t.Errorf("%d keys written by refused resumes", n)
 	}
 	if v, _ := rdb.Get(ctx, l.Key()).Result(); v != tok {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -208,62 +210,7 @@ func TestReSentReleaseAfterTheEntriesWereDropped(t *testing.T) {
 					return false
 				}
 				// The first copy ran; its reply is held. What comes next:
-				switch how {
-				case "unfair/third-lease-extends":
-					for range 2 { // two leases come and go
-						n, err := next.TryAcquire(ctx, name)
-						if err != nil {
-							t.Errorf("next TryAcquire = %v", err)
-							return true
-						}
-						n.Release(ctx)
-					}
-					n, err := next.TryAcquire(ctx, name) // the third holds
-					if err != nil {
-						t.Errorf("third TryAcquire = %v", err)
-						return true
-					}
-					seen = direct.Get(ctx, key).Val()
-					if err := n.Extend(ctx, 10*time.Second); err != nil {
-						t.Errorf("Extend = %v", err)
-					}
-				case "fair/handover":
-					a, err := next.TryAcquire(ctx, name)
-					if err != nil {
-						t.Errorf("next TryAcquire = %v", err)
-						return true
-					}
-					got := make(chan *dlock.Lock, 1)
-					go func() {
-						w, _ := newClient(t, direct, dlock.WithAutoExtend(false)).Acquire(ctx, name)
-						got <- w
-					}()
-					waitFor(time.Second, func() bool { return direct.LLen(ctx, key+":q").Val() == 1 })
-					seen = direct.Get(ctx, key).Val()
-					a.Release(ctx) // handed to the waiter, who holds it now
-					if w := <-got; w != nil {
-						t.Cleanup(func() { w.Release(context.WithoutCancel(ctx)) })
-					}
-				case "unfair/next-lease-with-a-shorter-ttl":
-					short := newClient(t, direct, dlock.LeaseTTL(200*time.Millisecond), dlock.WithAutoExtend(false))
-					n, err := short.TryAcquire(ctx, name)
-					if err != nil {
-						t.Errorf("next TryAcquire = %v", err)
-						return true
-					}
-					n.Release(ctx)
-					seen = direct.Get(ctx, key).Val()
-					time.Sleep(300 * time.Millisecond) // its tombstone (200ms) is gone; ours had 10s
-				case "unfair/force-release":
-					if _, err := next.TryAcquire(ctx, name); err != nil { // a holder that died
-						t.Errorf("next TryAcquire = %v", err)
-						return true
-					}
-					seen = direct.Get(ctx, key).Val()
-					if ok, err := next.ForceRelease(ctx, name); !ok || err != nil {
-						t.Errorf("ForceRelease = %v, %v", ok, err)
-					}
-				}
+				seen = dropEntries(t, how, direct, next, name)
 				return true
 			})
 			if err != nil {
@@ -272,6 +219,73 @@ func TestReSentReleaseAfterTheEntriesWereDropped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dropEntries does, while a re-sent release of name's last lease waits,
+// what drops the "+" entries that remember that lease (how: a case of
+// TestReSentReleaseAfterTheEntriesWereDropped), through next or a Client of
+// direct's, and returns the lock's value as it was before the drop.
+func dropEntries(t *testing.T, how string, direct *redis.Client, next *dlock.Client, name string) (seen string) {
+	t.Helper()
+	ctx := t.Context()
+	key := "dlock:{" + name + "}"
+	switch how {
+	case "unfair/third-lease-extends":
+		for range 2 { // two leases come and go
+			n, err := next.TryAcquire(ctx, name)
+			if err != nil {
+				t.Errorf("next TryAcquire = %v", err)
+				return seen
+			}
+			n.Release(ctx)
+		}
+		n, err := next.TryAcquire(ctx, name) // the third holds
+		if err != nil {
+			t.Errorf("third TryAcquire = %v", err)
+			return seen
+		}
+		seen = direct.Get(ctx, key).Val()
+		if err := n.Extend(ctx, 10*time.Second); err != nil {
+			t.Errorf("Extend = %v", err)
+		}
+	case "fair/handover":
+		a, err := next.TryAcquire(ctx, name)
+		if err != nil {
+			t.Errorf("next TryAcquire = %v", err)
+			return seen
+		}
+		got := make(chan *dlock.Lock, 1)
+		go func() {
+			w, _ := newClient(t, direct, dlock.WithAutoExtend(false)).Acquire(ctx, name)
+			got <- w
+		}()
+		waitFor(time.Second, func() bool { return direct.LLen(ctx, key+":q").Val() == 1 })
+		seen = direct.Get(ctx, key).Val()
+		a.Release(ctx) // handed to the waiter, who holds it now
+		if w := <-got; w != nil {
+			t.Cleanup(func() { w.Release(context.WithoutCancel(ctx)) })
+		}
+	case "unfair/next-lease-with-a-shorter-ttl":
+		short := newClient(t, direct, dlock.LeaseTTL(200*time.Millisecond), dlock.WithAutoExtend(false))
+		n, err := short.TryAcquire(ctx, name)
+		if err != nil {
+			t.Errorf("next TryAcquire = %v", err)
+			return seen
+		}
+		n.Release(ctx)
+		seen = direct.Get(ctx, key).Val()
+		time.Sleep(300 * time.Millisecond) // its tombstone (200ms) is gone; ours had 10s
+	case "unfair/force-release":
+		if _, err := next.TryAcquire(ctx, name); err != nil { // a holder that died
+			t.Errorf("next TryAcquire = %v", err)
+			return seen
+		}
+		seen = direct.Get(ctx, key).Val()
+		if ok, err := next.ForceRelease(ctx, name); !ok || err != nil {
+			t.Errorf("ForceRelease = %v, %v", ok, err)
+		}
+	}
+	return seen
 }
 
 // The same through an extension: extend.lua rewrites the value with the

@@ -54,42 +54,7 @@ func TestSentinelFailover(t *testing.T) {
 	leakcheck.Check(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	fast := redistest.Args("--repl-diskless-sync-delay", "0")
-	master := redistest.Start(t, redistest.TCP(), fast)
-	// Replicas reach the master through a proxy that can stall replication.
-	link := redistest.NewProxy(t, master.Addr())
-	port := strconv.Itoa(link.Port())
-	replicas := []*redistest.Server{
-		redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", port)),
-		redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", port)),
-	}
-	if !waitFor(30*time.Second, func() bool {
-		return info(ctx, replicas[0], "replication", "master_link_status") == "up" &&
-			info(ctx, replicas[1], "replication", "master_link_status") == "up"
-	}) {
-		t.Fatal("replicas never synced")
-	}
-	var sentinelAddrs []string
-	var sentinels []*redistest.Server
-	for range 3 {
-		s := redistest.Start(t, redistest.Sentinel("m", master.Port(), 2, 500*time.Millisecond, 3*time.Second))
-		sentinels = append(sentinels, s)
-		sentinelAddrs = append(sentinelAddrs, s.Addr())
-	}
-	if !waitFor(30*time.Second, func() bool {
-		for _, s := range sentinels {
-			v, err := s.Do(ctx, "SENTINEL", "MASTER", "m")
-			if err != nil || !sentinelField(v, "num-other-sentinels", "2") {
-				return false
-			}
-			if !sentinelField(v, "num-slaves", "2") {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatal("sentinels never saw each other and both replicas")
-	}
+	master, link, replicas, sentinelAddrs := sentinelTopology(t, ctx)
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: sentinelAddrs, MaxRetries: -1})
 	t.Cleanup(func() { fc.Close() })
 	succession(t, fc, "elect") // an election through the Sentinel client
@@ -151,7 +116,64 @@ func TestSentinelFailover(t *testing.T) {
 	semaphoreOn(t, fc, "the promoted master")
 	rwMutexOn(t, fc, "the promoted master")
 	kept.check(t, ctx, other)
-	lostAcked, secondHolders := 0, 0
+	lostAcked, secondHolders := takenAfterFailover(ctx, other, n)
+	if lostAcked != 0 {
+		t.Errorf("%d of %d acknowledged locks were lost in the failover, want 0", lostAcked, n)
+	}
+	toldOfFailoverLoss(t, watched)
+	t.Logf("failover with replication stalled: %d of %d unacknowledged locks got a second holder; %d of %d acknowledged ones", secondHolders, n, lostAcked, n)
+	if secondHolders == 0 {
+		t.Errorf("no unacknowledged lock was lost, though replication was stalled: the test did not exercise the window")
+	}
+}
+
+// sentinelTopology starts a master, two replicas that reach it through
+// link (a proxy that can stall replication) and three sentinels watching
+// it as "m", and waits until all see each other.
+func sentinelTopology(t *testing.T, ctx context.Context) (master *redistest.Server, link *redistest.Proxy, replicas []*redistest.Server, sentinelAddrs []string) {
+	t.Helper()
+	fast := redistest.Args("--repl-diskless-sync-delay", "0")
+	master = redistest.Start(t, redistest.TCP(), fast)
+	// Replicas reach the master through a proxy that can stall replication.
+	link = redistest.NewProxy(t, master.Addr())
+	port := strconv.Itoa(link.Port())
+	replicas = []*redistest.Server{
+		redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", port)),
+		redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", port)),
+	}
+	if !waitFor(30*time.Second, func() bool {
+		return info(ctx, replicas[0], "replication", "master_link_status") == "up" &&
+			info(ctx, replicas[1], "replication", "master_link_status") == "up"
+	}) {
+		t.Fatal("replicas never synced")
+	}
+	var sentinels []*redistest.Server
+	for range 3 {
+		s := redistest.Start(t, redistest.Sentinel("m", master.Port(), 2, 500*time.Millisecond, 3*time.Second))
+		sentinels = append(sentinels, s)
+		sentinelAddrs = append(sentinelAddrs, s.Addr())
+	}
+	if !waitFor(30*time.Second, func() bool {
+		for _, s := range sentinels {
+			v, err := s.Do(ctx, "SENTINEL", "MASTER", "m")
+			if err != nil || !sentinelField(v, "num-other-sentinels", "2") {
+				return false
+			}
+			if !sentinelField(v, "num-slaves", "2") {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("sentinels never saw each other and both replicas")
+	}
+	return master, link, replicas, sentinelAddrs
+}
+
+// takenAfterFailover counts the names acked-0… and plain-0… (n each) that
+// other could take: acknowledged locks lost, unacknowledged ones that got
+// a second holder.
+func takenAfterFailover(ctx context.Context, other *dlock.Client, n int) (lostAcked, secondHolders int) {
 	for i := range n {
 		if _, err := other.TryAcquire(ctx, fmt.Sprint("acked-", i)); err == nil {
 			lostAcked++
@@ -160,9 +182,13 @@ func TestSentinelFailover(t *testing.T) {
 			secondHolders++
 		}
 	}
-	if lostAcked != 0 {
-		t.Errorf("%d of %d acknowledged locks were lost in the failover, want 0", lostAcked, n)
-	}
+	return lostAcked, secondHolders
+}
+
+// toldOfFailoverLoss: watched, lost in a failover, is told (ErrNotHeld)
+// by its watchdog well before its lease would have run out.
+func toldOfFailoverLoss(t *testing.T, watched *dlock.Lock) {
+	t.Helper()
 	select {
 	case <-watched.Done():
 		if err := watched.Err(); !errors.Is(err, dlock.ErrNotHeld) {
@@ -171,10 +197,6 @@ func TestSentinelFailover(t *testing.T) {
 	case <-time.After(time.Until(watched.ValidUntil().Add(-2 * time.Second))):
 		// Not just the validity timer: the watchdog must find the key gone.
 		t.Error("the holder of a lock lost in the failover was not told well before its lease ended")
-	}
-	t.Logf("failover with replication stalled: %d of %d unacknowledged locks got a second holder; %d of %d acknowledged ones", secondHolders, n, lostAcked, n)
-	if secondHolders == 0 {
-		t.Errorf("no unacknowledged lock was lost, though replication was stalled: the test did not exercise the window")
 	}
 }
 
@@ -378,7 +400,9 @@ func TestCluster(t *testing.T) {
 	}) {
 		t.Fatal("waiter never queued")
 	}
-	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep
+	if !waitFor(5*time.Second, listeningOnAll(t, "wake", cc)) { // then it sleeps
+		t.Fatal("waiter never subscribed")
+	}
 	holder.Release(ctx)
 	if err := <-got; err != nil {
 		t.Errorf("waiter on the cluster = %v, want woken by the release", err)
@@ -420,7 +444,9 @@ func rwMutexOn(t *testing.T, rdb redis.UniversalClient, where string) {
 	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{doc}:q").Val() == 1 }) {
 		t.Fatalf("read-write lock's writer never queued on %s", where)
 	}
-	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep
+	if !waitFor(5*time.Second, listeningOnAll(t, "doc", rdb)) { // then it sleeps
+		t.Fatalf("read-write lock's writer never subscribed on %s", where)
+	}
 	for _, l := range reads {
 		l.Release(ctx)
 	}
@@ -467,7 +493,9 @@ func semaphoreOn(t *testing.T, rdb redis.UniversalClient, where string) {
 	if !waitFor(5*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{pool}:q").Val() == 1 }) {
 		t.Fatalf("semaphore waiter never queued on %s", where)
 	}
-	time.Sleep(50 * time.Millisecond) // let it subscribe and go to sleep
+	if !waitFor(5*time.Second, listeningOnAll(t, "pool", rdb)) { // then it sleeps
+		t.Fatalf("semaphore waiter never subscribed on %s", where)
+	}
 	held[0].Release(ctx)
 	select {
 	case err := <-got:
@@ -493,7 +521,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	leakcheck.Check(t)
 	nodes, cc := startCluster(t)
 	ctx := t.Context()
-	c := newClient(t, cc, dlock.LeaseTTL(600*time.Millisecond))
+	c := newClient(t, cc, dlock.LeaseTTL(1500*time.Millisecond))
 	l, err := c.TryAcquire(ctx, "moving")
 	if err != nil {
 		t.Fatal(err)
@@ -525,14 +553,14 @@ func TestClusterSlotMigration(t *testing.T) {
 	}
 	must(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src])
 	must(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst])
-	time.Sleep(300 * time.Millisecond) // the watchdog extends while the slot is half-moved
+	time.Sleep(750 * time.Millisecond) // the watchdog extends while the slot is half-moved
 	keys, _ := src.Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 100)
 	migrate := append([]any{"MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS"}, keys.([]any)...)
 	must(src, migrate...)
 	for _, n := range nodes {
 		must(n, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
 	}
-	time.Sleep(1200 * time.Millisecond) // two TTLs on the new node
+	time.Sleep(3 * time.Second) // two TTLs on the new node
 	if err := l.Err(); err != nil {
 		t.Errorf("lock after its slot moved: Err() = %v, want nil", err)
 	}
@@ -563,45 +591,7 @@ func TestClusterReplicaAck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	began := time.Now()
-	nodes := redistest.StartCluster(t, 3, 1)
-	t.Logf("cluster of 3 masters and 3 replicas up in %v", time.Since(began).Round(time.Millisecond))
-	byAddr := map[string]*redistest.Server{}
-	var addrs []string
-	for _, n := range nodes {
-		byAddr[n.Addr()] = n
-		addrs = append(addrs, n.Addr())
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { cc.Close() })
-
-	// Every lock of the test on one master: names whose slot it owns.
-	masterOf := func(name string) string {
-		m, err := cc.MasterForKey(ctx, "dlock:{"+name+"}")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m.Options().Addr
-	}
-	target := masterOf("acked-0")
-	master := byAddr[target]
-	var replica *redistest.Server
-	for _, n := range nodes {
-		if info(ctx, n, "replication", "master_port") == strconv.Itoa(master.Port()) {
-			replica = n
-		}
-	}
-	if replica == nil {
-		t.Fatalf("no replica of %s", target)
-	}
-	names := func(prefix string, n int) []string {
-		var out []string
-		for i := 0; len(out) < n && i < 100000; i++ {
-			if name := fmt.Sprint(prefix, i); masterOf(name) == target {
-				out = append(out, name)
-			}
-		}
-		return out
-	}
+	cc, master, replica, names := clusterSlotMaster(t, ctx, began)
 	const n = 10
 	ackedNames, plainNames := names("acked-", n), names("plain-", n)
 
@@ -642,6 +632,71 @@ func TestClusterReplicaAck(t *testing.T) {
 	}
 	defer watched.Release(ctx)
 
+	killAndPromote(t, ctx, cc, master, replica, "dlock:{"+ackedNames[0]+"}")
+	other := newClient(t, cc, dlock.WithAutoExtend(false))
+	lostAcked, secondHolders := takenAfterClusterFailover(t, ctx, other, ackedNames, plainNames)
+	if lostAcked != 0 {
+		t.Errorf("%d of %d acknowledged locks were lost in the failover, want 0", lostAcked, n)
+	}
+	if secondHolders == 0 {
+		t.Errorf("no unacknowledged lock was lost, though replication was stalled: the test did not exercise the window")
+	}
+	toldOfFailoverLoss(t, watched)
+	t.Logf("%v since the start", time.Since(began).Round(time.Millisecond))
+	t.Logf("Cluster failover with replication stalled: %d of %d unacknowledged locks got a second holder; %d of %d acknowledged ones", secondHolders, n, lostAcked, n)
+}
+
+// clusterSlotMaster starts a Cluster of 3 masters with a replica each and
+// picks the master that owns "acked-0"'s slot, its replica, and names,
+// which lists n names of a prefix whose slots that master owns.
+func clusterSlotMaster(t *testing.T, ctx context.Context, began time.Time) (cc *redis.ClusterClient, master, replica *redistest.Server, names func(prefix string, n int) []string) {
+	t.Helper()
+	nodes := redistest.StartCluster(t, 3, 1)
+	t.Logf("cluster of 3 masters and 3 replicas up in %v", time.Since(began).Round(time.Millisecond))
+	byAddr := map[string]*redistest.Server{}
+	var addrs []string
+	for _, n := range nodes {
+		byAddr[n.Addr()] = n
+		addrs = append(addrs, n.Addr())
+	}
+	cc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+
+	// Every lock of the test on one master: names whose slot it owns.
+	masterOf := func(name string) string {
+		m, err := cc.MasterForKey(ctx, "dlock:{"+name+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	target := masterOf("acked-0")
+	master = byAddr[target]
+	for _, n := range nodes {
+		if info(ctx, n, "replication", "master_port") == strconv.Itoa(master.Port()) {
+			replica = n
+		}
+	}
+	if replica == nil {
+		t.Fatalf("no replica of %s", target)
+	}
+	names = func(prefix string, n int) []string {
+		var out []string
+		for i := 0; len(out) < n && i < 100000; i++ {
+			if name := fmt.Sprint(prefix, i); masterOf(name) == target {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	return cc, master, replica, names
+}
+
+// killAndPromote kills master and resumes its stalled replica, which the
+// Cluster promotes, and waits until cc's slot map names the new master for
+// key.
+func killAndPromote(t *testing.T, ctx context.Context, cc *redis.ClusterClient, master, replica *redistest.Server, key string) {
+	t.Helper()
 	killed := time.Now()
 	master.Kill()
 	replica.Resume()
@@ -653,13 +708,18 @@ func TestClusterReplicaAck(t *testing.T) {
 	// told to, and a reload may ask a node that is gone: try again).
 	if !waitFor(30*time.Second, func() bool {
 		cc.ReloadState(ctx)
-		m, err := cc.MasterForKey(ctx, "dlock:{"+ackedNames[0]+"}")
-		return err == nil && m.Options().Addr != target
+		m, err := cc.MasterForKey(ctx, key)
+		return err == nil && m.Options().Addr != master.Addr()
 	}) {
 		t.Fatal("the Cluster client's slot map still names the dead master after 30s")
 	}
-	other := newClient(t, cc, dlock.WithAutoExtend(false))
-	lostAcked, secondHolders := 0, 0
+}
+
+// takenAfterClusterFailover counts the acked and plain names other could
+// take after the failover (retrying an acked name until the client's slot
+// map names the new master).
+func takenAfterClusterFailover(t *testing.T, ctx context.Context, other *dlock.Client, ackedNames, plainNames []string) (lostAcked, secondHolders int) {
+	t.Helper()
 	for _, name := range ackedNames {
 		var err error
 		if !waitFor(20*time.Second, func() bool { // until the client's slot map names the new master
@@ -677,22 +737,7 @@ func TestClusterReplicaAck(t *testing.T) {
 			secondHolders++
 		}
 	}
-	if lostAcked != 0 {
-		t.Errorf("%d of %d acknowledged locks were lost in the failover, want 0", lostAcked, n)
-	}
-	if secondHolders == 0 {
-		t.Errorf("no unacknowledged lock was lost, though replication was stalled: the test did not exercise the window")
-	}
-	select {
-	case <-watched.Done():
-		if !errors.Is(watched.Err(), dlock.ErrNotHeld) {
-			t.Errorf("watched lock after the failover: Err() = %v, want ErrNotHeld", watched.Err())
-		}
-	case <-time.After(time.Until(watched.ValidUntil().Add(-2 * time.Second))):
-		t.Error("the holder of a lock lost in the failover was not told well before its lease ended")
-	}
-	t.Logf("%v since the start", time.Since(began).Round(time.Millisecond))
-	t.Logf("Cluster failover with replication stalled: %d of %d unacknowledged locks got a second holder; %d of %d acknowledged ones", secondHolders, n, lostAcked, n)
+	return lostAcked, secondHolders
 }
 
 // Names with braces keep every key of a lock in one Cluster slot (a name
