@@ -268,7 +268,7 @@ func TestCloseAmidWaitersOfEveryKind(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	for i, k := range adv3Kinds() {
+	for i, k := range everyKind() {
 		for range 4 {
 			wg.Add(1)
 			go func() {

@@ -472,9 +472,9 @@ func TestLateLengtheningExtendCopyKeepsShortening(t *testing.T) {
 // treats it.
 func TestLateAcquireCopyKeepsShortening(t *testing.T) {
 	t.Parallel()
-	s, rdb := adv8SetupTCP(t)
+	s, rdb := setupTCP(t)
 	ctx := t.Context()
-	rdbP, p := adv8LateCopyClient(t, s)
+	rdbP, p := lateCopyClient(t, s)
 	plain := func(opt dlock.Option) func(t *testing.T, name string) func() (*dlock.Lock, error) {
 		return func(t *testing.T, name string) func() (*dlock.Lock, error) {
 			c := newClient(t, rdbP, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false), opt)
@@ -504,7 +504,7 @@ func TestLateAcquireCopyKeepsShortening(t *testing.T) {
 			}
 			warm.Release(ctx)
 			var l *dlock.Lock
-			adv8LateFirstCopy(p, func() { l, err = acquire() })
+			lateFirstCopy(p, func() { l, err = acquire() })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -531,9 +531,9 @@ func TestLateAcquireCopyKeepsShortening(t *testing.T) {
 // unfair), semaphore permit, read hold, and the script-free mode.
 func TestLateUnnumberedExtendCopyAfterShorteningEveryKind(t *testing.T) {
 	t.Parallel()
-	s, rdb := adv8SetupTCP(t)
+	s, rdb := setupTCP(t)
 	ctx := t.Context()
-	rdbP, p := adv8LateCopyClient(t, s)
+	rdbP, p := lateCopyClient(t, s)
 	client := func(t *testing.T, opts ...dlock.Option) *dlock.Client {
 		return newClient(t, rdbP, append([]dlock.Option{dlock.LeaseTTL(5 * time.Second), dlock.WithAutoExtend(false)}, opts...)...)
 	}
@@ -576,7 +576,7 @@ func TestLateUnnumberedExtendCopyAfterShorteningEveryKind(t *testing.T) {
 			if err := l.Extend(ctx, 5*time.Second); err != nil { // warm: scripts loaded
 				t.Fatal(err)
 			}
-			adv8LateFirstCopy(p, func() { err = l.Extend(ctx, 20*time.Second) })
+			lateFirstCopy(p, func() { err = l.Extend(ctx, 20*time.Second) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -607,9 +607,9 @@ func TestLateUnnumberedExtendCopyAfterShorteningEveryKind(t *testing.T) {
 // holds, and the next Extend sets the lease Redis keeps.
 func TestExtendsWithLostRepliesThenExtend(t *testing.T) {
 	t.Parallel()
-	s, rdb := adv8SetupTCP(t)
+	s, rdb := setupTCP(t)
 	ctx := t.Context()
-	rdbP, p := adv8LateCopyClient(t, s)
+	rdbP, p := lateCopyClient(t, s)
 	c := newClient(t, rdbP, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
 	l, err := c.TryAcquire(ctx, "ext-lost-reply")
 	if err != nil {
@@ -628,7 +628,7 @@ func TestExtendsWithLostRepliesThenExtend(t *testing.T) {
 		if l.Err() != nil {
 			t.Fatalf("Extend(%v) with its replies lost ended the Lock: %v", ttl, l.Err())
 		}
-		adv8ClaimWithinRedis(t, rdb, l, "after a lost reply")
+		claimWithinRedis(t, rdb, l, "after a lost reply")
 	}
 	if err := l.Extend(ctx, 3*time.Second); err != nil {
 		t.Fatalf("the Extend after the lost replies: %v", err)
@@ -637,7 +637,7 @@ func TestExtendsWithLostRepliesThenExtend(t *testing.T) {
 	if pttl > 3*time.Second || pttl < 2500*time.Millisecond {
 		t.Errorf("after Extend(3s) Redis keeps the lock %v more, want ~3s", pttl)
 	}
-	adv8ClaimWithinRedis(t, rdb, l, "after the last Extend")
+	claimWithinRedis(t, rdb, l, "after the last Extend")
 }
 
 // A manual Extend whose ctx has no deadline, on a stalled connection, ends

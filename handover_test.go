@@ -101,8 +101,8 @@ func (p *tappedPubSub) Receive(ctx context.Context) (driver.Message, error) {
 // queued kind; "write over reads" is a writer queued between readers.
 func TestQueuedWaiterIgnoresHandoverToItsUndoneToken(t *testing.T) {
 	t.Parallel()
-	kinds := map[string]adv3Kind{}
-	for _, k := range adv3Kinds() {
+	kinds := map[string]kindCase{}
+	for _, k := range everyKind() {
 		kinds[k.name] = k
 	}
 	for _, tc := range []struct{ name, holder, waiter, next string }{

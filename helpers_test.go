@@ -523,18 +523,18 @@ func long(t *testing.T) {
 	}
 }
 
-// adv8PauseAfter is a go-redis hook that, once armed, sleeps for pause after
+// pauseAfter is a go-redis hook that, once armed, sleeps for pause after
 // the first command for which match is true has returned: a client paused
 // (GC, scheduling) between two requests of one operation.
-type adv8PauseAfter struct {
+type pauseAfter struct {
 	match func(args []any) bool
 	pause time.Duration
 	once  sync.Once
 }
 
-func (h *adv8PauseAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *pauseAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *adv8PauseAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *pauseAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if h.match(cmd.Args()) {
@@ -544,13 +544,13 @@ func (h *adv8PauseAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func (h *adv8PauseAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *pauseAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
-// adv8IsMarkerGet matches a GET of a lease's marker key ("...:r:<token>"),
+// isMarkerGet matches a GET of a lease's marker key ("...:r:<token>"),
 // what Resume reads first (Seq).
-func adv8IsMarkerGet(args []any) bool {
+func isMarkerGet(args []any) bool {
 	if len(args) != 2 {
 		return false
 	}
@@ -559,10 +559,10 @@ func adv8IsMarkerGet(args []any) bool {
 	return strings.EqualFold(name, "get") && strings.Contains(key, ":r:")
 }
 
-// adv8ClaimWithinRedis fails t if l claims a validity past what Redis gives
+// claimWithinRedis fails t if l claims a validity past what Redis gives
 // the lock key (its PTTL from now, plus a small allowance for the round
 // trip).
-func adv8ClaimWithinRedis(t *testing.T, rdb *redis.Client, l *dlock.Lock, who string) {
+func claimWithinRedis(t *testing.T, rdb *redis.Client, l *dlock.Lock, who string) {
 	t.Helper()
 	pttl, err := rdb.PTTL(t.Context(), l.Key()).Result()
 	if err != nil {
@@ -575,28 +575,28 @@ func adv8ClaimWithinRedis(t *testing.T, rdb *redis.Client, l *dlock.Lock, who st
 	}
 }
 
-// adv8SetupTCP is setup with a server on TCP (the proxy's target).
-func adv8SetupTCP(t *testing.T) (*redistest.Server, *redis.Client) {
+// setupTCP is setup with a server on TCP (the proxy's target).
+func setupTCP(t *testing.T) (*redistest.Server, *redis.Client) {
 	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
 	return s, s.Client(t)
 }
 
-// adv8LateCopyClient returns a go-redis client through a new proxy to s that
+// lateCopyClient returns a go-redis client through a new proxy to s that
 // re-sends a command whose reply takes over 200ms (go-redis retries a read
 // timeout), and the proxy.
-func adv8LateCopyClient(t *testing.T, s *redistest.Server) (*redis.Client, *redistest.Proxy) {
+func lateCopyClient(t *testing.T, s *redistest.Server) (*redis.Client, *redistest.Proxy) {
 	p := redistest.NewProxy(t, s.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: 3})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb, p
 }
 
-// adv8LateFirstCopy runs op while the proxy holds the first copy of its
+// lateFirstCopy runs op while the proxy holds the first copy of its
 // request for 700ms: go-redis times out after 200ms and re-sends it, the
 // re-sent copy goes through at once and op returns, and the first copy
 // lands ~500ms later. It returns when op has returned.
-func adv8LateFirstCopy(p *redistest.Proxy, op func()) {
+func lateFirstCopy(p *redistest.Proxy, op func()) {
 	p.Delay(700*time.Millisecond, 0)
 	done := make(chan struct{})
 	go func() { defer close(done); op() }()

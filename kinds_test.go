@@ -18,13 +18,13 @@ import (
 // Lock, Semaphore, RWMutex, Election): what they share (leases, events,
 // waits, errors) and how kinds of one name refuse each other.
 
-// adv3Events records the observers' events by lock name.
-type adv3Events struct {
+// kindEvents records the observers' events by lock name.
+type kindEvents struct {
 	mu sync.Mutex
 	ev map[string][]dlock.Event
 }
 
-func (r *adv3Events) observer() dlock.Observer {
+func (r *kindEvents) observer() dlock.Observer {
 	rec := func(_ context.Context, e *dlock.Event) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -36,20 +36,20 @@ func (r *adv3Events) observer() dlock.Observer {
 	return dlock.Observer{End: rec, Lost: rec}
 }
 
-func (r *adv3Events) of(name string) []dlock.Event {
+func (r *kindEvents) of(name string) []dlock.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]dlock.Event(nil), r.ev[name]...)
 }
 
-// adv3Kind is one kind's way to take a lease and its Event.Mode.
-type adv3Kind struct {
+// kindCase is one kind's way to take a lease and its Event.Mode.
+type kindCase struct {
 	name, mode string
 	take       func(ctx context.Context, c *dlock.Client, name string, try bool, opts ...dlock.LeaseOption) (*dlock.Lock, error)
 }
 
-func adv3Kinds() []adv3Kind {
-	return []adv3Kind{
+func everyKind() []kindCase {
+	return []kindCase{
 		{"semaphore", "semaphore", func(ctx context.Context, c *dlock.Client, name string, try bool, opts ...dlock.LeaseOption) (*dlock.Lock, error) {
 			s, err := c.Semaphore(name, 1)
 			if err != nil {
@@ -121,13 +121,13 @@ func TestKindsLeaseExtendFenceAndRelease(t *testing.T) {
 	long(t)
 	_, rdb := setup(t)
 	for _, fair := range []bool{false, true} {
-		var rec adv3Events
+		var rec kindEvents
 		c := newClient(t, rdb, waiting(fair), dlock.WithObserver(rec.observer()))
 		own := "unfair"
 		if fair {
 			own = "fair"
 		}
-		for _, k := range adv3Kinds() {
+		for _, k := range everyKind() {
 			t.Run(fmt.Sprintf("fair=%v/%s", fair, k.name), func(t *testing.T) {
 				t.Parallel()
 				mode := k.mode
@@ -144,7 +144,7 @@ func TestKindsLeaseExtendFenceAndRelease(t *testing.T) {
 // extends it, reads its fence and TTL, sees another of the kind refused,
 // releases it and takes it again; then checks that rec saw every event of
 // name with mode and at least one watchdog extension.
-func kindRoundTrip(t *testing.T, c *dlock.Client, rec *adv3Events, k adv3Kind, name, mode string) {
+func kindRoundTrip(t *testing.T, c *dlock.Client, rec *kindEvents, k kindCase, name, mode string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -168,7 +168,7 @@ func kindRoundTrip(t *testing.T, c *dlock.Client, rec *adv3Events, k adv3Kind, n
 	// Held: another of the same kind (a write for a read) is refused.
 	other := k
 	if k.name == "read" {
-		other = adv3Kinds()[2]
+		other = everyKind()[2]
 	}
 	if l2, err := other.take(ctx, c, name, true); err == nil {
 		l2.Release(ctx)
@@ -217,12 +217,12 @@ func kindRoundTrip(t *testing.T, c *dlock.Client, rec *adv3Events, k adv3Kind, n
 func TestKindsAfterScriptFlushAndLoss(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
-	var rec adv3Events
+	var rec kindEvents
 	c := newClient(t, rdb, dlock.WithUnfair(nil), dlock.WithObserver(rec.observer()))
 	noext := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithObserver(rec.observer()))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	kinds := adv3Kinds()
+	kinds := everyKind()
 	for _, k := range kinds {
 		mode := k.mode
 		if mode == "" {
@@ -261,7 +261,7 @@ func TestKindsAfterScriptFlushAndLoss(t *testing.T) {
 
 // wrongKindsRefused holds name as kind k on c and checks that every kind of
 // another structure is refused with ErrWrongType, named by its own verb.
-func wrongKindsRefused(ctx context.Context, t *testing.T, c *dlock.Client, kinds []adv3Kind, k adv3Kind, name string) {
+func wrongKindsRefused(ctx context.Context, t *testing.T, c *dlock.Client, kinds []kindCase, k kindCase, name string) {
 	t.Helper()
 	l, err := k.take(ctx, c, name, false)
 	if err != nil {
@@ -291,7 +291,7 @@ func wrongKindsRefused(ctx context.Context, t *testing.T, c *dlock.Client, kinds
 
 // lostWithMode lets a lease of kind k taken on noext (no watchdog) expire
 // and checks that rec saw it Lost with the kind's mode.
-func lostWithMode(ctx context.Context, t *testing.T, noext *dlock.Client, rec *adv3Events, k adv3Kind, mode string) {
+func lostWithMode(ctx context.Context, t *testing.T, noext *dlock.Client, rec *kindEvents, k kindCase, mode string) {
 	t.Helper()
 	lname := "lost-" + k.name
 	l, err := k.take(ctx, noext, lname, false, dlock.LeaseTTL(200*time.Millisecond))
@@ -332,11 +332,11 @@ func lostWithMode(ctx context.Context, t *testing.T, noext *dlock.Client, rec *a
 func TestKindsWaitErrorsNameTheVerbAndDoReportsTheMode(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
-	var rec adv3Events
+	var rec kindEvents
 	c := newClient(t, rdb, dlock.WithUnfair(nil), dlock.WithObserver(rec.observer()))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	for _, k := range adv3Kinds() {
+	for _, k := range everyKind() {
 		verb := "acquire"
 		if k.name == "election" {
 			verb = "campaign"
@@ -348,7 +348,7 @@ func TestKindsWaitErrorsNameTheVerbAndDoReportsTheMode(t *testing.T) {
 		}
 		other := k
 		if k.name == "read" {
-			other = adv3Kinds()[2]
+			other = everyKind()[2]
 		}
 		_, err = other.take(ctx, c, name, false, dlock.MaxWait(150*time.Millisecond))
 		if err == nil || !strings.HasPrefix(err.Error(), "dlock: "+verb+" ") || !errors.Is(err, dlock.ErrNotAcquired) {
@@ -404,7 +404,7 @@ func TestKindsErrorsNameTheirVerbs(t *testing.T) {
 	c := newClient(t, rdb, dlock.WithAutoExtend(false))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	for _, k := range adv3Kinds() {
+	for _, k := range everyKind() {
 		acq, rel := "acquire", "release"
 		if k.name == "election" {
 			acq, rel = "campaign", "resign"
@@ -412,7 +412,7 @@ func TestKindsErrorsNameTheirVerbs(t *testing.T) {
 		name := "verb-" + k.name
 		other := k
 		if k.name == "read" {
-			other = adv3Kinds()[2]
+			other = everyKind()[2]
 		}
 		l, err := k.take(ctx, c, name, false, dlock.LeaseTTL(3*time.Second))
 		if err != nil {
@@ -472,13 +472,13 @@ func TestKindsRefusedByQuorumAndScriptFreeClients(t *testing.T) {
 func TestKindsConcurrentOnOneClientWithObservers(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
-	var rec adv3Events
+	var rec kindEvents
 	c := newClient(t, rdb, waiting(false), dlock.WithObserver(rec.observer()))
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 100)
-	for i, k := range adv3Kinds() {
+	for i, k := range everyKind() {
 		for g := range 4 {
 			wg.Add(1)
 			go func() {
@@ -507,7 +507,7 @@ func TestKindsConcurrentOnOneClientWithObservers(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	for i, k := range adv3Kinds() {
+	for i, k := range everyKind() {
 		want := k.mode
 		if want == "" {
 			want = "unfair"

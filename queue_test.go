@@ -900,7 +900,7 @@ func TestUnfairClientQueuedKindsIgnoreItsBackoff(t *testing.T) {
 	c := newClient(t, rdb, dlock.WithUnfair(dlock.ExponentialBackoff(3*time.Second, 3*time.Second)))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	for _, k := range adv3Kinds()[:4] {
+	for _, k := range everyKind()[:4] {
 		name := "q-unfair-" + k.name
 		l, err := k.take(ctx, c, name, false)
 		if err != nil {
@@ -908,7 +908,7 @@ func TestUnfairClientQueuedKindsIgnoreItsBackoff(t *testing.T) {
 		}
 		other := k
 		if k.name == "read" {
-			other = adv3Kinds()[2]
+			other = everyKind()[2]
 		}
 		got := make(chan time.Time, 1)
 		go func() {

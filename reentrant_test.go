@@ -303,7 +303,7 @@ func TestReentrantNestedHoldNeverShortensTheKey(t *testing.T) {
 func TestReentrantOwnersShareTheEngineNotTheOwnership(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
-	var rec adv3Events
+	var rec kindEvents
 	c := newClient(t, rdb, dlock.WithReentrant(true))
 	c.Observe(rec.observer())
 	a := mustOwner(t, c, "a")

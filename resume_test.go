@@ -631,7 +631,7 @@ func TestConcurrentResumesReadingOneMarkerOneWins(t *testing.T) {
 			tok := l0.Token()
 
 			// A: its process pauses 300ms between reading the marker and extending.
-			hook := &adv8PauseAfter{match: adv8IsMarkerGet, pause: 300 * time.Millisecond}
+			hook := &pauseAfter{match: isMarkerGet, pause: 300 * time.Millisecond}
 			rdbA := s.Client(t)
 			rdbA.AddHook(hook)
 			cA := newClient(t, rdbA, opts...)
@@ -656,7 +656,7 @@ func TestConcurrentResumesReadingOneMarkerOneWins(t *testing.T) {
 			}
 			if errA == nil && errB == nil {
 				t.Errorf("two Resumes of one token both succeeded: two Locks drive one lease")
-				adv8ClaimWithinRedis(t, rdb, lA, "the resume whose extension came second")
+				claimWithinRedis(t, rdb, lA, "the resume whose extension came second")
 			}
 			if errA != nil && errB != nil {
 				t.Fatalf("both resumes refused: A %v, B %v", errA, errB)
@@ -741,7 +741,7 @@ func TestResumeUnderTheOldLocksRunningWatchdog(t *testing.T) {
 	if v, _ := rdb.Get(ctx, r.Key()).Result(); v != r.Token() {
 		t.Errorf("the lock key holds %q, want the resumed token", v)
 	}
-	adv8ClaimWithinRedis(t, rdb, r, "the resumed Lock")
+	claimWithinRedis(t, rdb, r, "the resumed Lock")
 }
 
 // A semaphore waiter granted from the queue (its marker "q" stays)
@@ -857,7 +857,7 @@ func TestResumeConcurrentOverAQuorum(t *testing.T) {
 		s := redistest.Start(t)
 		plain = append(plain, s.Client(t))
 		rdbA := s.Client(t)
-		rdbA.AddHook(&adv8PauseAfter{match: adv8IsMarkerGet, pause: 300 * time.Millisecond})
+		rdbA.AddHook(&pauseAfter{match: isMarkerGet, pause: 300 * time.Millisecond})
 		paused = append(paused, rdbA)
 	}
 	opts := []dlock.Option{dlock.WithAutoExtend(false)}
