@@ -1,35 +1,30 @@
 # Each target installs redis-server first if it is missing (Debian's package).
 GO ?= go
-TESTFLAGS ?= -race -count=1 -timeout 15m
 
 .PHONY: test test-short test-valkey demo bench compare lint check-setup redis torture
 
-# The test command: every package of the library, of the CLI, of the miniredis check, of the OpenTelemetry and
-# Prometheus adapters and of the rueidis and valkey-go drivers (modules of their own), under the race detector,
-# against real redis-server processes.
+# The test command: every module's tests (the library, the CLI, the miniredis check, the OpenTelemetry and Prometheus
+# adapters, the rueidis and valkey-go drivers) under the race detector, against real redis-server processes. Modules
+# run side by side (scripts/test-modules.sh), and in each, the tests that own their servers run in parallel
+# (-parallel: they spend most of their time waiting for leases, not on the CPU).
+TESTFLAGS ?= -race -count=1 -timeout 15m -parallel 8
+MODULES = . cmd/dlock extra/dlockrueidis extra/dlockvalkey dlocktest/miniredis extra/dlockotel extra/dlockprom
 test: redis
-	$(GO) test $(TESTFLAGS) ./...
-	cd cmd/dlock && $(GO) test $(TESTFLAGS) ./...
-	cd dlocktest/miniredis && $(GO) test $(TESTFLAGS) ./...
-	cd extra/dlockotel && $(GO) test $(TESTFLAGS) ./...
-	cd extra/dlockprom && $(GO) test $(TESTFLAGS) ./...
-	cd extra/dlockrueidis && $(GO) test $(TESTFLAGS) ./...
-	cd extra/dlockvalkey && $(GO) test $(TESTFLAGS) ./...
+	bash scripts/test-modules.sh $(TESTFLAGS) -- $(MODULES)
 
-# The quick check before a commit (two to four minutes on two cores): the library's module under the race detector,
-# with the long fault and timing scenarios skipped (testing.Short) and one round of the fault checker. `make test`
-# runs everything.
+# The quick tier, for the edit loop: the library's module with the long fault and timing scenarios skipped
+# (testing.Short) and one round of the fault checker.
 test-short: redis
-	$(GO) test -short -race -count=1 -timeout 10m ./...
+	$(GO) test -short $(TESTFLAGS) ./...
 
-# The root package's tests, and the valkey-go driver's, against Valkey instead of Redis, when a valkey-server is found: VALKEY_SERVER,
-# else valkey-server in PATH, else ../shared/bin/valkey-server. Skipped, with a message, when there is none.
+# The root package's tests, and the valkey-go driver's whole table (-full), against Valkey instead of Redis, when a
+# valkey-server is found: VALKEY_SERVER, else valkey-server in PATH, else ../shared/bin/valkey-server. Skipped, with
+# a message, when there is none.
 VALKEY_SERVER ?= $(or $(shell command -v valkey-server 2>/dev/null),$(abspath ../shared/bin/valkey-server))
 test-valkey: redis
 	@if [ -x "$(VALKEY_SERVER)" ]; then \
 		"$(VALKEY_SERVER)" --version && \
-		REDIS_SERVER="$(VALKEY_SERVER)" $(GO) test $(TESTFLAGS) . && \
-		cd extra/dlockvalkey && REDIS_SERVER="$(VALKEY_SERVER)" $(GO) test $(TESTFLAGS) . ; \
+		REDIS_SERVER="$(VALKEY_SERVER)" bash scripts/test-modules.sh $(TESTFLAGS) -- .:. "extra/dlockvalkey:./... -full"; \
 	else \
 		echo "test-valkey: no valkey-server at $(VALKEY_SERVER) (set VALKEY_SERVER): skipped"; \
 	fi
