@@ -167,7 +167,7 @@ func TestReleaseByTokenOfWrongKindKeepsLease(t *testing.T) {
 	ctx := t.Context()
 	env := []string{"REDIS_URL=" + s.URL()}
 
-	tok := acquireToken(t, env, "--ttl", "5s", "-n", "3", "k:sem")
+	tok := acquireToken(t, env, "--ttl", "10s", "-n", "3", "k:sem")
 	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "--token", tok, "--ttl", "20s", "-n", "3", "k:sem")); code != exitOK {
 		t.Fatalf("extend -n 3: exit %d, %q", code, errOut)
 	}
@@ -187,7 +187,7 @@ func TestReleaseByTokenOfWrongKindKeepsLease(t *testing.T) {
 		t.Errorf("the semaphore key is still there after release")
 	}
 
-	wtok := acquireToken(t, env, "--ttl", "5s", "--write", "k:rw")
+	wtok := acquireToken(t, env, "--ttl", "30s", "--write", "k:rw")
 	if code, _, errOut := result(t, dlockCmd(t, env, "release", "--token", wtok, "--read", "k:rw")); code != exitLost {
 		t.Errorf("release of a write as a read: exit %d, %q; want %d", code, errOut, exitLost)
 	}
