@@ -7,10 +7,17 @@ import (
 	"time"
 )
 
-// TestFreeWaits checks the reconstruction of free stretches on small
-// hand-made histories.
-func TestFreeWaits(t *testing.T) {
-	const ttl = time.Second
+// freeWaitCase is a history, whether check (d) must find a free wait in
+// it, and the longest free stretch it must measure.
+type freeWaitCase struct {
+	name    string
+	h       []Event
+	fails   bool
+	longest time.Duration
+}
+
+// freeWaitCases returns the histories of TestFreeWaits, for a lease of ttl.
+func freeWaitCases(ttl time.Duration) []freeWaitCase {
 	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	at := func(ms int) int64 { return base + int64(ms)*int64(time.Millisecond) }
 	cfg := func(w string, auto bool) Event {
@@ -36,13 +43,7 @@ func TestFreeWaits(t *testing.T) {
 	proxyFault := func(inv, ret int, via string) Event {
 		return Event{W: "coord", Op: OpFault, Note: FaultStall, Inv: at(inv), Ret: at(ret), Via: via}
 	}
-	bound := freeBound(ttl)
-	cases := []struct {
-		name    string
-		h       []Event
-		fails   bool
-		longest time.Duration
-	}{
+	return []freeWaitCase{
 		{"released, waiter sleeps on", []Event{cfg("g0", true), cfg("g1", true), held("g0", "g0#1", 0, 10),
 			release("g0", "g0#1", 100, 110, "ok"), waiter(50, 6000)}, true, 5890 * time.Millisecond},
 		{"released, waiter gives up within the bound", []Event{cfg("g0", true), cfg("g1", true), held("g0", "g0#1", 0, 10),
@@ -87,6 +88,14 @@ func TestFreeWaits(t *testing.T) {
 			release("g0", "g0#1", 100, 110, "ok"), waiter(50, 6000),
 			{W: "coord", Op: OpFault, Note: FaultWorkerKill, Inv: at(1500), Ret: at(1501)}}, false, 390 * time.Millisecond},
 	}
+}
+
+// TestFreeWaits checks the reconstruction of free stretches on small
+// hand-made histories.
+func TestFreeWaits(t *testing.T) {
+	const ttl = time.Second
+	bound := freeBound(ttl)
+	cases := freeWaitCases(ttl)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			h := append([]Event(nil), c.h...)
