@@ -328,6 +328,7 @@ func TestCloseWaitsForBackgroundUndo(t *testing.T) {
 	}
 	for _, quorum := range []bool{false, true} {
 		t.Run(map[bool]string{false: "node", true: "quorum"}[quorum], func(t *testing.T) {
+			leakcheck.Check(t) // (first: its check runs once the servers are gone)
 			p, rdb, direct := proxied(t, -1, 2*time.Second)
 			var c *dlock.Client
 			if quorum {

@@ -42,7 +42,20 @@ func TestMain(m *testing.M) {
 	addr = srv.Addr()
 	code := m.Run()
 	srv.Stop()
-	os.Exit(code)
+	os.Exit(sweep(code))
+}
+
+// sweep fails a passing run if a goroutine of dlock is still running once
+// every test has ended (leakcheck.Sweep: those a timer started escape the
+// per-test check).
+func sweep(code int) int {
+	if left := leakcheck.Sweep(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "%d goroutine(s) of dlock left running after the tests:\n\n%s\n", len(left), strings.Join(left, "\n\n"))
+		if code == 0 {
+			return 1
+		}
+	}
+	return code
 }
 
 type quietLogger struct{}

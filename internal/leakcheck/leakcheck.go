@@ -24,7 +24,7 @@ import (
 // little scheduling slack on a loaded machine.
 const settle = 7 * time.Second
 
-// checked holds the tests Check was called for.
+// checked holds the names of the tests Check was called for.
 var checked sync.Map
 
 // label is the pprof label key that marks a test's goroutines.
@@ -38,14 +38,14 @@ const label = "dlock-leakcheck"
 // for the same test does nothing (the first one's check runs last).
 func Check(tb testing.TB) {
 	tb.Helper()
-	if _, again := checked.LoadOrStore(tb, true); again {
+	id := tb.Name()
+	if _, again := checked.LoadOrStore(id, true); again {
 		return
 	}
-	id := tb.Name()
 	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels(label, id)))
 	tb.Cleanup(func() {
 		tb.Helper()
-		defer checked.Delete(tb)
+		defer checked.Delete(id)
 		var left []string
 		for deadline := time.Now().Add(settle); ; {
 			left = running(id)
@@ -64,25 +64,22 @@ func Check(tb testing.TB) {
 // as module followed by "." (the root package) or "/" (the others).
 const module = "github.com/dlockio/dlock"
 
-// running returns the stacks of the goroutines labelled id that run code
-// of ours, one per goroutine.
-func running(id string) []string {
-	var out []string
-	for _, g := range labelled() {
-		if g.label == id && ours(g.frames) {
-			out = append(out, g.frames)
-		}
-	}
-	return out
-}
-
 // Count returns how many goroutines of tb's (tb's or its parent's, for a
 // subtest that runs in its parent's goroutines, or one of its subtests')
-// run a function whose name or file contains substr. Check must have been
-// called for tb or its parent.
+// run a function whose name or file contains substr. It fails tb unless
+// Check was called for tb or a test above it: it would count nothing.
+// Goroutines a timer's callback starts (time.AfterFunc) carry no label and
+// are not counted: see Sweep.
 func Count(tb testing.TB, substr string) int {
+	tb.Helper()
 	name, n := tb.Name(), 0
-	for _, g := range labelled() {
+	if !checkedAbove(name) {
+		tb.Fatalf("leakcheck.Count(%q) in %s, for which leakcheck.Check was not called: it would count nothing", substr, name)
+	}
+	for _, g := range goroutines() {
+		if g.label == "" {
+			continue
+		}
 		related := g.label == name || strings.HasPrefix(name, g.label+"/") || strings.HasPrefix(g.label, name+"/")
 		if related && strings.Contains(g.frames, substr) {
 			n++
@@ -91,30 +88,79 @@ func Count(tb testing.TB, substr string) int {
 	return n
 }
 
+// checkedAbove reports whether Check was called for the test name or one
+// of its parents.
+func checkedAbove(name string) bool {
+	for {
+		if _, ok := checked.Load(name); ok {
+			return true
+		}
+		i := strings.LastIndex(name, "/")
+		if i < 0 {
+			return false
+		}
+		name = name[:i]
+	}
+}
+
+// Sweep waits up to settle for every goroutine of ours in the process to
+// end, labelled or not, and returns the frames of those still running. Call
+// it from TestMain once the tests have run and their shared servers are
+// stopped: it catches what Check cannot see, the goroutines that timers'
+// callbacks start (a lease's watchdog, its expiry), which carry no label.
+func Sweep() []string {
+	var left []string
+	for deadline := time.Now().Add(settle); ; time.Sleep(20 * time.Millisecond) {
+		left = left[:0]
+		for _, g := range goroutines() {
+			if ours(g.frames) {
+				left = append(left, g.frames)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+	}
+}
+
+// running returns the frames of the goroutines labelled id that run code
+// of ours, one per goroutine.
+func running(id string) []string {
+	var out []string
+	for _, g := range goroutines() {
+		if g.label == id && ours(g.frames) {
+			out = append(out, g.frames)
+		}
+	}
+	return out
+}
+
 type goroutine struct{ label, frames string }
 
-// labelled returns the goroutines that carry a Check label, one per
-// goroutine, from the goroutine profile: its records are separated by
-// blank lines, each "N @ pcs", "# labels: {...}", then one
+// goroutines returns the process's goroutines, one per goroutine, with the
+// Check label each carries ("" for none), from the goroutine profile: its
+// records are separated by blank lines, each "N @ pcs", then
+// "# labels: {...}" for a labelled one, then one
 // "#\tpc\tfunc+off\tfile:line" line per frame.
-func labelled() []goroutine {
+func goroutines() []goroutine {
 	var buf bytes.Buffer
 	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
 	key := `"` + label + `":"`
 	var out []goroutine
 	for _, rec := range strings.Split(buf.String(), "\n\n") {
-		head, rest, _ := strings.Cut(rec, "\n")
-		labels, frames, _ := strings.Cut(rest, "\n")
-		_, id, ok := strings.Cut(labels, key)
-		if !strings.HasPrefix(labels, "# labels: ") || !ok {
-			continue
+		head, frames, _ := strings.Cut(rec, "\n")
+		count, _, ok := strings.Cut(head, " @")
+		if !ok {
+			continue // the profile's header
 		}
-		id, _, _ = strings.Cut(id, `"`)
-		n := 1
-		if count, _, ok := strings.Cut(head, " @"); ok {
-			n = atoi(count)
+		id := ""
+		if labels, rest, ok := strings.Cut(frames, "\n"); ok && strings.HasPrefix(labels, "# labels: ") {
+			frames = rest
+			if _, v, ok := strings.Cut(labels, key); ok {
+				id, _, _ = strings.Cut(v, `"`)
+			}
 		}
-		for range n {
+		for range atoi(count) {
 			out = append(out, goroutine{id, frames})
 		}
 	}
