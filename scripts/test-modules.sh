@@ -26,6 +26,7 @@ one() {
 
 failed=0
 n=0
+pids=()
 printed=()
 flush() { # the output of each module that ended and was not printed yet
   local f
@@ -41,15 +42,24 @@ for entry in "$@"; do
   args=./...
   [ "$entry" != "$dir" ] && args=${entry#*:}
   while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do
-    wait -n || failed=1
+    wait -n
     flush
   done
   n=$((n + 1))
   one "$dir" "$args" "$logs/$n.log" &
+  pids+=($!)
 done
 while [ "$(jobs -rp | wc -l)" -gt 0 ]; do
-  wait -n || failed=1
+  wait -n
   flush
 done
+# Every module's own status, whether or not wait -n collected it above, and
+# as its log says it.
+for pid in "${pids[@]}"; do
+  wait "$pid" || failed=1
+done
 flush
+if grep -q '^== .*: FAILED in [0-9]*s$' "$logs"/*.done; then
+  failed=1
+fi
 exit $failed
