@@ -36,6 +36,7 @@ func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
 		for _, pipelining := range []bool{true, false} {
 			for _, watched := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/pipelining=%v/watched=%v", m.name, pipelining, watched), func(t *testing.T) {
+					t.Parallel() // (each on a name of its own)
 					ctx := m.ctx(t.Context())
 					name := fmt.Sprintf("maxhold-%s-%v-%v", m.name, pipelining, watched)
 					var (

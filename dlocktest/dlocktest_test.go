@@ -64,6 +64,7 @@ func TestLose(t *testing.T) {
 // The server's faults: a paused server answers nothing (an acquisition
 // ends with its context), and a restarted one has forgotten every lock.
 func TestServerFaults(t *testing.T) {
+	t.Parallel()
 	leakcheck.Check(t)
 	s := dlocktest.Start(t, dlocktest.TCP())
 	c, err := dlock.New(s.Client(), dlock.WithAutoExtend(false))

@@ -93,6 +93,7 @@ func outcome(s tracetest.SpanStub) string {
 // parent of go-redis's spans of its Redis commands, with and without
 // pipelining.
 func TestSpansAreParentsOfRedisSpans(t *testing.T) {
+	t.Parallel()
 	for _, pipelining := range []bool{true, false} {
 		t.Run(fmt.Sprintf("pipelining=%v", pipelining), func(t *testing.T) {
 			h := setup(t, nil, backend.Pipelined(pipelining).(dlock.Option)) // the API always pipelines; both paths must nest spans alike
@@ -164,6 +165,7 @@ func TestSpansAreParentsOfRedisSpans(t *testing.T) {
 // The watchdog's extensions are root spans marked dlock.auto, with their
 // Redis commands as children.
 func TestWatchdogExtensionsAreRootSpans(t *testing.T) {
+	t.Parallel()
 	h := setup(t, nil, dlock.LeaseTTL(300*time.Millisecond))
 	l, err := h.c.Acquire(t.Context(), "kept")
 	if err != nil {
@@ -198,6 +200,7 @@ func TestWatchdogExtensionsAreRootSpans(t *testing.T) {
 // A lock found taken is an outcome, not an error; an error from Redis, a
 // bad name and a lost lease set the status Error and record the error.
 func TestSpanOutcomesAndStatus(t *testing.T) {
+	t.Parallel()
 	h := setup(t, nil)
 	ctx := t.Context()
 	release := dlocktest.Hold(t, h.c, "taken")
@@ -267,6 +270,7 @@ func TestSpanOutcomesAndStatus(t *testing.T) {
 
 // The lock name is in no span and no metric unless asked for.
 func TestLockNameAttribute(t *testing.T) {
+	t.Parallel()
 	for _, on := range []bool{false, true} {
 		t.Run(fmt.Sprintf("on=%v", on), func(t *testing.T) {
 			h := setup(t, []dlockotel.Option{dlockotel.WithLockNameAttribute(on)})
@@ -308,6 +312,7 @@ func TestLockNameAttribute(t *testing.T) {
 // The histograms count every acquisition and release, in seconds, by mode
 // and outcome; the Stats counters are there too.
 func TestMetricsCountOperations(t *testing.T) {
+	t.Parallel()
 	h := setup(t, nil, dlock.WithUnfair(nil))
 	ctx := t.Context()
 	const n = 5
@@ -369,6 +374,7 @@ func TestMetricsCountOperations(t *testing.T) {
 // A lost lease counts in dlock.lease.lost, its hold time is recorded with
 // the outcome lost, and the extension that found it gone is a failure.
 func TestMetricsOfALostLease(t *testing.T) {
+	t.Parallel()
 	h := setup(t, nil)
 	l, err := h.c.Acquire(t.Context(), "lost")
 	if err != nil {
@@ -395,6 +401,7 @@ func TestMetricsOfALostLease(t *testing.T) {
 
 // dlock.waiters counts an Acquire while it waits, and its span marks the wait.
 func TestWaiters(t *testing.T) {
+	t.Parallel()
 	h := setup(t, nil)
 	release := dlocktest.Hold(t, h.c, "w")
 	done := make(chan error, 1)
@@ -440,6 +447,7 @@ func TestWaiters(t *testing.T) {
 // Without options, Instrument reports to the global providers, even those
 // set after it was called.
 func TestInstrumentWithGlobalProviders(t *testing.T) {
+	// Serial: it sets the global OpenTelemetry providers.
 	leakcheck.Check(t)
 	c := dlocktest.NewClient(t)
 	if err := dlockotel.Instrument(c); err != nil {

@@ -72,6 +72,7 @@ func metric(mfs map[string]*dto.MetricFamily, name string, labels ...string) *dt
 // refused as a duplicate in the same registry, and two of them with
 // different const labels register together.
 func TestCollectorRegistersAndLints(t *testing.T) {
+	t.Parallel()
 	c, reg := setup(t, nil)
 	col, err := dlockprom.NewCollector(c)
 	if err != nil {
@@ -113,6 +114,7 @@ func TestCollectorRegistersAndLints(t *testing.T) {
 // The histograms count each acquisition and release by mode and outcome,
 // in seconds, and the counters are the Client's Stats.
 func TestCollectorCountsOperations(t *testing.T) {
+	t.Parallel()
 	c, reg := setup(t, nil, dlock.WithUnfair(nil))
 	ctx := t.Context()
 	const n = 5
@@ -177,6 +179,7 @@ dlock_waiters 0
 // A lost lease counts in dlock_locks_lost_total, its hold time is recorded
 // with the outcome lost, and the extension that found it gone is a failure.
 func TestCollectorCountsALostLease(t *testing.T) {
+	t.Parallel()
 	c, reg := setup(t, nil)
 	l, err := c.Acquire(t.Context(), "lost")
 	if err != nil {
@@ -202,6 +205,7 @@ dlock_extend_failures_total 1
 
 // dlock_waiters counts an Acquire while it waits.
 func TestCollectorWaitersGauge(t *testing.T) {
+	t.Parallel()
 	c, reg := setup(t, nil)
 	release := dlocktest.Hold(t, c, "w")
 	done := make(chan error, 1)
@@ -235,6 +239,7 @@ func TestCollectorWaitersGauge(t *testing.T) {
 
 // Without scripts there is no batch to count.
 func TestCollectorWithoutScripts(t *testing.T) {
+	t.Parallel()
 	c, reg := setup(t, nil, dlock.WithoutScripts())
 	l, err := c.Acquire(t.Context(), "p")
 	if err != nil {
@@ -252,6 +257,7 @@ func TestCollectorWithoutScripts(t *testing.T) {
 // WithNamespace prefixes every name, WithConstLabels labels every metric,
 // and the buckets are those asked for.
 func TestCollectorOptions(t *testing.T) {
+	t.Parallel()
 	c, reg := setup(t, []dlockprom.Option{dlockprom.WithNamespace("app"),
 		dlockprom.WithConstLabels(prometheus.Labels{"client": "orders"}),
 		dlockprom.WithAcquireBuckets(0.5, 1), dlockprom.WithHoldBuckets(60)})

@@ -15,6 +15,7 @@ import (
 // A retry after a lost reply runs the acquire script again with the same
 // token: it must find the lock ours and return the fence it issued.
 func TestAcquireRetryReturnsSameFence(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	b := Node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH"}
@@ -75,6 +76,7 @@ func TestKeysFor(t *testing.T) {
 // A force release names the holding it read: a re-sent copy that lands
 // after the next holder took the lock deletes nothing.
 func TestForceReleaseScriptNamesTheHolding(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
@@ -103,6 +105,7 @@ func TestForceReleaseScriptNamesTheHolding(t *testing.T) {
 // in every kind of lock: plain, fair (also when the refusal is a handover
 // to the queue's head) and reentrant (the owner and one of its holds).
 func TestRefusedAcquireNamesTheHolder(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()

@@ -16,6 +16,7 @@ import (
 // or in a pipeline, so a command whose reply came back has no copy that can
 // land later (Claim.Clean rests on it).
 func TestBatcherNeverSendsTwice(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.TCP())
 	direct := s.Client(t)
 	for _, tc := range []struct {

@@ -186,6 +186,7 @@ func TestSignalKeepsHandover(t *testing.T) {
 // When its connection breaks and comes back, subscribed again, every waiter
 // is woken with Recheck: a release announced meanwhile was lost.
 func TestRenewedSubscriptionWakesWaiters(t *testing.T) {
+	t.Parallel()
 	for _, sharded := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "sharded"}[sharded], func(t *testing.T) {
 			var rdb *redis.Client

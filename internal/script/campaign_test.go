@@ -12,6 +12,7 @@ import (
 // issues no second fence and no second announcement; its extensions keep
 // the fence counter alive with the lease.
 func TestCampaignFencedOnceWhenResent(t *testing.T) {
+	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
 	ctx := t.Context()
 	ps := rdb.Subscribe(ctx, "l:ch")

@@ -13,6 +13,7 @@ import (
 // Every script, with the lib functions withLib gave it, compiles on a real
 // server, and every lib function it calls is defined in it.
 func TestScriptsCompileWithTheirLib(t *testing.T) {
+	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
 	calls := regexp.MustCompile(`\b(\w+)\(`)
 	defined := map[string]bool{}
@@ -43,6 +44,7 @@ func TestScriptsCompileWithTheirLib(t *testing.T) {
 // first copy did and a late acquire is refused, however many leases came
 // and went since.
 func TestMarkersOutliveLaterLeases(t *testing.T) {
+	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
 	ctx := t.Context()
 	token := func(i int) string { return fmt.Sprintf("%022d", i) } // 22 characters, as dlock's
@@ -96,6 +98,7 @@ func TestMarkersOutliveLaterLeases(t *testing.T) {
 // attempt set the wake key: PUBLISH is counted in the server's command
 // statistics.
 func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
+	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
 	ctx := t.Context()
 	acquire := func(tok string, waits int) []any {
@@ -171,6 +174,7 @@ func TestNoSharedFunctionAboveLibHere(t *testing.T) {
 // key: the key lives no longer than the holder's lease, never the whole
 // wake window (a key left for a minute after everyone is gone).
 func TestWakeKeyNotSetForALeaseEndingNow(t *testing.T) {
+	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
 	ctx := t.Context()
 	deadline := time.Now().Add(10 * time.Second)
