@@ -13,7 +13,7 @@ test: redis
 	bash scripts/test-modules.sh $(TESTFLAGS) -- $(MODULES)
 
 # The quick tier, for the edit loop: the library's module with the long fault and timing scenarios skipped
-# (testing.Short) and one round of the fault checker.
+# (testing.Short) and the fault checker for 25 s.
 test-short: redis
 	$(GO) test -short $(TESTFLAGS) ./...
 

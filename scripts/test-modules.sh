@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs `go test` in several of the repository's modules side by side, at most $JOBS at a time (3 by default), and
-# prints each module's output whole as it ends, with how long it took. Fails if any of them failed.
+# prints each module's output whole as it ends, with how long it took, then a line per module. Fails if any of them
+# failed. Needs bash 4.3 or later (wait -n).
 #
 # Usage: test-modules.sh GO-TEST-FLAGS... -- DIR[:ARGS]...
 #   DIR is a module's directory; ARGS (default ./...) the packages and test-binary flags for it, split at spaces.
@@ -10,17 +11,28 @@ cd "$(dirname "$0")/.."
 
 flags=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do flags+=("$1"); shift; done
-[ $# -gt 0 ] && shift
+if [ $# -lt 2 ]; then
+  echo "usage: $0 GO-TEST-FLAGS... -- DIR[:ARGS]..." >&2
+  exit 2
+fi
+shift
 jobs_max=${JOBS:-3}
+case "$jobs_max" in
+  '' | *[!0-9]* | 0) echo "$0: JOBS=$jobs_max: want a number of at least 1" >&2; exit 2 ;;
+esac
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null; exit 130' INT TERM
 
 one() {
-  local dir=$1 args=$2 log=$3 start=$SECONDS rc
+  local dir=$1 args=$2 log=$3 start=$SECONDS rc name=$1
+  [ "$dir" = . ] && name="(root module)"
   # shellcheck disable=SC2086 # ARGS is a list of words
   (cd "$dir" && "${GO:-go}" test "${flags[@]}" $args) >"$log" 2>&1
   rc=$?
-  { cat "$log"; echo "== $dir: $( [ $rc -eq 0 ] && echo ok || echo FAILED ) in $((SECONDS - start))s"; } >"$log.done"
+  # Written whole, then renamed: flush never prints half of it.
+  { cat "$log"; echo "== $name: $( [ $rc -eq 0 ] && echo ok || echo FAILED ) in $((SECONDS - start))s"; } >"$log.tmp"
+  mv "$log.tmp" "$log.done"
   return $rc
 }
 
@@ -59,6 +71,8 @@ for pid in "${pids[@]}"; do
   wait "$pid" || failed=1
 done
 flush
+echo "== every module:"
+grep -h '^== .*: [A-Za-z]* in [0-9]*s$' "$logs"/*.done
 if grep -q '^== .*: FAILED in [0-9]*s$' "$logs"/*.done; then
   failed=1
 fi
