@@ -173,26 +173,43 @@ func result(t *testing.T, cmd *exec.Cmd) (int, string, string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if !waitExit(cmd, 2*time.Minute) {
-		t.Fatalf("%v still running after 2 minutes", cmd.Args)
+	if !waitExit(cmd, 2*time.Minute, syscall.SIGQUIT) {
+		t.Fatalf("%v still running after 2 minutes; its goroutines then (SIGQUIT) and output:\nstdout:\n%s\nstderr:\n%s",
+			cmd.Args, lastLines(stdout.String()), lastLines(stderr.String()))
 	}
 	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
 }
 
-// waitExit waits up to d for a started cmd to exit. If it has not, it kills
-// the process and its process group, reaps it and returns false.
-func waitExit(cmd *exec.Cmd, d time.Duration) bool {
+// waitExit waits up to d for a started cmd to exit. If it has not, it sends
+// the process first (a SIGQUIT makes a Go program print its goroutines and
+// exit), kills the process and its process group, reaps it and returns
+// false.
+func waitExit(cmd *exec.Cmd, d time.Duration, first ...syscall.Signal) bool {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case <-done:
 		return true
 	case <-time.After(d):
+		for _, sig := range first {
+			cmd.Process.Signal(sig)
+			select {
+			case <-done:
+				return false
+			case <-time.After(5 * time.Second):
+			}
+		}
 		cmd.Process.Kill()
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 		return false
 	}
+}
+
+// lastLines returns the last 200 lines of out.
+func lastLines(out string) string {
+	lines := strings.Split(out, "\n")
+	return strings.Join(lines[max(0, len(lines)-200):], "\n")
 }
 
 // lockHeld reports whether the plain lock at key holds a lease: a released
@@ -670,7 +687,7 @@ func TestInspectListRelease(t *testing.T) {
 }
 
 func TestDemo(t *testing.T) {
-	t.Parallel()
+	// Serial: beside the module's other tests one run did not end in two minutes (seconds alone); a timeout dumps its goroutines.
 	if testing.Short() {
 		t.Skip("runs scheduler processes")
 	}
