@@ -382,7 +382,12 @@ func consume(ctx context.Context, rdb redis.UniversalClient, db *taskDB, k demoK
 		if status == statusRetry {
 			atomic.AddInt64(&res.retries, 1)
 		}
-		db.finish(context.WithoutCancel(ctx), id, status)
+		// A write that fails (SQLite busy past its timeout on a loaded
+		// machine) would leave the task processing for good, and the run
+		// waiting for it until its timeout: try again, for a while.
+		for deadline := time.Now().Add(10 * time.Second); db.finish(context.WithoutCancel(ctx), id, status) != nil && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 
