@@ -236,10 +236,16 @@ func runDemo(ctx context.Context, cfg demoConfig, pass demoPass, rdb redis.Unive
 			return nil, fmt.Errorf("start scheduler: %w", err)
 		}
 		scheds = append(scheds, cmd)
+		holding := make(chan struct{})
 		wg.Go(func() {
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
 				if sc.Text() == "holding" {
+					select {
+					case <-holding:
+					default:
+						close(holding)
+					}
 					time.Sleep(200 * time.Millisecond)
 					cmd.Process.Signal(syscall.SIGKILL)
 					killedAt.Store(time.Now().UnixNano())
@@ -247,6 +253,13 @@ func runDemo(ctx context.Context, cfg demoConfig, pass demoPass, rdb redis.Unive
 				}
 			}
 		})
+		if sc.victim { // the others start once it holds its first batch: they could drain the table before it starts
+			select {
+			case <-holding:
+			case <-ctx.Done():
+			case <-time.After(30 * time.Second):
+			}
+		}
 	}
 	stopScheds := func() {
 		for _, cmd := range scheds {
