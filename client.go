@@ -26,7 +26,7 @@ type Client struct {
 // engine is what a Client and its Owner Clients share: the backend, the
 // configuration, and the state of Close.
 type engine struct {
-	b    backend.Backend // the only road to Redis; its errors are the package's (publicBackend)
+	b    backend.Backend // the only road to Redis
 	hubs []*pubsub.Hub   // one per node: a quorum Client listens to all of them
 	opts options
 	id   string // this Client's instance ID, part of a reentrant owner's identity
@@ -38,10 +38,9 @@ type engine struct {
 	own    kind // what its own acquisitions are (Semaphore, RWMutex and Election have theirs)
 }
 
-// newClient returns the Client of backend b and its hubs; it sees b's errors
-// through publicBackend.
+// newClient returns the Client of backend b and its hubs.
 func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, m mode) *Client {
-	e := &engine{b: publicBackend{b}, hubs: hubs, opts: o, id: newToken()[:11],
+	e := &engine{b: b, hubs: hubs, opts: o, id: newToken()[:11],
 		stop: make(chan struct{}), own: kind{mode: m, fair: o.fair, role: ownLocks{}}}
 	for _, ob := range o.observers {
 		e.obs.add(ob)

@@ -13,17 +13,17 @@ import (
 
 var (
 	// ErrNotAcquired means the lock was not taken: held, or the wait ended.
-	ErrNotAcquired = errors.New("dlock: not acquired")
+	ErrNotAcquired = backend.ErrNotAcquired
 	// ErrNotHeld means the lease was lost: work under it may have overlapped another holder's.
 	ErrNotHeld = errors.New("dlock: not held")
 	// ErrReleased is what Err returns after a Release.
 	ErrReleased = errors.New("dlock: released")
 	// ErrInvalid reports a bad argument or option; nothing was taken or changed.
-	ErrInvalid = errors.New("dlock: invalid argument")
+	ErrInvalid = backend.ErrInvalid
 	// ErrWrongType means the name is held as another kind, or its key is foreign.
-	ErrWrongType = errors.New("dlock: lock key holds a value of another type")
+	ErrWrongType = backend.ErrWrongType
 	// ErrReplicaAck means too few replicas acknowledged a write ([WithReplicaAck]).
-	ErrReplicaAck = errors.New("dlock: not acknowledged by enough replicas")
+	ErrReplicaAck = backend.ErrReplicaAck
 	// ErrStaleFence is [Guard.Write]'s refusal of a write with an old fence.
 	ErrStaleFence = errors.New("dlock: stale fencing token")
 	// ErrMaxHold means a lease reached its max hold ([MaxHold]).
@@ -31,6 +31,13 @@ var (
 	// ErrClosed is an acquisition's error after [Client.Close].
 	ErrClosed = errors.New("dlock: client closed")
 )
+
+// QuorumError reports an operation that did not reach a majority of nodes:
+// Op ("acquire", "extend", "release", "fence", "resume" or "list"), Held (the
+// nodes that granted it), Need (the majority) and Nodes (per node: nil if it
+// granted, its error or refusal otherwise). It matches [ErrNotAcquired] and
+// unwraps to the nodes' errors; get it with errors.As.
+type QuorumError = backend.QuorumError
 
 // NotAcquiredError is the cause of an acquisition refused because the name is
 // held; get it with errors.As. For a semaphore or read-write lock, Holder and
@@ -189,151 +196,3 @@ func (e *endedError) Error() string {
 }
 
 func (e *endedError) Unwrap() []error { return []error{e.fn, e.end} }
-
-// publicErr returns an error from the backend as the package returns it.
-// The backend has sentinel errors of its own; an error matching one of
-// them is given back as one that matches the package's sentinel of the same
-// meaning too (ErrNotAcquired, ErrWrongType, ErrReplicaAck), with the same
-// text, and a backend's QuorumError found in it is seen as a QuorumError.
-// It is applied to every result of the backend (publicBackend), so the
-// rest of the package and its callers see the package's errors only.
-func publicErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	if qe, ok := err.(*backend.QuorumError); ok {
-		return publicQuorum(qe)
-	}
-	if _, ok := err.(*publicError); ok {
-		return err
-	}
-	for _, s := range sentinels {
-		if errors.Is(err, s.backend) {
-			return &publicError{err}
-		}
-	}
-	if _, ok := errors.AsType[*backend.QuorumError](err); ok {
-		return &publicError{err}
-	}
-	return err
-}
-
-// sentinels pairs the package's sentinel errors with the backend's.
-var sentinels = [...]struct{ public, backend error }{
-	{ErrNotAcquired, backend.ErrNotAcquired},
-	{ErrWrongType, backend.ErrWrongType},
-	{ErrReplicaAck, backend.ErrReplicaAck},
-	{ErrInvalid, backend.ErrInvalid},
-}
-
-// publicQuorum is the QuorumError of the backend's qe, its nodes' errors
-// made public.
-func publicQuorum(qe *backend.QuorumError) *QuorumError {
-	nodes := make([]error, len(qe.Nodes))
-	for i, err := range qe.Nodes {
-		nodes[i] = publicErr(err)
-	}
-	return &QuorumError{Op: qe.Op, Held: qe.Held, Need: qe.Need, Nodes: nodes}
-}
-
-// publicError is a backend error that matches the package's sentinels for
-// the backend's it matches, and that errors.As finds a QuorumError in
-// where it holds a backend's one. Its text is the backend error's.
-type publicError struct{ err error }
-
-func (e *publicError) Error() string { return e.err.Error() }
-func (e *publicError) Unwrap() error { return e.err }
-
-func (e *publicError) Is(target error) bool {
-	for _, s := range sentinels {
-		if target == s.public {
-			return errors.Is(e.err, s.backend)
-		}
-	}
-	return false
-}
-
-func (e *publicError) As(target any) bool {
-	p, ok := target.(**QuorumError)
-	if !ok {
-		return false
-	}
-	qe, ok := errors.AsType[*backend.QuorumError](e.err)
-	if ok {
-		*p = publicQuorum(qe)
-	}
-	return ok
-}
-
-// publicBackend is the backend as the Client sees it: every error it
-// returns made public with publicErr.
-type publicBackend struct{ b backend.Backend }
-
-func (p publicBackend) Acquire(ctx context.Context, c *backend.Claim, ttl time.Duration, queue bool) (backend.Grant, error) {
-	g, err := p.b.Acquire(ctx, c, ttl, queue)
-	return g, publicErr(err)
-}
-
-func (p publicBackend) Extend(ctx context.Context, c *backend.Claim, ttl time.Duration, seq int64) (bool, error) {
-	ok, err := p.b.Extend(ctx, c, ttl, seq)
-	return ok, publicErr(err)
-}
-
-func (p publicBackend) Release(ctx context.Context, c *backend.Claim) (bool, error) {
-	ok, err := p.b.Release(ctx, c)
-	return ok, publicErr(err)
-}
-
-func (p publicBackend) Downgrade(ctx context.Context, c *backend.Claim) (bool, error) {
-	ok, err := p.b.Downgrade(ctx, c)
-	return ok, publicErr(err)
-}
-
-func (p publicBackend) Proclaim(ctx context.Context, c *backend.Claim, value string) (bool, error) {
-	ok, err := p.b.Proclaim(ctx, c, value)
-	return ok, publicErr(err)
-}
-
-func (p publicBackend) Fence(ctx context.Context, c *backend.Claim) (int64, error) {
-	f, err := p.b.Fence(ctx, c)
-	return f, publicErr(err)
-}
-
-func (p publicBackend) Seq(ctx context.Context, c *backend.Claim) (int64, bool, error) {
-	n, drives, err := p.b.Seq(ctx, c)
-	return n, drives, publicErr(err)
-}
-
-func (p publicBackend) Permits(ctx context.Context, k *backend.Keys, op string, v, size int) (backend.PermitSize, error) {
-	ps, err := p.b.Permits(ctx, k, op, v, size)
-	return ps, publicErr(err)
-}
-
-func (p publicBackend) Inspect(ctx context.Context, k *backend.Keys) (backend.State, error) {
-	st, err := p.b.Inspect(ctx, k)
-	return st, publicErr(err)
-}
-
-func (p publicBackend) Prepare(ctx context.Context, c *backend.Claim) error {
-	return publicErr(p.b.Prepare(ctx, c))
-}
-
-func (p publicBackend) Undo(ctx context.Context, c *backend.Claim) error {
-	return publicErr(p.b.Undo(ctx, c))
-}
-
-func (p publicBackend) Force(ctx context.Context, k *backend.Keys) (bool, error) {
-	ok, err := p.b.Force(ctx, k)
-	return ok, publicErr(err)
-}
-
-func (p publicBackend) Scan(ctx context.Context, match string) ([]string, error) {
-	keys, err := p.b.Scan(ctx, match)
-	return keys, publicErr(err)
-}
-
-func (p publicBackend) Batches() (calls, writes uint64) { return p.b.Batches() }
-
-func (p publicBackend) Drain(ctx context.Context) error { return p.b.Drain(ctx) }
-
-func (p publicBackend) Carries(k backend.Kind) error { return p.b.Carries(k) }

@@ -70,56 +70,32 @@ func FuzzBackoff(f *testing.F) {
 	})
 }
 
-// The backend's sentinel errors are its own; every error of the backend
-// reaches the Client through publicErr, and matches the package's sentinel
-// of the same meaning, with the same text.
-func TestPublicErr(t *testing.T) {
-	for _, s := range sentinels {
-		if s.public == s.backend {
-			t.Fatalf("%v: the package's sentinel is the backend's", s.public)
-		}
-		if s.public.Error() != s.backend.Error() {
-			t.Errorf("texts differ: %q, backend %q", s.public, s.backend)
-		}
-	}
-	if publicErr(nil) != nil {
-		t.Fatal("publicErr(nil) != nil")
-	}
-	plain := errors.New("connection refused")
-	if publicErr(plain) != plain {
-		t.Error("an error matching no sentinel is changed")
-	}
-
+// The backend's errors reach callers as they are: the package's sentinels
+// and QuorumError are the backend's, so a cause the backend wraps, or a
+// quorum's node errors, match them through any wrapping.
+func TestBackendErrorsAreThePackages(t *testing.T) {
 	ack := backend.Because(backend.ErrNotAcquired, "undone", backend.Because(backend.ErrReplicaAck, "0 of 1 replicas"))
-	err := fmt.Errorf("wrapped: %w", publicErr(ack))
+	err := fmt.Errorf("wrapped: %w", ack)
 	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, ErrReplicaAck) || errors.Is(err, ErrWrongType) {
 		t.Errorf("%v: matches ErrNotAcquired %v, ErrReplicaAck %v, ErrWrongType %v", err,
 			errors.Is(err, ErrNotAcquired), errors.Is(err, ErrReplicaAck), errors.Is(err, ErrWrongType))
 	}
-	if err.Error() != "wrapped: "+ack.Error() {
-		t.Errorf("text %q, want the backend's %q", err, ack)
-	}
-	if p := publicErr(ack); publicErr(p) != p {
-		t.Error("publicErr wraps a public error again")
+	if !errors.Is(backend.Because(backend.ErrInvalid, "bad"), ErrInvalid) {
+		t.Error("the backend's ErrInvalid is not the package's")
 	}
 
+	plain := errors.New("connection refused")
 	wrong := backend.Because(backend.ErrWrongType, "a list")
 	bq := &backend.QuorumError{Op: "acquire", Held: 1, Need: 2, Nodes: []error{nil, wrong, plain}}
-	qe, ok := publicErr(bq).(*QuorumError)
-	if !ok {
-		t.Fatalf("publicErr(backend.QuorumError) is a %T", publicErr(bq))
+	if bq.Error() != "1 of 3 nodes granted, 2 needed; node 1: lock key holds a value of another type: a list; node 2: connection refused" {
+		t.Errorf("QuorumError text %q", bq)
 	}
-	if qe.Op != "acquire" || qe.Held != 1 || qe.Need != 2 || len(qe.Nodes) != 3 || qe.Error() != bq.Error() {
-		t.Errorf("QuorumError %+v (%q), want the fields and text of %+v (%q)", qe, qe, bq, bq)
+	deep := fmt.Errorf("ctx done; last attempt: %w", bq)
+	qe, ok := errors.AsType[*QuorumError](deep)
+	if !ok || qe.Held != 1 || !errors.Is(qe.Nodes[1], ErrWrongType) || qe.Nodes[2] != plain {
+		t.Errorf("errors.As finds no QuorumError with its nodes' errors in %v", deep)
 	}
-	if !errors.Is(qe, ErrNotAcquired) || !errors.Is(qe.Nodes[1], ErrWrongType) || !errors.Is(qe, ErrWrongType) || qe.Nodes[2] != plain {
-		t.Errorf("QuorumError's nodes not made public: %v", qe.Nodes)
-	}
-	deep := publicErr(fmt.Errorf("ctx done; last attempt: %w", bq))
-	if got, ok := errors.AsType[*QuorumError](deep); !ok || got.Held != 1 || !errors.Is(got.Nodes[1], ErrWrongType) {
-		t.Errorf("errors.As finds no QuorumError in %v", deep)
-	}
-	if !errors.Is(deep, ErrNotAcquired) {
-		t.Errorf("%v does not match ErrNotAcquired", deep)
+	if !errors.Is(deep, ErrNotAcquired) || !errors.Is(deep, ErrWrongType) {
+		t.Errorf("%v does not match ErrNotAcquired and its node's ErrWrongType", deep)
 	}
 }

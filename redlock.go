@@ -74,20 +74,3 @@ func newRedlock(fn string, n, nilNode int, node func(i int, o *options) (backend
 	}
 	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o, modeQuorum), nil
 }
-
-// QuorumError reports an operation that did not reach a majority of nodes. It
-// matches [ErrNotAcquired] and unwraps to the nodes' errors.
-type QuorumError struct {
-	Op    string  // "acquire", "extend", "release" or "fence"
-	Held  int     // nodes that granted the operation
-	Need  int     // the majority
-	Nodes []error // per node: nil if it granted, the error or refusal otherwise
-}
-
-func (e *QuorumError) Error() string { return (*backend.QuorumError)(e).Error() }
-
-// Unwrap returns the nodes' errors.
-func (e *QuorumError) Unwrap() []error { return e.Nodes }
-
-// Is makes a QuorumError match ErrNotAcquired.
-func (e *QuorumError) Is(target error) bool { return target == ErrNotAcquired }

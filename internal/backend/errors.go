@@ -11,9 +11,8 @@ import (
 // the lease and drives it now. The extension changed nothing.
 var ErrSuperseded = errors.New("another Lock resumed the lease and extends it")
 
-// The sentinel errors the backend's errors match. The root package has
-// sentinels of its own, with the same texts and their documentation, and
-// makes an error that matches one of these match its own too (publicErr).
+// The sentinel errors that the backend's errors match: the root package
+// exports them as they are, with their documentation.
 var (
 	ErrNotAcquired = errors.New("dlock: not acquired")
 	ErrWrongType   = errors.New("dlock: lock key holds a value of another type")
@@ -43,10 +42,9 @@ func Because(kind error, detail string, errs ...error) error {
 // QuorumError reports an operation that did not reach a majority of nodes.
 // It matches ErrNotAcquired with errors.Is, and unwraps to the nodes' errors.
 // Its text is the tally and the nodes' errors; the error that carries it
-// names the operation and the lock. The root package's QuorumError, which
-// the Client returns, has the same fields and is made from it (publicErr).
+// names the operation and the lock. The root package exports it as it is.
 type QuorumError struct {
-	Op    string  // "acquire", "extend", "release" or "fence"
+	Op    string  // "acquire", "extend", "release", "fence", "resume" or "list"
 	Held  int     // nodes that granted the operation
 	Need  int     // the majority
 	Nodes []error // per node: nil if it granted, the error or refusal otherwise
