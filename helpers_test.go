@@ -17,10 +17,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redisserver"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/testopt"
 )
 
 // helperEnv makes the test binary run as a contending worker process
@@ -360,7 +360,7 @@ func leaseOverProxy(t *testing.T, rdb, direct *redis.Client, fair bool, name str
 
 // pipelined turns the batcher on or off: the API always pipelines, and a
 // test that runs both checks that the fast path behaves as the slow one.
-func pipelined(on bool) dlock.Option { return backend.Pipelined(on).(dlock.Option) }
+func pipelined(on bool) dlock.Option { return testopt.Pipelining(on) }
 
 // waiting returns the option of fair waiting (the default: an option that
 // changes nothing) or of unfair waiting.

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/dlockio/dlock/internal/backend"
 )
 
 // DefaultTTL is the lease time when [LeaseTTL] is not given: how long a holder
@@ -42,7 +40,7 @@ type options struct {
 	drift       time.Duration // < 0: derived from the TTL
 	observers   []Observer
 	fair        bool
-	pipelining  bool
+	pipelining  bool // concurrent calls share pipelines; off only for tests (internal/testopt)
 	reentrant   bool
 	nodeTimeout time.Duration // quorum only: NewRedlock's
 	replicas    int
@@ -81,6 +79,10 @@ func apply(opts []Option) options {
 	for i, opt := range opts {
 		if opt == nil {
 			o.invalid("option %d is nil", i+1)
+			continue
+		}
+		if p, ok := opt.(interface{ Pipelining() bool }); ok { // internal/testopt's
+			o.pipelining = p.Pipelining()
 			continue
 		}
 		opt.applyOption(&o)
@@ -137,14 +139,6 @@ func WithUnfair(b Backoff) Option {
 			o.backoff = b
 		}
 	})
-}
-
-// Lock operations that goroutines of one Client issue while another is in
-// flight are always sent together as one pipeline; a lone call is sent at
-// once. Tests and the checker turn this off (backend.Pipelined) to check
-// that the pipelined path behaves exactly as the unpipelined one.
-func init() {
-	backend.Pipelined = func(on bool) any { return option(func(o *options) { o.pipelining = on }) }
 }
 
 // WithReentrant makes the Client's locks reentrant (default off): an owner

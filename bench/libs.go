@@ -15,7 +15,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/extra/dlockrueidis"
-	"github.com/dlockio/dlock/internal/backend"
+	"github.com/dlockio/dlock/internal/testopt"
 )
 
 // ttl is the lease every library is asked for (the leftovers pass asks for
@@ -43,7 +43,7 @@ func goRedis(addr string) *redis.Client {
 var libraries = []library{
 	{name: "dlock", quorum: true, open: openDlock()},
 	{name: "dlock unfair", open: openDlock(dlock.WithUnfair(nil))},
-	{name: "dlock unbatched", w1only: true, open: openDlock(backend.Pipelined(false).(dlock.Option))}, // the measure of the batcher, always on in the API
+	{name: "dlock unbatched", w1only: true, open: openDlock(testopt.Pipelining(false))}, // the measure of the batcher, always on in the API
 	{name: "redsync", quorum: true, open: openRedsync},
 	{name: "bsm/redislock", open: openBSM},
 	{name: "rueidislock", open: openRueidis},

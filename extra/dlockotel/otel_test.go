@@ -22,8 +22,8 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/dlocktest"
 	"github.com/dlockio/dlock/extra/dlockotel"
-	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/testopt"
 )
 
 // harness is an instrumented Client on a private redis-server whose go-redis
@@ -96,7 +96,7 @@ func TestSpansAreParentsOfRedisSpans(t *testing.T) {
 	t.Parallel()
 	for _, pipelining := range []bool{true, false} {
 		t.Run(fmt.Sprintf("pipelining=%v", pipelining), func(t *testing.T) {
-			h := setup(t, nil, backend.Pipelined(pipelining).(dlock.Option)) // the API always pipelines; both paths must nest spans alike
+			h := setup(t, nil, testopt.Pipelining(pipelining)) // the API always pipelines; both paths must nest spans alike
 			ctx, caller := h.tp.Tracer("test").Start(t.Context(), "caller")
 			l, err := h.c.Acquire(ctx, "traced")
 			if err != nil {

@@ -302,11 +302,6 @@ type Node struct {
 	caches *scriptCaches // what the servers' script caches hold (see scripts.go)
 }
 
-// Pipelined is set by package dlock: it returns the dlock.Option that turns
-// the batcher on or off. The API always pipelines; tests and the checker
-// turn it off to check that the fast path behaves exactly as the slow one.
-var Pipelined func(on bool) any
-
 // Config is what a Node is built from: the Client's options.
 type Config struct {
 	Fair       bool

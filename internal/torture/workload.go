@@ -11,8 +11,8 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/driver"
-	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/goredisdriver"
+	"github.com/dlockio/dlock/internal/testopt"
 )
 
 // Modes of a round: how every Client of the round takes its locks.
@@ -170,7 +170,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.grdb = redis.NewClient(&redis.Options{Network: cfg.GuardNet, Addr: cfg.GuardAddr, PoolSize: 4})
 	w.guard = dlock.NewGuard(w.grdb)
-	how := backend.Pipelined(w.opts.pipelining).(dlock.Option) // the checker runs both paths
+	how := testopt.Pipelining(w.opts.pipelining) // the checker runs both paths
 	if cfg.Mode == ModeNoScripts {
 		how = dlock.WithoutScripts() // (pipelining does not apply)
 	}
