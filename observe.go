@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +37,8 @@ type Event struct {
 
 // Observer watches a Client's operations; any field may be nil. Its functions
 // run on the operation's path, concurrently, and must not block; a panic in one
-// is dropped. [SlogObserver], extra/dlockotel and extra/dlockprom use it.
+// breaks nothing and is logged as an error through slog.Default(). [SlogObserver],
+// extra/dlockotel and extra/dlockprom use it.
 type Observer struct {
 	// Start is called as an operation begins; its calls use what it returns.
 	Start func(ctx context.Context, e *Event) context.Context
@@ -98,7 +100,7 @@ func (c *Client) start(ctx context.Context, k *kind, e *Event) context.Context {
 	for _, o := range c.obs.all() {
 		if o.Start != nil {
 			var next context.Context
-			safely(func() { next = o.Start(ctx, e) })
+			safely(e.Op, e.Name, func() { next = o.Start(ctx, e) })
 			if next != nil {
 				ctx = next
 			}
@@ -124,7 +126,7 @@ func (c *Client) end(ctx context.Context, e *Event, began time.Time, err error) 
 	}
 	for _, o := range c.obs.all() {
 		if o.End != nil {
-			safely(func() { o.End(ctx, e) })
+			safely(e.Op, e.Name, func() { o.End(ctx, e) })
 		}
 	}
 }
@@ -135,7 +137,7 @@ func (c *Client) waitingFor(ctx context.Context, name string, delta int) {
 	c.obs.waiting.Add(int64(delta))
 	for _, o := range c.obs.all() {
 		if o.Waiting != nil {
-			safely(func() { o.Waiting(ctx, name, delta) })
+			safely(OpAcquire, name, func() { o.Waiting(ctx, name, delta) })
 		}
 	}
 }
@@ -146,17 +148,22 @@ func (c *Client) lostLease(l *Lock, err error) {
 	e := Event{Op: OpLost, Name: l.name, Mode: l.k.mode.String(), Held: time.Since(l.start), Err: err}
 	for _, o := range c.obs.all() {
 		if o.Lost != nil {
-			safely(func() { o.Lost(context.Background(), &e) })
+			safely(OpLost, l.name, func() { o.Lost(context.Background(), &e) })
 		}
 	}
 }
 
-// safely runs an observer's function, dropping a panic: an observer runs
-// on the path of a lock operation (after an acquisition took its lease,
-// in the watchdog's timer), and its failure must not leave a lease that no
-// caller holds a handle to, or stop a watchdog.
-func safely(f func()) {
-	defer func() { _ = recover() }()
+// safely runs an observer's function f, told of op on the lock name, and
+// logs a panic in it: an observer runs on the path of a lock operation
+// (after an acquisition took its lease, in the watchdog's timer), and its
+// failure must not leave a lease that no caller holds a handle to, or stop
+// a watchdog.
+func safely(op Op, name string, f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			slog.Default().Error("dlock: observer panicked", "op", op, "lock", name, "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
 	f()
 }
 
