@@ -151,7 +151,7 @@ func waitedOut(op, name string, d time.Duration, all bool, last ...error) error 
 // errors, if any, which it adds to errs.
 func withLast(detail string, errs *[]error, last []error) string {
 	if last := errors.Join(last...); last != nil {
-		detail += "; last attempt: " + strings.ReplaceAll(last.Error(), "\n", "; ")
+		detail += "; last attempt: " + oneLine(last)
 		*errs = append(*errs, last)
 	}
 	return detail
@@ -180,19 +180,12 @@ func joinEnded(ferr, rerr error) error {
 	case errors.Is(ferr, rerr):
 		return ferr // fn returned the loss itself (its context's cause)
 	}
-	return &endedError{fn: ferr, end: rerr}
-}
-
-// endedError is joinEnded's error: one line, fn's text and end's.
-type endedError struct{ fn, end error }
-
-func (e *endedError) Error() string {
 	sep := "; "
-	if errors.Is(e.fn, context.Canceled) && errors.Is(e.end, ErrNotHeld) {
+	if errors.Is(ferr, context.Canceled) && errors.Is(rerr, ErrNotHeld) {
 		sep = ": " // fn gave up because its context was cancelled, by the loss
 	}
-	line := func(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
-	return line(e.fn) + sep + line(e.end)
+	return backend.Detailed(oneLine(ferr)+sep+oneLine(rerr), ferr, rerr)
 }
 
-func (e *endedError) Unwrap() []error { return []error{e.fn, e.end} }
+// oneLine is err's text on one line.
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

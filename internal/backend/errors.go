@@ -30,13 +30,13 @@ type detailed struct {
 func (e *detailed) Error() string   { return e.text }
 func (e *detailed) Unwrap() []error { return e.errs }
 
+// Detailed returns an error that reads text and matches errs.
+func Detailed(text string, errs ...error) error { return &detailed{text, errs} }
+
 // Because returns a cause that matches the sentinel kind (and errs) and
 // reads "<kind without its dlock: prefix>: <detail>".
 func Because(kind error, detail string, errs ...error) error {
-	return &detailed{
-		text: strings.TrimPrefix(kind.Error(), "dlock: ") + ": " + detail,
-		errs: append([]error{kind}, errs...),
-	}
+	return Detailed(strings.TrimPrefix(kind.Error(), "dlock: ")+": "+detail, append([]error{kind}, errs...)...)
 }
 
 // QuorumError reports an operation that did not reach a majority of nodes.
