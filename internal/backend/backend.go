@@ -163,7 +163,7 @@ type commander interface {
 func (n Node) evalsha(ctx context.Context, s *redis.Script, args []any) *redis.Cmd {
 	cmd := n.rdb.Do(ctx, args...)
 	if noScript(cmd.Err()) {
-		cmd = n.rerun(ctx, s, keyStrings(args), args[3+args[2].(int):])
+		cmd = n.rerun(ctx, s, driver.Keys(args), args[3+args[2].(int):])
 	}
 	return cmd
 }

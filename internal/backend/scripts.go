@@ -342,18 +342,3 @@ func (n Node) rerun(ctx context.Context, s *redis.Script, keys []string, args []
 	}
 	return cmd
 }
-
-// keyStrings returns the keys of an EVALSHA's arguments (evalsha, digest,
-// numkeys, keys…, argv…), given as strings or *strings.
-func keyStrings(args []any) []string {
-	nk := args[2].(int)
-	keys := make([]string, nk)
-	for i, k := range args[3 : 3+nk] {
-		if p, ok := k.(*string); ok {
-			keys[i] = *p
-		} else {
-			keys[i] = k.(string)
-		}
-	}
-	return keys
-}
