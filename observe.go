@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +36,7 @@ type Event struct {
 
 // Observer watches a Client's operations; any field may be nil. Its functions
 // run on the operation's path, concurrently, and must not block; a panic in one
-// breaks nothing and is logged as an error through slog.Default(). [SlogObserver],
+// breaks nothing and is counted in [Stats].ObserverPanics. [SlogObserver],
 // extra/dlockotel and extra/dlockprom use it.
 type Observer struct {
 	// Start is called as an operation begins; its calls use what it returns.
@@ -68,8 +67,8 @@ type observers struct {
 	list    atomic.Pointer[[]Observer]
 	anyLost atomic.Bool // some Observer has Lost: leases arm their expiry timer
 
-	acquired, notAcquired, failed, released, lost, extendFailed atomic.Uint64
-	waiting                                                     atomic.Int64
+	acquired, notAcquired, failed, released, lost, extendFailed, panics atomic.Uint64
+	waiting                                                             atomic.Int64
 }
 
 func (o *observers) add(obs Observer) {
@@ -100,7 +99,7 @@ func (c *Client) start(ctx context.Context, k *kind, e *Event) context.Context {
 	for _, o := range c.obs.all() {
 		if o.Start != nil {
 			var next context.Context
-			safely(e.Op, e.Name, func() { next = o.Start(ctx, e) })
+			c.obs.safely(func() { next = o.Start(ctx, e) })
 			if next != nil {
 				ctx = next
 			}
@@ -126,7 +125,7 @@ func (c *Client) end(ctx context.Context, e *Event, began time.Time, err error) 
 	}
 	for _, o := range c.obs.all() {
 		if o.End != nil {
-			safely(e.Op, e.Name, func() { o.End(ctx, e) })
+			c.obs.safely(func() { o.End(ctx, e) })
 		}
 	}
 }
@@ -137,7 +136,7 @@ func (c *Client) waitingFor(ctx context.Context, name string, delta int) {
 	c.obs.waiting.Add(int64(delta))
 	for _, o := range c.obs.all() {
 		if o.Waiting != nil {
-			safely(OpAcquire, name, func() { o.Waiting(ctx, name, delta) })
+			c.obs.safely(func() { o.Waiting(ctx, name, delta) })
 		}
 	}
 }
@@ -148,20 +147,19 @@ func (c *Client) lostLease(l *Lock, err error) {
 	e := Event{Op: OpLost, Name: l.name, Mode: l.k.mode.String(), Held: time.Since(l.start), Err: err}
 	for _, o := range c.obs.all() {
 		if o.Lost != nil {
-			safely(OpLost, l.name, func() { o.Lost(context.Background(), &e) })
+			c.obs.safely(func() { o.Lost(context.Background(), &e) })
 		}
 	}
 }
 
-// safely runs an observer's function f, told of op on the lock name, and
-// logs a panic in it: an observer runs on the path of a lock operation
-// (after an acquisition took its lease, in the watchdog's timer), and its
-// failure must not leave a lease that no caller holds a handle to, or stop
-// a watchdog.
-func safely(op Op, name string, f func()) {
+// safely runs an observer's function f, counting a panic in it: an
+// observer runs on the path of a lock operation (after an acquisition took
+// its lease, in the watchdog's timer), and its failure must not leave a
+// lease that no caller holds a handle to, or stop a watchdog.
+func (o *observers) safely(f func()) {
 	defer func() {
-		if v := recover(); v != nil {
-			slog.Default().Error("dlock: observer panicked", "op", op, "lock", name, "panic", v, "stack", string(debug.Stack()))
+		if recover() != nil {
+			o.panics.Add(1)
 		}
 	}()
 	f()

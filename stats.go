@@ -3,14 +3,15 @@ package dlock
 // Stats are a Client's counters since New, shared with its Owner Clients. All
 // but Waiting only grow.
 type Stats struct {
-	Acquired      uint64 // acquisitions that took the lock
-	NotAcquired   uint64 // acquisitions that ended without it
-	Released      uint64 // releases of a lease that still held the lock
-	Lost          uint64 // leases lost before their release
-	ExtendFailed  uint64 // extensions (the watchdog's and Extend's) that failed
-	Errors        uint64 // acquisitions and releases failed by a Redis error
-	Waiting       int64  // Acquire calls waiting now
-	Calls, Writes uint64 // script calls sent, and the pipelines that carried them
+	Acquired       uint64 // acquisitions that took the lock
+	NotAcquired    uint64 // acquisitions that ended without it
+	Released       uint64 // releases of a lease that still held the lock
+	Lost           uint64 // leases lost before their release
+	ExtendFailed   uint64 // extensions (the watchdog's and Extend's) that failed
+	Errors         uint64 // acquisitions and releases failed by a Redis error
+	Waiting        int64  // Acquire calls waiting now
+	Calls, Writes  uint64 // script calls sent, and the pipelines that carried them
+	ObserverPanics uint64 // panics recovered in Observer functions
 }
 
 // Stats returns the Client's counters.
@@ -19,5 +20,5 @@ func (c *Client) Stats() Stats {
 	calls, writes := c.b.Batches()
 	return Stats{Acquired: o.acquired.Load(), NotAcquired: o.notAcquired.Load(), Released: o.released.Load(),
 		Lost: o.lost.Load(), ExtendFailed: o.extendFailed.Load(), Errors: o.failed.Load(), Waiting: o.waiting.Load(),
-		Calls: calls, Writes: writes}
+		Calls: calls, Writes: writes, ObserverPanics: o.panics.Load()}
 }
