@@ -24,6 +24,7 @@
 //	dlock_locks_lost_total                        counter    leases lost before their release
 //	dlock_extend_failures_total                   counter    extensions that failed (the watchdog retries
 //	                                                         until the lease's validity runs out)
+//	dlock_observer_panics_total                   counter    panics recovered in the Client's Observer functions
 //	dlock_waiters                                 gauge      Acquire calls waiting now for a lock that is taken
 //	dlock_redis_calls_total                       counter    script calls sent through the pipelining batcher
 //	dlock_redis_writes_total                      counter    the pipelines (or lone calls) that carried them:

@@ -86,6 +86,7 @@ func Example() {
 	// dlock_extend_failures_total: 0
 	// dlock_hold_duration_seconds mode=fair outcome=released: 1 observed
 	// dlock_locks_lost_total: 0
+	// dlock_observer_panics_total: 0
 	// dlock_releases_total: 1
 	// dlock_waiters: 0
 }

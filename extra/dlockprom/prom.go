@@ -85,7 +85,7 @@ type Collector struct {
 	c             *dlock.Client
 	acquire, hold *prometheus.HistogramVec
 
-	acquisitions, releases, failed, lost, extendFailed, waiters, calls, writes *prometheus.Desc
+	acquisitions, releases, failed, lost, extendFailed, panics, waiters, calls, writes *prometheus.Desc
 }
 
 // NewCollector returns a Collector of c's metrics: the counters and the
@@ -128,6 +128,7 @@ func NewCollector(c *dlock.Client, opts ...Option) (*Collector, error) {
 	col.failed = desc("errors_total", "Acquisitions and releases that failed with an error from Redis.")
 	col.lost = desc("locks_lost_total", "Leases lost before their release.")
 	col.extendFailed = desc("extend_failures_total", "Extensions (the watchdog's and Extend's) that failed.")
+	col.panics = desc("observer_panics_total", "Panics recovered in the Client's Observer functions (this Collector's included).")
 	col.waiters = desc("waiters", "Acquire calls waiting now for a lock that is taken.")
 	col.calls = desc("redis_calls_total", "Script calls sent to Redis through the pipelining batcher.")
 	col.writes = desc("redis_writes_total", "Pipelines, or lone calls, that carried the script calls.")
@@ -143,7 +144,7 @@ func NewCollector(c *dlock.Client, opts ...Option) (*Collector, error) {
 // Describe sends the descriptors of the Collector's metrics.
 func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{col.acquisitions, col.releases, col.failed, col.lost,
-		col.extendFailed, col.waiters, col.calls, col.writes} {
+		col.extendFailed, col.panics, col.waiters, col.calls, col.writes} {
 		ch <- d
 	}
 	col.acquire.Describe(ch)
@@ -162,6 +163,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(col.failed, s.Errors)
 	counter(col.lost, s.Lost)
 	counter(col.extendFailed, s.ExtendFailed)
+	counter(col.panics, s.ObserverPanics)
 	counter(col.calls, s.Calls)
 	counter(col.writes, s.Writes)
 	ch <- prometheus.MustNewConstMetric(col.waiters, prometheus.GaugeValue, float64(s.Waiting))

@@ -89,8 +89,8 @@ func TestCollectorRegistersAndLints(t *testing.T) {
 	if problems, err := testutil.CollectAndLint(col); err != nil || len(problems) > 0 {
 		t.Errorf("CollectAndLint = %v, %v", problems, err)
 	}
-	if n := testutil.CollectAndCount(col); n != 11 { // 9 Stats series, a series in each histogram
-		t.Errorf("CollectAndCount = %d, want 11", n)
+	if n := testutil.CollectAndCount(col); n != 12 { // 10 Stats series, a series in each histogram
+		t.Errorf("CollectAndCount = %d, want 12", n)
 	}
 	if err := reg.Register(col); !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 		t.Errorf("Register of a second Collector = %v, want AlreadyRegisteredError", err)
@@ -267,8 +267,8 @@ func TestCollectorOptions(t *testing.T) {
 	}
 	l.Release(t.Context())
 	mfs := gather(t, reg)
-	if len(mfs) != 10 {
-		t.Errorf("%d metric families, want 10", len(mfs))
+	if len(mfs) != 11 {
+		t.Errorf("%d metric families, want 11", len(mfs))
 	}
 	for name, mf := range mfs {
 		if !strings.HasPrefix(name, "app_dlock_") {
