@@ -40,9 +40,9 @@ type engine struct {
 
 // newClient returns the Client of backend b and its hubs; it sees b's errors
 // through publicBackend.
-func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, m mode) *Client {
+func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, own kind) *Client {
 	e := &engine{b: publicBackend{b}, hubs: hubs, opts: o, id: newToken()[:11],
-		stop: make(chan struct{}), own: kind{mode: m, fair: o.fair, role: ownLocks{}}}
+		stop: make(chan struct{}), own: own}
 	for _, ob := range o.observers {
 		e.obs.add(ob)
 	}
@@ -61,31 +61,29 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
-	if o.reentrant {
-		o.fair = false
-	}
 	n, h := newNode(rdb, &o)
 	var b backend.Backend = n
 	if o.noScripts {
 		b = backend.NewNoScripts(n)
 	}
-	return newClient(b, []*pubsub.Hub{h}, o, o.mode()), nil
+	return newClient(b, []*pubsub.Hub{h}, o, o.own()), nil
 }
 
-// mode is the kind of lock the options ask for.
-func (o *options) mode() mode {
+// own is the kind of the Client's own locks that the options ask for, on
+// one deployment.
+func (o *options) own() kind {
 	switch {
 	case o.reentrant:
-		return modeReentrant
-	case o.fair:
-		return modeFair
+		return reentrantLocks
+	case o.fair && !o.noScripts:
+		return fairLocks
 	}
-	return modeUnfair
+	return unfairLocks
 }
 
 // config is a Node's configuration from the options.
 func (o *options) config(sharded bool) backend.Config {
-	return backend.Config{Fair: o.fair, Reentrant: o.reentrant, Sharded: sharded,
+	return backend.Config{Sharded: sharded,
 		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, TTL: o.lease.ttl}
 }
 
@@ -105,12 +103,9 @@ func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	case o.noScripts:
 		return nil, fmt.Errorf("%w: NewFrom: WithoutScripts needs a go-redis client (New)", ErrInvalid)
 	}
-	if o.reentrant {
-		o.fair = false
-	}
 	sharded := o.sharded > 0 || (o.sharded == 0 && conn.Info().Cluster)
 	n := backend.NewNodeFrom(conn, o.config(sharded))
-	return newClient(n, []*pubsub.Hub{pubsub.New(conn, sharded)}, o, o.mode()), nil
+	return newClient(n, []*pubsub.Hub{pubsub.New(conn, sharded)}, o, o.own()), nil
 }
 
 // isNil reports whether v is nil, or an interface holding a nil pointer (a

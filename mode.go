@@ -86,6 +86,15 @@ type kindWords struct {
 // ownLocks are a Client's own locks.
 type ownLocks struct{}
 
+// The kinds of a Client's own locks, one chosen when it is made
+// (options.own, NewRedlock).
+var (
+	unfairLocks    = kind{mode: modeUnfair, lease: backend.PlainLock, role: ownLocks{}}
+	fairLocks      = kind{mode: modeFair, fair: true, lease: backend.FairLock, role: ownLocks{}}
+	reentrantLocks = kind{mode: modeReentrant, lease: backend.ReentrantLock, role: ownLocks{}}
+	quorumLocks    = kind{mode: modeQuorum, lease: backend.PlainLock, role: ownLocks{}}
+)
+
 func (ownLocks) acquireOp() string         { return "acquire" }
 func (ownLocks) releaseOp() string         { return "release" }
 func (ownLocks) refused(*NotAcquiredError) {}
@@ -129,7 +138,7 @@ func (campaign) words() kindWords {
 // wrapping ErrInvalid that says why in the kind's words.
 func (c *Client) carries(k *kind, call string) error {
 	why := c.b.Carries(k.lease)
-	if why == nil {
+	if why == nil && c.own.lease != backend.ReentrantLock {
 		return nil
 	}
 	w := k.role.words()
@@ -137,7 +146,7 @@ func (c *Client) carries(k *kind, call string) error {
 	switch {
 	case errors.Is(why, backend.ErrOverQuorum):
 		s = w.plural + " are not available over a quorum (NewRedlock)" + w.overQuorum
-	case errors.Is(why, backend.ErrReentrantNode):
+	case why == nil: // (a reentrant Client's claims all name its owner)
 		s = "a reentrant Client (WithReentrant) cannot " + w.verb + " " + w.one
 	default:
 		s = w.plural + " need scripts; a Client made WithoutScripts() cannot " + w.verb + " one"

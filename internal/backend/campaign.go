@@ -32,9 +32,9 @@ func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *re
 		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey(), &c.Token, window, n.releaseConf(true)}))
 }
 
-func (campaign) scripts(l leaseScripts) (*redis.Script, scriptSet) {
-	return script.AcquireFair, l.campaign
-}
+var campaignScripts = setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence, script.Proclaim)
+
+func (campaign) scripts() (*redis.Script, scriptSet) { return script.AcquireFair, campaignScripts }
 
 func (campaign) member(string) string { return "" }
 

@@ -37,22 +37,18 @@ type NoScripts struct {
 // NewNoScripts returns the script-free backend of the deployment n reaches.
 func NewNoScripts(n Node) NoScripts { return NoScripts{Node: n} }
 
-// carries refuses a lease it cannot serve: only a plain lock runs without
-// scripts (not a reentrant or fair one, nor another Kind).
+// carries refuses a lease it cannot serve, unsent (see Carries).
 func (n NoScripts) carries(c *Claim) error {
-	if c.Kind != nil || c.Owner != "" || n.fair {
-		return fmt.Errorf("%w: only plain locks run without scripts", ErrNotSent)
+	if err := n.Carries(c.Kind); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	return nil
 }
 
-// Carries serves the Node's own locks only: every other Kind runs scripts
-// (see Backend).
-func (n NoScripts) Carries(k Kind) error {
-	if err := n.Node.Carries(k); err != nil {
-		return err
-	}
-	if k != nil {
+// Carries serves plain locks only: every other Kind runs scripts (see
+// Backend).
+func (NoScripts) Carries(k Kind) error {
+	if k != PlainLock {
 		return ErrNeedsScripts
 	}
 	return nil

@@ -54,7 +54,11 @@ func (p permit) args(a ...any) []any {
 	return a
 }
 
-func (permit) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script.HoldAcquire, l.hold }
+// holdScripts are those of a semaphore's permits and of a read-write
+// lock's holds.
+var holdScripts = setOf(script.HoldAcquire, script.HoldRelease, script.HoldExtend, script.Fence, script.HoldDowngrade)
+
+func (permit) scripts() (*redis.Script, scriptSet) { return script.HoldAcquire, holdScripts }
 
 func (permit) member(string) string { return "" }
 
