@@ -182,7 +182,11 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if err := ld.l.Err(); err != nil {
 		return err
 	}
-	ok, err := ld.l.c.b.Proclaim(ctx, ld.l.cl, value)
+	var ok bool
+	err := ld.l.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
+		ok, err = n.Proclaim(ctx, ld.l.cl, value)
+		return err
+	})
 	switch {
 	case errors.Is(err, backend.ErrSuperseded):
 		return ld.l.handOff()

@@ -284,16 +284,6 @@ func (p publicBackend) Release(ctx context.Context, c *backend.Claim) (bool, err
 	return ok, publicErr(err)
 }
 
-func (p publicBackend) Downgrade(ctx context.Context, c *backend.Claim) (bool, error) {
-	ok, err := p.b.Downgrade(ctx, c)
-	return ok, publicErr(err)
-}
-
-func (p publicBackend) Proclaim(ctx context.Context, c *backend.Claim, value string) (bool, error) {
-	ok, err := p.b.Proclaim(ctx, c, value)
-	return ok, publicErr(err)
-}
-
 func (p publicBackend) Fence(ctx context.Context, c *backend.Claim) (int64, error) {
 	f, err := p.b.Fence(ctx, c)
 	return f, publicErr(err)
@@ -302,11 +292,6 @@ func (p publicBackend) Fence(ctx context.Context, c *backend.Claim) (int64, erro
 func (p publicBackend) Seq(ctx context.Context, c *backend.Claim) (int64, bool, error) {
 	n, drives, err := p.b.Seq(ctx, c)
 	return n, drives, publicErr(err)
-}
-
-func (p publicBackend) Permits(ctx context.Context, k *backend.Keys, op string, v, size int) (backend.PermitSize, error) {
-	ps, err := p.b.Permits(ctx, k, op, v, size)
-	return ps, publicErr(err)
 }
 
 func (p publicBackend) Inspect(ctx context.Context, k *backend.Keys) (backend.State, error) {
@@ -337,3 +322,7 @@ func (p publicBackend) Batches() (calls, writes uint64) { return p.b.Batches() }
 func (p publicBackend) Drain(ctx context.Context) error { return p.b.Drain(ctx) }
 
 func (p publicBackend) Carries(k backend.Kind) error { return p.b.Carries(k) }
+
+func (p publicBackend) Op(ctx context.Context, op func(context.Context, backend.Node) error) error {
+	return publicErr(p.b.Op(ctx, op))
+}

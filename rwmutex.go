@@ -77,7 +77,11 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	cl := *w.cl
 	w.cl.SetKind(backend.Downgrading)
 	w.mu.Unlock()
-	ok, err := w.c.b.Downgrade(ctx, &cl)
+	var ok bool
+	err := w.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
+		ok, err = n.Downgrade(ctx, &cl)
+		return err
+	})
 	w.mu.Lock()
 	w.cl.SetKind(cl.Kind) // (only its kind changes: Key, Token and TTL read the rest unlocked)
 	w.mu.Unlock()

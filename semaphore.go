@@ -54,7 +54,7 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 1 || n > math.MaxInt32 {
 		return false, fmt.Errorf("%w: TrySetPermits(%d) of %q: need 1 to %d", ErrInvalid, n, s.name, math.MaxInt32)
 	}
-	ps, err := s.c.b.Permits(ctx, &s.keys, "set", n, s.permits)
+	ps, err := s.size(ctx, "set", n)
 	if err != nil {
 		return false, opError("set permits", s.name, err)
 	}
@@ -65,7 +65,7 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 // each caller's own N counts again. Holds stay; waiters of N = 0 fail with
 // [ErrInvalid].
 func (s *Semaphore) UnsetPermits(ctx context.Context) (bool, error) {
-	ps, err := s.c.b.Permits(ctx, &s.keys, "unset", 0, s.permits)
+	ps, err := s.size(ctx, "unset", 0)
 	if err != nil {
 		return false, opError("unset permits", s.name, err)
 	}
@@ -78,7 +78,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 	if delta < -math.MaxInt32 || delta > math.MaxInt32 {
 		return 0, fmt.Errorf("%w: AddPermits(%d) of %q: out of range", ErrInvalid, delta, s.name)
 	}
-	ps, err := s.c.b.Permits(ctx, &s.keys, "add", delta, s.permits)
+	ps, err := s.size(ctx, "add", delta)
 	if err != nil {
 		return 0, opError("add permits", s.name, err)
 	}
@@ -89,7 +89,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 // below 0 while holds above a shrunk size last. [ErrInvalid]: N is 0 and no
 // size is kept.
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
-	ps, err := s.c.b.Permits(ctx, &s.keys, "get", 0, s.permits)
+	ps, err := s.size(ctx, "get", 0)
 	if err == nil && ps.Size == 0 {
 		err = backend.Because(ErrInvalid, "no size is kept in Redis for this semaphore of 0 permits")
 	}
@@ -145,6 +145,15 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, l *Lock
 func (s *Semaphore) TryDo(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	ferr, rerr := s.c.do(ctx, &s.k, s.name, fn, opts, true)
 	return joinEnded(ferr, rerr)
+}
+
+// size runs op on the size kept in Redis (see backend.Node.Permits).
+func (s *Semaphore) size(ctx context.Context, op string, v int) (ps backend.PermitSize, err error) {
+	err = s.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
+		ps, err = n.Permits(ctx, &s.keys, op, v, s.permits)
+		return err
+	})
+	return ps, err
 }
 
 // Permit is one live permit of a semaphore.

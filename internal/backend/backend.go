@@ -256,18 +256,12 @@ type Backend interface {
 	// cannot be reached, and the timed call, which would fail alike, is
 	// not sent.
 	Prepare(ctx context.Context, c *Claim) error
-	// Downgrade turns the write hold c into a read hold, in one step (see
-	// hold_downgrade.lua), and c into a read's claim (a Downgrading one
-	// when the outcome is unknown); false if c no longer holds the lock.
-	// The caller keeps every other use of c out meanwhile.
-	// ErrSuperseded: another Lock resumed the lease (so for Proclaim).
-	Downgrade(ctx context.Context, c *Claim) (bool, error)
-	// Proclaim sets the value the leader of the campaign lease c shows,
-	// within its term (see proclaim.lua); false if c no longer holds the lock.
-	Proclaim(ctx context.Context, c *Claim, value string) (bool, error)
-	// Permits reads or changes the size of the semaphore k kept in Redis
-	// (see Node.Permits).
-	Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error)
+	// Op runs op, an operation of one kind's own (a read-write lock's
+	// downgrade, a leader's proclaim, a semaphore's kept size: a method of
+	// Node in the kind's file), on the deployment, and returns its error.
+	// A backend that carries plain locks only refuses every one, unsent,
+	// with the error Carries gives.
+	Op(ctx context.Context, op func(context.Context, Node) error) error
 	// Carries reports whether the backend serves leases of the kind k
 	// (plain locks every backend serves): nil if it does, or why not,
 	// ErrOverQuorum or ErrNeedsScripts.
@@ -720,28 +714,8 @@ func (n Node) again(ctx context.Context, sent bool, f func() error) (bool, error
 // lost is asked again: the pauses are 10ms, 40ms, 160ms.
 const releasePauseMax = 160 * time.Millisecond
 
-func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
-	v, err := n.run(ctx, script.HoldDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer).Int64()
-	var reply redis.Error
-	if err != nil && !neverSent(err) && !errors.As(err, &reply) {
-		c.SetKind(Downgrading)
-	}
-	if err != nil {
-		return false, RedisErr(err)
-	}
-	if v == 1 {
-		c.SetKind(Read)
-	}
-	return v == 1, superseded(v)
-}
-
-func (n Node) Proclaim(ctx context.Context, c *Claim, value string) (bool, error) {
-	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer).Int64()
-	if err != nil {
-		return false, RedisErr(err)
-	}
-	return v == 1, superseded(v)
-}
+// Op runs op on n (see Backend).
+func (n Node) Op(ctx context.Context, op func(context.Context, Node) error) error { return op(ctx, n) }
 
 // superseded is the error of a script's reply v: ErrSuperseded for -1,
 // which says that another Lock resumed the lease (see lib.lua's drives).
@@ -750,26 +724,6 @@ func superseded(v int64) error {
 		return ErrSuperseded
 	}
 	return nil
-}
-
-// Permits runs permits.lua on the semaphore k: op "get", "set" (to v,
-// unless a size is stored) or "add" (v); n is the caller's N, the size
-// while none is stored.
-func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error) {
-	r, err := n.run(ctx, script.Permits, []string{k.Lock, k.SizeKey(), k.Queue}, op, v, size, k.Channel, n.pub).Int64Slice()
-	if err != nil {
-		return PermitSize{}, RedisErr(err)
-	}
-	if len(r) != 3 {
-		return PermitSize{}, fmt.Errorf("permits.lua: unexpected reply %v", r)
-	}
-	return PermitSize{Size: int(r[0]), Held: int(r[1]), Changed: r[2] == 1}, nil
-}
-
-// PermitSize is a semaphore's size as permits.lua read or left it.
-type PermitSize struct {
-	Size, Held int  // the size, and the permits held
-	Changed    bool // the call changed the stored size
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {

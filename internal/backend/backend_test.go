@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -168,5 +169,30 @@ func TestLuaErrorIsToldAsAScriptFailure(t *testing.T) {
 	noScript := rdb.EvalSha(ctx, strings.Repeat("0", 40), nil).Err()
 	if err := RedisErr(noScript); err != noScript {
 		t.Errorf("RedisErr(%v) = %v, want it unchanged", noScript, err)
+	}
+}
+
+// A kind's own operation runs on a Node; a quorum and a script-free backend
+// refuse every one alike, without running it.
+func TestKindOpsRunOnANodeAndAreRefusedElsewhere(t *testing.T) {
+	t.Parallel()
+	n := NewNode(nil, Config{TTL: time.Second})
+	ran := 0
+	op := func(context.Context, Node) error { ran++; return nil }
+	if err := n.Op(t.Context(), op); err != nil || ran != 1 {
+		t.Errorf("Node.Op = %v after %d runs, want nil after 1", err, ran)
+	}
+	for _, tc := range []struct {
+		name string
+		b    Backend
+		want error
+	}{
+		{"quorum", NewQuorum([]Node{n, n, n}, time.Second), ErrOverQuorum},
+		{"no scripts", NewNoScripts(n), ErrNeedsScripts},
+	} {
+		ran = 0
+		if err := tc.b.Op(t.Context(), op); !errors.Is(err, tc.want) || ran != 0 {
+			t.Errorf("%s: Op = %v after %d runs, want %v unrun", tc.name, err, ran, tc.want)
+		}
 	}
 }

@@ -39,3 +39,14 @@ func (campaign) scripts() (*redis.Script, scriptSet) { return script.AcquireFair
 func (campaign) member(string) string { return "" }
 
 func (campaign) shape() string { return "string" }
+
+// Proclaim sets the value the leader of the campaign lease c shows, within
+// its term (see proclaim.lua); false if c no longer holds the lock.
+// ErrSuperseded: another Lock resumed the lease.
+func (n Node) Proclaim(ctx context.Context, c *Claim, value string) (bool, error) {
+	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer).Int64()
+	if err != nil {
+		return false, RedisErr(err)
+	}
+	return v == 1, superseded(v)
+}

@@ -480,17 +480,10 @@ func flatZset(cmd *redis.ZSliceCmd) ([]any, error) {
 	return v, err
 }
 
-// Downgrade is refused: read-write locks need scripts.
-func (n NoScripts) Downgrade(context.Context, *Claim) (bool, error) { return false, ErrNeedsScripts }
-
-// Proclaim is refused: elections need scripts.
-func (n NoScripts) Proclaim(context.Context, *Claim, string) (bool, error) {
-	return false, ErrNeedsScripts
-}
-
-// Permits is refused: semaphores need scripts.
-func (n NoScripts) Permits(context.Context, *Keys, string, int, int) (PermitSize, error) {
-	return PermitSize{}, ErrNeedsScripts
+// Op is refused: the kinds with operations of their own need scripts (see
+// Backend).
+func (NoScripts) Op(context.Context, func(context.Context, Node) error) error {
+	return ErrNeedsScripts
 }
 
 // Inspect reads the lock's state as inspect.lua does, in one MULTI.

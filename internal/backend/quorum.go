@@ -526,15 +526,9 @@ func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
 	return keys, nil
 }
 
-// Downgrade is refused: a quorum carries no read-write locks.
-func (q *Quorum) Downgrade(context.Context, *Claim) (bool, error) { return false, ErrOverQuorum }
-
-// Proclaim is refused: a quorum carries no elections.
-func (q *Quorum) Proclaim(context.Context, *Claim, string) (bool, error) { return false, ErrOverQuorum }
-
-func (q *Quorum) Permits(context.Context, *Keys, string, int, int) (PermitSize, error) {
-	return PermitSize{}, ErrOverQuorum
-}
+// Op is refused: a quorum carries no kind with operations of its own (see
+// Backend).
+func (q *Quorum) Op(context.Context, func(context.Context, Node) error) error { return ErrOverQuorum }
 
 // Inspect reports what a majority of nodes agree on: the holder, the
 // shortest remaining lease among them, and the highest fence.
