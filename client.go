@@ -162,13 +162,13 @@ func (c *Client) check(name string) (backend.Keys, error) {
 // id: the Client's owner, see Owner, or one of its own).
 func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lock, error) {
 	if c.closed.Load() {
-		return nil, fmt.Errorf("%w: %s %q", ErrClosed, k.acquireOp(), name)
+		return nil, fmt.Errorf("%w: %s %q", ErrClosed, k.acquireOp, name)
 	}
 	keys, err := c.check(name)
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.leaseFor(k.acquireOp(), name, opts, try)
+	p, err := c.leaseFor(k.acquireOp, name, opts, try)
 	if err != nil {
 		return nil, err
 	}
@@ -183,14 +183,14 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 	}
 	l.cl.Kind = k.lease
 	if p.resume != "" {
-		if tokenTag(p.resume) != k.tag() {
+		if tokenTag(p.resume) != k.tag {
 			return nil, fmt.Errorf("%w: %q: Resume: the token is another kind's lease", ErrNotHeld, name)
 		}
 		l.cl.SetToken(p.resume)
 		l.cl.Clean = false // the lease's first holder may have requests in flight
 		return l, nil
 	}
-	l.cl.SetToken(leaseToken(p.suffix, k.tag()))
+	l.cl.SetToken(leaseToken(p.suffix, k.tag))
 	return l, nil
 }
 

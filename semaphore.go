@@ -33,12 +33,27 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if permits < 0 || permits > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): permits must be 0 (the size kept in Redis) to %d", ErrInvalid, name, permits, math.MaxInt32)
 	}
-	// A permit's waiters queue, whatever WithUnfair says.
-	k := kind{mode: modeSemaphore, fair: true, lease: backend.Permits(permits), role: semaphorePermits(permits)}
+	k := semaphoreKind(permits)
 	if err := c.carries(&k, fmt.Sprintf("Semaphore(%q, %d)", name, permits)); err != nil {
 		return nil, err
 	}
 	return &Semaphore{c: c, k: k, name: name, permits: permits, keys: backend.KeysFor(c.opts.prefix, name)}, nil
+}
+
+// semaphoreKind returns the kind of a semaphore's permits asked with N = n: they
+// queue, whatever WithUnfair says.
+func semaphoreKind(n int) kind {
+	return kind{mode: "semaphore", lease: backend.Permits(n), fair: true, acquireOp: "acquire", releaseOp: "release",
+		refused:       func(e *NotAcquiredError, _ backend.Grant) { e.Permits, e.say = n, noPermit },
+		namesNoHolder: true, plural: "semaphores", one: "a semaphore", verb: "keep"}
+}
+
+// noPermit says why a permit was not granted.
+func noPermit(e *NotAcquiredError) string {
+	if e.Permits > 0 {
+		return fmt.Sprintf("no permit free: all %d held, or others waiting ahead", e.Permits)
+	}
+	return "no permit free: all held, or others waiting ahead" // (N asked as 0: the size kept in Redis, if any)
 }
 
 // Name returns the semaphore's name.
