@@ -69,18 +69,6 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	return newClient(b, []*pubsub.Hub{h}, o, o.own()), nil
 }
 
-// own is the kind of the Client's own locks that the options ask for, on
-// one deployment.
-func (o *options) own() kind {
-	switch {
-	case o.reentrant:
-		return reentrantLocks
-	case o.fair && !o.noScripts:
-		return fairLocks
-	}
-	return unfairLocks
-}
-
 // config is a Node's configuration from the options.
 func (o *options) config(sharded bool) backend.Config {
 	return backend.Config{Sharded: sharded,

@@ -34,7 +34,7 @@ type kind struct {
 }
 
 // The kinds of a Client's own locks, one chosen when it is made
-// (options.own, NewRedlock).
+// (own, NewRedlock).
 var (
 	unfairLocks    = kind{mode: "unfair", lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
 	fairLocks      = kind{mode: "fair", lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
@@ -42,6 +42,18 @@ var (
 	reentrantLocks = kind{mode: "reentrant", lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
 		refused: ownerRefused, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
 )
+
+// own is the kind of the Client's own locks that the options ask for, on
+// one deployment.
+func (o *options) own() kind {
+	switch {
+	case o.reentrant:
+		return reentrantLocks
+	case o.fair && !o.noScripts:
+		return fairLocks
+	}
+	return unfairLocks
+}
 
 // ownerRefused fills in a reentrant lock's refusal: it names the owner
 // that holds the lock.

@@ -727,11 +727,7 @@ func superseded(v int64) error {
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	window := n.fenceMS
-	if c.Kind == Campaign && c.TTL.Milliseconds() > n.fenceMS.(int64) {
-		window = c.TTL.Milliseconds() // a term's fence lives as long as its lease, as acquire_fair.lua issues it
-	}
-	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), window, c.Kind.shape(), c.Resumer).Int64()
+	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), fenceWindowOf(n, c), c.Kind.shape(), c.Resumer).Int64()
 	if err != nil {
 		return 0, RedisErr(err)
 	}
@@ -886,11 +882,11 @@ func (n Node) Undo(ctx context.Context, c *Claim) error {
 
 func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 	st, err := n.Inspect(ctx, k)
-	if err != nil || !st.Held || (st.Type == "zset" && st.Holding == "") { // (a semaphore whose permits just ended)
+	if err != nil {
 		return false, err
 	}
-	if st.Holding == "" {
-		return false, Because(ErrWrongType, "a "+st.Type)
+	if ok, err := st.forced(); !ok {
+		return false, err
 	}
 	ok, err := n.run(ctx, script.ForceRelease, []string{k.Lock}, st.Holding, k.Channel, n.pub).Int64()
 	if err != nil {

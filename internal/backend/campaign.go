@@ -38,6 +38,16 @@ func (campaign) scripts() (*redis.Script, scriptSet) { return script.AcquireFair
 
 func (campaign) member(string) string { return "" }
 
+// fenceWindowOf is how long the fence counter lives after the lease c on
+// n is fenced: a term's fence as long as its lease, as acquire_fair.lua
+// issues it; any other lease's the Node's fence window.
+func fenceWindowOf(n Node, c *Claim) any {
+	if c.Kind == Campaign && c.TTL.Milliseconds() > n.fenceMS.(int64) {
+		return c.TTL.Milliseconds()
+	}
+	return n.fenceMS
+}
+
 func (campaign) shape() string { return "string" }
 
 // Proclaim sets the value the leader of the campaign lease c shows, within

@@ -45,6 +45,15 @@ var (
 	ErrNeedsScripts = errors.New("only plain locks run without scripts")
 )
 
+// plainOnly is the Carries of a backend that serves plain locks only: nil
+// for PlainLock, else why.
+func plainOnly(k Kind, why error) error {
+	if k != PlainLock {
+		return why
+	}
+	return nil
+}
+
 // Carries serves every Kind (see Backend).
 func (Node) Carries(Kind) error { return nil }
 

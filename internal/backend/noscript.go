@@ -47,12 +47,7 @@ func (n NoScripts) carries(c *Claim) error {
 
 // Carries serves plain locks only: every other Kind runs scripts (see
 // Backend).
-func (NoScripts) Carries(k Kind) error {
-	if k != PlainLock {
-		return ErrNeedsScripts
-	}
-	return nil
-}
+func (NoScripts) Carries(k Kind) error { return plainOnly(k, ErrNeedsScripts) }
 
 // Prepare does nothing: no scripts to load (see Backend).
 func (NoScripts) Prepare(context.Context, *Claim) error { return nil }
@@ -534,11 +529,11 @@ func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
 			return err
 		}
 		st, err := stateOf(k, v)
-		switch {
-		case err != nil || !st.Held || (st.Type == "zset" && st.Holding == ""):
+		if err != nil {
 			return err
-		case st.Holding == "":
-			return Because(ErrWrongType, "a "+st.Type)
+		}
+		if ok, err := st.forced(); !ok {
+			return err
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Del(ctx, k.Lock)

@@ -145,12 +145,7 @@ func tally[T any](res []nodeResult[T], yes func(T) bool, errs []error) (yeses, a
 }
 
 // Carries serves plain locks only (see Backend).
-func (q *Quorum) Carries(k Kind) error {
-	if k != PlainLock {
-		return ErrOverQuorum
-	}
-	return nil
-}
+func (q *Quorum) Carries(k Kind) error { return plainOnly(k, ErrOverQuorum) }
 
 // Acquire takes the lock on a majority. A quorum carries plain locks
 // only: a claim of another Kind is refused, unsent. A waiter (queue)
