@@ -44,15 +44,15 @@ func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
 	switch {
 	case err != nil && ctx.Err() != nil:
 		if err == ctx.Err() || errors.Is(err, backend.ErrNotSent) {
-			return nil, gaveUp(ctx, k.acquireOp(), name)
+			return nil, gaveUp(ctx, k.acquireOp, name)
 		}
-		return nil, gaveUp(ctx, k.acquireOp(), name, err)
+		return nil, gaveUp(ctx, k.acquireOp, name, err)
 	case errors.Is(err, errTooSlow):
-		return nil, opError(k.acquireOp(), name, backend.Because(ErrNotAcquired, err.Error(), err))
+		return nil, opError(k.acquireOp, name, backend.Because(ErrNotAcquired, err.Error(), err))
 	case err != nil:
-		return nil, opError(k.acquireOp(), name, err)
+		return nil, opError(k.acquireOp, name, err)
 	case l == nil && ctx.Err() != nil:
-		return nil, gaveUp(ctx, k.acquireOp(), name)
+		return nil, gaveUp(ctx, k.acquireOp, name)
 	case l == nil:
 		return nil, k.notAcquired(name, k.refusal(name, g))
 	}
@@ -121,14 +121,14 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 				err = nil
 			}
 			if ctx.Err() != nil {
-				return nil, gaveUp(ctx, k.acquireOp(), name, a.last(err)...)
+				return nil, gaveUp(ctx, k.acquireOp, name, a.last(err)...)
 			}
 			if all := pending.p.waitAll; all > 0 {
-				return nil, waitedOut(k.acquireOp(), name, all, true, a.last(err)...)
+				return nil, waitedOut(k.acquireOp, name, all, true, a.last(err)...)
 			}
-			return nil, waitedOut(k.acquireOp(), name, wait, false, a.last(err)...)
+			return nil, waitedOut(k.acquireOp, name, wait, false, a.last(err)...)
 		}
-		return nil, opError(k.acquireOp(), name, err)
+		return nil, opError(k.acquireOp, name, err)
 	}
 	return l, nil
 }
@@ -293,7 +293,7 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 		return nil, -1, nil
 	case err == nil && l == nil:
 		a.lastQuorum = nil // a majority answered: the lock is taken, not unreachable
-		if g.Holder != "" || g.Owner != "" || a.l.k.role.namesNoHolder() {
+		if g.Holder != "" || g.Owner != "" || a.l.k.namesNoHolder {
 			a.lastRefusal = a.l.k.refusal(a.l.name, g)
 		}
 	}

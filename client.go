@@ -39,9 +39,9 @@ type engine struct {
 }
 
 // newClient returns the Client of backend b and its hubs.
-func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, m mode) *Client {
+func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, own kind) *Client {
 	e := &engine{b: b, hubs: hubs, opts: o, id: newToken()[:11],
-		stop: make(chan struct{}), own: kind{mode: m, fair: o.fair, role: ownLocks{}}}
+		stop: make(chan struct{}), own: own}
 	for _, ob := range o.observers {
 		e.obs.add(ob)
 	}
@@ -60,31 +60,17 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
-	if o.reentrant {
-		o.fair = false
-	}
 	n, h := newNode(rdb, &o)
 	var b backend.Backend = n
 	if o.noScripts {
 		b = backend.NewNoScripts(n)
 	}
-	return newClient(b, []*pubsub.Hub{h}, o, o.mode()), nil
-}
-
-// mode is the kind of lock the options ask for.
-func (o *options) mode() mode {
-	switch {
-	case o.reentrant:
-		return modeReentrant
-	case o.fair:
-		return modeFair
-	}
-	return modeUnfair
+	return newClient(b, []*pubsub.Hub{h}, o, o.own()), nil
 }
 
 // config is a Node's configuration from the options.
 func (o *options) config(sharded bool) backend.Config {
-	return backend.Config{Fair: o.fair, Reentrant: o.reentrant, Sharded: sharded,
+	return backend.Config{Sharded: sharded,
 		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, TTL: o.lease.ttl}
 }
 
@@ -104,12 +90,9 @@ func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	case o.noScripts:
 		return nil, fmt.Errorf("%w: NewFrom: WithoutScripts needs a go-redis client (New)", ErrInvalid)
 	}
-	if o.reentrant {
-		o.fair = false
-	}
 	sharded := o.sharded > 0 || (o.sharded == 0 && conn.Info().Cluster)
 	n := backend.NewNodeFrom(conn, o.config(sharded))
-	return newClient(n, []*pubsub.Hub{pubsub.New(conn, sharded)}, o, o.mode()), nil
+	return newClient(n, []*pubsub.Hub{pubsub.New(conn, sharded)}, o, o.own()), nil
 }
 
 // isNil reports whether v is nil, or an interface holding a nil pointer (a
@@ -166,13 +149,13 @@ func (c *Client) check(name string) (backend.Keys, error) {
 // id: the Client's owner, see Owner, or one of its own).
 func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lock, error) {
 	if c.closed.Load() {
-		return nil, fmt.Errorf("%w: %s %q", ErrClosed, k.acquireOp(), name)
+		return nil, fmt.Errorf("%w: %s %q", ErrClosed, k.acquireOp, name)
 	}
 	keys, err := c.check(name)
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.leaseFor(k.acquireOp(), name, opts, try)
+	p, err := c.leaseFor(k.acquireOp, name, opts, try)
 	if err != nil {
 		return nil, err
 	}
@@ -187,14 +170,14 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 	}
 	l.cl.Kind = k.lease
 	if p.resume != "" {
-		if tokenTag(p.resume) != k.tag() {
+		if tokenTag(p.resume) != k.tag {
 			return nil, fmt.Errorf("%w: %q: Resume: the token is another kind's lease", ErrNotHeld, name)
 		}
 		l.cl.SetToken(p.resume)
 		l.cl.Clean = false // the lease's first holder may have requests in flight
 		return l, nil
 	}
-	l.cl.SetToken(leaseToken(p.suffix, k.tag()))
+	l.cl.SetToken(leaseToken(p.suffix, k.tag))
 	return l, nil
 }
 

@@ -17,7 +17,6 @@ import (
 // writes. Safe for concurrent use. See docs/election.md.
 type Election struct {
 	c    *Client // the Client that made it
-	k    kind    // its acquisitions: campaigns
 	name string
 	keys backend.Keys
 }
@@ -30,13 +29,19 @@ func (c *Client) Election(name string) (*Election, error) {
 	case err != nil:
 		return nil, err
 	}
-	// Candidates queue, whatever WithUnfair says.
-	kd := kind{mode: modeElection, fair: true, lease: backend.Campaign, role: campaign{}}
-	if err := c.carries(&kd, fmt.Sprintf("Election(%q)", name)); err != nil {
+	if err := c.carries(&campaigns, fmt.Sprintf("Election(%q)", name)); err != nil {
 		return nil, err
 	}
-	return &Election{c: c, k: kd, name: name, keys: k}, nil
+	return &Election{c: c, name: name, keys: k}, nil
 }
+
+// campaigns are the kind of an election's candidates: they campaign, and
+// queue whatever WithUnfair says; a leader resigns.
+var campaigns = kind{mode: "election", lease: backend.Campaign, fair: true, tag: tagCampaign,
+	acquireOp: "campaign", releaseOp: "resign", refused: func(e *NotAcquiredError, _ backend.Grant) { e.say = ledBy },
+	plural: "elections", one: "an election", verb: "hold", overQuorum: ", whose waiting is not fair"}
+
+func ledBy(e *NotAcquiredError) string { return heldBy("led by another candidate", e.Meta) }
 
 // Name returns the election's name.
 func (e *Election) Name() string { return e.name }
@@ -49,7 +54,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOptio
 	if err != nil {
 		return nil, err
 	}
-	l, err := e.c.acquireAs(ctx, &e.k, e.name, opts)
+	l, err := e.c.acquireAs(ctx, &campaigns, e.name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +85,7 @@ func (e *Election) Do(ctx context.Context, value string, fn func(ctx context.Con
 	if err != nil {
 		return err
 	}
-	ferr, rerr := e.c.do(ctx, &e.k, e.name, func(ctx context.Context, l *Lock) error {
+	ferr, rerr := e.c.do(ctx, &campaigns, e.name, func(ctx context.Context, l *Lock) error {
 		ld, err := leadership(ctx, l)
 		if err != nil {
 			if l.p.resume != "" {
@@ -182,7 +187,11 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if err := ld.l.Err(); err != nil {
 		return err
 	}
-	ok, err := ld.l.c.b.Proclaim(ctx, ld.l.cl, value)
+	var ok bool
+	err := ld.l.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
+		ok, err = n.Proclaim(ctx, ld.l.cl, value)
+		return err
+	})
 	switch {
 	case errors.Is(err, backend.ErrSuperseded):
 		return ld.l.handOff()

@@ -49,38 +49,24 @@ type NotAcquiredError struct {
 	TTL     time.Duration // the holder's remaining lease; -1 if unknown
 	Permits int           // a semaphore's N as asked; 0 otherwise
 
-	reentrant bool   // Holder is a reentrant lock's owner: the text says "owner"
-	rw        string // a read-write lock's refusal of a read ("r") or write ("w")
-	notTaken  bool   // a multi-lock's part that no attempt found held
-	leader    bool   // a campaign's refusal: the text speaks of a candidate that leads
-	sem       bool   // a semaphore's refusal
+	say func(*NotAcquiredError) string // its text, as its kind says it (nil: held by another holder)
 }
 
 // Error says who holds the lock.
 func (e *NotAcquiredError) Error() string {
-	if e.notTaken {
-		return "not taken"
+	if e.say != nil {
+		return e.say(e)
 	}
-	if e.rw != "" {
-		return rwRefusal(e.rw)
-	}
-	if e.Permits > 0 {
-		return fmt.Sprintf("no permit free: all %d held, or others waiting ahead", e.Permits)
-	}
-	if e.sem { // N asked as 0: the size kept in Redis, if any
-		return "no permit free: all held, or others waiting ahead"
-	}
-	by := "held by another holder"
-	switch {
-	case e.reentrant:
-		by = "held by another owner"
-	case e.leader:
-		by = "led by another candidate"
-	}
-	if e.Meta == "" {
+	return heldBy("held by another holder", e.Meta)
+}
+
+// heldBy is a refusal that says by whom the lock is held (by), and the
+// holder's metadata, if any.
+func heldBy(by, meta string) string {
+	if meta == "" {
 		return by
 	}
-	return by + ", " + strconv.Quote(e.Meta)
+	return by + ", " + strconv.Quote(meta)
 }
 
 // Unwrap returns ErrNotAcquired.
@@ -90,9 +76,8 @@ func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 // with g.
 func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
 	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL}
-	k.role.refused(e)
-	if g.Owner != "" {
-		e.Holder, e.reentrant = g.Owner, true
+	if k.refused != nil {
+		k.refused(e, g)
 	}
 	return e
 }
@@ -108,14 +93,10 @@ func opError(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 
-// acquireOp is the operation an acquisition of the kind is named as in its
-// errors: "campaign" for an election's, "acquire" otherwise.
-func (k *kind) acquireOp() string { return k.role.acquireOp() }
-
 // notAcquired is the error of an attempt that found the lock taken, or no
 // permit of a semaphore free for it: its cause is e, which says which.
 func (k *kind) notAcquired(name string, e *NotAcquiredError) error {
-	return opError(k.acquireOp(), name, backend.Because(ErrNotAcquired, e.Error(), e))
+	return opError(k.acquireOp, name, backend.Because(ErrNotAcquired, e.Error(), e))
 }
 
 // gaveUp is the error of an acquisition (op, see acquireOp) whose context

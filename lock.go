@@ -120,7 +120,7 @@ func (l *Lock) terms(sent time.Time, ttl time.Duration, capAt time.Time) terms {
 // new token carries the lease's holder metadata, as the first did.
 func (l *Lock) renew() {
 	cl := *l.cl
-	cl.SetToken(leaseToken(l.p.suffix, l.k.tag()))
+	cl.SetToken(leaseToken(l.p.suffix, l.k.tag))
 	l.cl = &cl
 }
 
@@ -461,13 +461,9 @@ func (l *Lock) awaitRelease(ctx context.Context) (taken bool, err error) {
 		if released {
 			return false, nil
 		}
-		return false, opError(l.releaseOp(), l.name, fmt.Errorf("%w: %w", backend.ErrNotSent, ctx.Err()))
+		return false, opError(l.k.releaseOp, l.name, fmt.Errorf("%w: %w", backend.ErrNotSent, ctx.Err()))
 	}
 }
-
-// releaseOp names a Release in its errors: "resign" for a leader's lease
-// (Leadership.Resign).
-func (l *Lock) releaseOp() string { return l.k.role.releaseOp() }
 
 // release runs the release of a Lock not yet released; Release holds
 // relSem.
@@ -505,7 +501,7 @@ func (l *Lock) release(ctx context.Context, e *Event) error {
 		if lostErr != ErrReleased {
 			return lostErr
 		}
-		return opError(l.releaseOp(), l.name, err)
+		return opError(l.k.releaseOp, l.name, err)
 	}
 	l.mu.Lock()
 	l.released = true

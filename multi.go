@@ -191,7 +191,7 @@ func partRefused(name string, err error) error {
 	if e, ok := errors.AsType[*NotAcquiredError](err); ok && e.Name == name {
 		return err
 	}
-	return &partError{err: err, part: &NotAcquiredError{Name: name, TTL: -1, notTaken: true}}
+	return &partError{err: err, part: &NotAcquiredError{Name: name, TTL: -1, say: notTaken}}
 }
 
 // partError is err, carrying part besides: it reads as err, and errors.Is
@@ -415,3 +415,6 @@ func (m *MultiLock) each(f func(*Lock) error) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// notTaken is the refusal of a multi-lock's part that no attempt found held.
+func notTaken(*NotAcquiredError) string { return "not taken" }

@@ -8,7 +8,8 @@ func WithoutScripts() Option {
 }
 
 // scriptFree applies WithoutScripts to the other options: it records those
-// that need scripts as invalid, and turns fair waiting and pipelining off.
+// that need scripts as invalid, and turns pipelining off (waiting is
+// unfair: see options.own).
 func (o *options) scriptFree() {
 	if !o.noScripts {
 		return
@@ -16,5 +17,5 @@ func (o *options) scriptFree() {
 	if o.reentrant {
 		o.invalid("WithReentrant(true): reentrant locks need scripts, which WithoutScripts() turns off")
 	}
-	o.fair, o.pipelining = false, false
+	o.pipelining = false
 }

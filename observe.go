@@ -95,7 +95,7 @@ func (o *observers) all() []Observer {
 // start tells the observers that e begins and returns the context for its
 // Redis calls.
 func (c *Client) start(ctx context.Context, k *kind, e *Event) context.Context {
-	e.Mode = k.mode.String()
+	e.Mode = k.mode
 	for _, o := range c.obs.all() {
 		if o.Start != nil {
 			var next context.Context
@@ -144,7 +144,7 @@ func (c *Client) waitingFor(ctx context.Context, name string, delta int) {
 // lostLease counts the loss of l and tells the observers.
 func (c *Client) lostLease(l *Lock, err error) {
 	c.obs.lost.Add(1)
-	e := Event{Op: OpLost, Name: l.name, Mode: l.k.mode.String(), Held: time.Since(l.start), Err: err}
+	e := Event{Op: OpLost, Name: l.name, Mode: l.k.mode, Held: time.Since(l.start), Err: err}
 	for _, o := range c.obs.all() {
 		if o.Lost != nil {
 			c.obs.safely(func() { o.Lost(context.Background(), &e) })

@@ -55,7 +55,6 @@ func newRedlock(fn string, n, nilNode int, node func(i int, o *options) (backend
 	if o.err != nil {
 		return nil, o.err
 	}
-	o.fair = false
 	o.nodeTimeout = nodeTimeout
 	if o.nodeTimeout == 0 {
 		o.nodeTimeout = max(o.lease.ttl/50, 5*time.Millisecond)
@@ -72,5 +71,5 @@ func newRedlock(fn string, n, nilNode int, node func(i int, o *options) (backend
 		ns = append(ns, nd)
 		hubs = append(hubs, h)
 	}
-	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o, modeQuorum), nil
+	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o, quorumLocks), nil
 }

@@ -19,7 +19,7 @@ const resumeGap = 1 << 20
 // also checks that the lease is still l's kind of hold. Its errors are
 // those of a TryAcquire, and ErrNotHeld when the lease has ended.
 func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
-	op := l.k.acquireOp()
+	op := l.k.acquireOp
 	if err := c.b.Prepare(ctx, l.cl); err != nil {
 		return nil, opError(op, l.name, err)
 	}

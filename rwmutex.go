@@ -24,17 +24,33 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	// Holds' waiters queue, whatever WithUnfair says.
-	reader := kind{mode: modeRead, fair: true, lease: backend.Read, role: rwHold("r")}
-	writer := kind{mode: modeWrite, fair: true, lease: backend.Write, role: rwHold("w")}
-	if err := c.carries(&writer, fmt.Sprintf("RWMutex(%q)", name)); err != nil {
+	if err := c.carries(&writeHolds, fmt.Sprintf("RWMutex(%q)", name)); err != nil {
 		return nil, err
 	}
 	rw := &RWMutex{name: name, c: c}
 	nest := rwNestKey{&c.bg, c.opts.prefix + "{" + name + "}"}
-	rw.reader = RWLocker{c: c, k: reader, hold: "r", name: name, nest: nest}
-	rw.writer = RWLocker{c: c, k: writer, hold: "w", name: name, nest: nest}
+	rw.reader = RWLocker{c: c, k: &readHolds, hold: "r", name: name, nest: nest}
+	rw.writer = RWLocker{c: c, k: &writeHolds, hold: "w", name: name, nest: nest}
 	return rw, nil
+}
+
+// The kinds of a read-write lock's read and write holds: they queue,
+// whatever WithUnfair says.
+var (
+	readHolds = kind{mode: "read", lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release",
+		refused: func(e *NotAcquiredError, _ backend.Grant) { e.say = readRefusal }, namesNoHolder: true,
+		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
+	writeHolds = kind{mode: "write", lease: backend.Write, fair: true, acquireOp: "acquire", releaseOp: "release",
+		refused: func(e *NotAcquiredError, _ backend.Grant) { e.say = writeRefusal }, namesNoHolder: true,
+		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
+)
+
+// readRefusal and writeRefusal say why a read or a write hold was not
+// granted.
+func readRefusal(*NotAcquiredError) string { return "a writer holds the lock, or others wait ahead" }
+
+func writeRefusal(*NotAcquiredError) string {
+	return "the lock is held (by readers or a writer), or others wait ahead"
 }
 
 // Name returns the read-write lock's name.
@@ -77,7 +93,11 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	cl := *w.cl
 	w.cl.SetKind(backend.Downgrading)
 	w.mu.Unlock()
-	ok, err := w.c.b.Downgrade(ctx, &cl)
+	var ok bool
+	err := w.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
+		ok, err = n.Downgrade(ctx, &cl)
+		return err
+	})
 	w.mu.Lock()
 	w.cl.SetKind(cl.Kind) // (only its kind changes: Key, Token and TTL read the rest unlocked)
 	w.mu.Unlock()
@@ -121,7 +141,7 @@ func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 // RWLocker takes read or write holds of a read-write lock.
 type RWLocker struct {
 	c    *Client // the RWMutex's Client
-	k    kind    // its acquisitions: read or write holds
+	k    *kind   // its acquisitions: read or write holds
 	hold string  // "r" (reads) or "w" (writes), the value of its holds' contexts (nest)
 	name string
 	nest rwNestKey
@@ -144,7 +164,7 @@ func (l *RWLocker) TryAcquire(ctx context.Context, opts ...LockOption) (*Lock, e
 	if err := l.nested(ctx); err != nil {
 		return nil, err
 	}
-	return l.c.tryAcquireAs(ctx, &l.k, l.name, opts)
+	return l.c.tryAcquireAs(ctx, l.k, l.name, opts)
 }
 
 // Acquire takes a hold as [Client.Acquire] does; [ErrInvalid] inside a hold of
@@ -153,7 +173,7 @@ func (l *RWLocker) Acquire(ctx context.Context, opts ...LockOption) (*Lock, erro
 	if err := l.nested(ctx); err != nil {
 		return nil, err
 	}
-	return l.c.acquireAs(ctx, &l.k, l.name, opts)
+	return l.c.acquireAs(ctx, l.k, l.name, opts)
 }
 
 // Do takes a hold, runs fn and releases it, as [Client.Do] does.
@@ -174,7 +194,7 @@ func (l *RWLocker) do(ctx context.Context, fn func(ctx context.Context, l *Lock)
 	if err := l.nested(ctx); err != nil {
 		return err
 	}
-	ferr, rerr := l.c.do(ctx, &l.k, l.name, func(ctx context.Context, held *Lock) error {
+	ferr, rerr := l.c.do(ctx, l.k, l.name, func(ctx context.Context, held *Lock) error {
 		return fn(context.WithValue(ctx, l.nest, l.hold), held)
 	}, opts, try)
 	return joinEnded(ferr, rerr)
@@ -196,12 +216,4 @@ func (l *RWLocker) nested(ctx context.Context) error {
 		why = "the context holds the write of the same lock, which this hold would wait for"
 	}
 	return opError("acquire", l.name, backend.Because(ErrInvalid, why))
-}
-
-// rwRefusal says why a hold of kind rw was not granted.
-func rwRefusal(rw string) string {
-	if rw == "w" {
-		return "the lock is held (by readers or a writer), or others wait ahead"
-	}
-	return "a writer holds the lock, or others wait ahead"
 }

@@ -33,12 +33,27 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if permits < 0 || permits > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): permits must be 0 (the size kept in Redis) to %d", ErrInvalid, name, permits, math.MaxInt32)
 	}
-	// A permit's waiters queue, whatever WithUnfair says.
-	k := kind{mode: modeSemaphore, fair: true, lease: backend.Permits(permits), role: semaphorePermits(permits)}
+	k := semaphoreKind(permits)
 	if err := c.carries(&k, fmt.Sprintf("Semaphore(%q, %d)", name, permits)); err != nil {
 		return nil, err
 	}
 	return &Semaphore{c: c, k: k, name: name, permits: permits, keys: backend.KeysFor(c.opts.prefix, name)}, nil
+}
+
+// semaphoreKind returns the kind of a semaphore's permits asked with N = n: they
+// queue, whatever WithUnfair says.
+func semaphoreKind(n int) kind {
+	return kind{mode: "semaphore", lease: backend.Permits(n), fair: true, acquireOp: "acquire", releaseOp: "release",
+		refused:       func(e *NotAcquiredError, _ backend.Grant) { e.Permits, e.say = n, noPermit },
+		namesNoHolder: true, plural: "semaphores", one: "a semaphore", verb: "keep"}
+}
+
+// noPermit says why a permit was not granted.
+func noPermit(e *NotAcquiredError) string {
+	if e.Permits > 0 {
+		return fmt.Sprintf("no permit free: all %d held, or others waiting ahead", e.Permits)
+	}
+	return "no permit free: all held, or others waiting ahead" // (N asked as 0: the size kept in Redis, if any)
 }
 
 // Name returns the semaphore's name.
@@ -54,7 +69,7 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 1 || n > math.MaxInt32 {
 		return false, fmt.Errorf("%w: TrySetPermits(%d) of %q: need 1 to %d", ErrInvalid, n, s.name, math.MaxInt32)
 	}
-	ps, err := s.c.b.Permits(ctx, &s.keys, "set", n, s.permits)
+	ps, err := s.size(ctx, "set", n)
 	if err != nil {
 		return false, opError("set permits", s.name, err)
 	}
@@ -65,7 +80,7 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 // each caller's own N counts again. Holds stay; waiters of N = 0 fail with
 // [ErrInvalid].
 func (s *Semaphore) UnsetPermits(ctx context.Context) (bool, error) {
-	ps, err := s.c.b.Permits(ctx, &s.keys, "unset", 0, s.permits)
+	ps, err := s.size(ctx, "unset", 0)
 	if err != nil {
 		return false, opError("unset permits", s.name, err)
 	}
@@ -78,7 +93,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 	if delta < -math.MaxInt32 || delta > math.MaxInt32 {
 		return 0, fmt.Errorf("%w: AddPermits(%d) of %q: out of range", ErrInvalid, delta, s.name)
 	}
-	ps, err := s.c.b.Permits(ctx, &s.keys, "add", delta, s.permits)
+	ps, err := s.size(ctx, "add", delta)
 	if err != nil {
 		return 0, opError("add permits", s.name, err)
 	}
@@ -89,7 +104,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 // below 0 while holds above a shrunk size last. [ErrInvalid]: N is 0 and no
 // size is kept.
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
-	ps, err := s.c.b.Permits(ctx, &s.keys, "get", 0, s.permits)
+	ps, err := s.size(ctx, "get", 0)
 	if err == nil && ps.Size == 0 {
 		err = backend.Because(ErrInvalid, "no size is kept in Redis for this semaphore of 0 permits")
 	}
@@ -145,6 +160,15 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, l *Lock
 func (s *Semaphore) TryDo(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	ferr, rerr := s.c.do(ctx, &s.k, s.name, fn, opts, true)
 	return joinEnded(ferr, rerr)
+}
+
+// size runs op on the size kept in Redis (see backend.Node.Permits).
+func (s *Semaphore) size(ctx context.Context, op string, v int) (ps backend.PermitSize, err error) {
+	err = s.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
+		ps, err = n.Permits(ctx, &s.keys, op, v, s.permits)
+		return err
+	})
+	return ps, err
 }
 
 // Permit is one live permit of a semaphore.

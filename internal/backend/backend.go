@@ -64,9 +64,9 @@ type Claim struct {
 	Token string // the lease's token: the plain lock's value, or a reentrant hold's field
 	Owner string // reentrant: the owner id ("<client>/<owner>") that the hash names
 	Rev   string // the lease's marker key (see lib.lua), "<lock>:r:<token>"
-	// Kind is what the lease is (see kind.go): a semaphore's permit, a
-	// read-write lock's hold, a leadership campaign; nil is a lock of the
-	// kind the Node was configured for (plain, fair or reentrant).
+	// Kind is what the lease is (see kind.go): a Client's own lock (plain,
+	// fair or reentrant), a semaphore's permit, a read-write lock's hold, a
+	// leadership campaign. Never nil.
 	Kind Kind
 	// Member is what the lease is in a sorted set that the kind keeps
 	// (a read-write lock's "<r|w>:<token>"); "" otherwise.
@@ -118,9 +118,7 @@ func (c *Claim) resumerArg(args []any) []any {
 func (c *Claim) SetToken(token string) {
 	c.Token, c.Clean = token, true
 	c.Rev = c.Lock + ":r:" + token
-	if c.Kind != nil {
-		c.Member = c.Kind.member(token)
-	}
+	c.Member = c.Kind.member(token)
 }
 
 // SetKind makes the claim's lease of kind k, with its member.
@@ -208,7 +206,7 @@ type Grant struct {
 // independent nodes can stand behind the same handle.
 type Backend interface {
 	// Acquire takes the lock if it is free or already ours; with queue set
-	// (fair mode) it also joins, or renews its place in, the waiters' queue.
+	// (a waiter of a queued kind) it also joins, or renews its place in, the waiters' queue.
 	Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error)
 	// Release deletes the lock if it is ours (handing it to the next waiter
 	// in fair mode) and reports whether it was; a waiter's token leaves the queue.
@@ -258,21 +256,15 @@ type Backend interface {
 	// cannot be reached, and the timed call, which would fail alike, is
 	// not sent.
 	Prepare(ctx context.Context, c *Claim) error
-	// Downgrade turns the write hold c into a read hold, in one step (see
-	// hold_downgrade.lua), and c into a read's claim (a Downgrading one
-	// when the outcome is unknown); false if c no longer holds the lock.
-	// The caller keeps every other use of c out meanwhile.
-	// ErrSuperseded: another Lock resumed the lease (so for Proclaim).
-	Downgrade(ctx context.Context, c *Claim) (bool, error)
-	// Proclaim sets the value the leader of the campaign lease c shows,
-	// within its term (see proclaim.lua); false if c no longer holds the lock.
-	Proclaim(ctx context.Context, c *Claim, value string) (bool, error)
-	// Permits reads or changes the size of the semaphore k kept in Redis
-	// (see Node.Permits).
-	Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error)
-	// Carries reports whether the backend serves leases of the kind k (nil:
-	// its own locks, which every backend serves): nil if it does, or why
-	// not, one of ErrOverQuorum, ErrReentrantNode or ErrNeedsScripts.
+	// Op runs op, an operation of one kind's own (a read-write lock's
+	// downgrade, a leader's proclaim, a semaphore's kept size: a method of
+	// Node in the kind's file), on the deployment, and returns its error.
+	// A backend that carries plain locks only refuses every one, unsent,
+	// with the error Carries gives.
+	Op(ctx context.Context, op func(context.Context, Node) error) error
+	// Carries reports whether the backend serves leases of the kind k
+	// (plain locks every backend serves): nil if it does, or why not,
+	// ErrOverQuorum or ErrNeedsScripts.
 	Carries(k Kind) error
 }
 
@@ -282,11 +274,9 @@ type Node struct {
 	rdb        commander             // scripts run through here (the batcher)
 	uc         redis.UniversalClient // the client itself, for a script and WAIT on one connection
 	d          driver.Conn           // or the driver a Node made by NewNodeFrom runs through (uc is nil)
-	fair       bool
-	reentrant  bool   // the lock is a hash of owner -> hold count
-	pub        string // PUBLISH, or SPUBLISH on a Redis Cluster
-	replicas   int    // WithReplicaAck: replicas that must acknowledge acquire and extend
-	retries    bool   // the go-redis client retries: a lost reply is asked again, once (see Grant.Again)
+	pub        string                // PUBLISH, or SPUBLISH on a Redis Cluster
+	replicas   int                   // WithReplicaAck: replicas that must acknowledge acquire and extend
+	retries    bool                  // the go-redis client retries: a lost reply is asked again, once (see Grant.Again)
 	ackTimeout time.Duration
 
 	ttl     time.Duration // the Client's lease time, and as arguments:
@@ -298,14 +288,12 @@ type Node struct {
 	// TTL: built once (see setFenceWindow).
 	acqConf, relConf any
 
-	leases leaseScripts  // the scripts each kind of lease runs, which Prepare loads
+	extra  scriptSet     // scripts every lease runs besides its kind's, which Prepare loads (a quorum node's RaiseFence)
 	caches *scriptCaches // what the servers' script caches hold (see scripts.go)
 }
 
 // Config is what a Node is built from: the Client's options.
 type Config struct {
-	Fair       bool
-	Reentrant  bool          // the lock is a hash of owner -> hold count
 	Sharded    bool          // releases are announced with SPUBLISH (a Redis Cluster)
 	Pipelining bool          // concurrent calls share pipelines (the batcher)
 	Replicas   int           // replicas that must acknowledge acquire and extend
@@ -319,10 +307,9 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 	if c.Sharded {
 		pub = "SPUBLISH"
 	}
-	n := Node{uc: rdb, fair: c.Fair, reentrant: c.Reentrant, pub: pub, pubA: pub,
+	n := Node{uc: rdb, pub: pub, pubA: pub,
 		replicas: c.Replicas, ackTimeout: c.AckTimeout,
-		ttl: c.TTL, ttlA: c.TTL.Milliseconds(),
-		leases: newLeaseScripts(c), caches: new(scriptCaches)}
+		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(scriptCaches)}
 	if rdb != nil {
 		n.rdb, n.retries = newBatcher(rdb, !c.Pipelining), goredisdriver.Retries(rdb)
 	}
@@ -504,7 +491,7 @@ func ReplyLost(err error) bool {
 }
 
 func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	return n.kind(c).acquire(ctx, n, c, ttl, queue)
+	return c.Kind.acquire(ctx, n, c, ttl, queue)
 }
 
 // lockGrant reads the reply cmd of acquire.lua or acquire_fair.lua, sent
@@ -587,7 +574,7 @@ func pttlOf(ms int64) time.Duration {
 }
 
 func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	cmd, acks := n.kind(c).extend(ctx, n, c, ttl, seq)
+	cmd, acks := c.Kind.extend(ctx, n, c, ttl, seq)
 	v, err := cmd.Int64()
 	if err != nil {
 		return false, RedisErr(err)
@@ -676,7 +663,7 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 	}
 	var v int64
 	sent, err := n.again(ctx, c.ReleaseSent, func() (err error) {
-		v, err = n.kind(c).release(ctx, n, c, window).Int64()
+		v, err = c.Kind.release(ctx, n, c, window).Int64()
 		return err
 	})
 	if err != nil {
@@ -722,28 +709,8 @@ func (n Node) again(ctx context.Context, sent bool, f func() error) (bool, error
 // lost is asked again: the pauses are 10ms, 40ms, 160ms.
 const releasePauseMax = 160 * time.Millisecond
 
-func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
-	v, err := n.run(ctx, script.HoldDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer).Int64()
-	var reply redis.Error
-	if err != nil && !neverSent(err) && !errors.As(err, &reply) {
-		c.SetKind(Downgrading)
-	}
-	if err != nil {
-		return false, RedisErr(err)
-	}
-	if v == 1 {
-		c.SetKind(Read)
-	}
-	return v == 1, superseded(v)
-}
-
-func (n Node) Proclaim(ctx context.Context, c *Claim, value string) (bool, error) {
-	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer).Int64()
-	if err != nil {
-		return false, RedisErr(err)
-	}
-	return v == 1, superseded(v)
-}
+// Op runs op on n (see Backend).
+func (n Node) Op(ctx context.Context, op func(context.Context, Node) error) error { return op(ctx, n) }
 
 // superseded is the error of a script's reply v: ErrSuperseded for -1,
 // which says that another Lock resumed the lease (see lib.lua's drives).
@@ -754,32 +721,8 @@ func superseded(v int64) error {
 	return nil
 }
 
-// Permits runs permits.lua on the semaphore k: op "get", "set" (to v,
-// unless a size is stored) or "add" (v); n is the caller's N, the size
-// while none is stored.
-func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error) {
-	r, err := n.run(ctx, script.Permits, []string{k.Lock, k.SizeKey(), k.Queue}, op, v, size, k.Channel, n.pub).Int64Slice()
-	if err != nil {
-		return PermitSize{}, RedisErr(err)
-	}
-	if len(r) != 3 {
-		return PermitSize{}, fmt.Errorf("permits.lua: unexpected reply %v", r)
-	}
-	return PermitSize{Size: int(r[0]), Held: int(r[1]), Changed: r[2] == 1}, nil
-}
-
-// PermitSize is a semaphore's size as permits.lua read or left it.
-type PermitSize struct {
-	Size, Held int  // the size, and the permits held
-	Changed    bool // the call changed the stored size
-}
-
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	window := n.fenceMS
-	if c.Kind == Campaign && c.TTL.Milliseconds() > n.fenceMS.(int64) {
-		window = c.TTL.Milliseconds() // a term's fence lives as long as its lease, as acquire_fair.lua issues it
-	}
-	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), window, n.kind(c).shape(), c.Resumer).Int64()
+	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), fenceWindowOf(n, c), c.Kind.shape(), c.Resumer).Int64()
 	if err != nil {
 		return 0, RedisErr(err)
 	}
@@ -934,11 +877,11 @@ func (n Node) Undo(ctx context.Context, c *Claim) error {
 
 func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 	st, err := n.Inspect(ctx, k)
-	if err != nil || !st.Held || (st.Type == "zset" && st.Holding == "") { // (a semaphore whose permits just ended)
+	if err != nil {
 		return false, err
 	}
-	if st.Holding == "" {
-		return false, Because(ErrWrongType, "a "+st.Type)
+	if ok, err := st.forced(); !ok {
+		return false, err
 	}
 	ok, err := n.run(ctx, script.ForceRelease, []string{k.Lock}, st.Holding, k.Channel, n.pub).Int64()
 	if err != nil {

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -20,7 +21,7 @@ func TestAcquireRetryReturnsSameFence(t *testing.T) {
 	rdb := s.Client(t)
 	b := Node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH"}
 	k := KeysFor("dlock:", "retry")
-	mine, theirs := &Claim{Keys: k}, &Claim{Keys: k}
+	mine, theirs := &Claim{Keys: k, Kind: PlainLock}, &Claim{Keys: k, Kind: PlainLock}
 	mine.SetToken("tok")
 	theirs.SetToken("other")
 	ctx := t.Context()
@@ -109,34 +110,33 @@ func TestRefusedAcquireNamesTheHolder(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
+	node := Node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH", fenceMS: int64(60000)}
 	for _, n := range []struct {
 		name string
-		node Node
+		kind Kind
 	}{
-		{"plain", Node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH", fenceMS: int64(60000)}},
-		{"fair", Node{rdb: rdb, uc: rdb, fair: true, pub: "PUBLISH", pubA: "PUBLISH", fenceMS: int64(60000)}},
-		{"reentrant", Node{rdb: rdb, uc: rdb, reentrant: true, pub: "PUBLISH", pubA: "PUBLISH", fenceMS: int64(60000)}},
+		{"plain", PlainLock}, {"fair", FairLock}, {"reentrant", ReentrantLock},
 	} {
 		k := KeysFor("dlock:", "refused-"+n.name)
-		mine, theirs := &Claim{Keys: k, Owner: ""}, &Claim{Keys: k}
-		if n.node.reentrant {
+		mine, theirs := &Claim{Keys: k, Kind: n.kind}, &Claim{Keys: k, Kind: n.kind}
+		if n.kind == ReentrantLock {
 			mine.Owner, theirs.Owner = "client/a", "client/b"
 		}
 		mine.SetToken("tok-mine.host%3A1")
 		theirs.SetToken("tok-theirs")
-		if g, err := n.node.Acquire(ctx, mine, time.Second, false); err != nil || !g.Held {
+		if g, err := node.Acquire(ctx, mine, time.Second, false); err != nil || !g.Held {
 			t.Fatalf("%s: acquire = %+v, %v", n.name, g, err)
 		}
-		g, err := n.node.Acquire(ctx, theirs, time.Second, false)
+		g, err := node.Acquire(ctx, theirs, time.Second, false)
 		if err != nil || g.Held || g.Holder != mine.Token || g.PTTL <= 0 || g.Owner != mine.Owner {
 			t.Errorf("%s: refused acquire = %+v, %v; want the holder %q, owner %q and its PTTL", n.name, g, err, mine.Token, mine.Owner)
 		}
 	}
 	// Fair: a free lock with a live waiter queued is handed to the waiter,
 	// and the refusal names it.
-	fair := Node{rdb: rdb, uc: rdb, fair: true, pub: "PUBLISH", pubA: "PUBLISH", fenceMS: int64(60000)}
+	fair := node
 	k := KeysFor("dlock:", "handed")
-	holder, waiter, late := &Claim{Keys: k}, &Claim{Keys: k}, &Claim{Keys: k}
+	holder, waiter, late := &Claim{Keys: k, Kind: FairLock}, &Claim{Keys: k, Kind: FairLock}, &Claim{Keys: k, Kind: FairLock}
 	holder.SetToken("holder")
 	waiter.SetToken("waiter.w")
 	late.SetToken("late")
@@ -169,5 +169,30 @@ func TestLuaErrorIsToldAsAScriptFailure(t *testing.T) {
 	noScript := rdb.EvalSha(ctx, strings.Repeat("0", 40), nil).Err()
 	if err := RedisErr(noScript); err != noScript {
 		t.Errorf("RedisErr(%v) = %v, want it unchanged", noScript, err)
+	}
+}
+
+// A kind's own operation runs on a Node; a quorum and a script-free backend
+// refuse every one alike, without running it.
+func TestKindOpsRunOnANodeAndAreRefusedElsewhere(t *testing.T) {
+	t.Parallel()
+	n := NewNode(nil, Config{TTL: time.Second})
+	ran := 0
+	op := func(context.Context, Node) error { ran++; return nil }
+	if err := n.Op(t.Context(), op); err != nil || ran != 1 {
+		t.Errorf("Node.Op = %v after %d runs, want nil after 1", err, ran)
+	}
+	for _, tc := range []struct {
+		name string
+		b    Backend
+		want error
+	}{
+		{"quorum", NewQuorum([]Node{n, n, n}, time.Second), ErrOverQuorum},
+		{"no scripts", NewNoScripts(n), ErrNeedsScripts},
+	} {
+		ran = 0
+		if err := tc.b.Op(t.Context(), op); !errors.Is(err, tc.want) || ran != 0 {
+			t.Errorf("%s: Op = %v after %d runs, want %v unrun", tc.name, err, ran, tc.want)
+		}
 	}
 }

@@ -32,10 +32,31 @@ func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *re
 		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey(), &c.Token, window, n.releaseConf(true)}))
 }
 
-func (campaign) scripts(l leaseScripts) (*redis.Script, scriptSet) {
-	return script.AcquireFair, l.campaign
-}
+var campaignScripts = setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence, script.Proclaim)
+
+func (campaign) scripts() (*redis.Script, scriptSet) { return script.AcquireFair, campaignScripts }
 
 func (campaign) member(string) string { return "" }
 
+// fenceWindowOf is how long the fence counter lives after the lease c on
+// n is fenced: a term's fence as long as its lease, as acquire_fair.lua
+// issues it; any other lease's the Node's fence window.
+func fenceWindowOf(n Node, c *Claim) any {
+	if c.Kind == Campaign && c.TTL.Milliseconds() > n.fenceMS.(int64) {
+		return c.TTL.Milliseconds()
+	}
+	return n.fenceMS
+}
+
 func (campaign) shape() string { return "string" }
+
+// Proclaim sets the value the leader of the campaign lease c shows, within
+// its term (see proclaim.lua); false if c no longer holds the lock.
+// ErrSuperseded: another Lock resumed the lease.
+func (n Node) Proclaim(ctx context.Context, c *Claim, value string) (bool, error) {
+	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer).Int64()
+	if err != nil {
+		return false, RedisErr(err)
+	}
+	return v == 1, superseded(v)
+}

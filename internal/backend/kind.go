@@ -11,12 +11,11 @@ import (
 // Kind is what a lease is, and the one place a Node learns how to serve
 // it: the scripts that take, extend and end it, how their replies read,
 // and which scripts Prepare loads for it. Each kind is a type in a file of
-// its own: the locks a Node is configured for (lock.go: plain, fair,
-// reentrant), a semaphore's permits (semaphore.go), a read-write lock's
-// holds (rwmutex.go) and leadership campaigns (campaign.go). A Claim names
-// its Kind; nil is the Node's own lock. Each backend says which kinds it
-// carries (Backend.Carries), and still refuses a claim of another on its
-// own (NoScripts.carries; a Quorum carries only its nodes' own locks).
+// its own: a Client's own locks (lock.go: plain, fair, reentrant), a
+// semaphore's permits (semaphore.go), a read-write lock's holds
+// (rwmutex.go) and leadership campaigns (campaign.go). Every Claim names
+// its Kind. Each backend says which kinds it carries (Backend.Carries),
+// and still refuses a claim of another on its own.
 type Kind interface {
 	// acquire runs the kind's acquire script once (see Node.Acquire).
 	acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error)
@@ -29,8 +28,8 @@ type Kind interface {
 	// in ms.
 	release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd
 	// scripts returns the script the kind's acquisition runs and the set
-	// of those its leases run, among the Node's l.
-	scripts(l leaseScripts) (first *redis.Script, need scriptSet)
+	// of those its leases run.
+	scripts() (first *redis.Script, need scriptSet)
 	// member returns the lease's member in the kind's sorted set, given
 	// its token ("" if it has none: see Claim.Member).
 	member(token string) string
@@ -40,32 +39,23 @@ type Kind interface {
 	shape() string
 }
 
-// Why a backend does not carry a Kind (Backend.Carries).
+// Why a backend does not carry a Kind (Backend.Carries, Backend.Op).
 var (
-	ErrOverQuorum    = errors.New("a quorum carries only its nodes' own locks")
-	ErrReentrantNode = errors.New("a reentrant Node carries only its own locks")
-	ErrNeedsScripts  = errors.New("only plain locks run without scripts")
+	ErrOverQuorum   = errors.New("a quorum carries only its nodes' own locks")
+	ErrNeedsScripts = errors.New("only plain locks run without scripts")
 )
 
-// Carries serves every Kind, unless the Node keeps reentrant locks, whose
-// hashes of owners no other kind shares (see Backend).
-func (n Node) Carries(k Kind) error {
-	if k != nil && n.reentrant {
-		return ErrReentrantNode
+// plainOnly is the Carries of a backend that serves plain locks only: nil
+// for PlainLock, else why.
+func plainOnly(k Kind, why error) error {
+	if k != PlainLock {
+		return why
 	}
 	return nil
 }
 
-// kind returns the Kind of the lease c on n.
-func (n Node) kind(c *Claim) Kind {
-	switch {
-	case c.Kind != nil:
-		return c.Kind
-	case n.reentrant:
-		return reentrantLock{}
-	}
-	return lock{}
-}
+// Carries serves every Kind (see Backend).
+func (Node) Carries(Kind) error { return nil }
 
 // queueFlag is the queue argument of the queued kinds' acquire scripts.
 func queueFlag(queue bool) int { return flag(queue) }

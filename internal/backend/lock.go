@@ -11,58 +11,81 @@ import (
 	"github.com/dlockio/dlock/internal/script"
 )
 
-// lock is the Node's plain lock (acquire.lua, a string at the lock key),
-// or with Node.fair its fair lock, whose waiters queue (acquire_fair.lua).
-type lock struct{}
+// The kinds of a Client's own locks, one chosen when the Client is made:
+// the plain lock (acquire.lua, a string at the lock key) whose waiters poll
+// unfairly, the fair lock whose waiters queue (acquire_fair.lua, the same
+// string), and the reentrant lock (acquire_reentrant.lua: a hash of the
+// owner and its holds at the lock key).
+var (
+	PlainLock     Kind = plainLock{}
+	FairLock      Kind = fairLock{}
+	ReentrantLock Kind = reentrantLock{}
+)
 
-// reentrantLock is the Node's reentrant lock (acquire_reentrant.lua): a
-// hash of the owner and its holds at the lock key.
-type reentrantLock struct{}
+type (
+	plainLock     struct{}
+	fairLock      struct{ plainLock } // (extends, and reads, as a plain lock)
+	reentrantLock struct{}
+)
 
-func (lock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
+var (
+	plainScripts     = setOf(script.Acquire, script.Release, script.Extend, script.Fence)
+	fairScripts      = setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence)
+	reentrantScripts = setOf(script.AcquireReentrant, script.ReleaseReentrant, script.ExtendReentrant, script.Fence)
+)
+
+func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	var (
 		cmd  *redis.Cmd
-		acks int64
+		acks int64 = -1
 	)
-	switch q := queueFlag(queue); {
-	case n.replicas > 0 && n.fair:
-		cmd, acks = n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
-			c.Token, ttl.Milliseconds(), q, n.acquireConf(ttl, false))
+	switch {
 	case n.replicas > 0 && queue:
 		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev, c.Wake}, c.Token, ttl.Milliseconds(), wakeMS)
 	case n.replicas > 0:
 		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds())
-	case n.fair:
-		cmd, acks = n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 6,
-			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), q, n.acquireConf(ttl, false)}), -1
 	case queue: // (a waiter: the wake key too, see acquire.lua)
-		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), wakeMS}), -1
+		cmd = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), wakeMS})
 	default:
-		cmd, acks = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)}), -1
+		cmd = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)})
 	}
 	return n.lockGrant(ctx, c, cmd, acks, "a plain lock")
 }
 
-func (lock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
 	return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
-func (lock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	if n.fair {
-		return n.evalsha(ctx, script.ReleaseFair, c.resumerArg([]any{"evalsha", releaseFairSHA, 5,
-			&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, window, n.releaseConf(false)}))
-	}
+func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
 	if window == 0 { // a clean lease: two arguments (release.lua)
 		return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA})
 	}
 	return n.evalsha(ctx, script.Release, c.resumerArg([]any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA, window}))
 }
 
-func (lock) scripts(l leaseScripts) (*redis.Script, scriptSet) { return l.lockFirst, l.lock }
+func (plainLock) scripts() (*redis.Script, scriptSet) { return script.Acquire, plainScripts }
 
-func (lock) member(string) string { return "" }
+func (plainLock) member(string) string { return "" }
 
-func (lock) shape() string { return "string" }
+func (plainLock) shape() string { return "string" }
+
+func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
+	if n.replicas > 0 {
+		cmd, acks := n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
+			c.Token, ttl.Milliseconds(), queueFlag(queue), n.acquireConf(ttl, false))
+		return n.lockGrant(ctx, c, cmd, acks, "a plain lock")
+	}
+	cmd := n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 6,
+		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), queueFlag(queue), n.acquireConf(ttl, false)})
+	return n.lockGrant(ctx, c, cmd, -1, "a plain lock")
+}
+
+func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+	return n.evalsha(ctx, script.ReleaseFair, c.resumerArg([]any{"evalsha", releaseFairSHA, 5,
+		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, window, n.releaseConf(false)}))
+}
+
+func (fairLock) scripts() (*redis.Script, scriptSet) { return script.AcquireFair, fairScripts }
 
 func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, _ bool) (Grant, error) {
 	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
@@ -99,7 +122,9 @@ func (reentrantLock) release(ctx context.Context, n Node, c *Claim, window int64
 	return n.run(ctx, script.ReleaseReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
 }
 
-func (reentrantLock) scripts(l leaseScripts) (*redis.Script, scriptSet) { return l.lockFirst, l.lock }
+func (reentrantLock) scripts() (*redis.Script, scriptSet) {
+	return script.AcquireReentrant, reentrantScripts
+}
 
 func (reentrantLock) member(string) string { return "" }
 

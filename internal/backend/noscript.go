@@ -37,26 +37,17 @@ type NoScripts struct {
 // NewNoScripts returns the script-free backend of the deployment n reaches.
 func NewNoScripts(n Node) NoScripts { return NoScripts{Node: n} }
 
-// carries refuses a lease it cannot serve: only a plain lock runs without
-// scripts (not a reentrant or fair one, nor another Kind).
+// carries refuses a lease it cannot serve, unsent (see Carries).
 func (n NoScripts) carries(c *Claim) error {
-	if c.Kind != nil || c.Owner != "" || n.fair {
-		return fmt.Errorf("%w: only plain locks run without scripts", ErrNotSent)
+	if err := n.Carries(c.Kind); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	return nil
 }
 
-// Carries serves the Node's own locks only: every other Kind runs scripts
-// (see Backend).
-func (n NoScripts) Carries(k Kind) error {
-	if err := n.Node.Carries(k); err != nil {
-		return err
-	}
-	if k != nil {
-		return ErrNeedsScripts
-	}
-	return nil
-}
+// Carries serves plain locks only: every other Kind runs scripts (see
+// Backend).
+func (NoScripts) Carries(k Kind) error { return plainOnly(k, ErrNeedsScripts) }
 
 // Prepare does nothing: no scripts to load (see Backend).
 func (NoScripts) Prepare(context.Context, *Claim) error { return nil }
@@ -484,17 +475,10 @@ func flatZset(cmd *redis.ZSliceCmd) ([]any, error) {
 	return v, err
 }
 
-// Downgrade is refused: read-write locks need scripts.
-func (n NoScripts) Downgrade(context.Context, *Claim) (bool, error) { return false, ErrNeedsScripts }
-
-// Proclaim is refused: elections need scripts.
-func (n NoScripts) Proclaim(context.Context, *Claim, string) (bool, error) {
-	return false, ErrNeedsScripts
-}
-
-// Permits is refused: semaphores need scripts.
-func (n NoScripts) Permits(context.Context, *Keys, string, int, int) (PermitSize, error) {
-	return PermitSize{}, ErrNeedsScripts
+// Op is refused: the kinds with operations of their own need scripts (see
+// Backend).
+func (NoScripts) Op(context.Context, func(context.Context, Node) error) error {
+	return ErrNeedsScripts
 }
 
 // Inspect reads the lock's state as inspect.lua does, in one MULTI.
@@ -545,11 +529,11 @@ func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
 			return err
 		}
 		st, err := stateOf(k, v)
-		switch {
-		case err != nil || !st.Held || (st.Type == "zset" && st.Holding == ""):
+		if err != nil {
 			return err
-		case st.Holding == "":
-			return Because(ErrWrongType, "a "+st.Type)
+		}
+		if ok, err := st.forced(); !ok {
+			return err
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Del(ctx, k.Lock)

@@ -37,7 +37,7 @@ func NewQuorum(nodes []Node, timeout time.Duration) *Quorum {
 	q := &Quorum{nodes: slices.Clone(nodes), timeout: timeout}
 	for i := range q.nodes {
 		q.nodes[i].setFenceWindow(quorumFenceWindow)
-		q.nodes[i].leases = q.nodes[i].leases.with(setOf(script.RaiseFence)) // Fence writes back
+		q.nodes[i].extra = setOf(script.RaiseFence) // Fence writes back
 	}
 	return q
 }
@@ -144,23 +144,18 @@ func tally[T any](res []nodeResult[T], yes func(T) bool, errs []error) (yeses, a
 	return yeses, answered
 }
 
-// Carries serves the nodes' own locks only (see Backend).
-func (q *Quorum) Carries(k Kind) error {
-	if k != nil {
-		return ErrOverQuorum
-	}
-	return nil
-}
+// Carries serves plain locks only (see Backend).
+func (q *Quorum) Carries(k Kind) error { return plainOnly(k, ErrOverQuorum) }
 
-// Acquire takes the lock on a majority. A quorum carries its nodes' own
-// locks only: a claim of another Kind is refused, unsent. A waiter (queue)
+// Acquire takes the lock on a majority. A quorum carries plain locks
+// only: a claim of another Kind is refused, unsent. A waiter (queue)
 // queues on no node, but asks each to announce the release (acquire.lua).
 func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	if c.Kind != nil {
-		return Grant{}, fmt.Errorf("%w: a quorum carries only its nodes' own locks", ErrNotSent)
+	if err := q.Carries(c.Kind); err != nil {
+		return Grant{}, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (Grant, error) {
-		return n.Acquire(ctx, c, ttl, queue && !n.fair)
+		return n.Acquire(ctx, c, ttl, queue)
 	}, majority(q, func(g Grant) bool { return g.Held }))
 	v := q.count(res)
 	if v.held >= q.need() && v.atFence < q.need() {
@@ -246,7 +241,7 @@ func (q *Quorum) count(res []nodeResult[Grant]) votes {
 func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error) {
 	yes := func(v int64) bool { return v == 1 }
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (int64, error) {
-		v, err := n.run(ctx, script.RaiseFence, []string{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, n.kind(c).shape(), c.Resumer).Int64()
+		v, err := n.run(ctx, script.RaiseFence, []string{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape(), c.Resumer).Int64()
 		return v, RedisErr(err)
 	}, majority(q, yes))
 	errs := make([]error, len(res))
@@ -526,15 +521,9 @@ func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
 	return keys, nil
 }
 
-// Downgrade is refused: a quorum carries no read-write locks.
-func (q *Quorum) Downgrade(context.Context, *Claim) (bool, error) { return false, ErrOverQuorum }
-
-// Proclaim is refused: a quorum carries no elections.
-func (q *Quorum) Proclaim(context.Context, *Claim, string) (bool, error) { return false, ErrOverQuorum }
-
-func (q *Quorum) Permits(context.Context, *Keys, string, int, int) (PermitSize, error) {
-	return PermitSize{}, ErrOverQuorum
-}
+// Op is refused: a quorum carries no kind with operations of its own (see
+// Backend).
+func (q *Quorum) Op(context.Context, func(context.Context, Node) error) error { return ErrOverQuorum }
 
 // Inspect reports what a majority of nodes agree on: the holder, the
 // shortest remaining lease among them, and the highest fence.

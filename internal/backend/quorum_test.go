@@ -32,7 +32,7 @@ func TestQuorumUnansweredNodesSayWhy(t *testing.T) {
 	q := startNodes(t, 4, timeout)
 	ctx := t.Context()
 	k := KeysFor("dlock:", "why")
-	mine, theirs := &Claim{Keys: k}, &Claim{Keys: k}
+	mine, theirs := &Claim{Keys: k, Kind: PlainLock}, &Claim{Keys: k, Kind: PlainLock}
 	mine.SetToken("mine")
 	theirs.SetToken("theirs")
 

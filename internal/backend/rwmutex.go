@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,12 +49,32 @@ func (h rwHold) release(ctx context.Context, n Node, c *Claim, window int64) *re
 	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, c.resumerArg(a)...)
 }
 
-func (rwHold) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script.HoldAcquire, l.hold }
+func (rwHold) scripts() (*redis.Script, scriptSet) { return script.HoldAcquire, holdScripts }
 
 // member is the hold's member of the lock's sorted set, "<rw>:<token>".
 func (h rwHold) member(token string) string { return h.rw + ":" + token }
 
 func (rwHold) shape() string { return "zset" }
+
+// Downgrade turns the write hold c into a read hold, in one step (see
+// hold_downgrade.lua), and c into a read's claim (a Downgrading one when
+// the outcome is unknown); false if c no longer holds the lock. The caller
+// keeps every other use of c out meanwhile. ErrSuperseded: another Lock
+// resumed the lease.
+func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
+	v, err := n.run(ctx, script.HoldDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer).Int64()
+	var reply redis.Error
+	if err != nil && !neverSent(err) && !errors.As(err, &reply) {
+		c.SetKind(Downgrading)
+	}
+	if err != nil {
+		return false, RedisErr(err)
+	}
+	if v == 1 {
+		c.SetKind(Read)
+	}
+	return v == 1, superseded(v)
+}
 
 // rwHolds reports whether the members of a sorted set (as permitsOf read
 // them) are a read-write lock's holds, and if so turns each into its

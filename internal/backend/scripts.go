@@ -58,49 +58,17 @@ func setOf(ss ...*redis.Script) scriptSet {
 	return set
 }
 
-// leaseScripts are the scripts each kind of lease of a Node runs: to take
-// it, extend it, end it and fence it (see Node.need); lockFirst is the one a
-// lock's acquisition runs (the other kinds': HoldAcquire, AcquireFair).
-type leaseScripts struct {
-	lock, hold, campaign scriptSet
-	lockFirst            *redis.Script
-}
-
-func newLeaseScripts(c Config) leaseScripts {
-	first := script.Acquire
-	lock := setOf(script.Acquire, script.Release, script.Extend, script.Fence)
-	switch {
-	case c.Reentrant:
-		first = script.AcquireReentrant
-		lock = setOf(script.AcquireReentrant, script.ReleaseReentrant, script.ExtendReentrant, script.Fence)
-	case c.Fair:
-		first = script.AcquireFair
-		lock = setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence)
-	}
-	return leaseScripts{
-		lock:      lock,
-		hold:      setOf(script.HoldAcquire, script.HoldRelease, script.HoldExtend, script.Fence, script.HoldDowngrade),
-		campaign:  setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence, script.Proclaim),
-		lockFirst: first,
-	}
-}
-
-// with adds extra to every kind (a quorum node's RaiseFence).
-func (l leaseScripts) with(extra scriptSet) leaseScripts {
-	l.lock, l.hold, l.campaign = l.lock|extra, l.hold|extra, l.campaign|extra
-	return l
-}
-
 // first returns the script the acquisition of the lease c runs.
 func (n Node) first(c *Claim) *redis.Script {
-	s, _ := n.kind(c).scripts(n.leases)
+	s, _ := c.Kind.scripts()
 	return s
 }
 
-// need returns the scripts the lease c runs.
+// need returns the scripts the lease c runs: its kind's, and those every
+// lease of n runs (a quorum node's RaiseFence).
 func (n Node) need(c *Claim) scriptSet {
-	_, set := n.kind(c).scripts(n.leases)
-	return set
+	_, set := c.Kind.scripts()
+	return set | n.extra
 }
 
 // scriptCaches is what a Node knows of its servers' script caches, shared

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -54,11 +55,35 @@ func (p permit) args(a ...any) []any {
 	return a
 }
 
-func (permit) scripts(l leaseScripts) (*redis.Script, scriptSet) { return script.HoldAcquire, l.hold }
+// holdScripts are those of a semaphore's permits and of a read-write
+// lock's holds.
+var holdScripts = setOf(script.HoldAcquire, script.HoldRelease, script.HoldExtend, script.Fence, script.HoldDowngrade)
+
+func (permit) scripts() (*redis.Script, scriptSet) { return script.HoldAcquire, holdScripts }
 
 func (permit) member(string) string { return "" }
 
 func (permit) shape() string { return "zset" }
+
+// Permits runs permits.lua on the semaphore k: op "get", "set" (to v,
+// unless a size is stored), "unset" or "add" (v); size is the caller's N,
+// the size while none is stored.
+func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error) {
+	r, err := n.run(ctx, script.Permits, []string{k.Lock, k.SizeKey(), k.Queue}, op, v, size, k.Channel, n.pub).Int64Slice()
+	if err != nil {
+		return PermitSize{}, RedisErr(err)
+	}
+	if len(r) != 3 {
+		return PermitSize{}, fmt.Errorf("permits.lua: unexpected reply %v", r)
+	}
+	return PermitSize{Size: int(r[0]), Held: int(r[1]), Changed: r[2] == 1}, nil
+}
+
+// PermitSize is a semaphore's size as permits.lua read or left it.
+type PermitSize struct {
+	Size, Held int  // the size, and the permits held
+	Changed    bool // the call changed the stored size
+}
 
 // queuedGrant reads the reply of hold_acquire.lua, sent
 // with acks replicas' acknowledgements (-1 without replica ack): >= 0

@@ -45,6 +45,18 @@ type Hold struct {
 	N     int  // a semaphore's: the permits it holds at once
 }
 
+// forced reports whether Force has a holding to delete in the lock s
+// (Holding), or why it may not.
+func (s State) forced() (bool, error) {
+	switch {
+	case !s.Held || (s.Type == "zset" && s.Holding == ""): // (a semaphore whose permits just ended)
+		return false, nil
+	case s.Holding == "":
+		return false, Because(ErrWrongType, "a "+s.Type)
+	}
+	return true, nil
+}
+
 // LeaseLeft returns how long the lease with token has left, and whether it
 // holds the lock (as its plain holder, a live reentrant hold, or a live
 // permit of a semaphore).

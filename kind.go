@@ -1,0 +1,85 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dlockio/dlock/internal/backend"
+)
+
+// kind is what a Client's acquisitions are, seen from this package, and how
+// they speak: the Client's own locks (Client.own, one of those below,
+// chosen when the Client is made), or a kind made on top of them, each
+// described in its own file (semaphore.go, rwmutex.go, election.go).
+type kind struct {
+	mode  string       // its name in Event.Mode
+	lease backend.Kind // what the backend runs
+	fair  bool         // its waiters queue
+	tag   byte         // the tag of its lease tokens (see tokenTag)
+
+	acquireOp, releaseOp string // an acquisition and a release, as its errors name them
+	// refused fills in e, the refusal of an attempt that Redis answered
+	// with g, as the kind says it (nil: "held by another holder").
+	refused func(e *NotAcquiredError, g backend.Grant)
+	// namesNoHolder says that its refusals name no holder, so that each
+	// one is worth keeping anyway.
+	namesNoHolder bool
+	// How a kind made on top of a Client's locks speaks of itself when a
+	// Client cannot carry it (Client.carries): "semaphores", "a semaphore",
+	// "keep", and what follows "not available over a quorum (NewRedlock)".
+	plural, one, verb, overQuorum string
+	// alone, on a Client's own kind, says that the Client carries no other
+	// kind, and names such a Client.
+	alone string
+}
+
+// The kinds of a Client's own locks, one chosen when it is made
+// (own, NewRedlock).
+var (
+	unfairLocks    = kind{mode: "unfair", lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
+	fairLocks      = kind{mode: "fair", lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
+	quorumLocks    = kind{mode: "quorum", lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
+	reentrantLocks = kind{mode: "reentrant", lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
+		refused: ownerRefused, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
+)
+
+// own is the kind of the Client's own locks that the options ask for, on
+// one deployment.
+func (o *options) own() kind {
+	switch {
+	case o.reentrant:
+		return reentrantLocks
+	case o.fair && !o.noScripts:
+		return fairLocks
+	}
+	return unfairLocks
+}
+
+// ownerRefused fills in a reentrant lock's refusal: it names the owner
+// that holds the lock.
+func ownerRefused(e *NotAcquiredError, g backend.Grant) {
+	if g.Owner != "" {
+		e.Holder, e.say = g.Owner, heldByOwner
+	}
+}
+
+func heldByOwner(e *NotAcquiredError) string { return heldBy("held by another owner", e.Meta) }
+
+// carries asks c's backend whether it serves the kind k, which call
+// (Semaphore, RWMutex, Election) makes; if not, it returns an error
+// wrapping ErrInvalid that says why in the kind's words.
+func (c *Client) carries(k *kind, call string) error {
+	why := c.b.Carries(k.lease)
+	var s string
+	switch {
+	case c.own.alone != "":
+		s = c.own.alone + " cannot " + k.verb + " " + k.one
+	case why == nil:
+		return nil
+	case errors.Is(why, backend.ErrOverQuorum):
+		s = k.plural + " are not available over a quorum (NewRedlock)" + k.overQuorum
+	default:
+		s = k.plural + " need scripts; a Client made WithoutScripts() cannot " + k.verb + " one"
+	}
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, call, s)
+}
