@@ -1,8 +1,9 @@
 // Package drivertest holds the tests every driver must pass: each lock kind
 // taken, extended, fenced and released through dlock.NewFrom on private
 // redis-server processes, with mutual exclusion counted across goroutines
-// and Clients, waiters woken by pub/sub, a script cache emptied under a
-// Client, a server down, and a Cluster where the client has one.
+// and Clients, a PubSub held to its contract, waiters woken by pub/sub
+// (after a broken connection too), a script cache emptied under a Client,
+// a server down, and a Cluster where the client has one.
 package drivertest
 
 import (
@@ -84,6 +85,11 @@ func table() []tableCase {
 			lostReply(t, p, behind(), client(t, s.Server(t, srv.Addr())))
 			lostDowngrade(t, p, behind(), client(t, s.Server(t, srv.Addr())))
 		}})
+	cases = append(cases, tableCase{"PubSub", true, func(t *testing.T, s Setup) {
+		srv := redistest.Start(t, redistest.TCP())
+		p := redistest.NewProxy(t, srv.Addr())
+		pubSub(t, p, s.Server(t, p.Addr()), s.Server(t, srv.Addr()))
+	}})
 	for _, m := range modes[:2] {
 		cases = append(cases, tableCase{"BrokenPubSub/" + m.name, false, func(t *testing.T, s Setup) {
 			srv := redistest.Start(t, redistest.TCP())
@@ -696,6 +702,98 @@ func (c *scriptCount) Do(ctx context.Context, args ...any) (any, error) {
 		c.n.Add(1)
 	}
 	return v, err
+}
+
+// pubSub checks a PubSub against its contract (see driver.PubSub) on conn,
+// whose connections go through p: confirmations and messages arrive
+// through Receive, which leaves when its ctx ends; a cut connection is done
+// for good, and Close makes a Receive in progress return.
+func pubSub(t *testing.T, p *redistest.Proxy, conn, direct driver.Conn) {
+	ctx := ctxFor(t, 60*time.Second)
+	ps, err := conn.PubSub(ctx, "")
+	if err != nil {
+		t.Fatalf("PubSub: %v", err)
+	}
+	defer ps.Close()
+	if err := ps.Subscribe(ctx, "dt-ps"); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	receive := func(d time.Duration) (driver.Message, error) {
+		rctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		for {
+			m, err := ps.Receive(rctx)
+			if err != nil || m.Kind != "pong" {
+				return m, err
+			}
+		}
+	}
+	if m, err := receive(10 * time.Second); err != nil || m.Kind != "subscribe" || m.Channel != "dt-ps" {
+		t.Fatalf("Receive after Subscribe: %+v, %v; want the confirmation", m, err)
+	}
+	if _, err := direct.Do(ctx, "PUBLISH", "dt-ps", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := receive(10 * time.Second); err != nil || m.Kind != "message" || m.Channel != "dt-ps" || m.Payload != "hello" {
+		t.Fatalf("Receive after PUBLISH: %+v, %v", m, err)
+	}
+	if err := ps.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	start := time.Now()
+	if m, err := receive(200 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive with nothing to receive: %+v, %v; want an error wrapping its ctx's", m, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Receive left %v after its ctx ended", d)
+	}
+	p.Cut()
+	if m, err := receive(10 * time.Second); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive on a cut connection: %+v, %v; want it done", m, err)
+	}
+	if err := ps.Subscribe(ctx, "dt-ps2"); err == nil {
+		t.Error("Subscribe on a cut connection: nil, want an error (no reconnection)")
+	}
+	if m, err := receive(time.Second); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Receive again on a cut connection: %+v, %v; want it done", m, err)
+	}
+	ps.Close()
+
+	ps, err = conn.PubSub(ctx, "")
+	if err != nil {
+		t.Fatalf("PubSub again: %v", err)
+	}
+	if err := ps.Subscribe(ctx, "dt-ps"); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	got, confirmed := make(chan error, 1), make(chan struct{})
+	go func() {
+		for {
+			m, err := ps.Receive(ctx)
+			if err == nil && m.Kind == "subscribe" {
+				close(confirmed) // the next Receive waits: nothing is published
+				continue
+			}
+			if err != nil || m.Kind != "pong" {
+				got <- err
+				return
+			}
+		}
+	}()
+	select {
+	case <-confirmed:
+	case err := <-got:
+		t.Fatalf("Receive after Subscribe: %v; want the confirmation", err)
+	}
+	ps.Close()
+	select {
+	case err := <-got:
+		if err == nil {
+			t.Error("Receive after Close: a message, want an error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not make a Receive in progress return")
+	}
 }
 
 // brokenPubSub runs WokenAfterBreak on wconn through p, in mode m.

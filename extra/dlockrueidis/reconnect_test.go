@@ -24,7 +24,7 @@ func TestPubSubCloseDuringStalledReconnect(t *testing.T) {
 	p := redistest.NewProxy(t, s.Addr())
 	conn := Conn(client(t, p.Addr()))
 	ctx := ctxT(t, 30*time.Second)
-	ps := conn.PubSub(ctx, "")
+	ps, _ := conn.PubSub(ctx, "")
 	defer ps.Close()
 	if err := ps.Subscribe(ctx, "a"); err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestPubSubKeepsCallOrderAcrossReconnect(t *testing.T) {
 	direct := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 30*time.Second)
 	for round := range 5 {
-		ps := conn.PubSub(ctx, "")
+		ps, _ := conn.PubSub(ctx, "")
 		if err := ps.Subscribe(ctx, "a"); err != nil {
 			t.Fatal(err)
 		}

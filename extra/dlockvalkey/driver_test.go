@@ -390,7 +390,7 @@ func TestPubSubResubscribesAfterRestarts(t *testing.T) {
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 60*time.Second)
-	ps := conn.PubSub(ctx, "")
+	ps, _ := conn.PubSub(ctx, "")
 	t.Cleanup(func() { ps.Close() })
 	pingUntilUp(t, ctx, ps)
 	if _, err := recv(t, ps, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
@@ -492,7 +492,7 @@ func TestPubSubCloseEndsReconnectionAtOnce(t *testing.T) {
 	s := redistest.Start(t, redistest.TCP())
 	conn := Conn(client(t, s.Addr()))
 	ctx := ctxT(t, 20*time.Second)
-	ps := conn.PubSub(ctx, "")
+	ps, _ := conn.PubSub(ctx, "")
 	t.Cleanup(func() { ps.Close() })
 	if err := ps.Subscribe(ctx, "a"); err != nil {
 		t.Fatal(err)
@@ -591,7 +591,7 @@ func clusterMasters(t *testing.T, ctx context.Context, conn driver.Conn) {
 // subscribing again at once is not taken for a slot migration.
 func shardedPubSub(t *testing.T, ctx context.Context, c valkey.Client, conn driver.Conn, ch string) {
 	t.Helper()
-	ps := conn.PubSub(ctx, ch)
+	ps, _ := conn.PubSub(ctx, ch)
 	t.Cleanup(func() { ps.Close() })
 	expect(t, ps, driver.Message{Kind: "ssubscribe", Channel: ch})
 	n, err := c.Do(ctx, c.B().Spublish().Channel(ch).Message("hi").Build()).AsInt64()

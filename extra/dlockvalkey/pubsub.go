@@ -28,7 +28,7 @@ const maxQueued = 1 << 14
 
 var errNotConnected = errors.New("dlockvalkey: pub/sub connection not established")
 
-func (c conn) PubSub(ctx context.Context, channel string) driver.PubSub {
+func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error) {
 	p := &pubsub{
 		c:       c.c,
 		sharded: channel != "",
@@ -42,7 +42,7 @@ func (c conn) PubSub(ctx context.Context, channel string) driver.PubSub {
 	}
 	p.wg.Add(1)
 	go p.run()
-	return p
+	return p, nil
 }
 
 // pubsub is a dedicated connection with hooks that queue what it receives.
