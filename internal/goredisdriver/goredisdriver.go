@@ -188,7 +188,7 @@ func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 			return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
 		}
 		if err = p.check(err); err != nil {
-			if *p.gone.Load() == driver.ErrClosed {
+			if g := p.gone.Load(); g != nil && *g == driver.ErrClosed {
 				err = driver.ErrClosed // (closed while it read)
 			}
 			return driver.Message{}, err
