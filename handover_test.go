@@ -55,8 +55,12 @@ func (c *lossyConn) Do(ctx context.Context, args ...any) (any, error) {
 	return v, err
 }
 
-func (c *lossyConn) PubSub(ctx context.Context, channel string) driver.PubSub {
-	return &tappedPubSub{PubSub: c.Conn.PubSub(ctx, channel), c: c}
+func (c *lossyConn) PubSub(ctx context.Context, channel string) (driver.PubSub, error) {
+	ps, err := c.Conn.PubSub(ctx, channel)
+	if err != nil {
+		return nil, err
+	}
+	return &tappedPubSub{PubSub: ps, c: c}, nil
 }
 
 func (c *lossyConn) subscribed() string {

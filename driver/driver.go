@@ -27,23 +27,22 @@ type Conn interface {
 	// running (a lock's clean lease relies on it). A failure to connect
 	// wraps a *net.OpError whose Op is "dial"; a reply lost to a broken or
 	// timed-out connection wraps io.EOF or a net.Error; a closed client
-	// returns [ErrClosed].
+	// returns [ErrClosed]. It should end with ctx; where the client makes
+	// it wait longer (for a dial another command started), dlock leaves
+	// it when ctx ends, for a while after a call failed without a reply.
 	Do(ctx context.Context, args ...any) (any, error)
 	// DoMulti sends cmds, each once, in one write on one connection to
 	// one server, and returns their replies in order. dlock calls it only
 	// on a Conn that is one server: never on a Cluster's, only on the
 	// masters' Conns that Masters returns.
 	DoMulti(ctx context.Context, cmds ...[]any) []Result
-	// PubSub opens a pub/sub connection. With channel "" it is subscribed
-	// to nothing yet (SUBSCRIBE, UNSUBSCRIBE); otherwise it is a Cluster's
-	// connection to the shard of channel, subscribed to it with
-	// SSUBSCRIBE. After a broken connection it connects again on its own
-	// and subscribes again to its channels, whose confirmations Receive
-	// then returns anew: dlock wakes each channel's waiters on them, since
-	// a message sent while it was down is lost. PubSub, and the PubSub's Subscribe, Unsubscribe
-	// and Close, do not wait on the network (dlock calls them under a lock
-	// that its waiters share): they send, or queue, and return.
-	PubSub(ctx context.Context, channel string) PubSub
+	// PubSub opens a pub/sub connection and returns it subscribed to
+	// nothing. With channel "" it is a connection to the server (or a
+	// Sentinel-managed master) and will be used with SUBSCRIBE; otherwise it
+	// is a Cluster's connection to the shard that owns channel's slot, used
+	// with SSUBSCRIBE for channels of that slot. It may wait on the network,
+	// bounded by ctx.
+	PubSub(ctx context.Context, channel string) (PubSub, error)
 	// Masters returns a Conn for each master of a Cluster, each one
 	// server; or, for any other deployment, the Conn itself.
 	Masters(ctx context.Context) ([]Conn, error)
@@ -68,15 +67,25 @@ type Result struct {
 	Err error
 }
 
-// PubSub is one pub/sub connection (see Conn.PubSub).
+// PubSub is one pub/sub connection. It does not reconnect: once it
+// broke (or was closed), every method fails and dlock opens another.
+// dlock calls Receive from one goroutine and the other methods from
+// another (never two at once), and calls Receive only once the first
+// Subscribe returned; Close may be called at any time, from any
+// goroutine, and makes a Receive in progress return.
 type PubSub interface {
+	// Subscribe and Unsubscribe send the command (SUBSCRIBE or
+	// SSUBSCRIBE…) and return once it is written; its confirmations
+	// arrive through Receive.
 	Subscribe(ctx context.Context, channels ...string) error
 	Unsubscribe(ctx context.Context, channels ...string) error
-	// Receive returns the next message or subscription confirmation, or
-	// an error when ctx ends first (wrapping ctx.Err()), when the
-	// connection broke (it connects again by itself), or [ErrClosed] once
-	// closed.
+	// Receive returns the next message or confirmation. Its error wraps
+	// ctx.Err() when ctx ended first (the connection is still good), and
+	// otherwise means the connection is done (broken, or closed:
+	// ErrClosed).
 	Receive(ctx context.Context) (Message, error)
+	// Ping checks that the connection lives (its reply may arrive
+	// through Receive as a Message of Kind "pong", which dlock ignores).
 	Ping(ctx context.Context) error
 	Close() error
 }
@@ -84,7 +93,9 @@ type PubSub interface {
 // Message is what a PubSub received: a message, or a confirmation.
 type Message struct {
 	// Kind is "message" (or "smessage"), or a confirmation: "subscribe",
-	// "ssubscribe", "unsubscribe", "sunsubscribe".
+	// "ssubscribe", "unsubscribe", "sunsubscribe" (one that dlock did not
+	// ask for, on a sharded connection, makes it connect again); dlock
+	// ignores any other.
 	Kind    string
 	Channel string
 	Payload string // a message's

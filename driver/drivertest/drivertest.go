@@ -1,8 +1,9 @@
 // Package drivertest holds the tests every driver must pass: each lock kind
 // taken, extended, fenced and released through dlock.NewFrom on private
 // redis-server processes, with mutual exclusion counted across goroutines
-// and Clients, waiters woken by pub/sub, a script cache emptied under a
-// Client, a server down, and a Cluster where the client has one.
+// and Clients, a PubSub held to its contract, waiters woken by pub/sub
+// (after a broken connection and a restart too), a script cache emptied under a Client,
+// a server down, and a Cluster where the client has one.
 package drivertest
 
 import (
@@ -17,6 +18,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/pubsub"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -84,6 +86,15 @@ func table() []tableCase {
 			lostReply(t, p, behind(), client(t, s.Server(t, srv.Addr())))
 			lostDowngrade(t, p, behind(), client(t, s.Server(t, srv.Addr())))
 		}})
+	cases = append(cases, tableCase{"PubSub", true, func(t *testing.T, s Setup) {
+		srv := redistest.Start(t, redistest.TCP())
+		p := redistest.NewProxy(t, srv.Addr())
+		pubSub(t, p, s.Server(t, p.Addr()), s.Server(t, srv.Addr()))
+	}})
+	cases = append(cases, tableCase{"PubSubAfterRestart", false, func(t *testing.T, s Setup) {
+		srv := redistest.Start(t, redistest.TCP())
+		hubAfterRestart(t, srv, s.Server(t, srv.Addr()))
+	}})
 	for _, m := range modes[:2] {
 		cases = append(cases, tableCase{"BrokenPubSub/" + m.name, false, func(t *testing.T, s Setup) {
 			srv := redistest.Start(t, redistest.TCP())
@@ -696,6 +707,173 @@ func (c *scriptCount) Do(ctx context.Context, args ...any) (any, error) {
 		c.n.Add(1)
 	}
 	return v, err
+}
+
+// pubSub checks a PubSub against its contract (see driver.PubSub) on conn,
+// whose connections go through p: confirmations and messages arrive
+// through Receive, which leaves when its ctx ends; a cut connection is done
+// for good, and Close makes a Receive in progress return.
+func pubSub(t *testing.T, p *redistest.Proxy, conn, direct driver.Conn) {
+	ctx := ctxFor(t, 60*time.Second)
+	ps, err := conn.PubSub(ctx, "")
+	if err != nil {
+		t.Fatalf("PubSub: %v", err)
+	}
+	defer ps.Close()
+	if err := ps.Subscribe(ctx, "dt-ps"); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	receive := func(d time.Duration) (driver.Message, error) {
+		rctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		for {
+			m, err := ps.Receive(rctx)
+			if err != nil || m.Kind != "pong" {
+				return m, err
+			}
+		}
+	}
+	if m, err := receive(10 * time.Second); err != nil || m.Kind != "subscribe" || m.Channel != "dt-ps" {
+		t.Fatalf("Receive after Subscribe: %+v, %v; want the confirmation", m, err)
+	}
+	if _, err := direct.Do(ctx, "PUBLISH", "dt-ps", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := receive(10 * time.Second); err != nil || m.Kind != "message" || m.Channel != "dt-ps" || m.Payload != "hello" {
+		t.Fatalf("Receive after PUBLISH: %+v, %v", m, err)
+	}
+	if err := ps.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	if err := ps.Unsubscribe(ctx, "dt-ps"); err != nil {
+		t.Fatalf("Unsubscribe: %v", err)
+	}
+	if m, err := receive(10 * time.Second); err != nil || m.Kind != "unsubscribe" || m.Channel != "dt-ps" {
+		t.Fatalf("Receive after Unsubscribe: %+v, %v; want the confirmation", m, err)
+	}
+	start := time.Now()
+	if m, err := receive(200 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive with nothing to receive: %+v, %v; want an error wrapping its ctx's", m, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Receive left %v after its ctx ended", d)
+	}
+	p.Cut()
+	if m, err := receive(10 * time.Second); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive on a cut connection: %+v, %v; want it done", m, err)
+	}
+	if err := ps.Subscribe(ctx, "dt-ps2"); err == nil {
+		t.Error("Subscribe on a cut connection: nil, want an error (no reconnection)")
+	}
+	if m, err := receive(time.Second); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Receive again on a cut connection: %+v, %v; want it done", m, err)
+	}
+	ps.Close()
+
+	ps, err = conn.PubSub(ctx, "")
+	if err != nil {
+		t.Fatalf("PubSub again: %v", err)
+	}
+	if err := ps.Subscribe(ctx, "dt-ps"); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	got, confirmed := make(chan error, 1), make(chan struct{})
+	go func() {
+		for {
+			m, err := ps.Receive(ctx)
+			if err == nil && m.Kind == "subscribe" {
+				close(confirmed) // the next Receive waits: nothing is published
+				continue
+			}
+			if err != nil || m.Kind != "pong" {
+				got <- err
+				return
+			}
+		}
+	}()
+	select {
+	case <-confirmed:
+	case err := <-got:
+		t.Fatalf("Receive after Subscribe: %v; want the confirmation", err)
+	}
+	ps.Close()
+	select {
+	case err := <-got:
+		if err == nil {
+			t.Error("Receive after Close: a message, want an error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not make a Receive in progress return")
+	}
+	if _, err := receive(time.Second); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("Receive after Close: %v, want ErrClosed", err)
+	}
+	if err := ps.Subscribe(ctx, "dt-ps"); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("Subscribe after Close: %v, want ErrClosed", err)
+	}
+	ps.Close() // a second Close does no harm
+}
+
+// hubAfterRestart: dlock's pub/sub hub on conn subscribes again (to
+// hundreds of channels at once) after the server srv restarted, and after
+// it was down a while, and each time wakes its waiter to ask Redis again
+// (a release may have been missed); Close ends its reconnection at once.
+func hubAfterRestart(t *testing.T, srv *redistest.Server, conn driver.Conn) {
+	ctx := ctxFor(t, 60*time.Second)
+	h := pubsub.New(conn, false)
+	defer h.Close()
+	wake := make(chan int64, 1)
+	w, ready := h.Subscribe(ctx, "dt-hub", "a", wake)
+	defer w.Close()
+	listening := func(want bool) {
+		t.Helper()
+		if !eventually(10*time.Second, func() bool { return h.Listening("dt-hub") == want }) {
+			t.Fatalf("Listening still %v after 10s", !want)
+		}
+	}
+	woken := func(want int64) {
+		t.Helper()
+		select {
+		case got := <-wake:
+			if got != want {
+				t.Fatalf("woken with %d, want %d", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("not woken within 10s, want %d", want)
+		}
+	}
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscription was never confirmed")
+	}
+	for i := range 300 { // subscribed again in one command, with many confirmations
+		others := make(chan int64, 1)
+		ow, _ := h.Subscribe(ctx, fmt.Sprint("dt-hub-", i), "a", others)
+		defer ow.Close()
+	}
+	srv.Restart()
+	woken(pubsub.Recheck)
+	listening(true)
+	if !eventually(10*time.Second, func() bool { return h.Listening("dt-hub-299") }) {
+		t.Fatal("not all channels subscribed again after the restart")
+	}
+	if _, err := srv.Do(ctx, "PUBLISH", "dt-hub", pubsub.WakeAll); err != nil {
+		t.Fatal(err)
+	}
+	woken(pubsub.Released)
+	srv.Kill()
+	listening(false)
+	srv.Restart()
+	woken(pubsub.Recheck)
+	listening(true)
+	srv.Kill()
+	listening(false)
+	start := time.Now()
+	h.Close()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Close of a hub connecting again to a dead server took %v", d)
+	}
 }
 
 // brokenPubSub runs WokenAfterBreak on wconn through p, in mode m.

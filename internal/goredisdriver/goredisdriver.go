@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -104,44 +106,91 @@ func Retries(rdb redis.UniversalClient) bool {
 	return true
 }
 
-func (c conn) PubSub(ctx context.Context, channel string) driver.PubSub {
+func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error) {
+	// (go-redis connects on the first Subscribe, routed by its channels)
 	if channel != "" {
-		return pubsub{c.rdb.SSubscribe(ctx, channel)}
+		return &pubsub{ps: c.rdb.SSubscribe(ctx), sharded: true}, nil
 	}
-	return pubsub{c.rdb.Subscribe(ctx)}
+	return &pubsub{ps: c.rdb.Subscribe(ctx)}, nil
 }
 
-type pubsub struct{ ps *redis.PubSub }
-
-func (p pubsub) Subscribe(ctx context.Context, channels ...string) error {
-	return p.ps.Subscribe(ctx, channels...)
+// pubsub ends at its connection's first failure, as package driver asks:
+// go-redis's PubSub would connect again by itself.
+type pubsub struct {
+	ps      *redis.PubSub
+	sharded bool
+	gone    atomic.Pointer[error] // why every method now fails
 }
 
-func (p pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
-	return p.ps.Unsubscribe(ctx, channels...)
+var errBroken = errors.New("goredisdriver: pub/sub connection broken")
+
+// check returns err, after which every method fails if it is an error.
+func (p *pubsub) check(err error) error {
+	if err != nil {
+		p.gone.CompareAndSwap(nil, &errBroken)
+	}
+	if errors.Is(err, redis.ErrClosed) {
+		return driver.ErrClosed
+	}
+	return err
 }
 
-func (p pubsub) Ping(ctx context.Context) error { return p.ps.Ping(ctx) }
+func (p *pubsub) Subscribe(ctx context.Context, channels ...string) error {
+	return p.send(ctx, p.ps.Subscribe, p.ps.SSubscribe, channels)
+}
 
-func (p pubsub) Close() error { return p.ps.Close() }
+func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
+	return p.send(ctx, p.ps.Unsubscribe, p.ps.SUnsubscribe, channels)
+}
+
+// send runs the plain or the sharded form of an (un)subscription.
+func (p *pubsub) send(ctx context.Context, plain, sharded func(context.Context, ...string) error, channels []string) error {
+	if err := p.gone.Load(); err != nil {
+		return *err
+	}
+	if p.sharded {
+		plain = sharded
+	}
+	return p.check(plain(ctx, channels...))
+}
+
+func (p *pubsub) Ping(ctx context.Context) error {
+	if err := p.gone.Load(); err != nil {
+		return *err
+	}
+	return p.check(p.ps.Ping(ctx))
+}
+
+func (p *pubsub) Close() error {
+	p.gone.Store(&driver.ErrClosed)
+	p.ps.Close()
+	return nil
+}
 
 // Receive reads the connection directly, rather than through go-redis's
 // Channel, to save a goroutine hop on every message. It waits until ctx's
 // deadline (go-redis does not watch ctx while it reads).
-func (p pubsub) Receive(ctx context.Context) (driver.Message, error) {
+func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 	d, timed := ctx.Deadline()
 	for {
+		if err := p.gone.Load(); err != nil {
+			return driver.Message{}, *err
+		}
 		var timeout time.Duration // (0: none)
 		if timed {
 			if timeout = time.Until(d); timeout <= 0 {
-				return driver.Message{}, context.DeadlineExceeded
+				return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
 			}
 		}
 		m, err := p.ps.ReceiveTimeout(ctx, timeout)
-		if errors.Is(err, redis.ErrClosed) {
-			return driver.Message{}, driver.ErrClosed
+		var nerr net.Error
+		if errors.As(err, &nerr) && nerr.Timeout() && timed { // (the deadline set from ctx)
+			return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
 		}
-		if err != nil {
+		if err = p.check(err); err != nil {
+			if g := p.gone.Load(); g != nil && *g == driver.ErrClosed {
+				err = driver.ErrClosed // (closed while it read)
+			}
 			return driver.Message{}, err
 		}
 		switch m := m.(type) {

@@ -7,7 +7,6 @@ package pubsub
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,28 +36,50 @@ const (
 )
 
 // Hub shares one pub/sub connection among all of a Client's waiters on one
-// node. A channel is subscribed while at least one waiter watches it (and
-// for linger after); the connection is open while any channel is
-// subscribed.
+// node (with sharded, one connection per channel, on its slot's shard). A
+// channel is subscribed while at least one waiter watches it (and for
+// linger after); a connection is open while it serves a channel. The Hub
+// reconnects a broken connection, subscribes again, and then wakes the
+// waiters of its channels with Recheck.
 type Hub struct {
 	conn    driver.Conn
-	sharded bool // SSUBSCRIBE, one connection per channel (it lives on its slot's node)
+	sharded bool
 
-	readers sync.WaitGroup // the goroutines that read its connections
+	lines sync.WaitGroup // the goroutines that keep and read its connections
 
-	mu      sync.Mutex
-	closed  bool              // Close was called: no more subscriptions
-	ps      driver.PubSub     // nil while no channel is subscribed
-	topics  map[string]*topic // subscribed channels
-	pending map[string]int    // SUBSCRIBEs sent on ps and not yet confirmed
+	mu     sync.Mutex
+	closed bool              // Close was called: no more subscriptions
+	main   *line             // not sharded: the connection of every channel; nil while none
+	topics map[string]*topic // subscribed channels
 }
 
 type topic struct {
 	waiters  map[string]*Waiter // by token
 	watchers map[string]*Waiter // those of waiters that watch the channel (WatchToken)
-	ready    chan struct{}      // closed once the latest SUBSCRIBE is confirmed
+	ready    chan struct{}      // closed once first confirmed, or once its connection failed
+	live     bool               // confirmed on the current connection
 	idle     *time.Timer        // unsubscribes the channel after linger without waiters
-	ps       driver.PubSub      // sharded: the channel's own connection
+	line     *line
+}
+
+// line is one pub/sub connection and the goroutine that keeps it (see
+// line.run). Its fields are guarded by the Hub's mu.
+type line struct {
+	h       *Hub
+	channel string            // "", or (sharded) the channel whose shard it connects to
+	topics  map[string]*topic // the channels it serves
+	ops     []op              // (un)subscriptions to send, in the order asked
+	pending map[string]int    // SUBSCRIBEs sent on the connection and not yet confirmed
+	down    bool              // its connection failed and is not back yet
+	asked   chan struct{}     // ops were added
+	silent  chan struct{}     // nothing was received for healthCheck: ping
+	ctx     context.Context   // ends when the line is no longer needed
+	stop    context.CancelFunc
+}
+
+type op struct {
+	subscribe bool
+	channel   string
 }
 
 // Waiter receives a wake-up on its wake channel when its lock is released
@@ -74,7 +95,7 @@ type Waiter struct {
 // New returns a Hub that subscribes through conn; with sharded, it uses
 // SSUBSCRIBE, one connection per channel.
 func New(conn driver.Conn, sharded bool) *Hub {
-	return &Hub{conn: conn, sharded: sharded, topics: map[string]*topic{}, pending: map[string]int{}}
+	return &Hub{conn: conn, sharded: sharded, topics: map[string]*topic{}}
 }
 
 // Listening reports whether channel is subscribed and confirmed.
@@ -98,18 +119,13 @@ func (h *Hub) Join(channel, token string, wake chan int64) *Waiter {
 }
 
 // confirmed returns channel's topic if Redis has confirmed its
-// subscription, and nil otherwise; h.mu must be held.
+// subscription on the current connection, and nil otherwise; h.mu must be
+// held.
 func (h *Hub) confirmed(channel string) *topic {
-	t := h.topics[channel]
-	if t == nil {
-		return nil
-	}
-	select {
-	case <-t.ready:
+	if t := h.topics[channel]; t != nil && t.live {
 		return t
-	default:
-		return nil
 	}
+	return nil
 }
 
 // add registers a waiter on t; h.mu must be held.
@@ -144,44 +160,49 @@ func WatchToken() string {
 
 // Subscribe adds a new waiter on channel, subscribing to it if needed, and
 // returns it with a channel closed once Redis has confirmed the
-// subscription. A waiter whose subscription failed or is unconfirmed still
-// works: its timers wake it.
-func (h *Hub) Subscribe(ctx context.Context, channel, token string, wake chan int64) (*Waiter, <-chan struct{}) {
+// subscription (or its connection failed). A waiter whose subscription
+// is unconfirmed still works: its timers wake it, and so does the
+// confirmation once the connection is back. It does not wait on the
+// network.
+func (h *Hub) Subscribe(_ context.Context, channel, token string, wake chan int64) (*Waiter, <-chan struct{}) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.closed {
-		h.mu.Unlock()
 		ready := make(chan struct{})
 		close(ready)
 		return &Waiter{h: h, channel: channel, token: token, wake: wake}, ready // woken by its timers only
 	}
 	t := h.topics[channel]
-	if t == nil && h.sharded {
-		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{})}
-		h.topics[channel] = t
-		t.ps = h.conn.PubSub(ctx, channel)
-		h.readers.Go(func() { h.readTopic(t, receive(t.ps)) })
-	}
 	if t == nil {
-		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{})}
+		l := h.main
+		if h.sharded {
+			l = h.open(channel)
+		} else if l == nil {
+			l = h.open("")
+			h.main = l
+		}
+		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{}), line: l}
 		h.topics[channel] = t
-		if h.ps == nil {
-			ps := h.conn.PubSub(ctx, "")
-			h.ps = ps
-			h.readers.Go(func() { h.read(ps, receive(ps)) })
+		l.topics[channel] = t
+		if l.down {
+			close(t.ready) // nothing to wait for until the connection is back
 		}
-		h.pending[channel]++
-		if err := h.ps.Subscribe(ctx, channel); err != nil {
-			close(t.ready) // nothing to wait for; timers will do
-		}
+		l.ask(op{true, channel})
 	}
-	w := h.add(t, channel, token, wake)
-	ready := t.ready
-	h.mu.Unlock()
-	return w, ready
+	return h.add(t, channel, token, wake), t.ready
 }
 
-// Close closes the Hub's connections and waits for their readers to end.
-// Waiters are woken by their timers only after it.
+// open starts a line; h.mu must be held.
+func (h *Hub) open(channel string) *line {
+	l := &line{h: h, channel: channel, topics: map[string]*topic{}, pending: map[string]int{},
+		asked: make(chan struct{}, 1), silent: make(chan struct{}, 1)}
+	l.ctx, l.stop = context.WithCancel(context.Background())
+	h.lines.Go(l.run)
+	return l
+}
+
+// Close closes the Hub's connections and waits for their goroutines to
+// end. Waiters are woken by their timers only after it.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	h.closed = true
@@ -189,18 +210,12 @@ func (h *Hub) Close() {
 		if t.idle != nil {
 			t.idle.Stop()
 		}
-		if t.ps != nil {
-			t.ps.Close()
-		}
+		t.line.stop()
 	}
 	clear(h.topics)
-	clear(h.pending)
-	if h.ps != nil {
-		h.ps.Close()
-		h.ps = nil
-	}
+	h.main = nil
 	h.mu.Unlock()
-	h.readers.Wait()
+	h.lines.Wait()
 }
 
 // Close removes the waiter. A channel left without waiters is unsubscribed
@@ -233,7 +248,8 @@ func (w *Waiter) Retoken(token string) {
 	w.token = token
 }
 
-// drop unsubscribes channel if t is still its topic and has no waiters.
+// drop unsubscribes channel if t is still its topic and has no waiters;
+// a connection left without channels is closed.
 func (h *Hub) drop(channel string, t *topic) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -241,113 +257,218 @@ func (h *Hub) drop(channel string, t *topic) {
 		return
 	}
 	delete(h.topics, channel)
-	if t.ps != nil {
-		t.ps.Close()
+	l := t.line
+	delete(l.topics, channel)
+	if len(l.topics) > 0 {
+		l.ask(op{false, channel})
 		return
 	}
-	if len(h.topics) == 0 {
-		h.ps.Close() // the reader sees its channel close and exits
-		h.ps = nil
-		clear(h.pending)
-		return
+	l.stop()
+	if h.main == l {
+		h.main = nil
 	}
-	h.ps.Unsubscribe(context.Background(), channel)
 }
 
-// healthCheck is how long a pub/sub connection may stay silent before it
-// is pinged; a dead connection is then replaced (and its channels
-// subscribed again) by the driver.
-const healthCheck = 30 * time.Second
+// The bounds of the Hub's waits: healthCheck is how long a connection may
+// stay silent before it is pinged; opening a connection or sending on it
+// may take netTimeout; after a failure it waits from minBackoff, doubling
+// up to maxBackoff, before it connects again.
+const (
+	healthCheck = 30 * time.Second
+	netTimeout  = 10 * time.Second
+	minBackoff  = 20 * time.Millisecond
+	maxBackoff  = time.Second
+)
 
-// receive returns an iterator over ps's messages and subscription
-// confirmations until ps is closed.
-func receive(ps driver.PubSub) func(yield func(driver.Message) bool) {
-	return func(yield func(driver.Message) bool) {
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), healthCheck)
-			m, err := ps.Receive(ctx)
-			cancel()
-			var nerr net.Error
-			switch {
-			case err == nil:
-				if !yield(m) {
-					return
-				}
-			case errors.Is(err, driver.ErrClosed):
+// ask queues an (un)subscription for the line's goroutine; h.mu must be
+// held.
+func (l *line) ask(o op) {
+	l.ops = append(l.ops, o)
+	select {
+	case l.asked <- struct{}{}:
+	default:
+	}
+}
+
+// run keeps the line's connection until the line is stopped: it connects,
+// serves the connection until it is done, and connects again after a
+// backoff.
+func (l *line) run() {
+	backoff := minBackoff
+	for l.ctx.Err() == nil {
+		start := time.Now()
+		l.serve()
+		l.h.mu.Lock()
+		l.lost()
+		l.h.mu.Unlock()
+		if time.Since(start) > maxBackoff {
+			backoff = minBackoff // it had been up a while
+		}
+		select {
+		case <-l.ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// serve opens a connection, subscribes it to the line's channels, and
+// sends the (un)subscriptions asked for and the pings needed until the
+// connection is done or the line stopped.
+func (l *line) serve() {
+	ctx, cancel := context.WithTimeout(l.ctx, netTimeout)
+	ps, err := l.h.conn.PubSub(ctx, l.channel)
+	cancel()
+	if err != nil {
+		return
+	}
+	defer ps.Close()
+	l.h.mu.Lock()
+	l.down, l.ops = false, nil
+	clear(l.pending)
+	chans := make([]string, 0, len(l.topics))
+	for ch := range l.topics {
+		chans = append(chans, ch)
+		l.pending[ch] = 1
+	}
+	l.h.mu.Unlock()
+	if len(chans) == 0 || l.send(ps.Subscribe, chans...) != nil {
+		return
+	}
+	done := make(chan struct{})
+	l.h.lines.Go(func() { // (Hub.Close waits for it too: it ends last)
+		l.read(ps)
+		close(done)
+	})
+	defer func() {
+		ps.Close() // (its Receive returns)
+		<-done
+	}()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-done:
+			return
+		case <-l.silent:
+			if l.send(func(ctx context.Context, _ ...string) error { return ps.Ping(ctx) }) != nil {
 				return
-			case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &nerr) && nerr.Timeout():
-				ctx, cancel := context.WithTimeout(context.Background(), healthCheck)
-				ps.Ping(ctx) // silent for a while: make sure the connection lives
-				cancel()
+			}
+		case <-l.asked:
+			if !l.flush(ps) {
+				return
+			}
+		}
+	}
+}
+
+// send runs a command of the connection, bounded by netTimeout.
+func (l *line) send(f func(context.Context, ...string) error, chans ...string) error {
+	ctx, cancel := context.WithTimeout(l.ctx, netTimeout)
+	defer cancel()
+	return f(ctx, chans...)
+}
+
+// flush sends the (un)subscriptions asked for, in order; it reports
+// whether the connection took them.
+func (l *line) flush(ps driver.PubSub) bool {
+	for {
+		l.h.mu.Lock()
+		ops := l.ops
+		l.ops = nil
+		for _, o := range ops {
+			if o.subscribe {
+				l.pending[o.channel]++
+			}
+		}
+		l.h.mu.Unlock()
+		if len(ops) == 0 {
+			return true
+		}
+		for _, o := range ops {
+			f := ps.Unsubscribe
+			if o.subscribe {
+				f = ps.Subscribe
+			}
+			if l.send(f, o.channel) != nil {
+				return false
+			}
+		}
+	}
+}
+
+// read dispatches the connection's messages until it is done or the line
+// stopped; after a silence of healthCheck it asks serve to ping.
+func (l *line) read(ps driver.PubSub) {
+	for {
+		ctx, cancel := context.WithTimeout(l.ctx, healthCheck)
+		m, err := ps.Receive(ctx)
+		silent := ctx.Err() != nil && l.ctx.Err() == nil
+		cancel()
+		switch {
+		case err == nil:
+			l.h.mu.Lock()
+			ok := l.deliver(m)
+			l.h.mu.Unlock()
+			if !ok {
+				return
+			}
+		case silent && errors.Is(err, context.DeadlineExceeded):
+			select {
+			case l.silent <- struct{}{}:
 			default:
-				if !yield(driver.Message{Kind: broken}) {
-					return
-				}
-				time.Sleep(50 * time.Millisecond) // the driver reconnects on the next receive
 			}
+		default:
+			return // done, or stopped
 		}
 	}
 }
 
-// broken is the Kind of the Message receive yields when ps reports a
-// broken connection.
-const broken = "broken"
-
-// read dispatches the messages of one pub/sub connection until it is closed.
-// A confirmation of a channel already confirmed is a subscription renewed
-// after a break (the driver subscribes again, see driver.Conn.PubSub): a
-// release announced while the connection was down was lost, so every waiter
-// on the channel is woken to ask Redis again.
-func (h *Hub) read(ps driver.PubSub, msgs func(func(driver.Message) bool)) {
-	for m := range msgs {
-		h.mu.Lock()
-		if h.ps != ps {
-			h.mu.Unlock()
-			continue // a closed connection's leftovers
-		}
-		switch m.Kind {
-		case broken:
-			// The driver subscribes again to every channel: the SUBSCRIBEs
-			// sent on the broken connection will not be confirmed.
-			clear(h.pending)
-		case "subscribe":
-			// Confirmations come in the order the SUBSCRIBEs were sent; the
-			// last one outstanding is the one that covers current waiters.
-			// After a reconnect the driver subscribes again: nothing pending.
-			if h.pending[m.Channel]--; h.pending[m.Channel] <= 0 {
-				delete(h.pending, m.Channel)
-				if t := h.topics[m.Channel]; t != nil {
-					t.confirm()
-				}
-			}
-		case "message", "smessage":
-			if t := h.topics[m.Channel]; t != nil {
-				t.dispatch(m.Payload)
+// deliver handles one message; it reports false when the connection must
+// be replaced. h.mu must be held.
+func (l *line) deliver(m driver.Message) bool {
+	switch m.Kind {
+	case "subscribe", "ssubscribe":
+		// Confirmations come in the order the SUBSCRIBEs were sent; the
+		// last one outstanding is the one that covers current waiters.
+		if l.pending[m.Channel]--; l.pending[m.Channel] <= 0 {
+			delete(l.pending, m.Channel)
+			if t := l.topics[m.Channel]; t != nil {
+				t.confirm()
 			}
 		}
-		h.mu.Unlock()
-	}
-}
-
-// readTopic dispatches the messages of a sharded channel's own connection
-// until it is closed; a renewed confirmation wakes every waiter (see read).
-func (h *Hub) readTopic(t *topic, msgs func(func(driver.Message) bool)) {
-	for m := range msgs {
-		h.mu.Lock()
-		switch m.Kind {
-		case "ssubscribe":
-			t.confirm()
-		case "message", "smessage":
+	case "message", "smessage":
+		if t := l.topics[m.Channel]; t != nil {
 			t.dispatch(m.Payload)
 		}
-		h.mu.Unlock()
+	case "sunsubscribe":
+		// A sharded line never unsubscribes: the server ended it (the
+		// slot moved). Connect again, to the slot's new shard.
+		return l.channel == ""
+	}
+	return true
+}
+
+// lost marks the line's channels unconfirmed after its connection failed;
+// a waiter still waiting for a first confirmation goes on without it.
+// h.mu must be held.
+func (l *line) lost() {
+	l.down = true
+	for _, t := range l.topics {
+		t.live = false
+		select {
+		case <-t.ready:
+		default:
+			close(t.ready)
+		}
 	}
 }
 
-// confirm marks t's subscription confirmed. If it was already, this is its
-// renewal after a break: every waiter is woken with Recheck (see Hub.read).
-// h.mu must be held.
+// confirm marks t's subscription confirmed. If it was already ready, this
+// confirms it again after a break: a release announced meanwhile was lost,
+// so every waiter is woken with Recheck. h.mu must be held.
 func (t *topic) confirm() {
+	t.live = true
 	select {
 	case <-t.ready:
 		for _, w := range t.waiters {

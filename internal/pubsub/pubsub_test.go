@@ -24,6 +24,37 @@ func start(t *testing.T) *redis.Client {
 	return rdb
 }
 
+// startHub starts a TCP server and a proxy to it, and returns a hub, plain
+// or sharded, whose connections go through the proxy, and the client it
+// uses. The leak check runs as in start.
+func startHub(t *testing.T, sharded bool) (*Hub, *redis.Client, *redistest.Server, *redistest.Proxy) {
+	var rdb *redis.Client
+	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	rdb = redis.NewClient(&redis.Options{Addr: p.Addr()})
+	return New(goredisdriver.Conn(rdb), sharded), rdb, s, p
+}
+
+// waitDeaf waits until h no longer listens on channel: its connection
+// failed.
+func waitDeaf(t *testing.T, h *Hub, channel string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); h.Listening(channel); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hub still listens on %q 10s after the server died", channel)
+		}
+	}
+}
+
+// bothModes runs f as two subtests: on plain, then on sharded pub/sub.
+func bothModes(t *testing.T, f func(t *testing.T, sharded bool)) {
+	for _, sharded := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "sharded"}[sharded], func(t *testing.T) { f(t, sharded) })
+	}
+}
+
 // subscribe adds a waiter with its own wake channel and waits for the
 // subscription's confirmation.
 func subscribe(t *testing.T, h *Hub, channel, token string) (*Waiter, chan int64) {
@@ -81,39 +112,37 @@ func waitUnsubscribed(t *testing.T, rdb *redis.Client, channel string, sharded b
 // only the waiter it names, also in the "<token> <fence>" form of earlier
 // versions. Plain and sharded pub/sub work alike.
 func TestWakeUps(t *testing.T) {
-	for _, sharded := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "sharded"}[sharded], func(t *testing.T) {
-			rdb := start(t)
-			publish := rdb.Publish
-			if sharded {
-				publish = rdb.SPublish
-			}
-			h := New(goredisdriver.Conn(rdb), sharded)
-			a, wakeA := subscribe(t, h, "ch", "a")
-			b, wakeB := subscribe(t, h, "ch", "b")
-			other, wakeOther := subscribe(t, h, "other", "a")
-			ctx := t.Context()
+	bothModes(t, func(t *testing.T, sharded bool) {
+		rdb := start(t)
+		publish := rdb.Publish
+		if sharded {
+			publish = rdb.SPublish
+		}
+		h := New(goredisdriver.Conn(rdb), sharded)
+		a, wakeA := subscribe(t, h, "ch", "a")
+		b, wakeB := subscribe(t, h, "ch", "b")
+		other, wakeOther := subscribe(t, h, "other", "a")
+		ctx := t.Context()
 
-			publish(ctx, "ch", WakeAll)
-			expect(t, "a", wakeA, Released)
-			expect(t, "b", wakeB, Released)
-			expectNone(t, "a waiter on another channel", wakeOther)
+		publish(ctx, "ch", WakeAll)
+		expect(t, "a", wakeA, Released)
+		expect(t, "b", wakeB, Released)
+		expectNone(t, "a waiter on another channel", wakeOther)
 
-			publish(ctx, "ch", "b") // a handover without a fence
-			expect(t, "b", wakeB, HandedOver)
-			expectNone(t, "a", wakeA)
+		publish(ctx, "ch", "b") // a handover without a fence
+		expect(t, "b", wakeB, HandedOver)
+		expectNone(t, "a", wakeA)
 
-			publish(ctx, "ch", "a 1234") // with its fence
-			expect(t, "a", wakeA, 1234)
-			expectNone(t, "b", wakeB)
+		publish(ctx, "ch", "a 1234") // with its fence
+		expect(t, "a", wakeA, 1234)
+		expectNone(t, "b", wakeB)
 
-			for _, w := range []*Waiter{a, b, other} {
-				w.Close()
-			}
-			waitUnsubscribed(t, rdb, "ch", sharded)
-			waitUnsubscribed(t, rdb, "other", sharded)
-		})
-	}
+		for _, w := range []*Waiter{a, b, other} {
+			w.Close()
+		}
+		waitUnsubscribed(t, rdb, "ch", sharded)
+		waitUnsubscribed(t, rdb, "other", sharded)
+	})
 }
 
 // Join adds a waiter only to a channel already subscribed and confirmed.
@@ -187,23 +216,89 @@ func TestSignalKeepsHandover(t *testing.T) {
 // is woken with Recheck: a release announced meanwhile was lost.
 func TestRenewedSubscriptionWakesWaiters(t *testing.T) {
 	t.Parallel()
-	for _, sharded := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "sharded"}[sharded], func(t *testing.T) {
-			var rdb *redis.Client
-			t.Cleanup(func() { rdb.Close() })
-			leakcheck.Check(t)
-			s := redistest.Start(t, redistest.TCP())
-			p := redistest.NewProxy(t, s.Addr())
-			rdb = redis.NewClient(&redis.Options{Addr: p.Addr()})
-			h := New(goredisdriver.Conn(rdb), sharded)
-			a, wakeA := subscribe(t, h, "ch", "a")
-			b, wakeB := subscribe(t, h, "ch", "b")
-			p.Cut()
-			expect(t, "a", wakeA, Recheck)
-			expect(t, "b", wakeB, Recheck)
-			a.Close()
-			b.Close()
-			waitUnsubscribed(t, s.Client(t), "ch", sharded)
-		})
-	}
+	bothModes(t, func(t *testing.T, sharded bool) {
+		h, _, s, p := startHub(t, sharded)
+		a, wakeA := subscribe(t, h, "ch", "a")
+		b, wakeB := subscribe(t, h, "ch", "b")
+		p.Cut()
+		expect(t, "a", wakeA, Recheck)
+		expect(t, "b", wakeB, Recheck)
+		a.Close()
+		b.Close()
+		waitUnsubscribed(t, s.Client(t), "ch", sharded)
+	})
+}
+
+// While the server is down the hub keeps connecting again, with backoff: a
+// waiter that subscribes meanwhile goes on at once (its timers wake it),
+// and once the server is back every channel is subscribed again and every
+// waiter woken with Recheck.
+func TestHubSubscribesAgainOnceTheServerIsBack(t *testing.T) {
+	t.Parallel()
+	bothModes(t, func(t *testing.T, sharded bool) {
+		h, rdb, s, _ := startHub(t, sharded)
+		a, wakeA := subscribe(t, h, "ch", "a")
+		s.Kill()
+		waitDeaf(t, h, "ch")
+		wakeB := make(chan int64, 1)
+		b, ready := h.Subscribe(t.Context(), "ch", "b", wakeB)
+		c, wakeC := subscribe(t, h, "other", "c") // (ready once its connection failed)
+		select {
+		case <-ready:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiter that subscribed while the server was down was kept waiting")
+		}
+		s.Restart()
+		expect(t, "a", wakeA, Recheck)
+		expect(t, "b", wakeB, Recheck)
+		expect(t, "c", wakeC, Recheck)
+		if !h.Listening("ch") || !h.Listening("other") {
+			t.Error("not listening again after the server came back")
+		}
+		publish := rdb.Publish
+		if sharded {
+			publish = rdb.SPublish
+		}
+		publish(t.Context(), "ch", WakeAll)
+		expect(t, "a", wakeA, Released)
+		for _, w := range []*Waiter{a, b, c} {
+			w.Close()
+		}
+		waitUnsubscribed(t, s.Client(t), "ch", sharded)
+	})
+}
+
+// A channel whose last waiter left while the connection was down, and
+// that was dropped meanwhile, is not subscribed again; the others are.
+func TestHubSubscribesAgainOnlyChannelsWithWaiters(t *testing.T) {
+	t.Parallel()
+	bothModes(t, func(t *testing.T, sharded bool) {
+		h, _, s, _ := startHub(t, sharded)
+		a, wakeA := subscribe(t, h, "a", "a")
+		b, _ := subscribe(t, h, "b", "b")
+		s.Kill()
+		dropped := func() bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.topics["b"] == nil
+		}
+		waitDeaf(t, h, "a")
+		b.Close()
+		for deadline := time.Now().Add(10 * time.Second); !dropped(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("b not dropped 10s after its last waiter left")
+			}
+		}
+		s.Restart()
+		expect(t, "a", wakeA, Recheck)
+		numsub := s.Client(t).PubSubNumSub
+		if sharded {
+			numsub = s.Client(t).PubSubShardNumSub
+		}
+		if n := numsub(t.Context(), "a", "b").Val(); n["a"] != 1 || n["b"] != 0 {
+			t.Errorf("subscribers after the restart: %v, want a only", n)
+		}
+		a.Close()
+		waitUnsubscribed(t, s.Client(t), "a", sharded)
+	})
 }
