@@ -27,7 +27,9 @@ type Conn interface {
 	// running (a lock's clean lease relies on it). A failure to connect
 	// wraps a *net.OpError whose Op is "dial"; a reply lost to a broken or
 	// timed-out connection wraps io.EOF or a net.Error; a closed client
-	// returns [ErrClosed].
+	// returns [ErrClosed]. It should end with ctx; where the client makes
+	// it wait longer (for a dial another command started), dlock leaves
+	// it when ctx ends, for a while after a call failed without a reply.
 	Do(ctx context.Context, args ...any) (any, error)
 	// DoMulti sends cmds, each once, in one write on one connection to
 	// one server, and returns their replies in order. dlock calls it only

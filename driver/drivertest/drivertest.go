@@ -2,7 +2,7 @@
 // taken, extended, fenced and released through dlock.NewFrom on private
 // redis-server processes, with mutual exclusion counted across goroutines
 // and Clients, a PubSub held to its contract, waiters woken by pub/sub
-// (after a broken connection too), a script cache emptied under a Client,
+// (after a broken connection and a restart too), a script cache emptied under a Client,
 // a server down, and a Cluster where the client has one.
 package drivertest
 
@@ -18,6 +18,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/pubsub"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -89,6 +90,10 @@ func table() []tableCase {
 		srv := redistest.Start(t, redistest.TCP())
 		p := redistest.NewProxy(t, srv.Addr())
 		pubSub(t, p, s.Server(t, p.Addr()), s.Server(t, srv.Addr()))
+	}})
+	cases = append(cases, tableCase{"PubSubAfterRestart", false, func(t *testing.T, s Setup) {
+		srv := redistest.Start(t, redistest.TCP())
+		hubAfterRestart(t, srv, s.Server(t, srv.Addr()))
 	}})
 	for _, m := range modes[:2] {
 		cases = append(cases, tableCase{"BrokenPubSub/" + m.name, false, func(t *testing.T, s Setup) {
@@ -740,6 +745,12 @@ func pubSub(t *testing.T, p *redistest.Proxy, conn, direct driver.Conn) {
 	if err := ps.Ping(ctx); err != nil {
 		t.Fatalf("Ping: %v", err)
 	}
+	if err := ps.Unsubscribe(ctx, "dt-ps"); err != nil {
+		t.Fatalf("Unsubscribe: %v", err)
+	}
+	if m, err := receive(10 * time.Second); err != nil || m.Kind != "unsubscribe" || m.Channel != "dt-ps" {
+		t.Fatalf("Receive after Unsubscribe: %+v, %v; want the confirmation", m, err)
+	}
 	start := time.Now()
 	if m, err := receive(200 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Receive with nothing to receive: %+v, %v; want an error wrapping its ctx's", m, err)
@@ -793,6 +804,67 @@ func pubSub(t *testing.T, p *redistest.Proxy, conn, direct driver.Conn) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not make a Receive in progress return")
+	}
+	if _, err := receive(time.Second); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("Receive after Close: %v, want ErrClosed", err)
+	}
+	if err := ps.Subscribe(ctx, "dt-ps"); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("Subscribe after Close: %v, want ErrClosed", err)
+	}
+	ps.Close() // a second Close does no harm
+}
+
+// hubAfterRestart: dlock's pub/sub hub on conn subscribes again after the
+// server srv restarted, and after it was down a while, and each time
+// wakes its waiter to ask Redis again (a release may have been missed);
+// Close ends its reconnection at once.
+func hubAfterRestart(t *testing.T, srv *redistest.Server, conn driver.Conn) {
+	ctx := ctxFor(t, 60*time.Second)
+	h := pubsub.New(conn, false)
+	defer h.Close()
+	wake := make(chan int64, 1)
+	w, ready := h.Subscribe(ctx, "dt-hub", "a", wake)
+	defer w.Close()
+	listening := func(want bool) {
+		t.Helper()
+		if !eventually(10*time.Second, func() bool { return h.Listening("dt-hub") == want }) {
+			t.Fatalf("Listening still %v after 10s", !want)
+		}
+	}
+	woken := func(want int64) {
+		t.Helper()
+		select {
+		case got := <-wake:
+			if got != want {
+				t.Fatalf("woken with %d, want %d", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("not woken within 10s, want %d", want)
+		}
+	}
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscription was never confirmed")
+	}
+	srv.Restart()
+	woken(pubsub.Recheck)
+	listening(true)
+	if _, err := srv.Do(ctx, "PUBLISH", "dt-hub", pubsub.WakeAll); err != nil {
+		t.Fatal(err)
+	}
+	woken(pubsub.Released)
+	srv.Kill()
+	listening(false)
+	srv.Restart()
+	woken(pubsub.Recheck)
+	listening(true)
+	srv.Kill()
+	listening(false)
+	start := time.Now()
+	h.Close()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Close of a hub connecting again to a dead server took %v", d)
 	}
 }
 

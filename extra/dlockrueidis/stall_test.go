@@ -82,10 +82,9 @@ func stacks() string {
 
 // A stalled pub/sub connection (a server that stops answering, a
 // blackholed TCP connection) while the hub unsubscribes a channel whose
-// last waiter left: an Acquire of the Client still ends with its context.
-// (The hub calls the driver's Subscribe and Unsubscribe under its lock; an
-// adapter whose Unsubscribe waited for the confirmation held every Acquire,
-// and Close, for rueidis's write timeout.)
+// last waiter left: an Acquire of the Client still ends with its context
+// (the hub sends (un)subscriptions from its own goroutine, never under the
+// lock its waiters share).
 func TestStalledPubSubDoesNotHoldAcquire(t *testing.T) {
 	// Serial: bounds how soon an Acquire returns.
 	s, p, bg := heldBehindProxy(t, "x", "y", "z")
@@ -189,8 +188,8 @@ func TestStalledPubSubDoesNotHoldClose(t *testing.T) {
 // With the whole connection stalled (commands and pub/sub) while the hub
 // drops a channel whose waiter left, many Acquires with short contexts all
 // end soon after their contexts do: rueidis makes a command wait for the
-// dial of its connection that another command started, and the adapter
-// runs commands apart once one has failed (see guard).
+// dial of its connection that another command started, and dlock runs
+// driver calls apart once one has failed.
 func TestStalledDropDoesNotHoldAcquire(t *testing.T) {
 	// Serial: bounds how soon Acquires return, on a timed schedule.
 	_, p, bg := heldBehindProxy(t, "x", "z")
@@ -318,10 +317,10 @@ func namesOn(t *testing.T, node *redistest.Server, prefix string, n int) []strin
 	return out
 }
 
-// On a Cluster with one master stalled: after a command to it failed, one
-// with a longer context dials it again; another master's reply meanwhile
-// does not end the trouble, and a command to the stalled master, or a
-// dlock call on a name there, still ends with its context.
+// On a Cluster with one master stalled: after a call there failed, and
+// another with a longer context dials it again, a call that a healthy
+// master answers does not end the trouble: a call on a name of the
+// stalled master still ends with its context.
 func TestClusterStalledMasterTroubleOutlastsOtherReplies(t *testing.T) {
 	// Serial: SIGSTOPs a node and bounds how soon calls return.
 	nodes := redistest.StartCluster(t, 3, 0)
@@ -333,7 +332,6 @@ func TestClusterStalledMasterTroubleOutlastsOtherReplies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	conn := Conn(client(t, addrs...))
 	c, err := New(client(t, addrs...), dlock.WithAutoExtend(false))
 	if err != nil {
 		t.Fatal(err)
@@ -341,8 +339,8 @@ func TestClusterStalledMasterTroubleOutlastsOtherReplies(t *testing.T) {
 	t.Cleanup(func() { c.Close(bg) })
 	warmUp(t, c)
 	for range 10 {
-		for _, k := range []string{stalled[0], healthy[0]} {
-			if _, err := conn.Do(bg, "GET", "{"+k+"}"); err != nil {
+		for _, name := range []string{stalled[0], healthy[0]} {
+			if _, err := c.Inspect(bg, name); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -359,10 +357,8 @@ func TestClusterStalledMasterTroubleOutlastsOtherReplies(t *testing.T) {
 			t.Errorf("%s with a %v context returned after %v: %v", what, d, elapsed, err)
 		}
 	}
-	// The driver: a failure, a dial with a long context, another master's
-	// reply, then a command with a short one.
-	within("GET on the stalled master", 200*time.Millisecond, func(ctx context.Context) error {
-		_, err := conn.Do(ctx, "GET", "{"+stalled[0]+"}")
+	within("TryAcquire on the stalled master", 300*time.Millisecond, func(ctx context.Context) error {
+		_, err := c.TryAcquire(ctx, stalled[0])
 		return err
 	})
 	dialled := make(chan struct{})
@@ -370,24 +366,9 @@ func TestClusterStalledMasterTroubleOutlastsOtherReplies(t *testing.T) {
 		defer close(dialled)
 		ctx, cancel := context.WithTimeout(bg, 4*time.Second)
 		defer cancel()
-		conn.Do(ctx, "GET", "{"+stalled[0]+"}")
+		c.Inspect(ctx, stalled[1])
 	}()
 	time.Sleep(150 * time.Millisecond)
-	if _, err := conn.Do(bg, "GET", "{"+healthy[0]+"}"); err != nil {
-		t.Fatalf("GET on a healthy master: %v", err)
-	}
-	within("a second GET on the stalled master", 200*time.Millisecond, func(ctx context.Context) error {
-		_, err := conn.Do(ctx, "GET", "{"+stalled[0]+"}")
-		return err
-	})
-	// dlock: a TryAcquire there fails (its undo, with a bound of its own,
-	// dials the master again), one on a healthy master succeeds, and
-	// another there ends with its context.
-	within("TryAcquire on the stalled master", 300*time.Millisecond, func(ctx context.Context) error {
-		_, err := c.TryAcquire(ctx, stalled[1])
-		return err
-	})
-	time.Sleep(100 * time.Millisecond)
 	l, err := c.TryAcquire(bg, healthy[0])
 	if err != nil {
 		t.Fatalf("TryAcquire on a healthy master: %v", err)

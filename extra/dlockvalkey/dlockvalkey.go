@@ -12,13 +12,8 @@
 // Retries: dlock asks again once after a lost reply, where that is safe.
 //
 // valkey makes a command that finds its connection being dialled wait for
-// that dial, whatever its own context. After a command fails without a
-// reply, and until 10 s pass without another such failure, the adapter
-// runs each command through that valkey client (from every dlock Client
-// on it) on a goroutine of its own, so that its caller leaves when its
-// context ends. A dial that no failure came before (a connection's first,
-// or one replaced in the background), or one that a Dialer.Timeout over
-// 10 s lets run longer, can still hold other commands.
+// that dial, whatever its own context: dlock keeps its calls to their
+// contexts after a failure (see package driver).
 package dlockvalkey
 
 import (
@@ -26,13 +21,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -46,126 +37,17 @@ func Conn(c valkey.Client) driver.Conn {
 	if c == nil {
 		return nil
 	}
-	var key any = c
-	if !reflect.ValueOf(c).Comparable() {
-		key = new(byte) // (a client that cannot key a map shares trouble with no other Conn)
-	}
-	return conn{c: c, key: key}
+	return conn{c}
 }
 
-type conn struct {
-	c valkey.Client
-	// key names the client whose trouble (see call) the commands share:
-	// c, or for a Cluster's node (Masters) the Cluster's client.
-	key any
-}
+type conn struct{ c valkey.Client }
 
 func (c conn) Do(ctx context.Context, args ...any) (any, error) {
 	cmd, err := build(c.c.B(), args)
 	if err != nil {
 		return nil, err
 	}
-	r, err := call(ctx, c.key, func() (valkey.ValkeyResult, bool) {
-		r := c.c.Do(ctx, cmd)
-		return r, r.NonValkeyError() == nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return reply(r)
-}
-
-// trouble keeps a client's commands to their contexts while it is in
-// trouble. valkey makes a command that finds its connection being
-// dialled again wait for that dial, which another command started with
-// its own context (and Dialer.Timeout, 5 s by default, bounds). After a
-// command failed without a reply, and until troubleFor passes without
-// another such failure, each command through that client (from any Conn
-// of it, so any dlock Client on it) runs on a goroutine of its own and its
-// caller leaves when its context ends. A reply does not end the trouble:
-// on a Cluster it may come from another node than the one being dialled.
-//
-// Healthy, a command reads one atomic: last is when any command last
-// failed; by holds, for the clients that failed since, when each did, and
-// sweep clears it once all trouble is over (so that it keeps no closed
-// client). Times are since epoch, on the monotonic clock, in ns (0:
-// never).
-var trouble struct {
-	mu    sync.Mutex  // held by fail and sweep
-	sweep *time.Timer // pending while by has entries
-	last  atomic.Int64
-	by    sync.Map // key (see conn) -> *atomic.Int64
-}
-
-// troubleFor is how long trouble lasts after a failure: twice valkey's
-// default Dialer.Timeout, so that a dial that a failure made ends within it.
-const troubleFor = 10 * time.Second
-
-var epoch = time.Now()
-
-func now() int64 { return max(int64(time.Since(epoch)), 1) }
-
-// fail records a failure without a reply of a command through key's client.
-func fail(key any) {
-	trouble.mu.Lock()
-	defer trouble.mu.Unlock()
-	t := now()
-	v, _ := trouble.by.LoadOrStore(key, new(atomic.Int64))
-	v.(*atomic.Int64).Store(t)
-	trouble.last.Store(t)
-	if trouble.sweep == nil {
-		trouble.sweep = time.AfterFunc(troubleFor, sweep)
-	}
-}
-
-// sweep clears the record once all trouble is over, or looks again when it
-// will be.
-func sweep() {
-	trouble.mu.Lock()
-	defer trouble.mu.Unlock()
-	if left := int64(troubleFor) - (now() - trouble.last.Load()); left > 0 {
-		trouble.sweep.Reset(time.Duration(left))
-		return
-	}
-	trouble.by.Clear()
-	trouble.sweep = nil
-}
-
-// inTrouble reports whether key's client is in trouble.
-func inTrouble(key any) bool {
-	if last := trouble.last.Load(); last == 0 || now()-last >= int64(troubleFor) {
-		return false
-	}
-	v, ok := trouble.by.Load(key)
-	return ok && now()-v.(*atomic.Int64).Load() < int64(troubleFor)
-}
-
-// call runs f, which returns its result and whether the server answered.
-// While key's client is in trouble it returns the context's error, once ctx is done,
-// without waiting for f; whether the command was sent is then unknown.
-func call[T any](ctx context.Context, key any, f func() (T, bool)) (T, error) {
-	if !inTrouble(key) {
-		r, ok := f()
-		if !ok {
-			fail(key)
-		}
-		return r, nil
-	}
-	done := make(chan T, 1)
-	go func() {
-		r, ok := f()
-		if !ok {
-			fail(key)
-		}
-		done <- r
-	}()
-	select {
-	case r := <-done:
-		return r, nil
-	case <-ctx.Done():
-		var zero T
-		return zero, fmt.Errorf("dlockvalkey: %w", ctx.Err())
-	}
+	return reply(c.c.Do(ctx, cmd))
 }
 
 func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
@@ -184,15 +66,8 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 	if len(built) == 0 {
 		return out
 	}
-	rs, err := call(ctx, c.key, func() ([]valkey.ValkeyResult, bool) {
-		rs := c.c.DoMulti(ctx, built...)
-		return rs, !slices.ContainsFunc(rs, func(r valkey.ValkeyResult) bool { return r.NonValkeyError() != nil })
-	})
+	rs := c.c.DoMulti(ctx, built...)
 	for j := range built {
-		if err != nil {
-			out[idx[j]].Err = err
-			continue
-		}
 		out[idx[j]].Val, out[idx[j]].Err = reply(rs[j])
 	}
 	return out
@@ -208,14 +83,7 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 	if c.c.Mode() != valkey.ClientModeCluster {
 		return []driver.Conn{c}, nil
 	}
-	r, err := call(ctx, c.key, func() (valkey.ValkeyResult, bool) {
-		r := c.c.Do(ctx, c.c.B().Arbitrary("CLUSTER", "SLOTS").Build())
-		return r, r.NonValkeyError() == nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	slots, err := r.ToArray()
+	slots, err := c.c.Do(ctx, c.c.B().Arbitrary("CLUSTER", "SLOTS").Build()).ToArray()
 	if err != nil {
 		return nil, convertErr(err)
 	}
@@ -239,7 +107,7 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 		if !ok {
 			return nil, fmt.Errorf("dlockvalkey: master %s is not among the client's nodes", addr)
 		}
-		out = append(out, conn{c: n, key: c.key})
+		out = append(out, conn{n})
 	}
 	return out, nil
 }

@@ -6,432 +6,141 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/dlockio/dlock/driver"
 )
 
-// The pause before connecting again after a broken connection: doubled at
-// each failure, from minBackoff up to maxBackoff.
-const (
-	minBackoff = 20 * time.Millisecond
-	maxBackoff = time.Second
-)
-
-// maxQueued bounds the messages held for Receive; beyond it messages are
-// dropped (confirmations and errors never are).
-const maxQueued = 1 << 14
-
-var errNotConnected = errors.New("dlockvalkey: pub/sub connection not established")
-
+// PubSub takes a dedicated connection, which valkey dials and greets with
+// no context: when ctx ends first, it returns and leaves the dial to finish
+// on its own goroutine, then hands the connection back.
 func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error) {
-	p := &pubsub{
-		c:       c.c,
-		sharded: channel != "",
-		done:    make(chan struct{}),
-		notify:  make(chan struct{}, 1),
-		kick:    make(chan struct{}, 1),
-		opsSig:  make(chan struct{}, 1),
+	p := &pubsub{c: c.c, shard: channel, msgs: make(chan driver.Message, 64), done: make(chan struct{})}
+	got := make(chan struct{})
+	go func() {
+		defer close(got)
+		p.dc, p.release = c.c.Dedicate()
+		p.broken = p.dc.SetPubSubHooks(p.hooks())
+	}()
+	select {
+	case <-got:
+		return p, nil
+	case <-ctx.Done():
+		go func() {
+			<-got
+			p.Close()
+		}()
+		return nil, fmt.Errorf("dlockvalkey: pub/sub connection: %w", ctx.Err())
 	}
-	if p.sharded {
-		p.chans, p.shard = []string{channel}, channel
-	}
-	p.wg.Add(1)
-	go p.run()
-	return p, nil
 }
 
-// pubsub is a dedicated connection with hooks that queue what it receives.
-// One goroutine does its network work: it connects (again, and subscribes
-// again, when the connection breaks) and sends the (un)subscriptions in
-// the order they were asked for; the methods never wait on the network.
+// pubsub is a dedicated connection whose hooks pass what it receives to
+// Receive. It does not reconnect: once broken, every method fails.
 type pubsub struct {
 	c       valkey.Client
-	sharded bool   // SSUBSCRIBE, on the shard of its channels
-	shard   string // sharded: the channel it was opened for, whose slot its channels share
-	done    chan struct{}
-	wg      sync.WaitGroup
-
-	mu      sync.Mutex
-	chans   []string
-	leaving map[string]int // sharded: unsubscriptions sent and not yet confirmed, by channel
-	ops     []op           // (un)subscriptions to send, in order
-	opsSig  chan struct{}
-	dc      valkey.DedicatedClient // nil while not connected
+	shard   string // "", or the channel whose slot its channels share (SSUBSCRIBE)
+	dc      valkey.DedicatedClient
 	release func()
-	closed  bool
-
-	qmu    sync.Mutex
-	queue  []item
-	notify chan struct{} // signalled when queue grows
-	kick   chan struct{} // the server ended a subscription: connect again
-}
-
-// op is an (un)subscription to send; leaving names the channels a
-// sharded unsubscription ends.
-type op struct {
-	cmd     valkey.Completed
-	leaving []string
-}
-
-type item struct {
-	msg driver.Message
-	err error
-}
-
-func (p *pubsub) push(it item) {
-	p.qmu.Lock()
-	if it.err != nil || it.msg.Kind != "message" && it.msg.Kind != "smessage" || len(p.queue) < maxQueued {
-		p.queue = append(p.queue, it)
-	}
-	p.qmu.Unlock()
-	select {
-	case p.notify <- struct{}{}:
-	default:
-	}
+	broken  <-chan error          // valkey reports the end of the connection on it
+	gone    atomic.Pointer[error] // why every method now fails
+	msgs    chan driver.Message
+	done    chan struct{} // closed by Close
+	once    sync.Once
 }
 
 func (p *pubsub) hooks() valkey.PubSubHooks {
-	kind := "message"
-	if p.sharded {
-		kind = "smessage"
+	pass := func(m driver.Message) {
+		select {
+		case p.msgs <- m:
+		case <-p.done:
+		}
 	}
 	return valkey.PubSubHooks{
 		OnMessage: func(m valkey.PubSubMessage) {
-			p.push(item{msg: driver.Message{Kind: kind, Channel: m.Channel, Payload: m.Message}})
+			pass(driver.Message{Kind: "message", Channel: m.Channel, Payload: m.Message})
 		},
 		OnSubscription: func(s valkey.PubSubSubscription) {
-			p.push(item{msg: driver.Message{Kind: s.Kind, Channel: s.Channel}})
-			if s.Kind == "sunsubscribe" {
-				// One that was not asked for: the slot moved.
-				p.mu.Lock()
-				asked := p.leaving[s.Channel] > 0
-				if asked {
-					if p.leaving[s.Channel]--; p.leaving[s.Channel] == 0 {
-						delete(p.leaving, s.Channel)
-					}
-				}
-				ours := !asked && slices.Contains(p.chans, s.Channel)
-				p.mu.Unlock()
-				if ours { // subscribe again on the slot's shard
-					select {
-					case p.kick <- struct{}{}:
-					default:
-					}
-				}
-			}
+			pass(driver.Message{Kind: s.Kind, Channel: s.Channel})
 		},
 	}
 }
 
-// connect opens a dedicated connection, subscribes it to the current
-// channels and returns the channel on which valkey reports that it broke.
-func (p *pubsub) connect(ctx context.Context) <-chan error {
-	select {
-	case <-p.kick: // about a connection gone
-	default:
-	}
-	dc, release, ok := p.dedicate()
-	if !ok {
-		return nil // closed while it connected
-	}
-	broken := dc.SetPubSubHooks(p.hooks())
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		dc.Close()
-		release()
-		return nil
-	}
-	p.dc, p.release = dc, release
-	chans := slices.Clone(p.chans)
-	p.leaving = nil
-	p.mu.Unlock()
-	if len(chans) > 0 {
-		if err := dc.Do(ctx, p.subscribe(chans)).Error(); err != nil {
-			errc := make(chan error, 1)
-			errc <- err
-			return errc
-		}
-	}
-	if broken == nil {
-		broken = make(chan error) // hooks need a wire: none until the first command
-	}
-	return broken
+// fail records err as the reason every method fails from now on, unless
+// one is recorded already; it returns the reason.
+func (p *pubsub) fail(err error) error {
+	p.gone.CompareAndSwap(nil, &err)
+	return *p.gone.Load()
 }
 
-// dedicate takes a dedicated connection, which valkey dials and greets
-// with no context: until Close, then it leaves the dial to finish on its
-// own and hands the connection back (so that Close waits on no network).
-func (p *pubsub) dedicate() (valkey.DedicatedClient, func(), bool) {
-	type dedicated struct {
-		dc      valkey.DedicatedClient
-		release func()
+// do sends cmd, unless the connection is gone.
+func (p *pubsub) do(ctx context.Context, cmd valkey.Completed) error {
+	if err := p.gone.Load(); err != nil {
+		return *err
 	}
-	got := make(chan dedicated, 1)
-	go func() {
-		dc, release := p.c.Dedicate()
-		got <- dedicated{dc, release}
-	}()
-	select {
-	case d := <-got:
-		return d.dc, d.release, true
-	case <-p.done:
-		go func() {
-			d := <-got
-			d.dc.Close()
-			d.release()
-		}()
-		return nil, nil, false
+	if err := p.dc.Do(ctx, cmd).Error(); err != nil {
+		if ctx.Err() == nil {
+			return p.fail(convertErr(err))
+		}
+		return convertErr(err)
 	}
-}
-
-func (p *pubsub) subscribe(chans []string) valkey.Completed {
-	if p.sharded {
-		return p.c.B().Ssubscribe().Channel(chans...).Build()
-	}
-	return p.c.B().Subscribe().Channel(chans...).Build()
-}
-
-// drop closes the current connection.
-func (p *pubsub) drop() {
-	p.mu.Lock()
-	dc, release := p.dc, p.release
-	p.dc, p.release = nil, nil
-	p.mu.Unlock()
-	if dc != nil {
-		// valkey's Close pings the server and waits for the reply (up to a
-		// second): off the caller's goroutine, which waits on no network.
-		go func() {
-			dc.Close()
-			release()
-		}()
-	}
-}
-
-func (p *pubsub) run() {
-	defer p.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-p.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	broken := p.connect(ctx)
-	if broken == nil {
-		return // closed
-	}
-	backoff := minBackoff
-	for {
-		var err error
-		start := time.Now()
-		select {
-		case <-p.done:
-			return
-		case <-p.opsSig:
-			p.sendOps(ctx)
-			continue
-		case err = <-broken:
-		case <-p.kick:
-			err = errors.New("dlockvalkey: the server ended a subscription")
-		}
-		if err == nil {
-			err = errors.New("dlockvalkey: pub/sub connection closed")
-		}
-		p.drop()
-		select {
-		case <-p.done:
-			return
-		default:
-		}
-		p.push(item{err: convertErr(err)})
-		if time.Since(start) > maxBackoff {
-			backoff = minBackoff // it had been up a while
-		}
-		select {
-		case <-p.done:
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, maxBackoff)
-		broken = p.connect(ctx)
-		if broken == nil {
-			return // closed
-		}
-	}
-}
-
-// sendOps sends the (un)subscriptions asked for, in order, on the current
-// connection; without one they are dropped (connect subscribes to the
-// channels of the moment).
-func (p *pubsub) sendOps(ctx context.Context) {
-	for {
-		p.mu.Lock()
-		ops, dc := p.ops, p.dc
-		p.ops = nil
-		p.mu.Unlock()
-		if len(ops) == 0 {
-			return
-		}
-		if dc == nil {
-			continue
-		}
-		for _, o := range ops {
-			if len(o.leaving) > 0 {
-				// Its confirmations are not the server's (see hooks).
-				p.mu.Lock()
-				if p.leaving == nil {
-					p.leaving = map[string]int{}
-				}
-				for _, ch := range o.leaving {
-					p.leaving[ch]++
-				}
-				p.mu.Unlock()
-			}
-			dc.Do(ctx, o.cmd) // (a broken connection is reported on broken)
-		}
-	}
-}
-
-// ask records an (un)subscription for the run goroutine to send.
-func (p *pubsub) ask(o op) {
-	p.ops = append(p.ops, o)
-	select {
-	case p.opsSig <- struct{}{}:
-	default:
-	}
-}
-
-// Subscribe adds channels; it does not wait for the network (Receive
-// returns the confirmations).
-func (p *pubsub) Subscribe(_ context.Context, channels ...string) error {
-	if len(channels) == 0 {
-		return nil
-	}
-	cmd := p.subscribe(channels)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return driver.ErrClosed
-	}
-	if p.sharded {
-		if err := p.sameSlot(cmd, p.shard); err != nil {
-			return err
-		}
-	}
-	for _, ch := range channels {
-		if !slices.Contains(p.chans, ch) {
-			p.chans = append(p.chans, ch)
-		}
-	}
-	p.ask(op{cmd: cmd})
 	return nil
 }
 
-// sameSlot checks that cmd's channels hash to the slot of first: a
-// sharded connection serves one shard.
-func (p *pubsub) sameSlot(cmd valkey.Completed, first string) error {
-	ref := p.c.B().Ssubscribe().Channel(first).Build()
+func (p *pubsub) Subscribe(ctx context.Context, channels ...string) error {
+	if p.shard == "" {
+		return p.do(ctx, p.c.B().Subscribe().Channel(channels...).Build())
+	}
+	cmd, ref := p.c.B().Ssubscribe().Channel(channels...).Build(), p.c.B().Ssubscribe().Channel(p.shard).Build()
 	if cmd.Slot() != ref.Slot() {
-		return fmt.Errorf("dlockvalkey: channels of another slot than %q on a sharded connection", first)
+		// (valkey would panic: a dedicated connection serves one slot)
+		return fmt.Errorf("dlockvalkey: channels of another slot than %q on a sharded connection", p.shard)
 	}
-	return nil
+	return p.do(ctx, cmd)
 }
 
-// Unsubscribe removes channels (all of them without any); it does not wait
-// for the network.
-func (p *pubsub) Unsubscribe(_ context.Context, channels ...string) error {
-	var cmd valkey.Completed
-	switch {
-	case p.sharded && len(channels) == 0:
-		cmd = p.c.B().Sunsubscribe().Build()
-	case p.sharded:
-		cmd = p.c.B().Sunsubscribe().Channel(channels...).Build()
-	case len(channels) == 0:
-		cmd = p.c.B().Unsubscribe().Build()
-	default:
-		cmd = p.c.B().Unsubscribe().Channel(channels...).Build()
+func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
+	if p.shard == "" {
+		return p.do(ctx, p.c.B().Unsubscribe().Channel(channels...).Build())
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return driver.ErrClosed
-	}
-	var leaving []string
-	if p.sharded {
-		leaving = channels
-		if len(channels) == 0 {
-			leaving = slices.Clone(p.chans)
-		}
-	}
-	if len(channels) == 0 {
-		p.chans = nil
-	} else {
-		p.chans = slices.DeleteFunc(p.chans, func(ch string) bool { return slices.Contains(channels, ch) })
-	}
-	p.ask(op{cmd, leaving})
-	return nil
-}
-
-func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
-	for {
-		select {
-		case <-p.done:
-			return driver.Message{}, driver.ErrClosed
-		default:
-		}
-		p.qmu.Lock()
-		if len(p.queue) > 0 {
-			it := p.queue[0]
-			p.queue[0] = item{}
-			p.queue = p.queue[1:]
-			p.qmu.Unlock()
-			return it.msg, it.err
-		}
-		p.qmu.Unlock()
-		select {
-		case <-p.done:
-			return driver.Message{}, driver.ErrClosed
-		case <-ctx.Done():
-			return driver.Message{}, fmt.Errorf("dlockvalkey: receive: %w", ctx.Err())
-		case <-p.notify:
-		}
-	}
+	return p.do(ctx, p.c.B().Sunsubscribe().Channel(channels...).Build())
 }
 
 func (p *pubsub) Ping(ctx context.Context) error {
-	p.mu.Lock()
-	dc, closed := p.dc, p.closed
-	p.mu.Unlock()
-	switch {
-	case closed:
-		return driver.ErrClosed
-	case dc == nil:
-		return errNotConnected
-	}
-	return convertErr(dc.Do(ctx, dc.B().Ping().Build()).Error())
+	return p.do(ctx, p.c.B().Ping().Build())
 }
 
-func (p *pubsub) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
+func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
+	if err := p.gone.Load(); err != nil {
+		return driver.Message{}, *err
 	}
-	p.closed = true
-	close(p.done)
-	p.mu.Unlock()
-	p.drop()
-	p.wg.Wait()
-	p.qmu.Lock()
-	p.queue = nil
-	p.qmu.Unlock()
+	select {
+	case m := <-p.msgs:
+		return m, nil
+	case err := <-p.broken:
+		if err == nil {
+			err = errors.New("dlockvalkey: pub/sub connection ended")
+		}
+		return driver.Message{}, p.fail(convertErr(err))
+	case <-p.done:
+		return driver.Message{}, driver.ErrClosed
+	case <-ctx.Done():
+		return driver.Message{}, fmt.Errorf("dlockvalkey: receive: %w", ctx.Err())
+	}
+}
+
+// Close closes the connection off the caller's goroutine: valkey's Close
+// pings the server and waits for the reply (up to a second).
+func (p *pubsub) Close() error {
+	p.once.Do(func() {
+		p.fail(driver.ErrClosed)
+		close(p.done)
+		go func() {
+			p.dc.Close()
+			p.release()
+		}()
+	})
 	return nil
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,9 +21,104 @@ import (
 // is no batcher; replica acknowledgement and the script-free mode need
 // go-redis (the caller refuses them).
 func NewNodeFrom(d driver.Conn, c Config) Node {
+	d = guard{d}
 	n := NewNode(nil, c)
 	n.rdb, n.d, n.retries = drv{d}, d, d.Info().Retries
 	return n
+}
+
+// guard keeps a driver's calls to their contexts: some clients (rueidis)
+// make a command that finds its connection being dialled wait for that
+// dial, whatever its own context. From a call that failed without a reply
+// until troubleFor passes without another, each call runs on a goroutine
+// of its own and its caller leaves when its context ends (whether the
+// command was sent is then unknown). Healthy, a call reads one atomic.
+type guard struct{ driver.Conn }
+
+// troubleFor is how long calls stay guarded after a failure: twice a
+// usual dial timeout (5 s), so that a dial that a failure started ends
+// within it.
+const troubleFor = 10 * time.Second
+
+// lastNoReply is when a driver call last failed without a reply (ns since
+// epoch, on the monotonic clock; 0: never). It is one for the process:
+// Clients that share a client share its dials.
+var (
+	lastNoReply atomic.Int64
+	epoch       = time.Now()
+)
+
+// guarded runs f, which returns its result and whether it failed without a
+// reply, as guard says.
+func guarded[T any](ctx context.Context, f func() (T, bool)) (T, error) {
+	run := func() T {
+		r, noReply := f()
+		if noReply {
+			lastNoReply.Store(max(int64(time.Since(epoch)), 1))
+		}
+		return r
+	}
+	if t := lastNoReply.Load(); t == 0 || int64(time.Since(epoch))-t >= int64(troubleFor) {
+		return run(), nil
+	}
+	done := make(chan T, 1)
+	go func() { done <- run() }()
+	select {
+	case r := <-done:
+		return r, nil
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("driver call left running: %w", ctx.Err())
+	}
+}
+
+// noReply reports whether err says that a call got no reply.
+func noReply(err error) bool {
+	var rerr driver.Error
+	return err != nil && !errors.As(err, &rerr) && !errors.Is(err, driver.ErrClosed)
+}
+
+func (g guard) Do(ctx context.Context, args ...any) (any, error) {
+	r, err := guarded(ctx, func() (driver.Result, bool) {
+		v, err := g.Conn.Do(ctx, args...)
+		return driver.Result{Val: v, Err: err}, noReply(err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.Val, r.Err
+}
+
+func (g guard) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
+	rs, err := guarded(ctx, func() ([]driver.Result, bool) {
+		rs := g.Conn.DoMulti(ctx, cmds...)
+		return rs, slices.ContainsFunc(rs, func(r driver.Result) bool { return noReply(r.Err) })
+	})
+	if err != nil {
+		rs = make([]driver.Result, len(cmds))
+		for i := range rs {
+			rs[i].Err = err
+		}
+	}
+	return rs
+}
+
+func (g guard) Masters(ctx context.Context) ([]driver.Conn, error) {
+	type masters struct {
+		ms  []driver.Conn
+		err error
+	}
+	r, err := guarded(ctx, func() (masters, bool) {
+		ms, err := g.Conn.Masters(ctx)
+		return masters{ms, err}, noReply(err)
+	})
+	if err == nil {
+		err = r.err
+	}
+	for i, m := range r.ms {
+		r.ms[i] = guard{m}
+	}
+	return r.ms, err
 }
 
 // drv runs a Node's scripts and commands through a driver. It implements

@@ -119,15 +119,15 @@ func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error)
 type pubsub struct {
 	ps      *redis.PubSub
 	sharded bool
-	broken  atomic.Bool
+	gone    atomic.Pointer[error] // why every method now fails
 }
 
 var errBroken = errors.New("goredisdriver: pub/sub connection broken")
 
-// check returns err, marking the connection broken if it is an error.
+// check returns err, after which every method fails if it is an error.
 func (p *pubsub) check(err error) error {
 	if err != nil {
-		p.broken.Store(true)
+		p.gone.CompareAndSwap(nil, &errBroken)
 	}
 	if errors.Is(err, redis.ErrClosed) {
 		return driver.ErrClosed
@@ -145,8 +145,8 @@ func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
 
 // send runs the plain or the sharded form of an (un)subscription.
 func (p *pubsub) send(ctx context.Context, plain, sharded func(context.Context, ...string) error, channels []string) error {
-	if p.broken.Load() {
-		return errBroken
+	if err := p.gone.Load(); err != nil {
+		return *err
 	}
 	if p.sharded {
 		plain = sharded
@@ -155,14 +155,14 @@ func (p *pubsub) send(ctx context.Context, plain, sharded func(context.Context, 
 }
 
 func (p *pubsub) Ping(ctx context.Context) error {
-	if p.broken.Load() {
-		return errBroken
+	if err := p.gone.Load(); err != nil {
+		return *err
 	}
 	return p.check(p.ps.Ping(ctx))
 }
 
 func (p *pubsub) Close() error {
-	p.broken.Store(true)
+	p.gone.Store(&driver.ErrClosed)
 	p.ps.Close()
 	return nil
 }
@@ -173,8 +173,8 @@ func (p *pubsub) Close() error {
 func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 	d, timed := ctx.Deadline()
 	for {
-		if p.broken.Load() {
-			return driver.Message{}, errBroken
+		if err := p.gone.Load(); err != nil {
+			return driver.Message{}, *err
 		}
 		var timeout time.Duration // (0: none)
 		if timed {
@@ -187,8 +187,11 @@ func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 		if errors.As(err, &nerr) && nerr.Timeout() && timed { // (the deadline set from ctx)
 			return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
 		}
-		if err != nil {
-			return driver.Message{}, p.check(err)
+		if err = p.check(err); err != nil {
+			if g := p.gone.Load(); g != nil && *g == driver.ErrClosed {
+				err = driver.ErrClosed // (closed while it read)
+			}
+			return driver.Message{}, err
 		}
 		switch m := m.(type) {
 		case *redis.Subscription:

@@ -37,6 +37,17 @@ func startHub(t *testing.T, sharded bool) (*Hub, *redis.Client, *redistest.Serve
 	return New(goredisdriver.Conn(rdb), sharded), rdb, s, p
 }
 
+// waitDeaf waits until h no longer listens on channel: its connection
+// failed.
+func waitDeaf(t *testing.T, h *Hub, channel string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); h.Listening(channel); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hub still listens on %q 10s after the server died", channel)
+		}
+	}
+}
+
 // bothModes runs f as two subtests: on plain, then on sharded pub/sub.
 func bothModes(t *testing.T, f func(t *testing.T, sharded bool)) {
 	for _, sharded := range []bool{false, true} {
@@ -228,11 +239,7 @@ func TestHubSubscribesAgainOnceTheServerIsBack(t *testing.T) {
 		h, rdb, s, _ := startHub(t, sharded)
 		a, wakeA := subscribe(t, h, "ch", "a")
 		s.Kill()
-		for deadline := time.Now().Add(10 * time.Second); h.Listening("ch"); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the hub still listens 10s after the server died")
-			}
-		}
+		waitDeaf(t, h, "ch")
 		wakeB := make(chan int64, 1)
 		b, ready := h.Subscribe(t.Context(), "ch", "b", wakeB)
 		c, wakeC := subscribe(t, h, "other", "c") // (ready once its connection failed)
@@ -258,5 +265,40 @@ func TestHubSubscribesAgainOnceTheServerIsBack(t *testing.T) {
 			w.Close()
 		}
 		waitUnsubscribed(t, s.Client(t), "ch", sharded)
+	})
+}
+
+// A channel whose last waiter left while the connection was down, and
+// that was dropped meanwhile, is not subscribed again; the others are.
+func TestHubSubscribesAgainOnlyChannelsWithWaiters(t *testing.T) {
+	t.Parallel()
+	bothModes(t, func(t *testing.T, sharded bool) {
+		h, _, s, _ := startHub(t, sharded)
+		a, wakeA := subscribe(t, h, "a", "a")
+		b, _ := subscribe(t, h, "b", "b")
+		s.Kill()
+		dropped := func() bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.topics["b"] == nil
+		}
+		waitDeaf(t, h, "a")
+		b.Close()
+		for deadline := time.Now().Add(10 * time.Second); !dropped(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("b not dropped 10s after its last waiter left")
+			}
+		}
+		s.Restart()
+		expect(t, "a", wakeA, Recheck)
+		numsub := s.Client(t).PubSubNumSub
+		if sharded {
+			numsub = s.Client(t).PubSubShardNumSub
+		}
+		if n := numsub(t.Context(), "a", "b").Val(); n["a"] != 1 || n["b"] != 0 {
+			t.Errorf("subscribers after the restart: %v, want a only", n)
+		}
+		a.Close()
+		waitUnsubscribed(t, s.Client(t), "a", sharded)
 	})
 }
