@@ -814,10 +814,10 @@ func pubSub(t *testing.T, p *redistest.Proxy, conn, direct driver.Conn) {
 	ps.Close() // a second Close does no harm
 }
 
-// hubAfterRestart: dlock's pub/sub hub on conn subscribes again after the
-// server srv restarted, and after it was down a while, and each time
-// wakes its waiter to ask Redis again (a release may have been missed);
-// Close ends its reconnection at once.
+// hubAfterRestart: dlock's pub/sub hub on conn subscribes again (to
+// hundreds of channels at once) after the server srv restarted, and after
+// it was down a while, and each time wakes its waiter to ask Redis again
+// (a release may have been missed); Close ends its reconnection at once.
 func hubAfterRestart(t *testing.T, srv *redistest.Server, conn driver.Conn) {
 	ctx := ctxFor(t, 60*time.Second)
 	h := pubsub.New(conn, false)
@@ -847,9 +847,17 @@ func hubAfterRestart(t *testing.T, srv *redistest.Server, conn driver.Conn) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the subscription was never confirmed")
 	}
+	for i := range 300 { // subscribed again in one command, with many confirmations
+		others := make(chan int64, 1)
+		ow, _ := h.Subscribe(ctx, fmt.Sprint("dt-hub-", i), "a", others)
+		defer ow.Close()
+	}
 	srv.Restart()
 	woken(pubsub.Recheck)
 	listening(true)
+	if !eventually(10*time.Second, func() bool { return h.Listening("dt-hub-299") }) {
+		t.Fatal("not all channels subscribed again after the restart")
+	}
 	if _, err := srv.Do(ctx, "PUBLISH", "dt-hub", pubsub.WakeAll); err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,9 @@ func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error)
 }
 
 // pubsub is a dedicated connection whose hooks pass what it receives to
-// Receive. It does not reconnect: once broken, every method fails.
+// Receive, waiting for it (rueidis answers a SUBSCRIBE at its first
+// confirmation, before any wait). It does not reconnect: once broken,
+// every method fails.
 type pubsub struct {
 	c       rueidis.Client
 	shard   string // "", or the channel whose slot its channels share (SSUBSCRIBE)

@@ -38,7 +38,9 @@ func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error)
 }
 
 // pubsub is a dedicated connection whose hooks pass what it receives to
-// Receive. It does not reconnect: once broken, every method fails.
+// Receive, waiting for it (valkey answers a SUBSCRIBE at its first
+// confirmation, before any wait). It does not reconnect: once broken,
+// every method fails.
 type pubsub struct {
 	c       valkey.Client
 	shard   string // "", or the channel whose slot its channels share (SSUBSCRIBE)
