@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the README's set-up as a user follows it: a throwaway module outside the repository, beside a checkout
 # of it at ../dlock, runs the README's set-up commands word for word and builds the README's quick start, plus
-# code that imports every package a user may import (dlock, dlocktest and the four extra/ modules) —
+# code that imports every package a user may import (dlock, dlocktest and the five extra/ modules) —
 # with no network: GOPROXY=off, so a module the set-up fails to point at the checkout cannot be fetched instead.
 #
 # The README marks the two blocks it takes:
@@ -17,7 +17,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd -P)
 readme=$repo/README.md
-modules=(. extra/dlockotel extra/dlockprom extra/dlockrueidis extra/dlockvalkey)
+modules=(. extra/dlockotel extra/dlockprom extra/dlockrueidis extra/dlockvalkey extra/dlockredigo)
 
 # block MARKER prints the lines of the first fenced code block after the line "<!-- check-setup: MARKER -->".
 block() {
@@ -66,6 +66,7 @@ import (
 	"github.com/dlockio/dlock/dlocktest"
 	"github.com/dlockio/dlock/extra/dlockotel"
 	"github.com/dlockio/dlock/extra/dlockprom"
+	"github.com/dlockio/dlock/extra/dlockredigo"
 	"github.com/dlockio/dlock/extra/dlockrueidis"
 	"github.com/dlockio/dlock/extra/dlockvalkey"
 )
@@ -80,7 +81,7 @@ func instrument(c *dlock.Client) error {
 
 func testClient(t *testing.T) *dlock.Client { return dlocktest.NewClient(t) }
 
-var _, _, _, _ = instrument, testClient, dlockrueidis.New, dlockvalkey.New
+var _, _, _, _, _ = instrument, testClient, dlockrueidis.New, dlockvalkey.New, dlockredigo.New
 EOF
 }
 
@@ -111,4 +112,4 @@ go build -o /dev/null .
 go vet .
 echo "check-setup: go.mod after the set-up:"
 sed 's/^/  /' go.mod
-echo "check-setup: ok: the README's set-up and quick start build dlock, dlocktest and the four extra/ modules offline"
+echo "check-setup: ok: the README's set-up and quick start build dlock, dlocktest and the five extra/ modules offline"
