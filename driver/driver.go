@@ -1,9 +1,9 @@
 // Package driver is what a Redis client other than go-redis implements for
 // dlock to keep its locks there ([github.com/dlockio/dlock.NewFrom]): send
 // a command once, send a few to one server in one write, listen on pub/sub,
-// and list a Cluster's masters. extra/dlockrueidis and extra/dlockvalkey
-// implement it; package drivertest holds the tests every implementation
-// must pass.
+// and list a Cluster's masters. extra/dlockrueidis, extra/dlockvalkey and
+// extra/dlockredigo implement it; package drivertest holds the tests every
+// implementation must pass.
 //
 // A command is a list of arguments: string, *string, []byte, int or int64
 // ([String] gives each its wire form). dlock sends these commands: EVALSHA
