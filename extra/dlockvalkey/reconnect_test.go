@@ -32,7 +32,7 @@ func TestPubSubOpenEndsWithItsContext(t *testing.T) {
 	octx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	ps, err = conn.PubSub(octx, "")
+	_, err = conn.PubSub(octx, "")
 	if d := time.Since(start); d > 1500*time.Millisecond || err == nil {
 		t.Fatalf("PubSub to a stalled server with a 300ms context: %v after %v", err, d)
 	}
