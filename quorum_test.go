@@ -1143,10 +1143,7 @@ func TestQuorumReleaseRetriedOnANodeThatFailed(t *testing.T) {
 	ctx := t.Context()
 	ttl := 20 * time.Second
 	c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false))
-	l, err := c.TryAcquire(ctx, "cut")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := takeWithin(t, ctx, c, "cut")
 	if !waitFor(5*time.Second, func() bool { n, _ := keyOnNodes(ctx, direct, "dlock:{cut}"); return n == 3 }) {
 		t.Fatal("the lease never reached all three nodes") // TryAcquire returns once two have it
 	}
@@ -1204,10 +1201,7 @@ func TestRedlockRetriedReleaseSparesANewerLease(t *testing.T) {
 			name := "newer-" + how
 			key := "dlock:{" + name + "}"
 			c := newRedlock(t, via, 300*time.Millisecond, dlock.LeaseTTL(2*time.Second), dlock.WithAutoExtend(false))
-			l, err := c.TryAcquire(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l := takeWithin(t, ctx, c, name)
 			if !waitFor(5*time.Second, func() bool { n, _ := keyOnNodes(ctx, toClients(direct), key); return n == 3 }) {
 				t.Fatal("the lease never reached node 2")
 			}
@@ -1223,7 +1217,10 @@ func TestRedlockRetriedReleaseSparesANewerLease(t *testing.T) {
 				t.Fatal("node 2's copy of the released lease never expired")
 			}
 			other := newRedlock(t, direct, time.Second, dlock.LeaseTTL(20*time.Second), dlock.WithAutoExtend(false))
-			var l2 *dlock.Lock
+			var (
+				l2  *dlock.Lock
+				err error
+			)
 			if !waitFor(10*time.Second, func() bool {
 				l2, err = other.TryAcquire(ctx, name)
 				return err == nil
@@ -1301,4 +1298,22 @@ func toClients(us []redis.UniversalClient) []*redis.Client {
 		cs = append(cs, u.(*redis.Client))
 	}
 	return cs
+}
+
+// takeWithin takes name with the quorum Client c, trying again for up to
+// ten seconds while nodes do not answer within c's short node timeout (a
+// first call dials each node and loads its scripts, which a loaded machine
+// can make slower than the timeout that the test is about).
+func takeWithin(t *testing.T, ctx context.Context, c *dlock.Client, name string) *dlock.Lock {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		var l *dlock.Lock
+		if l, err = c.TryAcquire(ctx, name); err == nil {
+			return l
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal(err)
+	return nil
 }
