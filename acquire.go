@@ -100,7 +100,7 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	a := acquisition{c: c, ctx: actx, first: ctx, l: pending, trustHandover: true}
 	l, err := a.run()
 	if err != nil && c.closed.Load() && !errors.Is(err, ErrClosed) && actx.Err() == nil {
-		err = fmt.Errorf("%w: %w", ErrClosed, err) // an attempt cut short by Close
+		err = backend.Because(ErrClosed, err.Error(), err) // an attempt cut short by Close
 	}
 	if err != nil {
 		// However the wait ended, an entry of an earlier attempt may hold
@@ -208,7 +208,7 @@ func (a *acquisition) run() (*Lock, error) {
 			// Close was called while it waited: no Lock after Close (it
 			// would never be extended). A lock handed over meanwhile is
 			// passed on by the leave that follows (acquire).
-			return nil, ErrClosed
+			return nil, errClosedWait
 		}
 		if a.trustHandover {
 			if l := a.c.handedOver(a.l, handed, a.queued); l != nil {
