@@ -514,8 +514,11 @@ func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int6
 // lock"): a TYPE call, and for a sorted set a ZRANGE, on this error path
 // only. It returns err unchanged when they fail.
 func (n Node) wrongKind(ctx context.Context, key, want string, err error) error {
+	if strings.Contains(err.Error(), "the fence key") {
+		return err // the script's own reply: the lock key is not the one
+	}
 	kind, terr := n.rdb.Do(ctx, "type", key).Text()
-	if terr != nil {
+	if terr != nil || kind == "none" {
 		return err
 	}
 	var what string
