@@ -43,7 +43,7 @@ func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
 	l, g, err := c.attempt(ctx, l, false)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		if err == ctx.Err() || errors.Is(err, backend.ErrNotSent) {
+		if err == ctx.Err() || errors.Is(err, backend.ErrNotSent) || errors.Is(err, backend.ErrLeftInFlight) {
 			return nil, gaveUp(ctx, k.acquireOp, name)
 		}
 		return nil, gaveUp(ctx, k.acquireOp, name, err)
@@ -116,7 +116,7 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 		if actx.Err() != nil {
 			// The error says the wait ended; an attempt's own error (Redis
 			// unreachable) goes with it.
-			if err == actx.Err() || errors.Is(err, backend.ErrNotSent) ||
+			if err == actx.Err() || errors.Is(err, backend.ErrNotSent) || errors.Is(err, backend.ErrLeftInFlight) ||
 				(ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)) {
 				err = nil
 			}

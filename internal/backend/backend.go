@@ -487,7 +487,7 @@ func neverSent(err error) bool {
 func ReplyLost(err error) bool {
 	var ne net.Error
 	return !neverSent(err) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) || errors.As(err, &ne) || errors.Is(err, errLeftRunning))
+		errors.Is(err, net.ErrClosed) || errors.As(err, &ne) || errors.Is(err, ErrLeftInFlight))
 }
 
 func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {

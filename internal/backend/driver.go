@@ -68,13 +68,9 @@ func guarded[T any](ctx context.Context, f func() (T, bool)) (T, error) {
 		return r, nil
 	case <-ctx.Done():
 		var zero T
-		return zero, fmt.Errorf("%w: %w", errLeftRunning, ctx.Err())
+		return zero, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err())
 	}
 }
-
-// errLeftRunning is the error of a guarded call whose caller left when its
-// context ended: the command may still be sent and run (ReplyLost).
-var errLeftRunning = errors.New("driver call left running")
 
 // noReply reports whether err says that a call got no reply.
 func noReply(err error) bool {
