@@ -43,7 +43,7 @@ func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
 	l, g, err := c.attempt(ctx, l, false)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		if err == ctx.Err() || errors.Is(err, backend.ErrNotSent) {
+		if err == ctx.Err() || errors.Is(err, backend.ErrNotSent) || errors.Is(err, backend.ErrLeftInFlight) {
 			return nil, gaveUp(ctx, k.acquireOp, name)
 		}
 		return nil, gaveUp(ctx, k.acquireOp, name, err)
@@ -100,7 +100,7 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	a := acquisition{c: c, ctx: actx, first: ctx, l: pending, trustHandover: true}
 	l, err := a.run()
 	if err != nil && c.closed.Load() && !errors.Is(err, ErrClosed) && actx.Err() == nil {
-		err = fmt.Errorf("%w: %w", ErrClosed, err) // an attempt cut short by Close
+		err = backend.Because(ErrClosed, err.Error(), err) // an attempt cut short by Close
 	}
 	if err != nil {
 		// However the wait ended, an entry of an earlier attempt may hold
@@ -116,7 +116,7 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 		if actx.Err() != nil {
 			// The error says the wait ended; an attempt's own error (Redis
 			// unreachable) goes with it.
-			if err == actx.Err() || errors.Is(err, backend.ErrNotSent) ||
+			if err == actx.Err() || errors.Is(err, backend.ErrNotSent) || errors.Is(err, backend.ErrLeftInFlight) ||
 				(ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)) {
 				err = nil
 			}
@@ -208,7 +208,7 @@ func (a *acquisition) run() (*Lock, error) {
 			// Close was called while it waited: no Lock after Close (it
 			// would never be extended). A lock handed over meanwhile is
 			// passed on by the leave that follows (acquire).
-			return nil, ErrClosed
+			return nil, errClosedWait
 		}
 		if a.trustHandover {
 			if l := a.c.handedOver(a.l, handed, a.queued); l != nil {

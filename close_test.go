@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -484,4 +485,60 @@ func TestCloseFreesTheQueuedPlaceOfEveryKind(t *testing.T) {
 		}
 		l.Release(ctx)
 	}
+}
+
+// An acquisition ended by Close says "dlock: " once: the waiter woken by
+// Close, the one whose attempt Close cut short while Redis could not be
+// reached, and the one that began after it.
+func TestClosedAcquisitionErrorsSayDlockOnce(t *testing.T) {
+	t.Parallel()
+	s, rdb := setup(t)
+	ctx := t.Context()
+	holder := newClient(t, rdb)
+	if _, err := holder.TryAcquire(ctx, "closed-text", dlock.LeaseTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	check := func(how string, err error) {
+		t.Helper()
+		if !errors.Is(err, dlock.ErrClosed) || strings.Count(err.Error(), "dlock: ") != 1 {
+			t.Errorf("%s: %v; want ErrClosed saying \"dlock: \" once", how, err)
+		}
+	}
+	wait := func(c *dlock.Client, rdb *redis.Client) <-chan error {
+		res := make(chan error, 1)
+		go func() {
+			l, err := c.Acquire(ctx, "closed-text", dlock.MaxWait(20*time.Second))
+			if err == nil {
+				l.Release(ctx)
+			}
+			res <- err
+		}()
+		waitSubscribed(ctx, t, c, rdb)
+		return res
+	}
+	result := func(res <-chan error) error {
+		select {
+		case err := <-res:
+			return err
+		case <-time.After(15 * time.Second):
+			t.Fatal("the waiting Acquire never returned after Close")
+			return nil
+		}
+	}
+
+	c := newClient(t, rdb, dlock.WithUnfair(nil))
+	res := wait(c, rdb)
+	c.Close(ctx)
+	check("woken by Close", result(res))
+	_, err := c.Acquire(ctx, "closed-text")
+	check("after Close", err)
+
+	rrdb, d := refusable(t, s)
+	rc := newClient(t, rrdb, dlock.WithUnfair(nil))
+	res = wait(rc, rdb)
+	d.cutAndRefuse()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rc.Close(cctx)
+	check("cut short by Close", result(res))
 }

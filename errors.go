@@ -138,6 +138,10 @@ func withLast(detail string, errs *[]error, last []error) string {
 	return detail
 }
 
+// errClosedWait is the cause of a wait that Close ended: it matches
+// ErrClosed, whose "dlock: " the caller's prefix already says.
+var errClosedWait = backend.Detailed(strings.TrimPrefix(ErrClosed.Error(), "dlock: "), ErrClosed)
+
 // maxHeld is the error of a lease that ended at its max hold d.
 func maxHeld(name string, d time.Duration) error {
 	return fmt.Errorf("dlock: %w", backend.Because(ErrNotHeld, fmt.Sprintf("%q: held for its max hold of %v", name, d), ErrMaxHold))

@@ -132,3 +132,29 @@ func TestInspectQueuedCountsLiveWaitersOnly(t *testing.T) {
 		})
 	}
 }
+
+// A held lock whose fence key holds another program's value is inspected
+// and listed with fence 0, as a foreign queue key counts no waiters: one
+// such name does not fail Inspect, nor List for every other name.
+func TestInspectAndListReadAForeignFenceKeyAsNoFence(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	for _, name := range []string{"ff-a", "ff-b"} {
+		if _, err := c.TryAcquire(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.LPush(ctx, "dlock:{ff-a}:fence", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Inspect(ctx, "ff-a")
+	if err != nil || !info.Held || info.Fence != 0 {
+		t.Errorf("Inspect = held %v, fence %d, %v; want held, fence 0", info.Held, info.Fence, err)
+	}
+	list, err := c.List(ctx, "ff-*")
+	if err != nil || len(list) != 2 {
+		t.Errorf("List = %d locks, %v; want both", len(list), err)
+	}
+}

@@ -639,3 +639,34 @@ func TestClientMaxWaitBoundsEveryKindsWait(t *testing.T) {
 		t.Errorf("Acquire(MaxWait(0)) under a Client MaxWait(%v) = %v after %v; want ErrNotAcquired at once", bound, err, time.Since(start))
 	}
 }
+
+// A fence key that holds another program's value is named as the cause of
+// the refusal of a kind that issues its fence as it takes the lock, not the
+// lock key (which does not exist).
+func TestKindsNameAForeignFenceKeyNotTheLockKey(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	re := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true)), "owner")
+	takes := map[string]func(name string) error{
+		"reentrant": func(name string) error { _, err := re.TryAcquire(ctx, name); return err },
+		"election": func(name string) error {
+			_, err := newElection(t, newClient(t, rdb), name).Campaign(ctx, "v", dlock.MaxWait(0))
+			return err
+		},
+	}
+	for kind, take := range takes {
+		name := "foreign-fence-" + kind
+		if err := rdb.LPush(ctx, "dlock:{"+name+"}:fence", "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := take(name)
+		if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), "fence key") || strings.Contains(err.Error(), "none") {
+			t.Errorf("%s: %v; want ErrWrongType naming the fence key", kind, err)
+		}
+		t.Logf("%s: %v", kind, err)
+		if !waitFor(5*time.Second, func() bool { return rdb.Exists(ctx, "dlock:{"+name+"}").Val() == 0 }) {
+			t.Errorf("%s: the refused attempt left the lock key: %v", kind, rdb.Type(ctx, "dlock:{"+name+"}").Val())
+		}
+	}
+}

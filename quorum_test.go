@@ -1317,3 +1317,28 @@ func takeWithin(t *testing.T, ctx context.Context, c *dlock.Client, name string)
 	t.Fatal(err)
 	return nil
 }
+
+// Inspect over a quorum names the type the nodes hold a name as: a name
+// held on them as a reentrant lock or a semaphore, by Clients of one node
+// each, is a "hash" or a "zset", not a plain lock's "string".
+func TestRedlockInspectNamesTheTypeANameIsHeldAs(t *testing.T) {
+	t.Parallel()
+	_, nodes := startQuorum(t, 3)
+	ctx := t.Context()
+	q := newRedlock(t, nodes, 0)
+	for _, n := range nodes {
+		re := asOwner(t, newClient(t, n, dlock.WithReentrant(true)), "owner")
+		if _, err := re.TryAcquire(ctx, "q-hash"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := newSemaphore(t, newClient(t, n), "q-zset", 2).TryAcquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]string{"q-hash": "hash", "q-zset": "zset"} {
+		info, err := q.Inspect(ctx, name)
+		if err != nil || !info.Held || info.Type != want {
+			t.Errorf("Inspect(%q) = held %v, type %q, %v; want held, type %q", name, info.Held, info.Type, err, want)
+		}
+	}
+}

@@ -487,7 +487,7 @@ func neverSent(err error) bool {
 func ReplyLost(err error) bool {
 	var ne net.Error
 	return !neverSent(err) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) || errors.As(err, &ne))
+		errors.Is(err, net.ErrClosed) || errors.As(err, &ne) || errors.Is(err, ErrLeftInFlight))
 }
 
 func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
@@ -514,8 +514,11 @@ func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int6
 // lock"): a TYPE call, and for a sorted set a ZRANGE, on this error path
 // only. It returns err unchanged when they fail.
 func (n Node) wrongKind(ctx context.Context, key, want string, err error) error {
+	if strings.Contains(err.Error(), "the fence key") {
+		return err // the script's own reply: the lock key is not the one
+	}
 	kind, terr := n.rdb.Do(ctx, "type", key).Text()
-	if terr != nil {
+	if terr != nil || kind == "none" {
 		return err
 	}
 	var what string

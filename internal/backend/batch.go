@@ -81,6 +81,11 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 // Redis, so there is nothing to undo.
 var ErrNotSent = errors.New("not sent")
 
+// ErrLeftInFlight reports a call whose caller left when its context ended
+// after it was sent (or, through a driver in trouble, while it may still
+// be sent): it may run, its reply unread (ReplyLost).
+var ErrLeftInFlight = errors.New("left in flight")
+
 func newBatcher(rdb redis.UniversalClient, alone bool) *batcher {
 	return &batcher{rdb: rdb, alone: alone}
 }
@@ -117,7 +122,7 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) redis.Cmder {
 			return failed(ctx, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err()))
 		}
 		if c.state.CompareAndSwap(callSent, callAbandoned) {
-			return failed(ctx, ctx.Err())
+			return failed(ctx, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err()))
 		}
 		<-c.done // done meanwhile: the reply is in
 	}

@@ -68,7 +68,7 @@ func guarded[T any](ctx context.Context, f func() (T, bool)) (T, error) {
 		return r, nil
 	case <-ctx.Done():
 		var zero T
-		return zero, fmt.Errorf("driver call left running: %w", ctx.Err())
+		return zero, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err())
 	}
 }
 

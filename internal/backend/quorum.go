@@ -529,7 +529,8 @@ func (q *Quorum) Op(context.Context, func(context.Context, Node) error) error { 
 // shortest remaining lease among them, and the highest fence.
 func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (State, error) { return n.Inspect(ctx, k) }, nil)
-	votes := map[string]int{}
+	type held struct{ typ, token string } // (a name held as another kind on the nodes is no "string")
+	votes := map[held]int{}
 	var out State
 	answered := 0
 	for _, r := range res {
@@ -539,16 +540,16 @@ func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 		answered++
 		out.Key, out.Fence, out.Queued = r.v.Key, max(out.Fence, r.v.Fence), max(out.Queued, r.v.Queued)
 		if r.v.Held {
-			votes[r.v.Token]++
+			votes[held{r.v.Type, r.v.Token}]++
 		}
 	}
 	if answered < q.need() {
 		return State{}, fmt.Errorf("%d of %d nodes answered, %d needed", answered, len(q.nodes), q.need())
 	}
 	out.Type = "none"
-	for token, n := range votes {
+	for h, n := range votes {
 		if n >= q.need() {
-			out.Held, out.Token, out.Type = true, token, "string"
+			out.Held, out.Token, out.Type = true, h.token, h.typ
 		}
 	}
 	if out.Held {

@@ -13,7 +13,7 @@
 -- number of live waiters in the queue: those whose entry's deadline is
 -- ahead of now (a waiter that died counts until its entry lapses, not
 -- until someone serving the queue drops it; 0 if a queue key holds a value
--- of another type).
+-- of another type); fence is 0 too if the fence key holds one.
 -- Errors: none of its own.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local holder = ''
@@ -25,7 +25,8 @@ elseif kind == 'hash' then
 elseif kind == 'zset' then
   owners = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 end
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local f = redis.pcall('GET', KEYS[2]) -- (a fence key of another type reads 0)
+local fence = type(f) == 'string' and tonumber(f) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local queued = 0
