@@ -75,7 +75,8 @@ func (o *options) config(sharded bool) backend.Config {
 }
 
 // NewFrom is New for another Redis client, through its driver
-// (extra/dlockrueidis, extra/dlockvalkey); it never closes conn.
+// (extra/dlockrueidis, extra/dlockvalkey, extra/dlockredigo); it never
+// closes conn.
 // [WithReplicaAck] and [WithoutScripts] need go-redis: [ErrInvalid].
 func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	if isNil(conn) {

@@ -1,8 +1,8 @@
 // Package dlock provides distributed locks on Redis for Go services.
 //
 // A [Client] takes any go-redis v9 client (a single server, a Sentinel
-// failover client or a Cluster client; Redis 7.0 or later), or rueidis or
-// valkey-go ([NewFrom]), and hands out leases on lock names, each a [*Lock]:
+// failover client or a Cluster client; Redis 7.0 or later), or rueidis,
+// valkey-go or redigo ([NewFrom]), and hands out leases on lock names, each a [*Lock]:
 //
 //	c, err := dlock.New(rdb)
 //	...

@@ -11,7 +11,7 @@ import (
 )
 
 // The driver road (NewFrom), run on go-redis: the same table every driver
-// passes (extra/dlockrueidis, extra/dlockvalkey).
+// passes (extra/dlockrueidis, extra/dlockvalkey, extra/dlockredigo).
 func TestDriverTable(t *testing.T) {
 	t.Parallel()
 	drivertest.Run(t, drivertest.Setup{

@@ -10,7 +10,7 @@ type Stats struct {
 	ExtendFailed   uint64 // extensions (the watchdog's and Extend's) that failed
 	Errors         uint64 // acquisitions and releases failed by a Redis error
 	Waiting        int64  // Acquire calls waiting now
-	Calls, Writes  uint64 // script calls sent, and the pipelines that carried them
+	Calls, Writes  uint64 // script calls go-redis's batcher sent, and its pipelines (0 through NewFrom)
 	ObserverPanics uint64 // panics recovered in Observer functions
 }
 
