@@ -282,3 +282,51 @@ func TestProclaimLandingLateDoesNotUndoALaterProclaim(t *testing.T) {
 		t.Errorf("Leader = %q, %v after a later Proclaim(%q); want %q, not the late copy's %q", got.Value, err, "current", "current", "stale")
 	}
 }
+
+// A Lock that resumed a leadership numbers its Proclaims afresh: its first
+// one still replaces the value of the Lock it took over from, however many
+// times that one proclaimed, and so does a value written as
+// "<token> <value>", without a number.
+func TestProclaimAfterResumeReplacesTheOldLocksValue(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	e := newElection(t, newClient(t, rdb), "proclaim-resumed")
+	ld, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"a1", "a2", "a3"} {
+		if err := ld.Proclaim(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ld2, err := newElection(t, newClient(t, rdb), "proclaim-resumed").Campaign(ctx, "a", dlock.Resume(ld.Lock().Token()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld2.Resign(context.WithoutCancel(ctx))
+	if ld2.Value() != "a3" {
+		t.Errorf("resumed leadership's value %q, want a3", ld2.Value())
+	}
+	if err := ld2.Proclaim(ctx, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Leader(ctx); err != nil || got.Value != "b1" {
+		t.Errorf("Leader after the resumed Lock's Proclaim = %q, %v; want b1", got.Value, err)
+	}
+	const valueKey = "dlock:{proclaim-resumed}:v"
+	pttl := rdb.PTTL(ctx, valueKey).Val()
+	if err := rdb.Set(ctx, valueKey, ld2.Lock().Token()+" old", pttl).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Leader(ctx); err != nil || got.Value != "old" {
+		t.Errorf("Leader of an unnumbered value = %q, %v; want old", got.Value, err)
+	}
+	if err := ld2.Proclaim(ctx, "b2"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Leader(ctx); err != nil || got.Value != "b2" {
+		t.Errorf("Leader after a Proclaim over an unnumbered value = %q, %v; want b2", got.Value, err)
+	}
+}
