@@ -162,8 +162,9 @@ type Leadership struct {
 	l     *Lock
 	fence int64
 
-	mu    sync.Mutex // serializes Proclaim; guards value
+	mu    sync.Mutex // serializes Proclaim; guards value and seq
 	value *string    // the value proclaimed last; nil: the campaign's
+	seq   int64      // the number of the last Proclaim sent (see proclaim.lua)
 }
 
 // Value returns the leader's value: the campaign's, or the last proclaimed.
@@ -177,7 +178,8 @@ func (ld *Leadership) Value() string {
 }
 
 // Proclaim changes what [Election.Leader] shows, within the term (the lease
-// and fence stay); [ErrNotHeld] once lost, [ErrReleased] after Resign.
+// and fence stay); [ErrNotHeld] once lost, [ErrReleased] after Resign. A
+// Proclaim that failed yet reaches Redis later never undoes a later one.
 func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if why := badMeta(value); why != "" {
 		return fmt.Errorf("%w: proclaim %q: the value %s", ErrInvalid, ld.l.name, why)
@@ -187,9 +189,11 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if err := ld.l.Err(); err != nil {
 		return err
 	}
+	ld.seq++ // never reused: a failed Proclaim's copy may still land
+	seq := ld.seq
 	var ok bool
 	err := ld.l.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
-		ok, err = n.Proclaim(ctx, ld.l.cl, value)
+		ok, err = n.Proclaim(ctx, ld.l.cl, value, seq)
 		return err
 	})
 	switch {

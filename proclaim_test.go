@@ -242,7 +242,6 @@ func TestProclaimByALeaderThatLostItsLeaseIsRefused(t *testing.T) {
 // of the same leader: the value the later one set must stay, not the
 // earlier one's come back.
 func TestProclaimLandingLateDoesNotUndoALaterProclaim(t *testing.T) {
-	t.Skip("fails: Proclaims are not ordered; a late copy of an earlier one sets its value over a later one's")
 	t.Parallel()
 	leakcheck.Check(t)
 	p, rdb, direct := proxied(t, -1, 0)
@@ -281,5 +280,53 @@ func TestProclaimLandingLateDoesNotUndoALaterProclaim(t *testing.T) {
 	got, err := newElection(t, newClient(t, direct), "late-proclaim").Leader(ctx)
 	if err != nil || got.Value != "current" {
 		t.Errorf("Leader = %q, %v after a later Proclaim(%q); want %q, not the late copy's %q", got.Value, err, "current", "current", "stale")
+	}
+}
+
+// A Lock that resumed a leadership numbers its Proclaims afresh: its first
+// one still replaces the value of the Lock it took over from, however many
+// times that one proclaimed, and so does a value written as
+// "<token> <value>", without a number.
+func TestProclaimAfterResumeReplacesTheOldLocksValue(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	e := newElection(t, newClient(t, rdb), "proclaim-resumed")
+	ld, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"a1", "a2", "a3"} {
+		if err := ld.Proclaim(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ld2, err := newElection(t, newClient(t, rdb), "proclaim-resumed").Campaign(ctx, "a", dlock.Resume(ld.Lock().Token()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld2.Resign(context.WithoutCancel(ctx))
+	if ld2.Value() != "a3" {
+		t.Errorf("resumed leadership's value %q, want a3", ld2.Value())
+	}
+	if err := ld2.Proclaim(ctx, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Leader(ctx); err != nil || got.Value != "b1" {
+		t.Errorf("Leader after the resumed Lock's Proclaim = %q, %v; want b1", got.Value, err)
+	}
+	const valueKey = "dlock:{proclaim-resumed}:v"
+	pttl := rdb.PTTL(ctx, valueKey).Val()
+	if err := rdb.Set(ctx, valueKey, ld2.Lock().Token()+" old", pttl).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Leader(ctx); err != nil || got.Value != "old" {
+		t.Errorf("Leader of an unnumbered value = %q, %v; want old", got.Value, err)
+	}
+	if err := ld2.Proclaim(ctx, "b2"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Leader(ctx); err != nil || got.Value != "b2" {
+		t.Errorf("Leader after a Proclaim over an unnumbered value = %q, %v; want b2", got.Value, err)
 	}
 }

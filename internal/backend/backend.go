@@ -790,7 +790,11 @@ func stateOf(k *Keys, v []any) (State, error) {
 	st := State{Key: k.Lock, Type: kind, Fence: fence, Queued: queued}
 	if len(v) == 8 {
 		value, _ := v[7].(string)
-		if t, val, ok := strings.Cut(value, " "); ok && t == holder && holder != "" {
+		t, val, ok := strings.Cut(value, " ")
+		if i := strings.IndexByte(t, '{'); i >= 0 { // "<token>{<seq>}": see proclaim.lua
+			t = t[:i]
+		}
+		if ok && t == holder && holder != "" {
 			st.Value, st.Proclaimed = val, true
 		}
 	}

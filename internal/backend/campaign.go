@@ -51,12 +51,14 @@ func fenceWindowOf(n Node, c *Claim) any {
 func (campaign) shape() string { return "string" }
 
 // Proclaim sets the value the leader of the campaign lease c shows, within
-// its term (see proclaim.lua); false if c no longer holds the lock.
-// ErrSuperseded: another Lock resumed the lease.
-func (n Node) Proclaim(ctx context.Context, c *Claim, value string) (bool, error) {
-	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer).Int64()
+// its term (see proclaim.lua); false if c no longer holds the lock. seq
+// orders the Lock's Proclaims: one numbered below a Proclaim of the Lock
+// that Redis applied changes nothing, and reports true (a later value is
+// set). ErrSuperseded: another Lock resumed the lease.
+func (n Node) Proclaim(ctx context.Context, c *Claim, value string, seq int64) (bool, error) {
+	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, seq).Int64()
 	if err != nil {
 		return false, RedisErr(err)
 	}
-	return v == 1, superseded(v)
+	return v == 1 || v == 2, superseded(v)
 }

@@ -5,23 +5,45 @@
 -- ARGV[1] the leader's lease token   ARGV[2] the value
 -- ARGV[3] release channel   ARGV[4] publish command: PUBLISH or SPUBLISH
 -- ARGV[5] the asking Lock's resumer id ('' for the Lock that took the lease)
--- The value key holds "<token> <value>" (a token has no space) and lives as
--- long as the lease (extend.lua lengthens it with the lease): a reader
--- takes the value only while the token is the lock's. Observers are told
--- with "~", a message no waiter's token matches (see internal/pubsub).
--- Returns 1 if the lease holds the lock (the value is set), else 0, or -1
--- if another Lock resumed the lease (see drives in lib.lua).
-local v = redis.call('MGET', KEYS[1], KEYS[4])
+-- ARGV[6] the Proclaim's sequence number: each Proclaim of a Lock numbers
+--         above its earlier ones
+-- The value key holds "<token>{<seq>} <value>" (a token has no space nor
+-- brace), seq being "<n>" or, from a resumed Lock, "<n>.<resumer id>", and
+-- lives as long as the lease (extend.lua lengthens it with the lease): a
+-- reader takes the value only while the token is the lock's (it reads
+-- "<token> <value>" too). A Proclaim that finds a higher number of its own
+-- Lock stored is a late copy and changes nothing; a value of another Lock
+-- of the token is older (only the Lock that drives the lease gets here).
+-- Observers are told with "~", a message no waiter's token matches (see
+-- internal/pubsub), also of a late copy: they re-read, and deliver only a
+-- change.
+-- Returns 1 if the lease holds the lock (the value is set), 2 if it does
+-- but a later Proclaim of the Lock was applied (nothing changed), 0 if the
+-- lease does not hold the lock, or -1 if another Lock resumed the lease
+-- (see drives in lib.lua).
+local v = redis.call('MGET', KEYS[1], KEYS[4], KEYS[2])
 if v[1] ~= ARGV[1] then
   return 0
 elseif not drives(v[2], ARGV[5]) then
   return -1
 end
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl > 0 then
-  redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], 'PX', pttl)
-else
-  redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])
+local late = false
+if v[3] and string.sub(v[3], 1, #ARGV[1] + 1) == ARGV[1] .. '{' then
+  local n, id = string.match(string.sub(v[3], #ARGV[1] + 2), '^(%d+)%.?([^} ]*)} ')
+  late = n ~= nil and id == ARGV[5] and tonumber(n) > tonumber(ARGV[6])
+end
+if not late then
+  local tag = ARGV[6]
+  if ARGV[5] ~= '' then
+    tag = tag .. '.' .. ARGV[5]
+  end
+  local entry = ARGV[1] .. '{' .. tag .. '} ' .. ARGV[2]
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl > 0 then
+    redis.call('SET', KEYS[2], entry, 'PX', pttl)
+  else
+    redis.call('SET', KEYS[2], entry)
+  end
 end
 redis.call(ARGV[4], ARGV[3], '~')
-return 1
+return late and 2 or 1
