@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockio/dlock/extra/dlockredigo"
 	"github.com/dlockio/dlock/internal/redisserver"
+	"github.com/dlockio/dlock/internal/torture"
 )
 
 // addr is the Redis server of the example: a private redis-server that
@@ -19,6 +20,10 @@ import (
 var addr = "127.0.0.1:6379"
 
 func TestMain(m *testing.M) {
+	torture.Driver = tortureConn
+	if path := os.Getenv(torture.WorkerEnv); path != "" { // a fault checker's worker process
+		os.Exit(torture.RunProcess(path))
+	}
 	s, err := redisserver.Start(redisserver.TCP())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
