@@ -9,6 +9,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/extra/dlockredigo"
+	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -16,6 +17,7 @@ import (
 // the holder's lease, not at the waiter's context; the Client then closes.
 func TestPoolClosedUnderAWaiterEndsTheWait(t *testing.T) {
 	t.Parallel()
+	leakcheck.Check(t)
 	srv := redistest.Start(t, redistest.TCP())
 	pool := newPool(t, srv.Addr())
 	c, err := dlockredigo.New(pool, dlock.LeaseTTL(time.Second))

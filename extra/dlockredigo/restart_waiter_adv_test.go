@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/extra/dlockredigo"
+	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -15,6 +16,7 @@ import (
 // takes the lock, and the others keep waiting for it.
 func TestWaitersOutliveARestartAndOneTakesTheLock(t *testing.T) {
 	t.Parallel()
+	leakcheck.Check(t)
 	srv := redistest.Start(t, redistest.TCP())
 	pool := newPool(t, srv.Addr())
 	c, err := dlockredigo.New(pool, dlock.LeaseTTL(30*time.Second))
