@@ -37,3 +37,29 @@ func TestInspectShowsTheLeadersProclaimedValue(t *testing.T) {
 		t.Errorf("Leader = %+v", got)
 	}
 }
+
+// A Client made WithoutScripts reads an election's leader as a scripted
+// one does: Inspect's Meta is the value last proclaimed.
+func TestInspectWithoutScriptsShowsTheLeadersProclaimedValue(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
+	e, err := c.Election("insp-proclaim-ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := e.Campaign(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Resign(ctx)
+	if err := ld.Proclaim(ctx, "second value"); err != nil {
+		t.Fatal(err)
+	}
+	ns := newClient(t, rdb, dlock.WithoutScripts())
+	in, err := ns.Inspect(ctx, "insp-proclaim-ns")
+	if err != nil || in.Meta != "second value" || in.Token != ld.Lock().Token() {
+		t.Errorf("Inspect WithoutScripts after Proclaim = %+v, %v; want Meta %q", in, err, "second value")
+	}
+}
