@@ -19,7 +19,7 @@ type Info struct {
 	Token   string        // the holder's lease token (plain locks)
 	TTL     time.Duration // the holder's remaining lease; -1 if the key has no expiry
 	Fence   int64         // the last fence issued for the name; 0 if none
-	Meta    string        // the holders' metadata, distinct values joined with ", "
+	Meta    string        // the holders' metadata, distinct values joined with ", "; an election leader's value as Leader reads it
 	Owners  []Owner       // a reentrant lock's owners
 	Permits []Permit      // a semaphore's live permits, the soonest to end first
 	RWHolds []RWHold      // a read-write lock's live holds, the soonest to end first
@@ -37,6 +37,9 @@ type Owner struct {
 func infoOf(name string, st backend.State) Info {
 	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
 		Meta: metaOf(st.Token), Queued: int(st.Queued)}
+	if st.Proclaimed { // an election's leader shows its value as Leader does
+		info.Meta = st.Value
+	}
 	for _, o := range st.Owners {
 		var metas []string
 		for _, h := range o.Holds {

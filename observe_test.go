@@ -306,9 +306,8 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // A panicking observer cannot leave a lease held that no caller has a
-// handle to: the caller gets its Lock, and the panic is logged through
-// slog.Default() with the operation, the lock and the stack. Not parallel:
-// it replaces the process's default logger.
+// handle to: the caller gets its Lock, and each panic is counted in
+// Stats.ObserverPanics.
 func TestObserverPanicIsCountedAndBreaksNothing(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)

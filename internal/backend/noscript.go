@@ -413,13 +413,15 @@ func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, 
 	// as in inspect.lua.
 	waiting := p.LRange(ctx, k.Queue, 0, -1)
 	entries := p.HGetAll(ctx, k.Waiters)
+	value := p.Do(ctx, "GET", k.ValueKey()) // an election leader's proclaimed value, as inspect.lua reads it
 	return func() ([]any, error) {
 		t, err := now.Result()
 		if err != nil {
 			return nil, err
 		}
 		ms := t.UnixMilli()
-		v := []any{kind.Val(), "", pttl.Val(), int64(0), []any{}, ms, liveWaiters(waiting.Val(), entries.Val(), ms)}
+		proclaimed, _ := value.Val().(string) // (another type's: none, as inspect.lua reads it)
+		v := []any{kind.Val(), "", pttl.Val(), int64(0), []any{}, ms, liveWaiters(waiting.Val(), entries.Val(), ms), proclaimed}
 		switch v[0] {
 		case "string":
 			v[1], err = str(get)
