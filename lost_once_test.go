@@ -45,7 +45,7 @@ func TestLeaseRunOutUnderAFrozenServerIsLostOnce(t *testing.T) {
 	}) {
 		t.Fatal("the lock was never free again")
 	}
-	if !waitFor(2*time.Second, func() bool { return c.Stats().Lost >= 1 }) {
+	if !waitFor(2*time.Second, func() bool { st := c.Stats(); return st.Lost >= 1 && st.ObserverPanics >= 1 }) {
 		t.Fatal("no loss counted")
 	}
 	if n, st := losts.Load(), c.Stats(); n != 1 || st.Lost != 1 || st.ObserverPanics != 1 {

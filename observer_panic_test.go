@@ -63,7 +63,9 @@ func TestObserverPanicsInWaitingAndLostAreCountedAndBreakNothing(t *testing.T) {
 	if !waitFor(3*time.Second, func() bool { return losts.Load() >= 1 }) {
 		t.Fatal("Lost never called")
 	}
+	// Each count follows its observer's panic: wait for the last one.
 	want := uint64(waits.Load() + losts.Load())
+	waitFor(3*time.Second, func() bool { return c.Stats().ObserverPanics == want })
 	if p := c.Stats().ObserverPanics; p != want {
 		t.Errorf("ObserverPanics = %d, want %d (Waiting %d, Lost %d)", p, want, waits.Load(), losts.Load())
 	}
