@@ -68,9 +68,8 @@ if holder then
 elseif quiet or not redis.call('LINDEX', KEYS[3], 0) then
   -- Nobody queued (the common case): SET NX GET takes a free lock, or names
   -- the holder of a taken one, in a single command.
-  local taken
-  taken, holder = take_free(KEYS[1], token, ARGV[2])
-  if taken then
+  holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
+  if not holder then
     return won()
   end
 else
@@ -129,10 +128,7 @@ end
 local pttl = math.max(redis.call('PTTL', KEYS[1]), -1)
 if ARGV[3] == '1' then
   local entry = string.format('%d', now_ms() + tonumber(qttl)) .. ':' .. ARGV[2]
-  if redis.call('HSET', KEYS[4], token, entry) == 1 then
-    redis.call('RPUSH', KEYS[3], token)
-  end
-  extend_queue(KEYS[3], KEYS[4], qttl)
+  queue_up(KEYS, token, entry, qttl)
   local px = pttl < 0 and tonumber(qttl) or math.min(pttl, tonumber(qttl)) -- (0: the lease ends now)
   if px > 0 and redis.call('PTTL', KEYS[6]) < px then -- (lengthened, never shortened: another waiter's may live longer)
     redis.call('SET', KEYS[6], '1', 'PX', px)

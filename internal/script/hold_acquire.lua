@@ -111,7 +111,7 @@ end
 local a = {ARGV[5], ARGV[6], ARGV[7]}
 local head, admitted
 if n then
-  local size = stored_size(KEYS[6])
+  local size = KEYS[6] and tonumber(redis.call('GET', KEYS[6]) or '')
   if not size and n == 0 then
     return redis.error_reply('DLOCK_NOSIZE no size is kept in Redis for this semaphore of 0 permits')
   end
@@ -141,10 +141,7 @@ if ARGV[3] == '1' then
     x = what .. ':' .. w
   end
   local entry = string.format('%d:%d:%s', now + tonumber(ARGV[4]), ttl, x)
-  if redis.call('HSET', KEYS[4], token, entry) == 1 then
-    redis.call('RPUSH', KEYS[3], token)
-  end
-  extend_queue(KEYS[3], KEYS[4], ARGV[4])
+  queue_up(KEYS, token, entry, ARGV[4])
   -- The marker says the hold is queued, so that its release takes the
   -- entry out of the queue (hold_release.lua) without looking on its own.
   redis.call('SET', KEYS[5], 'q', 'PX', ARGV[4])

@@ -84,7 +84,8 @@ do
     if string.sub(ARGV[1], 2, 2) == ':' then
       rw_serve_queue(KEYS, now, nil, a)
     else
-      serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), nil, a, stored_size(KEYS[6]))
+      local size = KEYS[6] and tonumber(redis.call('GET', KEYS[6]) or '')
+      serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), nil, a, size)
     end
     expire_with_last(KEYS[1])
   end

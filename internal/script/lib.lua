@@ -119,22 +119,15 @@ local function holds(key, id, shape)
   return redis.pcall('GET', key) == id
 end
 
--- take_free takes the lock at key for token if it is free (SET NX GET, one
--- command): it returns true, or false and the holder's token when the lock
--- is taken.
-local function take_free(key, token, ttl)
-  local holder = redis.call('SET', key, token, 'NX', 'PX', ttl, 'GET')
-  if holder then
-    return false, holder
+-- queue_up puts the waiter token at the end of the queue k[3], its entry
+-- in the waiters hash k[4], or renews the entry of one already queued,
+-- and makes both keys live at least ms from now (never shorter: a waiter
+-- with a short TTL must not cut short the entry of one with a longer TTL).
+local function queue_up(k, token, entry, ms)
+  if redis.call('HSET', k[4], token, entry) == 1 then
+    redis.call('RPUSH', k[3], token)
   end
-  return true
-end
-
--- extend_queue makes the fair queue's keys live at least ms from now (never
--- shorter: a waiter with a short TTL must not cut short the entry of one
--- with a longer TTL).
-local function extend_queue(queue, waiters, ms)
-  for _, key in ipairs({queue, waiters}) do
+  for _, key in ipairs({k[3], k[4]}) do
     if redis.call('PTTL', key) < tonumber(ms) then
       redis.call('PEXPIRE', key, ms)
     end
@@ -220,13 +213,6 @@ local function drives(m, id)
   return (string.match(m, '^e%d+%.(.+)$') or '') == id
 end
 
--- live_permits(key, now) drops the permits of the semaphore at key whose
--- deadline has passed and returns how many are left.
-local function live_permits(key, now)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-  return redis.call('ZCARD', key)
-end
-
 -- expire_with_last makes the semaphore at key expire with its latest
 -- permit (a key left without members is deleted by Redis).
 local function expire_with_last(key)
@@ -243,26 +229,23 @@ end
 -- 8,000 values), and returns the sum of the replies (ZADD, ZREM) or, for
 -- ZMSCORE, the scores in order (false for a missing member).
 local function hold_call(key, member, w, score, cmd, ...)
-  local total
+  local sum, scores = 0, {}
   for from = 1, w, 500 do
     local args = {cmd, key, ...}
     for i = from, math.min(from + 499, w) do
-      if score then
-        args[#args + 1] = score
-      end
+      args[#args + 1] = score -- (nothing when score is nil)
       args[#args + 1] = i == 1 and member or (member .. ' ' .. i)
     end
     local r = redis.call(unpack(args))
     if type(r) == 'table' then
-      total = total or {}
       for _, v in ipairs(r) do
-        total[#total + 1] = v
+        scores[#scores + 1] = v
       end
     else
-      total = (total or 0) + r
+      sum = sum + r
     end
   end
-  return total
+  return cmd == 'ZMSCORE' and scores or sum
 end
 
 -- serve_holds hands holds of the sorted set k[1] (a semaphore's permits,
@@ -331,25 +314,10 @@ local function serve_queue(k, now, held, me, a, size)
   return held + granted, head
 end
 
--- stored_size returns the size of the semaphore kept at key (permits.lua),
--- or nil when none is stored (or key is absent: a read-write lock's call).
-local function stored_size(key)
-  if not key then
-    return nil
-  end
-  return tonumber(redis.call('GET', key) or '')
-end
-
--- is_rw reports whether the sorted set at key is a read-write lock (see
--- above), not a semaphore; false for a missing key.
-local function is_rw(key)
-  local first = redis.call('ZRANGE', key, 0, 0)[1]
-  return first ~= nil and string.sub(first, 2, 2) == ':'
-end
-
 -- same_kind reports whether the sorted set at key, whose lapsed holds were
 -- dropped, is of the kind of member (a read-write lock's members have ':'
--- second, a semaphore's never): true when it is empty or missing.
+-- second, a semaphore's never, '' stands for one): true when it is empty
+-- or missing.
 local function same_kind(key, member)
   local first = redis.call('ZRANGE', key, 0, 0)[1]
   return not first or (string.sub(first, 2, 2) == ':') == (string.sub(member, 2, 2) == ':')
@@ -361,7 +329,7 @@ end
 local function not_hold_kind(key, n)
   local kind = redis.call('TYPE', key)['ok']
   if kind == 'zset' then
-    kind = is_rw(key) and 'rw' or 'sem'
+    kind = same_kind(key, '') and 'sem' or 'rw' -- ('': a semaphore's kind of member)
   end
   local what = ({string = 'a lock (a string)', hash = 'a reentrant lock (a hash)', rw = 'a read-write lock',
     sem = 'a semaphore'})[kind] or ('a ' .. kind)
