@@ -47,20 +47,13 @@ if not quiet and revoked(KEYS[5]) then
 end
 
 local qttl, pub, fence_ms = string.match(ARGV[4], '^(%d+) (%S+) (%d+)')
-local channel = KEYS[1] .. ':ch'
 
 -- won returns the reply of an attempt that took the lock now (see above).
 local function won()
   if not campaign then
     return 0
   end
-  local fence = new_fence(KEYS[2], math.max(tonumber(fence_ms), tonumber(ARGV[2])))
-  if not fence then
-    return fence_type_reply()
-  end
-  local f = string.format('%d', fence)
-  redis.call(pub, channel, token .. ' ' .. f)
-  return fence
+  return fenced(KEYS, token, ARGV[2], pub, fence_ms) or fence_type_reply()
 end
 
 if holder then
@@ -93,35 +86,34 @@ if holder == token then
   return 0
 end
 if not holder then
-  local now -- the clock is read only if someone is queued
-  local head
-  while true do -- drop waiters that died or gave up without saying so
-    head = redis.call('LINDEX', KEYS[3], 0)
-    if not head then break end
-    now = now or now_ms()
-    local entry = redis.call('HGET', KEYS[4], head)
-    local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
+  -- The first live waiter takes the lock: another than the caller with a
+  -- fence, announced. Waiters that died or gave up without saying so are
+  -- dropped; the clock is read only if someone is queued.
+  local head = redis.call('LINDEX', KEYS[3], 0)
+  local now, deadline, ttl = head and now_ms()
+  while head do
+    deadline, ttl = string.match(redis.call('HGET', KEYS[4], head) or '', '^(%d+):(%d+)$')
     if deadline and tonumber(deadline) > now then
-      if head ~= token then -- hand it to the first live waiter
-        local fence = new_fence(KEYS[2], math.max(tonumber(fence_ms), tonumber(ttl)))
-        if not fence then return fence_type_reply() end
-        redis.call('LPOP', KEYS[3])
-        redis.call('HDEL', KEYS[4], head)
-        redis.call('SET', KEYS[1], head, 'PX', ttl)
-        redis.call(pub, channel, head .. ' ' .. string.format('%d', fence))
-        holder = head
-      end
       break
     end
     redis.call('LPOP', KEYS[3])
     redis.call('HDEL', KEYS[4], head)
+    head = redis.call('LINDEX', KEYS[3], 0)
   end
-  if not head or head == token then
-    if head then
-      redis.call('LPOP', KEYS[3])
-      redis.call('HDEL', KEYS[4], token)
+  if head and head ~= token then
+    if not fenced(KEYS, head, ttl, pub, fence_ms) then
+      return fence_type_reply()
     end
+    redis.call('SET', KEYS[1], head, 'PX', ttl)
+    holder = head
+  else
     redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+  end
+  if head then
+    redis.call('LPOP', KEYS[3])
+    redis.call('HDEL', KEYS[4], head)
+  end
+  if not holder then
     return won()
   end
 end

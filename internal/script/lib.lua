@@ -82,6 +82,19 @@ local function new_fence(key, window_ms)
   return fence
 end
 
+-- fenced(k, who, ttl, pub, fence_ms) issues a fence for the lease of token
+-- who, of ttl ms, at the fair lock k[1] and announces it on the lock's
+-- channel as "<who> <fence>"; the counter k[2] lives the fence window
+-- (fence_ms), or as long as the lease if that is longer. It returns the
+-- fence, or nil, writing nothing, when k[2] holds a value of another type.
+local function fenced(k, who, ttl, pub, fence_ms)
+  local fence = new_fence(k[2], math.max(tonumber(fence_ms), tonumber(ttl)))
+  if fence then
+    redis.call(pub, k[1] .. ':ch', who .. ' ' .. string.format('%d', fence))
+  end
+  return fence
+end
+
 local function revoked_reply()
   return redis.error_reply('REVOKED dlock: this lease was already ended')
 end
