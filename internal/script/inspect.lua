@@ -27,8 +27,7 @@ elseif kind == 'zset' then
 end
 local f = redis.pcall('GET', KEYS[2]) -- (a fence key of another type reads 0)
 local fence = type(f) == 'string' and tonumber(f) or 0
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local queued = 0
 local waiting = redis.pcall('LRANGE', KEYS[3], 0, -1)
 if type(waiting) == 'table' and not waiting.err then
