@@ -37,22 +37,16 @@ local campaign = string.sub(ARGV[4], -1) == '1'
 local holder -- nil: not tried yet; else the holder SET NX GET named
 if quiet and not campaign then
   holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
-  if not holder then
-    return 0
-  end
+  if not holder then return 0 end
 end
 -- (the shared functions are defined here)
-if not quiet and revoked(KEYS[5]) then
-  return revoked_reply()
-end
+if not quiet and revoked(KEYS[5]) then return revoked_reply() end
 
 local qttl, pub, fence_ms = string.match(ARGV[4], '^(%d+) (%S+) (%d+)')
 
 -- won returns the reply of an attempt that took the lock now (see above).
 local function won()
-  if not campaign then
-    return 0
-  end
+  if not campaign then return 0 end
   return fenced(KEYS, token, ARGV[2], pub, fence_ms) or fence_type_reply()
 end
 
@@ -62,9 +56,7 @@ elseif quiet or not redis.call('LINDEX', KEYS[3], 0) then
   -- Nobody queued (the common case): SET NX GET takes a free lock, or names
   -- the holder of a taken one, in a single command.
   holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
-  if not holder then
-    return won()
-  end
+  if not holder then return won() end
 else
   holder = redis.call('GET', KEYS[1])
 end
@@ -80,9 +72,7 @@ if holder == token then
       redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT')
     end
   end
-  if campaign then
-    return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  end
+  if campaign then return tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
   return 0
 end
 if not holder then
@@ -93,17 +83,13 @@ if not holder then
   local now, deadline, ttl = head and now_ms()
   while head do
     deadline, ttl = string.match(redis.call('HGET', KEYS[4], head) or '', '^(%d+):(%d+)$')
-    if deadline and tonumber(deadline) > now then
-      break
-    end
+    if deadline and tonumber(deadline) > now then break end
     redis.call('LPOP', KEYS[3])
     redis.call('HDEL', KEYS[4], head)
     head = redis.call('LINDEX', KEYS[3], 0)
   end
   if head and head ~= token then
-    if not fenced(KEYS, head, ttl, pub, fence_ms) then
-      return fence_type_reply()
-    end
+    if not fenced(KEYS, head, ttl, pub, fence_ms) then return fence_type_reply() end
     redis.call('SET', KEYS[1], head, 'PX', ttl)
     holder = head
   else
@@ -113,9 +99,7 @@ if not holder then
     redis.call('LPOP', KEYS[3])
     redis.call('HDEL', KEYS[4], head)
   end
-  if not holder then
-    return won()
-  end
+  if not holder then return won() end
 end
 local pttl = math.max(redis.call('PTTL', KEYS[1]), -1)
 if ARGV[3] == '1' then

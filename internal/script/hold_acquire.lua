@@ -74,15 +74,11 @@ if quiet then
   end
 end
 -- (the shared functions are defined here)
-if type(added) == 'table' then
-  return not_hold_kind(KEYS[1], n)
-end
+if type(added) == 'table' then return not_hold_kind(KEYS[1], n) end
 if added and added > 0 then
   hold_call(KEYS[1], member, w, nil, 'ZREM') -- others hold: the rules below decide
 end
-if not quiet and revoked(KEYS[5]) then
-  return revoked_reply()
-end
+if not quiet and revoked(KEYS[5]) then return revoked_reply() end
 if type(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)) ~= 'number' or not same_kind(KEYS[1], member) then
   return not_hold_kind(KEYS[1], n)
 end
@@ -147,7 +143,5 @@ if ARGV[3] == '1' then
   redis.call('SET', KEYS[5], 'q', 'PX', ARGV[4])
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
-if not first then
-  return -1
-end
+if not first then return -1 end
 return -2 - math.max(tonumber(first) - now, 0)

@@ -24,9 +24,7 @@ end
 if w > 1 then -- every permit of the hold must be live: none lapsed on its own
   local scores = hold_call(KEYS[1], member, w, nil, 'ZMSCORE')
   for i = 1, w do
-    if not scores[i] or tonumber(scores[i]) <= now then
-      return 0
-    end
+    if not scores[i] or tonumber(scores[i]) <= now then return 0 end
   end
 end
 local until_ms = now + tonumber(ARGV[2])
@@ -38,13 +36,9 @@ if ARGV[3] == '0' then
   redis.call('PEXPIREAT', KEYS[1], until_ms, 'GT')
   return 1
 end
-if redis.call('ZSCORE', KEYS[1], member .. ' ' .. (w + 1)) then
-  return 0
-end
+if redis.call('ZSCORE', KEYS[1], member .. ' ' .. (w + 1)) then return 0 end
 local s = superseded(KEYS[2], ARGV[3], ARGV[2])
-if s ~= 0 then
-  return s
-end
+if s ~= 0 then return s end
 hold_call(KEYS[1], member, w, until_ms, 'ZADD', 'XX')
 expire_with_last(KEYS[1])
 return 1

@@ -70,9 +70,7 @@ end
 if was == 'q' and redis.call('HDEL', KEYS[4], ARGV[2]) == 1 then
   redis.call('LREM', KEYS[3], 1, ARGV[2])
 end
-if not redis.call('LINDEX', KEYS[3], 0) then
-  return removed -- nobody waits (the common case)
-end
+if not redis.call('LINDEX', KEYS[3], 0) then return removed end -- nobody waits (the common case)
 -- (the shared functions are defined here)
 do
   -- Someone waits: serve the queue (a waiter that left may have been the

@@ -33,9 +33,7 @@ local waiting = redis.pcall('LRANGE', KEYS[3], 0, -1)
 if type(waiting) == 'table' and not waiting.err then
   for i = 1, #waiting, 1000 do -- HMGET in batches: unpack is bounded by Lua's stack
     local entries = redis.pcall('HMGET', KEYS[4], unpack(waiting, i, math.min(i + 999, #waiting)))
-    if type(entries) ~= 'table' or entries.err then
-      break
-    end
+    if type(entries) ~= 'table' or entries.err then break end
     for j = 1, #entries do
       local deadline = tonumber(string.match(entries[j] or '', '^(%d+):'))
       if deadline and deadline > now then

@@ -71,9 +71,7 @@ local function new_fence(key, window_ms)
   local t = redis.call('TIME')
   local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local last = redis.pcall('SET', key, string.format('%d', fence), 'PX', window_ms, 'GET')
-  if type(last) == 'table' then
-    return nil
-  end
+  if type(last) == 'table' then return nil end
   last = tonumber(last or '0')
   if last and last >= fence then
     fence = last + 1
@@ -107,13 +105,9 @@ end
 -- member names: itself, or for a read-write hold whose downgrade has an
 -- unknown outcome ("?:<token>") its read if the set has it, else its write.
 local function hold_member(key, member)
-  if string.sub(member, 1, 2) ~= '?:' then
-    return member
-  end
+  if string.sub(member, 1, 2) ~= '?:' then return member end
   local read = 'r:' .. string.sub(member, 3)
-  if type(redis.pcall('ZSCORE', key, read)) == 'string' then
-    return read
-  end
+  if type(redis.pcall('ZSCORE', key, read)) == 'string' then return read end
   return 'w:' .. string.sub(member, 3)
 end
 
@@ -220,9 +214,7 @@ end
 -- nor act for the lease. (The release scripts check it inline, on their
 -- common path.)
 local function drives(m, id)
-  if not m or string.byte(m) ~= 101 then
-    return true
-  end
+  if not m or string.byte(m) ~= 101 then return true end
   return (string.match(m, '^e%d+%.(.+)$') or '') == id
 end
 
@@ -280,16 +272,12 @@ local function serve_holds(k, now, me, a, admit)
   local granted = 0
   while true do
     local head = redis.call('LINDEX', k[3], 0)
-    if not head or head == me then
-      return head, granted
-    end
+    if not head or head == me then return head, granted end
     local entry = redis.call('HGET', k[4], head)
     local deadline, ttl, x = string.match(entry or '', '^(%d+):(%d+):(.+)$')
     if deadline and tonumber(deadline) > now then
       local member, w = admit(x, head, granted)
-      if member == false then
-        return head, granted
-      end
+      if member == false then return head, granted end
       if member then
         w = w or 1
         hold_call(k[1], member, w, now + tonumber(ttl), 'ZADD')
@@ -319,9 +307,7 @@ local function serve_queue(k, now, held, me, a, size)
   local head, granted = serve_holds(k, now, me, a, function(x, head, granted)
     local n, w = string.match(x, '^(%d+):?(%d*)$')
     n, w = size or tonumber(n), tonumber(w) or 1
-    if not n or n == 0 or (size and w > size) then
-      return nil
-    end
+    if not n or n == 0 or (size and w > size) then return nil end
     return held + granted + w <= n and head, w
   end)
   return held + granted, head
@@ -354,9 +340,7 @@ end
 -- when nothing is held, a read when no write is.
 local function rw_admits(key, kind)
   local first = redis.call('ZRANGE', key, 0, 0)[1]
-  if kind == 'w' then
-    return first == nil
-  end
+  if kind == 'w' then return first == nil end
   return first == nil or string.sub(first, 1, 1) == 'r'
 end
 
@@ -366,9 +350,7 @@ end
 -- It returns the waiter left at the head and how many it granted.
 local function rw_serve_queue(k, now, me, a)
   return serve_holds(k, now, me, a, function(x, head)
-    if x ~= 'r' and x ~= 'w' then
-      return nil
-    end
+    if x ~= 'r' and x ~= 'w' then return nil end
     return rw_admits(k[1], x) and x .. ':' .. head
   end)
 end

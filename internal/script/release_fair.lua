@@ -55,9 +55,7 @@ if holder ~= token then
   if redis.call('HDEL', KEYS[4], token) == 1 then
     redis.call('LREM', KEYS[3], 1, token)
   end
-  if ARGV[2] ~= '0' and m == '1' then
-    return 1
-  end
+  if ARGV[2] ~= '0' and m == '1' then return 1 end
   revoke(KEYS[5], '0', ARGV[2])
   return 0
 end
