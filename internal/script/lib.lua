@@ -152,8 +152,7 @@ local function live_holds(key, now)
     if string.sub(all[i], 1, 2) == 'h:' then
       local d = tonumber(all[i + 1]) or 0
       if d > now then
-        n = n + 1
-        if d > last then last = d end
+        n, last = n + 1, math.max(last, d)
       else
         redis.call('HDEL', key, all[i])
       end
@@ -260,9 +259,9 @@ end
 -- waiters}, a the arguments {channel, publish command, fence window ms};
 -- now is the server's clock. A waiter's entry is "deadline_ms:ttl_ms:x":
 -- admit(x, head, granted) returns the member to add for the waiter head
--- and the permits it holds (nil: 1)
--- (granted were granted before it in this call), false if it must wait,
--- or nil if x is malformed (the entry is dropped as if it had lapsed).
+-- and the permits it holds (granted were granted before it in this
+-- call), false if it must wait, or nil if x is malformed (the entry is
+-- dropped as if it had lapsed).
 -- Each grant lasts the waiter's TTL, comes with a fence (none if the fence
 -- key holds a foreign value) and is announced on the channel as
 -- "<token> <fence>". It stops at the waiter me, left queued, and returns
@@ -279,16 +278,11 @@ local function serve_holds(k, now, me, a, admit)
       local member, w = admit(x, head, granted)
       if member == false then return head, granted end
       if member then
-        w = w or 1
         hold_call(k[1], member, w, now + tonumber(ttl), 'ZADD')
         expire_with_last(k[1])
         granted = granted + w
         local fence = new_fence(k[2], a[3])
-        local msg = head
-        if fence then
-          msg = head .. ' ' .. string.format('%d', fence)
-        end
-        redis.call(a[2], a[1], msg)
+        redis.call(a[2], a[1], fence and head .. ' ' .. string.format('%d', fence) or head)
       end
     end
     redis.call('LPOP', k[3])
@@ -351,6 +345,6 @@ end
 local function rw_serve_queue(k, now, me, a)
   return serve_holds(k, now, me, a, function(x, head)
     if x ~= 'r' and x ~= 'w' then return nil end
-    return rw_admits(k[1], x) and x .. ':' .. head
+    return rw_admits(k[1], x) and x .. ':' .. head, 1
   end)
 end
