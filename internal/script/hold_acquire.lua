@@ -132,10 +132,7 @@ if (not head or head == token) and admitted then
   return 0
 end
 if ARGV[3] == '1' then
-  local x = what
-  if w > 1 then
-    x = what .. ':' .. w
-  end
+  local x = w > 1 and what .. ':' .. w or what
   local entry = string.format('%d:%d:%s', now + tonumber(ARGV[4]), ttl, x)
   queue_up(KEYS, token, entry, ARGV[4])
   -- The marker says the hold is queued, so that its release takes the

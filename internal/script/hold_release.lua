@@ -43,10 +43,7 @@ else -- 500 members at a time: unpack is bounded by Lua's stack
       args[#args + 1] = i == 1 and ARGV[1] or (ARGV[1] .. ' ' .. i)
     end
     local r = redis.pcall(unpack(args))
-    if type(r) ~= 'number' then
-      removed = r
-      break
-    end
+    if type(r) ~= 'number' then break end -- (the first batch's error: the key is another kind's)
     removed = removed + r
   end
 end
