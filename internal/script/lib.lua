@@ -205,6 +205,16 @@ local function superseded(key, seq, ttl_ms)
   return 0
 end
 
+-- extension(key, seq, ttl_ms) tells whether an extension whose marker
+-- key is key may be applied: 0 if so, else the reply that it changed
+-- nothing. seq is its sequence number (see superseded), or '0' for one
+-- that never shortens the lease, a late copy once a numbered one was
+-- applied (2, see numbered).
+local function extension(key, seq, ttl_ms)
+  if seq ~= '0' then return superseded(key, seq, ttl_ms) end
+  return numbered(key) and 2 or 0
+end
+
 -- drives reports whether the Lock whose resumer id is id ('' for the Lock
 -- that took the lease, see resume.go) still drives the lease whose marker
 -- is m (false: none): not once another Lock resumed it, whose numbered
