@@ -344,8 +344,7 @@ end
 -- when nothing is held, a read when no write is.
 local function rw_admits(key, kind)
   local first = redis.call('ZRANGE', key, 0, 0)[1]
-  if kind == 'w' then return first == nil end
-  return first == nil or string.sub(first, 1, 1) == 'r'
+  return first == nil or (kind == 'r' and string.sub(first, 1, 1) == 'r')
 end
 
 -- rw_serve_queue serves a read-write lock's queue (see serve_holds): its
