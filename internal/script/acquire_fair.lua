@@ -37,30 +37,17 @@ local campaign = string.sub(ARGV[4], -1) == '1'
 local holder -- nil: not tried yet; else the holder SET NX GET named
 if quiet and not campaign then
   holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
-  if not holder then
-    return 0
-  end
+  if not holder then return 0 end
 end
 -- (the shared functions are defined here)
-if not quiet and revoked(KEYS[5]) then
-  return revoked_reply()
-end
+if not quiet and revoked(KEYS[5]) then return revoked_reply() end
 
 local qttl, pub, fence_ms = string.match(ARGV[4], '^(%d+) (%S+) (%d+)')
-local channel = KEYS[1] .. ':ch'
 
 -- won returns the reply of an attempt that took the lock now (see above).
 local function won()
-  if not campaign then
-    return 0
-  end
-  local fence = new_fence(KEYS[2], math.max(tonumber(fence_ms), tonumber(ARGV[2])))
-  if not fence then
-    return fence_type_reply()
-  end
-  local f = string.format('%d', fence)
-  redis.call(pub, channel, token .. ' ' .. f)
-  return fence
+  if not campaign then return 0 end
+  return fenced(KEYS, token, ARGV[2], pub, fence_ms) or fence_type_reply()
 end
 
 if holder then
@@ -68,11 +55,8 @@ if holder then
 elseif quiet or not redis.call('LINDEX', KEYS[3], 0) then
   -- Nobody queued (the common case): SET NX GET takes a free lock, or names
   -- the holder of a taken one, in a single command.
-  local taken
-  taken, holder = take_free(KEYS[1], token, ARGV[2])
-  if taken then
-    return won()
-  end
+  holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
+  if not holder then return won() end
 else
   holder = redis.call('GET', KEYS[1])
 end
@@ -88,51 +72,39 @@ if holder == token then
       redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT')
     end
   end
-  if campaign then
-    return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  end
+  if campaign then return tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
   return 0
 end
 if not holder then
-  local now -- the clock is read only if someone is queued
-  local head
-  while true do -- drop waiters that died or gave up without saying so
+  -- The first live waiter takes the lock: another than the caller with a
+  -- fence, announced. Waiters that died or gave up without saying so are
+  -- dropped; the clock is read only if someone is queued.
+  local head = redis.call('LINDEX', KEYS[3], 0)
+  local now, deadline, ttl = head and now_ms()
+  while head do
+    deadline, ttl = string.match(redis.call('HGET', KEYS[4], head) or '', '^(%d+):(%d+)$')
+    if deadline and tonumber(deadline) > now then break end
+    redis.call('LPOP', KEYS[3])
+    redis.call('HDEL', KEYS[4], head)
     head = redis.call('LINDEX', KEYS[3], 0)
-    if not head then break end
-    now = now or now_ms()
-    local entry = redis.call('HGET', KEYS[4], head)
-    local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
-    if deadline and tonumber(deadline) > now then
-      if head ~= token then -- hand it to the first live waiter
-        local fence = new_fence(KEYS[2], math.max(tonumber(fence_ms), tonumber(ttl)))
-        if not fence then return fence_type_reply() end
-        redis.call('LPOP', KEYS[3])
-        redis.call('HDEL', KEYS[4], head)
-        redis.call('SET', KEYS[1], head, 'PX', ttl)
-        redis.call(pub, channel, head .. ' ' .. string.format('%d', fence))
-        holder = head
-      end
-      break
-    end
+  end
+  if head and head ~= token then
+    if not fenced(KEYS, head, ttl, pub, fence_ms) then return fence_type_reply() end
+    redis.call('SET', KEYS[1], head, 'PX', ttl)
+    holder = head
+  else
+    redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+  end
+  if head then
     redis.call('LPOP', KEYS[3])
     redis.call('HDEL', KEYS[4], head)
   end
-  if not head or head == token then
-    if head then
-      redis.call('LPOP', KEYS[3])
-      redis.call('HDEL', KEYS[4], token)
-    end
-    redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-    return won()
-  end
+  if not holder then return won() end
 end
 local pttl = math.max(redis.call('PTTL', KEYS[1]), -1)
 if ARGV[3] == '1' then
   local entry = string.format('%d', now_ms() + tonumber(qttl)) .. ':' .. ARGV[2]
-  if redis.call('HSET', KEYS[4], token, entry) == 1 then
-    redis.call('RPUSH', KEYS[3], token)
-  end
-  extend_queue(KEYS[3], KEYS[4], qttl)
+  queue_up(KEYS, token, entry, qttl)
   local px = pttl < 0 and tonumber(qttl) or math.min(pttl, tonumber(qttl)) -- (0: the lease ends now)
   if px > 0 and redis.call('PTTL', KEYS[6]) < px then -- (lengthened, never shortened: another waiter's may live longer)
     redis.call('SET', KEYS[6], '1', 'PX', px)

@@ -15,9 +15,7 @@
 -- '' if none is left).
 -- Errors: REVOKED if this hold was already ended; WRONGTYPE if a key holds
 -- a foreign value (nothing is written then).
-if revoked(KEYS[3]) then
-  return revoked_reply()
-end
+if revoked(KEYS[3]) then return revoked_reply() end
 local owner = redis.call('HGET', KEYS[1], 'owner')
 local field = 'h:' .. ARGV[2]
 local ttl = tonumber(ARGV[3])
@@ -26,9 +24,7 @@ if not owner then
     return redis.error_reply('WRONGTYPE dlock: the lock key holds a hash that is not a reentrant lock')
   end
   local fence = new_fence(KEYS[2], ARGV[4])
-  if not fence then
-    return fence_type_reply()
-  end
+  if not fence then return fence_type_reply() end
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'fence', string.format('%d', fence), field, now_ms() + ttl)
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, fence, 1}

@@ -9,27 +9,14 @@
 -- earlier copy), 0 if it is gone (released, expired, or the lock is another
 -- owner's), 2 if a newer extension was applied (see extend.lua).
 local field = 'h:' .. ARGV[2]
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
-  return 0
-end
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
 local now = now_ms()
 local deadline = tonumber(redis.call('HGET', KEYS[1], field) or '0') or 0
-if deadline <= now then
-  return 0
-end
+if deadline <= now then return 0 end
+local s = extension(KEYS[2], ARGV[4], ARGV[3])
+if s ~= 0 then return s end
 local until_ms = now + tonumber(ARGV[3])
-if ARGV[4] == '0' then
-  if numbered(KEYS[2]) then
-    return 2 -- a numbered extension was applied since this was sent (see extend.lua)
-  elseif until_ms <= deadline then
-    return 1
-  end
-else
-  local s = superseded(KEYS[2], ARGV[4], ARGV[3])
-  if s ~= 0 then
-    return s
-  end
-end
+if ARGV[4] == '0' and until_ms <= deadline then return 1 end -- (never shortened)
 redis.call('HSET', KEYS[1], field, until_ms)
 local _, last = live_holds(KEYS[1], now)
 redis.call('PEXPIRE', KEYS[1], last - now)

@@ -22,7 +22,5 @@ elseif not drives(mark, ARGV[4]) then
   return -1
 end
 local fence = new_fence(KEYS[2], ARGV[2])
-if not fence then
-  return fence_type_reply()
-end
+if not fence then return fence_type_reply() end
 return fence

@@ -42,9 +42,7 @@ elseif kind == 'zset' then -- a semaphore: the same live permits, as a set
 else
   return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind .. ' that is not a dlock lock')
 end
-if holding ~= ARGV[1] then
-  return 0
-end
+if holding ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call(ARGV[3], ARGV[2], '*')
 return 1

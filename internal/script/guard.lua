@@ -6,8 +6,6 @@
 local cur = redis.call('HMGET', KEYS[1], 'fence', 'token')
 local high = tonumber(cur[1] or '0') or 0
 local fence = tonumber(ARGV[2])
-if fence < high or (fence == high and cur[2] and cur[2] ~= ARGV[3]) then
-  return {0, high}
-end
+if fence < high or (fence == high and cur[2] and cur[2] ~= ARGV[3]) then return {0, high} end
 redis.call('HSET', KEYS[1], 'v', ARGV[1], 'fence', ARGV[2], 'token', ARGV[3])
 return {1, fence}

@@ -74,15 +74,11 @@ if quiet then
   end
 end
 -- (the shared functions are defined here)
-if type(added) == 'table' then
-  return not_hold_kind(KEYS[1], n)
-end
+if type(added) == 'table' then return not_hold_kind(KEYS[1], n) end
 if added and added > 0 then
   hold_call(KEYS[1], member, w, nil, 'ZREM') -- others hold: the rules below decide
 end
-if not quiet and revoked(KEYS[5]) then
-  return revoked_reply()
-end
+if not quiet and revoked(KEYS[5]) then return revoked_reply() end
 if type(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)) ~= 'number' or not same_kind(KEYS[1], member) then
   return not_hold_kind(KEYS[1], n)
 end
@@ -111,7 +107,7 @@ end
 local a = {ARGV[5], ARGV[6], ARGV[7]}
 local head, admitted
 if n then
-  local size = stored_size(KEYS[6])
+  local size = KEYS[6] and tonumber(redis.call('GET', KEYS[6]) or '')
   if not size and n == 0 then
     return redis.error_reply('DLOCK_NOSIZE no size is kept in Redis for this semaphore of 0 permits')
   end
@@ -136,21 +132,13 @@ if (not head or head == token) and admitted then
   return 0
 end
 if ARGV[3] == '1' then
-  local x = what
-  if w > 1 then
-    x = what .. ':' .. w
-  end
+  local x = w > 1 and what .. ':' .. w or what
   local entry = string.format('%d:%d:%s', now + tonumber(ARGV[4]), ttl, x)
-  if redis.call('HSET', KEYS[4], token, entry) == 1 then
-    redis.call('RPUSH', KEYS[3], token)
-  end
-  extend_queue(KEYS[3], KEYS[4], ARGV[4])
+  queue_up(KEYS, token, entry, ARGV[4])
   -- The marker says the hold is queued, so that its release takes the
   -- entry out of the queue (hold_release.lua) without looking on its own.
   redis.call('SET', KEYS[5], 'q', 'PX', ARGV[4])
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
-if not first then
-  return -1
-end
+if not first then return -1 end
 return -2 - math.max(tonumber(first) - now, 0)

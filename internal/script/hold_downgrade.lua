@@ -12,17 +12,13 @@
 -- Returns 1 if the hold is now a read (also for a re-sent request whose
 -- first copy did it), 0 if the write hold is gone (released or lapsed),
 -- -1 if another Lock resumed it (see drives in lib.lua).
-if not drives(redis.call('GET', KEYS[5]), ARGV[5]) then
-  return -1
-end
+if not drives(redis.call('GET', KEYS[5]), ARGV[5]) then return -1 end
 local now = now_ms()
 local w, r = 'w:' .. ARGV[1], 'r:' .. ARGV[1]
 local score = redis.pcall('ZSCORE', KEYS[1], w)
 if type(score) ~= 'string' or tonumber(score) <= now then
   local read = redis.pcall('ZSCORE', KEYS[1], r)
-  if type(read) == 'string' and tonumber(read) > now then
-    return 1
-  end
+  if type(read) == 'string' and tonumber(read) > now then return 1 end
   return 0
 end
 redis.call('ZREM', KEYS[1], w)

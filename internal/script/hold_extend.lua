@@ -24,27 +24,18 @@ end
 if w > 1 then -- every permit of the hold must be live: none lapsed on its own
   local scores = hold_call(KEYS[1], member, w, nil, 'ZMSCORE')
   for i = 1, w do
-    if not scores[i] or tonumber(scores[i]) <= now then
-      return 0
-    end
+    if not scores[i] or tonumber(scores[i]) <= now then return 0 end
   end
 end
+if ARGV[3] ~= '0' and redis.call('ZSCORE', KEYS[1], member .. ' ' .. (w + 1)) then return 0 end
+local s = extension(KEYS[2], ARGV[3], ARGV[2])
+if s ~= 0 then return s end
 local until_ms = now + tonumber(ARGV[2])
 if ARGV[3] == '0' then
-  if numbered(KEYS[2]) then
-    return 2 -- a numbered extension was applied since this was sent (see extend.lua)
-  end
   hold_call(KEYS[1], member, w, until_ms, 'ZADD', 'XX', 'GT')
   redis.call('PEXPIREAT', KEYS[1], until_ms, 'GT')
-  return 1
+else
+  hold_call(KEYS[1], member, w, until_ms, 'ZADD', 'XX')
+  expire_with_last(KEYS[1])
 end
-if redis.call('ZSCORE', KEYS[1], member .. ' ' .. (w + 1)) then
-  return 0
-end
-local s = superseded(KEYS[2], ARGV[3], ARGV[2])
-if s ~= 0 then
-  return s
-end
-hold_call(KEYS[1], member, w, until_ms, 'ZADD', 'XX')
-expire_with_last(KEYS[1])
 return 1

@@ -43,10 +43,7 @@ else -- 500 members at a time: unpack is bounded by Lua's stack
       args[#args + 1] = i == 1 and ARGV[1] or (ARGV[1] .. ' ' .. i)
     end
     local r = redis.pcall(unpack(args))
-    if type(r) ~= 'number' then
-      removed = r
-      break
-    end
+    if type(r) ~= 'number' then break end -- (the first batch's error: the key is another kind's)
     removed = removed + r
   end
 end
@@ -70,9 +67,7 @@ end
 if was == 'q' and redis.call('HDEL', KEYS[4], ARGV[2]) == 1 then
   redis.call('LREM', KEYS[3], 1, ARGV[2])
 end
-if not redis.call('LINDEX', KEYS[3], 0) then
-  return removed -- nobody waits (the common case)
-end
+if not redis.call('LINDEX', KEYS[3], 0) then return removed end -- nobody waits (the common case)
 -- (the shared functions are defined here)
 do
   -- Someone waits: serve the queue (a waiter that left may have been the
@@ -84,7 +79,8 @@ do
     if string.sub(ARGV[1], 2, 2) == ':' then
       rw_serve_queue(KEYS, now, nil, a)
     else
-      serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), nil, a, stored_size(KEYS[6]))
+      local size = KEYS[6] and tonumber(redis.call('GET', KEYS[6]) or '')
+      serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), nil, a, size)
     end
     expire_with_last(KEYS[1])
   end

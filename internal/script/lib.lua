@@ -71,13 +71,24 @@ local function new_fence(key, window_ms)
   local t = redis.call('TIME')
   local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local last = redis.pcall('SET', key, string.format('%d', fence), 'PX', window_ms, 'GET')
-  if type(last) == 'table' then
-    return nil
-  end
+  if type(last) == 'table' then return nil end
   last = tonumber(last or '0')
   if last and last >= fence then
     fence = last + 1
     redis.call('SET', key, string.format('%d', fence), 'PX', window_ms)
+  end
+  return fence
+end
+
+-- fenced(k, who, ttl, pub, fence_ms) issues a fence for the lease of token
+-- who, of ttl ms, at the fair lock k[1] and announces it on the lock's
+-- channel as "<who> <fence>"; the counter k[2] lives the fence window
+-- (fence_ms), or as long as the lease if that is longer. It returns the
+-- fence, or nil, writing nothing, when k[2] holds a value of another type.
+local function fenced(k, who, ttl, pub, fence_ms)
+  local fence = new_fence(k[2], math.max(tonumber(fence_ms), tonumber(ttl)))
+  if fence then
+    redis.call(pub, k[1] .. ':ch', who .. ' ' .. string.format('%d', fence))
   end
   return fence
 end
@@ -94,13 +105,9 @@ end
 -- member names: itself, or for a read-write hold whose downgrade has an
 -- unknown outcome ("?:<token>") its read if the set has it, else its write.
 local function hold_member(key, member)
-  if string.sub(member, 1, 2) ~= '?:' then
-    return member
-  end
+  if string.sub(member, 1, 2) ~= '?:' then return member end
   local read = 'r:' .. string.sub(member, 3)
-  if type(redis.pcall('ZSCORE', key, read)) == 'string' then
-    return read
-  end
+  if type(redis.pcall('ZSCORE', key, read)) == 'string' then return read end
   return 'w:' .. string.sub(member, 3)
 end
 
@@ -119,22 +126,15 @@ local function holds(key, id, shape)
   return redis.pcall('GET', key) == id
 end
 
--- take_free takes the lock at key for token if it is free (SET NX GET, one
--- command): it returns true, or false and the holder's token when the lock
--- is taken.
-local function take_free(key, token, ttl)
-  local holder = redis.call('SET', key, token, 'NX', 'PX', ttl, 'GET')
-  if holder then
-    return false, holder
+-- queue_up puts the waiter token at the end of the queue k[3], its entry
+-- in the waiters hash k[4], or renews the entry of one already queued,
+-- and makes both keys live at least ms from now (never shorter: a waiter
+-- with a short TTL must not cut short the entry of one with a longer TTL).
+local function queue_up(k, token, entry, ms)
+  if redis.call('HSET', k[4], token, entry) == 1 then
+    redis.call('RPUSH', k[3], token)
   end
-  return true
-end
-
--- extend_queue makes the fair queue's keys live at least ms from now (never
--- shorter: a waiter with a short TTL must not cut short the entry of one
--- with a longer TTL).
-local function extend_queue(queue, waiters, ms)
-  for _, key in ipairs({queue, waiters}) do
+  for _, key in ipairs({k[3], k[4]}) do
     if redis.call('PTTL', key) < tonumber(ms) then
       redis.call('PEXPIRE', key, ms)
     end
@@ -152,8 +152,7 @@ local function live_holds(key, now)
     if string.sub(all[i], 1, 2) == 'h:' then
       local d = tonumber(all[i + 1]) or 0
       if d > now then
-        n = n + 1
-        if d > last then last = d end
+        n, last = n + 1, math.max(last, d)
       else
         redis.call('HDEL', key, all[i])
       end
@@ -206,6 +205,16 @@ local function superseded(key, seq, ttl_ms)
   return 0
 end
 
+-- extension(key, seq, ttl_ms) tells whether an extension whose marker
+-- key is key may be applied: 0 if so, else the reply that it changed
+-- nothing. seq is its sequence number (see superseded), or '0' for one
+-- that never shortens the lease, a late copy once a numbered one was
+-- applied (2, see numbered).
+local function extension(key, seq, ttl_ms)
+  if seq ~= '0' then return superseded(key, seq, ttl_ms) end
+  return numbered(key) and 2 or 0
+end
+
 -- drives reports whether the Lock whose resumer id is id ('' for the Lock
 -- that took the lease, see resume.go) still drives the lease whose marker
 -- is m (false: none): not once another Lock resumed it, whose numbered
@@ -214,17 +223,8 @@ end
 -- nor act for the lease. (The release scripts check it inline, on their
 -- common path.)
 local function drives(m, id)
-  if not m or string.byte(m) ~= 101 then
-    return true
-  end
+  if not m or string.byte(m) ~= 101 then return true end
   return (string.match(m, '^e%d+%.(.+)$') or '') == id
-end
-
--- live_permits(key, now) drops the permits of the semaphore at key whose
--- deadline has passed and returns how many are left.
-local function live_permits(key, now)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-  return redis.call('ZCARD', key)
 end
 
 -- expire_with_last makes the semaphore at key expire with its latest
@@ -243,26 +243,23 @@ end
 -- 8,000 values), and returns the sum of the replies (ZADD, ZREM) or, for
 -- ZMSCORE, the scores in order (false for a missing member).
 local function hold_call(key, member, w, score, cmd, ...)
-  local total
+  local sum, scores = 0, {}
   for from = 1, w, 500 do
     local args = {cmd, key, ...}
     for i = from, math.min(from + 499, w) do
-      if score then
-        args[#args + 1] = score
-      end
+      args[#args + 1] = score -- (nothing when score is nil)
       args[#args + 1] = i == 1 and member or (member .. ' ' .. i)
     end
     local r = redis.call(unpack(args))
     if type(r) == 'table' then
-      total = total or {}
       for _, v in ipairs(r) do
-        total[#total + 1] = v
+        scores[#scores + 1] = v
       end
     else
-      total = (total or 0) + r
+      sum = sum + r
     end
   end
-  return total
+  return cmd == 'ZMSCORE' and scores or sum
 end
 
 -- serve_holds hands holds of the sorted set k[1] (a semaphore's permits,
@@ -272,9 +269,9 @@ end
 -- waiters}, a the arguments {channel, publish command, fence window ms};
 -- now is the server's clock. A waiter's entry is "deadline_ms:ttl_ms:x":
 -- admit(x, head, granted) returns the member to add for the waiter head
--- and the permits it holds (nil: 1)
--- (granted were granted before it in this call), false if it must wait,
--- or nil if x is malformed (the entry is dropped as if it had lapsed).
+-- and the permits it holds (granted were granted before it in this
+-- call), false if it must wait, or nil if x is malformed (the entry is
+-- dropped as if it had lapsed).
 -- Each grant lasts the waiter's TTL, comes with a fence (none if the fence
 -- key holds a foreign value) and is announced on the channel as
 -- "<token> <fence>". It stops at the waiter me, left queued, and returns
@@ -284,27 +281,18 @@ local function serve_holds(k, now, me, a, admit)
   local granted = 0
   while true do
     local head = redis.call('LINDEX', k[3], 0)
-    if not head or head == me then
-      return head, granted
-    end
+    if not head or head == me then return head, granted end
     local entry = redis.call('HGET', k[4], head)
     local deadline, ttl, x = string.match(entry or '', '^(%d+):(%d+):(.+)$')
     if deadline and tonumber(deadline) > now then
       local member, w = admit(x, head, granted)
-      if member == false then
-        return head, granted
-      end
+      if member == false then return head, granted end
       if member then
-        w = w or 1
         hold_call(k[1], member, w, now + tonumber(ttl), 'ZADD')
         expire_with_last(k[1])
         granted = granted + w
         local fence = new_fence(k[2], a[3])
-        local msg = head
-        if fence then
-          msg = head .. ' ' .. string.format('%d', fence)
-        end
-        redis.call(a[2], a[1], msg)
+        redis.call(a[2], a[1], fence and head .. ' ' .. string.format('%d', fence) or head)
       end
     end
     redis.call('LPOP', k[3])
@@ -323,33 +311,16 @@ local function serve_queue(k, now, held, me, a, size)
   local head, granted = serve_holds(k, now, me, a, function(x, head, granted)
     local n, w = string.match(x, '^(%d+):?(%d*)$')
     n, w = size or tonumber(n), tonumber(w) or 1
-    if not n or n == 0 or (size and w > size) then
-      return nil
-    end
+    if not n or n == 0 or (size and w > size) then return nil end
     return held + granted + w <= n and head, w
   end)
   return held + granted, head
 end
 
--- stored_size returns the size of the semaphore kept at key (permits.lua),
--- or nil when none is stored (or key is absent: a read-write lock's call).
-local function stored_size(key)
-  if not key then
-    return nil
-  end
-  return tonumber(redis.call('GET', key) or '')
-end
-
--- is_rw reports whether the sorted set at key is a read-write lock (see
--- above), not a semaphore; false for a missing key.
-local function is_rw(key)
-  local first = redis.call('ZRANGE', key, 0, 0)[1]
-  return first ~= nil and string.sub(first, 2, 2) == ':'
-end
-
 -- same_kind reports whether the sorted set at key, whose lapsed holds were
 -- dropped, is of the kind of member (a read-write lock's members have ':'
--- second, a semaphore's never): true when it is empty or missing.
+-- second, a semaphore's never, '' stands for one): true when it is empty
+-- or missing.
 local function same_kind(key, member)
   local first = redis.call('ZRANGE', key, 0, 0)[1]
   return not first or (string.sub(first, 2, 2) == ':') == (string.sub(member, 2, 2) == ':')
@@ -361,7 +332,7 @@ end
 local function not_hold_kind(key, n)
   local kind = redis.call('TYPE', key)['ok']
   if kind == 'zset' then
-    kind = is_rw(key) and 'rw' or 'sem'
+    kind = same_kind(key, '') and 'sem' or 'rw' -- ('': a semaphore's kind of member)
   end
   local what = ({string = 'a lock (a string)', hash = 'a reentrant lock (a hash)', rw = 'a read-write lock',
     sem = 'a semaphore'})[kind] or ('a ' .. kind)
@@ -373,10 +344,7 @@ end
 -- when nothing is held, a read when no write is.
 local function rw_admits(key, kind)
   local first = redis.call('ZRANGE', key, 0, 0)[1]
-  if kind == 'w' then
-    return first == nil
-  end
-  return first == nil or string.sub(first, 1, 1) == 'r'
+  return first == nil or (kind == 'r' and string.sub(first, 1, 1) == 'r')
 end
 
 -- rw_serve_queue serves a read-write lock's queue (see serve_holds): its
@@ -385,9 +353,7 @@ end
 -- It returns the waiter left at the head and how many it granted.
 local function rw_serve_queue(k, now, me, a)
   return serve_holds(k, now, me, a, function(x, head)
-    if x ~= 'r' and x ~= 'w' then
-      return nil
-    end
-    return rw_admits(k[1], x) and x .. ':' .. head
+    if x ~= 'r' and x ~= 'w' then return nil end
+    return rw_admits(k[1], x) and x .. ':' .. head, 1
   end)
 end

@@ -18,7 +18,7 @@
 -- is written).
 local now = now_ms()
 local held = redis.pcall('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-if type(held) ~= 'number' or is_rw(KEYS[1]) then
+if type(held) ~= 'number' or not same_kind(KEYS[1], '') then -- ('': a semaphore's member)
   return not_hold_kind(KEYS[1], 1)
 end
 local stored = tonumber(redis.call('GET', KEYS[2]) or '')

@@ -55,34 +55,27 @@ if holder ~= token then
   if redis.call('HDEL', KEYS[4], token) == 1 then
     redis.call('LREM', KEYS[3], 1, token)
   end
-  if ARGV[2] ~= '0' and m == '1' then
-    return 1
-  end
+  if ARGV[2] ~= '0' and m == '1' then return 1 end
   revoke(KEYS[5], '0', ARGV[2])
   return 0
 end
 -- Hand the lock to the first live waiter; those whose entry lapsed are
 -- dropped.
 local pub, fence_ms = string.match(ARGV[3], '^(%S+) (%d+)')
-local channel = KEYS[1] .. ':ch'
 local now = now_ms()
 while head do
   local entry = redis.call('HGET', KEYS[4], head)
   redis.call('HDEL', KEYS[4], head)
   local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
   if deadline and tonumber(deadline) > now then
-    local fence = new_fence(KEYS[2], math.max(tonumber(fence_ms), tonumber(ttl)))
-    if not fence then -- a foreign fence key: free the lock rather than hand it over unfenced
-      redis.call('DEL', KEYS[1])
-      redis.call(pub, channel, '*')
-      return 1
+    if not fenced(KEYS, head, ttl, pub, fence_ms) then
+      break -- a foreign fence key: free the lock rather than hand it over unfenced
     end
     redis.call('SET', KEYS[1], head, 'PX', ttl)
-    redis.call(pub, channel, head .. ' ' .. string.format('%d', fence))
     return 1
   end
   head = redis.call('LPOP', KEYS[3])
 end
 redis.call('DEL', KEYS[1])
-redis.call(pub, channel, '*') -- someone queued: those who left may still listen
+redis.call(pub, KEYS[1] .. ':ch', '*') -- someone queued: those who left may still listen
 return 1

@@ -20,8 +20,6 @@ if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and redis.call('HDEL', KEYS[1
   end
   return 1
 end
-if ARGV[5] ~= '0' and redis.call('GET', KEYS[2]) == '1' then
-  return 1
-end
+if ARGV[5] ~= '0' and redis.call('GET', KEYS[2]) == '1' then return 1 end
 revoke(KEYS[2], '0', ARGV[5])
 return 0

@@ -109,7 +109,7 @@ func withLib(src string) *redis.Script {
 	}
 	chunks := strings.Split(lib, "\n\n")
 	for _, chunk := range chunks {
-		if m := libFunc.FindStringSubmatch(chunk); m != nil && strings.Contains(head, m[1]+"(") {
+		if m := libFunc.FindStringSubmatch(chunk); m != nil && calls(head, m[1]) {
 			early = append(early, m[1])
 		}
 	}
@@ -119,7 +119,7 @@ func withLib(src string) *redis.Script {
 	text := src
 	for i := len(chunks) - 1; i >= 0; i-- {
 		m := libFunc.FindStringSubmatch(chunks[i])
-		if m != nil && strings.Contains(text, m[1]+"(") {
+		if m != nil && calls(text, m[1]) {
 			need[i] = true
 			text += chunks[i]
 		}
@@ -136,6 +136,12 @@ func withLib(src string) *redis.Script {
 	s := redis.NewScript(b.String())
 	sources[s.Hash()] = b.String()
 	return s
+}
+
+// calls reports whether the Lua text calls the function name: name( not
+// preceded by a letter, digit or '_' (live_holds( calls live_holds, not holds).
+func calls(text, name string) bool {
+	return regexp.MustCompile(`(^|[^\w])` + name + `\(`).MatchString(text)
 }
 
 // sources are the scripts' texts by digest.

@@ -170,6 +170,21 @@ func TestNoSharedFunctionAboveLibHere(t *testing.T) {
 	}
 }
 
+// Every shared function a script's text defines is called in it: a name
+// that ends another's (holds in live_holds) brings no closure the script
+// builds on each run and never calls.
+func TestScriptDefinesOnlyTheSharedFunctionsItCalls(t *testing.T) {
+	t.Parallel()
+	for _, src := range sources {
+		for _, m := range libFunc.FindAllStringSubmatch(src, -1) {
+			called := regexp.MustCompile(`[^\w]`+m[1]+`\(`).FindAllString(src, -1)
+			if len(called) < 2 { // (one is its definition)
+				t.Errorf("a script defines %s and never calls it:\n%s", m[1], src[:min(len(src), 120)])
+			}
+		}
+	}
+}
+
 // A waiter that meets a lease in its last millisecond (PTTL 0) sets no wake
 // key: the key lives no longer than the holder's lease, never the whole
 // wake window (a key left for a minute after everyone is gone).
