@@ -18,9 +18,13 @@ const minRetry = 10 * time.Millisecond
 func (l *Lock) tick() {
 	l.expire()
 	l.mu.Lock()
-	validUntil, settled, atCap := l.validUntil, l.err != nil, l.atCap
+	validUntil, stop := l.validUntil, l.err != nil || l.atCap || l.c.closed.Load()
+	if !stop && l.jeopT != nil {
+		l.inFlight = true
+		l.jeopT.Reset(time.Until(validUntil) / 2)
+	}
 	l.mu.Unlock()
-	if settled || atCap || l.c.closed.Load() {
+	if stop {
 		return // (at the max hold, the expiry timer ends the lease there; after Close, its validity)
 	}
 
@@ -38,6 +42,10 @@ func (l *Lock) tick() {
 	cancel()
 	l.mu.Lock()
 	next := l.ttl / 3
+	if l.jeopT != nil {
+		l.inFlight = false
+		l.jeopT.Stop()
+	}
 	l.mu.Unlock()
 	switch {
 	case capped:
@@ -46,8 +54,9 @@ func (l *Lock) tick() {
 	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased):
 		return
 	default:
-		// Redis did not answer: try again a few times before the validity
-		// runs out.
+		// Redis did not answer: the lease is at risk; try again a few
+		// times before the validity runs out.
+		l.jeopardize(err, false)
 		next = max(time.Until(validUntil)/4, minRetry)
 	}
 	l.mu.Lock()
@@ -55,4 +64,27 @@ func (l *Lock) tick() {
 		l.dog.Reset(next)
 	}
 	l.mu.Unlock()
+}
+
+// unanswered is the jeopardy timer: the watchdog's extension in flight has
+// not been answered within half the validity left when it was sent.
+func (l *Lock) unanswered() {
+	l.jeopardize(opError("extend", l.name, errors.New("no answer within half the validity left")), true)
+}
+
+// jeopardize puts the lease at risk, for err, unless it is already, or is
+// settled, or (unanswered) the extension has been answered meanwhile: it
+// closes the Jeopardy channel and tells the observers, once.
+func (l *Lock) jeopardize(err error, unanswered bool) {
+	l.mu.Lock()
+	if l.err != nil || l.atRisk || (unanswered && !l.inFlight) {
+		l.mu.Unlock()
+		return
+	}
+	l.atRisk = true
+	if l.jeop != nil {
+		close(l.jeop)
+	}
+	l.mu.Unlock()
+	l.c.tell(l, OpJeopardy, err)
 }
