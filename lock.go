@@ -54,6 +54,7 @@ type Lock struct {
 	jeopT    *time.Timer
 	atRisk   bool
 	inFlight bool
+	tellMu   sync.Mutex // held while a jeopardy is told: the watchdog waits for it to end the extension
 
 	settled []func(error) // called with the error when the Lock is settled (Do's cancel, Context's)
 

@@ -34,19 +34,21 @@ func (l *Lock) tick() {
 	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
 	err := l.extend(ctx, 0) // the lease time of the latest extension
+	l.mu.Lock()
+	next, jt := l.ttl/3, l.jeopT
+	l.inFlight = false
+	l.mu.Unlock()
+	if jt != nil {
+		jt.Stop()
+		l.tellMu.Lock() // a jeopardy being told is told before this extension's end
+		l.tellMu.Unlock()
+	}
 	capped := errors.Is(err, ErrMaxHold) && !errors.Is(err, ErrNotHeld)
 	if capped {
 		err = nil // an extension cut at the max hold, as the watchdog asks: no failure
 	}
 	l.c.end(ctx, &e, start, err)
 	cancel()
-	l.mu.Lock()
-	next := l.ttl / 3
-	if l.jeopT != nil {
-		l.inFlight = false
-		l.jeopT.Stop()
-	}
-	l.mu.Unlock()
 	switch {
 	case capped:
 		return // its last extension: the expiry timer ends the lease at the cap
@@ -76,6 +78,8 @@ func (l *Lock) unanswered() {
 // settled, or (unanswered) the extension has been answered meanwhile: it
 // closes the Jeopardy channel and tells the observers, once.
 func (l *Lock) jeopardize(err error, unanswered bool) {
+	l.tellMu.Lock()
+	defer l.tellMu.Unlock()
 	l.mu.Lock()
 	if l.err != nil || l.atRisk || (unanswered && !l.inFlight) {
 		l.mu.Unlock()
