@@ -593,3 +593,31 @@ func ExampleLock_Context() {
 	fmt.Println(context.Cause(work))
 	// Output: dlock: released
 }
+
+func ExampleLock_Jeopardy() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	err = c.Do(context.Background(), "imports:daily", func(ctx context.Context, l *dlock.Lock) error {
+		for batch := range 3 {
+			select {
+			case <-l.Jeopardy(): // an extension failed: stop cleanly while the lease is still valid
+				fmt.Println("at risk: checkpoint before batch", batch)
+				return l.Err() // nil if still held
+			default:
+			}
+			fmt.Println("imported batch", batch)
+		}
+		return nil
+	})
+	fmt.Println("done:", err)
+	// Output:
+	// imported batch 0
+	// imported batch 1
+	// imported batch 2
+	// done: <nil>
+}

@@ -46,6 +46,15 @@ type Lock struct {
 	done   chan struct{}
 	expiry *time.Timer
 	dog    *time.Timer // the watchdog (auto-extend): runs extend every TTL/3
+	// jeop (made by Jeopardy) is closed when the lease is put at risk, or
+	// settled; a later successful extension ends the risk, and Jeopardy
+	// then makes a new one. jeopT (made with jeop, or for an Observer with
+	// Jeopardy) tells of a watchdog extension left unanswered (inFlight).
+	jeop     chan struct{}
+	jeopT    *time.Timer
+	atRisk   bool
+	inFlight bool
+	tellMu   sync.Mutex // held while a jeopardy is told: the watchdog waits for it to end the extension
 
 	settled []func(error) // called with the error when the Lock is settled (Do's cancel, Context's)
 
@@ -75,6 +84,10 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	}
 	if l.c.opts.autoExtend {
 		l.dog = time.AfterFunc(ttl/3, l.tick)
+		if l.c.obs.anyJeopardy.Load() {
+			l.jeopT = time.AfterFunc(time.Hour, l.unanswered)
+			l.jeopT.Stop()
+		}
 	}
 }
 
@@ -223,6 +236,27 @@ func (l *Lock) Done() <-chan struct{} {
 	defer l.mu.Unlock()
 	l.watchLocked()
 	return l.done
+}
+
+// Jeopardy returns a channel closed once the lease is at risk (a watchdog
+// extension failed, or went unanswered for half the validity left, while the
+// lease is valid), and at the release or loss. After a later extension
+// succeeds it returns a new channel. Do's fn reads it from its Lock.
+func (l *Lock) Jeopardy() <-chan struct{} {
+	l.expire()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.jeop == nil {
+		l.jeop = make(chan struct{})
+		if l.atRisk || l.err != nil {
+			close(l.jeop)
+		}
+	}
+	if l.jeopT == nil && l.dog != nil {
+		l.jeopT = time.AfterFunc(time.Hour, l.unanswered)
+		l.jeopT.Stop()
+	}
+	return l.jeop
 }
 
 // Err returns nil while the Lock is held, [ErrReleased] after Release, or an
@@ -415,6 +449,12 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 	if !applied {
 		return
 	}
+	if !onlyEarlier {
+		l.inFlight = false // (answered: its jeopardy timer, if running, finds nothing)
+		if l.atRisk {
+			l.atRisk, l.jeop = false, nil // the lease recovered
+		}
+	}
 	l.validUntil, l.atCap = t.until, t.atCap
 	if l.expiry != nil {
 		l.expiry.Reset(time.Until(t.until))
@@ -603,7 +643,13 @@ func (l *Lock) finish(err error) {
 	if l.expiry != nil {
 		l.expiry.Stop()
 	}
+	if l.jeopT != nil {
+		l.jeopT.Stop()
+	}
 	if l.done != nil {
 		close(l.done)
+	}
+	if l.jeop != nil && !l.atRisk {
+		close(l.jeop)
 	}
 }

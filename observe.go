@@ -14,10 +14,11 @@ type Op string
 
 // The operations an Observer sees.
 const (
-	OpAcquire Op = "acquire" // TryAcquire, Acquire, Do's acquisition
-	OpRelease Op = "release" // Release, Do's release
-	OpExtend  Op = "extend"  // Extend, the watchdog's extensions
-	OpLost    Op = "lost"    // a lease lost before its release
+	OpAcquire  Op = "acquire"  // TryAcquire, Acquire, Do's acquisition
+	OpRelease  Op = "release"  // Release, Do's release
+	OpExtend   Op = "extend"   // Extend, the watchdog's extensions
+	OpLost     Op = "lost"     // a lease lost before its release
+	OpJeopardy Op = "jeopardy" // a lease at risk (see [Lock.Jeopardy])
 )
 
 // Event is one operation on a lock, as an Observer sees it.
@@ -45,6 +46,8 @@ type Observer struct {
 	End func(ctx context.Context, e *Event)
 	// Lost is called when a lease is lost before its release; e.Err says why.
 	Lost func(ctx context.Context, e *Event)
+	// Jeopardy is called once a lease is at risk, once until it recovers.
+	Jeopardy func(ctx context.Context, e *Event)
 	// Waiting is called with +1 when an Acquire starts to wait, -1 after.
 	Waiting func(ctx context.Context, name string, delta int)
 }
@@ -63,9 +66,10 @@ func (c *Client) Observe(o Observer) {
 // observers is a Client's list of Observers and its counters, shared with
 // its Owner Clients.
 type observers struct {
-	mu      sync.Mutex // serializes add
-	list    atomic.Pointer[[]Observer]
-	anyLost atomic.Bool // some Observer has Lost: leases arm their expiry timer
+	mu          sync.Mutex // serializes add
+	list        atomic.Pointer[[]Observer]
+	anyLost     atomic.Bool // some Observer has Lost: leases arm their expiry timer
+	anyJeopardy atomic.Bool // some Observer has Jeopardy: watched leases arm their jeopardy timer
 
 	acquired, notAcquired, failed, released, lost, extendFailed, panics atomic.Uint64
 	waiting                                                             atomic.Int64
@@ -82,6 +86,9 @@ func (o *observers) add(obs Observer) {
 	o.list.Store(&list)
 	if obs.Lost != nil {
 		o.anyLost.Store(true)
+	}
+	if obs.Jeopardy != nil {
+		o.anyJeopardy.Store(true)
 	}
 }
 
@@ -144,10 +151,19 @@ func (c *Client) waitingFor(ctx context.Context, name string, delta int) {
 // lostLease counts the loss of l and tells the observers.
 func (c *Client) lostLease(l *Lock, err error) {
 	c.obs.lost.Add(1)
-	e := Event{Op: OpLost, Name: l.name, Mode: l.k.mode, Held: time.Since(l.start), Err: err}
+	c.tell(l, OpLost, err)
+}
+
+// tell tells the observers' Lost, or Jeopardy (op), of l, for err.
+func (c *Client) tell(l *Lock, op Op, err error) {
+	e := Event{Op: op, Name: l.name, Mode: l.k.mode, Held: time.Since(l.start), Err: err}
 	for _, o := range c.obs.all() {
-		if o.Lost != nil {
-			c.obs.safely(func() { o.Lost(context.Background(), &e) })
+		f := o.Lost
+		if op == OpJeopardy {
+			f = o.Jeopardy
+		}
+		if f != nil {
+			c.obs.safely(func() { f(context.Background(), &e) })
 		}
 	}
 }
@@ -167,7 +183,7 @@ func (o *observers) safely(f func()) {
 
 // SlogObserver returns an Observer that logs through l (nil: slog.Default()),
 // with the operation's context: acquisitions and releases at debug level,
-// failures as warnings, lost leases as errors.
+// failures and leases at risk as warnings, lost leases as errors.
 func SlogObserver(l *slog.Logger) Observer {
 	if l == nil {
 		l = slog.Default()
@@ -201,6 +217,10 @@ func SlogObserver(l *slog.Logger) Observer {
 		Lost: func(ctx context.Context, e *Event) {
 			l.LogAttrs(ctx, slog.LevelError, "dlock: lease lost", slog.String("lock", e.Name),
 				slog.String("mode", e.Mode), slog.Duration("held", e.Held), slog.String("error", e.Err.Error()))
+		},
+		Jeopardy: func(ctx context.Context, e *Event) {
+			l.LogAttrs(ctx, slog.LevelWarn, "dlock: lease at risk", slog.String("lock", e.Name),
+				slog.String("mode", e.Mode), slog.String("error", e.Err.Error()))
 		},
 	}
 }

@@ -18,9 +18,13 @@ const minRetry = 10 * time.Millisecond
 func (l *Lock) tick() {
 	l.expire()
 	l.mu.Lock()
-	validUntil, settled, atCap := l.validUntil, l.err != nil, l.atCap
+	validUntil, stop := l.validUntil, l.err != nil || l.atCap || l.c.closed.Load()
+	if !stop && l.jeopT != nil {
+		l.inFlight = true
+		l.jeopT.Reset(time.Until(validUntil) / 2)
+	}
 	l.mu.Unlock()
-	if settled || atCap || l.c.closed.Load() {
+	if stop {
 		return // (at the max hold, the expiry timer ends the lease there; after Close, its validity)
 	}
 
@@ -30,15 +34,21 @@ func (l *Lock) tick() {
 	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
 	err := l.extend(ctx, 0) // the lease time of the latest extension
+	l.mu.Lock()
+	next, jt := l.ttl/3, l.jeopT
+	l.inFlight = false
+	l.mu.Unlock()
+	if jt != nil {
+		jt.Stop()
+		l.tellMu.Lock() // a jeopardy being told is told before this extension's end
+		l.tellMu.Unlock()
+	}
 	capped := errors.Is(err, ErrMaxHold) && !errors.Is(err, ErrNotHeld)
 	if capped {
 		err = nil // an extension cut at the max hold, as the watchdog asks: no failure
 	}
 	l.c.end(ctx, &e, start, err)
 	cancel()
-	l.mu.Lock()
-	next := l.ttl / 3
-	l.mu.Unlock()
 	switch {
 	case capped:
 		return // its last extension: the expiry timer ends the lease at the cap
@@ -46,8 +56,9 @@ func (l *Lock) tick() {
 	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased):
 		return
 	default:
-		// Redis did not answer: try again a few times before the validity
-		// runs out.
+		// Redis did not answer: the lease is at risk; try again a few
+		// times before the validity runs out.
+		l.jeopardize(err, false)
 		next = max(time.Until(validUntil)/4, minRetry)
 	}
 	l.mu.Lock()
@@ -55,4 +66,29 @@ func (l *Lock) tick() {
 		l.dog.Reset(next)
 	}
 	l.mu.Unlock()
+}
+
+// unanswered is the jeopardy timer: the watchdog's extension in flight has
+// not been answered within half the validity left when it was sent.
+func (l *Lock) unanswered() {
+	l.jeopardize(opError("extend", l.name, errors.New("no answer within half the validity left")), true)
+}
+
+// jeopardize puts the lease at risk, for err, unless it is already, or is
+// settled, or (unanswered) the extension has been answered meanwhile: it
+// closes the Jeopardy channel and tells the observers, once.
+func (l *Lock) jeopardize(err error, unanswered bool) {
+	l.tellMu.Lock()
+	defer l.tellMu.Unlock()
+	l.mu.Lock()
+	if l.err != nil || l.atRisk || (unanswered && !l.inFlight) {
+		l.mu.Unlock()
+		return
+	}
+	l.atRisk = true
+	if l.jeop != nil {
+		close(l.jeop)
+	}
+	l.mu.Unlock()
+	l.c.tell(l, OpJeopardy, err)
 }

@@ -50,6 +50,12 @@ ttl/10 before the lease ends, when another dlock could take the lock; if
 dlock is stopped or frozen and the lease comes within ttl/10 of its end
 unextended, the group is stopped with SIGSTOP.
 
+With --jeopardy-signal SIG (USR1, USR2, HUP, INT, TERM or WINCH; none by
+default), the group gets SIG as soon as an extension of the lease fails, or
+goes unanswered for half the validity left, while the lease is still valid:
+CMD can checkpoint or stop cleanly before the lease is lost. It is sent once
+per episode; a later successful extension ends the episode.
+
 With --max-hold D (0, the default: no limit; else at least 30ms), CMD holds
 the lock for D at most: once it has been held for D, CMD is terminated as on
 a lost lock (SIGTERM, then SIGKILL after --grace, but no later than ttl/10
@@ -83,6 +89,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	meta := fs.String("meta", "", "the holder `metadata` that 'dlock inspect' shows (default hostname:pid)")
 	read := fs.Bool("read", false, "hold a read of the read-write lock NAME, shared with other readers")
 	write := fs.Bool("write", false, "hold the write of the read-write lock NAME, alone")
+	jeopardy := fs.String("jeopardy-signal", "", "the `signal` (USR1, USR2, HUP, INT, TERM, WINCH) CMD's group gets when the lease is at risk (default none)")
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
@@ -107,6 +114,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case *read && *write || (*read || *write) && *permits > 1:
 		fmt.Fprintln(stderr, "dlock run: at most one of --read, --write and -n")
+		return exitUsage
+	}
+	jsig, ok := jeopardySignals[strings.TrimPrefix(strings.ToUpper(*jeopardy), "SIG")]
+	if !ok {
+		fmt.Fprintf(stderr, "dlock run: --jeopardy-signal %q: want one of USR1, USR2, HUP, INT, TERM, WINCH\n", *jeopardy)
 		return exitUsage
 	}
 	opts, err := runOptions(*ttl, *maxHold, *meta, metaSet)
@@ -171,7 +183,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return report(stderr, fenceError(ctx, name, err, nodes))
 	}
 
-	code, lostErr := supervise(l, fence, argv, *ttl, *grace, stdout, stderr)
+	code, lostErr := supervise(l, fence, argv, *ttl, *grace, jsig, stdout, stderr)
 	if err := release(); err != nil && lostErr == nil {
 		if errors.Is(err, dlock.ErrNotHeld) {
 			lostErr = err
@@ -401,10 +413,25 @@ func refused(err error) bool {
 	return errors.Is(err, dlock.ErrNotAcquired) || err.Error() == "held by another holder"
 }
 
+// jeopardySignals are the signals --jeopardy-signal takes ("": none).
+var jeopardySignals = map[string]syscall.Signal{"": 0, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
+	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "TERM": syscall.SIGTERM, "WINCH": syscall.SIGWINCH}
+
+// jeopardySignalName is the name --jeopardy-signal takes for sig.
+func jeopardySignalName(sig syscall.Signal) string {
+	for name, s := range jeopardySignals {
+		if s == sig {
+			return name
+		}
+	}
+	return sig.String()
+}
+
 // supervise runs argv, through a guardian (see guardian.go), while l is
-// held; fence is l's fence, for argv's environment. It returns the exit
-// code for the command's status and, if the lock was lost while it ran, why.
-func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Duration, stdout, stderr io.Writer) (int, error) {
+// held; fence is l's fence, for argv's environment; jsig (0: none) goes to
+// its group when the lease is at risk. It returns the exit code for the
+// command's status and, if the lock was lost while it ran, why.
+func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Duration, jsig syscall.Signal, stdout, stderr io.Writer) (int, error) {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGCONT)
 	defer signal.Stop(sigs)
@@ -429,6 +456,10 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 	defer beat.Stop()
 
 	p := newLossPath(l, g, grace, margin, stderr)
+	var jeop <-chan struct{} // the lease's Jeopardy while jsig is to be sent
+	if jsig != 0 {
+		jeop = l.Jeopardy()
+	}
 	// resume continues the group after dlock was stopped, unless the lease
 	// ran out meanwhile: then the loss path applies (it continues the group
 	// too, to deliver its SIGTERM).
@@ -468,6 +499,17 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 			}
 		case <-beat.C:
 			g.beat(l)
+			if jsig != 0 && jeop == nil && l.Err() == nil {
+				if j := l.Jeopardy(); isOpen(j) {
+					jeop = j // the lease recovered: the next episode is told too
+				}
+			}
+		case <-jeop:
+			jeop = nil
+			if l.Err() == nil { // (a loss takes the loss path)
+				fmt.Fprintf(stderr, "dlock: lock %q is at risk: an extension failed; sent SIG%s to the command\n", l.Name(), jeopardySignalName(jsig))
+				g.signal(jsig)
+			}
 		case <-p.lost:
 			p.onLost()
 		case <-p.capped:
@@ -572,4 +614,14 @@ func exitCode(err error) int {
 		return ee.ExitCode()
 	}
 	return exitFailure
+}
+
+// isOpen reports whether ch is still open.
+func isOpen(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
 }

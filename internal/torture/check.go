@@ -21,6 +21,7 @@ var Invariants = []struct{ ID, What string }{
 	{"i", "multi-locks: the set returned is the one asked for, its parts taken in the names' order and all held at return; a failed call keeps none; a part's loss is the set's"},
 	{"j", "max hold: a lease's deadline is its max hold after its acquisition; never held past it; its loss there signalled on time with ErrMaxHold; its key gone soon after"},
 	{"k", "holder metadata: Inspect and Lock.Meta show a holder with the metadata it was given"},
+	{"l", "jeopardy: told only while an automatic extension is in flight or after one failed; a loss never leaves Jeopardy open"},
 }
 
 // FreeWaits sums up the free-wait part of (d) over a round.
@@ -121,6 +122,7 @@ func Check(h []Event, p Params) *Report {
 	checkMulti(h, r)
 	checkMaxHold(h, r)
 	checkMeta(h, r)
+	checkJeopardy(h, r)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
 	return r
 }

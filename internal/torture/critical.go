@@ -29,8 +29,12 @@ func (w *Worker) critical(h *handle, believe func() bool) {
 			break
 		}
 		work := w.dur(0, ttl/10)
-		if !w.opts.autoExtend && w.rng.IntN(8) == 0 {
+		switch {
+		case w.rng.IntN(8) != 0:
+		case !w.opts.autoExtend:
 			work = w.dur(ttl, 3*ttl/2) // outlive the lease: later stamps must stop
+		default:
+			work = w.dur(ttl/2, ttl) // through watchdog extensions, which a fault can put at risk (l)
 		}
 		time.Sleep(work)
 	}
@@ -66,6 +70,9 @@ func (w *Worker) exit(h *handle, believe func() bool) {
 	held := believe()
 	w.rec.Add(Event{Name: h.l.Name(), Op: OpExit, Inv: t, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.fence,
 		VU: h.l.ValidUntil().UnixNano(), Held: held})
+	if !held && w.opts.autoExtend {
+		w.missedJeopardy(h)
+	}
 }
 
 // write stamps "alive" and, if still held, writes through the Guard with

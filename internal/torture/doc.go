@@ -115,7 +115,10 @@
 //	    cap, and the lock no longer carries it within 4s (outside faults);
 //	(k) a holder that Inspect shows holding the lock is shown with the
 //	    metadata it was given (per call, the Client's, or the default),
-//	    and Lock.Meta agrees.
+//	    and Lock.Meta agrees;
+//	(l) jeopardy, with the watchdog on: a jeopardy is told only while an
+//	    automatic extension is in flight or after one failed, and a holder
+//	    that finds its lease lost finds its Jeopardy channel closed.
 //
 // Checks that count a lease's time use the lease time it asked for
 // (LeaseTTL); a MaxWait ends a wait, for (d), like its context's end.

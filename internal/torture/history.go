@@ -95,6 +95,7 @@ const (
 	OpProclaim  = "proclaim"  // Leadership.Proclaim in election mode: Seen the value proclaimed
 	OpDowngrade = "downgrade" // RWMutex.Downgrade of a write hold in rw mode: the hold's stamps after Ret are a read's
 	OpInspect   = "inspect"   // Client.Inspect by a holder: Res "mine" if it showed the holder's token, Meta/Seen/LMeta
+	OpJeopardy  = "jeopardy"  // a jeopardy told (Res "founded" or "unfounded"), or a loss found with Jeopardy open (Res "missed")
 )
 
 // Recorder appends events to a file, one JSON object per line. A line is

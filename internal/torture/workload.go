@@ -187,6 +187,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if multiShare(cfg.Mode) > 0 {
 		common = append(common, dlock.WithObserver(w.trace.observer()))
 	}
+	if w.opts.autoExtend {
+		common = append(common, dlock.WithObserver((&jeopardies{rec: w.rec}).observer()))
+	}
 	own := append(common, waiting(Fair(cfg.Mode)), dlock.WithReentrant(cfg.Mode == ModeReentrant))
 	switch quorum := cfg.Mode == ModeQuorum3 || cfg.Mode == ModeQuorum5; {
 	case quorum && w.opts.driver:

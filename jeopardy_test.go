@@ -1,0 +1,175 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// jeopardyTrace records the Jeopardy and Lost events a Client's observers
+// are told of, in order.
+type jeopardyTrace struct {
+	mu  sync.Mutex
+	ops []dlock.Op
+}
+
+func (tr *jeopardyTrace) observer() dlock.Observer {
+	add := func(_ context.Context, e *dlock.Event) {
+		tr.mu.Lock()
+		tr.ops = append(tr.ops, e.Op)
+		tr.mu.Unlock()
+	}
+	return dlock.Observer{Jeopardy: add, Lost: add}
+}
+
+func (tr *jeopardyTrace) seen() []dlock.Op {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]dlock.Op(nil), tr.ops...)
+}
+
+// isOpen reports whether ch is still open.
+func isOpen(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
+}
+
+// jeopardyFault is a way to make the watchdog's extensions fail while the
+// lease is still valid, and to end it.
+type jeopardyFault struct {
+	name        string
+	start, heal func()
+}
+
+// jeopardyLease returns a lease with the watchdog on, under a 3s TTL, and
+// the faults that put it at risk: a stalled connection (the extension
+// goes unanswered) and a frozen server (SIGSTOP; the extension fails at a
+// short read timeout).
+func jeopardyLease(t *testing.T, stall bool, name string) (*dlock.Lock, *jeopardyTrace, jeopardyFault) {
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	f := jeopardyFault{name: "frozen server", start: s.Pause, heal: s.Resume}
+	opts := &redis.Options{Addr: s.Addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: -1}
+	if stall {
+		p := redistest.NewProxy(t, s.Addr())
+		f = jeopardyFault{name: "stalled connection", start: p.Stall, heal: p.Cut}
+		opts = &redis.Options{Addr: p.Addr(), ReadTimeout: time.Minute, MaxRetries: -1}
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	tr := &jeopardyTrace{}
+	c := newClient(t, rdb, dlock.LeaseTTL(3*time.Second), dlock.WithObserver(tr.observer()))
+	l, err := c.TryAcquire(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, tr, f
+}
+
+// A watchdog extension that fails, or goes unanswered, while the lease is
+// still valid closes Jeopardy before the loss, and tells the observers
+// once; the loss follows at the validity's end.
+func TestJeopardyToldBeforeTheLossOfAnUnextendableLease(t *testing.T) {
+	t.Parallel()
+	for _, stall := range []bool{true, false} {
+		l, tr, f := jeopardyLease(t, stall, "jeopardy-lost")
+		jeop := l.Jeopardy()
+		f.start()
+		select {
+		case <-jeop:
+		case <-time.After(10 * time.Second):
+			f.heal()
+			t.Fatalf("%s: no jeopardy", f.name)
+		}
+		if err := l.Err(); err != nil {
+			t.Errorf("%s: the lease was lost (%v) before jeopardy was told", f.name, err)
+		}
+		if !closedWithin(l.Done(), 10*time.Second) {
+			t.Errorf("%s: the lease was never lost", f.name)
+		}
+		f.heal()
+		if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("%s: Err = %v, want ErrNotHeld", f.name, err)
+		}
+		waitFor(5*time.Second, func() bool { return len(tr.seen()) >= 2 }) // (Lost is told after Done closes)
+		if got := tr.seen(); len(got) != 2 || got[0] != dlock.OpJeopardy || got[1] != dlock.OpLost {
+			t.Errorf("%s: observers told %v, want [jeopardy lost]", f.name, got)
+		}
+		l.Release(t.Context())
+	}
+}
+
+// A lease at risk that a later extension renews recovers: Jeopardy then
+// returns a new, open channel, the validity moves on, and the next
+// failure is a new episode.
+func TestJeopardyEndsWhenALaterExtensionSucceeds(t *testing.T) {
+	t.Parallel()
+	for _, stall := range []bool{true, false} {
+		l, tr, f := jeopardyLease(t, stall, "jeopardy-recovers")
+		f.start()
+		if !closedWithin(l.Jeopardy(), 10*time.Second) {
+			f.heal()
+			t.Fatalf("%s: no jeopardy", f.name)
+		}
+		risky := l.ValidUntil()
+		f.heal()
+		if !waitFor(10*time.Second, func() bool { return isOpen(l.Jeopardy()) }) {
+			t.Fatalf("%s: the lease never recovered (Err %v)", f.name, l.Err())
+		}
+		if err := l.Err(); err != nil || !l.ValidUntil().After(risky) {
+			t.Errorf("%s: after recovery Err = %v, validity %v (at risk: %v)", f.name, err, l.ValidUntil(), risky)
+		}
+		f.start() // a second episode
+		if !closedWithin(l.Jeopardy(), 10*time.Second) {
+			t.Errorf("%s: no second jeopardy", f.name)
+		}
+		f.heal()
+		if err := l.Release(t.Context()); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("%s: Release = %v", f.name, err)
+		}
+		if got := tr.seen(); len(got) < 2 || got[0] != dlock.OpJeopardy || got[1] != dlock.OpJeopardy {
+			t.Errorf("%s: observers told %v, want a jeopardy per episode", f.name, got)
+		}
+	}
+}
+
+// A lease whose extensions all succeed is never told in jeopardy; its
+// channel closes at the release.
+func TestNoJeopardyWhileExtensionsSucceed(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	tr := &jeopardyTrace{}
+	c := newClient(t, rdb, dlock.LeaseTTL(1500*time.Millisecond), dlock.WithObserver(tr.observer()))
+	l, err := c.TryAcquire(t.Context(), "jeopardy-healthy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jeop := l.Jeopardy()
+	for i := range 3 { // three extensions
+		before := l.ValidUntil()
+		if !waitFor(5*time.Second, func() bool { return l.ValidUntil().After(before) }) {
+			t.Fatalf("extension %d never came", i)
+		}
+	}
+	if !isOpen(jeop) || !isOpen(l.Jeopardy()) || len(tr.seen()) != 0 {
+		t.Errorf("a healthy lease told in jeopardy (observers: %v)", tr.seen())
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if isOpen(jeop) {
+		t.Error("Jeopardy still open after the release")
+	}
+}
