@@ -130,6 +130,55 @@ func TestDurableGrantNotInTheFileInTimeIsUndone(t *testing.T) {
 	}
 }
 
+// Every kind's grants and extensions wait for the append-only file, and
+// one the file does not have in time fails as not durable.
+func TestDurableGrantsCoverEveryKind(t *testing.T) {
+	t.Parallel()
+	for _, k := range []struct {
+		kind string
+		opts []dlock.Option
+		take func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lock, error)
+	}{
+		{"reentrant", []dlock.Option{dlock.WithReentrant(true)}, func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lock, error) {
+			return asOwner(t, c, "owner").TryAcquire(ctx, name)
+		}},
+		{"semaphore", nil, func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lock, error) {
+			return newSemaphore(t, c, name, 2).TryAcquire(ctx)
+		}},
+		{"read-write", nil, func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lock, error) {
+			return newRW(t, c, name).Writer().TryAcquire(ctx)
+		}},
+	} {
+		t.Run(k.kind, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			s, rdb := durableServer(t, "everysec")
+			c := newClient(t, rdb, append(k.opts, dlock.WithDurableGrants(300*time.Millisecond), dlock.WithAutoExtend(false))...)
+			before := waitAOFCalls(ctx, s)
+			l, err := k.take(ctx, c, "kept")
+			if err != nil {
+				t.Fatalf("durable TryAcquire = %v", err)
+			}
+			if err := l.Extend(ctx, time.Minute); err != nil {
+				t.Errorf("durable Extend = %v", err)
+			}
+			if n := waitAOFCalls(ctx, s) - before; n != 2 {
+				t.Errorf("a grant and an extension ran %d WAITAOF, want 2", n)
+			}
+			if _, err := s.Do(ctx, "CONFIG", "SET", "appendfsync", "no"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := k.take(ctx, c, "late"); !errors.Is(err, dlock.ErrNotDurable) || !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("TryAcquire never fsynced = %v, want ErrNotDurable and ErrNotAcquired", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("Release = %v", err)
+			}
+		})
+	}
+}
+
 // A server without WAITAOF (before Redis 7.2) refuses durable grants with
 // an error that says so, and the attempt leaves nothing behind.
 func TestDurableGrantsRefusedByAServerWithoutWAITAOF(t *testing.T) {
