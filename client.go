@@ -71,13 +71,13 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 // config is a Node's configuration from the options.
 func (o *options) config(sharded bool) backend.Config {
 	return backend.Config{Sharded: sharded,
-		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, TTL: o.lease.ttl}
+		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, Durable: o.durable, TTL: o.lease.ttl}
 }
 
 // NewFrom is New for another Redis client, through its driver
 // (extra/dlockrueidis, extra/dlockvalkey, extra/dlockredigo); it never
 // closes conn.
-// [WithReplicaAck] and [WithoutScripts] need go-redis: [ErrInvalid].
+// [WithReplicaAck], [WithDurableGrants] and [WithoutScripts] need go-redis: [ErrInvalid].
 func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	if isNil(conn) {
 		return nil, fmt.Errorf("%w: NewFrom: nil driver", ErrInvalid)
@@ -88,6 +88,8 @@ func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 		return nil, o.err
 	case o.replicas > 0:
 		return nil, fmt.Errorf("%w: NewFrom: WithReplicaAck needs a go-redis client (New)", ErrInvalid)
+	case o.durable > 0:
+		return nil, fmt.Errorf("%w: NewFrom: WithDurableGrants needs a go-redis client (New)", ErrInvalid)
 	case o.noScripts:
 		return nil, fmt.Errorf("%w: NewFrom: WithoutScripts needs a go-redis client (New)", ErrInvalid)
 	}

@@ -24,6 +24,8 @@ var (
 	ErrWrongType = backend.ErrWrongType
 	// ErrReplicaAck means too few replicas acknowledged a write ([WithReplicaAck]).
 	ErrReplicaAck = backend.ErrReplicaAck
+	// ErrNotDurable means the append-only file did not have a write in time ([WithDurableGrants]).
+	ErrNotDurable = backend.ErrNotDurable
 	// ErrStaleFence is [Guard.Write]'s refusal of a write with an old fence.
 	ErrStaleFence = errors.New("dlock: stale fencing token")
 	// ErrMaxHold means a lease reached its max hold ([MaxHold]).

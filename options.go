@@ -47,6 +47,7 @@ type options struct {
 	ackTimeout  time.Duration
 	sharded     int  // 0: auto (a Cluster client uses sharded pub/sub), 1 on, -1 off
 	noScripts   bool // WithoutScripts: transactions instead of scripts (noscript.go)
+	durable     time.Duration
 
 	lease lease // what an acquisition asks for without LockOptions: the lease options given to New
 
@@ -159,6 +160,19 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 			return
 		}
 		o.replicas, o.ackTimeout = n, timeout
+	})
+}
+
+// WithDurableGrants makes acquisitions and extensions wait up to timeout for the
+// server's append-only file (WAITAOF: Redis 7.2+ or Valkey); one not made durable
+// is undone ([ErrNotDurable], [ErrNotAcquired]). No WAITAOF or appendonly: [ErrInvalid].
+func WithDurableGrants(timeout time.Duration) Option {
+	return option(func(o *options) {
+		if timeout <= 0 {
+			o.invalid("WithDurableGrants(%v): need a positive timeout", timeout)
+			return
+		}
+		o.durable = timeout
 	})
 }
 

@@ -49,6 +49,8 @@ func newRedlock(fn string, n, nilNode int, node func(i int, o *options) (backend
 		o.invalid("WithReentrant(true): reentrant locks are not available over a quorum")
 	case o.replicas > 0:
 		o.invalid("WithReplicaAck(%d, %v): does not apply to a quorum of independent masters", o.replicas, o.ackTimeout)
+	case o.durable > 0:
+		o.invalid("WithDurableGrants(%v): not available over a quorum", o.durable)
 	case o.noScripts:
 		o.invalid("WithoutScripts(): a quorum (%s) needs scripts", fn)
 	}

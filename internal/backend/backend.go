@@ -275,9 +275,10 @@ type Node struct {
 	uc         redis.UniversalClient // the client itself, for a script and WAIT on one connection
 	d          driver.Conn           // or the driver a Node made by NewNodeFrom runs through (uc is nil)
 	pub        string                // PUBLISH, or SPUBLISH on a Redis Cluster
-	replicas   int                   // WithReplicaAck: replicas that must acknowledge acquire and extend
+	replicas   int                   // acknowledgements acquire and extend need: WithReplicaAck's replicas, plus the append-only file's with durable grants
 	retries    bool                  // the go-redis client retries: a lost reply is asked again, once (see Grant.Again)
 	ackTimeout time.Duration
+	durable    time.Duration // WithDurableGrants: how long WAITAOF waits for the append-only file (0: off; see durable.go)
 
 	ttl     time.Duration // the Client's lease time, and as arguments:
 	ttlA    any           // it in ms
@@ -298,6 +299,7 @@ type Config struct {
 	Pipelining bool          // concurrent calls share pipelines (the batcher)
 	Replicas   int           // replicas that must acknowledge acquire and extend
 	AckTimeout time.Duration // how long to wait for them
+	Durable    time.Duration // > 0: acquire and extend wait this long for the append-only file
 	TTL        time.Duration // the Client's lease time
 }
 
@@ -308,10 +310,13 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 		pub = "SPUBLISH"
 	}
 	n := Node{uc: rdb, pub: pub, pubA: pub,
-		replicas: c.Replicas, ackTimeout: c.AckTimeout,
+		replicas: c.Replicas, ackTimeout: c.AckTimeout, durable: c.Durable,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(scriptCaches)}
 	if rdb != nil {
 		n.rdb, n.retries = newBatcher(rdb, !c.Pipelining), goredisdriver.Retries(rdb)
+	}
+	if c.Durable > 0 {
+		n.replicas++ // the append-only file acknowledges first (see acksOf)
 	}
 	n.setFenceWindow(fenceWindow)
 	return n
@@ -367,10 +372,11 @@ func (n Node) Batches() (calls, writes uint64) {
 	return 0, 0
 }
 
-// acked runs a script that may write and, with replica acknowledgement on,
-// WAIT on the same connection, so that WAIT covers the script's write. It
-// returns the reply and the number of replicas that acknowledged (-1 when
-// acknowledgement is off).
+// acked runs a script that may write and, with replica acknowledgement or
+// durable grants on, WAIT or WAITAOF on the same connection, so that they
+// cover the script's write. It returns the reply and the acknowledgements
+// (see acksOf; -1 when both are off). A server that refuses WAITAOF makes
+// the reply that refusal (see notDurable).
 //
 // On a Cluster both go to the master that owns the keys' slot, on one of
 // its connections (WAIT counts the writes of its own connection). A MOVED
@@ -399,8 +405,8 @@ func (n Node) acked(ctx context.Context, s *redis.Script, keys []string, args ..
 			return cmd, 0
 		}
 		var (
-			cmd, wait *redis.Cmd
-			loads     []*redis.StringCmd
+			cmd, wait, aof *redis.Cmd
+			loads          []*redis.StringCmd
 		)
 		conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 			loads = queueLoads(ctx, p, reload)
@@ -409,7 +415,7 @@ func (n Node) acked(ctx context.Context, s *redis.Script, keys []string, args ..
 			} else {
 				cmd = p.EvalSha(ctx, s.Hash(), keys, args...)
 			}
-			wait = p.Do(ctx, "WAIT", n.replicas, n.ackTimeout.Milliseconds())
+			wait, aof = n.queueAcks(ctx, p)
 			return nil
 		})
 		srv.record(reload, loads)
@@ -426,7 +432,10 @@ func (n Node) acked(ctx context.Context, s *redis.Script, keys []string, args ..
 				return cmd, 0
 			}
 		default:
-			acks, _ := wait.Int64()
+			acks, err := n.acksOf(wait, aof)
+			if err != nil && cmd.Err() == nil {
+				cmd.SetErr(err)
+			}
 			return cmd, acks
 		}
 	}
@@ -445,13 +454,18 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// ackError reports a write that too few replicas acknowledged.
+// ackError reports a write that the append-only file (durable grants) or
+// too few replicas acknowledged.
 func (n Node) ackError(acks int64) error {
-	return Because(ErrReplicaAck, fmt.Sprintf("%d of %d replicas acknowledged within %v", max(acks, 0), n.replicas, n.ackTimeout))
+	if n.durable > 0 && acks <= 0 {
+		return Because(ErrNotDurable, fmt.Sprintf("the append-only file did not have it within %v", n.durable))
+	}
+	return Because(ErrReplicaAck, fmt.Sprintf("%d of %d replicas acknowledged within %v", max(acks-n.aofAck(), 0), n.replicaAcks(), n.ackTimeout))
 }
 
-// ackUndone reports an acquisition that too few replicas acknowledged,
-// undone: it matches ErrNotAcquired and ErrReplicaAck.
+// ackUndone reports an acquisition that too few replicas (or not the
+// append-only file) acknowledged, undone: it matches ErrNotAcquired and
+// ackError's sentinel.
 func (n Node) ackUndone(acks int64) error {
 	err := n.ackError(acks)
 	return Because(ErrNotAcquired, err.Error()+" (undone)", err)

@@ -17,6 +17,7 @@ var (
 	ErrNotAcquired = errors.New("dlock: not acquired")
 	ErrWrongType   = errors.New("dlock: lock key holds a value of another type")
 	ErrReplicaAck  = errors.New("dlock: not acknowledged by enough replicas")
+	ErrNotDurable  = errors.New("dlock: not made durable")
 	ErrInvalid     = errors.New("dlock: invalid argument")
 )
 

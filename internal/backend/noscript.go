@@ -114,15 +114,20 @@ func str(cmd *redis.Cmd) (string, error) {
 	return s, err
 }
 
-// ack waits, on the transaction's connection, for the replicas to
-// acknowledge its writes (WithReplicaAck); it returns how many did, or -1
-// when acknowledgement is off.
-func (n NoScripts) ack(ctx context.Context, tx *redis.Tx) int64 {
+// ack waits, on the transaction's connection, for the replicas
+// (WithReplicaAck) and the append-only file (durable grants) to
+// acknowledge its writes; it returns the acknowledgements (see acksOf), or
+// -1 when both are off.
+func (n NoScripts) ack(ctx context.Context, tx *redis.Tx) (int64, error) {
 	if n.replicas <= 0 {
-		return -1
+		return -1, nil
 	}
-	acks, _ := tx.Do(ctx, "WAIT", n.replicas, n.ackTimeout.Milliseconds()).Int64()
-	return acks
+	var wait, aof *redis.Cmd
+	tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		wait, aof = n.queueAcks(ctx, p)
+		return nil
+	})
+	return n.acksOf(wait, aof)
 }
 
 // Acquire takes the lock if it is free; see Node.Acquire for when the
@@ -217,8 +222,12 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 	if err != nil {
 		return Grant{}, err
 	}
-	if acks := n.ack(ctx, tx); acks >= 0 && acks < int64(n.replicas) {
-		return Grant{Undo: true}, n.ackUndone(acks)
+	acks, err := n.ack(ctx, tx)
+	if err == nil && acks >= 0 && acks < int64(n.replicas) {
+		err = n.ackUndone(acks)
+	}
+	if err != nil {
+		return Grant{Undo: true}, err
 	}
 	return Grant{Held: true}, nil
 }
@@ -324,7 +333,7 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 			return nil
 		})
 		if err == nil {
-			acks = n.ack(ctx, tx)
+			acks, err = n.ack(ctx, tx)
 		}
 		return err
 	})

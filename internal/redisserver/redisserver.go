@@ -47,6 +47,7 @@ type Option func(*config)
 
 type config struct {
 	tcp      bool
+	bin      string // the server binary; "": Binary's
 	args     []string
 	sentinel string // sentinel mode: the config file's initial text
 }
@@ -56,6 +57,36 @@ func TCP() Option { return func(c *config) { c.tcp = true } }
 
 // Args appends redis-server command-line arguments, e.g. Args("--appendonly", "yes").
 func Args(args ...string) Option { return func(c *config) { c.args = append(c.args, args...) } }
+
+// Bin makes the server run the binary path instead of [Binary]'s, e.g.
+// [ValkeyBinary]'s.
+func Bin(path string) Option { return func(c *config) { c.bin = path } }
+
+// ValkeyEnv names the environment variable that chooses the valkey-server
+// [ValkeyBinary] returns.
+const ValkeyEnv = "VALKEY_SERVER"
+
+// ValkeyBinary returns a valkey-server, for a test of what only Valkey (or
+// Redis 7.2+) has: $VALKEY_SERVER (see [ValkeyEnv]), else valkey-server in
+// PATH, else shared/bin/valkey-server beside the working directory or one
+// of its parents (where this project's machines keep one); "" if none.
+func ValkeyBinary() string {
+	if p := os.Getenv(ValkeyEnv); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("valkey-server"); err == nil {
+		return p
+	}
+	dir, err := os.Getwd()
+	for i := 0; err == nil && i < 6; i++ {
+		p := filepath.Join(dir, "..", "shared", "bin", "valkey-server")
+		if st, serr := os.Stat(p); serr == nil && !st.IsDir() {
+			return p
+		}
+		dir = filepath.Dir(dir)
+	}
+	return ""
+}
 
 // Sentinel makes the server a Sentinel (redis-server --sentinel, on TCP)
 // watching the master name at 127.0.0.1:masterPort, with the given quorum,
@@ -175,6 +206,9 @@ func freePort() (int, error) {
 
 func (s *Server) launch() error {
 	bin, err := Binary()
+	if s.cfg.bin != "" {
+		bin, err = s.cfg.bin, nil
+	}
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,17 @@ func TCP() Option { return redisserver.TCP() }
 // Args appends redis-server command-line arguments.
 func Args(args ...string) Option { return redisserver.Args(args...) }
 
+// Valkey makes the server a valkey-server (see redisserver.ValkeyBinary), for
+// a test of what Redis 7.0 lacks; it skips tb when there is none.
+func Valkey(tb testing.TB) Option {
+	tb.Helper()
+	bin := redisserver.ValkeyBinary()
+	if bin == "" {
+		tb.Skipf("no valkey-server: set %s, or put valkey-server in PATH", redisserver.ValkeyEnv)
+	}
+	return redisserver.Bin(bin)
+}
+
 // Sentinel makes the server a Sentinel; see redisserver.Sentinel.
 func Sentinel(name string, masterPort, quorum int, downAfter, failoverTimeout time.Duration) Option {
 	return redisserver.Sentinel(name, masterPort, quorum, downAfter, failoverTimeout)

@@ -1,0 +1,83 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Durable grants (WithDurableGrants): after a write that grants or extends
+// a lease, WAITAOF 1 0 <timeout> on the same connection waits until the
+// server's append-only file has it (fsynced as appendfsync says), so that
+// a crash-restart on that file cannot forget the lease. With replica
+// acknowledgement on too, WAIT keeps its own meaning (replicas received
+// the write; WAITAOF's replica count would ask for their files instead).
+
+// queueAcks queues on p, after a write, the waits for its
+// acknowledgements: WAIT for the replicas, WAITAOF for the append-only
+// file; nil for one that is off.
+func (n Node) queueAcks(ctx context.Context, p redis.Pipeliner) (wait, aof *redis.Cmd) {
+	if r := n.replicaAcks(); r > 0 {
+		wait = p.Do(ctx, "WAIT", r, n.ackTimeout.Milliseconds())
+	}
+	if n.durable > 0 {
+		aof = p.Do(ctx, "WAITAOF", 1, 0, n.durable.Milliseconds())
+	}
+	return wait, aof
+}
+
+// aofAck is 1 with durable grants: the acknowledgement of the append-only
+// file, which n.replicas counts first.
+func (n Node) aofAck() int64 {
+	if n.durable > 0 {
+		return 1
+	}
+	return 0
+}
+
+// replicaAcks is how many replicas must acknowledge (WithReplicaAck).
+func (n Node) replicaAcks() int64 { return int64(n.replicas) - n.aofAck() }
+
+// acksOf counts the acknowledgements of the waits queueAcks queued, as
+// n.replicas counts them: the append-only file's first (none at all when it
+// lacks the write), then the replicas', at most as many as asked. It
+// returns the error of a server that refused WAITAOF (see notDurable).
+func (n Node) acksOf(wait, aof *redis.Cmd) (int64, error) {
+	var acks int64
+	if aof != nil {
+		v, err := aof.Int64Slice()
+		if err != nil {
+			return 0, notDurable(err)
+		}
+		if len(v) == 0 || v[0] < 1 {
+			return 0, nil
+		}
+		acks = 1
+	}
+	if wait != nil {
+		w, _ := wait.Int64()
+		acks += min(w, n.replicaAcks())
+	}
+	return acks, nil
+}
+
+// notDurable is the error of a WAITAOF that failed: refused by a server
+// without it (before Redis 7.2) or without an append-only file, which
+// matches ErrNotDurable, ErrInvalid and ErrNotAcquired; nil for a failure
+// that is no refusal (the connection broke: the acknowledgement is missing).
+func notDurable(err error) error {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return nil
+	}
+	why := "the server refused WAITAOF, which durable grants need: " + err.Error()
+	switch msg := strings.ToLower(err.Error()); {
+	case strings.Contains(msg, "unknown command"):
+		why = "the server has no WAITAOF, which durable grants need (Redis 7.2 or later, or Valkey)"
+	case strings.Contains(msg, "appendonly"):
+		why = "the server's append-only file is off (appendonly no): durable grants need it"
+	}
+	return Because(ErrNotDurable, why, ErrInvalid, ErrNotAcquired, err)
+}
