@@ -517,28 +517,16 @@ func (n Node) wrongKind(ctx context.Context, key, want string, err error) error 
 	if strings.Contains(err.Error(), "the fence key") {
 		return err // the script's own reply: the lock key is not the one
 	}
-	kind, terr := n.rdb.Do(ctx, "type", key).Text()
-	if terr != nil || kind == "none" {
+	t, terr := n.rdb.Do(ctx, "type", key).Text()
+	if terr != nil || t == "none" {
 		return err
 	}
-	var what string
-	switch kind {
-	case "string":
-		what = "a lock (a string), or another program's value"
-	case "hash":
-		what = "a reentrant lock (a hash), or another program's value"
-	case "zset":
-		first, zerr := n.rdb.Do(ctx, "zrange", key, 0, 0).StringSlice()
-		switch {
-		case zerr != nil:
-			return err
-		case len(first) == 1 && len(first[0]) > 1 && first[0][1] == ':':
-			what = "a read-write lock (a sorted set)"
-		default:
-			what = "a semaphore (a sorted set), or another program's value"
-		}
-	default:
-		what = "a " + kind + ", another program's value"
+	what, ok := "a "+t+", another program's value", true
+	if s := shapeOf(t); s != nil {
+		what, ok = s.holds(ctx, n, key)
+	}
+	if !ok {
+		return err
 	}
 	return Because(ErrWrongType, fmt.Sprintf("the key holds %s, not %s", what, want), err)
 }
@@ -725,7 +713,7 @@ func superseded(v int64) error {
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), fenceWindowOf(n, c), c.Kind.shape(), c.Resumer).Int64()
+	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), fenceWindowOf(n, c), c.Kind.shape().typ, c.Resumer).Int64()
 	if err != nil {
 		return 0, RedisErr(err)
 	}
@@ -798,19 +786,9 @@ func stateOf(k *Keys, v []any) (State, error) {
 			st.Value, st.Proclaimed = val, true
 		}
 	}
-	switch kind {
-	case "none":
-	case "string":
-		st.Held, st.Token, st.Holding = true, holder, holder
-	case "hash":
-		st.Held = true
-		st.Owners, st.Holding = reentrantOwners(v[4], now)
-	case "zset":
-		st.Held = true
-		st.Permits, st.Holding = permitsOf(v[4], now)
-		st.RW = rwHolds(st.Permits)
-	default:
-		st.Held = true
+	st.Held = kind != "none"
+	if s := shapeOf(kind); s != nil {
+		s.read(&st, v[s.slot], now)
 	}
 	if st.Held {
 		st.TTL = pttlOf(pttl)

@@ -48,7 +48,7 @@ func fenceWindowOf(n Node, c *Claim) any {
 	return n.fenceMS
 }
 
-func (campaign) shape() string { return "string" }
+func (campaign) shape() *shape { return &stringShape }
 
 // Proclaim sets the value the leader of the campaign lease c shows, within
 // its term (see proclaim.lua); false if c no longer holds the lock. seq

@@ -67,7 +67,21 @@ func (plainLock) scripts() (*redis.Script, scriptSet) { return script.Acquire, p
 
 func (plainLock) member(string) string { return "" }
 
-func (plainLock) shape() string { return "string" }
+func (plainLock) shape() *shape { return &stringShape }
+
+// stringShape is the lock key of a plain, fair or campaign lease: the
+// holder's token.
+var stringShape = shape{typ: "string", holds: holding("a lock (a string), or another program's value"),
+	slot: 1,
+	read: func(st *State, holder any, _ int64) {
+		st.Token, _ = holder.(string)
+		st.Holding = st.Token
+	},
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error) {
+		get := p.Do(ctx, "GET", key)
+		return func() (any, error) { return str(get) }
+	},
+}
 
 func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if n.replicas > 0 {
@@ -128,4 +142,14 @@ func (reentrantLock) scripts() (*redis.Script, scriptSet) {
 
 func (reentrantLock) member(string) string { return "" }
 
-func (reentrantLock) shape() string { return "hash" }
+func (reentrantLock) shape() *shape { return &hashShape }
+
+// hashShape is a reentrant lock's key: its owner and the owner's holds.
+var hashShape = shape{typ: "hash", holds: holding("a reentrant lock (a hash), or another program's value"),
+	slot: 4,
+	read: func(st *State, fields any, now int64) { st.Owners, st.Holding = reentrantOwners(fields, now) },
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error) {
+		h := p.HGetAll(ctx, key)
+		return func() (any, error) { return flatHash(h) }
+	},
+}

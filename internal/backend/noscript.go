@@ -403,9 +403,10 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 // that makes its reply of them, once they ran.
 func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, error) {
 	kind := p.Type(ctx, k.Lock)
-	get := p.Do(ctx, "GET", k.Lock)
-	hash := p.HGetAll(ctx, k.Lock)
-	zset := p.ZRangeWithScores(ctx, k.Lock, 0, -1)
+	contents := make([]func() (any, error), len(shapes))
+	for i, s := range shapes {
+		contents[i] = s.fetch(ctx, p, k.Lock)
+	}
 	pttl := p.Do(ctx, "PTTL", k.Lock)
 	fence := p.Do(ctx, "GET", k.Fence)
 	now := p.Time(ctx)
@@ -422,13 +423,10 @@ func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, 
 		ms := t.UnixMilli()
 		proclaimed, _ := value.Val().(string) // (another type's: none, as inspect.lua reads it)
 		v := []any{kind.Val(), "", pttl.Val(), int64(0), []any{}, ms, liveWaiters(waiting.Val(), entries.Val(), ms), proclaimed}
-		switch v[0] {
-		case "string":
-			v[1], err = str(get)
-		case "hash":
-			v[4], err = flatHash(hash)
-		case "zset":
-			v[4], err = flatZset(zset)
+		for i, s := range shapes {
+			if s.typ == v[0] {
+				v[s.slot], err = contents[i]()
+			}
 		}
 		if err == nil {
 			var f string
