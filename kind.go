@@ -3,6 +3,7 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dlockio/dlock/internal/backend"
 )
@@ -53,6 +54,45 @@ func (o *options) own() kind {
 		return fairLocks
 	}
 	return unfairLocks
+}
+
+// sleep is how long a waiter for a lease of kind k, of ttl, sleeps after
+// its attempt-th attempt unless woken: until the holder's lease (pttl) runs
+// out, as it may have died without releasing, or else, if k's waiters
+// poll, the backoff; if they queue, a third of the queue entry's life, to
+// renew it, and the backoff too while the waiter is not queued (its last
+// attempt was undone, refused as revoked, came back too late or missed a
+// quorum): it hears of no release, as nothing is announced when nobody
+// queues, so it tries again soon, and so queues.
+func (k *kind) sleep(backoff Backoff, attempt int, pttl, ttl time.Duration, queued bool) time.Duration {
+	d := backend.Window(ttl) / 3
+	if !k.fair {
+		d = min(backoffAt(backoff, attempt), backend.WakeWindow) // (the wake key it set lives no longer)
+	}
+	if pttl > 0 && pttl < d {
+		d = pttl + time.Millisecond
+	}
+	if k.fair && !queued {
+		d = min(d, backoffAt(backoff, attempt))
+	}
+	return d
+}
+
+// backoffAt is backoff(attempt), at least DefaultMinBackoff.
+func backoffAt(backoff Backoff, attempt int) time.Duration {
+	if d := backoff(attempt); d > 0 {
+		return d
+	}
+	return DefaultMinBackoff
+}
+
+// entered is the place in the queue of a waiter whose attempt with token
+// Redis refused: the token if k's waiters queue, else "".
+func (k *kind) entered(token string) string {
+	if k.fair {
+		return token
+	}
+	return ""
 }
 
 // ownerRefused fills in a reentrant lock's refusal: it names the owner
