@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/dlockio/dlock/internal/backend"
@@ -324,7 +323,7 @@ func (c *Client) handedOver(l *Lock, wake int64, queued time.Time) *Lock {
 // the operation and the lock.
 func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backend.Grant, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotSent, err)
+		return nil, backend.Grant{}, backend.NotSent(err)
 	}
 	// The scripts in the servers' caches first, off the clock: the attempt
 	// is then one round trip, from a Client's first on. A load that could
@@ -333,7 +332,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backe
 		return nil, backend.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotSent, err)
+		return nil, backend.Grant{}, backend.NotSent(err)
 	}
 	start := time.Now()
 	t := l.terms(start, l.p.ttl, l.capFrom(start))

@@ -40,7 +40,7 @@ func NewNoScripts(n Node) NoScripts { return NoScripts{Node: n} }
 // carries refuses a lease it cannot serve, unsent (see Carries).
 func (n NoScripts) carries(c *Claim) error {
 	if err := n.Carries(c.Kind); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotSent, err)
+		return NotSent(err)
 	}
 	return nil
 }

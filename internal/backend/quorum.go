@@ -152,7 +152,7 @@ func (q *Quorum) Carries(k Kind) error { return plainOnly(k, ErrOverQuorum) }
 // queues on no node, but asks each to announce the release (acquire.lua).
 func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if err := q.Carries(c.Kind); err != nil {
-		return Grant{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+		return Grant{}, NotSent(err)
 	}
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (Grant, error) {
 		return n.Acquire(ctx, c, ttl, queue)
