@@ -162,7 +162,7 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 	}
 	l := &Lock{c: c, k: k, name: name, p: p, base: backend.Claim{Keys: keys, TTL: p.ttl}, relSem: make(chan struct{}, 1), extSem: make(chan struct{}, 1), fenceSem: make(chan struct{}, 1)}
 	l.cl = &l.base
-	if c.opts.reentrant {
+	if k.owned {
 		owner := c.owner
 		if owner == "" {
 			owner = newToken() // no owner: the acquisition is its own
@@ -203,7 +203,7 @@ func validName(name string) error {
 // and Close. [ErrInvalid] if c is not reentrant or owner is empty.
 func (c *Client) Owner(owner string) (*Client, error) {
 	switch {
-	case !c.opts.reentrant:
+	case !c.own.owned:
 		return nil, fmt.Errorf("%w: Owner(%q): the Client's locks are not reentrant (WithReentrant)", ErrInvalid, owner)
 	case owner == "":
 		return nil, fmt.Errorf("%w: Owner(\"\"): empty owner", ErrInvalid)

@@ -22,6 +22,9 @@ type kind struct {
 	// refused fills in e, the refusal of an attempt that Redis answered
 	// with g, as the kind says it (nil: "held by another holder").
 	refused func(e *NotAcquiredError, g backend.Grant)
+	// owned says that its leases belong to an owner (Client.Owner), which
+	// its claims name, not to a token.
+	owned bool
 	// namesNoHolder says that its refusals name no holder, so that each
 	// one is worth keeping anyway.
 	namesNoHolder bool
@@ -41,7 +44,7 @@ var (
 	fairLocks      = kind{mode: "fair", lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
 	quorumLocks    = kind{mode: "quorum", lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
 	reentrantLocks = kind{mode: "reentrant", lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
-		refused: ownerRefused, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
+		owned: true, refused: ownerRefused, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
 )
 
 // own is the kind of the Client's own locks that the options ask for, on

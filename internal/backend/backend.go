@@ -326,11 +326,11 @@ func (n *Node) setFenceWindow(d time.Duration) {
 
 // acquireConf is acquire_fair.lua's ARGV[4] for a lease of ttl (see fairConf),
 // built once for the Client's TTL.
-func (n Node) acquireConf(ttl time.Duration, campaign bool) any {
-	if ttl == n.ttl && !campaign && n.acqConf != nil {
+func (n Node) acquireConf(ttl time.Duration) any {
+	if ttl == n.ttl && n.acqConf != nil {
 		return n.acqConf
 	}
-	return n.fairConf(ttl, campaign)
+	return n.fairConf(ttl, false)
 }
 
 // fairConf builds acquire_fair.lua's ARGV[4]: "<qttl> <publish> <fence_ms>

@@ -19,7 +19,7 @@ type campaign struct{}
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	cmd, acks := n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
-		c.Token, ttl.Milliseconds(), queueFlag(queue), n.acquireConf(ttl, true))
+		c.Token, ttl.Milliseconds(), queueFlag(queue), n.fairConf(ttl, true))
 	return n.lockGrant(ctx, c, cmd, acks, "a leader's lease")
 }
 
