@@ -199,6 +199,10 @@ type Grant struct {
 	// again, as a new attempt once this one is undone: the Redis client,
 	// which never sends it twice, is configured to retry.
 	Again bool
+	// When not held, a campaign's: the value its leader proclaimed last
+	// (see proclaim.lua), if Proclaimed.
+	Value      string
+	Proclaimed bool
 }
 
 // Backend runs lock operations against one Redis deployment. The Lock
@@ -778,13 +782,7 @@ func stateOf(k *Keys, v []any) (State, error) {
 	st := State{Key: k.Lock, Type: kind, Fence: fence, Queued: queued}
 	if len(v) == 8 {
 		value, _ := v[7].(string)
-		t, val, ok := strings.Cut(value, " ")
-		if i := strings.IndexByte(t, '{'); i >= 0 { // "<token>{<seq>}": see proclaim.lua
-			t = t[:i]
-		}
-		if ok && t == holder && holder != "" {
-			st.Value, st.Proclaimed = val, true
-		}
+		st.Value, st.Proclaimed = proclaimed(value, holder)
 	}
 	st.Held = kind != "none"
 	if s := shapeOf(kind); s != nil {
