@@ -39,13 +39,17 @@ type engine struct {
 }
 
 // newClient returns the Client of backend b and its hubs.
-func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, own kind) *Client {
+func newClient(b backend.Backend, hubs []*pubsub.Hub, o options) (*Client, error) {
+	own, err := o.ownOn(b)
+	if err != nil {
+		return nil, err
+	}
 	e := &engine{b: b, hubs: hubs, opts: o, id: newToken()[:11],
 		stop: make(chan struct{}), own: own}
 	for _, ob := range o.observers {
 		e.obs.add(ob)
 	}
-	return &Client{engine: e}
+	return &Client{engine: e}, nil
 }
 
 // New returns a Client that keeps its locks in rdb (a *redis.Client, a failover
@@ -65,7 +69,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if o.noScripts {
 		b = backend.NewNoScripts(n)
 	}
-	return newClient(b, []*pubsub.Hub{h}, o, o.own()), nil
+	return newClient(b, []*pubsub.Hub{h}, o)
 }
 
 // config is a Node's configuration from the options.
@@ -93,7 +97,7 @@ func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	}
 	sharded := o.sharded > 0 || (o.sharded == 0 && conn.Info().Cluster)
 	n := backend.NewNodeFrom(conn, o.config(sharded))
-	return newClient(n, []*pubsub.Hub{pubsub.New(conn, sharded)}, o, o.own()), nil
+	return newClient(n, []*pubsub.Hub{pubsub.New(conn, sharded)}, o)
 }
 
 // isNil reports whether v is nil, or an interface holding a nil pointer (a

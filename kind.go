@@ -47,16 +47,31 @@ var (
 		owned: true, refused: ownerRefused, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
 )
 
-// own is the kind of the Client's own locks that the options ask for, on
-// one deployment.
+// own is the kind of the Client's own locks that the options ask for: over
+// a quorum (a node timeout, NewRedlock), or on one deployment.
 func (o *options) own() kind {
 	switch {
 	case o.reentrant:
 		return reentrantLocks
+	case o.nodeTimeout > 0:
+		return quorumLocks
 	case o.fair && !o.noScripts:
 		return fairLocks
 	}
 	return unfairLocks
+}
+
+// ownOn is own, if the backend b carries it; else an error wrapping
+// ErrInvalid that says why (only reentrant locks can be refused).
+func (o *options) ownOn(b backend.Backend) (kind, error) {
+	k := o.own()
+	switch why := b.Carries(k.lease); {
+	case why == nil:
+		return k, nil
+	case errors.Is(why, backend.ErrOverQuorum):
+		return k, fmt.Errorf("%w: WithReentrant(true): reentrant locks are not available over a quorum", ErrInvalid)
+	}
+	return k, fmt.Errorf("%w: WithReentrant(true): reentrant locks need scripts, which WithoutScripts() turns off", ErrInvalid)
 }
 
 // sleep is how long a waiter for a lease of kind k, of ttl, sleeps after
