@@ -441,6 +441,24 @@ func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, 
 	}
 }
 
+// readState reads the state of the lock k as inspect.lua does, through
+// pipe (tx.TxPipelined: in a MULTI; tx.Pipelined: after a WATCH).
+func readState(ctx context.Context, k *Keys, pipe func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)) (State, error) {
+	var reply func() ([]any, error)
+	_, err := pipe(ctx, func(p redis.Pipeliner) error {
+		reply = stateReads(ctx, p, k)
+		return nil
+	})
+	if errors.Is(err, redis.TxFailedErr) {
+		return State{}, err
+	}
+	v, err := reply() // (the reads of the other types failed: WRONGTYPE)
+	if err != nil {
+		return State{}, err
+	}
+	return stateOf(k, v)
+}
+
 // liveWaiters counts the waiters in the queue whose entry's deadline (see
 // lib.lua) is ahead of now (ms, the server's clock), as inspect.lua does.
 func liveWaiters(queue []string, entries map[string]string, now int64) int64 {
@@ -485,19 +503,8 @@ func (NoScripts) Op(context.Context, func(context.Context, Node) error) error {
 
 func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {
 	var st State
-	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) error {
-		var reply func() ([]any, error)
-		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			reply = stateReads(ctx, p, k)
-			return nil
-		})
-		if errors.Is(err, redis.TxFailedErr) {
-			return err
-		}
-		v, err := reply() // (the reads of the other types failed: WRONGTYPE)
-		if err == nil {
-			st, err = stateOf(k, v)
-		}
+	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) (err error) {
+		st, err = readState(ctx, k, tx.TxPipelined)
 		return err
 	})
 	if err != nil {
@@ -519,16 +526,7 @@ func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
 	var deleted bool
 	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) error {
 		deleted = false
-		var reply func() ([]any, error)
-		tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-			reply = stateReads(ctx, p, k)
-			return nil
-		})
-		v, err := reply()
-		if err != nil {
-			return err
-		}
-		st, err := stateOf(k, v)
+		st, err := readState(ctx, k, tx.Pipelined)
 		if err != nil {
 			return err
 		}
