@@ -466,7 +466,7 @@ func (n Node) ackUndone(acks int64) error {
 // script may have run with its reply lost, or written part of its work
 // before a write was refused (Lua does not roll back).
 func (n Node) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	g, err := n.acquireOnce(ctx, c, ttl, queue)
+	g, err := c.Kind.acquire(ctx, n, c, ttl, queue)
 	if err != nil && !errors.Is(err, ErrRevoked) && !neverSent(err) {
 		g.Undo = true
 	}
@@ -492,10 +492,6 @@ func ReplyLost(err error) bool {
 	var ne net.Error
 	return !neverSent(err) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, net.ErrClosed) || errors.As(err, &ne) || errors.Is(err, ErrLeftInFlight))
-}
-
-func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	return c.Kind.acquire(ctx, n, c, ttl, queue)
 }
 
 // lockGrant reads the reply cmd of acquire.lua or acquire_fair.lua, sent
