@@ -790,37 +790,6 @@ func stateOf(k *Keys, v []any) (State, error) {
 	return st, nil
 }
 
-// reentrantOwners reads a reentrant lock's hash (see acquire_reentrant.lua)
-// from a flat HGETALL reply: its owner and the owner's live holds (their
-// deadlines are on the server's clock, now), and the holding that
-// force_release.lua names.
-func reentrantOwners(reply any, now int64) ([]Owner, string) {
-	pairs, _ := reply.([]any)
-	var (
-		o     Owner
-		fence string
-	)
-	for i := 0; i+1 < len(pairs); i += 2 {
-		field, _ := pairs[i].(string)
-		value, _ := pairs[i+1].(string)
-		switch {
-		case field == "owner":
-			o.ID = value
-		case field == "fence":
-			fence = value
-		case strings.HasPrefix(field, "h:"):
-			deadline, _ := strconv.ParseInt(value, 10, 64)
-			if left := deadline - now; left > 0 {
-				o.Holds = append(o.Holds, Hold{Token: field[2:], Left: time.Duration(left) * time.Millisecond})
-			}
-		}
-	}
-	if o.ID == "" {
-		return nil, ""
-	}
-	return []Owner{o}, o.ID + " " + fence
-}
-
 // scanBatch is the COUNT hint of each SCAN call.
 const scanBatch = 256
 
