@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/dlockio/dlock/internal/backend"
@@ -110,8 +109,8 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 		// attempt whose outcome is unknown was undone, and the token
 		// renewed): a wait none of whose requests reached Redis leaves
 		// nothing to take out, and sends nothing more.
-		if a.entered == pending.cl.Token {
-			c.leave(ctx, pending)
+		if a.entered == pending.cl.Token { // (if the lock was handed to it meanwhile, the undo passes it on)
+			c.undo(ctx, pending.cl)
 		}
 		if actx.Err() != nil {
 			// The error says the wait ended; an attempt's own error (Redis
@@ -241,20 +240,9 @@ func connectionLost(err error) bool {
 }
 
 // sleep is how long the wait sleeps after its attempt-th attempt (see
-// sleepAs). A queued kind's waiter that is not in the queue (its last
-// attempt was undone, refused as revoked, came back too late or missed a
-// quorum) hears of no release, since nothing is announced when nobody
-// queues: it tries again on the backoff instead, and so queues.
+// kind.sleep).
 func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
-	d := a.c.sleepAs(a.l.k, attempt, pttl, a.entryTTL())
-	if a.l.k.fair && a.entered != a.l.cl.Token {
-		b := a.c.opts.backoff(attempt)
-		if b <= 0 {
-			b = DefaultMinBackoff
-		}
-		d = min(d, b)
-	}
-	return d
+	return a.l.k.sleep(a.c.opts.backoff, attempt, pttl, a.entryTTL(), a.entered == a.l.cl.Token)
 }
 
 // entryTTL is the lease time each attempt of the wait asks for, and so
@@ -281,7 +269,7 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
 	}
 	if err == nil && l == nil && a.l.cl.Token == token {
-		a.entered = token // answered and refused: queued, in fair mode
+		a.entered = a.l.k.entered(token) // answered and refused
 	}
 	switch _, quorum := errors.AsType[*QuorumError](err); {
 	case quorum && (a.ctx.Err() == nil || (a.lastQuorum == nil && a.lastRefusal == nil)):
@@ -326,42 +314,6 @@ func (c *Client) handedOver(l *Lock, wake int64, queued time.Time) *Lock {
 	return l
 }
 
-// sleep returns how long a waiter for a lease of ttl sleeps unless woken: until the holder's
-// lease runs out (it may have died without releasing) or, in unfair mode,
-// a backoff (at least DefaultMinBackoff if the Backoff returns no positive
-// duration), whichever is first; in fair mode, at most a third of its queue
-// entry's life, to renew it.
-func (c *Client) sleep(attempt int, pttl, ttl time.Duration) time.Duration {
-	return c.sleepAs(&c.own, attempt, pttl, ttl)
-}
-
-// sleepAs is sleep for a waiter for a lease of kind k.
-func (c *Client) sleepAs(k *kind, attempt int, pttl, ttl time.Duration) time.Duration {
-	var d time.Duration
-	if !k.fair {
-		if d = c.opts.backoff(attempt); d <= 0 {
-			d = DefaultMinBackoff
-		}
-		d = min(d, backend.WakeWindow) // (the wake key it set lives no longer)
-	} else {
-		d = backend.Window(ttl) / 3
-	}
-	if pttl > 0 && pttl < d {
-		d = pttl + time.Millisecond
-	}
-	return d
-}
-
-// leave takes a waiter that gives up, or whose wait failed, out of the
-// queue (fair mode); if the lock was handed to it meanwhile, that passes it
-// on to the next waiter. When Redis cannot be reached, it is retried in
-// the background as an undo is (see undo).
-func (c *Client) leave(ctx context.Context, l *Lock) {
-	if l.k.fair {
-		c.undo(ctx, l.cl)
-	}
-}
-
 // attempt runs the acquire script once for the pending Lock l. It returns l
 // when taken, or nil and Redis's answer (the holder's remaining lease, -1
 // if unknown, and who it is) when not. An attempt whose outcome is unknown
@@ -371,7 +323,7 @@ func (c *Client) leave(ctx context.Context, l *Lock) {
 // the operation and the lock.
 func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backend.Grant, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotSent, err)
+		return nil, backend.Grant{}, backend.NotSent(err)
 	}
 	// The scripts in the servers' caches first, off the clock: the attempt
 	// is then one round trip, from a Client's first on. A load that could
@@ -380,7 +332,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backe
 		return nil, backend.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotSent, err)
+		return nil, backend.Grant{}, backend.NotSent(err)
 	}
 	start := time.Now()
 	t := l.terms(start, l.p.ttl, l.capFrom(start))

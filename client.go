@@ -39,13 +39,17 @@ type engine struct {
 }
 
 // newClient returns the Client of backend b and its hubs.
-func newClient(b backend.Backend, hubs []*pubsub.Hub, o options, own kind) *Client {
+func newClient(b backend.Backend, hubs []*pubsub.Hub, o options) (*Client, error) {
+	own, err := o.ownOn(b)
+	if err != nil {
+		return nil, err
+	}
 	e := &engine{b: b, hubs: hubs, opts: o, id: newToken()[:11],
 		stop: make(chan struct{}), own: own}
 	for _, ob := range o.observers {
 		e.obs.add(ob)
 	}
-	return &Client{engine: e}
+	return &Client{engine: e}, nil
 }
 
 // New returns a Client that keeps its locks in rdb (a *redis.Client, a failover
@@ -65,7 +69,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if o.noScripts {
 		b = backend.NewNoScripts(n)
 	}
-	return newClient(b, []*pubsub.Hub{h}, o, o.own()), nil
+	return newClient(b, []*pubsub.Hub{h}, o)
 }
 
 // config is a Node's configuration from the options.
@@ -95,7 +99,7 @@ func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	}
 	sharded := o.sharded > 0 || (o.sharded == 0 && conn.Info().Cluster)
 	n := backend.NewNodeFrom(conn, o.config(sharded))
-	return newClient(n, []*pubsub.Hub{pubsub.New(conn, sharded)}, o, o.own()), nil
+	return newClient(n, []*pubsub.Hub{pubsub.New(conn, sharded)}, o)
 }
 
 // isNil reports whether v is nil, or an interface holding a nil pointer (a
@@ -164,7 +168,7 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 	}
 	l := &Lock{c: c, k: k, name: name, p: p, base: backend.Claim{Keys: keys, TTL: p.ttl}, relSem: make(chan struct{}, 1), extSem: make(chan struct{}, 1), fenceSem: make(chan struct{}, 1)}
 	l.cl = &l.base
-	if c.opts.reentrant {
+	if k.owned {
 		owner := c.owner
 		if owner == "" {
 			owner = newToken() // no owner: the acquisition is its own
@@ -205,7 +209,7 @@ func validName(name string) error {
 // and Close. [ErrInvalid] if c is not reentrant or owner is empty.
 func (c *Client) Owner(owner string) (*Client, error) {
 	switch {
-	case !c.opts.reentrant:
+	case !c.own.owned:
 		return nil, fmt.Errorf("%w: Owner(%q): the Client's locks are not reentrant (WithReentrant)", ErrInvalid, owner)
 	case owner == "":
 		return nil, fmt.Errorf("%w: Owner(\"\"): empty owner", ErrInvalid)

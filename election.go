@@ -38,8 +38,17 @@ func (c *Client) Election(name string) (*Election, error) {
 // campaigns are the kind of an election's candidates: they campaign, and
 // queue whatever WithUnfair says; a leader resigns.
 var campaigns = kind{mode: "election", lease: backend.Campaign, fair: true, tag: tagCampaign,
-	acquireOp: "campaign", releaseOp: "resign", refused: func(e *NotAcquiredError, _ backend.Grant) { e.say = ledBy },
+	acquireOp: "campaign", releaseOp: "resign", refused: ledRefusal,
 	plural: "elections", one: "an election", verb: "hold", overQuorum: ", whose waiting is not fair"}
+
+// ledRefusal fills in a candidate's refusal: it names the leader by the
+// value it proclaimed last, as Leader does.
+func ledRefusal(e *NotAcquiredError, g backend.Grant) {
+	e.say = ledBy
+	if g.Proclaimed {
+		e.Meta = g.Value
+	}
+}
 
 func ledBy(e *NotAcquiredError) string { return heldBy("led by another candidate", e.Meta) }
 

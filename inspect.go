@@ -47,8 +47,7 @@ func infoOf(name string, st backend.State) Info {
 				metas = append(metas, m)
 			}
 		}
-		slices.Sort(metas)
-		metas = slices.Compact(metas)
+		metas = distinct(metas)
 		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds)), Meta: metas})
 		if len(info.Owners) == 1 {
 			info.Meta = strings.Join(metas, ", ")
@@ -67,10 +66,15 @@ func infoOf(name string, st backend.State) Info {
 		}
 	}
 	if len(metas) > 0 {
-		slices.Sort(metas)
-		info.Meta = strings.Join(slices.Compact(metas), ", ")
+		info.Meta = strings.Join(distinct(metas), ", ")
 	}
 	return info
+}
+
+// distinct sorts ms and drops repeats.
+func distinct(ms []string) []string {
+	slices.Sort(ms)
+	return slices.Compact(ms)
 }
 
 // Inspect reads the state of the lock name; it may be stale on arrival.
@@ -115,8 +119,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
 	for _, key := range keys {
 		names = append(names, strings.TrimSuffix(strings.TrimPrefix(key, c.opts.prefix+"{"), "}"))
 	}
-	slices.Sort(names)
-	names = slices.Compact(names) // SCAN may return a key twice
+	names = distinct(names) // (SCAN may return a key twice)
 	infos := make([]Info, 0, len(names))
 	for _, name := range names {
 		info, err := c.Inspect(ctx, name)

@@ -37,7 +37,7 @@ func TestBackoffClampedAtUse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := c.sleep(1, -1, DefaultTTL); got != DefaultMinBackoff {
+		if got := c.own.sleep(c.opts.backoff, 1, -1, DefaultTTL, true); got != DefaultMinBackoff {
 			t.Errorf("sleep with a backoff of %v = %v, want DefaultMinBackoff (%v)", d, got, DefaultMinBackoff)
 		}
 	}
@@ -45,14 +45,14 @@ func TestBackoffClampedAtUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.sleep(1, -1, DefaultTTL); got != time.Millisecond {
+	if got := c.own.sleep(c.opts.backoff, 1, -1, DefaultTTL, true); got != time.Millisecond {
 		t.Errorf("sleep with a backoff of 1ms = %v, want 1ms (only non-positive ones are raised)", got)
 	}
 	fair, err := New(rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := fair.sleep(1, -1, DefaultTTL), backend.Window(DefaultTTL)/3; got != want {
+	if got, want := fair.own.sleep(fair.opts.backoff, 1, -1, DefaultTTL, true), backend.Window(DefaultTTL)/3; got != want {
 		t.Errorf("fair sleep = %v, want a third of the queue entry's life, %v", got, want)
 	}
 }

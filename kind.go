@@ -3,6 +3,7 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dlockio/dlock/internal/backend"
 )
@@ -21,6 +22,9 @@ type kind struct {
 	// refused fills in e, the refusal of an attempt that Redis answered
 	// with g, as the kind says it (nil: "held by another holder").
 	refused func(e *NotAcquiredError, g backend.Grant)
+	// owned says that its leases belong to an owner (Client.Owner), which
+	// its claims name, not to a token.
+	owned bool
 	// namesNoHolder says that its refusals name no holder, so that each
 	// one is worth keeping anyway.
 	namesNoHolder bool
@@ -40,19 +44,73 @@ var (
 	fairLocks      = kind{mode: "fair", lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
 	quorumLocks    = kind{mode: "quorum", lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
 	reentrantLocks = kind{mode: "reentrant", lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
-		refused: ownerRefused, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
+		owned: true, refused: ownerRefused, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
 )
 
-// own is the kind of the Client's own locks that the options ask for, on
-// one deployment.
+// own is the kind of the Client's own locks that the options ask for: over
+// a quorum (a node timeout, NewRedlock), or on one deployment.
 func (o *options) own() kind {
 	switch {
 	case o.reentrant:
 		return reentrantLocks
+	case o.nodeTimeout > 0:
+		return quorumLocks
 	case o.fair && !o.noScripts:
 		return fairLocks
 	}
 	return unfairLocks
+}
+
+// ownOn is own, if the backend b carries it; else an error wrapping
+// ErrInvalid that says why (only reentrant locks can be refused).
+func (o *options) ownOn(b backend.Backend) (kind, error) {
+	k := o.own()
+	switch why := b.Carries(k.lease); {
+	case why == nil:
+		return k, nil
+	case errors.Is(why, backend.ErrOverQuorum):
+		return k, fmt.Errorf("%w: WithReentrant(true): reentrant locks are not available over a quorum", ErrInvalid)
+	}
+	return k, fmt.Errorf("%w: WithReentrant(true): reentrant locks need scripts, which WithoutScripts() turns off", ErrInvalid)
+}
+
+// sleep is how long a waiter for a lease of kind k, of ttl, sleeps after
+// its attempt-th attempt unless woken: until the holder's lease (pttl) runs
+// out, as it may have died without releasing, or else, if k's waiters
+// poll, the backoff; if they queue, a third of the queue entry's life, to
+// renew it, and the backoff too while the waiter is not queued (its last
+// attempt was undone, refused as revoked, came back too late or missed a
+// quorum): it hears of no release, as nothing is announced when nobody
+// queues, so it tries again soon, and so queues.
+func (k *kind) sleep(backoff Backoff, attempt int, pttl, ttl time.Duration, queued bool) time.Duration {
+	d := backend.Window(ttl) / 3
+	if !k.fair {
+		d = min(backoffAt(backoff, attempt), backend.WakeWindow) // (the wake key it set lives no longer)
+	}
+	if pttl > 0 && pttl < d {
+		d = pttl + time.Millisecond
+	}
+	if k.fair && !queued {
+		d = min(d, backoffAt(backoff, attempt))
+	}
+	return d
+}
+
+// backoffAt is backoff(attempt), at least DefaultMinBackoff.
+func backoffAt(backoff Backoff, attempt int) time.Duration {
+	if d := backoff(attempt); d > 0 {
+		return d
+	}
+	return DefaultMinBackoff
+}
+
+// entered is the place in the queue of a waiter whose attempt with token
+// Redis refused: the token if k's waiters queue, else "".
+func (k *kind) entered(token string) string {
+	if k.fair {
+		return token
+	}
+	return ""
 }
 
 // ownerRefused fills in a reentrant lock's refusal: it names the owner

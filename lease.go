@@ -137,7 +137,7 @@ func badToken(token string) string {
 	}) {
 		return "not a lease token: 22 base64url characters, then '.' and the metadata if any"
 	}
-	if tokenTag(token) > tagCampaign {
+	if tokenTag(token) > lastTag {
 		return "not a lease token: its 22nd character is not one a token ends its random part with"
 	}
 	if strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }) {
@@ -192,7 +192,7 @@ func (c *Client) leaseFor(op, name string, opts []LockOption, try bool) (lease, 
 		p.invalid("LeaseTTL(%v): the TTL must be above the drift margin (%v)", p.ttl, c.opts.driftFor(p.ttl))
 	case p.ttlSet && c.opts.nodeTimeout > 0 && p.ttl <= c.opts.nodeTimeout:
 		p.invalid("LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", p.ttl, c.opts.nodeTimeout)
-	case p.resume != "" && c.opts.reentrant:
+	case p.resume != "" && c.own.owned:
 		p.invalid("Resume: a reentrant Client's holds belong to its owners, not to a token")
 	case p.resume != "" && p.metaSet && p.suffix != suffixOf(p.resume):
 		p.invalid("Resume: the metadata is the token's (%q), not %q", metaOf(p.resume), p.meta)
@@ -319,6 +319,7 @@ const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 const (
 	tagLock     byte = 0 // a lock, a permit, a read or a write
 	tagCampaign byte = 1 // a leadership campaign's lease
+	lastTag          = tagCampaign
 )
 
 // tokenTag returns the tag of a well-formed token (see badToken).

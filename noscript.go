@@ -7,15 +7,9 @@ func WithoutScripts() Option {
 	return option(func(o *options) { o.noScripts = true })
 }
 
-// scriptFree applies WithoutScripts to the other options: it records those
-// that need scripts as invalid, and turns pipelining off (waiting is
-// unfair: see options.own).
+// scriptFree applies WithoutScripts to the other options: it turns
+// pipelining off (waiting is unfair, and a kind that needs scripts is
+// refused: see options.own).
 func (o *options) scriptFree() {
-	if !o.noScripts {
-		return
-	}
-	if o.reentrant {
-		o.invalid("WithReentrant(true): reentrant locks need scripts, which WithoutScripts() turns off")
-	}
-	o.pipelining = false
+	o.pipelining = o.pipelining && !o.noScripts
 }

@@ -45,8 +45,6 @@ func newRedlock(fn string, n, nilNode int, node func(i int, o *options) (backend
 	o := apply(opts)
 	switch {
 	case o.err != nil:
-	case o.reentrant:
-		o.invalid("WithReentrant(true): reentrant locks are not available over a quorum")
 	case o.replicas > 0:
 		o.invalid("WithReplicaAck(%d, %v): does not apply to a quorum of independent masters", o.replicas, o.ackTimeout)
 	case o.durable > 0:
@@ -73,5 +71,5 @@ func newRedlock(fn string, n, nilNode int, node func(i int, o *options) (backend
 		ns = append(ns, nd)
 		hubs = append(hubs, h)
 	}
-	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o, quorumLocks), nil
+	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o)
 }

@@ -78,7 +78,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 		case sem <- struct{}{}:
 			defer func() { <-sem }()
 		case <-ctx.Done():
-			return opError("downgrade", rw.name, fmt.Errorf("%w: %w", backend.ErrNotSent, ctx.Err()))
+			return opError("downgrade", rw.name, backend.NotSent(ctx.Err()))
 		}
 	}
 	if w.cl.Kind != backend.Write && w.cl.Kind != backend.Downgrading { // (asking again settles an unknown outcome)

@@ -199,6 +199,10 @@ type Grant struct {
 	// again, as a new attempt once this one is undone: the Redis client,
 	// which never sends it twice, is configured to retry.
 	Again bool
+	// When not held, a campaign's: the value its leader proclaimed last
+	// (see proclaim.lua), if Proclaimed.
+	Value      string
+	Proclaimed bool
 }
 
 // Backend runs lock operations against one Redis deployment. The Lock
@@ -331,11 +335,11 @@ func (n *Node) setFenceWindow(d time.Duration) {
 
 // acquireConf is acquire_fair.lua's ARGV[4] for a lease of ttl (see fairConf),
 // built once for the Client's TTL.
-func (n Node) acquireConf(ttl time.Duration, campaign bool) any {
-	if ttl == n.ttl && !campaign && n.acqConf != nil {
+func (n Node) acquireConf(ttl time.Duration) any {
+	if ttl == n.ttl && n.acqConf != nil {
 		return n.acqConf
 	}
-	return n.fairConf(ttl, campaign)
+	return n.fairConf(ttl, false)
 }
 
 // fairConf builds acquire_fair.lua's ARGV[4]: "<qttl> <publish> <fence_ms>
@@ -476,7 +480,7 @@ func (n Node) ackUndone(acks int64) error {
 // script may have run with its reply lost, or written part of its work
 // before a write was refused (Lua does not roll back).
 func (n Node) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	g, err := n.acquireOnce(ctx, c, ttl, queue)
+	g, err := c.Kind.acquire(ctx, n, c, ttl, queue)
 	if err != nil && !errors.Is(err, ErrRevoked) && !neverSent(err) {
 		g.Undo = true
 	}
@@ -504,10 +508,6 @@ func ReplyLost(err error) bool {
 		errors.Is(err, net.ErrClosed) || errors.As(err, &ne) || errors.Is(err, ErrLeftInFlight))
 }
 
-func (n Node) acquireOnce(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	return c.Kind.acquire(ctx, n, c, ttl, queue)
-}
-
 // lockGrant reads the reply cmd of acquire.lua or acquire_fair.lua, sent
 // with acks replicas' acknowledgements (-1 without replica ack), for a
 // lease that wanted want (see wrongKind).
@@ -531,28 +531,16 @@ func (n Node) wrongKind(ctx context.Context, key, want string, err error) error 
 	if strings.Contains(err.Error(), "the fence key") {
 		return err // the script's own reply: the lock key is not the one
 	}
-	kind, terr := n.rdb.Do(ctx, "type", key).Text()
-	if terr != nil || kind == "none" {
+	t, terr := n.rdb.Do(ctx, "type", key).Text()
+	if terr != nil || t == "none" {
 		return err
 	}
-	var what string
-	switch kind {
-	case "string":
-		what = "a lock (a string), or another program's value"
-	case "hash":
-		what = "a reentrant lock (a hash), or another program's value"
-	case "zset":
-		first, zerr := n.rdb.Do(ctx, "zrange", key, 0, 0).StringSlice()
-		switch {
-		case zerr != nil:
-			return err
-		case len(first) == 1 && len(first[0]) > 1 && first[0][1] == ':':
-			what = "a read-write lock (a sorted set)"
-		default:
-			what = "a semaphore (a sorted set), or another program's value"
-		}
-	default:
-		what = "a " + kind + ", another program's value"
+	what, ok := "a "+t+", another program's value", true
+	if s := shapeOf(t); s != nil {
+		what, ok = s.holds(ctx, n, key)
+	}
+	if !ok {
+		return err
 	}
 	return Because(ErrWrongType, fmt.Sprintf("the key holds %s, not %s", what, want), err)
 }
@@ -739,7 +727,7 @@ func superseded(v int64) error {
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), fenceWindowOf(n, c), c.Kind.shape(), c.Resumer).Int64()
+	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), fenceWindowOf(n, c), c.Kind.shape().typ, c.Resumer).Int64()
 	if err != nil {
 		return 0, RedisErr(err)
 	}
@@ -804,63 +792,16 @@ func stateOf(k *Keys, v []any) (State, error) {
 	st := State{Key: k.Lock, Type: kind, Fence: fence, Queued: queued}
 	if len(v) == 8 {
 		value, _ := v[7].(string)
-		t, val, ok := strings.Cut(value, " ")
-		if i := strings.IndexByte(t, '{'); i >= 0 { // "<token>{<seq>}": see proclaim.lua
-			t = t[:i]
-		}
-		if ok && t == holder && holder != "" {
-			st.Value, st.Proclaimed = val, true
-		}
+		st.Value, st.Proclaimed = proclaimed(value, holder)
 	}
-	switch kind {
-	case "none":
-	case "string":
-		st.Held, st.Token, st.Holding = true, holder, holder
-	case "hash":
-		st.Held = true
-		st.Owners, st.Holding = reentrantOwners(v[4], now)
-	case "zset":
-		st.Held = true
-		st.Permits, st.Holding = permitsOf(v[4], now)
-		st.RW = rwHolds(st.Permits)
-	default:
-		st.Held = true
+	st.Held = kind != "none"
+	if s := shapeOf(kind); s != nil {
+		s.read(&st, v[s.slot], now)
 	}
 	if st.Held {
 		st.TTL = pttlOf(pttl)
 	}
 	return st, nil
-}
-
-// reentrantOwners reads a reentrant lock's hash (see acquire_reentrant.lua)
-// from a flat HGETALL reply: its owner and the owner's live holds (their
-// deadlines are on the server's clock, now), and the holding that
-// force_release.lua names.
-func reentrantOwners(reply any, now int64) ([]Owner, string) {
-	pairs, _ := reply.([]any)
-	var (
-		o     Owner
-		fence string
-	)
-	for i := 0; i+1 < len(pairs); i += 2 {
-		field, _ := pairs[i].(string)
-		value, _ := pairs[i+1].(string)
-		switch {
-		case field == "owner":
-			o.ID = value
-		case field == "fence":
-			fence = value
-		case strings.HasPrefix(field, "h:"):
-			deadline, _ := strconv.ParseInt(value, 10, 64)
-			if left := deadline - now; left > 0 {
-				o.Holds = append(o.Holds, Hold{Token: field[2:], Left: time.Duration(left) * time.Millisecond})
-			}
-		}
-	}
-	if o.ID == "" {
-		return nil, ""
-	}
-	return []Owner{o}, o.ID + " " + fence
 }
 
 // scanBatch is the COUNT hint of each SCAN call.

@@ -81,6 +81,10 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 // Redis, so there is nothing to undo.
 var ErrNotSent = errors.New("not sent")
 
+// NotSent is err, the cause of a call abandoned before it was sent,
+// wrapped with ErrNotSent.
+func NotSent(err error) error { return fmt.Errorf("%w: %w", ErrNotSent, err) }
+
 // ErrLeftInFlight reports a call whose caller left when its context ended
 // after it was sent (or, through a driver in trouble, while it may still
 // be sent): it may run, its reply unread (ReplyLost).
@@ -96,7 +100,7 @@ func newBatcher(rdb redis.UniversalClient, alone bool) *batcher {
 // cmd was never sent).
 func (b *batcher) do(ctx context.Context, cmd redis.Cmder) redis.Cmder {
 	if err := ctx.Err(); err != nil {
-		return failed(ctx, fmt.Errorf("%w: %w", ErrNotSent, err))
+		return failed(ctx, NotSent(err))
 	}
 	if b.alone {
 		b.rdb.Process(ctx, once{cmd})
@@ -119,7 +123,7 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) redis.Cmder {
 	case <-c.done:
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(callQueued, callAbandoned) {
-			return failed(ctx, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err()))
+			return failed(ctx, NotSent(ctx.Err()))
 		}
 		if c.state.CompareAndSwap(callSent, callAbandoned) {
 			return failed(ctx, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err()))

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,8 +20,28 @@ type campaign struct{}
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	cmd, acks := n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
-		c.Token, ttl.Milliseconds(), queueFlag(queue), n.acquireConf(ttl, true))
-	return n.lockGrant(ctx, c, cmd, acks, "a leader's lease")
+		c.Token, ttl.Milliseconds(), queueFlag(queue), n.fairConf(ttl, true))
+	g, err := n.lockGrant(ctx, c, cmd, acks, "a leader's lease")
+	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)
+		value, _ := n.rdb.Do(ctx, "get", c.ValueKey()).Text() // (unread: the token's metadata names it)
+		g.Value, g.Proclaimed = proclaimed(value, g.Holder)
+	}
+	return g, err
+}
+
+// proclaimed reads the value key of a lock held by holder (a leader's
+// lease token): the value holder proclaimed, if it did. The key holds
+// "<token>{<seq>} <value>" (see proclaim.lua), or an older "<token>
+// <value>".
+func proclaimed(key, holder string) (string, bool) {
+	t, value, ok := strings.Cut(key, " ")
+	if i := strings.IndexByte(t, '{'); i >= 0 {
+		t = t[:i]
+	}
+	if !ok || t != holder || holder == "" {
+		return "", false
+	}
+	return value, true
 }
 
 func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
@@ -48,7 +69,7 @@ func fenceWindowOf(n Node, c *Claim) any {
 	return n.fenceMS
 }
 
-func (campaign) shape() string { return "string" }
+func (campaign) shape() *shape { return &stringShape }
 
 // Proclaim sets the value the leader of the campaign lease c shows, within
 // its term (see proclaim.lua); false if c no longer holds the lock. seq

@@ -129,7 +129,7 @@ type drv struct{ d driver.Conn }
 func (c drv) Do(ctx context.Context, args ...any) *redis.Cmd {
 	cmd := redis.NewCmd(ctx, args...)
 	if err := ctx.Err(); err != nil {
-		cmd.SetErr(fmt.Errorf("%w: %w", ErrNotSent, err))
+		cmd.SetErr(NotSent(err))
 		return cmd
 	}
 	v, err := c.d.Do(ctx, args...)

@@ -33,10 +33,45 @@ type Kind interface {
 	// member returns the lease's member in the kind's sorted set, given
 	// its token ("" if it has none: see Claim.Member).
 	member(token string) string
-	// shape is the Redis type of the kind's lock key, for the scripts
-	// shared by kinds (fence.lua, raise_fence.lua), which so need not
-	// probe it.
-	shape() string
+	// shape is the Redis type of the kind's lock key; its name goes to
+	// the scripts shared by kinds (fence.lua, raise_fence.lua), which so
+	// need not probe it.
+	shape() *shape
+}
+
+// A shape is a Redis type that kinds keep at their lock key, and how a key
+// of that type reads, whichever kind wrote it.
+type shape struct {
+	typ string // the type's name, as TYPE says it
+	// holds says what a key of this type holds ("a lock (a string), …")
+	// after a WRONGTYPE reply, reading the key if it must; false if that
+	// read failed.
+	holds func(ctx context.Context, n Node, key string) (string, bool)
+	// slot is where inspect.lua's reply carries the key's contents, which
+	// read puts into st (now: the server's clock, ms).
+	slot int
+	read func(st *State, contents any, now int64)
+	// fetch queues on p the read of the contents that inspect.lua makes,
+	// for a backend without scripts, and returns its reply once it ran.
+	fetch func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error)
+}
+
+// shapes are the Redis types the kinds keep.
+var shapes = []*shape{&stringShape, &hashShape, &zsetShape}
+
+// shapeOf returns the shape whose type is typ, nil if no kind keeps it.
+func shapeOf(typ string) *shape {
+	for _, s := range shapes {
+		if s.typ == typ {
+			return s
+		}
+	}
+	return nil
+}
+
+// holding returns a shape's holds that reads nothing: the key holds what.
+func holding(what string) func(context.Context, Node, string) (string, bool) {
+	return func(context.Context, Node, string) (string, bool) { return what, true }
 }
 
 // Why a backend does not carry a Kind (Backend.Carries, Backend.Op).

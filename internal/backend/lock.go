@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,16 +69,30 @@ func (plainLock) scripts() (*redis.Script, scriptSet) { return script.Acquire, p
 
 func (plainLock) member(string) string { return "" }
 
-func (plainLock) shape() string { return "string" }
+func (plainLock) shape() *shape { return &stringShape }
+
+// stringShape is the lock key of a plain, fair or campaign lease: the
+// holder's token.
+var stringShape = shape{typ: "string", holds: holding("a lock (a string), or another program's value"),
+	slot: 1,
+	read: func(st *State, holder any, _ int64) {
+		st.Token, _ = holder.(string)
+		st.Holding = st.Token
+	},
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error) {
+		get := p.Do(ctx, "GET", key)
+		return func() (any, error) { return str(get) }
+	},
+}
 
 func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if n.replicas > 0 {
 		cmd, acks := n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
-			c.Token, ttl.Milliseconds(), queueFlag(queue), n.acquireConf(ttl, false))
+			c.Token, ttl.Milliseconds(), queueFlag(queue), n.acquireConf(ttl))
 		return n.lockGrant(ctx, c, cmd, acks, "a plain lock")
 	}
 	cmd := n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 6,
-		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), queueFlag(queue), n.acquireConf(ttl, false)})
+		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), queueFlag(queue), n.acquireConf(ttl)})
 	return n.lockGrant(ctx, c, cmd, -1, "a plain lock")
 }
 
@@ -128,4 +144,45 @@ func (reentrantLock) scripts() (*redis.Script, scriptSet) {
 
 func (reentrantLock) member(string) string { return "" }
 
-func (reentrantLock) shape() string { return "hash" }
+func (reentrantLock) shape() *shape { return &hashShape }
+
+// hashShape is a reentrant lock's key: its owner and the owner's holds.
+var hashShape = shape{typ: "hash", holds: holding("a reentrant lock (a hash), or another program's value"),
+	slot: 4,
+	read: func(st *State, fields any, now int64) { st.Owners, st.Holding = reentrantOwners(fields, now) },
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error) {
+		h := p.HGetAll(ctx, key)
+		return func() (any, error) { return flatHash(h) }
+	},
+}
+
+// reentrantOwners reads a reentrant lock's hash (see acquire_reentrant.lua)
+// from a flat HGETALL reply: its owner and the owner's live holds (their
+// deadlines are on the server's clock, now), and the holding that
+// force_release.lua names.
+func reentrantOwners(reply any, now int64) ([]Owner, string) {
+	pairs, _ := reply.([]any)
+	var (
+		o     Owner
+		fence string
+	)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		field, _ := pairs[i].(string)
+		value, _ := pairs[i+1].(string)
+		switch {
+		case field == "owner":
+			o.ID = value
+		case field == "fence":
+			fence = value
+		case strings.HasPrefix(field, "h:"):
+			deadline, _ := strconv.ParseInt(value, 10, 64)
+			if left := deadline - now; left > 0 {
+				o.Holds = append(o.Holds, Hold{Token: field[2:], Left: time.Duration(left) * time.Millisecond})
+			}
+		}
+	}
+	if o.ID == "" {
+		return nil, ""
+	}
+	return []Owner{o}, o.ID + " " + fence
+}

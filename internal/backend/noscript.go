@@ -40,7 +40,7 @@ func NewNoScripts(n Node) NoScripts { return NoScripts{Node: n} }
 // carries refuses a lease it cannot serve, unsent (see Carries).
 func (n NoScripts) carries(c *Claim) error {
 	if err := n.Carries(c.Kind); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotSent, err)
+		return NotSent(err)
 	}
 	return nil
 }
@@ -412,9 +412,10 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 // that makes its reply of them, once they ran.
 func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, error) {
 	kind := p.Type(ctx, k.Lock)
-	get := p.Do(ctx, "GET", k.Lock)
-	hash := p.HGetAll(ctx, k.Lock)
-	zset := p.ZRangeWithScores(ctx, k.Lock, 0, -1)
+	contents := make([]func() (any, error), len(shapes))
+	for i, s := range shapes {
+		contents[i] = s.fetch(ctx, p, k.Lock)
+	}
 	pttl := p.Do(ctx, "PTTL", k.Lock)
 	fence := p.Do(ctx, "GET", k.Fence)
 	now := p.Time(ctx)
@@ -431,13 +432,10 @@ func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, 
 		ms := t.UnixMilli()
 		proclaimed, _ := value.Val().(string) // (another type's: none, as inspect.lua reads it)
 		v := []any{kind.Val(), "", pttl.Val(), int64(0), []any{}, ms, liveWaiters(waiting.Val(), entries.Val(), ms), proclaimed}
-		switch v[0] {
-		case "string":
-			v[1], err = str(get)
-		case "hash":
-			v[4], err = flatHash(hash)
-		case "zset":
-			v[4], err = flatZset(zset)
+		for i, s := range shapes {
+			if s.typ == v[0] {
+				v[s.slot], err = contents[i]()
+			}
 		}
 		if err == nil {
 			var f string
@@ -450,6 +448,24 @@ func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, 
 		}
 		return v, err
 	}
+}
+
+// readState reads the state of the lock k as inspect.lua does, through
+// pipe (tx.TxPipelined: in a MULTI; tx.Pipelined: after a WATCH).
+func readState(ctx context.Context, k *Keys, pipe func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)) (State, error) {
+	var reply func() ([]any, error)
+	_, err := pipe(ctx, func(p redis.Pipeliner) error {
+		reply = stateReads(ctx, p, k)
+		return nil
+	})
+	if errors.Is(err, redis.TxFailedErr) {
+		return State{}, err
+	}
+	v, err := reply() // (the reads of the other types failed: WRONGTYPE)
+	if err != nil {
+		return State{}, err
+	}
+	return stateOf(k, v)
 }
 
 // liveWaiters counts the waiters in the queue whose entry's deadline (see
@@ -496,19 +512,8 @@ func (NoScripts) Op(context.Context, func(context.Context, Node) error) error {
 
 func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {
 	var st State
-	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) error {
-		var reply func() ([]any, error)
-		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			reply = stateReads(ctx, p, k)
-			return nil
-		})
-		if errors.Is(err, redis.TxFailedErr) {
-			return err
-		}
-		v, err := reply() // (the reads of the other types failed: WRONGTYPE)
-		if err == nil {
-			st, err = stateOf(k, v)
-		}
+	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) (err error) {
+		st, err = readState(ctx, k, tx.TxPipelined)
 		return err
 	})
 	if err != nil {
@@ -530,16 +535,7 @@ func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
 	var deleted bool
 	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) error {
 		deleted = false
-		var reply func() ([]any, error)
-		tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-			reply = stateReads(ctx, p, k)
-			return nil
-		})
-		v, err := reply()
-		if err != nil {
-			return err
-		}
-		st, err := stateOf(k, v)
+		st, err := readState(ctx, k, tx.Pipelined)
 		if err != nil {
 			return err
 		}

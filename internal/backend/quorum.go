@@ -152,7 +152,7 @@ func (q *Quorum) Carries(k Kind) error { return plainOnly(k, ErrOverQuorum) }
 // queues on no node, but asks each to announce the release (acquire.lua).
 func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if err := q.Carries(c.Kind); err != nil {
-		return Grant{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+		return Grant{}, NotSent(err)
 	}
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (Grant, error) {
 		return n.Acquire(ctx, c, ttl, queue)
@@ -241,7 +241,7 @@ func (q *Quorum) count(res []nodeResult[Grant]) votes {
 func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error) {
 	yes := func(v int64) bool { return v == 1 }
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (int64, error) {
-		v, err := n.run(ctx, script.RaiseFence, []string{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape(), c.Resumer).Int64()
+		v, err := n.run(ctx, script.RaiseFence, []string{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape().typ, c.Resumer).Int64()
 		return v, RedisErr(err)
 	}, majority(q, yes))
 	errs := make([]error, len(res))

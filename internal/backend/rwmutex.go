@@ -54,7 +54,7 @@ func (rwHold) scripts() (*redis.Script, scriptSet) { return script.HoldAcquire, 
 // member is the hold's member of the lock's sorted set, "<rw>:<token>".
 func (h rwHold) member(token string) string { return h.rw + ":" + token }
 
-func (rwHold) shape() string { return "zset" }
+func (rwHold) shape() *shape { return &zsetShape }
 
 // Downgrade turns the write hold c into a read hold, in one step (see
 // hold_downgrade.lua), and c into a read's claim (a Downgrading one when

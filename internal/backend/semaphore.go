@@ -63,7 +63,32 @@ func (permit) scripts() (*redis.Script, scriptSet) { return script.HoldAcquire, 
 
 func (permit) member(string) string { return "" }
 
-func (permit) shape() string { return "zset" }
+func (permit) shape() *shape { return &zsetShape }
+
+// zsetShape is the key of a semaphore's permits or of a read-write lock's
+// holds (whose members are "r:<token>" or "w:<token>": see rwmutex.go).
+var zsetShape = shape{typ: "zset",
+	holds: func(ctx context.Context, n Node, key string) (string, bool) {
+		first, err := n.rdb.Do(ctx, "zrange", key, 0, 0).StringSlice()
+		switch {
+		case err != nil:
+			return "", false
+		case len(first) == 1 && len(first[0]) > 1 && first[0][1] == ':':
+			return "a read-write lock (a sorted set)", true
+		}
+		return "a semaphore (a sorted set), or another program's value", true
+	},
+	slot: 4,
+	read: func(st *State, members any, now int64) {
+		st.Permits, st.Holding = permitsOf(members, now)
+		st.RW = rwHolds(st.Permits)
+		st.ended = st.Holding == "" // (permits that just ended)
+	},
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error) {
+		z := p.ZRangeWithScores(ctx, key, 0, -1)
+		return func() (any, error) { return flatZset(z) }
+	},
+}
 
 // Permits runs permits.lua on the semaphore k: op "get", "set" (to v,
 // unless a size is stored), "unset" or "add" (v); size is the caller's N,

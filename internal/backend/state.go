@@ -27,6 +27,7 @@ type State struct {
 	// proclaim.lua), when Proclaimed.
 	Value      string
 	Proclaimed bool
+	ended      bool // the key holds only leases that ended: nothing to force
 }
 
 // Owner is one owner of a reentrant lock: "<client>/<owner>", and its live
@@ -49,7 +50,7 @@ type Hold struct {
 // (Holding), or why it may not.
 func (s State) forced() (bool, error) {
 	switch {
-	case !s.Held || (s.Type == "zset" && s.Holding == ""): // (a semaphore whose permits just ended)
+	case !s.Held || s.ended:
 		return false, nil
 	case s.Holding == "":
 		return false, Because(ErrWrongType, "a "+s.Type)
