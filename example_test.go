@@ -621,3 +621,30 @@ func ExampleLock_Jeopardy() {
 	// imported batch 2
 	// done: <nil>
 }
+
+func ExampleClient_FenceCurrent() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "ledger")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fence, err := l.Fence(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A service the holder sends (name, fence, token) to checks them.
+	ok, err := c.FenceCurrent(ctx, "ledger", fence, l.Token())
+	fmt.Println("current while held:", ok, err)
+	l.Release(ctx)
+	ok, err = c.FenceCurrent(ctx, "ledger", fence, l.Token())
+	fmt.Println("current after release:", ok, err)
+	// Output:
+	// current while held: true <nil>
+	// current after release: false <nil>
+}
