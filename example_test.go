@@ -621,3 +621,69 @@ func ExampleLock_Jeopardy() {
 	// imported batch 2
 	// done: <nil>
 }
+
+func ExampleClient_FenceCurrent() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "ledger")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fence, err := l.Fence(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A service the holder sends (name, fence, token) to checks them.
+	ok, err := c.FenceCurrent(ctx, "ledger", fence, l.Token())
+	fmt.Println("current while held:", ok, err)
+	l.Release(ctx)
+	ok, err = c.FenceCurrent(ctx, "ledger", fence, l.Token())
+	fmt.Println("current after release:", ok, err)
+	// Output:
+	// current while held: true <nil>
+	// current after release: false <nil>
+}
+
+func ExampleGuard_Do() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	g := dlock.NewGuard(rdb)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	fence, err := l.Fence(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Any commands, applied with the fence check in one MULTI; the keys
+	// share the resource's hash tag, for a Redis Cluster.
+	err = g.Do(ctx, "{orders}", fence, l.Token(), func(p redis.Pipeliner) error {
+		p.HSet(ctx, "{orders}:42", "state", "paid")
+		p.RPush(ctx, "{orders}:log", "42 paid")
+		return nil
+	})
+	fmt.Println("applied:", err == nil)
+	// A late holder with an older fence changes nothing.
+	err = g.Do(ctx, "{orders}", fence-1, "an older lease", func(p redis.Pipeliner) error {
+		p.HSet(ctx, "{orders}:42", "state", "new")
+		return nil
+	})
+	fmt.Println("older fence refused:", errors.Is(err, dlock.ErrStaleFence))
+	fmt.Println(rdb.HGet(ctx, "{orders}:42", "state").Val())
+	// Output:
+	// applied: true
+	// older fence refused: true
+	// paid
+}

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -36,9 +37,71 @@ func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token
 		return fmt.Errorf("dlock: guarded write %q: unexpected reply %v", key, v)
 	}
 	if v[0] != 1 {
-		return fmt.Errorf("%w: write to %q with fence %d refused, %d was accepted before", ErrStaleFence, key, fence, v[1])
+		return staleWrite(key, fence, v[1])
 	}
 	return nil
+}
+
+// staleWrite is the refusal of a write to key with fence: high was accepted.
+func staleWrite(key string, fence, high int64) error {
+	return fmt.Errorf("%w: write to %q with fence %d refused, %d was accepted before", ErrStaleFence, key, fence, high)
+}
+
+// watcher is a Redis client that runs transactions (*redis.Client,
+// *redis.ClusterClient, *redis.Ring).
+type watcher interface {
+	Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
+}
+
+// doTries bounds how often Do reads the resource's fence again after a
+// concurrent write to it aborted the transaction.
+const doTries = 16
+
+// Do runs the commands fn queues, in one MULTI with raising the fence of
+// resource (the key Write writes), only if Write would accept fence and
+// token; else [ErrStaleFence], before fn is called. The rule is Write's,
+// and the two share the fence. On a Redis Cluster the keys fn writes must
+// share the resource's hash slot. Redis runs every queued command even if
+// one fails; Do returns the first error. Bad input: [ErrInvalid].
+func (g *Guard) Do(ctx context.Context, resource string, fence int64, token string, fn func(redis.Pipeliner) error) error {
+	w, ok := g.rdb.(watcher)
+	switch {
+	case resource == "":
+		return fmt.Errorf("%w: empty resource key", ErrInvalid)
+	case fence <= 0 || token == "" || fn == nil:
+		return fmt.Errorf("%w: guarded do %q: a positive fence, a token and a func are needed", ErrInvalid, resource)
+	case !ok:
+		return fmt.Errorf("%w: guarded do %q: the Guard's Redis client cannot WATCH", ErrInvalid, resource)
+	}
+	var fnErr error
+	for range doTries {
+		err := w.Watch(ctx, func(tx *redis.Tx) error {
+			cur, err := tx.HMGet(ctx, resource, "fence", "token").Result()
+			if err != nil {
+				return err
+			}
+			fs, _ := cur[0].(string)
+			high, _ := strconv.ParseInt(fs, 10, 64)
+			if holder, ok := cur[1].(string); fence < high || fence == high && ok && holder != token {
+				return staleWrite(resource, fence, high)
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.HSet(ctx, resource, "fence", fence, "token", token)
+				fnErr = fn(p)
+				return fnErr
+			})
+			return err
+		}, resource)
+		switch {
+		case errors.Is(err, redis.TxFailedErr): // (a write to the fence since it was read)
+			continue
+		case err == nil || fnErr != nil || errors.Is(err, ErrStaleFence):
+			return err
+		default:
+			return fmt.Errorf("dlock: guarded do %q: %w", resource, backend.RedisErr(err))
+		}
+	}
+	return fmt.Errorf("dlock: guarded do %q: the fence changed during each of %d tries", resource, doTries)
 }
 
 // Read returns the resource's value and fence; "" and 0 if never written.

@@ -53,6 +53,8 @@ var (
 	permitsSrc string
 	//go:embed uptime.lua
 	uptimeSrc string
+	//go:embed fence_current.lua
+	fenceCurrentSrc string
 )
 
 // The scripts, run with EVALSHA. The backend loads them into a server's
@@ -90,6 +92,8 @@ var (
 	Permits = withLib(permitsSrc)
 	// How long a lock's server has been up (a release of unknown outcome).
 	Uptime = withLib(uptimeSrc)
+	// Whether a fence is still current (Client.FenceCurrent); reads only.
+	FenceCurrent = withLib(fenceCurrentSrc)
 )
 
 // libHere is the line of a script after which the functions of lib.lua

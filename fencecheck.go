@@ -1,0 +1,41 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dlockio/dlock/internal/backend"
+)
+
+// FenceCurrent reports whether fence is still current for the lock name:
+// the lease of token ([Lock.Fence], [Lock.Token]) holds it and no newer
+// fence was issued for the name. It writes nothing, and the answer may be
+// stale on arrival: guard a write with [Guard] to make it safe. A Client
+// made by [NewRedlock] or [WithoutScripts] refuses it, and bad input, with
+// [ErrInvalid].
+func (c *Client) FenceCurrent(ctx context.Context, name string, fence int64, token string) (bool, error) {
+	k, err := c.check(name)
+	switch {
+	case err != nil:
+		return false, err
+	case fence <= 0:
+		return false, fmt.Errorf("%w: FenceCurrent(%q): the fence %d is not positive", ErrInvalid, name, fence)
+	case token == "":
+		return false, fmt.Errorf("%w: FenceCurrent(%q): empty token", ErrInvalid, name)
+	}
+	var current bool
+	err = c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
+		current, err = n.FenceCurrent(ctx, &k, c.own.lease, token, fence)
+		return err
+	})
+	switch {
+	case errors.Is(err, backend.ErrOverQuorum):
+		return false, fmt.Errorf("%w: FenceCurrent(%q): not available over a quorum (NewRedlock)", ErrInvalid, name)
+	case errors.Is(err, backend.ErrNeedsScripts):
+		return false, fmt.Errorf("%w: FenceCurrent(%q): needs scripts; the Client was made WithoutScripts()", ErrInvalid, name)
+	case err != nil:
+		return false, opError("fence check", name, err)
+	}
+	return current, nil
+}

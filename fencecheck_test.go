@@ -1,0 +1,114 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// fenceCurrent returns c.FenceCurrent for the lease l with fence, failing
+// the test on an error.
+func fenceCurrent(t *testing.T, c *dlock.Client, name string, fence int64, token string) bool {
+	t.Helper()
+	ok, err := c.FenceCurrent(t.Context(), name, fence, token)
+	if err != nil {
+		t.Fatalf("FenceCurrent(%q, %d, %q) = %v", name, fence, token, err)
+	}
+	return ok
+}
+
+// A fence is current while its lease holds the lock and no newer fence was
+// issued: not after Release, not once a newer holder was fenced, not after
+// ForceRelease; for each kind of a Client's own lock.
+func TestFenceCurrentOnlyWhileItsLeaseHoldsTheNewestFence(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	for _, k := range []struct {
+		name string
+		opts []dlock.Option
+	}{
+		{"fair", nil},
+		{"unfair", []dlock.Option{dlock.WithUnfair(nil)}},
+		{"reentrant", []dlock.Option{dlock.WithReentrant(true)}},
+	} {
+		c := asOwner(t, newClient(t, rdb, append(k.opts, dlock.WithAutoExtend(false))...), "o")
+		name := "fc-" + k.name
+		a, err := c.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fa := fenceOf(t, a)
+		if !fenceCurrent(t, c, name, fa, a.Token()) {
+			t.Errorf("%s: held lease's fence not current", k.name)
+		}
+		if fenceCurrent(t, c, name, fa+1, a.Token()) || fenceCurrent(t, c, name, fa, "another-token") {
+			t.Errorf("%s: another fence, or another token, reported current", k.name)
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if fenceCurrent(t, c, name, fa, a.Token()) {
+			t.Errorf("%s: fence current after Release", k.name)
+		}
+
+		b, err := c.TryAcquire(ctx, name) // (a reentrant lock: the same owner again)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fb := fenceOf(t, b)
+		if fenceCurrent(t, c, name, fa, a.Token()) || !fenceCurrent(t, c, name, fb, b.Token()) {
+			t.Errorf("%s: after a newer lease's fence: old current %v, new current %v, want false, true",
+				k.name, fenceCurrent(t, c, name, fa, a.Token()), fenceCurrent(t, c, name, fb, b.Token()))
+		}
+		// The counter gone (the fence window passed): the holder's fence is
+		// still current, an older lease's still not.
+		rdb.Del(ctx, b.Key()+":fence")
+		if fenceCurrent(t, c, name, fa, a.Token()) || !fenceCurrent(t, c, name, fb, b.Token()) {
+			t.Errorf("%s: without the counter: old current %v, new current %v, want false, true",
+				k.name, fenceCurrent(t, c, name, fa, a.Token()), fenceCurrent(t, c, name, fb, b.Token()))
+		}
+		if ok, err := c.ForceRelease(ctx, name); !ok || err != nil {
+			t.Fatalf("ForceRelease = %v, %v", ok, err)
+		}
+		if fenceCurrent(t, c, name, fb, b.Token()) {
+			t.Errorf("%s: fence current after ForceRelease", k.name)
+		}
+		b.Release(ctx)
+	}
+}
+
+// Bad input, a quorum and a Client without scripts are refused with
+// ErrInvalid; a cancelled context fails the check with its error.
+func TestFenceCurrentRefusesBadInputQuorumAndNoScripts(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	for _, in := range []struct {
+		name  string
+		fence int64
+		token string
+	}{{"", 1, "t"}, {"n", 0, "t"}, {"n", -1, "t"}, {"n", 1, ""}} {
+		if _, err := c.FenceCurrent(ctx, in.name, in.fence, in.token); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("FenceCurrent(%q, %d, %q) = %v, want ErrInvalid", in.name, in.fence, in.token, err)
+		}
+	}
+	for what, other := range map[string]*dlock.Client{
+		"quorum":     newRedlock(t, []redis.UniversalClient{rdb}, 0),
+		"no scripts": newClient(t, rdb, dlock.WithoutScripts()),
+	} {
+		if _, err := other.FenceCurrent(ctx, "n", 1, "t"); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: FenceCurrent = %v, want ErrInvalid", what, err)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if ok, err := c.FenceCurrent(cancelled, "n", 1, "t"); ok || !errors.Is(err, context.Canceled) {
+		t.Errorf("FenceCurrent with a cancelled context = %v, %v, want false, context.Canceled", ok, err)
+	}
+}

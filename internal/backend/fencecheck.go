@@ -1,0 +1,20 @@
+package backend
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/dlockio/dlock/internal/script"
+)
+
+// FenceCurrent reports whether fence is still current for the lock k of
+// kind kind (a string or hash at the lock key): the lease of holder (its
+// token, or a reentrant lock's owner id) holds it and no newer fence was
+// issued for the name (see fence_current.lua). It writes nothing.
+func (n Node) FenceCurrent(ctx context.Context, k *Keys, kind Kind, holder string, fence int64) (bool, error) {
+	v, err := n.run(ctx, script.FenceCurrent, []string{k.Lock, k.Fence}, holder, strconv.FormatInt(fence, 10), kind.shape()).Int64()
+	if err != nil {
+		return false, RedisErr(err)
+	}
+	return v == 1, nil
+}
