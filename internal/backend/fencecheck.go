@@ -12,7 +12,7 @@ import (
 // token, or a reentrant lock's owner id) holds it and no newer fence was
 // issued for the name (see fence_current.lua). It writes nothing.
 func (n Node) FenceCurrent(ctx context.Context, k *Keys, kind Kind, holder string, fence int64) (bool, error) {
-	v, err := n.run(ctx, script.FenceCurrent, []string{k.Lock, k.Fence}, holder, strconv.FormatInt(fence, 10), kind.shape()).Int64()
+	v, err := n.run(ctx, script.FenceCurrent, []string{k.Lock, k.Fence}, holder, strconv.FormatInt(fence, 10), kind.shape().typ).Int64()
 	if err != nil {
 		return false, RedisErr(err)
 	}
