@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -31,7 +32,7 @@ func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token
 	}
 	v, err := script.Guard.Run(ctx, g.rdb, []string{key}, value, fence, token).Int64Slice()
 	if err != nil {
-		return fmt.Errorf("dlock: guarded write %q: %w", key, backend.RedisErr(err))
+		return fmt.Errorf("dlock: guarded write %q: %w", key, resourceErr(err))
 	}
 	if len(v) != 2 {
 		return fmt.Errorf("dlock: guarded write %q: unexpected reply %v", key, v)
@@ -61,8 +62,10 @@ const doTries = 16
 // resource (the key Write writes), only if Write would accept fence and
 // token; else [ErrStaleFence], before fn is called. The rule is Write's,
 // and the two share the fence. On a Redis Cluster the keys fn writes must
-// share the resource's hash slot. Redis runs every queued command even if
-// one fails; Do returns the first error. Bad input: [ErrInvalid].
+// share the resource's hash slot, and must not include resource itself,
+// whose value Do leaves as Write set it. Redis runs every queued command,
+// and raises the fence, even if one fails; Do returns the first error as
+// Redis gave it. Bad input: [ErrInvalid].
 func (g *Guard) Do(ctx context.Context, resource string, fence int64, token string, fn func(redis.Pipeliner) error) error {
 	w, ok := g.rdb.(watcher)
 	switch {
@@ -73,11 +76,13 @@ func (g *Guard) Do(ctx context.Context, resource string, fence int64, token stri
 	case !ok:
 		return fmt.Errorf("%w: guarded do %q: the Guard's Redis client cannot WATCH", ErrInvalid, resource)
 	}
-	var fnErr error
+	var fnErr, readErr error
 	for range doTries {
+		readErr = nil
 		err := w.Watch(ctx, func(tx *redis.Tx) error {
 			cur, err := tx.HMGet(ctx, resource, "fence", "token").Result()
 			if err != nil {
+				readErr = err
 				return err
 			}
 			fs, _ := cur[0].(string)
@@ -97,8 +102,10 @@ func (g *Guard) Do(ctx context.Context, resource string, fence int64, token stri
 			continue
 		case err == nil || fnErr != nil || errors.Is(err, ErrStaleFence):
 			return err
-		default:
-			return fmt.Errorf("dlock: guarded do %q: %w", resource, backend.RedisErr(err))
+		case readErr != nil:
+			return fmt.Errorf("dlock: guarded do %q: %w", resource, resourceErr(readErr))
+		default: // (the transaction's, or a queued command's own error, as Redis gave it)
+			return fmt.Errorf("dlock: guarded do %q: %w", resource, err)
 		}
 	}
 	return fmt.Errorf("dlock: guarded do %q: the fence changed during each of %d tries", resource, doTries)
@@ -108,7 +115,7 @@ func (g *Guard) Do(ctx context.Context, resource string, fence int64, token stri
 func (g *Guard) Read(ctx context.Context, key string) (string, int64, error) {
 	v, err := g.rdb.HMGet(ctx, key, "v", "fence").Result()
 	if err != nil {
-		return "", 0, fmt.Errorf("dlock: guarded read %q: %w", key, backend.RedisErr(err))
+		return "", 0, fmt.Errorf("dlock: guarded read %q: %w", key, resourceErr(err))
 	}
 	value, _ := v[0].(string)
 	fs, _ := v[1].(string)
@@ -120,4 +127,13 @@ func (g *Guard) Read(ctx context.Context, key string) (string, int64, error) {
 		return "", 0, fmt.Errorf("dlock: guarded read %q: the fence field is not an integer", key)
 	}
 	return value, fence, nil
+}
+
+// resourceErr is Redis's error err about a Guard's resource key: one that
+// holds another type than the Guard's hash is foreign ([ErrWrongType]).
+func resourceErr(err error) error {
+	if strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		return backend.Detailed("the resource key holds a value of another type", ErrWrongType, err)
+	}
+	return backend.RedisErr(err)
 }
