@@ -303,7 +303,7 @@ func (c *Client) handedOver(l *Lock, wake int64, queued time.Time) *Lock {
 	// every attempt of this wait asked for alike (a max hold counts from
 	// queued, as an attempt's counts from its start).
 	t := l.terms(queued, l.p.ttl, l.capFrom(queued))
-	if wake < pubsub.HandedOver || time.Since(queued) > t.ask/2 || c.opts.replicas > 0 || c.opts.durable > 0 {
+	if wake < pubsub.HandedOver || time.Since(queued) > t.hold/2 || c.opts.replicas > 0 || c.opts.durable > 0 {
 		return nil // (with replica ack or durable grants, the confirming attempt is what WAITs)
 	}
 	var fence int64 // the handover's, if it came with one

@@ -687,3 +687,34 @@ func ExampleGuard_Do() {
 	// older fence refused: true
 	// paid
 }
+
+func ExampleLockDelay() {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	// No watchdog: the lease runs out unextended, as a hung holder's would.
+	c, err := dlock.New(rdb, dlock.LockDelay(time.Minute), dlock.WithAutoExtend(false))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "jobs:sync", dlock.LeaseTTL(100*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	<-l.Done()
+	fmt.Println("lost:", errors.Is(l.Err(), dlock.ErrNotHeld))
+
+	_, err = c.TryAcquire(ctx, "jobs:sync")
+	fmt.Println("free during the lock-delay:", err == nil)
+
+	l.Release(ctx) // the holder has stopped: the name is free at once
+	if next, err := c.TryAcquire(ctx, "jobs:sync"); err == nil {
+		fmt.Println("free after its Release: true")
+		next.Release(ctx)
+	}
+	// Output:
+	// lost: true
+	// free during the lock-delay: false
+	// free after its Release: true
+}

@@ -76,6 +76,7 @@ func runHelper(mode string) int {
 	rdb := redis.NewClient(&redis.Options{Network: os.Getenv("DLOCK_NET"), Addr: os.Getenv("DLOCK_ADDR")})
 	defer rdb.Close()
 	ttl, _ := time.ParseDuration(os.Getenv("DLOCK_TTL"))
+	delay, _ := time.ParseDuration(os.Getenv("DLOCK_LOCK_DELAY")) // unset: 0, none
 	var (
 		c   *dlock.Client
 		err error
@@ -87,9 +88,9 @@ func runHelper(mode string) int {
 			defer n.Close()
 			nodes = append(nodes, n)
 		}
-		c, err = dlock.NewRedlock(nodes, 200*time.Millisecond, dlock.LeaseTTL(ttl))
+		c, err = dlock.NewRedlock(nodes, 200*time.Millisecond, dlock.LeaseTTL(ttl), dlock.LockDelay(delay))
 	} else {
-		c, err = dlock.New(rdb, dlock.LeaseTTL(ttl), waiting(os.Getenv("DLOCK_FAIR") == "1"),
+		c, err = dlock.New(rdb, dlock.LeaseTTL(ttl), dlock.LockDelay(delay), waiting(os.Getenv("DLOCK_FAIR") == "1"),
 			dlock.WithReentrant(os.Getenv("DLOCK_REENTRANT") == "1"))
 	}
 	if err != nil {

@@ -24,6 +24,9 @@ type Info struct {
 	Permits []Permit      // a semaphore's live permits, the soonest to end first
 	RWHolds []RWHold      // a read-write lock's live holds, the soonest to end first
 	Queued  int           // live waiters in the fair queue (unfair ones are not counted)
+	// InDelay: every lease on the name has at most the inspecting Client's
+	// [LockDelay] left, so its holder's validity has ended.
+	InDelay bool
 }
 
 // Owner is one owner of a reentrant lock.
@@ -87,7 +90,27 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if err != nil {
 		return Info{}, opError("inspect", name, err)
 	}
-	return infoOf(name, st), nil
+	info := infoOf(name, st)
+	info.InDelay = inDelay(st, c.opts.lease.delay)
+	return info, nil
+}
+
+// inDelay reports whether the lock in the state st is held only by leases
+// with at most d left: a holder's own extensions keep its lease above d.
+func inDelay(st backend.State, d time.Duration) bool {
+	left := time.Duration(-1)
+	if st.Type == "string" {
+		left = st.TTL
+	}
+	for _, p := range st.Permits {
+		left = max(left, p.Left)
+	}
+	for _, o := range st.Owners {
+		for _, h := range o.Holds {
+			left = max(left, h.Left)
+		}
+	}
+	return d > 0 && st.Held && left >= 0 && left <= d
 }
 
 // ForceRelease deletes the lock name and its holds ([ErrWrongType] if foreign),

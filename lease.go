@@ -17,7 +17,7 @@ import (
 // (LockOption), and the holder metadata that the lease's token carries.
 
 // LockOption configures one acquisition: [LeaseTTL], [HolderMeta], [MaxHold],
-// [MaxWait] or [Resume]. An invalid one fails the call with [ErrInvalid] before
+// [LockDelay], [MaxWait] or [Resume]. An invalid one fails the call with [ErrInvalid] before
 // anything is sent.
 type LockOption interface {
 	applyLease(*lease)
@@ -51,6 +51,7 @@ type lease struct {
 	ttl     time.Duration // the lease time
 	wait    time.Duration // how long Acquire may wait; < 0: as long as its ctx allows
 	maxHold time.Duration // how long the lease may be held; 0: no limit
+	delay   time.Duration // the lock-delay: Redis keeps the lease this long past its validity
 	meta    string        // the holder metadata
 	suffix  string        // what the token carries of it: "." and meta escaped, or ""
 
@@ -157,6 +158,21 @@ func MaxHold(d time.Duration) LeaseOption {
 			return
 		}
 		p.maxHold = d
+	}}
+}
+
+// LockDelay keeps a lease in Redis d past its validity (default 0: none), so
+// that after an end its holder did not make (a crash, a hang, a cut-off, the
+// [MaxHold] cap) nobody takes the name for d: time for a holder that cannot
+// check fences to stop. A Release, or [Client.ForceRelease], frees it at once.
+// Refused with [ErrInvalid]: d < 0.
+func LockDelay(d time.Duration) LeaseOption {
+	return LeaseOption{func(p *lease) {
+		if d < 0 {
+			p.invalid("LockDelay(%v): the delay must not be negative", d)
+			return
+		}
+		p.delay = d
 	}}
 }
 

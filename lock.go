@@ -97,6 +97,7 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 type terms struct {
 	sent  time.Time // when the request that gave the lease was sent (a handover: when its waiter queued)
 	ask   time.Duration
+	hold  time.Duration // the lease time the validity counts: ask less the lock-delay
 	until time.Time
 	capAt time.Time
 	atCap bool
@@ -116,13 +117,16 @@ func (l *Lock) capFrom(start time.Time) time.Time {
 // sent + ttl − drift; or, if capAt comes first, a validity that ends there
 // and the shortest lease time that gives it (Redis's expiry then comes the
 // drift margin of that shorter lease after the cap, as every lease's comes
-// after its validity).
+// after its validity). With a lock-delay, Redis is asked for that much
+// more: the lease outlives the validity by the delay, and every ask of the
+// lease by the same amount, so their order (maxAsk) is kept.
 func (l *Lock) terms(sent time.Time, ttl time.Duration, capAt time.Time) terms {
-	t := terms{sent: sent, ask: ttl, until: sent.Add(ttl - l.c.opts.driftFor(ttl)), capAt: capAt}
+	t := terms{sent: sent, hold: ttl, until: sent.Add(ttl - l.c.opts.driftFor(ttl)), capAt: capAt}
 	if !capAt.IsZero() && !t.until.Before(capAt) {
-		t.ask = min(l.c.opts.leaseFor(capAt.Sub(sent)), ttl)
+		t.hold = min(l.c.opts.leaseFor(capAt.Sub(sent)), ttl)
 		t.until, t.atCap = capAt, true
 	}
+	t.ask = t.hold + l.p.delay
 	return t
 }
 
@@ -559,8 +563,9 @@ func (l *Lock) release(ctx context.Context, e *Event) error {
 // expire marks the Lock lost if its validity deadline has passed without an
 // extension. The expiry timer runs it at the deadline; reading the state
 // runs it too, for a Lock that nobody watches. A deadline that was the max
-// hold's ends the lease with ErrMaxHold, and releases the lock, in the
-// background, so that waiters need not wait for its expiry.
+// hold's ends the lease with ErrMaxHold, and releases the lock (unless it
+// has a lock-delay), in the background, so that waiters need not wait for
+// its expiry.
 func (l *Lock) expire() {
 	l.mu.Lock()
 	if l.err != nil || time.Now().Before(l.validUntil) { // settled, or extended meanwhile
@@ -573,7 +578,9 @@ func (l *Lock) expire() {
 		l.lose(lost(l.name, "the lease's validity ran out before it was extended"))
 		return
 	}
-	if l.lose(maxHeld(l.name, l.p.maxHold)) {
+	// With a lock-delay the lease is left to expire: the holder's work may
+	// still run past the cap, as after any end it did not make itself.
+	if l.lose(maxHeld(l.name, l.p.maxHold)) && l.p.delay == 0 {
 		// The undo is the release, retried while Redis does not answer;
 		// Release, if called, runs it again (Redis answers a repeated
 		// release as the first) and reports the cap.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -20,6 +21,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := newFlagSet("inspect", stderr, "inspect [flags] NAME...\n\nShows each lock's holder token and metadata (hostname:pid by default), remaining\nTTL and last fence.")
 	to := targetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per lock (ttl_ms: null when free, -1 when held with no expiry)")
+	delay := delayFlag(fs)
 	names, code := parseMixed(fs, args)
 	if code >= 0 {
 		return code
@@ -28,7 +30,11 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "dlock inspect: missing NAME (see 'dlock inspect -h')")
 		return exitUsage
 	}
-	c, closeFn, err := to.client(ctx)
+	if *delay < 0 {
+		fmt.Fprintln(stderr, "dlock inspect: --lock-delay must not be negative")
+		return exitUsage
+	}
+	c, closeFn, err := to.client(ctx, dlock.LockDelay(*delay))
 	if err != nil {
 		return report(stderr, err)
 	}
@@ -48,6 +54,7 @@ func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("list", stderr, "list [flags] [PATTERN]\n\nLists held locks whose names match the glob PATTERN (default *), using SCAN\n(on every node of a quorum). Keys under the prefix that dlock did not write\n(another program's) show as HELD foreign.")
 	to := targetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per lock (ttl_ms: null when free, -1 when held with no expiry)")
+	delay := delayFlag(fs)
 	patterns, code := parseMixed(fs, args)
 	if code >= 0 {
 		return code
@@ -56,7 +63,11 @@ func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlock list: at most one PATTERN")
 		return exitUsage
 	}
-	c, closeFn, err := to.client(ctx)
+	if *delay < 0 {
+		fmt.Fprintln(stderr, "dlock list: --lock-delay must not be negative")
+		return exitUsage
+	}
+	c, closeFn, err := to.client(ctx, dlock.LockDelay(*delay))
 	if err != nil {
 		return report(stderr, err)
 	}
@@ -124,6 +135,12 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return exitOK
 }
 
+// delayFlag defines --lock-delay on fs: the holders' lock-delay, by which
+// a lock held only by leases with no more than it left shows as in it.
+func delayFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("lock-delay", 0, "the holders' LockDelay: a lock whose leases have at most this `long` left shows HELD delay (JSON in_delay): its holders' validity has ended")
+}
+
 // libError gives a library error its exit code.
 func libError(err error) error {
 	if errors.Is(err, dlock.ErrInvalid) {
@@ -143,7 +160,8 @@ type infoJSON struct {
 	Owners  []ownerJSON  `json:"owners,omitempty"`
 	Permits []permitJSON `json:"permits,omitempty"`
 	RWHolds []rwHoldJSON `json:"rw_holds,omitempty"`
-	TTLMS   *int64       `json:"ttl_ms"` // null when free, -1 when held with no expiry
+	TTLMS   *int64       `json:"ttl_ms"`             // null when free, -1 when held with no expiry
+	InDelay bool         `json:"in_delay,omitempty"` // held only by leases in lock-delay (--lock-delay)
 	Queued  int          `json:"queued"`
 	Fence   int64        `json:"fence"`
 }
@@ -204,7 +222,7 @@ func foreign(in dlock.Info) string {
 // jsonOf is the JSON object of in.
 func jsonOf(in dlock.Info) infoJSON {
 	j := infoJSON{Name: in.Name, Key: in.Key, Held: in.Held, Type: in.Type, Foreign: foreign(in) != "",
-		Token: in.Token, Meta: in.Meta, Queued: in.Queued, Fence: in.Fence}
+		Token: in.Token, Meta: in.Meta, Queued: in.Queued, Fence: in.Fence, InDelay: in.InDelay}
 	if in.Held {
 		ms := int64(-1)
 		if in.TTL >= 0 {
@@ -239,6 +257,9 @@ func rowOf(in dlock.Info) row {
 		r.held, r.ttl = "yes", "none"
 	case in.Held:
 		r.held, r.ttl = "yes", in.TTL.Round(time.Millisecond).String()
+	}
+	if in.InDelay {
+		r.held = "delay" // held by no live holder: see --lock-delay
 	}
 	if why := foreign(in); why != "" {
 		r.held, r.holder = "foreign", "not a dlock lock: "+why

@@ -36,7 +36,7 @@ import (
 //     (plus landingSlack when its answer was lost), and with auto-extend
 //     the watchdog's last extension (sent before the first Release call,
 //     which stops it; landingSlack for one in flight) plus the longest
-//     lease time asked for. A handle with auto-extend that was never
+//     lease time asked for; each plus the lease's lock-delay, if any. A handle with auto-extend that was never
 //     released (its process was killed) is busy to the end.
 //
 // Critical sections lie inside those spans (a stamp is only recorded while
@@ -137,6 +137,7 @@ func leases(h []Event, ttl time.Duration) []lease {
 		acqRet  int64
 		expiry  int64 // latest expiry a call can have set
 		maxTTL  int64 // longest lease time asked for (the watchdog's)
+		delay   int64 // the lease's lock-delay: Redis keeps it that much longer
 		stop    int64 // first Release call (stops the watchdog); 0: none
 		settled int64 // first definite end; 0: none
 	}
@@ -154,7 +155,7 @@ func leases(h []Event, ttl time.Duration) []lease {
 			from = max(from, e.VU-lt)
 		}
 		s := &span{lease: lease{name: e.Name, w: e.W, cs: e.CS, from: from}, acqRet: e.Ret,
-			expiry: e.Ret + lt, maxTTL: lt}
+			expiry: e.Ret + lt + e.Delay, maxTTL: lt + e.Delay, delay: e.Delay}
 		byCS[e.CS] = s
 		order = append(order, s)
 		if e.Op == OpDo {
@@ -173,12 +174,12 @@ func leases(h []Event, ttl time.Duration) []lease {
 			if s == nil || (e.Res != "ok" && e.Res != "err") {
 				continue
 			}
-			end := e.Ret + e.Arg
+			end := e.Ret + e.Arg + s.delay
 			if e.Res == "err" {
 				end += int64(landingSlack)
 			}
 			s.expiry = max(s.expiry, end)
-			s.maxTTL = max(s.maxTTL, e.Arg)
+			s.maxTTL = max(s.maxTTL, e.Arg+s.delay)
 		case OpRelease:
 			s := byCS[e.CS]
 			if s == nil {

@@ -31,6 +31,7 @@ func freeWaitCases(ttl time.Duration) []freeWaitCase {
 		return Event{W: w, Name: "n0", Op: OpAcquire, Inv: at(inv), Ret: at(ret), Res: "ok", CS: cs, Tok: cs,
 			Fence: 1, VU: at(inv) + int64(ttl)}
 	}
+	delayed := func(e Event, d time.Duration) Event { e.Delay = int64(d); return e } // taken with LockDelay(d)
 	release := func(w, cs string, inv, ret int, res string) Event {
 		return Event{W: w, Name: "n0", Op: OpRelease, Inv: at(inv), Ret: at(ret), Res: res, CS: cs, Tok: cs}
 	}
@@ -54,6 +55,9 @@ func freeWaitCases(ttl time.Duration) []freeWaitCase {
 			release("g0", "g0#1", 100, 110, "ok"), waiter(50, 6000), fault(1000, 1500)}, true, 3500 * time.Millisecond},
 		{"lapsed without auto-extend", []Event{cfg("g0", false), cfg("g1", true), held("g0", "g0#1", 0, 10),
 			waiter(50, 6000)}, true, 6000*time.Millisecond - ttl - 10*time.Millisecond - expirySlack},
+		{"lapsed with a lock-delay: Redis keeps it the delay longer", []Event{cfg("g0", false), cfg("g1", true),
+			delayed(held("g0", "g0#1", 0, 10), 2*time.Second), waiter(50, 6000)}, false,
+			6000*time.Millisecond - ttl - 10*time.Millisecond - 2*time.Second - expirySlack},
 		{"auto-extended, never released", []Event{cfg("g0", true), cfg("g1", true), held("g0", "g0#1", 0, 10),
 			waiter(50, 6000)}, false, 0},
 		{"release failed: the watchdog's last lease runs out", []Event{cfg("g0", true), cfg("g1", true), held("g0", "g0#1", 0, 10),

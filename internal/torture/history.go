@@ -48,6 +48,9 @@ type Event struct {
 	// deadline it sets (Lock.Deadline), unix ns; 0 without one.
 	Hold int64 `json:"hold,omitempty"`
 	Cap  int64 `json:"cap,omitempty"`
+	// Delay is a lease's lock-delay (LockDelay), ns: Redis keeps the lease
+	// that much past the lease time asked for; 0 without one.
+	Delay int64 `json:"delay,omitempty"`
 	// Grp names the multi-lock call (AcquireAll, TryAcquireAll, DoAll) an
 	// acquisition is a part of; its OpAll event carries it too.
 	Grp string `json:"grp,omitempty"`

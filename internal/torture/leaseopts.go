@@ -10,7 +10,7 @@ import (
 )
 
 // This file is the per-call options of the workload (LeaseTTL, MaxWait,
-// HolderMeta, MaxHold) and the max hold's part of it: a holder that keeps
+// HolderMeta, MaxHold, LockDelay) and the max hold's part of it: a holder that keeps
 // its critical section going past the cap, then watches the loss signal
 // and the lock's key.
 
@@ -43,18 +43,20 @@ var metas = []string{"job-7", "host a:1/x", "ünï%20cødé", "k=v; w, x", strin
 
 // callOpts are the per-call options of one acquisition.
 type callOpts struct {
-	opts []dlock.LockOption
-	ttl  time.Duration // LeaseTTL; 0: none
-	wait time.Duration // MaxWait; -1: none
-	meta *string       // HolderMeta; nil: none
-	hold *time.Duration
+	opts  []dlock.LockOption
+	ttl   time.Duration // LeaseTTL; 0: none
+	wait  time.Duration // MaxWait; -1: none
+	meta  *string       // HolderMeta; nil: none
+	hold  *time.Duration
+	delay time.Duration // LockDelay; 0: none
 }
 
 // drawOpts picks the per-call options of an acquisition by op (OpAcquire,
 // OpTry, OpDo), in the modes that take them: a lease time shorter or
 // longer than the Client's (up to twice it: the checks' longest lease stays
 // 4×TTL, an Extend's), a wait bound, and (optModes) holder metadata, a max
-// hold or none in place of the Client's.
+// hold or none in place of the Client's, and a lock-delay (up to TTL/2:
+// with twice the TTL asked, the lease stays within 4×TTL).
 func (w *Worker) drawOpts(op string) callOpts {
 	co := callOpts{wait: -1}
 	queued := queuedKinds(w.cfg.Mode)
@@ -85,6 +87,10 @@ func (w *Worker) drawOpts(op string) callOpts {
 		}
 		co.hold = &d
 		co.opts = append(co.opts, dlock.MaxHold(d))
+	}
+	if w.rng.IntN(3) == 0 {
+		co.delay = w.dur(ttl/10, ttl/2).Truncate(time.Millisecond)
+		co.opts = append(co.opts, dlock.LockDelay(co.delay))
 	}
 	return co
 }
@@ -131,6 +137,7 @@ func (w *Worker) annotate(e *Event, co callOpts, l *dlock.Lock) {
 		return
 	}
 	e.Hold = int64(w.effHold(co))
+	e.Delay = int64(co.delay)
 	if at, ok := l.Deadline(); ok {
 		e.Cap = at.UnixNano()
 	}
@@ -197,8 +204,8 @@ func (w *Worker) overstay(h *handle, believe func() bool) {
 
 // capFree polls Redis, after a lease's loss at its max hold, until the
 // lock no longer carries it (the library releases it at once; at worst
-// the key expires a drift margin after the cap), for at most 4s past the
-// cap, and records what it found.
+// the key expires a drift margin after the cap; with a lock-delay, up to
+// TTL/2 more), for at most 4s past the cap, and records what it found.
 func (w *Worker) capFree(h *handle, at time.Time) {
 	e := Event{Name: h.l.Name(), Op: OpCapFree, CS: h.id, Tok: h.l.Token(), Cap: at.UnixNano(), Inv: now(), Res: "stillheld"}
 	for i := 0; i < 100 && e.Res == "stillheld"; i++ {

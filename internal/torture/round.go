@@ -259,8 +259,8 @@ func quiesce(t *testing.T, c *cluster, p plan, n int, cfg WorkerConfig, rec *Rec
 			r.Close()
 		}
 	}()
-	maxLease := 4 * p.ttl
-	var grace time.Duration // a killed worker's leases and queue entries expire on their own
+	maxLease := 4*p.ttl + p.ttl/2 // the longest Extend, and the longest lock-delay (drawOpts)
+	var grace time.Duration       // a killed worker's leases and queue entries expire on their own
 	if killed != 0 {
 		grace = maxLease + 2*max(p.ttl, time.Second)
 	}
