@@ -390,7 +390,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		// later successful extension counts from its own start.)
 		l.setValidity(ttl, t, true)
 		l.expire()
-		return opError("extend", l.name, err)
+		return opError("extend", l.name, backend.ExtensionError(err))
 	}
 	if !ok {
 		err := lost(l.name, "the lock key no longer holds our token")
