@@ -173,3 +173,42 @@ func TestNoJeopardyWhileExtensionsSucceed(t *testing.T) {
 		t.Error("Jeopardy still open after the release")
 	}
 }
+
+// Close stops the watchdog, so a held lease then ends at its validity: its
+// holder is told it is at risk before that loss, not only at it.
+func TestJeopardyToldBeforeTheLossOfALeaseCloseStoppedExtending(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	_, rdb := setup(t)
+	tr := &jeopardyTrace{}
+	c, err := dlock.New(rdb, dlock.LeaseTTL(6*time.Second), dlock.WithObserver(tr.observer()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	l, err := c.TryAcquire(ctx, "closed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := l.Jeopardy()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var errAtRisk error
+	if !waitFor(20*time.Second, func() bool {
+		if isOpen(j) {
+			return false
+		}
+		errAtRisk = l.Err()
+		return true
+	}) {
+		t.Fatal("Jeopardy still open 20s after Close, with a 6s lease")
+	}
+	if errAtRisk != nil {
+		t.Errorf("Jeopardy closed only at the loss (%v): the holder was not told before it", errAtRisk)
+	}
+	if ops := tr.seen(); len(ops) == 0 || ops[0] != dlock.OpJeopardy {
+		t.Errorf("observers told %v, want a jeopardy first", ops)
+	}
+	l.Release(ctx)
+}

@@ -244,7 +244,7 @@ func (l *Lock) Done() <-chan struct{} {
 
 // Jeopardy returns a channel closed once the lease is at risk (a watchdog
 // extension failed, or went unanswered for half the validity left, while the
-// lease is valid), and at the release or loss. After a later extension
+// lease is valid; or Close stopped the watchdog), and at the release or loss. After a later extension
 // succeeds it returns a new channel. Do's fn reads it from its Lock.
 func (l *Lock) Jeopardy() <-chan struct{} {
 	l.expire()
@@ -394,7 +394,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		// later successful extension counts from its own start.)
 		l.setValidity(ttl, t, true)
 		l.expire()
-		return opError("extend", l.name, err)
+		return opError("extend", l.name, backend.ExtensionError(err))
 	}
 	if !ok {
 		err := lost(l.name, "the lock key no longer holds our token")

@@ -39,6 +39,12 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 	switch {
 	case errors.Is(err, backend.ErrSuperseded):
 		return nil, opError(op, l.name, backend.Because(ErrNotHeld, "another Lock resumed the lease first"))
+	case errors.Is(err, backend.ErrNotDurable), errors.Is(err, backend.ErrReplicaAck):
+		// Extended, so the Lock that held the lease is superseded, but not
+		// acknowledged: undone, as a TryAcquire's grant is, rather than left
+		// to run out driven by nobody.
+		c.undo(ctx, l.cl)
+		return nil, opError(op, l.name, backend.Because(ErrNotAcquired, err.Error()+" (undone)", err))
 	case err != nil:
 		return nil, opError(op, l.name, err)
 	case !ok:

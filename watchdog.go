@@ -18,13 +18,18 @@ const minRetry = 10 * time.Millisecond
 func (l *Lock) tick() {
 	l.expire()
 	l.mu.Lock()
-	validUntil, stop := l.validUntil, l.err != nil || l.atCap || l.c.closed.Load()
+	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap
+	stop := l.err != nil || atCap || closed
 	if !stop && l.jeopT != nil {
 		l.inFlight = true
 		l.jeopT.Reset(time.Until(validUntil) / 2)
 	}
 	l.mu.Unlock()
 	if stop {
+		if closed && !atCap {
+			// Extended no more, the lease ends at its validity: at risk.
+			l.jeopardize(opError("extend", l.name, ErrClosed), false)
+		}
 		return // (at the max hold, the expiry timer ends the lease there; after Close, its validity)
 	}
 

@@ -60,3 +60,17 @@ func poll(d time.Duration, cond func() bool) bool {
 	}
 	return cond()
 }
+
+// --jeopardy-signal takes a signal's name: "SIG" alone, or "sig", names
+// none, and is refused rather than taken as no signal at all.
+func TestRunJeopardySignalRefusesABareSIGPrefix(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	for _, sig := range []string{"SIG", "sig"} {
+		code, _, errOut := result(t, dlockCmd(t, childEnv("env", "REDIS_URL="+s.URL()),
+			"run", "--jeopardy-signal", sig, "j", "--", "true"))
+		if code != exitUsage || !strings.Contains(errOut, "USR1") {
+			t.Errorf("--jeopardy-signal %s: exit %d, stderr %q; want %d naming the signals taken", sig, code, errOut, exitUsage)
+		}
+	}
+}

@@ -116,8 +116,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlock run: at most one of --read, --write and -n")
 		return exitUsage
 	}
-	jsig, ok := jeopardySignals[strings.TrimPrefix(strings.ToUpper(*jeopardy), "SIG")]
-	if !ok {
+	jname := strings.ToUpper(*jeopardy)
+	if len(jname) > len("SIG") {
+		jname = strings.TrimPrefix(jname, "SIG")
+	}
+	jsig, ok := jeopardySignals[jname]
+	if !ok || (jsig == 0 && *jeopardy != "") {
 		fmt.Fprintf(stderr, "dlock run: --jeopardy-signal %q: want one of USR1, USR2, HUP, INT, TERM, WINCH\n", *jeopardy)
 		return exitUsage
 	}

@@ -67,7 +67,21 @@ func (n Node) acksOf(wait, aof *redis.Cmd) (int64, error) {
 // without it (before Redis 7.2) or without an append-only file, which
 // matches ErrNotDurable, ErrInvalid and ErrNotAcquired; nil for a failure
 // that is no refusal (the connection broke: the acknowledgement is missing).
-func notDurable(err error) error {
+func notDurable(err error) error { return refusedWAITAOF(err, ErrNotAcquired) }
+
+// ExtensionError is err, an extension's, with a refusal of WAITAOF (see
+// notDurable) matching ErrNotDurable and ErrInvalid only: the lease was
+// not refused, so it is no ErrNotAcquired.
+func ExtensionError(err error) error {
+	var rerr redis.Error
+	if errors.Is(err, ErrNotDurable) && errors.Is(err, ErrNotAcquired) && errors.As(err, &rerr) {
+		return refusedWAITAOF(rerr)
+	}
+	return err
+}
+
+// refusedWAITAOF is notDurable's error, matching also.
+func refusedWAITAOF(err error, also ...error) error {
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
 		return nil
@@ -79,5 +93,5 @@ func notDurable(err error) error {
 	case strings.Contains(msg, "appendonly"):
 		why = "the server's append-only file is off (appendonly no): durable grants need it"
 	}
-	return Because(ErrNotDurable, why, ErrInvalid, ErrNotAcquired, err)
+	return Because(ErrNotDurable, why, append(append([]error{ErrInvalid}, also...), err)...)
 }

@@ -67,7 +67,12 @@ if holder == token then
   -- applied (see extend.lua): this is then a late copy, and the lease may
   -- have been shortened since.
   if quiet or not numbered(KEYS[5]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    if redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT') == 0 then
+      -- Not lengthened: written all the same (its value and expiry kept),
+      -- so that the WAIT or WAITAOF after this call, which covers only its
+      -- own connection's writes, covers the handover too.
+      redis.call('SET', KEYS[1], token, 'XX', 'KEEPTTL')
+    end
     if campaign then
       redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT')
     end

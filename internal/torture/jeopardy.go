@@ -2,6 +2,7 @@ package torture
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/dlockio/dlock"
@@ -12,7 +13,8 @@ import (
 // automatic extension of the name was in flight (the library tells an
 // unanswered one's jeopardy before its end), or one failed that no
 // jeopardy has been matched with yet (the library tells a failure's after
-// its end); "unfounded" otherwise. (Counts per name: a worker may hold
+// its end), or the Client was closed (its watchdog stops); "unfounded"
+// otherwise. (Counts per name: a worker may hold
 // two leases of one name, permits of a semaphore.)
 type jeopardies struct {
 	rec              *Recorder
@@ -46,7 +48,7 @@ func (j *jeopardies) observer() dlock.Observer {
 			j.mu.Lock()
 			res := "founded"
 			switch {
-			case j.inFlight[e.Name] > 0:
+			case j.inFlight[e.Name] > 0, errors.Is(e.Err, dlock.ErrClosed): // (Close stopped the watchdog)
 			case j.failed[e.Name] > 0:
 				j.failed[e.Name]--
 			default:
