@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -414,11 +415,7 @@ func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
 // a way that may pass, again in the background on Retry's schedule, for as
 // long as what it ends could block others; Drain waits for it.
 func (q *Quorum) retryOn(n Node, c *Claim, f func(context.Context) error) {
-	ttl := c.TTL
-	if ttl == 0 {
-		ttl = n.ttl
-	}
-	deadline := time.Now().Add(RetryFor(ttl))
+	deadline := time.Now().Add(RetryFor(cmp.Or(c.TTL, n.ttl)))
 	q.late.Go(func() { Retry(deadline, f, nil) })
 }
 
