@@ -252,19 +252,30 @@ func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx conte
 	if err != nil {
 		return nil, err
 	}
+	return runHeld(ctx, l, func() error { return c.release(ctx, l) },
+		func(ctx context.Context) error { return fn(ctx, l) })
+}
+
+// runHeld runs fn, the body of a Do or a DoAll, under a heldContext of
+// held, which a loss cancels as it is declared, and then release, also when
+// fn panics; it returns fn's error and release's.
+func runHeld(ctx context.Context, held interface {
+	Err() error
+	onSettled(func(error))
+}, release func() error, fn func(context.Context) error) (ferr, rerr error) {
 	fctx, cancel := context.WithCancelCause(ctx)
-	l.onSettled(cancel) // a loss cancels fctx as it is declared
+	held.onSettled(cancel)
 	finished := false
 	defer func() {
 		if !finished { // fn panicked
 			cancel(context.Canceled)
-			c.release(ctx, l)
+			release()
 		}
 	}()
-	ferr = fn(&heldContext{Context: fctx, held: l, cancel: cancel}, l)
+	ferr = fn(&heldContext{Context: fctx, held: held, cancel: cancel})
 	finished = true
 	cancel(context.Canceled)
-	return ferr, c.release(ctx, l)
+	return ferr, release()
 }
 
 // release releases the Lock of a Do. Do's caller has no Lock to call
