@@ -223,13 +223,7 @@ func loadOn(ctx context.Context, masters []driver.Conn, set scriptSet, s *server
 	)
 	for _, m := range masters {
 		wg.Go(func() {
-			cmds := make([][]any, 0, len(loadable))
-			for i, sc := range loadable {
-				if set&(1<<i) != 0 {
-					cmds = append(cmds, []any{"script", "load", script.Source(sc)})
-				}
-			}
-			rs := m.DoMulti(ctx, cmds...)
+			rs := m.DoMulti(ctx, loadCmds(set)...)
 			var ok scriptSet
 			j := 0
 			mu.Lock()
@@ -269,6 +263,17 @@ func loadOn(ctx context.Context, masters []driver.Conn, set scriptSet, s *server
 	return nil
 }
 
+// loadCmds returns SCRIPT LOAD of each script of set, in loadable's order.
+func loadCmds(set scriptSet) [][]any {
+	cmds := make([][]any, 0, len(loadable))
+	for i, sc := range loadable {
+		if set&(1<<i) != 0 {
+			cmds = append(cmds, []any{"script", "load", script.Source(sc)})
+		}
+	}
+	return cmds
+}
+
 // rerunFrom is rerun through a driver: on one server, every script the
 // Node had loaded there goes back with s's EVALSHA in one write; on a
 // Cluster s goes with EVAL, and the next Prepare loads the scripts on
@@ -280,12 +285,7 @@ func (n Node) rerunFrom(ctx context.Context, s *redis.Script, keys []string, arg
 		return s.Eval(ctx, n.rdb, keys, args...)
 	}
 	set := scriptSet(srv.loaded.Swap(0)) | scriptBits[s]
-	var cmds [][]any
-	for i, sc := range loadable {
-		if set&(1<<i) != 0 {
-			cmds = append(cmds, []any{"script", "load", script.Source(sc)})
-		}
-	}
+	cmds := loadCmds(set)
 	eval := evalArgs("evalsha", s.Hash(), keys, args)
 	rs := n.d.DoMulti(ctx, append(cmds, eval)...)
 	loads := make([]*redis.StringCmd, len(rs)-1)
