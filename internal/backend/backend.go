@@ -147,9 +147,9 @@ var (
 	releaseFairSHA any = script.ReleaseFair.Hash()
 )
 
-// commander sends scripts and commands, each once: the batcher.
+// commander sends commands, scripts' EVAL and EVALSHA among them, each
+// once: the batcher.
 type commander interface {
-	redis.Scripter
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
