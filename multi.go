@@ -91,10 +91,9 @@ func (c *Client) doAll(ctx context.Context, names []string, fn func(ctx context.
 	if err != nil {
 		return err
 	}
-	ferr, rerr := runHeld(ctx, m, func() error {
+	return runHeld(ctx, m, func() error {
 		return m.release(func(l *Lock) error { return l.c.release(ctx, l) })
 	}, func(ctx context.Context) error { return fn(ctx, m) })
-	return joinEnded(ferr, rerr)
 }
 
 // maxRounds bounds how often AcquireAll starts over after an earlier part

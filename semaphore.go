@@ -138,16 +138,14 @@ func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*L
 
 // Do takes a permit, runs fn and releases it, as [Client.Do] does.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
-	ferr, rerr := s.c.do(ctx, &s.k, s.name, fn, opts, false)
-	return joinEnded(ferr, rerr)
+	return s.c.do(ctx, &s.k, s.name, fn, opts, false)
 }
 
 // TryDo runs fn under a permit only if one is free now, as [Client.TryDo]
 // does: if all N are held or others wait, fn does not run and TryDo returns
 // an error wrapping [ErrNotAcquired].
 func (s *Semaphore) TryDo(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
-	ferr, rerr := s.c.do(ctx, &s.k, s.name, fn, opts, true)
-	return joinEnded(ferr, rerr)
+	return s.c.do(ctx, &s.k, s.name, fn, opts, true)
 }
 
 // size runs op on the size kept in Redis (see backend.Node.Permits); its
