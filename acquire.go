@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -412,11 +413,7 @@ func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 		wait = undoWait
 	}
 	first := make(chan struct{}) // closed when the first try is over
-	ttl := cl.TTL
-	if ttl == 0 {
-		ttl = c.opts.lease.ttl
-	}
-	deadline := time.Now().Add(backend.RetryFor(ttl))
+	deadline := time.Now().Add(backend.RetryFor(cmp.Or(cl.TTL, c.opts.lease.ttl)))
 	c.bg.Go(func() { c.undoUntil(cl, deadline, first) })
 	t := time.NewTimer(wait)
 	defer t.Stop()

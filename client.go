@@ -222,8 +222,7 @@ func (c *Client) Owner(owner string) (*Client, error) {
 // [ErrMaxHold]), whose Err checks the validity itself, even after a long
 // pause. Do returns fn's error joined with the loss's or the release's.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
-	ferr, rerr := c.do(ctx, &c.own, name, fn, opts, false)
-	return joinEnded(ferr, rerr)
+	return c.do(ctx, &c.own, name, fn, opts, false)
 }
 
 // TryDo runs fn under the lock name only if it is free now: it makes one
@@ -235,13 +234,12 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 // fn's own errors come back as they are, so a fn that takes other locks
 // may return ErrNotAcquired too.
 func (c *Client) TryDo(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
-	ferr, rerr := c.do(ctx, &c.own, name, fn, opts, true)
-	return joinEnded(ferr, rerr)
+	return c.do(ctx, &c.own, name, fn, opts, true)
 }
 
-// do is Do (try: TryDo), returning apart fn's error and the acquisition's
-// error (fn did not run) or the release's.
-func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx context.Context, l *Lock) error, opts []LockOption, try bool) (ferr, rerr error) {
+// do is Do (try: TryDo): the acquisition's error (fn did not run), or
+// fn's error joined with the release's (see joinEnded).
+func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx context.Context, l *Lock) error, opts []LockOption, try bool) error {
 	var l *Lock
 	var err error
 	if try {
@@ -250,21 +248,32 @@ func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx conte
 		l, err = c.acquireAs(ctx, k, name, opts)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
+	return runHeld(ctx, l, func() error { return c.release(ctx, l) },
+		func(ctx context.Context) error { return fn(ctx, l) })
+}
+
+// runHeld runs fn, the body of a Do or a DoAll, under a heldContext of
+// held, which a loss cancels as it is declared, and then release, also when
+// fn panics; it returns fn's error joined with release's (see joinEnded).
+func runHeld(ctx context.Context, held interface {
+	Err() error
+	onSettled(func(error))
+}, release func() error, fn func(context.Context) error) error {
 	fctx, cancel := context.WithCancelCause(ctx)
-	l.onSettled(cancel) // a loss cancels fctx as it is declared
+	held.onSettled(cancel)
 	finished := false
 	defer func() {
 		if !finished { // fn panicked
 			cancel(context.Canceled)
-			c.release(ctx, l)
+			release()
 		}
 	}()
-	ferr = fn(&heldContext{Context: fctx, held: l, cancel: cancel}, l)
+	ferr := fn(&heldContext{Context: fctx, held: held, cancel: cancel})
 	finished = true
 	cancel(context.Canceled)
-	return ferr, c.release(ctx, l)
+	return joinEnded(ferr, release())
 }
 
 // release releases the Lock of a Do. Do's caller has no Lock to call

@@ -94,7 +94,7 @@ func (e *Election) Do(ctx context.Context, value string, fn func(ctx context.Con
 	if err != nil {
 		return err
 	}
-	ferr, rerr := e.c.do(ctx, &campaigns, e.name, func(ctx context.Context, l *Lock) error {
+	return e.c.do(ctx, &campaigns, e.name, func(ctx context.Context, l *Lock) error {
 		ld, err := leadership(ctx, l)
 		if err != nil {
 			if l.p.resume != "" {
@@ -104,7 +104,6 @@ func (e *Election) Do(ctx context.Context, value string, fn func(ctx context.Con
 		}
 		return fn(ctx, ld)
 	}, opts, false)
-	return joinEnded(ferr, rerr)
 }
 
 // campaignOpts checks a campaign's value and options and returns the

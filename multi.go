@@ -91,22 +91,9 @@ func (c *Client) doAll(ctx context.Context, names []string, fn func(ctx context.
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
-	m.onSettled(cancel)
-	release := func() error {
-		cancel(context.Canceled)
+	return runHeld(ctx, m, func() error {
 		return m.release(func(l *Lock) error { return l.c.release(ctx, l) })
-	}
-	finished := false
-	defer func() {
-		if !finished { // fn panicked
-			release()
-		}
-	}()
-	ferr := fn(&heldContext{Context: fctx, held: m, cancel: cancel}, m)
-	finished = true
-	rerr := release()
-	return joinEnded(ferr, rerr)
+	}, func(ctx context.Context) error { return fn(ctx, m) })
 }
 
 // maxRounds bounds how often AcquireAll starts over after an earlier part

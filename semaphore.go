@@ -69,22 +69,16 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 1 || n > math.MaxInt32 {
 		return false, fmt.Errorf("%w: TrySetPermits(%d) of %q: need 1 to %d", ErrInvalid, n, s.name, math.MaxInt32)
 	}
-	ps, err := s.size(ctx, "set", n)
-	if err != nil {
-		return false, opError("set permits", s.name, err)
-	}
-	return ps.Changed, nil
+	ps, err := s.size(ctx, "set permits", "set", n)
+	return ps.Changed, err
 }
 
 // UnsetPermits deletes the size kept in Redis, if any (false if none was):
 // each caller's own N counts again. Holds stay; waiters of N = 0 fail with
 // [ErrInvalid].
 func (s *Semaphore) UnsetPermits(ctx context.Context) (bool, error) {
-	ps, err := s.size(ctx, "unset", 0)
-	if err != nil {
-		return false, opError("unset permits", s.name, err)
-	}
-	return ps.Changed, nil
+	ps, err := s.size(ctx, "unset permits", "unset", 0)
+	return ps.Changed, err
 }
 
 // AddPermits adds delta (< 0: takes away) to the size kept in Redis, or to N if
@@ -93,25 +87,19 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 	if delta < -math.MaxInt32 || delta > math.MaxInt32 {
 		return 0, fmt.Errorf("%w: AddPermits(%d) of %q: out of range", ErrInvalid, delta, s.name)
 	}
-	ps, err := s.size(ctx, "add", delta)
-	if err != nil {
-		return 0, opError("add permits", s.name, err)
-	}
-	return ps.Size, nil
+	ps, err := s.size(ctx, "add permits", "add", delta)
+	return ps.Size, err
 }
 
 // Available returns the size (kept in Redis, else N) less the permits held:
 // below 0 while holds above a shrunk size last. [ErrInvalid]: N is 0 and no
 // size is kept.
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
-	ps, err := s.size(ctx, "get", 0)
+	ps, err := s.size(ctx, "available", "get", 0)
 	if err == nil && ps.Size == 0 {
-		err = backend.Because(ErrInvalid, "no size is kept in Redis for this semaphore of 0 permits")
+		return 0, opError("available", s.name, backend.Because(ErrInvalid, "no size is kept in Redis for this semaphore of 0 permits"))
 	}
-	if err != nil {
-		return 0, opError("available", s.name, err)
-	}
-	return ps.Size - ps.Held, nil
+	return ps.Size - ps.Held, err
 }
 
 // TryAcquire makes one attempt to take a permit, as [Client.TryAcquire] does:
@@ -150,25 +138,28 @@ func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*L
 
 // Do takes a permit, runs fn and releases it, as [Client.Do] does.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
-	ferr, rerr := s.c.do(ctx, &s.k, s.name, fn, opts, false)
-	return joinEnded(ferr, rerr)
+	return s.c.do(ctx, &s.k, s.name, fn, opts, false)
 }
 
 // TryDo runs fn under a permit only if one is free now, as [Client.TryDo]
 // does: if all N are held or others wait, fn does not run and TryDo returns
 // an error wrapping [ErrNotAcquired].
 func (s *Semaphore) TryDo(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
-	ferr, rerr := s.c.do(ctx, &s.k, s.name, fn, opts, true)
-	return joinEnded(ferr, rerr)
+	return s.c.do(ctx, &s.k, s.name, fn, opts, true)
 }
 
-// size runs op on the size kept in Redis (see backend.Node.Permits).
-func (s *Semaphore) size(ctx context.Context, op string, v int) (ps backend.PermitSize, err error) {
-	err = s.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
+// size runs op on the size kept in Redis (see backend.Node.Permits); its
+// error names the operation what, and comes with the zero PermitSize.
+func (s *Semaphore) size(ctx context.Context, what, op string, v int) (backend.PermitSize, error) {
+	var ps backend.PermitSize
+	err := s.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
 		ps, err = n.Permits(ctx, &s.keys, op, v, s.permits)
 		return err
 	})
-	return ps, err
+	if err != nil {
+		return backend.PermitSize{}, opError(what, s.name, err)
+	}
+	return ps, nil
 }
 
 // Permit is one live permit of a semaphore.

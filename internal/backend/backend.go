@@ -6,6 +6,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -146,9 +147,9 @@ var (
 	releaseFairSHA any = script.ReleaseFair.Hash()
 )
 
-// commander sends scripts and commands, each once: the batcher.
+// commander sends commands, scripts' EVAL and EVALSHA among them, each
+// once: the batcher.
 type commander interface {
-	redis.Scripter
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
@@ -660,11 +661,7 @@ func (n Node) Release(ctx context.Context, c *Claim) (bool, error) {
 func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 	var window int64
 	if mark {
-		ttl := c.TTL
-		if ttl == 0 {
-			ttl = n.ttl
-		}
-		window = Window(ttl).Milliseconds()
+		window = Window(cmp.Or(c.TTL, n.ttl)).Milliseconds()
 	}
 	var v int64
 	sent, err := n.again(ctx, c.ReleaseSent, func() (err error) {

@@ -221,27 +221,3 @@ func evalArgs(cmd, scriptOrSHA string, keys []string, args []any) []any {
 	}
 	return append(a, args...)
 }
-
-func (b *batcher) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return b.Do(ctx, evalArgs("eval", script, keys, args)...)
-}
-
-func (b *batcher) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return b.Do(ctx, evalArgs("evalsha", sha1, keys, args)...)
-}
-
-func (b *batcher) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return b.Do(ctx, evalArgs("eval_ro", script, keys, args)...)
-}
-
-func (b *batcher) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return b.Do(ctx, evalArgs("evalsha_ro", sha1, keys, args)...)
-}
-
-func (b *batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
-	return b.rdb.ScriptExists(ctx, hashes...)
-}
-
-func (b *batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	return b.rdb.ScriptLoad(ctx, script)
-}

@@ -20,7 +20,7 @@ type campaign struct{}
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	cmd, acks := n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
-		c.Token, ttl.Milliseconds(), queueFlag(queue), n.fairConf(ttl, true))
+		c.Token, ttl.Milliseconds(), flag(queue), n.fairConf(ttl, true))
 	g, err := n.lockGrant(ctx, c, cmd, acks, "a leader's lease")
 	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)
 		value, _ := n.rdb.Do(ctx, "get", c.ValueKey()).Text() // (unread: the token's metadata names it)

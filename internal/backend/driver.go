@@ -152,40 +152,6 @@ func setReply(cmd *redis.Cmd, v any, err error) {
 	}
 }
 
-func (c drv) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return c.Do(ctx, evalArgs("eval", script, keys, args)...)
-}
-
-func (c drv) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return c.Do(ctx, evalArgs("evalsha", sha1, keys, args)...)
-}
-
-func (c drv) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return c.Do(ctx, evalArgs("eval_ro", script, keys, args)...)
-}
-
-func (c drv) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return c.Do(ctx, evalArgs("evalsha_ro", sha1, keys, args)...)
-}
-
-func (c drv) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
-	cmd := redis.NewBoolSliceCmd(ctx)
-	cmd.SetErr(errors.New("SCRIPT EXISTS is not sent through a driver"))
-	return cmd
-}
-
-func (c drv) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	cmd := redis.NewStringCmd(ctx)
-	v, err := c.d.Do(ctx, "script", "load", script)
-	if err != nil {
-		cmd.SetErr(err)
-	} else {
-		s, _ := v.(string)
-		cmd.SetVal(s)
-	}
-	return cmd
-}
-
 // prepareFrom is prepare's load through a driver: the scripts of set go to
 // every master (on a Cluster; the server otherwise), each master's in one
 // write, and s records what all of them loaded. To a deployment that has
@@ -223,13 +189,7 @@ func loadOn(ctx context.Context, masters []driver.Conn, set scriptSet, s *server
 	)
 	for _, m := range masters {
 		wg.Go(func() {
-			cmds := make([][]any, 0, len(loadable))
-			for i, sc := range loadable {
-				if set&(1<<i) != 0 {
-					cmds = append(cmds, []any{"script", "load", script.Source(sc)})
-				}
-			}
-			rs := m.DoMulti(ctx, cmds...)
+			rs := m.DoMulti(ctx, loadCmds(set)...)
 			var ok scriptSet
 			j := 0
 			mu.Lock()
@@ -269,6 +229,17 @@ func loadOn(ctx context.Context, masters []driver.Conn, set scriptSet, s *server
 	return nil
 }
 
+// loadCmds returns SCRIPT LOAD of each script of set, in loadable's order.
+func loadCmds(set scriptSet) [][]any {
+	cmds := make([][]any, 0, len(loadable))
+	for i, sc := range loadable {
+		if set&(1<<i) != 0 {
+			cmds = append(cmds, []any{"script", "load", script.Source(sc)})
+		}
+	}
+	return cmds
+}
+
 // rerunFrom is rerun through a driver: on one server, every script the
 // Node had loaded there goes back with s's EVALSHA in one write; on a
 // Cluster s goes with EVAL, and the next Prepare loads the scripts on
@@ -277,15 +248,10 @@ func (n Node) rerunFrom(ctx context.Context, s *redis.Script, keys []string, arg
 	srv := &n.caches.single
 	if n.d.Info().Cluster || srv.refused.Load() {
 		srv.loaded.Store(0)
-		return s.Eval(ctx, n.rdb, keys, args...)
+		return n.eval(ctx, s, keys, args)
 	}
 	set := scriptSet(srv.loaded.Swap(0)) | scriptBits[s]
-	var cmds [][]any
-	for i, sc := range loadable {
-		if set&(1<<i) != 0 {
-			cmds = append(cmds, []any{"script", "load", script.Source(sc)})
-		}
-	}
+	cmds := loadCmds(set)
 	eval := evalArgs("evalsha", s.Hash(), keys, args)
 	rs := n.d.DoMulti(ctx, append(cmds, eval)...)
 	loads := make([]*redis.StringCmd, len(rs)-1)
@@ -299,7 +265,7 @@ func (n Node) rerunFrom(ctx context.Context, s *redis.Script, keys []string, arg
 	cmd := redis.NewCmd(ctx, eval...)
 	last := rs[len(rs)-1]
 	if setReply(cmd, last.Val, last.Err); noScript(cmd.Err()) {
-		return s.Eval(ctx, n.rdb, keys, args...)
+		return n.eval(ctx, s, keys, args)
 	}
 	return cmd
 }

@@ -92,9 +92,6 @@ func plainOnly(k Kind, why error) error {
 // Carries serves every Kind (see Backend).
 func (Node) Carries(Kind) error { return nil }
 
-// queueFlag is the queue argument of the queued kinds' acquire scripts.
-func queueFlag(queue bool) int { return flag(queue) }
-
 // flag is b as a script's argument: 1 or 0.
 func flag(b bool) int {
 	if b {

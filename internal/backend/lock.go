@@ -88,11 +88,11 @@ var stringShape = shape{typ: "string", holds: holding("a lock (a string), or ano
 func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if n.replicas > 0 {
 		cmd, acks := n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
-			c.Token, ttl.Milliseconds(), queueFlag(queue), n.acquireConf(ttl))
+			c.Token, ttl.Milliseconds(), flag(queue), n.acquireConf(ttl))
 		return n.lockGrant(ctx, c, cmd, acks, "a plain lock")
 	}
 	cmd := n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 6,
-		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), queueFlag(queue), n.acquireConf(ttl)})
+		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), flag(queue), n.acquireConf(ttl)})
 	return n.lockGrant(ctx, c, cmd, -1, "a plain lock")
 }
 

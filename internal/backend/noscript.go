@@ -238,11 +238,7 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 // attempt still in flight, or by another lease, after the reads aborts the
 // EXEC, and the release reads again.
 func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
-	ttl := c.TTL
-	if ttl == 0 {
-		ttl = n.ttl
-	}
-	window := Window(ttl)
+	window := Window(cmp.Or(c.TTL, n.ttl))
 	var ok bool
 	err := n.watched(ctx, []string{c.Lock, c.Rev}, func(tx *redis.Tx) error {
 		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)

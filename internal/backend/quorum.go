@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,8 +127,9 @@ func majority[T any](q *Quorum, yes func(T) bool) func([]nodeResult[T]) bool {
 }
 
 // tally counts the nodes that said yes and that answered at all, and
-// records per node why it did not say yes (nil for those that did) in errs.
-func tally[T any](res []nodeResult[T], yes func(T) bool, errs []error) (yeses, answered int) {
+// returns per node why it did not say yes (nil for those that did).
+func tally[T any](res []nodeResult[T], yes func(T) bool) (yeses, answered int, errs []error) {
+	errs = make([]error, len(res))
 	for i, r := range res {
 		switch {
 		case r.err != nil: // (a node without an answer says why)
@@ -141,7 +143,7 @@ func tally[T any](res []nodeResult[T], yes func(T) bool, errs []error) (yeses, a
 			answered++
 		}
 	}
-	return yeses, answered
+	return yeses, answered, errs
 }
 
 // Carries serves plain locks only (see Backend).
@@ -244,8 +246,7 @@ func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error
 		v, err := n.run(ctx, script.RaiseFence, []string{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape().typ, c.Resumer).Int64()
 		return v, RedisErr(err)
 	}, majority(q, yes))
-	errs := make([]error, len(res))
-	ok, _ := tally(res, yes, errs)
+	ok, _, errs := tally(res, yes)
 	return ok, errs
 }
 
@@ -255,24 +256,12 @@ func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error
 func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
 	yes := func(f int64) bool { return f > 0 }
 	var superseded atomic.Int32 // nodes where another Lock resumed the lease
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (int64, error) {
-		f, err := n.Fence(ctx, c)
-		if errors.Is(err, ErrSuperseded) {
-			superseded.Add(1)
-			return 0, nil
-		}
-		return f, err
-	}, majority(q, yes))
-	errs := make([]error, len(res))
-	held, answered := tally(res, yes, errs)
+	res := fanOut(ctx, q, unlessSuperseded(&superseded, func(ctx context.Context, n Node) (int64, error) {
+		return n.Fence(ctx, c)
+	}), majority(q, yes))
+	held, answered, errs := tally(res, yes)
 	if held < q.need() {
-		switch {
-		case answered-held > len(q.nodes)-q.need() && superseded.Load() > 0:
-			return 0, ErrSuperseded
-		case answered-held > len(q.nodes)-q.need():
-			return 0, nil // so many said "not ours" that no majority holds it
-		}
-		return 0, &QuorumError{Op: "fence", Held: held, Need: q.need(), Nodes: errs}
+		return 0, q.notHeld("fence", held, answered, &superseded, errs)
 	}
 	var fence int64
 	for _, r := range res {
@@ -300,8 +289,7 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 		seq, drives, err := n.Seq(ctx, c)
 		return mark{seq, drives}, err
 	}, majority(q, all))
-	errs := make([]error, len(res))
-	answered, _ := tally(res, all, errs)
+	answered, _, errs := tally(res, all)
 	if answered < q.need() {
 		return 0, false, &QuorumError{Op: "resume", Held: answered, Need: q.need(), Nodes: errs}
 	}
@@ -324,25 +312,43 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 
 func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
 	var superseded atomic.Int32 // nodes where another Lock's extension was applied (it resumed the lease)
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
-		ok, err := n.Extend(ctx, c, ttl, seq)
+	res := fanOut(ctx, q, unlessSuperseded(&superseded, func(ctx context.Context, n Node) (bool, error) {
+		return n.Extend(ctx, c, ttl, seq)
+	}), majority(q, func(ok bool) bool { return ok }))
+	yes, answered, errs := tally(res, func(ok bool) bool { return ok })
+	if yes >= q.need() {
+		return true, nil
+	}
+	return false, q.notHeld("extend", yes, answered, &superseded, errs)
+}
+
+// notHeld is the outcome of an operation that fewer than a majority said
+// yes to: nil if so many said "not ours" that no majority holds the lease
+// (lost for good), ErrSuperseded instead if another Lock resumed it on one
+// of them; a QuorumError otherwise.
+func (q *Quorum) notHeld(op string, yes, answered int, superseded *atomic.Int32, errs []error) error {
+	switch {
+	case answered-yes <= len(q.nodes)-q.need():
+		return &QuorumError{Op: op, Held: yes, Need: q.need(), Nodes: errs}
+	case superseded.Load() > 0:
+		return ErrSuperseded
+	}
+	return nil
+}
+
+// unlessSuperseded wraps a node's call for fanOut: a node where another
+// Lock resumed the lease (ErrSuperseded) answers no, and is counted in
+// superseded.
+func unlessSuperseded[T any](superseded *atomic.Int32, fn func(context.Context, Node) (T, error)) func(context.Context, Node) (T, error) {
+	return func(ctx context.Context, n Node) (T, error) {
+		v, err := fn(ctx, n)
 		if errors.Is(err, ErrSuperseded) {
 			superseded.Add(1)
-			return false, nil
+			var no T
+			return no, nil
 		}
-		return ok, err
-	}, majority(q, func(ok bool) bool { return ok }))
-	errs := make([]error, len(res))
-	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
-	switch {
-	case yes >= q.need():
-		return true, nil
-	case answered-yes > len(q.nodes)-q.need() && superseded.Load() > 0:
-		return false, ErrSuperseded
-	case answered-yes > len(q.nodes)-q.need():
-		return false, nil // a majority no longer has our token: lost for good
+		return v, err
 	}
-	return false, &QuorumError{Op: "extend", Held: yes, Need: q.need(), Nodes: errs}
 }
 
 func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
@@ -356,19 +362,14 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// ends the lease, the others report it).
 	c = ptr(*c)                 // (the nodes' calls may outlive this one, and the caller marks its claim after it)
 	var superseded atomic.Int32 // nodes where another Lock resumed the lease
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
+	res := fanOut(ctx, q, unlessSuperseded(&superseded, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)
 		if Transient(err) {
 			q.retryOn(n, c, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err })
 		}
-		if errors.Is(err, ErrSuperseded) {
-			superseded.Add(1)
-			return false, nil
-		}
 		return ok, err
-	}, nil)
-	errs := make([]error, len(res))
-	yes, answered := tally(res, func(ok bool) bool { return ok }, errs)
+	}), nil)
+	yes, answered, errs := tally(res, func(ok bool) bool { return ok })
 	if superseded.Load() > 0 {
 		return false, ErrSuperseded
 	}
@@ -414,11 +415,7 @@ func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
 // a way that may pass, again in the background on Retry's schedule, for as
 // long as what it ends could block others; Drain waits for it.
 func (q *Quorum) retryOn(n Node, c *Claim, f func(context.Context) error) {
-	ttl := c.TTL
-	if ttl == 0 {
-		ttl = n.ttl
-	}
-	deadline := time.Now().Add(RetryFor(ttl))
+	deadline := time.Now().Add(RetryFor(cmp.Or(c.TTL, n.ttl)))
 	q.late.Go(func() { Retry(deadline, f, nil) })
 }
 

@@ -271,11 +271,16 @@ func redirected(err error) bool {
 // run runs the script s with EVALSHA, as redis.Script.Run does; if the
 // server lacks it, see rerun.
 func (n Node) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	cmd := n.rdb.EvalSha(ctx, s.Hash(), keys, args...)
+	cmd := n.rdb.Do(ctx, evalArgs("evalsha", s.Hash(), keys, args)...)
 	if noScript(cmd.Err()) {
 		return n.rerun(ctx, s, keys, args)
 	}
 	return cmd
+}
+
+// eval sends the script s with EVAL, as redis.Script.Eval does.
+func (n Node) eval(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+	return n.rdb.Do(ctx, evalArgs("eval", script.Source(s), keys, args)...)
 }
 
 // rerun runs the script s again after the server answered NOSCRIPT: its
@@ -291,7 +296,7 @@ func (n Node) rerun(ctx context.Context, s *redis.Script, keys []string, args []
 	}
 	srv, conn, err := n.server(ctx, keys[0])
 	if err != nil || srv.refused.Load() {
-		return s.Eval(ctx, n.rdb, keys, args...)
+		return n.eval(ctx, s, keys, args)
 	}
 	set := scriptSet(srv.loaded.Swap(0)) | scriptBits[s]
 	var (
@@ -306,7 +311,7 @@ func (n Node) rerun(ctx context.Context, s *redis.Script, keys []string, args []
 	})
 	srv.record(set, loads)
 	if err := cmd.Err(); noScript(err) || redirected(err) {
-		return s.Eval(ctx, n.rdb, keys, args...)
+		return n.eval(ctx, s, keys, args)
 	}
 	return cmd
 }
