@@ -64,6 +64,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
+	if rt, wait := goredisdriver.ReadTimeout(rdb), o.durable+o.ackTimeout*time.Duration(min(o.replicas, 1)); o.durable > 0 && rt > 0 && wait >= rt {
+		return nil, fmt.Errorf("%w: WithDurableGrants(%v): the wait must end before the Redis client's read timeout (%v), which would cut it off as a lost reply", ErrInvalid, o.durable, rt)
+	}
 	n, h := newNode(rdb, &o)
 	var b backend.Backend = n
 	if o.noScripts {

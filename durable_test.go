@@ -245,10 +245,29 @@ func TestDurableGrantsInvalidOptions(t *testing.T) {
 		{"quorum", func() (*dlock.Client, error) {
 			return dlock.NewRedlock([]redis.UniversalClient{rdb, rdb, rdb}, 0, dlock.WithDurableGrants(time.Second))
 		}, "WithDurableGrants(1s)"},
+		{"past the read timeout", func() (*dlock.Client, error) {
+			return dlock.New(rdb, dlock.WithDurableGrants(10*time.Second)) // (go-redis's default read timeout: seconds)
+		}, "before the Redis client's read timeout"},
+		{"with replica ack, past the read timeout", func() (*dlock.Client, error) {
+			return dlock.New(rdb, dlock.WithDurableGrants(rdb.Options().ReadTimeout/2), dlock.WithReplicaAck(1, rdb.Options().ReadTimeout/2))
+		}, "before the Redis client's read timeout"},
 	} {
 		c, err := tt.new()
 		if c != nil || !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: = %v, %v; want no Client and ErrInvalid naming %s", tt.name, c, err, tt.want)
 		}
 	}
+}
+
+// A durable wait that a client without a read timeout may take is accepted.
+func TestDurableGrantsLongerThanNoReadTimeoutAccepted(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: -1})
+	defer rdb.Close()
+	c, err := dlock.New(rdb, dlock.WithDurableGrants(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close(t.Context())
 }

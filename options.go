@@ -165,7 +165,8 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 
 // WithDurableGrants makes acquisitions and extensions wait up to timeout for the
 // server's append-only file (WAITAOF: Redis 7.2+ or Valkey); one not made durable
-// is undone ([ErrNotDurable], [ErrNotAcquired]). No WAITAOF or appendonly: [ErrInvalid].
+// is undone ([ErrNotDurable], [ErrNotAcquired]). No WAITAOF or appendonly: [ErrInvalid];
+// so is a timeout not below the go-redis client's ReadTimeout.
 func WithDurableGrants(timeout time.Duration) Option {
 	return option(func(o *options) {
 		if timeout <= 0 {

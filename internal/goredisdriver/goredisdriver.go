@@ -106,6 +106,18 @@ func Retries(rdb redis.UniversalClient) bool {
 	return true
 }
 
+// ReadTimeout returns how long rdb waits for a reply before it gives up on
+// the connection (0: no limit, or a client it does not know).
+func ReadTimeout(rdb redis.UniversalClient) time.Duration {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return max(c.Options().ReadTimeout, 0)
+	case *redis.ClusterClient:
+		return max(c.Options().ReadTimeout, 0)
+	}
+	return 0
+}
+
 func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error) {
 	// (go-redis connects on the first Subscribe, routed by its channels)
 	if channel != "" {
