@@ -112,3 +112,63 @@ func TestFenceCurrentRefusesBadInputQuorumAndNoScripts(t *testing.T) {
 		t.Errorf("FenceCurrent with a cancelled context = %v, %v, want false, context.Canceled", ok, err)
 	}
 }
+
+// A name held as another kind (a semaphore, a read-write lock, the other
+// of plain and reentrant), a foreign value at the lock key, or one at the
+// fence key fails the check with ErrWrongType, never a plain false; a free
+// name is not current, without an error.
+func TestFenceCurrentRefusesANameHeldAsAnotherKindWithErrWrongType(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	plain := newClient(t, rdb, dlock.WithAutoExtend(false))
+	reentrant := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false)), "o")
+	type held struct {
+		name  string
+		fence int64
+		token string
+	}
+	take := func(name string, acquire func() (*dlock.Lock, error)) held {
+		l, err := acquire()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		t.Cleanup(func() { l.Release(context.Background()) })
+		return held{name, fenceOf(t, l), l.Token()}
+	}
+	sem, _ := plain.Semaphore("fcw-sem", 2)
+	rw, _ := plain.RWMutex("fcw-rw")
+	permit := take("fcw-sem", func() (*dlock.Lock, error) { return sem.TryAcquire(ctx) })
+	write := take("fcw-rw", func() (*dlock.Lock, error) { return rw.Writer().TryAcquire(ctx) })
+	re := take("fcw-re", func() (*dlock.Lock, error) { return reentrant.TryAcquire(ctx, "fcw-re") })
+	pl := take("fcw-pl", func() (*dlock.Lock, error) { return plain.TryAcquire(ctx, "fcw-pl") })
+	for _, tc := range []struct {
+		what string
+		c    *dlock.Client
+		h    held
+	}{
+		{"a semaphore's permit, asked of a plain Client", plain, permit},
+		{"a read-write lock's write, asked of a plain Client", plain, write},
+		{"a semaphore's permit, asked of a reentrant Client", reentrant, permit},
+		{"a reentrant lock, asked of a plain Client", plain, re},
+		{"a plain lock, asked of a reentrant Client", reentrant, pl},
+	} {
+		if ok, err := tc.c.FenceCurrent(ctx, tc.h.name, tc.h.fence, tc.h.token); ok || !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("%s: FenceCurrent = %v, %v, want ErrWrongType", tc.what, ok, err)
+		}
+	}
+	rdb.RPush(ctx, "dlock:{fcw-list}", "x")
+	if ok, err := plain.FenceCurrent(ctx, "fcw-list", 1, "t"); ok || !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("a list at the lock key: FenceCurrent = %v, %v, want ErrWrongType", ok, err)
+	}
+	rdb.Del(ctx, "dlock:{fcw-pl}:fence")
+	rdb.HSet(ctx, "dlock:{fcw-pl}:fence", "x", "1")
+	if ok, err := plain.FenceCurrent(ctx, pl.name, pl.fence, pl.token); ok || !errors.Is(err, dlock.ErrWrongType) {
+		t.Errorf("a hash at the fence key: FenceCurrent = %v, %v, want ErrWrongType", ok, err)
+	}
+	for _, c := range []*dlock.Client{plain, reentrant} {
+		if ok, err := c.FenceCurrent(ctx, "fcw-free", 1, "t"); ok || err != nil {
+			t.Errorf("a free name: FenceCurrent = %v, %v, want false, nil", ok, err)
+		}
+	}
+}
