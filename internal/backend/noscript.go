@@ -433,10 +433,12 @@ func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, 
 				v[s.slot], err = contents[i]()
 			}
 		}
-		if err == nil {
+		if err == nil { // (a fence key of another type: no fence, as in inspect.lua)
 			var f string
 			if f, err = str(fence); err == nil {
 				v[3], _ = strconv.ParseInt(f, 10, 64)
+			} else if isWrongType(err) {
+				err = nil
 			}
 		}
 		if err == nil {
