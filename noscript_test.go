@@ -807,3 +807,28 @@ func TestNoScriptsInspectReadsAForeignFenceKeyAsNoFence(t *testing.T) {
 		}
 	}
 }
+
+// A script-free acquisition of a name held as another kind names what the
+// key holds, as one with scripts does, not only Redis's WRONGTYPE words.
+func TestNoScriptsAcquireOfAnotherKindNamesWhatTheKeyHolds(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithoutScripts())
+	s, err := newClient(t, rdb).Semaphore("nsk-sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	rdb.RPush(ctx, "dlock:{nsk-list}", "x")
+	for name, want := range map[string]string{"nsk-sem": "a semaphore", "nsk-list": "a list"} {
+		_, err := c.TryAcquire(ctx, name)
+		if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), "holds "+want) {
+			t.Errorf("script-free TryAcquire of %s = %v, want ErrWrongType naming %s", name, err, want)
+		}
+	}
+}

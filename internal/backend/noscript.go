@@ -154,6 +154,9 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 	})
 	if err != nil {
 		err = RedisErr(err)
+		if errors.Is(err, ErrWrongType) {
+			err = n.wrongKind(ctx, c.Lock, "a plain lock", err)
+		}
 		if !errors.Is(err, ErrRevoked) && !neverSent(err) {
 			g.Undo = true
 		}
