@@ -13,7 +13,9 @@ import (
 // fence was issued for the name. It writes nothing, and the answer may be
 // stale on arrival: guard a write with [Guard] to make it safe. A Client
 // made by [NewRedlock] or [WithoutScripts] refuses it, and bad input, with
-// [ErrInvalid].
+// [ErrInvalid]; a name held as another kind (a semaphore, a read-write lock,
+// the other of a plain and a reentrant lock) or a foreign value at its keys
+// is [ErrWrongType].
 func (c *Client) FenceCurrent(ctx context.Context, name string, fence int64, token string) (bool, error) {
 	k, err := c.check(name)
 	switch {

@@ -65,7 +65,11 @@ const doTries = 16
 // share the resource's hash slot, and must not include resource itself,
 // whose value Do leaves as Write set it. Redis runs every queued command,
 // and raises the fence, even if one fails; Do returns the first error as
-// Redis gave it. Bad input: [ErrInvalid].
+// Redis gave it. Bad input: [ErrInvalid]. An error that says "may have been
+// applied" means EXEC's reply was lost: the commands may have run, and a
+// second Do with the same fence and token is accepted and runs them again,
+// so a caller that retries should queue commands that are safe to repeat,
+// or read first what the first try did.
 func (g *Guard) Do(ctx context.Context, resource string, fence int64, token string, fn func(redis.Pipeliner) error) error {
 	w, ok := g.rdb.(watcher)
 	switch {
@@ -79,6 +83,7 @@ func (g *Guard) Do(ctx context.Context, resource string, fence int64, token stri
 	var fnErr, readErr error
 	for range doTries {
 		readErr = nil
+		queued := false // (fn's commands went to a MULTI that may have run)
 		err := w.Watch(ctx, func(tx *redis.Tx) error {
 			cur, err := tx.HMGet(ctx, resource, "fence", "token").Result()
 			if err != nil {
@@ -93,10 +98,12 @@ func (g *Guard) Do(ctx context.Context, resource string, fence int64, token stri
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				p.HSet(ctx, resource, "fence", fence, "token", token)
 				fnErr = fn(p)
+				queued = fnErr == nil
 				return fnErr
 			})
 			return err
 		}, resource)
+		var reply redis.Error
 		switch {
 		case errors.Is(err, redis.TxFailedErr): // (a write to the fence since it was read)
 			continue
@@ -104,6 +111,8 @@ func (g *Guard) Do(ctx context.Context, resource string, fence int64, token stri
 			return err
 		case readErr != nil:
 			return fmt.Errorf("dlock: guarded do %q: %w", resource, resourceErr(readErr))
+		case queued && !errors.As(err, &reply):
+			return fmt.Errorf("dlock: guarded do %q: no reply to EXEC, the commands may have been applied: %w", resource, err)
 		default: // (the transaction's, or a queued command's own error, as Redis gave it)
 			return fmt.Errorf("dlock: guarded do %q: %w", resource, err)
 		}

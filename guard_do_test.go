@@ -3,7 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -188,5 +190,42 @@ func TestGuardDoRefusesBadInputAndAppliesNothingOnError(t *testing.T) {
 	}
 	if n, err := rdb.Exists(ctx, "{r}", "{r}:log").Result(); n != 0 || err != nil || calls != 0 {
 		t.Errorf("after refused Dos: %d keys (%v), func called %d times, want none", n, err, calls)
+	}
+}
+
+// An EXEC whose reply is lost (the connection cut once Redis ran it) may
+// have applied Do's commands: Do's error says so, rather than a bare
+// network error a caller would take for nothing done, with or without the
+// client's retries (which never re-send a transaction).
+func TestGuardDoSaysItsCommandsMayHaveBeenAppliedWhenTheExecReplyIsLost(t *testing.T) {
+	t.Parallel()
+	for _, retries := range []int{-1, 3} {
+		p, rdb, direct := proxied(t, retries, 0)
+		ctx := t.Context()
+		g := dlock.NewGuard(rdb)
+		done := make(chan error, 1)
+		go func() {
+			done <- g.Do(ctx, "{r}", 5, "t", func(pp redis.Pipeliner) error {
+				p.StallReplies() // (WATCH's and HMGET's replies are in: EXEC's is held)
+				pp.Incr(ctx, "{r}:n")
+				return nil
+			})
+		}()
+		if !waitFor(5*time.Second, func() bool { return direct.Get(ctx, "{r}:n").Val() == "1" }) {
+			t.Fatalf("retries %d: the transaction never ran", retries)
+		}
+		p.Cut()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("retries %d: Do did not return 5s after the cut", retries)
+		}
+		if err == nil || !strings.Contains(err.Error(), "may have been applied") {
+			t.Errorf("retries %d: Do whose EXEC reply was lost = %v, want an error saying its commands may have been applied", retries, err)
+		}
+		if n := direct.Get(ctx, "{r}:n").Val(); n != "1" {
+			t.Errorf("retries %d: counter %q after one Do, want 1 (no transaction re-sent)", retries, n)
+		}
 	}
 }

@@ -779,3 +779,56 @@ func TestWithoutScriptsLostRepliesLeaveNothing(t *testing.T) {
 		t.Errorf("Release tried again after its reply was lost = %v, want nil (it was held until then)", err)
 	}
 }
+
+// A foreign value at a name's fence key reads as no fence, as it does with
+// scripts: Inspect of the name still tells its holder, and List still lists
+// every name.
+func TestNoScriptsInspectReadsAForeignFenceKeyAsNoFence(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithoutScripts())
+	scripted := newClient(t, rdb, dlock.WithAutoExtend(false))
+	l, err := c.TryAcquire(ctx, "nsf-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if _, err := c.TryAcquire(ctx, "nsf-b"); err != nil {
+		t.Fatal(err)
+	}
+	rdb.HSet(ctx, l.Key()+":fence", "x", "1")
+	for what, c := range map[string]*dlock.Client{"without scripts": c, "with scripts": scripted} {
+		if info, err := c.Inspect(ctx, "nsf-a"); err != nil || info.Token != l.Token() || info.Fence != 0 {
+			t.Errorf("%s: Inspect = %+v, %v, want the holder %q and fence 0", what, info, err, l.Token())
+		}
+		if infos, err := c.List(ctx, "nsf-*"); err != nil || len(infos) != 2 {
+			t.Errorf("%s: List = %d names, %v, want 2", what, len(infos), err)
+		}
+	}
+}
+
+// A script-free acquisition of a name held as another kind names what the
+// key holds, as one with scripts does, not only Redis's WRONGTYPE words.
+func TestNoScriptsAcquireOfAnotherKindNamesWhatTheKeyHolds(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithoutScripts())
+	s, err := newClient(t, rdb).Semaphore("nsk-sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	rdb.RPush(ctx, "dlock:{nsk-list}", "x")
+	for name, want := range map[string]string{"nsk-sem": "a semaphore", "nsk-list": "a list"} {
+		_, err := c.TryAcquire(ctx, name)
+		if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), "holds "+want) {
+			t.Errorf("script-free TryAcquire of %s = %v, want ErrWrongType naming %s", name, err, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"github.com/dlockio/dlock/internal/script"
@@ -10,11 +11,18 @@ import (
 // FenceCurrent reports whether fence is still current for the lock k of
 // kind kind (a string or hash at the lock key): the lease of holder (its
 // token, or a reentrant lock's owner id) holds it and no newer fence was
-// issued for the name (see fence_current.lua). It writes nothing.
+// issued for the name (see fence_current.lua). It writes nothing. A key of
+// another type at the lock or fence key is ErrWrongType.
 func (n Node) FenceCurrent(ctx context.Context, k *Keys, kind Kind, holder string, fence int64) (bool, error) {
 	v, err := n.run(ctx, script.FenceCurrent, []string{k.Lock, k.Fence}, holder, strconv.FormatInt(fence, 10), kind.shape().typ).Int64()
-	if err != nil {
-		return false, RedisErr(err)
+	if err = RedisErr(err); errors.Is(err, ErrWrongType) {
+		want := "a plain lock"
+		if kind.shape() == &hashShape {
+			want = "a reentrant lock"
+		}
+		return false, n.wrongKind(ctx, k.Lock, want, err)
+	} else if err != nil {
+		return false, err
 	}
 	return v == 1, nil
 }

@@ -154,6 +154,9 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 	})
 	if err != nil {
 		err = RedisErr(err)
+		if errors.Is(err, ErrWrongType) {
+			err = n.wrongKind(ctx, c.Lock, "a plain lock", err)
+		}
 		if !errors.Is(err, ErrRevoked) && !neverSent(err) {
 			g.Undo = true
 		}
@@ -433,10 +436,12 @@ func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, 
 				v[s.slot], err = contents[i]()
 			}
 		}
-		if err == nil {
+		if err == nil { // (a fence key of another type: no fence, as in inspect.lua)
 			var f string
 			if f, err = str(fence); err == nil {
 				v[3], _ = strconv.ParseInt(f, 10, 64)
+			} else if isWrongType(err) {
+				err = nil
 			}
 		}
 		if err == nil {
