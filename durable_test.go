@@ -50,7 +50,7 @@ func TestDurableGrantSurvivesACrashRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	s, rdb := durableServer(t, "everysec")
-	c := newClient(t, rdb, dlock.WithDurableGrants(5*time.Second), dlock.WithAutoExtend(false), dlock.LeaseTTL(time.Minute))
+	c := newClient(t, rdb, dlock.WithDurableGrants(3*time.Second), dlock.WithAutoExtend(false), dlock.LeaseTTL(time.Minute))
 	other := newClient(t, rdb, dlock.LeaseTTL(time.Minute))
 	for round := range 3 {
 		name := "durable-" + strconv.Itoa(round)
