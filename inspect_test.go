@@ -70,13 +70,15 @@ func TestInspectCountsQueuedWaiters(t *testing.T) {
 // stalls (to Redis, it died: it neither renews its entry nor leaves) with
 // a lease of 100ms, and a live waiter behind it, wait for a lock, a
 // semaphore, a read-write lock and an election held for longer than the
-// test: Queued must go from 2 to 1 within a second of the stall (the
-// entry lapses 100ms after it was last renewed; nothing serves the queue
+// test: Queued must go from 2 to 1 within two seconds of the stall (the
+// entry lapses 400ms after it was last renewed; nothing serves the queue
 // meanwhile, the live waiter renewing only every 3.3s), read by a Client
-// with scripts and by one without.
+// with scripts and by one without. (A lease long enough that a loaded
+// machine does not delay the dying waiter's renewals past it before the
+// stall.)
 func TestInspectQueuedCountsLiveWaitersOnly(t *testing.T) {
 	t.Parallel()
-	const ttl = 100 * time.Millisecond // the dying waiter's lease, and its entry's life
+	const ttl = 400 * time.Millisecond // the dying waiter's lease, and its entry's life
 	for _, kind := range []string{"fair", "semaphore", "rw", "election"} {
 		t.Run(kind, func(t *testing.T) {
 			p, rdb, direct := proxied(t, -1, 300*time.Millisecond)
@@ -119,7 +121,7 @@ func TestInspectQueuedCountsLiveWaitersOnly(t *testing.T) {
 			stalled := time.Now()
 			for what, i := range inspectors {
 				var info dlock.Info
-				ok := waitFor(time.Second, func() bool {
+				ok := waitFor(2*time.Second, func() bool {
 					info, err = i.Inspect(ctx, name)
 					return err == nil && info.Queued == 1
 				})
