@@ -44,8 +44,8 @@ func (l *Lock) tick() {
 	l.inFlight = false
 	l.mu.Unlock()
 	if jt != nil {
+		l.tellMu.Lock() // (a jeopardy being told is told before this extension's end)
 		jt.Stop()
-		l.tellMu.Lock() // a jeopardy being told is told before this extension's end
 		l.tellMu.Unlock()
 	}
 	capped := errors.Is(err, ErrMaxHold) && !errors.Is(err, ErrNotHeld)
