@@ -47,7 +47,7 @@ func campaign(ctx context.Context, e *dlock.Election, value string) <-chan outco
 
 // queued waits until n candidates wait in the election's queue.
 func queued(ctx context.Context, rdb redis.Cmdable, name string, n int64) bool {
-	return waitFor(10*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{"+name+"}:q").Val() == n })
+	return waitFor(30*time.Second, func() bool { return rdb.LLen(ctx, "dlock:{"+name+"}:q").Val() == n }) // (a process started on a loaded machine)
 }
 
 // leadTerm is what a leader does while it leads, in goroutines and in
@@ -305,10 +305,10 @@ func successionStopped(t *testing.T, rdb *redis.Client) {
 // successionKilled: a worker process that leads is killed; the queued
 // candidate leads after its TTL, with a higher fence.
 func successionKilled(t *testing.T, s *redistest.Server, rdb *redis.Client) {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	h := startHelper(t, s, "lead", "killed", time.Second, 0)
-	if !h.waitLine("leading", 10*time.Second) {
+	if !h.waitLine("leading", 30*time.Second) { // (a process started on a loaded machine)
 		t.Fatalf("the worker never led: %s", h.out.String())
 	}
 	e := newElection(t, newClient(t, rdb), "killed")

@@ -744,11 +744,11 @@ func TestSemaphoreDeadHolderFreesItsPermitAfterTTL(t *testing.T) {
 		}
 	})
 	t.Run("process-killed", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Second)
 		defer cancel()
 		const ttl = 2 * time.Second
 		h := startHelper(t, s, "hold", "sem-killed", ttl, 0, "DLOCK_PERMITS=1")
-		if !h.waitLine("held", 10*time.Second) {
+		if !h.waitLine("held", 30*time.Second) { // (a process started on a loaded machine)
 			t.Fatalf("the worker never took its permit: %s", h.out.String())
 		}
 		sem := newSemaphore(t, newClient(t, rdb), "sem-killed", 1)
@@ -817,11 +817,11 @@ func TestRWMutexDeadReaderFreesItsHold(t *testing.T) {
 		w.Release(ctx)
 	})
 	t.Run("process-killed", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Second)
 		defer cancel()
 		const ttl = 2 * time.Second
 		h := startHelper(t, s, "hold", "rw-killed", ttl, 0, "DLOCK_RW=r")
-		if !h.waitLine("held", 10*time.Second) {
+		if !h.waitLine("held", 30*time.Second) { // (a process started on a loaded machine)
 			t.Fatalf("the worker never took its read: %s", h.out.String())
 		}
 		rw := newRW(t, newClient(t, rdb), "rw-killed")

@@ -184,7 +184,7 @@ func TestDoContextKnowsOfLossRightAfterPause(t *testing.T) {
 	s, _ := setup(t)
 	for i := range 4 {
 		h := startHelper(t, s, "pausedo", "paused", 500*time.Millisecond, 1)
-		if !h.waitLine("in", 10*time.Second) {
+		if !h.waitLine("in", 30*time.Second) { // (a process started on a loaded machine)
 			t.Fatalf("round %d: the worker never entered Do", i)
 		}
 		time.Sleep(50 * time.Millisecond)

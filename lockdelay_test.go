@@ -65,11 +65,11 @@ func delayCases(t *testing.T, ttl, delay time.Duration) []delayCase {
 	for _, d := range direct {
 		nodes = append(nodes, d)
 	}
-	qnext := newRedlock(t, nodes, 100*time.Millisecond)
+	qnext := newRedlock(t, nodes, 400*time.Millisecond)
 	cases = append(cases, delayCase{
 		name: "quorum",
 		holder: func(t *testing.T, n string, opts ...dlock.Option) *dlock.Lock {
-			c := newRedlock(t, via, 100*time.Millisecond, append([]dlock.Option{dlock.LeaseTTL(ttl)}, opts...)...)
+			c := newRedlock(t, via, 400*time.Millisecond, append([]dlock.Option{dlock.LeaseTTL(ttl)}, opts...)...)
 			l, err := c.TryAcquire(t.Context(), n)
 			if err != nil {
 				t.Fatalf("quorum: taking %q = %v", n, err)
@@ -84,7 +84,7 @@ func delayCases(t *testing.T, ttl, delay time.Duration) []delayCase {
 				p.Stall()
 			}
 		},
-		inspect: newRedlock(t, nodes, 100*time.Millisecond, dlock.LockDelay(delay)),
+		inspect: newRedlock(t, nodes, 400*time.Millisecond, dlock.LockDelay(delay)),
 	})
 
 	np, nrdb, ndirect := proxiedNoScript(t, -1, 0)
@@ -124,7 +124,8 @@ func kindTake(kind string) func(ctx context.Context, c *dlock.Client, name strin
 // its lease at its validity; on every kind and deployment, nobody takes
 // the name until the lock-delay after that, as Redis keeps the lease.
 func TestLapsedLeaseKeepsNameForLockDelay(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it starts processes and servers for nine cases at once,
+	// which crowd a two-core machine's other tests.
 	const ttl, delay = time.Second, 2 * time.Second
 	for _, tc := range delayCases(t, ttl, delay) {
 		t.Run(tc.name, func(t *testing.T) {
@@ -315,7 +316,8 @@ func TestLockDelayRefusesNegative(t *testing.T) {
 // than the delay (a live holder keeps it so); every kind a helper process
 // holds, on a single node and over a quorum.
 func TestKilledHolderKeepsNameForLockDelay(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it starts processes and servers for nine cases at once,
+	// which crowd a two-core machine's other tests.
 	const ttl, delay = 2 * time.Second, 2 * time.Second
 	for _, tc := range []struct {
 		name string
@@ -344,7 +346,7 @@ func TestKilledHolderKeepsNameForLockDelay(t *testing.T) {
 					addrs = append(addrs, n.(*redis.Client).Options().Addr)
 				}
 				env = append(env, "DLOCK_QUORUM="+strings.Join(addrs, ","))
-				c = newRedlock(t, nodes, 100*time.Millisecond, dlock.LockDelay(delay))
+				c = newRedlock(t, nodes, 400*time.Millisecond, dlock.LockDelay(delay))
 			}
 			holder := startHelper(t, s, "hold", "killed", ttl, 0, env...)
 			if !holder.waitLine("held", 20*time.Second) {
