@@ -5,10 +5,12 @@ GO ?= go
 
 # The test command: every module's tests (the library, the CLI, the miniredis check, the OpenTelemetry and Prometheus
 # adapters, the rueidis, valkey-go and redigo drivers) under the race detector, against real redis-server processes.
-# Modules run side by side (scripts/test-modules.sh), and in each, the tests that own their servers run in parallel
-# (-parallel: they spend most of their time waiting for leases, not on the CPU; 4 at a time per module, because
-# several start servers and processes of their own, and the timing tests need a share of a two-core machine).
+# Modules run one after another (scripts/test-modules.sh, JOBS=1; more side by side on a machine with more cores),
+# and in each, the tests that own their servers run in parallel (-parallel: they spend most of their time waiting for
+# leases, not on the CPU; 4 at a time, because several start servers and processes of their own, and the timing
+# tests need a share of a two-core machine).
 TESTFLAGS ?= -race -count=1 -timeout 20m -parallel 4
+export JOBS ?= 1
 MODULES = . cmd/dlock extra/dlockrueidis extra/dlockvalkey extra/dlockredigo dlocktest/miniredis extra/dlockotel extra/dlockprom
 test: redis
 	bash scripts/test-modules.sh $(TESTFLAGS) -- $(MODULES)
