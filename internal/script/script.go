@@ -144,8 +144,24 @@ func withLib(src string) *redis.Script {
 
 // calls reports whether the Lua text calls the function name: name( not
 // preceded by a letter, digit or '_' (live_holds( calls live_holds, not holds).
+// (Plain string search: it runs for every function and script when the
+// package is initialised, in every process that imports it.)
 func calls(text, name string) bool {
-	return regexp.MustCompile(`(^|[^\w])` + name + `\(`).MatchString(text)
+	for i := 0; ; {
+		j := strings.Index(text[i:], name+"(")
+		if j < 0 {
+			return false
+		}
+		if j += i; j == 0 || !isWordByte(text[j-1]) {
+			return true
+		}
+		i = j + 1
+	}
+}
+
+// isWordByte reports whether b may be part of a Lua name.
+func isWordByte(b byte) bool {
+	return b == '_' || '0' <= b && b <= '9' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z'
 }
 
 // sources are the scripts' texts by digest.
