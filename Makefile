@@ -1,7 +1,7 @@
 # Each target installs redis-server first if it is missing (Debian's package).
 GO ?= go
 
-.PHONY: test test-short test-valkey demo bench compare lint check-setup redis torture
+.PHONY: test test-short test-fips test-valkey demo bench compare lint check-setup redis torture
 
 # The test command: every module's tests (the library, the CLI, the miniredis check, the OpenTelemetry and Prometheus
 # adapters, the rueidis, valkey-go and redigo drivers) under the race detector, against real redis-server processes.
@@ -19,6 +19,11 @@ test: redis
 # (testing.Short) and the fault checker for 25 s.
 test-short: redis
 	$(GO) test -short $(TESTFLAGS) ./...
+
+# The quick tier of the library and the CLI in FIPS 140-only mode: a use of an algorithm FIPS 140-3 does not
+# approve (SHA-1: the scripts' digests are written by go generate, not computed) panics.
+test-fips: redis
+	GODEBUG=fips140=only bash scripts/test-modules.sh -short $(TESTFLAGS) -- . cmd/dlock
 
 # The root package's tests, and the valkey-go driver's whole table (-full), against Valkey instead of Redis, when a
 # valkey-server is found: VALKEY_SERVER, else valkey-server in PATH, else ../shared/bin/valkey-server. When there is

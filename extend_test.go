@@ -305,7 +305,7 @@ func TestLateOlderExtensionCopyNeverShortensTheLease(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		l      *dlock.Lock
-		sc     *redis.Script
+		sc     *script.Script
 		member string
 		pttl   func() time.Duration
 	}{

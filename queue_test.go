@@ -1247,10 +1247,9 @@ func TestHandoverToAPreviousVersionWaiter(t *testing.T) {
 	ctx := t.Context()
 	name := "model-upgrade"
 	key := "dlock:{" + name + "}"
-	oldScript := redis.NewScript(oldAcquireFair)
 	const oldToken = "AAAAAAAAAAAAAAAAAAAAAA" // 22 characters of base64url, as the old version made
 	oldAcquire := func() (int64, error) {
-		return oldScript.Run(ctx, rdb, []string{key, key + ":fence", key + ":q", key + ":qw", key + ":r:" + oldToken},
+		return rdb.Eval(ctx, oldAcquireFair, []string{key, key + ":fence", key + ":q", key + ":qw", key + ":r:" + oldToken},
 			oldToken, 3000, 1, 3000, key+":ch", "PUBLISH").Int64()
 	}
 	c := newClient(t, rdb, dlock.WithAutoExtend(false))

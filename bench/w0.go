@@ -33,7 +33,7 @@ const (
 
 type w0Case struct {
 	id, name string
-	scripts  []*redis.Script // loaded before the run, as a library does on first use
+	scripts  []string // the scripts' texts, loaded before the run, as a library does on first use
 	// pair appends the lock and the unlock of name n, with a fresh token, in RESP.
 	pair func(b []byte, n *w0Name, token string) []byte
 	// lockOK and unlockOK tell whether a reply is the one of a pair that
@@ -52,7 +52,9 @@ func newW0Name(conn, i int) w0Name {
 
 // compareAndDelete is the usual release of a SET NX PX lock: delete the key
 // only if it still holds our token.
-var compareAndDelete = redis.NewScript(`if redis.call('GET',KEYS[1])==ARGV[1] then return redis.call('DEL',KEYS[1]) end return 0`)
+const compareAndDeleteSrc = `if redis.call('GET',KEYS[1])==ARGV[1] then return redis.call('DEL',KEYS[1]) end return 0`
+
+var compareAndDelete = redis.NewScript(compareAndDeleteSrc)
 
 var (
 	ttlMS    = strconv.FormatInt(ttl.Milliseconds(), 10)
@@ -69,7 +71,7 @@ var w0Cases = []w0Case{
 			return appendCmd(b, "DEL", n.lock)
 		},
 		lockOK: isOK, unlockOK: isInt(1)},
-	{id: "b", name: "(b) SET NX PX + Lua compare-and-delete", scripts: []*redis.Script{compareAndDelete},
+	{id: "b", name: "(b) SET NX PX + Lua compare-and-delete", scripts: []string{compareAndDeleteSrc},
 		pair: func(b []byte, n *w0Name, tok string) []byte {
 			b = appendCmd(b, "SET", n.lock, tok, "NX", "PX", ttlMS)
 			return appendCmd(b, "EVALSHA", compareAndDelete.Hash(), "1", n.lock, tok)
@@ -78,11 +80,11 @@ var w0Cases = []w0Case{
 	// KEYS and ARGV as the headers of acquire.lua and release.lua document
 	// them; a first try (no queueing), as an uncontended Acquire sends, and
 	// the release of a clean lease (every request answered: no marker).
-	{id: "c unfair", name: "(c) dlock's scripts, unfair", scripts: []*redis.Script{script.Acquire, script.Release},
+	{id: "c unfair", name: "(c) dlock's scripts, unfair", scripts: []string{script.Acquire.Source(), script.Release.Source()},
 		pair: unfairPair(cleanMS), lockOK: isInt(0), unlockOK: isInt(1)},
-	{id: "c unfair marked", name: "(c) dlock's scripts, unfair, the lease marked", scripts: []*redis.Script{script.Acquire, script.Release},
+	{id: "c unfair marked", name: "(c) dlock's scripts, unfair, the lease marked", scripts: []string{script.Acquire.Source(), script.Release.Source()},
 		pair: unfairPair(windowMS), lockOK: isInt(0), unlockOK: isInt(1)},
-	{id: "c fair", name: "(c) dlock's scripts, fair", scripts: []*redis.Script{script.AcquireFair, script.ReleaseFair},
+	{id: "c fair", name: "(c) dlock's scripts, fair", scripts: []string{script.AcquireFair.Source(), script.ReleaseFair.Source()},
 		pair: func(b []byte, n *w0Name, tok string) []byte {
 			rev := n.lock + ":r:" + tok
 			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "6", n.lock, n.fence, n.queue, n.waiters, rev, n.wake,
@@ -91,7 +93,7 @@ var w0Cases = []w0Case{
 				tok, cleanMS, "PUBLISH "+fenceMS+" 0")
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
-	{id: "c permit", name: "(c) dlock's scripts, a semaphore's permit", scripts: []*redis.Script{script.HoldAcquire, script.HoldRelease},
+	{id: "c permit", name: "(c) dlock's scripts, a semaphore's permit", scripts: []string{script.HoldAcquire.Source(), script.HoldRelease.Source()},
 		pair: func(b []byte, n *w0Name, tok string) []byte {
 			rev := n.lock + ":r:" + tok
 			b = appendCmd(b, "EVALSHA", script.HoldAcquire.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
@@ -130,7 +132,7 @@ type w0Result struct {
 func ceiling(c w0Case, addr string, admin *redis.Client, pairs int) (w0Result, error) {
 	reset(admin)
 	for _, s := range c.scripts {
-		if err := s.Load(context.Background(), admin).Err(); err != nil {
+		if err := admin.ScriptLoad(context.Background(), s).Err(); err != nil {
 			return w0Result{}, err
 		}
 	}

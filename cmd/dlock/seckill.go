@@ -18,8 +18,6 @@ import (
 //go:embed seckill.lua
 var seckillSrc string
 
-var seckillScript = redis.NewScript(seckillSrc)
-
 const seckillHelp = `demo seckill [flags]
 
 A flash sale: a stock of items, one per user, many concurrent buyers. It is
@@ -94,7 +92,7 @@ func cmdSeckill(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return buyUnderLock(ctx, locks, rdb, "seckill:"+run, stockKey, buyersKey, user)
 		}},
 		{"one Lua script (1 round trip)", func(ctx context.Context, stockKey, buyersKey, user string) (int64, error) {
-			return seckillScript.Run(ctx, rdb, []string{stockKey, buyersKey}, user).Int64()
+			return rdb.Eval(ctx, seckillSrc, []string{stockKey, buyersKey}, user).Int64()
 		}},
 	}
 	var results []seckillResult

@@ -159,7 +159,7 @@ type commander interface {
 // client's SCRIPT LOAD, which goes to every node: one node that does not
 // answer, a replica being restarted, would hold up a call that needs only
 // the master of its keys.)
-func (n Node) evalsha(ctx context.Context, s *redis.Script, args []any) *redis.Cmd {
+func (n Node) evalsha(ctx context.Context, s *script.Script, args []any) *redis.Cmd {
 	cmd := n.rdb.Do(ctx, args...)
 	if noScript(cmd.Err()) {
 		cmd = n.rerun(ctx, s, driver.Keys(args), args[3+args[2].(int):])
@@ -393,7 +393,7 @@ func (n Node) Batches() (calls, writes uint64) {
 // script again with the scripts the Node had loaded there (see
 // Node.rerun), in the same pipeline, or with EVAL if the server refuses
 // SCRIPT LOAD or still lacks it.
-func (n Node) acked(ctx context.Context, s *redis.Script, keys []string, args ...any) (*redis.Cmd, int64) {
+func (n Node) acked(ctx context.Context, s *script.Script, keys []string, args ...any) (*redis.Cmd, int64) {
 	if n.replicas <= 0 {
 		return n.run(ctx, s, keys, args...), -1
 	}
@@ -416,7 +416,7 @@ func (n Node) acked(ctx context.Context, s *redis.Script, keys []string, args ..
 		conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 			loads = queueLoads(ctx, p, reload)
 			if eval {
-				cmd = s.Eval(ctx, p, keys, args...)
+				cmd = p.Eval(ctx, s.Source(), keys, args...)
 			} else {
 				cmd = p.EvalSha(ctx, s.Hash(), keys, args...)
 			}

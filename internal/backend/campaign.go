@@ -55,7 +55,7 @@ func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *re
 
 var campaignScripts = setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence, script.Proclaim)
 
-func (campaign) scripts() (*redis.Script, scriptSet) { return script.AcquireFair, campaignScripts }
+func (campaign) scripts() (*script.Script, scriptSet) { return script.AcquireFair, campaignScripts }
 
 func (campaign) member(string) string { return "" }
 

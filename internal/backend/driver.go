@@ -157,7 +157,7 @@ func setReply(cmd *redis.Cmd, v any, err error) {
 // write, and s records what all of them loaded. To a deployment that has
 // not answered yet, first goes alone before the others (see
 // serverCache.load).
-func (n Node) prepareFrom(ctx context.Context, s *serverCache, set scriptSet, first *redis.Script) error {
+func (n Node) prepareFrom(ctx context.Context, s *serverCache, set scriptSet, first *script.Script) error {
 	masters, err := n.d.Masters(ctx)
 	if err != nil {
 		if neverSent(err) {
@@ -234,7 +234,7 @@ func loadCmds(set scriptSet) [][]any {
 	cmds := make([][]any, 0, len(loadable))
 	for i, sc := range loadable {
 		if set&(1<<i) != 0 {
-			cmds = append(cmds, []any{"script", "load", script.Source(sc)})
+			cmds = append(cmds, []any{"script", "load", sc.Source()})
 		}
 	}
 	return cmds
@@ -244,7 +244,7 @@ func loadCmds(set scriptSet) [][]any {
 // Node had loaded there goes back with s's EVALSHA in one write; on a
 // Cluster s goes with EVAL, and the next Prepare loads the scripts on
 // every master again.
-func (n Node) rerunFrom(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+func (n Node) rerunFrom(ctx context.Context, s *script.Script, keys []string, args []any) *redis.Cmd {
 	srv := &n.caches.single
 	if n.d.Info().Cluster || srv.refused.Load() {
 		srv.loaded.Store(0)

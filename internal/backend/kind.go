@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/script"
 )
 
 // Kind is what a lease is, and the one place a Node learns how to serve
@@ -29,7 +31,7 @@ type Kind interface {
 	release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd
 	// scripts returns the script the kind's acquisition runs and the set
 	// of those its leases run.
-	scripts() (first *redis.Script, need scriptSet)
+	scripts() (first *script.Script, need scriptSet)
 	// member returns the lease's member in the kind's sorted set, given
 	// its token ("" if it has none: see Claim.Member).
 	member(token string) string

@@ -65,7 +65,7 @@ func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) *r
 	return n.evalsha(ctx, script.Release, c.resumerArg([]any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA, window}))
 }
 
-func (plainLock) scripts() (*redis.Script, scriptSet) { return script.Acquire, plainScripts }
+func (plainLock) scripts() (*script.Script, scriptSet) { return script.Acquire, plainScripts }
 
 func (plainLock) member(string) string { return "" }
 
@@ -101,7 +101,7 @@ func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) *re
 		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, window, n.releaseConf(false)}))
 }
 
-func (fairLock) scripts() (*redis.Script, scriptSet) { return script.AcquireFair, fairScripts }
+func (fairLock) scripts() (*script.Script, scriptSet) { return script.AcquireFair, fairScripts }
 
 func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, _ bool) (Grant, error) {
 	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
@@ -138,7 +138,7 @@ func (reentrantLock) release(ctx context.Context, n Node, c *Claim, window int64
 	return n.run(ctx, script.ReleaseReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
 }
 
-func (reentrantLock) scripts() (*redis.Script, scriptSet) {
+func (reentrantLock) scripts() (*script.Script, scriptSet) {
 	return script.AcquireReentrant, reentrantScripts
 }
 

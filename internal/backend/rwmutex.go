@@ -49,7 +49,7 @@ func (h rwHold) release(ctx context.Context, n Node, c *Claim, window int64) *re
 	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, c.resumerArg(a)...)
 }
 
-func (rwHold) scripts() (*redis.Script, scriptSet) { return script.HoldAcquire, holdScripts }
+func (rwHold) scripts() (*script.Script, scriptSet) { return script.HoldAcquire, holdScripts }
 
 // member is the hold's member of the lock's sorted set, "<rw>:<token>".
 func (h rwHold) member(token string) string { return h.rw + ":" + token }

@@ -30,7 +30,7 @@ import (
 
 // loadable are the scripts a Node runs, each with its bit in a set
 // (scriptSet). Guard's script runs on the resource's Redis, not the lock's.
-var loadable = []*redis.Script{
+var loadable = []*script.Script{
 	script.Acquire, script.Release, script.Extend, script.Inspect, script.ForceRelease,
 	script.AcquireFair, script.ReleaseFair,
 	script.AcquireReentrant, script.ReleaseReentrant, script.ExtendReentrant,
@@ -42,15 +42,15 @@ var loadable = []*redis.Script{
 // scriptSet is a set of scripts of loadable: bit i is loadable[i].
 type scriptSet uint32
 
-var scriptBits = func() map[*redis.Script]scriptSet {
-	m := make(map[*redis.Script]scriptSet, len(loadable))
+var scriptBits = func() map[*script.Script]scriptSet {
+	m := make(map[*script.Script]scriptSet, len(loadable))
 	for i, s := range loadable {
 		m[s] = 1 << i
 	}
 	return m
 }()
 
-func setOf(ss ...*redis.Script) scriptSet {
+func setOf(ss ...*script.Script) scriptSet {
 	var set scriptSet
 	for _, s := range ss {
 		set |= scriptBits[s]
@@ -59,7 +59,7 @@ func setOf(ss ...*redis.Script) scriptSet {
 }
 
 // first returns the script the acquisition of the lease c runs.
-func (n Node) first(c *Claim) *redis.Script {
+func (n Node) first(c *Claim) *script.Script {
 	s, _ := c.Kind.scripts()
 	return s
 }
@@ -185,9 +185,9 @@ func (n Node) prepare(ctx context.Context, c *Claim, loaded func()) error {
 // handshake (HELLO, CLIENT SETINFO) costs round trips of its own. It
 // returns the error of a load that never left the client (see neverSent),
 // else nil.
-func (s *serverCache) load(ctx context.Context, conn redis.Cmdable, set scriptSet, first *redis.Script) error {
+func (s *serverCache) load(ctx context.Context, conn redis.Cmdable, set scriptSet, first *script.Script) error {
 	if bit := scriptBits[first]; !s.reached.Load() && set&bit != 0 {
-		cmd := conn.ScriptLoad(ctx, script.Source(first))
+		cmd := conn.ScriptLoad(ctx, first.Source())
 		s.record(bit, []*redis.StringCmd{cmd})
 		if err := cmd.Err(); err != nil {
 			if neverSent(err) {
@@ -216,7 +216,7 @@ func queueLoads(ctx context.Context, p redis.Pipeliner, set scriptSet) []*redis.
 	var loads []*redis.StringCmd
 	for i, sc := range loadable {
 		if set&(1<<i) != 0 {
-			loads = append(loads, p.ScriptLoad(ctx, script.Source(sc)))
+			loads = append(loads, p.ScriptLoad(ctx, sc.Source()))
 		}
 	}
 	return loads
@@ -270,7 +270,7 @@ func redirected(err error) bool {
 
 // run runs the script s with EVALSHA, as redis.Script.Run does; if the
 // server lacks it, see rerun.
-func (n Node) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (n Node) run(ctx context.Context, s *script.Script, keys []string, args ...any) *redis.Cmd {
 	cmd := n.rdb.Do(ctx, evalArgs("evalsha", s.Hash(), keys, args)...)
 	if noScript(cmd.Err()) {
 		return n.rerun(ctx, s, keys, args)
@@ -279,8 +279,8 @@ func (n Node) run(ctx context.Context, s *redis.Script, keys []string, args ...a
 }
 
 // eval sends the script s with EVAL, as redis.Script.Eval does.
-func (n Node) eval(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
-	return n.rdb.Do(ctx, evalArgs("eval", script.Source(s), keys, args)...)
+func (n Node) eval(ctx context.Context, s *script.Script, keys []string, args []any) *redis.Cmd {
+	return n.rdb.Do(ctx, evalArgs("eval", s.Source(), keys, args)...)
 }
 
 // rerun runs the script s again after the server answered NOSCRIPT: its
@@ -290,7 +290,7 @@ func (n Node) eval(ctx context.Context, s *redis.Script, keys []string, args []a
 // a Cluster's slot moved), it sends s with EVAL, as redis.Script.Run does.
 // Either way the call costs the one round trip more that the NOSCRIPT
 // did, and the next timed calls find their scripts.
-func (n Node) rerun(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+func (n Node) rerun(ctx context.Context, s *script.Script, keys []string, args []any) *redis.Cmd {
 	if n.d != nil {
 		return n.rerunFrom(ctx, s, keys, args)
 	}

@@ -59,7 +59,7 @@ func (p permit) args(a ...any) []any {
 // lock's holds.
 var holdScripts = setOf(script.HoldAcquire, script.HoldRelease, script.HoldExtend, script.Fence, script.HoldDowngrade)
 
-func (permit) scripts() (*redis.Script, scriptSet) { return script.HoldAcquire, holdScripts }
+func (permit) scripts() (*script.Script, scriptSet) { return script.HoldAcquire, holdScripts }
 
 func (permit) member(string) string { return "" }
 

@@ -3,12 +3,46 @@
 package script
 
 import (
+	"context"
 	_ "embed"
 	"regexp"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
+
+//go:generate go run digests_gen.go
+
+// Script is one of dlock's scripts: its text, with the shared functions it
+// calls, and its SHA-1 digest, the name EVALSHA runs it by. The digests are
+// written by go generate (digests.go), never computed at run time, so that
+// dlock runs where SHA-1 is not allowed (GODEBUG=fips140=only); a test
+// checks each against its text.
+type Script struct {
+	name, src, hash string
+}
+
+// Hash returns the script's SHA-1 digest, in hex.
+func (s *Script) Hash() string { return s.hash }
+
+// Source returns the script's text, for SCRIPT LOAD and EVAL.
+func (s *Script) Source() string { return s.src }
+
+// Name returns the name of the script's file, without ".lua".
+func (s *Script) Name() string { return s.name }
+
+// Run runs the script on c with EVALSHA, and with EVAL if the server does
+// not have it (as redis.Script.Run does).
+func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	r := c.EvalSha(ctx, s.hash, keys, args...)
+	if redis.HasErrorPrefix(r.Err(), "NOSCRIPT") {
+		return c.Eval(ctx, s.src, keys, args...)
+	}
+	return r
+}
+
+// All returns every script of the package.
+func All() []*Script { return all }
 
 var (
 	//go:embed lib.lua
@@ -61,39 +95,39 @@ var (
 // script cache before the first call that needs them, and again when a
 // call finds them missing (see internal/backend/scripts.go).
 var (
-	Acquire = withLib(acquireSrc)
-	Release = withLib(releaseSrc)
-	Extend  = withLib(extendSrc)
-	Inspect = withLib(inspectSrc)
-	Guard   = withLib(guardSrc)
+	Acquire = withLib("acquire", acquireSrc)
+	Release = withLib("release", releaseSrc)
+	Extend  = withLib("extend", extendSrc)
+	Inspect = withLib("inspect", inspectSrc)
+	Guard   = withLib("guard", guardSrc)
 
-	ForceRelease = withLib(forceReleaseSrc)
-	AcquireFair  = withLib(acquireFairSrc)
-	ReleaseFair  = withLib(releaseFairSrc)
+	ForceRelease = withLib("force_release", forceReleaseSrc)
+	AcquireFair  = withLib("acquire_fair", acquireFairSrc)
+	ReleaseFair  = withLib("release_fair", releaseFairSrc)
 
-	AcquireReentrant = withLib(acquireReentrantSrc)
-	ReleaseReentrant = withLib(releaseReentrantSrc)
-	ExtendReentrant  = withLib(extendReentrantSrc)
-	RaiseFence       = withLib(raiseFenceSrc)
-	Fence            = withLib(fenceSrc)
+	AcquireReentrant = withLib("acquire_reentrant", acquireReentrantSrc)
+	ReleaseReentrant = withLib("release_reentrant", releaseReentrantSrc)
+	ExtendReentrant  = withLib("extend_reentrant", extendReentrantSrc)
+	RaiseFence       = withLib("raise_fence", raiseFenceSrc)
+	Fence            = withLib("fence", fenceSrc)
 
 	// The sorted-set kinds' holds, one family: a semaphore's permits and
 	// a read-write lock's reads and writes (see lib.lua); Fence serves
 	// them too.
-	HoldAcquire = withLib(holdAcquireSrc)
-	HoldRelease = withLib(holdReleaseSrc)
-	HoldExtend  = withLib(holdExtendSrc)
+	HoldAcquire = withLib("hold_acquire", holdAcquireSrc)
+	HoldRelease = withLib("hold_release", holdReleaseSrc)
+	HoldExtend  = withLib("hold_extend", holdExtendSrc)
 	// A read-write lock's write hold turned into a read (RWMutex.Downgrade).
-	HoldDowngrade = withLib(holdDowngradeSrc)
+	HoldDowngrade = withLib("hold_downgrade", holdDowngradeSrc)
 
 	// A leader's value, changed within its term (election.go).
-	Proclaim = withLib(proclaimSrc)
+	Proclaim = withLib("proclaim", proclaimSrc)
 	// A semaphore's size kept in Redis: read, set once, grown or shrunk.
-	Permits = withLib(permitsSrc)
+	Permits = withLib("permits", permitsSrc)
 	// How long a lock's server has been up (a release of unknown outcome).
-	Uptime = withLib(uptimeSrc)
+	Uptime = withLib("uptime", uptimeSrc)
 	// Whether a fence is still current (Client.FenceCurrent); reads only.
-	FenceCurrent = withLib(fenceCurrentSrc)
+	FenceCurrent = withLib("fence_current", fenceCurrentSrc)
 )
 
 // libHere is the line of a script after which the functions of lib.lua
@@ -106,7 +140,7 @@ const libHere = "-- (the shared functions are defined here)\n"
 // script's whole text on every call, so each function defined costs every
 // call that reaches its definition a closure, and a common path that
 // returns above libHere costs none.
-func withLib(src string) *redis.Script {
+func withLib(name, src string) *Script {
 	head, tail, split := strings.Cut(src, libHere)
 	if !split {
 		head, tail = "", src
@@ -137,8 +171,8 @@ func withLib(src string) *redis.Script {
 		}
 	}
 	b.WriteString(tail)
-	s := redis.NewScript(b.String())
-	sources[s.Hash()] = b.String()
+	s := &Script{name: name, src: b.String(), hash: digests[name]}
+	all = append(all, s)
 	return s
 }
 
@@ -164,17 +198,12 @@ func isWordByte(b byte) bool {
 	return b == '_' || '0' <= b && b <= '9' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z'
 }
 
-// sources are the scripts' texts by digest.
-var sources = map[string]string{}
+// all are the package's scripts, in the order they are made.
+var all []*Script
 
 // early are the shared functions a script calls above its libHere line,
 // where they are not defined yet (a test checks there are none).
 var early []string
-
-// Source returns the text of s, one of this package's scripts, for SCRIPT
-// LOAD. (redis.Script.Load sets the script's digest from the reply, which
-// a pipeline has not read yet: it must not be queued in one.)
-func Source(s *redis.Script) string { return sources[s.Hash()] }
 
 // libFunc finds the function a chunk of lib.lua defines.
 var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)
