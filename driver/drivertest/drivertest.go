@@ -3,13 +3,15 @@
 // redis-server processes, with mutual exclusion counted across goroutines
 // and Clients, a PubSub held to its contract, waiters woken by pub/sub
 // (after a broken connection and a restart too), a script cache emptied under a Client,
-// a server down, and a Cluster where the client has one.
+// a server down, a script sent once whatever becomes of its reply, and a
+// Cluster where the client has one.
 package drivertest
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,6 +88,11 @@ func table() []tableCase {
 			lostReply(t, p, behind(), client(t, s.Server(t, srv.Addr())))
 			lostDowngrade(t, p, behind(), client(t, s.Server(t, srv.Addr())))
 		}})
+	cases = append(cases, tableCase{"ScriptSentOnce", true, func(t *testing.T, s Setup) {
+		srv := redistest.Start(t, redistest.TCP())
+		p := redistest.NewProxy(t, srv.Addr())
+		sentOnce(t, p, s.Server(t, p.Addr()), s.Server(t, srv.Addr()))
+	}})
 	cases = append(cases, tableCase{"PubSub", true, func(t *testing.T, s Setup) {
 		srv := redistest.Start(t, redistest.TCP())
 		p := redistest.NewProxy(t, srv.Addr())
@@ -693,6 +700,99 @@ func lostReply(t *testing.T, p *redistest.Proxy, a, b *dlock.Client) {
 		t.Fatalf("after the cut: %v", err)
 	}
 	l.Release(ctx)
+}
+
+// sentOnce: a script whose reply is lost (the connection cut once the
+// server ran it, or the caller's ctx ended while it waited) is not sent
+// again by the driver, through Do or DoMulti: the server runs it once. A
+// client that re-sends a script on its own (one it deems retryable) would
+// let a request of a lease land after dlock took it as settled.
+func sentOnce(t *testing.T, p *redistest.Proxy, conn, direct driver.Conn) {
+	ctx := ctxFor(t, 3*time.Minute)
+	const incr = "return redis.call('INCR', KEYS[1])"
+	v, err := direct.Do(ctx, "script", "load", incr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sha, _ := driver.String(v)
+	ran := func(key string) int64 {
+		v, err := direct.Do(ctx, "get", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := driver.String(v)
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	sends := []struct {
+		name string
+		send func(ctx context.Context, key string) error
+	}{
+		{"EVAL", func(ctx context.Context, key string) error { _, err := conn.Do(ctx, "eval", incr, 1, key); return err }},
+		{"EVALSHA", func(ctx context.Context, key string) error {
+			_, err := conn.Do(ctx, "evalsha", sha, 1, key)
+			return err
+		}},
+		{"DoMulti", func(ctx context.Context, key string) error {
+			return conn.DoMulti(ctx, []any{"evalsha", sha, 1, key}, []any{"ping"})[0].Err
+		}},
+	}
+	// try loses the reply of one call of send: it reports false if the call
+	// ended before its script ran (the client gave up on the stalled
+	// connection first), to be tried again.
+	try := func(name, lost, key string, send func(ctx context.Context, key string) error) bool {
+		var err error // (a connection made again after the last cut)
+		if !eventually(10*time.Second, func() bool { err = send(ctx, key+":warm"); return err == nil }) {
+			t.Fatalf("%s: %v", name, err)
+		}
+		p.StallReplies()
+		defer p.Cut()
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- send(cctx, key) }()
+		for deadline := time.Now().Add(10 * time.Second); ran(key) == 0; time.Sleep(20 * time.Millisecond) {
+			select {
+			case <-done:
+				return false
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s, reply lost (%s): the script never ran", name, lost)
+			}
+		}
+		if lost == "ctx" {
+			cancel()
+			select { // (a client may hold the call past its ctx: the cut ends it)
+			case err = <-done:
+				done <- err
+			case <-time.After(time.Second):
+			}
+		}
+		p.Cut()
+		select {
+		case err = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s, reply lost (%s): the call did not return", name, lost)
+		}
+		if err == nil {
+			t.Errorf("%s, reply lost (%s): the call succeeded: its command was sent again", name, lost)
+		}
+		// A re-send, if any, lands now that the connection is new.
+		if eventually(time.Second, func() bool { return ran(key) > 1 }) {
+			t.Errorf("%s, reply lost (%s): the server ran the script %d times; a driver sends a command once", name, lost, ran(key))
+		}
+		return true
+	}
+	for _, c := range sends {
+		for _, lost := range []string{"cut", "ctx"} {
+			for i := 0; !try(c.name, lost, fmt.Sprintf("dt-once:%s:%s:%d", c.name, lost, i), c.send); i++ {
+				if i == 4 {
+					t.Fatalf("%s, reply lost (%s): each call ended before its script ran", c.name, lost)
+				}
+			}
+		}
+	}
 }
 
 // scriptCount is a Conn that counts the script calls it got a reply to.
