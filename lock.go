@@ -71,6 +71,7 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.start, l.ttl, l.validUntil = time.Now(), ttl, t.until
+	l.c.obs.holding(l.k.mode, 1)
 	l.cl.Began = t.sent // (no later than the server granted it: see Node.release)
 	l.maxAsk = t.ask
 	l.capAt, l.atCap = t.capAt, t.atCap
@@ -640,6 +641,9 @@ func (l *Lock) finish(err error) {
 		return
 	}
 	l.err = err
+	if !l.start.IsZero() {
+		l.c.obs.holding(l.k.mode, -1)
+	}
 	for _, f := range l.settled {
 		f(err)
 	}

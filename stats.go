@@ -1,5 +1,7 @@
 package dlock
 
+import "sync/atomic"
+
 // Stats are a Client's counters since New, shared with its Owner Clients. All
 // but Waiting only grow.
 type Stats struct {
@@ -21,4 +23,24 @@ func (c *Client) Stats() Stats {
 	return Stats{Acquired: o.acquired.Load(), NotAcquired: o.notAcquired.Load(), Released: o.released.Load(),
 		Lost: o.lost.Load(), ExtendFailed: o.extendFailed.Load(), Errors: o.failed.Load(), Waiting: o.waiting.Load(),
 		Calls: calls, Writes: writes, ObserverPanics: o.panics.Load()}
+}
+
+// holding counts a lease of mode that begins (+1) or ends (-1) being held.
+func (o *observers) holding(mode string, delta int64) {
+	n, ok := o.held.Load(mode)
+	if !ok {
+		n, _ = o.held.LoadOrStore(mode, new(atomic.Int64))
+	}
+	n.(*atomic.Int64).Add(delta)
+}
+
+// Held returns how many leases the Client and its Owner Clients hold now, by
+// [Event.Mode], each counted from its acquisition to its release or loss.
+func (c *Client) Held() map[string]int64 {
+	m := map[string]int64{}
+	c.obs.held.Range(func(mode, n any) bool {
+		m[mode.(string)] = n.(*atomic.Int64).Load()
+		return true
+	})
+	return m
 }
