@@ -66,10 +66,12 @@
 //	dlock.extend.failures    counter         extensions that failed: dlock.outcome lost or error
 //	                                         (one that crossed a Release is not counted)
 //	dlock.waiters            up-down counter Acquire calls waiting now for a lock that is taken
+//	dlock.held               gauge           leases held now (Client.Held), from their acquisition
+//	                                         to their release or loss
 //	dlock.redis.calls        counter         script calls sent through the pipelining batcher
 //	dlock.redis.writes       counter         the pipelines (or lone calls) that carried them
 //
-// All carry dlock.mode, except the last two, which are read from
+// All carry dlock.mode, except the Redis calls and writes, which are read from
 // Client.Stats (counts since the Client was made; 0 with
 // WithoutScripts()). The histograms' bucket boundaries run from a
 // millisecond to a minute for waits and to an hour for holds; a View of
@@ -81,5 +83,7 @@
 // is given: lock names are often built from identifiers (an order, a user),
 // and as a metric attribute each name would be a time series of its own.
 // With it, spans and metrics carry dlock.lock.name; keep it for a small,
-// fixed set of names.
+// fixed set of names. WithLockNameTemplate(f) gives dlock.lock.name the
+// value f(name) instead: a template that maps a family of names to one
+// value (order:8c1f… to order:*) keeps the series few.
 package dlockotel

@@ -22,7 +22,7 @@ const ScopeName = "github.com/dlockio/dlock/extra/dlockotel"
 const (
 	ModeKey     = attribute.Key("dlock.mode")      // Event.Mode: fair, unfair, reentrant, quorum, semaphore, election, read, write
 	OutcomeKey  = attribute.Key("dlock.outcome")   // see the package doc
-	LockNameKey = attribute.Key("dlock.lock.name") // only with WithLockNameAttribute(true)
+	LockNameKey = attribute.Key("dlock.lock.name") // only with WithLockNameAttribute(true) or WithLockNameTemplate
 	TryKey      = attribute.Key("dlock.try")       // spans of acquisitions: TryAcquire
 	AutoKey     = attribute.Key("dlock.auto")      // spans of extensions: made by the watchdog
 )
@@ -49,7 +49,7 @@ type Option func(*config)
 type config struct {
 	tp       trace.TracerProvider
 	mp       metric.MeterProvider
-	lockName bool
+	lockName func(string) string // LockNameKey's value; nil: none
 	err      error
 }
 
@@ -83,7 +83,24 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // and metrics. The default is false: each name would be a time series of
 // its own, and names often carry identifiers.
 func WithLockNameAttribute(on bool) Option {
-	return func(c *config) { c.lockName = on }
+	return func(c *config) {
+		c.lockName = nil
+		if on {
+			c.lockName = func(name string) string { return name }
+		}
+	}
+}
+
+// WithLockNameTemplate adds LockNameKey to spans and metrics with the value
+// template(the lock name): a template that maps the names of one family to
+// one value (order:8c1f… to order:*) keeps the time series few.
+func WithLockNameTemplate(template func(name string) string) Option {
+	return func(c *config) {
+		if template == nil {
+			c.invalid("WithLockNameTemplate(nil)")
+		}
+		c.lockName = template
+	}
 }
 
 func (c *config) invalid(what string) {
@@ -127,7 +144,7 @@ func Instrument(c *dlock.Client, opts ...Option) error {
 // instrumentation is the Observer of one Instrument call.
 type instrumentation struct {
 	tracer   trace.Tracer
-	lockName bool
+	lockName func(string) string // nil: no LockNameKey
 
 	acquire, hold           metric.Float64Histogram
 	lostLeases, extendFails metric.Int64Counter
@@ -137,7 +154,7 @@ type instrumentation struct {
 
 // metrics creates the instruments, and the callback that reads c.Stats.
 func (in *instrumentation) metrics(c *dlock.Client, m metric.Meter) error {
-	var errs [7]error
+	var errs [8]error
 	in.acquire, errs[0] = m.Float64Histogram("dlock.acquire.duration", metric.WithUnit("s"),
 		metric.WithDescription("The time an acquisition took, its wait included."),
 		metric.WithExplicitBucketBoundaries(acquireBuckets...))
@@ -156,6 +173,9 @@ func (in *instrumentation) metrics(c *dlock.Client, m metric.Meter) error {
 	writes, err := m.Int64ObservableCounter("dlock.redis.writes", metric.WithUnit("{write}"),
 		metric.WithDescription("Pipelines, or lone calls, that carried the script calls."))
 	errs[6] = err
+	held, err := m.Int64ObservableGauge("dlock.held", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases held now, from their acquisition to their release or loss."))
+	errs[7] = err
 	if err := errors.Join(errs[:]...); err != nil {
 		return err
 	}
@@ -163,8 +183,11 @@ func (in *instrumentation) metrics(c *dlock.Client, m metric.Meter) error {
 		s := c.Stats()
 		o.ObserveInt64(calls, int64(s.Calls))
 		o.ObserveInt64(writes, int64(s.Writes))
+		for mode, n := range c.Held() {
+			o.ObserveInt64(held, n, metric.WithAttributes(ModeKey.String(mode)))
+		}
 		return nil
-	}, calls, writes)
+	}, calls, writes, held)
 	return err
 }
 
@@ -188,8 +211,8 @@ func (in *instrumentation) start(ctx context.Context, e *dlock.Event) context.Co
 	case dlock.OpExtend:
 		attrs = append(attrs, AutoKey.Bool(e.Auto))
 	}
-	if in.lockName {
-		attrs = append(attrs, LockNameKey.String(e.Name))
+	if in.lockName != nil {
+		attrs = append(attrs, LockNameKey.String(in.lockName(e.Name)))
 	}
 	ctx, span := in.tracer.Start(ctx, "dlock."+string(e.Op),
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
@@ -237,7 +260,7 @@ func (in *instrumentation) waiting(ctx context.Context, name string, delta int) 
 // empty, and the lock name if asked for. Without the name there are a few
 // sets only, made once.
 func (in *instrumentation) attrs(e *dlock.Event, outcome string) attribute.Set {
-	if !in.lockName {
+	if in.lockName == nil {
 		key := setKey{e.Mode, outcome}
 		if set, ok := in.sets.Load(key); ok {
 			return set.(attribute.Set)
@@ -259,8 +282,8 @@ func (in *instrumentation) newSet(e *dlock.Event, outcome string) attribute.Set 
 	if outcome != "" {
 		kv = append(kv, OutcomeKey.String(outcome))
 	}
-	if in.lockName {
-		kv = append(kv, LockNameKey.String(e.Name))
+	if in.lockName != nil {
+		kv = append(kv, LockNameKey.String(in.lockName(e.Name)))
 	}
 	return attribute.NewSet(kv...)
 }

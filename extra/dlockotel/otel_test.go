@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -268,12 +269,22 @@ func TestSpanOutcomesAndStatus(t *testing.T) {
 	}
 }
 
-// The lock name is in no span and no metric unless asked for.
+// The lock name is in no span and no metric unless asked for, as it is or
+// through a template.
 func TestLockNameAttribute(t *testing.T) {
 	t.Parallel()
-	for _, on := range []bool{false, true} {
-		t.Run(fmt.Sprintf("on=%v", on), func(t *testing.T) {
-			h := setup(t, []dlockotel.Option{dlockotel.WithLockNameAttribute(on)})
+	family := func(name string) string { p, _, _ := strings.Cut(name, ":"); return p + ":*" }
+	for _, c := range []struct {
+		name string
+		opt  dlockotel.Option
+		want string // "": no attribute
+	}{
+		{"off", dlockotel.WithLockNameAttribute(false), ""},
+		{"on", dlockotel.WithLockNameAttribute(true), "orders:1234"},
+		{"template", dlockotel.WithLockNameTemplate(family), "orders:*"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := setup(t, []dlockotel.Option{c.opt})
 			release := dlocktest.Hold(t, h.c, "orders:1234")
 			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 			h.c.Acquire(ctx, "orders:1234") // waits: dlock.waiters
@@ -283,22 +294,23 @@ func TestLockNameAttribute(t *testing.T) {
 			if len(spans) != 3 {
 				t.Fatalf("%d dlock spans, want 3", len(spans))
 			}
+			on := c.want != ""
 			for _, s := range spans {
 				v, ok := attr(s.Attributes, dlockotel.LockNameKey)
-				if ok != on || (on && v.AsString() != "orders:1234") {
-					t.Errorf("span %s: lock name attribute %q (%v), want it %v", s.Name, v.AsString(), ok, on)
+				if ok != on || v.AsString() != c.want {
+					t.Errorf("span %s: lock name attribute %q (%v), want %q", s.Name, v.AsString(), ok, c.want)
 				}
 			}
 			sets := 0
 			for _, m := range h.collect(t) {
-				if m.Name == "dlock.redis.calls" || m.Name == "dlock.redis.writes" {
-					continue // from Client.Stats: no attributes
+				if m.Name == "dlock.redis.calls" || m.Name == "dlock.redis.writes" || m.Name == "dlock.held" {
+					continue // from Client.Stats and Client.Held: no name
 				}
 				forEachSet(m, func(set attribute.Set) {
 					sets++
 					v, ok := set.Value(dlockotel.LockNameKey)
-					if ok != on || (on && v.AsString() != "orders:1234") {
-						t.Errorf("metric %s %v: lock name attribute %v, want it %v", m.Name, set.Encoded(attribute.DefaultEncoder()), ok, on)
+					if ok != on || v.AsString() != c.want {
+						t.Errorf("metric %s %v: lock name attribute %q (%v), want %q", m.Name, set.Encoded(attribute.DefaultEncoder()), v.AsString(), ok, c.want)
 					}
 				})
 			}
@@ -487,10 +499,48 @@ func TestInstrumentRefusesNil(t *testing.T) {
 		"nil client":          dlockotel.Instrument(nil),
 		"nil tracer provider": dlockotel.Instrument(c, dlockotel.WithTracerProvider(nil)),
 		"nil meter provider":  dlockotel.Instrument(c, dlockotel.WithMeterProvider(nil)),
+		"nil name template":   dlockotel.Instrument(c, dlockotel.WithLockNameTemplate(nil)),
 	} {
 		if !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("Instrument with a %s = %v, want ErrInvalid", name, err)
 		}
+	}
+}
+
+// dlock.held is the number of leases held now, by mode: up at an
+// acquisition, down at the release.
+func TestHeldGauge(t *testing.T) {
+	t.Parallel()
+	h := setup(t, nil, dlock.WithUnfair(nil))
+	ctx := t.Context()
+	unfair := attribute.NewSet(dlockotel.ModeKey.String("unfair"))
+	held := func() int64 {
+		g, ok := find(t, h.collect(t), "dlock.held").Data.(metricdata.Gauge[int64])
+		if !ok {
+			t.Fatal("dlock.held is not an int64 gauge")
+		}
+		for _, dp := range g.DataPoints {
+			if dp.Attributes.Equals(&unfair) {
+				return dp.Value
+			}
+		}
+		return -1
+	}
+	a, err := h.c.Acquire(ctx, "held-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.c.Acquire(ctx, "held-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := held(); n != 2 {
+		t.Errorf("dlock.held{mode=unfair} = %d with two leases, want 2", n)
+	}
+	a.Release(ctx)
+	b.Release(ctx)
+	if n := held(); n != 0 {
+		t.Errorf("dlock.held{mode=unfair} = %d after the releases, want 0", n)
 	}
 }
 

@@ -26,6 +26,8 @@
 //	                                                         until the lease's validity runs out)
 //	dlock_observer_panics_total                   counter    panics recovered in the Client's Observer functions
 //	dlock_waiters                                 gauge      Acquire calls waiting now for a lock that is taken
+//	dlock_held{mode}                              gauge      leases held now (Client.Held), from their
+//	                                                         acquisition to their release or loss
 //	dlock_redis_calls_total                       counter    script calls sent through the pipelining batcher
 //	dlock_redis_writes_total                      counter    the pipelines (or lone calls) that carried them:
 //	                                                         calls/writes is the mean batch (0 and 0 with
@@ -38,9 +40,12 @@
 // gone returns an error wrapping dlock.ErrNotHeld and records no hold
 // time.
 //
-// No metric carries the lock's name: each name would be a time series of
-// its own, and names are often built from identifiers. The traces of
-// extra/dlockotel can carry it, and dlock.SlogObserver logs it.
+// No metric carries the lock's name unless WithNameLabel gives the
+// histograms a name label through a template: each name would be a time
+// series of its own, and names are often built from identifiers, so the
+// template maps a family of names to one value (order:8c1f… to order:*).
+// The traces of extra/dlockotel can carry the name, and dlock.SlogObserver
+// logs it.
 //
 // WithNamespace puts a prefix before the names, WithConstLabels adds fixed
 // labels (to register the Collectors of two Clients in one registry), and

@@ -84,6 +84,7 @@ func Example() {
 	// dlock_acquisitions_total outcome=not_acquired: 0
 	// dlock_errors_total: 0
 	// dlock_extend_failures_total: 0
+	// dlock_held mode=fair: 0
 	// dlock_hold_duration_seconds mode=fair outcome=released: 1 observed
 	// dlock_locks_lost_total: 0
 	// dlock_observer_panics_total: 0

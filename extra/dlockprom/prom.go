@@ -23,6 +23,7 @@ var (
 type Option func(*config)
 
 type config struct {
+	names         func(string) string // WithNameLabel's
 	namespace     string
 	constLabels   prometheus.Labels
 	acquire, hold []float64
@@ -39,6 +40,19 @@ func WithNamespace(ns string) Option {
 // tell apart the Collectors of two Clients registered together.
 func WithConstLabels(labels prometheus.Labels) Option {
 	return func(c *config) { c.constLabels = labels }
+}
+
+// WithNameLabel adds a label "name" to the histograms, whose value is
+// template(the lock name): a template that maps the names of one family to
+// one value (order:8c1f… to order:*) keeps the series few; one that returns
+// each name makes a series per name.
+func WithNameLabel(template func(name string) string) Option {
+	return func(c *config) {
+		if template == nil {
+			c.invalid("WithNameLabel(nil)")
+		}
+		c.names = template
+	}
 }
 
 // WithAcquireBuckets sets the bucket upper bounds, in seconds, of
@@ -85,7 +99,8 @@ type Collector struct {
 	c             *dlock.Client
 	acquire, hold *prometheus.HistogramVec
 
-	acquisitions, releases, failed, lost, extendFailed, panics, waiters, calls, writes *prometheus.Desc
+	names                                                                                    func(string) string // nil: no name label
+	acquisitions, releases, failed, lost, extendFailed, panics, waiters, held, calls, writes *prometheus.Desc
 }
 
 // NewCollector returns a Collector of c's metrics: the counters and the
@@ -108,7 +123,11 @@ func NewCollector(c *dlock.Client, opts ...Option) (*Collector, error) {
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	col := &Collector{c: c}
+	col := &Collector{c: c, names: cfg.names}
+	labels := []string{"mode", "outcome"}
+	if cfg.names != nil {
+		labels = append(labels, "name")
+	}
 	name := func(n string) string { return prometheus.BuildFQName(cfg.namespace, "dlock", n) }
 	desc := func(n, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name(n), help, labels, cfg.constLabels)
@@ -117,12 +136,12 @@ func NewCollector(c *dlock.Client, opts ...Option) (*Collector, error) {
 		Name:        name("acquire_duration_seconds"),
 		Help:        "The time an acquisition took, its wait included, by outcome: acquired, not_acquired (taken by another, or the wait ended) or error.",
 		ConstLabels: cfg.constLabels, Buckets: cfg.acquire,
-	}, []string{"mode", "outcome"})
+	}, labels)
 	col.hold = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:        name("hold_duration_seconds"),
 		Help:        "How long a lease was held, until its release (outcome released) or its loss (lost).",
 		ConstLabels: cfg.constLabels, Buckets: cfg.hold,
-	}, []string{"mode", "outcome"})
+	}, labels)
 	col.acquisitions = desc("acquisitions_total", "Acquisitions that took the lock (outcome acquired) or ended without it (not_acquired).", "outcome")
 	col.releases = desc("releases_total", "Releases of a lease that still held the lock.")
 	col.failed = desc("errors_total", "Acquisitions and releases that failed with an error from Redis.")
@@ -130,6 +149,7 @@ func NewCollector(c *dlock.Client, opts ...Option) (*Collector, error) {
 	col.extendFailed = desc("extend_failures_total", "Extensions (the watchdog's and Extend's) that failed.")
 	col.panics = desc("observer_panics_total", "Panics recovered in the Client's Observer functions (this Collector's included).")
 	col.waiters = desc("waiters", "Acquire calls waiting now for a lock that is taken.")
+	col.held = desc("held", "Leases held now, from their acquisition to their release or loss.", "mode")
 	col.calls = desc("redis_calls_total", "Script calls sent to Redis through the pipelining batcher.")
 	col.writes = desc("redis_writes_total", "Pipelines, or lone calls, that carried the script calls.")
 
@@ -144,7 +164,7 @@ func NewCollector(c *dlock.Client, opts ...Option) (*Collector, error) {
 // Describe sends the descriptors of the Collector's metrics.
 func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{col.acquisitions, col.releases, col.failed, col.lost,
-		col.extendFailed, col.panics, col.waiters, col.calls, col.writes} {
+		col.extendFailed, col.panics, col.waiters, col.held, col.calls, col.writes} {
 		ch <- d
 	}
 	col.acquire.Describe(ch)
@@ -167,6 +187,9 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(col.calls, s.Calls)
 	counter(col.writes, s.Writes)
 	ch <- prometheus.MustNewConstMetric(col.waiters, prometheus.GaugeValue, float64(s.Waiting))
+	for mode, n := range col.c.Held() {
+		ch <- prometheus.MustNewConstMetric(col.held, prometheus.GaugeValue, float64(n), mode)
+	}
 	col.acquire.Collect(ch)
 	col.hold.Collect(ch)
 }
@@ -176,15 +199,23 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 func (col *Collector) end(_ context.Context, e *dlock.Event) {
 	switch {
 	case e.Op == dlock.OpAcquire:
-		col.acquire.WithLabelValues(e.Mode, outcomeOf(e)).Observe(e.Took.Seconds())
+		col.acquire.WithLabelValues(col.labels(e, outcomeOf(e))...).Observe(e.Took.Seconds())
 	case e.Op == dlock.OpRelease && e.Err == nil && e.Held > 0: // not a repeated Release
-		col.hold.WithLabelValues(e.Mode, outcomeReleased).Observe(e.Held.Seconds())
+		col.hold.WithLabelValues(col.labels(e, outcomeReleased)...).Observe(e.Held.Seconds())
 	}
 }
 
 // lostLease records the hold time of a lease at its loss.
 func (col *Collector) lostLease(_ context.Context, e *dlock.Event) {
-	col.hold.WithLabelValues(e.Mode, outcomeLost).Observe(e.Held.Seconds())
+	col.hold.WithLabelValues(col.labels(e, outcomeLost)...).Observe(e.Held.Seconds())
+}
+
+// labels returns the histograms' label values for e with outcome.
+func (col *Collector) labels(e *dlock.Event, outcome string) []string {
+	if col.names == nil {
+		return []string{e.Mode, outcome}
+	}
+	return []string{e.Mode, outcome, col.names(e.Name)}
 }
 
 // The values of the outcome label.

@@ -89,8 +89,8 @@ func TestCollectorRegistersAndLints(t *testing.T) {
 	if problems, err := testutil.CollectAndLint(col); err != nil || len(problems) > 0 {
 		t.Errorf("CollectAndLint = %v, %v", problems, err)
 	}
-	if n := testutil.CollectAndCount(col); n != 12 { // 10 Stats series, a series in each histogram
-		t.Errorf("CollectAndCount = %d, want 12", n)
+	if n := testutil.CollectAndCount(col); n != 13 { // 10 Stats series, one held mode, a series in each histogram
+		t.Errorf("CollectAndCount = %d, want 13", n)
 	}
 	if err := reg.Register(col); !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 		t.Errorf("Register of a second Collector = %v, want AlreadyRegisteredError", err)
@@ -267,8 +267,8 @@ func TestCollectorOptions(t *testing.T) {
 	}
 	l.Release(t.Context())
 	mfs := gather(t, reg)
-	if len(mfs) != 11 {
-		t.Errorf("%d metric families, want 11", len(mfs))
+	if len(mfs) != 12 {
+		t.Errorf("%d metric families, want 12", len(mfs))
 	}
 	for name, mf := range mfs {
 		if !strings.HasPrefix(name, "app_dlock_") {
@@ -304,9 +304,85 @@ func TestNewCollectorRefusesBadInput(t *testing.T) {
 		"decreasing buckets":   dlockprom.WithAcquireBuckets(1, 0.5),
 		"equal buckets":        dlockprom.WithHoldBuckets(1, 1),
 		"no buckets":           dlockprom.WithHoldBuckets(),
+		"a nil name template":  dlockprom.WithNameLabel(nil),
 	} {
 		if _, err := dlockprom.NewCollector(c, opt); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("NewCollector with %s = %v, want ErrInvalid", name, err)
 		}
+	}
+	if _, err := dlockprom.NewCollector(c, dlockprom.WithConstLabels(prometheus.Labels{"name": "x"}),
+		dlockprom.WithNameLabel(strings.ToLower)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("NewCollector with a const label name and WithNameLabel = %v, want ErrInvalid", err)
+	}
+}
+
+// dlock_held{mode} counts the leases held now: up at an acquisition, down
+// at the release, per mode.
+func TestCollectorHeldGauge(t *testing.T) {
+	t.Parallel()
+	c, reg := setup(t, nil, dlock.WithUnfair(nil))
+	ctx := t.Context()
+	held := func(mode string) float64 {
+		return metric(gather(t, reg), "dlock_held", "mode", mode).GetGauge().GetValue()
+	}
+	a, err := c.Acquire(ctx, "held-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Acquire(ctx, "held-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := c.Semaphore("held-s", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, s := held("unfair"), held("semaphore"); u != 2 || s != 1 {
+		t.Errorf("dlock_held = unfair %v, semaphore %v; want 2 and 1", u, s)
+	}
+	for _, l := range []*dlock.Lock{a, b, p} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u, s := held("unfair"), held("semaphore"); u != 0 || s != 0 {
+		t.Errorf("dlock_held after the releases = unfair %v, semaphore %v; want 0", u, s)
+	}
+}
+
+// WithNameLabel labels the histograms with the template's value of the lock
+// name: two names of one family make one series.
+func TestCollectorNameLabelTemplate(t *testing.T) {
+	t.Parallel()
+	family := func(name string) string {
+		if prefix, _, ok := strings.Cut(name, ":"); ok {
+			return prefix + ":*"
+		}
+		return name
+	}
+	c, reg := setup(t, []dlockprom.Option{dlockprom.WithNameLabel(family)}, dlock.WithUnfair(nil))
+	ctx := t.Context()
+	for _, name := range []string{"order:8c1f", "order:93ab", "ledger"} {
+		l, err := c.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs := gather(t, reg)
+	for name, n := range map[string]uint64{"order:*": 2, "ledger": 1} {
+		m := metric(mfs, "dlock_hold_duration_seconds", "mode", "unfair", "name", name, "outcome", "released")
+		if got := m.GetHistogram().GetSampleCount(); got != n {
+			t.Errorf("dlock_hold_duration_seconds{name=%q}: %d samples, want %d", name, got, n)
+		}
+	}
+	if got := len(mfs["dlock_acquire_duration_seconds"].GetMetric()); got != 2 {
+		t.Errorf("dlock_acquire_duration_seconds: %d series, want 2 (one per family)", got)
 	}
 }
