@@ -226,3 +226,29 @@ func TestSlogObserverWarnsOfServerClock(t *testing.T) {
 		}
 	}
 }
+
+// Extensions read the server's clock only while some Observer has Clock,
+// for one command more each (TIME, inside the script).
+func TestExtensionReadsServerClockOnlyWhenObserved(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, rdb := setup(t)
+	perExtension := func(opts ...dlock.Option) float64 {
+		c := newClient(t, rdb, append([]dlock.Option{dlock.WithAutoExtend(false)}, opts...)...)
+		l, err := c.TryAcquire(ctx, "clock-cost")
+		if err != nil {
+			t.Fatalf("TryAcquire = %v, want nil", err)
+		}
+		defer l.Release(ctx)
+		return commandsPerOp(t, ctx, rdb, 20, func(int) {
+			if err := l.Extend(ctx, 10*time.Second); err != nil {
+				t.Fatalf("Extend = %v, want nil", err)
+			}
+		})
+	}
+	plain := perExtension()
+	observed := perExtension(dlock.WithObserver(dlock.Observer{Clock: func(context.Context, *dlock.Event) {}}))
+	if observed != plain+1 {
+		t.Errorf("commands per extension: %.2f with an Observer of the clock, %.2f without; want one more", observed, plain)
+	}
+}
