@@ -54,9 +54,11 @@ type Observer struct {
 	// Clock is called when a server's clock, by which Redis expires keys,
 	// moved more or less than ours, beyond the drift margin, between two
 	// extensions' replies; e.Err is a [*ClockError], e.Name the lock whose
-	// extension showed it. It is told once until the clocks agree again.
-	// While some Observer has Clock, each extension of a plain, fair or
-	// leader lease reads the server's clock (one TIME in its script).
+	// extension showed it. It is told once until the clocks agree again;
+	// dlock changes no lease for it (a lease the clock ended early is found
+	// lost at its next extension). While some Observer has Clock, each
+	// extension of a plain, fair or leader lease reads the server's clock
+	// (one TIME in its script).
 	Clock func(ctx context.Context, e *Event)
 }
 
