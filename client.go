@@ -49,6 +49,7 @@ func newClient(b backend.Backend, hubs []*pubsub.Hub, o options) (*Client, error
 	for _, ob := range o.observers {
 		e.obs.add(ob)
 	}
+	e.watchClock(o.clock)
 	return &Client{engine: e}, nil
 }
 
@@ -77,8 +78,12 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 
 // config is a Node's configuration from the options.
 func (o *options) config(sharded bool) backend.Config {
+	if o.clock == nil {
+		o.clock = new(backend.ClockHook) // (its functions are set by newClient)
+	}
 	return backend.Config{Sharded: sharded,
-		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, Durable: o.durable, TTL: o.lease.ttl}
+		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, Durable: o.durable, TTL: o.lease.ttl,
+		Clock: o.clock}
 }
 
 // NewFrom is New for another Redis client, through its driver

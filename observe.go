@@ -19,6 +19,7 @@ const (
 	OpExtend   Op = "extend"   // Extend, the watchdog's extensions
 	OpLost     Op = "lost"     // a lease lost before its release
 	OpJeopardy Op = "jeopardy" // a lease at risk (see [Lock.Jeopardy])
+	OpClock    Op = "clock"    // a server's clock disagrees with ours (see [Observer].Clock)
 )
 
 // Event is one operation on a lock, as an Observer sees it.
@@ -50,6 +51,15 @@ type Observer struct {
 	Jeopardy func(ctx context.Context, e *Event)
 	// Waiting is called with +1 when an Acquire starts to wait, -1 after.
 	Waiting func(ctx context.Context, name string, delta int)
+	// Clock is called when a server's clock, by which Redis expires keys,
+	// moved more or less than ours, beyond the drift margin, between two
+	// extensions' replies; e.Err is a [*ClockError], e.Name the lock whose
+	// extension showed it. It is told once until the clocks agree again;
+	// dlock changes no lease for it (a lease the clock ended early is found
+	// lost at its next extension). While some Observer has Clock, each
+	// extension of a plain, fair or leader lease reads the server's clock
+	// (one TIME in its script).
+	Clock func(ctx context.Context, e *Event)
 }
 
 // WithObserver adds an Observer to the Client.
@@ -70,6 +80,7 @@ type observers struct {
 	list        atomic.Pointer[[]Observer]
 	anyLost     atomic.Bool // some Observer has Lost: leases arm their expiry timer
 	anyJeopardy atomic.Bool // some Observer has Jeopardy: watched leases arm their jeopardy timer
+	anyClock    atomic.Bool // some Observer has Clock: extensions read the server's clock
 
 	acquired, notAcquired, failed, released, lost, extendFailed, panics atomic.Uint64
 	waiting                                                             atomic.Int64
@@ -90,6 +101,9 @@ func (o *observers) add(obs Observer) {
 	}
 	if obs.Jeopardy != nil {
 		o.anyJeopardy.Store(true)
+	}
+	if obs.Clock != nil {
+		o.anyClock.Store(true)
 	}
 }
 
@@ -169,6 +183,17 @@ func (c *Client) tell(l *Lock, op Op, err error) {
 	}
 }
 
+// clockMoved tells the observers' Clock that a server's clock disagreed
+// with ours, as an extension of the lock name showed.
+func (o *observers) clockMoved(ctx context.Context, name string, err *ClockError) {
+	e := Event{Op: OpClock, Name: name, Err: err}
+	for _, ob := range o.all() {
+		if ob.Clock != nil {
+			o.safely(func() { ob.Clock(ctx, &e) })
+		}
+	}
+}
+
 // safely runs an observer's function f, counting a panic in it: an
 // observer runs on the path of a lock operation (after an acquisition took
 // its lease, in the watchdog's timer), and its failure must not leave a
@@ -184,7 +209,8 @@ func (o *observers) safely(f func()) {
 
 // SlogObserver returns an Observer that logs through l (nil: slog.Default()),
 // with the operation's context: acquisitions and releases at debug level,
-// failures and leases at risk as warnings, lost leases as errors.
+// failures, leases at risk and servers' clocks that disagree as warnings,
+// lost leases as errors.
 func SlogObserver(l *slog.Logger) Observer {
 	if l == nil {
 		l = slog.Default()
@@ -222,6 +248,10 @@ func SlogObserver(l *slog.Logger) Observer {
 		Jeopardy: func(ctx context.Context, e *Event) {
 			l.LogAttrs(ctx, slog.LevelWarn, "dlock: lease at risk", slog.String("lock", e.Name),
 				slog.String("mode", e.Mode), slog.String("error", e.Err.Error()))
+		},
+		Clock: func(ctx context.Context, e *Event) {
+			l.LogAttrs(ctx, slog.LevelWarn, "dlock: server clock disagrees", slog.String("lock", e.Name),
+				slog.String("error", e.Err.Error()))
 		},
 	}
 }

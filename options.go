@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dlockio/dlock/internal/backend"
 )
 
 // DefaultTTL is the lease time when [LeaseTTL] is not given: how long a holder
@@ -39,6 +41,7 @@ type options struct {
 	backoff     Backoff
 	drift       time.Duration // < 0: derived from the TTL
 	observers   []Observer
+	clock       *backend.ClockHook // shared by the Client's Nodes, made by config (see clock.go)
 	fair        bool
 	pipelining  bool // concurrent calls share pipelines; off only for tests (internal/testopt)
 	reentrant   bool

@@ -118,6 +118,7 @@ func table() []tableCase {
 			gone := redistest.Start(t, redistest.TCP())
 			releaseAfterRestart(t, gone, clients(func(t *testing.T) driver.Conn { return s.Server(t, gone.Addr()) }))
 		}},
+		tableCase{"ServerClock", false, serverClock},
 		tableCase{"Quorum", false, quorum},
 		tableCase{"Sentinel", false, sentinel},
 		tableCase{"Cluster", false, cluster})

@@ -296,6 +296,7 @@ type Node struct {
 
 	extra  scriptSet     // scripts every lease runs besides its kind's, which Prepare loads (a quorum node's RaiseFence)
 	caches *scriptCaches // what the servers' script caches hold (see scripts.go)
+	clock  *clockWatch   // the server's clock as extensions read it (nil: not watched)
 }
 
 // Config is what a Node is built from: the Client's options.
@@ -306,6 +307,7 @@ type Config struct {
 	AckTimeout time.Duration // how long to wait for them
 	Durable    time.Duration // > 0: acquire and extend wait this long for the append-only file
 	TTL        time.Duration // the Client's lease time
+	Clock      *ClockHook    // whom to tell of the server's clock (nil: nobody)
 }
 
 // NewNode returns the backend of one deployment reached through rdb.
@@ -316,7 +318,7 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 	}
 	n := Node{uc: rdb, pub: pub, pubA: pub,
 		replicas: c.Replicas, ackTimeout: c.AckTimeout, durable: c.Durable,
-		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(scriptCaches)}
+		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(scriptCaches), clock: newClockWatch(c.Clock, rdb)}
 	if rdb != nil {
 		n.rdb, n.retries = newBatcher(rdb, !c.Pipelining), goredisdriver.Retries(rdb)
 	}
@@ -580,8 +582,23 @@ func pttlOf(ms int64) time.Duration {
 }
 
 func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
+	var sent time.Time
+	if n.clock.on() {
+		sent = time.Now()
+	}
 	cmd, acks := c.Kind.extend(ctx, n, c, ttl, seq)
 	v, err := cmd.Int64()
+	if r, ok := cmd.Val().([]any); ok && len(r) == 2 && err != nil { // {reply, server µs} (see extend.lua)
+		v, ok = r[0].(int64)
+		us, ok2 := r[1].(int64)
+		if !ok || !ok2 {
+			return false, fmt.Errorf("unexpected reply %v", r)
+		}
+		err = nil
+		if !sent.IsZero() {
+			n.clock.read(ctx, c.Lock, ttl, us, sent, time.Now())
+		}
+	}
 	if err != nil {
 		return false, RedisErr(err)
 	}

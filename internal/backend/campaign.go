@@ -45,6 +45,9 @@ func proclaimed(key, holder string) (string, bool) {
 }
 
 func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+	if n.clock.on() { // the reply carries the server's time (see clock.go)
+		return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev, c.Fence, c.ValueKey()}, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
+	}
 	return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev, c.Fence, c.ValueKey()}, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 

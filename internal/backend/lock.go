@@ -55,6 +55,9 @@ func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duratio
 }
 
 func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+	if n.clock.on() { // the reply carries the server's time (see clock.go)
+		return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
+	}
 	return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 

@@ -49,7 +49,8 @@ type config struct {
 	tcp      bool
 	bin      string // the server binary; "": Binary's
 	args     []string
-	sentinel string // sentinel mode: the config file's initial text
+	env      []string // added to the server's environment, "KEY=value"
+	sentinel string   // sentinel mode: the config file's initial text
 }
 
 // TCP makes the server listen on a free port of 127.0.0.1 instead of a unix socket.
@@ -57,6 +58,10 @@ func TCP() Option { return func(c *config) { c.tcp = true } }
 
 // Args appends redis-server command-line arguments, e.g. Args("--appendonly", "yes").
 func Args(args ...string) Option { return func(c *config) { c.args = append(c.args, args...) } }
+
+// Env adds variables ("KEY=value") to the server's environment, e.g. to
+// start it under an LD_PRELOAD library.
+func Env(kv ...string) Option { return func(c *config) { c.env = append(c.env, kv...) } }
 
 // Bin makes the server run the binary path instead of [Binary]'s, e.g.
 // [ValkeyBinary]'s.
@@ -233,6 +238,9 @@ func (s *Server) launch() error {
 	}
 	args = append(args, s.cfg.args...)
 	cmd := exec.Command(bin, args...)
+	if len(s.cfg.env) > 0 {
+		cmd.Env = append(os.Environ(), s.cfg.env...)
+	}
 	// Its own process group: a Ctrl-C in a terminal must not reach it before
 	// the test has cleaned up, and no server outlives its test by accident.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

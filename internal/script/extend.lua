@@ -12,27 +12,35 @@
 --         high was applied already (a late copy must not undo a newer one).
 --         A Lock numbers every extension after its first numbered one, so
 --         an unnumbered request that finds one applied is a late copy.
+-- ARGV[4] (optional) 1: the reply carries the server's clock that keys
+--         expire by (TIME, in µs): {reply, µs} instead of the reply.
 -- Returns 1 if the lease is ours (extended now, or by this request's
 -- earlier copy), 0 if the key is missing or owned by someone else, 2 if the
 -- lease is ours but a newer extension was applied (see superseded in
 -- lib.lua): this request changed nothing.
+local function reply(v)
+  if ARGV[4] ~= '1' then return v end
+  local t = redis.call('TIME')
+  return {v, tonumber(t[1]) * 1000000 + tonumber(t[2])}
+end
+
 local gt = false
 if ARGV[3] == '0' then
   local v = redis.call('MGET', KEYS[1], KEYS[2])
   if v[1] ~= ARGV[1] then
-    return 0
+    return reply(0)
   elseif v[2] and string.byte(v[2]) == 101 then -- "e<n>": a numbered extension was applied
-    return 2
+    return reply(2)
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
   gt = 'GT'
 else
   if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-    return 0
+    return reply(0)
   end
   local s = superseded(KEYS[2], ARGV[3], ARGV[2])
   if s ~= 0 then
-    return s
+    return reply(s)
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
@@ -44,4 +52,4 @@ if KEYS[4] and gt then
 elseif KEYS[4] then -- the value ends with the lease, also one this shortens
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
-return 1
+return reply(1)

@@ -1,0 +1,48 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlockio/dlock/internal/backend"
+)
+
+// ClockError is the Err of an [OpClock] event: a Redis server's clock, by
+// which it expires keys, moved by Ahead more (or, < 0, less) than the
+// client's clock did between two extensions' replies, beyond the drift
+// margin: a step, a clock that runs fast or slow, or one that froze.
+type ClockError struct {
+	Server string        // the server's address, if known ("": a Cluster, a driver)
+	Ahead  time.Duration // > 0: the server's clock ran ahead; < 0: behind
+	Over   time.Duration // about how long the client's clock ran between the two replies
+}
+
+func (e *ClockError) Error() string {
+	way, by := "ahead of", e.Ahead
+	if by < 0 {
+		way, by = "behind", -by
+	}
+	server := "the Redis server's clock"
+	if e.Server != "" {
+		server = fmt.Sprintf("the clock of Redis at %s", e.Server)
+	}
+	return fmt.Sprintf("dlock: %s ran %v %s ours over %v, beyond the drift margin", server, by.Round(time.Millisecond), way, e.Over.Round(time.Millisecond))
+}
+
+// watchClock makes the Nodes that share h tell e's observers of their
+// servers' clocks.
+func (e *engine) watchClock(h *backend.ClockHook) {
+	if h == nil {
+		return
+	}
+	h.On = e.obs.anyClock.Load
+	// A lease's own margin, and the rate the default allows over the time
+	// between the readings: clocks that keep within it are never told of.
+	h.Margin = func(ttl, over time.Duration) time.Duration { return e.opts.driftFor(ttl) + over/100 }
+	h.Tell = func(ctx context.Context, key, addr string, ahead, over time.Duration) {
+		name := strings.TrimSuffix(strings.TrimPrefix(key, e.opts.prefix+"{"), "}")
+		e.obs.clockMoved(ctx, name, &ClockError{Server: addr, Ahead: ahead, Over: over})
+	}
+}

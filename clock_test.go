@@ -1,0 +1,257 @@
+package dlock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// clockWatcher is an Observer that records what it is told of servers'
+// clocks, of lost leases, and counts the watchdog's extensions.
+type clockWatcher struct {
+	mu       sync.Mutex
+	told     []*dlock.ClockError
+	names    []string
+	lost     atomic.Int32
+	extended atomic.Int32
+}
+
+func (w *clockWatcher) observer() dlock.Observer {
+	return dlock.Observer{
+		Clock: func(_ context.Context, e *dlock.Event) {
+			ce, _ := errors.AsType[*dlock.ClockError](e.Err)
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.told = append(w.told, ce)
+			w.names = append(w.names, e.Name)
+		},
+		Lost: func(context.Context, *dlock.Event) { w.lost.Add(1) },
+		End: func(_ context.Context, e *dlock.Event) {
+			if e.Op == dlock.OpExtend && e.Auto && e.Err == nil {
+				w.extended.Add(1)
+			}
+		},
+	}
+}
+
+// clockEvents returns what w was told so far.
+func (w *clockWatcher) clockEvents() []*dlock.ClockError {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]*dlock.ClockError(nil), w.told...)
+}
+
+// extensions waits until the watchdog made n more extensions, within d.
+func (w *clockWatcher) extensions(t *testing.T, n int32, d time.Duration) {
+	t.Helper()
+	want := w.extended.Load() + n
+	if !waitFor(d, func() bool { return w.extended.Load() >= want }) {
+		t.Fatalf("the watchdog made %d extensions within %v, want %d", w.extended.Load(), d, want)
+	}
+}
+
+// heldUnderFakeClock starts a server whose clock the test sets, and holds
+// name on it, the watchdog extending every second, told to w.
+func heldUnderFakeClock(t *testing.T, name string, w *clockWatcher) (*dlock.Lock, func(string)) {
+	t.Helper()
+	leakcheck.Check(t)
+	opts, set := redistest.FakeClock(t)
+	rdb := redistest.Start(t, opts...).Client(t)
+	c := newClient(t, rdb, dlock.WithObserver(w.observer()))
+	l, err := c.TryAcquire(t.Context(), name, dlock.LeaseTTL(3*time.Second))
+	if err != nil {
+		t.Fatalf("TryAcquire(%q) = %v, want nil", name, err)
+	}
+	t.Cleanup(func() { l.Release(context.Background()) })
+	w.extensions(t, 2, 20*time.Second) // the clock read twice: a base to compare with
+	return l, set
+}
+
+// A server's clock stepped, frozen, while a lease is held: the Observer is
+// told once, with the way and about how far, and the lease, still on the
+// server, stays held (the extension that showed it counted from the new
+// clock).
+func TestObserverToldOfServerClockStepWhileHeld(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, offset string
+		lo, hi       time.Duration // the bounds of ClockError.Ahead
+	}{
+		// Ahead by the step less the round trips' uncertainty.
+		{name: "ahead", offset: "+1s", lo: 300 * time.Millisecond, hi: 1050 * time.Millisecond},
+		{name: "behind", offset: "-30s", lo: -30050 * time.Millisecond, hi: -29 * time.Second},
+		// Frozen at the whole second (libfaketime's "@" resolution), it
+		// falls behind by up to that second and the time between two
+		// extensions, another; the first reading after it may show only
+		// part of that.
+		{name: "frozen", offset: "@now x0", lo: -2500 * time.Millisecond, hi: -time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := new(clockWatcher)
+			l, set := heldUnderFakeClock(t, "clock-"+tc.name, w)
+			if got := w.clockEvents(); len(got) != 0 {
+				t.Fatalf("before the step: told %v, want nothing", got[0])
+			}
+			if tc.offset == "@now x0" {
+				tc.offset = "@" + time.Now().Format(time.DateTime) + " x0" // (the server's local time, as the test's)
+			}
+			set(tc.offset)
+			if !waitFor(20*time.Second, func() bool { return len(w.clockEvents()) > 0 }) {
+				t.Fatalf("after the step %q: not told within 20s (%d extensions)", tc.offset, w.extended.Load())
+			}
+			w.extensions(t, 2, 20*time.Second) // more disagreeing (frozen) or agreeing readings: not told again
+			got := w.clockEvents()
+			if len(got) != 1 || got[0] == nil {
+				t.Fatalf("after the step %q and 2 extensions: told %d times (%v), want once, a *ClockError", tc.offset, len(got), got)
+			}
+			if a := got[0].Ahead; a < tc.lo || a > tc.hi {
+				t.Errorf("after the step %q: ClockError.Ahead = %v, want within [%v, %v] (%v)", tc.offset, a, tc.lo, tc.hi, got[0])
+			}
+			if w.names[0] != "clock-"+tc.name {
+				t.Errorf("OpClock's Name = %q, want %q", w.names[0], "clock-"+tc.name)
+			}
+			if err := l.Err(); err != nil {
+				t.Errorf("after the step %q: l.Err() = %v, want nil (still held)", tc.offset, err)
+			}
+		})
+	}
+}
+
+// A step ahead past the lease's expiry ends it on the server: the next
+// extension finds it gone, and the Observer is told of the clock with the
+// loss.
+func TestObserverToldOfServerClockStepThatEndedTheLease(t *testing.T) {
+	t.Parallel()
+	w := new(clockWatcher)
+	l, set := heldUnderFakeClock(t, "clock-past", w)
+	set("+30s")
+	if !waitFor(20*time.Second, func() bool { return w.lost.Load() > 0 }) {
+		t.Fatalf("after a step of 30s past a 3s lease: not lost within 20s")
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("after a step of 30s past a 3s lease: l.Err() = %v, want ErrNotHeld", err)
+	}
+	got := w.clockEvents()
+	if len(got) != 1 || got[0] == nil || got[0].Ahead < 29*time.Second || got[0].Ahead > 30*time.Second {
+		t.Errorf("after a step of 30s: told %v, want once, about 30s ahead", got)
+	}
+}
+
+// Replies that come back late, or late by turns, do not read as a step of
+// the server's clock: each reading is compared within the interval it was
+// taken in.
+func TestObserverNotToldOfSteadyClockWhenRepliesAreSlow(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	p, rdb, _ := proxied(t, 0, 0)
+	w := new(clockWatcher)
+	c := newClient(t, rdb, dlock.WithObserver(w.observer()))
+	l, err := c.TryAcquire(t.Context(), "clock-slow", dlock.LeaseTTL(900*time.Millisecond))
+	if err != nil {
+		t.Fatalf("TryAcquire = %v, want nil", err)
+	}
+	defer l.Release(context.Background())
+	// Replies, then requests, held for up to a third of the time between
+	// extensions, changing after each.
+	delays := []time.Duration{0, 100 * time.Millisecond, 0, 40 * time.Millisecond, 100 * time.Millisecond, 0}
+	for i := range 24 {
+		d := delays[i%len(delays)]
+		if i%2 == 0 {
+			p.Delay(0, d)
+		} else {
+			p.Delay(d, 0)
+		}
+		w.extensions(t, 1, 20*time.Second)
+	}
+	p.Delay(0, 0)
+	if got := w.clockEvents(); len(got) != 0 {
+		t.Errorf("after 24 extensions with slow replies, the server's clock steady: told %v, want nothing", got[0])
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("l.Err() = %v, want nil", err)
+	}
+}
+
+// Over a quorum each node's clock is read on its own: a step of one node's
+// clock is told, naming that node, and the lease stays held.
+func TestObserverToldOfOneQuorumNodesClockStep(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	opts, set := redistest.FakeClock(t)
+	stepped := redistest.Start(t, opts...)
+	nodes := []redis.UniversalClient{stepped.Client(t), redistest.Start(t).Client(t), redistest.Start(t).Client(t)}
+	w := new(clockWatcher)
+	c := newRedlock(t, nodes, time.Second, dlock.WithObserver(w.observer()))
+	l, err := c.TryAcquire(t.Context(), "clock-quorum", dlock.LeaseTTL(3*time.Second))
+	if err != nil {
+		t.Fatalf("TryAcquire = %v, want nil", err)
+	}
+	defer l.Release(context.Background())
+	w.extensions(t, 2, 20*time.Second)
+	set("+1s")
+	if !waitFor(20*time.Second, func() bool { return len(w.clockEvents()) > 0 }) {
+		t.Fatalf("after a step of one node's clock: not told within 20s (%d extensions)", w.extended.Load())
+	}
+	w.extensions(t, 2, 20*time.Second)
+	got := w.clockEvents()
+	if len(got) != 1 || got[0] == nil || got[0].Server != stepped.Addr() || got[0].Ahead < 300*time.Millisecond {
+		t.Errorf("after a step of %s's clock by 1s: told %v, want once, that node about 1s ahead", stepped.Addr(), got)
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("l.Err() = %v, want nil", err)
+	}
+}
+
+// SlogObserver logs a server's clock that disagrees as a warning that
+// names the lock, the server, the way and how far.
+func TestSlogObserverWarnsOfServerClock(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	o := dlock.SlogObserver(slog.New(slog.NewTextHandler(&buf, nil)))
+	o.Clock(t.Context(), &dlock.Event{Op: dlock.OpClock, Name: "jobs",
+		Err: &dlock.ClockError{Server: "10.0.0.1:6379", Ahead: -30 * time.Second, Over: time.Second}})
+	for _, want := range []string{"level=WARN", "lock=jobs", "10.0.0.1:6379", "30s behind ours over 1s"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("SlogObserver's Clock logged %q, want it to contain %q", buf.String(), want)
+		}
+	}
+}
+
+// Extensions read the server's clock only while some Observer has Clock,
+// for one command more each (TIME, inside the script).
+func TestExtensionReadsServerClockOnlyWhenObserved(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, rdb := setup(t)
+	perExtension := func(opts ...dlock.Option) float64 {
+		c := newClient(t, rdb, append([]dlock.Option{dlock.WithAutoExtend(false)}, opts...)...)
+		l, err := c.TryAcquire(ctx, "clock-cost")
+		if err != nil {
+			t.Fatalf("TryAcquire = %v, want nil", err)
+		}
+		defer l.Release(ctx)
+		return commandsPerOp(t, ctx, rdb, 20, func(int) {
+			if err := l.Extend(ctx, 10*time.Second); err != nil {
+				t.Fatalf("Extend = %v, want nil", err)
+			}
+		})
+	}
+	plain := perExtension()
+	observed := perExtension(dlock.WithObserver(dlock.Observer{Clock: func(context.Context, *dlock.Event) {}}))
+	if observed != plain+1 {
+		t.Errorf("commands per extension: %.2f with an Observer of the clock, %.2f without; want one more", observed, plain)
+	}
+}
