@@ -18,8 +18,16 @@ const minRetry = 10 * time.Millisecond
 func (l *Lock) tick() {
 	l.expire()
 	l.mu.Lock()
+	if l.ticking { // one run at a time: the one under way runs again soon
+		l.again = true
+		l.mu.Unlock()
+		return
+	}
 	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap
 	stop := l.err != nil || atCap || closed
+	if !stop {
+		l.ticking, l.again, l.checked = true, false, time.Now()
+	}
 	if !stop && l.jeopT != nil {
 		l.inFlight = true
 		l.jeopT.Reset(time.Until(validUntil) / 2)
@@ -41,7 +49,10 @@ func (l *Lock) tick() {
 	err := l.extend(ctx, 0) // the lease time of the latest extension
 	l.mu.Lock()
 	next, jt := l.ttl/3, l.jeopT
-	l.inFlight = false
+	l.inFlight, l.ticking = false, false
+	if l.again { // nudged while it ran: once more, as nudge would
+		next = min(next, max(time.Until(l.checked.Add(l.ttl/checkRate)), 0))
+	}
 	l.mu.Unlock()
 	if jt != nil {
 		l.tellMu.Lock() // (a jeopardy being told is told before this extension's end)
@@ -68,9 +79,37 @@ func (l *Lock) tick() {
 	}
 	l.mu.Lock()
 	if l.err == nil {
-		l.dog.Reset(next)
+		l.arm(next)
 	}
 	l.mu.Unlock()
+}
+
+// arm sets the watchdog to run in d; l.mu must be held.
+func (l *Lock) arm(d time.Duration) {
+	l.due = time.Now().Add(d)
+	l.dog.Reset(d)
+}
+
+// checkRate bounds the watchdog's runs that a nudge asks for: at most
+// checkRate per lease time.
+const checkRate = 30
+
+// nudge makes the watchdog run (an extension: it tells a loss, and does
+// nothing more if the lease holds) now, or as soon as the last run is
+// TTL/checkRate old, unless it runs sooner anyway; if a run is under way,
+// it runs once more after it. A held lease's watches call it (WatchLoss)
+// when a message says the lease may have ended.
+func (l *Lock) nudge() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	switch at := l.checked.Add(l.ttl / checkRate); {
+	case l.dog == nil || l.err != nil || l.atCap:
+	case l.ticking || !l.due.After(now):
+		l.again = true // under way, or starting
+	case at.Before(l.due):
+		l.arm(max(at.Sub(now), 0))
+	}
 }
 
 // unanswered is the jeopardy timer: the watchdog's extension in flight has
