@@ -177,18 +177,14 @@ func LockDelay(d time.Duration) LeaseOption {
 	}}
 }
 
-// WatchLoss(true) makes the watchdog check the lease at once, instead of at its
-// next extension (up to TTL/3 later), when a message says it may have ended:
-// a [Client.ForceRelease], the pub/sub connection back after a break (a
-// restart, a failover), and, where the server has keyspace notifications on
-// (notify-keyspace-events K with g, x, e or $), a DEL, an expiry, an eviction
-// or an overwrite of the lock key. A message is never trusted: the check is an
-// extension, which tells a loss as every extension does; a flood of them
-// (a busy semaphore's releases) makes at most one check per TTL/30. Not on a
-// Cluster: no keyspace notifications there. Cost: a SUBSCRIBE per lease, and
-// an UNSUBSCRIBE after it, on the pub/sub connection. Default false; refused
-// with [ErrInvalid] without the watchdog ([WithAutoExtend](false)). See
-// docs/guarantees.md for what it does not see.
+// WatchLoss(true) makes the watchdog check the lease at once, not at its next
+// extension (up to TTL/3 later), when a message says it may have ended: a
+// [Client.ForceRelease], a pub/sub reconnect (a restart, a failover), or, with
+// keyspace notifications on (not on a Cluster), a DEL, expiry, eviction or
+// overwrite of the key. The check is an extension, so a message never makes up
+// a loss; a flood makes one per TTL/30 at most. Cost: a SUBSCRIBE and an
+// UNSUBSCRIBE per lease. Default false; [ErrInvalid] without the watchdog.
+// Limits: docs/guarantees.md.
 func WatchLoss(on bool) LeaseOption {
 	return LeaseOption{func(p *lease) { p.watch = on }}
 }

@@ -50,10 +50,12 @@ type Lock struct {
 	// With WatchLoss, watches make nudge move the watchdog's next run
 	// (due) earlier, to at most one run per TTL/30 after the last began
 	// (checked); ticking is set while a run is under way, again when a
-	// nudge came meanwhile.
-	watches        []*pubsub.Watch
-	due, checked   time.Time
-	ticking, again bool
+	// nudge came meanwhile; early when the next run is a nudge's (or,
+	// quick times in a row, the retry of one that failed).
+	watches               []*pubsub.Watch
+	due, checked          time.Time
+	ticking, again, early bool
+	quick                 int
 	// jeop (made by Jeopardy) is closed when the lease is put at risk, or
 	// settled; a later successful extension ends the risk, and Jeopardy
 	// then makes a new one. jeopT (made with jeop, or for an Observer with

@@ -25,8 +25,9 @@ func (l *Lock) tick() {
 	}
 	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap
 	stop := l.err != nil || atCap || closed
+	early := l.early // this run was asked for by a nudge
 	if !stop {
-		l.ticking, l.again, l.checked = true, false, time.Now()
+		l.ticking, l.again, l.early, l.checked = true, false, false, time.Now()
 	}
 	if !stop && l.jeopT != nil {
 		l.inFlight = true
@@ -49,9 +50,10 @@ func (l *Lock) tick() {
 	err := l.extend(ctx, 0) // the lease time of the latest extension
 	l.mu.Lock()
 	next, jt := l.ttl/3, l.jeopT
+	soon := max(time.Until(l.checked.Add(l.ttl/checkRate)), 0) // the earliest a nudge may make it run
 	l.inFlight, l.ticking = false, false
 	if l.again { // nudged while it ran: once more, as nudge would
-		next = min(next, max(time.Until(l.checked.Add(l.ttl/checkRate)), 0))
+		next, l.early, early = min(next, soon), true, true
 	}
 	l.mu.Unlock()
 	if jt != nil {
@@ -69,6 +71,9 @@ func (l *Lock) tick() {
 	case capped:
 		return // its last extension: the expiry timer ends the lease at the cap
 	case err == nil:
+		l.mu.Lock()
+		l.quick = 0
+		l.mu.Unlock()
 	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased):
 		return
 	default:
@@ -76,6 +81,16 @@ func (l *Lock) tick() {
 		// times before the validity runs out.
 		l.jeopardize(err, false)
 		next = max(time.Until(validUntil)/4, minRetry)
+		l.mu.Lock()
+		if early && l.quick < quickRetries {
+			// A check a message asked for (the pub/sub connection back
+			// after a restart) may meet connections the same break left
+			// broken: again soon (10, 40, 160, 640ms), not a quarter of
+			// the validity later.
+			next, l.early = min(next, minRetry<<(2*l.quick)), true
+			l.quick++
+		}
+		l.mu.Unlock()
 	}
 	l.mu.Lock()
 	if l.err == nil {
@@ -89,6 +104,10 @@ func (l *Lock) arm(d time.Duration) {
 	l.due = time.Now().Add(d)
 	l.dog.Reset(d)
 }
+
+// quickRetries is how many times in a row a check a nudge asked for is
+// tried again soon after it failed for want of an answer.
+const quickRetries = 4
 
 // checkRate bounds the watchdog's runs that a nudge asks for: at most
 // checkRate per lease time.
@@ -109,6 +128,7 @@ func (l *Lock) nudge() {
 		l.again = true // under way, or starting
 	case at.Before(l.due):
 		l.arm(max(at.Sub(now), 0))
+		l.early = true
 	}
 }
 
