@@ -2,7 +2,8 @@
 // taken, extended, fenced and released through dlock.NewFrom on private
 // redis-server processes, with mutual exclusion counted across goroutines
 // and Clients, a PubSub held to its contract, waiters woken by pub/sub
-// (after a broken connection and a restart too), a script cache emptied under a Client,
+// (after a broken connection and a restart too), a holder told of its loss at once (WatchLoss),
+// a script cache emptied under a Client,
 // a server down, and a Cluster where the client has one.
 package drivertest
 
@@ -90,6 +91,10 @@ func table() []tableCase {
 		srv := redistest.Start(t, redistest.TCP())
 		p := redistest.NewProxy(t, srv.Addr())
 		pubSub(t, p, s.Server(t, p.Addr()), s.Server(t, srv.Addr()))
+	}})
+	cases = append(cases, tableCase{"WatchLoss", true, func(t *testing.T, s Setup) {
+		srv := redistest.Start(t, redistest.TCP(), redistest.Args("--notify-keyspace-events", "KA"))
+		watchLoss(t, srv, client(t, s.Server(t, srv.Addr()), dlock.LeaseTTL(30*time.Second), dlock.WatchLoss(true)))
 	}})
 	cases = append(cases, tableCase{"PubSubAfterRestart", false, func(t *testing.T, s Setup) {
 		srv := redistest.Start(t, redistest.TCP())
@@ -873,6 +878,58 @@ func hubAfterRestart(t *testing.T, srv *redistest.Server, conn driver.Conn) {
 	h.Close()
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("Close of a hub connecting again to a dead server took %v", d)
+	}
+}
+
+// watchLoss: with WatchLoss, a holder is told at once (its lease time is
+// 30s, its next extension 10s away) of a DEL of its key (keyspace
+// notifications on), of a ForceRelease, and of a restart that lost it.
+func watchLoss(t *testing.T, srv *redistest.Server, c *dlock.Client) {
+	ctx := ctxFor(t, 60*time.Second)
+	for _, end := range []struct {
+		what    string
+		channel func(l *dlock.Lock) string // what the holder must listen to first
+		do      func(l *dlock.Lock) error
+	}{
+		{"a DEL", func(l *dlock.Lock) string { return "__keyspace@0__:" + l.Key() }, func(l *dlock.Lock) error {
+			_, err := srv.Do(ctx, "DEL", l.Key())
+			return err
+		}},
+		{"a ForceRelease", func(l *dlock.Lock) string { return l.Key() + ":ch" }, func(l *dlock.Lock) error {
+			_, err := c.ForceRelease(ctx, l.Name())
+			return err
+		}},
+		{"a restart", func(l *dlock.Lock) string { return l.Key() + ":ch" }, func(*dlock.Lock) error {
+			srv.Restart()
+			return nil
+		}},
+	} {
+		l, err := c.TryAcquire(ctx, "dt-watch-"+strings.Fields(end.what)[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := end.channel(l)
+		if !eventually(10*time.Second, func() bool {
+			n, _ := srv.Do(ctx, "PUBSUB", "NUMSUB", ch)
+			v, _ := n.([]any)
+			return len(v) == 2 && v[1] == int64(1)
+		}) {
+			t.Fatalf("%s: not subscribed after 10s", ch)
+		}
+		start := time.Now()
+		if err := end.do(l); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Done():
+			t.Logf("%s told in %v", end.what, time.Since(start).Round(time.Millisecond))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: not told within 5s (the next extension is 10s away)", end.what)
+		}
+		if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("after %s: Err() = %v, want ErrNotHeld", end.what, err)
+		}
+		l.Release(ctx)
 	}
 }
 
