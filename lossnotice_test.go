@@ -294,3 +294,38 @@ func TestWatchLossNeedsTheWatchdog(t *testing.T) {
 		t.Errorf("TryAcquire(WatchLoss(true)) without the watchdog = %v, want ErrInvalid", err)
 	}
 }
+
+// Over a quorum each node's hub watches: a DEL on a majority's nodes is
+// told at once, as is a ForceRelease.
+func TestWatchLossOverAQuorum(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	var nodes []redis.UniversalClient
+	var direct []*redis.Client
+	for range 3 {
+		rdb := redistest.Start(t, redistest.Args("--notify-keyspace-events", "KA")).Client(t)
+		nodes, direct = append(nodes, rdb), append(direct, rdb)
+	}
+	ctx := t.Context()
+	c := newRedlock(t, nodes, 200*time.Millisecond, dlock.LeaseTTL(lossTTL), dlock.WatchLoss(true))
+	defer c.Close(ctx)
+	for _, end := range []string{"DEL", "ForceRelease"} {
+		l, err := c.TryAcquire(ctx, "quorum-"+end)
+		if err != nil {
+			t.Fatalf("TryAcquire = %v, want nil", err)
+		}
+		defer l.Release(ctx)
+		for _, rdb := range direct {
+			subscribed(t, rdb, l.Key()+":ch", keyspace(l.Key()))
+		}
+		start := time.Now()
+		if end == "DEL" {
+			for _, rdb := range direct[:2] {
+				rdb.Del(ctx, l.Key())
+			}
+		} else if ok, err := c.ForceRelease(ctx, l.Name()); !ok || err != nil {
+			t.Fatalf("ForceRelease = %v, %v, want true, nil", ok, err)
+		}
+		expectLossTold(t, l, start, end+" over a quorum")
+	}
+}

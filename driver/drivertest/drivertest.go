@@ -136,7 +136,8 @@ func clients(conn func(t *testing.T) driver.Conn) func(t *testing.T, opts ...dlo
 // Cluster of three masters, as parallel subtests (their names differ).
 func cluster(t *testing.T, s Setup) {
 	var addrs []string
-	for _, n := range redistest.StartCluster(t, 3, 0) {
+	srvs := redistest.StartCluster(t, 3, 0)
+	for _, n := range srvs {
 		addrs = append(addrs, n.Addr())
 	}
 	cconn := func(t *testing.T) driver.Conn { return s.Cluster(t, addrs) }
@@ -154,6 +155,44 @@ func cluster(t *testing.T, s Setup) {
 		t.Parallel()
 		admin(t, client(t, cconn(t)), client(t, cconn(t)))
 	})
+	t.Run("WatchLoss", func(t *testing.T) {
+		t.Parallel()
+		clusterWatchLoss(t, srvs, client(t, cconn(t), dlock.LeaseTTL(30*time.Second), dlock.WatchLoss(true)))
+	})
+}
+
+// clusterWatchLoss: on a Cluster, with WatchLoss, a ForceRelease is told
+// to the holder at once (its next extension is 10s away), through the
+// sharded channel of the lock.
+func clusterWatchLoss(t *testing.T, srvs []*redistest.Server, c *dlock.Client) {
+	ctx := ctxFor(t, 60*time.Second)
+	l, err := c.TryAcquire(ctx, "dt-cwatch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	ch := l.Key() + ":ch"
+	if !eventually(10*time.Second, func() bool {
+		for _, srv := range srvs {
+			n, _ := srv.Do(ctx, "PUBSUB", "SHARDNUMSUB", ch)
+			if v, _ := n.([]any); len(v) == 2 && v[1] == int64(1) {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("%s: not subscribed after 10s", ch)
+	}
+	start := time.Now()
+	if ok, err := c.ForceRelease(ctx, l.Name()); !ok || err != nil {
+		t.Fatalf("ForceRelease: %v, %v", ok, err)
+	}
+	select {
+	case <-l.Done():
+		t.Logf("a ForceRelease on a Cluster told in %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("a ForceRelease on a Cluster: not told within 5s (the next extension is 10s away)")
+	}
 }
 
 // client returns a Client on conn, closed in t's cleanup.
