@@ -202,8 +202,7 @@ func (h *Hub) subscribe(channel, token string, wake chan int64) (*Waiter, <-chan
 			l = h.open("")
 			h.main = l
 		}
-		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{}), line: l,
-			keyspace: strings.HasPrefix(channel, keyspacePrefix)}
+		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{}), line: l}
 		h.topics[channel] = t
 		l.topics[channel] = t
 		if l.down {
@@ -575,18 +574,24 @@ func (h *Hub) Watch(channel, key string, f func()) *Watch {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w := &Watch{h: h, key: key, f: f}
-	w.add(channel)
+	w.add(channel, false)
 	if key != "" && !h.sharded && !h.closed {
 		h.watchKey(w)
 	}
 	return w
 }
 
-// add subscribes w to channel; h.mu must be held.
-func (w *Watch) add(channel string) {
+// add subscribes w to channel, a key's keyspace channel if keyspace (its
+// messages are events, of which only those in ended call w's function: a
+// lock's channel, which ends in ":ch", is never one, its key ending in
+// "}"); h.mu must be held.
+func (w *Watch) add(channel string, keyspace bool) {
 	hw, _ := w.h.subscribe(channel, WatchToken(), nil)
 	hw.call = w.f
 	w.ws = append(w.ws, hw)
+	if t := w.h.topics[channel]; t != nil && keyspace {
+		t.keyspace = true
+	}
 }
 
 // Close ends the watch; its channels are dropped as a waiter's are.
@@ -604,10 +609,6 @@ func (w *Watch) Close() {
 	}
 }
 
-// keyspacePrefix begins the channels of keyspace notifications:
-// "__keyspace@<db>__:<key>".
-const keyspacePrefix = "__keyspace@"
-
 // noDB is Hub.db when the server does not say which database the Hub's
 // client uses.
 const noDB = "-"
@@ -621,7 +622,8 @@ const noDB = "-"
 var ended = map[string]bool{"del": true, "expired": true, "evicted": true, "set": true,
 	"rename_from": true, "rename_to": true, "move_from": true, "copy_to": true, "restore": true}
 
-// watchKey subscribes w to its key's keyspace channel once the database
+// watchKey subscribes w to its key's keyspace channel
+// ("__keyspace@<db>__:<key>") once the database
 // is known, asking the server for it on the first watch (CLIENT INFO,
 // Redis 6.2 and later; an error reply means never). A Cluster's Hub
 // never does: keyspace notifications are the node's own, not sharded.
@@ -636,7 +638,7 @@ func (h *Hub) watchKey(w *Watch) {
 			h.lines.Go(h.learnDB)
 		}
 	default:
-		w.add(keyspacePrefix + h.db + "__:" + w.key)
+		w.add("__keyspace@"+h.db+"__:"+w.key, true)
 	}
 }
 
