@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -327,5 +328,32 @@ func TestWatchLossOverAQuorum(t *testing.T) {
 			t.Fatalf("ForceRelease = %v, %v, want true, nil", ok, err)
 		}
 		expectLossTold(t, l, start, end+" over a quorum")
+	}
+}
+
+func TestWatchedLocksCostNoGoroutines(t *testing.T) {
+	// Serial: it counts every goroutine in the process.
+	leakcheck.Check(t)
+	rdb := redistest.Start(t, redistest.Args("--notify-keyspace-events", "KA")).Client(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WatchLoss(true))
+	defer c.Close(ctx)
+	before := runtime.NumGoroutine()
+	var held []*dlock.Lock
+	for i := range 200 {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("watched:%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	subscribed(t, rdb, held[199].Key()+":ch", keyspace(held[199].Key()))
+	if grew := runtime.NumGoroutine() - before; grew > 20 {
+		t.Errorf("holding 200 watched locks added %d goroutines, want none per lock", grew)
+	}
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Error(err)
+		}
 	}
 }
