@@ -17,7 +17,7 @@ import (
 // (LockOption), and the holder metadata that the lease's token carries.
 
 // LockOption configures one acquisition: [LeaseTTL], [HolderMeta], [MaxHold],
-// [LockDelay], [MaxWait] or [Resume]. An invalid one fails the call with [ErrInvalid] before
+// [LockDelay], [WatchLoss], [MaxWait] or [Resume]. An invalid one fails the call with [ErrInvalid] before
 // anything is sent.
 type LockOption interface {
 	applyLease(*lease)
@@ -52,6 +52,7 @@ type lease struct {
 	wait    time.Duration // how long Acquire may wait; < 0: as long as its ctx allows
 	maxHold time.Duration // how long the lease may be held; 0: no limit
 	delay   time.Duration // the lock-delay: Redis keeps the lease this long past its validity
+	watch   bool          // WatchLoss: the watchdog checks at once when the lease may have ended
 	meta    string        // the holder metadata
 	suffix  string        // what the token carries of it: "." and meta escaped, or ""
 
@@ -176,6 +177,20 @@ func LockDelay(d time.Duration) LeaseOption {
 	}}
 }
 
+// WatchLoss(true) makes the watchdog check the lease at once, not at its next
+// extension (up to TTL/3 later), when a message says it may have ended: a
+// [Client.ForceRelease], a pub/sub reconnect (a restart, a failover), or, with
+// keyspace notifications on (not on a Cluster), a DEL, expiry, eviction or
+// overwrite of the key. The check is an extension, so a message never makes up
+// a loss; a flood makes one per TTL/30 at most. Cost: a SUBSCRIBE and an
+// UNSUBSCRIBE per lease. Default false; [ErrInvalid] without the watchdog.
+// Limits: docs/guarantees.md.
+func WatchLoss(on bool) LeaseOption {
+	return LeaseOption{func(p *lease) { p.watch = on }}
+}
+
+const watchNeedsDog = "WatchLoss(true): the watchdog makes the checks, and WithAutoExtend(false) turned it off"
+
 // badMaxHold says what is wrong with the max hold d, or returns "".
 func badMaxHold(d time.Duration) string {
 	if d < 0 || (d > 0 && d < MinTTL) {
@@ -208,6 +223,8 @@ func (c *Client) leaseFor(op, name string, opts []LockOption, try bool) (lease, 
 		p.invalid("LeaseTTL(%v): the TTL must be above the drift margin (%v)", p.ttl, c.opts.driftFor(p.ttl))
 	case p.ttlSet && c.opts.nodeTimeout > 0 && p.ttl <= c.opts.nodeTimeout:
 		p.invalid("LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", p.ttl, c.opts.nodeTimeout)
+	case p.watch && !c.opts.autoExtend:
+		p.invalid("%s", watchNeedsDog)
 	case p.resume != "" && c.own.owned:
 		p.invalid("Resume: a reentrant Client's holds belong to its owners, not to a token")
 	case p.resume != "" && p.metaSet && p.suffix != suffixOf(p.resume):

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/internal/backend"
+	"github.com/dlockio/dlock/internal/pubsub"
 )
 
 // Lock is a held lease on one name (or a permit, a hold, a leadership), until
@@ -46,6 +47,15 @@ type Lock struct {
 	done   chan struct{}
 	expiry *time.Timer
 	dog    *time.Timer // the watchdog (auto-extend): runs extend every TTL/3
+	// With WatchLoss, watches make nudge move the watchdog's next run
+	// (due) earlier, to at most one run per TTL/30 after the last began
+	// (checked); ticking is set while a run is under way, again when a
+	// nudge came meanwhile; early when the next run is a nudge's (or,
+	// quick times in a row, the retry of one that failed).
+	watches               []*pubsub.Watch
+	due, checked          time.Time
+	ticking, again, early bool
+	quick                 int
 	// jeop (made by Jeopardy) is closed when the lease is put at risk, or
 	// settled; a later successful extension ends the risk, and Jeopardy
 	// then makes a new one. jeopT (made with jeop, or for an Observer with
@@ -84,7 +94,12 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 		l.watchLocked() // an Observer hears of an expiry when it happens
 	}
 	if l.c.opts.autoExtend {
-		l.dog = time.AfterFunc(ttl/3, l.tick)
+		l.dog, l.due = time.AfterFunc(ttl/3, l.tick), time.Now().Add(ttl/3)
+		if l.p.watch {
+			for _, h := range l.c.hubs {
+				l.watches = append(l.watches, h.Watch(l.cl.Channel, l.cl.Lock, l.nudge))
+			}
+		}
 		if l.c.obs.anyJeopardy.Load() {
 			l.jeopT = time.AfterFunc(time.Hour, l.unanswered)
 			l.jeopT.Stop()
@@ -448,7 +463,7 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 	}
 	applied := !onlyEarlier || t.until.Before(l.validUntil)
 	if l.dog != nil && (ttl < l.ttl || (applied && l.atCap && !t.atCap)) {
-		l.dog.Reset(ttl / 3) // a shorter lease needs the next extension sooner
+		l.arm(ttl / 3) // a shorter lease needs the next extension sooner
 	}
 	l.ttl = ttl // the lease time asked for, whether or not this call took effect
 	if !applied {
@@ -651,6 +666,10 @@ func (l *Lock) finish(err error) {
 	if l.dog != nil {
 		l.dog.Stop()
 	}
+	for _, w := range l.watches {
+		w.Close()
+	}
+	l.watches = nil
 	if l.expiry != nil {
 		l.expiry.Stop()
 	}

@@ -92,6 +92,9 @@ func apply(opts []Option) options {
 		opt.applyOption(&o)
 	}
 	o.scriptFree()
+	if o.lease.watch && !o.autoExtend {
+		o.invalid("%s", watchNeedsDog)
+	}
 	if d := o.driftFor(o.lease.ttl); d >= o.lease.ttl {
 		o.invalid("WithDrift(%v): the drift must be below the TTL (%v)", d, o.lease.ttl)
 	}

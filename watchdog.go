@@ -18,8 +18,17 @@ const minRetry = 10 * time.Millisecond
 func (l *Lock) tick() {
 	l.expire()
 	l.mu.Lock()
+	if l.ticking { // one run at a time: the one under way runs again soon
+		l.again = true
+		l.mu.Unlock()
+		return
+	}
 	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap
 	stop := l.err != nil || atCap || closed
+	early := l.early // this run was asked for by a nudge
+	if !stop {
+		l.ticking, l.again, l.early, l.checked = true, false, false, time.Now()
+	}
 	if !stop && l.jeopT != nil {
 		l.inFlight = true
 		l.jeopT.Reset(time.Until(validUntil) / 2)
@@ -41,7 +50,11 @@ func (l *Lock) tick() {
 	err := l.extend(ctx, 0) // the lease time of the latest extension
 	l.mu.Lock()
 	next, jt := l.ttl/3, l.jeopT
-	l.inFlight = false
+	soon := max(time.Until(l.checked.Add(l.ttl/checkRate)), 0) // the earliest a nudge may make it run
+	l.inFlight, l.ticking = false, false
+	if l.again { // nudged while it ran: once more, as nudge would
+		next, l.early, early = min(next, soon), true, true
+	}
 	l.mu.Unlock()
 	if jt != nil {
 		l.tellMu.Lock() // (a jeopardy being told is told before this extension's end)
@@ -58,6 +71,9 @@ func (l *Lock) tick() {
 	case capped:
 		return // its last extension: the expiry timer ends the lease at the cap
 	case err == nil:
+		l.mu.Lock()
+		l.quick = 0
+		l.mu.Unlock()
 	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased):
 		return
 	default:
@@ -65,12 +81,55 @@ func (l *Lock) tick() {
 		// times before the validity runs out.
 		l.jeopardize(err, false)
 		next = max(time.Until(validUntil)/4, minRetry)
+		l.mu.Lock()
+		if early && l.quick < quickRetries {
+			// A check a message asked for (the pub/sub connection back
+			// after a restart) may meet connections the same break left
+			// broken: again soon (10, 40, 160, 640ms), not a quarter of
+			// the validity later.
+			next, l.early = min(next, minRetry<<(2*l.quick)), true
+			l.quick++
+		}
+		l.mu.Unlock()
 	}
 	l.mu.Lock()
 	if l.err == nil {
-		l.dog.Reset(next)
+		l.arm(next)
 	}
 	l.mu.Unlock()
+}
+
+// arm sets the watchdog to run in d; l.mu must be held.
+func (l *Lock) arm(d time.Duration) {
+	l.due = time.Now().Add(d)
+	l.dog.Reset(d)
+}
+
+// quickRetries is how many times in a row a check a nudge asked for is
+// tried again soon after it failed for want of an answer.
+const quickRetries = 4
+
+// checkRate bounds the watchdog's runs that a nudge asks for: at most
+// checkRate per lease time.
+const checkRate = 30
+
+// nudge makes the watchdog run (an extension: it tells a loss, and does
+// nothing more if the lease holds) now, or as soon as the last run is
+// TTL/checkRate old, unless it runs sooner anyway; if a run is under way,
+// it runs once more after it. A held lease's watches call it (WatchLoss)
+// when a message says the lease may have ended.
+func (l *Lock) nudge() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	switch at := l.checked.Add(l.ttl / checkRate); {
+	case l.dog == nil || l.err != nil || l.atCap:
+	case l.ticking || !l.due.After(now):
+		l.again = true // under way, or starting
+	case at.Before(l.due):
+		l.arm(max(at.Sub(now), 0))
+		l.early = true
+	}
 }
 
 // unanswered is the jeopardy timer: the watchdog's extension in flight has

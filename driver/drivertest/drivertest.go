@@ -2,9 +2,10 @@
 // taken, extended, fenced and released through dlock.NewFrom on private
 // redis-server processes, with mutual exclusion counted across goroutines
 // and Clients, a PubSub held to its contract, waiters woken by pub/sub
-// (after a broken connection and a restart too), a script cache emptied under a Client,
-// a server down, a script sent once whatever becomes of its reply, and a
-// Cluster where the client has one.
+// (after a broken connection and a restart too), a holder told of its loss
+// at once (WatchLoss), a script cache emptied under a Client, a server down,
+// a script sent once whatever becomes of its reply, and a Cluster where the
+// client has one.
 package drivertest
 
 import (
@@ -98,6 +99,10 @@ func table() []tableCase {
 		p := redistest.NewProxy(t, srv.Addr())
 		pubSub(t, p, s.Server(t, p.Addr()), s.Server(t, srv.Addr()))
 	}})
+	cases = append(cases, tableCase{"WatchLoss", true, func(t *testing.T, s Setup) {
+		srv := redistest.Start(t, redistest.TCP(), redistest.Args("--notify-keyspace-events", "KA"))
+		watchLoss(t, srv, client(t, s.Server(t, srv.Addr()), dlock.LeaseTTL(30*time.Second), dlock.WatchLoss(true)))
+	}})
 	cases = append(cases, tableCase{"PubSubAfterRestart", false, func(t *testing.T, s Setup) {
 		srv := redistest.Start(t, redistest.TCP())
 		hubAfterRestart(t, srv, s.Server(t, srv.Addr()))
@@ -139,7 +144,8 @@ func clients(conn func(t *testing.T) driver.Conn) func(t *testing.T, opts ...dlo
 // Cluster of three masters, as parallel subtests (their names differ).
 func cluster(t *testing.T, s Setup) {
 	var addrs []string
-	for _, n := range redistest.StartCluster(t, 3, 0) {
+	srvs := redistest.StartCluster(t, 3, 0)
+	for _, n := range srvs {
 		addrs = append(addrs, n.Addr())
 	}
 	cconn := func(t *testing.T) driver.Conn { return s.Cluster(t, addrs) }
@@ -157,6 +163,44 @@ func cluster(t *testing.T, s Setup) {
 		t.Parallel()
 		admin(t, client(t, cconn(t)), client(t, cconn(t)))
 	})
+	t.Run("WatchLoss", func(t *testing.T) {
+		t.Parallel()
+		clusterWatchLoss(t, srvs, client(t, cconn(t), dlock.LeaseTTL(30*time.Second), dlock.WatchLoss(true)))
+	})
+}
+
+// clusterWatchLoss: on a Cluster, with WatchLoss, a ForceRelease is told
+// to the holder at once (its next extension is 10s away), through the
+// sharded channel of the lock.
+func clusterWatchLoss(t *testing.T, srvs []*redistest.Server, c *dlock.Client) {
+	ctx := ctxFor(t, 60*time.Second)
+	l, err := c.TryAcquire(ctx, "dt-cwatch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	ch := l.Key() + ":ch"
+	if !eventually(10*time.Second, func() bool {
+		for _, srv := range srvs {
+			n, _ := srv.Do(ctx, "PUBSUB", "SHARDNUMSUB", ch)
+			if v, _ := n.([]any); len(v) == 2 && v[1] == int64(1) {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("%s: not subscribed after 10s", ch)
+	}
+	start := time.Now()
+	if ok, err := c.ForceRelease(ctx, l.Name()); !ok || err != nil {
+		t.Fatalf("ForceRelease: %v, %v", ok, err)
+	}
+	select {
+	case <-l.Done():
+		t.Logf("a ForceRelease on a Cluster told in %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("a ForceRelease on a Cluster: not told within 5s (the next extension is 10s away)")
+	}
 }
 
 // client returns a Client on conn, closed in t's cleanup.
@@ -974,6 +1018,58 @@ func hubAfterRestart(t *testing.T, srv *redistest.Server, conn driver.Conn) {
 	h.Close()
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("Close of a hub connecting again to a dead server took %v", d)
+	}
+}
+
+// watchLoss: with WatchLoss, a holder is told at once (its lease time is
+// 30s, its next extension 10s away) of a DEL of its key (keyspace
+// notifications on), of a ForceRelease, and of a restart that lost it.
+func watchLoss(t *testing.T, srv *redistest.Server, c *dlock.Client) {
+	ctx := ctxFor(t, 60*time.Second)
+	for _, end := range []struct {
+		what    string
+		channel func(l *dlock.Lock) string // what the holder must listen to first
+		do      func(l *dlock.Lock) error
+	}{
+		{"a DEL", func(l *dlock.Lock) string { return "__keyspace@0__:" + l.Key() }, func(l *dlock.Lock) error {
+			_, err := srv.Do(ctx, "DEL", l.Key())
+			return err
+		}},
+		{"a ForceRelease", func(l *dlock.Lock) string { return l.Key() + ":ch" }, func(l *dlock.Lock) error {
+			_, err := c.ForceRelease(ctx, l.Name())
+			return err
+		}},
+		{"a restart", func(l *dlock.Lock) string { return l.Key() + ":ch" }, func(*dlock.Lock) error {
+			srv.Restart()
+			return nil
+		}},
+	} {
+		l, err := c.TryAcquire(ctx, "dt-watch-"+strings.Fields(end.what)[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := end.channel(l)
+		if !eventually(10*time.Second, func() bool {
+			n, _ := srv.Do(ctx, "PUBSUB", "NUMSUB", ch)
+			v, _ := n.([]any)
+			return len(v) == 2 && v[1] == int64(1)
+		}) {
+			t.Fatalf("%s: not subscribed after 10s", ch)
+		}
+		start := time.Now()
+		if err := end.do(l); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Done():
+			t.Logf("%s told in %v", end.what, time.Since(start).Round(time.Millisecond))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: not told within 5s (the next extension is 10s away)", end.what)
+		}
+		if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("after %s: Err() = %v, want ErrNotHeld", end.what, err)
+		}
+		l.Release(ctx)
 	}
 }
 

@@ -7,6 +7,7 @@ package pubsub
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +52,16 @@ type Hub struct {
 	closed bool              // Close was called: no more subscriptions
 	main   *line             // not sharded: the connection of every channel; nil while none
 	topics map[string]*topic // subscribed channels
+
+	// The keyspace channels of Watch (see watchKey): db is the database
+	// the Hub's server keeps its data in, once learnt ("" unknown, noDB
+	// if it cannot be); learning is set while a goroutine asks it; the
+	// watches in dbWait wait for it. ctx ends at Close.
+	db       string
+	learning bool
+	dbWait   []*Watch
+	ctx      context.Context
+	stop     context.CancelFunc
 }
 
 type topic struct {
@@ -58,6 +69,7 @@ type topic struct {
 	watchers map[string]*Waiter // those of waiters that watch the channel (WatchToken)
 	ready    chan struct{}      // closed once first confirmed, or once its connection failed
 	live     bool               // confirmed on the current connection
+	keyspace bool               // a key's keyspace notifications: only the events in ended wake it
 	idle     *time.Timer        // unsubscribes the channel after linger without waiters
 	line     *line
 }
@@ -69,6 +81,7 @@ type line struct {
 	channel string            // "", or (sharded) the channel whose shard it connects to
 	topics  map[string]*topic // the channels it serves
 	ops     []op              // (un)subscriptions to send, in the order asked
+	calls   []func()          // the Watch functions to call once the message is handled
 	pending map[string]int    // SUBSCRIBEs sent on the connection and not yet confirmed
 	down    bool              // its connection failed and is not back yet
 	asked   chan struct{}     // ops were added
@@ -90,12 +103,15 @@ type Waiter struct {
 	channel string
 	token   string
 	wake    chan int64
+	call    func() // a Watch's, in place of wake
 }
 
 // New returns a Hub that subscribes through conn; with sharded, it uses
 // SSUBSCRIBE, one connection per channel.
 func New(conn driver.Conn, sharded bool) *Hub {
-	return &Hub{conn: conn, sharded: sharded, topics: map[string]*topic{}}
+	h := &Hub{conn: conn, sharded: sharded, topics: map[string]*topic{}}
+	h.ctx, h.stop = context.WithCancel(context.Background())
+	return h
 }
 
 // Listening reports whether channel is subscribed and confirmed.
@@ -167,6 +183,11 @@ func WatchToken() string {
 func (h *Hub) Subscribe(_ context.Context, channel, token string, wake chan int64) (*Waiter, <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.subscribe(channel, token, wake)
+}
+
+// subscribe is Subscribe; h.mu must be held.
+func (h *Hub) subscribe(channel, token string, wake chan int64) (*Waiter, <-chan struct{}) {
 	if h.closed {
 		ready := make(chan struct{})
 		close(ready)
@@ -204,8 +225,10 @@ func (h *Hub) open(channel string) *line {
 // Close closes the Hub's connections and waits for their goroutines to
 // end. Waiters are woken by their timers only after it.
 func (h *Hub) Close() {
+	h.stop()
 	h.mu.Lock()
 	h.closed = true
+	h.dbWait = nil
 	for _, t := range h.topics {
 		if t.idle != nil {
 			t.idle.Stop()
@@ -385,14 +408,20 @@ func (l *line) flush(ps driver.PubSub) bool {
 		if len(ops) == 0 {
 			return true
 		}
-		for _, o := range ops {
+		for len(ops) > 0 { // a run of subscriptions (or of unsubscriptions) in one command
+			n, chans := 1, []string{ops[0].channel}
+			for n < len(ops) && ops[n].subscribe == ops[0].subscribe {
+				chans = append(chans, ops[n].channel)
+				n++
+			}
 			f := ps.Unsubscribe
-			if o.subscribe {
+			if ops[0].subscribe {
 				f = ps.Subscribe
 			}
-			if l.send(f, o.channel) != nil {
+			if l.send(f, chans...) != nil {
 				return false
 			}
+			ops = ops[n:]
 		}
 	}
 }
@@ -409,7 +438,12 @@ func (l *line) read(ps driver.PubSub) {
 		case err == nil:
 			l.h.mu.Lock()
 			ok := l.deliver(m)
+			calls := l.calls
+			l.calls = nil
 			l.h.mu.Unlock()
+			for _, f := range calls {
+				f() // (outside the Hub's lock: f may take its caller's own, under which it calls the Hub)
+			}
 			if !ok {
 				return
 			}
@@ -438,7 +472,7 @@ func (l *line) deliver(m driver.Message) bool {
 			}
 		}
 	case "message", "smessage":
-		if t := l.topics[m.Channel]; t != nil {
+		if t := l.topics[m.Channel]; t != nil && (!t.keyspace || ended[m.Payload]) {
 			t.dispatch(m.Payload)
 		}
 	case "sunsubscribe":
@@ -498,6 +532,12 @@ func (t *topic) dispatch(payload string) {
 }
 
 func (w *Waiter) signal(wake int64) {
+	if w.call != nil {
+		if t := w.h.topics[w.channel]; t != nil {
+			t.line.calls = append(t.line.calls, w.call)
+		}
+		return
+	}
 	for {
 		select {
 		case w.wake <- wake:
@@ -509,5 +549,130 @@ func (w *Waiter) signal(wake int64) {
 			default:
 			}
 		}
+	}
+}
+
+// Watch is a watcher (see WatchToken) on a lock's channel and, where the
+// Hub can listen to them, on its key's keyspace notifications, that calls
+// a function instead of signalling a wake channel.
+type Watch struct {
+	h   *Hub
+	key string
+	f   func()
+	ws  []*Waiter // h.mu guards it
+}
+
+// Watch makes f be called on every message of channel (a release, a
+// handover to anyone), after every reconnect (a message may have been
+// missed: Recheck), and on each keyspace notification of key (none if key
+// is "") that says it was deleted, expired, evicted or replaced (see
+// ended). f runs on the Hub's reader, outside the Hub's lock: it must be
+// quick, and may be called a last time after Close returned. It does not
+// wait on the network: the key's channel is subscribed once the Hub knows
+// the server's database, which it asks the server once (see watchKey).
+func (h *Hub) Watch(channel, key string, f func()) *Watch {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := &Watch{h: h, key: key, f: f}
+	w.add(channel, false)
+	if key != "" && !h.sharded && !h.closed {
+		h.watchKey(w)
+	}
+	return w
+}
+
+// add subscribes w to channel, a key's keyspace channel if keyspace (its
+// messages are events, of which only those in ended call w's function: a
+// lock's channel, which ends in ":ch", is never one, its key ending in
+// "}"); h.mu must be held.
+func (w *Watch) add(channel string, keyspace bool) {
+	hw, _ := w.h.subscribe(channel, WatchToken(), nil)
+	hw.call = w.f
+	w.ws = append(w.ws, hw)
+	if t := w.h.topics[channel]; t != nil && keyspace {
+		t.keyspace = true
+	}
+}
+
+// Close ends the watch; its channels are dropped as a waiter's are.
+func (w *Watch) Close() {
+	h := w.h
+	h.mu.Lock()
+	ws := w.ws
+	w.ws = nil
+	if i := slices.Index(h.dbWait, w); i >= 0 {
+		h.dbWait = slices.Delete(h.dbWait, i, i+1)
+	}
+	h.mu.Unlock()
+	for _, hw := range ws {
+		hw.Close()
+	}
+}
+
+// noDB is Hub.db when the server does not say which database the Hub's
+// client uses.
+const noDB = "-"
+
+// ended are the keyspace events that say a key's value is gone or was
+// replaced: deleted (DEL, UNLINK, an emptied set or hash), expired,
+// evicted, renamed or moved away, written over (SET, RENAME, COPY,
+// RESTORE onto it). The events of a holder's own requests (expire, a
+// set's zadd, a hash's hset) are not among them, nor another holder's
+// of a semaphore (zadd, zrem): an extension would otherwise call the next.
+var ended = map[string]bool{"del": true, "expired": true, "evicted": true, "set": true,
+	"rename_from": true, "rename_to": true, "move_from": true, "copy_to": true, "restore": true}
+
+// watchKey subscribes w to its key's keyspace channel
+// ("__keyspace@<db>__:<key>") once the database
+// is known, asking the server for it on the first watch (CLIENT INFO,
+// Redis 6.2 and later; an error reply means never). A Cluster's Hub
+// never does: keyspace notifications are the node's own, not sharded.
+// h.mu must be held.
+func (h *Hub) watchKey(w *Watch) {
+	switch h.db {
+	case noDB:
+	case "":
+		h.dbWait = append(h.dbWait, w)
+		if !h.learning {
+			h.learning = true
+			h.lines.Go(h.learnDB)
+		}
+	default:
+		w.add("__keyspace@"+h.db+"__:"+w.key, true)
+	}
+}
+
+// learnDB asks the server which database the Hub's client uses, and
+// subscribes the watches waiting for it. A failure to reach the server is
+// not remembered: the next Watch asks again.
+func (h *Hub) learnDB() {
+	ctx, cancel := context.WithTimeout(h.ctx, netTimeout)
+	r, err := h.conn.Do(ctx, "CLIENT", "INFO")
+	cancel()
+	db := noDB
+	var redisErr driver.Error
+	switch s, _ := r.(string); {
+	case err == nil:
+		for _, f := range strings.Fields(s) {
+			if v, ok := strings.CutPrefix(f, "db="); ok {
+				if _, err := strconv.Atoi(v); err == nil {
+					db = v
+				}
+			}
+		}
+	case !errors.As(err, &redisErr):
+		db = "" // unknown still
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.learning = false
+	if h.closed || db == "" {
+		return
+	}
+	h.db = db
+	waiting := h.dbWait
+	h.dbWait = nil
+	for _, w := range waiting {
+		h.watchKey(w)
 	}
 }

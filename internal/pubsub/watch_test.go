@@ -1,10 +1,15 @@
 package pubsub
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock/internal/goredisdriver"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // A watcher (WatchToken) is woken by every message on its channel: a
@@ -38,4 +43,97 @@ func TestWatchersSeeEveryMessage(t *testing.T) {
 		w.Close()
 	}
 	time.Sleep(2 * linger) // the channel is dropped and the connection closed: no reader left
+}
+
+// watchCalls returns a Watch's function and the channel it signals.
+func watchCalls() (func(), chan struct{}) {
+	calls := make(chan struct{}, 100)
+	return func() { calls <- struct{}{} }, calls
+}
+
+func expectCall(t *testing.T, who string, calls chan struct{}) {
+	t.Helper()
+	select {
+	case <-calls:
+	case <-time.After(5 * time.Second):
+		t.Errorf("%s: not called", who)
+	}
+}
+
+func expectNoCall(t *testing.T, who string, calls chan struct{}) {
+	t.Helper()
+	select {
+	case <-calls:
+		t.Errorf("%s: called, want no call", who)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// A Watch calls its function on every message of its channel and on the
+// keyspace events that end or replace its key, not on those a holder's
+// own writes make (an expiry pushed out, a set's member added), nor on
+// another key's.
+func TestWatchCallsOnMessagesAndOnTheKeyEnding(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Args("--notify-keyspace-events", "KA"))
+	var rdb *redis.Client
+	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	rdb = s.Client(t)
+	ctx := t.Context()
+	h := New(goredisdriver.Conn(rdb), false)
+	defer h.Close()
+	f, calls := watchCalls()
+	w := h.Watch("k:ch", "k", f)
+	for _, ch := range []string{"k:ch", "__keyspace@0__:k"} {
+		if !waitSubscribed(rdb, ch) {
+			t.Fatalf("%s not subscribed after 5s", ch)
+		}
+	}
+	rdb.Publish(ctx, "k:ch", "sometoken 5")
+	expectCall(t, "a handover to another", calls)
+	rdb.Set(ctx, "k", "v", time.Minute)
+	expectCall(t, "SET", calls)
+	rdb.PExpire(ctx, "k", 2*time.Minute)
+	rdb.Set(ctx, "other", "v", time.Minute)
+	rdb.Del(ctx, "other")
+	expectNoCall(t, "PEXPIRE of the key, SET and DEL of another", calls)
+	rdb.Del(ctx, "k")
+	expectCall(t, "DEL", calls)
+	rdb.ZAdd(ctx, "k", redis.Z{Member: "m", Score: 1})
+	rdb.ZAdd(ctx, "k", redis.Z{Member: "n", Score: 1})
+	rdb.ZRem(ctx, "k", "n")
+	expectNoCall(t, "ZADD, ZREM", calls)
+	rdb.ZRem(ctx, "k", "m") // the set emptied: deleted
+	expectCall(t, "the last ZREM", calls)
+	w.Close()
+	rdb.Publish(ctx, "k:ch", WakeAll)
+	expectNoCall(t, "a closed Watch", calls)
+	waitUnsubscribed(t, rdb, "__keyspace@0__:k", false)
+}
+
+// A Watch is called when its subscription is back after a break: a
+// message may have been missed.
+func TestWatchCalledWhenTheServerIsBack(t *testing.T) {
+	t.Parallel()
+	h, _, s, _ := startHub(t, false)
+	f, calls := watchCalls()
+	w := h.Watch("ch", "k", f)
+	defer w.Close()
+	if !waitSubscribed(s.Client(t), "ch") {
+		t.Fatal("ch not subscribed after 5s")
+	}
+	s.Restart()
+	expectCall(t, "after a restart", calls)
+	h.Close()
+}
+
+// waitSubscribed waits until the server counts a subscriber of channel.
+func waitSubscribed(rdb *redis.Client, channel string) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if rdb.PubSubNumSub(context.Background(), channel).Val()[channel] > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -30,7 +30,8 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	c := &cluster{guard: redistest.Start(t)}
 	for range maxNodes {
-		s := redistest.Start(t, redistest.TCP())
+		// Keyspace notifications on: holders with WatchLoss check on their key's end.
+		s := redistest.Start(t, redistest.TCP(), redistest.Args("--notify-keyspace-events", "KA"))
 		c.nodes = append(c.nodes, s)
 		c.proxies = append(c.proxies, []*redistest.Proxy{redistest.NewProxy(t, s.Addr()), redistest.NewProxy(t, s.Addr())})
 	}

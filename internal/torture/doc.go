@@ -31,7 +31,10 @@
 // some stay in their critical section past their max hold. Semaphores,
 // elections and read-write locks get LeaseTTL and MaxWait alike, so that
 // a queueing request a delay fault holds can land after its lease's
-// revocation window (a third of the TTL and up) has passed. Every Client gets random go-redis settings
+// revocation window (a third of the TTL and up) has passed. With the watchdog on, a Client in three gets
+// WatchLoss, and a third of the acquisitions of every kind turn it on or off (the lock nodes have keyspace
+// notifications on): messages, reconnects after faults and the key's end make holders check at once, and (a)
+// and (g) hold them to telling only a real loss. Every Client gets random go-redis settings
 // (200–300ms read timeouts, ContextTimeoutEnabled on or off, 3, 1 or no
 // retries) and dlock settings (auto-extend, pipelining, the driver road:
 // dlock.NewFrom on go-redis, for a third of the workers; with Driver set,

@@ -10,7 +10,7 @@ import (
 )
 
 // This file is the per-call options of the workload (LeaseTTL, MaxWait,
-// HolderMeta, MaxHold, LockDelay) and the max hold's part of it: a holder that keeps
+// WatchLoss, HolderMeta, MaxHold, LockDelay) and the max hold's part of it: a holder that keeps
 // its critical section going past the cap, then watches the loss signal
 // and the lock's key.
 
@@ -54,7 +54,8 @@ type callOpts struct {
 // drawOpts picks the per-call options of an acquisition by op (OpAcquire,
 // OpTry, OpDo), in the modes that take them: a lease time shorter or
 // longer than the Client's (up to twice it: the checks' longest lease stays
-// 4×TTL, an Extend's), a wait bound, and (optModes) holder metadata, a max
+// 4×TTL, an Extend's), a wait bound, WatchLoss on or off (with the
+// watchdog), and (optModes) holder metadata, a max
 // hold or none in place of the Client's, and a lock-delay (up to TTL/2:
 // with twice the TTL asked, the lease stays within 4×TTL).
 func (w *Worker) drawOpts(op string) callOpts {
@@ -71,6 +72,9 @@ func (w *Worker) drawOpts(op string) callOpts {
 	if op != OpTry && w.rng.IntN(3) == 0 {
 		co.wait = []time.Duration{0, w.dur(ttl/10, ttl)}[w.rng.IntN(2)]
 		co.opts = append(co.opts, dlock.MaxWait(co.wait))
+	}
+	if w.opts.autoExtend && w.rng.IntN(3) == 0 { // (it needs the watchdog)
+		co.opts = append(co.opts, dlock.WatchLoss(w.rng.IntN(2) == 0))
 	}
 	if queued {
 		return co

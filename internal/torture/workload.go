@@ -76,6 +76,7 @@ type clientOpts struct {
 	maxHold     bool // MaxHold on the Client (optModes)
 	meta        bool // HolderMeta on the Client (optModes)
 	driver      bool // the Client made through package driver (NewFrom), on go-redis
+	watchLoss   bool // WatchLoss(true) on the Client (with the watchdog)
 }
 
 // Worker drives one dlock.Client through a random sequence of operations
@@ -140,6 +141,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.opts.maxHold, w.opts.meta = w.rng.IntN(4) == 0, w.rng.IntN(4) == 0
 	}
 	w.opts.driver = cfg.Mode != ModeNoScripts && (Driver != nil || w.rng.IntN(3) == 0) // (WithoutScripts needs New)
+	w.opts.watchLoss = w.opts.autoExtend && w.rng.IntN(3) == 0
 	var nodes []redis.UniversalClient
 	var conns []driver.Conn
 	var via []string
@@ -183,6 +185,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		m := metas[w.rng.IntN(len(metas))]
 		w.meta = &m
 		common = append(common, dlock.HolderMeta(m))
+	}
+	if w.opts.watchLoss {
+		common = append(common, dlock.WatchLoss(true))
 	}
 	if multiShare(cfg.Mode) > 0 {
 		common = append(common, dlock.WithObserver(w.trace.observer()))
