@@ -161,7 +161,12 @@ func startUntilChildRuns(t *testing.T, cmd *exec.Cmd) {
 	line := make([]byte, 8)
 	if n, _ := stdout.Read(line); string(line[:n]) != "started\n" {
 		cmd.Process.Kill()
-		t.Fatalf("child said %q, want started", line[:n])
+		cmd.Wait()
+		var errOut string
+		if b, ok := cmd.Stderr.(*bytes.Buffer); ok {
+			errOut = b.String()
+		}
+		t.Fatalf("child said %q, want started; dlock: %v, stderr %q", line[:n], cmd.ProcessState, errOut)
 	}
 }
 
@@ -960,5 +965,33 @@ func TestInspectReadWriteLock(t *testing.T) {
 	stdout.Reset()
 	if code := run(ctx, []string{"inspect", "--redis", s.URL(), "doc"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "write: "+w.Token()) {
 		t.Errorf("inspect with the write held: exit %d, %q, want \"write: %s\"", code, stdout.String(), w.Token())
+	}
+}
+
+// With --watch-loss, an operator's 'dlock release --force' stops the
+// command at once: with a 60s lease, the next extension would come 20s later.
+func TestRunWatchLossStopsChildAtOnceOnForceRelease(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	env := childEnv("polite", "REDIS_URL="+s.URL())
+	cmd := dlockCmd(t, env, "run", "--watch-loss", "--ttl", "60s", "--grace", "300ms", "forced", "--", os.Args[0], childArg)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	startUntilChildRuns(t, cmd)
+	// The holder subscribes once it holds: force-release until it is told.
+	start := time.Now()
+	for deadline := start.Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code, _, errOut := result(t, dlockCmd(t, env, "release", "--force", "forced")); code != 0 {
+			t.Fatalf("dlock release --force: exit %d, stderr %q", code, errOut)
+		}
+		if waitExit(cmd, 500*time.Millisecond) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("dlock run --watch-loss did not stop its child within 10s of a forced release (its lease is 60s)")
+		}
+	}
+	if code := cmd.ProcessState.ExitCode(); code != exitLost {
+		t.Errorf("exit = %d, want %d (lock lost); stderr %q", code, exitLost, stderr.String())
 	}
 }

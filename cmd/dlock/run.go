@@ -56,6 +56,11 @@ goes unanswered for half the validity left, while the lease is still valid:
 CMD can checkpoint or stop cleanly before the lease is lost. It is sent once
 per episode; a later successful extension ends the episode.
 
+With --watch-loss, a lease that someone else ends ('dlock release --force',
+or a DEL of its key where the server has keyspace events on) is known lost
+within milliseconds, not at the next extension (up to ttl/3 later), and CMD
+is stopped as on any loss.
+
 With --max-hold D (0, the default: no limit; else at least 30ms), CMD holds
 the lock for D at most: once it has been held for D, CMD is terminated as on
 a lost lock (SIGTERM, then SIGKILL after --grace, but no later than ttl/10
@@ -90,6 +95,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	read := fs.Bool("read", false, "hold a read of the read-write lock NAME, shared with other readers")
 	write := fs.Bool("write", false, "hold the write of the read-write lock NAME, alone")
 	jeopardy := fs.String("jeopardy-signal", "", "the `signal` (USR1, USR2, HUP, INT, TERM, WINCH) CMD's group gets when the lease is at risk (default none)")
+	watchLoss := fs.Bool("watch-loss", false, "learn at once, not at the next extension, that someone else ended the lease (release --force; a DEL where the server has keyspace events on)")
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
@@ -129,6 +135,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "dlock run: %v\n", err)
 		return exitUsage
+	}
+	if *watchLoss {
+		opts = append(opts, dlock.WatchLoss(true))
 	}
 	name, argv := rest[0], rest[2:]
 
