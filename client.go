@@ -233,14 +233,11 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return c.do(ctx, &c.own, name, fn, opts, false)
 }
 
-// TryDo runs fn under the lock name only if it is free now: it makes one
-// attempt, as [Client.TryAcquire] does, and never waits. If another holds
-// the lock (or, in fair mode, waits for it), fn does not run and TryDo
-// returns an error wrapping [ErrNotAcquired] whose cause, a
-// [*NotAcquiredError], names the holder; this is how one of several
-// instances runs a job and the others skip it. Otherwise it is [Client.Do].
-// fn's own errors come back as they are, so a fn that takes other locks
-// may return ErrNotAcquired too.
+// TryDo runs fn under the lock name only if it is free now (one attempt, as
+// [Client.TryAcquire]): so one of several instances runs a job and the
+// others skip it. If another holds or (fair) waits for it, fn does not run
+// and the error wraps [ErrNotAcquired], its cause a [*NotAcquiredError].
+// Otherwise it is [Client.Do]; fn's own errors come back as they are.
 func (c *Client) TryDo(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	return c.do(ctx, &c.own, name, fn, opts, true)
 }

@@ -8,14 +8,11 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// FenceCurrent reports whether fence is still current for the lock name:
-// the lease of token ([Lock.Fence], [Lock.Token]) holds it and no newer
-// fence was issued for the name. It writes nothing, and the answer may be
-// stale on arrival: guard a write with [Guard] to make it safe. A Client
-// made by [NewRedlock] or [WithoutScripts] refuses it, and bad input, with
-// [ErrInvalid]; a name held as another kind (a semaphore, a read-write lock,
-// the other of a plain and a reentrant lock) or a foreign value at its keys
-// is [ErrWrongType].
+// FenceCurrent reports whether fence is still current for the lock name: the
+// lease of token ([Lock.Fence], [Lock.Token]) holds it and no newer fence was
+// issued. It writes nothing, and may be stale on arrival ([Guard] makes a
+// write safe). [ErrInvalid]: bad input, [NewRedlock] or [WithoutScripts];
+// [ErrWrongType]: the name is held as another kind, or its keys are foreign.
 func (c *Client) FenceCurrent(ctx context.Context, name string, fence int64, token string) (bool, error) {
 	k, err := c.check(name)
 	switch {

@@ -58,18 +58,13 @@ type watcher interface {
 // concurrent write to it aborted the transaction.
 const doTries = 16
 
-// Do runs the commands fn queues, in one MULTI with raising the fence of
-// resource (the key Write writes), only if Write would accept fence and
-// token; else [ErrStaleFence], before fn is called. The rule is Write's,
-// and the two share the fence. On a Redis Cluster the keys fn writes must
-// share the resource's hash slot, and must not include resource itself,
-// whose value Do leaves as Write set it. Redis runs every queued command,
-// and raises the fence, even if one fails; Do returns the first error as
-// Redis gave it. Bad input: [ErrInvalid]. An error that says "may have been
-// applied" means EXEC's reply was lost: the commands may have run, and a
-// second Do with the same fence and token is accepted and runs them again,
-// so a caller that retries should queue commands that are safe to repeat,
-// or read first what the first try did.
+// Do runs the commands fn queues in one MULTI that also raises resource's
+// fence (Write's key and rule), only if Write would accept fence and token;
+// else [ErrStaleFence], before fn is called. fn's keys must not include
+// resource and, on a Cluster, must share its slot. Redis runs every queued
+// command even if one fails; Do returns the first error. Bad input:
+// [ErrInvalid]. An error saying "may have been applied" means EXEC's reply
+// was lost: a retry with the same fence and token runs the commands again.
 func (g *Guard) Do(ctx context.Context, resource string, fence int64, token string, fn func(redis.Pipeliner) error) error {
 	w, ok := g.rdb.(watcher)
 	switch {
