@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -127,6 +128,9 @@ func (l *Lock) terms(sent time.Time, ttl time.Duration, capAt time.Time) terms {
 		t.until, t.atCap = capAt, true
 	}
 	t.ask = t.hold + l.p.delay
+	if t.ask < t.hold {
+		t.ask = math.MaxInt64 // (a delay that overflows: as long as Redis can keep it)
+	}
 	return t
 }
 

@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -307,6 +309,62 @@ func TestLockDelayRefusesNegative(t *testing.T) {
 	c := newClient(t, rdb)
 	if l, err := c.TryAcquire(t.Context(), "negative", dlock.LockDelay(-time.Second)); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("TryAcquire(LockDelay(-1s)) = %v, %v; want ErrInvalid", l, err)
+	}
+}
+
+// A lock-delay so long that the lease time plus it overflows a Duration
+// keeps the name for as long as Redis can, and never gives a lease that
+// Redis sees as already ended: on every kind (and a reentrant lock's
+// other owner), over a quorum and without scripts, the first holder holds
+// and the second is refused.
+func TestLockDelayPastMaxDurationKeepsHoldsExclusive(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const delay = time.Duration(math.MaxInt64) - time.Second // + a 10s TTL overflows
+	type take func(name string) (*dlock.Lock, error)
+	cases := map[string][2]take{}
+	for _, fair := range []bool{false, true} {
+		c := newClient(t, rdb, waiting(fair), dlock.LockDelay(delay))
+		for _, k := range everyKind() {
+			next := k.name
+			if next == "read" {
+				next = "write" // (reads share)
+			}
+			tk := func(name string) (*dlock.Lock, error) { return k.take(ctx, c, name, true) }
+			tn := func(name string) (*dlock.Lock, error) { return kindTake(next)(ctx, c, name, true) }
+			cases[fmt.Sprintf("%s-fair=%v", k.name, fair)] = [2]take{tk, tn}
+		}
+	}
+	for _, m := range modes(t, rdb, true)[3:] { // (the quorum's)
+		c := m.new(t, dlock.LockDelay(delay))
+		tk := func(name string) (*dlock.Lock, error) { return c.TryAcquire(ctx, name) }
+		cases[m.name] = [2]take{tk, tk}
+	}
+	ns := newClient(t, rdb, dlock.WithoutScripts(), dlock.LockDelay(delay))
+	nsTake := func(name string) (*dlock.Lock, error) { return ns.TryAcquire(ctx, name) }
+	cases["no-scripts"] = [2]take{nsTake, nsTake}
+	re := newClient(t, rdb, dlock.WithReentrant(true), dlock.LockDelay(delay))
+	first, second := asOwner(t, re, "first"), asOwner(t, re, "second")
+	cases["reentrant"] = [2]take{
+		func(name string) (*dlock.Lock, error) { return first.TryAcquire(ctx, name) },
+		func(name string) (*dlock.Lock, error) { return second.TryAcquire(ctx, name) },
+	}
+	for name, tc := range cases {
+		a, err := tc[0](name)
+		if err != nil {
+			t.Errorf("%s: first TryAcquire with LockDelay(%v) = %v, want the lock", name, delay, err)
+			continue
+		}
+		if b, err := tc[1](name); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("%s: second TryAcquire while the first holds = %v, want ErrNotAcquired", name, err)
+			if b != nil {
+				b.Release(ctx)
+			}
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Errorf("%s: the first holder's Release = %v, want nil", name, err)
+		}
 	}
 }
 
