@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -127,10 +126,7 @@ func (l *Lock) terms(sent time.Time, ttl time.Duration, capAt time.Time) terms {
 		t.hold = min(l.c.opts.leaseFor(capAt.Sub(sent)), ttl)
 		t.until, t.atCap = capAt, true
 	}
-	t.ask = t.hold + l.p.delay
-	if t.ask < t.hold {
-		t.ask = math.MaxInt64 // (a delay that overflows: as long as Redis can keep it)
-	}
+	t.ask = l.p.asked(t.hold)
 	return t
 }
 

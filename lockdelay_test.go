@@ -368,6 +368,34 @@ func TestLockDelayPastMaxDurationKeepsHoldsExclusive(t *testing.T) {
 	}
 }
 
+// A Do whose release meets Redis unreachable for a moment, longer than its
+// lease time but far shorter than its lock-delay, has the release retried
+// (as an undo) until Redis is back: the name is free soon after, not left
+// held for the delay after a clean end.
+func TestDoReleaseThroughOutageFreesNameDespiteLockDelay(t *testing.T) {
+	t.Parallel()
+	s, direct := setup(t)
+	ctx := t.Context()
+	rdb, d := refusable(t, s)
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.LockDelay(time.Minute))
+	defer c.Close(ctx)
+	err := c.Do(ctx, "outage", func(context.Context, *dlock.Lock) error {
+		d.cutAndRefuse() // the release finds Redis unreachable
+		return nil
+	})
+	if err == nil {
+		t.Fatal("Do whose release found Redis unreachable = nil, want the release's error")
+	}
+	time.Sleep(1200 * time.Millisecond) // the outage: four times the lease time
+	d.allow()
+	next := newClient(t, direct)
+	var l *dlock.Lock
+	if !waitFor(10*time.Second, func() bool { l, err = next.TryAcquire(ctx, "outage"); return err == nil }) {
+		t.Fatalf("TryAcquire 10s after a 1.2s outage that met Do's release, with a lock-delay of 1m = %v, want the lock", err)
+	}
+	l.Release(ctx)
+}
+
 // A holder process killed with SIGKILL leaves its lease in Redis for the
 // lock-delay past its validity: the next one takes the name no sooner
 // than the lease Redis showed before the kill runs out, which is longer
