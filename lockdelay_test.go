@@ -396,6 +396,40 @@ func TestDoReleaseThroughOutageFreesNameDespiteLockDelay(t *testing.T) {
 	l.Release(ctx)
 }
 
+// Over a quorum, a node that the holder's extensions no longer reach keeps
+// an older, shorter copy of the lease; the holder, extended on a majority,
+// is live, and Inspect does not show its name in lock-delay.
+func TestQuorumNodeMissingExtensionsIsNotLockDelay(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	ps, via, direct := proxiedQuorum(t, 3)
+	var nodes []redis.UniversalClient
+	for _, d := range direct {
+		nodes = append(nodes, d)
+	}
+	const ttl, delay = time.Second, 2 * time.Second
+	holder := newRedlock(t, via, 400*time.Millisecond, dlock.LeaseTTL(ttl), dlock.LockDelay(delay))
+	inspect := newRedlock(t, nodes, 400*time.Millisecond, dlock.LockDelay(delay))
+	l, err := holder.TryAcquire(ctx, "minority")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	ps[2].Stall() // the third node's copy is extended no more
+	for end := time.Now().Add(2 * (ttl + delay)); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		info, err := inspect.Inspect(ctx, "minority")
+		if err != nil {
+			t.Fatalf("Inspect = %v", err)
+		}
+		if info.InDelay && l.Err() == nil && time.Now().Before(l.ValidUntil()) {
+			t.Fatalf("Inspect of a live holder extended on a majority = InDelay (TTL %v), want not in lock-delay", info.TTL)
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the holder extended on two of three nodes: Err() = %v, want held", err)
+	}
+}
+
 // A holder process killed with SIGKILL leaves its lease in Redis for the
 // lock-delay past its validity: the next one takes the name no sooner
 // than the lease Redis showed before the kill runs out, which is longer
