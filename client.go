@@ -174,7 +174,7 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{c: c, k: k, name: name, p: p, base: backend.Claim{Keys: keys, TTL: p.ttl}, relSem: make(chan struct{}, 1), extSem: make(chan struct{}, 1), fenceSem: make(chan struct{}, 1)}
+	l := &Lock{c: c, k: k, name: name, p: p, base: backend.Claim{Keys: keys, TTL: p.asked(p.ttl)}, relSem: make(chan struct{}, 1), extSem: make(chan struct{}, 1), fenceSem: make(chan struct{}, 1)}
 	l.cl = &l.base
 	if k.owned {
 		owner := c.owner

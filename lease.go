@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -69,6 +70,16 @@ func (p *lease) invalid(format string, args ...any) {
 	if p.err == "" {
 		p.err = fmt.Sprintf(format, args...)
 	}
+}
+
+// asked is the lease time Redis is asked for to give a validity of hold:
+// hold and the lock-delay, or the largest Duration if that overflows (as
+// long as Redis can keep it).
+func (p *lease) asked(hold time.Duration) time.Duration {
+	if hold > math.MaxInt64-p.delay {
+		return math.MaxInt64
+	}
+	return hold + p.delay
 }
 
 // LeaseTTL sets the lease time (default [DefaultTTL]), which the watchdog

@@ -142,7 +142,7 @@ func (l *Lock) terms(sent time.Time, ttl time.Duration, capAt time.Time) terms {
 		t.hold = min(l.c.opts.leaseFor(capAt.Sub(sent)), ttl)
 		t.until, t.atCap = capAt, true
 	}
-	t.ask = t.hold + l.p.delay
+	t.ask = l.p.asked(t.hold)
 	return t
 }
 

@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -307,6 +309,124 @@ func TestLockDelayRefusesNegative(t *testing.T) {
 	c := newClient(t, rdb)
 	if l, err := c.TryAcquire(t.Context(), "negative", dlock.LockDelay(-time.Second)); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("TryAcquire(LockDelay(-1s)) = %v, %v; want ErrInvalid", l, err)
+	}
+}
+
+// A lock-delay so long that the lease time plus it overflows a Duration
+// keeps the name for as long as Redis can, and never gives a lease that
+// Redis sees as already ended: on every kind (and a reentrant lock's
+// other owner), over a quorum and without scripts, the first holder holds
+// and the second is refused.
+func TestLockDelayPastMaxDurationKeepsHoldsExclusive(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const delay = time.Duration(math.MaxInt64) - time.Second // + a 10s TTL overflows
+	type take func(name string) (*dlock.Lock, error)
+	cases := map[string][2]take{}
+	for _, fair := range []bool{false, true} {
+		c := newClient(t, rdb, waiting(fair), dlock.LockDelay(delay))
+		for _, k := range everyKind() {
+			next := k.name
+			if next == "read" {
+				next = "write" // (reads share)
+			}
+			tk := func(name string) (*dlock.Lock, error) { return k.take(ctx, c, name, true) }
+			tn := func(name string) (*dlock.Lock, error) { return kindTake(next)(ctx, c, name, true) }
+			cases[fmt.Sprintf("%s-fair=%v", k.name, fair)] = [2]take{tk, tn}
+		}
+	}
+	for _, m := range modes(t, rdb, true)[3:] { // (the quorum's)
+		c := m.new(t, dlock.LockDelay(delay))
+		tk := func(name string) (*dlock.Lock, error) { return c.TryAcquire(ctx, name) }
+		cases[m.name] = [2]take{tk, tk}
+	}
+	ns := newClient(t, rdb, dlock.WithoutScripts(), dlock.LockDelay(delay))
+	nsTake := func(name string) (*dlock.Lock, error) { return ns.TryAcquire(ctx, name) }
+	cases["no-scripts"] = [2]take{nsTake, nsTake}
+	re := newClient(t, rdb, dlock.WithReentrant(true), dlock.LockDelay(delay))
+	first, second := asOwner(t, re, "first"), asOwner(t, re, "second")
+	cases["reentrant"] = [2]take{
+		func(name string) (*dlock.Lock, error) { return first.TryAcquire(ctx, name) },
+		func(name string) (*dlock.Lock, error) { return second.TryAcquire(ctx, name) },
+	}
+	for name, tc := range cases {
+		a, err := tc[0](name)
+		if err != nil {
+			t.Errorf("%s: first TryAcquire with LockDelay(%v) = %v, want the lock", name, delay, err)
+			continue
+		}
+		if b, err := tc[1](name); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("%s: second TryAcquire while the first holds = %v, want ErrNotAcquired", name, err)
+			if b != nil {
+				b.Release(ctx)
+			}
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Errorf("%s: the first holder's Release = %v, want nil", name, err)
+		}
+	}
+}
+
+// A Do whose release meets Redis unreachable for a moment, longer than its
+// lease time but far shorter than its lock-delay, has the release retried
+// (as an undo) until Redis is back: the name is free soon after, not left
+// held for the delay after a clean end.
+func TestDoReleaseThroughOutageFreesNameDespiteLockDelay(t *testing.T) {
+	t.Parallel()
+	s, direct := setup(t)
+	ctx := t.Context()
+	rdb, d := refusable(t, s)
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.LockDelay(time.Minute))
+	defer c.Close(ctx)
+	err := c.Do(ctx, "outage", func(context.Context, *dlock.Lock) error {
+		d.cutAndRefuse() // the release finds Redis unreachable
+		return nil
+	})
+	if err == nil {
+		t.Fatal("Do whose release found Redis unreachable = nil, want the release's error")
+	}
+	time.Sleep(1200 * time.Millisecond) // the outage: four times the lease time
+	d.allow()
+	next := newClient(t, direct)
+	var l *dlock.Lock
+	if !waitFor(10*time.Second, func() bool { l, err = next.TryAcquire(ctx, "outage"); return err == nil }) {
+		t.Fatalf("TryAcquire 10s after a 1.2s outage that met Do's release, with a lock-delay of 1m = %v, want the lock", err)
+	}
+	l.Release(ctx)
+}
+
+// Over a quorum, a node that the holder's extensions no longer reach keeps
+// an older, shorter copy of the lease; the holder, extended on a majority,
+// is live, and Inspect does not show its name in lock-delay.
+func TestQuorumNodeMissingExtensionsIsNotLockDelay(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	ps, via, direct := proxiedQuorum(t, 3)
+	var nodes []redis.UniversalClient
+	for _, d := range direct {
+		nodes = append(nodes, d)
+	}
+	const ttl, delay = time.Second, 2 * time.Second
+	holder := newRedlock(t, via, 400*time.Millisecond, dlock.LeaseTTL(ttl), dlock.LockDelay(delay))
+	inspect := newRedlock(t, nodes, 400*time.Millisecond, dlock.LockDelay(delay))
+	l, err := holder.TryAcquire(ctx, "minority")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	ps[2].Stall() // the third node's copy is extended no more
+	for end := time.Now().Add(2 * (ttl + delay)); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		info, err := inspect.Inspect(ctx, "minority")
+		if err != nil {
+			t.Fatalf("Inspect = %v", err)
+		}
+		if info.InDelay && l.Err() == nil && time.Now().Before(l.ValidUntil()) {
+			t.Fatalf("Inspect of a live holder extended on a majority = InDelay (TTL %v), want not in lock-delay", info.TTL)
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the holder extended on two of three nodes: Err() = %v, want held", err)
 	}
 }
 

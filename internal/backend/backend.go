@@ -72,8 +72,9 @@ type Claim struct {
 	// Member is what the lease is in a sorted set that the kind keeps
 	// (a read-write lock's "<r|w>:<token>"); "" otherwise.
 	Member string
-	// TTL is the lease time the acquisition asks for (0: the Client's): the
-	// marker of the ended lease lives for its revocation window.
+	// TTL is the lease time the acquisition asks for, its lock-delay
+	// included (0: the Client's): the marker of the ended lease lives for
+	// its revocation window, and its clean-up is retried while it lives.
 	TTL time.Duration
 	// Resumer tells this Lock's numbered extensions from those of another
 	// Lock that resumed the same lease and picked the same numbers ("":

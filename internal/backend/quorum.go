@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -522,8 +523,8 @@ func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
 // Backend).
 func (q *Quorum) Op(context.Context, func(context.Context, Node) error) error { return ErrOverQuorum }
 
-// Inspect reports what a majority of nodes agree on: the holder, the
-// shortest remaining lease among them, and the highest fence.
+// Inspect reports what a majority of nodes agree on: the holder, how long
+// a majority still has its lease, and the highest fence.
 func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 	res := fanOut(ctx, q, func(ctx context.Context, n Node) (State, error) { return n.Inspect(ctx, k) }, nil)
 	type held struct{ typ, token string } // (a name held as another kind on the nodes is no "string")
@@ -550,14 +551,29 @@ func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 		}
 	}
 	if out.Held {
-		out.TTL = -1
+		// The lease is held while a majority has it: as long as the
+		// need-th longest copy lives (a node that missed extensions keeps
+		// a shorter one). A copy without expiry counts as the longest.
+		var left []time.Duration
 		for _, r := range res {
-			if r.ok && r.err == nil && r.v.Token == out.Token && r.v.TTL >= 0 && (out.TTL < 0 || r.v.TTL < out.TTL) {
-				out.TTL = r.v.TTL
+			if r.ok && r.err == nil && r.v.Token == out.Token {
+				left = append(left, r.v.TTL)
 			}
 		}
+		slices.SortFunc(left, func(a, b time.Duration) int {
+			return cmp.Compare(forever(b), forever(a))
+		})
+		out.TTL = left[q.need()-1]
 	}
 	return out, nil
+}
+
+// forever orders a remaining lease of -1 (no expiry) above every other.
+func forever(d time.Duration) time.Duration {
+	if d < 0 {
+		return math.MaxInt64
+	}
+	return d
 }
 
 // ptr returns a pointer to a copy of v.
