@@ -483,7 +483,7 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 
 // Release gives the lock up, idempotently; [ErrNotHeld] if it was lost first,
 // or another Lock resumed its lease (which it leaves to that one).
-// On Redis's error the lease expires within its TTL; Release may be retried.
+// On Redis's error the lease expires within its TTL and lock-delay; Release may be retried.
 func (l *Lock) Release(ctx context.Context) error {
 	select {
 	case l.relSem <- struct{}{}: // none under way (a done ctx still stops the watchdog below)
