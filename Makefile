@@ -16,7 +16,8 @@ test: redis
 	bash scripts/test-modules.sh $(TESTFLAGS) -- $(MODULES)
 
 # The quick tier, for the edit loop: the library's module with the long fault and timing scenarios skipped
-# (testing.Short) and the fault checker for 25 s.
+# (testing.Short) and the fault checker on a 25 s budget (one round of under ten seconds: a round runs only if it
+# ends within the budget).
 test-short: redis
 	$(GO) test -short $(TESTFLAGS) ./...
 

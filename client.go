@@ -245,6 +245,9 @@ func (c *Client) TryDo(ctx context.Context, name string, fn func(ctx context.Con
 // do is Do (try: TryDo): the acquisition's error (fn did not run), or
 // fn's error joined with the release's (see joinEnded).
 func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx context.Context, l *Lock) error, opts []LockOption, try bool) error {
+	if fn == nil {
+		return nilFunc(name)
+	}
 	var l *Lock
 	var err error
 	if try {
@@ -257,6 +260,11 @@ func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx conte
 	}
 	return runHeld(ctx, l, func() error { return c.release(ctx, l) },
 		func(ctx context.Context) error { return fn(ctx, l) })
+}
+
+// nilFunc is the refusal of a Do given no function to run under name.
+func nilFunc(name string) error {
+	return fmt.Errorf("%w: do %q: the function to run is nil", ErrInvalid, name)
 }
 
 // runHeld runs fn, the body of a Do or a DoAll, under a heldContext of

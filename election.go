@@ -94,6 +94,9 @@ func (e *Election) Do(ctx context.Context, value string, fn func(ctx context.Con
 	if err != nil {
 		return err
 	}
+	if fn == nil {
+		return nilFunc(e.name)
+	}
 	return e.c.do(ctx, &campaigns, e.name, func(ctx context.Context, l *Lock) error {
 		ld, err := leadership(ctx, l)
 		if err != nil {

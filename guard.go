@@ -25,10 +25,14 @@ func NewGuard(rdb redis.Cmdable) *Guard { return &Guard{rdb: rdb} }
 
 // Write sets the resource at key to value for the lease with fence and token
 // ([Lock.Fence], [Lock.Token]); [ErrStaleFence] if a higher fence, or the same
-// fence of another lease, wrote before.
+// fence of another lease, wrote before; [ErrInvalid] without a positive fence
+// and a token.
 func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token string) error {
-	if key == "" {
+	switch {
+	case key == "":
 		return fmt.Errorf("%w: empty resource key", ErrInvalid)
+	case fence <= 0 || token == "":
+		return fmt.Errorf("%w: write to %q: a positive fence and a token are needed (fence %d, token %q)", ErrInvalid, key, fence, token)
 	}
 	v, err := script.Guard.Run(ctx, g.rdb, []string{key}, value, fence, token).Int64Slice()
 	if err != nil {

@@ -191,8 +191,8 @@ func LockDelay(d time.Duration) LeaseOption {
 // WatchLoss(true) makes the watchdog check the lease at once, not at its next
 // extension (up to TTL/3 later), when a message says it may have ended: a
 // [Client.ForceRelease], a pub/sub reconnect (a restart, a failover), or, with
-// keyspace notifications on (not on a Cluster), a DEL, expiry, eviction or
-// overwrite of the key. The check is an extension, so a message never makes up
+// keyspace notifications on (notify-keyspace-events KEA; not on a Cluster),
+// a DEL, expiry, eviction or overwrite of the key. The check is an extension, so a message never makes up
 // a loss; a flood makes one per TTL/30 at most. Cost: a SUBSCRIBE and an
 // UNSUBSCRIBE per lease. Default false; [ErrInvalid] without the watchdog.
 // Limits: docs/guarantees.md.

@@ -87,6 +87,9 @@ func (c *Client) TryDoAll(ctx context.Context, names []string, fn func(ctx conte
 
 // doAll is DoAll (try: TryDoAll).
 func (c *Client) doAll(ctx context.Context, names []string, fn func(ctx context.Context, m *MultiLock) error, opts []LockOption, try bool) error {
+	if fn == nil {
+		return nilFunc(strings.Join(names, ", "))
+	}
 	m, err := acquireAll(ctx, c.parts(names), opts, try)
 	if err != nil {
 		return err

@@ -194,6 +194,9 @@ func (l *RWLocker) do(ctx context.Context, fn func(ctx context.Context, l *Lock)
 	if err := l.nested(ctx); err != nil {
 		return err
 	}
+	if fn == nil {
+		return nilFunc(l.name)
+	}
 	return l.c.do(ctx, l.k, l.name, func(ctx context.Context, held *Lock) error {
 		return fn(context.WithValue(ctx, l.nest, l.hold), held)
 	}, opts, try)
