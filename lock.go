@@ -289,8 +289,11 @@ func (l *Lock) Err() error {
 }
 
 // TTL asks Redis how long the lease has left. [ErrNotHeld] if it is gone, or
-// another Lock resumed it (the Lock is then lost).
+// another Lock resumed it (the Lock is then lost); [ErrReleased] after Release.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if err := l.Err(); err == ErrReleased {
+		return 0, opError("ttl", l.name, err)
+	}
 	st, err := l.c.b.Inspect(ctx, &l.cl.Keys)
 	if err != nil {
 		return 0, opError("ttl", l.name, err)

@@ -64,3 +64,22 @@ func TestGuardWriteRefusesAMissingFenceOrToken(t *testing.T) {
 		t.Error("a refused write wrote the resource")
 	}
 }
+
+// After its own Release a Lock's TTL says it was released, as Extend does,
+// not that the lease was lost.
+func TestTTLAfterReleaseIsErrReleased(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	l, err := c.Acquire(ctx, "ttl-released")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TTL(ctx); !errors.Is(err, dlock.ErrReleased) || errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("TTL after Release = %v, want ErrReleased (not ErrNotHeld)", err)
+	}
+}
