@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -253,5 +254,72 @@ func TestExtensionReadsServerClockOnlyWhenObserved(t *testing.T) {
 	observed := perExtension(dlock.WithObserver(dlock.Observer{Clock: func(context.Context, *dlock.Event) {}}))
 	if observed != plain+1 {
 		t.Errorf("commands per extension: %.2f with an Observer of the clock, %.2f without; want one more", observed, plain)
+	}
+}
+
+// In a Cluster each master's clock is read on its own: masters whose
+// clocks differ, each running steadily, are never told of, however the
+// leases' extensions alternate between them.
+func TestObserverNotToldOfClusterMastersWhoseClocksDifferSteadily(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds a Cluster")
+	}
+	leakcheck.Check(t)
+	opts, set := redistest.FakeClock(t)
+	set("+5s") // one master's clock 5s ahead of the others', from its start
+	nodes := redistest.StartClusterOf(t, 3, 0, func(i int) []redistest.Option {
+		if i == 0 {
+			return opts
+		}
+		return []redistest.Option{redistest.Valkey(t)}
+	})
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	ctx := t.Context()
+	w := new(clockWatcher)
+	c := newClient(t, cc, dlock.WithObserver(w.observer()))
+	// One lease on the master ahead, one on another.
+	var ahead, other bool
+	for i := 0; i < 64 && !(ahead && other); i++ {
+		name := fmt.Sprint("clock-cluster-", i)
+		l, err := c.TryAcquire(ctx, name, dlock.LeaseTTL(3*time.Second))
+		if err != nil {
+			t.Fatalf("TryAcquire(%s) = %v, want nil", name, err)
+		}
+		m, err := cc.MasterForKey(ctx, l.Key())
+		if err != nil {
+			t.Fatalf("MasterForKey(%s) = %v", l.Key(), err)
+		}
+		onAhead := m.Options().Addr == nodes[0].Addr()
+		if (onAhead && ahead) || (!onAhead && other) {
+			l.Release(ctx)
+			continue
+		}
+		ahead, other = ahead || onAhead, other || !onAhead
+		t.Cleanup(func() { l.Release(context.Background()) })
+	}
+	if !ahead || !other {
+		t.Fatalf("64 names: a lease on the master ahead %v, on another %v; want both", ahead, other)
+	}
+	w.extensions(t, 12, 30*time.Second)
+	if got := w.clockEvents(); len(got) != 0 {
+		t.Errorf("after 12 extensions on two masters whose clocks differ by 5s, each steady: told %d times (first %v), want never", len(got), got[0])
+	}
+	// A step of that master's clock is told once, naming it.
+	set("+6s")
+	if !waitFor(20*time.Second, func() bool { return len(w.clockEvents()) > 0 }) {
+		t.Fatalf("after a step of one master's clock: not told within 20s (%d extensions)", w.extended.Load())
+	}
+	w.extensions(t, 6, 30*time.Second)
+	if got := w.clockEvents(); len(got) != 1 || got[0] == nil || got[0].Server != nodes[0].Addr() || got[0].Ahead < 300*time.Millisecond {
+		t.Errorf("after a step of %s's clock by 1s: told %v, want once, that master about 1s ahead", nodes[0].Addr(), got)
+	}
+	if n := w.lost.Load(); n != 0 {
+		t.Errorf("%d leases lost, want none", n)
 	}
 }
