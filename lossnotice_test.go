@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -355,5 +356,44 @@ func TestWatchedLocksCostNoGoroutines(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// On a Cluster, watched leases share each shard's pub/sub connection, as
+// on one server: holding many costs no connection (and no goroutines) per
+// lease.
+func TestWatchedLocksOnAClusterSharePubSubConnections(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds a Cluster")
+	}
+	t.Skip("fails: a sharded hub opens a connection, with its two goroutines, per channel, so per watched lease")
+	leakcheck.Check(t)
+	nodes, cc := startCluster(t)
+	ctx := t.Context()
+	c := newClient(t, cc, dlock.WatchLoss(true))
+	defer c.Close(ctx)
+	const n = 30
+	for i := range n {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("watched:%d", i))
+		if err != nil {
+			t.Fatalf("TryAcquire = %v, want nil", err)
+		}
+		defer l.Release(ctx)
+	}
+	conns := func() int {
+		total := 0
+		for _, s := range nodes {
+			v, err := s.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub")
+			if err != nil {
+				t.Fatalf("CLIENT LIST = %v", err)
+			}
+			total += strings.Count(fmt.Sprint(v), "id=")
+		}
+		return total
+	}
+	waitFor(5*time.Second, func() bool { return conns() >= n }) // (as many as it opens today: the wait ends once all are up)
+	if got := conns(); got > len(nodes) {
+		t.Errorf("%d watched leases on %d masters: %d pub/sub connections, want at most one per master", n, len(nodes), got)
 	}
 }
