@@ -199,11 +199,7 @@ func TestWatchLossBoundsTheChecksABusySemaphoreCauses(t *testing.T) {
 	ctx := t.Context()
 	const ttl = 3 * time.Second
 	var checks atomic.Int64
-	count := dlock.Observer{End: func(_ context.Context, e *dlock.Event) {
-		if e.Op == dlock.OpExtend && e.Auto {
-			checks.Add(1)
-		}
-	}}
+	count := autoExtensions(&checks)
 	watched := newClient(t, rdb, dlock.LeaseTTL(ttl), dlock.WatchLoss(true), dlock.WithObserver(count))
 	defer watched.Close(ctx)
 	busy := newClient(t, rdb, dlock.LeaseTTL(ttl))
@@ -522,4 +518,45 @@ func holdWatched(t *testing.T, c *dlock.Client, rdb *redis.Client, prefix string
 	}
 	subscribed(t, rdb, held[n-1].Key()+":ch", keyspace(held[n-1].Key()))
 	return held
+}
+
+// A lock taken again and again by one Client makes no extension: the
+// keyspace events of its own acquisitions and releases (a SET, a DEL),
+// which a subscription still lingering from the last lease hears, are not
+// taken for another's.
+func TestWatchLossHotLockMakesNoExtensionOfItsOwnEvents(t *testing.T) {
+	t.Parallel()
+	t.Skip("fails: the SET and DEL events of the Client's own acquisition and last release, heard on the lingering subscription, nudge the new lease: an extension every few acquisitions")
+	leakcheck.Check(t)
+	rdb := redistest.Start(t, redistest.Args("--notify-keyspace-events", "KEA")).Client(t)
+	ctx := t.Context()
+	var extended atomic.Int64
+	c := newClient(t, rdb, dlock.LeaseTTL(lossTTL), dlock.WatchLoss(true), dlock.WithObserver(autoExtensions(&extended)))
+	defer c.Close(ctx)
+	for i := range 50 {
+		l, err := c.TryAcquire(ctx, "hot")
+		if err != nil {
+			t.Fatalf("TryAcquire %d = %v, want nil", i, err)
+		}
+		if i == 0 {
+			subscribed(t, rdb, keyspace(l.Key()))
+		}
+		time.Sleep(5 * time.Millisecond) // (the work under the lock: time for its events to come back)
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release %d = %v, want nil", i, err)
+		}
+	}
+	if n := extended.Load(); n != 0 {
+		t.Errorf("50 leases of 30s, each held 5ms, nobody else writing the key: %d extensions, want none", n)
+	}
+}
+
+// autoExtensions returns an Observer that counts the watchdog's extensions
+// in n.
+func autoExtensions(n *atomic.Int64) dlock.Observer {
+	return dlock.Observer{End: func(_ context.Context, e *dlock.Event) {
+		if e.Op == dlock.OpExtend && e.Auto {
+			n.Add(1)
+		}
+	}}
 }
