@@ -417,8 +417,8 @@ func TestWatchLossTellsADeleteInAnotherDatabaseUnderAnOddName(t *testing.T) {
 }
 
 // A reconnect of the hub makes every watched lease check at once: a
-// thousand leases all still held, none put at risk, about one extension
-// each.
+// thousand leases all still held, none put at risk, at most two extensions
+// each (one per channel confirmed again, TTL/30 apart).
 func TestWatchLossReconnectWithAThousandLeasesLosesNone(t *testing.T) {
 	t.Parallel()
 	leakcheck.Check(t)
@@ -460,8 +460,11 @@ func TestWatchLossReconnectWithAThousandLeasesLosesNone(t *testing.T) {
 	if lost.Load() != 0 || risk.Load() != 0 {
 		t.Errorf("after the reconnect: %d leases lost, %d put at risk, want none", lost.Load(), risk.Load())
 	}
+	// Each lease's two channels are confirmed again: a second check may
+	// follow the first, TTL/30 (1s) later, and no more.
+	waitFor(3*time.Second, func() bool { return extended.Load() > 2*n })
 	if e := extended.Load(); e > 2*n {
-		t.Errorf("after the reconnect: %d extensions of %d leases, want about one each", e, n)
+		t.Errorf("after the reconnect: %d extensions of %d leases, want at most two each", e, n)
 	}
 }
 
