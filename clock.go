@@ -14,7 +14,7 @@ import (
 // client's clock did between two extensions' replies, beyond the drift
 // margin: a step, a clock that runs fast or slow, or one that froze.
 type ClockError struct {
-	Server string        // the server's address, if known ("": a Cluster, a driver)
+	Server string        // the server's address (a Cluster's master's), if known ("": a driver)
 	Ahead  time.Duration // > 0: the server's clock ran ahead; < 0: behind
 	Over   time.Duration // about how long the client's clock ran between the two replies
 }

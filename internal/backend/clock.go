@@ -24,19 +24,26 @@ type ClockHook struct {
 }
 
 // clockWatch compares the server times that a Node's extensions bring back
-// with the client's monotonic clock. Each reading is known only to have
-// been taken between the request's send and its reply, so two readings
-// bound the client's time between them, and only a server time outside
-// those bounds by more than the margin is told: a slow reply widens them
-// and never reads as a step. Each reading replaces the last (a slow clock
-// drift never adds up), and a disagreement is told once, until a reading
-// agrees again.
+// with the client's monotonic clock, each server's on its own (a Cluster's
+// masters by the key's slot). Each reading is known only to have been
+// taken between the request's send and its reply, so two readings bound
+// the client's time between them, and only a server time outside those
+// bounds by more than the margin is told: a slow reply widens them and
+// never reads as a step. Each reading replaces the last (a slow clock drift
+// never adds up), and a disagreement is told once, until a reading agrees
+// again.
 type clockWatch struct {
-	hook *ClockHook
-	addr string
+	hook    *ClockHook
+	addr    string
+	cluster *redis.ClusterClient // a Cluster: the master of the key's slot read the clock
 
-	mu        sync.Mutex
-	us        int64     // the last reading, server time in µs (0: none)
+	mu   sync.Mutex
+	last map[string]*clockReading // by the server's address
+}
+
+// clockReading is the last reading of one server's clock.
+type clockReading struct {
+	us        int64     // server time in µs
 	sent, got time.Time // the interval it was taken in
 	told      int       // the direction told (+1 ahead, -1 behind) until the clocks agree again, or 0
 }
@@ -45,9 +52,12 @@ func newClockWatch(h *ClockHook, rdb redis.UniversalClient) *clockWatch {
 	if h == nil {
 		return nil
 	}
-	w := &clockWatch{hook: h}
-	if c, ok := rdb.(*redis.Client); ok {
+	w := &clockWatch{hook: h, last: map[string]*clockReading{}}
+	switch c := rdb.(type) {
+	case *redis.Client:
 		w.addr = c.Options().Addr
+	case *redis.ClusterClient:
+		w.cluster = c
 	}
 	return w
 }
@@ -57,21 +67,30 @@ func (w *clockWatch) on() bool { return w != nil && w.hook.On != nil && w.hook.O
 
 // read records the server time us, read between sent and got by an
 // extension of the lock key for a lease of ttl, and tells of a
-// disagreement with the previous reading.
+// disagreement with the previous reading of the same server.
 func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us int64, sent, got time.Time) {
+	addr := w.addr
+	if w.cluster != nil {
+		m, err := w.cluster.MasterForKey(ctx, key) // (the slots as the extension found them: no round trip)
+		if err != nil {
+			return
+		}
+		addr = m.Options().Addr
+	}
 	w.mu.Lock()
-	if w.us == 0 || sent.Before(w.got) {
+	r := w.last[addr]
+	if r == nil || sent.Before(r.got) {
 		// The first reading; or one taken while the last was in flight,
 		// which may come before it in the server's time: compared with it,
 		// a step between the two would read backwards.
-		if w.us == 0 {
-			w.us, w.sent, w.got = us, sent, got
+		if r == nil {
+			w.last[addr] = &clockReading{us: us, sent: sent, got: got}
 		}
 		w.mu.Unlock()
 		return
 	}
-	moved := time.Duration(us-w.us) * time.Microsecond
-	lo, hi := sent.Sub(w.got), got.Sub(w.sent) // the client's time between the readings is within [lo, hi]
+	moved := time.Duration(us-r.us) * time.Microsecond
+	lo, hi := sent.Sub(r.got), got.Sub(r.sent) // the client's time between the readings is within [lo, hi]
 	m := w.hook.Margin(ttl, hi)
 	var ahead time.Duration
 	dir := 0
@@ -81,10 +100,10 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 	case moved < lo-m:
 		ahead, dir = moved-lo, -1
 	}
-	tell := dir != 0 && dir != w.told
-	w.us, w.sent, w.got, w.told = us, sent, got, dir
+	tell := dir != 0 && dir != r.told
+	*r = clockReading{us: us, sent: sent, got: got, told: dir}
 	w.mu.Unlock()
 	if tell {
-		w.hook.Tell(ctx, key, w.addr, ahead, hi)
+		w.hook.Tell(ctx, key, addr, ahead, hi)
 	}
 }

@@ -23,6 +23,9 @@ import (
 func NewNodeFrom(d driver.Conn, c Config) Node {
 	d = guard{d}
 	n := NewNode(nil, c)
+	if c.Sharded {
+		n.clock = nil // which master read the clock is unknown: readings of several would compare as one server's
+	}
 	n.rdb, n.d, n.retries = drv{d}, d, d.Info().Retries
 	return n
 }

@@ -644,8 +644,28 @@ func (h *Hub) watchKey(w *Watch) {
 
 // learnDB asks the server which database the Hub's client uses, and
 // subscribes the watches waiting for it. A failure to reach the server is
-// not remembered: the next Watch asks again.
+// not remembered: it asks again after a backoff while watches wait, and
+// the next Watch asks again after they left.
 func (h *Hub) learnDB() {
+	for backoff := minBackoff; ; backoff = min(2*backoff, maxBackoff) {
+		db := h.askDB()
+		h.mu.Lock()
+		if h.closed || db != "" || len(h.dbWait) == 0 {
+			h.learnt(db)
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		select {
+		case <-h.ctx.Done():
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// askDB returns the database CLIENT INFO names, noDB if the server
+// refuses it, or "" if it did not answer.
+func (h *Hub) askDB() string {
 	ctx, cancel := context.WithTimeout(h.ctx, netTimeout)
 	r, err := h.conn.Do(ctx, "CLIENT", "INFO")
 	cancel()
@@ -663,8 +683,12 @@ func (h *Hub) learnDB() {
 	case !errors.As(err, &redisErr):
 		db = "" // unknown still
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	return db
+}
+
+// learnt ends a learning of the database db ("" unknown still); h.mu must
+// be held.
+func (h *Hub) learnt(db string) {
 	h.learning = false
 	if h.closed || db == "" {
 		return

@@ -2,6 +2,10 @@ package pubsub
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,11 +79,7 @@ func expectNoCall(t *testing.T, who string, calls chan struct{}) {
 // another key's.
 func TestWatchCallsOnMessagesAndOnTheKeyEnding(t *testing.T) {
 	t.Parallel()
-	s := redistest.Start(t, redistest.Args("--notify-keyspace-events", "KA"))
-	var rdb *redis.Client
-	t.Cleanup(func() { rdb.Close() })
-	leakcheck.Check(t)
-	rdb = s.Client(t)
+	rdb := startKeyspace(t)
 	ctx := t.Context()
 	h := New(goredisdriver.Conn(rdb), false)
 	defer h.Close()
@@ -112,6 +112,17 @@ func TestWatchCallsOnMessagesAndOnTheKeyEnding(t *testing.T) {
 	waitUnsubscribed(t, rdb, "__keyspace@0__:k", false)
 }
 
+// startKeyspace starts a server with keyspace notifications on, and
+// returns a client of it; the leak check runs as in start.
+func startKeyspace(t *testing.T) *redis.Client {
+	s := redistest.Start(t, redistest.Args("--notify-keyspace-events", "KA"))
+	var rdb *redis.Client
+	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	rdb = s.Client(t)
+	return rdb
+}
+
 // A Watch is called when its subscription is back after a break: a
 // message may have been missed.
 func TestWatchCalledWhenTheServerIsBack(t *testing.T) {
@@ -136,4 +147,44 @@ func waitSubscribed(rdb *redis.Client, channel string) bool {
 		}
 	}
 	return false
+}
+
+// failFirstClientInfo is a go-redis hook under which the first CLIENT INFO
+// fails as a broken connection does, without a reply.
+type failFirstClientInfo struct{ failed atomic.Bool }
+
+func (h *failFirstClientInfo) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failFirstClientInfo) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *failFirstClientInfo) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if strings.EqualFold(cmd.Name(), "client") && strings.EqualFold(fmt.Sprint(cmd.Args()[1:2]...), "info") && h.failed.CompareAndSwap(false, true) {
+			cmd.SetErr(errors.New("read tcp: i/o timeout"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A Watch whose Hub could not reach the server to learn its database
+// still subscribes its key's keyspace channel once the server answers: the
+// Hub asks again, and a DEL of the key is then told.
+func TestWatchSubscribesTheKeyAfterAFailureToLearnTheDatabase(t *testing.T) {
+	t.Parallel()
+	rdb := startKeyspace(t)
+	rdb.AddHook(new(failFirstClientInfo))
+	h := New(goredisdriver.Conn(rdb), false)
+	defer h.Close()
+	f, calls := watchCalls()
+	w := h.Watch("k:ch", "k", f)
+	defer w.Close()
+	if !waitSubscribed(rdb, "__keyspace@0__:k") {
+		t.Fatal("__keyspace@0__:k not subscribed after 5s: the Watch never learnt the database")
+	}
+	rdb.Set(t.Context(), "k", "v", time.Minute)
+	rdb.Del(t.Context(), "k")
+	expectCall(t, "DEL", calls)
 }

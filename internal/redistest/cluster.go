@@ -18,11 +18,22 @@ import (
 // addresses seed a *redis.ClusterClient.
 func StartCluster(tb testing.TB, n, replicas int) []*Server {
 	tb.Helper()
+	return StartClusterOf(tb, n, replicas, nil)
+}
+
+// StartClusterOf is StartCluster with each node i (the masters first)
+// started with the options of(i) too, if of is not nil.
+func StartClusterOf(tb testing.TB, n, replicas int, of func(i int) []Option) []*Server {
+	tb.Helper()
 	var nodes []*Server
 	var addrs []string
-	for range n * (1 + replicas) {
-		s := Start(tb, TCP(), Args("--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
+	for i := range n * (1 + replicas) {
+		opts := []Option{TCP(), Args("--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")}
+		if of != nil {
+			opts = append(opts, of(i)...)
+		}
+		s := Start(tb, opts...)
 		nodes = append(nodes, s)
 		addrs = append(addrs, s.Addr())
 	}
