@@ -29,30 +29,56 @@ type ClockHook struct {
 // taken between the request's send and its reply, so two readings bound
 // the client's time between them, and only a server time outside those
 // bounds by more than the margin is told: a slow reply widens them and
-// never reads as a step. Each reading replaces the last (a slow clock drift
-// never adds up), and a disagreement is told once, until a reading agrees
-// again.
+// never reads as a step. Two checks, each told once until it agrees again:
+// a step, against the last reading; a rate, against a reading at least
+// rateWindow older, by the share of its lease that a lease's drift margin
+// allows. Both judge by the shortest lease the server has had: a step that
+// a long lease's margin allows may end a short lease early.
 type clockWatch struct {
 	hook    *ClockHook
 	addr    string
 	cluster *redis.ClusterClient // a Cluster: the master of the key's slot read the clock
 
-	mu   sync.Mutex
-	last map[string]*clockReading // by the server's address
+	mu      sync.Mutex
+	servers map[string]*clockServer // by the server's address
 }
 
-// clockReading is the last reading of one server's clock.
+// clockServer is what a clockWatch knows of one server's clock.
+type clockServer struct {
+	last, base         clockReading  // the last reading, and the one a rate is measured from
+	ttl                time.Duration // the shortest lease time read with it
+	toldStep, toldRate int           // the direction told (+1 ahead, -1 behind) until the check agrees again, or 0
+}
+
+// clockReading is one reading of a server's clock.
 type clockReading struct {
 	us        int64     // server time in µs
 	sent, got time.Time // the interval it was taken in
-	told      int       // the direction told (+1 ahead, -1 behind) until the clocks agree again, or 0
+}
+
+// rateWindow is the least time over which a clockWatch measures a rate.
+const rateWindow = 5 * time.Second
+
+// compare says whether the server's clock moved from a to b beyond margin
+// m(hi) of the client's, hi being the most the client's clock can have run
+// between them: the direction (0: it agrees), how far beyond, and hi.
+func compare(a, b clockReading, m func(hi time.Duration) time.Duration) (dir int, ahead, hi time.Duration) {
+	moved := time.Duration(b.us-a.us) * time.Microsecond
+	lo, hi := b.sent.Sub(a.got), b.got.Sub(a.sent) // the client's time between the readings is within [lo, hi]
+	switch margin := m(hi); {
+	case moved > hi+margin:
+		return 1, moved - hi, hi
+	case moved < lo-margin:
+		return -1, moved - lo, hi
+	}
+	return 0, 0, hi
 }
 
 func newClockWatch(h *ClockHook, rdb redis.UniversalClient) *clockWatch {
 	if h == nil {
 		return nil
 	}
-	w := &clockWatch{hook: h, last: map[string]*clockReading{}}
+	w := &clockWatch{hook: h, servers: map[string]*clockServer{}}
 	switch c := rdb.(type) {
 	case *redis.Client:
 		w.addr = c.Options().Addr
@@ -66,8 +92,8 @@ func newClockWatch(h *ClockHook, rdb redis.UniversalClient) *clockWatch {
 func (w *clockWatch) on() bool { return w != nil && w.hook.On != nil && w.hook.On() }
 
 // read records the server time us, read between sent and got by an
-// extension of the lock key for a lease of ttl, and tells of a
-// disagreement with the previous reading of the same server.
+// extension of the lock key for a lease of ttl, and tells of a step since
+// the previous reading of the same server, or of a rate beyond the margin.
 func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us int64, sent, got time.Time) {
 	addr := w.addr
 	if w.cluster != nil {
@@ -77,33 +103,38 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 		}
 		addr = m.Options().Addr
 	}
+	cur := clockReading{us: us, sent: sent, got: got}
 	w.mu.Lock()
-	r := w.last[addr]
-	if r == nil || sent.Before(r.got) {
-		// The first reading; or one taken while the last was in flight,
-		// which may come before it in the server's time: compared with it,
-		// a step between the two would read backwards.
-		if r == nil {
-			w.last[addr] = &clockReading{us: us, sent: sent, got: got}
-		}
+	s := w.servers[addr]
+	if s == nil {
+		w.servers[addr] = &clockServer{last: cur, base: cur, ttl: ttl}
 		w.mu.Unlock()
 		return
 	}
-	moved := time.Duration(us-r.us) * time.Microsecond
-	lo, hi := sent.Sub(r.got), got.Sub(r.sent) // the client's time between the readings is within [lo, hi]
-	m := w.hook.Margin(ttl, hi)
-	var ahead time.Duration
-	dir := 0
-	switch {
-	case moved > hi+m:
-		ahead, dir = moved-hi, 1
-	case moved < lo-m:
-		ahead, dir = moved-lo, -1
+	if sent.Before(s.last.got) {
+		// Taken while the last was in flight, it may come before it in
+		// the server's time: compared with it, a step between the two
+		// would read backwards.
+		w.mu.Unlock()
+		return
 	}
-	tell := dir != 0 && dir != r.told
-	*r = clockReading{us: us, sent: sent, got: got, told: dir}
+	s.ttl = min(s.ttl, ttl)
+	drift := w.hook.Margin(s.ttl, 0)
+	dir, ahead, over := compare(s.last, cur, func(hi time.Duration) time.Duration { return w.hook.Margin(s.ttl, hi) })
+	tell := dir != 0 && dir != s.toldStep
+	s.toldStep, s.last = dir, cur
+	switch {
+	case dir != 0:
+		s.base = cur // a step is no rate
+	case got.Sub(s.base.sent) >= rateWindow:
+		dir, ahead, over = compare(s.base, cur, func(hi time.Duration) time.Duration {
+			return time.Duration(float64(drift) * float64(hi) / float64(s.ttl))
+		})
+		tell = dir != 0 && dir != s.toldRate
+		s.toldRate, s.base = dir, cur
+	}
 	w.mu.Unlock()
 	if tell {
-		w.hook.Tell(ctx, key, addr, ahead, hi)
+		w.hook.Tell(ctx, key, addr, ahead, over)
 	}
 }
