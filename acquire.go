@@ -225,12 +225,7 @@ func (a *acquisition) run() (*Lock, error) {
 		if err != nil || l != nil {
 			return l, err
 		}
-		timer.Stop()
-		select { // drain a timer that fired while a wake-up won
-		case <-timer.C:
-		default:
-		}
-		timer.Reset(again)
+		timer.Reset(again) // (a fire not received is dropped: Go 1.23 timers)
 	}
 }
 
