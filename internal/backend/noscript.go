@@ -37,14 +37,6 @@ type NoScripts struct {
 // NewNoScripts returns the script-free backend of the deployment n reaches.
 func NewNoScripts(n Node) NoScripts { return NoScripts{Node: n} }
 
-// carries refuses a lease it cannot serve, unsent (see Carries).
-func (n NoScripts) carries(c *Claim) error {
-	if err := n.Carries(c.Kind); err != nil {
-		return NotSent(err)
-	}
-	return nil
-}
-
 // Carries serves plain locks only: every other Kind runs scripts (see
 // Backend).
 func (NoScripts) Carries(k Kind) error { return plainOnly(k, ErrNeedsScripts) }
@@ -133,8 +125,8 @@ func (n NoScripts) ack(ctx context.Context, tx *redis.Tx) (int64, error) {
 // Acquire takes the lock if it is free; see Node.Acquire for when the
 // attempt must be undone. queue is ignored: there is no fair queue.
 func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	if err := n.carries(c); err != nil {
-		return Grant{}, err
+	if err := n.Carries(c.Kind); err != nil {
+		return Grant{}, NotSent(err)
 	}
 	var g Grant
 	err := n.watched(ctx, []string{c.Rev}, func(tx *redis.Tx) error {
@@ -299,8 +291,8 @@ func (n NoScripts) read2(ctx context.Context, tx *redis.Tx, a, b string) (string
 // are watched, so an older extension delayed in the network, which reads
 // before a newer one writes and would act after it, finds its EXEC aborted.
 func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	if err := n.carries(c); err != nil {
-		return false, err
+	if err := n.Carries(c.Kind); err != nil {
+		return false, NotSent(err)
 	}
 	var (
 		ok, superseded bool
