@@ -248,13 +248,7 @@ func (c *Client) TryDo(ctx context.Context, name string, fn func(ctx context.Con
 // do is Do (try: TryDo): the acquisition's error (fn did not run), or
 // fn's error joined with the release's (see joinEnded).
 func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx context.Context, l *Lock) error, opts []LockOption, try bool) error {
-	var l *Lock
-	var err error
-	if try {
-		l, err = c.tryAcquireAs(ctx, k, name, opts)
-	} else {
-		l, err = c.acquireAs(ctx, k, name, opts)
-	}
+	l, err := c.acquireAs(ctx, k, name, opts, try)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOptio
 	if err != nil {
 		return nil, err
 	}
-	l, err := e.c.acquireAs(ctx, &campaigns, e.name, opts)
+	l, err := e.c.acquireAs(ctx, &campaigns, e.name, opts, false)
 	if err != nil {
 		return nil, err
 	}

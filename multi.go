@@ -134,10 +134,6 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 		locks := make([]*Lock, 0, len(order))
 		for _, part := range order {
 			c, name := part.Client, part.Name
-			take := c.Acquire
-			if try {
-				take = c.TryAcquire
-			}
 			partOpts := opts
 			if !deadline.IsZero() {
 				// What is left of the wait, but never nothing: a part
@@ -146,7 +142,7 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 				left := max(time.Until(deadline), time.Nanosecond)
 				partOpts = append(opts[:len(opts):len(opts)], partWait(left, p.wait))
 			}
-			l, err := take(ctx, name, partOpts...)
+			l, err := c.acquireAs(ctx, &c.own, name, partOpts, try)
 			if err != nil {
 				giveBack(ctx, locks)
 				return nil, partRefused(name, err)
