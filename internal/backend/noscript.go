@@ -145,10 +145,7 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 		return err
 	})
 	if err != nil {
-		err = RedisErr(err)
-		if errors.Is(err, ErrWrongType) {
-			err = n.wrongKind(ctx, c.Lock, "a plain lock", err)
-		}
+		err = n.wrongKind(ctx, c.Lock, "a plain lock", RedisErr(err))
 		if !errors.Is(err, ErrRevoked) && !neverSent(err) {
 			g.Undo = true
 		}
@@ -261,10 +258,7 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 		}
 		return err
 	})
-	if err != nil {
-		return false, RedisErr(err)
-	}
-	return ok, nil
+	return result(ok, err)
 }
 
 // read2 reads the string keys a and b (the lock and the lease's marker) in
@@ -393,10 +387,7 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 		}
 		return err
 	})
-	if err != nil {
-		return 0, RedisErr(err)
-	}
-	return fence, nil
+	return result(fence, err)
 }
 
 // stateReads queues the reads of inspect.lua on p and returns a function
@@ -509,10 +500,7 @@ func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {
 		st, err = readState(ctx, k, tx.TxPipelined)
 		return err
 	})
-	if err != nil {
-		return State{}, RedisErr(err)
-	}
-	return st, nil
+	return result(st, err)
 }
 
 // Undo ends the lease c may hold (see Node.Undo).
@@ -543,8 +531,5 @@ func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
 		deleted = err == nil
 		return err
 	})
-	if err != nil {
-		return false, RedisErr(err)
-	}
-	return deleted, nil
+	return result(deleted, err)
 }
