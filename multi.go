@@ -149,10 +149,11 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 			}
 			locks = append(locks, l)
 		}
-		lost := lostPart(locks)
-		if lost == nil {
+		i := slices.IndexFunc(locks, func(l *Lock) bool { return l.Err() != nil }) // the first part no longer held
+		if i < 0 {
 			return newMulti(parts, locks), nil
 		}
+		lost := locks[i]
 		giveBack(ctx, locks)
 		if try || round == maxRounds {
 			why := strings.TrimPrefix(lost.Err().Error(), "dlock: ")
@@ -212,16 +213,6 @@ func sortedParts(parts []Part) ([]Part, error) {
 		}
 	}
 	return order, nil
-}
-
-// lostPart returns the first of locks that is no longer held, or nil.
-func lostPart(locks []*Lock) *Lock {
-	for _, l := range locks {
-		if l.Err() != nil {
-			return l
-		}
-	}
-	return nil
 }
 
 // giveBack releases the parts an acquisition had taken before it failed,
