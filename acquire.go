@@ -202,9 +202,11 @@ func (a *acquisition) run() (*Lock, error) {
 		}
 		l, pttl, err = a.try()
 		again := a.sleep(attempt+1, pttl)
-		if err != nil && handed == pubsub.Recheck && connectionLost(err) {
-			// Woken by the return of the pub/sub connection: the client may
-			// find its other connections broken only now. Once more, soon.
+		if err != nil && handed == pubsub.Recheck && (errors.Is(err, backend.ErrNotSent) || backend.ReplyLost(err)) {
+			// Woken by the return of the pub/sub connection, after an attempt
+			// whose connection failed (not sent, or its reply lost and the
+			// attempt undone): the client may find its other connections
+			// broken only now. Once more, soon.
 			err, again = nil, DefaultMinBackoff
 		}
 		if err != nil || l != nil {
@@ -212,12 +214,6 @@ func (a *acquisition) run() (*Lock, error) {
 		}
 		timer.Reset(again) // (a fire not received is dropped: Go 1.23 timers)
 	}
-}
-
-// connectionLost reports whether err says an attempt's connection failed:
-// it was not sent, or its reply was lost (and the attempt undone).
-func connectionLost(err error) bool {
-	return errors.Is(err, backend.ErrNotSent) || backend.ReplyLost(err)
 }
 
 // sleep is how long the wait sleeps after its attempt-th attempt (see
