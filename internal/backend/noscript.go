@@ -493,7 +493,6 @@ func (NoScripts) Op(context.Context, func(context.Context, Node) error) error {
 }
 
 // Inspect reads the lock's state as inspect.lua does, in one MULTI.
-
 func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {
 	var st State
 	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) (err error) {
