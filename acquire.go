@@ -19,22 +19,7 @@ import (
 // whose cause, a [*NotAcquiredError], names the holder. Other errors:
 // [ErrInvalid], [ErrWrongType] (held as another kind), ctx's, or Redis's.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
-	return c.tryAcquireAs(ctx, &c.own, name, opts)
-}
-
-// tryAcquireAs is TryAcquire of a lease of kind k.
-func (c *Client) tryAcquireAs(ctx context.Context, k *kind, name string, opts []LockOption) (*Lock, error) {
-	e, start := Event{Op: OpAcquire, Name: name, Try: true}, time.Now()
-	ctx = c.start(ctx, k, &e)
-	l, err := c.prepare(k, name, opts, true)
-	switch {
-	case err == nil && l.p.resume != "":
-		l, err = c.resume(ctx, l)
-	case err == nil:
-		l, err = c.tryAcquire(ctx, l)
-	}
-	c.end(ctx, &e, start, err)
-	return l, err
+	return c.acquireAs(ctx, &c.own, name, opts, true)
 }
 
 // tryAcquire makes one attempt for the pending Lock l (see TryAcquire).
@@ -65,20 +50,20 @@ func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
 // those of [Client.TryAcquire]. Unless [WithAutoExtend](false), the watchdog
 // extends the lease every TTL/3 until [Lock.Release].
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
-	return c.acquireAs(ctx, &c.own, name, opts)
+	return c.acquireAs(ctx, &c.own, name, opts, false)
 }
 
-// acquireAs is Acquire of a lease of kind k.
-func (c *Client) acquireAs(ctx context.Context, k *kind, name string, opts []LockOption) (*Lock, error) {
-	e, start := Event{Op: OpAcquire, Name: name}, time.Now()
+// acquireAs is Acquire (try: TryAcquire) of a lease of kind k.
+func (c *Client) acquireAs(ctx context.Context, k *kind, name string, opts []LockOption, try bool) (*Lock, error) {
+	e, start := Event{Op: OpAcquire, Name: name, Try: try}, time.Now()
 	ctx = c.start(ctx, k, &e)
-	l, err := c.acquire(ctx, k, name, opts)
+	l, err := c.acquire(ctx, k, name, opts, try)
 	c.end(ctx, &e, start, err)
 	return l, err
 }
 
-func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockOption) (*Lock, error) {
-	pending, err := c.prepare(k, name, opts, false)
+func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockOption, try bool) (*Lock, error) {
+	pending, err := c.prepare(k, name, opts, try)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +71,7 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 		return c.resume(ctx, pending)
 	}
 	wait := pending.p.wait
-	if wait == 0 {
+	if wait == 0 || try {
 		return c.tryAcquire(ctx, pending)
 	}
 	actx := ctx // the wait's context: ctx, or ctx bounded by MaxWait
@@ -217,27 +202,18 @@ func (a *acquisition) run() (*Lock, error) {
 		}
 		l, pttl, err = a.try()
 		again := a.sleep(attempt+1, pttl)
-		if err != nil && handed == pubsub.Recheck && connectionLost(err) {
-			// Woken by the return of the pub/sub connection: the client may
-			// find its other connections broken only now. Once more, soon.
+		if err != nil && handed == pubsub.Recheck && (errors.Is(err, backend.ErrNotSent) || backend.ReplyLost(err)) {
+			// Woken by the return of the pub/sub connection, after an attempt
+			// whose connection failed (not sent, or its reply lost and the
+			// attempt undone): the client may find its other connections
+			// broken only now. Once more, soon.
 			err, again = nil, DefaultMinBackoff
 		}
 		if err != nil || l != nil {
 			return l, err
 		}
-		timer.Stop()
-		select { // drain a timer that fired while a wake-up won
-		case <-timer.C:
-		default:
-		}
-		timer.Reset(again)
+		timer.Reset(again) // (a fire not received is dropped: Go 1.23 timers)
 	}
-}
-
-// connectionLost reports whether err says an attempt's connection failed:
-// it was not sent, or its reply was lost (and the attempt undone).
-func connectionLost(err error) bool {
-	return errors.Is(err, backend.ErrNotSent) || backend.ReplyLost(err)
 }
 
 // sleep is how long the wait sleeps after its attempt-th attempt (see

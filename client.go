@@ -248,13 +248,7 @@ func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx conte
 	if fn == nil {
 		return nilFunc(name)
 	}
-	var l *Lock
-	var err error
-	if try {
-		l, err = c.tryAcquireAs(ctx, k, name, opts)
-	} else {
-		l, err = c.acquireAs(ctx, k, name, opts)
-	}
+	l, err := c.acquireAs(ctx, k, name, opts, try)
 	if err != nil {
 		return err
 	}

@@ -25,8 +25,7 @@ type Election struct {
 // for a bad name, or a quorum, reentrant or script-free Client.
 func (c *Client) Election(name string) (*Election, error) {
 	k, err := c.check(name)
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, err
 	}
 	if err := c.carries(&campaigns, fmt.Sprintf("Election(%q)", name)); err != nil {
@@ -63,7 +62,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOptio
 	if err != nil {
 		return nil, err
 	}
-	l, err := e.c.acquireAs(ctx, &campaigns, e.name, opts)
+	l, err := e.c.acquireAs(ctx, &campaigns, e.name, opts, false)
 	if err != nil {
 		return nil, err
 	}
@@ -327,11 +326,6 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 			}
 			due = first || ld.Token != last.Token || ld.Fence != last.Fence || ld.Value != last.Value
 		}
-		timer.Stop()
-		select { // drain a timer that fired while a wake-up won
-		case <-timer.C:
-		default:
-		}
-		timer.Reset(next)
+		timer.Reset(next) // (a fire not received is dropped: Go 1.23 timers)
 	}
 }

@@ -137,10 +137,6 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 		locks := make([]*Lock, 0, len(order))
 		for _, part := range order {
 			c, name := part.Client, part.Name
-			take := c.Acquire
-			if try {
-				take = c.TryAcquire
-			}
 			partOpts := opts
 			if !deadline.IsZero() {
 				// What is left of the wait, but never nothing: a part
@@ -149,17 +145,18 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 				left := max(time.Until(deadline), time.Nanosecond)
 				partOpts = append(opts[:len(opts):len(opts)], partWait(left, p.wait))
 			}
-			l, err := take(ctx, name, partOpts...)
+			l, err := c.acquireAs(ctx, &c.own, name, partOpts, try)
 			if err != nil {
 				giveBack(ctx, locks)
 				return nil, partRefused(name, err)
 			}
 			locks = append(locks, l)
 		}
-		lost := lostPart(locks)
-		if lost == nil {
+		i := slices.IndexFunc(locks, func(l *Lock) bool { return l.Err() != nil }) // the first part no longer held
+		if i < 0 {
 			return newMulti(parts, locks), nil
 		}
+		lost := locks[i]
 		giveBack(ctx, locks)
 		if try || round == maxRounds {
 			why := strings.TrimPrefix(lost.Err().Error(), "dlock: ")
@@ -219,16 +216,6 @@ func sortedParts(parts []Part) ([]Part, error) {
 		}
 	}
 	return order, nil
-}
-
-// lostPart returns the first of locks that is no longer held, or nil.
-func lostPart(locks []*Lock) *Lock {
-	for _, l := range locks {
-		if l.Err() != nil {
-			return l
-		}
-	}
-	return nil
 }
 
 // giveBack releases the parts an acquisition had taken before it failed,

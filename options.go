@@ -57,18 +57,6 @@ type options struct {
 	err error // the first invalid option: New and NewRedlock return it
 }
 
-func defaultOptions() options {
-	return options{
-		lease:      lease{ttl: DefaultTTL, wait: -1, meta: defaultMeta(), suffix: metaSuffix(defaultMeta())},
-		autoExtend: true,
-		prefix:     DefaultPrefix,
-		backoff:    ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff),
-		drift:      -1,
-		pipelining: true,
-		fair:       true,
-	}
-}
-
 // invalid records an invalid option, unless one was recorded before. The
 // message starts with the option, as the caller wrote it.
 func (o *options) invalid(format string, args ...any) {
@@ -79,7 +67,15 @@ func (o *options) invalid(format string, args ...any) {
 
 // apply returns the defaults with opts applied, in order.
 func apply(opts []Option) options {
-	o := defaultOptions()
+	o := options{
+		lease:      lease{ttl: DefaultTTL, wait: -1, meta: defaultMeta(), suffix: metaSuffix(defaultMeta())},
+		autoExtend: true,
+		prefix:     DefaultPrefix,
+		backoff:    ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff),
+		drift:      -1,
+		pipelining: true,
+		fair:       true,
+	}
 	for i, opt := range opts {
 		if opt == nil {
 			o.invalid("option %d is nil", i+1)

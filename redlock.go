@@ -62,14 +62,9 @@ func newRedlock(fn string, n, nilNode int, node func(i int, o *options) (backend
 	if o.lease.ttl <= o.nodeTimeout { // as a call's LeaseTTL is checked (leaseFor)
 		return nil, fmt.Errorf("%w: LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", ErrInvalid, o.lease.ttl, o.nodeTimeout)
 	}
-	var (
-		ns   []backend.Node
-		hubs []*pubsub.Hub
-	)
+	ns, hubs := make([]backend.Node, n), make([]*pubsub.Hub, n)
 	for i := range n {
-		nd, h := node(i, &o)
-		ns = append(ns, nd)
-		hubs = append(hubs, h)
+		ns[i], hubs[i] = node(i, &o)
 	}
 	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o)
 }

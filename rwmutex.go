@@ -164,7 +164,7 @@ func (l *RWLocker) TryAcquire(ctx context.Context, opts ...LockOption) (*Lock, e
 	if err := l.nested(ctx); err != nil {
 		return nil, err
 	}
-	return l.c.tryAcquireAs(ctx, l.k, l.name, opts)
+	return l.c.acquireAs(ctx, l.k, l.name, opts, true)
 }
 
 // Acquire takes a hold as [Client.Acquire] does; [ErrInvalid] inside a hold of
@@ -173,7 +173,7 @@ func (l *RWLocker) Acquire(ctx context.Context, opts ...LockOption) (*Lock, erro
 	if err := l.nested(ctx); err != nil {
 		return nil, err
 	}
-	return l.c.acquireAs(ctx, l.k, l.name, opts)
+	return l.c.acquireAs(ctx, l.k, l.name, opts, false)
 }
 
 // Do takes a hold, runs fn and releases it, as [Client.Do] does.

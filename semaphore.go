@@ -105,12 +105,12 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 // TryAcquire makes one attempt to take a permit, as [Client.TryAcquire] does:
 // it succeeds if fewer than N are held and nobody waits.
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...LockOption) (*Lock, error) {
-	return s.c.tryAcquireAs(ctx, &s.k, s.name, opts)
+	return s.c.acquireAs(ctx, &s.k, s.name, opts, true)
 }
 
 // Acquire takes a permit as [Client.Acquire] does.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Lock, error) {
-	return s.c.acquireAs(ctx, &s.k, s.name, opts)
+	return s.c.acquireAs(ctx, &s.k, s.name, opts, false)
 }
 
 // MaxAcquireN is the most permits [Semaphore.AcquireN] takes at once. Each
@@ -133,7 +133,7 @@ func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*L
 	if n > 1 {
 		k.lease = backend.PermitsAtOnce(s.permits, n)
 	}
-	return s.c.acquireAs(ctx, &k, s.name, opts)
+	return s.c.acquireAs(ctx, &k, s.name, opts, false)
 }
 
 // Do takes a permit, runs fn and releases it, as [Client.Do] does.

@@ -408,9 +408,7 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []string, args .
 	for try := range 6 {
 		srv, conn, err := n.server(ctx, keys[0])
 		if err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd, 0
+			return failed(ctx, err), 0
 		}
 		var (
 			cmd, wait, aof *redis.Cmd
@@ -520,20 +518,18 @@ func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int6
 	if err == nil && g.Held && acks >= 0 && acks < int64(n.replicas) {
 		return Grant{Undo: true}, n.ackUndone(acks)
 	}
-	if errors.Is(err, ErrWrongType) {
-		err = n.wrongKind(ctx, c.Lock, want, err)
-	}
-	return g, err
+	return g, n.wrongKind(ctx, c.Lock, want, err)
 }
 
 // wrongKind names what the key holds when a lock's script met Redis's own
 // WRONGTYPE reply, which says only that the kind is wrong, for a caller
 // that wanted want ("a plain lock", "a leader's lease", "a reentrant
 // lock"): a TYPE call, and for a sorted set a ZRANGE, on this error path
-// only. It returns err unchanged when they fail.
+// only. It returns err unchanged when it is not ErrWrongType, or when they
+// fail.
 func (n Node) wrongKind(ctx context.Context, key, want string, err error) error {
-	if strings.Contains(err.Error(), "the fence key") {
-		return err // the script's own reply: the lock key is not the one
+	if !errors.Is(err, ErrWrongType) || strings.Contains(err.Error(), "the fence key") {
+		return err // (the fence key's: the script's own reply, the lock key is not the one)
 	}
 	t, terr := n.rdb.Do(ctx, "type", key).Text()
 	if terr != nil || t == "none" {
@@ -861,10 +857,7 @@ func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 		return false, err
 	}
 	ok, err := n.run(ctx, script.ForceRelease, []string{k.Lock}, st.Holding, k.Channel, n.pub).Int64()
-	if err != nil {
-		return false, RedisErr(err)
-	}
-	return ok == 1, nil
+	return result(ok == 1, err)
 }
 
 // RedisErr translates the replies from Redis that have a meaning of their
@@ -895,6 +888,16 @@ func RedisErr(err error) error {
 		return &detailed{text: "script failed in Redis, a defect of dlock: " + wrongTypeDetail(strings.TrimPrefix(err.Error(), "ERR ")), errs: []error{err}}
 	}
 	return err
+}
+
+// result returns v, or, if err is not nil, the zero value and err
+// translated (see RedisErr).
+func result[T any](v T, err error) (T, error) {
+	if err != nil {
+		var zero T
+		return zero, RedisErr(err)
+	}
+	return v, nil
 }
 
 // wrongTypeDetail is what a WRONGTYPE reply says, without the script's

@@ -193,33 +193,16 @@ func loadOn(ctx context.Context, masters []driver.Conn, set scriptSet, s *server
 	for _, m := range masters {
 		wg.Go(func() {
 			rs := m.DoMulti(ctx, loadCmds(set)...)
-			var ok scriptSet
-			j := 0
 			mu.Lock()
 			defer mu.Unlock()
-			for i := range loadable {
-				if set&(1<<i) == 0 || j >= len(rs) {
-					continue
-				}
-				switch err := rs[j].Err; {
-				case err == nil:
-					ok |= 1 << i
-					s.reached.Store(true)
-					sentSome = true
-				case isRedisError(err):
-					s.reached.Store(true)
-					sentSome = true
-					if !Transient(err) {
-						s.refused.Store(true)
-					}
-				case neverSent(err):
-					unsent = err
-				default:
+			all &= s.outcome(set, stringCmds(ctx, rs))
+			for _, r := range rs {
+				if neverSent(r.Err) {
+					unsent = r.Err
+				} else {
 					sentSome = true
 				}
-				j++
 			}
-			all &= ok
 		})
 	}
 	wg.Wait()
@@ -243,6 +226,19 @@ func loadCmds(set scriptSet) [][]any {
 	return cmds
 }
 
+// stringCmds gives a driver's replies to SCRIPT LOAD the form that
+// serverCache.record reads.
+func stringCmds(ctx context.Context, rs []driver.Result) []*redis.StringCmd {
+	loads := make([]*redis.StringCmd, len(rs))
+	for i, r := range rs {
+		loads[i] = redis.NewStringCmd(ctx)
+		if r.Err != nil {
+			loads[i].SetErr(r.Err)
+		}
+	}
+	return loads
+}
+
 // rerunFrom is rerun through a driver: on one server, every script the
 // Node had loaded there goes back with s's EVALSHA in one write; on a
 // Cluster s goes with EVAL, and the next Prepare loads the scripts on
@@ -257,14 +253,7 @@ func (n Node) rerunFrom(ctx context.Context, s *script.Script, keys []string, ar
 	cmds := loadCmds(set)
 	eval := evalArgs("evalsha", s.Hash(), keys, args)
 	rs := n.d.DoMulti(ctx, append(cmds, eval)...)
-	loads := make([]*redis.StringCmd, len(rs)-1)
-	for i, r := range rs[:len(rs)-1] {
-		loads[i] = redis.NewStringCmd(ctx)
-		if r.Err != nil {
-			loads[i].SetErr(r.Err)
-		}
-	}
-	srv.record(set, loads)
+	srv.record(set, stringCmds(ctx, rs[:len(rs)-1]))
 	cmd := redis.NewCmd(ctx, eval...)
 	last := rs[len(rs)-1]
 	if setReply(cmd, last.Val, last.Err); noScript(cmd.Err()) {

@@ -2,7 +2,6 @@ package backend
 
 import (
 	"context"
-	"errors"
 	"strconv"
 
 	"github.com/dlockio/dlock/internal/script"
@@ -15,14 +14,12 @@ import (
 // another type at the lock or fence key is ErrWrongType.
 func (n Node) FenceCurrent(ctx context.Context, k *Keys, kind Kind, holder string, fence int64) (bool, error) {
 	v, err := n.run(ctx, script.FenceCurrent, []string{k.Lock, k.Fence}, holder, strconv.FormatInt(fence, 10), kind.shape().typ).Int64()
-	if err = RedisErr(err); errors.Is(err, ErrWrongType) {
+	if err != nil {
 		want := "a plain lock"
 		if kind.shape() == &hashShape {
 			want = "a reentrant lock"
 		}
-		return false, n.wrongKind(ctx, k.Lock, want, err)
-	} else if err != nil {
-		return false, err
+		return false, n.wrongKind(ctx, k.Lock, want, RedisErr(err))
 	}
 	return v == 1, nil
 }

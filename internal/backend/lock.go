@@ -2,7 +2,6 @@ package backend
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -110,10 +109,7 @@ func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Dur
 	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
 	v, err := cmd.Slice()
 	if err != nil {
-		if err = RedisErr(err); errors.Is(err, ErrWrongType) {
-			err = n.wrongKind(ctx, c.Lock, "a reentrant lock", err)
-		}
-		return Grant{}, err
+		return Grant{}, n.wrongKind(ctx, c.Lock, "a reentrant lock", RedisErr(err))
 	}
 	var n3 [3]int64
 	for i := range min(len(v), 3) {

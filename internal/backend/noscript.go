@@ -37,14 +37,6 @@ type NoScripts struct {
 // NewNoScripts returns the script-free backend of the deployment n reaches.
 func NewNoScripts(n Node) NoScripts { return NoScripts{Node: n} }
 
-// carries refuses a lease it cannot serve, unsent (see Carries).
-func (n NoScripts) carries(c *Claim) error {
-	if err := n.Carries(c.Kind); err != nil {
-		return NotSent(err)
-	}
-	return nil
-}
-
 // Carries serves plain locks only: every other Kind runs scripts (see
 // Backend).
 func (NoScripts) Carries(k Kind) error { return plainOnly(k, ErrNeedsScripts) }
@@ -133,8 +125,8 @@ func (n NoScripts) ack(ctx context.Context, tx *redis.Tx) (int64, error) {
 // Acquire takes the lock if it is free; see Node.Acquire for when the
 // attempt must be undone. queue is ignored: there is no fair queue.
 func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	if err := n.carries(c); err != nil {
-		return Grant{}, err
+	if err := n.Carries(c.Kind); err != nil {
+		return Grant{}, NotSent(err)
 	}
 	var g Grant
 	err := n.watched(ctx, []string{c.Rev}, func(tx *redis.Tx) error {
@@ -153,10 +145,7 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 		return err
 	})
 	if err != nil {
-		err = RedisErr(err)
-		if errors.Is(err, ErrWrongType) {
-			err = n.wrongKind(ctx, c.Lock, "a plain lock", err)
-		}
+		err = n.wrongKind(ctx, c.Lock, "a plain lock", RedisErr(err))
 		if !errors.Is(err, ErrRevoked) && !neverSent(err) {
 			g.Undo = true
 		}
@@ -269,10 +258,7 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 		}
 		return err
 	})
-	if err != nil {
-		return false, RedisErr(err)
-	}
-	return ok, nil
+	return result(ok, err)
 }
 
 // read2 reads the string keys a and b (the lock and the lease's marker) in
@@ -299,8 +285,8 @@ func (n NoScripts) read2(ctx context.Context, tx *redis.Tx, a, b string) (string
 // are watched, so an older extension delayed in the network, which reads
 // before a newer one writes and would act after it, finds its EXEC aborted.
 func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	if err := n.carries(c); err != nil {
-		return false, err
+	if err := n.Carries(c.Kind); err != nil {
+		return false, NotSent(err)
 	}
 	var (
 		ok, superseded bool
@@ -401,10 +387,7 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 		}
 		return err
 	})
-	if err != nil {
-		return 0, RedisErr(err)
-	}
-	return fence, nil
+	return result(fence, err)
 }
 
 // stateReads queues the reads of inspect.lua on p and returns a function
@@ -510,17 +493,13 @@ func (NoScripts) Op(context.Context, func(context.Context, Node) error) error {
 }
 
 // Inspect reads the lock's state as inspect.lua does, in one MULTI.
-
 func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {
 	var st State
 	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) (err error) {
 		st, err = readState(ctx, k, tx.TxPipelined)
 		return err
 	})
-	if err != nil {
-		return State{}, RedisErr(err)
-	}
-	return st, nil
+	return result(st, err)
 }
 
 // Undo ends the lease c may hold (see Node.Undo).
@@ -551,8 +530,5 @@ func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
 		deleted = err == nil
 		return err
 	})
-	if err != nil {
-		return false, RedisErr(err)
-	}
-	return deleted, nil
+	return result(deleted, err)
 }

@@ -211,28 +211,22 @@ type votes struct {
 }
 
 func (q *Quorum) count(res []nodeResult[Grant]) votes {
-	v := votes{pttl: -1, errs: make([]error, len(res))}
-	var named map[string]int // refusing nodes per holder
+	v := votes{pttl: -1}
+	v.held, _, v.errs = tally(res, func(g Grant) bool { return g.Held })
+	named := map[string]int{} // refusing nodes per holder
 	for i, r := range res {
-		switch {
-		case r.err != nil: // (a node without an answer says why)
-			v.errs[i] = r.err
-		case r.v.Held:
-			v.held++
+		switch v.errs[i] {
+		case nil:
 			v.fence = max(v.fence, r.v.Fence)
-		default:
-			v.errs[i] = errRefused
+		case errRefused:
 			v.pttl = max(v.pttl, r.v.PTTL)
-			if named == nil {
-				named = map[string]int{}
-			}
 			if named[r.v.Holder]++; named[r.v.Holder] > named[v.holder] {
 				v.holder = r.v.Holder
 			}
 		}
 	}
-	for _, r := range res {
-		if r.ok && r.err == nil && r.v.Held && r.v.Fence == v.fence {
+	for i, r := range res {
+		if v.errs[i] == nil && r.v.Fence == v.fence {
 			v.atFence++
 		}
 	}

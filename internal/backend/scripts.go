@@ -222,11 +222,17 @@ func queueLoads(ctx context.Context, p redis.Pipeliner, set scriptSet) []*redis.
 	return loads
 }
 
-// record notes the outcome of the loads of the scripts of set (in
-// loadable's order): those loaded, a server that answered, and a server
-// that refuses SCRIPT LOAD (an error reply that is not a passing state,
-// such as NOPERM).
+// record notes the outcome of the loads of the scripts of set: those
+// loaded (see outcome).
 func (s *serverCache) record(set scriptSet, loads []*redis.StringCmd) {
+	s.loaded.Or(uint32(s.outcome(set, loads)))
+}
+
+// outcome reads the loads of the scripts of set (in loadable's order): it
+// notes a server that answered, and a server that refuses SCRIPT LOAD (an
+// error reply that is not a passing state, such as NOPERM), and returns
+// the scripts loaded.
+func (s *serverCache) outcome(set scriptSet, loads []*redis.StringCmd) scriptSet {
 	var ok scriptSet
 	j := 0
 	for i := range loadable {
@@ -248,7 +254,7 @@ func (s *serverCache) record(set scriptSet, loads []*redis.StringCmd) {
 		}
 		j++
 	}
-	s.loaded.Or(uint32(ok))
+	return ok
 }
 
 // isRedisError reports whether err is an error reply of the server.

@@ -148,12 +148,10 @@ func permitsOf(reply any, now int64) ([]Hold, string) {
 			ps = append(ps, Hold{Token: token, Left: time.Duration(left) * time.Millisecond, N: 1})
 		}
 	}
+	tokens := make([]string, len(ps))
 	for i := range ps {
 		ps[i].N += extra[ps[i].Token]
-	}
-	tokens := make([]string, len(ps))
-	for i, p := range ps {
-		tokens[i] = p.Token
+		tokens[i] = ps[i].Token
 	}
 	return ps, strings.Join(tokens, " ")
 }

@@ -41,15 +41,10 @@ func reply(cmd *redis.Cmd) (any, error) {
 		return nil, nil
 	case errors.Is(err, redis.ErrClosed):
 		return nil, fmt.Errorf("%w: %w", driver.ErrClosed, err)
-	case isServerError(err):
+	case errors.As(err, new(redis.Error)): // (an error reply of the server)
 		return nil, driver.Error(err.Error())
 	}
 	return v, err
-}
-
-func isServerError(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr) && !errors.Is(err, redis.ErrClosed)
 }
 
 func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
