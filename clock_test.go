@@ -394,3 +394,44 @@ func TestObserverToldOfServerClockStepBeyondAShortLeasesMargin(t *testing.T) {
 		t.Errorf("after a step of 1s, beyond the 3s lease's margin of 32ms: told nothing, want told it ran ahead")
 	}
 }
+
+// A server clock 3% fast expires a 10s lease with a 100ms drift margin
+// 300ms early. It is told though a short lease, whose margin allows a far
+// larger share of its lease time, was extended on the same server first:
+// the rate that any lease allows is the least of them, not the short one's.
+func TestObserverToldOfServerClockRunningFastAfterAShortLeaseWasExtended(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	opts, set := redistest.FakeClock(t)
+	set("+0 x1.03")
+	rdb := redistest.Start(t, opts...).Client(t)
+	ctx := t.Context()
+	w := new(clockWatcher)
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithDrift(100*time.Millisecond), dlock.WithObserver(w.observer()))
+	short, err := c.TryAcquire(ctx, "clock-short", dlock.LeaseTTL(time.Second)) // margin 100ms: 10%
+	if err != nil {
+		t.Fatalf("TryAcquire = %v, want nil", err)
+	}
+	defer short.Release(context.Background())
+	if err := short.Extend(ctx, time.Second); err != nil {
+		t.Fatalf("Extend(short) = %v, want nil", err)
+	}
+	long, err := c.TryAcquire(ctx, "clock-long", dlock.LeaseTTL(10*time.Second)) // margin 100ms: 1%
+	if err != nil {
+		t.Fatalf("TryAcquire = %v, want nil", err)
+	}
+	defer long.Release(context.Background())
+	// Extend the long lease every 500ms (each step 15ms, inside the step
+	// check's margin) until told, or for 20s: 3% over 5s is 150ms, beyond
+	// the 1% the long lease allows (50ms).
+	told := waitFor(20*time.Second, func() bool {
+		if err := long.Extend(ctx, 10*time.Second); err != nil {
+			t.Fatalf("Extend(long) = %v, want nil", err)
+		}
+		time.Sleep(500 * time.Millisecond) // (the pace of the extensions)
+		return len(w.clockEvents()) > 0
+	})
+	if !told {
+		t.Errorf("after 20s of a server clock 3%% fast, a 10s lease's margin 100ms: told nothing, want told it runs ahead")
+	}
+}

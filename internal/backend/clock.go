@@ -30,10 +30,11 @@ type ClockHook struct {
 // the client's time between them, and only a server time outside those
 // bounds by more than the margin is told: a slow reply widens them and
 // never reads as a step. Two checks, each told once until it agrees again:
-// a step, against the last reading; a rate, against a reading at least
-// rateWindow older, by the share of its lease that a lease's drift margin
-// allows. Both judge by the shortest lease the server has had: a step that
-// a long lease's margin allows may end a short lease early.
+// a step, against the last reading, judged by the shortest lease the
+// server has had (a step that a long lease's margin allows may end a short
+// lease early); a rate, against a reading at least rateWindow older, by the
+// least share of its lease that any of its leases' drift margins allows (a
+// rate that a short lease's margin allows may end a long lease early).
 type clockWatch struct {
 	hook    *ClockHook
 	addr    string
@@ -47,6 +48,7 @@ type clockWatch struct {
 type clockServer struct {
 	last, base         clockReading  // the last reading, and the one a rate is measured from
 	ttl                time.Duration // the shortest lease time read with it
+	rate               float64       // the least share of a lease read with it that its drift margin allows
 	toldStep, toldRate int           // the direction told (+1 ahead, -1 behind) until the check agrees again, or 0
 }
 
@@ -107,7 +109,7 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 	w.mu.Lock()
 	s := w.servers[addr]
 	if s == nil {
-		w.servers[addr] = &clockServer{last: cur, base: cur, ttl: ttl}
+		w.servers[addr] = &clockServer{last: cur, base: cur, ttl: ttl, rate: w.rate(ttl)}
 		w.mu.Unlock()
 		return
 	}
@@ -118,8 +120,7 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 		w.mu.Unlock()
 		return
 	}
-	s.ttl = min(s.ttl, ttl)
-	drift := w.hook.Margin(s.ttl, 0)
+	s.ttl, s.rate = min(s.ttl, ttl), min(s.rate, w.rate(ttl))
 	dir, ahead, over := compare(s.last, cur, func(hi time.Duration) time.Duration { return w.hook.Margin(s.ttl, hi) })
 	tell := dir != 0 && dir != s.toldStep
 	s.toldStep, s.last = dir, cur
@@ -128,7 +129,7 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 		s.base = cur // a step is no rate
 	case got.Sub(s.base.sent) >= rateWindow:
 		dir, ahead, over = compare(s.base, cur, func(hi time.Duration) time.Duration {
-			return time.Duration(float64(drift) * float64(hi) / float64(s.ttl))
+			return time.Duration(s.rate * float64(hi))
 		})
 		tell = dir != 0 && dir != s.toldRate
 		s.toldRate, s.base = dir, cur
@@ -137,4 +138,9 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 	if tell {
 		w.hook.Tell(ctx, key, addr, ahead, over)
 	}
+}
+
+// rate is the share of a lease of ttl that its drift margin allows.
+func (w *clockWatch) rate(ttl time.Duration) float64 {
+	return float64(w.hook.Margin(ttl, 0)) / float64(ttl)
 }
