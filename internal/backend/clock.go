@@ -29,12 +29,14 @@ type ClockHook struct {
 // taken between the request's send and its reply, so two readings bound
 // the client's time between them, and only a server time outside those
 // bounds by more than the margin is told: a slow reply widens them and
-// never reads as a step. Two checks, each told once until it agrees again:
-// a step, against the last reading, judged by the shortest lease the
-// server has had (a step that a long lease's margin allows may end a short
-// lease early); a rate, against a reading at least rateWindow older, by the
-// least share of its lease that any of its leases' drift margins allows (a
-// rate that a short lease's margin allows may end a long lease early).
+// never reads as a step. Two checks: a step, against the last reading,
+// judged by the shortest lease the server has had (a step that a long
+// lease's margin allows may end a short lease early); a rate, against a
+// reading at least rateWindow older, by the least share of its lease that
+// any of its leases' drift margins allows (a rate that a short lease's
+// margin allows may end a long lease early). A way is told once, by either
+// check, until a rate check agrees: a clock that runs fast may show as a
+// step over a long interval and not over the short one after it.
 type clockWatch struct {
 	hook    *ClockHook
 	addr    string
@@ -46,10 +48,10 @@ type clockWatch struct {
 
 // clockServer is what a clockWatch knows of one server's clock.
 type clockServer struct {
-	last, base         clockReading  // the last reading, and the one a rate is measured from
-	ttl                time.Duration // the shortest lease time read with it
-	rate               float64       // the least share of a lease read with it that its drift margin allows
-	toldStep, toldRate int           // the direction told (+1 ahead, -1 behind) until the check agrees again, or 0
+	last, base clockReading  // the last reading, and the one a rate is measured from
+	ttl        time.Duration // the shortest lease time read with it
+	rate       float64       // the least share of a lease read with it that its drift margin allows
+	told       int           // the direction told (+1 ahead, -1 behind) until a rate check agrees, or 0
 }
 
 // clockReading is one reading of a server's clock.
@@ -122,8 +124,7 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 	}
 	s.ttl, s.rate = min(s.ttl, ttl), min(s.rate, w.rate(ttl))
 	dir, ahead, over := compare(s.last, cur, func(hi time.Duration) time.Duration { return w.hook.Margin(s.ttl, hi) })
-	tell := dir != 0 && dir != s.toldStep
-	s.toldStep, s.last = dir, cur
+	s.last = cur
 	switch {
 	case dir != 0:
 		s.base = cur // a step is no rate
@@ -131,8 +132,14 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 		dir, ahead, over = compare(s.base, cur, func(hi time.Duration) time.Duration {
 			return time.Duration(s.rate * float64(hi))
 		})
-		tell = dir != 0 && dir != s.toldRate
-		s.toldRate, s.base = dir, cur
+		s.base = cur
+		if dir == 0 {
+			s.told = 0
+		}
+	}
+	tell := dir != 0 && dir != s.told
+	if dir != 0 {
+		s.told = dir
 	}
 	w.mu.Unlock()
 	if tell {
