@@ -80,6 +80,29 @@ func heldUnderFakeClock(t *testing.T, name string, w *clockWatcher) (*dlock.Lock
 	return l, set
 }
 
+// unextendedUnderFakeClock starts a server whose clock the test sets, from
+// offset on, and a Client on it whose Locks only Extend extends, told to w.
+func unextendedUnderFakeClock(t *testing.T, offset string, w *clockWatcher, opts ...dlock.Option) (*dlock.Client, func(string)) {
+	t.Helper()
+	leakcheck.Check(t)
+	sopts, set := redistest.FakeClock(t)
+	set(offset)
+	rdb := redistest.Start(t, sopts...).Client(t)
+	c := newClient(t, rdb, append([]dlock.Option{dlock.WithAutoExtend(false), dlock.WithObserver(w.observer())}, opts...)...)
+	return c, set
+}
+
+// heldFor takes name on c for ttl, released when t ends.
+func heldFor(t *testing.T, c *dlock.Client, name string, ttl time.Duration) *dlock.Lock {
+	t.Helper()
+	l, err := c.TryAcquire(t.Context(), name, dlock.LeaseTTL(ttl))
+	if err != nil {
+		t.Fatalf("TryAcquire(%q) = %v, want nil", name, err)
+	}
+	t.Cleanup(func() { l.Release(context.Background()) })
+	return l
+}
+
 // A server's clock stepped, frozen, while a lease is held: the Observer is
 // told once, with the way and about how far, and the lease, still on the
 // server, stays held (the extension that showed it counted from the new
@@ -362,22 +385,11 @@ func TestObserverToldOfServerClockRunningFastBeyondTheDriftMargin(t *testing.T) 
 // lease time allows more: the step still ends the short lease early.
 func TestObserverToldOfServerClockStepBeyondAShortLeasesMargin(t *testing.T) {
 	t.Parallel()
-	leakcheck.Check(t)
-	opts, set := redistest.FakeClock(t)
-	rdb := redistest.Start(t, opts...).Client(t)
 	ctx := t.Context()
 	w := new(clockWatcher)
-	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithObserver(w.observer()))
-	long, err := c.TryAcquire(ctx, "clock-long", dlock.LeaseTTL(5*time.Minute)) // margin 3.002s
-	if err != nil {
-		t.Fatalf("TryAcquire = %v, want nil", err)
-	}
-	defer long.Release(context.Background())
-	short, err := c.TryAcquire(ctx, "clock-short", dlock.LeaseTTL(3*time.Second)) // margin 32ms
-	if err != nil {
-		t.Fatalf("TryAcquire = %v, want nil", err)
-	}
-	defer short.Release(context.Background())
+	c, set := unextendedUnderFakeClock(t, "+0", w)
+	long := heldFor(t, c, "clock-long", 5*time.Minute)   // margin 3.002s
+	short := heldFor(t, c, "clock-short", 3*time.Second) // margin 32ms
 	extend := func(l *dlock.Lock, ttl time.Duration) {
 		t.Helper()
 		if err := l.Extend(ctx, ttl); err != nil {
@@ -392,5 +404,65 @@ func TestObserverToldOfServerClockStepBeyondAShortLeasesMargin(t *testing.T) {
 	extend(short, 3*time.Second)
 	if got := w.clockEvents(); len(got) == 0 {
 		t.Errorf("after a step of 1s, beyond the 3s lease's margin of 32ms: told nothing, want told it ran ahead")
+	}
+}
+
+// A server clock 3% fast expires a 10s lease with a 100ms drift margin
+// 300ms early. It is told though a short lease, whose margin allows a far
+// larger share of its lease time, was extended on the same server first:
+// the rate that any lease allows is the least of them, not the short one's.
+func TestObserverToldOfServerClockRunningFastAfterAShortLeaseWasExtended(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	w := new(clockWatcher)
+	c, _ := unextendedUnderFakeClock(t, "+0 x1.03", w, dlock.WithDrift(100*time.Millisecond))
+	short := heldFor(t, c, "clock-short", time.Second) // margin 100ms: 10%
+	if err := short.Extend(ctx, time.Second); err != nil {
+		t.Fatalf("Extend(short) = %v, want nil", err)
+	}
+	long := heldFor(t, c, "clock-long", 10*time.Second) // margin 100ms: 1%
+	// Extend the long lease every 500ms (each step 15ms, inside the step
+	// check's margin) until told, or for 20s: 3% over 5s is 150ms, beyond
+	// the 1% the long lease allows (50ms).
+	told := waitFor(20*time.Second, func() bool {
+		if err := long.Extend(ctx, 10*time.Second); err != nil {
+			t.Fatalf("Extend(long) = %v, want nil", err)
+		}
+		time.Sleep(500 * time.Millisecond) // (the pace of the extensions)
+		return len(w.clockEvents()) > 0
+	})
+	if !told {
+		t.Errorf("after 20s of a server clock 3%% fast, a 10s lease's margin 100ms: told nothing, want told it runs ahead")
+	}
+}
+
+// A server clock that runs 5% fast, read by extensions at uneven intervals
+// (as several leases on one server read it), is one steady error: told
+// once, though the step check sees the 2s intervals beyond its margin and
+// the 100ms ones inside it.
+func TestObserverToldOnceOfServerClockRunningFastReadAtUnevenIntervals(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	w := new(clockWatcher)
+	c, _ := unextendedUnderFakeClock(t, "+0 x1.05", w)
+	l := heldFor(t, c, "clock-uneven", 3*time.Second) // margin 32ms
+	for i := range 8 {
+		if err := l.Extend(ctx, 3*time.Second); err != nil {
+			t.Fatalf("Extend %d = %v, want nil", i, err)
+		}
+		pause := 100 * time.Millisecond // 4% beyond the default rate: 4ms
+		if i%2 == 1 {
+			pause = 2 * time.Second // 80ms
+		}
+		time.Sleep(pause) // (the pace of the extensions, not a wait)
+	}
+	if err := l.Extend(ctx, 3*time.Second); err != nil {
+		t.Fatalf("Extend = %v, want nil", err)
+	}
+	switch got := w.clockEvents(); {
+	case len(got) == 0:
+		t.Errorf("a server clock 5%% fast: told nothing, want told once it runs ahead")
+	case len(got) > 1:
+		t.Errorf("a server clock 5%% fast: told %d times, want once: %v", len(got), got)
 	}
 }

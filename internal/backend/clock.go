@@ -29,11 +29,14 @@ type ClockHook struct {
 // taken between the request's send and its reply, so two readings bound
 // the client's time between them, and only a server time outside those
 // bounds by more than the margin is told: a slow reply widens them and
-// never reads as a step. Two checks, each told once until it agrees again:
-// a step, against the last reading; a rate, against a reading at least
-// rateWindow older, by the share of its lease that a lease's drift margin
-// allows. Both judge by the shortest lease the server has had: a step that
-// a long lease's margin allows may end a short lease early.
+// never reads as a step. Two checks: a step, against the last reading,
+// judged by the shortest lease the server has had (a step that a long
+// lease's margin allows may end a short lease early); a rate, against a
+// reading at least rateWindow older, by the least share of its lease that
+// any of its leases' drift margins allows (a rate that a short lease's
+// margin allows may end a long lease early). A way is told once, by either
+// check, until a rate check agrees: a clock that runs fast may show as a
+// step over a long interval and not over the short one after it.
 type clockWatch struct {
 	hook    *ClockHook
 	addr    string
@@ -45,9 +48,10 @@ type clockWatch struct {
 
 // clockServer is what a clockWatch knows of one server's clock.
 type clockServer struct {
-	last, base         clockReading  // the last reading, and the one a rate is measured from
-	ttl                time.Duration // the shortest lease time read with it
-	toldStep, toldRate int           // the direction told (+1 ahead, -1 behind) until the check agrees again, or 0
+	last, base clockReading  // the last reading, and the one a rate is measured from
+	ttl        time.Duration // the shortest lease time read with it
+	rate       float64       // the least share of a lease read with it that its drift margin allows
+	told       int           // the direction told (+1 ahead, -1 behind) until a rate check agrees, or 0
 }
 
 // clockReading is one reading of a server's clock.
@@ -107,7 +111,7 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 	w.mu.Lock()
 	s := w.servers[addr]
 	if s == nil {
-		w.servers[addr] = &clockServer{last: cur, base: cur, ttl: ttl}
+		w.servers[addr] = &clockServer{last: cur, base: cur, ttl: ttl, rate: w.rate(ttl)}
 		w.mu.Unlock()
 		return
 	}
@@ -118,23 +122,32 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 		w.mu.Unlock()
 		return
 	}
-	s.ttl = min(s.ttl, ttl)
-	drift := w.hook.Margin(s.ttl, 0)
+	s.ttl, s.rate = min(s.ttl, ttl), min(s.rate, w.rate(ttl))
 	dir, ahead, over := compare(s.last, cur, func(hi time.Duration) time.Duration { return w.hook.Margin(s.ttl, hi) })
-	tell := dir != 0 && dir != s.toldStep
-	s.toldStep, s.last = dir, cur
+	s.last = cur
 	switch {
 	case dir != 0:
 		s.base = cur // a step is no rate
 	case got.Sub(s.base.sent) >= rateWindow:
 		dir, ahead, over = compare(s.base, cur, func(hi time.Duration) time.Duration {
-			return time.Duration(float64(drift) * float64(hi) / float64(s.ttl))
+			return time.Duration(s.rate * float64(hi))
 		})
-		tell = dir != 0 && dir != s.toldRate
-		s.toldRate, s.base = dir, cur
+		s.base = cur
+		if dir == 0 {
+			s.told = 0
+		}
+	}
+	tell := dir != 0 && dir != s.told
+	if dir != 0 {
+		s.told = dir
 	}
 	w.mu.Unlock()
 	if tell {
 		w.hook.Tell(ctx, key, addr, ahead, over)
 	}
+}
+
+// rate is the share of a lease of ttl that its drift margin allows.
+func (w *clockWatch) rate(ttl time.Duration) float64 {
+	return float64(w.hook.Margin(ttl, 0)) / float64(ttl)
 }
