@@ -1072,6 +1072,11 @@ func TestFairWaiterFailedByWrongTypeLeavesItsPlace(t *testing.T) {
 	}) {
 		t.Fatal("the waiter never queued and subscribed") // (then it sleeps until the holder's lease would end)
 	}
+	// Subscribed, the waiter tries once more (a release may have come
+	// before the subscription): let that attempt find the lock held, or it
+	// takes the name deleted below before the reentrant lock does. Three
+	// script calls: the holder's, the waiter's two.
+	waitFor(5*time.Second, func() bool { return scriptCalls(t, rdb) >= 3 })
 	// The holder's lease ends without a handover (as if it expired), and
 	// the name is taken as a reentrant lock before the waiter tries again.
 	if n := rdb.Del(ctx, h.Key()).Val(); n != 1 {
@@ -1465,4 +1470,22 @@ func TestFairScriptsPackedArgument(t *testing.T) {
 	} else if msg := m.(*redis.Message); msg.Payload != "t3 "+strconv.FormatInt(f, 10) {
 		t.Errorf("campaign message %q", msg.Payload)
 	}
+}
+
+// scriptCalls returns how many script calls (EVALSHA, EVAL) rdb's server ran.
+func scriptCalls(t *testing.T, rdb *redis.Client) int {
+	t.Helper()
+	v, err := rdb.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(v, "\r\n") {
+		if name, rest, ok := strings.Cut(line, ":"); ok && (name == "cmdstat_evalsha" || name == "cmdstat_eval") {
+			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+			c, _ := strconv.Atoi(calls)
+			n += c
+		}
+	}
+	return n
 }
