@@ -53,6 +53,7 @@ type Lock struct {
 	// nudge came meanwhile; early when the next run is a nudge's (or,
 	// quick times in a row, the retry of one that failed).
 	watches               []*pubsub.Watch
+	requests              chan string // the reasons of release requests heard (ReleaseRequests)
 	due, checked          time.Time
 	ticking, again, early bool
 	quick                 int
@@ -96,8 +97,9 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	if l.c.opts.autoExtend {
 		l.dog, l.due = time.AfterFunc(ttl/3, l.tick), time.Now().Add(ttl/3)
 		if l.p.watch {
+			l.requests = make(chan string, 1)
 			for _, h := range l.c.hubs {
-				l.watches = append(l.watches, h.Watch(l.cl.Channel, l.cl.Lock, l.nudge))
+				l.watches = append(l.watches, h.Watch(l.cl.Channel, l.cl.Lock, l.nudge, l.requested))
 			}
 		}
 		if l.c.obs.anyJeopardy.Load() {

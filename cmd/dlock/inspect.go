@@ -85,12 +85,18 @@ func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 const releaseHelp = `release --token TOKEN [-n N | --read | --write] NAME
 release --force NAME
+release --ask [--reason TEXT] NAME
 
 With --token, ends the lease of TOKEN (printed by 'dlock acquire') on NAME,
 as its holder would; pass the -n, --read or --write that acquired it. Exit 6
 if the lease has already ended.
 
 With --force, deletes the lock NAME whoever holds it, and wakes its waiters.
+
+With --ask, asks the holders of NAME to release it, for --reason, and
+releases nothing: a 'dlock run' holding it passes the request on to its
+command as a signal (--request-signal, SIGTERM by default); a program hears
+it on Lock.ReleaseRequests. Only holders listening at that moment hear it.
 
 WARNING: if the holder is still running, it keeps running until its next
 extension notices, and overlaps with the next holder meanwhile. Use it only
@@ -101,6 +107,8 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := newFlagSet("release", stderr, releaseHelp)
 	to := targetFlags(fs)
 	force := fs.Bool("force", false, "delete the lock whoever holds it (operators only)")
+	ask := fs.Bool("ask", false, "ask the holders to release the lock, and release nothing")
+	reason := fs.String("reason", "", "why --ask asks (what the holder is told)")
 	token := fs.String("token", "", "end the lease of this `token` (dlock acquire), as its holder")
 	kf := kindFlags(fs)
 	name, code := oneName("release", fs, args, stderr)
@@ -108,13 +116,15 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	switch {
-	case *force && *token != "":
-		fmt.Fprintln(stderr, "dlock release: --force or --token, not both")
+	case *force && *token != "" || *ask && (*force || *token != ""):
+		fmt.Fprintln(stderr, "dlock release: one of --force, --token and --ask")
 		return exitUsage
+	case *ask:
+		return askRelease(ctx, name, *reason, to, stdout, stderr)
 	case *token != "":
 		return releaseByToken(ctx, name, *token, kf, to, stdout, stderr)
 	case !*force:
-		fmt.Fprintln(stderr, "dlock release: refusing without --token or --force (see 'dlock release -h')")
+		fmt.Fprintln(stderr, "dlock release: refusing without --token, --force or --ask (see 'dlock release -h')")
 		return exitUsage
 	}
 	names := []string{name}
@@ -132,6 +142,20 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	} else {
 		fmt.Fprintf(stdout, "%q was not held\n", names[0])
 	}
+	return exitOK
+}
+
+// askRelease asks the holders of name to release it, for reason.
+func askRelease(ctx context.Context, name, reason string, to *target, stdout, stderr io.Writer) int {
+	c, closeFn, err := to.client(ctx)
+	if err != nil {
+		return report(stderr, err)
+	}
+	defer closeFn()
+	if err := c.RequestRelease(ctx, name, reason); err != nil {
+		return report(stderr, libError(err))
+	}
+	fmt.Fprintf(stdout, "asked the holders of %q to release it\n", name)
 	return exitOK
 }
 

@@ -995,3 +995,37 @@ func TestRunWatchLossStopsChildAtOnceOnForceRelease(t *testing.T) {
 		t.Errorf("exit = %d, want %d (lock lost); stderr %q", code, exitLost, stderr.String())
 	}
 }
+
+// 'dlock release --ask' reaches a 'dlock run' holding the lock, which sends
+// its command SIGTERM (--request-signal's default) and releases nothing
+// itself: the command exits, and then the lock is free.
+func TestRunPassesAReleaseRequestToItsCommand(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	mark := filepath.Join(t.TempDir(), "mark")
+	env := childEnv("polite", "REDIS_URL="+s.URL(), "MARK="+mark)
+	cmd := dlockCmd(t, env, "run", "--ttl", "60s", "asked", "--", os.Args[0], childArg)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	startUntilChildRuns(t, cmd)
+	for deadline := time.Now().Add(10 * time.Second); ; { // (until the holder's watch is subscribed)
+		if code, _, errOut := result(t, dlockCmd(t, env, "release", "--ask", "--reason", "deploy", "asked")); code != 0 {
+			t.Fatalf("dlock release --ask: exit %d, stderr %q", code, errOut)
+		}
+		if waitExit(cmd, 500*time.Millisecond) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("dlock run's command did not exit within 10s of a release request")
+		}
+	}
+	if b, _ := os.ReadFile(mark); string(b) != "terminated" {
+		t.Errorf("the command was not sent SIGTERM (mark %q); dlock said %q", b, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `release asked for ("deploy")`) {
+		t.Errorf("stderr %q does not say the release was asked for", stderr.String())
+	}
+	if lockHeld(s.Client(t), "dlock:{asked}") {
+		t.Error("the lock is still held after the command exited")
+	}
+}

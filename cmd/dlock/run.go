@@ -56,10 +56,12 @@ goes unanswered for half the validity left, while the lease is still valid:
 CMD can checkpoint or stop cleanly before the lease is lost. It is sent once
 per episode; a later successful extension ends the episode.
 
-With --watch-loss, a lease that someone else ends ('dlock release --force',
-or a DEL of its key where the server has keyspace events on) is known lost
-within milliseconds, not at the next extension (up to ttl/3 later), and CMD
-is stopped as on any loss.
+A lease that someone else ends ('dlock release --force', or a DEL of its key
+where the server has keyspace events on) is known lost within milliseconds,
+not at the next extension (up to ttl/3 later), and CMD is stopped as on any
+loss (--watch-loss=false: at the next extension). 'dlock release --ask NAME'
+sends CMD's group --request-signal (SIGTERM by default; none to ignore it):
+CMD decides whether to exit, and the lock is released when it does.
 
 With --max-hold D (0, the default: no limit; else at least 30ms), CMD holds
 the lock for D at most: once it has been held for D, CMD is terminated as on
@@ -95,7 +97,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	read := fs.Bool("read", false, "hold a read of the read-write lock NAME, shared with other readers")
 	write := fs.Bool("write", false, "hold the write of the read-write lock NAME, alone")
 	jeopardy := fs.String("jeopardy-signal", "", "the `signal` (USR1, USR2, HUP, INT, TERM, WINCH) CMD's group gets when the lease is at risk (default none)")
-	watchLoss := fs.Bool("watch-loss", false, "learn at once, not at the next extension, that someone else ended the lease (release --force; a DEL where the server has keyspace events on)")
+	watchLoss := fs.Bool("watch-loss", true, "learn at once, not at the next extension, that someone else ended the lease (release --force; a DEL where the server has keyspace events on), and hear release --ask")
+	request := fs.String("request-signal", "TERM", "the `signal` (USR1, USR2, HUP, INT, TERM, WINCH, or none) CMD's group gets when 'dlock release --ask' asks for the lock")
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
@@ -129,6 +132,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	jsig, ok := jeopardySignals[jname]
 	if !ok || (jsig == 0 && *jeopardy != "") {
 		fmt.Fprintf(stderr, "dlock run: --jeopardy-signal %q: want one of USR1, USR2, HUP, INT, TERM, WINCH\n", *jeopardy)
+		return exitUsage
+	}
+	rsig, ok := jeopardySignals[strings.TrimPrefix(strings.ToUpper(*request), "SIG")]
+	if strings.EqualFold(*request, "none") {
+		rsig, ok = 0, true
+	}
+	if !ok || rsig == 0 && !strings.EqualFold(*request, "none") {
+		fmt.Fprintf(stderr, "dlock run: --request-signal %q: want one of USR1, USR2, HUP, INT, TERM, WINCH or none\n", *request)
 		return exitUsage
 	}
 	opts, err := runOptions(*ttl, *maxHold, *meta, metaSet)
@@ -196,7 +207,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return report(stderr, fenceError(ctx, name, err, nodes))
 	}
 
-	code, lostErr := supervise(l, fence, argv, *ttl, *grace, jsig, stdout, stderr)
+	code, lostErr := supervise(l, fence, argv, *ttl, *grace, jsig, rsig, stdout, stderr)
 	if err := release(); err != nil && lostErr == nil {
 		if errors.Is(err, dlock.ErrNotHeld) {
 			lostErr = err
@@ -444,7 +455,7 @@ func jeopardySignalName(sig syscall.Signal) string {
 // held; fence is l's fence, for argv's environment; jsig (0: none) goes to
 // its group when the lease is at risk. It returns the exit code for the
 // command's status and, if the lock was lost while it ran, why.
-func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Duration, jsig syscall.Signal, stdout, stderr io.Writer) (int, error) {
+func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Duration, jsig, rsig syscall.Signal, stdout, stderr io.Writer) (int, error) {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGCONT)
 	defer signal.Stop(sigs)
@@ -472,6 +483,10 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 	var jeop <-chan struct{} // the lease's Jeopardy while jsig is to be sent
 	if jsig != 0 {
 		jeop = l.Jeopardy()
+	}
+	var asked <-chan string // the lease's release requests while rsig is to be sent
+	if rsig != 0 {
+		asked = l.ReleaseRequests()
 	}
 	// resume continues the group after dlock was stopped, unless the lease
 	// ran out meanwhile: then the loss path applies (it continues the group
@@ -522,6 +537,11 @@ func supervise(l *dlock.Lock, fence int64, argv []string, ttl, grace time.Durati
 			if l.Err() == nil { // (a loss takes the loss path)
 				fmt.Fprintf(stderr, "dlock: lock %q is at risk: an extension failed; sent SIG%s to the command\n", l.Name(), jeopardySignalName(jsig))
 				g.signal(jsig)
+			}
+		case reason := <-asked:
+			if l.Err() == nil {
+				fmt.Fprintf(stderr, "dlock: lock %q: release asked for (%q); sent SIG%s to the command\n", l.Name(), reason, jeopardySignalName(rsig))
+				g.signal(rsig)
 			}
 		case <-p.lost:
 			p.onLost()

@@ -240,6 +240,9 @@ type Backend interface {
 	// holding it read first, so that a re-sent copy cannot delete the next
 	// holder's lock; it reports whether a lock was deleted.
 	Force(ctx context.Context, k *Keys) (bool, error)
+	// Announce publishes msg on the lock's channel (k.Channel), on every
+	// node; it fails if no node took it.
+	Announce(ctx context.Context, k *Keys, msg string) error
 	// Scan returns the keys that match the SCAN pattern match, on every
 	// master of a Cluster and every node of a quorum; a key may repeat.
 	Scan(ctx context.Context, match string) ([]string, error)
@@ -858,6 +861,10 @@ func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 	}
 	ok, err := n.run(ctx, script.ForceRelease, []string{k.Lock}, st.Holding, k.Channel, n.pub).Int64()
 	return result(ok == 1, err)
+}
+
+func (n Node) Announce(ctx context.Context, k *Keys, msg string) error {
+	return RedisErr(n.run(ctx, script.Announce, []string{k.Lock}, k.Channel, n.pub, msg).Err())
 }
 
 // RedisErr translates the replies from Redis that have a meaning of their

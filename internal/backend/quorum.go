@@ -475,6 +475,20 @@ func (q *Quorum) Force(ctx context.Context, k *Keys) (bool, error) {
 	return deleted, nodeErrors(res)
 }
 
+// Announce publishes msg on every node; it fails only if none took it.
+func (q *Quorum) Announce(ctx context.Context, k *Keys, msg string) error {
+	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
+		err := n.Announce(ctx, k, msg)
+		return err == nil, err
+	}, nil)
+	for _, r := range res {
+		if r.v {
+			return nil
+		}
+	}
+	return nodeErrors(res)
+}
+
 // nodeErrors joins the errors of the nodes that failed or did not answer,
 // each named by its index.
 func nodeErrors[T any](res []nodeResult[T]) error {

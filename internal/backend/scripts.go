@@ -36,7 +36,7 @@ var loadable = []*script.Script{
 	script.AcquireReentrant, script.ReleaseReentrant, script.ExtendReentrant,
 	script.RaiseFence, script.Fence,
 	script.HoldAcquire, script.HoldRelease, script.HoldExtend,
-	script.Proclaim, script.HoldDowngrade, script.Permits, script.Uptime,
+	script.Proclaim, script.HoldDowngrade, script.Permits, script.Uptime, script.Announce,
 }
 
 // scriptSet is a set of scripts of loadable: bit i is loadable[i].

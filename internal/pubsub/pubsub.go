@@ -22,10 +22,15 @@ import (
 // instead of paying a SUBSCRIBE, and an extra attempt, every time.
 const linger = 500 * time.Millisecond
 
-// WakeAll is the release message that wakes every waiter on a channel; any
-// other message is "<token> <fence>": the lock was handed to that waiter,
-// with that fence ("<token>" alone reads as a handover without a fence).
-const WakeAll = "*"
+// WakeAll is the release message that wakes every waiter on a channel; a
+// message that begins with Request asks the lock's holders to release it
+// (the rest is why); any other message is "<token> <fence>": the lock was
+// handed to that waiter, with that fence ("<token>" alone reads as a
+// handover without a fence). No token begins with Request.
+const (
+	WakeAll = "*"
+	Request = "?"
+)
 
 // The wake-ups a waiter receives: Recheck, Released, or a handover:
 // HandedOver, or above it the fence the handover came with (fences are
@@ -103,7 +108,8 @@ type Waiter struct {
 	channel string
 	token   string
 	wake    chan int64
-	call    func() // a Watch's, in place of wake
+	call    func()       // a Watch's, in place of wake
+	req     func(string) // a Watch's, told of a Request message
 }
 
 // New returns a Hub that subscribes through conn; with sharded, it uses
@@ -513,8 +519,17 @@ func (t *topic) confirm() {
 	}
 }
 
-// dispatch wakes the waiters a release message is for; h.mu must be held.
+// dispatch wakes the waiters a release message is for, or tells the
+// Watches of a request; h.mu must be held.
 func (t *topic) dispatch(payload string) {
+	if reason, ok := strings.CutPrefix(payload, Request); ok {
+		for _, w := range t.watchers {
+			if w.req != nil {
+				t.line.calls = append(t.line.calls, func() { w.req(reason) })
+			}
+		}
+		return
+	}
 	if payload != WakeAll {
 		token, f, _ := strings.Cut(payload, " ")
 		if w := t.waiters[token]; w != nil {
@@ -559,6 +574,7 @@ type Watch struct {
 	h   *Hub
 	key string
 	f   func()
+	req func(string)
 	ws  []*Waiter // h.mu guards it
 }
 
@@ -570,10 +586,12 @@ type Watch struct {
 // quick, and may be called a last time after Close returned. It does not
 // wait on the network: the key's channel is subscribed once the Hub knows
 // the server's database, which it asks the server once (see watchKey).
-func (h *Hub) Watch(channel, key string, f func()) *Watch {
+// A Request message on channel calls req (if not nil) with its reason
+// instead, likewise.
+func (h *Hub) Watch(channel, key string, f func(), req func(reason string)) *Watch {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	w := &Watch{h: h, key: key, f: f}
+	w := &Watch{h: h, key: key, f: f, req: req}
 	w.add(channel, false)
 	if key != "" && !h.sharded && !h.closed {
 		h.watchKey(w)
@@ -588,6 +606,9 @@ func (h *Hub) Watch(channel, key string, f func()) *Watch {
 func (w *Watch) add(channel string, keyspace bool) {
 	hw, _ := w.h.subscribe(channel, WatchToken(), nil)
 	hw.call = w.f
+	if !keyspace {
+		hw.req = w.req
+	}
 	w.ws = append(w.ws, hw)
 	if t := w.h.topics[channel]; t != nil && keyspace {
 		t.keyspace = true

@@ -84,7 +84,7 @@ func TestWatchCallsOnMessagesAndOnTheKeyEnding(t *testing.T) {
 	h := New(goredisdriver.Conn(rdb), false)
 	defer h.Close()
 	f, calls := watchCalls()
-	w := h.Watch("k:ch", "k", f)
+	w := h.Watch("k:ch", "k", f, nil)
 	for _, ch := range []string{"k:ch", "__keyspace@0__:k"} {
 		if !waitSubscribed(rdb, ch) {
 			t.Fatalf("%s not subscribed after 5s", ch)
@@ -129,7 +129,7 @@ func TestWatchCalledWhenTheServerIsBack(t *testing.T) {
 	t.Parallel()
 	h, _, s, _ := startHub(t, false)
 	f, calls := watchCalls()
-	w := h.Watch("ch", "k", f)
+	w := h.Watch("ch", "k", f, nil)
 	defer w.Close()
 	if !waitSubscribed(s.Client(t), "ch") {
 		t.Fatal("ch not subscribed after 5s")
@@ -179,7 +179,7 @@ func TestWatchSubscribesTheKeyAfterAFailureToLearnTheDatabase(t *testing.T) {
 	h := New(goredisdriver.Conn(rdb), false)
 	defer h.Close()
 	f, calls := watchCalls()
-	w := h.Watch("k:ch", "k", f)
+	w := h.Watch("k:ch", "k", f, nil)
 	defer w.Close()
 	if !waitSubscribed(rdb, "__keyspace@0__:k") {
 		t.Fatal("__keyspace@0__:k not subscribed after 5s: the Watch never learnt the database")

@@ -89,6 +89,8 @@ var (
 	uptimeSrc string
 	//go:embed fence_current.lua
 	fenceCurrentSrc string
+	//go:embed announce.lua
+	announceSrc string
 )
 
 // The scripts, run with EVALSHA. The backend loads them into a server's
@@ -128,6 +130,8 @@ var (
 	Uptime = withLib("uptime", uptimeSrc)
 	// Whether a fence is still current (Client.FenceCurrent); reads only.
 	FenceCurrent = withLib("fence_current", fenceCurrentSrc)
+	// A message on a lock's channel (Client.RequestRelease).
+	Announce = withLib("announce", announceSrc)
 )
 
 // libHere is the line of a script after which the functions of lib.lua
