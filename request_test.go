@@ -121,19 +121,27 @@ func TestReleaseRequestOverAQuorumAndWithoutScripts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		got := ""
-		for deadline := time.Now().Add(10 * time.Second); got == "" && time.Now().Before(deadline); {
-			if err := c.RequestRelease(ctx, "asked", "drain"); err != nil { // (until the holder's watch is subscribed)
-				t.Fatalf("%s: RequestRelease = %v", name, err)
-			}
-			select {
-			case got = <-l.ReleaseRequests():
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-		if got != "drain" {
+		if got := askUntilHeard(t, c, l, "drain"); got != "drain" {
 			t.Errorf("%s: the holder heard %q, want %q", name, got, "drain")
 		}
 		l.Release(ctx)
 	}
+}
+
+// askUntilHeard asks c to release l's lock for reason until l hears a
+// request (its watch subscribes after the acquisition returns), for 10s at
+// most, and returns what l heard ("" if nothing).
+func askUntilHeard(t *testing.T, c *dlock.Client, l *dlock.Lock, reason string) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if err := c.RequestRelease(t.Context(), l.Name(), reason); err != nil {
+			t.Fatalf("RequestRelease(%q) = %v", l.Name(), err)
+		}
+		select {
+		case got := <-l.ReleaseRequests():
+			return got
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return ""
 }
