@@ -54,6 +54,7 @@ type Lock struct {
 	// quick times in a row, the retry of one that failed).
 	watches               []*pubsub.Watch
 	requests              chan string // the reasons of release requests heard (ReleaseRequests)
+	heard                 []string    // the ids of the latest requests told, for a quorum's copies (requested)
 	due, checked          time.Time
 	ticking, again, early bool
 	quick                 int

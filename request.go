@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/dlockio/dlock/internal/pubsub"
@@ -21,7 +23,7 @@ func (c *Client) RequestRelease(ctx context.Context, name, reason string) error 
 	case len(reason) > MaxMetaLen || !utf8.ValidString(reason):
 		return fmt.Errorf("%w: request release %q: the reason must be valid UTF-8 of at most %d bytes", ErrInvalid, name, MaxMetaLen)
 	}
-	if err := c.b.Announce(ctx, &k, pubsub.Request+reason); err != nil {
+	if err := c.b.Announce(ctx, &k, pubsub.Request+newToken()+" "+reason); err != nil {
 		return opError("request release", name, err)
 	}
 	return nil
@@ -36,9 +38,23 @@ func (l *Lock) ReleaseRequests() <-chan string {
 	return l.requests
 }
 
-// requested tells ReleaseRequests' reader of a request, for reason,
-// replacing one it has not read.
-func (l *Lock) requested(reason string) {
+// heardRequests is how many request ids a Lock remembers (requested).
+const heardRequests = 8
+
+// requested tells ReleaseRequests' reader of the request msg ("<id>
+// <reason>"), replacing one it has not read. Each node of a quorum
+// publishes its copy: a request whose id was already told is dropped.
+func (l *Lock) requested(msg string) {
+	id, reason, _ := strings.Cut(msg, " ")
+	l.mu.Lock()
+	seen := slices.Contains(l.heard, id)
+	if !seen {
+		l.heard = append(l.heard[max(len(l.heard)-heardRequests+1, 0):], id)
+	}
+	l.mu.Unlock()
+	if seen {
+		return
+	}
 	for {
 		select {
 		case l.requests <- reason:

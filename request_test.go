@@ -121,19 +121,131 @@ func TestReleaseRequestOverAQuorumAndWithoutScripts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		got := ""
-		for deadline := time.Now().Add(10 * time.Second); got == "" && time.Now().Before(deadline); {
-			if err := c.RequestRelease(ctx, "asked", "drain"); err != nil { // (until the holder's watch is subscribed)
-				t.Fatalf("%s: RequestRelease = %v", name, err)
-			}
-			select {
-			case got = <-l.ReleaseRequests():
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-		if got != "drain" {
+		if got := askUntilHeard(t, c, l, "drain"); got != "drain" {
 			t.Errorf("%s: the holder heard %q, want %q", name, got, "drain")
 		}
 		l.Release(ctx)
+	}
+}
+
+// askUntilHeard asks c to release l's lock for reason until l hears a
+// request (its watch subscribes after the acquisition returns), for 10s at
+// most, and returns what l heard ("" if nothing).
+func askUntilHeard(t *testing.T, c *dlock.Client, l *dlock.Lock, reason string) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if err := c.RequestRelease(t.Context(), l.Name(), reason); err != nil {
+			t.Fatalf("RequestRelease(%q) = %v", l.Name(), err)
+		}
+		select {
+		case got := <-l.ReleaseRequests():
+			return got
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return ""
+}
+
+// Many requests, none read, while holders release and acquire again and
+// the Client closes: nothing blocks the hub (other holders still hear a
+// request), nothing panics, and nothing is left running.
+func TestUnreadReleaseRequestsBlockNothingWhileHoldersComeAndGo(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(30*time.Second), dlock.WatchLoss(true))
+	asker := newClient(t, rdb)
+	stop := make(chan struct{})
+	spammed := make(chan error, 1)
+	go func() {
+		for i := 0; i < 2000; i++ {
+			select {
+			case <-stop:
+				spammed <- nil
+				return
+			default:
+			}
+			if err := asker.RequestRelease(ctx, "spammed", "*"); err != nil {
+				spammed <- err
+				return
+			}
+		}
+		spammed <- nil
+	}()
+	for range 20 {
+		l, err := c.Acquire(ctx, "spammed", dlock.MaxWait(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := c.TryAcquire(ctx, "spammed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := askUntilHeard(t, asker, l, "last"); got == "" {
+		t.Error("a holder heard no request while unread ones flowed")
+	}
+	close(stop)
+	if err := <-spammed; err != nil {
+		t.Errorf("RequestRelease = %v", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("Close = %v", err)
+	}
+}
+
+// Every kind of holder that watches its lease hears a request on its name:
+// a reader and a writer of a read-write lock, an election's leader, a
+// reentrant lock's holder, a downgraded writer.
+func TestReleaseRequestReachesEveryKindOfWatchingHolder(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	opts := []dlock.Option{dlock.LeaseTTL(30 * time.Second), dlock.WatchLoss(true)}
+	c := newClient(t, rdb, opts...)
+	reentrant := newClient(t, rdb, append(opts, dlock.WithReentrant(true))...)
+	rw, err := c.RWMutex("asked-rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Election("asked-election")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, acquire := range map[string]func() (*dlock.Lock, error){
+		"a reader": func() (*dlock.Lock, error) { return rw.Reader().TryAcquire(ctx) },
+		"a writer": func() (*dlock.Lock, error) { return rw.Writer().TryAcquire(ctx) },
+		"a downgraded writer": func() (*dlock.Lock, error) {
+			l, err := rw.Writer().TryAcquire(ctx)
+			if err == nil {
+				err = rw.Downgrade(ctx, l)
+			}
+			return l, err
+		},
+		"a leader": func() (*dlock.Lock, error) {
+			ld, err := e.Campaign(ctx, "me")
+			if err != nil {
+				return nil, err
+			}
+			return ld.Lock(), nil
+		},
+		"a reentrant holder": func() (*dlock.Lock, error) { return reentrant.TryAcquire(ctx, "asked-reentrant") },
+	} {
+		l, err := acquire()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := askUntilHeard(t, c, l, what); got != what {
+			t.Errorf("%s heard %q, want %q", what, got, what)
+		}
+		if err := l.Err(); err != nil {
+			t.Errorf("%s asked to release: Err() = %v", what, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s: Release = %v", what, err)
+		}
 	}
 }

@@ -103,6 +103,9 @@ func table() []tableCase {
 		srv := redistest.Start(t, redistest.TCP(), redistest.Args("--notify-keyspace-events", "KA"))
 		watchLoss(t, srv, client(t, s.Server(t, srv.Addr()), dlock.LeaseTTL(30*time.Second), dlock.WatchLoss(true)))
 	}})
+	cases = append(cases, tableCase{"ReleaseRequest", true, func(t *testing.T, s Setup) {
+		releaseRequest(t, client(t, onServer(t, s)(t), dlock.LeaseTTL(30*time.Second), dlock.WatchLoss(true)), "dt-asked")
+	}})
 	cases = append(cases, tableCase{"PubSubAfterRestart", false, func(t *testing.T, s Setup) {
 		srv := redistest.Start(t, redistest.TCP())
 		hubAfterRestart(t, srv, s.Server(t, srv.Addr()))
@@ -167,6 +170,40 @@ func cluster(t *testing.T, s Setup) {
 		t.Parallel()
 		clusterWatchLoss(t, srvs, client(t, cconn(t), dlock.LeaseTTL(30*time.Second), dlock.WatchLoss(true)))
 	})
+	t.Run("ReleaseRequest", func(t *testing.T) {
+		t.Parallel()
+		c := client(t, cconn(t), dlock.LeaseTTL(30*time.Second), dlock.WatchLoss(true))
+		for _, name := range []string{"dt-asked-a", "dt-asked-b", "dt-asked-c"} { // (on several shards)
+			releaseRequest(t, c, name)
+		}
+	})
+}
+
+// releaseRequest: a watching holder of name hears c's RequestRelease, with
+// its reason, and keeps its lease.
+func releaseRequest(t *testing.T, c *dlock.Client, name string) {
+	ctx := ctxFor(t, 60*time.Second)
+	l, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	got := ""
+	for deadline := time.Now().Add(10 * time.Second); got == "" && time.Now().Before(deadline); {
+		if err := c.RequestRelease(ctx, name, "drain * 1"); err != nil { // (until the holder's watch is subscribed)
+			t.Fatalf("RequestRelease(%q) = %v", name, err)
+		}
+		select {
+		case got = <-l.ReleaseRequests():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if got != "drain * 1" {
+		t.Errorf("the holder of %q heard %q, want %q", name, got, "drain * 1")
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("the holder of %q asked to release: Err() = %v", name, err)
+	}
 }
 
 // clusterWatchLoss: on a Cluster, with WatchLoss, a ForceRelease is told

@@ -508,14 +508,14 @@ func (n NoScripts) Undo(ctx context.Context, c *Claim) error {
 	return err
 }
 
-// Force deletes the lock whoever holds it, as force_release.lua does: the
-// lock is watched before its holding is read, so the EXEC deletes the
-// holding that was read, or nothing.
 // Announce publishes msg with a plain PUBLISH (or SPUBLISH).
 func (n NoScripts) Announce(ctx context.Context, k *Keys, msg string) error {
 	return RedisErr(n.uc.Do(ctx, n.pub, k.Channel, msg).Err())
 }
 
+// Force deletes the lock whoever holds it, as force_release.lua does: the
+// lock is watched before its holding is read, so the EXEC deletes the
+// holding that was read, or nothing.
 func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
 	var deleted bool
 	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) error {

@@ -24,7 +24,7 @@ const linger = 500 * time.Millisecond
 
 // WakeAll is the release message that wakes every waiter on a channel; a
 // message that begins with Request asks the lock's holders to release it
-// (the rest is why); any other message is "<token> <fence>": the lock was
+// (the rest, "<id> <reason>", is the Watches'); any other message is "<token> <fence>": the lock was
 // handed to that waiter, with that fence ("<token>" alone reads as a
 // handover without a fence). No token begins with Request.
 const (
@@ -109,7 +109,7 @@ type Waiter struct {
 	token   string
 	wake    chan int64
 	call    func()       // a Watch's, in place of wake
-	req     func(string) // a Watch's, told of a Request message
+	req     func(string) // a Watch's, told the rest of a Request message
 }
 
 // New returns a Hub that subscribes through conn; with sharded, it uses
@@ -522,10 +522,10 @@ func (t *topic) confirm() {
 // dispatch wakes the waiters a release message is for, or tells the
 // Watches of a request; h.mu must be held.
 func (t *topic) dispatch(payload string) {
-	if reason, ok := strings.CutPrefix(payload, Request); ok {
+	if msg, ok := strings.CutPrefix(payload, Request); ok {
 		for _, w := range t.watchers {
 			if w.req != nil {
-				t.line.calls = append(t.line.calls, func() { w.req(reason) })
+				t.line.calls = append(t.line.calls, func() { w.req(msg) })
 			}
 		}
 		return
@@ -586,9 +586,9 @@ type Watch struct {
 // quick, and may be called a last time after Close returned. It does not
 // wait on the network: the key's channel is subscribed once the Hub knows
 // the server's database, which it asks the server once (see watchKey).
-// A Request message on channel calls req (if not nil) with its reason
-// instead, likewise.
-func (h *Hub) Watch(channel, key string, f func(), req func(reason string)) *Watch {
+// A Request message on channel calls req (if not nil) with the rest of
+// the message instead, likewise.
+func (h *Hub) Watch(channel, key string, f func(), req func(msg string)) *Watch {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w := &Watch{h: h, key: key, f: f, req: req}
