@@ -74,3 +74,26 @@ func TestRunJeopardySignalRefusesABareSIGPrefix(t *testing.T) {
 		}
 	}
 }
+
+// --request-signal takes a signal's name or none; it is refused when the
+// lease is not watched (--watch-loss=false), where it would never be sent.
+func TestRunRequestSignalRefusesWhatItCannotSend(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	for _, args := range [][]string{
+		{"--request-signal", "KILL"},
+		{"--request-signal", "SIG"},
+		{"--request-signal", ""},
+		{"--request-signal", "USR1", "--watch-loss=false"},
+	} {
+		code, _, errOut := result(t, dlockCmd(t, childEnv("env", "REDIS_URL="+s.URL()),
+			append(append([]string{"run"}, args...), "r", "--", "true")...))
+		if code != exitUsage || !strings.Contains(errOut, "request-signal") {
+			t.Errorf("run %q: exit %d, stderr %q; want %d naming --request-signal", args, code, errOut, exitUsage)
+		}
+	}
+	if code, _, errOut := result(t, dlockCmd(t, childEnv("env", "REDIS_URL="+s.URL()),
+		"run", "--request-signal", "none", "r", "--", "true")); code != exitOK {
+		t.Errorf("run --request-signal none: exit %d, stderr %q; want %d", code, errOut, exitOK)
+	}
+}

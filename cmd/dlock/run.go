@@ -102,8 +102,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
-	metaSet := false
-	fs.Visit(func(f *flag.Flag) { metaSet = metaSet || f.Name == "meta" })
+	metaSet, requestSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		metaSet = metaSet || f.Name == "meta"
+		requestSet = requestSet || f.Name == "request-signal"
+	})
 	rest := fs.Args()
 	switch {
 	case len(rest) == 0:
@@ -140,6 +143,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if !ok || rsig == 0 && !strings.EqualFold(*request, "none") {
 		fmt.Fprintf(stderr, "dlock run: --request-signal %q: want one of USR1, USR2, HUP, INT, TERM, WINCH or none\n", *request)
+		return exitUsage
+	}
+	if requestSet && !*watchLoss {
+		fmt.Fprintln(stderr, "dlock run: --request-signal needs the watched lease: not with --watch-loss=false")
 		return exitUsage
 	}
 	opts, err := runOptions(*ttl, *maxHold, *meta, metaSet)
