@@ -35,8 +35,9 @@ func (o *observers) holding(mode string, delta int64) {
 }
 
 // Held returns how many leases the Client and its Owner Clients hold now, by
-// [Event.Mode], each counted from its acquisition to its release or loss (a
-// mode once held stays, at 0).
+// [Event.Mode], each counted from its acquisition to its release or loss as
+// its Lock knows it: without the watchdog, a lease that ran out counts until
+// it is looked at (Err, Done, an Observer's Lost). A mode once held stays, at 0.
 func (c *Client) Held() map[string]int64 {
 	m := map[string]int64{}
 	c.obs.held.Range(func(mode, n any) bool {
