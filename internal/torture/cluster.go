@@ -108,9 +108,13 @@ type scanKey struct {
 	kind string
 	pttl time.Duration // -1: no expiry
 	val  string        // a string's value
+	set  string        // a sorted set's members, with their deadlines' distance from the scan
 }
 
 func (k scanKey) String() string {
+	if k.set != "" {
+		return fmt.Sprintf("node%d %s (%s, pttl %v: %s)", k.node, k.key, k.kind, k.pttl, k.set)
+	}
 	return fmt.Sprintf("node%d %s (%s, pttl %v)", k.node, k.key, k.kind, k.pttl)
 }
 
@@ -129,8 +133,11 @@ func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, 
 		for iter.Next(ctx) {
 			k := scanKey{node: i, key: iter.Val()}
 			k.kind, _ = rdb.Type(ctx, k.key).Result()
-			if k.kind == "string" {
+			switch k.kind {
+			case "string":
 				k.val, _ = rdb.Get(ctx, k.key).Result()
+			case "zset":
+				k.set = members(ctx, rdb, k.key)
 			}
 			pttl, err := rdb.PTTL(ctx, k.key).Result()
 			if err != nil {
@@ -147,6 +154,24 @@ func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, 
 		}
 	}
 	return out, nil
+}
+
+// members lists a sorted set's members (at most ten) with each score's
+// distance from the server's clock, for the report of a key left behind.
+func members(ctx context.Context, rdb *redis.Client, key string) string {
+	zs, err := rdb.ZRangeWithScores(ctx, key, 0, 9).Result()
+	t, terr := rdb.Time(ctx).Result()
+	if err != nil || terr != nil {
+		return "unread"
+	}
+	var b strings.Builder
+	for i, z := range zs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%v %+dms", z.Member, int64(z.Score)-t.UnixMilli())
+	}
+	return b.String()
 }
 
 // leftovers is (e): it sorts the keys found under prefix into those the
