@@ -23,6 +23,7 @@ type Lock struct {
 	cl    *backend.Claim // the keys and the lease token; script arguments point into it
 	base  backend.Claim  // where cl points, unless an attempt was undone (see renew)
 	start time.Time
+	slot  int // the mode it is counted in (Held): its kind's, or a read once downgraded; mu guards it
 
 	fenceSem chan struct{} // holds one token while a Fence (or a Downgrade) runs: serializes them, and a waiting one honours its context
 	fence    int64         // the lease's fence once issued; fenceSem guards it
@@ -83,7 +84,8 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.start, l.ttl, l.validUntil = time.Now(), ttl, t.until
-	l.c.obs.holding(l.k.mode, 1)
+	l.slot = l.k.slot
+	l.c.held[l.slot].began.Add(1)
 	l.cl.Began = t.sent // (no later than the server granted it: see Node.release)
 	l.maxAsk = t.ask
 	l.capAt, l.atCap = t.capAt, t.atCap
@@ -663,7 +665,7 @@ func (l *Lock) finish(err error) {
 	}
 	l.err = err
 	if !l.start.IsZero() {
-		l.c.obs.holding(l.k.mode, -1)
+		l.c.held[l.slot].ended.Add(1)
 	}
 	for _, f := range l.settled {
 		f(err)
