@@ -35,7 +35,8 @@ type engine struct {
 	closed atomic.Bool     // Close was called
 	stop   chan struct{}   // closed by the first Close: wakes waiting acquisitions
 	obs    observers
-	own    kind // what its own acquisitions are (Semaphore, RWMutex and Election have theirs)
+	held   holds // the leases held now, by mode (Held)
+	own    kind  // what its own acquisitions are (Semaphore, RWMutex and Election have theirs)
 }
 
 // newClient returns the Client of backend b and its hubs.

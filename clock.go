@@ -38,9 +38,9 @@ func (e *engine) watchClock(h *backend.ClockHook) {
 		return
 	}
 	h.On = e.obs.anyClock.Load
-	// A lease's own margin, and the rate the default allows over the time
-	// between the readings: clocks that keep within it are never told of.
-	h.Margin = func(ttl, over time.Duration) time.Duration { return e.opts.driftFor(ttl) + over/100 }
+	// A lease's own margin: clocks that keep within it, stepping by no
+	// more, or running at a rate that ends it no earlier, are never told of.
+	h.Margin = e.opts.driftFor
 	h.Tell = func(ctx context.Context, key, addr string, ahead, over time.Duration) {
 		name := strings.TrimSuffix(strings.TrimPrefix(key, e.opts.prefix+"{"), "}")
 		e.obs.clockMoved(ctx, name, &ClockError{Server: addr, Ahead: ahead, Over: over})

@@ -81,3 +81,65 @@ func TestHeldCountsLeasesFromAcquisitionToReleaseOrLoss(t *testing.T) {
 	}
 	want(map[string]int64{"unfair": 0, "semaphore": 0, "read": 0})
 }
+
+// A write hold downgraded to a read counts as a read from the downgrade
+// on, and as neither once released.
+func TestHeldCountsADowngradedWriteAsARead(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	rw := newRW(t, c, "held-down")
+	w, err := rw.Writer().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Held(), map[string]int64{"write": 1}; !maps.Equal(got, want) {
+		t.Fatalf("Held() with a write hold = %v, want %v", got, want)
+	}
+	if err := rw.Downgrade(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Held(), map[string]int64{"write": 0, "read": 1}; !maps.Equal(got, want) {
+		t.Errorf("Held() after the downgrade = %v, want %v", got, want)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Held(), map[string]int64{"write": 0, "read": 0}; !maps.Equal(got, want) {
+		t.Errorf("Held() after the release = %v, want %v", got, want)
+	}
+}
+
+// A lease resumed in the Client that still holds its old Lock counts twice
+// until the old Lock learns that it was resumed (here, at an extension),
+// then once until its release.
+func TestHeldCountsAResumedLeaseOnceItsOldLockLearns(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithUnfair(nil))
+	old, err := c.TryAcquire(ctx, "held-resumed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryAcquire(ctx, "held-resumed", dlock.Resume(old.Token()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Held(), map[string]int64{"unfair": 2}; !maps.Equal(got, want) {
+		t.Errorf("Held() with the old Lock unaware = %v, want %v", got, want)
+	}
+	if err := old.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Extend of the resumed lease's old Lock = %v, want ErrNotHeld", err)
+	}
+	if got, want := c.Held(), map[string]int64{"unfair": 1}; !maps.Equal(got, want) {
+		t.Errorf("Held() once the old Lock learned = %v, want %v", got, want)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Held(), map[string]int64{"unfair": 0}; !maps.Equal(got, want) {
+		t.Errorf("Held() after the release = %v, want %v", got, want)
+	}
+}

@@ -14,6 +14,7 @@ import (
 // described in its own file (semaphore.go, rwmutex.go, election.go).
 type kind struct {
 	mode  string       // its name in Event.Mode
+	slot  int          // its mode's place in modes, and in the Client's held counts
 	lease backend.Kind // what the backend runs
 	fair  bool         // its waiters queue
 	tag   byte         // the tag of its lease tokens (see tokenTag)
@@ -37,13 +38,30 @@ type kind struct {
 	alone string
 }
 
+// The modes a lease is held in, by their place in a Client's held counts
+// (Held): a kind names its own slot, once, where it is made.
+const (
+	slotUnfair = iota
+	slotFair
+	slotQuorum
+	slotReentrant
+	slotElection
+	slotRead
+	slotWrite
+	slotSemaphore
+	slots
+)
+
+// modes names each slot's mode, as Event.Mode does.
+var modes = [slots]string{"unfair", "fair", "quorum", "reentrant", "election", "read", "write", "semaphore"}
+
 // The kinds of a Client's own locks, one chosen when it is made
 // (own, NewRedlock).
 var (
-	unfairLocks    = kind{mode: "unfair", lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
-	fairLocks      = kind{mode: "fair", lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
-	quorumLocks    = kind{mode: "quorum", lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
-	reentrantLocks = kind{mode: "reentrant", lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
+	unfairLocks    = kind{mode: "unfair", slot: slotUnfair, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
+	fairLocks      = kind{mode: "fair", slot: slotFair, lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
+	quorumLocks    = kind{mode: "quorum", slot: slotQuorum, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
+	reentrantLocks = kind{mode: "reentrant", slot: slotReentrant, lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
 		owned: true, refused: ownerRefused, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
 )
 

@@ -23,6 +23,7 @@ type Lock struct {
 	cl    *backend.Claim // the keys and the lease token; script arguments point into it
 	base  backend.Claim  // where cl points, unless an attempt was undone (see renew)
 	start time.Time
+	slot  int // the mode it is counted in (Held): its kind's, or a read once downgraded; mu guards it
 
 	fenceSem chan struct{} // holds one token while a Fence (or a Downgrade) runs: serializes them, and a waiting one honours its context
 	fence    int64         // the lease's fence once issued; fenceSem guards it
@@ -48,10 +49,10 @@ type Lock struct {
 	expiry *time.Timer
 	dog    *time.Timer // the watchdog (auto-extend): runs extend every TTL/3
 	// With WatchLoss, watches make nudge move the watchdog's next run
-	// (due) earlier, to at most one run per TTL/30 after the last began
-	// (checked); ticking is set while a run is under way, again when a
-	// nudge came meanwhile; early when the next run is a nudge's (or,
-	// quick times in a row, the retry of one that failed).
+	// (due, kept only then) earlier, to at most one run per TTL/30 after
+	// the last began (checked); ticking is set while a run is under way,
+	// again when a nudge came meanwhile; early when the next run is a
+	// nudge's (or, quick times in a row, the retry of one that failed).
 	watches               []*pubsub.Watch
 	requests              chan string // the reasons of release requests heard (ReleaseRequests)
 	heard                 []string    // the ids of the latest requests told, for a quorum's copies (requested)
@@ -83,7 +84,8 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.start, l.ttl, l.validUntil = time.Now(), ttl, t.until
-	l.c.obs.holding(l.k.mode, 1)
+	l.slot = l.k.slot
+	l.c.held[l.slot].began.Add(1)
 	l.cl.Began = t.sent // (no later than the server granted it: see Node.release)
 	l.maxAsk = t.ask
 	l.capAt, l.atCap = t.capAt, t.atCap
@@ -96,8 +98,9 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 		l.watchLocked() // an Observer hears of an expiry when it happens
 	}
 	if l.c.opts.autoExtend {
-		l.dog, l.due = time.AfterFunc(ttl/3, l.tick), time.Now().Add(ttl/3)
+		l.dog = time.AfterFunc(ttl/3, l.tick)
 		if l.p.watch {
+			l.due = l.start.Add(ttl / 3)
 			l.requests = make(chan string, 1)
 			for _, h := range l.c.hubs {
 				l.watches = append(l.watches, h.Watch(l.cl.Channel, l.cl.Lock, l.nudge, l.requested))
@@ -663,7 +666,7 @@ func (l *Lock) finish(err error) {
 	}
 	l.err = err
 	if !l.start.IsZero() {
-		l.c.obs.holding(l.k.mode, -1)
+		l.c.held[l.slot].ended.Add(1)
 	}
 	for _, f := range l.settled {
 		f(err)

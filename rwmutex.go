@@ -37,10 +37,10 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 // The kinds of a read-write lock's read and write holds: they queue,
 // whatever WithUnfair says.
 var (
-	readHolds = kind{mode: "read", lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release",
+	readHolds = kind{mode: "read", slot: slotRead, lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release",
 		refused: func(e *NotAcquiredError, _ backend.Grant) { e.say = readRefusal }, namesNoHolder: true,
 		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
-	writeHolds = kind{mode: "write", lease: backend.Write, fair: true, acquireOp: "acquire", releaseOp: "release",
+	writeHolds = kind{mode: "write", slot: slotWrite, lease: backend.Write, fair: true, acquireOp: "acquire", releaseOp: "release",
 		refused: func(e *NotAcquiredError, _ backend.Grant) { e.say = writeRefusal }, namesNoHolder: true,
 		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
 )
@@ -111,6 +111,13 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 		w.lose(err)
 		return w.Err()
 	}
+	w.mu.Lock()
+	if w.err == nil && w.slot != slotRead { // (a loss meanwhile uncounted it as a write)
+		w.c.held[w.slot].ended.Add(1)
+		w.slot = slotRead
+		w.c.held[w.slot].began.Add(1)
+	}
+	w.mu.Unlock()
 	w.expire()
 	return w.Err() // (lost in flight, at the max hold: ErrMaxHold)
 }

@@ -25,24 +25,24 @@ func (c *Client) Stats() Stats {
 		Calls: calls, Writes: writes, ObserverPanics: o.panics.Load()}
 }
 
-// holding counts a lease of mode that begins (+1) or ends (-1) being held.
-func (o *observers) holding(mode string, delta int64) {
-	n, ok := o.held.Load(mode)
-	if !ok {
-		n, _ = o.held.LoadOrStore(mode, new(atomic.Int64))
-	}
-	n.(*atomic.Int64).Add(delta)
-}
+// holds counts a Client's leases by mode (a kind's slot): how many began
+// being held, and how many of those ended; Held is the difference.
+type holds [slots]struct{ began, ended atomic.Int64 }
 
 // Held returns how many leases the Client and its Owner Clients hold now, by
 // [Event.Mode], each counted from its acquisition to its release or loss as
 // its Lock knows it: without the watchdog, a lease that ran out counts until
-// it is looked at (Err, Done, an Observer's Lost). A mode once held stays, at 0.
+// it is looked at (Err, Done, an Observer's Lost), and a lease resumed in
+// the same Client counts twice until its old Lock learns of it. A downgraded
+// write counts as a read. A mode once held stays, at 0.
 func (c *Client) Held() map[string]int64 {
 	m := map[string]int64{}
-	c.obs.held.Range(func(mode, n any) bool {
-		m[mode.(string)] = n.(*atomic.Int64).Load()
-		return true
-	})
+	for i := range c.held {
+		h := &c.held[i]
+		ended := h.ended.Load() // (first: a lease ends after it began, so the difference is never negative)
+		if began := h.began.Load(); began > 0 {
+			m[modes[i]] = began - ended
+		}
+	}
 	return m
 }

@@ -101,7 +101,9 @@ func (l *Lock) tick() {
 
 // arm sets the watchdog to run in d; l.mu must be held.
 func (l *Lock) arm(d time.Duration) {
-	l.due = time.Now().Add(d)
+	if l.p.watch { // (only nudge reads due)
+		l.due = time.Now().Add(d)
+	}
 	l.dog.Reset(d)
 }
 

@@ -14,9 +14,9 @@ type ClockHook struct {
 	// On reports whether anyone listens: only then do extensions ask for
 	// the server's time (extend.lua's ARGV[4]: one TIME in the script).
 	On func() bool
-	// Margin is how far the server's clock may move from the client's over
-	// over, the client's time between two readings, for a lease of ttl.
-	Margin func(ttl, over time.Duration) time.Duration
+	// Margin is a lease of ttl's drift margin: how much earlier than its
+	// holder counts the server may expire it.
+	Margin func(ttl time.Duration) time.Duration
 	// Tell is told that the server at addr ("" if unknown) moved ahead
 	// (> 0) or behind (< 0) of the client's clock by ahead beyond the
 	// margin, over about over, as an extension of the lock key showed.
@@ -28,15 +28,14 @@ type ClockHook struct {
 // masters by the key's slot). Each reading is known only to have been
 // taken between the request's send and its reply, so two readings bound
 // the client's time between them, and only a server time outside those
-// bounds by more than the margin is told: a slow reply widens them and
-// never reads as a step. Two checks: a step, against the last reading,
-// judged by the shortest lease the server has had (a step that a long
-// lease's margin allows may end a short lease early); a rate, against a
-// reading at least rateWindow older, by the least share of its lease that
-// any of its leases' drift margins allows (a rate that a short lease's
-// margin allows may end a long lease early). A way is told once, by either
-// check, until a rate check agrees: a clock that runs fast may show as a
-// step over a long interval and not over the short one after it.
+// bounds by more than the margin of the reading's lease is told: a slow
+// reply widens them and never reads as a step. Each reading is compared
+// with one baseline reading of its server (see margin): a step shows at
+// once, a clock that runs fast or slow once its error outgrows the
+// margin. A reading that disagrees becomes the baseline, and its way is
+// told once, until the clock agrees over a whole window (baseWindow): a
+// clock that runs fast may disagree over a long interval and not over the
+// short one after it.
 type clockWatch struct {
 	hook    *ClockHook
 	addr    string
@@ -48,10 +47,8 @@ type clockWatch struct {
 
 // clockServer is what a clockWatch knows of one server's clock.
 type clockServer struct {
-	last, base clockReading  // the last reading, and the one a rate is measured from
-	ttl        time.Duration // the shortest lease time read with it
-	rate       float64       // the least share of a lease read with it that its drift margin allows
-	told       int           // the direction told (+1 ahead, -1 behind) until a rate check agrees, or 0
+	base clockReading // the reading the next ones are compared with
+	told int          // the way told (+1 ahead, -1 behind) until the clock agrees over a window, or 0
 }
 
 // clockReading is one reading of a server's clock.
@@ -60,8 +57,10 @@ type clockReading struct {
 	sent, got time.Time // the interval it was taken in
 }
 
-// rateWindow is the least time over which a clockWatch measures a rate.
-const rateWindow = 5 * time.Second
+// baseWindow is how long, at least, a baseline the clock agrees with is
+// kept, and a lease time if longer: long enough that a rate which would
+// end the lease early outgrows its margin before the next baseline.
+const baseWindow = 5 * time.Second
 
 // compare says whether the server's clock moved from a to b beyond margin
 // m(hi) of the client's, hi being the most the client's clock can have run
@@ -96,8 +95,8 @@ func newClockWatch(h *ClockHook, rdb redis.UniversalClient) *clockWatch {
 func (w *clockWatch) on() bool { return w != nil && w.hook.On != nil && w.hook.On() }
 
 // read records the server time us, read between sent and got by an
-// extension of the lock key for a lease of ttl, and tells of a step since
-// the previous reading of the same server, or of a rate beyond the margin.
+// extension of the lock key for a lease of ttl, and tells of a server
+// clock that moved beyond the lease's margin since the server's baseline.
 func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us int64, sent, got time.Time) {
 	addr := w.addr
 	if w.cluster != nil {
@@ -110,36 +109,25 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 	cur := clockReading{us: us, sent: sent, got: got}
 	w.mu.Lock()
 	s := w.servers[addr]
-	if s == nil {
-		w.servers[addr] = &clockServer{last: cur, base: cur, ttl: ttl, rate: w.rate(ttl)}
+	switch {
+	case s == nil:
+		w.servers[addr] = &clockServer{base: cur}
+		w.mu.Unlock()
+		return
+	case sent.Before(s.base.got):
+		// Taken while the baseline was in flight, it may come before it
+		// in the server's time: compared with it, a step between the
+		// two would read backwards.
 		w.mu.Unlock()
 		return
 	}
-	if sent.Before(s.last.got) {
-		// Taken while the last was in flight, it may come before it in
-		// the server's time: compared with it, a step between the two
-		// would read backwards.
-		w.mu.Unlock()
-		return
-	}
-	s.ttl, s.rate = min(s.ttl, ttl), min(s.rate, w.rate(ttl))
-	dir, ahead, over := compare(s.last, cur, func(hi time.Duration) time.Duration { return w.hook.Margin(s.ttl, hi) })
-	s.last = cur
+	dir, ahead, over := compare(s.base, cur, func(hi time.Duration) time.Duration { return w.margin(ttl, hi) })
+	tell := dir != 0 && dir != s.told
 	switch {
 	case dir != 0:
-		s.base = cur // a step is no rate
-	case got.Sub(s.base.sent) >= rateWindow:
-		dir, ahead, over = compare(s.base, cur, func(hi time.Duration) time.Duration {
-			return time.Duration(s.rate * float64(hi))
-		})
-		s.base = cur
-		if dir == 0 {
-			s.told = 0
-		}
-	}
-	tell := dir != 0 && dir != s.told
-	if dir != 0 {
-		s.told = dir
+		s.base, s.told = cur, dir
+	case over >= max(baseWindow, ttl):
+		s.base, s.told = cur, 0
 	}
 	w.mu.Unlock()
 	if tell {
@@ -147,7 +135,14 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 	}
 }
 
-// rate is the share of a lease of ttl that its drift margin allows.
-func (w *clockWatch) rate(ttl time.Duration) float64 {
-	return float64(w.hook.Margin(ttl, 0)) / float64(ttl)
+// margin is how far a server's clock may move from the client's over hi,
+// the client's time between two readings, for a lease of ttl: a step of
+// the lease's drift margin, or over more than ttl, a rate that ends the
+// lease early by no more (the margin's share of ttl).
+func (w *clockWatch) margin(ttl, hi time.Duration) time.Duration {
+	d := w.hook.Margin(ttl)
+	if hi > ttl && ttl > 0 {
+		return time.Duration(float64(d) / float64(ttl) * float64(hi))
+	}
+	return d
 }

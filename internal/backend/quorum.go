@@ -8,7 +8,6 @@ import (
 	"math"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dlockio/dlock/internal/script"
@@ -249,19 +248,18 @@ func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error
 // a majority gave, then writes it back to a majority (raise): any later
 // majority shares a node with that one and issues a higher fence.
 func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
-	yes := func(f int64) bool { return f > 0 }
-	var superseded atomic.Int32 // nodes where another Lock resumed the lease
-	res := fanOut(ctx, q, unlessSuperseded(&superseded, func(ctx context.Context, n Node) (int64, error) {
+	yes := func(a leaseAnswer[int64]) bool { return a.v > 0 }
+	res := fanOut(ctx, q, unlessSuperseded(func(ctx context.Context, n Node) (int64, error) {
 		return n.Fence(ctx, c)
 	}), majority(q, yes))
 	held, answered, errs := tally(res, yes)
 	if held < q.need() {
-		return 0, q.notHeld("fence", held, answered, &superseded, errs)
+		return 0, q.notHeld("fence", held, answered, supersededIn(res), errs)
 	}
 	var fence int64
 	for _, r := range res {
 		if r.ok && r.err == nil {
-			fence = max(fence, r.v)
+			fence = max(fence, r.v.v)
 		}
 	}
 	ok, errs := q.raise(ctx, c, fence)
@@ -306,44 +304,62 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 }
 
 func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	var superseded atomic.Int32 // nodes where another Lock's extension was applied (it resumed the lease)
-	res := fanOut(ctx, q, unlessSuperseded(&superseded, func(ctx context.Context, n Node) (bool, error) {
+	res := fanOut(ctx, q, unlessSuperseded(func(ctx context.Context, n Node) (bool, error) {
 		return n.Extend(ctx, c, ttl, seq)
-	}), majority(q, func(ok bool) bool { return ok }))
-	yes, answered, errs := tally(res, func(ok bool) bool { return ok })
+	}), majority(q, saidYes))
+	yes, answered, errs := tally(res, saidYes)
 	if yes >= q.need() {
 		return true, nil
 	}
-	return false, q.notHeld("extend", yes, answered, &superseded, errs)
+	return false, q.notHeld("extend", yes, answered, supersededIn(res), errs)
 }
 
 // notHeld is the outcome of an operation that fewer than a majority said
 // yes to: nil if so many said "not ours" that no majority holds the lease
 // (lost for good), ErrSuperseded instead if another Lock resumed it on one
-// of them; a QuorumError otherwise.
-func (q *Quorum) notHeld(op string, yes, answered int, superseded *atomic.Int32, errs []error) error {
+// of them (superseded); a QuorumError otherwise.
+func (q *Quorum) notHeld(op string, yes, answered int, superseded bool, errs []error) error {
 	switch {
 	case answered-yes <= len(q.nodes)-q.need():
 		return &QuorumError{Op: op, Held: yes, Need: q.need(), Nodes: errs}
-	case superseded.Load() > 0:
+	case superseded:
 		return ErrSuperseded
 	}
 	return nil
 }
 
+// leaseAnswer is a node's answer to a call on a lease: its value, or that
+// another Lock resumed the lease there (superseded, an answer and a no).
+type leaseAnswer[T any] struct {
+	v          T
+	superseded bool
+}
+
+// saidYes reports whether a node said yes to an extension or a release.
+func saidYes(a leaseAnswer[bool]) bool { return a.v }
+
 // unlessSuperseded wraps a node's call for fanOut: a node where another
-// Lock resumed the lease (ErrSuperseded) answers no, and is counted in
-// superseded.
-func unlessSuperseded[T any](superseded *atomic.Int32, fn func(context.Context, Node) (T, error)) func(context.Context, Node) (T, error) {
-	return func(ctx context.Context, n Node) (T, error) {
+// Lock resumed the lease (ErrSuperseded) answers so.
+func unlessSuperseded[T any](fn func(context.Context, Node) (T, error)) func(context.Context, Node) (leaseAnswer[T], error) {
+	return func(ctx context.Context, n Node) (leaseAnswer[T], error) {
 		v, err := fn(ctx, n)
 		if errors.Is(err, ErrSuperseded) {
-			superseded.Add(1)
-			var no T
-			return no, nil
+			return leaseAnswer[T]{superseded: true}, nil
 		}
-		return v, err
+		return leaseAnswer[T]{v: v}, err
 	}
+}
+
+// supersededIn reports whether a node that answered in time said that
+// another Lock resumed the lease: an answer fanOut stopped waiting for
+// counts no more here than in tally.
+func supersededIn[T any](res []nodeResult[leaseAnswer[T]]) bool {
+	for _, r := range res {
+		if r.ok && r.err == nil && r.v.superseded {
+			return true
+		}
+	}
+	return false
 }
 
 func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
@@ -355,17 +371,16 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// background, as an undo is, so that the node does not keep the lock
 	// until the lease expires (its copies are harmless: the first to land
 	// ends the lease, the others report it).
-	c = ptr(*c)                 // (the nodes' calls may outlive this one, and the caller marks its claim after it)
-	var superseded atomic.Int32 // nodes where another Lock resumed the lease
-	res := fanOut(ctx, q, unlessSuperseded(&superseded, func(ctx context.Context, n Node) (bool, error) {
+	c = ptr(*c) // (the nodes' calls may outlive this one, and the caller marks its claim after it)
+	res := fanOut(ctx, q, unlessSuperseded(func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)
 		if Transient(err) {
 			q.retryOn(n, c, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err })
 		}
 		return ok, err
 	}), nil)
-	yes, answered, errs := tally(res, func(ok bool) bool { return ok })
-	if superseded.Load() > 0 {
+	yes, answered, errs := tally(res, saidYes)
+	if supersededIn(res) {
 		return false, ErrSuperseded
 	}
 	// The lease was exclusive only while no majority could be won by

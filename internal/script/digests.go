@@ -8,7 +8,7 @@ var digests = map[string]string{
 	"acquire_fair":      "78bb00a4b7d5ac012574e1de705f6571b4e5c2bf",
 	"acquire_reentrant": "7565cf0328c16f1550be5fd507415182a2919c19",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
-	"extend":            "889a0eb3286e805baea60a6201150bb3476b7fa6",
+	"extend":            "fbff879a7d986e861dba244b2cdeb16f80ad2c90",
 	"extend_reentrant":  "58e11b891810004926bfed73bc02da2dff94d8af",
 	"fence":             "f325b8e19dea327e5ed88e9e88db678bdc9991c1",
 	"fence_current":     "5f65fffaeb357cac9dfadb993b14b28cab297b8d",

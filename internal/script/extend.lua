@@ -18,38 +18,41 @@
 -- earlier copy), 0 if the key is missing or owned by someone else, 2 if the
 -- lease is ours but a newer extension was applied (see superseded in
 -- lib.lua): this request changed nothing.
-local function reply(v)
-  if ARGV[4] ~= '1' then return v end
-  local t = redis.call('TIME')
-  return {v, tonumber(t[1]) * 1000000 + tonumber(t[2])}
-end
-
+local r -- the reply, once it is known that this request extends nothing
 local gt = false
 if ARGV[3] == '0' then
   local v = redis.call('MGET', KEYS[1], KEYS[2])
   if v[1] ~= ARGV[1] then
-    return reply(0)
+    r = 0
   elseif v[2] and string.byte(v[2]) == 101 then -- "e<n>": a numbered extension was applied
-    return reply(2)
+    r = 2
+  else
+    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+    gt = true
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-  gt = 'GT'
+elseif redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  r = 0
 else
-  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-    return reply(0)
-  end
   local s = superseded(KEYS[2], ARGV[3], ARGV[2])
   if s ~= 0 then
-    return reply(s)
+    r = s
+  else
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-if KEYS[3] then
-  redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
+if not r then
+  r = 1
+  if KEYS[3] then
+    redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
+  end
+  if KEYS[4] and gt then
+    redis.call('PEXPIRE', KEYS[4], ARGV[2], 'GT')
+  elseif KEYS[4] then -- the value ends with the lease, also one this shortens
+    redis.call('PEXPIRE', KEYS[4], ARGV[2])
+  end
 end
-if KEYS[4] and gt then
-  redis.call('PEXPIRE', KEYS[4], ARGV[2], 'GT')
-elseif KEYS[4] then -- the value ends with the lease, also one this shortens
-  redis.call('PEXPIRE', KEYS[4], ARGV[2])
+if ARGV[4] ~= '1' then
+  return r
 end
-return reply(1)
+local t = redis.call('TIME')
+return {r, tonumber(t[1]) * 1000000 + tonumber(t[2])}
