@@ -84,7 +84,6 @@ type observers struct {
 
 	acquired, notAcquired, failed, released, lost, extendFailed, panics atomic.Uint64
 	waiting                                                             atomic.Int64
-	held                                                                sync.Map // Event.Mode → *atomic.Int64: leases held now (Stats.Held)
 }
 
 func (o *observers) add(obs Observer) {
