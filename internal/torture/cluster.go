@@ -109,6 +109,7 @@ type scanKey struct {
 	pttl time.Duration // -1: no expiry
 	val  string        // a string's value
 	set  string        // a sorted set's members, with their deadlines' distance from the scan
+	live int           // how many of a sorted set's members had a deadline to come
 }
 
 func (k scanKey) String() string {
@@ -137,7 +138,7 @@ func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, 
 			case "string":
 				k.val, _ = rdb.Get(ctx, k.key).Result()
 			case "zset":
-				k.set = members(ctx, rdb, k.key)
+				k.set, k.live = members(ctx, rdb, k.key)
 			}
 			pttl, err := rdb.PTTL(ctx, k.key).Result()
 			if err != nil {
@@ -156,22 +157,33 @@ func scan(ctx context.Context, rdbs []*redis.Client, prefix string) ([]scanKey, 
 	return out, nil
 }
 
-// members lists a sorted set's members (at most ten) with each score's
-// distance from the server's clock, for the report of a key left behind.
-func members(ctx context.Context, rdb *redis.Client, key string) string {
-	zs, err := rdb.ZRangeWithScores(ctx, key, 0, 9).Result()
+// members lists a sorted set's members (the first ten) with each one's
+// deadline as a distance from the server's clock, for the report of a key
+// left behind, and counts those whose deadline is still to come (-1: the
+// set could not be read).
+func members(ctx context.Context, rdb *redis.Client, key string) (string, int) {
+	zs, err := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
 	t, terr := rdb.Time(ctx).Result()
 	if err != nil || terr != nil {
-		return "unread"
+		return "unread", -1
 	}
-	var b strings.Builder
+	var (
+		b    strings.Builder
+		live int
+	)
 	for i, z := range zs {
-		if i > 0 {
+		left := int64(z.Score) - t.UnixMilli()
+		if left > 0 {
+			live++
+		}
+		if i > 0 && i < 10 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%v %+dms", z.Member, int64(z.Score)-t.UnixMilli())
+		if i < 10 {
+			fmt.Fprintf(&b, "%v %+dms", z.Member, left)
+		}
 	}
-	return b.String()
+	return b.String(), live
 }
 
 // leftovers is (e): it sorts the keys found under prefix into those the
@@ -197,6 +209,13 @@ func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration, res
 		case strings.HasPrefix(tail, ":r:") && expiring:
 			continue
 		case tail == ":w" && k.kind == "string" && expiring: // a wake key: the holder's remaining lease at most
+			continue
+		case tail == "" && k.kind == "zset" && k.live == 0 && expiring:
+			// Holds that all lapsed: nobody holds the lock (every script
+			// drops them first). The key outlives them when the release of
+			// a longer hold left its expiry (a release does not shorten it);
+			// such a hold for nobody is a request that landed after its
+			// undo's marker ended, as the docs allow.
 			continue
 		case grace > 0 && k.pttl >= 0 && k.pttl <= grace:
 			excused = append(excused, desc)

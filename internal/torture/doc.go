@@ -80,8 +80,11 @@
 //	    (some killed while holding), each name is acquirable within
 //	    TTL-derived bounds; workers finish;
 //	(e) after the run and after the probe, Redis holds nothing under the
-//	    round's prefix but fence keys, and revocation markers and wake keys
-//	    that expire within the longest lease (and, on a node restarted empty, which
+//	    round's prefix but fence keys, and revocation markers, wake keys
+//	    and sorted sets whose holds all lapsed (a request that landed
+//	    after its undo's marker ended took a hold for nobody, as the docs
+//	    allow, and a release does not shorten the key's expiry) that
+//	    expire within the longest lease (and, on a node restarted empty, which
 //	    forgot its revocations, a lock key expiring within it); a released
 //	    lease or reentrant hold is gone from Redis when its release
 //	    returns; a Do whose fn panicked left no lock;
