@@ -209,6 +209,7 @@ func (a *acquisition) run() (*Lock, error) {
 			if err := a.checkDeadlock(); err != nil {
 				return nil, err
 			}
+			attempt-- // (a check is no attempt: the backoff stays)
 			continue
 		case <-a.ctx.Done():
 			return nil, a.ctx.Err()

@@ -208,7 +208,11 @@ func (w *waitCheck) end(ctx context.Context) {
 	if !w.written {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	wait := undoTimeout // (as an undo waits)
+	if ctx.Err() != nil {
+		wait = undoWait
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
 	for _, id := range w.mine {
 		w.rs.DelRecord(ctx, w.key(id)) // (if not deleted, it expires in a few periods)
