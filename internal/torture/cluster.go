@@ -173,6 +173,8 @@ func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration, res
 			continue
 		case tail == ":w" && k.kind == "string" && expiring: // a wake key: the holder's remaining lease at most
 			continue
+		case strings.HasPrefix(rest, "waits:") && k.kind == "string" && k.pttl >= 0 && k.pttl <= recordLife:
+			continue // a waiter's deadlock record whose delete a fault or a kill cut off (see nest.go)
 		case grace > 0 && k.pttl >= 0 && k.pttl <= grace:
 			excused = append(excused, desc)
 		case restarted[k.node] && tail == "" && expiring:
