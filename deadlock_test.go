@@ -149,9 +149,23 @@ const fastCheck = 100 * time.Millisecond
 func TestDeadlockOfTwoClientsNestingInOppositeOrdersIsReportedOnce(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
-	c1 := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
-	c2 := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
+	var (
+		mu   sync.Mutex
+		told []*dlock.Event
+	)
+	obs := dlock.WithObserver(dlock.Observer{Deadlock: func(_ context.Context, e *dlock.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		told = append(told, e)
+	}})
+	c1 := newClient(t, rdb, dlock.DeadlockCheck(fastCheck), obs)
+	c2 := newClient(t, rdb, dlock.DeadlockCheck(fastCheck), obs)
 	testReportedOnce(t, rdb, doOf(c1, "order"), doOf(c1, "inventory"), doOf(c2, "inventory"), doOf(c2, "order"))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 1 || told[0].Op != dlock.OpDeadlock || !errors.Is(told[0].Err, dlock.ErrDeadlock) {
+		t.Errorf("the Observer's Deadlock was told %v; want one OpDeadlock event with the error", told)
+	}
 }
 
 // testReportedOnce crosses (a1 then b1) with (a2 then b2) and checks that
