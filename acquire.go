@@ -131,6 +131,21 @@ type acquisition struct {
 	trustHandover bool              // false once an attempt came back too late
 	lastQuorum    error             // over a quorum: the last missing majority
 	lastRefusal   *NotAcquiredError // the last attempt that found the lock taken
+
+	dl  *waitCheck  // the deadlock check, if the waiter holds leases
+	dlT *time.Timer // when it is due
+}
+
+// checkDeadlock runs the wait's deadlock check; it returns the error that
+// ends the wait if the check found a deadlock this wait is to report.
+func (a *acquisition) checkDeadlock() error {
+	found, next := a.dl.check(a.ctx)
+	if found == nil {
+		a.dlT.Reset(next)
+		return nil
+	}
+	a.c.deadlocked(a.ctx, a.l.k.mode, a.l.name, opError(a.l.k.acquireOp, a.l.name, found)) // (as acquire returns it)
+	return found
 }
 
 // last returns the errors of the wait's last attempts for the error of a
@@ -177,11 +192,25 @@ func (a *acquisition) run() (*Lock, error) {
 	defer a.c.waitingFor(a.ctx, a.l.name, -1)
 	timer := time.NewTimer(a.sleep(1, pttl))
 	defer timer.Stop()
+	var check <-chan time.Time // the deadlock check's (nil: none)
+	if dl := a.c.deadlockCheck(a.ctx, a.l, a.queued); dl != nil {
+		t := time.NewTimer(time.Until(a.queued.Add(dl.first())))
+		defer t.Stop()
+		defer dl.end(a.ctx) // however the wait ends
+		check = t.C
+		a.dl, a.dlT = dl, t
+	}
 	for attempt := 1; ; attempt++ {
 		var handed int64
 		select {
 		case handed = <-a.w.wake:
 		case <-timer.C:
+		case <-check:
+			if err := a.checkDeadlock(); err != nil {
+				return nil, err
+			}
+			attempt-- // (a check is no attempt: the backoff stays)
+			continue
 		case <-a.ctx.Done():
 			return nil, a.ctx.Err()
 		case <-a.c.stop: // (checked below)

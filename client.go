@@ -326,8 +326,11 @@ func (h *heldContext) Err() error {
 }
 
 func (h *heldContext) Value(key any) any {
-	if key == (heldKey{}) {
+	switch key {
+	case heldKey{}:
 		return h.held
+	case heldChainKey{}:
+		return h
 	}
 	h.check()
 	return h.Context.Value(key)

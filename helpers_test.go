@@ -70,6 +70,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 //	         if DLOCK_PERMITS is set, a read of the read-write lock if
 //	         DLOCK_RW=r), print "held", and sleep until killed;
 //	campaign, lead: see campaignHelper and leadHelper (election_test.go);
+//	nest:    see nestHelper (deadlock_test.go);
 //	pausedo: run Do on DLOCK_NAME and report, after the test pauses the
 //	         process, whether fn's ctx knew of the loss ("lost") or not ("stale").
 func runHelper(mode string) int {
@@ -124,6 +125,9 @@ func runHelper(mode string) int {
 		return leadHelper(ctx, c, name)
 	case "candidate": // campaign once, print "leading <fence>", resign (election_test.go)
 		return candidateHelper(ctx, c, name)
+	case "nest": // hold DLOCK_NAME, take DLOCK_INNER inside (deadlock_test.go)
+		check, _ := time.ParseDuration(os.Getenv("DLOCK_DEADLOCK"))
+		return nestHelper(ctx, c, rdb, name, os.Getenv("DLOCK_INNER"), check)
 	case "pausedo":
 		// Inside Do, watch for a moment when the lease's deadline has passed
 		// but fn's ctx still says nothing: the test stops this process (for

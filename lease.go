@@ -18,7 +18,7 @@ import (
 // (LockOption), and the holder metadata that the lease's token carries.
 
 // LockOption configures one acquisition: [LeaseTTL], [HolderMeta], [MaxHold],
-// [LockDelay], [WatchLoss], [MaxWait] or [Resume]. An invalid one fails the call with [ErrInvalid] before
+// [LockDelay], [WatchLoss], [DeadlockCheck], [MaxWait] or [Resume]. An invalid one fails the call with [ErrInvalid] before
 // anything is sent.
 type LockOption interface {
 	applyLease(*lease)
@@ -54,6 +54,7 @@ type lease struct {
 	maxHold time.Duration // how long the lease may be held; 0: no limit
 	delay   time.Duration // the lock-delay: Redis keeps the lease this long past its validity
 	watch   bool          // WatchLoss: the watchdog checks at once when the lease may have ended
+	dlCheck time.Duration // DeadlockCheck: how long a waiter that holds leases waits before it looks for a deadlock; 0: never
 	meta    string        // the holder metadata
 	suffix  string        // what the token carries of it: "." and meta escaped, or ""
 

@@ -646,10 +646,11 @@ func (l *Lock) onSettled(f func(error)) {
 	l.settled = append(l.settled, f)
 }
 
-// Context returns the context, with no values or deadline, that is done once
-// the Lock is released or lost, [ErrReleased] or the loss its [context.Cause]:
-// for work under a lock taken without [Client.Do]. Like Do's, it checks the
-// validity itself: it is done as soon as [Lock.Err] reports the loss.
+// Context returns the context, with no deadline, that is done once the Lock
+// is released or lost, [ErrReleased] or the loss its [context.Cause]: for work
+// under a lock taken without [Client.Do]. Like Do's, it checks the validity
+// itself: it is done as soon as [Lock.Err] reports the loss. Its only value
+// is the Lock, which an acquisition under it reads to find deadlocks.
 func (l *Lock) Context() context.Context {
 	l.ctxOnce.Do(func() {
 		ctx, cancel := context.WithCancelCause(context.Background())

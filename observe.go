@@ -20,6 +20,7 @@ const (
 	OpLost     Op = "lost"     // a lease lost before its release
 	OpJeopardy Op = "jeopardy" // a lease at risk (see [Lock.Jeopardy])
 	OpClock    Op = "clock"    // a server's clock disagrees with ours (see [Observer].Clock)
+	OpDeadlock Op = "deadlock" // a wait given up in a deadlock (see [Observer].Deadlock)
 )
 
 // Event is one operation on a lock, as an Observer sees it.
@@ -60,6 +61,9 @@ type Observer struct {
 	// extension of a plain, fair or leader lease reads the server's clock
 	// (one TIME in its script).
 	Clock func(ctx context.Context, e *Event)
+	// Deadlock is called when an acquisition gives up its wait in a deadlock
+	// ([ErrDeadlock]), before it returns; e.Err is the error it returns.
+	Deadlock func(ctx context.Context, e *Event)
 }
 
 // WithObserver adds an Observer to the Client.
@@ -209,7 +213,7 @@ func (o *observers) safely(f func()) {
 // SlogObserver returns an Observer that logs through l (nil: slog.Default()),
 // with the operation's context: acquisitions and releases at debug level,
 // failures, leases at risk and servers' clocks that disagree as warnings,
-// lost leases as errors.
+// lost leases and deadlocks as errors.
 func SlogObserver(l *slog.Logger) Observer {
 	if l == nil {
 		l = slog.Default()
@@ -251,6 +255,10 @@ func SlogObserver(l *slog.Logger) Observer {
 		Clock: func(ctx context.Context, e *Event) {
 			l.LogAttrs(ctx, slog.LevelWarn, "dlock: server clock disagrees", slog.String("lock", e.Name),
 				slog.String("error", e.Err.Error()))
+		},
+		Deadlock: func(ctx context.Context, e *Event) {
+			l.LogAttrs(ctx, slog.LevelError, "dlock: deadlock", slog.String("lock", e.Name),
+				slog.String("mode", e.Mode), slog.String("error", e.Err.Error()))
 		},
 	}
 }

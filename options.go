@@ -68,7 +68,7 @@ func (o *options) invalid(format string, args ...any) {
 // apply returns the defaults with opts applied, in order.
 func apply(opts []Option) options {
 	o := options{
-		lease:      lease{ttl: DefaultTTL, wait: -1, meta: defaultMeta(), suffix: metaSuffix(defaultMeta())},
+		lease:      lease{ttl: DefaultTTL, wait: -1, meta: defaultMeta(), suffix: metaSuffix(defaultMeta()), dlCheck: DefaultDeadlockCheck},
 		autoExtend: true,
 		prefix:     DefaultPrefix,
 		backoff:    ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff),

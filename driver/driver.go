@@ -7,9 +7,9 @@
 //
 // A command is a list of arguments: string, *string, []byte, int or int64
 // ([String] gives each its wire form). dlock sends these commands: EVALSHA
-// and EVAL (keys after the key count), SCRIPT LOAD, GET, TYPE and ZRANGE
-// (key first), SCAN, PING ([Keys] names the keys of each, for a Cluster's
-// routing).
+// and EVAL (keys after the key count), SCRIPT LOAD, GET, TYPE, ZRANGE, SET
+// and DEL (key first), SCAN, PING ([Keys] names the keys of each, for a
+// Cluster's routing).
 package driver
 
 import (
@@ -155,7 +155,7 @@ func Keys(args []any) []string {
 			keys[i], _ = String(args[3+i])
 		}
 		return keys
-	case "get", "type", "zrange", "mget", "exists", "pttl", "hmget":
+	case "get", "type", "zrange", "mget", "exists", "pttl", "hmget", "set", "del":
 		k, _ := String(args[1])
 		return []string{k}
 	}

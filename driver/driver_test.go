@@ -39,6 +39,8 @@ func TestKeys(t *testing.T) {
 		{[]any{"get", &k1}, []string{k1}},
 		{[]any{"TYPE", "k"}, []string{"k"}},
 		{[]any{"zrange", "k", 0, 0}, []string{"k"}},
+		{[]any{"set", "k", "v", "px", int64(10)}, []string{"k"}},
+		{[]any{"DEL", "k"}, []string{"k"}},
 		{[]any{"script", "load", "return 1"}, nil},
 		{[]any{"scan", "0", "match", "*"}, nil},
 		{[]any{"ping"}, nil},

@@ -78,6 +78,7 @@ func table() []tableCase {
 	}
 	cases = append(cases, pair("Semaphore", true, semaphore), pair("RWMutex", false, rwMutex),
 		pair("Election", false, election), pair("Admin", false, admin), pair("MultiLock", false, multiLock),
+		pair("Deadlock", true, deadlock),
 		tableCase{"ScriptFlush", false, func(t *testing.T, s Setup) {
 			srv := redistest.Start(t, redistest.TCP())
 			scriptFlush(t, srv, client(t, s.Server(t, srv.Addr())))
@@ -165,6 +166,10 @@ func cluster(t *testing.T, s Setup) {
 	t.Run("Admin", func(t *testing.T) {
 		t.Parallel()
 		admin(t, client(t, cconn(t)), client(t, cconn(t)))
+	})
+	t.Run("Deadlock", func(t *testing.T) { // ("dt-order" and "dt-inventory" hash to different slots)
+		t.Parallel()
+		deadlock(t, client(t, cconn(t)), client(t, cconn(t)))
 	})
 	t.Run("WatchLoss", func(t *testing.T) {
 		t.Parallel()

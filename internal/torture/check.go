@@ -22,6 +22,7 @@ var Invariants = []struct{ ID, What string }{
 	{"j", "max hold: a lease's deadline is its max hold after its acquisition; never held past it; its loss there signalled on time with ErrMaxHold; its key gone soon after"},
 	{"k", "holder metadata: Inspect and Lock.Meta show a holder with the metadata it was given"},
 	{"l", "jeopardy: told only while an automatic extension is in flight or after one failed; a loss never leaves Jeopardy open"},
+	{"m", "no deadlock reported where names nest in one global order"},
 }
 
 // FreeWaits sums up the free-wait part of (d) over a round.
@@ -123,6 +124,7 @@ func Check(h []Event, p Params) *Report {
 	checkMaxHold(h, r)
 	checkMeta(h, r)
 	checkJeopardy(h, r)
+	checkNoDeadlock(h, r)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
 	return r
 }

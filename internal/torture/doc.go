@@ -15,7 +15,8 @@
 // cancellations at random points; Extend to shorter and longer TTLs;
 // Release once, twice, late, and from stale handles (lapsed or already
 // released); panics inside Do (recovered by the worker); nested re-entry of
-// a reentrant lock by its owner; a held lease taken over by its token
+// a reentrant lock by its owner; a Do nested in another's fn, on a name
+// above its own (see (m)); a held lease taken over by its token
 // through a new Lock (Resume, one acquisition in five where no watchdog or
 // max hold runs); a write downgraded to a read (RWMutex.Downgrade, rw
 // rounds); a leader's value changed (Leadership.Proclaim, election rounds,
@@ -124,7 +125,12 @@
 //	    and Lock.Meta agrees;
 //	(l) jeopardy, with the watchdog on: a jeopardy is told only while an
 //	    automatic extension is in flight or after one failed, and a holder
-//	    that finds its lease lost finds its Jeopardy channel closed.
+//	    that finds its lease lost finds its Jeopardy channel closed;
+//	(m) no deadlock reported: in plain, fair, noscripts and multi rounds a
+//	    Do's fn sometimes takes a name above its own (the names' byte
+//	    order, one global order) by a Do under its context, whose wait
+//	    looks for deadlocks every 10–200ms (DeadlockCheck); none can exist,
+//	    so any ErrDeadlock is a violation.
 //
 // Checks that count a lease's time use the lease time it asked for
 // (LeaseTTL); a MaxWait ends a wait, for (d), like its context's end.

@@ -205,6 +205,8 @@ func classify(err error) string {
 		return "invalid"
 	case errors.Is(err, dlock.ErrWrongType):
 		return "wrongtype"
+	case errors.Is(err, dlock.ErrDeadlock):
+		return "deadlock" // (m)
 	case errors.Is(err, dlock.ErrNotAcquired):
 		return "notacq"
 	}

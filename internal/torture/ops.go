@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dlockio/dlock"
@@ -242,11 +243,16 @@ func (w *Worker) carries(ctx context.Context, name, tok, own string) (bool, stri
 // do runs Client.Do; fn does a critical section, sometimes nests (reentrant
 // mode), returns an error, or panics. A panic is recovered here, and the
 // lock must then be released: Do releases before it re-panics.
-func (w *Worker) do(name string) {
-	ctx, cancel, dl := w.opCtx()
+func (w *Worker) do(name string) { w.doIn(context.Background(), name) }
+
+// doIn is do with a context derived from parent (a nested Do's is its
+// outer fn's, which carries the outer lease: see nest), and extra options.
+func (w *Worker) doIn(parent context.Context, name string, extra ...dlock.LockOption) {
+	ctx, cancel, dl := w.opCtxIn(parent)
 	defer cancel()
 	own := w.owner()
 	co := w.drawOpts(OpDo)
+	co.opts = slices.Concat(co.opts, extra)
 	inv := now()
 	var tok string
 	var panicked any
@@ -268,6 +274,7 @@ func (w *Worker) do(name string) {
 			if own != "" && w.rng.IntN(2) == 0 {
 				w.nested(fctx, h, believe)
 			}
+			w.nest(fctx, name)
 			w.overstay(h, believe)
 			return w.fnOutcome()
 		})

@@ -494,12 +494,17 @@ func (s rwHold) Do(ctx context.Context, fn func(context.Context, *dlock.Lock) er
 // deadline, sometimes cancelled earlier at a random point. dl is when it
 // ends (deadline or cancel), the instant check (d) measures lateness from.
 func (w *Worker) opCtx() (ctx context.Context, cancel context.CancelFunc, dl int64) {
+	return w.opCtxIn(context.Background())
+}
+
+// opCtxIn is opCtx, derived from parent.
+func (w *Worker) opCtxIn(parent context.Context) (ctx context.Context, cancel context.CancelFunc, dl int64) {
 	ttl := w.cfg.TTL
 	timeout := w.dur(ttl/50, ttl/5)
 	if w.rng.IntN(2) == 0 {
 		timeout = w.dur(ttl/2, 3*ttl)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), timeout)
+	ctx, cancel = context.WithTimeout(parent, timeout)
 	end := time.Now().Add(timeout)
 	if w.rng.IntN(5) == 0 {
 		at := w.dur(0, timeout)

@@ -1,0 +1,366 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlockio/dlock/internal/backend"
+)
+
+// This file finds deadlocks: waiters that hold leases (their context carries
+// them: see heldContext) and wait for each other. Past a threshold, such a
+// waiter writes, for each lease it holds, a record keyed by that lease's
+// holder identity (a token, or a reentrant owner ID) saying what it waits
+// for and since when, and walks the waits-for graph: the name it waits for,
+// that name's holders (Inspect), their records, the names those wait for...
+// A cycle found twice, alike, is reported by one waiter of it only: the one
+// whose wait began last.
+
+// ErrDeadlock means an acquisition gave up its wait because it was in a cycle
+// of waiters that hold what the others wait for ([DeadlockCheck]). The error
+// also matches [ErrNotAcquired]; its cause is a [*DeadlockError].
+var ErrDeadlock = errors.New("dlock: deadlock")
+
+// DefaultDeadlockCheck is how long a waiter that holds leases waits before it
+// looks for a deadlock, when [DeadlockCheck] is not given.
+const DefaultDeadlockCheck = time.Second
+
+// minDeadlockCheck is the shortest threshold DeadlockCheck accepts.
+const minDeadlockCheck = 10 * time.Millisecond
+
+// DeadlockCheck makes a waiter whose context holds leases (a Do's fn context,
+// or [Lock.Context]) look for a deadlock once it has waited d, and then every
+// d: 0 turns it off; otherwise at least 10ms (default [DefaultDeadlockCheck]).
+// See docs/guarantees.md.
+func DeadlockCheck(d time.Duration) LeaseOption {
+	return LeaseOption{func(p *lease) {
+		if d < 0 || (d > 0 && d < minDeadlockCheck) {
+			p.invalid("DeadlockCheck(%v): the threshold must be 0 (off) or at least %v", d, minDeadlockCheck)
+			return
+		}
+		p.dlCheck = d
+	}}
+}
+
+// DeadlockError is the cause of an acquisition that gave up its wait for
+// Name, in a cycle of waiters: Cycle[0].Name is Name, each Holder waits for
+// the next entry's Name, and the last entry's Holder is this acquisition's.
+// A name with several holders has an entry for each.
+type DeadlockError struct {
+	Name  string
+	Cycle []Wait
+}
+
+// Wait is one step of a deadlock: Name is held by Holder (a lease token, or
+// a reentrant owner ID, as [Info] and [NotAcquiredError] name holders).
+type Wait struct {
+	Name, Holder string
+}
+
+func (e *DeadlockError) Error() string {
+	var b strings.Builder
+	b.WriteString("deadlock:")
+	for i, w := range e.Cycle {
+		if i > 0 {
+			b.WriteString(", which waits for")
+		}
+		fmt.Fprintf(&b, " %q held by %s", w.Name, w.Holder)
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrDeadlock and ErrNotAcquired.
+func (e *DeadlockError) Unwrap() []error { return []error{ErrDeadlock, ErrNotAcquired} }
+
+// Bounds of one walk of the waits-for graph.
+const (
+	deadlockDepth = 8  // names on one path
+	deadlockWidth = 16 // holders of one name
+	deadlockCalls = 64 // Redis calls
+)
+
+// heldChainKey is the key under which a heldContext gives itself: the
+// contexts of nested Dos chain, each one's parent the next.
+type heldChainKey struct{}
+
+// holdersIn returns the holder identities of the leases ctx carries (see
+// heldContext), outermost last; nil if none.
+func holdersIn(ctx context.Context) []string {
+	var ids []string
+	for range deadlockDepth * 4 {
+		h, _ := ctx.Value(heldChainKey{}).(*heldContext)
+		if h == nil {
+			break
+		}
+		switch held := h.held.(type) {
+		case *Lock:
+			ids = held.appendHolder(ids)
+		case *MultiLock:
+			for _, l := range held.parts {
+				ids = l.appendHolder(ids)
+			}
+		}
+		ctx = h.Context
+	}
+	return ids
+}
+
+// appendHolder appends l's holder identity, if l is held, to ids.
+func (l *Lock) appendHolder(ids []string) []string {
+	if l.Err() != nil {
+		return ids
+	}
+	id := l.cl.Token
+	if l.k.owned {
+		id = l.cl.Owner
+	}
+	if slices.Contains(ids, id) {
+		return ids
+	}
+	return append(ids, id)
+}
+
+// What a record says its waiter needs of the holders of the name it waits
+// for: every one gone (a writer), or one.
+const (
+	needsAll = "all"
+	needsOne = "one"
+)
+
+// waitCheck is the deadlock check of one wait (acquisition.run).
+type waitCheck struct {
+	c       *Client
+	rs      backend.Records
+	name    string   // the name waited for
+	all     bool     // the waiter needs every holder of name gone (a writer)
+	mine    []string // the holder identities of the leases the waiter holds
+	every   time.Duration
+	since   time.Time
+	id      string // this wait's, to break ties between waits begun alike
+	written bool   // records may be in Redis
+	seen    string // the cycle the last walk found, if this wait is to report it
+	cycle   []Wait
+}
+
+// deadlockCheck returns the deadlock check of a wait for l that began at
+// since with ctx, or nil if there is none: the check is off, ctx carries no
+// lease, or the backend keeps no records (a quorum).
+func (c *Client) deadlockCheck(ctx context.Context, l *Lock, since time.Time) *waitCheck {
+	if l.p.dlCheck <= 0 {
+		return nil
+	}
+	rs, ok := c.b.(backend.Records)
+	if !ok {
+		return nil
+	}
+	mine := holdersIn(ctx)
+	if len(mine) == 0 {
+		return nil
+	}
+	return &waitCheck{c: c, rs: rs, name: l.name, all: l.k == &writeHolds, mine: mine, every: l.p.dlCheck, since: since, id: newToken()[:11]}
+}
+
+// first is when the first check is due.
+func (w *waitCheck) first() time.Duration { return w.every }
+
+// check writes (or renews) the wait's records and walks the graph. It
+// returns a *DeadlockError once a cycle this wait is to report was found by
+// two walks in a row, and when the next check is due.
+func (w *waitCheck) check(ctx context.Context) (*DeadlockError, time.Duration) {
+	// The record: "<since, ms> <wait ID> <needsAll or needsOne> <name>".
+	needs := needsOne
+	if w.all {
+		needs = needsAll
+	}
+	value := strconv.FormatInt(w.since.UnixMilli(), 10) + " " + w.id + " " + needs + " " + w.name
+	ttl := (3*w.every + time.Second).Milliseconds()
+	for _, id := range w.mine {
+		if ctx.Err() != nil {
+			return nil, w.every
+		}
+		w.written = true
+		if w.rs.SetRecord(ctx, w.key(id), value, ttl) != nil {
+			return nil, w.every
+		}
+	}
+	wk := walk{w: w, ctx: ctx, calls: deadlockCalls}
+	found := wk.blocked(w.name, w.all, 0) && wk.closes && wk.err == nil && wk.last()
+	seen := wk.signature()
+	if !found {
+		w.seen, w.cycle = "", nil
+		return nil, w.every
+	}
+	if w.seen == seen {
+		return &DeadlockError{Name: w.name, Cycle: wk.cycle}, w.every
+	}
+	// Found once: look again after a pause, shorter than the period.
+	w.seen, w.cycle = seen, wk.cycle
+	return nil, w.every / 2
+}
+
+// end deletes the wait's records, if it wrote any.
+func (w *waitCheck) end(ctx context.Context) {
+	if !w.written {
+		return
+	}
+	wait := undoTimeout // (as an undo waits)
+	if ctx.Err() != nil {
+		wait = undoWait
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	defer cancel()
+	for _, id := range w.mine {
+		w.rs.DelRecord(ctx, w.key(id)) // (if not deleted, it expires in a few periods)
+	}
+}
+
+// key is the record of the holder identity id.
+func (w *waitCheck) key(id string) string { return w.c.opts.prefix + "waits:" + id }
+
+// walk is one walk of the waits-for graph from a waitCheck's name.
+type walk struct {
+	w      *waitCheck
+	ctx    context.Context
+	calls  int
+	path   []string // the names on the current path
+	closes bool     // a holder on the walk is the waiter itself
+	err    error
+	cycle  []Wait
+	steps  []step
+}
+
+// step is one holder met on a walk, with its record's wait.
+type step struct {
+	name, holder, since, id string
+}
+
+// blocked reports whether name stays held for as long as its waiter waits:
+// for a waiter that needs every holder gone (all: a writer), one holder
+// that is blocked keeps it; for any other waiter, every holder must be. A
+// holder is blocked if it is the waiter of the check itself, or its record
+// says it waits for a name that is blocked so, or already on the path (a
+// cycle).
+func (k *walk) blocked(name string, all bool, depth int) bool {
+	if slices.Contains(k.path, name) {
+		return true
+	}
+	if depth >= deadlockDepth || k.calls <= 0 {
+		return false
+	}
+	holders, err := k.holders(name)
+	if err != nil || len(holders) == 0 || len(holders) > deadlockWidth {
+		k.err = err
+		return false
+	}
+	k.path = append(k.path, name)
+	defer func() { k.path = k.path[:len(k.path)-1] }()
+	for _, h := range holders {
+		nc, ns, closes := len(k.cycle), len(k.steps), k.closes
+		ok := k.holderBlocked(name, h, depth)
+		switch {
+		case all && ok:
+			return true
+		case all: // (what this holder's branch added is not part of it)
+			k.cycle, k.steps, k.closes = k.cycle[:nc], k.steps[:ns], closes
+		case !ok:
+			return false
+		}
+	}
+	return !all
+}
+
+// holderBlocked reports whether h, a holder of name, is blocked (see
+// blocked).
+func (k *walk) holderBlocked(name, h string, depth int) bool {
+	k.cycle = append(k.cycle, Wait{Name: name, Holder: h})
+	if slices.Contains(k.w.mine, h) {
+		k.closes = true
+		k.steps = append(k.steps, step{name, h, strconv.FormatInt(k.w.since.UnixMilli(), 10), k.w.id})
+		return true
+	}
+	if k.calls--; k.calls < 0 {
+		return false
+	}
+	v, ok, err := k.w.rs.GetRecord(k.ctx, k.w.key(h))
+	if err != nil || !ok {
+		k.err = err
+		return false
+	}
+	since, rest, _ := strings.Cut(v, " ")
+	id, rest, _ := strings.Cut(rest, " ")
+	needs, next, _ := strings.Cut(rest, " ")
+	k.steps = append(k.steps, step{name, h, since, id})
+	return k.blocked(next, needs == needsAll, depth+1)
+}
+
+// holders returns the holder identities of name, as Inspect reads them.
+func (k *walk) holders(name string) ([]string, error) {
+	k.calls--
+	keys, err := k.w.c.check(name)
+	if err != nil {
+		return nil, nil
+	}
+	st, err := k.w.c.b.Inspect(k.ctx, &keys)
+	if err != nil {
+		return nil, err
+	}
+	var hs []string
+	if st.Type == "string" && st.Token != "" {
+		hs = append(hs, st.Token)
+	}
+	for _, o := range st.Owners {
+		hs = append(hs, o.ID)
+	}
+	for _, p := range st.Permits {
+		hs = append(hs, p.Token)
+	}
+	return hs, nil
+}
+
+// last reports whether this wait is the one of the walk's cycle to report
+// it: the one whose wait began last, ties broken by the greater wait ID.
+// Every waiter of the cycle finds the same records, and so the same one.
+func (k *walk) last() bool {
+	mine := strconv.FormatInt(k.w.since.UnixMilli(), 10)
+	for _, s := range k.steps {
+		if s.id == k.w.id {
+			continue
+		}
+		if c := cmpMillis(s.since, mine); c > 0 || (c == 0 && s.id > k.w.id) {
+			return false
+		}
+	}
+	return true
+}
+
+// cmpMillis compares two times as records write them (ms since the epoch).
+func cmpMillis(a, b string) int {
+	x, _ := strconv.ParseInt(a, 10, 64)
+	y, _ := strconv.ParseInt(b, 10, 64)
+	return int(min(max(x-y, -1), 1))
+}
+
+// signature is what two walks must agree on: the names, holders and
+// records' waits met, in order.
+func (k *walk) signature() string {
+	var b strings.Builder
+	for _, s := range k.steps {
+		fmt.Fprintf(&b, "%q %q %s %s\n", s.name, s.holder, s.since, s.id)
+	}
+	return b.String()
+}
+
+// deadlocked tells the observers that the wait for name gave up for err.
+func (c *Client) deadlocked(ctx context.Context, mode, name string, err error) {
+	e := Event{Op: OpDeadlock, Name: name, Mode: mode, Err: err}
+	for _, o := range c.obs.all() {
+		if o.Deadlock != nil {
+			c.obs.safely(func() { o.Deadlock(ctx, &e) })
+		}
+	}
+}
