@@ -14,10 +14,9 @@ import (
 // for a lock that is taken (Acquire: subscribe, sleep, be handed the lock),
 // and the undo of an attempt whose outcome is unknown.
 
-// TryAcquire makes one attempt to take the lock name, without jumping a fair
-// queue. If the lock is held it returns an error wrapping [ErrNotAcquired]
-// whose cause, a [*NotAcquiredError], names the holder. Other errors:
-// [ErrInvalid], [ErrWrongType] (held as another kind), ctx's, or Redis's.
+// TryAcquire makes one attempt, not jumping a fair queue. If the lock is held,
+// the error wraps [ErrNotAcquired], its cause a [*NotAcquiredError]; others:
+// [ErrInvalid], [ErrWrongType], ctx's, Redis's.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return c.acquireAs(ctx, &c.own, name, opts, true)
 }
@@ -44,11 +43,9 @@ func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
 	return l, nil
 }
 
-// Acquire takes the lock name, waiting, woken by releases, as long as ctx and
-// [MaxWait] allow. If ctx ends first it returns an error matching both
-// [ErrNotAcquired] and ctx.Err() and leaves no lease behind. Other errors are
-// those of [Client.TryAcquire]. Unless [WithAutoExtend](false), the watchdog
-// extends the lease every TTL/3 until [Lock.Release].
+// Acquire waits for the lock name while ctx and [MaxWait] allow; if ctx ends
+// first, the error matches [ErrNotAcquired] and ctx.Err(). Others:
+// TryAcquire's.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return c.acquireAs(ctx, &c.own, name, opts, false)
 }

@@ -6,8 +6,7 @@ import (
 )
 
 // Backoff returns how long an unfair waiter sleeps before attempt (from 1),
-// unless a release wakes it; a result ≤ 0 is taken as DefaultMinBackoff. It
-// must be safe for concurrent use.
+// unless a release wakes it (≤ 0: DefaultMinBackoff); safe for concurrent use.
 type Backoff func(attempt int) time.Duration
 
 // ExponentialBackoff doubles the wait from minWait (≥ 1ms) up to maxWait (≥

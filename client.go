@@ -54,10 +54,8 @@ func newClient(b backend.Backend, hubs []*pubsub.Hub, o options) (*Client, error
 	return &Client{engine: e}, nil
 }
 
-// New returns a Client that keeps its locks in rdb (a *redis.Client, a failover
-// client or a *redis.ClusterClient). It sends nothing to Redis and never closes
-// rdb. A nil rdb, or an option invalid or not applying, is refused with an
-// error wrapping [ErrInvalid] that names it.
+// New returns a Client that keeps its locks in rdb, never closed by it. A nil
+// rdb, or an option invalid or not applying, is an error wrapping [ErrInvalid].
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if isNil(rdb) {
 		return nil, fmt.Errorf("%w: New: nil Redis client", ErrInvalid)
@@ -87,10 +85,8 @@ func (o *options) config(sharded bool) backend.Config {
 		Clock: o.clock}
 }
 
-// NewFrom is New for another Redis client, through its driver
-// (extra/dlockrueidis, extra/dlockvalkey, extra/dlockredigo); it never
-// closes conn.
-// [WithReplicaAck], [WithDurableGrants] and [WithoutScripts] need go-redis: [ErrInvalid].
+// NewFrom is New through a driver (extra/dlockrueidis, extra/dlockvalkey,
+// extra/dlockredigo); options that need go-redis are [ErrInvalid].
 func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	if isNil(conn) {
 		return nil, fmt.Errorf("%w: NewFrom: nil driver", ErrInvalid)
@@ -130,10 +126,8 @@ func newNode(rdb redis.UniversalClient, o *options) (backend.Node, *pubsub.Hub) 
 	return n, pubsub.New(goredisdriver.Conn(rdb), sharded)
 }
 
-// Close shuts the Client and its Owner Clients down: waiting and later
-// acquisitions fail with [ErrClosed]; held Locks are not released but no longer
-// extended. It waits for the background clean-up until ctx ends (ctx.Err()),
-// then closes its pub/sub connections, never the Redis clients.
+// Close stops the Client and its Owners: acquisitions fail with [ErrClosed],
+// Locks stop being extended. It waits for clean-up, or returns ctx.Err().
 func (c *Client) Close(ctx context.Context) error {
 	if !c.closed.Swap(true) {
 		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed
@@ -213,9 +207,8 @@ func validName(name string) error {
 	return nil
 }
 
-// Owner returns a Client that takes c's reentrant locks as owner (a request, a
-// job), re-entering what owner holds; it shares c's configuration, connections
-// and Close. [ErrInvalid] if c is not reentrant or owner is empty.
+// Owner returns a Client, sharing c's configuration and Close, whose reentrant
+// locks are held by owner; [ErrInvalid] if c is not reentrant or owner is "".
 func (c *Client) Owner(owner string) (*Client, error) {
 	switch {
 	case !c.own.owned:
@@ -226,19 +219,15 @@ func (c *Client) Owner(owner string) (*Client, error) {
 	return &Client{engine: c.engine, owner: owner}, nil
 }
 
-// Do takes the lock name as [Client.Acquire] does, runs fn, and releases it
-// when fn returns or panics. A loss cancels fn's context (cause: [ErrNotHeld],
-// [ErrMaxHold]), whose Err checks the validity itself, even after a long
-// pause. Do returns fn's error joined with the loss's or the release's.
+// Do takes the lock as [Client.Acquire] does, runs fn and releases it, even on
+// panic. A loss cancels fn's context (cause [ErrNotHeld], or [ErrMaxHold]). It
+// returns fn's error joined with the loss's or the release's.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	return c.do(ctx, &c.own, name, fn, opts, false)
 }
 
-// TryDo runs fn under the lock name only if it is free now (one attempt, as
-// [Client.TryAcquire]): so one of several instances runs a job and the
-// others skip it. If another holds or (fair) waits for it, fn does not run
-// and the error wraps [ErrNotAcquired], its cause a [*NotAcquiredError].
-// Otherwise it is [Client.Do]; fn's own errors come back as they are.
+// TryDo is [Client.Do] with one attempt, as [Client.TryAcquire]: if the lock is
+// held or waited for, fn does not run ([ErrNotAcquired]).
 func (c *Client) TryDo(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	return c.do(ctx, &c.own, name, fn, opts, true)
 }

@@ -9,10 +9,7 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// ClockError is the Err of an [OpClock] event: a Redis server's clock, by
-// which it expires keys, moved by Ahead more (or, < 0, less) than the
-// client's clock did between two extensions' replies, beyond the drift
-// margin: a step, a clock that runs fast or slow, or one that froze.
+// ClockError is OpClock's Err: how far a server's clock moved apart from ours.
 type ClockError struct {
 	Server string        // the server's address (a Cluster's master's), if known ("": a driver)
 	Ahead  time.Duration // > 0: the server's clock ran ahead; < 0: behind

@@ -21,22 +21,18 @@ import (
 // A cycle found twice, alike, is reported by one waiter of it only: the one
 // whose wait began last.
 
-// ErrDeadlock means an acquisition gave up its wait because it was in a cycle
-// of waiters that hold what the others wait for ([DeadlockCheck]). The error
-// also matches [ErrNotAcquired]; its cause is a [*DeadlockError].
+// ErrDeadlock means an acquisition gave up a deadlocked wait ([DeadlockCheck]);
+// it also matches [ErrNotAcquired], with a [*DeadlockError] cause.
 var ErrDeadlock = errors.New("dlock: deadlock")
 
-// DefaultDeadlockCheck is how long a waiter that holds leases waits before it
-// looks for a deadlock, when [DeadlockCheck] is not given.
+// DefaultDeadlockCheck is [DeadlockCheck]'s default.
 const DefaultDeadlockCheck = time.Second
 
 // minDeadlockCheck is the shortest threshold DeadlockCheck accepts.
 const minDeadlockCheck = 10 * time.Millisecond
 
-// DeadlockCheck makes a waiter whose context holds leases (a Do's fn context,
-// or [Lock.Context]) look for a deadlock once it has waited d, and then every
-// d: 0 turns it off; otherwise at least 10ms (default [DefaultDeadlockCheck]).
-// See docs/guarantees.md.
+// DeadlockCheck makes a waiter whose context holds leases look for a deadlock
+// every d it waits (0: off; else ≥ 10ms; default [DefaultDeadlockCheck]).
 func DeadlockCheck(d time.Duration) LeaseOption {
 	return LeaseOption{func(p *lease) {
 		if d < 0 || (d > 0 && d < minDeadlockCheck) {
@@ -47,17 +43,14 @@ func DeadlockCheck(d time.Duration) LeaseOption {
 	}}
 }
 
-// DeadlockError is the cause of an acquisition that gave up its wait for
-// Name, in a cycle of waiters: Cycle[0].Name is Name, each Holder waits for
-// the next entry's Name, and the last entry's Holder is this acquisition's.
-// A name with several holders has an entry for each.
+// DeadlockError is ErrDeadlock's cause: Cycle[0].Name is Name, each Holder
+// waits for the next Name, the last is ours; an entry per holder.
 type DeadlockError struct {
 	Name  string
 	Cycle []Wait
 }
 
-// Wait is one step of a deadlock: Name is held by Holder (a lease token, or
-// a reentrant owner ID, as [Info] and [NotAcquiredError] name holders).
+// Wait is one step of a deadlock: Name held by Holder (a token or owner ID).
 type Wait struct {
 	Name, Holder string
 }

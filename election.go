@@ -11,18 +11,15 @@ import (
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
-// Election is a leader election on one name: candidates queue in arrival order,
-// the first leads until it resigns or its lease ends. A leader paused past its
-// TTL can act after its successor began: give [Leadership.Fence] to what it
-// writes. Safe for concurrent use. See docs/election.md.
+// Election is a leader election (docs/election.md): candidates queue, the first
+// leads until it resigns or its lease ends; safe for concurrent use.
 type Election struct {
 	c    *Client // the Client that made it
 	name string
 	keys backend.Keys
 }
 
-// Election returns the election name. It returns an error wrapping [ErrInvalid]
-// for a bad name, or a quorum, reentrant or script-free Client.
+// Election returns the election name; [ErrInvalid] for a bad name.
 func (c *Client) Election(name string) (*Election, error) {
 	k, err := c.check(name)
 	if err != nil {
@@ -54,9 +51,8 @@ func ledBy(e *NotAcquiredError) string { return heldBy("led by another candidate
 // Name returns the election's name.
 func (e *Election) Name() string { return e.name }
 
-// Campaign waits in arrival order until this candidate leads or ctx ends; value
+// Campaign waits, as [Client.Acquire] does, until this candidate leads; value
 // (valid as [HolderMeta], which it replaces) is what [Election.Leader] shows.
-// End it with [Leadership.Resign]. Errors are those of [Client.Acquire].
 func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOption) (*Leadership, error) {
 	opts, err := e.campaignOpts(value, opts)
 	if err != nil {
@@ -86,8 +82,7 @@ func giveUp(ctx context.Context, l *Lock, err error) {
 	l.Release(context.WithoutCancel(ctx))
 }
 
-// Do campaigns as Campaign does, runs fn while leading and resigns when fn
-// returns or panics, as [Client.Do] does.
+// Do campaigns, runs fn while leading and resigns, as [Client.Do] does.
 func (e *Election) Do(ctx context.Context, value string, fn func(ctx context.Context, ld *Leadership) error, opts ...LockOption) error {
 	opts, err := e.campaignOpts(value, opts)
 	if err != nil {
@@ -166,8 +161,8 @@ func resumedLeadership(ctx context.Context, l *Lock) (*Leadership, error) {
 	return ld, nil
 }
 
-// Leadership is one candidate's term as leader. An open Done does NOT mean it
-// still leads when it acts; use Fence. Safe for concurrent use.
+// Leadership is one candidate's term as leader; as for a [Lock], give its Fence
+// to what it writes. Safe for concurrent use.
 type Leadership struct {
 	l     *Lock
 	fence int64
@@ -187,9 +182,9 @@ func (ld *Leadership) Value() string {
 	return ld.l.Meta()
 }
 
-// Proclaim changes what [Election.Leader] shows, within the term (the lease
-// and fence stay); [ErrNotHeld] once lost, [ErrReleased] after Resign. A
-// Proclaim that failed yet reaches Redis later never undoes a later one.
+// Proclaim changes what [Election.Leader] shows, within the term; [ErrNotHeld]
+// once lost, [ErrReleased] after Resign. A Proclaim that failed yet lands later
+// never undoes a later one.
 func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if why := badMeta(value); why != "" {
 		return fmt.Errorf("%w: proclaim %q: the value %s", ErrInvalid, ld.l.name, why)
@@ -246,8 +241,7 @@ type Leader struct {
 	TTL   time.Duration // the leader's remaining lease when it was read
 }
 
-// Leader returns who leads now, perhaps stale on arrival; [ErrWrongType] if the
-// name is another kind.
+// Leader returns who leads now; [ErrWrongType] if the name is another kind.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	st, err := e.c.b.Inspect(ctx, &e.keys)
 	switch {
@@ -269,8 +263,8 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{Value: value, Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
 }
 
-// Observe returns a channel, closed when ctx ends, of the leadership then each
-// change in fence order (zero: nobody leads); a slow reader gets the latest.
+// Observe returns a channel, closed when ctx ends, of the leader then each
+// change in fence order (zero: none); a slow reader gets the latest.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	go e.observe(ctx, ch)

@@ -12,43 +12,29 @@ import (
 )
 
 var (
-	// ErrNotAcquired means the lock was not taken: held, or the wait ended.
-	ErrNotAcquired = backend.ErrNotAcquired
-	// ErrNotHeld means the lease was lost: work under it may have overlapped another holder's.
-	ErrNotHeld = errors.New("dlock: not held")
-	// ErrReleased is what Err returns after a Release.
-	ErrReleased = errors.New("dlock: released")
-	// ErrInvalid reports a bad argument or option; nothing was taken or changed.
-	ErrInvalid = backend.ErrInvalid
-	// ErrWrongType means the name is held as another kind, or its key is foreign.
-	ErrWrongType = backend.ErrWrongType
-	// ErrReplicaAck means too few replicas acknowledged a write ([WithReplicaAck]).
-	ErrReplicaAck = backend.ErrReplicaAck
-	// ErrNotDurable means the append-only file did not have a write in time ([WithDurableGrants]).
-	ErrNotDurable = backend.ErrNotDurable
-	// ErrStaleFence is [Guard.Write]'s refusal of a write with an old fence.
-	ErrStaleFence = errors.New("dlock: stale fencing token")
-	// ErrMaxHold means a lease reached its max hold ([MaxHold]).
-	ErrMaxHold = errors.New("dlock: max hold reached")
-	// ErrClosed is an acquisition's error after [Client.Close].
-	ErrClosed = errors.New("dlock: client closed")
+	ErrNotAcquired = backend.ErrNotAcquired                   // the lock was not taken: held, or the wait ended
+	ErrNotHeld     = errors.New("dlock: not held")            // the lease was lost: work under it may have overlapped another holder's
+	ErrReleased    = errors.New("dlock: released")            // what Err returns after a Release
+	ErrInvalid     = backend.ErrInvalid                       // a bad argument or option; nothing was taken or changed
+	ErrWrongType   = backend.ErrWrongType                     // the name is held as another kind, or its key is foreign
+	ErrReplicaAck  = backend.ErrReplicaAck                    // too few replicas acknowledged a write (WithReplicaAck)
+	ErrNotDurable  = backend.ErrNotDurable                    // the append-only file did not have a write in time (WithDurableGrants)
+	ErrStaleFence  = errors.New("dlock: stale fencing token") // Guard's refusal of a write with an old fence
+	ErrMaxHold     = errors.New("dlock: max hold reached")    // a lease reached its max hold (MaxHold)
+	ErrClosed      = errors.New("dlock: client closed")       // an acquisition's error after Client.Close
 )
 
-// QuorumError reports an operation that did not reach a majority of nodes:
-// Op ("acquire", "extend", "release", "fence", "resume" or "list"), Held (the
-// nodes that granted it), Need (the majority) and Nodes (per node: nil if it
-// granted, its error or refusal otherwise). It matches [ErrNotAcquired] and
-// unwraps to the nodes' errors; get it with errors.As.
+// QuorumError reports an Op (acquire, extend, release, fence, resume, list)
+// that fewer than Need nodes granted: Held did; Nodes has each node's error
+// (nil: granted). It matches [ErrNotAcquired] and unwraps to the nodes' errors.
 type QuorumError = backend.QuorumError
 
-// NotAcquiredError is the cause of an acquisition refused because the name is
-// held; get it with errors.As. For a semaphore or read-write lock, Holder and
-// Meta are "" and TTL is the soonest hold's.
+// NotAcquiredError is the cause of an acquisition refused: the name is held.
 type NotAcquiredError struct {
 	Name    string        // the name, or AcquireAll's part, not taken
 	Holder  string        // the holder's token, or reentrant owner ID; "" if unknown
 	Meta    string        // the holder's metadata; "" if none or unknown
-	TTL     time.Duration // the holder's remaining lease; -1 if unknown
+	TTL     time.Duration // the holder's (or soonest hold's) remaining lease; -1 if unknown
 	Permits int           // a semaphore's N as asked; 0 otherwise
 
 	say func(*NotAcquiredError) string // its text, as its kind says it (nil: held by another holder)

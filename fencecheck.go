@@ -8,11 +8,9 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// FenceCurrent reports whether fence is still current for the lock name: the
-// lease of token ([Lock.Fence], [Lock.Token]) holds it and no newer fence was
-// issued. It writes nothing, and may be stale on arrival ([Guard] makes a
-// write safe). [ErrInvalid]: bad input, [NewRedlock] or [WithoutScripts];
-// [ErrWrongType]: the name is held as another kind, or its keys are foreign.
+// FenceCurrent reports whether fence is the lock name's newest and token's
+// lease holds it; it only reads, and may be stale. [ErrInvalid]: bad input,
+// NewRedlock, WithoutScripts; [ErrWrongType]: another kind, foreign keys.
 func (c *Client) FenceCurrent(ctx context.Context, name string, fence int64, token string) (bool, error) {
 	k, err := c.check(name)
 	switch {

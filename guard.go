@@ -13,9 +13,7 @@ import (
 	"github.com/dlockio/dlock/internal/script"
 )
 
-// Guard writes resources kept in Redis (a hash per key) only for a fence not
-// older than the newest the resource accepted, so a holder that lost its lock
-// and writes late is refused.
+// Guard writes resources in Redis only with a fence not below the newest seen.
 type Guard struct {
 	rdb redis.Cmdable
 }
@@ -23,10 +21,9 @@ type Guard struct {
 // NewGuard returns a Guard for resources in rdb, which may be any Redis.
 func NewGuard(rdb redis.Cmdable) *Guard { return &Guard{rdb: rdb} }
 
-// Write sets the resource at key to value for the lease with fence and token
-// ([Lock.Fence], [Lock.Token]); [ErrStaleFence] if a higher fence, or the same
-// fence of another lease, wrote before; [ErrInvalid] without a positive fence
-// and a token.
+// Write sets key's resource to value for the lease of fence and token
+// ([Lock.Fence], [Lock.Token]). [ErrStaleFence]: a higher fence, or another
+// lease's same fence, wrote before; [ErrInvalid]: no positive fence or token.
 func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token string) error {
 	switch {
 	case key == "":
@@ -62,13 +59,10 @@ type watcher interface {
 // concurrent write to it aborted the transaction.
 const doTries = 16
 
-// Do runs the commands fn queues in one MULTI that also raises resource's
-// fence (Write's key and rule), only if Write would accept fence and token;
-// else [ErrStaleFence], before fn is called. fn's keys must not include
-// resource and, on a Cluster, must share its slot. Redis runs every queued
-// command even if one fails; Do returns the first error. Bad input:
-// [ErrInvalid]. An error saying "may have been applied" means EXEC's reply
-// was lost: a retry with the same fence and token runs the commands again.
+// Do runs the commands fn queues in one MULTI, guarded as [Guard.Write] at
+// resource (else [ErrStaleFence], fn not called). fn's keys must not include
+// resource and, on a Cluster, must share its slot. It returns the first error;
+// [ErrInvalid]: bad input. See docs/guarantees.md.
 func (g *Guard) Do(ctx context.Context, resource string, fence int64, token string, fn func(redis.Pipeliner) error) error {
 	w, ok := g.rdb.(watcher)
 	switch {

@@ -24,9 +24,7 @@ type Info struct {
 	Permits []Permit      // a semaphore's live permits, the soonest to end first
 	RWHolds []RWHold      // a read-write lock's live holds, the soonest to end first
 	Queued  int           // live waiters in the fair queue (unfair ones are not counted)
-	// InDelay: every lease on the name has at most the inspecting Client's
-	// [LockDelay] left, so its holder's validity has ended.
-	InDelay bool
+	InDelay bool          // every lease has at most this Client's LockDelay left: its validity ended
 }
 
 // Owner is one owner of a reentrant lock.

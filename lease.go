@@ -17,15 +17,12 @@ import (
 // This file holds what one acquisition asks for: the per-call options
 // (LockOption), and the holder metadata that the lease's token carries.
 
-// LockOption configures one acquisition: [LeaseTTL], [HolderMeta], [MaxHold],
-// [LockDelay], [WatchLoss], [DeadlockCheck], [MaxWait] or [Resume]. An invalid one fails the call with [ErrInvalid] before
-// anything is sent.
+// LockOption configures one call; an invalid one fails it with [ErrInvalid].
 type LockOption interface {
 	applyLease(*lease)
 }
 
-// LeaseOption is a lease option: given to New it is the Client's default, given
-// to a call it overrides that default.
+// LeaseOption is given to New as a default, or to a call as an override.
 type LeaseOption struct {
 	set func(*lease)
 }
@@ -83,9 +80,8 @@ func (p *lease) asked(hold time.Duration) time.Duration {
 	return hold + p.delay
 }
 
-// LeaseTTL sets the lease time (default [DefaultTTL]), which the watchdog
-// extends every ttl/3. It must be at least [MinTTL], above the drift margin
-// and, over a quorum, above the node timeout.
+// LeaseTTL sets the lease time (default [DefaultTTL]): at least [MinTTL], above
+// the drift margin and, over a quorum, the node timeout.
 func LeaseTTL(ttl time.Duration) LeaseOption {
 	return LeaseOption{func(p *lease) {
 		if ttl < MinTTL {
@@ -96,9 +92,8 @@ func LeaseTTL(ttl time.Duration) LeaseOption {
 	}}
 }
 
-// MaxWait bounds how long an acquisition waits, besides ctx (AcquireAll: the
-// whole call), then [ErrNotAcquired]; it always makes one attempt (MaxWait(0):
-// one). Refused: d < 0, or d > 0 on TryAcquire or TryDo.
+// MaxWait bounds the wait (AcquireAll's as a whole), then [ErrNotAcquired]; 0
+// makes one attempt. [ErrInvalid]: d < 0, or d > 0 on a Try call.
 func MaxWait(d time.Duration) LeaseOption {
 	return LeaseOption{func(p *lease) {
 		if d < 0 {
@@ -115,9 +110,8 @@ func partWait(left, all time.Duration) LockOption {
 	return lockOption(func(p *lease) { p.wait, p.waitAll = left, all })
 }
 
-// HolderMeta sets the holder metadata (default "hostname:pid"; "" for none)
-// that [Info], [Lock.Meta] and [NotAcquiredError] show; the token carries it,
-// for all to read. UTF-8, ≤ [MaxMetaLen] bytes, no control characters.
+// HolderMeta sets the holder metadata, readable by all (default "hostname:pid";
+// "": none): UTF-8, ≤ [MaxMetaLen] bytes, no control characters.
 func HolderMeta(meta string) LeaseOption {
 	return LeaseOption{func(p *lease) {
 		if why := badMeta(meta); why != "" {
@@ -128,10 +122,9 @@ func HolderMeta(meta string) LeaseOption {
 	}}
 }
 
-// Resume makes the call take over the live lease of token (a [Lock.Token],
-// perhaps another process's), extended to the call's lease time, with a
-// watchdog and loss signal of its own; [ErrNotHeld] if it ended. Its fence is
-// issued anew, above the old (a leadership keeps its term's). See docs/resume.md.
+// Resume takes over the live lease of token (a [Lock.Token]) with a new fence
+// (a leadership keeps its term's); [ErrNotHeld] if it ended. See
+// docs/resume.md.
 func Resume(token string) LockOption {
 	return lockOption(func(p *lease) {
 		if why := badToken(token); why != "" {
@@ -160,10 +153,9 @@ func badToken(token string) string {
 	return ""
 }
 
-// MaxHold caps how long a lease may be held (default 0: no cap; per call, 0
-// lifts the Client's; otherwise at least [MinTTL]). At the cap the lease ends
-// as a loss, with [ErrMaxHold], and is released; the watchdog and [Lock.Extend]
-// never go past it.
+// MaxHold caps how long a lease is held (default 0: none; per call 0 lifts the
+// Client's; else ≥ [MinTTL]); at the cap it is lost ([ErrMaxHold]) and
+// released.
 func MaxHold(d time.Duration) LeaseOption {
 	return LeaseOption{func(p *lease) {
 		if why := badMaxHold(d); why != "" {
@@ -174,11 +166,8 @@ func MaxHold(d time.Duration) LeaseOption {
 	}}
 }
 
-// LockDelay keeps a lease in Redis d past its validity (default 0: none), so
-// that after an end its holder did not make (a crash, a hang, a cut-off, the
-// [MaxHold] cap) nobody takes the name for d: time for a holder that cannot
-// check fences to stop. A Release, or [Client.ForceRelease], frees it at once.
-// Refused with [ErrInvalid]: d < 0.
+// LockDelay keeps a lease in Redis d past its validity (default 0): time for a
+// holder that crashed or hung to stop. A release frees it. [ErrInvalid]: d < 0.
 func LockDelay(d time.Duration) LeaseOption {
 	return LeaseOption{func(p *lease) {
 		if d < 0 {
@@ -189,14 +178,8 @@ func LockDelay(d time.Duration) LeaseOption {
 	}}
 }
 
-// WatchLoss(true) makes the watchdog check the lease at once, not at its next
-// extension (up to TTL/3 later), when a message says it may have ended: a
-// [Client.ForceRelease], a pub/sub reconnect (a restart, a failover), or, with
-// keyspace notifications on (notify-keyspace-events KEA; not on a Cluster),
-// a DEL, expiry, eviction or overwrite of the key. The check is an extension, so a message never makes up
-// a loss; a flood makes one per TTL/30 at most. Cost: a SUBSCRIBE and an
-// UNSUBSCRIBE per lease. Default false; [ErrInvalid] without the watchdog.
-// Limits: docs/guarantees.md.
+// WatchLoss(true) checks the lease when a message says it may have ended
+// (docs/guarantees.md). Default false; [ErrInvalid] without the watchdog.
 func WatchLoss(on bool) LeaseOption {
 	return LeaseOption{func(p *lease) { p.watch = on }}
 }

@@ -11,10 +11,9 @@ import (
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
-// Lock is a held lease on one name (or a permit, a hold, a leadership), until
-// Release or loss; Done and Err report a loss no later than ValidUntil. An open
-// Done does NOT mean the lock is still held when you act: give [Lock.Fence] to
-// the resource. Safe for concurrent use.
+// Lock is a held lease on one name (or a permit, a hold, a leadership) until
+// Release or loss, which Done and Err report by ValidUntil. An open Done does
+// NOT mean it is still held when you act: use Fence. Safe for concurrent use.
 type Lock struct {
 	c     *Client
 	k     *kind // what it is: the Client's own lock, or a kind made on top of them
@@ -184,8 +183,7 @@ func (l *Lock) Name() string { return l.name }
 // Key returns the Redis key that holds the lock.
 func (l *Lock) Key() string { return l.cl.Lock }
 
-// Token returns the lease's opaque token, without spaces: 22 random base64url
-// characters, then '.' and the holder metadata, %XX-escaped, if any.
+// Token returns the lease's opaque token: no spaces, holder metadata included.
 func (l *Lock) Token() string {
 	if l.cl.Owner != "" {
 		return l.cl.Owner
@@ -203,11 +201,9 @@ func (l *Lock) Deadline() (time.Time, bool) {
 	return l.capAt, !l.capAt.IsZero()
 }
 
-// Fence returns the lease's fencing token, issued on the first call while the
-// lease holds the lock ([ErrNotHeld]; also once another Lock is known to have
-// resumed the lease: see [Resume]): above every earlier fence of the name
-// unless Redis's clock steps back over a minute (a day over a quorum). Fences
-// are server time in µs (~1.8e15): store them as 64-bit integers.
+// Fence returns the lease's fencing token, issued at the first call
+// ([ErrNotHeld] if lost or resumed by then): an int64 above every earlier fence
+// of the name unless Redis's clock steps back a minute (a day over a quorum).
 func (l *Lock) Fence(ctx context.Context) (int64, error) {
 	select {
 	case l.fenceSem <- struct{}{}:
@@ -247,8 +243,7 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 	return f, nil
 }
 
-// ValidUntil returns the lease's client-side deadline: until then no other
-// client holds the lock, clock rates differing by less than [WithDrift]'s.
+// ValidUntil returns the deadline until which no other client holds the lock.
 func (l *Lock) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -264,10 +259,8 @@ func (l *Lock) Done() <-chan struct{} {
 	return l.done
 }
 
-// Jeopardy returns a channel closed once the lease is at risk (a watchdog
-// extension failed, or went unanswered for half the validity left, while the
-// lease is valid; or Close stopped the watchdog), and at the release or loss. After a later extension
-// succeeds it returns a new channel. Do's fn reads it from its Lock.
+// Jeopardy returns a channel closed when an extension fails or lags, Close
+// stops the watchdog, or the lease ends; a new one once extended again.
 func (l *Lock) Jeopardy() <-chan struct{} {
 	l.expire()
 	l.mu.Lock()
@@ -285,8 +278,8 @@ func (l *Lock) Jeopardy() <-chan struct{} {
 	return l.jeop
 }
 
-// Err returns nil while the Lock is held, [ErrReleased] after Release, or an
-// error wrapping [ErrNotHeld] that says why it was lost.
+// Err returns nil while held, then [ErrReleased] or the loss (wraps
+// [ErrNotHeld]).
 func (l *Lock) Err() error {
 	l.expire()
 	l.mu.Lock()
@@ -294,8 +287,8 @@ func (l *Lock) Err() error {
 	return l.err
 }
 
-// TTL asks Redis how long the lease has left. [ErrNotHeld] if it is gone, or
-// another Lock resumed it (the Lock is then lost); [ErrReleased] after Release.
+// TTL asks Redis how long the lease has left; [ErrNotHeld] if lost,
+// [ErrReleased].
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.Err(); err == ErrReleased {
 		return 0, opError("ttl", l.name, err)
@@ -317,11 +310,9 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 // Extend resets the lease to ttl from now, shorter or longer, for the watchdog
-// too; past the max hold it cuts it there ([ErrMaxHold], still held). Redis
-// errors are retried while ctx and the validity last, then the earlier validity
-// stands. No call outlasts the validity (go-redis: with pipelining or
-// ContextTimeoutEnabled): past it, the lease is lost, [ErrNotHeld]. Others:
-// [ErrInvalid] (ttl < [MinTTL]), [ErrReleased].
+// too, cut at the max hold ([ErrMaxHold], still held). It retries Redis errors
+// while ctx and the validity last; if it fails the earlier validity stands.
+// Others: [ErrNotHeld], [ErrInvalid] (ttl < [MinTTL]), [ErrReleased].
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: Extend(%v) of %q: the TTL must be at least %v", ErrInvalid, ttl, l.name, MinTTL)
@@ -490,9 +481,8 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 	}
 }
 
-// Release gives the lock up, idempotently; [ErrNotHeld] if it was lost first,
-// or another Lock resumed its lease (which it leaves to that one).
-// On Redis's error the lease expires within its TTL and lock-delay; Release may be retried.
+// Release gives the lock up; a repeat returns nil. [ErrNotHeld] if it was lost
+// or resumed elsewhere first. After a Redis error, retry or let it expire.
 func (l *Lock) Release(ctx context.Context) error {
 	select {
 	case l.relSem <- struct{}{}: // none under way (a done ctx still stops the watchdog below)
@@ -646,11 +636,8 @@ func (l *Lock) onSettled(f func(error)) {
 	l.settled = append(l.settled, f)
 }
 
-// Context returns the context, with no deadline, that is done once the Lock
-// is released or lost, [ErrReleased] or the loss its [context.Cause]: for work
-// under a lock taken without [Client.Do]. Like Do's, it checks the validity
-// itself: it is done as soon as [Lock.Err] reports the loss. Its only value
-// is the Lock, which an acquisition under it reads to find deadlocks.
+// Context returns a context without deadline, cancelled (cause [ErrReleased] or
+// the loss) once [Lock.Err] reports either; waits under it can find deadlocks.
 func (l *Lock) Context() context.Context {
 	l.ctxOnce.Do(func() {
 		ctx, cancel := context.WithCancelCause(context.Background())

@@ -2,8 +2,7 @@ package dlock
 
 import "context"
 
-// Locker is what code that takes locks needs of a Client, which implements it:
-// a test can pass a Client on a private server (package dlocktest).
+// Locker is what code that takes locks needs of a Client, which implements it.
 type Locker interface {
 	Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error)
 	TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error)

@@ -16,8 +16,7 @@ import (
 // This file is the multi-lock: several names taken all or nothing, in one
 // global order, and held behind one handle.
 
-// MultiLock is locks held together ([Client.AcquireAll]), each a [Lock] with
-// its own lease and fence. Done closes when one is lost (or released alone).
+// MultiLock is locks held together; Done closes if a part is lost or released.
 type MultiLock struct {
 	parts []*Lock // in the order the names were given
 	order []*Lock // in acquisition order: by name, byte by byte
@@ -33,10 +32,9 @@ type MultiLock struct {
 	reported bool // a Release of the set has begun
 }
 
-// AcquireAll takes every lock in names, all or nothing, waiting as
-// [Client.Acquire] does, [MaxWait] bounding the whole: one by one in a global
-// order, so overlapping sets cannot deadlock (NOT one atomic step; see
-// docs/multi.md). Errors name the part; [ErrInvalid] for no names or one twice.
+// AcquireAll takes all names or none, waiting as [Client.Acquire], in one
+// global order (NOT atomic: docs/multi.md). [ErrInvalid]: no names, or one
+// twice.
 func (c *Client) AcquireAll(ctx context.Context, names []string, opts ...LockOption) (*MultiLock, error) {
 	return acquireAll(ctx, c.parts(names), opts, false)
 }
@@ -47,10 +45,8 @@ type Part struct {
 	Name   string
 }
 
-// AcquireParts takes every part, each on its own Client, all or nothing, as
-// [Client.AcquireAll] does on one (in the lock keys' order; a key twice is
-// [ErrInvalid]): a multi-lock over independent deployments. With
-// [MaxWait](0) it tries each part once, as [Client.TryAcquireAll] does.
+// AcquireParts is [Client.AcquireAll] for parts on several Clients;
+// [ErrInvalid]: a key twice.
 func AcquireParts(ctx context.Context, parts []Part, opts ...LockOption) (*MultiLock, error) {
 	return acquireAll(ctx, parts, opts, false)
 }
@@ -69,18 +65,13 @@ func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...Lock
 	return acquireAll(ctx, c.parts(names), opts, true)
 }
 
-// DoAll takes the locks as [Client.AcquireAll] does, runs fn, and releases them
-// when fn returns or panics. fn's context is cancelled, with a cause wrapping
-// [ErrNotHeld] that names the part, when a part is lost. It returns fn's error
-// joined with the losses' and the release's.
+// DoAll is [Client.Do] for [Client.AcquireAll]: a part's loss cancels fn's
+// context, its cause wrapping [ErrNotHeld] and naming the part.
 func (c *Client) DoAll(ctx context.Context, names []string, fn func(ctx context.Context, m *MultiLock) error, opts ...LockOption) error {
 	return c.doAll(ctx, names, fn, opts, false)
 }
 
-// TryDoAll runs fn under the locks only if all of them are free now: it
-// makes one attempt per name, as [Client.TryAcquireAll] does, and never
-// waits. If one is held, fn does not run and TryDoAll returns an error
-// wrapping [ErrNotAcquired]. Otherwise it is [Client.DoAll].
+// TryDoAll is [Client.DoAll] with one attempt per name, else [ErrNotAcquired].
 func (c *Client) TryDoAll(ctx context.Context, names []string, fn func(ctx context.Context, m *MultiLock) error, opts ...LockOption) error {
 	return c.doAll(ctx, names, fn, opts, true)
 }

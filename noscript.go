@@ -1,8 +1,6 @@
 package dlock
 
-// WithoutScripts makes the Client run no Lua scripts, for Redis users that may
-// not: plain locks keep their guarantees at 3–4 round trips an operation,
-// waiting unfairly; other kinds are refused. See docs/deployments.md.
+// WithoutScripts runs no Lua: plain, unfair locks only (docs/deployments.md).
 func WithoutScripts() Option {
 	return option(func(o *options) { o.noScripts = true })
 }

@@ -26,44 +26,25 @@ const (
 // Event is one operation on a lock, as an Observer sees it.
 type Event struct {
 	Op   Op
-	Name string // the lock name
-	Mode string // "fair", "unfair", "reentrant", "quorum", "semaphore", "election", "read" or "write"
-	Try  bool   // OpAcquire: one attempt (TryAcquire)
-	Auto bool   // OpExtend: by the watchdog
-
-	// Set for End and Lost:
-	Took time.Duration // the operation's duration; for OpAcquire, the wait
-	Held time.Duration // OpRelease, OpLost: how long the lease was held (0: a failed Release)
-	Err  error         // the error returned, or nil; for Lost, why
+	Name string        // the lock name
+	Mode string        // "fair", "unfair", "reentrant", "quorum", "semaphore", "election", "read" or "write"
+	Try  bool          // OpAcquire: one attempt (TryAcquire)
+	Auto bool          // OpExtend: by the watchdog
+	Took time.Duration // for End and Lost: the operation's duration; for OpAcquire, the wait
+	Held time.Duration // for End and Lost of OpRelease, OpLost: how long the lease was held (0: a failed Release)
+	Err  error         // for End and Lost: the error returned, or nil; for Lost, why
 }
 
 // Observer watches a Client's operations; any field may be nil. Its functions
-// run on the operation's path, concurrently, and must not block; a panic in one
-// breaks nothing and is counted in [Stats].ObserverPanics. [SlogObserver],
-// extra/dlockotel and extra/dlockprom use it.
+// run concurrently and must not block; a panic is recovered and counted.
 type Observer struct {
-	// Start is called as an operation begins; its calls use what it returns.
-	Start func(ctx context.Context, e *Event) context.Context
-	// End is called when the operation ends, with Start's context.
-	End func(ctx context.Context, e *Event)
-	// Lost is called when a lease is lost before its release; e.Err says why.
-	Lost func(ctx context.Context, e *Event)
-	// Jeopardy is called once a lease is at risk, once until it recovers.
-	Jeopardy func(ctx context.Context, e *Event)
-	// Waiting is called with +1 when an Acquire starts to wait, -1 after.
-	Waiting func(ctx context.Context, name string, delta int)
-	// Clock is called when a server's clock, by which Redis expires keys,
-	// moved more or less than ours, beyond the drift margin, between two
-	// extensions' replies; e.Err is a [*ClockError], e.Name the lock whose
-	// extension showed it. It is told once until the clocks agree again;
-	// dlock changes no lease for it (a lease the clock ended early is found
-	// lost at its next extension). While some Observer has Clock, each
-	// extension of a plain, fair or leader lease reads the server's clock
-	// (one TIME in its script).
-	Clock func(ctx context.Context, e *Event)
-	// Deadlock is called when an acquisition gives up its wait in a deadlock
-	// ([ErrDeadlock]), before it returns; e.Err is the error it returns.
-	Deadlock func(ctx context.Context, e *Event)
+	Start    func(ctx context.Context, e *Event) context.Context // as an operation begins; its calls use what it returns
+	End      func(ctx context.Context, e *Event)                 // when the operation ends, with Start's context
+	Lost     func(ctx context.Context, e *Event)                 // a lease lost before its release; e.Err says why
+	Jeopardy func(ctx context.Context, e *Event)                 // a lease at risk, once until it recovers
+	Waiting  func(ctx context.Context, name string, delta int)   // +1 when an Acquire starts to wait, -1 after
+	Clock    func(ctx context.Context, e *Event)                 // a server's clock apart from ours, once until they agree (docs/guarantees.md)
+	Deadlock func(ctx context.Context, e *Event)                 // before an acquisition returns ErrDeadlock (e.Err)
 }
 
 // WithObserver adds an Observer to the Client.
@@ -71,8 +52,7 @@ func WithObserver(o Observer) Option {
 	return option(func(opts *options) { opts.observers = append(opts.observers, o) })
 }
 
-// Observe adds o to the Client's observers, and its Owner Clients', while in
-// use; operations already started do not see o.
+// Observe adds o to the Client's and its Owner Clients' later operations.
 func (c *Client) Observe(o Observer) {
 	c.obs.add(o)
 }
@@ -210,10 +190,8 @@ func (o *observers) safely(f func()) {
 	f()
 }
 
-// SlogObserver returns an Observer that logs through l (nil: slog.Default()),
-// with the operation's context: acquisitions and releases at debug level,
-// failures, leases at risk and servers' clocks that disagree as warnings,
-// lost leases and deadlocks as errors.
+// SlogObserver logs through l (nil: slog.Default()): acquisitions and releases
+// at debug, failures and risks at warn, losses and deadlocks at error.
 func SlogObserver(l *slog.Logger) Observer {
 	if l == nil {
 		l = slog.Default()

@@ -8,8 +8,7 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// DefaultTTL is the lease time when [LeaseTTL] is not given: how long a holder
-// that died blocks others, the watchdog extending every TTL/3.
+// DefaultTTL is the default LeaseTTL: how long a dead holder blocks others.
 const DefaultTTL = 10 * time.Second
 
 // DefaultPrefix is put before every key when WithPrefix is not given.
@@ -18,8 +17,7 @@ const DefaultPrefix = "dlock:"
 // MaxNameLen is the longest lock name accepted, in bytes.
 const MaxNameLen = 1024
 
-// DefaultMinBackoff and DefaultMaxBackoff bound the default backoff of unfair
-// waiters ([WithUnfair]); a release message normally wakes them first.
+// DefaultMinBackoff and DefaultMaxBackoff bound [WithUnfair]'s default backoff.
 const (
 	DefaultMinBackoff = 10 * time.Millisecond
 	DefaultMaxBackoff = time.Second
@@ -101,14 +99,12 @@ func apply(opts []Option) options {
 // MinTTL is the shortest lease time accepted, by LeaseTTL and Lock.Extend.
 const MinTTL = 30 * time.Millisecond
 
-// WithAutoExtend turns the watchdog (extending a held Lock every TTL/3) on, the
-// default, or off: a lease then ends at its TTL unless [Lock.Extend] is called.
+// WithAutoExtend(false) stops the watchdog extending each Lock every TTL/3.
 func WithAutoExtend(on bool) Option {
 	return option(func(o *options) { o.autoExtend = on })
 }
 
-// WithPrefix sets the prefix of every key (default [DefaultPrefix]). It must
-// not contain '{' or '}' ([ErrInvalid]).
+// WithPrefix sets every key's prefix (default [DefaultPrefix]); no '{' or '}'.
 func WithPrefix(prefix string) Option {
 	return option(func(o *options) {
 		if strings.ContainsAny(prefix, "{}") {
@@ -131,10 +127,8 @@ func WithDrift(d time.Duration) Option {
 	})
 }
 
-// WithUnfair makes waiters unfair (the default is arrival order): whoever asks
-// first after a release wins, polling on b (nil: ExponentialBackoff(
-// DefaultMinBackoff, DefaultMaxBackoff)). Reentrant locks, a quorum and
-// [WithoutScripts] always wait so. Mixed modes on a name still exclude.
+// WithUnfair makes waiters poll on b (nil: the default backoff) instead of
+// queueing, as reentrant, quorum and script-free Clients do.
 func WithUnfair(b Backoff) Option {
 	return option(func(o *options) {
 		o.fair = false
@@ -144,17 +138,15 @@ func WithUnfair(b Backoff) Option {
 	})
 }
 
-// WithReentrant makes the Client's locks reentrant (default off): an owner
-// ([Client.Owner]) re-enters a lock it holds, free once it released every
-// hold. They wait unfairly; NewRedlock and WithoutScripts refuse them.
+// WithReentrant(true) makes locks reentrant per [Client.Owner]; NewRedlock and
+// WithoutScripts refuse it.
 func WithReentrant(on bool) Option {
 	return option(func(o *options) { o.reentrant = on })
 }
 
-// WithReplicaAck makes acquisitions and extensions wait up to timeout for n
-// replicas' acknowledgement (default n = 0); one not acknowledged is undone
-// ([ErrReplicaAck], [ErrNotAcquired]). It narrows, but does NOT close, a
-// failover's window.
+// WithReplicaAck makes grants and extensions wait up to timeout for n replicas
+// (default 0); one not acknowledged is undone ([ErrReplicaAck],
+// [ErrNotAcquired]). It narrows, but does NOT close, a failover's window.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return option(func(o *options) {
 		if n < 0 || (n > 0 && timeout <= 0) {
@@ -165,10 +157,10 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 	})
 }
 
-// WithDurableGrants makes acquisitions and extensions wait up to timeout for the
-// server's append-only file (WAITAOF: Redis 7.2+ or Valkey); one not made durable
-// is undone ([ErrNotDurable], [ErrNotAcquired]). No WAITAOF or appendonly: [ErrInvalid];
-// so is a timeout not below the go-redis client's ReadTimeout.
+// WithDurableGrants makes grants and extensions wait up to timeout for the
+// append-only file (WAITAOF, Redis 7.2+), else undone: [ErrNotDurable],
+// [ErrNotAcquired]. [ErrInvalid]: no WAITAOF or appendonly; timeout ≥
+// ReadTimeout.
 func WithDurableGrants(timeout time.Duration) Option {
 	return option(func(o *options) {
 		if timeout <= 0 {
@@ -179,8 +171,8 @@ func WithDurableGrants(timeout time.Duration) Option {
 	})
 }
 
-// WithShardedPubSub announces releases with SPUBLISH (on) or PUBLISH (off). The
-// default is on for a *redis.ClusterClient.
+// WithShardedPubSub announces releases with SPUBLISH (on) or PUBLISH (off); on
+// is the default for a Cluster.
 func WithShardedPubSub(on bool) Option {
 	return option(func(o *options) {
 		o.sharded = -1

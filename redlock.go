@@ -12,11 +12,11 @@ import (
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
-// NewRedlock returns a Client whose locks are held on a majority of N
-// independent masters (Redlock, N odd: docs/deployments.md), waiting at most
-// nodeTimeout for each (0: TTL/50, ≥ 5ms); one short of a majority is undone.
-// A node without persistence must stay down a TTL after a restart. Locks wait
-// unfairly; other kinds, WithReplicaAck and WithoutScripts are [ErrInvalid].
+// NewRedlock returns a Client whose locks are held on a majority of N masters
+// (docs/deployments.md), waiting up to nodeTimeout on each (0: TTL/50, ≥ 5ms).
+// Locks wait unfairly; other kinds, WithReplicaAck and WithoutScripts are
+// [ErrInvalid]. A node without persistence must stay down a TTL after a
+// restart.
 func NewRedlock(nodes []redis.UniversalClient, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
 	return newRedlock("NewRedlock", len(nodes), slices.IndexFunc(nodes, func(n redis.UniversalClient) bool { return isNil(n) }), func(i int, o *options) (backend.Node, *pubsub.Hub) {
 		return newNode(nodes[i], o)

@@ -10,11 +10,8 @@ import (
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
-// RequestRelease asks the holders of the lock name to release it, for reason
-// (valid UTF-8, at most [MaxMetaLen] bytes): each holder that watches its lease
-// ([WatchLoss]) hears it on [Lock.ReleaseRequests] and decides. It is a pub/sub
-// message: a holder that is not listening at that moment never hears it, and
-// nil means it was sent, not heard. It releases nothing itself.
+// RequestRelease asks the holders of name to let go, for reason (UTF-8, ≤
+// [MaxMetaLen] bytes); only those listening hear it ([Lock.ReleaseRequests]).
 func (c *Client) RequestRelease(ctx context.Context, name, reason string) error {
 	k, err := c.check(name)
 	switch {
@@ -29,9 +26,8 @@ func (c *Client) RequestRelease(ctx context.Context, name, reason string) error 
 	return nil
 }
 
-// ReleaseRequests returns a channel of the reasons of the requests to
-// release the lease ([Client.RequestRelease]) heard while it is held; a slow
-// reader gets the latest. It is nil unless the lease is watched ([WatchLoss]).
+// ReleaseRequests returns a channel of the reasons of requests
+// ([Client.RequestRelease]) heard while held; nil without [WatchLoss].
 func (l *Lock) ReleaseRequests() <-chan string {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -18,8 +18,7 @@ type RWMutex struct {
 	writer RWLocker
 }
 
-// RWMutex returns the read-write lock name. It returns an error wrapping
-// [ErrInvalid] for a bad name, or a quorum, reentrant or script-free Client.
+// RWMutex returns the read-write lock name; [ErrInvalid] for a bad name.
 func (c *Client) RWMutex(name string) (*RWMutex, error) {
 	if err := validName(name); err != nil {
 		return nil, err
@@ -62,11 +61,9 @@ func (rw *RWMutex) Reader() *RWLocker { return &rw.reader }
 // Writer returns what takes write holds of the lock.
 func (rw *RWMutex) Writer() *RWLocker { return &rw.writer }
 
-// Downgrade turns w, a write hold of the lock, into a read hold in one step:
-// no writer comes in between, and the readers waiting first join it. w keeps
-// its token, fence and lease. [ErrInvalid] if w is not a write hold of it.
-// After an error of unknown outcome w is the read or the write, whichever
-// is held: it extends and releases as that, and a new Downgrade settles it.
+// Downgrade turns the write hold w into a read hold in one step, keeping its
+// token, fence and lease: no writer comes between. [ErrInvalid] if w is not a
+// write hold of it; after an unknown outcome, Downgrade again.
 func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	if w == nil || w.name != rw.name || w.c.engine != rw.c.engine {
 		return fmt.Errorf("%w: Downgrade of %q: not a hold of it", ErrInvalid, rw.name)
@@ -130,8 +127,7 @@ type RWHold struct {
 	Meta  string        // its holder metadata (HolderMeta), read from Token; "" if none
 }
 
-// Holders returns the live holds, the soonest to end first; [ErrWrongType] if
-// the name is another kind.
+// Holders returns the live holds, soonest first; [ErrWrongType]: another kind.
 func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 	info, err := rw.c.Inspect(ctx, rw.name)
 	switch {
@@ -145,7 +141,7 @@ func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 	return info.RWHolds, nil
 }
 
-// RWLocker takes read or write holds of a read-write lock.
+// RWLocker takes read or write holds; [ErrInvalid] inside a hold of the name.
 type RWLocker struct {
 	c    *Client // the RWMutex's Client
 	k    *kind   // its acquisitions: read or write holds
@@ -165,8 +161,7 @@ type rwNestKey struct {
 // Write reports whether l takes write holds.
 func (l *RWLocker) Write() bool { return l.hold == "w" }
 
-// TryAcquire makes one attempt to take a hold, as [Client.TryAcquire] does;
-// [ErrInvalid] inside a hold of the name (Do's context).
+// TryAcquire makes one attempt to take a hold, as [Client.TryAcquire] does.
 func (l *RWLocker) TryAcquire(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	if err := l.nested(ctx); err != nil {
 		return nil, err
@@ -174,8 +169,7 @@ func (l *RWLocker) TryAcquire(ctx context.Context, opts ...LockOption) (*Lock, e
 	return l.c.acquireAs(ctx, l.k, l.name, opts, true)
 }
 
-// Acquire takes a hold as [Client.Acquire] does; [ErrInvalid] inside a hold of
-// the name (Do's context).
+// Acquire takes a hold as [Client.Acquire] does.
 func (l *RWLocker) Acquire(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	if err := l.nested(ctx); err != nil {
 		return nil, err
@@ -188,10 +182,7 @@ func (l *RWLocker) Do(ctx context.Context, fn func(ctx context.Context, l *Lock)
 	return l.do(ctx, fn, opts, false)
 }
 
-// TryDo runs fn under a hold only if it is granted now, as [Client.TryDo]
-// does: if the hold conflicts with another (a writer, or readers for a
-// write) or others wait, fn does not run and TryDo returns an error
-// wrapping [ErrNotAcquired].
+// TryDo runs fn under a hold only if granted now, else [ErrNotAcquired].
 func (l *RWLocker) TryDo(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	return l.do(ctx, fn, opts, true)
 }

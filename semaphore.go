@@ -10,9 +10,8 @@ import (
 	"github.com/dlockio/dlock/internal/backend"
 )
 
-// Semaphore is a counting semaphore: at most N permits of a name held at once,
-// each a [*Lock], granted in arrival order. NOT guaranteed: a holder paused past
-// its TTL can act beside N others. Safe for concurrent use. docs/semaphore.md.
+// Semaphore is a counting semaphore (docs/semaphore.md): at most N permits held
+// at once, each a *Lock, in arrival order; safe for concurrent use.
 type Semaphore struct {
 	c       *Client // the Client that made it
 	k       kind    // its acquisitions: permits
@@ -21,11 +20,8 @@ type Semaphore struct {
 	keys    backend.Keys
 }
 
-// Semaphore returns the semaphore name of N = permits. Made with 0 permits, it
-// has the size kept in Redis ([Semaphore.TrySetPermits]), and its calls fail
-// with [ErrInvalid] while none is kept. It returns an error wrapping
-// [ErrInvalid] for a bad name or N, or on a quorum, reentrant or script-free
-// Client.
+// Semaphore returns the semaphore name of N = permits, or 0: the size kept in
+// Redis, without which its calls fail. [ErrInvalid]: a bad name or N.
 func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if err := validName(name); err != nil {
 		return nil, err
@@ -62,9 +58,8 @@ func (s *Semaphore) Name() string { return s.name }
 // Permits returns the N it was made with.
 func (s *Semaphore) Permits() int { return s.permits }
 
-// TrySetPermits keeps N = n in Redis for every caller, unless a size is kept
-// already (false); [Semaphore.UnsetPermits] deletes it. n must be in [1,
-// math.MaxInt32].
+// TrySetPermits keeps N = n (1 ≤ n ≤ math.MaxInt32) in Redis for every caller,
+// unless a size is kept already (false).
 func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 1 || n > math.MaxInt32 {
 		return false, fmt.Errorf("%w: TrySetPermits(%d) of %q: need 1 to %d", ErrInvalid, n, s.name, math.MaxInt32)
@@ -73,16 +68,15 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	return ps.Changed, err
 }
 
-// UnsetPermits deletes the size kept in Redis, if any (false if none was):
-// each caller's own N counts again. Holds stay; waiters of N = 0 fail with
-// [ErrInvalid].
+// UnsetPermits deletes the size kept in Redis (false if none): each caller's N
+// counts again, and waiters with N = 0 fail with [ErrInvalid].
 func (s *Semaphore) UnsetPermits(ctx context.Context) (bool, error) {
 	ps, err := s.size(ctx, "unset permits", "unset", 0)
 	return ps.Changed, err
 }
 
-// AddPermits adds delta (< 0: takes away) to the size kept in Redis, or to N if
-// none is, and returns it; holds above a shrunk size stay. [ErrInvalid]: < 1.
+// AddPermits adds delta (< 0: takes away) to the size kept in Redis, else to N,
+// and returns it; holds above it stay. [ErrInvalid]: a result < 1.
 func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 	if delta < -math.MaxInt32 || delta > math.MaxInt32 {
 		return 0, fmt.Errorf("%w: AddPermits(%d) of %q: out of range", ErrInvalid, delta, s.name)
@@ -91,9 +85,8 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 	return ps.Size, err
 }
 
-// Available returns the size (kept in Redis, else N) less the permits held:
-// below 0 while holds above a shrunk size last. [ErrInvalid]: N is 0 and no
-// size is kept.
+// Available returns the size less the permits held (< 0 while holds above a
+// shrunk size last); [ErrInvalid]: N = 0 and no size kept.
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	ps, err := s.size(ctx, "available", "get", 0)
 	if err == nil && ps.Size == 0 {
@@ -102,8 +95,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	return ps.Size - ps.Held, err
 }
 
-// TryAcquire makes one attempt to take a permit, as [Client.TryAcquire] does:
-// it succeeds if fewer than N are held and nobody waits.
+// TryAcquire takes a permit only if fewer than N are held and none waits.
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	return s.c.acquireAs(ctx, &s.k, s.name, opts, true)
 }
@@ -113,15 +105,11 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Lock, err
 	return s.c.acquireAs(ctx, &s.k, s.name, opts, false)
 }
 
-// MaxAcquireN is the most permits [Semaphore.AcquireN] takes at once. Each
-// permit is a member of a sorted set in Redis, and the scripts that grant,
-// extend and release a hold handle each of its members while Redis serves
-// nobody else: for a hold of this size, tens of milliseconds each time.
+// MaxAcquireN is the most permits AcquireN takes (see docs/semaphore.md).
 const MaxAcquireN = 10_000
 
-// AcquireN takes n permits at once (1 ≤ n ≤ N, the size kept and
-// [MaxAcquireN]) as one [*Lock], in arrival order: later callers never pass a
-// waiter for n. [MaxWait](0) makes one attempt.
+// AcquireN takes n permits as one *Lock (1 ≤ n ≤ N, the size kept and
+// [MaxAcquireN]), in arrival order: later callers never pass it.
 func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*Lock, error) {
 	if n > MaxAcquireN {
 		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q: more than MaxAcquireN (%d) permits at once", ErrInvalid, n, s.name, MaxAcquireN)
@@ -141,9 +129,7 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, l *Lock
 	return s.c.do(ctx, &s.k, s.name, fn, opts, false)
 }
 
-// TryDo runs fn under a permit only if one is free now, as [Client.TryDo]
-// does: if all N are held or others wait, fn does not run and TryDo returns
-// an error wrapping [ErrNotAcquired].
+// TryDo runs fn under a permit only if one is free now, else [ErrNotAcquired].
 func (s *Semaphore) TryDo(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	return s.c.do(ctx, &s.k, s.name, fn, opts, true)
 }
@@ -170,8 +156,8 @@ type Permit struct {
 	Count int           // the permits it holds: 1, or n for AcquireN(n)
 }
 
-// Holders returns the live permits, the soonest to end first; [ErrWrongType] if
-// the name is another kind.
+// Holders returns the live permits, soonest first; [ErrWrongType]: another
+// kind.
 func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
 	info, err := s.c.Inspect(ctx, s.name)
 	switch {

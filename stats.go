@@ -2,8 +2,7 @@ package dlock
 
 import "sync/atomic"
 
-// Stats are a Client's counters since New, shared with its Owner Clients. All
-// but Waiting only grow.
+// Stats are a Client's and its Owners' counters; all but Waiting only grow.
 type Stats struct {
 	Acquired       uint64 // acquisitions that took the lock
 	NotAcquired    uint64 // acquisitions that ended without it
@@ -30,11 +29,7 @@ func (c *Client) Stats() Stats {
 type holds [slots]struct{ began, ended atomic.Int64 }
 
 // Held returns how many leases the Client and its Owner Clients hold now, by
-// [Event.Mode], each counted from its acquisition to its release or loss as
-// its Lock knows it: without the watchdog, a lease that ran out counts until
-// it is looked at (Err, Done, an Observer's Lost), and a lease resumed in
-// the same Client counts twice until its old Lock learns of it. A downgraded
-// write counts as a read. A mode once held stays, at 0.
+// [Event.Mode] (docs/observability.md); a mode once held stays, at 0.
 func (c *Client) Held() map[string]int64 {
 	m := map[string]int64{}
 	for i := range c.held {
