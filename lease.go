@@ -194,9 +194,10 @@ func LockDelay(d time.Duration) LeaseOption {
 // [Client.ForceRelease], a pub/sub reconnect (a restart, a failover), or, with
 // keyspace notifications on (notify-keyspace-events KEA; not on a Cluster),
 // a DEL, expiry, eviction or overwrite of the key. The check is an extension, so a message never makes up
-// a loss; a flood makes one per TTL/30 at most. Cost: a SUBSCRIBE and an
-// UNSUBSCRIBE per lease. Default false; [ErrInvalid] without the watchdog.
-// Limits: docs/guarantees.md.
+// a loss; a flood makes one per TTL/30 at most. The acquisition returns once
+// the lock's channel is subscribed, waiting min(TTL/3, 1s) at most (and as
+// ctx allows). Cost: a SUBSCRIBE and an UNSUBSCRIBE per lease. Default
+// false; [ErrInvalid] without the watchdog. Limits: docs/guarantees.md.
 func WatchLoss(on bool) LeaseOption {
 	return LeaseOption{func(p *lease) { p.watch = on }}
 }

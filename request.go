@@ -32,6 +32,8 @@ func (c *Client) RequestRelease(ctx context.Context, name, reason string) error 
 // ReleaseRequests returns a channel of the reasons of the requests to
 // release the lease ([Client.RequestRelease]) heard while it is held; a slow
 // reader gets the latest. It is nil unless the lease is watched ([WatchLoss]).
+// A request sent once the acquisition returned is heard, unless the pub/sub
+// connection was down then (see [WatchLoss]).
 func (l *Lock) ReleaseRequests() <-chan string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
