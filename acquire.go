@@ -55,6 +55,9 @@ func (c *Client) acquireAs(ctx context.Context, k *kind, name string, opts []Loc
 	e, start := Event{Op: OpAcquire, Name: name, Try: try}, time.Now()
 	ctx = c.start(ctx, k, &e)
 	l, err := c.acquire(ctx, k, name, opts, try)
+	if err == nil {
+		l.listen(ctx) // a watched lease hears its channel before it returns
+	}
 	c.end(ctx, &e, start, err)
 	return l, err
 }

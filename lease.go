@@ -179,7 +179,9 @@ func LockDelay(d time.Duration) LeaseOption {
 }
 
 // WatchLoss(true) checks the lease when a message says it may have ended
-// (docs/guarantees.md). Default false; [ErrInvalid] without the watchdog.
+// (docs/guarantees.md); the acquisition returns once the lock's channel is
+// subscribed, waiting min(TTL/3, 1s) at most. Default false; [ErrInvalid]
+// without the watchdog.
 func WatchLoss(on bool) LeaseOption {
 	return LeaseOption{func(p *lease) { p.watch = on }}
 }

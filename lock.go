@@ -112,6 +112,44 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	}
 }
 
+// listenWait bounds how long an acquisition waits for its watch's
+// subscription (see listen): a broken pub/sub connection delays a held
+// lease's return no longer than that, or TTL/3 if shorter.
+const listenWait = time.Second
+
+// listen waits until every hub's watch of a watched lease (WatchLoss)
+// listens on the lock's channel, so that a request or a ForceRelease sent
+// once the acquisition returns is heard; for as long as ctx allows and
+// min(TTL/3, listenWait) at most. Past that the lease is returned all the
+// same: its watch comes up later, and its confirmation (a reconnect's)
+// nudges a check. The keyspace channel is not waited for.
+func (l *Lock) listen(ctx context.Context) {
+	if !l.p.watch {
+		return // (nothing to wait for, nor to lock)
+	}
+	l.mu.Lock()
+	ready := make([]<-chan struct{}, 0, len(l.watches))
+	for _, w := range l.watches {
+		ready = append(ready, w.Ready())
+	}
+	ttl := l.ttl
+	l.mu.Unlock()
+	if len(ready) == 0 {
+		return
+	}
+	bound := time.NewTimer(min(ttl/3, listenWait))
+	defer bound.Stop()
+	for _, r := range ready {
+		select {
+		case <-r:
+		case <-bound.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // terms are what one request for the lease asks for: the lease time to
 // ask Redis for, the validity it gives, the max hold's deadline, and
 // whether the validity ends there.

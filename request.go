@@ -26,8 +26,8 @@ func (c *Client) RequestRelease(ctx context.Context, name, reason string) error 
 	return nil
 }
 
-// ReleaseRequests returns a channel of the reasons of requests
-// ([Client.RequestRelease]) heard while held; nil without [WatchLoss].
+// ReleaseRequests returns the reasons of requests ([Client.RequestRelease])
+// sent after the acquisition returned; nil without [WatchLoss].
 func (l *Lock) ReleaseRequests() <-chan string {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -129,8 +129,8 @@ func TestReleaseRequestOverAQuorumAndWithoutScripts(t *testing.T) {
 }
 
 // askUntilHeard asks c to release l's lock for reason until l hears a
-// request (its watch subscribes after the acquisition returns), for 10s at
-// most, and returns what l heard ("" if nothing).
+// request (its watch may be coming back after a broken connection), for
+// 10s at most, and returns what l heard ("" if nothing).
 func askUntilHeard(t *testing.T, c *dlock.Client, l *dlock.Lock, reason string) string {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {

@@ -571,11 +571,12 @@ func (w *Waiter) signal(wake int64) {
 // Hub can listen to them, on its key's keyspace notifications, that calls
 // a function instead of signalling a wake channel.
 type Watch struct {
-	h   *Hub
-	key string
-	f   func()
-	req func(string)
-	ws  []*Waiter // h.mu guards it
+	h     *Hub
+	key   string
+	f     func()
+	req   func(string)
+	ready <-chan struct{} // see Ready
+	ws    []*Waiter       // h.mu guards it
 }
 
 // Watch makes f be called on every message of channel (a release, a
@@ -592,7 +593,7 @@ func (h *Hub) Watch(channel, key string, f func(), req func(msg string)) *Watch 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w := &Watch{h: h, key: key, f: f, req: req}
-	w.add(channel, false)
+	w.ready = w.add(channel, false)
 	if key != "" && !h.sharded && !h.closed {
 		h.watchKey(w)
 	}
@@ -602,9 +603,10 @@ func (h *Hub) Watch(channel, key string, f func(), req func(msg string)) *Watch 
 // add subscribes w to channel, a key's keyspace channel if keyspace (its
 // messages are events, of which only those in ended call w's function: a
 // lock's channel, which ends in ":ch", is never one, its key ending in
-// "}"); h.mu must be held.
-func (w *Watch) add(channel string, keyspace bool) {
-	hw, _ := w.h.subscribe(channel, WatchToken(), nil)
+// "}"), and returns the channel's ready (see Subscribe); h.mu must be
+// held.
+func (w *Watch) add(channel string, keyspace bool) <-chan struct{} {
+	hw, ready := w.h.subscribe(channel, WatchToken(), nil)
 	hw.call = w.f
 	if !keyspace {
 		hw.req = w.req
@@ -613,7 +615,14 @@ func (w *Watch) add(channel string, keyspace bool) {
 	if t := w.h.topics[channel]; t != nil && keyspace {
 		t.keyspace = true
 	}
+	return ready
 }
+
+// Ready returns a channel closed once Redis has confirmed the watch's
+// subscription to its channel (a message published after that reaches
+// it), or its connection failed, or the Hub was closed. The keyspace
+// channel is not waited for: it comes later.
+func (w *Watch) Ready() <-chan struct{} { return w.ready }
 
 // Close ends the watch; its channels are dropped as a waiter's are.
 func (w *Watch) Close() {

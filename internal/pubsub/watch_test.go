@@ -188,3 +188,41 @@ func TestWatchSubscribesTheKeyAfterAFailureToLearnTheDatabase(t *testing.T) {
 	rdb.Del(t.Context(), "k")
 	expectCall(t, "DEL", calls)
 }
+
+// A Watch's Ready is closed once Redis has confirmed its channel's
+// subscription, so that a message published from then on reaches it; a
+// stalled connection keeps it open until the connection fails.
+func TestWatchReadyOnceItsChannelIsConfirmed(t *testing.T) {
+	t.Parallel()
+	h, _, s, p := startHub(t, false)
+	defer h.Close()
+	direct := s.Client(t)
+	f, calls := watchCalls()
+	w := h.Watch("ch", "", f, nil)
+	select {
+	case <-w.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Ready not closed 5s after the Watch")
+	}
+	if n := direct.PubSubNumSub(t.Context(), "ch").Val()["ch"]; n != 1 {
+		t.Fatalf("once Ready: PUBSUB NUMSUB ch = %d, want 1", n)
+	}
+	direct.Publish(t.Context(), "ch", WakeAll)
+	expectCall(t, "a message published once Ready", calls)
+	w.Close()
+
+	p.Stall()
+	stalled := h.Watch("other", "", f, nil)
+	defer stalled.Close()
+	select {
+	case <-stalled.Ready():
+		t.Fatal("Ready closed while the connection is stalled")
+	case <-time.After(200 * time.Millisecond):
+	}
+	p.Cut()
+	select {
+	case <-stalled.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Ready not closed 5s after its connection was cut")
+	}
+}
