@@ -15,9 +15,10 @@ import (
 // This file finds deadlocks: waiters that hold leases (their context carries
 // them: see heldContext) and wait for each other. Past a threshold, such a
 // waiter writes, for each lease it holds, a record keyed by that lease's
-// holder identity (a token, or a reentrant owner ID) saying what it waits
-// for and since when, and walks the waits-for graph: the name it waits for,
-// that name's holders (Inspect), their records, the names those wait for...
+// holder identity (a token, or a reentrant owner's hold of a name: see
+// ownerHold) saying what it waits for and since when, and walks the
+// waits-for graph: the name it waits for, that name's holders (Inspect),
+// their records, the names those wait for...
 // A cycle found twice, alike, is reported by one waiter of it only: the one
 // whose wait began last.
 
@@ -117,12 +118,19 @@ func (l *Lock) appendHolder(ids []string) []string {
 	}
 	id := l.cl.Token
 	if l.k.owned {
-		id = l.cl.Owner
+		id = ownerHold(l.cl.Owner, l.name)
 	}
 	if slices.Contains(ids, id) {
 		return ids
 	}
 	return append(ids, id)
+}
+
+// ownerHold is the identity a record is keyed by for a reentrant owner's
+// hold of name: an owner's goroutines hold and wait apart, so a wait blocks
+// only the names its own context holds.
+func ownerHold(owner, name string) string {
+	return strconv.Itoa(len(name)) + ":" + name + ":" + owner
 }
 
 // What a record says its waiter needs of the holders of the name it waits
@@ -276,17 +284,17 @@ func (k *walk) blocked(name string, all bool, depth int) bool {
 
 // holderBlocked reports whether h, a holder of name, is blocked (see
 // blocked).
-func (k *walk) holderBlocked(name, h string, depth int) bool {
-	k.cycle = append(k.cycle, Wait{Name: name, Holder: h})
-	if slices.Contains(k.w.mine, h) {
+func (k *walk) holderBlocked(name string, h holder, depth int) bool {
+	k.cycle = append(k.cycle, Wait{Name: name, Holder: h.id})
+	if slices.Contains(k.w.mine, h.rec) {
 		k.closes = true
-		k.steps = append(k.steps, step{name, h, strconv.FormatInt(k.w.since.UnixMilli(), 10), k.w.id})
+		k.steps = append(k.steps, step{name, h.rec, strconv.FormatInt(k.w.since.UnixMilli(), 10), k.w.id})
 		return true
 	}
 	if k.calls--; k.calls < 0 {
 		return false
 	}
-	v, ok, err := k.w.rs.GetRecord(k.ctx, k.w.key(h))
+	v, ok, err := k.w.rs.GetRecord(k.ctx, k.w.key(h.rec))
 	if err != nil || !ok {
 		k.err = err
 		return false
@@ -294,12 +302,16 @@ func (k *walk) holderBlocked(name, h string, depth int) bool {
 	since, rest, _ := strings.Cut(v, " ")
 	id, rest, _ := strings.Cut(rest, " ")
 	needs, next, _ := strings.Cut(rest, " ")
-	k.steps = append(k.steps, step{name, h, since, id})
+	k.steps = append(k.steps, step{name, h.rec, since, id})
 	return k.blocked(next, needs == needsAll, depth+1)
 }
 
-// holders returns the holder identities of name, as Inspect reads them.
-func (k *walk) holders(name string) ([]string, error) {
+// holder is a holder of a name: id as Inspect names it, rec as its
+// record is keyed.
+type holder struct{ id, rec string }
+
+// holders returns the holders of name, as Inspect reads them.
+func (k *walk) holders(name string) ([]holder, error) {
 	k.calls--
 	keys, err := k.w.c.check(name)
 	if err != nil {
@@ -309,15 +321,15 @@ func (k *walk) holders(name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var hs []string
+	var hs []holder
 	if st.Type == "string" && st.Token != "" {
-		hs = append(hs, st.Token)
+		hs = append(hs, holder{st.Token, st.Token})
 	}
 	for _, o := range st.Owners {
-		hs = append(hs, o.ID)
+		hs = append(hs, holder{o.ID, ownerHold(o.ID, name)})
 	}
 	for _, p := range st.Permits {
-		hs = append(hs, p.Token)
+		hs = append(hs, holder{p.Token, p.Token})
 	}
 	return hs, nil
 }

@@ -561,3 +561,25 @@ func TestDeadlockReportTimeWithDefaultThreshold(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("reported %v after the second wait began (threshold %v)", reported.Sub(second), dlock.DefaultDeadlockCheck)
 }
+
+// A reentrant owner waiting in one goroutine does not block the names it
+// holds in another: the holder of the name waited for, who waits for a name
+// the owner's other goroutine holds and will release, is in no cycle.
+func TestDeadlockNotReportedThroughOwnerHoldOfAnotherGoroutine(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.DeadlockCheck(fastCheck))
+	o, h := asOwner(t, c, "job-1"), asOwner(t, c, "job-2")
+	errs, _ := crossing(t,
+		part{first: doOf(o, "order"), then: doOf(o, "inventory")}, // waits for h's "inventory"
+		part{first: doOf(o, "invoice"), hold: 10 * fastCheck},     // the owner's other goroutine: free-running
+		part{first: doOf(h, "inventory"), then: doOf(h, "invoice")})
+	if ds := deadlocks(t, errs); len(ds) != 0 {
+		t.Fatalf("errors %v; want no deadlock", errs)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("part %d: %v; want nil", i, err)
+		}
+	}
+}
