@@ -186,13 +186,12 @@ func (w *waitCheck) check(ctx context.Context) (*DeadlockError, time.Duration) {
 		needs = needsAll
 	}
 	value := strconv.FormatInt(w.since.UnixMilli(), 10) + " " + w.id + " " + needs + " " + w.name
-	ttl := (3*w.every + time.Second).Milliseconds()
 	for _, id := range w.mine {
 		if ctx.Err() != nil {
 			return nil, w.every
 		}
 		w.written = true
-		if w.rs.SetRecord(ctx, w.key(id), value, ttl) != nil {
+		if w.rs.SetRecord(ctx, w.key(id), value, w.life().Milliseconds()) != nil {
 			return nil, w.every
 		}
 	}
@@ -211,20 +210,23 @@ func (w *waitCheck) check(ctx context.Context) (*DeadlockError, time.Duration) {
 	return nil, w.every / 2
 }
 
-// end deletes the wait's records, if it wrote any.
+// life is how long a record lives unless renewed: a few periods.
+func (w *waitCheck) life() time.Duration { return 3*w.every + time.Second }
+
+// end deletes the wait's records, if it wrote any, retried in the
+// background for as long as they could live: a record left behind would
+// make its holder look blocked when it waits no more.
 func (w *waitCheck) end(ctx context.Context) {
 	if !w.written {
 		return
 	}
-	wait := undoTimeout // (as an undo waits)
-	if ctx.Err() != nil {
-		wait = undoWait
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
-	defer cancel()
-	for _, id := range w.mine {
-		w.rs.DelRecord(ctx, w.key(id)) // (if not deleted, it expires in a few periods)
-	}
+	w.c.cleanUp(ctx, time.Now().Add(w.life()), func(ctx context.Context) error {
+		var errs []error
+		for _, id := range w.mine {
+			errs = append(errs, w.rs.DelRecord(ctx, w.key(id)))
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // key is the record of the holder identity id.

@@ -583,3 +583,53 @@ func TestDeadlockNotReportedThroughOwnerHoldOfAnotherGoroutine(t *testing.T) {
 		}
 	}
 }
+
+// A wait whose end cannot delete its record at once (its Redis link
+// stalls) has it deleted once Redis answers: the record does not outlive
+// the wait to make a holder that waits for nothing look blocked.
+func TestDeadlockNotReportedFromRecordOfWaitEndedInOutage(t *testing.T) {
+	t.Parallel()
+	s, rdb := setupTCP(t)
+	ctx := t.Context()
+	p := redistest.NewProxy(t, s.Addr())
+	prdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { prdb.Close() })
+	ct := newClient(t, prdb, dlock.DeadlockCheck(time.Second)) // its records live 4s
+	cv := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
+	u, err := cv.Acquire(ctx, "y") // held by no waiter
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited, release := make(chan error, 1), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- ct.Do(ctx, "x", func(ctx context.Context, _ *dlock.Lock) error {
+			_, err := ct.Acquire(ctx, "y", dlock.MaxWait(1500*time.Millisecond))
+			waited <- err
+			select { // holds "x", waiting for nothing
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	defer func() { close(release); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(records(t, rdb, dlock.DefaultPrefix)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.Stall() // the wait ends (MaxWait) while its link stalls
+	if err := <-waited; !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("the wait for y = %v; want ErrNotAcquired", err)
+	}
+	p.Cut() // (what the stalled link held is dropped)
+	if err := u.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = cv.Do(ctx, "y", func(ctx context.Context, _ *dlock.Lock) error {
+		return cv.Do(ctx, "x", func(context.Context, *dlock.Lock) error { return nil }, dlock.MaxWait(1500*time.Millisecond))
+	})
+	if errors.Is(err, dlock.ErrDeadlock) || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("the wait for x, held by a holder that waits for nothing = %v; want it waited out", err)
+	}
+}
