@@ -633,3 +633,51 @@ func TestDeadlockNotReportedFromRecordOfWaitEndedInOutage(t *testing.T) {
 		t.Fatalf("the wait for x, held by a holder that waits for nothing = %v; want it waited out", err)
 	}
 }
+
+// Two goroutines that wait under one lease share its record: the last
+// written counts. A cycle through the one whose write comes first is not
+// seen by the waiters that read the record (here the one to report it),
+// for as long as the other goroutine waits.
+func TestDeadlockThroughOneOfTwoWaitsUnderOneLeaseIsReported(t *testing.T) {
+	t.Skip("known limitation: a lease's record says one of its waits (docs/guarantees.md); the other's cycle is missed while both wait")
+	t.Parallel()
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	d, err := c.Acquire(ctx, "z") // held, waiting for nothing, until the wait for x ends
+	if err != nil {
+		t.Fatal(err)
+	}
+	says := func(l *dlock.Lock, name string) func() bool { // l's record says its wait for name
+		return func() bool {
+			v, _ := rdb.Get(ctx, dlock.DefaultPrefix+"waits:"+l.Token()).Result()
+			return strings.HasSuffix(v, " "+name)
+		}
+	}
+	var wg sync.WaitGroup
+	err = c.Do(ctx, "y", func(ctx context.Context, y *dlock.Lock) error {
+		xs := make(chan *dlock.Lock, 1)
+		wg.Go(func() {
+			c.Do(t.Context(), "x", func(ctx context.Context, x *dlock.Lock) error {
+				var in sync.WaitGroup
+				in.Go(func() { c.Do(ctx, "y", func(context.Context, *dlock.Lock) error { return nil }) }) // in the cycle
+				waitFor(10*time.Second, says(x, "y"))
+				in.Go(func() { // writes after it, and more often
+					c.Do(ctx, "z", func(context.Context, *dlock.Lock) error { return nil }, dlock.DeadlockCheck(10*time.Millisecond))
+				})
+				waitFor(10*time.Second, says(x, "z"))
+				xs <- x
+				in.Wait()
+				return nil
+			})
+		})
+		<-xs // (this wait begins last: it is the one to report)
+		return c.Do(ctx, "x", func(context.Context, *dlock.Lock) error { return nil }, dlock.MaxWait(30*fastCheck))
+	})
+	d.Release(ctx)
+	wg.Wait()
+	if !errors.Is(err, dlock.ErrDeadlock) {
+		t.Fatalf("the wait for x, in a cycle with one of the waits under x = %v; want ErrDeadlock", err)
+	}
+}
