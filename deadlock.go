@@ -251,7 +251,8 @@ type step struct {
 
 // blocked reports whether name stays held for as long as its waiter waits:
 // for a waiter that needs every holder gone (all: a writer), one holder
-// that is blocked keeps it; for any other waiter, every holder must be. A
+// that is blocked keeps it (one in a cycle of the waiter's, if any, is
+// the one the walk follows); for any other waiter, every holder must be. A
 // holder is blocked if it is the waiter of the check itself, or its record
 // says it waits for a name that is blocked so, or already on the path (a
 // cycle).
@@ -269,19 +270,21 @@ func (k *walk) blocked(name string, all bool, depth int) bool {
 	}
 	k.path = append(k.path, name)
 	defer func() { k.path = k.path[:len(k.path)-1] }()
+	held := false // (all: a holder is blocked, in no cycle of the waiter's)
 	for _, h := range holders {
 		nc, ns, closes := len(k.cycle), len(k.steps), k.closes
 		ok := k.holderBlocked(name, h, depth)
 		switch {
-		case all && ok:
+		case all && ok && k.closes:
 			return true
 		case all: // (what this holder's branch added is not part of it)
 			k.cycle, k.steps, k.closes = k.cycle[:nc], k.steps[:ns], closes
+			held = held || ok
 		case !ok:
 			return false
 		}
 	}
-	return !all
+	return !all || held
 }
 
 // holderBlocked reports whether h, a holder of name, is blocked (see

@@ -681,3 +681,61 @@ func TestDeadlockThroughOneOfTwoWaitsUnderOneLeaseIsReported(t *testing.T) {
 		t.Fatalf("the wait for x, in a cycle with one of the waits under x = %v; want ErrDeadlock", err)
 	}
 }
+
+// A writer's cycle through one reader is found though another reader,
+// met first, is blocked elsewhere (behind a wait that is not reported
+// yet): the walk does not stop at a blocked holder that is no part of
+// its cycle.
+func TestDeadlockThroughOneReaderFoundBesideReaderBlockedElsewhere(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
+	rw, err := c.RWMutex("rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	noop := func(context.Context, *dlock.Lock) error { return nil }
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	// "c" is held by a wait for itself, reported only after 1.5 x 4s.
+	dHeld := make(chan *dlock.Lock, 1)
+	wg.Go(func() {
+		c.Do(ctx, "c", func(ctx context.Context, l *dlock.Lock) error {
+			dHeld <- l
+			return c.Do(ctx, "c", noop, dlock.DeadlockCheck(4*time.Second))
+		})
+	})
+	d := <-dHeld
+	step := func(hold holdFn, then func(ctx context.Context) error) chan error {
+		held, done := make(chan struct{}), make(chan error, 1)
+		wg.Go(func() {
+			done <- hold(ctx, func(ctx context.Context, _ *dlock.Lock) error {
+				close(held)
+				<-start
+				return then(ctx)
+			})
+		})
+		<-held
+		return done
+	}
+	// The first reader (its hold ends first: Inspect lists it first) waits
+	// for "c"; the second for "a", held by the writer that waits for both.
+	first := func(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
+		return rw.Reader().Do(ctx, fn, dlock.LeaseTTL(5*time.Second))
+	}
+	step(first, func(ctx context.Context) error { return c.Do(ctx, "c", noop) })
+	r2 := step(do(rw.Reader().Do), func(ctx context.Context) error { return c.Do(ctx, "a", noop, dlock.MaxWait(15*fastCheck)) })
+	w := step(doOf(c, "a"), func(ctx context.Context) error { return rw.Writer().Do(ctx, noop) })
+	recorded := waitFor(20*time.Second, func() bool { return rdb.Exists(ctx, dlock.DefaultPrefix+"waits:"+d.Token()).Val() == 1 })
+	close(start)
+	errs := []error{<-r2, <-w}
+	wg.Wait()
+	if !recorded {
+		t.Fatal("the wait for c never wrote its record")
+	}
+	if ds := deadlocks(t, errs); len(ds) != 1 {
+		t.Fatalf("errors %v; want one deadlock", errs)
+	}
+}
