@@ -264,8 +264,10 @@ func (k *walk) blocked(name string, all bool, depth int) bool {
 		return false
 	}
 	holders, err := k.holders(name)
-	if err != nil || len(holders) == 0 || len(holders) > deadlockWidth {
+	if err != nil {
 		k.err = err
+	}
+	if err != nil || len(holders) == 0 || len(holders) > deadlockWidth {
 		return false
 	}
 	k.path = append(k.path, name)
@@ -275,6 +277,8 @@ func (k *walk) blocked(name string, all bool, depth int) bool {
 		nc, ns, closes := len(k.cycle), len(k.steps), k.closes
 		ok := k.holderBlocked(name, h, depth)
 		switch {
+		case k.err != nil: // (Redis failed: the walk finds nothing; it stops)
+			return false
 		case all && ok && k.closes:
 			return true
 		case all: // (what this holder's branch added is not part of it)
@@ -300,8 +304,10 @@ func (k *walk) holderBlocked(name string, h holder, depth int) bool {
 		return false
 	}
 	v, ok, err := k.w.rs.GetRecord(k.ctx, k.w.key(h.rec))
-	if err != nil || !ok {
+	if err != nil {
 		k.err = err
+	}
+	if err != nil || !ok {
 		return false
 	}
 	since, rest, _ := strings.Cut(v, " ")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -737,5 +738,47 @@ func TestDeadlockThroughOneReaderFoundBesideReaderBlockedElsewhere(t *testing.T)
 	}
 	if ds := deadlocks(t, errs); len(ds) != 1 {
 		t.Fatalf("errors %v; want one deadlock", errs)
+	}
+}
+
+// A walk that meets a Redis error finds nothing and stops: it sends no
+// more commands to a server that fails them (here records that are not
+// strings: each reader's, of a writer's wait, fails).
+func TestDeadlockWalkStopsAtRedisError(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
+	rw, err := c.RWMutex("rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		r, err := rw.Reader().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Release(context.Background())
+		if err := rdb.HSet(ctx, dlock.DefaultPrefix+"waits:"+r.Token(), "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Do(ctx, "a", func(ctx context.Context, _ *dlock.Lock) error {
+		return rw.Writer().Do(ctx, func(context.Context, *dlock.Lock) error { return nil }, dlock.MaxWait(10*fastCheck))
+	})
+	if !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrDeadlock) {
+		t.Fatalf("the writer's wait = %v; want it waited out", err)
+	}
+	stat := func(cmd, field string) int { // (cmdstat_<cmd>:calls=…,failed_calls=…)
+		_, rest, _ := strings.Cut(rdb.Info(ctx, "commandstats").Val(), "cmdstat_"+cmd+":")
+		_, rest, _ = strings.Cut(strings.SplitN(rest, "\r\n", 2)[0], field+"=")
+		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+		return n
+	}
+	if failed, sets := stat("get", "failed_calls"), stat("set", "calls"); sets == 0 || failed > sets {
+		t.Errorf("%d GETs failed in %d walks (one SET each); want one a walk: none after the first error", failed, sets)
 	}
 }
