@@ -624,6 +624,10 @@ func TestDeadlockNotReportedFromRecordOfWaitEndedInOutage(t *testing.T) {
 		t.Fatalf("the wait for y = %v; want ErrNotAcquired", err)
 	}
 	p.Cut() // (what the stalled link held is dropped)
+	// Gone well within the 4s it could live.
+	if !waitFor(2*time.Second, func() bool { return len(records(t, rdb, dlock.DefaultPrefix)) == 0 }) {
+		t.Errorf("the record of the ended wait outlived it: %v", records(t, rdb, dlock.DefaultPrefix))
+	}
 	if err := u.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
