@@ -413,13 +413,20 @@ func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
 // undo to finish. A process that shuts down calls Close before closing its
 // Redis client, so that a slower undo is not cut short.
 func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
+	deadline := time.Now().Add(backend.RetryFor(cmp.Or(cl.TTL, c.opts.lease.ttl)))
+	c.cleanUp(ctx, deadline, func(ctx context.Context) error { return c.b.Undo(ctx, cl) })
+}
+
+// cleanUp runs f, retried in the background until it succeeds or deadline
+// (backend.Retry). The caller waits for the first try only, as an undo
+// does: up to undoTimeout, or undoWait if ctx is done.
+func (c *Client) cleanUp(ctx context.Context, deadline time.Time, f func(context.Context) error) {
 	wait := undoTimeout
 	if ctx.Err() != nil {
 		wait = undoWait
 	}
 	first := make(chan struct{}) // closed when the first try is over
-	deadline := time.Now().Add(backend.RetryFor(cmp.Or(cl.TTL, c.opts.lease.ttl)))
-	c.bg.Go(func() { c.undoUntil(cl, deadline, first) })
+	c.bg.Go(func() { backend.Retry(deadline, f, func() { close(first) }) })
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -440,10 +447,3 @@ func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 // undoWait is how long a caller whose context is done waits for the undo
 // of its attempt before leaving it to the background.
 const undoWait = 100 * time.Millisecond
-
-// undoUntil runs the undo until it succeeds on every node or gives up (see
-// backend.Retry); first is closed when the first try is over (the caller
-// waits for that one only).
-func (c *Client) undoUntil(cl *backend.Claim, deadline time.Time, first chan struct{}) {
-	backend.Retry(deadline, func(ctx context.Context) error { return c.b.Undo(ctx, cl) }, func() { close(first) })
-}

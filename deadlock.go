@@ -15,9 +15,10 @@ import (
 // This file finds deadlocks: waiters that hold leases (their context carries
 // them: see heldContext) and wait for each other. Past a threshold, such a
 // waiter writes, for each lease it holds, a record keyed by that lease's
-// holder identity (a token, or a reentrant owner ID) saying what it waits
-// for and since when, and walks the waits-for graph: the name it waits for,
-// that name's holders (Inspect), their records, the names those wait for...
+// holder identity (a token, or a reentrant owner's hold of a name: see
+// ownerHold) saying what it waits for and since when, and walks the
+// waits-for graph: the name it waits for, that name's holders (Inspect),
+// their records, the names those wait for...
 // A cycle found twice, alike, is reported by one waiter of it only: the one
 // whose wait began last.
 
@@ -110,12 +111,19 @@ func (l *Lock) appendHolder(ids []string) []string {
 	}
 	id := l.cl.Token
 	if l.k.owned {
-		id = l.cl.Owner
+		id = ownerHold(l.cl.Owner, l.name)
 	}
 	if slices.Contains(ids, id) {
 		return ids
 	}
 	return append(ids, id)
+}
+
+// ownerHold is the identity a record is keyed by for a reentrant owner's
+// hold of name: an owner's goroutines hold and wait apart, so a wait blocks
+// only the names its own context holds.
+func ownerHold(owner, name string) string {
+	return strconv.Itoa(len(name)) + ":" + name + ":" + owner
 }
 
 // What a record says its waiter needs of the holders of the name it waits
@@ -171,13 +179,12 @@ func (w *waitCheck) check(ctx context.Context) (*DeadlockError, time.Duration) {
 		needs = needsAll
 	}
 	value := strconv.FormatInt(w.since.UnixMilli(), 10) + " " + w.id + " " + needs + " " + w.name
-	ttl := (3*w.every + time.Second).Milliseconds()
 	for _, id := range w.mine {
 		if ctx.Err() != nil {
 			return nil, w.every
 		}
 		w.written = true
-		if w.rs.SetRecord(ctx, w.key(id), value, ttl) != nil {
+		if w.rs.SetRecord(ctx, w.key(id), value, w.life().Milliseconds()) != nil {
 			return nil, w.every
 		}
 	}
@@ -196,20 +203,23 @@ func (w *waitCheck) check(ctx context.Context) (*DeadlockError, time.Duration) {
 	return nil, w.every / 2
 }
 
-// end deletes the wait's records, if it wrote any.
+// life is how long a record lives unless renewed: a few periods.
+func (w *waitCheck) life() time.Duration { return 3*w.every + time.Second }
+
+// end deletes the wait's records, if it wrote any, retried in the
+// background for as long as they could live: a record left behind would
+// make its holder look blocked when it waits no more.
 func (w *waitCheck) end(ctx context.Context) {
 	if !w.written {
 		return
 	}
-	wait := undoTimeout // (as an undo waits)
-	if ctx.Err() != nil {
-		wait = undoWait
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
-	defer cancel()
-	for _, id := range w.mine {
-		w.rs.DelRecord(ctx, w.key(id)) // (if not deleted, it expires in a few periods)
-	}
+	w.c.cleanUp(ctx, time.Now().Add(w.life()), func(ctx context.Context) error {
+		var errs []error
+		for _, id := range w.mine {
+			errs = append(errs, w.rs.DelRecord(ctx, w.key(id)))
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // key is the record of the holder identity id.
@@ -234,7 +244,8 @@ type step struct {
 
 // blocked reports whether name stays held for as long as its waiter waits:
 // for a waiter that needs every holder gone (all: a writer), one holder
-// that is blocked keeps it; for any other waiter, every holder must be. A
+// that is blocked keeps it (one in a cycle of the waiter's, if any, is
+// the one the walk follows); for any other waiter, every holder must be. A
 // holder is blocked if it is the waiter of the check itself, or its record
 // says it waits for a name that is blocked so, or already on the path (a
 // cycle).
@@ -246,53 +257,65 @@ func (k *walk) blocked(name string, all bool, depth int) bool {
 		return false
 	}
 	holders, err := k.holders(name)
-	if err != nil || len(holders) == 0 || len(holders) > deadlockWidth {
+	if err != nil {
 		k.err = err
+	}
+	if err != nil || len(holders) == 0 || len(holders) > deadlockWidth {
 		return false
 	}
 	k.path = append(k.path, name)
 	defer func() { k.path = k.path[:len(k.path)-1] }()
+	held := false // (all: a holder is blocked, in no cycle of the waiter's)
 	for _, h := range holders {
 		nc, ns, closes := len(k.cycle), len(k.steps), k.closes
 		ok := k.holderBlocked(name, h, depth)
 		switch {
-		case all && ok:
+		case k.err != nil: // (Redis failed: the walk finds nothing; it stops)
+			return false
+		case all && ok && k.closes:
 			return true
 		case all: // (what this holder's branch added is not part of it)
 			k.cycle, k.steps, k.closes = k.cycle[:nc], k.steps[:ns], closes
+			held = held || ok
 		case !ok:
 			return false
 		}
 	}
-	return !all
+	return !all || held
 }
 
 // holderBlocked reports whether h, a holder of name, is blocked (see
 // blocked).
-func (k *walk) holderBlocked(name, h string, depth int) bool {
-	k.cycle = append(k.cycle, Wait{Name: name, Holder: h})
-	if slices.Contains(k.w.mine, h) {
+func (k *walk) holderBlocked(name string, h holder, depth int) bool {
+	k.cycle = append(k.cycle, Wait{Name: name, Holder: h.id})
+	if slices.Contains(k.w.mine, h.rec) {
 		k.closes = true
-		k.steps = append(k.steps, step{name, h, strconv.FormatInt(k.w.since.UnixMilli(), 10), k.w.id})
+		k.steps = append(k.steps, step{name, h.rec, strconv.FormatInt(k.w.since.UnixMilli(), 10), k.w.id})
 		return true
 	}
 	if k.calls--; k.calls < 0 {
 		return false
 	}
-	v, ok, err := k.w.rs.GetRecord(k.ctx, k.w.key(h))
-	if err != nil || !ok {
+	v, ok, err := k.w.rs.GetRecord(k.ctx, k.w.key(h.rec))
+	if err != nil {
 		k.err = err
+	}
+	if err != nil || !ok {
 		return false
 	}
 	since, rest, _ := strings.Cut(v, " ")
 	id, rest, _ := strings.Cut(rest, " ")
 	needs, next, _ := strings.Cut(rest, " ")
-	k.steps = append(k.steps, step{name, h, since, id})
+	k.steps = append(k.steps, step{name, h.rec, since, id})
 	return k.blocked(next, needs == needsAll, depth+1)
 }
 
-// holders returns the holder identities of name, as Inspect reads them.
-func (k *walk) holders(name string) ([]string, error) {
+// holder is a holder of a name: id as Inspect names it, rec as its
+// record is keyed.
+type holder struct{ id, rec string }
+
+// holders returns the holders of name, as Inspect reads them.
+func (k *walk) holders(name string) ([]holder, error) {
 	k.calls--
 	keys, err := k.w.c.check(name)
 	if err != nil {
@@ -302,15 +325,15 @@ func (k *walk) holders(name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var hs []string
+	var hs []holder
 	if st.Type == "string" && st.Token != "" {
-		hs = append(hs, st.Token)
+		hs = append(hs, holder{st.Token, st.Token})
 	}
 	for _, o := range st.Owners {
-		hs = append(hs, o.ID)
+		hs = append(hs, holder{o.ID, ownerHold(o.ID, name)})
 	}
 	for _, p := range st.Permits {
-		hs = append(hs, p.Token)
+		hs = append(hs, holder{p.Token, p.Token})
 	}
 	return hs, nil
 }

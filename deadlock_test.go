@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -560,4 +561,228 @@ func TestDeadlockReportTimeWithDefaultThreshold(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("reported %v after the second wait began (threshold %v)", reported.Sub(second), dlock.DefaultDeadlockCheck)
+}
+
+// A reentrant owner waiting in one goroutine does not block the names it
+// holds in another: the holder of the name waited for, who waits for a name
+// the owner's other goroutine holds and will release, is in no cycle.
+func TestDeadlockNotReportedThroughOwnerHoldOfAnotherGoroutine(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.WithReentrant(true), dlock.DeadlockCheck(fastCheck))
+	o, h := asOwner(t, c, "job-1"), asOwner(t, c, "job-2")
+	errs, _ := crossing(t,
+		part{first: doOf(o, "order"), then: doOf(o, "inventory")}, // waits for h's "inventory"
+		part{first: doOf(o, "invoice"), hold: 10 * fastCheck},     // the owner's other goroutine: free-running
+		part{first: doOf(h, "inventory"), then: doOf(h, "invoice")})
+	if ds := deadlocks(t, errs); len(ds) != 0 {
+		t.Fatalf("errors %v; want no deadlock", errs)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("part %d: %v; want nil", i, err)
+		}
+	}
+}
+
+// A wait whose end cannot delete its record at once (its Redis link
+// stalls) has it deleted once Redis answers: the record does not outlive
+// the wait to make a holder that waits for nothing look blocked.
+func TestDeadlockNotReportedFromRecordOfWaitEndedInOutage(t *testing.T) {
+	t.Parallel()
+	s, rdb := setupTCP(t)
+	ctx := t.Context()
+	p := redistest.NewProxy(t, s.Addr())
+	prdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { prdb.Close() })
+	ct := newClient(t, prdb, dlock.DeadlockCheck(time.Second)) // its records live 4s
+	cv := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
+	u, err := cv.Acquire(ctx, "y") // held by no waiter
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited, release := make(chan error, 1), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- ct.Do(ctx, "x", func(ctx context.Context, _ *dlock.Lock) error {
+			_, err := ct.Acquire(ctx, "y", dlock.MaxWait(1500*time.Millisecond))
+			waited <- err
+			select { // holds "x", waiting for nothing
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	defer func() { close(release); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(records(t, rdb, dlock.DefaultPrefix)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.Stall() // the wait ends (MaxWait) while its link stalls
+	if err := <-waited; !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("the wait for y = %v; want ErrNotAcquired", err)
+	}
+	p.Cut() // (what the stalled link held is dropped)
+	// Gone well within the 4s it could live.
+	if !waitFor(2*time.Second, func() bool { return len(records(t, rdb, dlock.DefaultPrefix)) == 0 }) {
+		t.Errorf("the record of the ended wait outlived it: %v", records(t, rdb, dlock.DefaultPrefix))
+	}
+	if err := u.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = cv.Do(ctx, "y", func(ctx context.Context, _ *dlock.Lock) error {
+		return cv.Do(ctx, "x", func(context.Context, *dlock.Lock) error { return nil }, dlock.MaxWait(1500*time.Millisecond))
+	})
+	if errors.Is(err, dlock.ErrDeadlock) || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("the wait for x, held by a holder that waits for nothing = %v; want it waited out", err)
+	}
+}
+
+// Two goroutines that wait under one lease share its record: the last
+// written counts. A cycle through the one whose write comes first is not
+// seen by the waiters that read the record (here the one to report it),
+// for as long as the other goroutine waits.
+func TestDeadlockThroughOneOfTwoWaitsUnderOneLeaseIsReported(t *testing.T) {
+	t.Skip("known limitation: a lease's record says one of its waits (docs/guarantees.md); the other's cycle is missed while both wait")
+	t.Parallel()
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	d, err := c.Acquire(ctx, "z") // held, waiting for nothing, until the wait for x ends
+	if err != nil {
+		t.Fatal(err)
+	}
+	says := func(l *dlock.Lock, name string) func() bool { // l's record says its wait for name
+		return func() bool {
+			v, _ := rdb.Get(ctx, dlock.DefaultPrefix+"waits:"+l.Token()).Result()
+			return strings.HasSuffix(v, " "+name)
+		}
+	}
+	var wg sync.WaitGroup
+	err = c.Do(ctx, "y", func(ctx context.Context, y *dlock.Lock) error {
+		xs := make(chan *dlock.Lock, 1)
+		wg.Go(func() {
+			c.Do(t.Context(), "x", func(ctx context.Context, x *dlock.Lock) error {
+				var in sync.WaitGroup
+				in.Go(func() { c.Do(ctx, "y", func(context.Context, *dlock.Lock) error { return nil }) }) // in the cycle
+				waitFor(10*time.Second, says(x, "y"))
+				in.Go(func() { // writes after it, and more often
+					c.Do(ctx, "z", func(context.Context, *dlock.Lock) error { return nil }, dlock.DeadlockCheck(10*time.Millisecond))
+				})
+				waitFor(10*time.Second, says(x, "z"))
+				xs <- x
+				in.Wait()
+				return nil
+			})
+		})
+		<-xs // (this wait begins last: it is the one to report)
+		return c.Do(ctx, "x", func(context.Context, *dlock.Lock) error { return nil }, dlock.MaxWait(30*fastCheck))
+	})
+	d.Release(ctx)
+	wg.Wait()
+	if !errors.Is(err, dlock.ErrDeadlock) {
+		t.Fatalf("the wait for x, in a cycle with one of the waits under x = %v; want ErrDeadlock", err)
+	}
+}
+
+// A writer's cycle through one reader is found though another reader,
+// met first, is blocked elsewhere (behind a wait that is not reported
+// yet): the walk does not stop at a blocked holder that is no part of
+// its cycle.
+func TestDeadlockThroughOneReaderFoundBesideReaderBlockedElsewhere(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
+	rw, err := c.RWMutex("rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	noop := func(context.Context, *dlock.Lock) error { return nil }
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	// "c" is held by a wait for itself, reported only after 1.5 x 4s.
+	dHeld := make(chan *dlock.Lock, 1)
+	wg.Go(func() {
+		c.Do(ctx, "c", func(ctx context.Context, l *dlock.Lock) error {
+			dHeld <- l
+			return c.Do(ctx, "c", noop, dlock.DeadlockCheck(4*time.Second))
+		})
+	})
+	d := <-dHeld
+	step := func(hold holdFn, then func(ctx context.Context) error) chan error {
+		held, done := make(chan struct{}), make(chan error, 1)
+		wg.Go(func() {
+			done <- hold(ctx, func(ctx context.Context, _ *dlock.Lock) error {
+				close(held)
+				<-start
+				return then(ctx)
+			})
+		})
+		<-held
+		return done
+	}
+	// The first reader (its hold ends first: Inspect lists it first) waits
+	// for "c"; the second for "a", held by the writer that waits for both.
+	first := func(ctx context.Context, fn func(context.Context, *dlock.Lock) error) error {
+		return rw.Reader().Do(ctx, fn, dlock.LeaseTTL(5*time.Second))
+	}
+	step(first, func(ctx context.Context) error { return c.Do(ctx, "c", noop) })
+	r2 := step(do(rw.Reader().Do), func(ctx context.Context) error { return c.Do(ctx, "a", noop, dlock.MaxWait(15*fastCheck)) })
+	w := step(doOf(c, "a"), func(ctx context.Context) error { return rw.Writer().Do(ctx, noop) })
+	recorded := waitFor(20*time.Second, func() bool { return rdb.Exists(ctx, dlock.DefaultPrefix+"waits:"+d.Token()).Val() == 1 })
+	close(start)
+	errs := []error{<-r2, <-w}
+	wg.Wait()
+	if !recorded {
+		t.Fatal("the wait for c never wrote its record")
+	}
+	if ds := deadlocks(t, errs); len(ds) != 1 {
+		t.Fatalf("errors %v; want one deadlock", errs)
+	}
+}
+
+// A walk that meets a Redis error finds nothing and stops: it sends no
+// more commands to a server that fails them (here records that are not
+// strings: each reader's, of a writer's wait, fails).
+func TestDeadlockWalkStopsAtRedisError(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
+	rw, err := c.RWMutex("rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		r, err := rw.Reader().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Release(context.Background())
+		if err := rdb.HSet(ctx, dlock.DefaultPrefix+"waits:"+r.Token(), "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Do(ctx, "a", func(ctx context.Context, _ *dlock.Lock) error {
+		return rw.Writer().Do(ctx, func(context.Context, *dlock.Lock) error { return nil }, dlock.MaxWait(10*fastCheck))
+	})
+	if !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrDeadlock) {
+		t.Fatalf("the writer's wait = %v; want it waited out", err)
+	}
+	stat := func(cmd, field string) int { // (cmdstat_<cmd>:calls=…,failed_calls=…)
+		_, rest, _ := strings.Cut(rdb.Info(ctx, "commandstats").Val(), "cmdstat_"+cmd+":")
+		_, rest, _ = strings.Cut(strings.SplitN(rest, "\r\n", 2)[0], field+"=")
+		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+		return n
+	}
+	if failed, sets := stat("get", "failed_calls"), stat("set", "calls"); sets == 0 || failed > sets {
+		t.Errorf("%d GETs failed in %d walks (one SET each); want one a walk: none after the first error", failed, sets)
+	}
 }
