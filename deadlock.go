@@ -63,6 +63,10 @@ func (e *DeadlockError) Error() string {
 		if i > 0 {
 			b.WriteString(", which waits for")
 		}
+		if i == len(e.Cycle)-1 {
+			fmt.Fprintf(&b, " %q held by this waiter (%s)", w.Name, w.Holder)
+			break
+		}
 		fmt.Fprintf(&b, " %q held by %s", w.Name, w.Holder)
 	}
 	return b.String()

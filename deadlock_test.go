@@ -113,6 +113,10 @@ func cycleHas(t *testing.T, d *dlock.DeadlockError, names, holders []string) {
 	if d.Cycle[0].Name != d.Name {
 		t.Errorf("the cycle %v does not begin with the name waited for, %q", d, d.Name)
 	}
+	last := d.Cycle[len(d.Cycle)-1]
+	if want := fmt.Sprintf("%q held by this waiter (%s)", last.Name, last.Holder); !strings.HasSuffix(d.Error(), want) {
+		t.Errorf("the error %q does not end with the waiter's own hold, %s", d.Error(), want)
+	}
 }
 
 // records returns the deadlock records in Redis under the prefix.
