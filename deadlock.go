@@ -19,8 +19,9 @@ import (
 // ownerHold) saying what it waits for and since when, and walks the
 // waits-for graph: the name it waits for, that name's holders (Inspect),
 // their records, the names those wait for...
-// A cycle found twice, alike, is reported by one waiter of it only: the one
-// whose wait began last.
+// A cycle found twice, alike, a period apart, each record of it renewed
+// since (its waiter is alive: a record SET late, or by a frozen waiter, is
+// not), is reported by one waiter of it only: the one whose wait began last.
 
 // ErrDeadlock means an acquisition gave up a deadlocked wait ([DeadlockCheck]);
 // it also matches [ErrNotAcquired], with a [*DeadlockError] cause.
@@ -139,17 +140,18 @@ const (
 
 // waitCheck is the deadlock check of one wait (acquisition.run).
 type waitCheck struct {
-	c       *Client
-	rs      backend.Records
-	name    string   // the name waited for
-	all     bool     // the waiter needs every holder of name gone (a writer)
-	mine    []string // the holder identities of the leases the waiter holds
-	every   time.Duration
-	since   time.Time
-	id      string // this wait's, to break ties between waits begun alike
-	written bool   // records may be in Redis
-	seen    string // the cycle the last walk found, if this wait is to report it
-	cycle   []Wait
+	c        *Client
+	rs       backend.Records
+	name     string   // the name waited for
+	all      bool     // the waiter needs every holder of name gone (a writer)
+	mine     []string // the holder identities of the leases the waiter holds
+	every    time.Duration
+	since    time.Time
+	id       string // this wait's, to break ties between waits begun alike
+	renewals int    // the records' writes so far
+	written  bool   // records may be in Redis
+	seen     string // the cycle the last walks found, if this wait is to report it
+	counts   []int  // the renewals of its records when first found
 }
 
 // deadlockCheck returns the deadlock check of a wait for l that began at
@@ -174,15 +176,17 @@ func (c *Client) deadlockCheck(ctx context.Context, l *Lock, since time.Time) *w
 func (w *waitCheck) first() time.Duration { return w.every }
 
 // check writes (or renews) the wait's records and walks the graph. It
-// returns a *DeadlockError once a cycle this wait is to report was found by
-// two walks in a row, and when the next check is due.
+// returns a *DeadlockError once a cycle this wait is to report was found
+// alike by walks a period or more apart, every other record of it renewed
+// in between, and when the next check is due.
 func (w *waitCheck) check(ctx context.Context) (*DeadlockError, time.Duration) {
-	// The record: "<since, ms> <wait ID> <needsAll or needsOne> <name>".
+	// The record: "<since, ms> <wait ID> <renewals> <needsAll or needsOne> <name>".
 	needs := needsOne
 	if w.all {
 		needs = needsAll
 	}
-	value := strconv.FormatInt(w.since.UnixMilli(), 10) + " " + w.id + " " + needs + " " + w.name
+	w.renewals++
+	value := strconv.FormatInt(w.since.UnixMilli(), 10) + " " + w.id + " " + strconv.Itoa(w.renewals) + " " + needs + " " + w.name
 	for _, id := range w.mine {
 		if ctx.Err() != nil {
 			return nil, w.every
@@ -195,16 +199,15 @@ func (w *waitCheck) check(ctx context.Context) (*DeadlockError, time.Duration) {
 	wk := walk{w: w, ctx: ctx, calls: deadlockCalls}
 	found := wk.blocked(w.name, w.all, 0) && wk.closes && wk.err == nil && wk.last()
 	seen := wk.signature()
-	if !found {
-		w.seen, w.cycle = "", nil
-		return nil, w.every
-	}
-	if w.seen == seen {
+	switch {
+	case !found:
+		w.seen, w.counts = "", nil
+	case w.seen != seen: // found once: look again a period on
+		w.seen, w.counts = seen, wk.counts()
+	case wk.renewed(w.counts):
 		return &DeadlockError{Name: w.name, Cycle: wk.cycle}, w.every
 	}
-	// Found once: look again after a pause, shorter than the period.
-	w.seen, w.cycle = seen, wk.cycle
-	return nil, w.every / 2
+	return nil, w.every
 }
 
 // life is how long a record lives unless renewed: a few periods.
@@ -241,9 +244,11 @@ type walk struct {
 	steps  []step
 }
 
-// step is one holder met on a walk, with its record's wait.
+// step is one holder met on a walk, with its record's wait and renewals
+// (-1: the walker's own).
 type step struct {
 	name, holder, since, id string
+	renewals                int
 }
 
 // blocked reports whether name stays held for as long as its waiter waits:
@@ -294,7 +299,7 @@ func (k *walk) holderBlocked(name string, h holder, depth int) bool {
 	k.cycle = append(k.cycle, Wait{Name: name, Holder: h.id})
 	if slices.Contains(k.w.mine, h.rec) {
 		k.closes = true
-		k.steps = append(k.steps, step{name, h.rec, strconv.FormatInt(k.w.since.UnixMilli(), 10), k.w.id})
+		k.steps = append(k.steps, step{name, h.rec, strconv.FormatInt(k.w.since.UnixMilli(), 10), k.w.id, -1})
 		return true
 	}
 	if k.calls--; k.calls < 0 {
@@ -309,8 +314,13 @@ func (k *walk) holderBlocked(name string, h holder, depth int) bool {
 	}
 	since, rest, _ := strings.Cut(v, " ")
 	id, rest, _ := strings.Cut(rest, " ")
+	n, rest, _ := strings.Cut(rest, " ")
 	needs, next, _ := strings.Cut(rest, " ")
-	k.steps = append(k.steps, step{name, h.rec, since, id})
+	renewals, err := strconv.Atoi(n)
+	if err != nil { // (a record of no renewals: it proves no waiter alive)
+		return false
+	}
+	k.steps = append(k.steps, step{name, h.rec, since, id, renewals})
 	return k.blocked(next, needs == needsAll, depth+1)
 }
 
@@ -373,6 +383,27 @@ func (k *walk) signature() string {
 		fmt.Fprintf(&b, "%q %q %s %s\n", s.name, s.holder, s.since, s.id)
 	}
 	return b.String()
+}
+
+// counts returns the renewals of the records the walk met, in order.
+func (k *walk) counts() []int {
+	var ns []int
+	for _, s := range k.steps {
+		ns = append(ns, s.renewals)
+	}
+	return ns
+}
+
+// renewed reports whether every record the walk met, other than the
+// walker's own, was renewed since a walk that met them alike counted
+// before: its waiter still waits.
+func (k *walk) renewed(before []int) bool {
+	for i, s := range k.steps {
+		if s.renewals >= 0 && (i >= len(before) || s.renewals <= before[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // deadlocked tells the observers that the wait for name gave up for err.

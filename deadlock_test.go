@@ -218,7 +218,7 @@ func TestDeadlockNotReportedWhenOneWaiterDiesMidCycle(t *testing.T) {
 	t.Parallel()
 	s, rdb := setup(t)
 	// A lease (500ms) that ends before the second walk of a cycle found
-	// once (1s later): the survivor's walks cannot confirm it.
+	// once (2s later): the survivor's walks cannot confirm it.
 	hs := startNested(t, s, rdb, 500*time.Millisecond, 2*time.Second)
 	both := func() bool { return len(records(t, rdb, dlock.DefaultPrefix)) == 2 }
 	if !waitFor(30*time.Second, both) {
@@ -605,19 +605,7 @@ func TestDeadlockNotReportedFromRecordOfWaitEndedInOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waited, release := make(chan error, 1), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- ct.Do(ctx, "x", func(ctx context.Context, _ *dlock.Lock) error {
-			_, err := ct.Acquire(ctx, "y", dlock.MaxWait(1500*time.Millisecond))
-			waited <- err
-			select { // holds "x", waiting for nothing
-			case <-release:
-			case <-ctx.Done():
-			}
-			return nil
-		})
-	}()
+	waited, release, done := holdAfterWait(ctx, ct, "x", "y")
 	defer func() { close(release); <-done }()
 	deadline := time.Now().Add(10 * time.Second)
 	for len(records(t, rdb, dlock.DefaultPrefix)) == 0 && time.Now().Before(deadline) {
@@ -641,6 +629,25 @@ func TestDeadlockNotReportedFromRecordOfWaitEndedInOutage(t *testing.T) {
 	if errors.Is(err, dlock.ErrDeadlock) || !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("the wait for x, held by a holder that waits for nothing = %v; want it waited out", err)
 	}
+}
+
+// holdAfterWait runs a Do of held whose function waits for name (1.5s at
+// most), tells that wait's error on waited, then holds held, waiting for
+// nothing, until release is closed; done gets the Do's error.
+func holdAfterWait(ctx context.Context, c *dlock.Client, held, name string) (waited <-chan error, release chan struct{}, done <-chan error) {
+	w, r, d := make(chan error, 1), make(chan struct{}), make(chan error, 1)
+	go func() {
+		d <- c.Do(ctx, held, func(ctx context.Context, _ *dlock.Lock) error {
+			_, err := c.Acquire(ctx, name, dlock.MaxWait(1500*time.Millisecond))
+			w <- err
+			select {
+			case <-r:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	return w, r, d
 }
 
 // Two goroutines that wait under one lease share its record: the last
@@ -708,7 +715,7 @@ func TestDeadlockThroughOneReaderFoundBesideReaderBlockedElsewhere(t *testing.T)
 	noop := func(context.Context, *dlock.Lock) error { return nil }
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	// "c" is held by a wait for itself, reported only after 1.5 x 4s.
+	// "c" is held by a wait for itself, reported only after 2 x 4s.
 	dHeld := make(chan *dlock.Lock, 1)
 	wg.Go(func() {
 		c.Do(ctx, "c", func(ctx context.Context, l *dlock.Lock) error {
@@ -788,5 +795,83 @@ func TestDeadlockWalkStopsAtRedisError(t *testing.T) {
 	}
 	if failed, sets := stat("get", "failed_calls"), stat("set", "calls"); sets == 0 || failed > sets {
 		t.Errorf("%d GETs failed in %d walks (one SET each); want one a walk: none after the first error", failed, sets)
+	}
+}
+
+// A record SET late, after its wait ended and deleted it, names a holder
+// that waits no more: its renewals never grow, so the wait it seems to
+// close a cycle with is not told of a deadlock, and takes the name once
+// that holder releases it.
+func TestDeadlockNotReportedFromRecordSetAfterItsWaitEnded(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	ch := newClient(t, rdb, dlock.DeadlockCheck(time.Second)) // its records live 4s
+	cv := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
+	heldY, goX, vDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		vDone <- cv.Do(ctx, "y", func(ctx context.Context, _ *dlock.Lock) error {
+			close(heldY)
+			select {
+			case <-goX:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return cv.Do(ctx, "x", func(context.Context, *dlock.Lock) error { return nil })
+		})
+	}()
+	<-heldY
+	waited, release, hDone := holdAfterWait(ctx, ch, "x", "y")
+	// The holder's record, as its wait last wrote it.
+	var key, value string
+	for over := false; !over; {
+		select {
+		case err := <-waited:
+			if !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("the wait for y = %v; want ErrNotAcquired", err)
+			}
+			over = true
+		case <-time.After(10 * time.Millisecond):
+		}
+		for _, k := range records(t, rdb, dlock.DefaultPrefix) {
+			if v, err := rdb.Get(ctx, k).Result(); err == nil {
+				key, value = k, v
+			}
+		}
+	}
+	if key == "" {
+		t.Fatal("the wait for y wrote no record")
+	}
+	if !waitFor(10*time.Second, func() bool { return len(records(t, rdb, dlock.DefaultPrefix)) == 0 }) {
+		t.Fatal("the ended wait's record was never deleted")
+	}
+	// A delayed SET of it lands now, with its life.
+	if err := rdb.Set(ctx, key, value, 4*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(goX)
+	// The other side waits for x: let it check a few periods (a report
+	// came at its second walk), then x is released.
+	renewed := func() bool {
+		for _, k := range records(t, rdb, dlock.DefaultPrefix) {
+			v, _ := rdb.Get(ctx, k).Result()
+			if f := strings.Fields(v); k != key && len(f) > 2 {
+				if n, err := strconv.Atoi(f[2]); err == nil && n >= 4 {
+					return true
+				}
+			}
+		}
+		return len(vDone) > 0
+	}
+	if !waitFor(20*time.Second, renewed) {
+		t.Error("the wait for x never checked four times")
+	}
+	close(release)
+	if err := <-hDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-vDone; err != nil {
+		t.Fatalf("the wait for x, held by a holder that waits for nothing = %v; want it to take x", err)
 	}
 }
