@@ -809,19 +809,7 @@ func TestDeadlockNotReportedFromRecordSetAfterItsWaitEnded(t *testing.T) {
 	defer cancel()
 	ch := newClient(t, rdb, dlock.DeadlockCheck(time.Second)) // its records live 4s
 	cv := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
-	heldY, goX, vDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() {
-		vDone <- cv.Do(ctx, "y", func(ctx context.Context, _ *dlock.Lock) error {
-			close(heldY)
-			select {
-			case <-goX:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			return cv.Do(ctx, "x", func(context.Context, *dlock.Lock) error { return nil })
-		})
-	}()
-	<-heldY
+	goX, vDone := holdThenTake(ctx, cv, "y", "x")
 	waited, release, hDone := holdAfterWait(ctx, ch, "x", "y")
 	// The holder's record, as its wait last wrote it.
 	var key, value string
@@ -873,5 +861,57 @@ func TestDeadlockNotReportedFromRecordSetAfterItsWaitEnded(t *testing.T) {
 	}
 	if err := <-vDone; err != nil {
 		t.Fatalf("the wait for x, held by a holder that waits for nothing = %v; want it to take x", err)
+	}
+}
+
+// holdThenTake runs a Do of held whose function, once goOn is closed,
+// takes name (a Do); it returns once held is held. done gets the Do's
+// error.
+func holdThenTake(ctx context.Context, c *dlock.Client, held, name string) (goOn chan struct{}, done <-chan error) {
+	in, g, d := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		d <- c.Do(ctx, held, func(ctx context.Context, _ *dlock.Lock) error {
+			close(in)
+			select {
+			case <-g:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return c.Do(ctx, name, func(context.Context, *dlock.Lock) error { return nil })
+		})
+	}()
+	select {
+	case <-in:
+	case <-d: // (d is buffered: the caller reads the error again)
+		d <- fmt.Errorf("the Do of %s ended before holding it", held)
+	}
+	return g, d
+}
+
+// A waiter frozen (SIGSTOP) while it waits, its leases still valid, stops
+// renewing its record: the wait it seems to close a cycle with is not told
+// of a deadlock, and takes the frozen one's name once its lease runs out.
+func TestDeadlockNotReportedThroughFrozenWaiter(t *testing.T) {
+	t.Parallel()
+	s, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cv := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
+	goX, vDone := holdThenTake(ctx, cv, "y", "x")
+	// The worker holds x (a 3s lease) and waits for y; its record lives 4s.
+	h := startHelper(t, s, "nest", "x", 3*time.Second, 0, "DLOCK_INNER=y", "DLOCK_DEADLOCK=1s")
+	if !h.waitLine("outer", 30*time.Second) {
+		t.Fatalf("the worker never took x: %s", h.out.String())
+	}
+	if err := rdb.Set(ctx, nestGoKey, "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(30*time.Second, func() bool { return len(records(t, rdb, dlock.DefaultPrefix)) == 1 }) {
+		t.Fatal("the worker's wait for y wrote no record")
+	}
+	h.stop(t)
+	close(goX)
+	if err := <-vDone; err != nil {
+		t.Fatalf("the wait for x, held by a frozen worker = %v; want it to take x once the lease runs out", err)
 	}
 }
