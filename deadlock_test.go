@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -217,9 +218,11 @@ func TestDeadlockAcrossProcessesIsReportedByOne(t *testing.T) {
 func TestDeadlockNotReportedWhenOneWaiterDiesMidCycle(t *testing.T) {
 	t.Parallel()
 	s, rdb := setup(t)
-	// A lease (500ms) that ends before the second walk of a cycle found
-	// once (2s later): the survivor's walks cannot confirm it.
-	hs := startNested(t, s, rdb, 500*time.Millisecond, 2*time.Second)
+	// The dead worker's record is never renewed again, so the survivor's
+	// walks cannot confirm the cycle; its lease (2s: long enough that the
+	// survivor's own outlives a loaded machine's late extensions) ends, and
+	// the survivor takes the name.
+	hs := startNested(t, s, rdb, 2*time.Second, 2*time.Second)
 	both := func() bool { return len(records(t, rdb, dlock.DefaultPrefix)) == 2 }
 	if !waitFor(30*time.Second, both) {
 		t.Fatal("the workers never both waited past the threshold")
@@ -293,6 +296,7 @@ func nestHelper(ctx context.Context, c *dlock.Client, rdb *redis.Client, outer, 
 	case errors.Is(err, dlock.ErrDeadlock):
 		fmt.Println("deadlock")
 	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
 		fmt.Println("error")
 		return 1
 	default:
