@@ -18,6 +18,8 @@ import (
 var (
 	tortureSeed  = flag.Uint64("torture.seed", 0, "seed of the fault checker's rounds (0: from the time)")
 	tortureRound = flag.Int("torture.round", -1, "run only this round of the seed")
+	tortureMode  = flag.String("torture.mode", "", "run every round in this mode")
+	tortureOut   = flag.String("torture.out", "", "directory to save the merged history of each failing round in")
 )
 
 // tortureConn is the fault checker's connection to a node: a valkey
@@ -49,6 +51,6 @@ func TestFaultCheckerFindsNoViolation(t *testing.T) {
 	case testing.Short():
 		budget = 20 * time.Second
 	}
-	torture.Run(t, torture.Options{Seed: *tortureSeed, Round: *tortureRound, Budget: budget,
+	torture.Run(t, torture.Options{Seed: *tortureSeed, Round: *tortureRound, Budget: budget, Out: *tortureOut, Mode: *tortureMode,
 		Skip: []string{torture.ModeNoScripts}, Rerun: "cd extra/dlockvalkey && go test -race -run TestFaultCheckerFindsNoViolation ."})
 }
