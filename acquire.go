@@ -144,7 +144,7 @@ func (a *acquisition) checkDeadlock() error {
 		a.dlT.Reset(next)
 		return nil
 	}
-	a.c.deadlocked(a.ctx, a.l.k.mode, a.l.name, opError(a.l.k.acquireOp, a.l.name, found)) // (as acquire returns it)
+	a.c.deadlocked(a.ctx, a.l.k.mode(), a.l.name, opError(a.l.k.acquireOp, a.l.name, found)) // (as acquire returns it)
 	return found
 }
 

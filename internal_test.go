@@ -99,14 +99,3 @@ func TestBackendErrorsAreThePackages(t *testing.T) {
 		t.Errorf("%v does not match ErrNotAcquired and its node's ErrWrongType", deep)
 	}
 }
-
-// Each kind's slot is its mode's place in modes, so that Held names the
-// modes as Event.Mode does.
-func TestKindSlotsNameTheirModes(t *testing.T) {
-	sem := semaphoreKind(1)
-	for _, k := range []*kind{&unfairLocks, &fairLocks, &quorumLocks, &reentrantLocks, &campaigns, &readHolds, &writeHolds, &sem} {
-		if got := modes[k.slot]; got != k.mode {
-			t.Errorf("modes[%d] = %q, want the kind's mode %q", k.slot, got, k.mode)
-		}
-	}
-}

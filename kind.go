@@ -13,8 +13,7 @@ import (
 // chosen when the Client is made), or a kind made on top of them, each
 // described in its own file (semaphore.go, rwmutex.go, election.go).
 type kind struct {
-	mode  string       // its name in Event.Mode
-	slot  int          // its mode's place in modes, and in the Client's held counts
+	slot  int          // its mode (modes[slot], its name in Event.Mode), and its place in the Client's held counts
 	lease backend.Kind // what the backend runs
 	fair  bool         // its waiters queue
 	tag   byte         // the tag of its lease tokens (see tokenTag)
@@ -55,13 +54,16 @@ const (
 // modes names each slot's mode, as Event.Mode does.
 var modes = [slots]string{"unfair", "fair", "quorum", "reentrant", "election", "read", "write", "semaphore"}
 
+// mode is k's name in Event.Mode.
+func (k *kind) mode() string { return modes[k.slot] }
+
 // The kinds of a Client's own locks, one chosen when it is made
 // (own, NewRedlock).
 var (
-	unfairLocks    = kind{mode: "unfair", slot: slotUnfair, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
-	fairLocks      = kind{mode: "fair", slot: slotFair, lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
-	quorumLocks    = kind{mode: "quorum", slot: slotQuorum, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
-	reentrantLocks = kind{mode: "reentrant", slot: slotReentrant, lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
+	unfairLocks    = kind{slot: slotUnfair, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
+	fairLocks      = kind{slot: slotFair, lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
+	quorumLocks    = kind{slot: slotQuorum, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
+	reentrantLocks = kind{slot: slotReentrant, lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
 		owned: true, refused: ownerRefused, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
 )
 

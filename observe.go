@@ -100,7 +100,7 @@ func (o *observers) all() []Observer {
 // start tells the observers that e begins and returns the context for its
 // Redis calls.
 func (c *Client) start(ctx context.Context, k *kind, e *Event) context.Context {
-	e.Mode = k.mode
+	e.Mode = k.mode()
 	for _, o := range c.obs.all() {
 		if o.Start != nil {
 			var next context.Context
@@ -154,7 +154,7 @@ func (c *Client) lostLease(l *Lock, err error) {
 
 // tell tells the observers' Lost, or Jeopardy (op), of l, for err.
 func (c *Client) tell(l *Lock, op Op, err error) {
-	e := Event{Op: op, Name: l.name, Mode: l.k.mode, Held: time.Since(l.start), Err: err}
+	e := Event{Op: op, Name: l.name, Mode: l.k.mode(), Held: time.Since(l.start), Err: err}
 	for _, o := range c.obs.all() {
 		f := o.Lost
 		if op == OpJeopardy {

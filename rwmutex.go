@@ -36,10 +36,10 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 // The kinds of a read-write lock's read and write holds: they queue,
 // whatever WithUnfair says.
 var (
-	readHolds = kind{mode: "read", slot: slotRead, lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release",
+	readHolds = kind{slot: slotRead, lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release",
 		refused: func(e *NotAcquiredError, _ backend.Grant) { e.say = readRefusal }, namesNoHolder: true,
 		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
-	writeHolds = kind{mode: "write", slot: slotWrite, lease: backend.Write, fair: true, acquireOp: "acquire", releaseOp: "release",
+	writeHolds = kind{slot: slotWrite, lease: backend.Write, fair: true, acquireOp: "acquire", releaseOp: "release",
 		refused: func(e *NotAcquiredError, _ backend.Grant) { e.say = writeRefusal }, namesNoHolder: true,
 		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
 )

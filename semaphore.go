@@ -39,7 +39,7 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 // semaphoreKind returns the kind of a semaphore's permits asked with N = n: they
 // queue, whatever WithUnfair says.
 func semaphoreKind(n int) kind {
-	return kind{mode: "semaphore", slot: slotSemaphore, lease: backend.Permits(n), fair: true, acquireOp: "acquire", releaseOp: "release",
+	return kind{slot: slotSemaphore, lease: backend.Permits(n), fair: true, acquireOp: "acquire", releaseOp: "release",
 		refused:       func(e *NotAcquiredError, _ backend.Grant) { e.Permits, e.say = n, noPermit },
 		namesNoHolder: true, plural: "semaphores", one: "a semaphore", verb: "keep"}
 }
