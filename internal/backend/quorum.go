@@ -13,9 +13,9 @@ import (
 	"github.com/dlockio/dlock/internal/script"
 )
 
-// Why a node has no answer in a fanOut's results (nodeResult.err of a
-// result that is not ok): the node timeout passed, the answers of the
-// others settled the outcome first, or the caller's context ended.
+// Why a node did not say yes in a fanOut (answer.err): it said no; or it
+// has no answer because the node timeout passed, the answers of the others
+// settled the outcome first, or the caller's context ended.
 var (
 	errRefused   = errors.New("held by another holder")
 	errNoAnswer  = errors.New("no answer within the node timeout")
@@ -45,27 +45,56 @@ func NewQuorum(nodes []Node, timeout time.Duration) *Quorum {
 
 func (q *Quorum) need() int { return len(q.nodes)/2 + 1 }
 
-// nodeResult is one node's answer.
-type nodeResult[T any] struct {
-	v   T
-	err error // the node's error; when not ok, why there is no answer (errNoAnswer, errNotWaited, errCutShort)
-	ok  bool  // answered in time
+// answer is one node's answer in a fanOut: its value, and err nil if it
+// said yes, errRefused if it said no (superseded: because another Lock
+// resumed the lease there), the node's error, or why there is no answer
+// (errNoAnswer, errNotWaited, errCutShort; ok is false then).
+type answer[T any] struct {
+	v          T
+	err        error
+	ok         bool // answered in time
+	superseded bool
+}
+
+// votes sums a fanOut's answers.
+type votes struct {
+	yes, no    int     // the nodes that said yes, and no
+	superseded bool    // a node said no because another Lock resumed the lease there
+	errs       []error // per node: nil if it said yes, why not otherwise
+}
+
+// tally counts the yeses and noes in res (errs is left to fanOut).
+func tally[T any](res []answer[T]) (v votes) {
+	for _, a := range res {
+		switch {
+		case a.ok && a.err == nil:
+			v.yes++
+		case a.err == errRefused:
+			v.no++
+			v.superseded = v.superseded || a.superseded
+		}
+	}
+	return v
 }
 
 // fanOut runs fn on every node at once and returns what answered within the
-// per-node timeout, or as soon as decided reports that the answers so far
-// settle the outcome, or when ctx ends; each node without an answer then
-// says which of the three it was (its result's err). Goroutines of nodes
-// not waited for finish on their own (bounded by the client's read
-// timeout): a late release or extension still takes effect; their results
-// are dropped.
-func fanOut[T any](ctx context.Context, q *Quorum, fn func(context.Context, Node) (T, error), decided func([]nodeResult[T]) bool) []nodeResult[T] {
+// per-node timeout, or when ctx ends, and their tally; each node without an
+// answer then says which of the three it was (its answer's err). With yes
+// given, an answer that fails it is a no, and so is a node's ErrSuperseded
+// (another Lock resumed the lease there); without, every answer is a yes.
+// With settle, it stops waiting as soon as the answers so far settle the
+// outcome: once a majority said yes, or once so many said no that a
+// majority cannot (more than N-need: with an even N that is N/2, one fewer
+// than a majority). A node that failed is not an answer: the others are
+// still waited for. Goroutines of nodes not waited for finish on their own
+// (bounded by the client's read timeout): a late release or extension still
+// takes effect; their results are dropped.
+func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool, fn func(context.Context, Node) (T, error)) ([]answer[T], votes) {
 	type indexed struct {
 		i int
-		r nodeResult[T]
+		a answer[T]
 	}
 	ch := make(chan indexed, len(q.nodes))
-	done := ctx.Done() // the caller stops waiting when its ctx ends; the nodes' calls go on
 	// Each node's call is sent and runs to its end whatever the wait: a
 	// call cancelled when the outcome is decided, or at the per-node
 	// timeout, could be dropped unsent from the node's pipeline (a grant
@@ -75,76 +104,55 @@ func fanOut[T any](ctx context.Context, q *Quorum, fn func(context.Context, Node
 	for i, n := range q.nodes {
 		q.late.Go(func() {
 			v, err := fn(nctx, n)
-			ch <- indexed{i, nodeResult[T]{v: v, err: err, ok: true}}
+			a := answer[T]{v: v, err: err, ok: true}
+			switch {
+			case yes == nil:
+			case errors.Is(err, ErrSuperseded):
+				a.err, a.superseded = errRefused, true
+			case err == nil && !yes(v):
+				a.err = errRefused
+			}
+			ch <- indexed{i, a}
 		})
 	}
-	out := make([]nodeResult[T], len(q.nodes))
-	unanswered := func(why error) []nodeResult[T] {
-		for i := range out {
-			if !out[i].ok {
-				out[i].err = why
-			}
-		}
-		return out
-	}
+	out := make([]answer[T], len(q.nodes))
 	timer := time.NewTimer(q.timeout)
 	defer timer.Stop()
+	var why error // why the nodes not answered yet have no answer
 	for range q.nodes {
 		select {
 		case r := <-ch:
-			out[r.i] = r.r
-			if decided != nil && decided(out) {
-				return unanswered(errNotWaited)
+			out[r.i] = r.a
+			if v := tally(out); settle && (v.yes >= q.need() || v.no > len(q.nodes)-q.need()) {
+				why = errNotWaited
 			}
 		case <-timer.C:
-			return unanswered(errNoAnswer)
-		case <-done:
-			return unanswered(errCutShort)
+			why = errNoAnswer
+		case <-ctx.Done(): // the caller stops waiting when its ctx ends; the nodes' calls go on
+			why = errCutShort
+		}
+		if why != nil {
+			break
 		}
 	}
-	return out
+	v := tally(out)
+	v.errs = make([]error, len(out))
+	for i := range out {
+		if !out[i].ok {
+			out[i].err = why
+		}
+		v.errs[i] = out[i].err
+	}
+	return out, v
 }
 
-// majority returns a decided func for fanOut: the outcome is settled once
-// a majority said yes, or once so many answered no that a majority cannot
-// (more than N-need: with an even N that is N/2, one fewer than a
-// majority). A node that failed is not an answer: the others are still
-// waited for.
-func majority[T any](q *Quorum, yes func(T) bool) func([]nodeResult[T]) bool {
-	return func(rs []nodeResult[T]) bool {
-		y, n := 0, 0
-		for _, r := range rs {
-			switch {
-			case !r.ok || r.err != nil:
-			case yes(r.v):
-				y++
-			default:
-				n++
-			}
-		}
-		return y >= q.need() || n > len(q.nodes)-q.need()
-	}
+// fail is the QuorumError of op, which held nodes granted.
+func (q *Quorum) fail(op string, held int, errs []error) error {
+	return &QuorumError{Op: op, Held: held, Need: q.need(), Nodes: errs}
 }
 
-// tally counts the nodes that said yes and that answered at all, and
-// returns per node why it did not say yes (nil for those that did).
-func tally[T any](res []nodeResult[T], yes func(T) bool) (yeses, answered int, errs []error) {
-	errs = make([]error, len(res))
-	for i, r := range res {
-		switch {
-		case r.err != nil: // (a node without an answer says why)
-			errs[i] = r.err
-		case yes(r.v):
-			errs[i] = nil
-			yeses++
-			answered++
-		default:
-			errs[i] = errRefused
-			answered++
-		}
-	}
-	return yeses, answered, errs
-}
+// isTrue is the yes of an extension and a release.
+func isTrue(ok bool) bool { return ok }
 
 // Carries serves plain locks only (see Backend).
 func (q *Quorum) Carries(k Kind) error { return plainOnly(k, ErrOverQuorum) }
@@ -156,115 +164,95 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 	if err := q.Carries(c.Kind); err != nil {
 		return Grant{}, NotSent(err)
 	}
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (Grant, error) {
+	res, v := fanOut(ctx, q, func(g Grant) bool { return g.Held }, true, func(ctx context.Context, n Node) (Grant, error) {
 		return n.Acquire(ctx, c, ttl, queue)
-	}, majority(q, func(g Grant) bool { return g.Held }))
-	v := q.count(res)
-	if v.held >= q.need() && v.atFence < q.need() {
+	})
+	var fence int64 // the highest fence the granting nodes gave (reentrant locks)
+	atFence := 0    // granting nodes whose counter is already at that fence
+	for _, a := range res {
+		switch {
+		case a.err != nil:
+		case a.v.Fence > fence:
+			fence, atFence = a.v.Fence, 1
+		case a.v.Fence == fence:
+			atFence++
+		}
+	}
+	held, errs := v.yes, v.errs
+	if held >= q.need() && atFence < q.need() {
 		// A reentrant lock's fence, issued with its first hold: write it
 		// back to a majority, so that any later majority (which shares a
 		// node with this one) issues a higher one. A plain lock's fence is
 		// issued when asked for (fence), so its acquire is one round.
-		ok, errs := q.raise(ctx, c, v.fence)
-		for i, err := range errs {
+		ok, raised := q.raise(ctx, c, fence)
+		for i, err := range raised {
 			if err != nil {
-				v.errs[i] = err
+				errs[i] = err
 			}
 		}
-		v.held = min(v.held, ok)
+		held = min(held, ok)
 	}
-	if v.held >= q.need() {
-		return Grant{Held: true, Fence: v.fence}, nil
+	if held >= q.need() {
+		return Grant{Held: true, Fence: fence}, nil
 	}
 	// The caller undoes what may have been granted, on every node: nothing
 	// to undo if no node granted it and every other one refused, or surely
 	// never got the request.
 	refused, unknown := 0, 0
-	for i, r := range res {
+	pttl, holder, named := time.Duration(-1), "", map[string]int{} // of the refusing nodes' holders: the longest lease, the one most named
+	for i, a := range res {
 		switch {
-		case v.errs[i] == errRefused:
+		case errs[i] == errRefused:
 			refused++
-		case !r.ok || (r.err != nil && r.v.Undo):
+		case !a.ok || (a.err != nil && a.v.Undo):
 			unknown++
 		}
+		if a.err == errRefused {
+			pttl = max(pttl, a.v.PTTL)
+			if named[a.v.Holder]++; named[a.v.Holder] > named[holder] {
+				holder = a.v.Holder
+			}
+		}
 	}
-	undo := v.held > 0 || unknown > 0
-	if v.held+refused >= q.need() || refused > len(q.nodes)-q.need() {
+	undo := held > 0 || unknown > 0
+	if held+refused >= q.need() || refused > len(q.nodes)-q.need() {
 		// A majority answered: taken, or a split vote; or so many refused
 		// that no majority can grant it (with an even N, N/2 refusals,
 		// which settle the outcome before a majority has answered): the
 		// lock is held; wait.
-		return Grant{PTTL: v.pttl, Holder: v.holder, Undo: undo}, nil
+		return Grant{PTTL: pttl, Holder: holder, Undo: undo}, nil
 	}
-	return Grant{Undo: undo}, &QuorumError{Op: "acquire", Held: v.held, Need: q.need(), Nodes: v.errs}
-}
-
-// votes is the count of a quorum acquire's answers.
-type votes struct {
-	held    int           // nodes that granted it
-	fence   int64         // the highest fence they gave (reentrant locks)
-	atFence int           // granting nodes whose counter is already at that fence
-	pttl    time.Duration // the longest remaining lease of the refusing nodes' holders
-	holder  string        // the holder most refusing nodes named
-	errs    []error       // per node: nil if it granted, why not otherwise
-}
-
-func (q *Quorum) count(res []nodeResult[Grant]) votes {
-	v := votes{pttl: -1}
-	v.held, _, v.errs = tally(res, func(g Grant) bool { return g.Held })
-	named := map[string]int{} // refusing nodes per holder
-	for i, r := range res {
-		switch v.errs[i] {
-		case nil:
-			v.fence = max(v.fence, r.v.Fence)
-		case errRefused:
-			v.pttl = max(v.pttl, r.v.PTTL)
-			if named[r.v.Holder]++; named[r.v.Holder] > named[v.holder] {
-				v.holder = r.v.Holder
-			}
-		}
-	}
-	for i, r := range res {
-		if v.errs[i] == nil && r.v.Fence == v.fence {
-			v.atFence++
-		}
-	}
-	return v
+	return Grant{Undo: undo}, q.fail("acquire", held, errs)
 }
 
 // raise writes fence back to every node's counter where the lease c still
 // holds the lock, and returns on how many it did and why not on the others.
 func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error) {
-	yes := func(v int64) bool { return v == 1 }
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (int64, error) {
+	_, v := fanOut(ctx, q, func(v int64) bool { return v == 1 }, true, func(ctx context.Context, n Node) (int64, error) {
 		v, err := n.run(ctx, script.RaiseFence, []string{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape().typ, c.Resumer).Int64()
 		return v, RedisErr(err)
-	}, majority(q, yes))
-	ok, _, errs := tally(res, yes)
-	return ok, errs
+	})
+	return v.yes, v.errs
 }
 
 // Fence issues the lease's fence on every node and takes the highest that
 // a majority gave, then writes it back to a majority (raise): any later
 // majority shares a node with that one and issues a higher fence.
 func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
-	yes := func(a leaseAnswer[int64]) bool { return a.v > 0 }
-	res := fanOut(ctx, q, unlessSuperseded(func(ctx context.Context, n Node) (int64, error) {
+	res, v := fanOut(ctx, q, func(f int64) bool { return f > 0 }, true, func(ctx context.Context, n Node) (int64, error) {
 		return n.Fence(ctx, c)
-	}), majority(q, yes))
-	held, answered, errs := tally(res, yes)
-	if held < q.need() {
-		return 0, q.notHeld("fence", held, answered, supersededIn(res), errs)
+	})
+	if v.yes < q.need() {
+		return 0, q.notHeld("fence", v)
 	}
 	var fence int64
-	for _, r := range res {
-		if r.ok && r.err == nil {
-			fence = max(fence, r.v.v)
+	for _, a := range res {
+		if a.err == nil {
+			fence = max(fence, a.v)
 		}
 	}
-	ok, errs := q.raise(ctx, c, fence)
-	if ok < q.need() {
-		return 0, &QuorumError{Op: "fence", Held: ok, Need: q.need(), Nodes: errs}
+	if ok, errs := q.raise(ctx, c, fence); ok < q.need() {
+		return 0, q.fail("fence", ok, errs)
 	}
 	return fence, nil
 }
@@ -277,89 +265,52 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 		seq    int64
 		drives bool
 	}
-	all := func(mark) bool { return true }
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (mark, error) {
+	res, v := fanOut(ctx, q, nil, true, func(ctx context.Context, n Node) (mark, error) {
 		seq, drives, err := n.Seq(ctx, c)
 		return mark{seq, drives}, err
-	}, majority(q, all))
-	answered, _, errs := tally(res, all)
-	if answered < q.need() {
-		return 0, false, &QuorumError{Op: "resume", Held: answered, Need: q.need(), Nodes: errs}
+	})
+	if v.yes < q.need() {
+		return 0, false, q.fail("resume", v.yes, v.errs)
 	}
-	var seq, ended int64
-	drives := true
-	for _, r := range res {
-		if r.ok && r.err == nil {
-			seq = max(seq, r.v.seq)
-			drives = drives && r.v.drives
-			if r.v.seq < 0 {
+	var seq int64
+	ended, drives := 0, true
+	for _, a := range res {
+		if a.err == nil {
+			seq = max(seq, a.v.seq)
+			drives = drives && a.v.drives
+			if a.v.seq < 0 {
 				ended++
 			}
 		}
 	}
-	if ended >= int64(q.need()) {
+	if ended >= q.need() {
 		return -1, drives, nil
 	}
 	return max(seq, 0), drives, nil
 }
 
 func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	res := fanOut(ctx, q, unlessSuperseded(func(ctx context.Context, n Node) (bool, error) {
+	_, v := fanOut(ctx, q, isTrue, true, func(ctx context.Context, n Node) (bool, error) {
 		return n.Extend(ctx, c, ttl, seq)
-	}), majority(q, saidYes))
-	yes, answered, errs := tally(res, saidYes)
-	if yes >= q.need() {
+	})
+	if v.yes >= q.need() {
 		return true, nil
 	}
-	return false, q.notHeld("extend", yes, answered, supersededIn(res), errs)
+	return false, q.notHeld("extend", v)
 }
 
 // notHeld is the outcome of an operation that fewer than a majority said
 // yes to: nil if so many said "not ours" that no majority holds the lease
 // (lost for good), ErrSuperseded instead if another Lock resumed it on one
 // of them (superseded); a QuorumError otherwise.
-func (q *Quorum) notHeld(op string, yes, answered int, superseded bool, errs []error) error {
+func (q *Quorum) notHeld(op string, v votes) error {
 	switch {
-	case answered-yes <= len(q.nodes)-q.need():
-		return &QuorumError{Op: op, Held: yes, Need: q.need(), Nodes: errs}
-	case superseded:
+	case v.no <= len(q.nodes)-q.need():
+		return q.fail(op, v.yes, v.errs)
+	case v.superseded:
 		return ErrSuperseded
 	}
 	return nil
-}
-
-// leaseAnswer is a node's answer to a call on a lease: its value, or that
-// another Lock resumed the lease there (superseded, an answer and a no).
-type leaseAnswer[T any] struct {
-	v          T
-	superseded bool
-}
-
-// saidYes reports whether a node said yes to an extension or a release.
-func saidYes(a leaseAnswer[bool]) bool { return a.v }
-
-// unlessSuperseded wraps a node's call for fanOut: a node where another
-// Lock resumed the lease (ErrSuperseded) answers so.
-func unlessSuperseded[T any](fn func(context.Context, Node) (T, error)) func(context.Context, Node) (leaseAnswer[T], error) {
-	return func(ctx context.Context, n Node) (leaseAnswer[T], error) {
-		v, err := fn(ctx, n)
-		if errors.Is(err, ErrSuperseded) {
-			return leaseAnswer[T]{superseded: true}, nil
-		}
-		return leaseAnswer[T]{v: v}, err
-	}
-}
-
-// supersededIn reports whether a node that answered in time said that
-// another Lock resumed the lease: an answer fanOut stopped waiting for
-// counts no more here than in tally.
-func supersededIn[T any](res []nodeResult[leaseAnswer[T]]) bool {
-	for _, r := range res {
-		if r.ok && r.err == nil && r.v.superseded {
-			return true
-		}
-	}
-	return false
 }
 
 func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
@@ -371,18 +322,15 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// background, as an undo is, so that the node does not keep the lock
 	// until the lease expires (its copies are harmless: the first to land
 	// ends the lease, the others report it).
-	c = ptr(*c) // (the nodes' calls may outlive this one, and the caller marks its claim after it)
-	res := fanOut(ctx, q, unlessSuperseded(func(ctx context.Context, n Node) (bool, error) {
+	claim := *c // (the nodes' calls may outlive this one, and the caller marks its claim after it)
+	c = &claim
+	_, v := fanOut(ctx, q, isTrue, false, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)
 		if Transient(err) {
 			q.retryOn(n, c, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err })
 		}
 		return ok, err
-	}), nil)
-	yes, answered, errs := tally(res, saidYes)
-	if supersededIn(res) {
-		return false, ErrSuperseded
-	}
+	})
 	// The lease was exclusive only while no majority could be won by
 	// another client. A node that answers that our token is gone (it came
 	// back empty, or never granted it) can grant it to someone else; a node
@@ -392,12 +340,14 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// "not ours" that the rest cannot make a majority, and as released when
 	// the others could and at least one node confirmed it.
 	switch {
-	case answered-yes > len(q.nodes)-q.need():
+	case v.superseded:
+		return false, ErrSuperseded
+	case v.no > len(q.nodes)-q.need():
 		return false, nil
-	case yes > 0:
+	case v.yes > 0:
 		return true, nil
 	}
-	return false, &QuorumError{Op: "release", Held: yes, Need: q.need(), Nodes: errs}
+	return false, q.fail("release", v.yes, v.errs)
 }
 
 // Undo undoes the lease on every node (see Node.Undo). A node whose undo
@@ -406,19 +356,20 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 // time once its call fails: the nodes that did their part are not asked
 // again. It returns the errors of the nodes that failed otherwise.
 func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (struct{}, error) {
+	res, _ := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (struct{}, error) {
 		err := n.Undo(ctx, c)
 		if Transient(err) {
 			q.retryOn(n, c, func(ctx context.Context) error { return n.Undo(ctx, c) })
 		}
 		return struct{}{}, err
-	}, nil)
-	for i, r := range res {
-		if !r.ok || Transient(r.err) {
-			res[i] = nodeResult[struct{}]{ok: true} // retried on its own
+	})
+	errs := make([]error, len(res))
+	for i, a := range res {
+		if a.ok && !Transient(a.err) { // (the others are retried on their own)
+			errs[i] = a.err
 		}
 	}
-	return nodeErrors(res)
+	return nodeErrors(errs)
 }
 
 // retryOn tries f, a clean-up of the lease c on the node n that failed in
@@ -437,8 +388,8 @@ func (q *Quorum) retryOn(n Node, c *Claim, f func(context.Context) error) {
 // them). With every node ready it returns at once, starting nothing. It
 // reports nothing: the nodes that can be reached are asked anyway.
 func (q *Quorum) Prepare(ctx context.Context, c *Claim) error {
-	ready, pending := 0, 0
-	var done chan struct{}
+	ready := 0
+	var done chan struct{} // made for the first node not ready
 	for _, n := range q.nodes {
 		if n.prepared(ctx, c) {
 			ready++
@@ -447,15 +398,14 @@ func (q *Quorum) Prepare(ctx context.Context, c *Claim) error {
 		if done == nil {
 			done = make(chan struct{}, len(q.nodes))
 		}
-		pending++
 		q.late.Go(func() { n.prepare(ctx, c, func() { done <- struct{}{} }) })
 	}
-	if pending == 0 {
+	if done == nil {
 		return nil
 	}
 	timer := time.NewTimer(q.timeout)
 	defer timer.Stop()
-	for ; ready < q.need() && pending > 0; ready, pending = ready+1, pending-1 {
+	for range q.need() - ready { // (no more than the nodes not ready)
 		select {
 		case <-done:
 		case <-timer.C:
@@ -482,38 +432,32 @@ func (q *Quorum) Batches() (calls, writes uint64) {
 
 // Force force-releases the lock on every node (see Node.Force).
 func (q *Quorum) Force(ctx context.Context, k *Keys) (bool, error) {
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) { return n.Force(ctx, k) }, nil)
-	deleted := false
-	for _, r := range res {
-		deleted = deleted || r.v
-	}
-	return deleted, nodeErrors(res)
+	res, v := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (bool, error) { return n.Force(ctx, k) })
+	deleted := slices.ContainsFunc(res, func(a answer[bool]) bool { return a.v })
+	return deleted, nodeErrors(v.errs)
 }
 
 // Announce publishes msg on every node; it fails only if none took it.
 func (q *Quorum) Announce(ctx context.Context, k *Keys, msg string) error {
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (bool, error) {
-		err := n.Announce(ctx, k, msg)
-		return err == nil, err
-	}, nil)
-	for _, r := range res {
-		if r.v {
-			return nil
-		}
+	_, v := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (struct{}, error) {
+		return struct{}{}, n.Announce(ctx, k, msg)
+	})
+	if v.yes > 0 {
+		return nil
 	}
-	return nodeErrors(res)
+	return nodeErrors(v.errs)
 }
 
 // nodeErrors joins the errors of the nodes that failed or did not answer,
 // each named by its index.
-func nodeErrors[T any](res []nodeResult[T]) error {
-	var errs []error
-	for i, r := range res {
-		if r.err != nil { // (a node without an answer says why)
-			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
+func nodeErrors(errs []error) error {
+	var named []error
+	for i, err := range errs {
+		if err != nil {
+			named = append(named, fmt.Errorf("node %d: %w", i, err))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(named...)
 }
 
 // Scan gathers the matching keys of every node that answers; it fails if
@@ -537,7 +481,7 @@ func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
 		}
 	}
 	if answered < q.need() {
-		return nil, &QuorumError{Op: "list", Held: answered, Need: q.need(), Nodes: errs}
+		return nil, q.fail("list", answered, errs)
 	}
 	return keys, nil
 }
@@ -549,25 +493,21 @@ func (q *Quorum) Op(context.Context, func(context.Context, Node) error) error { 
 // Inspect reports what a majority of nodes agree on: the holder, how long
 // a majority still has its lease, and the highest fence.
 func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
-	res := fanOut(ctx, q, func(ctx context.Context, n Node) (State, error) { return n.Inspect(ctx, k) }, nil)
+	res, v := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (State, error) { return n.Inspect(ctx, k) })
+	if v.yes < q.need() {
+		return State{}, fmt.Errorf("%d of %d nodes answered, %d needed", v.yes, len(q.nodes), q.need())
+	}
 	type held struct{ typ, token string } // (a name held as another kind on the nodes is no "string")
 	votes := map[held]int{}
-	var out State
-	answered := 0
-	for _, r := range res {
-		if !r.ok || r.err != nil {
-			continue
-		}
-		answered++
-		out.Key, out.Fence, out.Queued = r.v.Key, max(out.Fence, r.v.Fence), max(out.Queued, r.v.Queued)
-		if r.v.Held {
-			votes[held{r.v.Type, r.v.Token}]++
+	out := State{Type: "none"}
+	for _, a := range res {
+		if a.err == nil {
+			out.Key, out.Fence, out.Queued = a.v.Key, max(out.Fence, a.v.Fence), max(out.Queued, a.v.Queued)
+			if a.v.Held {
+				votes[held{a.v.Type, a.v.Token}]++
+			}
 		}
 	}
-	if answered < q.need() {
-		return State{}, fmt.Errorf("%d of %d nodes answered, %d needed", answered, len(q.nodes), q.need())
-	}
-	out.Type = "none"
 	for h, n := range votes {
 		if n >= q.need() {
 			out.Held, out.Token, out.Type = true, h.token, h.typ
@@ -578,9 +518,9 @@ func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 		// need-th longest copy lives (a node that missed extensions keeps
 		// a shorter one). A copy without expiry counts as the longest.
 		var left []time.Duration
-		for _, r := range res {
-			if r.ok && r.err == nil && r.v.Token == out.Token {
-				left = append(left, r.v.TTL)
+		for _, a := range res {
+			if a.err == nil && a.v.Token == out.Token {
+				left = append(left, a.v.TTL)
 			}
 		}
 		slices.SortFunc(left, func(a, b time.Duration) int {
@@ -598,6 +538,3 @@ func forever(d time.Duration) time.Duration {
 	}
 	return d
 }
-
-// ptr returns a pointer to a copy of v.
-func ptr[T any](v T) *T { return &v }
