@@ -94,9 +94,6 @@ func isWrongType(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
-// errAgain makes watched read again: what fn read changed before it could act.
-var errAgain = redis.TxFailedErr
-
 // str is a string reply that may be missing ("").
 func str(cmd *redis.Cmd) (string, error) {
 	s, err := cmd.Text()
@@ -108,18 +105,22 @@ func str(cmd *redis.Cmd) (string, error) {
 
 // ack waits, on the transaction's connection, for the replicas
 // (WithReplicaAck) and the append-only file (durable grants) to
-// acknowledge its writes; it returns the acknowledgements (see acksOf), or
-// -1 when both are off.
-func (n NoScripts) ack(ctx context.Context, tx *redis.Tx) (int64, error) {
+// acknowledge its writes, when either is on; it returns short of the
+// acknowledgements (see acksOf) if there were too few.
+func (n NoScripts) ack(ctx context.Context, tx *redis.Tx, short func(acks int64) error) error {
 	if n.replicas <= 0 {
-		return -1, nil
+		return nil
 	}
 	var wait, aof *redis.Cmd
 	tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 		wait, aof = n.queueAcks(ctx, p)
 		return nil
 	})
-	return n.acksOf(wait, aof)
+	acks, err := n.acksOf(wait, aof)
+	if err == nil && acks < int64(n.replicas) {
+		err = short(acks)
+	}
+	return err
 }
 
 // Acquire takes the lock if it is free; see Node.Acquire for when the
@@ -192,7 +193,7 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 			return nil
 		})
 		if v, _ := str(take); err == nil && v != c.Token {
-			return Grant{}, errAgain // it expired meanwhile: try again
+			return Grant{}, redis.TxFailedErr // it expired meanwhile: watched reads again
 		}
 	case h == "":
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -211,17 +212,10 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 		v, _ := pttl.Int64()
 		return Grant{PTTL: pttlOf(v), Holder: h}, nil
 	}
-	if err != nil {
-		return Grant{}, err
+	if err == nil {
+		err = n.ack(ctx, tx, n.ackUndone)
 	}
-	acks, err := n.ack(ctx, tx)
-	if err == nil && acks >= 0 && acks < int64(n.replicas) {
-		err = n.ackUndone(acks)
-	}
-	if err != nil {
-		return Grant{Undo: true}, err
-	}
-	return Grant{Held: true}, nil
+	return Grant{Held: err == nil}, err // (Acquire has the attempt undone after an error)
 }
 
 // Release ends the lease as release.lua does (see Node.Release): it deletes
@@ -234,28 +228,26 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 	var ok bool
 	err := n.watched(ctx, []string{c.Lock, c.Rev}, func(tx *redis.Tx) error {
 		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)
+		ok = h == c.Token
 		switch {
 		case err != nil:
 			return err
 		case !drives(m, c.Resumer):
 			return ErrSuperseded // the lease is the resuming Lock's: nothing is written
-		case h == c.Token:
+		case !ok && m == "1": // released already, by a try whose reply was lost
 			ok = true
-			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.Del(ctx, c.Lock, c.Wake) // (the wake key, as release.lua does: the release is announced)
-				p.Set(ctx, c.Rev, "1", window)
-				p.Do(ctx, n.pub, c.Channel, "*")
-				return nil
-			})
-		case m == "1": // released already (by a try whose reply was lost)
-			ok = true
-		default:
-			ok = false
-			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			return nil
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			if !ok {
 				p.Set(ctx, c.Rev, "0", window)
 				return nil
-			})
-		}
+			}
+			p.Del(ctx, c.Lock, c.Wake) // (the wake key, as release.lua does: the release is announced)
+			p.Set(ctx, c.Rev, "1", window)
+			p.Do(ctx, n.pub, c.Channel, "*")
+			return nil
+		})
 		return err
 	})
 	return result(ok, err)
@@ -288,26 +280,20 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 	if err := n.Carries(c.Kind); err != nil {
 		return false, NotSent(err)
 	}
-	var (
-		ok, superseded bool
-		acks           int64 = -1
-	)
+	var ok bool
 	arg := fmt.Sprint(c.seqArg(seq))
 	err := n.watched(ctx, []string{c.Lock, c.Rev}, func(tx *redis.Tx) error {
 		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)
-		ok, superseded = false, false
-		if err != nil || h != c.Token {
+		ok = err == nil && h == c.Token
+		switch {
+		case !ok:
 			return err
+		case !strings.HasPrefix(m, "e"): // no numbered extension was applied (see extend.lua and lib.lua's superseded)
+		case seq > 0 && m == "e"+arg: // this request's earlier copy
+			return nil
+		case seq == 0 || seqOf(m) >= seq:
+			return ErrSuperseded
 		}
-		if strings.HasPrefix(m, "e") { // a numbered extension was applied (see extend.lua and lib.lua's superseded)
-			last := seqOf(m)
-			ok = seq > 0 && m == "e"+arg // this request's earlier copy
-			superseded = !ok && (seq == 0 || last >= seq)
-			if ok || superseded {
-				return nil
-			}
-		}
-		ok = true
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			if seq == 0 { // never shortens: no order to keep (see extend.lua)
 				p.Do(ctx, "pexpire", c.Lock, ttl.Milliseconds(), "gt")
@@ -318,19 +304,11 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 			return nil
 		})
 		if err == nil {
-			acks, err = n.ack(ctx, tx)
+			err = n.ack(ctx, tx, n.ackError)
 		}
 		return err
 	})
-	switch {
-	case err != nil:
-		return false, RedisErr(err)
-	case superseded:
-		return false, ErrSuperseded
-	case ok && acks >= 0 && acks < int64(n.replicas):
-		return false, n.ackError(acks)
-	}
-	return ok, nil
+	return result(ok, err)
 }
 
 // Fence issues the lease's fence as fence.lua does: max(last + 1, the
@@ -377,15 +355,12 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 			return err
 		}
 		prev, _ := strconv.ParseInt(l, 10, 64)
-		f := max(prev+1, t.UnixMicro())
+		fence = max(prev+1, t.UnixMicro())
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Do(ctx, "SET", c.Fence, f, "PX", n.fenceMS)
+			p.Do(ctx, "SET", c.Fence, fence, "PX", n.fenceMS)
 			return nil
 		})
-		if err == nil {
-			fence = f
-		}
-		return err
+		return err // (result drops the fence after an error)
 	})
 	return result(fence, err)
 }
@@ -413,24 +388,18 @@ func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, 
 		}
 		ms := t.UnixMilli()
 		proclaimed, _ := value.Val().(string) // (another type's: none, as inspect.lua reads it)
-		v := []any{kind.Val(), "", pttl.Val(), int64(0), []any{}, ms, liveWaiters(waiting.Val(), entries.Val(), ms), proclaimed}
+		f, ferr := str(fence)
+		if isWrongType(ferr) { // (a fence key of another type: no fence, as in inspect.lua)
+			ferr = nil
+		}
+		last, _ := strconv.ParseInt(f, 10, 64)
+		v := []any{kind.Val(), "", pttl.Val(), last, []any{}, ms, liveWaiters(waiting.Val(), entries.Val(), ms), proclaimed}
 		for i, s := range shapes {
 			if s.typ == v[0] {
 				v[s.slot], err = contents[i]()
 			}
 		}
-		if err == nil { // (a fence key of another type: no fence, as in inspect.lua)
-			var f string
-			if f, err = str(fence); err == nil {
-				v[3], _ = strconv.ParseInt(f, 10, 64)
-			} else if isWrongType(err) {
-				err = nil
-			}
-		}
-		if err == nil {
-			err = kind.Err()
-		}
-		return v, err
+		return v, cmp.Or(err, ferr, kind.Err())
 	}
 }
 
