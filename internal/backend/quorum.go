@@ -167,62 +167,36 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 	res, v := fanOut(ctx, q, func(g Grant) bool { return g.Held }, true, func(ctx context.Context, n Node) (Grant, error) {
 		return n.Acquire(ctx, c, ttl, queue)
 	})
-	var fence int64 // the highest fence the granting nodes gave (reentrant locks)
-	atFence := 0    // granting nodes whose counter is already at that fence
-	for _, a := range res {
-		switch {
-		case a.err != nil:
-		case a.v.Fence > fence:
-			fence, atFence = a.v.Fence, 1
-		case a.v.Fence == fence:
-			atFence++
-		}
-	}
-	held, errs := v.yes, v.errs
-	if held >= q.need() && atFence < q.need() {
-		// A reentrant lock's fence, issued with its first hold: write it
-		// back to a majority, so that any later majority (which shares a
-		// node with this one) issues a higher one. A plain lock's fence is
-		// issued when asked for (fence), so its acquire is one round.
-		ok, raised := q.raise(ctx, c, fence)
-		for i, err := range raised {
-			if err != nil {
-				errs[i] = err
-			}
-		}
-		held = min(held, ok)
-	}
-	if held >= q.need() {
-		return Grant{Held: true, Fence: fence}, nil
+	if v.yes >= q.need() {
+		// (A plain lock's fence is issued when asked for, by Fence, so its
+		// acquire is one round.)
+		return Grant{Held: true}, nil
 	}
 	// The caller undoes what may have been granted, on every node: nothing
 	// to undo if no node granted it and every other one refused, or surely
 	// never got the request.
-	refused, unknown := 0, 0
+	unknown := 0
 	pttl, holder, named := time.Duration(-1), "", map[string]int{} // of the refusing nodes' holders: the longest lease, the one most named
-	for i, a := range res {
+	for _, a := range res {
 		switch {
-		case errs[i] == errRefused:
-			refused++
-		case !a.ok || (a.err != nil && a.v.Undo):
-			unknown++
-		}
-		if a.err == errRefused {
+		case a.err == errRefused:
 			pttl = max(pttl, a.v.PTTL)
 			if named[a.v.Holder]++; named[a.v.Holder] > named[holder] {
 				holder = a.v.Holder
 			}
+		case !a.ok || (a.err != nil && a.v.Undo):
+			unknown++
 		}
 	}
-	undo := held > 0 || unknown > 0
-	if held+refused >= q.need() || refused > len(q.nodes)-q.need() {
+	undo := v.yes > 0 || unknown > 0
+	if v.yes+v.no >= q.need() || v.no > len(q.nodes)-q.need() {
 		// A majority answered: taken, or a split vote; or so many refused
 		// that no majority can grant it (with an even N, N/2 refusals,
 		// which settle the outcome before a majority has answered): the
 		// lock is held; wait.
 		return Grant{PTTL: pttl, Holder: holder, Undo: undo}, nil
 	}
-	return Grant{Undo: undo}, q.fail("acquire", held, errs)
+	return Grant{Undo: undo}, q.fail("acquire", v.yes, v.errs)
 }
 
 // raise writes fence back to every node's counter where the lease c still
