@@ -130,8 +130,7 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 		return Grant{}, NotSent(err)
 	}
 	var g Grant
-	err := n.watched(ctx, []string{c.Rev}, func(tx *redis.Tx) error {
-		var err error
+	err := n.watched(ctx, []string{c.Rev}, func(tx *redis.Tx) (err error) {
 		g, err = n.acquireTx(ctx, tx, c, ttl)
 		if err == nil && queue && !g.Held && g.PTTL > 0 {
 			// A waiter: the wake key, so that a release by a Client with
@@ -344,14 +343,11 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 			return cmp.Or(err, ErrSuperseded)
 		}
 		t, err := now.Result()
-		if err != nil {
-			return err
+		l, lerr := str(last)
+		if isWrongType(lerr) {
+			lerr = Because(ErrWrongType, "the fence key holds a value of another type", lerr)
 		}
-		l, err := str(last)
-		if isWrongType(err) {
-			return Because(ErrWrongType, "the fence key holds a value of another type", err)
-		}
-		if err != nil {
+		if err = cmp.Or(err, lerr); err != nil {
 			return err
 		}
 		prev, _ := strconv.ParseInt(l, 10, 64)
