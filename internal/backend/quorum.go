@@ -472,17 +472,17 @@ func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 		return State{}, fmt.Errorf("%d of %d nodes answered, %d needed", v.yes, len(q.nodes), q.need())
 	}
 	type held struct{ typ, token string } // (a name held as another kind on the nodes is no "string")
-	votes := map[held]int{}
+	copies := map[held]int{}
 	out := State{Type: "none"}
 	for _, a := range res {
 		if a.err == nil {
 			out.Key, out.Fence, out.Queued = a.v.Key, max(out.Fence, a.v.Fence), max(out.Queued, a.v.Queued)
 			if a.v.Held {
-				votes[held{a.v.Type, a.v.Token}]++
+				copies[held{a.v.Type, a.v.Token}]++
 			}
 		}
 	}
-	for h, n := range votes {
+	for h, n := range copies {
 		if n >= q.need() {
 			out.Held, out.Token, out.Type = true, h.token, h.typ
 		}
