@@ -309,10 +309,14 @@ const (
 	maxBackoff  = time.Second
 )
 
-// ask queues an (un)subscription for the line's goroutine; h.mu must be
-// held.
+// ask queues an (un)subscription for the line's goroutine, counting a
+// SUBSCRIBE as unconfirmed from now (its confirmation cannot come before
+// it is sent); h.mu must be held.
 func (l *line) ask(o op) {
 	l.ops = append(l.ops, o)
+	if o.subscribe {
+		l.pending[o.channel]++
+	}
 	select {
 	case l.asked <- struct{}{}:
 	default:
@@ -355,13 +359,12 @@ func (l *line) serve() {
 	l.h.mu.Lock()
 	l.down, l.ops = false, nil
 	clear(l.pending)
-	chans := make([]string, 0, len(l.topics))
 	for ch := range l.topics {
-		chans = append(chans, ch)
-		l.pending[ch] = 1
+		l.ask(op{true, ch}) // (one SUBSCRIBE for all)
 	}
+	empty := len(l.ops) == 0
 	l.h.mu.Unlock()
-	if len(chans) == 0 || l.send(ps.Subscribe, chans...) != nil {
+	if empty || !l.flush(ps) { // (the reader starts once the first SUBSCRIBE returned)
 		return
 	}
 	done := make(chan struct{})
@@ -399,37 +402,29 @@ func (l *line) send(f func(context.Context, ...string) error, chans ...string) e
 }
 
 // flush sends the (un)subscriptions asked for, in order; it reports
-// whether the connection took them.
+// whether the connection took them. Ops asked meanwhile are sent by the
+// next flush, which ask signals.
 func (l *line) flush(ps driver.PubSub) bool {
-	for {
-		l.h.mu.Lock()
-		ops := l.ops
-		l.ops = nil
-		for _, o := range ops {
-			if o.subscribe {
-				l.pending[o.channel]++
-			}
+	l.h.mu.Lock()
+	ops := l.ops
+	l.ops = nil
+	l.h.mu.Unlock()
+	for len(ops) > 0 { // a run of subscriptions (or of unsubscriptions) in one command
+		n, chans := 1, []string{ops[0].channel}
+		for n < len(ops) && ops[n].subscribe == ops[0].subscribe {
+			chans = append(chans, ops[n].channel)
+			n++
 		}
-		l.h.mu.Unlock()
-		if len(ops) == 0 {
-			return true
+		f := ps.Unsubscribe
+		if ops[0].subscribe {
+			f = ps.Subscribe
 		}
-		for len(ops) > 0 { // a run of subscriptions (or of unsubscriptions) in one command
-			n, chans := 1, []string{ops[0].channel}
-			for n < len(ops) && ops[n].subscribe == ops[0].subscribe {
-				chans = append(chans, ops[n].channel)
-				n++
-			}
-			f := ps.Unsubscribe
-			if ops[0].subscribe {
-				f = ps.Subscribe
-			}
-			if l.send(f, chans...) != nil {
-				return false
-			}
-			ops = ops[n:]
+		if l.send(f, chans...) != nil {
+			return false
 		}
+		ops = ops[n:]
 	}
+	return true
 }
 
 // read dispatches the connection's messages until it is done or the line
