@@ -55,13 +55,14 @@ type Hub struct {
 
 	mu     sync.Mutex
 	closed bool              // Close was called: no more subscriptions
-	main   *line             // not sharded: the connection of every channel; nil while none
+	main   *line             // not sharded: the connection of every channel; nil while none (until Close)
 	topics map[string]*topic // subscribed channels
 
 	// The keyspace channels of Watch (see watchKey): db is the database
 	// the Hub's server keeps its data in, once learnt ("" unknown, noDB
 	// if it cannot be); learning is set while a goroutine asks it; the
-	// watches in dbWait wait for it. ctx ends at Close.
+	// watches in dbWait wait for it. ctx ends at Close, and with it the
+	// lines'.
 	db       string
 	learning bool
 	dbWait   []*Watch
@@ -124,7 +125,8 @@ func New(conn driver.Conn, sharded bool) *Hub {
 func (h *Hub) Listening(channel string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.confirmed(channel) != nil
+	t := h.topics[channel]
+	return t != nil && t.live
 }
 
 // Join adds a waiter to channel if the channel is already subscribed and
@@ -133,19 +135,8 @@ func (h *Hub) Listening(channel string) bool {
 func (h *Hub) Join(channel, token string, wake chan int64) *Waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t := h.confirmed(channel)
-	if t == nil {
-		return nil
-	}
-	return h.add(t, channel, token, wake)
-}
-
-// confirmed returns channel's topic if Redis has confirmed its
-// subscription on the current connection, and nil otherwise; h.mu must be
-// held.
-func (h *Hub) confirmed(channel string) *topic {
-	if t := h.topics[channel]; t != nil && t.live {
-		return t
+	if t := h.topics[channel]; t != nil && t.live { // confirmed on the current connection
+		return h.add(t, channel, token, wake)
 	}
 	return nil
 }
@@ -223,7 +214,7 @@ func (h *Hub) subscribe(channel, token string, wake chan int64) (*Waiter, <-chan
 func (h *Hub) open(channel string) *line {
 	l := &line{h: h, channel: channel, topics: map[string]*topic{}, pending: map[string]int{},
 		asked: make(chan struct{}, 1), silent: make(chan struct{}, 1)}
-	l.ctx, l.stop = context.WithCancel(context.Background())
+	l.ctx, l.stop = context.WithCancel(h.ctx)
 	h.lines.Go(l.run)
 	return l
 }
@@ -231,7 +222,7 @@ func (h *Hub) open(channel string) *line {
 // Close closes the Hub's connections and waits for their goroutines to
 // end. Waiters are woken by their timers only after it.
 func (h *Hub) Close() {
-	h.stop()
+	h.stop() // (and with it every line)
 	h.mu.Lock()
 	h.closed = true
 	h.dbWait = nil
@@ -239,10 +230,8 @@ func (h *Hub) Close() {
 		if t.idle != nil {
 			t.idle.Stop()
 		}
-		t.line.stop()
 	}
 	clear(h.topics)
-	h.main = nil
 	h.mu.Unlock()
 	h.lines.Wait()
 }
@@ -286,16 +275,13 @@ func (h *Hub) drop(channel string, t *topic) {
 		return
 	}
 	delete(h.topics, channel)
-	l := t.line
-	delete(l.topics, channel)
-	if len(l.topics) > 0 {
-		l.ask(op{false, channel})
+	delete(t.line.topics, channel)
+	if len(t.line.topics) > 0 {
+		t.line.ask(op{false, channel})
 		return
 	}
-	l.stop()
-	if h.main == l {
-		h.main = nil
-	}
+	t.line.stop()
+	h.main = nil // (nil already if sharded)
 }
 
 // The bounds of the Hub's waits: healthCheck is how long a connection may
@@ -317,8 +303,13 @@ func (l *line) ask(o op) {
 	if o.subscribe {
 		l.pending[o.channel]++
 	}
+	poke(l.asked)
+}
+
+// poke signals c, a channel of capacity 1, unless a signal is pending.
+func poke(c chan struct{}) {
 	select {
-	case l.asked <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
@@ -331,9 +322,7 @@ func (l *line) run() {
 	for l.ctx.Err() == nil {
 		start := time.Now()
 		l.serve()
-		l.h.mu.Lock()
 		l.lost()
-		l.h.mu.Unlock()
 		if time.Since(start) > maxBackoff {
 			backoff = minBackoff // it had been up a while
 		}
@@ -449,10 +438,7 @@ func (l *line) read(ps driver.PubSub) {
 				return
 			}
 		case silent && errors.Is(err, context.DeadlineExceeded):
-			select {
-			case l.silent <- struct{}{}:
-			default:
-			}
+			poke(l.silent)
 		default:
 			return // done, or stopped
 		}
@@ -486,8 +472,9 @@ func (l *line) deliver(m driver.Message) bool {
 
 // lost marks the line's channels unconfirmed after its connection failed;
 // a waiter still waiting for a first confirmation goes on without it.
-// h.mu must be held.
 func (l *line) lost() {
+	l.h.mu.Lock()
+	defer l.h.mu.Unlock()
 	l.down = true
 	for _, t := range l.topics {
 		t.live = false
