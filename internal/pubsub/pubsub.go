@@ -57,6 +57,7 @@ type Hub struct {
 	closed bool              // Close was called: no more subscriptions
 	main   *line             // not sharded: the connection of every channel; nil while none (until Close)
 	topics map[string]*topic // subscribed channels
+	calls  []func()          // the Watch functions to call once a message is handled
 
 	// The keyspace channels of Watch (see watchKey): db is the database
 	// the Hub's server keeps its data in, once learnt ("" unknown, noDB
@@ -72,7 +73,6 @@ type Hub struct {
 
 type topic struct {
 	waiters  map[string]*Waiter // by token
-	watchers map[string]*Waiter // those of waiters that watch the channel (WatchToken)
 	ready    chan struct{}      // closed once first confirmed, or once its connection failed
 	live     bool               // confirmed on the current connection
 	keyspace bool               // a key's keyspace notifications: only the events in ended wake it
@@ -87,7 +87,6 @@ type line struct {
 	channel string            // "", or (sharded) the channel whose shard it connects to
 	topics  map[string]*topic // the channels it serves
 	ops     []op              // (un)subscriptions to send, in the order asked
-	calls   []func()          // the Watch functions to call once the message is handled
 	pending map[string]int    // SUBSCRIBEs sent on the connection and not yet confirmed
 	down    bool              // its connection failed and is not back yet
 	asked   chan struct{}     // ops were added
@@ -109,8 +108,7 @@ type Waiter struct {
 	channel string
 	token   string
 	wake    chan int64
-	call    func()       // a Watch's, in place of wake
-	req     func(string) // a Watch's, told the rest of a Request message
+	watch   *Watch // if a Watch's: its functions are called in place of wake
 }
 
 // New returns a Hub that subscribes through conn; with sharded, it uses
@@ -149,12 +147,6 @@ func (h *Hub) add(t *topic, channel, token string, wake chan int64) *Waiter {
 	}
 	w := &Waiter{h: h, channel: channel, token: token, wake: wake}
 	t.waiters[token] = w
-	if strings.HasPrefix(token, watchPrefix) {
-		if t.watchers == nil {
-			t.watchers = map[string]*Waiter{}
-		}
-		t.watchers[token] = w
-	}
 	return w
 }
 
@@ -247,7 +239,6 @@ func (w *Waiter) Close() {
 		return
 	}
 	delete(t.waiters, w.token)
-	delete(t.watchers, w.token)
 	if len(t.waiters) == 0 && t.idle == nil {
 		t.idle = time.AfterFunc(linger, func() { h.drop(w.channel, t) })
 	}
@@ -428,8 +419,8 @@ func (l *line) read(ps driver.PubSub) {
 		case err == nil:
 			l.h.mu.Lock()
 			ok := l.deliver(m)
-			calls := l.calls
-			l.calls = nil
+			calls := l.h.calls
+			l.h.calls = nil
 			l.h.mu.Unlock()
 			for _, f := range calls {
 				f() // (outside the Hub's lock: f may take its caller's own, under which it calls the Hub)
@@ -501,38 +492,31 @@ func (t *topic) confirm() {
 	}
 }
 
-// dispatch wakes the waiters a release message is for, or tells the
-// Watches of a request; h.mu must be held.
+// dispatch wakes the waiters a release message is for: all of them for
+// WakeAll, else the one it was handed to and every watcher (see
+// WatchToken); a Request message instead tells the Watches the rest of
+// it. h.mu must be held.
 func (t *topic) dispatch(payload string) {
-	if msg, ok := strings.CutPrefix(payload, Request); ok {
-		for _, w := range t.watchers {
-			if w.req != nil {
-				t.line.calls = append(t.line.calls, func() { w.req(msg) })
+	msg, request := strings.CutPrefix(payload, Request)
+	token, f, _ := strings.Cut(payload, " ")
+	fence, _ := strconv.ParseInt(f, 10, 64)
+	for _, w := range t.waiters {
+		switch {
+		case request:
+			if w.watch != nil && w.watch.req != nil {
+				w.h.calls = append(w.h.calls, func() { w.watch.req(msg) })
 			}
-		}
-		return
-	}
-	if payload != WakeAll {
-		token, f, _ := strings.Cut(payload, " ")
-		if w := t.waiters[token]; w != nil {
-			fence, _ := strconv.ParseInt(f, 10, 64)
+		case payload == WakeAll || strings.HasPrefix(w.token, watchPrefix):
+			w.signal(Released)
+		case w.token == token:
 			w.signal(max(fence, HandedOver))
 		}
-		for _, w := range t.watchers {
-			w.signal(Released)
-		}
-		return
-	}
-	for _, w := range t.waiters {
-		w.signal(Released)
 	}
 }
 
 func (w *Waiter) signal(wake int64) {
-	if w.call != nil {
-		if t := w.h.topics[w.channel]; t != nil {
-			t.line.calls = append(t.line.calls, w.call)
-		}
+	if w.watch != nil {
+		w.h.calls = append(w.h.calls, w.watch.f)
 		return
 	}
 	for {
@@ -589,10 +573,7 @@ func (h *Hub) Watch(channel, key string, f func(), req func(msg string)) *Watch 
 // held.
 func (w *Watch) add(channel string, keyspace bool) <-chan struct{} {
 	hw, ready := w.h.subscribe(channel, WatchToken(), nil)
-	hw.call = w.f
-	if !keyspace {
-		hw.req = w.req
-	}
+	hw.watch = w
 	w.ws = append(w.ws, hw)
 	if t := w.h.topics[channel]; t != nil && keyspace {
 		t.keyspace = true
