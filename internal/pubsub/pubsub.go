@@ -636,19 +636,9 @@ func (h *Hub) watchKey(w *Watch) {
 }
 
 // learnDB asks the server which database the Hub's client uses, and
-// subscribes the watches waiting for it. A failure to reach the server is
-// not remembered: it asks again after a backoff while watches wait, and
-// the next Watch asks again after they left.
+// subscribes the watches waiting for it.
 func (h *Hub) learnDB() {
-	for backoff := minBackoff; ; backoff = min(2*backoff, maxBackoff) {
-		db := h.askDB()
-		h.mu.Lock()
-		if h.closed || db != "" || len(h.dbWait) == 0 {
-			h.learnt(db)
-			h.mu.Unlock()
-			return
-		}
-		h.mu.Unlock()
+	for backoff := minBackoff; !h.learnt(h.askDB()); backoff = min(2*backoff, maxBackoff) {
 		select {
 		case <-h.ctx.Done():
 		case <-time.After(backoff):
@@ -660,36 +650,42 @@ func (h *Hub) learnDB() {
 // refuses it, or "" if it did not answer.
 func (h *Hub) askDB() string {
 	ctx, cancel := context.WithTimeout(h.ctx, netTimeout)
+	defer cancel()
 	r, err := h.conn.Do(ctx, "CLIENT", "INFO")
-	cancel()
-	db := noDB
-	var redisErr driver.Error
-	switch s, _ := r.(string); {
-	case err == nil:
-		for _, f := range strings.Fields(s) {
-			if v, ok := strings.CutPrefix(f, "db="); ok {
-				if _, err := strconv.Atoi(v); err == nil {
-					db = v
-				}
+	if errors.As(err, new(driver.Error)) {
+		return noDB
+	}
+	if err != nil {
+		return "" // unknown still
+	}
+	s, _ := r.(string)
+	for _, f := range strings.Fields(s) {
+		if v, ok := strings.CutPrefix(f, "db="); ok {
+			if _, err := strconv.Atoi(v); err == nil {
+				return v
 			}
 		}
-	case !errors.As(err, &redisErr):
-		db = "" // unknown still
 	}
-	return db
+	return noDB
 }
 
-// learnt ends a learning of the database db ("" unknown still); h.mu must
-// be held.
-func (h *Hub) learnt(db string) {
-	h.learning = false
-	if h.closed || db == "" {
-		return
+// learnt ends a learning of the database db ("" unknown still) and
+// subscribes the watches waiting for it; it reports false, and ends
+// nothing, if db is unknown while watches wait. A failure to reach the
+// server is not remembered: learnDB asks again after a backoff while
+// watches wait, and the next Watch asks again after they left (none
+// waits after Close).
+func (h *Hub) learnt(db string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if db == "" && len(h.dbWait) > 0 {
+		return false
 	}
-	h.db = db
+	h.learning, h.db = false, db
 	waiting := h.dbWait
 	h.dbWait = nil
 	for _, w := range waiting {
 		h.watchKey(w)
 	}
+	return true
 }
