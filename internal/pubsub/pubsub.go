@@ -95,14 +95,16 @@ type line struct {
 	stop    context.CancelFunc
 }
 
+// op is a run of subscriptions, or of unsubscriptions: one command.
 type op struct {
 	subscribe bool
-	channel   string
+	chans     []string
 }
 
 // Waiter receives a wake-up on its wake channel when its lock is released
 // (Released), or, when the lock is handed to it, the handover's fence (or
-// HandedOver if it came without one).
+// HandedOver if it came without one). The wake channel has room for one
+// wake-up: a pending one is merged with the next.
 type Waiter struct {
 	h       *Hub
 	channel string
@@ -197,7 +199,7 @@ func (h *Hub) subscribe(channel, token string, wake chan int64) (*Waiter, <-chan
 		if l.down {
 			close(t.ready) // nothing to wait for until the connection is back
 		}
-		l.ask(op{true, channel})
+		l.ask(true, channel)
 	}
 	return h.add(t, channel, token, wake), t.ready
 }
@@ -231,26 +233,24 @@ func (h *Hub) Close() {
 // Close removes the waiter. A channel left without waiters is unsubscribed
 // after linger, and the connection is closed with the last channel.
 func (w *Waiter) Close() {
-	h := w.h
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t := h.topics[w.channel]
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	t := w.h.topics[w.channel]
 	if t == nil || t.waiters[w.token] != w {
 		return
 	}
 	delete(t.waiters, w.token)
 	if len(t.waiters) == 0 && t.idle == nil {
-		t.idle = time.AfterFunc(linger, func() { h.drop(w.channel, t) })
+		t.idle = time.AfterFunc(linger, func() { w.h.drop(w.channel, t) })
 	}
 }
 
 // Retoken moves the waiter to a new token, so that a handover to the
 // token of an attempt after an undo reaches it.
 func (w *Waiter) Retoken(token string) {
-	h := w.h
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if t := h.topics[w.channel]; t != nil && t.waiters[w.token] == w {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	if t := w.h.topics[w.channel]; t != nil && t.waiters[w.token] == w {
 		delete(t.waiters, w.token)
 		t.waiters[token] = w
 	}
@@ -268,7 +268,7 @@ func (h *Hub) drop(channel string, t *topic) {
 	delete(h.topics, channel)
 	delete(t.line.topics, channel)
 	if len(t.line.topics) > 0 {
-		t.line.ask(op{false, channel})
+		t.line.ask(false, channel)
 		return
 	}
 	t.line.stop()
@@ -286,13 +286,18 @@ const (
 	maxBackoff  = time.Second
 )
 
-// ask queues an (un)subscription for the line's goroutine, counting a
-// SUBSCRIBE as unconfirmed from now (its confirmation cannot come before
-// it is sent); h.mu must be held.
-func (l *line) ask(o op) {
-	l.ops = append(l.ops, o)
-	if o.subscribe {
-		l.pending[o.channel]++
+// ask queues an (un)subscription of channel for the line's goroutine, in
+// the same command as the one before if that is of the same kind, and
+// counts a SUBSCRIBE unconfirmed from now (its confirmation cannot come
+// before it is sent); h.mu must be held.
+func (l *line) ask(subscribe bool, channel string) {
+	if n := len(l.ops); n == 0 || l.ops[n-1].subscribe != subscribe {
+		l.ops = append(l.ops, op{subscribe: subscribe})
+	}
+	o := &l.ops[len(l.ops)-1]
+	o.chans = append(o.chans, channel)
+	if subscribe {
+		l.pending[channel]++
 	}
 	poke(l.asked)
 }
@@ -340,7 +345,7 @@ func (l *line) serve() {
 	l.down, l.ops = false, nil
 	clear(l.pending)
 	for ch := range l.topics {
-		l.ask(op{true, ch}) // (one SUBSCRIBE for all)
+		l.ask(true, ch) // (one SUBSCRIBE for all)
 	}
 	empty := len(l.ops) == 0
 	l.h.mu.Unlock()
@@ -389,20 +394,14 @@ func (l *line) flush(ps driver.PubSub) bool {
 	ops := l.ops
 	l.ops = nil
 	l.h.mu.Unlock()
-	for len(ops) > 0 { // a run of subscriptions (or of unsubscriptions) in one command
-		n, chans := 1, []string{ops[0].channel}
-		for n < len(ops) && ops[n].subscribe == ops[0].subscribe {
-			chans = append(chans, ops[n].channel)
-			n++
-		}
+	for _, o := range ops {
 		f := ps.Unsubscribe
-		if ops[0].subscribe {
+		if o.subscribe {
 			f = ps.Subscribe
 		}
-		if l.send(f, chans...) != nil {
+		if l.send(f, o.chans...) != nil {
 			return false
 		}
-		ops = ops[n:]
 	}
 	return true
 }
@@ -519,16 +518,12 @@ func (w *Waiter) signal(wake int64) {
 		w.h.calls = append(w.h.calls, w.watch.f)
 		return
 	}
-	for {
+	for { // (wake has room for one: one case is always ready)
 		select {
 		case w.wake <- wake:
 			return
-		default: // a wake-up is pending: keep the handover, if either is one
-			select {
-			case old := <-w.wake:
-				wake = max(wake, old)
-			default:
-			}
+		case old := <-w.wake: // a wake-up is pending: keep the handover, if either is one
+			wake = max(wake, old)
 		}
 	}
 }
