@@ -588,9 +588,7 @@ func (w *Watch) Close() {
 	h.mu.Lock()
 	ws := w.ws
 	w.ws = nil
-	if i := slices.Index(h.dbWait, w); i >= 0 {
-		h.dbWait = slices.Delete(h.dbWait, i, i+1)
-	}
+	h.dbWait = slices.DeleteFunc(h.dbWait, func(x *Watch) bool { return x == w })
 	h.mu.Unlock()
 	for _, hw := range ws {
 		hw.Close()
