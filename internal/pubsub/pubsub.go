@@ -368,7 +368,7 @@ func (l *line) serve() {
 		case <-done:
 			return
 		case <-l.silent:
-			if l.send(func(ctx context.Context, _ ...string) error { return ps.Ping(ctx) }) != nil {
+			if l.send(ps.Ping) != nil {
 				return
 			}
 		case <-l.asked:
@@ -380,10 +380,10 @@ func (l *line) serve() {
 }
 
 // send runs a command of the connection, bounded by netTimeout.
-func (l *line) send(f func(context.Context, ...string) error, chans ...string) error {
+func (l *line) send(cmd func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(l.ctx, netTimeout)
 	defer cancel()
-	return f(ctx, chans...)
+	return cmd(ctx)
 }
 
 // flush sends the (un)subscriptions asked for, in order; it reports
@@ -399,7 +399,7 @@ func (l *line) flush(ps driver.PubSub) bool {
 		if o.subscribe {
 			f = ps.Subscribe
 		}
-		if l.send(f, o.chans...) != nil {
+		if l.send(func(ctx context.Context) error { return f(ctx, o.chans...) }) != nil {
 			return false
 		}
 	}
