@@ -226,3 +226,17 @@ func TestWatchReadyOnceItsChannelIsConfirmed(t *testing.T) {
 		t.Fatal("Ready not closed 5s after its connection was cut")
 	}
 }
+
+// A lock's channel under a key prefix that begins as a keyspace channel
+// does is no keyspace channel: a release on it wakes its waiters.
+func TestChannelNamedLikeAKeyspaceChannelWakesItsWaiters(t *testing.T) {
+	t.Parallel()
+	rdb := start(t)
+	h := New(goredisdriver.Conn(rdb), false)
+	defer h.Close()
+	channel := "__keyspace@0__:{a}:ch"
+	w, wake := subscribe(t, h, channel, "a")
+	defer w.Close()
+	rdb.Publish(t.Context(), channel, WakeAll)
+	expect(t, "a waiter on "+channel, wake, Released)
+}
