@@ -87,7 +87,7 @@ type line struct {
 	channel string            // "", or (sharded) the channel whose shard it connects to
 	topics  map[string]*topic // the channels it serves
 	ops     []op              // (un)subscriptions to send, in the order asked
-	pending map[string]int    // SUBSCRIBEs sent on the connection and not yet confirmed
+	pending map[string]int    // SUBSCRIBEs asked on the connection (queued or sent) and not yet confirmed
 	down    bool              // its connection failed and is not back yet
 	asked   chan struct{}     // ops were added
 	silent  chan struct{}     // nothing was received for healthCheck: ping
