@@ -4,7 +4,7 @@ package script
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"regexp"
 	"strings"
 
@@ -44,94 +44,53 @@ func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args 
 // All returns every script of the package.
 func All() []*Script { return all }
 
-var (
-	//go:embed lib.lua
-	lib string // functions the scripts share, each script gets those it calls (withLib)
-	//go:embed acquire.lua
-	acquireSrc string
-	//go:embed release.lua
-	releaseSrc string
-	//go:embed extend.lua
-	extendSrc string
-	//go:embed inspect.lua
-	inspectSrc string
-	//go:embed guard.lua
-	guardSrc string
-	//go:embed force_release.lua
-	forceReleaseSrc string
-	//go:embed acquire_fair.lua
-	acquireFairSrc string
-	//go:embed release_fair.lua
-	releaseFairSrc string
-	//go:embed acquire_reentrant.lua
-	acquireReentrantSrc string
-	//go:embed release_reentrant.lua
-	releaseReentrantSrc string
-	//go:embed extend_reentrant.lua
-	extendReentrantSrc string
-	//go:embed raise_fence.lua
-	raiseFenceSrc string
-	//go:embed fence.lua
-	fenceSrc string
-	//go:embed hold_acquire.lua
-	holdAcquireSrc string
-	//go:embed hold_release.lua
-	holdReleaseSrc string
-	//go:embed hold_extend.lua
-	holdExtendSrc string
-	//go:embed proclaim.lua
-	proclaimSrc string
-	//go:embed hold_downgrade.lua
-	holdDowngradeSrc string
-	//go:embed permits.lua
-	permitsSrc string
-	//go:embed uptime.lua
-	uptimeSrc string
-	//go:embed fence_current.lua
-	fenceCurrentSrc string
-	//go:embed announce.lua
-	announceSrc string
-)
+// files are the scripts' texts, and lib.lua: the functions they share,
+// each script getting those it calls (withLib).
+//
+//go:embed *.lua
+var files embed.FS
+
+var lib = read("lib.lua")
 
 // The scripts, run with EVALSHA. The backend loads them into a server's
 // script cache before the first call that needs them, and again when a
 // call finds them missing (see internal/backend/scripts.go).
 var (
-	Acquire = withLib("acquire", acquireSrc)
-	Release = withLib("release", releaseSrc)
-	Extend  = withLib("extend", extendSrc)
-	Inspect = withLib("inspect", inspectSrc)
-	Guard   = withLib("guard", guardSrc)
+	Acquire = withLib("acquire")
+	Release = withLib("release")
+	Extend  = withLib("extend")
+	Inspect = withLib("inspect")
+	Guard   = withLib("guard")
 
-	ForceRelease = withLib("force_release", forceReleaseSrc)
-	AcquireFair  = withLib("acquire_fair", acquireFairSrc)
-	ReleaseFair  = withLib("release_fair", releaseFairSrc)
+	ForceRelease = withLib("force_release")
+	AcquireFair  = withLib("acquire_fair")
+	ReleaseFair  = withLib("release_fair")
 
-	AcquireReentrant = withLib("acquire_reentrant", acquireReentrantSrc)
-	ReleaseReentrant = withLib("release_reentrant", releaseReentrantSrc)
-	ExtendReentrant  = withLib("extend_reentrant", extendReentrantSrc)
-	RaiseFence       = withLib("raise_fence", raiseFenceSrc)
-	Fence            = withLib("fence", fenceSrc)
+	AcquireReentrant = withLib("acquire_reentrant")
+	ReleaseReentrant = withLib("release_reentrant")
+	ExtendReentrant  = withLib("extend_reentrant")
+	RaiseFence       = withLib("raise_fence")
+	Fence            = withLib("fence")
 
 	// The sorted-set kinds' holds, one family: a semaphore's permits and
 	// a read-write lock's reads and writes (see lib.lua); Fence serves
 	// them too.
-	HoldAcquire = withLib("hold_acquire", holdAcquireSrc)
-	HoldRelease = withLib("hold_release", holdReleaseSrc)
-	HoldExtend  = withLib("hold_extend", holdExtendSrc)
+	HoldAcquire = withLib("hold_acquire")
+	HoldRelease = withLib("hold_release")
+	HoldExtend  = withLib("hold_extend")
 	// A read-write lock's write hold turned into a read (RWMutex.Downgrade).
-	HoldDowngrade = withLib("hold_downgrade", holdDowngradeSrc)
+	HoldDowngrade = withLib("hold_downgrade")
 
 	// A leader's value, changed within its term (election.go).
-	Proclaim = withLib("proclaim", proclaimSrc)
+	Proclaim = withLib("proclaim")
 	// A semaphore's size kept in Redis: read, set once, grown or shrunk.
-	Permits = withLib("permits", permitsSrc)
+	Permits = withLib("permits")
 	// How long a lock's server has been up (a release of unknown outcome).
-	Uptime = withLib("uptime", uptimeSrc)
+	Uptime = withLib("uptime")
 	// Whether a fence is still current (Client.FenceCurrent); reads only.
-	FenceCurrent = withLib("fence_current", fenceCurrentSrc)
+	FenceCurrent = withLib("fence_current")
 	// A message on a lock's channel (Client.RequestRelease).
-	Announce = withLib("announce", announceSrc)
+	Announce = withLib("announce")
 )
 
 // libHere is the line of a script after which the functions of lib.lua
@@ -139,12 +98,13 @@ var (
 // any of them is made (see withLib).
 const libHere = "-- (the shared functions are defined here)\n"
 
-// withLib returns the script src with the functions of lib.lua it calls,
-// and only those, defined before it, or at its libHere line: Redis runs a
-// script's whole text on every call, so each function defined costs every
-// call that reaches its definition a closure, and a common path that
-// returns above libHere costs none.
-func withLib(name, src string) *Script {
+// withLib returns the script of the file name.lua with the functions of
+// lib.lua it calls, and only those, defined before it, or at its libHere
+// line: Redis runs a script's whole text on every call, so each function
+// defined costs every call that reaches its definition a closure, and a
+// common path that returns above libHere costs none.
+func withLib(name string) *Script {
+	src := read(name + ".lua")
 	head, tail, split := strings.Cut(src, libHere)
 	if !split {
 		head, tail = "", src
@@ -178,6 +138,15 @@ func withLib(name, src string) *Script {
 	s := &Script{name: name, src: b.String(), hash: digests[name]}
 	all = append(all, s)
 	return s
+}
+
+// read returns the text of the package's file name (it is there: embedded).
+func read(name string) string {
+	b, err := files.ReadFile(name)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
 
 // calls reports whether the Lua text calls the function name: name( not
