@@ -83,28 +83,16 @@ end
 if not holder then
   -- The first live waiter takes the lock: another than the caller with a
   -- fence, announced. Waiters that died or gave up without saying so are
-  -- dropped; the clock is read only if someone is queued.
-  local head = redis.call('LINDEX', KEYS[3], 0)
-  local now, deadline, ttl = head and now_ms()
-  while head do
-    deadline, ttl = string.match(redis.call('HGET', KEYS[4], head) or '', '^(%d+):(%d+)$')
-    if deadline and tonumber(deadline) > now then break end
-    redis.call('LPOP', KEYS[3])
-    redis.call('HDEL', KEYS[4], head)
-    head = redis.call('LINDEX', KEYS[3], 0)
-  end
-  if head and head ~= token then
-    if not fenced(KEYS, head, ttl, pub, fence_ms) then return fence_type_reply() end
-    redis.call('SET', KEYS[1], head, 'PX', ttl)
-    holder = head
-  else
+  -- dropped; the clock is read only if someone is queued (we are here
+  -- only then: the queue was not empty above).
+  local head, ttl = live_head(KEYS, redis.call('LPOP', KEYS[3]), now_ms())
+  if not head or head == token then
     redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+    return won()
   end
-  if head then
-    redis.call('LPOP', KEYS[3])
-    redis.call('HDEL', KEYS[4], head)
-  end
-  if not holder then return won() end
+  if not fenced(KEYS, head, ttl, pub, fence_ms) then return fence_type_reply() end
+  redis.call('SET', KEYS[1], head, 'PX', ttl)
+  holder = head
 end
 local pttl = math.max(redis.call('PTTL', KEYS[1]), -1)
 if ARGV[3] == '1' then

@@ -5,7 +5,7 @@ package script
 // digests are the scripts' SHA-1 digests, by name (see Script).
 var digests = map[string]string{
 	"acquire":           "1ac522dd8fa3f9bae4f3f4c33cec8a08ed824d68",
-	"acquire_fair":      "78bb00a4b7d5ac012574e1de705f6571b4e5c2bf",
+	"acquire_fair":      "1f203c33f0f881654dc10cbe58758d2b0e83f4f6",
 	"acquire_reentrant": "7565cf0328c16f1550be5fd507415182a2919c19",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
 	"extend":            "fbff879a7d986e861dba244b2cdeb16f80ad2c90",
@@ -23,7 +23,7 @@ var digests = map[string]string{
 	"proclaim":          "8490f798a1ca85375f453010e686ecfb3865d9b0",
 	"raise_fence":       "490ca51909be3f006bae65b044fcb30f6b89884b",
 	"release":           "816c24276d7f2c2be1c64403681b9db8db4b2233",
-	"release_fair":      "0b455360ee4bac92214dc4093ae3bc6a228e9f7c",
+	"release_fair":      "20a4fde9d0772c0fe7149aecbd8556e273a0b262",
 	"release_reentrant": "b85c02f3816a196ea75bfa81c2bbfe4e533010fc",
 	"uptime":            "8a321873751bc207e23d0b74f04705c35aee0a44",
 }

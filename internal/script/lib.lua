@@ -93,6 +93,22 @@ local function fenced(k, who, ttl, pub, fence_ms)
   return fence
 end
 
+-- live_head(k, head, now) takes waiters off the head of the fair queue
+-- k[3], head (taken off already) first, until one whose entry in the
+-- waiters hash k[4] ("deadline_ms:ttl_ms") is live at now, and returns it
+-- and its ttl (nil: no waiter was live). The entries of those taken off
+-- are deleted: of waiters that died or gave up without saying so, and of
+-- the one returned, whom the caller serves.
+local function live_head(k, head, now)
+  while head do
+    local entry = redis.call('HGET', k[4], head)
+    redis.call('HDEL', k[4], head)
+    local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
+    if deadline and tonumber(deadline) > now then return head, ttl end
+    head = redis.call('LPOP', k[3])
+  end
+end
+
 local function revoked_reply()
   return redis.error_reply('REVOKED dlock: this lease was already ended')
 end

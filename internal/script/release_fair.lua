@@ -60,21 +60,13 @@ if holder ~= token then
   return 0
 end
 -- Hand the lock to the first live waiter; those whose entry lapsed are
--- dropped.
+-- dropped. With a foreign fence key the lock is freed rather than handed
+-- over unfenced.
 local pub, fence_ms = string.match(ARGV[3], '^(%S+) (%d+)')
-local now = now_ms()
-while head do
-  local entry = redis.call('HGET', KEYS[4], head)
-  redis.call('HDEL', KEYS[4], head)
-  local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
-  if deadline and tonumber(deadline) > now then
-    if not fenced(KEYS, head, ttl, pub, fence_ms) then
-      break -- a foreign fence key: free the lock rather than hand it over unfenced
-    end
-    redis.call('SET', KEYS[1], head, 'PX', ttl)
-    return 1
-  end
-  head = redis.call('LPOP', KEYS[3])
+local live, ttl = live_head(KEYS, head, now_ms())
+if live and fenced(KEYS, live, ttl, pub, fence_ms) then
+  redis.call('SET', KEYS[1], live, 'PX', ttl)
+  return 1
 end
 redis.call('DEL', KEYS[1])
 redis.call(pub, KEYS[1] .. ':ch', '*') -- someone queued: those who left may still listen
