@@ -82,10 +82,7 @@ if not quiet and revoked(KEYS[5]) then return revoked_reply() end
 if type(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)) ~= 'number' or not same_kind(KEYS[1], member) then
   return not_hold_kind(KEYS[1], n)
 end
-local mine = {redis.call('ZSCORE', KEYS[1], member)}
-if w > 1 and mine[1] then
-  mine = hold_call(KEYS[1], member, w, nil, 'ZMSCORE')
-end
+local mine = hold_call(KEYS[1], member, w, nil, 'ZMSCORE')
 local whole = mine[1]
 for i = 2, w do
   whole = whole and mine[i]
@@ -114,10 +111,9 @@ if n then
   if size and w > size then
     return redis.error_reply(string.format('DLOCK_TOOMANY asks %d permits of a semaphore whose stored size is %d', w, size))
   end
-  n = size or n
   local held
   held, head = serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), token, a, size)
-  admitted = held + w <= n
+  admitted = held + w <= (size or n)
 else
   head = rw_serve_queue(KEYS, now, token, a)
   admitted = rw_admits(KEYS[1], what)

@@ -47,11 +47,7 @@ else -- 500 members at a time: unpack is bounded by Lua's stack
     removed = removed + r
   end
 end
-if type(removed) ~= 'number' then
-  removed = 0
-elseif removed > 1 then
-  removed = 1
-end
+removed = type(removed) == 'number' and math.min(removed, 1) or 0 -- (not a number: the key is another kind's)
 -- The marker read: a waiter's "q" says it has a queue entry to take out
 -- (a hold that was removed has none: it left the queue when granted).
 local was
@@ -69,20 +65,18 @@ if was == 'q' and redis.call('HDEL', KEYS[4], ARGV[2]) == 1 then
 end
 if not redis.call('LINDEX', KEYS[3], 0) then return removed end -- nobody waits (the common case)
 -- (the shared functions are defined here)
-do
-  -- Someone waits: serve the queue (a waiter that left may have been the
-  -- one blocking the others), unless the key is another kind's.
-  local now = now_ms()
-  local ok = redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  if type(ok) == 'number' and same_kind(KEYS[1], ARGV[1]) then
-    local a = {ARGV[3], ARGV[4], ARGV[6]}
-    if string.sub(ARGV[1], 2, 2) == ':' then
-      rw_serve_queue(KEYS, now, nil, a)
-    else
-      local size = KEYS[6] and tonumber(redis.call('GET', KEYS[6]) or '')
-      serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), nil, a, size)
-    end
-    expire_with_last(KEYS[1])
+-- Someone waits: serve the queue (a waiter that left may have been the
+-- one blocking the others), unless the key is another kind's.
+local now = now_ms()
+local ok = redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if type(ok) == 'number' and same_kind(KEYS[1], ARGV[1]) then
+  local a = {ARGV[3], ARGV[4], ARGV[6]}
+  if string.sub(ARGV[1], 2, 2) == ':' then
+    rw_serve_queue(KEYS, now, nil, a)
+  else
+    local size = KEYS[6] and tonumber(redis.call('GET', KEYS[6]) or '')
+    serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), nil, a, size)
   end
+  expire_with_last(KEYS[1])
 end
 return removed
