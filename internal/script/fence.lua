@@ -21,6 +21,4 @@ if not held then
 elseif not drives(mark, ARGV[4]) then
   return -1
 end
-local fence = new_fence(KEYS[2], ARGV[2])
-if not fence then return fence_type_reply() end
-return fence
+return new_fence(KEYS[2], ARGV[2]) or fence_type_reply()

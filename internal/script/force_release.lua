@@ -20,23 +20,23 @@ elseif kind == 'hash' and redis.call('HEXISTS', KEYS[1], 'owner') == 1 then
   local h = redis.call('HMGET', KEYS[1], 'owner', 'fence')
   holding = h[1] .. ' ' .. (h[2] or '')
 elseif kind == 'zset' then -- a semaphore: the same live permits, as a set
-  holding = ARGV[1]
-  local n = 0
-  for token in string.gmatch(ARGV[1], '%S+') do
-    n = n + 1
-    if (tonumber(redis.call('ZSCORE', KEYS[1], token)) or 0) <= now_ms() then
-      holding = nil
-    end
-  end
-  -- as many live holds as tokens (a hold of several permits at once is
-  -- its token and "<token> 2", ...: one hold)
-  local live = 0
+  -- ARGV[1] names as many tokens as there are live holds (a hold of
+  -- several permits at once is its token and "<token> 2", ...: one hold),
+  -- each of them a live hold's.
+  local live, n = {}, 0
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms(), '+inf')) do
     if not string.find(m, ' ', 1, true) then
-      live = live + 1
+      live[m], n = true, n + 1
     end
   end
-  if n == 0 or live ~= n then
+  holding = n > 0 and ARGV[1] or nil
+  for token in string.gmatch(ARGV[1], '%S+') do
+    if not live[token] then
+      holding = nil
+    end
+    n = n - 1
+  end
+  if n ~= 0 then
     holding = nil
   end
 else

@@ -33,8 +33,7 @@ if v[1] == ARGV[1] then
 end
 if not ARGV[3] then
   return 0
-end
-if v[3] == '1' then
+elseif v[3] == '1' then
   return 1
 end
 redis.call('SET', KEYS[3], '0', 'PX', ARGV[3])
