@@ -8,7 +8,7 @@ var digests = map[string]string{
 	"acquire_fair":      "1f203c33f0f881654dc10cbe58758d2b0e83f4f6",
 	"acquire_reentrant": "7565cf0328c16f1550be5fd507415182a2919c19",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
-	"extend":            "fbff879a7d986e861dba244b2cdeb16f80ad2c90",
+	"extend":            "45155de549cb8303bee1b7e7178ed2b2b6fc37d6",
 	"extend_reentrant":  "58e11b891810004926bfed73bc02da2dff94d8af",
 	"fence":             "354905fb9845a30d9673ac311e26e002e3a448c2",
 	"fence_current":     "5f65fffaeb357cac9dfadb993b14b28cab297b8d",

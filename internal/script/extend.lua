@@ -18,37 +18,32 @@
 -- earlier copy), 0 if the key is missing or owned by someone else, 2 if the
 -- lease is ours but a newer extension was applied (see superseded in
 -- lib.lua): this request changed nothing.
-local r -- the reply, once it is known that this request extends nothing
-local gt = false
+local r = 0 -- the reply
 if ARGV[3] == '0' then
   local v = redis.call('MGET', KEYS[1], KEYS[2])
-  if v[1] ~= ARGV[1] then
-    r = 0
-  elseif v[2] and string.byte(v[2]) == 101 then -- "e<n>": a numbered extension was applied
+  if v[1] == ARGV[1] and v[2] and string.byte(v[2]) == 101 then -- "e<n>": a numbered extension was applied
     r = 2
-  else
+  elseif v[1] == ARGV[1] then
+    r = 1
     redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-    gt = true
+    if KEYS[3] then
+      redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
+    end
+    if KEYS[4] then
+      redis.call('PEXPIRE', KEYS[4], ARGV[2], 'GT')
+    end
   end
-elseif redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  r = 0
-else
-  local s = superseded(KEYS[2], ARGV[3], ARGV[2])
-  if s ~= 0 then
-    r = s
-  else
+elseif redis.call('GET', KEYS[1]) == ARGV[1] then
+  r = superseded(KEYS[2], ARGV[3], ARGV[2])
+  if r == 0 then
+    r = 1
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  end
-end
-if not r then
-  r = 1
-  if KEYS[3] then
-    redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
-  end
-  if KEYS[4] and gt then
-    redis.call('PEXPIRE', KEYS[4], ARGV[2], 'GT')
-  elseif KEYS[4] then -- the value ends with the lease, also one this shortens
-    redis.call('PEXPIRE', KEYS[4], ARGV[2])
+    if KEYS[3] then
+      redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
+    end
+    if KEYS[4] then -- the value ends with the lease, also one this shortens
+      redis.call('PEXPIRE', KEYS[4], ARGV[2])
+    end
   end
 end
 if ARGV[4] ~= '1' then
