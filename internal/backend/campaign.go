@@ -80,7 +80,7 @@ func (campaign) shape() *shape { return &stringShape }
 // that Redis applied changes nothing, and reports true (a later value is
 // set). ErrSuperseded: another Lock resumed the lease.
 func (n Node) Proclaim(ctx context.Context, c *Claim, value string, seq int64) (bool, error) {
-	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, seq).Int64()
+	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, c.seqArg(seq)).Int64()
 	if err != nil {
 		return false, RedisErr(err)
 	}

@@ -20,7 +20,7 @@ var digests = map[string]string{
 	"hold_release":      "8035c5a6a77f9a3260f9e75e296dddf7c61c171f",
 	"inspect":           "f8d99467c5551ec201d10c624315f266c7935494",
 	"permits":           "379e65a1e98df25026faf483b8d3a2002931eb22",
-	"proclaim":          "8490f798a1ca85375f453010e686ecfb3865d9b0",
+	"proclaim":          "66879c629100c56aa5bde0b7847969059117eeec",
 	"raise_fence":       "490ca51909be3f006bae65b044fcb30f6b89884b",
 	"release":           "8a375a5bd4fd64bacd74a24171ff8b852d0589d9",
 	"release_fair":      "20a4fde9d0772c0fe7149aecbd8556e273a0b262",

@@ -5,10 +5,11 @@
 -- ARGV[1] the leader's lease token   ARGV[2] the value
 -- ARGV[3] release channel   ARGV[4] publish command: PUBLISH or SPUBLISH
 -- ARGV[5] the asking Lock's resumer id ('' for the Lock that took the lease)
--- ARGV[6] the Proclaim's sequence number: each Proclaim of a Lock numbers
---         above its earlier ones
+-- ARGV[6] the Proclaim's sequence number, seq: "<n>", or from a resumed
+--         Lock "<n>.<resumer id>"; each Proclaim of a Lock numbers above
+--         its earlier ones
 -- The value key holds "<token>{<seq>} <value>" (a token has no space nor
--- brace), seq being "<n>" or, from a resumed Lock, "<n>.<resumer id>", and
+-- brace), and
 -- lives as long as the lease (extend.lua lengthens it with the lease): a
 -- reader takes the value only while the token is the lock's (it reads
 -- "<token> <value>" too). A Proclaim that finds a higher number of its own
@@ -30,14 +31,10 @@ end
 local late = false
 if v[3] and string.sub(v[3], 1, #ARGV[1] + 1) == ARGV[1] .. '{' then
   local n, id = string.match(string.sub(v[3], #ARGV[1] + 2), '^(%d+)%.?([^} ]*)} ')
-  late = n ~= nil and id == ARGV[5] and tonumber(n) > tonumber(ARGV[6])
+  late = n ~= nil and id == ARGV[5] and tonumber(n) > tonumber(string.match(ARGV[6], '^%d+'))
 end
 if not late then
-  local tag = ARGV[6]
-  if ARGV[5] ~= '' then
-    tag = tag .. '.' .. ARGV[5]
-  end
-  local entry = ARGV[1] .. '{' .. tag .. '} ' .. ARGV[2]
+  local entry = ARGV[1] .. '{' .. ARGV[6] .. '} ' .. ARGV[2]
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl > 0 then
     redis.call('SET', KEYS[2], entry, 'PX', pttl)
