@@ -18,7 +18,7 @@ var digests = map[string]string{
 	"hold_downgrade":    "c5d19818cdfb732f21018f195c1c1e60242ef078",
 	"hold_extend":       "ac7b06772be0e5a5f3c2db798cccef24a0022088",
 	"hold_release":      "8035c5a6a77f9a3260f9e75e296dddf7c61c171f",
-	"inspect":           "f8d99467c5551ec201d10c624315f266c7935494",
+	"inspect":           "dce8f5be4afccbe5aa610d204d550f780a8d44f1",
 	"permits":           "379e65a1e98df25026faf483b8d3a2002931eb22",
 	"proclaim":          "66879c629100c56aa5bde0b7847969059117eeec",
 	"raise_fence":       "490ca51909be3f006bae65b044fcb30f6b89884b",

@@ -42,8 +42,6 @@ if type(waiting) == 'table' and not waiting.err then
     end
   end
 end
-local value = redis.pcall('GET', KEYS[5])
-if type(value) ~= 'string' then
-  value = ''
-end
+local v = redis.pcall('GET', KEYS[5]) -- (a value key of another type reads '')
+local value = type(v) == 'string' and v or ''
 return {kind, holder, redis.call('PTTL', KEYS[1]), fence, owners, now, queued, value}
