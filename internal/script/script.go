@@ -6,6 +6,7 @@ import (
 	"context"
 	"embed"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -109,33 +110,26 @@ func withLib(name string) *Script {
 	if !split {
 		head, tail = "", src
 	}
-	chunks := strings.Split(lib, "\n\n")
-	for _, chunk := range chunks {
-		if m := libFunc.FindStringSubmatch(chunk); m != nil && calls(head, m[1]) {
-			early = append(early, m[1])
-		}
-	}
-	need := make([]bool, len(chunks))
 	// A function is needed if the script or a needed function calls it;
 	// lib.lua defines each function after those it calls.
+	chunks := strings.Split(lib, "\n\n")
+	var defs []string // the needed functions' chunks, the last first
 	text := src
 	for i := len(chunks) - 1; i >= 0; i-- {
 		m := libFunc.FindStringSubmatch(chunks[i])
-		if m != nil && calls(text, m[1]) {
-			need[i] = true
+		if m == nil {
+			continue
+		}
+		if calls(head, m[1]) {
+			early = append(early, m[1])
+		}
+		if calls(text, m[1]) {
+			defs = append(defs, chunks[i]+"\n\n")
 			text += chunks[i]
 		}
 	}
-	var b strings.Builder
-	b.WriteString(head)
-	for i, chunk := range chunks {
-		if need[i] {
-			b.WriteString(chunk)
-			b.WriteString("\n\n")
-		}
-	}
-	b.WriteString(tail)
-	s := &Script{name: name, src: b.String(), hash: digests[name]}
+	slices.Reverse(defs)
+	s := &Script{name: name, src: head + strings.Join(defs, "") + tail, hash: digests[name]}
 	all = append(all, s)
 	return s
 }
