@@ -169,18 +169,9 @@ func partRefused(name string, err error) error {
 	if e, ok := errors.AsType[*NotAcquiredError](err); ok && e.Name == name {
 		return err
 	}
-	return &partError{err: err, part: &NotAcquiredError{Name: name, TTL: -1, say: notTaken}}
+	// (It reads as err; errors.Is and errors.As see both.)
+	return backend.Detailed(err.Error(), err, &NotAcquiredError{Name: name, TTL: -1, say: notTaken})
 }
-
-// partError is err, carrying part besides: it reads as err, and errors.Is
-// and errors.As see both.
-type partError struct {
-	err  error
-	part *NotAcquiredError
-}
-
-func (e *partError) Error() string   { return e.err.Error() }
-func (e *partError) Unwrap() []error { return []error{e.err, e.part} }
 
 // sortedParts checks parts and returns them in acquisition order: by
 // lock key, so that sets over several Clients that overlap take their
