@@ -26,21 +26,26 @@ func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
 	name, k := l.name, l.k
 	l, g, err := c.attempt(ctx, l, false)
 	switch {
-	case err != nil && ctx.Err() != nil:
-		if err == ctx.Err() || errors.Is(err, backend.ErrNotSent) || errors.Is(err, backend.ErrLeftInFlight) {
-			return nil, gaveUp(ctx, k.acquireOp, name)
+	case l == nil && ctx.Err() != nil: // (an attempt that failed returns no Lock)
+		if endedOnly(ctx, err) {
+			err = nil
 		}
 		return nil, gaveUp(ctx, k.acquireOp, name, err)
 	case errors.Is(err, errTooSlow):
 		return nil, opError(k.acquireOp, name, backend.Because(ErrNotAcquired, err.Error(), err))
 	case err != nil:
 		return nil, opError(k.acquireOp, name, err)
-	case l == nil && ctx.Err() != nil:
-		return nil, gaveUp(ctx, k.acquireOp, name)
 	case l == nil:
 		return nil, k.notAcquired(name, k.refusal(name, g))
 	}
 	return l, nil
+}
+
+// endedOnly reports whether err, the error of an attempt made under ctx
+// once ctx ended, says no more than that: it is ctx's own error, or the
+// attempt was not sent or left in flight for it.
+func endedOnly(ctx context.Context, err error) bool {
+	return err == ctx.Err() || errors.Is(err, backend.ErrNotSent) || errors.Is(err, backend.ErrLeftInFlight)
 }
 
 // Acquire waits for the lock name while ctx and [MaxWait] allow; if ctx ends
@@ -98,22 +103,21 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 		if a.entered == pending.cl.Token { // (if the lock was handed to it meanwhile, the undo passes it on)
 			c.undo(ctx, pending.cl)
 		}
-		if actx.Err() != nil {
-			// The error says the wait ended; an attempt's own error (Redis
-			// unreachable) goes with it.
-			if err == actx.Err() || errors.Is(err, backend.ErrNotSent) || errors.Is(err, backend.ErrLeftInFlight) ||
-				(ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)) {
-				err = nil
-			}
-			if ctx.Err() != nil {
-				return nil, gaveUp(ctx, k.acquireOp, name, a.last(err)...)
-			}
-			if all := pending.p.waitAll; all > 0 {
-				return nil, waitedOut(k.acquireOp, name, all, true, a.last(err)...)
-			}
-			return nil, waitedOut(k.acquireOp, name, wait, false, a.last(err)...)
+		if actx.Err() == nil {
+			return nil, opError(k.acquireOp, name, err)
 		}
-		return nil, opError(k.acquireOp, name, err)
+		// The error says the wait ended; an attempt's own error (Redis
+		// unreachable) goes with it, after the missing majority and before
+		// who held the lock.
+		if endedOnly(actx, err) || (ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)) {
+			err = nil
+		}
+		last := []error{a.lastQuorum, err, a.lastRefusal}
+		if ctx.Err() != nil {
+			return nil, gaveUp(ctx, k.acquireOp, name, last...)
+		}
+		all := pending.p.waitAll // (a part of AcquireAll waits for what is left of its MaxWait)
+		return nil, waitedOut(k.acquireOp, name, cmp.Or(all, wait), all > 0, last...)
 	}
 	return l, nil
 }
@@ -126,41 +130,11 @@ type acquisition struct {
 	l     *Lock           // pending until taken
 	w     *waiters
 
-	queued        time.Time         // no handover to us can precede this
-	entered       string            // the token of the last attempt Redis answered without a grant: it may wait in the queue
-	trustHandover bool              // false once an attempt came back too late
-	lastQuorum    error             // over a quorum: the last missing majority
-	lastRefusal   *NotAcquiredError // the last attempt that found the lock taken
-
-	dl  *waitCheck  // the deadlock check, if the waiter holds leases
-	dlT *time.Timer // when it is due
-}
-
-// checkDeadlock runs the wait's deadlock check; it returns the error that
-// ends the wait if the check found a deadlock this wait is to report.
-func (a *acquisition) checkDeadlock() error {
-	found, next := a.dl.check(a.ctx)
-	if found == nil {
-		a.dlT.Reset(next)
-		return nil
-	}
-	a.c.deadlocked(a.ctx, a.l.k.mode(), a.l.name, opError(a.l.k.acquireOp, a.l.name, found)) // (as acquire returns it)
-	return found
-}
-
-// last returns the errors of the wait's last attempts for the error of a
-// wait that ended: the missing majority, who held the lock, and err.
-func (a *acquisition) last(err error) []error {
-	var errs []error
-	for _, e := range []error{a.lastQuorum, err} {
-		if e != nil {
-			errs = append(errs, e)
-		}
-	}
-	if a.lastRefusal != nil {
-		errs = append(errs, a.lastRefusal)
-	}
-	return errs
+	queued        time.Time // no handover to us can precede this
+	entered       string    // the token of the last attempt Redis answered without a grant: it may wait in the queue
+	trustHandover bool      // false once an attempt came back too late
+	lastQuorum    error     // over a quorum: the last missing majority
+	lastRefusal   error     // the last attempt that found the lock taken (a *NotAcquiredError)
 }
 
 // run attempts, subscribes and sleeps until the lock is taken or the
@@ -192,27 +166,30 @@ func (a *acquisition) run() (*Lock, error) {
 	defer a.c.waitingFor(a.ctx, a.l.name, -1)
 	timer := time.NewTimer(a.sleep(1, pttl))
 	defer timer.Stop()
-	var check <-chan time.Time // the deadlock check's (nil: none)
-	if dl := a.c.deadlockCheck(a.ctx, a.l, a.queued); dl != nil {
-		t := time.NewTimer(time.Until(a.queued.Add(dl.first())))
-		defer t.Stop()
+	// The deadlock check, if the waiter holds leases, is due every period.
+	var check *time.Timer
+	var checkC <-chan time.Time // (nil: no check)
+	dl := a.c.deadlockCheck(a.ctx, a.l, a.queued)
+	if dl != nil {
+		check = time.NewTimer(time.Until(a.queued.Add(dl.every)))
+		defer check.Stop()
 		defer dl.end(a.ctx) // however the wait ends
-		check = t.C
-		a.dl, a.dlT = dl, t
+		checkC = check.C
 	}
 	for attempt := 1; ; attempt++ {
 		var handed int64
 		select {
 		case handed = <-a.w.wake:
 		case <-timer.C:
-		case <-check:
-			if err := a.checkDeadlock(); err != nil {
-				return nil, err
+		case <-checkC:
+			if found := dl.check(a.ctx); found != nil {
+				a.c.deadlocked(a.ctx, a.l.k.mode(), a.l.name, opError(a.l.k.acquireOp, a.l.name, found)) // (as acquire returns it)
+				return nil, found
 			}
+			check.Reset(dl.every)
 			attempt-- // (a check is no attempt: the backoff stays)
 			continue
-		case <-a.ctx.Done():
-			return nil, a.ctx.Err()
+		case <-a.ctx.Done(): // (checked below)
 		case <-a.c.stop: // (checked below)
 		}
 		if a.ctx.Err() != nil {
@@ -246,18 +223,14 @@ func (a *acquisition) run() (*Lock, error) {
 }
 
 // sleep is how long the wait sleeps after its attempt-th attempt (see
-// kind.sleep).
+// kind.sleep). Its queue entry lives for (backend.Window of) the lease time
+// each attempt asks for, which a max hold may cap below the TTL: the wait
+// renews the entry by that, not by the TTL, or the entry would end while
+// it waits.
 func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
-	return a.l.k.sleep(a.c.opts.backoff, attempt, pttl, a.entryTTL(), a.entered == a.l.cl.Token)
-}
-
-// entryTTL is the lease time each attempt of the wait asks for, and so
-// what its queue entry lives for (backend.Window of it): less than the
-// TTL when a max hold below it caps the lease. The wait renews the entry
-// by that, not by the TTL, or the entry would end while it waits.
-func (a *acquisition) entryTTL() time.Duration {
 	now := time.Now()
-	return a.l.terms(now, a.l.p.ttl, a.l.capFrom(now)).ask
+	ask := a.l.terms(now, a.l.p.ttl, a.l.capFrom(now)).ask
+	return a.l.k.sleep(a.c.opts.backoff, attempt, pttl, ask, a.entered == a.l.cl.Token)
 }
 
 // try makes one attempt. A missing majority (quorum) and an attempt that

@@ -150,8 +150,7 @@ type waitCheck struct {
 	id       string // this wait's, to break ties between waits begun alike
 	renewals int    // the records' writes so far
 	written  bool   // records may be in Redis
-	seen     string // the cycle the last walks found, if this wait is to report it
-	counts   []int  // the renewals of its records when first found
+	seen     []step // the cycle the last walks found, if this wait is to report it, with its records' renewals when first found
 }
 
 // deadlockCheck returns the deadlock check of a wait for l that began at
@@ -172,14 +171,11 @@ func (c *Client) deadlockCheck(ctx context.Context, l *Lock, since time.Time) *w
 	return &waitCheck{c: c, rs: rs, name: l.name, all: l.k == &writeHolds, mine: mine, every: l.p.dlCheck, since: since, id: newToken()[:11]}
 }
 
-// first is when the first check is due.
-func (w *waitCheck) first() time.Duration { return w.every }
-
 // check writes (or renews) the wait's records and walks the graph. It
 // returns a *DeadlockError once a cycle this wait is to report was found
 // alike by walks a period or more apart, every other record of it renewed
-// in between, and when the next check is due.
-func (w *waitCheck) check(ctx context.Context) (*DeadlockError, time.Duration) {
+// in between. The next check is due a period on.
+func (w *waitCheck) check(ctx context.Context) *DeadlockError {
 	// The record: "<since, ms> <wait ID> <renewals> <needsAll or needsOne> <name>".
 	needs := needsOne
 	if w.all {
@@ -189,25 +185,24 @@ func (w *waitCheck) check(ctx context.Context) (*DeadlockError, time.Duration) {
 	value := strconv.FormatInt(w.since.UnixMilli(), 10) + " " + w.id + " " + strconv.Itoa(w.renewals) + " " + needs + " " + w.name
 	for _, id := range w.mine {
 		if ctx.Err() != nil {
-			return nil, w.every
+			return nil
 		}
 		w.written = true
 		if w.rs.SetRecord(ctx, w.key(id), value, w.life().Milliseconds()) != nil {
-			return nil, w.every
+			return nil
 		}
 	}
 	wk := walk{w: w, ctx: ctx, calls: deadlockCalls}
 	found := wk.blocked(w.name, w.all, 0) && wk.closes && wk.err == nil && wk.last()
-	seen := wk.signature()
 	switch {
 	case !found:
-		w.seen, w.counts = "", nil
-	case w.seen != seen: // found once: look again a period on
-		w.seen, w.counts = seen, wk.counts()
-	case wk.renewed(w.counts):
-		return &DeadlockError{Name: w.name, Cycle: wk.cycle}, w.every
+		w.seen = nil
+	case !wk.alike(w.seen): // found once: look again a period on
+		w.seen = wk.steps
+	case wk.renewed(w.seen):
+		return &DeadlockError{Name: w.name, Cycle: wk.cycle}
 	}
-	return nil, w.every
+	return nil
 }
 
 // life is how long a record lives unless renewed: a few periods.
@@ -244,11 +239,12 @@ type walk struct {
 	steps  []step
 }
 
-// step is one holder met on a walk, with its record's wait and renewals
-// (-1: the walker's own).
+// step is one holder met on a walk, with its record's wait (since, in ms
+// since the epoch, and ID) and renewals (-1: the walker's own).
 type step struct {
-	name, holder, since, id string
-	renewals                int
+	name, holder, id string
+	since            int64
+	renewals         int
 }
 
 // blocked reports whether name stays held for as long as its waiter waits:
@@ -299,7 +295,7 @@ func (k *walk) holderBlocked(name string, h holder, depth int) bool {
 	k.cycle = append(k.cycle, Wait{Name: name, Holder: h.id})
 	if slices.Contains(k.w.mine, h.rec) {
 		k.closes = true
-		k.steps = append(k.steps, step{name, h.rec, strconv.FormatInt(k.w.since.UnixMilli(), 10), k.w.id, -1})
+		k.steps = append(k.steps, step{name, h.rec, k.w.id, k.w.since.UnixMilli(), -1})
 		return true
 	}
 	if k.calls--; k.calls < 0 {
@@ -320,7 +316,8 @@ func (k *walk) holderBlocked(name string, h holder, depth int) bool {
 	if err != nil { // (a record of no renewals: it proves no waiter alive)
 		return false
 	}
-	k.steps = append(k.steps, step{name, h.rec, since, id, renewals})
+	ms, _ := strconv.ParseInt(since, 10, 64)
+	k.steps = append(k.steps, step{name, h.rec, id, ms, renewals})
 	return k.blocked(next, needs == needsAll, depth+1)
 }
 
@@ -356,50 +353,29 @@ func (k *walk) holders(name string) ([]holder, error) {
 // it: the one whose wait began last, ties broken by the greater wait ID.
 // Every waiter of the cycle finds the same records, and so the same one.
 func (k *walk) last() bool {
-	mine := strconv.FormatInt(k.w.since.UnixMilli(), 10)
+	mine := k.w.since.UnixMilli()
 	for _, s := range k.steps {
-		if s.id == k.w.id {
-			continue
-		}
-		if c := cmpMillis(s.since, mine); c > 0 || (c == 0 && s.id > k.w.id) {
+		if s.since > mine || (s.since == mine && s.id > k.w.id) {
 			return false
 		}
 	}
 	return true
 }
 
-// cmpMillis compares two times as records write them (ms since the epoch).
-func cmpMillis(a, b string) int {
-	x, _ := strconv.ParseInt(a, 10, 64)
-	y, _ := strconv.ParseInt(b, 10, 64)
-	return int(min(max(x-y, -1), 1))
-}
-
-// signature is what two walks must agree on: the names, holders and
-// records' waits met, in order.
-func (k *walk) signature() string {
-	var b strings.Builder
-	for _, s := range k.steps {
-		fmt.Fprintf(&b, "%q %q %s %s\n", s.name, s.holder, s.since, s.id)
-	}
-	return b.String()
-}
-
-// counts returns the renewals of the records the walk met, in order.
-func (k *walk) counts() []int {
-	var ns []int
-	for _, s := range k.steps {
-		ns = append(ns, s.renewals)
-	}
-	return ns
+// alike reports whether the walk met what an earlier one met: the names,
+// holders and records' waits, in order.
+func (k *walk) alike(before []step) bool {
+	return slices.EqualFunc(k.steps, before, func(s, b step) bool {
+		return s.name == b.name && s.holder == b.holder && s.id == b.id && s.since == b.since
+	})
 }
 
 // renewed reports whether every record the walk met, other than the
-// walker's own, was renewed since a walk that met them alike counted
-// before: its waiter still waits.
-func (k *walk) renewed(before []int) bool {
+// walker's own, was renewed since an alike walk counted before: its
+// waiter still waits.
+func (k *walk) renewed(before []step) bool {
 	for i, s := range k.steps {
-		if s.renewals >= 0 && (i >= len(before) || s.renewals <= before[i]) {
+		if s.renewals >= 0 && s.renewals <= before[i].renewals {
 			return false
 		}
 	}
