@@ -89,37 +89,37 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	defer c.bg.Enter()()
 	a := acquisition{c: c, ctx: actx, first: ctx, l: pending, trustHandover: true}
 	l, err := a.run()
-	if err != nil && c.closed.Load() && !errors.Is(err, ErrClosed) && actx.Err() == nil {
+	if err == nil {
+		return l, nil
+	}
+	if c.closed.Load() && !errors.Is(err, ErrClosed) && actx.Err() == nil {
 		err = backend.Because(ErrClosed, err.Error(), err) // an attempt cut short by Close
 	}
-	if err != nil {
-		// However the wait ended, an entry of an earlier attempt may hold
-		// a place in the queue (fair mode): it leaves, or it would hold
-		// back the waiters behind it and be handed the lock by a release.
-		// Only a lease token that Redis answered for can have one (an
-		// attempt whose outcome is unknown was undone, and the token
-		// renewed): a wait none of whose requests reached Redis leaves
-		// nothing to take out, and sends nothing more.
-		if a.entered == pending.cl.Token { // (if the lock was handed to it meanwhile, the undo passes it on)
-			c.undo(ctx, pending.cl)
-		}
-		if actx.Err() == nil {
-			return nil, opError(k.acquireOp, name, err)
-		}
-		// The error says the wait ended; an attempt's own error (Redis
-		// unreachable) goes with it, after the missing majority and before
-		// who held the lock.
-		if endedOnly(actx, err) || (ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)) {
-			err = nil
-		}
-		last := []error{a.lastQuorum, err, a.lastRefusal}
-		if ctx.Err() != nil {
-			return nil, gaveUp(ctx, k.acquireOp, name, last...)
-		}
-		all := pending.p.waitAll // (a part of AcquireAll waits for what is left of its MaxWait)
-		return nil, waitedOut(k.acquireOp, name, cmp.Or(all, wait), all > 0, last...)
+	// However the wait ended, an entry of an earlier attempt may hold
+	// a place in the queue (fair mode): it leaves, or it would hold
+	// back the waiters behind it and be handed the lock by a release.
+	// Only a lease token that Redis answered for can have one (an
+	// attempt whose outcome is unknown was undone, and the token
+	// renewed): a wait none of whose requests reached Redis leaves
+	// nothing to take out, and sends nothing more.
+	if a.entered == pending.cl.Token { // (if the lock was handed to it meanwhile, the undo passes it on)
+		c.undo(ctx, pending.cl)
 	}
-	return l, nil
+	if actx.Err() == nil {
+		return nil, opError(k.acquireOp, name, err)
+	}
+	// The error says the wait ended; an attempt's own error (Redis
+	// unreachable) goes with it, after the missing majority and before
+	// who held the lock.
+	if endedOnly(actx, err) || (ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)) {
+		err = nil
+	}
+	last := []error{a.lastQuorum, err, a.lastRefusal}
+	if ctx.Err() != nil {
+		return nil, gaveUp(ctx, k.acquireOp, name, last...)
+	}
+	all := pending.p.waitAll // (a part of AcquireAll waits for what is left of its MaxWait)
+	return nil, waitedOut(k.acquireOp, name, cmp.Or(all, wait), all > 0, last...)
 }
 
 // acquisition is one Acquire's wait for its lock.
