@@ -61,14 +61,14 @@ func (e *DeadlockError) Error() string {
 	var b strings.Builder
 	b.WriteString("deadlock:")
 	for i, w := range e.Cycle {
+		holder := w.Holder
 		if i > 0 {
 			b.WriteString(", which waits for")
 		}
 		if i == len(e.Cycle)-1 {
-			fmt.Fprintf(&b, " %q held by this waiter (%s)", w.Name, w.Holder)
-			break
+			holder = "this waiter (" + holder + ")"
 		}
-		fmt.Fprintf(&b, " %q held by %s", w.Name, w.Holder)
+		fmt.Fprintf(&b, " %q held by %s", w.Name, holder)
 	}
 	return b.String()
 }
@@ -261,11 +261,8 @@ func (k *walk) blocked(name string, all bool, depth int) bool {
 	if depth >= deadlockDepth || k.calls <= 0 {
 		return false
 	}
-	holders, err := k.holders(name)
-	if err != nil {
-		k.err = err
-	}
-	if err != nil || len(holders) == 0 || len(holders) > deadlockWidth {
+	holders := k.holders(name)
+	if len(holders) == 0 || len(holders) > deadlockWidth {
 		return false
 	}
 	k.path = append(k.path, name)
@@ -325,16 +322,18 @@ func (k *walk) holderBlocked(name string, h holder, depth int) bool {
 // record is keyed.
 type holder struct{ id, rec string }
 
-// holders returns the holders of name, as Inspect reads them.
-func (k *walk) holders(name string) ([]holder, error) {
+// holders returns the holders of name, as Inspect reads them; none if
+// Redis failed (the walk's error).
+func (k *walk) holders(name string) []holder {
 	k.calls--
 	keys, err := k.w.c.check(name)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
 	st, err := k.w.c.b.Inspect(k.ctx, &keys)
 	if err != nil {
-		return nil, err
+		k.err = err
+		return nil
 	}
 	var hs []holder
 	if st.Type == "string" && st.Token != "" {
@@ -346,7 +345,7 @@ func (k *walk) holders(name string) ([]holder, error) {
 	for _, p := range st.Permits {
 		hs = append(hs, holder{p.Token, p.Token})
 	}
-	return hs, nil
+	return hs
 }
 
 // last reports whether this wait is the one of the walk's cycle to report
