@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -27,9 +26,9 @@ type MultiLock struct {
 	settled func(error)   // DoAll's cancel, called with err when it is set
 	// apart holds the loss of each part released on its own, apart from
 	// the set: the part's own Release reports nothing more, so the set's
-	// first Release reports it for the part.
-	apart    map[*Lock]error
-	reported bool // a Release of the set has begun
+	// first Release reports it for the part. It is nil once a Release of
+	// the set has begun.
+	apart map[*Lock]error
 }
 
 // AcquireAll takes all names or none, waiting as [Client.Acquire], in one
@@ -221,7 +220,7 @@ func giveBack(ctx context.Context, locks []*Lock) {
 // newMulti returns the MultiLock of locks, taken in acquisition order for
 // parts.
 func newMulti(parts []Part, locks []*Lock) *MultiLock {
-	m := &MultiLock{order: locks, done: make(chan struct{})}
+	m := &MultiLock{order: locks, done: make(chan struct{}), apart: map[*Lock]error{}}
 	byKey := make(map[string]*Lock, len(locks))
 	for _, l := range locks {
 		byKey[l.cl.Keys.Lock] = l
@@ -241,13 +240,10 @@ func (m *MultiLock) partSettled(l *Lock, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err == ErrReleased {
-		if m.reported {
+		if m.apart == nil {
 			return // released with the set
 		}
 		err = lost(l.name, "the part was released on its own, apart from the set")
-		if m.apart == nil {
-			m.apart = map[*Lock]error{}
-		}
 		m.apart[l] = err
 	}
 	if m.err == nil { // else another part was lost first
@@ -323,11 +319,10 @@ func (m *MultiLock) ValidUntil() time.Time {
 
 // Extend extends every part as [Lock.Extend] does; errors name their part.
 func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) error {
-	l := m.order[0]
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: Extend(%v) of %d locks: the TTL must be at least %v", ErrInvalid, ttl, len(m.order), MinTTL)
 	}
-	if d := l.c.opts.driftFor(ttl); ttl <= d {
+	if d := m.order[0].c.opts.driftFor(ttl); ttl <= d {
 		return fmt.Errorf("%w: Extend(%v) of %d locks: the TTL must be above the drift (%v)", ErrInvalid, ttl, len(m.order), d)
 	}
 	if err := m.Err(); err != nil {
@@ -349,11 +344,8 @@ func (m *MultiLock) release(rel func(*Lock) error) error {
 	if m.err == nil {
 		m.settleLocked(ErrReleased)
 	}
-	var apart map[*Lock]error
-	if !m.reported { // the first Release reports them
-		apart = maps.Clone(m.apart)
-	}
-	m.reported = true
+	apart := m.apart // the first Release reports them
+	m.apart = nil
 	m.mu.Unlock()
 	return m.each(func(l *Lock) error {
 		if err := rel(l); err != nil || apart[l] == nil {
