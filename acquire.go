@@ -166,27 +166,23 @@ func (a *acquisition) run() (*Lock, error) {
 	defer a.c.waitingFor(a.ctx, a.l.name, -1)
 	timer := time.NewTimer(a.sleep(1, pttl))
 	defer timer.Stop()
-	// The deadlock check, if the waiter holds leases, is due every period.
-	var check *time.Timer
-	var checkC <-chan time.Time // (nil: no check)
+	var check <-chan time.Time // when the deadlock check is due (nil: the wait has none)
 	dl := a.c.deadlockCheck(a.ctx, a.l, a.queued)
 	if dl != nil {
-		check = time.NewTimer(time.Until(a.queued.Add(dl.every)))
-		defer check.Stop()
 		defer dl.end(a.ctx) // however the wait ends
-		checkC = check.C
+		check = time.After(time.Until(a.queued.Add(dl.every)))
 	}
 	for attempt := 1; ; attempt++ {
 		var handed int64
 		select {
 		case handed = <-a.w.wake:
 		case <-timer.C:
-		case <-checkC:
+		case <-check:
 			if found := dl.check(a.ctx); found != nil {
 				a.c.deadlocked(a.ctx, a.l.k.mode(), a.l.name, opError(a.l.k.acquireOp, a.l.name, found)) // (as acquire returns it)
 				return nil, found
 			}
-			check.Reset(dl.every)
+			check = time.After(dl.every)
 			attempt-- // (a check is no attempt: the backoff stays)
 			continue
 		case <-a.ctx.Done(): // (checked below)
