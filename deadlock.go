@@ -157,11 +157,8 @@ type waitCheck struct {
 // since with ctx, or nil if there is none: the check is off, ctx carries no
 // lease, or the backend keeps no records (a quorum).
 func (c *Client) deadlockCheck(ctx context.Context, l *Lock, since time.Time) *waitCheck {
-	if l.p.dlCheck <= 0 {
-		return nil
-	}
 	rs, ok := c.b.(backend.Records)
-	if !ok {
+	if !ok || l.p.dlCheck <= 0 {
 		return nil
 	}
 	mine := holdersIn(ctx)
