@@ -126,7 +126,6 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 	for round := 1; ; round++ {
 		locks := make([]*Lock, 0, len(order))
 		for _, part := range order {
-			c, name := part.Client, part.Name
 			partOpts := opts
 			if !deadline.IsZero() {
 				// What is left of the wait, but never nothing: a part
@@ -135,10 +134,10 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 				left := max(time.Until(deadline), time.Nanosecond)
 				partOpts = append(opts[:len(opts):len(opts)], partWait(left, p.wait))
 			}
-			l, err := c.acquireAs(ctx, &c.own, name, partOpts, try)
+			l, err := part.Client.acquireAs(ctx, &part.Client.own, part.Name, partOpts, try)
 			if err != nil {
 				giveBack(ctx, locks)
-				return nil, partRefused(name, err)
+				return nil, partRefused(part.Name, err)
 			}
 			locks = append(locks, l)
 		}
