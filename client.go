@@ -75,12 +75,14 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	return newClient(b, []*pubsub.Hub{h}, o)
 }
 
-// config is a Node's configuration from the options.
-func (o *options) config(sharded bool) backend.Config {
+// config is the configuration, from the options, of a Node on a
+// deployment that is a Cluster or not: its pub/sub is sharded as
+// WithShardedPubSub says, else if it is a Cluster.
+func (o *options) config(cluster bool) backend.Config {
 	if o.clock == nil {
 		o.clock = new(backend.ClockHook) // (its functions are set by newClient)
 	}
-	return backend.Config{Sharded: sharded,
+	return backend.Config{Sharded: o.sharded > 0 || (o.sharded == 0 && cluster),
 		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, Durable: o.durable, TTL: o.lease.ttl,
 		Clock: o.clock}
 }
@@ -102,9 +104,8 @@ func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	case o.noScripts:
 		return nil, fmt.Errorf("%w: NewFrom: WithoutScripts needs a go-redis client (New)", ErrInvalid)
 	}
-	sharded := o.sharded > 0 || (o.sharded == 0 && conn.Info().Cluster)
-	n := backend.NewNodeFrom(conn, o.config(sharded))
-	return newClient(n, []*pubsub.Hub{pubsub.New(conn, sharded)}, o)
+	n, h := nodeFrom(conn, &o)
+	return newClient(n, []*pubsub.Hub{h}, o)
 }
 
 // isNil reports whether v is nil, or an interface holding a nil pointer (a
@@ -121,9 +122,14 @@ func isNil(v any) bool {
 // the hub that listens for its releases, as the options say.
 func newNode(rdb redis.UniversalClient, o *options) (backend.Node, *pubsub.Hub) {
 	_, cluster := rdb.(*redis.ClusterClient)
-	sharded := o.sharded > 0 || (o.sharded == 0 && cluster)
-	n := backend.NewNode(rdb, o.config(sharded))
-	return n, pubsub.New(goredisdriver.Conn(rdb), sharded)
+	cfg := o.config(cluster)
+	return backend.NewNode(rdb, cfg), pubsub.New(goredisdriver.Conn(rdb), cfg.Sharded)
+}
+
+// nodeFrom is newNode through a driver.
+func nodeFrom(conn driver.Conn, o *options) (backend.Node, *pubsub.Hub) {
+	cfg := o.config(conn.Info().Cluster)
+	return backend.NewNodeFrom(conn, cfg), pubsub.New(conn, cfg.Sharded)
 }
 
 // Close stops the Client and its Owners: acquisitions fail with [ErrClosed],

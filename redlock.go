@@ -18,24 +18,20 @@ import (
 // [ErrInvalid]. A node without persistence must stay down a TTL after a
 // restart.
 func NewRedlock(nodes []redis.UniversalClient, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
-	return newRedlock("NewRedlock", len(nodes), slices.IndexFunc(nodes, func(n redis.UniversalClient) bool { return isNil(n) }), func(i int, o *options) (backend.Node, *pubsub.Hub) {
-		return newNode(nodes[i], o)
-	}, nodeTimeout, opts)
+	return newRedlock("NewRedlock", nodes, newNode, nodeTimeout, opts)
 }
 
 // NewRedlockFrom is NewRedlock over drivers (see [NewFrom]).
 func NewRedlockFrom(nodes []driver.Conn, nodeTimeout time.Duration, opts ...Option) (*Client, error) {
-	return newRedlock("NewRedlockFrom", len(nodes), slices.IndexFunc(nodes, func(n driver.Conn) bool { return isNil(n) }), func(i int, o *options) (backend.Node, *pubsub.Hub) {
-		sharded := o.sharded > 0 || (o.sharded == 0 && nodes[i].Info().Cluster)
-		return backend.NewNodeFrom(nodes[i], o.config(sharded)), pubsub.New(nodes[i], sharded)
-	}, nodeTimeout, opts)
+	return newRedlock("NewRedlockFrom", nodes, nodeFrom, nodeTimeout, opts)
 }
 
-// newRedlock is NewRedlock over n nodes, of which node(i) makes the i-th
-// (nilNode: the first nil one, or -1); fn names the caller in errors.
-func newRedlock(fn string, n, nilNode int, node func(i int, o *options) (backend.Node, *pubsub.Hub), nodeTimeout time.Duration, opts []Option) (*Client, error) {
+// newRedlock is NewRedlock over nodes, each made by node; fn names the
+// caller in errors.
+func newRedlock[N any](fn string, nodes []N, node func(N, *options) (backend.Node, *pubsub.Hub), nodeTimeout time.Duration, opts []Option) (*Client, error) {
+	nilNode := slices.IndexFunc(nodes, func(n N) bool { return isNil(n) })
 	switch {
-	case n == 0:
+	case len(nodes) == 0:
 		return nil, fmt.Errorf("%w: %s: no nodes", ErrInvalid, fn)
 	case nilNode >= 0:
 		return nil, fmt.Errorf("%w: %s: node %d is nil", ErrInvalid, fn, nilNode)
@@ -62,9 +58,9 @@ func newRedlock(fn string, n, nilNode int, node func(i int, o *options) (backend
 	if o.lease.ttl <= o.nodeTimeout { // as a call's LeaseTTL is checked (leaseFor)
 		return nil, fmt.Errorf("%w: LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", ErrInvalid, o.lease.ttl, o.nodeTimeout)
 	}
-	ns, hubs := make([]backend.Node, n), make([]*pubsub.Hub, n)
-	for i := range n {
-		ns[i], hubs[i] = node(i, &o)
+	ns, hubs := make([]backend.Node, len(nodes)), make([]*pubsub.Hub, len(nodes))
+	for i, n := range nodes {
+		ns[i], hubs[i] = node(n, &o)
 	}
 	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o)
 }
