@@ -85,7 +85,9 @@ func apply(opts []Option) options {
 		}
 		opt.applyOption(&o)
 	}
-	o.scriptFree()
+	// WithoutScripts turns pipelining off (waiting is unfair, and a kind
+	// that needs scripts is refused: see options.own).
+	o.pipelining = o.pipelining && !o.noScripts
 	if o.lease.watch && !o.autoExtend {
 		o.invalid("%s", watchNeedsDog)
 	}
