@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,11 +74,7 @@ type observers struct {
 func (o *observers) add(obs Observer) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var list []Observer
-	if p := o.list.Load(); p != nil {
-		list = append(list, *p...)
-	}
-	list = append(list, obs)
+	list := append(slices.Clone(o.all()), obs)
 	o.list.Store(&list)
 	if obs.Lost != nil {
 		o.anyLost.Store(true)
