@@ -256,7 +256,7 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 		return nil, -1, nil
 	case err == nil && l == nil:
 		a.lastQuorum = nil // a majority answered: the lock is taken, not unreachable
-		if g.Holder != "" || g.Owner != "" || a.l.k.namesNoHolder {
+		if g.Holder != "" || g.Owner != "" || a.l.k.why != "" {
 			a.lastRefusal = a.l.k.refusal(a.l.name, g)
 		}
 	}

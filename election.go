@@ -34,19 +34,8 @@ func (c *Client) Election(name string) (*Election, error) {
 // campaigns are the kind of an election's candidates: they campaign, and
 // queue whatever WithUnfair says; a leader resigns.
 var campaigns = kind{slot: slotElection, lease: backend.Campaign, fair: true, tag: tagCampaign,
-	acquireOp: "campaign", releaseOp: "resign", refused: ledRefusal,
+	acquireOp: "campaign", releaseOp: "resign", by: "led by another candidate",
 	plural: "elections", one: "an election", verb: "hold", overQuorum: ", whose waiting is not fair"}
-
-// ledRefusal fills in a candidate's refusal: it names the leader by the
-// value it proclaimed last, as Leader does.
-func ledRefusal(e *NotAcquiredError, g backend.Grant) {
-	e.say = ledBy
-	if g.Proclaimed {
-		e.Meta = g.Value
-	}
-}
-
-func ledBy(e *NotAcquiredError) string { return heldBy("led by another candidate", e.Meta) }
 
 // Name returns the election's name.
 func (e *Election) Name() string { return e.name }

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,24 +38,20 @@ type NotAcquiredError struct {
 	TTL     time.Duration // the holder's (or soonest hold's) remaining lease; -1 if unknown
 	Permits int           // a semaphore's N as asked; 0 otherwise
 
-	say func(*NotAcquiredError) string // its text, as its kind says it (nil: held by another holder)
+	by  string // by whom the lock is held, as its kind says it ("": held by another holder)
+	why string // its whole text, for a refusal that names no holder ("": by, and Meta)
 }
 
 // Error says who holds the lock.
 func (e *NotAcquiredError) Error() string {
-	if e.say != nil {
-		return e.say(e)
+	if e.why != "" {
+		return e.why
 	}
-	return heldBy("held by another holder", e.Meta)
-}
-
-// heldBy is a refusal that says by whom the lock is held (by), and the
-// holder's metadata, if any.
-func heldBy(by, meta string) string {
-	if meta == "" {
-		return by
+	s := cmp.Or(e.by, "held by another holder")
+	if e.Meta != "" {
+		s += ", " + strconv.Quote(e.Meta)
 	}
-	return by + ", " + strconv.Quote(meta)
+	return s
 }
 
 // Unwrap returns ErrNotAcquired.
@@ -63,9 +60,13 @@ func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 // refusal is the NotAcquiredError of an attempt of name that Redis refused
 // with g.
 func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
-	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL}
-	if k.refused != nil {
-		k.refused(e, g)
+	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL,
+		Permits: k.permits, by: k.by, why: k.why}
+	if k.owned && g.Owner != "" {
+		e.Holder, e.by = g.Owner, "held by another owner" // a reentrant lock names its owner
+	}
+	if g.Proclaimed {
+		e.Meta = g.Value // a leader is named by the value it proclaimed last, as Leader does
 	}
 	return e
 }

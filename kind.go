@@ -19,15 +19,14 @@ type kind struct {
 	tag   byte         // the tag of its lease tokens (see tokenTag)
 
 	acquireOp, releaseOp string // an acquisition and a release, as its errors name them
-	// refused fills in e, the refusal of an attempt that Redis answered
-	// with g, as the kind says it (nil: "held by another holder").
-	refused func(e *NotAcquiredError, g backend.Grant)
+	// How its refusals speak (see refusal): by whom the lock is held
+	// ("": "held by another holder"), or, for a kind whose refusals name
+	// no holder (so that each one is worth keeping anyway), their text.
+	by, why string
+	permits int // a semaphore's N as asked: its refusals say it
 	// owned says that its leases belong to an owner (Client.Owner), which
 	// its claims name, not to a token.
 	owned bool
-	// namesNoHolder says that its refusals name no holder, so that each
-	// one is worth keeping anyway.
-	namesNoHolder bool
 	// How a kind made on top of a Client's locks speaks of itself when a
 	// Client cannot carry it (Client.carries): "semaphores", "a semaphore",
 	// "keep", and what follows "not available over a quorum (NewRedlock)".
@@ -64,7 +63,7 @@ var (
 	fairLocks      = kind{slot: slotFair, lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
 	quorumLocks    = kind{slot: slotQuorum, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
 	reentrantLocks = kind{slot: slotReentrant, lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
-		owned: true, refused: ownerRefused, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
+		owned: true, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
 )
 
 // own is the kind of the Client's own locks that the options ask for: over
@@ -132,16 +131,6 @@ func (k *kind) entered(token string) string {
 	}
 	return ""
 }
-
-// ownerRefused fills in a reentrant lock's refusal: it names the owner
-// that holds the lock.
-func ownerRefused(e *NotAcquiredError, g backend.Grant) {
-	if g.Owner != "" {
-		e.Holder, e.say = g.Owner, heldByOwner
-	}
-}
-
-func heldByOwner(e *NotAcquiredError) string { return heldBy("held by another owner", e.Meta) }
 
 // carries asks c's backend whether it serves the kind k, which call
 // (Semaphore, RWMutex, Election) makes; if not, it returns an error

@@ -168,7 +168,7 @@ func partRefused(name string, err error) error {
 		return err
 	}
 	// (It reads as err; errors.Is and errors.As see both.)
-	return backend.Detailed(err.Error(), err, &NotAcquiredError{Name: name, TTL: -1, say: notTaken})
+	return backend.Detailed(err.Error(), err, &NotAcquiredError{Name: name, TTL: -1, why: "not taken"})
 }
 
 // sortedParts checks parts and returns them in acquisition order: by
@@ -365,6 +365,3 @@ func (m *MultiLock) each(f func(*Lock) error) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
-
-// notTaken is the refusal of a multi-lock's part that no attempt found held.
-func notTaken(*NotAcquiredError) string { return "not taken" }

@@ -37,20 +37,12 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 // whatever WithUnfair says.
 var (
 	readHolds = kind{slot: slotRead, lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release",
-		refused: func(e *NotAcquiredError, _ backend.Grant) { e.say = readRefusal }, namesNoHolder: true,
+		why:    "a writer holds the lock, or others wait ahead",
 		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
 	writeHolds = kind{slot: slotWrite, lease: backend.Write, fair: true, acquireOp: "acquire", releaseOp: "release",
-		refused: func(e *NotAcquiredError, _ backend.Grant) { e.say = writeRefusal }, namesNoHolder: true,
+		why:    "the lock is held (by readers or a writer), or others wait ahead",
 		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
 )
-
-// readRefusal and writeRefusal say why a read or a write hold was not
-// granted.
-func readRefusal(*NotAcquiredError) string { return "a writer holds the lock, or others wait ahead" }
-
-func writeRefusal(*NotAcquiredError) string {
-	return "the lock is held (by readers or a writer), or others wait ahead"
-}
 
 // Name returns the read-write lock's name.
 func (rw *RWMutex) Name() string { return rw.name }

@@ -39,17 +39,12 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 // semaphoreKind returns the kind of a semaphore's permits asked with N = n: they
 // queue, whatever WithUnfair says.
 func semaphoreKind(n int) kind {
-	return kind{slot: slotSemaphore, lease: backend.Permits(n), fair: true, acquireOp: "acquire", releaseOp: "release",
-		refused:       func(e *NotAcquiredError, _ backend.Grant) { e.Permits, e.say = n, noPermit },
-		namesNoHolder: true, plural: "semaphores", one: "a semaphore", verb: "keep"}
-}
-
-// noPermit says why a permit was not granted.
-func noPermit(e *NotAcquiredError) string {
-	if e.Permits > 0 {
-		return fmt.Sprintf("no permit free: all %d held, or others waiting ahead", e.Permits)
+	why := "no permit free: all held, or others waiting ahead" // (N asked as 0: the size kept in Redis, if any)
+	if n > 0 {
+		why = fmt.Sprintf("no permit free: all %d held, or others waiting ahead", n)
 	}
-	return "no permit free: all held, or others waiting ahead" // (N asked as 0: the size kept in Redis, if any)
+	return kind{slot: slotSemaphore, lease: backend.Permits(n), fair: true, acquireOp: "acquire", releaseOp: "release",
+		why: why, permits: n, plural: "semaphores", one: "a semaphore", verb: "keep"}
 }
 
 // Name returns the semaphore's name.
