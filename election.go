@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -113,40 +112,26 @@ func (e *Election) campaignOpts(value string, opts []LockOption) ([]LockOption, 
 // leadership returns the Leadership of the campaign's lease l. The term's
 // fence came with the grant (the campaign's script issues it, or the
 // handover that gave the lease); only a grant that found the counter gone
-// leaves it to be asked for.
+// leaves it to be asked for. A resumed lease's value is the one in Redis,
+// read while l holds the lease; its fence is issued anew, above the
+// term's, so that a resource that checks fences refuses the superseded
+// leader's late writes.
 func leadership(ctx context.Context, l *Lock) (*Leadership, error) {
+	ld := &Leadership{l: l}
 	if l.p.resume != "" {
-		return resumedLeadership(ctx, l)
+		st, err := l.c.b.Inspect(ctx, &l.cl.Keys)
+		if err := l.answered("campaign", "the lock key no longer holds our token", st.Token == l.cl.Token, err); err != nil {
+			return nil, err
+		}
+		if st.Proclaimed {
+			ld.value = &st.Value
+		}
 	}
 	fence, err := l.Fence(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &Leadership{l: l, fence: fence}, nil
-}
-
-// resumedLeadership returns the Leadership of the resumed campaign lease
-// l: the term's value is the one in Redis, read while l holds the lease;
-// its fence is issued anew, above the term's, so that a resource that
-// checks fences refuses the superseded leader's late writes.
-func resumedLeadership(ctx context.Context, l *Lock) (*Leadership, error) {
-	st, err := l.c.b.Inspect(ctx, &l.cl.Keys)
-	switch {
-	case err != nil:
-		return nil, opError("campaign", l.name, err)
-	case st.Token != l.cl.Token:
-		err := lost(l.name, "the lock key no longer holds our token")
-		l.lose(err)
-		return nil, l.Err()
-	}
-	fence, err := l.Fence(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ld := &Leadership{l: l, fence: fence}
-	if st.Proclaimed {
-		ld.value = &st.Value
-	}
+	ld.fence = fence
 	return ld, nil
 }
 
@@ -190,15 +175,8 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 		ok, err = n.Proclaim(ctx, ld.l.cl, value, seq)
 		return err
 	})
-	switch {
-	case errors.Is(err, backend.ErrSuperseded):
-		return ld.l.handOff()
-	case err != nil:
-		return opError("proclaim", ld.l.name, err)
-	case !ok:
-		err := lost(ld.l.name, "the lock key no longer holds our token")
-		ld.l.lose(err)
-		return ld.l.Err()
+	if err := ld.l.answered("proclaim", "the lock key no longer holds our token", ok, err); err != nil {
+		return err
 	}
 	ld.value = &value
 	return nil

@@ -141,6 +141,22 @@ func lost(name, why string) error {
 	return fmt.Errorf("%w: %q: %s", ErrNotHeld, name, why)
 }
 
+// answered is the error of operation op on the lease l, to which Redis
+// answered ok, or err: nil if ok; if another Lock resumed the lease, the
+// hand-off; if the lease is gone, its loss, for why (as lost says).
+func (l *Lock) answered(op, why string, ok bool, err error) error {
+	switch {
+	case errors.Is(err, backend.ErrSuperseded):
+		return l.handOff()
+	case err != nil:
+		return opError(op, l.name, err)
+	case !ok:
+		l.lose(lost(l.name, why))
+		return l.Err()
+	}
+	return nil
+}
+
 // joinEnded is the error of a Do (Client.Do, DoAll, Election.Do) whose fn
 // returned ferr and whose lease ended with rerr (a loss, or the release's
 // error): either alone if the other is nil, else one line, fn's error first

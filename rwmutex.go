@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -90,15 +89,8 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	w.mu.Lock()
 	w.cl.SetKind(cl.Kind) // (only its kind changes: Key, Token and TTL read the rest unlocked)
 	w.mu.Unlock()
-	switch {
-	case errors.Is(err, backend.ErrSuperseded):
-		return w.handOff()
-	case err != nil:
-		return opError("downgrade", rw.name, err)
-	case !ok:
-		err := lost(rw.name, "the write hold is gone")
-		w.lose(err)
-		return w.Err()
+	if err := w.answered("downgrade", "the write hold is gone", ok, err); err != nil {
+		return err
 	}
 	w.mu.Lock()
 	if w.err == nil && w.slot != slotRead { // (a loss meanwhile uncounted it as a write)
