@@ -51,23 +51,10 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOptio
 		return nil, err
 	}
 	ld, err := leadership(ctx, l)
-	if err != nil {
-		giveUp(ctx, l, err)
-		return nil, err
+	if err != nil && l.p.resume == "" {
+		l.Release(context.WithoutCancel(ctx)) // (a resumed lease is left: see leadership)
 	}
-	return ld, nil
-}
-
-// giveUp ends the campaign lease l whose leadership could not be read: a
-// lease taken up by Resume is left as it was, for another resume of its
-// token (a momentary error must not end the term it took over); a new one
-// is released.
-func giveUp(ctx context.Context, l *Lock, err error) {
-	if l.p.resume != "" {
-		l.leave(err)
-		return
-	}
-	l.Release(context.WithoutCancel(ctx))
+	return ld, err
 }
 
 // Do campaigns, runs fn while leading and resigns, as [Client.Do] does.
@@ -82,9 +69,6 @@ func (e *Election) Do(ctx context.Context, value string, fn func(ctx context.Con
 	return e.c.do(ctx, &campaigns, e.name, func(ctx context.Context, l *Lock) error {
 		ld, err := leadership(ctx, l)
 		if err != nil {
-			if l.p.resume != "" {
-				l.leave(err) // (as Campaign does: see giveUp)
-			}
 			return err
 		}
 		return fn(ctx, ld)
@@ -115,10 +99,17 @@ func (e *Election) campaignOpts(value string, opts []LockOption) ([]LockOption, 
 // leaves it to be asked for. A resumed lease's value is the one in Redis,
 // read while l holds the lease; its fence is issued anew, above the
 // term's, so that a resource that checks fences refuses the superseded
-// leader's late writes.
-func leadership(ctx context.Context, l *Lock) (*Leadership, error) {
+// leader's late writes. A resumed lease whose leadership could not be read
+// is left as it was, for another resume of its token (a momentary error
+// must not end the term it took over).
+func leadership(ctx context.Context, l *Lock) (_ *Leadership, err error) {
 	ld := &Leadership{l: l}
 	if l.p.resume != "" {
+		defer func() {
+			if err != nil {
+				l.leave(err)
+			}
+		}()
 		st, err := l.c.b.Inspect(ctx, &l.cl.Keys)
 		if err := l.answered("campaign", "the lock key no longer holds our token", st.Token == l.cl.Token, err); err != nil {
 			return nil, err
