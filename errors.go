@@ -99,7 +99,7 @@ func gaveUp(ctx context.Context, op, name string, last ...error) error {
 		detail += ": " + cause.Error()
 		errs = append(errs, cause)
 	}
-	return opError(op, name, backend.Because(ErrNotAcquired, withLast(detail, &errs, last), errs...))
+	return unheld(op, name, detail, errs, last)
 }
 
 // waitedOut is the error of an acquisition (op, see acquireOp) whose wait
@@ -108,23 +108,22 @@ func gaveUp(ctx context.Context, op, name string, last ...error) error {
 // the context's. all says that d was the limit of a whole AcquireAll,
 // which was waiting for name.
 func waitedOut(op, name string, d time.Duration, all bool, last ...error) error {
-	var errs []error
 	limit := "MaxWait"
 	if all {
 		limit = "MaxWait, for all the names together"
 	}
-	detail := withLast(fmt.Sprintf("waited %v (%s)", d, limit), &errs, last)
-	return opError(op, name, backend.Because(ErrNotAcquired, detail, errs...))
+	return unheld(op, name, fmt.Sprintf("waited %v (%s)", d, limit), nil, last)
 }
 
-// withLast returns detail followed by the text of the last attempt's
-// errors, if any, which it adds to errs.
-func withLast(detail string, errs *[]error, last []error) string {
+// unheld is the error of an acquisition (op) of name that ended without
+// the lock, for detail: it matches ErrNotAcquired, errs, and the errors of
+// the last attempt, if any, whose text follows detail.
+func unheld(op, name, detail string, errs, last []error) error {
 	if last := errors.Join(last...); last != nil {
 		detail += "; last attempt: " + oneLine(last)
-		*errs = append(*errs, last)
+		errs = append(errs, last)
 	}
-	return detail
+	return opError(op, name, backend.Because(ErrNotAcquired, detail, errs...))
 }
 
 // errClosedWait is the cause of a wait that Close ended: it matches
