@@ -57,7 +57,7 @@ var modes = [slots]string{"unfair", "fair", "quorum", "reentrant", "election", "
 func (k *kind) mode() string { return modes[k.slot] }
 
 // The kinds of a Client's own locks, one chosen when it is made
-// (own, NewRedlock).
+// (ownOn).
 var (
 	unfairLocks    = kind{slot: slotUnfair, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
 	fairLocks      = kind{slot: slotFair, lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
@@ -66,24 +66,20 @@ var (
 		owned: true, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
 )
 
-// own is the kind of the Client's own locks that the options ask for: over
-// a quorum (a node timeout, NewRedlock), or on one deployment.
-func (o *options) own() kind {
+// ownOn returns the kind of the Client's own locks that the options ask
+// for: over a quorum (a node timeout, NewRedlock), or on one deployment;
+// if the backend b does not carry it, an error wrapping ErrInvalid that
+// says why (only reentrant locks can be refused).
+func (o *options) ownOn(b backend.Backend) (kind, error) {
+	k := unfairLocks
 	switch {
 	case o.reentrant:
-		return reentrantLocks
+		k = reentrantLocks
 	case o.nodeTimeout > 0:
-		return quorumLocks
+		k = quorumLocks
 	case o.fair && !o.noScripts:
-		return fairLocks
+		k = fairLocks
 	}
-	return unfairLocks
-}
-
-// ownOn is own, if the backend b carries it; else an error wrapping
-// ErrInvalid that says why (only reentrant locks can be refused).
-func (o *options) ownOn(b backend.Backend) (kind, error) {
-	k := o.own()
 	switch why := b.Carries(k.lease); {
 	case why == nil:
 		return k, nil

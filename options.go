@@ -86,7 +86,7 @@ func apply(opts []Option) options {
 		opt.applyOption(&o)
 	}
 	// WithoutScripts turns pipelining off (waiting is unfair, and a kind
-	// that needs scripts is refused: see options.own).
+	// that needs scripts is refused: see options.ownOn).
 	o.pipelining = o.pipelining && !o.noScripts
 	if o.lease.watch && !o.autoExtend {
 		o.invalid("%s", watchNeedsDog)
