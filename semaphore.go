@@ -138,9 +138,9 @@ func (s *Semaphore) size(ctx context.Context, what, op string, v int) (backend.P
 		return err
 	})
 	if err != nil {
-		return backend.PermitSize{}, opError(what, s.name, err)
+		err = opError(what, s.name, err)
 	}
-	return ps, nil
+	return ps, err
 }
 
 // Permit is one live permit of a semaphore.
