@@ -160,10 +160,9 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	ld.seq++ // never reused: a failed Proclaim's copy may still land
-	seq := ld.seq
 	var ok bool
 	err := ld.l.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
-		ok, err = n.Proclaim(ctx, ld.l.cl, value, seq)
+		ok, err = n.Proclaim(ctx, ld.l.cl, value, ld.seq) // (ld.mu is held)
 		return err
 	})
 	if err := ld.l.answered("proclaim", "the lock key no longer holds our token", ok, err); err != nil {
