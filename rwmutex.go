@@ -19,14 +19,15 @@ type RWMutex struct {
 
 // RWMutex returns the read-write lock name; [ErrInvalid] for a bad name.
 func (c *Client) RWMutex(name string) (*RWMutex, error) {
-	if err := validName(name); err != nil {
+	keys, err := c.check(name)
+	if err != nil {
 		return nil, err
 	}
 	if err := c.carries(&writeHolds, fmt.Sprintf("RWMutex(%q)", name)); err != nil {
 		return nil, err
 	}
 	rw := &RWMutex{name: name, c: c}
-	nest := rwNestKey{&c.bg, c.opts.prefix + "{" + name + "}"}
+	nest := rwNestKey{&c.bg, keys.Lock}
 	rw.reader = RWLocker{c: c, k: &readHolds, hold: "r", name: name, nest: nest}
 	rw.writer = RWLocker{c: c, k: &writeHolds, hold: "w", name: name, nest: nest}
 	return rw, nil
