@@ -243,14 +243,8 @@ func (l *Lock) Deadline() (time.Time, bool) {
 // ([ErrNotHeld] if lost or resumed by then): an int64 above every earlier fence
 // of the name unless Redis's clock steps back a minute (a day over a quorum).
 func (l *Lock) Fence(ctx context.Context) (int64, error) {
-	select {
-	case l.fenceSem <- struct{}{}:
-	default:
-		select { // a Downgrade is under way: wait for it, or for ctx
-		case l.fenceSem <- struct{}{}:
-		case <-ctx.Done():
-			return 0, opError("fence", l.name, fmt.Errorf("%w: %w", backend.ErrNotSent, ctx.Err()))
-		}
+	if !take(ctx, l.fenceSem) { // a Downgrade under way outlasted ctx
+		return 0, opError("fence", l.name, backend.NotSent(ctx.Err()))
 	}
 	defer func() { <-l.fenceSem }()
 	l.mu.Lock()
@@ -405,14 +399,8 @@ func retryExtend(ctx context.Context, l *Lock, err error, need time.Duration) bo
 // extend extends the lease to ttl (0: the lease time of the latest
 // extension, as the watchdog does), cut at the max hold.
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
-	select {
-	case l.extSem <- struct{}{}:
-	default:
-		select { // another extension is under way: wait for it, or for ctx
-		case l.extSem <- struct{}{}:
-		case <-ctx.Done():
-			return opError("extend", l.name, fmt.Errorf("%w: %w", backend.ErrNotSent, ctx.Err()))
-		}
+	if !take(ctx, l.extSem) { // another extension under way outlasted ctx
+		return opError("extend", l.name, backend.NotSent(ctx.Err()))
 	}
 	defer func() { <-l.extSem }()
 	l.mu.Lock()
@@ -522,18 +510,16 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 // Release gives the lock up; a repeat returns nil. [ErrNotHeld] if it was lost
 // or resumed elsewhere first. After a Redis error, retry or let it expire.
 func (l *Lock) Release(ctx context.Context) error {
-	select {
-	case l.relSem <- struct{}{}: // none under way (a done ctx still stops the watchdog below)
-	default:
-		if taken, err := l.awaitRelease(ctx); !taken {
-			return err
+	// With none under way, a done ctx still takes its turn: the release
+	// stops the watchdog. Waiting for one under way, nothing is sent.
+	if !take(ctx, l.relSem) {
+		if l.isReleased() {
+			return nil // the one under way released the lock meanwhile
 		}
+		return opError(l.k.releaseOp, l.name, backend.NotSent(ctx.Err()))
 	}
 	defer func() { <-l.relSem }()
-	l.mu.Lock()
-	released := l.released
-	l.mu.Unlock()
-	if released {
+	if l.isReleased() {
 		return nil // a repeated Release: no operation, no event
 	}
 	e, start := Event{Op: OpRelease, Name: l.name}, time.Now()
@@ -543,23 +529,27 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// awaitRelease waits for the Release under way to end, and then takes its
-// turn (relSem; taken), unless ctx ends first: then it returns the error
-// of a Release that found Redis too slow, or nil if the one under way
-// released the lock meanwhile. Nothing is sent.
-func (l *Lock) awaitRelease(ctx context.Context) (taken bool, err error) {
+// take takes sem's token: at once if it is free, else once the holder
+// gives it back, unless ctx ends first (false).
+func take(ctx context.Context, sem chan struct{}) bool {
 	select {
-	case l.relSem <- struct{}{}:
-		return true, nil
-	case <-ctx.Done():
-		l.mu.Lock()
-		released := l.released
-		l.mu.Unlock()
-		if released {
-			return false, nil
-		}
-		return false, opError(l.k.releaseOp, l.name, fmt.Errorf("%w: %w", backend.ErrNotSent, ctx.Err()))
+	case sem <- struct{}{}:
+		return true
+	default:
 	}
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// isReleased reports whether the release script ran.
+func (l *Lock) isReleased() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.released
 }
 
 // release runs the release of a Lock not yet released; Release holds
