@@ -88,11 +88,7 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	l.cl.Began = t.sent // (no later than the server granted it: see Node.release)
 	l.maxAsk = t.ask
 	l.capAt, l.atCap = t.capAt, t.atCap
-	if fence > 0 {
-		l.fenceSem <- struct{}{}
-		l.fence = fence
-		<-l.fenceSem
-	}
+	l.fence = fence // (0: none yet; no Fence runs before the Lock is returned)
 	if l.c.obs.anyLost.Load() || !t.capAt.IsZero() {
 		l.watchLocked() // an Observer hears of an expiry when it happens
 	}
@@ -134,20 +130,7 @@ func (l *Lock) listen(ctx context.Context) {
 	}
 	ttl := l.ttl
 	l.mu.Unlock()
-	if len(ready) == 0 {
-		return
-	}
-	bound := time.NewTimer(min(ttl/3, listenWait))
-	defer bound.Stop()
-	for _, r := range ready {
-		select {
-		case <-r:
-		case <-bound.C:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
+	awaitAll(ctx, ready, min(ttl/3, listenWait))
 }
 
 // terms are what one request for the lease asks for: the lease time to
@@ -361,18 +344,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	// the lease lost), so no attempt or wait outlasts it.
 	vctx, cancel := context.WithDeadline(ctx, l.ValidUntil())
 	defer cancel()
-	sent := time.Now()
-	err := l.extend(vctx, ttl)
-	for wait := minRetry; retryExtend(vctx, l, err, wait+2*time.Since(sent)); wait *= 2 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-vctx.Done():
-			t.Stop()
-		}
-		if vctx.Err() == nil {
-			sent = time.Now()
-			err = l.extend(vctx, ttl)
+	var err error
+	for wait := minRetry; ; wait *= 2 {
+		sent := time.Now()
+		err = l.extend(vctx, ttl)
+		if !l.retryExtend(vctx, err, wait+2*time.Since(sent)) || !sleep(vctx, wait) {
+			break
 		}
 	}
 	if lerr := l.Err(); err != nil && errors.Is(lerr, ErrNotHeld) {
@@ -387,7 +364,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // the lease valid for longer than need, the wait before the next try and
 // twice what the last one took: a retry never spends the time the caller
 // needs to act on its failure (an extension of its own, a release).
-func retryExtend(ctx context.Context, l *Lock, err error, need time.Duration) bool {
+func (l *Lock) retryExtend(ctx context.Context, err error, need time.Duration) bool {
 	switch {
 	case err == nil, ctx.Err() != nil, l.c.closed.Load(),
 		errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased), errors.Is(err, ErrMaxHold), errors.Is(err, ErrInvalid):
@@ -427,24 +404,21 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	l.maxAsk = max(l.maxAsk, t.ask)
 	ok, err := l.c.b.Extend(ctx, l.cl, t.ask, seq)
-	if errors.Is(err, backend.ErrSuperseded) {
+	switch {
+	case errors.Is(err, backend.ErrSuperseded):
 		return l.handOff()
-	}
-	if err != nil {
-		// Unknown whether it took effect: assume the earlier deadline.
-		// (Redis applies no extension older than one it applied, so a
-		// later successful extension counts from its own start.)
-		l.setValidity(ttl, t, true)
-		l.expire()
-		return opError("extend", l.name, backend.ExtensionError(err))
-	}
-	if !ok {
-		err := lost(l.name, "the lock key no longer holds our token")
-		l.lose(err)
+	case err == nil && !ok:
+		l.lose(lost(l.name, "the lock key no longer holds our token"))
 		return l.Err()
 	}
-	l.setValidity(ttl, t, false)
+	// After an error it is unknown whether it took effect: assume the
+	// earlier deadline. (Redis applies no extension older than one it
+	// applied, so a later successful extension counts from its own start.)
+	l.setValidity(ttl, t, err != nil)
 	l.expire() // a validity that ran out while the call was in flight stays lost
+	if err != nil {
+		return opError("extend", l.name, backend.ExtensionError(err))
+	}
 	if err := l.Err(); err != nil || !t.atCap {
 		return err
 	}

@@ -44,18 +44,35 @@ func (c *Client) watch(ctx context.Context, channel, token string) *waiters {
 		hw, ready[i] = h.Subscribe(ctx, channel, token, w.wake)
 		w.ws = append(w.ws, hw)
 	}
-	timer := time.NewTimer(DefaultMaxBackoff)
-	defer timer.Stop()
+	awaitAll(ctx, ready, DefaultMaxBackoff)
+	return w
+}
+
+// awaitAll waits until every channel in ready is closed, for as long as
+// ctx allows and d at most.
+func awaitAll(ctx context.Context, ready []<-chan struct{}, d time.Duration) {
+	bound := time.NewTimer(d)
+	defer bound.Stop()
 	for _, r := range ready {
 		select {
 		case <-r:
-		case <-timer.C:
-			return w
+		case <-bound.C:
+			return
 		case <-ctx.Done():
-			return w
+			return
 		}
 	}
-	return w
+}
+
+// sleep waits for d, or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return ctx.Err() == nil
 }
 
 // retoken moves the waiters to a new lease token, so that a handover to
