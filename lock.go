@@ -48,7 +48,7 @@ type Lock struct {
 	expiry *time.Timer
 	dog    *time.Timer // the watchdog (auto-extend): runs extend every TTL/3
 	// With WatchLoss, watches make nudge move the watchdog's next run
-	// (due, kept only then) earlier, to at most one run per TTL/30 after
+	// (due) earlier, to at most one run per TTL/30 after
 	// the last began (checked); ticking is set while a run is under way,
 	// again when a nudge came meanwhile; early when the next run is a
 	// nudge's (or, quick times in a row, the retry of one that failed).
@@ -94,8 +94,8 @@ func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
 	}
 	if l.c.opts.autoExtend {
 		l.dog = time.AfterFunc(ttl/3, l.tick)
+		l.due = l.start.Add(ttl / 3)
 		if l.p.watch {
-			l.due = l.start.Add(ttl / 3)
 			l.requests = make(chan string, 1)
 			for _, h := range l.c.hubs {
 				l.watches = append(l.watches, h.Watch(l.cl.Channel, l.cl.Lock, l.nudge, l.requested))

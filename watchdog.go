@@ -24,27 +24,26 @@ func (l *Lock) tick() {
 		return
 	}
 	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap
-	stop := l.err != nil || atCap || closed
 	early := l.early // this run was asked for by a nudge
-	if !stop {
-		l.ticking, l.again, l.early, l.checked = true, false, false, time.Now()
-	}
-	if !stop && l.jeopT != nil {
-		l.inFlight = true
-		l.jeopT.Reset(time.Until(validUntil) / 2)
-	}
-	l.mu.Unlock()
-	if stop {
+	if l.err != nil || atCap || closed {
+		l.mu.Unlock()
 		if closed && !atCap {
 			// Extended no more, the lease ends at its validity: at risk.
 			l.jeopardize(opError("extend", l.name, ErrClosed), false)
 		}
 		return // (at the max hold, the expiry timer ends the lease there; after Close, its validity)
 	}
+	l.ticking, l.again, l.early, l.checked = true, false, false, time.Now()
+	if l.jeopT != nil {
+		l.inFlight = true
+		l.jeopT.Reset(time.Until(validUntil) / 2)
+	}
+	l.mu.Unlock()
 
 	// go-redis honours this deadline only with ContextTimeoutEnabled;
 	// either way the expiry is declared on time.
 	ctx, cancel := context.WithDeadline(context.Background(), validUntil)
+	defer cancel()
 	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
 	err := l.extend(ctx, 0) // the lease time of the latest extension
@@ -66,44 +65,35 @@ func (l *Lock) tick() {
 		err = nil // an extension cut at the max hold, as the watchdog asks: no failure
 	}
 	l.c.end(ctx, &e, start, err)
-	cancel()
-	switch {
-	case capped:
-		return // its last extension: the expiry timer ends the lease at the cap
-	case err == nil:
-		l.mu.Lock()
-		l.quick = 0
-		l.mu.Unlock()
-	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased):
-		return
-	default:
+	if capped || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrReleased) {
+		return // (capped: its last extension; the expiry timer ends the lease at the cap)
+	}
+	if err != nil {
 		// Redis did not answer: the lease is at risk; try again a few
 		// times before the validity runs out.
 		l.jeopardize(err, false)
 		next = max(time.Until(validUntil)/4, minRetry)
-		l.mu.Lock()
-		if early && l.quick < quickRetries {
-			// A check a message asked for (the pub/sub connection back
-			// after a restart) may meet connections the same break left
-			// broken: again soon (10, 40, 160, 640ms), not a quarter of
-			// the validity later.
-			next, l.early = min(next, minRetry<<(2*l.quick)), true
-			l.quick++
-		}
-		l.mu.Unlock()
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil {
+		l.quick = 0
+	} else if early && l.quick < quickRetries {
+		// A check a message asked for (the pub/sub connection back
+		// after a restart) may meet connections the same break left
+		// broken: again soon (10, 40, 160, 640ms), not a quarter of
+		// the validity later.
+		next, l.early = min(next, minRetry<<(2*l.quick)), true
+		l.quick++
+	}
 	if l.err == nil {
 		l.arm(next)
 	}
-	l.mu.Unlock()
 }
 
 // arm sets the watchdog to run in d; l.mu must be held.
 func (l *Lock) arm(d time.Duration) {
-	if l.p.watch { // (only nudge reads due)
-		l.due = time.Now().Add(d)
-	}
+	l.due = time.Now().Add(d)
 	l.dog.Reset(d)
 }
 
