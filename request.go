@@ -43,23 +43,14 @@ const heardRequests = 8
 func (l *Lock) requested(msg string) {
 	id, reason, _ := strings.Cut(msg, " ")
 	l.mu.Lock()
-	seen := slices.Contains(l.heard, id)
-	if !seen {
-		l.heard = append(l.heard[max(len(l.heard)-heardRequests+1, 0):], id)
-	}
-	l.mu.Unlock()
-	if seen {
+	defer l.mu.Unlock()
+	if slices.Contains(l.heard, id) {
 		return
 	}
-	for {
-		select {
-		case l.requests <- reason:
-			return
-		default:
-			select {
-			case <-l.requests:
-			default:
-			}
-		}
+	l.heard = append(l.heard[max(len(l.heard)-heardRequests+1, 0):], id)
+	select {
+	case <-l.requests:
+	default:
 	}
+	l.requests <- reason // (only this sends, under l.mu: there is room)
 }
