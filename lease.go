@@ -38,11 +38,6 @@ func (l LeaseOption) applyOption(o *options) {
 	}
 }
 
-// lockOption is a LockOption that sets what its function sets.
-type lockOption func(*lease)
-
-func (f lockOption) applyLease(p *lease) { f(p) }
-
 // lease is what one acquisition asks for: the Client's defaults, overridden
 // by the call's LockOptions.
 type lease struct {
@@ -107,7 +102,7 @@ func MaxWait(d time.Duration) LeaseOption {
 // partWait makes a part of an AcquireAll wait at most left: what is left
 // of all, the wait bound of the whole acquisition.
 func partWait(left, all time.Duration) LockOption {
-	return lockOption(func(p *lease) { p.wait, p.waitAll = left, all })
+	return LeaseOption{func(p *lease) { p.wait, p.waitAll = left, all }}
 }
 
 // HolderMeta sets the holder metadata, readable by all (default "hostname:pid";
@@ -126,31 +121,21 @@ func HolderMeta(meta string) LeaseOption {
 // (a leadership keeps its term's); [ErrNotHeld] if it ended. See
 // docs/resume.md.
 func Resume(token string) LockOption {
-	return lockOption(func(p *lease) {
-		if why := badToken(token); why != "" {
-			p.invalid("Resume(%q): %s", token, why)
-			return
+	// A lease token (see leaseToken): 22 base64url characters, the last
+	// one with a tag, then the metadata part, escaped (see metaSuffix).
+	return LeaseOption{func(p *lease) {
+		random, suffix, _ := strings.Cut(token, string(metaSep))
+		switch {
+		case len(random) != 22 || strings.ContainsFunc(random, func(r rune) bool { return !strings.ContainsRune(base64URL, r) }):
+			p.invalid("Resume(%q): not a lease token: 22 base64url characters, then '.' and the metadata if any", token)
+		case tokenTag(token) > lastTag:
+			p.invalid("Resume(%q): not a lease token: its 22nd character is not one a token ends its random part with", token)
+		case strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }):
+			p.invalid("Resume(%q): not a lease token: its metadata part holds a character a token never does", token)
+		default:
+			p.resume = token
 		}
-		p.resume = token
-	})
-}
-
-// badToken says why token is not a lease token (see leaseToken), or
-// returns "".
-func badToken(token string) string {
-	random, suffix, _ := strings.Cut(token, string(metaSep))
-	if len(random) != 22 || strings.ContainsFunc(random, func(r rune) bool {
-		return !('A' <= r && r <= 'Z' || 'a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '-' || r == '_')
-	}) {
-		return "not a lease token: 22 base64url characters, then '.' and the metadata if any"
-	}
-	if tokenTag(token) > lastTag {
-		return "not a lease token: its 22nd character is not one a token ends its random part with"
-	}
-	if strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }) {
-		return "not a lease token: its metadata part holds a character a token never does"
-	}
-	return ""
+	}}
 }
 
 // MaxHold caps how long a lease is held (default 0: none; per call 0 lifts the
@@ -158,8 +143,8 @@ func badToken(token string) string {
 // released.
 func MaxHold(d time.Duration) LeaseOption {
 	return LeaseOption{func(p *lease) {
-		if why := badMaxHold(d); why != "" {
-			p.invalid("MaxHold(%v): %s", d, why)
+		if d < 0 || (d > 0 && d < MinTTL) {
+			p.invalid("MaxHold(%v): the max hold must be 0 (none) or at least %v", d, MinTTL)
 			return
 		}
 		p.maxHold = d
@@ -188,23 +173,12 @@ func WatchLoss(on bool) LeaseOption {
 
 const watchNeedsDog = "WatchLoss(true): the watchdog makes the checks, and WithAutoExtend(false) turned it off"
 
-// badMaxHold says what is wrong with the max hold d, or returns "".
-func badMaxHold(d time.Duration) string {
-	if d < 0 || (d > 0 && d < MinTTL) {
-		return fmt.Sprintf("the max hold must be 0 (none) or at least %v", MinTTL)
-	}
-	return ""
-}
-
 // leaseFor returns what an acquisition (op, see kind.acquireOp) of name
 // asks for, with opts applied to the Client's defaults; try is set for
 // TryAcquire. It returns an error wrapping ErrInvalid for an invalid option
 // or one that does not apply.
 func (c *Client) leaseFor(op, name string, opts []LockOption, try bool) (lease, error) {
 	p := c.opts.lease
-	if len(opts) == 0 {
-		return p, nil
-	}
 	for i, opt := range opts {
 		if opt == nil {
 			p.invalid("option %d is nil", i+1)
@@ -267,16 +241,13 @@ func metaSuffix(meta string) string {
 	if meta == "" {
 		return ""
 	}
-	const hex = "0123456789ABCDEF"
 	var b strings.Builder
 	b.Grow(1 + len(meta))
 	b.WriteByte(metaSep)
 	for i := 0; i < len(meta); i++ {
 		switch c := meta[i]; {
 		case c <= ' ' || c >= 0x7f || c == '%' || c == '{' || c == '}':
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
+			fmt.Fprintf(&b, "%%%02X", c)
 		default:
 			b.WriteByte(c)
 		}
@@ -288,21 +259,15 @@ func metaSuffix(meta string) string {
 // the first '.', unescaped; "" if there is none (a token of a lease taken
 // without metadata, or by a version of dlock before it).
 func metaOf(token string) string {
-	i := strings.IndexByte(token, metaSep)
-	if i < 0 {
-		return ""
-	}
-	s := token[i+1:]
-	if !strings.Contains(s, "%") {
-		return s
-	}
+	_, s, _ := strings.Cut(token, string(metaSep))
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
-			n, _ := strconv.ParseUint(s[i+1:i+3], 16, 8)
-			b.WriteByte(byte(n))
-			i += 2
-			continue
+		if s[i] == '%' && i+2 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 2
+				continue
+			}
 		}
 		b.WriteByte(s[i])
 	}
@@ -318,10 +283,6 @@ func suffixOf(token string) string {
 	return ""
 }
 
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'A' <= c && c <= 'F' || 'a' <= c && c <= 'f'
-}
-
 // leaseToken returns a new lease token: 128 random bits in base64url,
 // followed by suffix (see metaSuffix). The 22nd character carries only two
 // of the bits; its four low bits, zero in base64, carry tag (see tokenTag).
@@ -331,11 +292,7 @@ func leaseToken(suffix string, tag byte) string {
 	var enc [22]byte
 	base64.RawURLEncoding.Encode(enc[:], raw[:])
 	enc[21] = base64URL[strings.IndexByte(base64URL, enc[21])|int(tag&0x0f)]
-	var b strings.Builder
-	b.Grow(len(enc) + len(suffix))
-	b.Write(enc[:])
-	b.WriteString(suffix)
-	return b.String()
+	return string(enc[:]) + suffix
 }
 
 // newToken returns a random 128-bit token without metadata.
@@ -368,9 +325,8 @@ var defaultMeta = sync.OnceValue(func() string {
 		}
 		return r
 	}, strings.ToValidUTF8(host, "?"))
-	for len(host)+len(pid) > MaxMetaLen {
-		_, n := utf8.DecodeLastRuneInString(host)
-		host = host[:len(host)-n]
+	if n := MaxMetaLen - len(pid); len(host) > n {
+		host = strings.ToValidUTF8(host[:n], "") // (drops a rune cut in two)
 	}
 	return host + pid
 })
