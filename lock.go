@@ -547,30 +547,27 @@ func (l *Lock) release(ctx context.Context, e *Event) error {
 	}
 
 	ok, err := l.c.b.Release(ctx, l.cl)
-	if errors.Is(err, backend.ErrSuperseded) {
-		l.mu.Lock() // another Lock resumed the lease: Redis left it to that one
+	superseded := errors.Is(err, backend.ErrSuperseded)
+	l.mu.Lock()
+	switch {
+	case superseded: // another Lock resumed the lease: Redis left it to that one
 		l.handedOff, l.released = true, true
-		l.mu.Unlock()
-		return lost(l.name, err.Error())
+	case err != nil: // (the claim is copied under l.mu: see expire)
+		l.cl.ReleaseSent = l.cl.ReleaseSent || backend.ReplyLost(err)
+	default:
+		l.released = true
 	}
-	if err != nil {
+	l.mu.Unlock()
+	switch {
+	case superseded:
+		return lost(l.name, err.Error())
+	case lostErr != ErrReleased:
 		// A lease found lost already is reported lost whatever Redis says:
 		// it is gone there, or going (a max hold's undo runs on its own).
-		l.mu.Lock() // (the claim is copied under it: see expire)
-		l.cl.ReleaseSent = l.cl.ReleaseSent || backend.ReplyLost(err)
-		l.mu.Unlock()
-		if lostErr != ErrReleased {
-			return lostErr
-		}
-		return opError(l.k.releaseOp, l.name, err)
-	}
-	l.mu.Lock()
-	l.released = true
-	l.mu.Unlock()
-	if lostErr != ErrReleased {
 		return lostErr
-	}
-	if !ok {
+	case err != nil:
+		return opError(l.k.releaseOp, l.name, err)
+	case !ok:
 		return lost(l.name, "the lease had expired or was taken over before Release")
 	}
 	e.Held = time.Since(l.start)
@@ -662,19 +659,15 @@ func (l *Lock) finish(err error) {
 		f(err)
 	}
 	l.settled = nil
-	if l.dog != nil {
-		l.dog.Stop()
+	for _, t := range []*time.Timer{l.dog, l.expiry, l.jeopT} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 	for _, w := range l.watches {
 		w.Close()
 	}
 	l.watches = nil
-	if l.expiry != nil {
-		l.expiry.Stop()
-	}
-	if l.jeopT != nil {
-		l.jeopT.Stop()
-	}
 	if l.done != nil {
 		close(l.done)
 	}
