@@ -29,9 +29,8 @@ type Lock struct {
 
 	relSem     chan struct{} // holds one token while a Release runs: serializes them, and a waiting one honours its context
 	extSem     chan struct{} // holds one token while an extension runs: serializes them (the last one sets the lease), and a waiting one honours its context
-	extSeq     int64         // the last ordered extension's sequence number; extSem guards it and the two below
+	extSeq     int64         // the last ordered extension's sequence number (0: none yet); extSem guards it and maxAsk
 	maxAsk     time.Duration // the longest lease time a request of this lease asked for
-	ordered    bool          // an extension that may shorten the lease was sent: every later one is ordered too
 	mu         sync.Mutex    // guards the fields below
 	ttl        time.Duration
 	validUntil time.Time
@@ -243,15 +242,13 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	f, err := l.c.b.Fence(ctx, l.cl)
-	if errors.Is(err, backend.ErrSuperseded) {
+	switch {
+	case errors.Is(err, backend.ErrSuperseded):
 		return 0, l.handOff()
-	}
-	if err != nil {
+	case err != nil:
 		return 0, opError("fence", l.name, err)
-	}
-	if f <= 0 {
-		err := lost(l.name, "the lock no longer holds our lease")
-		l.lose(err)
+	case f <= 0:
+		l.lose(lost(l.name, "the lock no longer holds our lease"))
 		return 0, l.Err()
 	}
 	l.fence = f
@@ -395,10 +392,10 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	// An extension asking for no less than any request before it cannot
 	// shorten the lease: Redis applies it only if it lengthens (seq 0), so
 	// copies of it need no order. One that may shorten is numbered, and so
-	// is every later one, so that a late copy of it cannot undo them.
+	// is every later one (extSeq > 0), so that a late copy of it cannot
+	// undo them.
 	var seq int64
-	if l.ordered || t.ask < l.maxAsk {
-		l.ordered = true
+	if l.extSeq > 0 || t.ask < l.maxAsk {
 		l.extSeq++
 		seq = l.extSeq
 	}

@@ -52,7 +52,7 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 	case !time.Now().Before(t.until):
 		return nil, opError(op, l.name, backend.Because(ErrNotHeld, errTooSlow.Error()))
 	}
-	l.extSeq, l.ordered = seq, true
+	l.extSeq = seq // (> 0: every later extension is ordered too)
 	l.activate(0, l.p.ttl, t)
 	return l, nil
 }
