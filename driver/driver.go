@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 )
 
 // Conn is one Redis deployment: a server, a Sentinel-managed master, or a
@@ -137,16 +138,13 @@ func Keys(args []any) []string {
 		return nil
 	}
 	name, _ := String(args[0])
-	switch lower(name) {
+	switch strings.ToLower(name) {
 	case "evalsha", "eval", "evalsha_ro", "eval_ro":
 		if len(args) < 3 {
 			return nil
 		}
-		n, ok := args[2].(int)
-		if !ok {
-			s, _ := String(args[2])
-			n, _ = strconv.Atoi(s)
-		}
+		s, _ := String(args[2])
+		n, _ := strconv.Atoi(s)
 		if n <= 0 || 3+n > len(args) {
 			return nil
 		}
@@ -160,14 +158,4 @@ func Keys(args []any) []string {
 		return []string{k}
 	}
 	return nil
-}
-
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }
