@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,13 +22,8 @@ func Transient(err error) bool {
 	if !errors.As(err, &rerr) || errors.Is(err, redis.ErrClosed) {
 		return !errors.Is(err, redis.ErrClosed)
 	}
-	msg := rerr.Error()
-	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"},
+		func(p string) bool { return strings.HasPrefix(rerr.Error(), p) })
 }
 
 // The schedule of a clean-up retried in the background (an undo, a
@@ -54,11 +50,7 @@ func RetryFor(ttl time.Duration) time.Duration { return min(max(ttl, time.Second
 func Retry(deadline time.Time, f func(context.Context) error, tried func()) error {
 	pause := 25 * time.Millisecond
 	for try := 0; ; try++ {
-		limit := time.Now().Add(RetryCall)
-		if deadline.Before(limit) {
-			limit = deadline
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), limit)
+		ctx, cancel := context.WithTimeout(context.Background(), min(RetryCall, time.Until(deadline)))
 		err := f(ctx)
 		cancel()
 		if try == 0 && tried != nil {
