@@ -14,7 +14,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -821,27 +820,42 @@ func stateOf(k *Keys, v []any) (State, error) {
 // scanBatch is the COUNT hint of each SCAN call.
 const scanBatch = 256
 
+// Scan runs SCAN on every master through the driver, or through go-redis
+// as a driver.
 func (n Node) Scan(ctx context.Context, match string) ([]string, error) {
-	if n.d != nil {
-		return n.scanFrom(ctx, match)
+	d := n.d
+	if d == nil {
+		d = goredisdriver.Conn(n.uc)
 	}
-	var (
-		mu   sync.Mutex
-		keys []string
-	)
-	scan := func(ctx context.Context, rdb redis.Cmdable) error {
-		iter := rdb.Scan(ctx, 0, match, scanBatch).Iterator()
-		for iter.Next(ctx) {
-			mu.Lock()
-			keys = append(keys, iter.Val())
-			mu.Unlock()
+	masters, err := d.Masters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, m := range masters {
+		cursor := "0"
+		for {
+			v, err := m.Do(ctx, "scan", cursor, "match", match, "count", scanBatch)
+			if err != nil {
+				return keys, err
+			}
+			r, _ := v.([]any)
+			if len(r) != 2 {
+				return keys, fmt.Errorf("SCAN: unexpected reply %v", v)
+			}
+			cursor, _ = r[0].(string)
+			page, _ := r[1].([]any)
+			for _, k := range page {
+				if s, ok := k.(string); ok {
+					keys = append(keys, s)
+				}
+			}
+			if cursor == "0" || cursor == "" {
+				break
+			}
 		}
-		return iter.Err()
 	}
-	if cc, ok := n.uc.(*redis.ClusterClient); ok {
-		return keys, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	}
-	return keys, scan(ctx, n.uc)
+	return keys, nil
 }
 
 // A server that refuses the connection is down: there is nothing to undo

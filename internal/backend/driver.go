@@ -261,36 +261,3 @@ func (n Node) rerunFrom(ctx context.Context, s *script.Script, keys []string, ar
 	}
 	return cmd
 }
-
-// scanFrom is Scan through a driver: SCAN on every master.
-func (n Node) scanFrom(ctx context.Context, match string) ([]string, error) {
-	masters, err := n.d.Masters(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var keys []string
-	for _, m := range masters {
-		cursor := "0"
-		for {
-			v, err := m.Do(ctx, "scan", cursor, "match", match, "count", scanBatch)
-			if err != nil {
-				return keys, err
-			}
-			r, _ := v.([]any)
-			if len(r) != 2 {
-				return keys, fmt.Errorf("SCAN: unexpected reply %v", v)
-			}
-			cursor, _ = r[0].(string)
-			page, _ := r[1].([]any)
-			for _, k := range page {
-				if s, ok := k.(string); ok {
-					keys = append(keys, s)
-				}
-			}
-			if cursor == "0" || cursor == "" {
-				break
-			}
-		}
-	}
-	return keys, nil
-}
