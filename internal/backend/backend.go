@@ -414,10 +414,12 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []string, args .
 		}
 		var (
 			cmd, wait, aof *redis.Cmd
-			loads          []*redis.StringCmd
+			loads          []*redis.Cmd
 		)
 		conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-			loads = queueLoads(ctx, p, reload)
+			for _, load := range loadCmds(reload) {
+				loads = append(loads, p.Do(ctx, load...))
+			}
 			if eval {
 				cmd = p.Eval(ctx, s.Source(), keys, args...)
 			} else {
@@ -426,7 +428,11 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []string, args .
 			wait, aof = n.queueAcks(ctx, p)
 			return nil
 		})
-		srv.record(reload, loads)
+		rs := make([]driver.Result, len(loads))
+		for i, load := range loads {
+			rs[i].Err = load.Err()
+		}
+		srv.record(reload, rs)
 		switch err := cmd.Err(); {
 		case noScript(err) && !eval && try < 5:
 			if reload == 0 && !srv.refused.Load() {

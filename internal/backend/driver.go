@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/driver"
-	"github.com/dlockio/dlock/internal/script"
 )
 
 // NewNodeFrom returns the backend of one deployment reached through a
@@ -153,111 +151,4 @@ func setReply(cmd *redis.Cmd, v any, err error) {
 	default:
 		cmd.SetVal(v)
 	}
-}
-
-// prepareFrom is prepare's load through a driver: the scripts of set go to
-// every master (on a Cluster; the server otherwise), each master's in one
-// write, and s records what all of them loaded. To a deployment that has
-// not answered yet, first goes alone before the others (see
-// serverCache.load).
-func (n Node) prepareFrom(ctx context.Context, s *serverCache, set scriptSet, first *script.Script) error {
-	masters, err := n.d.Masters(ctx)
-	if err != nil {
-		if neverSent(err) {
-			return err
-		}
-		return nil
-	}
-	if bit := scriptBits[first]; !s.reached.Load() && set&bit != 0 {
-		if err := loadOn(ctx, masters, bit, s); err != nil {
-			return err
-		}
-		if set &^= bit; set == 0 {
-			return nil
-		}
-	}
-	return loadOn(ctx, masters, set, s)
-}
-
-// loadOn loads the scripts of set on each of masters at once, and records
-// in s those that all of them loaded. It returns an error only if every
-// load never left the client (see neverSent).
-func loadOn(ctx context.Context, masters []driver.Conn, set scriptSet, s *serverCache) error {
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		all      = set
-		unsent   error
-		sentSome bool
-	)
-	for _, m := range masters {
-		wg.Go(func() {
-			rs := m.DoMulti(ctx, loadCmds(set)...)
-			mu.Lock()
-			defer mu.Unlock()
-			all &= s.outcome(set, stringCmds(ctx, rs))
-			for _, r := range rs {
-				if neverSent(r.Err) {
-					unsent = r.Err
-				} else {
-					sentSome = true
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if len(masters) > 0 {
-		s.loaded.Or(uint32(all))
-	}
-	if unsent != nil && !sentSome {
-		return unsent
-	}
-	return nil
-}
-
-// loadCmds returns SCRIPT LOAD of each script of set, in loadable's order.
-func loadCmds(set scriptSet) [][]any {
-	cmds := make([][]any, 0, len(loadable))
-	for i, sc := range loadable {
-		if set&(1<<i) != 0 {
-			cmds = append(cmds, []any{"script", "load", sc.Source()})
-		}
-	}
-	return cmds
-}
-
-// stringCmds gives a driver's replies to SCRIPT LOAD the form that
-// serverCache.record reads.
-func stringCmds(ctx context.Context, rs []driver.Result) []*redis.StringCmd {
-	loads := make([]*redis.StringCmd, len(rs))
-	for i, r := range rs {
-		loads[i] = redis.NewStringCmd(ctx)
-		if r.Err != nil {
-			loads[i].SetErr(r.Err)
-		}
-	}
-	return loads
-}
-
-// rerunFrom is rerun through a driver: on one server, every script the
-// Node had loaded there goes back with s's EVALSHA in one write; on a
-// Cluster s goes with EVAL, and the next Prepare loads the scripts on
-// every master again.
-func (n Node) rerunFrom(ctx context.Context, s *script.Script, keys []string, args []any) *redis.Cmd {
-	srv := &n.caches.single
-	if n.d.Info().Cluster || srv.refused.Load() {
-		srv.loaded.Store(0)
-		return n.eval(ctx, s, keys, args)
-	}
-	set := scriptSet(srv.loaded.Swap(0)) | scriptBits[s]
-	cmds := loadCmds(set)
-	eval := evalArgs("evalsha", s.Hash(), keys, args)
-	rs := n.d.DoMulti(ctx, append(cmds, eval)...)
-	srv.record(set, stringCmds(ctx, rs[:len(rs)-1]))
-	cmd := redis.NewCmd(ctx, eval...)
-	last := rs[len(rs)-1]
-	if setReply(cmd, last.Val, last.Err); noScript(cmd.Err()) {
-		return n.eval(ctx, s, keys, args)
-	}
-	return cmd
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/script"
 )
 
@@ -95,12 +97,12 @@ func (s *serverCache) has(set scriptSet) bool {
 }
 
 // server returns what the Node knows of the script cache of the server
-// that runs the scripts of key, and a connection to that server: on a
-// Cluster, the master of key's slot.
-func (n Node) server(ctx context.Context, key string) (*serverCache, redis.Cmdable, error) {
+// that runs the scripts of key, and, through go-redis, that server: on a
+// Cluster, the master of key's slot (see conn).
+func (n Node) server(ctx context.Context, key string) (*serverCache, redis.UniversalClient, error) {
 	cc, ok := n.uc.(*redis.ClusterClient)
 	switch {
-	case n.d != nil: // (a driver's: one cache, see prepareFrom)
+	case n.d != nil: // (a driver's: one cache, whose scripts every master loads)
 		return &n.caches.single, nil, nil
 	case n.caches == nil: // a Node made without NewNode
 		return new(serverCache), n.uc, nil
@@ -117,6 +119,15 @@ func (n Node) server(ctx context.Context, key string) (*serverCache, redis.Cmdab
 		v, _ = n.caches.masters.LoadOrStore(addr, new(serverCache))
 	}
 	return v.(*serverCache), m, nil
+}
+
+// conn returns rdb, the server of a script cache (see server), as a
+// driver's Conn; through a driver, the driver's deployment.
+func (n Node) conn(rdb redis.UniversalClient) driver.Conn {
+	if n.d != nil {
+		return n.d
+	}
+	return goredisdriver.Conn(rdb)
 }
 
 // Prepare loads the scripts of the lease c into the script cache of the
@@ -143,7 +154,7 @@ func (n Node) prepare(ctx context.Context, c *Claim, loaded func()) error {
 		defer loaded()
 	}
 	need := n.need(c)
-	s, conn, err := n.server(ctx, c.Lock)
+	s, rdb, err := n.server(ctx, c.Lock)
 	if err != nil {
 		return nil // (the call meets it too)
 	}
@@ -162,11 +173,7 @@ func (n Node) prepare(ctx context.Context, c *Claim, loaded func()) error {
 	done := make(chan struct{})
 	s.loading = done
 	s.mu.Unlock()
-	if n.d != nil {
-		err = n.prepareFrom(ctx, s, need&^scriptSet(s.loaded.Load()), n.first(c))
-	} else {
-		err = s.load(ctx, conn, need&^scriptSet(s.loaded.Load()), n.first(c))
-	}
+	err = s.load(ctx, n.conn(rdb), need&^scriptSet(s.loaded.Load()), n.first(c))
 	s.mu.Lock()
 	s.loading = nil
 	s.mu.Unlock()
@@ -174,57 +181,92 @@ func (n Node) prepare(ctx context.Context, c *Claim, loaded func()) error {
 	return err
 }
 
-// load sends SCRIPT LOAD of the scripts of set to the server, and records
-// what it loaded. The scripts go in one pipeline; but to a server that has
-// not answered this Node yet, first (the call's own script) goes alone
-// before the others. So against a server that cannot be reached a load
-// costs one command, as the call itself would, and no more connection
-// attempts (go-redis tries a pipeline on two pools); and a load opens a
-// connection of each of the pools go-redis keeps apart, one for single
-// commands, one for pipelines, off the clock: a new connection's
-// handshake (HELLO, CLIENT SETINFO) costs round trips of its own. It
-// returns the error of a load that never left the client (see neverSent),
-// else nil.
-func (s *serverCache) load(ctx context.Context, conn redis.Cmdable, set scriptSet, first *script.Script) error {
-	if bit := scriptBits[first]; !s.reached.Load() && set&bit != 0 {
-		cmd := conn.ScriptLoad(ctx, first.Source())
-		s.record(bit, []*redis.StringCmd{cmd})
-		if err := cmd.Err(); err != nil {
-			if neverSent(err) {
-				return err
-			}
-			return nil
+// load sends SCRIPT LOAD of the scripts of set to the servers of conn
+// (every master of a driver's Cluster; the one server otherwise), each
+// server's in one write, and records those that all of them loaded. But to
+// a deployment that has not answered this Node yet, first (the call's own
+// script) goes alone before the others, which follow only if it loaded.
+// So against a server that cannot be reached a load costs one command, as
+// the call itself would, and no more connection attempts (go-redis tries a
+// pipeline on two pools); and a load opens a connection of each of the
+// pools go-redis keeps apart, one for single commands, one for pipelines,
+// off the clock: a new connection's handshake (HELLO, CLIENT SETINFO)
+// costs round trips of its own. It returns the error of a load that never
+// left the client (see neverSent), else nil.
+func (s *serverCache) load(ctx context.Context, conn driver.Conn, set scriptSet, first *script.Script) error {
+	masters, err := conn.Masters(ctx)
+	if err != nil {
+		if neverSent(err) {
+			return err
 		}
-		if set &^= bit; set == 0 {
-			return nil
-		}
-	}
-	var loads []*redis.StringCmd
-	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		loads = queueLoads(ctx, p, set)
 		return nil
-	})
-	s.record(set, loads)
-	if err != nil && neverSent(err) {
-		return err
+	}
+	if bit := scriptBits[first]; !s.reached.Load() && set&bit != 0 {
+		err := s.loadOn(ctx, masters, bit)
+		if err != nil || set == bit || scriptSet(s.loaded.Load())&bit == 0 {
+			return err
+		}
+		set &^= bit
+	}
+	return s.loadOn(ctx, masters, set)
+}
+
+// loadOn loads the scripts of set on each of masters at once, and records
+// those that all of them loaded. It returns an error only if every load
+// never left the client (see neverSent).
+func (s *serverCache) loadOn(ctx context.Context, masters []driver.Conn, set scriptSet) error {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		all      = set
+		unsent   error
+		sentSome bool
+	)
+	for _, m := range masters {
+		wg.Go(func() {
+			var rs []driver.Result
+			if cmds := loadCmds(set); len(cmds) == 1 { // (alone: go-redis sends it on its pool for single commands)
+				v, err := m.Do(ctx, cmds[0]...)
+				rs = []driver.Result{{Val: v, Err: err}}
+			} else {
+				rs = m.DoMulti(ctx, cmds...)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			all &= s.outcome(set, rs)
+			for _, r := range rs {
+				if neverSent(r.Err) {
+					unsent = r.Err
+				} else {
+					sentSome = true
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(masters) > 0 {
+		s.loaded.Or(uint32(all))
+	}
+	if unsent != nil && !sentSome {
+		return unsent
 	}
 	return nil
 }
 
-// queueLoads adds SCRIPT LOAD of each script of set to the pipeline p.
-func queueLoads(ctx context.Context, p redis.Pipeliner, set scriptSet) []*redis.StringCmd {
-	var loads []*redis.StringCmd
+// loadCmds returns SCRIPT LOAD of each script of set, in loadable's order.
+func loadCmds(set scriptSet) [][]any {
+	cmds := make([][]any, 0, len(loadable))
 	for i, sc := range loadable {
 		if set&(1<<i) != 0 {
-			loads = append(loads, p.ScriptLoad(ctx, sc.Source()))
+			cmds = append(cmds, []any{"script", "load", sc.Source()})
 		}
 	}
-	return loads
+	return cmds
 }
 
 // record notes the outcome of the loads of the scripts of set: those
 // loaded (see outcome).
-func (s *serverCache) record(set scriptSet, loads []*redis.StringCmd) {
+func (s *serverCache) record(set scriptSet, loads []driver.Result) {
 	s.loaded.Or(uint32(s.outcome(set, loads)))
 }
 
@@ -232,7 +274,7 @@ func (s *serverCache) record(set scriptSet, loads []*redis.StringCmd) {
 // notes a server that answered, and a server that refuses SCRIPT LOAD (an
 // error reply that is not a passing state, such as NOPERM), and returns
 // the scripts loaded.
-func (s *serverCache) outcome(set scriptSet, loads []*redis.StringCmd) scriptSet {
+func (s *serverCache) outcome(set scriptSet, loads []driver.Result) scriptSet {
 	var ok scriptSet
 	j := 0
 	for i := range loadable {
@@ -242,7 +284,7 @@ func (s *serverCache) outcome(set scriptSet, loads []*redis.StringCmd) scriptSet
 		if j >= len(loads) {
 			break
 		}
-		switch err := loads[j].Err(); {
+		switch err := loads[j].Err; {
 		case err == nil:
 			ok |= 1 << i
 			s.reached.Store(true)
@@ -295,28 +337,25 @@ func (n Node) eval(ctx context.Context, s *script.Script, keys []string, args []
 // same connection; if that cannot be done (the server refuses SCRIPT LOAD,
 // a Cluster's slot moved), it sends s with EVAL, as redis.Script.Run does.
 // Either way the call costs the one round trip more that the NOSCRIPT
-// did, and the next timed calls find their scripts.
+// did, and the next timed calls find their scripts. Through a driver, on
+// a Cluster, s goes with EVAL, and the next Prepare loads the scripts on
+// every master again.
 func (n Node) rerun(ctx context.Context, s *script.Script, keys []string, args []any) *redis.Cmd {
-	if n.d != nil {
-		return n.rerunFrom(ctx, s, keys, args)
+	if n.d != nil && n.d.Info().Cluster {
+		n.caches.single.loaded.Store(0)
+		return n.eval(ctx, s, keys, args)
 	}
-	srv, conn, err := n.server(ctx, keys[0])
+	srv, rdb, err := n.server(ctx, keys[0])
 	if err != nil || srv.refused.Load() {
 		return n.eval(ctx, s, keys, args)
 	}
 	set := scriptSet(srv.loaded.Swap(0)) | scriptBits[s]
-	var (
-		loads []*redis.StringCmd
-		cmd   *redis.Cmd
-	)
-	conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		loads = queueLoads(ctx, p, set)
-		cmd = redis.NewCmd(ctx, evalArgs("evalsha", s.Hash(), keys, args)...)
-		p.Process(ctx, once{cmd}) // (sent once, as the batcher sends: see Grant.Once)
-		return nil
-	})
-	srv.record(set, loads)
-	if err := cmd.Err(); noScript(err) || redirected(err) {
+	eval := evalArgs("evalsha", s.Hash(), keys, args)
+	rs := n.conn(rdb).DoMulti(ctx, append(loadCmds(set), eval)...) // (each sent once, as the batcher sends: see Grant.Once)
+	srv.record(set, rs[:len(rs)-1])
+	cmd := redis.NewCmd(ctx, eval...)
+	last := rs[len(rs)-1]
+	if setReply(cmd, last.Val, last.Err); noScript(cmd.Err()) || redirected(cmd.Err()) {
 		return n.eval(ctx, s, keys, args)
 	}
 	return cmd
