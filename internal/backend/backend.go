@@ -335,8 +335,8 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 // setFenceWindow sets how long the fence counters n writes live, and the
 // fair scripts' arguments that carry it.
 func (n *Node) setFenceWindow(d time.Duration) {
-	n.fenceMS = d.Milliseconds()
-	n.acqConf, n.relConf = n.fairConf(n.ttl, false), n.fairReleaseConf(false)
+	n.fenceMS, n.relConf = d.Milliseconds(), nil // (releaseConf builds it anew)
+	n.acqConf, n.relConf = n.fairConf(n.ttl, false), n.releaseConf(false)
 }
 
 // acquireConf is acquire_fair.lua's ARGV[4] for a lease of ttl (see fairConf),
@@ -354,18 +354,12 @@ func (n Node) fairConf(ttl time.Duration, campaign bool) any {
 	return fmt.Sprintf("%d %s %v %d", Window(ttl).Milliseconds(), n.pub, n.fenceMS, flag(campaign))
 }
 
-// releaseConf is release_fair.lua's ARGV[3] (see fairReleaseConf), built
-// once for a lock.
+// releaseConf is release_fair.lua's ARGV[3]: "<publish> <fence_ms>
+// <announce>", built once for a lock that does not announce.
 func (n Node) releaseConf(announce bool) any {
 	if !announce && n.relConf != nil {
 		return n.relConf
 	}
-	return n.fairReleaseConf(announce)
-}
-
-// fairReleaseConf builds release_fair.lua's ARGV[3]: "<publish> <fence_ms>
-// <announce>".
-func (n Node) fairReleaseConf(announce bool) any {
 	return fmt.Sprintf("%s %v %d", n.pub, n.fenceMS, flag(announce))
 }
 
@@ -520,13 +514,32 @@ func ReplyLost(err error) bool {
 
 // lockGrant reads the reply cmd of acquire.lua or acquire_fair.lua, sent
 // with acks replicas' acknowledgements (-1 without replica ack), for a
-// lease that wanted want (see wrongKind).
+// lease that wanted want (see wrongKind): 0 when the lock is ours (a
+// campaign's fence, > 0, see campaign.go), {pttl, holder} when another
+// lease holds it.
 func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int64, want string) (Grant, error) {
-	g, err := acquireReply(cmd)
-	if err == nil && g.Held && acks >= 0 && acks < int64(n.replicas) {
-		return Grant{Undo: true}, n.ackUndone(acks)
+	v, err := cmd.Result()
+	if err != nil {
+		return Grant{}, n.wrongKind(ctx, c.Lock, want, RedisErr(err))
 	}
-	return g, n.wrongKind(ctx, c.Lock, want, err)
+	switch v := v.(type) {
+	case int64:
+		if v >= 0 && acks >= 0 && acks < int64(n.replicas) {
+			return Grant{Undo: true}, n.ackUndone(acks)
+		}
+		if v >= 0 {
+			return Grant{Held: true, Fence: v}, nil
+		}
+	case []any:
+		if len(v) == 2 {
+			pttl, ok := v[0].(int64)
+			holder, ok2 := v[1].(string)
+			if ok && ok2 {
+				return Grant{PTTL: pttlOf(pttl), Holder: holder}, nil
+			}
+		}
+	}
+	return Grant{}, fmt.Errorf("unexpected reply %v", v)
 }
 
 // wrongKind names what the key holds when a lock's script met Redis's own
@@ -551,31 +564,6 @@ func (n Node) wrongKind(ctx context.Context, key, want string, err error) error 
 		return err
 	}
 	return Because(ErrWrongType, fmt.Sprintf("the key holds %s, not %s", what, want), err)
-}
-
-// acquireReply reads the reply of acquire.lua or acquire_fair.lua: 0 when
-// the lock is ours (a campaign's fence, > 0, see campaign.go), {pttl,
-// holder} when another lease holds it.
-func acquireReply(cmd *redis.Cmd) (Grant, error) {
-	v, err := cmd.Result()
-	if err != nil {
-		return Grant{}, RedisErr(err)
-	}
-	switch v := v.(type) {
-	case int64:
-		if v >= 0 {
-			return Grant{Held: true, Fence: v}, nil
-		}
-	case []any:
-		if len(v) == 2 {
-			pttl, ok := v[0].(int64)
-			holder, ok2 := v[1].(string)
-			if ok && ok2 {
-				return Grant{PTTL: pttlOf(pttl), Holder: holder}, nil
-			}
-		}
-	}
-	return Grant{}, fmt.Errorf("unexpected reply %v", v)
 }
 
 // pttlOf converts a PTTL reply in ms (-1: no expiry) to a duration.
@@ -894,25 +882,26 @@ func RedisErr(err error) error {
 	if errors.Is(err, redis.Nil) {
 		return errors.New("unexpected nil reply")
 	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "REVOKED") {
-		return ErrRevoked
-	}
 	if denied := scriptingDenied(err); denied != nil {
 		return denied
 	}
-	if errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "DLOCK_") {
-		_, msg, _ := strings.Cut(wrongTypeDetail(err.Error()), " ")
-		return Because(ErrInvalid, msg, err)
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return err
 	}
-	if errors.As(err, &rerr) && strings.Contains(err.Error(), "WRONGTYPE") && !errors.Is(err, ErrWrongType) {
-		return Because(ErrWrongType, wrongTypeDetail(err.Error()), err)
-	}
-	if errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "ERR ") && strings.Contains(err.Error(), "user_script:") {
+	switch msg := err.Error(); {
+	case strings.HasPrefix(msg, "REVOKED"):
+		return ErrRevoked
+	case strings.HasPrefix(msg, "DLOCK_"):
+		_, detail, _ := strings.Cut(wrongTypeDetail(msg), " ")
+		return Because(ErrInvalid, detail, err)
+	case strings.Contains(msg, "WRONGTYPE") && !errors.Is(err, ErrWrongType):
+		return Because(ErrWrongType, wrongTypeDetail(msg), err)
+	case strings.HasPrefix(msg, "ERR ") && strings.Contains(msg, "user_script:"):
 		// A Lua error in a script of dlock's: a defect of dlock's, which
 		// the caller can do nothing about. Said so, without Lua's words
 		// alone; the reply stays in the chain.
-		return &detailed{text: "script failed in Redis, a defect of dlock: " + wrongTypeDetail(strings.TrimPrefix(err.Error(), "ERR ")), errs: []error{err}}
+		return Detailed("script failed in Redis, a defect of dlock: "+wrongTypeDetail(strings.TrimPrefix(msg, "ERR ")), err)
 	}
 	return err
 }
