@@ -49,7 +49,7 @@ func (n Node) acksOf(wait, aof *redis.Cmd) (int64, error) {
 	if aof != nil {
 		v, err := aof.Int64Slice()
 		if err != nil {
-			return 0, notDurable(err)
+			return 0, notDurable(err, ErrNotAcquired)
 		}
 		if len(v) == 0 || v[0] < 1 {
 			return 0, nil
@@ -63,25 +63,23 @@ func (n Node) acksOf(wait, aof *redis.Cmd) (int64, error) {
 	return acks, nil
 }
 
-// notDurable is the error of a WAITAOF that failed: refused by a server
-// without it (before Redis 7.2) or without an append-only file, which
-// matches ErrNotDurable, ErrInvalid and ErrNotAcquired; nil for a failure
-// that is no refusal (the connection broke: the acknowledgement is missing).
-func notDurable(err error) error { return refusedWAITAOF(err, ErrNotAcquired) }
-
 // ExtensionError is err, an extension's, with a refusal of WAITAOF (see
 // notDurable) matching ErrNotDurable and ErrInvalid only: the lease was
 // not refused, so it is no ErrNotAcquired.
 func ExtensionError(err error) error {
 	var rerr redis.Error
 	if errors.Is(err, ErrNotDurable) && errors.Is(err, ErrNotAcquired) && errors.As(err, &rerr) {
-		return refusedWAITAOF(rerr)
+		return notDurable(rerr)
 	}
 	return err
 }
 
-// refusedWAITAOF is notDurable's error, matching also.
-func refusedWAITAOF(err error, also ...error) error {
+// notDurable is the error of a WAITAOF that failed: refused by a server
+// without it (before Redis 7.2) or without an append-only file, which
+// matches ErrNotDurable, ErrInvalid and also (an acquisition's:
+// ErrNotAcquired); nil for a failure that is no refusal (the connection
+// broke: the acknowledgement is missing).
+func notDurable(err error, also ...error) error {
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
 		return nil
