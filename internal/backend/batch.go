@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/goredisdriver"
 )
 
 // maxFlushers bounds how many pipelines a batcher keeps in flight at once:
@@ -70,11 +72,6 @@ type call struct {
 // NoRetry makes go-redis send the call's command once (see batcher).
 func (*call) NoRetry() bool { return true }
 
-// once is a command that go-redis sends once, as a call is.
-type once struct{ redis.Cmder }
-
-func (once) NoRetry() bool { return true }
-
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 // ErrNotSent reports a call abandoned before it was sent: it never reached
@@ -103,7 +100,7 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) redis.Cmder {
 		return failed(ctx, NotSent(err))
 	}
 	if b.alone {
-		b.rdb.Process(ctx, once{cmd})
+		b.rdb.Process(ctx, goredisdriver.Once{Cmder: cmd})
 		return cmd
 	}
 	c := callPool.Get().(*call)
@@ -130,9 +127,14 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) redis.Cmder {
 		}
 		<-c.done // done meanwhile: the reply is in
 	}
+	c.free()
+	return cmd
+}
+
+// free returns the call to the pool.
+func (c *call) free() {
 	c.Cmder, c.ctx = nil, nil
 	callPool.Put(c)
-	return cmd
 }
 
 // failed returns a command that holds err.
@@ -162,8 +164,7 @@ func (b *batcher) flush() {
 			if c.state.CompareAndSwap(callQueued, callSent) {
 				sent = append(sent, c)
 			} else {
-				c.Cmder, c.ctx = nil, nil
-				callPool.Put(c) // abandoned before it was sent
+				c.free() // abandoned before it was sent
 			}
 		}
 		b.send(sent)
@@ -171,8 +172,7 @@ func (b *batcher) flush() {
 			if c.state.CompareAndSwap(callSent, callDone) {
 				c.done <- struct{}{}
 			} else {
-				c.Cmder, c.ctx = nil, nil
-				callPool.Put(c) // abandoned in flight
+				c.free() // abandoned in flight
 			}
 		}
 		clear(batch)
@@ -186,26 +186,25 @@ func (b *batcher) flush() {
 
 // send runs the calls' commands, one alone or several as a pipeline.
 func (b *batcher) send(calls []*call) {
-	if len(calls) > 0 {
-		b.calls.Add(uint64(len(calls)))
-		b.writes.Add(1)
+	if len(calls) == 0 {
+		return
 	}
-	switch len(calls) {
-	case 0:
-	case 1:
-		b.rdb.Process(context.WithoutCancel(calls[0].ctx), calls[0])
-	default:
-		ctx := context.WithoutCancel(calls[0].ctx)
-		pipe, _ := b.pipes.Get().(redis.Pipeliner)
-		if pipe == nil {
-			pipe = b.rdb.Pipeline()
-		}
-		for _, c := range calls {
-			pipe.Process(ctx, c)
-		}
-		pipe.Exec(ctx) // each command carries its own error; Exec empties pipe
-		b.pipes.Put(pipe)
+	b.calls.Add(uint64(len(calls)))
+	b.writes.Add(1)
+	ctx := context.WithoutCancel(calls[0].ctx)
+	if len(calls) == 1 {
+		b.rdb.Process(ctx, calls[0])
+		return
 	}
+	pipe, _ := b.pipes.Get().(redis.Pipeliner)
+	if pipe == nil {
+		pipe = b.rdb.Pipeline()
+	}
+	for _, c := range calls {
+		pipe.Process(ctx, c)
+	}
+	pipe.Exec(ctx) // each command carries its own error; Exec empties pipe
+	b.pipes.Put(pipe)
 }
 
 // Do runs one command (see do).

@@ -22,14 +22,14 @@ func Conn(rdb redis.UniversalClient) driver.Conn { return conn{rdb} }
 
 type conn struct{ rdb redis.UniversalClient }
 
-// once is a command that go-redis sends once, never again after a failure.
-type once struct{ redis.Cmder }
+// Once is a command that go-redis sends once, never again after a failure.
+type Once struct{ redis.Cmder }
 
-func (once) NoRetry() bool { return true }
+func (Once) NoRetry() bool { return true }
 
 func (c conn) Do(ctx context.Context, args ...any) (any, error) {
 	cmd := redis.NewCmd(ctx, args...)
-	c.rdb.Process(ctx, once{cmd})
+	c.rdb.Process(ctx, Once{Cmder: cmd})
 	return reply(cmd)
 }
 
@@ -52,7 +52,7 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 	c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, args := range cmds {
 			rs[i] = redis.NewCmd(ctx, args...)
-			p.Process(ctx, once{rs[i]})
+			p.Process(ctx, Once{Cmder: rs[i]})
 		}
 		return nil
 	})
