@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,21 +106,15 @@ func (g guard) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 }
 
 func (g guard) Masters(ctx context.Context) ([]driver.Conn, error) {
-	type masters struct {
-		ms  []driver.Conn
-		err error
-	}
-	r, err := guarded(ctx, func() (masters, bool) {
+	r, err := guarded(ctx, func() (driver.Result, bool) {
 		ms, err := g.Conn.Masters(ctx)
-		return masters{ms, err}, noReply(err)
+		return driver.Result{Val: ms, Err: err}, noReply(err)
 	})
-	if err == nil {
-		err = r.err
+	ms, _ := r.Val.([]driver.Conn)
+	for i, m := range ms {
+		ms[i] = guard{m}
 	}
-	for i, m := range r.ms {
-		r.ms[i] = guard{m}
-	}
-	return r.ms, err
+	return ms, cmp.Or(err, r.Err)
 }
 
 // drv runs a Node's scripts and commands through a driver. It implements
