@@ -319,11 +319,7 @@ func redirected(err error) bool {
 // run runs the script s with EVALSHA, as redis.Script.Run does; if the
 // server lacks it, see rerun.
 func (n Node) run(ctx context.Context, s *script.Script, keys []string, args ...any) *redis.Cmd {
-	cmd := n.rdb.Do(ctx, evalArgs("evalsha", s.Hash(), keys, args)...)
-	if noScript(cmd.Err()) {
-		return n.rerun(ctx, s, keys, args)
-	}
-	return cmd
+	return n.evalsha(ctx, s, evalArgs("evalsha", s.Hash(), keys, args))
 }
 
 // eval sends the script s with EVAL, as redis.Script.Eval does.
