@@ -401,7 +401,7 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []string, args .
 		reload scriptSet // after a NOSCRIPT: load these with the script
 		eval   bool      // after a NOSCRIPT that loading did not cure: EVAL
 	)
-	for try := range 6 {
+	for try := 0; ; try++ { // (at try 5 the default case returns)
 		srv, conn, err := n.server(ctx, keys[0])
 		if err != nil {
 			return failed(ctx, err), 0
@@ -447,7 +447,6 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []string, args .
 			return cmd, acks
 		}
 	}
-	panic("unreachable")
 }
 
 // sleepCtx sleeps for d, or until ctx ends: it reports whether d passed.
