@@ -60,12 +60,6 @@ func setOf(ss ...*script.Script) scriptSet {
 	return set
 }
 
-// first returns the script the acquisition of the lease c runs.
-func (n Node) first(c *Claim) *script.Script {
-	s, _ := c.Kind.scripts()
-	return s
-}
-
 // need returns the scripts the lease c runs: its kind's, and those every
 // lease of n runs (a quorum node's RaiseFence).
 func (n Node) need(c *Claim) scriptSet {
@@ -173,7 +167,8 @@ func (n Node) prepare(ctx context.Context, c *Claim, loaded func()) error {
 	done := make(chan struct{})
 	s.loading = done
 	s.mu.Unlock()
-	err = s.load(ctx, n.conn(rdb), need&^scriptSet(s.loaded.Load()), n.first(c))
+	first, _ := c.Kind.scripts() // (the script the acquisition runs)
+	err = s.load(ctx, n.conn(rdb), need&^scriptSet(s.loaded.Load()), first)
 	s.mu.Lock()
 	s.loading = nil
 	s.mu.Unlock()
