@@ -150,7 +150,8 @@ func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
 	return p.send(ctx, p.ps.Unsubscribe, p.ps.SUnsubscribe, channels)
 }
 
-// send runs the plain or the sharded form of an (un)subscription.
+// send runs the plain or the sharded form of an (un)subscription (a
+// PING's one form) unless the connection is gone.
 func (p *pubsub) send(ctx context.Context, plain, sharded func(context.Context, ...string) error, channels []string) error {
 	if err := p.gone.Load(); err != nil {
 		return *err
@@ -162,10 +163,7 @@ func (p *pubsub) send(ctx context.Context, plain, sharded func(context.Context, 
 }
 
 func (p *pubsub) Ping(ctx context.Context) error {
-	if err := p.gone.Load(); err != nil {
-		return *err
-	}
-	return p.check(p.ps.Ping(ctx))
+	return p.send(ctx, p.ps.Ping, p.ps.Ping, nil)
 }
 
 func (p *pubsub) Close() error {
