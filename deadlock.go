@@ -115,7 +115,7 @@ func (l *Lock) appendHolder(ids []string) []string {
 		return ids
 	}
 	id := l.cl.Token
-	if l.k.owned {
+	if l.cl.Owner != "" { // (only a reentrant lock's claims name an owner)
 		id = ownerHold(l.cl.Owner, l.name)
 	}
 	if slices.Contains(ids, id) {
@@ -165,7 +165,7 @@ func (c *Client) deadlockCheck(ctx context.Context, l *Lock, since time.Time) *w
 	if len(mine) == 0 {
 		return nil
 	}
-	return &waitCheck{c: c, rs: rs, name: l.name, all: l.k == &writeHolds, mine: mine, every: l.p.dlCheck, since: since, id: newToken()[:11]}
+	return &waitCheck{c: c, rs: rs, name: l.name, all: l.k.waitsAll, mine: mine, every: l.p.dlCheck, since: since, id: newToken()[:11]}
 }
 
 // check writes (or renews) the wait's records and walks the graph. It
@@ -333,7 +333,7 @@ func (k *walk) holders(name string) []holder {
 		return nil
 	}
 	var hs []holder
-	if st.Type == "string" && st.Token != "" {
+	if st.Token != "" { // (only a string's holder has a token)
 		hs = append(hs, holder{st.Token, st.Token})
 	}
 	for _, o := range st.Owners {

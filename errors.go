@@ -62,7 +62,7 @@ func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
 	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL,
 		Permits: k.permits, by: k.by, why: k.why}
-	if k.owned && g.Owner != "" {
+	if g.Owner != "" {
 		e.Holder, e.by = g.Owner, "held by another owner" // a reentrant lock names its owner
 	}
 	if g.Proclaimed {

@@ -97,7 +97,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 // with at most d left: a holder's own extensions keep its lease above d.
 func inDelay(st backend.State, d time.Duration) bool {
 	left := time.Duration(-1)
-	if st.Type == "string" {
+	if st.Token != "" { // a string's holder: its lease is the key's
 		left = st.TTL
 	}
 	for _, p := range st.Permits {

@@ -17,6 +17,9 @@ type kind struct {
 	lease backend.Kind // what the backend runs
 	fair  bool         // its waiters queue
 	tag   byte         // the tag of its lease tokens (see tokenTag)
+	// waitsAll says that its waiter needs every holder of the name gone
+	// (a writer), not one (see waitCheck).
+	waitsAll bool
 
 	acquireOp, releaseOp string // an acquisition and a release, as its errors name them
 	// How its refusals speak (see refusal): by whom the lock is held

@@ -39,7 +39,7 @@ var (
 	readHolds = kind{slot: slotRead, lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release",
 		why:    "a writer holds the lock, or others wait ahead",
 		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
-	writeHolds = kind{slot: slotWrite, lease: backend.Write, fair: true, acquireOp: "acquire", releaseOp: "release",
+	writeHolds = kind{slot: slotWrite, lease: backend.Write, fair: true, waitsAll: true, acquireOp: "acquire", releaseOp: "release",
 		why:    "the lock is held (by readers or a writer), or others wait ahead",
 		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
 )
