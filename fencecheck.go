@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/dlockio/dlock/internal/backend"
@@ -26,11 +25,9 @@ func (c *Client) FenceCurrent(ctx context.Context, name string, fence int64, tok
 		current, err = n.FenceCurrent(ctx, &k, c.own.lease, token, fence)
 		return err
 	})
-	switch {
-	case errors.Is(err, backend.ErrOverQuorum):
-		return false, fmt.Errorf("%w: FenceCurrent(%q): not available over a quorum (NewRedlock)", ErrInvalid, name)
-	case errors.Is(err, backend.ErrNeedsScripts):
-		return false, fmt.Errorf("%w: FenceCurrent(%q): needs scripts; the Client was made WithoutScripts()", ErrInvalid, name)
+	switch refused := unserved(fmt.Sprintf("FenceCurrent(%q)", name), "fence checks", "make", "", err); {
+	case refused != nil:
+		return false, refused
 	case err != nil:
 		return false, opError("fence check", name, err)
 	}

@@ -83,13 +83,7 @@ func (o *options) ownOn(b backend.Backend) (kind, error) {
 	case o.fair && !o.noScripts:
 		k = fairLocks
 	}
-	switch why := b.Carries(k.lease); {
-	case why == nil:
-		return k, nil
-	case errors.Is(why, backend.ErrOverQuorum):
-		return k, fmt.Errorf("%w: WithReentrant(true): reentrant locks are not available over a quorum", ErrInvalid)
-	}
-	return k, fmt.Errorf("%w: WithReentrant(true): reentrant locks need scripts, which WithoutScripts() turns off", ErrInvalid)
+	return k, unserved("WithReentrant(true)", "reentrant locks", "keep", "", b.Carries(k.lease))
 }
 
 // sleep is how long a waiter for a lease of kind k, of ttl, sleeps after
@@ -135,17 +129,26 @@ func (k *kind) entered(token string) string {
 // (Semaphore, RWMutex, Election) makes; if not, it returns an error
 // wrapping ErrInvalid that says why in the kind's words.
 func (c *Client) carries(k *kind, call string) error {
-	why := c.b.Carries(k.lease)
+	if c.own.alone != "" {
+		return fmt.Errorf("%w: %s: %s cannot %s %s", ErrInvalid, call, c.own.alone, k.verb, k.one)
+	}
+	return unserved(call, k.plural, k.verb, k.overQuorum, c.b.Carries(k.lease))
+}
+
+// unserved is the refusal of call, which asks for plural (that a Client
+// would verb one of) from a backend that said why it does not carry them
+// (Backend.Carries, Backend.Op): an error wrapping ErrInvalid that says why
+// in those words, followed over a quorum by overQuorum; nil if why is nil
+// or no such refusal.
+func unserved(call, plural, verb, overQuorum string, why error) error {
 	var s string
 	switch {
-	case c.own.alone != "":
-		s = c.own.alone + " cannot " + k.verb + " " + k.one
-	case why == nil:
-		return nil
 	case errors.Is(why, backend.ErrOverQuorum):
-		s = k.plural + " are not available over a quorum (NewRedlock)" + k.overQuorum
+		s = plural + " are not available over a quorum (NewRedlock)" + overQuorum
+	case errors.Is(why, backend.ErrNeedsScripts):
+		s = plural + " need scripts; a Client made WithoutScripts() cannot " + verb + " one"
 	default:
-		s = k.plural + " need scripts; a Client made WithoutScripts() cannot " + k.verb + " one"
+		return nil
 	}
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, call, s)
 }
