@@ -177,17 +177,11 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 	}
 	l := &Lock{c: c, k: k, name: name, p: p, base: backend.Claim{Keys: keys, TTL: p.asked(p.ttl)}, relSem: make(chan struct{}, 1), extSem: make(chan struct{}, 1), fenceSem: make(chan struct{}, 1)}
 	l.cl = &l.base
-	if k.owned {
-		owner := c.owner
-		if owner == "" {
-			owner = newToken() // no owner: the acquisition is its own
-		}
-		l.cl.Owner = c.id + "/" + owner
-	}
+	l.cl.Owner = k.ownerOf(c)
 	l.cl.Kind = k.lease
 	if p.resume != "" {
-		if tokenTag(p.resume) != k.tag {
-			return nil, fmt.Errorf("%w: %q: Resume: the token is another kind's lease", ErrNotHeld, name)
+		if err := k.resumes(name, p.resume); err != nil {
+			return nil, err
 		}
 		l.cl.SetToken(p.resume)
 		l.cl.Clean = false // the lease's first holder may have requests in flight
@@ -211,18 +205,6 @@ func validName(name string) error {
 		return fmt.Errorf("%w: lock name is %d bytes, longer than %d", ErrInvalid, len(name), MaxNameLen)
 	}
 	return nil
-}
-
-// Owner returns a Client, sharing c's configuration and Close, whose reentrant
-// locks are held by owner; [ErrInvalid] if c is not reentrant or owner is "".
-func (c *Client) Owner(owner string) (*Client, error) {
-	switch {
-	case !c.own.owned:
-		return nil, fmt.Errorf("%w: Owner(%q): the Client's locks are not reentrant (WithReentrant)", ErrInvalid, owner)
-	case owner == "":
-		return nil, fmt.Errorf("%w: Owner(\"\"): empty owner", ErrInvalid)
-	}
-	return &Client{engine: c.engine, owner: owner}, nil
 }
 
 // Do takes the lock as [Client.Acquire] does, runs fn and releases it, even on

@@ -69,6 +69,45 @@ var (
 		owned: true, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
 )
 
+// Owner returns a Client, sharing c's configuration and Close, whose reentrant
+// locks are held by owner; [ErrInvalid] if c is not reentrant or owner is "".
+func (c *Client) Owner(owner string) (*Client, error) {
+	switch {
+	case !c.own.owned:
+		return nil, fmt.Errorf("%w: Owner(%q): the Client's locks are not reentrant (WithReentrant)", ErrInvalid, owner)
+	case owner == "":
+		return nil, fmt.Errorf("%w: Owner(\"\"): empty owner", ErrInvalid)
+	}
+	return &Client{engine: c.engine, owner: owner}, nil
+}
+
+// ownerOf is the owner that an acquisition of kind k by c names in its
+// claim: "" if k's leases belong to tokens, else c's owner (see Owner) or,
+// if c has none, a new one: the acquisition is its own.
+func (k *kind) ownerOf(c *Client) string {
+	if !k.owned {
+		return ""
+	}
+	owner := c.owner
+	if owner == "" {
+		owner = newToken()
+	}
+	return c.id + "/" + owner
+}
+
+// resumes checks that a lease of kind k held under name can be resumed
+// from token (Resume): an error wrapping ErrInvalid if k's leases belong
+// to owners, not to tokens, or ErrNotHeld if token is another kind's.
+func (k *kind) resumes(name, token string) error {
+	switch {
+	case k.owned:
+		return fmt.Errorf("%w: %s %q: Resume: a reentrant Client's holds belong to its owners, not to a token", ErrInvalid, k.acquireOp, name)
+	case tokenTag(token) != k.tag:
+		return fmt.Errorf("%w: %q: Resume: the token is another kind's lease", ErrNotHeld, name)
+	}
+	return nil
+}
+
 // ownOn returns the kind of the Client's own locks that the options ask
 // for: over a quorum (a node timeout, NewRedlock), or on one deployment;
 // if the backend b does not carry it, an error wrapping ErrInvalid that

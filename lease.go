@@ -196,8 +196,6 @@ func (c *Client) leaseFor(op, name string, opts []LockOption, try bool) (lease, 
 		p.invalid("LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", p.ttl, c.opts.nodeTimeout)
 	case p.watch && !c.opts.autoExtend:
 		p.invalid("%s", watchNeedsDog)
-	case p.resume != "" && c.own.owned:
-		p.invalid("Resume: a reentrant Client's holds belong to its owners, not to a token")
 	case p.resume != "" && p.metaSet && p.suffix != suffixOf(p.resume):
 		p.invalid("Resume: the metadata is the token's (%q), not %q", metaOf(p.resume), p.meta)
 	case p.resume != "":
