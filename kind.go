@@ -109,9 +109,10 @@ func (k *kind) resumes(name, token string) error {
 }
 
 // ownOn returns the kind of the Client's own locks that the options ask
-// for: over a quorum (a node timeout, NewRedlock), or on one deployment;
-// if the backend b does not carry it, an error wrapping ErrInvalid that
-// says why (only reentrant locks can be refused).
+// for: over a quorum (a node timeout, NewRedlock), or on one deployment,
+// whose waiting is fair where b carries it (not WithoutScripts); if b
+// does not carry it, an error wrapping ErrInvalid that says why (only
+// reentrant locks can be refused).
 func (o *options) ownOn(b backend.Backend) (kind, error) {
 	k := unfairLocks
 	switch {
@@ -119,7 +120,7 @@ func (o *options) ownOn(b backend.Backend) (kind, error) {
 		k = reentrantLocks
 	case o.nodeTimeout > 0:
 		k = quorumLocks
-	case o.fair && !o.noScripts:
+	case o.fair && b.Carries(fairLocks.lease) == nil:
 		k = fairLocks
 	}
 	return k, unserved("WithReentrant(true)", "reentrant locks", "keep", "", b.Carries(k.lease))
