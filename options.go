@@ -41,7 +41,7 @@ type options struct {
 	observers   []Observer
 	clock       *backend.ClockHook // shared by the Client's Nodes, made by config (see clock.go)
 	fair        bool
-	pipelining  bool // concurrent calls share pipelines; off only for tests (internal/testopt)
+	pipelining  bool // concurrent calls share pipelines; off WithoutScripts, and for tests (internal/testopt)
 	reentrant   bool
 	nodeTimeout time.Duration // quorum only: NewRedlock's
 	replicas    int
@@ -85,9 +85,6 @@ func apply(opts []Option) options {
 		}
 		opt.applyOption(&o)
 	}
-	// WithoutScripts turns pipelining off (waiting is unfair, and a kind
-	// that needs scripts is refused: see options.ownOn).
-	o.pipelining = o.pipelining && !o.noScripts
 	if o.lease.watch && !o.autoExtend {
 		o.invalid("%s", watchNeedsDog)
 	}
