@@ -83,16 +83,15 @@ func (c *Client) Owner(owner string) (*Client, error) {
 
 // ownerOf is the owner that an acquisition of kind k by c names in its
 // claim: "" if k's leases belong to tokens, else c's owner (see Owner) or,
-// if c has none, a new one: the acquisition is its own.
+// if c has none, a new one.
 func (k *kind) ownerOf(c *Client) string {
-	if !k.owned {
+	switch {
+	case !k.owned:
 		return ""
+	case c.owner == "":
+		return c.id + "/" + newToken() // no owner: the acquisition is its own
 	}
-	owner := c.owner
-	if owner == "" {
-		owner = newToken()
-	}
-	return c.id + "/" + owner
+	return c.id + "/" + c.owner
 }
 
 // resumes checks that a lease of kind k held under name can be resumed
