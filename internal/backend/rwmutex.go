@@ -3,7 +3,6 @@ package backend
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,38 +22,10 @@ import (
 // whichever of the hold's read and write the lock has (hold_member in
 // lib.lua), so that its release or extension misses neither.
 var (
-	Read        Kind = rwHold{"r"}
-	Write       Kind = rwHold{"w"}
-	Downgrading Kind = rwHold{"?"}
+	Read        Kind = holdKind{rw: "r", w: 1}
+	Write       Kind = holdKind{rw: "w", w: 1}
+	Downgrading Kind = holdKind{rw: "?", w: 1}
 )
-
-// rwHold is a hold of a read-write lock: rw is "r", "w" or "?".
-type rwHold struct{ rw string }
-
-func (h rwHold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	cmd, acks := n.acked(ctx, script.HoldAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev},
-		c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, h.rw)
-	return n.queuedGrant(cmd, acks)
-}
-
-func (rwHold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, c.Member, ttl.Milliseconds(), c.seqArg(seq))
-}
-
-func (h rwHold) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	a := []any{h.member(c.Token), c.Token, c.Channel, n.pub, window, n.fenceMS}
-	if c.Resumer != "" {
-		a = append(a, 1) // (ARGV[7], before the resumer id)
-	}
-	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, c.resumerArg(a)...)
-}
-
-func (rwHold) scripts() (*script.Script, scriptSet) { return script.HoldAcquire, holdScripts }
-
-// member is the hold's member of the lock's sorted set, "<rw>:<token>".
-func (h rwHold) member(token string) string { return h.rw + ":" + token }
-
-func (rwHold) shape() *shape { return &zsetShape }
 
 // Downgrade turns the write hold c into a read hold, in one step (see
 // hold_downgrade.lua), and c into a read's claim (a Downgrading one when

@@ -19,38 +19,58 @@ import (
 
 // Permits returns the kind of a permit of a semaphore whose holder asks
 // with N = permits (> 0).
-func Permits(permits int) Kind { return permit{n: permits, w: 1} }
+func Permits(permits int) Kind { return holdKind{n: permits, w: 1} }
 
 // PermitsAtOnce returns the kind of a hold of w permits at once (0 < w ≤
 // permits) of a semaphore whose holder asks with N = permits: one lease, w
 // members of the set.
-func PermitsAtOnce(permits, w int) Kind { return permit{n: permits, w: w} }
+func PermitsAtOnce(permits, w int) Kind { return holdKind{n: permits, w: w} }
 
-type permit struct{ n, w int }
+// holdKind is a hold of a sorted-set kind, served by hold_*.lua: a
+// read-write lock's read or write (rw "r", "w" or "?", see rwmutex.go,
+// and w 1), or else a permit of a semaphore whose holder asks with N = n,
+// w permits at once.
+type holdKind struct {
+	rw   string
+	n, w int
+}
 
-func (p permit) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	cmd, acks := n.acked(ctx, script.HoldAcquire, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.SizeKey()},
-		p.args(c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, p.n)...)
+func (h holdKind) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
+	what := any(h.rw) // (hold_acquire.lua's ARGV[8]: what is asked for)
+	if h.rw == "" {
+		what = h.n
+	}
+	cmd, acks := n.acked(ctx, script.HoldAcquire, h.keys(c),
+		h.args(c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, what)...)
 	return n.queuedGrant(cmd, acks)
 }
 
-func (p permit) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, p.args(c.Token, ttl.Milliseconds(), c.seqArg(seq))...)
+func (h holdKind) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, h.args(c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
 }
 
-func (p permit) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	a := p.args(c.Token, c.Token, c.Channel, n.pub, window, n.fenceMS)
-	if c.Resumer != "" && p.w == 1 {
+func (h holdKind) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+	a := h.args(c.HolderID(), c.Token, c.Channel, n.pub, window, n.fenceMS)
+	if c.Resumer != "" && h.w == 1 {
 		a = append(a, 1) // (ARGV[7], before the resumer id)
 	}
-	return n.run(ctx, script.HoldRelease, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.SizeKey()}, c.resumerArg(a)...)
+	return n.run(ctx, script.HoldRelease, h.keys(c), c.resumerArg(a)...)
+}
+
+// keys returns the keys of the hold's acquisition and release: a
+// semaphore's last is its size kept in Redis.
+func (h holdKind) keys(c *Claim) []string {
+	if h.rw != "" {
+		return []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}
+	}
+	return []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.SizeKey()}
 }
 
 // args returns a script's arguments, followed by the hold's permits when
 // it has more than one (the scripts' last argument, 1 when absent).
-func (p permit) args(a ...any) []any {
-	if p.w > 1 {
-		return append(a, p.w)
+func (h holdKind) args(a ...any) []any {
+	if h.w > 1 {
+		return append(a, h.w)
 	}
 	return a
 }
@@ -59,11 +79,18 @@ func (p permit) args(a ...any) []any {
 // lock's holds.
 var holdScripts = setOf(script.HoldAcquire, script.HoldRelease, script.HoldExtend, script.Fence, script.HoldDowngrade)
 
-func (permit) scripts() (*script.Script, scriptSet) { return script.HoldAcquire, holdScripts }
+func (holdKind) scripts() (*script.Script, scriptSet) { return script.HoldAcquire, holdScripts }
 
-func (permit) member(string) string { return "" }
+// member is a read-write lock's hold's member of the set, "<rw>:<token>";
+// a permit's is its token, which Claim.Member leaves out ("").
+func (h holdKind) member(token string) string {
+	if h.rw == "" {
+		return ""
+	}
+	return h.rw + ":" + token
+}
 
-func (permit) shape() *shape { return &zsetShape }
+func (holdKind) shape() *shape { return &zsetShape }
 
 // zsetShape is the key of a semaphore's permits or of a read-write lock's
 // holds (whose members are "r:<token>" or "w:<token>": see rwmutex.go).
