@@ -16,7 +16,7 @@ import (
 // lock (acquire_fair.lua with its campaign argument).
 var Campaign Kind = campaign{}
 
-type campaign struct{}
+type campaign struct{ plainLock } // (its member and shape are a plain lock's)
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	cmd, acks := n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
@@ -45,10 +45,7 @@ func proclaimed(key, holder string) (string, bool) {
 }
 
 func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	if n.clock.on() { // the reply carries the server's time (see clock.go)
-		return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev, c.Fence, c.ValueKey()}, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
-	}
-	return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev, c.Fence, c.ValueKey()}, c.Token, ttl.Milliseconds(), c.seqArg(seq))
+	return n.extendLease(ctx, c, ttl, seq, c.Lock, c.Rev, c.Fence, c.ValueKey())
 }
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
@@ -60,8 +57,6 @@ var campaignScripts = setOf(script.AcquireFair, script.ReleaseFair, script.Exten
 
 func (campaign) scripts() (*script.Script, scriptSet) { return script.AcquireFair, campaignScripts }
 
-func (campaign) member(string) string { return "" }
-
 // fenceWindowOf is how long the fence counter lives after the lease c on
 // n is fenced: a term's fence as long as its lease, as acquire_fair.lua
 // issues it; any other lease's the Node's fence window.
@@ -71,8 +66,6 @@ func fenceWindowOf(n Node, c *Claim) any {
 	}
 	return n.fenceMS
 }
-
-func (campaign) shape() *shape { return &stringShape }
 
 // Proclaim sets the value the leader of the campaign lease c shows, within
 // its term (see proclaim.lua); false if c no longer holds the lock. seq

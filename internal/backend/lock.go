@@ -54,10 +54,17 @@ func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duratio
 }
 
 func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	if n.clock.on() { // the reply carries the server's time (see clock.go)
-		return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
+	return n.extendLease(ctx, c, ttl, seq, c.Lock, c.Rev)
+}
+
+// extendLease runs extend.lua on keys for the lease c; with the clock on,
+// its last argument asks for the server's time in the reply (see clock.go).
+func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq int64, keys ...string) (*redis.Cmd, int64) {
+	a := []any{c.Token, ttl.Milliseconds(), c.seqArg(seq), 1}
+	if !n.clock.on() {
+		a = a[:3]
 	}
-	return n.acked(ctx, script.Extend, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds(), c.seqArg(seq))
+	return n.acked(ctx, script.Extend, keys, a...)
 }
 
 func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
