@@ -101,3 +101,13 @@ func flag(b bool) int {
 	}
 	return 0
 }
+
+// granted returns g, what an acquire script granted, unless fewer replicas
+// than asked acknowledged it (acks; -1 without replica ack): then it must
+// be undone.
+func (n Node) granted(g Grant, acks int64) (Grant, error) {
+	if acks >= 0 && acks < int64(n.replicas) {
+		return Grant{Undo: true}, n.ackUndone(acks)
+	}
+	return g, nil
+}

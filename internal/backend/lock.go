@@ -124,10 +124,7 @@ func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Dur
 	}
 	switch {
 	case len(v) == 3 && n3[0] == 1:
-		if acks >= 0 && acks < int64(n.replicas) {
-			return Grant{Undo: true}, n.ackUndone(acks)
-		}
-		return Grant{Held: true, Fence: n3[1], Holds: n3[2]}, nil
+		return n.granted(Grant{Held: true, Fence: n3[1], Holds: n3[2]}, acks)
 	case len(v) == 5 && n3[0] == 0:
 		owner, _ := v[3].(string)
 		holder, _ := v[4].(string)

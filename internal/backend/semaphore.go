@@ -146,10 +146,7 @@ func (n Node) queuedGrant(cmd *redis.Cmd, acks int64) (Grant, error) {
 		return Grant{}, RedisErr(err)
 	}
 	if v >= 0 {
-		if acks >= 0 && acks < int64(n.replicas) {
-			return Grant{Undo: true}, n.ackUndone(acks)
-		}
-		return Grant{Held: true}, nil
+		return n.granted(Grant{Held: true}, acks)
 	}
 	return Grant{PTTL: pttlOf(-2 - v)}, nil
 }
