@@ -6,10 +6,10 @@ package script
 var digests = map[string]string{
 	"acquire":           "1ac522dd8fa3f9bae4f3f4c33cec8a08ed824d68",
 	"acquire_fair":      "1f203c33f0f881654dc10cbe58758d2b0e83f4f6",
-	"acquire_reentrant": "7565cf0328c16f1550be5fd507415182a2919c19",
+	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
 	"extend":            "45155de549cb8303bee1b7e7178ed2b2b6fc37d6",
-	"extend_reentrant":  "58e11b891810004926bfed73bc02da2dff94d8af",
+	"extend_reentrant":  "b492e7043a93739508c91920ab151a6e643b7922",
 	"fence":             "354905fb9845a30d9673ac311e26e002e3a448c2",
 	"fence_current":     "5f65fffaeb357cac9dfadb993b14b28cab297b8d",
 	"force_release":     "bd042f6c2d0a333795a343c2d5cba6b32852ab65",
@@ -24,6 +24,6 @@ var digests = map[string]string{
 	"raise_fence":       "490ca51909be3f006bae65b044fcb30f6b89884b",
 	"release":           "8a375a5bd4fd64bacd74a24171ff8b852d0589d9",
 	"release_fair":      "20a4fde9d0772c0fe7149aecbd8556e273a0b262",
-	"release_reentrant": "b85c02f3816a196ea75bfa81c2bbfe4e533010fc",
+	"release_reentrant": "298ac7d4661574b3cd86cd98ed9a72d25ef661e0",
 	"uptime":            "8a321873751bc207e23d0b74f04705c35aee0a44",
 }

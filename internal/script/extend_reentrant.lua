@@ -18,6 +18,5 @@ if s ~= 0 then return s end
 local until_ms = now + tonumber(ARGV[3])
 if ARGV[4] == '0' and until_ms <= deadline then return 1 end -- (never shortened)
 redis.call('HSET', KEYS[1], field, until_ms)
-local _, last = live_holds(KEYS[1], now)
-redis.call('PEXPIRE', KEYS[1], last - now)
+live_holds(KEYS[1], now, true)
 return 1

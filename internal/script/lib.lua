@@ -157,11 +157,12 @@ local function queue_up(k, token, entry, ms)
   end
 end
 
--- live_holds(key, now) drops the holds of the reentrant lock at key whose
--- deadline has passed and returns how many are left and the latest
--- deadline among them (ms, server clock). The key must outlive that
--- deadline and need not outlive it: each hold is a lease of its own.
-local function live_holds(key, now)
+-- live_holds(key, now, expire) drops the holds of the reentrant lock at
+-- key whose deadline has passed and returns how many are left. With expire,
+-- the key is set to expire with the latest deadline among them (ms, server
+-- clock), if any is left: it must outlive that deadline and need not
+-- outlive it, each hold being a lease of its own.
+local function live_holds(key, now, expire)
   local all = redis.call('HGETALL', key)
   local n, last = 0, 0
   for i = 1, #all, 2 do
@@ -174,7 +175,10 @@ local function live_holds(key, now)
       end
     end
   end
-  return n, last
+  if expire and n > 0 then
+    redis.call('PEXPIRE', key, last - now)
+  end
+  return n
 end
 
 -- revoke marks a lease (or a reentrant hold) ended: held is '1' if it held

@@ -10,13 +10,9 @@
 -- changed then.
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and redis.call('HDEL', KEYS[1], 'h:' .. ARGV[2]) == 1 then
   revoke(KEYS[2], '1', ARGV[5])
-  local now = now_ms()
-  local n, last = live_holds(KEYS[1], now)
-  if n == 0 then
+  if live_holds(KEYS[1], now_ms(), true) == 0 then
     redis.call('DEL', KEYS[1])
     redis.call(ARGV[4], ARGV[3], '*')
-  else
-    redis.call('PEXPIRE', KEYS[1], last - now)
   end
   return 1
 end
