@@ -12,7 +12,7 @@ var digests = map[string]string{
 	"extend_reentrant":  "b492e7043a93739508c91920ab151a6e643b7922",
 	"fence":             "354905fb9845a30d9673ac311e26e002e3a448c2",
 	"fence_current":     "5f65fffaeb357cac9dfadb993b14b28cab297b8d",
-	"force_release":     "bd042f6c2d0a333795a343c2d5cba6b32852ab65",
+	"force_release":     "85186b35888370df9b23e45b33b8b0358fd96b21",
 	"guard":             "4b2cd147a5381ac69f0f5be06d7a4a4c394217f9",
 	"hold_acquire":      "0508a5679ce37d6fdea93693466997df9cf2526a",
 	"hold_downgrade":    "c5d19818cdfb732f21018f195c1c1e60242ef078",

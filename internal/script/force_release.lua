@@ -29,16 +29,11 @@ elseif kind == 'zset' then -- a semaphore: the same live permits, as a set
       live[m], n = true, n + 1
     end
   end
-  holding = n > 0 and ARGV[1] or nil
   for token in string.gmatch(ARGV[1], '%S+') do
-    if not live[token] then
-      holding = nil
-    end
+    if not live[token] then return 0 end -- (not a live permit: another holding)
     n = n - 1
   end
-  if n ~= 0 then
-    holding = nil
-  end
+  holding = n == 0 and next(live) and ARGV[1] -- (every live permit, and one at least)
 else
   return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind .. ' that is not a dlock lock')
 end
