@@ -61,16 +61,14 @@ if quiet then
     end
     added = redis.pcall(unpack(args))
   end
-  if added == w then
-    -- The only member, lapsed ones included: the key lasts as long as
-    -- this hold. (With lapsed members it goes the way below, which drops
-    -- them: a hold is never granted past one that lapsed without dropping
-    -- it, so hold_release.lua's ZREM tells a lapsed hold that lost its
-    -- place from one that did not.)
-    if redis.call('ZCARD', KEYS[1]) == w then
-      redis.call('PEXPIREAT', KEYS[1], now + ttl)
-      return 0
-    end
+  -- The only member, lapsed ones included: the key lasts as long as this
+  -- hold. (With lapsed members it goes the way below, which drops them: a
+  -- hold is never granted past one that lapsed without dropping it, so
+  -- hold_release.lua's ZREM tells a lapsed hold that lost its place from
+  -- one that did not.)
+  if added == w and redis.call('ZCARD', KEYS[1]) == w then
+    redis.call('PEXPIREAT', KEYS[1], now + ttl)
+    return 0
   end
 end
 -- (the shared functions are defined here)
