@@ -5,6 +5,7 @@ package script
 import (
 	"context"
 	"embed"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -114,19 +115,17 @@ func withLib(name string) *Script {
 	// lib.lua defines each function after those it calls.
 	chunks := strings.Split(lib, "\n\n")
 	var defs []string // the needed functions' chunks, the last first
-	text := src
+	needed, inHead := calledIn(src), calledIn(head)
 	for i := len(chunks) - 1; i >= 0; i-- {
 		m := libFunc.FindStringSubmatch(chunks[i])
-		if m == nil {
+		if m == nil || !needed[m[1]] {
 			continue
 		}
-		if calls(head, m[1]) {
+		if inHead[m[1]] {
 			early = append(early, m[1])
 		}
-		if calls(text, m[1]) {
-			defs = append(defs, chunks[i]+"\n\n")
-			text += chunks[i]
-		}
+		defs = append(defs, chunks[i]+"\n\n")
+		maps.Copy(needed, calledIn(chunks[i]))
 	}
 	slices.Reverse(defs)
 	s := &Script{name: name, src: head + strings.Join(defs, "") + tail, hash: digests[name]}
@@ -143,27 +142,20 @@ func read(name string) string {
 	return string(b)
 }
 
-// calls reports whether the Lua text calls the function name: name( not
-// preceded by a letter, digit or '_' (live_holds( calls live_holds, not holds).
-// (Plain string search: it runs for every function and script when the
-// package is initialised, in every process that imports it.)
-func calls(text, name string) bool {
-	for i := 0; ; {
-		j := strings.Index(text[i:], name+"(")
-		if j < 0 {
-			return false
-		}
-		if j += i; j == 0 || !isWordByte(text[j-1]) {
-			return true
-		}
-		i = j + 1
+// calledIn returns the names of the functions the Lua text calls: each
+// name( not preceded by a letter, digit or '_' (live_holds( calls
+// live_holds, not holds).
+func calledIn(text string) map[string]bool {
+	names := map[string]bool{}
+	for _, m := range call.FindAllStringSubmatch(text, -1) {
+		names[m[1]] = true
 	}
+	return names
 }
 
-// isWordByte reports whether b may be part of a Lua name.
-func isWordByte(b byte) bool {
-	return b == '_' || '0' <= b && b <= '9' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z'
-}
+// call finds a function call in Lua text: its name is the longest run of
+// name characters before the '('.
+var call = regexp.MustCompile(`(\w+)\(`)
 
 // all are the package's scripts, in the order they are made.
 var all []*Script
