@@ -35,9 +35,7 @@ func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 // <value>".
 func proclaimed(key, holder string) (string, bool) {
 	t, value, ok := strings.Cut(key, " ")
-	if i := strings.IndexByte(t, '{'); i >= 0 {
-		t = t[:i]
-	}
+	t, _, _ = strings.Cut(t, "{")
 	if !ok || t != holder || holder == "" {
 		return "", false
 	}
