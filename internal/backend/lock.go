@@ -60,11 +60,10 @@ func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration
 // extendLease runs extend.lua on keys for the lease c; with the clock on,
 // its last argument asks for the server's time in the reply (see clock.go).
 func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq int64, keys ...string) (*redis.Cmd, int64) {
-	a := []any{c.Token, ttl.Milliseconds(), c.seqArg(seq), 1}
-	if !n.clock.on() {
-		a = a[:3]
+	if n.clock.on() {
+		return n.acked(ctx, script.Extend, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
 	}
-	return n.acked(ctx, script.Extend, keys, a...)
+	return n.acked(ctx, script.Extend, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
