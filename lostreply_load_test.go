@@ -153,3 +153,42 @@ func TestListOnAClusterListsEveryMastersLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A SCRIPT LOAD lost on a connection that broke is sent again by go-redis,
+// as any command but a script call: the first acquire finds its script,
+// with no NOSCRIPT and no EVAL (a second round trip on the clock).
+func TestScriptLoadLostOnABrokenConnectionIsSentAgain(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	ctx := t.Context()
+	loser := redistest.NewLoser("script")
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: loser.Dial})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
+	direct.ConfigResetStat(ctx)
+	loser.Arm()
+	l, err := c.TryAcquire(ctx, "lost-request")
+	if err != nil {
+		t.Fatalf("TryAcquire after a lost SCRIPT LOAD = %v", err)
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatalf("Extend = %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	if n := loser.Lost(); n != 1 {
+		t.Fatalf("%d requests lost, want the first SCRIPT LOAD", n)
+	}
+	if evals, noscripts := scriptMisses(t, ctx, direct); evals != 0 || noscripts != 0 {
+		t.Errorf("the server ran %d EVALs and answered %d NOSCRIPTs, want 0: the lost load was sent again", evals, noscripts)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -116,12 +116,13 @@ func (n Node) server(ctx context.Context, key string) (*serverCache, redis.Unive
 }
 
 // conn returns rdb, the server of a script cache (see server), as a
-// driver's Conn; through a driver, the driver's deployment.
+// driver's Conn on which go-redis may send a SCRIPT LOAD again (see
+// goredisdriver.Loader); through a driver, the driver's deployment.
 func (n Node) conn(rdb redis.UniversalClient) driver.Conn {
 	if n.d != nil {
 		return n.d
 	}
-	return goredisdriver.Conn(rdb)
+	return goredisdriver.Loader(rdb)
 }
 
 // Prepare loads the scripts of the lease c into the script cache of the
@@ -342,7 +343,7 @@ func (n Node) rerun(ctx context.Context, s *script.Script, keys []string, args [
 	}
 	set := scriptSet(srv.loaded.Swap(0)) | scriptBits[s]
 	eval := evalArgs("evalsha", s.Hash(), keys, args)
-	rs := n.conn(rdb).DoMulti(ctx, append(loadCmds(set), eval)...) // (each sent once, as the batcher sends: see Grant.Once)
+	rs := n.conn(rdb).DoMulti(ctx, append(loadCmds(set), eval)...) // (not sent again: the EVALSHA goes once, as the batcher sends, see Grant.Once)
 	srv.record(set, rs[:len(rs)-1])
 	cmd := redis.NewCmd(ctx, eval...)
 	last := rs[len(rs)-1]

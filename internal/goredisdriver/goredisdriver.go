@@ -18,9 +18,25 @@ import (
 )
 
 // Conn returns rdb as a driver.Conn. It never closes rdb.
-func Conn(rdb redis.UniversalClient) driver.Conn { return conn{rdb} }
+func Conn(rdb redis.UniversalClient) driver.Conn { return conn{rdb: rdb} }
 
-type conn struct{ rdb redis.UniversalClient }
+// Loader is Conn, except that go-redis may send a SCRIPT LOAD again after a
+// failure, as it does its own commands: a load is idempotent (a script
+// call still goes once).
+func Loader(rdb redis.UniversalClient) driver.Conn { return conn{rdb: rdb, loads: true} }
+
+type conn struct {
+	rdb   redis.UniversalClient
+	loads bool // (see Loader)
+}
+
+// sent is cmd as go-redis is to send it: once, unless a Loader's SCRIPT LOAD.
+func (c conn) sent(cmd *redis.Cmd) redis.Cmder {
+	if a := cmd.Args(); c.loads && len(a) > 1 && cmd.Name() == "script" && a[1] == "load" {
+		return cmd
+	}
+	return Once{Cmder: cmd}
+}
 
 // Once is a command that go-redis sends once, never again after a failure.
 type Once struct{ redis.Cmder }
@@ -29,7 +45,7 @@ func (Once) NoRetry() bool { return true }
 
 func (c conn) Do(ctx context.Context, args ...any) (any, error) {
 	cmd := redis.NewCmd(ctx, args...)
-	c.rdb.Process(ctx, Once{Cmder: cmd})
+	c.rdb.Process(ctx, c.sent(cmd))
 	return reply(cmd)
 }
 
@@ -52,7 +68,7 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 	c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, args := range cmds {
 			rs[i] = redis.NewCmd(ctx, args...)
-			p.Process(ctx, Once{Cmder: rs[i]})
+			p.Process(ctx, c.sent(rs[i]))
 		}
 		return nil
 	})
@@ -74,7 +90,7 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 	)
 	err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
 		mu.Lock()
-		out = append(out, conn{m})
+		out = append(out, conn{m, c.loads})
 		mu.Unlock()
 		return nil
 	})
