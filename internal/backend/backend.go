@@ -416,10 +416,11 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []string, args .
 				loads = append(loads, p.Do(ctx, load...))
 			}
 			if eval {
-				cmd = p.Eval(ctx, s.Source(), keys, args...)
+				cmd = redis.NewCmd(ctx, evalArgs("eval", s.Source(), keys, args)...)
 			} else {
-				cmd = p.EvalSha(ctx, s.Hash(), keys, args...)
+				cmd = redis.NewCmd(ctx, evalArgs("evalsha", s.Hash(), keys, args)...)
 			}
+			p.Process(ctx, goredisdriver.Once{Cmder: cmd}) // (sent once, and the pipeline with it: see Grant.Once)
 			wait, aof = n.queueAcks(ctx, p)
 			return nil
 		})

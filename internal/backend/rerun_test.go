@@ -40,3 +40,47 @@ func TestRerunAfterNOSCRIPTIsNeverSentTwice(t *testing.T) {
 		t.Errorf("the server ran a SCRIPT LOAD: go-redis sent the lost rerun again")
 	}
 }
+
+// A script sent with the replicas' acknowledgement (EVALSHA and WAIT in one
+// pipeline) whose reply is lost is not sent again by go-redis, even with
+// retries on: it may have run.
+func TestAckedScriptIsNeverSentTwice(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	ctx := t.Context()
+	if err := direct.ScriptLoad(ctx, script.Uptime.Source()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 3})
+	t.Cleanup(func() { rdb.Close() })
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error { return p.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err) // (a pooled connection for pipelines, through the proxy)
+	}
+	n := NewNode(rdb, Config{TTL: time.Second, Replicas: 1, AckTimeout: 10 * time.Millisecond})
+	ran := func() bool {
+		info, err := direct.Info(ctx, "commandstats").Result()
+		return err == nil && strings.Contains(info, "cmdstat_evalsha:calls=")
+	}
+	p.StallReplies()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for deadline := time.Now().Add(10 * time.Second); !ran() && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		}
+		p.Cut()
+	}()
+	cmd, _ := n.acked(ctx, script.Uptime, []string{"acked"})
+	<-done
+	if err := cmd.Err(); !ReplyLost(err) {
+		t.Errorf("acked = %v, want a lost reply", err)
+	}
+	info, err := direct.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info, "cmdstat_evalsha:calls=1,") {
+		t.Errorf("the server ran EVALSHA other than once: go-redis sent the lost pipeline again\n%s", info)
+	}
+}
