@@ -224,8 +224,7 @@ func (a *acquisition) run() (*Lock, error) {
 // renews the entry by that, not by the TTL, or the entry would end while
 // it waits.
 func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
-	now := time.Now()
-	ask := a.l.terms(now, a.l.p.ttl, a.l.capFrom(now)).ask
+	ask := a.l.termsFrom(time.Now()).ask
 	return a.l.k.sleep(a.c.opts.backoff, attempt, pttl, ask, a.entered == a.l.cl.Token)
 }
 
@@ -277,7 +276,7 @@ func (c *Client) handedOver(l *Lock, wake int64, queued time.Time) *Lock {
 	// The lease the handover gave: the lease time of our queue entry, which
 	// every attempt of this wait asked for alike (a max hold counts from
 	// queued, as an attempt's counts from its start).
-	t := l.terms(queued, l.p.ttl, l.capFrom(queued))
+	t := l.termsFrom(queued)
 	if wake < pubsub.HandedOver || time.Since(queued) > t.hold/2 || c.opts.replicas > 0 || c.opts.durable > 0 {
 		return nil // (with replica ack or durable grants, the confirming attempt is what WAITs)
 	}
@@ -285,7 +284,7 @@ func (c *Client) handedOver(l *Lock, wake int64, queued time.Time) *Lock {
 	if wake > pubsub.HandedOver {
 		fence = wake
 	}
-	l.activate(fence, l.p.ttl, t)
+	l.activate(fence, t)
 	return l
 }
 
@@ -309,16 +308,14 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backe
 	if err := ctx.Err(); err != nil {
 		return nil, backend.Grant{}, backend.NotSent(err)
 	}
-	start := time.Now()
-	t := l.terms(start, l.p.ttl, l.capFrom(start))
+	t := l.termsFrom(time.Now())
 	g, err := c.b.Acquire(ctx, l.cl, t.ask, queue)
 	if err != nil && g.Again && ctx.Err() == nil {
 		// The reply was lost, and the Redis client does not send the
 		// request again (see backend.Claim.Clean): undo it and try once
 		// more, as a new lease.
 		c.undoAndRenew(ctx, l)
-		start = time.Now()
-		t = l.terms(start, l.p.ttl, l.capFrom(start))
+		t = l.termsFrom(time.Now())
 		g, err = c.b.Acquire(ctx, l.cl, t.ask, queue)
 	}
 	if err == nil && !g.Once {
@@ -353,7 +350,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backe
 		c.undoAndRenew(ctx, l)
 		return nil, backend.Grant{}, errTooSlow
 	}
-	l.activate(g.Fence, l.p.ttl, t)
+	l.activate(g.Fence, t)
 	return l, backend.Grant{}, nil
 }
 

@@ -74,13 +74,14 @@ type Lock struct {
 }
 
 // activate makes the pending Lock l, made by Client.prepare, a held lease
-// with the given fence, lease time and terms (validity, max hold), and
+// with the given fence and terms (validity, max hold) of its TTL, and
 // starts its watchdog. With a max hold, the expiry timer is armed at once:
 // it ends the lease at the cap, and releases it, whether or not anyone
 // watches the Lock.
-func (l *Lock) activate(fence int64, ttl time.Duration, t terms) {
+func (l *Lock) activate(fence int64, t terms) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	ttl := l.p.ttl
 	l.start, l.ttl, l.validUntil = time.Now(), ttl, t.until
 	l.slot = l.k.slot
 	l.c.held[l.slot].began.Add(1)
@@ -144,13 +145,14 @@ type terms struct {
 	atCap bool
 }
 
-// capFrom returns the max hold's deadline of a lease counted from start,
-// or the zero time if the lease has no max hold.
-func (l *Lock) capFrom(start time.Time) time.Time {
-	if l.p.maxHold <= 0 {
-		return time.Time{}
+// termsFrom returns the terms of a request for the lease the acquisition
+// asked for, sent at sent: its TTL, and its max hold counted from sent.
+func (l *Lock) termsFrom(sent time.Time) terms {
+	var capAt time.Time
+	if l.p.maxHold > 0 {
+		capAt = sent.Add(l.p.maxHold)
 	}
-	return start.Add(l.p.maxHold)
+	return l.terms(sent, l.p.ttl, capAt)
 }
 
 // terms returns the terms of a request sent at sent for a lease of ttl,

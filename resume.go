@@ -33,8 +33,7 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 	}
 	seq += resumeGap
 	l.cl.Resumer = newToken()[:8] // tells its numbers from another resumer's that read the same seq
-	sent := time.Now()
-	t := l.terms(sent, l.p.ttl, l.capFrom(sent))
+	t := l.termsFrom(time.Now())
 	ok, err := c.b.Extend(ctx, l.cl, t.ask, seq)
 	switch {
 	case errors.Is(err, backend.ErrSuperseded):
@@ -53,6 +52,6 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 		return nil, opError(op, l.name, backend.Because(ErrNotHeld, errTooSlow.Error()))
 	}
 	l.extSeq = seq // (> 0: every later extension is ordered too)
-	l.activate(0, l.p.ttl, t)
+	l.activate(0, t)
 	return l, nil
 }
