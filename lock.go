@@ -244,14 +244,8 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	f, err := l.c.b.Fence(ctx, l.cl)
-	switch {
-	case errors.Is(err, backend.ErrSuperseded):
-		return 0, l.handOff()
-	case err != nil:
-		return 0, opError("fence", l.name, err)
-	case f <= 0:
-		l.lose(lost(l.name, "the lock no longer holds our lease"))
-		return 0, l.Err()
+	if err := l.answered("fence", "the lock no longer holds our lease", f > 0, err); err != nil {
+		return 0, err
 	}
 	l.fence = f
 	return f, nil
