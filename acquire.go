@@ -144,11 +144,7 @@ func (a *acquisition) run() (*Lock, error) {
 	// from the start; no release after the first attempt can be missed.
 	a.w = a.c.join(a.l.cl.Channel, a.l.cl.Token)
 	a.queued = time.Now()
-	defer func() {
-		if a.w != nil {
-			a.w.close()
-		}
-	}()
+	defer func() { a.w.close() }() // (a.w as it is when run returns)
 	l, pttl, err := a.try()
 	if err != nil || l != nil {
 		return l, err

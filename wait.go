@@ -94,7 +94,11 @@ func (w *waiters) retoken(token string) {
 	}
 }
 
+// close leaves the waiters' hubs; nil waiters have nothing to leave.
 func (w *waiters) close() {
+	if w == nil {
+		return
+	}
 	for _, hw := range w.ws {
 		hw.Close()
 	}
