@@ -40,6 +40,7 @@ func (e *engine) watchClock(h *backend.ClockHook) {
 	h.Margin = e.opts.driftFor
 	h.Tell = func(ctx context.Context, key, addr string, ahead, over time.Duration) {
 		name := strings.TrimSuffix(strings.TrimPrefix(key, e.opts.prefix+"{"), "}")
-		e.obs.clockMoved(ctx, name, &ClockError{Server: addr, Ahead: ahead, Over: over})
+		err := &ClockError{Server: addr, Ahead: ahead, Over: over}
+		e.obs.notify(ctx, &Event{Op: OpClock, Name: name, Err: err})
 	}
 }

@@ -381,9 +381,5 @@ func (k *walk) renewed(before []step) bool {
 // deadlocked tells the observers that the wait for name gave up for err.
 func (c *Client) deadlocked(ctx context.Context, mode, name string, err error) {
 	e := Event{Op: OpDeadlock, Name: name, Mode: mode, Err: err}
-	for _, o := range c.obs.all() {
-		if o.Deadlock != nil {
-			c.obs.safely(func() { o.Deadlock(ctx, &e) })
-		}
-	}
+	c.obs.notify(ctx, &e)
 }

@@ -125,11 +125,7 @@ func (c *Client) end(ctx context.Context, e *Event, began time.Time, err error) 
 	case err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrInvalid):
 		c.obs.failed.Add(1)
 	}
-	for _, o := range c.obs.all() {
-		if o.End != nil {
-			c.obs.safely(func() { o.End(ctx, e) })
-		}
-	}
+	c.obs.notify(ctx, e)
 }
 
 // waitingFor tells the observers that an Acquire of name starts (+1) or
@@ -152,24 +148,26 @@ func (c *Client) lostLease(l *Lock, err error) {
 // tell tells the observers' Lost, or Jeopardy (op), of l, for err.
 func (c *Client) tell(l *Lock, op Op, err error) {
 	e := Event{Op: op, Name: l.name, Mode: l.k.mode(), Held: time.Since(l.start), Err: err}
-	for _, o := range c.obs.all() {
-		f := o.Lost
-		if op == OpJeopardy {
-			f = o.Jeopardy
-		}
-		if f != nil {
-			c.obs.safely(func() { f(context.Background(), &e) })
-		}
-	}
+	c.obs.notify(context.Background(), &e)
 }
 
-// clockMoved tells the observers' Clock that a server's clock disagreed
-// with ours, as an extension of the lock name showed.
-func (o *observers) clockMoved(ctx context.Context, name string, err *ClockError) {
-	e := Event{Op: OpClock, Name: name, Err: err}
+// notify tells the observers of e: their function for e.Op (Lost,
+// Jeopardy, Clock or Deadlock), or End for an operation's end.
+func (o *observers) notify(ctx context.Context, e *Event) {
 	for _, ob := range o.all() {
-		if ob.Clock != nil {
-			o.safely(func() { ob.Clock(ctx, &e) })
+		f := ob.End
+		switch e.Op {
+		case OpLost:
+			f = ob.Lost
+		case OpJeopardy:
+			f = ob.Jeopardy
+		case OpClock:
+			f = ob.Clock
+		case OpDeadlock:
+			f = ob.Deadlock
+		}
+		if f != nil {
+			o.safely(func() { f(ctx, e) })
 		}
 	}
 }
