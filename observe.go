@@ -76,15 +76,9 @@ func (o *observers) add(obs Observer) {
 	defer o.mu.Unlock()
 	list := append(slices.Clone(o.all()), obs)
 	o.list.Store(&list)
-	if obs.Lost != nil {
-		o.anyLost.Store(true)
-	}
-	if obs.Jeopardy != nil {
-		o.anyJeopardy.Store(true)
-	}
-	if obs.Clock != nil {
-		o.anyClock.Store(true)
-	}
+	o.anyLost.Store(o.anyLost.Load() || obs.Lost != nil) // (under o.mu: no add in between)
+	o.anyJeopardy.Store(o.anyJeopardy.Load() || obs.Jeopardy != nil)
+	o.anyClock.Store(o.anyClock.Load() || obs.Clock != nil)
 }
 
 func (o *observers) all() []Observer {
