@@ -93,8 +93,8 @@ func (l *Lock) activate(fence int64, t terms) {
 		l.watchLocked() // an Observer hears of an expiry when it happens
 	}
 	if l.c.opts.autoExtend {
-		l.dog = time.AfterFunc(ttl/3, l.tick)
-		l.due = l.start.Add(ttl / 3)
+		l.dog = time.AfterFunc(l.ttl/3, l.tick)
+		l.due = l.start.Add(l.ttl / 3)
 		if l.p.watch {
 			l.requests = make(chan string, 1)
 			for _, h := range l.c.hubs {
@@ -479,15 +479,18 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 func (l *Lock) Release(ctx context.Context) error {
 	// With none under way, a done ctx still takes its turn: the release
 	// stops the watchdog. Waiting for one under way, nothing is sent.
-	if !take(ctx, l.relSem) {
-		if l.isReleased() {
-			return nil // the one under way released the lock meanwhile
-		}
-		return opError(l.k.releaseOp, l.name, backend.NotSent(ctx.Err()))
+	took := take(ctx, l.relSem)
+	if took {
+		defer func() { <-l.relSem }()
 	}
-	defer func() { <-l.relSem }()
-	if l.isReleased() {
-		return nil // a repeated Release: no operation, no event
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	switch {
+	case released:
+		return nil // a repeated Release (no operation, no event), or the one under way released the lock meanwhile
+	case !took:
+		return opError(l.k.releaseOp, l.name, backend.NotSent(ctx.Err()))
 	}
 	e, start := Event{Op: OpRelease, Name: l.name}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
