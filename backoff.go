@@ -17,13 +17,11 @@ func ExponentialBackoff(minWait, maxWait time.Duration) Backoff {
 	}
 	maxWait = max(maxWait, minWait)
 	return func(attempt int) time.Duration {
-		d := minWait
-		for i := 1; i < attempt && d < maxWait; i++ {
-			if d > maxWait/2 { // (doubling would pass maxWait, or overflow)
-				d = maxWait
-				break
-			}
-			d *= 2
+		// minWait doubled attempt-1 times, if that does not pass maxWait
+		// (compared by shifting maxWait down, which cannot overflow).
+		d, n := maxWait, max(attempt-1, 0)
+		if minWait <= maxWait>>n {
+			d = minWait << n
 		}
 		half := d / 2
 		return half + rand.N(d-half+1)
