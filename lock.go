@@ -81,8 +81,7 @@ type Lock struct {
 func (l *Lock) activate(fence int64, t terms) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ttl := l.p.ttl
-	l.start, l.ttl, l.validUntil = time.Now(), ttl, t.until
+	l.start, l.ttl, l.validUntil = time.Now(), l.p.ttl, t.until
 	l.slot = l.k.slot
 	l.c.held[l.slot].began.Add(1)
 	l.cl.Began = t.sent // (no later than the server granted it: see Node.release)
@@ -513,13 +512,6 @@ func take(ctx context.Context, sem chan struct{}) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// isReleased reports whether the release script ran.
-func (l *Lock) isReleased() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.released
 }
 
 // release runs the release of a Lock not yet released; Release holds
