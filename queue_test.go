@@ -1489,3 +1489,51 @@ func scriptCalls(t *testing.T, rdb *redis.Client) int {
 	}
 	return n
 }
+
+// A free fair lock whose fence key holds another program's value cannot be
+// handed to its first live waiter (the handover is fenced): the attempt
+// that finds it so fails with ErrWrongType and leaves that waiter at the
+// head of the queue, so that no newcomer takes the lock ahead of it, and
+// the waiter is served once the fence key is put right.
+func TestFairAcquireRefusedByForeignFenceKeyKeepsTheHeadWaiter(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "foreign-fence-queue"
+	key := semKey(name)
+	const head = "waiter-token" // a waiter of another Client, queued while the lock's holder expired
+	entry := fmt.Sprintf("%d:%d", time.Now().Add(time.Minute).UnixMilli(), 30000)
+	if err := rdb.RPush(ctx, key+":q", head).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, key+":qw", head, entry).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.LPush(ctx, key+":fence", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, rdb)
+	if l, err := c.TryAcquire(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+		if l != nil {
+			l.Release(ctx)
+		}
+		t.Fatalf("TryAcquire with a foreign fence key = %v, want ErrWrongType", err)
+	}
+	if q, w := rdb.LRange(ctx, key+":q", 0, -1).Val(), rdb.HGet(ctx, key+":qw", head).Val(); !slices.Equal(q, []string{head}) || w != entry {
+		t.Fatalf("after the refused attempt the queue is %q and the head's entry %q; want [%q] and %q", q, w, head, entry)
+	}
+	if err := rdb.Del(ctx, key+":fence").Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryAcquire(ctx, name)
+	if err == nil {
+		l.Release(ctx)
+		t.Fatal("a newcomer took the lock ahead of the live head waiter")
+	}
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire once the fence key is right = %v, want ErrNotAcquired", err)
+	}
+	if got := rdb.Get(ctx, key).Val(); got != head {
+		t.Errorf("the lock key holds %q, want it handed to the head waiter %q", got, head)
+	}
+}

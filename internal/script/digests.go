@@ -5,7 +5,7 @@ package script
 // digests are the scripts' SHA-1 digests, by name (see Script).
 var digests = map[string]string{
 	"acquire":           "1ac522dd8fa3f9bae4f3f4c33cec8a08ed824d68",
-	"acquire_fair":      "1f203c33f0f881654dc10cbe58758d2b0e83f4f6",
+	"acquire_fair":      "3baf35ca9821c01c6e7d692b43b80b0f63057b65",
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
 	"extend":            "45155de549cb8303bee1b7e7178ed2b2b6fc37d6",
@@ -23,7 +23,7 @@ var digests = map[string]string{
 	"proclaim":          "66879c629100c56aa5bde0b7847969059117eeec",
 	"raise_fence":       "490ca51909be3f006bae65b044fcb30f6b89884b",
 	"release":           "8a375a5bd4fd64bacd74a24171ff8b852d0589d9",
-	"release_fair":      "20a4fde9d0772c0fe7149aecbd8556e273a0b262",
+	"release_fair":      "d28d178b7368d779cfde89c26cff9d4a57002891",
 	"release_reentrant": "298ac7d4661574b3cd86cd98ed9a72d25ef661e0",
 	"uptime":            "8a321873751bc207e23d0b74f04705c35aee0a44",
 }

@@ -96,15 +96,14 @@ end
 -- live_head(k, head, now) takes waiters off the head of the fair queue
 -- k[3], head (taken off already) first, until one whose entry in the
 -- waiters hash k[4] ("deadline_ms:ttl_ms") is live at now, and returns it
--- and its ttl (nil: no waiter was live). The entries of those taken off
--- are deleted: of waiters that died or gave up without saying so, and of
--- the one returned, whom the caller serves.
+-- and its ttl (nil: no waiter was live). The entries of the waiters that
+-- died or gave up without saying so are deleted; the caller serves the one
+-- returned, or puts it back (its entry is kept).
 local function live_head(k, head, now)
   while head do
-    local entry = redis.call('HGET', k[4], head)
-    redis.call('HDEL', k[4], head)
-    local deadline, ttl = string.match(entry or '', '^(%d+):(%d+)$')
+    local deadline, ttl = string.match(redis.call('HGET', k[4], head) or '', '^(%d+):(%d+)$')
     if deadline and tonumber(deadline) > now then return head, ttl end
+    redis.call('HDEL', k[4], head)
     head = redis.call('LPOP', k[3])
   end
 end

@@ -64,6 +64,9 @@ end
 -- over unfenced.
 local pub, fence_ms = string.match(ARGV[3], '^(%S+) (%d+)')
 local live, ttl = live_head(KEYS, head, now_ms())
+if live then
+  redis.call('HDEL', KEYS[4], live)
+end
 if live and fenced(KEYS, live, ttl, pub, fence_ms) then
   redis.call('SET', KEYS[1], live, 'PX', ttl)
   return 1
