@@ -148,3 +148,30 @@ func commandsPerPairExtendFence(t *testing.T, ctx context.Context, rdb *redis.Cl
 	})
 	return pair, extend, fenced
 }
+
+// A hold of more permits than one ZMSCORE reads (500) costs no more
+// commands than its writes need: a new hold's scores are read with one
+// command, its first member's.
+func TestSemaphoreHoldOfManyPermitsReadsANewHoldWithOneCommand(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := context.Background()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
+	s, err := c.Semaphore("count-big", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair := commandsPerOp(t, ctx, rdb, 5, func(int) {
+		l, err := s.AcquireN(ctx, 600)
+		if err != nil {
+			t.Fatalf("AcquireN(600): %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	})
+	const budget = 18 // (the hold's writes: ZADD and ZREM, 500 members a command)
+	if pair > budget {
+		t.Errorf("an uncontended AcquireN(600) + Release costs %.2f commands; the budget is %v", pair, budget)
+	}
+}

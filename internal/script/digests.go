@@ -14,7 +14,7 @@ var digests = map[string]string{
 	"fence_current":     "5f65fffaeb357cac9dfadb993b14b28cab297b8d",
 	"force_release":     "85186b35888370df9b23e45b33b8b0358fd96b21",
 	"guard":             "4b2cd147a5381ac69f0f5be06d7a4a4c394217f9",
-	"hold_acquire":      "98d1eca33bf30e70427d452a39b096c24e7ddf52",
+	"hold_acquire":      "8722177bc46031e4506131d2438ea152e8dd500e",
 	"hold_downgrade":    "c5d19818cdfb732f21018f195c1c1e60242ef078",
 	"hold_extend":       "ac7b06772be0e5a5f3c2db798cccef24a0022088",
 	"hold_release":      "8035c5a6a77f9a3260f9e75e296dddf7c61c171f",

@@ -80,7 +80,12 @@ if not quiet and revoked(KEYS[5]) then return revoked_reply() end
 if type(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)) ~= 'number' or not same_kind(KEYS[1], member) then
   return not_hold_kind(KEYS[1], n)
 end
-local mine = hold_call(KEYS[1], member, w, nil, 'ZMSCORE')
+-- The hold's scores: a hold of more than 500 permits (more than one
+-- ZMSCORE) is read whole only if its first member is there.
+local mine = hold_call(KEYS[1], member, w > 500 and 1 or w, nil, 'ZMSCORE')
+if w > 500 and mine[1] then
+  mine = hold_call(KEYS[1], member, w, nil, 'ZMSCORE')
+end
 local whole = mine[1]
 for i = 2, w do
   whole = whole and mine[i]
