@@ -309,8 +309,8 @@ func TestLateOlderExtensionCopyNeverShortensTheLease(t *testing.T) {
 		member string
 		pttl   func() time.Duration
 	}{
-		{l, script.Extend, l.Token(), func() time.Duration { return rdb.PTTL(ctx, l.Key()).Val() }},
-		{p, script.HoldExtend, p.Token(), func() time.Duration {
+		{l, script.Named("extend"), l.Token(), func() time.Duration { return rdb.PTTL(ctx, l.Key()).Val() }},
+		{p, script.Named("hold_extend"), p.Token(), func() time.Duration {
 			sc := rdb.ZScore(ctx, p.Key(), p.Token()).Val()
 			return time.Until(time.UnixMilli(int64(sc)))
 		}},

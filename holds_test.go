@@ -143,7 +143,7 @@ func TestHoldLateAcquireCopyAfterReleaseTakesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		keys := []string{key, key + ":fence", key + ":q", key + ":qw", key + ":r:" + tok}
-		err = script.HoldAcquire.Run(ctx, rdb, keys, tok, 10000, 1, 10000, key+":ch", "PUBLISH", 10000, what).Err()
+		err = script.Named("hold_acquire").Run(ctx, rdb, keys, tok, 10000, 1, 10000, key+":ch", "PUBLISH", 10000, what).Err()
 		if err == nil {
 			t.Errorf("%s: a late acquire copy after release was granted", what)
 		}

@@ -451,7 +451,7 @@ func TestSemaphoreLateAcquireNCopiesTakeNothing(t *testing.T) {
 	}
 	keys := []string{key, key + ":fence", key + ":q", key + ":qw", key + ":r:" + tok}
 	for _, queue := range []int{0, 1} {
-		err = script.HoldAcquire.Run(ctx, rdb, keys, tok, 10000, queue, 10000, key+":ch", "PUBLISH", 10000, 4, 3).Err()
+		err = script.Named("hold_acquire").Run(ctx, rdb, keys, tok, 10000, queue, 10000, key+":ch", "PUBLISH", 10000, 4, 3).Err()
 		if err == nil {
 			t.Errorf("queue=%d: a late AcquireN copy after release was granted", queue)
 		}

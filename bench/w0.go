@@ -80,25 +80,25 @@ var w0Cases = []w0Case{
 	// KEYS and ARGV as the headers of acquire.lua and release.lua document
 	// them; a first try (no queueing), as an uncontended Acquire sends, and
 	// the release of a clean lease (every request answered: no marker).
-	{id: "c unfair", name: "(c) dlock's scripts, unfair", scripts: []string{script.Acquire.Source(), script.Release.Source()},
+	{id: "c unfair", name: "(c) dlock's scripts, unfair", scripts: []string{script.Named("acquire").Source(), script.Named("release").Source()},
 		pair: unfairPair(cleanMS), lockOK: isInt(0), unlockOK: isInt(1)},
-	{id: "c unfair marked", name: "(c) dlock's scripts, unfair, the lease marked", scripts: []string{script.Acquire.Source(), script.Release.Source()},
+	{id: "c unfair marked", name: "(c) dlock's scripts, unfair, the lease marked", scripts: []string{script.Named("acquire").Source(), script.Named("release").Source()},
 		pair: unfairPair(windowMS), lockOK: isInt(0), unlockOK: isInt(1)},
-	{id: "c fair", name: "(c) dlock's scripts, fair", scripts: []string{script.AcquireFair.Source(), script.ReleaseFair.Source()},
+	{id: "c fair", name: "(c) dlock's scripts, fair", scripts: []string{script.Named("acquire_fair").Source(), script.Named("release_fair").Source()},
 		pair: func(b []byte, n *w0Name, tok string) []byte {
 			rev := n.lock + ":r:" + tok
-			b = appendCmd(b, "EVALSHA", script.AcquireFair.Hash(), "6", n.lock, n.fence, n.queue, n.waiters, rev, n.wake,
+			b = appendCmd(b, "EVALSHA", script.Named("acquire_fair").Hash(), "6", n.lock, n.fence, n.queue, n.waiters, rev, n.wake,
 				tok, ttlMS, "0", queueMS+" PUBLISH "+fenceMS+" 0")
-			return appendCmd(b, "EVALSHA", script.ReleaseFair.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
+			return appendCmd(b, "EVALSHA", script.Named("release_fair").Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
 				tok, cleanMS, "PUBLISH "+fenceMS+" 0")
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
-	{id: "c permit", name: "(c) dlock's scripts, a semaphore's permit", scripts: []string{script.HoldAcquire.Source(), script.HoldRelease.Source()},
+	{id: "c permit", name: "(c) dlock's scripts, a semaphore's permit", scripts: []string{script.Named("hold_acquire").Source(), script.Named("hold_release").Source()},
 		pair: func(b []byte, n *w0Name, tok string) []byte {
 			rev := n.lock + ":r:" + tok
-			b = appendCmd(b, "EVALSHA", script.HoldAcquire.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
+			b = appendCmd(b, "EVALSHA", script.Named("hold_acquire").Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
 				tok, ttlMS, "0", queueMS, n.channel, "PUBLISH", fenceMS, "3")
-			return appendCmd(b, "EVALSHA", script.HoldRelease.Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
+			return appendCmd(b, "EVALSHA", script.Named("hold_release").Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
 				tok, tok, n.channel, "PUBLISH", cleanMS, fenceMS)
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
@@ -109,11 +109,11 @@ var w0Cases = []w0Case{
 func unfairPair(window string) func(b []byte, n *w0Name, tok string) []byte {
 	return func(b []byte, n *w0Name, tok string) []byte {
 		rev := n.lock + ":r:" + tok
-		b = appendCmd(b, "EVALSHA", script.Acquire.Hash(), "2", n.lock, rev, tok, ttlMS)
+		b = appendCmd(b, "EVALSHA", script.Named("acquire").Hash(), "2", n.lock, rev, tok, ttlMS)
 		if window == cleanMS {
-			return appendCmd(b, "EVALSHA", script.Release.Hash(), "3", n.lock, n.wake, rev, tok, "PUBLISH")
+			return appendCmd(b, "EVALSHA", script.Named("release").Hash(), "3", n.lock, n.wake, rev, tok, "PUBLISH")
 		}
-		return appendCmd(b, "EVALSHA", script.Release.Hash(), "3", n.lock, n.wake, rev, tok, "PUBLISH", window)
+		return appendCmd(b, "EVALSHA", script.Named("release").Hash(), "3", n.lock, n.wake, rev, tok, "PUBLISH", window)
 	}
 }
 

@@ -140,14 +140,6 @@ func (c *Claim) HolderID() string {
 	return c.Token
 }
 
-// Script digests and fixed arguments, converted to interfaces once.
-var (
-	acquireSHA     any = script.Acquire.Hash()
-	acquireFairSHA any = script.AcquireFair.Hash()
-	releaseSHA     any = script.Release.Hash()
-	releaseFairSHA any = script.ReleaseFair.Hash()
-)
-
 // commander sends commands, scripts' EVAL and EVALSHA among them, each
 // once: the batcher.
 type commander interface {
@@ -432,7 +424,7 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []string, args .
 		switch err := cmd.Err(); {
 		case noScript(err) && !eval && try < 5:
 			if reload == 0 && !srv.refused.Load() {
-				reload = scriptSet(srv.loaded.Swap(0)) | scriptBits[s] // then a second time, with them
+				reload = scriptSet(srv.loaded.Swap(0)) | setOf(s) // then a second time, with them
 			} else {
 				reload, eval = 0, true
 			}

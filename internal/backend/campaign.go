@@ -19,7 +19,7 @@ var Campaign Kind = campaign{}
 type campaign struct{ plainLock } // (its member and shape are a plain lock's)
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	cmd, acks := n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
+	cmd, acks := n.acked(ctx, acquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
 		c.Token, ttl.Milliseconds(), flag(queue), n.fairConf(ttl, true))
 	g, err := n.lockGrant(ctx, c, cmd, acks, "a leader's lease")
 	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)
@@ -47,13 +47,16 @@ func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration,
 }
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.evalsha(ctx, script.ReleaseFair, c.resumerArg([]any{"evalsha", releaseFairSHA, 6,
+	return n.evalsha(ctx, releaseFair, c.resumerArg([]any{"evalsha", releaseFairSHA, 6,
 		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey(), &c.Token, window, n.releaseConf(true)}))
 }
 
-var campaignScripts = setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence, script.Proclaim)
+var (
+	proclaim        = loads("proclaim")
+	campaignScripts = setOf(acquireFair, releaseFair, extend, script.Fence, proclaim)
+)
 
-func (campaign) scripts() (*script.Script, scriptSet) { return script.AcquireFair, campaignScripts }
+func (campaign) scripts() (*script.Script, scriptSet) { return acquireFair, campaignScripts }
 
 // fenceWindowOf is how long the fence counter lives after the lease c on
 // n is fenced: a term's fence as long as its lease, as acquire_fair.lua
@@ -71,7 +74,7 @@ func fenceWindowOf(n Node, c *Claim) any {
 // that Redis applied changes nothing, and reports true (a later value is
 // set). ErrSuperseded: another Lock resumed the lease.
 func (n Node) Proclaim(ctx context.Context, c *Claim, value string, seq int64) (bool, error) {
-	v, err := n.run(ctx, script.Proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, c.seqArg(seq)).Int64()
+	v, err := n.run(ctx, proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, c.seqArg(seq)).Int64()
 	if err != nil {
 		return false, RedisErr(err)
 	}

@@ -7,13 +7,17 @@ import (
 	"github.com/dlockio/dlock/internal/script"
 )
 
+// fenceCurrent reads whether a fence is current; not loaded (see
+// loadable): FenceCurrent is not timed.
+var fenceCurrent = script.Named("fence_current")
+
 // FenceCurrent reports whether fence is still current for the lock k of
 // kind kind (a string or hash at the lock key): the lease of holder (its
 // token, or a reentrant lock's owner id) holds it and no newer fence was
 // issued for the name (see fence_current.lua). It writes nothing. A key of
 // another type at the lock or fence key is ErrWrongType.
 func (n Node) FenceCurrent(ctx context.Context, k *Keys, kind Kind, holder string, fence int64) (bool, error) {
-	v, err := n.run(ctx, script.FenceCurrent, []string{k.Lock, k.Fence}, holder, strconv.FormatInt(fence, 10), kind.shape().typ).Int64()
+	v, err := n.run(ctx, fenceCurrent, []string{k.Lock, k.Fence}, holder, strconv.FormatInt(fence, 10), kind.shape().typ).Int64()
 	if err != nil {
 		want := "a plain lock"
 		if kind.shape() == &hashShape {

@@ -29,10 +29,29 @@ type (
 	reentrantLock struct{}
 )
 
+// The locks' scripts, and the sets Prepare loads for each kind.
 var (
-	plainScripts     = setOf(script.Acquire, script.Release, script.Extend, script.Fence)
-	fairScripts      = setOf(script.AcquireFair, script.ReleaseFair, script.Extend, script.Fence)
-	reentrantScripts = setOf(script.AcquireReentrant, script.ReleaseReentrant, script.ExtendReentrant, script.Fence)
+	acquire          = loads("acquire")
+	release          = loads("release")
+	extend           = loads("extend")
+	acquireFair      = loads("acquire_fair")
+	releaseFair      = loads("release_fair")
+	acquireReentrant = loads("acquire_reentrant")
+	releaseReentrant = loads("release_reentrant")
+	extendReentrant  = loads("extend_reentrant")
+
+	plainScripts     = setOf(acquire, release, extend, script.Fence)
+	fairScripts      = setOf(acquireFair, releaseFair, extend, script.Fence)
+	reentrantScripts = setOf(acquireReentrant, releaseReentrant, extendReentrant, script.Fence)
+)
+
+// The digests of the scripts the uncontended path sends, converted to
+// interfaces once.
+var (
+	acquireSHA     any = acquire.Hash()
+	acquireFairSHA any = acquireFair.Hash()
+	releaseSHA     any = release.Hash()
+	releaseFairSHA any = releaseFair.Hash()
 )
 
 func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
@@ -42,13 +61,13 @@ func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duratio
 	)
 	switch {
 	case n.replicas > 0 && queue:
-		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev, c.Wake}, c.Token, ttl.Milliseconds(), wakeMS)
+		cmd, acks = n.acked(ctx, acquire, []string{c.Lock, c.Rev, c.Wake}, c.Token, ttl.Milliseconds(), wakeMS)
 	case n.replicas > 0:
-		cmd, acks = n.acked(ctx, script.Acquire, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds())
+		cmd, acks = n.acked(ctx, acquire, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds())
 	case queue: // (a waiter: the wake key too, see acquire.lua)
-		cmd = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), wakeMS})
+		cmd = n.evalsha(ctx, acquire, []any{"evalsha", acquireSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), wakeMS})
 	default:
-		cmd = n.evalsha(ctx, script.Acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)})
+		cmd = n.evalsha(ctx, acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)})
 	}
 	return n.lockGrant(ctx, c, cmd, acks, "a plain lock")
 }
@@ -61,19 +80,19 @@ func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration
 // its last argument asks for the server's time in the reply (see clock.go).
 func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq int64, keys ...string) (*redis.Cmd, int64) {
 	if n.clock.on() {
-		return n.acked(ctx, script.Extend, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
+		return n.acked(ctx, extend, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
 	}
-	return n.acked(ctx, script.Extend, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq))
+	return n.acked(ctx, extend, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
 	if window == 0 { // a clean lease: two arguments (release.lua)
-		return n.evalsha(ctx, script.Release, []any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA})
+		return n.evalsha(ctx, release, []any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA})
 	}
-	return n.evalsha(ctx, script.Release, c.resumerArg([]any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA, window}))
+	return n.evalsha(ctx, release, c.resumerArg([]any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA, window}))
 }
 
-func (plainLock) scripts() (*script.Script, scriptSet) { return script.Acquire, plainScripts }
+func (plainLock) scripts() (*script.Script, scriptSet) { return acquire, plainScripts }
 
 func (plainLock) member(string) string { return "" }
 
@@ -95,24 +114,24 @@ var stringShape = shape{typ: "string", holds: holding("a lock (a string), or ano
 
 func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if n.replicas > 0 {
-		cmd, acks := n.acked(ctx, script.AcquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
+		cmd, acks := n.acked(ctx, acquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
 			c.Token, ttl.Milliseconds(), flag(queue), n.acquireConf(ttl))
 		return n.lockGrant(ctx, c, cmd, acks, "a plain lock")
 	}
-	cmd := n.evalsha(ctx, script.AcquireFair, []any{"evalsha", acquireFairSHA, 6,
+	cmd := n.evalsha(ctx, acquireFair, []any{"evalsha", acquireFairSHA, 6,
 		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), flag(queue), n.acquireConf(ttl)})
 	return n.lockGrant(ctx, c, cmd, -1, "a plain lock")
 }
 
 func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.evalsha(ctx, script.ReleaseFair, c.resumerArg([]any{"evalsha", releaseFairSHA, 5,
+	return n.evalsha(ctx, releaseFair, c.resumerArg([]any{"evalsha", releaseFairSHA, 5,
 		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, window, n.releaseConf(false)}))
 }
 
-func (fairLock) scripts() (*script.Script, scriptSet) { return script.AcquireFair, fairScripts }
+func (fairLock) scripts() (*script.Script, scriptSet) { return acquireFair, fairScripts }
 
 func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, _ bool) (Grant, error) {
-	cmd, acks := n.acked(ctx, script.AcquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
+	cmd, acks := n.acked(ctx, acquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
 	v, err := cmd.Slice()
 	if err != nil {
 		return Grant{}, n.wrongKind(ctx, c.Lock, "a reentrant lock", RedisErr(err))
@@ -133,15 +152,15 @@ func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Dur
 }
 
 func (reentrantLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.ExtendReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), c.seqArg(seq))
+	return n.acked(ctx, extendReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (reentrantLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.run(ctx, script.ReleaseReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
+	return n.run(ctx, releaseReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
 }
 
 func (reentrantLock) scripts() (*script.Script, scriptSet) {
-	return script.AcquireReentrant, reentrantScripts
+	return acquireReentrant, reentrantScripts
 }
 
 func (reentrantLock) member(string) string { return "" }

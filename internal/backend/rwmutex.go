@@ -5,8 +5,6 @@ import (
 	"errors"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/dlockio/dlock/internal/script"
 )
 
 // A read-write lock (see lib.lua) is a sorted set at the lock key, as a
@@ -27,13 +25,16 @@ var (
 	Downgrading Kind = holdKind{rw: "?", w: 1}
 )
 
+// holdDowngrade turns a write hold into a read (Downgrade).
+var holdDowngrade = loads("hold_downgrade")
+
 // Downgrade turns the write hold c into a read hold, in one step (see
 // hold_downgrade.lua), and c into a read's claim (a Downgrading one when
 // the outcome is unknown); false if c no longer holds the lock. The caller
 // keeps every other use of c out meanwhile. ErrSuperseded: another Lock
 // resumed the lease.
 func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
-	v, err := n.run(ctx, script.HoldDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer).Int64()
+	v, err := n.run(ctx, holdDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer).Int64()
 	var reply redis.Error
 	if err != nil && !neverSent(err) && !errors.As(err, &reply) {
 		c.SetKind(Downgrading)

@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -30,32 +31,32 @@ import (
 // timed calls are one round trip again. What a Node knows of a cache is a
 // hint: every call still handles NOSCRIPT.
 
-// loadable are the scripts a Node runs, each with its bit in a set
-// (scriptSet). Guard's script runs on the resource's Redis, not the lock's.
-var loadable = []*script.Script{
-	script.Acquire, script.Release, script.Extend, script.Inspect, script.ForceRelease,
-	script.AcquireFair, script.ReleaseFair,
-	script.AcquireReentrant, script.ReleaseReentrant, script.ExtendReentrant,
-	script.RaiseFence, script.Fence,
-	script.HoldAcquire, script.HoldRelease, script.HoldExtend,
-	script.Proclaim, script.HoldDowngrade, script.Permits, script.Uptime, script.Announce,
+// loadable are the scripts a Node loads, each with its bit in a set
+// (scriptSet): the engine's, and those each kind's file registers (loads).
+// Guard's script runs on the resource's Redis, not the lock's.
+var loadable = []*script.Script{script.Inspect, script.ForceRelease, script.RaiseFence, script.Fence, script.Uptime, script.Announce}
+
+// loads returns the script of the file name.lua, registered in loadable:
+// a package variable of the file of the kind that runs it names it once.
+func loads(name string) *script.Script {
+	s := script.Named(name)
+	if slices.Contains(loadable, s) || len(loadable) == 32 {
+		panic("backend: " + name + " registered twice, or a scriptSet has no bit left for it")
+	}
+	loadable = append(loadable, s)
+	return s
 }
 
 // scriptSet is a set of scripts of loadable: bit i is loadable[i].
 type scriptSet uint32
 
-var scriptBits = func() map[*script.Script]scriptSet {
-	m := make(map[*script.Script]scriptSet, len(loadable))
-	for i, s := range loadable {
-		m[s] = 1 << i
-	}
-	return m
-}()
-
+// setOf returns the set of ss; a script a Node does not load has no bit.
 func setOf(ss ...*script.Script) scriptSet {
 	var set scriptSet
 	for _, s := range ss {
-		set |= scriptBits[s]
+		if i := slices.Index(loadable, s); i >= 0 {
+			set |= 1 << i
+		}
 	}
 	return set
 }
@@ -197,7 +198,7 @@ func (s *serverCache) load(ctx context.Context, conn driver.Conn, set scriptSet,
 		}
 		return nil
 	}
-	if bit := scriptBits[first]; !s.reached.Load() && set&bit != 0 {
+	if bit := setOf(first); !s.reached.Load() && set&bit != 0 {
 		err := s.loadOn(ctx, masters, bit)
 		if err != nil || set == bit || scriptSet(s.loaded.Load())&bit == 0 {
 			return err
@@ -341,7 +342,7 @@ func (n Node) rerun(ctx context.Context, s *script.Script, keys []string, args [
 	if err != nil || srv.refused.Load() {
 		return n.eval(ctx, s, keys, args)
 	}
-	set := scriptSet(srv.loaded.Swap(0)) | scriptBits[s]
+	set := scriptSet(srv.loaded.Swap(0)) | setOf(s)
 	eval := evalArgs("evalsha", s.Hash(), keys, args)
 	rs := n.conn(rdb).DoMulti(ctx, append(loadCmds(set), eval)...) // (not sent again: the EVALSHA goes once, as the batcher sends, see Grant.Once)
 	srv.record(set, rs[:len(rs)-1])

@@ -40,13 +40,13 @@ func (h holdKind) acquire(ctx context.Context, n Node, c *Claim, ttl time.Durati
 	if h.rw == "" {
 		what = h.n
 	}
-	cmd, acks := n.acked(ctx, script.HoldAcquire, h.keys(c),
+	cmd, acks := n.acked(ctx, holdAcquire, h.keys(c),
 		h.args(c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, what)...)
 	return n.queuedGrant(cmd, acks)
 }
 
 func (h holdKind) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, script.HoldExtend, []string{c.Lock, c.Rev}, h.args(c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
+	return n.acked(ctx, holdExtend, []string{c.Lock, c.Rev}, h.args(c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
 }
 
 func (h holdKind) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
@@ -54,7 +54,7 @@ func (h holdKind) release(ctx context.Context, n Node, c *Claim, window int64) *
 	if c.Resumer != "" && h.w == 1 {
 		a = append(a, 1) // (ARGV[7], before the resumer id)
 	}
-	return n.run(ctx, script.HoldRelease, h.keys(c), c.resumerArg(a)...)
+	return n.run(ctx, holdRelease, h.keys(c), c.resumerArg(a)...)
 }
 
 // keys returns the keys of the hold's acquisition and release: a
@@ -75,11 +75,18 @@ func (h holdKind) args(a ...any) []any {
 	return a
 }
 
-// holdScripts are those of a semaphore's permits and of a read-write
-// lock's holds.
-var holdScripts = setOf(script.HoldAcquire, script.HoldRelease, script.HoldExtend, script.Fence, script.HoldDowngrade)
+// The scripts of a semaphore's permits and of a read-write lock's holds
+// (hold_*.lua), and the semaphore's permits.lua.
+var (
+	holdAcquire = loads("hold_acquire")
+	holdRelease = loads("hold_release")
+	holdExtend  = loads("hold_extend")
+	permits     = loads("permits")
 
-func (holdKind) scripts() (*script.Script, scriptSet) { return script.HoldAcquire, holdScripts }
+	holdScripts = setOf(holdAcquire, holdRelease, holdExtend, script.Fence, holdDowngrade)
+)
+
+func (holdKind) scripts() (*script.Script, scriptSet) { return holdAcquire, holdScripts }
 
 // member is a read-write lock's hold's member of the set, "<rw>:<token>";
 // a permit's is its token, which Claim.Member leaves out ("").
@@ -121,7 +128,7 @@ var zsetShape = shape{typ: "zset",
 // unless a size is stored), "unset" or "add" (v); size is the caller's N,
 // the size while none is stored.
 func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error) {
-	r, err := n.run(ctx, script.Permits, []string{k.Lock, k.SizeKey(), k.Queue}, op, v, size, k.Channel, n.pub).Int64Slice()
+	r, err := n.run(ctx, permits, []string{k.Lock, k.SizeKey(), k.Queue}, op, v, size, k.Channel, n.pub).Int64Slice()
 	if err != nil {
 		return PermitSize{}, RedisErr(err)
 	}

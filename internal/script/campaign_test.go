@@ -22,7 +22,7 @@ func TestCampaignFencedOnceWhenResent(t *testing.T) {
 	}
 	keys := []string{"l", "l:fence", "l:q", "l:qw", "l:r:tok-a"}
 	campaign := func(token string, rev string) (any, error) {
-		return AcquireFair.Run(ctx, rdb, []string{"l", "l:fence", "l:q", "l:qw", rev, "l:w"},
+		return Named("acquire_fair").Run(ctx, rdb, []string{"l", "l:fence", "l:q", "l:qw", rev, "l:w"},
 			token, 1000, 1, "1000 PUBLISH 60000 1").Result()
 	}
 	first, err := campaign("tok-a", keys[4])
@@ -52,7 +52,7 @@ func TestCampaignFencedOnceWhenResent(t *testing.T) {
 		t.Errorf("campaign while tok-a leads = %v, want {pttl, tok-a}", other)
 	}
 	rdb.PExpire(ctx, "l:fence", 100*time.Millisecond)
-	if n, err := Extend.Run(ctx, rdb, []string{"l", "l:r:tok-a", "l:fence"}, "tok-a", 5000, 1).Int(); err != nil || n != 1 {
+	if n, err := Named("extend").Run(ctx, rdb, []string{"l", "l:r:tok-a", "l:fence"}, "tok-a", 5000, 1).Int(); err != nil || n != 1 {
 		t.Fatalf("extend of the campaign's lease = %d, %v", n, err)
 	}
 	if d := rdb.PTTL(ctx, "l:fence").Val(); d < 4*time.Second {

@@ -44,7 +44,18 @@ func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args 
 }
 
 // All returns every script of the package.
-func All() []*Script { return all }
+func All() []*Script { return slices.Collect(maps.Values(all)) }
+
+// Named returns the script of the file name.lua. The code that runs a
+// script names it once, in a package variable: a name without a file
+// panics as the program starts.
+func Named(name string) *Script {
+	s := all[name]
+	if s == nil {
+		panic("script: no file " + name + ".lua")
+	}
+	return s
+}
 
 // files are the scripts' texts, and lib.lua: the functions they share,
 // each script getting those it calls (withLib).
@@ -54,45 +65,34 @@ var files embed.FS
 
 var lib = read("lib.lua")
 
-// The scripts, run with EVALSHA. The backend loads them into a server's
-// script cache before the first call that needs them, and again when a
-// call finds them missing (see internal/backend/scripts.go).
+// all are the package's scripts by name, one for each file but lib.lua.
+// Each is run with EVALSHA; the backend loads those a lease needs into a
+// server's script cache before the first call that needs them, and again
+// when a call finds them missing (see internal/backend/scripts.go).
+var all = func() map[string]*Script {
+	entries, _ := files.ReadDir(".") // (it is there: embedded)
+	m := map[string]*Script{}
+	for _, e := range entries {
+		if name, ok := strings.CutSuffix(e.Name(), ".lua"); ok && name != "lib" {
+			m[name] = withLib(name)
+		}
+	}
+	return m
+}()
+
+// The scripts more than one kind of lease runs, or the engine, or the
+// root package (Guard: on the resource's Redis, not the lock's). A kind's
+// own scripts are named in its file of internal/backend.
 var (
-	Acquire = withLib("acquire")
-	Release = withLib("release")
-	Extend  = withLib("extend")
-	Inspect = withLib("inspect")
-	Guard   = withLib("guard")
-
-	ForceRelease = withLib("force_release")
-	AcquireFair  = withLib("acquire_fair")
-	ReleaseFair  = withLib("release_fair")
-
-	AcquireReentrant = withLib("acquire_reentrant")
-	ReleaseReentrant = withLib("release_reentrant")
-	ExtendReentrant  = withLib("extend_reentrant")
-	RaiseFence       = withLib("raise_fence")
-	Fence            = withLib("fence")
-
-	// The sorted-set kinds' holds, one family: a semaphore's permits and
-	// a read-write lock's reads and writes (see lib.lua); Fence serves
-	// them too.
-	HoldAcquire = withLib("hold_acquire")
-	HoldRelease = withLib("hold_release")
-	HoldExtend  = withLib("hold_extend")
-	// A read-write lock's write hold turned into a read (RWMutex.Downgrade).
-	HoldDowngrade = withLib("hold_downgrade")
-
-	// A leader's value, changed within its term (election.go).
-	Proclaim = withLib("proclaim")
-	// A semaphore's size kept in Redis: read, set once, grown or shrunk.
-	Permits = withLib("permits")
+	Inspect      = Named("inspect")
+	Guard        = Named("guard")
+	ForceRelease = Named("force_release")
+	RaiseFence   = Named("raise_fence")
+	Fence        = Named("fence")
 	// How long a lock's server has been up (a release of unknown outcome).
-	Uptime = withLib("uptime")
-	// Whether a fence is still current (Client.FenceCurrent); reads only.
-	FenceCurrent = withLib("fence_current")
+	Uptime = Named("uptime")
 	// A message on a lock's channel (Client.RequestRelease).
-	Announce = withLib("announce")
+	Announce = Named("announce")
 )
 
 // libHere is the line of a script after which the functions of lib.lua
@@ -128,9 +128,7 @@ func withLib(name string) *Script {
 		maps.Copy(needed, calledIn(chunks[i]))
 	}
 	slices.Reverse(defs)
-	s := &Script{name: name, src: head + strings.Join(defs, "") + tail, hash: digests[name]}
-	all = append(all, s)
-	return s
+	return &Script{name: name, src: head + strings.Join(defs, "") + tail, hash: digests[name]}
 }
 
 // read returns the text of the package's file name (it is there: embedded).
@@ -156,9 +154,6 @@ func calledIn(text string) map[string]bool {
 // call finds a function call in Lua text: its name is the longest run of
 // name characters before the '('.
 var call = regexp.MustCompile(`(\w+)\(`)
-
-// all are the package's scripts, in the order they are made.
-var all []*Script
 
 // early are the shared functions a script calls above its libHere line,
 // where they are not defined yet (a test checks there are none).

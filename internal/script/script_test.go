@@ -46,10 +46,10 @@ func TestMarkersOutliveLaterLeases(t *testing.T) {
 	token := func(i int) string { return fmt.Sprintf("%022d", i) } // 22 characters, as dlock's
 	marker := func(i int) string { return "l:r:" + token(i) }
 	acquire := func(i int) (int, error) {
-		return Acquire.Run(ctx, rdb, []string{"l", marker(i)}, token(i), 60000).Int()
+		return Named("acquire").Run(ctx, rdb, []string{"l", marker(i)}, token(i), 60000).Int()
 	}
 	release := func(i int) int {
-		n, err := Release.Run(ctx, rdb, []string{"l", "l:w", marker(i)}, token(i), "PUBLISH", 60000).Int()
+		n, err := Named("release").Run(ctx, rdb, []string{"l", "l:w", marker(i)}, token(i), "PUBLISH", 60000).Int()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +100,7 @@ func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
 	acquire := func(tok string, waits int) []any {
 		t.Helper()
 		keys := []string{"l", "l:r:" + tok, "l:w"}
-		v, err := Acquire.Run(ctx, rdb, keys[:2+waits], tok, 60000, 60000).Result() // (the window: read with the wake key only)
+		v, err := Named("acquire").Run(ctx, rdb, keys[:2+waits], tok, 60000, 60000).Result() // (the window: read with the wake key only)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +111,7 @@ func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
 	}
 	release := func(tok string) int64 { // a clean lease's: no window
 		t.Helper()
-		n, err := Release.Run(ctx, rdb, []string{"l", "l:w", "l:r:" + tok}, tok, "PUBLISH").Int64()
+		n, err := Named("release").Run(ctx, rdb, []string{"l", "l:w", "l:r:" + tok}, tok, "PUBLISH").Int64()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestWakeKeyNotSetForALeaseEndingNow(t *testing.T) {
 		if err := rdb.Set(ctx, "l", "holder", time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
 		}
-		reply, err := Acquire.Run(ctx, rdb, []string{"l", "l:r:w", "l:w"}, "waiter", 1000, 60000).Result()
+		reply, err := Named("acquire").Run(ctx, rdb, []string{"l", "l:r:w", "l:w"}, "waiter", 1000, 60000).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
