@@ -506,14 +506,14 @@ func ReplyLost(err error) bool {
 }
 
 // lockGrant reads the reply cmd of acquire.lua or acquire_fair.lua, sent
-// with acks replicas' acknowledgements (-1 without replica ack), for a
-// lease that wanted want (see wrongKind): 0 when the lock is ours (a
+// with acks replicas' acknowledgements (-1 without replica ack), for the
+// lease c: 0 when the lock is ours (a
 // campaign's fence, > 0, see campaign.go), {pttl, holder} when another
 // lease holds it.
-func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int64, want string) (Grant, error) {
+func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int64) (Grant, error) {
 	v, err := cmd.Result()
 	if err != nil {
-		return Grant{}, n.wrongKind(ctx, c.Lock, want, RedisErr(err))
+		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 	}
 	switch v := v.(type) {
 	case int64:
@@ -537,11 +537,10 @@ func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int6
 
 // wrongKind names what the key holds when a lock's script met Redis's own
 // WRONGTYPE reply, which says only that the kind is wrong, for a caller
-// that wanted want ("a plain lock", "a leader's lease", "a reentrant
-// lock"): a TYPE call, and for a sorted set a ZRANGE, on this error path
+// that wanted a lease of kind (see Kind.what): a TYPE call, and for a sorted set a ZRANGE, on this error path
 // only. It returns err unchanged when it is not ErrWrongType, or when they
 // fail.
-func (n Node) wrongKind(ctx context.Context, key, want string, err error) error {
+func (n Node) wrongKind(ctx context.Context, key string, kind Kind, err error) error {
 	if !errors.Is(err, ErrWrongType) || strings.Contains(err.Error(), "the fence key") {
 		return err // (the fence key's: the script's own reply, the lock key is not the one)
 	}
@@ -556,7 +555,7 @@ func (n Node) wrongKind(ctx context.Context, key, want string, err error) error 
 	if !ok {
 		return err
 	}
-	return Because(ErrWrongType, fmt.Sprintf("the key holds %s, not %s", what, want), err)
+	return Because(ErrWrongType, fmt.Sprintf("the key holds %s, not %s", what, kind.what()), err)
 }
 
 // pttlOf converts a PTTL reply in ms (-1: no expiry) to a duration.

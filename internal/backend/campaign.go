@@ -21,7 +21,7 @@ type campaign struct{ plainLock } // (its member and shape are a plain lock's)
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	cmd, acks := n.acked(ctx, acquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
 		c.Token, ttl.Milliseconds(), flag(queue), n.fairConf(ttl, true))
-	g, err := n.lockGrant(ctx, c, cmd, acks, "a leader's lease")
+	g, err := n.lockGrant(ctx, c, cmd, acks)
 	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)
 		value, _ := n.rdb.Do(ctx, "get", c.ValueKey()).Text() // (unread: the token's metadata names it)
 		g.Value, g.Proclaimed = proclaimed(value, g.Holder)
@@ -41,6 +41,8 @@ func proclaimed(key, holder string) (string, bool) {
 	}
 	return value, true
 }
+
+func (campaign) what() string { return "a leader's lease" }
 
 func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
 	return n.extendLease(ctx, c, ttl, seq, c.Lock, c.Rev, c.Fence, c.ValueKey())

@@ -19,11 +19,7 @@ var fenceCurrent = script.Named("fence_current")
 func (n Node) FenceCurrent(ctx context.Context, k *Keys, kind Kind, holder string, fence int64) (bool, error) {
 	v, err := n.run(ctx, fenceCurrent, []string{k.Lock, k.Fence}, holder, strconv.FormatInt(fence, 10), kind.shape().typ).Int64()
 	if err != nil {
-		want := "a plain lock"
-		if kind.shape() == &hashShape {
-			want = "a reentrant lock"
-		}
-		return false, n.wrongKind(ctx, k.Lock, want, RedisErr(err))
+		return false, n.wrongKind(ctx, k.Lock, kind, RedisErr(err))
 	}
 	return v == 1, nil
 }

@@ -35,6 +35,9 @@ type Kind interface {
 	// member returns the lease's member in the kind's sorted set, given
 	// its token ("" if it has none: see Claim.Member).
 	member(token string) string
+	// what is a lease of the kind in words ("a plain lock"), as a
+	// WRONGTYPE error says what was wanted (see wrongKind).
+	what() string
 	// shape is the Redis type of the kind's lock key; its name goes to
 	// the scripts shared by kinds (fence.lua, raise_fence.lua), which so
 	// need not probe it.

@@ -69,7 +69,7 @@ func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duratio
 	default:
 		cmd = n.evalsha(ctx, acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)})
 	}
-	return n.lockGrant(ctx, c, cmd, acks, "a plain lock")
+	return n.lockGrant(ctx, c, cmd, acks)
 }
 
 func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
@@ -96,6 +96,8 @@ func (plainLock) scripts() (*script.Script, scriptSet) { return acquire, plainSc
 
 func (plainLock) member(string) string { return "" }
 
+func (plainLock) what() string { return "a plain lock" }
+
 func (plainLock) shape() *shape { return &stringShape }
 
 // stringShape is the lock key of a plain, fair or campaign lease: the
@@ -116,11 +118,11 @@ func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 	if n.replicas > 0 {
 		cmd, acks := n.acked(ctx, acquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
 			c.Token, ttl.Milliseconds(), flag(queue), n.acquireConf(ttl))
-		return n.lockGrant(ctx, c, cmd, acks, "a plain lock")
+		return n.lockGrant(ctx, c, cmd, acks)
 	}
 	cmd := n.evalsha(ctx, acquireFair, []any{"evalsha", acquireFairSHA, 6,
 		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), flag(queue), n.acquireConf(ttl)})
-	return n.lockGrant(ctx, c, cmd, -1, "a plain lock")
+	return n.lockGrant(ctx, c, cmd, -1)
 }
 
 func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
@@ -134,7 +136,7 @@ func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Dur
 	cmd, acks := n.acked(ctx, acquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
 	v, err := cmd.Slice()
 	if err != nil {
-		return Grant{}, n.wrongKind(ctx, c.Lock, "a reentrant lock", RedisErr(err))
+		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 	}
 	var n3 [3]int64
 	for i := range min(len(v), 3) {
@@ -164,6 +166,8 @@ func (reentrantLock) scripts() (*script.Script, scriptSet) {
 }
 
 func (reentrantLock) member(string) string { return "" }
+
+func (reentrantLock) what() string { return "a reentrant lock" }
 
 func (reentrantLock) shape() *shape { return &hashShape }
 

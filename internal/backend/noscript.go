@@ -145,7 +145,7 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 		return err
 	})
 	if err != nil {
-		err = n.wrongKind(ctx, c.Lock, "a plain lock", RedisErr(err))
+		err = n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 		if !errors.Is(err, ErrRevoked) && !neverSent(err) {
 			g.Undo = true
 		}

@@ -97,6 +97,13 @@ func (h holdKind) member(token string) string {
 	return h.rw + ":" + token
 }
 
+func (h holdKind) what() string {
+	if h.rw == "" {
+		return "a semaphore's permit"
+	}
+	return "a read-write lock's hold"
+}
+
 func (holdKind) shape() *shape { return &zsetShape }
 
 // zsetShape is the key of a semaphore's permits or of a read-write lock's
