@@ -517,11 +517,8 @@ func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int6
 	}
 	switch v := v.(type) {
 	case int64:
-		if v >= 0 && acks >= 0 && acks < int64(n.replicas) {
-			return Grant{Undo: true}, n.ackUndone(acks)
-		}
 		if v >= 0 {
-			return Grant{Held: true, Fence: v}, nil
+			return n.granted(Grant{Held: true, Fence: v}, acks)
 		}
 	case []any:
 		if len(v) == 2 {
