@@ -25,8 +25,13 @@ var (
 	Downgrading Kind = holdKind{rw: "?", w: 1}
 )
 
-// holdDowngrade turns a write hold into a read (Downgrade).
-var holdDowngrade = loads("hold_downgrade")
+// holdDowngrade turns a write hold into a read (Downgrade); a read-write
+// lock's holds load it with the semaphore's scripts, so that Downgrade
+// finds it before it is timed.
+var (
+	holdDowngrade = loads("hold_downgrade")
+	rwScripts     = holdScripts | setOf(holdDowngrade)
+)
 
 // Downgrade turns the write hold c into a read hold, in one step (see
 // hold_downgrade.lua), and c into a read's claim (a Downgrading one when

@@ -83,10 +83,16 @@ var (
 	holdExtend  = loads("hold_extend")
 	permits     = loads("permits")
 
-	holdScripts = setOf(holdAcquire, holdRelease, holdExtend, script.Fence, holdDowngrade)
+	holdScripts = setOf(holdAcquire, holdRelease, holdExtend, script.Fence)
 )
 
-func (holdKind) scripts() (*script.Script, scriptSet) { return holdAcquire, holdScripts }
+// scripts: a read-write lock's holds run hold_downgrade.lua too.
+func (h holdKind) scripts() (*script.Script, scriptSet) {
+	if h.rw != "" {
+		return holdAcquire, rwScripts
+	}
+	return holdAcquire, holdScripts
+}
 
 // member is a read-write lock's hold's member of the set, "<rw>:<token>";
 // a permit's is its token, which Claim.Member leaves out ("").
