@@ -723,7 +723,7 @@ func superseded(v int64) error {
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), fenceWindowOf(n, c), c.Kind.shape().typ, c.Resumer).Int64()
+	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), c.Kind.fenceWindow(n, c.TTL), c.Kind.shape().typ, c.Resumer).Int64()
 	if err != nil {
 		return 0, RedisErr(err)
 	}

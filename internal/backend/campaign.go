@@ -60,12 +60,11 @@ var (
 
 func (campaign) scripts() (*script.Script, scriptSet) { return acquireFair, campaignScripts }
 
-// fenceWindowOf is how long the fence counter lives after the lease c on
-// n is fenced: a term's fence as long as its lease, as acquire_fair.lua
-// issues it; any other lease's the Node's fence window.
-func fenceWindowOf(n Node, c *Claim) any {
-	if c.Kind == Campaign && c.TTL.Milliseconds() > n.fenceMS.(int64) {
-		return c.TTL.Milliseconds()
+// fenceWindow: a term's fence lives as long as its lease, if longer than
+// the Node's fence window, as acquire_fair.lua issues it.
+func (campaign) fenceWindow(n Node, ttl time.Duration) any {
+	if ttl.Milliseconds() > n.fenceMS.(int64) {
+		return ttl.Milliseconds()
 	}
 	return n.fenceMS
 }

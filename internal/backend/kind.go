@@ -32,6 +32,10 @@ type Kind interface {
 	// scripts returns the script the kind's acquisition runs and the set
 	// of those its leases run.
 	scripts() (first *script.Script, need scriptSet)
+	// fenceWindow is how long the fence counter lives after a lease of
+	// ttl on n is fenced (see Node.Fence): the Node's fence window,
+	// unless the kind says otherwise.
+	fenceWindow(n Node, ttl time.Duration) any
 	// member returns the lease's member in the kind's sorted set, given
 	// its token ("" if it has none: see Claim.Member).
 	member(token string) string

@@ -98,6 +98,8 @@ func (plainLock) member(string) string { return "" }
 
 func (plainLock) what() string { return "a plain lock" }
 
+func (plainLock) fenceWindow(n Node, _ time.Duration) any { return n.fenceMS }
+
 func (plainLock) shape() *shape { return &stringShape }
 
 // stringShape is the lock key of a plain, fair or campaign lease: the
@@ -168,6 +170,8 @@ func (reentrantLock) scripts() (*script.Script, scriptSet) {
 func (reentrantLock) member(string) string { return "" }
 
 func (reentrantLock) what() string { return "a reentrant lock" }
+
+func (reentrantLock) fenceWindow(n Node, _ time.Duration) any { return n.fenceMS }
 
 func (reentrantLock) shape() *shape { return &hashShape }
 

@@ -110,6 +110,8 @@ func (h holdKind) what() string {
 	return "a read-write lock's hold"
 }
 
+func (holdKind) fenceWindow(n Node, _ time.Duration) any { return n.fenceMS }
+
 func (holdKind) shape() *shape { return &zsetShape }
 
 // zsetShape is the key of a semaphore's permits or of a read-write lock's
