@@ -196,3 +196,23 @@ func TestKindOpsRunOnANodeAndAreRefusedElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// Prepare loads hold_downgrade.lua for a read-write lock's holds, which
+// may Downgrade, and not for a semaphore's permits; every kind loads the
+// script its acquisition runs, and each script a Node loads has its bit.
+func TestOnlyReadWriteHoldsLoadTheDowngradeScript(t *testing.T) {
+	t.Parallel()
+	down := setOf(holdDowngrade)
+	if down == 0 || len(loadable) > 32 {
+		t.Fatalf("hold_downgrade.lua has no bit (%d scripts loadable)", len(loadable))
+	}
+	for _, k := range []Kind{PlainLock, FairLock, ReentrantLock, Campaign, Permits(3), PermitsAtOnce(3, 2), Read, Write, Downgrading} {
+		first, need := k.scripts()
+		if setOf(first)&need == 0 {
+			t.Errorf("%s: Prepare does not load the acquisition's script %s", k.what(), first.Name())
+		}
+		if rw := k.member("t") != ""; (need&down != 0) != rw {
+			t.Errorf("%s: Prepare loads hold_downgrade.lua: %v, want %v", k.what(), need&down != 0, rw)
+		}
+	}
+}
