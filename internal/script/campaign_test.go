@@ -52,7 +52,7 @@ func TestCampaignFencedOnceWhenResent(t *testing.T) {
 		t.Errorf("campaign while tok-a leads = %v, want {pttl, tok-a}", other)
 	}
 	rdb.PExpire(ctx, "l:fence", 100*time.Millisecond)
-	if n, err := Named("extend").Run(ctx, rdb, []string{"l", "l:r:tok-a", "l:fence"}, "tok-a", 5000, 1).Int(); err != nil || n != 1 {
+	if n, err := Named("extend").Run(ctx, rdb, []string{"l", "l:r:tok-a", "l:fence", "l:v"}, "tok-a", 5000, 1).Int(); err != nil || n != 1 {
 		t.Fatalf("extend of the campaign's lease = %d, %v", n, err)
 	}
 	if d := rdb.PTTL(ctx, "l:fence").Val(); d < 4*time.Second {

@@ -8,7 +8,7 @@ var digests = map[string]string{
 	"acquire_fair":      "3baf35ca9821c01c6e7d692b43b80b0f63057b65",
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
-	"extend":            "45155de549cb8303bee1b7e7178ed2b2b6fc37d6",
+	"extend":            "6b08af764f70303e7428e87108f32b86e6881140",
 	"extend_reentrant":  "b492e7043a93739508c91920ab151a6e643b7922",
 	"fence":             "354905fb9845a30d9673ac311e26e002e3a448c2",
 	"fence_current":     "5f65fffaeb357cac9dfadb993b14b28cab297b8d",

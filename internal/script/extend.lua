@@ -2,8 +2,8 @@
 -- KEYS[1] lock key   KEYS[2] the lease's own key (see lib.lua)
 -- KEYS[3] (a leadership campaign's lease only) the fence counter, which
 --         then lives at least as long as the lease: it names the leader's term
--- KEYS[4] (a campaign's only) the leader's value key (proclaim.lua), which
---         lives as long as the lease too
+-- KEYS[4] (a campaign's only, given with KEYS[3]) the leader's value key
+--         (proclaim.lua), which lives as long as the lease too
 -- ARGV[1] owner token   ARGV[2] ttl in ms
 -- ARGV[3] 0 for an extension that never shortens the lease (PEXPIRE GT:
 --         copies applied in any order leave the latest deadline), else the
@@ -28,8 +28,6 @@ if ARGV[3] == '0' then
     redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
     if KEYS[3] then
       redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
-    end
-    if KEYS[4] then
       redis.call('PEXPIRE', KEYS[4], ARGV[2], 'GT')
     end
   end
@@ -40,9 +38,7 @@ elseif redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     if KEYS[3] then
       redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
-    end
-    if KEYS[4] then -- the value ends with the lease, also one this shortens
-      redis.call('PEXPIRE', KEYS[4], ARGV[2])
+      redis.call('PEXPIRE', KEYS[4], ARGV[2]) -- the value ends with the lease, also one this shortens
     end
   end
 end
