@@ -86,19 +86,16 @@ if not holder then
   -- dropped; the clock is read only if someone is queued (we are here
   -- only then: the queue was not empty above).
   local head, ttl = live_head(KEYS, redis.call('LPOP', KEYS[3]), now_ms())
-  if head and head ~= token and not fenced(KEYS, head, ttl, pub, fence_ms) then
-    redis.call('LPUSH', KEYS[3], head) -- (a foreign fence key: the head keeps its place)
+  holder = head ~= token and head -- (nil or false: the lock is the caller's)
+  if holder and not fenced(KEYS, holder, ttl, pub, fence_ms) then
+    redis.call('LPUSH', KEYS[3], holder) -- (a foreign fence key: the head keeps its place)
     return fence_type_reply()
   end
   if head then
     redis.call('HDEL', KEYS[4], head)
   end
-  if not head or head == token then
-    redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-    return won()
-  end
-  redis.call('SET', KEYS[1], head, 'PX', ttl)
-  holder = head
+  redis.call('SET', KEYS[1], holder or token, 'PX', holder and ttl or ARGV[2])
+  if not holder then return won() end
 end
 local pttl = math.max(redis.call('PTTL', KEYS[1]), -1)
 if ARGV[3] == '1' then

@@ -5,7 +5,7 @@ package script
 // digests are the scripts' SHA-1 digests, by name (see Script).
 var digests = map[string]string{
 	"acquire":           "1ac522dd8fa3f9bae4f3f4c33cec8a08ed824d68",
-	"acquire_fair":      "3baf35ca9821c01c6e7d692b43b80b0f63057b65",
+	"acquire_fair":      "3cecf9c09867305c53b49275eef6dfd1ea00971e",
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
 	"extend":            "6b08af764f70303e7428e87108f32b86e6881140",
