@@ -23,7 +23,7 @@ var digests = map[string]string{
 	"proclaim":          "66879c629100c56aa5bde0b7847969059117eeec",
 	"raise_fence":       "490ca51909be3f006bae65b044fcb30f6b89884b",
 	"release":           "8a375a5bd4fd64bacd74a24171ff8b852d0589d9",
-	"release_fair":      "d28d178b7368d779cfde89c26cff9d4a57002891",
+	"release_fair":      "04f3a5459b1c5404fc394c5f02dabfd524c04ede",
 	"release_reentrant": "298ac7d4661574b3cd86cd98ed9a72d25ef661e0",
 	"uptime":            "8a321873751bc207e23d0b74f04705c35aee0a44",
 }

@@ -33,32 +33,30 @@ local holder, m = v[1], v[2]
 if m and string.byte(m) == 101 and (string.match(m, '^e%d+%.(.+)$') or '') ~= (ARGV[4] or '') then
   return -1 -- not drives (lib.lua)
 end
-local head -- the first waiter, taken out of the queue
-if holder == token then
-  if ARGV[2] ~= '0' then
-    redis.call('SET', KEYS[5], '1', 'PX', ARGV[2]) -- ended, holding the lock (see revoke in lib.lua)
-  end
-  if KEYS[6] then
-    redis.call('DEL', KEYS[6])
-  end
-  head = redis.call('LPOP', KEYS[3])
-  if not head then -- nobody queued (the common case)
-    redis.call('DEL', KEYS[1])
-    if string.sub(ARGV[3], -1) == '1' then
-      redis.call(string.match(ARGV[3], '^%S+'), KEYS[1] .. ':ch', '*')
-    end
-    return 1
-  end
-end
--- (the shared functions are defined here)
 if holder ~= token then
   if redis.call('HDEL', KEYS[4], token) == 1 then
     redis.call('LREM', KEYS[3], 1, token)
   end
-  if ARGV[2] ~= '0' and m == '1' then return 1 end
-  revoke(KEYS[5], '0', ARGV[2])
+  if ARGV[2] == '0' then return 0 end
+  if m == '1' then return 1 end
+  redis.call('SET', KEYS[5], '0', 'PX', ARGV[2]) -- ended, not holding the lock (see revoke in lib.lua)
   return 0
 end
+if ARGV[2] ~= '0' then
+  redis.call('SET', KEYS[5], '1', 'PX', ARGV[2]) -- ended, holding the lock
+end
+if KEYS[6] then
+  redis.call('DEL', KEYS[6])
+end
+local head = redis.call('LPOP', KEYS[3]) -- the first waiter, taken out of the queue
+if not head then -- nobody queued (the common case)
+  redis.call('DEL', KEYS[1])
+  if string.sub(ARGV[3], -1) == '1' then
+    redis.call(string.match(ARGV[3], '^%S+'), KEYS[1] .. ':ch', '*')
+  end
+  return 1
+end
+-- (the shared functions are defined here)
 -- Hand the lock to the first live waiter; those whose entry lapsed are
 -- dropped. With a foreign fence key the lock is freed rather than handed
 -- over unfenced.
