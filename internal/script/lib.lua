@@ -301,8 +301,7 @@ local function serve_holds(k, now, me, a, admit)
   while true do
     local head = redis.call('LINDEX', k[3], 0)
     if not head or head == me then return head, granted end
-    local entry = redis.call('HGET', k[4], head)
-    local deadline, ttl, x = string.match(entry or '', '^(%d+):(%d+):(.+)$')
+    local deadline, ttl, x = string.match(redis.call('HGET', k[4], head) or '', '^(%d+):(%d+):(.+)$')
     if deadline and tonumber(deadline) > now then
       local member, w = admit(x, head, granted)
       if member == false then return head, granted end
