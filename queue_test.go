@@ -1509,6 +1509,11 @@ func TestFairAcquireRefusedByForeignFenceKeyKeepsTheHeadWaiter(t *testing.T) {
 	if err := rdb.HSet(ctx, key+":qw", head, entry).Err(); err != nil {
 		t.Fatal(err)
 	}
+	for _, k := range []string{key + ":q", key + ":qw"} { // (as a queued waiter's request leaves them)
+		if err := rdb.PExpire(ctx, k, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := rdb.LPush(ctx, key+":fence", "x").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -1521,6 +1526,9 @@ func TestFairAcquireRefusedByForeignFenceKeyKeepsTheHeadWaiter(t *testing.T) {
 	}
 	if q, w := rdb.LRange(ctx, key+":q", 0, -1).Val(), rdb.HGet(ctx, key+":qw", head).Val(); !slices.Equal(q, []string{head}) || w != entry {
 		t.Fatalf("after the refused attempt the queue is %q and the head's entry %q; want [%q] and %q", q, w, head, entry)
+	}
+	if ttl := rdb.PTTL(ctx, key+":q").Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("after the refused attempt the queue lives %v, want the head's entry's life (a waiter that dies leaves nothing)", ttl)
 	}
 	if err := rdb.Del(ctx, key+":fence").Err(); err != nil {
 		t.Fatal(err)

@@ -85,10 +85,13 @@ if not holder then
   -- fence, announced. Waiters that died or gave up without saying so are
   -- dropped; the clock is read only if someone is queued (we are here
   -- only then: the queue was not empty above).
-  local head, ttl = live_head(KEYS, redis.call('LPOP', KEYS[3]), now_ms())
+  local head, ttl, life = live_head(KEYS, redis.call('LPOP', KEYS[3]), now_ms())
   holder = head ~= token and head -- (nil or false: the lock is the caller's)
   if holder and not fenced(KEYS, holder, ttl, pub, fence_ms) then
-    redis.call('LPUSH', KEYS[3], holder) -- (a foreign fence key: the head keeps its place)
+    -- A foreign fence key: the head keeps its place, and a queue the LPOP
+    -- emptied lives as long as the head's entry, as queue_up made it.
+    redis.call('LPUSH', KEYS[3], holder)
+    redis.call('PEXPIRE', KEYS[3], life, 'NX')
     return fence_type_reply()
   end
   if head then

@@ -5,7 +5,7 @@ package script
 // digests are the scripts' SHA-1 digests, by name (see Script).
 var digests = map[string]string{
 	"acquire":           "1ac522dd8fa3f9bae4f3f4c33cec8a08ed824d68",
-	"acquire_fair":      "3cecf9c09867305c53b49275eef6dfd1ea00971e",
+	"acquire_fair":      "7628292f0d80c5469495142167a00eb7154ad0e2",
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
 	"extend":            "6b08af764f70303e7428e87108f32b86e6881140",
@@ -23,7 +23,7 @@ var digests = map[string]string{
 	"proclaim":          "66879c629100c56aa5bde0b7847969059117eeec",
 	"raise_fence":       "490ca51909be3f006bae65b044fcb30f6b89884b",
 	"release":           "8a375a5bd4fd64bacd74a24171ff8b852d0589d9",
-	"release_fair":      "04f3a5459b1c5404fc394c5f02dabfd524c04ede",
+	"release_fair":      "c386a1e831595b4ea8499a452e4594dd7828c6bf",
 	"release_reentrant": "298ac7d4661574b3cd86cd98ed9a72d25ef661e0",
 	"uptime":            "8a321873751bc207e23d0b74f04705c35aee0a44",
 }

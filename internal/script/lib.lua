@@ -95,14 +95,15 @@ end
 
 -- live_head(k, head, now) takes waiters off the head of the fair queue
 -- k[3], head (taken off already) first, until one whose entry in the
--- waiters hash k[4] ("deadline_ms:ttl_ms") is live at now, and returns it
--- and its ttl (nil: no waiter was live). The entries of the waiters that
--- died or gave up without saying so are deleted; the caller serves the one
--- returned, or puts it back (its entry is kept).
+-- waiters hash k[4] ("deadline_ms:ttl_ms") is live at now, and returns it,
+-- its ttl and how long its entry lives in ms (nil: no waiter was live).
+-- The entries of the waiters that died or gave up without saying so are
+-- deleted; the caller serves the one returned, or puts it back (its entry
+-- is kept).
 local function live_head(k, head, now)
   while head do
     local deadline, ttl = string.match(redis.call('HGET', k[4], head) or '', '^(%d+):(%d+)$')
-    if deadline and tonumber(deadline) > now then return head, ttl end
+    if deadline and tonumber(deadline) > now then return head, ttl, deadline - now end
     redis.call('HDEL', k[4], head)
     head = redis.call('LPOP', k[3])
   end
