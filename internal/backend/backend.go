@@ -59,7 +59,7 @@ func KeysFor(prefix, name string) Keys {
 // Claim is one acquisition's keys and lease. It lives in the Lock, which is
 // allocated when Acquire starts, and the scripts' arguments point into it
 // (go-redis accepts *string): no string is copied into an interface on the
-// way to Redis (7 allocations of a fair pair's 35: docs/performance.md).
+// way to Redis (7 allocations fewer per fair pair: docs/performance.md).
 type Claim struct {
 	Keys
 	Token string // the lease's token: the plain lock's value, or a reentrant hold's field
