@@ -776,7 +776,7 @@ func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
 
 // stateOf reads the reply of inspect.lua (see there) for the lock k.
 func stateOf(k *Keys, v []any) (State, error) {
-	if len(v) != 7 && len(v) != 8 {
+	if len(v) != 8 {
 		return State{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	kind, _ := v[0].(string)
@@ -785,12 +785,9 @@ func stateOf(k *Keys, v []any) (State, error) {
 	fence, _ := v[3].(int64)
 	now, _ := v[5].(int64)
 	queued, _ := v[6].(int64)
-	st := State{Key: k.Lock, Type: kind, Fence: fence, Queued: queued}
-	if len(v) == 8 {
-		value, _ := v[7].(string)
-		st.Value, st.Proclaimed = proclaimed(value, holder)
-	}
-	st.Held = kind != "none"
+	value, _ := v[7].(string)
+	st := State{Key: k.Lock, Type: kind, Held: kind != "none", Fence: fence, Queued: queued}
+	st.Value, st.Proclaimed = proclaimed(value, holder)
 	if s := shapeOf(kind); s != nil {
 		s.read(&st, v[s.slot], now)
 	}

@@ -361,57 +361,52 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 	return result(fence, err)
 }
 
-// stateReads queues the reads of inspect.lua on p and returns a function
-// that makes its reply of them, once they ran.
-func stateReads(ctx context.Context, p redis.Pipeliner, k *Keys) func() ([]any, error) {
-	kind := p.Type(ctx, k.Lock)
-	contents := make([]func() (any, error), len(shapes))
-	for i, s := range shapes {
-		contents[i] = s.fetch(ctx, p, k.Lock)
-	}
-	pttl := p.Do(ctx, "PTTL", k.Lock)
-	fence := p.Do(ctx, "GET", k.Fence)
-	now := p.Time(ctx)
-	// Errors of these two (a queue key of another type) count no waiter,
-	// as in inspect.lua.
-	waiting := p.LRange(ctx, k.Queue, 0, -1)
-	entries := p.HGetAll(ctx, k.Waiters)
-	value := p.Do(ctx, "GET", k.ValueKey()) // an election leader's proclaimed value, as inspect.lua reads it
-	return func() ([]any, error) {
-		t, err := now.Result()
-		if err != nil {
-			return nil, err
-		}
-		ms := t.UnixMilli()
-		proclaimed, _ := value.Val().(string) // (another type's: none, as inspect.lua reads it)
-		f, ferr := str(fence)
-		if isWrongType(ferr) { // (a fence key of another type: no fence, as in inspect.lua)
-			ferr = nil
-		}
-		last, _ := strconv.ParseInt(f, 10, 64)
-		v := []any{kind.Val(), "", pttl.Val(), last, []any{}, ms, liveWaiters(waiting.Val(), entries.Val(), ms), proclaimed}
-		for i, s := range shapes {
-			if s.typ == v[0] {
-				v[s.slot], err = contents[i]()
-			}
-		}
-		return v, cmp.Or(err, ferr, kind.Err())
-	}
-}
-
 // readState reads the state of the lock k as inspect.lua does, through
-// pipe (tx.TxPipelined: in a MULTI; tx.Pipelined: after a WATCH).
+// pipe (tx.TxPipelined: in a MULTI; tx.Pipelined: after a WATCH), into
+// inspect.lua's reply, which stateOf reads.
 func readState(ctx context.Context, k *Keys, pipe func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)) (State, error) {
-	var reply func() ([]any, error)
+	var (
+		kind               *redis.StatusCmd
+		contents           = map[*shape]func() (any, error){}
+		pttl, fence, value *redis.Cmd
+		now                *redis.TimeCmd
+		waiting            *redis.StringSliceCmd
+		entries            *redis.MapStringStringCmd
+	)
 	_, err := pipe(ctx, func(p redis.Pipeliner) error {
-		reply = stateReads(ctx, p, k)
+		kind = p.Type(ctx, k.Lock)
+		for _, s := range shapes {
+			contents[s] = s.fetch(ctx, p, k.Lock)
+		}
+		pttl = p.Do(ctx, "PTTL", k.Lock)
+		fence = p.Do(ctx, "GET", k.Fence)
+		now = p.Time(ctx)
+		// Errors of these two (a queue key of another type) count no waiter,
+		// as in inspect.lua.
+		waiting = p.LRange(ctx, k.Queue, 0, -1)
+		entries = p.HGetAll(ctx, k.Waiters)
+		value = p.Do(ctx, "GET", k.ValueKey()) // an election leader's proclaimed value, as inspect.lua reads it
 		return nil
 	})
 	if errors.Is(err, redis.TxFailedErr) {
 		return State{}, err
 	}
-	v, err := reply() // (the reads of the other types failed: WRONGTYPE)
+	t, err := now.Result()
 	if err != nil {
+		return State{}, err
+	}
+	ms := t.UnixMilli()
+	f, ferr := str(fence)
+	if isWrongType(ferr) { // (a fence key of another type: no fence, as in inspect.lua)
+		ferr = nil
+	}
+	v := []any{kind.Val(), "", pttl.Val(), nil, []any{}, ms, liveWaiters(waiting.Val(), entries.Val(), ms), nil}
+	v[3], _ = strconv.ParseInt(f, 10, 64)
+	v[7], _ = value.Val().(string) // (another type's: none, as inspect.lua reads it)
+	if s := shapeOf(kind.Val()); s != nil {
+		v[s.slot], err = contents[s]() // (the reads of the other types failed: WRONGTYPE)
+	}
+	if err = cmp.Or(err, ferr, kind.Err()); err != nil {
 		return State{}, err
 	}
 	return stateOf(k, v)
