@@ -103,6 +103,25 @@ func str(cmd *redis.Cmd) (string, error) {
 	return s, err
 }
 
+// pipe sends cmds, each a command's arguments, in one round trip on the
+// transaction's connection: after its WATCH (the reads), or in its MULTI
+// … EXEC if exec (the writes). It returns their replies, and the error of
+// the first that failed (redis.TxFailedErr: the EXEC was aborted).
+func pipe(ctx context.Context, tx *redis.Tx, exec bool, cmds ...[]any) ([]*redis.Cmd, error) {
+	send := tx.Pipelined
+	if exec {
+		send = tx.TxPipelined
+	}
+	r := make([]*redis.Cmd, len(cmds))
+	_, err := send(ctx, func(p redis.Pipeliner) error {
+		for i, c := range cmds {
+			r[i] = p.Do(ctx, c...)
+		}
+		return nil
+	})
+	return r, err
+}
+
 // ack waits, on the transaction's connection, for the replicas
 // (WithReplicaAck) and the append-only file (durable grants) to
 // acknowledge its writes, when either is on; it returns short of the
@@ -159,26 +178,19 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 // and the EXEC aborts the EXEC. The lock key itself is not watched: SET NX
 // takes it only if it is free whatever happened since the reads.
 func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl time.Duration) (Grant, error) {
-	var mark, holder, pttl *redis.Cmd
-	tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-		mark = p.Do(ctx, "GET", c.Rev)
-		holder = p.Do(ctx, "GET", c.Lock)
-		pttl = p.Do(ctx, "PTTL", c.Lock)
-		return nil
-	})
-	m, err := str(mark)
+	r, _ := pipe(ctx, tx, false, []any{"GET", c.Rev}, []any{"GET", c.Lock}, []any{"PTTL", c.Lock})
+	m, err := str(r[0])
 	if err != nil {
 		return Grant{}, err
 	}
 	if m == "0" || m == "1" {
 		return Grant{}, ErrRevoked
 	}
-	h, err := str(holder)
+	h, err := str(r[1])
 	if err != nil {
 		return Grant{}, err
 	}
 	ms := ttl.Milliseconds()
-	var take, left *redis.Cmd
 	switch {
 	case h == c.Token && strings.HasPrefix(m, "e"):
 		return Grant{Held: true}, nil // a late copy: a numbered extension was applied since, which it must not undo (acquire.lua)
@@ -186,29 +198,21 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 		// Ours already: this lease's earlier try ran, its reply lost. Make
 		// it last ttl from now if it ends sooner (never shorten it), as
 		// acquire.lua does.
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Do(ctx, "PEXPIRE", c.Lock, ms, "GT")
-			take = p.Do(ctx, "GET", c.Lock)
-			return nil
-		})
-		if v, _ := str(take); err == nil && v != c.Token {
+		r, err = pipe(ctx, tx, true, []any{"PEXPIRE", c.Lock, ms, "GT"}, []any{"GET", c.Lock})
+		if v, _ := str(r[1]); err == nil && v != c.Token {
 			return Grant{}, redis.TxFailedErr // it expired meanwhile: watched reads again
 		}
 	case h == "":
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			take = p.Do(ctx, "SET", c.Lock, c.Token, "NX", "PX", ms, "GET")
-			left = p.Do(ctx, "PTTL", c.Lock)
-			return nil
-		})
-		if err != nil && errors.Is(take.Err(), redis.Nil) { // (the first error is SET's missing reply)
+		r, err = pipe(ctx, tx, true, []any{"SET", c.Lock, c.Token, "NX", "PX", ms, "GET"}, []any{"PTTL", c.Lock})
+		if err != nil && errors.Is(r[0].Err(), redis.Nil) { // (the first error is SET's missing reply)
 			err = nil
 		}
-		if h, _ = str(take); err == nil && h != "" && h != c.Token {
-			v, _ := left.Int64()
+		if h, _ = str(r[0]); err == nil && h != "" && h != c.Token {
+			v, _ := r[1].Int64()
 			return Grant{PTTL: pttlOf(v), Holder: h}, nil
 		}
 	default:
-		v, _ := pttl.Int64()
+		v, _ := r[2].Int64()
 		return Grant{PTTL: pttlOf(v), Holder: h}, nil
 	}
 	if err == nil {
@@ -237,16 +241,12 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 			ok = true
 			return nil
 		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			if !ok {
-				p.Set(ctx, c.Rev, "0", window)
-				return nil
-			}
-			p.Del(ctx, c.Lock, c.Wake) // (the wake key, as release.lua does: the release is announced)
-			p.Set(ctx, c.Rev, "1", window)
-			p.Do(ctx, n.pub, c.Channel, "*")
-			return nil
-		})
+		px := window.Milliseconds()
+		cmds := [][]any{{"SET", c.Rev, "0", "PX", px}}
+		if ok { // (the wake key too, as release.lua does: the release is announced)
+			cmds = [][]any{{"DEL", c.Lock, c.Wake}, {"SET", c.Rev, "1", "PX", px}, {n.pub, c.Channel, "*"}}
+		}
+		_, err = pipe(ctx, tx, true, cmds...)
 		return err
 	})
 	return result(ok, err)
@@ -255,17 +255,12 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 // read2 reads the string keys a and b (the lock and the lease's marker) in
 // one round trip; a missing key reads "".
 func (n NoScripts) read2(ctx context.Context, tx *redis.Tx, a, b string) (string, string, error) {
-	var ca, cb *redis.Cmd
-	tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-		ca = p.Do(ctx, "GET", a)
-		cb = p.Do(ctx, "GET", b)
-		return nil
-	})
-	va, err := str(ca)
+	r, _ := pipe(ctx, tx, false, []any{"GET", a}, []any{"GET", b})
+	va, err := str(r[0])
 	if err != nil {
 		return "", "", err
 	}
-	vb, err := str(cb)
+	vb, err := str(r[1])
 	return va, vb, err
 }
 
@@ -293,15 +288,12 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 		case seq == 0 || seqOf(m) >= seq:
 			return ErrSuperseded
 		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			if seq == 0 { // never shortens: no order to keep (see extend.lua)
-				p.Do(ctx, "pexpire", c.Lock, ttl.Milliseconds(), "gt")
-				return nil
-			}
-			p.PExpire(ctx, c.Lock, ttl)
-			p.Set(ctx, c.Rev, "e"+arg, ttl)
-			return nil
-		})
+		ms := ttl.Milliseconds()
+		cmds := [][]any{{"pexpire", c.Lock, ms, "gt"}} // never shortens: no order to keep (see extend.lua)
+		if seq > 0 {
+			cmds = [][]any{{"pexpire", c.Lock, ms}, {"SET", c.Rev, "e" + arg, "PX", ms}}
+		}
+		_, err = pipe(ctx, tx, true, cmds...)
 		if err == nil {
 			err = n.ack(ctx, tx, n.ackError)
 		}
@@ -352,10 +344,7 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 		}
 		prev, _ := strconv.ParseInt(l, 10, 64)
 		fence = max(prev+1, t.UnixMicro())
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Do(ctx, "SET", c.Fence, fence, "PX", n.fenceMS)
-			return nil
-		})
+		_, err = pipe(ctx, tx, true, []any{"SET", c.Fence, fence, "PX", n.fenceMS})
 		return err // (result drops the fence after an error)
 	})
 	return result(fence, err)
@@ -487,11 +476,7 @@ func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
 		if ok, err := st.forced(); !ok {
 			return err
 		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Del(ctx, k.Lock)
-			p.Do(ctx, n.pub, k.Channel, "*")
-			return nil
-		})
+		_, err = pipe(ctx, tx, true, []any{"DEL", k.Lock}, []any{n.pub, k.Channel, "*"})
 		deleted = err == nil
 		return err
 	})
