@@ -30,7 +30,7 @@ type ClockHook struct {
 // the client's time between them, and only a server time outside those
 // bounds by more than the margin of the reading's lease is told: a slow
 // reply widens them and never reads as a step. Each reading is compared
-// with one baseline reading of its server (see margin): a step shows at
+// with one baseline reading of its server (see compare): a step shows at
 // once, a clock that runs fast or slow once its error outgrows the
 // margin. A reading that disagrees becomes the baseline, and its way is
 // told once, until the clock agrees over a whole window (baseWindow): a
@@ -62,21 +62,6 @@ type clockReading struct {
 // end the lease early outgrows its margin before the next baseline.
 const baseWindow = 5 * time.Second
 
-// compare says whether the server's clock moved from a to b beyond margin
-// m(hi) of the client's, hi being the most the client's clock can have run
-// between them: the direction (0: it agrees), how far beyond, and hi.
-func compare(a, b clockReading, m func(hi time.Duration) time.Duration) (dir int, ahead, hi time.Duration) {
-	moved := time.Duration(b.us-a.us) * time.Microsecond
-	lo, hi := b.sent.Sub(a.got), b.got.Sub(a.sent) // the client's time between the readings is within [lo, hi]
-	switch margin := m(hi); {
-	case moved > hi+margin:
-		return 1, moved - hi, hi
-	case moved < lo-margin:
-		return -1, moved - lo, hi
-	}
-	return 0, 0, hi
-}
-
 func newClockWatch(h *ClockHook, rdb redis.UniversalClient) *clockWatch {
 	if h == nil {
 		return nil
@@ -106,43 +91,52 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 		}
 		addr = m.Options().Addr
 	}
-	cur := clockReading{us: us, sent: sent, got: got}
 	w.mu.Lock()
-	s := w.servers[addr]
-	switch {
-	case s == nil:
-		w.servers[addr] = &clockServer{base: cur}
-		w.mu.Unlock()
-		return
-	case sent.Before(s.base.got):
-		// Taken while the baseline was in flight, it may come before it
-		// in the server's time: compared with it, a step between the
-		// two would read backwards.
-		w.mu.Unlock()
-		return
-	}
-	dir, ahead, over := compare(s.base, cur, func(hi time.Duration) time.Duration { return w.margin(ttl, hi) })
-	tell := dir != 0 && dir != s.told
-	switch {
-	case dir != 0:
-		s.base, s.told = cur, dir
-	case over >= max(baseWindow, ttl):
-		s.base, s.told = cur, 0
-	}
+	dir, ahead, over := w.compare(addr, clockReading{us: us, sent: sent, got: got}, ttl)
 	w.mu.Unlock()
-	if tell {
+	if dir != 0 {
 		w.hook.Tell(ctx, key, addr, ahead, over)
 	}
 }
 
-// margin is how far a server's clock may move from the client's over hi,
-// the client's time between two readings, for a lease of ttl: a step of
-// the lease's drift margin, or over more than ttl, a rate that ends the
-// lease early by no more (the margin's share of ttl).
-func (w *clockWatch) margin(ttl, hi time.Duration) time.Duration {
-	d := w.hook.Margin(ttl)
-	if hi > ttl && ttl > 0 {
-		return time.Duration(float64(d) / float64(ttl) * float64(hi))
+// compare compares cur, a reading of the server at addr for a lease of
+// ttl, with the server's baseline (w.mu held), and makes it the baseline
+// if the clocks disagree or the window passed. It returns the way to tell
+// (0: none, or told already), how far beyond the margin the server's
+// clock moved, and hi, the most the client's clock can have run between
+// the readings. The margin is the lease's drift margin for a step, or over
+// more than ttl, a rate that ends the lease early by no more (the
+// margin's share of ttl).
+func (w *clockWatch) compare(addr string, cur clockReading, ttl time.Duration) (dir int, ahead, hi time.Duration) {
+	s := w.servers[addr]
+	switch {
+	case s == nil:
+		w.servers[addr] = &clockServer{base: cur}
+		return 0, 0, 0
+	case cur.sent.Before(s.base.got):
+		// Taken while the baseline was in flight, it may come before it
+		// in the server's time: compared with it, a step between the
+		// two would read backwards.
+		return 0, 0, 0
 	}
-	return d
+	moved := time.Duration(cur.us-s.base.us) * time.Microsecond
+	lo, hi := cur.sent.Sub(s.base.got), cur.got.Sub(s.base.sent) // the client's time between the readings is within [lo, hi]
+	margin := w.hook.Margin(ttl)
+	if hi > ttl && ttl > 0 {
+		margin = time.Duration(float64(margin) / float64(ttl) * float64(hi))
+	}
+	switch {
+	case moved > hi+margin:
+		dir, ahead = 1, moved-hi
+	case moved < lo-margin:
+		dir, ahead = -1, moved-lo
+	}
+	told := s.told
+	if dir != 0 || hi >= max(baseWindow, ttl) {
+		s.base, s.told = cur, dir
+	}
+	if dir == told {
+		return 0, 0, 0
+	}
+	return dir, ahead, hi
 }
