@@ -30,12 +30,7 @@ func (n Node) queueAcks(ctx context.Context, p redis.Pipeliner) (wait, aof *redi
 
 // aofAck is 1 with durable grants: the acknowledgement of the append-only
 // file, which n.replicas counts first.
-func (n Node) aofAck() int64 {
-	if n.durable > 0 {
-		return 1
-	}
-	return 0
-}
+func (n Node) aofAck() int64 { return int64(flag(n.durable > 0)) }
 
 // replicaAcks is how many replicas must acknowledge (WithReplicaAck).
 func (n Node) replicaAcks() int64 { return int64(n.replicas) - n.aofAck() }

@@ -32,10 +32,7 @@ func (n Node) GetRecord(ctx context.Context, key string) (string, bool, error) {
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
 	}
-	if err != nil {
-		return "", false, RedisErr(err)
-	}
-	return v, true, nil
+	return v, err == nil, RedisErr(err)
 }
 
 // DelRecord deletes key.
