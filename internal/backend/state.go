@@ -58,23 +58,27 @@ func (s State) forced() (bool, error) {
 	return true, nil
 }
 
-// LeaseLeft returns how long the lease with token has left, and whether it
-// holds the lock (as its plain holder, a live reentrant hold, or a live
-// permit of a semaphore).
-func (s State) LeaseLeft(token string) (time.Duration, bool) {
-	if s.Token == token {
-		return s.TTL, true
+// Leases returns the live leases that hold the lock: its plain holder's
+// (the key's TTL), a semaphore's permits or a read-write lock's holds, and
+// a reentrant lock's holds.
+func (s State) Leases() []Hold {
+	var hs []Hold
+	if s.Token != "" {
+		hs = append(hs, Hold{Token: s.Token, Left: s.TTL})
 	}
-	for _, p := range s.Permits {
-		if p.Token == token {
-			return p.Left, true
-		}
-	}
+	hs = append(hs, s.Permits...)
 	for _, o := range s.Owners {
-		for _, h := range o.Holds {
-			if h.Token == token {
-				return h.Left, true
-			}
+		hs = append(hs, o.Holds...)
+	}
+	return hs
+}
+
+// LeaseLeft returns how long the lease with token has left, and whether it
+// holds the lock (as one of its Leases).
+func (s State) LeaseLeft(token string) (time.Duration, bool) {
+	for _, h := range s.Leases() {
+		if h.Token == token {
+			return h.Left, true
 		}
 	}
 	return 0, false
