@@ -227,7 +227,7 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 // attempt still in flight, or by another lease, after the reads aborts the
 // EXEC, and the release reads again.
 func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
-	window := Window(cmp.Or(c.TTL, n.ttl))
+	px := Window(cmp.Or(c.TTL, n.ttl)).Milliseconds() // the marker's life
 	var ok bool
 	err := n.watched(ctx, []string{c.Lock, c.Rev}, func(tx *redis.Tx) error {
 		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)
@@ -241,7 +241,6 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 			ok = true
 			return nil
 		}
-		px := window.Milliseconds()
 		cmds := [][]any{{"SET", c.Rev, "0", "PX", px}}
 		if ok { // (the wake key too, as release.lua does: the release is announced)
 			cmds = [][]any{{"DEL", c.Lock, c.Wake}, {"SET", c.Rev, "1", "PX", px}, {n.pub, c.Channel, "*"}}
