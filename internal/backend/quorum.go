@@ -46,14 +46,13 @@ func NewQuorum(nodes []Node, timeout time.Duration) *Quorum {
 func (q *Quorum) need() int { return len(q.nodes)/2 + 1 }
 
 // answer is one node's answer in a fanOut: its value, and err nil if it
-// said yes, errRefused if it said no (superseded: because another Lock
-// resumed the lease there), the node's error, or why there is no answer
-// (errNoAnswer, errNotWaited, errCutShort; ok is false then).
+// said yes, errRefused if it said no, the node's error, or why there is no
+// answer (errNoAnswer, errNotWaited, errCutShort; ok is false then).
 type answer[T any] struct {
-	v          T
-	err        error
-	ok         bool // answered in time
-	superseded bool
+	i   int // the node's index
+	v   T
+	err error
+	ok  bool // answered in time
 }
 
 // votes sums a fanOut's answers.
@@ -61,20 +60,6 @@ type votes struct {
 	yes, no    int     // the nodes that said yes, and no
 	superseded bool    // a node said no because another Lock resumed the lease there
 	errs       []error // per node: nil if it said yes, why not otherwise
-}
-
-// tally counts the yeses and noes in res (errs is left to fanOut).
-func tally[T any](res []answer[T]) (v votes) {
-	for _, a := range res {
-		switch {
-		case a.ok && a.err == nil:
-			v.yes++
-		case a.err == errRefused:
-			v.no++
-			v.superseded = v.superseded || a.superseded
-		}
-	}
-	return v
 }
 
 // fanOut runs fn on every node at once and returns what answered within the
@@ -90,11 +75,7 @@ func tally[T any](res []answer[T]) (v votes) {
 // (bounded by the client's read timeout): a late release or extension still
 // takes effect; their results are dropped.
 func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool, fn func(context.Context, Node) (T, error)) ([]answer[T], votes) {
-	type indexed struct {
-		i int
-		a answer[T]
-	}
-	ch := make(chan indexed, len(q.nodes))
+	ch := make(chan answer[T], len(q.nodes))
 	// Each node's call is sent and runs to its end whatever the wait: a
 	// call cancelled when the outcome is decided, or at the per-node
 	// timeout, could be dropped unsent from the node's pipeline (a grant
@@ -104,26 +85,32 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool
 	for i, n := range q.nodes {
 		q.late.Go(func() {
 			v, err := fn(nctx, n)
-			a := answer[T]{v: v, err: err, ok: true}
-			switch {
-			case yes == nil:
-			case errors.Is(err, ErrSuperseded):
-				a.err, a.superseded = errRefused, true
-			case err == nil && !yes(v):
-				a.err = errRefused
-			}
-			ch <- indexed{i, a}
+			ch <- answer[T]{i: i, v: v, err: err, ok: true}
 		})
 	}
 	out := make([]answer[T], len(q.nodes))
+	var v votes
 	timer := time.NewTimer(q.timeout)
 	defer timer.Stop()
 	var why error // why the nodes not answered yet have no answer
 	for range q.nodes {
 		select {
-		case r := <-ch:
-			out[r.i] = r.a
-			if v := tally(out); settle && (v.yes >= q.need() || v.no > len(q.nodes)-q.need()) {
+		case a := <-ch:
+			switch {
+			case yes == nil:
+			case errors.Is(a.err, ErrSuperseded):
+				a.err, v.superseded = errRefused, true
+			case a.err == nil && !yes(a.v):
+				a.err = errRefused
+			}
+			switch a.err {
+			case nil:
+				v.yes++
+			case errRefused:
+				v.no++
+			}
+			out[a.i] = a
+			if settle && (v.yes >= q.need() || v.no > len(q.nodes)-q.need()) {
 				why = errNotWaited
 			}
 		case <-timer.C:
@@ -135,7 +122,6 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool
 			break
 		}
 	}
-	v := tally(out)
 	v.errs = make([]error, len(out))
 	for i := range out {
 		if !out[i].ok {
