@@ -161,7 +161,7 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 	// The caller undoes what may have been granted, on every node: nothing
 	// to undo if no node granted it and every other one refused, or surely
 	// never got the request.
-	unknown := 0
+	undo := v.yes > 0
 	pttl, holder, named := time.Duration(-1), "", map[string]int{} // of the refusing nodes' holders: the longest lease, the one most named
 	for _, a := range res {
 		switch {
@@ -171,10 +171,9 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 				holder = a.v.Holder
 			}
 		case !a.ok || (a.err != nil && a.v.Undo):
-			unknown++
+			undo = true
 		}
 	}
-	undo := v.yes > 0 || unknown > 0
 	if v.yes+v.no >= q.need() || v.no > len(q.nodes)-q.need() {
 		// A majority answered: taken, or a split vote; or so many refused
 		// that no majority can grant it (with an even N, N/2 refusals,
