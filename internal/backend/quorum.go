@@ -347,32 +347,13 @@ func (q *Quorum) retryOn(n Node, c *Claim, f func(context.Context) error) {
 // them). With every node ready it returns at once, starting nothing. It
 // reports nothing: the nodes that can be reached are asked anyway.
 func (q *Quorum) Prepare(ctx context.Context, c *Claim) error {
-	ready := 0
-	var done chan struct{} // made for the first node not ready
-	for _, n := range q.nodes {
-		if n.prepared(ctx, c) {
-			ready++
-			continue
-		}
-		if done == nil {
-			done = make(chan struct{}, len(q.nodes))
-		}
-		q.late.Go(func() { n.prepare(ctx, c, func() { done <- struct{}{} }) })
-	}
-	if done == nil {
+	if !slices.ContainsFunc(q.nodes, func(n Node) bool { return !n.prepared(ctx, c) }) {
 		return nil
 	}
-	timer := time.NewTimer(q.timeout)
-	defer timer.Stop()
-	for range q.need() - ready { // (no more than the nodes not ready)
-		select {
-		case <-done:
-		case <-timer.C:
-			return nil
-		case <-ctx.Done():
-			return nil
-		}
-	}
+	fanOut(ctx, q, nil, true, func(_ context.Context, n Node) (struct{}, error) {
+		n.Prepare(ctx, c) // (a ready node answers at once)
+		return struct{}{}, nil
+	})
 	return nil
 }
 
