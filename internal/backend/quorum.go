@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -437,44 +436,27 @@ func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 	if v.yes < q.need() {
 		return State{}, fmt.Errorf("%d of %d nodes answered, %d needed", v.yes, len(q.nodes), q.need())
 	}
+	// The lease is held while a majority has it: as long as the need-th
+	// longest copy lives (a node that missed extensions keeps a shorter
+	// one). A copy without expiry (-1) counts as the longest: as unsigned,
+	// it is.
 	type held struct{ typ, token string } // (a name held as another kind on the nodes is no "string")
-	copies := map[held]int{}
+	copies := map[held][]uint64{}         // each copy's lease left
 	out := State{Type: "none"}
 	for _, a := range res {
 		if a.err == nil {
 			out.Key, out.Fence, out.Queued = a.v.Key, max(out.Fence, a.v.Fence), max(out.Queued, a.v.Queued)
 			if a.v.Held {
-				copies[held{a.v.Type, a.v.Token}]++
+				h := held{a.v.Type, a.v.Token}
+				copies[h] = append(copies[h], uint64(a.v.TTL))
 			}
 		}
 	}
-	for h, n := range copies {
-		if n >= q.need() {
-			out.Held, out.Token, out.Type = true, h.token, h.typ
+	for h, left := range copies {
+		if len(left) >= q.need() {
+			slices.Sort(left)
+			out.Held, out.Token, out.Type, out.TTL = true, h.token, h.typ, time.Duration(left[len(left)-q.need()])
 		}
-	}
-	if out.Held {
-		// The lease is held while a majority has it: as long as the
-		// need-th longest copy lives (a node that missed extensions keeps
-		// a shorter one). A copy without expiry counts as the longest.
-		var left []time.Duration
-		for _, a := range res {
-			if a.err == nil && a.v.Token == out.Token {
-				left = append(left, a.v.TTL)
-			}
-		}
-		slices.SortFunc(left, func(a, b time.Duration) int {
-			return cmp.Compare(forever(b), forever(a))
-		})
-		out.TTL = left[q.need()-1]
 	}
 	return out, nil
-}
-
-// forever orders a remaining lease of -1 (no expiry) above every other.
-func forever(d time.Duration) time.Duration {
-	if d < 0 {
-		return math.MaxInt64
-	}
-	return d
 }
