@@ -202,18 +202,14 @@ func sortedParts(parts []Part) ([]Part, error) {
 // all at once. Against a Redis that does not answer, it waits no longer
 // than an undo does and leaves the rest to the background (see undo).
 func giveBack(ctx context.Context, locks []*Lock) {
-	var wg sync.WaitGroup
-	for _, l := range locks {
-		wg.Go(func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-			err := l.Release(rctx)
-			cancel()
-			if err != nil && !errors.Is(err, ErrNotHeld) {
-				l.c.undo(ctx, l.cl)
-			}
-		})
-	}
-	wg.Wait()
+	each(locks, func(l *Lock) error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		defer cancel()
+		if err := l.Release(rctx); err != nil && !errors.Is(err, ErrNotHeld) {
+			l.c.undo(ctx, l.cl)
+		}
+		return nil
+	})
 }
 
 // newMulti returns the MultiLock of locks, taken in acquisition order for
@@ -327,7 +323,7 @@ func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := m.Err(); err != nil {
 		return err
 	}
-	return m.each(func(l *Lock) error { return l.Extend(ctx, ttl) })
+	return each(m.order, func(l *Lock) error { return l.Extend(ctx, ttl) })
 }
 
 // Release releases every part as [Lock.Release] does; errors name their part.
@@ -346,7 +342,7 @@ func (m *MultiLock) release(rel func(*Lock) error) error {
 	apart := m.apart // the first Release reports them
 	m.apart = nil
 	m.mu.Unlock()
-	return m.each(func(l *Lock) error {
+	return each(m.order, func(l *Lock) error {
 		if err := rel(l); err != nil || apart[l] == nil {
 			return err
 		}
@@ -354,12 +350,12 @@ func (m *MultiLock) release(rel func(*Lock) error) error {
 	})
 }
 
-// each runs f on every part at once (pipelined into shared round trips by
-// the Client) and joins the errors in acquisition order.
-func (m *MultiLock) each(f func(*Lock) error) error {
-	errs := make([]error, len(m.order))
+// each runs f on every lock at once (pipelined into shared round trips by
+// the Client) and joins the errors in the locks' order.
+func each(locks []*Lock, f func(*Lock) error) error {
+	errs := make([]error, len(locks))
 	var wg sync.WaitGroup
-	for i, l := range m.order {
+	for i, l := range locks {
 		wg.Go(func() { errs[i] = f(l) })
 	}
 	wg.Wait()
