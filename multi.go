@@ -20,10 +20,12 @@ type MultiLock struct {
 	parts []*Lock // in the order the names were given
 	order []*Lock // in acquisition order: by name, byte by byte
 
-	mu      sync.Mutex
-	err     error         // nil while every part is held; ErrReleased, or the first loss
-	done    chan struct{} // closed when err is set
-	settled func(error)   // DoAll's cancel, called with err when it is set
+	// settled is cancelled, with ErrReleased or the first loss as its
+	// cause, once a part is lost or the set is released.
+	settled context.Context
+	settle  context.CancelCauseFunc
+
+	mu sync.Mutex // orders a part settling the set and the set's Release; guards apart
 	// apart holds the loss of each part released on its own, apart from
 	// the set: the part's own Release reports nothing more, so the set's
 	// first Release reports it for the part. It is nil once a Release of
@@ -215,7 +217,8 @@ func giveBack(ctx context.Context, locks []*Lock) {
 // newMulti returns the MultiLock of locks, taken in acquisition order for
 // parts.
 func newMulti(parts []Part, locks []*Lock) *MultiLock {
-	m := &MultiLock{order: locks, done: make(chan struct{}), apart: map[*Lock]error{}}
+	m := &MultiLock{order: locks, apart: map[*Lock]error{}}
+	m.settled, m.settle = context.WithCancelCause(context.Background())
 	byKey := make(map[string]*Lock, len(locks))
 	for _, l := range locks {
 		byKey[l.cl.Keys.Lock] = l
@@ -241,31 +244,14 @@ func (m *MultiLock) partSettled(l *Lock, err error) {
 		err = lost(l.name, "the part was released on its own, apart from the set")
 		m.apart[l] = err
 	}
-	if m.err == nil { // else another part was lost first
-		m.settleLocked(err)
-	}
-}
-
-// settleLocked settles the set with err; m.mu must be held.
-func (m *MultiLock) settleLocked(err error) {
-	m.err = err
-	close(m.done)
-	if m.settled != nil {
-		m.settled(err)
-	}
+	m.settle(err) // (unless another part was lost first)
 }
 
 // onSettled makes f be called with the set's error once it is settled, or
-// at once if it already is. f must not block or call back into m.
+// at once if it already is, in a goroutine of its own.
 func (m *MultiLock) onSettled(f func(error)) {
 	m.check()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.err != nil {
-		f(m.err)
-		return
-	}
-	m.settled = f
+	context.AfterFunc(m.settled, func() { f(context.Cause(m.settled)) })
 }
 
 // check declares the loss of every part whose validity deadline has passed.
@@ -290,15 +276,13 @@ func (m *MultiLock) Names() []string {
 // Done returns a channel closed when any part is lost or the set is released.
 func (m *MultiLock) Done() <-chan struct{} {
 	m.check() // past a deadline, the channel comes back closed
-	return m.done
+	return m.settled.Done()
 }
 
 // Err returns nil while every part is held, [ErrReleased], or the first loss.
 func (m *MultiLock) Err() error {
 	m.check()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.err
+	return context.Cause(m.settled)
 }
 
 // ValidUntil returns the earliest of the parts' [Lock.ValidUntil].
@@ -336,10 +320,9 @@ func (m *MultiLock) Release(ctx context.Context) error {
 func (m *MultiLock) release(rel func(*Lock) error) error {
 	m.check() // a loss that is due is reported as one
 	m.mu.Lock()
-	if m.err == nil {
-		m.settleLocked(ErrReleased)
-	}
-	apart := m.apart // the first Release reports them
+	m.settle(ErrReleased) // (unless a part was lost first)
+	// The first Release reports the parts released apart.
+	apart := m.apart
 	m.apart = nil
 	m.mu.Unlock()
 	return each(m.order, func(l *Lock) error {
