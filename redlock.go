@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -51,10 +52,7 @@ func newRedlock[N any](fn string, nodes []N, node func(N, *options) (backend.Nod
 	if o.err != nil {
 		return nil, o.err
 	}
-	o.nodeTimeout = nodeTimeout
-	if o.nodeTimeout == 0 {
-		o.nodeTimeout = max(o.lease.ttl/50, 5*time.Millisecond)
-	}
+	o.nodeTimeout = cmp.Or(nodeTimeout, max(o.lease.ttl/50, 5*time.Millisecond))
 	if o.lease.ttl <= o.nodeTimeout { // as a call's LeaseTTL is checked (leaseFor)
 		return nil, fmt.Errorf("%w: LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", ErrInvalid, o.lease.ttl, o.nodeTimeout)
 	}
