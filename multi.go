@@ -119,21 +119,16 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 			p = q
 		}
 	}
-	// The deadline of a MaxWait(d > 0); TryAcquireAll never waits, whatever
-	// the Client's default.
-	var deadline time.Time
-	if p.wait > 0 && !try {
-		deadline = time.Now().Add(p.wait)
-	}
+	start := time.Now()
 	for round := 1; ; round++ {
 		locks := make([]*Lock, 0, len(order))
 		for _, part := range order {
 			partOpts := opts
-			if !deadline.IsZero() {
-				// What is left of the wait, but never nothing: a part
-				// reached after the deadline still makes the one attempt
+			if p.wait > 0 && !try { // (TryAcquireAll never waits, whatever the Client's default)
+				// What is left of the MaxWait, but never nothing: a part
+				// reached after it ran out still makes the one attempt
 				// that Acquire makes with a MaxWait however short.
-				left := max(time.Until(deadline), time.Nanosecond)
+				left := max(p.wait-time.Since(start), time.Nanosecond)
 				partOpts = append(opts[:len(opts):len(opts)], partWait(left, p.wait))
 			}
 			l, err := part.Client.acquireAs(ctx, &part.Client.own, part.Name, partOpts, try)
