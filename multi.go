@@ -158,11 +158,8 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 // part held, or else one that says only that the part was not taken. Its
 // text is err's.
 func partRefused(name string, err error) error {
-	if !errors.Is(err, ErrNotAcquired) {
-		return err
-	}
-	if e, ok := errors.AsType[*NotAcquiredError](err); ok && e.Name == name {
-		return err
+	if e, ok := errors.AsType[*NotAcquiredError](err); !errors.Is(err, ErrNotAcquired) || ok && e.Name == name {
+		return err // not a refusal, or one that names the part already
 	}
 	// (It reads as err; errors.Is and errors.As see both.)
 	return backend.Detailed(err.Error(), err, &NotAcquiredError{Name: name, TTL: -1, why: "not taken"})
