@@ -219,24 +219,22 @@ func newMulti(parts []Part, locks []*Lock) *MultiLock {
 		m.parts = append(m.parts, byKey[backend.KeysFor(p.Client.opts.prefix, p.Name).Lock])
 	}
 	for _, l := range locks {
-		l.onSettled(func(err error) { m.partSettled(l, err) })
+		// A part released or lost settles the set. This runs with l.mu
+		// held: it must not call into l.
+		l.onSettled(func(err error) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if err == ErrReleased {
+				if m.apart == nil {
+					return // released with the set
+				}
+				err = lost(l.name, "the part was released on its own, apart from the set")
+				m.apart[l] = err
+			}
+			m.settle(err) // (unless another part was lost first)
+		})
 	}
 	return m
-}
-
-// partSettled records that the part l was released or lost (err). It runs
-// with l.mu held: it must not call into l.
-func (m *MultiLock) partSettled(l *Lock, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err == ErrReleased {
-		if m.apart == nil {
-			return // released with the set
-		}
-		err = lost(l.name, "the part was released on its own, apart from the set")
-		m.apart[l] = err
-	}
-	m.settle(err) // (unless another part was lost first)
 }
 
 // onSettled makes f be called with the set's error once it is settled, or
