@@ -244,7 +244,7 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 	if ended >= q.need() {
 		return -1, drives, nil
 	}
-	return max(seq, 0), drives, nil
+	return seq, drives, nil
 }
 
 func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
