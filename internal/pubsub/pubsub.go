@@ -54,7 +54,6 @@ type Hub struct {
 	lines sync.WaitGroup // the goroutines that keep and read its connections
 
 	mu     sync.Mutex
-	closed bool              // Close was called: no more subscriptions
 	main   *line             // not sharded: the connection of every channel; nil while none (until Close)
 	topics map[string]*topic // subscribed channels
 	calls  []func()          // the Watch functions to call once a message is handled
@@ -63,7 +62,7 @@ type Hub struct {
 	// the Hub's server keeps its data in, once learnt ("" unknown, noDB
 	// if it cannot be); learning is set while a goroutine asks it; the
 	// watches in dbWait wait for it. ctx ends at Close, and with it the
-	// lines'.
+	// lines': no more subscriptions.
 	db       string
 	learning bool
 	dbWait   []*Watch
@@ -136,20 +135,10 @@ func (h *Hub) Join(channel, token string, wake chan int64) *Waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if t := h.topics[channel]; t != nil && t.live { // confirmed on the current connection
-		return h.add(t, channel, token, wake)
+		w, _ := h.subscribe(channel, token, wake)
+		return w
 	}
 	return nil
-}
-
-// add registers a waiter on t; h.mu must be held.
-func (h *Hub) add(t *topic, channel, token string, wake chan int64) *Waiter {
-	if t.idle != nil {
-		t.idle.Stop()
-		t.idle = nil
-	}
-	w := &Waiter{h: h, channel: channel, token: token, wake: wake}
-	t.waiters[token] = w
-	return w
 }
 
 // watchPrefix begins the token of a waiter that watches its channel (see
@@ -179,10 +168,11 @@ func (h *Hub) Subscribe(_ context.Context, channel, token string, wake chan int6
 
 // subscribe is Subscribe; h.mu must be held.
 func (h *Hub) subscribe(channel, token string, wake chan int64) (*Waiter, <-chan struct{}) {
-	if h.closed {
+	w := &Waiter{h: h, channel: channel, token: token, wake: wake}
+	if h.ctx.Err() != nil { // closed
 		ready := make(chan struct{})
 		close(ready)
-		return &Waiter{h: h, channel: channel, token: token, wake: wake}, ready // woken by its timers only
+		return w, ready // woken by its timers only
 	}
 	t := h.topics[channel]
 	if t == nil {
@@ -201,7 +191,12 @@ func (h *Hub) subscribe(channel, token string, wake chan int64) (*Waiter, <-chan
 		}
 		l.ask(true, channel)
 	}
-	return h.add(t, channel, token, wake), t.ready
+	if t.idle != nil {
+		t.idle.Stop()
+		t.idle = nil
+	}
+	t.waiters[token] = w
+	return w, t.ready
 }
 
 // open starts a line; h.mu must be held.
@@ -218,14 +213,8 @@ func (h *Hub) open(channel string) *line {
 func (h *Hub) Close() {
 	h.stop() // (and with it every line)
 	h.mu.Lock()
-	h.closed = true
 	h.dbWait = nil
-	for _, t := range h.topics {
-		if t.idle != nil {
-			t.idle.Stop()
-		}
-	}
-	clear(h.topics)
+	clear(h.topics) // (an idle timer then finds its topic gone)
 	h.mu.Unlock()
 	h.lines.Wait()
 }
@@ -311,14 +300,25 @@ func poke(c chan struct{}) {
 }
 
 // run keeps the line's connection until the line is stopped: it connects,
-// serves the connection until it is done, and connects again after a
-// backoff.
+// serves the connection until it is done, marks the line's channels
+// unconfirmed (a waiter still waiting for a first confirmation goes on
+// without it), and connects again after a backoff.
 func (l *line) run() {
 	backoff := minBackoff
 	for l.ctx.Err() == nil {
 		start := time.Now()
 		l.serve()
-		l.lost()
+		l.h.mu.Lock()
+		l.down = true
+		for _, t := range l.topics {
+			t.live = false
+			select {
+			case <-t.ready:
+			default:
+				close(t.ready)
+			}
+		}
+		l.h.mu.Unlock()
 		if time.Since(start) > maxBackoff {
 			backoff = minBackoff // it had been up a while
 		}
@@ -460,22 +460,6 @@ func (l *line) deliver(m driver.Message) bool {
 	return true
 }
 
-// lost marks the line's channels unconfirmed after its connection failed;
-// a waiter still waiting for a first confirmation goes on without it.
-func (l *line) lost() {
-	l.h.mu.Lock()
-	defer l.h.mu.Unlock()
-	l.down = true
-	for _, t := range l.topics {
-		t.live = false
-		select {
-		case <-t.ready:
-		default:
-			close(t.ready)
-		}
-	}
-}
-
 // confirm marks t's subscription confirmed. If it was already ready, this
 // confirms it again after a break: a release announced meanwhile was lost,
 // so every waiter is woken with Recheck. h.mu must be held.
@@ -555,7 +539,7 @@ func (h *Hub) Watch(channel, key string, f func(), req func(msg string)) *Watch 
 	defer h.mu.Unlock()
 	w := &Watch{h: h, key: key, f: f, req: req}
 	w.ready = w.add(channel, false)
-	if key != "" && !h.sharded && !h.closed {
+	if key != "" && !h.sharded && h.ctx.Err() == nil {
 		h.watchKey(w)
 	}
 	return w
