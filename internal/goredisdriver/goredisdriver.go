@@ -130,11 +130,9 @@ func ReadTimeout(rdb redis.UniversalClient) time.Duration {
 }
 
 func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error) {
-	// (go-redis connects on the first Subscribe, routed by its channels)
-	if channel != "" {
-		return &pubsub{ps: c.rdb.SSubscribe(ctx), sharded: true}, nil
-	}
-	return &pubsub{ps: c.rdb.Subscribe(ctx)}, nil
+	// (go-redis connects on the first Subscribe, routed by its channels:
+	// a PubSub it makes with no channel is the same for both forms)
+	return &pubsub{ps: c.rdb.Subscribe(ctx), sharded: channel != ""}, nil
 }
 
 // pubsub ends at its connection's first failure, as package driver asks:
@@ -192,34 +190,32 @@ func (p *pubsub) Close() error {
 // Channel, to save a goroutine hop on every message. It waits until ctx's
 // deadline (go-redis does not watch ctx while it reads).
 func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
+	if err := p.gone.Load(); err != nil {
+		return driver.Message{}, *err
+	}
 	d, timed := ctx.Deadline()
-	for {
-		if err := p.gone.Load(); err != nil {
-			return driver.Message{}, *err
-		}
-		var timeout time.Duration // (0: none)
-		if timed {
-			if timeout = time.Until(d); timeout <= 0 {
-				return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
-			}
-		}
-		m, err := p.ps.ReceiveTimeout(ctx, timeout)
-		var nerr net.Error
-		if errors.As(err, &nerr) && nerr.Timeout() && timed { // (the deadline set from ctx)
+	var timeout time.Duration // (0: none)
+	if timed {
+		if timeout = time.Until(d); timeout <= 0 {
 			return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
 		}
-		if err = p.check(err); err != nil {
-			if g := p.gone.Load(); g != nil && *g == driver.ErrClosed {
-				err = driver.ErrClosed // (closed while it read)
-			}
-			return driver.Message{}, err
-		}
-		switch m := m.(type) {
-		case *redis.Subscription:
-			return driver.Message{Kind: m.Kind, Channel: m.Channel}, nil
-		case *redis.Message:
-			return driver.Message{Kind: "message", Channel: m.Channel, Payload: m.Payload}, nil
-		}
-		// (a PONG: read on)
 	}
+	m, err := p.ps.ReceiveTimeout(ctx, timeout)
+	var nerr net.Error
+	if errors.As(err, &nerr) && nerr.Timeout() && timed { // (the deadline set from ctx)
+		return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
+	}
+	if err = p.check(err); err != nil {
+		if g := p.gone.Load(); g != nil && *g == driver.ErrClosed {
+			err = driver.ErrClosed // (closed while it read)
+		}
+		return driver.Message{}, err
+	}
+	switch m := m.(type) {
+	case *redis.Subscription:
+		return driver.Message{Kind: m.Kind, Channel: m.Channel}, nil
+	case *redis.Message:
+		return driver.Message{Kind: "message", Channel: m.Channel, Payload: m.Payload}, nil
+	}
+	return driver.Message{Kind: "pong"}, nil // (a PING's reply, which dlock ignores)
 }
