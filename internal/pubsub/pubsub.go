@@ -624,26 +624,21 @@ func (h *Hub) learnDB() {
 }
 
 // askDB returns the database CLIENT INFO names, noDB if the server
-// refuses it, or "" if it did not answer.
+// refuses it (an error reply names none), or "" if it did not answer.
 func (h *Hub) askDB() string {
 	ctx, cancel := context.WithTimeout(h.ctx, netTimeout)
 	defer cancel()
 	r, err := h.conn.Do(ctx, "CLIENT", "INFO")
-	if errors.As(err, new(driver.Error)) {
-		return noDB
-	}
-	if err != nil {
+	if err != nil && !errors.As(err, new(driver.Error)) {
 		return "" // unknown still
 	}
 	s, _ := r.(string)
-	for _, f := range strings.Fields(s) {
-		if v, ok := strings.CutPrefix(f, "db="); ok {
-			if _, err := strconv.Atoi(v); err == nil {
-				return v
-			}
-		}
+	_, db, _ := strings.Cut(s, " db=") // (a field after the first, id=, and before sub=)
+	db, _, _ = strings.Cut(db, " ")
+	if _, err := strconv.Atoi(db); err != nil {
+		return noDB
 	}
-	return noDB
+	return db
 }
 
 // learnt ends a learning of the database db ("" unknown still) and
