@@ -41,7 +41,7 @@ func (c *Client) watch(ctx context.Context, channel, token string) *waiters {
 	ready := make([]<-chan struct{}, len(c.hubs))
 	for i, h := range c.hubs {
 		var hw *pubsub.Waiter
-		hw, ready[i] = h.Subscribe(ctx, channel, token, w.wake)
+		hw, ready[i] = h.Subscribe(channel, token, w.wake)
 		w.ws = append(w.ws, hw)
 	}
 	awaitAll(ctx, ready, DefaultMaxBackoff)

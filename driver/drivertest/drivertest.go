@@ -1017,7 +1017,7 @@ func hubAfterRestart(t *testing.T, srv *redistest.Server, conn driver.Conn) {
 	h := pubsub.New(conn, false)
 	defer h.Close()
 	wake := make(chan int64, 1)
-	w, ready := h.Subscribe(ctx, "dt-hub", "a", wake)
+	w, ready := h.Subscribe("dt-hub", "a", wake)
 	defer w.Close()
 	listening := func(want bool) {
 		t.Helper()
@@ -1043,7 +1043,7 @@ func hubAfterRestart(t *testing.T, srv *redistest.Server, conn driver.Conn) {
 	}
 	for i := range 300 { // subscribed again in one command, with many confirmations
 		others := make(chan int64, 1)
-		ow, _ := h.Subscribe(ctx, fmt.Sprint("dt-hub-", i), "a", others)
+		ow, _ := h.Subscribe(fmt.Sprint("dt-hub-", i), "a", others)
 		defer ow.Close()
 	}
 	srv.Restart()

@@ -160,7 +160,7 @@ func WatchToken() string {
 // is unconfirmed still works: its timers wake it, and so does the
 // confirmation once the connection is back. It does not wait on the
 // network.
-func (h *Hub) Subscribe(_ context.Context, channel, token string, wake chan int64) (*Waiter, <-chan struct{}) {
+func (h *Hub) Subscribe(channel, token string, wake chan int64) (*Waiter, <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.subscribe(channel, token, wake)

@@ -60,7 +60,7 @@ func bothModes(t *testing.T, f func(t *testing.T, sharded bool)) {
 func subscribe(t *testing.T, h *Hub, channel, token string) (*Waiter, chan int64) {
 	t.Helper()
 	wake := make(chan int64, 1)
-	w, ready := h.Subscribe(t.Context(), channel, token, wake)
+	w, ready := h.Subscribe(channel, token, wake)
 	select {
 	case <-ready:
 	case <-time.After(5 * time.Second):
@@ -241,7 +241,7 @@ func TestHubSubscribesAgainOnceTheServerIsBack(t *testing.T) {
 		s.Kill()
 		waitDeaf(t, h, "ch")
 		wakeB := make(chan int64, 1)
-		b, ready := h.Subscribe(t.Context(), "ch", "b", wakeB)
+		b, ready := h.Subscribe("ch", "b", wakeB)
 		c, wakeC := subscribe(t, h, "other", "c") // (ready once its connection failed)
 		select {
 		case <-ready:
