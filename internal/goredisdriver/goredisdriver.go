@@ -145,13 +145,14 @@ type pubsub struct {
 
 var errBroken = errors.New("goredisdriver: pub/sub connection broken")
 
-// check returns err, after which every method fails if it is an error.
+// check returns err, after which every method fails if it is an error:
+// ErrClosed if the PubSub was closed, before or while the method ran.
 func (p *pubsub) check(err error) error {
 	if err != nil {
 		p.gone.CompareAndSwap(nil, &errBroken)
-	}
-	if errors.Is(err, redis.ErrClosed) {
-		return driver.ErrClosed
+		if *p.gone.Load() == driver.ErrClosed || errors.Is(err, redis.ErrClosed) {
+			return driver.ErrClosed
+		}
 	}
 	return err
 }
@@ -206,9 +207,6 @@ func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 		return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
 	}
 	if err = p.check(err); err != nil {
-		if g := p.gone.Load(); g != nil && *g == driver.ErrClosed {
-			err = driver.ErrClosed // (closed while it read)
-		}
 		return driver.Message{}, err
 	}
 	switch m := m.(type) {
