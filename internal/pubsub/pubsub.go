@@ -442,10 +442,19 @@ func (l *line) deliver(m driver.Message) bool {
 	case "subscribe", "ssubscribe":
 		// Confirmations come in the order the SUBSCRIBEs were sent; the
 		// last one outstanding is the one that covers current waiters.
-		if l.pending[m.Channel]--; l.pending[m.Channel] <= 0 {
-			delete(l.pending, m.Channel)
-			if t := l.topics[m.Channel]; t != nil {
-				t.confirm()
+		if l.pending[m.Channel]--; l.pending[m.Channel] > 0 {
+			break
+		}
+		delete(l.pending, m.Channel)
+		if t := l.topics[m.Channel]; t != nil {
+			t.live = true
+			select {
+			case <-t.ready: // confirmed again after a break: a release announced meanwhile was lost
+				for _, w := range t.waiters {
+					w.signal(Recheck)
+				}
+			default:
+				close(t.ready)
 			}
 		}
 	case "message", "smessage":
@@ -458,21 +467,6 @@ func (l *line) deliver(m driver.Message) bool {
 		return l.channel == ""
 	}
 	return true
-}
-
-// confirm marks t's subscription confirmed. If it was already ready, this
-// confirms it again after a break: a release announced meanwhile was lost,
-// so every waiter is woken with Recheck. h.mu must be held.
-func (t *topic) confirm() {
-	t.live = true
-	select {
-	case <-t.ready:
-		for _, w := range t.waiters {
-			w.signal(Recheck)
-		}
-	default:
-		close(t.ready)
-	}
 }
 
 // dispatch wakes the waiters a release message is for: all of them for
