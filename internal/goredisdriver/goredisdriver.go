@@ -194,16 +194,13 @@ func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 	if err := p.gone.Load(); err != nil {
 		return driver.Message{}, *err
 	}
-	d, timed := ctx.Deadline()
 	var timeout time.Duration // (0: none)
-	if timed {
-		if timeout = time.Until(d); timeout <= 0 {
-			return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
-		}
+	if d, timed := ctx.Deadline(); timed {
+		timeout = max(time.Until(d), time.Nanosecond) // (past: the read times out at once)
 	}
 	m, err := p.ps.ReceiveTimeout(ctx, timeout)
 	var nerr net.Error
-	if errors.As(err, &nerr) && nerr.Timeout() && timed { // (the deadline set from ctx)
+	if errors.As(err, &nerr) && nerr.Timeout() && timeout > 0 { // (the deadline set from ctx)
 		return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
 	}
 	if err = p.check(err); err != nil {
