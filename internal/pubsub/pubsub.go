@@ -353,10 +353,7 @@ func (l *line) serve() {
 		return
 	}
 	done := make(chan struct{})
-	l.h.lines.Go(func() { // (Hub.Close waits for it too: it ends last)
-		l.read(ps)
-		close(done)
-	})
+	l.h.lines.Go(func() { l.read(ps, done) }) // (Hub.Close waits for it too: it ends last)
 	defer func() {
 		ps.Close() // (its Receive returns)
 		<-done
@@ -407,8 +404,10 @@ func (l *line) flush(ps driver.PubSub) bool {
 }
 
 // read dispatches the connection's messages until it is done or the line
-// stopped; after a silence of healthCheck it asks serve to ping.
-func (l *line) read(ps driver.PubSub) {
+// stopped, and then closes done; after a silence of healthCheck it asks
+// serve to ping.
+func (l *line) read(ps driver.PubSub, done chan struct{}) {
+	defer close(done)
 	for {
 		ctx, cancel := context.WithTimeout(l.ctx, healthCheck)
 		m, err := ps.Receive(ctx)
