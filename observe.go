@@ -185,47 +185,47 @@ func SlogObserver(l *slog.Logger) Observer {
 	if l == nil {
 		l = slog.Default()
 	}
-	return Observer{
-		End: func(ctx context.Context, e *Event) {
-			level, msg := slog.LevelDebug, "dlock: "+string(e.Op)
-			switch {
-			case e.Op == OpExtend && e.Err == nil:
-				return // the watchdog's routine
-			case e.Err == nil:
-			case e.Op == OpExtend:
-				level, msg = slog.LevelWarn, "dlock: extension failed"
-			case e.Op == OpAcquire && errors.Is(e.Err, ErrNotAcquired):
-				msg = "dlock: not acquired"
-			default:
-				level, msg = slog.LevelWarn, "dlock: "+string(e.Op)+" failed"
-			}
-			if !l.Enabled(ctx, level) {
-				return
-			}
-			attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("mode", e.Mode), slog.Duration("took", e.Took)}
-			if e.Op == OpRelease {
-				attrs = append(attrs, slog.Duration("held", e.Held))
-			}
-			if e.Err != nil {
-				attrs = append(attrs, slog.String("error", e.Err.Error()))
-			}
-			l.LogAttrs(ctx, level, msg, attrs...)
-		},
-		Lost: func(ctx context.Context, e *Event) {
-			l.LogAttrs(ctx, slog.LevelError, "dlock: lease lost", slog.String("lock", e.Name),
-				slog.String("mode", e.Mode), slog.Duration("held", e.Held), slog.String("error", e.Err.Error()))
-		},
-		Jeopardy: func(ctx context.Context, e *Event) {
-			l.LogAttrs(ctx, slog.LevelWarn, "dlock: lease at risk", slog.String("lock", e.Name),
-				slog.String("mode", e.Mode), slog.String("error", e.Err.Error()))
-		},
-		Clock: func(ctx context.Context, e *Event) {
-			l.LogAttrs(ctx, slog.LevelWarn, "dlock: server clock disagrees", slog.String("lock", e.Name),
-				slog.String("error", e.Err.Error()))
-		},
-		Deadlock: func(ctx context.Context, e *Event) {
-			l.LogAttrs(ctx, slog.LevelError, "dlock: deadlock", slog.String("lock", e.Name),
-				slog.String("mode", e.Mode), slog.String("error", e.Err.Error()))
-		},
+	// One function logs every event, with what its Op has: the lock, its
+	// mode (a clock has none), an operation's duration, how long a released
+	// or lost lease was held, and the error.
+	log := func(ctx context.Context, e *Event) {
+		level, msg := slog.LevelDebug, "dlock: "+string(e.Op)
+		switch {
+		case e.Op == OpLost:
+			level, msg = slog.LevelError, "dlock: lease lost"
+		case e.Op == OpJeopardy:
+			level, msg = slog.LevelWarn, "dlock: lease at risk"
+		case e.Op == OpClock:
+			level, msg = slog.LevelWarn, "dlock: server clock disagrees"
+		case e.Op == OpDeadlock:
+			level, msg = slog.LevelError, "dlock: deadlock"
+		case e.Op == OpExtend && e.Err == nil:
+			return // the watchdog's routine
+		case e.Err == nil:
+		case e.Op == OpExtend:
+			level, msg = slog.LevelWarn, "dlock: extension failed"
+		case e.Op == OpAcquire && errors.Is(e.Err, ErrNotAcquired):
+			msg = "dlock: not acquired"
+		default:
+			level, msg = slog.LevelWarn, "dlock: "+string(e.Op)+" failed"
+		}
+		if !l.Enabled(ctx, level) {
+			return
+		}
+		attrs := []slog.Attr{slog.String("lock", e.Name)}
+		if e.Op != OpClock {
+			attrs = append(attrs, slog.String("mode", e.Mode))
+		}
+		if e.Op == OpAcquire || e.Op == OpRelease || e.Op == OpExtend {
+			attrs = append(attrs, slog.Duration("took", e.Took))
+		}
+		if e.Op == OpRelease || e.Op == OpLost {
+			attrs = append(attrs, slog.Duration("held", e.Held))
+		}
+		if e.Err != nil {
+			attrs = append(attrs, slog.String("error", e.Err.Error()))
+		}
+		l.LogAttrs(ctx, level, msg, attrs...)
 	}
+	return Observer{End: log, Lost: log, Jeopardy: log, Clock: log, Deadlock: log}
 }
