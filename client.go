@@ -50,7 +50,7 @@ func newClient(b backend.Backend, hubs []*pubsub.Hub, o options) (*Client, error
 	for _, ob := range o.observers {
 		e.obs.add(ob)
 	}
-	e.watchClock(o.clock)
+	e.watchClock()
 	return &Client{engine: e}, nil
 }
 
@@ -79,9 +79,6 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 // deployment that is a Cluster or not: its pub/sub is sharded as
 // WithShardedPubSub says, else if it is a Cluster.
 func (o *options) config(cluster bool) backend.Config {
-	if o.clock == nil {
-		o.clock = new(backend.ClockHook) // (its functions are set by newClient)
-	}
 	return backend.Config{Sharded: o.sharded > 0 || (o.sharded == 0 && cluster),
 		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, Durable: o.durable, TTL: o.lease.ttl,
 		Clock: o.clock}

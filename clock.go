@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/dlockio/dlock/internal/backend"
 )
 
 // ClockError is OpClock's Err: how far a server's clock moved apart from ours.
@@ -28,12 +26,10 @@ func (e *ClockError) Error() string {
 	return fmt.Sprintf("dlock: %s ran %v %s ours over %v, beyond the drift margin", server, by.Round(time.Millisecond), way, e.Over.Round(time.Millisecond))
 }
 
-// watchClock makes the Nodes that share h tell e's observers of their
-// servers' clocks.
-func (e *engine) watchClock(h *backend.ClockHook) {
-	if h == nil {
-		return
-	}
+// watchClock makes the Nodes, which share e's clock hook, tell e's
+// observers of their servers' clocks.
+func (e *engine) watchClock() {
+	h := e.opts.clock
 	h.On = e.obs.anyClock.Load
 	// A lease's own margin: clocks that keep within it, stepping by no
 	// more, or running at a rate that ends it no earlier, are never told of.

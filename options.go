@@ -39,7 +39,7 @@ type options struct {
 	backoff     Backoff
 	drift       time.Duration // < 0: derived from the TTL
 	observers   []Observer
-	clock       *backend.ClockHook // shared by the Client's Nodes, made by config (see clock.go)
+	clock       *backend.ClockHook // shared by the Client's Nodes; its functions are set by newClient (see clock.go)
 	fair        bool
 	pipelining  bool // concurrent calls share pipelines; off WithoutScripts, and for tests (internal/testopt)
 	reentrant   bool
@@ -73,6 +73,7 @@ func apply(opts []Option) options {
 		drift:      -1,
 		pipelining: true,
 		fair:       true,
+		clock:      new(backend.ClockHook),
 	}
 	for i, opt := range opts {
 		if opt == nil {
