@@ -172,19 +172,18 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{c: c, k: k, name: name, p: p, base: backend.Claim{Keys: keys, TTL: p.asked(p.ttl)}, relSem: make(chan struct{}, 1), extSem: make(chan struct{}, 1), fenceSem: make(chan struct{}, 1)}
+	l := &Lock{c: c, k: k, name: name, p: p, relSem: make(chan struct{}, 1), extSem: make(chan struct{}, 1), fenceSem: make(chan struct{}, 1),
+		base: backend.Claim{Keys: keys, TTL: p.asked(p.ttl), Owner: k.ownerOf(c), Kind: k.lease}}
 	l.cl = &l.base
-	l.cl.Owner = k.ownerOf(c)
-	l.cl.Kind = k.lease
-	if p.resume != "" {
-		if err := k.resumes(name, p.resume); err != nil {
-			return nil, err
-		}
-		l.cl.SetToken(p.resume)
-		l.cl.Clean = false // the lease's first holder may have requests in flight
+	if p.resume == "" {
+		l.cl.SetToken(leaseToken(p.suffix, k.tag))
 		return l, nil
 	}
-	l.cl.SetToken(leaseToken(p.suffix, k.tag))
+	if err := k.resumes(name, p.resume); err != nil {
+		return nil, err
+	}
+	l.cl.SetToken(p.resume)
+	l.cl.Clean = false // the lease's first holder may have requests in flight
 	return l, nil
 }
 
