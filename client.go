@@ -79,7 +79,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 // deployment that is a Cluster or not: its pub/sub is sharded as
 // WithShardedPubSub says, else if it is a Cluster.
 func (o *options) config(cluster bool) backend.Config {
-	return backend.Config{Sharded: o.sharded > 0 || (o.sharded == 0 && cluster),
+	return backend.Config{Sharded: o.sharded || (!o.shardedSet && cluster),
 		Pipelining: o.pipelining, Replicas: o.replicas, AckTimeout: o.ackTimeout, Durable: o.durable, TTL: o.lease.ttl,
 		Clock: o.clock}
 }

@@ -34,21 +34,21 @@ type option func(*options)
 func (f option) applyOption(o *options) { f(o) }
 
 type options struct {
-	autoExtend  bool
-	prefix      string
-	backoff     Backoff
-	drift       time.Duration // < 0: derived from the TTL
-	observers   []Observer
-	clock       *backend.ClockHook // shared by the Client's Nodes; its functions are set by newClient (see clock.go)
-	fair        bool
-	pipelining  bool // concurrent calls share pipelines; off WithoutScripts, and for tests (internal/testopt)
-	reentrant   bool
-	nodeTimeout time.Duration // quorum only: NewRedlock's
-	replicas    int
-	ackTimeout  time.Duration
-	sharded     int  // 0: auto (a Cluster client uses sharded pub/sub), 1 on, -1 off
-	noScripts   bool // WithoutScripts: transactions instead of scripts (noscript.go)
-	durable     time.Duration
+	autoExtend          bool
+	prefix              string
+	backoff             Backoff
+	drift               time.Duration // < 0: derived from the TTL
+	observers           []Observer
+	clock               *backend.ClockHook // shared by the Client's Nodes; its functions are set by newClient (see clock.go)
+	fair                bool
+	pipelining          bool // concurrent calls share pipelines; off WithoutScripts, and for tests (internal/testopt)
+	reentrant           bool
+	nodeTimeout         time.Duration // quorum only: NewRedlock's
+	replicas            int
+	ackTimeout          time.Duration
+	sharded, shardedSet bool // WithShardedPubSub(sharded) was given (shardedSet); else a Cluster client uses sharded pub/sub
+	noScripts           bool // WithoutScripts: transactions instead of scripts (noscript.go)
+	durable             time.Duration
 
 	lease lease // what an acquisition asks for without LockOptions: the lease options given to New
 
@@ -174,12 +174,7 @@ func WithDurableGrants(timeout time.Duration) Option {
 // WithShardedPubSub announces releases with SPUBLISH (on) or PUBLISH (off); on
 // is the default for a Cluster.
 func WithShardedPubSub(on bool) Option {
-	return option(func(o *options) {
-		o.sharded = -1
-		if on {
-			o.sharded = 1
-		}
-	})
+	return option(func(o *options) { o.sharded, o.shardedSet = on, true })
 }
 
 // leaseFor returns the shortest lease time, in whole milliseconds (as Redis
