@@ -241,20 +241,14 @@ func nilFunc(name string) error {
 func runHeld(ctx context.Context, held interface {
 	Err() error
 	onSettled(func(error))
-}, release func() error, fn func(context.Context) error) error {
+}, release func() error, fn func(context.Context) error) (err error) {
 	fctx, cancel := context.WithCancelCause(ctx)
 	held.onSettled(cancel)
-	finished := false
-	defer func() {
-		if !finished { // fn panicked
-			cancel(context.Canceled)
-			release()
-		}
+	defer func() { // (also as a panic in fn unwinds: its error is then dropped)
+		cancel(context.Canceled)
+		err = joinEnded(err, release())
 	}()
-	ferr := fn(&heldContext{Context: fctx, held: held, cancel: cancel})
-	finished = true
-	cancel(context.Canceled)
-	return joinEnded(ferr, release())
+	return fn(&heldContext{Context: fctx, held: held, cancel: cancel})
 }
 
 // release releases the Lock of a Do. Do's caller has no Lock to call
