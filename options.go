@@ -181,12 +181,9 @@ func WithShardedPubSub(on bool) Option {
 // takes it), whose validity (the lease time less its drift margin) is at
 // least validity.
 func (o *options) leaseFor(validity time.Duration) time.Duration {
-	var ttl time.Duration
+	ttl := (validity + 2*time.Millisecond) * 100 / 99 // ttl − (ttl/100 + 2ms) ≥ validity
 	if o.drift >= 0 {
 		ttl = validity + o.drift
-	} else {
-		// ttl − (ttl/100 + 2ms) ≥ validity
-		ttl = (validity + 2*time.Millisecond) * 100 / 99
 	}
 	ttl = (ttl + time.Millisecond - 1).Truncate(time.Millisecond)
 	for ttl-o.driftFor(ttl) < validity { // integer division's rounding
