@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -93,12 +94,8 @@ func (o *observers) all() []Observer {
 func (c *Client) start(ctx context.Context, k *kind, e *Event) context.Context {
 	e.Mode = k.mode()
 	for _, o := range c.obs.all() {
-		if o.Start != nil {
-			var next context.Context
-			c.obs.safely(func() { next = o.Start(ctx, e) })
-			if next != nil {
-				ctx = next
-			}
+		if o.Start != nil { // (a nil context returned keeps ctx)
+			c.obs.safely(func() { ctx = cmp.Or(o.Start(ctx, e), ctx) })
 		}
 	}
 	return ctx
