@@ -33,8 +33,8 @@ type Kind interface {
 	// of those its leases run.
 	scripts() (first *script.Script, need scriptSet)
 	// fenceWindow is how long the fence counter lives after a lease of
-	// ttl on n is fenced (see Node.Fence): the Node's fence window,
-	// unless the kind says otherwise.
+	// ttl on n is fenced (see Node.Fence): the Node's fence window
+	// (nodeWindow), unless the kind says otherwise.
 	fenceWindow(n Node, ttl time.Duration) any
 	// member returns the lease's member in the kind's sorted set, given
 	// its token ("" if it has none: see Claim.Member).
@@ -47,6 +47,11 @@ type Kind interface {
 	// need not probe it.
 	shape() *shape
 }
+
+// nodeWindow is the fenceWindow the kinds share: the Node's fence window.
+type nodeWindow struct{}
+
+func (nodeWindow) fenceWindow(n Node, _ time.Duration) any { return n.fenceMS }
 
 // A shape is a Redis type that kinds keep at their lock key, and how a key
 // of that type reads, whichever kind wrote it.

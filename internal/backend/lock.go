@@ -24,9 +24,9 @@ var (
 )
 
 type (
-	plainLock     struct{}
+	plainLock     struct{ nodeWindow }
 	fairLock      struct{ plainLock } // (extends, and reads, as a plain lock)
-	reentrantLock struct{}
+	reentrantLock struct{ nodeWindow }
 )
 
 // The locks' scripts, and the sets Prepare loads for each kind.
@@ -98,8 +98,6 @@ func (plainLock) member(string) string { return "" }
 
 func (plainLock) what() string { return "a plain lock" }
 
-func (plainLock) fenceWindow(n Node, _ time.Duration) any { return n.fenceMS }
-
 func (plainLock) shape() *shape { return &stringShape }
 
 // stringShape is the lock key of a plain, fair or campaign lease: the
@@ -170,8 +168,6 @@ func (reentrantLock) scripts() (*script.Script, scriptSet) {
 func (reentrantLock) member(string) string { return "" }
 
 func (reentrantLock) what() string { return "a reentrant lock" }
-
-func (reentrantLock) fenceWindow(n Node, _ time.Duration) any { return n.fenceMS }
 
 func (reentrantLock) shape() *shape { return &hashShape }
 
