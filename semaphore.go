@@ -43,7 +43,7 @@ func semaphoreKind(n int) kind {
 	if n > 0 {
 		why = fmt.Sprintf("no permit free: all %d held, or others waiting ahead", n)
 	}
-	return kind{slot: slotSemaphore, lease: backend.Permits(n), fair: true, acquireOp: "acquire", releaseOp: "release",
+	return kind{slot: slotSemaphore, lease: backend.Permits(n, 1), fair: true, acquireOp: "acquire", releaseOp: "release",
 		why: why, permits: n, plural: "semaphores", one: "a semaphore", verb: "keep"}
 }
 
@@ -113,9 +113,7 @@ func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*L
 		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q of %d permits: need 1 to %d", ErrInvalid, n, s.name, s.permits, most)
 	}
 	k := s.k
-	if n > 1 {
-		k.lease = backend.PermitsAtOnce(s.permits, n)
-	}
+	k.lease = backend.Permits(s.permits, n)
 	return s.c.acquireAs(ctx, &k, s.name, opts, false)
 }
 

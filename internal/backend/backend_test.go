@@ -206,7 +206,7 @@ func TestOnlyReadWriteHoldsLoadTheDowngradeScript(t *testing.T) {
 	if down == 0 || len(loadable) > 32 {
 		t.Fatalf("hold_downgrade.lua has no bit (%d scripts loadable)", len(loadable))
 	}
-	for _, k := range []Kind{PlainLock, FairLock, ReentrantLock, Campaign, Permits(3), PermitsAtOnce(3, 2), Read, Write, Downgrading} {
+	for _, k := range []Kind{PlainLock, FairLock, ReentrantLock, Campaign, Permits(3, 1), Permits(3, 2), Read, Write, Downgrading} {
 		first, need := k.scripts()
 		if setOf(first)&need == 0 {
 			t.Errorf("%s: Prepare does not load the acquisition's script %s", k.what(), first.Name())

@@ -3,8 +3,11 @@ package backend
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/script"
 )
 
 // A read-write lock (see lib.lua) is a sorted set at the lock key, as a
@@ -20,10 +23,33 @@ import (
 // whichever of the hold's read and write the lock has (hold_member in
 // lib.lua), so that its release or extension misses neither.
 var (
-	Read        Kind = holdKind{rw: "r", w: 1}
-	Write       Kind = holdKind{rw: "w", w: 1}
-	Downgrading Kind = holdKind{rw: "?", w: 1}
+	Read        Kind = rwHold{hold{w: 1}, "r"}
+	Write       Kind = rwHold{hold{w: 1}, "w"}
+	Downgrading Kind = rwHold{hold{w: 1}, "?"}
 )
+
+// rwHold is a read-write lock's hold: rw is "r", "w" or "?" (Downgrading),
+// what its acquisition asks for and its member's prefix.
+type rwHold struct {
+	hold
+	rw string
+}
+
+func (h rwHold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
+	return h.take(ctx, n, c, ttl, queue, h.rw, c.holdKeys())
+}
+
+func (h rwHold) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+	return h.give(ctx, n, c, window, c.holdKeys())
+}
+
+// scripts: a read-write lock's holds run hold_downgrade.lua too.
+func (rwHold) scripts() (*script.Script, scriptSet) { return holdAcquire, rwScripts }
+
+// member is a hold's member of the set, "<rw>:<token>".
+func (h rwHold) member(token string) string { return h.rw + ":" + token }
+
+func (rwHold) what() string { return "a read-write lock's hold" }
 
 // holdDowngrade turns a write hold into a read (Downgrade); a read-write
 // lock's holds load it with the semaphore's scripts, so that Downgrade
@@ -39,7 +65,7 @@ var (
 // keeps every other use of c out meanwhile. ErrSuperseded: another Lock
 // resumed the lease.
 func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
-	v, err := n.run(ctx, holdDowngrade, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer).Int64()
+	v, err := n.run(ctx, holdDowngrade, c.holdKeys(), c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer).Int64()
 	var reply redis.Error
 	if err != nil && !neverSent(err) && !errors.As(err, &reply) {
 		c.SetKind(Downgrading)

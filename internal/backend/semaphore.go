@@ -15,62 +15,84 @@ import (
 // permit, scored by its deadline. A permit is a lease like a plain lock's:
 // its own token, marker key, extensions and release; its waiters queue as a
 // fair lock's do. Extend, Release, Fence and Undo serve permits through the
-// same methods as locks, by the claim's Kind, Permits(N).
+// same methods as locks, by the claim's Kind, Permits(N, 1).
 
-// Permits returns the kind of a permit of a semaphore whose holder asks
-// with N = permits (> 0).
-func Permits(permits int) Kind { return holdKind{n: permits, w: 1} }
+// Permits returns the kind of a hold of w permits at once (0 < w ≤
+// permits; 1: a permit) of a semaphore whose holder asks with N = permits:
+// one lease, w members of the set.
+func Permits(permits, w int) Kind { return permit{hold{w: w}, permits} }
 
-// PermitsAtOnce returns the kind of a hold of w permits at once (0 < w ≤
-// permits) of a semaphore whose holder asks with N = permits: one lease, w
-// members of the set.
-func PermitsAtOnce(permits, w int) Kind { return holdKind{n: permits, w: w} }
-
-// holdKind is a hold of a sorted-set kind, served by hold_*.lua: a
-// read-write lock's read or write (rw "r", "w" or "?", see rwmutex.go,
-// and w 1), or else a permit of a semaphore whose holder asks with N = n,
-// w permits at once.
-type holdKind struct {
-	rw   string
-	n, w int
+// permit is a hold of w permits of a semaphore whose holder asks with N = n.
+type permit struct {
+	hold
+	n int
 }
 
-func (h holdKind) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	what := any(h.rw) // (hold_acquire.lua's ARGV[8]: what is asked for)
-	if h.rw == "" {
-		what = h.n
+func (p permit) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
+	return p.take(ctx, n, c, ttl, queue, p.n, c.holdKeys(c.SizeKey()))
+}
+
+func (p permit) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+	return p.give(ctx, n, c, window, c.holdKeys(c.SizeKey()))
+}
+
+func (permit) scripts() (*script.Script, scriptSet) { return holdAcquire, holdScripts }
+
+// member: a permit's member is its token, which Claim.Member leaves out.
+func (permit) member(string) string { return "" }
+
+func (permit) what() string { return "a semaphore's permit" }
+
+// hold is what a semaphore's permits and a read-write lock's holds (see
+// rwmutex.go) share: the hold scripts (hold_*.lua), told apart by what the
+// acquisition asks for, their keys and the hold's members; w is the
+// permits the hold has (a read-write lock's: 1).
+type hold struct {
+	nodeWindow
+	w int
+}
+
+func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+	return n.acked(ctx, holdExtend, []string{c.Lock, c.Rev}, withPermits(h.w, c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
+}
+
+func (hold) shape() *shape { return &zsetShape }
+
+// holdKeys returns the keys of a hold's acquisition and release, more
+// last (a semaphore's size kept in Redis).
+func (c *Claim) holdKeys(more ...string) []string {
+	return append([]string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, more...)
+}
+
+// take runs hold_acquire.lua once for c, the hold h on keys, which asks
+// for what (its ARGV[8]: a semaphore's N, or "r" or "w").
+func (h hold) take(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool, what any, keys []string) (Grant, error) {
+	cmd, acks := n.acked(ctx, holdAcquire, keys,
+		withPermits(h.w, c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, what)...)
+	v, err := cmd.Int64() // >= 0 granted, else -2 - the PTTL of the hold that keeps it out
+	if err != nil {
+		return Grant{}, RedisErr(err)
 	}
-	cmd, acks := n.acked(ctx, holdAcquire, h.keys(c),
-		h.args(c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, what)...)
-	return n.queuedGrant(cmd, acks)
-}
-
-func (h holdKind) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, holdExtend, []string{c.Lock, c.Rev}, h.args(c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
-}
-
-func (h holdKind) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	a := h.args(c.HolderID(), c.Token, c.Channel, n.pub, window, n.fenceMS)
-	if c.Resumer != "" && h.w == 1 {
-		a = append(a, 1) // (ARGV[7], before the resumer id)
+	if v >= 0 {
+		return n.granted(Grant{Held: true}, acks)
 	}
-	return n.run(ctx, holdRelease, h.keys(c), c.resumerArg(a)...)
+	return Grant{PTTL: pttlOf(-2 - v)}, nil
 }
 
-// keys returns the keys of the hold's acquisition and release: a
-// semaphore's last is its size kept in Redis.
-func (h holdKind) keys(c *Claim) []string {
-	if h.rw != "" {
-		return []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}
+// give sends hold_release.lua for c, the hold h on keys.
+func (h hold) give(ctx context.Context, n Node, c *Claim, window int64, keys []string) *redis.Cmd {
+	a := []any{c.HolderID(), c.Token, c.Channel, n.pub, window, n.fenceMS}
+	if h.w > 1 || c.Resumer != "" {
+		a = append(a, h.w) // (ARGV[7], before the resumer id)
 	}
-	return []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.SizeKey()}
+	return n.run(ctx, holdRelease, keys, c.resumerArg(a)...)
 }
 
-// args returns a script's arguments, followed by the hold's permits when
-// it has more than one (the scripts' last argument, 1 when absent).
-func (h holdKind) args(a ...any) []any {
-	if h.w > 1 {
-		return append(a, h.w)
+// withPermits returns a hold script's arguments a, followed by the hold's
+// permits w when more than one (the scripts' last argument, 1 when absent).
+func withPermits(w int, a ...any) []any {
+	if w > 1 {
+		return append(a, w)
 	}
 	return a
 }
@@ -85,34 +107,6 @@ var (
 
 	holdScripts = setOf(holdAcquire, holdRelease, holdExtend, script.Fence)
 )
-
-// scripts: a read-write lock's holds run hold_downgrade.lua too.
-func (h holdKind) scripts() (*script.Script, scriptSet) {
-	if h.rw != "" {
-		return holdAcquire, rwScripts
-	}
-	return holdAcquire, holdScripts
-}
-
-// member is a read-write lock's hold's member of the set, "<rw>:<token>";
-// a permit's is its token, which Claim.Member leaves out ("").
-func (h holdKind) member(token string) string {
-	if h.rw == "" {
-		return ""
-	}
-	return h.rw + ":" + token
-}
-
-func (h holdKind) what() string {
-	if h.rw == "" {
-		return "a semaphore's permit"
-	}
-	return "a read-write lock's hold"
-}
-
-func (holdKind) fenceWindow(n Node, _ time.Duration) any { return n.fenceMS }
-
-func (holdKind) shape() *shape { return &zsetShape }
 
 // zsetShape is the key of a semaphore's permits or of a read-write lock's
 // holds (whose members are "r:<token>" or "w:<token>": see rwmutex.go).
@@ -157,20 +151,6 @@ func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (Per
 type PermitSize struct {
 	Size, Held int  // the size, and the permits held
 	Changed    bool // the call changed the stored size
-}
-
-// queuedGrant reads the reply of hold_acquire.lua, sent
-// with acks replicas' acknowledgements (-1 without replica ack): >= 0
-// granted, else -2 - the PTTL of the hold that keeps it out.
-func (n Node) queuedGrant(cmd *redis.Cmd, acks int64) (Grant, error) {
-	v, err := cmd.Int64()
-	if err != nil {
-		return Grant{}, RedisErr(err)
-	}
-	if v >= 0 {
-		return n.granted(Grant{Held: true}, acks)
-	}
-	return Grant{PTTL: pttlOf(-2 - v)}, nil
 }
 
 // permitsOf reads a semaphore's live permits from a flat ZRANGE … WITHSCORES
