@@ -28,8 +28,8 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 	}
 	rw := &RWMutex{name: name, c: c}
 	nest := rwNestKey{&c.bg, keys.Lock}
-	rw.reader = RWLocker{c: c, k: &readHolds, hold: "r", name: name, nest: nest}
-	rw.writer = RWLocker{c: c, k: &writeHolds, hold: "w", name: name, nest: nest}
+	rw.reader = RWLocker{c: c, k: &readHolds, name: name, nest: nest}
+	rw.writer = RWLocker{c: c, k: &writeHolds, name: name, nest: nest}
 	return rw, nil
 }
 
@@ -63,12 +63,10 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	// Every other call of w that sends its claim waits: a Release, an
 	// extension, a Fence.
 	for _, sem := range []chan struct{}{w.relSem, w.extSem, w.fenceSem} {
-		select {
-		case sem <- struct{}{}:
-			defer func() { <-sem }()
-		case <-ctx.Done():
+		if !take(ctx, sem) {
 			return opError("downgrade", rw.name, backend.NotSent(ctx.Err()))
 		}
+		defer func() { <-sem }()
 	}
 	if w.cl.Kind != backend.Write && w.cl.Kind != backend.Downgrading { // (asking again settles an unknown outcome)
 		return fmt.Errorf("%w: Downgrade of %q: not a write hold", ErrInvalid, rw.name)
@@ -129,22 +127,21 @@ func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 // RWLocker takes read or write holds; [ErrInvalid] inside a hold of the name.
 type RWLocker struct {
 	c    *Client // the RWMutex's Client
-	k    *kind   // its acquisitions: read or write holds
-	hold string  // "r" (reads) or "w" (writes), the value of its holds' contexts (nest)
+	k    *kind   // its acquisitions: read or write holds, the value of its holds' contexts (nest)
 	name string
 	nest rwNestKey
 }
 
 // rwNestKey marks a context with the hold of a read-write lock that Do
 // gives fn: the Clients from one New (their shared tracker) and the lock's
-// key. Its value is "r" or "w".
+// key. Its value is the hold's kind: &readHolds or &writeHolds.
 type rwNestKey struct {
 	bg  *backend.Tracker
 	key string
 }
 
 // Write reports whether l takes write holds.
-func (l *RWLocker) Write() bool { return l.hold == "w" }
+func (l *RWLocker) Write() bool { return l.k == &writeHolds }
 
 // TryAcquire makes one attempt to take a hold, as [Client.TryAcquire] does.
 func (l *RWLocker) TryAcquire(ctx context.Context, opts ...LockOption) (*Lock, error) {
@@ -181,21 +178,21 @@ func (l *RWLocker) do(ctx context.Context, fn func(ctx context.Context, l *Lock)
 		return nilFunc(l.name)
 	}
 	return l.c.do(ctx, l.k, l.name, func(ctx context.Context, held *Lock) error {
-		return fn(context.WithValue(ctx, l.nest, l.hold), held)
+		return fn(context.WithValue(ctx, l.nest, l.k), held)
 	}, opts, try)
 }
 
 // nested returns the error of an acquisition whose context carries a hold
 // of the same lock, which it would wait for forever.
 func (l *RWLocker) nested(ctx context.Context) error {
-	held, _ := ctx.Value(l.nest).(string)
+	held, _ := ctx.Value(l.nest).(*kind)
 	var why string
 	switch {
-	case held == "":
+	case held == nil:
 		return nil
-	case held == "r" && l.hold == "w":
+	case held == &readHolds && l.k == &writeHolds:
 		why = "a write inside a read of the same lock would wait for that read; release it first (a read cannot be upgraded)"
-	case held == "r":
+	case held == &readHolds:
 		why = "a read inside a read of the same lock would wait behind a writer queued between them, which waits for the first"
 	default:
 		why = "the context holds the write of the same lock, which this hold would wait for"
