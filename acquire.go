@@ -238,8 +238,8 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 	if a.w != nil && a.l.cl.Token != token {
 		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
 	}
-	if err == nil && l == nil && a.l.cl.Token == token {
-		a.entered = a.l.k.entered(token) // answered and refused
+	if err == nil && l == nil && a.l.cl.Token == token && a.l.k.fair {
+		a.entered = token // answered and refused: its place in the queue
 	}
 	switch _, quorum := errors.AsType[*QuorumError](err); {
 	case quorum && (a.ctx.Err() == nil || (a.lastQuorum == nil && a.lastRefusal == nil)):

@@ -155,15 +155,6 @@ func backoffAt(backoff Backoff, attempt int) time.Duration {
 	return DefaultMinBackoff
 }
 
-// entered is the place in the queue of a waiter whose attempt with token
-// Redis refused: the token if k's waiters queue, else "".
-func (k *kind) entered(token string) string {
-	if k.fair {
-		return token
-	}
-	return ""
-}
-
 // carries asks c's backend whether it serves the kind k, which call
 // (Semaphore, RWMutex, Election) makes; if not, it returns an error
 // wrapping ErrInvalid that says why in the kind's words.
