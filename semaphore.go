@@ -13,11 +13,10 @@ import (
 // Semaphore is a counting semaphore (docs/semaphore.md): at most N permits held
 // at once, each a *Lock, in arrival order; safe for concurrent use.
 type Semaphore struct {
-	c       *Client // the Client that made it
-	k       kind    // its acquisitions: permits
-	name    string
-	permits int
-	keys    backend.Keys
+	c    *Client // the Client that made it
+	k    kind    // its acquisitions: permits, asked with N = k.permits
+	name string
+	keys backend.Keys
 }
 
 // Semaphore returns the semaphore name of N = permits, or 0: the size kept in
@@ -33,7 +32,7 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if err := c.carries(&k, fmt.Sprintf("Semaphore(%q, %d)", name, permits)); err != nil {
 		return nil, err
 	}
-	return &Semaphore{c: c, k: k, name: name, permits: permits, keys: backend.KeysFor(c.opts.prefix, name)}, nil
+	return &Semaphore{c: c, k: k, name: name, keys: backend.KeysFor(c.opts.prefix, name)}, nil
 }
 
 // semaphoreKind returns the kind of a semaphore's permits asked with N = n: they
@@ -51,7 +50,7 @@ func semaphoreKind(n int) kind {
 func (s *Semaphore) Name() string { return s.name }
 
 // Permits returns the N it was made with.
-func (s *Semaphore) Permits() int { return s.permits }
+func (s *Semaphore) Permits() int { return s.k.permits }
 
 // TrySetPermits keeps N = n (1 ≤ n ≤ math.MaxInt32) in Redis for every caller,
 // unless a size is kept already (false).
@@ -109,11 +108,11 @@ func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*L
 	if n > MaxAcquireN {
 		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q: more than MaxAcquireN (%d) permits at once", ErrInvalid, n, s.name, MaxAcquireN)
 	}
-	if most := cmp.Or(s.permits, MaxAcquireN); n < 1 || n > most {
-		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q of %d permits: need 1 to %d", ErrInvalid, n, s.name, s.permits, most)
+	if most := cmp.Or(s.k.permits, MaxAcquireN); n < 1 || n > most {
+		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q of %d permits: need 1 to %d", ErrInvalid, n, s.name, s.k.permits, most)
 	}
 	k := s.k
-	k.lease = backend.Permits(s.permits, n)
+	k.lease = backend.Permits(s.k.permits, n)
 	return s.c.acquireAs(ctx, &k, s.name, opts, false)
 }
 
@@ -132,7 +131,7 @@ func (s *Semaphore) TryDo(ctx context.Context, fn func(ctx context.Context, l *L
 func (s *Semaphore) size(ctx context.Context, what, op string, v int) (backend.PermitSize, error) {
 	var ps backend.PermitSize
 	err := s.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
-		ps, err = n.Permits(ctx, &s.keys, op, v, s.permits)
+		ps, err = n.Permits(ctx, &s.keys, op, v, s.k.permits)
 		return err
 	})
 	if err != nil {
