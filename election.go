@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -81,13 +82,13 @@ func (e *Election) campaignOpts(value string, opts []LockOption) ([]LockOption, 
 	if why := badMeta(value); why != "" {
 		return nil, fmt.Errorf("%w: campaign %q: the value %s", ErrInvalid, e.name, why)
 	}
-	probe := lease{meta: "\x00"} // no HolderMeta can set this value
+	var probe lease
 	for _, opt := range opts {
 		if opt != nil {
 			opt.applyLease(&probe)
 		}
 	}
-	if probe.meta != "\x00" {
+	if probe.metaSet {
 		return nil, fmt.Errorf("%w: campaign %q: HolderMeta: the leader's metadata is Campaign's value", ErrInvalid, e.name)
 	}
 	return append(opts[:len(opts):len(opts)], HolderMeta(value)), nil
@@ -208,9 +209,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, nil
 	case st.Type != "string":
 		what := map[string]string{"hash": "a reentrant lock", "zset": "a semaphore or a read-write lock"}[st.Type]
-		if what == "" {
-			what = "a " + st.Type
-		}
+		what = cmp.Or(what, "a "+st.Type)
 		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, "the name is held as "+what+", not by a leader"))
 	}
 	value := metaOf(st.Token)
@@ -241,11 +240,10 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	timer := time.NewTimer(0) // the first read, once subscribed
 	defer timer.Stop()
 	var (
-		last    Leader    // the value the reader took last
-		pending Leader    // the leadership as last read
-		ends    time.Time // when pending's lease runs out, if it has a leader with one
-		due     bool      // pending is to be delivered: the reader has not taken it
-		first   = true
+		last    = Leader{Fence: -1} // the value the reader took last (none: no read matches it)
+		pending Leader              // the leadership as last read
+		ends    time.Time           // when pending's lease runs out, if it has a leader with one
+		due     bool                // pending is to be delivered: the reader has not taken it
 	)
 	for {
 		var out chan<- Leader // nil, so no send, unless a value is due and not known to be over
@@ -256,7 +254,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 		case <-ctx.Done():
 			return
 		case out <- pending:
-			last, due, first = pending, false, false
+			last, due = pending, false
 			continue
 		case <-w.wake:
 		case <-timer.C:
@@ -275,7 +273,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 				ends = read.Add(ld.TTL)
 				next = min(next, ld.TTL+time.Millisecond) // a leader that dies announces nothing
 			}
-			due = first || ld.Token != last.Token || ld.Fence != last.Fence || ld.Value != last.Value
+			due = ld.Token != last.Token || ld.Fence != last.Fence || ld.Value != last.Value
 		}
 		timer.Reset(next) // (a fire not received is dropped: Go 1.23 timers)
 	}
