@@ -25,23 +25,18 @@ local stored = tonumber(redis.call('GET', KEYS[2]) or '')
 local size, changed = stored or tonumber(ARGV[3]), 0
 if ARGV[1] == 'set' and not stored then
   size, changed = tonumber(ARGV[2]), 1
+  redis.call('SET', KEYS[2], string.format('%d', size))
 elseif ARGV[1] == 'add' then
-  size = size + tonumber(ARGV[2])
+  size, changed = size + tonumber(ARGV[2]), 1
   if size < 1 or size > 2147483647 then
     return redis.error_reply(string.format('DLOCK_RANGE the size would be %d, outside 1 to 2147483647', size))
   end
-  changed = 1
+  redis.call('SET', KEYS[2], string.format('%d', size))
 elseif ARGV[1] == 'unset' and stored then
   size, changed = tonumber(ARGV[3]), 1
+  redis.call('DEL', KEYS[2])
 end
-if changed == 1 then
-  if ARGV[1] == 'unset' then
-    redis.call('DEL', KEYS[2])
-  else
-    redis.call('SET', KEYS[2], string.format('%d', size))
-  end
-  if redis.call('EXISTS', KEYS[3]) == 1 then
-    redis.call(ARGV[5], ARGV[4], '*')
-  end
+if changed == 1 and redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call(ARGV[5], ARGV[4], '*')
 end
 return {size, held, changed}
