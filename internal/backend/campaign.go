@@ -63,10 +63,7 @@ func (campaign) scripts() (*script.Script, scriptSet) { return acquireFair, camp
 // fenceWindow: a term's fence lives as long as its lease, if longer than
 // the Node's fence window, as acquire_fair.lua issues it.
 func (campaign) fenceWindow(n Node, ttl time.Duration) any {
-	if ttl.Milliseconds() > n.fenceMS.(int64) {
-		return ttl.Milliseconds()
-	}
-	return n.fenceMS
+	return max(ttl.Milliseconds(), n.fenceMS.(int64))
 }
 
 // Proclaim sets the value the leader of the campaign lease c shows, within
