@@ -146,20 +146,6 @@ type commander interface {
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
-// evalsha runs args ("evalsha", digest, numkeys, keys…, argv…); if the
-// server lacks the script s, it runs it again as Node.rerun does. (Scripts
-// are loaded on the master of a call's keys only, never with a Cluster
-// client's SCRIPT LOAD, which goes to every node: one node that does not
-// answer, a replica being restarted, would hold up a call that needs only
-// the master of its keys.)
-func (n Node) evalsha(ctx context.Context, s *script.Script, args []any) *redis.Cmd {
-	cmd := n.rdb.Do(ctx, args...)
-	if noScript(cmd.Err()) {
-		cmd = n.rerun(ctx, s, driver.Keys(args), args[3+args[2].(int):])
-	}
-	return cmd
-}
-
 // ms returns d in milliseconds as a command argument, reusing the
 // conversion for the Client's own TTL.
 func (n Node) ms(d time.Duration) any {
@@ -385,17 +371,24 @@ func (n Node) Batches() (calls, writes uint64) {
 // script again with the scripts the Node had loaded there (see
 // Node.rerun), in the same pipeline, or with EVAL if the server refuses
 // SCRIPT LOAD or still lacks it.
-func (n Node) acked(ctx context.Context, s *script.Script, keys []string, args ...any) (*redis.Cmd, int64) {
+func (n Node) acked(ctx context.Context, s *script.Script, keys []any, args ...any) (*redis.Cmd, int64) {
 	if n.replicas <= 0 {
 		return n.run(ctx, s, keys, args...), -1
 	}
+	return n.waited(ctx, s, evalsha(s, keys, args))
+}
+
+// waited is acked with replica acknowledgement or durable grants on: sha
+// is the EVALSHA of s. (Apart, so that acked's uncontended path does not
+// copy n to the heap for the pipeline's closure.)
+func (n Node) waited(ctx context.Context, s *script.Script, sha []any) (*redis.Cmd, int64) {
 	cc, cluster := n.uc.(*redis.ClusterClient)
 	var (
 		reload scriptSet // after a NOSCRIPT: load these with the script
 		eval   bool      // after a NOSCRIPT that loading did not cure: EVAL
 	)
 	for try := 0; ; try++ { // (at try 5 the default case returns)
-		srv, conn, err := n.server(ctx, keys[0])
+		srv, conn, err := n.server(ctx, firstKey(sha))
 		if err != nil {
 			return failed(ctx, err), 0
 		}
@@ -407,10 +400,8 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []string, args .
 			for _, load := range loadCmds(reload) {
 				loads = append(loads, p.Do(ctx, load...))
 			}
-			if eval {
-				cmd = redis.NewCmd(ctx, evalArgs("eval", s.Source(), keys, args)...)
-			} else {
-				cmd = redis.NewCmd(ctx, evalArgs("evalsha", s.Hash(), keys, args)...)
+			if cmd = redis.NewCmd(ctx, sha...); eval {
+				cmd = redis.NewCmd(ctx, asEval(s, sha)...)
 			}
 			p.Process(ctx, goredisdriver.Once{Cmder: cmd}) // (sent once, and the pipeline with it: see Grant.Once)
 			wait, aof = n.queueAcks(ctx, p)
@@ -673,7 +664,7 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 	if v == 0 && sent && !mark {
 		var up int64
 		_, err := n.again(ctx, false, func() (err error) {
-			up, err = n.run(ctx, script.Uptime, []string{c.Lock}).Int64()
+			up, err = n.run(ctx, script.Uptime, []any{c.Lock}).Int64()
 			return err
 		})
 		if err != nil {
@@ -723,7 +714,7 @@ func superseded(v int64) error {
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	f, err := n.run(ctx, script.Fence, []string{c.Lock, c.Fence, c.Rev}, c.HolderID(), c.Kind.fenceWindow(n, c.TTL), c.Kind.shape().typ, c.Resumer).Int64()
+	f, err := n.run(ctx, script.Fence, []any{c.Lock, c.Fence, c.Rev}, c.HolderID(), c.Kind.fenceWindow(n, c.TTL), c.Kind.shape().typ, c.Resumer).Int64()
 	if err != nil {
 		return 0, RedisErr(err)
 	}
@@ -767,7 +758,7 @@ func drives(mark, resumer string) bool {
 }
 
 func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
-	v, err := n.run(ctx, script.Inspect, []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.ValueKey()}).Slice()
+	v, err := n.run(ctx, script.Inspect, []any{k.Lock, k.Fence, k.Queue, k.Waiters, k.ValueKey()}).Slice()
 	if err != nil {
 		return State{}, RedisErr(err)
 	}
@@ -877,12 +868,12 @@ func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 	if ok, err := st.forced(); !ok {
 		return false, err
 	}
-	ok, err := n.run(ctx, script.ForceRelease, []string{k.Lock}, st.Holding, k.Channel, n.pub).Int64()
+	ok, err := n.run(ctx, script.ForceRelease, []any{k.Lock}, st.Holding, k.Channel, n.pub).Int64()
 	return result(ok == 1, err)
 }
 
 func (n Node) Announce(ctx context.Context, k *Keys, msg string) error {
-	return RedisErr(n.run(ctx, script.Announce, []string{k.Lock}, k.Channel, n.pub, msg).Err())
+	return RedisErr(n.run(ctx, script.Announce, []any{k.Lock}, k.Channel, n.pub, msg).Err())
 }
 
 // RedisErr translates the replies from Redis that have a meaning of their

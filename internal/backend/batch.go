@@ -211,12 +211,3 @@ func (b *batcher) send(calls []*call) {
 func (b *batcher) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return b.do(ctx, redis.NewCmd(ctx, args...)).(*redis.Cmd)
 }
-
-func evalArgs(cmd, scriptOrSHA string, keys []string, args []any) []any {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, cmd, scriptOrSHA, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	return append(a, args...)
-}

@@ -19,7 +19,7 @@ var Campaign Kind = campaign{}
 type campaign struct{ plainLock } // (its member and shape are a plain lock's)
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	cmd, acks := n.acked(ctx, acquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
+	cmd, acks := n.acked(ctx, acquireFair, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
 		c.Token, ttl.Milliseconds(), flag(queue), n.fairConf(ttl, true))
 	g, err := n.lockGrant(ctx, c, cmd, acks)
 	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)
@@ -49,8 +49,8 @@ func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration,
 }
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.evalsha(ctx, releaseFair, c.resumerArg([]any{"evalsha", releaseFairSHA, 6,
-		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey(), &c.Token, window, n.releaseConf(true)}))
+	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey()},
+		c.resumerArg([]any{&c.Token, window, n.releaseConf(true)})...)
 }
 
 var (
@@ -72,7 +72,7 @@ func (campaign) fenceWindow(n Node, ttl time.Duration) any {
 // that Redis applied changes nothing, and reports true (a later value is
 // set). ErrSuperseded: another Lock resumed the lease.
 func (n Node) Proclaim(ctx context.Context, c *Claim, value string, seq int64) (bool, error) {
-	v, err := n.run(ctx, proclaim, []string{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, c.seqArg(seq)).Int64()
+	v, err := n.run(ctx, proclaim, []any{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, c.seqArg(seq)).Int64()
 	if err != nil {
 		return false, RedisErr(err)
 	}

@@ -45,30 +45,12 @@ var (
 	reentrantScripts = setOf(acquireReentrant, releaseReentrant, extendReentrant, script.Fence)
 )
 
-// The digests of the scripts the uncontended path sends, converted to
-// interfaces once.
-var (
-	acquireSHA     any = acquire.Hash()
-	acquireFairSHA any = acquireFair.Hash()
-	releaseSHA     any = release.Hash()
-	releaseFairSHA any = releaseFair.Hash()
-)
-
 func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	var (
-		cmd  *redis.Cmd
-		acks int64 = -1
-	)
-	switch {
-	case n.replicas > 0 && queue:
-		cmd, acks = n.acked(ctx, acquire, []string{c.Lock, c.Rev, c.Wake}, c.Token, ttl.Milliseconds(), wakeMS)
-	case n.replicas > 0:
-		cmd, acks = n.acked(ctx, acquire, []string{c.Lock, c.Rev}, c.Token, ttl.Milliseconds())
-	case queue: // (a waiter: the wake key too, see acquire.lua)
-		cmd = n.evalsha(ctx, acquire, []any{"evalsha", acquireSHA, 3, &c.Lock, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), wakeMS})
-	default:
-		cmd = n.evalsha(ctx, acquire, []any{"evalsha", acquireSHA, 2, &c.Lock, &c.Rev, &c.Token, n.ms(ttl)})
+	if queue { // (a waiter: the wake key too, see acquire.lua)
+		cmd, acks := n.acked(ctx, acquire, []any{&c.Lock, &c.Rev, &c.Wake}, &c.Token, n.ms(ttl), wakeMS)
+		return n.lockGrant(ctx, c, cmd, acks)
 	}
+	cmd, acks := n.acked(ctx, acquire, []any{&c.Lock, &c.Rev}, &c.Token, n.ms(ttl))
 	return n.lockGrant(ctx, c, cmd, acks)
 }
 
@@ -78,7 +60,7 @@ func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration
 
 // extendLease runs extend.lua on keys for the lease c; with the clock on,
 // its last argument asks for the server's time in the reply (see clock.go).
-func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq int64, keys ...string) (*redis.Cmd, int64) {
+func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq int64, keys ...any) (*redis.Cmd, int64) {
 	if n.clock.on() {
 		return n.acked(ctx, extend, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
 	}
@@ -86,10 +68,11 @@ func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq 
 }
 
 func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+	keys := []any{&c.Lock, &c.Wake, &c.Rev}
 	if window == 0 { // a clean lease: two arguments (release.lua)
-		return n.evalsha(ctx, release, []any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA})
+		return n.run(ctx, release, keys, &c.Token, n.pubA)
 	}
-	return n.evalsha(ctx, release, c.resumerArg([]any{"evalsha", releaseSHA, 3, &c.Lock, &c.Wake, &c.Rev, &c.Token, n.pubA, window}))
+	return n.run(ctx, release, keys, c.resumerArg([]any{&c.Token, n.pubA, window})...)
 }
 
 func (plainLock) scripts() (*script.Script, scriptSet) { return acquire, plainScripts }
@@ -115,25 +98,20 @@ var stringShape = shape{typ: "string", holds: holding("a lock (a string), or ano
 }
 
 func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	if n.replicas > 0 {
-		cmd, acks := n.acked(ctx, acquireFair, []string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
-			c.Token, ttl.Milliseconds(), flag(queue), n.acquireConf(ttl))
-		return n.lockGrant(ctx, c, cmd, acks)
-	}
-	cmd := n.evalsha(ctx, acquireFair, []any{"evalsha", acquireFairSHA, 6,
-		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake, &c.Token, n.ms(ttl), flag(queue), n.acquireConf(ttl)})
-	return n.lockGrant(ctx, c, cmd, -1)
+	cmd, acks := n.acked(ctx, acquireFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake},
+		&c.Token, n.ms(ttl), flag(queue), n.acquireConf(ttl))
+	return n.lockGrant(ctx, c, cmd, acks)
 }
 
 func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.evalsha(ctx, releaseFair, c.resumerArg([]any{"evalsha", releaseFairSHA, 5,
-		&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Token, window, n.releaseConf(false)}))
+	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev},
+		c.resumerArg([]any{&c.Token, window, n.releaseConf(false)})...)
 }
 
 func (fairLock) scripts() (*script.Script, scriptSet) { return acquireFair, fairScripts }
 
 func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, _ bool) (Grant, error) {
-	cmd, acks := n.acked(ctx, acquireReentrant, []string{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
+	cmd, acks := n.acked(ctx, acquireReentrant, []any{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
 	v, err := cmd.Slice()
 	if err != nil {
 		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
@@ -154,11 +132,11 @@ func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Dur
 }
 
 func (reentrantLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, extendReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), c.seqArg(seq))
+	return n.acked(ctx, extendReentrant, []any{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (reentrantLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
-	return n.run(ctx, releaseReentrant, []string{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
+	return n.run(ctx, releaseReentrant, []any{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
 }
 
 func (reentrantLock) scripts() (*script.Script, scriptSet) {

@@ -187,7 +187,7 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 // holds the lock, and returns on how many it did and why not on the others.
 func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error) {
 	_, v := fanOut(ctx, q, func(v int64) bool { return v == 1 }, true, func(ctx context.Context, n Node) (int64, error) {
-		v, err := n.run(ctx, script.RaiseFence, []string{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape().typ, c.Resumer).Int64()
+		v, err := n.run(ctx, script.RaiseFence, []any{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape().typ, c.Resumer).Int64()
 		return v, RedisErr(err)
 	})
 	return v.yes, v.errs

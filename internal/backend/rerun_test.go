@@ -25,7 +25,7 @@ func TestRerunAfterNOSCRIPTIsNeverSentTwice(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	n := NewNode(rdb, Config{TTL: time.Second})
 	loser.Arm()
-	err := n.run(ctx, script.Uptime, []string{"rerun"}).Err()
+	err := n.run(ctx, script.Uptime, []any{"rerun"}).Err()
 	if got := loser.Lost(); got != 1 {
 		t.Fatalf("%d pipelines of SCRIPT LOAD and EVALSHA lost, want the rerun's (err %v)", got, err)
 	}
@@ -71,7 +71,7 @@ func TestAckedScriptIsNeverSentTwice(t *testing.T) {
 		}
 		p.Cut()
 	}()
-	cmd, _ := n.acked(ctx, script.Uptime, []string{"acked"})
+	cmd, _ := n.acked(ctx, script.Uptime, []any{"acked"})
 	<-done
 	if err := cmd.Err(); !ReplyLost(err) {
 		t.Errorf("acked = %v, want a lost reply", err)

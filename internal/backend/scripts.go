@@ -36,6 +36,26 @@ import (
 // Guard's script runs on the resource's Redis, not the lock's.
 var loadable = []*script.Script{script.Inspect, script.ForceRelease, script.RaiseFence, script.Fence, script.Uptime, script.Announce}
 
+// digests are the digests of loadable's scripts as command arguments,
+// converted once: a call's EVALSHA allocates none for its digest.
+var digests = hashes(loadable)
+
+func hashes(ss []*script.Script) []any {
+	d := make([]any, len(ss))
+	for i, s := range ss {
+		d[i] = s.Hash()
+	}
+	return d
+}
+
+// digest returns the digest of s as a command argument (see digests).
+func digest(s *script.Script) any {
+	if i := slices.Index(loadable, s); i >= 0 {
+		return digests[i]
+	}
+	return s.Hash()
+}
+
 // loads returns the script of the file name.lua, registered in loadable:
 // a package variable of the file of the kind that runs it names it once.
 func loads(name string) *script.Script {
@@ -43,7 +63,7 @@ func loads(name string) *script.Script {
 	if slices.Contains(loadable, s) || len(loadable) == 32 {
 		panic("backend: " + name + " registered twice, or a scriptSet has no bit left for it")
 	}
-	loadable = append(loadable, s)
+	loadable, digests = append(loadable, s), append(digests, s.Hash())
 	return s
 }
 
@@ -138,12 +158,6 @@ func (n Node) Prepare(ctx context.Context, c *Claim) error {
 	return n.prepare(ctx, c, nil)
 }
 
-// prepared reports whether Prepare has nothing to do for the lease c.
-func (n Node) prepared(ctx context.Context, c *Claim) bool {
-	s, _, err := n.server(ctx, c.Lock)
-	return err != nil || s.has(n.need(c))
-}
-
 // prepare is Prepare; loaded, if not nil, is called when it is done.
 func (n Node) prepare(ctx context.Context, c *Claim, loaded func()) error {
 	if loaded != nil {
@@ -176,6 +190,12 @@ func (n Node) prepare(ctx context.Context, c *Claim, loaded func()) error {
 	s.mu.Unlock()
 	close(done)
 	return err
+}
+
+// prepared reports whether Prepare has nothing to do for the lease c.
+func (n Node) prepared(ctx context.Context, c *Claim) bool {
+	s, _, err := n.server(ctx, c.Lock)
+	return err != nil || s.has(n.need(c))
 }
 
 // load sends SCRIPT LOAD of the scripts of set to the servers of conn
@@ -313,43 +333,58 @@ func redirected(err error) bool {
 	return redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ")
 }
 
-// run runs the script s with EVALSHA, as redis.Script.Run does; if the
-// server lacks it, see rerun.
-func (n Node) run(ctx context.Context, s *script.Script, keys []string, args ...any) *redis.Cmd {
-	return n.evalsha(ctx, s, evalArgs("evalsha", s.Hash(), keys, args))
+// run runs the script s on keys with args, with EVALSHA, as
+// redis.Script.Run does; if the server lacks it, see rerun. keys and args
+// are copied into the command, so that they may point into the lease's
+// Claim (see Claim) and stay on the caller's stack.
+func (n Node) run(ctx context.Context, s *script.Script, keys []any, args ...any) *redis.Cmd {
+	cmd := evalsha(s, keys, args)
+	if r := n.rdb.Do(ctx, cmd...); !noScript(r.Err()) {
+		return r
+	}
+	return n.rerun(ctx, s, cmd)
 }
 
-// eval sends the script s with EVAL, as redis.Script.Eval does.
-func (n Node) eval(ctx context.Context, s *script.Script, keys []string, args []any) *redis.Cmd {
-	return n.rdb.Do(ctx, evalArgs("eval", s.Source(), keys, args)...)
+// evalsha returns the command that runs s on keys with args: "evalsha",
+// digest, numkeys, keys…, argv….
+func evalsha(s *script.Script, keys, args []any) []any {
+	cmd := make([]any, 0, 3+len(keys)+len(args))
+	cmd = append(cmd, "evalsha", digest(s), len(keys))
+	return append(append(cmd, keys...), args...)
 }
 
-// rerun runs the script s again after the server answered NOSCRIPT: its
-// script cache was emptied. In one round trip it loads back every script
-// the Node had loaded there, s among them, and runs s with EVALSHA on the
-// same connection; if that cannot be done (the server refuses SCRIPT LOAD,
-// a Cluster's slot moved), it sends s with EVAL, as redis.Script.Run does.
-// Either way the call costs the one round trip more that the NOSCRIPT
-// did, and the next timed calls find their scripts. Through a driver, on
-// a Cluster, s goes with EVAL, and the next Prepare loads the scripts on
-// every master again.
-func (n Node) rerun(ctx context.Context, s *script.Script, keys []string, args []any) *redis.Cmd {
+// asEval returns cmd, an EVALSHA of s, as the EVAL that sends s itself.
+func asEval(s *script.Script, cmd []any) []any {
+	return append([]any{"eval", s.Source()}, cmd[2:]...)
+}
+
+// firstKey returns the first key of cmd, an EVALSHA: the one whose server
+// runs it.
+func firstKey(cmd []any) string {
+	key, _ := driver.String(cmd[3])
+	return key
+}
+
+// rerun runs cmd, an EVALSHA of the script s, again after the server
+// answered NOSCRIPT: its script cache was emptied. In one round trip it
+// loads back every script the Node had loaded there, s among them, and
+// runs cmd on the same connection; if that cannot be done (the server
+// refuses SCRIPT LOAD, a Cluster's slot moved), it sends s with EVAL, as
+// redis.Script.Run does. Either way the call costs the one round trip
+// more that the NOSCRIPT did, and the next timed calls find their scripts.
+// Through a driver, on a Cluster, s goes with EVAL, and the next Prepare
+// loads the scripts on every master again.
+func (n Node) rerun(ctx context.Context, s *script.Script, cmd []any) *redis.Cmd {
 	if n.d != nil && n.d.Info().Cluster {
 		n.caches.single.loaded.Store(0)
-		return n.eval(ctx, s, keys, args)
+	} else if srv, rdb, err := n.server(ctx, firstKey(cmd)); err == nil && !srv.refused.Load() {
+		set := scriptSet(srv.loaded.Swap(0)) | setOf(s)
+		rs := n.conn(rdb).DoMulti(ctx, append(loadCmds(set), cmd)...) // (not sent again: the EVALSHA goes once, as the batcher sends, see Grant.Once)
+		srv.record(set, rs[:len(rs)-1])
+		r, last := redis.NewCmd(ctx, cmd...), rs[len(rs)-1]
+		if setReply(r, last.Val, last.Err); !noScript(r.Err()) && !redirected(r.Err()) {
+			return r
+		}
 	}
-	srv, rdb, err := n.server(ctx, keys[0])
-	if err != nil || srv.refused.Load() {
-		return n.eval(ctx, s, keys, args)
-	}
-	set := scriptSet(srv.loaded.Swap(0)) | setOf(s)
-	eval := evalArgs("evalsha", s.Hash(), keys, args)
-	rs := n.conn(rdb).DoMulti(ctx, append(loadCmds(set), eval)...) // (not sent again: the EVALSHA goes once, as the batcher sends, see Grant.Once)
-	srv.record(set, rs[:len(rs)-1])
-	cmd := redis.NewCmd(ctx, eval...)
-	last := rs[len(rs)-1]
-	if setReply(cmd, last.Val, last.Err); noScript(cmd.Err()) || redirected(cmd.Err()) {
-		return n.eval(ctx, s, keys, args)
-	}
-	return cmd
+	return n.rdb.Do(ctx, asEval(s, cmd)...)
 }

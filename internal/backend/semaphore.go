@@ -53,20 +53,20 @@ type hold struct {
 }
 
 func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
-	return n.acked(ctx, holdExtend, []string{c.Lock, c.Rev}, withPermits(h.w, c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
+	return n.acked(ctx, holdExtend, []any{c.Lock, c.Rev}, withPermits(h.w, c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
 }
 
 func (hold) shape() *shape { return &zsetShape }
 
 // holdKeys returns the keys of a hold's acquisition and release, more
 // last (a semaphore's size kept in Redis).
-func (c *Claim) holdKeys(more ...string) []string {
-	return append([]string{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, more...)
+func (c *Claim) holdKeys(more ...any) []any {
+	return append([]any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, more...)
 }
 
 // take runs hold_acquire.lua once for c, the hold h on keys, which asks
 // for what (its ARGV[8]: a semaphore's N, or "r" or "w").
-func (h hold) take(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool, what any, keys []string) (Grant, error) {
+func (h hold) take(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool, what any, keys []any) (Grant, error) {
 	cmd, acks := n.acked(ctx, holdAcquire, keys,
 		withPermits(h.w, c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, what)...)
 	v, err := cmd.Int64() // >= 0 granted, else -2 - the PTTL of the hold that keeps it out
@@ -80,7 +80,7 @@ func (h hold) take(ctx context.Context, n Node, c *Claim, ttl time.Duration, que
 }
 
 // give sends hold_release.lua for c, the hold h on keys.
-func (h hold) give(ctx context.Context, n Node, c *Claim, window int64, keys []string) *redis.Cmd {
+func (h hold) give(ctx context.Context, n Node, c *Claim, window int64, keys []any) *redis.Cmd {
 	a := []any{c.HolderID(), c.Token, c.Channel, n.pub, window, n.fenceMS}
 	if h.w > 1 || c.Resumer != "" {
 		a = append(a, h.w) // (ARGV[7], before the resumer id)
@@ -137,7 +137,7 @@ var zsetShape = shape{typ: "zset",
 // unless a size is stored), "unset" or "add" (v); size is the caller's N,
 // the size while none is stored.
 func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error) {
-	r, err := n.run(ctx, permits, []string{k.Lock, k.SizeKey(), k.Queue}, op, v, size, k.Channel, n.pub).Int64Slice()
+	r, err := n.run(ctx, permits, []any{k.Lock, k.SizeKey(), k.Queue}, op, v, size, k.Channel, n.pub).Int64Slice()
 	if err != nil {
 		return PermitSize{}, RedisErr(err)
 	}
