@@ -31,9 +31,9 @@ const maxFlushers = 4
 // comes, is dropped). Flushes run on goroutines of their own, so no caller
 // ever waits for another caller's pipeline beyond its own deadline.
 //
-// It implements redis.Scripter, so the scripts run through it unchanged
-// (EVALSHA; a NOSCRIPT reply is handled by Node.rerun, which loads the
-// scripts back on the client itself).
+// It is a Node's commander: the scripts' EVALSHA goes through it (a
+// NOSCRIPT reply is handled by Node.rerun, which loads the scripts back on
+// the client itself).
 //
 // Every command goes out once: go-redis never sends it again after a
 // failure that may have left it running (see once), so a command whose
@@ -91,14 +91,15 @@ func newBatcher(rdb redis.UniversalClient, alone bool) *batcher {
 	return &batcher{rdb: rdb, alone: alone}
 }
 
-// do runs cmd, alone or in a pipeline with other goroutines' commands, and
-// returns the command that holds the reply or error: cmd itself, or, if ctx
-// ended first, a new command holding ctx's error (wrapping ErrNotSent if
-// cmd was never sent).
-func (b *batcher) do(ctx context.Context, cmd redis.Cmder) redis.Cmder {
+// Do runs one command, alone or in a pipeline with other goroutines'
+// commands, and returns the command that holds the reply or error: its
+// own, or, if ctx ended first, one holding ctx's error (wrapping
+// ErrNotSent if the command was never sent).
+func (b *batcher) Do(ctx context.Context, args ...any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		return failed(ctx, NotSent(err))
 	}
+	cmd := redis.NewCmd(ctx, args...)
 	if b.alone {
 		b.rdb.Process(ctx, goredisdriver.Once{Cmder: cmd})
 		return cmd
@@ -205,9 +206,4 @@ func (b *batcher) send(calls []*call) {
 	}
 	pipe.Exec(ctx) // each command carries its own error; Exec empties pipe
 	b.pipes.Put(pipe)
-}
-
-// Do runs one command (see do).
-func (b *batcher) Do(ctx context.Context, args ...any) *redis.Cmd {
-	return b.do(ctx, redis.NewCmd(ctx, args...)).(*redis.Cmd)
 }
