@@ -155,14 +155,6 @@ func (n Node) conn(rdb redis.UniversalClient) driver.Conn {
 // not reported, nor one in flight that was of other scripts (another kind
 // of lease): the call that follows runs its script anyway (rerun).
 func (n Node) Prepare(ctx context.Context, c *Claim) error {
-	return n.prepare(ctx, c, nil)
-}
-
-// prepare is Prepare; loaded, if not nil, is called when it is done.
-func (n Node) prepare(ctx context.Context, c *Claim, loaded func()) error {
-	if loaded != nil {
-		defer loaded()
-	}
 	need := n.need(c)
 	s, rdb, err := n.server(ctx, c.Lock)
 	if err != nil {
