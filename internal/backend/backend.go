@@ -411,7 +411,7 @@ func (n Node) waited(ctx context.Context, s *script.Script, sha []any) (*redis.C
 		for i, load := range loads {
 			rs[i].Err = load.Err()
 		}
-		srv.record(reload, rs)
+		srv.loaded.Or(uint32(srv.outcome(reload, rs)))
 		switch err := cmd.Err(); {
 		case noScript(err) && !eval && try < 5:
 			if reload == 0 && !srv.refused.Load() {
@@ -886,8 +886,7 @@ func RedisErr(err error) error {
 	if denied := scriptingDenied(err); denied != nil {
 		return denied
 	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
+	if !isRedisError(err) {
 		return err
 	}
 	switch msg := err.Error(); {

@@ -273,12 +273,6 @@ func loadCmds(set scriptSet) [][]any {
 	return cmds
 }
 
-// record notes the outcome of the loads of the scripts of set: those
-// loaded (see outcome).
-func (s *serverCache) record(set scriptSet, loads []driver.Result) {
-	s.loaded.Or(uint32(s.outcome(set, loads)))
-}
-
 // outcome reads the loads of the scripts of set (in loadable's order): it
 // notes a server that answered, and a server that refuses SCRIPT LOAD (an
 // error reply that is not a passing state, such as NOPERM), and returns
@@ -372,7 +366,7 @@ func (n Node) rerun(ctx context.Context, s *script.Script, cmd []any) *redis.Cmd
 	} else if srv, rdb, err := n.server(ctx, firstKey(cmd)); err == nil && !srv.refused.Load() {
 		set := scriptSet(srv.loaded.Swap(0)) | setOf(s)
 		rs := n.conn(rdb).DoMulti(ctx, append(loadCmds(set), cmd)...) // (not sent again: the EVALSHA goes once, as the batcher sends, see Grant.Once)
-		srv.record(set, rs[:len(rs)-1])
+		srv.loaded.Or(uint32(srv.outcome(set, rs[:len(rs)-1])))
 		r, last := redis.NewCmd(ctx, cmd...), rs[len(rs)-1]
 		if setReply(r, last.Val, last.Err); !noScript(r.Err()) && !redirected(r.Err()) {
 			return r
