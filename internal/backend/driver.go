@@ -85,10 +85,7 @@ func (g guard) Do(ctx context.Context, args ...any) (any, error) {
 		v, err := g.Conn.Do(ctx, args...)
 		return driver.Result{Val: v, Err: err}, noReply(err)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return r.Val, r.Err
+	return r.Val, cmp.Or(err, r.Err) // (r is zero after err)
 }
 
 func (g guard) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
@@ -123,11 +120,10 @@ func (g guard) Masters(ctx context.Context) ([]driver.Conn, error) {
 type drv struct{ d driver.Conn }
 
 func (c drv) Do(ctx context.Context, args ...any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, args...)
 	if err := ctx.Err(); err != nil {
-		cmd.SetErr(NotSent(err))
-		return cmd
+		return failed(ctx, NotSent(err))
 	}
+	cmd := redis.NewCmd(ctx, args...)
 	v, err := c.d.Do(ctx, args...)
 	setReply(cmd, v, err)
 	return cmd
