@@ -150,8 +150,7 @@ func (l *Lock) answered(op, why string, ok bool, err error) error {
 	case err != nil:
 		return opError(op, l.name, err)
 	case !ok:
-		l.lose(lost(l.name, why))
-		return l.Err()
+		return l.lose(lost(l.name, why))
 	}
 	return nil
 }

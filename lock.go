@@ -400,8 +400,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	case errors.Is(err, backend.ErrSuperseded):
 		return l.handOff()
 	case err == nil && !ok:
-		l.lose(lost(l.name, "the lock key no longer holds our token"))
-		return l.Err()
+		return l.lose(lost(l.name, "the lock key no longer holds our token"))
 	}
 	// After an error it is unknown whether it took effect: assume the
 	// earlier deadline. (Redis applies no extension older than one it
@@ -420,17 +419,17 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 // handOff ends the Lock as lost to another Lock that resumed its lease
 // (see Resume): its Release then sends nothing. It returns the Lock's error.
 func (l *Lock) handOff() error {
-	l.leave(lost(l.name, backend.ErrSuperseded.Error()))
-	return l.Err()
+	return l.leave(lost(l.name, backend.ErrSuperseded.Error()))
 }
 
 // leave ends the Lock with err without ending its lease, which stays for
 // another Lock to resume, or until it expires: its Release sends nothing.
-func (l *Lock) leave(err error) {
+// It returns the Lock's error.
+func (l *Lock) leave(err error) error {
 	l.mu.Lock()
 	l.handedOff = true
 	l.mu.Unlock()
-	l.lose(err)
+	return l.lose(err)
 }
 
 // capped is the error of an extension cut at the max hold.
@@ -574,37 +573,35 @@ func (l *Lock) expire() {
 		l.mu.Unlock()
 		return
 	}
-	atCap := l.atCap
-	l.mu.Unlock()
-	if !atCap {
-		l.lose(lost(l.name, "the lease's validity ran out before it was extended"))
-		return
+	err, undo := lost(l.name, "the lease's validity ran out before it was extended"), false
+	if l.atCap {
+		// With a lock-delay the lease is left to expire: the holder's work
+		// may still run past the cap, as after any end it did not make
+		// itself. The undo is the release, retried while Redis does not
+		// answer; Release, if called, runs it again (Redis answers a
+		// repeated release as the first) and reports the cap.
+		err, undo = maxHeld(l.name, l.p.maxHold), l.p.delay == 0
 	}
-	// With a lock-delay the lease is left to expire: the holder's work may
-	// still run past the cap, as after any end it did not make itself.
-	if l.lose(maxHeld(l.name, l.p.maxHold)) && l.p.delay == 0 {
-		// The undo is the release, retried while Redis does not answer;
-		// Release, if called, runs it again (Redis answers a repeated
-		// release as the first) and reports the cap.
-		l.mu.Lock()
-		cl := *l.cl // (a Downgrade in flight changes l.cl)
-		l.mu.Unlock()
+	l.finish(err)
+	cl := *l.cl // (a Downgrade in flight changes l.cl)
+	l.mu.Unlock()
+	l.c.lostLease(l, err)
+	if undo {
 		l.c.bg.Go(func() { l.c.undo(context.Background(), &cl) })
 	}
 }
 
 // lose marks the Lock lost with err, unless it is already released or
-// lost, and reports whether it did.
-func (l *Lock) lose(err error) bool {
+// lost, and returns the Lock's error.
+func (l *Lock) lose(err error) error {
 	l.mu.Lock()
-	if l.err != nil {
-		l.mu.Unlock()
-		return false
-	}
-	l.finish(err)
+	lost := l.finish(err)
+	err = l.err
 	l.mu.Unlock()
-	l.c.lostLease(l, err)
-	return true
+	if lost {
+		l.c.lostLease(l, err)
+	}
+	return err
 }
 
 // onSettled makes f be called with the Lock's error once it is settled
@@ -634,10 +631,11 @@ func (l *Lock) Context() context.Context {
 	return l.ctx
 }
 
-// finish settles the Lock's state with err; l.mu must be held.
-func (l *Lock) finish(err error) {
+// finish settles the Lock's state with err, unless it is settled already,
+// and reports whether it did; l.mu must be held.
+func (l *Lock) finish(err error) bool {
 	if l.err != nil {
-		return
+		return false
 	}
 	l.err = err
 	if !l.start.IsZero() {
@@ -662,4 +660,5 @@ func (l *Lock) finish(err error) {
 	if l.jeop != nil && !l.atRisk {
 		close(l.jeop)
 	}
+	return true
 }
