@@ -108,7 +108,7 @@ func leadership(ctx context.Context, l *Lock) (_ *Leadership, err error) {
 	if l.p.resume != "" {
 		defer func() {
 			if err != nil {
-				l.leave(err)
+				l.lose(err, true)
 			}
 		}()
 		st, err := l.c.b.Inspect(ctx, &l.cl.Keys)

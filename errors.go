@@ -150,7 +150,7 @@ func (l *Lock) answered(op, why string, ok bool, err error) error {
 	case err != nil:
 		return opError(op, l.name, err)
 	case !ok:
-		return l.lose(lost(l.name, why))
+		return l.lose(lost(l.name, why), false)
 	}
 	return nil
 }

@@ -340,29 +340,24 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	for wait := minRetry; ; wait *= 2 {
 		sent := time.Now()
 		err = l.extend(vctx, ttl)
-		if !l.retryExtend(vctx, err, wait+2*time.Since(sent)) || !sleep(vctx, wait) {
-			break
+		// It tries again after a Redis error (the outcome unknown, each
+		// extension safe to repeat), with ctx alive and the lease valid
+		// for longer than the wait before the next try and twice what the
+		// last one took: a retry never spends the time the caller needs to
+		// act on its failure (an extension of its own, a release).
+		switch {
+		case err == nil, vctx.Err() != nil, l.c.closed.Load(),
+			errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased), errors.Is(err, ErrMaxHold), errors.Is(err, ErrInvalid):
+		case time.Now().Add(wait+2*time.Since(sent)).Before(l.ValidUntil()) && sleep(vctx, wait):
+			continue
 		}
+		break
 	}
 	if lerr := l.Err(); err != nil && errors.Is(lerr, ErrNotHeld) {
 		err = lerr // the validity ran out meanwhile: the loss, not the Redis error that outlasted it
 	}
 	l.c.end(ctx, &e, start, err)
 	return err
-}
-
-// retryExtend reports whether Extend tries again after err: a Redis error
-// (the outcome unknown, each extension safe to repeat), with ctx alive and
-// the lease valid for longer than need, the wait before the next try and
-// twice what the last one took: a retry never spends the time the caller
-// needs to act on its failure (an extension of its own, a release).
-func (l *Lock) retryExtend(ctx context.Context, err error, need time.Duration) bool {
-	switch {
-	case err == nil, ctx.Err() != nil, l.c.closed.Load(),
-		errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased), errors.Is(err, ErrMaxHold), errors.Is(err, ErrInvalid):
-		return false
-	}
-	return time.Now().Add(need).Before(l.ValidUntil())
 }
 
 // extend extends the lease to ttl (0: the lease time of the latest
@@ -400,7 +395,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	case errors.Is(err, backend.ErrSuperseded):
 		return l.handOff()
 	case err == nil && !ok:
-		return l.lose(lost(l.name, "the lock key no longer holds our token"))
+		return l.lose(lost(l.name, "the lock key no longer holds our token"), false)
 	}
 	// After an error it is unknown whether it took effect: assume the
 	// earlier deadline. (Redis applies no extension older than one it
@@ -419,17 +414,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 // handOff ends the Lock as lost to another Lock that resumed its lease
 // (see Resume): its Release then sends nothing. It returns the Lock's error.
 func (l *Lock) handOff() error {
-	return l.leave(lost(l.name, backend.ErrSuperseded.Error()))
-}
-
-// leave ends the Lock with err without ending its lease, which stays for
-// another Lock to resume, or until it expires: its Release sends nothing.
-// It returns the Lock's error.
-func (l *Lock) leave(err error) error {
-	l.mu.Lock()
-	l.handedOff = true
-	l.mu.Unlock()
-	return l.lose(err)
+	return l.lose(lost(l.name, backend.ErrSuperseded.Error()), true)
 }
 
 // capped is the error of an extension cut at the max hold.
@@ -592,9 +577,12 @@ func (l *Lock) expire() {
 }
 
 // lose marks the Lock lost with err, unless it is already released or
-// lost, and returns the Lock's error.
-func (l *Lock) lose(err error) error {
+// lost, and returns the Lock's error. With left, the Lock ends without
+// ending its lease, which stays for another Lock to resume, or until it
+// expires: its Release sends nothing.
+func (l *Lock) lose(err error, left bool) error {
 	l.mu.Lock()
+	l.handedOff = l.handedOff || left
 	lost := l.finish(err)
 	err = l.err
 	l.mu.Unlock()
