@@ -22,7 +22,8 @@ type Lock struct {
 	cl    *backend.Claim // the keys and the lease token; script arguments point into it
 	base  backend.Claim  // where cl points, unless an attempt was undone (see renew)
 	start time.Time
-	slot  int // the mode it is counted in (Held): its kind's, or a read once downgraded; mu guards it
+	capAt time.Time // the max hold's deadline (zero: none), set by activate; validUntil never passes it
+	slot  int       // the mode it is counted in (Held): its kind's, or a read once downgraded; mu guards it
 
 	fenceSem chan struct{} // holds one token while a Fence (or a Downgrade) runs: serializes them, and a waiting one honours its context
 	fence    int64         // the lease's fence once issued; fenceSem guards it
@@ -34,11 +35,10 @@ type Lock struct {
 	mu         sync.Mutex    // guards the fields below
 	ttl        time.Duration
 	validUntil time.Time
-	capAt      time.Time // the max hold's deadline (zero: none); validUntil never passes it
-	atCap      bool      // validUntil is capAt: the lease ends there, unextended
-	err        error     // nil while held; ErrReleased, or the loss
-	released   bool      // the release script ran
-	handedOff  bool      // another Lock resumed the lease: Release sends nothing (see Resume)
+	atCap      bool  // validUntil is capAt: the lease ends there, unextended
+	err        error // nil while held; ErrReleased, or the loss
+	released   bool  // the release script ran
+	handedOff  bool  // another Lock resumed the lease: Release sends nothing (see Resume)
 	// done and the expiry timer that closes it at validUntil are made when
 	// someone first watches the Lock (Done, Do, an Observer with Lost); until then a
 	// loss is found when the state is read (Err, Extend, Release), and a
@@ -216,11 +216,7 @@ func (l *Lock) Token() string {
 func (l *Lock) Meta() string { return l.p.meta }
 
 // Deadline returns the lease's max hold deadline ([MaxHold]), if it has one.
-func (l *Lock) Deadline() (time.Time, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.capAt, !l.capAt.IsZero()
-}
+func (l *Lock) Deadline() (time.Time, bool) { return l.capAt, !l.capAt.IsZero() }
 
 // Fence returns the lease's fencing token, issued at the first call
 // ([ErrNotHeld] if lost or resumed by then): an int64 above every earlier fence
@@ -371,12 +367,12 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	if ttl == 0 {
 		ttl = l.ttl
 	}
-	capAt, atCap := l.capAt, l.atCap
+	atCap := l.atCap
 	l.mu.Unlock()
 	l.c.b.Prepare(ctx, l.cl) // (nothing to do unless a server lost its scripts; its error, the extension's too)
 	start := time.Now()
-	t := l.terms(start, ttl, capAt)
-	if t.atCap && (atCap || !start.Before(capAt)) {
+	t := l.terms(start, ttl, l.capAt)
+	if t.atCap && (atCap || !start.Before(l.capAt)) {
 		return l.capped() // it ends at the cap already: nothing to gain
 	}
 	// An extension asking for no less than any request before it cannot
@@ -419,9 +415,7 @@ func (l *Lock) handOff() error {
 
 // capped is the error of an extension cut at the max hold.
 func (l *Lock) capped() error {
-	l.mu.Lock()
 	left := time.Until(l.capAt).Round(time.Millisecond)
-	l.mu.Unlock()
 	return opError("extend", l.name, backend.Because(ErrMaxHold,
 		fmt.Sprintf("extended only to its max hold of %v, %v from now", l.p.maxHold, left)))
 }
