@@ -34,27 +34,31 @@ type Owner struct {
 	Meta  []string // the distinct holder metadata of those holds that have one, sorted
 }
 
-// infoOf is the Info of the lock name in the state st.
-func infoOf(name string, st backend.State) Info {
+// infoOf is the Info of the lock name in the state st, read by a Client
+// whose LockDelay is delay.
+func infoOf(name string, st backend.State, delay time.Duration) Info {
 	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
 		Meta: metaOf(st.Token), Queued: int(st.Queued)}
 	if st.Proclaimed { // an election's leader shows its value as Leader does
 		info.Meta = st.Value
 	}
+	// InDelay: the longest lease left is at most delay (a holder's own
+	// extensions keep its lease above it). A string's holder's lease is
+	// the key's.
+	left := time.Duration(-1)
+	if st.Token != "" {
+		left = st.TTL
+	}
 	for _, o := range st.Owners {
-		var metas []string
-		for _, h := range o.Holds {
-			if m := metaOf(h.Token); m != "" {
-				metas = append(metas, m)
-			}
-		}
-		metas = distinct(metas)
+		metas := metasOf(o.Holds)
 		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds)), Meta: metas})
 		if len(info.Owners) == 1 {
 			info.Meta = strings.Join(metas, ", ")
 		}
+		for _, h := range o.Holds {
+			left = max(left, h.Left)
+		}
 	}
-	var metas []string
 	for _, p := range st.Permits {
 		m := metaOf(p.Token)
 		if st.RW {
@@ -62,18 +66,24 @@ func infoOf(name string, st backend.State) Info {
 		} else {
 			info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: m, Count: p.N})
 		}
-		if m != "" {
-			metas = append(metas, m)
-		}
+		left = max(left, p.Left)
 	}
-	if len(metas) > 0 {
-		info.Meta = strings.Join(distinct(metas), ", ")
+	if metas := metasOf(st.Permits); len(metas) > 0 {
+		info.Meta = strings.Join(metas, ", ")
 	}
+	info.InDelay = delay > 0 && st.Held && left >= 0 && left <= delay
 	return info
 }
 
-// distinct sorts ms and drops repeats.
-func distinct(ms []string) []string {
+// metasOf returns the distinct holder metadata of the holds hs that have
+// one, sorted.
+func metasOf(hs []backend.Hold) []string {
+	var ms []string
+	for _, h := range hs {
+		if m := metaOf(h.Token); m != "" {
+			ms = append(ms, m)
+		}
+	}
 	slices.Sort(ms)
 	return slices.Compact(ms)
 }
@@ -88,27 +98,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if err != nil {
 		return Info{}, opError("inspect", name, err)
 	}
-	info := infoOf(name, st)
-	info.InDelay = inDelay(st, c.opts.lease.delay)
-	return info, nil
-}
-
-// inDelay reports whether the lock in the state st is held only by leases
-// with at most d left: a holder's own extensions keep its lease above d.
-func inDelay(st backend.State, d time.Duration) bool {
-	left := time.Duration(-1)
-	if st.Token != "" { // a string's holder: its lease is the key's
-		left = st.TTL
-	}
-	for _, p := range st.Permits {
-		left = max(left, p.Left)
-	}
-	for _, o := range st.Owners {
-		for _, h := range o.Holds {
-			left = max(left, h.Left)
-		}
-	}
-	return d > 0 && st.Held && left >= 0 && left <= d
+	return infoOf(name, st, c.opts.lease.delay), nil
 }
 
 // ForceRelease deletes the lock name and its holds ([ErrWrongType] if foreign),
@@ -140,7 +130,8 @@ func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
 	for _, key := range keys {
 		names = append(names, strings.TrimSuffix(strings.TrimPrefix(key, c.opts.prefix+"{"), "}"))
 	}
-	names = distinct(names) // (SCAN may return a key twice)
+	slices.Sort(names)
+	names = slices.Compact(names) // (SCAN may return a key twice)
 	infos := make([]Info, 0, len(names))
 	for _, name := range names {
 		info, err := c.Inspect(ctx, name)
