@@ -96,32 +96,25 @@ func holdersIn(ctx context.Context) []string {
 		if h == nil {
 			break
 		}
-		switch held := h.held.(type) {
+		var held []*Lock
+		switch v := h.held.(type) {
 		case *Lock:
-			ids = held.appendHolder(ids)
+			held = []*Lock{v}
 		case *MultiLock:
-			for _, l := range held.parts {
-				ids = l.appendHolder(ids)
+			held = v.parts
+		}
+		for _, l := range held {
+			id := l.cl.Token
+			if l.cl.Owner != "" { // (only a reentrant lock's claims name an owner)
+				id = ownerHold(l.cl.Owner, l.name)
+			}
+			if l.Err() == nil && !slices.Contains(ids, id) {
+				ids = append(ids, id)
 			}
 		}
 		ctx = h.Context
 	}
 	return ids
-}
-
-// appendHolder appends l's holder identity, if l is held, to ids.
-func (l *Lock) appendHolder(ids []string) []string {
-	if l.Err() != nil {
-		return ids
-	}
-	id := l.cl.Token
-	if l.cl.Owner != "" { // (only a reentrant lock's claims name an owner)
-		id = ownerHold(l.cl.Owner, l.name)
-	}
-	if slices.Contains(ids, id) {
-		return ids
-	}
-	return append(ids, id)
 }
 
 // ownerHold is the identity a record is keyed by for a reentrant owner's
