@@ -175,7 +175,8 @@ func (a *acquisition) run() (*Lock, error) {
 		case <-timer.C:
 		case <-check:
 			if found := dl.check(a.ctx); found != nil {
-				a.c.deadlocked(a.ctx, a.l.k.mode(), a.l.name, opError(a.l.k.acquireOp, a.l.name, found)) // (as acquire returns it)
+				err := opError(a.l.k.acquireOp, a.l.name, found) // (as acquire returns it)
+				a.c.obs.notify(a.ctx, &Event{Op: OpDeadlock, Name: a.l.name, Mode: a.l.k.mode(), Err: err})
 				return nil, found
 			}
 			check = time.After(dl.every)

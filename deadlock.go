@@ -124,14 +124,8 @@ func ownerHold(owner, name string) string {
 	return strconv.Itoa(len(name)) + ":" + name + ":" + owner
 }
 
-// What a record says its waiter needs of the holders of the name it waits
-// for: every one gone (a writer), or one.
-const (
-	needsAll = "all"
-	needsOne = "one"
-)
-
-// waitCheck is the deadlock check of one wait (acquisition.run).
+// waitCheck is the deadlock check of one wait (acquisition.run), and its
+// current walk of the waits-for graph.
 type waitCheck struct {
 	c        *Client
 	rs       backend.Records
@@ -141,9 +135,16 @@ type waitCheck struct {
 	every    time.Duration
 	since    time.Time
 	id       string // this wait's, to break ties between waits begun alike
-	renewals int    // the records' writes so far
-	written  bool   // records may be in Redis
+	renewals int    // the records' writes so far (0: no record may be in Redis)
 	seen     []step // the cycle the last walks found, if this wait is to report it, with its records' renewals when first found
+
+	// The walk's:
+	calls  int      // Redis calls left
+	path   []string // the names on the current path
+	closes bool     // a holder on the walk is the waiter itself
+	err    error
+	cycle  []Wait
+	steps  []step
 }
 
 // deadlockCheck returns the deadlock check of a wait for l that began at
@@ -166,31 +167,32 @@ func (c *Client) deadlockCheck(ctx context.Context, l *Lock, since time.Time) *w
 // alike by walks a period or more apart, every other record of it renewed
 // in between. The next check is due a period on.
 func (w *waitCheck) check(ctx context.Context) *DeadlockError {
-	// The record: "<since, ms> <wait ID> <renewals> <needsAll or needsOne> <name>".
-	needs := needsOne
+	if ctx.Err() != nil {
+		return nil
+	}
+	// The record: "<since, ms> <wait ID> <renewals> <needs> <name>", needs
+	// being what its waiter needs of name's holders: "all" gone (a
+	// writer), or "one".
+	needs := "one"
 	if w.all {
-		needs = needsAll
+		needs = "all"
 	}
 	w.renewals++
 	value := strconv.FormatInt(w.since.UnixMilli(), 10) + " " + w.id + " " + strconv.Itoa(w.renewals) + " " + needs + " " + w.name
 	for _, id := range w.mine {
-		if ctx.Err() != nil {
-			return nil
-		}
-		w.written = true
-		if w.rs.SetRecord(ctx, w.key(id), value, w.life().Milliseconds()) != nil {
+		if ctx.Err() != nil || w.rs.SetRecord(ctx, w.key(id), value, w.life().Milliseconds()) != nil {
 			return nil
 		}
 	}
-	wk := walk{w: w, ctx: ctx, calls: deadlockCalls}
-	found := wk.blocked(w.name, w.all, 0) && wk.closes && wk.err == nil && wk.last()
+	w.calls, w.closes, w.err, w.cycle, w.steps = deadlockCalls, false, nil, nil, nil
+	found := w.blocked(ctx, w.name, w.all, 0) && w.closes && w.err == nil && w.last()
 	switch {
 	case !found:
 		w.seen = nil
-	case !wk.alike(w.seen): // found once: look again a period on
-		w.seen = wk.steps
-	case wk.renewed(w.seen):
-		return &DeadlockError{Name: w.name, Cycle: wk.cycle}
+	case !w.alike(w.seen): // found once: look again a period on
+		w.seen = w.steps
+	case w.renewed(w.seen):
+		return &DeadlockError{Name: w.name, Cycle: w.cycle}
 	}
 	return nil
 }
@@ -202,7 +204,7 @@ func (w *waitCheck) life() time.Duration { return 3*w.every + time.Second }
 // background for as long as they could live: a record left behind would
 // make its holder look blocked when it waits no more.
 func (w *waitCheck) end(ctx context.Context) {
-	if !w.written {
+	if w.renewals == 0 {
 		return
 	}
 	w.c.cleanUp(ctx, time.Now().Add(w.life()), func(ctx context.Context) error {
@@ -216,18 +218,6 @@ func (w *waitCheck) end(ctx context.Context) {
 
 // key is the record of the holder identity id.
 func (w *waitCheck) key(id string) string { return w.c.opts.prefix + "waits:" + id }
-
-// walk is one walk of the waits-for graph from a waitCheck's name.
-type walk struct {
-	w      *waitCheck
-	ctx    context.Context
-	calls  int
-	path   []string // the names on the current path
-	closes bool     // a holder on the walk is the waiter itself
-	err    error
-	cycle  []Wait
-	steps  []step
-}
 
 // step is one holder met on a walk, with its record's wait (since, in ms
 // since the epoch, and ID) and renewals (-1: the walker's own).
@@ -244,30 +234,30 @@ type step struct {
 // holder is blocked if it is the waiter of the check itself, or its record
 // says it waits for a name that is blocked so, or already on the path (a
 // cycle).
-func (k *walk) blocked(name string, all bool, depth int) bool {
-	if slices.Contains(k.path, name) {
+func (w *waitCheck) blocked(ctx context.Context, name string, all bool, depth int) bool {
+	if slices.Contains(w.path, name) {
 		return true
 	}
-	if depth >= deadlockDepth || k.calls <= 0 {
+	if depth >= deadlockDepth || w.calls <= 0 {
 		return false
 	}
-	holders := k.holders(name)
+	holders := w.holders(ctx, name)
 	if len(holders) == 0 || len(holders) > deadlockWidth {
 		return false
 	}
-	k.path = append(k.path, name)
-	defer func() { k.path = k.path[:len(k.path)-1] }()
+	w.path = append(w.path, name)
+	defer func() { w.path = w.path[:len(w.path)-1] }()
 	held := false // (all: a holder is blocked, in no cycle of the waiter's)
 	for _, h := range holders {
-		nc, ns, closes := len(k.cycle), len(k.steps), k.closes
-		ok := k.holderBlocked(name, h, depth)
+		nc, ns, closes := len(w.cycle), len(w.steps), w.closes
+		ok := w.holderBlocked(ctx, name, h, depth)
 		switch {
-		case k.err != nil: // (Redis failed: the walk finds nothing; it stops)
+		case w.err != nil: // (Redis failed: the walk finds nothing; it stops)
 			return false
-		case all && ok && k.closes:
+		case all && ok && w.closes:
 			return true
 		case all: // (what this holder's branch added is not part of it)
-			k.cycle, k.steps, k.closes = k.cycle[:nc], k.steps[:ns], closes
+			w.cycle, w.steps, w.closes = w.cycle[:nc], w.steps[:ns], closes
 			held = held || ok
 		case !ok:
 			return false
@@ -278,20 +268,18 @@ func (k *walk) blocked(name string, all bool, depth int) bool {
 
 // holderBlocked reports whether h, a holder of name, is blocked (see
 // blocked).
-func (k *walk) holderBlocked(name string, h holder, depth int) bool {
-	k.cycle = append(k.cycle, Wait{Name: name, Holder: h.id})
-	if slices.Contains(k.w.mine, h.rec) {
-		k.closes = true
-		k.steps = append(k.steps, step{name, h.rec, k.w.id, k.w.since.UnixMilli(), -1})
+func (w *waitCheck) holderBlocked(ctx context.Context, name string, h holder, depth int) bool {
+	w.cycle = append(w.cycle, Wait{Name: name, Holder: h.id})
+	if slices.Contains(w.mine, h.rec) {
+		w.closes = true
+		w.steps = append(w.steps, step{name, h.rec, w.id, w.since.UnixMilli(), -1})
 		return true
 	}
-	if k.calls--; k.calls < 0 {
+	if w.calls--; w.calls < 0 {
 		return false
 	}
-	v, ok, err := k.w.rs.GetRecord(k.ctx, k.w.key(h.rec))
-	if err != nil {
-		k.err = err
-	}
+	v, ok, err := w.rs.GetRecord(ctx, w.key(h.rec))
+	w.err = err // (nil until now: the walk stops at its first error)
 	if err != nil || !ok {
 		return false
 	}
@@ -304,8 +292,8 @@ func (k *walk) holderBlocked(name string, h holder, depth int) bool {
 		return false
 	}
 	ms, _ := strconv.ParseInt(since, 10, 64)
-	k.steps = append(k.steps, step{name, h.rec, id, ms, renewals})
-	return k.blocked(next, needs == needsAll, depth+1)
+	w.steps = append(w.steps, step{name, h.rec, id, ms, renewals})
+	return w.blocked(ctx, next, needs == "all", depth+1)
 }
 
 // holder is a holder of a name: id as Inspect names it, rec as its
@@ -314,15 +302,15 @@ type holder struct{ id, rec string }
 
 // holders returns the holders of name, as Inspect reads them; none if
 // Redis failed (the walk's error).
-func (k *walk) holders(name string) []holder {
-	k.calls--
-	keys, err := k.w.c.check(name)
+func (w *waitCheck) holders(ctx context.Context, name string) []holder {
+	w.calls--
+	keys, err := w.c.check(name)
 	if err != nil {
 		return nil
 	}
-	st, err := k.w.c.b.Inspect(k.ctx, &keys)
+	st, err := w.c.b.Inspect(ctx, &keys)
 	if err != nil {
-		k.err = err
+		w.err = err
 		return nil
 	}
 	var hs []holder
@@ -341,10 +329,10 @@ func (k *walk) holders(name string) []holder {
 // last reports whether this wait is the one of the walk's cycle to report
 // it: the one whose wait began last, ties broken by the greater wait ID.
 // Every waiter of the cycle finds the same records, and so the same one.
-func (k *walk) last() bool {
-	mine := k.w.since.UnixMilli()
-	for _, s := range k.steps {
-		if s.since > mine || (s.since == mine && s.id > k.w.id) {
+func (w *waitCheck) last() bool {
+	mine := w.since.UnixMilli()
+	for _, s := range w.steps {
+		if s.since > mine || (s.since == mine && s.id > w.id) {
 			return false
 		}
 	}
@@ -353,8 +341,8 @@ func (k *walk) last() bool {
 
 // alike reports whether the walk met what an earlier one met: the names,
 // holders and records' waits, in order.
-func (k *walk) alike(before []step) bool {
-	return slices.EqualFunc(k.steps, before, func(s, b step) bool {
+func (w *waitCheck) alike(before []step) bool {
+	return slices.EqualFunc(w.steps, before, func(s, b step) bool {
 		return s.name == b.name && s.holder == b.holder && s.id == b.id && s.since == b.since
 	})
 }
@@ -362,17 +350,11 @@ func (k *walk) alike(before []step) bool {
 // renewed reports whether every record the walk met, other than the
 // walker's own, was renewed since an alike walk counted before: its
 // waiter still waits.
-func (k *walk) renewed(before []step) bool {
-	for i, s := range k.steps {
+func (w *waitCheck) renewed(before []step) bool {
+	for i, s := range w.steps {
 		if s.renewals >= 0 && s.renewals <= before[i].renewals {
 			return false
 		}
 	}
 	return true
-}
-
-// deadlocked tells the observers that the wait for name gave up for err.
-func (c *Client) deadlocked(ctx context.Context, mode, name string, err error) {
-	e := Event{Op: OpDeadlock, Name: name, Mode: mode, Err: err}
-	c.obs.notify(ctx, &e)
 }
