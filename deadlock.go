@@ -58,19 +58,15 @@ type Wait struct {
 }
 
 func (e *DeadlockError) Error() string {
-	var b strings.Builder
-	b.WriteString("deadlock:")
+	var steps []string
 	for i, w := range e.Cycle {
 		holder := w.Holder
-		if i > 0 {
-			b.WriteString(", which waits for")
-		}
 		if i == len(e.Cycle)-1 {
 			holder = "this waiter (" + holder + ")"
 		}
-		fmt.Fprintf(&b, " %q held by %s", w.Name, holder)
+		steps = append(steps, fmt.Sprintf(" %q held by %s", w.Name, holder))
 	}
-	return b.String()
+	return "deadlock:" + strings.Join(steps, ", which waits for")
 }
 
 // Unwrap returns ErrDeadlock and ErrNotAcquired.
