@@ -146,22 +146,19 @@ func (a *acquisition) run() (*Lock, error) {
 	a.queued = time.Now()
 	defer func() { a.w.close() }() // (a.w as it is when run returns)
 	l, pttl, err := a.try()
-	if err != nil || l != nil {
-		return l, err
-	}
-	if a.w == nil {
+	if err == nil && l == nil && a.w == nil {
 		// Subscribe, then try again at once: a release before the
 		// subscription was confirmed is seen by this attempt, one after it
 		// by the subscription.
 		a.w = a.c.watch(a.ctx, a.l.cl.Channel, a.l.cl.Token)
-		if l, pttl, err = a.try(); err != nil || l != nil {
-			return l, err
-		}
+		l, pttl, err = a.try()
+	}
+	if err != nil || l != nil {
+		return l, err
 	}
 	a.c.waitingFor(a.ctx, a.l.name, +1)
 	defer a.c.waitingFor(a.ctx, a.l.name, -1)
-	timer := time.NewTimer(a.sleep(1, pttl))
-	defer timer.Stop()
+	slept := time.After(a.sleep(1, pttl))
 	var check <-chan time.Time // when the deadlock check is due (nil: the wait has none)
 	dl := a.c.deadlockCheck(a.ctx, a.l, a.queued)
 	if dl != nil {
@@ -172,7 +169,7 @@ func (a *acquisition) run() (*Lock, error) {
 		var handed int64
 		select {
 		case handed = <-a.w.wake:
-		case <-timer.C:
+		case <-slept:
 		case <-check:
 			if found := dl.check(a.ctx); found != nil {
 				err := opError(a.l.k.acquireOp, a.l.name, found) // (as acquire returns it)
@@ -211,7 +208,7 @@ func (a *acquisition) run() (*Lock, error) {
 		if err != nil || l != nil {
 			return l, err
 		}
-		timer.Reset(again) // (a fire not received is dropped: Go 1.23 timers)
+		slept = time.After(again)
 	}
 }
 
