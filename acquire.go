@@ -228,10 +228,8 @@ func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
 // on its way, so every later handover is confirmed.
 func (a *acquisition) try() (*Lock, time.Duration, error) {
 	token := a.l.cl.Token
-	ctx := a.ctx
-	if a.first != nil {
-		ctx, a.first = a.first, nil
-	}
+	ctx := cmp.Or(a.first, a.ctx)
+	a.first = nil
 	l, g, err := a.c.attempt(ctx, a.l, true)
 	if a.w != nil && a.l.cl.Token != token {
 		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
