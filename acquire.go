@@ -379,25 +379,18 @@ func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 // (backend.Retry). The caller waits for the first try only, as an undo
 // does: up to undoTimeout, or undoWait if ctx is done.
 func (c *Client) cleanUp(ctx context.Context, deadline time.Time, f func(context.Context) error) {
-	wait := undoTimeout
-	if ctx.Err() != nil {
-		wait = undoWait
-	}
 	first := make(chan struct{}) // closed when the first try is over
 	c.bg.Go(func() { backend.Retry(deadline, f, func() { close(first) }) })
-	t := time.NewTimer(wait)
-	defer t.Stop()
 	select {
 	case <-first:
-	case <-t.C:
+	case <-time.After(undoTimeout):
 	case <-ctx.Done():
-		// The caller gave up meanwhile (a client's own timer can fail the
-		// call a moment before ctx reports it): wait as one whose context
-		// was done from the start.
-		t.Reset(undoWait)
+		// Done from the start, or the caller gave up meanwhile (a
+		// client's own timer can fail the call a moment before ctx
+		// reports it): wait up to undoWait from now.
 		select {
 		case <-first:
-		case <-t.C:
+		case <-time.After(undoWait):
 		}
 	}
 }
