@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -118,11 +119,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 // List returns the state of the held locks whose names match the glob pattern
 // ("" for all), sorted by name. It uses SCAN: locks come and go while it runs.
 func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
-	if pattern == "" {
-		pattern = "*"
-	}
-	match := c.opts.prefix + "{" + pattern + "}"
-	keys, err := c.b.Scan(ctx, match)
+	keys, err := c.b.Scan(ctx, c.opts.prefix+"{"+cmp.Or(pattern, "*")+"}")
 	if err != nil {
 		return nil, fmt.Errorf("dlock: list: %w", err)
 	}
