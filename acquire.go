@@ -191,10 +191,8 @@ func (a *acquisition) run() (*Lock, error) {
 			// passed on by the leave that follows (acquire).
 			return nil, errClosedWait
 		}
-		if a.trustHandover {
-			if l := a.c.handedOver(a.l, handed, a.queued); l != nil {
-				return l, nil
-			}
+		if l := a.handedOver(handed); l != nil {
+			return l, nil
 		}
 		l, pttl, err = a.try()
 		again := a.sleep(attempt+1, pttl)
@@ -250,34 +248,33 @@ func (a *acquisition) try() (*Lock, time.Duration, error) {
 		if g.Holder != "" || g.Owner != "" || a.l.k.why != "" {
 			a.lastRefusal = a.l.k.refusal(a.l.name, g)
 		}
-	}
-	if errors.Is(err, errTooSlow) {
+	case errors.Is(err, errTooSlow):
 		a.trustHandover = false
 		return nil, 0, nil
 	}
 	return l, g.PTTL, err
 }
 
-// handedOver returns the Lock a release handed to a fair waiter, without a
-// round trip to confirm it, when that is safe. The handover happened after
-// the waiter joined the queue, so a lease counted from queued is never
-// longer than the real one. If more than half of it is already gone, it
-// returns nil and the waiter confirms (and renews) the lease with an
-// attempt instead.
-func (c *Client) handedOver(l *Lock, wake int64, queued time.Time) *Lock {
+// handedOver returns the Lock a release handed to this fair waiter (wake),
+// without a round trip to confirm it, when that is safe: no attempt came
+// back too late (trustHandover). The handover happened after the waiter
+// joined the queue, so a lease counted from queued is never longer than
+// the real one. If more than half of it is already gone, it returns nil
+// and the waiter confirms (and renews) the lease with an attempt instead.
+func (a *acquisition) handedOver(wake int64) *Lock {
 	// The lease the handover gave: the lease time of our queue entry, which
 	// every attempt of this wait asked for alike (a max hold counts from
 	// queued, as an attempt's counts from its start).
-	t := l.termsFrom(queued)
-	if wake < pubsub.HandedOver || time.Since(queued) > t.hold/2 || c.opts.replicas > 0 || c.opts.durable > 0 {
+	t := a.l.termsFrom(a.queued)
+	if !a.trustHandover || wake < pubsub.HandedOver || time.Since(a.queued) > t.hold/2 || a.c.opts.replicas > 0 || a.c.opts.durable > 0 {
 		return nil // (with replica ack or durable grants, the confirming attempt is what WAITs)
 	}
 	var fence int64 // the handover's, if it came with one
 	if wake > pubsub.HandedOver {
 		fence = wake
 	}
-	l.activate(fence, t)
-	return l
+	a.l.activate(fence, t)
+	return a.l
 }
 
 // attempt runs the acquire script once for the pending Lock l. It returns l
