@@ -87,8 +87,8 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	}
 	// Close waits for the wait to end, its queue entry taken out.
 	defer c.bg.Enter()()
-	a := acquisition{c: c, ctx: actx, first: ctx, l: pending, trustHandover: true}
-	l, err := a.run()
+	a := acquisition{c: c, ctx: actx, l: pending, trustHandover: true}
+	l, err := a.run(ctx)
 	if err == nil {
 		return l, nil
 	}
@@ -124,11 +124,10 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 
 // acquisition is one Acquire's wait for its lock.
 type acquisition struct {
-	c     *Client
-	ctx   context.Context
-	first context.Context // the first attempt's: ctx without MaxWait's bound, so that a MaxWait, however short, makes one attempt
-	l     *Lock           // pending until taken
-	w     *waiters
+	c   *Client
+	ctx context.Context
+	l   *Lock // pending until taken
+	w   *waiters
 
 	queued        time.Time // no handover to us can precede this
 	entered       string    // the token of the last attempt Redis answered without a grant: it may wait in the queue
@@ -138,20 +137,22 @@ type acquisition struct {
 }
 
 // run attempts, subscribes and sleeps until the lock is taken or the
-// context ends; it returns the Lock, or the error that ended the wait.
-func (a *acquisition) run() (*Lock, error) {
+// context ends; it returns the Lock, or the error that ended the wait. The
+// first attempt is made under first: the context without MaxWait's bound,
+// so that a MaxWait, however short, makes one attempt.
+func (a *acquisition) run(first context.Context) (*Lock, error) {
 	// If this Client already listens on the lock's channel, wait there
 	// from the start; no release after the first attempt can be missed.
 	a.w = a.c.join(a.l.cl.Channel, a.l.cl.Token)
 	a.queued = time.Now()
 	defer func() { a.w.close() }() // (a.w as it is when run returns)
-	l, pttl, err := a.try()
+	l, pttl, err := a.try(first)
 	if err == nil && l == nil && a.w == nil {
 		// Subscribe, then try again at once: a release before the
 		// subscription was confirmed is seen by this attempt, one after it
 		// by the subscription.
 		a.w = a.c.watch(a.ctx, a.l.cl.Channel, a.l.cl.Token)
-		l, pttl, err = a.try()
+		l, pttl, err = a.try(a.ctx)
 	}
 	if err != nil || l != nil {
 		return l, err
@@ -194,7 +195,7 @@ func (a *acquisition) run() (*Lock, error) {
 		if l := a.handedOver(handed); l != nil {
 			return l, nil
 		}
-		l, pttl, err = a.try()
+		l, pttl, err = a.try(a.ctx)
 		again := a.sleep(attempt+1, pttl)
 		if err != nil && handed == pubsub.Recheck && (errors.Is(err, backend.ErrNotSent) || backend.ReplyLost(err)) {
 			// Woken by the return of the pub/sub connection, after an attempt
@@ -220,14 +221,12 @@ func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
 	return a.l.k.sleep(a.c.opts.backoff, attempt, pttl, ask, a.entered == a.l.cl.Token)
 }
 
-// try makes one attempt. A missing majority (quorum) and an attempt that
+// try makes one attempt under ctx. A missing majority (quorum) and an attempt that
 // came back too late are not errors here: the wait goes on. After a late
 // attempt, a handover message for the lease just given back may still be
 // on its way, so every later handover is confirmed.
-func (a *acquisition) try() (*Lock, time.Duration, error) {
+func (a *acquisition) try(ctx context.Context) (*Lock, time.Duration, error) {
 	token := a.l.cl.Token
-	ctx := cmp.Or(a.first, a.ctx)
-	a.first = nil
 	l, g, err := a.c.attempt(ctx, a.l, true)
 	if a.w != nil && a.l.cl.Token != token {
 		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
