@@ -21,26 +21,6 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 	return c.acquireAs(ctx, &c.own, name, opts, true)
 }
 
-// tryAcquire makes one attempt for the pending Lock l (see TryAcquire).
-func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
-	name, k := l.name, l.k
-	l, g, err := c.attempt(ctx, l, false)
-	switch {
-	case l == nil && ctx.Err() != nil: // (an attempt that failed returns no Lock)
-		if endedOnly(ctx, err) {
-			err = nil
-		}
-		return nil, gaveUp(ctx, k.acquireOp, name, err)
-	case errors.Is(err, errTooSlow):
-		return nil, opError(k.acquireOp, name, backend.Because(ErrNotAcquired, err.Error(), err))
-	case err != nil:
-		return nil, opError(k.acquireOp, name, err)
-	case l == nil:
-		return nil, k.notAcquired(name, k.refusal(name, g))
-	}
-	return l, nil
-}
-
 // endedOnly reports whether err, the error of an attempt made under ctx
 // once ctx ended, says no more than that: it is ctx's own error, or the
 // attempt was not sent or left in flight for it.
@@ -76,8 +56,22 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 		return c.resume(ctx, pending)
 	}
 	wait := pending.p.wait
-	if wait == 0 || try {
-		return c.tryAcquire(ctx, pending)
+	if wait == 0 || try { // one attempt
+		l, g, err := c.attempt(ctx, pending, false)
+		switch {
+		case l == nil && ctx.Err() != nil: // (an attempt that failed returns no Lock)
+			if endedOnly(ctx, err) {
+				err = nil
+			}
+			return nil, gaveUp(ctx, k.acquireOp, name, err)
+		case errors.Is(err, errTooSlow):
+			return nil, opError(k.acquireOp, name, backend.Because(ErrNotAcquired, err.Error(), err))
+		case err != nil:
+			return nil, opError(k.acquireOp, name, err)
+		case l == nil:
+			return nil, k.notAcquired(name, k.refusal(name, g))
+		}
+		return l, nil
 	}
 	actx := ctx // the wait's context: ctx, or ctx bounded by MaxWait
 	if wait > 0 {
