@@ -215,10 +215,10 @@ func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
 	return a.l.k.sleep(a.c.opts.backoff, attempt, pttl, ask, a.entered == a.l.cl.Token)
 }
 
-// try makes one attempt under ctx. A missing majority (quorum) and an attempt that
-// came back too late are not errors here: the wait goes on. After a late
-// attempt, a handover message for the lease just given back may still be
-// on its way, so every later handover is confirmed.
+// try makes one attempt under ctx. A missing majority (quorum) and an
+// attempt that came back too late are not errors here: the wait goes on.
+// After a late attempt, a handover message for the lease just given back
+// may still be on its way, so every later handover is confirmed.
 func (a *acquisition) try(ctx context.Context) (*Lock, time.Duration, error) {
 	token := a.l.cl.Token
 	l, g, err := a.c.attempt(ctx, a.l, true)
@@ -229,12 +229,12 @@ func (a *acquisition) try(ctx context.Context) (*Lock, time.Duration, error) {
 		a.entered = token // answered and refused: its place in the queue
 	}
 	switch _, quorum := errors.AsType[*QuorumError](err); {
-	case quorum && (a.ctx.Err() == nil || (a.lastQuorum == nil && a.lastRefusal == nil)):
+	case quorum:
 		// (Not one cut short by the context's end, if an earlier attempt
 		// was answered: it says less, its missing nodes were not waited for.)
-		a.lastQuorum = err
-		return nil, -1, nil
-	case quorum:
+		if a.ctx.Err() == nil || (a.lastQuorum == nil && a.lastRefusal == nil) {
+			a.lastQuorum = err
+		}
 		return nil, -1, nil
 	case err == nil && l == nil:
 		a.lastQuorum = nil // a majority answered: the lock is taken, not unreachable
