@@ -154,12 +154,8 @@ func (a *acquisition) run(first context.Context) (*Lock, error) {
 	a.c.waitingFor(a.ctx, a.l.name, +1)
 	defer a.c.waitingFor(a.ctx, a.l.name, -1)
 	slept := time.After(a.sleep(1, pttl))
-	var check <-chan time.Time // when the deadlock check is due (nil: the wait has none)
-	dl := a.c.deadlockCheck(a.ctx, a.l, a.queued)
-	if dl != nil {
-		defer dl.end(a.ctx) // however the wait ends
-		check = time.After(time.Until(a.queued.Add(dl.every)))
-	}
+	dl, check := a.c.deadlockCheck(a.ctx, a.l, a.queued)
+	defer dl.end(a.ctx) // however the wait ends
 	for attempt := 1; ; attempt++ {
 		var handed int64
 		select {

@@ -144,18 +144,20 @@ type waitCheck struct {
 }
 
 // deadlockCheck returns the deadlock check of a wait for l that began at
-// since with ctx, or nil if there is none: the check is off, ctx carries no
-// lease, or the backend keeps no records (a quorum).
-func (c *Client) deadlockCheck(ctx context.Context, l *Lock, since time.Time) *waitCheck {
+// since with ctx, and when it is first due; nil and nil if there is none:
+// the check is off, ctx carries no lease, or the backend keeps no records
+// (a quorum).
+func (c *Client) deadlockCheck(ctx context.Context, l *Lock, since time.Time) (*waitCheck, <-chan time.Time) {
 	rs, ok := c.b.(backend.Records)
 	if !ok || l.p.dlCheck <= 0 {
-		return nil
+		return nil, nil
 	}
 	mine := holdersIn(ctx)
 	if len(mine) == 0 {
-		return nil
+		return nil, nil
 	}
-	return &waitCheck{c: c, rs: rs, name: l.name, all: l.k.waitsAll, mine: mine, every: l.p.dlCheck, since: since, id: newToken()[:11]}
+	w := &waitCheck{c: c, rs: rs, name: l.name, all: l.k.waitsAll, mine: mine, every: l.p.dlCheck, since: since, id: newToken()[:11]}
+	return w, time.After(time.Until(since.Add(w.every)))
 }
 
 // check writes (or renews) the wait's records and walks the graph. It
@@ -196,11 +198,11 @@ func (w *waitCheck) check(ctx context.Context) *DeadlockError {
 // life is how long a record lives unless renewed: a few periods.
 func (w *waitCheck) life() time.Duration { return 3*w.every + time.Second }
 
-// end deletes the wait's records, if it wrote any, retried in the
-// background for as long as they could live: a record left behind would
-// make its holder look blocked when it waits no more.
+// end deletes the wait's records, if it wrote any (none if w is nil),
+// retried in the background for as long as they could live: a record left
+// behind would make its holder look blocked when it waits no more.
 func (w *waitCheck) end(ctx context.Context) {
-	if w.renewals == 0 {
+	if w == nil || w.renewals == 0 {
 		return
 	}
 	w.c.cleanUp(ctx, time.Now().Add(w.life()), func(ctx context.Context) error {
