@@ -123,12 +123,11 @@ func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlock: list: %w", err)
 	}
-	names := make([]string, 0, len(keys))
-	for _, key := range keys {
-		names = append(names, strings.TrimSuffix(strings.TrimPrefix(key, c.opts.prefix+"{"), "}"))
+	for i, key := range keys {
+		keys[i] = strings.TrimSuffix(strings.TrimPrefix(key, c.opts.prefix+"{"), "}")
 	}
-	slices.Sort(names)
-	names = slices.Compact(names) // (SCAN may return a key twice)
+	slices.Sort(keys)
+	names := slices.Compact(keys) // (SCAN may return a key twice)
 	infos := make([]Info, 0, len(names))
 	for _, name := range names {
 		info, err := c.Inspect(ctx, name)
