@@ -21,11 +21,12 @@ type MultiLock struct {
 	order []*Lock // in acquisition order: by name, byte by byte
 
 	// settled is cancelled, with ErrReleased or the first loss as its
-	// cause, once a part is lost or the set is released.
+	// cause, once a part is lost or the set is released (settleLocked).
 	settled context.Context
 	settle  context.CancelCauseFunc
 
-	mu sync.Mutex // orders a part settling the set and the set's Release; guards apart
+	mu   sync.Mutex  // orders a part settling the set and the set's Release; guards apart and then
+	then func(error) // onSettled's f (DoAll's cancel), called as the set is settled
 	// apart holds the loss of each part released on its own, apart from
 	// the set: the part's own Release reports nothing more, so the set's
 	// first Release reports it for the part. It is nil once a Release of
@@ -231,17 +232,35 @@ func newMulti(parts []Part, locks []*Lock) *MultiLock {
 				err = lost(l.name, "the part was released on its own, apart from the set")
 				m.apart[l] = err
 			}
-			m.settle(err) // (unless another part was lost first)
+			m.settleLocked(err) // (unless another part was lost first)
 		})
 	}
 	return m
 }
 
+// settleLocked settles the set with err unless it already is, and calls
+// then at once: fn's context is done by the time a loss is reported, as
+// a Do's is; m.mu must be held.
+func (m *MultiLock) settleLocked(err error) {
+	if m.settled.Err() == nil {
+		m.settle(err)
+		if m.then != nil {
+			m.then(err)
+		}
+	}
+}
+
 // onSettled makes f be called with the set's error once it is settled, or
-// at once if it already is, in a goroutine of its own.
+// at once if it already is. f must not block or call back into m.
 func (m *MultiLock) onSettled(f func(error)) {
 	m.check()
-	context.AfterFunc(m.settled, func() { f(context.Cause(m.settled)) })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.settled.Err() != nil {
+		f(context.Cause(m.settled))
+		return
+	}
+	m.then = f
 }
 
 // check declares the loss of every part whose validity deadline has passed.
@@ -310,7 +329,7 @@ func (m *MultiLock) Release(ctx context.Context) error {
 func (m *MultiLock) release(rel func(*Lock) error) error {
 	m.check() // a loss that is due is reported as one
 	m.mu.Lock()
-	m.settle(ErrReleased) // (unless a part was lost first)
+	m.settleLocked(ErrReleased) // (unless a part was lost first)
 	// The first Release reports the parts released apart.
 	apart := m.apart
 	m.apart = nil

@@ -358,6 +358,39 @@ func TestDoAllCancelsOnPartLoss(t *testing.T) {
 	}
 }
 
+// DoAll's fn context is done by the time a part's loss is reported, as a
+// Do's is when its Lock's is: an Extend of a part that finds it gone
+// returns with the channel fn took from ctx.Done() already closed.
+func TestDoAllContextIsDoneWhenAPartLossIsReported(t *testing.T) {
+	t.Parallel()
+	cs, rdb := multiClients(t, "unfair", 1)
+	ctx := t.Context()
+	for i := range 5 { // (each round a fresh set: the loss is reported at once or never)
+		names := []string{fmt.Sprint("x", i), fmt.Sprint("y", i)}
+		var problem error
+		err := cs[0].DoAll(ctx, names, func(fctx context.Context, m *dlock.MultiLock) error {
+			done := fctx.Done()
+			rdb.Del(ctx, lockKeys(names[1])...)
+			if err := m.Locks()[1].Extend(ctx, dlock.DefaultTTL); !errors.Is(err, dlock.ErrNotHeld) {
+				problem = fmt.Errorf("Extend of the deleted part = %v, want ErrNotHeld", err)
+				return nil
+			}
+			select {
+			case <-done:
+			default:
+				problem = errors.New("fn's context was not done when the part's Extend reported its loss")
+			}
+			return nil
+		})
+		if problem != nil {
+			t.Fatalf("round %d: %v", i, problem)
+		}
+		if !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("round %d: DoAll = %v, want the part's loss (ErrNotHeld)", i, err)
+		}
+	}
+}
+
 // DoAll releases every part when fn panics, and the panic goes on.
 func TestDoAllReleasesOnPanic(t *testing.T) {
 	t.Parallel()
