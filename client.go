@@ -219,15 +219,9 @@ func (c *Client) TryDo(ctx context.Context, name string, fn func(ctx context.Con
 // do is Do (try: TryDo): the acquisition's error (fn did not run), or
 // fn's error joined with the release's (see joinEnded).
 func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx context.Context, l *Lock) error, opts []LockOption, try bool) error {
-	if fn == nil {
-		return nilFunc(name)
-	}
-	l, err := c.acquireAs(ctx, k, name, opts, try)
-	if err != nil {
-		return err
-	}
-	return runHeld(ctx, l, func() error { return c.release(ctx, l) },
-		func(ctx context.Context) error { return fn(ctx, l) })
+	return runHeld(ctx, name, fn, func() (*Lock, error) {
+		return c.acquireAs(ctx, k, name, opts, try)
+	}, func(l *Lock) error { return c.release(ctx, l) })
 }
 
 // nilFunc is the refusal of a Do given no function to run under name.
@@ -235,30 +229,46 @@ func nilFunc(name string) error {
 	return fmt.Errorf("%w: do %q: the function to run is nil", ErrInvalid, name)
 }
 
-// runHeld runs fn, the body of a Do or a DoAll, under a heldContext of
-// held, which a loss cancels as it is declared, and then release, also when
-// fn panics; it returns fn's error joined with release's (see joinEnded).
-func runHeld(ctx context.Context, held interface {
+// runHeld is a Do or a DoAll of what (named name) acquire takes: it runs
+// fn under a heldContext of it, which a loss cancels as it is declared,
+// and then release, also when fn panics; it returns the acquisition's
+// error (fn did not run), or fn's error joined with release's (see
+// joinEnded).
+func runHeld[H interface {
 	Err() error
 	onSettled(func(error))
-}, release func() error, fn func(context.Context) error) (err error) {
+}](ctx context.Context, name string, fn func(context.Context, H) error, acquire func() (H, error), release func(H) error) (err error) {
+	if fn == nil {
+		return nilFunc(name)
+	}
+	held, err := acquire()
+	if err != nil {
+		return err
+	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	held.onSettled(cancel)
 	defer func() { // (also as a panic in fn unwinds: its error is then dropped)
 		cancel(context.Canceled)
-		err = joinEnded(err, release())
+		err = joinEnded(err, release(held))
 	}()
-	return fn(&heldContext{Context: fctx, held: held, cancel: cancel})
+	return fn(&heldContext{Context: fctx, held: held, cancel: cancel}, held)
 }
 
-// release releases the Lock of a Do. Do's caller has no Lock to call
-// Release on again, so a release that fails for want of an answer from
-// Redis is retried as an undo is (in the background, bounded) instead of
-// leaving the lease to expire.
+// release releases the Lock of a Do, also when ctx is done (see
+// releaseOrUndo).
 func (c *Client) release(ctx context.Context, l *Lock) error {
-	err := l.Release(context.WithoutCancel(ctx))
+	ctx = context.WithoutCancel(ctx)
+	return releaseOrUndo(ctx, ctx, l)
+}
+
+// releaseOrUndo releases l under ctx and, unless Redis answered that it
+// was no longer held, has its lease undone under uctx as an undo is (in
+// the background, bounded) instead of left to expire: its holder has no
+// Lock to call Release on again.
+func releaseOrUndo(ctx, uctx context.Context, l *Lock) error {
+	err := l.Release(ctx)
 	if err != nil && !errors.Is(err, ErrNotHeld) {
-		c.undo(context.WithoutCancel(ctx), l.cl)
+		l.c.undo(uctx, l.cl)
 	}
 	return err
 }

@@ -80,16 +80,11 @@ func (c *Client) TryDoAll(ctx context.Context, names []string, fn func(ctx conte
 
 // doAll is DoAll (try: TryDoAll).
 func (c *Client) doAll(ctx context.Context, names []string, fn func(ctx context.Context, m *MultiLock) error, opts []LockOption, try bool) error {
-	if fn == nil {
-		return nilFunc(strings.Join(names, ", "))
-	}
-	m, err := acquireAll(ctx, c.parts(names), opts, try)
-	if err != nil {
-		return err
-	}
-	return runHeld(ctx, m, func() error {
+	return runHeld(ctx, strings.Join(names, ", "), fn, func() (*MultiLock, error) {
+		return acquireAll(ctx, c.parts(names), opts, try)
+	}, func(m *MultiLock) error {
 		return m.release(func(l *Lock) error { return l.c.release(ctx, l) })
-	}, func(ctx context.Context) error { return fn(ctx, m) })
+	})
 }
 
 // maxRounds bounds how often AcquireAll starts over after an earlier part
@@ -200,9 +195,7 @@ func giveBack(ctx context.Context, locks []*Lock) {
 	each(locks, func(l *Lock) error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 		defer cancel()
-		if err := l.Release(rctx); err != nil && !errors.Is(err, ErrNotHeld) {
-			l.c.undo(ctx, l.cl)
-		}
+		releaseOrUndo(rctx, ctx, l)
 		return nil
 	})
 }
