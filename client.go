@@ -39,8 +39,37 @@ type engine struct {
 	own    kind  // what its own acquisitions are (Semaphore, RWMutex and Election have theirs)
 }
 
-// newClient returns the Client of backend b and its hubs.
-func newClient(b backend.Backend, hubs []*pubsub.Hub, o options) (*Client, error) {
+// New returns a Client that keeps its locks in rdb, never closed by it. A nil
+// rdb, or an option invalid or not applying, is an error wrapping [ErrInvalid].
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	if isNil(rdb) {
+		return nil, fmt.Errorf("%w: New: nil Redis client", ErrInvalid)
+	}
+	o := apply(opts)
+	if rt, wait := goredisdriver.ReadTimeout(rdb), o.durable+o.ackTimeout*time.Duration(min(o.replicas, 1)); o.durable > 0 && rt > 0 && wait >= rt {
+		o.invalid("WithDurableGrants(%v): the wait must end before the Redis client's read timeout (%v), which would cut it off as a lost reply", o.durable, rt)
+	}
+	return build([]redis.UniversalClient{rdb}, newNode, o)
+}
+
+// build returns the Client of the options o, or their error (o.err), over
+// nodes, each made by node: a quorum if o has a node timeout (NewRedlock),
+// else the one node.
+func build[N any](nodes []N, node func(N, *options) (backend.Node, *pubsub.Hub), o options) (*Client, error) {
+	if o.err != nil {
+		return nil, o.err
+	}
+	ns, hubs := make([]backend.Node, len(nodes)), make([]*pubsub.Hub, len(nodes))
+	for i, n := range nodes {
+		ns[i], hubs[i] = node(n, &o)
+	}
+	var b backend.Backend = ns[0]
+	switch {
+	case o.nodeTimeout > 0:
+		b = backend.NewQuorum(ns, o.nodeTimeout)
+	case o.noScripts:
+		b = backend.NewNoScripts(ns[0])
+	}
 	own, err := o.ownOn(b)
 	if err != nil {
 		return nil, err
@@ -52,27 +81,6 @@ func newClient(b backend.Backend, hubs []*pubsub.Hub, o options) (*Client, error
 	}
 	e.watchClock()
 	return &Client{engine: e}, nil
-}
-
-// New returns a Client that keeps its locks in rdb, never closed by it. A nil
-// rdb, or an option invalid or not applying, is an error wrapping [ErrInvalid].
-func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	if isNil(rdb) {
-		return nil, fmt.Errorf("%w: New: nil Redis client", ErrInvalid)
-	}
-	o := apply(opts)
-	if o.err != nil {
-		return nil, o.err
-	}
-	if rt, wait := goredisdriver.ReadTimeout(rdb), o.durable+o.ackTimeout*time.Duration(min(o.replicas, 1)); o.durable > 0 && rt > 0 && wait >= rt {
-		return nil, fmt.Errorf("%w: WithDurableGrants(%v): the wait must end before the Redis client's read timeout (%v), which would cut it off as a lost reply", ErrInvalid, o.durable, rt)
-	}
-	n, h := newNode(rdb, &o)
-	var b backend.Backend = n
-	if o.noScripts {
-		b = backend.NewNoScripts(n)
-	}
-	return newClient(b, []*pubsub.Hub{h}, o)
 }
 
 // config is the configuration, from the options, of a Node on a
@@ -92,17 +100,14 @@ func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	}
 	o := apply(opts)
 	switch {
-	case o.err != nil:
-		return nil, o.err
 	case o.replicas > 0:
-		return nil, fmt.Errorf("%w: NewFrom: WithReplicaAck needs a go-redis client (New)", ErrInvalid)
+		o.invalid("NewFrom: WithReplicaAck needs a go-redis client (New)")
 	case o.durable > 0:
-		return nil, fmt.Errorf("%w: NewFrom: WithDurableGrants needs a go-redis client (New)", ErrInvalid)
+		o.invalid("NewFrom: WithDurableGrants needs a go-redis client (New)")
 	case o.noScripts:
-		return nil, fmt.Errorf("%w: NewFrom: WithoutScripts needs a go-redis client (New)", ErrInvalid)
+		o.invalid("NewFrom: WithoutScripts needs a go-redis client (New)")
 	}
-	n, h := nodeFrom(conn, &o)
-	return newClient(n, []*pubsub.Hub{h}, o)
+	return build([]driver.Conn{conn}, nodeFrom, o)
 }
 
 // isNil reports whether v is nil, or an interface holding a nil pointer (a

@@ -41,7 +41,6 @@ func newRedlock[N any](fn string, nodes []N, node func(N, *options) (backend.Nod
 	}
 	o := apply(opts)
 	switch {
-	case o.err != nil:
 	case o.replicas > 0:
 		o.invalid("WithReplicaAck(%d, %v): does not apply to a quorum of independent masters", o.replicas, o.ackTimeout)
 	case o.durable > 0:
@@ -49,16 +48,9 @@ func newRedlock[N any](fn string, nodes []N, node func(N, *options) (backend.Nod
 	case o.noScripts:
 		o.invalid("WithoutScripts(): a quorum (%s) needs scripts", fn)
 	}
-	if o.err != nil {
-		return nil, o.err
-	}
 	o.nodeTimeout = cmp.Or(nodeTimeout, max(o.lease.ttl/50, 5*time.Millisecond))
 	if o.lease.ttl <= o.nodeTimeout { // as a call's LeaseTTL is checked (leaseFor)
-		return nil, fmt.Errorf("%w: LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", ErrInvalid, o.lease.ttl, o.nodeTimeout)
+		o.invalid("LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", o.lease.ttl, o.nodeTimeout)
 	}
-	ns, hubs := make([]backend.Node, len(nodes)), make([]*pubsub.Hub, len(nodes))
-	for i, n := range nodes {
-		ns[i], hubs[i] = node(n, &o)
-	}
-	return newClient(backend.NewQuorum(ns, o.nodeTimeout), hubs, o)
+	return build(nodes, node, o)
 }
