@@ -205,12 +205,10 @@ func giveBack(ctx context.Context, locks []*Lock) {
 func newMulti(parts []Part, locks []*Lock) *MultiLock {
 	m := &MultiLock{order: locks, apart: map[*Lock]error{}}
 	m.settled, m.settle = context.WithCancelCause(context.Background())
-	byKey := make(map[string]*Lock, len(locks))
-	for _, l := range locks {
-		byKey[l.cl.Keys.Lock] = l
-	}
-	for _, p := range parts {
-		m.parts = append(m.parts, byKey[backend.KeysFor(p.Client.opts.prefix, p.Name).Lock])
+	for _, p := range parts { // (locks are sorted by key: see sortedParts)
+		i, _ := slices.BinarySearchFunc(locks, backend.KeysFor(p.Client.opts.prefix, p.Name).Lock,
+			func(l *Lock, key string) int { return strings.Compare(l.cl.Keys.Lock, key) })
+		m.parts = append(m.parts, locks[i])
 	}
 	for _, l := range locks {
 		// A part released or lost settles the set. This runs with l.mu
