@@ -76,15 +76,14 @@ func apply(opts []Option) options {
 		clock:      new(backend.ClockHook),
 	}
 	for i, opt := range opts {
-		if opt == nil {
+		switch opt := opt.(type) {
+		case nil:
 			o.invalid("option %d is nil", i+1)
-			continue
+		case interface{ Pipelining() bool }: // internal/testopt's
+			o.pipelining = opt.Pipelining()
+		default:
+			opt.applyOption(&o)
 		}
-		if p, ok := opt.(interface{ Pipelining() bool }); ok { // internal/testopt's
-			o.pipelining = p.Pipelining()
-			continue
-		}
-		opt.applyOption(&o)
 	}
 	if o.lease.watch && !o.autoExtend {
 		o.invalid("%s", watchNeedsDog)
@@ -109,7 +108,6 @@ func WithPrefix(prefix string) Option {
 	return option(func(o *options) {
 		if strings.ContainsAny(prefix, "{}") {
 			o.invalid("WithPrefix(%q): the prefix must not contain '{' or '}'", prefix)
-			return
 		}
 		o.prefix = prefix
 	})
@@ -121,7 +119,6 @@ func WithDrift(d time.Duration) Option {
 	return option(func(o *options) {
 		if d < 0 {
 			o.invalid("WithDrift(%v): the drift must not be negative", d)
-			return
 		}
 		o.drift = d
 	})
@@ -151,7 +148,6 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 	return option(func(o *options) {
 		if n < 0 || (n > 0 && timeout <= 0) {
 			o.invalid("WithReplicaAck(%d, %v): need n ≥ 0 and a positive timeout", n, timeout)
-			return
 		}
 		o.replicas, o.ackTimeout = n, timeout
 	})
@@ -165,7 +161,6 @@ func WithDurableGrants(timeout time.Duration) Option {
 	return option(func(o *options) {
 		if timeout <= 0 {
 			o.invalid("WithDurableGrants(%v): need a positive timeout", timeout)
-			return
 		}
 		o.durable = timeout
 	})
