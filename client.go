@@ -113,11 +113,8 @@ func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 // isNil reports whether v is nil, or an interface holding a nil pointer (a
 // (*redis.Client)(nil)).
 func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	r := reflect.ValueOf(v)
-	return r.Kind() == reflect.Pointer && r.IsNil()
+	r := reflect.ValueOf(v) // (the zero Value, not valid, if v is nil)
+	return !r.IsValid() || r.Kind() == reflect.Pointer && r.IsNil()
 }
 
 // newNode returns the backend of one deployment reached through rdb, and
