@@ -192,12 +192,9 @@ func sortedParts(parts []Part) ([]Part, error) {
 // all at once. Against a Redis that does not answer, it waits no longer
 // than an undo does and leaves the rest to the background (see undo).
 func giveBack(ctx context.Context, locks []*Lock) {
-	each(locks, func(l *Lock) error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-		defer cancel()
-		releaseOrUndo(rctx, ctx, l)
-		return nil
-	})
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	each(locks, func(l *Lock) error { return releaseOrUndo(rctx, ctx, l) })
 }
 
 // newMulti returns the MultiLock of locks, taken in acquisition order for
