@@ -36,26 +36,6 @@ import (
 // Guard's script runs on the resource's Redis, not the lock's.
 var loadable = []*script.Script{script.Inspect, script.ForceRelease, script.RaiseFence, script.Fence, script.Uptime, script.Announce}
 
-// digests are the digests of loadable's scripts as command arguments,
-// converted once: a call's EVALSHA allocates none for its digest.
-var digests = hashes(loadable)
-
-func hashes(ss []*script.Script) []any {
-	d := make([]any, len(ss))
-	for i, s := range ss {
-		d[i] = s.Hash()
-	}
-	return d
-}
-
-// digest returns the digest of s as a command argument (see digests).
-func digest(s *script.Script) any {
-	if i := slices.Index(loadable, s); i >= 0 {
-		return digests[i]
-	}
-	return s.Hash()
-}
-
 // loads returns the script of the file name.lua, registered in loadable:
 // a package variable of the file of the kind that runs it names it once.
 func loads(name string) *script.Script {
@@ -63,7 +43,7 @@ func loads(name string) *script.Script {
 	if slices.Contains(loadable, s) || len(loadable) == 32 {
 		panic("backend: " + name + " registered twice, or a scriptSet has no bit left for it")
 	}
-	loadable, digests = append(loadable, s), append(digests, s.Hash())
+	loadable = append(loadable, s)
 	return s
 }
 
@@ -335,7 +315,7 @@ func (n Node) run(ctx context.Context, s *script.Script, keys []any, args ...any
 // digest, numkeys, keys…, argv….
 func evalsha(s *script.Script, keys, args []any) []any {
 	cmd := make([]any, 0, 3+len(keys)+len(args))
-	cmd = append(cmd, "evalsha", digest(s), len(keys))
+	cmd = append(cmd, "evalsha", s.Arg(), len(keys))
 	return append(append(cmd, keys...), args...)
 }
 

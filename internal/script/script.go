@@ -22,10 +22,15 @@ import (
 // checks each against its text.
 type Script struct {
 	name, src, hash string
+	arg             any // hash as a command argument, converted once
 }
 
 // Hash returns the script's SHA-1 digest, in hex.
 func (s *Script) Hash() string { return s.hash }
+
+// Arg returns the digest as a command argument, made once: an EVALSHA
+// allocates nothing for it.
+func (s *Script) Arg() any { return s.arg }
 
 // Source returns the script's text, for SCRIPT LOAD and EVAL.
 func (s *Script) Source() string { return s.src }
@@ -128,7 +133,7 @@ func withLib(name string) *Script {
 		maps.Copy(needed, calledIn(chunks[i]))
 	}
 	slices.Reverse(defs)
-	return &Script{name: name, src: head + strings.Join(defs, "") + tail, hash: digests[name]}
+	return &Script{name: name, src: head + strings.Join(defs, "") + tail, hash: digests[name], arg: digests[name]}
 }
 
 // read returns the text of the package's file name (it is there: embedded).
