@@ -68,7 +68,7 @@ func build[N any](nodes []N, node func(N, *options) (backend.Node, *pubsub.Hub),
 	case o.nodeTimeout > 0:
 		b = backend.NewQuorum(ns, o.nodeTimeout)
 	case o.noScripts:
-		b = backend.NewNoScripts(ns[0])
+		b = backend.NoScripts{Node: ns[0]}
 	}
 	own, err := o.ownOn(b)
 	if err != nil {

@@ -19,7 +19,7 @@ func TestAcquireRetryReturnsSameFence(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
-	b := Node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH"}
+	b := NewNode(rdb, Config{})
 	k := KeysFor("dlock:", "retry")
 	mine, theirs := &Claim{Keys: k, Kind: PlainLock}, &Claim{Keys: k, Kind: PlainLock}
 	mine.SetToken("tok")
@@ -110,7 +110,7 @@ func TestRefusedAcquireNamesTheHolder(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := t.Context()
-	node := Node{rdb: rdb, uc: rdb, pub: "PUBLISH", pubA: "PUBLISH", fenceMS: int64(60000)}
+	node := NewNode(rdb, Config{})
 	for _, n := range []struct {
 		name string
 		kind Kind
@@ -188,7 +188,7 @@ func TestKindOpsRunOnANodeAndAreRefusedElsewhere(t *testing.T) {
 		want error
 	}{
 		{"quorum", NewQuorum([]Node{n, n, n}, time.Second), ErrOverQuorum},
-		{"no scripts", NewNoScripts(n), ErrNeedsScripts},
+		{"no scripts", NoScripts{n}, ErrNeedsScripts},
 	} {
 		ran = 0
 		if err := tc.b.Op(t.Context(), op); !errors.Is(err, tc.want) || ran != 0 {

@@ -34,9 +34,6 @@ type NoScripts struct {
 	Node // Scan, Batches, Drain; its fields configure the operations
 }
 
-// NewNoScripts returns the script-free backend of the deployment n reaches.
-func NewNoScripts(n Node) NoScripts { return NoScripts{Node: n} }
-
 // Carries serves plain locks only: every other Kind runs scripts (see
 // Backend).
 func (NoScripts) Carries(k Kind) error { return plainOnly(k, ErrNeedsScripts) }

@@ -99,8 +99,6 @@ func (n Node) server(ctx context.Context, key string) (*serverCache, redis.Unive
 	switch {
 	case n.d != nil: // (a driver's: one cache, whose scripts every master loads)
 		return &n.caches.single, nil, nil
-	case n.caches == nil: // a Node made without NewNode
-		return new(serverCache), n.uc, nil
 	case !ok:
 		return &n.caches.single, n.uc, nil
 	}
