@@ -14,7 +14,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -791,17 +790,19 @@ func stateOf(k *Keys, v []any) (State, error) {
 // scanBatch is the COUNT hint of each SCAN call.
 const scanBatch = 256
 
-// Scan runs SCAN on every master.
+// Scan runs SCAN on every master: through go-redis, as a read that go-redis
+// sends again after a broken connection, with go-redis's errors as they are
+// (see conn).
 func (n Node) Scan(ctx context.Context, match string) ([]string, error) {
-	masters, err := n.scanners(ctx)
+	masters, err := n.conn(n.uc).Masters(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var keys []string
-	for _, do := range masters {
+	for _, m := range masters {
 		cursor := "0"
 		for {
-			v, err := do(ctx, "scan", cursor, "match", match, "count", scanBatch)
+			v, err := m.Do(ctx, "scan", cursor, "match", match, "count", scanBatch)
 			if err != nil {
 				return keys, err
 			}
@@ -822,35 +823,6 @@ func (n Node) Scan(ctx context.Context, match string) ([]string, error) {
 		}
 	}
 	return keys, nil
-}
-
-// scanners returns a way to send a command to each master: the driver's,
-// or go-redis's own, which sends a SCAN again after a broken connection
-// (a read, unlike a script call) and returns go-redis's errors as they are.
-func (n Node) scanners(ctx context.Context) ([]func(context.Context, ...any) (any, error), error) {
-	var do []func(context.Context, ...any) (any, error)
-	if n.d != nil {
-		masters, err := n.d.Masters(ctx)
-		for _, m := range masters {
-			do = append(do, m.Do)
-		}
-		return do, err
-	}
-	goRedis := func(rdb redis.UniversalClient) func(context.Context, ...any) (any, error) {
-		return func(ctx context.Context, args ...any) (any, error) { return rdb.Do(ctx, args...).Result() }
-	}
-	cc, ok := n.uc.(*redis.ClusterClient)
-	if !ok {
-		return append(do, goRedis(n.uc)), nil
-	}
-	var mu sync.Mutex
-	err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
-		mu.Lock()
-		do = append(do, goRedis(m))
-		mu.Unlock()
-		return nil
-	})
-	return do, err
 }
 
 // A server that refuses the connection is down: there is nothing to undo

@@ -114,9 +114,10 @@ func (n Node) server(ctx context.Context, key string) (*serverCache, redis.Unive
 	return v.(*serverCache), m, nil
 }
 
-// conn returns rdb, the server of a script cache (see server), as a
-// driver's Conn on which go-redis may send a SCRIPT LOAD again (see
-// goredisdriver.Loader); through a driver, the driver's deployment.
+// conn returns rdb, the server of a script cache (see server), or the
+// whole deployment, as a driver's Conn on which go-redis may send a SCRIPT
+// LOAD or a SCAN again (see goredisdriver.Loader); through a driver, the
+// driver's deployment.
 func (n Node) conn(rdb redis.UniversalClient) driver.Conn {
 	if n.d != nil {
 		return n.d

@@ -20,9 +20,10 @@ import (
 // Conn returns rdb as a driver.Conn. It never closes rdb.
 func Conn(rdb redis.UniversalClient) driver.Conn { return conn{rdb: rdb} }
 
-// Loader is Conn, except that go-redis may send a SCRIPT LOAD again after a
-// failure, as it does its own commands: a load is idempotent (a script
-// call still goes once).
+// Loader is Conn as the backend's own road through go-redis: go-redis may
+// send a SCRIPT LOAD or a SCAN again after a failure, as it does its own
+// commands (a load is idempotent, a SCAN a read; a script call still goes
+// once), and errors are go-redis's, as it returns them.
 func Loader(rdb redis.UniversalClient) driver.Conn { return conn{rdb: rdb, loads: true} }
 
 type conn struct {
@@ -30,9 +31,10 @@ type conn struct {
 	loads bool // (see Loader)
 }
 
-// sent is cmd as go-redis is to send it: once, unless a Loader's SCRIPT LOAD.
+// sent is cmd as go-redis is to send it: once, unless a Loader's SCRIPT
+// LOAD or SCAN.
 func (c conn) sent(cmd *redis.Cmd) redis.Cmder {
-	if a := cmd.Args(); c.loads && len(a) > 1 && cmd.Name() == "script" && a[1] == "load" {
+	if a := cmd.Args(); c.loads && (cmd.Name() == "scan" || len(a) > 1 && cmd.Name() == "script" && a[1] == "load") {
 		return cmd
 	}
 	return Once{Cmder: cmd}
@@ -46,13 +48,15 @@ func (Once) NoRetry() bool { return true }
 func (c conn) Do(ctx context.Context, args ...any) (any, error) {
 	cmd := redis.NewCmd(ctx, args...)
 	c.rdb.Process(ctx, c.sent(cmd))
-	return reply(cmd)
+	return c.reply(cmd)
 }
 
-// reply converts a command's outcome to the driver's form.
-func reply(cmd *redis.Cmd) (any, error) {
+// reply converts a command's outcome to the driver's form (a Loader's:
+// go-redis's own).
+func (c conn) reply(cmd *redis.Cmd) (any, error) {
 	v, err := cmd.Result()
 	switch {
+	case c.loads:
 	case errors.Is(err, redis.Nil):
 		return nil, nil
 	case errors.Is(err, redis.ErrClosed):
@@ -74,7 +78,7 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 	})
 	out := make([]driver.Result, len(cmds))
 	for i, cmd := range rs {
-		out[i].Val, out[i].Err = reply(cmd)
+		out[i].Val, out[i].Err = c.reply(cmd)
 	}
 	return out
 }
