@@ -374,44 +374,23 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []any, args ...a
 	if n.replicas <= 0 {
 		return n.run(ctx, s, keys, args...), -1
 	}
-	return n.waited(ctx, s, evalsha(s, keys, args))
-}
-
-// waited is acked with replica acknowledgement or durable grants on: sha
-// is the EVALSHA of s. (Apart, so that acked's uncontended path does not
-// copy n to the heap for the pipeline's closure.)
-func (n Node) waited(ctx context.Context, s *script.Script, sha []any) (*redis.Cmd, int64) {
 	cc, cluster := n.uc.(*redis.ClusterClient)
+	sha := evalsha(s, keys, args)
 	var (
 		reload scriptSet // after a NOSCRIPT: load these with the script
 		eval   bool      // after a NOSCRIPT that loading did not cure: EVAL
 	)
 	for try := 0; ; try++ { // (at try 5 the default case returns)
-		srv, conn, err := n.server(ctx, firstKey(sha))
+		srv, rdb, err := n.server(ctx, firstKey(sha))
 		if err != nil {
 			return failed(ctx, err), 0
 		}
-		var (
-			cmd, wait, aof *redis.Cmd
-			loads          []*redis.Cmd
-		)
-		conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, load := range loadCmds(reload) {
-				loads = append(loads, p.Do(ctx, load...))
-			}
-			if cmd = redis.NewCmd(ctx, sha...); eval {
-				cmd = redis.NewCmd(ctx, asEval(s, sha)...)
-			}
-			p.Process(ctx, goredisdriver.Once{Cmder: cmd}) // (sent once, and the pipeline with it: see Grant.Once)
-			wait, aof = n.queueAcks(ctx, p)
-			return nil
-		})
-		rs := make([]driver.Result, len(loads))
-		for i, load := range loads {
-			rs[i].Err = load.Err()
+		cmd := sha
+		if eval {
+			cmd = asEval(s, sha)
 		}
-		srv.loaded.Or(uint32(srv.outcome(reload, rs)))
-		switch err := cmd.Err(); {
+		rs := srv.pipelined(ctx, n.conn(rdb), reload, append([][]any{cmd}, n.ackCmds()...)...)
+		switch err := rs[0].Err(); {
 		case noScript(err) && !eval && try < 5:
 			if reload == 0 && !srv.refused.Load() {
 				reload = scriptSet(srv.loaded.Swap(0)) | setOf(s) // then a second time, with them
@@ -421,14 +400,14 @@ func (n Node) waited(ctx context.Context, s *script.Script, sha []any) (*redis.C
 		case cluster && err != nil && strings.HasPrefix(err.Error(), "MOVED ") && try < 5:
 			cc.ReloadState(ctx)
 			if !sleepCtx(ctx, time.Duration(try+1)*50*time.Millisecond) {
-				return cmd, 0
+				return rs[0], 0
 			}
 		default:
-			acks, err := n.acksOf(wait, aof)
-			if err != nil && cmd.Err() == nil {
-				cmd.SetErr(err)
+			acks, err := n.acksOf(rs[1:])
+			if err != nil && rs[0].Err() == nil {
+				rs[0].SetErr(err)
 			}
-			return cmd, acks
+			return rs[0], acks
 		}
 	}
 }

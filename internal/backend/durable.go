@@ -1,7 +1,6 @@
 package backend
 
 import (
-	"context"
 	"errors"
 	"strings"
 
@@ -15,17 +14,18 @@ import (
 // acknowledgement on too, WAIT keeps its own meaning (replicas received
 // the write; WAITAOF's replica count would ask for their files instead).
 
-// queueAcks queues on p, after a write, the waits for its
-// acknowledgements: WAIT for the replicas, WAITAOF for the append-only
-// file; nil for one that is off.
-func (n Node) queueAcks(ctx context.Context, p redis.Pipeliner) (wait, aof *redis.Cmd) {
+// ackCmds returns the waits for a write's acknowledgements, sent after it
+// on its connection: WAIT for the replicas, WAITAOF for the append-only
+// file; none for one that is off.
+func (n Node) ackCmds() [][]any {
+	var cmds [][]any
 	if r := n.replicaAcks(); r > 0 {
-		wait = p.Do(ctx, "WAIT", r, n.ackTimeout.Milliseconds())
+		cmds = append(cmds, []any{"WAIT", r, n.ackTimeout.Milliseconds()})
 	}
 	if n.durable > 0 {
-		aof = p.Do(ctx, "WAITAOF", 1, 0, n.durable.Milliseconds())
+		cmds = append(cmds, []any{"WAITAOF", 1, 0, n.durable.Milliseconds()})
 	}
-	return wait, aof
+	return cmds
 }
 
 // aofAck is 1 with durable grants: the acknowledgement of the append-only
@@ -35,14 +35,15 @@ func (n Node) aofAck() int64 { return int64(flag(n.durable > 0)) }
 // replicaAcks is how many replicas must acknowledge (WithReplicaAck).
 func (n Node) replicaAcks() int64 { return int64(n.replicas) - n.aofAck() }
 
-// acksOf counts the acknowledgements of the waits queueAcks queued, as
-// n.replicas counts them: the append-only file's first (none at all when it
-// lacks the write), then the replicas', at most as many as asked. It
-// returns the error of a server that refused WAITAOF (see notDurable).
-func (n Node) acksOf(wait, aof *redis.Cmd) (int64, error) {
+// acksOf counts the acknowledgements of the waits of ackCmds, whose
+// replies are rs, as n.replicas counts them: the append-only file's first
+// (none at all when it lacks the write), then the replicas', at most as
+// many as asked. It returns the error of a server that refused WAITAOF (see
+// notDurable).
+func (n Node) acksOf(rs []*redis.Cmd) (int64, error) {
 	var acks int64
-	if aof != nil {
-		v, err := aof.Int64Slice()
+	if n.durable > 0 {
+		v, err := rs[len(rs)-1].Int64Slice()
 		if err != nil {
 			return 0, notDurable(err, ErrNotAcquired)
 		}
@@ -51,9 +52,9 @@ func (n Node) acksOf(wait, aof *redis.Cmd) (int64, error) {
 		}
 		acks = 1
 	}
-	if wait != nil {
-		w, _ := wait.Int64()
-		acks += min(w, n.replicaAcks())
+	if r := n.replicaAcks(); r > 0 {
+		w, _ := rs[0].Int64()
+		acks += min(w, r)
 	}
 	return acks, nil
 }

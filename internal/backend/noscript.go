@@ -127,12 +127,8 @@ func (n NoScripts) ack(ctx context.Context, tx *redis.Tx, short func(acks int64)
 	if n.replicas <= 0 {
 		return nil
 	}
-	var wait, aof *redis.Cmd
-	tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-		wait, aof = n.queueAcks(ctx, p)
-		return nil
-	})
-	acks, err := n.acksOf(wait, aof)
+	rs, _ := pipe(ctx, tx, false, n.ackCmds()...)
+	acks, err := n.acksOf(rs)
 	if err == nil && acks < int64(n.replicas) {
 		err = short(acks)
 	}

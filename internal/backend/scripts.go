@@ -343,13 +343,26 @@ func (n Node) rerun(ctx context.Context, s *script.Script, cmd []any) *redis.Cmd
 	if n.d != nil && n.d.Info().Cluster {
 		n.caches.single.loaded.Store(0)
 	} else if srv, rdb, err := n.server(ctx, firstKey(cmd)); err == nil && !srv.refused.Load() {
-		set := scriptSet(srv.loaded.Swap(0)) | setOf(s)
-		rs := n.conn(rdb).DoMulti(ctx, append(loadCmds(set), cmd)...) // (not sent again: the EVALSHA goes once, as the batcher sends, see Grant.Once)
-		srv.loaded.Or(uint32(srv.outcome(set, rs[:len(rs)-1])))
-		r, last := redis.NewCmd(ctx, cmd...), rs[len(rs)-1]
-		if setReply(r, last.Val, last.Err); !noScript(r.Err()) && !redirected(r.Err()) {
+		r := srv.pipelined(ctx, n.conn(rdb), scriptSet(srv.loaded.Swap(0))|setOf(s), cmd)[0]
+		if !noScript(r.Err()) && !redirected(r.Err()) {
 			return r
 		}
 	}
 	return n.rdb.Do(ctx, asEval(s, cmd)...)
+}
+
+// pipelined sends on conn, in one round trip, SCRIPT LOAD of the scripts
+// of set, then cmds (a script call, and the waits for its
+// acknowledgements); it records the loads, and returns cmds' replies. The
+// script call goes once, and the pipeline with it (see Grant.Once).
+func (s *serverCache) pipelined(ctx context.Context, conn driver.Conn, set scriptSet, cmds ...[]any) []*redis.Cmd {
+	loads := loadCmds(set)
+	rs := conn.DoMulti(ctx, append(loads, cmds...)...)
+	s.loaded.Or(uint32(s.outcome(set, rs[:len(loads)])))
+	replies := make([]*redis.Cmd, len(cmds))
+	for i, r := range rs[len(loads):] {
+		replies[i] = redis.NewCmd(ctx, cmds[i]...)
+		setReply(replies[i], r.Val, r.Err)
+	}
+	return replies
 }
