@@ -258,8 +258,8 @@ type Backend interface {
 // go-redis client: a single server, a Sentinel-managed master, or a Cluster.
 type Node struct {
 	rdb        commander             // scripts run through here (the batcher)
-	uc         redis.UniversalClient // the client itself, for a script and WAIT on one connection
-	d          driver.Conn           // or the driver a Node made by NewNodeFrom runs through (uc is nil)
+	uc         redis.UniversalClient // the go-redis client (nil through a driver): a Cluster's masters, the script-free transactions
+	d          driver.Conn           // the deployment as a driver's Conn: NewNodeFrom's driver, or uc (goredisdriver.Loader)
 	pub        string                // PUBLISH, or SPUBLISH on a Redis Cluster
 	replicas   int                   // acknowledgements acquire and extend need: WithReplicaAck's replicas, plus the append-only file's with durable grants
 	retries    bool                  // the go-redis client retries: a lost reply is asked again, once (see Grant.Again)
@@ -301,7 +301,7 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 		replicas: c.Replicas, ackTimeout: c.AckTimeout, durable: c.Durable,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(scriptCaches), clock: newClockWatch(c.Clock, rdb)}
 	if rdb != nil {
-		n.rdb, n.retries = newBatcher(rdb, !c.Pipelining), goredisdriver.Retries(rdb)
+		n.rdb, n.d, n.retries = newBatcher(rdb, !c.Pipelining), goredisdriver.Loader(rdb), goredisdriver.Retries(rdb)
 	}
 	if c.Durable > 0 {
 		n.replicas++ // the append-only file acknowledges first (see acksOf)
@@ -771,9 +771,9 @@ const scanBatch = 256
 
 // Scan runs SCAN on every master: through go-redis, as a read that go-redis
 // sends again after a broken connection, with go-redis's errors as they are
-// (see conn).
+// (see goredisdriver.Loader).
 func (n Node) Scan(ctx context.Context, match string) ([]string, error) {
-	masters, err := n.conn(n.uc).Masters(ctx)
+	masters, err := n.d.Masters(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -92,15 +92,12 @@ func (s *serverCache) has(set scriptSet) bool {
 }
 
 // server returns what the Node knows of the script cache of the server
-// that runs the scripts of key, and, through go-redis, that server: on a
-// Cluster, the master of key's slot (see conn).
+// that runs the scripts of key, and, on go-redis's Cluster, that server,
+// the master of key's slot (nil otherwise: see conn).
 func (n Node) server(ctx context.Context, key string) (*serverCache, redis.UniversalClient, error) {
 	cc, ok := n.uc.(*redis.ClusterClient)
-	switch {
-	case n.d != nil: // (a driver's: one cache, whose scripts every master loads)
+	if !ok { // (one server; or a driver's deployment, one cache whose scripts every master loads)
 		return &n.caches.single, nil, nil
-	case !ok:
-		return &n.caches.single, n.uc, nil
 	}
 	m, err := cc.MasterForKey(ctx, key)
 	if err != nil {
@@ -114,12 +111,11 @@ func (n Node) server(ctx context.Context, key string) (*serverCache, redis.Unive
 	return v.(*serverCache), m, nil
 }
 
-// conn returns rdb, the server of a script cache (see server), or the
-// whole deployment, as a driver's Conn on which go-redis may send a SCRIPT
-// LOAD or a SCAN again (see goredisdriver.Loader); through a driver, the
-// driver's deployment.
+// conn returns rdb, a Cluster's master (see server), as a driver's Conn
+// on which go-redis may send a SCRIPT LOAD again (see goredisdriver.Loader);
+// with rdb nil, the deployment (n.d).
 func (n Node) conn(rdb redis.UniversalClient) driver.Conn {
-	if n.d != nil {
+	if rdb == nil {
 		return n.d
 	}
 	return goredisdriver.Loader(rdb)
@@ -340,7 +336,7 @@ func firstKey(cmd []any) string {
 // Through a driver, on a Cluster, s goes with EVAL, and the next Prepare
 // loads the scripts on every master again.
 func (n Node) rerun(ctx context.Context, s *script.Script, cmd []any) *redis.Cmd {
-	if n.d != nil && n.d.Info().Cluster {
+	if n.uc == nil && n.d.Info().Cluster { // (a driver's)
 		n.caches.single.loaded.Store(0)
 	} else if srv, rdb, err := n.server(ctx, firstKey(cmd)); err == nil && !srv.refused.Load() {
 		r := srv.pipelined(ctx, n.conn(rdb), scriptSet(srv.loaded.Swap(0))|setOf(s), cmd)[0]
