@@ -301,7 +301,7 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 		replicas: c.Replicas, ackTimeout: c.AckTimeout, durable: c.Durable,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(scriptCaches), clock: newClockWatch(c.Clock, rdb)}
 	if rdb != nil {
-		n.rdb, n.d, n.retries = newBatcher(rdb, !c.Pipelining), goredisdriver.Loader(rdb), goredisdriver.Retries(rdb)
+		n.rdb, n.d, n.retries = &batcher{rdb: rdb, alone: !c.Pipelining}, goredisdriver.Loader(rdb), goredisdriver.Retries(rdb)
 	}
 	if c.Durable > 0 {
 		n.replicas++ // the append-only file acknowledges first (see acksOf)
@@ -375,27 +375,20 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []any, args ...a
 		return n.run(ctx, s, keys, args...), -1
 	}
 	cc, cluster := n.uc.(*redis.ClusterClient)
-	sha := evalsha(s, keys, args)
-	var (
-		reload scriptSet // after a NOSCRIPT: load these with the script
-		eval   bool      // after a NOSCRIPT that loading did not cure: EVAL
-	)
+	cmd := evalsha(s, keys, args)
+	var reload scriptSet    // after a NOSCRIPT: load these with the script
 	for try := 0; ; try++ { // (at try 5 the default case returns)
-		srv, rdb, err := n.server(ctx, firstKey(sha))
+		srv, rdb, err := n.server(ctx, firstKey(cmd))
 		if err != nil {
 			return failed(ctx, err), 0
 		}
-		cmd := sha
-		if eval {
-			cmd = asEval(s, sha)
-		}
 		rs := srv.pipelined(ctx, n.conn(rdb), reload, append([][]any{cmd}, n.ackCmds()...)...)
 		switch err := rs[0].Err(); {
-		case noScript(err) && !eval && try < 5:
+		case noScript(err) && cmd[0] == "evalsha" && try < 5:
 			if reload == 0 && !srv.refused.Load() {
 				reload = scriptSet(srv.loaded.Swap(0)) | setOf(s) // then a second time, with them
 			} else {
-				reload, eval = 0, true
+				reload, cmd = 0, asEval(s, cmd) // then with EVAL: loading was refused, or did not cure it
 			}
 		case cluster && err != nil && strings.HasPrefix(err.Error(), "MOVED ") && try < 5:
 			cc.ReloadState(ctx)

@@ -87,10 +87,6 @@ func NotSent(err error) error { return fmt.Errorf("%w: %w", ErrNotSent, err) }
 // be sent): it may run, its reply unread (ReplyLost).
 var ErrLeftInFlight = errors.New("left in flight")
 
-func newBatcher(rdb redis.UniversalClient, alone bool) *batcher {
-	return &batcher{rdb: rdb, alone: alone}
-}
-
 // Do runs one command, alone or in a pipeline with other goroutines'
 // commands, and returns the command that holds the reply or error: its
 // own, or, if ctx ended first, one holding ctx's error (wrapping

@@ -29,7 +29,7 @@ func TestBatcherNeverSendsTwice(t *testing.T) {
 			p := redistest.NewProxy(t, s.Addr())
 			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 3})
 			t.Cleanup(func() { rdb.Close() })
-			b := newBatcher(rdb, tc.alone)
+			b := &batcher{rdb: rdb, alone: tc.alone}
 			if err := rdb.Ping(ctx).Err(); err != nil { // pooled connections through the proxy, for both ways
 				t.Fatal(err)
 			}
