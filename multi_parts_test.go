@@ -283,3 +283,32 @@ func TestAcquirePartsWithMaxWaitZeroTriesOnce(t *testing.T) {
 		t.Fatal("the part taken before the refusal was not given back")
 	}
 }
+
+// AcquireParts over Clients with different prefixes, given in an order
+// that is neither their names' nor their keys' (the acquisition order):
+// Locks and Names follow the order given, each Lock the part's own key.
+func TestAcquirePartsLocksFollowTheGivenOrderAcrossPrefixes(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	cz, ca, cd := newClient(t, rdb, dlock.WithPrefix("z:")), newClient(t, rdb, dlock.WithPrefix("a:")), newClient(t, rdb)
+	parts := []dlock.Part{{Client: cz, Name: "a"}, {Client: ca, Name: "z"}, {Client: cd, Name: "m"}, {Client: ca, Name: "b"}, {Client: cz, Name: "0"}}
+	keys := []string{"z:{a}", "a:{z}", "dlock:{m}", "a:{b}", "z:{0}"}
+	m, err := dlock.AcquireParts(ctx, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release(ctx)
+	locks, names := m.Locks(), m.Names()
+	if len(locks) != len(parts) || len(names) != len(parts) {
+		t.Fatalf("%d Locks and %d Names, want %d", len(locks), len(names), len(parts))
+	}
+	for i, p := range parts {
+		if locks[i].Name() != p.Name || locks[i].Key() != keys[i] || names[i] != p.Name {
+			t.Errorf("part %d: Lock %q at %q, name %q; want %q at %q", i, locks[i].Name(), locks[i].Key(), names[i], p.Name, keys[i])
+		}
+		if n := liveKeys(ctx, rdb, keys[i]); n != 1 {
+			t.Errorf("part %d: %s not held", i, keys[i])
+		}
+	}
+}
