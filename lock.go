@@ -453,7 +453,7 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 
 // Release gives the lock up; a repeat returns nil. [ErrNotHeld] if it was lost
 // or resumed elsewhere first. After a Redis error, retry or let it expire.
-func (l *Lock) Release(ctx context.Context) error {
+func (l *Lock) Release(ctx context.Context) (err error) {
 	// With none under way, a done ctx still takes its turn: the release
 	// stops the watchdog. Waiting for one under way, nothing is sent.
 	took := take(ctx, l.relSem)
@@ -471,48 +471,26 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	e, start := Event{Op: OpRelease, Name: l.name}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
-	err := l.release(ctx, &e)
-	l.c.end(ctx, &e, start, err)
-	return err
-}
-
-// take takes sem's token: at once if it is free, else once the holder
-// gives it back, unless ctx ends first (false).
-func take(ctx context.Context, sem chan struct{}) bool {
-	select {
-	case sem <- struct{}{}:
-		return true
-	default:
-	}
-	select {
-	case sem <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// release runs the release of a Lock not yet released; Release holds
-// relSem.
-func (l *Lock) release(ctx context.Context, e *Event) error {
+	defer func() { l.c.end(ctx, &e, start, err) }() // (on the caller's ctx, not the clean-up's below)
 	l.expire()
 	l.mu.Lock()
 	l.finish(ErrReleased) // stop the watchdog before the delete
 	lostErr, handedOff := l.err, l.handedOff
 	l.mu.Unlock()
+	if handedOff {
+		return lostErr // the lease is the resuming Lock's now: not ours to end
+	}
+	rctx := ctx
 	if ctx.Err() != nil && ctx.Value(heldKey{}) != nil {
 		// ctx is a lock's own (Context, Do's, DoAll's, or one derived from
 		// them), ended by the release or the loss: the release still goes
 		// out (the lease may still be in Redis), bounded as a clean-up is.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), backend.RetryCall)
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), backend.RetryCall)
 		defer cancel()
 	}
-	if handedOff {
-		return lostErr // the lease is the resuming Lock's now: not ours to end
-	}
 
-	ok, err := l.c.b.Release(ctx, l.cl)
+	ok, err := l.c.b.Release(rctx, l.cl)
 	superseded := errors.Is(err, backend.ErrSuperseded)
 	l.mu.Lock()
 	switch {
@@ -538,6 +516,22 @@ func (l *Lock) release(ctx context.Context, e *Event) error {
 	}
 	e.Held = time.Since(l.start)
 	return nil
+}
+
+// take takes sem's token: at once if it is free, else once the holder
+// gives it back, unless ctx ends first (false).
+func take(ctx context.Context, sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // expire marks the Lock lost if its validity deadline has passed without an

@@ -98,7 +98,6 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 		w.c.held[w.slot].began.Add(1)
 	}
 	w.mu.Unlock()
-	w.expire()
 	return w.Err() // (lost in flight, at the max hold: ErrMaxHold)
 }
 
