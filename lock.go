@@ -35,7 +35,6 @@ type Lock struct {
 	mu         sync.Mutex    // guards the fields below
 	ttl        time.Duration
 	validUntil time.Time
-	atCap      bool  // validUntil is capAt: the lease ends there, unextended
 	err        error // nil while held; ErrReleased, or the loss
 	released   bool  // the release script ran
 	handedOff  bool  // another Lock resumed the lease: Release sends nothing (see Resume)
@@ -86,7 +85,7 @@ func (l *Lock) activate(fence int64, t terms) {
 	l.c.held[l.slot].began.Add(1)
 	l.cl.Began = t.sent // (no later than the server granted it: see Node.release)
 	l.maxAsk = t.ask
-	l.capAt, l.atCap = t.capAt, t.atCap
+	l.capAt = t.capAt
 	l.fence = fence // (0: none yet; no Fence runs before the Lock is returned)
 	if l.c.obs.anyLost.Load() || !t.capAt.IsZero() {
 		l.watchLocked() // an Observer hears of an expiry when it happens
@@ -133,15 +132,13 @@ func (l *Lock) listen(ctx context.Context) {
 }
 
 // terms are what one request for the lease asks for: the lease time to
-// ask Redis for, the validity it gives, the max hold's deadline, and
-// whether the validity ends there.
+// ask Redis for, the validity it gives, and the max hold's deadline.
 type terms struct {
 	sent  time.Time // when the request that gave the lease was sent (a handover: when its waiter queued)
 	ask   time.Duration
 	hold  time.Duration // the lease time the validity counts: ask less the lock-delay
 	until time.Time
 	capAt time.Time
-	atCap bool
 }
 
 // termsFrom returns the terms of a request for the lease the acquisition
@@ -166,11 +163,19 @@ func (l *Lock) terms(sent time.Time, ttl time.Duration, capAt time.Time) terms {
 	t := terms{sent: sent, hold: ttl, until: sent.Add(ttl - l.c.opts.driftFor(ttl)), capAt: capAt}
 	if !capAt.IsZero() && !t.until.Before(capAt) {
 		t.hold = min(l.c.opts.leaseFor(capAt.Sub(sent)), ttl)
-		t.until, t.atCap = capAt, true
+		t.until = capAt
 	}
 	t.ask = l.p.asked(t.hold)
 	return t
 }
+
+// atCap reports whether the validity ends at the max hold's deadline: the
+// lease ends there, unextended.
+func (t terms) atCap() bool { return !t.capAt.IsZero() && t.until.Equal(t.capAt) }
+
+// atCap reports whether the validity ends at the max hold's deadline (not
+// for a pending Lock, which has neither); l.mu must be held.
+func (l *Lock) atCap() bool { return terms{until: l.validUntil, capAt: l.capAt}.atCap() }
 
 // renew gives the pending Lock a new lease token after its attempt was
 // undone. The claim is copied, not changed: requests of the undone attempt
@@ -367,12 +372,12 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	if ttl == 0 {
 		ttl = l.ttl
 	}
-	atCap := l.atCap
+	atCap := l.atCap()
 	l.mu.Unlock()
 	l.c.b.Prepare(ctx, l.cl) // (nothing to do unless a server lost its scripts; its error, the extension's too)
 	start := time.Now()
 	t := l.terms(start, ttl, l.capAt)
-	if t.atCap && (atCap || !start.Before(l.capAt)) {
+	if t.atCap() && (atCap || !start.Before(l.capAt)) {
 		return l.capped() // it ends at the cap already: nothing to gain
 	}
 	// An extension asking for no less than any request before it cannot
@@ -401,7 +406,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return opError("extend", l.name, backend.ExtensionError(err))
 	}
-	if err := l.Err(); err != nil || !t.atCap {
+	if err := l.Err(); err != nil || !t.atCap() {
 		return err
 	}
 	return l.capped()
@@ -432,7 +437,7 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 		return // lost or released while the call was in flight
 	}
 	applied := !onlyEarlier || t.until.Before(l.validUntil)
-	if l.dog != nil && (ttl < l.ttl || (applied && l.atCap && !t.atCap)) {
+	if l.dog != nil && (ttl < l.ttl || (applied && l.atCap() && !t.atCap())) {
 		l.arm(ttl / 3) // a shorter lease needs the next extension sooner
 	}
 	l.ttl = ttl // the lease time asked for, whether or not this call took effect
@@ -445,7 +450,7 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 			l.atRisk, l.jeop = false, nil // the lease recovered
 		}
 	}
-	l.validUntil, l.atCap = t.until, t.atCap
+	l.validUntil = t.until
 	if l.expiry != nil {
 		l.expiry.Reset(time.Until(t.until))
 	}
@@ -547,7 +552,7 @@ func (l *Lock) expire() {
 		return
 	}
 	err, undo := lost(l.name, "the lease's validity ran out before it was extended"), false
-	if l.atCap {
+	if l.atCap() {
 		// With a lock-delay the lease is left to expire: the holder's work
 		// may still run past the cap, as after any end it did not make
 		// itself. The undo is the release, retried while Redis does not

@@ -23,7 +23,7 @@ func (l *Lock) tick() {
 		l.mu.Unlock()
 		return
 	}
-	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap
+	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap()
 	early := l.early // this run was asked for by a nudge
 	if l.err != nil || atCap || closed {
 		l.mu.Unlock()
@@ -115,7 +115,7 @@ func (l *Lock) nudge() {
 	defer l.mu.Unlock()
 	now := time.Now()
 	switch at := l.checked.Add(l.ttl / checkRate); {
-	case l.dog == nil || l.err != nil || l.atCap:
+	case l.dog == nil || l.err != nil || l.atCap():
 	case l.ticking || !l.due.After(now):
 		l.again = true // under way, or starting
 	case at.Before(l.due):
