@@ -563,7 +563,7 @@ func (l *Lock) expire() {
 	l.finish(err)
 	cl := *l.cl // (a Downgrade in flight changes l.cl)
 	l.mu.Unlock()
-	l.c.lostLease(l, err)
+	l.c.tell(l, OpLost, err)
 	if undo {
 		l.c.bg.Go(func() { l.c.undo(context.Background(), &cl) })
 	}
@@ -580,7 +580,7 @@ func (l *Lock) lose(err error, left bool) error {
 	err = l.err
 	l.mu.Unlock()
 	if lost {
-		l.c.lostLease(l, err)
+		l.c.tell(l, OpLost, err)
 	}
 	return err
 }

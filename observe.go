@@ -130,14 +130,12 @@ func (c *Client) waitingFor(ctx context.Context, name string, delta int) {
 	}
 }
 
-// lostLease counts the loss of l and tells the observers.
-func (c *Client) lostLease(l *Lock, err error) {
-	c.obs.lost.Add(1)
-	c.tell(l, OpLost, err)
-}
-
-// tell tells the observers' Lost, or Jeopardy (op), of l, for err.
+// tell tells the observers' Lost, or Jeopardy (op), of l, for err; it
+// counts a loss.
 func (c *Client) tell(l *Lock, op Op, err error) {
+	if op == OpLost {
+		c.obs.lost.Add(1)
+	}
 	e := Event{Op: op, Name: l.name, Mode: l.k.mode(), Held: time.Since(l.start), Err: err}
 	c.obs.notify(context.Background(), &e)
 }
