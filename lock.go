@@ -126,9 +126,8 @@ func (l *Lock) listen(ctx context.Context) {
 	for _, w := range l.watches {
 		ready = append(ready, w.Ready())
 	}
-	ttl := l.ttl
 	l.mu.Unlock()
-	awaitAll(ctx, ready, min(ttl/3, listenWait))
+	awaitAll(ctx, ready, min(l.p.ttl/3, listenWait)) // (no Extend can have changed it before the Lock is returned)
 }
 
 // terms are what one request for the lease asks for: the lease time to
