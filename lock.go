@@ -58,8 +58,9 @@ type Lock struct {
 	quick                 int
 	// jeop (made by Jeopardy) is closed when the lease is put at risk, or
 	// settled; a later successful extension ends the risk, and Jeopardy
-	// then makes a new one. jeopT (made with jeop, or for an Observer with
-	// Jeopardy) tells of a watchdog extension left unanswered (inFlight).
+	// then makes a new one. jeopT (made by the watchdog's first run once
+	// there is a jeop or an Observer with Jeopardy) tells of a watchdog
+	// extension left unanswered (inFlight).
 	jeop     chan struct{}
 	jeopT    *time.Timer
 	atRisk   bool
@@ -98,10 +99,6 @@ func (l *Lock) activate(fence int64, t terms) {
 			for _, h := range l.c.hubs {
 				l.watches = append(l.watches, h.Watch(l.cl.Channel, l.cl.Lock, l.nudge, l.requested))
 			}
-		}
-		if l.c.obs.anyJeopardy.Load() {
-			l.jeopT = time.AfterFunc(time.Hour, l.unanswered)
-			l.jeopT.Stop()
 		}
 	}
 }
@@ -277,10 +274,6 @@ func (l *Lock) Jeopardy() <-chan struct{} {
 		if l.atRisk || l.err != nil {
 			close(l.jeop)
 		}
-	}
-	if l.jeopT == nil && l.dog != nil {
-		l.jeopT = time.AfterFunc(time.Hour, l.unanswered)
-		l.jeopT.Stop()
 	}
 	return l.jeop
 }

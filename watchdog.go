@@ -33,9 +33,11 @@ func (l *Lock) tick() {
 		}
 		return // (at the max hold, the expiry timer ends the lease there; after Close, its validity)
 	}
-	l.ticking, l.again, l.early, l.checked = true, false, false, time.Now()
+	l.ticking, l.again, l.early, l.checked, l.inFlight = true, false, false, time.Now(), true
+	if l.jeopT == nil && (l.jeop != nil || l.c.obs.anyJeopardy.Load()) {
+		l.jeopT = time.AfterFunc(time.Hour, l.unanswered) // (reset below)
+	}
 	if l.jeopT != nil {
-		l.inFlight = true
 		l.jeopT.Reset(time.Until(validUntil) / 2)
 	}
 	l.mu.Unlock()
