@@ -87,17 +87,16 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	})
 	w.mu.Lock()
 	w.cl.SetKind(cl.Kind) // (only its kind changes: Key, Token and TTL read the rest unlocked)
-	w.mu.Unlock()
-	if err := w.answered("downgrade", "the write hold is gone", ok, err); err != nil {
-		return err
-	}
-	w.mu.Lock()
-	if w.err == nil && w.slot != slotRead { // (a loss meanwhile uncounted it as a write)
+	// Downgraded, it counts as a read (unless a loss meanwhile uncounted it).
+	if ok && err == nil && w.err == nil && w.slot != slotRead {
 		w.c.held[w.slot].ended.Add(1)
 		w.slot = slotRead
 		w.c.held[w.slot].began.Add(1)
 	}
 	w.mu.Unlock()
+	if err := w.answered("downgrade", "the write hold is gone", ok, err); err != nil {
+		return err
+	}
 	return w.Err() // (lost in flight, at the max hold: ErrMaxHold)
 }
 
