@@ -582,11 +582,10 @@ func (l *Lock) lose(err error, left bool) error {
 // expiry timer, so that a loss is declared when it is due. f must not
 // block or call back into the Lock.
 func (l *Lock) onSettled(f func(error)) {
-	l.expire()
+	l.Done() // (arms the expiry timer)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.watchLocked()
-	if l.err != nil {
+	if l.err != nil { // (settled since Done, or before)
 		f(l.err)
 		return
 	}
