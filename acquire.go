@@ -221,8 +221,8 @@ func (a *acquisition) try(ctx context.Context) (*Lock, time.Duration, error) {
 	if a.w != nil && a.l.cl.Token != token {
 		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
 	}
-	if err == nil && l == nil && a.l.cl.Token == token && a.l.k.fair {
-		a.entered = token // answered and refused: its place in the queue
+	if err == nil && l == nil && a.l.cl.Token == token {
+		a.entered = a.l.k.place(token) // answered and refused
 	}
 	switch _, quorum := errors.AsType[*QuorumError](err); {
 	case quorum:
@@ -234,7 +234,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, time.Duration, error) {
 		return nil, -1, nil
 	case err == nil && l == nil:
 		a.lastQuorum = nil // a majority answered: the lock is taken, not unreachable
-		if g.Holder != "" || g.Owner != "" || a.l.k.why != "" {
+		if a.l.k.says(g) {
 			a.lastRefusal = a.l.k.refusal(a.l.name, g)
 		}
 	case errors.Is(err, errTooSlow):

@@ -100,10 +100,7 @@ func holdersIn(ctx context.Context) []string {
 			held = v.parts
 		}
 		for _, l := range held {
-			id := l.cl.Token
-			if l.cl.Owner != "" { // (only a reentrant lock's claims name an owner)
-				id = ownerHold(l.cl.Owner, l.name)
-			}
+			id := l.k.holdID(l.cl, l.name)
 			if l.Err() == nil && !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}

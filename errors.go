@@ -57,20 +57,6 @@ func (e *NotAcquiredError) Error() string {
 // Unwrap returns ErrNotAcquired.
 func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 
-// refusal is the NotAcquiredError of an attempt of name that Redis refused
-// with g.
-func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
-	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL,
-		Permits: k.permits, by: k.by, why: k.why}
-	if g.Owner != "" {
-		e.Holder, e.by = g.Owner, "held by another owner" // a reentrant lock names its owner
-	}
-	if g.Proclaimed {
-		e.Meta = g.Value // a leader is named by the value it proclaimed last, as Leader does
-	}
-	return e
-}
-
 // Errors read once: "dlock: <op> "<name>": <cause>". The backend returns
 // bare causes (the go-redis error, or a text of its own); the Client or Lock
 // method that returns the error puts the prefix, the operation and the

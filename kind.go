@@ -94,6 +94,54 @@ func (k *kind) ownerOf(c *Client) string {
 	return c.id + "/" + c.owner
 }
 
+// holder names the holder of the lease cl of kind k (Lock.Token): its
+// owner, if k's leases belong to owners, else its token.
+func (k *kind) holder(cl *backend.Claim) string {
+	if k.owned {
+		return cl.Owner
+	}
+	return cl.Token
+}
+
+// holdID is the identity by which the deadlock records know the lease cl
+// of kind k held under name: its owner's hold of name (ownerHold), if k's
+// leases belong to owners, else its token.
+func (k *kind) holdID(cl *backend.Claim, name string) string {
+	if k.owned {
+		return ownerHold(cl.Owner, name)
+	}
+	return cl.Token
+}
+
+// place is the place in the queue of an attempt of kind k with token that
+// Redis answered and refused: token if k's waiters queue, else "".
+func (k *kind) place(token string) string {
+	if k.fair {
+		return token
+	}
+	return ""
+}
+
+// says reports whether a refusal g of an attempt of kind k says something
+// worth keeping (see refusal): it names a holder, or k's refusals name none.
+func (k *kind) says(g backend.Grant) bool {
+	return g.Holder != "" || g.Owner != "" || k.why != ""
+}
+
+// refusal is the NotAcquiredError of an attempt of name that Redis refused
+// with g.
+func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
+	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL,
+		Permits: k.permits, by: k.by, why: k.why}
+	if g.Owner != "" {
+		e.Holder, e.by = g.Owner, "held by another owner" // a reentrant lock names its owner
+	}
+	if g.Proclaimed {
+		e.Meta = g.Value // a leader is named by the value it proclaimed last, as Leader does
+	}
+	return e
+}
+
 // resumes checks that a lease of kind k held under name can be resumed
 // from token (Resume): an error wrapping ErrInvalid if k's leases belong
 // to owners, not to tokens, or ErrNotHeld if token is another kind's.

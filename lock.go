@@ -207,10 +207,7 @@ func (l *Lock) Key() string { return l.cl.Lock }
 
 // Token returns the lease's opaque token: no spaces, holder metadata included.
 func (l *Lock) Token() string {
-	if l.cl.Owner != "" {
-		return l.cl.Owner
-	}
-	return l.cl.Token
+	return l.k.holder(l.cl)
 }
 
 // Meta returns the lease's holder metadata ([HolderMeta]).
