@@ -129,15 +129,7 @@ func (c *Claim) SetKind(k Kind) {
 
 // HolderID is what the lock names as its holder: the lease's token, a
 // reentrant lock's owner id, or a read-write lock's member.
-func (c *Claim) HolderID() string {
-	if c.Member != "" {
-		return c.Member
-	}
-	if c.Owner != "" {
-		return c.Owner
-	}
-	return c.Token
-}
+func (c *Claim) HolderID() string { return c.Kind.holder(c) }
 
 // commander sends commands, scripts' EVAL and EVALSHA among them, each
 // once: the batcher.

@@ -39,6 +39,9 @@ type Kind interface {
 	// member returns the lease's member in the kind's sorted set, given
 	// its token ("" if it has none: see Claim.Member).
 	member(token string) string
+	// holder is what the lock names as the holder of the lease c (see
+	// Claim.HolderID).
+	holder(c *Claim) string
 	// what is a lease of the kind in words ("a plain lock"), as a
 	// WRONGTYPE error says what was wanted (see wrongKind).
 	what() string

@@ -79,6 +79,8 @@ func (plainLock) scripts() (*script.Script, scriptSet) { return acquire, plainSc
 
 func (plainLock) member(string) string { return "" }
 
+func (plainLock) holder(c *Claim) string { return c.Token }
+
 func (plainLock) what() string { return "a plain lock" }
 
 func (plainLock) shape() *shape { return &stringShape }
@@ -144,6 +146,8 @@ func (reentrantLock) scripts() (*script.Script, scriptSet) {
 }
 
 func (reentrantLock) member(string) string { return "" }
+
+func (reentrantLock) holder(c *Claim) string { return c.Owner }
 
 func (reentrantLock) what() string { return "a reentrant lock" }
 

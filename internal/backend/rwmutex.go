@@ -49,6 +49,8 @@ func (rwHold) scripts() (*script.Script, scriptSet) { return holdAcquire, rwScri
 // member is a hold's member of the set, "<rw>:<token>".
 func (h rwHold) member(token string) string { return h.rw + ":" + token }
 
+func (rwHold) holder(c *Claim) string { return c.Member }
+
 func (rwHold) what() string { return "a read-write lock's hold" }
 
 // holdDowngrade turns a write hold into a read (Downgrade); a read-write

@@ -58,6 +58,8 @@ func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, s
 
 func (hold) shape() *shape { return &zsetShape }
 
+func (hold) holder(c *Claim) string { return c.Token }
+
 // holdKeys returns the keys of a hold's acquisition and release, more
 // last (a semaphore's size kept in Redis).
 func (c *Claim) holdKeys(more ...any) []any {
