@@ -212,11 +212,16 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		what = cmp.Or(what, "a "+st.Type)
 		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, "the name is held as "+what+", not by a leader"))
 	}
-	value := metaOf(st.Token)
-	if st.Proclaimed {
-		value = st.Value
+	return Leader{Value: shown(st.Token, st.Value, st.Proclaimed), Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
+}
+
+// shown is what a holder with token shows of itself: the value it
+// proclaimed, if proclaimed (a leader), else its metadata.
+func shown(token, value string, proclaimed bool) string {
+	if proclaimed {
+		return value
 	}
-	return Leader{Value: value, Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
+	return metaOf(token)
 }
 
 // Observe returns a channel, closed when ctx ends, of the leader then each

@@ -38,26 +38,14 @@ type Owner struct {
 // infoOf is the Info of the lock name in the state st, read by a Client
 // whose LockDelay is delay.
 func infoOf(name string, st backend.State, delay time.Duration) Info {
+	// (An election's leader shows its value, as Leader does.)
 	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
-		Meta: metaOf(st.Token), Queued: int(st.Queued)}
-	if st.Proclaimed { // an election's leader shows its value as Leader does
-		info.Meta = st.Value
-	}
-	// InDelay: the longest lease left is at most delay (a holder's own
-	// extensions keep its lease above it). A string's holder's lease is
-	// the key's.
-	left := time.Duration(-1)
-	if st.Token != "" {
-		left = st.TTL
-	}
+		Meta: shown(st.Token, st.Value, st.Proclaimed), Queued: int(st.Queued)}
 	for _, o := range st.Owners {
 		metas := metasOf(o.Holds)
 		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds)), Meta: metas})
 		if len(info.Owners) == 1 {
 			info.Meta = strings.Join(metas, ", ")
-		}
-		for _, h := range o.Holds {
-			left = max(left, h.Left)
 		}
 	}
 	for _, p := range st.Permits {
@@ -67,10 +55,15 @@ func infoOf(name string, st backend.State, delay time.Duration) Info {
 		} else {
 			info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: m, Count: p.N})
 		}
-		left = max(left, p.Left)
 	}
 	if metas := metasOf(st.Permits); len(metas) > 0 {
 		info.Meta = strings.Join(metas, ", ")
+	}
+	// InDelay: the longest lease left is at most delay (a holder's own
+	// extensions keep its lease above it).
+	left := time.Duration(-1)
+	for _, h := range st.Leases() {
+		left = max(left, h.Left)
 	}
 	info.InDelay = delay > 0 && st.Held && left >= 0 && left <= delay
 	return info

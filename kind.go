@@ -131,13 +131,11 @@ func (k *kind) says(g backend.Grant) bool {
 // refusal is the NotAcquiredError of an attempt of name that Redis refused
 // with g.
 func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
-	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: metaOf(g.Holder), TTL: g.PTTL,
+	// (A leader is named by the value it proclaimed last, as Leader does.)
+	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: shown(g.Holder, g.Value, g.Proclaimed), TTL: g.PTTL,
 		Permits: k.permits, by: k.by, why: k.why}
 	if g.Owner != "" {
 		e.Holder, e.by = g.Owner, "held by another owner" // a reentrant lock names its owner
-	}
-	if g.Proclaimed {
-		e.Meta = g.Value // a leader is named by the value it proclaimed last, as Leader does
 	}
 	return e
 }
