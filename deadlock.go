@@ -123,7 +123,7 @@ type waitCheck struct {
 	c        *Client
 	rs       backend.Records
 	name     string   // the name waited for
-	all      bool     // the waiter needs every holder of name gone (a writer)
+	needs    string   // what the waiter needs of name's holders: "all" gone (a writer), or "one" (kind.needs)
 	mine     []string // the holder identities of the leases the waiter holds
 	every    time.Duration
 	since    time.Time
@@ -153,7 +153,7 @@ func (c *Client) deadlockCheck(ctx context.Context, l *Lock, since time.Time) (*
 	if len(mine) == 0 {
 		return nil, nil
 	}
-	w := &waitCheck{c: c, rs: rs, name: l.name, all: l.k.waitsAll, mine: mine, every: l.p.dlCheck, since: since, id: newToken()[:11]}
+	w := &waitCheck{c: c, rs: rs, name: l.name, needs: l.k.needs(), mine: mine, every: l.p.dlCheck, since: since, id: newToken()[:11]}
 	return w, time.After(time.Until(since.Add(w.every)))
 }
 
@@ -165,22 +165,16 @@ func (w *waitCheck) check(ctx context.Context) *DeadlockError {
 	if ctx.Err() != nil {
 		return nil
 	}
-	// The record: "<since, ms> <wait ID> <renewals> <needs> <name>", needs
-	// being what its waiter needs of name's holders: "all" gone (a
-	// writer), or "one".
-	needs := "one"
-	if w.all {
-		needs = "all"
-	}
+	// The record: "<since, ms> <wait ID> <renewals> <needs> <name>".
 	w.renewals++
-	value := strconv.FormatInt(w.since.UnixMilli(), 10) + " " + w.id + " " + strconv.Itoa(w.renewals) + " " + needs + " " + w.name
+	value := strconv.FormatInt(w.since.UnixMilli(), 10) + " " + w.id + " " + strconv.Itoa(w.renewals) + " " + w.needs + " " + w.name
 	for _, id := range w.mine {
 		if ctx.Err() != nil || w.rs.SetRecord(ctx, w.key(id), value, w.life().Milliseconds()) != nil {
 			return nil
 		}
 	}
 	w.calls, w.closes, w.err, w.cycle, w.steps = deadlockCalls, false, nil, nil, nil
-	found := w.blocked(ctx, w.name, w.all, 0) && w.closes && w.err == nil && w.last()
+	found := w.blocked(ctx, w.name, w.needs == "all", 0) && w.closes && w.err == nil && w.last()
 	switch {
 	case !found:
 		w.seen = nil

@@ -113,6 +113,15 @@ func (k *kind) holdID(cl *backend.Claim, name string) string {
 	return cl.Token
 }
 
+// needs is what a waiter of kind k needs of the name's holders, as its
+// deadlock records say it: "all" gone (waitsAll: a writer), or "one".
+func (k *kind) needs() string {
+	if k.waitsAll {
+		return "all"
+	}
+	return "one"
+}
+
 // place is the place in the queue of an attempt of kind k with token that
 // Redis answered and refused: token if k's waiters queue, else "".
 func (k *kind) place(token string) string {
