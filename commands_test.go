@@ -85,6 +85,30 @@ func TestCommandsPerOperation(t *testing.T) {
 			}
 			return rw.Reader()
 		}, pair: 10, extend: 6, fence: 6},
+		{name: "write hold", take: func(t *testing.T, c *dlock.Client) holder {
+			return newRW(t, c, "count-rw").Writer()
+		}, pair: 10, extend: 6, fence: 6},
+		{name: "hold of 2 permits", take: func(t *testing.T, c *dlock.Client) holder {
+			s := newSemaphore(t, c, "count-sem", 3)
+			return holderFunc(func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+				return s.AcquireN(ctx, 2, append(opts, dlock.MaxWait(0))...)
+			})
+		}, pair: 10, extend: 7, fence: 6}, // (its extension reads every permit of the hold: ZMSCORE)
+		// A reentrant hold's and a term's fence comes with the grant: Fence costs nothing.
+		{name: "reentrant lock", opts: []dlock.Option{dlock.WithReentrant(true)}, pair: 16, extend: 6, fence: 0},
+		{name: "campaign term", take: func(t *testing.T, c *dlock.Client) holder {
+			e, err := c.Election("count-election")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return holderFunc(func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+				ld, err := e.Campaign(ctx, "v", append(opts, dlock.MaxWait(0))...)
+				if err != nil {
+					return nil, err
+				}
+				return ld.Lock(), nil
+			})
+		}, pair: 12, extend: 5, fence: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, rdb := setup(t)
@@ -118,6 +142,14 @@ func TestCommandsPerOperation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holderFunc takes a lease with its function, for a kind whose lease is
+// not taken by a TryAcquire method (a hold of more permits, a term).
+type holderFunc func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error)
+
+func (f holderFunc) TryAcquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	return f(ctx, opts...)
 }
 
 // commandsPerPairExtendFence counts, over n operations each, the commands
