@@ -1,6 +1,8 @@
 package backend
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +84,43 @@ func TestAckedScriptIsNeverSentTwice(t *testing.T) {
 	}
 	if !strings.Contains(info, "cmdstat_evalsha:calls=1,") {
 		t.Errorf("the server ran EVALSHA other than once: go-redis sent the lost pipeline again\n%s", info)
+	}
+}
+
+// closeAfter is a go-redis hook that closes rdb once a command named name
+// has run.
+type closeAfter struct {
+	rdb  *redis.Client
+	name string
+}
+
+func (h closeAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h closeAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == h.name {
+			h.rdb.Close()
+		}
+		return err
+	}
+}
+
+func (h closeAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A rerun after NOSCRIPT through a go-redis client closed meanwhile fails
+// with go-redis's own error, as the call itself would have: the road the
+// loads take returns go-redis's errors as they are.
+func TestRerunOnAClosedClientIsGoRedisErrClosed(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	rdb.AddHook(closeAfter{rdb: rdb, name: "evalsha"})
+	n := NewNode(rdb, Config{TTL: time.Second})
+	err := n.run(t.Context(), script.Uptime, []any{"rerun"}).Err()
+	if !errors.Is(err, redis.ErrClosed) || err.Error() != redis.ErrClosed.Error() {
+		t.Errorf("run = %v, want %v as it is", err, redis.ErrClosed)
 	}
 }
