@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,4 +212,68 @@ func TestJeopardyToldBeforeTheLossOfALeaseCloseStoppedExtending(t *testing.T) {
 		t.Errorf("observers told %v, want a jeopardy first", ops)
 	}
 	l.Release(ctx)
+}
+
+// A Jeopardy channel asked for while the lease is at risk times every
+// later watchdog extension, even when the extension then under way ends
+// the risk: a later one left unanswered closes the next channel before
+// the loss, not only at it.
+func TestJeopardyAskedForDuringARecoveryTimesLaterExtensions(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: time.Minute, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	var (
+		held atomic.Pointer[dlock.Lock]
+		runs atomic.Int32
+		jeop = make(chan (<-chan struct{}), 1)
+	)
+	start := func(ctx context.Context, e *dlock.Event) context.Context {
+		l := held.Load()
+		if e.Op != dlock.OpExtend || !e.Auto || l == nil {
+			return ctx
+		}
+		switch runs.Add(1) {
+		case 1: // it fails: the lease is at risk
+			ctx, cancel := context.WithCancel(ctx)
+			cancel()
+			return ctx
+		case 2: // asked for at risk, while the extension that ends the risk runs
+			l.Jeopardy()
+		case 3: // left unanswered
+			p.Stall()
+			jeop <- l.Jeopardy()
+		}
+		return ctx
+	}
+	c := newClient(t, rdb, dlock.LeaseTTL(6*time.Second), dlock.WithObserver(dlock.Observer{Start: start}))
+	l, err := c.TryAcquire(t.Context(), "jeopardy-after-recovery")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Store(l)
+	var j <-chan struct{}
+	select {
+	case j = <-jeop:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no third extension (runs %d, Err %v)", runs.Load(), l.Err())
+	}
+	var errAtRisk error
+	closed := waitFor(20*time.Second, func() bool {
+		if isOpen(j) {
+			return false
+		}
+		errAtRisk = l.Err()
+		return true
+	})
+	p.Cut()
+	if !closed {
+		t.Fatal("Jeopardy still open 20s into an unanswered extension of a 6s lease")
+	}
+	if errAtRisk != nil {
+		t.Errorf("Jeopardy closed only at the loss (%v): the holder was not told before it", errAtRisk)
+	}
+	l.Release(t.Context())
 }

@@ -58,9 +58,10 @@ type Lock struct {
 	quick                 int
 	// jeop (made by Jeopardy) is closed when the lease is put at risk, or
 	// settled; a later successful extension ends the risk, and Jeopardy
-	// then makes a new one. jeopT (made by the watchdog's first run once
-	// there is a jeop or an Observer with Jeopardy) tells of a watchdog
-	// extension left unanswered (inFlight).
+	// then makes a new one. jeopT (made by the first Jeopardy, or by the
+	// watchdog's first run once there is an Observer with Jeopardy) tells of
+	// a watchdog extension left unanswered (inFlight): every one after it
+	// is made, whether or not a jeop is still there.
 	jeop     chan struct{}
 	jeopT    *time.Timer
 	atRisk   bool
@@ -271,6 +272,10 @@ func (l *Lock) Jeopardy() <-chan struct{} {
 		if l.atRisk || l.err != nil {
 			close(l.jeop)
 		}
+	}
+	if l.jeopT == nil && l.dog != nil { // (here: a recovery may drop jeop before the watchdog runs again)
+		l.jeopT = time.AfterFunc(time.Hour, l.unanswered)
+		l.jeopT.Stop()
 	}
 	return l.jeop
 }

@@ -34,7 +34,7 @@ func (l *Lock) tick() {
 		return // (at the max hold, the expiry timer ends the lease there; after Close, its validity)
 	}
 	l.ticking, l.again, l.early, l.checked, l.inFlight = true, false, false, time.Now(), true
-	if l.jeopT == nil && (l.jeop != nil || l.c.obs.anyJeopardy.Load()) {
+	if l.jeopT == nil && l.c.obs.anyJeopardy.Load() {
 		l.jeopT = time.AfterFunc(time.Hour, l.unanswered) // (reset below)
 	}
 	if l.jeopT != nil {
