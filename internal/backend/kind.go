@@ -34,13 +34,14 @@ type Kind interface {
 	scripts() (first *script.Script, need scriptSet)
 	// fenceWindow is how long the fence counter lives after a lease of
 	// ttl on n is fenced (see Node.Fence): the Node's fence window
-	// (nodeWindow), unless the kind says otherwise.
+	// (shared), unless the kind says otherwise.
 	fenceWindow(n Node, ttl time.Duration) any
 	// member returns the lease's member in the kind's sorted set, given
-	// its token ("" if it has none: see Claim.Member).
+	// its token ("" if it has none, or it is the token: see Claim.Member;
+	// shared: "").
 	member(token string) string
 	// holder is what the lock names as the holder of the lease c (see
-	// Claim.HolderID).
+	// Claim.HolderID; shared: its token).
 	holder(c *Claim) string
 	// what is a lease of the kind in words ("a plain lock"), as a
 	// WRONGTYPE error says what was wanted (see wrongKind).
@@ -51,10 +52,16 @@ type Kind interface {
 	shape() *shape
 }
 
-// nodeWindow is the fenceWindow the kinds share: the Node's fence window.
-type nodeWindow struct{}
+// shared is what the kinds share unless they say otherwise: the Node's
+// fence window, no member of their own beside the token, and the token as
+// the holder.
+type shared struct{}
 
-func (nodeWindow) fenceWindow(n Node, _ time.Duration) any { return n.fenceMS }
+func (shared) fenceWindow(n Node, _ time.Duration) any { return n.fenceMS }
+
+func (shared) member(string) string { return "" }
+
+func (shared) holder(c *Claim) string { return c.Token }
 
 // A shape is a Redis type that kinds keep at their lock key, and how a key
 // of that type reads, whichever kind wrote it.

@@ -24,9 +24,9 @@ var (
 )
 
 type (
-	plainLock     struct{ nodeWindow }
+	plainLock     struct{ shared }
 	fairLock      struct{ plainLock } // (extends, and reads, as a plain lock)
-	reentrantLock struct{ nodeWindow }
+	reentrantLock struct{ shared }
 )
 
 // The locks' scripts, and the sets Prepare loads for each kind.
@@ -76,10 +76,6 @@ func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) *r
 }
 
 func (plainLock) scripts() (*script.Script, scriptSet) { return acquire, plainScripts }
-
-func (plainLock) member(string) string { return "" }
-
-func (plainLock) holder(c *Claim) string { return c.Token }
 
 func (plainLock) what() string { return "a plain lock" }
 
@@ -144,8 +140,6 @@ func (reentrantLock) release(ctx context.Context, n Node, c *Claim, window int64
 func (reentrantLock) scripts() (*script.Script, scriptSet) {
 	return acquireReentrant, reentrantScripts
 }
-
-func (reentrantLock) member(string) string { return "" }
 
 func (reentrantLock) holder(c *Claim) string { return c.Owner }
 

@@ -38,9 +38,6 @@ func (p permit) release(ctx context.Context, n Node, c *Claim, window int64) *re
 
 func (permit) scripts() (*script.Script, scriptSet) { return holdAcquire, holdScripts }
 
-// member: a permit's member is its token, which Claim.Member leaves out.
-func (permit) member(string) string { return "" }
-
 func (permit) what() string { return "a semaphore's permit" }
 
 // hold is what a semaphore's permits and a read-write lock's holds (see
@@ -48,8 +45,8 @@ func (permit) what() string { return "a semaphore's permit" }
 // acquisition asks for, their keys and the hold's members; w is the
 // permits the hold has (a read-write lock's: 1).
 type hold struct {
-	nodeWindow
-	w int
+	shared // (a permit's member is its token, which Claim.Member leaves out)
+	w      int
 }
 
 func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
@@ -57,8 +54,6 @@ func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, s
 }
 
 func (hold) shape() *shape { return &zsetShape }
-
-func (hold) holder(c *Claim) string { return c.Token }
 
 // holdKeys returns the keys of a hold's acquisition and release, more
 // last (a semaphore's size kept in Redis).
