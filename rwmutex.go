@@ -167,17 +167,13 @@ func (l *RWLocker) TryDo(ctx context.Context, fn func(ctx context.Context, l *Lo
 	return l.do(ctx, fn, opts, true)
 }
 
-// do is Do (try: TryDo).
+// do is Do (try: TryDo). fn's context, made under the one it is given,
+// carries the hold (see nested).
 func (l *RWLocker) do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts []LockOption, try bool) error {
 	if err := l.nested(ctx); err != nil {
 		return err
 	}
-	if fn == nil {
-		return nilFunc(l.name)
-	}
-	return l.c.do(ctx, l.k, l.name, func(ctx context.Context, held *Lock) error {
-		return fn(context.WithValue(ctx, l.nest, l.k), held)
-	}, opts, try)
+	return l.c.do(context.WithValue(ctx, l.nest, l.k), l.k, l.name, fn, opts, try)
 }
 
 // nested returns the error of an acquisition whose context carries a hold
