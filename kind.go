@@ -34,9 +34,6 @@ type kind struct {
 	// Client cannot carry it (Client.carries): "semaphores", "a semaphore",
 	// "keep", and what follows "not available over a quorum (NewRedlock)".
 	plural, one, verb, overQuorum string
-	// alone, on a Client's own kind, says that the Client carries no other
-	// kind, and names such a Client.
-	alone string
 }
 
 // The modes a lease is held in, by their place in a Client's held counts
@@ -66,7 +63,7 @@ var (
 	fairLocks      = kind{slot: slotFair, lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
 	quorumLocks    = kind{slot: slotQuorum, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
 	reentrantLocks = kind{slot: slotReentrant, lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
-		owned: true, alone: "a reentrant Client (WithReentrant)"} // (its claims all name its owner)
+		owned: true} // (its claims all name its owner)
 )
 
 // Owner returns a Client, sharing c's configuration and Close, whose reentrant
@@ -214,8 +211,8 @@ func backoffAt(backoff Backoff, attempt int) time.Duration {
 // (Semaphore, RWMutex, Election) makes; if not, it returns an error
 // wrapping ErrInvalid that says why in the kind's words.
 func (c *Client) carries(k *kind, call string) error {
-	if c.own.alone != "" {
-		return fmt.Errorf("%w: %s: %s cannot %s %s", ErrInvalid, call, c.own.alone, k.verb, k.one)
+	if c.own.owned { // (a reentrant Client carries its own locks alone)
+		return fmt.Errorf("%w: %s: a reentrant Client (WithReentrant) cannot %s %s", ErrInvalid, call, k.verb, k.one)
 	}
 	return unserved(call, k.plural, k.verb, k.overQuorum, c.b.Carries(k.lease))
 }
