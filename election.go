@@ -119,11 +119,9 @@ func leadership(ctx context.Context, l *Lock) (_ *Leadership, err error) {
 			ld.value = &st.Value
 		}
 	}
-	fence, err := l.Fence(ctx)
-	if err != nil {
+	if ld.fence, err = l.Fence(ctx); err != nil {
 		return nil, err
 	}
-	ld.fence = fence
 	return ld, nil
 }
 
