@@ -68,11 +68,10 @@ var (
 // resumed the lease.
 func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
 	v, err := n.run(ctx, holdDowngrade, c.holdKeys(), c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer).Int64()
-	var reply redis.Error
-	if err != nil && !neverSent(err) && !errors.As(err, &reply) {
-		c.SetKind(Downgrading)
-	}
 	if err != nil {
+		if !neverSent(err) && !errors.As(err, new(redis.Error)) {
+			c.SetKind(Downgrading) // sent, and no reply of Redis's: either outcome
+		}
 		return false, RedisErr(err)
 	}
 	if v == 1 {
