@@ -28,22 +28,18 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if permits < 0 || permits > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: Semaphore(%q, %d): permits must be 0 (the size kept in Redis) to %d", ErrInvalid, name, permits, math.MaxInt32)
 	}
-	k := semaphoreKind(permits)
+	// Its permits are a kind of their own, asked with N = permits: they
+	// queue, whatever WithUnfair says.
+	why := "no permit free: all held, or others waiting ahead" // (N asked as 0: the size kept in Redis, if any)
+	if permits > 0 {
+		why = fmt.Sprintf("no permit free: all %d held, or others waiting ahead", permits)
+	}
+	k := kind{slot: slotSemaphore, lease: backend.Permits(permits, 1), fair: true, acquireOp: "acquire", releaseOp: "release",
+		why: why, permits: permits, plural: "semaphores", one: "a semaphore", verb: "keep"}
 	if err := c.carries(&k, fmt.Sprintf("Semaphore(%q, %d)", name, permits)); err != nil {
 		return nil, err
 	}
 	return &Semaphore{c: c, k: k, name: name, keys: backend.KeysFor(c.opts.prefix, name)}, nil
-}
-
-// semaphoreKind returns the kind of a semaphore's permits asked with N = n: they
-// queue, whatever WithUnfair says.
-func semaphoreKind(n int) kind {
-	why := "no permit free: all held, or others waiting ahead" // (N asked as 0: the size kept in Redis, if any)
-	if n > 0 {
-		why = fmt.Sprintf("no permit free: all %d held, or others waiting ahead", n)
-	}
-	return kind{slot: slotSemaphore, lease: backend.Permits(n, 1), fair: true, acquireOp: "acquire", releaseOp: "release",
-		why: why, permits: n, plural: "semaphores", one: "a semaphore", verb: "keep"}
 }
 
 // Name returns the semaphore's name.
