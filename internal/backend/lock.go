@@ -114,17 +114,16 @@ func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Dur
 	if err != nil {
 		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 	}
-	var n3 [3]int64
-	for i := range min(len(v), 3) {
-		n3[i], _ = v[i].(int64)
-	}
 	switch {
-	case len(v) == 3 && n3[0] == 1:
-		return n.granted(Grant{Held: true, Fence: n3[1], Holds: n3[2]}, acks)
-	case len(v) == 5 && n3[0] == 0:
+	case len(v) == 3 && v[0] == int64(1): // {1, fence, holds}
+		fence, _ := v[1].(int64)
+		holds, _ := v[2].(int64)
+		return n.granted(Grant{Held: true, Fence: fence, Holds: holds}, acks)
+	case len(v) == 5 && v[0] == int64(0): // {0, pttl, 0, owner, hold}
+		pttl, _ := v[1].(int64)
 		owner, _ := v[3].(string)
 		holder, _ := v[4].(string)
-		return Grant{PTTL: pttlOf(n3[1]), Owner: owner, Holder: holder}, nil
+		return Grant{PTTL: pttlOf(pttl), Owner: owner, Holder: holder}, nil
 	}
 	return Grant{}, fmt.Errorf("unexpected reply %v", v)
 }
