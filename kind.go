@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -63,7 +64,7 @@ var (
 	fairLocks      = kind{slot: slotFair, lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
 	quorumLocks    = kind{slot: slotQuorum, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
 	reentrantLocks = kind{slot: slotReentrant, lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
-		owned: true} // (its claims all name its owner)
+		owned: true, by: "held by another owner"} // (its claims and refusals all name its owner)
 )
 
 // Owner returns a Client, sharing c's configuration and Close, whose reentrant
@@ -137,13 +138,10 @@ func (k *kind) says(g backend.Grant) bool {
 // refusal is the NotAcquiredError of an attempt of name that Redis refused
 // with g.
 func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
-	// (A leader is named by the value it proclaimed last, as Leader does.)
-	e := &NotAcquiredError{Name: name, Holder: g.Holder, Meta: shown(g.Holder, g.Value, g.Proclaimed), TTL: g.PTTL,
+	// (A leader is named by the value it proclaimed last, as Leader does;
+	// a reentrant lock by its owner, which only its refusals name.)
+	return &NotAcquiredError{Name: name, Holder: cmp.Or(g.Owner, g.Holder), Meta: shown(g.Holder, g.Value, g.Proclaimed), TTL: g.PTTL,
 		Permits: k.permits, by: k.by, why: k.why}
-	if g.Owner != "" {
-		e.Holder, e.by = g.Owner, "held by another owner" // a reentrant lock names its owner
-	}
-	return e
 }
 
 // resumes checks that a lease of kind k held under name can be resumed
