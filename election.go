@@ -242,13 +242,12 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	defer w.close()
 	timer := time.NewTimer(0) // the first read, once subscribed
 	defer timer.Stop()
-	var (
-		last    = Leader{Fence: -1} // the value the reader took last (none: no read matches it)
-		pending Leader              // the leadership as last read
-		ends    time.Time           // when pending's lease runs out, if it has a leader with one
-		due     bool                // pending is to be delivered: the reader has not taken it
-	)
+	last := Leader{Fence: -1} // the value the reader took last (none: no read matches it)
+	pending := last           // the leadership as last read (none yet)
+	var ends time.Time        // when pending's lease runs out, if it has a leader with one
 	for {
+		// pending is due while the reader has not taken it (its TTL aside).
+		due := pending.Token != last.Token || pending.Fence != last.Fence || pending.Value != last.Value
 		var out chan<- Leader // nil, so no send, unless a value is due and not known to be over
 		if due && (ends.IsZero() || time.Now().Before(ends)) {
 			out = ch
@@ -257,7 +256,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 		case <-ctx.Done():
 			return
 		case out <- pending:
-			last, due = pending, false
+			last = pending
 			continue
 		case <-w.wake:
 		case <-timer.C:
@@ -276,7 +275,6 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 				ends = read.Add(ld.TTL)
 				next = min(next, ld.TTL+time.Millisecond) // a leader that dies announces nothing
 			}
-			due = ld.Token != last.Token || ld.Fence != last.Fence || ld.Value != last.Value
 		}
 		timer.Reset(next) // (a fire not received is dropped: Go 1.23 timers)
 	}
