@@ -104,7 +104,7 @@ func (e *Election) campaignOpts(value string, opts []LockOption) ([]LockOption, 
 // is left as it was, for another resume of its token (a momentary error
 // must not end the term it took over).
 func leadership(ctx context.Context, l *Lock) (_ *Leadership, err error) {
-	ld := &Leadership{l: l}
+	ld := &Leadership{l: l, value: l.Meta()} // (the campaign's value)
 	if l.p.resume != "" {
 		defer func() {
 			if err != nil {
@@ -116,7 +116,7 @@ func leadership(ctx context.Context, l *Lock) (_ *Leadership, err error) {
 			return nil, err
 		}
 		if st.Proclaimed {
-			ld.value = &st.Value
+			ld.value = st.Value
 		}
 	}
 	if ld.fence, err = l.Fence(ctx); err != nil {
@@ -132,7 +132,7 @@ type Leadership struct {
 	fence int64
 
 	mu    sync.Mutex // serializes Proclaim; guards value and seq
-	value *string    // the value proclaimed last; nil: the campaign's
+	value string     // the value proclaimed last, else the campaign's
 	seq   int64      // the number of the last Proclaim sent (see proclaim.lua)
 }
 
@@ -140,10 +140,7 @@ type Leadership struct {
 func (ld *Leadership) Value() string {
 	ld.mu.Lock()
 	defer ld.mu.Unlock()
-	if ld.value != nil {
-		return *ld.value
-	}
-	return ld.l.Meta()
+	return ld.value
 }
 
 // Proclaim changes what [Election.Leader] shows, within the term; [ErrNotHeld]
@@ -167,7 +164,7 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if err := ld.l.answered("proclaim", "the lock key no longer holds our token", ok, err); err != nil {
 		return err
 	}
-	ld.value = &value
+	ld.value = value
 	return nil
 }
 
