@@ -11,10 +11,10 @@ import (
 // RWMutex is a read-write lock (docs/rwmutex.md): many readers or one writer,
 // each hold a [*Lock], queued in arrival order. Safe for concurrent use.
 type RWMutex struct {
-	name   string
-	c      *Client // the Client that made it, for Holders
-	reader RWLocker
-	writer RWLocker
+	name           string
+	c              *Client   // the Client that made it
+	nest           rwNestKey // the mark of its holds' contexts (see RWLocker.nested)
+	reader, writer RWLocker
 }
 
 // RWMutex returns the read-write lock name; [ErrInvalid] for a bad name.
@@ -26,10 +26,8 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 	if err := c.carries(&writeHolds, fmt.Sprintf("RWMutex(%q)", name)); err != nil {
 		return nil, err
 	}
-	rw := &RWMutex{name: name, c: c}
-	nest := rwNestKey{&c.bg, keys.Lock}
-	rw.reader = RWLocker{c: c, k: &readHolds, name: name, nest: nest}
-	rw.writer = RWLocker{c: c, k: &writeHolds, name: name, nest: nest}
+	rw := &RWMutex{name: name, c: c, nest: rwNestKey{&c.bg, keys.Lock}}
+	rw.reader, rw.writer = RWLocker{rw, &readHolds}, RWLocker{rw, &writeHolds}
 	return rw, nil
 }
 
@@ -124,15 +122,13 @@ func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 
 // RWLocker takes read or write holds; [ErrInvalid] inside a hold of the name.
 type RWLocker struct {
-	c    *Client // the RWMutex's Client
-	k    *kind   // its acquisitions: read or write holds, the value of its holds' contexts (nest)
-	name string
-	nest rwNestKey
+	rw *RWMutex // the lock it takes holds of
+	k  *kind    // its acquisitions: read or write holds, the value of its holds' contexts (nest)
 }
 
 // rwNestKey marks a context with the hold of a read-write lock that Do
-// gives fn: the Clients from one New (their shared tracker) and the lock's
-// key. Its value is the hold's kind: &readHolds or &writeHolds.
+// takes under it (and so the context it gives fn): the Clients from one
+// New (their shared tracker) and the lock's key. Its value is the hold's kind: &readHolds or &writeHolds.
 type rwNestKey struct {
 	bg  *backend.Tracker
 	key string
@@ -146,7 +142,7 @@ func (l *RWLocker) TryAcquire(ctx context.Context, opts ...LockOption) (*Lock, e
 	if err := l.nested(ctx); err != nil {
 		return nil, err
 	}
-	return l.c.acquireAs(ctx, l.k, l.name, opts, true)
+	return l.rw.c.acquireAs(ctx, l.k, l.rw.name, opts, true)
 }
 
 // Acquire takes a hold as [Client.Acquire] does.
@@ -154,7 +150,7 @@ func (l *RWLocker) Acquire(ctx context.Context, opts ...LockOption) (*Lock, erro
 	if err := l.nested(ctx); err != nil {
 		return nil, err
 	}
-	return l.c.acquireAs(ctx, l.k, l.name, opts, false)
+	return l.rw.c.acquireAs(ctx, l.k, l.rw.name, opts, false)
 }
 
 // Do takes a hold, runs fn and releases it, as [Client.Do] does.
@@ -173,13 +169,13 @@ func (l *RWLocker) do(ctx context.Context, fn func(ctx context.Context, l *Lock)
 	if err := l.nested(ctx); err != nil {
 		return err
 	}
-	return l.c.do(context.WithValue(ctx, l.nest, l.k), l.k, l.name, fn, opts, try)
+	return l.rw.c.do(context.WithValue(ctx, l.rw.nest, l.k), l.k, l.rw.name, fn, opts, try)
 }
 
 // nested returns the error of an acquisition whose context carries a hold
 // of the same lock, which it would wait for forever.
 func (l *RWLocker) nested(ctx context.Context) error {
-	held, _ := ctx.Value(l.nest).(*kind)
+	held, _ := ctx.Value(l.rw.nest).(*kind)
 	var why string
 	switch {
 	case held == nil:
@@ -191,5 +187,5 @@ func (l *RWLocker) nested(ctx context.Context) error {
 	default:
 		why = "the context holds the write of the same lock, which this hold would wait for"
 	}
-	return opError("acquire", l.name, backend.Because(ErrInvalid, why))
+	return opError("acquire", l.rw.name, backend.Because(ErrInvalid, why))
 }
