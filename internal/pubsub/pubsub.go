@@ -73,14 +73,16 @@ type Hub struct {
 type topic struct {
 	waiters  map[string]*Waiter // by token
 	ready    chan struct{}      // closed once first confirmed, or once its connection failed
-	live     bool               // confirmed on the current connection
 	keyspace bool               // a key's keyspace notifications: only the events in ended wake it
 	idle     *time.Timer        // unsubscribes the channel after linger without waiters
 	line     *line
 }
 
 // line is one pub/sub connection and the goroutine that keeps it (see
-// line.run). Its fields are guarded by the Hub's mu.
+// line.run). Its fields are guarded by the Hub's mu. It listens to a
+// channel (confirmed on the current connection) while it is not down and
+// none of the channel's SUBSCRIBEs is pending: each connection asks them
+// all again.
 type line struct {
 	h       *Hub
 	channel string            // "", or (sharded) the channel whose shard it connects to
@@ -125,7 +127,7 @@ func (h *Hub) Listening(channel string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.topics[channel]
-	return t != nil && t.live
+	return t != nil && !t.line.down && t.line.pending[channel] == 0
 }
 
 // Join adds a waiter to channel if the channel is already subscribed and
@@ -134,7 +136,7 @@ func (h *Hub) Listening(channel string) bool {
 func (h *Hub) Join(channel, token string, wake chan int64) *Waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if t := h.topics[channel]; t != nil && t.live { // confirmed on the current connection
+	if t := h.topics[channel]; t != nil && !t.line.down && t.line.pending[channel] == 0 { // (as Listening)
 		w, _ := h.subscribe(channel, token, wake)
 		return w
 	}
@@ -311,7 +313,6 @@ func (l *line) run() {
 		l.h.mu.Lock()
 		l.down = true
 		for _, t := range l.topics {
-			t.live = false
 			select {
 			case <-t.ready:
 			default:
@@ -446,7 +447,6 @@ func (l *line) deliver(m driver.Message) bool {
 		}
 		delete(l.pending, m.Channel)
 		if t := l.topics[m.Channel]; t != nil {
-			t.live = true
 			select {
 			case <-t.ready: // confirmed again after a break: a release announced meanwhile was lost
 				for _, w := range t.waiters {
