@@ -348,9 +348,10 @@ func (l *line) serve() {
 	for ch := range l.topics {
 		l.ask(true, ch) // (one SUBSCRIBE for all)
 	}
-	empty := len(l.ops) == 0
 	l.h.mu.Unlock()
-	if empty || !l.flush(ps) { // (the reader starts once the first SUBSCRIBE returned)
+	// (The reader starts once the first SUBSCRIBE returned. A line has
+	// channels, and so a SUBSCRIBE to send, until it is stopped.)
+	if l.ctx.Err() != nil || !l.flush(ps) {
 		return
 	}
 	done := make(chan struct{})
