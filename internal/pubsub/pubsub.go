@@ -171,10 +171,8 @@ func (h *Hub) Subscribe(channel, token string, wake chan int64) (*Waiter, <-chan
 // subscribe is Subscribe; h.mu must be held.
 func (h *Hub) subscribe(channel, token string, wake chan int64) (*Waiter, <-chan struct{}) {
 	w := &Waiter{h: h, channel: channel, token: token, wake: wake}
-	if h.ctx.Err() != nil { // closed
-		ready := make(chan struct{})
-		close(ready)
-		return w, ready // woken by its timers only
+	if h.ctx.Err() != nil { // closed: woken by its timers only
+		return w, h.ctx.Done()
 	}
 	t := h.topics[channel]
 	if t == nil {
