@@ -184,6 +184,7 @@ func (h *Hub) subscribe(channel, token string, wake chan int64) (*Waiter, <-chan
 			h.main = l
 		}
 		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{}), line: l}
+		t.idle = time.AfterFunc(linger, func() { h.drop(channel, t) })
 		h.topics[channel] = t
 		l.topics[channel] = t
 		if l.down {
@@ -191,10 +192,7 @@ func (h *Hub) subscribe(channel, token string, wake chan int64) (*Waiter, <-chan
 		}
 		l.ask(true, channel)
 	}
-	if t.idle != nil {
-		t.idle.Stop()
-		t.idle = nil
-	}
+	t.idle.Stop() // (armed while the topic has no waiters)
 	t.waiters[token] = w
 	return w, t.ready
 }
@@ -229,8 +227,8 @@ func (w *Waiter) Close() {
 		return
 	}
 	delete(t.waiters, w.token)
-	if len(t.waiters) == 0 && t.idle == nil {
-		t.idle = time.AfterFunc(linger, func() { w.h.drop(w.channel, t) })
+	if len(t.waiters) == 0 {
+		t.idle.Reset(linger)
 	}
 }
 
