@@ -558,12 +558,10 @@ func (w *Watch) Ready() <-chan struct{} { return w.ready }
 
 // Close ends the watch; its channels are dropped as a waiter's are.
 func (w *Watch) Close() {
-	h := w.h
-	h.mu.Lock()
-	ws := w.ws
-	w.ws = nil
-	h.dbWait = slices.DeleteFunc(h.dbWait, func(x *Watch) bool { return x == w })
-	h.mu.Unlock()
+	w.h.mu.Lock()
+	ws := w.ws // (a Waiter's Close does nothing the second time)
+	w.h.dbWait = slices.DeleteFunc(w.h.dbWait, func(x *Watch) bool { return x == w })
+	w.h.mu.Unlock()
 	for _, hw := range ws {
 		hw.Close()
 	}
@@ -644,10 +642,9 @@ func (h *Hub) learnt(db string) bool {
 		return false
 	}
 	h.learning, h.db = false, db
-	waiting := h.dbWait
-	h.dbWait = nil
-	for _, w := range waiting {
-		h.watchKey(w)
+	for _, w := range h.dbWait {
+		h.watchKey(w) // (db is known, or none waits: it adds none to dbWait)
 	}
+	h.dbWait = nil
 	return true
 }
