@@ -356,20 +356,16 @@ func (l *line) serve() {
 		ps.Close() // (its Receive returns)
 		<-done
 	}()
-	for {
+	for ok := true; ok; { // (while the connection takes what is sent)
 		select {
 		case <-l.ctx.Done():
 			return
 		case <-done:
 			return
 		case <-l.silent:
-			if l.send(ps.Ping) != nil {
-				return
-			}
+			ok = l.send(ps.Ping) == nil
 		case <-l.asked:
-			if !l.flush(ps) {
-				return
-			}
+			ok = l.flush(ps)
 		}
 	}
 }
@@ -406,7 +402,7 @@ func (l *line) flush(ps driver.PubSub) bool {
 // serve to ping.
 func (l *line) read(ps driver.PubSub, done chan struct{}) {
 	defer close(done)
-	for {
+	for ok := true; ok; { // (until a message says the connection must be replaced)
 		ctx, cancel := context.WithTimeout(l.ctx, healthCheck)
 		m, err := ps.Receive(ctx)
 		silent := ctx.Err() != nil && l.ctx.Err() == nil
@@ -414,15 +410,12 @@ func (l *line) read(ps driver.PubSub, done chan struct{}) {
 		switch {
 		case err == nil:
 			l.h.mu.Lock()
-			ok := l.deliver(m)
+			ok = l.deliver(m)
 			calls := l.h.calls
 			l.h.calls = nil
 			l.h.mu.Unlock()
 			for _, f := range calls {
 				f() // (outside the Hub's lock: f may take its caller's own, under which it calls the Hub)
-			}
-			if !ok {
-				return
 			}
 		case silent && errors.Is(err, context.DeadlineExceeded):
 			poke(l.silent)
