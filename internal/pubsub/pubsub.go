@@ -302,8 +302,7 @@ func poke(c chan struct{}) {
 // unconfirmed (a waiter still waiting for a first confirmation goes on
 // without it), and connects again after a backoff.
 func (l *line) run() {
-	backoff := minBackoff
-	for l.ctx.Err() == nil {
+	for backoff := minBackoff; l.ctx.Err() == nil; backoff = min(2*backoff, maxBackoff) {
 		start := time.Now()
 		l.serve()
 		l.h.mu.Lock()
@@ -323,7 +322,6 @@ func (l *line) run() {
 		case <-l.ctx.Done():
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
