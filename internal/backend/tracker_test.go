@@ -1,0 +1,35 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// Wait returns at once when nothing is counted, waits for every goroutine
+// and call counted, and does so again once the count went back to zero.
+func TestTrackerWaitsForWhatItCounts(t *testing.T) {
+	t.Parallel()
+	var tr Tracker
+	if err := tr.Wait(t.Context()); err != nil {
+		t.Fatalf("Wait on a new Tracker = %v, want nil", err)
+	}
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	for round := range 2 {
+		release := make(chan struct{})
+		tr.Go(func() { <-release })
+		done := tr.Enter()
+		if err := tr.Wait(ended); !errors.Is(err, context.Canceled) {
+			t.Errorf("round %d: Wait while counting, its ctx ended = %v, want context.Canceled", round, err)
+		}
+		done()
+		close(release)
+		if err := tr.Wait(t.Context()); err != nil {
+			t.Errorf("round %d: Wait = %v, want nil", round, err)
+		}
+		if err := tr.Wait(ended); err != nil {
+			t.Errorf("round %d: Wait once nothing is counted, its ctx ended = %v, want nil", round, err)
+		}
+	}
+}
