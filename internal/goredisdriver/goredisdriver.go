@@ -205,6 +205,7 @@ func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 	m, err := p.ps.ReceiveTimeout(ctx, timeout)
 	var nerr net.Error
 	if errors.As(err, &nerr) && nerr.Timeout() && timeout > 0 { // (the deadline set from ctx)
+		<-ctx.Done() // (its timer fires with the read's: its caller may ask it why)
 		return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
 	}
 	if err = p.check(err); err != nil {
