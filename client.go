@@ -46,9 +46,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: New: nil Redis client", ErrInvalid)
 	}
 	o := apply(opts)
-	if rt, wait := goredisdriver.ReadTimeout(rdb), o.durable+o.ackTimeout*time.Duration(min(o.replicas, 1)); o.durable > 0 && rt > 0 && wait >= rt {
-		o.invalid("WithDurableGrants(%v): the wait must end before the Redis client's read timeout (%v), which would cut it off as a lost reply", o.durable, rt)
-	}
+	rt, wait := goredisdriver.ReadTimeout(rdb), o.durable+o.ackTimeout*time.Duration(min(o.replicas, 1))
+	o.invalidIf(o.durable > 0 && rt > 0 && wait >= rt, "WithDurableGrants(%v): the wait must end before the Redis client's read timeout (%v), which would cut it off as a lost reply", o.durable, rt)
 	return build([]redis.UniversalClient{rdb}, newNode, o)
 }
 
@@ -99,14 +98,9 @@ func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: NewFrom: nil driver", ErrInvalid)
 	}
 	o := apply(opts)
-	switch {
-	case o.replicas > 0:
-		o.invalid("NewFrom: WithReplicaAck needs a go-redis client (New)")
-	case o.durable > 0:
-		o.invalid("NewFrom: WithDurableGrants needs a go-redis client (New)")
-	case o.noScripts:
-		o.invalid("NewFrom: WithoutScripts needs a go-redis client (New)")
-	}
+	o.invalidIf(o.replicas > 0, "NewFrom: WithReplicaAck needs a go-redis client (New)")
+	o.invalidIf(o.durable > 0, "NewFrom: WithDurableGrants needs a go-redis client (New)")
+	o.invalidIf(o.noScripts, "NewFrom: WithoutScripts needs a go-redis client (New)")
 	return build([]driver.Conn{conn}, nodeFrom, o)
 }
 

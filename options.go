@@ -58,7 +58,13 @@ type options struct {
 // invalid records an invalid option, unless one was recorded before. The
 // message starts with the option, as the caller wrote it.
 func (o *options) invalid(format string, args ...any) {
-	if o.err == nil {
+	o.invalidIf(true, format, args...)
+}
+
+// invalidIf records an invalid option, as invalid does, if bad: a list of
+// them records the first that is.
+func (o *options) invalidIf(bad bool, format string, args ...any) {
+	if bad && o.err == nil {
 		o.err = fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 	}
 }
@@ -85,12 +91,9 @@ func apply(opts []Option) options {
 			opt.applyOption(&o)
 		}
 	}
-	if o.lease.watch && !o.autoExtend {
-		o.invalid("%s", watchNeedsDog)
-	}
-	if d := o.driftFor(o.lease.ttl); d >= o.lease.ttl {
-		o.invalid("WithDrift(%v): the drift must be below the TTL (%v)", d, o.lease.ttl)
-	}
+	o.invalidIf(o.lease.watch && !o.autoExtend, "%s", watchNeedsDog)
+	d := o.driftFor(o.lease.ttl)
+	o.invalidIf(d >= o.lease.ttl, "WithDrift(%v): the drift must be below the TTL (%v)", d, o.lease.ttl)
 	o.lease.ttlSet, o.lease.waitSet = false, false // the Client's defaults: per-call checks apply to per-call options
 	return o
 }
@@ -106,9 +109,7 @@ func WithAutoExtend(on bool) Option {
 // WithPrefix sets every key's prefix (default [DefaultPrefix]); no '{' or '}'.
 func WithPrefix(prefix string) Option {
 	return option(func(o *options) {
-		if strings.ContainsAny(prefix, "{}") {
-			o.invalid("WithPrefix(%q): the prefix must not contain '{' or '}'", prefix)
-		}
+		o.invalidIf(strings.ContainsAny(prefix, "{}"), "WithPrefix(%q): the prefix must not contain '{' or '}'", prefix)
 		o.prefix = prefix
 	})
 }
@@ -117,9 +118,7 @@ func WithPrefix(prefix string) Option {
 // valid until t + TTL − d (default TTL/100 + 2ms; 0 ≤ d < TTL).
 func WithDrift(d time.Duration) Option {
 	return option(func(o *options) {
-		if d < 0 {
-			o.invalid("WithDrift(%v): the drift must not be negative", d)
-		}
+		o.invalidIf(d < 0, "WithDrift(%v): the drift must not be negative", d)
 		o.drift = d
 	})
 }
@@ -146,9 +145,7 @@ func WithReentrant(on bool) Option {
 // [ErrNotAcquired]). It narrows, but does NOT close, a failover's window.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return option(func(o *options) {
-		if n < 0 || (n > 0 && timeout <= 0) {
-			o.invalid("WithReplicaAck(%d, %v): need n ≥ 0 and a positive timeout", n, timeout)
-		}
+		o.invalidIf(n < 0 || (n > 0 && timeout <= 0), "WithReplicaAck(%d, %v): need n ≥ 0 and a positive timeout", n, timeout)
 		o.replicas, o.ackTimeout = n, timeout
 	})
 }
@@ -159,9 +156,7 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 // ReadTimeout.
 func WithDurableGrants(timeout time.Duration) Option {
 	return option(func(o *options) {
-		if timeout <= 0 {
-			o.invalid("WithDurableGrants(%v): need a positive timeout", timeout)
-		}
+		o.invalidIf(timeout <= 0, "WithDurableGrants(%v): need a positive timeout", timeout)
 		o.durable = timeout
 	})
 }
