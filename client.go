@@ -299,10 +299,7 @@ func (h *heldContext) Err() error {
 }
 
 func (h *heldContext) Value(key any) any {
-	switch key {
-	case heldKey{}:
-		return h.held
-	case heldChainKey{}:
+	if key == (heldKey{}) {
 		return h
 	}
 	h.check()
@@ -310,5 +307,7 @@ func (h *heldContext) Value(key any) any {
 }
 
 // heldKey is the key under which a heldContext, and each context derived
-// from it, names what it is held by (see Lock.release).
+// from it, gives the innermost heldContext (see Lock.release): the
+// contexts of nested Dos chain, each one's parent the next (see
+// holdersIn).
 type heldKey struct{}

@@ -79,16 +79,12 @@ const (
 	deadlockCalls = 64 // Redis calls
 )
 
-// heldChainKey is the key under which a heldContext gives itself: the
-// contexts of nested Dos chain, each one's parent the next.
-type heldChainKey struct{}
-
 // holdersIn returns the holder identities of the leases ctx carries (see
 // heldContext), outermost last; nil if none.
 func holdersIn(ctx context.Context) []string {
 	var ids []string
 	for range deadlockDepth * 4 {
-		h, _ := ctx.Value(heldChainKey{}).(*heldContext)
+		h, _ := ctx.Value(heldKey{}).(*heldContext)
 		if h == nil {
 			break
 		}
