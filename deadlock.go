@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -125,6 +126,7 @@ type waitCheck struct {
 	since    time.Time
 	id       string // this wait's, to break ties between waits begun alike
 	renewals int    // the records' writes so far (0: no record may be in Redis)
+	value    string // the record as the last check wrote it
 	seen     []step // the cycle the last walks found, if this wait is to report it, with its records' renewals when first found
 
 	// The walk's:
@@ -163,14 +165,14 @@ func (w *waitCheck) check(ctx context.Context) *DeadlockError {
 	}
 	// The record: "<since, ms> <wait ID> <renewals> <needs> <name>".
 	w.renewals++
-	value := strconv.FormatInt(w.since.UnixMilli(), 10) + " " + w.id + " " + strconv.Itoa(w.renewals) + " " + w.needs + " " + w.name
+	w.value = strconv.FormatInt(w.since.UnixMilli(), 10) + " " + w.id + " " + strconv.Itoa(w.renewals) + " " + w.needs + " " + w.name
 	for _, id := range w.mine {
-		if ctx.Err() != nil || w.rs.SetRecord(ctx, w.key(id), value, w.life().Milliseconds()) != nil {
+		if ctx.Err() != nil || w.rs.SetRecord(ctx, w.key(id), w.value, w.life().Milliseconds()) != nil {
 			return nil
 		}
 	}
 	w.calls, w.closes, w.err, w.cycle, w.steps = deadlockCalls, false, nil, nil, nil
-	found := w.blocked(ctx, w.name, w.needs == "all", 0) && w.closes && w.err == nil && w.last()
+	found := w.blocked(ctx, w.name, w.needs == "all") && w.closes && w.err == nil && w.last()
 	switch {
 	case !found:
 		w.seen = nil
@@ -205,7 +207,7 @@ func (w *waitCheck) end(ctx context.Context) {
 func (w *waitCheck) key(id string) string { return w.c.opts.prefix + "waits:" + id }
 
 // step is one holder met on a walk, with its record's wait (since, in ms
-// since the epoch, and ID) and renewals (-1: the walker's own).
+// since the epoch, and ID) and renewals.
 type step struct {
 	name, holder, id string
 	since            int64
@@ -216,14 +218,14 @@ type step struct {
 // for a waiter that needs every holder gone (all: a writer), one holder
 // that is blocked keeps it (one in a cycle of the waiter's, if any, is
 // the one the walk follows); for any other waiter, every holder must be. A
-// holder is blocked if it is the waiter of the check itself, or its record
-// says it waits for a name that is blocked so, or already on the path (a
-// cycle).
-func (w *waitCheck) blocked(ctx context.Context, name string, all bool, depth int) bool {
+// holder is blocked if its record says it waits for a name that is blocked
+// so, or already on the path (a cycle): the waiter of the check itself
+// waits for the path's first name.
+func (w *waitCheck) blocked(ctx context.Context, name string, all bool) bool {
 	if slices.Contains(w.path, name) {
 		return true
 	}
-	if depth >= deadlockDepth || w.calls <= 0 {
+	if len(w.path) >= deadlockDepth || w.calls <= 0 {
 		return false
 	}
 	holders := w.holders(ctx, name)
@@ -235,7 +237,7 @@ func (w *waitCheck) blocked(ctx context.Context, name string, all bool, depth in
 	held := false // (all: a holder is blocked, in no cycle of the waiter's)
 	for _, h := range holders {
 		nc, ns, closes := len(w.cycle), len(w.steps), w.closes
-		ok := w.holderBlocked(ctx, name, h, depth)
+		ok := w.holderBlocked(ctx, name, h)
 		switch {
 		case w.err != nil: // (Redis failed: the walk finds nothing; it stops)
 			return false
@@ -253,32 +255,27 @@ func (w *waitCheck) blocked(ctx context.Context, name string, all bool, depth in
 
 // holderBlocked reports whether h, a holder of name, is blocked (see
 // blocked).
-func (w *waitCheck) holderBlocked(ctx context.Context, name string, h holder, depth int) bool {
+func (w *waitCheck) holderBlocked(ctx context.Context, name string, h holder) bool {
 	w.cycle = append(w.cycle, Wait{Name: name, Holder: h.id})
-	if slices.Contains(w.mine, h.rec) {
-		w.closes = true
-		w.steps = append(w.steps, step{name, h.rec, w.id, w.since.UnixMilli(), -1})
-		return true
-	}
-	if w.calls--; w.calls < 0 {
-		return false
-	}
-	v, ok, err := w.rs.GetRecord(ctx, w.key(h.rec))
-	w.err = err // (nil until now: the walk stops at its first error)
-	if err != nil || !ok {
-		return false
+	v, ok := w.value, slices.Contains(w.mine, h.rec) // (the waiter's own record, as written: no call)
+	w.closes = w.closes || ok
+	if !ok && w.calls > 0 {
+		w.calls--
+		var err error
+		v, ok, err = w.rs.GetRecord(ctx, w.key(h.rec))
+		w.err = err // (nil until now: the walk stops at its first error)
 	}
 	since, rest, _ := strings.Cut(v, " ")
 	id, rest, _ := strings.Cut(rest, " ")
 	n, rest, _ := strings.Cut(rest, " ")
 	needs, next, _ := strings.Cut(rest, " ")
 	renewals, err := strconv.Atoi(n)
-	if err != nil { // (a record of no renewals: it proves no waiter alive)
+	if !ok || err != nil { // (a record of no renewals: it proves no waiter alive)
 		return false
 	}
 	ms, _ := strconv.ParseInt(since, 10, 64)
 	w.steps = append(w.steps, step{name, h.rec, id, ms, renewals})
-	return w.blocked(ctx, next, needs == "all", depth+1)
+	return w.blocked(ctx, next, needs == "all")
 }
 
 // holder is a holder of a name: id as Inspect names it, rec as its
@@ -315,13 +312,9 @@ func (w *waitCheck) holders(ctx context.Context, name string) []holder {
 // it: the one whose wait began last, ties broken by the greater wait ID.
 // Every waiter of the cycle finds the same records, and so the same one.
 func (w *waitCheck) last() bool {
-	mine := w.since.UnixMilli()
-	for _, s := range w.steps {
-		if s.since > mine || (s.since == mine && s.id > w.id) {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(w.steps, func(s step) bool {
+		return cmp.Or(cmp.Compare(s.since, w.since.UnixMilli()), strings.Compare(s.id, w.id)) > 0
+	})
 }
 
 // alike reports whether the walk met what an earlier one met: the names,
@@ -332,12 +325,12 @@ func (w *waitCheck) alike(before []step) bool {
 	})
 }
 
-// renewed reports whether every record the walk met, other than the
-// walker's own, was renewed since an alike walk counted before: its
-// waiter still waits.
+// renewed reports whether every record the walk met was renewed since an
+// alike walk counted before: its waiter still waits. (The walker's own
+// is, by every check.)
 func (w *waitCheck) renewed(before []step) bool {
 	for i, s := range w.steps {
-		if s.renewals >= 0 && s.renewals <= before[i].renewals {
+		if s.renewals <= before[i].renewals {
 			return false
 		}
 	}
