@@ -116,14 +116,11 @@ func unheld(op, name, detail string, errs, last []error) error {
 // ErrClosed, whose "dlock: " the caller's prefix already says.
 var errClosedWait = backend.Detailed(strings.TrimPrefix(ErrClosed.Error(), "dlock: "), ErrClosed)
 
-// maxHeld is the error of a lease that ended at its max hold d.
-func maxHeld(name string, d time.Duration) error {
-	return fmt.Errorf("dlock: %w", backend.Because(ErrNotHeld, fmt.Sprintf("%q: held for its max hold of %v", name, d), ErrMaxHold))
-}
-
-// lost is the error of a lease that is no longer ours.
-func lost(name, why string) error {
-	return fmt.Errorf("%w: %q: %s", ErrNotHeld, name, why)
+// lost is the error of a lease that is no longer ours, for why: it
+// matches ErrNotHeld, and errs (ErrMaxHold for a lease that ended at its
+// max hold).
+func lost(name, why string, errs ...error) error {
+	return fmt.Errorf("dlock: %w", backend.Because(ErrNotHeld, fmt.Sprintf("%q: %s", name, why), errs...))
 }
 
 // answered is the error of operation op on the lease l, to which Redis

@@ -552,7 +552,7 @@ func (l *Lock) expire() {
 		// itself. The undo is the release, retried while Redis does not
 		// answer; Release, if called, runs it again (Redis answers a
 		// repeated release as the first) and reports the cap.
-		err, undo = maxHeld(l.name, l.p.maxHold), l.p.delay == 0
+		err, undo = lost(l.name, fmt.Sprintf("held for its max hold of %v", l.p.maxHold), ErrMaxHold), l.p.delay == 0
 	}
 	l.finish(err)
 	cl := *l.cl // (a Downgrade in flight changes l.cl)
