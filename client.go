@@ -51,12 +51,12 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	return build([]redis.UniversalClient{rdb}, newNode, o)
 }
 
-// build returns the Client of the options o, or their error (o.err), over
+// build returns the Client of the options o, or their first invalid one, over
 // nodes, each made by node: a quorum if o has a node timeout (NewRedlock),
 // else the one node.
 func build[N any](nodes []N, node func(N, *options) (backend.Node, *pubsub.Hub), o options) (*Client, error) {
-	if o.err != nil {
-		return nil, o.err
+	if o.firstInvalid != "" {
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, o.firstInvalid)
 	}
 	ns, hubs := make([]backend.Node, len(nodes)), make([]*pubsub.Hub, len(nodes))
 	for i, n := range nodes {

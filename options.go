@@ -52,20 +52,24 @@ type options struct {
 
 	lease lease // what an acquisition asks for without LockOptions: the lease options given to New
 
-	err error // the first invalid option: New and NewRedlock return it
+	firstInvalid // New and NewRedlock return it, wrapping ErrInvalid
 }
+
+// firstInvalid is the first invalid option of a set, as the caller wrote
+// it: "" while there is none.
+type firstInvalid string
 
 // invalid records an invalid option, unless one was recorded before. The
 // message starts with the option, as the caller wrote it.
-func (o *options) invalid(format string, args ...any) {
-	o.invalidIf(true, format, args...)
+func (f *firstInvalid) invalid(format string, args ...any) {
+	f.invalidIf(true, format, args...)
 }
 
 // invalidIf records an invalid option, as invalid does, if bad: a list of
 // them records the first that is.
-func (o *options) invalidIf(bad bool, format string, args ...any) {
-	if bad && o.err == nil {
-		o.err = fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+func (f *firstInvalid) invalidIf(bad bool, format string, args ...any) {
+	if bad && *f == "" {
+		*f = firstInvalid(fmt.Sprintf(format, args...))
 	}
 }
 
