@@ -169,7 +169,7 @@ func (o *options) ownOn(b backend.Backend) (kind, error) {
 		k = reentrantLocks
 	case o.nodeTimeout > 0:
 		k = quorumLocks
-	case o.fair && b.Carries(fairLocks.lease) == nil:
+	case !o.unfair && b.Carries(fairLocks.lease) == nil:
 		k = fairLocks
 	}
 	return k, unserved("WithReentrant(true)", "reentrant locks", "keep", "", b.Carries(k.lease))

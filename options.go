@@ -39,9 +39,9 @@ type options struct {
 	backoff             Backoff
 	drift               time.Duration // < 0: derived from the TTL
 	observers           []Observer
-	clock               *backend.ClockHook // shared by the Client's Nodes; its functions are set by newClient (see clock.go)
-	fair                bool
-	pipelining          bool // concurrent calls share pipelines; off WithoutScripts, and for tests (internal/testopt)
+	clock               *backend.ClockHook // shared by the Client's Nodes; its functions are set by build (see clock.go)
+	unfair              bool               // WithUnfair: waiters poll
+	pipelining          bool               // concurrent calls share pipelines; off WithoutScripts, and for tests (internal/testopt)
 	reentrant           bool
 	nodeTimeout         time.Duration // quorum only: NewRedlock's
 	replicas            int
@@ -82,7 +82,6 @@ func apply(opts []Option) options {
 		backoff:    ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff),
 		drift:      -1,
 		pipelining: true,
-		fair:       true,
 		clock:      new(backend.ClockHook),
 	}
 	for i, opt := range opts {
@@ -131,7 +130,7 @@ func WithDrift(d time.Duration) Option {
 // queueing, as reentrant, quorum and script-free Clients do.
 func WithUnfair(b Backoff) Option {
 	return option(func(o *options) {
-		o.fair = false
+		o.unfair = true
 		if b != nil {
 			o.backoff = b
 		}
