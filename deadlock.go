@@ -84,11 +84,8 @@ const (
 // heldContext), outermost last; nil if none.
 func holdersIn(ctx context.Context) []string {
 	var ids []string
-	for range deadlockDepth * 4 {
-		h, _ := ctx.Value(heldKey{}).(*heldContext)
-		if h == nil {
-			break
-		}
+	h, _ := ctx.Value(heldKey{}).(*heldContext)
+	for i := 0; h != nil && i < deadlockDepth*4; i++ {
 		var held []*Lock
 		switch v := h.held.(type) {
 		case *Lock:
@@ -102,7 +99,7 @@ func holdersIn(ctx context.Context) []string {
 				ids = append(ids, id)
 			}
 		}
-		ctx = h.Context
+		h, _ = h.Context.Value(heldKey{}).(*heldContext)
 	}
 	return ids
 }
