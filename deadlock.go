@@ -225,8 +225,15 @@ func (w *waitCheck) blocked(ctx context.Context, name string, all bool) bool {
 	if len(w.path) >= deadlockDepth || w.calls <= 0 {
 		return false
 	}
-	holders := w.holders(ctx, name)
-	if len(holders) == 0 || len(holders) > deadlockWidth {
+	w.calls--
+	keys, err := w.c.check(name)
+	if err != nil {
+		return false
+	}
+	st, err := w.c.b.Inspect(ctx, &keys)
+	w.err = err // (nil until now: the walk stops at its first error)
+	holders := holdersOf(name, st)
+	if err != nil || len(holders) == 0 || len(holders) > deadlockWidth {
 		return false
 	}
 	w.path = append(w.path, name)
@@ -279,19 +286,9 @@ func (w *waitCheck) holderBlocked(ctx context.Context, name string, h holder) bo
 // record is keyed.
 type holder struct{ id, rec string }
 
-// holders returns the holders of name, as Inspect reads them; none if
-// Redis failed (the walk's error).
-func (w *waitCheck) holders(ctx context.Context, name string) []holder {
-	w.calls--
-	keys, err := w.c.check(name)
-	if err != nil {
-		return nil
-	}
-	st, err := w.c.b.Inspect(ctx, &keys)
-	if err != nil {
-		w.err = err
-		return nil
-	}
+// holdersOf returns the holders of name in its state st, in the order
+// Inspect lists them.
+func holdersOf(name string, st backend.State) []holder {
 	var hs []holder
 	if st.Token != "" { // (only a string's holder has a token)
 		hs = append(hs, holder{st.Token, st.Token})
