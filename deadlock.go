@@ -169,7 +169,7 @@ func (w *waitCheck) check(ctx context.Context) *DeadlockError {
 		}
 	}
 	w.calls, w.closes, w.err, w.cycle, w.steps = deadlockCalls, false, nil, nil, nil
-	found := w.blocked(ctx, w.name, w.needs == "all") && w.closes && w.err == nil && w.last()
+	found := w.blocked(ctx, w.name, w.needs == "all") && w.closes && w.last() // (an error makes blocked false)
 	switch {
 	case !found:
 		w.seen = nil
