@@ -38,16 +38,15 @@ type NotAcquiredError struct {
 	TTL     time.Duration // the holder's (or soonest hold's) remaining lease; -1 if unknown
 	Permits int           // a semaphore's N as asked; 0 otherwise
 
-	by  string // by whom the lock is held, as its kind says it ("": held by another holder)
-	why string // its whole text, for a refusal that names no holder ("": by, and Meta)
+	// says is by whom the lock is held, as its kind says it, or, for a
+	// refusal that names no holder (and so no metadata), its whole text
+	// ("": held by another holder).
+	says string
 }
 
 // Error says who holds the lock.
 func (e *NotAcquiredError) Error() string {
-	if e.why != "" {
-		return e.why
-	}
-	s := cmp.Or(e.by, "held by another holder")
+	s := cmp.Or(e.says, "held by another holder")
 	if e.Meta != "" {
 		s += ", " + strconv.Quote(e.Meta)
 	}

@@ -141,7 +141,7 @@ func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
 	// (A leader is named by the value it proclaimed last, as Leader does;
 	// a reentrant lock by its owner, which only its refusals name.)
 	return &NotAcquiredError{Name: name, Holder: cmp.Or(g.Owner, g.Holder), Meta: shown(g.Holder, g.Value, g.Proclaimed), TTL: g.PTTL,
-		Permits: k.permits, by: k.by, why: k.why}
+		Permits: k.permits, says: cmp.Or(k.why, k.by)}
 }
 
 // resumes checks that a lease of kind k held under name can be resumed

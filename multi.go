@@ -158,7 +158,7 @@ func partRefused(name string, err error) error {
 		return err // not a refusal, or one that names the part already
 	}
 	// (It reads as err; errors.Is and errors.As see both.)
-	return backend.Detailed(err.Error(), err, &NotAcquiredError{Name: name, TTL: -1, why: "not taken"})
+	return backend.Detailed(err.Error(), err, &NotAcquiredError{Name: name, TTL: -1, says: "not taken"})
 }
 
 // sortedParts checks parts and returns them in acquisition order: by
