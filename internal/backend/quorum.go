@@ -92,7 +92,7 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool
 	timer := time.NewTimer(q.timeout)
 	defer timer.Stop()
 	var why error // why the nodes not answered yet have no answer
-	for range q.nodes {
+	for got := 0; got < len(q.nodes) && why == nil; got++ {
 		select {
 		case a := <-ch:
 			switch {
@@ -116,9 +116,6 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool
 			why = errNoAnswer
 		case <-ctx.Done(): // the caller stops waiting when its ctx ends; the nodes' calls go on
 			why = errCutShort
-		}
-		if why != nil {
-			break
 		}
 	}
 	v.errs = make([]error, len(out))
