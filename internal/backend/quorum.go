@@ -239,7 +239,7 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 		}
 	}
 	if ended >= q.need() {
-		return -1, drives, nil
+		seq = -1
 	}
 	return seq, drives, nil
 }
