@@ -197,8 +197,8 @@ func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
 	res, v := fanOut(ctx, q, func(f int64) bool { return f > 0 }, true, func(ctx context.Context, n Node) (int64, error) {
 		return n.Fence(ctx, c)
 	})
-	if v.yes < q.need() {
-		return 0, q.notHeld("fence", v)
+	if ok, err := q.majority("fence", v); !ok {
+		return 0, err
 	}
 	var fence int64
 	for _, a := range res {
@@ -248,24 +248,23 @@ func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq in
 	_, v := fanOut(ctx, q, isTrue, true, func(ctx context.Context, n Node) (bool, error) {
 		return n.Extend(ctx, c, ttl, seq)
 	})
-	if v.yes >= q.need() {
-		return true, nil
-	}
-	return false, q.notHeld("extend", v)
+	return q.majority("extend", v)
 }
 
-// notHeld is the outcome of an operation that fewer than a majority said
-// yes to: nil if so many said "not ours" that no majority holds the lease
-// (lost for good), ErrSuperseded instead if another Lock resumed it on one
-// of them (superseded); a QuorumError otherwise.
-func (q *Quorum) notHeld(op string, v votes) error {
+// majority is the outcome of op, an operation of a held lease: true if a
+// majority said yes. Else nil if so many said "not ours" that no majority
+// holds the lease (lost for good), ErrSuperseded instead if another Lock
+// resumed it on one of them (superseded); a QuorumError otherwise.
+func (q *Quorum) majority(op string, v votes) (bool, error) {
 	switch {
+	case v.yes >= q.need():
+		return true, nil
 	case v.no <= len(q.nodes)-q.need():
-		return q.fail(op, v.yes, v.errs)
+		return false, q.fail(op, v.yes, v.errs)
 	case v.superseded:
-		return ErrSuperseded
+		return false, ErrSuperseded
 	}
-	return nil
+	return false, nil
 }
 
 func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
