@@ -280,9 +280,7 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	c = &claim
 	_, v := fanOut(ctx, q, isTrue, false, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)
-		if Transient(err) {
-			q.retryOn(n, c, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err })
-		}
+		q.retryOn(n, c, err, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err })
 		return ok, err
 	})
 	// The lease was exclusive only while no majority could be won by
@@ -312,9 +310,7 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
 	res, _ := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (struct{}, error) {
 		err := n.Undo(ctx, c)
-		if Transient(err) {
-			q.retryOn(n, c, func(ctx context.Context) error { return n.Undo(ctx, c) })
-		}
+		q.retryOn(n, c, err, func(ctx context.Context) error { return n.Undo(ctx, c) })
 		return struct{}{}, err
 	})
 	errs := make([]error, len(res))
@@ -326,12 +322,15 @@ func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
 	return nodeErrors(errs)
 }
 
-// retryOn tries f, a clean-up of the lease c on the node n that failed in
-// a way that may pass, again in the background on Retry's schedule, for as
-// long as what it ends could block others; Drain waits for it.
-func (q *Quorum) retryOn(n Node, c *Claim, f func(context.Context) error) {
-	deadline := time.Now().Add(RetryFor(cmp.Or(c.TTL, n.ttl)))
-	q.late.Go(func() { Retry(deadline, f, nil) })
+// retryOn tries f, a clean-up of the lease c on the node n whose first try
+// failed with err, again if err may pass: in the background on Retry's
+// schedule, for as long as what it ends could block others; Drain waits
+// for it.
+func (q *Quorum) retryOn(n Node, c *Claim, err error, f func(context.Context) error) {
+	if Transient(err) {
+		deadline := time.Now().Add(RetryFor(cmp.Or(c.TTL, n.ttl)))
+		q.late.Go(func() { Retry(deadline, f, nil) })
+	}
 }
 
 // Prepare loads the scripts of the lease c on the nodes not known to have
