@@ -308,18 +308,17 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 // time once its call fails: the nodes that did their part are not asked
 // again. It returns the errors of the nodes that failed otherwise.
 func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
-	res, _ := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (struct{}, error) {
+	_, v := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (struct{}, error) {
 		err := n.Undo(ctx, c)
 		q.retryOn(n, c, err, func(ctx context.Context) error { return n.Undo(ctx, c) })
 		return struct{}{}, err
 	})
-	errs := make([]error, len(res))
-	for i, a := range res {
-		if a.ok && !Transient(a.err) { // (the others are retried on their own)
-			errs[i] = a.err
+	for i, err := range v.errs {
+		if Transient(err) { // (tried again on its own, as is a node without an answer once its call fails)
+			v.errs[i] = nil
 		}
 	}
-	return nodeErrors(errs)
+	return nodeErrors(v.errs)
 }
 
 // retryOn tries f, a clean-up of the lease c on the node n whose first try
