@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -322,12 +323,7 @@ func (m *MultiLock) release(rel func(*Lock) error) error {
 	apart := m.apart
 	m.apart = nil
 	m.mu.Unlock()
-	return each(m.order, func(l *Lock) error {
-		if err := rel(l); err != nil || apart[l] == nil {
-			return err
-		}
-		return apart[l]
-	})
+	return each(m.order, func(l *Lock) error { return cmp.Or(rel(l), apart[l]) })
 }
 
 // each runs f on every lock at once (pipelined into shared round trips by
