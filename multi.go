@@ -27,7 +27,7 @@ type MultiLock struct {
 	settle  context.CancelCauseFunc
 
 	mu   sync.Mutex  // orders a part settling the set and the set's Release; guards apart and then
-	then func(error) // onSettled's f (DoAll's cancel), called as the set is settled
+	then func(error) // onSettled's f (DoAll's cancel), called as the set is settled (a no-op before onSettled)
 	// apart holds the loss of each part released on its own, apart from
 	// the set: the part's own Release reports nothing more, so the set's
 	// first Release reports it for the part. It is nil once a Release of
@@ -201,7 +201,7 @@ func giveBack(ctx context.Context, locks []*Lock) {
 // newMulti returns the MultiLock of locks, taken in acquisition order for
 // parts.
 func newMulti(parts []Part, locks []*Lock) *MultiLock {
-	m := &MultiLock{order: locks, apart: map[*Lock]error{}}
+	m := &MultiLock{order: locks, apart: map[*Lock]error{}, then: func(error) {}}
 	m.settled, m.settle = context.WithCancelCause(context.Background())
 	for _, p := range parts { // (locks are sorted by key: see sortedParts)
 		i, _ := slices.BinarySearchFunc(locks, backend.KeysFor(p.Client.opts.prefix, p.Name).Lock,
@@ -233,9 +233,7 @@ func newMulti(parts []Part, locks []*Lock) *MultiLock {
 func (m *MultiLock) settleLocked(err error) {
 	if m.settled.Err() == nil {
 		m.settle(err)
-		if m.then != nil {
-			m.then(err)
-		}
+		m.then(err)
 	}
 }
 
