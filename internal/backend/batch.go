@@ -44,7 +44,6 @@ type batcher struct {
 
 	mu       sync.Mutex
 	queue    []*call
-	spare    []*call // the previous queue's array, reused
 	flushers int
 	pipes    sync.Pool // idle Pipeliners, reused across flushes
 
@@ -145,15 +144,18 @@ func failed(ctx context.Context, err error) *redis.Cmd {
 // with the first caller's context stripped of its cancellation (its values
 // reach go-redis's hooks); each caller watches its own context.
 func (b *batcher) flush() {
+	var buf [16]*call
+	batch := buf[:0] // the queue is copied out here, so that its array is reused
 	for {
 		b.mu.Lock()
-		batch := b.queue
+		batch = append(batch[:0], b.queue...)
+		clear(b.queue)
+		b.queue = b.queue[:0]
 		if len(batch) == 0 {
 			b.flushers--
 			b.mu.Unlock()
 			return
 		}
-		b.queue, b.spare = b.spare[:0], nil
 		b.mu.Unlock()
 
 		sent := batch[:0]
@@ -172,12 +174,6 @@ func (b *batcher) flush() {
 				c.free() // abandoned in flight
 			}
 		}
-		clear(batch)
-		b.mu.Lock()
-		if b.spare == nil {
-			b.spare = batch[:0]
-		}
-		b.mu.Unlock()
 	}
 }
 
