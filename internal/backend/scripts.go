@@ -78,11 +78,10 @@ type scriptCaches struct {
 
 // serverCache is what a Node knows of one server's script cache.
 type serverCache struct {
-	loaded  atomic.Uint32 // the scriptSet the server was seen to load
-	reached atomic.Bool   // the server answered a load
-	refused atomic.Bool   // the server refused SCRIPT LOAD (an ACL): not asked again
-	mu      sync.Mutex
-	loading chan struct{} // closed when the load in flight ends; nil if none
+	loaded  atomic.Uint32                 // the scriptSet the server was seen to load
+	reached atomic.Bool                   // the server answered a load
+	refused atomic.Bool                   // the server refused SCRIPT LOAD (an ACL): not asked again
+	loading atomic.Pointer[chan struct{}] // closed when the load in flight ends; nil if none
 }
 
 // has reports whether the server has the scripts of set, or refuses to
@@ -138,23 +137,19 @@ func (n Node) Prepare(ctx context.Context, c *Claim) error {
 	if s.has(need) {
 		return nil
 	}
-	s.mu.Lock()
-	if wait := s.loading; wait != nil {
-		s.mu.Unlock()
-		select {
-		case <-wait:
-		case <-ctx.Done():
+	done := make(chan struct{})
+	if !s.loading.CompareAndSwap(nil, &done) {
+		if wait := s.loading.Load(); wait != nil { // (nil: it ended meanwhile)
+			select {
+			case <-*wait:
+			case <-ctx.Done():
+			}
 		}
 		return nil
 	}
-	done := make(chan struct{})
-	s.loading = done
-	s.mu.Unlock()
 	first, _ := c.Kind.scripts() // (the script the acquisition runs)
 	err = s.load(ctx, n.conn(rdb), need&^scriptSet(s.loaded.Load()), first)
-	s.mu.Lock()
-	s.loading = nil
-	s.mu.Unlock()
+	s.loading.Store(nil)
 	close(done)
 	return err
 }
@@ -254,17 +249,12 @@ func loadCmds(set scriptSet) [][]any {
 // the scripts loaded.
 func (s *serverCache) outcome(set scriptSet, loads []driver.Result) scriptSet {
 	var ok scriptSet
-	j := 0
-	for i := range loadable {
-		if set&(1<<i) == 0 {
-			continue
-		}
-		if j >= len(loads) {
-			break
-		}
-		switch err := loads[j].Err; {
+	for _, r := range loads {
+		bit := set & -set // (the first script of set: loads are in loadable's order)
+		set &^= bit
+		switch err := r.Err; {
 		case err == nil:
-			ok |= 1 << i
+			ok |= bit
 			s.reached.Store(true)
 		case isRedisError(err):
 			s.reached.Store(true)
@@ -272,7 +262,6 @@ func (s *serverCache) outcome(set scriptSet, loads []driver.Result) scriptSet {
 				s.refused.Store(true)
 			}
 		}
-		j++
 	}
 	return ok
 }
