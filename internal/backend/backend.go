@@ -616,20 +616,14 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 	if mark {
 		window = Window(cmp.Or(c.TTL, n.ttl)).Milliseconds()
 	}
-	var v int64
-	sent, err := n.again(ctx, c.ReleaseSent, func() (err error) {
-		v, err = c.Kind.release(ctx, n, c, window).Int64()
-		return err
-	})
+	sent, r := n.again(ctx, c.ReleaseSent, func() *redis.Cmd { return c.Kind.release(ctx, n, c, window) })
+	v, err := r.Int64()
 	if err != nil {
 		return false, RedisErr(err)
 	}
 	if v == 0 && sent && !mark {
-		var up int64
-		_, err := n.again(ctx, false, func() (err error) {
-			up, err = n.run(ctx, script.Uptime, []any{c.Lock}).Int64()
-			return err
-		})
+		_, r := n.again(ctx, false, func() *redis.Cmd { return n.run(ctx, script.Uptime, []any{c.Lock}) })
+		up, err := r.Int64()
 		if err != nil {
 			return false, RedisErr(err)
 		}
@@ -642,22 +636,22 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 	return v == 1, superseded(v)
 }
 
-// again calls f, and, with a Redis client that retries, calls it again
-// after a pause while its reply is lost, or, once one was (or sent was
-// set), while no connection can be made, a few times while ctx lasts. The
-// pause lets the client replace broken connections: a copy sent at once
-// can meet another dead one. It reports whether a call's reply was lost
-// (or sent), and returns the last call's error.
-func (n Node) again(ctx context.Context, sent bool, f func() error) (bool, error) {
-	err := f()
-	for pause := 10 * time.Millisecond; n.retries && pause <= releasePauseMax && (ReplyLost(err) || sent && neverSent(err)); pause *= 4 {
-		sent = sent || ReplyLost(err)
+// again sends a command with f, and, with a Redis client that retries,
+// sends it again after a pause while its reply is lost, or, once one was
+// (or sent was set), while no connection can be made, a few times while
+// ctx lasts. The pause lets the client replace broken connections: a copy
+// sent at once can meet another dead one. It reports whether a command's
+// reply was lost (or sent), and returns the last command.
+func (n Node) again(ctx context.Context, sent bool, f func() *redis.Cmd) (bool, *redis.Cmd) {
+	r := f()
+	for pause := 10 * time.Millisecond; n.retries && pause <= releasePauseMax && (ReplyLost(r.Err()) || sent && neverSent(r.Err())); pause *= 4 {
+		sent = sent || ReplyLost(r.Err())
 		if !sleepCtx(ctx, pause) {
 			break
 		}
-		err = f()
+		r = f()
 	}
-	return sent || ReplyLost(err), err
+	return sent || ReplyLost(r.Err()), r
 }
 
 // releasePauseMax is the longest pause before a release whose reply was
