@@ -45,7 +45,7 @@ func TestAckedAfterScriptFlushCountsBothAcknowledgementsPastTheLoads(t *testing.
 	if err := rdb.ScriptLoad(ctx, script.Inspect.Source()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	n.caches.single.loaded.Store(uint32(setOf(script.Inspect))) // (as a Prepare would have)
+	n.caches.loaded.Store(uint32(setOf(script.Inspect))) // (as a Prepare would have)
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestAckedAfterScriptFlushCountsBothAcknowledgementsPastTheLoads(t *testing.
 	if acks != 1 {
 		t.Errorf("acks = %d, want 1: the append-only file's, no replica's", acks)
 	}
-	if got, want := scriptSet(n.caches.single.loaded.Load()), setOf(script.Inspect, script.Uptime); got != want {
+	if got, want := scriptSet(n.caches.loaded.Load()), setOf(script.Inspect, script.Uptime); got != want {
 		t.Errorf("scripts known loaded = %b, want %b (those loaded before, and the call's)", got, want)
 	}
 	if got := commandCalls(t, rdb, "script|load"); got != "3" { // (the first load, then two with the call)
@@ -124,7 +124,7 @@ func TestAckedOnAServerRefusingScriptLoadSendsEVAL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !n.caches.single.refused.Load() {
+	if !n.caches.refused.Load() {
 		t.Error("the refusal of SCRIPT LOAD was not noted")
 	}
 	for name, want := range map[string]string{"evalsha": "3", "eval": "2", "wait": "5"} { // (the second call asks for no load)

@@ -267,9 +267,9 @@ type Node struct {
 	// TTL: built once (see setFenceWindow).
 	acqConf, relConf any
 
-	extra  scriptSet     // scripts every lease runs besides its kind's, which Prepare loads (a quorum node's RaiseFence)
-	caches *scriptCaches // what the servers' script caches hold (see scripts.go)
-	clock  *clockWatch   // the server's clock as extensions read it (nil: not watched)
+	extra  scriptSet    // scripts every lease runs besides its kind's, which Prepare loads (a quorum node's RaiseFence)
+	caches *serverCache // what the servers' script caches hold (see scripts.go)
+	clock  *clockWatch  // the server's clock as extensions read it (nil: not watched)
 }
 
 // Config is what a Node is built from: the Client's options.
@@ -291,7 +291,7 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 	}
 	n := Node{uc: rdb, pub: pub, pubA: pub,
 		replicas: c.Replicas, ackTimeout: c.AckTimeout, durable: c.Durable,
-		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(scriptCaches), clock: newClockWatch(c.Clock, rdb)}
+		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(serverCache), clock: newClockWatch(c.Clock, rdb)}
 	if rdb != nil {
 		n.rdb, n.d, n.retries = &batcher{rdb: rdb, alone: !c.Pipelining}, goredisdriver.Loader(rdb), goredisdriver.Retries(rdb)
 	}

@@ -68,20 +68,15 @@ func (n Node) need(c *Claim) scriptSet {
 	return set | n.extra
 }
 
-// scriptCaches is what a Node knows of its servers' script caches, shared
-// by its copies: one server (a single server, or the master a Sentinel
-// client follows), or, on a Cluster, each master by its address.
-type scriptCaches struct {
-	single  serverCache
-	masters sync.Map // address -> *serverCache
-}
-
-// serverCache is what a Node knows of one server's script cache.
+// serverCache is what a Node knows of one server's script cache, shared
+// by the Node's copies: its one server's (a single server, or the master
+// a Sentinel client follows), which on a Cluster keeps each master's.
 type serverCache struct {
 	loaded  atomic.Uint32                 // the scriptSet the server was seen to load
 	reached atomic.Bool                   // the server answered a load
 	refused atomic.Bool                   // the server refused SCRIPT LOAD (an ACL): not asked again
 	loading atomic.Pointer[chan struct{}] // closed when the load in flight ends; nil if none
+	masters sync.Map                      // on a Cluster: address -> *serverCache
 }
 
 // has reports whether the server has the scripts of set, or refuses to
@@ -96,7 +91,7 @@ func (s *serverCache) has(set scriptSet) bool {
 func (n Node) server(ctx context.Context, key string) (*serverCache, redis.UniversalClient, error) {
 	cc, ok := n.uc.(*redis.ClusterClient)
 	if !ok { // (one server; or a driver's deployment, one cache whose scripts every master loads)
-		return &n.caches.single, nil, nil
+		return n.caches, nil, nil
 	}
 	m, err := cc.MasterForKey(ctx, key)
 	if err != nil {
@@ -326,7 +321,7 @@ func firstKey(cmd []any) string {
 // loads the scripts on every master again.
 func (n Node) rerun(ctx context.Context, s *script.Script, cmd []any) *redis.Cmd {
 	if n.uc == nil && n.d.Info().Cluster { // (a driver's)
-		n.caches.single.loaded.Store(0)
+		n.caches.loaded.Store(0)
 	} else if srv, rdb, err := n.server(ctx, firstKey(cmd)); err == nil && !srv.refused.Load() {
 		r := srv.pipelined(ctx, n.conn(rdb), scriptSet(srv.loaded.Swap(0))|setOf(s), cmd)[0]
 		if !noScript(r.Err()) && !redirected(r.Err()) {
