@@ -680,10 +680,7 @@ func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
 
 func (n Node) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 	mark, err := n.rdb.Do(ctx, "get", c.Rev).Text()
-	switch {
-	case err == redis.Nil:
-		return 0, true, nil
-	case err != nil:
+	if err != nil && err != redis.Nil { // (no marker: mark "", which seqOf and drives read as 0 and true)
 		return 0, false, RedisErr(err)
 	}
 	return seqOf(mark), drives(mark, c.Resumer), nil
