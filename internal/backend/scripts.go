@@ -126,11 +126,8 @@ func (n Node) conn(rdb redis.UniversalClient) driver.Conn {
 func (n Node) Prepare(ctx context.Context, c *Claim) error {
 	need := n.need(c)
 	s, rdb, err := n.server(ctx, c.Lock)
-	if err != nil {
-		return nil // (the call meets it too)
-	}
-	if s.has(need) {
-		return nil
+	if err != nil || s.has(need) {
+		return nil // (an error: the call meets it too)
 	}
 	done := make(chan struct{})
 	if !s.loading.CompareAndSwap(nil, &done) {
