@@ -186,35 +186,31 @@ func (s *serverCache) load(ctx context.Context, conn driver.Conn, set scriptSet,
 // those that all of them loaded. It returns an error only if every load
 // never left the client (see neverSent).
 func (s *serverCache) loadOn(ctx context.Context, masters []driver.Conn, set scriptSet) error {
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		all      = set
-		unsent   error
-		sentSome bool
-	)
-	for _, m := range masters {
+	replies := make([][]driver.Result, len(masters)) // each master's
+	var wg sync.WaitGroup
+	for i, m := range masters {
 		wg.Go(func() {
-			var rs []driver.Result
 			if cmds := loadCmds(set); len(cmds) == 1 { // (alone: go-redis sends it on its pool for single commands)
 				v, err := m.Do(ctx, cmds[0]...)
-				rs = []driver.Result{{Val: v, Err: err}}
+				replies[i] = []driver.Result{{Val: v, Err: err}}
 			} else {
-				rs = m.DoMulti(ctx, cmds...)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			all &= s.outcome(set, rs)
-			for _, r := range rs {
-				if neverSent(r.Err) {
-					unsent = r.Err
-				} else {
-					sentSome = true
-				}
+				replies[i] = m.DoMulti(ctx, cmds...)
 			}
 		})
 	}
 	wg.Wait()
+	all, sentSome := set, false
+	var unsent error
+	for _, rs := range replies {
+		all &= s.outcome(set, rs)
+		for _, r := range rs {
+			if neverSent(r.Err) {
+				unsent = r.Err
+			} else {
+				sentSome = true
+			}
+		}
+	}
 	if len(masters) > 0 {
 		s.loaded.Or(uint32(all))
 	}
