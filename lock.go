@@ -490,15 +490,12 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	}
 
 	ok, err := l.c.b.Release(rctx, l.cl)
-	superseded := errors.Is(err, backend.ErrSuperseded)
+	superseded := errors.Is(err, backend.ErrSuperseded) // another Lock resumed the lease: Redis left it to that one
 	l.mu.Lock()
-	switch {
-	case superseded: // another Lock resumed the lease: Redis left it to that one
-		l.handedOff, l.released = true, true
-	case err != nil: // (the claim is copied under l.mu: see expire)
+	l.released = err == nil || superseded // (false until now: the one Release under way sets it)
+	l.handedOff = l.handedOff || superseded
+	if err != nil && !superseded { // (the claim is copied under l.mu: see expire)
 		l.cl.ReleaseSent = l.cl.ReleaseSent || backend.ReplyLost(err)
-	default:
-		l.released = true
 	}
 	l.mu.Unlock()
 	switch {
