@@ -47,15 +47,16 @@ type Lock struct {
 	dog    *time.Timer // the watchdog (auto-extend): runs extend every TTL/3
 	// With WatchLoss, watches make nudge move the watchdog's next run
 	// (due) earlier, to at most one run per TTL/30 after
-	// the last began (checked); ticking is set while a run is under way,
-	// again when a nudge came meanwhile; early when the next run is a
-	// nudge's (or, quick times in a row, the retry of one that failed).
-	watches               []*pubsub.Watch
-	requests              chan string // the reasons of release requests heard (ReleaseRequests)
-	heard                 []string    // the ids of the latest requests told, for a quorum's copies (requested)
-	due, checked          time.Time
-	ticking, again, early bool
-	quick                 int
+	// the last began (checked); ticking is set while a run is under way;
+	// early when the next run is a nudge's (or, quick times in a row, the
+	// retry of one that failed), and, set while a run is under way, asks
+	// for that run once more after it.
+	watches        []*pubsub.Watch
+	requests       chan string // the reasons of release requests heard (ReleaseRequests)
+	heard          []string    // the ids of the latest requests told, for a quorum's copies (requested)
+	due, checked   time.Time
+	ticking, early bool
+	quick          int
 	// jeop (made by Jeopardy) is closed when the lease is put at risk, or
 	// settled; a later successful extension ends the risk, and Jeopardy
 	// then makes a new one. jeopT (made by the first Jeopardy, or by the

@@ -19,7 +19,7 @@ func (l *Lock) tick() {
 	l.expire()
 	l.mu.Lock()
 	if l.ticking { // one run at a time: the one under way runs again soon
-		l.again = true
+		l.early = true
 		l.mu.Unlock()
 		return
 	}
@@ -33,7 +33,7 @@ func (l *Lock) tick() {
 		}
 		return // (at the max hold, the expiry timer ends the lease there; after Close, its validity)
 	}
-	l.ticking, l.again, l.early, l.checked, l.inFlight = true, false, false, time.Now(), true
+	l.ticking, l.early, l.checked, l.inFlight = true, false, time.Now(), true
 	if l.jeopT == nil && l.c.obs.anyJeopardy.Load() {
 		l.jeopT = time.AfterFunc(time.Hour, l.unanswered) // (reset below)
 	}
@@ -53,8 +53,8 @@ func (l *Lock) tick() {
 	next, jt := l.ttl/3, l.jeopT
 	soon := max(time.Until(l.checked.Add(l.ttl/checkRate)), 0) // the earliest a nudge may make it run
 	l.inFlight, l.ticking = false, false
-	if l.again { // nudged while it ran: once more, as nudge would
-		next, l.early, early = min(next, soon), true, true
+	if l.early { // nudged while it ran: once more, as nudge would (the next run is early too)
+		next, early = min(next, soon), true
 	}
 	l.mu.Unlock()
 	if jt != nil {
@@ -118,9 +118,9 @@ func (l *Lock) nudge() {
 	now := time.Now()
 	switch at := l.checked.Add(l.ttl / checkRate); {
 	case l.dog == nil || l.err != nil || l.atCap():
-	case l.ticking || !l.due.After(now):
-		l.again = true // under way, or starting
-	case at.Before(l.due):
+	case l.ticking:
+		l.early = true // under way: it runs again after
+	case at.Before(l.due) && l.due.After(now): // (not starting: that run checks)
 		l.arm(max(at.Sub(now), 0))
 		l.early = true
 	}
