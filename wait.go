@@ -51,12 +51,11 @@ func (c *Client) watch(ctx context.Context, channel, token string) *waiters {
 // awaitAll waits until every channel in ready is closed, for as long as
 // ctx allows and d at most.
 func awaitAll(ctx context.Context, ready []<-chan struct{}, d time.Duration) {
-	bound := time.NewTimer(d)
-	defer bound.Stop()
+	bound := time.After(d)
 	for _, r := range ready {
 		select {
 		case <-r:
-		case <-bound.C:
+		case <-bound:
 			return
 		case <-ctx.Done():
 			return
@@ -66,10 +65,8 @@ func awaitAll(ctx context.Context, ready []<-chan struct{}, d time.Duration) {
 
 // sleep waits for d, or until ctx ends (false).
 func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-time.After(d):
 	case <-ctx.Done():
 	}
 	return ctx.Err() == nil
