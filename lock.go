@@ -59,15 +59,16 @@ type Lock struct {
 	quick          int
 	// jeop (made by Jeopardy) is closed when the lease is put at risk, or
 	// settled; a later successful extension ends the risk, and Jeopardy
-	// then makes a new one. jeopT (made by the first Jeopardy, or by the
-	// watchdog's first run once there is an Observer with Jeopardy) tells of
-	// a watchdog extension left unanswered (inFlight): every one after it
-	// is made, whether or not a jeop is still there.
-	jeop     chan struct{}
-	jeopT    *time.Timer
-	atRisk   bool
-	inFlight bool
-	tellMu   sync.Mutex // held while a jeopardy is told: the watchdog waits for it to end the extension
+	// then makes a new one. jeopT (made by the watchdog's first run once
+	// Jeopardy was called, jeopAsked, or there is an Observer with
+	// Jeopardy) tells of a watchdog extension left unanswered (inFlight):
+	// every one after it is made, whether or not a jeop is still there.
+	jeop      chan struct{}
+	jeopT     *time.Timer
+	jeopAsked bool
+	atRisk    bool
+	inFlight  bool
+	tellMu    sync.Mutex // held while a jeopardy is told: the watchdog waits for it to end the extension
 
 	settled []func(error) // called with the error when the Lock is settled (Do's cancel, Context's)
 
@@ -274,10 +275,7 @@ func (l *Lock) Jeopardy() <-chan struct{} {
 			close(l.jeop)
 		}
 	}
-	if l.jeopT == nil && l.dog != nil { // (here: a recovery may drop jeop before the watchdog runs again)
-		l.jeopT = time.AfterFunc(time.Hour, l.unanswered)
-		l.jeopT.Stop()
-	}
+	l.jeopAsked = true // (not jeop: a recovery may drop it before the watchdog runs again)
 	return l.jeop
 }
 

@@ -34,11 +34,10 @@ func (l *Lock) tick() {
 		return // (at the max hold, the expiry timer ends the lease there; after Close, its validity)
 	}
 	l.ticking, l.early, l.checked, l.inFlight = true, false, time.Now(), true
-	if l.jeopT == nil && l.c.obs.anyJeopardy.Load() {
-		l.jeopT = time.AfterFunc(time.Hour, l.unanswered) // (reset below)
-	}
 	if l.jeopT != nil {
 		l.jeopT.Reset(time.Until(validUntil) / 2)
+	} else if l.jeopAsked || l.c.obs.anyJeopardy.Load() {
+		l.jeopT = time.AfterFunc(time.Until(validUntil)/2, l.unanswered)
 	}
 	l.mu.Unlock()
 
