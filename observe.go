@@ -62,11 +62,11 @@ func (c *Client) Observe(o Observer) {
 // observers is a Client's list of Observers and its counters, shared with
 // its Owner Clients.
 type observers struct {
-	mu          sync.Mutex // serializes add
-	list        atomic.Pointer[[]Observer]
-	anyLost     atomic.Bool // some Observer has Lost: leases arm their expiry timer
-	anyJeopardy atomic.Bool // some Observer has Jeopardy: watched leases arm their jeopardy timer
-	anyClock    atomic.Bool // some Observer has Clock: extensions read the server's clock
+	mu          sync.Mutex   // serializes add
+	list        atomic.Value // []Observer
+	anyLost     atomic.Bool  // some Observer has Lost: leases arm their expiry timer
+	anyJeopardy atomic.Bool  // some Observer has Jeopardy: watched leases arm their jeopardy timer
+	anyClock    atomic.Bool  // some Observer has Clock: extensions read the server's clock
 
 	acquired, notAcquired, failed, released, lost, extendFailed, panics atomic.Uint64
 	waiting                                                             atomic.Int64
@@ -75,18 +75,15 @@ type observers struct {
 func (o *observers) add(obs Observer) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	list := append(slices.Clone(o.all()), obs)
-	o.list.Store(&list)
+	o.list.Store(append(slices.Clone(o.all()), obs))
 	o.anyLost.Store(o.anyLost.Load() || obs.Lost != nil) // (under o.mu: no add in between)
 	o.anyJeopardy.Store(o.anyJeopardy.Load() || obs.Jeopardy != nil)
 	o.anyClock.Store(o.anyClock.Load() || obs.Clock != nil)
 }
 
 func (o *observers) all() []Observer {
-	if p := o.list.Load(); p != nil {
-		return *p
-	}
-	return nil
+	list, _ := o.list.Load().([]Observer) // (none before the first add)
+	return list
 }
 
 // start tells the observers that e begins and returns the context for its
