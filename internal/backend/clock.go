@@ -37,9 +37,8 @@ type ClockHook struct {
 // clock that runs fast may disagree over a long interval and not over the
 // short one after it.
 type clockWatch struct {
-	hook    *ClockHook
-	addr    string
-	cluster *redis.ClusterClient // a Cluster: the master of the key's slot read the clock
+	hook *ClockHook
+	rdb  redis.UniversalClient // a Client's server, or a Cluster's master of the key's slot, read the clock
 
 	mu      sync.Mutex
 	servers map[string]*clockServer // by the server's address
@@ -66,14 +65,7 @@ func newClockWatch(h *ClockHook, rdb redis.UniversalClient) *clockWatch {
 	if h == nil {
 		return nil
 	}
-	w := &clockWatch{hook: h, servers: map[string]*clockServer{}}
-	switch c := rdb.(type) {
-	case *redis.Client:
-		w.addr = c.Options().Addr
-	case *redis.ClusterClient:
-		w.cluster = c
-	}
-	return w
+	return &clockWatch{hook: h, rdb: rdb, servers: map[string]*clockServer{}}
 }
 
 // on reports whether an extension asks for the server's time.
@@ -83,9 +75,12 @@ func (w *clockWatch) on() bool { return w != nil && w.hook.On != nil && w.hook.O
 // extension of the lock key for a lease of ttl, and tells of a server
 // clock that moved beyond the lease's margin since the server's baseline.
 func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us int64, sent, got time.Time) {
-	addr := w.addr
-	if w.cluster != nil {
-		m, err := w.cluster.MasterForKey(ctx, key) // (the slots as the extension found them: no round trip)
+	var addr string // ("": a driver's, unknown)
+	switch c := w.rdb.(type) {
+	case *redis.Client:
+		addr = c.Options().Addr
+	case *redis.ClusterClient:
+		m, err := c.MasterForKey(ctx, key) // (the slots as the extension found them: no round trip)
 		if err != nil {
 			return
 		}
