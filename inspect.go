@@ -38,15 +38,14 @@ type Owner struct {
 // infoOf is the Info of the lock name in the state st, read by a Client
 // whose LockDelay is delay.
 func infoOf(name string, st backend.State, delay time.Duration) Info {
-	// (An election's leader shows its value, as Leader does.)
+	hs := st.Leases()
 	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
-		Meta: shown(st.Token, st.Value, st.Proclaimed), Queued: int(st.Queued)}
+		Meta: strings.Join(metasOf(hs), ", "), Queued: int(st.Queued)}
+	if st.Proclaimed { // (an election's leader shows its value, as Leader does: see shown)
+		info.Meta = st.Value
+	}
 	for _, o := range st.Owners {
-		metas := metasOf(o.Holds)
-		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds)), Meta: metas})
-		if len(info.Owners) == 1 {
-			info.Meta = strings.Join(metas, ", ")
-		}
+		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds)), Meta: metasOf(o.Holds)})
 	}
 	for _, p := range st.Permits {
 		m := metaOf(p.Token)
@@ -56,13 +55,10 @@ func infoOf(name string, st backend.State, delay time.Duration) Info {
 			info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: m, Count: p.N})
 		}
 	}
-	if metas := metasOf(st.Permits); len(metas) > 0 {
-		info.Meta = strings.Join(metas, ", ")
-	}
 	// InDelay: the longest lease left is at most delay (a holder's own
 	// extensions keep its lease above it).
 	left := time.Duration(-1)
-	for _, h := range st.Leases() {
+	for _, h := range hs {
 		left = max(left, h.Left)
 	}
 	info.InDelay = delay > 0 && st.Held && left >= 0 && left <= delay
