@@ -183,7 +183,7 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 	if err != nil {
 		return Grant{}, err
 	}
-	ms := ttl.Milliseconds()
+	ms, pttl := ttl.Milliseconds(), r[2]
 	switch {
 	case h == c.Token && strings.HasPrefix(m, "e"):
 		return Grant{Held: true}, nil // a late copy: a numbered extension was applied since, which it must not undo (acquire.lua)
@@ -196,16 +196,17 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 			return Grant{}, redis.TxFailedErr // it expired meanwhile: watched reads again
 		}
 	case h == "":
+		// Taken by another since the reads if SET finds a holder (the lock
+		// key is not watched).
 		r, err = pipe(ctx, tx, true, []any{"SET", c.Lock, c.Token, "NX", "PX", ms, "GET"}, []any{"PTTL", c.Lock})
 		if err != nil && errors.Is(r[0].Err(), redis.Nil) { // (the first error is SET's missing reply)
 			err = nil
 		}
-		if h, _ = str(r[0]); err == nil && h != "" && h != c.Token {
-			v, _ := r[1].Int64()
-			return Grant{PTTL: pttlOf(v), Holder: h}, nil
-		}
-	default:
-		v, _ := r[2].Int64()
+		h, _ = str(r[0])
+		pttl = r[1]
+	}
+	if err == nil && h != "" && h != c.Token { // held by another
+		v, _ := pttl.Int64()
 		return Grant{PTTL: pttlOf(v), Holder: h}, nil
 	}
 	if err == nil {
@@ -306,28 +307,23 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 	var fence int64
 	err := n.watched(ctx, []string{c.Lock, c.Fence, c.Rev}, func(tx *redis.Tx) error {
-		var now *redis.TimeCmd
-		var holder, last, mark *redis.Cmd
-		tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-			now = p.Time(ctx)
-			holder = p.Do(ctx, "GET", c.Lock)
-			last = p.Do(ctx, "GET", c.Fence)
-			mark = p.Do(ctx, "GET", c.Rev)
-			return nil
-		})
+		r, _ := pipe(ctx, tx, false, []any{"TIME"}, []any{"GET", c.Lock}, []any{"GET", c.Fence}, []any{"GET", c.Rev})
 		fence = 0
-		h, err := str(holder)
+		h, err := str(r[1])
 		if isWrongType(err) {
 			return nil // not a plain lock, so not the lease's
 		}
 		if err != nil || h != c.HolderID() {
 			return err
 		}
-		if m, err := str(mark); err != nil || !drives(m, c.Resumer) {
+		if m, err := str(r[3]); err != nil || !drives(m, c.Resumer) {
 			return cmp.Or(err, ErrSuperseded)
 		}
-		t, err := now.Result()
-		l, lerr := str(last)
+		t, err := r[0].Int64Slice() // seconds, µs
+		if err == nil && len(t) != 2 {
+			err = fmt.Errorf("TIME: unexpected reply %v", t)
+		}
+		l, lerr := str(r[2])
 		if isWrongType(lerr) {
 			lerr = Because(ErrWrongType, "the fence key holds a value of another type", lerr)
 		}
@@ -335,7 +331,7 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 			return err
 		}
 		prev, _ := strconv.ParseInt(l, 10, 64)
-		fence = max(prev+1, t.UnixMicro())
+		fence = max(prev+1, t[0]*1e6+t[1])
 		_, err = pipe(ctx, tx, true, []any{"SET", c.Fence, fence, "PX", n.fenceMS})
 		return err // (result drops the fence after an error)
 	})
@@ -458,15 +454,11 @@ func (n NoScripts) Announce(ctx context.Context, k *Keys, msg string) error {
 // lock is watched before its holding is read, so the EXEC deletes the
 // holding that was read, or nothing.
 func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
-	var deleted bool
+	var deleted bool // (true only once the EXEC ran: watched returns then)
 	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) error {
-		deleted = false
 		st, err := readState(ctx, k, tx.Pipelined)
-		if err != nil {
-			return err
-		}
-		if ok, err := st.forced(); !ok {
-			return err
+		if ok, ferr := st.forced(); !ok { // (a failed read's State is empty: no holding)
+			return cmp.Or(err, ferr)
 		}
 		_, err = pipe(ctx, tx, true, []any{"DEL", k.Lock}, []any{n.pub, k.Channel, "*"})
 		deleted = err == nil
