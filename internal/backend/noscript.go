@@ -119,13 +119,14 @@ func pipe(ctx context.Context, tx *redis.Tx, exec bool, cmds ...[]any) ([]*redis
 	return r, err
 }
 
-// ack waits, on the transaction's connection, for the replicas
+// ack returns err, the error of the transaction's writes, if any; else it
+// waits, on the transaction's connection, for the replicas
 // (WithReplicaAck) and the append-only file (durable grants) to
-// acknowledge its writes, when either is on; it returns short of the
+// acknowledge the writes, when either is on, and returns short of the
 // acknowledgements (see acksOf) if there were too few.
-func (n NoScripts) ack(ctx context.Context, tx *redis.Tx, short func(acks int64) error) error {
-	if n.replicas <= 0 {
-		return nil
+func (n NoScripts) ack(ctx context.Context, tx *redis.Tx, err error, short func(acks int64) error) error {
+	if err != nil || n.replicas <= 0 {
+		return err
 	}
 	rs, _ := pipe(ctx, tx, false, n.ackCmds()...)
 	acks, err := n.acksOf(rs)
@@ -150,9 +151,8 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 			// the window, as acquire.lua sets it. Only a hint: a waiter not
 			// woken tries again when the holder's lease ends.
 			// Lengthened, never shortened: another waiter's may live longer.
-			px := min(g.PTTL, WakeWindow)
-			tx.SetNX(ctx, c.Wake, "1", px)
-			tx.Do(ctx, "pexpire", c.Wake, px.Milliseconds(), "gt")
+			px := min(g.PTTL, WakeWindow).Milliseconds()
+			pipe(ctx, tx, false, []any{"SET", c.Wake, "1", "NX", "PX", px}, []any{"PEXPIRE", c.Wake, px, "GT"})
 		}
 		return err
 	})
@@ -209,9 +209,7 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 		v, _ := pttl.Int64()
 		return Grant{PTTL: pttlOf(v), Holder: h}, nil
 	}
-	if err == nil {
-		err = n.ack(ctx, tx, n.ackUndone)
-	}
+	err = n.ack(ctx, tx, err, n.ackUndone)
 	return Grant{Held: err == nil}, err // (Acquire has the attempt undone after an error)
 }
 
@@ -287,10 +285,7 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 			cmds = [][]any{{"pexpire", c.Lock, ms}, {"SET", c.Rev, "e" + arg, "PX", ms}}
 		}
 		_, err = pipe(ctx, tx, true, cmds...)
-		if err == nil {
-			err = n.ack(ctx, tx, n.ackError)
-		}
-		return err
+		return n.ack(ctx, tx, err, n.ackError)
 	})
 	return result(ok, err)
 }
