@@ -36,7 +36,6 @@ func (e *engine) watchClock() {
 	h.Margin = e.opts.driftFor
 	h.Tell = func(ctx context.Context, key, addr string, ahead, over time.Duration) {
 		name := strings.TrimSuffix(strings.TrimPrefix(key, e.opts.prefix+"{"), "}")
-		err := &ClockError{Server: addr, Ahead: ahead, Over: over}
-		e.obs.notify(ctx, &Event{Op: OpClock, Name: name, Err: err})
+		e.obs.notify(ctx, &Event{Op: OpClock, Name: name, Err: &ClockError{Server: addr, Ahead: ahead, Over: over}})
 	}
 }
