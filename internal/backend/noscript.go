@@ -63,13 +63,19 @@ var errConflict = fmt.Errorf("the transaction was aborted by concurrent writes t
 // watched runs fn on a transaction that watches keys (the first the lock's
 // key or its marker: they share the hash slot) until fn returns anything
 // but an aborted EXEC (redis.TxFailedErr), or a MOVED/ASK reply when the
-// slot is being moved on a Cluster; each try reads anew.
-func (n NoScripts) watched(ctx context.Context, keys []string, fn func(*redis.Tx) error) error {
+// slot is being moved on a Cluster; each try reads anew. It returns the
+// last try's value and error.
+func watched[T any](ctx context.Context, n NoScripts, keys []string, fn func(*redis.Tx) (T, error)) (T, error) {
+	var v T
+	run := func(tx *redis.Tx) (err error) {
+		v, err = fn(tx)
+		return err
+	}
 	for try := range maxTries {
-		err := n.uc.Watch(ctx, fn, keys...)
+		err := n.uc.Watch(ctx, run, keys...)
 		switch {
 		case err == nil || ctx.Err() != nil:
-			return err
+			return v, err
 		case errors.Is(err, redis.TxFailedErr):
 		case strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK "):
 			// Refused before anything ran: read the slot map again.
@@ -77,13 +83,13 @@ func (n NoScripts) watched(ctx context.Context, keys []string, fn func(*redis.Tx
 				cc.ReloadState(ctx)
 			}
 			if !sleepCtx(ctx, time.Duration(try+1)*20*time.Millisecond) {
-				return ctx.Err()
+				return v, ctx.Err()
 			}
 		default:
-			return err
+			return v, err
 		}
 	}
-	return errConflict
+	return v, errConflict
 }
 
 // isWrongType reports a WRONGTYPE reply.
@@ -142,9 +148,8 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 	if err := n.Carries(c.Kind); err != nil {
 		return Grant{}, NotSent(err)
 	}
-	var g Grant
-	err := n.watched(ctx, []string{c.Rev}, func(tx *redis.Tx) (err error) {
-		g, err = n.acquireTx(ctx, tx, c, ttl)
+	g, err := watched(ctx, n, []string{c.Rev}, func(tx *redis.Tx) (Grant, error) {
+		g, err := n.acquireTx(ctx, tx, c, ttl)
 		if err == nil && queue && !g.Held && g.PTTL > 0 {
 			// A waiter: the wake key, so that a release by a Client with
 			// scripts announces itself too (see release.lua), for at most
@@ -154,7 +159,7 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 			px := min(g.PTTL, WakeWindow).Milliseconds()
 			pipe(ctx, tx, false, []any{"SET", c.Wake, "1", "NX", "PX", px}, []any{"PEXPIRE", c.Wake, px, "GT"})
 		}
-		return err
+		return g, err
 	})
 	if err != nil {
 		err = n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
@@ -220,27 +225,24 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 // EXEC, and the release reads again.
 func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 	px := Window(cmp.Or(c.TTL, n.ttl)).Milliseconds() // the marker's life
-	var ok bool
-	err := n.watched(ctx, []string{c.Lock, c.Rev}, func(tx *redis.Tx) error {
+	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(tx *redis.Tx) (bool, error) {
 		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)
-		ok = h == c.Token
+		ok := h == c.Token
 		switch {
 		case err != nil:
-			return err
+			return false, err
 		case !drives(m, c.Resumer):
-			return ErrSuperseded // the lease is the resuming Lock's: nothing is written
+			return false, ErrSuperseded // the lease is the resuming Lock's: nothing is written
 		case !ok && m == "1": // released already, by a try whose reply was lost
-			ok = true
-			return nil
+			return true, nil
 		}
 		cmds := [][]any{{"SET", c.Rev, "0", "PX", px}}
 		if ok { // (the wake key too, as release.lua does: the release is announced)
 			cmds = [][]any{{"DEL", c.Lock, c.Wake}, {"SET", c.Rev, "1", "PX", px}, {n.pub, c.Channel, "*"}}
 		}
 		_, err = pipe(ctx, tx, true, cmds...)
-		return err
-	})
-	return result(ok, err)
+		return ok, err
+	}))
 }
 
 // read2 reads the string keys a and b (the lock and the lease's marker) in
@@ -265,19 +267,17 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 	if err := n.Carries(c.Kind); err != nil {
 		return false, NotSent(err)
 	}
-	var ok bool
 	arg := fmt.Sprint(c.seqArg(seq))
-	err := n.watched(ctx, []string{c.Lock, c.Rev}, func(tx *redis.Tx) error {
+	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(tx *redis.Tx) (bool, error) {
 		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)
-		ok = err == nil && h == c.Token
 		switch {
-		case !ok:
-			return err
+		case err != nil || h != c.Token:
+			return false, err
 		case !strings.HasPrefix(m, "e"): // no numbered extension was applied (see extend.lua and lib.lua's superseded)
 		case seq > 0 && m == "e"+arg: // this request's earlier copy
-			return nil
+			return true, nil
 		case seq == 0 || seqOf(m) >= seq:
-			return ErrSuperseded
+			return false, ErrSuperseded
 		}
 		ms := ttl.Milliseconds()
 		cmds := [][]any{{"pexpire", c.Lock, ms, "gt"}} // never shortens: no order to keep (see extend.lua)
@@ -285,9 +285,8 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 			cmds = [][]any{{"pexpire", c.Lock, ms}, {"SET", c.Rev, "e" + arg, "PX", ms}}
 		}
 		_, err = pipe(ctx, tx, true, cmds...)
-		return n.ack(ctx, tx, err, n.ackError)
-	})
-	return result(ok, err)
+		return true, n.ack(ctx, tx, err, n.ackError) // (result drops it after an error)
+	}))
 }
 
 // Fence issues the lease's fence as fence.lua does: max(last + 1, the
@@ -300,19 +299,17 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 // The lease's marker is watched too: a Lock that another resumed gets no
 // fence (see drives).
 func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
-	var fence int64
-	err := n.watched(ctx, []string{c.Lock, c.Fence, c.Rev}, func(tx *redis.Tx) error {
+	return result(watched(ctx, n, []string{c.Lock, c.Fence, c.Rev}, func(tx *redis.Tx) (int64, error) {
 		r, _ := pipe(ctx, tx, false, []any{"TIME"}, []any{"GET", c.Lock}, []any{"GET", c.Fence}, []any{"GET", c.Rev})
-		fence = 0
 		h, err := str(r[1])
 		if isWrongType(err) {
-			return nil // not a plain lock, so not the lease's
+			return 0, nil // not a plain lock, so not the lease's
 		}
 		if err != nil || h != c.HolderID() {
-			return err
+			return 0, err
 		}
 		if m, err := str(r[3]); err != nil || !drives(m, c.Resumer) {
-			return cmp.Or(err, ErrSuperseded)
+			return 0, cmp.Or(err, ErrSuperseded)
 		}
 		t, err := r[0].Int64Slice() // seconds, µs
 		if err == nil && len(t) != 2 {
@@ -323,14 +320,13 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 			lerr = Because(ErrWrongType, "the fence key holds a value of another type", lerr)
 		}
 		if err = cmp.Or(err, lerr); err != nil {
-			return err
+			return 0, err
 		}
 		prev, _ := strconv.ParseInt(l, 10, 64)
-		fence = max(prev+1, t[0]*1e6+t[1])
+		fence := max(prev+1, t[0]*1e6+t[1])
 		_, err = pipe(ctx, tx, true, []any{"SET", c.Fence, fence, "PX", n.fenceMS})
-		return err // (result drops the fence after an error)
-	})
-	return result(fence, err)
+		return fence, err // (result drops the fence after an error)
+	}))
 }
 
 // readState reads the state of the lock k as inspect.lua does, through
@@ -426,12 +422,9 @@ func (NoScripts) Op(context.Context, func(context.Context, Node) error) error {
 
 // Inspect reads the lock's state as inspect.lua does, in one MULTI.
 func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {
-	var st State
-	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) (err error) {
-		st, err = readState(ctx, k, tx.TxPipelined)
-		return err
-	})
-	return result(st, err)
+	return result(watched(ctx, n, []string{k.Lock}, func(tx *redis.Tx) (State, error) {
+		return readState(ctx, k, tx.TxPipelined)
+	}))
 }
 
 // Undo ends the lease c may hold (see Node.Undo).
@@ -449,15 +442,12 @@ func (n NoScripts) Announce(ctx context.Context, k *Keys, msg string) error {
 // lock is watched before its holding is read, so the EXEC deletes the
 // holding that was read, or nothing.
 func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
-	var deleted bool // (true only once the EXEC ran: watched returns then)
-	err := n.watched(ctx, []string{k.Lock}, func(tx *redis.Tx) error {
+	return result(watched(ctx, n, []string{k.Lock}, func(tx *redis.Tx) (bool, error) {
 		st, err := readState(ctx, k, tx.Pipelined)
 		if ok, ferr := st.forced(); !ok { // (a failed read's State is empty: no holding)
-			return cmp.Or(err, ferr)
+			return false, cmp.Or(err, ferr)
 		}
 		_, err = pipe(ctx, tx, true, []any{"DEL", k.Lock}, []any{n.pub, k.Channel, "*"})
-		deleted = err == nil
-		return err
-	})
-	return result(deleted, err)
+		return true, err // (result drops it after an error)
+	}))
 }
