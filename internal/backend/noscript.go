@@ -178,18 +178,15 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl time.Duration) (Grant, error) {
 	r, _ := pipe(ctx, tx, false, []any{"GET", c.Rev}, []any{"GET", c.Lock}, []any{"PTTL", c.Lock})
 	m, err := str(r[0])
-	if err != nil {
-		return Grant{}, err
-	}
-	if m == "0" || m == "1" {
-		return Grant{}, ErrRevoked
-	}
-	h, err := str(r[1])
-	if err != nil {
-		return Grant{}, err
-	}
+	h, herr := str(r[1])
 	ms, pttl := ttl.Milliseconds(), r[2]
 	switch {
+	case err != nil:
+		return Grant{}, err
+	case m == "0" || m == "1":
+		return Grant{}, ErrRevoked
+	case herr != nil:
+		return Grant{}, herr
 	case h == c.Token && strings.HasPrefix(m, "e"):
 		return Grant{Held: true}, nil // a late copy: a numbered extension was applied since, which it must not undo (acquire.lua)
 	case h == c.Token:
@@ -301,26 +298,25 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 	return result(watched(ctx, n, []string{c.Lock, c.Fence, c.Rev}, func(tx *redis.Tx) (int64, error) {
 		r, _ := pipe(ctx, tx, false, []any{"TIME"}, []any{"GET", c.Lock}, []any{"GET", c.Fence}, []any{"GET", c.Rev})
+		t, terr := r[0].Int64Slice() // seconds, µs
 		h, err := str(r[1])
-		if isWrongType(err) {
-			return 0, nil // not a plain lock, so not the lease's
-		}
-		if err != nil || h != c.HolderID() {
-			return 0, err
-		}
-		if m, err := str(r[3]); err != nil || !drives(m, c.Resumer) {
-			return 0, cmp.Or(err, ErrSuperseded)
-		}
-		t, err := r[0].Int64Slice() // seconds, µs
-		if err == nil && len(t) != 2 {
-			err = fmt.Errorf("TIME: unexpected reply %v", t)
-		}
 		l, lerr := str(r[2])
-		if isWrongType(lerr) {
-			lerr = Because(ErrWrongType, "the fence key holds a value of another type", lerr)
-		}
-		if err = cmp.Or(err, lerr); err != nil {
+		m, merr := str(r[3])
+		switch {
+		case isWrongType(err):
+			return 0, nil // not a plain lock, so not the lease's
+		case err != nil || h != c.HolderID():
 			return 0, err
+		case merr != nil || !drives(m, c.Resumer):
+			return 0, cmp.Or(merr, ErrSuperseded)
+		case terr != nil:
+			return 0, terr
+		case len(t) != 2:
+			return 0, fmt.Errorf("TIME: unexpected reply %v", t)
+		case isWrongType(lerr):
+			return 0, Because(ErrWrongType, "the fence key holds a value of another type", lerr)
+		case lerr != nil:
+			return 0, lerr
 		}
 		prev, _ := strconv.ParseInt(l, 10, 64)
 		fence := max(prev+1, t[0]*1e6+t[1])
