@@ -223,7 +223,7 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 	px := Window(cmp.Or(c.TTL, n.ttl)).Milliseconds() // the marker's life
 	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(tx *redis.Tx) (bool, error) {
-		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)
+		h, m, err := readLease(ctx, tx, c)
 		ok := h == c.Token
 		switch {
 		case err != nil:
@@ -242,16 +242,15 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 	}))
 }
 
-// read2 reads the string keys a and b (the lock and the lease's marker) in
-// one round trip; a missing key reads "".
-func (n NoScripts) read2(ctx context.Context, tx *redis.Tx, a, b string) (string, string, error) {
-	r, _ := pipe(ctx, tx, false, []any{"GET", a}, []any{"GET", b})
-	va, err := str(r[0])
-	if err != nil {
+// readLease reads the lock's holder and the lease c's marker in one round
+// trip; a missing key reads "".
+func readLease(ctx context.Context, tx *redis.Tx, c *Claim) (holder, mark string, err error) {
+	r, _ := pipe(ctx, tx, false, []any{"GET", c.Lock}, []any{"GET", c.Rev})
+	if holder, err = str(r[0]); err != nil {
 		return "", "", err
 	}
-	vb, err := str(r[1])
-	return va, vb, err
+	mark, err = str(r[1])
+	return holder, mark, err
 }
 
 // Extend resets the lease to ttl from now as extend.lua does: only while
@@ -266,7 +265,7 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 	}
 	arg := fmt.Sprint(c.seqArg(seq))
 	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(tx *redis.Tx) (bool, error) {
-		h, m, err := n.read2(ctx, tx, c.Lock, c.Rev)
+		h, m, err := readLease(ctx, tx, c)
 		switch {
 		case err != nil || h != c.Token:
 			return false, err
@@ -337,7 +336,7 @@ func readState(ctx context.Context, k *Keys, pipe func(context.Context, func(red
 		waiting            *redis.StringSliceCmd
 		entries            *redis.MapStringStringCmd
 	)
-	_, err := pipe(ctx, func(p redis.Pipeliner) error {
+	pipe(ctx, func(p redis.Pipeliner) error {
 		kind = p.Type(ctx, k.Lock)
 		for _, s := range shapes {
 			contents[s] = s.fetch(ctx, p, k.Lock)
@@ -352,13 +351,7 @@ func readState(ctx context.Context, k *Keys, pipe func(context.Context, func(red
 		value = p.Do(ctx, "GET", k.ValueKey()) // an election leader's proclaimed value, as inspect.lua reads it
 		return nil
 	})
-	if errors.Is(err, redis.TxFailedErr) {
-		return State{}, err
-	}
-	t, err := now.Result()
-	if err != nil {
-		return State{}, err
-	}
+	t, terr := now.Result() // (an aborted EXEC fails every read: watched reads again)
 	ms := t.UnixMilli()
 	f, ferr := str(fence)
 	if isWrongType(ferr) { // (a fence key of another type: no fence, as in inspect.lua)
@@ -367,10 +360,11 @@ func readState(ctx context.Context, k *Keys, pipe func(context.Context, func(red
 	v := []any{kind.Val(), "", pttl.Val(), nil, []any{}, ms, liveWaiters(waiting.Val(), entries.Val(), ms), nil}
 	v[3], _ = strconv.ParseInt(f, 10, 64)
 	v[7], _ = value.Val().(string) // (another type's: none, as inspect.lua reads it)
+	var err error
 	if s := shapeOf(kind.Val()); s != nil {
 		v[s.slot], err = contents[s]() // (the reads of the other types failed: WRONGTYPE)
 	}
-	if err = cmp.Or(err, ferr, kind.Err()); err != nil {
+	if err = cmp.Or(terr, err, ferr, kind.Err()); err != nil {
 		return State{}, err
 	}
 	return stateOf(k, v)
