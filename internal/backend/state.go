@@ -16,8 +16,8 @@ type State struct {
 	// Queued is the number of live waiters in the queue: those whose
 	// entry has not lapsed (a waiter that died stops counting then).
 	Queued int64
-	// Owners are a reentrant lock's owners (one, unless the hash was
-	// written by hand) and their live holds.
+	// Owners are a reentrant lock's owner (at most one: the one its hash
+	// names) and its live holds.
 	Owners []Owner
 	// Permits are a semaphore's live permits (Type "zset"), the soonest
 	// to end first; or, if RW, a read-write lock's live holds.
