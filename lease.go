@@ -33,8 +33,7 @@ func (l LeaseOption) applyOption(o *options) {
 	l.set(&o.lease)
 	o.lease.metaSet = false // a default, not this call's
 	if o.lease.err != "" {
-		o.invalid("%s", o.lease.err)
-		o.lease.err = ""
+		o.invalid("%s", o.lease.err) // (New fails: the Client's lease is never used)
 	}
 }
 
@@ -50,9 +49,9 @@ type lease struct {
 	meta    string        // the holder metadata
 	suffix  string        // what the token carries of it: "." and meta escaped, or ""
 
-	ttlSet, waitSet bool   // LeaseTTL, MaxWait were given for this call
-	metaSet         bool   // HolderMeta was given for this call
-	resume          string // Resume's token: take over that lease instead of a new one
+	waitSet bool   // MaxWait was given for this call
+	metaSet bool   // HolderMeta was given for this call
+	resume  string // Resume's token: take over that lease instead of a new one
 	// waitAll is, for a part of an AcquireAll with a wait bound, that bound:
 	// wait is what is left of it (partWait).
 	waitAll time.Duration
@@ -63,6 +62,12 @@ func (p *lease) invalid(format string, args ...any) {
 	if p.err == "" {
 		p.err = fmt.Sprintf(format, args...)
 	}
+}
+
+// badOption is an option that fails the call it is given to (or New) with
+// the text of format and args, as the caller wrote the option.
+func badOption(format string, args ...any) LeaseOption {
+	return LeaseOption{func(p *lease) { p.invalid(format, args...) }}
 }
 
 // asked is the lease time Redis is asked for to give a validity of hold:
@@ -78,25 +83,19 @@ func (p *lease) asked(hold time.Duration) time.Duration {
 // LeaseTTL sets the lease time (default [DefaultTTL]): at least [MinTTL], above
 // the drift margin and, over a quorum, the node timeout.
 func LeaseTTL(ttl time.Duration) LeaseOption {
-	return LeaseOption{func(p *lease) {
-		if ttl < MinTTL {
-			p.invalid("LeaseTTL(%v): the TTL must be at least %v", ttl, MinTTL)
-			return
-		}
-		p.ttl, p.ttlSet = ttl, true
-	}}
+	if ttl < MinTTL {
+		return badOption("LeaseTTL(%v): the TTL must be at least %v", ttl, MinTTL)
+	}
+	return LeaseOption{func(p *lease) { p.ttl = ttl }}
 }
 
 // MaxWait bounds the wait (AcquireAll's as a whole), then [ErrNotAcquired]; 0
 // makes one attempt. [ErrInvalid]: d < 0, or d > 0 on a Try call.
 func MaxWait(d time.Duration) LeaseOption {
-	return LeaseOption{func(p *lease) {
-		if d < 0 {
-			p.invalid("MaxWait(%v): the wait must not be negative", d)
-			return
-		}
-		p.wait, p.waitSet = d, true
-	}}
+	if d < 0 {
+		return badOption("MaxWait(%v): the wait must not be negative", d)
+	}
+	return LeaseOption{func(p *lease) { p.wait, p.waitSet = d, true }}
 }
 
 // partWait makes a part of an AcquireAll wait at most left: what is left
@@ -108,13 +107,11 @@ func partWait(left, all time.Duration) LockOption {
 // HolderMeta sets the holder metadata, readable by all (default "hostname:pid";
 // "": none): UTF-8, ≤ [MaxMetaLen] bytes, no control characters.
 func HolderMeta(meta string) LeaseOption {
-	return LeaseOption{func(p *lease) {
-		if why := badMeta(meta); why != "" {
-			p.invalid("HolderMeta(%q): %s", meta, why)
-			return
-		}
-		p.meta, p.suffix, p.metaSet = meta, metaSuffix(meta), true
-	}}
+	if why := badMeta(meta); why != "" {
+		return badOption("HolderMeta(%q): %s", meta, why)
+	}
+	suffix := metaSuffix(meta)
+	return LeaseOption{func(p *lease) { p.meta, p.suffix, p.metaSet = meta, suffix, true }}
 }
 
 // Resume takes over the live lease of token (a [Lock.Token]) with a new fence
@@ -123,44 +120,35 @@ func HolderMeta(meta string) LeaseOption {
 func Resume(token string) LockOption {
 	// A lease token (see leaseToken): 22 base64url characters, the last
 	// one with a tag, then the metadata part, escaped (see metaSuffix).
-	return LeaseOption{func(p *lease) {
-		random, suffix, _ := strings.Cut(token, string(metaSep))
-		switch {
-		case len(random) != 22 || strings.ContainsFunc(random, func(r rune) bool { return !strings.ContainsRune(base64URL, r) }):
-			p.invalid("Resume(%q): not a lease token: 22 base64url characters, then '.' and the metadata if any", token)
-		case tokenTag(token) > lastTag:
-			p.invalid("Resume(%q): not a lease token: its 22nd character is not one a token ends its random part with", token)
-		case strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }):
-			p.invalid("Resume(%q): not a lease token: its metadata part holds a character a token never does", token)
-		default:
-			p.resume = token
-		}
-	}}
+	random, suffix, _ := strings.Cut(token, string(metaSep))
+	switch {
+	case len(random) != 22 || strings.ContainsFunc(random, func(r rune) bool { return !strings.ContainsRune(base64URL, r) }):
+		return badOption("Resume(%q): not a lease token: 22 base64url characters, then '.' and the metadata if any", token)
+	case tokenTag(token) > lastTag:
+		return badOption("Resume(%q): not a lease token: its 22nd character is not one a token ends its random part with", token)
+	case strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }):
+		return badOption("Resume(%q): not a lease token: its metadata part holds a character a token never does", token)
+	}
+	return LeaseOption{func(p *lease) { p.resume = token }}
 }
 
 // MaxHold caps how long a lease is held (default 0: none; per call 0 lifts the
 // Client's; else ≥ [MinTTL]); at the cap it is lost ([ErrMaxHold]) and
 // released.
 func MaxHold(d time.Duration) LeaseOption {
-	return LeaseOption{func(p *lease) {
-		if d < 0 || (d > 0 && d < MinTTL) {
-			p.invalid("MaxHold(%v): the max hold must be 0 (none) or at least %v", d, MinTTL)
-			return
-		}
-		p.maxHold = d
-	}}
+	if d < 0 || (d > 0 && d < MinTTL) {
+		return badOption("MaxHold(%v): the max hold must be 0 (none) or at least %v", d, MinTTL)
+	}
+	return LeaseOption{func(p *lease) { p.maxHold = d }}
 }
 
 // LockDelay keeps a lease in Redis d past its validity (default 0): time for a
 // holder that crashed or hung to stop. A release frees it. [ErrInvalid]: d < 0.
 func LockDelay(d time.Duration) LeaseOption {
-	return LeaseOption{func(p *lease) {
-		if d < 0 {
-			p.invalid("LockDelay(%v): the delay must not be negative", d)
-			return
-		}
-		p.delay = d
-	}}
+	if d < 0 {
+		return badOption("LockDelay(%v): the delay must not be negative", d)
+	}
+	return LeaseOption{func(p *lease) { p.delay = d }}
 }
 
 // WatchLoss(true) checks the lease when a message says it may have ended
@@ -190,9 +178,9 @@ func (c *Client) leaseFor(op, name string, opts []LockOption, try bool) (lease, 
 	case p.err != "":
 	case try && p.waitSet && p.wait > 0:
 		p.invalid("MaxWait(%v): TryAcquire and TryDo make one attempt and never wait; use Acquire or Do", p.wait)
-	case p.ttlSet && c.opts.driftFor(p.ttl) >= p.ttl:
+	case c.opts.driftFor(p.ttl) >= p.ttl:
 		p.invalid("LeaseTTL(%v): the TTL must be above the drift margin (%v)", p.ttl, c.opts.driftFor(p.ttl))
-	case p.ttlSet && c.opts.nodeTimeout > 0 && p.ttl <= c.opts.nodeTimeout:
+	case c.opts.nodeTimeout > 0 && p.ttl <= c.opts.nodeTimeout:
 		p.invalid("LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", p.ttl, c.opts.nodeTimeout)
 	case p.watch && !c.opts.autoExtend:
 		p.invalid("%s", watchNeedsDog)
