@@ -292,7 +292,8 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backe
 		// The reply was lost, and the Redis client does not send the
 		// request again (see backend.Claim.Clean): undo it and try once
 		// more, as a new lease.
-		c.undoAndRenew(ctx, l)
+		c.undo(ctx, l.cl)
+		l.renew()
 		t = l.termsFrom(time.Now())
 		g, err = c.b.Acquire(ctx, l.cl, t.ask, queue)
 	}
@@ -306,27 +307,24 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backe
 		// Only a token already ended is refused; take a new one and go on.
 		l.renew()
 		return nil, backend.Grant{PTTL: -1}, nil
-	case err != nil:
-		// The backend says whether the request may have taken effect (its
-		// reply lost or still on its way, or part of its work written before
-		// a write was refused): then make sure no lease or queue entry of
-		// ours is left to block others.
-		if g.Undo {
-			c.undoAndRenew(ctx, l)
-		}
-		return nil, backend.Grant{}, err
-	case g.Undo:
-		// Some quorum nodes granted it, too few: give it back everywhere.
-		c.undoAndRenew(ctx, l)
-		return nil, g, nil
-	case !g.Held:
-		return nil, g, nil
-	}
-	if !time.Now().Before(t.until) {
+	case err == nil && g.Held && !time.Now().Before(t.until):
 		// The reply came back after the lease could already have expired
 		// on the server: someone else may hold it by now.
-		c.undoAndRenew(ctx, l)
-		return nil, backend.Grant{}, errTooSlow
+		g, err = backend.Grant{Undo: true}, errTooSlow
+	}
+	if g.Undo {
+		// The request may have taken effect (its reply lost or still on its
+		// way, part of its work written before a write was refused, or too
+		// few quorum nodes granted it): make sure no lease or queue entry of
+		// ours is left to block others, everywhere.
+		c.undo(ctx, l.cl)
+		l.renew()
+	}
+	switch {
+	case err != nil:
+		return nil, backend.Grant{}, err
+	case !g.Held:
+		return nil, g, nil
 	}
 	l.activate(g.Fence, t)
 	return l, backend.Grant{}, nil
@@ -339,13 +337,6 @@ var errTooSlow = errors.New("the reply came after the lease's validity had run o
 // undoTimeout bounds the clean-up of a failed attempt.
 const undoTimeout = 2 * time.Second
 
-// undoAndRenew undoes the pending Lock's attempt (see undo) and gives it a
-// new lease token.
-func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
-	c.undo(ctx, l.cl)
-	l.renew()
-}
-
 // undo ends the lease cl may hold, or may come to hold when a request of it
 // still in flight lands: it deletes the lock if cl holds it and revokes
 // cl's token (in fair mode it also leaves the queue, passing on a lock
@@ -357,7 +348,7 @@ func (c *Client) undoAndRenew(ctx context.Context, l *Lock) {
 // undo to finish. A process that shuts down calls Close before closing its
 // Redis client, so that a slower undo is not cut short.
 func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
-	deadline := time.Now().Add(backend.RetryFor(cmp.Or(cl.TTL, c.opts.lease.ttl)))
+	deadline := time.Now().Add(backend.RetryFor(cl.TTL))
 	c.cleanUp(ctx, deadline, func(ctx context.Context) error { return c.b.Undo(ctx, cl) })
 }
 
