@@ -32,13 +32,12 @@ func (g *Guard) Write(ctx context.Context, key, value string, fence int64, token
 		return fmt.Errorf("%w: write to %q: a positive fence and a token are needed (fence %d, token %q)", ErrInvalid, key, fence, token)
 	}
 	v, err := script.Guard.Run(ctx, g.rdb, []string{key}, value, fence, token).Int64Slice()
-	if err != nil {
+	switch {
+	case err != nil:
 		return fmt.Errorf("dlock: guarded write %q: %w", key, resourceErr(err))
-	}
-	if len(v) != 2 {
+	case len(v) != 2:
 		return fmt.Errorf("dlock: guarded write %q: unexpected reply %v", key, v)
-	}
-	if v[0] != 1 {
+	case v[0] != 1:
 		return staleWrite(key, fence, v[1])
 	}
 	return nil

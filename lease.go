@@ -204,16 +204,15 @@ const metaSep = '.'
 
 // badMeta says what is wrong with the holder metadata meta, or returns "".
 func badMeta(meta string) string {
+	i := strings.IndexFunc(meta, unicode.IsControl)
 	switch {
 	case len(meta) > MaxMetaLen:
 		return fmt.Sprintf("is %d bytes, longer than %d", len(meta), MaxMetaLen)
 	case !utf8.ValidString(meta):
 		return "is not valid UTF-8"
-	}
-	for _, r := range meta {
-		if unicode.IsControl(r) {
-			return fmt.Sprintf("holds the control character %U", r)
-		}
+	case i >= 0:
+		r, _ := utf8.DecodeRuneInString(meta[i:])
+		return fmt.Sprintf("holds the control character %U", r)
 	}
 	return ""
 }
@@ -228,13 +227,11 @@ func metaSuffix(meta string) string {
 		return ""
 	}
 	var b strings.Builder
-	b.Grow(1 + len(meta))
 	b.WriteByte(metaSep)
 	for i := 0; i < len(meta); i++ {
-		switch c := meta[i]; {
-		case c <= ' ' || c >= 0x7f || c == '%' || c == '{' || c == '}':
+		if c := meta[i]; c <= ' ' || c >= 0x7f || c == '%' || c == '{' || c == '}' {
 			fmt.Fprintf(&b, "%%%02X", c)
-		default:
+		} else {
 			b.WriteByte(c)
 		}
 	}

@@ -28,11 +28,7 @@ func (c *Client) RequestRelease(ctx context.Context, name, reason string) error 
 
 // ReleaseRequests returns the reasons of requests ([Client.RequestRelease])
 // sent after the acquisition returned; nil without [WatchLoss].
-func (l *Lock) ReleaseRequests() <-chan string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.requests
-}
+func (l *Lock) ReleaseRequests() <-chan string { return l.requests } // (set before the Lock is returned)
 
 // heardRequests is how many request ids a Lock remembers (requested).
 const heardRequests = 8
