@@ -72,10 +72,9 @@ func (g *Guard) Do(ctx context.Context, resource string, fence int64, token stri
 	case !ok:
 		return fmt.Errorf("%w: guarded do %q: the Guard's Redis client cannot WATCH", ErrInvalid, resource)
 	}
-	var fnErr, readErr error
 	for range doTries {
-		readErr = nil
-		queued := false // (fn's commands went to a MULTI that may have run)
+		var fnErr, readErr error // (a try that aborted ran fn without error)
+		queued := false          // (fn's commands went to a MULTI that may have run)
 		err := w.Watch(ctx, func(tx *redis.Tx) error {
 			cur, err := tx.HMGet(ctx, resource, "fence", "token").Result()
 			if err != nil {
