@@ -358,17 +358,13 @@ func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 func (c *Client) cleanUp(ctx context.Context, deadline time.Time, f func(context.Context) error) {
 	first := make(chan struct{}) // closed when the first try is over
 	c.bg.Go(func() { backend.Retry(deadline, f, func() { close(first) }) })
-	select {
-	case <-first:
-	case <-time.After(undoTimeout):
-	case <-ctx.Done():
+	tried := []<-chan struct{}{first}
+	awaitAll(ctx, tried, undoTimeout)
+	if ctx.Err() != nil {
 		// Done from the start, or the caller gave up meanwhile (a
 		// client's own timer can fail the call a moment before ctx
 		// reports it): wait up to undoWait from now.
-		select {
-		case <-first:
-		case <-time.After(undoWait):
-		}
+		awaitAll(context.Background(), tried, undoWait)
 	}
 }
 
