@@ -31,7 +31,6 @@ func (l LeaseOption) applyLease(p *lease) { l.set(p) }
 
 func (l LeaseOption) applyOption(o *options) {
 	l.set(&o.lease)
-	o.lease.metaSet = false // a default, not this call's
 	if o.lease.err != "" {
 		o.invalid("%s", o.lease.err) // (New fails: the Client's lease is never used)
 	}
