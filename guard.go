@@ -48,12 +48,6 @@ func staleWrite(key string, fence, high int64) error {
 	return fmt.Errorf("%w: write to %q with fence %d refused, %d was accepted before", ErrStaleFence, key, fence, high)
 }
 
-// watcher is a Redis client that runs transactions (*redis.Client,
-// *redis.ClusterClient, *redis.Ring).
-type watcher interface {
-	Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
-}
-
 // doTries bounds how often Do reads the resource's fence again after a
 // concurrent write to it aborted the transaction.
 const doTries = 16
@@ -63,7 +57,11 @@ const doTries = 16
 // resource and, on a Cluster, must share its slot. It returns the first error;
 // [ErrInvalid]: bad input. See docs/guarantees.md.
 func (g *Guard) Do(ctx context.Context, resource string, fence int64, token string, fn func(redis.Pipeliner) error) error {
-	w, ok := g.rdb.(watcher)
+	// (A Redis client that runs transactions: *redis.Client,
+	// *redis.ClusterClient, *redis.Ring.)
+	w, ok := g.rdb.(interface {
+		Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
+	})
 	switch {
 	case resource == "":
 		return fmt.Errorf("%w: empty resource key", ErrInvalid)
