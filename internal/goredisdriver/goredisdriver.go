@@ -199,13 +199,16 @@ func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 		return driver.Message{}, *err
 	}
 	var timeout time.Duration // (0: none)
-	if d, timed := ctx.Deadline(); timed {
+	d, timed := ctx.Deadline()
+	if timed {
 		timeout = max(time.Until(d), time.Nanosecond) // (past: the read times out at once)
 	}
 	m, err := p.ps.ReceiveTimeout(ctx, timeout)
 	var nerr net.Error
-	if errors.As(err, &nerr) && nerr.Timeout() && timeout > 0 { // (the deadline set from ctx)
-		<-ctx.Done() // (its timer fires with the read's: its caller may ask it why)
+	if errors.As(err, &nerr) && nerr.Timeout() && timed { // (the deadline set from ctx, or a reconnect's)
+		if !time.Now().Before(d) {
+			<-ctx.Done() // (its timer fires with the read's: its caller may ask it why)
+		}
 		return driver.Message{}, fmt.Errorf("goredisdriver: receive: %w", context.DeadlineExceeded)
 	}
 	if err = p.check(err); err != nil {

@@ -42,3 +42,41 @@ func TestReceiveTimesOutWithItsContext(t *testing.T) {
 		}
 	}
 }
+
+// A Receive that times out on a connection it makes (go-redis connects a
+// broken PubSub again on its next read, and the handshake of a stalled
+// server times out) returns at once, its ctx still running: the caller
+// learns the connection is bad instead of taking it for a silent one.
+func TestReceiveReturnsAtOnceWhenItsReconnectTimesOut(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	p := redistest.NewProxy(t, redistest.Start(t, redistest.TCP()).Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), DialTimeout: 100 * time.Millisecond,
+		ReadTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	defer rdb.Close()
+	dps, err := Conn(rdb).PubSub(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dps.Close()
+	if err := dps.Subscribe(t.Context(), "ch"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := dps.Receive(t.Context()); err != nil || m.Kind != "subscribe" {
+		t.Fatalf("Receive = %+v, %v; want the subscription's confirmation", m, err)
+	}
+	p.Cut()
+	p.Stall()
+	defer p.Cut()
+	// (Read past the driver, which would fail from now on: go-redis closes
+	// the connection and fails to make another.)
+	ps := dps.(*pubsub).ps
+	if _, err := ps.ReceiveTimeout(t.Context(), 5*time.Second); err == nil {
+		t.Fatal("a read on a cut connection succeeded")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := dps.Receive(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("Receive = %v, ctx %v; want an error before its ctx ended", err, ctx.Err())
+	}
+}
