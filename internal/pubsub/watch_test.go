@@ -161,12 +161,85 @@ func (h *failFirstClientInfo) ProcessPipelineHook(next redis.ProcessPipelineHook
 
 func (h *failFirstClientInfo) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if strings.EqualFold(cmd.Name(), "client") && strings.EqualFold(fmt.Sprint(cmd.Args()[1:2]...), "info") && h.failed.CompareAndSwap(false, true) {
+		if isClientInfo(cmd) && h.failed.CompareAndSwap(false, true) {
 			cmd.SetErr(errors.New("read tcp: i/o timeout"))
 			return cmd.Err()
 		}
 		return next(ctx, cmd)
 	}
+}
+
+func isClientInfo(cmd redis.Cmder) bool {
+	return strings.EqualFold(cmd.Name(), "client") && strings.EqualFold(fmt.Sprint(cmd.Args()[1:2]...), "info")
+}
+
+// holdClientInfo is a go-redis hook under which CLIENT INFO waits until
+// release is closed (or its ctx ends).
+type holdClientInfo struct {
+	failFirstClientInfo // (its other hooks)
+	release             chan struct{}
+}
+
+func (h *holdClientInfo) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isClientInfo(cmd) {
+			select {
+			case <-h.release:
+			case <-ctx.Done():
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A Watch closed (twice) while its Hub is learning the database never
+// subscribes its key's keyspace channel, and leaves another Watch on its
+// channel as it was; a Watch made once the database is known subscribes
+// its key's at once.
+func TestWatchClosedWhileTheDatabaseIsLearntSubscribesNoKey(t *testing.T) {
+	t.Parallel()
+	rdb := startKeyspace(t)
+	hold := &holdClientInfo{release: make(chan struct{})}
+	rdb.AddHook(hold)
+	h := New(goredisdriver.Conn(rdb), false)
+	defer h.Close()
+	otherF, otherCalls := watchCalls()
+	other := h.Watch("k:ch", "", otherF, nil)
+	defer other.Close()
+	f, calls := watchCalls()
+	w := h.Watch("k:ch", "k", f, nil)
+	select {
+	case <-w.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Ready not closed 5s after the Watch")
+	}
+	w.Close()
+	w.Close()
+	close(hold.release)
+	learning := func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.learning
+	}
+	for deadline := time.Now().Add(5 * time.Second); learning(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the database not learnt 5s after CLIENT INFO was let through")
+		}
+	}
+	h.mu.Lock()
+	keyspace := h.topics["__keyspace@0__:k"]
+	h.mu.Unlock()
+	if keyspace != nil {
+		t.Error("the keyspace channel of a closed Watch was subscribed")
+	}
+	rdb.Publish(t.Context(), "k:ch", WakeAll)
+	expectCall(t, "the other Watch", otherCalls)
+	if len(calls) > 0 {
+		t.Error("a closed Watch was called")
+	}
+	again := h.Watch("k:ch", "k", f, nil)
+	defer again.Close()
+	expectKeyWatched(t, rdb, calls)
 }
 
 // A Watch whose Hub could not reach the server to learn its database
@@ -181,6 +254,13 @@ func TestWatchSubscribesTheKeyAfterAFailureToLearnTheDatabase(t *testing.T) {
 	f, calls := watchCalls()
 	w := h.Watch("k:ch", "k", f, nil)
 	defer w.Close()
+	expectKeyWatched(t, rdb, calls)
+}
+
+// expectKeyWatched waits until the keyspace channel of key k is
+// subscribed, and then expects a DEL of k to call its Watch.
+func expectKeyWatched(t *testing.T, rdb *redis.Client, calls chan struct{}) {
+	t.Helper()
 	if !waitSubscribed(rdb, "__keyspace@0__:k") {
 		t.Fatal("__keyspace@0__:k not subscribed after 5s: the Watch never learnt the database")
 	}
