@@ -302,3 +302,28 @@ func TestHubSubscribesAgainOnlyChannelsWithWaiters(t *testing.T) {
 		waitUnsubscribed(t, s.Client(t), "a", sharded)
 	})
 }
+
+// A closed Hub subscribes nothing: Subscribe and Watch return at once with
+// their ready channels closed, Join adds no waiter, nothing is listened to,
+// and closing what they returned does nothing.
+func TestClosedHubSubscribesNothing(t *testing.T) {
+	t.Parallel()
+	h := New(nil, false) // (it never connects)
+	h.Close()
+	w, ready := h.Subscribe("ch", "a", make(chan int64, 1))
+	watch := h.Watch("ch", "k", func() {}, nil)
+	for _, c := range []<-chan struct{}{ready, watch.Ready()} {
+		select {
+		case <-c:
+		default:
+			t.Fatal("a closed Hub's ready channel is open")
+		}
+	}
+	if h.Join("ch", "b", make(chan int64, 1)) != nil || h.Listening("ch") {
+		t.Error("a closed Hub listens")
+	}
+	w.Close()
+	watch.Close()
+	watch.Close()
+	h.Close()
+}
