@@ -1,0 +1,145 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// A Leadership's Value is the campaign's value until a Proclaim is
+// answered: a Proclaim not sent (its context over) and one refused
+// after the term ended leave the value proclaimed last.
+func TestLeadershipValueChangesOnlyWithAnAnsweredProclaim(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	c := newClient(t, rdb, dlock.LeaseTTL(300*time.Millisecond), dlock.WithAutoExtend(false))
+	ld, err := newElection(t, c, "ldv").Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld.Value() != "a" {
+		t.Errorf("Value before any Proclaim = %q, want the campaign's a", ld.Value())
+	}
+	done, stop := context.WithCancel(ctx)
+	stop()
+	if err := ld.Proclaim(done, "unsent"); err == nil || ld.Value() != "a" {
+		t.Errorf("Proclaim under a context over = %v, Value %q; want an error and a", err, ld.Value())
+	}
+	if err := ld.Proclaim(ctx, "a2"); err != nil || ld.Value() != "a2" {
+		t.Fatalf("Proclaim(a2) = %v, Value %q; want a2", err, ld.Value())
+	}
+	if !waitFor(10*time.Second, func() bool { return rdb.Exists(ctx, "dlock:{ldv}").Val() == 0 }) {
+		t.Fatal("the 300ms lease never lapsed")
+	}
+	if err := ld.Proclaim(ctx, "stale"); !errors.Is(err, dlock.ErrNotHeld) || ld.Value() != "a2" {
+		t.Errorf("Proclaim after the term ended = %v, Value %q; want ErrNotHeld and a2", err, ld.Value())
+	}
+}
+
+// Observe delivers a leadership once: a re-read that finds it unchanged
+// (a Proclaim of the same value wakes the reader) sends nothing, and the
+// next value the reader takes is the next change.
+func TestObserveDoesNotRedeliverAnUnchangedLeadership(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	e := newElection(t, newClient(t, rdb, dlock.LeaseTTL(5*time.Second)), "obs-once")
+	ld, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Resign(context.WithoutCancel(ctx))
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen := e.Observe(octx)
+	take := func() dlock.Leader {
+		t.Helper()
+		select {
+		case got := <-seen:
+			return got
+		case <-ctx.Done():
+			t.Fatal("Observe delivered nothing")
+		}
+		return dlock.Leader{}
+	}
+	if got := take(); got.Value != "a" || got.Fence != ld.Fence() {
+		t.Fatalf("Observe's first value = %+v, want a at fence %d", got, ld.Fence())
+	}
+	for range 3 {
+		if err := ld.Proclaim(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		select { // (a bound on the look, not on the test: a pass waits it out)
+		case got := <-seen:
+			t.Errorf("Observe delivered %+v again after a Proclaim of the same value", got)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	if err := ld.Proclaim(ctx, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(); got.Value != "a2" || got.Fence != ld.Fence() {
+		t.Errorf("Observe's value after Proclaims of a, a, a and a2 = %+v, want a2 (a once only)", got)
+	}
+}
+
+// A read or write hold asked for inside a Do of the same name is refused
+// as nested before anything else is checked, a nil function included,
+// and the refusal names the lock once.
+func TestRWDoInsideAHoldOfTheNameIsRefusedAsNestedBeforeItsFunc(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	rw := newRW(t, newClient(t, rdb), "rw-nil-nested")
+	err := rw.Writer().Do(ctx, func(ctx context.Context, _ *dlock.Lock) error {
+		for _, inner := range []*dlock.RWLocker{rw.Reader(), rw.Writer()} {
+			err := inner.Do(ctx, nil)
+			if !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "would wait for") || prefixes(err.Error()) != 1 {
+				t.Errorf("Do(nil) (write %v) inside the write's Do = %v, want ErrInvalid for the nesting", inner.Write(), err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Do = %v", err)
+	}
+	// The mark is Do's own: the caller's context carries none after it.
+	if err := rw.Reader().Do(ctx, nil); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "the function to run is nil") {
+		t.Errorf("Do(nil) under the caller's context = %v, want ErrInvalid for the nil function", err)
+	}
+	if err := rw.Reader().Do(ctx, func(context.Context, *dlock.Lock) error { return nil }); err != nil {
+		t.Errorf("Do under the caller's context after the write's Do = %v, want nil", err)
+	}
+}
+
+// A semaphore asked with N = 0 (the size kept in Redis) refuses in its own
+// words, which name no count, and its NotAcquiredError says Permits 0.
+func TestSemaphoreOfTheStoredSizeRefusesWithoutACount(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	s := newSemaphore(t, newClient(t, rdb), "sem-stored", 0)
+	if ok, err := s.TrySetPermits(ctx, 1); !ok || err != nil {
+		t.Fatalf("TrySetPermits(1) = %v, %v", ok, err)
+	}
+	l, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	_, err = s.TryAcquire(ctx)
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) || !errors.Is(err, dlock.ErrNotAcquired) || na.Permits != 0 ||
+		na.Error() != "no permit free: all held, or others waiting ahead" {
+		t.Errorf("TryAcquire with the one permit held = %v (%+v), want the refusal without a count", err, na)
+	}
+}
