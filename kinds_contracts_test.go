@@ -143,3 +143,27 @@ func TestSemaphoreOfTheStoredSizeRefusesWithoutACount(t *testing.T) {
 		t.Errorf("TryAcquire with the one permit held = %v (%+v), want the refusal without a count", err, na)
 	}
 }
+
+// A reentrant lock's hash that names no owner (no Client writes one) is
+// still a refusal, not an error: it matches ErrNotAcquired and names the
+// hold it found.
+func TestReentrantRefusalByAHashWithAnEmptyOwnerNamesItsHold(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	const key = "dlock:{re-empty-owner}"
+	deadline := time.Now().Add(time.Minute).UnixMilli()
+	if err := rdb.HSet(ctx, key, "owner", "", "fence", "1", "h:tok", deadline).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.PExpire(ctx, key, time.Minute)
+	_, err := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true)), "bob").TryAcquire(ctx, "re-empty-owner")
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) || !errors.Is(err, dlock.ErrNotAcquired) || na.Holder != "tok" || !strings.HasPrefix(na.Error(), "held by another ") {
+		t.Errorf("TryAcquire on a hash with an empty owner = %v (%+v), want a refusal naming the hold tok", err, na)
+	}
+	if n, _ := rdb.HLen(ctx, key).Result(); n != 3 {
+		t.Errorf("the refused attempt changed the hash: %d fields, want 3", n)
+	}
+}
