@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -166,4 +167,48 @@ func TestReentrantRefusalByAHashWithAnEmptyOwnerNamesItsHold(t *testing.T) {
 	if n, _ := rdb.HLen(ctx, key).Result(); n != 3 {
 		t.Errorf("the refused attempt changed the hash: %d fields, want 3", n)
 	}
+}
+
+// A zero RWLocker (made by no RWMutex) given a nil function to run gets
+// ErrInvalid, not a panic.
+func TestZeroRWLockerDoOfANilFuncIsInvalid(t *testing.T) {
+	t.Parallel()
+	var l dlock.RWLocker
+	for name, do := range map[string]func() error{
+		"Do":    func() error { return l.Do(t.Context(), nil) },
+		"TryDo": func() error { return l.TryDo(t.Context(), nil) },
+	} {
+		if err := noPanic(do); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s(nil) on a zero RWLocker = %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// A zero or nil RWLocker's acquisitions get ErrInvalid, not a panic.
+func TestZeroRWLockerAcquisitionsAreInvalid(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	fn := func(context.Context, *dlock.Lock) error { return nil }
+	for _, l := range []*dlock.RWLocker{{}, nil} {
+		for name, call := range map[string]func() error{
+			"TryAcquire": func() error { _, err := l.TryAcquire(ctx); return err },
+			"Acquire":    func() error { _, err := l.Acquire(ctx); return err },
+			"Do":         func() error { return l.Do(ctx, fn) },
+			"TryDo":      func() error { return l.TryDo(ctx, fn) },
+		} {
+			if err := noPanic(call); !errors.Is(err, dlock.ErrInvalid) {
+				t.Errorf("%s on RWLocker %p = %v, want ErrInvalid", name, l, err)
+			}
+		}
+	}
+}
+
+// noPanic returns f's error, or an error saying that f panicked.
+func noPanic(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f()
 }

@@ -120,7 +120,8 @@ func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 	return info.RWHolds, nil
 }
 
-// RWLocker takes read or write holds; [ErrInvalid] inside a hold of the name.
+// RWLocker takes read or write holds; [ErrInvalid] inside a hold of the name,
+// or for one not from [RWMutex.Reader] or [RWMutex.Writer].
 type RWLocker struct {
 	rw *RWMutex // the lock it takes holds of
 	k  *kind    // its acquisitions: read or write holds, the value of its holds' contexts (nest)
@@ -173,8 +174,12 @@ func (l *RWLocker) do(ctx context.Context, fn func(ctx context.Context, l *Lock)
 }
 
 // nested returns the error of an acquisition whose context carries a hold
-// of the same lock, which it would wait for forever.
+// of the same lock, which it would wait for forever, or by an RWLocker of
+// no RWMutex (nil or zero).
 func (l *RWLocker) nested(ctx context.Context) error {
+	if l == nil || l.rw == nil {
+		return fmt.Errorf("%w: an RWLocker is an RWMutex's Reader or Writer", ErrInvalid)
+	}
 	held, _ := ctx.Value(l.rw.nest).(*kind)
 	var why string
 	switch {
