@@ -169,14 +169,17 @@ func TestReentrantRefusalByAHashWithAnEmptyOwnerNamesItsHold(t *testing.T) {
 	}
 }
 
-// A zero RWLocker (made by no RWMutex) given a nil function to run gets
-// ErrInvalid, not a panic.
+// A zero RWLocker (made by no RWMutex, or a zero RWMutex's) given a nil
+// function to run gets ErrInvalid, not a panic.
 func TestZeroRWLockerDoOfANilFuncIsInvalid(t *testing.T) {
 	t.Parallel()
 	var l dlock.RWLocker
+	var rw dlock.RWMutex
 	for name, do := range map[string]func() error{
-		"Do":    func() error { return l.Do(t.Context(), nil) },
-		"TryDo": func() error { return l.TryDo(t.Context(), nil) },
+		"Do":                   func() error { return l.Do(t.Context(), nil) },
+		"TryDo":                func() error { return l.TryDo(t.Context(), nil) },
+		"zero RWMutex's Do":    func() error { return rw.Writer().Do(t.Context(), nil) },
+		"zero RWMutex's TryDo": func() error { return rw.Reader().TryDo(t.Context(), nil) },
 	} {
 		if err := noPanic(do); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("%s(nil) on a zero RWLocker = %v, want ErrInvalid", name, err)
