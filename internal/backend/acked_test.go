@@ -107,13 +107,7 @@ func TestAckedOnAServerRefusingScriptLoadSendsEVAL(t *testing.T) {
 	s := redistest.Start(t)
 	admin := s.Client(t)
 	ctx := t.Context()
-	if err := admin.Do(ctx, "ACL", "SETUSER", "noload", "on", ">pw", "~*", "&*", "+@all", "-script|load").Err(); err != nil {
-		t.Fatal(err)
-	}
-	opt := s.Options()
-	opt.Username, opt.Password = "noload", "pw"
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { rdb.Close() })
+	rdb := noLoadClient(t, s)
 	n := NewNode(rdb, Config{TTL: time.Second, Replicas: 1, AckTimeout: 10 * time.Millisecond})
 	for i := range 2 {
 		cmd, acks := n.acked(ctx, script.Uptime, []any{"acked"})

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -76,5 +78,80 @@ func TestBatcherNeverSendsTwice(t *testing.T) {
 				t.Errorf("INCR ran %s times for %d calls: go-redis sent a command again", got, tc.calls)
 			}
 		})
+	}
+}
+
+// Under many goroutines and cut connections, each batched call's answer
+// matches what Redis did: a reply means the command ran once, a call never
+// sent did not run, and one whose reply was lost ran at most once.
+func TestBatchedCallsUnderCutsAnswerWhatRedisDid(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 3})
+	t.Cleanup(func() { rdb.Close() })
+	b := &batcher{rdb: rdb}
+	ctx := t.Context()
+	const workers, calls = 24, 30
+	errs := make([][]error, workers)
+	stop := make(chan struct{})
+	var cutter sync.WaitGroup
+	cutter.Go(func() {
+		for range 200 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(15 * time.Millisecond):
+				p.Cut()
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	for w := range workers {
+		errs[w] = make([]error, calls)
+		wg.Go(func() {
+			for i := range calls {
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				errs[w][i] = b.Do(cctx, "RPUSH", "cuts", fmt.Sprint(w, ".", i)).Err()
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	cutter.Wait()
+	ran := map[string]int{}
+	for _, v := range direct.LRange(ctx, "cuts", 0, -1).Val() {
+		ran[v]++
+	}
+	answered, lost, unsent := 0, 0, 0
+	for w := range workers {
+		for i, err := range errs[w] {
+			id := fmt.Sprint(w, ".", i)
+			switch n := ran[id]; {
+			case n > 1:
+				t.Errorf("call %s ran %d times", id, n)
+			case err == nil:
+				answered++
+				if n != 1 {
+					t.Errorf("call %s answered, but ran %d times", id, n)
+				}
+			case neverSent(err):
+				unsent++
+				if n != 0 {
+					t.Errorf("call %s never sent (%v), but ran", id, err)
+				}
+			case !ReplyLost(err):
+				t.Errorf("call %s = %v, want a reply, a call never sent or a lost reply", id, err)
+			default:
+				lost++
+			}
+		}
+	}
+	t.Logf("%d calls answered, %d never sent, %d with their replies lost", answered, unsent, lost)
+	if answered == 0 {
+		t.Error("no call was answered")
 	}
 }
