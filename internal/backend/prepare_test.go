@@ -319,3 +319,96 @@ func TestSeqReadsAMissingMarkerAsZeroAndDriven(t *testing.T) {
 		t.Errorf("Seq of a marker key holding a hash = %v, want ErrWrongType", err)
 	}
 }
+
+// lacks returns the scripts of set that the server of m lacks, each
+// named with its address.
+func lacks(ctx context.Context, m *redis.Client, set scriptSet) []string {
+	var lack []string
+	for i, sc := range loadable {
+		if set&(1<<i) == 0 {
+			continue
+		}
+		if ok, err := m.ScriptExists(ctx, sc.Hash()).Result(); err != nil || !ok[0] {
+			lack = append(lack, m.Options().Addr+" "+sc.Name())
+		}
+	}
+	return lack
+}
+
+// After SCRIPT FLUSH on every master of a Cluster, a call meets NOSCRIPT and
+// the next Prepare finds every script it needs: on go-redis, the call
+// loads them back on its key's master, whose cache alone records them; a
+// driver's call goes with EVAL and forgets its one cache, so that the next
+// Prepare loads them on every master again.
+func TestClusterScriptsFoundAgainAfterScriptFlush(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds a Redis Cluster")
+	}
+	nodes := redistest.StartCluster(t, 3, 0)
+	var addrs []string
+	for _, s := range nodes {
+		addrs = append(addrs, s.Addr())
+	}
+	ctx := t.Context()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	c := &Claim{Keys: KeysFor("dlock:", "flushed"), Kind: FairLock}
+	// missing returns the scripts of set that the masters lack.
+	missing := func(set scriptSet) []string {
+		var mu sync.Mutex
+		var lack []string
+		cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			l := lacks(ctx, m, set)
+			mu.Lock()
+			defer mu.Unlock()
+			lack = append(lack, l...)
+			return nil
+		})
+		return lack
+	}
+	flush := func() {
+		if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.ScriptFlush(ctx).Err() }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, road := range []string{"go-redis", "driver"} {
+		n := NewNode(cc, Config{TTL: time.Second, Sharded: true})
+		if road == "driver" {
+			n = NewNodeFrom(goredisdriver.Conn(cc), Config{TTL: time.Second, Sharded: true})
+		}
+		flush()
+		if err := n.Prepare(ctx, c); err != nil {
+			t.Fatalf("%s: Prepare = %v", road, err)
+		}
+		flush()
+		if err := n.run(ctx, script.Uptime, []any{c.Lock}).Err(); err != nil {
+			t.Fatalf("%s: a call after SCRIPT FLUSH = %v", road, err)
+		}
+		if road == "driver" {
+			if got := knownLoaded(n); got != 0 {
+				t.Errorf("driver: scripts known loaded after a NOSCRIPT = %b, want none", got)
+			}
+			if err := n.Prepare(ctx, c); err != nil {
+				t.Fatalf("driver: Prepare after the NOSCRIPT = %v", err)
+			}
+			if lack := missing(n.need(c)); len(lack) > 0 {
+				t.Errorf("driver: after the next Prepare, masters lack %v", lack)
+			}
+			continue
+		}
+		s, m, err := n.server(ctx, c.Lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := scriptSet(s.loaded.Load()), n.need(c)|setOf(script.Uptime); got != want || knownLoaded(n) != 0 {
+			t.Errorf("go-redis: the key's master's cache knows %b loaded, want %b; the Node's own %b, want none", got, want, knownLoaded(n))
+		}
+		if lack := lacks(ctx, m.(*redis.Client), n.need(c)); len(lack) > 0 {
+			t.Errorf("go-redis: after the call that met NOSCRIPT, the key's master lacks %v", lack)
+		}
+		if !n.prepared(ctx, c) {
+			t.Error("go-redis: Prepare has work left after the call loaded the scripts back")
+		}
+	}
+}
