@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -48,12 +49,8 @@ func TestRerunAfterNOSCRIPTIsNeverSentTwice(t *testing.T) {
 // retries on: it may have run.
 func TestAckedScriptIsNeverSentTwice(t *testing.T) {
 	t.Parallel()
-	s := redistest.Start(t, redistest.TCP())
-	direct := s.Client(t)
+	s, direct := withUptime(t)
 	ctx := t.Context()
-	if err := direct.ScriptLoad(ctx, script.Uptime.Source()).Err(); err != nil {
-		t.Fatal(err)
-	}
 	p := redistest.NewProxy(t, s.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 3})
 	t.Cleanup(func() { rdb.Close() })
@@ -123,4 +120,71 @@ func TestRerunOnAClosedClientIsGoRedisErrClosed(t *testing.T) {
 	if !errors.Is(err, redis.ErrClosed) || err.Error() != redis.ErrClosed.Error() {
 		t.Errorf("run = %v, want %v as it is", err, redis.ErrClosed)
 	}
+}
+
+// A clean lease's release whose reply is lost is sent again; the copy finds
+// the lease gone, and, the server having been up since before the lease
+// began, the release counts as the first copy's: released, no error. The
+// release goes twice and the uptime is read once, alone or batched.
+func TestReleaseWhoseReplyWasLostCountsTheFirstCopy(t *testing.T) {
+	t.Parallel()
+	s, direct := withUptime(t)
+	ctx := t.Context()
+	up := func() bool { // (the server up 2s or more: a lease begun now is younger, counted in whole seconds)
+		info := direct.Info(ctx, "server").Val()
+		_, v, _ := strings.Cut(info, "uptime_in_seconds:")
+		secs, _, _ := strings.Cut(v, "\r\n")
+		return secs != "" && secs != "0" && secs != "1"
+	}
+	if !waitFor(up) {
+		t.Fatal("the server's uptime never reached 2s")
+	}
+	for _, pipelining := range []bool{false, true} {
+		p := redistest.NewProxy(t, s.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		n := NewNode(rdb, Config{TTL: 10 * time.Second, Pipelining: pipelining})
+		c := &Claim{Keys: KeysFor("dlock:", fmt.Sprint("lost-release-", pipelining)), Kind: PlainLock}
+		c.SetToken("tok")
+		c.Began = time.Now()
+		if err := n.Prepare(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if g, err := n.Acquire(ctx, c, 10*time.Second, false); err != nil || !g.Held {
+			t.Fatalf("pipelining %v: Acquire = %+v, %v", pipelining, g, err)
+		}
+		if err := direct.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		p.StallReplies()
+		released := make(chan error, 1)
+		var ok bool
+		go func() {
+			var err error
+			ok, err = n.Release(ctx, c)
+			released <- err
+		}()
+		if !waitFor(func() bool { return direct.Exists(ctx, c.Lock).Val() == 0 }) {
+			t.Fatalf("pipelining %v: the release never ran", pipelining)
+		}
+		p.Cut()
+		if err := <-released; err != nil || !ok {
+			t.Errorf("pipelining %v: Release with its reply lost = %v, %v; want true, nil", pipelining, ok, err)
+		}
+		if got := commandCalls(t, direct, "evalsha"); got != "3" {
+			t.Errorf("pipelining %v: EVALSHA ran %s times, want 3: the release, its copy, the uptime", pipelining, got)
+		}
+	}
+}
+
+// withUptime starts a server on TCP that has uptime.lua in its script
+// cache, and returns it with a client of its own.
+func withUptime(t *testing.T) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	if err := direct.ScriptLoad(t.Context(), script.Uptime.Source()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return s, direct
 }
