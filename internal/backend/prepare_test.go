@@ -412,3 +412,25 @@ func TestClusterScriptsFoundAgainAfterScriptFlush(t *testing.T) {
 		}
 	}
 }
+
+// Prepare on a closed client returns nil (the call that follows reports
+// the closed client) and leaves no load in flight nor any script recorded.
+func TestPrepareOnAClosedClientLeavesNothingInFlight(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rdb := redis.NewClient(s.Options())
+	rdb.Close()
+	n := NewNode(rdb, Config{TTL: time.Second})
+	c := &Claim{Keys: KeysFor("dlock:", "closed"), Kind: PlainLock}
+	for _, err := range prepareAll(t.Context(), n, c, 4) {
+		if err != nil {
+			t.Errorf("Prepare on a closed client = %v, want nil", err)
+		}
+	}
+	if loadInFlight(n) || knownLoaded(n) != 0 {
+		t.Errorf("on a closed client: load in flight %v, scripts known loaded %b; want none", loadInFlight(n), knownLoaded(n))
+	}
+	if err := n.run(t.Context(), script.Uptime, []any{c.Lock}).Err(); !errors.Is(err, redis.ErrClosed) {
+		t.Errorf("a call on the closed client = %v, want redis.ErrClosed", err)
+	}
+}
