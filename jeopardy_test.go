@@ -260,6 +260,14 @@ func TestJeopardyAskedForDuringARecoveryTimesLaterExtensions(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no third extension (runs %d, Err %v)", runs.Load(), l.Err())
 	}
+	checkToldBeforeTheLoss(t, l, j, p)
+}
+
+// checkToldBeforeTheLoss checks that j, the Jeopardy of the 6s lease l
+// whose extension p leaves unanswered, closes while l is still held; then
+// it ends the stall and releases l.
+func checkToldBeforeTheLoss(t *testing.T, l *dlock.Lock, j <-chan struct{}, p *redistest.Proxy) {
+	t.Helper()
 	var errAtRisk error
 	closed := waitFor(20*time.Second, func() bool {
 		if isOpen(j) {
@@ -275,5 +283,72 @@ func TestJeopardyAskedForDuringARecoveryTimesLaterExtensions(t *testing.T) {
 	if errAtRisk != nil {
 		t.Errorf("Jeopardy closed only at the loss (%v): the holder was not told before it", errAtRisk)
 	}
+	l.Release(t.Context())
+}
+
+// stallableLease returns a Client with opts and no Observer of its own, a
+// lease it holds with the watchdog on under a 6s TTL (its first run at
+// 2s), and the proxy between them, whose Stall leaves its extensions
+// unanswered.
+func stallableLease(t *testing.T, name string, opts ...dlock.Option) (*dlock.Client, *dlock.Lock, *redistest.Proxy) {
+	t.Helper()
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: time.Minute, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	c := newClient(t, rdb, append([]dlock.Option{dlock.LeaseTTL(6 * time.Second)}, opts...)...)
+	l, err := c.TryAcquire(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, l, p
+}
+
+// Jeopardy asked for before the watchdog's first run, or after a run,
+// with no Observer that has Jeopardy, times the later runs: one left
+// unanswered closes it before the loss, not only at it.
+func TestJeopardyAskedForWithoutAnObserverTimesLaterExtensions(t *testing.T) {
+	t.Parallel()
+	for _, afterARun := range []bool{false, true} {
+		t.Run(map[bool]string{false: "before the first run", true: "after a run"}[afterARun], func(t *testing.T) {
+			t.Parallel()
+			_, l, p := stallableLease(t, "jeopardy-without-observer")
+			if afterARun {
+				granted := l.ValidUntil()
+				if !waitFor(10*time.Second, func() bool { return l.ValidUntil().After(granted) }) {
+					t.Fatal("the watchdog's first run never extended the lease")
+				}
+			}
+			j := l.Jeopardy()
+			p.Stall()
+			checkToldBeforeTheLoss(t, l, j, p)
+		})
+	}
+}
+
+// An Observer with Jeopardy added by Client.Observe after a lease was
+// taken is told when a later watchdog extension of it goes unanswered,
+// before the loss.
+func TestJeopardyObserverAddedLaterIsToldOfAnUnansweredExtension(t *testing.T) {
+	t.Parallel()
+	c, l, p := stallableLease(t, "jeopardy-observed-later")
+	told := make(chan error, 1)
+	c.Observe(dlock.Observer{Jeopardy: func(_ context.Context, e *dlock.Event) {
+		select {
+		case told <- l.Err():
+		default:
+		}
+	}})
+	p.Stall()
+	select {
+	case err := <-told:
+		if err != nil {
+			t.Errorf("the Observer was told of the jeopardy only at the loss (%v)", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("the Observer added later was not told of an unanswered extension within 20s")
+	}
+	p.Cut()
 	l.Release(t.Context())
 }
