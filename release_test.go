@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,5 +332,57 @@ func TestALeaseKnownLostIsReportedLostWithRedisDown(t *testing.T) {
 				t.Fatalf("Release of a lease known lost, Redis down = %v, want ErrNotHeld", err)
 			}
 		})
+	}
+}
+
+// A Lock whose lease another Lock resumed, and which has not learnt it,
+// reports the takeover at its Release (ErrNotHeld) and deletes nothing;
+// a repeated Release returns nil, and its Observers see one release.
+func TestReleaseOfALockResumedElsewhereIsReportedOnceAndLeavesTheLease(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	var releases []error
+	var mu sync.Mutex
+	end := func(_ context.Context, e *dlock.Event) {
+		if e.Op == dlock.OpRelease {
+			mu.Lock()
+			releases = append(releases, e.Err)
+			mu.Unlock()
+		}
+	}
+	old := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithObserver(dlock.Observer{End: end}))
+	a, err := old.TryAcquire(ctx, "resumed-then-released")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := newClient(t, rdb, dlock.WithAutoExtend(false))
+	b, err := next.TryAcquire(ctx, "resumed-then-released", dlock.Resume(a.Token()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	err = a.Release(ctx)
+	if !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), "another Lock resumed the lease") {
+		t.Errorf("the superseded Lock's Release = %v, want ErrNotHeld for the resume", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Errorf("the repeated Release = %v, want nil", err)
+	}
+	mu.Lock()
+	if len(releases) != 1 || !errors.Is(releases[0], dlock.ErrNotHeld) {
+		t.Errorf("Observers saw releases %v, want one, ErrNotHeld", releases)
+	}
+	mu.Unlock()
+	if err := b.Err(); err != nil {
+		t.Fatalf("the resuming Lock lost the lease: %v", err)
+	}
+	if n, err := rdb.Exists(ctx, b.Key()).Result(); err != nil || n != 1 {
+		t.Errorf("the lock key after the superseded Release: exists %d, %v", n, err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Errorf("the resuming Lock's Release = %v", err)
 	}
 }
