@@ -22,11 +22,7 @@ func TestConstructorsReportAnInvalidOptionBeforeTheirOwnRefusals(t *testing.T) {
 	_, rdb := setup(t)
 	conn := goredisdriver.Conn(rdb)
 	nodes := []redis.UniversalClient{rdb, rdb, rdb} // never dialled here
-	tests := []struct {
-		name string
-		new  func() (*dlock.Client, error)
-		want string // the message after "dlock: invalid argument: "
-	}{
+	checkRefusals(t, []refusal{
 		{"NewFrom, replica ack without a timeout", func() (*dlock.Client, error) {
 			return dlock.NewFrom(conn, dlock.WithReplicaAck(1, 0))
 		}, "WithReplicaAck(1, 0s): need n ≥ 0 and a positive timeout"},
@@ -54,8 +50,22 @@ func TestConstructorsReportAnInvalidOptionBeforeTheirOwnRefusals(t *testing.T) {
 		{"NewRedlock, reentrant, TTL below the node timeout", func() (*dlock.Client, error) {
 			return dlock.NewRedlock(nodes, time.Minute, dlock.WithReentrant(true))
 		}, "LeaseTTL(10s): over a quorum the TTL must be above the per-node timeout (1m0s)"},
-	}
-	for _, tt := range tests {
+	})
+}
+
+// refusal is a constructor's call and the message of its refusal, after
+// "dlock: invalid argument: ".
+type refusal struct {
+	name string
+	new  func() (*dlock.Client, error)
+	want string
+}
+
+// checkRefusals checks that each call returns no Client and an error
+// wrapping ErrInvalid with its message.
+func checkRefusals(t *testing.T, calls []refusal) {
+	t.Helper()
+	for _, tt := range calls {
 		c, err := tt.new()
 		if c != nil || !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("%s: = %v, %v; want no Client and ErrInvalid", tt.name, c, err)
