@@ -1,0 +1,76 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// A quorum's Extend and Fence of a held lease succeed while a majority of
+// nodes still hold it; with too few yes answers they fail without losing
+// the lease while the nodes that did not answer could still make a
+// majority hold it (a QuorumError, ErrNotAcquired); and they report the
+// lease lost (ErrNotHeld) once so many nodes answered "not ours" that no
+// majority holds it.
+// (Serial: it freezes a server with SIGSTOP.)
+func TestRedlockExtendAndFenceOutcomeFollowsTheNodesAnswers(t *testing.T) {
+	srvs, nodes := startQuorum(t, 3)
+	ctx := t.Context()
+	c := newRedlock(t, nodes, 300*time.Millisecond, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false))
+	ops := map[string]func(context.Context, *dlock.Lock) error{
+		"extend": func(ctx context.Context, l *dlock.Lock) error { return l.Extend(ctx, 5*time.Second) },
+		"fence":  func(ctx context.Context, l *dlock.Lock) error { _, err := l.Fence(ctx); return err },
+	}
+	tests := []struct {
+		name    string
+		deleted []int // the nodes the lease is deleted from
+		paused  int   // a node frozen during the call; -1: none
+		want    string
+	}{
+		{"all hold it", nil, -1, "ok"},
+		{"one lost it", []int{0}, -1, "ok"},
+		{"one lost it, one silent", []int{0}, 1, "unknown"},
+		{"two lost it", []int{0, 1}, -1, "lost"},
+		{"two lost it, one silent", []int{0, 1}, 2, "lost"},
+	}
+	for op, call := range ops {
+		for _, tt := range tests {
+			name := "outcome-" + op + "-" + tt.name
+			l, err := c.TryAcquire(ctx, name)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			for _, i := range tt.deleted {
+				if _, err := srvs[i].Do(ctx, "DEL", lockKeys(name)[0]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.paused >= 0 {
+				srvs[tt.paused].Pause()
+			}
+			err = call(ctx, l)
+			if tt.paused >= 0 {
+				srvs[tt.paused].Resume()
+			}
+			_, quorum := errors.AsType[*dlock.QuorumError](err)
+			switch tt.want {
+			case "ok":
+				if err != nil || l.Err() != nil {
+					t.Errorf("%s: = %v (Err %v); want nil, the lease held", name, err, l.Err())
+				}
+			case "unknown":
+				if !quorum || !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrNotHeld) || l.Err() != nil {
+					t.Errorf("%s: = %v (Err %v); want a QuorumError, the lease kept", name, err, l.Err())
+				}
+			case "lost":
+				if quorum || !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(l.Err(), dlock.ErrNotHeld) {
+					t.Errorf("%s: = %v (Err %v); want ErrNotHeld, the lease lost", name, err, l.Err())
+				}
+			}
+			l.Release(ctx)
+		}
+	}
+}
