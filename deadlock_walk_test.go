@@ -19,7 +19,8 @@ import (
 // walk follows the record as it follows any waiter's: it reports the
 // cycle it closes only if the record is well formed, renewed, and of a
 // wait that began before the waiter's (ties broken by the greater wait
-// ID), and only through a name the waiter itself holds.
+// ID), and only through a name the waiter itself holds: by the Do it waits
+// in, an outer Do, or the Lock whose Context it waits under.
 func TestDeadlockWalkReadsHandWrittenRecordsAsWaitersRecords(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
@@ -39,15 +40,18 @@ func TestDeadlockWalkReadsHandWrittenRecordsAsWaitersRecords(t *testing.T) {
 		third    bool                                    // the record waits for a name a third holder holds (no record), not for a
 		record   func(int64, string, string, int) string // the hand-written record: from the waiter's since and ID, the name it waits for, the writes so far
 		reported bool
+		hold     string // how the waiter holds a: "" a Do of it, "nested" a Do of another name inside that Do, "context" under an acquired Lock's Context
 	}{
-		{"renewed, older wait", false, renewing(older, hand), true},
-		{"never renewed", false, func(_ int64, _, next string, _ int) string { return "1 handwritten 7 one " + next }, false},
-		{"renewed, later wait", false, renewing(later, hand), false},
-		{"renewed, same start, greater wait ID", false, renewing(same, func(string) string { return "zzzzzzzzzzzz" }), false},
-		{"renewed, same start, smaller wait ID", false, renewing(same, func(string) string { return "-" }), true},
-		{"renewed, older wait, for a name held by a holder that waits for nothing", true, renewing(older, hand), false},
-		{"garbage", false, func(int64, string, string, int) string { return "not a record" }, false},
-		{"renewals not a number", false, func(_ int64, _, next string, _ int) string { return "1 handwritten x one " + next }, false},
+		{"renewed, older wait", false, renewing(older, hand), true, ""},
+		{"never renewed", false, func(_ int64, _, next string, _ int) string { return "1 handwritten 7 one " + next }, false, ""},
+		{"renewed, later wait", false, renewing(later, hand), false, ""},
+		{"renewed, same start, greater wait ID", false, renewing(same, func(string) string { return "zzzzzzzzzzzz" }), false, ""},
+		{"renewed, same start, smaller wait ID", false, renewing(same, func(string) string { return "-" }), true, ""},
+		{"renewed, older wait, for a name held by a holder that waits for nothing", true, renewing(older, hand), false, ""},
+		{"renewed, older wait, through an outer Do's hold", false, renewing(older, hand), true, "nested"},
+		{"renewed, older wait, through a Lock's Context", false, renewing(older, hand), true, "context"},
+		{"garbage", false, func(int64, string, string, int) string { return "not a record" }, false, ""},
+		{"renewals not a number", false, func(_ int64, _, next string, _ int) string { return "1 handwritten x one " + next }, false, ""},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,10 +74,27 @@ func TestDeadlockWalkReadsHandWrittenRecordsAsWaitersRecords(t *testing.T) {
 				next = x
 			}
 			tokens, done := make(chan string, 1), make(chan error, 1)
+			wait := func(ctx context.Context) error {
+				return c.Do(ctx, b, func(context.Context, *dlock.Lock) error { return nil })
+			}
 			go func() {
+				if tt.hold == "context" {
+					la, err := c.Acquire(ctx, a)
+					if err != nil {
+						done <- err
+						return
+					}
+					tokens <- la.Token()
+					err = wait(la.Context())
+					done <- errors.Join(err, la.Release(ctx))
+					return
+				}
 				done <- c.Do(ctx, a, func(ctx context.Context, la *dlock.Lock) error {
 					tokens <- la.Token()
-					return c.Do(ctx, b, func(context.Context, *dlock.Lock) error { return nil })
+					if tt.hold == "nested" {
+						return c.Do(ctx, x+"-inner", func(ctx context.Context, _ *dlock.Lock) error { return wait(ctx) })
+					}
+					return wait(ctx)
 				})
 			}()
 			var ta string
