@@ -168,7 +168,7 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{c: c, k: k, name: name, p: p, relSem: make(chan struct{}, 1), extSem: make(chan struct{}, 1), fenceSem: make(chan struct{}, 1),
+	l := &Lock{c: c, k: k, name: name, p: p,
 		base: backend.Claim{Keys: keys, TTL: p.asked(p.ttl), Owner: k.ownerOf(c), Kind: k.lease}}
 	l.cl = &l.base
 	if p.resume == "" {

@@ -25,14 +25,13 @@ type Lock struct {
 	capAt time.Time // the max hold's deadline (zero: none), set by activate; validUntil never passes it
 	slot  int       // the mode it is counted in (Held): its kind's, or a read once downgraded; mu guards it
 
-	fenceSem chan struct{} // holds one token while a Fence (or a Downgrade) runs: serializes them, and a waiting one honours its context
-	fence    int64         // the lease's fence once issued; fenceSem guards it
+	fence int64 // the lease's fence once issued; fenceTurn guards it
 
-	relSem     chan struct{} // holds one token while a Release runs: serializes them, and a waiting one honours its context
-	extSem     chan struct{} // holds one token while an extension runs: serializes them (the last one sets the lease), and a waiting one honours its context
-	extSeq     int64         // the last ordered extension's sequence number (0: none yet); extSem guards it and maxAsk
+	extSeq     int64         // the last ordered extension's sequence number (0: none yet); extTurn guards it and maxAsk
 	maxAsk     time.Duration // the longest lease time a request of this lease asked for
 	mu         sync.Mutex    // guards the fields below
+	turns      uint8         // the turns taken (see take)
+	freed      chan struct{} // closed when a turn is given back; made by a call that waits for one
 	ttl        time.Duration
 	validUntil time.Time
 	err        error // nil while held; ErrReleased, or the loss
@@ -223,10 +222,10 @@ func (l *Lock) Deadline() (time.Time, bool) { return l.capAt, !l.capAt.IsZero() 
 // ([ErrNotHeld] if lost or resumed by then): an int64 above every earlier fence
 // of the name unless Redis's clock steps back a minute (a day over a quorum).
 func (l *Lock) Fence(ctx context.Context) (int64, error) {
-	if !take(ctx, l.fenceSem) { // a Downgrade under way outlasted ctx
+	if !l.take(ctx, fenceTurn) { // a Downgrade under way outlasted ctx
 		return 0, opError("fence", l.name, backend.NotSent(ctx.Err()))
 	}
-	defer func() { <-l.fenceSem }()
+	defer l.give(fenceTurn)
 	l.mu.Lock()
 	superseded := l.handedOff
 	l.mu.Unlock()
@@ -357,10 +356,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // extend extends the lease to ttl (0: the lease time of the latest
 // extension, as the watchdog does), cut at the max hold.
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
-	if !take(ctx, l.extSem) { // another extension under way outlasted ctx
+	if !l.take(ctx, extTurn) { // another extension under way outlasted ctx
 		return opError("extend", l.name, backend.NotSent(ctx.Err()))
 	}
-	defer func() { <-l.extSem }()
+	defer l.give(extTurn)
 	l.mu.Lock()
 	if ttl == 0 {
 		ttl = l.ttl
@@ -454,9 +453,9 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 func (l *Lock) Release(ctx context.Context) (err error) {
 	// With none under way, a done ctx still takes its turn: the release
 	// stops the watchdog. Waiting for one under way, nothing is sent.
-	took := take(ctx, l.relSem)
+	took := l.take(ctx, relTurn)
 	if took {
-		defer func() { <-l.relSem }()
+		defer l.give(relTurn)
 	}
 	l.mu.Lock()
 	released := l.released
@@ -513,19 +512,46 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	return nil
 }
 
-// take takes sem's token: at once if it is free, else once the holder
-// gives it back, unless ctx ends first (false).
-func take(ctx context.Context, sem chan struct{}) bool {
-	select {
-	case sem <- struct{}{}:
-		return true
-	default:
+// The turns of a Lock's calls that send its claim: one Release, one
+// extension (the last one sets the lease) and one Fence at a time; a
+// Downgrade takes all three. A call waiting its turn honours its context.
+const (
+	relTurn uint8 = 1 << iota
+	extTurn
+	fenceTurn
+)
+
+// take takes turn t: at once if it is free, else once the call that has it
+// gives it back, unless ctx ends first (false). Each pass of the loop
+// follows a turn given back.
+func (l *Lock) take(ctx context.Context, t uint8) bool {
+	l.mu.Lock()
+	for l.turns&t != 0 {
+		if l.freed == nil {
+			l.freed = make(chan struct{})
+		}
+		freed := l.freed
+		l.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return false
+		}
+		l.mu.Lock()
 	}
-	select {
-	case sem <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
+	l.turns |= t
+	l.mu.Unlock()
+	return true
+}
+
+// give gives turn t back, waking the calls that wait for a turn.
+func (l *Lock) give(t uint8) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.turns &^= t
+	if l.freed != nil {
+		close(l.freed)
+		l.freed = nil
 	}
 }
 

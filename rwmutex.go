@@ -60,11 +60,11 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	}
 	// Every other call of w that sends its claim waits: a Release, an
 	// extension, a Fence.
-	for _, sem := range []chan struct{}{w.relSem, w.extSem, w.fenceSem} {
-		if !take(ctx, sem) {
+	for _, t := range []uint8{relTurn, extTurn, fenceTurn} {
+		if !w.take(ctx, t) {
 			return opError("downgrade", rw.name, backend.NotSent(ctx.Err()))
 		}
-		defer func() { <-sem }()
+		defer w.give(t)
 	}
 	if w.cl.Kind != backend.Write && w.cl.Kind != backend.Downgrading { // (asking again settles an unknown outcome)
 		return fmt.Errorf("%w: Downgrade of %q: not a write hold", ErrInvalid, rw.name)
