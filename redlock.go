@@ -41,15 +41,10 @@ func newRedlock[N any](fn string, nodes []N, node func(N, *options) (backend.Nod
 	}
 	o := apply(opts)
 	o.nodeTimeout = cmp.Or(nodeTimeout, max(o.lease.ttl/50, 5*time.Millisecond))
-	switch { // (the first refusal is the one reported: see invalid)
-	case o.replicas > 0:
-		o.invalid("WithReplicaAck(%d, %v): does not apply to a quorum of independent masters", o.replicas, o.ackTimeout)
-	case o.durable > 0:
-		o.invalid("WithDurableGrants(%v): not available over a quorum", o.durable)
-	case o.noScripts:
-		o.invalid("WithoutScripts(): a quorum (%s) needs scripts", fn)
-	case o.lease.ttl <= o.nodeTimeout: // as a call's LeaseTTL is checked (leaseFor)
-		o.invalid("LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", o.lease.ttl, o.nodeTimeout)
-	}
+	o.invalidIf(o.replicas > 0, "WithReplicaAck(%d, %v): does not apply to a quorum of independent masters", o.replicas, o.ackTimeout)
+	o.invalidIf(o.durable > 0, "WithDurableGrants(%v): not available over a quorum", o.durable)
+	o.invalidIf(o.noScripts, "WithoutScripts(): a quorum (%s) needs scripts", fn)
+	// (as a call's LeaseTTL is checked: see leaseFor)
+	o.invalidIf(o.lease.ttl <= o.nodeTimeout, "LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", o.lease.ttl, o.nodeTimeout)
 	return build(nodes, node, o)
 }
