@@ -46,7 +46,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: New: nil Redis client", ErrInvalid)
 	}
 	o := apply(opts)
-	rt, wait := goredisdriver.ReadTimeout(rdb), o.durable+o.ackTimeout*time.Duration(min(o.replicas, 1))
+	_, rt := goredisdriver.Limits(rdb)
+	wait := o.durable + o.ackTimeout*time.Duration(min(o.replicas, 1))
 	o.invalidIf(o.durable > 0 && rt > 0 && wait >= rt, "WithDurableGrants(%v): the wait must end before the Redis client's read timeout (%v), which would cut it off as a lost reply", o.durable, rt)
 	return build([]redis.UniversalClient{rdb}, newNode, o)
 }

@@ -293,7 +293,8 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 		replicas: c.Replicas, ackTimeout: c.AckTimeout, durable: c.Durable,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(serverCache), clock: newClockWatch(c.Clock, rdb)}
 	if rdb != nil {
-		n.rdb, n.d, n.retries = &batcher{rdb: rdb, alone: !c.Pipelining}, goredisdriver.Loader(rdb), goredisdriver.Retries(rdb)
+		n.rdb, n.d = &batcher{rdb: rdb, alone: !c.Pipelining}, goredisdriver.Loader(rdb)
+		n.retries = n.d.Info().Retries
 	}
 	if c.Durable > 0 {
 		n.replicas++ // the append-only file acknowledges first (see acksOf)

@@ -103,34 +103,24 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 
 func (c conn) Info() driver.Info {
 	_, cluster := c.rdb.(*redis.ClusterClient)
-	return driver.Info{Cluster: cluster, Retries: Retries(c.rdb)}
+	retries, _ := Limits(c.rdb)
+	return driver.Info{Cluster: cluster, Retries: retries}
 }
 
-// Retries reports whether rdb is configured to send a command again after a
+// Limits reports whether rdb is configured to send a command again after a
 // failure (MaxRetries; a client of a type whose options cannot be read is
-// taken to retry).
-func Retries(rdb redis.UniversalClient) bool {
+// taken to retry), and how long it waits for a reply before it gives up on
+// the connection (0: no limit, or a client whose timeout it does not know).
+func Limits(rdb redis.UniversalClient) (retries bool, readTimeout time.Duration) {
 	switch c := rdb.(type) {
 	case *redis.Client:
-		return c.Options().MaxRetries > 0
+		return c.Options().MaxRetries > 0, max(c.Options().ReadTimeout, 0)
 	case *redis.ClusterClient:
-		return c.Options().MaxRetries > 0
+		return c.Options().MaxRetries > 0, max(c.Options().ReadTimeout, 0)
 	case *redis.Ring:
-		return c.Options().MaxRetries > 0
+		return c.Options().MaxRetries > 0, 0
 	}
-	return true
-}
-
-// ReadTimeout returns how long rdb waits for a reply before it gives up on
-// the connection (0: no limit, or a client it does not know).
-func ReadTimeout(rdb redis.UniversalClient) time.Duration {
-	switch c := rdb.(type) {
-	case *redis.Client:
-		return max(c.Options().ReadTimeout, 0)
-	case *redis.ClusterClient:
-		return max(c.Options().ReadTimeout, 0)
-	}
-	return 0
+	return true, 0
 }
 
 func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error) {
