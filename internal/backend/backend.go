@@ -140,7 +140,7 @@ type commander interface {
 // ms returns d in milliseconds as a command argument, reusing the
 // conversion for the Client's own TTL.
 func (n Node) ms(d time.Duration) any {
-	if d == n.ttl && n.ttlA != nil {
+	if d == n.ttl {
 		return n.ttlA
 	}
 	return d.Milliseconds()
@@ -308,15 +308,6 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 func (n *Node) setFenceWindow(d time.Duration) {
 	n.fenceMS, n.relConf = d.Milliseconds(), nil // (releaseConf builds it anew)
 	n.acqConf, n.relConf = n.fairConf(n.ttl, false), n.releaseConf(false)
-}
-
-// acquireConf is acquire_fair.lua's ARGV[4] for a lease of ttl (see fairConf),
-// built once for the Client's TTL.
-func (n Node) acquireConf(ttl time.Duration) any {
-	if ttl == n.ttl && n.acqConf != nil {
-		return n.acqConf
-	}
-	return n.fairConf(ttl, false)
 }
 
 // fairConf builds acquire_fair.lua's ARGV[4]: "<qttl> <publish> <fence_ms>

@@ -96,8 +96,12 @@ var stringShape = shape{typ: "string", holds: holding("a lock (a string), or ano
 }
 
 func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
+	conf := n.acqConf // (built once for the Client's TTL)
+	if ttl != n.ttl {
+		conf = n.fairConf(ttl, false)
+	}
 	cmd, acks := n.acked(ctx, acquireFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake},
-		&c.Token, n.ms(ttl), flag(queue), n.acquireConf(ttl))
+		&c.Token, n.ms(ttl), flag(queue), conf)
 	return n.lockGrant(ctx, c, cmd, acks)
 }
 
