@@ -391,10 +391,8 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []any, args ...a
 
 // sleepCtx sleeps for d, or until ctx ends: it reports whether d passed.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-time.After(d):
 		return true
 	case <-ctx.Done():
 		return false

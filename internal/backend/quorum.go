@@ -89,8 +89,7 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool
 	}
 	out := make([]answer[T], len(q.nodes))
 	var v votes
-	timer := time.NewTimer(q.timeout)
-	defer timer.Stop()
+	timeout := time.After(q.timeout)
 	var why error // why the nodes not answered yet have no answer
 	for got := 0; got < len(q.nodes) && why == nil; got++ {
 		select {
@@ -112,7 +111,7 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool
 			if settle && (v.yes >= q.need() || v.no > len(q.nodes)-q.need()) {
 				why = errNotWaited
 			}
-		case <-timer.C:
+		case <-timeout:
 			why = errNoAnswer
 		case <-ctx.Done(): // the caller stops waiting when its ctx ends; the nodes' calls go on
 			why = errCutShort
