@@ -257,6 +257,7 @@ type Node struct {
 	retries    bool                  // the go-redis client retries: a lost reply is asked again, once (see Grant.Again)
 	ackTimeout time.Duration
 	durable    time.Duration // WithDurableGrants: how long WAITAOF waits for the append-only file (0: off; see durable.go)
+	acks       [][]any       // the waits sent after a write (ackCmds), built once
 
 	ttl     time.Duration // the Client's lease time, and as arguments:
 	ttlA    any           // it in ms
@@ -299,6 +300,7 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 	if c.Durable > 0 {
 		n.replicas++ // the append-only file acknowledges first (see acksOf)
 	}
+	n.acks = n.ackCmds()
 	n.setFenceWindow(fenceWindow)
 	return n
 }
@@ -366,7 +368,7 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []any, args ...a
 		if err != nil {
 			return failed(ctx, err), 0
 		}
-		rs := srv.pipelined(ctx, n.conn(rdb), reload, append([][]any{cmd}, n.ackCmds()...)...)
+		rs := srv.pipelined(ctx, n.conn(rdb), reload, append([][]any{cmd}, n.acks...)...)
 		switch err := rs[0].Err(); {
 		case noScript(err) && cmd[0] == "evalsha" && try < 5:
 			if reload == 0 && !srv.refused.Load() {
