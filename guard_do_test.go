@@ -229,3 +229,41 @@ func TestGuardDoSaysItsCommandsMayHaveBeenAppliedWhenTheExecReplyIsLost(t *testi
 		}
 	}
 }
+
+// A write to the resource between Do's read and its EXEC, on every try,
+// ends Do after doTries tries, each of which ran fn once, with an error
+// that says so; none of fn's commands is applied. A conflict on one try
+// only is read again and applied once.
+func TestGuardDoGivesUpAfterAConflictOnEveryTry(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	g := dlock.NewGuard(rdb)
+	other := rdb.Conn() // (the conflicting writes go outside the WATCH's connection)
+	defer other.Close()
+	conflicting := func(upTo int, calls *int) func(redis.Pipeliner) error {
+		return func(p redis.Pipeliner) error {
+			if *calls++; *calls <= upTo {
+				other.HSet(ctx, "{r}", "touched", *calls) // (not the fence: the WATCH alone aborts)
+			}
+			p.RPush(ctx, "{r}:log", "x")
+			return nil
+		}
+	}
+	calls := 0
+	err := g.Do(ctx, "{r}", 3, "t", conflicting(1000, &calls))
+	if err == nil || err.Error() != `dlock: guarded do "{r}": the fence changed during each of 16 tries` || calls != 16 {
+		t.Errorf("Do conflicted on every try = %v after %d calls of fn, want the 16 tries' error after 16", err, calls)
+	}
+	if n := rdb.Exists(ctx, "{r}:log").Val(); n != 0 || rdb.HGet(ctx, "{r}", "fence").Val() != "" {
+		t.Errorf("after a Do that gave up: its commands or its fence were applied")
+	}
+	calls = 0
+	if err := g.Do(ctx, "{r}", 3, "t", conflicting(1, &calls)); err != nil || calls != 2 {
+		t.Errorf("Do conflicted once = %v after %d calls of fn, want nil after 2", err, calls)
+	}
+	listIs(t, rdb, "{r}:log", "x")
+	if f := rdb.HGet(ctx, "{r}", "fence").Val(); f != "3" {
+		t.Errorf("fence after the Do = %q, want 3", f)
+	}
+}
