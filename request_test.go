@@ -249,3 +249,43 @@ func TestReleaseRequestReachesEveryKindOfWatchingHolder(t *testing.T) {
 		}
 	}
 }
+
+// A watched lease's request channel is one channel, the same for every
+// goroutine that asks for it, while requests come in; an unwatched lease
+// returned by the same Client has none.
+func TestReleaseRequestsIsOneChannelForEveryGoroutine(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(30*time.Second))
+	l, err := c.Acquire(ctx, "one-channel", dlock.WatchLoss(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	u, err := c.TryAcquire(ctx, "unwatched-beside")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Release(ctx)
+	subscribed(t, rdb, l.Key()+":ch")
+	want := l.ReleaseRequests()
+	if want == nil || u.ReleaseRequests() != nil {
+		t.Fatalf("request channels: watched %v, unwatched %v; want one for the watched lease only", want, u.ReleaseRequests())
+	}
+	got := make(chan (<-chan string), 4)
+	for range cap(got) {
+		go func() { got <- l.ReleaseRequests() }()
+	}
+	if err := c.RequestRelease(ctx, "one-channel", "drain"); err != nil {
+		t.Fatal(err)
+	}
+	for range cap(got) {
+		if ch := <-got; ch != want {
+			t.Errorf("ReleaseRequests from another goroutine = %v, want %v", ch, want)
+		}
+	}
+	if reason := heard(l); reason != "drain" {
+		t.Errorf("heard %q, want %q", reason, "drain")
+	}
+}
