@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // An acquisition whose grant comes back after its validity ran out is not
@@ -69,4 +72,41 @@ func TestAcquireWhoseCtxEndsUnansweredUndoesWithoutWaitingOut(t *testing.T) { //
 		t.Fatalf("the unanswered grant's lease (1m) still blocks the lock (%v): it was not undone", err)
 	}
 	l.Release(ctx)
+}
+
+// A quorum attempt that a minority granted and a majority refused (a split
+// vote, answered without error) is refused and undone on the node that
+// granted it: its lease does not linger there for its TTL. The refusals
+// come late (a proxy delays them), so the grant is in when they settle it.
+func TestRedlockSplitVoteUndoesTheMinoritysGrant(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	ctx := t.Context()
+	var nodes []redis.UniversalClient
+	var key string
+	for i := range 3 {
+		s := redistest.Start(t, redistest.TCP())
+		addr := s.Addr()
+		if i > 0 { // the majority: held by another, one Client per node, and slow to answer
+			l, err := newClient(t, s.Client(t), dlock.WithUnfair(nil), dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false)).TryAcquire(ctx, "split")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(context.WithoutCancel(ctx))
+			key = l.Key()
+			p := redistest.NewProxy(t, addr)
+			p.Delay(0, 200*time.Millisecond)
+			addr = p.Addr()
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		t.Cleanup(func() { rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	q := newRedlock(t, nodes, 2*time.Second, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false))
+	if _, err := q.TryAcquire(ctx, "split"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("quorum TryAcquire against a majority held by another = %v, want ErrNotAcquired", err)
+	}
+	if !waitFor(5*time.Second, func() bool { return nodes[0].Exists(ctx, key).Val() == 0 }) {
+		t.Errorf("the minority's grant of a refused quorum attempt still holds %s on its node: it was not undone", key)
+	}
 }
