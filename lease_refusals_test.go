@@ -138,4 +138,22 @@ func TestNewRefusesTheFirstBadLeaseOption(t *testing.T) {
 		}
 		refusedAs(t, "New", err, "dlock: invalid argument: "+tc.want)
 	}
+	// NewRedlock's own checks come after the options' and apply's.
+	nodes := []redis.UniversalClient{rdb, rdb, rdb} // (never dialled: refused before)
+	for _, tc := range []struct {
+		nodeTimeout time.Duration
+		opts        []dlock.Option
+		want        string
+	}{
+		{time.Minute, []dlock.Option{dlock.HolderMeta("\x00")}, `HolderMeta("\x00"): holds the control character U+0000`},
+		{0, []dlock.Option{dlock.WithReplicaAck(1, time.Second), dlock.LockDelay(-time.Second)}, "LockDelay(-1s): the delay must not be negative"},
+		{time.Minute, []dlock.Option{dlock.LeaseTTL(40 * time.Millisecond), dlock.WithDrift(50 * time.Millisecond)}, "WithDrift(50ms): the drift must be below the TTL (40ms)"},
+	} {
+		c, err := dlock.NewRedlock(nodes, tc.nodeTimeout, tc.opts...)
+		if c != nil {
+			t.Errorf("NewRedlock made a Client, want %q", tc.want)
+			continue
+		}
+		refusedAs(t, "NewRedlock", err, "dlock: invalid argument: "+tc.want)
+	}
 }
