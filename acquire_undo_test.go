@@ -17,26 +17,29 @@ import (
 // An acquisition whose grant comes back after its validity ran out is not
 // returned (ErrNotAcquired, saying so) and is undone at once: its lease,
 // kept in Redis for a lock-delay past its validity, does not block the
-// next holder, in either waiting mode.
+// next holder, in either waiting mode and without scripts.
 func TestAcquireWhoseGrantComesTooLateIsUndoneDespiteLockDelay(t *testing.T) {
 	t.Parallel()
 	leakcheck.Check(t)
 	p, rdb, direct := proxied(t, -1, 0)
 	ctx := t.Context()
-	for _, fair := range []bool{true, false} {
-		name := "late-" + map[bool]string{true: "fair", false: "unfair"}[fair]
-		c := newClient(t, rdb, waiting(fair), dlock.WithAutoExtend(false))
-		other := newClient(t, direct, waiting(fair))
+	for _, mode := range []struct {
+		name string
+		opt  dlock.Option
+	}{{"fair", waiting(true)}, {"unfair", waiting(false)}, {"script-free", dlock.WithoutScripts()}} {
+		name := "late-" + mode.name
+		c := newClient(t, rdb, mode.opt, dlock.WithAutoExtend(false))
+		other := newClient(t, direct, mode.opt)
 		warm(t, ctx, c, "lock", name+"-warm") // (the scripts are loaded: the attempt is one round trip)
 		p.Delay(0, 400*time.Millisecond)      // each reply comes after a 100ms lease's validity
 		_, err := c.TryAcquire(ctx, name, dlock.LeaseTTL(100*time.Millisecond), dlock.LockDelay(time.Minute))
 		p.Delay(0, 0)
 		if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "the reply came after the lease's validity had run out") {
-			t.Errorf("fair %v: TryAcquire whose grant came too late = %v, want ErrNotAcquired saying the reply came too late", fair, err)
+			t.Errorf("%s: TryAcquire whose grant came too late = %v, want ErrNotAcquired saying the reply came too late", mode.name, err)
 		}
 		var l *dlock.Lock
 		if !waitFor(5*time.Second, func() bool { l, err = other.TryAcquire(ctx, name); return err == nil }) {
-			t.Fatalf("fair %v: the late grant's lease still blocks the lock (%v): it was not undone", fair, err)
+			t.Fatalf("%s: the late grant's lease still blocks the lock (%v): it was not undone", mode.name, err)
 		}
 		l.Release(ctx)
 	}
