@@ -27,10 +27,16 @@ type LeaseOption struct {
 	set func(*lease)
 }
 
-func (l LeaseOption) applyLease(p *lease) { l.set(p) }
+func (l LeaseOption) applyLease(p *lease) {
+	if l.set == nil {
+		p.invalid("a zero LeaseOption is not an option: make one with LeaseTTL, MaxWait and the like")
+		return
+	}
+	l.set(p)
+}
 
 func (l LeaseOption) applyOption(o *options) {
-	l.set(&o.lease)
+	l.applyLease(&o.lease)
 	if o.lease.err != "" {
 		o.invalid("%s", o.lease.err) // (New fails: the Client's lease is never used)
 	}

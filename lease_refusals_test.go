@@ -157,3 +157,16 @@ func TestNewRefusesTheFirstBadLeaseOption(t *testing.T) {
 		refusedAs(t, "NewRedlock", err, "dlock: invalid argument: "+tc.want)
 	}
 }
+
+// A zero LeaseOption, given to a call or to New, is refused with ErrInvalid,
+// not a panic.
+func TestZeroLeaseOptionIsRefused(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	const why = "a zero LeaseOption is not an option: make one with LeaseTTL, MaxWait and the like"
+	_, err := dlock.New(rdb, dlock.LeaseOption{})
+	refusedAs(t, "New(LeaseOption{})", err, "dlock: invalid argument: "+why)
+	c := newClient(t, rdb)
+	_, err = c.TryAcquire(t.Context(), "zero-option", dlock.LeaseOption{})
+	refusedAs(t, "TryAcquire(LeaseOption{})", err, `dlock: invalid argument: acquire "zero-option": `+why)
+}
