@@ -41,7 +41,7 @@ func (n Node) replicaAcks() int64 { return int64(n.replicas) - n.aofAck() }
 // many as asked. It returns the error of a server that refused WAITAOF (see
 // notDurable).
 func (n Node) acksOf(rs []*redis.Cmd) (int64, error) {
-	var acks int64
+	acks := n.aofAck()
 	if n.durable > 0 {
 		v, err := rs[len(rs)-1].Int64Slice()
 		if err != nil {
@@ -50,7 +50,6 @@ func (n Node) acksOf(rs []*redis.Cmd) (int64, error) {
 		if len(v) == 0 || v[0] < 1 {
 			return 0, nil
 		}
-		acks = 1
 	}
 	if r := n.replicaAcks(); r > 0 {
 		w, _ := rs[0].Int64()
