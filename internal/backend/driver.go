@@ -1,7 +1,6 @@
 package backend
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,24 +49,29 @@ var (
 	epoch       = time.Now()
 )
 
-// guarded runs f, which returns its result and whether it failed without a
-// reply, as guard says.
-func guarded[T any](ctx context.Context, f func() (T, bool)) (T, error) {
-	run := func() T {
-		r, noReply := f()
-		if noReply {
+// guarded runs f on ctx as guard says; f's error says whether it failed
+// without a reply (noReply).
+func guarded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	run := func() result {
+		v, err := f(ctx)
+		if noReply(err) {
 			lastNoReply.Store(max(int64(time.Since(epoch)), 1))
 		}
-		return r
+		return result{v, err}
 	}
 	if t := lastNoReply.Load(); t == 0 || int64(time.Since(epoch))-t >= int64(troubleFor) {
-		return run(), nil
+		r := run()
+		return r.v, r.err
 	}
-	done := make(chan T, 1)
+	done := make(chan result, 1)
 	go func() { done <- run() }()
 	select {
 	case r := <-done:
-		return r, nil
+		return r.v, r.err
 	case <-ctx.Done():
 		var zero T
 		return zero, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err())
@@ -81,37 +85,32 @@ func noReply(err error) bool {
 }
 
 func (g guard) Do(ctx context.Context, args ...any) (any, error) {
-	r, err := guarded(ctx, func() (driver.Result, bool) {
-		v, err := g.Conn.Do(ctx, args...)
-		return driver.Result{Val: v, Err: err}, noReply(err)
+	return guarded(ctx, func(ctx context.Context) (any, error) {
+		return g.Conn.Do(ctx, args...)
 	})
-	return r.Val, cmp.Or(err, r.Err) // (r is zero after err)
 }
 
+// DoMulti's calls failed without a reply if one of its commands did.
 func (g guard) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
-	rs, err := guarded(ctx, func() ([]driver.Result, bool) {
+	rs, err := guarded(ctx, func(ctx context.Context) ([]driver.Result, error) {
 		rs := g.Conn.DoMulti(ctx, cmds...)
-		return rs, slices.ContainsFunc(rs, func(r driver.Result) bool { return noReply(r.Err) })
-	})
-	if err != nil {
-		rs = make([]driver.Result, len(cmds))
-		for i := range rs {
-			rs[i].Err = err
+		if i := slices.IndexFunc(rs, func(r driver.Result) bool { return noReply(r.Err) }); i >= 0 {
+			return rs, rs[i].Err
 		}
+		return rs, nil
+	})
+	if errors.Is(err, ErrLeftInFlight) { // (rs is nil)
+		return slices.Repeat([]driver.Result{{Err: err}}, len(cmds))
 	}
 	return rs
 }
 
 func (g guard) Masters(ctx context.Context) ([]driver.Conn, error) {
-	r, err := guarded(ctx, func() (driver.Result, bool) {
-		ms, err := g.Conn.Masters(ctx)
-		return driver.Result{Val: ms, Err: err}, noReply(err)
-	})
-	ms, _ := r.Val.([]driver.Conn)
+	ms, err := guarded(ctx, g.Conn.Masters)
 	for i, m := range ms {
 		ms[i] = guard{m}
 	}
-	return ms, cmp.Or(err, r.Err)
+	return ms, err
 }
 
 // drv runs a Node's scripts and commands through a driver. It implements
