@@ -137,7 +137,7 @@ func (h *Hub) Join(channel, token string, wake chan int64) *Waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if t := h.topics[channel]; t != nil && !t.line.down && t.line.pending[channel] == 0 { // (as Listening)
-		w, _ := h.subscribe(channel, token, wake)
+		w, _ := h.subscribe(channel, token, wake, false)
 		return w
 	}
 	return nil
@@ -165,11 +165,12 @@ func WatchToken() string {
 func (h *Hub) Subscribe(channel, token string, wake chan int64) (*Waiter, <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.subscribe(channel, token, wake)
+	return h.subscribe(channel, token, wake, false)
 }
 
-// subscribe is Subscribe; h.mu must be held.
-func (h *Hub) subscribe(channel, token string, wake chan int64) (*Waiter, <-chan struct{}) {
+// subscribe is Subscribe, of a key's keyspace channel if keyspace (see
+// Watch.add); h.mu must be held.
+func (h *Hub) subscribe(channel, token string, wake chan int64, keyspace bool) (*Waiter, <-chan struct{}) {
 	w := &Waiter{h: h, channel: channel, token: token, wake: wake}
 	if h.ctx.Err() != nil { // closed: woken by its timers only
 		return w, h.ctx.Done()
@@ -183,7 +184,7 @@ func (h *Hub) subscribe(channel, token string, wake chan int64) (*Waiter, <-chan
 			l = h.open("")
 			h.main = l
 		}
-		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{}), line: l}
+		t = &topic{waiters: map[string]*Waiter{}, ready: make(chan struct{}), keyspace: keyspace, line: l}
 		t.idle = time.AfterFunc(linger, func() { h.drop(channel, t) })
 		h.topics[channel] = t
 		l.topics[channel] = t
@@ -532,12 +533,9 @@ func (h *Hub) Watch(channel, key string, f func(), req func(msg string)) *Watch 
 // "}"), and returns the channel's ready (see Subscribe); h.mu must be
 // held.
 func (w *Watch) add(channel string, keyspace bool) <-chan struct{} {
-	hw, ready := w.h.subscribe(channel, WatchToken(), nil)
+	hw, ready := w.h.subscribe(channel, WatchToken(), nil, keyspace)
 	hw.watch = w
 	w.ws = append(w.ws, hw)
-	if t := w.h.topics[channel]; t != nil && keyspace {
-		t.keyspace = true
-	}
 	return ready
 }
 
