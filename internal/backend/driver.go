@@ -80,8 +80,7 @@ func guarded[T any](ctx context.Context, f func(context.Context) (T, error)) (T,
 
 // noReply reports whether err says that a call got no reply.
 func noReply(err error) bool {
-	var rerr driver.Error
-	return err != nil && !errors.As(err, &rerr) && !errors.Is(err, driver.ErrClosed)
+	return err != nil && !errors.As(err, new(driver.Error)) && !errors.Is(err, driver.ErrClosed)
 }
 
 func (g guard) Do(ctx context.Context, args ...any) (any, error) {

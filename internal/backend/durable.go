@@ -75,8 +75,7 @@ func ExtensionError(err error) error {
 // ErrNotAcquired); nil for a failure that is no refusal (the connection
 // broke: the acknowledgement is missing).
 func notDurable(err error, also ...error) error {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
+	if !errors.As(err, new(redis.Error)) {
 		return nil
 	}
 	why := "the server refused WAITAOF, which durable grants need: " + err.Error()
