@@ -491,10 +491,7 @@ func (n Node) wrongKind(ctx context.Context, key string, kind Kind, err error) e
 	if terr != nil || t == "none" {
 		return err
 	}
-	what, ok := "a "+t+", another program's value", true
-	if s := shapeOf(t); s != nil {
-		what, ok = s.holds(ctx, n, key)
-	}
+	what, ok := shapeOf(t).holds(ctx, n, key)
 	if !ok {
 		return err
 	}
@@ -708,30 +705,32 @@ func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
 	if err != nil {
 		return State{}, RedisErr(err)
 	}
-	return stateOf(k, v)
-}
-
-// stateOf reads the reply of inspect.lua (see there) for the lock k.
-func stateOf(k *Keys, v []any) (State, error) {
 	if len(v) != 8 {
 		return State{}, fmt.Errorf("unexpected reply %v", v)
 	}
-	kind, _ := v[0].(string)
+	typ, _ := v[0].(string)
 	holder, _ := v[1].(string)
 	pttl, _ := v[2].(int64)
 	fence, _ := v[3].(int64)
 	now, _ := v[5].(int64)
 	queued, _ := v[6].(int64)
 	value, _ := v[7].(string)
-	st := State{Key: k.Lock, Type: kind, Held: kind != "none", Fence: fence, Queued: queued}
+	return stateOf(k, typ, holder, v[4], pttl, fence, now, queued, value), nil
+}
+
+// stateOf is the state of the lock k as inspect.lua reads it (see there):
+// its key's Redis type typ, a plain lock's holder, the key's contents (a
+// reentrant lock's or a semaphore's flat list: the owners), its pttl, the
+// fence, the server's clock now (ms), the live waiters queued and a
+// leader's value.
+func stateOf(k *Keys, typ, holder string, contents any, pttl, fence, now, queued int64, value string) State {
+	st := State{Key: k.Lock, Type: typ, Held: typ != "none", Token: holder, Holding: holder, Fence: fence, Queued: queued}
 	st.Value, st.Proclaimed = proclaimed(value, holder)
-	if s := shapeOf(kind); s != nil {
-		s.read(&st, v[s.slot], now)
-	}
+	shapeOf(typ).read(&st, contents, now)
 	if st.Held {
 		st.TTL = pttlOf(pttl)
 	}
-	return st, nil
+	return st
 }
 
 // scanBatch is the COUNT hint of each SCAN call.

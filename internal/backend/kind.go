@@ -71,32 +71,36 @@ type shape struct {
 	// after a WRONGTYPE reply, reading the key if it must; false if that
 	// read failed.
 	holds func(ctx context.Context, n Node, key string) (string, bool)
-	// slot is where inspect.lua's reply carries the key's contents, which
-	// read puts into st (now: the server's clock, ms).
-	slot int
+	// read puts into st the key's contents, inspect.lua's owners (see
+	// stateOf; now: the server's clock, ms).
 	read func(st *State, contents any, now int64)
 	// fetch queues on p the read of the contents that inspect.lua makes,
-	// for a backend without scripts, and returns its reply once it ran.
-	fetch func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error)
+	// for a backend without scripts (see flat).
+	fetch func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder
 }
 
 // shapes are the Redis types the kinds keep.
 var shapes = []*shape{&stringShape, &hashShape, &zsetShape}
 
-// shapeOf returns the shape whose type is typ, nil if no kind keeps it.
+// shapeOf returns the shape whose type is typ; for a type no kind keeps
+// ("none" included), one that holds another program's value, and reads
+// and fetches nothing.
 func shapeOf(typ string) *shape {
 	for _, s := range shapes {
 		if s.typ == typ {
 			return s
 		}
 	}
-	return nil
+	return &shape{typ: typ, holds: holding("a " + typ + ", another program's value"), read: readNothing}
 }
 
 // holding returns a shape's holds that reads nothing: the key holds what.
 func holding(what string) func(context.Context, Node, string) (string, bool) {
 	return func(context.Context, Node, string) (string, bool) { return what, true }
 }
+
+// readNothing is the read of a shape whose contents State does not carry.
+func readNothing(*State, any, int64) {}
 
 // Why a backend does not carry a Kind (Backend.Carries, Backend.Op).
 var (

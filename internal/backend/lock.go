@@ -82,16 +82,11 @@ func (plainLock) what() string { return "a plain lock" }
 func (plainLock) shape() *shape { return &stringShape }
 
 // stringShape is the lock key of a plain, fair or campaign lease: the
-// holder's token.
+// holder's token (inspect.lua's holder, which stateOf reads).
 var stringShape = shape{typ: "string", holds: holding("a lock (a string), or another program's value"),
-	slot: 1,
-	read: func(st *State, holder any, _ int64) {
-		st.Token, _ = holder.(string)
-		st.Holding = st.Token
-	},
-	fetch: func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error) {
-		get := p.Do(ctx, "GET", key)
-		return func() (any, error) { return str(get) }
+	read: readNothing,
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
+		return p.Do(ctx, "GET", key)
 	},
 }
 
@@ -152,11 +147,9 @@ func (reentrantLock) shape() *shape { return &hashShape }
 
 // hashShape is a reentrant lock's key: its owner and the owner's holds.
 var hashShape = shape{typ: "hash", holds: holding("a reentrant lock (a hash), or another program's value"),
-	slot: 4,
 	read: func(st *State, fields any, now int64) { st.Owners, st.Holding = reentrantOwners(fields, now) },
-	fetch: func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error) {
-		h := p.HGetAll(ctx, key)
-		return func() (any, error) { return flatHash(h) }
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
+		return p.HGetAll(ctx, key)
 	},
 }
 

@@ -325,12 +325,12 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 }
 
 // readState reads the state of the lock k as inspect.lua does, through
-// pipe (tx.TxPipelined: in a MULTI; tx.Pipelined: after a WATCH), into
-// inspect.lua's reply, which stateOf reads.
+// pipe (tx.TxPipelined: in a MULTI; tx.Pipelined: after a WATCH), and
+// passes what it read to stateOf.
 func readState(ctx context.Context, k *Keys, pipe func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)) (State, error) {
 	var (
 		kind               *redis.StatusCmd
-		contents           = map[*shape]func() (any, error){}
+		contents           = map[*shape]redis.Cmder{}
 		pttl, fence, value *redis.Cmd
 		now                *redis.TimeCmd
 		waiting            *redis.StringSliceCmd
@@ -357,17 +357,15 @@ func readState(ctx context.Context, k *Keys, pipe func(context.Context, func(red
 	if isWrongType(ferr) { // (a fence key of another type: no fence, as in inspect.lua)
 		ferr = nil
 	}
-	v := []any{kind.Val(), "", pttl.Val(), nil, []any{}, ms, liveWaiters(waiting.Val(), entries.Val(), ms), nil}
-	v[3], _ = strconv.ParseInt(f, 10, 64)
-	v[7], _ = value.Val().(string) // (another type's: none, as inspect.lua reads it)
-	var err error
-	if s := shapeOf(kind.Val()); s != nil {
-		v[s.slot], err = contents[s]() // (the reads of the other types failed: WRONGTYPE)
-	}
+	c, err := flat(contents[shapeOf(kind.Val())]) // (the reads of the other types failed: WRONGTYPE)
 	if err = cmp.Or(terr, err, ferr, kind.Err()); err != nil {
 		return State{}, err
 	}
-	return stateOf(k, v)
+	holder, _ := c.(string) // (a string's: GET's)
+	p, _ := pttl.Int64()
+	l, _ := strconv.ParseInt(f, 10, 64)
+	v, _ := value.Val().(string) // (another type's: none, as inspect.lua reads it)
+	return stateOf(k, kind.Val(), holder, c, p, l, ms, liveWaiters(waiting.Val(), entries.Val(), ms), v), nil
 }
 
 // liveWaiters counts the waiters in the queue whose entry's deadline (see
@@ -383,25 +381,27 @@ func liveWaiters(queue []string, entries map[string]string, now int64) int64 {
 	return n
 }
 
-// flatHash and flatZset return a hash's fields and values, and a sorted
-// set's members and scores (lowest first), as one flat list of strings, as
-// a script's HGETALL and ZRANGE … WITHSCORES reply.
-func flatHash(cmd *redis.MapStringStringCmd) ([]any, error) {
+// flat returns the reply of a shape's fetch as a script's call reads: a
+// string's value ("" if missing); a hash's fields and values, or a sorted
+// set's members and scores (lowest first), as one flat list of strings;
+// nothing without a fetch (a type no kind keeps).
+func flat(cmd redis.Cmder) (any, error) {
 	var v []any
-	m, err := cmd.Result()
-	for field, value := range m {
-		v = append(v, field, value)
+	switch cmd := cmd.(type) {
+	case nil:
+		return nil, nil
+	case *redis.Cmd:
+		return str(cmd)
+	case *redis.MapStringStringCmd:
+		for field, value := range cmd.Val() {
+			v = append(v, field, value)
+		}
+	case *redis.ZSliceCmd:
+		for _, z := range cmd.Val() {
+			v = append(v, fmt.Sprint(z.Member), strconv.FormatFloat(z.Score, 'f', -1, 64))
+		}
 	}
-	return v, err
-}
-
-func flatZset(cmd *redis.ZSliceCmd) ([]any, error) {
-	var v []any
-	zs, err := cmd.Result()
-	for _, z := range zs {
-		v = append(v, fmt.Sprint(z.Member), strconv.FormatFloat(z.Score, 'f', -1, 64))
-	}
-	return v, err
+	return v, cmd.Err()
 }
 
 // Op is refused: the kinds with operations of their own need scripts (see

@@ -118,15 +118,13 @@ var zsetShape = shape{typ: "zset",
 		}
 		return "a semaphore (a sorted set), or another program's value", true
 	},
-	slot: 4,
 	read: func(st *State, members any, now int64) {
 		st.Permits, st.Holding = permitsOf(members, now)
 		st.RW = rwHolds(st.Permits)
 		st.ended = st.Holding == "" // (permits that just ended)
 	},
-	fetch: func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error) {
-		z := p.ZRangeWithScores(ctx, key, 0, -1)
-		return func() (any, error) { return flatZset(z) }
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
+		return p.ZRangeWithScores(ctx, key, 0, -1)
 	},
 }
 
