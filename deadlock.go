@@ -296,7 +296,7 @@ func holdersOf(name string, st backend.State) []holder {
 	for _, o := range st.Owners {
 		hs = append(hs, holder{o.ID, ownerHold(o.ID, name)})
 	}
-	for _, p := range st.Permits {
+	for _, p := range slices.Concat(st.Permits, st.RWHolds) {
 		hs = append(hs, holder{p.Token, p.Token})
 	}
 	return hs

@@ -48,12 +48,10 @@ func infoOf(name string, st backend.State, delay time.Duration) Info {
 		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds)), Meta: metasOf(o.Holds)})
 	}
 	for _, p := range st.Permits {
-		m := metaOf(p.Token)
-		if st.RW {
-			info.RWHolds = append(info.RWHolds, RWHold{Token: p.Token, TTL: p.Left, Write: p.Write, Meta: m})
-		} else {
-			info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: m, Count: p.N})
-		}
+		info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: metaOf(p.Token), Count: p.N})
+	}
+	for _, h := range st.RWHolds {
+		info.RWHolds = append(info.RWHolds, RWHold{Token: h.Token, TTL: h.Left, Write: h.Write, Meta: metaOf(h.Token)})
 	}
 	// InDelay: the longest lease left is at most delay (a holder's own
 	// extensions keep its lease above it).

@@ -80,17 +80,17 @@ func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
 	return v == 1, superseded(v)
 }
 
-// rwHolds reports whether the members of a sorted set (as permitsOf read
-// them) are a read-write lock's holds, and if so turns each into its
-// token, marking the write. A semaphore's tokens never have ':' as their
-// second character; a read-write lock's members always do.
-func rwHolds(hs []Hold) bool {
+// rwHolds returns the members of a sorted set (as permitsOf read them) as
+// a semaphore's permits, or as a read-write lock's holds, each turned into
+// its token, marking the write. A semaphore's tokens never have ':' as
+// their second character; a read-write lock's members always do.
+func rwHolds(hs []Hold) (permits, holds []Hold) {
 	if len(hs) == 0 || len(hs[0].Token) < 2 || hs[0].Token[1] != ':' {
-		return false
+		return hs, nil
 	}
 	for i, h := range hs {
 		hs[i].Write = h.Token[0] == 'w'
 		hs[i].Token = h.Token[2:]
 	}
-	return true
+	return nil, hs
 }

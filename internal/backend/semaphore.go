@@ -119,9 +119,9 @@ var zsetShape = shape{typ: "zset",
 		return "a semaphore (a sorted set), or another program's value", true
 	},
 	read: func(st *State, members any, now int64) {
-		st.Permits, st.Holding = permitsOf(members, now)
-		st.RW = rwHolds(st.Permits)
-		st.ended = st.Holding == "" // (permits that just ended)
+		hs, holding := permitsOf(members, now)
+		st.Permits, st.RWHolds = rwHolds(hs)
+		st.Holding, st.ended = holding, holding == "" // (permits that just ended)
 	},
 	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
 		return p.ZRangeWithScores(ctx, key, 0, -1)

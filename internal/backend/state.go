@@ -20,9 +20,8 @@ type State struct {
 	// names) and its live holds.
 	Owners []Owner
 	// Permits are a semaphore's live permits (Type "zset"), the soonest
-	// to end first; or, if RW, a read-write lock's live holds.
-	Permits []Hold
-	RW      bool // the zset is a read-write lock (see rwmutex.go)
+	// to end first; RWHolds, a read-write lock's live holds, likewise.
+	Permits, RWHolds []Hold
 	// Value is the value the leader holding the lock proclaimed (see
 	// proclaim.lua), when Proclaimed.
 	Value      string
@@ -59,7 +58,7 @@ func (s State) forced() (bool, error) {
 }
 
 // Leases returns the live leases that hold the lock: its plain holder's
-// (the key's TTL), a semaphore's permits or a read-write lock's holds, and
+// (the key's TTL), a semaphore's permits, a read-write lock's holds, and
 // a reentrant lock's holds.
 func (s State) Leases() []Hold {
 	var hs []Hold
@@ -67,6 +66,7 @@ func (s State) Leases() []Hold {
 		hs = append(hs, Hold{Token: s.Token, Left: s.TTL})
 	}
 	hs = append(hs, s.Permits...)
+	hs = append(hs, s.RWHolds...)
 	for _, o := range s.Owners {
 		hs = append(hs, o.Holds...)
 	}
