@@ -109,15 +109,7 @@ type RWHold struct {
 // Holders returns the live holds, soonest first; [ErrWrongType]: another kind.
 func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 	info, err := rw.c.Inspect(ctx, rw.name)
-	switch {
-	case err != nil:
-		return nil, err
-	case info.Held && info.Type != "zset":
-		return nil, opError("inspect", rw.name, backend.Because(ErrWrongType, fmt.Sprintf("the name is held as a lock (a %s), not a read-write lock", info.Type)))
-	case info.Permits != nil:
-		return nil, opError("inspect", rw.name, backend.Because(ErrWrongType, "the name is held as a semaphore, not a read-write lock"))
-	}
-	return info.RWHolds, nil
+	return holdsAs(rw.name, info, err, info.RWHolds, info.Permits, "a read-write lock", "a semaphore")
 }
 
 // RWLocker takes read or write holds; [ErrInvalid] inside a hold of the name,

@@ -148,13 +148,5 @@ type Permit struct {
 // kind.
 func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
 	info, err := s.c.Inspect(ctx, s.name)
-	switch {
-	case err != nil:
-		return nil, err
-	case info.RWHolds != nil:
-		return nil, opError("inspect", s.name, backend.Because(ErrWrongType, "the name is held as a read-write lock, not a semaphore"))
-	case info.Held && info.Type != "zset":
-		return nil, opError("inspect", s.name, backend.Because(ErrWrongType, fmt.Sprintf("the name is held as a lock (a %s), not a semaphore", info.Type)))
-	}
-	return info.Permits, nil
+	return holdsAs(s.name, info, err, info.Permits, info.RWHolds, "a semaphore", "a read-write lock")
 }
