@@ -488,11 +488,8 @@ func (n Node) wrongKind(ctx context.Context, key string, kind Kind, err error) e
 		return err // (the fence key's: the script's own reply, the lock key is not the one)
 	}
 	t, terr := n.rdb.Do(ctx, "type", key).Text()
-	if terr != nil || t == "none" {
-		return err
-	}
-	what, ok := shapeOf(t).holds(ctx, n, key)
-	if !ok {
+	what, ok := shapeOf(t).holds(ctx, n, key) // (without a type, t is "": a shape that reads nothing)
+	if terr != nil || t == "none" || !ok {
 		return err
 	}
 	return Because(ErrWrongType, fmt.Sprintf("the key holds %s, not %s", what, kind.what()), err)

@@ -243,14 +243,12 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 }
 
 // readLease reads the lock's holder and the lease c's marker in one round
-// trip; a missing key reads "".
+// trip; a missing key reads "". After an error, its callers use neither.
 func readLease(ctx context.Context, tx *redis.Tx, c *Claim) (holder, mark string, err error) {
 	r, _ := pipe(ctx, tx, false, []any{"GET", c.Lock}, []any{"GET", c.Rev})
-	if holder, err = str(r[0]); err != nil {
-		return "", "", err
-	}
-	mark, err = str(r[1])
-	return holder, mark, err
+	holder, herr := str(r[0])
+	mark, merr := str(r[1])
+	return holder, mark, cmp.Or(herr, merr)
 }
 
 // Extend resets the lease to ttl from now as extend.lua does: only while
