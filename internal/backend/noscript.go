@@ -163,9 +163,7 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 	})
 	if err != nil {
 		err = n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
-		if !errors.Is(err, ErrRevoked) && !neverSent(err) {
-			g.Undo = true
-		}
+		g.Undo = !errors.Is(err, ErrRevoked) && !neverSent(err) // (a failed try's Grant has no Undo)
 	}
 	return g, err
 }
