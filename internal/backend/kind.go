@@ -71,8 +71,9 @@ type shape struct {
 	// after a WRONGTYPE reply, reading the key if it must; false if that
 	// read failed.
 	holds func(ctx context.Context, n Node, key string) (string, bool)
-	// read puts into st the key's contents, inspect.lua's owners (see
-	// stateOf; now: the server's clock, ms).
+	// read puts into st the key's contents as inspect.lua's owners carry
+	// them (a string's, its holder, stateOf reads itself; now: the
+	// server's clock, ms).
 	read func(st *State, contents any, now int64)
 	// fetch queues on p the read of the contents that inspect.lua makes,
 	// for a backend without scripts (see flat).
