@@ -134,7 +134,7 @@ func (n NoScripts) ack(ctx context.Context, tx *redis.Tx, err error, short func(
 	if err != nil || n.replicas <= 0 {
 		return err
 	}
-	rs, _ := pipe(ctx, tx, false, n.ackCmds()...)
+	rs, _ := pipe(ctx, tx, false, n.acks...)
 	acks, err := n.acksOf(rs)
 	if err == nil && acks < int64(n.replicas) {
 		err = short(acks)
