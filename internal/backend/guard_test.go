@@ -1,0 +1,97 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/goredisdriver"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// An error reply and a closed client are replies; anything else a call
+// returns (a broken or timed-out connection) is none.
+func TestNoReplyIsNeitherAnErrorReplyNorAClosedClient(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{driver.Error("NOSCRIPT No matching script"), false},
+		{fmt.Errorf("wrapped: %w", driver.Error("ERR x")), false},
+		{fmt.Errorf("%w: %w", driver.ErrClosed, redis.ErrClosed), false},
+		{io.EOF, true},
+		{context.DeadlineExceeded, true},
+	} {
+		if got := noReply(c.err); got != c.want {
+			t.Errorf("noReply(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// A driver call whose reply is lost answers with the driver's own errors,
+// command by command, and guards the calls after it: a DoMulti or Do then
+// left in flight when its context ends answers every command with
+// ErrLeftInFlight and the context's error. Masters wraps each master in
+// the guard. (Not parallel: it sets the process's lastNoReply.)
+func TestGuardLeavesACallInFlightAfterALostReply(t *testing.T) {
+	var rdb *redis.Client
+	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	was := lastNoReply.Swap(0)
+	t.Cleanup(func() { lastNoReply.Store(was) })
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	defer p.Cut() // (the calls left in flight end)
+	// (Its calls end at ReadTimeout, long after the contexts of the guarded
+	// ones, which leave first.)
+	rdb = redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 2 * time.Second, MaxRetries: -1})
+	g := guard{goredisdriver.Conn(rdb)}
+
+	ms, err := g.Masters(t.Context())
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Masters = %v, %v, want one", ms, err)
+	}
+	if _, ok := ms[0].(guard); !ok {
+		t.Errorf("Masters' master is a %T, want a guard", ms[0])
+	}
+	if v, err := ms[0].Do(t.Context(), "PING"); err != nil || v != "PONG" {
+		t.Fatalf("PING = %v, %v", v, err)
+	}
+	cmds := [][]any{{"PING"}, {"PING"}, {"PING"}}
+	p.Stall()
+	rs := g.DoMulti(t.Context(), cmds...)
+	if len(rs) != len(cmds) || lastNoReply.Load() == 0 {
+		t.Fatalf("a lost DoMulti = %v (lastNoReply %d), want %d results, and guarded calls from now", rs, lastNoReply.Load(), len(cmds))
+	}
+	for i, r := range rs {
+		if !noReply(r.Err) || errors.Is(r.Err, ErrLeftInFlight) {
+			t.Errorf("a lost DoMulti's result %d = %v, want the driver's own error", i, r.Err)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	rs = g.DoMulti(ctx, cmds...)
+	if len(rs) != len(cmds) {
+		t.Fatalf("a guarded DoMulti left in flight = %v, want %d results", rs, len(cmds))
+	}
+	for i, r := range rs {
+		if r.Val != nil || !errors.Is(r.Err, ErrLeftInFlight) || !errors.Is(r.Err, context.DeadlineExceeded) {
+			t.Errorf("a guarded DoMulti's result %d = %v, %v, want nil, ErrLeftInFlight and the context's error", i, r.Val, r.Err)
+		}
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if v, err := ms[0].Do(ctx, "PING"); v != nil || !errors.Is(err, ErrLeftInFlight) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a guarded Do left in flight = %v, %v, want nil, ErrLeftInFlight and the context's error", v, err)
+	}
+}
