@@ -320,3 +320,79 @@ func TestChannelNamedLikeAKeyspaceChannelWakesItsWaiters(t *testing.T) {
 	rdb.Publish(t.Context(), channel, WakeAll)
 	expect(t, "a waiter on "+channel, wake, Released)
 }
+
+// A Watch of a key beside a lock's waiter on the lock's channel: after a
+// break, both are told (Recheck, a call), the key's channel is subscribed
+// again and still calls only on the events that end the key, and a
+// handover still reaches the waiter and the Watch alone.
+func TestWatchOfAKeyBesideAWaiterAfterABreak(t *testing.T) {
+	t.Parallel()
+	var rdb *redis.Client
+	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP(), redistest.Args("--notify-keyspace-events", "KA"))
+	p := redistest.NewProxy(t, s.Addr())
+	rdb = redis.NewClient(&redis.Options{Addr: p.Addr()})
+	direct := s.Client(t)
+	ctx := t.Context()
+	h := New(goredisdriver.Conn(rdb), false)
+	defer h.Close()
+	a, wake := subscribe(t, h, "k:ch", "tok-a")
+	f, calls := watchCalls()
+	w := h.Watch("k:ch", "k", f, nil)
+	listening := func(ch string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !h.Listening(ch); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not listened to after 10s", ch)
+			}
+		}
+	}
+	listening("__keyspace@0__:k")
+	p.Cut()
+	expect(t, "the waiter", wake, Recheck)
+	expectCall(t, "the Watch, after the break", calls) // (once per channel)
+	expectCall(t, "the Watch, after the break", calls)
+	listening("k:ch")
+	listening("__keyspace@0__:k")
+	direct.Set(ctx, "k", "v", time.Minute)
+	expectCall(t, "SET of the key", calls)
+	direct.PExpire(ctx, "k", 2*time.Minute)
+	expectNoCall(t, "PEXPIRE of the key", calls)
+	expectNone(t, "the waiter, on the key's events", wake)
+	direct.Publish(ctx, "k:ch", "tok-a 9")
+	expect(t, "the waiter", wake, 9)
+	expectCall(t, "a handover to the waiter", calls)
+	direct.Del(ctx, "k")
+	expectCall(t, "DEL of the key", calls)
+	w.Close()
+	a.Close()
+	waitUnsubscribed(t, direct, "__keyspace@0__:k", false)
+	waitUnsubscribed(t, direct, "k:ch", false)
+}
+
+// A Watch closed twice leaves its channel to the channel's other waiters:
+// the second Close takes none of theirs, and the channel is let go only
+// once they left too.
+func TestWatchClosedTwiceLeavesItsChannelToTheOtherWaiters(t *testing.T) {
+	t.Parallel()
+	rdb := start(t)
+	h := New(goredisdriver.Conn(rdb), false)
+	defer h.Close()
+	f, calls := watchCalls()
+	w := h.Watch("ch", "", f, nil)
+	a, wake := subscribe(t, h, "ch", "tok-a")
+	w.Close()
+	w.Close()
+	h.mu.Lock()
+	waiters := len(h.topics["ch"].waiters)
+	h.mu.Unlock()
+	if waiters != 1 {
+		t.Fatalf("%d waiters on ch after a Watch closed twice, want the other one", waiters)
+	}
+	rdb.Publish(t.Context(), "ch", WakeAll)
+	expect(t, "the other waiter", wake, Released)
+	expectNoCall(t, "the closed Watch", calls)
+	a.Close()
+	waitUnsubscribed(t, rdb, "ch", false)
+}
