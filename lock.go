@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,7 +32,7 @@ type Lock struct {
 	maxAsk     time.Duration // the longest lease time a request of this lease asked for
 	mu         sync.Mutex    // guards the fields below
 	turns      uint8         // the turns taken (see take)
-	freed      chan struct{} // closed when a turn is given back; made by a call that waits for one
+	waits      []turnWait    // the calls waiting for a taken turn, in the order they came
 	ttl        time.Duration
 	validUntil time.Time
 	err        error // nil while held; ErrReleased, or the loss
@@ -514,45 +515,61 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 
 // The turns of a Lock's calls that send its claim: one Release, one
 // extension (the last one sets the lease) and one Fence at a time; a
-// Downgrade takes all three. A call waiting its turn honours its context.
+// Downgrade takes all three. A call waiting its turn honours its context,
+// and the turn goes to the calls waiting for it in the order they came.
 const (
 	relTurn uint8 = 1 << iota
 	extTurn
 	fenceTurn
 )
 
-// take takes turn t: at once if it is free, else once the call that has it
-// gives it back, unless ctx ends first (false). Each pass of the loop
-// follows a turn given back.
-func (l *Lock) take(ctx context.Context, t uint8) bool {
-	l.mu.Lock()
-	for l.turns&t != 0 {
-		if l.freed == nil {
-			l.freed = make(chan struct{})
-		}
-		freed := l.freed
-		l.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return false
-		}
-		l.mu.Lock()
-	}
-	l.turns |= t
-	l.mu.Unlock()
-	return true
+// turnWait is a call waiting for turn t: given is closed once it is
+// handed the turn.
+type turnWait struct {
+	t     uint8
+	given chan struct{}
 }
 
-// give gives turn t back, waking the calls that wait for a turn.
+// take takes turn t: at once if it is free, else once it is handed over by
+// give, after the calls that waited for it before, unless ctx ends first
+// (false).
+func (l *Lock) take(ctx context.Context, t uint8) bool {
+	l.mu.Lock()
+	if l.turns&t == 0 {
+		l.turns |= t
+		l.mu.Unlock()
+		return true
+	}
+	given := make(chan struct{})
+	l.waits = append(l.waits, turnWait{t, given})
+	l.mu.Unlock()
+	select {
+	case <-given:
+		return true
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := slices.IndexFunc(l.waits, func(w turnWait) bool { return w.given == given })
+	if i < 0 {
+		return true // handed over as ctx ended: the turn is this call's
+	}
+	l.waits = slices.Delete(l.waits, i, i+1)
+	return false
+}
+
+// give gives turn t back: it hands it to the call that has waited for it
+// longest, if any, else frees it.
 func (l *Lock) give(t uint8) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.turns &^= t
-	if l.freed != nil {
-		close(l.freed)
-		l.freed = nil
+	i := slices.IndexFunc(l.waits, func(w turnWait) bool { return w.t == t })
+	if i < 0 {
+		l.turns &^= t
+		return
 	}
+	close(l.waits[i].given) // (the turn stays taken, by that call now)
+	l.waits = slices.Delete(l.waits, i, i+1)
 }
 
 // expire marks the Lock lost if its validity deadline has passed without an

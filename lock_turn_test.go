@@ -27,7 +27,7 @@ func TestLockTurnWaitsForItsSortOnlyAndHonoursItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	left := make(chan bool)
 	go func() { left <- l.take(ctx, extTurn) }()
-	l.give(fenceTurn) // (wakes the waiter, which finds its own turn still taken)
+	l.give(fenceTurn) // (not the waiter's turn: it waits on)
 	cancel()
 	if <-left {
 		t.Fatal("a call whose context ended while it waited took a taken turn")
@@ -45,8 +45,8 @@ func TestLockTurnWaitsForItsSortOnlyAndHonoursItsContext(t *testing.T) {
 	}
 	l.give(relTurn)
 	l.give(extTurn)
-	if l.turns != 0 || l.freed != nil {
-		t.Fatalf("turns %b, freed %v after every turn was given back, want none", l.turns, l.freed)
+	if l.turns != 0 || len(l.waits) != 0 {
+		t.Fatalf("turns %b, waits %v after every turn was given back, want none", l.turns, l.waits)
 	}
 }
 
@@ -99,8 +99,8 @@ func TestLockTurnGivenAsAWaiterLeavesIsTakenOnce(t *testing.T) {
 		l.give(relTurn)
 		l.give(extTurn)
 		l.give(fenceTurn)
-		if l.turns != 0 || l.freed != nil {
-			t.Fatalf("round %d: turns %b, freed %v once every call returned, want none", i, l.turns, l.freed)
+		if l.turns != 0 || len(l.waits) != 0 {
+			t.Fatalf("round %d: turns %b, waits %v once every call returned, want none", i, l.turns, l.waits)
 		}
 	}
 }

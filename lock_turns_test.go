@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,6 +37,12 @@ func gated(t *testing.T) (*redis.Client, *gate, *dlock.Client) {
 }
 
 func (g *gate) open() { g.once.Do(func() { close(g.out) }) }
+
+// arm makes the gate hold the next command, once more.
+func (g *gate) arm() {
+	g.in, g.out, g.once = make(chan struct{}), make(chan struct{}), sync.Once{}
+	g.armed.Store(true)
+}
 
 func (g *gate) hold() {
 	if !g.armed.CompareAndSwap(true, false) {
@@ -242,5 +249,91 @@ func TestLockTurnsAreFreeAfterAStormOfCalls(t *testing.T) {
 	}
 	if m := rwMembers(ctx, rdb, name); len(m) != 0 {
 		t.Errorf("holds after the Release: %v, want none", m)
+	}
+}
+
+// asked is a go-redis hook that records, in the order they are sent, the
+// arguments among want of the commands sent.
+type asked struct {
+	want []int64
+	mu   sync.Mutex
+	got  []int64
+}
+
+func (a *asked) note(cmd redis.Cmder) {
+	for _, v := range cmd.Args() {
+		if ms, ok := v.(int64); ok && slices.Contains(a.want, ms) {
+			a.mu.Lock()
+			a.got = append(a.got, ms)
+			a.mu.Unlock()
+		}
+	}
+}
+
+// take returns what was recorded, and forgets it.
+func (a *asked) take() []int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	got := a.got
+	a.got = nil
+	return got
+}
+
+func (a *asked) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (a *asked) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { a.note(cmd); return next(ctx, cmd) }
+}
+
+func (a *asked) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			a.note(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A call waiting for its turn gets it when the call that has it gives it
+// back, before a call that comes later: an Extend that waits for one in
+// flight is sent before an Extend called once that one returned (the
+// last asked for sets the lease), and no stream of later calls keeps a
+// waiting one out.
+func TestAWaitingExtensionGoesBeforeALaterOne(t *testing.T) {
+	t.Parallel()
+	rdb, g, c := gated(t)
+	a := &asked{want: []int64{7001, 9001}} // (the two extensions' lease times, in ms)
+	rdb.AddHook(a)
+	ctx := t.Context()
+	for round := range 10 {
+		l, err := c.TryAcquire(ctx, "turns-order")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.arm()
+		first := make(chan error, 2)
+		go func() {
+			first <- l.Extend(ctx, 5*time.Second)
+			first <- l.Extend(ctx, 9001*time.Millisecond) // (comes once the first returned)
+		}()
+		g.held(t)
+		waiting := make(chan error, 1)
+		go func() { waiting <- l.Extend(ctx, 7001*time.Millisecond) }()
+		if !waitFor(10*time.Second, func() bool { return countGoroutines(t, "(*Lock).take+") > 0 }) {
+			t.Fatal("the second extension never waited for its turn")
+		}
+		g.open()
+		for _, err := range []error{returned(t, first, "the first extension"), returned(t, first, "the later extension"),
+			returned(t, waiting, "the waiting extension")} {
+			if err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+		if got := a.take(); !slices.Equal(got, a.want) {
+			t.Errorf("round %d: the extensions were sent asking %v ms, want the one waiting first: %v", round, got, a.want)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
