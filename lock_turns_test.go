@@ -337,3 +337,45 @@ func TestAWaitingExtensionGoesBeforeALaterOne(t *testing.T) {
 		}
 	}
 }
+
+// Downgrade of no hold of the lock (nil, a plain lock of the same name,
+// another lock's write hold) is refused with ErrInvalid, taking no turn
+// it keeps: the plain lock's Fence, Extend and Release still go out.
+func TestDowngradeOfNoHoldOfItIsInvalid(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
+	rw, other := newRW(t, c, "turns-inv"), newRW(t, c, "turns-inv-other")
+	plain, err := c.TryAcquire(ctx, "turns-inv-plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := fenceOf(t, plain)
+	w, err := other.Writer().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, l := range map[string]*dlock.Lock{"nil": nil, "a plain lock": plain, "another lock's write hold": w} {
+		if err := rw.Downgrade(ctx, l); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Downgrade of %s = %v, want ErrInvalid", what, err)
+		}
+	}
+	plainRW := newRW(t, c, "turns-inv-plain")
+	if err := plainRW.Downgrade(ctx, plain); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Downgrade of a plain lock of the same name = %v, want ErrInvalid", err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if f, err := plain.Fence(ended); err != nil || f != fence {
+		t.Errorf("Fence after the refused Downgrade = %d, %v; want %d, nil", f, err, fence)
+	}
+	if err := plain.Extend(ctx, 5*time.Second); err != nil {
+		t.Errorf("Extend after the refused Downgrade: %v", err)
+	}
+	for _, l := range []*dlock.Lock{plain, w} {
+		if err := l.Release(endedHeldContext(l)); err != nil {
+			t.Errorf("Release after the refused Downgrade: %v", err)
+		}
+	}
+}
