@@ -1,0 +1,80 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// A Client made WithoutScripts answers a Lock's Fence, Extend and Release
+// as a scripted one (of plain locks) does when another program wrote over
+// the lock's keys: the lock key (another holder's token, a value of
+// another type), the fence key or the lease's marker (another type): the
+// same outcome, error text and identity.
+func TestLeaseCallsWithoutScriptsMeetForeignKeysAsScriptsDo(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	modes := []*dlock.Client{
+		newClient(t, rdb, dlock.LeaseTTL(time.Minute), dlock.WithUnfair(slowBackoff)),
+		newClient(t, rdb, dlock.LeaseTTL(time.Minute), dlock.WithoutScripts()),
+	}
+	type sabotage struct {
+		name string
+		ops  string // the calls compared (a script-free Extend or Release of a lock key or marker of another type says WRONGTYPE, where the scripts read it as not held, or as nothing)
+		do   func(ctx context.Context, l *dlock.Lock) error
+	}
+	// replaced has the lock key replaced by what write writes there.
+	replaced := func(write func(ctx context.Context, p redis.Pipeliner, key string)) func(ctx context.Context, l *dlock.Lock) error {
+		return func(ctx context.Context, l *dlock.Lock) error {
+			_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Del(ctx, l.Key())
+				write(ctx, p, l.Key())
+				return nil
+			})
+			return err
+		}
+	}
+	sabotages := []sabotage{
+		{"other-holder", "fence extend release", func(ctx context.Context, l *dlock.Lock) error {
+			return rdb.Set(ctx, l.Key(), "other", time.Minute).Err()
+		}},
+		{"lock-hash", "fence", replaced(func(ctx context.Context, p redis.Pipeliner, key string) { p.HSet(ctx, key, "f", "v") })},
+		{"lock-list", "fence", replaced(func(ctx context.Context, p redis.Pipeliner, key string) { p.LPush(ctx, key, "x") })},
+		{"fence-list", "fence extend release", func(ctx context.Context, l *dlock.Lock) error { return rdb.LPush(ctx, l.Key()+":fence", "x").Err() }},
+	}
+	ops := map[string]func(ctx context.Context, l *dlock.Lock) error{
+		"fence":   func(ctx context.Context, l *dlock.Lock) error { _, err := l.Fence(ctx); return err },
+		"extend":  func(ctx context.Context, l *dlock.Lock) error { return l.Extend(ctx, time.Minute) },
+		"release": func(ctx context.Context, l *dlock.Lock) error { return l.Release(ctx) },
+	}
+	for _, s := range sabotages {
+		for _, op := range strings.Fields(s.ops) {
+			call := ops[op]
+			var got [2]string
+			for i, c := range modes {
+				name := fmt.Sprintf("ff%d-%s-%s", i, s.name, op)
+				l, err := c.TryAcquire(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.do(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+				err = call(ctx, l)
+				got[i] = fmt.Sprintf("%v (not held %v, wrong type %v)", strings.ReplaceAll(fmt.Sprint(err), name, "NAME"),
+					errors.Is(err, dlock.ErrNotHeld), errors.Is(err, dlock.ErrWrongType))
+				l.Release(ctx)
+			}
+			if got[1] != got[0] {
+				t.Errorf("%s, %s WithoutScripts: %s; want %s", s.name, op, got[1], got[0])
+			}
+		}
+	}
+}
