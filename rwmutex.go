@@ -112,8 +112,7 @@ func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 	return holdsAs(rw.name, info, err, info.RWHolds, info.Permits, "a read-write lock", "a semaphore")
 }
 
-// RWLocker takes read or write holds; [ErrInvalid] inside a hold of the name,
-// or for one not from [RWMutex.Reader] or [RWMutex.Writer].
+// RWLocker takes read or write holds; [ErrInvalid] if zero or nested in a hold.
 type RWLocker struct {
 	rw *RWMutex // the lock it takes holds of
 	k  *kind    // its acquisitions: read or write holds, the value of its holds' contexts (nest)
