@@ -197,12 +197,9 @@ func (k *kind) sleep(backoff Backoff, attempt int, pttl, ttl time.Duration, queu
 	return d
 }
 
-// backoffAt is backoff(attempt), at least DefaultMinBackoff.
+// backoffAt is backoff(attempt) if it is positive, else DefaultMinBackoff.
 func backoffAt(backoff Backoff, attempt int) time.Duration {
-	if d := backoff(attempt); d > 0 {
-		return d
-	}
-	return DefaultMinBackoff
+	return cmp.Or(max(backoff(attempt), 0), DefaultMinBackoff)
 }
 
 // carries asks c's backend whether it serves the kind k, which call
