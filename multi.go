@@ -105,14 +105,12 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 	// sent; the first part's terms give the MaxWait if the call has none.
 	var p lease
 	for i, part := range order {
-		q, err := part.Client.leaseFor("acquire", part.Name, opts, try)
-		if err != nil {
+		switch q, err := part.Client.leaseFor("acquire", part.Name, opts, try); {
+		case err != nil:
 			return nil, err
-		}
-		if q.resume != "" {
+		case q.resume != "":
 			return nil, fmt.Errorf("%w: acquire %q: Resume names one lease, not a multi-lock's", ErrInvalid, part.Name)
-		}
-		if i == 0 {
+		case i == 0:
 			p = q
 		}
 	}

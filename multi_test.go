@@ -1016,3 +1016,40 @@ func TestAcquireAllCancelledWhileAPartIsInFlight(t *testing.T) {
 		})
 	}
 }
+
+// A Resume names one lease: AcquireAll, TryAcquireAll and DoAll refuse it
+// with ErrInvalid, naming the first name in acquisition order, before
+// anything is sent, and the lease it names is left to its holder.
+func TestAcquireAllRefusesResume(t *testing.T) {
+	t.Parallel()
+	srv, _ := setup(t)
+	rdb := srv.Client(t)
+	c := newClient(t, rdb)
+	ctx := t.Context()
+	held, err := c.TryAcquire(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := &countEvals{}
+	rdb.AddHook(sent)
+	names := []string{"b", "a"}
+	resume := dlock.Resume(held.Token())
+	want := `Resume names one lease, not a multi-lock's`
+	if _, err := c.AcquireAll(ctx, names, resume); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), `"a": `+want) {
+		t.Errorf("AcquireAll(Resume) = %v, want ErrInvalid naming \"a\": %s", err, want)
+	}
+	if _, err := c.TryAcquireAll(ctx, names, resume); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("TryAcquireAll(Resume) = %v, want ErrInvalid", err)
+	}
+	called := false
+	err = c.DoAll(ctx, names, func(context.Context, *dlock.MultiLock) error { called = true; return nil }, resume)
+	if !errors.Is(err, dlock.ErrInvalid) || called {
+		t.Errorf("DoAll(Resume) = %v (fn called: %v), want ErrInvalid and no call", err, called)
+	}
+	if n := sent.all.Load(); n != 0 {
+		t.Errorf("refused calls sent %d commands, want none", n)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Errorf("Release of the lease the refused calls named = %v, want nil", err)
+	}
+}
