@@ -268,7 +268,8 @@ func (a *acquisition) handedOver(wake int64) *Lock {
 
 // attempt runs the acquire script once for the pending Lock l. It returns l
 // when taken, or nil and Redis's answer (the holder's remaining lease, -1
-// if unknown, and who it is) when not. An attempt whose outcome is unknown
+// if unknown, and who it is) when not; after an error the grant says
+// nothing. An attempt whose outcome is unknown
 // (no answer, or ctx ended while it was in flight) or that came back too
 // late is undone, and l gets a new lease token for the next attempt: the
 // undo revoked the old one. Its errors are bare causes: the caller names
@@ -320,14 +321,11 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backe
 		c.undo(ctx, l.cl)
 		l.renew()
 	}
-	switch {
-	case err != nil:
-		return nil, backend.Grant{}, err
-	case !g.Held:
-		return nil, g, nil
+	if err != nil || !g.Held {
+		return nil, g, err
 	}
 	l.activate(g.Fence, t)
-	return l, backend.Grant{}, nil
+	return l, g, nil
 }
 
 // errTooSlow reports an attempt that got the lock too late to use it; the
