@@ -169,10 +169,10 @@ func sortedParts(parts []Part) ([]Part, error) {
 		return nil, fmt.Errorf("%w: no lock names", ErrInvalid)
 	}
 	for i, p := range parts {
-		if p.Client == nil {
+		switch err := validName(p.Name); {
+		case p.Client == nil:
 			return nil, fmt.Errorf("%w: part %d of %d (%q) has no Client", ErrInvalid, i+1, len(parts), p.Name)
-		}
-		if err := validName(p.Name); err != nil {
+		case err != nil:
 			return nil, fmt.Errorf("%w (name %d of %d)", err, i+1, len(parts))
 		}
 	}

@@ -3,7 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -310,5 +312,29 @@ func TestAcquirePartsLocksFollowTheGivenOrderAcrossPrefixes(t *testing.T) {
 		if n := liveKeys(ctx, rdb, keys[i]); n != 1 {
 			t.Errorf("part %d: %s not held", i, keys[i])
 		}
+	}
+}
+
+// A part with no Client is refused with ErrInvalid, numbered as given,
+// before its name is looked at; a bad name of a part that has one is
+// refused with the name's own error, numbered too.
+func TestAcquirePartsRefusesAPartWithNoClient(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	c := newClient(t, rdb)
+	for _, tc := range []struct {
+		parts []dlock.Part
+		want  string
+	}{
+		{[]dlock.Part{{Client: c, Name: "a"}, {Name: "b"}}, `part 2 of 2 ("b") has no Client`},
+		{[]dlock.Part{{Client: c, Name: "a"}, {Name: ""}}, `part 2 of 2 ("") has no Client`},
+		{[]dlock.Part{{Client: c, Name: ""}, {Client: c, Name: "b"}}, `empty lock name (name 1 of 2)`},
+	} {
+		if _, err := dlock.AcquireParts(t.Context(), tc.parts); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(fmt.Sprint(err), tc.want) {
+			t.Errorf("AcquireParts(%v) = %v, want ErrInvalid saying %s", tc.parts, err, tc.want)
+		}
+	}
+	if n := rdb.DBSize(t.Context()).Val(); n != 0 {
+		t.Errorf("%d keys in Redis after refused calls, want 0", n)
 	}
 }
