@@ -609,9 +609,14 @@ func (h *Hub) askDB() string {
 	if err != nil && !errors.As(err, new(driver.Error)) {
 		return "" // unknown still
 	}
+	// The last " db=" is the field: the addresses before it (a unix
+	// socket's path) may hold any text, the fields after it no space.
 	s, _ := r.(string)
-	_, db, _ := strings.Cut(s, " db=") // (a field after the first, id=, and before sub=)
-	db, _, _ = strings.Cut(db, " ")
+	i := strings.LastIndex(s, " db=")
+	if i < 0 {
+		return noDB
+	}
+	db, _, _ := strings.Cut(s[i+len(" db="):], " ")
 	if _, err := strconv.Atoi(db); err != nil {
 		return noDB
 	}

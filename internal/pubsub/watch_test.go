@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
@@ -395,4 +396,40 @@ func TestWatchClosedTwiceLeavesItsChannelToTheOtherWaiters(t *testing.T) {
 	expectNoCall(t, "the closed Watch", calls)
 	a.Close()
 	waitUnsubscribed(t, rdb, "ch", false)
+}
+
+// infoConn is a Conn whose every command is answered with reply (CLIENT
+// INFO's line) or err.
+type infoConn struct {
+	driver.Conn
+	reply any
+	err   error
+}
+
+func (c infoConn) Do(context.Context, ...any) (any, error) { return c.reply, c.err }
+
+// The database is read from CLIENT INFO's db field, also when a unix
+// socket's path before it holds " db="; a line without the field, or an
+// error reply, names none, and a failure to answer leaves it unknown.
+func TestAskDBReadsTheDatabaseField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		reply any
+		err   error
+		want  string
+	}{
+		{"tcp", "id=3 addr=127.0.0.1:50 laddr=127.0.0.1:6379 fd=8 name= age=0 idle=0 flags=N db=2 sub=0 psub=0 cmd=client|info user=default resp=2", nil, "2"},
+		{"unix socket path with db=", "id=3 addr=/tmp/a db=7 b/r.sock:0 laddr=/tmp/a db=7 b/r.sock fd=8 name= age=0 idle=0 flags=N db=12 sub=0 psub=0", nil, "12"},
+		{"no db field", "id=3 addr=/tmp/r.sock:0 fd=8", nil, noDB},
+		{"empty", "", nil, noDB},
+		{"error reply", nil, driver.Error("ERR unknown subcommand 'INFO'"), noDB},
+		{"no answer", nil, errors.New("read tcp: i/o timeout"), ""},
+	} {
+		h := New(infoConn{reply: tc.reply, err: tc.err}, false)
+		if got := h.askDB(); got != tc.want {
+			t.Errorf("%s: askDB() = %q, want %q", tc.name, got, tc.want)
+		}
+		h.Close()
+	}
 }
