@@ -134,17 +134,16 @@ func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error)
 type pubsub struct {
 	ps      *redis.PubSub
 	sharded bool
-	gone    atomic.Pointer[error] // why every method now fails
+	closed  atomic.Bool // Close was called
 }
 
-var errBroken = errors.New("goredisdriver: pub/sub connection broken")
-
-// check returns err, after which every method fails if it is an error:
-// ErrClosed if the PubSub was closed, before or while the method ran.
+// check returns err; an error closes go-redis's PubSub, after which every
+// method fails: with ErrClosed if the PubSub was closed (or its client),
+// before or while the method ran, or for a method after the failure.
 func (p *pubsub) check(err error) error {
 	if err != nil {
-		p.gone.CompareAndSwap(nil, &errBroken)
-		if *p.gone.Load() == driver.ErrClosed || errors.Is(err, redis.ErrClosed) {
+		p.ps.Close()
+		if p.closed.Load() || errors.Is(err, redis.ErrClosed) {
 			return driver.ErrClosed
 		}
 	}
@@ -152,31 +151,23 @@ func (p *pubsub) check(err error) error {
 }
 
 func (p *pubsub) Subscribe(ctx context.Context, channels ...string) error {
-	return p.send(ctx, p.ps.Subscribe, p.ps.SSubscribe, channels)
+	if p.sharded {
+		return p.check(p.ps.SSubscribe(ctx, channels...))
+	}
+	return p.check(p.ps.Subscribe(ctx, channels...))
 }
 
 func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
-	return p.send(ctx, p.ps.Unsubscribe, p.ps.SUnsubscribe, channels)
-}
-
-// send runs the plain or the sharded form of an (un)subscription (a
-// PING's one form) unless the connection is gone.
-func (p *pubsub) send(ctx context.Context, plain, sharded func(context.Context, ...string) error, channels []string) error {
-	if err := p.gone.Load(); err != nil {
-		return *err
-	}
 	if p.sharded {
-		plain = sharded
+		return p.check(p.ps.SUnsubscribe(ctx, channels...))
 	}
-	return p.check(plain(ctx, channels...))
+	return p.check(p.ps.Unsubscribe(ctx, channels...))
 }
 
-func (p *pubsub) Ping(ctx context.Context) error {
-	return p.send(ctx, p.ps.Ping, p.ps.Ping, nil)
-}
+func (p *pubsub) Ping(ctx context.Context) error { return p.check(p.ps.Ping(ctx)) }
 
 func (p *pubsub) Close() error {
-	p.gone.Store(&driver.ErrClosed)
+	p.closed.Store(true)
 	p.ps.Close()
 	return nil
 }
@@ -185,9 +176,6 @@ func (p *pubsub) Close() error {
 // Channel, to save a goroutine hop on every message. It waits until ctx's
 // deadline (go-redis does not watch ctx while it reads).
 func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
-	if err := p.gone.Load(); err != nil {
-		return driver.Message{}, *err
-	}
 	var timeout time.Duration // (0: none)
 	d, timed := ctx.Deadline()
 	if timed {
