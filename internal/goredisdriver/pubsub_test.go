@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -78,5 +79,57 @@ func TestReceiveReturnsAtOnceWhenItsReconnectTimesOut(t *testing.T) {
 	defer cancel()
 	if _, err := dps.Receive(ctx); err == nil || ctx.Err() != nil {
 		t.Fatalf("Receive = %v, ctx %v; want an error before its ctx ended", err, ctx.Err())
+	}
+}
+
+// A PubSub ends at its connection's first failure: go-redis's, which
+// connects again and subscribes again by itself, is closed at once, so the
+// server soon counts no subscriber, and every method fails from then on;
+// after Close they fail with ErrClosed.
+func TestPubSubEndsAtItsFirstFailure(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer rdb.Close()
+	ps, err := Conn(rdb).PubSub(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	if err := ps.Subscribe(t.Context(), "ch"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := ps.Receive(t.Context()); err != nil || m.Kind != "subscribe" {
+		t.Fatalf("Receive = %+v, %v; want the subscription's confirmation", m, err)
+	}
+	p.Cut()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := ps.Receive(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("Receive on a cut connection = %v, ctx %v; want an error before its ctx ended", err, ctx.Err())
+	}
+	direct := s.Client(t)
+	for deadline := time.Now().Add(5 * time.Second); direct.PubSubNumSub(t.Context(), "ch").Val()["ch"] > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("ch still has a subscriber 5s after the PubSub's connection failed")
+		}
+	}
+	if err := ps.Subscribe(t.Context(), "other"); err == nil {
+		t.Error("Subscribe after the failure = nil, want an error")
+	}
+	if err := ps.Ping(t.Context()); err == nil {
+		t.Error("Ping after the failure = nil, want an error")
+	}
+	if n := direct.PubSubNumSub(t.Context(), "ch", "other").Val(); n["ch"] != 0 || n["other"] != 0 {
+		t.Errorf("subscribers after the failure: %v, want none", n)
+	}
+	ps.Close()
+	if _, err := ps.Receive(t.Context()); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("Receive after Close = %v, want ErrClosed", err)
+	}
+	if err := ps.Unsubscribe(t.Context(), "ch"); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("Unsubscribe after Close = %v, want ErrClosed", err)
 	}
 }
