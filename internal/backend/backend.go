@@ -252,21 +252,21 @@ type Node struct {
 	rdb        commander             // scripts run through here (the batcher)
 	uc         redis.UniversalClient // the go-redis client (nil through a driver): a Cluster's masters, the script-free transactions
 	d          driver.Conn           // the deployment as a driver's Conn: NewNodeFrom's driver, or uc (goredisdriver.Loader)
-	pub        string                // PUBLISH, or SPUBLISH on a Redis Cluster
+	pub        any                   // PUBLISH, or SPUBLISH on a Redis Cluster (an argument, converted once)
 	replicas   int                   // acknowledgements acquire and extend need: WithReplicaAck's replicas, plus the append-only file's with durable grants
-	retries    bool                  // the go-redis client retries: a lost reply is asked again, once (see Grant.Again)
+	retries    bool                  // the Redis client retries: a lost reply is asked again, once (see Grant.Again)
 	ackTimeout time.Duration
 	durable    time.Duration // WithDurableGrants: how long WAITAOF waits for the append-only file (0: off; see durable.go)
 	acks       [][]any       // the waits sent after a write (ackCmds), built once
 
 	ttl     time.Duration // the Client's lease time, and as arguments:
 	ttlA    any           // it in ms
-	pubA    any
-	fenceMS any // how long a fence counter lives, in ms (fenceWindow, or quorumFenceWindow)
+	fenceMS any           // how long a fence counter lives, in ms (fenceWindow, or quorumFenceWindow)
 	// The fair scripts' last argument, what only a contended call reads
-	// (acquire_fair.lua, release_fair.lua), for a fair lock of the Client's
-	// TTL: built once (see setFenceWindow).
-	acqConf, relConf any
+	// (acquire_fair.lua's for a fair lock of the Client's TTL,
+	// release_fair.lua's for a fair lock and for a campaign, which
+	// announces): built once (see setFenceWindow).
+	acqConf, relConf, resignConf any
 
 	extra  scriptSet    // scripts every lease runs besides its kind's, which Prepare loads (a quorum node's RaiseFence)
 	caches *serverCache // what the servers' script caches hold (see scripts.go)
@@ -286,20 +286,20 @@ type Config struct {
 
 // NewNode returns the backend of one deployment reached through rdb.
 func NewNode(rdb redis.UniversalClient, c Config) Node {
-	pub := "PUBLISH"
+	return newNode(c, rdb, &batcher{rdb: rdb, alone: !c.Pipelining}, goredisdriver.Loader(rdb))
+}
+
+// newNode returns the Node of c on the deployment d, whose scripts run
+// through rdb; uc is the go-redis client (nil: a driver's).
+func newNode(c Config, uc redis.UniversalClient, rdb commander, d driver.Conn) Node {
+	var pub any = "PUBLISH"
 	if c.Sharded {
 		pub = "SPUBLISH"
 	}
-	n := Node{uc: rdb, pub: pub, pubA: pub,
-		replicas: c.Replicas, ackTimeout: c.AckTimeout, durable: c.Durable,
-		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(serverCache), clock: newClockWatch(c.Clock, rdb)}
-	if rdb != nil {
-		n.rdb, n.d = &batcher{rdb: rdb, alone: !c.Pipelining}, goredisdriver.Loader(rdb)
-		n.retries = n.d.Info().Retries
-	}
-	if c.Durable > 0 {
-		n.replicas++ // the append-only file acknowledges first (see acksOf)
-	}
+	n := Node{rdb: rdb, uc: uc, d: d, pub: pub, retries: d.Info().Retries,
+		replicas:   c.Replicas + flag(c.Durable > 0), // (the append-only file acknowledges first: see acksOf)
+		ackTimeout: c.AckTimeout, durable: c.Durable,
+		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(serverCache), clock: newClockWatch(c.Clock, uc)}
 	n.acks = n.ackCmds()
 	n.setFenceWindow(fenceWindow)
 	return n
@@ -308,8 +308,9 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 // setFenceWindow sets how long the fence counters n writes live, and the
 // fair scripts' arguments that carry it.
 func (n *Node) setFenceWindow(d time.Duration) {
-	n.fenceMS, n.relConf = d.Milliseconds(), nil // (releaseConf builds it anew)
-	n.acqConf, n.relConf = n.fairConf(n.ttl, false), n.releaseConf(false)
+	n.fenceMS = d.Milliseconds()
+	n.acqConf = n.fairConf(n.ttl, false)
+	n.relConf, n.resignConf = n.releaseConf(false), n.releaseConf(true)
 }
 
 // fairConf builds acquire_fair.lua's ARGV[4]: "<qttl> <publish> <fence_ms>
@@ -318,12 +319,9 @@ func (n Node) fairConf(ttl time.Duration, campaign bool) any {
 	return fmt.Sprintf("%d %s %v %d", Window(ttl).Milliseconds(), n.pub, n.fenceMS, flag(campaign))
 }
 
-// releaseConf is release_fair.lua's ARGV[3]: "<publish> <fence_ms>
-// <announce>", built once for a lock that does not announce.
+// releaseConf builds release_fair.lua's ARGV[3]: "<publish> <fence_ms>
+// <announce>".
 func (n Node) releaseConf(announce bool) any {
-	if !announce && n.relConf != nil {
-		return n.relConf
-	}
 	return fmt.Sprintf("%s %v %d", n.pub, n.fenceMS, flag(announce))
 }
 

@@ -50,7 +50,7 @@ func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration,
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
 	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey()},
-		c.resumerArg([]any{&c.Token, window, n.releaseConf(true)})...)
+		c.resumerArg([]any{&c.Token, window, n.resignConf})...)
 }
 
 var (

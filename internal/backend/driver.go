@@ -20,11 +20,10 @@ import (
 // go-redis (the caller refuses them).
 func NewNodeFrom(d driver.Conn, c Config) Node {
 	d = guard{d}
-	n := NewNode(nil, c)
+	n := newNode(c, nil, drv{d}, d)
 	if c.Sharded {
 		n.clock = nil // which master read the clock is unknown: readings of several would compare as one server's
 	}
-	n.rdb, n.d, n.retries = drv{d}, d, d.Info().Retries
 	return n
 }
 

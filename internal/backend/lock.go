@@ -70,9 +70,9 @@ func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq 
 func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
 	keys := []any{&c.Lock, &c.Wake, &c.Rev}
 	if window == 0 { // a clean lease: two arguments (release.lua)
-		return n.run(ctx, release, keys, &c.Token, n.pubA)
+		return n.run(ctx, release, keys, &c.Token, n.pub)
 	}
-	return n.run(ctx, release, keys, c.resumerArg([]any{&c.Token, n.pubA, window})...)
+	return n.run(ctx, release, keys, c.resumerArg([]any{&c.Token, n.pub, window})...)
 }
 
 func (plainLock) scripts() (*script.Script, scriptSet) { return acquire, plainScripts }
@@ -102,7 +102,7 @@ func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 
 func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
 	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev},
-		c.resumerArg([]any{&c.Token, window, n.releaseConf(false)})...)
+		c.resumerArg([]any{&c.Token, window, n.relConf})...)
 }
 
 func (fairLock) scripts() (*script.Script, scriptSet) { return acquireFair, fairScripts }
