@@ -459,18 +459,14 @@ func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int6
 	if err != nil {
 		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 	}
-	switch v := v.(type) {
-	case int64:
-		if v >= 0 {
-			return n.granted(Grant{Held: true, Fence: v}, acks)
-		}
-	case []any:
-		if len(v) == 2 {
-			pttl, ok := v[0].(int64)
-			holder, ok2 := v[1].(string)
-			if ok && ok2 {
-				return Grant{PTTL: pttlOf(pttl), Holder: holder}, nil
-			}
+	if fence, ok := v.(int64); ok && fence >= 0 {
+		return n.granted(Grant{Held: true, Fence: fence}, acks)
+	}
+	if r, ok := v.([]any); ok && len(r) == 2 {
+		pttl, ok := r[0].(int64)
+		holder, ok2 := r[1].(string)
+		if ok && ok2 {
+			return Grant{PTTL: pttlOf(pttl), Holder: holder}, nil
 		}
 	}
 	return Grant{}, fmt.Errorf("unexpected reply %v", v)
@@ -502,32 +498,25 @@ func pttlOf(ms int64) time.Duration {
 }
 
 func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	var sent time.Time
-	if n.clock.on() {
-		sent = time.Now()
-	}
+	sent := time.Now()
 	cmd, acks := c.Kind.extend(ctx, n, c, ttl, seq)
 	v, err := cmd.Int64()
-	if r, ok := cmd.Val().([]any); ok && len(r) == 2 && err != nil { // {reply, server µs} (see extend.lua)
-		v, ok = r[0].(int64)
+	if r, ok := cmd.Val().([]any); ok && len(r) == 2 { // {reply, server µs}: the clock is on (see extend.lua)
 		us, ok2 := r[1].(int64)
-		if !ok || !ok2 {
+		if v, ok = r[0].(int64); !ok || !ok2 {
 			return false, fmt.Errorf("unexpected reply %v", r)
 		}
 		err = nil
-		if !sent.IsZero() {
-			n.clock.read(ctx, c.Lock, ttl, us, sent, time.Now())
-		}
+		n.clock.read(ctx, c.Lock, ttl, us, sent, time.Now())
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return false, RedisErr(err)
-	}
-	if v == 1 && acks >= 0 && acks < int64(n.replicas) {
+	case v == 1 && acks >= 0 && acks < int64(n.replicas):
 		// Extended on the master only: not a loss yet, but not a safe
 		// extension either. The watchdog retries until the validity runs out.
 		return false, n.ackError(acks)
-	}
-	if v == 2 {
+	case v == 2:
 		return false, ErrSuperseded
 	}
 	return v == 1, nil
