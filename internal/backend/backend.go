@@ -290,13 +290,13 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 }
 
 // newNode returns the Node of c on the deployment d, whose scripts run
-// through rdb; uc is the go-redis client (nil: a driver's).
-func newNode(c Config, uc redis.UniversalClient, rdb commander, d driver.Conn) Node {
+// through cmds; uc is the go-redis client (nil: a driver's).
+func newNode(c Config, uc redis.UniversalClient, cmds commander, d driver.Conn) Node {
 	var pub any = "PUBLISH"
 	if c.Sharded {
 		pub = "SPUBLISH"
 	}
-	n := Node{rdb: rdb, uc: uc, d: d, pub: pub, retries: d.Info().Retries,
+	n := Node{rdb: cmds, uc: uc, d: d, pub: pub, retries: d.Info().Retries,
 		replicas:   c.Replicas + flag(c.Durable > 0), // (the append-only file acknowledges first: see acksOf)
 		ackTimeout: c.AckTimeout, durable: c.Durable,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(serverCache), clock: newClockWatch(c.Clock, uc)}
