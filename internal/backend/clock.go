@@ -74,7 +74,11 @@ func (w *clockWatch) on() bool { return w != nil && w.hook.On != nil && w.hook.O
 // read records the server time us, read between sent and got by an
 // extension of the lock key for a lease of ttl, and tells of a server
 // clock that moved beyond the lease's margin since the server's baseline.
+// Unwatched (w nil), it does nothing.
 func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us int64, sent, got time.Time) {
+	if w == nil {
+		return
+	}
 	var addr string // ("": a driver's, unknown)
 	switch c := w.rdb.(type) {
 	case *redis.Client:

@@ -92,12 +92,15 @@ func (g guard) Do(ctx context.Context, args ...any) (any, error) {
 func (g guard) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 	rs, err := guarded(ctx, func(ctx context.Context) ([]driver.Result, error) {
 		rs := g.Conn.DoMulti(ctx, cmds...)
+		if len(rs) != len(cmds) { // (a driver's fault: what was sent is not known)
+			return nil, fmt.Errorf("the driver gave %d replies to %d commands", len(rs), len(cmds))
+		}
 		if i := slices.IndexFunc(rs, func(r driver.Result) bool { return noReply(r.Err) }); i >= 0 {
 			return rs, rs[i].Err
 		}
 		return rs, nil
 	})
-	if errors.Is(err, ErrLeftInFlight) { // (rs is nil)
+	if rs == nil && err != nil { // (left in flight, or a driver's reply count wrong)
 		return slices.Repeat([]driver.Result{{Err: err}}, len(cmds))
 	}
 	return rs

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +94,34 @@ func TestGuardLeavesACallInFlightAfterALostReply(t *testing.T) {
 	defer cancel()
 	if v, err := ms[0].Do(ctx, "PING"); v != nil || !errors.Is(err, ErrLeftInFlight) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a guarded Do left in flight = %v, %v, want nil, ErrLeftInFlight and the context's error", v, err)
+	}
+}
+
+// short is a driver whose DoMulti drops its last reply.
+type short struct{ driver.Conn }
+
+func (s short) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
+	rs := s.Conn.DoMulti(ctx, cmds...)
+	return rs[:len(rs)-1]
+}
+
+// A driver that answers a pipeline with fewer replies than commands gets
+// an error for every command, as a lost reply, instead of a short slice
+// that a caller would index past. (Not parallel: it sets lastNoReply.)
+func TestGuardAnswersEveryCommandOfADriverMissingReplies(t *testing.T) {
+	was := lastNoReply.Swap(0)
+	t.Cleanup(func() { lastNoReply.Store(was) })
+	s := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	g := guard{short{goredisdriver.Conn(rdb)}}
+	rs := g.DoMulti(t.Context(), []any{"PING"}, []any{"PING"})
+	if len(rs) != 2 {
+		t.Fatalf("DoMulti gave %d results, want 2", len(rs))
+	}
+	for i, r := range rs {
+		if r.Err == nil || !noReply(r.Err) || !strings.Contains(r.Err.Error(), "1 replies to 2 commands") {
+			t.Errorf("result %d = %v, %v; want an error that no reply came", i, r.Val, r.Err)
+		}
 	}
 }

@@ -73,3 +73,14 @@ func TestFairArgumentsCarryTheFenceWindowSetLast(t *testing.T) {
 		t.Errorf("a campaign's acquire of an hour: %q, want %q", got, want)
 	}
 }
+
+// A Node that does not watch the clock ignores a server time an
+// extension's reply carries, rather than failing on its missing watch.
+func TestUnwatchedClockIgnoresAReading(t *testing.T) {
+	t.Parallel()
+	var w *clockWatch
+	w.read(t.Context(), "k", time.Second, 1, time.Now(), time.Now())
+	if w.on() {
+		t.Error("an unwatched clock is on")
+	}
+}
