@@ -38,11 +38,10 @@ type Lock struct {
 	err        error // nil while held; ErrReleased, or the loss
 	released   bool  // the release script ran
 	handedOff  bool  // another Lock resumed the lease: Release sends nothing (see Resume)
-	// done and the expiry timer that closes it at validUntil are made when
-	// someone first watches the Lock (Done, Do, an Observer with Lost); until then a
-	// loss is found when the state is read (Err, Extend, Release), and a
-	// Lock that nobody watches costs no timer.
-	done   chan struct{}
+	// The expiry timer, which declares the loss at validUntil, is made when
+	// someone first watches the Lock (Done, Context, Do, an Observer with
+	// Lost); until then a loss is found when the state is read (Err,
+	// Extend, Release), and a Lock that nobody watches costs no timer.
 	expiry *time.Timer
 	dog    *time.Timer // the watchdog (auto-extend): runs extend every TTL/3
 	// With WatchLoss, watches make nudge move the watchdog's next run
@@ -187,19 +186,13 @@ func (l *Lock) renew() {
 	l.cl = &cl
 }
 
-// watchLocked makes the done channel, closed at once if the Lock is already
-// settled, and otherwise the timer that closes it at the validity deadline;
+// watchLocked arms the expiry timer, which declares the loss at the
+// validity deadline, unless it is armed already or the Lock is settled;
 // l.mu must be held.
 func (l *Lock) watchLocked() {
-	if l.done != nil {
-		return
+	if l.expiry == nil && l.err == nil {
+		l.expiry = time.AfterFunc(time.Until(l.validUntil), func() { l.expire() })
 	}
-	l.done = make(chan struct{})
-	if l.err != nil {
-		close(l.done)
-		return
-	}
-	l.expiry = time.AfterFunc(time.Until(l.validUntil), l.expire)
 }
 
 // Name returns the lock's name.
@@ -209,9 +202,7 @@ func (l *Lock) Name() string { return l.name }
 func (l *Lock) Key() string { return l.cl.Lock }
 
 // Token returns the lease's opaque token: no spaces, holder metadata included.
-func (l *Lock) Token() string {
-	return l.k.holder(l.cl)
-}
+func (l *Lock) Token() string { return l.k.holder(l.cl) }
 
 // Meta returns the lease's holder metadata ([HolderMeta]).
 func (l *Lock) Meta() string { return l.p.meta }
@@ -230,13 +221,12 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 	l.mu.Lock()
 	superseded := l.handedOff
 	l.mu.Unlock()
-	if l.fence > 0 && !superseded { // (a Lock known superseded by a resume has no fence to give)
+	switch err := l.Err(); {
+	case l.fence > 0 && !superseded: // (a Lock known superseded by a resume has no fence to give)
 		return l.fence, nil
-	}
-	if err := l.Err(); err != nil {
-		if err == ErrReleased {
-			return 0, lost(l.name, "the lock was released before a fence was asked for")
-		}
+	case err == ErrReleased:
+		return 0, lost(l.name, "the lock was released before a fence was asked for")
+	case err != nil:
 		return 0, err
 	}
 	f, err := l.c.b.Fence(ctx, l.cl)
@@ -256,11 +246,7 @@ func (l *Lock) ValidUntil() time.Time {
 
 // Done returns a channel that is closed when the Lock is released or lost.
 func (l *Lock) Done() <-chan struct{} {
-	l.expire() // past the deadline, the channel comes back closed
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.watchLocked()
-	return l.done
+	return l.Context().Done() // (past the deadline, it comes back closed: see heldContext)
 }
 
 // Jeopardy returns a channel closed when an extension fails or lags, Close
@@ -281,12 +267,7 @@ func (l *Lock) Jeopardy() <-chan struct{} {
 
 // Err returns nil while held, then [ErrReleased] or the loss (wraps
 // [ErrNotHeld]).
-func (l *Lock) Err() error {
-	l.expire()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
+func (l *Lock) Err() error { return l.expire() }
 
 // TTL asks Redis how long the lease has left; [ErrNotHeld] if lost,
 // [ErrReleased].
@@ -573,16 +554,16 @@ func (l *Lock) give(t uint8) {
 }
 
 // expire marks the Lock lost if its validity deadline has passed without an
-// extension. The expiry timer runs it at the deadline; reading the state
-// runs it too, for a Lock that nobody watches. A deadline that was the max
+// extension, and returns the Lock's error. The expiry timer runs it at the
+// deadline; reading the state runs it too, for a Lock that nobody watches. A deadline that was the max
 // hold's ends the lease with ErrMaxHold, and releases the lock (unless it
 // has a lock-delay), in the background, so that waiters need not wait for
 // its expiry.
-func (l *Lock) expire() {
+func (l *Lock) expire() error {
 	l.mu.Lock()
-	if l.err != nil || time.Now().Before(l.validUntil) { // settled, or extended meanwhile
+	if err := l.err; err != nil || time.Now().Before(l.validUntil) { // settled, or extended meanwhile
 		l.mu.Unlock()
-		return
+		return err
 	}
 	err, undo := lost(l.name, "the lease's validity ran out before it was extended"), false
 	if l.atCap() {
@@ -600,6 +581,7 @@ func (l *Lock) expire() {
 	if undo {
 		l.c.bg.Go(func() { l.c.undo(context.Background(), &cl) })
 	}
+	return err
 }
 
 // lose marks the Lock lost with err, unless it is already released or
@@ -623,13 +605,14 @@ func (l *Lock) lose(err error, left bool) error {
 // expiry timer, so that a loss is declared when it is due. f must not
 // block or call back into the Lock.
 func (l *Lock) onSettled(f func(error)) {
-	l.Done() // (arms the expiry timer)
+	l.expire()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil { // (settled since Done, or before)
+	if l.err != nil { // (settled since expire, or before)
 		f(l.err)
 		return
 	}
+	l.watchLocked()
 	l.settled = append(l.settled, f)
 }
 
@@ -667,9 +650,6 @@ func (l *Lock) finish(err error) bool {
 		w.Close()
 	}
 	l.watches = nil
-	if l.done != nil {
-		close(l.done)
-	}
 	if l.jeop != nil && !l.atRisk {
 		close(l.jeop)
 	}

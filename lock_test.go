@@ -234,6 +234,47 @@ func TestUnwatchedLockExpires(t *testing.T) {
 	}
 }
 
+// Done is the Lock's Context's Done: watching it arms the expiry timer,
+// which closes it at the validity deadline though nobody reads the state
+// after, and a Release closes it, the Context's cause saying which.
+func TestDoneClosesWithItsContextAtTheDeadlineOrRelease(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "done:deadline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := l.Done()
+	if done != l.Context().Done() || done != l.Done() {
+		t.Error("Done() is not the one channel its Context's Done returns")
+	}
+	if !closedWithin(done, 2*time.Second) {
+		t.Fatal("Done() still open 2s into a 100ms lease nobody read, want closed by the expiry timer")
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrNotHeld) {
+		t.Errorf("Context's cause after the deadline = %v, want ErrNotHeld", cause)
+	}
+	r, err := newClient(t, rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, "done:release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done = r.Done()
+	if closedWithin(done, 0) {
+		t.Fatal("Done() of a held Lock is closed, want open")
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatalf("Release = %v, want nil", err)
+	}
+	if !closedWithin(done, 0) {
+		t.Error("Done() open after Release returned, want closed")
+	}
+	if cause := context.Cause(r.Context()); cause != dlock.ErrReleased {
+		t.Errorf("Context's cause after Release = %v, want ErrReleased", cause)
+	}
+}
+
 // With a Lost hook the expiry timer is armed at once: the hook hears of an
 // expiry when it happens, though nobody reads the Lock's state.
 func TestLostHookFiresAtExpiry(t *testing.T) {
