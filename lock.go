@@ -69,10 +69,8 @@ type Lock struct {
 	inFlight  bool
 	tellMu    sync.Mutex // held while a jeopardy is told: the watchdog waits for it to end the extension
 
-	settled []func(error) // called with the error when the Lock is settled (Do's cancel, Context's)
-
-	ctxOnce sync.Once
-	ctx     context.Context // Context's
+	settled []func(error)   // called with the error when the Lock is settled (Do's cancel, Context's)
+	ctx     context.Context // Context's, made at its first call (Done is its Done)
 }
 
 // activate makes the pending Lock l, made by Client.prepare, a held lease
@@ -608,7 +606,13 @@ func (l *Lock) onSettled(f func(error)) {
 	l.expire()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil { // (settled since expire, or before)
+	l.onSettledLocked(f)
+}
+
+// onSettledLocked is onSettled, once a loss that was due is declared; l.mu
+// must be held.
+func (l *Lock) onSettledLocked(f func(error)) {
+	if l.err != nil {
 		f(l.err)
 		return
 	}
@@ -619,11 +623,14 @@ func (l *Lock) onSettled(f func(error)) {
 // Context returns a context without deadline, cancelled (cause [ErrReleased] or
 // the loss) once [Lock.Err] reports either; waits under it can find deadlocks.
 func (l *Lock) Context() context.Context {
-	l.ctxOnce.Do(func() {
+	l.expire() // (a loss is told, to the observers, outside l.mu)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
 		ctx, cancel := context.WithCancelCause(context.Background())
-		l.onSettled(cancel)
 		l.ctx = &heldContext{Context: ctx, held: l, cancel: cancel}
-	})
+		l.onSettledLocked(cancel)
+	}
 	return l.ctx
 }
 
