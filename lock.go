@@ -553,10 +553,10 @@ func (l *Lock) give(t uint8) {
 
 // expire marks the Lock lost if its validity deadline has passed without an
 // extension, and returns the Lock's error. The expiry timer runs it at the
-// deadline; reading the state runs it too, for a Lock that nobody watches. A deadline that was the max
-// hold's ends the lease with ErrMaxHold, and releases the lock (unless it
-// has a lock-delay), in the background, so that waiters need not wait for
-// its expiry.
+// deadline; reading the state runs it too, for a Lock that nobody watches.
+// A deadline that was the max hold's ends the lease with ErrMaxHold, and
+// releases the lock (unless it has a lock-delay), in the background, so
+// that waiters need not wait for its expiry.
 func (l *Lock) expire() error {
 	l.mu.Lock()
 	if err := l.err; err != nil || time.Now().Before(l.validUntil) { // settled, or extended meanwhile
