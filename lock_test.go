@@ -275,6 +275,37 @@ func TestDoneClosesWithItsContextAtTheDeadlineOrRelease(t *testing.T) {
 	}
 }
 
+// A Lost hook may read the Lock it is told of: its Done and Context, made
+// there for the first time, come back closed with the loss.
+func TestLostHookMayCallDoneAndContextOfItsLock(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	var l *dlock.Lock
+	ready, told := make(chan struct{}), make(chan error, 1)
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond),
+		dlock.WithObserver(dlock.Observer{Lost: func(context.Context, *dlock.Event) {
+			<-ready
+			if !closedWithin(l.Done(), 0) {
+				told <- errors.New("Done() open")
+				return
+			}
+			told <- context.Cause(l.Context())
+		}}))
+	l, err := c.TryAcquire(t.Context(), "hooked-done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(ready)
+	select {
+	case err := <-told:
+		if !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("in the Lost hook: Done closed and Context's cause = %v, want ErrNotHeld", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost hook not done 5s after a 100ms lease ran out")
+	}
+}
+
 // With a Lost hook the expiry timer is armed at once: the hook hears of an
 // expiry when it happens, though nobody reads the Lock's state.
 func TestLostHookFiresAtExpiry(t *testing.T) {
