@@ -44,30 +44,25 @@ type Lock struct {
 	// Extend, Release), and a Lock that nobody watches costs no timer.
 	expiry *time.Timer
 	dog    *time.Timer // the watchdog (auto-extend): runs extend every TTL/3
-	// With WatchLoss, watches make nudge move the watchdog's next run
-	// (due) earlier, to at most one run per TTL/30 after
-	// the last began (checked); ticking is set while a run is under way;
-	// early when the next run is a nudge's (or, quick times in a row, the
-	// retry of one that failed), and, set while a run is under way, asks
-	// for that run once more after it.
-	watches        []*pubsub.Watch
-	requests       chan string // the reasons of release requests heard (ReleaseRequests)
-	heard          []string    // the ids of the latest requests told, for a quorum's copies (requested)
-	due, checked   time.Time
-	ticking, early bool
-	quick          int
+	// The watchdog's schedule (see arm): its timer fires at due, the next
+	// run, or while one is under way (running), the time its extension is
+	// left unanswered (inFlight) for half the validity left when it was
+	// sent. checked is when the last run began; check is set when a watch
+	// asks for a check (nudge, WatchLoss) until a run makes it; quick counts
+	// the checks in a row that failed for want of an answer and were tried
+	// again soon.
+	watches                  []*pubsub.Watch
+	requests                 chan string // the reasons of release requests heard (ReleaseRequests)
+	heard                    []string    // the ids of the latest requests told, for a quorum's copies (requested)
+	due, checked             time.Time
+	running, check, inFlight bool
+	quick                    int
 	// jeop (made by Jeopardy) is closed when the lease is put at risk, or
 	// settled; a later successful extension ends the risk, and Jeopardy
-	// then makes a new one. jeopT (made by the watchdog's first run once
-	// Jeopardy was called, jeopAsked, or there is an Observer with
-	// Jeopardy) tells of a watchdog extension left unanswered (inFlight):
-	// every one after it is made, whether or not a jeop is still there.
-	jeop      chan struct{}
-	jeopT     *time.Timer
-	jeopAsked bool
-	atRisk    bool
-	inFlight  bool
-	tellMu    sync.Mutex // held while a jeopardy is told: the watchdog waits for it to end the extension
+	// then makes a new one.
+	jeop   chan struct{}
+	atRisk bool
+	tellMu sync.Mutex // held while a jeopardy is told: the watchdog waits for it to end the extension
 
 	settled []func(error)   // called with the error when the Lock is settled (Do's cancel, Context's)
 	ctx     context.Context // Context's, made at its first call (Done is its Done)
@@ -259,7 +254,6 @@ func (l *Lock) Jeopardy() <-chan struct{} {
 			close(l.jeop)
 		}
 	}
-	l.jeopAsked = true // (not jeop: a recovery may drop it before the watchdog runs again)
 	return l.jeop
 }
 
@@ -648,7 +642,7 @@ func (l *Lock) finish(err error) bool {
 		f(err)
 	}
 	l.settled = nil
-	for _, t := range []*time.Timer{l.dog, l.expiry, l.jeopT} {
+	for _, t := range []*time.Timer{l.dog, l.expiry} {
 		if t != nil {
 			t.Stop()
 		}

@@ -18,14 +18,16 @@ const minRetry = 10 * time.Millisecond
 func (l *Lock) tick() {
 	l.expire()
 	l.mu.Lock()
-	if l.ticking { // one run at a time: the one under way runs again soon
-		l.early = true
+	running, validUntil, closed, atCap := l.running, l.validUntil, l.c.closed.Load(), l.atCap()
+	switch {
+	case time.Now().Before(l.due): // fired as it was re-armed: it runs at due
 		l.mu.Unlock()
 		return
-	}
-	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap()
-	early := l.early // this run was asked for by a nudge
-	if l.err != nil || atCap || closed {
+	case running: // due is when the extension in flight went unanswered
+		l.mu.Unlock()
+		l.jeopardize(opError("extend", l.name, errors.New("no answer within half the validity left")), true)
+		return
+	case l.err != nil || atCap || closed:
 		l.mu.Unlock()
 		if closed && !atCap {
 			// Extended no more, the lease ends at its validity: at risk.
@@ -33,12 +35,10 @@ func (l *Lock) tick() {
 		}
 		return // (at the max hold, the expiry timer ends the lease there; after Close, its validity)
 	}
-	l.ticking, l.early, l.checked, l.inFlight = true, false, time.Now(), true
-	if l.jeopT != nil {
-		l.jeopT.Reset(time.Until(validUntil) / 2)
-	} else if l.jeopAsked || l.c.obs.anyJeopardy.Load() {
-		l.jeopT = time.AfterFunc(time.Until(validUntil)/2, l.unanswered)
-	}
+	check := l.check || l.quick > 0 // a check a nudge asked for, or the quick retry of one
+	l.running, l.check, l.checked, l.inFlight = true, false, time.Now(), true
+	l.due = l.checked.Add(validUntil.Sub(l.checked) / 2)
+	l.dog.Reset(time.Until(l.due))
 	l.mu.Unlock()
 
 	// go-redis honours this deadline only with ContextTimeoutEnabled;
@@ -49,53 +49,53 @@ func (l *Lock) tick() {
 	ctx = l.c.start(ctx, l.k, &e)
 	err := l.extend(ctx, 0) // the lease time of the latest extension
 	l.mu.Lock()
-	next, jt := l.ttl/3, l.jeopT
-	soon := max(time.Until(l.checked.Add(l.ttl/checkRate)), 0) // the earliest a nudge may make it run
-	l.inFlight, l.ticking = false, false
-	if l.early { // nudged while it ran: once more, as nudge would (the next run is early too)
-		next, early = min(next, soon), true
-	}
+	l.inFlight = false // (its jeopardy timer, if it fires now, finds nothing)
 	l.mu.Unlock()
-	if jt != nil {
-		l.tellMu.Lock() // (a jeopardy being told is told before this extension's end)
-		jt.Stop()
-		l.tellMu.Unlock()
-	}
-	capped := errors.Is(err, ErrMaxHold) && !errors.Is(err, ErrNotHeld)
-	if capped {
+	l.tellMu.Lock() // (a jeopardy being told is told before this extension's end)
+	l.tellMu.Unlock()
+	if errors.Is(err, ErrMaxHold) && !errors.Is(err, ErrNotHeld) {
 		err = nil // an extension cut at the max hold, as the watchdog asks: no failure
 	}
 	l.c.end(ctx, &e, start, err)
-	if capped || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrReleased) {
-		return // (capped: its last extension; the expiry timer ends the lease at the cap)
-	}
 	if err != nil {
 		// Redis did not answer: the lease is at risk; try again a few
-		// times before the validity runs out.
+		// times before the validity runs out. (A lease that ended is
+		// settled: neither jeopardized nor extended again.)
 		l.jeopardize(err, false)
-		next = max(time.Until(validUntil)/4, minRetry)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err == nil {
+	l.running = false
+	retry := max(time.Until(validUntil)/4, minRetry)
+	switch {
+	case err == nil: // (cut at the max hold: the next run finds the lease at its cap, and leaves it to the expiry timer)
 		l.quick = 0
-	} else if early && l.quick < quickRetries {
+		l.arm(l.ttl / 3)
+	case check && l.quick < quickRetries:
 		// A check a message asked for (the pub/sub connection back
 		// after a restart) may meet connections the same break left
 		// broken: again soon (10, 40, 160, 640ms), not a quarter of
 		// the validity later.
-		next, l.early = min(next, minRetry<<(2*l.quick)), true
+		l.arm(min(retry, minRetry<<(2*l.quick)))
 		l.quick++
-	}
-	if l.err == nil {
-		l.arm(next)
+	default:
+		l.arm(retry)
 	}
 }
 
-// arm sets the watchdog to run in d; l.mu must be held.
+// arm sets the watchdog to run in d, or sooner if a nudge asked for a
+// check (as soon as the last run is TTL/checkRate old), unless the Lock is
+// settled or a run is under way: that run arms the next when it ends. It
+// is where every next run is decided; l.mu must be held.
 func (l *Lock) arm(d time.Duration) {
+	if l.err != nil || l.running {
+		return
+	}
 	l.due = time.Now().Add(d)
-	l.dog.Reset(d)
+	if at := l.checked.Add(l.ttl / checkRate); l.check && at.Before(l.due) {
+		l.due = at
+	}
+	l.dog.Reset(time.Until(l.due))
 }
 
 // quickRetries is how many times in a row a check a nudge asked for is
@@ -114,21 +114,13 @@ const checkRate = 30
 func (l *Lock) nudge() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := time.Now()
-	switch at := l.checked.Add(l.ttl / checkRate); {
-	case l.dog == nil || l.err != nil || l.atCap():
-	case l.ticking:
-		l.early = true // under way: it runs again after
-	case at.Before(l.due) && l.due.After(now): // (not starting: that run checks)
-		l.arm(max(at.Sub(now), 0))
-		l.early = true
+	if l.dog == nil || l.err != nil || l.atCap() {
+		return
 	}
-}
-
-// unanswered is the jeopardy timer: the watchdog's extension in flight has
-// not been answered within half the validity left when it was sent.
-func (l *Lock) unanswered() {
-	l.jeopardize(opError("extend", l.name, errors.New("no answer within half the validity left")), true)
+	l.check = true
+	if l.due.After(time.Now()) { // (else a run is starting: that run checks)
+		l.arm(time.Until(l.due))
+	}
 }
 
 // jeopardize puts the lease at risk, for err, unless it is already, or is
