@@ -352,3 +352,29 @@ func TestJeopardyObserverAddedLaterIsToldOfAnUnansweredExtension(t *testing.T) {
 	p.Cut()
 	l.Release(t.Context())
 }
+
+// Jeopardy asked for while a watchdog extension is under way, with no
+// Observer that has Jeopardy, times that extension too: left unanswered,
+// it closes the channel before the loss, not only at it.
+func TestJeopardyAskedForDuringAnExtensionTimesThatExtension(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 1)
+	_, l, p := stallableLease(t, "jeopardy-asked-mid-extension", dlock.WithObserver(dlock.Observer{
+		Start: func(ctx context.Context, e *dlock.Event) context.Context {
+			if e.Op == dlock.OpExtend && e.Auto {
+				select {
+				case started <- struct{}{}:
+				default:
+				}
+			}
+			return ctx
+		},
+	}))
+	p.Stall()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watchdog's first run did not start within 10s")
+	}
+	checkToldBeforeTheLoss(t, l, l.Jeopardy(), p)
+}
