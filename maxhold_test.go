@@ -299,3 +299,32 @@ func TestMaxHoldOfAReentrantHoldEndsThatHold(t *testing.T) {
 		t.Errorf("another owner's TryAcquire = %v, want ErrNotAcquired while the outer hold lives", err)
 	}
 }
+
+// A watchdog that rests at the cap (its extension was cut there) starts
+// again when an Extend to a shorter lease moves the validity off the cap:
+// the lease is then kept until the cap, not lost when that Extend's
+// validity runs out.
+func TestWatchdogAtTheCapStartsAgainAfterAShorterExtend(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(3*time.Second))
+	l, err := c.TryAcquire(t.Context(), "watchdog-off-the-cap", dlock.MaxHold(3500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	deadline, _ := l.Deadline()
+	if !waitFor(3*time.Second, func() bool { return l.ValidUntil().Equal(deadline) }) {
+		t.Fatalf("the watchdog's first run did not extend the lease to its cap (ValidUntil %v before it)", deadline.Sub(l.ValidUntil()))
+	}
+	if err := l.Extend(t.Context(), 600*time.Millisecond); err != nil {
+		t.Fatalf("Extend(600ms) = %v, want nil", err)
+	}
+	if vu := l.ValidUntil(); !vu.Before(deadline) {
+		t.Fatalf("ValidUntil after Extend(600ms) is %v before the cap, want off it", deadline.Sub(vu))
+	}
+	time.Sleep(time.Second) // past the validity Extend(600ms) gave
+	if err := l.Err(); err != nil {
+		t.Errorf("a second after Extend(600ms) moved the validity off the cap: Err() = %v, want nil (the watchdog extending again)", err)
+	}
+}
