@@ -37,9 +37,7 @@ func (l LeaseOption) applyLease(p *lease) {
 
 func (l LeaseOption) applyOption(o *options) {
 	l.applyLease(&o.lease)
-	if o.lease.err != "" {
-		o.invalid("%s", o.lease.err) // (New fails: the Client's lease is never used)
-	}
+	o.invalidIf(o.lease.firstInvalid != "", "%s", o.lease.firstInvalid) // (New fails: the Client's lease is never used)
 }
 
 // lease is what one acquisition asks for: the Client's defaults, overridden
@@ -60,13 +58,8 @@ type lease struct {
 	// waitAll is, for a part of an AcquireAll with a wait bound, that bound:
 	// wait is what is left of it (partWait).
 	waitAll time.Duration
-	err     string // the first invalid option, as the caller wrote it
-}
 
-func (p *lease) invalid(format string, args ...any) {
-	if p.err == "" {
-		p.err = fmt.Sprintf(format, args...)
-	}
+	firstInvalid // the call fails with it, wrapping ErrInvalid
 }
 
 // badOption is an option that fails the call it is given to (or New) with
@@ -180,7 +173,7 @@ func (c *Client) leaseFor(op, name string, opts []LockOption, try bool) (lease, 
 		opt.applyLease(&p)
 	}
 	switch {
-	case p.err != "":
+	case p.firstInvalid != "":
 	case try && p.waitSet && p.wait > 0:
 		p.invalid("MaxWait(%v): TryAcquire and TryDo make one attempt and never wait; use Acquire or Do", p.wait)
 	case p.ttlSet && c.opts.driftFor(p.ttl) >= p.ttl:
@@ -194,8 +187,8 @@ func (c *Client) leaseFor(op, name string, opts []LockOption, try bool) (lease, 
 	case p.resume != "":
 		p.meta, p.suffix = metaOf(p.resume), suffixOf(p.resume)
 	}
-	if p.err != "" {
-		return lease{}, fmt.Errorf("%w: %s %q: %s", ErrInvalid, op, name, p.err)
+	if p.firstInvalid != "" {
+		return lease{}, fmt.Errorf("%w: %s %q: %s", ErrInvalid, op, name, p.firstInvalid)
 	}
 	return p, nil
 }
