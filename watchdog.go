@@ -18,12 +18,12 @@ const minRetry = 10 * time.Millisecond
 func (l *Lock) tick() {
 	l.expire()
 	l.mu.Lock()
-	running, validUntil, closed, atCap := l.running, l.validUntil, l.c.closed.Load(), l.atCap()
+	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap()
 	switch {
 	case time.Now().Before(l.due): // fired as it was re-armed: it runs at due
 		l.mu.Unlock()
 		return
-	case running: // due is when the extension in flight went unanswered
+	case l.running: // due is when the extension in flight went unanswered
 		l.mu.Unlock()
 		l.jeopardize(opError("extend", l.name, errors.New("no answer within half the validity left")), true)
 		return
