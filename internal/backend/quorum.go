@@ -54,11 +54,41 @@ type answer[T any] struct {
 	ok  bool // answered in time
 }
 
-// votes sums a fanOut's answers.
-type votes struct {
-	yes, no    int     // the nodes that said yes, and no
-	superseded bool    // a node said no because another Lock resumed the lease there
-	errs       []error // per node: nil if it said yes, why not otherwise
+// round is what a fanOut heard: each node's answer, and their tally.
+type round[T any] struct {
+	q          *Quorum
+	answers    []answer[T] // per node
+	said       []T         // the values of the nodes that said yes, in the nodes' order
+	yes, no    int         // the nodes that said yes, and no
+	superseded bool        // a node said no because another Lock resumed the lease there
+	errs       []error     // per node: nil if it said yes, why not otherwise
+}
+
+// won reports that a majority said yes; lost, that so many said no that a
+// majority cannot (more than N-need: with an even N that is N/2, one fewer
+// than a majority).
+func (r *round[T]) won() bool  { return r.yes >= r.q.need() }
+func (r *round[T]) lost() bool { return r.no > len(r.q.nodes)-r.q.need() }
+
+// fail is the QuorumError of op, granted by the nodes that said yes.
+func (r *round[T]) fail(op string) error {
+	return &QuorumError{Op: op, Held: r.yes, Need: r.q.need(), Nodes: r.errs}
+}
+
+// outcome is the outcome of op, an operation of a held lease: true if a
+// majority said yes. Else nil if so many said "not ours" that no majority
+// holds the lease (lost for good), ErrSuperseded instead if another Lock
+// resumed it on one of them (superseded); a QuorumError otherwise.
+func (r *round[T]) outcome(op string) (bool, error) {
+	switch {
+	case r.won():
+		return true, nil
+	case !r.lost():
+		return false, r.fail(op)
+	case r.superseded:
+		return false, ErrSuperseded
+	}
+	return false, nil
 }
 
 // fanOut runs fn on every node at once and returns what answered within the
@@ -68,12 +98,11 @@ type votes struct {
 // (another Lock resumed the lease there); without, every answer is a yes.
 // With settle, it stops waiting as soon as the answers so far settle the
 // outcome: once a majority said yes, or once so many said no that a
-// majority cannot (more than N-need: with an even N that is N/2, one fewer
-// than a majority). A node that failed is not an answer: the others are
-// still waited for. Goroutines of nodes not waited for finish on their own
-// (bounded by the client's read timeout): a late release or extension still
-// takes effect; their results are dropped.
-func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool, fn func(context.Context, Node) (T, error)) ([]answer[T], votes) {
+// majority cannot (round.lost). A node that failed is not an answer: the
+// others are still waited for. Goroutines of nodes not waited for finish
+// on their own (bounded by the client's read timeout): a late release or
+// extension still takes effect; their results are dropped.
+func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool, fn func(context.Context, Node) (T, error)) *round[T] {
 	ch := make(chan answer[T], len(q.nodes))
 	// Each node's call is sent and runs to its end whatever the wait: a
 	// call cancelled when the outcome is decided, or at the per-node
@@ -87,8 +116,7 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool
 			ch <- answer[T]{i: i, v: v, err: err, ok: true}
 		})
 	}
-	out := make([]answer[T], len(q.nodes))
-	var v votes
+	r := &round[T]{q: q, answers: make([]answer[T], len(q.nodes)), errs: make([]error, len(q.nodes))}
 	timeout := time.After(q.timeout)
 	var why error // why the nodes not answered yet have no answer
 	for got := 0; got < len(q.nodes) && why == nil; got++ {
@@ -97,18 +125,18 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool
 			switch {
 			case yes == nil:
 			case errors.Is(a.err, ErrSuperseded):
-				a.err, v.superseded = errRefused, true
+				a.err, r.superseded = errRefused, true
 			case a.err == nil && !yes(a.v):
 				a.err = errRefused
 			}
 			switch a.err {
 			case nil:
-				v.yes++
+				r.yes++
 			case errRefused:
-				v.no++
+				r.no++
 			}
-			out[a.i] = a
-			if settle && (v.yes >= q.need() || v.no > len(q.nodes)-q.need()) {
+			r.answers[a.i] = a
+			if settle && (r.won() || r.lost()) {
 				why = errNotWaited
 			}
 		case <-timeout:
@@ -117,19 +145,17 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool
 			why = errCutShort
 		}
 	}
-	v.errs = make([]error, len(out))
-	for i := range out {
-		if !out[i].ok {
-			out[i].err = why
+	for i := range r.answers {
+		a := &r.answers[i]
+		if !a.ok {
+			a.err = why
 		}
-		v.errs[i] = out[i].err
+		r.errs[i] = a.err
+		if a.err == nil {
+			r.said = append(r.said, a.v)
+		}
 	}
-	return out, v
-}
-
-// fail is the QuorumError of op, which held nodes granted.
-func (q *Quorum) fail(op string, held int, errs []error) error {
-	return &QuorumError{Op: op, Held: held, Need: q.need(), Nodes: errs}
+	return r
 }
 
 // isTrue is the yes of an extension and a release.
@@ -145,10 +171,10 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 	if err := q.Carries(c.Kind); err != nil {
 		return Grant{}, NotSent(err)
 	}
-	res, v := fanOut(ctx, q, func(g Grant) bool { return g.Held }, true, func(ctx context.Context, n Node) (Grant, error) {
+	r := fanOut(ctx, q, func(g Grant) bool { return g.Held }, true, func(ctx context.Context, n Node) (Grant, error) {
 		return n.Acquire(ctx, c, ttl, queue)
 	})
-	if v.yes >= q.need() {
+	if r.won() {
 		// (A plain lock's fence is issued when asked for, by Fence, so its
 		// acquire is one round.)
 		return Grant{Held: true}, nil
@@ -156,9 +182,9 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 	// The caller undoes what may have been granted, on every node: nothing
 	// to undo if no node granted it and every other one refused, or surely
 	// never got the request.
-	undo := v.yes > 0
+	undo := r.yes > 0
 	pttl, holder, named := time.Duration(-1), "", map[string]int{} // of the refusing nodes' holders: the longest lease, the one most named
-	for _, a := range res {
+	for _, a := range r.answers {
 		switch {
 		case a.err == errRefused:
 			pttl = max(pttl, a.v.PTTL)
@@ -169,44 +195,38 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 			undo = true
 		}
 	}
-	if v.yes+v.no >= q.need() || v.no > len(q.nodes)-q.need() {
+	if r.yes+r.no >= q.need() || r.lost() {
 		// A majority answered: taken, or a split vote; or so many refused
 		// that no majority can grant it (with an even N, N/2 refusals,
 		// which settle the outcome before a majority has answered): the
 		// lock is held; wait.
 		return Grant{PTTL: pttl, Holder: holder, Undo: undo}, nil
 	}
-	return Grant{Undo: undo}, q.fail("acquire", v.yes, v.errs)
+	return Grant{Undo: undo}, r.fail("acquire")
 }
 
 // raise writes fence back to every node's counter where the lease c still
-// holds the lock, and returns on how many it did and why not on the others.
-func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) (int, []error) {
-	_, v := fanOut(ctx, q, func(v int64) bool { return v == 1 }, true, func(ctx context.Context, n Node) (int64, error) {
+// holds the lock: yes where it did.
+func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) *round[int64] {
+	return fanOut(ctx, q, func(v int64) bool { return v == 1 }, true, func(ctx context.Context, n Node) (int64, error) {
 		v, err := n.run(ctx, script.RaiseFence, []any{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape().typ, c.Resumer).Int64()
 		return v, RedisErr(err)
 	})
-	return v.yes, v.errs
 }
 
 // Fence issues the lease's fence on every node and takes the highest that
 // a majority gave, then writes it back to a majority (raise): any later
 // majority shares a node with that one and issues a higher fence.
 func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
-	res, v := fanOut(ctx, q, func(f int64) bool { return f > 0 }, true, func(ctx context.Context, n Node) (int64, error) {
+	r := fanOut(ctx, q, func(f int64) bool { return f > 0 }, true, func(ctx context.Context, n Node) (int64, error) {
 		return n.Fence(ctx, c)
 	})
-	if ok, err := q.majority("fence", v); !ok {
+	if ok, err := r.outcome("fence"); !ok {
 		return 0, err
 	}
-	var fence int64
-	for _, a := range res {
-		if a.err == nil {
-			fence = max(fence, a.v)
-		}
-	}
-	if ok, errs := q.raise(ctx, c, fence); ok < q.need() {
-		return 0, q.fail("fence", ok, errs)
+	fence := slices.Max(r.said)
+	if raised := q.raise(ctx, c, fence); !raised.won() {
+		return 0, raised.fail("fence")
 	}
 	return fence, nil
 }
@@ -219,22 +239,20 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 		seq    int64
 		drives bool
 	}
-	res, v := fanOut(ctx, q, nil, true, func(ctx context.Context, n Node) (mark, error) {
+	r := fanOut(ctx, q, nil, true, func(ctx context.Context, n Node) (mark, error) {
 		seq, drives, err := n.Seq(ctx, c)
 		return mark{seq, drives}, err
 	})
-	if v.yes < q.need() {
-		return 0, false, q.fail("resume", v.yes, v.errs)
+	if !r.won() {
+		return 0, false, r.fail("resume")
 	}
 	var seq int64
 	ended, drives := 0, true
-	for _, a := range res {
-		if a.err == nil {
-			seq = max(seq, a.v.seq)
-			drives = drives && a.v.drives
-			if a.v.seq < 0 {
-				ended++
-			}
+	for _, m := range r.said {
+		seq = max(seq, m.seq)
+		drives = drives && m.drives
+		if m.seq < 0 {
+			ended++
 		}
 	}
 	if ended >= q.need() {
@@ -244,26 +262,9 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 }
 
 func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	_, v := fanOut(ctx, q, isTrue, true, func(ctx context.Context, n Node) (bool, error) {
+	return fanOut(ctx, q, isTrue, true, func(ctx context.Context, n Node) (bool, error) {
 		return n.Extend(ctx, c, ttl, seq)
-	})
-	return q.majority("extend", v)
-}
-
-// majority is the outcome of op, an operation of a held lease: true if a
-// majority said yes. Else nil if so many said "not ours" that no majority
-// holds the lease (lost for good), ErrSuperseded instead if another Lock
-// resumed it on one of them (superseded); a QuorumError otherwise.
-func (q *Quorum) majority(op string, v votes) (bool, error) {
-	switch {
-	case v.yes >= q.need():
-		return true, nil
-	case v.no <= len(q.nodes)-q.need():
-		return false, q.fail(op, v.yes, v.errs)
-	case v.superseded:
-		return false, ErrSuperseded
-	}
-	return false, nil
+	}).outcome("extend")
 }
 
 func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
@@ -277,7 +278,7 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// ends the lease, the others report it).
 	claim := *c // (the nodes' calls may outlive this one, and the caller marks its claim after it)
 	c = &claim
-	_, v := fanOut(ctx, q, isTrue, false, func(ctx context.Context, n Node) (bool, error) {
+	r := fanOut(ctx, q, isTrue, false, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)
 		q.retryOn(n, c, err, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err })
 		return ok, err
@@ -291,14 +292,14 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// "not ours" that the rest cannot make a majority, and as released when
 	// the others could and at least one node confirmed it.
 	switch {
-	case v.superseded:
+	case r.superseded:
 		return false, ErrSuperseded
-	case v.no > len(q.nodes)-q.need():
+	case r.lost():
 		return false, nil
-	case v.yes > 0:
+	case r.yes > 0:
 		return true, nil
 	}
-	return false, q.fail("release", v.yes, v.errs)
+	return false, r.fail("release")
 }
 
 // Undo undoes the lease on every node (see Node.Undo). A node whose undo
@@ -307,17 +308,17 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 // time once its call fails: the nodes that did their part are not asked
 // again. It returns the errors of the nodes that failed otherwise.
 func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
-	_, v := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (struct{}, error) {
+	r := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (struct{}, error) {
 		err := n.Undo(ctx, c)
 		q.retryOn(n, c, err, func(ctx context.Context) error { return n.Undo(ctx, c) })
 		return struct{}{}, err
 	})
-	for i, err := range v.errs {
+	for i, err := range r.errs {
 		if Transient(err) { // (tried again on its own, as is a node without an answer once its call fails)
-			v.errs[i] = nil
+			r.errs[i] = nil
 		}
 	}
-	return nodeErrors(v.errs)
+	return nodeErrors(r.errs)
 }
 
 // retryOn tries f, a clean-up of the lease c on the node n whose first try
@@ -364,20 +365,19 @@ func (q *Quorum) Batches() (calls, writes uint64) {
 
 // Force force-releases the lock on every node (see Node.Force).
 func (q *Quorum) Force(ctx context.Context, k *Keys) (bool, error) {
-	res, v := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (bool, error) { return n.Force(ctx, k) })
-	deleted := slices.ContainsFunc(res, func(a answer[bool]) bool { return a.v })
-	return deleted, nodeErrors(v.errs)
+	r := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (bool, error) { return n.Force(ctx, k) })
+	return slices.Contains(r.said, true), nodeErrors(r.errs)
 }
 
 // Announce publishes msg on every node; it fails only if none took it.
 func (q *Quorum) Announce(ctx context.Context, k *Keys, msg string) error {
-	_, v := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (struct{}, error) {
+	r := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (struct{}, error) {
 		return struct{}{}, n.Announce(ctx, k, msg)
 	})
-	if v.yes > 0 {
+	if r.yes > 0 {
 		return nil
 	}
-	return nodeErrors(v.errs)
+	return nodeErrors(r.errs)
 }
 
 // nodeErrors joins the errors of the nodes that failed or did not answer,
@@ -413,7 +413,7 @@ func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
 		}
 	}
 	if answered < q.need() {
-		return nil, q.fail("list", answered, errs)
+		return nil, &QuorumError{Op: "list", Held: answered, Need: q.need(), Nodes: errs}
 	}
 	return keys, nil
 }
@@ -425,9 +425,9 @@ func (q *Quorum) Op(context.Context, func(context.Context, Node) error) error { 
 // Inspect reports what a majority of nodes agree on: the holder, how long
 // a majority still has its lease, and the highest fence.
 func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
-	res, v := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (State, error) { return n.Inspect(ctx, k) })
-	if v.yes < q.need() {
-		return State{}, fmt.Errorf("%d of %d nodes answered, %d needed", v.yes, len(q.nodes), q.need())
+	r := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (State, error) { return n.Inspect(ctx, k) })
+	if !r.won() {
+		return State{}, fmt.Errorf("%d of %d nodes answered, %d needed", r.yes, len(q.nodes), q.need())
 	}
 	// The lease is held while a majority has it: as long as the need-th
 	// longest copy lives (a node that missed extensions keeps a shorter
@@ -436,13 +436,11 @@ func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 	type held struct{ typ, token string } // (a name held as another kind on the nodes is no "string")
 	copies := map[held][]uint64{}         // each copy's lease left
 	out := State{Type: "none"}
-	for _, a := range res {
-		if a.err == nil {
-			out.Key, out.Fence, out.Queued = a.v.Key, max(out.Fence, a.v.Fence), max(out.Queued, a.v.Queued)
-			if a.v.Held {
-				h := held{a.v.Type, a.v.Token}
-				copies[h] = append(copies[h], uint64(a.v.TTL))
-			}
+	for _, s := range r.said {
+		out.Key, out.Fence, out.Queued = s.Key, max(out.Fence, s.Fence), max(out.Queued, s.Queued)
+		if s.Held {
+			h := held{s.Type, s.Token}
+			copies[h] = append(copies[h], uint64(s.TTL))
 		}
 	}
 	for h, left := range copies {

@@ -39,8 +39,9 @@ func TestQuorumUnansweredNodesSayWhy(t *testing.T) {
 	// Not held by mine anywhere: every node refuses to raise its fence,
 	// and two refusals of four settle it.
 	start := time.Now()
-	ok, errs := q.raise(ctx, mine, 7)
+	r := q.raise(ctx, mine, 7)
 	took := time.Since(start)
+	ok, errs := r.yes, r.errs
 	refused := 0
 	for i, err := range errs {
 		switch {
