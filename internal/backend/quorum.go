@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/dlockio/dlock/internal/script"
@@ -43,6 +42,21 @@ func NewQuorum(nodes []Node, timeout time.Duration) *Quorum {
 }
 
 func (q *Quorum) need() int { return len(q.nodes)/2 + 1 }
+
+// waitUntil is how long a fanOut waits for the nodes' answers.
+type waitUntil int
+
+const (
+	// untilSettled waits up to the node timeout, or until the caller's ctx
+	// ends, and no longer than until the answers so far settle the outcome.
+	untilSettled waitUntil = iota
+	// untilAll waits for every node, up to the node timeout, or until the
+	// caller's ctx ends.
+	untilAll
+	// untilDone waits for every node's call to end, however long it takes:
+	// fn bounds it, not the node timeout or the caller's ctx.
+	untilDone
+)
 
 // answer is one node's answer in a fanOut: its value, and err nil if it
 // said yes, errRefused if it said no, the node's error, or why there is no
@@ -91,18 +105,18 @@ func (r *round[T]) outcome(op string) (bool, error) {
 	return false, nil
 }
 
-// fanOut runs fn on every node at once and returns what answered within the
-// per-node timeout, or when ctx ends, and their tally; each node without an
-// answer then says which of the three it was (its answer's err). With yes
-// given, an answer that fails it is a no, and so is a node's ErrSuperseded
+// fanOut runs fn on every node at once and returns what answered while it
+// waited (see waitUntil), and their tally; each node without an answer
+// then says which of the three it was (its answer's err). With yes given,
+// an answer that fails it is a no, and so is a node's ErrSuperseded
 // (another Lock resumed the lease there); without, every answer is a yes.
-// With settle, it stops waiting as soon as the answers so far settle the
+// Waiting untilSettled, it stops as soon as the answers so far settle the
 // outcome: once a majority said yes, or once so many said no that a
 // majority cannot (round.lost). A node that failed is not an answer: the
 // others are still waited for. Goroutines of nodes not waited for finish
 // on their own (bounded by the client's read timeout): a late release or
 // extension still takes effect; their results are dropped.
-func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool, fn func(context.Context, Node) (T, error)) *round[T] {
+func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitUntil, fn func(context.Context, Node) (T, error)) *round[T] {
 	ch := make(chan answer[T], len(q.nodes))
 	// Each node's call is sent and runs to its end whatever the wait: a
 	// call cancelled when the outcome is decided, or at the per-node
@@ -117,7 +131,10 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool
 		})
 	}
 	r := &round[T]{q: q, answers: make([]answer[T], len(q.nodes)), errs: make([]error, len(q.nodes))}
-	timeout := time.After(q.timeout)
+	timeout, cut := time.After(q.timeout), ctx.Done()
+	if until == untilDone {
+		timeout, cut = nil, nil
+	}
 	var why error // why the nodes not answered yet have no answer
 	for got := 0; got < len(q.nodes) && why == nil; got++ {
 		select {
@@ -136,12 +153,12 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, settle bool
 				r.no++
 			}
 			r.answers[a.i] = a
-			if settle && (r.won() || r.lost()) {
+			if until == untilSettled && (r.won() || r.lost()) {
 				why = errNotWaited
 			}
 		case <-timeout:
 			why = errNoAnswer
-		case <-ctx.Done(): // the caller stops waiting when its ctx ends; the nodes' calls go on
+		case <-cut: // the caller stops waiting when its ctx ends; the nodes' calls go on
 			why = errCutShort
 		}
 	}
@@ -171,7 +188,7 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 	if err := q.Carries(c.Kind); err != nil {
 		return Grant{}, NotSent(err)
 	}
-	r := fanOut(ctx, q, func(g Grant) bool { return g.Held }, true, func(ctx context.Context, n Node) (Grant, error) {
+	r := fanOut(ctx, q, func(g Grant) bool { return g.Held }, untilSettled, func(ctx context.Context, n Node) (Grant, error) {
 		return n.Acquire(ctx, c, ttl, queue)
 	})
 	if r.won() {
@@ -208,7 +225,7 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 // raise writes fence back to every node's counter where the lease c still
 // holds the lock: yes where it did.
 func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) *round[int64] {
-	return fanOut(ctx, q, func(v int64) bool { return v == 1 }, true, func(ctx context.Context, n Node) (int64, error) {
+	return fanOut(ctx, q, func(v int64) bool { return v == 1 }, untilSettled, func(ctx context.Context, n Node) (int64, error) {
 		v, err := n.run(ctx, script.RaiseFence, []any{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape().typ, c.Resumer).Int64()
 		return v, RedisErr(err)
 	})
@@ -218,7 +235,7 @@ func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) *round[int64]
 // a majority gave, then writes it back to a majority (raise): any later
 // majority shares a node with that one and issues a higher fence.
 func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
-	r := fanOut(ctx, q, func(f int64) bool { return f > 0 }, true, func(ctx context.Context, n Node) (int64, error) {
+	r := fanOut(ctx, q, func(f int64) bool { return f > 0 }, untilSettled, func(ctx context.Context, n Node) (int64, error) {
 		return n.Fence(ctx, c)
 	})
 	if ok, err := r.outcome("fence"); !ok {
@@ -239,7 +256,7 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 		seq    int64
 		drives bool
 	}
-	r := fanOut(ctx, q, nil, true, func(ctx context.Context, n Node) (mark, error) {
+	r := fanOut(ctx, q, nil, untilSettled, func(ctx context.Context, n Node) (mark, error) {
 		seq, drives, err := n.Seq(ctx, c)
 		return mark{seq, drives}, err
 	})
@@ -262,7 +279,7 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 }
 
 func (q *Quorum) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	return fanOut(ctx, q, isTrue, true, func(ctx context.Context, n Node) (bool, error) {
+	return fanOut(ctx, q, isTrue, untilSettled, func(ctx context.Context, n Node) (bool, error) {
 		return n.Extend(ctx, c, ttl, seq)
 	}).outcome("extend")
 }
@@ -278,7 +295,7 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// ends the lease, the others report it).
 	claim := *c // (the nodes' calls may outlive this one, and the caller marks its claim after it)
 	c = &claim
-	r := fanOut(ctx, q, isTrue, false, func(ctx context.Context, n Node) (bool, error) {
+	r := fanOut(ctx, q, isTrue, untilAll, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := n.Release(ctx, c)
 		q.retryOn(n, c, err, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err })
 		return ok, err
@@ -308,7 +325,7 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 // time once its call fails: the nodes that did their part are not asked
 // again. It returns the errors of the nodes that failed otherwise.
 func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
-	r := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (struct{}, error) {
+	r := fanOut(ctx, q, nil, untilAll, func(ctx context.Context, n Node) (struct{}, error) {
 		err := n.Undo(ctx, c)
 		q.retryOn(n, c, err, func(ctx context.Context) error { return n.Undo(ctx, c) })
 		return struct{}{}, err
@@ -343,7 +360,7 @@ func (q *Quorum) Prepare(ctx context.Context, c *Claim) error {
 	if !slices.ContainsFunc(q.nodes, func(n Node) bool { return !n.prepared(ctx, c) }) {
 		return nil
 	}
-	fanOut(ctx, q, nil, true, func(_ context.Context, n Node) (struct{}, error) {
+	fanOut(ctx, q, nil, untilSettled, func(_ context.Context, n Node) (struct{}, error) {
 		n.Prepare(ctx, c) // (a ready node answers at once)
 		return struct{}{}, nil
 	})
@@ -365,13 +382,13 @@ func (q *Quorum) Batches() (calls, writes uint64) {
 
 // Force force-releases the lock on every node (see Node.Force).
 func (q *Quorum) Force(ctx context.Context, k *Keys) (bool, error) {
-	r := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (bool, error) { return n.Force(ctx, k) })
+	r := fanOut(ctx, q, nil, untilAll, func(ctx context.Context, n Node) (bool, error) { return n.Force(ctx, k) })
 	return slices.Contains(r.said, true), nodeErrors(r.errs)
 }
 
 // Announce publishes msg on every node; it fails only if none took it.
 func (q *Quorum) Announce(ctx context.Context, k *Keys, msg string) error {
-	r := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (struct{}, error) {
+	r := fanOut(ctx, q, nil, untilAll, func(ctx context.Context, n Node) (struct{}, error) {
 		return struct{}{}, n.Announce(ctx, k, msg)
 	})
 	if r.yes > 0 {
@@ -397,25 +414,11 @@ func nodeErrors(errs []error) error {
 // A walk of the keyspace takes as long as it takes: it is bounded by ctx,
 // not by the per-node timeout.
 func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
-	found := make([][]string, len(q.nodes))
-	errs := make([]error, len(q.nodes))
-	var wg sync.WaitGroup
-	for i, n := range q.nodes {
-		wg.Go(func() { found[i], errs[i] = n.Scan(ctx, match) })
+	r := fanOut(ctx, q, nil, untilDone, func(_ context.Context, n Node) ([]string, error) { return n.Scan(ctx, match) })
+	if !r.won() {
+		return nil, r.fail("list")
 	}
-	wg.Wait()
-	var keys []string
-	answered := 0
-	for i, err := range errs {
-		if err == nil {
-			answered++
-			keys = append(keys, found[i]...)
-		}
-	}
-	if answered < q.need() {
-		return nil, &QuorumError{Op: "list", Held: answered, Need: q.need(), Nodes: errs}
-	}
-	return keys, nil
+	return slices.Concat(r.said...), nil
 }
 
 // Op is refused: a quorum carries no kind with operations of its own (see
@@ -425,7 +428,7 @@ func (q *Quorum) Op(context.Context, func(context.Context, Node) error) error { 
 // Inspect reports what a majority of nodes agree on: the holder, how long
 // a majority still has its lease, and the highest fence.
 func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
-	r := fanOut(ctx, q, nil, false, func(ctx context.Context, n Node) (State, error) { return n.Inspect(ctx, k) })
+	r := fanOut(ctx, q, nil, untilAll, func(ctx context.Context, n Node) (State, error) { return n.Inspect(ctx, k) })
 	if !r.won() {
 		return State{}, fmt.Errorf("%d of %d nodes answered, %d needed", r.yes, len(q.nodes), q.need())
 	}

@@ -3,6 +3,8 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,5 +81,39 @@ func TestQuorumUnansweredNodesSayWhy(t *testing.T) {
 	}
 	if err := q.Drain(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A walk of the keyspace over a quorum is bounded by the caller's ctx, not
+// by the per-node timeout: with a node timeout far shorter than any SCAN it
+// still gathers every node's keys; and with the caller's ctx ended it
+// reports each node's own error, which says so, not that the fan-out
+// stopped waiting.
+func TestQuorumScanIsBoundedByItsContextNotTheNodeTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var nodes []Node
+	for i := range 3 {
+		rdb := redistest.Start(t).Client(t)
+		if err := rdb.Set(ctx, fmt.Sprintf("dlock:{k%d}", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
+	}
+	q := NewQuorum(nodes, time.Nanosecond)
+	t.Cleanup(func() { q.Drain(context.Background()) })
+
+	keys, err := q.Scan(ctx, "dlock:{*}")
+	slices.Sort(keys)
+	if want := []string{"dlock:{k0}", "dlock:{k1}", "dlock:{k2}"}; err != nil || !slices.Equal(keys, want) {
+		t.Errorf("Scan with a 1ns node timeout = %q, %v; want %q", keys, err, want)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	keys, err = q.Scan(cctx, "dlock:{*}")
+	qe, ok := errors.AsType[*QuorumError](err)
+	if !ok || qe.Op != "list" || !errors.Is(err, context.Canceled) || errors.Is(err, errCutShort) || keys != nil {
+		t.Errorf("Scan with its context ended = %q, %v; want a QuorumError of the nodes' context.Canceled", keys, err)
 	}
 }
