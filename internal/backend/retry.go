@@ -15,12 +15,12 @@ import (
 // short under min-replicas-to-write, a failover under way, memory full, a
 // server loading its data or busy with a script).
 func Transient(err error) bool {
-	if err == nil || errors.Is(err, ErrSuperseded) {
+	if err == nil || errors.Is(err, ErrSuperseded) || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
 	var rerr redis.Error
-	if !errors.As(err, &rerr) || errors.Is(err, redis.ErrClosed) {
-		return !errors.Is(err, redis.ErrClosed)
+	if !errors.As(err, &rerr) {
+		return true // (no answer)
 	}
 	return slices.ContainsFunc([]string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"},
 		func(p string) bool { return strings.HasPrefix(rerr.Error(), p) })

@@ -1,0 +1,49 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// replyError is an error reply of the server, as go-redis returns one.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// Transient says an error may pass where Redis did not answer or refused a
+// write for the time being, and not where it answered for good, the client
+// was closed, or another Lock resumed the lease.
+func TestTransientSaysWhichErrorsMayPass(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{ErrSuperseded, false},
+		{redis.ErrClosed, false},
+		{fmt.Errorf("node 1: %w", redis.ErrClosed), false},
+		{io.EOF, true},
+		{context.DeadlineExceeded, true},
+		{NotSent(errors.New("dial tcp: connection refused")), true},
+		{replyError("ERR unknown command"), false},
+		{replyError("NOPERM this user has no permissions"), false},
+		{replyError("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+	}
+	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"} {
+		tests = append(tests, struct {
+			err  error
+			want bool
+		}{fmt.Errorf("wrapped: %w", replyError(p+" for now")), true})
+	}
+	for _, tt := range tests {
+		if got := Transient(tt.err); got != tt.want {
+			t.Errorf("Transient(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
