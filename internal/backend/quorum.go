@@ -72,20 +72,28 @@ type answer[T any] struct {
 type round[T any] struct {
 	q          *Quorum
 	answers    []answer[T] // per node
-	said       []T         // the values of the nodes that said yes, in the nodes' order
 	yes, no    int         // the nodes that said yes, and no
 	superseded bool        // a node said no because another Lock resumed the lease there
 	errs       []error     // per node: nil if it said yes, why not otherwise
 }
 
+// said yields the values of the nodes that said yes, in the nodes' order.
+func (r round[T]) said(yield func(T) bool) {
+	for _, a := range r.answers {
+		if a.err == nil && !yield(a.v) {
+			return
+		}
+	}
+}
+
 // won reports that a majority said yes; lost, that so many said no that a
 // majority cannot (more than N-need: with an even N that is N/2, one fewer
 // than a majority).
-func (r *round[T]) won() bool  { return r.yes >= r.q.need() }
-func (r *round[T]) lost() bool { return r.no > len(r.q.nodes)-r.q.need() }
+func (r round[T]) won() bool  { return r.yes >= r.q.need() }
+func (r round[T]) lost() bool { return r.no > len(r.q.nodes)-r.q.need() }
 
 // fail is the QuorumError of op, granted by the nodes that said yes.
-func (r *round[T]) fail(op string) error {
+func (r round[T]) fail(op string) error {
 	return &QuorumError{Op: op, Held: r.yes, Need: r.q.need(), Nodes: r.errs}
 }
 
@@ -93,7 +101,7 @@ func (r *round[T]) fail(op string) error {
 // majority said yes. Else nil if so many said "not ours" that no majority
 // holds the lease (lost for good), ErrSuperseded instead if another Lock
 // resumed it on one of them (superseded); a QuorumError otherwise.
-func (r *round[T]) outcome(op string) (bool, error) {
+func (r round[T]) outcome(op string) (bool, error) {
 	switch {
 	case r.won():
 		return true, nil
@@ -116,7 +124,7 @@ func (r *round[T]) outcome(op string) (bool, error) {
 // others are still waited for. Goroutines of nodes not waited for finish
 // on their own (bounded by the client's read timeout): a late release or
 // extension still takes effect; their results are dropped.
-func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitUntil, fn func(context.Context, Node) (T, error)) *round[T] {
+func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitUntil, fn func(context.Context, Node) (T, error)) round[T] {
 	ch := make(chan answer[T], len(q.nodes))
 	// Each node's call is sent and runs to its end whatever the wait: a
 	// call cancelled when the outcome is decided, or at the per-node
@@ -130,7 +138,7 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 			ch <- answer[T]{i: i, v: v, err: err, ok: true}
 		})
 	}
-	r := &round[T]{q: q, answers: make([]answer[T], len(q.nodes)), errs: make([]error, len(q.nodes))}
+	r := round[T]{q: q, answers: make([]answer[T], len(q.nodes)), errs: make([]error, len(q.nodes))}
 	timeout, cut := time.After(q.timeout), ctx.Done()
 	if until == untilDone {
 		timeout, cut = nil, nil
@@ -168,9 +176,6 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 			a.err = why
 		}
 		r.errs[i] = a.err
-		if a.err == nil {
-			r.said = append(r.said, a.v)
-		}
 	}
 	return r
 }
@@ -224,7 +229,7 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 
 // raise writes fence back to every node's counter where the lease c still
 // holds the lock: yes where it did.
-func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) *round[int64] {
+func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) round[int64] {
 	return fanOut(ctx, q, func(v int64) bool { return v == 1 }, untilSettled, func(ctx context.Context, n Node) (int64, error) {
 		v, err := n.run(ctx, script.RaiseFence, []any{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape().typ, c.Resumer).Int64()
 		return v, RedisErr(err)
@@ -241,7 +246,10 @@ func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
 	if ok, err := r.outcome("fence"); !ok {
 		return 0, err
 	}
-	fence := slices.Max(r.said)
+	var fence int64
+	for f := range r.said {
+		fence = max(fence, f)
+	}
 	if raised := q.raise(ctx, c, fence); !raised.won() {
 		return 0, raised.fail("fence")
 	}
@@ -265,7 +273,7 @@ func (q *Quorum) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
 	}
 	var seq int64
 	ended, drives := 0, true
-	for _, m := range r.said {
+	for m := range r.said {
 		seq = max(seq, m.seq)
 		drives = drives && m.drives
 		if m.seq < 0 {
@@ -383,7 +391,8 @@ func (q *Quorum) Batches() (calls, writes uint64) {
 // Force force-releases the lock on every node (see Node.Force).
 func (q *Quorum) Force(ctx context.Context, k *Keys) (bool, error) {
 	r := fanOut(ctx, q, nil, untilAll, func(ctx context.Context, n Node) (bool, error) { return n.Force(ctx, k) })
-	return slices.Contains(r.said, true), nodeErrors(r.errs)
+	deleted := slices.ContainsFunc(r.answers, func(a answer[bool]) bool { return a.v })
+	return deleted, nodeErrors(r.errs)
 }
 
 // Announce publishes msg on every node; it fails only if none took it.
@@ -418,7 +427,11 @@ func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
 	if !r.won() {
 		return nil, r.fail("list")
 	}
-	return slices.Concat(r.said...), nil
+	var keys []string
+	for found := range r.said {
+		keys = append(keys, found...)
+	}
+	return keys, nil
 }
 
 // Op is refused: a quorum carries no kind with operations of its own (see
@@ -439,7 +452,7 @@ func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 	type held struct{ typ, token string } // (a name held as another kind on the nodes is no "string")
 	copies := map[held][]uint64{}         // each copy's lease left
 	out := State{Type: "none"}
-	for _, s := range r.said {
+	for s := range r.said {
 		out.Key, out.Fence, out.Queued = s.Key, max(out.Fence, s.Fence), max(out.Queued, s.Queued)
 		if s.Held {
 			h := held{s.Type, s.Token}
