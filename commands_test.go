@@ -95,7 +95,7 @@ func TestCommandsPerOperation(t *testing.T) {
 			})
 		}, pair: 10, extend: 7, fence: 6}, // (its extension reads every permit of the hold: ZMSCORE)
 		// A reentrant hold's and a term's fence comes with the grant: Fence costs nothing.
-		{name: "reentrant lock", opts: []dlock.Option{dlock.WithReentrant(true)}, pair: 16, extend: 6, fence: 0},
+		{name: "reentrant lock", opts: []dlock.Option{dlock.WithReentrant(true)}, pair: 16, extend: 8, fence: 0}, // (an extension reads every hold: HGETALL)
 		{name: "campaign term", take: func(t *testing.T, c *dlock.Client) holder {
 			e, err := c.Election("count-election")
 			if err != nil {
@@ -165,8 +165,12 @@ func commandsPerPairExtendFence(t *testing.T, ctx context.Context, rdb *redis.Cl
 	}
 	pair = commandsPerOp(t, ctx, rdb, n, func(int) { release(take()) })
 	l := take()
-	extend = commandsPerOp(t, ctx, rdb, n, func(int) {
-		if err := l.Extend(ctx, 10*time.Second); err != nil {
+	// Each extension asks for 1ms more than the one before, so that none
+	// finds its deadline already as far (which happens to one sent within
+	// the same millisecond as the one before it): the count is the cost
+	// of an extension that moves the deadline, whatever the machine's speed.
+	extend = commandsPerOp(t, ctx, rdb, n, func(i int) {
+		if err := l.Extend(ctx, 10*time.Second+time.Duration(i+2)*time.Millisecond); err != nil {
 			t.Fatalf("Extend: %v", err)
 		}
 	})
