@@ -60,15 +60,22 @@ const maxTries = 16
 // times: it did nothing.
 var errConflict = fmt.Errorf("the transaction was aborted by concurrent writes to its keys %d times", maxTries)
 
+// tx is one try of an operation: a transaction that watches the keys the
+// operation decides on, and the operation's context.
+type tx struct {
+	*redis.Tx
+	ctx context.Context
+}
+
 // watched runs fn on a transaction that watches keys (the first the lock's
 // key or its marker: they share the hash slot) until fn returns anything
 // but an aborted EXEC (redis.TxFailedErr), or a MOVED/ASK reply when the
 // slot is being moved on a Cluster; each try reads anew. It returns the
 // last try's value and error.
-func watched[T any](ctx context.Context, n NoScripts, keys []string, fn func(*redis.Tx) (T, error)) (T, error) {
+func watched[T any](ctx context.Context, n NoScripts, keys []string, fn func(tx) (T, error)) (T, error) {
 	var v T
-	run := func(tx *redis.Tx) (err error) {
-		v, err = fn(tx)
+	run := func(t *redis.Tx) (err error) {
+		v, err = fn(tx{t, ctx})
 		return err
 	}
 	for try := range maxTries {
@@ -92,37 +99,42 @@ func watched[T any](ctx context.Context, n NoScripts, keys []string, fn func(*re
 	return v, errConflict
 }
 
-// isWrongType reports a WRONGTYPE reply.
-func isWrongType(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")
-}
+// read sends cmds, each a command's arguments, in one round trip on the
+// transaction's connection after its WATCH; exec sends them in its MULTI …
+// EXEC. Each returns their replies and the error of the first that failed,
+// a missing key's (redis.Nil) aside (redis.TxFailedErr: the EXEC was
+// aborted).
+func (t tx) read(cmds ...[]any) ([]*redis.Cmd, error) { return t.send(t.Pipeline(), cmds) }
 
-// str is a string reply that may be missing ("").
-func str(cmd *redis.Cmd) (string, error) {
-	s, err := cmd.Text()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
-	return s, err
-}
+func (t tx) exec(cmds ...[]any) ([]*redis.Cmd, error) { return t.send(t.TxPipeline(), cmds) }
 
-// pipe sends cmds, each a command's arguments, in one round trip on the
-// transaction's connection: after its WATCH (the reads), or in its MULTI
-// … EXEC if exec (the writes). It returns their replies, and the error of
-// the first that failed (redis.TxFailedErr: the EXEC was aborted).
-func pipe(ctx context.Context, tx *redis.Tx, exec bool, cmds ...[]any) ([]*redis.Cmd, error) {
-	send := tx.Pipelined
-	if exec {
-		send = tx.TxPipelined
-	}
+func (t tx) send(p redis.Pipeliner, cmds [][]any) ([]*redis.Cmd, error) {
 	r := make([]*redis.Cmd, len(cmds))
-	_, err := send(ctx, func(p redis.Pipeliner) error {
-		for i, c := range cmds {
-			r[i] = p.Do(ctx, c...)
+	for i, c := range cmds {
+		r[i] = p.Do(t.ctx, c...)
+	}
+	p.Exec(t.ctx)
+	var err error
+	for _, cmd := range r {
+		if e := cmd.Err(); err == nil && e != redis.Nil {
+			err = e
 		}
-		return nil
-	})
+	}
 	return r, err
+}
+
+// lease reads the lock's holder and the marker of the lease c with one
+// MGET, as the scripts mostly do (a key missing, or of another type, reads
+// ""), and the replies of more commands, in one round trip (see read).
+// Where a script reads either key with GET, so that a key of another type
+// fails it (WRONGTYPE), its operation reads it again in more.
+func (t tx) lease(c *Claim, more ...[]any) (holder, mark string, r []*redis.Cmd, err error) {
+	r, err = t.read(append([][]any{{"MGET", c.Lock, c.Rev}}, more...)...)
+	if v, _ := r[0].Slice(); len(v) == 2 {
+		holder, _ = v[0].(string)
+		mark, _ = v[1].(string)
+	}
+	return holder, mark, r[1:], err
 }
 
 // ack returns err, the error of the transaction's writes, if any; else it
@@ -130,11 +142,11 @@ func pipe(ctx context.Context, tx *redis.Tx, exec bool, cmds ...[]any) ([]*redis
 // (WithReplicaAck) and the append-only file (durable grants) to
 // acknowledge the writes, when either is on, and returns short of the
 // acknowledgements (see acksOf) if there were too few.
-func (n NoScripts) ack(ctx context.Context, tx *redis.Tx, err error, short func(acks int64) error) error {
+func (n NoScripts) ack(t tx, err error, short func(acks int64) error) error {
 	if err != nil || n.replicas <= 0 {
 		return err
 	}
-	rs, _ := pipe(ctx, tx, false, n.acks...)
+	rs, _ := t.read(n.acks...)
 	acks, err := n.acksOf(rs)
 	if err == nil && acks < int64(n.replicas) {
 		err = short(acks)
@@ -143,24 +155,13 @@ func (n NoScripts) ack(ctx context.Context, tx *redis.Tx, err error, short func(
 }
 
 // Acquire takes the lock if it is free; see Node.Acquire for when the
-// attempt must be undone. queue is ignored: there is no fair queue.
+// attempt must be undone. There is no fair queue: with queue set (a
+// waiter) a refused attempt sets the wake key.
 func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if err := n.Carries(c.Kind); err != nil {
 		return Grant{}, NotSent(err)
 	}
-	g, err := watched(ctx, n, []string{c.Rev}, func(tx *redis.Tx) (Grant, error) {
-		g, err := n.acquireTx(ctx, tx, c, ttl)
-		if err == nil && queue && !g.Held && g.PTTL > 0 {
-			// A waiter: the wake key, so that a release by a Client with
-			// scripts announces itself too (see release.lua), for at most
-			// the window, as acquire.lua sets it. Only a hint: a waiter not
-			// woken tries again when the holder's lease ends.
-			// Lengthened, never shortened: another waiter's may live longer.
-			px := min(g.PTTL, WakeWindow).Milliseconds()
-			pipe(ctx, tx, false, []any{"SET", c.Wake, "1", "NX", "PX", px}, []any{"PEXPIRE", c.Wake, px, "GT"})
-		}
-		return g, err
-	})
+	g, err := watched(ctx, n, []string{c.Lock, c.Rev}, func(t tx) (Grant, error) { return n.acquireTx(t, c, ttl, queue) })
 	if err != nil {
 		err = n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 		g.Undo = !errors.Is(err, ErrRevoked) && !neverSent(err) // (a failed try's Grant has no Undo)
@@ -168,48 +169,42 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 	return g, err
 }
 
-// acquireTx is one try of Acquire, acquire.lua's steps: the marker is
-// watched, so an undo of this lease (which writes it) that comes first
-// makes the lease's token refused, and one that comes between the reads
-// and the EXEC aborts the EXEC. The lock key itself is not watched: SET NX
-// takes it only if it is free whatever happened since the reads.
-func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl time.Duration) (Grant, error) {
-	r, _ := pipe(ctx, tx, false, []any{"GET", c.Rev}, []any{"GET", c.Lock}, []any{"PTTL", c.Lock})
-	m, err := str(r[0])
-	h, herr := str(r[1])
-	ms, pttl := ttl.Milliseconds(), r[2]
-	switch {
+// acquireTx is one try of Acquire, acquire.lua's steps. The lock and the
+// lease's marker are watched: an undo of this lease (which writes the
+// marker) that comes first makes the lease's token refused, and one that
+// comes between the reads and the EXEC aborts the EXEC, as does a lock
+// taken, released or expired meanwhile; the next try reads again.
+func (n NoScripts) acquireTx(t tx, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
+	h, m, r, err := t.lease(c, []any{"GET", c.Rev}, []any{"PTTL", c.Lock}) // (acquire.lua GETs the marker)
+	switch ms := ttl.Milliseconds(); {
 	case err != nil:
 		return Grant{}, err
 	case m == "0" || m == "1":
 		return Grant{}, ErrRevoked
-	case herr != nil:
-		return Grant{}, herr
 	case h == c.Token && strings.HasPrefix(m, "e"):
 		return Grant{Held: true}, nil // a late copy: a numbered extension was applied since, which it must not undo (acquire.lua)
 	case h == c.Token:
 		// Ours already: this lease's earlier try ran, its reply lost. Make
 		// it last ttl from now if it ends sooner (never shorten it), as
 		// acquire.lua does.
-		r, err = pipe(ctx, tx, true, []any{"PEXPIRE", c.Lock, ms, "GT"}, []any{"GET", c.Lock})
-		if v, _ := str(r[1]); err == nil && v != c.Token {
-			return Grant{}, redis.TxFailedErr // it expired meanwhile: watched reads again
-		}
+		_, err = t.exec([]any{"PEXPIRE", c.Lock, ms, "GT"})
 	case h == "":
-		// Taken by another since the reads if SET finds a holder (the lock
-		// key is not watched).
-		r, err = pipe(ctx, tx, true, []any{"SET", c.Lock, c.Token, "NX", "PX", ms, "GET"}, []any{"PTTL", c.Lock})
-		if err != nil && errors.Is(r[0].Err(), redis.Nil) { // (the first error is SET's missing reply)
-			err = nil
+		// Free, or a key of another type (MGET reads it as none), which
+		// SET … GET refuses (WRONGTYPE), as acquire.lua's does.
+		_, err = t.exec([]any{"SET", c.Lock, c.Token, "NX", "PX", ms, "GET"})
+	default: // held by another
+		left, _ := r[1].Int64()
+		if px := min(left, WakeWindow.Milliseconds()); queue && px > 0 {
+			// A waiter: the wake key, so that a release by a Client with
+			// scripts announces itself too (see release.lua), for at most
+			// the window, as acquire.lua sets it. Only a hint: a waiter not
+			// woken tries again when the holder's lease ends.
+			// Lengthened, never shortened: another waiter's may live longer.
+			t.read([]any{"SET", c.Wake, "1", "NX", "PX", px}, []any{"PEXPIRE", c.Wake, px, "GT"})
 		}
-		h, _ = str(r[0])
-		pttl = r[1]
+		return Grant{PTTL: pttlOf(left), Holder: h}, nil
 	}
-	if err == nil && h != "" && h != c.Token { // held by another
-		v, _ := pttl.Int64()
-		return Grant{PTTL: pttlOf(v), Holder: h}, nil
-	}
-	err = n.ack(ctx, tx, err, n.ackUndone)
+	err = n.ack(t, err, n.ackUndone)
 	return Grant{Held: err == nil}, err // (Acquire has the attempt undone after an error)
 }
 
@@ -220,33 +215,23 @@ func (n NoScripts) acquireTx(ctx context.Context, tx *redis.Tx, c *Claim, ttl ti
 // EXEC, and the release reads again.
 func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 	px := Window(cmp.Or(c.TTL, n.ttl)).Milliseconds() // the marker's life
-	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(tx *redis.Tx) (bool, error) {
-		h, m, err := readLease(ctx, tx, c)
+	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(t tx) (bool, error) {
+		h, m, _, err := t.lease(c)
 		ok := h == c.Token
 		switch {
 		case err != nil:
 			return false, err
 		case !drives(m, c.Resumer):
 			return false, ErrSuperseded // the lease is the resuming Lock's: nothing is written
-		case !ok && m == "1": // released already, by a try whose reply was lost
+		case ok: // (the wake key too, as release.lua does: the release is announced)
+			_, err = t.exec([]any{"DEL", c.Lock, c.Wake}, []any{"SET", c.Rev, "1", "PX", px}, []any{n.pub, c.Channel, "*"})
+		case m == "1": // released already, by a try whose reply was lost
 			return true, nil
+		default:
+			_, err = t.exec([]any{"SET", c.Rev, "0", "PX", px})
 		}
-		cmds := [][]any{{"SET", c.Rev, "0", "PX", px}}
-		if ok { // (the wake key too, as release.lua does: the release is announced)
-			cmds = [][]any{{"DEL", c.Lock, c.Wake}, {"SET", c.Rev, "1", "PX", px}, {n.pub, c.Channel, "*"}}
-		}
-		_, err = pipe(ctx, tx, true, cmds...)
 		return ok, err
 	}))
-}
-
-// readLease reads the lock's holder and the lease c's marker in one round
-// trip; a missing key reads "". After an error, its callers use neither.
-func readLease(ctx context.Context, tx *redis.Tx, c *Claim) (holder, mark string, err error) {
-	r, _ := pipe(ctx, tx, false, []any{"GET", c.Lock}, []any{"GET", c.Rev})
-	holder, herr := str(r[0])
-	mark, merr := str(r[1])
-	return holder, mark, cmp.Or(herr, merr)
 }
 
 // Extend resets the lease to ttl from now as extend.lua does: only while
@@ -259,9 +244,17 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 	if err := n.Carries(c.Kind); err != nil {
 		return false, NotSent(err)
 	}
-	arg := fmt.Sprint(c.seqArg(seq))
-	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(tx *redis.Tx) (bool, error) {
-		h, m, err := readLease(ctx, tx, c)
+	ms, arg := ttl.Milliseconds(), fmt.Sprint(c.seqArg(seq))
+	// Unnumbered, it never shortens the lease: no order to keep (see
+	// extend.lua). Numbered, it reads both keys with GET too, as
+	// extend.lua does: a key of another type is WRONGTYPE.
+	reads, writes := [][]any(nil), [][]any{{"pexpire", c.Lock, ms, "gt"}}
+	if seq > 0 {
+		reads = [][]any{{"GET", c.Lock}, {"GET", c.Rev}}
+		writes = [][]any{{"pexpire", c.Lock, ms}, {"SET", c.Rev, "e" + arg, "PX", ms}}
+	}
+	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(t tx) (bool, error) {
+		h, m, _, err := t.lease(c, reads...)
 		switch {
 		case err != nil || h != c.Token:
 			return false, err
@@ -271,13 +264,8 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 		case seq == 0 || seqOf(m) >= seq:
 			return false, ErrSuperseded
 		}
-		ms := ttl.Milliseconds()
-		cmds := [][]any{{"pexpire", c.Lock, ms, "gt"}} // never shortens: no order to keep (see extend.lua)
-		if seq > 0 {
-			cmds = [][]any{{"pexpire", c.Lock, ms}, {"SET", c.Rev, "e" + arg, "PX", ms}}
-		}
-		_, err = pipe(ctx, tx, true, cmds...)
-		return true, n.ack(ctx, tx, err, n.ackError) // (result drops it after an error)
+		_, err = t.exec(writes...)
+		return true, n.ack(t, err, n.ackError) // (result drops it after an error)
 	}))
 }
 
@@ -291,77 +279,59 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 // The lease's marker is watched too: a Lock that another resumed gets no
 // fence (see drives).
 func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
-	return result(watched(ctx, n, []string{c.Lock, c.Fence, c.Rev}, func(tx *redis.Tx) (int64, error) {
-		r, _ := pipe(ctx, tx, false, []any{"TIME"}, []any{"GET", c.Lock}, []any{"GET", c.Fence}, []any{"GET", c.Rev})
-		t, terr := r[0].Int64Slice() // seconds, µs
-		h, err := str(r[1])
-		l, lerr := str(r[2])
-		m, merr := str(r[3])
+	return result(watched(ctx, n, []string{c.Lock, c.Fence, c.Rev}, func(t tx) (int64, error) {
+		h, m, r, err := t.lease(c, []any{"GET", c.Fence}, []any{"TIME"})
+		last, _ := r[0].Text()
+		now, _ := r[1].Int64Slice() // seconds, µs
 		switch {
-		case isWrongType(err):
-			return 0, nil // not a plain lock, so not the lease's
-		case err != nil || h != c.HolderID():
+		case err != nil && !isWrongType(err): // (only the counter's GET can be: see lease)
 			return 0, err
-		case merr != nil || !drives(m, c.Resumer):
-			return 0, cmp.Or(merr, ErrSuperseded)
-		case terr != nil:
-			return 0, terr
-		case len(t) != 2:
-			return 0, fmt.Errorf("TIME: unexpected reply %v", t)
-		case isWrongType(lerr):
-			return 0, Because(ErrWrongType, "the fence key holds a value of another type", lerr)
-		case lerr != nil:
-			return 0, lerr
+		case h != c.HolderID():
+			return 0, nil
+		case !drives(m, c.Resumer):
+			return 0, ErrSuperseded
+		case err != nil:
+			return 0, Because(ErrWrongType, "the fence key holds a value of another type", err)
+		case len(now) != 2:
+			return 0, fmt.Errorf("TIME: unexpected reply %v", now)
 		}
-		prev, _ := strconv.ParseInt(l, 10, 64)
-		fence := max(prev+1, t[0]*1e6+t[1])
-		_, err = pipe(ctx, tx, true, []any{"SET", c.Fence, fence, "PX", n.fenceMS})
+		prev, _ := strconv.ParseInt(last, 10, 64)
+		fence := max(prev+1, now[0]*1e6+now[1])
+		_, err = t.exec([]any{"SET", c.Fence, fence, "PX", n.fenceMS})
 		return fence, err // (result drops the fence after an error)
 	}))
 }
 
-// readState reads the state of the lock k as inspect.lua does, through
-// pipe (tx.TxPipelined: in a MULTI; tx.Pipelined: after a WATCH), and
+// isWrongType reports a WRONGTYPE reply.
+func isWrongType(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")
+}
+
+// readState reads the state of the lock k as inspect.lua does, in one
+// round trip through p (in a MULTI, or after a transaction's WATCH), and
 // passes what it read to stateOf.
-func readState(ctx context.Context, k *Keys, pipe func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)) (State, error) {
-	var (
-		kind               *redis.StatusCmd
-		contents           = map[*shape]redis.Cmder{}
-		pttl, fence, value *redis.Cmd
-		now                *redis.TimeCmd
-		waiting            *redis.StringSliceCmd
-		entries            *redis.MapStringStringCmd
-	)
-	pipe(ctx, func(p redis.Pipeliner) error {
-		kind = p.Type(ctx, k.Lock)
-		for _, s := range shapes {
-			contents[s] = s.fetch(ctx, p, k.Lock)
-		}
-		pttl = p.Do(ctx, "PTTL", k.Lock)
-		fence = p.Do(ctx, "GET", k.Fence)
-		now = p.Time(ctx)
-		// Errors of these two (a queue key of another type) count no waiter,
-		// as in inspect.lua.
-		waiting = p.LRange(ctx, k.Queue, 0, -1)
-		entries = p.HGetAll(ctx, k.Waiters)
-		value = p.Do(ctx, "GET", k.ValueKey()) // an election leader's proclaimed value, as inspect.lua reads it
-		return nil
-	})
-	t, terr := now.Result() // (an aborted EXEC fails every read: watched reads again)
-	ms := t.UnixMilli()
-	f, ferr := str(fence)
-	if isWrongType(ferr) { // (a fence key of another type: no fence, as in inspect.lua)
-		ferr = nil
+func readState(ctx context.Context, k *Keys, p redis.Pipeliner) (State, error) {
+	kind := p.Type(ctx, k.Lock)
+	contents := map[*shape]redis.Cmder{}
+	for _, s := range shapes {
+		contents[s] = s.fetch(ctx, p, k.Lock)
 	}
-	c, err := flat(contents[shapeOf(kind.Val())]) // (the reads of the other types failed: WRONGTYPE)
-	if err = cmp.Or(terr, err, ferr, kind.Err()); err != nil {
+	pttl, now := p.Do(ctx, "PTTL", k.Lock), p.Time(ctx)
+	// The errors of these (a key of another type) read as no fence, no
+	// value (an election leader's) and no waiter, as in inspect.lua.
+	fence, value := p.Get(ctx, k.Fence), p.Get(ctx, k.ValueKey())
+	waiting, entries := p.LRange(ctx, k.Queue, 0, -1), p.HGetAll(ctx, k.Waiters)
+	p.Exec(ctx)
+	t, err := now.Result()                         // (a failed pipeline fails every read)
+	c, cerr := flat(contents[shapeOf(kind.Val())]) // (the reads of the other types failed: WRONGTYPE)
+	if err = cmp.Or(err, cerr, kind.Err()); err != nil {
 		return State{}, err
 	}
 	holder, _ := c.(string) // (a string's: GET's)
-	p, _ := pttl.Int64()
-	l, _ := strconv.ParseInt(f, 10, 64)
-	v, _ := value.Val().(string) // (another type's: none, as inspect.lua reads it)
-	return stateOf(k, kind.Val(), holder, c, p, l, ms, liveWaiters(waiting.Val(), entries.Val(), ms), v), nil
+	left, _ := pttl.Int64()
+	f, _ := fence.Int64()
+	ms := t.UnixMilli()
+	return stateOf(k, kind.Val(), holder, c, left, f, ms, liveWaiters(waiting.Val(), entries.Val(), ms), value.Val()), nil
 }
 
 // liveWaiters counts the waiters in the queue whose entry's deadline (see
@@ -387,7 +357,11 @@ func flat(cmd redis.Cmder) (any, error) {
 	case nil:
 		return nil, nil
 	case *redis.Cmd:
-		return str(cmd)
+		s, err := cmd.Text()
+		if err == redis.Nil {
+			return "", nil
+		}
+		return s, err
 	case *redis.MapStringStringCmd:
 		for field, value := range cmd.Val() {
 			v = append(v, field, value)
@@ -406,11 +380,10 @@ func (NoScripts) Op(context.Context, func(context.Context, Node) error) error {
 	return ErrNeedsScripts
 }
 
-// Inspect reads the lock's state as inspect.lua does, in one MULTI.
+// Inspect reads the lock's state as inspect.lua does, in one MULTI (which
+// nothing can abort: it writes nothing, and watches nothing).
 func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {
-	return result(watched(ctx, n, []string{k.Lock}, func(tx *redis.Tx) (State, error) {
-		return readState(ctx, k, tx.TxPipelined)
-	}))
+	return result(readState(ctx, k, n.uc.TxPipeline()))
 }
 
 // Undo ends the lease c may hold (see Node.Undo).
@@ -428,12 +401,12 @@ func (n NoScripts) Announce(ctx context.Context, k *Keys, msg string) error {
 // lock is watched before its holding is read, so the EXEC deletes the
 // holding that was read, or nothing.
 func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
-	return result(watched(ctx, n, []string{k.Lock}, func(tx *redis.Tx) (bool, error) {
-		st, err := readState(ctx, k, tx.Pipelined)
+	return result(watched(ctx, n, []string{k.Lock}, func(t tx) (bool, error) {
+		st, err := readState(ctx, k, t.Pipeline())
 		if ok, ferr := st.forced(); !ok { // (a failed read's State is empty: no holding)
 			return false, cmp.Or(err, ferr)
 		}
-		_, err = pipe(ctx, tx, true, []any{"DEL", k.Lock}, []any{n.pub, k.Channel, "*"})
+		_, err = t.exec([]any{"DEL", k.Lock}, []any{n.pub, k.Channel, "*"})
 		return true, err // (result drops it after an error)
 	}))
 }
