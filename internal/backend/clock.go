@@ -40,20 +40,16 @@ type clockWatch struct {
 	hook *ClockHook
 	rdb  redis.UniversalClient // a Client's server, or a Cluster's master of the key's slot, read the clock
 
-	mu      sync.Mutex
-	servers map[string]*clockServer // by the server's address
+	mu    sync.Mutex
+	bases map[string]*clockReading // each server's baseline, by its address
 }
 
-// clockServer is what a clockWatch knows of one server's clock.
-type clockServer struct {
-	base clockReading // the reading the next ones are compared with
-	told int          // the way told (+1 ahead, -1 behind) until the clock agrees over a window, or 0
-}
-
-// clockReading is one reading of a server's clock.
+// clockReading is one reading of a server's clock; as its baseline, the
+// one the next readings are compared with.
 type clockReading struct {
 	us        int64     // server time in µs
 	sent, got time.Time // the interval it was taken in
+	told      int       // a baseline's: the way told (+1 ahead, -1 behind) until the clock agrees over a window, or 0
 }
 
 // baseWindow is how long, at least, a baseline the clock agrees with is
@@ -65,7 +61,7 @@ func newClockWatch(h *ClockHook, rdb redis.UniversalClient) *clockWatch {
 	if h == nil {
 		return nil
 	}
-	return &clockWatch{hook: h, rdb: rdb, servers: map[string]*clockServer{}}
+	return &clockWatch{hook: h, rdb: rdb, bases: map[string]*clockReading{}}
 }
 
 // on reports whether an extension asks for the server's time.
@@ -107,19 +103,19 @@ func (w *clockWatch) read(ctx context.Context, key string, ttl time.Duration, us
 // more than ttl, a rate that ends the lease early by no more (the
 // margin's share of ttl).
 func (w *clockWatch) compare(addr string, cur clockReading, ttl time.Duration) (dir int, ahead, hi time.Duration) {
-	s := w.servers[addr]
+	base := w.bases[addr]
 	switch {
-	case s == nil:
-		w.servers[addr] = &clockServer{base: cur}
+	case base == nil:
+		w.bases[addr] = &cur
 		return 0, 0, 0
-	case cur.sent.Before(s.base.got):
+	case cur.sent.Before(base.got):
 		// Taken while the baseline was in flight, it may come before it
 		// in the server's time: compared with it, a step between the
 		// two would read backwards.
 		return 0, 0, 0
 	}
-	moved := time.Duration(cur.us-s.base.us) * time.Microsecond
-	lo, hi := cur.sent.Sub(s.base.got), cur.got.Sub(s.base.sent) // the client's time between the readings is within [lo, hi]
+	moved := time.Duration(cur.us-base.us) * time.Microsecond
+	lo, hi := cur.sent.Sub(base.got), cur.got.Sub(base.sent) // the client's time between the readings is within [lo, hi]
 	margin := w.hook.Margin(ttl)
 	if hi > ttl && ttl > 0 {
 		margin = time.Duration(float64(margin) / float64(ttl) * float64(hi))
@@ -130,9 +126,10 @@ func (w *clockWatch) compare(addr string, cur clockReading, ttl time.Duration) (
 	case moved < lo-margin:
 		dir, ahead = -1, moved-lo
 	}
-	told := s.told
+	told := base.told
 	if dir != 0 || hi >= max(baseWindow, ttl) {
-		s.base, s.told = cur, dir
+		cur.told = dir
+		*base = cur
 	}
 	if dir == told {
 		return 0, 0, 0
