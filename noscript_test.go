@@ -441,6 +441,11 @@ func clusterWithoutScripts(t *testing.T, nodes []*redistest.Server) {
 		if err := l.Extend(ctx, 3*time.Second); err != nil {
 			t.Errorf("Extend = %v", err)
 		}
+		// Inspect's one MULTI (its TIME has no key) goes to the master of
+		// the lock's slot, whichever master that is.
+		if info, err := c.Inspect(ctx, fmt.Sprint("ns-", i)); err != nil || info.Token != l.Token() || info.Fence <= 0 || info.TTL <= 0 {
+			t.Errorf("Inspect on the cluster = %+v, %v; want the holder %q, its fence and lease", info, err, l.Token())
+		}
 		if err := l.Release(ctx); err != nil {
 			t.Errorf("Release = %v", err)
 		}
