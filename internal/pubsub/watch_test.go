@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -432,4 +434,39 @@ func TestAskDBReadsTheDatabaseField(t *testing.T) {
 		}
 		h.Close()
 	}
+}
+
+// A Watch on a client of database 3 that reaches its server by a unix
+// socket whose path holds " db=7 " (CLIENT INFO's addr and laddr, before
+// its db field, then hold it too) listens to database 3's keyspace
+// channel of its key, and is called when the key is deleted there.
+func TestWatchOfAKeyThroughASocketWhosePathNamesAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "w db=7 ") // (short: a socket's path is at most 107 bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "r.sock")
+	redistest.Start(t, redistest.TCP(), redistest.Args("--notify-keyspace-events", "KA", "--unixsocket", sock))
+	var rdb *redis.Client
+	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	rdb = redis.NewClient(&redis.Options{Network: "unix", Addr: sock, DB: 3})
+	ctx := t.Context()
+	if info := rdb.Do(ctx, "CLIENT", "INFO").String(); !strings.Contains(info, "addr=/tmp/w db=7 ") || !strings.Contains(info, " db=3 ") {
+		t.Fatalf("%s; want database 3, an address holding \" db=7 \"", info)
+	}
+	h := New(goredisdriver.Conn(rdb), false)
+	defer h.Close()
+	f, calls := watchCalls()
+	w := h.Watch("k:ch", "k", f, nil)
+	defer w.Close()
+	if !waitSubscribed(rdb, "__keyspace@3__:k") {
+		t.Fatalf("__keyspace@3__:k not subscribed after 5s; channels: %v", rdb.PubSubChannels(ctx, "*").Val())
+	}
+	rdb.Set(ctx, "k", "v", time.Minute)
+	expectCall(t, "SET", calls)
+	rdb.Del(ctx, "k")
+	expectCall(t, "DEL", calls)
 }
