@@ -133,3 +133,52 @@ func TestPubSubEndsAtItsFirstFailure(t *testing.T) {
 		t.Errorf("Unsubscribe after Close = %v, want ErrClosed", err)
 	}
 }
+
+// A PING that goes unanswered for longer than the client's read timeout
+// (the connection takes what is sent and answers nothing) ends the
+// connection at the next Receive that times out, instead of that Receive
+// taking the connection for a silent one: every method fails after it. One
+// whose reply comes keeps it.
+func TestUnansweredPingEndsTheConnection(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	p := redistest.NewProxy(t, redistest.Start(t, redistest.TCP()).Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 200 * time.Millisecond})
+	defer rdb.Close()
+	ps, err := Conn(rdb).PubSub(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	if err := ps.Subscribe(t.Context(), "ch"); err != nil {
+		t.Fatal(err)
+	}
+	receive := func(d time.Duration) (driver.Message, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		defer cancel()
+		return ps.Receive(ctx)
+	}
+	if m, err := receive(5 * time.Second); err != nil || m.Kind != "subscribe" {
+		t.Fatalf("Receive = %+v, %v; want the subscription's confirmation", m, err)
+	}
+	if err := ps.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := receive(5 * time.Second); err != nil || m.Kind != "pong" {
+		t.Fatalf("Receive = %+v, %v; want the PING's reply", m, err)
+	}
+	if _, err := receive(400 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive on a silent connection whose PING was answered = %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+	p.StallReplies()
+	if err := ps.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := receive(400 * time.Millisecond); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive after a PING unanswered for 400ms (read timeout 200ms) = %v, want the connection ended", err)
+	}
+	if err := ps.Subscribe(t.Context(), "other"); err == nil {
+		t.Error("Subscribe after an unanswered PING = nil, want an error")
+	}
+	p.Cut()
+}

@@ -125,3 +125,32 @@ func TestSilentConnectionIsKept(t *testing.T) {
 	expect(t, "a", wake, Released)
 	w.Close()
 }
+
+// A connection that stops answering (everything sent on it held, pings
+// included) is let go once a ping sent after a silence of healthCheck went
+// unanswered for another healthCheck: the hub stops listening on it, and
+// once the network is back it listens again, wakes its waiters (Recheck)
+// and a release reaches them.
+func TestUnansweredPingLetsTheConnectionGo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits past the health check twice")
+	}
+	t.Parallel()
+	h, rdb, _, p := startHub(t, false)
+	defer h.Close()
+	w, wake := subscribe(t, h, "ch", "a")
+	defer w.Close()
+	p.Stall()
+	for deadline := time.Now().Add(2*healthCheck + 15*time.Second); h.Listening("ch"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the hub still listens on a connection that answered nothing for", 2*healthCheck+15*time.Second)
+		}
+	}
+	p.Cut() // (the network is back)
+	expect(t, "a", wake, Recheck)
+	if !h.Listening("ch") {
+		t.Error("not listening once the waiter was woken")
+	}
+	rdb.Publish(t.Context(), "ch", WakeAll)
+	expect(t, "a", wake, Released)
+}
