@@ -1342,3 +1342,56 @@ func TestRedlockInspectNamesTheTypeANameIsHeldAs(t *testing.T) {
 		}
 	}
 }
+
+// Close does not wait for a List under way: a walk of the keyspace is no
+// clean-up of the Client's, and Close returns once its own clean-up is
+// done, while the List, stuck on a node whose SCAN reply is held, goes on
+// until that node's read timeout ends it.
+func TestRedlockCloseDoesNotWaitForAListUnderWay(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	p := redistest.NewProxy(t, srvs[2].Addr())
+	stuck := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { stuck.Close() })
+	if err := stuck.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := newRedlock(t, []redis.UniversalClient{direct[0], direct[1], stuck}, 0)
+	l, err := c.TryAcquire(ctx, "listed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	direct[2].ConfigResetStat(ctx)
+	p.StallReplies()
+	listed := make(chan error, 1)
+	go func() {
+		_, err := c.List(ctx, "*")
+		listed <- err
+	}()
+	scanned := func() bool {
+		info, err := direct[2].Info(ctx, "commandstats").Result()
+		return err == nil && strings.Contains(info, "cmdstat_scan:calls=")
+	}
+	if !waitFor(5*time.Second, scanned) {
+		t.Fatal("node 2 never ran the List's SCAN")
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	start := time.Now()
+	err = c.Close(cctx)
+	took := time.Since(start)
+	p.Cut() // the List's SCAN on node 2 fails at once
+	if err != nil {
+		t.Errorf("Close with a List under way = %v after %v, want nil: it waited for the List", err, took)
+	}
+	select {
+	case <-listed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("List never returned")
+	}
+}

@@ -130,13 +130,19 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 	// call cancelled when the outcome is decided, or at the per-node
 	// timeout, could be dropped unsent from the node's pipeline (a grant
 	// missing from a node, a release never made). go-redis's timeouts bound
-	// it.
+	// it. A call waited for to its end (untilDone) is never late: Drain,
+	// and so Close, does not wait for it (a List under way).
 	nctx := context.WithoutCancel(ctx)
 	for i, n := range q.nodes {
-		q.late.Go(func() {
+		call := func() {
 			v, err := fn(nctx, n)
 			ch <- answer[T]{i: i, v: v, err: err, ok: true}
-		})
+		}
+		if until == untilDone {
+			go call()
+		} else {
+			q.late.Go(call)
+		}
 	}
 	r := round[T]{q: q, answers: make([]answer[T], len(q.nodes)), errs: make([]error, len(q.nodes))}
 	timeout, cut := time.After(q.timeout), ctx.Done()
