@@ -1395,3 +1395,54 @@ func TestRedlockCloseDoesNotWaitForAListUnderWay(t *testing.T) {
 		t.Fatal("List never returned")
 	}
 }
+
+// Over a quorum, a Lock whose lease another Lock resumed on a majority,
+// while one node missed the resume and still answers yes, is told so at
+// its next extension (ErrNotHeld, naming the resume), its Release leaves
+// the resumed lease alone, and no other client takes the lock meanwhile.
+func TestRedlockSupersededOnAMajorityIsToldAndSparesTheResume(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	p := redistest.NewProxy(t, srvs[2].Addr())
+	missed := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { missed.Close() })
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { missed.Ping(ctx) })
+	}
+	wg.Wait()
+	nodes := []redis.UniversalClient{direct[0], direct[1], missed}
+	opts := []dlock.Option{dlock.LeaseTTL(5 * time.Second), dlock.WithAutoExtend(false)}
+	old := newRedlock(t, nodes, 200*time.Millisecond, opts...)
+	next := newRedlock(t, nodes, 200*time.Millisecond, opts...)
+	third := newRedlock(t, direct, 200*time.Millisecond, opts...)
+	const name = "q-sup"
+	l0, err := old.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stall() // node 2 misses the resume
+	r, err := next.TryAcquire(ctx, name, dlock.Resume(l0.Token()))
+	p.Cut()
+	if err != nil {
+		t.Fatalf("resume on nodes 0 and 1 = %v", err)
+	}
+	defer r.Release(ctx)
+	err = l0.Extend(ctx, 5*time.Second)
+	t.Logf("old Extend: %v", err)
+	if !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), "resumed") {
+		t.Errorf("the superseded Lock's Extend = %v, want ErrNotHeld naming the resume", err)
+	}
+	l0.Release(ctx)
+	if err := r.Extend(ctx, 5*time.Second); err != nil {
+		t.Errorf("the resumed Lock's Extend after the superseded Lock's Release = %v", err)
+	}
+	if l3, err := third.TryAcquire(ctx, name); err == nil {
+		l3.Release(ctx)
+		t.Error("another client took the lock the resumed Lock holds")
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Errorf("the resumed Lock's Release = %v", err)
+	}
+}
