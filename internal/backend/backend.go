@@ -506,7 +506,7 @@ func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64
 		if v, ok = r[0].(int64); !ok || !ok2 {
 			return false, fmt.Errorf("unexpected reply %v", r)
 		}
-		err = nil
+		err = cmd.Err() // (nil, or acked's refusal of WAITAOF after the script ran)
 		n.clock.read(ctx, c.Lock, ttl, us, sent, time.Now())
 	}
 	switch {
