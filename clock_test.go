@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -468,5 +469,78 @@ func TestObserverToldOnceOfServerClockRunningFastReadAtUnevenIntervals(t *testin
 		t.Errorf("a server clock 5%% fast: told nothing, want told once it runs ahead")
 	case len(got) > 1:
 		t.Errorf("a server clock 5%% fast: told %d times, want once: %v", len(got), got)
+	}
+}
+
+// Through a driver, which does not say which master answered, a Cluster's
+// clock is not watched, whichever way its releases are announced: masters
+// whose clocks differ steadily, read as one server, would be told of as a
+// step at each turn between them.
+func TestObserverNotToldOfADriversClusterMastersWhoseClocksDiffer(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds a Cluster")
+	}
+	leakcheck.Check(t)
+	opts, set := redistest.FakeClock(t)
+	set("+5s") // one master's clock 5s ahead of the others', from its start
+	nodes := redistest.StartClusterOf(t, 3, 0, func(i int) []redistest.Option {
+		if i == 0 {
+			return opts
+		}
+		return []redistest.Option{redistest.Valkey(t)}
+	})
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	ctx := t.Context()
+	for _, sharded := range []bool{true, false} {
+		w := new(clockWatcher)
+		c, err := dlock.NewFrom(goredisdriver.Conn(cc), dlock.WithShardedPubSub(sharded), dlock.WithAutoExtend(false),
+			dlock.WithObserver(w.observer()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		// One lease on the master ahead, one on another.
+		var ahead, other *dlock.Lock
+		for i := 0; i < 64 && (ahead == nil || other == nil); i++ {
+			name := fmt.Sprint("clock-driver-cluster-", sharded, "-", i)
+			l, err := c.TryAcquire(ctx, name, dlock.LeaseTTL(3*time.Second))
+			if err != nil {
+				t.Fatalf("TryAcquire(%s) = %v, want nil", name, err)
+			}
+			m, err := cc.MasterForKey(ctx, l.Key())
+			if err != nil {
+				t.Fatalf("MasterForKey(%s) = %v", l.Key(), err)
+			}
+			switch onAhead := m.Options().Addr == nodes[0].Addr(); {
+			case onAhead && ahead == nil:
+				ahead = l
+			case !onAhead && other == nil:
+				other = l
+			default:
+				l.Release(ctx)
+				continue
+			}
+			t.Cleanup(func() { l.Release(context.Background()) })
+		}
+		if ahead == nil || other == nil {
+			t.Fatalf("64 names: a lease on the master ahead %v, on another %v; want both", ahead != nil, other != nil)
+		}
+		for range 3 {
+			for _, l := range []*dlock.Lock{ahead, other} {
+				if err := l.Extend(ctx, 3*time.Second); err != nil {
+					t.Fatalf("Extend(%s) = %v, want nil", l.Key(), err)
+				}
+			}
+		}
+		if got := w.clockEvents(); len(got) != 0 {
+			t.Errorf("sharded pub/sub %v: after extensions on two masters whose clocks differ by 5s, each steady: told %d times (first %v), want never",
+				sharded, len(got), got[0])
+		}
 	}
 }

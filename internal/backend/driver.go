@@ -21,7 +21,7 @@ import (
 func NewNodeFrom(d driver.Conn, c Config) Node {
 	d = guard{d}
 	n := newNode(c, nil, drv{d}, d)
-	if c.Sharded {
+	if d.Info().Cluster {
 		n.clock = nil // which master read the clock is unknown: readings of several would compare as one server's
 	}
 	return n

@@ -39,6 +39,7 @@ func TestNodeTakesRetriesAndPublishFromItsClient(t *testing.T) {
 		{"a driver", NewNodeFrom(infoConn{info: driver.Info{Retries: true}}, Config{Clock: hook}), true, true, false, 0},
 		{"a driver without retries", NewNodeFrom(infoConn{}, Config{Clock: hook, Replicas: 1}), false, true, false, 1},
 		{"a driver's Cluster", NewNodeFrom(infoConn{info: driver.Info{Cluster: true}}, Config{Sharded: true, Clock: hook}), false, false, true, 0},
+		{"a driver's Cluster announcing with PUBLISH", NewNodeFrom(infoConn{info: driver.Info{Cluster: true}}, Config{Clock: hook}), false, false, false, 0},
 	} {
 		pub := "PUBLISH"
 		if c.sharded {
