@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -541,6 +542,70 @@ func TestObserverNotToldOfADriversClusterMastersWhoseClocksDiffer(t *testing.T) 
 		if got := w.clockEvents(); len(got) != 0 {
 			t.Errorf("sharded pub/sub %v: after extensions on two masters whose clocks differ by 5s, each steady: told %d times (first %v), want never",
 				sharded, len(got), got[0])
+		}
+	}
+}
+
+// An extension the replica does not acknowledge in time fails as such
+// (ErrReplicaAck), the lease still held, whether or not an Observer of
+// the clock makes its reply carry the server's time; acknowledged again,
+// it succeeds.
+func TestUnacknowledgedExtensionFailsAsSuchWhetherOrNotTheClockIsWatched(t *testing.T) {
+	t.Parallel()
+	long(t)
+	leakcheck.Check(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	fast := redistest.Args("--repl-diskless-sync-delay", "0")
+	master := redistest.Start(t, redistest.TCP(), fast)
+	link := redistest.NewProxy(t, master.Addr()) // replication crosses it
+	replica := redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
+	rdb := master.Client(t)
+	for _, watched := range []bool{false, true} {
+		if !replicaAcks(ctx, master, replica) {
+			t.Fatal("the replica never synced")
+		}
+		opts := []dlock.Option{dlock.WithReplicaAck(1, 200*time.Millisecond), dlock.WithAutoExtend(false), dlock.LeaseTTL(3 * time.Second)}
+		w := new(clockWatcher)
+		if watched {
+			opts = append(opts, dlock.WithObserver(w.observer()))
+		}
+		c := newClient(t, rdb, opts...)
+		for _, kind := range []string{"plain", "fair"} {
+			name := fmt.Sprint("acked-extend-", kind, "-", watched)
+			var l *dlock.Lock
+			var err error
+			if kind == "plain" {
+				l, err = newClient(t, rdb, append(opts, dlock.WithUnfair(nil))...).TryAcquire(ctx, name)
+			} else {
+				l, err = c.TryAcquire(ctx, name)
+			}
+			if err != nil {
+				t.Fatalf("clock watched %v, %s: acknowledged TryAcquire = %v", watched, kind, err)
+			}
+			if err := l.Extend(ctx, 3*time.Second); err != nil {
+				t.Errorf("clock watched %v, %s: acknowledged Extend = %v", watched, kind, err)
+			}
+			link.Stall()
+			if err := l.Extend(ctx, 3*time.Second); !errors.Is(err, dlock.ErrReplicaAck) || errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("clock watched %v, %s: Extend with replication stalled = %v, want ErrReplicaAck, not ErrNotHeld", watched, kind, err)
+			}
+			if err := l.Err(); err != nil {
+				t.Errorf("clock watched %v, %s: Err() after an unacknowledged extension = %v, want nil", watched, kind, err)
+			}
+			link.Cut()
+			if !replicaAcks(ctx, master, replica) {
+				t.Fatal("the replica never synced again")
+			}
+			if err := l.Extend(ctx, 3*time.Second); err != nil {
+				t.Errorf("clock watched %v, %s: Extend acknowledged again = %v, want nil", watched, kind, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("clock watched %v, %s: Release = %v", watched, kind, err)
+			}
+		}
+		if got := w.clockEvents(); len(got) != 0 {
+			t.Errorf("clock watched %v: told %v, want nothing (one server, its clock steady)", watched, got)
 		}
 	}
 }
