@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -1203,4 +1204,70 @@ func TestElectionOtherKindsOnTheLeadersName(t *testing.T) {
 	if err != nil || cur.Token != l.Token() || cur.Value != "a fair lock" || cur.Fence != f || cur.Fence <= leader.Fence() {
 		t.Errorf("Leader while a fair lock holds the name = %+v, %v; want that lock, with its fence above %d", cur, err, leader.Fence())
 	}
+}
+
+// resignSeen checks on c that a leader resigning with nobody in line
+// announces it: Observe reports that nobody leads at once, long before
+// its re-read at the lease time (30s) would.
+func resignSeen(t *testing.T, c *dlock.Client, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	e := newElection(t, c, name)
+	obs := e.Observe(ctx)
+	if ld := <-obs; ld != (dlock.Leader{}) {
+		t.Fatalf("Observe's first value before any campaign = %+v, want none", ld)
+	}
+	ld, err := e.Campaign(ctx, "alone")
+	if err != nil {
+		t.Fatalf("Campaign = %v", err)
+	}
+	select {
+	case got := <-obs:
+		if got.Value != "alone" {
+			t.Fatalf("Observe's leader = %+v, want %q", got, "alone")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Observe did not report the leader within 5s")
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatalf("Resign = %v", err)
+	}
+	select {
+	case got := <-obs:
+		if got != (dlock.Leader{}) {
+			t.Errorf("Observe after the lone leader resigned = %+v, want none", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Observe did not report within 5s that the lone leader resigned: the release was not announced")
+	}
+}
+
+func TestElectionLoneLeadersResignationIsAnnounced(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	resignSeen(t, newClient(t, rdb, dlock.LeaseTTL(30*time.Second)), "resign-alone")
+}
+
+// The same on a Cluster, announced with SPUBLISH on the name's shard,
+// through go-redis and through a driver.
+func TestElectionLoneLeadersResignationIsAnnouncedOnACluster(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds a Cluster")
+	}
+	var addrs []string
+	for _, n := range redistest.StartCluster(t, 3, 0) {
+		addrs = append(addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	ttl := dlock.LeaseTTL(30 * time.Second)
+	resignSeen(t, newClient(t, cc, ttl), "resign-alone-a")
+	c, err := dlock.NewFrom(goredisdriver.Conn(cc), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	resignSeen(t, c, "resign-alone-b")
 }
