@@ -1,12 +1,17 @@
 package backend
 
 import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // infoConn is a driver's Conn that only says what it is; nothing is sent.
@@ -83,5 +88,64 @@ func TestUnwatchedClockIgnoresAReading(t *testing.T) {
 	w.read(t.Context(), "k", time.Second, 1, time.Now(), time.Now())
 	if w.on() {
 		t.Error("an unwatched clock is on")
+	}
+}
+
+// A clock hook that turns on and off while extensions run: each extension
+// succeeds whether or not its reply carried the server's time, a steady
+// clock is never told of, and the readings race with nothing.
+func TestExtendWhileTheClockHookTurnsOnAndOff(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	var on atomic.Bool
+	var told atomic.Int32
+	hook := &ClockHook{On: on.Load, Margin: func(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond },
+		Tell: func(context.Context, string, string, time.Duration, time.Duration) { told.Add(1) }}
+	ctx := t.Context()
+	for _, kind := range []Kind{PlainLock, FairLock} {
+		n := NewNode(rdb, Config{TTL: 10 * time.Second, Clock: hook})
+		c := &Claim{Keys: KeysFor("dlock:", "toggled-"+kind.what()), Kind: kind}
+		c.SetToken("tok")
+		if g, err := n.Acquire(ctx, c, 10*time.Second, false); err != nil || !g.Held {
+			t.Fatalf("%s: acquire = %+v, %v", kind.what(), g, err)
+		}
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+					on.Store(!on.Load())
+					runtime.Gosched()
+				}
+			}
+		})
+		for w := range 4 {
+			wg.Go(func() {
+				for i := range 50 {
+					if ok, err := n.Extend(ctx, c, 10*time.Second, 0); !ok || err != nil {
+						t.Errorf("%s: extension %d.%d = %v, %v; want true, nil", kind.what(), w, i, ok, err)
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(10 * time.Millisecond)
+		for range 50 { // (and some with the hook on throughout, for baselines)
+			on.Store(true)
+			if ok, err := n.Extend(ctx, c, 10*time.Second, 0); !ok || err != nil {
+				t.Errorf("%s: extension = %v, %v; want true, nil", kind.what(), ok, err)
+			}
+		}
+		close(done)
+		wg.Wait()
+		if ok, err := n.Release(ctx, c); !ok || err != nil {
+			t.Errorf("%s: release = %v, %v", kind.what(), ok, err)
+		}
+	}
+	if n := told.Load(); n != 0 {
+		t.Errorf("told %d times of a steady clock, want never", n)
 	}
 }
