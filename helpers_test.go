@@ -545,9 +545,11 @@ func long(t *testing.T) {
 // the first command for which match is true has returned: a client paused
 // (GC, scheduling) between two requests of one operation.
 type pauseAfter struct {
-	match func(args []any) bool
-	pause time.Duration
-	once  sync.Once
+	match   func(args []any) bool
+	pause   time.Duration
+	once    sync.Once
+	reached chan struct{} // if set, closed when the pause begins
+	until   chan struct{} // if set, the pause ends when it is closed (or after pause)
 }
 
 func (h *pauseAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -556,7 +558,15 @@ func (h *pauseAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if h.match(cmd.Args()) {
-			h.once.Do(func() { time.Sleep(h.pause) })
+			h.once.Do(func() {
+				if h.reached != nil {
+					close(h.reached)
+				}
+				select {
+				case <-h.until: // (nil: never)
+				case <-time.After(h.pause):
+				}
+			})
 		}
 		return err
 	}

@@ -852,20 +852,26 @@ func TestResumeOfForeignTagsRefusedBeforeSending(t *testing.T) {
 func TestResumeConcurrentOverAQuorum(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	var plain, paused []redis.UniversalClient
+	var (
+		plain, paused []redis.UniversalClient
+		reached       []chan struct{}
+		resumeA       = make(chan struct{})
+	)
 	for range 3 {
 		s := redistest.Start(t)
 		plain = append(plain, s.Client(t))
 		rdbA := s.Client(t)
-		rdbA.AddHook(&pauseAfter{match: isMarkerGet, pause: 300 * time.Millisecond})
+		h := &pauseAfter{match: isMarkerGet, pause: 10 * time.Second, reached: make(chan struct{}), until: resumeA}
+		rdbA.AddHook(h)
 		paused = append(paused, rdbA)
+		reached = append(reached, h.reached)
 	}
 	opts := []dlock.Option{dlock.WithAutoExtend(false)}
 	l0, err := newRedlock(t, plain, 200*time.Millisecond, opts...).TryAcquire(ctx, "quorum-rr", dlock.LeaseTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cA := newRedlock(t, paused, time.Second, opts...)
+	cA := newRedlock(t, paused, 5*time.Second, opts...) // (its node timeout outlasts B's resume)
 	cB := newRedlock(t, plain, 200*time.Millisecond, opts...)
 	var (
 		lA   *dlock.Lock
@@ -875,8 +881,11 @@ func TestResumeConcurrentOverAQuorum(t *testing.T) {
 	wg.Go(func() {
 		lA, errA = cA.TryAcquire(ctx, "quorum-rr", dlock.Resume(l0.Token()), dlock.LeaseTTL(10*time.Second))
 	})
-	time.Sleep(100 * time.Millisecond)
+	for _, r := range reached { // A read every node's marker, and waits
+		<-r
+	}
 	lB, errB := cB.TryAcquire(ctx, "quorum-rr", dlock.Resume(l0.Token()), dlock.LeaseTTL(2*time.Second))
+	close(resumeA)
 	wg.Wait()
 	for _, l := range []*dlock.Lock{lA, lB} {
 		if l != nil {
