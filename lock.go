@@ -404,7 +404,11 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 	}
 	applied := !onlyEarlier || t.until.Before(l.validUntil)
 	if l.dog != nil && (ttl < l.ttl || (applied && l.atCap() && !t.atCap())) {
-		l.arm(ttl / 3) // a shorter lease needs the next extension sooner
+		d := ttl / 3 // a shorter lease needs the next extension sooner
+		if !applied {
+			d = min(d, time.Until(l.due)) // the validity stands: so does a retry due within it
+		}
+		l.arm(d)
 	}
 	l.ttl = ttl // the lease time asked for, whether or not this call took effect
 	if !applied {

@@ -66,7 +66,7 @@ func (l *Lock) tick() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.running = false
-	retry := max(time.Until(validUntil)/4, minRetry)
+	retry := max(time.Until(l.validUntil)/4, minRetry) // (an Extend during the run may have moved it)
 	switch {
 	case err == nil: // (cut at the max hold: the next run finds the lease at its cap, and leaves it to the expiry timer)
 		l.quick = 0

@@ -1,0 +1,141 @@
+package dlock
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// autoRuns returns a lease under ttl whose watchdog's runs first call
+// during(n, l, ctx), n counting from 1, and use the context it returns;
+// ended, if not nil, gets the error of each run's extension.
+func autoRuns(t *testing.T, name string, ttl time.Duration, during func(n int32, l *Lock, ctx context.Context) context.Context, ended chan<- error) *Lock {
+	t.Helper()
+	leakcheck.Check(t)
+	rdb := redistest.Start(t).Client(t)
+	var (
+		held atomic.Pointer[Lock]
+		n    atomic.Int32
+	)
+	auto := func(e *Event) *Lock {
+		if e.Op != OpExtend || !e.Auto {
+			return nil
+		}
+		return held.Load()
+	}
+	obs := Observer{
+		Start: func(ctx context.Context, e *Event) context.Context {
+			if l := auto(e); l != nil {
+				return during(n.Add(1), l, ctx)
+			}
+			return ctx
+		},
+		End: func(_ context.Context, e *Event) {
+			if auto(e) != nil && ended != nil {
+				select {
+				case ended <- e.Err:
+				default:
+				}
+			}
+		},
+	}
+	c, err := New(rdb, LeaseTTL(ttl), WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryAcquire(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Release(context.Background()) })
+	held.Store(l)
+	return l
+}
+
+// cancelled returns ctx cancelled: an extension under it fails unsent.
+func cancelled(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	return ctx
+}
+
+// An Extend to a shorter lease made while a watchdog run is under way,
+// whose own extension then fails, is kept to: the run's retry comes within
+// the shorter validity, not a quarter of the validity the run began with
+// later (which is past the shorter lease's end: the lock lost with Redis
+// answering).
+func TestWatchdogRetryAfterAFailedRunKeepsToAShorterExtendMadeDuringIt(t *testing.T) {
+	t.Parallel()
+	extended := make(chan error, 1)
+	l := autoRuns(t, "shorter-during-a-failed-run", 6*time.Second, func(n int32, l *Lock, ctx context.Context) context.Context {
+		if n != 1 {
+			return ctx
+		}
+		extended <- l.Extend(context.Background(), 500*time.Millisecond)
+		return cancelled(ctx) // this run's extension fails
+	}, nil)
+	select {
+	case err := <-extended:
+		if err != nil {
+			t.Fatalf("Extend(500ms) during the watchdog's first run = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watchdog's first run did not start within 10s (TTL/3 is 2s)")
+	}
+	time.Sleep(1500 * time.Millisecond) // three times the shorter lease
+	if err := l.Err(); err != nil {
+		t.Fatalf("1.5s after Extend(500ms), with Redis answering, Err() = %v; want the watchdog to have kept the lease", err)
+	}
+}
+
+// An Extend to a shorter lease that fails (its outcome unknown: the
+// validity stands) does not put off a watchdog retry already due sooner:
+// after failed runs the validity left is under a third of the shorter
+// lease, and the retry must still come within it.
+func TestFailedShorterExtendDoesNotPutOffTheWatchdogsRetry(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	ended := make(chan error, 16)
+	l := autoRuns(t, "shorter-extend-failed", 6*time.Second, func(_ int32, _ *Lock, ctx context.Context) context.Context {
+		if failing.Load() {
+			return cancelled(ctx)
+		}
+		return ctx
+	}, ended)
+	for time.Until(l.ValidUntil()) > 1500*time.Millisecond {
+		select {
+		case err := <-ended:
+			if err == nil {
+				t.Fatal("a watchdog run under a cancelled context succeeded")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no watchdog run within 10s")
+		}
+	}
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+		l.mu.Lock()
+		running := l.running
+		l.mu.Unlock()
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the failed run did not end within 1s")
+		}
+	}
+	failing.Store(false) // Redis answers the watchdog from now on
+	left := time.Until(l.ValidUntil())
+	if err := l.Extend(cancelled(context.Background()), 5700*time.Millisecond); err == nil {
+		t.Fatal("Extend under a cancelled context succeeded")
+	}
+	time.Sleep(left + 500*time.Millisecond)
+	if err := l.Err(); err != nil {
+		t.Fatalf("the watchdog did not extend the lease within the %v of validity left when an Extend(5.7s) failed: Err() = %v",
+			left.Round(time.Millisecond), err)
+	}
+}
