@@ -2,6 +2,9 @@ package dlock
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,5 +140,118 @@ func TestFailedShorterExtendDoesNotPutOffTheWatchdogsRetry(t *testing.T) {
 	if err := l.Err(); err != nil {
 		t.Fatalf("the watchdog did not extend the lease within the %v of validity left when an Extend(5.7s) failed: Err() = %v",
 			left.Round(time.Millisecond), err)
+	}
+}
+
+// Nudges and Extends to lease times longer and shorter, at random moments
+// of the watchdog's runs, never leave a lease that Redis keeps answering
+// for unextended past its validity.
+func TestWatchdogKeepsALeaseThroughNudgesAndExtendsOfEveryLength(t *testing.T) {
+	t.Parallel()
+	l := autoRuns(t, "nudged-and-extended", 900*time.Millisecond, func(_ int32, _ *Lock, ctx context.Context) context.Context { return ctx }, nil)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		r := rand.New(rand.NewPCG(1, 2))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(r.IntN(30)) * time.Millisecond):
+			}
+			l.nudge()
+		}
+	})
+	wg.Go(func() {
+		r := rand.New(rand.NewPCG(3, 4))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(r.IntN(150)) * time.Millisecond):
+			}
+			ttl := time.Duration(400+r.IntN(600)) * time.Millisecond
+			if err := l.Extend(context.Background(), ttl); err != nil {
+				t.Errorf("Extend(%v) = %v", ttl, err)
+				return
+			}
+		}
+	})
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := l.Err(); err != nil {
+			t.Errorf("lost with Redis answering: %v", err)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// Leases released at random moments of their watchdogs' runs, nudged and
+// extended meanwhile, start no watchdog run after their Release returned,
+// and leave no goroutine behind (leakcheck).
+func TestNoWatchdogRunStartsAfterRelease(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	rdb := redistest.Start(t).Client(t)
+	var mu sync.Mutex
+	released := map[*Lock]bool{}
+	var late atomic.Int32
+	var byName sync.Map // name -> *Lock
+	obs := Observer{Start: func(ctx context.Context, e *Event) context.Context {
+		if e.Op != OpExtend || !e.Auto {
+			return ctx
+		}
+		if v, ok := byName.Load(e.Name); ok {
+			mu.Lock()
+			if released[v.(*Lock)] {
+				late.Add(1)
+			}
+			mu.Unlock()
+		}
+		return ctx
+	}}
+	c, err := New(rdb, LeaseTTL(450*time.Millisecond), WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	var wg sync.WaitGroup
+	for i := range 40 {
+		name := fmt.Sprintf("released-mid-run-%d", i)
+		l, err := c.TryAcquire(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName.Store(name, l)
+		hold := time.Duration(r.IntN(600)) * time.Millisecond
+		nudges := r.IntN(5)
+		wg.Go(func() {
+			end := time.Now().Add(hold)
+			for k := 0; time.Now().Before(end); k++ {
+				if k < nudges {
+					l.nudge()
+				} else if k%3 == 0 {
+					l.Extend(context.Background(), 300*time.Millisecond+time.Duration(k%4)*50*time.Millisecond)
+				}
+				time.Sleep(7 * time.Millisecond)
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Errorf("Release of %s = %v", name, err)
+			}
+			mu.Lock()
+			released[l] = true
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	time.Sleep(300 * time.Millisecond) // more than two watchdog periods
+	if n := late.Load(); n > 0 {
+		t.Errorf("%d watchdog runs started after their lease's Release returned", n)
+	}
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
