@@ -255,3 +255,68 @@ func TestNoWatchdogRunStartsAfterRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A watchdog timer that fires as it is re-armed later (a stale fire: its
+// function runs after arm moved the next run) runs nothing: no extension
+// before the run's time, and, during a run, no jeopardy before the time
+// its extension is left unanswered.
+func TestStaleWatchdogFireRunsNothing(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	release := make(chan struct{})
+	l := autoRuns(t, "stale-fire", time.Minute, func(n int32, l *Lock, ctx context.Context) context.Context {
+		runs.Store(n)
+		if n == 1 {
+			select { // the run stays under way while the test fires the timer's function again
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		return ctx
+	}, nil)
+	j := l.Jeopardy()
+	staleFire(t, l) // 20s before the first run is due
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("a stale fire before the first run was due ran the watchdog (%d runs)", n)
+	}
+	l.mu.Lock()
+	l.arm(0)
+	l.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for runs.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the watchdog armed to run now did not run within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	staleFire(t, l) // during the run, about 30s before its extension is left unanswered
+	if !isOpenChan(j) {
+		t.Error("a stale fire during a run put the lease in jeopardy before its extension was left unanswered")
+	}
+	close(release)
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// staleFire runs the watchdog timer's function as a stale fire does, and
+// fails the test if it does not return within 5s.
+func staleFire(t *testing.T, l *Lock) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); l.tick() }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stale fire did not return within 5s: it ran the watchdog")
+	}
+}
+
+func isOpenChan(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
+}
