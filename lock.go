@@ -214,9 +214,12 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 	l.mu.Lock()
 	superseded := l.handedOff
 	l.mu.Unlock()
-	switch err := l.Err(); {
-	case l.fence > 0 && !superseded: // (a Lock known superseded by a resume has no fence to give)
+	// A fence issued is returned without reading the state: a loss told
+	// here, under fenceTurn, would leave a Lost hook's Fence waiting for it.
+	if l.fence > 0 && !superseded { // (a Lock known superseded by a resume has no fence to give)
 		return l.fence, nil
+	}
+	switch err := l.Err(); {
 	case err == ErrReleased:
 		return 0, lost(l.name, "the lock was released before a fence was asked for")
 	case err != nil:

@@ -306,6 +306,52 @@ func TestLostHookMayCallDoneAndContextOfItsLock(t *testing.T) {
 	}
 }
 
+// Fence returns a fence it issued without reading the Lock's state: a
+// loss due meanwhile is not declared there, under Fence's turn, so a Lost
+// hook that calls Fence of its Lock, told later, gets that fence and does
+// not wait for the turn its own caller holds.
+func TestLostHookMayCallFenceOfItsLockOnceIssued(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "hooked-fence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fenceOf(t, l)
+	type result struct {
+		f   int64
+		err error
+	}
+	told := make(chan result, 1)
+	// Added after the acquisition, the hook arms no expiry timer: the loss
+	// is declared when the state is next read.
+	c.Observe(dlock.Observer{Lost: func(context.Context, *dlock.Event) {
+		hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		f, err := l.Fence(hctx)
+		told <- result{f, err}
+	}})
+	if !waitFor(2*time.Second, func() bool { return time.Now().After(l.ValidUntil()) }) {
+		t.Fatal("the validity has not run out")
+	}
+	if got, err := l.Fence(ctx); got != f || err != nil {
+		t.Errorf("Fence once the validity ran out = %d, %v; want the fence issued, %d, nil", got, err, f)
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Err once the validity ran out = %v, want ErrNotHeld", err)
+	}
+	select {
+	case r := <-told:
+		if r.f != f || r.err != nil {
+			t.Errorf("in the Lost hook: Fence = %d, %v; want the fence issued, %d, nil", r.f, r.err, f)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost hook not done 5s after the loss was read")
+	}
+}
+
 // With a Lost hook the expiry timer is armed at once: the hook hears of an
 // expiry when it happens, though nobody reads the Lock's state.
 func TestLostHookFiresAtExpiry(t *testing.T) {
