@@ -306,6 +306,61 @@ func TestLostHookMayCallDoneAndContextOfItsLock(t *testing.T) {
 	}
 }
 
+// A loss found due by the first call of Done or Context of a Lock that no
+// timer watches is told from that call, and its Lost hook may call Done
+// and Context of the Lock: they come back closed with the loss, and the
+// first call returns.
+func TestLostHookToldByTheFirstDoneOrContextMayCallThem(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	for _, first := range []string{"Done", "Context"} {
+		c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond))
+		name := "hooked-first-" + first
+		l, err := c.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		told := make(chan error, 1)
+		// Added after the acquisition, the hook arms no expiry timer: the
+		// loss is declared by the first call below.
+		c.Observe(dlock.Observer{Lost: func(context.Context, *dlock.Event) {
+			if !closedWithin(l.Done(), 0) {
+				told <- errors.New("Done() open")
+				return
+			}
+			told <- context.Cause(l.Context())
+		}})
+		if !waitFor(2*time.Second, func() bool { return time.Now().After(l.ValidUntil()) }) {
+			t.Fatal("the validity has not run out")
+		}
+		returned := make(chan (<-chan struct{}), 1)
+		go func() {
+			if first == "Done" {
+				returned <- l.Done()
+			} else {
+				returned <- l.Context().Done()
+			}
+		}()
+		select {
+		case done := <-returned:
+			if !closedWithin(done, 0) {
+				t.Errorf("%s: the first call's channel is open, want closed with the loss", first)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the first call has not returned 5s after the lease ran out", first)
+		}
+		select {
+		case err := <-told:
+			if !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s first, in the Lost hook: Done closed and Context's cause = %v, want ErrNotHeld", first, err)
+			}
+		default:
+			t.Errorf("%s first: the Lost hook was not told from the first call", first)
+		}
+	}
+}
+
 // Fence returns a fence it issued without reading the Lock's state: a
 // loss due meanwhile is not declared there, under Fence's turn, so a Lost
 // hook that calls Fence of its Lock, told later, gets that fence and does
