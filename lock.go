@@ -432,8 +432,10 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 // Release gives the lock up; a repeat returns nil. [ErrNotHeld] if it was lost
 // or resumed elsewhere first. After a Redis error, retry or let it expire.
 func (l *Lock) Release(ctx context.Context) (err error) {
-	// With none under way, a done ctx still takes its turn: the release
-	// stops the watchdog. Waiting for one under way, nothing is sent.
+	// A loss due is told before the turn is taken: a Lost hook may call
+	// Release. With none under way, a done ctx still takes its turn: the
+	// release stops the watchdog. Waiting for one under way, nothing is sent.
+	l.expire()
 	took := l.take(ctx, relTurn)
 	if took {
 		defer l.give(relTurn)

@@ -361,6 +361,43 @@ func TestLostHookToldByTheFirstDoneOrContextMayCallThem(t *testing.T) {
 	}
 }
 
+// A loss found due by Release is told before Release takes its turn: a
+// Lost hook that releases its Lock, told from there, does not wait for a
+// turn its own caller holds; it gets the loss, and the Release that told
+// it finds the lock released.
+func TestLostHookToldByReleaseMayReleaseItsLock(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "hooked-release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	told := make(chan error, 1)
+	// Added after the acquisition, the hook arms no expiry timer: the loss
+	// is declared by the Release below.
+	c.Observe(dlock.Observer{Lost: func(context.Context, *dlock.Event) {
+		hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		told <- l.Release(hctx)
+	}})
+	if !waitFor(2*time.Second, func() bool { return time.Now().After(l.ValidUntil()) }) {
+		t.Fatal("the validity has not run out")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release once the Lost hook released the lock = %v, want nil (a repeat)", err)
+	}
+	select {
+	case err := <-told:
+		if !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("in the Lost hook: Release = %v, want the loss (ErrNotHeld)", err)
+		}
+	default:
+		t.Error("the Lost hook was not told from Release")
+	}
+}
+
 // Fence returns a fence it issued without reading the Lock's state: a
 // loss due meanwhile is not declared there, under Fence's turn, so a Lost
 // hook that calls Fence of its Lock, told later, gets that fence and does
