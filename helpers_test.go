@@ -294,6 +294,23 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	return cond()
 }
 
+// tooLate is the reason an attempt whose reply came back after its lease's
+// validity had run out gives: the lease was given back, nothing is held.
+const tooLate = "the reply came after the lease's validity had run out"
+
+// tryAcquireInTime is c.TryAcquire of a name nobody else takes, tried again
+// (for up to 5s) while its reply comes back after the lease's validity: on a
+// loaded machine a round trip can outlast a lease of 100ms, and the library
+// then gives the lease back (ErrNotAcquired, tooLate) instead of returning it.
+func tryAcquireInTime(ctx context.Context, c *dlock.Client, name string, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		l, err := c.TryAcquire(ctx, name, opts...)
+		if err == nil || !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), tooLate) || !time.Now().Before(deadline) {
+			return l, err
+		}
+	}
+}
+
 // closedWithin reports whether ch closes within d.
 func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 	select {

@@ -206,7 +206,7 @@ func TestUnwatchedLockExpires(t *testing.T) {
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond))
 	for _, read := range []string{"Err", "Done", "Extend", "Release"} {
 		t.Run(read, func(t *testing.T) {
-			l, err := c.TryAcquire(ctx, "unwatched:"+read)
+			l, err := tryAcquireInTime(ctx, c, "unwatched:"+read)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,7 +242,7 @@ func TestDoneClosesWithItsContextAtTheDeadlineOrRelease(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond))
-	l, err := c.TryAcquire(ctx, "done:deadline")
+	l, err := tryAcquireInTime(ctx, c, "done:deadline")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestLostHookMayCallDoneAndContextOfItsLock(t *testing.T) {
 			}
 			told <- context.Cause(l.Context())
 		}}))
-	l, err := c.TryAcquire(t.Context(), "hooked-done")
+	l, err := tryAcquireInTime(t.Context(), c, "hooked-done")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func TestLostHookFiresAtExpiry(t *testing.T) {
 	lost := make(chan error, 1)
 	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(100*time.Millisecond),
 		dlock.WithObserver(dlock.Observer{Lost: func(_ context.Context, e *dlock.Event) { lost <- e.Err }}))
-	l, err := c.TryAcquire(t.Context(), "hooked-expiry")
+	l, err := tryAcquireInTime(t.Context(), c, "hooked-expiry")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,10 +45,11 @@ func TestLossesReadInTheirOwnWords(t *testing.T) {
 	check("release", l.Release(ctx), `dlock: not held: "loss-release": the lease had expired or was taken over before Release`, false)
 }
 
-// newLock returns c's Lock of name, failing the test if it is not taken.
+// newLock returns c's Lock of name (tryAcquireInTime), failing the test if
+// it is not taken.
 func newLock(t *testing.T, c *dlock.Client, name string, opts ...dlock.LockOption) *dlock.Lock {
 	t.Helper()
-	l, err := c.TryAcquire(t.Context(), name, opts...)
+	l, err := tryAcquireInTime(t.Context(), c, name, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
