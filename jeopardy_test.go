@@ -378,3 +378,28 @@ func TestJeopardyAskedForDuringAnExtensionTimesThatExtension(t *testing.T) {
 	}
 	checkToldBeforeTheLoss(t, l, l.Jeopardy(), p)
 }
+
+// The watchdog's next run comes a third of the lease after the last run
+// was sent, not after it was answered: the validity an extension gives
+// counts from its send. So a lease whose round trip is longer than a
+// third of it is still kept (timed from the answers, each extension came
+// a round trip later than the one before allowed, and a lease over such a
+// round trip ran out within a few runs).
+func TestWatchdogKeepsALeaseWhoseRoundTripIsAThirdOfIt(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	c := newClient(t, rdb, dlock.WithUnfair(nil))
+	l, err := c.TryAcquire(t.Context(), "far-away", dlock.LeaseTTL(1200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	p.Delay(240*time.Millisecond, 240*time.Millisecond) // a 480ms round trip: more than a third of the lease
+	if waitFor(6*time.Second, func() bool { return l.Err() != nil }) {
+		t.Fatalf("a 1.2s lease over a 480ms round trip was lost: %v", l.Err())
+	}
+}

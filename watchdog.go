@@ -70,7 +70,9 @@ func (l *Lock) tick() {
 	switch {
 	case err == nil: // (cut at the max hold: the next run finds the lease at its cap, and leaves it to the expiry timer)
 		l.quick = 0
-		l.arm(l.ttl / 3)
+		// A third of the lease after this run was sent, not after its answer:
+		// the validity it gave counts from the send.
+		l.arm(time.Until(l.checked.Add(l.ttl / 3)))
 	case check && l.quick < quickRetries:
 		// A check a message asked for (the pub/sub connection back
 		// after a restart) may meet connections the same break left
