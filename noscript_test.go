@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -834,6 +835,69 @@ func TestNoScriptsAcquireOfAnotherKindNamesWhatTheKeyHolds(t *testing.T) {
 		_, err := c.TryAcquire(ctx, name)
 		if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), "holds "+want) {
 			t.Errorf("script-free TryAcquire of %s = %v, want ErrWrongType naming %s", name, err, want)
+		}
+	}
+}
+
+// churnHook runs fn before every MULTI … EXEC whose commands match.
+type churnHook struct {
+	match func(args []any) bool
+	fn    func(ctx context.Context)
+	runs  atomic.Int32
+}
+
+func (h *churnHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *churnHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *churnHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "multi" && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return h.match(c.Args()) }) {
+			h.runs.Add(1)
+			h.fn(ctx)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A lock in heavy churn: every time a script-free attempt has read it
+// free, another lease takes it and lets it go again before the attempt's
+// EXEC. The attempt takes the free lock with SET NX, as acquire.lua would
+// at that moment; it does not fail for writes to a key it never needed
+// unchanged (the transaction aborted try after try), nor does a wait end
+// with that error.
+func TestWithoutScriptsAcquireInChurnTakesTheFreeLock(t *testing.T) {
+	t.Parallel()
+	s, direct := setup(t)
+	ctx := t.Context()
+	h := &churnHook{
+		match: func(args []any) bool { return cmdIs(args, "set", "dlock:{churn}") },
+		fn: func(ctx context.Context) { // another lease's whole hold
+			direct.Set(ctx, "dlock:{churn}", "another-lease", time.Minute)
+			direct.Del(ctx, "dlock:{churn}")
+		},
+	}
+	rdb := noScriptUser(t, s, nil)
+	rdb.AddHook(h)
+	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithAutoExtend(false))
+	for _, op := range []struct {
+		name    string
+		acquire func() (*dlock.Lock, error)
+	}{
+		{"TryAcquire", func() (*dlock.Lock, error) { return c.TryAcquire(ctx, "churn") }},
+		{"Acquire with MaxWait", func() (*dlock.Lock, error) { return c.Acquire(ctx, "churn", dlock.MaxWait(2*time.Second)) }},
+	} {
+		h.runs.Store(0)
+		l, err := op.acquire()
+		if err != nil {
+			t.Errorf("%s of a lock taken and let go before each EXEC = %v after %d tries, want the lock", op.name, err, h.runs.Load())
+			continue
+		}
+		if got := holderOf(direct.Get(ctx, "dlock:{churn}").Val()); got != l.Token() {
+			t.Errorf("%s: the lock holds %q, want the lease %q", op.name, got, l.Token())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s: Release = %v", op.name, err)
 		}
 	}
 }

@@ -161,7 +161,7 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 	if err := n.Carries(c.Kind); err != nil {
 		return Grant{}, NotSent(err)
 	}
-	g, err := watched(ctx, n, []string{c.Lock, c.Rev}, func(t tx) (Grant, error) { return n.acquireTx(t, c, ttl, queue) })
+	g, err := watched(ctx, n, []string{c.Rev}, func(t tx) (Grant, error) { return n.acquireTx(t, c, ttl, queue) })
 	if err != nil {
 		err = n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 		g.Undo = !errors.Is(err, ErrRevoked) && !neverSent(err) // (a failed try's Grant has no Undo)
@@ -169,13 +169,15 @@ func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, que
 	return g, err
 }
 
-// acquireTx is one try of Acquire, acquire.lua's steps. The lock and the
-// lease's marker are watched: an undo of this lease (which writes the
-// marker) that comes first makes the lease's token refused, and one that
-// comes between the reads and the EXEC aborts the EXEC, as does a lock
-// taken, released or expired meanwhile; the next try reads again.
+// acquireTx is one try of Acquire, acquire.lua's steps. The lease's
+// marker is watched: an undo of this lease (which writes it) that comes
+// first makes the lease's token refused, and one that comes between the
+// reads and the EXEC aborts the EXEC. The lock key itself is not watched:
+// SET NX takes it only if it is free whatever happened since the reads, so
+// a lock taken and let go again meanwhile (a lock in churn) aborts nothing.
 func (n NoScripts) acquireTx(t tx, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	h, m, r, err := t.lease(c, []any{"GET", c.Rev}, []any{"PTTL", c.Lock}) // (acquire.lua GETs the marker)
+	left := r[1]
 	switch ms := ttl.Milliseconds(); {
 	case err != nil:
 		return Grant{}, err
@@ -187,14 +189,21 @@ func (n NoScripts) acquireTx(t tx, c *Claim, ttl time.Duration, queue bool) (Gra
 		// Ours already: this lease's earlier try ran, its reply lost. Make
 		// it last ttl from now if it ends sooner (never shorten it), as
 		// acquire.lua does.
-		_, err = t.exec([]any{"PEXPIRE", c.Lock, ms, "GT"})
+		r, err = t.exec([]any{"PEXPIRE", c.Lock, ms, "GT"}, []any{"GET", c.Lock})
+		if v, _ := r[1].Text(); err == nil && v != c.Token {
+			return Grant{}, redis.TxFailedErr // it expired meanwhile: watched reads again
+		}
 	case h == "":
 		// Free, or a key of another type (MGET reads it as none), which
-		// SET … GET refuses (WRONGTYPE), as acquire.lua's does.
-		_, err = t.exec([]any{"SET", c.Lock, c.Token, "NX", "PX", ms, "GET"})
-	default: // held by another
-		left, _ := r[1].Int64()
-		if px := min(left, WakeWindow.Milliseconds()); queue && px > 0 {
+		// SET … GET refuses (WRONGTYPE), as acquire.lua's does. Taken by
+		// another since the reads if SET finds a holder.
+		r, err = t.exec([]any{"SET", c.Lock, c.Token, "NX", "PX", ms, "GET"}, []any{"PTTL", c.Lock})
+		h, _ = r[0].Text()
+		left = r[1]
+	}
+	if err == nil && h != "" && h != c.Token { // held by another
+		v, _ := left.Int64()
+		if px := min(v, WakeWindow.Milliseconds()); queue && px > 0 {
 			// A waiter: the wake key, so that a release by a Client with
 			// scripts announces itself too (see release.lua), for at most
 			// the window, as acquire.lua sets it. Only a hint: a waiter not
@@ -202,7 +211,7 @@ func (n NoScripts) acquireTx(t tx, c *Claim, ttl time.Duration, queue bool) (Gra
 			// Lengthened, never shortened: another waiter's may live longer.
 			t.read([]any{"SET", c.Wake, "1", "NX", "PX", px}, []any{"PEXPIRE", c.Wake, px, "GT"})
 		}
-		return Grant{PTTL: pttlOf(left), Holder: h}, nil
+		return Grant{PTTL: pttlOf(v), Holder: h}, nil
 	}
 	err = n.ack(t, err, n.ackUndone)
 	return Grant{Held: err == nil}, err // (Acquire has the attempt undone after an error)
