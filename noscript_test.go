@@ -901,3 +901,79 @@ func TestWithoutScriptsAcquireInChurnTakesTheFreeLock(t *testing.T) {
 		}
 	}
 }
+
+// failingPipelines fails, unsent, with err every pipeline of the kind
+// named in on ("multi": a MULTI … EXEC; "reads": any other), as a hook of
+// the Redis client may (a circuit breaker that opened): the hook's error,
+// none on the commands.
+type failingPipelines struct {
+	on  atomic.Value // string
+	err error
+}
+
+func (h *failingPipelines) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failingPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *failingPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		kind := "reads"
+		if len(cmds) > 0 && cmds[0].Name() == "multi" {
+			kind = "multi"
+		}
+		if h.on.Load() == kind {
+			return h.err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A script-free operation whose reads or whose EXEC a hook of the Redis
+// client fails before they are sent fails: no lock is granted, released,
+// extended or fenced on reads or writes that never happened.
+func TestWithoutScriptsPipelineFailedUnsentFailsTheOperation(t *testing.T) {
+	t.Parallel()
+	s, direct := setup(t)
+	ctx := t.Context()
+	h := &failingPipelines{err: errors.New("circuit open")}
+	h.on.Store("")
+	rdb := noScriptUser(t, s, nil)
+	rdb.AddHook(h)
+	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
+	for _, failed := range []string{"reads", "multi"} {
+		h.on.Store(failed)
+		if l, err := c.TryAcquire(ctx, "unsent"); !errors.Is(err, h.err) {
+			t.Errorf("%s failed: TryAcquire = %v (a Lock: %v), want the hook's error", failed, err, l != nil)
+		}
+		h.on.Store("")
+		if !waitFor(5*time.Second, func() bool { return liveKeys(ctx, direct, "dlock:{unsent}") == 0 }) {
+			t.Fatalf("%s failed: the lock key is left after the failed attempt", failed)
+		}
+		l, err := c.TryAcquire(ctx, "unsent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.on.Store(failed)
+		ectx, cancel := context.WithTimeout(ctx, 200*time.Millisecond) // (Extend tries again until its ctx ends)
+		if err := l.Extend(ectx, time.Minute); err == nil {
+			t.Errorf("%s failed: Extend = nil, want an error", failed)
+		}
+		cancel()
+		if left := direct.PTTL(ctx, l.Key()).Val(); left > 10*time.Second {
+			t.Errorf("%s failed: the lock's PTTL is %v, want at most the lease's 10s", failed, left)
+		}
+		if f, err := l.Fence(ctx); !errors.Is(err, h.err) {
+			t.Errorf("%s failed: Fence = %d, %v; want the hook's error", failed, f, err)
+		}
+		if err := l.Release(ctx); !errors.Is(err, h.err) {
+			t.Errorf("%s failed: Release = %v, want the hook's error", failed, err)
+		}
+		if got := holderOf(direct.Get(ctx, l.Key()).Val()); got != l.Token() {
+			t.Errorf("%s failed: the lock holds %q, want the lease %q still", failed, got, l.Token())
+		}
+		h.on.Store("")
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s failed: Release once the hook passes = %v", failed, err)
+		}
+	}
+}

@@ -103,7 +103,7 @@ func watched[T any](ctx context.Context, n NoScripts, keys []string, fn func(tx)
 // transaction's connection after its WATCH; exec sends them in its MULTI …
 // EXEC. Each returns their replies and the error of the first that failed,
 // a missing key's (redis.Nil) aside (redis.TxFailedErr: the EXEC was
-// aborted).
+// aborted), or else the pipeline's own.
 func (t tx) read(cmds ...[]any) ([]*redis.Cmd, error) { return t.send(t.Pipeline(), cmds) }
 
 func (t tx) exec(cmds ...[]any) ([]*redis.Cmd, error) { return t.send(t.TxPipeline(), cmds) }
@@ -113,12 +113,14 @@ func (t tx) send(p redis.Pipeliner, cmds [][]any) ([]*redis.Cmd, error) {
 	for i, c := range cmds {
 		r[i] = p.Do(t.ctx, c...)
 	}
-	p.Exec(t.ctx)
-	var err error
+	_, err := p.Exec(t.ctx) // (also the error of a pipeline failed unsent, by a hook, which none of its commands carries)
 	for _, cmd := range r {
-		if e := cmd.Err(); err == nil && e != redis.Nil {
-			err = e
+		if e := cmd.Err(); e != nil && e != redis.Nil {
+			return r, e
 		}
+	}
+	if err == redis.Nil {
+		err = nil
 	}
 	return r, err
 }
