@@ -211,3 +211,69 @@ func TestSemaphoreHoldOfManyPermitsReadsANewHoldWithOneCommand(t *testing.T) {
 		t.Errorf("an uncontended AcquireN(600) + Release costs %.2f commands; the budget is %v", pair, budget)
 	}
 }
+
+// A script-free operation's commands, counted the same way: the WATCH,
+// the reads, and the MULTI … EXEC (or the UNWATCH of one that writes
+// nothing). An extension numbered (after one that shortened the lease)
+// reads both keys with GET instead of their MGET.
+func TestWithoutScriptsCommandsPerOperation(t *testing.T) {
+	t.Parallel()
+	s, direct := setup(t)
+	rdb := noScriptUser(t, s, nil)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
+	const n = 20
+	take := func(name string) *dlock.Lock {
+		l, err := c.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	extend := func(l *dlock.Lock, base time.Duration) func(int) {
+		return func(i int) {
+			if err := l.Extend(ctx, base+time.Duration(i+2)*time.Millisecond); err != nil {
+				t.Fatalf("Extend: %v", err)
+			}
+		}
+	}
+	pair := commandsPerOp(t, ctx, direct, n, func(int) { take("ns-count").Release(ctx) })
+	fenced := commandsPerOp(t, ctx, direct, n, func(int) {
+		l := take("ns-count")
+		if _, err := l.Fence(ctx); err != nil {
+			t.Fatalf("Fence: %v", err)
+		}
+		l.Release(ctx)
+	})
+	l := take("ns-count")
+	unnumbered := commandsPerOp(t, ctx, direct, n, extend(l, 10*time.Second))
+	if err := l.Extend(ctx, 5*time.Second); err != nil { // shorter: every extension after it is numbered
+		t.Fatal(err)
+	}
+	numbered := commandsPerOp(t, ctx, direct, n, extend(l, 5*time.Second))
+	refused := commandsPerOp(t, ctx, direct, n, func(int) {
+		if _, err := c.TryAcquire(ctx, "ns-count"); err == nil {
+			t.Fatal("TryAcquire of a held lock succeeded")
+		}
+	})
+	inspect := commandsPerOp(t, ctx, direct, n, func(int) {
+		if _, err := c.Inspect(ctx, "ns-count"); err != nil {
+			t.Fatalf("Inspect: %v", err)
+		}
+	})
+	for _, got := range []struct {
+		what      string
+		got, want float64
+	}{
+		{"acquire and release", pair, 16},
+		{"fence", fenced - pair, 7},
+		{"extension", unnumbered, 5},
+		{"numbered extension", numbered, 7},
+		{"refused acquire", refused, 5},
+		{"inspect", inspect, 12},
+	} {
+		if got.got > got.want {
+			t.Errorf("a script-free %s costs %.2f commands, want at most %v", got.what, got.got, got.want)
+		}
+	}
+}

@@ -139,6 +139,17 @@ func (t tx) lease(c *Claim, more ...[]any) (holder, mark string, r []*redis.Cmd,
 	return holder, mark, r[1:], err
 }
 
+// get reads the lock's holder and the marker of the lease c with a GET
+// each, in one round trip (see read): a key missing reads "", one of
+// another type fails it (WRONGTYPE), as a script's GET does. It returns
+// no more replies (lease's signature).
+func (t tx) get(c *Claim, _ ...[]any) (holder, mark string, _ []*redis.Cmd, err error) {
+	r, err := t.read([]any{"GET", c.Lock}, []any{"GET", c.Rev})
+	holder, _ = r[0].Text()
+	mark, _ = r[1].Text()
+	return holder, mark, nil, err
+}
+
 // ack returns err, the error of the transaction's writes, if any; else it
 // waits, on the transaction's connection, for the replicas
 // (WithReplicaAck) and the append-only file (durable grants) to
@@ -257,15 +268,15 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 	}
 	ms, arg := ttl.Milliseconds(), fmt.Sprint(c.seqArg(seq))
 	// Unnumbered, it never shortens the lease: no order to keep (see
-	// extend.lua). Numbered, it reads both keys with GET too, as
+	// extend.lua). Numbered, it reads both keys with GET instead, as
 	// extend.lua does: a key of another type is WRONGTYPE.
-	reads, writes := [][]any(nil), [][]any{{"pexpire", c.Lock, ms, "gt"}}
+	read, writes := tx.lease, [][]any{{"pexpire", c.Lock, ms, "gt"}}
 	if seq > 0 {
-		reads = [][]any{{"GET", c.Lock}, {"GET", c.Rev}}
+		read = tx.get
 		writes = [][]any{{"pexpire", c.Lock, ms}, {"SET", c.Rev, "e" + arg, "PX", ms}}
 	}
 	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(t tx) (bool, error) {
-		h, m, _, err := t.lease(c, reads...)
+		h, m, _, err := read(t, c)
 		switch {
 		case err != nil || h != c.Token:
 			return false, err
