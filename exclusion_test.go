@@ -136,13 +136,15 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 // holder counters.
 func TestMutualExclusionAcrossGoroutinesAndProcesses(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"unfair", "fair", "reentrant"} {
+	for _, mode := range []string{"unfair", "fair", "reentrant", "without scripts"} {
 		t.Run(mode, func(t *testing.T) { testMutualExclusion(t, mode) })
 	}
 }
 
 func testMutualExclusion(t *testing.T, mode string) {
-	fair, reentrant := mode == "fair", mode == "reentrant"
+	// Without scripts: the worker processes and one Client in this process
+	// run no scripts; the other Client does, on the same lock.
+	fair, reentrant, noScripts := mode == "fair", mode == "reentrant", mode == "without scripts"
 	s, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -158,10 +160,15 @@ func testMutualExclusion(t *testing.T, mode string) {
 	for range procs {
 		helpers = append(helpers, startHelper(t, s, "contend", name, ttl, procRounds,
 			fmt.Sprintf("DLOCK_FAIR=%d", map[bool]int{false: 0, true: 1}[fair]),
-			fmt.Sprintf("DLOCK_REENTRANT=%d", map[bool]int{false: 0, true: 1}[reentrant])))
+			fmt.Sprintf("DLOCK_REENTRANT=%d", map[bool]int{false: 0, true: 1}[reentrant]),
+			fmt.Sprintf("DLOCK_NOSCRIPTS=%d", map[bool]int{false: 0, true: 1}[noScripts])))
+	}
+	first := []dlock.Option{dlock.LeaseTTL(ttl), waiting(fair), dlock.WithReentrant(reentrant)}
+	if noScripts {
+		first = append(first, dlock.WithoutScripts())
 	}
 	clients := []*dlock.Client{
-		newClient(t, rdb, dlock.LeaseTTL(ttl), waiting(fair), dlock.WithReentrant(reentrant)),
+		newClient(t, rdb, first...),
 		newClient(t, s.Client(t), dlock.LeaseTTL(ttl), waiting(fair), dlock.WithReentrant(reentrant)),
 	}
 	var inside atomic.Int32

@@ -91,8 +91,12 @@ func runHelper(mode string) int {
 		}
 		c, err = dlock.NewRedlock(nodes, 200*time.Millisecond, dlock.LeaseTTL(ttl), dlock.LockDelay(delay))
 	} else {
-		c, err = dlock.New(rdb, dlock.LeaseTTL(ttl), dlock.LockDelay(delay), waiting(os.Getenv("DLOCK_FAIR") == "1"),
-			dlock.WithReentrant(os.Getenv("DLOCK_REENTRANT") == "1"))
+		opts := []dlock.Option{dlock.LeaseTTL(ttl), dlock.LockDelay(delay), waiting(os.Getenv("DLOCK_FAIR") == "1"),
+			dlock.WithReentrant(os.Getenv("DLOCK_REENTRANT") == "1")}
+		if os.Getenv("DLOCK_NOSCRIPTS") == "1" {
+			opts = append(opts, dlock.WithoutScripts())
+		}
+		c, err = dlock.New(rdb, opts...)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
