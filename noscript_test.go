@@ -930,7 +930,8 @@ func (h *failingPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 
 // A script-free operation whose reads or whose EXEC a hook of the Redis
 // client fails before they are sent fails: no lock is granted, released,
-// extended or fenced on reads or writes that never happened.
+// extended, fenced, inspected or forced on reads or writes that never
+// happened.
 func TestWithoutScriptsPipelineFailedUnsentFailsTheOperation(t *testing.T) {
 	t.Parallel()
 	s, direct := setup(t)
@@ -967,6 +968,12 @@ func TestWithoutScriptsPipelineFailedUnsentFailsTheOperation(t *testing.T) {
 		}
 		if err := l.Release(ctx); !errors.Is(err, h.err) {
 			t.Errorf("%s failed: Release = %v, want the hook's error", failed, err)
+		}
+		if info, err := c.Inspect(ctx, "unsent"); failed == "multi" && !errors.Is(err, h.err) { // (its reads are a MULTI)
+			t.Errorf("%s failed: Inspect = %+v, %v; want the hook's error", failed, info, err)
+		}
+		if ok, err := c.ForceRelease(ctx, "unsent"); !errors.Is(err, h.err) {
+			t.Errorf("%s failed: ForceRelease = %v, %v; want the hook's error", failed, ok, err)
 		}
 		if got := holderOf(direct.Get(ctx, l.Key()).Val()); got != l.Token() {
 			t.Errorf("%s failed: the lock holds %q, want the lease %q still", failed, got, l.Token())

@@ -343,7 +343,10 @@ func readState(ctx context.Context, k *Keys, p redis.Pipeliner) (State, error) {
 	// value (an election leader's) and no waiter, as in inspect.lua.
 	fence, value := p.Get(ctx, k.Fence), p.Get(ctx, k.ValueKey())
 	waiting, entries := p.LRange(ctx, k.Queue, 0, -1), p.HGetAll(ctx, k.Waiters)
-	p.Exec(ctx)
+	_, perr := p.Exec(ctx)
+	if kind.Err() == nil && kind.Val() == "" { // (TYPE always answers: the pipeline failed unsent, by a hook)
+		return State{}, perr
+	}
 	t, err := now.Result()                         // (a failed pipeline fails every read)
 	c, cerr := flat(contents[shapeOf(kind.Val())]) // (the reads of the other types failed: WRONGTYPE)
 	if err = cmp.Or(err, cerr, kind.Err()); err != nil {
