@@ -48,10 +48,10 @@ func (l *Lock) tick() {
 	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
 	err := l.extend(ctx, 0) // the lease time of the latest extension
+	l.tellMu.Lock() // (a jeopardy being told is told before this extension's end)
 	l.mu.Lock()
 	l.inFlight = false // (its jeopardy timer, if it fires now, finds nothing)
 	l.mu.Unlock()
-	l.tellMu.Lock() // (a jeopardy being told is told before this extension's end)
 	l.tellMu.Unlock()
 	if errors.Is(err, ErrMaxHold) && !errors.Is(err, ErrNotHeld) {
 		err = nil // an extension cut at the max hold, as the watchdog asks: no failure
