@@ -565,7 +565,7 @@ func TestUnacknowledgedExtensionFailsAsSuchWhetherOrNotTheClockIsWatched(t *test
 		if !replicaAcks(ctx, master, replica) {
 			t.Fatal("the replica never synced")
 		}
-		opts := []dlock.Option{dlock.WithReplicaAck(1, 200*time.Millisecond), dlock.WithAutoExtend(false), dlock.LeaseTTL(3 * time.Second)}
+		opts := []dlock.Option{dlock.WithReplicaAck(1, 2*time.Second), dlock.WithAutoExtend(false), dlock.LeaseTTL(5 * time.Second)}
 		w := new(clockWatcher)
 		if watched {
 			opts = append(opts, dlock.WithObserver(w.observer()))
@@ -587,7 +587,10 @@ func TestUnacknowledgedExtensionFailsAsSuchWhetherOrNotTheClockIsWatched(t *test
 				t.Errorf("clock watched %v, %s: acknowledged Extend = %v", watched, kind, err)
 			}
 			link.Stall()
-			if err := l.Extend(ctx, 3*time.Second); !errors.Is(err, dlock.ErrReplicaAck) || errors.Is(err, dlock.ErrNotHeld) {
+			// (4s: it moves the deadline, so there is a write to acknowledge;
+			// one that moved nothing, sent within the millisecond of the last,
+			// would have nothing to wait for.)
+			if err := l.Extend(ctx, 4*time.Second); !errors.Is(err, dlock.ErrReplicaAck) || errors.Is(err, dlock.ErrNotHeld) {
 				t.Errorf("clock watched %v, %s: Extend with replication stalled = %v, want ErrReplicaAck, not ErrNotHeld", watched, kind, err)
 			}
 			if err := l.Err(); err != nil {
