@@ -48,7 +48,7 @@ func (l *Lock) tick() {
 	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
 	err := l.extend(ctx, 0) // the lease time of the latest extension
-	l.tellMu.Lock() // (a jeopardy being told is told before this extension's end)
+	l.tellMu.Lock()         // (a jeopardy being told is told before this extension's end)
 	l.mu.Lock()
 	l.inFlight = false // (its jeopardy timer, if it fires now, finds nothing)
 	l.mu.Unlock()
