@@ -25,7 +25,8 @@ func (c *Client) Election(name string) (*Election, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.carries(&campaigns, fmt.Sprintf("Election(%q)", name)); err != nil {
+	w := words{plural: "elections", one: "an election", verb: "hold", overQuorum: ", whose waiting is not fair"}
+	if err := c.carries(&campaigns, fmt.Sprintf("Election(%q)", name), w); err != nil {
 		return nil, err
 	}
 	return &Election{c: c, name: name, keys: k}, nil
@@ -34,8 +35,7 @@ func (c *Client) Election(name string) (*Election, error) {
 // campaigns are the kind of an election's candidates: they campaign, and
 // queue whatever WithUnfair says; a leader resigns.
 var campaigns = kind{slot: slotElection, lease: backend.Campaign, fair: true, tag: tagCampaign,
-	acquireOp: "campaign", releaseOp: "resign", by: "led by another candidate",
-	plural: "elections", one: "an election", verb: "hold", overQuorum: ", whose waiting is not fair"}
+	acquireOp: "campaign", releaseOp: "resign", by: "led by another candidate"}
 
 // Name returns the election's name.
 func (e *Election) Name() string { return e.name }

@@ -25,7 +25,7 @@ func (c *Client) FenceCurrent(ctx context.Context, name string, fence int64, tok
 		current, err = n.FenceCurrent(ctx, &k, c.own.lease, token, fence)
 		return err
 	})
-	switch refused := unserved(fmt.Sprintf("FenceCurrent(%q)", name), "fence checks", "make", "", err); {
+	switch refused := unserved(fmt.Sprintf("FenceCurrent(%q)", name), words{plural: "fence checks", verb: "make"}, err); {
 	case refused != nil:
 		return false, refused
 	case err != nil:

@@ -31,11 +31,13 @@ type kind struct {
 	// owned says that its leases belong to an owner (Client.Owner), which
 	// its claims name, not to a token.
 	owned bool
-	// How a kind made on top of a Client's locks speaks of itself when a
-	// Client cannot carry it (Client.carries): "semaphores", "a semaphore",
-	// "keep", and what follows "not available over a quorum (NewRedlock)".
-	plural, one, verb, overQuorum string
 }
+
+// words are how a kind made on top of a Client's locks, or a call that
+// needs what a backend may not carry, speaks of itself when a Client
+// cannot carry it (see carries, unserved): "semaphores", "a semaphore",
+// "keep", and what follows "not available over a quorum (NewRedlock)".
+type words struct{ plural, one, verb, overQuorum string }
 
 // The modes a lease is held in, by their place in a Client's held counts
 // (Held): a kind names its own slot, once, where it is made.
@@ -172,7 +174,7 @@ func (o *options) ownOn(b backend.Backend) (kind, error) {
 	case !o.unfair && b.Carries(fairLocks.lease) == nil:
 		k = fairLocks
 	}
-	return k, unserved("WithReentrant(true)", "reentrant locks", "keep", "", b.Carries(k.lease))
+	return k, unserved("WithReentrant(true)", words{plural: "reentrant locks", verb: "keep"}, b.Carries(k.lease))
 }
 
 // sleep is how long a waiter for a lease of kind k, of ttl, sleeps after
@@ -204,26 +206,25 @@ func backoffAt(backoff Backoff, attempt int) time.Duration {
 
 // carries asks c's backend whether it serves the kind k, which call
 // (Semaphore, RWMutex, Election) makes; if not, it returns an error
-// wrapping ErrInvalid that says why in the kind's words.
-func (c *Client) carries(k *kind, call string) error {
+// wrapping ErrInvalid that says why in the kind's words w.
+func (c *Client) carries(k *kind, call string, w words) error {
 	if c.own.owned { // (a reentrant Client carries its own locks alone)
-		return fmt.Errorf("%w: %s: a reentrant Client (WithReentrant) cannot %s %s", ErrInvalid, call, k.verb, k.one)
+		return fmt.Errorf("%w: %s: a reentrant Client (WithReentrant) cannot %s %s", ErrInvalid, call, w.verb, w.one)
 	}
-	return unserved(call, k.plural, k.verb, k.overQuorum, c.b.Carries(k.lease))
+	return unserved(call, w, c.b.Carries(k.lease))
 }
 
-// unserved is the refusal of call, which asks for plural (that a Client
-// would verb one of) from a backend that said why it does not carry them
-// (Backend.Carries, Backend.Op): an error wrapping ErrInvalid that says why
-// in those words, followed over a quorum by overQuorum; nil if why is nil
-// or no such refusal.
-func unserved(call, plural, verb, overQuorum string, why error) error {
+// unserved is the refusal of call, which asks for what w names from a
+// backend that said why it does not carry it (Backend.Carries,
+// Backend.Op): an error wrapping ErrInvalid that says why in w's words;
+// nil if why is nil or no such refusal.
+func unserved(call string, w words, why error) error {
 	var s string
 	switch {
 	case errors.Is(why, backend.ErrOverQuorum):
-		s = plural + " are not available over a quorum (NewRedlock)" + overQuorum
+		s = w.plural + " are not available over a quorum (NewRedlock)" + w.overQuorum
 	case errors.Is(why, backend.ErrNeedsScripts):
-		s = plural + " need scripts; a Client made WithoutScripts() cannot " + verb + " one"
+		s = w.plural + " need scripts; a Client made WithoutScripts() cannot " + w.verb + " one"
 	default:
 		return nil
 	}

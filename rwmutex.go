@@ -23,7 +23,7 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.carries(&writeHolds, fmt.Sprintf("RWMutex(%q)", name)); err != nil {
+	if err := c.carries(&writeHolds, fmt.Sprintf("RWMutex(%q)", name), words{plural: "read-write locks", one: "a read-write lock", verb: "keep"}); err != nil {
 		return nil, err
 	}
 	rw := &RWMutex{name: name, c: c, nest: rwNestKey{&c.bg, keys.Lock}}
@@ -35,11 +35,9 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 // whatever WithUnfair says.
 var (
 	readHolds = kind{slot: slotRead, lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release",
-		why:    "a writer holds the lock, or others wait ahead",
-		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
+		why: "a writer holds the lock, or others wait ahead"}
 	writeHolds = kind{slot: slotWrite, lease: backend.Write, fair: true, waitsAll: true, acquireOp: "acquire", releaseOp: "release",
-		why:    "the lock is held (by readers or a writer), or others wait ahead",
-		plural: "read-write locks", one: "a read-write lock", verb: "keep"}
+		why: "the lock is held (by readers or a writer), or others wait ahead"}
 )
 
 // Name returns the read-write lock's name.

@@ -35,8 +35,8 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 		why = fmt.Sprintf("no permit free: all %d held, or others waiting ahead", permits)
 	}
 	k := kind{slot: slotSemaphore, lease: backend.Permits(permits, 1), fair: true, acquireOp: "acquire", releaseOp: "release",
-		why: why, permits: permits, plural: "semaphores", one: "a semaphore", verb: "keep"}
-	if err := c.carries(&k, fmt.Sprintf("Semaphore(%q, %d)", name, permits)); err != nil {
+		why: why, permits: permits}
+	if err := c.carries(&k, fmt.Sprintf("Semaphore(%q, %d)", name, permits), words{plural: "semaphores", one: "a semaphore", verb: "keep"}); err != nil {
 		return nil, err
 	}
 	return &Semaphore{c: c, k: k, name: name, keys: backend.KeysFor(c.opts.prefix, name)}, nil
