@@ -94,7 +94,7 @@ func holdersIn(ctx context.Context) []string {
 			held = v.parts
 		}
 		for _, l := range held {
-			id := l.k.holdID(l.cl, l.name)
+			id := l.k.heldBy(l.cl, l.name).rec
 			if l.Err() == nil && !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}

@@ -94,23 +94,15 @@ func (k *kind) ownerOf(c *Client) string {
 	return c.id + "/" + c.owner
 }
 
-// holder names the holder of the lease cl of kind k (Lock.Token): its
-// owner, if k's leases belong to owners, else its token.
-func (k *kind) holder(cl *backend.Claim) string {
+// heldBy names the holder of the lease cl of kind k held under name: as
+// Lock.Token names it (id: its owner, if k's leases belong to owners, else
+// its token), and as the deadlock records know it (rec: its owner's hold
+// of name, see ownerHold, else its token).
+func (k *kind) heldBy(cl *backend.Claim, name string) holder {
 	if k.owned {
-		return cl.Owner
+		return holder{cl.Owner, ownerHold(cl.Owner, name)}
 	}
-	return cl.Token
-}
-
-// holdID is the identity by which the deadlock records know the lease cl
-// of kind k held under name: its owner's hold of name (ownerHold), if k's
-// leases belong to owners, else its token.
-func (k *kind) holdID(cl *backend.Claim, name string) string {
-	if k.owned {
-		return ownerHold(cl.Owner, name)
-	}
-	return cl.Token
+	return holder{cl.Token, cl.Token}
 }
 
 // needs is what a waiter of kind k needs of the name's holders, as its
