@@ -169,7 +169,7 @@ func (w *waitCheck) check(ctx context.Context) *DeadlockError {
 		}
 	}
 	w.calls, w.closes, w.err, w.cycle, w.steps = deadlockCalls, false, nil, nil, nil
-	found := w.blocked(ctx, w.name, w.needs == "all") && w.closes && w.last() // (an error makes blocked false)
+	found := w.blocked(ctx, w.name, w.needs) && w.closes && w.last() // (an error makes blocked false)
 	switch {
 	case !found:
 		w.seen = nil
@@ -211,14 +211,15 @@ type step struct {
 	renewals         int
 }
 
-// blocked reports whether name stays held for as long as its waiter waits:
-// for a waiter that needs every holder gone (all: a writer), one holder
-// that is blocked keeps it (one in a cycle of the waiter's, if any, is
-// the one the walk follows); for any other waiter, every holder must be. A
-// holder is blocked if its record says it waits for a name that is blocked
-// so, or already on the path (a cycle): the waiter of the check itself
-// waits for the path's first name.
-func (w *waitCheck) blocked(ctx context.Context, name string, all bool) bool {
+// blocked reports whether name stays held for as long as its waiter waits,
+// which needs what its record says (see kind.needs): for a waiter that
+// needs "all" of the name's holders gone (a writer), one holder that is
+// blocked keeps it (one in a cycle of the waiter's, if any, is the one the
+// walk follows); for any other waiter, every holder must be. A holder is
+// blocked if its record says it waits for a name that is blocked so, or
+// already on the path (a cycle): the waiter of the check itself waits for
+// the path's first name.
+func (w *waitCheck) blocked(ctx context.Context, name, needs string) bool {
 	if slices.Contains(w.path, name) {
 		return true
 	}
@@ -238,6 +239,7 @@ func (w *waitCheck) blocked(ctx context.Context, name string, all bool) bool {
 	}
 	w.path = append(w.path, name)
 	defer func() { w.path = w.path[:len(w.path)-1] }()
+	all := needs == "all"
 	held := false // (all: a holder is blocked, in no cycle of the waiter's)
 	for _, h := range holders {
 		nc, ns, closes := len(w.cycle), len(w.steps), w.closes
@@ -279,7 +281,7 @@ func (w *waitCheck) holderBlocked(ctx context.Context, name string, h holder) bo
 	}
 	ms, _ := strconv.ParseInt(since, 10, 64)
 	w.steps = append(w.steps, step{name, h.rec, id, ms, renewals})
-	return w.blocked(ctx, next, needs == "all")
+	return w.blocked(ctx, next, needs)
 }
 
 // holder is a holder of a name: id as Inspect names it, rec as its
