@@ -960,6 +960,11 @@ func TestWithoutScriptsPipelineFailedUnsentFailsTheOperation(t *testing.T) {
 			t.Errorf("%s failed: Extend = nil, want an error", failed)
 		}
 		cancel()
+		ectx, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
+		if err := l.Extend(ectx, 5*time.Second); err == nil || errors.Is(err, dlock.ErrNotHeld) { // (shorter: numbered, a GET each)
+			t.Errorf("%s failed: a numbered Extend = %v, want an error, not ErrNotHeld", failed, err)
+		}
+		cancel()
 		if left := direct.PTTL(ctx, l.Key()).Val(); left > 10*time.Second {
 			t.Errorf("%s failed: the lock's PTTL is %v, want at most the lease's 10s", failed, left)
 		}
@@ -981,6 +986,67 @@ func TestWithoutScriptsPipelineFailedUnsentFailsTheOperation(t *testing.T) {
 		h.on.Store("")
 		if err := l.Release(ctx); err != nil {
 			t.Errorf("%s failed: Release once the hook passes = %v", failed, err)
+		}
+	}
+}
+
+// Another program's values where a lease's keys are end a script-free
+// Lock's Release, Extend and Fence as they end a scripting one's: a lock
+// key replaced with a hash or a list is a lost lease, but for a numbered
+// extension, which reads it with GET (WRONGTYPE); a marker of another type
+// fails only a numbered extension of a lease that still holds the lock
+// (extend.lua reads the marker only then): one whose lock is gone or
+// another's is not held.
+func TestWithoutScriptsForeignValuesEndAsWithScripts(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	clients := map[string]*dlock.Client{
+		"without scripts": newClient(t, rdb, dlock.WithAutoExtend(false), dlock.WithoutScripts()),
+		"with scripts":    newClient(t, rdb, dlock.WithAutoExtend(false)),
+	}
+	ops := map[string]func(*dlock.Lock) error{
+		"Extend (unnumbered)": func(l *dlock.Lock) error { return l.Extend(ctx, 20*time.Second) },
+		"Extend (numbered)":   func(l *dlock.Lock) error { return l.Extend(ctx, 2*time.Second) }, // shorter than the lease
+		"Release":             func(l *dlock.Lock) error { return l.Release(ctx) },
+		"Fence": func(l *dlock.Lock) error {
+			_, err := l.Fence(ctx)
+			return err
+		},
+	}
+	for i, tc := range []struct {
+		spoiled         string
+		lock            func(key string) // the lock key's new value (after a DEL); nil: kept
+		marker          bool             // a hash at the lease's marker
+		numbered, other error            // the numbered extension's outcome, the others'
+	}{
+		{"a hash at the lock key", func(key string) { rdb.HSet(ctx, key, "field", "value") }, false, dlock.ErrWrongType, dlock.ErrNotHeld},
+		{"a list at the lock key", func(key string) { rdb.RPush(ctx, key, "x") }, false, dlock.ErrWrongType, dlock.ErrNotHeld},
+		{"a hash at the marker", nil, true, dlock.ErrWrongType, nil},
+		{"the lock gone, a hash at the marker", func(string) {}, true, dlock.ErrNotHeld, dlock.ErrNotHeld},
+		{"the lock another's, a hash at the marker", func(key string) { rdb.Set(ctx, key, "another-lease", time.Minute) }, true, dlock.ErrNotHeld, dlock.ErrNotHeld},
+	} {
+		for op, do := range ops {
+			want := tc.other
+			if op == "Extend (numbered)" {
+				want = tc.numbered
+			}
+			for mode, c := range clients {
+				l, err := c.TryAcquire(ctx, fmt.Sprintf("foreign-%d-%s-%s", i, op, mode), dlock.LeaseTTL(10*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.lock != nil {
+					rdb.Del(ctx, l.Key())
+					tc.lock(l.Key())
+				}
+				if tc.marker {
+					rdb.HSet(ctx, l.Key()+":r:"+l.Token(), "field", "value")
+				}
+				if err := do(l); !errors.Is(err, want) {
+					t.Errorf("%s, %s %s = %v, want %v", tc.spoiled, mode, op, err, want)
+				}
+			}
 		}
 	}
 }

@@ -140,13 +140,18 @@ func (t tx) lease(c *Claim, more ...[]any) (holder, mark string, r []*redis.Cmd,
 }
 
 // get reads the lock's holder and the marker of the lease c with a GET
-// each, in one round trip (see read): a key missing reads "", one of
-// another type fails it (WRONGTYPE), as a script's GET does. It returns
-// no more replies (lease's signature).
+// each, in one round trip (see read), as a numbered extension does
+// (extend.lua): a key missing reads ""; a lock key of another type fails
+// it (WRONGTYPE), and a marker of another type only when the lock holds
+// the lease, since the script, finding that it does not, reads no further.
+// It returns no more replies (lease's signature).
 func (t tx) get(c *Claim, _ ...[]any) (holder, mark string, _ []*redis.Cmd, err error) {
 	r, err := t.read([]any{"GET", c.Lock}, []any{"GET", c.Rev})
-	holder, _ = r[0].Text()
+	holder, herr := r[0].Text()
 	mark, _ = r[1].Text()
+	if holder != c.Token && (herr == nil || herr == redis.Nil) {
+		err = nil // the holder was read: the marker's error does not count
+	}
 	return holder, mark, nil, err
 }
 
