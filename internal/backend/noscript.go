@@ -274,7 +274,7 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 	ms, arg := ttl.Milliseconds(), fmt.Sprint(c.seqArg(seq))
 	// Unnumbered, it never shortens the lease: no order to keep (see
 	// extend.lua). Numbered, it reads both keys with GET instead, as
-	// extend.lua does: a key of another type is WRONGTYPE.
+	// extend.lua does (see get).
 	read, writes := tx.lease, [][]any{{"pexpire", c.Lock, ms, "gt"}}
 	if seq > 0 {
 		read = tx.get
@@ -308,10 +308,10 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 	return result(watched(ctx, n, []string{c.Lock, c.Fence, c.Rev}, func(t tx) (int64, error) {
 		h, m, r, err := t.lease(c, []any{"GET", c.Fence}, []any{"TIME"})
-		last, _ := r[0].Text()
+		prev, _ := r[0].Int64()     // (0: no counter)
 		now, _ := r[1].Int64Slice() // seconds, µs
 		switch {
-		case err != nil && !isWrongType(err): // (only the counter's GET can be: see lease)
+		case err != nil && !strings.HasPrefix(err.Error(), "WRONGTYPE"): // (only the counter's GET can fail so: see lease)
 			return 0, err
 		case h != c.HolderID():
 			return 0, nil
@@ -322,16 +322,10 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 		case len(now) != 2:
 			return 0, fmt.Errorf("TIME: unexpected reply %v", now)
 		}
-		prev, _ := strconv.ParseInt(last, 10, 64)
 		fence := max(prev+1, now[0]*1e6+now[1])
 		_, err = t.exec([]any{"SET", c.Fence, fence, "PX", n.fenceMS})
 		return fence, err // (result drops the fence after an error)
 	}))
-}
-
-// isWrongType reports a WRONGTYPE reply.
-func isWrongType(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
 // readState reads the state of the lock k as inspect.lua does, in one
