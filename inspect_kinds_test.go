@@ -65,6 +65,9 @@ func inspectCases() []inspectCase {
 		{"hash", "true hash  0 0 0", foreign(func(ctx context.Context, rdb *redis.Client, key string) error {
 			return rdb.HSet(ctx, key, "f", "v").Err()
 		})},
+		{"mixed zset", "true zset  0 2 0", foreign(func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.ZAdd(ctx, key, redis.Z{Score: 1e15, Member: "r:a"}, redis.Z{Score: 1e15, Member: "x"}).Err()
+		})},
 		{"zset", "true zset  0 1 0", foreign(func(ctx context.Context, rdb *redis.Client, key string) error {
 			return rdb.ZAdd(ctx, key, redis.Z{Score: 1e15, Member: "x"}).Err()
 		})},

@@ -83,9 +83,15 @@ func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
 // rwHolds returns the members of a sorted set (as permitsOf read them) as
 // a semaphore's permits, or as a read-write lock's holds, each turned into
 // its token, marking the write. A semaphore's tokens never have ':' as
-// their second character; a read-write lock's members always do.
+// their second character; a read-write lock's members always do, so a set
+// with any member that does not (another program's) is read as permits.
 func rwHolds(hs []Hold) (permits, holds []Hold) {
-	if len(hs) == 0 || len(hs[0].Token) < 2 || hs[0].Token[1] != ':' {
+	for _, h := range hs {
+		if len(h.Token) < 2 || h.Token[1] != ':' {
+			return hs, nil
+		}
+	}
+	if len(hs) == 0 {
 		return hs, nil
 	}
 	for i, h := range hs {
