@@ -685,3 +685,53 @@ func TestExtendEndsAtTheValidityOnAStalledServer(t *testing.T) {
 		l.Release(t.Context())
 	}
 }
+
+// An Extend to a TTL below MinTTL or the drift is refused before anything
+// is sent, with ErrInvalid in these words, naming the lock or the number of
+// a MultiLock's parts, even once the lock is released; a valid TTL then
+// gets the Lock's or the set's own error.
+func TestExtendTooShortIsRefusedInItsWords(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithDrift(50*time.Millisecond), dlock.WithAutoExtend(false))
+	l, err := c.TryAcquire(ctx, "ext-words")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.TryAcquireAll(ctx, []string{"ext-words-a", "ext-words-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, released := range []bool{false, true} {
+		for _, tc := range []struct {
+			extend func(context.Context, time.Duration) error
+			ttl    time.Duration
+			want   string
+		}{
+			{l.Extend, 10 * time.Millisecond, `dlock: invalid argument: Extend(10ms) of "ext-words": the TTL must be at least 30ms`},
+			{l.Extend, 50 * time.Millisecond, `dlock: invalid argument: Extend(50ms) of "ext-words": the TTL must be above the drift (50ms)`},
+			{m.Extend, 10 * time.Millisecond, `dlock: invalid argument: Extend(10ms) of 2 locks: the TTL must be at least 30ms`},
+			{m.Extend, 50 * time.Millisecond, `dlock: invalid argument: Extend(50ms) of 2 locks: the TTL must be above the drift (50ms)`},
+		} {
+			if err := tc.extend(ctx, tc.ttl); !errors.Is(err, dlock.ErrInvalid) || err.Error() != tc.want {
+				t.Errorf("released %v: Extend(%v) = %v, want %s", released, tc.ttl, err, tc.want)
+			}
+		}
+		if released {
+			break
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Extend(ctx, time.Second); err != dlock.ErrReleased {
+		t.Errorf("Extend of a released Lock = %v, want ErrReleased", err)
+	}
+	if err := m.Extend(ctx, time.Second); err != dlock.ErrReleased {
+		t.Errorf("Extend of a released MultiLock = %v, want ErrReleased", err)
+	}
+}

@@ -291,13 +291,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // while ctx and the validity last; if it fails the earlier validity stands.
 // Others: [ErrNotHeld], [ErrInvalid] (ttl < [MinTTL]), [ErrReleased].
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if ttl < MinTTL {
-		return fmt.Errorf("%w: Extend(%v) of %q: the TTL must be at least %v", ErrInvalid, ttl, l.name, MinTTL)
-	}
-	if d := l.c.opts.driftFor(ttl); ttl <= d {
-		return fmt.Errorf("%w: Extend(%v) of %q: the TTL must be above the drift (%v)", ErrInvalid, ttl, l.name, d)
-	}
-	if err := l.Err(); err != nil {
+	if err := l.extendable(ttl, l, func() string { return fmt.Sprintf("%q", l.name) }); err != nil {
 		return err
 	}
 	e, start := Event{Op: OpExtend, Name: l.name}, time.Now()
@@ -328,6 +322,20 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	l.c.end(ctx, &e, start, err)
 	return err
+}
+
+// extendable is the error with which an Extend to ttl of held (l, or a
+// MultiLock whose first part is l) ends before it sends anything:
+// ErrInvalid if ttl is below MinTTL or l's drift, else held's error. of
+// names what was to be extended, for the refusal only.
+func (l *Lock) extendable(ttl time.Duration, held interface{ Err() error }, of func() string) error {
+	if ttl < MinTTL {
+		return fmt.Errorf("%w: Extend(%v) of %s: the TTL must be at least %v", ErrInvalid, ttl, of(), MinTTL)
+	}
+	if d := l.c.opts.driftFor(ttl); ttl <= d {
+		return fmt.Errorf("%w: Extend(%v) of %s: the TTL must be above the drift (%v)", ErrInvalid, ttl, of(), d)
+	}
+	return held.Err()
 }
 
 // extend extends the lease to ttl (0: the lease time of the latest

@@ -292,13 +292,7 @@ func (m *MultiLock) ValidUntil() time.Time {
 
 // Extend extends every part as [Lock.Extend] does; errors name their part.
 func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) error {
-	if ttl < MinTTL {
-		return fmt.Errorf("%w: Extend(%v) of %d locks: the TTL must be at least %v", ErrInvalid, ttl, len(m.order), MinTTL)
-	}
-	if d := m.order[0].c.opts.driftFor(ttl); ttl <= d {
-		return fmt.Errorf("%w: Extend(%v) of %d locks: the TTL must be above the drift (%v)", ErrInvalid, ttl, len(m.order), d)
-	}
-	if err := m.Err(); err != nil {
+	if err := m.order[0].extendable(ttl, m, func() string { return fmt.Sprintf("%d locks", len(m.order)) }); err != nil {
 		return err
 	}
 	return each(m.order, func(l *Lock) error { return l.Extend(ctx, ttl) })
