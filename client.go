@@ -172,15 +172,14 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 	l := &Lock{c: c, k: k, name: name, p: p,
 		base: backend.Claim{Keys: keys, TTL: p.asked(p.ttl), Owner: k.ownerOf(c), Kind: k.lease}}
 	l.cl = &l.base
-	if p.resume == "" {
-		l.cl.SetToken(leaseToken(p.suffix, k.tag))
-		return l, nil
-	}
-	if err := k.resumes(name, p.resume); err != nil {
+	token := p.resume
+	if token == "" {
+		token = leaseToken(p.suffix, k.tag)
+	} else if err := k.resumes(name, token); err != nil {
 		return nil, err
 	}
-	l.cl.SetToken(p.resume)
-	l.cl.Clean = false // the lease's first holder may have requests in flight
+	l.cl.SetToken(token)
+	l.cl.Clean = p.resume == "" // a resumed lease's first holder may have requests in flight
 	return l, nil
 }
 
