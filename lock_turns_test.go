@@ -379,3 +379,69 @@ func TestDowngradeOfNoHoldOfItIsInvalid(t *testing.T) {
 		}
 	}
 }
+
+// A loss that falls due while a call waits for its turn (a Release, a
+// first Fence or a Downgrade, behind a Downgrade or a first Fence held in
+// flight) is told when it falls due, to Done and the Lost observers, not
+// when the waiting call gets its turn, which then reports the loss (a
+// Fence, unless it is given the fence the held one got).
+func TestALossDueWhileACallWaitsForItsTurnIsToldWhenDue(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ holds, waits string }{
+		{"Downgrade", "Release"}, {"Downgrade", "Fence"}, {"Fence", "Downgrade"}, {"Fence", "Fence"},
+	} {
+		t.Run(tc.holds+"/"+tc.waits, func(t *testing.T) {
+			t.Parallel()
+			_, rdb := setup(t)
+			g := &gate{in: make(chan struct{}), out: make(chan struct{})}
+			t.Cleanup(g.open)
+			rdb.AddHook(g)
+			lost := make(chan struct{}, 1)
+			c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(300*time.Millisecond),
+				dlock.WithObserver(dlock.Observer{Lost: func(context.Context, *dlock.Event) { lost <- struct{}{} }}))
+			ctx := t.Context()
+			rw := newRW(t, c, "turns-due-"+tc.holds+"-"+tc.waits)
+			w, err := rw.Writer().TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := w.Done()
+			call := func(what string) error {
+				switch what {
+				case "Downgrade":
+					return rw.Downgrade(ctx, w)
+				case "Fence":
+					_, err := w.Fence(ctx)
+					return err
+				}
+				return w.Release(ctx)
+			}
+			g.armed.Store(true)
+			holding, waiting := make(chan error, 1), make(chan error, 1)
+			go func() { holding <- call(tc.holds) }()
+			g.held(t)
+			go func() { waiting <- call(tc.waits) }()
+			if !waitFor(10*time.Second, func() bool { return countGoroutines(t, "(*Lock).take+") > 0 }) {
+				t.Fatal("the second call never waited for its turn")
+			}
+			select {
+			case <-lost:
+			case <-time.After(time.Until(w.ValidUntil()) + 5*time.Second):
+				t.Fatal("the loss was not told to the Lost observer while the call waited for its turn")
+			}
+			select {
+			case <-done:
+			default:
+				t.Error("Done is open after the loss was told")
+			}
+			g.open()
+			// (A fence Redis issued before the lease ended there is returned,
+			// and given to a Fence that waited for it.)
+			herr := returned(t, holding, "the held "+tc.holds)
+			shared := tc.holds == "Fence" && tc.waits == "Fence" && herr == nil
+			if err := returned(t, waiting, "the waiting "+tc.waits); !errors.Is(err, dlock.ErrNotHeld) && !(shared && err == nil) {
+				t.Errorf("the waiting %s = %v, want ErrNotHeld", tc.waits, err)
+			}
+		})
+	}
+}
