@@ -63,6 +63,9 @@ func (c *Client) parts(names []string) []Part {
 	return ps
 }
 
+// key returns the part's lock key, by which parts are taken in order.
+func (p Part) key() string { return backend.KeysFor(p.Client.opts.prefix, p.Name).Lock }
+
 // TryAcquireAll makes one attempt per name, all or nothing.
 func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...LockOption) (*MultiLock, error) {
 	return acquireAll(ctx, c.parts(names), opts, true)
@@ -177,10 +180,9 @@ func sortedParts(parts []Part) ([]Part, error) {
 		}
 	}
 	order := slices.Clone(parts)
-	key := func(p Part) string { return backend.KeysFor(p.Client.opts.prefix, p.Name).Lock }
-	slices.SortStableFunc(order, func(a, b Part) int { return strings.Compare(key(a), key(b)) })
+	slices.SortStableFunc(order, func(a, b Part) int { return strings.Compare(a.key(), b.key()) })
 	for i := 1; i < len(order); i++ {
-		if key(order[i]) == key(order[i-1]) {
+		if order[i].key() == order[i-1].key() {
 			return nil, fmt.Errorf("%w: lock name %q given twice", ErrInvalid, order[i].Name)
 		}
 	}
@@ -202,8 +204,7 @@ func newMulti(parts []Part, locks []*Lock) *MultiLock {
 	m := &MultiLock{order: locks, apart: map[*Lock]error{}, then: func(error) {}}
 	m.settled, m.settle = context.WithCancelCause(context.Background())
 	for _, p := range parts { // (locks are sorted by key: see sortedParts)
-		i, _ := slices.BinarySearchFunc(locks, backend.KeysFor(p.Client.opts.prefix, p.Name).Lock,
-			func(l *Lock, key string) int { return strings.Compare(l.cl.Keys.Lock, key) })
+		i, _ := slices.BinarySearchFunc(locks, p.key(), func(l *Lock, key string) int { return strings.Compare(l.cl.Keys.Lock, key) })
 		m.parts = append(m.parts, locks[i])
 	}
 	for _, l := range locks {
