@@ -1446,3 +1446,52 @@ func TestRedlockSupersededOnAMajorityIsToldAndSparesTheResume(t *testing.T) {
 		t.Errorf("the resumed Lock's Release = %v", err)
 	}
 }
+
+// A List or an Inspect over a quorum with one node whose replies are held
+// ends with its context, not at that node's read timeout: a SCAN is waited
+// for up to the caller's deadline, not past it (the answers of a majority
+// already show every lock a majority holds), and an Inspect waits no longer
+// than its context either. The held node's calls end on their own once its
+// connection is cut.
+func TestRedlockListWithAStalledNodeEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	p := redistest.NewProxy(t, srvs[2].Addr())
+	stuck := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 10 * time.Second})
+	t.Cleanup(func() { stuck.Close() })
+	if err := stuck.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := newRedlock(t, []redis.UniversalClient{direct[0], direct[1], stuck}, 0, dlock.LeaseTTL(time.Minute)) // node timeout 1.2s
+	l, err := c.TryAcquire(ctx, "listed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	p.StallReplies()
+	defer p.Cut() // the held node's calls fail at once
+
+	for _, op := range []string{"List", "Inspect"} {
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
+		var infos []dlock.Info
+		if op == "List" {
+			infos, err = c.List(cctx, "*")
+		} else {
+			var info dlock.Info
+			info, err = c.Inspect(cctx, "listed")
+			infos = []dlock.Info{info}
+		}
+		took := time.Since(start)
+		cancel()
+		if took > 2*time.Second {
+			t.Errorf("%s with a 300ms ctx and node 2's replies held took %v, want it to end with its ctx, not at the node's 10s read timeout", op, took.Round(time.Millisecond))
+		}
+		// Its ctx may end before the walk inspects the lock; if it does not
+		// fail, it shows the lock held.
+		if err == nil && (len(infos) != 1 || infos[0].Name != "listed" || !infos[0].Held) {
+			t.Errorf("%s with node 2's replies held = %+v, nil, want the held lock or an error", op, infos)
+		}
+	}
+}

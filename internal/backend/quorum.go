@@ -53,9 +53,11 @@ const (
 	// untilAll waits for every node, up to the node timeout, or until the
 	// caller's ctx ends.
 	untilAll
-	// untilDone waits for every node's call to end, however long it takes:
-	// fn bounds it, not the node timeout or the caller's ctx.
-	untilDone
+	// untilCtx waits for every node, however long it takes, until the
+	// caller's ctx ends: a walk of the keyspace, which the node timeout
+	// does not bound. A node without an answer then says what its own
+	// call, bounded by ctx, would: ctx's error.
+	untilCtx
 )
 
 // answer is one node's answer in a fanOut: its value, and err nil if it
@@ -130,24 +132,24 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 	// call cancelled when the outcome is decided, or at the per-node
 	// timeout, could be dropped unsent from the node's pipeline (a grant
 	// missing from a node, a release never made). go-redis's timeouts bound
-	// it. A call waited for to its end (untilDone) is never late: Drain,
-	// and so Close, does not wait for it (a List under way).
+	// it. A walk's call (untilCtx) is a read, never late: Drain, and so
+	// Close, does not wait for it (a List under way).
 	nctx := context.WithoutCancel(ctx)
 	for i, n := range q.nodes {
 		call := func() {
 			v, err := fn(nctx, n)
 			ch <- answer[T]{i: i, v: v, err: err, ok: true}
 		}
-		if until == untilDone {
+		if until == untilCtx {
 			go call()
 		} else {
 			q.late.Go(call)
 		}
 	}
 	r := round[T]{q: q, answers: make([]answer[T], len(q.nodes)), errs: make([]error, len(q.nodes))}
-	timeout, cut := time.After(q.timeout), ctx.Done()
-	if until == untilDone {
-		timeout, cut = nil, nil
+	timeout := time.After(q.timeout)
+	if until == untilCtx {
+		timeout = nil
 	}
 	var why error // why the nodes not answered yet have no answer
 	for got := 0; got < len(q.nodes) && why == nil; got++ {
@@ -172,8 +174,11 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 			}
 		case <-timeout:
 			why = errNoAnswer
-		case <-cut: // the caller stops waiting when its ctx ends; the nodes' calls go on
+		case <-ctx.Done(): // the caller stops waiting when its ctx ends; the nodes' calls go on
 			why = errCutShort
+			if until == untilCtx {
+				why = ctx.Err()
+			}
 		}
 	}
 	for i := range r.answers {
@@ -427,9 +432,10 @@ func nodeErrors(errs []error) error {
 // Scan gathers the matching keys of every node that answers; it fails if
 // too few answered for a majority, whose locks could then be missed.
 // A walk of the keyspace takes as long as it takes: it is bounded by ctx,
-// not by the per-node timeout.
+// not by the per-node timeout, and ends with ctx even where a node's call
+// goes on (go-redis reads on to its read timeout).
 func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
-	r := fanOut(ctx, q, nil, untilDone, func(_ context.Context, n Node) ([]string, error) { return n.Scan(ctx, match) })
+	r := fanOut(ctx, q, nil, untilCtx, func(_ context.Context, n Node) ([]string, error) { return n.Scan(ctx, match) })
 	if !r.won() {
 		return nil, r.fail("list")
 	}
