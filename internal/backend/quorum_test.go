@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -115,5 +117,49 @@ func TestQuorumScanIsBoundedByItsContextNotTheNodeTimeout(t *testing.T) {
 	qe, ok := errors.AsType[*QuorumError](err)
 	if !ok || qe.Op != "list" || !errors.Is(err, context.Canceled) || errors.Is(err, errCutShort) || keys != nil {
 		t.Errorf("Scan with its context ended = %q, %v; want a QuorumError of the nodes' context.Canceled", keys, err)
+	}
+}
+
+// A walk of the keyspace over a quorum with one node's replies held ends
+// with the caller's ctx, not at that node's read timeout, and gathers the
+// keys of the majority that answered: every lock a majority holds is among
+// them.
+func TestQuorumScanWithAHeldNodeEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var nodes []Node
+	var held *redistest.Proxy
+	for i := range 3 {
+		s := redistest.Start(t, redistest.TCP())
+		if err := s.Client(t).Set(ctx, fmt.Sprintf("dlock:{k%d}", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		addr := s.Addr()
+		if i == 2 {
+			held = redistest.NewProxy(t, addr)
+			addr = held.Addr()
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 10 * time.Second})
+		t.Cleanup(func() { rdb.Close() })
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
+	}
+	q := NewQuorum(nodes, time.Second)
+	held.StallReplies()
+	defer held.Cut() // the held node's SCAN fails at once
+
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	keys, err := q.Scan(cctx, "dlock:{*}")
+	took := time.Since(start)
+	slices.Sort(keys)
+	if want := []string{"dlock:{k0}", "dlock:{k1}"}; err != nil || !slices.Equal(keys, want) {
+		t.Errorf("Scan with node 2's replies held = %q, %v; want %q", keys, err, want)
+	}
+	if took > 2*time.Second {
+		t.Errorf("Scan with a 300ms ctx and node 2's replies held took %v, want it to end with its ctx, not at the node's 10s read timeout", took.Round(time.Millisecond))
 	}
 }
