@@ -313,12 +313,7 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// until the lease expires (its copies are harmless: the first to land
 	// ends the lease, the others report it).
 	claim := *c // (the nodes' calls may outlive this one, and the caller marks its claim after it)
-	c = &claim
-	r := fanOut(ctx, q, isTrue, untilAll, func(ctx context.Context, n Node) (bool, error) {
-		ok, err := n.Release(ctx, c)
-		q.retryOn(n, c, err, func(ctx context.Context) error { _, err := n.Release(ctx, c); return err })
-		return ok, err
-	})
+	r := q.end(ctx, &claim, isTrue, Node.Release)
 	// The lease was exclusive only while no majority could be won by
 	// another client. A node that answers that our token is gone (it came
 	// back empty, or never granted it) can grant it to someone else; a node
@@ -344,11 +339,7 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 // time once its call fails: the nodes that did their part are not asked
 // again. It returns the errors of the nodes that failed otherwise.
 func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
-	r := fanOut(ctx, q, nil, untilAll, func(ctx context.Context, n Node) (struct{}, error) {
-		err := n.Undo(ctx, c)
-		q.retryOn(n, c, err, func(ctx context.Context) error { return n.Undo(ctx, c) })
-		return struct{}{}, err
-	})
+	r := q.end(ctx, c, nil, func(n Node, ctx context.Context, c *Claim) (bool, error) { return false, n.Undo(ctx, c) })
 	for i, err := range r.errs {
 		if Transient(err) { // (tried again on its own, as is a node without an answer once its call fails)
 			r.errs[i] = nil
@@ -357,15 +348,25 @@ func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
 	return nodeErrors(r.errs)
 }
 
-// retryOn tries f, a clean-up of the lease c on the node n whose first try
-// failed with err, again if err may pass: in the background on Retry's
-// schedule, for as long as what it ends could block others; Drain waits
-// for it.
-func (q *Quorum) retryOn(n Node, c *Claim, err error, f func(context.Context) error) {
-	if Transient(err) {
-		deadline := time.Now().Add(RetryFor(cmp.Or(c.TTL, n.ttl)))
-		q.late.Go(func() { Retry(deadline, f, nil) })
-	}
+// end runs f, a clean-up of the lease c (Node.Release, Node.Undo), on
+// every node, waiting for each up to the node timeout (with yes as
+// fanOut's). A node where it failed in a way that may pass is tried again:
+// in the background on Retry's schedule, for as long as what it ends could
+// block others; Drain waits for it.
+func (q *Quorum) end(ctx context.Context, c *Claim, yes func(bool) bool, f func(Node, context.Context, *Claim) (bool, error)) round[bool] {
+	return fanOut(ctx, q, yes, untilAll, func(ctx context.Context, n Node) (bool, error) {
+		ok, err := f(n, ctx, c)
+		if Transient(err) {
+			deadline := time.Now().Add(RetryFor(cmp.Or(c.TTL, n.ttl)))
+			q.late.Go(func() {
+				Retry(deadline, func(ctx context.Context) error {
+					_, err := f(n, ctx, c)
+					return err
+				}, nil)
+			})
+		}
+		return ok, err
+	})
 }
 
 // Prepare loads the scripts of the lease c on the nodes not known to have
