@@ -132,25 +132,21 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 	// call cancelled when the outcome is decided, or at the per-node
 	// timeout, could be dropped unsent from the node's pipeline (a grant
 	// missing from a node, a release never made). go-redis's timeouts bound
-	// it. A walk's call (untilCtx) is a read, never late: Drain, and so
-	// Close, does not wait for it (a List under way).
+	// it. A walk's calls (untilCtx) have no node timeout, and are reads,
+	// never late: Drain, and so Close, does not wait for them (a List
+	// under way).
+	timeout, start := time.After(q.timeout), q.late.Go
+	if until == untilCtx {
+		timeout, start = nil, func(call func()) { go call() }
+	}
 	nctx := context.WithoutCancel(ctx)
 	for i, n := range q.nodes {
-		call := func() {
+		start(func() {
 			v, err := fn(nctx, n)
 			ch <- answer[T]{i: i, v: v, err: err, ok: true}
-		}
-		if until == untilCtx {
-			go call()
-		} else {
-			q.late.Go(call)
-		}
+		})
 	}
 	r := round[T]{q: q, answers: make([]answer[T], len(q.nodes)), errs: make([]error, len(q.nodes))}
-	timeout := time.After(q.timeout)
-	if until == untilCtx {
-		timeout = nil
-	}
 	var why error // why the nodes not answered yet have no answer
 	for got := 0; got < len(q.nodes) && why == nil; got++ {
 		select {
