@@ -645,7 +645,10 @@ func TestRedlockInspectShowsHolderMetaAfterRetry(t *testing.T) {
 	t.Parallel()
 	_, nodes := startQuorum(t, 3)
 	ctx := t.Context()
-	c := newRedlock(t, nodes, 0, dlock.LeaseTTL(2*time.Second), dlock.WithUnfair(nil), dlock.HolderMeta("job-7"))
+	// The node timeout is set well above a round trip: the default, TTL/50
+	// (40ms), is how long Inspect waits for the nodes' answers, which a
+	// loaded machine can outlast on every node.
+	c := newRedlock(t, nodes, time.Second, dlock.LeaseTTL(2*time.Second), dlock.WithUnfair(nil), dlock.HolderMeta("job-7"))
 	// Two of the three nodes hold the lock for someone else: the first
 	// attempt wins node 0 alone, and gives it back.
 	var others []*dlock.Lock
