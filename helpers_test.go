@@ -302,14 +302,21 @@ func waitFor(d time.Duration, cond func() bool) bool {
 // validity had run out gives: the lease was given back, nothing is held.
 const tooLate = "the reply came after the lease's validity had run out"
 
+// noAnswer is the reason a node of a quorum that did not answer an attempt
+// in time gives.
+const noAnswer = "no answer within the node timeout"
+
 // tryAcquireInTime is c.TryAcquire of a name nobody else takes, tried again
-// (for up to 5s) while its reply comes back after the lease's validity: on a
-// loaded machine a round trip can outlast a lease of 100ms, and the library
-// then gives the lease back (ErrNotAcquired, tooLate) instead of returning it.
+// (for up to 5s) while it failed for time alone: its reply came back after
+// the lease's validity (on a loaded machine a round trip can outlast a lease
+// of 100ms, and the library then gives the lease back: ErrNotAcquired,
+// tooLate), or, over a quorum, too few nodes answered within a short node
+// timeout (ErrNotAcquired, noAnswer; the nodes that granted were undone).
 func tryAcquireInTime(ctx context.Context, c *dlock.Client, name string, opts ...dlock.LockOption) (*dlock.Lock, error) {
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		l, err := c.TryAcquire(ctx, name, opts...)
-		if err == nil || !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), tooLate) || !time.Now().Before(deadline) {
+		late := err != nil && (strings.Contains(err.Error(), tooLate) || strings.Contains(err.Error(), noAnswer))
+		if err == nil || !errors.Is(err, dlock.ErrNotAcquired) || !late || !time.Now().Before(deadline) {
 			return l, err
 		}
 	}

@@ -1010,7 +1010,7 @@ func TestRedlockDelayedShortExtendAfterLongExtendIgnored(t *testing.T) {
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx := t.Context()
 	c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(3*time.Second), dlock.WithAutoExtend(false))
-	l, err := c.TryAcquire(ctx, "ext")
+	l, err := tryAcquireInTime(ctx, c, "ext")
 	if err != nil {
 		t.Fatal(err)
 	}
