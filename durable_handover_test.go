@@ -32,7 +32,7 @@ func TestDurableHandoverNotMadeDurableFailsTheWait(t *testing.T) {
 		if _, err := s.Do(ctx, "CONFIG", "SET", "appendfsync", "everysec"); err != nil {
 			t.Fatal(err)
 		}
-		a, err := c.TryAcquire(ctx, name)
+		a, err := durableTryAcquire(ctx, c, name) // (the holder's grant waits for the file too)
 		if err != nil {
 			t.Fatalf("round %d: durable TryAcquire = %v", round, err)
 		}

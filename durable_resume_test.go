@@ -19,7 +19,7 @@ func TestDurableResumeNotMadeDurableIsUndone(t *testing.T) {
 	defer cancel()
 	s, rdb := durableServer(t, "everysec")
 	c := newClient(t, rdb, dlock.WithDurableGrants(300*time.Millisecond), dlock.WithAutoExtend(false), dlock.LeaseTTL(time.Minute))
-	l, err := c.TryAcquire(ctx, "resumed")
+	l, err := durableTryAcquire(ctx, c, "resumed")
 	if err != nil {
 		t.Fatalf("durable TryAcquire = %v", err)
 	}
