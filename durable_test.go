@@ -166,7 +166,12 @@ func TestDurableGrantsCoverEveryKind(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			s, rdb := durableServer(t, "everysec")
-			c := newClient(t, rdb, append(k.opts, dlock.WithDurableGrants(300*time.Millisecond), dlock.WithAutoExtend(false))...)
+			// The grant and the extension that the file has get 2s: a
+			// loaded machine can keep an fsync past 300ms, and Extend then
+			// tries again (a third WAITAOF). The take never fsynced gets
+			// 300ms, on a Client of its own.
+			c := newClient(t, rdb, append(k.opts, dlock.WithDurableGrants(2*time.Second), dlock.WithAutoExtend(false))...)
+			short := newClient(t, rdb, append(k.opts, dlock.WithDurableGrants(300*time.Millisecond), dlock.WithAutoExtend(false))...)
 			before := waitAOFCalls(ctx, s)
 			l, err := k.take(ctx, c, "kept")
 			if err != nil {
@@ -181,7 +186,7 @@ func TestDurableGrantsCoverEveryKind(t *testing.T) {
 			if _, err := s.Do(ctx, "CONFIG", "SET", "appendfsync", "no"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := k.take(ctx, c, "late"); !errors.Is(err, dlock.ErrNotDurable) || !errors.Is(err, dlock.ErrNotAcquired) {
+			if _, err := k.take(ctx, short, "late"); !errors.Is(err, dlock.ErrNotDurable) || !errors.Is(err, dlock.ErrNotAcquired) {
 				t.Errorf("TryAcquire never fsynced = %v, want ErrNotDurable and ErrNotAcquired", err)
 			}
 			if err := l.Release(ctx); err != nil {
