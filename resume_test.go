@@ -319,12 +319,14 @@ func TestResumeQuorumAndScriptFree(t *testing.T) {
 	for range 3 {
 		nodes = append(nodes, redistest.Start(t).Client(t))
 	}
-	old := newRedlock(t, nodes, 100*time.Millisecond, dlock.WithAutoExtend(false))
+	// A node timeout well above a round trip: a resume is one attempt, and
+	// a loaded machine's round trips can outlast 100ms on two nodes.
+	old := newRedlock(t, nodes, time.Second, dlock.WithAutoExtend(false))
 	a, err := old.Acquire(ctx, "q")
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := newRedlock(t, nodes, 100*time.Millisecond)
+	next := newRedlock(t, nodes, time.Second)
 	b, err := next.Acquire(ctx, "q", dlock.Resume(a.Token()))
 	if err != nil {
 		t.Fatalf("resume over a quorum: %v", err)
