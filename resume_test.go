@@ -632,8 +632,9 @@ func TestConcurrentResumesReadingOneMarkerOneWins(t *testing.T) {
 			}
 			tok := l0.Token()
 
-			// A: its process pauses 300ms between reading the marker and extending.
-			hook := &pauseAfter{match: isMarkerGet, pause: 300 * time.Millisecond}
+			// A: its process pauses between reading the marker and
+			// extending, until B, which reads the marker after it, is done.
+			hook := &pauseAfter{match: isMarkerGet, pause: 10 * time.Second, reached: make(chan struct{}), until: make(chan struct{})}
 			rdbA := s.Client(t)
 			rdbA.AddHook(hook)
 			cA := newClient(t, rdbA, opts...)
@@ -647,8 +648,11 @@ func TestConcurrentResumesReadingOneMarkerOneWins(t *testing.T) {
 			wg.Go(func() {
 				lA, errA = cA.TryAcquire(ctx, name, dlock.Resume(tok), dlock.LeaseTTL(10*time.Second))
 			})
-			time.Sleep(100 * time.Millisecond)
+			if !closedWithin(hook.reached, 10*time.Second) {
+				t.Error("A's resume never read the marker")
+			}
 			lB, errB := cB.TryAcquire(ctx, name, dlock.Resume(tok), dlock.LeaseTTL(2*time.Second))
+			close(hook.until)
 			wg.Wait()
 			if errA == nil {
 				defer lA.Release(ctx)
