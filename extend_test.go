@@ -29,7 +29,7 @@ func TestExtendRetriesThroughAnOutage(t *testing.T) {
 	p := redistest.NewProxy(t, s.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 100 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(3*time.Second))
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(10*time.Second))
 	l, err := c.TryAcquire(ctx, "extend-retry")
 	if err != nil {
 		t.Fatal(err)
@@ -38,9 +38,12 @@ func TestExtendRetriesThroughAnOutage(t *testing.T) {
 	p.Stall()
 	heal := time.AfterFunc(500*time.Millisecond, p.Cut) // the outage ends
 	defer heal.Stop()
-	ectx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	// Its retries, spaced ever wider, have seconds after the outage: on a
+	// loaded machine a round trip can outlast the 100ms read timeout for a
+	// while after Redis is back.
+	ectx, cancel := context.WithTimeout(ctx, 8*time.Second)
 	defer cancel()
-	if err := l.Extend(ectx, 3*time.Second); err != nil {
+	if err := l.Extend(ectx, 10*time.Second); err != nil {
 		t.Fatalf("Extend through a 500ms outage = %v, want it retried until Redis answered", err)
 	}
 	if !l.ValidUntil().After(before) {
@@ -54,7 +57,7 @@ func TestExtendRetriesThroughAnOutage(t *testing.T) {
 	ectx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if err := l.Extend(ectx, 3*time.Second); err == nil {
+	if err := l.Extend(ectx, 10*time.Second); err == nil {
 		t.Fatal("Extend succeeded with Redis stalled")
 	}
 	if took := time.Since(start); took > 1500*time.Millisecond {
