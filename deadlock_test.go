@@ -637,19 +637,30 @@ func TestDeadlockNotReportedFromRecordOfWaitEndedInOutage(t *testing.T) {
 
 // holdAfterWait runs a Do of held whose function waits for name (1.5s at
 // most), tells that wait's error on waited, then holds held, waiting for
-// nothing, until release is closed; done gets the Do's error.
+// nothing, until release is closed; done gets the Do's error. A Do that
+// fails before its function runs (a round trip of a loaded machine can
+// outlast a short read timeout) is tried again for up to 5s; then its
+// error is told on waited too.
 func holdAfterWait(ctx context.Context, c *dlock.Client, held, name string) (waited <-chan error, release chan struct{}, done <-chan error) {
 	w, r, d := make(chan error, 1), make(chan struct{}), make(chan error, 1)
 	go func() {
-		d <- c.Do(ctx, held, func(ctx context.Context, _ *dlock.Lock) error {
-			_, err := c.Acquire(ctx, name, dlock.MaxWait(1500*time.Millisecond))
+		ran, err := false, error(nil)
+		for deadline := time.Now().Add(5 * time.Second); !ran && ctx.Err() == nil && time.Now().Before(deadline); {
+			err = c.Do(ctx, held, func(ctx context.Context, _ *dlock.Lock) error {
+				ran = true
+				_, err := c.Acquire(ctx, name, dlock.MaxWait(1500*time.Millisecond))
+				w <- err
+				select {
+				case <-r:
+				case <-ctx.Done():
+				}
+				return nil
+			})
+		}
+		if !ran {
 			w <- err
-			select {
-			case <-r:
-			case <-ctx.Done():
-			}
-			return nil
-		})
+		}
+		d <- err
 	}()
 	return w, r, d
 }
