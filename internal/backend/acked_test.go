@@ -49,8 +49,8 @@ func TestAckedAfterScriptFlushCountsBothAcknowledgementsPastTheLoads(t *testing.
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	cmd, acks := n.acked(ctx, script.Uptime, []any{"acked"})
-	if err := cmd.Err(); err != nil {
+	_, acks, err := n.acked(ctx, script.Uptime, []any{"acked"})
+	if err != nil {
 		t.Fatalf("acked after SCRIPT FLUSH = %v", err)
 	}
 	if acks != 1 {
@@ -83,11 +83,11 @@ func TestAckedRerunAfterNOSCRIPTIsNeverSentTwice(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	n := NewNode(rdb, Config{TTL: time.Second, Replicas: 1, AckTimeout: 10 * time.Millisecond})
 	loser.Arm()
-	cmd, acks := n.acked(ctx, script.Uptime, []any{"acked"})
+	_, acks, err := n.acked(ctx, script.Uptime, []any{"acked"})
 	if got := loser.Lost(); got != 1 {
-		t.Fatalf("%d pipelines of SCRIPT LOAD, EVALSHA and WAIT lost, want the second try's (err %v)", got, cmd.Err())
+		t.Fatalf("%d pipelines of SCRIPT LOAD, EVALSHA and WAIT lost, want the second try's (err %v)", got, err)
 	}
-	if err := cmd.Err(); !ReplyLost(err) || acks != 0 {
+	if !ReplyLost(err) || acks != 0 {
 		t.Errorf("acked = %v with %d acks, want a lost reply and none", err, acks)
 	}
 	if got := commandCalls(t, direct, "script|load"); got != "0" {
@@ -110,8 +110,8 @@ func TestAckedOnAServerRefusingScriptLoadSendsEVAL(t *testing.T) {
 	rdb := noLoadClient(t, s)
 	n := NewNode(rdb, Config{TTL: time.Second, Replicas: 1, AckTimeout: 10 * time.Millisecond})
 	for i := range 2 {
-		cmd, acks := n.acked(ctx, script.Uptime, []any{"acked"})
-		if err := cmd.Err(); err != nil || acks != 0 {
+		_, acks, err := n.acked(ctx, script.Uptime, []any{"acked"})
+		if err != nil || acks != 0 {
 			t.Fatalf("call %d: acked = %v with %d acks, want a reply and no replica's", i, err, acks)
 		}
 		if err := admin.ScriptFlush(ctx).Err(); err != nil { // (EVAL cached the script)
@@ -139,8 +139,8 @@ func TestAckedOnAClosedClientIsGoRedisErrClosed(t *testing.T) {
 	rdb := s.Client(t)
 	n := NewNode(rdb, Config{TTL: time.Second, Replicas: 1, AckTimeout: 10 * time.Millisecond})
 	rdb.Close()
-	cmd, acks := n.acked(t.Context(), script.Uptime, []any{"acked"})
-	if err := cmd.Err(); !errors.Is(err, redis.ErrClosed) || err.Error() != redis.ErrClosed.Error() || acks != 0 {
+	_, acks, err := n.acked(t.Context(), script.Uptime, []any{"acked"})
+	if !errors.Is(err, redis.ErrClosed) || err.Error() != redis.ErrClosed.Error() || acks != 0 {
 		t.Errorf("acked = %v with %d acks, want %v and none", err, acks, redis.ErrClosed)
 	}
 }
@@ -189,8 +189,8 @@ func TestAckedAfterItsSlotMovedRunsOnTheNewMaster(t *testing.T) {
 	t.Cleanup(func() { cc.Close() })
 	n := NewNode(cc, Config{TTL: time.Second, Replicas: 1, AckTimeout: 10 * time.Millisecond})
 	const key = "dlock:{moved}"
-	if cmd, _ := n.acked(ctx, script.Uptime, []any{key}); cmd.Err() != nil {
-		t.Fatal(cmd.Err())
+	if _, _, err := n.acked(ctx, script.Uptime, []any{key}); err != nil {
+		t.Fatal(err)
 	}
 	src, err := cc.MasterForKey(ctx, key)
 	if err != nil {
@@ -212,8 +212,8 @@ func TestAckedAfterItsSlotMovedRunsOnTheNewMaster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd, acks := n.acked(ctx, script.Uptime, []any{key})
-	if err := cmd.Err(); err != nil || acks != 0 {
+	_, acks, err := n.acked(ctx, script.Uptime, []any{key})
+	if err != nil || acks != 0 {
 		t.Fatalf("acked after its slot moved = %v with %d acks, want a reply and no replica's", err, acks)
 	}
 	moved, err := src.Info(ctx, "errorstats").Result()

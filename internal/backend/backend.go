@@ -131,10 +131,42 @@ func (c *Claim) SetKind(k Kind) {
 // reentrant lock's owner id, or a read-write lock's member.
 func (c *Claim) HolderID() string { return c.Kind.holder(c) }
 
-// commander sends commands, scripts' EVAL and EVALSHA among them, each
-// once: the batcher.
-type commander interface {
-	Do(ctx context.Context, args ...any) *redis.Cmd
+// do sends one command, a script's EVALSHA or EVAL or another, once (see
+// Node.conn), unless ctx is done. Its reply and error are the client's
+// own: a driver's (see driver.Conn.Do), or go-redis's as it returns them,
+// a nil reply as redis.Nil; as reads either.
+func (n Node) do(ctx context.Context, args ...any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, NotSent(err)
+	}
+	return n.conn.Do(ctx, args...)
+}
+
+// as reads a reply v, err (see do) as a T: int64, string or []any; a nil
+// reply as redis.Nil.
+func as[T any](v any, err error) (T, error) {
+	t, ok := v.(T)
+	switch {
+	case err != nil || ok:
+	case v == nil:
+		err = redis.Nil
+	default:
+		err = fmt.Errorf("unexpected reply %v", v)
+	}
+	return t, err
+}
+
+// ints reads a reply (see do) as a list of integers.
+func ints(v any, err error) ([]int64, error) {
+	vs, err := as[[]any](v, err)
+	out := make([]int64, len(vs))
+	for i, x := range vs {
+		var ok bool
+		if out[i], ok = x.(int64); !ok {
+			return nil, fmt.Errorf("unexpected reply %v", v)
+		}
+	}
+	return out, err
 }
 
 // ms returns d in milliseconds as a command argument, reusing the
@@ -249,9 +281,11 @@ type Backend interface {
 // Node is the backend for one Redis deployment reached through one
 // go-redis client: a single server, a Sentinel-managed master, or a Cluster.
 type Node struct {
-	rdb        commander             // scripts run through here (the batcher)
+	// conn is the deployment, on which commands go once (see do): the
+	// batcher over go-redis, which loads scripts and scans as
+	// goredisdriver.Loader does, or NewNodeFrom's driver.
+	conn       driver.Conn
 	uc         redis.UniversalClient // the go-redis client (nil through a driver): a Cluster's masters, the script-free transactions
-	d          driver.Conn           // the deployment as a driver's Conn: NewNodeFrom's driver, or uc (goredisdriver.Loader)
 	pub        any                   // PUBLISH, or SPUBLISH on a Redis Cluster (an argument, converted once)
 	replicas   int                   // acknowledgements acquire and extend need: WithReplicaAck's replicas, plus the append-only file's with durable grants
 	retries    bool                  // the Redis client retries: a lost reply is asked again, once (see Grant.Again)
@@ -286,17 +320,17 @@ type Config struct {
 
 // NewNode returns the backend of one deployment reached through rdb.
 func NewNode(rdb redis.UniversalClient, c Config) Node {
-	return newNode(c, rdb, &batcher{rdb: rdb, alone: !c.Pipelining}, goredisdriver.Loader(rdb))
+	return newNode(c, rdb, &batcher{Conn: goredisdriver.Loader(rdb), rdb: rdb, alone: !c.Pipelining})
 }
 
-// newNode returns the Node of c on the deployment d, whose scripts run
-// through cmds; uc is the go-redis client (nil: a driver's).
-func newNode(c Config, uc redis.UniversalClient, cmds commander, d driver.Conn) Node {
+// newNode returns the Node of c on the deployment conn; uc is the go-redis
+// client (nil: a driver's).
+func newNode(c Config, uc redis.UniversalClient, conn driver.Conn) Node {
 	var pub any = "PUBLISH"
 	if c.Sharded {
 		pub = "SPUBLISH"
 	}
-	n := Node{rdb: cmds, uc: uc, d: d, pub: pub, retries: d.Info().Retries,
+	n := Node{conn: conn, uc: uc, pub: pub, retries: conn.Info().Retries,
 		replicas:   c.Replicas + flag(c.Durable > 0), // (the append-only file acknowledges first: see acksOf)
 		ackTimeout: c.AckTimeout, durable: c.Durable,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(serverCache), clock: newClockWatch(c.Clock, uc)}
@@ -332,7 +366,7 @@ func (Node) Drain(context.Context) error { return nil }
 
 // Batches reports the batcher's counts (see Backend).
 func (n Node) Batches() (calls, writes uint64) {
-	if b, ok := n.rdb.(*batcher); ok && !b.alone {
+	if b, ok := n.conn.(*batcher); ok && !b.alone {
 		return b.calls.Load(), b.writes.Load()
 	}
 	return 0, 0
@@ -354,20 +388,21 @@ func (n Node) Batches() (calls, writes uint64) {
 // script again with the scripts the Node had loaded there (see
 // Node.rerun), in the same pipeline, or with EVAL if the server refuses
 // SCRIPT LOAD or still lacks it.
-func (n Node) acked(ctx context.Context, s *script.Script, keys []any, args ...any) (*redis.Cmd, int64) {
+func (n Node) acked(ctx context.Context, s *script.Script, keys []any, args ...any) (any, int64, error) {
 	if n.replicas <= 0 {
-		return n.run(ctx, s, keys, args...), -1
+		v, err := n.run(ctx, s, keys, args...)
+		return v, -1, err
 	}
 	cc, cluster := n.uc.(*redis.ClusterClient)
 	cmd := evalsha(s, keys, args)
 	var reload scriptSet    // after a NOSCRIPT: load these with the script
 	for try := 0; ; try++ { // (at try 5 the default case returns)
-		srv, rdb, err := n.server(ctx, firstKey(cmd))
+		srv, conn, err := n.server(ctx, firstKey(cmd))
 		if err != nil {
-			return failed(ctx, err), 0
+			return nil, 0, err
 		}
-		rs := srv.pipelined(ctx, n.conn(rdb), reload, append([][]any{cmd}, n.acks...)...)
-		switch err := rs[0].Err(); {
+		rs := srv.pipelined(ctx, conn, reload, append([][]any{cmd}, n.acks...)...)
+		switch err := rs[0].Err; {
 		case noScript(err) && cmd[0] == "evalsha" && try < 5:
 			if reload == 0 && !srv.refused.Load() {
 				reload = scriptSet(srv.loaded.Swap(0)) | setOf(s) // then a second time, with them
@@ -377,14 +412,11 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []any, args ...a
 		case cluster && err != nil && strings.HasPrefix(err.Error(), "MOVED ") && try < 5:
 			cc.ReloadState(ctx)
 			if !sleepCtx(ctx, time.Duration(try+1)*50*time.Millisecond) {
-				return rs[0], 0
+				return rs[0].Val, 0, rs[0].Err
 			}
 		default:
 			acks, err := n.acksOf(rs[1:])
-			if err != nil && rs[0].Err() == nil {
-				rs[0].SetErr(err)
-			}
-			return rs[0], acks
+			return rs[0].Val, acks, cmp.Or(rs[0].Err, err)
 		}
 	}
 }
@@ -449,13 +481,12 @@ func ReplyLost(err error) bool {
 		errors.Is(err, net.ErrClosed) || errors.As(err, &ne) || errors.Is(err, ErrLeftInFlight))
 }
 
-// lockGrant reads the reply cmd of acquire.lua or acquire_fair.lua, sent
+// lockGrant reads the reply v, err of acquire.lua or acquire_fair.lua, sent
 // with acks replicas' acknowledgements (-1 without replica ack), for the
 // lease c: 0 when the lock is ours (a
 // campaign's fence, > 0, see campaign.go), {pttl, holder} when another
 // lease holds it.
-func (n Node) lockGrant(ctx context.Context, c *Claim, cmd *redis.Cmd, acks int64) (Grant, error) {
-	v, err := cmd.Result()
+func (n Node) lockGrant(ctx context.Context, c *Claim, v any, acks int64, err error) (Grant, error) {
 	if err != nil {
 		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 	}
@@ -481,7 +512,7 @@ func (n Node) wrongKind(ctx context.Context, key string, kind Kind, err error) e
 	if !errors.Is(err, ErrWrongType) || strings.Contains(err.Error(), "the fence key") {
 		return err // (the fence key's: the script's own reply, the lock key is not the one)
 	}
-	t, terr := n.rdb.Do(ctx, "type", key).Text()
+	t, terr := as[string](n.do(ctx, "type", key))
 	what, ok := shapeOf(t).holds(ctx, n, key) // (without a type, t is "": a shape that reads nothing)
 	if terr != nil || t == "none" || !ok {
 		return err
@@ -499,16 +530,17 @@ func pttlOf(ms int64) time.Duration {
 
 func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
 	sent := time.Now()
-	cmd, acks := c.Kind.extend(ctx, n, c, ttl, seq)
-	v, err := cmd.Int64()
-	if r, ok := cmd.Val().([]any); ok && len(r) == 2 { // {reply, server µs}: the clock is on (see extend.lua)
-		us, ok2 := r[1].(int64)
-		if v, ok = r[0].(int64); !ok || !ok2 {
-			return false, fmt.Errorf("unexpected reply %v", r)
+	r, acks, err := c.Kind.extend(ctx, n, c, ttl, seq) // (err: acked's refusal of WAITAOF, the script may have run)
+	if pair, ok := r.([]any); ok && len(pair) == 2 {   // {reply, server µs}: the clock is on (see extend.lua)
+		_, ok := pair[0].(int64)
+		us, ok2 := pair[1].(int64)
+		if !ok || !ok2 {
+			return false, fmt.Errorf("unexpected reply %v", pair)
 		}
-		err = cmd.Err() // (nil, or acked's refusal of WAITAOF after the script ran)
+		r = pair[0]
 		n.clock.read(ctx, c.Lock, ttl, us, sent, time.Now())
 	}
+	v, err := as[int64](r, err)
 	switch {
 	case err != nil:
 		return false, RedisErr(err)
@@ -589,14 +621,14 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 	if mark {
 		window = Window(cmp.Or(c.TTL, n.ttl)).Milliseconds()
 	}
-	sent, r := n.again(ctx, c.ReleaseSent, func() *redis.Cmd { return c.Kind.release(ctx, n, c, window) })
-	v, err := r.Int64()
+	sent, r, err := n.again(ctx, c.ReleaseSent, func() (any, error) { return c.Kind.release(ctx, n, c, window) })
+	v, err := as[int64](r, err)
 	if err != nil {
 		return false, RedisErr(err)
 	}
 	if v == 0 && sent && !mark {
-		_, r := n.again(ctx, false, func() *redis.Cmd { return n.run(ctx, script.Uptime, []any{c.Lock}) })
-		up, err := r.Int64()
+		_, r, err := n.again(ctx, false, func() (any, error) { return n.run(ctx, script.Uptime, []any{c.Lock}) })
+		up, err := as[int64](r, err)
 		if err != nil {
 			return false, RedisErr(err)
 		}
@@ -614,17 +646,17 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 // (or sent was set), while no connection can be made, a few times while
 // ctx lasts. The pause lets the client replace broken connections: a copy
 // sent at once can meet another dead one. It reports whether a command's
-// reply was lost (or sent), and returns the last command.
-func (n Node) again(ctx context.Context, sent bool, f func() *redis.Cmd) (bool, *redis.Cmd) {
-	r := f()
-	for pause := 10 * time.Millisecond; n.retries && pause <= releasePauseMax && (ReplyLost(r.Err()) || sent && neverSent(r.Err())); pause *= 4 {
-		sent = sent || ReplyLost(r.Err())
+// reply was lost (or sent), and returns the last command's reply.
+func (n Node) again(ctx context.Context, sent bool, f func() (any, error)) (bool, any, error) {
+	v, err := f()
+	for pause := 10 * time.Millisecond; n.retries && pause <= releasePauseMax && (ReplyLost(err) || sent && neverSent(err)); pause *= 4 {
+		sent = sent || ReplyLost(err)
 		if !sleepCtx(ctx, pause) {
 			break
 		}
-		r = f()
+		v, err = f()
 	}
-	return sent || ReplyLost(r.Err()), r
+	return sent || ReplyLost(err), v, err
 }
 
 // releasePauseMax is the longest pause before a release whose reply was
@@ -644,7 +676,7 @@ func superseded(v int64) error {
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	f, err := n.run(ctx, script.Fence, []any{c.Lock, c.Fence, c.Rev}, c.HolderID(), c.Kind.fenceWindow(n, c.TTL), c.Kind.shape().typ, c.Resumer).Int64()
+	f, err := as[int64](n.run(ctx, script.Fence, []any{c.Lock, c.Fence, c.Rev}, c.HolderID(), c.Kind.fenceWindow(n, c.TTL), c.Kind.shape().typ, c.Resumer))
 	if err != nil {
 		return 0, RedisErr(err)
 	}
@@ -652,7 +684,7 @@ func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
 }
 
 func (n Node) Seq(ctx context.Context, c *Claim) (int64, bool, error) {
-	mark, err := n.rdb.Do(ctx, "get", c.Rev).Text()
+	mark, err := as[string](n.do(ctx, "get", c.Rev))
 	if err != nil && err != redis.Nil { // (no marker: mark "", which seqOf and drives read as 0 and true)
 		return 0, false, RedisErr(err)
 	}
@@ -685,7 +717,7 @@ func drives(mark, resumer string) bool {
 }
 
 func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
-	v, err := n.run(ctx, script.Inspect, []any{k.Lock, k.Fence, k.Queue, k.Waiters, k.ValueKey()}).Slice()
+	v, err := as[[]any](n.run(ctx, script.Inspect, []any{k.Lock, k.Fence, k.Queue, k.Waiters, k.ValueKey()}))
 	if err != nil {
 		return State{}, RedisErr(err)
 	}
@@ -724,7 +756,7 @@ const scanBatch = 256
 // sends again after a broken connection, with go-redis's errors as they are
 // (see goredisdriver.Loader).
 func (n Node) Scan(ctx context.Context, match string) ([]string, error) {
-	masters, err := n.d.Masters(ctx)
+	masters, err := n.conn.Masters(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -770,12 +802,13 @@ func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 	if ok, err := st.forced(); !ok {
 		return false, err
 	}
-	ok, err := n.run(ctx, script.ForceRelease, []any{k.Lock}, st.Holding, k.Channel, n.pub).Int64()
+	ok, err := as[int64](n.run(ctx, script.ForceRelease, []any{k.Lock}, st.Holding, k.Channel, n.pub))
 	return result(ok == 1, err)
 }
 
 func (n Node) Announce(ctx context.Context, k *Keys, msg string) error {
-	return RedisErr(n.run(ctx, script.Announce, []any{k.Lock}, k.Channel, n.pub, msg).Err())
+	_, err := n.run(ctx, script.Announce, []any{k.Lock}, k.Channel, n.pub, msg)
+	return RedisErr(err)
 }
 
 // RedisErr translates the replies from Redis that have a meaning of their

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/internal/goredisdriver"
 )
 
@@ -31,16 +32,17 @@ const maxFlushers = 4
 // comes, is dropped). Flushes run on goroutines of their own, so no caller
 // ever waits for another caller's pipeline beyond its own deadline.
 //
-// It is a Node's commander: the scripts' EVALSHA goes through it (a
+// It is a Node's Conn: the scripts' EVALSHA goes through its Do (a
 // NOSCRIPT reply is handled by Node.rerun, which loads the scripts back on
-// the client itself).
+// the client itself), the rest through goredisdriver.Loader.
 //
 // Every command goes out once: go-redis never sends it again after a
 // failure that may have left it running (see once), so a command whose
 // reply came back has no copy that can land later.
 type batcher struct {
-	rdb   redis.UniversalClient
-	alone bool // each call goes alone, on its caller's goroutine (pipelining off)
+	driver.Conn // rdb as goredisdriver.Loader: what is not a script call (DoMulti, Masters…)
+	rdb         redis.UniversalClient
+	alone       bool // each call goes alone, on its caller's goroutine (pipelining off)
 
 	mu       sync.Mutex
 	queue    []*call
@@ -87,17 +89,17 @@ func NotSent(err error) error { return fmt.Errorf("%w: %w", ErrNotSent, err) }
 var ErrLeftInFlight = errors.New("left in flight")
 
 // Do runs one command, alone or in a pipeline with other goroutines'
-// commands, and returns the command that holds the reply or error: its
-// own, or, if ctx ended first, one holding ctx's error (wrapping
-// ErrNotSent if the command was never sent).
-func (b *batcher) Do(ctx context.Context, args ...any) *redis.Cmd {
+// commands, and returns its reply or error as go-redis gives them; or, if
+// ctx ended first, ctx's error (wrapping ErrNotSent if the command was
+// never sent).
+func (b *batcher) Do(ctx context.Context, args ...any) (any, error) {
 	if err := ctx.Err(); err != nil {
-		return failed(ctx, NotSent(err))
+		return nil, NotSent(err)
 	}
 	cmd := redis.NewCmd(ctx, args...)
 	if b.alone {
 		b.rdb.Process(ctx, goredisdriver.Once{Cmder: cmd})
-		return cmd
+		return cmd.Result()
 	}
 	c := callPool.Get().(*call)
 	c.Cmder, c.ctx = cmd, ctx
@@ -116,28 +118,21 @@ func (b *batcher) Do(ctx context.Context, args ...any) *redis.Cmd {
 	case <-c.done:
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(callQueued, callAbandoned) {
-			return failed(ctx, NotSent(ctx.Err()))
+			return nil, NotSent(ctx.Err())
 		}
 		if c.state.CompareAndSwap(callSent, callAbandoned) {
-			return failed(ctx, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err()))
+			return nil, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err())
 		}
 		<-c.done // done meanwhile: the reply is in
 	}
 	c.free()
-	return cmd
+	return cmd.Result()
 }
 
 // free returns the call to the pool.
 func (c *call) free() {
 	c.Cmder, c.ctx = nil, nil
 	callPool.Put(c)
-}
-
-// failed returns a command that holds err.
-func failed(ctx context.Context, err error) *redis.Cmd {
-	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(err)
-	return cmd
 }
 
 // flush sends what is queued until the queue is empty. A pipeline is sent

@@ -47,7 +47,7 @@ func TestBatcherNeverSendsTwice(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make([]error, tc.calls)
 			if tc.calls == 1 {
-				wg.Go(func() { errs[0] = b.Do(ctx, "INCR", key).Err() })
+				wg.Go(func() { _, errs[0] = b.Do(ctx, "INCR", key) })
 			} else { // (the flush of calls queued together: one pipeline on the pooled connection)
 				calls := make([]*call, tc.calls)
 				for i := range calls {
@@ -114,7 +114,7 @@ func TestBatchedCallsUnderCutsAnswerWhatRedisDid(t *testing.T) {
 		wg.Go(func() {
 			for i := range calls {
 				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				errs[w][i] = b.Do(cctx, "RPUSH", "cuts", fmt.Sprint(w, ".", i)).Err()
+				_, errs[w][i] = b.Do(cctx, "RPUSH", "cuts", fmt.Sprint(w, ".", i))
 				cancel()
 			}
 		})

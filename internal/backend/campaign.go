@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockio/dlock/internal/script"
 )
 
@@ -19,11 +17,11 @@ var Campaign Kind = campaign{}
 type campaign struct{ plainLock } // (its member and shape are a plain lock's)
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	cmd, acks := n.acked(ctx, acquireFair, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
+	v, acks, err := n.acked(ctx, acquireFair, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
 		c.Token, ttl.Milliseconds(), flag(queue), n.fairConf(ttl, true))
-	g, err := n.lockGrant(ctx, c, cmd, acks)
+	g, err := n.lockGrant(ctx, c, v, acks, err)
 	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)
-		value, _ := n.rdb.Do(ctx, "get", c.ValueKey()).Text() // (unread: the token's metadata names it)
+		value, _ := as[string](n.do(ctx, "get", c.ValueKey())) // (unread: the token's metadata names it)
 		g.Value, g.Proclaimed = proclaimed(value, g.Holder)
 	}
 	return g, err
@@ -44,11 +42,11 @@ func proclaimed(key, holder string) (string, bool) {
 
 func (campaign) what() string { return "a leader's lease" }
 
-func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
 	return n.extendLease(ctx, c, ttl, seq, c.Lock, c.Rev, c.Fence, c.ValueKey())
 }
 
-func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey()},
 		c.resumerArg([]any{&c.Token, window, n.resignConf})...)
 }
@@ -72,7 +70,7 @@ func (campaign) fenceWindow(n Node, ttl time.Duration) any {
 // that Redis applied changes nothing, and reports true (a later value is
 // set). ErrSuperseded: another Lock resumed the lease.
 func (n Node) Proclaim(ctx context.Context, c *Claim, value string, seq int64) (bool, error) {
-	v, err := n.run(ctx, proclaim, []any{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, c.seqArg(seq)).Int64()
+	v, err := as[int64](n.run(ctx, proclaim, []any{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, c.seqArg(seq)))
 	if err != nil {
 		return false, RedisErr(err)
 	}

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockio/dlock/driver"
 )
 
@@ -20,7 +18,7 @@ import (
 // go-redis (the caller refuses them).
 func NewNodeFrom(d driver.Conn, c Config) Node {
 	d = guard{d}
-	n := newNode(c, nil, drv{d}, d)
+	n := newNode(c, nil, d)
 	if d.Info().Cluster {
 		n.clock = nil // which master read the clock is unknown: readings of several would compare as one server's
 	}
@@ -112,34 +110,4 @@ func (g guard) Masters(ctx context.Context) ([]driver.Conn, error) {
 		ms[i] = guard{m}
 	}
 	return ms, err
-}
-
-// drv runs a Node's scripts and commands through a driver. It implements
-// commander, so the scripts' calls and replies read as they do through
-// go-redis.
-type drv struct{ d driver.Conn }
-
-func (c drv) Do(ctx context.Context, args ...any) *redis.Cmd {
-	if err := ctx.Err(); err != nil {
-		return failed(ctx, NotSent(err))
-	}
-	cmd := redis.NewCmd(ctx, args...)
-	v, err := c.d.Do(ctx, args...)
-	setReply(cmd, v, err)
-	return cmd
-}
-
-// setReply gives cmd a driver's reply: a nil reply reads as go-redis's
-// redis.Nil, a closed driver as redis.ErrClosed.
-func setReply(cmd *redis.Cmd, v any, err error) {
-	switch {
-	case errors.Is(err, driver.ErrClosed):
-		cmd.SetErr(fmt.Errorf("%w: %w", redis.ErrClosed, err))
-	case err != nil:
-		cmd.SetErr(err)
-	case v == nil:
-		cmd.SetErr(redis.Nil)
-	default:
-		cmd.SetVal(v)
-	}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/driver"
 )
 
 // Durable grants (WithDurableGrants): after a write that grants or extends
@@ -40,10 +42,10 @@ func (n Node) replicaAcks() int64 { return int64(n.replicas) - n.aofAck() }
 // (none at all when it lacks the write), then the replicas', at most as
 // many as asked. It returns the error of a server that refused WAITAOF (see
 // notDurable).
-func (n Node) acksOf(rs []*redis.Cmd) (int64, error) {
+func (n Node) acksOf(rs []driver.Result) (int64, error) {
 	acks := n.aofAck()
 	if n.durable > 0 {
-		v, err := rs[len(rs)-1].Int64Slice()
+		v, err := ints(rs[len(rs)-1].Val, rs[len(rs)-1].Err)
 		if err != nil {
 			return 0, notDurable(err, ErrNotAcquired)
 		}
@@ -52,7 +54,7 @@ func (n Node) acksOf(rs []*redis.Cmd) (int64, error) {
 		}
 	}
 	if r := n.replicaAcks(); r > 0 {
-		w, _ := rs[0].Int64()
+		w, _ := as[int64](rs[0].Val, rs[0].Err)
 		acks += min(w, r)
 	}
 	return acks, nil

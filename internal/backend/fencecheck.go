@@ -17,7 +17,7 @@ var fenceCurrent = script.Named("fence_current")
 // issued for the name (see fence_current.lua). It writes nothing. A key of
 // another type at the lock or fence key is ErrWrongType.
 func (n Node) FenceCurrent(ctx context.Context, k *Keys, kind Kind, holder string, fence int64) (bool, error) {
-	v, err := n.run(ctx, fenceCurrent, []any{k.Lock, k.Fence}, holder, strconv.FormatInt(fence, 10), kind.shape().typ).Int64()
+	v, err := as[int64](n.run(ctx, fenceCurrent, []any{k.Lock, k.Fence}, holder, strconv.FormatInt(fence, 10), kind.shape().typ))
 	if err != nil {
 		return false, n.wrongKind(ctx, k.Lock, kind, RedisErr(err))
 	}

@@ -22,13 +22,13 @@ type Kind interface {
 	// acquire runs the kind's acquire script once (see Node.Acquire).
 	acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error)
 	// extend sends the kind's extension (see Node.Extend), whose reply is
-	// 1 if it extended, and the replicas that acknowledged it (-1 without
-	// replica ack).
-	extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64)
+	// 1 if it extended, and returns the reply, the replicas that
+	// acknowledged it (-1 without replica ack) and the error.
+	extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error)
 	// release sends the kind's release (see Node.Release), whose reply is
 	// 1 if the lease held the lock; window is the lease's marker's life
 	// in ms.
-	release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd
+	release(ctx context.Context, n Node, c *Claim, window int64) (any, error)
 	// scripts returns the script the kind's acquisition runs and the set
 	// of those its leases run.
 	scripts() (first *script.Script, need scriptSet)

@@ -47,27 +47,27 @@ var (
 
 func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if queue { // (a waiter: the wake key too, see acquire.lua)
-		cmd, acks := n.acked(ctx, acquire, []any{&c.Lock, &c.Rev, &c.Wake}, &c.Token, n.ms(ttl), wakeMS)
-		return n.lockGrant(ctx, c, cmd, acks)
+		v, acks, err := n.acked(ctx, acquire, []any{&c.Lock, &c.Rev, &c.Wake}, &c.Token, n.ms(ttl), wakeMS)
+		return n.lockGrant(ctx, c, v, acks, err)
 	}
-	cmd, acks := n.acked(ctx, acquire, []any{&c.Lock, &c.Rev}, &c.Token, n.ms(ttl))
-	return n.lockGrant(ctx, c, cmd, acks)
+	v, acks, err := n.acked(ctx, acquire, []any{&c.Lock, &c.Rev}, &c.Token, n.ms(ttl))
+	return n.lockGrant(ctx, c, v, acks, err)
 }
 
-func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
 	return n.extendLease(ctx, c, ttl, seq, c.Lock, c.Rev)
 }
 
 // extendLease runs extend.lua on keys for the lease c; with the clock on,
 // its last argument asks for the server's time in the reply (see clock.go).
-func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq int64, keys ...any) (*redis.Cmd, int64) {
+func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq int64, keys ...any) (any, int64, error) {
 	if n.clock.on() {
 		return n.acked(ctx, extend, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
 	}
 	return n.acked(ctx, extend, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
-func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	keys := []any{&c.Lock, &c.Wake, &c.Rev}
 	if window == 0 { // a clean lease: two arguments (release.lua)
 		return n.run(ctx, release, keys, &c.Token, n.pub)
@@ -95,12 +95,12 @@ func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 	if ttl != n.ttl {
 		conf = n.fairConf(ttl, false)
 	}
-	cmd, acks := n.acked(ctx, acquireFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake},
+	v, acks, err := n.acked(ctx, acquireFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake},
 		&c.Token, n.ms(ttl), flag(queue), conf)
-	return n.lockGrant(ctx, c, cmd, acks)
+	return n.lockGrant(ctx, c, v, acks, err)
 }
 
-func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev},
 		c.resumerArg([]any{&c.Token, window, n.relConf})...)
 }
@@ -108,8 +108,8 @@ func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) *re
 func (fairLock) scripts() (*script.Script, scriptSet) { return acquireFair, fairScripts }
 
 func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, _ bool) (Grant, error) {
-	cmd, acks := n.acked(ctx, acquireReentrant, []any{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
-	v, err := cmd.Slice()
+	r, acks, err := n.acked(ctx, acquireReentrant, []any{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
+	v, err := as[[]any](r, err)
 	if err != nil {
 		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 	}
@@ -127,11 +127,11 @@ func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Dur
 	return Grant{}, fmt.Errorf("unexpected reply %v", v)
 }
 
-func (reentrantLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+func (reentrantLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
 	return n.acked(ctx, extendReentrant, []any{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
-func (reentrantLock) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+func (reentrantLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	return n.run(ctx, releaseReentrant, []any{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
 }
 

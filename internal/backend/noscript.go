@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/driver"
 )
 
 // NoScripts is the backend of one deployment whose Redis user may not run
@@ -164,7 +166,11 @@ func (n NoScripts) ack(t tx, err error, short func(acks int64) error) error {
 	if err != nil || n.replicas <= 0 {
 		return err
 	}
-	rs, _ := t.read(n.acks...)
+	cmds, _ := t.read(n.acks...)
+	rs := make([]driver.Result, len(cmds))
+	for i, cmd := range cmds {
+		rs[i].Val, rs[i].Err = cmd.Result()
+	}
 	acks, err := n.acksOf(rs)
 	if err == nil && acks < int64(n.replicas) {
 		err = short(acks)

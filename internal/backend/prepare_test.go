@@ -382,7 +382,7 @@ func TestClusterScriptsFoundAgainAfterScriptFlush(t *testing.T) {
 			t.Fatalf("%s: Prepare = %v", road, err)
 		}
 		flush()
-		if err := n.run(ctx, script.Uptime, []any{c.Lock}).Err(); err != nil {
+		if _, err := n.run(ctx, script.Uptime, []any{c.Lock}); err != nil {
 			t.Fatalf("%s: a call after SCRIPT FLUSH = %v", road, err)
 		}
 		if road == "driver" {
@@ -397,14 +397,18 @@ func TestClusterScriptsFoundAgainAfterScriptFlush(t *testing.T) {
 			}
 			continue
 		}
-		s, m, err := n.server(ctx, c.Lock)
+		s, _, err := n.server(ctx, c.Lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := cc.MasterForKey(ctx, c.Lock)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got, want := scriptSet(s.loaded.Load()), n.need(c)|setOf(script.Uptime); got != want || knownLoaded(n) != 0 {
 			t.Errorf("go-redis: the key's master's cache knows %b loaded, want %b; the Node's own %b, want none", got, want, knownLoaded(n))
 		}
-		if lack := lacks(ctx, m.(*redis.Client), n.need(c)); len(lack) > 0 {
+		if lack := lacks(ctx, m, n.need(c)); len(lack) > 0 {
 			t.Errorf("go-redis: after the call that met NOSCRIPT, the key's master lacks %v", lack)
 		}
 		if !n.prepared(ctx, c) {
@@ -430,7 +434,7 @@ func TestPrepareOnAClosedClientLeavesNothingInFlight(t *testing.T) {
 	if loadInFlight(n) || knownLoaded(n) != 0 {
 		t.Errorf("on a closed client: load in flight %v, scripts known loaded %b; want none", loadInFlight(n), knownLoaded(n))
 	}
-	if err := n.run(t.Context(), script.Uptime, []any{c.Lock}).Err(); !errors.Is(err, redis.ErrClosed) {
+	if _, err := n.run(t.Context(), script.Uptime, []any{c.Lock}); !errors.Is(err, redis.ErrClosed) {
 		t.Errorf("a call on the closed client = %v, want redis.ErrClosed", err)
 	}
 }

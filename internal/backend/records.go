@@ -23,12 +23,13 @@ type Records interface {
 
 // SetRecord sets key to value for ttl milliseconds.
 func (n Node) SetRecord(ctx context.Context, key, value string, ttl int64) error {
-	return RedisErr(n.rdb.Do(ctx, "set", key, value, "px", ttl).Err())
+	_, err := n.do(ctx, "set", key, value, "px", ttl)
+	return RedisErr(err)
 }
 
 // GetRecord reads key.
 func (n Node) GetRecord(ctx context.Context, key string) (string, bool, error) {
-	v, err := n.rdb.Do(ctx, "get", key).Text()
+	v, err := as[string](n.do(ctx, "get", key))
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
 	}
@@ -37,5 +38,6 @@ func (n Node) GetRecord(ctx context.Context, key string) (string, bool, error) {
 
 // DelRecord deletes key.
 func (n Node) DelRecord(ctx context.Context, key string) error {
-	return RedisErr(n.rdb.Do(ctx, "del", key).Err())
+	_, err := n.do(ctx, "del", key)
+	return RedisErr(err)
 }

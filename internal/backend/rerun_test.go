@@ -28,7 +28,7 @@ func TestRerunAfterNOSCRIPTIsNeverSentTwice(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	n := NewNode(rdb, Config{TTL: time.Second})
 	loser.Arm()
-	err := n.run(ctx, script.Uptime, []any{"rerun"}).Err()
+	_, err := n.run(ctx, script.Uptime, []any{"rerun"})
 	if got := loser.Lost(); got != 1 {
 		t.Fatalf("%d pipelines of SCRIPT LOAD and EVALSHA lost, want the rerun's (err %v)", got, err)
 	}
@@ -70,9 +70,9 @@ func TestAckedScriptIsNeverSentTwice(t *testing.T) {
 		}
 		p.Cut()
 	}()
-	cmd, _ := n.acked(ctx, script.Uptime, []any{"acked"})
+	_, _, err := n.acked(ctx, script.Uptime, []any{"acked"})
 	<-done
-	if err := cmd.Err(); !ReplyLost(err) {
+	if !ReplyLost(err) {
 		t.Errorf("acked = %v, want a lost reply", err)
 	}
 	info, err := direct.Info(ctx, "commandstats").Result()
@@ -116,7 +116,7 @@ func TestRerunOnAClosedClientIsGoRedisErrClosed(t *testing.T) {
 	rdb := s.Client(t)
 	rdb.AddHook(closeAfter{rdb: rdb, name: "evalsha"})
 	n := NewNode(rdb, Config{TTL: time.Second})
-	err := n.run(t.Context(), script.Uptime, []any{"rerun"}).Err()
+	_, err := n.run(t.Context(), script.Uptime, []any{"rerun"})
 	if !errors.Is(err, redis.ErrClosed) || err.Error() != redis.ErrClosed.Error() {
 		t.Errorf("run = %v, want %v as it is", err, redis.ErrClosed)
 	}

@@ -15,7 +15,7 @@ import (
 // short under min-replicas-to-write, a failover under way, memory full, a
 // server loading its data or busy with a script).
 func Transient(err error) bool {
-	if err == nil || errors.Is(err, ErrSuperseded) || errors.Is(err, redis.ErrClosed) {
+	if err == nil || errors.Is(err, ErrSuperseded) || closed(err) {
 		return false
 	}
 	var rerr redis.Error

@@ -39,7 +39,7 @@ func (h rwHold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 	return h.take(ctx, n, c, ttl, queue, h.rw, c.holdKeys())
 }
 
-func (h rwHold) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+func (h rwHold) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	return h.give(ctx, n, c, window, c.holdKeys())
 }
 
@@ -67,7 +67,7 @@ var (
 // keeps every other use of c out meanwhile. ErrSuperseded: another Lock
 // resumed the lease.
 func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
-	v, err := n.run(ctx, holdDowngrade, c.holdKeys(), c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer).Int64()
+	v, err := as[int64](n.run(ctx, holdDowngrade, c.holdKeys(), c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer))
 	if err != nil {
 		if !neverSent(err) && !errors.As(err, new(redis.Error)) {
 			c.SetKind(Downgrading) // sent, and no reply of Redis's: either outcome

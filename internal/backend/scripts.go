@@ -86,12 +86,14 @@ func (s *serverCache) has(set scriptSet) bool {
 }
 
 // server returns what the Node knows of the script cache of the server
-// that runs the scripts of key, and, on go-redis's Cluster, that server,
-// the master of key's slot (nil otherwise: see conn).
-func (n Node) server(ctx context.Context, key string) (*serverCache, redis.UniversalClient, error) {
+// that runs the scripts of key, and a Conn to load them on, on which
+// go-redis may send a SCRIPT LOAD again (see goredisdriver.Loader): on
+// go-redis's Cluster, that server, the master of key's slot; otherwise the
+// deployment (n.conn).
+func (n Node) server(ctx context.Context, key string) (*serverCache, driver.Conn, error) {
 	cc, ok := n.uc.(*redis.ClusterClient)
 	if !ok { // (one server; or a driver's deployment, one cache whose scripts every master loads)
-		return n.caches, nil, nil
+		return n.caches, n.conn, nil
 	}
 	m, err := cc.MasterForKey(ctx, key)
 	if err != nil {
@@ -102,17 +104,7 @@ func (n Node) server(ctx context.Context, key string) (*serverCache, redis.Unive
 	if !ok {
 		v, _ = n.caches.masters.LoadOrStore(addr, new(serverCache))
 	}
-	return v.(*serverCache), m, nil
-}
-
-// conn returns rdb, a Cluster's master (see server), as a driver's Conn
-// on which go-redis may send a SCRIPT LOAD again (see goredisdriver.Loader);
-// with rdb nil, the deployment (n.d).
-func (n Node) conn(rdb redis.UniversalClient) driver.Conn {
-	if rdb == nil {
-		return n.d
-	}
-	return goredisdriver.Loader(rdb)
+	return v.(*serverCache), goredisdriver.Loader(m), nil
 }
 
 // Prepare loads the scripts of the lease c into the script cache of the
@@ -125,7 +117,7 @@ func (n Node) conn(rdb redis.UniversalClient) driver.Conn {
 // of lease): the call that follows runs its script anyway (rerun).
 func (n Node) Prepare(ctx context.Context, c *Claim) error {
 	need := n.need(c)
-	s, rdb, err := n.server(ctx, c.Lock)
+	s, conn, err := n.server(ctx, c.Lock)
 	if err != nil || s.has(need) {
 		return nil // (an error: the call meets it too)
 	}
@@ -140,7 +132,7 @@ func (n Node) Prepare(ctx context.Context, c *Claim) error {
 		return nil
 	}
 	first, _ := c.Kind.scripts() // (the script the acquisition runs)
-	err = s.load(ctx, n.conn(rdb), need&^scriptSet(s.loaded.Load()), first)
+	err = s.load(ctx, conn, need&^scriptSet(s.loaded.Load()), first)
 	s.loading.Store(nil)
 	close(done)
 	return err
@@ -257,7 +249,13 @@ func (s *serverCache) outcome(set scriptSet, loads []driver.Result) scriptSet {
 // isRedisError reports whether err is an error reply of the server.
 func isRedisError(err error) bool {
 	var rerr redis.Error
-	return errors.As(err, &rerr) && !errors.Is(err, redis.ErrClosed)
+	return errors.As(err, &rerr) && !closed(err)
+}
+
+// closed reports whether err says the client was closed: go-redis's, or a
+// driver's.
+func closed(err error) bool {
+	return errors.Is(err, redis.ErrClosed) || errors.Is(err, driver.ErrClosed)
 }
 
 // noScript reports whether err is a NOSCRIPT reply: the server's script
@@ -275,10 +273,10 @@ func redirected(err error) bool {
 // redis.Script.Run does; if the server lacks it, see rerun. keys and args
 // are copied into the command, so that they may point into the lease's
 // Claim (see Claim) and stay on the caller's stack.
-func (n Node) run(ctx context.Context, s *script.Script, keys []any, args ...any) *redis.Cmd {
+func (n Node) run(ctx context.Context, s *script.Script, keys []any, args ...any) (any, error) {
 	cmd := evalsha(s, keys, args)
-	if r := n.rdb.Do(ctx, cmd...); !noScript(r.Err()) {
-		return r
+	if v, err := n.do(ctx, cmd...); !noScript(err) {
+		return v, err
 	}
 	return n.rerun(ctx, s, cmd)
 }
@@ -312,30 +310,25 @@ func firstKey(cmd []any) string {
 // more that the NOSCRIPT did, and the next timed calls find their scripts.
 // Through a driver, on a Cluster, s goes with EVAL, and the next Prepare
 // loads the scripts on every master again.
-func (n Node) rerun(ctx context.Context, s *script.Script, cmd []any) *redis.Cmd {
-	if n.uc == nil && n.d.Info().Cluster { // (a driver's)
+func (n Node) rerun(ctx context.Context, s *script.Script, cmd []any) (any, error) {
+	if n.uc == nil && n.conn.Info().Cluster { // (a driver's)
 		n.caches.loaded.Store(0)
-	} else if srv, rdb, err := n.server(ctx, firstKey(cmd)); err == nil && !srv.refused.Load() {
-		r := srv.pipelined(ctx, n.conn(rdb), scriptSet(srv.loaded.Swap(0))|setOf(s), cmd)[0]
-		if !noScript(r.Err()) && !redirected(r.Err()) {
-			return r
+	} else if srv, conn, err := n.server(ctx, firstKey(cmd)); err == nil && !srv.refused.Load() {
+		r := srv.pipelined(ctx, conn, scriptSet(srv.loaded.Swap(0))|setOf(s), cmd)[0]
+		if !noScript(r.Err) && !redirected(r.Err) {
+			return r.Val, r.Err
 		}
 	}
-	return n.rdb.Do(ctx, asEval(s, cmd)...)
+	return n.do(ctx, asEval(s, cmd)...)
 }
 
 // pipelined sends on conn, in one round trip, SCRIPT LOAD of the scripts
 // of set, then cmds (a script call, and the waits for its
 // acknowledgements); it records the loads, and returns cmds' replies. The
 // script call goes once, and the pipeline with it (see Grant.Once).
-func (s *serverCache) pipelined(ctx context.Context, conn driver.Conn, set scriptSet, cmds ...[]any) []*redis.Cmd {
+func (s *serverCache) pipelined(ctx context.Context, conn driver.Conn, set scriptSet, cmds ...[]any) []driver.Result {
 	loads := loadCmds(set)
 	rs := conn.DoMulti(ctx, append(loads, cmds...)...)
 	s.loaded.Or(uint32(s.outcome(set, rs[:len(loads)])))
-	replies := make([]*redis.Cmd, len(cmds))
-	for i, r := range rs[len(loads):] {
-		replies[i] = redis.NewCmd(ctx, cmds[i]...)
-		setReply(replies[i], r.Val, r.Err)
-	}
-	return replies
+	return rs[len(loads):]
 }

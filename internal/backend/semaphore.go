@@ -32,7 +32,7 @@ func (p permit) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 	return p.take(ctx, n, c, ttl, queue, p.n, c.holdKeys(c.SizeKey()))
 }
 
-func (p permit) release(ctx context.Context, n Node, c *Claim, window int64) *redis.Cmd {
+func (p permit) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	return p.give(ctx, n, c, window, c.holdKeys(c.SizeKey()))
 }
 
@@ -49,7 +49,7 @@ type hold struct {
 	w      int
 }
 
-func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (*redis.Cmd, int64) {
+func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
 	return n.acked(ctx, holdExtend, []any{c.Lock, c.Rev}, withPermits(h.w, c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
 }
 
@@ -64,9 +64,9 @@ func (c *Claim) holdKeys(more ...any) []any {
 // take runs hold_acquire.lua once for c, the hold h on keys, which asks
 // for what (its ARGV[8]: a semaphore's N, or "r" or "w").
 func (h hold) take(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool, what any, keys []any) (Grant, error) {
-	cmd, acks := n.acked(ctx, holdAcquire, keys,
+	r, acks, err := n.acked(ctx, holdAcquire, keys,
 		withPermits(h.w, c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, what)...)
-	v, err := cmd.Int64() // >= 0 granted, else -2 - the PTTL of the hold that keeps it out
+	v, err := as[int64](r, err) // >= 0 granted, else -2 - the PTTL of the hold that keeps it out
 	if err != nil {
 		return Grant{}, RedisErr(err)
 	}
@@ -77,7 +77,7 @@ func (h hold) take(ctx context.Context, n Node, c *Claim, ttl time.Duration, que
 }
 
 // give sends hold_release.lua for c, the hold h on keys.
-func (h hold) give(ctx context.Context, n Node, c *Claim, window int64, keys []any) *redis.Cmd {
+func (h hold) give(ctx context.Context, n Node, c *Claim, window int64, keys []any) (any, error) {
 	a := []any{c.HolderID(), c.Token, c.Channel, n.pub, window, n.fenceMS}
 	if h.w > 1 || c.Resumer != "" {
 		a = append(a, h.w) // (ARGV[7], before the resumer id)
@@ -109,12 +109,14 @@ var (
 // holds (whose members are "r:<token>" or "w:<token>": see rwmutex.go).
 var zsetShape = shape{typ: "zset",
 	holds: func(ctx context.Context, n Node, key string) (string, bool) {
-		first, err := n.rdb.Do(ctx, "zrange", key, 0, 0).StringSlice()
-		switch {
-		case err != nil:
+		first, err := as[[]any](n.do(ctx, "zrange", key, 0, 0))
+		if err != nil {
 			return "", false
-		case len(first) == 1 && len(first[0]) > 1 && first[0][1] == ':':
-			return "a read-write lock (a sorted set)", true
+		}
+		if len(first) == 1 {
+			if m, _ := first[0].(string); len(m) > 1 && m[1] == ':' {
+				return "a read-write lock (a sorted set)", true
+			}
 		}
 		return "a semaphore (a sorted set), or another program's value", true
 	},
@@ -132,7 +134,7 @@ var zsetShape = shape{typ: "zset",
 // unless a size is stored), "unset" or "add" (v); size is the caller's N,
 // the size while none is stored.
 func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error) {
-	r, err := n.run(ctx, permits, []any{k.Lock, k.SizeKey(), k.Queue}, op, v, size, k.Channel, n.pub).Int64Slice()
+	r, err := ints(n.run(ctx, permits, []any{k.Lock, k.SizeKey(), k.Queue}, op, v, size, k.Channel, n.pub))
 	if err != nil {
 		return PermitSize{}, RedisErr(err)
 	}
