@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/driver"
 )
 
 // replyError is an error reply of the server, as go-redis returns one.
@@ -28,6 +30,8 @@ func TestTransientSaysWhichErrorsMayPass(t *testing.T) {
 		{ErrSuperseded, false},
 		{redis.ErrClosed, false},
 		{fmt.Errorf("node 1: %w", redis.ErrClosed), false},
+		{driver.ErrClosed, false},
+		{fmt.Errorf("%w: %w", driver.ErrClosed, errors.New("the client is closed")), false},
 		{io.EOF, true},
 		{context.DeadlineExceeded, true},
 		{NotSent(errors.New("dial tcp: connection refused")), true},
