@@ -530,8 +530,9 @@ func pttlOf(ms int64) time.Duration {
 
 func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
 	sent := time.Now()
-	r, acks, err := c.Kind.extend(ctx, n, c, ttl, seq) // (err: acked's refusal of WAITAOF, the script may have run)
-	if pair, ok := r.([]any); ok && len(pair) == 2 {   // {reply, server µs}: the clock is on (see extend.lua)
+	// (a reply may come with an error: acked's refusal of WAITAOF after the script ran)
+	r, acks, err := c.Kind.extend(ctx, n, c, ttl, seq)
+	if pair, ok := r.([]any); ok && len(pair) == 2 { // {reply, server µs}: the clock is on (see extend.lua)
 		_, ok := pair[0].(int64)
 		us, ok2 := pair[1].(int64)
 		if !ok || !ok2 {
