@@ -397,11 +397,11 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []any, args ...a
 	cmd := evalsha(s, keys, args)
 	var reload scriptSet    // after a NOSCRIPT: load these with the script
 	for try := 0; ; try++ { // (at try 5 the default case returns)
-		srv, conn, err := n.server(ctx, firstKey(cmd))
+		srv, m, err := n.server(ctx, firstKey(cmd))
 		if err != nil {
 			return nil, 0, err
 		}
-		rs := srv.pipelined(ctx, conn, reload, append([][]any{cmd}, n.acks...)...)
+		rs := srv.pipelined(ctx, n.loader(m), reload, append([][]any{cmd}, n.acks...)...)
 		switch err := rs[0].Err; {
 		case noScript(err) && cmd[0] == "evalsha" && try < 5:
 			if reload == 0 && !srv.refused.Load() {

@@ -438,3 +438,30 @@ func TestPrepareOnAClosedClientLeavesNothingInFlight(t *testing.T) {
 		t.Errorf("a call on the closed client = %v, want redis.ErrClosed", err)
 	}
 }
+
+// On go-redis's Cluster, a Prepare that finds its key's master's scripts
+// loaded (every acquisition's and extension's) allocates nothing: the
+// master's Conn to load on is made only for a load.
+//
+// Serial: it counts the process's allocations.
+func TestPrepareOnAClusterWithItsScriptsLoadedAllocatesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Redis Cluster")
+	}
+	nodes := redistest.StartCluster(t, 3, 0)
+	var addrs []string
+	for _, s := range nodes {
+		addrs = append(addrs, s.Addr())
+	}
+	ctx := t.Context()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	n := NewNode(cc, Config{TTL: time.Second, Sharded: true})
+	c := &Claim{Keys: KeysFor("dlock:", "loaded"), Kind: PlainLock}
+	if err := n.Prepare(ctx, c); err != nil || !n.prepared(ctx, c) {
+		t.Fatalf("Prepare = %v, prepared %v; want the scripts loaded", err, n.prepared(ctx, c))
+	}
+	if a := testing.AllocsPerRun(100, func() { n.Prepare(ctx, c) }); a != 0 {
+		t.Errorf("a Prepare with the scripts loaded makes %v allocations, want none", a)
+	}
+}

@@ -86,14 +86,12 @@ func (s *serverCache) has(set scriptSet) bool {
 }
 
 // server returns what the Node knows of the script cache of the server
-// that runs the scripts of key, and a Conn to load them on, on which
-// go-redis may send a SCRIPT LOAD again (see goredisdriver.Loader): on
-// go-redis's Cluster, that server, the master of key's slot; otherwise the
-// deployment (n.conn).
-func (n Node) server(ctx context.Context, key string) (*serverCache, driver.Conn, error) {
+// that runs the scripts of key, and, on go-redis's Cluster, that server,
+// the master of key's slot (nil otherwise: see loader).
+func (n Node) server(ctx context.Context, key string) (*serverCache, *redis.Client, error) {
 	cc, ok := n.uc.(*redis.ClusterClient)
 	if !ok { // (one server; or a driver's deployment, one cache whose scripts every master loads)
-		return n.caches, n.conn, nil
+		return n.caches, nil, nil
 	}
 	m, err := cc.MasterForKey(ctx, key)
 	if err != nil {
@@ -104,7 +102,19 @@ func (n Node) server(ctx context.Context, key string) (*serverCache, driver.Conn
 	if !ok {
 		v, _ = n.caches.masters.LoadOrStore(addr, new(serverCache))
 	}
-	return v.(*serverCache), goredisdriver.Loader(m), nil
+	return v.(*serverCache), m, nil
+}
+
+// loader returns m, a Cluster's master (see server), as a Conn to load
+// scripts on, on which go-redis may send a SCRIPT LOAD again (see
+// goredisdriver.Loader); with m nil, the deployment (n.conn). It is made
+// only where a load is sent: a Conn of m costs an allocation, which a
+// Prepare that finds the scripts loaded does without.
+func (n Node) loader(m *redis.Client) driver.Conn {
+	if m == nil {
+		return n.conn
+	}
+	return goredisdriver.Loader(m)
 }
 
 // Prepare loads the scripts of the lease c into the script cache of the
@@ -117,7 +127,7 @@ func (n Node) server(ctx context.Context, key string) (*serverCache, driver.Conn
 // of lease): the call that follows runs its script anyway (rerun).
 func (n Node) Prepare(ctx context.Context, c *Claim) error {
 	need := n.need(c)
-	s, conn, err := n.server(ctx, c.Lock)
+	s, m, err := n.server(ctx, c.Lock)
 	if err != nil || s.has(need) {
 		return nil // (an error: the call meets it too)
 	}
@@ -132,7 +142,7 @@ func (n Node) Prepare(ctx context.Context, c *Claim) error {
 		return nil
 	}
 	first, _ := c.Kind.scripts() // (the script the acquisition runs)
-	err = s.load(ctx, conn, need&^scriptSet(s.loaded.Load()), first)
+	err = s.load(ctx, n.loader(m), need&^scriptSet(s.loaded.Load()), first)
 	s.loading.Store(nil)
 	close(done)
 	return err
@@ -313,8 +323,8 @@ func firstKey(cmd []any) string {
 func (n Node) rerun(ctx context.Context, s *script.Script, cmd []any) (any, error) {
 	if n.uc == nil && n.conn.Info().Cluster { // (a driver's)
 		n.caches.loaded.Store(0)
-	} else if srv, conn, err := n.server(ctx, firstKey(cmd)); err == nil && !srv.refused.Load() {
-		r := srv.pipelined(ctx, conn, scriptSet(srv.loaded.Swap(0))|setOf(s), cmd)[0]
+	} else if srv, m, err := n.server(ctx, firstKey(cmd)); err == nil && !srv.refused.Load() {
+		r := srv.pipelined(ctx, n.loader(m), scriptSet(srv.loaded.Swap(0))|setOf(s), cmd)[0]
 		if !noScript(r.Err) && !redirected(r.Err) {
 			return r.Val, r.Err
 		}
