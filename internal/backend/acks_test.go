@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // acksOf counts the append-only file's acknowledgement first, and none
@@ -42,5 +45,34 @@ func TestAcksOfCountsTheFileFirstThenTheReplicas(t *testing.T) {
 		if acks != c.want || refused != c.refused || (err != nil && !c.refused) {
 			t.Errorf("%s: acksOf = %d, %v, want %d (refused %v)", c.name, acks, err, c.want, c.refused)
 		}
+	}
+}
+
+// Without scripts, reading the replies of both waits (WAIT and WAITAOF)
+// costs no more allocations beyond their round trip than reading
+// WAITAOF's alone: the replies are read where they lie.
+//
+// Serial: it counts the process's allocations.
+func TestNoScriptsAckReadsBothWaitsWithoutAnAllocationMore(t *testing.T) {
+	rdb := redistest.Start(t, redistest.Valkey(t), redistest.Args("--appendonly", "yes", "--appendfsync", "always")).Client(t)
+	ctx := t.Context()
+	short := errors.New("short") // (too few acknowledgements: made once)
+	beyondRead := func(c Config) (extra float64) {
+		n := NoScripts{NewNode(rdb, c)}
+		err := rdb.Watch(ctx, func(rt *redis.Tx) error {
+			t := tx{rt, ctx}
+			read := testing.AllocsPerRun(20, func() { t.read(n.acks...) })
+			extra = testing.AllocsPerRun(20, func() { n.ack(t, nil, func(int64) error { return short }) }) - read
+			return nil
+		}, "ack")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return extra
+	}
+	aof := beyondRead(Config{TTL: time.Second, Durable: time.Second})
+	both := beyondRead(Config{TTL: time.Second, Durable: time.Second, Replicas: 1, AckTimeout: time.Millisecond})
+	if both > aof {
+		t.Errorf("ack with WAIT and WAITAOF makes %v allocations beyond its read, with WAITAOF alone %v", both, aof)
 	}
 }

@@ -167,9 +167,10 @@ func (n NoScripts) ack(t tx, err error, short func(acks int64) error) error {
 		return err
 	}
 	cmds, _ := t.read(n.acks...)
-	rs := make([]driver.Result, len(cmds))
-	for i, cmd := range cmds {
-		rs[i].Val, rs[i].Err = cmd.Result()
+	rs := make([]driver.Result, 0, 2) // (WAIT and WAITAOF: on the stack)
+	for _, cmd := range cmds {
+		v, err := cmd.Result()
+		rs = append(rs, driver.Result{Val: v, Err: err})
 	}
 	acks, err := n.acksOf(rs)
 	if err == nil && acks < int64(n.replicas) {
