@@ -465,3 +465,26 @@ func TestPrepareOnAClusterWithItsScriptsLoadedAllocatesNothing(t *testing.T) {
 		t.Errorf("a Prepare with the scripts loaded makes %v allocations, want none", a)
 	}
 }
+
+// A Prepare whose lone SCRIPT LOAD (a Node's first, of the script its
+// acquisition runs) is lost with its connection sends it again, as go-redis
+// does a load when its retries are on, though the Node's other commands go
+// once: the scripts are loaded, each delivered once.
+func TestPrepareSendsALoneScriptLoadAgainAfterALostRequest(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	loser := redistest.NewLoser("script", "load")
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: loser.Dial, MaxRetries: 3})
+	t.Cleanup(func() { rdb.Close() })
+	n := NewNode(rdb, Config{TTL: time.Second})
+	c := &Claim{Keys: KeysFor("dlock:", "lost-load"), Kind: FairLock}
+	loser.Arm()
+	err := n.Prepare(t.Context(), c)
+	if lost := loser.Lost(); err != nil || lost != 1 || !n.prepared(t.Context(), c) {
+		t.Fatalf("Prepare = %v after %d lost requests, prepared %v; want the scripts loaded after one", err, lost, n.prepared(t.Context(), c))
+	}
+	if got, want := commandCalls(t, direct, "script|load"), fmt.Sprint(bits.OnesCount32(uint32(n.need(c)))); got != want {
+		t.Errorf("the server ran SCRIPT LOAD %s times, want %s: each script once", got, want)
+	}
+}
