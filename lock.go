@@ -87,8 +87,11 @@ func (l *Lock) activate(fence int64, t terms) {
 		l.watchLocked() // an Observer hears of an expiry when it happens
 	}
 	if l.c.opts.autoExtend {
-		l.dog = time.AfterFunc(l.ttl/3, l.tick)
-		l.due = l.start.Add(l.ttl / 3)
+		// The first run a third of the lease after the request that gave
+		// it was sent, as every later one after the last run's send: the
+		// validity counts from there, not from the answer.
+		l.due = t.sent.Add(l.ttl / 3)
+		l.dog = time.AfterFunc(time.Until(l.due), l.tick)
 		if l.p.watch {
 			l.requests = make(chan string, 1)
 			for _, h := range l.c.hubs {
