@@ -55,7 +55,9 @@ type jeopardyFault struct {
 	start, heal func()
 }
 
-// jeopardyLease returns a lease with the watchdog on, under a 3s TTL, and
+// jeopardyLease returns a lease with the watchdog on, under a 5s TTL (the
+// last third of it, from jeopardy to the loss, is the time a test has to
+// end the fault and see the next extension through on a loaded machine), and
 // the faults that put it at risk: a stalled connection (the extension
 // goes unanswered) and a frozen server (SIGSTOP; the extension fails at a
 // short read timeout).
@@ -72,7 +74,7 @@ func jeopardyLease(t *testing.T, stall bool, name string) (*dlock.Lock, *jeopard
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { rdb.Close() })
 	tr := &jeopardyTrace{}
-	c := newClient(t, rdb, dlock.LeaseTTL(3*time.Second), dlock.WithObserver(tr.observer()))
+	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithObserver(tr.observer()))
 	l, err := c.TryAcquire(t.Context(), name)
 	if err != nil {
 		t.Fatal(err)
