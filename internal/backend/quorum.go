@@ -151,20 +151,7 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 	for got := 0; got < len(q.nodes) && why == nil; got++ {
 		select {
 		case a := <-ch:
-			switch {
-			case yes == nil:
-			case errors.Is(a.err, ErrSuperseded):
-				a.err, r.superseded = errRefused, true
-			case a.err == nil && !yes(a.v):
-				a.err = errRefused
-			}
-			switch a.err {
-			case nil:
-				r.yes++
-			case errRefused:
-				r.no++
-			}
-			r.answers[a.i] = a
+			r.count(a, yes)
 			if until == untilSettled && (r.won() || r.lost()) {
 				why = errNotWaited
 			}
@@ -177,6 +164,13 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 			}
 		}
 	}
+	if why != errNotWaited {
+		// The answers already in count, though the wait ended as they came
+		// (a select picks any of its ready cases, not the answers first).
+		for len(ch) > 0 {
+			r.count(<-ch, yes)
+		}
+	}
 	for i := range r.answers {
 		a := &r.answers[i]
 		if !a.ok {
@@ -185,6 +179,25 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 		r.errs[i] = a.err
 	}
 	return r
+}
+
+// count tallies the answer a. With yes given, an answer that fails it is a
+// no, and so is a node's ErrSuperseded; without, every answer is a yes.
+func (r *round[T]) count(a answer[T], yes func(T) bool) {
+	switch {
+	case yes == nil:
+	case errors.Is(a.err, ErrSuperseded):
+		a.err, r.superseded = errRefused, true
+	case a.err == nil && !yes(a.v):
+		a.err = errRefused
+	}
+	switch a.err {
+	case nil:
+		r.yes++
+	case errRefused:
+		r.no++
+	}
+	r.answers[a.i] = a
 }
 
 // isTrue is the yes of an extension and a release.

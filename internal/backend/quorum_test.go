@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"runtime"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,5 +165,79 @@ func TestQuorumScanWithAHeldNodeEndsWithItsContext(t *testing.T) {
 	}
 	if took > 2*time.Second {
 		t.Errorf("Scan with a 300ms ctx and node 2's replies held took %v, want it to end with its ctx, not at the node's 10s read timeout", took.Round(time.Millisecond))
+	}
+}
+
+// endsAsAnswersLand is a context that ends at the moment its fanOut first
+// looks at it: the first Done that fanOut asks for waits until every
+// node's call has ended and sent its answer, then ends the context. The
+// nodes' calls see it live.
+type endsAsAnswersLand struct {
+	context.Context
+	once sync.Once
+	done chan struct{}
+}
+
+func newEndsAsAnswersLand(parent context.Context) *endsAsAnswersLand {
+	return &endsAsAnswersLand{Context: parent, done: make(chan struct{})}
+}
+
+// nodeCalls matches a goroutine of a fanOut's node call, started or not.
+var nodeCalls = regexp.MustCompile(`backend\.fanOut\[[^\n]*\]\.func|backend\.\(\*Tracker\)\.Go\.func`)
+
+func (c *endsAsAnswersLand) Done() <-chan struct{} {
+	pc, _, _, _ := runtime.Caller(1)
+	if f := runtime.FuncForPC(pc); f != nil && strings.Contains(f.Name(), ".fanOut[") && strings.HasSuffix(f.Name(), "]") {
+		c.once.Do(func() {
+			buf := make([]byte, 1<<20)
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				if !nodeCalls.Match(buf[:runtime.Stack(buf, true)]) {
+					break
+				}
+			}
+			close(c.done)
+		})
+	}
+	return c.done
+}
+
+func (c *endsAsAnswersLand) Err() error {
+	select {
+	case <-c.done:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+
+// A fan-out whose caller's context ends when every node has already
+// answered counts those answers: a List's SCAN (waited for until ctx ends)
+// or an Inspect whose nodes all answered is not failed as if they had
+// not, with ctx's error (or "no answer before the call's context ended")
+// put on nodes that answered.
+func TestQuorumAnswersInBeforeTheContextEndsAreCounted(t *testing.T) {
+	// Serial: its context waits for every fanOut node call of the process
+	// to end.
+	ctx := t.Context()
+	var nodes []Node
+	for i := range 3 {
+		rdb := redistest.Start(t).Client(t)
+		if err := rdb.Set(ctx, fmt.Sprintf("dlock:{k%d}", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
+	}
+	q := NewQuorum(nodes, 5*time.Second)
+	t.Cleanup(func() { q.Drain(context.Background()) })
+	k := KeysFor("dlock:", "k0")
+	for try := range 8 { // (with both ready, a select picks either: 1 in 8 tries would pass by chance)
+		keys, err := q.Scan(newEndsAsAnswersLand(ctx), "dlock:{*}")
+		slices.Sort(keys)
+		if want := []string{"dlock:{k0}", "dlock:{k1}", "dlock:{k2}"}; err != nil || !slices.Equal(keys, want) {
+			t.Fatalf("try %d: Scan whose ctx ends once every node answered = %q, %v; want %q", try, keys, err, want)
+		}
+		if _, err := q.Inspect(newEndsAsAnswersLand(ctx), &k); err != nil {
+			t.Fatalf("try %d: Inspect whose ctx ends once every node answered = %v", try, err)
+		}
 	}
 }
