@@ -241,3 +241,54 @@ func TestQuorumAnswersInBeforeTheContextEndsAreCounted(t *testing.T) {
 		}
 	}
 }
+
+// A walk of the keyspace over a quorum with one node down and another
+// whose replies are held fails when its context ends, in node order: the
+// node that answered granted, the node down says why in its own words, and
+// the held node, without an answer, says that the context ended.
+func TestQuorumScanWithANodeDownAndAHeldNodeSaysWhyPerNode(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var nodes []Node
+	var held *redistest.Proxy
+	for i := range 3 {
+		s := redistest.Start(t, redistest.TCP())
+		addr := s.Addr()
+		if i == 2 {
+			held = redistest.NewProxy(t, addr)
+			addr = held.Addr()
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 10 * time.Second})
+		t.Cleanup(func() { rdb.Close() })
+		if err := rdb.Set(ctx, fmt.Sprintf("dlock:{k%d}", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			s.Kill()
+		}
+		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
+	}
+	q := NewQuorum(nodes, time.Second)
+	held.StallReplies()
+	defer held.Cut() // the held node's SCAN fails at once
+
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second) // (past go-redis's dial retries on the node down)
+	defer cancel()
+	start := time.Now()
+	keys, err := q.Scan(cctx, "dlock:{*}")
+	took := time.Since(start)
+	qe, ok := errors.AsType[*QuorumError](err)
+	if !ok || keys != nil || qe.Op != "list" || qe.Held != 1 || qe.Need != 2 || len(qe.Nodes) != 3 {
+		t.Fatalf("Scan with node 1 down and node 2's replies held = %q, %#v; want a QuorumError of list, 1 of 3 granted", keys, err)
+	}
+	if qe.Nodes[0] != nil || qe.Nodes[1] == nil || errors.Is(qe.Nodes[1], context.DeadlineExceeded) || !errors.Is(qe.Nodes[2], context.DeadlineExceeded) {
+		t.Errorf("Scan's nodes = %v; want node 0 granted, node 1 its own error, node 2 the context's deadline", qe.Nodes)
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "1 of 3 nodes granted, 2 needed; node 1: ") || !strings.HasSuffix(msg, "; node 2: context deadline exceeded") {
+		t.Errorf("Scan's error = %q; want node 1's, then node 2's context deadline", msg)
+	}
+	if took > 5*time.Second {
+		t.Errorf("Scan with a 3s ctx took %v, want it to end with its ctx, not at node 2's 10s read timeout", took.Round(time.Millisecond))
+	}
+}
