@@ -154,18 +154,19 @@ func TestHoldersRefuseANameHeldAsAnotherKindSayingWhat(t *testing.T) {
 		return says{"held as a lock (a " + typ + "), not a semaphore", "held as a lock (a " + typ + "), not a read-write lock"}
 	}
 	want := map[string]says{
-		"free":      {},
-		"plain":     lock("string"),
-		"reentrant": lock("hash"),
-		"semaphore": {"", "held as a semaphore, not a read-write lock"},
-		"readers":   {"held as a read-write lock, not a semaphore", ""},
-		"writer":    {"held as a read-write lock, not a semaphore", ""},
-		"lapsed":    {},
-		"string":    lock("string"),
-		"list":      lock("list"),
-		"set":       lock("set"),
-		"hash":      lock("hash"),
-		"zset":      {"", "held as a semaphore, not a read-write lock"}, // (another program's members read as permits)
+		"free":       {},
+		"plain":      lock("string"),
+		"reentrant":  lock("hash"),
+		"semaphore":  {"", "held as a semaphore, not a read-write lock"},
+		"readers":    {"held as a read-write lock, not a semaphore", ""},
+		"writer":     {"held as a read-write lock, not a semaphore", ""},
+		"lapsed":     {},
+		"string":     lock("string"),
+		"list":       lock("list"),
+		"set":        lock("set"),
+		"hash":       lock("hash"),
+		"mixed zset": {"", "held as a semaphore, not a read-write lock"}, // (a member not marked as a hold: permits)
+		"zset":       {"", "held as a semaphore, not a read-write lock"}, // (another program's members read as permits)
 	}
 	for _, tc := range inspectCases() {
 		name := "hk-" + tc.name
