@@ -105,6 +105,7 @@ func (e *Election) campaignOpts(value string, opts []LockOption) ([]LockOption, 
 // must not end the term it took over).
 func leadership(ctx context.Context, l *Lock) (_ *Leadership, err error) {
 	ld := &Leadership{l: l, value: l.Meta()} // (the campaign's value)
+	defer l.tellUntold()                     // (a loss found below)
 	if l.p.resume != "" {
 		defer func() {
 			if err != nil {
@@ -150,9 +151,12 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if why := badMeta(value); why != "" {
 		return fmt.Errorf("%w: proclaim %q: the value %s", ErrInvalid, ld.l.name, why)
 	}
+	// A loss found here is told once ld.mu is unlocked: a Lost hook may
+	// Proclaim, or call the Lock (see Lock.lapse).
+	defer ld.l.tellUntold()
 	ld.mu.Lock()
 	defer ld.mu.Unlock()
-	if err := ld.l.Err(); err != nil {
+	if err := ld.l.lapse(); err != nil {
 		return err
 	}
 	ld.seq++ // never reused: a failed Proclaim's copy may still land

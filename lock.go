@@ -36,6 +36,7 @@ type Lock struct {
 	ttl        time.Duration
 	validUntil time.Time
 	err        error // nil while held; ErrReleased, or the loss
+	untold     error // the loss, declared under a turn and not yet told (see tellUntold)
 	released   bool  // the release script ran
 	handedOff  bool  // another Lock resumed the lease: Release sends nothing (see Resume)
 	// The expiry timer, which declares the loss at validUntil, is made when
@@ -213,16 +214,17 @@ func (l *Lock) Fence(ctx context.Context) (int64, error) {
 	if !l.take(ctx, fenceTurn) { // a Downgrade under way outlasted ctx
 		return 0, opError("fence", l.name, backend.NotSent(ctx.Err()))
 	}
+	defer l.tellUntold() // (once the turn is given back: see lapse)
 	defer l.give(fenceTurn)
 	l.mu.Lock()
 	superseded := l.handedOff
 	l.mu.Unlock()
-	// A fence issued is returned without reading the state: a loss told
-	// here, under fenceTurn, would leave a Lost hook's Fence waiting for it.
+	// A fence issued is returned without reading the state: it is the
+	// lease's, whatever became of the lease since.
 	if l.fence > 0 && !superseded { // (a Lock known superseded by a resume has no fence to give)
 		return l.fence, nil
 	}
-	switch err := l.Err(); {
+	switch err := l.lapse(); {
 	case err == ErrReleased:
 		return 0, lost(l.name, "the lock was released before a fence was asked for")
 	case err != nil:
@@ -270,6 +272,7 @@ func (l *Lock) Err() error { return l.expire() }
 // TTL asks Redis how long the lease has left; [ErrNotHeld] if lost,
 // [ErrReleased].
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	defer l.tellUntold() // (a hand-off found below)
 	if err := l.Err(); err == ErrReleased {
 		return 0, opError("ttl", l.name, err)
 	}
@@ -347,6 +350,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	if !l.take(ctx, extTurn) { // another extension under way outlasted ctx
 		return opError("extend", l.name, backend.NotSent(ctx.Err()))
 	}
+	defer l.tellUntold() // (once the turn is given back: see lapse)
 	defer l.give(extTurn)
 	l.mu.Lock()
 	if ttl == 0 {
@@ -382,11 +386,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	// earlier deadline. (Redis applies no extension older than one it
 	// applied, so a later successful extension counts from its own start.)
 	l.setValidity(ttl, t, err != nil)
-	l.expire() // a validity that ran out while the call was in flight stays lost
+	l.lapse() // a validity that ran out while the call was in flight stays lost
 	if err != nil {
 		return opError("extend", l.name, backend.ExtensionError(err))
 	}
-	if err := l.Err(); err != nil || !t.atCap() {
+	if err := l.lapse(); err != nil || !t.atCap() {
 		return err
 	}
 	return l.capped()
@@ -448,22 +452,29 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	// release stops the watchdog. Waiting for one under way, nothing is sent.
 	l.expire()
 	took := l.take(ctx, relTurn)
-	if took {
-		defer l.give(relTurn)
-	}
 	l.mu.Lock()
 	released := l.released
 	l.mu.Unlock()
 	switch {
 	case released:
+		if took {
+			l.give(relTurn)
+		}
 		return nil // a repeated Release (no operation, no event), or the one under way released the lock meanwhile
 	case !took:
 		return opError(l.k.releaseOp, l.name, backend.NotSent(ctx.Err()))
 	}
 	e, start := Event{Op: OpRelease, Name: l.name}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
-	defer func() { l.c.end(ctx, &e, start, err) }() // (on the caller's ctx, not the clean-up's below)
-	l.expire()
+	// A loss due meanwhile is told once the turn is given back (see
+	// lapse), before the release ends; the end is told on the caller's
+	// ctx, not the clean-up's below.
+	defer func() {
+		l.give(relTurn)
+		l.tellUntold()
+		l.c.end(ctx, &e, start, err)
+	}()
+	l.lapse()
 	l.mu.Lock()
 	l.finish(ErrReleased) // stop the watchdog before the delete
 	lostErr, handedOff := l.err, l.handedOff
@@ -566,12 +577,23 @@ func (l *Lock) give(t uint8) {
 }
 
 // expire marks the Lock lost if its validity deadline has passed without an
-// extension, and returns the Lock's error. The expiry timer runs it at the
-// deadline; reading the state runs it too, for a Lock that nobody watches.
-// A deadline that was the max hold's ends the lease with ErrMaxHold, and
-// releases the lock (unless it has a lock-delay), in the background, so
-// that waiters need not wait for its expiry.
+// extension, tells the loss, and returns the Lock's error. The expiry timer
+// runs it at the deadline; reading the state runs it too, for a Lock that
+// nobody watches. A deadline that was the max hold's ends the lease with
+// ErrMaxHold, and releases the lock (unless it has a lock-delay), in the
+// background, so that waiters need not wait for its expiry.
 func (l *Lock) expire() error {
+	err := l.lapse()
+	l.tellUntold()
+	return err
+}
+
+// lapse is expire for a call that holds a turn of the Lock: the loss it
+// declares is left untold, and the call tells it (tellUntold) once it has
+// given its turns back. A Lost hook may call the Lock (Release, Fence, a
+// Downgrade): told under the turn, it would wait for the turn its own
+// caller holds until its context ended, and hold that call as long.
+func (l *Lock) lapse() error {
 	l.mu.Lock()
 	if err := l.err; err != nil || time.Now().Before(l.validUntil) { // settled, or extended meanwhile
 		l.mu.Unlock()
@@ -587,9 +609,9 @@ func (l *Lock) expire() error {
 		err, undo = lost(l.name, fmt.Sprintf("held for its max hold of %v", l.p.maxHold), ErrMaxHold), l.p.delay == 0
 	}
 	l.finish(err)
+	l.untold = err
 	cl := *l.cl // (a Downgrade in flight changes l.cl)
 	l.mu.Unlock()
-	l.c.tell(l, OpLost, err)
 	if undo {
 		l.c.bg.Go(func() { l.c.undo(context.Background(), &cl) })
 	}
@@ -599,17 +621,29 @@ func (l *Lock) expire() error {
 // lose marks the Lock lost with err, unless it is already released or
 // lost, and returns the Lock's error. With left, the Lock ends without
 // ending its lease, which stays for another Lock to resume, or until it
-// expires: its Release sends nothing.
+// expires: its Release sends nothing. The loss is left untold, as lapse
+// leaves it: the caller tells it (tellUntold), once it has given back
+// any turn it holds.
 func (l *Lock) lose(err error, left bool) error {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.handedOff = l.handedOff || left
-	lost := l.finish(err)
-	err = l.err
+	if l.finish(err) {
+		l.untold = err
+	}
+	return l.err
+}
+
+// tellUntold tells the observers of a loss declared but not yet told, if
+// any (see lapse): each loss is told once.
+func (l *Lock) tellUntold() {
+	l.mu.Lock()
+	err := l.untold
+	l.untold = nil
 	l.mu.Unlock()
-	if lost {
+	if err != nil {
 		l.c.tell(l, OpLost, err)
 	}
-	return err
 }
 
 // onSettled makes f be called with the Lock's error once it is settled

@@ -57,7 +57,9 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 		return fmt.Errorf("%w: Downgrade of %q: not a hold of it", ErrInvalid, rw.name)
 	}
 	// Every other call of w that sends its claim waits: a Release, an
-	// extension, a Fence.
+	// extension, a Fence. A loss found meanwhile is told once all three
+	// are given back (see Lock.lapse).
+	defer w.tellUntold()
 	for _, t := range []uint8{relTurn, extTurn, fenceTurn} {
 		if !w.take(ctx, t) {
 			return opError("downgrade", rw.name, backend.NotSent(ctx.Err()))
@@ -67,7 +69,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	if w.cl.Kind != backend.Write && w.cl.Kind != backend.Downgrading { // (asking again settles an unknown outcome)
 		return fmt.Errorf("%w: Downgrade of %q: not a write hold", ErrInvalid, rw.name)
 	}
-	if err := w.Err(); err != nil {
+	if err := w.lapse(); err != nil {
 		return err
 	}
 	// Until the reply, the hold may be either: an undo at the max hold,
@@ -93,7 +95,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	if err := w.answered("downgrade", "the write hold is gone", ok, err); err != nil {
 		return err
 	}
-	return w.Err() // (lost in flight, at the max hold: ErrMaxHold)
+	return w.lapse() // (lost in flight, at the max hold: ErrMaxHold)
 }
 
 // RWHold is one live hold of a read-write lock.
