@@ -277,3 +277,17 @@ func taken(t *testing.T) func(*dlock.Lock, error) *dlock.Lock {
 		return l
 	}
 }
+
+// A lease's Token is read, not made: naming the holder of a lease of any
+// kind allocates nothing (a reentrant lock's is its owner's id as it is).
+// (Serial: AllocsPerRun counts the whole program's allocations.)
+func TestTokenOfEveryKindAllocatesNothing(t *testing.T) {
+	for _, k := range heldKinds() {
+		t.Run(k.kind, func(t *testing.T) {
+			l := k.take(t, t.Context(), clientFor(t, k.kind)(), "token-allocs")
+			if n := testing.AllocsPerRun(100, func() { _ = l.Token() }); n != 0 {
+				t.Errorf("Token() of a %s lease: %v allocations, want none", k.kind, n)
+			}
+		})
+	}
+}

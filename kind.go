@@ -95,14 +95,24 @@ func (k *kind) ownerOf(c *Client) string {
 }
 
 // heldBy names the holder of the lease cl of kind k held under name: as
-// Lock.Token names it (id: its owner, if k's leases belong to owners, else
-// its token), and as the deadlock records know it (rec: its owner's hold
-// of name, see ownerHold, else its token).
+// Lock.Token names it (id: see tokenOf), and as the deadlock records know
+// it (rec: its owner's hold of name, see ownerHold, if k's leases belong
+// to owners, else its token).
 func (k *kind) heldBy(cl *backend.Claim, name string) holder {
 	if k.owned {
 		return holder{cl.Owner, ownerHold(cl.Owner, name)}
 	}
 	return holder{cl.Token, cl.Token}
+}
+
+// tokenOf is heldBy's id alone, read without making its rec, so that
+// Lock.Token allocates nothing: the lease's owner, if k's leases belong to
+// owners, else its token.
+func (k *kind) tokenOf(cl *backend.Claim) string {
+	if k.owned {
+		return cl.Owner
+	}
+	return cl.Token
 }
 
 // needs is what a waiter of kind k needs of the name's holders, as its
