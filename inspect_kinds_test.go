@@ -169,6 +169,9 @@ func TestHoldersRefuseANameHeldAsAnotherKindSayingWhat(t *testing.T) {
 		"zset":       {"", "held as a semaphore, not a read-write lock"}, // (another program's members read as permits)
 	}
 	for _, tc := range inspectCases() {
+		if _, ok := want[tc.name]; !ok {
+			t.Fatalf("%s: no Holders outcome given for this case", tc.name)
+		}
 		name := "hk-" + tc.name
 		tc.set(t, ctx, c, rdb, name, "dlock:{"+name+"}")
 		info, err := c.Inspect(ctx, name)
