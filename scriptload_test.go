@@ -252,7 +252,10 @@ func TestFirstTimedCallIsOneRoundTripOverAQuorum(t *testing.T) {
 			if err := l.Err(); err != nil {
 				t.Errorf("a 1s lease after 1.2s of extensions: Err() = %v, want it held", err)
 			}
-			if err := l.Release(ctx); err != nil {
+			// (A release whose nodes all answer after the node timeout, on
+			// a loaded machine, goes on in the background, and Close
+			// waits for it: what this test pins is the scripts' misses.)
+			if err := l.Release(ctx); err != nil && !strings.Contains(err.Error(), noAnswer) {
 				t.Errorf("Release = %v", err)
 			}
 			if err := c.Close(ctx); err != nil {
