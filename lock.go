@@ -582,18 +582,19 @@ func (l *Lock) give(t uint8) {
 // nobody watches. A deadline that was the max hold's ends the lease with
 // ErrMaxHold, and releases the lock (unless it has a lock-delay), in the
 // background, so that waiters need not wait for its expiry.
-func (l *Lock) expire() error {
-	err := l.lapse()
-	l.tellUntold()
-	return err
-}
+func (l *Lock) expire() error { return l.declare(true) }
 
 // lapse is expire for a call that holds a turn of the Lock: the loss it
 // declares is left untold, and the call tells it (tellUntold) once it has
 // given its turns back. A Lost hook may call the Lock (Release, Fence, a
 // Downgrade): told under the turn, it would wait for the turn its own
-// caller holds until its context ended, and hold that call as long.
-func (l *Lock) lapse() error {
+// caller holds until its context ended, and hold that call as long. Only
+// that call tells it: an expire meanwhile (a read of the state as Done
+// closes) does not, so that the loss is told before that call ends.
+func (l *Lock) lapse() error { return l.declare(false) }
+
+// declare is expire, with tell, else lapse.
+func (l *Lock) declare(tell bool) error {
 	l.mu.Lock()
 	if err := l.err; err != nil || time.Now().Before(l.validUntil) { // settled, or extended meanwhile
 		l.mu.Unlock()
@@ -609,9 +610,14 @@ func (l *Lock) lapse() error {
 		err, undo = lost(l.name, fmt.Sprintf("held for its max hold of %v", l.p.maxHold), ErrMaxHold), l.p.delay == 0
 	}
 	l.finish(err)
-	l.untold = err
+	if !tell {
+		l.untold = err
+	}
 	cl := *l.cl // (a Downgrade in flight changes l.cl)
 	l.mu.Unlock()
+	if tell {
+		l.c.tell(l, OpLost, err)
+	}
 	if undo {
 		l.c.bg.Go(func() { l.c.undo(context.Background(), &cl) })
 	}
