@@ -23,6 +23,7 @@ var Invariants = []struct{ ID, What string }{
 	{"k", "holder metadata: Inspect and Lock.Meta show a holder with the metadata it was given"},
 	{"l", "jeopardy: told only while an automatic extension is in flight or after one failed; a loss never leaves Jeopardy open"},
 	{"m", "no deadlock reported where names nest in one global order"},
+	{"n", "a Lost hook's call of the lost lease's Lock returns within a bound of its context's end and never reports the lease held"},
 }
 
 // FreeWaits sums up the free-wait part of (d) over a round.
@@ -54,6 +55,7 @@ type Report struct {
 	Checked    map[string]int // items examined per invariant
 	Exempt     int            // overlaps excused by an exempt window
 	Free       FreeWaits      // (d) waits through a free lock
+	Hooks      map[string]int // (n) calls by Lost hooks, by call and outcome
 	Violations []Violation
 }
 
@@ -95,7 +97,7 @@ func (p Params) semaphore() bool { return p.Permits > 1 }
 // coordinator, which records their findings in the history (leftover,
 // hung, probe, pool events) for this function to count.
 func Check(h []Event, p Params) *Report {
-	r := &Report{Ops: map[string]int{}, Faults: map[string]int{}, Checked: map[string]int{}}
+	r := &Report{Ops: map[string]int{}, Faults: map[string]int{}, Checked: map[string]int{}, Hooks: map[string]int{}}
 	ex := exemptWindows(h, p)
 	for _, e := range h {
 		switch e.Op {
@@ -125,6 +127,7 @@ func Check(h []Event, p Params) *Report {
 	checkMeta(h, r)
 	checkJeopardy(h, r)
 	checkNoDeadlock(h, r)
+	checkLostCalls(h, r)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
 	return r
 }
@@ -470,6 +473,12 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 	}
 	read := downgrades(h, false) // (whatever a Downgrade returned, the hold may be a read since)
 	called := map[string]bool{}  // handles whose Release has been called
+	hooked := map[string]int64{} // handles whose Release a Lost hook called, when it first did
+	for _, e := range h {
+		if _, ok := hooked[e.CS]; e.Op == OpLostCall && e.Note == "release" && !ok {
+			hooked[e.CS] = e.Inv
+		}
+	}
 	for _, e := range h {
 		switch {
 		case e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDo:
@@ -489,10 +498,12 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 			if !young(e, h, began) {
 				spurious(e, ex, r)
 			}
-			// Only a handle's first Release tells: a later call returns nil
-			// once one has run, and one after a Redis error cannot know
-			// whether the failed call's script ran (and freed the lock).
-			first := !called[e.CS]
+			// Only a handle's first Release tells (a Lost hook's counts): a
+			// later call returns nil once one has run, and one after a Redis
+			// error cannot know whether the failed call's script ran (and
+			// freed the lock).
+			hk, ok := hooked[e.CS]
+			first := !called[e.CS] && (!ok || hk > e.Ret) // (a Lost hook's may run inside it: see lapse)
 			called[e.CS] = true
 			if e.Res == "ok" && first && !p.semaphore() { // (other permits come and go while one is held)
 				if b, ok := laterLease(acq, e, p.RW, read); ok {

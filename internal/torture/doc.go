@@ -35,7 +35,10 @@
 // revocation window (a third of the TTL and up) has passed. With the watchdog on, a Client in three gets
 // WatchLoss, and a third of the acquisitions of every kind turn it on or off (the lock nodes have keyspace
 // notifications on): messages, reconnects after faults and the key's end make holders check at once, and (a)
-// and (g) hold them to telling only a real loss. Every Client gets random go-redis settings
+// and (g) hold them to telling only a real loss. A Client in four has a Lost hook that, told of the loss of
+// one of its worker's leases, calls that lease's Lock under a bounded context — Release, Fence, Extend or
+// Err, a write hold's Downgrade, a leadership's Proclaim, one at random — as the call that found the loss
+// may be the one telling it (see (n)). Every Client gets random go-redis settings
 // (200–300ms read timeouts, ContextTimeoutEnabled on or off, 3, 1 or no
 // retries) and dlock settings (auto-extend, pipelining, the driver road:
 // dlock.NewFrom on go-redis, for a third of the workers; with Driver set,
@@ -130,7 +133,13 @@
 //	    Do's fn sometimes takes a name above its own (the names' byte
 //	    order, one global order) by a Do under its context, whose wait
 //	    looks for deadlocks every 10–200ms (DeadlockCheck); none can exist,
-//	    so any ErrDeadlock is a violation.
+//	    so any ErrDeadlock is a violation;
+//	(n) a Lost hook's call of the lost lease's Lock returns within a
+//	    bound of its context's end (no hang: it may run inside the call
+//	    that found the loss), and never reports the lease held: Err is the
+//	    loss, Extend, Downgrade and Proclaim fail, Fence returns only the
+//	    fence issued before, and Release returns nil only as a repeat of
+//	    the worker's own Release, called before it returned.
 //
 // Checks that count a lease's time use the lease time it asked for
 // (LeaseTTL); a MaxWait ends a wait, for (d), like its context's end.

@@ -98,6 +98,7 @@ func (w *Worker) resume(h *handle, name string, co callOpts) {
 			e.Fence, h.fence = ld.Fence(), ld.Fence()
 		}
 		h.l = l
+		w.watch(l, h.id, h.fence)
 	}
 	w.rec.Add(e)
 }

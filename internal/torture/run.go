@@ -49,7 +49,7 @@ func Run(t *testing.T, o Options) {
 	g0 := runtime.NumGoroutine()
 	start := time.Now()
 	totals := map[string]int{}
-	rounds, failed := 0, 0
+	rounds, failed, hooks := 0, 0, 0
 	for round := 0; round < 1000; round++ {
 		if o.Round >= 0 && round != o.Round {
 			continue
@@ -65,6 +65,9 @@ func Run(t *testing.T, o Options) {
 		res := runRound(t, c, p)
 		rounds++
 		report(t, seed, res, totals, o)
+		for _, n := range res.report.Hooks {
+			hooks += n
+		}
 		if !checkGoroutines(t, seed, round, g0) {
 			totals["f"]++
 		}
@@ -75,8 +78,8 @@ func Run(t *testing.T, o Options) {
 			break
 		}
 	}
-	t.Logf("torture: seed %d: %d rounds in %v; violations per invariant: %s", seed, rounds,
-		time.Since(start).Round(time.Second), invariantCounts(totals))
+	t.Logf("torture: seed %d: %d rounds in %v, %d calls by Lost hooks; violations per invariant: %s", seed, rounds,
+		time.Since(start).Round(time.Second), hooks, invariantCounts(totals))
 }
 
 // report logs a round's summary and fails the test for each violation
@@ -88,9 +91,9 @@ func report(t *testing.T, seed uint64, res *result, totals map[string]int, o Opt
 		counts[inv.ID] = r.Count(inv.ID)
 		totals[inv.ID] += counts[inv.ID]
 	}
-	t.Logf("round %d mode=%s ttl=%v names=%d workers=%dg+%dp run=%v wall=%v restarts=%v kill=%v\n  ops: %s\n  faults: %s\n  checked: %s exempt-overlaps=%d\n  free waits (d): %s\n  violations: %s",
+	t.Logf("round %d mode=%s ttl=%v names=%d workers=%dg+%dp run=%v wall=%v restarts=%v kill=%v\n  ops: %s\n  faults: %s\n  checked: %s exempt-overlaps=%d\n  free waits (d): %s\n  lost hooks (n): %s\n  violations: %s",
 		p.round, p.mode, p.ttl, len(p.names), p.routines, p.procs, p.run, res.wall.Round(time.Millisecond),
-		p.restarts, p.finalKill, mapLine(r.Ops), mapLine(r.Faults), mapLine(r.Checked), r.Exempt, freeLine(r.Free), invariantCounts(counts))
+		p.restarts, p.finalKill, mapLine(r.Ops), mapLine(r.Faults), mapLine(r.Checked), r.Exempt, freeLine(r.Free), hookLine(r.Hooks), invariantCounts(counts))
 	shown := map[string]int{}
 	for _, v := range r.Violations {
 		if shown[v.Inv]++; shown[v.Inv] > 3 {
@@ -126,6 +129,15 @@ func freeLine(f FreeWaits) string {
 	}
 	return fmt.Sprintf("%d waits, %v of their %v outside faults (%.0f%%), %d free stretches, longest %v (bound %v)",
 		f.Waits, ms(f.Reachable), ms(f.Waiting), pct, f.Stretches, ms(f.Longest), ms(f.Bound))
+}
+
+// hookLine renders the calls Lost hooks made in a round.
+func hookLine(m map[string]int) string {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return fmt.Sprintf("%d calls %s", n, mapLine(m))
 }
 
 // saveHistory writes a failing round's merged history to the directory out.

@@ -105,6 +105,7 @@ type Worker struct {
 	hold    time.Duration // the Client's max hold (MaxHold); 0: none
 	meta    *string       // the Client's holder metadata (HolderMeta); nil: the default
 	trace   tracer        // the parts a multi-lock call takes and gives back
+	hook    *lostHook     // the Client's Lost hook, nil if none (losthook.go)
 }
 
 // handle is a Lock with the id its events carry.
@@ -120,7 +121,9 @@ func (w *Worker) newHandle(l *dlock.Lock, own string) *handle {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	f, _ := l.Fence(ctx)
-	return &handle{l: l, id: w.newID(), own: own, fence: f}
+	h := &handle{l: l, id: w.newID(), own: own, fence: f}
+	w.watch(l, h.id, f)
+	return h
 }
 
 // NewWorker connects a worker's clients as cfg and its seed say.
@@ -195,6 +198,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if w.opts.autoExtend {
 		common = append(common, dlock.WithObserver((&jeopardies{rec: w.rec}).observer()))
 	}
+	if w.hook = newLostHook(w); w.hook != nil {
+		common = append(common, dlock.WithObserver(w.hook.observer()))
+	}
 	own := append(common, waiting(Fair(cfg.Mode)), dlock.WithReentrant(cfg.Mode == ModeReentrant))
 	switch quorum := cfg.Mode == ModeQuorum3 || cfg.Mode == ModeQuorum5; {
 	case quorum && w.opts.driver:
@@ -237,8 +243,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.rec.Close()
 		return nil, err
 	}
-	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v maxhold=%v meta=%v driver=%v",
-		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout, w.hold, w.meta != nil, w.opts.driver), Via: strings.Join(via, " ")})
+	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v maxhold=%v meta=%v driver=%v losthook=%v",
+		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout, w.hold, w.meta != nil, w.opts.driver, w.hook != nil), Via: strings.Join(via, " ")})
 	return w, nil
 }
 
