@@ -180,6 +180,7 @@ func (w *Worker) nestedDo(ctx context.Context, name, own string, inv int64) {
 		vu := validUntil(l)
 		ret := now()
 		inner := w.newHandle(l, own)
+		defer w.fnReturned(inner)
 		w.rec.Add(Event{Name: name, Op: OpDo, Inv: inv, Ret: ret, CS: inner.id, Tok: l.Token(), Own: own,
 			Fence: inner.fence, VU: vu, Res: "ok", Note: "nested"})
 		w.critical(inner, func() bool { return fctx.Err() == nil })

@@ -74,6 +74,7 @@ const (
 	OpTry       = "try"       // Client.TryAcquire
 	OpDo        = "do"        // Client.Do: the acquisition, stamped as fn starts
 	OpDoRet     = "do-ret"    // Client.Do returned
+	OpFnRet     = "fn-ret"    // Do's fn returned (or panicked): Do releases from here
 	OpExtend    = "extend"    // Lock.Extend
 	OpRelease   = "release"   // Lock.Release
 	OpEnter     = "enter"     // a critical section starts: the holder believes it holds

@@ -141,11 +141,12 @@ func (k *lostHook) call(x *hooked) {
 // returned within its bound of its context's end, and did not report the
 // lease held: Err is the loss; Extend, Downgrade and Proclaim fail; Fence
 // returns only the fence issued before the loss; Release returns nil only
-// as a repeat of another Release of the Lock, called before it returned.
+// as a repeat of another Release of the Lock (the worker's, or Do's once
+// its fn returned), called before it returned.
 func checkLostCalls(h []Event, r *Report) {
-	released := map[string]int64{} // the first Release of each handle by its worker
+	released := map[string]int64{} // when each handle's worker (or Do) first released it
 	for _, e := range h {
-		if _, ok := released[e.CS]; e.Op == OpRelease && !ok {
+		if _, ok := released[e.CS]; (e.Op == OpRelease || e.Op == OpFnRet) && !ok {
 			released[e.CS] = e.Inv
 		}
 	}

@@ -9,6 +9,8 @@ import (
 // in time, a Fence that returned the fence issued before, and a Release
 // that repeated the worker's own pass; a call that returned long after its
 // context ended, or that reported the lost lease held, is reported.
+// (A Release waits for one under way: the worker's, or Do's once its fn
+// returned, which it then repeats.)
 func TestLostCallCheckReportsHangsAndHeldLeases(t *testing.T) {
 	ms := int64(time.Millisecond)
 	call := func(cs, note, res string, ret, fence int64) Event {
@@ -25,6 +27,7 @@ func TestLostCallCheckReportsHangsAndHeldLeases(t *testing.T) {
 			call("c", "err", "notheld", 20, 0), call("c", "downgrade", "notheld", 20, 0), call("c", "proclaim", "notheld", 20, 0)}, false},
 		{"the fence issued before", []Event{call("c", "fence", "ok", 20, 7)}, false},
 		{"a repeated Release", []Event{release, call("c", "release", "ok", 40, 0)}, false},
+		{"a repeat of Do's release", []Event{{W: "g0", Name: "n0", Op: OpFnRet, CS: "c", Inv: 15 * ms}, call("c", "release", "ok", 40, 0)}, false},
 		{"a wait within the bound", []Event{call("c", "fence", "err", 2400, 0)}, false},
 		{"a hang", []Event{call("c", "release", "err", 2600, 0)}, true},
 		{"a Release as if held", []Event{call("c", "release", "ok", 20, 0)}, true},

@@ -263,6 +263,7 @@ func (w *Worker) doIn(parent context.Context, name string, extra ...dlock.LockOp
 			vu := validUntil(l)
 			ret := now()
 			h := w.newHandle(l, own)
+			defer w.fnReturned(h)
 			tok = l.Token()
 			e := Event{Name: name, Op: OpDo, Inv: inv, Ret: ret, CS: h.id, Tok: tok, Own: own,
 				Fence: h.fence, VU: vu, Res: "ok"}
@@ -293,6 +294,12 @@ func (w *Worker) doIn(parent context.Context, name string, extra ...dlock.LockOp
 	if panicked != nil && tok != "" {
 		w.afterPanic(name, tok, own, inv)
 	}
+}
+
+// fnReturned records that a Do's fn holding h returned (or panicked): Do
+// releases the lock from then on.
+func (w *Worker) fnReturned(h *handle) {
+	w.rec.Add(Event{Name: h.l.Name(), Op: OpFnRet, Inv: now(), CS: h.id, Tok: h.l.Token()})
 }
 
 // errFn is what fn returns when the workload makes it fail.
