@@ -35,7 +35,7 @@
 // revocation window (a third of the TTL and up) has passed. With the watchdog on, a Client in three gets
 // WatchLoss, and a third of the acquisitions of every kind turn it on or off (the lock nodes have keyspace
 // notifications on): messages, reconnects after faults and the key's end make holders check at once, and (a)
-// and (g) hold them to telling only a real loss. A Client in four has a Lost hook that, told of the loss of
+// and (g) hold them to telling only a real loss. Half the Clients have a Lost hook that, told of the loss of
 // one of its worker's leases, calls that lease's Lock under a bounded context — Release, Fence, Extend or
 // Err, a write hold's Downgrade, a leadership's Proclaim, one at random — as the call that found the loss
 // may be the one telling it (see (n)). Every Client gets random go-redis settings
