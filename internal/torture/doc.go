@@ -139,7 +139,8 @@
 //	    that found the loss), and never reports the lease held: Err is the
 //	    loss, Extend, Downgrade and Proclaim fail, Fence returns only the
 //	    fence issued before, and Release returns nil only as a repeat of
-//	    the worker's own Release, called before it returned.
+//	    the worker's own Release (or Do's, once fn returned), called
+//	    before it returned.
 //
 // Checks that count a lease's time use the lease time it asked for
 // (LeaseTTL); a MaxWait ends a wait, for (d), like its context's end.
