@@ -40,12 +40,9 @@ type Owner struct {
 func infoOf(name string, st backend.State, delay time.Duration) Info {
 	hs := st.Leases()
 	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
-		Meta: strings.Join(metasOf(hs), ", "), Queued: int(st.Queued)}
-	if st.Proclaimed { // (an election's leader shows its value, as Leader does: see shown)
-		info.Meta = st.Value
-	}
+		Meta: strings.Join(metasOf(hs, st.Value, st.Proclaimed), ", "), Queued: int(st.Queued)}
 	for _, o := range st.Owners {
-		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds)), Meta: metasOf(o.Holds)})
+		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds)), Meta: metasOf(o.Holds, "", false)})
 	}
 	for _, p := range st.Permits {
 		info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: metaOf(p.Token), Count: p.N})
@@ -80,12 +77,13 @@ func holdsAs[H, O any](name string, info Info, err error, hs []H, others []O, wh
 	return nil, opError("inspect", name, backend.Because(ErrWrongType, "the name is held as "+why+", not "+what))
 }
 
-// metasOf returns the distinct holder metadata of the holds hs that have
-// one, sorted.
-func metasOf(hs []backend.Hold) []string {
+// metasOf returns the distinct values that the holds hs show, each as
+// shown says (a leader its proclaimed value, if proclaimed: a lock's one
+// holder; any other its metadata), but "", sorted.
+func metasOf(hs []backend.Hold, value string, proclaimed bool) []string {
 	var ms []string
 	for _, h := range hs {
-		if m := metaOf(h.Token); m != "" {
+		if m := shown(h.Token, value, proclaimed); m != "" {
 			ms = append(ms, m)
 		}
 	}

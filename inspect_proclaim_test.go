@@ -63,3 +63,30 @@ func TestInspectWithoutScriptsShowsTheLeadersProclaimedValue(t *testing.T) {
 		t.Errorf("Inspect WithoutScripts after Proclaim = %+v, %v; want Meta %q", in, err, "second value")
 	}
 }
+
+// A leader that proclaimed the empty value shows it: Inspect's Meta is
+// "", as Leader's Value is, not the metadata its lease token carries.
+func TestInspectShowsALeadersEmptyProclaimedValue(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second))
+	e, err := c.Election("insp-proclaim-empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := e.Campaign(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Resign(ctx)
+	if err := ld.Proclaim(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := c.Inspect(ctx, "insp-proclaim-empty"); err != nil || in.Meta != "" || in.Token != ld.Lock().Token() {
+		t.Errorf("Inspect after Proclaim(\"\") = %+v, %v; want Meta \"\"", in, err)
+	}
+	if got, err := e.Leader(ctx); err != nil || got.Value != "" {
+		t.Errorf("Leader after Proclaim(\"\") = %+v, %v; want Value \"\"", got, err)
+	}
+}
