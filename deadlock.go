@@ -292,13 +292,10 @@ type holder struct{ id, rec string }
 // Inspect lists them.
 func holdersOf(name string, st backend.State) []holder {
 	var hs []holder
-	if st.Token != "" { // (only a string's holder has a token)
-		hs = append(hs, holder{st.Token, st.Token})
-	}
 	for _, o := range st.Owners {
 		hs = append(hs, holder{o.ID, ownerHold(o.ID, name)})
 	}
-	for _, p := range slices.Concat(st.Permits, st.RWHolds) {
+	for _, p := range slices.Concat(st.Plain, st.Permits, st.RWHolds) {
 		hs = append(hs, holder{p.Token, p.Token})
 	}
 	return hs

@@ -743,10 +743,10 @@ func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
 func stateOf(k *Keys, typ, holder string, contents any, pttl, fence, now, queued int64, value string) State {
 	st := State{Key: k.Lock, Type: typ, Held: typ != "none", Token: holder, Holding: holder, Fence: fence, Queued: queued}
 	st.Value, st.Proclaimed = proclaimed(value, holder)
-	shapeOf(typ).read(&st, contents, now)
 	if st.Held {
 		st.TTL = pttlOf(pttl)
 	}
+	shapeOf(typ).read(&st, contents, now)
 	return st
 }
 

@@ -72,8 +72,8 @@ type shape struct {
 	// read failed.
 	holds func(ctx context.Context, n Node, key string) (string, bool)
 	// read puts into st the key's contents as inspect.lua's owners carry
-	// them (a string's, its holder, stateOf reads itself; now: the
-	// server's clock, ms).
+	// them (a string's, its holder, stateOf reads itself into st.Token;
+	// now: the server's clock, ms), and its leases (st's TTL is read).
 	read func(st *State, contents any, now int64)
 	// fetch queues on p the read of the contents that inspect.lua makes,
 	// for a backend without scripts (see flat).
@@ -92,16 +92,13 @@ func shapeOf(typ string) *shape {
 			return s
 		}
 	}
-	return &shape{typ: typ, holds: holding("a " + typ + ", another program's value"), read: readNothing}
+	return &shape{typ: typ, holds: holding("a " + typ + ", another program's value"), read: func(*State, any, int64) {}}
 }
 
 // holding returns a shape's holds that reads nothing: the key holds what.
 func holding(what string) func(context.Context, Node, string) (string, bool) {
 	return func(context.Context, Node, string) (string, bool) { return what, true }
 }
-
-// readNothing is the read of a shape whose contents State does not carry.
-func readNothing(*State, any, int64) {}
 
 // Why a backend does not carry a Kind (Backend.Carries, Backend.Op).
 var (

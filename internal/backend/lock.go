@@ -82,9 +82,14 @@ func (plainLock) what() string { return "a plain lock" }
 func (plainLock) shape() *shape { return &stringShape }
 
 // stringShape is the lock key of a plain, fair or campaign lease: the
-// holder's token (inspect.lua's holder, which stateOf reads).
+// holder's token (inspect.lua's holder, which stateOf reads), whose lease
+// is the key's TTL.
 var stringShape = shape{typ: "string", holds: holding("a lock (a string), or another program's value"),
-	read: readNothing,
+	read: func(st *State, _ any, _ int64) {
+		if st.Token != "" { // (an empty string is another program's: no lease)
+			st.Plain = []Hold{{Token: st.Token, Left: st.TTL}}
+		}
+	},
 	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
 		return p.Do(ctx, "GET", key)
 	},

@@ -1,6 +1,9 @@
 package backend
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // State is the state of one lock as Inspect reads it: what the root
 // package's Info reports, and what Force and a Lock's TTL need besides.
@@ -9,6 +12,7 @@ type State struct {
 	Held  bool          // whether the key exists
 	Type  string        // the key's Redis type: "string" for a plain lock, "none" when free
 	Token string        // the holder's owner token (plain locks)
+	Plain []Hold        // a plain lock's lease: its holder's Token and TTL (a string's read: see stringShape)
 	TTL   time.Duration // the holder's remaining lease; -1 if the key has no expiry
 	Fence int64         // the last fencing token issued for the name, 0 if none
 
@@ -61,12 +65,7 @@ func (s State) forced() (bool, error) {
 // (the key's TTL), a semaphore's permits, a read-write lock's holds, and
 // a reentrant lock's holds.
 func (s State) Leases() []Hold {
-	var hs []Hold
-	if s.Token != "" {
-		hs = append(hs, Hold{Token: s.Token, Left: s.TTL})
-	}
-	hs = append(hs, s.Permits...)
-	hs = append(hs, s.RWHolds...)
+	hs := slices.Concat(s.Plain, s.Permits, s.RWHolds)
 	for _, o := range s.Owners {
 		hs = append(hs, o.Holds...)
 	}
