@@ -60,23 +60,6 @@ func infoOf(name string, st backend.State, delay time.Duration) Info {
 	return info
 }
 
-// holdsAs returns hs, the live holds of the lock name (its Info, read with
-// err) as what, a semaphore or a read-write lock (both sorted sets), for
-// their Holders; ErrWrongType if the name is held as a lock of another
-// Redis type, or as other, whose holds (others) it lists.
-func holdsAs[H, O any](name string, info Info, err error, hs []H, others []O, what, other string) ([]H, error) {
-	why := "a lock (a " + info.Type + ")"
-	switch {
-	case err != nil:
-		return nil, err
-	case others != nil:
-		why = other
-	case !info.Held || info.Type == "zset":
-		return hs, nil
-	}
-	return nil, opError("inspect", name, backend.Because(ErrWrongType, "the name is held as "+why+", not "+what))
-}
-
 // metasOf returns the distinct values that the holds hs show, each as
 // shown says (a leader its proclaimed value, if proclaimed: a lock's one
 // holder; any other its metadata), but "", sorted.

@@ -150,3 +150,21 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
 	info, err := s.c.Inspect(ctx, s.name)
 	return holdsAs(s.name, info, err, info.Permits, info.RWHolds, "a semaphore", "a read-write lock")
 }
+
+// holdsAs returns hs, the live holds of the lock name (its Info, read with
+// err) as what, a semaphore or a read-write lock (both sorted sets: a
+// read-write lock's holds share a semaphore's key, as in the backend), for
+// their Holders; ErrWrongType if the name is held as a lock of another
+// Redis type, or as other, whose holds (others) it lists.
+func holdsAs[H, O any](name string, info Info, err error, hs []H, others []O, what, other string) ([]H, error) {
+	why := "a lock (a " + info.Type + ")"
+	switch {
+	case err != nil:
+		return nil, err
+	case others != nil:
+		why = other
+	case !info.Held || info.Type == "zset":
+		return hs, nil
+	}
+	return nil, opError("inspect", name, backend.Because(ErrWrongType, "the name is held as "+why+", not "+what))
+}
