@@ -511,8 +511,13 @@ func semaphoreOn(t *testing.T, rdb redis.UniversalClient, where string) {
 	}
 }
 
-// A slot holding a live lock moves to another node; the holder keeps
-// extending it (through MOVED/ASK) and releases it on the new node.
+// A slot holding a live lock moves to another node; the lease outlives the
+// move, and the holder keeps extending it (through MOVED) and releases it on
+// the new node. While the slot is half-moved the watchdog's extensions are
+// refused (TRYAGAIN: the lease's marker key is not there) and retried: the
+// lease survives a move that ends within its validity. The test waits for
+// the watchdog's runs, not for fixed times: on a loaded machine an
+// acquisition alone took 500ms, and fixed sleeps left the move no validity.
 func TestClusterSlotMigration(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -521,7 +526,16 @@ func TestClusterSlotMigration(t *testing.T) {
 	leakcheck.Check(t)
 	nodes, cc := startCluster(t)
 	ctx := t.Context()
-	c := newClient(t, cc, dlock.LeaseTTL(1500*time.Millisecond))
+	const ttl = 3 * time.Second
+	runs := make(chan watchdogRun, 64)
+	c := newClient(t, cc, dlock.LeaseTTL(ttl), dlock.WithObserver(dlock.Observer{End: func(_ context.Context, e *dlock.Event) {
+		if e.Op == dlock.OpExtend && e.Auto {
+			select {
+			case runs <- watchdogRun{time.Now().Add(-e.Took), e.Err}:
+			default:
+			}
+		}
+	}}))
 	l, err := c.TryAcquire(ctx, "moving")
 	if err != nil {
 		t.Fatal(err)
@@ -553,14 +567,18 @@ func TestClusterSlotMigration(t *testing.T) {
 	}
 	must(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src])
 	must(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst])
-	time.Sleep(750 * time.Millisecond) // the watchdog extends while the slot is half-moved
+	if !awaitRuns(runs, time.Now(), 1, false, 2*ttl) {
+		t.Fatalf("no run of the watchdog while the slot was half-moved; Err() = %v", l.Err())
+	}
 	keys, _ := src.Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 100)
 	migrate := append([]any{"MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS"}, keys.([]any)...)
 	must(src, migrate...)
 	for _, n := range nodes {
 		must(n, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
 	}
-	time.Sleep(3 * time.Second) // two TTLs on the new node
+	if !awaitRuns(runs, time.Now(), 2, true, 3*ttl) {
+		t.Errorf("not extended twice on the new node in %v", 3*ttl)
+	}
 	if err := l.Err(); err != nil {
 		t.Errorf("lock after its slot moved: Err() = %v, want nil", err)
 	}
@@ -573,6 +591,30 @@ func TestClusterSlotMigration(t *testing.T) {
 	if exists(ctx, dst, l.Key()) {
 		t.Error("lock key still on the new node after Release")
 	}
+}
+
+// watchdogRun is one of the watchdog's extensions: when it began, and its
+// error.
+type watchdogRun struct {
+	began time.Time
+	err   error
+}
+
+// awaitRuns waits up to d for n of the watchdog's runs that began after
+// since (that succeeded, with ok), and reports whether they came.
+func awaitRuns(runs <-chan watchdogRun, since time.Time, n int, ok bool, d time.Duration) bool {
+	timeout := time.After(d)
+	for n > 0 {
+		select {
+		case r := <-runs:
+			if r.began.After(since) && (!ok || r.err == nil) {
+				n--
+			}
+		case <-timeout:
+			return false
+		}
+	}
+	return true
 }
 
 // TestClusterReplicaAck is the Sentinel test's proof on a Cluster with a
