@@ -15,7 +15,8 @@ import (
 // "w:<token>" for a write, scored by its deadline. Each hold is a lease
 // like a plain lock's, with its own token and marker key; its waiters
 // queue as a fair lock's do. The semaphore's permits and these holds run
-// one family of scripts (hold_*.lua), told apart by what is asked for.
+// one family of scripts (hold_*.lua; see hold.go), told apart by what is
+// asked for.
 
 // Read and Write are the kinds of a read and a write hold of a read-write
 // lock; Downgrading is a write hold whose downgrade has an unknown outcome
@@ -78,25 +79,4 @@ func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
 		c.SetKind(Read)
 	}
 	return v == 1, superseded(v)
-}
-
-// rwHolds returns the members of a sorted set (as permitsOf read them) as
-// a semaphore's permits, or as a read-write lock's holds, each turned into
-// its token, marking the write. A semaphore's tokens never have ':' as
-// their second character; a read-write lock's members always do, so a set
-// with any member that does not (another program's) is read as permits.
-func rwHolds(hs []Hold) (permits, holds []Hold) {
-	for _, h := range hs {
-		if len(h.Token) < 2 || h.Token[1] != ':' {
-			return hs, nil
-		}
-	}
-	if len(hs) == 0 {
-		return hs, nil
-	}
-	for i, h := range hs {
-		hs[i].Write = h.Token[0] == 'w'
-		hs[i].Token = h.Token[2:]
-	}
-	return nil, hs
 }

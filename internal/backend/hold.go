@@ -1,0 +1,151 @@
+package backend
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/script"
+)
+
+// hold is what a semaphore's permits and a read-write lock's holds (see
+// rwmutex.go) share: the hold scripts (hold_*.lua), told apart by what the
+// acquisition asks for, their keys and the hold's members; w is the
+// permits the hold has (a read-write lock's: 1).
+type hold struct {
+	shared // (a permit's member is its token, which Claim.Member leaves out)
+	w      int
+}
+
+func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
+	return n.acked(ctx, holdExtend, []any{c.Lock, c.Rev}, withPermits(h.w, c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
+}
+
+func (hold) shape() *shape { return &zsetShape }
+
+// holdKeys returns the keys of a hold's acquisition and release, more
+// last (a semaphore's size kept in Redis).
+func (c *Claim) holdKeys(more ...any) []any {
+	return append([]any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, more...)
+}
+
+// take runs hold_acquire.lua once for c, the hold h on keys, which asks
+// for what (its ARGV[8]: a semaphore's N, or "r" or "w").
+func (h hold) take(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool, what any, keys []any) (Grant, error) {
+	r, acks, err := n.acked(ctx, holdAcquire, keys,
+		withPermits(h.w, c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, what)...)
+	v, err := as[int64](r, err) // >= 0 granted, else -2 - the PTTL of the hold that keeps it out
+	if err != nil {
+		return Grant{}, RedisErr(err)
+	}
+	if v >= 0 {
+		return n.granted(Grant{Held: true}, acks)
+	}
+	return Grant{PTTL: pttlOf(-2 - v)}, nil
+}
+
+// give sends hold_release.lua for c, the hold h on keys.
+func (h hold) give(ctx context.Context, n Node, c *Claim, window int64, keys []any) (any, error) {
+	a := []any{c.HolderID(), c.Token, c.Channel, n.pub, window, n.fenceMS}
+	if h.w > 1 || c.Resumer != "" {
+		a = append(a, h.w) // (ARGV[7], before the resumer id)
+	}
+	return n.run(ctx, holdRelease, keys, c.resumerArg(a)...)
+}
+
+// withPermits returns a hold script's arguments a, followed by the hold's
+// permits w when more than one (the scripts' last argument, 1 when absent).
+func withPermits(w int, a ...any) []any {
+	if w > 1 {
+		return append(a, w)
+	}
+	return a
+}
+
+// The scripts of a semaphore's permits and of a read-write lock's holds
+// (hold_*.lua).
+var (
+	holdAcquire = loads("hold_acquire")
+	holdRelease = loads("hold_release")
+	holdExtend  = loads("hold_extend")
+
+	holdScripts = setOf(holdAcquire, holdRelease, holdExtend, script.Fence)
+)
+
+// zsetShape is the key of a semaphore's permits or of a read-write lock's
+// holds (whose members are "r:<token>" or "w:<token>": see rwmutex.go).
+var zsetShape = shape{typ: "zset",
+	holds: func(ctx context.Context, n Node, key string) (string, bool) {
+		first, err := as[[]any](n.do(ctx, "zrange", key, 0, 0))
+		if err != nil {
+			return "", false
+		}
+		if len(first) == 1 {
+			if m, _ := first[0].(string); len(m) > 1 && m[1] == ':' {
+				return "a read-write lock (a sorted set)", true
+			}
+		}
+		return "a semaphore (a sorted set), or another program's value", true
+	},
+	read: func(st *State, members any, now int64) {
+		hs, holding := permitsOf(members, now)
+		st.Permits, st.RWHolds = rwHolds(hs)
+		st.Holding, st.ended = holding, holding == "" // (permits that just ended)
+	},
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
+		return p.ZRangeWithScores(ctx, key, 0, -1)
+	},
+}
+
+// permitsOf reads a semaphore's live permits from a flat ZRANGE … WITHSCORES
+// reply: tokens and deadlines (ms on the server's clock, now), a hold of w
+// permits at once being its token and "<token> 2" to "<token> w" (Hold.N
+// counts them). Its holding, which force_release.lua compares, is the
+// holds' tokens.
+func permitsOf(reply any, now int64) ([]Hold, string) {
+	pairs, _ := reply.([]any)
+	var ps []Hold
+	extra := map[string]int{}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		token, _ := pairs[i].(string)
+		score, _ := pairs[i+1].(string)
+		deadline, _ := strconv.ParseFloat(score, 64)
+		if left := int64(deadline) - now; left > 0 {
+			if base, _, ok := strings.Cut(token, " "); ok {
+				extra[base]++
+				continue
+			}
+			ps = append(ps, Hold{Token: token, Left: time.Duration(left) * time.Millisecond, N: 1})
+		}
+	}
+	tokens := make([]string, len(ps))
+	for i := range ps {
+		ps[i].N += extra[ps[i].Token]
+		tokens[i] = ps[i].Token
+	}
+	return ps, strings.Join(tokens, " ")
+}
+
+// rwHolds returns the members of a sorted set (as permitsOf read them) as
+// a semaphore's permits, or as a read-write lock's holds, each turned into
+// its token, marking the write. A semaphore's tokens never have ':' as
+// their second character; a read-write lock's members always do, so a set
+// with any member that does not (another program's) is read as permits.
+func rwHolds(hs []Hold) (permits, holds []Hold) {
+	for _, h := range hs {
+		if len(h.Token) < 2 || h.Token[1] != ':' {
+			return hs, nil
+		}
+	}
+	if len(hs) == 0 {
+		return hs, nil
+	}
+	for i, h := range hs {
+		hs[i].Write = h.Token[0] == 'w'
+		hs[i].Token = h.Token[2:]
+	}
+	return nil, hs
+}
