@@ -71,3 +71,76 @@ func TestDurableExtensionWithTheAppendOnlyFileTurnedOffFailsAsNotDurableWhileThe
 		t.Errorf("Release = %v", err)
 	}
 }
+
+// The same for a lease of every other kind, and without scripts: each
+// extension's refusal of WAITAOF reads as not durable, is no refusal to
+// acquire, and leaves its lease held.
+func TestDurableExtensionOfEveryKindWithTheAppendOnlyFileTurnedOffFailsAsNotDurable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s, rdb := durableServer(t, "always")
+	client := func(opts ...dlock.Option) *dlock.Client {
+		return newClient(t, rdb, append(opts, dlock.WithDurableGrants(time.Second), dlock.WithAutoExtend(false), dlock.LeaseTTL(time.Minute))...)
+	}
+	c := client()
+	sem, err := c.Semaphore("permits", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads, err := c.RWMutex("reads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes, err := c.RWMutex("writes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	election, err := c.Election("leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := []struct {
+		name string
+		take func() (*dlock.Lock, error)
+	}{
+		{"an unfair lock", func() (*dlock.Lock, error) { return client(dlock.WithUnfair(nil)).TryAcquire(ctx, "unfair") }},
+		{"a reentrant lock", func() (*dlock.Lock, error) {
+			return asOwner(t, client(dlock.WithReentrant(true)), "owner").TryAcquire(ctx, "reentrant")
+		}},
+		{"a lock without scripts", func() (*dlock.Lock, error) { return client(dlock.WithoutScripts()).TryAcquire(ctx, "noscripts") }},
+		{"a permit", func() (*dlock.Lock, error) { return sem.TryAcquire(ctx) }},
+		{"a read", func() (*dlock.Lock, error) { return reads.Reader().TryAcquire(ctx) }},
+		{"a write", func() (*dlock.Lock, error) { return writes.Writer().TryAcquire(ctx) }},
+		{"a leadership", func() (*dlock.Lock, error) {
+			ld, err := election.Campaign(ctx, "v")
+			if err != nil {
+				return nil, err
+			}
+			return ld.Lock(), nil
+		}},
+	}
+	locks := make([]*dlock.Lock, len(kinds))
+	for i, k := range kinds {
+		if locks[i], err = k.take(); err != nil {
+			t.Fatalf("durable TryAcquire of %s = %v", k.name, err)
+		}
+	}
+	if _, err := s.Do(ctx, "CONFIG", "SET", "appendonly", "no"); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range kinds {
+		err := locks[i].Extend(ctx, time.Minute)
+		if !errors.Is(err, dlock.ErrNotDurable) || !errors.Is(err, dlock.ErrInvalid) || errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("Extend of %s with appendonly off = %v, want ErrNotDurable and ErrInvalid, neither ErrNotHeld nor ErrNotAcquired", k.name, err)
+		} else if msg := err.Error(); !strings.Contains(msg, "append-only file is off") || strings.Contains(msg, "ERR") || prefixes(msg) != 1 {
+			t.Errorf("Extend of %s with appendonly off = %q, want the refusal in dlock's words", k.name, msg)
+		}
+		if err := locks[i].Err(); err != nil {
+			t.Errorf("Err() of %s = %v, want nil", k.name, err)
+		}
+		if err := locks[i].Release(ctx); err != nil {
+			t.Errorf("Release of %s = %v", k.name, err)
+		}
+	}
+}

@@ -388,7 +388,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	l.setValidity(ttl, t, err != nil)
 	l.lapse() // a validity that ran out while the call was in flight stays lost
 	if err != nil {
-		return opError("extend", l.name, backend.ExtensionError(err))
+		return opError("extend", l.name, err)
 	}
 	if err := l.lapse(); err != nil || !t.atCap() {
 		return err

@@ -49,7 +49,7 @@ func TestAckedAfterScriptFlushCountsBothAcknowledgementsPastTheLoads(t *testing.
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, acks, err := n.acked(ctx, script.Uptime, []any{"acked"})
+	_, acks, err := n.acked(ctx, script.Uptime, ErrNotAcquired, []any{"acked"})
 	if err != nil {
 		t.Fatalf("acked after SCRIPT FLUSH = %v", err)
 	}
@@ -83,7 +83,7 @@ func TestAckedRerunAfterNOSCRIPTIsNeverSentTwice(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	n := NewNode(rdb, Config{TTL: time.Second, Replicas: 1, AckTimeout: 10 * time.Millisecond})
 	loser.Arm()
-	_, acks, err := n.acked(ctx, script.Uptime, []any{"acked"})
+	_, acks, err := n.acked(ctx, script.Uptime, ErrNotAcquired, []any{"acked"})
 	if got := loser.Lost(); got != 1 {
 		t.Fatalf("%d pipelines of SCRIPT LOAD, EVALSHA and WAIT lost, want the second try's (err %v)", got, err)
 	}
@@ -110,7 +110,7 @@ func TestAckedOnAServerRefusingScriptLoadSendsEVAL(t *testing.T) {
 	rdb := noLoadClient(t, s)
 	n := NewNode(rdb, Config{TTL: time.Second, Replicas: 1, AckTimeout: 10 * time.Millisecond})
 	for i := range 2 {
-		_, acks, err := n.acked(ctx, script.Uptime, []any{"acked"})
+		_, acks, err := n.acked(ctx, script.Uptime, ErrNotAcquired, []any{"acked"})
 		if err != nil || acks != 0 {
 			t.Fatalf("call %d: acked = %v with %d acks, want a reply and no replica's", i, err, acks)
 		}
@@ -139,7 +139,7 @@ func TestAckedOnAClosedClientIsGoRedisErrClosed(t *testing.T) {
 	rdb := s.Client(t)
 	n := NewNode(rdb, Config{TTL: time.Second, Replicas: 1, AckTimeout: 10 * time.Millisecond})
 	rdb.Close()
-	_, acks, err := n.acked(t.Context(), script.Uptime, []any{"acked"})
+	_, acks, err := n.acked(t.Context(), script.Uptime, ErrNotAcquired, []any{"acked"})
 	if !errors.Is(err, redis.ErrClosed) || err.Error() != redis.ErrClosed.Error() || acks != 0 {
 		t.Errorf("acked = %v with %d acks, want %v and none", err, acks, redis.ErrClosed)
 	}
@@ -189,7 +189,7 @@ func TestAckedAfterItsSlotMovedRunsOnTheNewMaster(t *testing.T) {
 	t.Cleanup(func() { cc.Close() })
 	n := NewNode(cc, Config{TTL: time.Second, Replicas: 1, AckTimeout: 10 * time.Millisecond})
 	const key = "dlock:{moved}"
-	if _, _, err := n.acked(ctx, script.Uptime, []any{key}); err != nil {
+	if _, _, err := n.acked(ctx, script.Uptime, ErrNotAcquired, []any{key}); err != nil {
 		t.Fatal(err)
 	}
 	src, err := cc.MasterForKey(ctx, key)
@@ -212,7 +212,7 @@ func TestAckedAfterItsSlotMovedRunsOnTheNewMaster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, acks, err := n.acked(ctx, script.Uptime, []any{key})
+	_, acks, err := n.acked(ctx, script.Uptime, ErrNotAcquired, []any{key})
 	if err != nil || acks != 0 {
 		t.Fatalf("acked after its slot moved = %v with %d acks, want a reply and no replica's", err, acks)
 	}

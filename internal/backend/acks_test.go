@@ -14,7 +14,9 @@ import (
 
 // acksOf counts the append-only file's acknowledgement first, and none
 // at all when the file lacks the write, then the replicas' up to those
-// asked; a refused WAITAOF is an error, a lost one is not.
+// asked; a refused WAITAOF is an error, a lost one is not. The refusal
+// matches ErrNotAcquired for an acquisition only: an extension's (refused
+// nil) reads the same and matches the rest.
 func TestAcksOfCountsTheFileFirstThenTheReplicas(t *testing.T) {
 	t.Parallel()
 	wait := func(n int64) driver.Result { return driver.Result{Val: n} }
@@ -40,10 +42,15 @@ func TestAcksOfCountsTheFileFirstThenTheReplicas(t *testing.T) {
 		{"WAITAOF refused", 1, time.Second, []driver.Result{failed(replyErr("ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled."))}, 0, true},
 	} {
 		n := Node{replicas: c.replicas, durable: c.durable}
-		acks, err := n.acksOf(c.rs)
+		acks, err := n.acksOf(c.rs, ErrNotAcquired)
 		refused := errors.Is(err, ErrNotDurable) && errors.Is(err, ErrNotAcquired) && errors.Is(err, ErrInvalid)
 		if acks != c.want || refused != c.refused || (err != nil && !c.refused) {
 			t.Errorf("%s: acksOf = %d, %v, want %d (refused %v)", c.name, acks, err, c.want, c.refused)
+		}
+		acks, ext := n.acksOf(c.rs, nil)
+		same := (ext == nil) == (err == nil) && (ext == nil || ext.Error() == err.Error())
+		if acks != c.want || !same || errors.Is(ext, ErrNotAcquired) || (ext != nil && !(errors.Is(ext, ErrNotDurable) && errors.Is(ext, ErrInvalid))) {
+			t.Errorf("%s: an extension's acksOf = %d, %v, want %d, %v without ErrNotAcquired", c.name, acks, ext, c.want, err)
 		}
 	}
 }
@@ -62,7 +69,7 @@ func TestNoScriptsAckReadsBothWaitsWithoutAnAllocationMore(t *testing.T) {
 		err := rdb.Watch(ctx, func(rt *redis.Tx) error {
 			t := tx{rt, ctx}
 			read := testing.AllocsPerRun(20, func() { t.read(n.acks...) })
-			extra = testing.AllocsPerRun(20, func() { n.ack(t, nil, func(int64) error { return short }) }) - read
+			extra = testing.AllocsPerRun(20, func() { n.ack(t, nil, ErrNotAcquired, func(int64) error { return short }) }) - read
 			return nil
 		}, "ack")
 		if err != nil {

@@ -376,7 +376,8 @@ func (n Node) Batches() (calls, writes uint64) {
 // durable grants on, WAIT or WAITAOF on the same connection, so that they
 // cover the script's write. It returns the reply and the acknowledgements
 // (see acksOf; -1 when both are off). A server that refuses WAITAOF makes
-// the reply that refusal (see notDurable).
+// the reply that refusal (see notDurable), which also matches refused (an
+// acquisition's ErrNotAcquired; nil for an extension).
 //
 // On a Cluster both go to the master that owns the keys' slot, on one of
 // its connections (WAIT counts the writes of its own connection). A MOVED
@@ -388,7 +389,7 @@ func (n Node) Batches() (calls, writes uint64) {
 // script again with the scripts the Node had loaded there (see
 // Node.rerun), in the same pipeline, or with EVAL if the server refuses
 // SCRIPT LOAD or still lacks it.
-func (n Node) acked(ctx context.Context, s *script.Script, keys []any, args ...any) (any, int64, error) {
+func (n Node) acked(ctx context.Context, s *script.Script, refused error, keys []any, args ...any) (any, int64, error) {
 	if n.replicas <= 0 {
 		v, err := n.run(ctx, s, keys, args...)
 		return v, -1, err
@@ -415,7 +416,7 @@ func (n Node) acked(ctx context.Context, s *script.Script, keys []any, args ...a
 				return rs[0].Val, 0, rs[0].Err
 			}
 		default:
-			acks, err := n.acksOf(rs[1:])
+			acks, err := n.acksOf(rs[1:], refused)
 			return rs[0].Val, acks, cmp.Or(rs[0].Err, err)
 		}
 	}

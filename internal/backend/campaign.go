@@ -17,7 +17,7 @@ var Campaign Kind = campaign{}
 type campaign struct{ plainLock } // (its member and shape are a plain lock's)
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	v, acks, err := n.acked(ctx, acquireFair, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
+	v, acks, err := n.acked(ctx, acquireFair, ErrNotAcquired, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
 		c.Token, ttl.Milliseconds(), flag(queue), n.fairConf(ttl, true))
 	g, err := n.lockGrant(ctx, c, v, acks, err)
 	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)

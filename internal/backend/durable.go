@@ -41,13 +41,14 @@ func (n Node) replicaAcks() int64 { return int64(n.replicas) - n.aofAck() }
 // replies are rs, as n.replicas counts them: the append-only file's first
 // (none at all when it lacks the write), then the replicas', at most as
 // many as asked. It returns the error of a server that refused WAITAOF (see
-// notDurable).
-func (n Node) acksOf(rs []driver.Result) (int64, error) {
+// notDurable), which also matches refused: an acquisition's ErrNotAcquired
+// (its grant is undone), nil for an extension (the lease was not refused).
+func (n Node) acksOf(rs []driver.Result, refused error) (int64, error) {
 	acks := n.aofAck()
 	if n.durable > 0 {
 		v, err := ints(rs[len(rs)-1].Val, rs[len(rs)-1].Err)
 		if err != nil {
-			return 0, notDurable(err, ErrNotAcquired)
+			return 0, notDurable(err, refused)
 		}
 		if len(v) == 0 || v[0] < 1 {
 			return 0, nil
@@ -60,23 +61,12 @@ func (n Node) acksOf(rs []driver.Result) (int64, error) {
 	return acks, nil
 }
 
-// ExtensionError is err, an extension's, with a refusal of WAITAOF (see
-// notDurable) matching ErrNotDurable and ErrInvalid only: the lease was
-// not refused, so it is no ErrNotAcquired.
-func ExtensionError(err error) error {
-	var rerr redis.Error
-	if errors.Is(err, ErrNotDurable) && errors.Is(err, ErrNotAcquired) && errors.As(err, &rerr) {
-		return notDurable(rerr)
-	}
-	return err
-}
-
 // notDurable is the error of a WAITAOF that failed: refused by a server
 // without it (before Redis 7.2) or without an append-only file, which
-// matches ErrNotDurable, ErrInvalid and also (an acquisition's:
-// ErrNotAcquired); nil for a failure that is no refusal (the connection
-// broke: the acknowledgement is missing).
-func notDurable(err error, also ...error) error {
+// matches ErrNotDurable, ErrInvalid and also, unless nil; nil for a
+// failure that is no refusal (the connection broke: the acknowledgement is
+// missing).
+func notDurable(err, also error) error {
 	if !errors.As(err, new(redis.Error)) {
 		return nil
 	}
@@ -87,5 +77,8 @@ func notDurable(err error, also ...error) error {
 	case strings.Contains(msg, "appendonly"):
 		why = "the server's append-only file is off (appendonly no): durable grants need it"
 	}
-	return Because(ErrNotDurable, why, append(append([]error{ErrInvalid}, also...), err)...)
+	if also == nil {
+		return Because(ErrNotDurable, why, ErrInvalid, err)
+	}
+	return Because(ErrNotDurable, why, ErrInvalid, also, err)
 }

@@ -21,7 +21,7 @@ type hold struct {
 }
 
 func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
-	return n.acked(ctx, holdExtend, []any{c.Lock, c.Rev}, withPermits(h.w, c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
+	return n.acked(ctx, holdExtend, nil, []any{c.Lock, c.Rev}, withPermits(h.w, c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
 }
 
 func (hold) shape() *shape { return &zsetShape }
@@ -35,7 +35,7 @@ func (c *Claim) holdKeys(more ...any) []any {
 // take runs hold_acquire.lua once for c, the hold h on keys, which asks
 // for what (its ARGV[8]: a semaphore's N, or "r" or "w").
 func (h hold) take(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool, what any, keys []any) (Grant, error) {
-	r, acks, err := n.acked(ctx, holdAcquire, keys,
+	r, acks, err := n.acked(ctx, holdAcquire, ErrNotAcquired, keys,
 		withPermits(h.w, c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, what)...)
 	v, err := as[int64](r, err) // >= 0 granted, else -2 - the PTTL of the hold that keeps it out
 	if err != nil {

@@ -47,10 +47,10 @@ var (
 
 func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if queue { // (a waiter: the wake key too, see acquire.lua)
-		v, acks, err := n.acked(ctx, acquire, []any{&c.Lock, &c.Rev, &c.Wake}, &c.Token, n.ms(ttl), wakeMS)
+		v, acks, err := n.acked(ctx, acquire, ErrNotAcquired, []any{&c.Lock, &c.Rev, &c.Wake}, &c.Token, n.ms(ttl), wakeMS)
 		return n.lockGrant(ctx, c, v, acks, err)
 	}
-	v, acks, err := n.acked(ctx, acquire, []any{&c.Lock, &c.Rev}, &c.Token, n.ms(ttl))
+	v, acks, err := n.acked(ctx, acquire, ErrNotAcquired, []any{&c.Lock, &c.Rev}, &c.Token, n.ms(ttl))
 	return n.lockGrant(ctx, c, v, acks, err)
 }
 
@@ -62,9 +62,9 @@ func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration
 // its last argument asks for the server's time in the reply (see clock.go).
 func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq int64, keys ...any) (any, int64, error) {
 	if n.clock.on() {
-		return n.acked(ctx, extend, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
+		return n.acked(ctx, extend, nil, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
 	}
-	return n.acked(ctx, extend, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq))
+	return n.acked(ctx, extend, nil, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
@@ -100,7 +100,7 @@ func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 	if ttl != n.ttl {
 		conf = n.fairConf(ttl, false)
 	}
-	v, acks, err := n.acked(ctx, acquireFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake},
+	v, acks, err := n.acked(ctx, acquireFair, ErrNotAcquired, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake},
 		&c.Token, n.ms(ttl), flag(queue), conf)
 	return n.lockGrant(ctx, c, v, acks, err)
 }
@@ -113,7 +113,7 @@ func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) (an
 func (fairLock) scripts() (*script.Script, scriptSet) { return acquireFair, fairScripts }
 
 func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, _ bool) (Grant, error) {
-	r, acks, err := n.acked(ctx, acquireReentrant, []any{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
+	r, acks, err := n.acked(ctx, acquireReentrant, ErrNotAcquired, []any{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
 	v, err := as[[]any](r, err)
 	if err != nil {
 		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
@@ -133,7 +133,7 @@ func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Dur
 }
 
 func (reentrantLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
-	return n.acked(ctx, extendReentrant, []any{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), c.seqArg(seq))
+	return n.acked(ctx, extendReentrant, nil, []any{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (reentrantLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {

@@ -161,8 +161,9 @@ func (t tx) get(c *Claim, _ ...[]any) (holder, mark string, _ []*redis.Cmd, err 
 // waits, on the transaction's connection, for the replicas
 // (WithReplicaAck) and the append-only file (durable grants) to
 // acknowledge the writes, when either is on, and returns short of the
-// acknowledgements (see acksOf) if there were too few.
-func (n NoScripts) ack(t tx, err error, short func(acks int64) error) error {
+// acknowledgements (see acksOf) if there were too few, or the refusal of
+// WAITAOF, which also matches refused.
+func (n NoScripts) ack(t tx, err, refused error, short func(acks int64) error) error {
 	if err != nil || n.replicas <= 0 {
 		return err
 	}
@@ -172,7 +173,7 @@ func (n NoScripts) ack(t tx, err error, short func(acks int64) error) error {
 		v, err := cmd.Result()
 		rs = append(rs, driver.Result{Val: v, Err: err})
 	}
-	acks, err := n.acksOf(rs)
+	acks, err := n.acksOf(rs, refused)
 	if err == nil && acks < int64(n.replicas) {
 		err = short(acks)
 	}
@@ -238,7 +239,7 @@ func (n NoScripts) acquireTx(t tx, c *Claim, ttl time.Duration, queue bool) (Gra
 		}
 		return Grant{PTTL: pttlOf(v), Holder: h}, nil
 	}
-	err = n.ack(t, err, n.ackUndone)
+	err = n.ack(t, err, ErrNotAcquired, n.ackUndone)
 	return Grant{Held: err == nil}, err // (Acquire has the attempt undone after an error)
 }
 
@@ -299,7 +300,7 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 			return false, ErrSuperseded
 		}
 		_, err = t.exec(writes...)
-		return true, n.ack(t, err, n.ackError) // (result drops it after an error)
+		return true, n.ack(t, err, nil, n.ackError) // (result drops it after an error)
 	}))
 }
 

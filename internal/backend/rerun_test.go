@@ -70,7 +70,7 @@ func TestAckedScriptIsNeverSentTwice(t *testing.T) {
 		}
 		p.Cut()
 	}()
-	_, _, err := n.acked(ctx, script.Uptime, []any{"acked"})
+	_, _, err := n.acked(ctx, script.Uptime, ErrNotAcquired, []any{"acked"})
 	<-done
 	if !ReplyLost(err) {
 		t.Errorf("acked = %v, want a lost reply", err)
