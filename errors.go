@@ -46,7 +46,7 @@ type NotAcquiredError struct {
 
 // Error says who holds the lock.
 func (e *NotAcquiredError) Error() string {
-	s := cmp.Or(e.says, "held by another holder")
+	s := cmp.Or(e.says, backend.HeldByAnother)
 	if e.Meta != "" {
 		s += ", " + strconv.Quote(e.Meta)
 	}

@@ -21,6 +21,11 @@ var (
 	ErrInvalid     = errors.New("dlock: invalid argument")
 )
 
+// HeldByAnother is how a refusal that names no holder reads: a quorum
+// node's no (errRefused), and the root's NotAcquiredError whose kind adds
+// no words of its own.
+const HeldByAnother = "held by another holder"
+
 // detailed is an error with a text of its own that errors.Is and errors.As
 // see through to errs.
 type detailed struct {

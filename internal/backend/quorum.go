@@ -15,7 +15,7 @@ import (
 // has no answer because the node timeout passed, the answers of the others
 // settled the outcome first, or the caller's context ended.
 var (
-	errRefused   = errors.New("held by another holder")
+	errRefused   = errors.New(HeldByAnother)
 	errNoAnswer  = errors.New("no answer within the node timeout")
 	errNotWaited = errors.New("not waited for: the other nodes' answers settled the outcome")
 	errCutShort  = errors.New("no answer before the call's context ended")
