@@ -160,10 +160,8 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	ld.seq++ // never reused: a failed Proclaim's copy may still land
-	var ok bool
-	err := ld.l.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
-		ok, err = n.Proclaim(ctx, ld.l.cl, value, ld.seq) // (ld.mu is held)
-		return err
+	ok, err := backend.OpValue[bool](ctx, ld.l.c.b, func(ctx context.Context, n backend.Node) (any, error) {
+		return n.Proclaim(ctx, ld.l.cl, value, ld.seq) // (ld.mu is held)
 	})
 	if err := ld.l.answered("proclaim", "the lock key no longer holds our token", ok, err); err != nil {
 		return err

@@ -20,10 +20,8 @@ func (c *Client) FenceCurrent(ctx context.Context, name string, fence int64, tok
 	case token == "":
 		return false, fmt.Errorf("%w: FenceCurrent(%q): empty token", ErrInvalid, name)
 	}
-	var current bool
-	err = c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
-		current, err = n.FenceCurrent(ctx, &k, c.own.lease, token, fence)
-		return err
+	current, err := backend.OpValue[bool](ctx, c.b, func(ctx context.Context, n backend.Node) (any, error) {
+		return n.FenceCurrent(ctx, &k, c.own.lease, token, fence)
 	})
 	switch refused := unserved(fmt.Sprintf("FenceCurrent(%q)", name), words{plural: "fence checks", verb: "make"}, err); {
 	case refused != nil:

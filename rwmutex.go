@@ -78,10 +78,8 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	cl := *w.cl
 	w.cl.SetKind(backend.Downgrading)
 	w.mu.Unlock()
-	var ok bool
-	err := w.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
-		ok, err = n.Downgrade(ctx, &cl)
-		return err
+	ok, err := backend.OpValue[bool](ctx, w.c.b, func(ctx context.Context, n backend.Node) (any, error) {
+		return n.Downgrade(ctx, &cl)
 	})
 	w.mu.Lock()
 	w.cl.SetKind(cl.Kind) // (only its kind changes: Key, Token and TTL read the rest unlocked)

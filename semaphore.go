@@ -125,10 +125,8 @@ func (s *Semaphore) TryDo(ctx context.Context, fn func(ctx context.Context, l *L
 // size runs op on the size kept in Redis (see backend.Node.Permits); its
 // error names the operation what, and comes with the zero PermitSize.
 func (s *Semaphore) size(ctx context.Context, what, op string, v int) (backend.PermitSize, error) {
-	var ps backend.PermitSize
-	err := s.c.b.Op(ctx, func(ctx context.Context, n backend.Node) (err error) {
-		ps, err = n.Permits(ctx, &s.keys, op, v, s.k.permits)
-		return err
+	ps, err := backend.OpValue[backend.PermitSize](ctx, s.c.b, func(ctx context.Context, n backend.Node) (any, error) {
+		return n.Permits(ctx, &s.keys, op, v, s.k.permits)
 	})
 	if err != nil {
 		err = opError(what, s.name, err)

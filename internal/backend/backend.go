@@ -268,10 +268,10 @@ type Backend interface {
 	Prepare(ctx context.Context, c *Claim) error
 	// Op runs op, an operation of one kind's own (a read-write lock's
 	// downgrade, a leader's proclaim, a semaphore's kept size: a method of
-	// Node in the kind's file), on the deployment, and returns its error.
-	// A backend that carries plain locks only refuses every one, unsent,
-	// with the error Carries gives.
-	Op(ctx context.Context, op func(context.Context, Node) error) error
+	// Node in the kind's file), on the deployment, and returns its result
+	// (read with OpValue). A backend that carries plain locks only refuses
+	// every one, unsent, with the error Carries gives.
+	Op(ctx context.Context, op KindOp) (any, error)
 	// Carries reports whether the backend serves leases of the kind k
 	// (plain locks every backend serves): nil if it does, or why not,
 	// ErrOverQuorum or ErrNeedsScripts.
@@ -665,8 +665,20 @@ func (n Node) again(ctx context.Context, sent bool, f func() (any, error)) (bool
 // lost is asked again: the pauses are 10ms, 40ms, 160ms.
 const releasePauseMax = 160 * time.Millisecond
 
+// KindOp is an operation of one kind's own, which Backend.Op runs on a
+// Node: it returns the Node method's result and error.
+type KindOp func(context.Context, Node) (any, error)
+
 // Op runs op on n (see Backend).
-func (n Node) Op(ctx context.Context, op func(context.Context, Node) error) error { return op(ctx, n) }
+func (n Node) Op(ctx context.Context, op KindOp) (any, error) { return op(ctx, n) }
+
+// OpValue runs op through b.Op and returns its result as the T it is (the
+// zero T when b refused op).
+func OpValue[T any](ctx context.Context, b Backend, op KindOp) (T, error) {
+	v, err := b.Op(ctx, op)
+	t, _ := v.(T)
+	return t, err
+}
 
 // superseded is the error of a script's reply v: ErrSuperseded for -1,
 // which says that another Lock resumed the lease (see lib.lua's drives).

@@ -172,15 +172,16 @@ func TestLuaErrorIsToldAsAScriptFailure(t *testing.T) {
 	}
 }
 
-// A kind's own operation runs on a Node; a quorum and a script-free backend
-// refuse every one alike, without running it.
+// A kind's own operation runs on a Node, whose result OpValue returns as
+// its type; a quorum and a script-free backend refuse every one alike,
+// without running it (OpValue: the zero value).
 func TestKindOpsRunOnANodeAndAreRefusedElsewhere(t *testing.T) {
 	t.Parallel()
 	n := NewNode(nil, Config{TTL: time.Second})
 	ran := 0
-	op := func(context.Context, Node) error { ran++; return nil }
-	if err := n.Op(t.Context(), op); err != nil || ran != 1 {
-		t.Errorf("Node.Op = %v after %d runs, want nil after 1", err, ran)
+	op := func(context.Context, Node) (any, error) { ran++; return ran, nil }
+	if v, err := OpValue[int](t.Context(), n, op); err != nil || ran != 1 || v != 1 {
+		t.Errorf("OpValue(Node) = %v, %v after %d runs, want 1, nil after 1", v, err, ran)
 	}
 	for _, tc := range []struct {
 		name string
@@ -191,9 +192,23 @@ func TestKindOpsRunOnANodeAndAreRefusedElsewhere(t *testing.T) {
 		{"no scripts", NoScripts{n}, ErrNeedsScripts},
 	} {
 		ran = 0
-		if err := tc.b.Op(t.Context(), op); !errors.Is(err, tc.want) || ran != 0 {
-			t.Errorf("%s: Op = %v after %d runs, want %v unrun", tc.name, err, ran, tc.want)
+		if v, err := OpValue[int](t.Context(), tc.b, op); !errors.Is(err, tc.want) || ran != 0 || v != 0 {
+			t.Errorf("%s: OpValue = %v, %v after %d runs, want 0, %v unrun", tc.name, v, err, ran, tc.want)
 		}
+	}
+}
+
+// OpValue allocates nothing of its own: a bool result comes back without a
+// heap box, so a kind's own operation that reports a bool costs its
+// closure only.
+//
+// Serial: it counts the process's allocations.
+func TestOpValueAllocatesNothingOfItsOwn(t *testing.T) {
+	var b Backend = NewNode(nil, Config{TTL: time.Second})
+	op := func(context.Context, Node) (any, error) { return true, nil }
+	ctx := t.Context()
+	if n := testing.AllocsPerRun(100, func() { OpValue[bool](ctx, b, op) }); n != 0 {
+		t.Errorf("OpValue[bool] makes %v allocations, want 0", n)
 	}
 }
 

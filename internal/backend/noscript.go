@@ -408,9 +408,7 @@ func flat(cmd redis.Cmder) (any, error) {
 
 // Op is refused: the kinds with operations of their own need scripts (see
 // Backend).
-func (NoScripts) Op(context.Context, func(context.Context, Node) error) error {
-	return ErrNeedsScripts
-}
+func (NoScripts) Op(context.Context, KindOp) (any, error) { return nil, ErrNeedsScripts }
 
 // Inspect reads the lock's state as inspect.lua does, in one MULTI (which
 // nothing can abort: it writes nothing, and watches nothing).

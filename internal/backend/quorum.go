@@ -458,7 +458,7 @@ func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
 
 // Op is refused: a quorum carries no kind with operations of its own (see
 // Backend).
-func (q *Quorum) Op(context.Context, func(context.Context, Node) error) error { return ErrOverQuorum }
+func (q *Quorum) Op(context.Context, KindOp) (any, error) { return nil, ErrOverQuorum }
 
 // Inspect reports what a majority of nodes agree on: the holder, how long
 // a majority still has its lease, and the highest fence.
