@@ -34,6 +34,23 @@ func TestRefusedDurableGrantOfEveryKindLeavesTheLockFree(t *testing.T) {
 		{"read-write", nil, func(ctx context.Context, c *dlock.Client, who string) (*dlock.Lock, error) {
 			return newRW(t, c, "refused").Writer().TryAcquire(ctx)
 		}},
+		{"unfair", []dlock.Option{dlock.WithUnfair(nil)}, func(ctx context.Context, c *dlock.Client, who string) (*dlock.Lock, error) {
+			return c.TryAcquire(ctx, "refused")
+		}},
+		{"read", nil, func(ctx context.Context, c *dlock.Client, who string) (*dlock.Lock, error) {
+			return newRW(t, c, "refused").Reader().TryAcquire(ctx)
+		}},
+		{"election", nil, func(ctx context.Context, c *dlock.Client, who string) (*dlock.Lock, error) {
+			e, err := c.Election("refused")
+			if err != nil {
+				return nil, err
+			}
+			ld, err := e.Campaign(ctx, who)
+			if err != nil {
+				return nil, err
+			}
+			return ld.Lock(), nil
+		}},
 	} {
 		t.Run(k.kind, func(t *testing.T) {
 			t.Parallel()
