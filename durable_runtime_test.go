@@ -144,3 +144,55 @@ func TestDurableExtensionOfEveryKindWithTheAppendOnlyFileTurnedOffFailsAsNotDura
 		}
 	}
 }
+
+// The watchdog's extension meets the same refusal: the extension it
+// reports (an End event, Auto) and the jeopardy it tells are not durable,
+// in dlock's words, and no refusal to acquire; the lease stays held until
+// its validity runs out.
+func TestDurableWatchdogExtensionWithTheAppendOnlyFileTurnedOffIsToldAsNotDurable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s, rdb := durableServer(t, "always")
+	ends, risks := make(chan error, 64), make(chan error, 64)
+	c := newClient(t, rdb, dlock.WithDurableGrants(time.Second), dlock.LeaseTTL(3*time.Second),
+		dlock.WithObserver(dlock.Observer{
+			End: func(_ context.Context, e *dlock.Event) {
+				if e.Op == dlock.OpExtend && e.Auto && e.Err != nil {
+					select {
+					case ends <- e.Err:
+					default:
+					}
+				}
+			},
+			Jeopardy: func(_ context.Context, e *dlock.Event) {
+				select {
+				case risks <- e.Err:
+				default:
+				}
+			},
+		}))
+	l, err := c.TryAcquire(ctx, "watched")
+	if err != nil {
+		t.Fatalf("durable TryAcquire = %v", err)
+	}
+	defer l.Release(ctx)
+	if _, err := s.Do(ctx, "CONFIG", "SET", "appendonly", "no"); err != nil {
+		t.Fatal(err)
+	}
+	for what, ch := range map[string]chan error{"the watchdog's extension": ends, "the jeopardy": risks} {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, dlock.ErrNotDurable) || !errors.Is(err, dlock.ErrInvalid) || errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s with appendonly off = %v, want ErrNotDurable and ErrInvalid, neither ErrNotAcquired nor ErrNotHeld", what, err)
+			} else if msg := err.Error(); !strings.Contains(msg, "append-only file is off") || strings.Contains(msg, "ERR") || prefixes(msg) != 1 {
+				t.Errorf("%s with appendonly off = %q, want the refusal in dlock's words", what, msg)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: none told", what)
+		}
+	}
+	if err := l.Err(); err != nil && time.Now().Before(l.ValidUntil()) {
+		t.Errorf("Err() = %v while valid, want nil", err)
+	}
+}
