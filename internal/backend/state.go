@@ -63,8 +63,12 @@ func (s State) forced() (bool, error) {
 
 // Leases returns the live leases that hold the lock: its plain holder's
 // (the key's TTL), a semaphore's permits, a read-write lock's holds, and
-// a reentrant lock's holds.
+// a reentrant lock's holds. A plain lock's is s.Plain itself, not a copy:
+// its callers only read it.
 func (s State) Leases() []Hold {
+	if len(s.Permits)+len(s.RWHolds)+len(s.Owners) == 0 {
+		return s.Plain
+	}
 	hs := slices.Concat(s.Plain, s.Permits, s.RWHolds)
 	for _, o := range s.Owners {
 		hs = append(hs, o.Holds...)

@@ -35,3 +35,22 @@ func TestAStringHoldsItsHoldersLeaseOnly(t *testing.T) {
 		}
 	}
 }
+
+// Reading a plain lock's state and its Leases (Inspect's, a Lock's TTL)
+// costs two allocations, the state (its shape's read takes it by pointer)
+// and the lease: Leases makes no copy of a plain lock's one lease.
+//
+// Serial: it counts the process's allocations.
+func TestAPlainLocksStateAndLeasesCostTwoAllocations(t *testing.T) {
+	k := KeysFor("dlock:", "allocs")
+	var (
+		hs       []Hold
+		contents any = "tok" // (as inspect.lua's reply carries it)
+	)
+	n := testing.AllocsPerRun(100, func() {
+		hs = stateOf(&k, "string", "tok", contents, 5000, 7, 1000, 0, "").Leases()
+	})
+	if n > 2 || len(hs) != 1 || hs[0].Token != "tok" || hs[0].Left != 5*time.Second {
+		t.Errorf("stateOf(a string).Leases() = %+v with %v allocations, want its one lease with at most 2", hs, n)
+	}
+}
