@@ -372,14 +372,11 @@ func TestRedlockDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 		t.Skip("a long fault/timing scenario; run without -short")
 	}
 	leakcheck.Check(t)
-	var proxies []*proxyT
-	var nodes []redis.UniversalClient
-	var directs []redis.UniversalClient
+	var proxies []*redistest.Proxy
+	var nodes, directs []redis.UniversalClient
 	for range 3 {
 		p, rdb, direct := proxied(t, -1, 5*time.Second)
-		proxies = append(proxies, &proxyT{p})
-		nodes = append(nodes, rdb)
-		directs = append(directs, direct)
+		proxies, nodes, directs = append(proxies, p), append(nodes, rdb), append(directs, direct)
 	}
 	c := newRedlock(t, nodes, 200*time.Millisecond, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false))
 	l, err := c.TryAcquire(t.Context(), "qext")
@@ -387,19 +384,27 @@ func TestRedlockDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(context.WithoutCancel(t.Context()))
-	proxies[1].p.Delay(1500*time.Millisecond, 0)
-	proxies[2].p.Delay(1500*time.Millisecond, 0)
-	start := time.Now()
-	err = l.Extend(t.Context(), 400*time.Millisecond)
-	proxies[1].p.Delay(0, 0)
-	proxies[2].p.Delay(0, 0)
-	if err == nil {
-		t.Skip("short extension reached a majority; cannot stage the reorder")
+	// The short extension's copies to nodes 1 and 2 are held for longer than
+	// its lease: the holder's next extension, made within that lease, lands first.
+	const short = 2 * time.Second
+	proxies[1].Delay(short+500*time.Millisecond, 0)
+	proxies[2].Delay(short+500*time.Millisecond, 0)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond) // one attempt, no retries
+	err = l.Extend(ctx, short)
+	cancel()
+	held := waitFor(time.Second, func() bool { return proxies[1].HeldRequests() > 0 && proxies[2].HeldRequests() > 0 })
+	proxies[1].Delay(0, 0)
+	proxies[2].Delay(0, 0)
+	if err == nil || !held {
+		t.Skipf("short extension = %v, held for nodes 1 and 2: %v; cannot stage the reorder", err, held)
 	}
 	if err := l.Extend(t.Context(), 10*time.Second); err != nil {
 		t.Fatalf("Extend(10s) = %v", err)
 	}
-	time.Sleep(time.Until(start.Add(2300 * time.Millisecond)))
+	if !waitFor(10*time.Second, func() bool { return proxies[1].HeldRequests() == 0 && proxies[2].HeldRequests() == 0 }) {
+		t.Fatal("the delayed short extensions never landed")
+	}
+	time.Sleep(short + 300*time.Millisecond) // a lease they cut would have expired by now
 	o, err := newRedlock(t, directs, 0).TryAcquire(t.Context(), "qext")
 	if err != nil {
 		for i, d := range directs {
@@ -412,10 +417,6 @@ func TestRedlockDelayedShorterExtendCannotCutANewerLease(t *testing.T) {
 		t.Errorf("TWO HOLDERS over a quorum: another client won a majority while the first's ValidUntil is %v away",
 			time.Until(l.ValidUntil()).Round(time.Millisecond))
 	}
-}
-
-type proxyT struct {
-	p interface{ Delay(req, rep time.Duration) }
 }
 
 // Was a bug: a quorum attempt ignores its ctx. fanOut

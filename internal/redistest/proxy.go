@@ -3,6 +3,7 @@ package redistest
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -30,6 +31,7 @@ type Proxy struct {
 	cond     *sync.Cond
 	conns    map[net.Conn]struct{}
 	wg       sync.WaitGroup
+	held     atomic.Int64 // requests read from clients, neither delivered nor dropped yet
 }
 
 // NewProxy starts a proxy to target (host:port), stopped in tb's cleanup.
@@ -84,10 +86,11 @@ type chunk struct {
 // connection, as it would in a real network), then dst is half-closed.
 func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 	var (
-		mu     sync.Mutex
-		cond   = sync.NewCond(&mu)
-		queue  []chunk
-		closed bool
+		mu      sync.Mutex
+		cond    = sync.NewCond(&mu)
+		queue   []chunk
+		closed  bool // src has closed
+		dropped bool // the writer has ended: what is read now is dropped
 	)
 	p.wg.Go(func() {
 		buf := make([]byte, 32<<10)
@@ -101,8 +104,13 @@ func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 				}
 				p.mu.Unlock()
 				mu.Lock()
-				queue = append(queue, chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(d)})
-				cond.Signal()
+				if !dropped {
+					if !reply {
+						p.held.Add(1)
+					}
+					queue = append(queue, chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(d)})
+					cond.Signal()
+				}
 				mu.Unlock()
 			}
 			if err != nil {
@@ -115,6 +123,14 @@ func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 		}
 	})
 	defer src.Close()
+	defer func() { // what is still queued is dropped
+		mu.Lock()
+		if !reply {
+			p.held.Add(-int64(len(queue)))
+		}
+		queue, dropped = nil, true
+		mu.Unlock()
+	}()
 	for {
 		mu.Lock()
 		for len(queue) == 0 && !closed {
@@ -138,11 +154,14 @@ func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 		}
 		_, alive := p.conns[dst]
 		p.mu.Unlock()
-		if !alive {
-			dst.Close()
-			return // cut while held: the data is dropped
+		var err error
+		if alive { // (else cut while held: the data is dropped)
+			_, err = dst.Write(c.data)
 		}
-		if _, err := dst.Write(c.data); err != nil {
+		if !reply {
+			p.held.Add(-1) // delivered, or dropped
+		}
+		if !alive || err != nil {
 			dst.Close()
 			return
 		}
@@ -162,6 +181,11 @@ func (p *Proxy) Delay(req, rep time.Duration) {
 	p.reqDelay, p.repDelay = req, rep
 	p.mu.Unlock()
 }
+
+// HeldRequests reports how many reads from clients the proxy holds
+// (delayed or stalled), neither delivered to the server nor dropped yet:
+// 0 once every delayed request has landed.
+func (p *Proxy) HeldRequests() int { return int(p.held.Load()) }
 
 // Stall holds every byte that crosses the proxy from now on.
 func (p *Proxy) Stall() {
