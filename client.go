@@ -230,10 +230,7 @@ func nilFunc(name string) error {
 // and then release, also when fn panics; it returns the acquisition's
 // error (fn did not run), or fn's error joined with release's (see
 // joinEnded).
-func runHeld[H interface {
-	Err() error
-	onSettled(func(error))
-}](ctx context.Context, name string, fn func(context.Context, H) error, acquire func() (H, error), release func(H) error) (err error) {
+func runHeld[H holding](ctx context.Context, name string, fn func(context.Context, H) error, acquire func() (H, error), release func(H) error) (err error) {
 	if fn == nil {
 		return nilFunc(name)
 	}
@@ -269,6 +266,13 @@ func releaseOrUndo(ctx, uctx context.Context, l *Lock) error {
 	return err
 }
 
+// holding is what a heldContext holds: a Lock, or a MultiLock.
+type holding interface {
+	Err() error
+	onSettled(func(error))
+	leases() []*Lock // (see holdersIn)
+}
+
 // heldContext is the context Do and DoAll give fn, and Lock.Context. Its
 // Err, Done and Value (which context.Cause reads) check the leases'
 // validity deadlines themselves (held's Err), so a loss is seen as soon as
@@ -276,7 +280,7 @@ func releaseOrUndo(ctx, uctx context.Context, l *Lock) error {
 // derived from it learn of the loss from the timer, a moment later.)
 type heldContext struct {
 	context.Context
-	held   interface{ Err() error } // the Lock, or the MultiLock
+	held   holding
 	cancel context.CancelCauseFunc
 }
 

@@ -86,14 +86,7 @@ func holdersIn(ctx context.Context) []string {
 	var ids []string
 	h, _ := ctx.Value(heldKey{}).(*heldContext)
 	for i := 0; h != nil && i < deadlockDepth*4; i++ {
-		var held []*Lock
-		switch v := h.held.(type) {
-		case *Lock:
-			held = []*Lock{v}
-		case *MultiLock:
-			held = v.parts
-		}
-		for _, l := range held {
+		for _, l := range h.held.leases() {
 			id := l.k.heldBy(l.cl, l.name).rec
 			if l.Err() == nil && !slices.Contains(ids, id) {
 				ids = append(ids, id)
@@ -103,6 +96,12 @@ func holdersIn(ctx context.Context) []string {
 	}
 	return ids
 }
+
+// leases returns the leases l holds: itself.
+func (l *Lock) leases() []*Lock { return []*Lock{l} }
+
+// leases returns the leases m holds: its parts.
+func (m *MultiLock) leases() []*Lock { return m.parts }
 
 // ownerHold is the identity a record is keyed by for a reentrant owner's
 // hold of name: an owner's goroutines hold and wait apart, so a wait blocks
