@@ -81,7 +81,7 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	}
 	// Close waits for the wait to end, its queue entry taken out.
 	defer c.bg.Enter()()
-	a := acquisition{c: c, ctx: actx, l: pending, trustHandover: true}
+	a := acquisition{ctx: actx, l: pending, trustHandover: true}
 	l, err := a.run(ctx)
 	if err == nil {
 		return l, nil
@@ -118,9 +118,8 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 
 // acquisition is one Acquire's wait for its lock.
 type acquisition struct {
-	c   *Client
 	ctx context.Context
-	l   *Lock // pending until taken
+	l   *Lock // pending until taken; its Client's
 	w   *waiters
 
 	queued        time.Time // no handover to us can precede this
@@ -137,7 +136,7 @@ type acquisition struct {
 func (a *acquisition) run(first context.Context) (*Lock, error) {
 	// If this Client already listens on the lock's channel, wait there
 	// from the start; no release after the first attempt can be missed.
-	a.w = a.c.join(a.l.cl.Channel, a.l.cl.Token)
+	a.w = a.l.c.join(a.l.cl.Channel, a.l.cl.Token)
 	a.queued = time.Now()
 	defer func() { a.w.close() }() // (a.w as it is when run returns)
 	l, pttl, err := a.try(first)
@@ -145,16 +144,16 @@ func (a *acquisition) run(first context.Context) (*Lock, error) {
 		// Subscribe, then try again at once: a release before the
 		// subscription was confirmed is seen by this attempt, one after it
 		// by the subscription.
-		a.w = a.c.watch(a.ctx, a.l.cl.Channel, a.l.cl.Token)
+		a.w = a.l.c.watch(a.ctx, a.l.cl.Channel, a.l.cl.Token)
 		l, pttl, err = a.try(a.ctx)
 	}
 	if err != nil || l != nil {
 		return l, err
 	}
-	a.c.waitingFor(a.ctx, a.l.name, +1)
-	defer a.c.waitingFor(a.ctx, a.l.name, -1)
+	a.l.c.waitingFor(a.ctx, a.l.name, +1)
+	defer a.l.c.waitingFor(a.ctx, a.l.name, -1)
 	slept := time.After(a.sleep(1, pttl))
-	dl, check := a.c.deadlockCheck(a.ctx, a.l, a.queued)
+	dl, check := a.l.c.deadlockCheck(a.ctx, a.l, a.queued)
 	defer dl.end(a.ctx) // however the wait ends
 	for attempt := 1; ; attempt++ {
 		var handed int64
@@ -164,19 +163,19 @@ func (a *acquisition) run(first context.Context) (*Lock, error) {
 		case <-check:
 			if found := dl.check(a.ctx); found != nil {
 				err := opError(a.l.k.acquireOp, a.l.name, found) // (as acquire returns it)
-				a.c.obs.notify(a.ctx, &Event{Op: OpDeadlock, Name: a.l.name, Mode: a.l.k.mode(), Err: err})
+				a.l.c.obs.notify(a.ctx, &Event{Op: OpDeadlock, Name: a.l.name, Mode: a.l.k.mode(), Err: err})
 				return nil, found
 			}
 			check = time.After(dl.every)
 			attempt-- // (a check is no attempt: the backoff stays)
 			continue
 		case <-a.ctx.Done(): // (checked below)
-		case <-a.c.stop: // (checked below)
+		case <-a.l.c.stop: // (checked below)
 		}
 		if a.ctx.Err() != nil {
 			return nil, a.ctx.Err()
 		}
-		if a.c.closed.Load() {
+		if a.l.c.closed.Load() {
 			// Close was called while it waited: no Lock after Close (it
 			// would never be extended). A lock handed over meanwhile is
 			// passed on by the leave that follows (acquire).
@@ -208,7 +207,7 @@ func (a *acquisition) run(first context.Context) (*Lock, error) {
 // it waits.
 func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
 	ask := a.l.termsFrom(time.Now()).ask
-	return a.l.k.sleep(a.c.opts.backoff, attempt, pttl, ask, a.entered == a.l.cl.Token)
+	return a.l.k.sleep(a.l.c.opts.backoff, attempt, pttl, ask, a.entered == a.l.cl.Token)
 }
 
 // try makes one attempt under ctx. A missing majority (quorum) and an
@@ -217,7 +216,7 @@ func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
 // may still be on its way, so every later handover is confirmed.
 func (a *acquisition) try(ctx context.Context) (*Lock, time.Duration, error) {
 	token := a.l.cl.Token
-	l, g, err := a.c.attempt(ctx, a.l, true)
+	l, g, err := a.l.c.attempt(ctx, a.l, true)
 	if a.w != nil && a.l.cl.Token != token {
 		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
 	}
@@ -255,7 +254,7 @@ func (a *acquisition) handedOver(wake int64) *Lock {
 	// every attempt of this wait asked for alike (a max hold counts from
 	// queued, as an attempt's counts from its start).
 	t := a.l.termsFrom(a.queued)
-	if !a.trustHandover || wake < pubsub.HandedOver || time.Since(a.queued) > t.hold/2 || a.c.opts.replicas > 0 || a.c.opts.durable > 0 {
+	if !a.trustHandover || wake < pubsub.HandedOver || time.Since(a.queued) > t.hold/2 || a.l.c.opts.replicas > 0 || a.l.c.opts.durable > 0 {
 		return nil // (with replica ack or durable grants, the confirming attempt is what WAITs)
 	}
 	var fence int64 // the handover's, if it came with one
