@@ -68,8 +68,9 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 			return nil, opError(k.acquireOp, name, backend.Because(ErrNotAcquired, err.Error(), err))
 		case err != nil:
 			return nil, opError(k.acquireOp, name, err)
-		case l == nil:
-			return nil, k.notAcquired(name, k.refusal(name, g))
+		case l == nil: // the lock taken, or no permit of a semaphore free: the refusal says which
+			e := k.refusal(name, g)
+			return nil, opError(k.acquireOp, name, backend.Because(ErrNotAcquired, e.Error(), e))
 		}
 		return l, nil
 	}

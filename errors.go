@@ -67,12 +67,6 @@ func opError(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 
-// notAcquired is the error of an attempt that found the lock taken, or no
-// permit of a semaphore free for it: its cause is e, which says which.
-func (k *kind) notAcquired(name string, e *NotAcquiredError) error {
-	return opError(k.acquireOp, name, backend.Because(ErrNotAcquired, e.Error(), e))
-}
-
 // gaveUp is the error of an acquisition (op, see acquireOp) whose context
 // ended before it took the lock: it matches ErrNotAcquired and the
 // context's error (and its cause, if any), and the errors of the last

@@ -386,12 +386,12 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	// earlier deadline. (Redis applies no extension older than one it
 	// applied, so a later successful extension counts from its own start.)
 	l.setValidity(ttl, t, err != nil)
-	l.lapse() // a validity that ran out while the call was in flight stays lost
-	if err != nil {
+	lapsed := l.lapse() // a validity that ran out while the call was in flight stays lost
+	switch {
+	case err != nil:
 		return opError("extend", l.name, err)
-	}
-	if err := l.lapse(); err != nil || !t.atCap() {
-		return err
+	case lapsed != nil || !t.atCap():
+		return lapsed
 	}
 	return l.capped()
 }

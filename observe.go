@@ -131,8 +131,7 @@ func (c *Client) tell(l *Lock, op Op, err error) {
 	if op == OpLost {
 		c.obs.lost.Add(1)
 	}
-	e := Event{Op: op, Name: l.name, Mode: l.k.mode(), Held: time.Since(l.start), Err: err}
-	c.obs.notify(context.Background(), &e)
+	c.obs.notify(context.Background(), &Event{Op: op, Name: l.name, Mode: l.k.mode(), Held: time.Since(l.start), Err: err})
 }
 
 // notify tells the observers of e: their function for e.Op (Lost,
