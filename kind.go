@@ -94,23 +94,21 @@ func (k *kind) ownerOf(c *Client) string {
 	return c.id + "/" + c.owner
 }
 
-// heldBy names the holder of the lease cl of kind k held under name: as
-// Lock.Token names it (id: see tokenOf), and as the deadlock records know
-// it (rec: its owner's hold of name, see ownerHold, if k's leases belong
-// to owners, else its token).
-func (k *kind) heldBy(cl *backend.Claim, name string) holder {
-	if k.owned {
-		return holder{cl.Owner, ownerHold(cl.Owner, name)}
-	}
-	return holder{cl.Token, cl.Token}
-}
-
-// tokenOf is heldBy's id alone, read without making its rec, so that
-// Lock.Token allocates nothing: the lease's owner, if k's leases belong to
-// owners, else its token.
+// tokenOf names the holder of the lease cl of kind k, as Lock.Token does:
+// its owner, if k's leases belong to owners, else its token.
 func (k *kind) tokenOf(cl *backend.Claim) string {
 	if k.owned {
 		return cl.Owner
+	}
+	return cl.Token
+}
+
+// recordOf is the holder identity that the deadlock records key the lease
+// cl of kind k held under name by: its owner's hold of name (see
+// ownerHold), if k's leases belong to owners, else its token.
+func (k *kind) recordOf(cl *backend.Claim, name string) string {
+	if k.owned {
+		return ownerHold(cl.Owner, name)
 	}
 	return cl.Token
 }
