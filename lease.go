@@ -52,9 +52,9 @@ type lease struct {
 	meta    string        // the holder metadata
 	suffix  string        // what the token carries of it: "." and meta escaped, or ""
 
-	ttlSet, waitSet bool   // LeaseTTL, MaxWait were given for this call
-	metaSet         bool   // HolderMeta was given for this call
-	resume          string // Resume's token: take over that lease instead of a new one
+	waitSet bool   // MaxWait was given for this call
+	metaSet bool   // HolderMeta was given for this call
+	resume  string // Resume's token: take over that lease instead of a new one
 	// waitAll is, for a part of an AcquireAll with a wait bound, that bound:
 	// wait is what is left of it (partWait).
 	waitAll time.Duration
@@ -84,7 +84,7 @@ func LeaseTTL(ttl time.Duration) LeaseOption {
 	if ttl < MinTTL {
 		return badOption("LeaseTTL(%v): the TTL must be at least %v", ttl, MinTTL)
 	}
-	return LeaseOption{func(p *lease) { p.ttl, p.ttlSet = ttl, true }}
+	return LeaseOption{func(p *lease) { p.ttl = ttl }}
 }
 
 // MaxWait bounds the wait (AcquireAll's as a whole), then [ErrNotAcquired]; 0
@@ -176,9 +176,10 @@ func (c *Client) leaseFor(op, name string, opts []LockOption, try bool) (lease, 
 	case p.firstInvalid != "":
 	case try && p.waitSet && p.wait > 0:
 		p.invalid("MaxWait(%v): TryAcquire and TryDo make one attempt and never wait; use Acquire or Do", p.wait)
-	case p.ttlSet && c.opts.driftFor(p.ttl) >= p.ttl:
+	// (The Client's own TTL passed the next two checks in New.)
+	case c.opts.driftFor(p.ttl) >= p.ttl:
 		p.invalid("LeaseTTL(%v): the TTL must be above the drift margin (%v)", p.ttl, c.opts.driftFor(p.ttl))
-	case p.ttlSet && c.opts.nodeTimeout > 0 && p.ttl <= c.opts.nodeTimeout:
+	case p.ttl <= c.opts.nodeTimeout: // (0 but over a quorum)
 		p.invalid("LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", p.ttl, c.opts.nodeTimeout)
 	case p.watch && !c.opts.autoExtend:
 		p.invalid("%s", watchNeedsDog)

@@ -97,7 +97,7 @@ func apply(opts []Option) options {
 	o.invalidIf(o.lease.watch && !o.autoExtend, "%s", watchNeedsDog)
 	d := o.driftFor(o.lease.ttl)
 	o.invalidIf(d >= o.lease.ttl, "WithDrift(%v): the drift must be below the TTL (%v)", d, o.lease.ttl)
-	o.lease.ttlSet, o.lease.waitSet, o.lease.metaSet = false, false, false // the Client's defaults: per-call checks apply to per-call options
+	o.lease.waitSet, o.lease.metaSet = false, false // the Client's defaults: per-call checks apply to per-call options
 	return o
 }
 
