@@ -116,7 +116,7 @@ type waitCheck struct {
 	c        *Client
 	rs       backend.Records
 	name     string   // the name waited for
-	needs    string   // what the waiter needs of name's holders: "all" gone (a writer), or "one" (kind.needs)
+	needs    string   // what the waiter needs of name's holders: "all" gone (a writer), or "one" (see kind.needs)
 	mine     []string // the holder identities of the leases the waiter holds
 	every    time.Duration
 	since    time.Time
@@ -147,7 +147,7 @@ func (c *Client) deadlockCheck(ctx context.Context, l *Lock, since time.Time) (*
 	if len(mine) == 0 {
 		return nil, nil
 	}
-	w := &waitCheck{c: c, rs: rs, name: l.name, needs: l.k.needs(), mine: mine, every: l.p.dlCheck, since: since, id: newToken()[:11]}
+	w := &waitCheck{c: c, rs: rs, name: l.name, needs: cmp.Or(l.k.needs, "one"), mine: mine, every: l.p.dlCheck, since: since, id: newToken()[:11]}
 	return w, time.After(time.Until(since.Add(w.every)))
 }
 

@@ -18,9 +18,10 @@ type kind struct {
 	lease backend.Kind // what the backend runs
 	fair  bool         // its waiters queue
 	tag   byte         // the tag of its lease tokens (see tokenTag)
-	// waitsAll says that its waiter needs every holder of the name gone
-	// (a writer), not one (see waitCheck).
-	waitsAll bool
+	// needs is what its waiter needs of the name's holders, as its
+	// deadlock records say it (see waitCheck): "all" gone (a writer);
+	// "" for one, which the records say as "one".
+	needs string
 
 	acquireOp, releaseOp string // an acquisition and a release, as its errors name them
 	// How its refusals speak (see refusal): by whom the lock is held
@@ -111,15 +112,6 @@ func (k *kind) recordOf(cl *backend.Claim, name string) string {
 		return ownerHold(cl.Owner, name)
 	}
 	return cl.Token
-}
-
-// needs is what a waiter of kind k needs of the name's holders, as its
-// deadlock records say it: "all" gone (waitsAll: a writer), or "one".
-func (k *kind) needs() string {
-	if k.waitsAll {
-		return "all"
-	}
-	return "one"
 }
 
 // place is the place in the queue of an attempt of kind k with token that

@@ -36,7 +36,7 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 var (
 	readHolds = kind{slot: slotRead, lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release",
 		why: "a writer holds the lock, or others wait ahead"}
-	writeHolds = kind{slot: slotWrite, lease: backend.Write, fair: true, waitsAll: true, acquireOp: "acquire", releaseOp: "release",
+	writeHolds = kind{slot: slotWrite, lease: backend.Write, fair: true, needs: "all", acquireOp: "acquire", releaseOp: "release",
 		why: "the lock is held (by readers or a writer), or others wait ahead"}
 )
 
