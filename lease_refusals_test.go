@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -169,4 +170,23 @@ func TestZeroLeaseOptionIsRefused(t *testing.T) {
 	c := newClient(t, rdb)
 	_, err = c.TryAcquire(t.Context(), "zero-option", dlock.LeaseOption{})
 	refusedAs(t, "TryAcquire(LeaseOption{})", err, `dlock: invalid argument: acquire "zero-option": `+why)
+}
+
+// A Client's own TTL passed New's checks against the drift margin and the
+// node timeout, which every call makes: a call without LeaseTTL is never
+// refused by them, even at their edge.
+func TestTheClientsOwnTTLAtTheEdgeOfItsChecksIsNotRefused(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	done, cancel := context.WithCancel(t.Context())
+	cancel() // (nothing is sent: the checks come first)
+	for what, c := range map[string]*dlock.Client{
+		"drift 29ms, TTL 30ms": newClient(t, rdb, dlock.WithDrift(29*time.Millisecond), dlock.LeaseTTL(30*time.Millisecond)),
+		"quorum: node timeout 200ms, TTL 201ms": newRedlock(t, []redis.UniversalClient{rdb, rdb, rdb}, 200*time.Millisecond,
+			dlock.LeaseTTL(201*time.Millisecond)),
+	} {
+		if _, err := c.TryAcquire(done, "n"); errors.Is(err, dlock.ErrInvalid) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: TryAcquire(a done ctx) = %v, want context.Canceled, not ErrInvalid", what, err)
+		}
+	}
 }
