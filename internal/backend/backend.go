@@ -62,7 +62,7 @@ func KeysFor(prefix, name string) Keys {
 type Claim struct {
 	Keys
 	Token string // the lease's token: the plain lock's value, or a reentrant hold's field
-	Owner string // reentrant: the owner id ("<client>/<owner>") that the hash names
+	Owner string // reentrant: the owner id ("<client>/<owner>") that the hash names (see reentrant.go)
 	Rev   string // the lease's marker key (see lib.lua), "<lock>:r:<token>"
 	// Kind is what the lease is (see kind.go): a Client's own lock (plain,
 	// fair or reentrant), a semaphore's permit, a read-write lock's hold, a
@@ -186,7 +186,6 @@ var ErrRevoked = errors.New("the lease was already ended")
 type Grant struct {
 	Held  bool
 	Fence int64         // when held: reentrant, the fence of the owner's first hold; a campaign, its fence (0: not issued)
-	Holds int64         // when held, reentrant: the owner's hold count now
 	PTTL  time.Duration // when not held: the holder's remaining lease, or -1 if unknown
 	// When not held: the holder's lease token ("" if unknown; a reentrant
 	// lock's: one of its holds' tokens), and a reentrant lock's owner id.

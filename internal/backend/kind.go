@@ -13,7 +13,7 @@ import (
 // Kind is what a lease is, and the one place a Node learns how to serve
 // it: the scripts that take, extend and end it, how their replies read,
 // and which scripts Prepare loads for it. Each kind is a type in a file of
-// its own: a Client's own locks (lock.go: plain, fair, reentrant), a
+// its own: a Client's own locks (lock.go: plain and fair; reentrant.go), a
 // semaphore's permits (semaphore.go), a read-write lock's holds
 // (rwmutex.go) and leadership campaigns (campaign.go). Every Claim names
 // its Kind. Each backend says which kinds it carries (Backend.Carries),
