@@ -295,11 +295,7 @@ type Node struct {
 	ttl     time.Duration // the Client's lease time, and as arguments:
 	ttlA    any           // it in ms
 	fenceMS any           // how long a fence counter lives, in ms (fenceWindow, or quorumFenceWindow)
-	// The fair scripts' last argument, what only a contended call reads
-	// (acquire_fair.lua's for a fair lock of the Client's TTL,
-	// release_fair.lua's for a fair lock and for a campaign, which
-	// announces): built once (see setFenceWindow).
-	acqConf, relConf, resignConf any
+	fair    *fairArgs     // the fair scripts' packed arguments, which carry it (see lock.go)
 
 	extra  scriptSet    // scripts every lease runs besides its kind's, which Prepare loads (a quorum node's RaiseFence)
 	caches *serverCache // what the servers' script caches hold (see scripts.go)
@@ -342,20 +338,7 @@ func newNode(c Config, uc redis.UniversalClient, conn driver.Conn) Node {
 // fair scripts' arguments that carry it.
 func (n *Node) setFenceWindow(d time.Duration) {
 	n.fenceMS = d.Milliseconds()
-	n.acqConf = n.fairConf(n.ttl, false)
-	n.relConf, n.resignConf = n.releaseConf(false), n.releaseConf(true)
-}
-
-// fairConf builds acquire_fair.lua's ARGV[4]: "<qttl> <publish> <fence_ms>
-// <campaign>".
-func (n Node) fairConf(ttl time.Duration, campaign bool) any {
-	return fmt.Sprintf("%d %s %v %d", Window(ttl).Milliseconds(), n.pub, n.fenceMS, flag(campaign))
-}
-
-// releaseConf builds release_fair.lua's ARGV[3]: "<publish> <fence_ms>
-// <announce>".
-func (n Node) releaseConf(announce bool) any {
-	return fmt.Sprintf("%s %v %d", n.pub, n.fenceMS, flag(announce))
+	n.fair = &fairArgs{n.fairConf(n.ttl, false), n.releaseConf(false), n.releaseConf(true)}
 }
 
 // Drain returns at once: a Node's calls end with their callers (a

@@ -48,7 +48,7 @@ func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration,
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey()},
-		c.resumerArg([]any{&c.Token, window, n.resignConf})...)
+		c.resumerArg([]any{&c.Token, window, n.fair.resign})...)
 }
 
 var (

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,8 +86,26 @@ var stringShape = shape{typ: "string", holds: holding("a lock (a string), or ano
 	},
 }
 
+// fairArgs are the fair scripts' last argument, what only a contended call
+// reads, packed in one string and built once per Node (see
+// setFenceWindow): acquire_fair.lua's for a fair lock of the Client's TTL,
+// release_fair.lua's for a fair lock and for a campaign, which announces.
+type fairArgs struct{ acquire, release, resign any }
+
+// fairConf builds acquire_fair.lua's ARGV[4]: "<qttl> <publish> <fence_ms>
+// <campaign>".
+func (n Node) fairConf(ttl time.Duration, campaign bool) any {
+	return fmt.Sprintf("%d %s %v %d", Window(ttl).Milliseconds(), n.pub, n.fenceMS, flag(campaign))
+}
+
+// releaseConf builds release_fair.lua's ARGV[3]: "<publish> <fence_ms>
+// <announce>".
+func (n Node) releaseConf(announce bool) any {
+	return fmt.Sprintf("%s %v %d", n.pub, n.fenceMS, flag(announce))
+}
+
 func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	conf := n.acqConf // (built once for the Client's TTL)
+	conf := n.fair.acquire
 	if ttl != n.ttl {
 		conf = n.fairConf(ttl, false)
 	}
@@ -97,7 +116,7 @@ func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 
 func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev},
-		c.resumerArg([]any{&c.Token, window, n.relConf})...)
+		c.resumerArg([]any{&c.Token, window, n.fair.release})...)
 }
 
 func (fairLock) scripts() (*script.Script, scriptSet) { return acquireFair, fairScripts }

@@ -71,8 +71,8 @@ func TestFairArgumentsCarryTheFenceWindowSetLast(t *testing.T) {
 		{quorumFenceWindow, "2000 SPUBLISH 86400000 0", "SPUBLISH 86400000 0", "SPUBLISH 86400000 1"},
 	} {
 		n.setFenceWindow(c.window)
-		if n.acqConf != c.acq || n.relConf != c.rel || n.resignConf != c.resign || n.fenceMS != c.window.Milliseconds() {
-			t.Errorf("window %v: %q, %q, %q, fence %v; want %q, %q, %q", c.window, n.acqConf, n.relConf, n.resignConf, n.fenceMS, c.acq, c.rel, c.resign)
+		if n.fair.acquire != c.acq || n.fair.release != c.rel || n.fair.resign != c.resign || n.fenceMS != c.window.Milliseconds() {
+			t.Errorf("window %v: %q, %q, %q, fence %v; want %q, %q, %q", c.window, n.fair.acquire, n.fair.release, n.fair.resign, n.fenceMS, c.acq, c.rel, c.resign)
 		}
 	}
 	if got, want := n.fairConf(time.Hour, true), "60000 SPUBLISH 86400000 1"; got != want {
