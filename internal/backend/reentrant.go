@@ -65,39 +65,36 @@ func (reentrantLock) shape() *shape { return &hashShape }
 
 // hashShape is a reentrant lock's key: its owner and the owner's holds.
 var hashShape = shape{typ: "hash", holds: holding("a reentrant lock (a hash), or another program's value"),
-	read: func(st *State, fields any, now int64) { st.Owners, st.Holding = reentrantOwners(fields, now) },
+	// read reads the hash (see acquire_reentrant.lua) from a flat HGETALL
+	// reply: its owner and the owner's live holds (their deadlines are on
+	// the server's clock, now), and the holding that force_release.lua
+	// names.
+	read: func(st *State, fields any, now int64) {
+		pairs, _ := fields.([]any)
+		var (
+			o     Owner
+			fence string
+		)
+		for i := 0; i+1 < len(pairs); i += 2 {
+			field, _ := pairs[i].(string)
+			value, _ := pairs[i+1].(string)
+			switch {
+			case field == "owner":
+				o.ID = value
+			case field == "fence":
+				fence = value
+			case strings.HasPrefix(field, "h:"):
+				deadline, _ := strconv.ParseInt(value, 10, 64)
+				if left := deadline - now; left > 0 {
+					o.Holds = append(o.Holds, Hold{Token: field[2:], Left: time.Duration(left) * time.Millisecond})
+				}
+			}
+		}
+		if o.ID != "" { // (else no owner: st holds none, inspect.lua's holder of a hash being "")
+			st.Owners, st.Holding = []Owner{o}, o.ID+" "+fence
+		}
+	},
 	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
 		return p.HGetAll(ctx, key)
 	},
-}
-
-// reentrantOwners reads a reentrant lock's hash (see acquire_reentrant.lua)
-// from a flat HGETALL reply: its owner and the owner's live holds (their
-// deadlines are on the server's clock, now), and the holding that
-// force_release.lua names.
-func reentrantOwners(reply any, now int64) ([]Owner, string) {
-	pairs, _ := reply.([]any)
-	var (
-		o     Owner
-		fence string
-	)
-	for i := 0; i+1 < len(pairs); i += 2 {
-		field, _ := pairs[i].(string)
-		value, _ := pairs[i+1].(string)
-		switch {
-		case field == "owner":
-			o.ID = value
-		case field == "fence":
-			fence = value
-		case strings.HasPrefix(field, "h:"):
-			deadline, _ := strconv.ParseInt(value, 10, 64)
-			if left := deadline - now; left > 0 {
-				o.Holds = append(o.Holds, Hold{Token: field[2:], Left: time.Duration(left) * time.Millisecond})
-			}
-		}
-	}
-	if o.ID == "" {
-		return nil, ""
-	}
-	return []Owner{o}, o.ID + " " + fence
 }
