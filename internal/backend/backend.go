@@ -464,28 +464,6 @@ func ReplyLost(err error) bool {
 		errors.Is(err, net.ErrClosed) || errors.As(err, &ne) || errors.Is(err, ErrLeftInFlight))
 }
 
-// lockGrant reads the reply v, err of acquire.lua or acquire_fair.lua, sent
-// with acks replicas' acknowledgements (-1 without replica ack), for the
-// lease c: 0 when the lock is ours (a
-// campaign's fence, > 0, see campaign.go), {pttl, holder} when another
-// lease holds it.
-func (n Node) lockGrant(ctx context.Context, c *Claim, v any, acks int64, err error) (Grant, error) {
-	if err != nil {
-		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
-	}
-	if fence, ok := v.(int64); ok && fence >= 0 {
-		return n.granted(Grant{Held: true, Fence: fence}, acks)
-	}
-	if r, ok := v.([]any); ok && len(r) == 2 {
-		pttl, ok := r[0].(int64)
-		holder, ok2 := r[1].(string)
-		if ok && ok2 {
-			return Grant{PTTL: pttlOf(pttl), Holder: holder}, nil
-		}
-	}
-	return Grant{}, fmt.Errorf("unexpected reply %v", v)
-}
-
 // wrongKind names what the key holds when a lock's script met Redis's own
 // WRONGTYPE reply, which says only that the kind is wrong, for a caller
 // that wanted a lease of kind (see Kind.what): a TYPE call, and for a sorted set a ZRANGE, on this error path

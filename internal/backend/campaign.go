@@ -17,9 +17,8 @@ var Campaign Kind = campaign{}
 type campaign struct{ plainLock } // (its member and shape are a plain lock's)
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	v, acks, err := n.acked(ctx, acquireFair, ErrNotAcquired, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
+	g, err := n.takeLock(ctx, c, acquireFair, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
 		c.Token, ttl.Milliseconds(), flag(queue), n.fairConf(ttl, true))
-	g, err := n.lockGrant(ctx, c, v, acks, err)
 	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)
 		value, _ := as[string](n.do(ctx, "get", c.ValueKey())) // (unread: the token's metadata names it)
 		g.Value, g.Proclaimed = proclaimed(value, g.Holder)

@@ -38,11 +38,31 @@ var (
 
 func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if queue { // (a waiter: the wake key too, see acquire.lua)
-		v, acks, err := n.acked(ctx, acquire, ErrNotAcquired, []any{&c.Lock, &c.Rev, &c.Wake}, &c.Token, n.ms(ttl), wakeMS)
-		return n.lockGrant(ctx, c, v, acks, err)
+		return n.takeLock(ctx, c, acquire, []any{&c.Lock, &c.Rev, &c.Wake}, &c.Token, n.ms(ttl), wakeMS)
 	}
-	v, acks, err := n.acked(ctx, acquire, ErrNotAcquired, []any{&c.Lock, &c.Rev}, &c.Token, n.ms(ttl))
-	return n.lockGrant(ctx, c, v, acks, err)
+	return n.takeLock(ctx, c, acquire, []any{&c.Lock, &c.Rev}, &c.Token, n.ms(ttl))
+}
+
+// takeLock runs s, acquire.lua or acquire_fair.lua, once for the lease c
+// on keys with args (see Node.acked), and reads its reply: 0 when the lock
+// is ours (a campaign's fence, > 0, see campaign.go), {pttl, holder} when
+// another lease holds it.
+func (n Node) takeLock(ctx context.Context, c *Claim, s *script.Script, keys []any, args ...any) (Grant, error) {
+	v, acks, err := n.acked(ctx, s, ErrNotAcquired, keys, args...)
+	if err != nil {
+		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
+	}
+	if fence, ok := v.(int64); ok && fence >= 0 {
+		return n.granted(Grant{Held: true, Fence: fence}, acks)
+	}
+	if r, ok := v.([]any); ok && len(r) == 2 {
+		pttl, ok := r[0].(int64)
+		holder, ok2 := r[1].(string)
+		if ok && ok2 {
+			return Grant{PTTL: pttlOf(pttl), Holder: holder}, nil
+		}
+	}
+	return Grant{}, fmt.Errorf("unexpected reply %v", v)
 }
 
 func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
@@ -109,9 +129,8 @@ func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 	if ttl != n.ttl {
 		conf = n.fairConf(ttl, false)
 	}
-	v, acks, err := n.acked(ctx, acquireFair, ErrNotAcquired, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake},
+	return n.takeLock(ctx, c, acquireFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake},
 		&c.Token, n.ms(ttl), flag(queue), conf)
-	return n.lockGrant(ctx, c, v, acks, err)
 }
 
 func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
