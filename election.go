@@ -105,7 +105,8 @@ func (e *Election) campaignOpts(value string, opts []LockOption) ([]LockOption, 
 // must not end the term it took over).
 func leadership(ctx context.Context, l *Lock) (_ *Leadership, err error) {
 	ld := &Leadership{l: l, value: l.Meta()} // (the campaign's value)
-	defer l.tellUntold()                     // (a loss found below)
+	ld.turn = make(chan struct{}, 1)
+	defer l.tellUntold() // (a loss found below)
 	if l.p.resume != "" {
 		defer func() {
 			if err != nil {
@@ -132,9 +133,12 @@ type Leadership struct {
 	l     *Lock
 	fence int64
 
-	mu    sync.Mutex // serializes Proclaim; guards value and seq
+	// turn is held by the one Proclaim under way: a Proclaim waiting for
+	// it honours its context, and Value does not wait for the network.
+	turn  chan struct{}
+	seq   int64      // the number of the last Proclaim sent (see proclaim.lua); guarded by turn
+	mu    sync.Mutex // guards value
 	value string     // the value proclaimed last, else the campaign's
-	seq   int64      // the number of the last Proclaim sent (see proclaim.lua)
 }
 
 // Value returns the leader's value: the campaign's, or the last proclaimed.
@@ -151,22 +155,29 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if why := badMeta(value); why != "" {
 		return fmt.Errorf("%w: proclaim %q: the value %s", ErrInvalid, ld.l.name, why)
 	}
-	// A loss found here is told once ld.mu is unlocked: a Lost hook may
-	// Proclaim, or call the Lock (see Lock.lapse).
+	// A loss found here is told once the turn is given back: a Lost hook
+	// may Proclaim, or call the Lock (see Lock.lapse).
 	defer ld.l.tellUntold()
-	ld.mu.Lock()
-	defer ld.mu.Unlock()
+	select {
+	case ld.turn <- struct{}{}:
+	case <-ctx.Done(): // a Proclaim under way outlasted ctx
+		return opError("proclaim", ld.l.name, backend.NotSent(ctx.Err()))
+	}
+	defer func() { <-ld.turn }()
 	if err := ld.l.lapse(); err != nil {
 		return err
 	}
 	ld.seq++ // never reused: a failed Proclaim's copy may still land
+	seq := ld.seq
 	ok, err := backend.OpValue[bool](ctx, ld.l.c.b, func(ctx context.Context, n backend.Node) (any, error) {
-		return n.Proclaim(ctx, ld.l.cl, value, ld.seq) // (ld.mu is held)
+		return n.Proclaim(ctx, ld.l.cl, value, seq)
 	})
 	if err := ld.l.answered("proclaim", "the lock key no longer holds our token", ok, err); err != nil {
 		return err
 	}
+	ld.mu.Lock()
 	ld.value = value
+	ld.mu.Unlock()
 	return nil
 }
 
