@@ -87,6 +87,9 @@ type PubSub interface {
 	Receive(ctx context.Context) (Message, error)
 	// Ping checks that the connection lives (its reply may arrive
 	// through Receive as a Message of Kind "pong", which dlock ignores).
+	// A PING left unanswered must end the connection, at the latest at
+	// a Receive that times out well after it: a connection that takes
+	// what is written and answers nothing is otherwise kept for good.
 	Ping(ctx context.Context) error
 	Close() error
 }

@@ -129,3 +129,41 @@ func TestPubSubBreaksForGood(t *testing.T) {
 		t.Error("a second Receive on a broken connection succeeded")
 	}
 }
+
+// A PING that goes unanswered for longer than the pub/sub connection's
+// pong wait (10 s; the connection takes what is sent and answers nothing)
+// ends the connection at the next Receive that times out, instead of that
+// Receive taking the connection for a silent one: every method fails after
+// it, and the hub connects again. A PING whose reply came keeps it.
+func TestUnansweredPingEndsTheConnection(t *testing.T) {
+	t.Parallel()
+	p := redistest.NewProxy(t, redistest.Start(t, redistest.TCP()).Addr())
+	_, ps := openPubSub(t, p.Addr())
+	ctx := within(t, 60*time.Second)
+	if err := ps.Subscribe(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ps, driver.Message{Kind: "subscribe", Channel: "a"})
+	if err := ps.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ps, driver.Message{Kind: "pong"})
+	if _, err := ps.Receive(within(t, 11*time.Second)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive on a silent connection whose PING was answered: %v, want DeadlineExceeded", err)
+	}
+	p.StallReplies()
+	if err := ps.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ps.Receive(within(t, 11*time.Second))
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Receive after a PING unanswered for 11s: %v, want the connection ended", err)
+	}
+	if err := ps.Subscribe(ctx, "b"); err == nil {
+		t.Error("Subscribe after an unanswered PING succeeded")
+	}
+	if _, err := ps.Receive(ctx); err == nil {
+		t.Error("a Receive after an unanswered PING succeeded")
+	}
+	p.Cut()
+}
