@@ -127,8 +127,15 @@ func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error)
 	// (go-redis connects on the first Subscribe, routed by its channels:
 	// a PubSub it makes with no channel is the same for both forms)
 	_, wait := Limits(c.rdb)
+	if wait == 0 {
+		wait = pongWait // (no read timeout: a PING is still answered soon)
+	}
 	return &pubsub{ps: c.rdb.Subscribe(ctx), sharded: channel != "", wait: wait}, nil
 }
+
+// pongWait is how long a PING may stay unanswered on a pub/sub connection
+// of a client without a read timeout.
+const pongWait = 10 * time.Second
 
 // pubsub ends at its connection's first failure, as package driver asks:
 // go-redis's PubSub would connect again by itself.
@@ -137,9 +144,9 @@ type pubsub struct {
 	sharded bool
 	closed  atomic.Bool // Close was called
 	// When the first PING not answered yet was sent (UnixNano; 0: none),
-	// and how long one may stay unanswered (the client's read timeout; 0:
-	// no limit): go-redis's Ping only writes it, its reply comes through
-	// Receive.
+	// and how long one may stay unanswered (the client's read timeout, or
+	// pongWait without one): go-redis's Ping only writes it, its reply
+	// comes through Receive.
 	pinged atomic.Int64
 	wait   time.Duration
 }
@@ -188,7 +195,7 @@ func (p *pubsub) Close() error {
 // Channel, to save a goroutine hop on every message. It waits until ctx's
 // deadline (go-redis does not watch ctx while it reads). A read that times
 // out while a PING has gone unanswered for longer than the client's read
-// timeout ends the connection: it takes what is sent and answers nothing.
+// timeout (pongWait without one) ends the connection: it takes what is sent and answers nothing.
 func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 	var timeout time.Duration // (0: none)
 	d, timed := ctx.Deadline()
@@ -198,7 +205,7 @@ func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 	m, err := p.ps.ReceiveTimeout(ctx, timeout)
 	var nerr net.Error
 	if errors.As(err, &nerr) && nerr.Timeout() && timed { // (the deadline set from ctx, or a reconnect's)
-		if at := p.pinged.Load(); at != 0 && p.wait > 0 && time.Since(time.Unix(0, at)) > p.wait {
+		if at := p.pinged.Load(); at != 0 && time.Since(time.Unix(0, at)) > p.wait {
 			return driver.Message{}, p.check(errNoPong)
 		}
 		if !time.Now().Before(d) {

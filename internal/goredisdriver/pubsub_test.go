@@ -182,3 +182,42 @@ func TestUnansweredPingEndsTheConnection(t *testing.T) {
 	}
 	p.Cut()
 }
+
+// A client without a read timeout (ReadTimeout -1) still has its pub/sub
+// connection ended by a PING unanswered for 10 s, at the next Receive that
+// times out: without a bound, a connection that takes what is sent and
+// answers nothing would be kept for good.
+func TestUnansweredPingEndsTheConnectionWithoutReadTimeout(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	p := redistest.NewProxy(t, redistest.Start(t, redistest.TCP()).Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: -1})
+	defer rdb.Close()
+	ps, err := Conn(rdb).PubSub(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	if err := ps.Subscribe(t.Context(), "ch"); err != nil {
+		t.Fatal(err)
+	}
+	receive := func(d time.Duration) (driver.Message, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		defer cancel()
+		return ps.Receive(ctx)
+	}
+	if m, err := receive(5 * time.Second); err != nil || m.Kind != "subscribe" {
+		t.Fatalf("Receive = %+v, %v; want the subscription's confirmation", m, err)
+	}
+	p.StallReplies()
+	if err := ps.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := receive(11 * time.Second); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive after a PING unanswered for 11s (no read timeout) = %v, want the connection ended", err)
+	}
+	if err := ps.Subscribe(t.Context(), "other"); err == nil {
+		t.Error("Subscribe after an unanswered PING = nil, want an error")
+	}
+	p.Cut()
+}
