@@ -248,10 +248,14 @@ func runHeld[H holding](ctx context.Context, name string, fn func(context.Contex
 }
 
 // release releases the Lock of a Do, also when ctx is done (see
-// releaseOrUndo).
+// releaseOrUndo). Against a Redis that does not answer, it waits no
+// longer than an undo does, and leaves the rest to the background (as
+// giveBack does): a client that waits for a reply for ever does not hold
+// the caller as long.
 func (c *Client) release(ctx context.Context, l *Lock) error {
-	ctx = context.WithoutCancel(ctx)
-	return releaseOrUndo(ctx, ctx, l)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	return releaseOrUndo(rctx, ctx, l)
 }
 
 // releaseOrUndo releases l under ctx and, unless Redis answered that it

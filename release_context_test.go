@@ -97,3 +97,44 @@ func TestReleaseWithTheContextOfALostLockIsSent(t *testing.T) {
 		})
 	}
 }
+
+// Do whose context is cancelled while Redis holds the release's reply (a
+// client without a read timeout, which waits for ever) returns soon after,
+// reporting the release's failure, instead of waiting for Redis as long as
+// it stalls; the lease is not left for its TTL: once Redis answers again
+// the background undo frees the name.
+func TestDoReturnsSoonWhenItsContextEndsDuringAStalledRelease(t *testing.T) {
+	t.Parallel()
+	p, rdb, direct := proxied(t, 0, -1)
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Do(ctx, "do-stalled-release", func(context.Context, *dlock.Lock) error {
+			p.StallReplies()
+			cancel()
+			return nil
+		})
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("Do whose release went unanswered = nil, want the release's failure")
+		}
+	case <-time.After(15 * time.Second):
+		p.Cut()
+		<-done
+		t.Fatal("Do still waited for its stalled release 15s after its context was cancelled")
+	}
+	p.Cut() // (Redis answers again)
+	other := newClient(t, direct)
+	var l *dlock.Lock
+	if !waitFor(20*time.Second, func() bool {
+		l, _ = other.TryAcquire(t.Context(), "do-stalled-release")
+		return l != nil
+	}) {
+		t.Fatal("the name was still held 20s after Redis answered again (TTL 1m)")
+	}
+	l.Release(t.Context())
+}
