@@ -461,3 +461,37 @@ func TestScriptLoadDeniedStillRunsScripts(t *testing.T) {
 		t.Errorf("SCRIPT LOADs refused: %d by the first call, %d in all; want some, then no more: a refusal is not asked again", first, n)
 	}
 }
+
+// A new Client's first call, which loads its kind's scripts, returns at
+// its context's end while Redis holds the replies, also through a go-redis
+// client that does not watch the context while it reads (no read timeout:
+// it would wait for ever); once Redis answers again the Client takes locks.
+func TestFirstCallEndsWithItsContextWhileTheScriptLoadStalls(t *testing.T) {
+	t.Parallel()
+	p, rdb, _ := proxied(t, 3, -1)
+	c := newClient(t, rdb)
+	p.StallReplies()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "first-call-stalled-load")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Acquire through a stalled script load = %v, want ErrNotAcquired and DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		p.Cut()
+		<-done
+		t.Fatal("Acquire(300ms) still waited for its script load 10s later")
+	}
+	p.Cut() // (Redis answers again)
+	l, err := c.Acquire(t.Context(), "first-call-stalled-load")
+	if err != nil {
+		t.Fatal("Acquire once Redis answers again:", err)
+	}
+	l.Release(t.Context())
+}

@@ -142,10 +142,31 @@ func (n Node) Prepare(ctx context.Context, c *Claim) error {
 		return nil
 	}
 	first, _ := c.Kind.scripts() // (the script the acquisition runs)
-	err = s.load(ctx, n.loader(m), need&^scriptSet(s.loaded.Load()), first)
-	s.loading.Store(nil)
-	close(done)
-	return err
+	return s.loadWithin(ctx, n.loader(m), need, first, done)
+}
+
+// loadWithin runs the load of Prepare, which set s.loading to done, and
+// returns its error, or nil once ctx ends. The load runs on its own
+// goroutine, so that the caller leaves at ctx's end even through a client
+// that does not watch ctx while it waits for a reply (go-redis without
+// ContextTimeoutEnabled, up to its read timeout, or for ever without
+// one); the load then ends on its own, for the next call. (Apart from
+// Prepare, whose every call would otherwise pay for the variables the
+// goroutine captures.)
+func (s *serverCache) loadWithin(ctx context.Context, conn driver.Conn, need scriptSet, first *script.Script, done chan struct{}) error {
+	loaded := make(chan error, 1)
+	go func() {
+		err := s.load(ctx, conn, need&^scriptSet(s.loaded.Load()), first)
+		s.loading.Store(nil)
+		close(done)
+		loaded <- err
+	}()
+	select {
+	case err := <-loaded:
+		return err
+	case <-ctx.Done():
+		return nil // (the call that follows finds ctx done, and sends nothing)
+	}
 }
 
 // prepared reports whether Prepare has nothing to do for the lease c.
