@@ -85,11 +85,10 @@ type PubSub interface {
 	// otherwise means the connection is done (broken, or closed:
 	// ErrClosed).
 	Receive(ctx context.Context) (Message, error)
-	// Ping checks that the connection lives (its reply may arrive
-	// through Receive as a Message of Kind "pong", which dlock ignores).
-	// A PING left unanswered must end the connection, at the latest at
-	// a Receive that times out well after it: a connection that takes
-	// what is written and answers nothing is otherwise kept for good.
+	// Ping sends a PING. Its reply must arrive through Receive as a
+	// Message of Kind "pong" (a client that reads the reply itself
+	// passes one on): dlock ends a connection on which nothing arrives
+	// for 10 s after a PING.
 	Ping(ctx context.Context) error
 	Close() error
 }

@@ -904,8 +904,8 @@ func (c *scriptCount) Do(ctx context.Context, args ...any) (any, error) {
 }
 
 // pubSub checks a PubSub against its contract (see driver.PubSub) on conn,
-// whose connections go through p: confirmations and messages arrive
-// through Receive, which leaves when its ctx ends; a cut connection is done
+// whose connections go through p: confirmations, messages and a PING's
+// reply arrive through Receive, which leaves when its ctx ends; a cut connection is done
 // for good, and Close makes a Receive in progress return.
 func pubSub(t *testing.T, p *redistest.Proxy, conn, direct driver.Conn) {
 	ctx := ctxFor(t, 60*time.Second)
@@ -938,6 +938,12 @@ func pubSub(t *testing.T, p *redistest.Proxy, conn, direct driver.Conn) {
 	}
 	if err := ps.Ping(ctx); err != nil {
 		t.Fatalf("Ping: %v", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	m, err := ps.Receive(rctx) // (dlock ends a connection that answers no PING)
+	cancel()
+	if err != nil || m.Kind != "pong" {
+		t.Fatalf("Receive after Ping: %+v, %v; want its reply, a Message of Kind \"pong\"", m, err)
 	}
 	if err := ps.Unsubscribe(ctx, "dt-ps"); err != nil {
 		t.Fatalf("Unsubscribe: %v", err)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -22,18 +20,7 @@ type pubsub struct {
 	once   sync.Once
 	dead   chan struct{} // closed when read ends; err then says why
 	err    error
-	// When the first PING not answered yet was sent (UnixNano; 0: none):
-	// the connection takes what is written whether or not the server is
-	// there to answer, so only the reply says it lives (see Receive).
-	pinged atomic.Int64
-	noPong atomic.Bool // Receive ended the connection: a PING went unanswered
 }
-
-// pongWait is how long a PING may stay unanswered before a Receive that
-// times out ends the connection.
-const pongWait = 10 * time.Second
-
-var errNoPong = errors.New("dlockredigo: a PING went unanswered")
 
 // dial opens a pub/sub connection with pool's dial function.
 func dial(ctx context.Context, pool *redis.Pool) (*pubsub, error) {
@@ -66,14 +53,8 @@ func (p *pubsub) read() {
 				p.err = driver.ErrClosed
 			default:
 				p.err = err
-				if p.noPong.Load() {
-					p.err = errNoPong
-				}
 			}
 			return
-		}
-		if m.Kind == "pong" {
-			p.pinged.Store(0)
 		}
 		select {
 		case p.msgs <- m:
@@ -132,10 +113,7 @@ func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
 	return p.send(ctx, "UNSUBSCRIBE", channels)
 }
 
-func (p *pubsub) Ping(ctx context.Context) error {
-	p.pinged.CompareAndSwap(0, time.Now().UnixNano())
-	return p.send(ctx, "PING", nil)
-}
+func (p *pubsub) Ping(ctx context.Context) error { return p.send(ctx, "PING", nil) }
 
 // send writes the command cmd. A write that ctx cuts short closes the
 // connection: part of a command may have been written.
@@ -146,9 +124,6 @@ func (p *pubsub) send(ctx context.Context, cmd string, channels []string) error 
 	case <-p.closed:
 		return driver.ErrClosed
 	default:
-	}
-	if p.noPong.Load() {
-		return errNoPong
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -175,9 +150,6 @@ func (p *pubsub) send(ctx context.Context, cmd string, channels []string) error 
 }
 
 func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
-	if p.noPong.Load() {
-		return driver.Message{}, errNoPong
-	}
 	select {
 	case m := <-p.msgs:
 		return m, nil
@@ -186,15 +158,6 @@ func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 	case <-p.closed:
 		return driver.Message{}, driver.ErrClosed
 	case <-ctx.Done():
-		if at := p.pinged.Load(); at != 0 && time.Since(time.Unix(0, at)) > pongWait {
-			// Silent for long after a PING: the connection answers
-			// nothing (a stalled network, a host gone without a reset).
-			// (Not waiting for the reader to end: it may be handing over
-			// a message that came meanwhile.)
-			p.noPong.Store(true)
-			p.c.Close() // (its reader ends)
-			return driver.Message{}, errNoPong
-		}
 		return driver.Message{}, fmt.Errorf("dlockredigo: receive: %w", ctx.Err())
 	}
 }

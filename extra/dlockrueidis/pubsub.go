@@ -52,12 +52,7 @@ type pubsub struct {
 }
 
 func (p *pubsub) hooks() rueidis.PubSubHooks {
-	pass := func(m driver.Message) {
-		select {
-		case p.msgs <- m:
-		case <-p.done:
-		}
-	}
+	pass := func(m driver.Message) { p.pass(context.Background(), m) }
 	return rueidis.PubSubHooks{
 		OnMessage: func(m rueidis.PubSubMessage) {
 			pass(driver.Message{Kind: "message", Channel: m.Channel, Payload: m.Message})
@@ -65,6 +60,15 @@ func (p *pubsub) hooks() rueidis.PubSubHooks {
 		OnSubscription: func(s rueidis.PubSubSubscription) {
 			pass(driver.Message{Kind: s.Kind, Channel: s.Channel})
 		},
+	}
+}
+
+// pass hands m to Receive.
+func (p *pubsub) pass(ctx context.Context, m driver.Message) {
+	select {
+	case p.msgs <- m:
+	case <-p.done:
+	case <-ctx.Done():
 	}
 }
 
@@ -108,8 +112,14 @@ func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
 	return p.do(ctx, p.c.B().Sunsubscribe().Channel(channels...).Build())
 }
 
+// Ping waits for the PING's reply, which rueidis reads, and passes it on
+// to Receive.
 func (p *pubsub) Ping(ctx context.Context) error {
-	return p.do(ctx, p.c.B().Ping().Build())
+	if err := p.do(ctx, p.c.B().Ping().Build()); err != nil {
+		return err
+	}
+	p.pass(ctx, driver.Message{Kind: "pong"})
+	return nil
 }
 
 func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {

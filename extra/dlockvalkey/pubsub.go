@@ -54,12 +54,7 @@ type pubsub struct {
 }
 
 func (p *pubsub) hooks() valkey.PubSubHooks {
-	pass := func(m driver.Message) {
-		select {
-		case p.msgs <- m:
-		case <-p.done:
-		}
-	}
+	pass := func(m driver.Message) { p.pass(context.Background(), m) }
 	return valkey.PubSubHooks{
 		OnMessage: func(m valkey.PubSubMessage) {
 			pass(driver.Message{Kind: "message", Channel: m.Channel, Payload: m.Message})
@@ -67,6 +62,15 @@ func (p *pubsub) hooks() valkey.PubSubHooks {
 		OnSubscription: func(s valkey.PubSubSubscription) {
 			pass(driver.Message{Kind: s.Kind, Channel: s.Channel})
 		},
+	}
+}
+
+// pass hands m to Receive.
+func (p *pubsub) pass(ctx context.Context, m driver.Message) {
+	select {
+	case p.msgs <- m:
+	case <-p.done:
+	case <-ctx.Done():
 	}
 }
 
@@ -110,8 +114,14 @@ func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
 	return p.do(ctx, p.c.B().Sunsubscribe().Channel(channels...).Build())
 }
 
+// Ping waits for the PING's reply, which valkey reads, and passes it on
+// to Receive.
 func (p *pubsub) Ping(ctx context.Context) error {
-	return p.do(ctx, p.c.B().Ping().Build())
+	if err := p.do(ctx, p.c.B().Ping().Build()); err != nil {
+		return err
+	}
+	p.pass(ctx, driver.Message{Kind: "pong"})
+	return nil
 }
 
 func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {

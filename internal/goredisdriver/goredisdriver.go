@@ -126,16 +126,8 @@ func Limits(rdb redis.UniversalClient) (retries bool, readTimeout time.Duration)
 func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error) {
 	// (go-redis connects on the first Subscribe, routed by its channels:
 	// a PubSub it makes with no channel is the same for both forms)
-	_, wait := Limits(c.rdb)
-	if wait == 0 {
-		wait = pongWait // (no read timeout: a PING is still answered soon)
-	}
-	return &pubsub{ps: c.rdb.Subscribe(ctx), sharded: channel != "", wait: wait}, nil
+	return &pubsub{ps: c.rdb.Subscribe(ctx), sharded: channel != ""}, nil
 }
-
-// pongWait is how long a PING may stay unanswered on a pub/sub connection
-// of a client without a read timeout.
-const pongWait = 10 * time.Second
 
 // pubsub ends at its connection's first failure, as package driver asks:
 // go-redis's PubSub would connect again by itself.
@@ -143,15 +135,7 @@ type pubsub struct {
 	ps      *redis.PubSub
 	sharded bool
 	closed  atomic.Bool // Close was called
-	// When the first PING not answered yet was sent (UnixNano; 0: none),
-	// and how long one may stay unanswered (the client's read timeout, or
-	// pongWait without one): go-redis's Ping only writes it, its reply
-	// comes through Receive.
-	pinged atomic.Int64
-	wait   time.Duration
 }
-
-var errNoPong = errors.New("goredisdriver: a PING went unanswered")
 
 // check returns err; an error closes go-redis's PubSub, after which every
 // method fails: with ErrClosed if the PubSub was closed (or its client),
@@ -181,7 +165,6 @@ func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
 }
 
 func (p *pubsub) Ping(ctx context.Context) error {
-	p.pinged.CompareAndSwap(0, time.Now().UnixNano())
 	return p.check(p.ps.Ping(ctx))
 }
 
@@ -193,9 +176,7 @@ func (p *pubsub) Close() error {
 
 // Receive reads the connection directly, rather than through go-redis's
 // Channel, to save a goroutine hop on every message. It waits until ctx's
-// deadline (go-redis does not watch ctx while it reads). A read that times
-// out while a PING has gone unanswered for longer than the client's read
-// timeout (pongWait without one) ends the connection: it takes what is sent and answers nothing.
+// deadline (go-redis does not watch ctx while it reads).
 func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 	var timeout time.Duration // (0: none)
 	d, timed := ctx.Deadline()
@@ -205,9 +186,6 @@ func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 	m, err := p.ps.ReceiveTimeout(ctx, timeout)
 	var nerr net.Error
 	if errors.As(err, &nerr) && nerr.Timeout() && timed { // (the deadline set from ctx, or a reconnect's)
-		if at := p.pinged.Load(); at != 0 && time.Since(time.Unix(0, at)) > p.wait {
-			return driver.Message{}, p.check(errNoPong)
-		}
 		if !time.Now().Before(d) {
 			<-ctx.Done() // (its timer fires with the read's: its caller may ask it why)
 		}
@@ -222,6 +200,5 @@ func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 	case *redis.Message:
 		return driver.Message{Kind: "message", Channel: m.Channel, Payload: m.Payload}, nil
 	}
-	p.pinged.Store(0)
-	return driver.Message{Kind: "pong"}, nil // (a PING's reply, which dlock ignores)
+	return driver.Message{Kind: "pong"}, nil // (a PING's reply)
 }

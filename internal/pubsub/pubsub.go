@@ -92,6 +92,7 @@ type line struct {
 	down    bool              // its connection failed and is not back yet
 	asked   chan struct{}     // ops were added
 	silent  chan struct{}     // nothing was received for healthCheck: ping
+	pinged  atomic.Int64      // when the first PING not answered yet was sent (UnixNano; 0: none)
 	ctx     context.Context   // ends when the line is no longer needed
 	stop    context.CancelFunc
 }
@@ -264,8 +265,8 @@ func (h *Hub) drop(channel string, t *topic) {
 }
 
 // The bounds of the Hub's waits: healthCheck is how long a connection may
-// stay silent before it is pinged; opening a connection or sending on it
-// may take netTimeout; after a failure it waits from minBackoff, doubling
+// stay silent before it is pinged; opening a connection, sending on it or
+// answering a PING may take netTimeout; after a failure it waits from minBackoff, doubling
 // up to maxBackoff, before it connects again.
 const (
 	healthCheck = 30 * time.Second
@@ -339,6 +340,7 @@ func (l *line) serve() {
 	defer ps.Close()
 	l.h.mu.Lock()
 	l.down, l.ops = false, nil
+	l.pinged.Store(0)
 	clear(l.pending)
 	for ch := range l.topics {
 		l.ask(true, ch) // (one SUBSCRIBE for all)
@@ -362,6 +364,7 @@ func (l *line) serve() {
 		case <-done:
 			return
 		case <-l.silent:
+			l.pinged.CompareAndSwap(0, time.Now().UnixNano())
 			ok = l.send(ps.Ping) == nil
 		case <-l.asked:
 			ok = l.flush(ps)
@@ -398,7 +401,10 @@ func (l *line) flush(ps driver.PubSub) bool {
 
 // read dispatches the connection's messages until it is done or the line
 // stopped, and then closes done; after a silence of healthCheck it asks
-// serve to ping.
+// serve to ping, and after one that followed a PING unanswered for longer
+// than netTimeout it lets the connection go: a connection that takes what
+// is sent and answers nothing (a stalled network, a host gone without a
+// reset) would otherwise be kept for good.
 func (l *line) read(ps driver.PubSub, done chan struct{}) {
 	defer close(done)
 	for ok := true; ok; { // (until a message says the connection must be replaced)
@@ -408,6 +414,7 @@ func (l *line) read(ps driver.PubSub, done chan struct{}) {
 		cancel()
 		switch {
 		case err == nil:
+			l.pinged.Store(0) // (whatever came, the connection answers)
 			l.h.mu.Lock()
 			ok = l.deliver(m)
 			calls := l.h.calls
@@ -417,6 +424,9 @@ func (l *line) read(ps driver.PubSub, done chan struct{}) {
 				f() // (outside the Hub's lock: f may take its caller's own, under which it calls the Hub)
 			}
 		case silent && errors.Is(err, context.DeadlineExceeded):
+			if at := l.pinged.Load(); at != 0 && time.Since(time.Unix(0, at)) > netTimeout {
+				return
+			}
 			poke(l.silent)
 		default:
 			return // done, or stopped

@@ -4,6 +4,12 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/goredisdriver"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // A channel whose SUBSCRIBE is sent and not yet confirmed is not listened
@@ -130,27 +136,39 @@ func TestSilentConnectionIsKept(t *testing.T) {
 // included) is let go once a ping sent after a silence of healthCheck went
 // unanswered for another healthCheck: the hub stops listening on it, and
 // once the network is back it listens again, wakes its waiters (Recheck)
-// and a release reaches them.
+// and a release reaches them. The hub decides, not the client: so also on
+// a client that would wait for a reply for ever (no read timeout).
 func TestUnansweredPingLetsTheConnectionGo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits past the health check twice")
 	}
 	t.Parallel()
-	h, rdb, _, p := startHub(t, false)
-	defer h.Close()
-	w, wake := subscribe(t, h, "ch", "a")
-	defer w.Close()
-	p.Stall()
-	for deadline := time.Now().Add(2*healthCheck + 15*time.Second); h.Listening("ch"); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the hub still listens on a connection that answered nothing for", 2*healthCheck+15*time.Second)
-		}
+	for name, readTimeout := range map[string]time.Duration{"default read timeout": 0, "no read timeout": -1} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			leakcheck.Check(t)
+			p := redistest.NewProxy(t, redistest.Start(t, redistest.TCP()).Addr())
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: readTimeout})
+			defer rdb.Close()
+			h := New(goredisdriver.Conn(rdb), false)
+			defer h.Close()
+			w, wake := subscribe(t, h, "ch", "a")
+			defer w.Close()
+			p.Stall()
+			for deadline := time.Now().Add(2*healthCheck + 15*time.Second); h.Listening("ch"); time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the hub still listens on a connection that answered nothing for", 2*healthCheck+15*time.Second)
+				}
+			}
+			p.Cut() // (the network is back)
+			expect(t, "a", wake, Recheck)
+			if !h.Listening("ch") {
+				t.Error("not listening once the waiter was woken")
+			}
+			if err := rdb.Publish(t.Context(), "ch", WakeAll).Err(); err != nil {
+				t.Fatal(err)
+			}
+			expect(t, "a", wake, Released)
+		})
 	}
-	p.Cut() // (the network is back)
-	expect(t, "a", wake, Recheck)
-	if !h.Listening("ch") {
-		t.Error("not listening once the waiter was woken")
-	}
-	rdb.Publish(t.Context(), "ch", WakeAll)
-	expect(t, "a", wake, Released)
 }
