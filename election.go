@@ -53,7 +53,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOptio
 	}
 	ld, err := leadership(ctx, l)
 	if err != nil && l.p.resume == "" {
-		l.Release(context.WithoutCancel(ctx)) // (a resumed lease is left: see leadership)
+		e.c.release(ctx, l) // (a resumed lease is left: see leadership)
 	}
 	return ld, err
 }
