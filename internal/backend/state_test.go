@@ -1,6 +1,8 @@
 package backend
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,5 +54,38 @@ func TestAPlainLocksStateAndLeasesCostTwoAllocations(t *testing.T) {
 	})
 	if n > 2 || len(hs) != 1 || hs[0].Token != "tok" || hs[0].Left != 5*time.Second {
 		t.Errorf("stateOf(a string).Leases() = %+v with %v allocations, want its one lease with at most 2", hs, n)
+	}
+}
+
+// A reentrant lock's hash that names no owner (its owner field gone, its
+// holds and fence still there) holds no lease any backend can name: with
+// scripts or without, Inspect reads it held as a hash with no owner and no
+// holding, and Force deletes nothing and says the key holds a hash.
+func TestAReentrantHashWithNoOwnerHoldsNothingToForce(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	n := NewNode(rdb, Config{})
+	for name, b := range map[string]Backend{"node": n, "no scripts": NoScripts{n}} {
+		k := KeysFor("dlock:", "ownerless-"+name)
+		c := &Claim{Keys: k, Kind: ReentrantLock, Owner: "client/a"}
+		c.SetToken("tok")
+		if g, err := n.Acquire(ctx, c, time.Minute, false); err != nil || !g.Held { // (a reentrant lock needs scripts)
+			t.Fatalf("%s: Acquire = %+v, %v; want held", name, g, err)
+		}
+		if err := rdb.HDel(ctx, k.Lock, "owner").Err(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := b.Inspect(ctx, &k)
+		if err != nil || !st.Held || st.Type != "hash" || len(st.Owners) != 0 || st.Holding != "" || len(st.Leases()) != 0 {
+			t.Errorf("%s: Inspect(a hash with no owner) = %+v, %v; want held as a hash, no owner, no holding, no leases", name, st, err)
+		}
+		ok, err := b.Force(ctx, &k)
+		if ok || !errors.Is(err, ErrWrongType) || !strings.Contains(err.Error(), "a hash") {
+			t.Errorf("%s: Force(a hash with no owner) = %v, %v; want false and ErrWrongType naming a hash", name, ok, err)
+		}
+		if fields := rdb.HLen(ctx, k.Lock).Val(); fields == 0 {
+			t.Errorf("%s: Force deleted the hash it may not name", name)
+		}
 	}
 }
