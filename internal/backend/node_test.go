@@ -80,6 +80,23 @@ func TestFairArgumentsCarryTheFenceWindowSetLast(t *testing.T) {
 	}
 }
 
+// A quorum's nodes carry its fence window in their fair scripts'
+// arguments, and the Nodes it was made from keep their own: the quorum
+// sets the window on copies, which share nothing a copy's change reaches.
+func TestAQuorumsFenceWindowLeavesItsGivenNodesOwn(t *testing.T) {
+	t.Parallel()
+	n := NewNode(redis.NewClient(&redis.Options{}), Config{TTL: 2 * time.Second})
+	q := NewQuorum([]Node{n, n}, time.Second)
+	if n.fenceMS != fenceWindow.Milliseconds() || n.fair.acquire != "2000 PUBLISH 60000 0" || n.fair.release != "PUBLISH 60000 0" || n.fair.resign != "PUBLISH 60000 1" {
+		t.Errorf("the given Node after NewQuorum: fence %v, %q, %q, %q; want its own window's", n.fenceMS, n.fair.acquire, n.fair.release, n.fair.resign)
+	}
+	for i, qn := range q.nodes {
+		if qn.fenceMS != quorumFenceWindow.Milliseconds() || qn.fair.acquire != "2000 PUBLISH 86400000 0" || qn.fair.release != "PUBLISH 86400000 0" || qn.fair.resign != "PUBLISH 86400000 1" {
+			t.Errorf("quorum node %d: fence %v, %q, %q, %q; want the quorum's window", i, qn.fenceMS, qn.fair.acquire, qn.fair.release, qn.fair.resign)
+		}
+	}
+}
+
 // A Node that does not watch the clock ignores a server time an
 // extension's reply carries, rather than failing on its missing watch.
 func TestUnwatchedClockIgnoresAReading(t *testing.T) {
