@@ -190,3 +190,52 @@ func TestTheClientsOwnTTLAtTheEdgeOfItsChecksIsNotRefused(t *testing.T) {
 		}
 	}
 }
+
+// Every kind, a multi-lock (on one Client or across Clients), an Owner
+// Client and a Resume ask for the Client's own TTL when the call gives
+// none: at the edge of the drift check, none of them is refused by it.
+func TestTheClientsOwnTTLAtTheEdgeIsNotRefusedByAnyKind(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	edge := []dlock.Option{dlock.WithDrift(29 * time.Millisecond), dlock.LeaseTTL(30 * time.Millisecond)}
+	c := newClient(t, rdb, edge...)
+	r := asOwner(t, newClient(t, rdb, append(edge, dlock.WithReentrant(true))...), "job")
+	other := newClient(t, rdb)
+	sem, err := c.Semaphore("sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := c.RWMutex("rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Election("e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryAcquire(t.Context(), "resumed", dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	done, cancel := context.WithCancel(t.Context())
+	cancel() // (nothing is sent: the checks come first)
+	for what, call := range map[string]func() error{
+		"TryAcquire":           func() error { _, err := c.TryAcquire(done, "n"); return err },
+		"Semaphore.TryAcquire": func() error { _, err := sem.TryAcquire(done); return err },
+		"Reader().TryAcquire":  func() error { _, err := rw.Reader().TryAcquire(done); return err },
+		"Writer().TryAcquire":  func() error { _, err := rw.Writer().TryAcquire(done); return err },
+		"Campaign":             func() error { _, err := e.Campaign(done, "v"); return err },
+		"TryAcquireAll":        func() error { _, err := c.TryAcquireAll(done, []string{"a", "b"}); return err },
+		"AcquireParts across": func() error {
+			_, err := dlock.AcquireParts(done, []dlock.Part{{Client: c, Name: "a"}, {Client: other, Name: "b"}})
+			return err
+		},
+		"reentrant Owner TryAcquire": func() error { _, err := r.TryAcquire(done, "n"); return err },
+		"Resume":                     func() error { _, err := c.TryAcquire(done, "resumed", dlock.Resume(l.Token())); return err },
+	} {
+		if err := call(); errors.Is(err, dlock.ErrInvalid) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: on a done ctx = %v, want context.Canceled, not ErrInvalid", what, err)
+		}
+	}
+}
