@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -609,12 +610,14 @@ func TestDeadlockNotReportedFromRecordOfWaitEndedInOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waited, release, done := holdAfterWait(ctx, ct, "x", "y")
+	var stalled atomic.Bool // (before the stall, a wait whose attempt failed is tried again)
+	waited, release, done := holdAfterWait(ctx, ct, "x", "y", func() bool { return !stalled.Load() })
 	defer func() { close(release); <-done }()
 	deadline := time.Now().Add(10 * time.Second)
 	for len(records(t, rdb, dlock.DefaultPrefix)) == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
+	stalled.Store(true)
 	p.Stall() // the wait ends (MaxWait) while its link stalls
 	if err := <-waited; !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("the wait for y = %v; want ErrNotAcquired", err)
@@ -640,8 +643,10 @@ func TestDeadlockNotReportedFromRecordOfWaitEndedInOutage(t *testing.T) {
 // nothing, until release is closed; done gets the Do's error. A Do that
 // fails before its function runs (a round trip of a loaded machine can
 // outlast a short read timeout) is tried again for up to 5s; then its
-// error is told on waited too.
-func holdAfterWait(ctx context.Context, c *dlock.Client, held, name string) (waited <-chan error, release chan struct{}, done <-chan error) {
+// error is told on waited too. So is a wait that fails for another reason
+// than ErrNotAcquired (its first attempt's round trip) while again, if
+// given, says so.
+func holdAfterWait(ctx context.Context, c *dlock.Client, held, name string, again func() bool) (waited <-chan error, release chan struct{}, done <-chan error) {
 	w, r, d := make(chan error, 1), make(chan struct{}), make(chan error, 1)
 	go func() {
 		ran, err := false, error(nil)
@@ -649,6 +654,9 @@ func holdAfterWait(ctx context.Context, c *dlock.Client, held, name string) (wai
 			err = c.Do(ctx, held, func(ctx context.Context, _ *dlock.Lock) error {
 				ran = true
 				_, err := c.Acquire(ctx, name, dlock.MaxWait(1500*time.Millisecond))
+				for err != nil && !errors.Is(err, dlock.ErrNotAcquired) && again != nil && again() && time.Now().Before(deadline) {
+					_, err = c.Acquire(ctx, name, dlock.MaxWait(1500*time.Millisecond))
+				}
 				w <- err
 				select {
 				case <-r:
@@ -825,7 +833,7 @@ func TestDeadlockNotReportedFromRecordSetAfterItsWaitEnded(t *testing.T) {
 	ch := newClient(t, rdb, dlock.DeadlockCheck(time.Second)) // its records live 4s
 	cv := newClient(t, rdb, dlock.DeadlockCheck(fastCheck))
 	goX, vDone := holdThenTake(ctx, cv, "y", "x")
-	waited, release, hDone := holdAfterWait(ctx, ch, "x", "y")
+	waited, release, hDone := holdAfterWait(ctx, ch, "x", "y", nil)
 	// The holder's record, as its wait last wrote it.
 	var key, value string
 	for over := false; !over; {
