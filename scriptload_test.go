@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -492,6 +494,47 @@ func TestFirstCallEndsWithItsContextWhileTheScriptLoadStalls(t *testing.T) {
 	l, err := c.Acquire(t.Context(), "first-call-stalled-load")
 	if err != nil {
 		t.Fatal("Acquire once Redis answers again:", err)
+	}
+	l.Release(t.Context())
+}
+
+// A script load that never ends (its connection went half-open, on a
+// client without a read timeout) does not hold later calls: the first
+// call leaves at its context's end, and the next, on a fresh connection to
+// a Redis that answers, takes the lock within its context, though the
+// load it finds in flight never returns.
+func TestCallAfterAScriptLoadThatNeverEndsTakesTheLock(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	var viaProxy atomic.Bool // connections made meanwhile go through p
+	viaProxy.Store(true)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ReadTimeout: -1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if viaProxy.Load() {
+				addr = p.Addr()
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Ping(t.Context()).Err(); err != nil { // the one pooled connection, through p
+		t.Fatal(err)
+	}
+	viaProxy.Store(false)
+	c := newClient(t, rdb)
+	p.StallReplies() // (the pooled connection: half-open from now on)
+	defer p.Cut()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "load-never-ends"); err == nil {
+		t.Fatal("Acquire through the stalled connection took the lock")
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "load-never-ends")
+	if err != nil {
+		t.Fatal("Acquire on a fresh connection while a script load never ends:", err)
 	}
 	l.Release(t.Context())
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -120,9 +121,9 @@ func (n Node) loader(m *redis.Client) driver.Conn {
 // Prepare loads the scripts of the lease c into the script cache of the
 // server its calls go to, unless that server is known to have them (see
 // Backend). With a load of the same server already in flight it sends
-// none: it waits for that one (or for ctx) and returns. It reports a load
-// that never left the client (the connection could not be made): the
-// timed call would fail alike, and need not try. Another failed load is
+// none: it waits for that one (or for ctx, up to loadWait) and returns.
+// It reports a load that never left the client (the connection could not
+// be made): the timed call would fail alike, and need not try. Another failed load is
 // not reported, nor one in flight that was of other scripts (another kind
 // of lease): the call that follows runs its script anyway (rerun).
 func (n Node) Prepare(ctx context.Context, c *Claim) error {
@@ -134,9 +135,12 @@ func (n Node) Prepare(ctx context.Context, c *Claim) error {
 	done := make(chan struct{})
 	if !s.loading.CompareAndSwap(nil, &done) {
 		if wait := s.loading.Load(); wait != nil { // (nil: it ended meanwhile)
+			t := time.NewTimer(loadWait)
+			defer t.Stop()
 			select {
 			case <-*wait:
 			case <-ctx.Done():
+			case <-t.C:
 			}
 		}
 		return nil
@@ -161,13 +165,25 @@ func (s *serverCache) loadWithin(ctx context.Context, conn driver.Conn, need scr
 		close(done)
 		loaded <- err
 	}()
+	t := time.NewTimer(loadWait)
+	defer t.Stop()
 	select {
 	case err := <-loaded:
 		return err
 	case <-ctx.Done():
 		return nil // (the call that follows finds ctx done, and sends nothing)
+	case <-t.C:
+		return nil // (the call that follows runs its script anyway: see rerun)
 	}
 }
+
+// loadWait bounds how long a call waits for a load of its scripts, its own
+// or one in flight: a load whose reply never comes (a half-open connection
+// on a client without a read timeout) does not hold every later call of
+// the server until its context ends, or for ever. A call that goes on
+// without the scripts still runs them (rerun); against a server that
+// answers, a load takes far less.
+const loadWait = 2 * time.Second
 
 // prepared reports whether Prepare has nothing to do for the lease c.
 func (n Node) prepared(ctx context.Context, c *Claim) bool {
