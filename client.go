@@ -255,7 +255,7 @@ func runHeld[H holding](ctx context.Context, name string, fn func(context.Contex
 func (c *Client) release(ctx context.Context, l *Lock) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	return releaseOrUndo(rctx, ctx, l)
+	return releaseOrUndo(rctx, rctx, l) // (the undo's wait ends with rctx too: a release cut at undoTimeout is not waited for twice)
 }
 
 // releaseOrUndo releases l under ctx and, unless Redis answered that it

@@ -195,7 +195,7 @@ func sortedParts(parts []Part) ([]Part, error) {
 func giveBack(ctx context.Context, locks []*Lock) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	each(locks, func(l *Lock) error { return releaseOrUndo(rctx, ctx, l) })
+	each(locks, func(l *Lock) error { return releaseOrUndo(rctx, rctx, l) })
 }
 
 // newMulti returns the MultiLock of locks, taken in acquisition order for

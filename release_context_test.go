@@ -138,3 +138,26 @@ func TestDoReturnsSoonWhenItsContextEndsDuringAStalledRelease(t *testing.T) {
 	}
 	l.Release(t.Context())
 }
+
+// Do whose context is still live while Redis holds the release's reply (a
+// client without a read timeout) returns about undoTimeout (2 s) after fn,
+// not that plus a second wait for the undo's first try.
+func TestDoWithALiveContextWaitsForAStalledReleaseOnlyOnce(t *testing.T) {
+	t.Parallel()
+	p, rdb, _ := proxied(t, 0, -1)
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute))
+	var left time.Time
+	err := c.Do(t.Context(), "do-stalled-release-live", func(context.Context, *dlock.Lock) error {
+		p.StallReplies()
+		left = time.Now()
+		return nil
+	})
+	took := time.Since(left)
+	p.Cut()
+	if err == nil {
+		t.Error("Do whose release went unanswered = nil, want the release's failure")
+	}
+	if took > 3500*time.Millisecond {
+		t.Errorf("Do returned %v after fn with its release stalled, want about 2s (one undoTimeout)", took)
+	}
+}
