@@ -172,3 +172,46 @@ func TestUnansweredPingLetsTheConnectionGo(t *testing.T) {
 		})
 	}
 }
+
+// A PING whose reply comes late, but within netTimeout, keeps the
+// connection: its waiter is not woken, and a release still reaches it.
+func TestLatePongKeepsTheConnection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits past the health check")
+	}
+	t.Parallel()
+	for name, readTimeout := range map[string]time.Duration{"default read timeout": 0, "no read timeout": -1} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			leakcheck.Check(t)
+			p := redistest.NewProxy(t, redistest.Start(t, redistest.TCP()).Addr())
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: readTimeout})
+			defer rdb.Close()
+			h := New(goredisdriver.Conn(rdb), false)
+			defer h.Close()
+			w, wake := subscribe(t, h, "ch", "a")
+			defer w.Close()
+			p.Delay(0, netTimeout-2*time.Second)
+			select {
+			case got := <-wake:
+				t.Fatalf("woken with %d: a connection whose PING was answered late was let go", got)
+			case <-time.After(healthCheck + netTimeout + 15*time.Second):
+			}
+			if !h.Listening("ch") {
+				t.Fatal("not listening on a connection that answers late")
+			}
+			p.Delay(0, 0)
+			if err := rdb.Publish(t.Context(), "ch", WakeAll).Err(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case got := <-wake:
+				if got != Released {
+					t.Fatalf("woken with %d, want Released", got)
+				}
+			case <-time.After(netTimeout + 5*time.Second):
+				t.Fatal("a release did not reach the waiter")
+			}
+		})
+	}
+}
