@@ -87,8 +87,8 @@ type PubSub interface {
 	Receive(ctx context.Context) (Message, error)
 	// Ping sends a PING. Its reply must arrive through Receive as a
 	// Message of Kind "pong" (a client that reads the reply itself
-	// passes one on): dlock ends a connection on which nothing arrives
-	// for 10 s after a PING.
+	// passes one on): a connection on which nothing arrives for 10 s
+	// after a PING is ended at its next silence.
 	Ping(ctx context.Context) error
 	Close() error
 }

@@ -52,7 +52,12 @@ type pubsub struct {
 }
 
 func (p *pubsub) hooks() rueidis.PubSubHooks {
-	pass := func(m driver.Message) { p.pass(context.Background(), m) }
+	pass := func(m driver.Message) {
+		select {
+		case p.msgs <- m:
+		case <-p.done:
+		}
+	}
 	return rueidis.PubSubHooks{
 		OnMessage: func(m rueidis.PubSubMessage) {
 			pass(driver.Message{Kind: "message", Channel: m.Channel, Payload: m.Message})
@@ -60,15 +65,6 @@ func (p *pubsub) hooks() rueidis.PubSubHooks {
 		OnSubscription: func(s rueidis.PubSubSubscription) {
 			pass(driver.Message{Kind: s.Kind, Channel: s.Channel})
 		},
-	}
-}
-
-// pass hands m to Receive.
-func (p *pubsub) pass(ctx context.Context, m driver.Message) {
-	select {
-	case p.msgs <- m:
-	case <-p.done:
-	case <-ctx.Done():
 	}
 }
 
@@ -113,12 +109,16 @@ func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
 }
 
 // Ping waits for the PING's reply, which rueidis reads, and passes it on
-// to Receive.
+// to Receive, unless Receive's queue is full: a message in it shows as
+// well that the connection lives.
 func (p *pubsub) Ping(ctx context.Context) error {
 	if err := p.do(ctx, p.c.B().Ping().Build()); err != nil {
 		return err
 	}
-	p.pass(ctx, driver.Message{Kind: "pong"})
+	select {
+	case p.msgs <- driver.Message{Kind: "pong"}:
+	default:
+	}
 	return nil
 }
 

@@ -85,15 +85,15 @@ type topic struct {
 // all again.
 type line struct {
 	h       *Hub
-	channel string            // "", or (sharded) the channel whose shard it connects to
-	topics  map[string]*topic // the channels it serves
-	ops     []op              // (un)subscriptions to send, in the order asked
-	pending map[string]int    // SUBSCRIBEs asked on the connection (queued or sent) and not yet confirmed
-	down    bool              // its connection failed and is not back yet
-	asked   chan struct{}     // ops were added
-	silent  chan struct{}     // nothing was received for healthCheck: ping
-	pinged  atomic.Int64      // when the first PING not answered yet was sent (UnixNano; 0: none)
-	ctx     context.Context   // ends when the line is no longer needed
+	channel string                    // "", or (sharded) the channel whose shard it connects to
+	topics  map[string]*topic         // the channels it serves
+	ops     []op                      // (un)subscriptions to send, in the order asked
+	pending map[string]int            // SUBSCRIBEs asked on the connection (queued or sent) and not yet confirmed
+	down    bool                      // its connection failed and is not back yet
+	asked   chan struct{}             // ops were added
+	silent  chan struct{}             // nothing was received for healthCheck: ping
+	pinged  atomic.Pointer[time.Time] // when the first PING not answered yet was sent (nil: none)
+	ctx     context.Context           // ends when the line is no longer needed
 	stop    context.CancelFunc
 }
 
@@ -340,7 +340,7 @@ func (l *line) serve() {
 	defer ps.Close()
 	l.h.mu.Lock()
 	l.down, l.ops = false, nil
-	l.pinged.Store(0)
+	l.pinged.Store(nil)
 	clear(l.pending)
 	for ch := range l.topics {
 		l.ask(true, ch) // (one SUBSCRIBE for all)
@@ -364,7 +364,8 @@ func (l *line) serve() {
 		case <-done:
 			return
 		case <-l.silent:
-			l.pinged.CompareAndSwap(0, time.Now().UnixNano())
+			now := time.Now() // (with its monotonic reading)
+			l.pinged.CompareAndSwap(nil, &now)
 			ok = l.send(ps.Ping) == nil
 		case <-l.asked:
 			ok = l.flush(ps)
@@ -414,7 +415,7 @@ func (l *line) read(ps driver.PubSub, done chan struct{}) {
 		cancel()
 		switch {
 		case err == nil:
-			l.pinged.Store(0) // (whatever came, the connection answers)
+			l.pinged.Store(nil) // (whatever came, the connection answers)
 			l.h.mu.Lock()
 			ok = l.deliver(m)
 			calls := l.h.calls
@@ -424,7 +425,7 @@ func (l *line) read(ps driver.PubSub, done chan struct{}) {
 				f() // (outside the Hub's lock: f may take its caller's own, under which it calls the Hub)
 			}
 		case silent && errors.Is(err, context.DeadlineExceeded):
-			if at := l.pinged.Load(); at != 0 && time.Since(time.Unix(0, at)) > netTimeout {
+			if at := l.pinged.Load(); at != nil && time.Since(*at) > netTimeout {
 				return
 			}
 			poke(l.silent)
