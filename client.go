@@ -64,11 +64,15 @@ func build[N any](nodes []N, node func(N, *options) (backend.Node, *pubsub.Hub),
 		ns[i], hubs[i] = node(n, &o)
 	}
 	var b backend.Backend = ns[0]
+	var err error
 	switch {
+	case o.noScripts:
+		b, err = backend.NewNoScripts(ns[0], o.nodeTimeout)
 	case o.nodeTimeout > 0:
 		b = backend.NewQuorum(ns, o.nodeTimeout)
-	case o.noScripts:
-		b = backend.NoScripts{Node: ns[0]}
+	}
+	if err != nil {
+		return nil, err
 	}
 	own, err := o.ownOn(b)
 	if err != nil {
@@ -101,7 +105,6 @@ func NewFrom(conn driver.Conn, opts ...Option) (*Client, error) {
 	o := apply(opts)
 	o.invalidIf(o.replicas > 0, "NewFrom: WithReplicaAck needs a go-redis client (New)")
 	o.invalidIf(o.durable > 0, "NewFrom: WithDurableGrants needs a go-redis client (New)")
-	o.invalidIf(o.noScripts, "NewFrom: WithoutScripts needs a go-redis client (New)")
 	return build([]driver.Conn{conn}, nodeFrom, o)
 }
 

@@ -43,7 +43,6 @@ func newRedlock[N any](fn string, nodes []N, node func(N, *options) (backend.Nod
 	o.nodeTimeout = cmp.Or(nodeTimeout, max(o.lease.ttl/50, 5*time.Millisecond))
 	o.invalidIf(o.replicas > 0, "WithReplicaAck(%d, %v): does not apply to a quorum of independent masters", o.replicas, o.ackTimeout)
 	o.invalidIf(o.durable > 0, "WithDurableGrants(%v): not available over a quorum", o.durable)
-	o.invalidIf(o.noScripts, "WithoutScripts(): a quorum (%s) needs scripts", fn)
 	// (as a call's LeaseTTL is checked: see leaseFor)
 	o.invalidIf(o.lease.ttl <= o.nodeTimeout, "LeaseTTL(%v): over a quorum the TTL must be above the per-node timeout (%v)", o.lease.ttl, o.nodeTimeout)
 	return build(nodes, node, o)

@@ -36,6 +36,16 @@ type NoScripts struct {
 	Node // Scan, Batches, Drain; its fields configure the operations
 }
 
+// NewNoScripts returns the script-free backend of n, which must be reached
+// through go-redis (its transactions need it) and not be a quorum's node
+// (nodeTimeout > 0: a quorum needs scripts).
+func NewNoScripts(n Node, nodeTimeout time.Duration) (NoScripts, error) {
+	if n.uc == nil || nodeTimeout > 0 {
+		return NoScripts{}, fmt.Errorf("%w: WithoutScripts(): the script-free mode runs on one go-redis client (New), not a quorum or a driver", ErrInvalid)
+	}
+	return NoScripts{Node: n}, nil
+}
+
 // Carries serves plain locks only: every other Kind runs scripts (see
 // Backend).
 func (NoScripts) Carries(k Kind) error { return plainOnly(k, ErrNeedsScripts) }
