@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,6 +89,30 @@ func TestExtendAfterExpiry(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Errorf("second Release after loss = %v, want nil", err)
+	}
+}
+
+// An Extend that Redis refuses for good (the lock's key now holds a value
+// of another type) returns that refusal after one try: only an error that
+// may pass is tried again.
+func TestExtendRefusedForGoodIsNotTriedAgain(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	scripts := &atomic.Int32{}
+	rdb.AddHook(scriptCounter{scripts})
+	l, err := newClient(t, rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, "ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, l.Key())
+	rdb.HSet(ctx, l.Key(), "another", "program")
+	scripts.Store(0)
+	if err := l.Extend(ctx, 2*time.Second); !errors.Is(err, dlock.ErrWrongType) { // (shorter: a numbered extension, which reads the key with GET)
+		t.Errorf("Extend of a key of another type = %v, want ErrWrongType", err)
+	}
+	if n := scripts.Load(); n != 1 {
+		t.Errorf("Extend ran %d scripts against a definite refusal, want 1", n)
 	}
 }
 

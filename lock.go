@@ -310,14 +310,16 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	for wait := minRetry; ; wait *= 2 {
 		sent := time.Now()
 		err = l.extend(vctx, ttl)
-		// It tries again after a Redis error (the outcome unknown, each
-		// extension safe to repeat), with ctx alive and the lease valid
+		// It tries again after a Redis error that may pass (the outcome
+		// unknown, each extension safe to repeat; not a definite refusal
+		// such as WRONGTYPE), with ctx alive and the lease valid
 		// for longer than the wait before the next try and twice what the
 		// last one took: a retry never spends the time the caller needs to
 		// act on its failure (an extension of its own, a release).
 		switch {
 		case err == nil, vctx.Err() != nil, l.c.closed.Load(),
-			errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased), errors.Is(err, ErrMaxHold), errors.Is(err, ErrInvalid):
+			errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased), errors.Is(err, ErrMaxHold), errors.Is(err, ErrInvalid),
+			!backend.Transient(err):
 		case time.Now().Add(wait+2*time.Since(sent)).Before(l.ValidUntil()) && sleep(vctx, wait):
 			continue
 		}

@@ -13,10 +13,14 @@ import (
 // Transient reports whether err may go away if the call is tried again:
 // Redis did not answer, or refused a write for the time being (a replica
 // short under min-replicas-to-write, a failover under way, memory full, a
-// server loading its data or busy with a script).
+// server loading its data or busy with a script). A quorum's may pass if
+// one of its nodes' errors may.
 func Transient(err error) bool {
 	if err == nil || errors.Is(err, ErrSuperseded) || closed(err) {
 		return false
+	}
+	if q := (*QuorumError)(nil); errors.As(err, &q) {
+		return slices.ContainsFunc(q.Nodes, Transient)
 	}
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {

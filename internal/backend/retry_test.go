@@ -38,6 +38,8 @@ func TestTransientSaysWhichErrorsMayPass(t *testing.T) {
 		{replyError("ERR unknown command"), false},
 		{replyError("NOPERM this user has no permissions"), false},
 		{replyError("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{fmt.Errorf("extend: %w", &QuorumError{Op: "extend", Need: 2, Nodes: []error{replyError("WRONGTYPE of another type"), nil, io.EOF}}), true},
+		{&QuorumError{Op: "extend", Need: 2, Nodes: []error{replyError("WRONGTYPE of another type"), nil, replyError("WRONGTYPE of another type")}}, false},
 	}
 	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"} {
 		tests = append(tests, struct {
