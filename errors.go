@@ -25,7 +25,7 @@ var (
 	ErrClosed      = errors.New("dlock: client closed")       // an acquisition's error after Client.Close
 )
 
-// QuorumError reports an Op (acquire, extend, release, fence, resume, list)
+// QuorumError reports an Op (acquire, extend, release, fence, resume, list, inspect)
 // that fewer than Need nodes granted: Held did; Nodes has each node's error
 // (nil: granted). It matches [ErrNotAcquired] and unwraps to the nodes' errors.
 type QuorumError = backend.QuorumError

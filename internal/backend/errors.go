@@ -50,7 +50,7 @@ func Because(kind error, detail string, errs ...error) error {
 // Its text is the tally and the nodes' errors; the error that carries it
 // names the operation and the lock. The root package exports it as it is.
 type QuorumError struct {
-	Op    string  // "acquire", "extend", "release", "fence", "resume" or "list"
+	Op    string  // "acquire", "extend", "release", "fence", "resume", "list" or "inspect"
 	Held  int     // nodes that granted the operation
 	Need  int     // the majority
 	Nodes []error // per node: nil if it granted, the error or refusal otherwise

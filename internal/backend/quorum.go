@@ -465,7 +465,7 @@ func (q *Quorum) Op(context.Context, KindOp) (any, error) { return nil, ErrOverQ
 func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 	r := fanOut(ctx, q, nil, untilAll, func(ctx context.Context, n Node) (State, error) { return n.Inspect(ctx, k) })
 	if !r.won() {
-		return State{}, fmt.Errorf("%d of %d nodes answered, %d needed", r.yes, len(q.nodes), q.need())
+		return State{}, r.fail("inspect")
 	}
 	// The lease is held while a majority has it: as long as the need-th
 	// longest copy lives (a node that missed extensions keeps a shorter
