@@ -25,9 +25,9 @@ var (
 	ErrClosed      = errors.New("dlock: client closed")       // an acquisition's error after Client.Close
 )
 
-// QuorumError reports an Op (acquire, extend, release, fence, resume, list, inspect)
-// that fewer than Need nodes granted: Held did; Nodes has each node's error
-// (nil: granted). It matches [ErrNotAcquired] and unwraps to the nodes' errors.
+// QuorumError reports an Op (acquire, extend, release, fence, resume, list,
+// inspect) fewer than Need nodes granted: Held did; Nodes has each node's
+// error (nil: granted). It matches [ErrNotAcquired], unwraps to Nodes.
 type QuorumError = backend.QuorumError
 
 // NotAcquiredError is the cause of an acquisition refused: the name is held.
