@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/leakcheck"
 )
 
 // While a Proclaim waits on a server whose replies are stalled, the
@@ -17,10 +15,8 @@ import (
 // one's reply.
 func TestProclaimInFlightBlocksNeitherValueNorAnotherProclaimsContext(t *testing.T) {
 	t.Parallel()
-	s, direct := setupTCP(t)
-	p := redistest.NewProxy(t, s.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: -1})
-	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	p, rdb, direct := proxied(t, -1, -1)
 	ctx := t.Context()
 	c := newClient(t, rdb, dlock.LeaseTTL(20*time.Second), dlock.WithAutoExtend(false))
 	e, err := c.Election("pwait")

@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/leakcheck"
 )
 
 // A nested hold of a reentrant lock whose acquire or release reply is lost
@@ -17,10 +15,8 @@ import (
 // and the outer hold's Release then frees the name for another owner.
 func TestReentrantNestedHoldWithALostReplyLeavesTheOuterHold(t *testing.T) {
 	t.Parallel()
-	s, direct := setupTCP(t)
-	p := redistest.NewProxy(t, s.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	p, rdb, direct := proxied(t, -1, 0)
 	ctx := t.Context()
 	oldServer(t, direct)
 	c := asOwner(t, newClient(t, rdb, dlock.WithReentrant(true), pipelined(false), dlock.LeaseTTL(20*time.Second)), "x")

@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/leakcheck"
 )
 
 // A Resign whose reply is lost hands the term to the candidate waiting at
@@ -16,10 +14,8 @@ import (
 // next leader's term is left alone.
 func TestResignWhoseReplyIsLostHandsTheTermOnOnce(t *testing.T) {
 	t.Parallel()
-	s, direct := setupTCP(t)
-	p := redistest.NewProxy(t, s.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	p, rdb, direct := proxied(t, -1, 0)
 	ctx := t.Context()
 	oldServer(t, direct)
 	ttl := 20 * time.Second

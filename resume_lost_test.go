@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -37,10 +38,8 @@ func (h stallAfterMarkerGet) ProcessHook(next redis.ProcessHook) redis.ProcessHo
 // takes it over, so that its Release frees the name at once.
 func TestResumeWhoseReplyIsLostCanBeResumedAgain(t *testing.T) {
 	t.Parallel()
-	s, direct := setupTCP(t)
-	p := redistest.NewProxy(t, s.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	p, rdb, direct := proxied(t, -1, 0)
 	ctx := t.Context()
 	old := newClient(t, direct, dlock.LeaseTTL(20*time.Second), dlock.WithAutoExtend(false))
 	a, err := old.Acquire(ctx, "resume-lost")
