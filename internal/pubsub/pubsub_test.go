@@ -28,12 +28,18 @@ func start(t *testing.T) *redis.Client {
 // or sharded, whose connections go through the proxy, and the client it
 // uses. The leak check runs as in start.
 func startHub(t *testing.T, sharded bool) (*Hub, *redis.Client, *redistest.Server, *redistest.Proxy) {
+	return startHubReading(t, sharded, 0)
+}
+
+// startHubReading is startHub with the client's ReadTimeout (0: go-redis's
+// default, -1: none).
+func startHubReading(t *testing.T, sharded bool, readTimeout time.Duration) (*Hub, *redis.Client, *redistest.Server, *redistest.Proxy) {
 	var rdb *redis.Client
 	t.Cleanup(func() { rdb.Close() })
 	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.TCP())
 	p := redistest.NewProxy(t, s.Addr())
-	rdb = redis.NewClient(&redis.Options{Addr: p.Addr()})
+	rdb = redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: readTimeout})
 	return New(goredisdriver.Conn(rdb), sharded), rdb, s, p
 }
 

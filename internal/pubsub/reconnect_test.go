@@ -7,8 +7,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlockio/dlock/internal/goredisdriver"
-	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -108,6 +106,31 @@ func TestHubComesBackWithManyChannelsAndWaitersThatCameAndWent(t *testing.T) {
 	})
 }
 
+// hubWithWaiter starts a plain hub through a proxy (startHubReading, with
+// the client's readTimeout) with a waiter "a" on "ch" whose subscription
+// is confirmed; both are closed in t's cleanup, before the leak check.
+func hubWithWaiter(t *testing.T, readTimeout time.Duration) (*Hub, *redis.Client, *redistest.Proxy, chan int64) {
+	t.Helper()
+	h, rdb, _, p := startHubReading(t, false, readTimeout)
+	t.Cleanup(h.Close)
+	w, wake := subscribe(t, h, "ch", "a")
+	t.Cleanup(w.Close)
+	return h, rdb, p, wake
+}
+
+// eachReadTimeout runs f as parallel subtests on a hubWithWaiter whose
+// client has go-redis's default read timeout, then none: the hub decides
+// when a connection is let go, not the client.
+func eachReadTimeout(t *testing.T, f func(t *testing.T, h *Hub, rdb *redis.Client, p *redistest.Proxy, wake chan int64)) {
+	for name, readTimeout := range map[string]time.Duration{"default read timeout": 0, "no read timeout": -1} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h, rdb, p, wake := hubWithWaiter(t, readTimeout)
+			f(t, h, rdb, p, wake)
+		})
+	}
+}
+
 // A connection on which nothing arrives for longer than the health check
 // is pinged, not replaced: its waiters are not woken, and a release after
 // the silence reaches them.
@@ -116,9 +139,7 @@ func TestSilentConnectionIsKept(t *testing.T) {
 		t.Skip("waits past the health check")
 	}
 	t.Parallel()
-	h, rdb, _, _ := startHub(t, false)
-	defer h.Close()
-	w, wake := subscribe(t, h, "ch", "a")
+	h, rdb, _, wake := hubWithWaiter(t, 0)
 	select {
 	case got := <-wake:
 		t.Fatalf("a waiter on a silent connection woken with %d", got)
@@ -129,7 +150,6 @@ func TestSilentConnectionIsKept(t *testing.T) {
 	}
 	rdb.Publish(t.Context(), "ch", WakeAll)
 	expect(t, "a", wake, Released)
-	w.Close()
 }
 
 // A connection that stops answering (everything sent on it held, pings
@@ -143,34 +163,23 @@ func TestUnansweredPingLetsTheConnectionGo(t *testing.T) {
 		t.Skip("waits past the health check twice")
 	}
 	t.Parallel()
-	for name, readTimeout := range map[string]time.Duration{"default read timeout": 0, "no read timeout": -1} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			leakcheck.Check(t)
-			p := redistest.NewProxy(t, redistest.Start(t, redistest.TCP()).Addr())
-			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: readTimeout})
-			defer rdb.Close()
-			h := New(goredisdriver.Conn(rdb), false)
-			defer h.Close()
-			w, wake := subscribe(t, h, "ch", "a")
-			defer w.Close()
-			p.Stall()
-			for deadline := time.Now().Add(2*healthCheck + 15*time.Second); h.Listening("ch"); time.Sleep(100 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the hub still listens on a connection that answered nothing for", 2*healthCheck+15*time.Second)
-				}
+	eachReadTimeout(t, func(t *testing.T, h *Hub, rdb *redis.Client, p *redistest.Proxy, wake chan int64) {
+		p.Stall()
+		for deadline := time.Now().Add(2*healthCheck + 15*time.Second); h.Listening("ch"); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the hub still listens on a connection that answered nothing for", 2*healthCheck+15*time.Second)
 			}
-			p.Cut() // (the network is back)
-			expect(t, "a", wake, Recheck)
-			if !h.Listening("ch") {
-				t.Error("not listening once the waiter was woken")
-			}
-			if err := rdb.Publish(t.Context(), "ch", WakeAll).Err(); err != nil {
-				t.Fatal(err)
-			}
-			expect(t, "a", wake, Released)
-		})
-	}
+		}
+		p.Cut() // (the network is back)
+		expect(t, "a", wake, Recheck)
+		if !h.Listening("ch") {
+			t.Error("not listening once the waiter was woken")
+		}
+		if err := rdb.Publish(t.Context(), "ch", WakeAll).Err(); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, "a", wake, Released)
+	})
 }
 
 // A PING whose reply comes late, but within netTimeout, keeps the
@@ -180,38 +189,27 @@ func TestLatePongKeepsTheConnection(t *testing.T) {
 		t.Skip("waits past the health check")
 	}
 	t.Parallel()
-	for name, readTimeout := range map[string]time.Duration{"default read timeout": 0, "no read timeout": -1} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			leakcheck.Check(t)
-			p := redistest.NewProxy(t, redistest.Start(t, redistest.TCP()).Addr())
-			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: readTimeout})
-			defer rdb.Close()
-			h := New(goredisdriver.Conn(rdb), false)
-			defer h.Close()
-			w, wake := subscribe(t, h, "ch", "a")
-			defer w.Close()
-			p.Delay(0, netTimeout-2*time.Second)
-			select {
-			case got := <-wake:
-				t.Fatalf("woken with %d: a connection whose PING was answered late was let go", got)
-			case <-time.After(healthCheck + netTimeout + 15*time.Second):
+	eachReadTimeout(t, func(t *testing.T, h *Hub, rdb *redis.Client, p *redistest.Proxy, wake chan int64) {
+		p.Delay(0, netTimeout-2*time.Second)
+		select {
+		case got := <-wake:
+			t.Fatalf("woken with %d: a connection whose PING was answered late was let go", got)
+		case <-time.After(healthCheck + netTimeout + 15*time.Second):
+		}
+		if !h.Listening("ch") {
+			t.Fatal("not listening on a connection that answers late")
+		}
+		p.Delay(0, 0)
+		if err := rdb.Publish(t.Context(), "ch", WakeAll).Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-wake:
+			if got != Released {
+				t.Fatalf("woken with %d, want Released", got)
 			}
-			if !h.Listening("ch") {
-				t.Fatal("not listening on a connection that answers late")
-			}
-			p.Delay(0, 0)
-			if err := rdb.Publish(t.Context(), "ch", WakeAll).Err(); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case got := <-wake:
-				if got != Released {
-					t.Fatalf("woken with %d, want Released", got)
-				}
-			case <-time.After(netTimeout + 5*time.Second):
-				t.Fatal("a release did not reach the waiter")
-			}
-		})
-	}
+		case <-time.After(netTimeout + 5*time.Second):
+			t.Fatal("a release did not reach the waiter")
+		}
+	})
 }
