@@ -2,10 +2,11 @@
 // taken, extended, fenced and released through dlock.NewFrom on private
 // redis-server processes, with mutual exclusion counted across goroutines
 // and Clients, a PubSub held to its contract, waiters woken by pub/sub
-// (after a broken connection and a restart too), a holder told of its loss
-// at once (WatchLoss), a script cache emptied under a Client, a server down,
-// a script sent once whatever becomes of its reply, and a Cluster where the
-// client has one.
+// (after a broken connection and a restart too), dlock's pub/sub hub
+// keeping a quiet connection and one whose PINGs are answered late and
+// letting a stalled one go, a holder told of its loss at once (WatchLoss),
+// a script cache emptied under a Client, a server down, a script sent once
+// whatever becomes of its reply, and a Cluster where the client has one.
 package drivertest
 
 import (
@@ -111,6 +112,8 @@ func table() []tableCase {
 		srv := redistest.Start(t, redistest.TCP())
 		hubAfterRestart(t, srv, s.Server(t, srv.Addr()))
 	}})
+	cases = append(cases, tableCase{"HubHealth/StalledLetGo", true, quietKeptStalledLetGo},
+		tableCase{"HubHealth/LatePongKept", true, latePongKept})
 	for _, m := range modes[:2] {
 		cases = append(cases, tableCase{"BrokenPubSub/" + m.name, false, func(t *testing.T, s Setup) {
 			srv := redistest.Start(t, redistest.TCP())
@@ -1074,6 +1077,96 @@ func hubAfterRestart(t *testing.T, srv *redistest.Server, conn driver.Conn) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("Close of a hub connecting again to a dead server took %v", d)
 	}
+}
+
+// hubThroughProxy starts a server, and dlock's pub/sub hub on s's Conn
+// through a proxy to it, with a waiter on "dt-health" whose subscription
+// is confirmed; the hub and waiter are closed in t's cleanup.
+func hubThroughProxy(t *testing.T, s Setup) (*redistest.Server, *redistest.Proxy, *pubsub.Hub, chan int64) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, srv.Addr())
+	h := pubsub.New(s.Server(t, p.Addr()), false)
+	t.Cleanup(h.Close)
+	wake := make(chan int64, 1)
+	w, ready := h.Subscribe("dt-health", "a", wake)
+	t.Cleanup(w.Close)
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("subscription not confirmed")
+	}
+	return srv, p, h, wake
+}
+
+// releaseReaches publishes a release on "dt-health" straight to srv and
+// waits up to d for it to wake the waiter.
+func releaseReaches(t *testing.T, srv *redistest.Server, wake chan int64, d time.Duration) {
+	t.Helper()
+	if _, err := srv.Do(context.Background(), "PUBLISH", "dt-health", pubsub.WakeAll); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-wake:
+		if got != pubsub.Released {
+			t.Fatalf("woken with %d, want Released", got)
+		}
+	case <-time.After(d):
+		t.Fatal("a release did not reach the waiter")
+	}
+}
+
+// quietKeptStalledLetGo: the hub on a quiet pub/sub connection whose PINGs
+// are answered keeps it past the health check (30s); one that takes a PING
+// and answers nothing is let go, and once the network is back its waiter
+// is woken (Recheck) and a release reaches it.
+func quietKeptStalledLetGo(t *testing.T, s Setup) {
+	if testing.Short() {
+		t.Skip("waits past the health check three times")
+	}
+	srv, p, h, wake := hubThroughProxy(t, s)
+	select { // (past one health check: pinged, answered)
+	case got := <-wake:
+		t.Fatalf("a quiet, healthy connection: woken with %d", got)
+	case <-time.After(45 * time.Second):
+	}
+	if !h.Listening("dt-health") {
+		t.Fatal("a quiet, healthy connection was let go")
+	}
+	p.Stall()
+	if !eventually(90*time.Second, func() bool { return !h.Listening("dt-health") }) {
+		t.Fatal("the hub still listens on a connection that answers nothing")
+	}
+	p.Cut()
+	select {
+	case got := <-wake:
+		if got != pubsub.Recheck {
+			t.Fatalf("woken with %d, want Recheck", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("not woken once the network was back")
+	}
+	releaseReaches(t, srv, wake, 10*time.Second)
+}
+
+// latePongKept: a PING whose reply comes late, but within 10s, keeps the
+// hub's connection: its waiter is not woken, and a release still reaches
+// it.
+func latePongKept(t *testing.T, s Setup) {
+	if testing.Short() {
+		t.Skip("waits past the health check")
+	}
+	srv, p, h, wake := hubThroughProxy(t, s)
+	p.Delay(0, 8*time.Second)
+	select {
+	case got := <-wake:
+		t.Fatalf("woken with %d: a connection whose PING was answered late was let go", got)
+	case <-time.After(60 * time.Second):
+	}
+	if !h.Listening("dt-health") {
+		t.Fatal("not listening on a connection that answers late")
+	}
+	releaseReaches(t, srv, wake, 15*time.Second)
 }
 
 // watchLoss: with WatchLoss, a holder is told at once (its lease time is
