@@ -31,9 +31,9 @@ type engine struct {
 	opts options
 	id   string // this Client's instance ID, part of a reentrant owner's identity
 
-	bg     backend.Tracker // clean-up left running in the background (undo)
-	closed atomic.Bool     // Close was called
-	stop   chan struct{}   // closed by the first Close: wakes waiting acquisitions
+	bg     *backend.Tracker // work left running in the background: clean-up (undo), a quorum node's late call
+	closed atomic.Bool      // Close was called
+	stop   chan struct{}    // closed by the first Close: wakes waiting acquisitions
 	obs    observers
 	held   holds // the leases held now, by mode (Held)
 	own    kind  // what its own acquisitions are (Semaphore, RWMutex and Election have theirs)
@@ -65,11 +65,12 @@ func build[N any](nodes []N, node func(N, *options) (backend.Node, *pubsub.Hub),
 	}
 	var b backend.Backend = ns[0]
 	var err error
+	bg := new(backend.Tracker)
 	switch {
 	case o.noScripts:
 		b, err = backend.NewNoScripts(ns[0], o.nodeTimeout)
 	case o.nodeTimeout > 0:
-		b = backend.NewQuorum(ns, o.nodeTimeout)
+		b = backend.NewQuorum(ns, o.nodeTimeout, bg)
 	}
 	if err != nil {
 		return nil, err
@@ -78,7 +79,7 @@ func build[N any](nodes []N, node func(N, *options) (backend.Node, *pubsub.Hub),
 	if err != nil {
 		return nil, err
 	}
-	e := &engine{b: b, hubs: hubs, opts: o, id: newToken()[:11],
+	e := &engine{b: b, bg: bg, hubs: hubs, opts: o, id: newToken()[:11],
 		stop: make(chan struct{}), own: own}
 	for _, ob := range o.observers {
 		e.obs.add(ob)
@@ -136,9 +137,6 @@ func (c *Client) Close(ctx context.Context) error {
 		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed
 	}
 	err := c.bg.Wait(ctx)
-	if err == nil {
-		err = c.b.Drain(ctx)
-	}
 	for _, h := range c.hubs {
 		h.Close()
 	}

@@ -1421,6 +1421,40 @@ func TestRedlockInspectNamesTheTypeANameIsHeldAs(t *testing.T) {
 	}
 }
 
+// Close waits for a node's call that a fan-out stopped waiting for (here
+// an extension that a majority answered while the third node's reply is
+// held): the call is the Client's background work, counted on the tracker
+// Close waits on, and so it is over before the Client's Redis clients are
+// closed.
+func TestRedlockCloseWaitsForANodesLateCall(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	p := redistest.NewProxy(t, srvs[2].Addr())
+	stuck := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { stuck.Close() })
+	c := newRedlock(t, []redis.UniversalClient{direct[0], direct[1], stuck}, 0)
+	l, err := c.TryAcquire(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.StallReplies()
+	if err := l.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatalf("Extend with a majority answering = %v, want nil", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := c.Close(cctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close with node 2's extension in flight = %v, want %v: it did not wait for the late call", err, context.DeadlineExceeded)
+	}
+	p.Cut() // node 2's extension fails at once
+	cctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Close(cctx); err != nil {
+		t.Errorf("Close once node 2's extension ended = %v, want nil", err)
+	}
+}
+
 // Close does not wait for a List under way: a walk of the keyspace is no
 // clean-up of the Client's, and Close returns once its own clean-up is
 // done, while the List, stuck on a node whose SCAN reply is held, goes on

@@ -26,7 +26,7 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 	if err := c.carries(&writeHolds, fmt.Sprintf("RWMutex(%q)", name), words{plural: "read-write locks", one: "a read-write lock", verb: "keep"}); err != nil {
 		return nil, err
 	}
-	rw := &RWMutex{name: name, c: c, nest: rwNestKey{&c.bg, keys.Lock}}
+	rw := &RWMutex{name: name, c: c, nest: rwNestKey{c.bg, keys.Lock}}
 	rw.reader, rw.writer = RWLocker{rw, &readHolds}, RWLocker{rw, &writeHolds}
 	return rw, nil
 }

@@ -250,9 +250,6 @@ type Backend interface {
 	// many writes (pipelines, or lone calls), summed over the nodes; both
 	// are 0 without pipelining.
 	Batches() (calls, writes uint64)
-	// Drain waits until the calls that go on after their caller stopped
-	// waiting (a quorum node's late answer) are over, or ctx ends.
-	Drain(ctx context.Context) error
 	// Prepare readies the servers for the timed calls of the lease c (its
 	// acquire and extensions, whose time counts from when they are sent):
 	// it loads the scripts c's calls run into the script cache of each
@@ -340,11 +337,6 @@ func (n *Node) setFenceWindow(d time.Duration) {
 	n.fenceMS = d.Milliseconds()
 	n.fair = &fairArgs{n.fairConf(n.ttl, false), n.releaseConf(false), n.releaseConf(true)}
 }
-
-// Drain returns at once: a Node's calls end with their callers (a
-// pipeline whose caller gave up is bounded by go-redis's timeouts, and
-// what it may have left is undone by the caller).
-func (Node) Drain(context.Context) error { return nil }
 
 // Batches reports the batcher's counts (see Backend).
 func (n Node) Batches() (calls, writes uint64) {

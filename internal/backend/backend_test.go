@@ -188,7 +188,7 @@ func TestKindOpsRunOnANodeAndAreRefusedElsewhere(t *testing.T) {
 		b    Backend
 		want error
 	}{
-		{"quorum", NewQuorum([]Node{n, n, n}, time.Second), ErrOverQuorum},
+		{"quorum", NewQuorum([]Node{n, n, n}, time.Second, new(Tracker)), ErrOverQuorum},
 		{"no scripts", NoScripts{n}, ErrNeedsScripts},
 	} {
 		ran = 0

@@ -86,7 +86,7 @@ func TestFairArgumentsCarryTheFenceWindowSetLast(t *testing.T) {
 func TestAQuorumsFenceWindowLeavesItsGivenNodesOwn(t *testing.T) {
 	t.Parallel()
 	n := NewNode(redis.NewClient(&redis.Options{}), Config{TTL: 2 * time.Second})
-	q := NewQuorum([]Node{n, n}, time.Second)
+	q := NewQuorum([]Node{n, n}, time.Second, new(Tracker))
 	if n.fenceMS != fenceWindow.Milliseconds() || n.fair.acquire != "2000 PUBLISH 60000 0" || n.fair.release != "PUBLISH 60000 0" || n.fair.resign != "PUBLISH 60000 1" {
 		t.Errorf("the given Node after NewQuorum: fence %v, %q, %q, %q; want its own window's", n.fenceMS, n.fair.acquire, n.fair.release, n.fair.resign)
 	}

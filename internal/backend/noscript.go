@@ -33,7 +33,7 @@ import (
 // step), reentrant locks and semaphores need scripts, and the root package
 // refuses them with this backend.
 type NoScripts struct {
-	Node // Scan, Batches, Drain; its fields configure the operations
+	Node // Scan, Batches; its fields configure the operations
 }
 
 // NewNoScripts returns the script-free backend of n, which must be reached

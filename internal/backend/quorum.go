@@ -26,14 +26,16 @@ var (
 type Quorum struct {
 	nodes   []Node
 	timeout time.Duration
-	late    Tracker // the node calls that fanOut stopped waiting for
+	late    *Tracker // counts the node calls that fanOut stopped waiting for
 }
 
 // NewQuorum returns the backend over nodes that waits for each node's
-// answer up to timeout. Its nodes' fence counters live quorumFenceWindow
-// (see fenceWindow).
-func NewQuorum(nodes []Node, timeout time.Duration) *Quorum {
-	q := &Quorum{nodes: slices.Clone(nodes), timeout: timeout}
+// answer up to timeout, and counts on late the node calls it stops
+// waiting for (a Client's tracker: its Close waits for them as for its
+// own clean-up). Its nodes' fence counters live quorumFenceWindow (see
+// fenceWindow).
+func NewQuorum(nodes []Node, timeout time.Duration, late *Tracker) *Quorum {
+	q := &Quorum{nodes: slices.Clone(nodes), timeout: timeout, late: late}
 	for i := range q.nodes {
 		q.nodes[i].setFenceWindow(quorumFenceWindow)
 		q.nodes[i].extra = setOf(script.RaiseFence) // Fence writes back
@@ -133,7 +135,7 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 	// timeout, could be dropped unsent from the node's pipeline (a grant
 	// missing from a node, a release never made). go-redis's timeouts bound
 	// it. A walk's calls (untilCtx) have no node timeout, and are reads,
-	// never late: Drain, and so Close, does not wait for them (a List
+	// never late: the tracker, and so Close, does not wait for them (a List
 	// under way).
 	timeout, start := time.After(q.timeout), q.late.Go
 	if until == untilCtx {
@@ -361,7 +363,7 @@ func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
 // every node, waiting for each up to the node timeout (with yes as
 // fanOut's). A node where it failed in a way that may pass is tried again:
 // in the background on Retry's schedule, for as long as what it ends could
-// block others; Drain waits for it.
+// block others; the tracker counts it.
 func (q *Quorum) end(ctx context.Context, c *Claim, yes func(bool) bool, f func(Node, context.Context, *Claim) (bool, error)) round[bool] {
 	return fanOut(ctx, q, yes, untilAll, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := f(n, ctx, c)
@@ -382,7 +384,7 @@ func (q *Quorum) end(ctx context.Context, c *Claim, yes func(bool) bool, f func(
 // them (see Backend), all at once, and waits until a majority of nodes are
 // ready or have failed to load, up to the node timeout: a node that does
 // not answer costs no more here than in the call. Loads it stopped waiting
-// for go on (bounded by ctx and the client's timeouts; Drain waits for
+// for go on (bounded by ctx and the client's timeouts; the tracker counts
 // them). With every node ready it returns at once, starting nothing. It
 // reports nothing: the nodes that can be reached are asked anyway.
 func (q *Quorum) Prepare(ctx context.Context, c *Claim) error {
@@ -395,10 +397,6 @@ func (q *Quorum) Prepare(ctx context.Context, c *Claim) error {
 	})
 	return nil
 }
-
-// Drain waits for the node calls that fanOut stopped waiting for (see
-// Backend).
-func (q *Quorum) Drain(ctx context.Context) error { return q.late.Wait(ctx) }
 
 // Batches sums the nodes' batcher counts (see Backend).
 func (q *Quorum) Batches() (calls, writes uint64) {

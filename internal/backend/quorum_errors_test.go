@@ -34,13 +34,13 @@ func TestQuorumErrorsNameEachNodesAnswer(t *testing.T) {
 		srvs = append(srvs, s)
 		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
 	}
-	q := NewQuorum(nodes, 300*time.Millisecond)
+	q := NewQuorum(nodes, 300*time.Millisecond, new(Tracker))
 	t.Cleanup(func() {
 		srvs[4].Restart() // (the background retries of node 4's release find it)
 		for _, s := range srvs[:4] {
 			s.Resume()
 		}
-		q.Drain(context.Background())
+		q.late.Wait(context.Background())
 	})
 	claim := func(name, token string) *Claim {
 		c := &Claim{Keys: KeysFor("dlock:", name), Kind: PlainLock}
@@ -112,7 +112,7 @@ func TestQuorumErrorsNameEachNodesAnswer(t *testing.T) {
 	}
 	srvs[1].Resume()
 	srvs[3].Resume()
-	if err := q.Drain(ctx); err != nil {
+	if err := q.late.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, i := range []int{0, 1, 3} {

@@ -26,8 +26,8 @@ func startNodes(t *testing.T, n int, timeout time.Duration) *Quorum {
 		rdb := redistest.Start(t).Client(t)
 		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
 	}
-	q := NewQuorum(nodes, timeout)
-	t.Cleanup(func() { q.Drain(context.Background()) })
+	q := NewQuorum(nodes, timeout, new(Tracker))
+	t.Cleanup(func() { q.late.Wait(context.Background()) })
 	return q
 }
 
@@ -85,7 +85,7 @@ func TestQuorumUnansweredNodesSayWhy(t *testing.T) {
 			}
 		}
 	}
-	if err := q.Drain(ctx); err != nil {
+	if err := q.late.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -106,8 +106,8 @@ func TestQuorumScanIsBoundedByItsContextNotTheNodeTimeout(t *testing.T) {
 		}
 		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
 	}
-	q := NewQuorum(nodes, time.Nanosecond)
-	t.Cleanup(func() { q.Drain(context.Background()) })
+	q := NewQuorum(nodes, time.Nanosecond, new(Tracker))
+	t.Cleanup(func() { q.late.Wait(context.Background()) })
 
 	keys, err := q.Scan(ctx, "dlock:{*}")
 	slices.Sort(keys)
@@ -150,7 +150,7 @@ func TestQuorumScanWithAHeldNodeEndsWithItsContext(t *testing.T) {
 		}
 		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
 	}
-	q := NewQuorum(nodes, time.Second)
+	q := NewQuorum(nodes, time.Second, new(Tracker))
 	held.StallReplies()
 	defer held.Cut() // the held node's SCAN fails at once
 
@@ -227,8 +227,8 @@ func TestQuorumAnswersInBeforeTheContextEndsAreCounted(t *testing.T) {
 		}
 		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
 	}
-	q := NewQuorum(nodes, 5*time.Second)
-	t.Cleanup(func() { q.Drain(context.Background()) })
+	q := NewQuorum(nodes, 5*time.Second, new(Tracker))
+	t.Cleanup(func() { q.late.Wait(context.Background()) })
 	k := KeysFor("dlock:", "k0")
 	for try := range 8 { // (with both ready, a select picks either: 1 in 8 tries would pass by chance)
 		keys, err := q.Scan(newEndsAsAnswersLand(ctx), "dlock:{*}")
@@ -268,7 +268,7 @@ func TestQuorumScanWithANodeDownAndAHeldNodeSaysWhyPerNode(t *testing.T) {
 		}
 		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
 	}
-	q := NewQuorum(nodes, time.Second)
+	q := NewQuorum(nodes, time.Second, new(Tracker))
 	held.StallReplies()
 	defer held.Cut() // the held node's SCAN fails at once
 

@@ -17,7 +17,7 @@ func TestAStringHoldsItsHoldersLeaseOnly(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	ctx := t.Context()
 	n := NewNode(rdb, Config{})
-	backends := map[string]Backend{"node": n, "no scripts": NoScripts{n}, "quorum": NewQuorum([]Node{n}, time.Second)}
+	backends := map[string]Backend{"node": n, "no scripts": NoScripts{n}, "quorum": NewQuorum([]Node{n}, time.Second, new(Tracker))}
 	for name, b := range backends {
 		for _, value := range []string{"tok", ""} {
 			k := KeysFor("dlock:", name+"-"+value)
