@@ -105,8 +105,7 @@ func (e *Election) campaignOpts(value string, opts []LockOption) ([]LockOption, 
 // must not end the term it took over).
 func leadership(ctx context.Context, l *Lock) (_ *Leadership, err error) {
 	ld := &Leadership{l: l, value: l.Meta()} // (the campaign's value)
-	ld.turn = make(chan struct{}, 1)
-	defer l.tellUntold() // (a loss found below)
+	defer l.tellUntold()                     // (a loss found below)
 	if l.p.resume != "" {
 		defer func() {
 			if err != nil {
@@ -133,10 +132,10 @@ type Leadership struct {
 	l     *Lock
 	fence int64
 
-	// turn is held by the one Proclaim under way: a Proclaim waiting for
-	// it honours its context, and Value does not wait for the network.
-	turn  chan struct{}
-	seq   int64      // the number of the last Proclaim sent (see proclaim.lua); guarded by turn
+	// The one Proclaim under way holds its Lock's proclaimTurn: a Proclaim
+	// waiting for it honours its context, and Value does not wait for the
+	// network.
+	seq   int64      // the number of the last Proclaim sent (see proclaim.lua); guarded by the turn
 	mu    sync.Mutex // guards value
 	value string     // the value proclaimed last, else the campaign's
 }
@@ -158,12 +157,10 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	// A loss found here is told once the turn is given back: a Lost hook
 	// may Proclaim, or call the Lock (see Lock.lapse).
 	defer ld.l.tellUntold()
-	select {
-	case ld.turn <- struct{}{}:
-	case <-ctx.Done(): // a Proclaim under way outlasted ctx
+	if !ld.l.take(ctx, proclaimTurn) { // a Proclaim under way outlasted ctx
 		return opError("proclaim", ld.l.name, backend.NotSent(ctx.Err()))
 	}
-	defer func() { <-ld.turn }()
+	defer ld.l.give(proclaimTurn)
 	if err := ld.l.lapse(); err != nil {
 		return err
 	}

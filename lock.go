@@ -520,13 +520,15 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 }
 
 // The turns of a Lock's calls that send its claim: one Release, one
-// extension (the last one sets the lease) and one Fence at a time; a
-// Downgrade takes all three. A call waiting its turn honours its context,
-// and the turn goes to the calls waiting for it in the order they came.
+// extension (the last one sets the lease), one Fence and one Proclaim (a
+// leader's) at a time; a Downgrade takes the first three. A call waiting
+// its turn honours its context, and the turn goes to the calls waiting for
+// it in the order they came.
 const (
 	relTurn uint8 = 1 << iota
 	extTurn
 	fenceTurn
+	proclaimTurn
 )
 
 // turnWait is a call waiting for turn t: given is closed once it is
