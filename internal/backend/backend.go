@@ -441,8 +441,8 @@ func (n Node) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bo
 // batched call abandoned before it was sent, or a connection that could not
 // be made.
 func neverSent(err error) bool {
-	var op *net.OpError
-	return errors.Is(err, ErrNotSent) || (errors.As(err, &op) && op.Op == "dial")
+	op, ok := errors.AsType[*net.OpError](err) // (errors.As's target would cost an allocation each call, a nil err's too)
+	return errors.Is(err, ErrNotSent) || ok && op.Op == "dial"
 }
 
 // ReplyLost reports whether err says a request may have reached Redis and
@@ -451,9 +451,9 @@ func neverSent(err error) bool {
 // caller may, as a new request, after what the first may have done is
 // undone or found.
 func ReplyLost(err error) bool {
-	var ne net.Error
+	_, netErr := errors.AsType[net.Error](err)
 	return !neverSent(err) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) || errors.As(err, &ne) || errors.Is(err, ErrLeftInFlight))
+		errors.Is(err, net.ErrClosed) || netErr || errors.Is(err, ErrLeftInFlight))
 }
 
 // wrongKind names what the key holds when a lock's script met Redis's own
