@@ -326,6 +326,9 @@ func newNode(c Config, uc redis.UniversalClient, conn driver.Conn) Node {
 		replicas:   c.Replicas + flag(c.Durable > 0), // (the append-only file acknowledges first: see acksOf)
 		ackTimeout: c.AckTimeout, durable: c.Durable,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(serverCache), clock: newClockWatch(c.Clock, uc)}
+	if uc == nil { // (a driver sends strings: its TTL converted once too, as for go-redis's int)
+		n.ttlA = strconv.FormatInt(c.TTL.Milliseconds(), 10)
+	}
 	n.acks = n.ackCmds()
 	n.setFenceWindow(fenceWindow)
 	return n

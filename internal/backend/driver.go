@@ -49,23 +49,18 @@ var (
 // guarded runs f on ctx as guard says; f's error says whether it failed
 // without a reply (noReply).
 func guarded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	if !troubled() {
+		return noted(f(ctx))
+	}
 	type result struct {
 		v   T
 		err error
 	}
-	run := func() result {
-		v, err := f(ctx)
-		if noReply(err) {
-			lastNoReply.Store(max(int64(time.Since(epoch)), 1))
-		}
-		return result{v, err}
-	}
-	if t := lastNoReply.Load(); t == 0 || int64(time.Since(epoch))-t >= int64(troubleFor) {
-		r := run()
-		return r.v, r.err
-	}
 	done := make(chan result, 1)
-	go func() { done <- run() }()
+	go func() {
+		v, err := noted(f(ctx))
+		done <- result{v, err}
+	}()
 	select {
 	case r := <-done:
 		return r.v, r.err
@@ -75,12 +70,31 @@ func guarded[T any](ctx context.Context, f func(context.Context) (T, error)) (T,
 	}
 }
 
+// troubled reports whether a driver call failed without a reply less than
+// troubleFor ago.
+func troubled() bool {
+	t := lastNoReply.Load()
+	return t != 0 && int64(time.Since(epoch))-t < int64(troubleFor)
+}
+
+// noted returns a call's result, and records when its error says that it
+// got no reply.
+func noted[T any](v T, err error) (T, error) {
+	if noReply(err) {
+		lastNoReply.Store(max(int64(time.Since(epoch)), 1))
+	}
+	return v, err
+}
+
 // noReply reports whether err says that a call got no reply.
 func noReply(err error) bool {
 	return err != nil && !errors.As(err, new(driver.Error)) && !errors.Is(err, driver.ErrClosed)
 }
 
 func (g guard) Do(ctx context.Context, args ...any) (any, error) {
+	if !troubled() { // (guarded's test, before the closure that would cost an allocation each call)
+		return noted(g.Conn.Do(ctx, args...))
+	}
 	return guarded(ctx, func(ctx context.Context) (any, error) {
 		return g.Conn.Do(ctx, args...)
 	})
