@@ -41,7 +41,7 @@ func Conn(c rueidis.Client) driver.Conn {
 type conn struct{ c rueidis.Client }
 
 func (c conn) Do(ctx context.Context, args ...any) (any, error) {
-	cmd, err := build(c.c.B(), args)
+	cmd, err := build(c.c.B(), args, c.cluster())
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 	built := make(rueidis.Commands, 0, len(cmds))
 	idx := make([]int, 0, len(cmds))
 	for i, args := range cmds {
-		cmd, err := build(c.c.B(), args)
+		cmd, err := build(c.c.B(), args, c.cluster())
 		if err != nil {
 			out[i].Err = err
 			continue
@@ -71,14 +71,14 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 	return out
 }
 
-func (c conn) Info() driver.Info {
-	return driver.Info{Cluster: c.c.Mode() == rueidis.ClientModeCluster, Retries: true}
-}
+func (c conn) Info() driver.Info { return driver.Info{Cluster: c.cluster(), Retries: true} }
+
+func (c conn) cluster() bool { return c.c.Mode() == rueidis.ClientModeCluster }
 
 // Masters returns, for a Cluster, a Conn for each master of the slot map
 // that a node reports (CLUSTER SLOTS).
 func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
-	if c.c.Mode() != rueidis.ClientModeCluster {
+	if !c.cluster() {
 		return []driver.Conn{c}, nil
 	}
 	slots, err := c.c.Do(ctx, c.c.B().Arbitrary("CLUSTER", "SLOTS").Build()).ToArray()
@@ -116,12 +116,9 @@ func endpoint(m rueidis.RedisMessage) (string, error) {
 	if err != nil || len(v) < 2 {
 		return "", fmt.Errorf("dlockrueidis: unexpected CLUSTER SLOTS node %v", m)
 	}
-	host, err := v[0].ToString()
-	if err != nil {
-		return "", fmt.Errorf("dlockrueidis: unexpected CLUSTER SLOTS node %v", m)
-	}
-	port, err := v[1].AsInt64()
-	if err != nil {
+	host, herr := v[0].ToString()
+	port, perr := v[1].AsInt64()
+	if herr != nil || perr != nil {
 		return "", fmt.Errorf("dlockrueidis: unexpected CLUSTER SLOTS node %v", m)
 	}
 	if strings.Contains(host, ":") {
@@ -130,33 +127,37 @@ func endpoint(m rueidis.RedisMessage) (string, error) {
 	return fmt.Sprintf("%s:%d", host, port), nil
 }
 
-// build makes a command of args, its keys (driver.Keys) marked for a
-// Cluster's routing.
-func build(b rueidis.Builder, args []any) (rueidis.Completed, error) {
+// build makes a command of args. Its keys (driver.Keys) are marked on a
+// Cluster only, for routing: elsewhere rueidis would spread the commands
+// with keys over its connections at random, where those without share the
+// first one's writes, fuller ones that Redis reads fewer times.
+func build(b rueidis.Builder, args []any, cluster bool) (rueidis.Completed, error) {
 	if len(args) == 0 {
 		return rueidis.Completed{}, errors.New("dlockrueidis: empty command")
 	}
-	s := make([]string, len(args))
+	first, keys := 1, 0
+	if cluster {
+		if name, _ := driver.String(args[0]); strings.HasPrefix(strings.ToLower(name), "eval") {
+			first = 3 // (EVAL, EVALSHA and their _RO forms: the keys follow the script and their count)
+		}
+		keys = len(driver.Keys(args))
+	}
+	cmd := b.Arbitrary()
 	for i, a := range args {
 		v, ok := driver.String(a)
-		if !ok {
+		switch {
+		case !ok:
 			return rueidis.Completed{}, fmt.Errorf("dlockrueidis: argument %d of %v: unsupported type %T", i, args[0], a)
+		case i == 0 && (v == "" || len(v) >= 9 && strings.EqualFold(v[len(v)-9:], "subscribe")):
+			return rueidis.Completed{}, fmt.Errorf("dlockrueidis: command %q is not supported by Do", v)
+		case i == 0 && v == "evalsha":
+			v = "EVALSHA" // (Build upper-cases the name, an allocation unless it is already)
 		}
-		s[i] = v
-	}
-	if s[0] == "" || strings.HasSuffix(strings.ToUpper(s[0]), "SUBSCRIBE") {
-		return rueidis.Completed{}, fmt.Errorf("dlockrueidis: command %q is not supported by Do", s[0])
-	}
-	first := 1
-	switch strings.ToLower(s[0]) {
-	case "eval", "evalsha", "eval_ro", "evalsha_ro":
-		first = 3
-	}
-	cmd := b.Arbitrary(s[0])
-	if keys := driver.Keys(args); len(keys) > 0 && first+len(keys) <= len(s) {
-		cmd = cmd.Args(s[1:first]...).Keys(s[first : first+len(keys)]...).Args(s[first+len(keys):]...)
-	} else {
-		cmd = cmd.Args(s[1:]...)
+		if i >= first && i < first+keys {
+			cmd = cmd.Keys(v)
+		} else {
+			cmd = cmd.Args(v)
+		}
 	}
 	return cmd.Build(), nil
 }
