@@ -103,8 +103,8 @@ func main() {
 					log.Fatalf("W1 %s C=%d: %v", l.name, c, err)
 				}
 				rep.w1 = append(rep.w1, r)
-				log.Printf("W1 C=%-2d %-14s %8.0f pairs/s  p50 %v  p99 %v  %.1f allocs/pair  redis %.1fµs/pair (busy %.0f%%)  batch %.1f",
-					c, l.name, r.rate, r.p50, r.p99, r.allocs, float64(r.serverCPU)/1e3, r.rate*r.serverCPU.Seconds()*100, r.batch)
+				log.Printf("W1 C=%-2d %-14s %8.0f pairs/s  p50 %v  p99 %v  %.1f allocs/pair  redis %.1fµs/pair (busy %.0f%%)  batch %.1f  %.2f reads %.1f cmds/pair",
+					c, l.name, r.rate, r.p50, r.p99, r.allocs, float64(r.serverCPU)/1e3, r.rate*r.serverCPU.Seconds()*100, r.batch, r.reads, r.cmds)
 			}
 		}
 		for _, l := range libs {
@@ -218,6 +218,9 @@ type w1Result struct {
 	// from INFO cpu): the cost that bounds throughput once Redis is busy.
 	serverCPU time.Duration
 	batch     float64 // calls per pipeline write, for a library that batches (0: not measured)
+	// reads and cmds are the server's socket reads and commands (a script's
+	// own calls among them) per pair (INFO stats, commandstats).
+	reads, cmds float64
 }
 
 // uncontended runs W1: c goroutines, one name each.
@@ -238,6 +241,7 @@ func uncontended(l library, addr string, admin *redis.Client, c int) (w1Result, 
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
 	cpu0 := serverCPU(admin)
+	reads0, cmds0 := serverCounts(admin)
 	bh, isBatched := handles[0].(batched)
 	var calls0, writes0 uint64
 	if isBatched {
@@ -248,6 +252,7 @@ func uncontended(l library, addr string, admin *redis.Client, c int) (w1Result, 
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&ms1)
 	cpu1 := serverCPU(admin)
+	reads1, cmds1 := serverCounts(admin)
 	if err != nil {
 		return w1Result{}, err
 	}
@@ -261,6 +266,7 @@ func uncontended(l library, addr string, admin *redis.Client, c int) (w1Result, 
 		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
 		r.allocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(len(all))
 		r.serverCPU = (cpu1 - cpu0) / time.Duration(len(all))
+		r.reads, r.cmds = (reads1-reads0)/float64(len(all)), (cmds1-cmds0)/float64(len(all))
 	}
 	return r, nil
 }
@@ -292,6 +298,27 @@ func pairLoop(ctx context.Context, c int, stop time.Time, most int, handleFor fu
 	all := slices.Concat(lat...)
 	slices.Sort(all)
 	return all, errors.Join(errs...)
+}
+
+// serverCounts returns the server's socket reads (INFO stats:
+// total_reads_processed) and the commands it has run (INFO commandstats,
+// INFO's own left out) so far.
+func serverCounts(admin *redis.Client) (reads, cmds float64) {
+	info, err := admin.Info(context.Background(), "stats", "commandstats").Result()
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "total_reads_processed" {
+			reads, _ = strconv.ParseFloat(v, 64)
+		} else if strings.HasPrefix(k, "cmdstat_") && k != "cmdstat_info" {
+			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+			n, _ := strconv.ParseFloat(calls, 64)
+			cmds += n
+		}
+	}
+	return reads, cmds
 }
 
 // serverCPU returns the CPU time the server has used so far (INFO cpu:
