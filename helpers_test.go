@@ -322,39 +322,15 @@ func tryAcquireInTime(ctx context.Context, c *dlock.Client, name string, opts ..
 	}
 }
 
-// timerLag starts a probe that sleeps 5ms at a time; the func it returns
-// stops it and tells the longest it overslept: how late this machine ran a
-// timer's goroutine meanwhile.
-func timerLag() func() time.Duration {
-	stop, worst := make(chan struct{}), make(chan time.Duration, 1)
-	go func() {
-		var lag time.Duration
-		for {
-			at := time.Now()
-			select {
-			case <-stop:
-				worst <- lag
-				return
-			case <-time.After(5 * time.Millisecond):
-				lag = max(lag, time.Since(at)-5*time.Millisecond)
-			}
-		}
-	}()
-	return sync.OnceValue(func() time.Duration { close(stop); return <-worst })
-}
+// timerLag is TimerLag (export_test.go), which the package's own tests use
+// too.
+func timerLag() func() time.Duration { return dlock.TimerLag() }
 
-// lostToLag reports whether err, a watched lease's, is the loss that a
-// machine running timers lag late explains: its validity ran out before an
-// extension was answered, while timers ran more than a tenth of its ttl
-// late (a watchdog's round, TTL/3 after the last, has about two thirds of
-// the TTL to be answered, through several goroutines' wake-ups).
+// lostToLag is LostToLag (export_test.go), which the package's own tests
+// use too.
 func lostToLag(t *testing.T, err error, lag, ttl time.Duration) bool {
 	t.Helper()
-	if !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), "the lease's validity ran out before it was extended") || lag <= ttl/10 {
-		return false
-	}
-	t.Logf("a %v lease lost while timers ran up to %v late: %v", ttl, lag, err)
-	return true
+	return dlock.LostToLag(t, err, lag, ttl)
 }
 
 // closedWithin reports whether ch closes within d.
@@ -450,6 +426,18 @@ type mode struct {
 // quorum of 3 fresh nodes.
 func modes(t *testing.T, rdb redis.UniversalClient, quorum bool) []mode {
 	t.Helper()
+	// The default node timeout, TTL/50, is a few ms for these tests' short
+	// TTLs: too tight for a loaded machine. A test's own option wins.
+	return modesAt(t, rdb, quorum, 100*time.Millisecond)
+}
+
+// modesAt is modes, with the quorum's node timeout at nodeTimeout: far
+// above a loaded machine's round trip, for tests whose leases allow it
+// and whose point is not the node timeout. (A node that misses it makes
+// an acquisition fail, and leaves its grant on the other nodes to be
+// undone, which a retry may meet.)
+func modesAt(t *testing.T, rdb redis.UniversalClient, quorum bool, nodeTimeout time.Duration) []mode {
+	t.Helper()
 	plain := func(ctx context.Context) context.Context { return ctx }
 	ms := []mode{
 		{"plain", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
@@ -464,10 +452,8 @@ func modes(t *testing.T, rdb redis.UniversalClient, quorum bool) []mode {
 	}
 	if quorum {
 		_, nodes := startQuorum(t, 3)
-		// The default node timeout, TTL/50, is a few ms for these tests' short
-		// TTLs: too tight for a loaded machine. A test's own option wins.
 		ms = append(ms, mode{"quorum", func(tb testing.TB, o ...dlock.Option) *dlock.Client {
-			return newRedlock(tb, nodes, 100*time.Millisecond, o...)
+			return newRedlock(tb, nodes, nodeTimeout, o...)
 		}, plain})
 	}
 	return ms

@@ -2,8 +2,10 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,6 +76,7 @@ func cancelled(ctx context.Context) context.Context {
 func TestWatchdogRetryAfterAFailedRunKeepsToAShorterExtendMadeDuringIt(t *testing.T) {
 	t.Parallel()
 	extended := make(chan error, 1)
+	lag := TimerLag()
 	l := autoRuns(t, "shorter-during-a-failed-run", 6*time.Second, func(n int32, l *Lock, ctx context.Context) context.Context {
 		if n != 1 {
 			return ctx
@@ -81,16 +84,19 @@ func TestWatchdogRetryAfterAFailedRunKeepsToAShorterExtendMadeDuringIt(t *testin
 		extended <- l.Extend(context.Background(), 500*time.Millisecond)
 		return cancelled(ctx) // this run's extension fails
 	}, nil)
+	t.Cleanup(func() { lag() })
 	select {
 	case err := <-extended:
-		if err != nil {
+		if err != nil && !LostToLag(t, err, lag(), 500*time.Millisecond) {
 			t.Fatalf("Extend(500ms) during the watchdog's first run = %v", err)
+		} else if err != nil {
+			return // (no shorter lease to keep)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watchdog's first run did not start within 10s (TTL/3 is 2s)")
 	}
 	time.Sleep(1500 * time.Millisecond) // three times the shorter lease
-	if err := l.Err(); err != nil {
+	if err, worst := l.Err(), lag(); err != nil && !LostToLag(t, err, worst, 500*time.Millisecond) {
 		t.Fatalf("1.5s after Extend(500ms), with Redis answering, Err() = %v; want the watchdog to have kept the lease", err)
 	}
 }
@@ -149,7 +155,9 @@ func TestFailedShorterExtendDoesNotPutOffTheWatchdogsRetry(t *testing.T) {
 func TestWatchdogKeepsALeaseThroughNudgesAndExtendsOfEveryLength(t *testing.T) {
 	t.Parallel()
 	l := autoRuns(t, "nudged-and-extended", 900*time.Millisecond, func(_ int32, _ *Lock, ctx context.Context) context.Context { return ctx }, nil)
-	stop := make(chan struct{})
+	const shortest = 400 * time.Millisecond // of the lease times below
+	lag := TimerLag()
+	stop, extendErr := make(chan struct{}), make(chan error, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		r := rand.New(rand.NewPCG(1, 2))
@@ -170,90 +178,137 @@ func TestWatchdogKeepsALeaseThroughNudgesAndExtendsOfEveryLength(t *testing.T) {
 				return
 			case <-time.After(time.Duration(r.IntN(150)) * time.Millisecond):
 			}
-			ttl := time.Duration(400+r.IntN(600)) * time.Millisecond
+			ttl := shortest + time.Duration(r.IntN(600))*time.Millisecond
 			if err := l.Extend(context.Background(), ttl); err != nil {
-				t.Errorf("Extend(%v) = %v", ttl, err)
+				extendErr <- fmt.Errorf("Extend(%v) = %w", ttl, err) // (judged below)
 				return
 			}
 		}
 	})
 	deadline := time.Now().Add(4 * time.Second)
-	for time.Now().Before(deadline) {
-		if err := l.Err(); err != nil {
-			t.Errorf("lost with Redis answering: %v", err)
-			break
-		}
+	for time.Now().Before(deadline) && l.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}
 	close(stop)
 	wg.Wait()
+	worst := lag()
+	if err := l.Err(); err != nil && !LostToLag(t, err, worst, shortest) {
+		t.Errorf("lost with Redis answering: %v", err)
+	}
+	select {
+	case err := <-extendErr: // (an Extend that outlasted the validity it began with, or the loss)
+		if worst <= shortest/10 {
+			t.Error(err)
+		} else {
+			t.Logf("timers ran up to %v late: %v", worst, err)
+		}
+	default:
+	}
 }
 
 // Leases released at random moments of their watchdogs' runs, nudged and
 // extended meanwhile, start no watchdog run after their Release returned,
-// and leave no goroutine behind (leakcheck).
+// and leave no goroutine behind (leakcheck). A run starts when the watchdog
+// decides on it (l.checked); one decided before the Release may tell its
+// observers after, on a loaded machine.
 func TestNoWatchdogRunStartsAfterRelease(t *testing.T) {
 	t.Parallel()
 	leakcheck.Check(t)
 	rdb := redistest.Start(t).Client(t)
-	var mu sync.Mutex
-	released := map[*Lock]bool{}
-	var late atomic.Int32
-	var byName sync.Map // name -> *Lock
+	type run struct {
+		l  *Lock
+		at time.Time
+	}
+	var (
+		mu       sync.Mutex
+		runs     []run
+		returned = map[*Lock]time.Time{}
+		byName   sync.Map // name -> *Lock
+	)
 	obs := Observer{Start: func(ctx context.Context, e *Event) context.Context {
-		if e.Op != OpExtend || !e.Auto {
-			return ctx
-		}
-		if v, ok := byName.Load(e.Name); ok {
+		if v, ok := byName.Load(e.Name); ok && e.Op == OpExtend && e.Auto {
+			l := v.(*Lock)
+			l.mu.Lock()
+			r := run{l, l.checked} // (set by this run, as it was decided on)
+			l.mu.Unlock()
 			mu.Lock()
-			if released[v.(*Lock)] {
-				late.Add(1)
-			}
+			runs = append(runs, r)
 			mu.Unlock()
 		}
 		return ctx
 	}}
+	const shortest = 300 * time.Millisecond // of the lease times below
 	c, err := New(rdb, LeaseTTL(450*time.Millisecond), WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
+	lag := TimerLag()
 	r := rand.New(rand.NewPCG(5, 6))
 	var wg sync.WaitGroup
+	lost := make(chan error, 40)
 	for i := range 40 {
 		name := fmt.Sprintf("released-mid-run-%d", i)
-		l, err := c.TryAcquire(t.Context(), name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := acquireInTime(t, c, name)
 		byName.Store(name, l)
-		hold := time.Duration(r.IntN(600)) * time.Millisecond
-		nudges := r.IntN(5)
+		hold, nudges := time.Duration(r.IntN(600))*time.Millisecond, r.IntN(5)
 		wg.Go(func() {
 			end := time.Now().Add(hold)
 			for k := 0; time.Now().Before(end); k++ {
 				if k < nudges {
 					l.nudge()
 				} else if k%3 == 0 {
-					l.Extend(context.Background(), 300*time.Millisecond+time.Duration(k%4)*50*time.Millisecond)
+					l.Extend(context.Background(), shortest+time.Duration(k%4)*50*time.Millisecond)
 				}
 				time.Sleep(7 * time.Millisecond)
 			}
 			if err := l.Release(context.Background()); err != nil {
-				t.Errorf("Release of %s = %v", name, err)
+				lost <- fmt.Errorf("Release of %s = %w", name, err)
 			}
 			mu.Lock()
-			released[l] = true
+			returned[l] = time.Now()
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	time.Sleep(300 * time.Millisecond) // more than two watchdog periods
-	if n := late.Load(); n > 0 {
-		t.Errorf("%d watchdog runs started after their lease's Release returned", n)
+	worst := lag()
+	close(lost)
+	for err := range lost {
+		// A lease lost before its Release is no late run: on a machine
+		// that ran timers late by a tenth of the lease, it is no fault.
+		if !errors.Is(err, ErrNotHeld) || worst <= shortest/10 {
+			t.Error(err)
+		} else {
+			t.Logf("timers ran up to %v late: %v", worst, err)
+		}
 	}
+	mu.Lock()
+	for _, r := range runs {
+		if at, ok := returned[r.l]; ok && r.at.After(at) {
+			t.Errorf("a watchdog run of %s started %v after its Release returned", r.l.name, r.at.Sub(at))
+		}
+	}
+	mu.Unlock()
 	if err := c.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// acquireInTime is c.TryAcquire(name), tried again while its reply came
+// after the lease's validity (a short lease on a loaded machine).
+func acquireInTime(t *testing.T, c *Client, name string) *Lock {
+	t.Helper()
+	for range 10 {
+		l, err := c.TryAcquire(t.Context(), name)
+		if err == nil {
+			return l
+		}
+		if !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "the reply came after the lease's validity had run out") {
+			t.Fatal(err)
+		}
+	}
+	t.Fatalf("TryAcquire(%q): every reply came after the lease's validity", name)
+	return nil
 }
 
 // A watchdog timer that fires as it is re-armed later (a stale fire: its
