@@ -214,7 +214,7 @@ func TestHolderMetaRoundTrip(t *testing.T) {
 	_, rdb := setup(t)
 	host, _ := os.Hostname()
 	def := host + ":" + strconv.Itoa(os.Getpid())
-	for _, m := range modes(t, rdb, true) {
+	for _, m := range modesAt(t, rdb, true, time.Second) { // (leases of the default 10s)
 		for _, pipelining := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/pipelining=%v", m.name, pipelining), func(t *testing.T) {
 				ctx := m.ctx(t.Context())

@@ -336,7 +336,7 @@ func TestLockDelayPastMaxDurationKeepsHoldsExclusive(t *testing.T) {
 			cases[fmt.Sprintf("%s-fair=%v", k.name, fair)] = [2]take{tk, tn}
 		}
 	}
-	for _, m := range modes(t, rdb, true)[3:] { // (the quorum's)
+	for _, m := range modesAt(t, rdb, true, time.Second)[3:] { // (the quorum's; its lease the default 10s)
 		c := m.new(t, dlock.LockDelay(delay))
 		tk := func(name string) (*dlock.Lock, error) { return c.TryAcquire(ctx, name) }
 		cases[m.name] = [2]take{tk, tk}

@@ -472,7 +472,15 @@ func TestRedlockLostMajorityIsReported(t *testing.T) {
 		srvs[0].Restart() // back at once and empty: what Redlock forbids
 		srvs[1].Restart()
 		waitFor(5*time.Second, func() bool { return nodes[0].Ping(ctx).Err() == nil && nodes[1].Ping(ctx).Err() == nil })
-		b, err := newRedlock(t, nodes, 500*time.Millisecond, dlock.LeaseTTL(3*time.Second)).TryAcquire(ctx, "q")
+		// A node slow to answer the new Client (its first dial and script
+		// load on a fresh server) splits the vote, and the lock is refused
+		// as held (by node 2): the two empty nodes grant it once they
+		// answer in time.
+		bc := newRedlock(t, nodes, 500*time.Millisecond, dlock.LeaseTTL(3*time.Second))
+		b, err := bc.TryAcquire(ctx, "q")
+		for deadline := time.Now().Add(5 * time.Second); errors.Is(err, dlock.ErrNotAcquired) && time.Now().Before(deadline); {
+			b, err = bc.TryAcquire(ctx, "q")
+		}
 		if err != nil {
 			t.Fatalf("watchdog %v: second client's TryAcquire = %v, want a majority", watchdog, err)
 		}
@@ -782,7 +790,10 @@ func TestQuorumFenceOutlivesASkewedNode(t *testing.T) {
 	t.Parallel()
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
-	c := newRedlock(t, nodes, 0, dlock.WithAutoExtend(false), dlock.LeaseTTL(5*time.Second))
+	// (A node timeout far above a loaded machine's round trip: TTL/50,
+	// 100ms, is not, and an attempt a node missed leaves its grant on the
+	// others to be undone, which the next attempt may meet.)
+	c := newRedlock(t, nodes, time.Second, dlock.WithAutoExtend(false), dlock.LeaseTTL(5*time.Second))
 	name := "skewed-fence"
 	counter := "dlock:{" + name + "}:fence"
 
@@ -841,7 +852,7 @@ func TestQuorumFenceOutlivesASkewedNode(t *testing.T) {
 	}
 	defer l2.Release(ctx)
 	var f2 int64
-	for range 20 { // as the acquisition: two nodes may be slow to answer within TTL/50
+	for range 20 { // as the acquisition: two nodes may be slow to answer
 		if f2, err = l2.Fence(ctx); err == nil {
 			break
 		}
@@ -1469,7 +1480,12 @@ func TestRedlockCloseDoesNotWaitForAListUnderWay(t *testing.T) {
 	if err := stuck.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c := newRedlock(t, []redis.UniversalClient{direct[0], direct[1], stuck}, 0)
+	// A node that answers past the node timeout leaves work of the Client's
+	// in the background (the rest of its call, a retried release), which
+	// Close waits for and the stalled proxy would hold: the node timeout
+	// is far above a loaded machine's round trip (the default, TTL/50, is
+	// 200ms), so that nothing but the List is under way once it stalls.
+	c := newRedlock(t, []redis.UniversalClient{direct[0], direct[1], stuck}, 2*time.Second)
 	l, err := c.TryAcquire(ctx, "listed")
 	if err != nil {
 		t.Fatal(err)
