@@ -379,10 +379,17 @@ func TestCloseEndsBackgroundWork(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Acquire(ctx, name, dlock.MaxWait(100*time.Millisecond)); !errors.Is(err, dlock.ErrNotAcquired) {
+		// A wait that lasts until it listens for the release (on a loaded
+		// machine a short MaxWait may end before it subscribes).
+		wctx, stop := context.WithCancel(ctx)
+		waited := make(chan error, 1)
+		go func() { _, err := c.Acquire(wctx, name); waited <- err }()
+		listening := waitFor(10*time.Second, func() bool { return countGoroutines(t, "internal/pubsub") > 0 })
+		stop()
+		if err := <-waited; !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("sharded=%v: Acquire of a held lock = %v, want ErrNotAcquired", sharded, err)
 		}
-		if n := countGoroutines(t, "internal/pubsub"); n == 0 {
+		if !listening || countGoroutines(t, "internal/pubsub") == 0 {
 			t.Fatalf("sharded=%v: no pub/sub reader after a wait: the test proves nothing", sharded)
 		}
 		if err := c.Close(ctx); err != nil {
