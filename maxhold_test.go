@@ -188,6 +188,8 @@ func TestExtendStopsAtMaxHold(t *testing.T) {
 			what := fmt.Sprintf("%s, pipelining %v", m.name, pipelining)
 			c := m.new(t, dlock.LeaseTTL(300*time.Millisecond), dlock.WithAutoExtend(false), pipelined(pipelining))
 			name := fmt.Sprintf("extend-cap-%s-%v", m.name, pipelining)
+			lag := timerLag()
+			t.Cleanup(func() { lag() })
 			l, err := tryAcquireInTime(ctx, c, name, dlock.MaxHold(time.Second))
 			if err != nil {
 				t.Fatal(err)
@@ -199,6 +201,9 @@ func TestExtendStopsAtMaxHold(t *testing.T) {
 			sent := time.Now()
 			err = l.Extend(ctx, 10*time.Second)
 			trip := time.Since(sent)
+			if lerr := l.Err(); lerr != nil && lostToLag(t, lerr, lag(), 400*time.Millisecond) {
+				continue // (lapsed between the Extends: nothing to check at the cap)
+			}
 			if !errors.Is(err, dlock.ErrMaxHold) || errors.Is(err, dlock.ErrNotHeld) || l.Err() != nil {
 				t.Errorf("%s: Extend(10s) past the cap = %v (Err %v), want ErrMaxHold and still held", what, err, l.Err())
 			}
