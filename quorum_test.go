@@ -472,12 +472,19 @@ func TestRedlockLostMajorityIsReported(t *testing.T) {
 		srvs[0].Restart() // back at once and empty: what Redlock forbids
 		srvs[1].Restart()
 		waitFor(5*time.Second, func() bool { return nodes[0].Ping(ctx).Err() == nil && nodes[1].Ping(ctx).Err() == nil })
-		// A node slower than the node timeout to answer the new Client (its
-		// first dial and script load on a fresh server, on a loaded machine)
-		// splits the vote, and the lock is refused as held (by node 2); an
-		// attempt again meets the grant of the last not yet undone. Its
-		// node timeout is far above such a round trip.
-		b, err := newRedlock(t, nodes, 2*time.Second, dlock.LeaseTTL(3*time.Second)).TryAcquire(ctx, "q")
+		// The second client is another process's: its own connections (the
+		// pools of nodes hold connections to the killed servers, which
+		// fail at once), and a node timeout far above a loaded machine's
+		// round trip (a first dial and script load). Either one node
+		// failing splits the vote, and the lock is refused as held (by
+		// node 2).
+		var fresh []redis.UniversalClient
+		for _, s := range srvs {
+			n := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { n.Close() })
+			fresh = append(fresh, n)
+		}
+		b, err := newRedlock(t, fresh, 2*time.Second, dlock.LeaseTTL(3*time.Second)).TryAcquire(ctx, "q")
 		if err != nil {
 			t.Fatalf("watchdog %v: second client's TryAcquire = %v, want a majority", watchdog, err)
 		}
