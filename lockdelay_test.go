@@ -409,7 +409,12 @@ func TestQuorumNodeMissingExtensionsIsNotLockDelay(t *testing.T) {
 	}
 	const ttl, delay = time.Second, 2 * time.Second
 	holder := newRedlock(t, via, 400*time.Millisecond, dlock.LeaseTTL(ttl), dlock.LockDelay(delay))
-	inspect := newRedlock(t, nodes, 400*time.Millisecond, dlock.LockDelay(delay))
+	// Inspect reports the need-th longest copy of those that answered: with
+	// one of the two extended nodes past the node timeout (a loaded
+	// machine), that is the stale third copy, in lock-delay. Its node
+	// timeout is far above a loaded machine's round trip, so that all three
+	// answer (none goes through the stalled proxy).
+	inspect := newRedlock(t, nodes, 2*time.Second, dlock.LockDelay(delay))
 	l, err := holder.TryAcquire(ctx, "minority")
 	if err != nil {
 		t.Fatal(err)
