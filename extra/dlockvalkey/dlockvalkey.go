@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -150,7 +151,7 @@ func build(b valkey.Builder, args []any, cluster bool) (valkey.Completed, error)
 		switch {
 		case !ok:
 			return valkey.Completed{}, fmt.Errorf("dlockvalkey: argument %d of %v: unsupported type %T", i, args[0], a)
-		case i == 0 && (v == "" || len(v) >= 9 && strings.EqualFold(v[len(v)-9:], "subscribe")):
+		case i == 0 && (v == "" || subscribes(v)):
 			return valkey.Completed{}, fmt.Errorf("dlockvalkey: command %q is not supported by Do", v)
 		case i == 0 && v == "evalsha":
 			v = "EVALSHA" // (Build upper-cases the name, an allocation unless it is already)
@@ -162,6 +163,18 @@ func build(b valkey.Builder, args []any, cluster bool) (valkey.Completed, error)
 		}
 	}
 	return cmd.Build(), nil
+}
+
+// subscribes reports whether Build would refuse name, with a panic: upper-
+// cased (strings.ToUpper, where "ſ" is "S"), it ends in SUBSCRIBE. An ASCII
+// name is read without the copy that upper-casing would make.
+func subscribes(name string) bool {
+	for i := range len(name) {
+		if name[i] >= utf8.RuneSelf {
+			return strings.HasSuffix(strings.ToUpper(name), "SUBSCRIBE")
+		}
+	}
+	return len(name) >= 9 && strings.EqualFold(name[len(name)-9:], "subscribe")
 }
 
 // reply converts a result to driver's form.

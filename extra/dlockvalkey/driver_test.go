@@ -467,3 +467,30 @@ func shardedPubSub(t *testing.T, ctx context.Context, c valkey.Client, conn driv
 	}
 	expect(t, ps, driver.Message{Kind: "sunsubscribe", Channel: ch})
 }
+
+// TestSubscribeNamesAreRefusedWithoutPanic pins that every name valkey's
+// Build refuses with a panic (one that, upper-cased, ends in SUBSCRIBE:
+// "ſ" upper-cases to "S", "ı" to "I") is refused by Do and DoMulti with an
+// error instead, as an ASCII one is.
+func TestSubscribeNamesAreRefusedWithoutPanic(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.TCP())
+	conn := Conn(client(t, s.Addr()))
+	ctx := ctxT(t, 10*time.Second)
+	for _, name := range []string{"SUBSCRIBE", "psubscribe", "sUnSubscribe", "ſubscribe", "xſubscribe", "SUBSCRıBE", "punſubſcrıbe"} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("Do(%q) panicked: %v", name, r)
+				}
+			}()
+			if _, err := conn.Do(ctx, name, "x"); err == nil {
+				t.Errorf("Do(%q) was accepted", name)
+			}
+			rs := conn.DoMulti(ctx, []any{name, "x"}, []any{"PING"})
+			if len(rs) != 2 || rs[0].Err == nil || rs[1].Err != nil || rs[1].Val != "PONG" {
+				t.Errorf("DoMulti(%q, PING): %#v", name, rs)
+			}
+		}()
+	}
+}
