@@ -128,8 +128,8 @@ func endpoint(m rueidis.RedisMessage) (string, error) {
 	return fmt.Sprintf("%s:%d", host, port), nil
 }
 
-// build makes a command of args. Its keys (driver.Keys) are marked on a
-// Cluster only, for routing: elsewhere rueidis would spread the commands
+// build makes a command of args. Its first key (driver.Keys) is marked on
+// a Cluster only, for routing: elsewhere rueidis would spread the commands
 // with keys over its connections at random, where those without share the
 // first one's writes, fuller ones that Redis reads fewer times.
 func build(b rueidis.Builder, args []any, cluster bool) (rueidis.Completed, error) {
@@ -141,7 +141,10 @@ func build(b rueidis.Builder, args []any, cluster bool) (rueidis.Completed, erro
 		if name, _ := driver.String(args[0]); strings.HasPrefix(strings.ToLower(name), "eval") {
 			first = 3 // (EVAL, EVALSHA and their _RO forms: the keys follow the script and their count)
 		}
-		keys = len(driver.Keys(args))
+		// Only the first key is marked: it routes the command, and Redis
+		// refuses keys in several slots (CROSSSLOT), where rueidis's
+		// builder would panic.
+		keys = min(len(driver.Keys(args)), 1)
 	}
 	cmd := b.Arbitrary()
 	for i, a := range args {

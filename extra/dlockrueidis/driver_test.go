@@ -492,3 +492,48 @@ func TestSubscribeNamesAreRefusedWithoutPanic(t *testing.T) {
 		}()
 	}
 }
+
+// TestClusterCrossSlotScriptIsRefusedByRedisNotPanicked pins that a script
+// whose keys live in different slots of a Cluster is routed by its first
+// key and refused by Redis (CROSSSLOT), as go-redis has it, by Do and
+// DoMulti alike, instead of a panic in rueidis's builder; a script whose
+// keys share a slot still runs.
+func TestClusterCrossSlotScriptIsRefusedByRedisNotPanicked(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds a Cluster")
+	}
+	var addrs []string
+	for _, n := range redistest.StartCluster(t, 3, 0) {
+		addrs = append(addrs, n.Addr())
+	}
+	conn := Conn(client(t, addrs...))
+	ctx := ctxT(t, 60*time.Second)
+	const script = "return redis.call('MGET', KEYS[1], KEYS[2])"
+	crossSlot := func(what string, err error) {
+		t.Helper()
+		var de driver.Error
+		if !errors.As(err, &de) || !strings.HasPrefix(string(de), "CROSSSLOT") {
+			t.Errorf("%s of keys in two slots: %v, want Redis's CROSSSLOT", what, err)
+		}
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("panicked: %v", r)
+			}
+		}()
+		_, err := conn.Do(ctx, "EVAL", script, 2, "a", "b")
+		crossSlot("EVAL", err)
+		_, err = conn.Do(ctx, "eval_ro", script, 2, "a", "b")
+		crossSlot("eval_ro", err)
+		rs := conn.DoMulti(ctx, []any{"EVAL", script, 2, "a", "b"}, []any{"EVAL", script, 2, "{a}1", "{a}2"})
+		if len(rs) != 2 {
+			t.Fatalf("DoMulti: %d replies", len(rs))
+		}
+		crossSlot("DoMulti's EVAL", rs[0].Err)
+		if v, ok := rs[1].Val.([]any); rs[1].Err != nil || !ok || len(v) != 2 {
+			t.Errorf("DoMulti's EVAL of keys in one slot: %#v, %v", rs[1].Val, rs[1].Err)
+		}
+	}()
+}
