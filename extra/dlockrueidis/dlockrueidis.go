@@ -22,7 +22,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/redis/rueidis"
 
@@ -149,13 +148,14 @@ func build(b rueidis.Builder, args []any, cluster bool) (rueidis.Completed, erro
 	cmd := b.Arbitrary()
 	for i, a := range args {
 		v, ok := driver.String(a)
+		if i == 0 && v == "evalsha" {
+			v = "EVALSHA" // (upper-casing the name, as Build and the check below do, copies it unless it is already)
+		}
 		switch {
 		case !ok:
 			return rueidis.Completed{}, fmt.Errorf("dlockrueidis: argument %d of %v: unsupported type %T", i, args[0], a)
-		case i == 0 && (v == "" || subscribes(v)):
+		case i == 0 && (v == "" || strings.HasSuffix(strings.ToUpper(v), "SUBSCRIBE")): // (as Build reads it, "ſ" as "S": it would panic)
 			return rueidis.Completed{}, fmt.Errorf("dlockrueidis: command %q is not supported by Do", v)
-		case i == 0 && v == "evalsha":
-			v = "EVALSHA" // (Build upper-cases the name, an allocation unless it is already)
 		}
 		if i >= first && i < first+keys {
 			cmd = cmd.Keys(v)
@@ -164,18 +164,6 @@ func build(b rueidis.Builder, args []any, cluster bool) (rueidis.Completed, erro
 		}
 	}
 	return cmd.Build(), nil
-}
-
-// subscribes reports whether Build would refuse name, with a panic: upper-
-// cased (strings.ToUpper, where "ſ" is "S"), it ends in SUBSCRIBE. An ASCII
-// name is read without the copy that upper-casing would make.
-func subscribes(name string) bool {
-	for i := range len(name) {
-		if name[i] >= utf8.RuneSelf {
-			return strings.HasSuffix(strings.ToUpper(name), "SUBSCRIBE")
-		}
-	}
-	return len(name) >= 9 && strings.EqualFold(name[len(name)-9:], "subscribe")
 }
 
 // reply converts a result to driver's form.
