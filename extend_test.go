@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,6 +127,68 @@ func TestExtendRefusedForGoodIsNotTriedAgain(t *testing.T) {
 		if err := l.Extend(ctx, ttl); !errors.Is(err, dlock.ErrNotHeld) || !closedWithin(l.Done(), 0) {
 			t.Errorf("Extend(%v) with a lock key of another type = %v, want ErrNotHeld and the loss told", ttl, err)
 		}
+	}
+}
+
+// An Extend that Redis refuses while it cannot persist (MISCONF: a failed
+// snapshot with stop-writes-on-bgsave-error, the default) is tried again, as
+// one refused for memory (OOM) is: the refusal passes with the next
+// snapshot that succeeds, and the extension then lands.
+func TestExtendRetriesWhileWritesAreRefusedForAFailedSnapshot(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	s := redistest.Start(t, redistest.Args("--save", "3600 1", "--enable-protected-configs", "yes"))
+	rdb := s.Client(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(20*time.Second))
+	l, err := c.TryAcquire(ctx, "ext-misconf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.WithoutCancel(ctx))
+	dir := rdb.ConfigGet(ctx, "dir").Val()["dir"]
+	gone := t.TempDir() + "/gone"
+	if err := errors.Join(os.Mkdir(gone, 0o700), rdb.ConfigSet(ctx, "dir", gone).Err(), os.Remove(gone)); err != nil {
+		t.Fatal(err)
+	}
+	info := func(section, field string) string {
+		for line := range strings.SplitSeq(rdb.Info(ctx, section).Val(), "\r\n") {
+			if v, ok := strings.CutPrefix(line, field+":"); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	rdb.BgSave(ctx) // fails: its directory is gone
+	if !waitFor(10*time.Second, func() bool { return info("persistence", "rdb_last_bgsave_status") == "err" }) {
+		t.Fatal("the snapshot did not fail")
+	}
+	if err := rdb.PExpire(ctx, "ext-misconf-probe", time.Second).Err(); err == nil || !strings.HasPrefix(err.Error(), "MISCONF") {
+		t.Fatalf("a write with the snapshot failed = %v, want MISCONF", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Extend(ctx, time.Minute) }()
+	// Once the extension was refused, the next snapshot succeeds.
+	if !waitFor(10*time.Second, func() bool {
+		n, _ := strconv.Atoi(strings.Split(strings.TrimPrefix(info("errorstats", "errorstat_MISCONF"), "count="), ",")[0])
+		return n >= 2 // (the probe's, then the extension's)
+	}) {
+		t.Fatal("the extension was not refused")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Extend refused while writes could not be persisted = %v, want it tried again once they can", err)
+	default:
+	}
+	if err := rdb.ConfigSet(ctx, "dir", dir).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.BgSave(ctx)
+	if err := <-done; err != nil {
+		t.Fatalf("Extend through a failed snapshot = %v, want nil once the next one succeeded", err)
+	}
+	if pttl := rdb.PTTL(ctx, l.Key()).Val(); pttl < 30*time.Second {
+		t.Errorf("PTTL after Extend(1m) = %v, want > 30s", pttl)
 	}
 }
 

@@ -13,8 +13,9 @@ import (
 // Transient reports whether err may go away if the call is tried again:
 // Redis did not answer, or refused a write for the time being (a replica
 // short under min-replicas-to-write, a failover under way, memory full, a
-// server loading its data or busy with a script). A quorum's may pass if
-// one of its nodes' errors may.
+// server loading its data or busy with a script, a failed snapshot or
+// append-only write, MISCONF, refusing writes until the next one succeeds).
+// A quorum's may pass if one of its nodes' errors may.
 func Transient(err error) bool {
 	if err == nil || errors.Is(err, ErrSuperseded) || closed(err) {
 		return false
@@ -26,7 +27,7 @@ func Transient(err error) bool {
 	if !errors.As(err, &rerr) {
 		return true // (no answer)
 	}
-	return slices.ContainsFunc([]string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"},
+	return slices.ContainsFunc([]string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MISCONF"},
 		func(p string) bool { return strings.HasPrefix(rerr.Error(), p) })
 }
 

@@ -41,7 +41,7 @@ func TestTransientSaysWhichErrorsMayPass(t *testing.T) {
 		{fmt.Errorf("extend: %w", &QuorumError{Op: "extend", Need: 2, Nodes: []error{replyError("WRONGTYPE of another type"), nil, io.EOF}}), true},
 		{&QuorumError{Op: "extend", Need: 2, Nodes: []error{replyError("WRONGTYPE of another type"), nil, replyError("WRONGTYPE of another type")}}, false},
 	}
-	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"} {
+	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MISCONF"} {
 		tests = append(tests, struct {
 			err  error
 			want bool
