@@ -133,14 +133,27 @@ func TestExtendRefusedForGoodIsNotTriedAgain(t *testing.T) {
 // An Extend that Redis refuses while it cannot persist (MISCONF: a failed
 // snapshot with stop-writes-on-bgsave-error, the default) is tried again, as
 // one refused for memory (OOM) is: the refusal passes with the next
-// snapshot that succeeds, and the extension then lands.
+// snapshot that succeeds, and the extension then lands. So it is without
+// scripts, where the refusal comes from the transaction's write.
 func TestExtendRetriesWhileWritesAreRefusedForAFailedSnapshot(t *testing.T) {
 	t.Parallel()
+	for _, m := range []struct {
+		name string
+		opts []dlock.Option
+	}{{"scripts", nil}, {"script-free", []dlock.Option{dlock.WithoutScripts()}}} {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			extendThroughAFailedSnapshot(t, m.opts...)
+		})
+	}
+}
+
+func extendThroughAFailedSnapshot(t *testing.T, opts ...dlock.Option) {
 	leakcheck.Check(t)
 	s := redistest.Start(t, redistest.Args("--save", "3600 1", "--enable-protected-configs", "yes"))
 	rdb := s.Client(t)
 	ctx := t.Context()
-	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(20*time.Second))
+	c := newClient(t, rdb, append(opts, dlock.WithAutoExtend(false), dlock.LeaseTTL(20*time.Second))...)
 	l, err := c.TryAcquire(ctx, "ext-misconf")
 	if err != nil {
 		t.Fatal(err)
