@@ -15,13 +15,14 @@ import (
 // short under min-replicas-to-write, a failover under way, memory full, a
 // server loading its data or busy with a script, a failed snapshot or
 // append-only write, MISCONF, refusing writes until the next one succeeds).
-// A quorum's may pass if one of its nodes' errors may.
+// A quorum's may pass if one of its nodes' errors may (a node's no is no
+// error that may pass).
 func Transient(err error) bool {
 	if err == nil || errors.Is(err, ErrSuperseded) || closed(err) {
 		return false
 	}
-	if q := (*QuorumError)(nil); errors.As(err, &q) {
-		return slices.ContainsFunc(q.Nodes, Transient)
+	if q := (*QuorumError)(nil); errors.As(err, &q) { // (a node's no, errRefused, is an answer: it stands)
+		return slices.ContainsFunc(q.Nodes, func(err error) bool { return err != errRefused && Transient(err) })
 	}
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {

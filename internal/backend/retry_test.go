@@ -40,6 +40,8 @@ func TestTransientSaysWhichErrorsMayPass(t *testing.T) {
 		{replyError("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
 		{fmt.Errorf("extend: %w", &QuorumError{Op: "extend", Need: 2, Nodes: []error{replyError("WRONGTYPE of another type"), nil, io.EOF}}), true},
 		{&QuorumError{Op: "extend", Need: 2, Nodes: []error{replyError("WRONGTYPE of another type"), nil, replyError("WRONGTYPE of another type")}}, false},
+		{&QuorumError{Op: "extend", Need: 2, Nodes: []error{errRefused, nil, replyError("WRONGTYPE of another type")}}, false}, // (a node's no stands)
+		{&QuorumError{Op: "extend", Need: 2, Nodes: []error{errRefused, nil, errNoAnswer}}, true},
 	}
 	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MISCONF"} {
 		tests = append(tests, struct {

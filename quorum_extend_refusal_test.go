@@ -1,0 +1,49 @@
+package dlock_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// A Redlock extension that no majority can grant however often it is sent
+// (one node no longer holds the lease, one refuses for good with a marker
+// of another type, one grants) ends after one round: a node's "not ours"
+// is an answer, not an error that may pass, so the extension is not tried
+// again until the validity runs short.
+func TestRedlockExtendRefusedByEveryNodeThatFailedEndsAfterOneRound(t *testing.T) {
+	t.Parallel()
+	_, nodes := startQuorum(t, 3)
+	ctx := t.Context()
+	c := newRedlock(t, nodes, 0, dlock.WithAutoExtend(false), dlock.LeaseTTL(20*time.Second))
+	l, err := c.TryAcquire(ctx, "ext-refused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	nodes[1].Del(ctx, l.Key())                                        // node 1: the lease is gone there
+	nodes[2].HSet(ctx, l.Key()+":r:"+l.Token(), "another", "program") // node 2: the marker is another type
+	calls := func() int {
+		info := nodes[0].Info(ctx, "commandstats").Val()
+		n := 0
+		for _, cmd := range []string{"evalsha", "eval"} {
+			if _, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":calls="); ok {
+				v, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				n += v
+			}
+		}
+		return n
+	}
+	before := calls()
+	err = l.Extend(ctx, 5*time.Second) // (shorter: a numbered extension, which reads the marker with GET)
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("Extend granted by one node of three = %v, want a QuorumError", err)
+	}
+	if n := calls() - before; n != 1 {
+		t.Errorf("node 0 ran %d scripts for an Extend that no retry could make win, want 1", n)
+	}
+}
