@@ -12,7 +12,7 @@ import (
 
 // Transient reports whether err may go away if the call is tried again:
 // Redis did not answer, or refused a write for the time being (a replica
-// short under min-replicas-to-write, a failover under way, memory full, a
+// short under min-replicas-to-write, a failover or a slot move under way, memory full, a
 // server loading its data or busy with a script, a failed snapshot or
 // append-only write, MISCONF, refusing writes until the next one succeeds).
 // A quorum's may pass if one of its nodes' errors may (a node's no is no
@@ -28,7 +28,7 @@ func Transient(err error) bool {
 	if !errors.As(err, &rerr) {
 		return true // (no answer)
 	}
-	return slices.ContainsFunc([]string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MISCONF"},
+	return slices.ContainsFunc([]string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MISCONF", "MOVED", "ASK"},
 		func(p string) bool { return strings.HasPrefix(rerr.Error(), p) })
 }
 

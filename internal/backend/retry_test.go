@@ -43,7 +43,7 @@ func TestTransientSaysWhichErrorsMayPass(t *testing.T) {
 		{&QuorumError{Op: "extend", Need: 2, Nodes: []error{errRefused, nil, replyError("WRONGTYPE of another type")}}, false}, // (a node's no stands)
 		{&QuorumError{Op: "extend", Need: 2, Nodes: []error{errRefused, nil, errNoAnswer}}, true},
 	}
-	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MISCONF"} {
+	for _, p := range []string{"NOREPLICAS", "READONLY", "OOM", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MISCONF", "MOVED", "ASK"} {
 		tests = append(tests, struct {
 			err  error
 			want bool
