@@ -992,10 +992,11 @@ func TestWithoutScriptsPipelineFailedUnsentFailsTheOperation(t *testing.T) {
 
 // Another program's values where a lease's keys are end a script-free
 // Lock's Release, Extend and Fence as they end a scripting one's: a lock
-// key replaced with a hash or a list is a lost lease, whatever the marker
-// holds; a marker of another type fails only a numbered extension of a
-// lease that still holds the lock (extend.lua reads the marker with GET,
-// and only then): one whose lock is gone or another's is not held.
+// key replaced with a hash or a list is a lost lease, but for a numbered
+// extension, which reads it with GET (WRONGTYPE), whatever the marker
+// holds; a marker of another type fails only a numbered
+// extension of a lease that still holds the lock (extend.lua reads the
+// marker only then): one whose lock is gone or another's is not held.
 func TestWithoutScriptsForeignValuesEndAsWithScripts(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
@@ -1019,10 +1020,10 @@ func TestWithoutScriptsForeignValuesEndAsWithScripts(t *testing.T) {
 		marker          bool             // a hash at the lease's marker
 		numbered, other error            // the numbered extension's outcome, the others'
 	}{
-		{"a hash at the lock key", func(key string) { rdb.HSet(ctx, key, "field", "value") }, false, dlock.ErrNotHeld, dlock.ErrNotHeld},
-		{"a list at the lock key", func(key string) { rdb.RPush(ctx, key, "x") }, false, dlock.ErrNotHeld, dlock.ErrNotHeld},
+		{"a hash at the lock key", func(key string) { rdb.HSet(ctx, key, "field", "value") }, false, dlock.ErrWrongType, dlock.ErrNotHeld},
+		{"a list at the lock key", func(key string) { rdb.RPush(ctx, key, "x") }, false, dlock.ErrWrongType, dlock.ErrNotHeld},
 		{"a hash at the marker", nil, true, dlock.ErrWrongType, nil},
-		{"a hash at the lock key and at the marker", func(key string) { rdb.HSet(ctx, key, "field", "value") }, true, dlock.ErrNotHeld, dlock.ErrNotHeld},
+		{"a hash at the lock key and at the marker", func(key string) { rdb.HSet(ctx, key, "field", "value") }, true, dlock.ErrWrongType, dlock.ErrNotHeld},
 		{"the lock gone, a hash at the marker", func(string) {}, true, dlock.ErrNotHeld, dlock.ErrNotHeld},
 		{"the lock another's, a hash at the marker", func(key string) { rdb.Set(ctx, key, "another-lease", time.Minute) }, true, dlock.ErrNotHeld, dlock.ErrNotHeld},
 	} {

@@ -151,20 +151,17 @@ func (t tx) lease(c *Claim, more ...[]any) (holder, mark string, r []*redis.Cmd,
 	return holder, mark, r[1:], err
 }
 
-// get reads the lock's holder with an MGET and the marker of the lease c
-// with a GET, in one round trip (see read), as a numbered extension does
-// (extend.lua): a key missing, or a lock key of another type, reads ""; a
-// marker of another type fails it (WRONGTYPE) only when the lock holds the
-// lease, since the script, finding that it does not, reads no further. It
-// returns no more replies (lease's signature).
+// get reads the lock's holder and the marker of the lease c with a GET
+// each, in one round trip (see read), as a numbered extension does
+// (extend.lua): a key missing reads ""; a lock key of another type fails
+// it (WRONGTYPE), and a marker of another type only when the lock holds
+// the lease, since the script, finding that it does not, reads no further.
+// It returns no more replies (lease's signature).
 func (t tx) get(c *Claim, _ ...[]any) (holder, mark string, _ []*redis.Cmd, err error) {
-	r, err := t.read([]any{"MGET", c.Lock}, []any{"GET", c.Rev})
-	v, herr := r[0].Slice()
-	if len(v) == 1 {
-		holder, _ = v[0].(string)
-	}
+	r, err := t.read([]any{"GET", c.Lock}, []any{"GET", c.Rev})
+	holder, herr := r[0].Text()
 	mark, _ = r[1].Text()
-	if holder != c.Token && herr == nil {
+	if holder != c.Token && (herr == nil || herr == redis.Nil) {
 		err = nil // the holder was read: the marker's error does not count
 	}
 	return holder, mark, nil, err
@@ -294,7 +291,7 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 	}
 	ms, arg := ttl.Milliseconds(), fmt.Sprint(c.seqArg(seq))
 	// Unnumbered, it never shortens the lease: no order to keep (see
-	// extend.lua). Numbered, it reads the marker with GET instead, as
+	// extend.lua). Numbered, it reads both keys with GET instead, as
 	// extend.lua does (see get).
 	read, writes := tx.lease, [][]any{{"pexpire", c.Lock, ms, "gt"}}
 	if seq > 0 {

@@ -8,7 +8,7 @@ var digests = map[string]string{
 	"acquire_fair":      "7628292f0d80c5469495142167a00eb7154ad0e2",
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
-	"extend":            "4b45f9b8a324248ae7592cd48e28f0a12f2c7c3e",
+	"extend":            "6b08af764f70303e7428e87108f32b86e6881140",
 	"extend_reentrant":  "b492e7043a93739508c91920ab151a6e643b7922",
 	"fence":             "354905fb9845a30d9673ac311e26e002e3a448c2",
 	"fence_current":     "5f65fffaeb357cac9dfadb993b14b28cab297b8d",

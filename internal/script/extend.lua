@@ -31,7 +31,7 @@ if ARGV[3] == '0' then
       redis.call('PEXPIRE', KEYS[4], ARGV[2], 'GT')
     end
   end
-elseif redis.call('MGET', KEYS[1])[1] == ARGV[1] then -- (MGET: a key of another type reads as not ours)
+elseif redis.call('GET', KEYS[1]) == ARGV[1] then
   r = superseded(KEYS[2], ARGV[3], ARGV[2])
   if r == 0 then
     r = 1
