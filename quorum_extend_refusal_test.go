@@ -25,6 +25,14 @@ func TestRedlockExtendRefusedByEveryNodeThatFailedEndsAfterOneRound(t *testing.T
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
+	// The acquire returned once a majority granted it: wait for every
+	// node's grant, one of which may still be on its way, before changing
+	// two nodes and counting node 0's calls.
+	for i, n := range nodes {
+		if !waitFor(5*time.Second, func() bool { return n.Exists(ctx, l.Key()).Val() == 1 }) {
+			t.Fatalf("node %d never granted the lease", i)
+		}
+	}
 	nodes[1].Del(ctx, l.Key())                                        // node 1: the lease is gone there
 	nodes[2].HSet(ctx, l.Key()+":r:"+l.Token(), "another", "program") // node 2: the marker is another type
 	calls := func() int {
