@@ -358,8 +358,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	if ttl == 0 {
 		ttl = l.ttl
 	}
-	atCap := l.atCap()
+	atCap, ended := l.atCap(), l.err
 	l.mu.Unlock()
+	if ended != nil {
+		return ended // released or lost while this call waited (a watchdog run decided before a Release)
+	}
 	l.c.b.Prepare(ctx, l.cl) // (nothing to do unless a server lost its scripts; its error, the extension's too)
 	start := time.Now()
 	t := l.terms(start, ttl, l.capAt)

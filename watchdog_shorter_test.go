@@ -375,3 +375,50 @@ func isOpenChan(ch <-chan struct{}) bool {
 		return true
 	}
 }
+
+// A watchdog run decided just before Release sends nothing to Redis once
+// Release has returned: when it takes its turn it finds the Lock released,
+// and its extension ends with ErrReleased, as Redis would have answered.
+func TestWatchdogRunDecidedBeforeReleaseSendsNothingAfterIt(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	rdb := redistest.Start(t).Client(t)
+	var held atomic.Pointer[Lock]
+	released, ended := make(chan error, 1), make(chan error, 1)
+	obs := Observer{
+		Start: func(ctx context.Context, e *Event) context.Context {
+			if l := held.Load(); l != nil && e.Op == OpExtend && e.Auto {
+				// The run is decided: Release runs, and returns, before its extension.
+				released <- l.Release(context.Background())
+				rdb.ConfigResetStat(context.Background())
+			}
+			return ctx
+		},
+		End: func(_ context.Context, e *Event) {
+			if l := held.Load(); l != nil && e.Op == OpExtend && e.Auto && l.Err() != nil {
+				ended <- e.Err // (once: a released Lock's watchdog runs no more)
+			}
+		},
+	}
+	c, err := New(rdb, LeaseTTL(900*time.Millisecond), WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Store(acquireInTime(t, c, "released-before-the-run-extends"))
+	if err := <-released; err != nil {
+		t.Fatalf("Release during the run's start = %v, want nil", err)
+	}
+	if err := <-ended; !errors.Is(err, ErrReleased) {
+		t.Errorf("the run's extension after the Release = %v, want ErrReleased", err)
+	}
+	stats, err := rdb.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stats, "cmdstat_eval") {
+		t.Errorf("Redis ran a script after the Release returned:\n%s", stats)
+	}
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
