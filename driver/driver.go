@@ -28,9 +28,11 @@ type Conn interface {
 	// running (a lock's clean lease relies on it). A failure to connect
 	// wraps a *net.OpError whose Op is "dial"; a reply lost to a broken or
 	// timed-out connection wraps io.EOF or a net.Error; a closed client
-	// returns [ErrClosed]. It should end with ctx; where the client makes
-	// it wait longer (for a dial another command started), dlock leaves
-	// it when ctx ends, for a while after a call failed without a reply.
+	// returns [ErrClosed]; a command refused before it was sent (an
+	// argument it cannot send) wraps [ErrNotSent]. It should end with
+	// ctx; where the client makes it wait longer (for a dial another
+	// command started), dlock leaves it when ctx ends, for a while after
+	// a call failed without a reply.
 	Do(ctx context.Context, args ...any) (any, error)
 	// DoMulti sends cmds, each once, in one write on one connection to
 	// one server, and returns their replies in order. dlock calls it only
@@ -114,6 +116,11 @@ func (Error) RedisError() {}
 
 // ErrClosed is returned by a Conn or PubSub that was closed.
 var ErrClosed = errors.New("driver: client closed")
+
+// ErrNotSent is wrapped by the error of a command that a Conn refused
+// before sending it: Redis never saw it, and dlock does not take it for a
+// lost reply.
+var ErrNotSent = errors.New("not sent")
 
 // String returns the wire form of a command argument (see the package
 // doc); ok is false for a type dlock never sends.

@@ -131,13 +131,13 @@ func (c conn) get(ctx context.Context) (redis.Conn, error) {
 // its wire form (redigo would print a *string's address).
 func command(args []any) (string, []any, error) {
 	if len(args) == 0 {
-		return "", nil, errors.New("dlockredigo: empty command")
+		return "", nil, fmt.Errorf("%w: dlockredigo: empty command", driver.ErrNotSent)
 	}
 	strs := make([]any, len(args))
 	for i, a := range args {
 		s, ok := driver.String(a)
 		if !ok {
-			return "", nil, fmt.Errorf("dlockredigo: argument %d of type %T cannot be sent", i, a)
+			return "", nil, fmt.Errorf("%w: dlockredigo: argument %d of type %T cannot be sent", driver.ErrNotSent, i, a)
 		}
 		strs[i] = s
 	}

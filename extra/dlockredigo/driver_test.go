@@ -70,14 +70,14 @@ func TestBadCommandsAreRefusedAndOthersRun(t *testing.T) {
 	t.Parallel()
 	c := dlockredigo.Conn(newPool(t, redistest.Start(t, redistest.TCP()).Addr()))
 	ctx := within(t, 10*time.Second)
-	if _, err := c.Do(ctx); err == nil {
-		t.Error("an empty command was accepted")
+	if _, err := c.Do(ctx); !errors.Is(err, driver.ErrNotSent) {
+		t.Errorf("an empty command: %v, want it refused unsent (driver.ErrNotSent)", err)
 	}
-	if _, err := c.Do(ctx, "SET", "k", 1.5); err == nil {
-		t.Error("a float64 argument was accepted")
+	if _, err := c.Do(ctx, "SET", "k", 1.5); !errors.Is(err, driver.ErrNotSent) {
+		t.Errorf("a float64 argument: %v, want it refused unsent (driver.ErrNotSent)", err)
 	}
 	rs := c.DoMulti(ctx, []any{"SET", "k", "v"}, nil, []any{"GET", "k", struct{}{}}, []any{"BADCMD"}, []any{"GET", "k"})
-	if len(rs) != 5 || rs[0].Val != "OK" || rs[1].Err == nil || rs[2].Err == nil || rs[4].Val != "v" || rs[4].Err != nil {
+	if len(rs) != 5 || rs[0].Val != "OK" || !errors.Is(rs[1].Err, driver.ErrNotSent) || !errors.Is(rs[2].Err, driver.ErrNotSent) || rs[4].Val != "v" || rs[4].Err != nil {
 		t.Fatalf("DoMulti = %+v", rs)
 	}
 	var derr driver.Error

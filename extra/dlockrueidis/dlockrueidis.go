@@ -133,7 +133,7 @@ func endpoint(m rueidis.RedisMessage) (string, error) {
 // first one's writes, fuller ones that Redis reads fewer times.
 func build(b rueidis.Builder, args []any, cluster bool) (rueidis.Completed, error) {
 	if len(args) == 0 {
-		return rueidis.Completed{}, errors.New("dlockrueidis: empty command")
+		return rueidis.Completed{}, fmt.Errorf("%w: dlockrueidis: empty command", driver.ErrNotSent)
 	}
 	first, keys := 1, 0
 	if cluster {
@@ -153,9 +153,9 @@ func build(b rueidis.Builder, args []any, cluster bool) (rueidis.Completed, erro
 		}
 		switch {
 		case !ok:
-			return rueidis.Completed{}, fmt.Errorf("dlockrueidis: argument %d of %v: unsupported type %T", i, args[0], a)
+			return rueidis.Completed{}, fmt.Errorf("%w: dlockrueidis: argument %d of %v: unsupported type %T", driver.ErrNotSent, i, args[0], a)
 		case i == 0 && (v == "" || strings.HasSuffix(strings.ToUpper(v), "SUBSCRIBE")): // (as Build reads it, "ſ" as "S": it would panic)
-			return rueidis.Completed{}, fmt.Errorf("dlockrueidis: command %q is not supported by Do", v)
+			return rueidis.Completed{}, fmt.Errorf("%w: dlockrueidis: command %q is not supported by Do", driver.ErrNotSent, v)
 		}
 		if i >= first && i < first+keys {
 			cmd = cmd.Keys(v)

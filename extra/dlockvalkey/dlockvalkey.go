@@ -135,7 +135,7 @@ func endpoint(m valkey.ValkeyMessage) (string, error) {
 // first one's writes, fuller ones that Redis reads fewer times.
 func build(b valkey.Builder, args []any, cluster bool) (valkey.Completed, error) {
 	if len(args) == 0 {
-		return valkey.Completed{}, errors.New("dlockvalkey: empty command")
+		return valkey.Completed{}, fmt.Errorf("%w: dlockvalkey: empty command", driver.ErrNotSent)
 	}
 	first, keys := 1, 0
 	if cluster {
@@ -155,9 +155,9 @@ func build(b valkey.Builder, args []any, cluster bool) (valkey.Completed, error)
 		}
 		switch {
 		case !ok:
-			return valkey.Completed{}, fmt.Errorf("dlockvalkey: argument %d of %v: unsupported type %T", i, args[0], a)
+			return valkey.Completed{}, fmt.Errorf("%w: dlockvalkey: argument %d of %v: unsupported type %T", driver.ErrNotSent, i, args[0], a)
 		case i == 0 && (v == "" || strings.HasSuffix(strings.ToUpper(v), "SUBSCRIBE")): // (as Build reads it, "ſ" as "S": it would panic)
-			return valkey.Completed{}, fmt.Errorf("dlockvalkey: command %q is not supported by Do", v)
+			return valkey.Completed{}, fmt.Errorf("%w: dlockvalkey: command %q is not supported by Do", driver.ErrNotSent, v)
 		}
 		if i >= first && i < first+keys {
 			cmd = cmd.Keys(v)

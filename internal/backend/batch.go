@@ -75,9 +75,9 @@ func (*call) NoRetry() bool { return true }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-// ErrNotSent reports a call abandoned before it was sent: it never reached
-// Redis, so there is nothing to undo.
-var ErrNotSent = errors.New("not sent")
+// ErrNotSent reports a call abandoned (or a driver's command refused)
+// before it was sent: it never reached Redis, so there is nothing to undo.
+var ErrNotSent = driver.ErrNotSent
 
 // NotSent is err, the cause of a call abandoned before it was sent,
 // wrapped with ErrNotSent.

@@ -86,9 +86,11 @@ func noted[T any](v T, err error) (T, error) {
 	return v, err
 }
 
-// noReply reports whether err says that a call got no reply.
+// noReply reports whether err says that a call got no reply: it is
+// neither a reply (an error reply, a closed client) nor a refusal of the
+// driver's before the call was sent (ErrNotSent).
 func noReply(err error) bool {
-	return err != nil && !errors.As(err, new(driver.Error)) && !errors.Is(err, driver.ErrClosed)
+	return err != nil && !errors.As(err, new(driver.Error)) && !errors.Is(err, driver.ErrClosed) && !errors.Is(err, ErrNotSent)
 }
 
 func (g guard) Do(ctx context.Context, args ...any) (any, error) {

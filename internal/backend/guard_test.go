@@ -29,6 +29,7 @@ func TestNoReplyIsNeitherAnErrorReplyNorAClosedClient(t *testing.T) {
 		{driver.Error("NOSCRIPT No matching script"), false},
 		{fmt.Errorf("wrapped: %w", driver.Error("ERR x")), false},
 		{fmt.Errorf("%w: %w", driver.ErrClosed, redis.ErrClosed), false},
+		{fmt.Errorf("%w: argument 2 of type float64", driver.ErrNotSent), false},
 		{io.EOF, true},
 		{context.DeadlineExceeded, true},
 	} {
@@ -123,5 +124,32 @@ func TestGuardAnswersEveryCommandOfADriverMissingReplies(t *testing.T) {
 		if r.Err == nil || !noReply(r.Err) || !strings.Contains(r.Err.Error(), "1 replies to 2 commands") {
 			t.Errorf("result %d = %v, %v; want an error that no reply came", i, r.Val, r.Err)
 		}
+	}
+}
+
+// A command that the driver refuses before sending it (an argument of a
+// type it cannot send) got no reply because it never left the client: its
+// error wraps ErrNotSent, and the calls after it are not guarded. (Not
+// parallel: it reads lastNoReply.)
+func TestGuardLeavesCallsUnguardedAfterADriversOwnRefusal(t *testing.T) {
+	was := lastNoReply.Swap(0)
+	t.Cleanup(func() { lastNoReply.Store(was) })
+	s := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	g := guard{goredisdriver.Conn(rdb)}
+	if _, err := g.Do(t.Context(), "SET", "k", struct{}{}); !errors.Is(err, ErrNotSent) {
+		t.Errorf("Do(SET k struct{}{}) = %v, want ErrNotSent", err)
+	}
+	for i, r := range g.DoMulti(t.Context(), []any{"SET", "k", "v"}, []any{"SET", "k", struct{}{}}) {
+		if !errors.Is(r.Err, ErrNotSent) {
+			t.Errorf("DoMulti's result %d, beside a refused command = %v, want ErrNotSent", i, r.Err)
+		}
+	}
+	if troubled() {
+		t.Errorf("after the driver's refusals, calls are guarded (lastNoReply %d), want not", lastNoReply.Load())
+	}
+	if v, err := g.Do(t.Context(), "GET", "k"); v != nil || err != nil {
+		t.Errorf("GET k = %v, %v, want nil, nil: nothing was sent", v, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,9 @@ type Once struct{ redis.Cmder }
 func (Once) NoRetry() bool { return true }
 
 func (c conn) Do(ctx context.Context, args ...any) (any, error) {
+	if err := refused(args); err != nil {
+		return nil, err
+	}
 	cmd := redis.NewCmd(ctx, args...)
 	c.rdb.Process(ctx, c.sent(cmd))
 	return c.reply(cmd)
@@ -67,7 +71,28 @@ func (c conn) reply(cmd *redis.Cmd) (any, error) {
 	return v, err
 }
 
+// refused is the error of a command with an argument of a type that the
+// driver does not send (driver.String's are sent): it is refused unsent, as
+// go-redis refuses a type it cannot write, but marked so (driver.ErrNotSent).
+func refused(args []any) error {
+	for i, a := range args {
+		switch a.(type) {
+		case string, *string, []byte, int, int64: // (no wire form made: driver.String would copy)
+		default:
+			return fmt.Errorf("%w: argument %d of type %T cannot be sent", driver.ErrNotSent, i, a)
+		}
+	}
+	return nil
+}
+
+// DoMulti refuses every command, unsent, if one of them is refused, as
+// go-redis fails a pipeline whose write failed.
 func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
+	for _, args := range cmds {
+		if err := refused(args); err != nil {
+			return slices.Repeat([]driver.Result{{Err: err}}, len(cmds))
+		}
+	}
 	rs := make([]*redis.Cmd, len(cmds))
 	c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, args := range cmds {
