@@ -28,9 +28,12 @@ func NewNodeFrom(d driver.Conn, c Config) Node {
 // guard keeps a driver's calls to their contexts: some clients (rueidis)
 // make a command that finds its connection being dialled wait for that
 // dial, whatever its own context. From a call that failed without a reply
-// until troubleFor passes without another, each call runs on a goroutine
-// of its own and its caller leaves when its context ends (whether the
-// command was sent is then unknown). Healthy, a call reads one atomic.
+// (a guarded one as its caller leaves it in flight) until troubleFor
+// passes without another, each call runs on a goroutine of its own and its
+// caller leaves when its context ends (whether the command was sent is
+// then unknown). Healthy, a call reads one atomic; one that read it just
+// before a failure was recorded (the failed call's return and its record
+// are a moment apart) runs unguarded, as before any failure.
 type guard struct{ driver.Conn }
 
 // troubleFor is how long calls stay guarded after a failure: twice a
@@ -64,9 +67,9 @@ func guarded[T any](ctx context.Context, f func(context.Context) (T, error)) (T,
 	select {
 	case r := <-done:
 		return r.v, r.err
-	case <-ctx.Done():
+	case <-ctx.Done(): // (no reply: the trouble counts from now, not from when f ends)
 		var zero T
-		return zero, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err())
+		return noted(zero, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err()))
 	}
 }
 

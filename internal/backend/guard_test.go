@@ -153,3 +153,42 @@ func TestGuardLeavesCallsUnguardedAfterADriversOwnRefusal(t *testing.T) {
 		t.Errorf("GET k = %v, %v, want nil, nil: nothing was sent", v, err)
 	}
 }
+
+// A guarded call left in flight when its context ends failed without a
+// reply then, not when the driver's call ends: a call that checks the
+// guard after the earlier trouble would have ended, while the driver still
+// waits on the network for the first, is guarded too and leaves at its own
+// context's end. (Not parallel: it sets lastNoReply.)
+func TestGuardCountsACallLeftInFlightAsTroubleWhenItLeaves(t *testing.T) {
+	var rdb *redis.Client
+	t.Cleanup(func() { rdb.Close() })
+	leakcheck.Check(t)
+	was := lastNoReply.Swap(0)
+	t.Cleanup(func() { lastNoReply.Store(was) })
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	defer p.Cut() // (the calls left in flight end)
+	// (Its calls end at ReadTimeout, whatever their contexts.)
+	rdb = redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second, MaxRetries: -1})
+	g := guard{goredisdriver.Conn(rdb)}
+	if v, err := g.Do(t.Context(), "PING"); err != nil || v != "PONG" {
+		t.Fatalf("PING = %v, %v", v, err)
+	}
+	p.Stall()
+	ends := time.Now().Add(time.Second) // an earlier failure's trouble ends then
+	lastNoReply.Store(int64(time.Since(epoch) - troubleFor + time.Second))
+	call := func() (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := g.Do(ctx, "PING")
+		return time.Since(start), err
+	}
+	if _, err := call(); !errors.Is(err, ErrLeftInFlight) {
+		t.Fatalf("a call in the trouble = %v, want ErrLeftInFlight", err)
+	}
+	time.Sleep(time.Until(ends) + 50*time.Millisecond)
+	if took, err := call(); !errors.Is(err, ErrLeftInFlight) {
+		t.Errorf("a call after the earlier trouble's end, the first in flight = %v after %v, want ErrLeftInFlight at its context's end", err, took)
+	}
+}
