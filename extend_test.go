@@ -118,6 +118,52 @@ func TestExtendRefusedForGoodIsNotTriedAgain(t *testing.T) {
 	}
 }
 
+// A reentrant hold's and a semaphore permit's Extend that Redis refuses for
+// good (the key now holds a string) ends after one try, as a plain lock's
+// does: the hold's with the refusal (its script meets WRONGTYPE), the
+// permit's with the permit lost (its script finds no permit of the lease).
+func TestExtendOfAHoldOrAPermitRefusedForGoodIsNotTriedAgain(t *testing.T) {
+	t.Parallel()
+	for _, k := range []struct {
+		name string
+		take func(t *testing.T, rdb *redis.Client) (*dlock.Lock, error)
+		want error
+	}{
+		{"reentrant", func(t *testing.T, rdb *redis.Client) (*dlock.Lock, error) {
+			c := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
+			return asOwner(t, c, "job").TryAcquire(t.Context(), "ext-re")
+		}, dlock.ErrWrongType},
+		{"semaphore", func(t *testing.T, rdb *redis.Client) (*dlock.Lock, error) {
+			s, err := newClient(t, rdb, dlock.WithAutoExtend(false)).Semaphore("ext-sem", 2)
+			if err != nil {
+				return nil, err
+			}
+			return s.TryAcquire(t.Context())
+		}, dlock.ErrNotHeld},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			_, rdb := setup(t)
+			ctx := t.Context()
+			scripts := &atomic.Int32{}
+			rdb.AddHook(scriptCounter{scripts})
+			l, err := k.take(t, rdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb.Del(ctx, l.Key())
+			rdb.Set(ctx, l.Key(), "another program", 0)
+			scripts.Store(0)
+			if err := l.Extend(ctx, 2*time.Second); !errors.Is(err, k.want) {
+				t.Errorf("Extend of a key of another type = %v, want %v", err, k.want)
+			}
+			if n := scripts.Load(); n != 1 {
+				t.Errorf("Extend ran %d scripts against a definite refusal, want 1", n)
+			}
+		})
+	}
+}
+
 // An Extend that Redis refuses while it cannot persist (MISCONF: a failed
 // snapshot with stop-writes-on-bgsave-error, the default) is tried again, as
 // one refused for memory (OOM) is: the refusal passes with the next
