@@ -603,15 +603,24 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 // (or sent was set), while no connection can be made, a few times while
 // ctx lasts. The pause lets the client replace broken connections: a copy
 // sent at once can meet another dead one. It reports whether a command's
-// reply was lost (or sent), and returns the last command's reply.
+// reply was lost (or sent), and returns the last command's reply; if that
+// command was never sent, a lost reply's error before it: the outcome is
+// unknown, and the caller's record of a copy sent (Claim.ReleaseSent)
+// reads it from the error.
 func (n Node) again(ctx context.Context, sent bool, f func() (any, error)) (bool, any, error) {
 	v, err := f()
+	var lost error // the last lost reply's
 	for pause := 10 * time.Millisecond; n.retries && pause <= releasePauseMax && (ReplyLost(err) || sent && neverSent(err)); pause *= 4 {
-		sent = sent || ReplyLost(err)
+		if ReplyLost(err) {
+			sent, lost = true, err
+		}
 		if !sleepCtx(ctx, pause) {
 			break
 		}
 		v, err = f()
+	}
+	if lost != nil && neverSent(err) {
+		err = lost
 	}
 	return sent || ReplyLost(err), v, err
 }
