@@ -422,3 +422,50 @@ func TestWatchdogRunDecidedBeforeReleaseSendsNothingAfterIt(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An Extend of a user's that waits for the extension's turn (another
+// extension under way) while the Lock is released ends with ErrReleased
+// once it has the turn, and sends nothing to Redis after the Release.
+func TestExtendWaitingForItsTurnAcrossAReleaseSendsNothingAfterIt(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	rdb := redistest.Start(t).Client(t)
+	c, err := New(rdb, LeaseTTL(10*time.Second), WithAutoExtend(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := acquireInTime(t, c, "extend-waits-across-a-release")
+	if !l.take(t.Context(), extTurn) { // (an extension under way)
+		t.Fatal("the free extension turn was refused")
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- l.Extend(context.Background(), 20*time.Second) }()
+	waiting := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.waits) == 1
+	}
+	for !waiting() {
+		time.Sleep(time.Millisecond)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("Release while an Extend waits for its turn = %v, want nil", err)
+	}
+	if err := rdb.ConfigResetStat(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l.give(extTurn)
+	if err := <-ended; !errors.Is(err, ErrReleased) {
+		t.Errorf("Extend that took its turn after the Release = %v, want ErrReleased", err)
+	}
+	stats, err := rdb.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stats, "cmdstat_eval") {
+		t.Errorf("Redis ran a script after the Release returned:\n%s", stats)
+	}
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
