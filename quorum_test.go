@@ -307,12 +307,20 @@ func TestRedlockListWithANodeDown(t *testing.T) {
 	t.Parallel()
 	srvs, nodes := startQuorum(t, 3)
 	ctx := t.Context()
-	c := newRedlock(t, nodes, 0)
+	// A node timeout far above a loaded machine's round trip (the default,
+	// TTL/50, is 200ms): a live node that answers List's reads late is not
+	// the node down this test is about.
+	c := newRedlock(t, nodes, 2*time.Second)
 	l, err := c.TryAcquire(ctx, "listed")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
+	// The acquire returned once a majority granted it: the lease must be
+	// on nodes 1 and 2 (a grant may still be on its way) before node 0 goes.
+	if !waitFor(5*time.Second, func() bool { return keysOn(ctx, srvs, l.Key()) == 3 }) {
+		t.Fatal("the lease never reached all three nodes")
+	}
 	srvs[0].Kill()
 	infos, err := c.List(ctx, "*")
 	if err != nil || len(infos) != 1 || infos[0].Name != "listed" || !infos[0].Held {
