@@ -759,12 +759,19 @@ func TestQuorumUndoRetriesOnlyTheNodeThatFailed(t *testing.T) {
 	srvs, nodes := startQuorum(t, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(5*time.Second), dlock.WithUnfair(nil))
-	warm, err := c.TryAcquire(ctx, "qu-warm") // the scripts loaded on every node
+	// The scripts loaded on every node, by a Client closed before node 2's
+	// calls are counted: a node that answered its release after the node
+	// timeout still runs it then, and Close waits for that.
+	warmer := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(5*time.Second), dlock.WithUnfair(nil))
+	warm, err := warmer.TryAcquire(ctx, "qu-warm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	warm.Release(ctx)
+	if err := warmer.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(5*time.Second), dlock.WithUnfair(nil))
 	other, err := newClient(t, nodes[1], dlock.WithUnfair(nil)).TryAcquire(ctx, "qu")
 	if err != nil {
 		t.Fatal(err)
