@@ -1252,7 +1252,10 @@ func TestQuorumReleaseRetriedOnANodeThatFailed(t *testing.T) {
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx := t.Context()
 	ttl := 20 * time.Second
-	c := newRedlock(t, via, 100*time.Millisecond, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false))
+	// The node timeout is how long Release waits for the stalled node 2,
+	// and far above a loaded machine's round trip: nodes 0 and 1, which
+	// answer, must count (at 100ms all three went unanswered under load).
+	c := newRedlock(t, via, time.Second, dlock.LeaseTTL(ttl), dlock.WithAutoExtend(false))
 	l := takeWithin(t, ctx, c, "cut")
 	if !waitFor(5*time.Second, func() bool { n, _ := keyOnNodes(ctx, direct, "dlock:{cut}"); return n == 3 }) {
 		t.Fatal("the lease never reached all three nodes") // TryAcquire returns once two have it
