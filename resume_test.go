@@ -39,13 +39,26 @@ func TestResumeTakesOverTheLease(t *testing.T) {
 	if f := fenceOf(t, b); f <= oldFence {
 		t.Errorf("resumed fence %d, not above the old holder's %d", f, oldFence)
 	}
+	lag := timerLag()
+	defer lag()
 	time.Sleep(1500 * time.Millisecond) // past both TTLs: the resumed Lock's watchdog keeps it
 	if err := b.Err(); err != nil {
-		t.Fatalf("the resumed lease lapsed under its watchdog: %v", err)
+		if !lostToLag(t, err, lag(), 600*time.Millisecond) {
+			t.Fatalf("the resumed lease lapsed under its watchdog: %v", err)
+		}
+		return
 	}
 	other := newClient(t, rdb)
-	if _, err := other.TryAcquire(ctx, "handoff"); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire of the resumed lock = %v, want ErrNotAcquired", err)
+	if o, err := other.TryAcquire(ctx, "handoff"); !errors.Is(err, dlock.ErrNotAcquired) {
+		if err == nil {
+			defer o.Release(ctx)
+		}
+		// Taken: the lease lapsed after b.Err was read (an extension late),
+		// which the Lock then tells at its validity's end.
+		if err == nil && closedWithin(b.Done(), 2*time.Second) && lostToLag(t, b.Err(), lag(), 600*time.Millisecond) {
+			return
+		}
+		t.Fatalf("TryAcquire of the resumed lock = %v, want ErrNotAcquired (the resumed Lock's Err: %v)", err, b.Err())
 	}
 	if err := b.Release(ctx); err != nil {
 		t.Fatal(err)
