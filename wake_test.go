@@ -117,6 +117,12 @@ func TestRedlockWaiterWokenByRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The acquire returned once a majority granted it: a grant still on its
+	// way to node 0 would let the waiter win node 0 (and set no wake key
+	// there) instead of being refused.
+	if !waitFor(5*time.Second, func() bool { return nodes[0].Exists(t.Context(), l.Key()).Val() == 1 }) {
+		t.Fatal("the lease never reached node 0")
+	}
 	wokenByRelease(t, w, l, func() bool { return nodes[0].Exists(t.Context(), l.Key()+":w").Val() == 1 })
 }
 
