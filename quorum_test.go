@@ -955,7 +955,7 @@ func TestRedlockRefusedWaiterLeavesNoUndoGoroutines(t *testing.T) {
 	holder := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(ttl))
 	l := firstLease(t, holder, "pile")
 	srvs[2].Kill()
-	base := countGoroutines(t, "undoUntil")
+	base := countGoroutines(t, "backend.Retry+")
 	fast := func(int) time.Duration { return 10 * time.Millisecond }
 	waiter := newRedlock(t, nodes, 100*time.Millisecond, dlock.LeaseTTL(ttl), dlock.WithUnfair(fast))
 	before, _ := srvs[0].Do(ctx, "INFO", "commandstats")
@@ -974,16 +974,16 @@ func TestRedlockRefusedWaiterLeavesNoUndoGoroutines(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	afterStats, _ := srvs[0].Do(ctx, "INFO", "commandstats")
 	t.Logf("node 0 commandstats before:\n%v\nafter 10 waiters x 1.5s + 3s:\n%v", before, afterStats)
-	after := countGoroutines(t, "undoUntil") - base
-	t.Logf("undoUntil goroutines 3s after 10 Acquire waits of 1.5s each were refused throughout (no node ever granted): %d", after)
-	later := countGoroutines(t, "undoUntil") - base
+	after := countGoroutines(t, "backend.Retry+") - base
+	t.Logf("background clean-up goroutines 3s after 10 Acquire waits of 1.5s each were refused throughout (no node ever granted): %d", after)
+	later := countGoroutines(t, "backend.Retry+") - base
 	t.Logf("... and at the next count: %d", later)
 	if after > 5 {
 		t.Errorf("%d background undo goroutines left behind by one Acquire that was refused on every answering node (nothing to undo)", after)
 	}
 	l.Release(ctx)
 	// let the goroutines drain so the leakcheck does not fire
-	waitFor(12*time.Second, func() bool { return countGoroutines(t, "undoUntil") <= base })
+	waitFor(12*time.Second, func() bool { return countGoroutines(t, "backend.Retry+") <= base })
 }
 
 // Quorum + pipelining: requests to two nodes are delayed past the per-node
