@@ -104,6 +104,7 @@ func (c *Client) end(ctx context.Context, e *Event, began time.Time, err error) 
 		c.obs.acquired.Add(1)
 	case e.Op == OpAcquire && errors.Is(err, ErrNotAcquired):
 		c.obs.notAcquired.Add(1)
+	case overtaken(e):
 	case e.Op == OpExtend && err != nil:
 		c.obs.extendFailed.Add(1)
 	case e.Op == OpRelease && err == nil && e.Held > 0:
@@ -113,6 +114,10 @@ func (c *Client) end(ctx context.Context, e *Event, began time.Time, err error) 
 	}
 	c.obs.notify(ctx, e)
 }
+
+// overtaken reports whether e is the end of a watchdog run that found its
+// Lock released once it had its turn: nothing was sent, and nothing failed.
+func overtaken(e *Event) bool { return e.Auto && e.Err == ErrReleased }
 
 // waitingFor tells the observers that an Acquire of name starts (+1) or
 // stops (-1) waiting.
@@ -188,7 +193,7 @@ func SlogObserver(l *slog.Logger) Observer {
 			level, msg = slog.LevelWarn, "dlock: server clock disagrees"
 		case e.Op == OpDeadlock:
 			level, msg = slog.LevelError, "dlock: deadlock"
-		case e.Op == OpExtend && e.Err == nil:
+		case e.Op == OpExtend && e.Err == nil, overtaken(e):
 			return // the watchdog's routine
 		case e.Err == nil:
 		case e.Op == OpExtend:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -410,6 +411,14 @@ func TestWatchdogRunDecidedBeforeReleaseSendsNothingAfterIt(t *testing.T) {
 	}
 	if err := <-ended; !errors.Is(err, ErrReleased) {
 		t.Errorf("the run's extension after the Release = %v, want ErrReleased", err)
+	}
+	if s := c.Stats(); s.ExtendFailed != 0 || s.Errors != 0 {
+		t.Errorf("a run overtaken by the Release counted as a failure: ExtendFailed %d, Errors %d", s.ExtendFailed, s.Errors)
+	}
+	var logged strings.Builder
+	SlogObserver(slog.New(slog.NewTextHandler(&logged, nil))).End(t.Context(), &Event{Op: OpExtend, Name: "x", Auto: true, Err: ErrReleased})
+	if logged.Len() > 0 {
+		t.Errorf("a run overtaken by the Release was logged: %s", logged.String())
 	}
 	stats, err := rdb.Info(t.Context(), "commandstats").Result()
 	if err != nil {
