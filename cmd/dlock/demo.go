@@ -200,7 +200,7 @@ func newRunID() string { return fmt.Sprintf("%08x", rand.Uint32()) }
 func runDemo(ctx context.Context, cfg demoConfig, pass demoPass, rdb redis.UniversalClient, db *taskDB, stderr io.Writer) (*demoResult, error) {
 	run := newRunID()
 	k := keysForRun(run)
-	defer rdb.Del(context.WithoutCancel(ctx), k.queue, k.seen, k.acq, k.taken)
+	defer rdb.Del(context.WithoutCancel(ctx), k.queue, k.seen, k.acq, k.taken, k.ready)
 	if err := db.reset(ctx, cfg.tasks); err != nil {
 		return nil, err
 	}
@@ -224,7 +224,10 @@ func runDemo(ctx context.Context, cfg demoConfig, pass demoPass, rdb redis.Unive
 	for i := range cfg.schedulers {
 		sc := schedConfig{redisURL: cfg.redisURL, dbDSN: cfg.dbDSN, run: run, id: i, batch: cfg.batch,
 			ttl: cfg.ttl, prep: 2 * time.Millisecond, stuck: 4 * time.Second,
-			noLock: !locked, victim: cfg.chaos && i == 0}
+			noLock: !locked, victim: cfg.chaos && i == 0, together: cfg.schedulers}
+		if cfg.chaos {
+			sc.together = 1 // (the victim goes first: see below)
+		}
 		cmd := exec.Command(exe, sc.args()...)
 		cmd.Stderr = stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the demo

@@ -24,6 +24,7 @@ const demoLockName = "batch:task:list"
 type schedConfig struct {
 	redisURL, dbDSN, run string
 	id, batch            int
+	together             int // the schedulers that start together: each waits until that many are ready
 	ttl, prep, stuck     time.Duration
 	noLock, victim       bool
 }
@@ -33,6 +34,7 @@ func (c schedConfig) args() []string {
 		"--redis", c.redisURL, "--db", c.dbDSN, "--run", c.run,
 		"--id", fmt.Sprint(c.id), "--batch", fmt.Sprint(c.batch),
 		"--ttl", c.ttl.String(), "--prep", c.prep.String(), "--stuck", c.stuck.String(),
+		"--together", fmt.Sprint(c.together),
 	}
 	if c.noLock {
 		a = append(a, "--no-lock")
@@ -44,11 +46,11 @@ func (c schedConfig) args() []string {
 }
 
 // demoKeys are the Redis keys of one demo run.
-type demoKeys struct{ queue, seen, acq, taken string }
+type demoKeys struct{ queue, seen, acq, taken, ready string }
 
 func keysForRun(run string) demoKeys {
 	p := "dlock-demo:" + run + ":"
-	return demoKeys{queue: p + "queue", seen: p + "seen", acq: p + "acquisitions", taken: p + "taken"}
+	return demoKeys{queue: p + "queue", seen: p + "seen", acq: p + "acquisitions", taken: p + "taken", ready: p + "ready"}
 }
 
 func cmdScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -60,6 +62,7 @@ func cmdScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&c.run, "run", "", "")
 	fs.IntVar(&c.id, "id", 0, "")
 	fs.IntVar(&c.batch, "batch", 20, "")
+	fs.IntVar(&c.together, "together", 1, "")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "")
 	fs.DurationVar(&c.prep, "prep", 2*time.Millisecond, "")
 	fs.DurationVar(&c.stuck, "stuck", 5*time.Second, "")
@@ -92,6 +95,7 @@ func schedule(ctx context.Context, c schedConfig, rdb redis.UniversalClient, db 
 	if err != nil {
 		return libError(err)
 	}
+	startTogether(ctx, rdb, k.ready, c.together)
 	dispatched := 0
 	for ctx.Err() == nil {
 		var l *dlock.Lock
@@ -136,6 +140,22 @@ func schedule(ctx context.Context, c schedConfig, rdb redis.UniversalClient, db 
 		}
 	}
 	return nil
+}
+
+// startTogether counts this scheduler ready and waits, 30s at most, until n
+// are: processes started one after another would otherwise find the table
+// drained by the first, with no race to show on a quiet machine.
+func startTogether(ctx context.Context, rdb redis.UniversalClient, key string, n int) {
+	if n <= 1 {
+		return
+	}
+	rdb.Incr(ctx, key)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
+		if ready, _ := rdb.Get(ctx, key).Int(); ready >= n {
+			return
+		}
+		sleep(ctx, time.Millisecond)
+	}
 }
 
 // dispatch moves one batch of due tasks to the queue: mark them enqueued in
