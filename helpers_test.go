@@ -322,10 +322,6 @@ func tryAcquireInTime(ctx context.Context, c *dlock.Client, name string, opts ..
 	}
 }
 
-// timerLag is TimerLag (export_test.go), which the package's own tests use
-// too.
-func timerLag() func() time.Duration { return dlock.TimerLag() }
-
 // lostToLag is LostToLag (export_test.go), which the package's own tests
 // use too.
 func lostToLag(t *testing.T, err error, lag, ttl time.Duration) bool {

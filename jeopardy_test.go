@@ -122,7 +122,7 @@ func TestJeopardyEndsWhenALaterExtensionSucceeds(t *testing.T) {
 	t.Parallel()
 	for _, stall := range []bool{true, false} {
 		l, tr, f := jeopardyLease(t, stall, "jeopardy-recovers")
-		lag := timerLag()
+		lag := redistest.TimerLag()
 		t.Cleanup(func() { lag() })
 		f.start()
 		if !closedWithin(l.Jeopardy(), 10*time.Second) {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // Tests of LockDelay: after an end its holder did not make, the name stays
@@ -421,7 +422,7 @@ func TestQuorumNodeMissingExtensionsIsNotLockDelay(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	ps[2].Stall() // the third node's copy is extended no more
-	lag := timerLag()
+	lag := redistest.TimerLag()
 	defer lag()
 	for end := time.Now().Add(2 * (ttl + delay)); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		info, err := inspect.Inspect(ctx, "minority")

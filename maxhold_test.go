@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // The max hold (MaxHold, MaxHold), in every mode and with pipelining
@@ -48,7 +49,7 @@ func TestMaxHoldEndsTheLeaseAndReleasesIt(t *testing.T) {
 						obs.Lost = func(_ context.Context, e *dlock.Event) { mu.Lock(); lostTo = append(lostTo, e.Err); mu.Unlock() }
 					}
 					c := m.new(t, dlock.LeaseTTL(ttl), pipelined(pipelining), dlock.WithObserver(obs))
-					lag := timerLag()
+					lag := redistest.TimerLag()
 					t.Cleanup(func() { lag() })
 					before := time.Now()
 					l, err := c.TryAcquire(ctx, name, dlock.MaxHold(maxHold))
@@ -188,7 +189,7 @@ func TestExtendStopsAtMaxHold(t *testing.T) {
 			what := fmt.Sprintf("%s, pipelining %v", m.name, pipelining)
 			c := m.new(t, dlock.LeaseTTL(300*time.Millisecond), dlock.WithAutoExtend(false), pipelined(pipelining))
 			name := fmt.Sprintf("extend-cap-%s-%v", m.name, pipelining)
-			lag := timerLag()
+			lag := redistest.TimerLag()
 			t.Cleanup(func() { lag() })
 			l, err := tryAcquireInTime(ctx, c, name, dlock.MaxHold(time.Second))
 			if err != nil {

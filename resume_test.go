@@ -39,7 +39,7 @@ func TestResumeTakesOverTheLease(t *testing.T) {
 	if f := fenceOf(t, b); f <= oldFence {
 		t.Errorf("resumed fence %d, not above the old holder's %d", f, oldFence)
 	}
-	lag := timerLag()
+	lag := redistest.TimerLag()
 	defer lag()
 	time.Sleep(1500 * time.Millisecond) // past both TTLs: the resumed Lock's watchdog keeps it
 	if err := b.Err(); err != nil {
@@ -753,7 +753,7 @@ func TestResumeUnderTheOldLocksRunningWatchdog(t *testing.T) {
 	if !errors.Is(l0.Err(), dlock.ErrNotHeld) {
 		t.Errorf("the first Lock ended with %v, want ErrNotHeld", l0.Err())
 	}
-	lag := timerLag()
+	lag := redistest.TimerLag()
 	defer lag()
 	time.Sleep(time.Second) // several TTLs
 	if err := r.Err(); err != nil {

@@ -282,7 +282,7 @@ func TestRWMutexDowngradeUnknownOutcome(t *testing.T) {
 			// again, on a new lock, a few times at most.
 			for try := 1; ; try++ {
 				name := fmt.Sprint("dg-unknown-", strings.ReplaceAll(tc.name, " ", "-"), "-", try)
-				lag := timerLag()
+				lag := redistest.TimerLag()
 				err := downgradeUnknownRun(ctx, t, p, c, other, direct, name, tc.fault, tc.late, ext)
 				if worst := lag(); err == nil || !lostToLag(t, err, worst, time.Second) {
 					if err != nil {

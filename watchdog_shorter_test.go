@@ -77,7 +77,7 @@ func cancelled(ctx context.Context) context.Context {
 func TestWatchdogRetryAfterAFailedRunKeepsToAShorterExtendMadeDuringIt(t *testing.T) {
 	t.Parallel()
 	extended := make(chan error, 1)
-	lag := TimerLag()
+	lag := redistest.TimerLag()
 	l := autoRuns(t, "shorter-during-a-failed-run", 6*time.Second, func(n int32, l *Lock, ctx context.Context) context.Context {
 		if n != 1 {
 			return ctx
@@ -157,7 +157,7 @@ func TestWatchdogKeepsALeaseThroughNudgesAndExtendsOfEveryLength(t *testing.T) {
 	t.Parallel()
 	l := autoRuns(t, "nudged-and-extended", 900*time.Millisecond, func(_ int32, _ *Lock, ctx context.Context) context.Context { return ctx }, nil)
 	const shortest = 400 * time.Millisecond // of the lease times below
-	lag := TimerLag()
+	lag := redistest.TimerLag()
 	stop, extendErr := make(chan struct{}), make(chan error, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -243,7 +243,7 @@ func TestNoWatchdogRunStartsAfterRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lag := TimerLag()
+	lag := redistest.TimerLag()
 	r := rand.New(rand.NewPCG(5, 6))
 	var wg sync.WaitGroup
 	lost := make(chan error, 40)

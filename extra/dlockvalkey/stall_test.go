@@ -82,27 +82,6 @@ func stacks() string {
 	return string(out)
 }
 
-// timerLag starts a probe that sleeps 5ms at a time; the func it returns
-// stops it and tells the longest it overslept: how late this machine ran a
-// timer's goroutine meanwhile.
-func timerLag() func() time.Duration {
-	stop, worst := make(chan struct{}), make(chan time.Duration, 1)
-	go func() {
-		var lag time.Duration
-		for {
-			at := time.Now()
-			select {
-			case <-stop:
-				worst <- lag
-				return
-			case <-time.After(5 * time.Millisecond):
-				lag = max(lag, time.Since(at)-5*time.Millisecond)
-			}
-		}
-	}()
-	return sync.OnceValue(func() time.Duration { close(stop); return <-worst })
-}
-
 // A stalled pub/sub connection (a server that stops answering, a
 // blackholed TCP connection) while the hub unsubscribes a channel whose
 // last waiter left: an Acquire of the Client still ends with its context
@@ -436,7 +415,7 @@ func TestSharedClientSharesTrouble(t *testing.T) {
 	time.Sleep(150 * time.Millisecond)
 	for i := range 3 {
 		ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
-		lag := timerLag()
+		lag := redistest.TimerLag()
 		start := time.Now()
 		_, err := b.TryAcquire(ctx, fmt.Sprint("b", i))
 		elapsed := time.Since(start)
