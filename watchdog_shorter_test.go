@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -420,13 +422,7 @@ func TestWatchdogRunDecidedBeforeReleaseSendsNothingAfterIt(t *testing.T) {
 	if logged.Len() > 0 {
 		t.Errorf("a run overtaken by the Release was logged: %s", logged.String())
 	}
-	stats, err := rdb.Info(t.Context(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(stats, "cmdstat_eval") {
-		t.Errorf("Redis ran a script after the Release returned:\n%s", stats)
-	}
+	noScriptSinceTheRelease(t, rdb)
 	if err := c.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -454,8 +450,10 @@ func TestExtendWaitingForItsTurnAcrossAReleaseSendsNothingAfterIt(t *testing.T) 
 		defer l.mu.Unlock()
 		return len(l.waits) == 1
 	}
-	for !waiting() {
-		time.Sleep(time.Millisecond)
+	for end := time.Now().Add(10 * time.Second); !waiting(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the Extend did not wait for the extension's turn within 10s")
+		}
 	}
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatalf("Release while an Extend waits for its turn = %v, want nil", err)
@@ -467,14 +465,21 @@ func TestExtendWaitingForItsTurnAcrossAReleaseSendsNothingAfterIt(t *testing.T) 
 	if err := <-ended; !errors.Is(err, ErrReleased) {
 		t.Errorf("Extend that took its turn after the Release = %v, want ErrReleased", err)
 	}
+	noScriptSinceTheRelease(t, rdb)
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// noScriptSinceTheRelease fails t if rdb's server ran a script since its
+// stats were last reset: the test's Release returned before then.
+func noScriptSinceTheRelease(t *testing.T, rdb *redis.Client) {
+	t.Helper()
 	stats, err := rdb.Info(t.Context(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(stats, "cmdstat_eval") {
 		t.Errorf("Redis ran a script after the Release returned:\n%s", stats)
-	}
-	if err := c.Close(t.Context()); err != nil {
-		t.Fatal(err)
 	}
 }

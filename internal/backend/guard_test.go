@@ -45,18 +45,9 @@ func TestNoReplyIsNeitherAnErrorReplyNorAClosedClient(t *testing.T) {
 // ErrLeftInFlight and the context's error. Masters wraps each master in
 // the guard. (Not parallel: it sets the process's lastNoReply.)
 func TestGuardLeavesACallInFlightAfterALostReply(t *testing.T) {
-	var rdb *redis.Client
-	t.Cleanup(func() { rdb.Close() })
-	leakcheck.Check(t)
-	was := lastNoReply.Swap(0)
-	t.Cleanup(func() { lastNoReply.Store(was) })
-	s := redistest.Start(t, redistest.TCP())
-	p := redistest.NewProxy(t, s.Addr())
-	defer p.Cut() // (the calls left in flight end)
 	// (Its calls end at ReadTimeout, long after the contexts of the guarded
 	// ones, which leave first.)
-	rdb = redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 2 * time.Second, MaxRetries: -1})
-	g := guard{goredisdriver.Conn(rdb)}
+	g, p := guardedThroughProxy(t, 2*time.Second)
 
 	ms, err := g.Masters(t.Context())
 	if err != nil || len(ms) != 1 {
@@ -160,17 +151,7 @@ func TestGuardLeavesCallsUnguardedAfterADriversOwnRefusal(t *testing.T) {
 // waits on the network for the first, is guarded too and leaves at its own
 // context's end. (Not parallel: it sets lastNoReply.)
 func TestGuardCountsACallLeftInFlightAsTroubleWhenItLeaves(t *testing.T) {
-	var rdb *redis.Client
-	t.Cleanup(func() { rdb.Close() })
-	leakcheck.Check(t)
-	was := lastNoReply.Swap(0)
-	t.Cleanup(func() { lastNoReply.Store(was) })
-	s := redistest.Start(t, redistest.TCP())
-	p := redistest.NewProxy(t, s.Addr())
-	defer p.Cut() // (the calls left in flight end)
-	// (Its calls end at ReadTimeout, whatever their contexts.)
-	rdb = redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second, MaxRetries: -1})
-	g := guard{goredisdriver.Conn(rdb)}
+	g, p := guardedThroughProxy(t, 5*time.Second) // (its calls end at ReadTimeout, whatever their contexts)
 	if v, err := g.Do(t.Context(), "PING"); err != nil || v != "PONG" {
 		t.Fatalf("PING = %v, %v", v, err)
 	}
@@ -191,4 +172,22 @@ func TestGuardCountsACallLeftInFlightAsTroubleWhenItLeaves(t *testing.T) {
 	if took, err := call(); !errors.Is(err, ErrLeftInFlight) {
 		t.Errorf("a call after the earlier trouble's end, the first in flight = %v after %v, want ErrLeftInFlight at its context's end", err, took)
 	}
+}
+
+// guardedThroughProxy returns a guard over a go-redis client of a new
+// server, through a proxy that is cut when the test ends (so that the calls
+// left in flight end), whose calls end at readTimeout. It clears
+// lastNoReply for the test and puts it back after: the test is not
+// parallel.
+func guardedThroughProxy(t *testing.T, readTimeout time.Duration) (guard, *redistest.Proxy) {
+	t.Helper()
+	leakcheck.Check(t)
+	was := lastNoReply.Swap(0)
+	t.Cleanup(func() { lastNoReply.Store(was) })
+	s := redistest.Start(t, redistest.TCP())
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: readTimeout, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	t.Cleanup(p.Cut)
+	return guard{goredisdriver.Conn(rdb)}, p
 }
