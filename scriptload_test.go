@@ -266,10 +266,13 @@ func TestFirstTimedCallIsOneRoundTripWithReplicaAck(t *testing.T) {
 // (The go-redis clients have been in use: they have a connection for single
 // commands and one for pipelines. The node timeout here is shorter than a
 // new connection's handshake, which the loading of the scripts, bounded by
-// the node timeout too, would spend.)
+// the node timeout too, would spend.) A round trip takes 300ms and the node
+// timeout is 500ms: two miss it, and one has 200ms to spare on a loaded
+// machine.
 func TestFirstTimedCallIsOneRoundTripOverAQuorum(t *testing.T) {
 	// Serial: it times round trips against short leases; a busy machine adds its own delays.
 	long(t)
+	const oneWay, nodeTimeout, ttl = 150 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second
 	for _, on := range []bool{true, false} {
 		t.Run(fmt.Sprint("pipelined=", on), func(t *testing.T) {
 			srvs, direct := startQuorum(t, 3)
@@ -288,7 +291,7 @@ func TestFirstTimedCallIsOneRoundTripOverAQuorum(t *testing.T) {
 				p.Delay(oneWay, oneWay)
 				nodes = append(nodes, rdb)
 			}
-			c := newRedlock(t, nodes, 300*time.Millisecond, dlock.LeaseTTL(time.Second), pipelined(on))
+			c := newRedlock(t, nodes, nodeTimeout, dlock.LeaseTTL(ttl), pipelined(on))
 			start := time.Now()
 			l, err := c.TryAcquire(ctx, "q-first")
 			if err != nil {
@@ -301,9 +304,9 @@ func TestFirstTimedCallIsOneRoundTripOverAQuorum(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(1200 * time.Millisecond)
+			time.Sleep(ttl + ttl/5)
 			if err := l.Err(); err != nil {
-				t.Errorf("a 1s lease after 1.2s of extensions: Err() = %v, want it held", err)
+				t.Errorf("a %v lease after %v of extensions: Err() = %v, want it held", ttl, ttl+ttl/5, err)
 			}
 			// (A release whose nodes all answer after the node timeout, on
 			// a loaded machine, goes on in the background, and Close
