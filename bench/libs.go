@@ -153,35 +153,57 @@ type rueidisHandle struct {
 	cancel context.CancelFunc
 }
 
+// rueidisAttempt bounds each of rueidislock's waits for a lock, after which
+// the handle asks again. Under load a call of its acquire script can outlive
+// TryNextAfter (20 ms): the locker then undoes the script that ran, and with
+// NoLoopTracking no invalidation of its own key wakes the waiter again, so a
+// wait with nothing else to wake it would last until the cell ends. 300 ms
+// is many times a loaded machine's round trip (an attempt that would succeed
+// is rarely cut), and small against a cell, so a stranded wait costs little.
+// A contended wait (W2) that is cut asks again at the cost of one script:
+// rueidislock keeps no queue, so it loses no place.
+const rueidisAttempt = 300 * time.Millisecond
+
 func (h *rueidisHandle) lock(ctx context.Context) error {
-	// rueidislock holds the lock only while the context it was given lives,
-	// and the harness cancels the context of a lock call once it returns:
-	// hold on a context that outlives the call, cut short only if ctx ends
-	// while still waiting.
-	hold, stopHold := context.WithCancel(context.WithoutCancel(ctx))
-	stopWait := context.AfterFunc(ctx, stopHold)
 	for {
+		// rueidislock holds the lock only while the context it was given
+		// lives, and the harness cancels the context of a lock call once
+		// it returns: each attempt holds on a context of its own that
+		// outlives the call, cut short if ctx ends or the bound passes
+		// while it still waits.
+		hold, stopHold := context.WithCancel(context.WithoutCancel(ctx))
+		stopWait := context.AfterFunc(ctx, stopHold)
+		bound := time.AfterFunc(rueidisAttempt, stopHold)
 		held, cancel, err := h.l.WithContext(hold, h.name)
-		if err != nil {
-			stopWait()
-			stopHold()
-			return err
-		}
-		if held.Err() == nil { // the lock is held while this context is live
-			if !stopWait() { // ctx ended as the lock came: give it back
-				cancel()
-				stopHold()
-				return ctx.Err()
-			}
+		waiting := stopWait()
+		bounded := bound.Stop()
+		if err == nil && waiting && bounded && held.Err() == nil {
 			h.cancel = func() { cancel(); stopHold() }
 			return nil
 		}
-		cancel()
+		// Not held, or cut short as the lock came (held.Err() is then
+		// set, or about to be): give it back before asking again, so
+		// that it is never counted as held.
+		if err == nil {
+			cancel()
+		}
+		stopHold()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil && bounded {
+			return err // not the bound's doing (the locker closed)
+		}
 	}
 }
 func (h *rueidisHandle) unlock(context.Context) error { h.cancel(); return nil }
 
-// openRueidis shares one Locker among all handles, the normal use.
+// openRueidis shares one Locker among all handles, the normal use,
+// configured as rueidislock's README tells a user of one Redis server
+// 7.0.5 or later (KeyMajority 1, NoLoopTracking) and otherwise left at its
+// defaults, as dlock on rueidis (openDlockRueidis) is left at rueidis's:
+// both hold for the same lease, and neither gets rueidis's MaxFlushDelay,
+// which would cut both libraries' writes alike.
 func openRueidis(addrs []string, lease time.Duration) (func(string) handle, func(), error) {
 	l, err := rueidislock.NewLocker(rueidislock.LockerOption{
 		ClientOption:   rueidis.ClientOption{InitAddress: addrs[:1]},
