@@ -103,6 +103,8 @@ func Check(h []Event, p Params) *Report {
 		switch e.Op {
 		case OpFault:
 			r.Faults[e.Note]++
+		case OpRefused:
+			r.Faults[OpRefused]++ // (no window: the invariants hold through it)
 		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect, OpResume, OpDowngrade, OpProclaim:
 			r.Ops[e.Op+":"+e.Res]++
 		}

@@ -52,7 +52,10 @@
 // replies delayed past the read timeout (a request can land after its
 // caller gave up and undid it), stalls, and stalls of replies followed by
 // a cut (go-redis re-sends the command, so scripts run twice). Some rounds
-// end by SIGKILLing a worker process that may hold locks.
+// end by SIGKILLing a worker process that may hold locks. On the driver
+// road, three workers in four have their connections refuse 2–10% of the
+// commands (of a batch, one by one or all) unsent, with an error wrapping
+// driver.ErrNotSent, as a driver may; no window is exempted for them.
 //
 // # History
 //

@@ -100,6 +100,7 @@ const (
 	OpDowngrade = "downgrade" // RWMutex.Downgrade of a write hold in rw mode: the hold's stamps after Ret are a read's
 	OpInspect   = "inspect"   // Client.Inspect by a holder: Res "mine" if it showed the holder's token, Meta/Seen/LMeta
 	OpJeopardy  = "jeopardy"  // a jeopardy told (Res "founded" or "unfounded"), or a loss found with Jeopardy open (Res "missed")
+	OpRefused   = "refused"   // a command the driver refused unsent (refuse.go): Note the call and the command, Name its lock
 	OpLostCall  = "lostcall"  // a call of a lost lease's Lock by the Lost hook: Note the call (or "unwatched": no watched lease lost), Arg the fence Fence returned, DL/Bound its context's
 )
 

@@ -73,10 +73,11 @@ type clientOpts struct {
 	maxRetries  int  // go-redis MaxRetries: -1 none, else retries after the first try
 	pipelining  bool
 	autoExtend  bool
-	maxHold     bool // MaxHold on the Client (optModes)
-	meta        bool // HolderMeta on the Client (optModes)
-	driver      bool // the Client made through package driver (NewFrom), on go-redis
-	watchLoss   bool // WatchLoss(true) on the Client (with the watchdog)
+	maxHold     bool    // MaxHold on the Client (optModes)
+	meta        bool    // HolderMeta on the Client (optModes)
+	driver      bool    // the Client made through package driver (NewFrom), on go-redis
+	watchLoss   bool    // WatchLoss(true) on the Client (with the watchdog)
+	refuse      float64 // the fraction of commands the driver refuses unsent (refuse.go)
 }
 
 // Worker drives one dlock.Client through a random sequence of operations
@@ -173,6 +174,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.rec.Close()
 		return nil, err
 	}
+	if w.opts.driver {
+		w.opts.refuse = w.refusals(conns)
+	}
 	w.grdb = redis.NewClient(&redis.Options{Network: cfg.GuardNet, Addr: cfg.GuardAddr, PoolSize: 4})
 	w.guard = dlock.NewGuard(w.grdb)
 	how := testopt.Pipelining(w.opts.pipelining) // the checker runs both paths
@@ -243,8 +247,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.rec.Close()
 		return nil, err
 	}
-	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v maxhold=%v meta=%v driver=%v losthook=%v",
-		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout, w.hold, w.meta != nil, w.opts.driver, w.hook != nil), Via: strings.Join(via, " ")})
+	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v maxhold=%v meta=%v driver=%v refuse=%g%% losthook=%v",
+		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout, w.hold, w.meta != nil, w.opts.driver, 100*w.opts.refuse, w.hook != nil), Via: strings.Join(via, " ")})
 	return w, nil
 }
 
