@@ -107,6 +107,9 @@ func Check(h []Event, p Params) *Report {
 			r.Faults[OpRefused]++ // (no window: the invariants hold through it)
 		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect, OpResume, OpDowngrade, OpProclaim:
 			r.Ops[e.Op+":"+e.Res]++
+			if e.Op == OpRelease && e.Note == raceNote {
+				r.Ops["release-racing-watchdog:"+e.Res]++ // (of the releases counted)
+			}
 		}
 	}
 	checkOverlaps(h, ex, p, r)

@@ -114,11 +114,13 @@ func (w *Worker) extend(h *handle, ttl time.Duration) {
 	defer cancel()
 	e := Event{Name: h.l.Name(), Op: OpExtend, CS: h.id, Tok: h.l.Token(), Own: h.own, Fence: h.fence, Arg: int64(ttl),
 		VU0: h.l.ValidUntil().UnixNano(), Held: h.l.Err() == nil}
+	due := w.watchdogAt(h)
 	e.Inv = now()
 	err := h.l.Extend(ctx, ttl)
 	e.VU = h.l.ValidUntil().UnixNano() // read before Ret: any extension it reflects began before Ret
 	e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
 	w.rec.Add(e)
+	w.extended(h, ttl, due)
 }
 
 // nested re-enters a reentrant lock the owner holds (outer), with Acquire,

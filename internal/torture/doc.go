@@ -13,9 +13,11 @@
 //
 // Acquire, TryAcquire and Do with short or generous context deadlines and
 // cancellations at random points; Extend to shorter and longer TTLs;
-// Release once, twice, late, and from stale handles (lapsed or already
-// released); panics inside Do (recovered by the worker); nested re-entry of
-// a reentrant lock by its owner; a Do nested in another's fn, on a name
+// Release once, twice, late, from stale handles (lapsed or already
+// released), and, with the watchdog on, right as it runs (a few ms either
+// side of a third of the lease after the last extension was sent; then
+// Redis must not carry the lease); panics inside Do (recovered by the
+// worker); nested re-entry of a reentrant lock by its owner; a Do nested in another's fn, on a name
 // above its own (see (m)); a held lease taken over by its token
 // through a new Lock (Resume, one acquisition in five where no watchdog or
 // max hold runs); a write downgraded to a read (RWMutex.Downgrade, rw

@@ -1,6 +1,7 @@
 package torture
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,7 @@ func (w *Worker) acquire(name, op string) {
 		return
 	}
 	h := w.newHandle(l, own)
+	h.ttl = cmp.Or(co.ttl, w.cfg.TTL)
 	e.CS, e.Tok, e.Own, e.Fence, e.VU = h.id, l.Token(), own, h.fence, vu
 	w.rec.Add(e)
 	if own == "" && !w.opts.autoExtend && co.hold == nil && w.hold == 0 && w.rng.IntN(5) == 0 {
@@ -135,7 +137,8 @@ func (w *Worker) proclaim(h *handle, ld *dlock.Leadership) {
 
 // dispose ends a handle's life: most are released at once (some twice),
 // some are kept to be released again later, and (without auto-extend) some
-// are left to lapse first, so that a later Release comes from a stale handle.
+// are left to lapse first, so that a later Release comes from a stale handle;
+// with auto-extend, some are released as the watchdog runs (raceWatchdog).
 func (w *Worker) dispose(h *handle) {
 	switch r := w.rng.IntN(10); {
 	case r == 0:
@@ -143,6 +146,8 @@ func (w *Worker) dispose(h *handle) {
 		w.stale = append(w.stale, h)
 	case r == 1 && !w.opts.autoExtend:
 		w.stale = append(w.stale, h) // lapses by itself; released late
+	case r == 1:
+		w.raceWatchdog(h)
 	default:
 		err := w.release(h, "first")
 		if w.rng.IntN(5) == 0 {
@@ -207,13 +212,7 @@ func (w *Worker) selfCheck(h *handle) {
 	if h.l.Err() != dlock.ErrReleased || w.rng.IntN(3) != 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	inv := now()
-	if held, note, err := w.carries(ctx, h.l.Name(), h.l.Token(), h.own); err == nil && held {
-		w.rec.Add(Event{Name: h.l.Name(), Op: OpLeftover, Inv: inv, Ret: now(), CS: h.id, Tok: h.l.Token(),
-			Fence: h.fence, Note: note})
-	}
+	w.gone(h, "")
 }
 
 // carries reports whether the lock name still carries the lease tok: a

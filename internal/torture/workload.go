@@ -115,6 +115,11 @@ type handle struct {
 	id    string
 	own   string // reentrant owner, "" otherwise
 	fence int64  // asked for right after the acquisition; 0 if it was refused (the lease was lost)
+	// ttl is the lease time the watchdog extends to (the acquisition's,
+	// then the last Extend's) and next, if not 0, when its run is due
+	// as an Extend left it (see watchdogAt); set for acquire's handles.
+	ttl  time.Duration
+	next int64
 }
 
 // newHandle makes the handle of an acquisition and asks for its fence.
