@@ -27,8 +27,10 @@ func ExampleWatchLoss() {
 	}
 	defer l.Release(ctx)
 
-	// The holder listens once its subscription is confirmed; an end before
-	// that is told at the next extension, as without WatchLoss.
+	// Acquire returns once the holder listens (it waits up to a second for
+	// its subscription; an end before that is told at the next extension,
+	// as without WatchLoss). The wait below only makes this example's
+	// output certain on a machine too loaded to subscribe within a second.
 	ch := l.Key() + ":ch"
 	for i := 0; i < 500 && rdb.PubSubNumSub(ctx, ch).Val()[ch] == 0; i++ {
 		time.Sleep(10 * time.Millisecond)

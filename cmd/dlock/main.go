@@ -38,6 +38,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -292,7 +293,9 @@ func parse(fs *flag.FlagSet, args []string) int {
 	usage, out := fs.Usage, fs.Output()
 	fs.Usage = func() {}
 	fs.SetOutput(io.Discard)
+	unwrap := explainDurations(fs)
 	err := fs.Parse(args)
+	unwrap()
 	fs.Usage = usage
 	fs.SetOutput(out)
 	switch {
@@ -304,6 +307,37 @@ func parse(fs *flag.FlagSet, args []string) int {
 	}
 	fmt.Fprintf(out, "dlock %s: %v (see 'dlock %s -h')\n", fs.Name(), err, fs.Name())
 	return exitUsage
+}
+
+// explainDurations makes fs's duration flags refuse a value that is not a
+// duration with the unit it lacks (the flag package says only "parse
+// error"), until the func it returns puts them back, for the help's
+// listing of their type.
+func explainDurations(fs *flag.FlagSet) (unwrap func()) {
+	var wrapped []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, ok := g.Get().(time.Duration); ok {
+				f.Value = durationFlag{g}
+				wrapped = append(wrapped, f)
+			}
+		}
+	})
+	return func() {
+		for _, f := range wrapped {
+			f.Value = f.Value.(durationFlag).Getter
+		}
+	}
+}
+
+// durationFlag is a duration flag whose refusal says what a duration is.
+type durationFlag struct{ flag.Getter }
+
+func (d durationFlag) Set(s string) error {
+	if _, err := time.ParseDuration(s); err != nil {
+		return errors.New("want a number with a unit, such as 10s, 500ms or 2m")
+	}
+	return d.Getter.Set(s)
 }
 
 // parseMixed parses flags that may come before or after the arguments
