@@ -218,7 +218,7 @@ func (c *Client) TryDo(ctx context.Context, name string, fn func(ctx context.Con
 func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx context.Context, l *Lock) error, opts []LockOption, try bool) error {
 	return runHeld(ctx, name, fn, func() (*Lock, error) {
 		return c.acquireAs(ctx, k, name, opts, try)
-	}, func(l *Lock) error { return c.release(ctx, l) })
+	}, func(l *Lock) error { return release(ctx, l) })
 }
 
 // nilFunc is the refusal of a Do given no function to run under name.
@@ -248,25 +248,19 @@ func runHeld[H holding](ctx context.Context, name string, fn func(context.Contex
 	return fn(&heldContext{Context: fctx, held: held, cancel: cancel}, held)
 }
 
-// release releases the Lock of a Do, also when ctx is done (see
-// releaseOrUndo). Against a Redis that does not answer, it waits no
-// longer than an undo does, and leaves the rest to the background (as
-// giveBack does): a client that waits for a reply for ever does not hold
+// release releases the Lock of a Do, also when ctx is done, and, unless
+// Redis answered that it was no longer held, has its lease undone as an
+// undo is (in the background, bounded) instead of left to expire: its
+// holder has no Lock to call Release on again. Against a Redis that does
+// not answer, it waits no longer than an undo does, and leaves the rest to
+// the background: a client that waits for a reply for ever does not hold
 // the caller as long.
-func (c *Client) release(ctx context.Context, l *Lock) error {
+func release(ctx context.Context, l *Lock) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	return releaseOrUndo(rctx, rctx, l) // (the undo's wait ends with rctx too: a release cut at undoTimeout is not waited for twice)
-}
-
-// releaseOrUndo releases l under ctx and, unless Redis answered that it
-// was no longer held, has its lease undone under uctx as an undo is (in
-// the background, bounded) instead of left to expire: its holder has no
-// Lock to call Release on again.
-func releaseOrUndo(ctx, uctx context.Context, l *Lock) error {
-	err := l.Release(ctx)
+	err := l.Release(rctx)
 	if err != nil && !errors.Is(err, ErrNotHeld) {
-		l.c.undo(uctx, l.cl)
+		l.c.undo(rctx, l.cl) // (its wait ends with rctx too: a release cut at undoTimeout is not waited for twice)
 	}
 	return err
 }

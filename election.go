@@ -53,7 +53,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOptio
 	}
 	ld, err := leadership(ctx, l)
 	if err != nil && l.p.resume == "" {
-		e.c.release(ctx, l) // (a resumed lease is left: see leadership)
+		release(ctx, l) // (a resumed lease is left: see leadership)
 	}
 	return ld, err
 }

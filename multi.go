@@ -87,7 +87,7 @@ func (c *Client) doAll(ctx context.Context, names []string, fn func(ctx context.
 	return runHeld(ctx, strings.Join(names, ", "), fn, func() (*MultiLock, error) {
 		return acquireAll(ctx, c.parts(names), opts, try)
 	}, func(m *MultiLock) error {
-		return m.release(func(l *Lock) error { return l.c.release(ctx, l) })
+		return m.release(func(l *Lock) error { return release(ctx, l) })
 	})
 }
 
@@ -190,12 +190,9 @@ func sortedParts(parts []Part) ([]Part, error) {
 }
 
 // giveBack releases the parts an acquisition had taken before it failed,
-// all at once. Against a Redis that does not answer, it waits no longer
-// than an undo does and leaves the rest to the background (see undo).
+// all at once, as a Do releases its lock (see release).
 func giveBack(ctx context.Context, locks []*Lock) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-	defer cancel()
-	each(locks, func(l *Lock) error { return releaseOrUndo(rctx, rctx, l) })
+	each(locks, func(l *Lock) error { return release(ctx, l) })
 }
 
 // newMulti returns the MultiLock of locks, taken in acquisition order for
