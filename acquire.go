@@ -1,9 +1,9 @@
 package dlock
 
 import (
-	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dlockio/dlock/internal/backend"
@@ -64,15 +64,14 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 				err = nil
 			}
 			return nil, gaveUp(ctx, k.acquireOp, name, err)
-		case errors.Is(err, errTooSlow):
-			return nil, opError(k.acquireOp, name, backend.Because(ErrNotAcquired, err.Error(), err))
-		case err != nil:
+		case l != nil:
+			return l, nil
+		case err == nil: // the lock taken, or no permit of a semaphore free: the refusal says which
+			err = k.refusal(name, g)
+		case !errors.Is(err, errTooSlow):
 			return nil, opError(k.acquireOp, name, err)
-		case l == nil: // the lock taken, or no permit of a semaphore free: the refusal says which
-			e := k.refusal(name, g)
-			return nil, opError(k.acquireOp, name, backend.Because(ErrNotAcquired, e.Error(), e))
 		}
-		return l, nil
+		return nil, opError(k.acquireOp, name, backend.Because(ErrNotAcquired, err.Error(), err))
 	}
 	actx := ctx // the wait's context: ctx, or ctx bounded by MaxWait
 	if wait > 0 {
@@ -113,8 +112,13 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	if ctx.Err() != nil {
 		return nil, gaveUp(ctx, k.acquireOp, name, last...)
 	}
-	all := pending.p.waitAll // (a part of AcquireAll waits for what is left of its MaxWait)
-	return nil, waitedOut(k.acquireOp, name, cmp.Or(all, wait), all > 0, last...)
+	// Its wait limit (MaxWait) ran out while ctx lives: the error matches
+	// the last attempt's, not the context's.
+	limit := fmt.Sprintf("waited %v (MaxWait)", wait)
+	if all := pending.p.waitAll; all > 0 { // (a part of AcquireAll waits for what is left of its MaxWait)
+		limit = fmt.Sprintf("waited %v (MaxWait, for all the names together)", all)
+	}
+	return nil, unheld(k.acquireOp, name, limit, nil, last)
 }
 
 // acquisition is one Acquire's wait for its lock.

@@ -81,19 +81,6 @@ func gaveUp(ctx context.Context, op, name string, last ...error) error {
 	return unheld(op, name, detail, errs, last)
 }
 
-// waitedOut is the error of an acquisition (op, see acquireOp) whose wait
-// limit (MaxWait, d) ran out before it took the lock while its context
-// lives: it matches ErrNotAcquired and the errors of the last attempt, not
-// the context's. all says that d was the limit of a whole AcquireAll,
-// which was waiting for name.
-func waitedOut(op, name string, d time.Duration, all bool, last ...error) error {
-	limit := "MaxWait"
-	if all {
-		limit = "MaxWait, for all the names together"
-	}
-	return unheld(op, name, fmt.Sprintf("waited %v (%s)", d, limit), nil, last)
-}
-
 // unheld is the error of an acquisition (op) of name that ended without
 // the lock, for detail: it matches ErrNotAcquired, errs, and the errors of
 // the last attempt, if any, whose text follows detail.

@@ -96,12 +96,6 @@ func MaxWait(d time.Duration) LeaseOption {
 	return LeaseOption{func(p *lease) { p.wait, p.waitSet = d, true }}
 }
 
-// partWait makes a part of an AcquireAll wait at most left: what is left
-// of all, the wait bound of the whole acquisition.
-func partWait(left, all time.Duration) LockOption {
-	return LeaseOption{func(p *lease) { p.wait, p.waitAll = left, all }}
-}
-
 // HolderMeta sets the holder metadata, readable by all (default "hostname:pid";
 // "": none): UTF-8, ≤ [MaxMetaLen] bytes, no control characters.
 func HolderMeta(meta string) LeaseOption {

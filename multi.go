@@ -123,11 +123,13 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 		for _, part := range order {
 			partOpts := opts
 			if p.wait > 0 && !try { // (TryAcquireAll never waits, whatever the Client's default)
-				// What is left of the MaxWait, but never nothing: a part
-				// reached after it ran out still makes the one attempt
-				// that Acquire makes with a MaxWait however short.
+				// The part waits for what is left of the MaxWait, but never
+				// nothing: a part reached after it ran out still makes the
+				// one attempt that Acquire makes with a MaxWait however
+				// short. (waitAll is the bound of the whole, which its
+				// error names.)
 				left := max(p.wait-time.Since(start), time.Nanosecond)
-				partOpts = append(opts[:len(opts):len(opts)], partWait(left, p.wait))
+				partOpts = append(opts[:len(opts):len(opts)], LeaseOption{func(q *lease) { q.wait, q.waitAll = left, p.wait }})
 			}
 			l, err := part.Client.acquireAs(ctx, &part.Client.own, part.Name, partOpts, try)
 			if err != nil {
