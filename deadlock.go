@@ -37,13 +37,10 @@ const minDeadlockCheck = 10 * time.Millisecond
 // DeadlockCheck makes a waiter whose context holds leases look for a deadlock
 // every d it waits (0: off; else ≥ 10ms; default [DefaultDeadlockCheck]).
 func DeadlockCheck(d time.Duration) LeaseOption {
-	return LeaseOption{func(p *lease) {
-		if d < 0 || (d > 0 && d < minDeadlockCheck) {
-			p.invalid("DeadlockCheck(%v): the threshold must be 0 (off) or at least %v", d, minDeadlockCheck)
-			return
-		}
-		p.dlCheck = d
-	}}
+	if d < 0 || (d > 0 && d < minDeadlockCheck) {
+		return badOption("DeadlockCheck(%v): the threshold must be 0 (off) or at least %v", d, minDeadlockCheck)
+	}
+	return LeaseOption{func(p *lease) { p.dlCheck = d }}
 }
 
 // DeadlockError is ErrDeadlock's cause: Cycle[0].Name is Name, each Holder
