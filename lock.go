@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -355,9 +356,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	defer l.tellUntold() // (once the turn is given back: see lapse)
 	defer l.give(extTurn)
 	l.mu.Lock()
-	if ttl == 0 {
-		ttl = l.ttl
-	}
+	ttl = cmp.Or(ttl, l.ttl)
 	atCap, ended := l.atCap(), l.err
 	l.mu.Unlock()
 	if ended != nil {

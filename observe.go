@@ -176,9 +176,7 @@ func (o *observers) safely(f func()) {
 // SlogObserver logs through l (nil: slog.Default()): acquisitions and releases
 // at debug, failures and risks at warn, losses and deadlocks at error.
 func SlogObserver(l *slog.Logger) Observer {
-	if l == nil {
-		l = slog.Default()
-	}
+	l = cmp.Or(l, slog.Default())
 	// One function logs every event, with what its Op has: the lock, its
 	// mode (a clock has none), an operation's duration, how long a released
 	// or lost lease was held, and the error.
