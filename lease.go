@@ -285,7 +285,8 @@ const (
 	lastTag          = tagCampaign
 )
 
-// tokenTag returns the tag of a well-formed token (see badToken).
+// tokenTag returns the tag of a well-formed token: one leaseToken made, or
+// one Resume accepts.
 func tokenTag(token string) byte {
 	return byte(strings.IndexByte(base64URL, token[21]) & 0x0f)
 }
