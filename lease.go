@@ -296,12 +296,7 @@ func tokenTag(token string) byte {
 var defaultMeta = sync.OnceValue(func() string {
 	pid := ":" + strconv.Itoa(os.Getpid())
 	host, _ := os.Hostname()
-	host = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return -1
-		}
-		return r
-	}, strings.ToValidUTF8(host, "?"))
+	host = strings.Join(strings.FieldsFunc(strings.ToValidUTF8(host, "?"), unicode.IsControl), "") // (its control characters dropped)
 	if n := MaxMetaLen - len(pid); len(host) > n {
 		host = strings.ToValidUTF8(host[:n], "") // (drops a rune cut in two)
 	}
