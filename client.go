@@ -259,7 +259,10 @@ func release(ctx context.Context, l *Lock) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
 	err := l.Release(rctx)
-	if err != nil && !errors.Is(err, ErrNotHeld) {
+	l.mu.Lock()
+	left := l.handedOff // (a lease left for a resume, or resumed elsewhere, is not ours to undo)
+	l.mu.Unlock()
+	if err != nil && !errors.Is(err, ErrNotHeld) && !left {
 		l.c.undo(rctx, l.cl) // (its wait ends with rctx too: a release cut at undoTimeout is not waited for twice)
 	}
 	return err

@@ -85,3 +85,41 @@ func TestAResumedCampaignThatFailsLeavesTheTerm(t *testing.T) {
 		b2.Resign(ctx)
 	}
 }
+
+// A resumed Election.Do whose fence call fails fails without running its
+// function, and leaves the term as a resumed Campaign does: its release
+// neither sends the lease's release nor has it undone.
+func TestAResumedElectionDoThatFailsLeavesTheTerm(t *testing.T) {
+	t.Parallel()
+	s, rdb := setup(t)
+	ctx := t.Context()
+	ca := newClient(t, rdb, dlock.LeaseTTL(20*time.Second))
+	ea, _ := ca.Election("do-resume-fails")
+	a, err := ea.Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := a.Lock().Token()
+	hook := &failFenceOnce{}
+	brdb := s.Client(t)
+	brdb.AddHook(hook)
+	cb := newClient(t, brdb, dlock.LeaseTTL(20*time.Second))
+	eb, _ := cb.Election("do-resume-fails")
+	hook.armed.Store(true)
+	ran := false
+	err = eb.Do(ctx, "v", func(context.Context, *dlock.Leadership) error { ran = true; return nil }, dlock.Resume(tok))
+	if err == nil || ran {
+		t.Fatalf("a resumed Do whose fence call failed = %v (fn ran: %v), want an error and fn not run", err, ran)
+	}
+	if err := cb.Close(ctx); err != nil { // (waits for any undo it started)
+		t.Fatal(err)
+	}
+	if got := rdb.Get(ctx, a.Lock().Key()).Val(); got != tok {
+		t.Errorf("a resumed Do that failed (%v) ended the leadership it was to take over: the key holds %q", err, got)
+	}
+	cc := newClient(t, rdb, dlock.LeaseTTL(20*time.Second))
+	ec, _ := cc.Election("do-resume-fails")
+	if err := ec.Do(ctx, "v", func(context.Context, *dlock.Leadership) error { return nil }, dlock.Resume(tok)); err != nil {
+		t.Errorf("resume again: %v", err)
+	}
+}
