@@ -274,8 +274,11 @@ func (l *Lock) Err() error { return l.expire() }
 // [ErrReleased].
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	defer l.tellUntold() // (a hand-off found below)
-	if err := l.Err(); err == ErrReleased {
+	switch err := l.Err(); {
+	case err == ErrReleased:
 		return 0, opError("ttl", l.name, err)
+	case err != nil:
+		return 0, err // lost: what Redis still keeps (a lock-delay, the drift margin) is not the holder's
 	}
 	st, err := l.c.b.Inspect(ctx, &l.cl.Keys)
 	if err != nil {

@@ -516,3 +516,26 @@ func leaseLeft(info dlock.Info) time.Duration {
 	}
 	return left
 }
+
+// A lease lost on the holder's side (its validity ran out unextended) is
+// reported lost by TTL, though Redis keeps it for the lock-delay: TTL
+// does not tell a lost holder that its lease has time left.
+func TestTTLOfALeaseLostDuringItsLockDelayIsNotHeld(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false), dlock.LeaseTTL(200*time.Millisecond), dlock.LockDelay(20*time.Second))
+	l, err := c.Acquire(ctx, "ttl-in-delay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(5*time.Second, func() bool { return l.Err() != nil }) {
+		t.Fatal("the unextended 200ms lease was never lost")
+	}
+	if n := rdb.Exists(ctx, l.Key()).Val(); n != 1 {
+		t.Fatalf("Redis no longer keeps the lease during its lock-delay (EXISTS = %d)", n)
+	}
+	if left, err := l.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("TTL of a lease lost during its lock-delay = %v, %v; want ErrNotHeld", left, err)
+	}
+}
