@@ -229,18 +229,20 @@ func shown(token, value string, proclaimed bool) string {
 	return metaOf(token)
 }
 
-// Observe returns a channel, closed when ctx ends, of the leader then each
-// change in fence order (zero: none); a slow reader gets the latest.
+// Observe returns a channel, closed when ctx ends or the Client closes, of
+// the leader then each change in fence order (zero: none); a slow reader
+// gets the latest.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
-	go e.observe(ctx, ch)
+	e.c.bg.Go(func() { e.observe(ctx, ch) }) // (Close waits for a read under way)
 	return ch
 }
 
 // observeRetry is how long Observe waits after a failed read.
 const observeRetry = 100 * time.Millisecond
 
-// observe delivers the leadership on ch until ctx ends (see Observe). The
+// observe delivers the leadership on ch until ctx ends or the Client
+// closes (see Observe). The
 // value it offers is always the last one read: every wake-up and timer
 // re-reads, whether or not the reader took the value before.
 func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
@@ -252,7 +254,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	last := Leader{Fence: -1} // the value the reader took last (none: no read matches it)
 	pending := last           // the leadership as last read (none yet)
 	var ends time.Time        // when pending's lease runs out, if it has a leader with one
-	for {
+	for !e.c.closed.Load() {
 		// pending is due while the reader has not taken it (its TTL aside).
 		due := pending.Token != last.Token || pending.Fence != last.Fence || pending.Value != last.Value
 		var out chan<- Leader // nil, so no send, unless a value is due and not known to be over
@@ -261,6 +263,8 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 		}
 		select {
 		case <-ctx.Done():
+			return
+		case <-e.c.stop:
 			return
 		case out <- pending:
 			last = pending

@@ -1279,3 +1279,33 @@ func TestElectionLoneLeadersResignationIsAnnouncedOnACluster(t *testing.T) {
 	t.Cleanup(func() { c.Close(context.Background()) })
 	resignSeen(t, c, "resign-alone-b")
 }
+
+// Observe's channel is closed once its Client is closed, though its ctx
+// lives on, and its reads end with it: Close waits for them.
+func TestObserveEndsWhenTheClientCloses(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Election("observe-close")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := e.Observe(context.Background()) // (a ctx that never ends)
+	if ld := <-obs; ld != (dlock.Leader{}) {
+		t.Fatalf("Observe's first value = %+v, want none", ld)
+	}
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ld, open := <-obs:
+		if open {
+			t.Errorf("Observe sent %+v after Close, want its channel closed", ld)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Observe's channel still open 5s after its Client was closed")
+	}
+}
