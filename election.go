@@ -242,9 +242,9 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 const observeRetry = 100 * time.Millisecond
 
 // observe delivers the leadership on ch until ctx ends or the Client
-// closes (see Observe). The
-// value it offers is always the last one read: every wake-up and timer
-// re-reads, whether or not the reader took the value before.
+// closes (see Observe). The value it offers is always the last one read:
+// every wake-up and timer re-reads, whether or not the reader took the
+// value before.
 func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	defer close(ch)
 	w := e.c.watch(ctx, e.keys.Channel, pubsub.WatchToken())
