@@ -579,11 +579,8 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 		window = Window(cmp.Or(c.TTL, n.ttl)).Milliseconds()
 	}
 	sent, r, err := n.again(ctx, c.ReleaseSent, func() (any, error) { return c.Kind.release(ctx, n, c, window) })
-	v, err := as[int64](r, err)
-	if err != nil {
-		return false, RedisErr(err)
-	}
-	if v == 0 && sent && !mark {
+	v, err := leaseReply(as[int64](r, err))
+	if v == 0 && err == nil && sent && !mark {
 		_, r, err := n.again(ctx, false, func() (any, error) { return n.run(ctx, script.Uptime, []any{c.Lock}) })
 		up, err := as[int64](r, err)
 		if err != nil {
@@ -595,7 +592,7 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 			v = 1
 		}
 	}
-	return v == 1, superseded(v)
+	return v == 1, err
 }
 
 // again sends a command with f, and, with a Redis client that retries,
@@ -644,21 +641,19 @@ func OpValue[T any](ctx context.Context, b Backend, op KindOp) (T, error) {
 	return t, err
 }
 
-// superseded is the error of a script's reply v: ErrSuperseded for -1,
-// which says that another Lock resumed the lease (see lib.lua's drives).
-func superseded(v int64) error {
-	if v == -1 {
-		return ErrSuperseded
+// leaseReply reads a script's reply v, err about a lease: err translated
+// (see result), or ErrSuperseded for -1, which says that another Lock
+// resumed the lease (see lib.lua's drives).
+func leaseReply(v int64, err error) (int64, error) {
+	if v, err = result(v, err); v == -1 {
+		return v, ErrSuperseded
 	}
-	return nil
+	return v, err
 }
 
 func (n Node) Fence(ctx context.Context, c *Claim) (int64, error) {
-	f, err := as[int64](n.run(ctx, script.Fence, []any{c.Lock, c.Fence, c.Rev}, c.HolderID(), c.Kind.fenceWindow(n, c.TTL), c.Kind.shape().typ, c.Resumer))
-	if err != nil {
-		return 0, RedisErr(err)
-	}
-	return max(f, 0), superseded(f)
+	f, err := leaseReply(as[int64](n.run(ctx, script.Fence, []any{c.Lock, c.Fence, c.Rev}, c.HolderID(), c.Kind.fenceWindow(n, c.TTL), c.Kind.shape().typ, c.Resumer)))
+	return max(f, 0), err
 }
 
 func (n Node) Seq(ctx context.Context, c *Claim) (int64, bool, error) {

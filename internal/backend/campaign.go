@@ -69,9 +69,6 @@ func (campaign) fenceWindow(n Node, ttl time.Duration) any {
 // that Redis applied changes nothing, and reports true (a later value is
 // set). ErrSuperseded: another Lock resumed the lease.
 func (n Node) Proclaim(ctx context.Context, c *Claim, value string, seq int64) (bool, error) {
-	v, err := as[int64](n.run(ctx, proclaim, []any{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, c.seqArg(seq)))
-	if err != nil {
-		return false, RedisErr(err)
-	}
-	return v == 1 || v == 2, superseded(v)
+	v, err := leaseReply(as[int64](n.run(ctx, proclaim, []any{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, c.seqArg(seq))))
+	return v == 1 || v == 2, err
 }

@@ -69,14 +69,11 @@ var (
 // resumed the lease.
 func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
 	v, err := as[int64](n.run(ctx, holdDowngrade, c.holdKeys(), c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer))
-	if err != nil {
-		if !neverSent(err) && !errors.As(err, new(redis.Error)) {
-			c.SetKind(Downgrading) // sent, and no reply of Redis's: either outcome
-		}
-		return false, RedisErr(err)
+	if err != nil && !neverSent(err) && !errors.As(err, new(redis.Error)) {
+		c.SetKind(Downgrading) // sent, and no reply of Redis's: either outcome
 	}
-	if v == 1 {
+	if v, err = leaseReply(v, err); v == 1 {
 		c.SetKind(Read)
 	}
-	return v == 1, superseded(v)
+	return v == 1, err
 }
