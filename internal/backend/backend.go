@@ -769,11 +769,8 @@ func (n Node) Undo(ctx context.Context, c *Claim) error {
 
 func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 	st, err := n.Inspect(ctx, k)
-	if err != nil {
-		return false, err
-	}
-	if ok, err := st.forced(); !ok {
-		return false, err
+	if ok, ferr := st.forced(); !ok { // (a failed read's State is empty: no holding)
+		return false, cmp.Or(err, ferr)
 	}
 	ok, err := as[int64](n.run(ctx, script.ForceRelease, []any{k.Lock}, st.Holding, k.Channel, n.pub))
 	return result(ok == 1, err)
