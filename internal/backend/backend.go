@@ -432,9 +432,7 @@ func (n Node) ackUndone(acks int64) error {
 // before a write was refused (Lua does not roll back).
 func (n Node) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	g, err := c.Kind.acquire(ctx, n, c, ttl, queue)
-	if err != nil && !errors.Is(err, ErrRevoked) && !neverSent(err) {
-		g.Undo = true
-	}
+	g.Undo = g.Undo || err != nil && !errors.Is(err, ErrRevoked) && !neverSent(err)
 	g.Once = err == nil && n.replicas == 0 // (WAIT's pipeline is go-redis's own)
 	g.Again = g.Undo && n.retries && ReplyLost(err)
 	return g, err
