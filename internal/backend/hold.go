@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -135,12 +136,7 @@ func permitsOf(reply any, now int64) ([]Hold, string) {
 // their second character; a read-write lock's members always do, so a set
 // with any member that does not (another program's) is read as permits.
 func rwHolds(hs []Hold) (permits, holds []Hold) {
-	for _, h := range hs {
-		if len(h.Token) < 2 || h.Token[1] != ':' {
-			return hs, nil
-		}
-	}
-	if len(hs) == 0 {
+	if len(hs) == 0 || slices.ContainsFunc(hs, func(h Hold) bool { return len(h.Token) < 2 || h.Token[1] != ':' }) {
 		return hs, nil
 	}
 	for i, h := range hs {
