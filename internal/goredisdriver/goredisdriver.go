@@ -94,13 +94,12 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 		}
 	}
 	rs := make([]*redis.Cmd, len(cmds))
-	c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, args := range cmds {
-			rs[i] = redis.NewCmd(ctx, args...)
-			p.Process(ctx, c.sent(rs[i]))
-		}
-		return nil
-	})
+	p := c.rdb.Pipeline()
+	for i, args := range cmds {
+		rs[i] = redis.NewCmd(ctx, args...)
+		p.Process(ctx, c.sent(rs[i]))
+	}
+	p.Exec(ctx)
 	out := make([]driver.Result, len(cmds))
 	for i, cmd := range rs {
 		out[i].Val, out[i].Err = c.reply(cmd)
