@@ -318,14 +318,13 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 // newNode returns the Node of c on the deployment conn; uc is the go-redis
 // client (nil: a driver's).
 func newNode(c Config, uc redis.UniversalClient, conn driver.Conn) Node {
-	var pub any = "PUBLISH"
-	if c.Sharded {
-		pub = "SPUBLISH"
-	}
-	n := Node{conn: conn, uc: uc, pub: pub, retries: conn.Info().Retries,
+	n := Node{conn: conn, uc: uc, pub: "PUBLISH", retries: conn.Info().Retries,
 		replicas:   c.Replicas + flag(c.Durable > 0), // (the append-only file acknowledges first: see acksOf)
 		ackTimeout: c.AckTimeout, durable: c.Durable,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(serverCache), clock: newClockWatch(c.Clock, uc)}
+	if c.Sharded {
+		n.pub = "SPUBLISH"
+	}
 	if uc == nil { // (a driver sends strings: its TTL converted once too, as for go-redis's int)
 		n.ttlA = strconv.FormatInt(c.TTL.Milliseconds(), 10)
 	}

@@ -295,8 +295,7 @@ func (s *serverCache) outcome(set scriptSet, loads []driver.Result) scriptSet {
 
 // isRedisError reports whether err is an error reply of the server.
 func isRedisError(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr) && !closed(err)
+	return errors.As(err, new(redis.Error)) && !closed(err)
 }
 
 // closed reports whether err says the client was closed: go-redis's, or a
@@ -309,11 +308,6 @@ func closed(err error) bool {
 // cache lacks the script.
 func noScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
-}
-
-// redirected reports whether err is a Cluster's MOVED or ASK reply.
-func redirected(err error) bool {
-	return redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ")
 }
 
 // run runs the script s on keys with args, with EVALSHA, as
@@ -362,7 +356,7 @@ func (n Node) rerun(ctx context.Context, s *script.Script, cmd []any) (any, erro
 		n.caches.loaded.Store(0)
 	} else if srv, m, err := n.server(ctx, firstKey(cmd)); err == nil && !srv.refused.Load() {
 		r := srv.pipelined(ctx, n.loader(m), scriptSet(srv.loaded.Swap(0))|setOf(s), cmd)[0]
-		if !noScript(r.Err) && !redirected(r.Err) {
+		if !noScript(r.Err) && !redis.HasErrorPrefix(r.Err, "MOVED ") && !redis.HasErrorPrefix(r.Err, "ASK ") { // (a Cluster's slot moved)
 			return r.Val, r.Err
 		}
 	}
