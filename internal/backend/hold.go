@@ -19,6 +19,8 @@ import (
 type hold struct {
 	shared // (a permit's member is its token, which Claim.Member leaves out)
 	w      int
+	ask    any  // what the acquisition asks for (hold_acquire.lua's ARGV[8]): a semaphore's N, or a read-write hold's "r", "w" or "?"
+	sized  bool // a semaphore's: its keys end with its size kept in Redis (Keys.SizeKey)
 }
 
 func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
@@ -33,11 +35,19 @@ func (c *Claim) holdKeys(more ...any) []any {
 	return append([]any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, more...)
 }
 
-// take runs hold_acquire.lua once for c, the hold h on keys, which asks
-// for what (its ARGV[8]: a semaphore's N, or "r" or "w").
-func (h hold) take(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool, what any, keys []any) (Grant, error) {
-	r, acks, err := n.acked(ctx, holdAcquire, ErrNotAcquired, keys,
-		withPermits(h.w, c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, what)...)
+// keys returns the keys of the hold h's acquisition and release for c.
+func (h hold) keys(c *Claim) []any {
+	if h.sized {
+		return c.holdKeys(c.SizeKey())
+	}
+	return c.holdKeys()
+}
+
+// acquire runs hold_acquire.lua once for c, the hold h, which asks for
+// h.ask.
+func (h hold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
+	r, acks, err := n.acked(ctx, holdAcquire, ErrNotAcquired, h.keys(c),
+		withPermits(h.w, c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, h.ask)...)
 	v, err := as[int64](r, err) // >= 0 granted, else -2 - the PTTL of the hold that keeps it out
 	if err != nil {
 		return Grant{}, RedisErr(err)
@@ -48,13 +58,13 @@ func (h hold) take(ctx context.Context, n Node, c *Claim, ttl time.Duration, que
 	return Grant{PTTL: pttlOf(-2 - v)}, nil
 }
 
-// give sends hold_release.lua for c, the hold h on keys.
-func (h hold) give(ctx context.Context, n Node, c *Claim, window int64, keys []any) (any, error) {
+// release sends hold_release.lua for c, the hold h.
+func (h hold) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	a := []any{c.HolderID(), c.Token, c.Channel, n.pub, window, n.fenceMS}
 	if h.w > 1 || c.Resumer != "" {
 		a = append(a, h.w) // (ARGV[7], before the resumer id)
 	}
-	return n.run(ctx, holdRelease, keys, c.resumerArg(a)...)
+	return n.run(ctx, holdRelease, h.keys(c), c.resumerArg(a)...)
 }
 
 // withPermits returns a hold script's arguments a, followed by the hold's

@@ -3,7 +3,6 @@ package backend
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,31 +23,20 @@ import (
 // whichever of the hold's read and write the lock has (hold_member in
 // lib.lua), so that its release or extension misses neither.
 var (
-	Read        Kind = rwHold{hold{w: 1}, "r"}
-	Write       Kind = rwHold{hold{w: 1}, "w"}
-	Downgrading Kind = rwHold{hold{w: 1}, "?"}
+	Read        Kind = rwHold{hold{w: 1, ask: "r"}}
+	Write       Kind = rwHold{hold{w: 1, ask: "w"}}
+	Downgrading Kind = rwHold{hold{w: 1, ask: "?"}}
 )
 
-// rwHold is a read-write lock's hold: rw is "r", "w" or "?" (Downgrading),
-// what its acquisition asks for and its member's prefix.
-type rwHold struct {
-	hold
-	rw string
-}
-
-func (h rwHold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	return h.take(ctx, n, c, ttl, queue, h.rw, c.holdKeys())
-}
-
-func (h rwHold) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
-	return h.give(ctx, n, c, window, c.holdKeys())
-}
+// rwHold is a read-write lock's hold: what its acquisition asks for, "r",
+// "w" or "?" (Downgrading), is its member's prefix.
+type rwHold struct{ hold }
 
 // scripts: a read-write lock's holds run hold_downgrade.lua too.
 func (rwHold) scripts() (*script.Script, scriptSet) { return holdAcquire, rwScripts }
 
-// member is a hold's member of the set, "<rw>:<token>".
-func (h rwHold) member(token string) string { return h.rw + ":" + token }
+// member is a hold's member of the set, "<ask>:<token>".
+func (h rwHold) member(token string) string { return h.ask.(string) + ":" + token }
 
 func (rwHold) holder(c *Claim) string { return c.Member }
 

@@ -3,7 +3,6 @@ package backend
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/dlockio/dlock/internal/script"
 )
@@ -17,21 +16,11 @@ import (
 // Permits returns the kind of a hold of w permits at once (0 < w ≤
 // permits; 1: a permit) of a semaphore whose holder asks with N = permits:
 // one lease, w members of the set.
-func Permits(permits, w int) Kind { return permit{hold{w: w}, permits} }
+func Permits(permits, w int) Kind { return permit{hold{w: w, ask: permits, sized: true}} }
 
-// permit is a hold of w permits of a semaphore whose holder asks with N = n.
-type permit struct {
-	hold
-	n int
-}
-
-func (p permit) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	return p.take(ctx, n, c, ttl, queue, p.n, c.holdKeys(c.SizeKey()))
-}
-
-func (p permit) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
-	return p.give(ctx, n, c, window, c.holdKeys(c.SizeKey()))
-}
+// permit is a hold of w permits of a semaphore whose holder asks with N
+// (hold.ask).
+type permit struct{ hold }
 
 func (permit) scripts() (*script.Script, scriptSet) { return holdAcquire, holdScripts }
 
