@@ -321,9 +321,12 @@ func newNode(c Config, uc redis.UniversalClient, conn driver.Conn) Node {
 	n := Node{conn: conn, uc: uc, pub: "PUBLISH", retries: conn.Info().Retries,
 		replicas:   c.Replicas + flag(c.Durable > 0), // (the append-only file acknowledges first: see acksOf)
 		ackTimeout: c.AckTimeout, durable: c.Durable,
-		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(serverCache), clock: newClockWatch(c.Clock, uc)}
+		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(serverCache)}
 	if c.Sharded {
 		n.pub = "SPUBLISH"
+	}
+	if c.Clock != nil {
+		n.clock = &clockWatch{hook: c.Clock, rdb: uc, bases: map[string]*clockReading{}}
 	}
 	if uc == nil { // (a driver sends strings: its TTL converted once too, as for go-redis's int)
 		n.ttlA = strconv.FormatInt(c.TTL.Milliseconds(), 10)

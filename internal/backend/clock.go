@@ -57,13 +57,6 @@ type clockReading struct {
 // end the lease early outgrows its margin before the next baseline.
 const baseWindow = 5 * time.Second
 
-func newClockWatch(h *ClockHook, rdb redis.UniversalClient) *clockWatch {
-	if h == nil {
-		return nil
-	}
-	return &clockWatch{hook: h, rdb: rdb, bases: map[string]*clockReading{}}
-}
-
 // on reports whether an extension asks for the server's time.
 func (w *clockWatch) on() bool { return w != nil && w.hook.On != nil && w.hook.On() }
 
