@@ -120,14 +120,11 @@ func withLib(name string) *Script {
 	// lib.lua defines each function after those it calls.
 	chunks := strings.Split(lib, "\n\n")
 	var defs []string // the needed functions' chunks, the last first
-	needed, inHead := calledIn(src), calledIn(head)
+	needed := calledIn(src)
 	for i := len(chunks) - 1; i >= 0; i-- {
 		m := libFunc.FindStringSubmatch(chunks[i])
 		if m == nil || !needed[m[1]] {
 			continue
-		}
-		if inHead[m[1]] {
-			early = append(early, m[1])
 		}
 		defs = append(defs, chunks[i]+"\n\n")
 		maps.Copy(needed, calledIn(chunks[i]))
@@ -156,10 +153,6 @@ func calledIn(text string) map[string]bool {
 // call finds a function call in Lua text: its name is the longest run of
 // name characters before the '('.
 var call = regexp.MustCompile(`(\w+)\(`)
-
-// early are the shared functions a script calls above its libHere line,
-// where they are not defined yet (a test checks there are none).
-var early []string
 
 // libFunc finds the function a chunk of lib.lua defines.
 var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)

@@ -161,8 +161,18 @@ func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
 // A script's common path, above its libHere line, calls none of lib.lua's
 // functions: they are defined below it.
 func TestNoSharedFunctionAboveLibHere(t *testing.T) {
-	if len(early) > 0 {
-		t.Errorf("called above the line that defines them: %v", early)
+	t.Parallel()
+	for _, s := range All() {
+		head, _, split := strings.Cut(read(s.Name()+".lua"), libHere)
+		if !split {
+			continue
+		}
+		inHead := calledIn(head)
+		for _, m := range libFunc.FindAllStringSubmatch(lib, -1) {
+			if inHead[m[1]] {
+				t.Errorf("%s.lua calls %s above the line that defines it", s.Name(), m[1])
+			}
+		}
 	}
 }
 
