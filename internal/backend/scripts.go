@@ -135,13 +135,7 @@ func (n Node) Prepare(ctx context.Context, c *Claim) error {
 	done := make(chan struct{})
 	if !s.loading.CompareAndSwap(nil, &done) {
 		if wait := s.loading.Load(); wait != nil { // (nil: it ended meanwhile)
-			t := time.NewTimer(loadWait)
-			defer t.Stop()
-			select {
-			case <-*wait:
-			case <-ctx.Done():
-			case <-t.C:
-			}
+			loadEnded(ctx, *wait)
 		}
 		return nil
 	}
@@ -158,23 +152,30 @@ func (n Node) Prepare(ctx context.Context, c *Claim) error {
 // Prepare, whose every call would otherwise pay for the variables the
 // goroutine captures.)
 func (s *serverCache) loadWithin(ctx context.Context, conn driver.Conn, need scriptSet, first *script.Script, done chan struct{}) error {
-	loaded := make(chan error, 1)
+	var err error // (read once done is closed)
 	go func() {
-		err := s.load(ctx, conn, need&^scriptSet(s.loaded.Load()), first)
+		err = s.load(ctx, conn, need&^scriptSet(s.loaded.Load()), first)
 		s.loading.Store(nil)
 		close(done)
-		loaded <- err
 	}()
+	if loadEnded(ctx, done) {
+		return err
+	}
+	return nil // (ctx ended: the call that follows sends nothing; or loadWait passed: it runs its script anyway, see rerun)
+}
+
+// loadEnded waits for done, the end of a load, up to loadWait or until ctx
+// ends: it reports whether the load ended.
+func loadEnded(ctx context.Context, done <-chan struct{}) bool {
 	t := time.NewTimer(loadWait)
 	defer t.Stop()
 	select {
-	case err := <-loaded:
-		return err
+	case <-done:
+		return true
 	case <-ctx.Done():
-		return nil // (the call that follows finds ctx done, and sends nothing)
 	case <-t.C:
-		return nil // (the call that follows runs its script anyway: see rerun)
 	}
+	return false
 }
 
 // loadWait bounds how long a call waits for a load of its scripts, its own
