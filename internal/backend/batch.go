@@ -64,14 +64,11 @@ const (
 )
 
 type call struct {
-	redis.Cmder // the command; go-redis is given the call, which is never re-sent (NoRetry)
-	ctx         context.Context
-	state       atomic.Int32
-	done        chan struct{}
+	goredisdriver.Once // the command; go-redis is given the call, which is never re-sent
+	ctx                context.Context
+	state              atomic.Int32
+	done               chan struct{}
 }
-
-// NoRetry makes go-redis send the call's command once (see batcher).
-func (*call) NoRetry() bool { return true }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -51,7 +52,7 @@ func TestBatcherNeverSendsTwice(t *testing.T) {
 			} else { // (the flush of calls queued together: one pipeline on the pooled connection)
 				calls := make([]*call, tc.calls)
 				for i := range calls {
-					calls[i] = &call{Cmder: redis.NewCmd(ctx, "INCR", key), ctx: ctx}
+					calls[i] = &call{Once: goredisdriver.Once{Cmder: redis.NewCmd(ctx, "INCR", key)}, ctx: ctx}
 				}
 				wg.Go(func() {
 					b.send(calls)
