@@ -247,6 +247,15 @@ const observeRetry = 100 * time.Millisecond
 // value before.
 func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	defer close(ch)
+	ctx, cancel := context.WithCancel(ctx) // (ends with the Client too: a read under way is cut by Close)
+	defer cancel()
+	go func() {
+		select {
+		case <-e.c.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	w := e.c.watch(ctx, e.keys.Channel, pubsub.WatchToken())
 	defer w.close()
 	timer := time.NewTimer(0) // the first read, once subscribed
@@ -254,7 +263,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	last := Leader{Fence: -1} // the value the reader took last (none: no read matches it)
 	pending := last           // the leadership as last read (none yet)
 	var ends time.Time        // when pending's lease runs out, if it has a leader with one
-	for !e.c.closed.Load() {
+	for {
 		// pending is due while the reader has not taken it (its TTL aside).
 		due := pending.Token != last.Token || pending.Fence != last.Fence || pending.Value != last.Value
 		var out chan<- Leader // nil, so no send, unless a value is due and not known to be over
@@ -263,8 +272,6 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 		}
 		select {
 		case <-ctx.Done():
-			return
-		case <-e.c.stop:
 			return
 		case out <- pending:
 			last = pending

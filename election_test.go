@@ -1309,3 +1309,40 @@ func TestObserveEndsWhenTheClientCloses(t *testing.T) {
 		t.Fatal("Observe's channel still open 5s after its Client was closed")
 	}
 }
+
+// Close cuts an Observe's read under way: against a Redis that does not
+// answer, through a client with no read timeout, Close returns as soon as
+// the read is cut, not when its own ctx ends.
+func TestCloseCutsAnObserveReadUnderWay(t *testing.T) {
+	t.Parallel()
+	p, rdb, _ := proxied(t, 0, -1) // (no read timeout: a stalled read waits for ever)
+	c, err := dlock.New(rdb, dlock.LeaseTTL(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Election("observe-stalled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := e.Observe(context.Background())
+	<-obs // (the first read answered)
+	p.Stall()
+	// With no leader, Observe reads again a lease time later: its read is held.
+	if !waitFor(10*time.Second, func() bool { return p.HeldRequests() > 0 }) {
+		t.Fatal("Observe sent no read in 10s")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("Close with an Observe read held by a stalled Redis = %v, want nil (the read cut)", err)
+	}
+	p.Cut() // (ends the read if Close did not: the test then ends)
+	select {
+	case _, open := <-obs:
+		if open {
+			t.Error("Observe sent a value after Close, want its channel closed")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("Observe's channel still open 10s after Close")
+	}
+}

@@ -335,7 +335,7 @@ type durationFlag struct{ flag.Getter }
 
 func (d durationFlag) Set(s string) error {
 	if _, err := time.ParseDuration(s); err != nil {
-		return errors.New("want a number with a unit, such as 10s, 500ms or 2m")
+		return fmt.Errorf("%s: a duration is a number with a unit, such as 10s, 500ms or 2m", strings.TrimPrefix(err.Error(), "time: "))
 	}
 	return d.Getter.Set(s)
 }

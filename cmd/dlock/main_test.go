@@ -597,7 +597,7 @@ func TestFlagErrorIsOneLine(t *testing.T) {
 		}
 		want := regexp.MustCompile(`^dlock ` + name + `: .*-(frob|ttl).* \(see 'dlock ` + name + ` -h'\)\n$`)
 		if args[1] == "--ttl" {
-			want = regexp.MustCompile(`^dlock run: invalid value "soon" for flag -ttl: want a number with a unit, such as 10s, 500ms or 2m \(see 'dlock run -h'\)\n$`)
+			want = regexp.MustCompile(`^dlock run: invalid value "soon" for flag -ttl: invalid duration "soon": a duration is a number with a unit, such as 10s, 500ms or 2m \(see 'dlock run -h'\)\n$`)
 		}
 		if code != exitUsage || out != "" || !want.MatchString(errOut) {
 			t.Errorf("dlock %q: exit %d, stdout %q, stderr %q; want %d and one line on stderr matching %s", args, code, out, tail(errOut), exitUsage, want)
