@@ -229,9 +229,8 @@ func shown(token, value string, proclaimed bool) string {
 	return metaOf(token)
 }
 
-// Observe returns a channel, closed when ctx ends or the Client closes, of
-// the leader then each change in fence order (zero: none); a slow reader
-// gets the latest.
+// Observe returns a channel, closed when ctx or the Client ends, of the leader
+// then each change in fence order (zero: none); a slow reader gets the latest.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	e.c.bg.Go(func() { e.observe(ctx, ch) }) // (Close waits for a read under way)

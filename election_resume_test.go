@@ -50,26 +50,33 @@ func (h *failFenceOnce) fail(cmd redis.Cmder) error {
 	return nil
 }
 
+// resumeWithFailingFence returns a leader of name (a's Client on rdb), and
+// a second Client cb, with its Election eb, whose next fence call fails
+// before it is sent.
+func resumeWithFailingFence(t *testing.T, name string) (*redis.Client, *dlock.Leadership, *dlock.Client, *dlock.Election) {
+	t.Helper()
+	s, rdb := setup(t)
+	ea, _ := newClient(t, rdb, dlock.LeaseTTL(20*time.Second)).Election(name)
+	a, err := ea.Campaign(t.Context(), "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := &failFenceOnce{}
+	brdb := s.Client(t)
+	brdb.AddHook(hook)
+	cb := newClient(t, brdb, dlock.LeaseTTL(20*time.Second))
+	eb, _ := cb.Election(name)
+	hook.armed.Store(true)
+	return rdb, a, cb, eb
+}
+
 // A resumed campaign whose fence call fails (a transient Redis error) fails;
 // it leaves the term as it found it, for another resume of its token, and
 // does not end the leadership it was asked to take over.
 func TestAResumedCampaignThatFailsLeavesTheTerm(t *testing.T) {
 	t.Parallel()
-	s, rdb := setup(t)
-	ctx := t.Context()
-	ca := newClient(t, rdb, dlock.LeaseTTL(20*time.Second))
-	ea, _ := ca.Election("resume-fails")
-	a, err := ea.Campaign(ctx, "v")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok := a.Lock().Token()
-	hook := &failFenceOnce{}
-	brdb := s.Client(t)
-	brdb.AddHook(hook)
-	cb := newClient(t, brdb, dlock.LeaseTTL(20*time.Second))
-	eb, _ := cb.Election("resume-fails")
-	hook.armed.Store(true)
+	rdb, a, _, eb := resumeWithFailingFence(t, "resume-fails")
+	ctx, tok := t.Context(), a.Lock().Token()
 	b, err := eb.Campaign(ctx, "v", dlock.Resume(tok))
 	if err == nil {
 		b.Resign(ctx)
@@ -91,23 +98,10 @@ func TestAResumedCampaignThatFailsLeavesTheTerm(t *testing.T) {
 // neither sends the lease's release nor has it undone.
 func TestAResumedElectionDoThatFailsLeavesTheTerm(t *testing.T) {
 	t.Parallel()
-	s, rdb := setup(t)
-	ctx := t.Context()
-	ca := newClient(t, rdb, dlock.LeaseTTL(20*time.Second))
-	ea, _ := ca.Election("do-resume-fails")
-	a, err := ea.Campaign(ctx, "v")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok := a.Lock().Token()
-	hook := &failFenceOnce{}
-	brdb := s.Client(t)
-	brdb.AddHook(hook)
-	cb := newClient(t, brdb, dlock.LeaseTTL(20*time.Second))
-	eb, _ := cb.Election("do-resume-fails")
-	hook.armed.Store(true)
+	rdb, a, cb, eb := resumeWithFailingFence(t, "do-resume-fails")
+	ctx, tok := t.Context(), a.Lock().Token()
 	ran := false
-	err = eb.Do(ctx, "v", func(context.Context, *dlock.Leadership) error { ran = true; return nil }, dlock.Resume(tok))
+	err := eb.Do(ctx, "v", func(context.Context, *dlock.Leadership) error { ran = true; return nil }, dlock.Resume(tok))
 	if err == nil || ran {
 		t.Fatalf("a resumed Do whose fence call failed = %v (fn ran: %v), want an error and fn not run", err, ran)
 	}
