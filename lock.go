@@ -563,12 +563,9 @@ func (l *Lock) take(ctx context.Context, t uint8) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	i := slices.IndexFunc(l.waits, func(w turnWait) bool { return w.given == given })
-	if i < 0 {
-		return true // handed over as ctx ended: the turn is this call's
-	}
-	l.waits = slices.Delete(l.waits, i, i+1)
-	return false
+	n := len(l.waits)
+	l.waits = slices.DeleteFunc(l.waits, func(w turnWait) bool { return w.given == given })
+	return len(l.waits) == n // not waiting any more: handed over as ctx ended, the turn is this call's
 }
 
 // give gives turn t back: it hands it to the call that has waited for it
