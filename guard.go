@@ -117,11 +117,8 @@ func (g *Guard) Read(ctx context.Context, key string) (string, int64, error) {
 	}
 	value, _ := v[0].(string)
 	fs, _ := v[1].(string)
-	if fs == "" {
-		return value, 0, nil
-	}
 	fence, err := strconv.ParseInt(fs, 10, 64)
-	if err != nil {
+	if err != nil && fs != "" { // (none: never written, fence 0)
 		return "", 0, fmt.Errorf("dlock: guarded read %q: the fence field is not an integer", key)
 	}
 	return value, fence, nil
