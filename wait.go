@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/dlockio/dlock/internal/pubsub"
@@ -17,10 +18,8 @@ type waiters struct {
 // join returns waiters on channel if every node's hub already listens to it
 // (see pubsub.Hub.Join), and nil otherwise.
 func (c *Client) join(channel, token string) *waiters {
-	for _, h := range c.hubs {
-		if !h.Listening(channel) {
-			return nil // the common case: nothing to allocate
-		}
+	if slices.ContainsFunc(c.hubs, func(h *pubsub.Hub) bool { return !h.Listening(channel) }) {
+		return nil // the common case: nothing to allocate
 	}
 	w := &waiters{wake: make(chan int64, 1)}
 	for _, h := range c.hubs {
