@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -30,7 +31,8 @@ func (e *ClockError) Error() string {
 // observers of their servers' clocks.
 func (e *engine) watchClock() {
 	h := e.opts.clock
-	h.On = e.obs.anyClock.Load
+	// Extensions read the server's clock while an Observer has Clock.
+	h.On = func() bool { return slices.ContainsFunc(e.obs.all(), func(o Observer) bool { return o.Clock != nil }) }
 	// A lease's own margin: clocks that keep within it, stepping by no
 	// more, or running at a rate that ends it no earlier, are never told of.
 	h.Margin = e.opts.driftFor

@@ -85,8 +85,8 @@ func (l *Lock) activate(fence int64, t terms) {
 	l.maxAsk = t.ask
 	l.capAt = t.capAt
 	l.fence = fence // (0: none yet; no Fence runs before the Lock is returned)
-	if l.c.obs.anyLost.Load() || !t.capAt.IsZero() {
-		l.watchLocked() // an Observer hears of an expiry when it happens
+	if slices.ContainsFunc(l.c.obs.all(), func(o Observer) bool { return o.Lost != nil }) || !t.capAt.IsZero() {
+		l.watchLocked() // an Observer with Lost hears of an expiry when it happens
 	}
 	if l.c.opts.autoExtend {
 		// The first run a third of the lease after the request that gave

@@ -62,10 +62,8 @@ func (c *Client) Observe(o Observer) {
 // observers is a Client's list of Observers and its counters, shared with
 // its Owner Clients.
 type observers struct {
-	mu       sync.Mutex   // serializes add
-	list     atomic.Value // []Observer
-	anyLost  atomic.Bool  // some Observer has Lost: leases arm their expiry timer
-	anyClock atomic.Bool  // some Observer has Clock: extensions read the server's clock
+	mu   sync.Mutex   // serializes add
+	list atomic.Value // []Observer
 
 	acquired, notAcquired, failed, released, lost, extendFailed, panics atomic.Uint64
 	waiting                                                             atomic.Int64
@@ -75,8 +73,6 @@ func (o *observers) add(obs Observer) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.list.Store(append(slices.Clone(o.all()), obs))
-	o.anyLost.Store(o.anyLost.Load() || obs.Lost != nil) // (under o.mu: no add in between)
-	o.anyClock.Store(o.anyClock.Load() || obs.Clock != nil)
 }
 
 func (o *observers) all() []Observer {
