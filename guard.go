@@ -92,15 +92,14 @@ func (g *Guard) Do(ctx context.Context, resource string, fence int64, token stri
 			})
 			return err
 		}, resource)
-		var reply redis.Error
-		switch {
+		switch _, reply := errors.AsType[redis.Error](err); {
 		case errors.Is(err, redis.TxFailedErr): // (a write to the fence since it was read)
 			continue
 		case err == nil || fnErr != nil || errors.Is(err, ErrStaleFence):
 			return err
 		case readErr != nil:
 			return fmt.Errorf("dlock: guarded do %q: %w", resource, resourceErr(readErr))
-		case queued && !errors.As(err, &reply):
+		case queued && !reply:
 			return fmt.Errorf("dlock: guarded do %q: no reply to EXEC, the commands may have been applied: %w", resource, err)
 		default: // (the transaction's, or a queued command's own error, as Redis gave it)
 			return fmt.Errorf("dlock: guarded do %q: %w", resource, err)
