@@ -36,12 +36,10 @@ func (c *Client) join(channel, token string) *waiters {
 // watch subscribes to channel on every node's hub (see
 // pubsub.Hub.Subscribe), waiting for the confirmations together.
 func (c *Client) watch(ctx context.Context, channel, token string) *waiters {
-	w := &waiters{wake: make(chan int64, 1)}
+	w := &waiters{ws: make([]*pubsub.Waiter, len(c.hubs)), wake: make(chan int64, 1)}
 	ready := make([]<-chan struct{}, len(c.hubs))
 	for i, h := range c.hubs {
-		var hw *pubsub.Waiter
-		hw, ready[i] = h.Subscribe(channel, token, w.wake)
-		w.ws = append(w.ws, hw)
+		w.ws[i], ready[i] = h.Subscribe(channel, token, w.wake)
 	}
 	awaitAll(ctx, ready, DefaultMaxBackoff)
 	return w
