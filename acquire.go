@@ -48,6 +48,9 @@ func (c *Client) acquireAs(ctx context.Context, k *kind, name string, opts []Loc
 }
 
 func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockOption, try bool) (*Lock, error) {
+	// Counted before prepare reads closed: Close waits for an acquisition under
+	// way (a wait's queue entry taken out); one it did not finds it closed.
+	defer c.bg.Enter()()
 	pending, err := c.prepare(k, name, opts, try)
 	if err != nil {
 		return nil, err
@@ -79,8 +82,6 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 		actx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
-	// Close waits for the wait to end, its queue entry taken out.
-	defer c.bg.Enter()()
 	a := acquisition{ctx: actx, l: pending, trustHandover: true}
 	l, err := a.run(ctx)
 	if err == nil {

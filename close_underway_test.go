@@ -1,0 +1,54 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// Close waits for a TryAcquire under way: while its request is held in the
+// network, Close returns only at its ctx's end; once the call failed, at once.
+func TestCloseWaitsForATryAcquireUnderWay(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	p, rdb, _ := proxied(t, -1, 5*time.Second)
+	c := newClient(t, rdb)
+	warm(t, t.Context(), c, "fair", "close-try") // (the scripts loaded: the stall holds the acquire itself)
+	p.Stall()
+	res := make(chan error, 1)
+	go func() {
+		l, err := c.TryAcquire(t.Context(), "close-try")
+		if err == nil {
+			l.Release(t.Context())
+		}
+		res <- err
+	}()
+	closeWaits(t, p, c, "the TryAcquire", func() bool { return countGoroutines(t, "dlock.(*Client).attempt") > 0 })
+	<-res
+}
+
+// closeWaits checks that Close waits for a call (what) under way once
+// underWay, whose requests p holds: under a short ctx it returns ctx's
+// error; once p cut the connections (the call failed), it returns nil.
+func closeWaits(t *testing.T, p *redistest.Proxy, c *dlock.Client, what string, underWay func() bool) {
+	t.Helper()
+	if !waitFor(5*time.Second, underWay) {
+		t.Fatalf("%s never began", what)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := c.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close with %s held in the network = %v, want ctx's error: it did not wait for it", what, err)
+	}
+	p.Cut()
+	ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("Close once %s failed = %v, want nil", what, err)
+	}
+}
