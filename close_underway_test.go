@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,31 @@ func TestCloseWaitsForATryAcquireUnderWay(t *testing.T) {
 	}()
 	closeWaits(t, p, c, "the TryAcquire", func() bool { return countGoroutines(t, "dlock.(*Client).attempt") > 0 })
 	<-res
+}
+
+// Close waits for the watchdog's extension under way, as for a TryAcquire.
+func TestCloseWaitsForAnExtensionUnderWay(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	p, rdb, _ := proxied(t, -1, 5*time.Second)
+	var extending atomic.Bool
+	c := newClient(t, rdb, dlock.LeaseTTL(6*time.Second), dlock.WithObserver(dlock.Observer{
+		Start: func(ctx context.Context, e *dlock.Event) context.Context {
+			if e.Auto {
+				extending.Store(true)
+			}
+			return ctx
+		},
+	}))
+	l, err := c.TryAcquire(t.Context(), "close-extend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stall() // the watchdog's first extension, 2s in, is held
+	closeWaits(t, p, c, "the extension", extending.Load)
+	if err := l.Release(t.Context()); err != nil {
+		t.Errorf("Release after Close = %v, want nil", err)
+	}
 }
 
 // closeWaits checks that Close waits for a call (what) under way once
