@@ -58,6 +58,35 @@ func TestCloseWaitsForAnExtensionUnderWay(t *testing.T) {
 	}
 }
 
+// After Close, a lease that reaches its max hold is not released in the
+// background (no request is sent): it expires by its TTL.
+func TestCloseLeavesAMaxHoldToItsTTL(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	p, rdb, direct := proxied(t, -1, 5*time.Second)
+	c := newClient(t, rdb)
+	l, err := c.TryAcquire(t.Context(), "close-cap", dlock.MaxHold(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatalf("Close = %v, want nil", err)
+	}
+	p.Stall() // what the Client sends from now on stays in the proxy
+	if !closedWithin(l.Done(), 5*time.Second) {
+		t.Fatal("the lease did not end at its max hold")
+	}
+	if !errors.Is(l.Err(), dlock.ErrMaxHold) {
+		t.Errorf("Err at the max hold = %v, want ErrMaxHold", l.Err())
+	}
+	if waitFor(2*time.Second, func() bool { return p.HeldRequests() > 0 }) {
+		t.Errorf("a request was sent at the max hold after Close returned: an undo started after Close")
+	}
+	if !waitFor(5*time.Second, func() bool { return liveKeys(t.Context(), direct, l.Key()) == 0 }) {
+		t.Errorf("the lease at its max hold never expired")
+	}
+}
+
 // closeWaits checks that Close waits for a call (what) under way once
 // underWay, whose requests p holds: under a short ctx it returns ctx's
 // error; once p cut the connections (the call failed), it returns nil.

@@ -624,8 +624,12 @@ func (l *Lock) declare(tell bool) error {
 	if tell {
 		l.c.tell(l, OpLost, err)
 	}
-	if undo {
-		l.c.bg.Go(func() { l.c.undo(context.Background(), &cl) })
+	// Counted before closed is read: Close waits for an undo that starts, and
+	// after Close none does (the lease expires by its TTL).
+	if done := l.c.bg.Enter(); undo && !l.c.closed.Load() {
+		go func() { defer done(); l.c.undo(context.Background(), &cl) }()
+	} else {
+		done()
 	}
 	return err
 }
