@@ -131,8 +131,8 @@ func nodeFrom(conn driver.Conn, o *options) (backend.Node, *pubsub.Hub) {
 }
 
 // Close stops the Client and its Owners: acquisitions fail with [ErrClosed],
-// Locks stop being extended. It waits for the work under way, or returns
-// ctx.Err(); none starts after it (a max hold's lease expires by its TTL).
+// Locks stop being extended. It waits for the work under way (or returns
+// ctx.Err()) and starts none: a lease at its max hold expires by its TTL.
 func (c *Client) Close(ctx context.Context) error {
 	if !c.closed.Swap(true) {
 		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed
@@ -208,7 +208,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return c.do(ctx, &c.own, name, fn, opts, false)
 }
 
-// TryDo is [Client.Do] acquiring as [Client.TryAcquire] does, else [ErrNotAcquired].
+// TryDo is [Client.Do] if [Client.TryAcquire] takes the lock, else [ErrNotAcquired].
 func (c *Client) TryDo(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	return c.do(ctx, &c.own, name, fn, opts, true)
 }
