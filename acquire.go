@@ -50,7 +50,8 @@ func (c *Client) acquireAs(ctx context.Context, k *kind, name string, opts []Loc
 func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockOption, try bool) (*Lock, error) {
 	// Counted before prepare reads closed: Close waits for an acquisition under
 	// way (a wait's queue entry taken out); one it did not finds it closed.
-	defer c.bg.Enter()()
+	c.bg.Enter()
+	defer c.bg.Leave()
 	pending, err := c.prepare(k, name, opts, try)
 	if err != nil {
 		return nil, err

@@ -626,10 +626,10 @@ func (l *Lock) declare(tell bool) error {
 	}
 	// Counted before closed is read: Close waits for an undo that starts, and
 	// after Close none does (the lease expires by its TTL).
-	if done := l.c.bg.Enter(); undo && !l.c.closed.Load() {
-		go func() { defer done(); l.c.undo(context.Background(), &cl) }()
+	if l.c.bg.Enter(); undo && !l.c.closed.Load() {
+		go func() { defer l.c.bg.Leave(); l.c.undo(context.Background(), &cl) }()
 	} else {
-		done()
+		l.c.bg.Leave()
 	}
 	return err
 }

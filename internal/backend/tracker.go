@@ -12,34 +12,32 @@ import (
 type Tracker struct {
 	mu   sync.Mutex
 	n    int
-	idle chan struct{} // closed when n drops to 0; nil while n is 0
+	idle chan struct{} // made by a Wait while n > 0, closed when n drops to 0
 }
 
 // Go runs f in a goroutine of its own, counted until f returns.
 func (t *Tracker) Go(f func()) {
-	done := t.Enter()
+	t.Enter()
 	go func() {
-		defer done()
+		defer t.Leave()
 		f()
 	}()
 }
 
-// Enter counts a call in progress until the function it returns is called:
-// an acquisition, which Close wakes, and then waits for.
-func (t *Tracker) Enter() (done func()) {
+// Enter counts a call in progress until it calls Leave: an acquisition,
+// which Close wakes and then waits for, or a watchdog run. Neither
+// allocates (an acquisition's path counts its allocations).
+func (t *Tracker) Enter() {
 	t.mu.Lock()
-	if t.n == 0 {
-		t.idle = make(chan struct{})
-	}
 	t.n++
 	t.mu.Unlock()
-	return t.done
 }
 
-func (t *Tracker) done() {
+// Leave ends what Enter counted.
+func (t *Tracker) Leave() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.n--; t.n == 0 {
+	if t.n--; t.n == 0 && t.idle != nil {
 		close(t.idle)
 		t.idle = nil
 	}
@@ -49,11 +47,15 @@ func (t *Tracker) done() {
 // ends first.
 func (t *Tracker) Wait(ctx context.Context) error {
 	t.mu.Lock()
-	idle := t.idle
-	t.mu.Unlock()
-	if idle == nil {
+	if t.n == 0 {
+		t.mu.Unlock()
 		return nil
 	}
+	if t.idle == nil {
+		t.idle = make(chan struct{})
+	}
+	idle := t.idle
+	t.mu.Unlock()
 	select {
 	case <-idle:
 		return nil

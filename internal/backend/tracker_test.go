@@ -19,11 +19,11 @@ func TestTrackerWaitsForWhatItCounts(t *testing.T) {
 	for round := range 2 {
 		release := make(chan struct{})
 		tr.Go(func() { <-release })
-		done := tr.Enter()
+		tr.Enter()
 		if err := tr.Wait(ended); !errors.Is(err, context.Canceled) {
 			t.Errorf("round %d: Wait while counting, its ctx ended = %v, want context.Canceled", round, err)
 		}
-		done()
+		tr.Leave()
 		close(release)
 		if err := tr.Wait(t.Context()); err != nil {
 			t.Errorf("round %d: Wait = %v, want nil", round, err)
