@@ -150,15 +150,19 @@ func Limits(rdb redis.UniversalClient) (retries bool, readTimeout time.Duration)
 func (c conn) PubSub(ctx context.Context, channel string) (driver.PubSub, error) {
 	// (go-redis connects on the first Subscribe, routed by its channels:
 	// a PubSub it makes with no channel is the same for both forms)
-	return &pubsub{ps: c.rdb.Subscribe(ctx), sharded: channel != ""}, nil
+	ps := c.rdb.Subscribe(ctx)
+	if channel != "" {
+		return &pubsub{ps: ps, sub: ps.SSubscribe, unsub: ps.SUnsubscribe}, nil
+	}
+	return &pubsub{ps: ps, sub: ps.Subscribe, unsub: ps.Unsubscribe}, nil
 }
 
 // pubsub ends at its connection's first failure, as package driver asks:
 // go-redis's PubSub would connect again by itself.
 type pubsub struct {
-	ps      *redis.PubSub
-	sharded bool
-	closed  atomic.Bool // Close was called
+	ps         *redis.PubSub
+	sub, unsub func(context.Context, ...string) error // (S)SUBSCRIBE, (S)UNSUBSCRIBE: sharded, the S forms
+	closed     atomic.Bool                            // Close was called
 }
 
 // check returns err; an error closes go-redis's PubSub, after which every
@@ -175,17 +179,11 @@ func (p *pubsub) check(err error) error {
 }
 
 func (p *pubsub) Subscribe(ctx context.Context, channels ...string) error {
-	if p.sharded {
-		return p.check(p.ps.SSubscribe(ctx, channels...))
-	}
-	return p.check(p.ps.Subscribe(ctx, channels...))
+	return p.check(p.sub(ctx, channels...))
 }
 
 func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
-	if p.sharded {
-		return p.check(p.ps.SUnsubscribe(ctx, channels...))
-	}
-	return p.check(p.ps.Unsubscribe(ctx, channels...))
+	return p.check(p.unsub(ctx, channels...))
 }
 
 func (p *pubsub) Ping(ctx context.Context) error {
