@@ -373,20 +373,16 @@ func readState(ctx context.Context, k *Keys, p redis.Pipeliner) (State, error) {
 	left, _ := pttl.Int64()
 	f, _ := fence.Int64()
 	ms := t.UnixMilli()
-	return stateOf(k, kind.Val(), holder, c, left, f, ms, liveWaiters(waiting.Val(), entries.Val(), ms), value.Val()), nil
-}
-
-// liveWaiters counts the waiters in the queue whose entry's deadline (see
-// lib.lua) is ahead of now (ms, the server's clock), as inspect.lua does.
-func liveWaiters(queue []string, entries map[string]string, now int64) int64 {
-	var n int64
-	for _, token := range queue {
-		deadline, _, ok := strings.Cut(entries[token], ":")
-		if d, err := strconv.ParseInt(deadline, 10, 64); ok && err == nil && d > now {
-			n++
+	// The waiters in the queue whose entry's deadline (see lib.lua) is
+	// ahead of the server's clock, as inspect.lua counts them.
+	var live int64
+	for _, token := range waiting.Val() {
+		deadline, _, ok := strings.Cut(entries.Val()[token], ":")
+		if d, err := strconv.ParseInt(deadline, 10, 64); ok && err == nil && d > ms {
+			live++
 		}
 	}
-	return n
+	return stateOf(k, kind.Val(), holder, c, left, f, ms, live, value.Val()), nil
 }
 
 // flat returns the reply of a shape's fetch as a script's call reads: a
