@@ -351,12 +351,7 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 // again. It returns the errors of the nodes that failed otherwise.
 func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
 	r := q.end(ctx, c, nil, func(n Node, ctx context.Context, c *Claim) (bool, error) { return false, n.Undo(ctx, c) })
-	for i, err := range r.errs {
-		if Transient(err) { // (tried again on its own, as is a node without an answer once its call fails)
-			r.errs[i] = nil
-		}
-	}
-	return nodeErrors(r.errs)
+	return nodeErrors(r.errs, Transient) // (a Transient one is tried again on its own, as is a node without an answer once its call fails)
 }
 
 // end runs f, a clean-up of the lease c (Node.Release, Node.Undo), on
@@ -411,7 +406,7 @@ func (q *Quorum) Batches() (calls, writes uint64) {
 func (q *Quorum) Force(ctx context.Context, k *Keys) (bool, error) {
 	r := fanOut(ctx, q, nil, untilAll, func(ctx context.Context, n Node) (bool, error) { return n.Force(ctx, k) })
 	deleted := slices.ContainsFunc(r.answers, func(a answer[bool]) bool { return a.v })
-	return deleted, nodeErrors(r.errs)
+	return deleted, nodeErrors(r.errs, nil)
 }
 
 // Announce publishes msg on every node; it fails only if none took it.
@@ -422,15 +417,15 @@ func (q *Quorum) Announce(ctx context.Context, k *Keys, msg string) error {
 	if r.yes > 0 {
 		return nil
 	}
-	return nodeErrors(r.errs)
+	return nodeErrors(r.errs, nil)
 }
 
 // nodeErrors joins the errors of the nodes that failed or did not answer,
-// each named by its index.
-func nodeErrors(errs []error) error {
+// each named by its index, but those that skip (if not nil) reports.
+func nodeErrors(errs []error, skip func(error) bool) error {
 	var named []error
 	for i, err := range errs {
-		if err != nil {
+		if err != nil && (skip == nil || !skip(err)) {
 			named = append(named, fmt.Errorf("node %d: %w", i, err))
 		}
 	}
