@@ -287,11 +287,11 @@ type holder struct{ id, rec string }
 // holdersOf returns the holders of name in its state st, in the order
 // Inspect lists them.
 func holdersOf(name string, st backend.State) []holder {
-	var hs []holder
-	for _, o := range st.Owners {
-		hs = append(hs, holder{o.ID, ownerHold(o.ID, name)})
+	if o, ok := st.Extra.(backend.Owner); ok { // (a reentrant lock: its owner)
+		return []holder{{string(o), ownerHold(string(o), name)}}
 	}
-	for _, p := range slices.Concat(st.Plain, st.Permits, st.RWHolds) {
+	var hs []holder
+	for _, p := range st.Leases {
 		hs = append(hs, holder{p.Token, p.Token})
 	}
 	return hs

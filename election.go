@@ -116,8 +116,8 @@ func leadership(ctx context.Context, l *Lock) (_ *Leadership, err error) {
 		if err := l.answered("campaign", "the lock key no longer holds our token", st.Token == l.cl.Token, err); err != nil {
 			return nil, err
 		}
-		if st.Proclaimed {
-			ld.value = st.Value
+		if v, ok := st.Extra.(backend.Proclaimed); ok {
+			ld.value = string(v)
 		}
 	}
 	if ld.fence, err = l.Fence(ctx); err != nil {
@@ -217,14 +217,15 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		what = cmp.Or(what, "a "+st.Type)
 		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, "the name is held as "+what+", not by a leader"))
 	}
-	return Leader{Value: shown(st.Token, st.Value, st.Proclaimed), Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
+	return Leader{Value: shown(st.Token, st.Extra), Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
 }
 
 // shown is what a holder with token shows of itself: the value it
-// proclaimed, if proclaimed (a leader), else its metadata.
-func shown(token, value string, proclaimed bool) string {
-	if proclaimed {
-		return value
+// proclaimed, if extra, what its State or refusal read beside, holds one (a
+// leader), else its metadata.
+func shown(token string, extra any) string {
+	if v, ok := extra.(backend.Proclaimed); ok {
+		return string(v)
 	}
 	return metaOf(token)
 }

@@ -38,17 +38,20 @@ type Owner struct {
 // infoOf is the Info of the lock name in the state st, read by a Client
 // whose LockDelay is delay.
 func infoOf(name string, st backend.State, delay time.Duration) Info {
-	hs := st.Leases()
+	hs := st.Leases
 	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
-		Meta: strings.Join(metasOf(hs, st.Value, st.Proclaimed), ", "), Queued: int(st.Queued)}
-	for _, o := range st.Owners {
-		info.Owners = append(info.Owners, Owner{ID: o.ID, Holds: int64(len(o.Holds)), Meta: metasOf(o.Holds, "", false)})
+		Meta: strings.Join(metasOf(hs, st.Extra), ", "), Queued: int(st.Queued)}
+	if o, ok := st.Extra.(backend.Owner); ok { // (a reentrant lock: its leases are its owner's holds)
+		info.Owners = []Owner{{ID: string(o), Holds: int64(len(hs)), Meta: metasOf(hs, nil)}}
 	}
-	for _, p := range st.Permits {
-		info.Permits = append(info.Permits, Permit{Token: p.Token, TTL: p.Left, Meta: metaOf(p.Token), Count: p.N})
-	}
-	for _, h := range st.RWHolds {
-		info.RWHolds = append(info.RWHolds, RWHold{Token: h.Token, TTL: h.Left, Write: h.Write, Meta: metaOf(h.Token)})
+	for _, h := range hs { // (a sorted set's: a read-write lock's holds have a Role, a semaphore's permits none)
+		switch {
+		case st.Type != "zset":
+		case h.Role == "":
+			info.Permits = append(info.Permits, Permit{Token: h.Token, TTL: h.Left, Meta: metaOf(h.Token), Count: h.N})
+		default:
+			info.RWHolds = append(info.RWHolds, RWHold{Token: h.Token, TTL: h.Left, Write: h.Role == "w", Meta: metaOf(h.Token)})
+		}
 	}
 	// InDelay: the longest lease left is at most delay (a holder's own
 	// extensions keep its lease above it).
@@ -61,12 +64,12 @@ func infoOf(name string, st backend.State, delay time.Duration) Info {
 }
 
 // metasOf returns the distinct values that the holds hs show, each as
-// shown says (a leader its proclaimed value, if proclaimed: a lock's one
-// holder; any other its metadata), but "", sorted.
-func metasOf(hs []backend.Hold, value string, proclaimed bool) []string {
+// shown says (a leader its proclaimed value, if extra holds one: a lock's
+// one holder; any other its metadata), but "", sorted.
+func metasOf(hs []backend.Hold, extra any) []string {
 	var ms []string
 	for _, h := range hs {
-		if m := shown(h.Token, value, proclaimed); m != "" {
+		if m := shown(h.Token, extra); m != "" {
 			ms = append(ms, m)
 		}
 	}

@@ -99,7 +99,7 @@ func (k *kind) ownerOf(c *Client) string {
 // its owner, if k's leases belong to owners, else its token.
 func (k *kind) tokenOf(cl *backend.Claim) string {
 	if k.owned {
-		return cl.Owner
+		return cl.Holder
 	}
 	return cl.Token
 }
@@ -109,7 +109,7 @@ func (k *kind) tokenOf(cl *backend.Claim) string {
 // ownerHold), if k's leases belong to owners, else its token.
 func (k *kind) recordOf(cl *backend.Claim, name string) string {
 	if k.owned {
-		return ownerHold(cl.Owner, name)
+		return ownerHold(cl.Holder, name)
 	}
 	return cl.Token
 }
@@ -126,7 +126,7 @@ func (k *kind) place(token string) string {
 // says reports whether a refusal g of an attempt of kind k says something
 // worth keeping (see refusal): it names a holder, or k's refusals name none.
 func (k *kind) says(g backend.Grant) bool {
-	return g.Holder != "" || g.Owner != "" || k.why != ""
+	return g.Holder != "" || g.Extra != nil || k.why != ""
 }
 
 // refusal is the NotAcquiredError of an attempt of name that Redis refused
@@ -134,7 +134,8 @@ func (k *kind) says(g backend.Grant) bool {
 func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
 	// (A leader is named by the value it proclaimed last, as Leader does;
 	// a reentrant lock by its owner, which only its refusals name.)
-	return &NotAcquiredError{Name: name, Holder: cmp.Or(g.Owner, g.Holder), Meta: shown(g.Holder, g.Value, g.Proclaimed), TTL: g.PTTL,
+	owner, _ := g.Extra.(backend.Owner)
+	return &NotAcquiredError{Name: name, Holder: cmp.Or(string(owner), g.Holder), Meta: shown(g.Holder, g.Extra), TTL: g.PTTL,
 		Permits: k.permits, says: cmp.Or(k.why, k.by)}
 }
 

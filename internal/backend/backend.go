@@ -35,14 +35,6 @@ type Keys struct {
 	Wake    string // unfair mode: exists while a waiter listens on Channel (see release.lua)
 }
 
-// ValueKey is the key of a leader's value (proclaim.lua), made when needed:
-// only elections use it.
-func (k *Keys) ValueKey() string { return k.Lock + ":v" }
-
-// SizeKey is the key of a semaphore's size kept in Redis (permits.lua),
-// made only when a size is stored.
-func (k *Keys) SizeKey() string { return k.Lock + ":n" }
-
 // KeysFor returns the keys of the lock name under prefix.
 func KeysFor(prefix, name string) Keys {
 	// One allocation for all six names: "<base>:fence<base>:qw<base>:ch<base>:w".
@@ -62,15 +54,14 @@ func KeysFor(prefix, name string) Keys {
 type Claim struct {
 	Keys
 	Token string // the lease's token: the plain lock's value, or a reentrant hold's field
-	Owner string // reentrant: the owner id ("<client>/<owner>") that the hash names (see reentrant.go)
-	Rev   string // the lease's marker key (see lib.lua), "<lock>:r:<token>"
+	// Holder is what the lock names as the lease's holder, if not its
+	// token: its kind's (see Kind.holder); "" otherwise.
+	Holder string
+	Rev    string // the lease's marker key (see lib.lua), "<lock>:r:<token>"
 	// Kind is what the lease is (see kind.go): a Client's own lock (plain,
 	// fair or reentrant), a semaphore's permit, a read-write lock's hold, a
 	// leadership campaign. Never nil.
 	Kind Kind
-	// Member is what the lease is in a sorted set that the kind keeps
-	// (a read-write lock's "<r|w>:<token>"); "" otherwise.
-	Member string
 	// TTL is the lease time the acquisition asks for, its lock-delay
 	// included (0: the Client's): the marker of the ended lease lives for
 	// its revocation window, and its clean-up is retried while it lives.
@@ -119,17 +110,18 @@ func (c *Claim) resumerArg(args []any) []any {
 func (c *Claim) SetToken(token string) {
 	c.Token, c.Clean = token, true
 	c.Rev = c.Lock + ":r:" + token
-	c.Member = c.Kind.member(token)
+	c.Holder = c.Kind.holder(c)
 }
 
-// SetKind makes the claim's lease of kind k, with its member.
+// SetKind makes the claim's lease of kind k, with its Holder.
 func (c *Claim) SetKind(k Kind) {
-	c.Kind, c.Member = k, k.member(c.Token)
+	c.Kind = k
+	c.Holder = k.holder(c)
 }
 
-// HolderID is what the lock names as its holder: the lease's token, a
-// reentrant lock's owner id, or a read-write lock's member.
-func (c *Claim) HolderID() string { return c.Kind.holder(c) }
+// HolderID is what the lock names as its holder: its Holder, else the
+// lease's token.
+func (c *Claim) HolderID() string { return cmp.Or(c.Holder, c.Token) }
 
 // do sends one command, a script's EVALSHA or EVAL or another, once (see
 // Node.conn), unless ctx is done. Its reply and error are the client's
@@ -188,8 +180,11 @@ type Grant struct {
 	Fence int64         // when held: reentrant, the fence of the owner's first hold; a campaign, its fence (0: not issued)
 	PTTL  time.Duration // when not held: the holder's remaining lease, or -1 if unknown
 	// When not held: the holder's lease token ("" if unknown; a reentrant
-	// lock's: one of its holds' tokens), and a reentrant lock's owner id.
-	Holder, Owner string
+	// lock's: one of its holds' tokens).
+	Holder string
+	// Extra is what a refusal says beside, of a type the kind's file
+	// declares; nil if nothing.
+	Extra any
 	// Undo reports that what the attempt was granted must be given back
 	// (too few replicas or quorum nodes said yes): the caller undoes it,
 	// retrying until every node has answered.
@@ -201,10 +196,6 @@ type Grant struct {
 	// again, as a new attempt once this one is undone: the Redis client,
 	// which never sends it twice, is configured to retry.
 	Again bool
-	// When not held, a campaign's: the value its leader proclaimed last
-	// (see proclaim.lua), if Proclaimed.
-	Value      string
-	Proclaimed bool
 }
 
 // Backend runs lock operations against one Redis deployment. The Lock
@@ -690,7 +681,7 @@ func drives(mark, resumer string) bool {
 }
 
 func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
-	v, err := as[[]any](n.run(ctx, script.Inspect, []any{k.Lock, k.Fence, k.Queue, k.Waiters, k.ValueKey()}))
+	v, err := as[[]any](n.run(ctx, script.Inspect, []any{k.Lock, k.Fence, k.Queue, k.Waiters, valueKey(k)}))
 	if err != nil {
 		return State{}, RedisErr(err)
 	}
@@ -710,15 +701,14 @@ func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
 // stateOf is the state of the lock k as inspect.lua reads it (see there):
 // its key's Redis type typ, a plain lock's holder, the key's contents (a
 // reentrant lock's or a semaphore's flat list: the owners), its pttl, the
-// fence, the server's clock now (ms), the live waiters queued and a
-// leader's value.
-func stateOf(k *Keys, typ, holder string, contents any, pttl, fence, now, queued int64, value string) State {
+// fence, the server's clock now (ms), the live waiters queued and the
+// kinds' extra key's value (see shape.read).
+func stateOf(k *Keys, typ, holder string, contents any, pttl, fence, now, queued int64, extra string) State {
 	st := State{Key: k.Lock, Type: typ, Held: typ != "none", Token: holder, Holding: holder, Fence: fence, Queued: queued}
-	st.Value, st.Proclaimed = proclaimed(value, holder)
 	if st.Held {
 		st.TTL = pttlOf(pttl)
 	}
-	shapeOf(typ).read(&st, contents, now)
+	shapeOf(typ).read(&st, contents, now, extra)
 	return st
 }
 

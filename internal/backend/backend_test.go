@@ -120,7 +120,7 @@ func TestRefusedAcquireNamesTheHolder(t *testing.T) {
 		k := KeysFor("dlock:", "refused-"+n.name)
 		mine, theirs := &Claim{Keys: k, Kind: n.kind}, &Claim{Keys: k, Kind: n.kind}
 		if n.kind == ReentrantLock {
-			mine.Owner, theirs.Owner = "client/a", "client/b"
+			mine.Holder, theirs.Holder = "client/a", "client/b"
 		}
 		mine.SetToken("tok-mine.host%3A1")
 		theirs.SetToken("tok-theirs")
@@ -128,8 +128,8 @@ func TestRefusedAcquireNamesTheHolder(t *testing.T) {
 			t.Fatalf("%s: acquire = %+v, %v", n.name, g, err)
 		}
 		g, err := node.Acquire(ctx, theirs, time.Second, false)
-		if err != nil || g.Held || g.Holder != mine.Token || g.PTTL <= 0 || g.Owner != mine.Owner {
-			t.Errorf("%s: refused acquire = %+v, %v; want the holder %q, owner %q and its PTTL", n.name, g, err, mine.Token, mine.Owner)
+		if owner, _ := g.Extra.(Owner); err != nil || g.Held || g.Holder != mine.Token || g.PTTL <= 0 || string(owner) != mine.Holder {
+			t.Errorf("%s: refused acquire = %+v, %v; want the holder %q, owner %q and its PTTL", n.name, g, err, mine.Token, mine.Holder)
 		}
 	}
 	// Fair: a free lock with a live waiter queued is handed to the waiter,
@@ -226,7 +226,7 @@ func TestOnlyReadWriteHoldsLoadTheDowngradeScript(t *testing.T) {
 		if setOf(first)&need == 0 {
 			t.Errorf("%s: Prepare does not load the acquisition's script %s", k.what(), first.Name())
 		}
-		if rw := k.member("t") != ""; (need&down != 0) != rw {
+		if _, rw := k.(rwHold); (need&down != 0) != rw {
 			t.Errorf("%s: Prepare loads hold_downgrade.lua: %v, want %v", k.what(), need&down != 0, rw)
 		}
 	}

@@ -14,39 +14,47 @@ import (
 // lock (acquire_fair.lua with its campaign argument).
 var Campaign Kind = campaign{}
 
-type campaign struct{ plainLock } // (its member and shape are a plain lock's)
+type campaign struct{ plainLock } // (its holder and shape are a plain lock's)
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	g, err := n.takeLock(ctx, c, acquireFair, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
 		c.Token, ttl.Milliseconds(), flag(queue), n.fairConf(ttl, true))
 	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)
-		value, _ := as[string](n.do(ctx, "get", c.ValueKey())) // (unread: the token's metadata names it)
-		g.Value, g.Proclaimed = proclaimed(value, g.Holder)
+		value, _ := as[string](n.do(ctx, "get", valueKey(&c.Keys))) // (unread: the token's metadata names it)
+		g.Extra = proclaimed(value, g.Holder)
 	}
 	return g, err
 }
 
+// Proclaimed is the value a campaign's leader proclaimed last (see
+// proclaim.lua): the Extra of its State, and of a refusal, if it did.
+type Proclaimed string
+
+// valueKey is the key of a leader's value (proclaim.lua), made when
+// needed: only elections, and Inspect, use it.
+func valueKey(k *Keys) string { return k.Lock + ":v" }
+
 // proclaimed reads the value key of a lock held by holder (a leader's
-// lease token): the value holder proclaimed, if it did. The key holds
-// "<token>{<seq>} <value>" (see proclaim.lua), or an older "<token>
+// lease token): the value holder proclaimed, if it did, else nil. The key
+// holds "<token>{<seq>} <value>" (see proclaim.lua), or an older "<token>
 // <value>".
-func proclaimed(key, holder string) (string, bool) {
+func proclaimed(key, holder string) any {
 	t, value, ok := strings.Cut(key, " ")
 	t, _, _ = strings.Cut(t, "{")
 	if !ok || t != holder || holder == "" {
-		return "", false
+		return nil
 	}
-	return value, true
+	return Proclaimed(value)
 }
 
 func (campaign) what() string { return "a leader's lease" }
 
 func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
-	return n.extendLease(ctx, c, ttl, seq, c.Lock, c.Rev, c.Fence, c.ValueKey())
+	return n.extendLease(ctx, c, ttl, seq, c.Lock, c.Rev, c.Fence, valueKey(&c.Keys))
 }
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
-	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, c.ValueKey()},
+	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, valueKey(&c.Keys)},
 		c.resumerArg([]any{&c.Token, window, n.fair.resign})...)
 }
 
@@ -69,6 +77,6 @@ func (campaign) fenceWindow(n Node, ttl time.Duration) any {
 // that Redis applied changes nothing, and reports true (a later value is
 // set). ErrSuperseded: another Lock resumed the lease.
 func (n Node) Proclaim(ctx context.Context, c *Claim, value string, seq int64) (bool, error) {
-	v, err := leaseReply(as[int64](n.run(ctx, proclaim, []any{c.Lock, c.ValueKey(), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, c.seqArg(seq))))
+	v, err := leaseReply(as[int64](n.run(ctx, proclaim, []any{c.Lock, valueKey(&c.Keys), c.Fence, c.Rev}, c.Token, value, c.Channel, n.pub, c.Resumer, c.seqArg(seq))))
 	return v == 1 || v == 2, err
 }

@@ -17,10 +17,10 @@ import (
 // acquisition asks for, their keys and the hold's members; w is the
 // permits the hold has (a read-write lock's: 1).
 type hold struct {
-	shared // (a permit's member is its token, which Claim.Member leaves out)
+	shared // (a permit's member is its token: no Claim.Holder)
 	w      int
 	ask    any  // what the acquisition asks for (hold_acquire.lua's ARGV[8]): a semaphore's N, or a read-write hold's "r", "w" or "?"
-	sized  bool // a semaphore's: its keys end with its size kept in Redis (Keys.SizeKey)
+	sized  bool // a semaphore's: its keys end with its size kept in Redis (sizeKey)
 }
 
 func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
@@ -38,7 +38,7 @@ func (c *Claim) holdKeys(more ...any) []any {
 // keys returns the keys of the hold h's acquisition and release for c.
 func (h hold) keys(c *Claim) []any {
 	if h.sized {
-		return c.holdKeys(c.SizeKey())
+		return c.holdKeys(sizeKey(&c.Keys))
 	}
 	return c.holdKeys()
 }
@@ -101,9 +101,9 @@ var zsetShape = shape{typ: "zset",
 		}
 		return "a semaphore (a sorted set), or another program's value", true
 	},
-	read: func(st *State, members any, now int64) {
+	read: func(st *State, members any, now int64, _ string) {
 		hs, holding := permitsOf(members, now)
-		st.Permits, st.RWHolds = rwHolds(hs)
+		st.Leases = rwHolds(hs)
 		st.Holding, st.ended = holding, holding == "" // (permits that just ended)
 	},
 	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
@@ -141,17 +141,16 @@ func permitsOf(reply any, now int64) ([]Hold, string) {
 }
 
 // rwHolds returns the members of a sorted set (as permitsOf read them) as
-// a semaphore's permits, or as a read-write lock's holds, each turned into
-// its token, marking the write. A semaphore's tokens never have ':' as
+// a semaphore's permits, or as a read-write lock's holds: each turned into
+// its token, its Role "r" or "w". A semaphore's tokens never have ':' as
 // their second character; a read-write lock's members always do, so a set
 // with any member that does not (another program's) is read as permits.
-func rwHolds(hs []Hold) (permits, holds []Hold) {
-	if len(hs) == 0 || slices.ContainsFunc(hs, func(h Hold) bool { return len(h.Token) < 2 || h.Token[1] != ':' }) {
-		return hs, nil
+func rwHolds(hs []Hold) []Hold {
+	if slices.ContainsFunc(hs, func(h Hold) bool { return len(h.Token) < 2 || h.Token[1] != ':' }) {
+		return hs
 	}
 	for i, h := range hs {
-		hs[i].Write = h.Token[0] == 'w'
-		hs[i].Token = h.Token[2:]
+		hs[i].Role, hs[i].Token = h.Token[:1], h.Token[2:]
 	}
-	return nil, hs
+	return hs
 }

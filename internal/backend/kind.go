@@ -36,12 +36,8 @@ type Kind interface {
 	// ttl on n is fenced (see Node.Fence): the Node's fence window
 	// (shared), unless the kind says otherwise.
 	fenceWindow(n Node, ttl time.Duration) any
-	// member returns the lease's member in the kind's sorted set, given
-	// its token ("" if it has none, or it is the token: see Claim.Member;
-	// shared: "").
-	member(token string) string
-	// holder is what the lock names as the holder of the lease c (see
-	// Claim.HolderID; shared: its token).
+	// holder is what the lock names as the holder of the lease c, if not
+	// its token (Claim.Holder, set as c's token or kind is; shared: "").
 	holder(c *Claim) string
 	// what is a lease of the kind in words ("a plain lock"), as a
 	// WRONGTYPE error says what was wanted (see wrongKind).
@@ -53,15 +49,12 @@ type Kind interface {
 }
 
 // shared is what the kinds share unless they say otherwise: the Node's
-// fence window, no member of their own beside the token, and the token as
-// the holder.
+// fence window, and the token as the holder (no Claim.Holder).
 type shared struct{}
 
 func (shared) fenceWindow(n Node, _ time.Duration) any { return n.fenceMS }
 
-func (shared) member(string) string { return "" }
-
-func (shared) holder(c *Claim) string { return c.Token }
+func (shared) holder(*Claim) string { return "" }
 
 // A shape is a Redis type that kinds keep at their lock key, and how a key
 // of that type reads, whichever kind wrote it.
@@ -73,8 +66,10 @@ type shape struct {
 	holds func(ctx context.Context, n Node, key string) (string, bool)
 	// read puts into st the key's contents as inspect.lua's owners carry
 	// them (a string's, its holder, stateOf reads itself into st.Token;
-	// now: the server's clock, ms), and its leases (st's TTL is read).
-	read func(st *State, contents any, now int64)
+	// now: the server's clock, ms): its Leases (st's TTL is read), and its
+	// kind's Extra, reading extra too, the value of a key a kind keeps
+	// beside (inspect.lua's KEYS[5], a leader's: see valueKey).
+	read func(st *State, contents any, now int64, extra string)
 	// fetch queues on p the read of the contents that inspect.lua makes,
 	// for a backend without scripts (see flat).
 	fetch func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder
@@ -92,7 +87,7 @@ func shapeOf(typ string) *shape {
 			return s
 		}
 	}
-	return &shape{typ: typ, holds: holding("a " + typ + ", another program's value"), read: func(*State, any, int64) {}}
+	return &shape{typ: typ, holds: holding("a " + typ + ", another program's value"), read: func(*State, any, int64, string) {}}
 }
 
 // holding returns a shape's holds that reads nothing: the key holds what.

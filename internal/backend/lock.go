@@ -96,9 +96,9 @@ func (plainLock) shape() *shape { return &stringShape }
 // holder's token (inspect.lua's holder, which stateOf reads), whose lease
 // is the key's TTL.
 var stringShape = shape{typ: "string", holds: holding("a lock (a string), or another program's value"),
-	read: func(st *State, _ any, _ int64) {
+	read: func(st *State, _ any, _ int64, extra string) {
 		if st.Token != "" { // (an empty string is another program's: no lease)
-			st.Plain = []Hold{{Token: st.Token, Left: st.TTL}}
+			st.Leases, st.Extra = []Hold{{Token: st.Token, Left: st.TTL}}, proclaimed(extra, st.Token)
 		}
 	},
 	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {

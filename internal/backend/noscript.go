@@ -358,7 +358,7 @@ func readState(ctx context.Context, k *Keys, p redis.Pipeliner) (State, error) {
 	pttl, now := p.Do(ctx, "PTTL", k.Lock), p.Time(ctx)
 	// The errors of these (a key of another type) read as no fence, no
 	// value (an election leader's) and no waiter, as in inspect.lua.
-	fence, value := p.Get(ctx, k.Fence), p.Get(ctx, k.ValueKey())
+	fence, value := p.Get(ctx, k.Fence), p.Get(ctx, valueKey(k))
 	waiting, entries := p.LRange(ctx, k.Queue, 0, -1), p.HGetAll(ctx, k.Waiters)
 	_, perr := p.Exec(ctx)
 	if kind.Err() == nil && kind.Val() == "" { // (TYPE always answers: the pipeline failed unsent, by a hook)

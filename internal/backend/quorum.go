@@ -478,7 +478,7 @@ func (q *Quorum) Inspect(ctx context.Context, k *Keys) (State, error) {
 		if len(left) >= q.need() {
 			slices.Sort(left)
 			out.Held, out.Token, out.Type, out.TTL = true, h.token, h.typ, time.Duration(left[len(left)-q.need()])
-			shapeOf(h.typ).read(&out, nil, 0) // (a plain lock's lease: the majority's)
+			shapeOf(h.typ).read(&out, nil, 0, "") // (a plain lock's lease: the majority's)
 		}
 	}
 	return out, nil

@@ -13,9 +13,9 @@ import (
 )
 
 // ReentrantLock is the kind of a Client's locks made WithReentrant: a hash
-// at the lock key (acquire_reentrant.lua) of the owner (Claim.Owner, what
+// at the lock key (acquire_reentrant.lua) of the owner (Claim.Holder, what
 // the lock names as its holder) and one field per hold, each a lease of
-// its own. A refusal names the holding owner (Grant.Owner).
+// its own. A refusal names the holding owner (its Extra, an Owner).
 var ReentrantLock Kind = reentrantLock{}
 
 type reentrantLock struct{ shared }
@@ -29,7 +29,7 @@ var (
 )
 
 func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, _ bool) (Grant, error) {
-	r, acks, err := n.acked(ctx, acquireReentrant, ErrNotAcquired, []any{c.Lock, c.Fence, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), n.fenceMS)
+	r, acks, err := n.acked(ctx, acquireReentrant, ErrNotAcquired, []any{c.Lock, c.Fence, c.Rev}, c.Holder, c.Token, ttl.Milliseconds(), n.fenceMS)
 	v, err := as[[]any](r, err)
 	if err != nil {
 		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
@@ -42,26 +42,32 @@ func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Dur
 		pttl, _ := v[1].(int64)
 		owner, _ := v[3].(string)
 		holder, _ := v[4].(string)
-		return Grant{PTTL: pttlOf(pttl), Owner: owner, Holder: holder}, nil
+		return Grant{PTTL: pttlOf(pttl), Holder: holder, Extra: Owner(owner)}, nil
 	}
 	return Grant{}, fmt.Errorf("unexpected reply %v", v)
 }
 
 func (reentrantLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
-	return n.acked(ctx, extendReentrant, nil, []any{c.Lock, c.Rev}, c.Owner, c.Token, ttl.Milliseconds(), c.seqArg(seq))
+	return n.acked(ctx, extendReentrant, nil, []any{c.Lock, c.Rev}, c.Holder, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (reentrantLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
-	return n.run(ctx, releaseReentrant, []any{c.Lock, c.Rev}, c.Owner, c.Token, c.Channel, n.pub, window)
+	return n.run(ctx, releaseReentrant, []any{c.Lock, c.Rev}, c.Holder, c.Token, c.Channel, n.pub, window)
 }
 
 func (reentrantLock) scripts() (*script.Script, scriptSet) { return acquireReentrant, reentrantScripts }
 
-func (reentrantLock) holder(c *Claim) string { return c.Owner }
+// holder: a hold is named by its owner, which its Claim's maker sets as
+// its Holder, and which stays.
+func (reentrantLock) holder(c *Claim) string { return c.Holder }
 
 func (reentrantLock) what() string { return "a reentrant lock" }
 
 func (reentrantLock) shape() *shape { return &hashShape }
+
+// Owner is the owner of a reentrant lock, "<client>/<owner>": the Extra of
+// its State (whose Leases are its live holds), and of a refusal.
+type Owner string
 
 // hashShape is a reentrant lock's key: its owner and the owner's holds.
 var hashShape = shape{typ: "hash", holds: holding("a reentrant lock (a hash), or another program's value"),
@@ -69,29 +75,29 @@ var hashShape = shape{typ: "hash", holds: holding("a reentrant lock (a hash), or
 	// reply: its owner and the owner's live holds (their deadlines are on
 	// the server's clock, now), and the holding that force_release.lua
 	// names.
-	read: func(st *State, fields any, now int64) {
+	read: func(st *State, fields any, now int64, _ string) {
 		pairs, _ := fields.([]any)
 		var (
-			o     Owner
-			fence string
+			owner, fence string
+			holds        []Hold
 		)
 		for i := 0; i+1 < len(pairs); i += 2 {
 			field, _ := pairs[i].(string)
 			value, _ := pairs[i+1].(string)
 			switch {
 			case field == "owner":
-				o.ID = value
+				owner = value
 			case field == "fence":
 				fence = value
 			case strings.HasPrefix(field, "h:"):
 				deadline, _ := strconv.ParseInt(value, 10, 64)
 				if left := deadline - now; left > 0 {
-					o.Holds = append(o.Holds, Hold{Token: field[2:], Left: time.Duration(left) * time.Millisecond})
+					holds = append(holds, Hold{Token: field[2:], Left: time.Duration(left) * time.Millisecond})
 				}
 			}
 		}
-		if o.ID != "" { // (else no owner: st holds none, inspect.lua's holder of a hash being "")
-			st.Owners, st.Holding = []Owner{o}, o.ID+" "+fence
+		if owner != "" { // (else no owner: st holds none, inspect.lua's holder of a hash being "")
+			st.Leases, st.Extra, st.Holding = holds, Owner(owner), owner+" "+fence
 		}
 	},
 	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {

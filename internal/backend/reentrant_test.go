@@ -14,7 +14,7 @@ func TestReentrantHoldsOfAnOwnerShareTheFirstHoldsFence(t *testing.T) {
 	node := NewNode(redistest.Start(t).Client(t), Config{})
 	ctx := t.Context()
 	k := KeysFor("dlock:", "reentrant-fence")
-	outer, inner := &Claim{Keys: k, Kind: ReentrantLock, Owner: "client/a"}, &Claim{Keys: k, Kind: ReentrantLock, Owner: "client/a"}
+	outer, inner := &Claim{Keys: k, Kind: ReentrantLock, Holder: "client/a"}, &Claim{Keys: k, Kind: ReentrantLock, Holder: "client/a"}
 	outer.SetToken("tok-outer")
 	inner.SetToken("tok-inner")
 	first, err := node.Acquire(ctx, outer, time.Minute, false)

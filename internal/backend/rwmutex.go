@@ -35,10 +35,8 @@ type rwHold struct{ hold }
 // scripts: a read-write lock's holds run hold_downgrade.lua too.
 func (rwHold) scripts() (*script.Script, scriptSet) { return holdAcquire, rwScripts }
 
-// member is a hold's member of the set, "<ask>:<token>".
-func (h rwHold) member(token string) string { return h.ask.(string) + ":" + token }
-
-func (rwHold) holder(c *Claim) string { return c.Member }
+// holder: a hold is named by its member of the set, "<ask>:<token>".
+func (h rwHold) holder(c *Claim) string { return h.ask.(string) + ":" + c.Token }
 
 func (rwHold) what() string { return "a read-write lock's hold" }
 

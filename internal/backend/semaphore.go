@@ -33,7 +33,7 @@ var permits = loads("permits")
 // unless a size is stored), "unset" or "add" (v); size is the caller's N,
 // the size while none is stored.
 func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error) {
-	r, err := ints(n.run(ctx, permits, []any{k.Lock, k.SizeKey(), k.Queue}, op, v, size, k.Channel, n.pub))
+	r, err := ints(n.run(ctx, permits, []any{k.Lock, sizeKey(k), k.Queue}, op, v, size, k.Channel, n.pub))
 	if err != nil {
 		return PermitSize{}, RedisErr(err)
 	}
@@ -42,6 +42,10 @@ func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (Per
 	}
 	return PermitSize{Size: int(r[0]), Held: int(r[1]), Changed: r[2] == 1}, nil
 }
+
+// sizeKey is the key of a semaphore's size kept in Redis (permits.lua),
+// made only when a size is stored.
+func sizeKey(k *Keys) string { return k.Lock + ":n" }
 
 // PermitSize is a semaphore's size as permits.lua read or left it.
 type PermitSize struct {

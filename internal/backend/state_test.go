@@ -25,7 +25,7 @@ func TestAStringHoldsItsHoldersLeaseOnly(t *testing.T) {
 				t.Fatal(err)
 			}
 			st, err := b.Inspect(ctx, &k)
-			hs := st.Leases()
+			hs := st.Leases
 			switch {
 			case err != nil || !st.Held || st.Type != "string" || st.Token != value:
 				t.Errorf("%s: Inspect(a string %q) = %+v, %v; want held, its token", name, value, st, err)
@@ -40,7 +40,7 @@ func TestAStringHoldsItsHoldersLeaseOnly(t *testing.T) {
 
 // Reading a plain lock's state and its Leases (Inspect's, a Lock's TTL)
 // costs two allocations, the state (its shape's read takes it by pointer)
-// and the lease: Leases makes no copy of a plain lock's one lease.
+// and the lease.
 //
 // Serial: it counts the process's allocations.
 func TestAPlainLocksStateAndLeasesCostTwoAllocations(t *testing.T) {
@@ -50,10 +50,10 @@ func TestAPlainLocksStateAndLeasesCostTwoAllocations(t *testing.T) {
 		contents any = "tok" // (as inspect.lua's reply carries it)
 	)
 	n := testing.AllocsPerRun(100, func() {
-		hs = stateOf(&k, "string", "tok", contents, 5000, 7, 1000, 0, "").Leases()
+		hs = stateOf(&k, "string", "tok", contents, 5000, 7, 1000, 0, "").Leases
 	})
 	if n > 2 || len(hs) != 1 || hs[0].Token != "tok" || hs[0].Left != 5*time.Second {
-		t.Errorf("stateOf(a string).Leases() = %+v with %v allocations, want its one lease with at most 2", hs, n)
+		t.Errorf("stateOf(a string).Leases = %+v with %v allocations, want its one lease with at most 2", hs, n)
 	}
 }
 
@@ -68,7 +68,7 @@ func TestAReentrantHashWithNoOwnerHoldsNothingToForce(t *testing.T) {
 	n := NewNode(rdb, Config{})
 	for name, b := range map[string]Backend{"node": n, "no scripts": NoScripts{n}} {
 		k := KeysFor("dlock:", "ownerless-"+name)
-		c := &Claim{Keys: k, Kind: ReentrantLock, Owner: "client/a"}
+		c := &Claim{Keys: k, Kind: ReentrantLock, Holder: "client/a"}
 		c.SetToken("tok")
 		if g, err := n.Acquire(ctx, c, time.Minute, false); err != nil || !g.Held { // (a reentrant lock needs scripts)
 			t.Fatalf("%s: Acquire = %+v, %v; want held", name, g, err)
@@ -77,7 +77,7 @@ func TestAReentrantHashWithNoOwnerHoldsNothingToForce(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, err := b.Inspect(ctx, &k)
-		if err != nil || !st.Held || st.Type != "hash" || len(st.Owners) != 0 || st.Holding != "" || len(st.Leases()) != 0 {
+		if err != nil || !st.Held || st.Type != "hash" || st.Extra != nil || st.Holding != "" || len(st.Leases) != 0 {
 			t.Errorf("%s: Inspect(a hash with no owner) = %+v, %v; want held as a hash, no owner, no holding, no leases", name, st, err)
 		}
 		ok, err := b.Force(ctx, &k)
