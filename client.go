@@ -131,8 +131,8 @@ func nodeFrom(conn driver.Conn, o *options) (backend.Node, *pubsub.Hub) {
 }
 
 // Close stops the Client and its Owners: acquisitions fail with [ErrClosed],
-// Locks stop being extended. It waits for the work under way (or returns
-// ctx.Err()) and starts none: a lease at its max hold expires by its TTL.
+// Locks stop being extended. It waits for acquisitions and clean-up under way
+// (or returns ctx.Err()); after it, a lease at max hold is left to expire.
 func (c *Client) Close(ctx context.Context) error {
 	if !c.closed.Swap(true) {
 		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed

@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,31 +30,6 @@ func TestCloseWaitsForATryAcquireUnderWay(t *testing.T) {
 	}()
 	closeWaits(t, p, c, "the TryAcquire", func() bool { return countGoroutines(t, "dlock.(*Client).attempt") > 0 })
 	<-res
-}
-
-// Close waits for the watchdog's extension under way, as for a TryAcquire.
-func TestCloseWaitsForAnExtensionUnderWay(t *testing.T) {
-	t.Parallel()
-	leakcheck.Check(t)
-	p, rdb, _ := proxied(t, -1, 5*time.Second)
-	var extending atomic.Bool
-	c := newClient(t, rdb, dlock.LeaseTTL(6*time.Second), dlock.WithObserver(dlock.Observer{
-		Start: func(ctx context.Context, e *dlock.Event) context.Context {
-			if e.Auto {
-				extending.Store(true)
-			}
-			return ctx
-		},
-	}))
-	l, err := c.TryAcquire(t.Context(), "close-extend")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Stall() // the watchdog's first extension, 2s in, is held
-	closeWaits(t, p, c, "the extension", extending.Load)
-	if err := l.Release(t.Context()); err != nil {
-		t.Errorf("Release after Close = %v, want nil", err)
-	}
 }
 
 // After Close, a lease that reaches its max hold is not released in the
@@ -105,5 +79,34 @@ func closeWaits(t *testing.T, p *redistest.Proxy, c *dlock.Client, what string, 
 	defer cancel()
 	if err := c.Close(ctx); err != nil {
 		t.Errorf("Close once %s failed = %v, want nil", what, err)
+	}
+}
+
+// A Lost hook may close the Client: Close, called from the hook that the
+// watchdog's extension runs when it finds the lease gone, returns at once.
+func TestALostHookMayCloseTheClient(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	closed := make(chan error, 1)
+	var c *dlock.Client
+	c = newClient(t, rdb, dlock.LeaseTTL(900*time.Millisecond), dlock.WithObserver(dlock.Observer{
+		Lost: func(context.Context, *dlock.Event) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			closed <- c.Close(ctx)
+		},
+	}))
+	l, err := c.TryAcquire(t.Context(), "lost-closes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(t.Context(), l.Key()) // the next extension finds the lease gone
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close in a Lost hook told by the watchdog = %v, want nil", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the Lost hook was never told")
 	}
 }

@@ -17,22 +17,18 @@ const minRetry = 10 * time.Millisecond
 // that deadline, so a call that hangs on a frozen server cannot delay it.
 func (l *Lock) tick() {
 	l.expire()
-	l.c.bg.Enter() // (before closed is read: Close waits for the extension, or none starts after it)
 	l.mu.Lock()
 	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap()
 	switch {
 	case time.Now().Before(l.due): // fired as it was re-armed: it runs at due
 		l.mu.Unlock()
-		l.c.bg.Leave()
 		return
 	case l.running: // due is when the extension in flight went unanswered
 		l.mu.Unlock()
-		l.c.bg.Leave()
 		l.jeopardize(opError("extend", l.name, errors.New("no answer within half the validity left")), true)
 		return
 	case l.err != nil || atCap || closed:
 		l.mu.Unlock()
-		l.c.bg.Leave()
 		if closed && !atCap {
 			// Extended no more, the lease ends at its validity: at risk.
 			l.jeopardize(opError("extend", l.name, ErrClosed), false)
@@ -52,7 +48,6 @@ func (l *Lock) tick() {
 	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
 	ctx = l.c.start(ctx, l.k, &e)
 	err := l.extend(ctx, 0) // the lease time of the latest extension
-	l.c.bg.Leave()          // (the hooks below may call Close)
 	l.tellMu.Lock()         // (a jeopardy being told is told before this extension's end)
 	l.mu.Lock()
 	l.inFlight = false // (its jeopardy timer, if it fires now, finds nothing)
