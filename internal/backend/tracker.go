@@ -25,8 +25,8 @@ func (t *Tracker) Go(f func()) {
 }
 
 // Enter counts a call in progress until it calls Leave: an acquisition,
-// which Close wakes and then waits for, or a watchdog run. Neither
-// allocates (an acquisition's path counts its allocations).
+// which Close wakes and then waits for. It does not allocate (an
+// acquisition's path counts its allocations).
 func (t *Tracker) Enter() {
 	t.mu.Lock()
 	t.n++
