@@ -202,7 +202,7 @@ end
 -- numbered then, so an unnumbered one that finds it is a late copy.
 local function numbered(key)
   local m = redis.call('GET', key)
-  return m ~= false and string.byte(m) == 101
+  return m ~= false and string.sub(m, 1, 1) == 'e'
 end
 
 -- superseded tells whether an extension with sequence number seq may be
@@ -243,7 +243,7 @@ end
 -- nor act for the lease. (The release scripts check it inline, on their
 -- common path.)
 local function drives(m, id)
-  if not m or string.byte(m) ~= 101 then return true end
+  if not m or string.sub(m, 1, 1) ~= 'e' then return true end
   return (string.match(m, '^e%d+%.(.+)$') or '') == id
 end
 
