@@ -490,3 +490,23 @@ func mustOwner(t *testing.T, c *dlock.Client, owner string) *dlock.Client {
 	}
 	return o
 }
+
+// A waiting reentrant Acquire whose refusals name no owner (a hash another
+// program wrote, with an empty owner) keeps none of them as its last
+// attempt: its error says only that the wait ended, as for any refusal that
+// names no holder.
+func TestAReentrantRefusalThatNamesNoOwnerIsNotKept(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithReentrant(true))
+	rdb.HSet(ctx, "dlock:{e}", "owner", "")
+	rdb.PExpire(ctx, "dlock:{e}", time.Minute)
+	_, err := asOwner(t, c, "A").Acquire(ctx, "e", dlock.MaxWait(300*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("Acquire of a hash naming no owner = %v, want ErrNotAcquired", err)
+	}
+	if na, ok := errors.AsType[*dlock.NotAcquiredError](err); ok {
+		t.Errorf("the wait's error keeps a refusal that names no holder: %+v", *na)
+	}
+}

@@ -42,7 +42,11 @@ func (reentrantLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Dur
 		pttl, _ := v[1].(int64)
 		owner, _ := v[3].(string)
 		holder, _ := v[4].(string)
-		return Grant{PTTL: pttlOf(pttl), Holder: holder, Extra: Owner(owner)}, nil
+		g := Grant{PTTL: pttlOf(pttl), Holder: holder}
+		if owner != "" { // (another program's hash may name none: the refusal then names no owner)
+			g.Extra = Owner(owner)
+		}
+		return g, nil
 	}
 	return Grant{}, fmt.Errorf("unexpected reply %v", v)
 }
