@@ -25,9 +25,9 @@ var (
 	ErrClosed      = errors.New("dlock: client closed")       // an acquisition's error after Client.Close
 )
 
-// QuorumError reports an Op (acquire, extend, release, fence, resume, list,
-// inspect) fewer than Need nodes granted: Held did; Nodes has each node's
-// error (nil: granted). It matches [ErrNotAcquired], unwraps to Nodes.
+// QuorumError reports an Op (acquire, resume, extend, release, fence, list,
+// inspect) only Held < Need nodes granted; it unwraps to Nodes, each node's
+// error (nil: granted). An acquire's or resume's matches [ErrNotAcquired].
 type QuorumError = backend.QuorumError
 
 // NotAcquiredError is the cause of an acquisition refused: the name is held.

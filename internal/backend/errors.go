@@ -46,7 +46,8 @@ func Because(kind error, detail string, errs ...error) error {
 }
 
 // QuorumError reports an operation that did not reach a majority of nodes.
-// It matches ErrNotAcquired with errors.Is, and unwraps to the nodes' errors.
+// An acquisition's (Op "acquire" or "resume") matches ErrNotAcquired with
+// errors.Is; each unwraps to the nodes' errors.
 // Its text is the tally and the nodes' errors; the error that carries it
 // names the operation and the lock. The root package exports it as it is.
 type QuorumError struct {
@@ -70,5 +71,8 @@ func (e *QuorumError) Error() string {
 // Unwrap returns the nodes' errors.
 func (e *QuorumError) Unwrap() []error { return e.Nodes }
 
-// Is makes a QuorumError match ErrNotAcquired.
-func (e *QuorumError) Is(target error) bool { return target == ErrNotAcquired }
+// Is makes an acquisition's QuorumError match ErrNotAcquired: the lock was
+// not taken. Another operation's says only that no majority answered.
+func (e *QuorumError) Is(target error) bool {
+	return target == ErrNotAcquired && (e.Op == "acquire" || e.Op == "resume")
+}
