@@ -170,9 +170,7 @@ func (a *acquisition) run(first context.Context) (*Lock, error) {
 		case <-check:
 			if found := dl.check(a.ctx); found != nil {
 				err := opError(a.l.k.acquireOp, a.l.name, found) // (as acquire returns it)
-				back := a.l.c.lent()
 				a.l.c.obs.notify(a.ctx, &Event{Op: OpDeadlock, Name: a.l.name, Mode: a.l.k.mode(), Err: err})
-				back()
 				return nil, found
 			}
 			check = time.After(dl.every)

@@ -110,34 +110,3 @@ func TestALostHookMayCloseTheClient(t *testing.T) {
 		t.Fatal("the Lost hook was never told")
 	}
 }
-
-// A Waiting hook may close the Client: Close, called from the hook of an
-// Acquire that starts to wait, returns at once, and the Acquire ends with
-// ErrClosed.
-func TestAWaitingHookMayCloseTheClient(t *testing.T) {
-	t.Parallel()
-	_, rdb := setup(t)
-	holder := newClient(t, rdb)
-	if _, err := holder.TryAcquire(t.Context(), "waiting-closes"); err != nil {
-		t.Fatal(err)
-	}
-	closed := make(chan error, 1)
-	var c *dlock.Client
-	c = newClient(t, rdb, dlock.WithObserver(dlock.Observer{
-		Waiting: func(_ context.Context, _ string, delta int) {
-			if delta > 0 {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				closed <- c.Close(ctx)
-			}
-		},
-	}))
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	if _, err := c.Acquire(ctx, "waiting-closes"); !errors.Is(err, dlock.ErrClosed) {
-		t.Errorf("Acquire whose Waiting hook closed the Client = %v, want ErrClosed", err)
-	}
-	if err := <-closed; err != nil {
-		t.Errorf("Close in a Waiting hook = %v, want nil", err)
-	}
-}

@@ -116,11 +116,9 @@ func (c *Client) end(ctx context.Context, e *Event, began time.Time, err error) 
 func overtaken(e *Event) bool { return e.Auto && e.Err == ErrReleased }
 
 // waitingFor tells the observers that an Acquire of name starts (+1) or
-// stops (-1) waiting. The wait, which Close counts, lends its count to the
-// hooks (see lent).
+// stops (-1) waiting.
 func (c *Client) waitingFor(ctx context.Context, name string, delta int) {
 	c.obs.waiting.Add(int64(delta))
-	defer c.lent()()
 	for _, o := range c.obs.all() {
 		if o.Waiting != nil {
 			c.obs.safely(func() { o.Waiting(ctx, name, delta) })
@@ -218,12 +216,4 @@ func SlogObserver(l *slog.Logger) Observer {
 		l.LogAttrs(ctx, level, msg, attrs...)
 	}
 	return Observer{End: log, Lost: log, Jeopardy: log, Clock: log, Deadlock: log}
-}
-
-// lent lends an acquisition's count in Close's tracker to the Observer's
-// hooks it calls until the function it returns is called: a hook may call
-// Close, which would wait for the hook's caller, and so for itself.
-func (c *Client) lent() (back func()) {
-	c.bg.Leave()
-	return c.bg.Enter
 }
