@@ -3,12 +3,15 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // A quorum's Extend and Fence of a held lease succeed while a majority of
@@ -97,4 +100,60 @@ func onEveryNode(t *testing.T, c *dlock.Client, nodes []redis.UniversalClient, n
 	}
 	t.Fatalf("%s: not held on every node in 10 tries", name)
 	return nil
+}
+
+// failEvals fails every script call of a go-redis client while on is set,
+// unsent, as a node that cannot be reached.
+type failEvals struct{ on *atomic.Bool }
+
+func (h failEvals) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h failEvals) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.fail(cmd, func() error { return next(ctx, cmd) })
+	}
+}
+func (h failEvals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if err := h.fail(cmd, func() error { return nil }); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+func (h failEvals) fail(cmd redis.Cmder, next func() error) error {
+	if h.on.Load() && strings.HasPrefix(cmd.Name(), "eval") {
+		err := errors.New("node unreachable")
+		cmd.SetErr(err)
+		return err
+	}
+	return next()
+}
+
+// A Resume over a quorum whose extension reaches no majority fails as a
+// TryAcquire does: its QuorumError is the resume's, and matches
+// ErrNotAcquired.
+func TestARedlockResumeWithoutAMajorityIsNotAcquired(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var on atomic.Bool
+	var nodes []redis.UniversalClient
+	for i := range 3 {
+		c := redistest.Start(t).Client(t)
+		if i > 0 {
+			c.AddHook(failEvals{&on})
+		}
+		nodes = append(nodes, c)
+	}
+	held, err := newRedlock(t, nodes, time.Second, dlock.WithAutoExtend(false)).Acquire(ctx, "resume-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	on.Store(true)
+	_, err = newRedlock(t, nodes, time.Second).TryAcquire(ctx, "resume-q", dlock.Resume(held.Token()))
+	on.Store(false)
+	if qe, ok := errors.AsType[*dlock.QuorumError](err); !ok || qe.Op != "resume" || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("Resume that no majority extended = %v, want a resume's QuorumError matching ErrNotAcquired", err)
+	}
 }

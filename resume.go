@@ -45,6 +45,9 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 		c.undo(ctx, l.cl)
 		return nil, opError(op, l.name, backend.Because(ErrNotAcquired, err.Error()+" (undone)", err))
 	case err != nil:
+		if qe, ok := errors.AsType[*QuorumError](err); ok {
+			qe.Op = "resume" // (this call's own: a resume's matches ErrNotAcquired)
+		}
 		return nil, opError(op, l.name, err)
 	case !ok:
 		return nil, opError(op, l.name, backend.Because(ErrNotHeld, "no live lease of that token here: it ended, it is another kind's hold, or it was resumed again since"))
