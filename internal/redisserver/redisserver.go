@@ -200,8 +200,29 @@ func Start(opts ...Option) (*Server, error) {
 	return s, nil
 }
 
+// usedPorts holds every port Listen gave in this process. A port is given
+// once: the clients of a killed server (a quorum node a test means to be
+// unreachable) would otherwise reach the next server or proxy given it.
+var usedPorts sync.Map
+
+// Listen listens on a loopback port that no server or listener of this
+// process had before.
+func Listen() (net.Listener, error) {
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		if _, used := usedPorts.LoadOrStore(l.Addr().(*net.TCPAddr).Port, true); !used {
+			return l, nil
+		}
+		l.Close()
+	}
+	return nil, errors.New("redisserver: no unused loopback port left")
+}
+
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := Listen()
 	if err != nil {
 		return 0, err
 	}

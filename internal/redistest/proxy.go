@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dlockio/dlock/internal/redisserver"
 )
 
 // Proxy forwards loopback TCP connections to a server and can delay,
@@ -37,7 +39,7 @@ type Proxy struct {
 // NewProxy starts a proxy to target (host:port), stopped in tb's cleanup.
 func NewProxy(tb testing.TB, target string) *Proxy {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := redisserver.Listen() // (a port no server of this process had)
 	if err != nil {
 		tb.Fatal(err)
 	}
