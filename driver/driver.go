@@ -58,10 +58,11 @@ type Info struct {
 	// Cluster reports a Redis Cluster: releases are announced with
 	// SPUBLISH and listened to with sharded pub/sub.
 	Cluster bool
-	// Retries reports that a command whose reply was lost may be asked
-	// again: dlock then does so once, where it is safe (the client itself
-	// must not: see Conn.Do).
-	Retries bool
+	// NoRetry reports that the client is configured never to send a
+	// command again (go-redis's MaxRetries < 0): dlock then does not ask
+	// again after a lost reply either. Otherwise it asks once more, where
+	// that is safe (the client itself must not: see Conn.Do).
+	NoRetry bool
 }
 
 // Result is the reply of one command of DoMulti, as Do returns it.

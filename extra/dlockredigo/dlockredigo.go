@@ -5,12 +5,9 @@
 // works, as one server.
 //
 // Every command is sent once, on a connection of the pool, with the
-// caller's context: redigo never sends a command again. So Info reports
-// Retries: dlock asks again once after a lost reply, where that is safe,
-// which a pool needs: it hands out idle connections that the server has
-// closed (a restart), and learns it only from the command that fails on
-// one. A connection whose context ended during a command is closed, not
-// returned to the pool.
+// caller's context: redigo never sends a command again. A connection
+// whose context ended during a command is closed, not returned to the
+// pool.
 // Give the pool a MaxIdle: with none, each command dials a connection.
 //
 // A pub/sub connection is dialled with the pool's DialContext (or Dial),
@@ -108,8 +105,8 @@ func (c conn) Masters(context.Context) ([]driver.Conn, error) {
 	return []driver.Conn{c}, nil
 }
 
-// Info reports a single server, and Retries: see the package doc.
-func (c conn) Info() driver.Info { return driver.Info{Retries: true} }
+// Info reports a single server.
+func (c conn) Info() driver.Info { return driver.Info{} }
 
 // get returns a connection of the pool; ctx bounds a wait for one (a pool
 // with Wait) and its dial.

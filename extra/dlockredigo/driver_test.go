@@ -58,8 +58,8 @@ func TestRepliesTakeTheDriverForms(t *testing.T) {
 	if _, err := c.Do(ctx, "EVAL", "return {1, redis.error_reply('BOOM inside')}", 0); !errors.As(err, &derr) || derr != "BOOM inside" {
 		t.Errorf("an error inside an array: %v, want driver.Error BOOM inside", err)
 	}
-	if got := c.Info(); got != (driver.Info{Retries: true}) {
-		t.Errorf("Info = %+v, want a single server on which dlock may ask again", got)
+	if got := c.Info(); got != (driver.Info{}) {
+		t.Errorf("Info = %+v, want a single server, and nothing said of retries", got)
 	}
 	if ms, err := c.Masters(ctx); err != nil || len(ms) != 1 || ms[0] != c {
 		t.Errorf("Masters = %v, %v; want the Conn itself", ms, err)

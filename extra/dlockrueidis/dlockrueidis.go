@@ -6,8 +6,7 @@
 // read-only, and none that dlock sends is. A client built with
 // ConnLifetime may send a command again when its connection expires while
 // the command is in flight: leave ConnLifetime unset (nothing can check
-// it). A client's DisableRetry cannot be read back, so Info reports
-// Retries: dlock asks again once after a lost reply, where that is safe.
+// it).
 //
 // rueidis makes a command that finds its connection being dialled wait for
 // that dial, whatever its own context: dlock keeps its calls to their
@@ -71,7 +70,7 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 	return out
 }
 
-func (c conn) Info() driver.Info { return driver.Info{Cluster: c.cluster(), Retries: true} }
+func (c conn) Info() driver.Info { return driver.Info{Cluster: c.cluster()} }
 
 func (c conn) cluster() bool { return c.c.Mode() == rueidis.ClientModeCluster }
 

@@ -275,7 +275,7 @@ type Node struct {
 	uc         redis.UniversalClient // the go-redis client (nil through a driver): a Cluster's masters, the script-free transactions
 	pub        any                   // PUBLISH, or SPUBLISH on a Redis Cluster (an argument, converted once)
 	replicas   int                   // acknowledgements acquire and extend need: WithReplicaAck's replicas, plus the append-only file's with durable grants
-	retries    bool                  // the Redis client retries: a lost reply is asked again, once (see Grant.Again)
+	retries    bool                  // a lost reply is asked again, once (see Grant.Again), unless the client never sends a command again
 	ackTimeout time.Duration
 	durable    time.Duration // WithDurableGrants: how long WAITAOF waits for the append-only file (0: off; see durable.go)
 	acks       [][]any       // the waits sent after a write (ackCmds), built once
@@ -309,7 +309,7 @@ func NewNode(rdb redis.UniversalClient, c Config) Node {
 // newNode returns the Node of c on the deployment conn; uc is the go-redis
 // client (nil: a driver's).
 func newNode(c Config, uc redis.UniversalClient, conn driver.Conn) Node {
-	n := Node{conn: conn, uc: uc, pub: "PUBLISH", retries: conn.Info().Retries,
+	n := Node{conn: conn, uc: uc, pub: "PUBLISH", retries: !conn.Info().NoRetry,
 		replicas:   c.Replicas + flag(c.Durable > 0), // (the append-only file acknowledges first: see acksOf)
 		ackTimeout: c.AckTimeout, durable: c.Durable,
 		ttl: c.TTL, ttlA: c.TTL.Milliseconds(), caches: new(serverCache)}
@@ -586,7 +586,7 @@ func (n Node) release(ctx context.Context, c *Claim, mark bool) (bool, error) {
 	return v == 1, err
 }
 
-// again sends a command with f, and, with a Redis client that retries,
+// again sends a command with f, and, where n asks again (Node.retries),
 // sends it again after a pause while its reply is lost, or, once one was
 // (or sent was set), while no connection can be made, a few times while
 // ctx lasts. The pause lets the client replace broken connections: a copy

@@ -22,8 +22,9 @@ type infoConn struct {
 
 func (c infoConn) Info() driver.Info { return c.info }
 
-// Both constructors of a Node take from the client whether a lost reply
-// may be asked again, announce with SPUBLISH on a Cluster, and count the
+// Both constructors of a Node ask a lost reply again unless the client is
+// configured never to send a command again (a driver that says nothing
+// gets the retry), announce with SPUBLISH on a Cluster, and count the
 // append-only file as one acknowledgement more with durable grants; a
 // driver's Node watches no Cluster's clock (which master read it is
 // unknown), go-redis's does.
@@ -41,10 +42,10 @@ func TestNodeTakesRetriesAndPublishFromItsClient(t *testing.T) {
 		{"go-redis Cluster", NewNode(redis.NewClusterClient(&redis.ClusterOptions{MaxRetries: 3}), Config{Sharded: true, Clock: hook}), true, true, true, 0},
 		{"go-redis with replica ack and durable grants",
 			NewNode(redis.NewClient(&redis.Options{}), Config{Replicas: 2, Durable: time.Second}), true, false, false, 3},
-		{"a driver", NewNodeFrom(infoConn{info: driver.Info{Retries: true}}, Config{Clock: hook}), true, true, false, 0},
-		{"a driver without retries", NewNodeFrom(infoConn{}, Config{Clock: hook, Replicas: 1}), false, true, false, 1},
-		{"a driver's Cluster", NewNodeFrom(infoConn{info: driver.Info{Cluster: true}}, Config{Sharded: true, Clock: hook}), false, false, true, 0},
-		{"a driver's Cluster announcing with PUBLISH", NewNodeFrom(infoConn{info: driver.Info{Cluster: true}}, Config{Clock: hook}), false, false, false, 0},
+		{"a driver that says nothing", NewNodeFrom(infoConn{}, Config{Clock: hook}), true, true, false, 0},
+		{"a driver whose client never sends again", NewNodeFrom(infoConn{info: driver.Info{NoRetry: true}}, Config{Clock: hook, Replicas: 1}), false, true, false, 1},
+		{"a driver's Cluster", NewNodeFrom(infoConn{info: driver.Info{Cluster: true}}, Config{Sharded: true, Clock: hook}), true, false, true, 0},
+		{"a driver's Cluster announcing with PUBLISH", NewNodeFrom(infoConn{info: driver.Info{Cluster: true}}, Config{Clock: hook}), true, false, false, 0},
 	} {
 		pub := "PUBLISH"
 		if c.sharded {

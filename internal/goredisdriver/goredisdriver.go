@@ -128,7 +128,7 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 func (c conn) Info() driver.Info {
 	_, cluster := c.rdb.(*redis.ClusterClient)
 	retries, _ := Limits(c.rdb)
-	return driver.Info{Cluster: cluster, Retries: retries}
+	return driver.Info{Cluster: cluster, NoRetry: !retries}
 }
 
 // Limits reports whether rdb is configured to send a command again after a
