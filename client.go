@@ -131,17 +131,17 @@ func nodeFrom(conn driver.Conn, o *options) (backend.Node, *pubsub.Hub) {
 }
 
 // Close stops the Client and its Owners: acquisitions fail with [ErrClosed],
-// Locks stop being extended. It waits for acquisitions and clean-up under way
-// (or returns ctx.Err()); after it, a lease at max hold is left to expire.
+// Locks stop being extended. It waits for acquisitions, clean-up and pub/sub
+// to end (or returns ctx.Err()); a lease at max hold is then left to expire.
 func (c *Client) Close(ctx context.Context) error {
 	if !c.closed.Swap(true) {
 		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed
 	}
-	err := c.bg.Wait(ctx)
+	c.bg.Wait(ctx) // (acquisitions and clean-up first: they use the hubs)
 	for _, h := range c.hubs {
-		h.Close()
+		c.bg.Go(h.Close) // (a hub's connection may hang past ctx: a dial, a write)
 	}
-	return err
+	return c.bg.Wait(ctx) // (ctx.Err() if it ended with any of them still under way)
 }
 
 // LeaseTime returns the Client's default lease time ([LeaseTTL]).

@@ -12,7 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // TestCloseWhileWaitingHandsOutNoLock: an Acquire waiting when Close is called must
@@ -559,4 +562,68 @@ func TestClosedAcquisitionErrorsSayDlockOnce(t *testing.T) {
 	defer cancel()
 	rc.Close(cctx)
 	check("cut short by Close", result(res))
+}
+
+// stalledPubSub is go-redis's driver whose pub/sub connections go through
+// ps, a client of its own: the hub's connection can hang while the
+// Client's commands are answered.
+type stalledPubSub struct {
+	driver.Conn
+	ps driver.Conn
+}
+
+func (c stalledPubSub) PubSub(ctx context.Context, channel string) (driver.PubSub, error) {
+	return c.ps.PubSub(ctx, channel)
+}
+
+// TestCloseReturnsByItsCtxWhileAHubHangs: a hub whose connection hangs in
+// its handshake behind a stalled network (a client with no read timeout,
+// which does not watch its ctx) cannot stop; Close returns its ctx's error
+// by the ctx's deadline rather than wait for it, and the hub stops in the
+// background once the connection is cut: a later Close returns nil, and
+// no goroutine is left (the leak check).
+func TestCloseReturnsByItsCtxWhileAHubHangs(t *testing.T) {
+	t.Parallel()
+	s, direct := setupTCP(t)
+	p := redistest.NewProxy(t, s.Addr())
+	stalled := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: -1})
+	t.Cleanup(func() { stalled.Close() })
+	c, err := dlock.NewFrom(stalledPubSub{goredisdriver.Conn(direct), goredisdriver.Conn(stalled)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := newClient(t, direct).TryAcquire(t.Context(), "close-hub-hangs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	p.Stall()
+	defer p.Cut()
+	actx, acancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer acancel()
+	if _, err := c.Acquire(actx, "close-hub-hangs"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("Acquire of a held lock = %v; want ErrNotAcquired", err)
+	}
+	if !waitFor(5*time.Second, func() bool { return p.HeldRequests() > 0 }) {
+		t.Fatal("the hub's connection never reached the stalled proxy")
+	}
+	cctx, ccancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer ccancel()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(cctx) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Close with a hub hanging = %v; want its ctx's DeadlineExceeded", err)
+		}
+	case <-time.After(3 * time.Second):
+		p.Cut() // (the hub's connection ends: Close returns)
+		t.Fatal("Close with a hub hanging still waits 3s after its ctx's 300ms")
+	}
+	p.Cut()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("Close once the hub's connection was cut = %v; want nil (the hub stopped)", err)
+	}
 }
