@@ -518,14 +518,12 @@ func (n Node) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64
 // hold the line for a second behind a lease of a few milliseconds.)
 func Window(ttl time.Duration) time.Duration { return min(ttl, time.Minute) }
 
-// WakeWindow is the longest a waiter's wake key lives (see acquire.lua): as
-// long as a marker at most, and at least as long as an unfair waiter
-// sleeps between attempts, whatever its own lease, so that the key it set
-// is there when the release comes.
+// WakeWindow is the longest a waiter's wake key lives: as long as a marker
+// at most, and at least as long as an unfair waiter sleeps between
+// attempts, whatever its own lease, so that the key it set is there when
+// the release comes. acquire.lua writes it in ms rather than receive it on
+// every call (a test checks that the two agree).
 const WakeWindow = time.Minute
-
-// wakeMS is WakeWindow as a script argument.
-var wakeMS any = WakeWindow.Milliseconds()
 
 // fenceWindow is how long a fence counter lives after a fence was issued.
 // Fences are floored by the server's clock (new_fence in lib.lua), so the

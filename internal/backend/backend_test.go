@@ -150,6 +150,24 @@ func TestRefusedAcquireNamesTheHolder(t *testing.T) {
 	}
 }
 
+// An unfair waiter refused by a lease without expiry sets the wake key for
+// WakeWindow, which acquire.lua writes as a literal: the two agree.
+func TestUnfairWaitersWakeKeyLivesTheWakeWindow(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	k := KeysFor("dlock:", "wake-window")
+	waiter := &Claim{Keys: k, Kind: PlainLock}
+	waiter.SetToken("waiter")
+	rdb.Set(ctx, k.Lock, "holder", 0)
+	if g, err := NewNode(rdb, Config{}).Acquire(ctx, waiter, time.Second, true); err != nil || g.Held {
+		t.Fatalf("acquire behind a held lock = %+v, %v, want refused", g, err)
+	}
+	if d := rdb.PTTL(ctx, k.Wake).Val(); d <= WakeWindow-5*time.Second || d > WakeWindow {
+		t.Errorf("the wake key lives %v, want WakeWindow (%v)", d, WakeWindow)
+	}
+}
+
 // A Lua error in a script is told as a script that failed, a defect of
 // dlock's, with Redis's reply kept in the chain; Redis's own errors, such as
 // NOSCRIPT, pass as they are.

@@ -38,7 +38,7 @@ var (
 
 func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	if queue { // (a waiter: the wake key too, see acquire.lua)
-		return n.takeLock(ctx, c, acquire, []any{&c.Lock, &c.Rev, &c.Wake}, &c.Token, n.ms(ttl), wakeMS)
+		return n.takeLock(ctx, c, acquire, []any{&c.Lock, &c.Rev, &c.Wake}, &c.Token, n.ms(ttl))
 	}
 	return n.takeLock(ctx, c, acquire, []any{&c.Lock, &c.Rev}, &c.Token, n.ms(ttl))
 }

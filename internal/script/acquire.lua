@@ -2,18 +2,18 @@
 -- KEYS[1] lock key   KEYS[2] the lease's marker key (see lib.lua)
 -- KEYS[3] (only from a caller that waits for a release when the lock is
 --         taken) the wake key: exists while a waiter listens (release.lua)
--- ARGV[1] the lease's token   ARGV[2] ttl in ms   ARGV[3] (with KEYS[3]
---         only) how long the wake key may live, in ms (a minute, as a
---         marker at most: behind a long lease it does not outlive the
---         release by hours; an unfair waiter sleeps no longer)
+-- ARGV[1] the lease's token   ARGV[2] ttl in ms
 -- Returns 0 when the lock is ours: taken now, or already ours (a re-sent
 -- request). Returns {pttl, holder} when another lease holds it: its
 -- remaining ms (-1 if the key has no expiry) and its token, which carries
 -- the holder's metadata; the common, uncontended reply stays one integer.
 -- A caller that waits sets the wake key for the holder's remaining lease,
--- at most ARGV[3], unless it already lives longer (a waiter with a longer
--- lease set it), so that the release announces itself (a waiter sleeps
--- no longer than that before it sets the key again).
+-- at most a minute (WakeWindow in internal/backend, as a marker at most:
+-- behind a long lease it does not outlive the release by hours; an unfair
+-- waiter sleeps no longer before it sets the key again), unless it already
+-- lives longer (a waiter with a longer lease set it), so that the release
+-- announces itself. The minute is written here, not sent: an argument
+-- costs every call, and only a refused one reads it.
 -- Errors: REVOKED if this lease was already ended (the request arrived after
 -- its caller gave up, or after a re-sent copy's lease was released);
 -- WRONGTYPE if the key holds a foreign value.
@@ -39,7 +39,7 @@ if mark ~= '0' and mark ~= '1' then -- not ended (see revoked in lib.lua)
   local pttl = math.max(redis.call('PTTL', KEYS[1]), -1)
   if KEYS[3] then -- (lengthened, never shortened: another waiter's may live longer)
     -- (PTTL 0: the holder's lease ends within this ms; no key to set)
-    local px = pttl < 0 and tonumber(ARGV[3]) or math.min(pttl, tonumber(ARGV[3]))
+    local px = pttl < 0 and 60000 or math.min(pttl, 60000) -- (WakeWindow)
     if px > 0 and redis.call('PTTL', KEYS[3]) < px then
       redis.call('SET', KEYS[3], '1', 'PX', px)
     end

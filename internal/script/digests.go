@@ -4,7 +4,7 @@ package script
 
 // digests are the scripts' SHA-1 digests, by name (see Script).
 var digests = map[string]string{
-	"acquire":           "1ac522dd8fa3f9bae4f3f4c33cec8a08ed824d68",
+	"acquire":           "685ecf9e1cc45a347f680189c2cbf18bc50056d3",
 	"acquire_fair":      "f1331584c32e87c3b2f0f1764ae7192d48f9fd49",
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",

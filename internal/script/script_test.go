@@ -100,7 +100,7 @@ func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
 	acquire := func(tok string, waits int) []any {
 		t.Helper()
 		keys := []string{"l", "l:r:" + tok, "l:w"}
-		v, err := Named("acquire").Run(ctx, rdb, keys[:2+waits], tok, 60000, 60000).Result() // (the window: read with the wake key only)
+		v, err := Named("acquire").Run(ctx, rdb, keys[:2+waits], tok, 60000).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func TestWakeKeyNotSetForALeaseEndingNow(t *testing.T) {
 		if err := rdb.Set(ctx, "l", "holder", time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
 		}
-		reply, err := Named("acquire").Run(ctx, rdb, []string{"l", "l:r:w", "l:w"}, "waiter", 1000, 60000).Result()
+		reply, err := Named("acquire").Run(ctx, rdb, []string{"l", "l:r:w", "l:w"}, "waiter", 1000).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
