@@ -22,7 +22,7 @@ var digests = map[string]string{
 	"permits":           "a54c5301b0427b004cf25f12102c1b05423afaad",
 	"proclaim":          "c137d82803b28b6990559830ad5ca893bc8d018e",
 	"raise_fence":       "24df7fcaf71449f9c44f730672e163b3251aeb18",
-	"release":           "8a375a5bd4fd64bacd74a24171ff8b852d0589d9",
+	"release":           "da6251a7aade8c579e2b364d94ff179e71e3cbf1",
 	"release_fair":      "c386a1e831595b4ea8499a452e4594dd7828c6bf",
 	"release_reentrant": "298ac7d4661574b3cd86cd98ed9a72d25ef661e0",
 	"uptime":            "8a321873751bc207e23d0b74f04705c35aee0a44",

@@ -8,32 +8,31 @@
 -- ARGV[4] (a resumed Lock's only) its resumer id (see drives in lib.lua)
 -- A clean lease (every request of it answered on its one send, so none can
 -- land after this: see Node.Release) passes no ARGV[3], and no marker is
--- written: the common path reads one MGET and writes one DEL, with two
--- arguments (each argument costs the server its own string).
+-- written: the common path reads one MGET (the lock and the marker) and
+-- writes one DEL, with two arguments (each argument costs the server its
+-- own string).
 -- Returns 1 if it was ours and is now deleted (also, with a marker, for a
 -- re-sent request whose first copy deleted it), 0 if it was missing or
 -- someone else's, -1 if another Lock resumed the lease (nothing is done).
--- The release is announced on the lock's channel ("<lock key>:ch"), and the
--- wake key deleted, only if the wake key exists.
-local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
-if v[3] and string.byte(v[3]) == 101 and (string.match(v[3], '^e%d+%.(.+)$') or '') ~= (ARGV[4] or '') then
+-- The release deletes the wake key with the lock, and is announced on the
+-- lock's channel ("<lock key>:ch") only if the wake key existed: the DEL's
+-- count tells, cheaper than a third key in the MGET.
+local v = redis.call('MGET', KEYS[1], KEYS[3])
+if v[2] and string.byte(v[2]) == 101 and (string.match(v[2], '^e%d+%.(.+)$') or '') ~= (ARGV[4] or '') then
   return -1 -- not drives (lib.lua)
 end
 if v[1] == ARGV[1] then
   if ARGV[3] then
     redis.call('SET', KEYS[3], '1', 'PX', ARGV[3]) -- see revoke in lib.lua
   end
-  if v[2] then
-    redis.call('DEL', KEYS[1], KEYS[2])
+  if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then -- (the lock, and the wake key: a waiter listens)
     redis.call(ARGV[2], KEYS[1] .. ':ch', '*')
-  else
-    redis.call('DEL', KEYS[1])
   end
   return 1
 end
 if not ARGV[3] then
   return 0
-elseif v[3] == '1' then
+elseif v[2] == '1' then
   return 1
 end
 redis.call('SET', KEYS[3], '0', 'PX', ARGV[3])
