@@ -291,3 +291,30 @@ func TestWakeKeyLivesAtMostTheWindow(t *testing.T) {
 		}
 	}
 }
+
+// The release of a resumed Lock (a marked lease: the release sends the
+// marker's life and the resumer's id) announces itself to an unfair waiter,
+// with or without scripts, as a clean lease's does: the waiter is woken by
+// the release, not by its backoff.
+func TestUnfairWaiterWokenByReleaseOfAResumedLock(t *testing.T) {
+	t.Parallel()
+	for _, scripts := range []bool{true, false} {
+		t.Run(strconv.FormatBool(scripts), func(t *testing.T) {
+			_, rdb := setup(t)
+			opts := []dlock.Option{dlock.WithUnfair(slowBackoff)}
+			if !scripts {
+				opts = append(opts, dlock.WithoutScripts())
+			}
+			c := newClient(t, rdb, opts...)
+			w := newClient(t, rdb, opts...)
+			l, err := c.TryAcquire(t.Context(), "resumed", dlock.LeaseTTL(8*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l, err = c.TryAcquire(t.Context(), "resumed", dlock.Resume(l.Token()), dlock.LeaseTTL(8*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			wokenByRelease(t, w, l, func() bool { return rdb.Exists(t.Context(), l.Key()+":w").Val() == 1 })
+		})
+	}
+}
