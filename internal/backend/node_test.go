@@ -40,6 +40,10 @@ func TestNodeTakesRetriesAndPublishFromItsClient(t *testing.T) {
 		{"go-redis", NewNode(redis.NewClient(&redis.Options{}), Config{Clock: hook}), true, true, false, 0},
 		{"go-redis without retries", NewNode(redis.NewClient(&redis.Options{MaxRetries: -1}), Config{Clock: hook}), false, true, false, 0},
 		{"go-redis Cluster", NewNode(redis.NewClusterClient(&redis.ClusterOptions{MaxRetries: 3}), Config{Sharded: true, Clock: hook}), true, true, true, 0},
+		// (a Cluster client sends a command again up to MaxRedirects times;
+		// its MaxRetries is -1 unless set)
+		{"go-redis Cluster with its defaults", NewNode(redis.NewClusterClient(&redis.ClusterOptions{}), Config{Sharded: true, Clock: hook}), true, true, true, 0},
+		{"go-redis Cluster without redirects", NewNode(redis.NewClusterClient(&redis.ClusterOptions{MaxRedirects: -1}), Config{Sharded: true, Clock: hook}), false, true, true, 0},
 		{"go-redis with replica ack and durable grants",
 			NewNode(redis.NewClient(&redis.Options{}), Config{Replicas: 2, Durable: time.Second}), true, false, false, 3},
 		{"a driver that says nothing", NewNodeFrom(infoConn{}, Config{Clock: hook}), true, true, false, 0},
