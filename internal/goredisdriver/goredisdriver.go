@@ -132,15 +132,17 @@ func (c conn) Info() driver.Info {
 }
 
 // Limits reports whether rdb is configured to send a command again after a
-// failure (MaxRetries; a client of a type whose options cannot be read is
-// taken to retry), and how long it waits for a reply before it gives up on
-// the connection (0: no limit, or a client whose timeout it does not know).
+// failure (MaxRetries, or a Cluster client's MaxRedirects, under which it
+// sends again by default; a client of a type whose options cannot be read
+// is taken to retry), and how long it waits for a reply before it gives up
+// on the connection (0: no limit, or a client whose timeout it does not
+// know).
 func Limits(rdb redis.UniversalClient) (retries bool, readTimeout time.Duration) {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		return c.Options().MaxRetries > 0, max(c.Options().ReadTimeout, 0)
 	case *redis.ClusterClient:
-		return c.Options().MaxRetries > 0, max(c.Options().ReadTimeout, 0)
+		return c.Options().MaxRetries > 0 || c.Options().MaxRedirects > 0, max(c.Options().ReadTimeout, 0)
 	case *redis.Ring:
 		return c.Options().MaxRetries > 0, 0
 	}
