@@ -627,3 +627,66 @@ func TestCloseReturnsByItsCtxWhileAHubHangs(t *testing.T) {
 		t.Errorf("Close once the hub's connection was cut = %v; want nil (the hub stopped)", err)
 	}
 }
+
+// TestCloseWithAnEndedCtxThenTwiceAtOnce: Close with a ctx already ended,
+// while an unfair waiter listens, returns nil or that ctx's error at once;
+// the waiter still ends with ErrClosed promptly; two Closes at once after it
+// both return nil once the hubs stopped; an Acquire after them fails with
+// ErrClosed; and no goroutine is left (the leak check).
+func TestCloseWithAnEndedCtxThenTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	holder := newClient(t, rdb)
+	c := newClient(t, rdb, dlock.WithUnfair(slowBackoff))
+	l, err := holder.TryAcquire(t.Context(), "close-ended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	res := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+		defer cancel()
+		l, err := c.Acquire(ctx, "close-ended")
+		if err == nil {
+			l.Release(t.Context())
+		}
+		res <- err
+	}()
+	waitSubscribed(t.Context(), t, c, rdb)
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	start := time.Now()
+	if err := c.Close(ended); err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Close with an ended ctx = %v; want nil or context.Canceled", err)
+	}
+	select {
+	case err := <-res:
+		if took := time.Since(start); took > time.Second || !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("waiting Acquire returned %v, %v after Close; want ErrClosed within 1s", err, took.Round(time.Millisecond))
+		}
+	case <-time.After(9 * time.Second):
+		t.Fatal("waiting Acquire never returned after Close; want ErrClosed within 1s")
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			errs <- c.Close(ctx)
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("Close after Close = %v; want nil", err)
+		}
+	}
+	if _, err := c.TryAcquire(t.Context(), "close-ended"); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("TryAcquire after Close = %v; want ErrClosed", err)
+	}
+	actx, acancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer acancel()
+	if _, err := c.Acquire(actx, "close-ended"); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Acquire after Close = %v; want ErrClosed", err)
+	}
+}
