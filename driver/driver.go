@@ -59,7 +59,8 @@ type Info struct {
 	// SPUBLISH and listened to with sharded pub/sub.
 	Cluster bool
 	// NoRetry reports that the client is configured never to send a
-	// command again (go-redis's MaxRetries < 0): dlock then does not ask
+	// command again (go-redis: MaxRetries < 0, and for a Cluster client
+	// MaxRedirects < 0 too): dlock then does not ask
 	// again after a lost reply either. Otherwise it asks once more, where
 	// that is safe (the client itself must not: see Conn.Do).
 	NoRetry bool
