@@ -1473,7 +1473,7 @@ func TestFairScriptsPackedArgument(t *testing.T) {
 }
 
 // scriptCalls returns how many script calls (EVALSHA, EVAL) rdb's server ran.
-func scriptCalls(t *testing.T, rdb *redis.Client) int {
+func scriptCalls(t *testing.T, rdb redis.Cmdable) int {
 	t.Helper()
 	v, err := rdb.Info(t.Context(), "commandstats").Result()
 	if err != nil {
