@@ -1379,7 +1379,12 @@ func TestRedlockReleaseRetryGivesUpOnABlackHole(t *testing.T) {
 	ps, via, direct := proxiedQuorum(t, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c := newRedlock(t, via, 300*time.Millisecond, dlock.LeaseTTL(20*time.Second), dlock.WithAutoExtend(false))
+	// The node timeout is how long each Release waits for the stalled node
+	// 2, and far above a loaded machine's round trip: each acquisition
+	// needs two nodes' answers within it, and each Release one of nodes 0
+	// and 1 (at 300ms, two answers late on a loaded machine fail an
+	// acquisition or a Release before node 2 is at issue).
+	c := newRedlock(t, via, time.Second, dlock.LeaseTTL(20*time.Second), dlock.WithAutoExtend(false))
 	var locks []*dlock.Lock
 	for i := range 20 {
 		l, err := c.TryAcquire(ctx, "hole-"+string(rune('a'+i)))
