@@ -23,6 +23,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redisserver"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -1042,7 +1043,7 @@ type blipper struct {
 
 func newBlipper(t *testing.T, target string) *blipper {
 	b := &blipper{t: t, target: target}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := redisserver.Listen() // (a port no other server of this process is given while it is down)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/extra/dlockredigo"
+	"github.com/dlockio/dlock/internal/redisserver"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -105,7 +106,7 @@ func TestClosedPoolIsErrClosed(t *testing.T) {
 
 func TestNoServerIsADialError(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := redisserver.Listen() // (a port no other server of this process is given)
 	if err != nil {
 		t.Fatal(err)
 	}
