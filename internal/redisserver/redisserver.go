@@ -115,6 +115,7 @@ type Server struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	paused bool
+	held   int // a killed TCP server's port, bound without a listener (see hold); -1: none
 }
 
 // Binary returns the server executable to run: $REDIS_SERVER (see
@@ -180,7 +181,7 @@ func Start(opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, dir: dir}
+	s := &Server{cfg: cfg, dir: dir, held: -1}
 	if cfg.tcp {
 		for range 5 { // a freed port can be taken by someone else before we bind it
 			if s.port, err = freePort(); err != nil {
@@ -230,7 +231,36 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// hold keeps a killed TCP server's port from every other socket, of this
+// process or another (a test's stalled proxy would turn a dead node into a
+// black hole): a socket bound to it without listening, so that a dial there
+// is refused at once, as at a dead server's port. Only Restart and Stop
+// let it go. s.mu is held.
+func (s *Server) hold() {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		return
+	}
+	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1) // (past the dead server's TIME_WAIT connections)
+	if syscall.Bind(fd, &syscall.SockaddrInet4{Port: s.port, Addr: [4]byte{127, 0, 0, 1}}) != nil {
+		syscall.Close(fd)
+		return
+	}
+	s.held = fd
+}
+
+// unhold lets the port go (see hold).
+func (s *Server) unhold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held >= 0 {
+		syscall.Close(s.held)
+		s.held = -1
+	}
+}
+
 func (s *Server) launch() error {
+	s.unhold()
 	bin, err := Binary()
 	if s.cfg.bin != "" {
 		bin, err = s.cfg.bin, nil
@@ -385,7 +415,8 @@ func (s *Server) signal(sig syscall.Signal, paused bool) error {
 	return nil
 }
 
-// Kill ends the server with SIGKILL and waits until it is gone.
+// Kill ends the server with SIGKILL and waits until it is gone. A TCP
+// server's port stays its own, refusing dials, until Restart or Stop.
 func (s *Server) Kill() {
 	s.mu.Lock()
 	cmd, exited := s.cmd, s.exited
@@ -397,6 +428,9 @@ func (s *Server) Kill() {
 	<-exited
 	s.mu.Lock()
 	s.paused = false
+	if s.port != 0 && s.held < 0 {
+		s.hold()
+	}
 	s.mu.Unlock()
 }
 
@@ -416,6 +450,7 @@ func (s *Server) Restart() error {
 // Stop kills the server and removes its directory. It is safe to call more than once.
 func (s *Server) Stop() {
 	s.Kill()
+	s.unhold()
 	os.RemoveAll(s.dir)
 }
 
