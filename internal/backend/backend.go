@@ -82,6 +82,10 @@ type Claim struct {
 	// ReleaseSent reports that a release of the lease was sent before and
 	// its reply lost: it may have run. The caller sets it.
 	ReleaseSent bool
+	// tried is, per quorum node, the call of the lease's last failed
+	// acquire attempt there (see Quorum.Undo); nil if none. SetToken
+	// clears it.
+	tried []nodeAcquire
 }
 
 // seqArg is the sequence number seq of an extension as its script takes it
@@ -108,7 +112,7 @@ func (c *Claim) resumerArg(args []any) []any {
 // unknown outcome) is refused by Redis from then on, so an attempt after an
 // undo needs a new one.
 func (c *Claim) SetToken(token string) {
-	c.Token, c.Clean = token, true
+	c.Token, c.Clean, c.tried = token, true, nil
 	c.Rev = c.Lock + ":r:" + token
 	c.Holder = c.Kind.holder(c)
 }
@@ -286,6 +290,7 @@ type Node struct {
 	fair    *fairArgs     // the fair scripts' packed arguments, which carry it (see lock.go)
 
 	extra  scriptSet    // scripts every lease runs besides its kind's, which Prepare loads (a quorum node's RaiseFence)
+	i      int          // its index among a quorum's nodes
 	caches *serverCache // what the servers' script caches hold (see scripts.go)
 	clock  *clockWatch  // the server's clock as extensions read it (nil: not watched)
 }

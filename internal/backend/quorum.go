@@ -39,6 +39,7 @@ func NewQuorum(nodes []Node, timeout time.Duration, late *Tracker) *Quorum {
 	for i := range q.nodes {
 		q.nodes[i].setFenceWindow(quorumFenceWindow)
 		q.nodes[i].extra = setOf(script.RaiseFence) // Fence writes back
+		q.nodes[i].i = i
 	}
 	return q
 }
@@ -202,6 +203,15 @@ func (r *round[T]) count(a answer[T], yes func(T) bool) {
 	r.answers[a.i] = a
 }
 
+// nodeAcquire is a node's call in a quorum's acquire attempt: done is
+// closed when it ends, and left then reports whether it may have left
+// something to undo on the node (a grant, or a request that was sent but
+// not answered).
+type nodeAcquire struct {
+	done chan struct{}
+	left bool
+}
+
 // isTrue is the yes of an extension and a release.
 func isTrue(ok bool) bool { return ok }
 
@@ -215,14 +225,23 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 	if err := q.Carries(c.Kind); err != nil {
 		return Grant{}, NotSent(err)
 	}
+	tried := make([]nodeAcquire, len(q.nodes))
+	for i := range tried {
+		tried[i].done = make(chan struct{})
+	}
 	r := fanOut(ctx, q, func(g Grant) bool { return g.Held }, untilSettled, func(ctx context.Context, n Node) (Grant, error) {
-		return n.Acquire(ctx, c, ttl, queue)
+		g, err := n.Acquire(ctx, c, ttl, queue)
+		tried[n.i].left = g.Held || g.Undo
+		close(tried[n.i].done)
+		return g, err
 	})
 	if r.won() {
 		// (A plain lock's fence is issued when asked for, by Fence, so its
-		// acquire is one round.)
+		// acquire is one round. A held lease is undone on every node.)
+		c.tried = nil
 		return Grant{Held: true}, nil
 	}
+	c.tried = tried // (its undo, if any, skips the nodes where it left nothing)
 	// The caller undoes what may have been granted, on every node: nothing
 	// to undo if no node granted it and every other one refused, or surely
 	// never got the request.
@@ -348,9 +367,21 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 // failed in a way that may pass is tried again on its own, in the
 // background (as Release does), and so is a node that did not answer in
 // time once its call fails: the nodes that did their part are not asked
-// again. It returns the errors of the nodes that failed otherwise.
+// again. After a failed acquire attempt, the undo on each node first waits
+// for that node's acquire call to end, and skips the node if the call
+// left nothing there: it was refused, or surely never sent (a connection
+// refused). It returns the errors of the nodes that failed otherwise.
 func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
-	r := q.end(ctx, c, nil, func(n Node, ctx context.Context, c *Claim) (bool, error) { return false, n.Undo(ctx, c) })
+	r := q.end(ctx, c, nil, func(n Node, ctx context.Context, c *Claim) (bool, error) {
+		if c.tried != nil {
+			t := &c.tried[n.i]
+			<-t.done // (it ends within the Redis client's timeouts)
+			if !t.left {
+				return false, nil
+			}
+		}
+		return false, n.Undo(ctx, c)
+	})
 	return nodeErrors(r.errs, Transient) // (a Transient one is tried again on its own, as is a node without an answer once its call fails)
 }
 

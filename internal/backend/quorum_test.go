@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -290,5 +293,117 @@ func TestQuorumScanWithANodeDownAndAHeldNodeSaysWhyPerNode(t *testing.T) {
 	}
 	if took > 5*time.Second {
 		t.Errorf("Scan with a 3s ctx took %v, want it to end with its ctx, not at node 2's 10s read timeout", took.Round(time.Millisecond))
+	}
+}
+
+// quorumOf returns a quorum over nodes that waits up to timeout for each,
+// and drains its node calls when the test ends.
+func quorumOf(t *testing.T, nodes []Node, timeout time.Duration) *Quorum {
+	q := NewQuorum(nodes, timeout, new(Tracker))
+	t.Cleanup(func() { q.late.Wait(context.Background()) })
+	return q
+}
+
+// heldBy starts a server whose lock k is held by token, and returns its
+// client.
+func heldBy(t *testing.T, k Keys, token string) *redis.Client {
+	rdb := redistest.Start(t).Client(t)
+	if err := rdb.Set(t.Context(), k.Lock, token, 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rdb
+}
+
+// A failed acquire attempt leaves nothing to undo on a node whose request
+// was never sent, though that node had not answered when the others'
+// refusals settled the round (its connection is refused only then): its
+// undo waits for that call to end and sends nothing to the node, nor
+// retries in the background; and the nodes that refused are not asked
+// either.
+func TestQuorumUndoSkipsANodeTheAttemptNeverReached(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	k := KeysFor("dlock:", "never")
+	refusing := []*redis.Client{heldBy(t, k, "theirs"), heldBy(t, k, "theirs")}
+	gate, dials := make(chan struct{}), atomic.Int32{}
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1,
+		Dialer: func(_ context.Context, network, _ string) (net.Conn, error) {
+			dials.Add(1)
+			<-gate
+			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+		}})
+	t.Cleanup(func() { down.Close() })
+	opened := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(opened)
+	var nodes []Node
+	for _, rdb := range append(refusing, down) {
+		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
+	}
+	q := quorumOf(t, nodes, 100*time.Millisecond)
+	mine := &Claim{Keys: k, Kind: PlainLock}
+	mine.SetToken("mine")
+
+	g, err := q.Acquire(ctx, mine, 10*time.Second, false)
+	if err != nil || g.Held || !g.Undo {
+		t.Fatalf("Acquire refused by nodes 0 and 1, node 2 dialling = %+v, %v; want a refusal to undo (node 2 had not answered)", g, err)
+	}
+	if err := q.Undo(ctx, mine); err != nil {
+		t.Errorf("Undo = %v", err)
+	}
+	opened() // node 2's connection is refused now
+	if err := q.late.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("node 2 was dialled %d times; want once, by the acquire alone (no undo of a request never sent)", n)
+	}
+	for i, rdb := range refusing {
+		if n, err := rdb.Exists(ctx, mine.Rev).Result(); err != nil || n != 0 {
+			t.Errorf("node %d, which refused the attempt: its marker exists = %d, %v; want no undo sent there", i, n, err)
+		}
+	}
+}
+
+// A failed acquire attempt that a node granted after the others' refusals
+// settled the round (its reply held back) is undone there once that
+// node's call ends: the grant is not left to run out its lease.
+func TestQuorumUndoEndsAGrantThatCameAfterTheRound(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	k := KeysFor("dlock:", "late")
+	s := redistest.Start(t, redistest.TCP())
+	direct := s.Client(t)
+	p := redistest.NewProxy(t, s.Addr())
+	late := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 10 * time.Second})
+	t.Cleanup(func() { late.Close() })
+	var nodes []Node
+	for _, rdb := range []*redis.Client{heldBy(t, k, "theirs"), heldBy(t, k, "theirs"), late} {
+		nodes = append(nodes, NewNode(rdb, Config{TTL: 10 * time.Second}))
+	}
+	q := quorumOf(t, nodes, 100*time.Millisecond)
+	mine := &Claim{Keys: k, Kind: PlainLock}
+	mine.SetToken("mine")
+	q.Prepare(ctx, mine) // (node 2 runs the acquire itself, not a NOSCRIPT reply)
+	if err := q.late.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	p.StallReplies()
+	g, err := q.Acquire(ctx, mine, 10*time.Second, false)
+	if err != nil || g.Held || !g.Undo {
+		t.Fatalf("Acquire refused by nodes 0 and 1, node 2's reply held = %+v, %v; want a refusal to undo", g, err)
+	}
+	if !waitFor(func() bool { return direct.Get(ctx, k.Lock).Val() == "mine" }) {
+		t.Fatalf("node 2 never granted the attempt")
+	}
+	if err := q.Undo(ctx, mine); err != nil {
+		t.Errorf("Undo = %v", err)
+	}
+	p.Cut() // node 2's acquire call fails, its reply lost
+	if err := q.late.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := direct.Get(ctx, k.Lock).Result(); err != redis.Nil {
+		t.Errorf("node 2's lock after the undo = %q, %v; want the late grant undone", v, err)
 	}
 }
