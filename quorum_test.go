@@ -940,10 +940,12 @@ func firstLease(t *testing.T, c *dlock.Client, name string) *dlock.Lock {
 	return l
 }
 
-// A waiter polling a lock held by another, with one quorum node dead: every
-// refused attempt is "undone", and the undo fails on the dead node, so it is
-// retried in the background for the TTL. How many goroutines pile up, and do
-// they outlive Acquire?
+// A waiter polling a lock held by another, with one quorum node dead: the
+// dead node's connection is refused after the others' refusals settled an
+// attempt (go-redis retries a dial), so the attempt is undone. The undo
+// waits for the dead node's call and sends it nothing (the request never
+// left), so no undo is retried there in the background: no goroutines pile
+// up, none outlives Acquire.
 func TestRedlockRefusedWaiterLeavesNoUndoGoroutines(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
