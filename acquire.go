@@ -308,9 +308,9 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backe
 		l.cl.Clean = false // a copy of the request may land later: the release marks the lease ended
 	}
 	switch {
-	case errors.Is(err, backend.ErrNotSent):
+	case errors.Is(err, backend.ErrNotSent) && !g.Undo: // (a quorum's may be one node's: the others' grants are undone below)
 		return nil, backend.Grant{}, err
-	case errors.Is(err, backend.ErrRevoked):
+	case errors.Is(err, backend.ErrRevoked) && !g.Undo:
 		// Only a token already ended is refused; take a new one and go on.
 		l.renew()
 		return nil, backend.Grant{PTTL: -1}, nil
