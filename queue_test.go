@@ -1435,7 +1435,7 @@ func TestFairScriptsPackedArgument(t *testing.T) {
 	if _, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t2"), "t2", 4000, 1, "4001 PUBLISH 60001 0").Result(); err != nil {
 		t.Fatal(err)
 	}
-	n, err := script.Named("release_fair").Run(ctx, rdb, []string{"a", "a:fence", "a:q", "a:qw", "a"}, "t1", 0, "PUBLISH 60001 0").Int()
+	n, err := script.Named("release_fair").Run(ctx, rdb, []string{"a", "a:fence", "a:q", "a:qw", "a"}, "t1", "PUBLISH 60001 0").Int()
 	if err != nil || n != 1 {
 		t.Fatalf("release = %v, %v", n, err)
 	}
@@ -1453,7 +1453,7 @@ func TestFairScriptsPackedArgument(t *testing.T) {
 		t.Errorf("fence lives %v", d)
 	}
 	// clean release by the new holder with nobody queued, announce 0: no message
-	n, _ = script.Named("release_fair").Run(ctx, rdb, []string{"a", "a:fence", "a:q", "a:qw", "a"}, "t2", 0, "PUBLISH 60001 0").Int()
+	n, _ = script.Named("release_fair").Run(ctx, rdb, []string{"a", "a:fence", "a:q", "a:qw", "a"}, "t2", "PUBLISH 60001 0").Int()
 	if n != 1 || rdb.Exists(ctx, "a").Val() != 0 {
 		t.Errorf("release of t2 = %d", n)
 	}

@@ -90,7 +90,7 @@ var w0Cases = []w0Case{
 			b = appendCmd(b, "EVALSHA", script.Named("acquire_fair").Hash(), "6", n.lock, n.fence, n.queue, n.waiters, rev, n.wake,
 				tok, ttlMS, "0", queueMS+" PUBLISH "+fenceMS+" 0")
 			return appendCmd(b, "EVALSHA", script.Named("release_fair").Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
-				tok, cleanMS, "PUBLISH "+fenceMS+" 0")
+				tok, "PUBLISH "+fenceMS+" 0")
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
 	{id: "c permit", name: "(c) dlock's scripts, a semaphore's permit", scripts: []string{script.Named("hold_acquire").Source(), script.Named("hold_release").Source()},
@@ -111,7 +111,7 @@ func unfairPair(window string) func(b []byte, n *w0Name, tok string) []byte {
 		rev := n.lock + ":r:" + tok
 		b = appendCmd(b, "EVALSHA", script.Named("acquire").Hash(), "2", n.lock, rev, tok, ttlMS)
 		if window == cleanMS {
-			return appendCmd(b, "EVALSHA", script.Named("release").Hash(), "3", n.lock, n.wake, rev, tok, "PUBLISH")
+			return appendCmd(b, "EVALSHA", script.Named("release").Hash(), "3", n.lock, n.wake, rev, tok)
 		}
 		return appendCmd(b, "EVALSHA", script.Named("release").Hash(), "3", n.lock, n.wake, rev, tok, "PUBLISH", window)
 	}

@@ -107,6 +107,16 @@ func (c *Claim) resumerArg(args []any) []any {
 	return append(args, &c.Resumer)
 }
 
+// markedArgs appends to a lock's release arguments args what only a marked
+// lease's release passes (window > 0; a resumed lease is always marked):
+// the marker's window, then the Resumer (release.lua, release_fair.lua).
+func (c *Claim) markedArgs(window int64, args ...any) []any {
+	if window == 0 {
+		return args
+	}
+	return c.resumerArg(append(args, window))
+}
+
 // SetToken gives the claim a lease token, and with it a marker key. A token
 // whose lease was ended (released, or undone after an attempt with an
 // unknown outcome) is refused by Redis from then on, so an attempt after an

@@ -55,7 +55,7 @@ func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration,
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, valueKey(&c.Keys)},
-		c.resumerArg([]any{&c.Token, window, n.fair.resign})...)
+		c.markedArgs(window, &c.Token, n.fair.resign)...)
 }
 
 var (

@@ -80,10 +80,10 @@ func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq 
 
 func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	keys := []any{&c.Lock, &c.Wake, &c.Rev}
-	if window == 0 { // a clean lease: two arguments (release.lua)
-		return n.run(ctx, release, keys, &c.Token, n.pub)
+	if window == 0 && n.pub == "PUBLISH" { // a clean lease: the token alone (release.lua)
+		return n.run(ctx, release, keys, &c.Token)
 	}
-	return n.run(ctx, release, keys, c.resumerArg([]any{&c.Token, n.pub, window})...)
+	return n.run(ctx, release, keys, c.markedArgs(window, &c.Token, n.pub)...)
 }
 
 func (plainLock) scripts() (*script.Script, scriptSet) { return acquire, plainScripts }
@@ -135,7 +135,7 @@ func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 
 func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev},
-		c.resumerArg([]any{&c.Token, window, n.fair.release})...)
+		c.markedArgs(window, &c.Token, n.fair.release)...)
 }
 
 func (fairLock) scripts() (*script.Script, scriptSet) { return acquireFair, fairScripts }

@@ -22,8 +22,8 @@ var digests = map[string]string{
 	"permits":           "a54c5301b0427b004cf25f12102c1b05423afaad",
 	"proclaim":          "c137d82803b28b6990559830ad5ca893bc8d018e",
 	"raise_fence":       "24df7fcaf71449f9c44f730672e163b3251aeb18",
-	"release":           "da6251a7aade8c579e2b364d94ff179e71e3cbf1",
-	"release_fair":      "c386a1e831595b4ea8499a452e4594dd7828c6bf",
+	"release":           "5a52f0e4d9f2709adf5da05f438f4dbcbe50531c",
+	"release_fair":      "6b4bfe616d4d4c247da36bbb911cbaeab580ae4c",
 	"release_reentrant": "298ac7d4661574b3cd86cd98ed9a72d25ef661e0",
 	"uptime":            "8a321873751bc207e23d0b74f04705c35aee0a44",
 }

@@ -3,14 +3,15 @@
 -- KEYS[1] lock key   KEYS[2] the wake key, set by a waiter's attempt
 -- (acquire.lua)   KEYS[3] the lease's marker key
 -- ARGV[1] owner token
--- ARGV[2] publish command: PUBLISH, or SPUBLISH on a Redis Cluster
+-- ARGV[2] publish command: SPUBLISH on a Redis Cluster, else PUBLISH
+-- (absent: PUBLISH)
 -- ARGV[3] (a marked lease's only) how long the marker lives, in ms
 -- ARGV[4] (a resumed Lock's only) its resumer id (see drives in lib.lua)
 -- A clean lease (every request of it answered on its one send, so none can
 -- land after this: see Node.Release) passes no ARGV[3], and no marker is
 -- written: the common path reads one MGET (the lock and the marker) and
--- writes one DEL, with two arguments (each argument costs the server its
--- own string).
+-- writes one DEL, with the token the only argument (each argument costs
+-- the server its own string, and its place in ARGV).
 -- Returns 1 if it was ours and is now deleted (also, with a marker, for a
 -- re-sent request whose first copy deleted it), 0 if it was missing or
 -- someone else's, -1 if another Lock resumed the lease (nothing is done).
@@ -26,7 +27,7 @@ if v[1] == ARGV[1] then
     redis.call('SET', KEYS[3], '1', 'PX', ARGV[3]) -- see revoke in lib.lua
   end
   if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then -- (the lock, and the wake key: a waiter listens)
-    redis.call(ARGV[2], KEYS[1] .. ':ch', '*')
+    redis.call(ARGV[2] or 'PUBLISH', KEYS[1] .. ':ch', '*')
   end
   return 1
 end

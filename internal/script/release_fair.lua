@@ -6,15 +6,15 @@
 -- KEYS[6] (a leadership campaign's only) the leader's value key
 --         (proclaim.lua), deleted with the lease
 -- ARGV[1] owner token
--- ARGV[2] how long the revocation marker lives, in ms; 0 writes none (see
---         release.lua)
--- ARGV[3] what only a contended call reads, in one argument:
+-- ARGV[2] what only a contended call reads, in one argument:
 --         "<publish> <fence_ms> <announce>": the publish command, PUBLISH or
 --         SPUBLISH on a Redis Cluster; how long the fence counter lives, in
 --         ms (the fence window; with a longer lease handed over, as long as
 --         that lease); 1 to announce a plain release even with nobody queued
 --         (a leadership campaign: its observers watch the channel), else 0.
 --         The channel is the lock key + ":ch".
+-- ARGV[3] (a marked lease's only) how long the revocation marker lives, in
+--         ms; a clean lease writes none (see release.lua)
 -- ARGV[4] (a resumed Lock's only) its resumer id (see drives in lib.lua)
 -- A handover is announced on the channel as "<token> <fence>", a plain
 -- release as "*" only if someone queued (or with announce): a fair lock's
@@ -37,13 +37,13 @@ if holder ~= token then
   if redis.call('HDEL', KEYS[4], token) == 1 then
     redis.call('LREM', KEYS[3], 1, token)
   end
-  if ARGV[2] == '0' then return 0 end
+  if not ARGV[3] then return 0 end
   if m == '1' then return 1 end
-  redis.call('SET', KEYS[5], '0', 'PX', ARGV[2]) -- ended, not holding the lock (see revoke in lib.lua)
+  redis.call('SET', KEYS[5], '0', 'PX', ARGV[3]) -- ended, not holding the lock (see revoke in lib.lua)
   return 0
 end
-if ARGV[2] ~= '0' then
-  redis.call('SET', KEYS[5], '1', 'PX', ARGV[2]) -- ended, holding the lock
+if ARGV[3] then
+  redis.call('SET', KEYS[5], '1', 'PX', ARGV[3]) -- ended, holding the lock
 end
 if KEYS[6] then
   redis.call('DEL', KEYS[6])
@@ -51,8 +51,8 @@ end
 local head = redis.call('LPOP', KEYS[3]) -- the first waiter, taken out of the queue
 if not head then -- nobody queued (the common case)
   redis.call('DEL', KEYS[1])
-  if string.sub(ARGV[3], -1) == '1' then
-    redis.call(string.match(ARGV[3], '^%S+'), KEYS[1] .. ':ch', '*')
+  if string.sub(ARGV[2], -1) == '1' then
+    redis.call(string.match(ARGV[2], '^%S+'), KEYS[1] .. ':ch', '*')
   end
   return 1
 end
@@ -60,7 +60,7 @@ end
 -- Hand the lock to the first live waiter; those whose entry lapsed are
 -- dropped. With a foreign fence key the lock is freed rather than handed
 -- over unfenced.
-local pub, fence_ms = string.match(ARGV[3], '^(%S+) (%d+)')
+local pub, fence_ms = string.match(ARGV[2], '^(%S+) (%d+)')
 local live, ttl = live_head(KEYS, head, now_ms())
 if live then
   redis.call('HDEL', KEYS[4], live)
