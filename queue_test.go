@@ -1419,7 +1419,7 @@ func TestFairScriptsPackedArgument(t *testing.T) {
 		return []string{l, l + ":fence", l + ":q", l + ":qw", l + ":r:" + tok, l + ":w"}
 	}
 	// not a campaign, digits ending in 1
-	v, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t1"), "t1", 1000, 1, "1001 PUBLISH 60001 0").Result()
+	v, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t1"), "t1", 1000, "1001 PUBLISH 60001 0", 1).Result()
 	if err != nil || v != int64(0) {
 		t.Errorf("plain acquire = %v, %v; want 0", v, err)
 	}
@@ -1432,7 +1432,7 @@ func TestFairScriptsPackedArgument(t *testing.T) {
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t2"), "t2", 4000, 1, "4001 PUBLISH 60001 0").Result(); err != nil {
+	if _, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t2"), "t2", 4000, "4001 PUBLISH 60001 0", 1).Result(); err != nil {
 		t.Fatal(err)
 	}
 	n, err := script.Named("release_fair").Run(ctx, rdb, []string{"a", "a:fence", "a:q", "a:qw", "a"}, "t1", "PUBLISH 60001 0").Int()
@@ -1461,7 +1461,7 @@ func TestFairScriptsPackedArgument(t *testing.T) {
 		t.Errorf("unexpected message %v", m)
 	}
 	// campaign with qttl and fence ending in 1: a fence and an announcement
-	f, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t3"), "t3", 1000, 0, "1001 PUBLISH 60001 1").Int64()
+	f, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t3"), "t3", 1000, "1001 PUBLISH 60001 1").Int64()
 	if err != nil || f <= 1 {
 		t.Errorf("campaign = %v, %v; want a fence", f, err)
 	}

@@ -18,7 +18,7 @@ type campaign struct{ plainLock } // (its holder and shape are a plain lock's)
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	g, err := n.takeLock(ctx, c, acquireFair, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
-		c.Token, ttl.Milliseconds(), flag(queue), n.fairConf(ttl, true))
+		waiterArg(queue, c.Token, ttl.Milliseconds(), n.fairConf(ttl, true))...)
 	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)
 		value, _ := as[string](n.do(ctx, "get", valueKey(&c.Keys))) // (unread: the token's metadata names it)
 		g.Extra = proclaimed(value, g.Holder)

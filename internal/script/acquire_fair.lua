@@ -5,8 +5,8 @@
 --         the holder's remaining lease, at most as long as its queue entry
 --         lives, so that an unfair holder's release (a name used in both
 --         modes) announces itself too
--- ARGV[1] the lease's token   ARGV[2] ttl in ms   ARGV[3] 1 to queue up if taken, 0 to try only
--- ARGV[4] what only a contended call reads, in one argument (each costs the
+-- ARGV[1] the lease's token   ARGV[2] ttl in ms
+-- ARGV[3] what only a contended call reads, in one argument (each costs the
 --         server a string of its own): "<qttl> <publish> <fence_ms> <campaign>":
 --         how long a queue entry lives without being renewed, in ms (the
 --         lease's revocation window, see lib.lua); the publish command,
@@ -14,6 +14,7 @@
 --         lives, in ms (the fence window; a fence issued with a longer lease
 --         lives as long as the lease); 1 for a leadership campaign (see
 --         election.go), else 0. The channel is the lock key + ":ch".
+-- ARGV[4] (a waiter's only) 1: queue up if taken (absent: a try)
 -- Returns 0 when the lock is ours (taken now, handed to us by a release, or
 -- already ours), else {pttl, holder}: the holder's remaining ms (-1: no
 -- expiry) and its token, which carries its metadata. The lock goes to the caller only if no live waiter is ahead
@@ -33,7 +34,7 @@ local token = ARGV[1]
 -- One EXISTS over the marker and the queue: on the common path (this lease
 -- never ended, nobody queued) SET NX GET follows and nothing else.
 local quiet = redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
-local campaign = string.sub(ARGV[4], -1) == '1'
+local campaign = string.sub(ARGV[3], -1) == '1'
 local holder -- nil: not tried yet; else the holder SET NX GET named
 if quiet and not campaign then
   holder = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2], 'GET')
@@ -42,7 +43,7 @@ end
 -- (the shared functions are defined here)
 if not quiet and revoked(KEYS[5]) then return revoked_reply() end
 
-local qttl, pub, fence_ms = string.match(ARGV[4], '^(%d+) (%S+) (%d+)')
+local qttl, pub, fence_ms = string.match(ARGV[3], '^(%d+) (%S+) (%d+)')
 
 -- won returns the reply of an attempt that took the lock now (see above).
 local function won()
@@ -101,7 +102,7 @@ if not holder then
   if not holder then return won() end
 end
 local pttl = math.max(redis.call('PTTL', KEYS[1]), -1)
-if ARGV[3] == '1' then
+if ARGV[4] then
   local entry = string.format('%d', now_ms() + tonumber(qttl)) .. ':' .. ARGV[2]
   queue_up(KEYS, token, entry, qttl)
   local px = pttl < 0 and tonumber(qttl) or math.min(pttl, tonumber(qttl)) -- (0: the lease ends now)

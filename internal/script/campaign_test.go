@@ -23,7 +23,7 @@ func TestCampaignFencedOnceWhenResent(t *testing.T) {
 	keys := []string{"l", "l:fence", "l:q", "l:qw", "l:r:tok-a"}
 	campaign := func(token string, rev string) (any, error) {
 		return Named("acquire_fair").Run(ctx, rdb, []string{"l", "l:fence", "l:q", "l:qw", rev, "l:w"},
-			token, 1000, 1, "1000 PUBLISH 60000 1").Result()
+			token, 1000, "1000 PUBLISH 60000 1", 1).Result()
 	}
 	first, err := campaign("tok-a", keys[4])
 	if err != nil {

@@ -5,7 +5,7 @@ package script
 // digests are the scripts' SHA-1 digests, by name (see Script).
 var digests = map[string]string{
 	"acquire":           "685ecf9e1cc45a347f680189c2cbf18bc50056d3",
-	"acquire_fair":      "f1331584c32e87c3b2f0f1764ae7192d48f9fd49",
+	"acquire_fair":      "4d22743b4421ef22f7812e13ff850ef36f616ced",
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
 	"extend":            "6b08af764f70303e7428e87108f32b86e6881140",
