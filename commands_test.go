@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,6 +140,55 @@ func TestCommandsPerOperation(t *testing.T) {
 			}
 			if fenced-pair > tc.fence {
 				t.Errorf("a fence costs %.2f commands; the budget is %v", fenced-pair, tc.fence)
+			}
+		})
+	}
+}
+
+// Each argument of a script call costs Redis a string of its own, and Lua
+// a place in KEYS or ARGV (the tables grow at 1, 2, 3, 5 entries): an
+// uncontended pair sends what its scripts' common path reads, and what
+// only a contended, marked or sharded call reads is left out (the publish
+// command of release.lua, the marker's window of release.lua and
+// release_fair.lua, the queue flag of a fair try). An Acquire's attempt
+// sends one more: its waiter's (the wake key, the queue flag).
+func TestUncontendedPairSendsOnlyWhatItsScriptsRead(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name string
+		opts []dlock.Option
+		args int32 // keys and ARGV of a TryAcquire and its Release together
+	}{
+		{name: "fair lock", args: 6 + 3 + 5 + 2},                                                // (acquire_fair.lua, release_fair.lua)
+		{name: "unfair lock", opts: []dlock.Option{dlock.WithUnfair(nil)}, args: 2 + 2 + 3 + 1}, // (acquire.lua, release.lua)
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, rdb := setup(t)
+			scripts, args := &atomic.Int32{}, &atomic.Int32{}
+			rdb.AddHook(scriptCounter{n: scripts, args: args})
+			c := newClient(t, rdb, append([]dlock.Option{dlock.WithAutoExtend(false)}, tc.opts...)...)
+			for _, acquire := range []struct {
+				name string
+				do   func() (*dlock.Lock, error)
+				args int32
+			}{
+				{"TryAcquire", func() (*dlock.Lock, error) { return c.TryAcquire(ctx, "args-lock") }, tc.args},
+				{"Acquire", func() (*dlock.Lock, error) { return c.Acquire(ctx, "args-lock") }, tc.args + 1},
+			} {
+				scripts.Store(0)
+				args.Store(0)
+				l, err := acquire.do()
+				if err != nil {
+					t.Fatalf("%s: %v", acquire.name, err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				if scripts.Load() != 2 || args.Load() != acquire.args {
+					t.Errorf("an uncontended %s and its Release sent %d arguments in %d script calls; want %d in 2",
+						acquire.name, args.Load(), scripts.Load(), acquire.args)
+				}
 			}
 		})
 	}

@@ -102,7 +102,7 @@ func TestExtendRefusedForGoodIsNotTriedAgain(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	scripts := &atomic.Int32{}
-	rdb.AddHook(scriptCounter{scripts})
+	rdb.AddHook(scriptCounter{n: scripts})
 	l, err := newClient(t, rdb, dlock.WithAutoExtend(false)).TryAcquire(ctx, "ext")
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestExtendOfAHoldOrAPermitRefusedForGoodIsNotTriedAgain(t *testing.T) {
 			_, rdb := setup(t)
 			ctx := t.Context()
 			scripts := &atomic.Int32{}
-			rdb.AddHook(scriptCounter{scripts})
+			rdb.AddHook(scriptCounter{n: scripts})
 			l, err := k.take(t, rdb)
 			if err != nil {
 				t.Fatal(err)

@@ -235,8 +235,10 @@ func nextWaiterThenWaiter(t *testing.T, lc *lossyConn, w, x <-chan takeResult) {
 	}
 }
 
-// scriptCounter counts the script calls a go-redis client got replies to.
-type scriptCounter struct{ n *atomic.Int32 }
+// scriptCounter counts the script calls a go-redis client got replies to,
+// and with args their arguments, keys and ARGV (the digest and the number
+// of keys not counted).
+type scriptCounter struct{ n, args *atomic.Int32 }
 
 func (h scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -261,6 +263,9 @@ func (h scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 func (h scriptCounter) count(cmd redis.Cmder) {
 	if strings.HasPrefix(cmd.Name(), "eval") {
 		h.n.Add(1)
+		if h.args != nil {
+			h.args.Add(int32(len(cmd.Args()) - 3))
+		}
 	}
 }
 
@@ -274,7 +279,7 @@ func TestWaiterAsksAgainAfterItsPubSubConnectionBroke(t *testing.T) {
 			leakcheck.Check(t)
 			p, rdb, direct := proxied(t, 3, 0)
 			var scripts atomic.Int32
-			rdb.AddHook(scriptCounter{&scripts})
+			rdb.AddHook(scriptCounter{n: &scripts})
 			opts := []dlock.Option{dlock.LeaseTTL(30 * time.Second)}
 			if !fair {
 				opts = append(opts, dlock.WithUnfair(slowBackoff))
