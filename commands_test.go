@@ -149,33 +149,40 @@ func TestCommandsPerOperation(t *testing.T) {
 // a place in KEYS or ARGV (the tables grow at 1, 2, 3, 5 entries): an
 // uncontended pair sends what its scripts' common path reads, and what
 // only a contended, marked or sharded call reads is left out (the publish
-// command of release.lua, the marker's window of release.lua and
-// release_fair.lua, the queue flag of a fair try). An Acquire's attempt
-// sends one more: its waiter's (the wake key, the queue flag).
+// command of release.lua, the marker's window of the release scripts, the
+// queue flag of a fair try, a permit's token besides its member). A lock's
+// Acquire sends one more: its waiter's (the wake key, the queue flag).
 func TestUncontendedPairSendsOnlyWhatItsScriptsRead(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
+	type acquirer func() (*dlock.Lock, error)
+	lock := func(c *dlock.Client) (acquirer, acquirer) {
+		return func() (*dlock.Lock, error) { return c.TryAcquire(ctx, "args-lock") },
+			func() (*dlock.Lock, error) { return c.Acquire(ctx, "args-lock") }
+	}
 	for _, tc := range []struct {
-		name string
-		opts []dlock.Option
-		args int32 // keys and ARGV of a TryAcquire and its Release together
+		name         string
+		opts         []dlock.Option
+		take         func(c *dlock.Client) (try, wait acquirer)
+		args, waiter int32 // keys and ARGV of a TryAcquire and its Release together; an Acquire's more
 	}{
-		{name: "fair lock", args: 6 + 3 + 5 + 2},                                                // (acquire_fair.lua, release_fair.lua)
-		{name: "unfair lock", opts: []dlock.Option{dlock.WithUnfair(nil)}, args: 2 + 2 + 3 + 1}, // (acquire.lua, release.lua)
+		{name: "fair lock", take: lock, args: 6 + 3 + 5 + 2, waiter: 1},                                                // (acquire_fair.lua, release_fair.lua)
+		{name: "unfair lock", opts: []dlock.Option{dlock.WithUnfair(nil)}, take: lock, args: 2 + 2 + 3 + 1, waiter: 1}, // (acquire.lua, release.lua)
+		{name: "semaphore permit", take: func(c *dlock.Client) (acquirer, acquirer) {
+			s := newSemaphore(t, c, "args-sem", 3)
+			return func() (*dlock.Lock, error) { return s.TryAcquire(ctx) }, func() (*dlock.Lock, error) { return s.Acquire(ctx) }
+		}, args: 6 + 8 + 6 + 4}, // (hold_acquire.lua, hold_release.lua)
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, rdb := setup(t)
 			scripts, args := &atomic.Int32{}, &atomic.Int32{}
 			rdb.AddHook(scriptCounter{n: scripts, args: args})
-			c := newClient(t, rdb, append([]dlock.Option{dlock.WithAutoExtend(false)}, tc.opts...)...)
+			try, wait := tc.take(newClient(t, rdb, append([]dlock.Option{dlock.WithAutoExtend(false)}, tc.opts...)...))
 			for _, acquire := range []struct {
 				name string
-				do   func() (*dlock.Lock, error)
+				do   acquirer
 				args int32
-			}{
-				{"TryAcquire", func() (*dlock.Lock, error) { return c.TryAcquire(ctx, "args-lock") }, tc.args},
-				{"Acquire", func() (*dlock.Lock, error) { return c.Acquire(ctx, "args-lock") }, tc.args + 1},
-			} {
+			}{{"TryAcquire", try, tc.args}, {"Acquire", wait, tc.args + tc.waiter}} {
 				scripts.Store(0)
 				args.Store(0)
 				l, err := acquire.do()

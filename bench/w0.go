@@ -59,7 +59,7 @@ var compareAndDelete = redis.NewScript(compareAndDeleteSrc)
 var (
 	ttlMS    = strconv.FormatInt(ttl.Milliseconds(), 10)
 	windowMS = strconv.FormatInt(min(ttl, time.Minute).Milliseconds(), 10) // dlock's revocation window, for a marked lease
-	cleanMS  = "0"                                                         // the window argument of a clean lease's release: no marker
+	cleanMS  = "0"                                                         // a clean lease's marker window: no marker (and no window sent)
 	queueMS  = strconv.FormatInt(max(ttl, time.Second).Milliseconds(), 10) // a fair queue entry's life
 	fenceMS  = strconv.FormatInt(time.Minute.Milliseconds(), 10)           // dlock's fence window
 )
@@ -99,7 +99,7 @@ var w0Cases = []w0Case{
 			b = appendCmd(b, "EVALSHA", script.Named("hold_acquire").Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
 				tok, ttlMS, "0", queueMS, n.channel, "PUBLISH", fenceMS, "3")
 			return appendCmd(b, "EVALSHA", script.Named("hold_release").Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
-				tok, tok, n.channel, "PUBLISH", cleanMS, fenceMS)
+				tok, n.channel, "PUBLISH", fenceMS)
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
 }

@@ -60,9 +60,12 @@ func (h hold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, 
 
 // release sends hold_release.lua for c, the hold h.
 func (h hold) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
-	a := []any{c.HolderID(), c.Token, c.Channel, n.pub, window, n.fenceMS}
+	a := []any{c.HolderID(), c.Channel, n.pub, n.fenceMS}
+	if window > 0 || h.w > 1 { // (ARGV[5]: a clean hold of one permit sends none; a resumed lease is marked)
+		a = append(a, window)
+	}
 	if h.w > 1 || c.Resumer != "" {
-		a = append(a, h.w) // (ARGV[7], before the resumer id)
+		a = append(a, h.w) // (ARGV[6], before the resumer id)
 	}
 	return n.run(ctx, holdRelease, h.keys(c), c.resumerArg(a)...)
 }

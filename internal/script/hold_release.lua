@@ -7,13 +7,14 @@
 -- ARGV[1] the hold's member (a permit: its token; a read or write:
 --         "r:<token>" or "w:<token>"; "?:<token>" after a downgrade of
 --         unknown outcome: either)
--- ARGV[2] the hold's token
--- ARGV[3] release channel   ARGV[4] publish command: PUBLISH or SPUBLISH
--- ARGV[5] how long the revocation marker lives, in ms; 0 writes none (see
---         release.lua)
--- ARGV[6] how long the fence counter lives, in ms (the fence window)
--- ARGV[7] (a semaphore's) how many permits the hold has, w (absent: 1)
--- ARGV[8] (a resumed Lock's only) its resumer id (see drives in lib.lua)
+-- ARGV[2] release channel   ARGV[3] publish command: PUBLISH or SPUBLISH
+-- ARGV[4] how long the fence counter lives, in ms (the fence window)
+-- ARGV[5] how long the revocation marker lives, in ms; 0 or absent writes
+--         none (see release.lua)
+-- ARGV[6] (a semaphore's) how many permits the hold has, w (absent: 1)
+-- ARGV[7] (a resumed Lock's only) its resumer id (see drives in lib.lua)
+-- (The hold's token is its member, or the member after its "r:", "w:" or
+-- "?:": no argument of its own.)
 -- KEYS[6] (a semaphore's) its size kept in Redis, if any (permits.lua)
 -- Grants (serve_holds) are announced as "<token> <fence>". Nothing is
 -- announced when nobody queued: the kinds' waiters are all in the queue.
@@ -25,10 +26,10 @@
 -- was granted past it (hold_acquire.lua drops lapsed holds before it grants
 -- one among them), and the caller's own clock tells it was late.
 local m = redis.call('GET', KEYS[5])
-if m and string.byte(m) == 101 and (string.match(m, '^e%d+%.(.+)$') or '') ~= (ARGV[8] or '') then
+if m and string.byte(m) == 101 and (string.match(m, '^e%d+%.(.+)$') or '') ~= (ARGV[7] or '') then
   return -1 -- not drives (lib.lua)
 end
-local w = tonumber(ARGV[7]) or 1
+local w, window = tonumber(ARGV[6]) or 1, ARGV[5] or '0'
 local removed
 if string.sub(ARGV[1], 1, 2) == '?:' then -- the hold is its read or its write
   local token = string.sub(ARGV[1], 3)
@@ -51,17 +52,20 @@ removed = type(removed) == 'number' and math.min(removed, 1) or 0 -- (not a numb
 -- The marker read: a waiter's "q" says it has a queue entry to take out
 -- (a hold that was removed has none: it left the queue when granted).
 local was
-if ARGV[5] ~= '0' then
-  was = redis.call('SET', KEYS[5], removed == 1 and '1' or '0', 'PX', ARGV[5], 'GET')
+if window ~= '0' then
+  was = redis.call('SET', KEYS[5], removed == 1 and '1' or '0', 'PX', window, 'GET')
   if removed == 0 and was == '1' then
-    redis.call('SET', KEYS[5], '1', 'PX', ARGV[5]) -- a re-sent release: the first copy's answer
+    redis.call('SET', KEYS[5], '1', 'PX', window) -- a re-sent release: the first copy's answer
     return 1
   end
 elseif removed == 0 then
   was = redis.call('GET', KEYS[5])
 end
-if was == 'q' and redis.call('HDEL', KEYS[4], ARGV[2]) == 1 then
-  redis.call('LREM', KEYS[3], 1, ARGV[2])
+if was == 'q' then
+  local token = string.sub(ARGV[1], 2, 2) == ':' and string.sub(ARGV[1], 3) or ARGV[1]
+  if redis.call('HDEL', KEYS[4], token) == 1 then
+    redis.call('LREM', KEYS[3], 1, token)
+  end
 end
 if not redis.call('LINDEX', KEYS[3], 0) then return removed end -- nobody waits (the common case)
 -- (the shared functions are defined here)
@@ -70,7 +74,7 @@ if not redis.call('LINDEX', KEYS[3], 0) then return removed end -- nobody waits 
 local now = now_ms()
 local ok = redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if type(ok) == 'number' and same_kind(KEYS[1], ARGV[1]) then
-  local a = {ARGV[3], ARGV[4], ARGV[6]}
+  local a = {ARGV[2], ARGV[3], ARGV[4]}
   if string.sub(ARGV[1], 2, 2) == ':' then
     rw_serve_queue(KEYS, now, nil, a)
   else
