@@ -98,23 +98,17 @@ func (c *Claim) seqArg(seq int64) any {
 	return strconv.FormatInt(seq, 10) + "." + c.Resumer
 }
 
-// resumerArg appends to a release script's arguments args the Resumer, the
-// last argument, which only a resumed Lock's release passes.
-func (c *Claim) resumerArg(args []any) []any {
-	if c.Resumer == "" {
-		return args
-	}
-	return append(args, &c.Resumer)
-}
-
-// markedArgs appends to a lock's release arguments args what only a marked
-// lease's release passes (window > 0; a resumed lease is always marked):
-// the marker's window, then the Resumer (release.lua, release_fair.lua).
+// markedArgs appends to a release script's arguments args what only a
+// marked lease's release passes (window > 0; a resumed lease is always
+// marked): the marker's window, then the Resumer if the Lock resumed the
+// lease.
 func (c *Claim) markedArgs(window int64, args ...any) []any {
 	if window == 0 {
 		return args
+	} else if c.Resumer == "" {
+		return append(args, window)
 	}
-	return c.resumerArg(append(args, window))
+	return append(args, window, &c.Resumer)
 }
 
 // SetToken gives the claim a lease token, and with it a marker key. A token

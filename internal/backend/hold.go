@@ -61,13 +61,10 @@ func (h hold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, 
 // release sends hold_release.lua for c, the hold h.
 func (h hold) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
 	a := []any{c.HolderID(), c.Channel, n.pub, n.fenceMS}
-	if window > 0 || h.w > 1 { // (ARGV[5]: a clean hold of one permit sends none; a resumed lease is marked)
-		a = append(a, window)
+	if h.w > 1 || window > 0 {
+		a = append(a, h.w) // (ARGV[5], before what a marked lease passes)
 	}
-	if h.w > 1 || c.Resumer != "" {
-		a = append(a, h.w) // (ARGV[6], before the resumer id)
-	}
-	return n.run(ctx, holdRelease, h.keys(c), c.resumerArg(a)...)
+	return n.run(ctx, holdRelease, h.keys(c), c.markedArgs(window, a...)...)
 }
 
 // withPermits returns a hold script's arguments a, followed by the hold's

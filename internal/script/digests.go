@@ -17,7 +17,7 @@ var digests = map[string]string{
 	"hold_acquire":      "5a66cfd076383a9756cc9b32feba29a6ab8fdbff",
 	"hold_downgrade":    "5c78917fc738c635f8693ec94a7960c9a248219a",
 	"hold_extend":       "ef4d0dd5e163d024fa4c8ce9f506100581905db2",
-	"hold_release":      "c79a1654c41c6e8b9cb6462499d62b5eebbc6d7c",
+	"hold_release":      "906c8b3e43de04b38a78af84c416c97606cfbc97",
 	"inspect":           "dce8f5be4afccbe5aa610d204d550f780a8d44f1",
 	"permits":           "a54c5301b0427b004cf25f12102c1b05423afaad",
 	"proclaim":          "c137d82803b28b6990559830ad5ca893bc8d018e",

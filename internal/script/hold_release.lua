@@ -9,9 +9,9 @@
 --         unknown outcome: either)
 -- ARGV[2] release channel   ARGV[3] publish command: PUBLISH or SPUBLISH
 -- ARGV[4] how long the fence counter lives, in ms (the fence window)
--- ARGV[5] how long the revocation marker lives, in ms; 0 or absent writes
---         none (see release.lua)
--- ARGV[6] (a semaphore's) how many permits the hold has, w (absent: 1)
+-- ARGV[5] (a semaphore's) how many permits the hold has, w (absent: 1)
+-- ARGV[6] (a marked lease's only) how long the revocation marker lives, in
+--         ms (see release.lua)
 -- ARGV[7] (a resumed Lock's only) its resumer id (see drives in lib.lua)
 -- (The hold's token is its member, or the member after its "r:", "w:" or
 -- "?:": no argument of its own.)
@@ -29,7 +29,7 @@ local m = redis.call('GET', KEYS[5])
 if m and string.byte(m) == 101 and (string.match(m, '^e%d+%.(.+)$') or '') ~= (ARGV[7] or '') then
   return -1 -- not drives (lib.lua)
 end
-local w, window = tonumber(ARGV[6]) or 1, ARGV[5] or '0'
+local w = tonumber(ARGV[5]) or 1
 local removed
 if string.sub(ARGV[1], 1, 2) == '?:' then -- the hold is its read or its write
   local token = string.sub(ARGV[1], 3)
@@ -52,20 +52,18 @@ removed = type(removed) == 'number' and math.min(removed, 1) or 0 -- (not a numb
 -- The marker read: a waiter's "q" says it has a queue entry to take out
 -- (a hold that was removed has none: it left the queue when granted).
 local was
-if window ~= '0' then
-  was = redis.call('SET', KEYS[5], removed == 1 and '1' or '0', 'PX', window, 'GET')
+if ARGV[6] then
+  was = redis.call('SET', KEYS[5], removed == 1 and '1' or '0', 'PX', ARGV[6], 'GET')
   if removed == 0 and was == '1' then
-    redis.call('SET', KEYS[5], '1', 'PX', window) -- a re-sent release: the first copy's answer
+    redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) -- a re-sent release: the first copy's answer
     return 1
   end
 elseif removed == 0 then
   was = redis.call('GET', KEYS[5])
 end
-if was == 'q' then
-  local token = string.sub(ARGV[1], 2, 2) == ':' and string.sub(ARGV[1], 3) or ARGV[1]
-  if redis.call('HDEL', KEYS[4], token) == 1 then
-    redis.call('LREM', KEYS[3], 1, token)
-  end
+local token = was == 'q' and (string.sub(ARGV[1], 2, 2) == ':' and string.sub(ARGV[1], 3) or ARGV[1])
+if token and redis.call('HDEL', KEYS[4], token) == 1 then
+  redis.call('LREM', KEYS[3], 1, token)
 end
 if not redis.call('LINDEX', KEYS[3], 0) then return removed end -- nobody waits (the common case)
 -- (the shared functions are defined here)
