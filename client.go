@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,12 +32,13 @@ type engine struct {
 	opts options
 	id   string // this Client's instance ID, part of a reentrant owner's identity
 
-	bg     *backend.Tracker // work left running in the background: clean-up (undo), a quorum node's late call
-	closed atomic.Bool      // Close was called
-	stop   chan struct{}    // closed by the first Close: wakes waiting acquisitions
-	obs    observers
-	held   holds // the leases held now, by mode (Held)
-	own    kind  // what its own acquisitions are (Semaphore, RWMutex and Election have theirs)
+	bg          *backend.Tracker // work left running in the background: clean-up (undo), a quorum node's late call
+	closed      atomic.Bool      // Close was called
+	stop        chan struct{}    // closed by the first Close: wakes waiting acquisitions
+	hubsClosing sync.Once        // starts closing the hubs, at the first Close
+	obs         observers
+	held        holds // the leases held now, by mode (Held)
+	own         kind  // what its own acquisitions are (Semaphore, RWMutex and Election have theirs)
 }
 
 // New returns a Client that keeps its locks in rdb, never closed by it. A nil
@@ -137,10 +139,12 @@ func (c *Client) Close(ctx context.Context) error {
 	if !c.closed.Swap(true) {
 		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed
 	}
-	c.bg.Wait(ctx) // (acquisitions and clean-up first: they use the hubs)
-	for _, h := range c.hubs {
-		c.bg.Go(h.Close) // (a hub's connection may hang past ctx: a dial, a write)
-	}
+	c.bg.Wait(ctx)            // (acquisitions and clean-up first: they use the hubs)
+	c.hubsClosing.Do(func() { // (once: a later Close waits for the same closing)
+		for _, h := range c.hubs {
+			c.bg.Go(h.Close) // (a hub's connection may hang past ctx: a dial, a write)
+		}
+	})
 	return c.bg.Wait(ctx) // (ctx.Err() if it ended with any of them still under way)
 }
 

@@ -584,29 +584,7 @@ func (c stalledPubSub) PubSub(ctx context.Context, channel string) (driver.PubSu
 // no goroutine is left (the leak check).
 func TestCloseReturnsByItsCtxWhileAHubHangs(t *testing.T) {
 	t.Parallel()
-	s, direct := setupTCP(t)
-	p := redistest.NewProxy(t, s.Addr())
-	stalled := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: -1})
-	t.Cleanup(func() { stalled.Close() })
-	c, err := dlock.NewFrom(stalledPubSub{goredisdriver.Conn(direct), goredisdriver.Conn(stalled)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := newClient(t, direct).TryAcquire(t.Context(), "close-hub-hangs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(t.Context())
-	p.Stall()
-	defer p.Cut()
-	actx, acancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	defer acancel()
-	if _, err := c.Acquire(actx, "close-hub-hangs"); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("Acquire of a held lock = %v; want ErrNotAcquired", err)
-	}
-	if !waitFor(5*time.Second, func() bool { return p.HeldRequests() > 0 }) {
-		t.Fatal("the hub's connection never reached the stalled proxy")
-	}
+	c, p := hangingHub(t, "close-hub-hangs")
 	cctx, ccancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer ccancel()
 	closed := make(chan error, 1)
@@ -620,6 +598,65 @@ func TestCloseReturnsByItsCtxWhileAHubHangs(t *testing.T) {
 		p.Cut() // (the hub's connection ends: Close returns)
 		t.Fatal("Close with a hub hanging still waits 3s after its ctx's 300ms")
 	}
+	closeOnceCut(t, c, p)
+}
+
+// TestClosesWhileAHubHangsCloseItOnce: each Close while a hub hangs
+// returns by its ctx, and the hub's closing is started once, by the
+// first: the later ones wait for the same closing and start no goroutine
+// of their own.
+func TestClosesWhileAHubHangsCloseItOnce(t *testing.T) {
+	t.Parallel()
+	c, p := hangingHub(t, "close-hub-once")
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		err := c.Close(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close %d with a hub hanging = %v; want its ctx's DeadlineExceeded", i+1, err)
+		}
+	}
+	if n := countGoroutines(t, "pubsub.(*Hub).Close"); n != 1 {
+		t.Errorf("%d goroutines close the hub after 5 Closes; want 1", n)
+	}
+	closeOnceCut(t, c, p)
+}
+
+// hangingHub returns a Client whose hub's connection hangs in its
+// handshake behind p, stalled (see stalledPubSub), once an Acquire of
+// name, held by another Client, started it; the test's end cuts p.
+func hangingHub(t *testing.T, name string) (*dlock.Client, *redistest.Proxy) {
+	t.Helper()
+	s, direct := setupTCP(t)
+	p := redistest.NewProxy(t, s.Addr())
+	stalled := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: -1})
+	t.Cleanup(func() { stalled.Close() })
+	c, err := dlock.NewFrom(stalledPubSub{goredisdriver.Conn(direct), goredisdriver.Conn(stalled)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := newClient(t, direct).TryAcquire(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Release(context.Background()) })
+	p.Stall()
+	t.Cleanup(p.Cut)
+	actx, acancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer acancel()
+	if _, err := c.Acquire(actx, name); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("Acquire of a held lock = %v; want ErrNotAcquired", err)
+	}
+	if !waitFor(5*time.Second, func() bool { return p.HeldRequests() > 0 }) {
+		t.Fatal("the hub's connection never reached the stalled proxy")
+	}
+	return c, p
+}
+
+// closeOnceCut cuts p, which holds c's hub's connection, and checks that
+// Close then returns nil: the hub stopped.
+func closeOnceCut(t *testing.T, c *dlock.Client, p *redistest.Proxy) {
+	t.Helper()
 	p.Cut()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
