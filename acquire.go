@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dlockio/dlock/internal/backend"
@@ -85,6 +86,12 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	}
 	a := acquisition{ctx: actx, l: pending, trustHandover: true}
 	l, err := a.run(ctx)
+	if a.gone && l != nil { // (no Lock after Close: its lease is left to expire, nothing is sent)
+		l.mu.Lock()
+		l.finish(errClosedWait)
+		l.mu.Unlock()
+		l, err = nil, errClosedWait
+	}
 	if err == nil {
 		return l, nil
 	}
@@ -98,7 +105,7 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	// attempt whose outcome is unknown was undone, and the token
 	// renewed): a wait none of whose requests reached Redis leaves
 	// nothing to take out, and sends nothing more.
-	if a.entered == pending.cl.Token { // (if the lock was handed to it meanwhile, the undo passes it on)
+	if a.entered == pending.cl.Token && !a.gone { // (if the lock was handed to it meanwhile, the undo passes it on)
 		c.undo(ctx, pending.cl)
 	}
 	if actx.Err() == nil {
@@ -134,7 +141,27 @@ type acquisition struct {
 	trustHandover bool      // false once an attempt came back too late
 	lastQuorum    error     // over a quorum: the last missing majority
 	lastRefusal   error     // the last attempt that found the lock taken (a *NotAcquiredError)
+	gone          bool      // Close went on while a hook ran (see lend): nothing more is sent
 }
+
+// lend runs f, which calls the Observers' hooks that has reports they
+// have, with the wait's count in Close's tracker lent to it if there are
+// any: a hook may call Close, which would otherwise wait for the wait,
+// and so for itself. If Close went on meanwhile the wait is gone: it
+// sends nothing more (its queue entry and deadlock records are left to
+// expire) and returns no Lock.
+func (a *acquisition) lend(has func(Observer) bool, f func()) {
+	if !slices.ContainsFunc(a.l.c.obs.all(), has) {
+		f()
+		return
+	}
+	a.gone = a.gone || !a.l.c.bg.Lend(f)
+}
+
+// waits and findsDeadlocks report whether an Observer has a Waiting hook,
+// a Deadlock hook.
+func waits(o Observer) bool          { return o.Waiting != nil }
+func findsDeadlocks(o Observer) bool { return o.Deadlock != nil }
 
 // run attempts, subscribes and sleeps until the lock is taken or the
 // context ends; it returns the Lock, or the error that ended the wait. The
@@ -157,11 +184,18 @@ func (a *acquisition) run(first context.Context) (*Lock, error) {
 	if err != nil || l != nil {
 		return l, err
 	}
-	a.l.c.waitingFor(a.ctx, a.l.name, +1)
-	defer a.l.c.waitingFor(a.ctx, a.l.name, -1)
+	a.lend(waits, func() { a.l.c.waitingFor(a.ctx, a.l.name, +1) })
+	defer a.lend(waits, func() { a.l.c.waitingFor(a.ctx, a.l.name, -1) })
+	if a.gone {
+		return nil, errClosedWait
+	}
 	slept := time.After(a.sleep(1, pttl))
 	dl, check := a.l.c.deadlockCheck(a.ctx, a.l, a.queued)
-	defer dl.end(a.ctx) // however the wait ends
+	defer func() { // however the wait ends
+		if !a.gone {
+			dl.end(a.ctx)
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		var handed int64
 		select {
@@ -170,7 +204,7 @@ func (a *acquisition) run(first context.Context) (*Lock, error) {
 		case <-check:
 			if found := dl.check(a.ctx); found != nil {
 				err := opError(a.l.k.acquireOp, a.l.name, found) // (as acquire returns it)
-				a.l.c.obs.notify(a.ctx, &Event{Op: OpDeadlock, Name: a.l.name, Mode: a.l.k.mode(), Err: err})
+				a.lend(findsDeadlocks, func() { a.l.c.obs.notify(a.ctx, &Event{Op: OpDeadlock, Name: a.l.name, Mode: a.l.k.mode(), Err: err}) })
 				return nil, found
 			}
 			check = time.After(dl.every)

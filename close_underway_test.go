@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -108,5 +109,118 @@ func TestALostHookMayCloseTheClient(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the Lost hook was never told")
+	}
+}
+
+// A Waiting hook may close the Client, as the wait starts (+1) or as it
+// ends with the lock handed to it (-1): Close returns nil at once, without
+// waiting for the hook's own Acquire, which then ends with ErrClosed,
+// returns no Lock, and sends nothing once Close returned.
+func TestAWaitingHookMayCloseTheClient(t *testing.T) {
+	t.Parallel()
+	for _, delta := range []int{+1, -1} {
+		t.Run(fmt.Sprintf("delta=%+d", delta), func(t *testing.T) {
+			leakcheck.Check(t)
+			p, rdb, direct := proxied(t, -1, 5*time.Second)
+			l, err := newClient(t, direct).TryAcquire(t.Context(), "waiting-closes")
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := make(chan error, 1)
+			var c *dlock.Client
+			c = newClient(t, rdb, dlock.WithObserver(dlock.Observer{
+				Waiting: func(_ context.Context, _ string, d int) {
+					if d != delta {
+						l.Release(context.Background()) // (+1 of a wait that is to take the lock)
+						return
+					}
+					closed <- closeNow(c)
+					p.Stall() // what the Client sends from now on stays in the proxy
+				},
+			}))
+			afterClose(t, p, c, "waiting-closes", closed)
+		})
+	}
+}
+
+// Close goes on while a Waiting hook runs, without waiting for it (it
+// cannot tell it from one that calls Close); the hook's Acquire then
+// ends with ErrClosed and sends nothing once Close returned.
+func TestCloseGoesOnWhileAWaitingHookRuns(t *testing.T) {
+	t.Parallel()
+	p, rdb, direct := proxied(t, -1, 5*time.Second)
+	leakcheck.Check(t)
+	if _, err := newClient(t, direct).TryAcquire(t.Context(), "waiting-runs"); err != nil {
+		t.Fatal(err)
+	}
+	hooked, returned, closed := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	var c *dlock.Client
+	c = newClient(t, rdb, dlock.WithObserver(dlock.Observer{
+		Waiting: func(_ context.Context, _ string, d int) {
+			if d > 0 {
+				close(hooked)
+				<-returned
+			}
+		},
+	}))
+	go func() {
+		<-hooked
+		closed <- closeNow(c)
+		p.Stall()
+		close(returned)
+	}()
+	afterClose(t, p, c, "waiting-runs", closed)
+}
+
+// A Deadlock hook may close the Client: Close returns nil at once, and
+// the Acquire that found the deadlock ends with ErrClosed (and the
+// deadlock) and returns no Lock.
+func TestADeadlockHookMayCloseTheClient(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	closed := make(chan error, 2)
+	hook := func(c **dlock.Client) dlock.Option {
+		return dlock.WithObserver(dlock.Observer{Deadlock: func(context.Context, *dlock.Event) { closed <- closeNow(*c) }})
+	}
+	var c1, c2 *dlock.Client
+	c1 = newClient(t, rdb, dlock.DeadlockCheck(fastCheck), hook(&c1))
+	c2 = newClient(t, rdb, dlock.DeadlockCheck(fastCheck), hook(&c2))
+	errs, _ := crossing(t, part{first: doOf(c1, "dl-a"), then: doOf(c1, "dl-b")}, part{first: doOf(c2, "dl-b"), then: doOf(c2, "dl-a")})
+	if len(closed) != 1 {
+		t.Fatalf("%d Deadlock hooks told; want 1 (errors %v)", len(closed), errs)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close in a Deadlock hook = %v, want nil", err)
+	}
+	for i, err := range errs {
+		if err != nil && (!errors.Is(err, dlock.ErrClosed) || !errors.Is(err, dlock.ErrDeadlock)) {
+			t.Errorf("part %d = %v; want nil, or ErrClosed and ErrDeadlock", i, err)
+		}
+	}
+}
+
+// closeNow closes c under a 5s bound: a Close that waits for its own
+// caller returns the bound's error.
+func closeNow(c *dlock.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Close(ctx)
+}
+
+// afterClose checks that c's Acquire of name, held by another Client, ends
+// with ErrClosed and no Lock, that Close (told on closed) returned nil,
+// and that c sent nothing through p (stalled as Close returned) after it.
+func afterClose(t *testing.T, p *redistest.Proxy, c *dlock.Client, name string, closed <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if l, err := c.Acquire(ctx, name); l != nil || !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Acquire whose wait Close ended returned a Lock: %v, and %v; want none and ErrClosed", l != nil, err)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close = %v, want nil", err)
+	}
+	if waitFor(time.Second, func() bool { return p.HeldRequests() > 0 }) {
+		t.Errorf("the Acquire sent a request after Close returned")
 	}
 }

@@ -10,9 +10,10 @@ import (
 // answer), so that a Client can be drained before its Redis clients are
 // closed. The zero value is ready to use.
 type Tracker struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // made by a Wait while n > 0, closed when n drops to 0
+	mu      sync.Mutex
+	n       int
+	idle    chan struct{} // made by a Wait while n > 0, closed when n drops to 0
+	drained bool          // a Wait found n at 0 (see Lend)
 }
 
 // Go runs f in a goroutine of its own, counted until f returns.
@@ -39,8 +40,22 @@ func (t *Tracker) Leave() {
 	defer t.mu.Unlock()
 	if t.n--; t.n == 0 && t.idle != nil {
 		close(t.idle)
-		t.idle = nil
+		t.idle, t.drained = nil, true
 	}
+}
+
+// Lend runs f, called by a counted goroutine (an acquisition's Observer
+// hook, which may call Close and so Wait), with that goroutine uncounted,
+// and then counts it again. It reports false if a Wait found nothing
+// counted meanwhile: Wait's caller may have gone on, and the goroutine
+// must end without more work.
+func (t *Tracker) Lend(f func()) bool {
+	t.Leave()
+	f()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n++
+	return !t.drained
 }
 
 // Wait returns once no counted goroutine runs, or with ctx's error when ctx
@@ -48,6 +63,7 @@ func (t *Tracker) Leave() {
 func (t *Tracker) Wait(ctx context.Context) error {
 	t.mu.Lock()
 	if t.n == 0 {
+		t.drained = true
 		t.mu.Unlock()
 		return nil
 	}

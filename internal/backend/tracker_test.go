@@ -33,3 +33,28 @@ func TestTrackerWaitsForWhatItCounts(t *testing.T) {
 		}
 	}
 }
+
+// Lend leaves its caller uncounted while f runs, so that a Wait in f
+// returns; it reports false once a Wait found nothing counted meanwhile,
+// and counts its caller again either way.
+func TestTrackerLendUncountsItsCaller(t *testing.T) {
+	t.Parallel()
+	var tr Tracker
+	tr.Enter()
+	if !tr.Lend(func() {}) {
+		t.Error("Lend with no Wait meanwhile = false, want true")
+	}
+	var waited error
+	if tr.Lend(func() { waited = tr.Wait(t.Context()) }) {
+		t.Error("Lend whose f waited = true, want false: the Wait found nothing counted")
+	}
+	if waited != nil {
+		t.Errorf("Wait in a lent f = %v, want nil", waited)
+	}
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := tr.Wait(ended); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait once Lend counted its caller again = %v, want context.Canceled", err)
+	}
+	tr.Leave()
+}
