@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
@@ -134,6 +136,7 @@ func TestAWaitingHookMayCloseTheClient(t *testing.T) {
 						l.Release(context.Background()) // (+1 of a wait that is to take the lock)
 						return
 					}
+					quiet(t, p, direct, "dlock:{waiting-closes}:ch")
 					closed <- closeNow(c)
 					p.Stall() // what the Client sends from now on stays in the proxy
 				},
@@ -158,6 +161,7 @@ func TestCloseGoesOnWhileAWaitingHookRuns(t *testing.T) {
 	c = newClient(t, rdb, dlock.WithObserver(dlock.Observer{
 		Waiting: func(_ context.Context, _ string, d int) {
 			if d > 0 {
+				quiet(t, p, direct, "dlock:{waiting-runs}:ch")
 				close(hooked)
 				<-returned
 			}
@@ -196,6 +200,16 @@ func TestADeadlockHookMayCloseTheClient(t *testing.T) {
 		if err != nil && (!errors.Is(err, dlock.ErrClosed) || !errors.Is(err, dlock.ErrDeadlock)) {
 			t.Errorf("part %d = %v; want nil, or ErrClosed and ErrDeadlock", i, err)
 		}
+	}
+}
+
+// quiet waits until the hub's SUBSCRIBE to channel went through and p
+// holds no request: what p holds from then on was sent later.
+func quiet(t *testing.T, p *redistest.Proxy, rdb *redis.Client, channel string) {
+	t.Helper()
+	subscribed(t, rdb, channel)
+	if !waitFor(5*time.Second, func() bool { return p.HeldRequests() == 0 }) {
+		t.Fatalf("the proxy still holds %d requests after 5s", p.HeldRequests())
 	}
 }
 
