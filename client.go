@@ -37,8 +37,10 @@ type engine struct {
 	stop        chan struct{}    // closed by the first Close: wakes waiting acquisitions
 	hubsClosing sync.Once        // starts closing the hubs, at the first Close
 	obs         observers
-	held        holds // the leases held now, by mode (Held)
-	own         kind  // what its own acquisitions are (Semaphore, RWMutex and Election have theirs)
+	clockMu     sync.Mutex
+	clocks      []*Event // the clocks to tell (see watchClock)
+	held        holds    // the leases held now, by mode (Held)
+	own         kind     // what its own acquisitions are (Semaphore, RWMutex and Election have theirs)
 }
 
 // New returns a Client that keeps its locks in rdb, never closed by it. A nil
@@ -133,8 +135,8 @@ func nodeFrom(conn driver.Conn, o *options) (backend.Node, *pubsub.Hub) {
 }
 
 // Close stops the Client and its Owners: acquisitions fail with [ErrClosed],
-// Locks stop being extended. It waits for acquisitions, clean-up and pub/sub
-// to end (or returns ctx.Err()); a lease at max hold is then left to expire.
+// Locks stop being extended. It waits for their work under way (save a hook's
+// caller) and pub/sub, or returns ctx.Err(); a lease at max hold then expires.
 func (c *Client) Close(ctx context.Context) error {
 	if !c.closed.Swap(true) {
 		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed

@@ -28,7 +28,10 @@ func (e *ClockError) Error() string {
 }
 
 // watchClock makes the Nodes, which share e's clock hook, tell e's
-// observers of their servers' clocks.
+// observers of their servers' clocks: at the end of the next operation
+// (see end), not from the extension that read them, which Close may wait
+// for (the watchdog's, a quorum node's call), as a Clock hook may call
+// Close.
 func (e *engine) watchClock() {
 	h := e.opts.clock
 	// Extensions read the server's clock while an Observer has Clock.
@@ -36,8 +39,22 @@ func (e *engine) watchClock() {
 	// A lease's own margin: clocks that keep within it, stepping by no
 	// more, or running at a rate that ends it no earlier, are never told of.
 	h.Margin = e.opts.driftFor
-	h.Tell = func(ctx context.Context, key, addr string, ahead, over time.Duration) {
+	h.Tell = func(_ context.Context, key, addr string, ahead, over time.Duration) {
 		name := strings.TrimSuffix(strings.TrimPrefix(key, e.opts.prefix+"{"), "}")
-		e.obs.notify(ctx, &Event{Op: OpClock, Name: name, Err: &ClockError{Server: addr, Ahead: ahead, Over: over}})
+		e.clockMu.Lock()
+		defer e.clockMu.Unlock()
+		e.clocks = append(e.clocks, &Event{Op: OpClock, Name: name, Err: &ClockError{Server: addr, Ahead: ahead, Over: over}})
+	}
+}
+
+// tellClocks tells e's observers, with ctx, of the clocks read since the
+// last time.
+func (e *engine) tellClocks(ctx context.Context) {
+	e.clockMu.Lock()
+	told := e.clocks
+	e.clocks = nil
+	e.clockMu.Unlock()
+	for _, ev := range told {
+		e.obs.notify(ctx, ev)
 	}
 }

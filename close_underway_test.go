@@ -238,3 +238,106 @@ func afterClose(t *testing.T, p *redistest.Proxy, c *dlock.Client, name string, 
 		t.Errorf("the Acquire sent a request after Close returned")
 	}
 }
+
+// Close waits for the watchdog's extension under way: while its request
+// is held in the network, Close returns only at its ctx's end; once the
+// call failed, at once.
+func TestCloseWaitsForTheWatchdogsExtensionUnderWay(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	p, rdb, _ := proxied(t, -1, 5*time.Second)
+	c := newClient(t, rdb)
+	l, err := c.TryAcquire(t.Context(), "close-extension", dlock.LeaseTTL(900*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stall()
+	closeWaits(t, p, c, "the watchdog's extension", func() bool { return p.HeldRequests() > 0 })
+	l.Release(t.Context())
+}
+
+// A Start hook of the watchdog's extension may close the Client: Close
+// returns at once, and the extension is not sent.
+func TestAWatchdogsStartHookMayCloseTheClient(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	closed := make(chan error, 1)
+	var c *dlock.Client
+	c = newClient(t, rdb, dlock.WithObserver(dlock.Observer{
+		Start: func(ctx context.Context, e *dlock.Event) context.Context {
+			if e.Auto {
+				closed <- closeNow(c)
+			}
+			return ctx
+		},
+	}))
+	l, err := c.TryAcquire(t.Context(), "start-closes", dlock.LeaseTTL(900*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close in the watchdog's Start hook = %v, want nil", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the watchdog's Start hook was never called")
+	}
+	if !closedWithin(l.Jeopardy(), 5*time.Second) {
+		t.Error("the lease was not put at risk once Close stopped its extensions")
+	}
+}
+
+// A Clock hook may close the Client, over one node (the watchdog's
+// extension read the clock) or a quorum (a node's call did): Close
+// returns nil at once.
+func TestAClockHookMayCloseTheClient(t *testing.T) {
+	t.Parallel()
+	for _, quorum := range []bool{false, true} {
+		t.Run(fmt.Sprintf("quorum=%v", quorum), func(t *testing.T) {
+			t.Parallel()
+			leakcheck.Check(t)
+			opts, set := redistest.FakeClock(t)
+			nodes := []redis.UniversalClient{redistest.Start(t, opts...).Client(t)}
+			closed, extended := make(chan error, 1), make(chan struct{}, 1)
+			var c *dlock.Client
+			obs := dlock.WithObserver(dlock.Observer{
+				Clock: func(context.Context, *dlock.Event) { closed <- closeNow(c) },
+				End: func(_ context.Context, e *dlock.Event) {
+					if e.Auto && e.Err == nil {
+						select {
+						case extended <- struct{}{}:
+						default:
+						}
+					}
+				},
+			})
+			if quorum {
+				nodes = append(nodes, redistest.Start(t).Client(t), redistest.Start(t).Client(t))
+				c = newRedlock(t, nodes, time.Second, obs)
+			} else {
+				c = newClient(t, nodes[0], obs)
+			}
+			l, err := c.TryAcquire(t.Context(), "clock-closes", dlock.LeaseTTL(3*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(context.Background())
+			select {
+			case <-extended: // (the clock read once: a base to compare with)
+			case <-time.After(20 * time.Second):
+				t.Fatal("the watchdog made no extension within 20s")
+			}
+			set("+1s")
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Errorf("Close in a Clock hook = %v, want nil", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the Clock hook was not told of a step of 1s within 20s")
+			}
+		})
+	}
+}

@@ -353,10 +353,15 @@ func (l *Lock) extendable(ttl time.Duration, held interface{ Err() error }, of f
 // extend extends the lease to ttl (0: the lease time of the latest
 // extension, as the watchdog does), cut at the max hold.
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
+	defer l.tellUntold() // (once the turn is given back: see lapse)
+	return l.extendTurn(ctx, ttl)
+}
+
+// extendTurn is extend, which leaves a loss it finds untold.
+func (l *Lock) extendTurn(ctx context.Context, ttl time.Duration) error {
 	if !l.take(ctx, extTurn) { // another extension under way outlasted ctx
 		return opError("extend", l.name, backend.NotSent(ctx.Err()))
 	}
-	defer l.tellUntold() // (once the turn is given back: see lapse)
 	defer l.give(extTurn)
 	l.mu.Lock()
 	ttl = cmp.Or(ttl, l.ttl)

@@ -92,8 +92,10 @@ func (c *Client) start(ctx context.Context, k *kind, e *Event) context.Context {
 	return ctx
 }
 
-// end counts e's outcome and tells the observers.
+// end counts e's outcome and tells the observers, after the clocks read
+// meanwhile (see watchClock).
 func (c *Client) end(ctx context.Context, e *Event, began time.Time, err error) {
+	c.tellClocks(ctx)
 	e.Took, e.Err = time.Since(began), err
 	switch {
 	case e.Op == OpAcquire && err == nil:

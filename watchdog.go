@@ -15,20 +15,30 @@ const minRetry = 10 * time.Millisecond
 // failed extension is retried until the validity deadline; the expiry timer
 // (or the next read of the state), not the watchdog, declares the loss at
 // that deadline, so a call that hangs on a frozen server cannot delay it.
+//
+// Close waits for the run's extension: it is counted in Close's tracker
+// from before it reads closed (none starts after Close) until its call
+// ends, and lends the count to the Start hook; the hooks after it (Lost,
+// End, Jeopardy, and Clock, which end tells) are told once it ended. Any
+// of them may call Close.
 func (l *Lock) tick() {
 	l.expire()
+	l.c.bg.Enter()
 	l.mu.Lock()
 	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap()
 	switch {
 	case time.Now().Before(l.due): // fired as it was re-armed: it runs at due
 		l.mu.Unlock()
+		l.c.bg.Leave()
 		return
 	case l.running: // due is when the extension in flight went unanswered
 		l.mu.Unlock()
+		l.c.bg.Leave()
 		l.jeopardize(opError("extend", l.name, errors.New("no answer within half the validity left")), true)
 		return
 	case l.err != nil || atCap || closed:
 		l.mu.Unlock()
+		l.c.bg.Leave()
 		if closed && !atCap {
 			// Extended no more, the lease ends at its validity: at risk.
 			l.jeopardize(opError("extend", l.name, ErrClosed), false)
@@ -46,9 +56,13 @@ func (l *Lock) tick() {
 	ctx, cancel := context.WithDeadline(context.Background(), validUntil)
 	defer cancel()
 	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
-	ctx = l.c.start(ctx, l.k, &e)
-	err := l.extend(ctx, 0) // the lease time of the latest extension
-	l.tellMu.Lock()         // (a jeopardy being told is told before this extension's end)
+	err := opError("extend", l.name, ErrClosed) // (if Close went on as the Start hook ran: nothing is sent)
+	if l.c.bg.Lend(func() { ctx = l.c.start(ctx, l.k, &e) }) {
+		err = l.extendTurn(ctx, 0) // the lease time of the latest extension
+	}
+	l.c.bg.Leave()
+	l.tellUntold()
+	l.tellMu.Lock() // (a jeopardy being told is told before this extension's end)
 	l.mu.Lock()
 	l.inFlight = false // (its jeopardy timer, if it fires now, finds nothing)
 	l.mu.Unlock()

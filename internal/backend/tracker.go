@@ -26,8 +26,8 @@ func (t *Tracker) Go(f func()) {
 }
 
 // Enter counts a call in progress until it calls Leave: an acquisition,
-// which Close wakes and then waits for. It does not allocate (an
-// acquisition's path counts its allocations).
+// which Close wakes and then waits for, or a watchdog's extension. It does
+// not allocate (an acquisition's path counts its allocations).
 func (t *Tracker) Enter() {
 	t.mu.Lock()
 	t.n++
@@ -44,8 +44,8 @@ func (t *Tracker) Leave() {
 	}
 }
 
-// Lend runs f, called by a counted goroutine (an acquisition's Observer
-// hook, which may call Close and so Wait), with that goroutine uncounted,
+// Lend runs f, called by a counted goroutine (Observer hooks, which may
+// call Close and so Wait), with that goroutine uncounted,
 // and then counts it again. It reports false if a Wait found nothing
 // counted meanwhile: Wait's caller may have gone on, and the goroutine
 // must end without more work.
