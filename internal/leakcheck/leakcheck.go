@@ -138,8 +138,8 @@ func running(id string) []string {
 type goroutine struct{ label, frames string }
 
 // goroutines returns the process's goroutines, one per goroutine, with the
-// Check label each carries ("" for none), from the goroutine profile: its
-// records are separated by blank lines, each "N @ pcs", then
+// Check label each carries ("" for none), from the goroutine profile: a
+// header line, then records separated by blank lines, each "N @ pcs", then
 // "# labels: {...}" for a labelled one, then one
 // "#\tpc\tfunc+off\tfile:line" line per frame.
 func goroutines() []goroutine {
@@ -147,11 +147,12 @@ func goroutines() []goroutine {
 	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
 	key := `"` + label + `":"`
 	var out []goroutine
-	for _, rec := range strings.Split(buf.String(), "\n\n") {
+	_, recs, _ := strings.Cut(buf.String(), "\n") // (past the header line, which heads the first record)
+	for _, rec := range strings.Split(recs, "\n\n") {
 		head, frames, _ := strings.Cut(rec, "\n")
 		count, _, ok := strings.Cut(head, " @")
 		if !ok {
-			continue // the profile's header
+			continue
 		}
 		id := ""
 		if labels, rest, ok := strings.Cut(frames, "\n"); ok && strings.HasPrefix(labels, "# labels: ") {
