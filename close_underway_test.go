@@ -341,3 +341,41 @@ func TestAClockHookMayCloseTheClient(t *testing.T) {
 		})
 	}
 }
+
+// An AcquireAll whose part's Waiting hook closes the Client leaves the
+// parts it had taken to expire: it sends nothing once Close returned, and
+// starts no clean-up then. (Its give-back released them, and against a
+// Redis that did not answer left undo goroutines running after Close.)
+func TestAcquireAllSendsNothingOnceAWaitingHookClosedTheClient(t *testing.T) {
+	t.Parallel()
+	p, rdb, direct := proxied(t, -1, 5*time.Second)
+	leakcheck.Check(t)
+	if _, err := newClient(t, direct).TryAcquire(t.Context(), "all-2"); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	var c *dlock.Client
+	c = newClient(t, rdb, dlock.LeaseTTL(time.Second), dlock.WithObserver(dlock.Observer{
+		Waiting: func(_ context.Context, _ string, d int) {
+			if d > 0 {
+				quiet(t, p, direct, "dlock:{all-2}:ch")
+				closed <- closeNow(c)
+				p.Stall() // what the Client sends from now on stays in the proxy
+			}
+		},
+	}))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if m, err := c.AcquireAll(ctx, []string{"all-1", "all-2"}); m != nil || !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("AcquireAll whose wait Close ended returned a MultiLock: %v, and %v; want none and ErrClosed", m != nil, err)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close = %v, want nil", err)
+	}
+	if waitFor(time.Second, func() bool { return p.HeldRequests() > 0 }) {
+		t.Errorf("AcquireAll sent %d requests after Close returned: the part it had taken was given back", p.HeldRequests())
+	}
+	if !waitFor(5*time.Second, func() bool { return liveKeys(t.Context(), direct, "dlock:{all-1}") == 0 }) {
+		t.Errorf("the part taken never expired")
+	}
+}

@@ -192,9 +192,18 @@ func sortedParts(parts []Part) ([]Part, error) {
 }
 
 // giveBack releases the parts an acquisition had taken before it failed,
-// all at once, as a Do releases its lock (see release).
+// all at once, as a Do releases its lock (see release). A part whose Client
+// was closed is left to expire: nothing is sent after Close.
 func giveBack(ctx context.Context, locks []*Lock) {
-	each(locks, func(l *Lock) error { return release(ctx, l) })
+	each(locks, func(l *Lock) error {
+		if l.c.closed.Load() {
+			l.mu.Lock()
+			l.finish(errClosedWait)
+			l.mu.Unlock()
+			return nil
+		}
+		return release(ctx, l)
+	})
 }
 
 // newMulti returns the MultiLock of locks, taken in acquisition order for
