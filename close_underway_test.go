@@ -157,8 +157,7 @@ func TestCloseGoesOnWhileAWaitingHookRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	hooked, returned, closed := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	var c *dlock.Client
-	c = newClient(t, rdb, dlock.WithObserver(dlock.Observer{
+	c := newClient(t, rdb, dlock.WithObserver(dlock.Observer{
 		Waiting: func(_ context.Context, _ string, d int) {
 			if d > 0 {
 				quiet(t, p, direct, "dlock:{waiting-runs}:ch")
