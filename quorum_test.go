@@ -1659,3 +1659,31 @@ func TestRedlockListWithAStalledNodeEndsWithItsContext(t *testing.T) {
 		}
 	}
 }
+
+// A resumed Lock's release that a majority of nodes carried out releases
+// the lock, even if one node still records the old holder's numbered
+// extension (the resume's extension has not landed there yet, or was
+// lost): that node's "another Lock resumed it" does not outweigh the
+// majority. Only a release refused so on enough nodes is superseded.
+func TestRedlockResumedReleaseCarriedByAMajorityIsReleased(t *testing.T) {
+	t.Parallel()
+	_, nodes := startQuorum(t, 3)
+	ctx := t.Context()
+	l := firstLease(t, newRedlock(t, nodes, time.Second, dlock.WithAutoExtend(false)), "laggard")
+	r, err := newRedlock(t, nodes, time.Second, dlock.WithAutoExtend(false)).TryAcquire(ctx, "laggard", dlock.Resume(l.Token()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := l.Key() + ":r:" + l.Token()
+	if err := nodes[2].Set(ctx, marker, "e1", 10*time.Second).Err(); err != nil { // (the old holder's number, no resumer's)
+		t.Fatal(err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatalf("Release of the resumed Lock, carried out on 2 of 3 nodes = %v, want nil", err)
+	}
+	for i, n := range nodes[:2] {
+		if v, _ := n.Exists(ctx, l.Key()).Result(); v != 0 {
+			t.Errorf("node %d still holds the lock after the release", i)
+		}
+	}
+}

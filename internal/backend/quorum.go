@@ -352,8 +352,11 @@ func (q *Quorum) Release(ctx context.Context, c *Claim) (bool, error) {
 	// NewRedlock). So the lease counts as lost when so many nodes answered
 	// "not ours" that the rest cannot make a majority, and as released when
 	// the others could and at least one node confirmed it.
+	// A node where another Lock's resume is recorded (or where this Lock's
+	// own resume has not landed yet) supersedes the release only when no
+	// majority released it.
 	switch {
-	case r.superseded:
+	case r.superseded && !r.won():
 		return false, ErrSuperseded
 	case r.lost():
 		return false, nil
