@@ -1,7 +1,9 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,6 +52,89 @@ func takenWithin(t *testing.T, nodes []redis.UniversalClient, name string, d tim
 	return err
 }
 
+// resumedMissingNode2 takes name on the quorum of srvs (direct: clients
+// to each) with a Lock that records a numbered extension on every node,
+// and resumes its lease with a second Client over nodes 0, 1 (node1: a
+// client to it) and 2, whose script calls fail unsent meanwhile: node 2
+// misses the resume, and still records the first Lock's extension. It
+// returns both Locks.
+func resumedMissingNode2(t *testing.T, srvs []*redistest.Server, direct []redis.UniversalClient, node1 redis.UniversalClient, name string) (first, resumed *dlock.Lock) {
+	t.Helper()
+	ctx := t.Context()
+	missed, down := evalsFailing(t, srvs[2])
+	opts := []dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}
+	first = firstLease(t, newRedlock(t, direct, 200*time.Millisecond, opts...), name)
+	if err := first.Extend(ctx, 8*time.Second); err != nil { // (shorter: numbered, recorded on every node)
+		t.Fatal(err)
+	}
+	resumer := newRedlock(t, []redis.UniversalClient{direct[0], node1, missed}, 200*time.Millisecond, opts...)
+	down.Store(true)
+	resumed, err := resumer.TryAcquire(ctx, name, dlock.Resume(first.Token()))
+	down.Store(false)
+	if err != nil {
+		t.Fatalf("resume on nodes 0 and 1 = %v", err)
+	}
+	if m := direct[2].Get(ctx, first.Key()+":r:"+first.Token()).Val(); m != "e1" {
+		t.Fatalf("node 2's marker after the resume = %q, want the first Lock's \"e1\"", m)
+	}
+	return first, resumed
+}
+
+// A resumed Lock whose resume missed node 2 (which still records the
+// first Lock's numbered extension) releases the lock on nodes 0 and 1,
+// node 1's reply coming after the node timeout: the release was carried
+// out by a majority and no other Lock resumed the lease, so Release
+// reports no error. Node 2's "another Lock resumed it" is only the resume
+// it missed.
+//
+// It fails: release.lua answers -1 ("another Lock drives the lease") for
+// any marker "e<n>" whose resumer id differs from the caller's, so also
+// for the first Lock's own marker (no id) seen by the Lock that resumed
+// it; Quorum.Release, with one yes, that -1 and one node unanswered, has
+// no majority and reports ErrSuperseded, and the Lock says the lease was
+// resumed elsewhere.
+func TestRedlockResumedReleaseWithALaggardAndASlowReplyIsReleased(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	slow, p1 := proxiedNode(t, srvs[1], 0)
+	_, r := resumedMissingNode2(t, srvs, direct, slow, "laggard-slow")
+
+	p1.Delay(0, time.Second) // node 1 runs the release, its reply comes after the node timeout
+	err := r.Release(ctx)
+	if !waitFor(5*time.Second, func() bool { return direct[1].Exists(ctx, r.Key()).Val() == 0 }) {
+		t.Fatal("node 1 never ran the release")
+	}
+	if direct[0].Exists(ctx, r.Key()).Val() != 0 {
+		t.Fatal("node 0 still holds the lock after the release")
+	}
+	if err != nil {
+		t.Errorf("Release of the resumed Lock, carried out on nodes 0 and 1 (node 2 missed the resume, node 1 answered late) = %v; want nil: no other Lock resumed the lease", err)
+	}
+}
+
+// A resumed Lock's Release that succeeds also frees node 2, which missed
+// the resume and still holds the lease's token: with node 0 down (a
+// minority), another Client takes the lock at once, not once the first
+// Lock's lease has run out on node 2.
+//
+// It fails: node 2 answers the release -1 (see above) and keeps the
+// token, with the first Lock's lease time; the release, won on nodes 0
+// and 1, is reported done, and nothing retries node 2.
+func TestRedlockResumedReleaseFreesTheNodeItsResumeMissed(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	_, r := resumedMissingNode2(t, srvs, direct, direct[1], "laggard-left")
+	if err := r.Release(ctx); err != nil {
+		t.Fatalf("Release of the resumed Lock = %v", err)
+	}
+	srvs[0].Kill()
+	if err := takenWithin(t, direct, "laggard-left", 0); err != nil {
+		t.Errorf("TryAcquire after the release, node 0 down = %v; node 2 still holds the released lease's token for %v", err, direct[2].PTTL(ctx, r.Key()).Val())
+	}
+}
+
 // The first Lock's Release, after another Lock resumed its lease on
 // nodes 0 and 1 (node 2 missed the resume), with node 1's reply coming
 // after the node timeout, deletes the lease only on node 2: it reports
@@ -83,6 +168,79 @@ func TestRedlockSupersededReleaseWithASlowNodeIsNotReleased(t *testing.T) {
 	}
 	if err := r.Release(ctx); err != nil {
 		t.Errorf("the resumed Lock's Release = %v", err)
+	}
+}
+
+// slowEvals delays the replies of a go-redis client's script calls by d
+// while d > 0: the scripts run at once, their callers hear of it late.
+type slowEvals struct{ d *atomic.Int64 }
+
+func (h slowEvals) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowEvals) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.wait([]redis.Cmder{cmd})
+		return err
+	}
+}
+func (h slowEvals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.wait(cmds)
+		return err
+	}
+}
+func (h slowEvals) wait(cmds []redis.Cmder) {
+	for _, cmd := range cmds {
+		if strings.HasPrefix(cmd.Name(), "eval") {
+			time.Sleep(time.Duration(h.d.Load()))
+			return
+		}
+	}
+}
+
+// A resume whose extension nodes 0 and 1 answer only after the node
+// timeout fails (a QuorumError), though the extension ran there: the
+// first Lock is then superseded on every node, and its Release sends
+// nothing. The lease must not be left held by nobody for the resume's
+// lease time: another Client takes the lock once the first Lock's lease
+// time has passed, at the latest.
+//
+// It fails: the resume's extension, whose outcome is unknown on nodes 0
+// and 1, is not undone (resume.go undoes only an extension refused for
+// acknowledgements), so its marker supersedes the first Lock on every
+// node; that Lock's Release, answered -1 everywhere, ends as ErrNotHeld
+// ("another Lock resumed the lease") and sends nothing more, and the lease
+// lives the resume's 30s, held by no Lock.
+func TestRedlockFailedResumeLeavesNoLeaseDrivenByNobody(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	var d atomic.Int64
+	var nodes []redis.UniversalClient
+	for i, s := range srvs {
+		if i == 2 {
+			nodes = append(nodes, direct[2])
+			continue
+		}
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		c.AddHook(slowEvals{&d})
+		t.Cleanup(func() { c.Close() })
+		nodes = append(nodes, c)
+	}
+	first := firstLease(t, newRedlock(t, direct, 200*time.Millisecond, dlock.LeaseTTL(2*time.Second), dlock.WithAutoExtend(false)), "orphan")
+	resumer := newRedlock(t, nodes, 200*time.Millisecond, dlock.LeaseTTL(30*time.Second), dlock.WithAutoExtend(false))
+	d.Store(int64(time.Second))
+	if r, err := resumer.TryAcquire(ctx, "orphan", dlock.Resume(first.Token())); err == nil {
+		r.Release(ctx)
+		t.Fatal("the resume, answered in time by node 2 alone, succeeded")
+	} else {
+		t.Logf("resume: %v", err)
+	}
+	d.Store(0)
+	t.Logf("first Lock's Release: %v", first.Release(ctx))
+	if err := takenWithin(t, direct, "orphan", 5*time.Second); err != nil {
+		t.Errorf("TryAcquire 5s after the failed resume and the first Lock's Release = %v; the lease is held, by no Lock, for %v more", err, direct[0].PTTL(ctx, first.Key()).Val())
 	}
 }
 
