@@ -26,7 +26,8 @@
 -- was granted past it (hold_acquire.lua drops lapsed holds before it grants
 -- one among them), and the caller's own clock tells it was late.
 local m = redis.call('GET', KEYS[5])
-if m and string.byte(m) == 101 and (string.match(m, '^e%d+%.(.+)$') or '') ~= (ARGV[7] or '') then
+local by = m and string.match(m, '^e%d+%.(.+)$')
+if by and by ~= ARGV[7] then
   return -1 -- not drives (lib.lua)
 end
 local w = tonumber(ARGV[5]) or 1

@@ -235,16 +235,18 @@ local function extension(key, seq, ttl_ms)
   return numbered(key) and 2 or 0
 end
 
--- drives reports whether the Lock whose resumer id is id ('' for the Lock
--- that took the lease, see resume.go) still drives the lease whose marker
+-- drives reports whether the Lock whose resumer id is id ('' or nil for the
+-- Lock that took the lease, see resume.go) still drives the lease whose marker
 -- is m (false: none): not once another Lock resumed it, whose numbered
 -- extension the marker then records ("e<n>.<its id>", see superseded). A
 -- superseded Lock may still hold the token; it must not be issued a fence,
--- nor act for the lease. (The release scripts check it inline, on their
--- common path.)
+-- nor act for the lease. A marker without an id ("e<n>") is the first
+-- Lock's, which every resumer outranks: a quorum node that a resume missed
+-- still holds one. (The release scripts check it inline, on their common
+-- path.)
 local function drives(m, id)
-  if not m or string.sub(m, 1, 1) ~= 'e' then return true end
-  return (string.match(m, '^e%d+%.(.+)$') or '') == id
+  local by = m and string.match(m, '^e%d+%.(.+)$')
+  return not by or by == id
 end
 
 -- expire_with_last makes the semaphore at key expire with its latest

@@ -19,7 +19,8 @@
 -- lock's channel ("<lock key>:ch") only if the wake key existed: the DEL's
 -- count tells, cheaper than a third key in the MGET.
 local v = redis.call('MGET', KEYS[1], KEYS[3])
-if v[2] and string.byte(v[2]) == 101 and (string.match(v[2], '^e%d+%.(.+)$') or '') ~= (ARGV[4] or '') then
+local by = v[2] and string.match(v[2], '^e%d+%.(.+)$')
+if by and by ~= ARGV[4] then
   return -1 -- not drives (lib.lua)
 end
 if v[1] == ARGV[1] then

@@ -30,7 +30,8 @@ local token = ARGV[1]
 -- as nil. The marker tells whether another Lock resumed the lease.
 local v = redis.call('MGET', KEYS[1], KEYS[5])
 local holder, m = v[1], v[2]
-if m and string.byte(m) == 101 and (string.match(m, '^e%d+%.(.+)$') or '') ~= (ARGV[4] or '') then
+local by = m and string.match(m, '^e%d+%.(.+)$')
+if by and by ~= ARGV[4] then
   return -1 -- not drives (lib.lua)
 end
 if holder ~= token then

@@ -84,15 +84,8 @@ func resumedMissingNode2(t *testing.T, srvs []*redistest.Server, direct []redis.
 // first Lock's numbered extension) releases the lock on nodes 0 and 1,
 // node 1's reply coming after the node timeout: the release was carried
 // out by a majority and no other Lock resumed the lease, so Release
-// reports no error. Node 2's "another Lock resumed it" is only the resume
-// it missed.
-//
-// It fails: release.lua answers -1 ("another Lock drives the lease") for
-// any marker "e<n>" whose resumer id differs from the caller's, so also
-// for the first Lock's own marker (no id) seen by the Lock that resumed
-// it; Quorum.Release, with one yes, that -1 and one node unanswered, has
-// no majority and reports ErrSuperseded, and the Lock says the lease was
-// resumed elsewhere.
+// reports no error: the first Lock's marker on node 2 (no resumer id)
+// does not stop the release there (drives in lib.lua).
 func TestRedlockResumedReleaseWithALaggardAndASlowReplyIsReleased(t *testing.T) {
 	t.Parallel()
 	srvs, direct := startQuorum(t, 3)
@@ -117,10 +110,6 @@ func TestRedlockResumedReleaseWithALaggardAndASlowReplyIsReleased(t *testing.T) 
 // the resume and still holds the lease's token: with node 0 down (a
 // minority), another Client takes the lock at once, not once the first
 // Lock's lease has run out on node 2.
-//
-// It fails: node 2 answers the release -1 (see above) and keeps the
-// token, with the first Lock's lease time; the release, won on nodes 0
-// and 1, is reported done, and nothing retries node 2.
 func TestRedlockResumedReleaseFreesTheNodeItsResumeMissed(t *testing.T) {
 	t.Parallel()
 	srvs, direct := startQuorum(t, 3)
@@ -204,14 +193,8 @@ func (h slowEvals) wait(cmds []redis.Cmder) {
 // first Lock is then superseded on every node, and its Release sends
 // nothing. The lease must not be left held by nobody for the resume's
 // lease time: another Client takes the lock once the first Lock's lease
-// time has passed, at the latest.
-//
-// It fails: the resume's extension, whose outcome is unknown on nodes 0
-// and 1, is not undone (resume.go undoes only an extension refused for
-// acknowledgements), so its marker supersedes the first Lock on every
-// node; that Lock's Release, answered -1 everywhere, ends as ErrNotHeld
-// ("another Lock resumed the lease") and sends nothing more, and the lease
-// lives the resume's 30s, held by no Lock.
+// time has passed, at the latest: the resume's extension, whose outcome
+// is unknown, is undone.
 func TestRedlockFailedResumeLeavesNoLeaseDrivenByNobody(t *testing.T) {
 	t.Parallel()
 	srvs, direct := startQuorum(t, 3)
