@@ -45,6 +45,11 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 		c.undo(ctx, l.cl)
 		return nil, opError(op, l.name, backend.Because(ErrNotAcquired, err.Error()+" (undone)", err))
 	case err != nil:
+		if backend.Transient(err) {
+			// The extension may have landed (a reply lost or late, a quorum
+			// node's still on its way): undone, for the same reason.
+			c.undo(ctx, l.cl)
+		}
 		if qe, ok := errors.AsType[*QuorumError](err); ok {
 			qe.Op = "resume" // (this call's own: a resume's matches ErrNotAcquired)
 		}
@@ -52,6 +57,7 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 	case !ok:
 		return nil, opError(op, l.name, backend.Because(ErrNotHeld, "no live lease of that token here: it ended, it is another kind's hold, or it was resumed again since"))
 	case !time.Now().Before(t.until):
+		c.undo(ctx, l.cl) // (extended, too late to be used)
 		return nil, opError(op, l.name, backend.Because(ErrNotHeld, errTooSlow.Error()))
 	}
 	l.extSeq = seq // (> 0: every later extension is ordered too)
