@@ -272,8 +272,7 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 // holds the lock: yes where it did.
 func (q *Quorum) raise(ctx context.Context, c *Claim, fence int64) round[int64] {
 	return fanOut(ctx, q, func(v int64) bool { return v == 1 }, untilSettled, func(ctx context.Context, n Node) (int64, error) {
-		v, err := as[int64](n.run(ctx, script.RaiseFence, []any{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape().typ, c.Resumer))
-		return v, RedisErr(err)
+		return result(as[int64](n.run(ctx, script.RaiseFence, []any{c.Lock, c.Fence, c.Rev}, fence, c.HolderID(), n.fenceMS, c.Kind.shape().typ, c.Resumer)))
 	})
 }
 
