@@ -167,13 +167,11 @@ func (s *serverCache) loadWithin(ctx context.Context, conn driver.Conn, need scr
 // loadEnded waits for done, the end of a load, up to loadWait or until ctx
 // ends: it reports whether the load ended.
 func loadEnded(ctx context.Context, done <-chan struct{}) bool {
-	t := time.NewTimer(loadWait)
-	defer t.Stop()
 	select {
 	case <-done:
 		return true
 	case <-ctx.Done():
-	case <-t.C:
+	case <-time.After(loadWait):
 	}
 	return false
 }
