@@ -86,16 +86,15 @@ func refused(args []any) error {
 }
 
 // DoMulti refuses every command, unsent, if one of them is refused, as
-// go-redis fails a pipeline whose write failed.
+// go-redis fails a pipeline whose write failed (a Pipeline sends nothing
+// before Exec).
 func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
-	for _, args := range cmds {
-		if err := refused(args); err != nil {
-			return slices.Repeat([]driver.Result{{Err: err}}, len(cmds))
-		}
-	}
 	rs := make([]*redis.Cmd, len(cmds))
 	p := c.rdb.Pipeline()
 	for i, args := range cmds {
+		if err := refused(args); err != nil {
+			return slices.Repeat([]driver.Result{{Err: err}}, len(cmds))
+		}
 		rs[i] = redis.NewCmd(ctx, args...)
 		p.Process(ctx, c.sent(rs[i]))
 	}
@@ -208,8 +207,7 @@ func (p *pubsub) Receive(ctx context.Context) (driver.Message, error) {
 		timeout = max(time.Until(d), time.Nanosecond) // (past: the read times out at once)
 	}
 	m, err := p.ps.ReceiveTimeout(ctx, timeout)
-	var nerr net.Error
-	if errors.As(err, &nerr) && nerr.Timeout() && timed { // (the deadline set from ctx, or a reconnect's)
+	if nerr, ok := errors.AsType[net.Error](err); ok && nerr.Timeout() && timed { // (the deadline set from ctx, or a reconnect's)
 		if !time.Now().Before(d) {
 			<-ctx.Done() // (its timer fires with the read's: its caller may ask it why)
 		}
