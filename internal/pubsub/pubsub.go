@@ -224,13 +224,11 @@ func (h *Hub) Close() {
 func (w *Waiter) Close() {
 	w.h.mu.Lock()
 	defer w.h.mu.Unlock()
-	t := w.h.topics[w.channel]
-	if t == nil || t.waiters[w.token] != w {
-		return
-	}
-	delete(t.waiters, w.token)
-	if len(t.waiters) == 0 {
-		t.idle.Reset(linger)
+	if t := w.h.topics[w.channel]; t != nil && t.waiters[w.token] == w { // (not if it left already, or the Hub was closed)
+		delete(t.waiters, w.token)
+		if len(t.waiters) == 0 {
+			t.idle.Reset(linger)
+		}
 	}
 }
 
