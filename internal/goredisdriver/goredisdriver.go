@@ -111,10 +111,8 @@ func (c conn) Masters(ctx context.Context) ([]driver.Conn, error) {
 	if !ok {
 		return []driver.Conn{c}, nil
 	}
-	var (
-		mu  sync.Mutex
-		out []driver.Conn
-	)
+	var mu sync.Mutex // (ForEachMaster calls its function on a goroutine per master)
+	var out []driver.Conn
 	err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
 		mu.Lock()
 		out = append(out, conn{m, c.loads})
