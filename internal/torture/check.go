@@ -477,6 +477,17 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 		}
 	}
 	read := downgrades(h, false) // (whatever a Downgrade returned, the hold may be a read since)
+	// A handle whose Resume failed may have been superseded by it: a
+	// resume's extension can land although the call fails (its reply
+	// lost, or a read after it refused), and the old Lock, which the
+	// worker goes on with, then rightly finds its lease driven by another
+	// Lock, or undone.
+	superseded := map[string]bool{}
+	spurious := func(e Event, ex exempt, r *Report) {
+		if !superseded[e.CS] {
+			spurious(e, ex, r)
+		}
+	}
 	called := map[string]bool{}  // handles whose Release has been called
 	hooked := map[string]int64{} // handles whose Release a Lost hook called, when it first did
 	for _, e := range h {
@@ -525,6 +536,7 @@ func checkAccounting(h []Event, ex exempt, p Params, r *Report) {
 		case e.Op == OpResume:
 			r.Checked["g"]++
 			spurious(e, ex, r) // a lease valid when resumed is still there to resume
+			superseded[e.CS] = superseded[e.CS] || e.Res != "ok"
 			switch {
 			case e.Res == "wrongtoken":
 				r.failCS("g", e.Name, e.Ret, []string{e.CS}, "%s: Resume returned another lease: %s", e.CS, e.Err)

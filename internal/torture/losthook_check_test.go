@@ -64,3 +64,22 @@ func TestReleaseAfterALostHooksReleaseIsARepeat(t *testing.T) {
 		t.Errorf("after the Lost hook's Release: %+v, want none", r.Violations)
 	}
 }
+
+// An Extend that reports the lease lost while it was valid is spurious
+// (g), unless a Resume of the same handle failed before it: a resume's
+// extension can land although the call fails, and the old Lock is then
+// driven out by the resumed one, or its lease undone.
+func TestNotHeldAfterAFailedResumeIsNotSpurious(t *testing.T) {
+	ms := int64(time.Millisecond)
+	extend := Event{W: "g0", Name: "n0", Op: OpExtend, CS: "c1", Tok: "t1", Inv: 100 * ms, Ret: 110 * ms, Res: "notheld",
+		Held: true, VU0: 900 * ms}
+	h := []Event{{W: "g0", Name: "n0", Op: OpAcquire, CS: "c1", Tok: "t1", Fence: 1, Inv: 0, Ret: 1 * ms, Res: "ok"}, extend}
+	if r := Check(h, Params{TTL: time.Second}); r.Count("g") != 1 {
+		t.Errorf("ErrNotHeld within the lease: (g) violations %d, want 1: %+v", r.Count("g"), r.Violations)
+	}
+	resume := Event{W: "g0", Name: "n0", Op: OpResume, CS: "c1", Tok: "t1", Inv: 50 * ms, Ret: 60 * ms, Res: "err",
+		Arg: int64(time.Second)}
+	if r := Check([]Event{h[0], resume, extend}, Params{TTL: time.Second}); r.Count("g") != 0 {
+		t.Errorf("ErrNotHeld after a failed Resume: %+v, want none", r.Violations)
+	}
+}
