@@ -392,10 +392,15 @@ func (c *Client) undo(ctx context.Context, cl *backend.Claim) {
 
 // cleanUp runs f, retried in the background until it succeeds or deadline
 // (backend.Retry). The caller waits for the first try only, as an undo
-// does: up to undoTimeout, or undoWait if ctx is done.
+// does: up to undoTimeout, or undoWait if ctx is done. After Close nothing
+// goes to the background: the caller makes that one try itself, bounded by
+// ctx (a Do's release bounds it), and what it leaves ends with its expiry.
 func (c *Client) cleanUp(ctx context.Context, deadline time.Time, f func(context.Context) error) {
 	first := make(chan struct{}) // closed when the first try is over
-	c.bg.Go(func() { backend.Retry(deadline, f, func() { close(first) }) })
+	if !c.bg.Go(func() { backend.Retry(deadline, f, func() { close(first) }) }) {
+		f(ctx)
+		return
+	}
 	tried := []<-chan struct{}{first}
 	awaitAll(ctx, tried, undoTimeout)
 	if ctx.Err() != nil {

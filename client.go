@@ -141,13 +141,14 @@ func (c *Client) Close(ctx context.Context) error {
 	if !c.closed.Swap(true) {
 		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed
 	}
-	c.bg.Wait(ctx)            // (acquisitions and clean-up first: they use the hubs)
+	c.bg.Drain(ctx)           // (acquisitions and clean-up first: they use the hubs)
 	c.hubsClosing.Do(func() { // (once: a later Close waits for the same closing)
-		for _, h := range c.hubs {
-			c.bg.Go(h.Close) // (a hub's connection may hang past ctx: a dial, a write)
+		for _, h := range c.hubs { // (counted though drained: a hub's connection may hang past ctx, a dial, a write)
+			c.bg.Enter()
+			go func() { defer c.bg.Leave(); h.Close() }()
 		}
 	})
-	return c.bg.Wait(ctx) // (ctx.Err() if it ended with any of them still under way)
+	return c.bg.Drain(ctx) // (ctx.Err() if it ended with any of them still under way)
 }
 
 // LeaseTime returns the Client's default lease time ([LeaseTTL]).

@@ -234,7 +234,9 @@ func shown(token string, extra any) string {
 // then each change in fence order (zero: none); a slow reader gets the latest.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
-	e.c.bg.Go(func() { e.observe(ctx, ch) }) // (Close waits for a read under way)
+	if !e.c.bg.Go(func() { e.observe(ctx, ch) }) { // (Close waits for a read under way)
+		close(ch) // (after Close)
+	}
 	return ch
 }
 

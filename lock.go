@@ -629,12 +629,8 @@ func (l *Lock) declare(tell bool) error {
 	if tell {
 		l.c.tell(l, OpLost, err)
 	}
-	// Counted before closed is read: Close waits for an undo that starts, and
-	// after Close none does (the lease expires by its TTL).
-	if l.c.bg.Enter(); undo && !l.c.closed.Load() {
-		go func() { defer l.c.bg.Leave(); l.c.undo(context.Background(), &cl) }()
-	} else {
-		l.c.bg.Leave()
+	if undo { // (after Close none starts: the lease expires by its TTL)
+		l.c.bg.Go(func() { l.c.undo(context.Background(), &cl) })
 	}
 	return err
 }

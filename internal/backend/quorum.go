@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dlockio/dlock/internal/script"
@@ -137,18 +138,29 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 	// missing from a node, a release never made). go-redis's timeouts bound
 	// it. A walk's calls (untilCtx) have no node timeout, and are reads,
 	// never late: the tracker, and so Close, does not wait for them (a List
-	// under way).
+	// under way). Once the tracker takes no more (after Close), the calls
+	// run on ctx, each cut at the node timeout, and fanOut waits for all of
+	// them: none goes on after it.
 	timeout, start := time.After(q.timeout), q.late.Go
 	if until == untilCtx {
-		timeout, start = nil, func(call func()) { go call() }
+		timeout, start = nil, func(call func()) bool { go call(); return true }
 	}
 	nctx := context.WithoutCancel(ctx)
+	var after sync.WaitGroup // the calls made after Close
 	for i, n := range q.nodes {
-		start(func() {
-			v, err := fn(nctx, n)
+		call := func(ctx context.Context) {
+			v, err := fn(ctx, n)
 			ch <- answer[T]{i: i, v: v, err: err, ok: true}
-		})
+		}
+		if !start(func() { call(nctx) }) {
+			after.Go(func() {
+				ctx, cancel := context.WithTimeout(ctx, q.timeout)
+				defer cancel()
+				call(ctx)
+			})
+		}
 	}
+	defer after.Wait()
 	r := round[T]{q: q, answers: make([]answer[T], len(q.nodes)), errs: make([]error, len(q.nodes))}
 	var why error // why the nodes not answered yet have no answer
 	for got := 0; got < len(q.nodes) && why == nil; got++ {
@@ -391,7 +403,7 @@ func (q *Quorum) Undo(ctx context.Context, c *Claim) error {
 // every node, waiting for each up to the node timeout (with yes as
 // fanOut's). A node where it failed in a way that may pass is tried again:
 // in the background on Retry's schedule, for as long as what it ends could
-// block others; the tracker counts it.
+// block others; the tracker counts it (after Close, the lease's expiry ends it).
 func (q *Quorum) end(ctx context.Context, c *Claim, yes func(bool) bool, f func(Node, context.Context, *Claim) (bool, error)) round[bool] {
 	return fanOut(ctx, q, yes, untilAll, func(ctx context.Context, n Node) (bool, error) {
 		ok, err := f(n, ctx, c)

@@ -6,6 +6,10 @@ import (
 	"testing"
 )
 
+// Wait is Drain without draining: a test's wait for what the tracker
+// counts, after which it goes on.
+func (t *Tracker) Wait(ctx context.Context) error { return t.wait(ctx, false) }
+
 // Wait returns at once when nothing is counted, waits for every goroutine
 // and call counted, and does so again once the count went back to zero.
 func TestTrackerWaitsForWhatItCounts(t *testing.T) {
@@ -18,7 +22,9 @@ func TestTrackerWaitsForWhatItCounts(t *testing.T) {
 	cancel()
 	for round := range 2 {
 		release := make(chan struct{})
-		tr.Go(func() { <-release })
+		if !tr.Go(func() { <-release }) {
+			t.Fatalf("round %d: Go after a Wait = false, want true: only Drain drains", round)
+		}
 		tr.Enter()
 		if err := tr.Wait(ended); !errors.Is(err, context.Canceled) {
 			t.Errorf("round %d: Wait while counting, its ctx ended = %v, want context.Canceled", round, err)
@@ -34,9 +40,9 @@ func TestTrackerWaitsForWhatItCounts(t *testing.T) {
 	}
 }
 
-// Lend leaves its caller uncounted while f runs, so that a Wait in f
-// returns; it reports false once a Wait found nothing counted meanwhile,
-// and counts its caller again either way.
+// Lend leaves its caller uncounted while f runs, so that a Drain in f
+// returns; it reports false once drained meanwhile, and counts its caller
+// again either way.
 func TestTrackerLendUncountsItsCaller(t *testing.T) {
 	t.Parallel()
 	var tr Tracker
@@ -45,11 +51,14 @@ func TestTrackerLendUncountsItsCaller(t *testing.T) {
 		t.Error("Lend with no Wait meanwhile = false, want true")
 	}
 	var waited error
-	if tr.Lend(func() { waited = tr.Wait(t.Context()) }) {
-		t.Error("Lend whose f waited = true, want false: the Wait found nothing counted")
+	if !tr.Lend(func() { waited = tr.Wait(t.Context()) }) {
+		t.Error("Lend whose f waited = false, want true: only Drain drains")
+	}
+	if tr.Lend(func() { waited = tr.Drain(t.Context()) }) {
+		t.Error("Lend whose f drained = true, want false: the Drain found nothing counted")
 	}
 	if waited != nil {
-		t.Errorf("Wait in a lent f = %v, want nil", waited)
+		t.Errorf("Drain in a lent f = %v, want nil", waited)
 	}
 	ended, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -57,4 +66,40 @@ func TestTrackerLendUncountsItsCaller(t *testing.T) {
 		t.Errorf("Wait once Lend counted its caller again = %v, want context.Canceled", err)
 	}
 	tr.Leave()
+}
+
+// Once drained, Go starts nothing and reports false, also after a Drain
+// whose ctx ended first, once the count is back at zero; Enter still
+// counts.
+func TestTrackerStartsNothingOnceDrained(t *testing.T) {
+	t.Parallel()
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, drainEnded := range []bool{false, true} {
+		var tr Tracker
+		if drainEnded {
+			tr.Enter()
+			if err := tr.Drain(ended); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Drain while counting, its ctx ended = %v, want context.Canceled", err)
+			}
+			tr.Leave()
+		} else if err := tr.Drain(t.Context()); err != nil {
+			t.Fatalf("Drain on a new Tracker = %v, want nil", err)
+		}
+		ran := make(chan struct{})
+		if tr.Go(func() { close(ran) }) {
+			<-ran
+			t.Errorf("drainEnded=%v: Go once drained = true, want false", drainEnded)
+		}
+		select {
+		case <-ran:
+			t.Errorf("drainEnded=%v: Go once drained ran its function", drainEnded)
+		default:
+		}
+		tr.Enter()
+		if err := tr.Wait(ended); !errors.Is(err, context.Canceled) {
+			t.Errorf("drainEnded=%v: Wait after an Enter once drained = %v, want context.Canceled", drainEnded, err)
+		}
+		tr.Leave()
+	}
 }
