@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -52,21 +53,46 @@ func takenWithin(t *testing.T, nodes []redis.UniversalClient, name string, d tim
 	return err
 }
 
+// numberedEverywhere extends l (over the quorum of direct) to a shorter
+// lease time, a numbered extension, until every node records the same one
+// (the extension returns once a majority applied it; on a loaded machine
+// a node's call may fail to dial): it returns that marker, "e<n>".
+func numberedEverywhere(t *testing.T, direct []redis.UniversalClient, l *dlock.Lock) string {
+	t.Helper()
+	ctx := t.Context()
+	var ms []string
+	same := func() bool {
+		ms = nil
+		for _, n := range direct {
+			ms = append(ms, n.Get(ctx, l.Key()+":r:"+l.Token()).Val())
+		}
+		return strings.HasPrefix(ms[0], "e") && !slices.ContainsFunc(ms, func(m string) bool { return m != ms[0] })
+	}
+	for range 5 {
+		if err := l.Extend(ctx, 8*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if waitFor(time.Second, same) {
+			return ms[0]
+		}
+	}
+	t.Fatalf("the nodes' markers after five numbered extensions: %q", ms)
+	return ""
+}
+
 // resumedMissingNode2 takes name on the quorum of srvs (direct: clients
 // to each) with a Lock that records a numbered extension on every node,
 // and resumes its lease with a second Client over nodes 0, 1 (node1: a
 // client to it) and 2, whose script calls fail unsent meanwhile: node 2
-// misses the resume, and still records the first Lock's extension. It
-// returns both Locks.
-func resumedMissingNode2(t *testing.T, srvs []*redistest.Server, direct []redis.UniversalClient, node1 redis.UniversalClient, name string) (first, resumed *dlock.Lock) {
+// misses the resume, and still records the first Lock's extension. Both
+// Clients have the options more too. It returns both Locks.
+func resumedMissingNode2(t *testing.T, srvs []*redistest.Server, direct []redis.UniversalClient, node1 redis.UniversalClient, name string, more ...dlock.Option) (first, resumed *dlock.Lock) {
 	t.Helper()
 	ctx := t.Context()
 	missed, down := evalsFailing(t, srvs[2])
-	opts := []dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}
+	opts := append([]dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}, more...)
 	first = firstLease(t, newRedlock(t, direct, 200*time.Millisecond, opts...), name)
-	if err := first.Extend(ctx, 8*time.Second); err != nil { // (shorter: numbered, recorded on every node)
-		t.Fatal(err)
-	}
+	mark := numberedEverywhere(t, direct, first)
 	resumer := newRedlock(t, []redis.UniversalClient{direct[0], node1, missed}, 200*time.Millisecond, opts...)
 	down.Store(true)
 	resumed, err := resumer.TryAcquire(ctx, name, dlock.Resume(first.Token()))
@@ -74,8 +100,8 @@ func resumedMissingNode2(t *testing.T, srvs []*redistest.Server, direct []redis.
 	if err != nil {
 		t.Fatalf("resume on nodes 0 and 1 = %v", err)
 	}
-	if m := direct[2].Get(ctx, first.Key()+":r:"+first.Token()).Val(); m != "e1" {
-		t.Fatalf("node 2's marker after the resume = %q, want the first Lock's \"e1\"", m)
+	if m := direct[2].Get(ctx, first.Key()+":r:"+first.Token()).Val(); m != mark {
+		t.Fatalf("node 2's marker after the resume = %q, want the first Lock's %q", m, mark)
 	}
 	return first, resumed
 }
