@@ -678,13 +678,11 @@ func seqOf(mark string) int64 {
 
 // drives reports whether the Lock with resumer id resumer ("": the Lock
 // that took the lease) still drives the lease whose marker is mark, as
-// lib.lua's drives does: not once another Lock resumed it.
+// lib.lua's drives does: not once another Lock resumed it. A marker
+// without an id ("e<n>") is the first Lock's, which every resumer outranks.
 func drives(mark, resumer string) bool {
-	if !strings.HasPrefix(mark, "e") {
-		return true
-	}
 	_, id, _ := strings.Cut(mark, ".")
-	return id == resumer
+	return !strings.HasPrefix(mark, "e") || id == "" || id == resumer
 }
 
 func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {
