@@ -31,3 +31,21 @@ func TestRedlockResumedTTLWithTheNodeItsResumeMissedIsHeld(t *testing.T) {
 		t.Errorf("Release of the resumed Lock = %v", err)
 	}
 }
+
+// A resumed unfair lock (release.lua, where a fair lock's release is
+// release_fair.lua) whose resume missed node 2 (which records the first
+// Lock's numbered extension, no resumer id) is released on node 2 too:
+// with node 0 down, another Client takes the lock at once.
+func TestRedlockResumedUnfairReleaseFreesTheNodeItsResumeMissed(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	_, r := resumedMissingNode2(t, srvs, direct, direct[1], "unfair-left", waiting(false))
+	if err := r.Release(ctx); err != nil {
+		t.Fatalf("Release of the resumed Lock = %v", err)
+	}
+	srvs[0].Kill()
+	if err := takenWithin(t, direct, "unfair-left", 0); err != nil {
+		t.Errorf("TryAcquire after the release, node 0 down = %v; node 2 still holds the released lease's token for %v", err, direct[2].PTTL(ctx, r.Key()).Val())
+	}
+}
