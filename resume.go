@@ -37,6 +37,9 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 	ok, err := c.b.Extend(ctx, l.cl, t.ask, seq)
 	switch {
 	case errors.Is(err, backend.ErrSuperseded):
+		// Over a quorum it may have landed on the nodes that the other
+		// Lock's resume missed: undone there, as a failed attempt is.
+		c.undo(ctx, l.cl)
 		return nil, opError(op, l.name, backend.Because(ErrNotHeld, "another Lock resumed the lease first"))
 	case errors.Is(err, backend.ErrNotDurable), errors.Is(err, backend.ErrReplicaAck):
 		// Extended, so the Lock that held the lease is superseded, but not

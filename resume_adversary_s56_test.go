@@ -1,8 +1,16 @@
 package dlock_test
 
 import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
 )
 
 // A resumed Lock whose resume missed node 2 (which still records the
@@ -47,5 +55,117 @@ func TestRedlockResumedUnfairReleaseFreesTheNodeItsResumeMissed(t *testing.T) {
 	srvs[0].Kill()
 	if err := takenWithin(t, direct, "unfair-left", 0); err != nil {
 		t.Errorf("TryAcquire after the release, node 0 down = %v; node 2 still holds the released lease's token for %v", err, direct[2].PTTL(ctx, r.Key()).Val())
+	}
+}
+
+// afterMarkerRead is a go-redis hook that sets read once a GET of a
+// lease's marker ("…:r:<token>") came back, and runs before ahead of each
+// call (an error fails the call unsent).
+type afterMarkerRead struct {
+	read   *atomic.Bool
+	before func(cmds []redis.Cmder) error
+}
+
+func (h afterMarkerRead) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h afterMarkerRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.ProcessPipelineHook(func(ctx context.Context, cmds []redis.Cmder) error { return next(ctx, cmd) })(ctx, []redis.Cmder{cmd})
+	}
+}
+func (h afterMarkerRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.before(cmds); err != nil {
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if a := cmd.Args(); cmd.Name() == "get" && len(a) == 2 && strings.Contains(a[1].(string), ":r:") {
+				h.read.Store(true)
+			}
+		}
+		return err
+	}
+}
+
+// evalIn reports whether cmds hold a script call.
+func evalIn(cmds []redis.Cmder) bool {
+	return slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool { return strings.HasPrefix(cmd.Name(), "eval") })
+}
+
+// Two Clients resume one lease at once, both reading the same last
+// extension: B's extension lands first on nodes 0 and 1 (node 2 misses
+// it), C's then on node 2 alone, nodes 0 and 1 refusing it (B's came
+// first). C's resume fails, and leaves nothing of its own: once B
+// releases, another Client takes the lock with node 0 down, not once C's
+// longer lease time has run out on node 2.
+func TestRedlockResumeThatLostTheRaceLeavesNoLeaseOnTheNodeItLanded(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	name := "resume-race"
+	opts := []dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}
+	first := firstLease(t, newRedlock(t, direct, 200*time.Millisecond, opts...), name)
+	numberedEverywhere(t, direct, first)
+
+	open := make(chan struct{})
+	var read atomic.Bool
+	var held atomic.Int32
+	var cNodes []redis.UniversalClient
+	hold := func(cmds []redis.Cmder) error { // (each script call after the resume's read of the lease, until open)
+		if read.Load() && evalIn(cmds) {
+			held.Add(1)
+			select {
+			case <-open:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		return nil
+	}
+	for _, s := range srvs {
+		c := s.Client(t)
+		c.AddHook(afterMarkerRead{&read, hold})
+		cNodes = append(cNodes, c)
+	}
+	cClient := newRedlock(t, cNodes, 5*time.Second, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false))
+	type result struct {
+		l   *dlock.Lock
+		err error
+	}
+	cDone := make(chan result, 1)
+	go func() {
+		l, err := cClient.TryAcquire(ctx, name, dlock.Resume(first.Token()))
+		cDone <- result{l, err}
+	}()
+	if !waitFor(5*time.Second, func() bool { return held.Load() == 3 }) {
+		close(open)
+		t.Fatalf("C's extension was held on %d nodes, want 3", held.Load())
+	}
+
+	missed, down := evalsFailing(t, srvs[2])
+	down.Store(true)
+	b, err := newRedlock(t, []redis.UniversalClient{direct[0], direct[1], missed}, 200*time.Millisecond, opts...).TryAcquire(ctx, name, dlock.Resume(first.Token()))
+	down.Store(false)
+	close(open)
+	if err != nil {
+		t.Fatalf("B's resume on nodes 0 and 1 = %v", err)
+	}
+	if r := <-cDone; r.err == nil {
+		r.l.Release(ctx)
+		t.Fatal("C's resume, refused by nodes 0 and 1, succeeded")
+	} else {
+		t.Logf("C's resume: %v", r.err)
+	}
+	if err := cClient.Close(ctx); err != nil { // (its clean-up, if any, is over)
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatalf("B's Release = %v", err)
+	}
+	srvs[0].Kill()
+	if err := takenWithin(t, direct, name, 0); err != nil {
+		t.Errorf("TryAcquire after B's release, node 0 down = %v; node 2 holds the lease for C's lease time, %v more, driven by no Lock", err, direct[2].PTTL(ctx, first.Key()).Val())
 	}
 }
