@@ -2,9 +2,11 @@ package dlock_test
 
 import (
 	"context"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,5 +169,43 @@ func TestRedlockResumeThatLostTheRaceLeavesNoLeaseOnTheNodeItLanded(t *testing.T
 	srvs[0].Kill()
 	if err := takenWithin(t, direct, name, 0); err != nil {
 		t.Errorf("TryAcquire after B's release, node 0 down = %v; node 2 holds the lease for C's lease time, %v more, driven by no Lock", err, direct[2].PTTL(ctx, first.Key()).Val())
+	}
+}
+
+// A resume whose extension never left the client (it could not dial
+// Redis after the lease was read) cannot have landed: it leaves the first
+// Lock's lease as it was, and the first Lock goes on extending it.
+func TestResumeNeverSentLeavesTheFirstLease(t *testing.T) {
+	t.Parallel()
+	s, rdb := setup(t)
+	ctx := t.Context()
+	opts := []dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}
+	first, err := newClient(t, rdb, opts...).TryAcquire(ctx, "never-sent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooked := s.Client(t)
+	var read, spent atomic.Bool
+	hooked.AddHook(afterMarkerRead{&read, func(cmds []redis.Cmder) error {
+		if read.Load() && evalIn(cmds) && !spent.Swap(true) { // (once: the script call fails as a failed dial does)
+			return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		}
+		return nil
+	}})
+	resumer := newClient(t, hooked, opts...)
+	if r, err := resumer.TryAcquire(ctx, "never-sent", dlock.Resume(first.Token())); err == nil {
+		r.Release(ctx)
+		t.Fatal("the resume succeeded though its extension was never sent")
+	} else {
+		t.Logf("resume: %v", err)
+	}
+	if err := resumer.Close(ctx); err != nil { // (its clean-up, if any, is over)
+		t.Fatal(err)
+	}
+	if h := rdb.Get(ctx, first.Key()).Val(); h != first.Token() {
+		t.Errorf("the lock after a resume that was never sent holds %q; want the first Lock's lease", h)
+	}
+	if err := first.Extend(ctx, 10*time.Second); err != nil {
+		t.Errorf("the first Lock's Extend after a resume that was never sent = %v", err)
 	}
 }
