@@ -48,7 +48,7 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 		c.undo(ctx, l.cl)
 		return nil, opError(op, l.name, backend.Because(ErrNotAcquired, err.Error()+" (undone)", err))
 	case err != nil:
-		if backend.Transient(err) {
+		if backend.Transient(err) && !backend.Unsent(err) {
 			// The extension may have landed (a reply lost or late, a quorum
 			// node's still on its way): undone, for the same reason.
 			c.undo(ctx, l.cl)

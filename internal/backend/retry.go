@@ -32,6 +32,17 @@ func Transient(err error) bool {
 		func(p string) bool { return strings.HasPrefix(rerr.Error(), p) })
 }
 
+// Unsent reports whether err says the request reached no Redis: it never
+// left the client (see neverSent), or, over a quorum, it left for no node
+// (a QuorumError unwraps to every node's error: one node's ErrNotSent
+// says nothing of the others).
+func Unsent(err error) bool {
+	if q, ok := errors.AsType[*QuorumError](err); ok {
+		return !slices.ContainsFunc(q.Nodes, func(err error) bool { return !neverSent(err) })
+	}
+	return neverSent(err)
+}
+
 // The schedule of a clean-up retried in the background (an undo, a
 // quorum node's missed release): enough to outlast a blip (a write refused
 // for a moment, a connection being re-made), few enough that a node that
