@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"syscall"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -52,6 +54,29 @@ func TestTransientSaysWhichErrorsMayPass(t *testing.T) {
 	for _, tt := range tests {
 		if got := Transient(tt.err); got != tt.want {
 			t.Errorf("Transient(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// Unsent: a request that left for no Redis; over a quorum, for no node
+// (one node's ErrNotSent does not make the others' calls unsent).
+func TestUnsentMeansNoNodeWasSentTheRequest(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	read := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	for _, c := range []struct {
+		what string
+		err  error
+		want bool
+	}{
+		{"never sent", NotSent(context.Canceled), true},
+		{"a failed dial", dial, true},
+		{"a reply lost", read, false},
+		{"a quorum sent to no node", &QuorumError{Nodes: []error{NotSent(context.Canceled), dial, dial}}, true},
+		{"a quorum with one node unsent", &QuorumError{Nodes: []error{NotSent(context.Canceled), nil, read}}, false},
+		{"a quorum with one node granted", &QuorumError{Nodes: []error{dial, nil, dial}}, false},
+	} {
+		if got := Unsent(c.err); got != c.want {
+			t.Errorf("%s: Unsent(%v) = %v, want %v", c.what, c.err, got, c.want)
 		}
 	}
 }
