@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/dlockio/dlock/internal/backend"
@@ -32,7 +33,9 @@ func (c *Client) resume(ctx context.Context, l *Lock) (*Lock, error) {
 		return nil, opError(op, l.name, backend.Because(ErrNotHeld, "the lease of that token was ended"))
 	}
 	seq += resumeGap
-	l.cl.Resumer = newToken()[:8] // tells its numbers from another resumer's that read the same seq
+	// Its number outranks the Locks' before it; the rest tells its numbers
+	// from another resumer's that read the same seq.
+	l.cl.Resumer = strconv.FormatInt(seq, 10) + ":" + newToken()[:8]
 	t := l.termsFrom(time.Now())
 	ok, err := c.b.Extend(ctx, l.cl, t.ask, seq)
 	switch {

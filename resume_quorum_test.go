@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // A resumed Lock whose resume missed node 2 (which still records the
@@ -207,5 +209,145 @@ func TestResumeNeverSentLeavesTheFirstLease(t *testing.T) {
 	}
 	if err := first.Extend(ctx, 10*time.Second); err != nil {
 		t.Errorf("the first Lock's Extend after a resume that was never sent = %v", err)
+	}
+}
+
+// resumedAgainMissingNode0 resumes, as in resumedMissingNode2, the lease
+// of name on the quorum of srvs, then resumes it again with a third Client
+// over nodes 0 (whose script calls fail unsent meanwhile), 1 (node1: a
+// client to it) and 2: node 0 misses the second resume and still records
+// the first resumer's extension. It returns the second resumed Lock.
+func resumedAgainMissingNode0(t *testing.T, srvs []*redistest.Server, direct []redis.UniversalClient, node1 redis.UniversalClient, name string) *dlock.Lock {
+	t.Helper()
+	ctx := t.Context()
+	first, _ := resumedMissingNode2(t, srvs, direct, direct[1], name)
+	missed, down := evalsFailing(t, srvs[0])
+	opts := []dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}
+	down.Store(true)
+	last, err := newRedlock(t, []redis.UniversalClient{missed, node1, direct[2]}, 200*time.Millisecond, opts...).TryAcquire(ctx, name, dlock.Resume(first.Token()))
+	down.Store(false)
+	if err != nil {
+		t.Fatalf("second resume on nodes 1 and 2 = %v", err)
+	}
+	m0 := direct[0].Get(ctx, first.Key()+":r:"+first.Token()).Val()
+	m1 := direct[1].Get(ctx, first.Key()+":r:"+first.Token()).Val()
+	if !strings.Contains(m0, ".") || m0 == m1 {
+		t.Fatalf("markers after the second resume: node 0 %q, node 1 %q; want node 0 to keep the first resumer's", m0, m1)
+	}
+	return last
+}
+
+// The last of two resumed Locks (A → B → C), whose resume missed node 0
+// (which records B's extension), releases the lock on nodes 1 and 2,
+// node 1's reply coming after the node timeout: no Lock resumed the lease
+// after it, so Release reports no error.
+func TestRedlockTwiceResumedReleaseWithALaggardAndASlowReplyIsReleased(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	slow, p1 := proxiedNode(t, srvs[1], 0)
+	r := resumedAgainMissingNode0(t, srvs, direct, slow, "chain-slow")
+
+	p1.Delay(0, time.Second)
+	err := r.Release(ctx)
+	if !waitFor(5*time.Second, func() bool { return direct[1].Exists(ctx, r.Key()).Val() == 0 }) {
+		t.Fatal("node 1 never ran the release")
+	}
+	if direct[2].Exists(ctx, r.Key()).Val() != 0 {
+		t.Fatal("node 2 still holds the lock after the release")
+	}
+	if err != nil {
+		t.Errorf("Release of the twice resumed Lock, carried out on nodes 1 and 2 (node 0 missed the resume, node 1 answered late) = %v; want nil: no Lock resumed the lease after it", err)
+	}
+}
+
+// The last of two resumed Locks releases the lock also on node 0, which
+// missed its resume and still holds the lease's token, recording the
+// first resumer's extension: with node 2 down, another Client takes the
+// lock at once.
+func TestRedlockTwiceResumedReleaseFreesTheNodeItsResumeMissed(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	r := resumedAgainMissingNode0(t, srvs, direct, direct[1], "chain-left")
+	if err := r.Release(ctx); err != nil {
+		t.Fatalf("Release of the twice resumed Lock = %v", err)
+	}
+	srvs[2].Kill()
+	if err := takenWithin(t, direct, "chain-left", 0); err != nil {
+		t.Errorf("TryAcquire after the release, node 2 down = %v; node 0 still holds the released lease's token for %v", err, direct[0].PTTL(ctx, r.Key()).Val())
+	}
+}
+
+// The last of two resumed Locks, whose resume missed node 0 (which
+// records the first resumer's extension), is held when its TTL hears node
+// 0 among the first majority (node 1 answers slowly): an extension older
+// than its own, of a Lock it superseded, does not tell it that another
+// Lock resumed the lease.
+func TestRedlockTwiceResumedTTLWithTheNodeItsResumeMissedIsHeld(t *testing.T) {
+	t.Parallel()
+	srvs, direct := startQuorum(t, 3)
+	ctx := t.Context()
+	slow, p1 := proxiedNode(t, srvs[1], 0)
+	r := resumedAgainMissingNode0(t, srvs, direct, slow, "chain-ttl")
+	p1.Delay(0, 100*time.Millisecond) // (within the node timeout: the TTL's reads of nodes 0 and 2 come first)
+	left, err := r.TTL(ctx)
+	p1.Delay(0, 0)
+	if err != nil || left <= 0 {
+		t.Errorf("TTL of the twice resumed Lock (node 0 missed the resume) = %v, %v; want the time left", left, err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Errorf("Release of the twice resumed Lock = %v", err)
+	}
+}
+
+// Of a lease resumed twice on one server (A, then B, then C), the middle
+// Lock B is superseded by C, which resumed after it: B's Fence, Extend and
+// Release are refused as another Lock's lease (ErrNotHeld) and change
+// nothing, and C goes on holding the lock; C's Release frees it. With
+// scripts and without.
+func TestResumedLockIsSupersededByALaterResume(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	for _, mode := range []string{"scripts", "without scripts"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := t.Context()
+			opts := []dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}
+			if mode != "scripts" {
+				opts = append(opts, dlock.WithoutScripts())
+			}
+			name := "chain-" + mode
+			a, err := newClient(t, rdb, opts...).TryAcquire(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var locks []*dlock.Lock
+			for _, who := range []string{"B", "C"} {
+				l, err := newClient(t, rdb, opts...).TryAcquire(ctx, name, dlock.Resume(a.Token()))
+				if err != nil {
+					t.Fatalf("%s's resume = %v", who, err)
+				}
+				locks = append(locks, l)
+			}
+			b, c := locks[0], locks[1]
+			if _, err := b.Fence(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("B's Fence after C resumed = %v, want ErrNotHeld", err)
+			}
+			if err := b.Extend(ctx, 20*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("B's Extend after C resumed = %v, want ErrNotHeld", err)
+			}
+			if err := b.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("B's Release after C resumed = %v, want ErrNotHeld", err)
+			}
+			if err := c.Extend(ctx, 10*time.Second); err != nil {
+				t.Errorf("C's Extend = %v", err)
+			}
+			if err := c.Release(ctx); err != nil {
+				t.Errorf("C's Release = %v", err)
+			}
+			if n := rdb.Exists(ctx, a.Key()).Val(); n != 0 {
+				t.Errorf("the lock after C's Release exists (%d)", n)
+			}
+		})
 	}
 }

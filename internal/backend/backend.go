@@ -68,7 +68,9 @@ type Claim struct {
 	TTL time.Duration
 	// Resumer tells this Lock's numbered extensions from those of another
 	// Lock that resumed the same lease and picked the same numbers ("":
-	// the Lock that took the lease; see lib.lua's superseded).
+	// the Lock that took the lease; see lib.lua's superseded); it starts
+	// with its resume's number, "<n>:", which outranks the extensions of
+	// the Locks that drove the lease before it (lib.lua's drives).
 	Resumer string
 	// Clean reports that no request that could make the lease (an acquire
 	// attempt of its token) can land after its release: each was sent once
@@ -678,11 +680,18 @@ func seqOf(mark string) int64 {
 
 // drives reports whether the Lock with resumer id resumer ("": the Lock
 // that took the lease) still drives the lease whose marker is mark, as
-// lib.lua's drives does: not once another Lock resumed it. A marker
-// without an id ("e<n>") is the first Lock's, which every resumer outranks.
+// lib.lua's drives does: not once another Lock resumed it after this one.
+// A marker without an id ("e<n>") is the first Lock's, which every resumer
+// outranks, as it outranks a Lock it resumed after.
 func drives(mark, resumer string) bool {
-	_, id, _ := strings.Cut(mark, ".")
-	return !strings.HasPrefix(mark, "e") || id == "" || id == resumer
+	n, id, _ := strings.Cut(strings.TrimPrefix(mark, "e"), ".")
+	if !strings.HasPrefix(mark, "e") || id == "" || id == resumer {
+		return true
+	}
+	seq, _ := strconv.ParseInt(n, 10, 64)
+	from, _, ok := strings.Cut(resumer, ":")
+	base, err := strconv.ParseInt(from, 10, 64)
+	return ok && err == nil && seq < base
 }
 
 func (n Node) Inspect(ctx context.Context, k *Keys) (State, error) {

@@ -26,8 +26,9 @@
 -- was granted past it (hold_acquire.lua drops lapsed holds before it grants
 -- one among them), and the caller's own clock tells it was late.
 local m = redis.call('GET', KEYS[5])
-local by = m and string.match(m, '^e%d+%.(.+)$')
-if by and by ~= ARGV[7] then
+local n, by
+if m then n, by = string.match(m, '^e(%d+)%.(.+)$') end
+if by and by ~= ARGV[7] and tonumber(n) >= (tonumber(string.match(ARGV[7] or '', '^(%d+):')) or -1) then
   return -1 -- not drives (lib.lua)
 end
 local w = tonumber(ARGV[5]) or 1

@@ -236,17 +236,19 @@ local function extension(key, seq, ttl_ms)
 end
 
 -- drives reports whether the Lock whose resumer id is id ('' or nil for the
--- Lock that took the lease, see resume.go) still drives the lease whose marker
--- is m (false: none): not once another Lock resumed it, whose numbered
--- extension the marker then records ("e<n>.<its id>", see superseded). A
--- superseded Lock may still hold the token; it must not be issued a fence,
--- nor act for the lease. A marker without an id ("e<n>") is the first
--- Lock's, which every resumer outranks: a quorum node that a resume missed
--- still holds one. (The release scripts check it inline, on their common
--- path.)
+-- Lock that took the lease; "<n>:<random>" for one that resumed it with
+-- its extension numbered n, see resume.go) still drives the lease whose
+-- marker is m (false: none): not once another Lock resumed it after this
+-- one, whose numbered extension the marker then records ("e<n>.<its id>",
+-- see superseded), numbered at or above this Lock's resume. A superseded
+-- Lock may still hold the token; it must not be issued a fence, nor act
+-- for the lease. A marker of the first Lock ("e<n>", no id), or of a Lock
+-- this one resumed after, stops no resumer: a quorum node that a resume
+-- missed still holds one. (The release scripts check it inline, on their
+-- common path.)
 local function drives(m, id)
-  local by = m and string.match(m, '^e%d+%.(.+)$')
-  return not by or by == id
+  local n, by = string.match(m or '', '^e(%d+)%.(.+)$')
+  return not by or by == id or tonumber(n) < (tonumber(string.match(id or '', '^(%d+):')) or -1)
 end
 
 -- expire_with_last makes the semaphore at key expire with its latest

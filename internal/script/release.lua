@@ -19,8 +19,9 @@
 -- lock's channel ("<lock key>:ch") only if the wake key existed: the DEL's
 -- count tells, cheaper than a third key in the MGET.
 local v = redis.call('MGET', KEYS[1], KEYS[3])
-local by = v[2] and string.match(v[2], '^e%d+%.(.+)$')
-if by and by ~= ARGV[4] then
+local n, by
+if v[2] then n, by = string.match(v[2], '^e(%d+)%.(.+)$') end
+if by and by ~= ARGV[4] and tonumber(n) >= (tonumber(string.match(ARGV[4] or '', '^(%d+):')) or -1) then
   return -1 -- not drives (lib.lua)
 end
 if v[1] == ARGV[1] then

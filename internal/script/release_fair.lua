@@ -30,8 +30,9 @@ local token = ARGV[1]
 -- as nil. The marker tells whether another Lock resumed the lease.
 local v = redis.call('MGET', KEYS[1], KEYS[5])
 local holder, m = v[1], v[2]
-local by = m and string.match(m, '^e%d+%.(.+)$')
-if by and by ~= ARGV[4] then
+local n, by
+if m then n, by = string.match(m, '^e(%d+)%.(.+)$') end
+if by and by ~= ARGV[4] and tonumber(n) >= (tonumber(string.match(ARGV[4] or '', '^(%d+):')) or -1) then
   return -1 -- not drives (lib.lua)
 end
 if holder ~= token then
