@@ -629,7 +629,7 @@ func (l *Lock) declare(tell bool) error {
 	if tell {
 		l.c.tell(l, OpLost, err)
 	}
-	if undo { // (after Close none starts: the lease expires by its TTL)
+	if undo && !l.c.closed.Load() { // (after Close none starts, though Close left work under way: the lease expires by its TTL)
 		l.c.bg.Go(func() { l.c.undo(context.Background(), &cl) })
 	}
 	return err

@@ -1,0 +1,62 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+)
+
+// A Close whose ctx ended while an acquisition was still under way (held
+// in the network) has returned: a lease that reaches its max hold after it
+// is left to its TTL as after any Close, no undo started in the
+// background, though the tracker never found itself idle.
+func TestMaxHoldAfterACloseCutShortStartsNoUndo(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	p, rdb, direct := proxied(t, -1, 5*time.Second)
+	c := newClient(t, rdb)
+	warm(t, t.Context(), c, "fair", "cut-short-other")
+	l, err := c.TryAcquire(t.Context(), "cut-short-cap", dlock.MaxHold(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stall() // what the Client sends from now on stays in the proxy
+	res := make(chan error, 1)
+	go func() {
+		other, err := c.TryAcquire(t.Context(), "cut-short-other")
+		if err == nil {
+			other.Release(t.Context())
+		}
+		res <- err
+	}()
+	if !waitFor(5*time.Second, func() bool { return countGoroutines(t, "dlock.(*Client).attempt") > 0 && p.HeldRequests() > 0 }) {
+		t.Fatal("the TryAcquire never began")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := c.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close with a TryAcquire held in the network = %v, want ctx's error", err)
+	}
+	held := p.HeldRequests()
+	if !closedWithin(l.Done(), 5*time.Second) {
+		t.Fatal("the lease did not end at its max hold")
+	}
+	if !errors.Is(l.Err(), dlock.ErrMaxHold) {
+		t.Errorf("Err at the max hold = %v, want ErrMaxHold", l.Err())
+	}
+	if waitFor(2*time.Second, func() bool { return p.HeldRequests() > held }) {
+		t.Errorf("a request was sent at the max hold after Close returned (%d held, %d before): an undo started after Close", p.HeldRequests(), held)
+	}
+	p.Cut()
+	<-res
+	if err := c.Close(t.Context()); err != nil {
+		t.Errorf("Close once the TryAcquire failed = %v, want nil", err)
+	}
+	if !waitFor(5*time.Second, func() bool { return liveKeys(t.Context(), direct, l.Key()) == 0 }) {
+		t.Errorf("the lease at its max hold never expired")
+	}
+}
