@@ -60,3 +60,69 @@ func TestMaxHoldAfterACloseCutShortStartsNoUndo(t *testing.T) {
 		t.Errorf("the lease at its max hold never expired")
 	}
 }
+
+// Observe called after Close returns a channel closed at once, and starts
+// no read and no goroutine: its Client's hubs are closed.
+func TestObserveAfterCloseReturnsAClosedChannel(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	c := newClient(t, rdb)
+	e, err := c.Election("observe-after-close")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ld, open := <-e.Observe(context.Background()): // (a ctx that never ends)
+		if open {
+			t.Errorf("Observe after Close sent %+v, want its channel closed", ld)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Observe's channel, made after Close, still open 5s on")
+	}
+	if n := countGoroutines(t, "dlock.(*Election).observe"); n != 0 {
+		t.Errorf("%d Observe goroutines running after Close", n)
+	}
+}
+
+// A Jeopardy hook may close the Client: Close, called from the hook told
+// that the watchdog's extension under way went unanswered, waits for that
+// extension, which ends at the lease's validity, and returns; the lease is
+// then lost at its validity and nothing is left running.
+func TestAJeopardyHookMayCloseTheClient(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	p, rdb, _ := proxied(t, -1, 5*time.Second)
+	closed := make(chan error, 1)
+	var c *dlock.Client
+	c = newClient(t, rdb, dlock.LeaseTTL(1500*time.Millisecond), dlock.WithObserver(dlock.Observer{
+		Jeopardy: func(context.Context, *dlock.Event) {
+			select {
+			case closed <- closeNow(c):
+			default: // (told again: closed once is enough)
+			}
+		},
+	}))
+	l, err := c.TryAcquire(t.Context(), "jeopardy-closes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stall() // the next extension goes unanswered
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close from the Jeopardy hook = %v, want nil", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close from the Jeopardy hook did not return in 15s")
+	}
+	if !closedWithin(l.Done(), 5*time.Second) {
+		t.Fatal("the lease did not end at its validity after Close")
+	}
+	if !errors.Is(l.Err(), dlock.ErrNotHeld) {
+		t.Errorf("Err after Close from the Jeopardy hook = %v, want ErrNotHeld", l.Err())
+	}
+	p.Cut()
+}
