@@ -126,3 +126,37 @@ func TestAJeopardyHookMayCloseTheClient(t *testing.T) {
 	}
 	p.Cut()
 }
+
+// A Release over a quorum after Close returns once every node answered or
+// the node timeout passed, as before Close, also when a node's call does
+// not end with its ctx (pipelining off, as through a driver that waits past
+// its ctx: go-redis then waits for a reply up to its read timeout): one node
+// whose reply never comes does not hold the caller to that timeout.
+func TestQuorumReleaseAfterCloseIsCutAtTheNodeTimeout(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	const nodeTimeout, ctxTimeout = 100 * time.Millisecond, time.Second
+	ps, via, direct := proxiedQuorum(t, 3) // (go-redis's read timeout: 3s or more)
+	c := newRedlock(t, via, nodeTimeout, pipelined(false))
+	l, err := c.TryAcquire(t.Context(), "after-close-unpiped", dlock.LeaseTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	ps[0].StallReplies() // the release runs there; its reply never comes
+	ctx, cancel := context.WithTimeout(t.Context(), ctxTimeout)
+	defer cancel()
+	start := time.Now()
+	err = l.Release(ctx)
+	took := time.Since(start)
+	t.Logf("Release after Close, one node's reply lost = %v (after %v)", err, took.Round(time.Millisecond))
+	if took > ctxTimeout {
+		t.Errorf("Release after Close took %v with a %v node timeout and a %v ctx: it waited for the node's read timeout", took, nodeTimeout, ctxTimeout)
+	}
+	if n, vals := keyOnNodes(t.Context(), direct[1:], "dlock:{after-close-unpiped}"); n != 0 {
+		t.Errorf("the lock still held on %d of the nodes that answered: %q", n, vals)
+	}
+	ps[0].Cut()
+}
