@@ -140,7 +140,8 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 	// never late: the tracker, and so Close, does not wait for them (a List
 	// under way). Once the tracker takes no more (after Close), the calls
 	// run on ctx, each cut at the node timeout, and fanOut waits for all of
-	// them: none goes on after it.
+	// them up to the node timeout: a call that outlives its own ctx (a
+	// client that awaits a reply up to its read timeout) sends nothing more.
 	timeout, start := time.After(q.timeout), q.late.Go
 	if until == untilCtx {
 		timeout, start = nil, func(call func()) bool { go call(); return true }
@@ -160,7 +161,15 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 			})
 		}
 	}
-	defer after.Wait()
+	defer func() {
+		done := make(chan struct{})
+		go func() { after.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		case <-time.After(q.timeout):
+		}
+	}()
 	r := round[T]{q: q, answers: make([]answer[T], len(q.nodes)), errs: make([]error, len(q.nodes))}
 	var why error // why the nodes not answered yet have no answer
 	for got := 0; got < len(q.nodes) && why == nil; got++ {
