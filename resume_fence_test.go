@@ -190,6 +190,12 @@ func TestSupersededHolderGetsNoFenceQuorumAndScriptFree(t *testing.T) {
 func TestSupersededHolderCallsRefused(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
+	supersededCallsRefused(t, rdb, func(k resumable) resumable { return k })
+}
+
+// supersededCallsRefused checks with supersededCall every call of every
+// kind wrap(k) returns.
+func supersededCallsRefused(t *testing.T, rdb redis.UniversalClient, wrap func(resumable) resumable) {
 	calls := map[string]supersededDo{
 		"fence":  func(ctx context.Context, _ *dlock.Client, l *dlock.Lock) error { _, err := l.Fence(ctx); return err },
 		"ttl":    func(ctx context.Context, _ *dlock.Client, l *dlock.Lock) error { _, err := l.TTL(ctx); return err },
@@ -203,11 +209,11 @@ func TestSupersededHolderCallsRefused(t *testing.T) {
 				continue // (a term's fence comes with the grant: TestSupersededHolderGetsNoFence)
 			}
 			t.Run(k.name+"/"+call, func(t *testing.T) {
-				supersededCall(t, rdb, k, do)
+				supersededCall(t, rdb, wrap(k), do)
 			})
 		}
 	}
-	rw := resumables()[5]
+	rw := wrap(resumables()[5])
 	t.Run("write/downgrade", func(t *testing.T) {
 		supersededCall(t, rdb, rw, func(ctx context.Context, c *dlock.Client, l *dlock.Lock) error {
 			m, err := c.RWMutex(l.Name())

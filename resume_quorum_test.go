@@ -268,14 +268,21 @@ func TestRedlockTwiceResumedReleaseWithALaggardAndASlowReplyIsReleased(t *testin
 func TestRedlockTwiceResumedReleaseFreesTheNodeItsResumeMissed(t *testing.T) {
 	t.Parallel()
 	srvs, direct := startQuorum(t, 3)
-	ctx := t.Context()
 	r := resumedAgainMissingNode0(t, srvs, direct, direct[1], "chain-left")
-	if err := r.Release(ctx); err != nil {
-		t.Fatalf("Release of the twice resumed Lock = %v", err)
+	freedWithNodeDown(t, srvs, direct, r, 0, 2)
+}
+
+// freedWithNodeDown releases r, a Lock over the quorum of srvs (direct:
+// clients to each), kills node down, and checks that another Client takes
+// the lock at once: node left, which r's resume missed, was freed too.
+func freedWithNodeDown(t *testing.T, srvs []*redistest.Server, direct []redis.UniversalClient, r *dlock.Lock, left, down int) {
+	t.Helper()
+	if err := r.Release(t.Context()); err != nil {
+		t.Errorf("Release = %v", err)
 	}
-	srvs[2].Kill()
-	if err := takenWithin(t, direct, "chain-left", 0); err != nil {
-		t.Errorf("TryAcquire after the release, node 2 down = %v; node 0 still holds the released lease's token for %v", err, direct[0].PTTL(ctx, r.Key()).Val())
+	srvs[down].Kill()
+	if err := takenWithin(t, direct, r.Name(), 0); err != nil {
+		t.Errorf("TryAcquire after the release, node %d down = %v; node %d still holds the released lease's token for %v", down, err, left, direct[left].PTTL(t.Context(), r.Key()).Val())
 	}
 }
 
@@ -287,17 +294,24 @@ func TestRedlockTwiceResumedReleaseFreesTheNodeItsResumeMissed(t *testing.T) {
 func TestRedlockTwiceResumedTTLWithTheNodeItsResumeMissedIsHeld(t *testing.T) {
 	t.Parallel()
 	srvs, direct := startQuorum(t, 3)
-	ctx := t.Context()
 	slow, p1 := proxiedNode(t, srvs[1], 0)
 	r := resumedAgainMissingNode0(t, srvs, direct, slow, "chain-ttl")
+	heldWithNode1Slow(t, p1, r, "the twice resumed Lock (node 0 missed the resume)")
+}
+
+// heldWithNode1Slow checks that the TTL of r, a Lock over a quorum of
+// three, reports the time left when node 1 (reached through p1) answers
+// after the others, and that r then releases: who names r.
+func heldWithNode1Slow(t *testing.T, p1 *redistest.Proxy, r *dlock.Lock, who string) {
+	t.Helper()
 	p1.Delay(0, 100*time.Millisecond) // (within the node timeout: the TTL's reads of nodes 0 and 2 come first)
-	left, err := r.TTL(ctx)
+	left, err := r.TTL(t.Context())
 	p1.Delay(0, 0)
 	if err != nil || left <= 0 {
-		t.Errorf("TTL of the twice resumed Lock (node 0 missed the resume) = %v, %v; want the time left", left, err)
+		t.Errorf("TTL of %s = %v, %v; want the time left", who, left, err)
 	}
-	if err := r.Release(ctx); err != nil {
-		t.Errorf("Release of the twice resumed Lock = %v", err)
+	if err := r.Release(t.Context()); err != nil {
+		t.Errorf("Release of %s = %v", who, err)
 	}
 }
 
