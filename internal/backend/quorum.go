@@ -147,29 +147,32 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 		timeout, start = nil, func(call func()) bool { go call(); return true }
 	}
 	nctx := context.WithoutCancel(ctx)
-	var after sync.WaitGroup // the calls made after Close
+	var after *sync.WaitGroup // the calls made after Close, if any
 	for i, n := range q.nodes {
-		call := func(ctx context.Context) {
-			v, err := fn(ctx, n)
+		if !start(func() {
+			v, err := fn(nctx, n)
 			ch <- answer[T]{i: i, v: v, err: err, ok: true}
-		}
-		if !start(func() { call(nctx) }) {
+		}) {
+			after = cmp.Or(after, new(sync.WaitGroup))
 			after.Go(func() {
 				ctx, cancel := context.WithTimeout(ctx, q.timeout)
 				defer cancel()
-				call(ctx)
+				v, err := fn(ctx, n)
+				ch <- answer[T]{i: i, v: v, err: err, ok: true}
 			})
 		}
 	}
-	defer func() {
-		done := make(chan struct{})
-		go func() { after.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-		case <-time.After(q.timeout):
-		}
-	}()
+	if after != nil {
+		defer func() {
+			done := make(chan struct{})
+			go func() { after.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+			case <-time.After(q.timeout):
+			}
+		}()
+	}
 	r := round[T]{q: q, answers: make([]answer[T], len(q.nodes)), errs: make([]error, len(q.nodes))}
 	var why error // why the nodes not answered yet have no answer
 	for got := 0; got < len(q.nodes) && why == nil; got++ {
