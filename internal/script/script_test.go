@@ -220,3 +220,37 @@ func TestWakeKeyNotSetForALeaseEndingNow(t *testing.T) {
 	}
 	t.Skip("no attempt met a lease with PTTL 0 in 10 s")
 }
+
+// A force release deletes a reentrant lock whose holding it names (its
+// owner and fence), and leaves a key that is no dlock lock (another
+// program's list, a hash without an owner) with a WRONGTYPE error that
+// names the key's type.
+func TestForceReleaseRefusesAKeyThatIsNoDlockLock(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	force := func(key, holding string) (int64, error) {
+		return ForceRelease.Run(ctx, rdb, []string{key}, holding, key+":ch", "PUBLISH").Int64()
+	}
+	rdb.HSet(ctx, "reentrant", "owner", "o", "fence", "7")
+	if n, err := force("reentrant", "o 8"); n != 0 || err != nil {
+		t.Errorf("force release of another holding of a reentrant lock = %d, %v; want 0", n, err)
+	}
+	if n, err := force("reentrant", "o 7"); n != 1 || err != nil || rdb.Exists(ctx, "reentrant").Val() != 0 {
+		t.Errorf("force release of a reentrant lock's holding = %d, %v; want 1, the key deleted", n, err)
+	}
+	if n, err := force("reentrant", "o 7"); n != 0 || err != nil {
+		t.Errorf("force release of a free key = %d, %v; want 0", n, err)
+	}
+	rdb.RPush(ctx, "list", "x")
+	rdb.HSet(ctx, "hash", "field", "x")
+	for _, key := range []string{"list", "hash"} { // (each key named by its type)
+		_, err := force(key, "x")
+		if want := "WRONGTYPE dlock: the lock key holds a " + key + " that is not a dlock lock"; err == nil || err.Error() != want {
+			t.Errorf("force release of a %s = %v, want %q", key, err, want)
+		}
+		if rdb.Exists(ctx, key).Val() != 1 {
+			t.Errorf("force release of a %s deleted it", key)
+		}
+	}
+}
