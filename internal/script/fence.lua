@@ -4,18 +4,12 @@
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] the lease's marker key
 -- ARGV[1] the lease's token (a reentrant lock: its owner id)
 -- ARGV[2] how long the fence counter lives, in ms (the fence window)
--- ARGV[3] the lock key's shape: string, hash (reentrant) or zset (see holds)
+-- ARGV[3] the lock key's shape: string, hash (reentrant) or zset (see types.lua)
 -- ARGV[4] the asking Lock's resumer id ('' for the Lock that took the lease)
 -- Returns the fence (> 0), 0 if the lease does not hold the lock, or -1 if
 -- another Lock resumed it (see drives in lib.lua): none is issued.
 -- Errors: WRONGTYPE if the fence key holds a foreign value.
-local held, mark
-if ARGV[3] == 'string' then -- (one read: MGET, for which a key of another type is nil, as for holds)
-  local v = redis.call('MGET', KEYS[1], KEYS[3])
-  held, mark = v[1] == ARGV[1], v[2]
-else
-  held, mark = holds(KEYS[1], ARGV[1], ARGV[3]), redis.call('GET', KEYS[3])
-end
+local held, mark = types[ARGV[3]].holds(KEYS[1], ARGV[1], KEYS[3]) -- (a string: one read)
 if not held then
   return 0
 elseif not drives(mark, ARGV[4]) then

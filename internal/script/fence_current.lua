@@ -11,7 +11,7 @@
 -- is current if the server's clock has passed it (fences are floored by
 -- it), or, of a reentrant lock (whose owner id outlives a lease), if it is
 -- the fence of the owner's first hold.
-if not holds(KEYS[1], ARGV[1], ARGV[3]) then
+if not types[ARGV[3]].holds(KEYS[1], ARGV[1]) then -- (see types.lua)
   local t = redis.call('TYPE', KEYS[1])['ok']
   if t ~= ARGV[3] and t ~= 'none' then
     return redis.error_reply('WRONGTYPE dlock: the lock key holds a value of another type')
@@ -23,8 +23,5 @@ if type(last) == 'string' then
   return last == ARGV[2] and 1 or 0
 elseif last then
   return fence_type_reply()
-elseif ARGV[3] == 'hash' then
-  return redis.call('HGET', KEYS[1], 'fence') == ARGV[2] and 1 or 0
 end
-local t = redis.call('TIME')
-return tonumber(ARGV[2]) <= tonumber(t[1]) * 1000000 + tonumber(t[2]) and 1 or 0
+return types[ARGV[3]].current(KEYS[1], ARGV[2]) and 1 or 0

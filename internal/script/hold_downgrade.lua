@@ -17,7 +17,8 @@ local now = now_ms()
 local w, r = 'w:' .. ARGV[1], 'r:' .. ARGV[1]
 local score = redis.pcall('ZSCORE', KEYS[1], w)
 if type(score) ~= 'string' or tonumber(score) <= now then
-  return holds(KEYS[1], r, 'zset') and 1 or 0 -- (a re-sent request: the read is live)
+  local read = redis.pcall('ZSCORE', KEYS[1], r) -- (a re-sent request: the read is live)
+  return type(read) == 'string' and tonumber(read) > now and 1 or 0
 end
 redis.call('ZREM', KEYS[1], w)
 redis.call('ZADD', KEYS[1], score, r) -- (the key is new if w was its only member: it has no expiry yet)

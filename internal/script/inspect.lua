@@ -16,15 +16,8 @@
 -- of another type); fence is 0 too if the fence key holds one.
 -- Errors: none of its own.
 local kind = redis.call('TYPE', KEYS[1])['ok']
-local holder = ''
-local owners = {}
-if kind == 'string' then
-  holder = redis.call('GET', KEYS[1])
-elseif kind == 'hash' then
-  owners = redis.call('HGETALL', KEYS[1])
-elseif kind == 'zset' then
-  owners = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-end
+local holder, owners = '', {}
+if types[kind] then holder, owners = types[kind].inspect(KEYS[1]) end -- (see types.lua)
 local f = redis.pcall('GET', KEYS[2]) -- (a fence key of another type reads 0)
 local fence = type(f) == 'string' and tonumber(f) or 0
 local now = now_ms()

@@ -127,19 +127,10 @@ local function hold_member(key, member)
   return 'w:' .. string.sub(member, 3)
 end
 
--- holds reports whether id holds the lock at key, whose shape its kind
--- knows (no probe of the key's type): 'hash' a reentrant lock, id its
--- owner; 'zset' a semaphore or read-write lock, id a live member (see
--- hold_member); else a plain lock, id its token. A key of another shape
--- holds nothing of id's.
-local function holds(key, id, shape)
-  if shape == 'hash' then
-    return redis.pcall('HGET', key, 'owner') == id
-  elseif shape == 'zset' then
-    local score = redis.pcall('ZSCORE', key, hold_member(key, id))
-    return type(score) == 'string' and tonumber(score) > now_ms()
-  end
-  return redis.pcall('GET', key) == id
+-- clock_passed reports whether the server's clock (µs) is at or past fence.
+local function clock_passed(fence)
+  local t = redis.call('TIME')
+  return tonumber(fence) <= tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 -- queue_up puts the waiter token at the end of the queue k[3], its entry

@@ -5,6 +5,7 @@ package script
 import (
 	"context"
 	"embed"
+	"io/fs"
 	"maps"
 	"regexp"
 	"slices"
@@ -62,23 +63,35 @@ func Named(name string) *Script {
 	return s
 }
 
-// files are the scripts' texts, and lib.lua: the functions they share,
-// each script getting those it calls (withLib).
+// files are the scripts' texts, and the libraries they draw on (withLib):
+// lib.lua, the functions they share, each script getting those it calls,
+// and types.lua with the type files (type_*.lua), each Redis type's
+// functions, in a table that a script which names it gets whole.
 //
 //go:embed *.lua
 var files embed.FS
 
 var lib = read("lib.lua")
 
-// all are the package's scripts by name, one for each file but lib.lua.
-// Each is run with EVALSHA; the backend loads those a lease needs into a
-// server's script cache before the first call that needs them, and again
-// when a call finds them missing (see internal/backend/scripts.go).
+// types is the text of types.lua and of every type file after it.
+var types = func() string {
+	names, _ := fs.Glob(files, "type_*.lua") // (in order of name)
+	for i, name := range names {
+		names[i] = read(name)
+	}
+	return read("types.lua") + "\n" + strings.Join(names, "\n") + "\n"
+}()
+
+// all are the package's scripts by name, one for each file but the
+// libraries (lib.lua, types.lua, type_*.lua). Each is run with EVALSHA;
+// the backend loads those a lease needs into a server's script cache
+// before the first call that needs them, and again when a call finds them
+// missing (see internal/backend/scripts.go).
 var all = func() map[string]*Script {
 	entries, _ := files.ReadDir(".") // (it is there: embedded)
 	m := map[string]*Script{}
 	for _, e := range entries {
-		if name, ok := strings.CutSuffix(e.Name(), ".lua"); ok && name != "lib" {
+		if name, ok := strings.CutSuffix(e.Name(), ".lua"); ok && name != "lib" && !strings.HasPrefix(name, "type") {
 			m[name] = withLib(name)
 		}
 	}
@@ -107,7 +120,8 @@ const libHere = "-- (the shared functions are defined here)\n"
 
 // withLib returns the script of the file name.lua with the functions of
 // lib.lua it calls, and only those, defined before it, or at its libHere
-// line: Redis runs a script's whole text on every call, so each function
+// line, followed by the types table if it looks a type up in it (types[):
+// Redis runs a script's whole text on every call, so each function
 // defined costs every call that reaches its definition a closure, and a
 // common path that returns above libHere costs none.
 func withLib(name string) *Script {
@@ -116,11 +130,15 @@ func withLib(name string) *Script {
 	if !split {
 		head, tail = "", src
 	}
-	// A function is needed if the script or a needed function calls it;
-	// lib.lua defines each function after those it calls.
+	// A function is needed if the script, its types or a needed function
+	// calls it; lib.lua defines each function after those it calls.
 	chunks := strings.Split(lib, "\n\n")
 	var defs []string // the needed functions' chunks, the last first
 	needed := calledIn(src)
+	if strings.Contains(src, "types[") {
+		tail = types + tail
+		maps.Copy(needed, calledIn(types))
+	}
 	for i := len(chunks) - 1; i >= 0; i-- {
 		m := libFunc.FindStringSubmatch(chunks[i])
 		if m == nil || !needed[m[1]] {
@@ -140,8 +158,8 @@ func read(name string) string {
 }
 
 // calledIn returns the names of the functions the Lua text calls: each
-// name( not preceded by a letter, digit or '_' (live_holds( calls
-// live_holds, not holds).
+// name( not preceded by a letter, digit or '_' (rw_serve_queue( calls
+// rw_serve_queue, not serve_queue).
 func calledIn(text string) map[string]bool {
 	names := map[string]bool{}
 	for _, m := range call.FindAllStringSubmatch(text, -1) {

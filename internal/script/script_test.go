@@ -2,7 +2,9 @@ package script
 
 import (
 	"fmt"
+	"io/fs"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -177,7 +179,7 @@ func TestNoSharedFunctionAboveLibHere(t *testing.T) {
 }
 
 // Every shared function a script's text defines is called in it: a name
-// that ends another's (holds in live_holds) brings no closure the script
+// that ends another's (serve_queue in rw_serve_queue) brings no closure the script
 // builds on each run and never calls.
 func TestScriptDefinesOnlyTheSharedFunctionsItCalls(t *testing.T) {
 	t.Parallel()
@@ -187,6 +189,61 @@ func TestScriptDefinesOnlyTheSharedFunctionsItCalls(t *testing.T) {
 			called := regexp.MustCompile(`[^\w]`+m[1]+`\(`).FindAllString(src, -1)
 			if len(called) < 2 { // (one is its definition)
 				t.Errorf("a script defines %s and never calls it:\n%s", m[1], src[:min(len(src), 120)])
+			}
+		}
+	}
+}
+
+// Each Redis type's file registers, under its type's name, the functions
+// types.lua describes, and no script names a type a kind keeps (but in a
+// Lua type() test): the scripts look the key's type up in the table, so a
+// kind on a new type adds its file and edits none of them. A script that
+// looks a type up gets every type's file, below its libHere line; one that
+// does not (a lease's acquire, extend or release), none.
+func TestEachRedisTypeOwnsItsFunctions(t *testing.T) {
+	t.Parallel()
+	described := regexp.MustCompile(`(?m)^--   (\w+)\(key`)
+	var want []string
+	for _, m := range described.FindAllStringSubmatch(read("types.lua"), -1) {
+		want = append(want, m[1])
+	}
+	slices.Sort(want)
+	typeFiles, _ := fs.Glob(files, "type_*.lua")
+	if len(typeFiles) == 0 || len(want) == 0 {
+		t.Fatalf("type files %v, functions described in types.lua %v", typeFiles, want)
+	}
+	registered := regexp.MustCompile(`(?m)^  (\w+) = function\(`)
+	var typs []string
+	for _, file := range typeFiles {
+		typ := strings.TrimSuffix(strings.TrimPrefix(file, "type_"), ".lua")
+		typs = append(typs, typ)
+		text := read(file)
+		if !strings.Contains(text, "\ntypes."+typ+" = {\n") {
+			t.Errorf("%s does not register types.%s", file, typ)
+		}
+		var got []string
+		for _, m := range registered.FindAllStringSubmatch(text, -1) {
+			got = append(got, m[1])
+		}
+		if slices.Sort(got); !slices.Equal(got, want) {
+			t.Errorf("%s registers %v, types.lua describes %v", file, got, want)
+		}
+	}
+	luaType := regexp.MustCompile(`type\(\w+\) [=~]= '\w+'`)
+	for _, s := range All() {
+		text := read(s.Name() + ".lua")
+		for _, typ := range typs {
+			if strings.Contains(luaType.ReplaceAllString(text, ""), "'"+typ+"'") {
+				t.Errorf("%s.lua names the type '%s': look it up in types", s.Name(), typ)
+			}
+		}
+		uses := strings.Contains(text, "types[")
+		if head, _, split := strings.Cut(text, libHere); split && strings.Contains(head, "types[") {
+			t.Errorf("%s.lua looks a type up above its libHere line, where types is not defined yet", s.Name())
+		}
+		for _, typ := range typs {
+			if got := strings.Contains(s.Source(), "\ntypes."+typ+" = {\n"); got != uses {
+				t.Errorf("%s: looks a type up %v, has types.%s %v", s.Name(), uses, typ, got)
 			}
 		}
 	}

@@ -1,0 +1,18 @@
+-- types.lua: the functions of each Redis type that a dlock kind keeps at its
+-- lock key, by the type's name (TYPE's reply): each type_<name>.lua
+-- registers its type's. The scripts every kind shares look the lock key's
+-- type up here, so that they name no type: a type no kind keeps is nil. A
+-- script that names types gets this file and every type file, after the lib
+-- functions they call; one that does not gets none (script.go, withLib).
+-- Each type has, for the lock at key:
+--   inspect(key) returns its holder ('' but for a plain lock) and owners,
+--     as inspect.lua replies them;
+--   holding(key, seen) returns its holding as force_release.lua's ARGV[1]
+--     names it: seen if that is the key's, false if the key holds another,
+--     nil if the key is no dlock lock;
+--   holds(key, id, marker) reports whether id holds it (false for a key of
+--     another type: the key's type is not probed), and returns the value of
+--     the string key marker, if one is given;
+--   current(key, fence) reports whether fence, issued to its holder, is
+--     still current once the fence counter is gone (see fence_current.lua).
+local types = {}
