@@ -287,8 +287,8 @@ type holder struct{ id, rec string }
 // holdersOf returns the holders of name in its state st, in the order
 // Inspect lists them.
 func holdersOf(name string, st backend.State) []holder {
-	if o, ok := st.Extra.(backend.Owner); ok { // (a reentrant lock: its owner)
-		return []holder{{string(o), ownerHold(string(o), name)}}
+	if o, _ := told("", st.Extra); o != "" { // (a reentrant lock: its owner)
+		return []holder{{o, ownerHold(o, name)}}
 	}
 	var hs []holder
 	for _, p := range st.Leases {

@@ -116,9 +116,7 @@ func leadership(ctx context.Context, l *Lock) (_ *Leadership, err error) {
 		if err := l.answered("campaign", "the lock key no longer holds our token", st.Token == l.cl.Token, err); err != nil {
 			return nil, err
 		}
-		if v, ok := st.Extra.(backend.Proclaimed); ok {
-			ld.value = string(v)
-		}
+		_, ld.value = told(st.Token, st.Extra) // (the token is the Lock's: its metadata is the campaign's value)
 	}
 	if ld.fence, err = l.Fence(ctx); err != nil {
 		return nil, err
@@ -217,17 +215,18 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		what = cmp.Or(what, "a "+st.Type)
 		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, "the name is held as "+what+", not by a leader"))
 	}
-	return Leader{Value: shown(st.Token, st.Extra), Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
+	_, value := told(st.Token, st.Extra)
+	return Leader{Value: value, Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
 }
 
-// shown is what a holder with token shows of itself: the value it
-// proclaimed, if extra, what its State or refusal read beside, holds one (a
-// leader), else its metadata.
-func shown(token string, extra any) string {
-	if v, ok := extra.(backend.Proclaimed); ok {
-		return string(v)
+// told is what extra, read beside the holder with token, says of it (see
+// backend.Extra): the owner it names, and what it shows of itself; a nil
+// extra names no owner, and the holder shows its metadata.
+func told(token string, extra backend.Extra) (owner, shows string) {
+	if extra == nil {
+		return "", metaOf(token)
 	}
-	return metaOf(token)
+	return extra.Holder(metaOf(token))
 }
 
 // Observe returns a channel, closed when ctx or the Client ends, of the leader

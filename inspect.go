@@ -41,8 +41,8 @@ func infoOf(name string, st backend.State, delay time.Duration) Info {
 	hs := st.Leases
 	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
 		Meta: strings.Join(metasOf(hs, st.Extra), ", "), Queued: int(st.Queued)}
-	if o, ok := st.Extra.(backend.Owner); ok { // (a reentrant lock: its leases are its owner's holds)
-		info.Owners = []Owner{{ID: string(o), Holds: int64(len(hs)), Meta: metasOf(hs, nil)}}
+	if o, _ := told("", st.Extra); o != "" { // (a reentrant lock: its leases are its owner's holds)
+		info.Owners = []Owner{{ID: o, Holds: int64(len(hs)), Meta: metasOf(hs, nil)}}
 	}
 	for _, h := range hs { // (a sorted set's: a read-write lock's holds have a Role, a semaphore's permits none)
 		switch {
@@ -64,12 +64,12 @@ func infoOf(name string, st backend.State, delay time.Duration) Info {
 }
 
 // metasOf returns the distinct values that the holds hs show, each as
-// shown says (a leader its proclaimed value, if extra holds one: a lock's
+// told says (a leader its proclaimed value, if extra holds one: a lock's
 // one holder; any other its metadata), but "", sorted.
-func metasOf(hs []backend.Hold, extra any) []string {
+func metasOf(hs []backend.Hold, extra backend.Extra) []string {
 	var ms []string
 	for _, h := range hs {
-		if m := shown(h.Token, extra); m != "" {
+		if _, m := told(h.Token, extra); m != "" {
 			ms = append(ms, m)
 		}
 	}

@@ -134,8 +134,8 @@ func (k *kind) says(g backend.Grant) bool {
 func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
 	// (A leader is named by the value it proclaimed last, as Leader does;
 	// a reentrant lock by its owner, which only its refusals name.)
-	owner, _ := g.Extra.(backend.Owner)
-	return &NotAcquiredError{Name: name, Holder: cmp.Or(string(owner), g.Holder), Meta: shown(g.Holder, g.Extra), TTL: g.PTTL,
+	owner, meta := told(g.Holder, g.Extra)
+	return &NotAcquiredError{Name: name, Holder: cmp.Or(owner, g.Holder), Meta: meta, TTL: g.PTTL,
 		Permits: k.permits, says: cmp.Or(k.why, k.by)}
 }
 

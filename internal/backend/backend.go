@@ -192,9 +192,8 @@ type Grant struct {
 	// When not held: the holder's lease token ("" if unknown; a reentrant
 	// lock's: one of its holds' tokens).
 	Holder string
-	// Extra is what a refusal says beside, of a type the kind's file
-	// declares; nil if nothing.
-	Extra any
+	// Extra is what a refusal says beside (see Extra); nil if nothing.
+	Extra Extra
 	// Undo reports that what the attempt was granted must be given back
 	// (too few replicas or quorum nodes said yes): the caller undoes it,
 	// retrying until every node has answered.

@@ -30,6 +30,9 @@ func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 // proclaim.lua): the Extra of its State, and of a refusal, if it did.
 type Proclaimed string
 
+// Holder: a leader names no owner, and shows the value it proclaimed.
+func (v Proclaimed) Holder(string) (string, string) { return "", string(v) }
+
 // valueKey is the key of a leader's value (proclaim.lua), made when
 // needed: only elections, and Inspect, use it.
 func valueKey(k *Keys) string { return k.Lock + ":v" }
@@ -38,7 +41,7 @@ func valueKey(k *Keys) string { return k.Lock + ":v" }
 // lease token): the value holder proclaimed, if it did, else nil. The key
 // holds "<token>{<seq>} <value>" (see proclaim.lua), or an older "<token>
 // <value>".
-func proclaimed(key, holder string) any {
+func proclaimed(key, holder string) Extra {
 	t, value, ok := strings.Cut(key, " ")
 	t, _, _ = strings.Cut(t, "{")
 	if !ok || t != holder || holder == "" {

@@ -73,6 +73,9 @@ func (reentrantLock) shape() *shape { return &hashShape }
 // its State (whose Leases are its live holds), and of a refusal.
 type Owner string
 
+// Holder: the owner holds the lock; each hold shows its own metadata.
+func (o Owner) Holder(meta string) (string, string) { return string(o), meta }
+
 // hashShape is a reentrant lock's key: its owner and the owner's holds.
 var hashShape = shape{typ: "hash", holds: holding("a reentrant lock (a hash), or another program's value"),
 	// read reads the hash (see acquire_reentrant.lua) from a flat HGETALL

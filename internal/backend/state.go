@@ -21,10 +21,19 @@ type State struct {
 	// semaphore's permits or a read-write lock's holds (the soonest to end
 	// first), a reentrant lock's owner's holds.
 	Leases []Hold
-	// Extra is what the key's kind reads beside its leases, of a type its
-	// kind's file declares; nil if none.
-	Extra any
+	// Extra is what the key's kind reads beside its leases; nil if none.
+	Extra Extra
 	ended bool // the key holds only leases that ended: nothing to force
+}
+
+// Extra is what a kind reads beside a lock's leases (State.Extra) or a
+// refused holder (Grant.Extra), of a type the kind's file declares: a
+// reentrant lock's Owner, a leader's Proclaimed value.
+type Extra interface {
+	// Holder says what the lock names as its holder: the owner that holds
+	// it ("" if none), and what the holder whose metadata is meta shows
+	// of itself.
+	Holder(meta string) (owner, shows string)
 }
 
 // Hold is one live lease that holds a lock: its token and remaining lease,
