@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -211,9 +210,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	case !st.Held:
 		return Leader{}, nil
 	case st.Type != "string":
-		what := map[string]string{"hash": "a reentrant lock", "zset": "a semaphore or a read-write lock"}[st.Type]
-		what = cmp.Or(what, "a "+st.Type)
-		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, "the name is held as "+what+", not by a leader"))
+		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, "the name is held as "+st.HeldAs()+", not by a leader"))
 	}
 	_, value := told(st.Token, st.Extra)
 	return Leader{Value: value, Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil

@@ -194,3 +194,36 @@ func TestHoldersRefuseANameHeldAsAnotherKindSayingWhat(t *testing.T) {
 		check("RWMutex", len(hs), herr, want[tc.name].rw, len(info.RWHolds))
 	}
 }
+
+// Election.Leader reads a name held as another kind, or by another
+// program's value of a type other than a string, as no leadership: it is
+// refused with ErrWrongType, saying what keeps a key of that type.
+func TestLeaderRefusesANameHeldAsAnotherKindSayingWhat(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute))
+	const zset = "a semaphore or a read-write lock"
+	want := map[string]string{ // "" for no error, else what the name is held as
+		"free": "", "plain": "", "string": "",
+		"reentrant": "a reentrant lock", "hash": "a reentrant lock",
+		"semaphore": zset, "readers": zset, "writer": zset, "lapsed": zset, "mixed zset": zset, "zset": zset,
+		"list": "a list", "set": "a set",
+	}
+	for _, tc := range inspectCases() {
+		as, ok := want[tc.name]
+		if !ok {
+			t.Fatalf("%s: no Leader outcome given for this case", tc.name)
+		}
+		name := "lk-" + tc.name
+		tc.set(t, ctx, c, rdb, name, "dlock:{"+name+"}")
+		_, err := newElection(t, c, name).Leader(ctx)
+		switch {
+		case as == "" && err != nil:
+			t.Errorf("%s: Leader = %v; want no error", tc.name, err)
+		case as != "" && (!errors.Is(err, dlock.ErrWrongType) ||
+			err.Error() != fmt.Sprintf("dlock: leader %q: lock key holds a value of another type: the name is held as %s, not by a leader", name, as)):
+			t.Errorf("%s: Leader = %v; want ErrWrongType: held as %s", tc.name, err, as)
+		}
+	}
+}

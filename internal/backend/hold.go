@@ -88,7 +88,7 @@ var (
 
 // zsetShape is the key of a semaphore's permits or of a read-write lock's
 // holds (whose members are "r:<token>" or "w:<token>": see rwmutex.go).
-var zsetShape = shape{typ: "zset",
+var zsetShape = shape{typ: "zset", heldAs: "a semaphore or a read-write lock",
 	holds: func(ctx context.Context, n Node, key string) (string, bool) {
 		first, err := as[[]any](n.do(ctx, "zrange", key, 0, 0))
 		if err != nil {

@@ -59,7 +59,9 @@ func (shared) holder(*Claim) string { return "" }
 // A shape is a Redis type that kinds keep at their lock key, and how a key
 // of that type reads, whichever kind wrote it.
 type shape struct {
-	typ string // the type's name, as TYPE says it
+	// typ is the type's name, as TYPE says it; heldAs names the kinds that
+	// keep a key of the type ("a reentrant lock"; see State.HeldAs).
+	typ, heldAs string
 	// holds says what a key of this type holds ("a lock (a string), …")
 	// after a WRONGTYPE reply, reading the key if it must; false if that
 	// read failed.
@@ -87,7 +89,7 @@ func shapeOf(typ string) *shape {
 			return s
 		}
 	}
-	return &shape{typ: typ, holds: holding("a " + typ + ", another program's value"), read: func(*State, any, int64, string) {}}
+	return &shape{typ: typ, heldAs: "a " + typ, holds: holding("a " + typ + ", another program's value"), read: func(*State, any, int64, string) {}}
 }
 
 // holding returns a shape's holds that reads nothing: the key holds what.

@@ -95,7 +95,7 @@ func (plainLock) shape() *shape { return &stringShape }
 // stringShape is the lock key of a plain, fair or campaign lease: the
 // holder's token (inspect.lua's holder, which stateOf reads), whose lease
 // is the key's TTL.
-var stringShape = shape{typ: "string", holds: holding("a lock (a string), or another program's value"),
+var stringShape = shape{typ: "string", heldAs: "a lock", holds: holding("a lock (a string), or another program's value"),
 	read: func(st *State, _ any, _ int64, extra string) {
 		if st.Token != "" { // (an empty string is another program's: no lease)
 			st.Leases, st.Extra = []Hold{{Token: st.Token, Left: st.TTL}}, proclaimed(extra, st.Token)

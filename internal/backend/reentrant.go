@@ -77,7 +77,7 @@ type Owner string
 func (o Owner) Holder(meta string) (string, string) { return string(o), meta }
 
 // hashShape is a reentrant lock's key: its owner and the owner's holds.
-var hashShape = shape{typ: "hash", holds: holding("a reentrant lock (a hash), or another program's value"),
+var hashShape = shape{typ: "hash", heldAs: "a reentrant lock", holds: holding("a reentrant lock (a hash), or another program's value"),
 	// read reads the hash (see acquire_reentrant.lua) from a flat HGETALL
 	// reply: its owner and the owner's live holds (their deadlines are on
 	// the server's clock, now), and the holding that force_release.lua

@@ -58,6 +58,10 @@ func (s State) forced() (bool, error) {
 	return true, nil
 }
 
+// HeldAs names the kinds that keep a key of the lock's type, in words ("a
+// reentrant lock"); for a type no kind keeps, "a " and its name.
+func (s State) HeldAs() string { return shapeOf(s.Type).heldAs }
+
 // LeaseLeft returns how long the lease with token has left, and whether it
 // holds the lock (as one of its Leases).
 func (s State) LeaseLeft(token string) (time.Duration, bool) {
