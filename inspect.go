@@ -44,7 +44,11 @@ func infoOf(name string, st backend.State, delay time.Duration) Info {
 	if o, _ := told("", st.Extra); o != "" { // (a reentrant lock: its leases are its owner's holds)
 		info.Owners = []Owner{{ID: o, Holds: int64(len(hs)), Meta: metasOf(hs, nil)}}
 	}
+	// InDelay: the longest lease left is at most delay (a holder's own
+	// extensions keep its lease above it).
+	left := time.Duration(-1)
 	for _, h := range hs { // (a sorted set's: a read-write lock's holds have a Role, a semaphore's permits none)
+		left = max(left, h.Left)
 		switch {
 		case st.Type != "zset":
 		case h.Role == "":
@@ -52,12 +56,6 @@ func infoOf(name string, st backend.State, delay time.Duration) Info {
 		default:
 			info.RWHolds = append(info.RWHolds, RWHold{Token: h.Token, TTL: h.Left, Write: h.Role == "w", Meta: metaOf(h.Token)})
 		}
-	}
-	// InDelay: the longest lease left is at most delay (a holder's own
-	// extensions keep its lease above it).
-	left := time.Duration(-1)
-	for _, h := range hs {
-		left = max(left, h.Left)
 	}
 	info.InDelay = delay > 0 && st.Held && left >= 0 && left <= delay
 	return info
