@@ -66,21 +66,25 @@ func Named(name string) *Script {
 // files are the scripts' texts, and the libraries they draw on (withLib):
 // lib.lua, the functions they share, each script getting those it calls,
 // and types.lua with the type files (type_*.lua), each Redis type's
-// functions, in a table that a script which names it gets whole.
+// functions in a table, of which a script that names it gets those it calls.
 //
 //go:embed *.lua
 var files embed.FS
 
 var lib = read("lib.lua")
 
-// types is the text of types.lua and of every type file after it.
-var types = func() string {
+// typeChunks are the chunks of every type file, in order of name: its
+// table first, then its functions (see typeFunc), separated by blank lines.
+var typeChunks = func() (chunks []string) {
 	names, _ := fs.Glob(files, "type_*.lua") // (in order of name)
-	for i, name := range names {
-		names[i] = read(name)
+	for _, name := range names {
+		chunks = append(chunks, strings.Split(strings.TrimSpace(read(name)), "\n\n")...)
 	}
-	return read("types.lua") + "\n" + strings.Join(names, "\n") + "\n"
+	return chunks
 }()
+
+// typeFunc finds the function of a type that a chunk of a type file defines.
+var typeFunc = regexp.MustCompile(`(?m)^function types\.\w+\.(\w+)\(`)
 
 // all are the package's scripts by name, one for each file but the
 // libraries (lib.lua, types.lua, type_*.lua). Each is run with EVALSHA;
@@ -120,7 +124,8 @@ const libHere = "-- (the shared functions are defined here)\n"
 
 // withLib returns the script of the file name.lua with the functions of
 // lib.lua it calls, and only those, defined before it, or at its libHere
-// line, followed by the types table if it looks a type up in it (types[):
+// line, followed by the types table if it looks a type up in it (types[),
+// with the types' functions it calls:
 // Redis runs a script's whole text on every call, so each function
 // defined costs every call that reaches its definition a closure, and a
 // common path that returns above libHere costs none.
@@ -135,9 +140,15 @@ func withLib(name string) *Script {
 	chunks := strings.Split(lib, "\n\n")
 	var defs []string // the needed functions' chunks, the last first
 	needed := calledIn(src)
-	if strings.Contains(src, "types[") {
-		tail = types + tail
-		maps.Copy(needed, calledIn(types))
+	if strings.Contains(src, "types[") { // types.lua, and the types' tables and the functions it calls
+		types := []string{read("types.lua")}
+		for _, c := range typeChunks {
+			if m := typeFunc.FindStringSubmatch(c); m == nil || needed[m[1]] {
+				types = append(types, c)
+			}
+		}
+		tail = strings.Join(types, "\n") + "\n" + tail
+		maps.Copy(needed, calledIn(tail))
 	}
 	for i := len(chunks) - 1; i >= 0; i-- {
 		m := libFunc.FindStringSubmatch(chunks[i])

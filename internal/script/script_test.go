@@ -212,13 +212,13 @@ func TestEachRedisTypeOwnsItsFunctions(t *testing.T) {
 	if len(typeFiles) == 0 || len(want) == 0 {
 		t.Fatalf("type files %v, functions described in types.lua %v", typeFiles, want)
 	}
-	registered := regexp.MustCompile(`(?m)^  (\w+) = function\(`)
+	registered := regexp.MustCompile(`(?m)^function types\.\w+\.(\w+)\(`)
 	var typs []string
 	for _, file := range typeFiles {
 		typ := strings.TrimSuffix(strings.TrimPrefix(file, "type_"), ".lua")
 		typs = append(typs, typ)
 		text := read(file)
-		if !strings.Contains(text, "\ntypes."+typ+" = {\n") {
+		if !strings.Contains(text, "\ntypes."+typ+" = {}\n") {
 			t.Errorf("%s does not register types.%s", file, typ)
 		}
 		var got []string
@@ -242,8 +242,14 @@ func TestEachRedisTypeOwnsItsFunctions(t *testing.T) {
 			t.Errorf("%s.lua looks a type up above its libHere line, where types is not defined yet", s.Name())
 		}
 		for _, typ := range typs {
-			if got := strings.Contains(s.Source(), "\ntypes."+typ+" = {\n"); got != uses {
+			if got := strings.Contains(s.Source(), "\ntypes."+typ+" = {}\n"); got != uses {
 				t.Errorf("%s: looks a type up %v, has types.%s %v", s.Name(), uses, typ, got)
+			}
+			for _, fn := range want { // (only the functions it calls: each costs every call a closure)
+				calls := uses && strings.Contains(text, "]."+fn+"(")
+				if got := strings.Contains(s.Source(), "\nfunction types."+typ+"."+fn+"("); got != calls {
+					t.Errorf("%s: calls %s %v, has types.%s.%s %v", s.Name(), fn, calls, typ, fn, got)
+				}
 			}
 		}
 	}

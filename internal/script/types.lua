@@ -2,8 +2,10 @@
 -- lock key, by the type's name (TYPE's reply): each type_<name>.lua
 -- registers its type's. The scripts every kind shares look the lock key's
 -- type up here, so that they name no type: a type no kind keeps is nil. A
--- script that names types gets this file and every type file, after the lib
--- functions they call; one that does not gets none (script.go, withLib).
+-- script that names types gets this file and, of every type file, its table
+-- and the functions the script calls, after the lib functions they call; one
+-- that does not gets none (script.go, withLib): each function defined costs
+-- every call a closure.
 -- Each type has, for the lock at key:
 --   inspect(key) returns its holder ('' but for a plain lock) and owners,
 --     as inspect.lua replies them;
