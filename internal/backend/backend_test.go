@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -246,6 +247,49 @@ func TestOnlyReadWriteHoldsLoadTheDowngradeScript(t *testing.T) {
 		}
 		if _, rw := k.(rwHold); (need&down != 0) != rw {
 			t.Errorf("%s: Prepare loads hold_downgrade.lua: %v, want %v", k.what(), need&down != 0, rw)
+		}
+	}
+}
+
+// The scripts every kind shares look the lock key's type up in the Lua
+// types table by the name a kind's shape sends (fence.lua, raise_fence.lua,
+// fence_current.lua): each kind's shape has its type file, so that each
+// answers a free name with 0, never a Lua error, and no type file is of a
+// type no kind keeps (inspect.lua and force_release.lua would read a key
+// of it as a dlock lock).
+func TestSharedScriptsKnowExactlyTheTypesTheKindsKeep(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	k := KeysFor("dlock:", "types")
+	kept := map[string]bool{}
+	for _, kind := range []Kind{PlainLock, FairLock, ReentrantLock, Campaign, Permits(3, 1), Permits(3, 2), Read, Write, Downgrading} {
+		typ := kind.shape().typ
+		kept[typ] = true
+		for _, run := range []struct {
+			s    *script.Script
+			keys []string
+			args []any
+		}{
+			{script.Fence, []string{k.Lock, k.Fence, k.Lock + ":r:t"}, []any{"t", 1000, typ, ""}},
+			{script.RaiseFence, []string{k.Lock, k.Fence, k.Lock + ":r:t"}, []any{5, "t", 1000, typ, ""}},
+			{fenceCurrent, []string{k.Lock, k.Fence}, []any{"t", 5, typ}},
+		} {
+			if got, err := run.s.Run(ctx, rdb, run.keys, run.args...).Int64(); got != 0 || err != nil {
+				t.Errorf("%s, for %s (a %s) at a free name = %d, %v, want 0", run.s.Name(), kind.what(), typ, got, err)
+			}
+		}
+	}
+	registered := regexp.MustCompile(`\ntypes\.(\w+) = {}\n`)
+	for _, s := range []*script.Script{script.Inspect, script.ForceRelease, script.Fence, script.RaiseFence, fenceCurrent} {
+		ms := registered.FindAllStringSubmatch(s.Source(), -1)
+		if len(ms) == 0 {
+			t.Errorf("%s has no type's table", s.Name())
+		}
+		for _, m := range ms {
+			if !kept[m[1]] {
+				t.Errorf("%s has the functions of the type %s, which no kind keeps", s.Name(), m[1])
+			}
 		}
 	}
 }
