@@ -5,9 +5,12 @@ import (
 	"io/fs"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -314,6 +317,58 @@ func TestForceReleaseRefusesAKeyThatIsNoDlockLock(t *testing.T) {
 		}
 		if rdb.Exists(ctx, key).Val() != 1 {
 			t.Errorf("force release of a %s deleted it", key)
+		}
+	}
+}
+
+// The scripts every kind shares read a held lock of each Redis type with
+// the commands its type's functions need, and no more (a reentrant lock's
+// force release reads its owner and fence with one HMGET), counted in the
+// server's command statistics without the EVAL itself.
+func TestSharedScriptsReadEachTypeWithTheCommandsItNeeds(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	deadline := time.Now().Add(time.Minute).UnixMilli()
+	held := map[string]func(){ // the lock "l", held by the lease "tok" (a reentrant one: owner "tok", fence 7)
+		"string": func() { rdb.Set(ctx, "l", "tok", time.Minute) },
+		"hash":   func() { rdb.HSet(ctx, "l", "owner", "tok", "fence", "7", "h:1", deadline) },
+		"zset":   func() { rdb.ZAdd(ctx, "l", redis.Z{Score: float64(deadline), Member: "tok"}) },
+	}
+	holding := map[string]string{"string": "tok", "hash": "tok 7", "zset": "tok"} // (as Inspect reads it)
+	commands := func() (n int) {
+		for _, line := range strings.Split(rdb.Info(ctx, "commandstats").Val(), "\r\n") {
+			name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+			if cmd, _, _ := strings.Cut(name, "|"); ok && name != line && !slices.Contains([]string{"eval", "evalsha", "config", "info"}, cmd) {
+				calls, _, _ := strings.Cut(rest, ",")
+				c, _ := strconv.Atoi(calls)
+				n += c
+			}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		s               *Script
+		keys            []string
+		args            func(typ string) []any
+		str, hash, zset int
+	}{
+		{Inspect, []string{"l", "l:fence", "l:q", "l:w", "l:v"}, func(string) []any { return nil }, 7, 7, 7},
+		{ForceRelease, []string{"l"}, func(typ string) []any { return []any{holding[typ], "l:ch", "PUBLISH"} }, 4, 4, 5},
+		{Fence, []string{"l", "l:fence", "l:r:tok"}, func(typ string) []any { return []any{"tok", 1000, typ, ""} }, 3, 4, 5},
+		{RaiseFence, []string{"l", "l:fence", "l:r:tok"}, func(typ string) []any { return []any{5, "tok", 1000, typ, ""} }, 4, 4, 5},
+		{Named("fence_current"), []string{"l", "l:fence"}, func(typ string) []any { return []any{"tok", 7, typ} }, 3, 3, 4},
+	} {
+		for typ, want := range map[string]int{"string": tc.str, "hash": tc.hash, "zset": tc.zset} {
+			rdb.FlushAll(ctx)
+			held[typ]()
+			rdb.ConfigResetStat(ctx)
+			if err := tc.s.Run(ctx, rdb, tc.keys, tc.args(typ)...).Err(); err != nil {
+				t.Fatalf("%s on a %s: %v", tc.s.Name(), typ, err)
+			}
+			if got := commands(); got != want {
+				t.Errorf("%s on a held %s ran %d commands, want %d", tc.s.Name(), typ, got, want)
+			}
 		}
 	}
 }
