@@ -1410,7 +1410,8 @@ func TestFairLeaseTTLQueueEntryAndFence(t *testing.T) {
 }
 
 // The packed argument: values whose digits end in 1 must not pass for the
-// campaign flag, and a campaign must announce on the lock's channel.
+// release's announce flag, and a campaign must announce on the lock's
+// channel.
 func TestFairScriptsPackedArgument(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
@@ -1419,7 +1420,7 @@ func TestFairScriptsPackedArgument(t *testing.T) {
 		return []string{l, l + ":fence", l + ":q", l + ":qw", l + ":r:" + tok, l + ":w"}
 	}
 	// not a campaign, digits ending in 1
-	v, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t1"), "t1", 1000, "1001 PUBLISH 60001 0", 1).Result()
+	v, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t1"), "t1", 1000, "1001 PUBLISH 60001", 1).Result()
 	if err != nil || v != int64(0) {
 		t.Errorf("plain acquire = %v, %v; want 0", v, err)
 	}
@@ -1432,7 +1433,7 @@ func TestFairScriptsPackedArgument(t *testing.T) {
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t2"), "t2", 4000, "4001 PUBLISH 60001 0", 1).Result(); err != nil {
+	if _, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t2"), "t2", 4000, "4001 PUBLISH 60001", 1).Result(); err != nil {
 		t.Fatal(err)
 	}
 	n, err := script.Named("release_fair").Run(ctx, rdb, []string{"a", "a:fence", "a:q", "a:qw", "a"}, "t1", "PUBLISH 60001 0").Int()
@@ -1460,8 +1461,8 @@ func TestFairScriptsPackedArgument(t *testing.T) {
 	if m, err := sub.ReceiveTimeout(ctx, 200*time.Millisecond); err == nil {
 		t.Errorf("unexpected message %v", m)
 	}
-	// campaign with qttl and fence ending in 1: a fence and an announcement
-	f, err := script.Named("acquire_fair").Run(ctx, rdb, keys("a", "t3"), "t3", 1000, "1001 PUBLISH 60001 1").Int64()
+	// campaign: a fence and an announcement
+	f, err := script.Named("campaign_acquire").Run(ctx, rdb, keys("a", "t3"), "t3", 1000, "1001 PUBLISH 60001").Int64()
 	if err != nil || f <= 1 {
 		t.Errorf("campaign = %v, %v; want a fence", f, err)
 	}

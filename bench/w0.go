@@ -88,7 +88,7 @@ var w0Cases = []w0Case{
 		pair: func(b []byte, n *w0Name, tok string) []byte {
 			rev := n.lock + ":r:" + tok
 			b = appendCmd(b, "EVALSHA", script.Named("acquire_fair").Hash(), "6", n.lock, n.fence, n.queue, n.waiters, rev, n.wake,
-				tok, ttlMS, queueMS+" PUBLISH "+fenceMS+" 0")
+				tok, ttlMS, queueMS+" PUBLISH "+fenceMS)
 			return appendCmd(b, "EVALSHA", script.Named("release_fair").Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
 				tok, "PUBLISH "+fenceMS+" 0")
 		},

@@ -11,14 +11,15 @@ import (
 // Campaign is the kind of a leadership campaign (the root package's
 // Election): a lock whose candidates wait in the fair queue whatever the
 // Client's mode, and whose lease is fenced, and announced, as it takes the
-// lock (acquire_fair.lua with its campaign argument).
+// lock (campaign_acquire.lua, which shares the fair lock's queue through
+// lib.lua).
 var Campaign Kind = campaign{}
 
 type campaign struct{ plainLock } // (its holder and shape are a plain lock's)
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	g, err := n.takeLock(ctx, c, acquireFair, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
-		waiterArg(queue, c.Token, ttl.Milliseconds(), n.fairConf(ttl, true))...)
+	g, err := n.takeLock(ctx, c, campaignAcquire, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
+		waiterArg(queue, c.Token, ttl.Milliseconds(), n.fairConf(ttl))...)
 	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)
 		value, _ := as[string](n.do(ctx, "get", valueKey(&c.Keys))) // (unread: the token's metadata names it)
 		g.Extra = proclaimed(value, g.Holder)
@@ -62,14 +63,15 @@ func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) (an
 }
 
 var (
+	campaignAcquire = loads("campaign_acquire")
 	proclaim        = loads("proclaim")
-	campaignScripts = setOf(acquireFair, releaseFair, extend, script.Fence, proclaim)
+	campaignScripts = setOf(campaignAcquire, releaseFair, extend, script.Fence, proclaim)
 )
 
-func (campaign) scripts() (*script.Script, scriptSet) { return acquireFair, campaignScripts }
+func (campaign) scripts() (*script.Script, scriptSet) { return campaignAcquire, campaignScripts }
 
 // fenceWindow: a term's fence lives as long as its lease, if longer than
-// the Node's fence window, as acquire_fair.lua issues it.
+// the Node's fence window, as campaign_acquire.lua issues it.
 func (campaign) fenceWindow(n Node, ttl time.Duration) any {
 	return max(ttl.Milliseconds(), n.fenceMS.(int64))
 }

@@ -112,10 +112,10 @@ var stringShape = shape{typ: "string", heldAs: "a lock", holds: holding("a lock 
 // release_fair.lua's for a fair lock and for a campaign, which announces.
 type fairArgs struct{ acquire, release, resign any }
 
-// fairConf builds acquire_fair.lua's ARGV[4]: "<qttl> <publish> <fence_ms>
-// <campaign>".
-func (n Node) fairConf(ttl time.Duration, campaign bool) any {
-	return fmt.Sprintf("%d %s %v %d", Window(ttl).Milliseconds(), n.pub, n.fenceMS, flag(campaign))
+// fairConf builds acquire_fair.lua's ARGV[3] (and a campaign's acquire's):
+// "<qttl> <publish> <fence_ms>".
+func (n Node) fairConf(ttl time.Duration) any {
+	return fmt.Sprintf("%d %s %v", Window(ttl).Milliseconds(), n.pub, n.fenceMS)
 }
 
 // releaseConf builds release_fair.lua's ARGV[3]: "<publish> <fence_ms>
@@ -127,7 +127,7 @@ func (n Node) releaseConf(announce bool) any {
 func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	conf := n.fair.acquire
 	if ttl != n.ttl {
-		conf = n.fairConf(ttl, false)
+		conf = n.fairConf(ttl)
 	}
 	return n.takeLock(ctx, c, acquireFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake},
 		waiterArg(queue, &c.Token, n.ms(ttl), conf)...)

@@ -7,7 +7,7 @@ import (
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
-// A campaign (acquire_fair.lua with ARGV[8] = 1) is fenced and announced as
+// A campaign (campaign_acquire.lua) is fenced and announced as
 // it takes the lock, and a re-sent copy of it (go-redis after a lost reply)
 // issues no second fence and no second announcement; its extensions keep
 // the fence counter alive with the lease.
@@ -22,8 +22,8 @@ func TestCampaignFencedOnceWhenResent(t *testing.T) {
 	}
 	keys := []string{"l", "l:fence", "l:q", "l:qw", "l:r:tok-a"}
 	campaign := func(token string, rev string) (any, error) {
-		return Named("acquire_fair").Run(ctx, rdb, []string{"l", "l:fence", "l:q", "l:qw", rev, "l:w"},
-			token, 1000, "1000 PUBLISH 60000 1", 1).Result()
+		return Named("campaign_acquire").Run(ctx, rdb, []string{"l", "l:fence", "l:q", "l:qw", rev, "l:w"},
+			token, 1000, "1000 PUBLISH 60000", 1).Result()
 	}
 	first, err := campaign("tok-a", keys[4])
 	if err != nil {

@@ -5,9 +5,10 @@ package script
 // digests are the scripts' SHA-1 digests, by name (see Script).
 var digests = map[string]string{
 	"acquire":           "685ecf9e1cc45a347f680189c2cbf18bc50056d3",
-	"acquire_fair":      "4d22743b4421ef22f7812e13ff850ef36f616ced",
+	"acquire_fair":      "ac6ef2cf926b4fa154feffb17ad41e54ba673a87",
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
+	"campaign_acquire":  "3b16c7af8066e462c5d5f7945a605fa943ff7fd4",
 	"extend":            "6b08af764f70303e7428e87108f32b86e6881140",
 	"extend_reentrant":  "0eab09b580a341a763bbac1c339ab892872b8934",
 	"fence":             "399d0788f1ec6c373c69e3b9482afbe5762c22fb",

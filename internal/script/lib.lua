@@ -196,6 +196,74 @@ local function numbered(key)
   return m ~= false and string.sub(m, 1, 1) == 'e'
 end
 
+-- take_queued is a fair lock's acquire (acquire_fair.lua: its keys k,
+-- arguments a) past its common path: quiet when neither the lease's
+-- marker nor the queue exists, holder what SET NX GET named if it ran. It
+-- returns the reply when the lock is another's ({pttl, holder}, or an
+-- error); else nil, and 'taken' if the caller took the lock now, 'kept'
+-- if its lease held it already and this request renewed it, nothing for a
+-- late copy (see numbered).
+local function take_queued(k, a, quiet, holder)
+  local token = a[1]
+  if not quiet and revoked(k[5]) then return revoked_reply() end
+  local qttl, pub, fence_ms = string.match(a[3], '^(%d+) (%S+) (%d+)')
+  if holder then
+    -- taken, found by the caller
+  elseif quiet or not redis.call('LINDEX', k[3], 0) then
+    -- Nobody queued (the common case): SET NX GET takes a free lock, or
+    -- names the holder of a taken one, in a single command.
+    holder = redis.call('SET', k[1], token, 'NX', 'PX', a[2], 'GET')
+    if not holder then return nil, 'taken' end
+  else
+    holder = redis.call('GET', k[1])
+  end
+  if holder == token then
+    -- Handed over earlier, or a re-sent request: the caller counts its
+    -- validity from when it sent this one, so the lease must last ttl from
+    -- now; it is never shortened (GT). Not once a numbered extension was
+    -- applied (see extend.lua): this is then a late copy, and the lease may
+    -- have been shortened since.
+    if not quiet and numbered(k[5]) then return nil end
+    if redis.call('PEXPIRE', k[1], a[2], 'GT') == 0 then
+      -- Not lengthened: written all the same (its value and expiry kept),
+      -- so that the WAIT or WAITAOF after this call, which covers only its
+      -- own connection's writes, covers the handover too.
+      redis.call('SET', k[1], token, 'XX', 'KEEPTTL')
+    end
+    return nil, 'kept'
+  end
+  if not holder then
+    -- The first live waiter takes the lock: another than the caller with a
+    -- fence, announced. Waiters that died or gave up without saying so are
+    -- dropped; the clock is read only if someone is queued (we are here
+    -- only then: the queue was not empty above).
+    local head, ttl, life = live_head(k, redis.call('LPOP', k[3]), now_ms())
+    holder = head ~= token and head -- (nil or false: the lock is the caller's)
+    if holder and not fenced(k, holder, ttl, pub, fence_ms) then
+      -- A foreign fence key: the head keeps its place, and a queue the LPOP
+      -- emptied lives as long as the head's entry, as queue_up made it.
+      redis.call('LPUSH', k[3], holder)
+      redis.call('PEXPIRE', k[3], life, 'NX')
+      return fence_type_reply()
+    end
+    if head then
+      redis.call('HDEL', k[4], head)
+    end
+    redis.call('SET', k[1], holder or token, 'PX', holder and ttl or a[2])
+    if not holder then return nil, 'taken' end
+  end
+  local pttl = math.max(redis.call('PTTL', k[1]), -1)
+  if a[4] then
+    local entry = string.format('%d', now_ms() + tonumber(qttl)) .. ':' .. a[2]
+    queue_up(k, token, entry, qttl)
+    local px = pttl < 0 and tonumber(qttl) or math.min(pttl, tonumber(qttl)) -- (0: the lease ends now)
+    if px > 0 and redis.call('PTTL', k[6]) < px then -- (lengthened, never shortened: another waiter's may live longer)
+      redis.call('SET', k[6], '1', 'PX', px)
+    end
+  end
+  return {pttl, holder or ''}
+end
+
 -- superseded tells whether an extension with sequence number seq may be
 -- applied: 0 if it is the newest (seq is then recorded in the marker key,
 -- for ttl_ms: the lease's life), 1 if it was applied already (a re-sent
