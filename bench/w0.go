@@ -90,7 +90,7 @@ var w0Cases = []w0Case{
 			b = appendCmd(b, "EVALSHA", script.Named("acquire_fair").Hash(), "6", n.lock, n.fence, n.queue, n.waiters, rev, n.wake,
 				tok, ttlMS, queueMS+" PUBLISH "+fenceMS)
 			return appendCmd(b, "EVALSHA", script.Named("release_fair").Hash(), "5", n.lock, n.fence, n.queue, n.waiters, rev,
-				tok, "PUBLISH "+fenceMS+" 0")
+				tok, "PUBLISH "+fenceMS)
 		},
 		lockOK: isInt(0), unlockOK: isInt(1)},
 	{id: "c permit", name: "(c) dlock's scripts, a semaphore's permit", scripts: []string{script.Named("hold_acquire").Source(), script.Named("hold_release").Source()},

@@ -341,7 +341,7 @@ func newNode(c Config, uc redis.UniversalClient, conn driver.Conn) Node {
 // fair scripts' arguments that carry it.
 func (n *Node) setFenceWindow(d time.Duration) {
 	n.fenceMS = d.Milliseconds()
-	n.fair = &fairArgs{n.fairConf(n.ttl), n.releaseConf(false), n.releaseConf(true)}
+	n.fair = &fairArgs{n.fairConf(n.ttl), fmt.Sprintf("%s %v", n.pub, n.fenceMS)}
 }
 
 // Batches reports the batcher's counts (see Backend).

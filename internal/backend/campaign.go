@@ -11,8 +11,8 @@ import (
 // Campaign is the kind of a leadership campaign (the root package's
 // Election): a lock whose candidates wait in the fair queue whatever the
 // Client's mode, and whose lease is fenced, and announced, as it takes the
-// lock (campaign_acquire.lua, which shares the fair lock's queue through
-// lib.lua).
+// lock: its own acquire and release scripts (campaign_*.lua) share the
+// fair lock's queue through lib.lua.
 var Campaign Kind = campaign{}
 
 type campaign struct{ plainLock } // (its holder and shape are a plain lock's)
@@ -58,14 +58,15 @@ func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration,
 }
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
-	return n.run(ctx, releaseFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, valueKey(&c.Keys)},
-		c.markedArgs(window, &c.Token, n.fair.resign)...)
+	return n.run(ctx, campaignRelease, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, valueKey(&c.Keys)},
+		c.markedArgs(window, &c.Token, n.fair.release)...)
 }
 
 var (
 	campaignAcquire = loads("campaign_acquire")
+	campaignRelease = loads("campaign_release")
 	proclaim        = loads("proclaim")
-	campaignScripts = setOf(campaignAcquire, releaseFair, extend, script.Fence, proclaim)
+	campaignScripts = setOf(campaignAcquire, campaignRelease, extend, script.Fence, proclaim)
 )
 
 func (campaign) scripts() (*script.Script, scriptSet) { return campaignAcquire, campaignScripts }

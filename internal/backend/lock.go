@@ -109,19 +109,13 @@ var stringShape = shape{typ: "string", heldAs: "a lock", holds: holding("a lock 
 // fairArgs are the fair scripts' last argument, what only a contended call
 // reads, packed in one string and built once per Node (see
 // setFenceWindow): acquire_fair.lua's for a fair lock of the Client's TTL,
-// release_fair.lua's for a fair lock and for a campaign, which announces.
-type fairArgs struct{ acquire, release, resign any }
+// release_fair.lua's (and a campaign's release's).
+type fairArgs struct{ acquire, release any }
 
 // fairConf builds acquire_fair.lua's ARGV[3] (and a campaign's acquire's):
 // "<qttl> <publish> <fence_ms>".
 func (n Node) fairConf(ttl time.Duration) any {
 	return fmt.Sprintf("%d %s %v", Window(ttl).Milliseconds(), n.pub, n.fenceMS)
-}
-
-// releaseConf builds release_fair.lua's ARGV[3]: "<publish> <fence_ms>
-// <announce>".
-func (n Node) releaseConf(announce bool) any {
-	return fmt.Sprintf("%s %v %d", n.pub, n.fenceMS, flag(announce))
 }
 
 func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {

@@ -63,21 +63,20 @@ func TestNodeTakesRetriesAndPublishFromItsClient(t *testing.T) {
 }
 
 // The fair scripts' packed arguments, built once, carry the fence window
-// set last (a quorum node's is a day) and the Client's TTL; only a
-// campaign's release announces.
+// set last (a quorum node's is a day) and the Client's TTL.
 func TestFairArgumentsCarryTheFenceWindowSetLast(t *testing.T) {
 	t.Parallel()
 	n := NewNode(redis.NewClient(&redis.Options{}), Config{TTL: 2 * time.Second, Sharded: true})
 	for _, c := range []struct {
-		window           time.Duration
-		acq, rel, resign string
+		window   time.Duration
+		acq, rel string
 	}{
-		{fenceWindow, "2000 SPUBLISH 60000", "SPUBLISH 60000 0", "SPUBLISH 60000 1"},
-		{quorumFenceWindow, "2000 SPUBLISH 86400000", "SPUBLISH 86400000 0", "SPUBLISH 86400000 1"},
+		{fenceWindow, "2000 SPUBLISH 60000", "SPUBLISH 60000"},
+		{quorumFenceWindow, "2000 SPUBLISH 86400000", "SPUBLISH 86400000"},
 	} {
 		n.setFenceWindow(c.window)
-		if n.fair.acquire != c.acq || n.fair.release != c.rel || n.fair.resign != c.resign || n.fenceMS != c.window.Milliseconds() {
-			t.Errorf("window %v: %q, %q, %q, fence %v; want %q, %q, %q", c.window, n.fair.acquire, n.fair.release, n.fair.resign, n.fenceMS, c.acq, c.rel, c.resign)
+		if n.fair.acquire != c.acq || n.fair.release != c.rel || n.fenceMS != c.window.Milliseconds() {
+			t.Errorf("window %v: %q, %q, fence %v; want %q, %q", c.window, n.fair.acquire, n.fair.release, n.fenceMS, c.acq, c.rel)
 		}
 	}
 	if got, want := n.fairConf(time.Hour), "60000 SPUBLISH 86400000"; got != want {
@@ -92,12 +91,12 @@ func TestAQuorumsFenceWindowLeavesItsGivenNodesOwn(t *testing.T) {
 	t.Parallel()
 	n := NewNode(redis.NewClient(&redis.Options{}), Config{TTL: 2 * time.Second})
 	q := NewQuorum([]Node{n, n}, time.Second, new(Tracker))
-	if n.fenceMS != fenceWindow.Milliseconds() || n.fair.acquire != "2000 PUBLISH 60000" || n.fair.release != "PUBLISH 60000 0" || n.fair.resign != "PUBLISH 60000 1" {
-		t.Errorf("the given Node after NewQuorum: fence %v, %q, %q, %q; want its own window's", n.fenceMS, n.fair.acquire, n.fair.release, n.fair.resign)
+	if n.fenceMS != fenceWindow.Milliseconds() || n.fair.acquire != "2000 PUBLISH 60000" || n.fair.release != "PUBLISH 60000" {
+		t.Errorf("the given Node after NewQuorum: fence %v, %q, %q; want its own window's", n.fenceMS, n.fair.acquire, n.fair.release)
 	}
 	for i, qn := range q.nodes {
-		if qn.fenceMS != quorumFenceWindow.Milliseconds() || qn.fair.acquire != "2000 PUBLISH 86400000" || qn.fair.release != "PUBLISH 86400000 0" || qn.fair.resign != "PUBLISH 86400000 1" {
-			t.Errorf("quorum node %d: fence %v, %q, %q, %q; want the quorum's window", i, qn.fenceMS, qn.fair.acquire, qn.fair.release, qn.fair.resign)
+		if qn.fenceMS != quorumFenceWindow.Milliseconds() || qn.fair.acquire != "2000 PUBLISH 86400000" || qn.fair.release != "PUBLISH 86400000" {
+			t.Errorf("quorum node %d: fence %v, %q, %q; want the quorum's window", i, qn.fenceMS, qn.fair.acquire, qn.fair.release)
 		}
 	}
 }

@@ -9,6 +9,7 @@ var digests = map[string]string{
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
 	"campaign_acquire":  "3b16c7af8066e462c5d5f7945a605fa943ff7fd4",
+	"campaign_release":  "4cc695638842f07dfd070b1fe63978020374667b",
 	"extend":            "6b08af764f70303e7428e87108f32b86e6881140",
 	"extend_reentrant":  "0eab09b580a341a763bbac1c339ab892872b8934",
 	"fence":             "399d0788f1ec6c373c69e3b9482afbe5762c22fb",
@@ -24,7 +25,7 @@ var digests = map[string]string{
 	"proclaim":          "847170429fd64566af12310afc47b3b3ae115eeb",
 	"raise_fence":       "a9766858f74c284581b80d1c53636e26e7b0009b",
 	"release":           "1ffae76aadfc6b3186db5677709b6023b5cc1081",
-	"release_fair":      "86926ce11f96ce1e74e3bb3a1a87e475b170b2d5",
+	"release_fair":      "d5b0eb29eb0a409830774ff58db856e6ec4acf69",
 	"release_reentrant": "298ac7d4661574b3cd86cd98ed9a72d25ef661e0",
 	"uptime":            "8a321873751bc207e23d0b74f04705c35aee0a44",
 }

@@ -109,6 +109,27 @@ local function live_head(k, head, now)
   end
 end
 
+-- hand_over gives the fair lock k[1], whose holder released it, to the
+-- first live waiter of its queue, head (taken out already) first, with a
+-- fence (see fenced; a[2] is "<publish> <fence_ms>"); those whose entry
+-- lapsed are dropped. With nobody live, or a foreign fence key, the lock
+-- is freed rather than handed over unfenced, and the release announced as
+-- "*". It returns 1, the release's reply.
+local function hand_over(k, a, head)
+  local pub, fence_ms = string.match(a[2], '^(%S+) (%d+)')
+  local live, ttl = live_head(k, head, head and now_ms()) -- (the clock is read only if someone queued)
+  if live then
+    redis.call('HDEL', k[4], live)
+  end
+  if live and fenced(k, live, ttl, pub, fence_ms) then
+    redis.call('SET', k[1], live, 'PX', ttl)
+    return 1
+  end
+  redis.call('DEL', k[1])
+  redis.call(pub, k[1] .. ':ch', '*') -- someone queued, or the release of a campaign: those who left, or watch, may listen
+  return 1
+end
+
 local function revoked_reply()
   return redis.error_reply('REVOKED dlock: this lease was already ended')
 end
@@ -180,6 +201,21 @@ local function revoke(key, held, window_ms)
   if window_ms ~= '0' then
     redis.call('SET', key, held, 'PX', window_ms)
   end
+end
+
+-- leave_queue is a fair release (release_fair.lua, campaign_release.lua:
+-- keys k, arguments a) by a lease that does not hold the lock, whose
+-- marker reads m: its queue entry, if any, is removed, and a marked lease
+-- is marked ended. It returns the release's reply: 1 if a first copy of
+-- the request released the lock, else 0.
+local function leave_queue(k, a, m)
+  if redis.call('HDEL', k[4], a[1]) == 1 then
+    redis.call('LREM', k[3], 1, a[1])
+  end
+  if not a[3] then return 0 end
+  if m == '1' then return 1 end
+  redis.call('SET', k[5], '0', 'PX', a[3]) -- ended, not holding the lock (see revoke)
+  return 0
 end
 
 -- revoked reports whether the lease (or hold) of the marker key was ended.
