@@ -11,8 +11,8 @@ import (
 // Campaign is the kind of a leadership campaign (the root package's
 // Election): a lock whose candidates wait in the fair queue whatever the
 // Client's mode, and whose lease is fenced, and announced, as it takes the
-// lock: its own acquire and release scripts (campaign_*.lua) share the
-// fair lock's queue through lib.lua.
+// lock: its own scripts (campaign_*.lua) share the fair lock's queue
+// through lib.lua.
 var Campaign Kind = campaign{}
 
 type campaign struct{ plainLock } // (its holder and shape are a plain lock's)
@@ -54,7 +54,7 @@ func proclaimed(key, holder string) Extra {
 func (campaign) what() string { return "a leader's lease" }
 
 func (campaign) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
-	return n.extendLease(ctx, c, ttl, seq, c.Lock, c.Rev, c.Fence, valueKey(&c.Keys))
+	return n.extendLease(ctx, campaignExtend, c, ttl, seq, c.Lock, c.Rev, c.Fence, valueKey(&c.Keys))
 }
 
 func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
@@ -64,9 +64,10 @@ func (campaign) release(ctx context.Context, n Node, c *Claim, window int64) (an
 
 var (
 	campaignAcquire = loads("campaign_acquire")
+	campaignExtend  = loads("campaign_extend")
 	campaignRelease = loads("campaign_release")
 	proclaim        = loads("proclaim")
-	campaignScripts = setOf(campaignAcquire, campaignRelease, extend, script.Fence, proclaim)
+	campaignScripts = setOf(campaignAcquire, campaignRelease, campaignExtend, script.Fence, proclaim)
 )
 
 func (campaign) scripts() (*script.Script, scriptSet) { return campaignAcquire, campaignScripts }

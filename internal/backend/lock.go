@@ -66,16 +66,17 @@ func (n Node) takeLock(ctx context.Context, c *Claim, s *script.Script, keys []a
 }
 
 func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
-	return n.extendLease(ctx, c, ttl, seq, c.Lock, c.Rev)
+	return n.extendLease(ctx, extend, c, ttl, seq, c.Lock, c.Rev)
 }
 
-// extendLease runs extend.lua on keys for the lease c; with the clock on,
-// its last argument asks for the server's time in the reply (see clock.go).
-func (n Node) extendLease(ctx context.Context, c *Claim, ttl time.Duration, seq int64, keys ...any) (any, int64, error) {
+// extendLease runs s, extend.lua or campaign_extend.lua, on keys for the
+// lease c; with the clock on, its last argument asks for the server's time
+// in the reply (see clock.go).
+func (n Node) extendLease(ctx context.Context, s *script.Script, c *Claim, ttl time.Duration, seq int64, keys ...any) (any, int64, error) {
 	if n.clock.on() {
-		return n.acked(ctx, extend, nil, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
+		return n.acked(ctx, s, nil, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
 	}
-	return n.acked(ctx, extend, nil, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq))
+	return n.acked(ctx, s, nil, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq))
 }
 
 func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -52,10 +54,61 @@ func TestCampaignFencedOnceWhenResent(t *testing.T) {
 		t.Errorf("campaign while tok-a leads = %v, want {pttl, tok-a}", other)
 	}
 	rdb.PExpire(ctx, "l:fence", 100*time.Millisecond)
-	if n, err := Named("extend").Run(ctx, rdb, []string{"l", "l:r:tok-a", "l:fence", "l:v"}, "tok-a", 5000, 1).Int(); err != nil || n != 1 {
+	if n, err := Named("campaign_extend").Run(ctx, rdb, []string{"l", "l:r:tok-a", "l:fence", "l:v"}, "tok-a", 5000, 1).Int(); err != nil || n != 1 {
 		t.Fatalf("extend of the campaign's lease = %d, %v", n, err)
 	}
 	if d := rdb.PTTL(ctx, "l:fence").Val(); d < 4*time.Second {
 		t.Errorf("fence counter lives %v after the leader's extension to 5s, want the lease's life", d)
+	}
+}
+
+// A leader's value key (proclaim.lua) follows its lease: a numbered
+// extension sets its expiry with the lease's, also shorter, a re-sent copy
+// of it (already applied) leaves it alone, and the release deletes it and
+// announces "*" with nobody queued, for those who watch the leadership.
+func TestCampaignValueKeyFollowsTheLease(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	keys := []string{"l", "l:fence", "l:q", "l:qw", "l:r:tok", "l:w"}
+	if _, err := Named("campaign_acquire").Run(ctx, rdb, keys, "tok", 10000, "10000 PUBLISH 60000").Int64(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Set(ctx, "l:v", "tok{1} v", 10*time.Second)
+	extend := func(ttl int) int {
+		n, err := Named("campaign_extend").Run(ctx, rdb, []string{"l", "l:r:tok", "l:fence", "l:v"}, "tok", ttl, 1).Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := extend(5000); n != 1 {
+		t.Fatalf("numbered extension to 5s = %d, want 1", n)
+	}
+	if d := rdb.PTTL(ctx, "l:v").Val(); d > 5*time.Second || d < 4*time.Second {
+		t.Errorf("value key lives %v after the extension to 5s, want the lease's 5s", d)
+	}
+	rdb.PExpire(ctx, "l:v", 3*time.Second)
+	if n := extend(5000); n != 1 {
+		t.Fatalf("re-sent extension = %d, want 1", n)
+	}
+	if d := rdb.PTTL(ctx, "l:v").Val(); d > 3*time.Second {
+		t.Errorf("value key lives %v after a re-sent copy of the extension, want it left at 3s", d)
+	}
+	ps := rdb.Subscribe(ctx, "l:ch")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Named("campaign_release").Run(ctx, rdb, []string{"l", "l:fence", "l:q", "l:qw", "l:r:tok", "l:v"}, "tok", "PUBLISH 60000").Int(); err != nil || n != 1 {
+		t.Fatalf("release = %d, %v; want 1", n, err)
+	}
+	if n := rdb.Exists(ctx, "l", "l:v").Val(); n != 0 {
+		t.Errorf("%d of the lock and value keys left after the release", n)
+	}
+	if m, err := ps.ReceiveTimeout(ctx, 2*time.Second); err != nil {
+		t.Errorf("release not announced: %v", err)
+	} else if msg, ok := m.(*redis.Message); !ok || msg.Payload != "*" {
+		t.Errorf("release announced %v, want *", m)
 	}
 }

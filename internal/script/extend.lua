@@ -1,9 +1,5 @@
 -- extend.lua: push out the expiry of a lock we still own to ttl from now.
 -- KEYS[1] lock key   KEYS[2] the lease's own key (see lib.lua)
--- KEYS[3] (a leadership campaign's lease only) the fence counter, which
---         then lives at least as long as the lease: it names the leader's term
--- KEYS[4] (a campaign's only, given with KEYS[3]) the leader's value key
---         (proclaim.lua), which lives as long as the lease too
 -- ARGV[1] owner token   ARGV[2] ttl in ms
 -- ARGV[3] 0 for an extension that never shortens the lease (PEXPIRE GT:
 --         copies applied in any order leave the latest deadline), else the
@@ -18,30 +14,7 @@
 -- earlier copy), 0 if the key is missing or owned by someone else, 2 if the
 -- lease is ours but a newer extension was applied (see superseded in
 -- lib.lua): this request changed nothing.
-local r = 0 -- the reply
-if ARGV[3] == '0' then
-  local v = redis.call('MGET', KEYS[1], KEYS[2])
-  if v[1] == ARGV[1] and v[2] and string.byte(v[2]) == 101 then -- "e<n>": a numbered extension was applied
-    r = 2
-  elseif v[1] == ARGV[1] then
-    r = 1
-    redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
-    if KEYS[3] then
-      redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
-      redis.call('PEXPIRE', KEYS[4], ARGV[2], 'GT')
-    end
-  end
-elseif redis.call('GET', KEYS[1]) == ARGV[1] then
-  r = superseded(KEYS[2], ARGV[3], ARGV[2])
-  if r == 0 then
-    r = 1
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    if KEYS[3] then
-      redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
-      redis.call('PEXPIRE', KEYS[4], ARGV[2]) -- the value ends with the lease, also one this shortens
-    end
-  end
-end
+local r = extend_lease(KEYS, ARGV)
 if ARGV[4] ~= '1' then
   return r
 end

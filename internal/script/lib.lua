@@ -320,6 +320,25 @@ local function superseded(key, seq, ttl_ms)
   return 0
 end
 
+-- extend_lease is extend.lua's extension (its keys k, arguments a) of the
+-- lease whose token a[1] holds the lock k[1]: it returns the reply, and
+-- true if it set the lock's expiry now (not for a late or re-sent copy).
+local function extend_lease(k, a)
+  if a[3] == '0' then
+    local v = redis.call('MGET', k[1], k[2])
+    if v[1] ~= a[1] then return 0 end
+    if v[2] and string.byte(v[2]) == 101 then return 2 end -- "e<n>": a numbered extension was applied
+    redis.call('PEXPIRE', k[1], a[2], 'GT')
+    return 1, true
+  elseif redis.call('GET', k[1]) ~= a[1] then
+    return 0
+  end
+  local r = superseded(k[2], a[3], a[2])
+  if r ~= 0 then return r end
+  redis.call('PEXPIRE', k[1], a[2])
+  return 1, true
+end
+
 -- extension(key, seq, ttl_ms) tells whether an extension whose marker
 -- key is key may be applied: 0 if so, else the reply that it changed
 -- nothing. seq is its sequence number (see superseded), or '0' for one
