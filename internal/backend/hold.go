@@ -27,7 +27,7 @@ func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, s
 	return n.acked(ctx, holdExtend, nil, []any{c.Lock, c.Rev}, withPermits(h.w, c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
 }
 
-func (hold) shape() *shape { return &zsetShape }
+func (hold) shape() *shape { return zsetShape }
 
 // holdKeys returns the keys of a hold's acquisition and release, more
 // last (a semaphore's size kept in Redis).
@@ -88,7 +88,7 @@ var (
 
 // zsetShape is the key of a semaphore's permits or of a read-write lock's
 // holds (whose members are "r:<token>" or "w:<token>": see rwmutex.go).
-var zsetShape = shape{typ: "zset", heldAs: "a semaphore or a read-write lock",
+var zsetShape = shaped(shape{typ: "zset", heldAs: "a semaphore or a read-write lock",
 	holds: func(ctx context.Context, n Node, key string) (string, bool) {
 		first, err := as[[]any](n.do(ctx, "zrange", key, 0, 0))
 		if err != nil {
@@ -109,7 +109,7 @@ var zsetShape = shape{typ: "zset", heldAs: "a semaphore or a read-write lock",
 	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
 		return p.ZRangeWithScores(ctx, key, 0, -1)
 	},
-}
+})
 
 // permitsOf reads a semaphore's live permits from a flat ZRANGE … WITHSCORES
 // reply: tokens and deadlines (ms on the server's clock, now), a hold of w

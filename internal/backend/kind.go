@@ -77,17 +77,19 @@ type shape struct {
 	fetch func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder
 }
 
-// shapes are the Redis types the kinds keep.
-var shapes = []*shape{&stringShape, &hashShape, &zsetShape}
+// shapes are the Redis types the kinds keep, by name: each registers
+// itself where its kinds are declared (shaped).
+var shapes = map[string]*shape{}
+
+// shaped registers s as the shape of its type, and returns it.
+func shaped(s shape) *shape { shapes[s.typ] = &s; return &s }
 
 // shapeOf returns the shape whose type is typ; for a type no kind keeps
 // ("none" included), one that holds another program's value, and reads
 // and fetches nothing.
 func shapeOf(typ string) *shape {
-	for _, s := range shapes {
-		if s.typ == typ {
-			return s
-		}
+	if s := shapes[typ]; s != nil {
+		return s
 	}
 	return &shape{typ: typ, heldAs: "a " + typ, holds: holding("a " + typ + ", another program's value"), read: func(*State, any, int64, string) {}}
 }

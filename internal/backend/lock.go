@@ -91,12 +91,12 @@ func (plainLock) scripts() (*script.Script, scriptSet) { return acquire, plainSc
 
 func (plainLock) what() string { return "a plain lock" }
 
-func (plainLock) shape() *shape { return &stringShape }
+func (plainLock) shape() *shape { return stringShape }
 
 // stringShape is the lock key of a plain, fair or campaign lease: the
 // holder's token (inspect.lua's holder, which stateOf reads), whose lease
 // is the key's TTL.
-var stringShape = shape{typ: "string", heldAs: "a lock", holds: holding("a lock (a string), or another program's value"),
+var stringShape = shaped(shape{typ: "string", heldAs: "a lock", holds: holding("a lock (a string), or another program's value"),
 	read: func(st *State, _ any, _ int64, extra string) {
 		if st.Token != "" { // (an empty string is another program's: no lease)
 			st.Leases, st.Extra = []Hold{{Token: st.Token, Left: st.TTL}}, proclaimed(extra, st.Token)
@@ -105,7 +105,7 @@ var stringShape = shape{typ: "string", heldAs: "a lock", holds: holding("a lock 
 	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
 		return p.Do(ctx, "GET", key)
 	},
-}
+})
 
 // fairArgs are the fair scripts' last argument, what only a contended call
 // reads, packed in one string and built once per Node (see

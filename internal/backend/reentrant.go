@@ -67,7 +67,7 @@ func (reentrantLock) holder(c *Claim) string { return c.Holder }
 
 func (reentrantLock) what() string { return "a reentrant lock" }
 
-func (reentrantLock) shape() *shape { return &hashShape }
+func (reentrantLock) shape() *shape { return hashShape }
 
 // Owner is the owner of a reentrant lock, "<client>/<owner>": the Extra of
 // its State (whose Leases are its live holds), and of a refusal.
@@ -77,7 +77,7 @@ type Owner string
 func (o Owner) Holder(meta string) (string, string) { return string(o), meta }
 
 // hashShape is a reentrant lock's key: its owner and the owner's holds.
-var hashShape = shape{typ: "hash", heldAs: "a reentrant lock", holds: holding("a reentrant lock (a hash), or another program's value"),
+var hashShape = shaped(shape{typ: "hash", heldAs: "a reentrant lock", holds: holding("a reentrant lock (a hash), or another program's value"),
 	// read reads the hash (see acquire_reentrant.lua) from a flat HGETALL
 	// reply: its owner and the owner's live holds (their deadlines are on
 	// the server's clock, now), and the holding that force_release.lua
@@ -110,4 +110,4 @@ var hashShape = shape{typ: "hash", heldAs: "a reentrant lock", holds: holding("a
 	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
 		return p.HGetAll(ctx, key)
 	},
-}
+})
