@@ -641,10 +641,10 @@ func TestWrongTypeKey(t *testing.T) {
 		t.Errorf("TryAcquire on a hash key = %q, want it to say %q", err, want)
 	}
 	for _, fair := range []bool{false, true} {
-		rdb.RPush(ctx, "dlock:{listed}", "x")
-		_, err := newClient(t, rdb, waiting(fair)).TryAcquire(ctx, "listed")
-		if want := `the key holds a list, another program's value, not a plain lock`; !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), want) {
-			t.Errorf("fair=%v: TryAcquire on a list key = %v, want ErrWrongType saying %q", fair, err, want)
+		rdb.SAdd(ctx, "dlock:{set}", "x")
+		_, err := newClient(t, rdb, waiting(fair)).TryAcquire(ctx, "set")
+		if want := `the key holds a set, another program's value, not a plain lock`; !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), want) {
+			t.Errorf("fair=%v: TryAcquire on a set key = %v, want ErrWrongType saying %q", fair, err, want)
 		}
 	}
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)

@@ -830,8 +830,8 @@ func TestNoScriptsAcquireOfAnotherKindNamesWhatTheKeyHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Release(ctx)
-	rdb.RPush(ctx, "dlock:{nsk-list}", "x")
-	for name, want := range map[string]string{"nsk-sem": "a semaphore", "nsk-list": "a list"} {
+	rdb.SAdd(ctx, "dlock:{nsk-set}", "x")
+	for name, want := range map[string]string{"nsk-sem": "a semaphore", "nsk-set": "a set"} {
 		_, err := c.TryAcquire(ctx, name)
 		if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), "holds "+want) {
 			t.Errorf("script-free TryAcquire of %s = %v, want ErrWrongType naming %s", name, err, want)

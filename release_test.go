@@ -182,9 +182,9 @@ func TestForceReleaseRefusesForeignKey(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	rdb.RPush(ctx, "dlock:{list}", "someone's data")
+	rdb.SAdd(ctx, "dlock:{set}", "someone's data")
 	rdb.HSet(ctx, "dlock:{hash}", "field", "value")
-	for _, name := range []string{"list", "hash"} {
+	for _, name := range []string{"set", "hash"} {
 		if _, err := newClient(t, rdb).ForceRelease(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
 			t.Errorf("ForceRelease(%s) = %v, want ErrWrongType", name, err)
 		}

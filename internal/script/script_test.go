@@ -289,7 +289,7 @@ func TestWakeKeyNotSetForALeaseEndingNow(t *testing.T) {
 
 // A force release deletes a reentrant lock whose holding it names (its
 // owner and fence), and leaves a key that is no dlock lock (another
-// program's list, a hash without an owner) with a WRONGTYPE error that
+// program's set, a hash without an owner) with a WRONGTYPE error that
 // names the key's type.
 func TestForceReleaseRefusesAKeyThatIsNoDlockLock(t *testing.T) {
 	t.Parallel()
@@ -308,9 +308,9 @@ func TestForceReleaseRefusesAKeyThatIsNoDlockLock(t *testing.T) {
 	if n, err := force("reentrant", "o 7"); n != 0 || err != nil {
 		t.Errorf("force release of a free key = %d, %v; want 0", n, err)
 	}
-	rdb.RPush(ctx, "list", "x")
+	rdb.SAdd(ctx, "set", "x")
 	rdb.HSet(ctx, "hash", "field", "x")
-	for _, key := range []string{"list", "hash"} { // (each key named by its type)
+	for _, key := range []string{"set", "hash"} { // (each key named by its type)
 		_, err := force(key, "x")
 		if want := "WRONGTYPE dlock: the lock key holds a " + key + " that is not a dlock lock"; err == nil || err.Error() != want {
 			t.Errorf("force release of a %s = %v, want %q", key, err, want)
