@@ -377,7 +377,7 @@ func TestResumeQuorumAndScriptFree(t *testing.T) {
 // lock's call) is taken over as a plain Lock, although docs/resume.md says
 // "A token of another kind's hold is refused with ErrNotHeld". The plain
 // Lock's extensions then no longer keep the term's fence counter and value
-// key alive (extend.lua gets no KEYS[3]/KEYS[4] for a plain lock), so the
+// key alive (a plain Lock extends with extend.lua, not campaign_extend.lua), so the
 // election's term is silently broken.
 func TestResumeLeadershipAsPlainLockRefused(t *testing.T) {
 	t.Parallel()

@@ -23,7 +23,7 @@ var digests = map[string]string{
 	"hold_release":      "d47ccdf3d6a61333e1fea3aa9737d145138320e5",
 	"inspect":           "e135426fa7c3b486b0270d863cbbe03ee9f858b3",
 	"permits":           "a54c5301b0427b004cf25f12102c1b05423afaad",
-	"proclaim":          "847170429fd64566af12310afc47b3b3ae115eeb",
+	"proclaim":          "52ac0367511d78808db6ec870d418a8382ae525d",
 	"raise_fence":       "a9766858f74c284581b80d1c53636e26e7b0009b",
 	"release":           "1ffae76aadfc6b3186db5677709b6023b5cc1081",
 	"release_fair":      "d5b0eb29eb0a409830774ff58db856e6ec4acf69",

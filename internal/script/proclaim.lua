@@ -9,8 +9,8 @@
 --         Lock "<n>.<resumer id>"; each Proclaim of a Lock numbers above
 --         its earlier ones
 -- The value key holds "<token>{<seq>} <value>" (a token has no space nor
--- brace), and
--- lives as long as the lease (extend.lua lengthens it with the lease): a
+-- brace), and lives as long as the lease (campaign_extend.lua lengthens
+-- it with the lease): a
 -- reader takes the value only while the token is the lock's (it reads
 -- "<token> <value>" too). A Proclaim that finds a higher number of its own
 -- Lock stored is a late copy and changes nothing; a value of another Lock
