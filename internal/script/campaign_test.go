@@ -1,6 +1,7 @@
 package script
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -110,5 +111,70 @@ func TestCampaignValueKeyFollowsTheLease(t *testing.T) {
 		t.Errorf("release not announced: %v", err)
 	} else if msg, ok := m.(*redis.Message); !ok || msg.Payload != "*" {
 		t.Errorf("release announced %v, want *", m)
+	}
+}
+
+// The scripts of a lease that no longer leads leave the leader's term
+// alone: the old leader's extension (its watchdog, late) and a waiting
+// candidate's release (it gives up) change neither the leader's value key
+// nor the fence counter, which name the current term, and announce nothing;
+// the candidate leaves the queue and its lease is marked ended.
+func TestCampaignCallsOfAnotherLeaseLeaveTheTermAlone(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	acquire := func(token string) any {
+		v, err := Named("campaign_acquire").Run(ctx, rdb, []string{"l", "l:fence", "l:q", "l:qw", "l:r:" + token, "l:w"},
+			token, 10000, "10000 PUBLISH 60000", 1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	acquire("lead")
+	acquire("cand") // queued
+	rdb.Set(ctx, "l:v", "lead{1} v", 10*time.Second)
+	fence, _ := rdb.Get(ctx, "l:fence").Result()
+	ps := rdb.Subscribe(ctx, "l:ch")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	term := func(after string) {
+		t.Helper()
+		if v, _ := rdb.Get(ctx, "l:v").Result(); v != "lead{1} v" {
+			t.Errorf("after %s the value key holds %q, want the leader's", after, v)
+		}
+		if d := rdb.PTTL(ctx, "l:v").Val(); d < 9*time.Second {
+			t.Errorf("after %s the value key lives %v, want the leader's 10s", after, d)
+		}
+		if f, _ := rdb.Get(ctx, "l:fence").Result(); f != fence {
+			t.Errorf("after %s the fence counter is %q, want %q", after, f, fence)
+		}
+		if d := rdb.PTTL(ctx, "l:fence").Val(); d < 59*time.Second {
+			t.Errorf("after %s the fence counter lives %v, want the 60s it was given", after, d)
+		}
+		if h, _ := rdb.Get(ctx, "l").Result(); h != "lead" {
+			t.Errorf("after %s the lock key holds %q, want the leader's token", after, h)
+		}
+	}
+	for _, seq := range []any{0, 7} {
+		if n, err := Named("campaign_extend").Run(ctx, rdb, []string{"l", "l:r:old", "l:fence", "l:v"}, "old", 1000, seq).Int(); err != nil || n != 0 {
+			t.Errorf("extension (seq %v) of a lease that does not lead = %d, %v; want 0", seq, n, err)
+		}
+		term(fmt.Sprintf("an extension (seq %v) of a lease that does not lead", seq))
+	}
+	if n, err := Named("campaign_release").Run(ctx, rdb, []string{"l", "l:fence", "l:q", "l:qw", "l:r:cand", "l:v"}, "cand", "PUBLISH 60000", 5000).Int(); err != nil || n != 0 {
+		t.Errorf("release by a waiting candidate = %d, %v; want 0", n, err)
+	}
+	term("a waiting candidate's release")
+	if q := rdb.LRange(ctx, "l:q", 0, -1).Val(); len(q) != 0 || rdb.HExists(ctx, "l:qw", "cand").Val() {
+		t.Errorf("after its release the candidate is still queued: %q", q)
+	}
+	if m := rdb.Get(ctx, "l:r:cand").Val(); m != "0" {
+		t.Errorf("the candidate's marker after its release = %q, want 0 (ended, not holding)", m)
+	}
+	if m, err := ps.ReceiveTimeout(ctx, 200*time.Millisecond); err == nil {
+		t.Errorf("announced %v, want nothing: the term did not change", m)
 	}
 }
