@@ -5,10 +5,10 @@ package script
 // digests are the scripts' SHA-1 digests, by name (see Script).
 var digests = map[string]string{
 	"acquire":           "685ecf9e1cc45a347f680189c2cbf18bc50056d3",
-	"acquire_fair":      "ac6ef2cf926b4fa154feffb17ad41e54ba673a87",
+	"acquire_fair":      "49364fae0363b0e7f5c707a33d71d83b277e77cd",
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
-	"campaign_acquire":  "3b16c7af8066e462c5d5f7945a605fa943ff7fd4",
+	"campaign_acquire":  "e0b140da280f3cbbcc2b0ca36c1593d8ae9f65e3",
 	"campaign_extend":   "e0135daf21d18900b1de5ec15285b778c2578557",
 	"campaign_release":  "4cc695638842f07dfd070b1fe63978020374667b",
 	"extend":            "68f0ef03e0e8c10ee3680fd497e25cc2469b729d",

@@ -240,20 +240,16 @@ end
 -- if its lease held it already and this request renewed it, nothing for a
 -- late copy (see numbered).
 local function take_queued(k, a, quiet, holder)
-  local token = a[1]
   if not quiet and revoked(k[5]) then return revoked_reply() end
   local qttl, pub, fence_ms = string.match(a[3], '^(%d+) (%S+) (%d+)')
-  if holder then
-    -- taken, found by the caller
-  elseif quiet or not redis.call('LINDEX', k[3], 0) then
+  if not holder and (quiet or not redis.call('LINDEX', k[3], 0)) then
     -- Nobody queued (the common case): SET NX GET takes a free lock, or
     -- names the holder of a taken one, in a single command.
-    holder = redis.call('SET', k[1], token, 'NX', 'PX', a[2], 'GET')
+    holder = redis.call('SET', k[1], a[1], 'NX', 'PX', a[2], 'GET')
     if not holder then return nil, 'taken' end
-  else
-    holder = redis.call('GET', k[1])
   end
-  if holder == token then
+  holder = holder or redis.call('GET', k[1]) -- (unless SET NX GET named it, here or in the caller)
+  if holder == a[1] then
     -- Handed over earlier, or a re-sent request: the caller counts its
     -- validity from when it sent this one, so the lease must last ttl from
     -- now; it is never shortened (GT). Not once a numbered extension was
@@ -264,7 +260,7 @@ local function take_queued(k, a, quiet, holder)
       -- Not lengthened: written all the same (its value and expiry kept),
       -- so that the WAIT or WAITAOF after this call, which covers only its
       -- own connection's writes, covers the handover too.
-      redis.call('SET', k[1], token, 'XX', 'KEEPTTL')
+      redis.call('SET', k[1], a[1], 'XX', 'KEEPTTL')
     end
     return nil, 'kept'
   end
@@ -274,7 +270,7 @@ local function take_queued(k, a, quiet, holder)
     -- dropped; the clock is read only if someone is queued (we are here
     -- only then: the queue was not empty above).
     local head, ttl, life = live_head(k, redis.call('LPOP', k[3]), now_ms())
-    holder = head ~= token and head -- (nil or false: the lock is the caller's)
+    holder = head ~= a[1] and head -- (nil or false: the lock is the caller's)
     if holder and not fenced(k, holder, ttl, pub, fence_ms) then
       -- A foreign fence key: the head keeps its place, and a queue the LPOP
       -- emptied lives as long as the head's entry, as queue_up made it.
@@ -285,13 +281,13 @@ local function take_queued(k, a, quiet, holder)
     if head then
       redis.call('HDEL', k[4], head)
     end
-    redis.call('SET', k[1], holder or token, 'PX', holder and ttl or a[2])
+    redis.call('SET', k[1], holder or a[1], 'PX', holder and ttl or a[2])
     if not holder then return nil, 'taken' end
   end
   local pttl = math.max(redis.call('PTTL', k[1]), -1)
   if a[4] then
     local entry = string.format('%d', now_ms() + tonumber(qttl)) .. ':' .. a[2]
-    queue_up(k, token, entry, qttl)
+    queue_up(k, a[1], entry, qttl)
     local px = pttl < 0 and tonumber(qttl) or math.min(pttl, tonumber(qttl)) -- (0: the lease ends now)
     if px > 0 and redis.call('PTTL', k[6]) < px then -- (lengthened, never shortened: another waiter's may live longer)
       redis.call('SET', k[6], '1', 'PX', px)
