@@ -5,10 +5,10 @@ package script
 // digests are the scripts' SHA-1 digests, by name (see Script).
 var digests = map[string]string{
 	"acquire":           "685ecf9e1cc45a347f680189c2cbf18bc50056d3",
-	"acquire_fair":      "49364fae0363b0e7f5c707a33d71d83b277e77cd",
+	"acquire_fair":      "51da10303d20c11bc04379e9512f9e08f5dfe3f4",
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
-	"campaign_acquire":  "e0b140da280f3cbbcc2b0ca36c1593d8ae9f65e3",
+	"campaign_acquire":  "4be53dd10b3f44e9926bd94e67509846c8a64736",
 	"campaign_extend":   "e0135daf21d18900b1de5ec15285b778c2578557",
 	"campaign_release":  "4cc695638842f07dfd070b1fe63978020374667b",
 	"extend":            "68f0ef03e0e8c10ee3680fd497e25cc2469b729d",
@@ -17,7 +17,7 @@ var digests = map[string]string{
 	"fence_current":     "9ca538df45279340ac36d35ffca2a92009c51f2f",
 	"force_release":     "2e58f822d2a7399b6e915e7148d3a4136c28d3a2",
 	"guard":             "4b2cd147a5381ac69f0f5be06d7a4a4c394217f9",
-	"hold_acquire":      "5a66cfd076383a9756cc9b32feba29a6ab8fdbff",
+	"hold_acquire":      "11d81d1109493ec2c27d0fed173f0a6e411e4b48",
 	"hold_downgrade":    "bc19d7761504de7d76d4499aea6c7f6a712a0876",
 	"hold_extend":       "ef4d0dd5e163d024fa4c8ce9f506100581905db2",
 	"hold_release":      "d47ccdf3d6a61333e1fea3aa9737d145138320e5",

@@ -132,8 +132,7 @@ if (not head or head == token) and admitted then
 end
 if ARGV[3] == '1' then
   local x = w > 1 and what .. ':' .. w or what
-  local entry = string.format('%d:%d:%s', now + tonumber(ARGV[4]), ttl, x)
-  queue_up(KEYS, token, entry, ARGV[4])
+  queue_up(KEYS, token, now, ARGV[4], string.format('%d:%s', ttl, x))
   -- The marker says the hold is queued, so that its release takes the
   -- entry out of the queue (hold_release.lua) without looking on its own.
   redis.call('SET', KEYS[5], 'q', 'PX', ARGV[4])

@@ -155,11 +155,12 @@ local function clock_passed(fence)
 end
 
 -- queue_up puts the waiter token at the end of the queue k[3], its entry
--- in the waiters hash k[4], or renews the entry of one already queued,
--- and makes both keys live at least ms from now (never shorter: a waiter
--- with a short TTL must not cut short the entry of one with a longer TTL).
-local function queue_up(k, token, entry, ms)
-  if redis.call('HSET', k[4], token, entry) == 1 then
+-- "<deadline_ms>:<rest>" in the waiters hash k[4] (deadline: ms after now,
+-- the server's clock), or renews the entry of one already queued, and
+-- makes both keys live at least ms from now (never shorter: a waiter with
+-- a short TTL must not cut short the entry of one with a longer TTL).
+local function queue_up(k, token, now, ms, rest)
+  if redis.call('HSET', k[4], token, string.format('%d:', now + tonumber(ms)) .. rest) == 1 then
     redis.call('RPUSH', k[3], token)
   end
   for _, key in ipairs({k[3], k[4]}) do
@@ -286,8 +287,7 @@ local function take_queued(k, a, quiet, holder)
   end
   local pttl = math.max(redis.call('PTTL', k[1]), -1)
   if a[4] then
-    local entry = string.format('%d', now_ms() + tonumber(qttl)) .. ':' .. a[2]
-    queue_up(k, a[1], entry, qttl)
+    queue_up(k, a[1], now_ms(), qttl, a[2])
     local px = pttl < 0 and tonumber(qttl) or math.min(pttl, tonumber(qttl)) -- (0: the lease ends now)
     if px > 0 and redis.call('PTTL', k[6]) < px then -- (lengthened, never shortened: another waiter's may live longer)
       redis.call('SET', k[6], '1', 'PX', px)
