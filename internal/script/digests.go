@@ -21,7 +21,7 @@ var digests = map[string]string{
 	"hold_downgrade":    "bc19d7761504de7d76d4499aea6c7f6a712a0876",
 	"hold_extend":       "ef4d0dd5e163d024fa4c8ce9f506100581905db2",
 	"hold_release":      "d47ccdf3d6a61333e1fea3aa9737d145138320e5",
-	"inspect":           "e135426fa7c3b486b0270d863cbbe03ee9f858b3",
+	"inspect":           "762eb9e8b0797c045b3cde03866cf14f882278ba",
 	"permits":           "a54c5301b0427b004cf25f12102c1b05423afaad",
 	"proclaim":          "52ac0367511d78808db6ec870d418a8382ae525d",
 	"raise_fence":       "a9766858f74c284581b80d1c53636e26e7b0009b",

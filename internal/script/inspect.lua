@@ -22,16 +22,14 @@ local f = redis.pcall('GET', KEYS[2]) -- (a fence key of another type reads 0)
 local fence = type(f) == 'string' and tonumber(f) or 0
 local now = now_ms()
 local queued = 0
-local waiting = redis.pcall('LRANGE', KEYS[3], 0, -1)
-if type(waiting) == 'table' and not waiting.err then
-  for i = 1, #waiting, 1000 do -- HMGET in batches: unpack is bounded by Lua's stack
-    local entries = redis.pcall('HMGET', KEYS[4], unpack(waiting, i, math.min(i + 999, #waiting)))
-    if type(entries) ~= 'table' or entries.err then break end
-    for j = 1, #entries do
-      local deadline = tonumber(string.match(entries[j] or '', '^(%d+):'))
-      if deadline and deadline > now then
-        queued = queued + 1
-      end
+local waiting = redis.pcall('LRANGE', KEYS[3], 0, -1) -- (an error is a table of length 0: none)
+for i = 1, #waiting, 1000 do -- HMGET in batches: unpack is bounded by Lua's stack
+  local entries = redis.pcall('HMGET', KEYS[4], unpack(waiting, i, math.min(i + 999, #waiting)))
+  if type(entries) ~= 'table' or entries.err then break end
+  for j = 1, #entries do
+    local deadline = tonumber(string.match(entries[j] or '', '^(%d+):'))
+    if deadline and deadline > now then
+      queued = queued + 1
     end
   end
 end
