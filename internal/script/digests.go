@@ -22,7 +22,7 @@ var digests = map[string]string{
 	"hold_extend":       "ef4d0dd5e163d024fa4c8ce9f506100581905db2",
 	"hold_release":      "d47ccdf3d6a61333e1fea3aa9737d145138320e5",
 	"inspect":           "762eb9e8b0797c045b3cde03866cf14f882278ba",
-	"permits":           "a54c5301b0427b004cf25f12102c1b05423afaad",
+	"permits":           "c022a969971a3c6022b44679fc14404088381d1b",
 	"proclaim":          "52ac0367511d78808db6ec870d418a8382ae525d",
 	"raise_fence":       "a9766858f74c284581b80d1c53636e26e7b0009b",
 	"release":           "1ffae76aadfc6b3186db5677709b6023b5cc1081",

@@ -16,8 +16,7 @@
 -- Errors: WRONGTYPE if the set is another kind's (nothing is written);
 -- DLOCK_RANGE if 'add' would leave the size outside [1, 2^31-1] (nothing
 -- is written).
-local now = now_ms()
-local held = redis.pcall('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+local held = redis.pcall('ZCOUNT', KEYS[1], '(' .. now_ms(), '+inf')
 if type(held) ~= 'number' or not same_kind(KEYS[1], '') then -- ('': a semaphore's member)
   return not_hold_kind(KEYS[1], 1)
 end
