@@ -20,7 +20,7 @@ var digests = map[string]string{
 	"hold_acquire":      "11d81d1109493ec2c27d0fed173f0a6e411e4b48",
 	"hold_downgrade":    "bc19d7761504de7d76d4499aea6c7f6a712a0876",
 	"hold_extend":       "ef4d0dd5e163d024fa4c8ce9f506100581905db2",
-	"hold_release":      "d47ccdf3d6a61333e1fea3aa9737d145138320e5",
+	"hold_release":      "c3a6b2b291e9961b2c15539408666e088c33ff25",
 	"inspect":           "762eb9e8b0797c045b3cde03866cf14f882278ba",
 	"permits":           "c022a969971a3c6022b44679fc14404088381d1b",
 	"proclaim":          "52ac0367511d78808db6ec870d418a8382ae525d",

@@ -72,8 +72,7 @@ if not redis.call('LINDEX', KEYS[3], 0) then return removed end -- nobody waits 
 -- Someone waits: serve the queue (a waiter that left may have been the
 -- one blocking the others), unless the key is another kind's.
 local now = now_ms()
-local ok = redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if type(ok) == 'number' and same_kind(KEYS[1], ARGV[1]) then
+if type(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)) == 'number' and same_kind(KEYS[1], ARGV[1]) then
   local a = {ARGV[2], ARGV[3], ARGV[4]}
   if string.sub(ARGV[1], 2, 2) == ':' then
     rw_serve_queue(KEYS, now, nil, a)
