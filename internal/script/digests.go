@@ -23,7 +23,7 @@ var digests = map[string]string{
 	"hold_release":      "c3a6b2b291e9961b2c15539408666e088c33ff25",
 	"inspect":           "762eb9e8b0797c045b3cde03866cf14f882278ba",
 	"permits":           "c022a969971a3c6022b44679fc14404088381d1b",
-	"proclaim":          "52ac0367511d78808db6ec870d418a8382ae525d",
+	"proclaim":          "b3b59aa7269169787bfbfd82245ed994dda28077",
 	"raise_fence":       "a9766858f74c284581b80d1c53636e26e7b0009b",
 	"release":           "1ffae76aadfc6b3186db5677709b6023b5cc1081",
 	"release_fair":      "d5b0eb29eb0a409830774ff58db856e6ec4acf69",

@@ -28,19 +28,14 @@ if v[1] ~= ARGV[1] then
 elseif not drives(v[2], ARGV[5]) then
   return -1
 end
-local late = false
-if v[3] and string.sub(v[3], 1, #ARGV[1] + 1) == ARGV[1] .. '{' then
-  local n, id = string.match(string.sub(v[3], #ARGV[1] + 2), '^(%d+)%.?([^} ]*)} ')
-  late = n ~= nil and id == ARGV[5] and tonumber(n) > tonumber(string.match(ARGV[6], '^%d+'))
-end
+local mine = v[3] and string.sub(v[3], 1, #ARGV[1] + 1) == ARGV[1] .. '{' -- (the token's value: "<token>{...")
+local n, id = string.match(mine and v[3] or '', '^(%d+)%.?([^} ]*)} ', #ARGV[1] + 2)
+local late = n ~= nil and id == ARGV[5] and tonumber(n) > tonumber(string.match(ARGV[6], '^%d+'))
 if not late then
-  local entry = ARGV[1] .. '{' .. ARGV[6] .. '} ' .. ARGV[2]
+  local set = {'SET', KEYS[2], ARGV[1] .. '{' .. ARGV[6] .. '} ' .. ARGV[2]}
   local pttl = redis.call('PTTL', KEYS[1])
-  if pttl > 0 then
-    redis.call('SET', KEYS[2], entry, 'PX', pttl)
-  else
-    redis.call('SET', KEYS[2], entry)
-  end
+  if pttl > 0 then set[4], set[5] = 'PX', pttl end -- (a lease without expiry: nor has its value)
+  redis.call(unpack(set))
 end
 redis.call(ARGV[4], ARGV[3], '~')
 return late and 2 or 1
