@@ -10,11 +10,9 @@
 local r, now = extend_lease(KEYS, ARGV)
 if now then
   redis.call('PEXPIRE', KEYS[3], ARGV[2], 'GT')
-  if ARGV[3] == '0' then
-    redis.call('PEXPIRE', KEYS[4], ARGV[2], 'GT')
-  else
-    redis.call('PEXPIRE', KEYS[4], ARGV[2])
-  end
+  local value = {'PEXPIRE', KEYS[4], ARGV[2]}
+  if ARGV[3] == '0' then value[4] = 'GT' end -- (as the lease: an unnumbered extension never shortens it)
+  redis.call(unpack(value))
 end
 if ARGV[4] ~= '1' then
   return r

@@ -9,7 +9,7 @@ var digests = map[string]string{
 	"acquire_reentrant": "615cafcf248f539ea2f5738eafd8b17fedd78bcf",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
 	"campaign_acquire":  "4be53dd10b3f44e9926bd94e67509846c8a64736",
-	"campaign_extend":   "e0135daf21d18900b1de5ec15285b778c2578557",
+	"campaign_extend":   "9a1be709b5ec348993f9c5b30c3f85c6add5479e",
 	"campaign_release":  "4cc695638842f07dfd070b1fe63978020374667b",
 	"extend":            "68f0ef03e0e8c10ee3680fd497e25cc2469b729d",
 	"extend_reentrant":  "0eab09b580a341a763bbac1c339ab892872b8934",
