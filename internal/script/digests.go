@@ -17,7 +17,7 @@ var digests = map[string]string{
 	"fence_current":     "9ca538df45279340ac36d35ffca2a92009c51f2f",
 	"force_release":     "2e58f822d2a7399b6e915e7148d3a4136c28d3a2",
 	"guard":             "4b2cd147a5381ac69f0f5be06d7a4a4c394217f9",
-	"hold_acquire":      "11d81d1109493ec2c27d0fed173f0a6e411e4b48",
+	"hold_acquire":      "2c436e937cbf3ebd498a9c7d1039a0d97e8a6831",
 	"hold_downgrade":    "bc19d7761504de7d76d4499aea6c7f6a712a0876",
 	"hold_extend":       "ef4d0dd5e163d024fa4c8ce9f506100581905db2",
 	"hold_release":      "c3a6b2b291e9961b2c15539408666e088c33ff25",

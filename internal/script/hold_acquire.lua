@@ -131,8 +131,7 @@ if (not head or head == token) and admitted then
   return 0
 end
 if ARGV[3] == '1' then
-  local x = w > 1 and what .. ':' .. w or what
-  queue_up(KEYS, token, now, ARGV[4], string.format('%d:%s', ttl, x))
+  queue_up(KEYS, token, now, ARGV[4], string.format('%d:%s', ttl, what) .. (w > 1 and ':' .. w or ''))
   -- The marker says the hold is queued, so that its release takes the
   -- entry out of the queue (hold_release.lua) without looking on its own.
   redis.call('SET', KEYS[5], 'q', 'PX', ARGV[4])
