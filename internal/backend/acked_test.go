@@ -45,7 +45,7 @@ func TestAckedAfterScriptFlushCountsBothAcknowledgementsPastTheLoads(t *testing.
 	if err := rdb.ScriptLoad(ctx, script.Inspect.Source()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	n.caches.loaded.Store(uint32(setOf(script.Inspect))) // (as a Prepare would have)
+	n.caches.loaded.Store(uint64(setOf(script.Inspect))) // (as a Prepare would have)
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -101,7 +101,7 @@ func TestConcurrentPreparesLoadEachScriptOnce(t *testing.T) {
 	if loadInFlight(n) {
 		t.Error("a load is still marked in flight after every Prepare returned")
 	}
-	if got, want := commandCalls(t, direct, "script|load"), fmt.Sprint(bits.OnesCount32(uint32(n.need(c)))); got != want {
+	if got, want := commandCalls(t, direct, "script|load"), fmt.Sprint(bits.OnesCount64(uint64(n.need(c)))); got != want {
 		t.Errorf("SCRIPT LOAD ran %s times, want %s: one load of each script", got, want)
 	}
 }
@@ -211,7 +211,7 @@ func TestPrepareAfterALoadThatNeverLeftLoadsAgain(t *testing.T) {
 	if !n.prepared(ctx, c) {
 		t.Errorf("scripts known loaded = %b, want %b", knownLoaded(n), n.need(c))
 	}
-	if got, want := commandCalls(t, direct, "script|load"), fmt.Sprint(bits.OnesCount32(uint32(n.need(c)))); got != want {
+	if got, want := commandCalls(t, direct, "script|load"), fmt.Sprint(bits.OnesCount64(uint64(n.need(c)))); got != want {
 		t.Errorf("SCRIPT LOAD ran %s times, want %s", got, want)
 	}
 }
@@ -484,7 +484,7 @@ func TestPrepareSendsALoneScriptLoadAgainAfterALostRequest(t *testing.T) {
 	if lost := loser.Lost(); err != nil || lost != 1 || !n.prepared(t.Context(), c) {
 		t.Fatalf("Prepare = %v after %d lost requests, prepared %v; want the scripts loaded after one", err, lost, n.prepared(t.Context(), c))
 	}
-	if got, want := commandCalls(t, direct, "script|load"), fmt.Sprint(bits.OnesCount32(uint32(n.need(c)))); got != want {
+	if got, want := commandCalls(t, direct, "script|load"), fmt.Sprint(bits.OnesCount64(uint64(n.need(c)))); got != want {
 		t.Errorf("the server ran SCRIPT LOAD %s times, want %s: each script once", got, want)
 	}
 }

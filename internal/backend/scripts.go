@@ -41,7 +41,7 @@ var loadable = []*script.Script{script.Inspect, script.ForceRelease, script.Rais
 // a package variable of the file of the kind that runs it names it once.
 func loads(name string) *script.Script {
 	s := script.Named(name)
-	if slices.Contains(loadable, s) || len(loadable) == 32 {
+	if slices.Contains(loadable, s) || len(loadable) == 64 {
 		panic("backend: " + name + " registered twice, or a scriptSet has no bit left for it")
 	}
 	loadable = append(loadable, s)
@@ -49,7 +49,7 @@ func loads(name string) *script.Script {
 }
 
 // scriptSet is a set of scripts of loadable: bit i is loadable[i].
-type scriptSet uint32
+type scriptSet uint64
 
 // setOf returns the set of ss; a script a Node does not load has no bit.
 func setOf(ss ...*script.Script) scriptSet {
@@ -73,7 +73,7 @@ func (n Node) need(c *Claim) scriptSet {
 // by the Node's copies: its one server's (a single server, or the master
 // a Sentinel client follows), which on a Cluster keeps each master's.
 type serverCache struct {
-	loaded  atomic.Uint32                 // the scriptSet the server was seen to load
+	loaded  atomic.Uint64                 // the scriptSet the server was seen to load
 	reached atomic.Bool                   // the server answered a load
 	refused atomic.Bool                   // the server refused SCRIPT LOAD (an ACL): not asked again
 	loading atomic.Pointer[chan struct{}] // closed when the load in flight ends; nil if none
@@ -250,7 +250,7 @@ func (s *serverCache) loadOn(ctx context.Context, masters []driver.Conn, set scr
 		}
 	}
 	if len(masters) > 0 {
-		s.loaded.Or(uint32(all))
+		s.loaded.Or(uint64(all))
 	}
 	if unsent != nil && !sentSome {
 		return unsent
@@ -369,6 +369,6 @@ func (n Node) rerun(ctx context.Context, s *script.Script, cmd []any) (any, erro
 func (s *serverCache) pipelined(ctx context.Context, conn driver.Conn, set scriptSet, cmds ...[]any) []driver.Result {
 	loads := loadCmds(set)
 	rs := conn.DoMulti(ctx, append(loads, cmds...)...)
-	s.loaded.Or(uint32(s.outcome(set, rs[:len(loads)])))
+	s.loaded.Or(uint64(s.outcome(set, rs[:len(loads)])))
 	return rs[len(loads):]
 }
