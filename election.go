@@ -216,16 +216,6 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{Value: value, Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
 }
 
-// told is what extra, read beside the holder with token, says of it (see
-// backend.Extra): the owner it names, and what it shows of itself; a nil
-// extra names no owner, and the holder shows its metadata.
-func told(token string, extra backend.Extra) (owner, shows string) {
-	if extra == nil {
-		return "", metaOf(token)
-	}
-	return extra.Holder(metaOf(token))
-}
-
 // Observe returns a channel, closed when ctx or the Client ends, of the leader
 // then each change in fence order (zero: none); a slow reader gets the latest.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {

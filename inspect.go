@@ -126,3 +126,13 @@ func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
 	}
 	return infos, nil
 }
+
+// told is what extra, read beside the holder with token, says of it (see
+// backend.Extra): the owner it names, and what it shows of itself; a nil
+// extra names no owner, and the holder shows its metadata.
+func told(token string, extra backend.Extra) (owner, shows string) {
+	if extra == nil {
+		return "", metaOf(token)
+	}
+	return extra.Holder(metaOf(token))
+}
