@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/internal/backend"
 )
 
@@ -22,7 +25,7 @@ var (
 	ErrNotDurable  = backend.ErrNotDurable                    // the append-only file did not have a write in time (WithDurableGrants)
 	ErrStaleFence  = errors.New("dlock: stale fencing token") // Guard's refusal of a write with an old fence
 	ErrMaxHold     = errors.New("dlock: max hold reached")    // a lease reached its max hold (MaxHold)
-	ErrClosed      = errors.New("dlock: client closed")       // an acquisition's error after Client.Close
+	ErrClosed      = driver.ErrClosed                         // a call's error after Client.Close, or its Redis client's Close
 )
 
 // QuorumError reports an Op (acquire, resume, extend, release, fence, list,
@@ -62,8 +65,13 @@ func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 // name before it, once. A cause that must match a sentinel error is made
 // with backend.Because, so that the sentinel's own "dlock: " is not repeated.
 
-// opError is the error of operation op on the lock name, caused by err.
+// opError is the error of operation op on the lock name, caused by err. A
+// go-redis client closed under the Client says so its own way: the error
+// matches ErrClosed too, as a driver's does.
 func opError(op, name string, err error) error {
+	if errors.Is(err, redis.ErrClosed) && !errors.Is(err, ErrClosed) {
+		err = backend.Detailed(err.Error(), err, ErrClosed)
+	}
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 

@@ -116,8 +116,10 @@ func (e Error) Error() string { return string(e) }
 // RedisError marks e as a reply of the server, not a failure to reach it.
 func (Error) RedisError() {}
 
-// ErrClosed is returned by a Conn or PubSub that was closed.
-var ErrClosed = errors.New("driver: client closed")
+// ErrClosed is returned by a Conn or PubSub that was closed. It is
+// dlock.ErrClosed: a call through a closed client fails as one after the
+// Client's Close.
+var ErrClosed = errors.New("dlock: client closed")
 
 // ErrNotSent is wrapped by the error of a command that a Conn refused
 // before sending it: Redis never saw it, and dlock does not take it for a
