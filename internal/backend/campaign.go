@@ -12,7 +12,7 @@ import (
 // Election): a lock whose candidates wait in the fair queue whatever the
 // Client's mode, and whose lease is fenced, and announced, as it takes the
 // lock: its own scripts (campaign_*.lua) share the fair lock's queue
-// through lib.lua.
+// through lib_queue.lua.
 var Campaign Kind = campaign{}
 
 type campaign struct{ plainLock } // (its holder and shape are a plain lock's)

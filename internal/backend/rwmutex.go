@@ -21,7 +21,7 @@ import (
 // lock; Downgrading is a write hold whose downgrade has an unknown outcome
 // (its reply lost, or its context ended in flight): its scripts act on
 // whichever of the hold's read and write the lock has (hold_member in
-// lib.lua), so that its release or extension misses neither.
+// lib_hold.lua), so that its release or extension misses neither.
 var (
 	Read        Kind = rwHold{hold{w: 1, ask: "r"}}
 	Write       Kind = rwHold{hold{w: 1, ask: "w"}}

@@ -1,6 +1,8 @@
--- lib.lua: functions the scripts share. Each script is preceded by those it
--- calls, and only those (script.go, withLib); chunks are separated by blank
--- lines.
+-- lib.lua: the functions every family of scripts shares; a family's own are
+-- in its lib_<family>.lua, read after this file, by name. Each script is
+-- preceded by those it calls, and only those (script.go, withLib); chunks
+-- are separated by blank lines, and a function is defined after those it
+-- calls, in its file or in a file read before.
 --
 -- A plain lock is a string key holding its lease's token, with PX expiry.
 -- Each lease has a key of its own, "<lock>:r:<token>" (its marker), that
@@ -80,56 +82,6 @@ local function new_fence(key, window_ms)
   return fence
 end
 
--- fenced(k, who, ttl, pub, fence_ms) issues a fence for the lease of token
--- who, of ttl ms, at the fair lock k[1] and announces it on the lock's
--- channel as "<who> <fence>"; the counter k[2] lives the fence window
--- (fence_ms), or as long as the lease if that is longer. It returns the
--- fence, or nil, writing nothing, when k[2] holds a value of another type.
-local function fenced(k, who, ttl, pub, fence_ms)
-  local fence = new_fence(k[2], math.max(tonumber(fence_ms), tonumber(ttl)))
-  if fence then
-    redis.call(pub, k[1] .. ':ch', who .. ' ' .. string.format('%d', fence))
-  end
-  return fence
-end
-
--- live_head(k, head, now) takes waiters off the head of the fair queue
--- k[3], head (taken off already) first, until one whose entry in the
--- waiters hash k[4] ("deadline_ms:ttl_ms") is live at now, and returns it,
--- its ttl and how long its entry lives in ms (nil: no waiter was live).
--- The entries of the waiters that died or gave up without saying so are
--- deleted; the caller serves the one returned, or puts it back (its entry
--- is kept).
-local function live_head(k, head, now)
-  while head do
-    local deadline, ttl = string.match(redis.call('HGET', k[4], head) or '', '^(%d+):(%d+)$')
-    if deadline and tonumber(deadline) > now then return head, ttl, deadline - now end
-    redis.call('HDEL', k[4], head)
-    head = redis.call('LPOP', k[3])
-  end
-end
-
--- hand_over gives the fair lock k[1], whose holder released it, to the
--- first live waiter of its queue, head (taken out already) first, with a
--- fence (see fenced; a[2] is "<publish> <fence_ms>"); those whose entry
--- lapsed are dropped. With nobody live, or a foreign fence key, the lock
--- is freed rather than handed over unfenced, and the release announced as
--- "*". It returns 1, the release's reply.
-local function hand_over(k, a, head)
-  local pub, fence_ms = string.match(a[2], '^(%S+) (%d+)')
-  local live, ttl = live_head(k, head, head and now_ms()) -- (the clock is read only if someone queued)
-  if live then
-    redis.call('HDEL', k[4], live)
-  end
-  if live and fenced(k, live, ttl, pub, fence_ms) then
-    redis.call('SET', k[1], live, 'PX', ttl)
-    return 1
-  end
-  redis.call('DEL', k[1])
-  redis.call(pub, k[1] .. ':ch', '*') -- someone queued, or the release of a campaign: those who left, or watch, may listen
-  return 1
-end
-
 local function revoked_reply()
   return redis.error_reply('REVOKED dlock: this lease was already ended')
 end
@@ -138,60 +90,10 @@ local function fence_type_reply()
   return redis.error_reply('WRONGTYPE dlock: the fence key holds a value of another type')
 end
 
--- hold_member returns the member of the sorted set at key that a hold's
--- member names: itself, or for a read-write hold whose downgrade has an
--- unknown outcome ("?:<token>") its read if the set has it, else its write.
-local function hold_member(key, member)
-  if string.sub(member, 1, 2) ~= '?:' then return member end
-  local read = 'r:' .. string.sub(member, 3)
-  if type(redis.pcall('ZSCORE', key, read)) == 'string' then return read end
-  return 'w:' .. string.sub(member, 3)
-end
-
 -- clock_passed reports whether the server's clock (µs) is at or past fence.
 local function clock_passed(fence)
   local t = redis.call('TIME')
   return tonumber(fence) <= tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- queue_up puts the waiter token at the end of the queue k[3], its entry
--- "<deadline_ms>:<rest>" in the waiters hash k[4] (deadline: ms after now,
--- the server's clock), or renews the entry of one already queued, and
--- makes both keys live at least ms from now (never shorter: a waiter with
--- a short TTL must not cut short the entry of one with a longer TTL).
-local function queue_up(k, token, now, ms, rest)
-  if redis.call('HSET', k[4], token, string.format('%d:', now + tonumber(ms)) .. rest) == 1 then
-    redis.call('RPUSH', k[3], token)
-  end
-  for _, key in ipairs({k[3], k[4]}) do
-    if redis.call('PTTL', key) < tonumber(ms) then
-      redis.call('PEXPIRE', key, ms)
-    end
-  end
-end
-
--- live_holds(key, now, expire) drops the holds of the reentrant lock at
--- key whose deadline has passed and returns how many are left. With expire,
--- the key is set to expire with the latest deadline among them (ms, server
--- clock), if any is left: it must outlive that deadline and need not
--- outlive it, each hold being a lease of its own.
-local function live_holds(key, now, expire)
-  local all = redis.call('HGETALL', key)
-  local n, last = 0, 0
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, 2) == 'h:' then
-      local d = tonumber(all[i + 1]) or 0
-      if d > now then
-        n, last = n + 1, math.max(last, d)
-      else
-        redis.call('HDEL', key, all[i])
-      end
-    end
-  end
-  if expire and n > 0 then
-    redis.call('PEXPIRE', key, last - now)
-  end
-  return n
 end
 
 -- revoke marks a lease (or a reentrant hold) ended: held is '1' if it held
@@ -202,21 +104,6 @@ local function revoke(key, held, window_ms)
   if window_ms ~= '0' then
     redis.call('SET', key, held, 'PX', window_ms)
   end
-end
-
--- leave_queue is a fair release (release_fair.lua, campaign_release.lua:
--- keys k, arguments a) by a lease that does not hold the lock, whose
--- marker reads m: its queue entry, if any, is removed, and a marked lease
--- is marked ended. It returns the release's reply: 1 if a first copy of
--- the request released the lock, else 0.
-local function leave_queue(k, a, m)
-  if redis.call('HDEL', k[4], a[1]) == 1 then
-    redis.call('LREM', k[3], 1, a[1])
-  end
-  if not a[3] then return 0 end
-  if m == '1' then return 1 end
-  redis.call('SET', k[5], '0', 'PX', a[3]) -- ended, not holding the lock (see revoke)
-  return 0
 end
 
 -- revoked reports whether the lease (or hold) of the marker key was ended.
@@ -231,69 +118,6 @@ end
 local function numbered(key)
   local m = redis.call('GET', key)
   return m ~= false and string.sub(m, 1, 1) == 'e'
-end
-
--- take_queued is a fair lock's acquire (acquire_fair.lua: its keys k,
--- arguments a) past its common path: quiet when neither the lease's
--- marker nor the queue exists, holder what SET NX GET named if it ran. It
--- returns the reply when the lock is another's ({pttl, holder}, or an
--- error); else nil, and 'taken' if the caller took the lock now, 'kept'
--- if its lease held it already and this request renewed it, nothing for a
--- late copy (see numbered).
-local function take_queued(k, a, quiet, holder)
-  if not quiet and revoked(k[5]) then return revoked_reply() end
-  local qttl, pub, fence_ms = string.match(a[3], '^(%d+) (%S+) (%d+)')
-  if not holder and (quiet or not redis.call('LINDEX', k[3], 0)) then
-    -- Nobody queued (the common case): SET NX GET takes a free lock, or
-    -- names the holder of a taken one, in a single command.
-    holder = redis.call('SET', k[1], a[1], 'NX', 'PX', a[2], 'GET')
-    if not holder then return nil, 'taken' end
-  end
-  holder = holder or redis.call('GET', k[1]) -- (unless SET NX GET named it, here or in the caller)
-  if holder == a[1] then
-    -- Handed over earlier, or a re-sent request: the caller counts its
-    -- validity from when it sent this one, so the lease must last ttl from
-    -- now; it is never shortened (GT). Not once a numbered extension was
-    -- applied (see extend.lua): this is then a late copy, and the lease may
-    -- have been shortened since.
-    if not quiet and numbered(k[5]) then return nil end
-    if redis.call('PEXPIRE', k[1], a[2], 'GT') == 0 then
-      -- Not lengthened: written all the same (its value and expiry kept),
-      -- so that the WAIT or WAITAOF after this call, which covers only its
-      -- own connection's writes, covers the handover too.
-      redis.call('SET', k[1], a[1], 'XX', 'KEEPTTL')
-    end
-    return nil, 'kept'
-  end
-  if not holder then
-    -- The first live waiter takes the lock: another than the caller with a
-    -- fence, announced. Waiters that died or gave up without saying so are
-    -- dropped; the clock is read only if someone is queued (we are here
-    -- only then: the queue was not empty above).
-    local head, ttl, life = live_head(k, redis.call('LPOP', k[3]), now_ms())
-    holder = head ~= a[1] and head -- (nil or false: the lock is the caller's)
-    if holder and not fenced(k, holder, ttl, pub, fence_ms) then
-      -- A foreign fence key: the head keeps its place, and a queue the LPOP
-      -- emptied lives as long as the head's entry, as queue_up made it.
-      redis.call('LPUSH', k[3], holder)
-      redis.call('PEXPIRE', k[3], life, 'NX')
-      return fence_type_reply()
-    end
-    if head then
-      redis.call('HDEL', k[4], head)
-    end
-    redis.call('SET', k[1], holder or a[1], 'PX', holder and ttl or a[2])
-    if not holder then return nil, 'taken' end
-  end
-  local pttl = math.max(redis.call('PTTL', k[1]), -1)
-  if a[4] then
-    queue_up(k, a[1], now_ms(), qttl, a[2])
-    local px = pttl < 0 and tonumber(qttl) or math.min(pttl, tonumber(qttl)) -- (0: the lease ends now)
-    if px > 0 and redis.call('PTTL', k[6]) < px then -- (lengthened, never shortened: another waiter's may live longer)
-      redis.call('SET', k[6], '1', 'PX', px)
-    end
-  end
-  return {pttl, holder or ''}
 end
 
 -- superseded tells whether an extension with sequence number seq may be
@@ -359,134 +183,4 @@ end
 local function drives(m, id)
   local n, by = string.match(m or '', '^e(%d+)%.(.+)$')
   return not by or by == id or tonumber(n) < (tonumber(string.match(id or '', '^(%d+):')) or -1)
-end
-
--- expire_with_last makes the semaphore at key expire with its latest
--- permit (a key left without members is deleted by Redis).
-local function expire_with_last(key)
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
-  if last then
-    redis.call('PEXPIREAT', key, last)
-  end
-end
-
--- hold_call runs cmd (ZADD with its flags, ZREM or ZMSCORE) on the members
--- of a hold of w permits at key: its first member, then "<member> 2" to
--- "<member> w" (a token has no space), each with score if one is given. It
--- sends them 500 at a time, since unpack is bounded by Lua's stack (about
--- 8,000 values), and returns the sum of the replies (ZADD, ZREM) or, for
--- ZMSCORE, the scores in order (false for a missing member).
-local function hold_call(key, member, w, score, cmd, ...)
-  local sum, scores = 0, {}
-  for from = 1, w, 500 do
-    local args = {cmd, key, ...}
-    for i = from, math.min(from + 499, w) do
-      args[#args + 1] = score -- (nothing when score is nil)
-      args[#args + 1] = i == 1 and member or (member .. ' ' .. i)
-    end
-    local r = redis.call(unpack(args))
-    if type(r) == 'table' then
-      for _, v in ipairs(r) do
-        scores[#scores + 1] = v
-      end
-    else
-      sum = sum + r
-    end
-  end
-  return cmd == 'ZMSCORE' and scores or sum
-end
-
--- serve_holds hands holds of the sorted set k[1] (a semaphore's permits,
--- a read-write lock's holds) to the live waiters at the head of its queue,
--- in arrival order, for as long as the head waiter may have one; waiters
--- whose entry lapsed are dropped. k are the keys {set, fence, queue,
--- waiters}, a the arguments {channel, publish command, fence window ms};
--- now is the server's clock. A waiter's entry is "deadline_ms:ttl_ms:x":
--- admit(x, head, granted) returns the member to add for the waiter head
--- and the permits it holds (granted were granted before it in this
--- call), false if it must wait, or nil if x is malformed (the entry is
--- dropped as if it had lapsed).
--- Each grant lasts the waiter's TTL, comes with a fence (none if the fence
--- key holds a foreign value) and is announced on the channel as
--- "<token> <fence>". It stops at the waiter me, left queued, and returns
--- the waiter left at the head (nil: nobody, me, or one that must wait) and
--- how many it granted.
-local function serve_holds(k, now, me, a, admit)
-  local granted = 0
-  while true do
-    local head = redis.call('LINDEX', k[3], 0)
-    if not head or head == me then return head, granted end
-    local deadline, ttl, x = string.match(redis.call('HGET', k[4], head) or '', '^(%d+):(%d+):(.+)$')
-    if deadline and tonumber(deadline) > now then
-      local member, w = admit(x, head, granted)
-      if member == false then return head, granted end
-      if member then
-        hold_call(k[1], member, w, now + tonumber(ttl), 'ZADD')
-        expire_with_last(k[1])
-        granted = granted + w
-        local fence = new_fence(k[2], a[3])
-        redis.call(a[2], a[1], fence and head .. ' ' .. string.format('%d', fence) or head)
-      end
-    end
-    redis.call('LPOP', k[3])
-    redis.call('HDEL', k[4], head)
-  end
-end
-
--- serve_queue serves a semaphore's queue (see serve_holds): its waiters'
--- entries end in their N, and ":<w>" when they want w permits at once; a
--- waiter gets its w while that leaves no more than its own N held, or the
--- size stored in Redis if there is one (size, else nil): a waiter that
--- wants more than that size, or whose N is 0 while none is stored, is
--- dropped (its next attempt is refused). held is the number of live
--- permits; it returns the number held now and the waiter left at the head.
-local function serve_queue(k, now, held, me, a, size)
-  local head, granted = serve_holds(k, now, me, a, function(x, head, granted)
-    local n, w = string.match(x, '^(%d+):?(%d*)$')
-    n, w = size or tonumber(n), tonumber(w) or 1
-    if not n or n == 0 or (size and w > size) then return nil end
-    return held + granted + w <= n and head, w
-  end)
-  return held + granted, head
-end
-
--- same_kind reports whether the sorted set at key, whose lapsed holds were
--- dropped, is of the kind of member (a read-write lock's members have ':'
--- second, a semaphore's never, '' stands for one): true when it is empty
--- or missing.
-local function same_kind(key, member)
-  local first = redis.call('ZRANGE', key, 0, 0)[1]
-  return not first or (string.sub(first, 2, 2) == ':') == (string.sub(member, 2, 2) == ':')
-end
-
--- not_hold_kind is the error of a request for a semaphore's permit (n, its
--- size) or a read-write lock's hold (n nil) at key, which holds another
--- kind. It reads the key's type: only on this path, never on a grant's.
-local function not_hold_kind(key, n)
-  local kind = redis.call('TYPE', key)['ok']
-  if kind == 'zset' then
-    kind = same_kind(key, '') and 'sem' or 'rw' -- ('': a semaphore's kind of member)
-  end
-  local what = ({string = 'a lock (a string)', hash = 'a reentrant lock (a hash)', rw = 'a read-write lock',
-    sem = 'a semaphore'})[kind] or ('a ' .. kind)
-  return redis.error_reply('WRONGTYPE dlock: the key holds ' .. what .. ', not ' .. (n and 'a semaphore' or 'a read-write lock'))
-end
-
--- rw_admits reports whether a hold of kind ('r' or 'w') may be granted now
--- at the read-write lock at key, whose expired holds were dropped: a write
--- when nothing is held, a read when no write is.
-local function rw_admits(key, kind)
-  local first = redis.call('ZRANGE', key, 0, 0)[1]
-  return first == nil or (kind == 'r' and string.sub(first, 1, 1) == 'r')
-end
-
--- rw_serve_queue serves a read-write lock's queue (see serve_holds): its
--- waiters' entries end in 'r' or 'w', and the head waiter gets its hold
--- when rw_admits says it may (a run of readers at once, or one writer).
--- It returns the waiter left at the head and how many it granted.
-local function rw_serve_queue(k, now, me, a)
-  return serve_holds(k, now, me, a, function(x, head)
-    if x ~= 'r' and x ~= 'w' then return nil end
-    return rw_admits(k[1], x) and x .. ':' .. head, 1
-  end)
 end

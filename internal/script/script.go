@@ -64,30 +64,38 @@ func Named(name string) *Script {
 }
 
 // files are the scripts' texts, and the libraries they draw on (withLib):
-// lib.lua, the functions they share, each script getting those it calls,
-// and types.lua with the type files (type_*.lua), each Redis type's
-// functions in a table, of which a script that names it gets those it calls.
+// lib.lua, the functions every family of scripts shares, and lib_*.lua, a
+// family's own, each script getting those it calls; and types.lua with the
+// type files (type_*.lua), each Redis type's functions in a table, of which
+// a script that names it gets those it calls.
 //
 //go:embed *.lua
 var files embed.FS
 
-var lib = read("lib.lua")
+// libChunks are the chunks of the lib files: lib.lua's, then each
+// lib_*.lua's, in order of name. A function may call only those above it:
+// in its own file, or in a file read before.
+var libChunks = chunksOf("lib*.lua") // (lib.lua sorts first: '.' before '_')
 
 // typeChunks are the chunks of every type file, in order of name: its
-// table first, then its functions (see typeFunc), separated by blank lines.
-var typeChunks = func() (chunks []string) {
-	names, _ := fs.Glob(files, "type_*.lua") // (in order of name)
+// table first, then its functions (see typeFunc).
+var typeChunks = chunksOf("type_*.lua")
+
+// chunksOf returns the chunks, the parts separated by blank lines, of the
+// files whose names match pattern, in order of name.
+func chunksOf(pattern string) (chunks []string) {
+	names, _ := fs.Glob(files, pattern) // (in order of name)
 	for _, name := range names {
 		chunks = append(chunks, strings.Split(strings.TrimSpace(read(name)), "\n\n")...)
 	}
 	return chunks
-}()
+}
 
 // typeFunc finds the function of a type that a chunk of a type file defines.
 var typeFunc = regexp.MustCompile(`(?m)^function types\.\w+\.(\w+)\(`)
 
 // all are the package's scripts by name, one for each file but the
-// libraries (lib.lua, types.lua, type_*.lua). Each is run with EVALSHA;
+// libraries (lib*.lua, types.lua, type_*.lua). Each is run with EVALSHA;
 // the backend loads those a lease needs into a server's script cache
 // before the first call that needs them, and again when a call finds them
 // missing (see internal/backend/scripts.go).
@@ -95,7 +103,7 @@ var all = func() map[string]*Script {
 	entries, _ := files.ReadDir(".") // (it is there: embedded)
 	m := map[string]*Script{}
 	for _, e := range entries {
-		if name, ok := strings.CutSuffix(e.Name(), ".lua"); ok && name != "lib" && !strings.HasPrefix(name, "type") {
+		if name, ok := strings.CutSuffix(e.Name(), ".lua"); ok && !strings.HasPrefix(name, "lib") && !strings.HasPrefix(name, "type") {
 			m[name] = withLib(name)
 		}
 	}
@@ -117,15 +125,15 @@ var (
 	Announce = Named("announce")
 )
 
-// libHere is the line of a script after which the functions of lib.lua
-// it calls are defined: the part above it, its common path, runs before
-// any of them is made (see withLib).
+// libHere is the line of a script after which the lib functions it calls
+// are defined: the part above it, its common path, runs before any of them
+// is made (see withLib).
 const libHere = "-- (the shared functions are defined here)\n"
 
-// withLib returns the script of the file name.lua with the functions of
-// lib.lua it calls, and only those, defined before it, or at its libHere
-// line, followed by the types table if it looks a type up in it (types[),
-// with the types' functions it calls:
+// withLib returns the script of the file name.lua with the lib functions
+// it calls (libChunks), and only those, defined before it, or at its
+// libHere line, followed by the types table if it looks a type up in it
+// (types[), with the types' functions it calls:
 // Redis runs a script's whole text on every call, so each function
 // defined costs every call that reaches its definition a closure, and a
 // common path that returns above libHere costs none.
@@ -136,8 +144,7 @@ func withLib(name string) *Script {
 		head, tail = "", src
 	}
 	// A function is needed if the script, its types or a needed function
-	// calls it; lib.lua defines each function after those it calls.
-	chunks := strings.Split(lib, "\n\n")
+	// calls it; each is defined after those it calls.
 	var defs []string // the needed functions' chunks, the last first
 	needed := calledIn(src)
 	if strings.Contains(src, "types[") { // types.lua, and the types' tables and the functions it calls
@@ -150,13 +157,13 @@ func withLib(name string) *Script {
 		tail = strings.Join(types, "\n") + "\n" + tail
 		maps.Copy(needed, calledIn(tail))
 	}
-	for i := len(chunks) - 1; i >= 0; i-- {
-		m := libFunc.FindStringSubmatch(chunks[i])
+	for i := len(libChunks) - 1; i >= 0; i-- {
+		m := libFunc.FindStringSubmatch(libChunks[i])
 		if m == nil || !needed[m[1]] {
 			continue
 		}
-		defs = append(defs, chunks[i]+"\n\n")
-		maps.Copy(needed, calledIn(chunks[i]))
+		defs = append(defs, libChunks[i]+"\n\n")
+		maps.Copy(needed, calledIn(libChunks[i]))
 	}
 	slices.Reverse(defs)
 	return &Script{name: name, src: head + strings.Join(defs, "") + tail, hash: digests[name], arg: digests[name]}
@@ -183,5 +190,5 @@ func calledIn(text string) map[string]bool {
 // name characters before the '('.
 var call = regexp.MustCompile(`(\w+)\(`)
 
-// libFunc finds the function a chunk of lib.lua defines.
+// libFunc finds the function a chunk of a lib file defines.
 var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)

@@ -22,8 +22,8 @@ func TestScriptsLoadWithTheirLibUnderTheirDigests(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	calls := regexp.MustCompile(`\b(\w+)\(`)
 	defined := map[string]bool{}
-	for _, m := range libFunc.FindAllStringSubmatch(lib, -1) {
-		defined[m[1]] = true
+	for _, name := range libNames() {
+		defined[name] = true
 	}
 	for _, s := range All() {
 		name, src := s.Name(), s.Source()
@@ -163,7 +163,7 @@ func TestReleaseMarksAndAnnouncesOnlyWhenNeeded(t *testing.T) {
 	}
 }
 
-// A script's common path, above its libHere line, calls none of lib.lua's
+// A script's common path, above its libHere line, calls none of the lib
 // functions: they are defined below it.
 func TestNoSharedFunctionAboveLibHere(t *testing.T) {
 	t.Parallel()
@@ -173,12 +173,51 @@ func TestNoSharedFunctionAboveLibHere(t *testing.T) {
 			continue
 		}
 		inHead := calledIn(head)
-		for _, m := range libFunc.FindAllStringSubmatch(lib, -1) {
-			if inHead[m[1]] {
-				t.Errorf("%s.lua calls %s above the line that defines it", s.Name(), m[1])
+		for _, name := range libNames() {
+			if inHead[name] {
+				t.Errorf("%s.lua calls %s above the line that defines it", s.Name(), name)
 			}
 		}
 	}
+}
+
+// Each lib function calls only lib functions defined above it, in its own
+// file or in a lib file read before (lib.lua first, then lib_*.lua by
+// name), and none is defined twice: withLib picks a script's functions
+// from the last up, so a call to one further down would leave it out.
+func TestLibFunctionsCallOnlyThoseDefinedAbove(t *testing.T) {
+	t.Parallel()
+	names := libNames()
+	if libFiles, _ := fs.Glob(files, "lib_*.lua"); len(libFiles) == 0 || len(names) < 20 {
+		t.Fatalf("lib files %v, functions %v", libFiles, names)
+	}
+	defined := map[string]bool{}
+	for _, c := range libChunks {
+		m := libFunc.FindStringSubmatch(c)
+		if m == nil {
+			continue
+		}
+		if defined[m[1]] {
+			t.Errorf("%s is defined twice in the lib files", m[1])
+		}
+		for called := range calledIn(c) {
+			if called != m[1] && slices.Contains(names, called) && !defined[called] {
+				t.Errorf("%s calls %s, which is defined below it or in a lib file read after", m[1], called)
+			}
+		}
+		defined[m[1]] = true
+	}
+}
+
+// libNames returns the names of the lib functions, in the order withLib
+// reads them.
+func libNames() (names []string) {
+	for _, c := range libChunks {
+		if m := libFunc.FindStringSubmatch(c); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	return names
 }
 
 // Every shared function a script's text defines is called in it: a name
