@@ -19,7 +19,7 @@ var digests = map[string]string{
 	"guard":             "4b2cd147a5381ac69f0f5be06d7a4a4c394217f9",
 	"hold_acquire":      "b5a5022277a025612445f9b83e27a11cc3a0e4c4",
 	"hold_downgrade":    "6101eea3bd09f7c5f61fcef07eb4a7817e4a2ba1",
-	"hold_extend":       "6bea4f0b4d60e4578071c08c741bd99ba07cfffe",
+	"hold_extend":       "d20b44aa32ef8746e24b1757b1e43f2b8367edeb",
 	"hold_release":      "073ff10724d3610407a378b284a7dcdf1ee676db",
 	"inspect":           "762eb9e8b0797c045b3cde03866cf14f882278ba",
 	"permits":           "c022a969971a3c6022b44679fc14404088381d1b",

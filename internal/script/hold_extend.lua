@@ -4,7 +4,7 @@
 -- KEYS[1] the set   KEYS[2] the hold's marker key (see lib.lua)
 -- ARGV[1] the hold's member (a permit: its token; "r:<token>", "w:<token>",
 --         or "?:<token>" after a downgrade of unknown outcome: see
---         hold_member in lib.lua)
+--         hold_member in lib_hold.lua)
 -- ARGV[2] ttl in ms
 -- ARGV[3] 0 for an extension that never shortens the permit (ZADD GT),
 --         else the extension's sequence number (see extend.lua)
