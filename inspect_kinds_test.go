@@ -49,6 +49,15 @@ func inspectCases() []inspectCase {
 			r := newClient(t, rdb, dlock.WithReentrant(true), dlock.LeaseTTL(time.Minute))
 			taken(t)(asOwner(t, r, "alice").TryAcquire(ctx, name, meta))
 		}},
+		{"leader", "true string v2 0 0 0", func(t *testing.T, ctx context.Context, c *dlock.Client, _ *redis.Client, name, _ string) {
+			ld, err := newElection(t, c, name).Campaign(ctx, "v1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ld.Proclaim(ctx, "v2"); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"semaphore", "true zset m1, m2 0 2 0", func(t *testing.T, ctx context.Context, c *dlock.Client, _ *redis.Client, name, _ string) {
 			s := newSemaphore(t, c, name, 3)
 			taken(t)(s.AcquireN(ctx, 2, meta))
@@ -64,6 +73,9 @@ func inspectCases() []inspectCase {
 		{"set", "true set  0 0 0", foreign(func(ctx context.Context, rdb *redis.Client, key string) error { return rdb.SAdd(ctx, key, "x").Err() })},
 		{"hash", "true hash  0 0 0", foreign(func(ctx context.Context, rdb *redis.Client, key string) error {
 			return rdb.HSet(ctx, key, "f", "v").Err()
+		})},
+		{"owner's holds lapsed", "true hash  1 0 0", foreign(func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.HSet(ctx, key, "owner", "c/alice", "fence", "1", "h:gone", "1").Err() // (a hold whose deadline passed long ago)
 		})},
 		{"mixed zset", "true zset  0 2 0", foreign(func(ctx context.Context, rdb *redis.Client, key string) error {
 			return rdb.ZAdd(ctx, key, redis.Z{Score: 1e15, Member: "r:a"}, redis.Z{Score: 1e15, Member: "x"}).Err()
@@ -154,19 +166,21 @@ func TestHoldersRefuseANameHeldAsAnotherKindSayingWhat(t *testing.T) {
 		return says{"held as a lock (a " + typ + "), not a semaphore", "held as a lock (a " + typ + "), not a read-write lock"}
 	}
 	want := map[string]says{
-		"free":       {},
-		"plain":      lock("string"),
-		"reentrant":  lock("hash"),
-		"semaphore":  {"", "held as a semaphore, not a read-write lock"},
-		"readers":    {"held as a read-write lock, not a semaphore", ""},
-		"writer":     {"held as a read-write lock, not a semaphore", ""},
-		"lapsed":     {},
-		"string":     lock("string"),
-		"list":       lock("list"),
-		"set":        lock("set"),
-		"hash":       lock("hash"),
-		"mixed zset": {"", "held as a semaphore, not a read-write lock"}, // (a member not marked as a hold: permits)
-		"zset":       {"", "held as a semaphore, not a read-write lock"}, // (another program's members read as permits)
+		"free":                 {},
+		"plain":                lock("string"),
+		"reentrant":            lock("hash"),
+		"semaphore":            {"", "held as a semaphore, not a read-write lock"},
+		"readers":              {"held as a read-write lock, not a semaphore", ""},
+		"writer":               {"held as a read-write lock, not a semaphore", ""},
+		"lapsed":               {},
+		"string":               lock("string"),
+		"list":                 lock("list"),
+		"set":                  lock("set"),
+		"hash":                 lock("hash"),
+		"leader":               lock("string"),
+		"owner's holds lapsed": lock("hash"),
+		"mixed zset":           {"", "held as a semaphore, not a read-write lock"}, // (a member not marked as a hold: permits)
+		"zset":                 {"", "held as a semaphore, not a read-write lock"}, // (another program's members read as permits)
 	}
 	for _, tc := range inspectCases() {
 		if _, ok := want[tc.name]; !ok {
@@ -205,8 +219,8 @@ func TestLeaderRefusesANameHeldAsAnotherKindSayingWhat(t *testing.T) {
 	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute))
 	const zset = "a semaphore or a read-write lock"
 	want := map[string]string{ // "" for no error, else what the name is held as
-		"free": "", "plain": "", "string": "",
-		"reentrant": "a reentrant lock", "hash": "a reentrant lock",
+		"free": "", "plain": "", "string": "", "leader": "",
+		"reentrant": "a reentrant lock", "hash": "a reentrant lock", "owner's holds lapsed": "a reentrant lock",
 		"semaphore": zset, "readers": zset, "writer": zset, "lapsed": zset, "mixed zset": zset, "zset": zset,
 		"list": "a list", "set": "a set",
 	}
