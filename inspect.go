@@ -28,38 +28,31 @@ type Info struct {
 	InDelay bool          // every lease has at most this Client's LockDelay left: its validity ended
 }
 
-// Owner is one owner of a reentrant lock.
-type Owner struct {
-	ID    string   // the Client's instance ID and the owner, "<client>/<owner>"
-	Holds int64    // the owner's live holds (each a lease of its own)
-	Meta  []string // the distinct holder metadata of those holds that have one, sorted
-}
-
 // infoOf is the Info of the lock name in the state st, read by a Client
 // whose LockDelay is delay.
 func infoOf(name string, st backend.State, delay time.Duration) Info {
-	hs := st.Leases
 	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
-		Meta: strings.Join(metasOf(hs, st.Extra), ", "), Queued: int(st.Queued)}
-	if o, _ := told("", st.Extra); o != "" { // (a reentrant lock: its leases are its owner's holds)
-		info.Owners = []Owner{{ID: o, Holds: int64(len(hs)), Meta: metasOf(hs, nil)}}
+		Meta: strings.Join(metasOf(st.Leases, st.Extra), ", "), Queued: int(st.Queued)}
+	for _, fill := range parts {
+		fill(&info, st)
 	}
 	// InDelay: the longest lease left is at most delay (a holder's own
 	// extensions keep its lease above it).
 	left := time.Duration(-1)
-	for _, h := range hs { // (a sorted set's: a read-write lock's holds have a Role, a semaphore's permits none)
+	for _, h := range st.Leases {
 		left = max(left, h.Left)
-		switch {
-		case st.Type != "zset":
-		case h.Role == "":
-			info.Permits = append(info.Permits, Permit{Token: h.Token, TTL: h.Left, Meta: metaOf(h.Token), Count: h.N})
-		default:
-			info.RWHolds = append(info.RWHolds, RWHold{Token: h.Token, TTL: h.Left, Write: h.Role == "w", Meta: metaOf(h.Token)})
-		}
 	}
 	info.InDelay = delay > 0 && st.Held && left >= 0 && left <= delay
 	return info
 }
+
+// parts fill each the part of an Info that one kind's holds show (Owners,
+// Permits, RWHolds) from the lock's state: each kind adds its own where it
+// is declared (part).
+var parts []func(*Info, backend.State)
+
+// part adds fill to parts.
+func part(fill func(*Info, backend.State)) bool { parts = append(parts, fill); return true }
 
 // metasOf returns the distinct values that the holds hs show, each as
 // told says (a leader its proclaimed value, if extra holds one: a lock's

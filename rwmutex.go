@@ -104,6 +104,15 @@ type RWHold struct {
 	Meta  string        // its holder metadata (HolderMeta), read from Token; "" if none
 }
 
+// A read-write lock's live holds show in Info as its RWHolds.
+var _ = part(func(info *Info, st backend.State) {
+	for _, h := range st.Leases {
+		if h.Kind == backend.Read || h.Kind == backend.Write {
+			info.RWHolds = append(info.RWHolds, RWHold{Token: h.Token, TTL: h.Left, Write: h.Kind == backend.Write, Meta: metaOf(h.Token)})
+		}
+	}
+})
+
 // Holders returns the live holds, soonest first; [ErrWrongType]: another kind.
 func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 	info, err := rw.c.Inspect(ctx, rw.name)

@@ -142,6 +142,15 @@ type Permit struct {
 	Count int           // the permits it holds: 1, or n for AcquireN(n)
 }
 
+// A semaphore's live permits show in Info as its Permits.
+var _ = part(func(info *Info, st backend.State) {
+	for _, h := range st.Leases {
+		if h.Kind == backend.Permit {
+			info.Permits = append(info.Permits, Permit{Token: h.Token, TTL: h.Left, Meta: metaOf(h.Token), Count: h.N})
+		}
+	}
+})
+
 // Holders returns the live permits, soonest first; [ErrWrongType]: another
 // kind.
 func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {

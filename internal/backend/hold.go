@@ -129,7 +129,7 @@ func permitsOf(reply any, now int64) ([]Hold, string) {
 				extra[base]++
 				continue
 			}
-			ps = append(ps, Hold{Token: token, Left: time.Duration(left) * time.Millisecond, N: 1})
+			ps = append(ps, Hold{Token: token, Left: time.Duration(left) * time.Millisecond, Kind: Permit, N: 1})
 		}
 	}
 	tokens := make([]string, len(ps))
@@ -142,15 +142,19 @@ func permitsOf(reply any, now int64) ([]Hold, string) {
 
 // rwHolds returns the members of a sorted set (as permitsOf read them) as
 // a semaphore's permits, or as a read-write lock's holds: each turned into
-// its token, its Role "r" or "w". A semaphore's tokens never have ':' as
-// their second character; a read-write lock's members always do, so a set
-// with any member that does not (another program's) is read as permits.
+// its token, its Kind Write if its member is "w:<token>", else Read. A
+// semaphore's tokens never have ':' as their second character; a
+// read-write lock's members always do, so a set with any member that does
+// not (another program's) is read as permits.
 func rwHolds(hs []Hold) []Hold {
 	if slices.ContainsFunc(hs, func(h Hold) bool { return len(h.Token) < 2 || h.Token[1] != ':' }) {
 		return hs
 	}
 	for i, h := range hs {
-		hs[i].Role, hs[i].Token = h.Token[:1], h.Token[2:]
+		hs[i].Kind, hs[i].Token = Read, h.Token[2:]
+		if h.Token[0] == 'w' {
+			hs[i].Kind = Write
+		}
 	}
 	return hs
 }

@@ -99,7 +99,7 @@ var hashShape = shaped(shape{typ: "hash", heldAs: "a reentrant lock", holds: hol
 			case strings.HasPrefix(field, "h:"):
 				deadline, _ := strconv.ParseInt(value, 10, 64)
 				if left := deadline - now; left > 0 {
-					holds = append(holds, Hold{Token: field[2:], Left: time.Duration(left) * time.Millisecond})
+					holds = append(holds, Hold{Token: field[2:], Left: time.Duration(left) * time.Millisecond, Kind: ReentrantLock})
 				}
 			}
 		}

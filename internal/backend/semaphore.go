@@ -18,6 +18,11 @@ import (
 // one lease, w members of the set.
 func Permits(permits, w int) Kind { return permit{hold{w: w, ask: permits, sized: true}} }
 
+// Permit is the kind Inspect reads every permit of a semaphore as
+// (Hold.Kind), whatever N it was asked with and however many permits it
+// holds (Hold.N).
+var Permit = Permits(0, 1)
+
 // permit is a hold of w permits of a semaphore whose holder asks with N
 // (hold.ask).
 type permit struct{ hold }

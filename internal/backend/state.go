@@ -37,12 +37,14 @@ type Extra interface {
 }
 
 // Hold is one live lease that holds a lock: its token and remaining lease,
-// the part its kind's reader gives it (a read-write lock's "r" or "w"; ""
-// if none), and the members it counts for (a semaphore's permits).
+// the kind its key's reader tells it is (Read, Write, Permit,
+// ReentrantLock; nil for a string's holder, which any of a Client's own
+// locks or a leader may be), and the members it counts for (a
+// semaphore's permits).
 type Hold struct {
 	Token string
 	Left  time.Duration
-	Role  string
+	Kind  Kind
 	N     int
 }
 
