@@ -84,7 +84,7 @@ func build[N any](nodes []N, node func(N, *options) (backend.Node, *pubsub.Hub),
 		return nil, err
 	}
 	e := &engine{b: b, bg: bg, hubs: hubs, opts: o, id: newToken()[:11],
-		stop: make(chan struct{}), own: own}
+		stop: make(chan struct{}), own: own, held: make(holds, len(modes))}
 	for _, ob := range o.observers {
 		e.obs.add(ob)
 	}

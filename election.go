@@ -33,7 +33,7 @@ func (c *Client) Election(name string) (*Election, error) {
 
 // campaigns are the kind of an election's candidates: they campaign, and
 // queue whatever WithUnfair says; a leader resigns.
-var campaigns = kind{slot: slotElection, lease: backend.Campaign, fair: true, tag: tagCampaign,
+var campaigns = kind{slot: newMode("election"), lease: backend.Campaign, fair: true, tag: tagCampaign,
 	acquireOp: "campaign", releaseOp: "resign", by: "led by another candidate"}
 
 // Name returns the election's name.

@@ -40,22 +40,16 @@ type kind struct {
 // "keep", and what follows "not available over a quorum (NewRedlock)".
 type words struct{ plural, one, verb, overQuorum string }
 
-// The modes a lease is held in, by their place in a Client's held counts
-// (Held): a kind names its own slot, once, where it is made.
-const (
-	slotUnfair = iota
-	slotFair
-	slotQuorum
-	slotReentrant
-	slotElection
-	slotRead
-	slotWrite
-	slotSemaphore
-	slots
-)
+// modes names the modes a lease is held in, as Event.Mode does, by their
+// place in a Client's held counts (Held): each kind registers its own
+// where it is declared (newMode).
+var modes []string
 
-// modes names each slot's mode, as Event.Mode does.
-var modes = [slots]string{"unfair", "fair", "quorum", "reentrant", "election", "read", "write", "semaphore"}
+// newMode registers the mode name, and returns its place (a kind's slot).
+func newMode(name string) int {
+	modes = append(modes, name)
+	return len(modes) - 1
+}
 
 // mode is k's name in Event.Mode.
 func (k *kind) mode() string { return modes[k.slot] }
@@ -63,10 +57,10 @@ func (k *kind) mode() string { return modes[k.slot] }
 // The kinds of a Client's own locks, one chosen when it is made
 // (ownOn).
 var (
-	unfairLocks    = kind{slot: slotUnfair, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
-	fairLocks      = kind{slot: slotFair, lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
-	quorumLocks    = kind{slot: slotQuorum, lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
-	reentrantLocks = kind{slot: slotReentrant, lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
+	unfairLocks    = kind{slot: newMode("unfair"), lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
+	fairLocks      = kind{slot: newMode("fair"), lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
+	quorumLocks    = kind{slot: newMode("quorum"), lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
+	reentrantLocks = kind{slot: newMode("reentrant"), lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
 		owned: true, by: "held by another owner"} // (its claims and refusals all name its owner)
 )
 

@@ -34,9 +34,9 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 // The kinds of a read-write lock's read and write holds: they queue,
 // whatever WithUnfair says.
 var (
-	readHolds = kind{slot: slotRead, lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release",
+	readHolds = kind{slot: newMode("read"), lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release",
 		why: "a writer holds the lock, or others wait ahead"}
-	writeHolds = kind{slot: slotWrite, lease: backend.Write, fair: true, needs: "all", acquireOp: "acquire", releaseOp: "release",
+	writeHolds = kind{slot: newMode("write"), lease: backend.Write, fair: true, needs: "all", acquireOp: "acquire", releaseOp: "release",
 		why: "the lock is held (by readers or a writer), or others wait ahead"}
 )
 
@@ -84,9 +84,9 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	w.mu.Lock()
 	w.cl.SetKind(cl.Kind) // (only its kind changes: Key, Token and TTL read the rest unlocked)
 	// Downgraded, it counts as a read (unless a loss meanwhile uncounted it).
-	if ok && err == nil && w.err == nil && w.slot != slotRead {
+	if ok && err == nil && w.err == nil && w.slot != readHolds.slot {
 		w.c.held[w.slot].ended.Add(1)
-		w.slot = slotRead
+		w.slot = readHolds.slot
 		w.c.held[w.slot].began.Add(1)
 	}
 	w.mu.Unlock()

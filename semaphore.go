@@ -19,6 +19,9 @@ type Semaphore struct {
 	keys backend.Keys
 }
 
+// semaphoreMode is the slot of every semaphore's permits, whatever their N.
+var semaphoreMode = newMode("semaphore")
+
 // Semaphore returns the semaphore name of N = permits, or 0: the size kept in
 // Redis, without which its calls fail. [ErrInvalid]: a bad name or N.
 func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
@@ -34,7 +37,7 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if permits > 0 {
 		why = fmt.Sprintf("no permit free: all %d held, or others waiting ahead", permits)
 	}
-	k := kind{slot: slotSemaphore, lease: backend.Permits(permits, 1), fair: true, acquireOp: "acquire", releaseOp: "release",
+	k := kind{slot: semaphoreMode, lease: backend.Permits(permits, 1), fair: true, acquireOp: "acquire", releaseOp: "release",
 		why: why, permits: permits}
 	if err := c.carries(&k, fmt.Sprintf("Semaphore(%q, %d)", name, permits), words{plural: "semaphores", one: "a semaphore", verb: "keep"}); err != nil {
 		return nil, err

@@ -25,8 +25,9 @@ func (c *Client) Stats() Stats {
 }
 
 // holds counts a Client's leases by mode (a kind's slot): how many began
-// being held, and how many of those ended; Held is the difference.
-type holds [slots]struct{ began, ended atomic.Int64 }
+// being held, and how many of those ended; Held is the difference. It is
+// made with the Client, once every kind has registered its mode.
+type holds []struct{ began, ended atomic.Int64 }
 
 // Held returns how many leases the Client and its Owner Clients hold now, by
 // [Event.Mode] (docs/observability.md); a mode once held stays, at 0.
