@@ -32,8 +32,10 @@ func (c *Client) Election(name string) (*Election, error) {
 }
 
 // campaigns are the kind of an election's candidates: they campaign, and
-// queue whatever WithUnfair says; a leader resigns.
-var campaigns = kind{slot: newMode("election"), lease: backend.Campaign, fair: true, tag: tagCampaign,
+// queue whatever WithUnfair says; a leader resigns. Their tokens carry a
+// tag of their own: a leadership's lease is a string holding its token,
+// as a plain lock's is.
+var campaigns = kind{slot: newMode("election"), lease: backend.Campaign, fair: true, tag: tagged(1),
 	acquireOp: "campaign", releaseOp: "resign", by: "led by another candidate"}
 
 // Name returns the election's name.

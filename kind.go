@@ -17,7 +17,7 @@ type kind struct {
 	slot  int          // its mode (modes[slot], its name in Event.Mode), and its place in the Client's held counts
 	lease backend.Kind // what the backend runs
 	fair  bool         // its waiters queue
-	tag   byte         // the tag of its lease tokens (see tokenTag)
+	tag   byte         // the tag of its lease tokens (see tagged)
 	// needs is what its waiter needs of the name's holders, as its
 	// deadlock records say it (see waitCheck): "all" gone (a writer);
 	// "" for one, which the records say as "one".

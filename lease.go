@@ -116,7 +116,7 @@ func Resume(token string) LockOption {
 	switch {
 	case len(random) != 22 || strings.ContainsFunc(random, func(r rune) bool { return !strings.ContainsRune(base64URL, r) }):
 		return badOption("Resume(%q): not a lease token: 22 base64url characters, then '.' and the metadata if any", token)
-	case tokenTag(token) > lastTag:
+	case !tags[tokenTag(token)]:
 		return badOption("Resume(%q): not a lease token: its 22nd character is not one a token ends its random part with", token)
 	case strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }):
 		return badOption("Resume(%q): not a lease token: its metadata part holds a character a token never does", token)
@@ -276,14 +276,19 @@ func newToken() string { return leaseToken("", 0) }
 
 const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
-// The tags of lease tokens: which kind of lease took a token, where the
-// keys alone cannot tell (a leadership's lease and a plain lock's are both
-// a string holding the token), so that Resume refuses the other kind's.
-const (
-	tagLock     byte = 0 // a lock, a permit, a read or a write
-	tagCampaign byte = 1 // a leadership campaign's lease
-	lastTag          = tagCampaign
-)
+// tags are the tags of lease tokens: which kind of lease took a token,
+// where the keys alone cannot tell (a leadership's lease and a plain
+// lock's are both a string holding the token), so that Resume refuses the
+// other kind's. A kind declares its tag (tagged); the others' tokens carry
+// 0.
+var tags = map[byte]bool{0: true}
+
+// tagged registers tag, 1 to 15, as the tag of a kind's lease tokens, and
+// returns it. Tokens live in Redis: a kind never changes its tag.
+func tagged(tag byte) byte {
+	tags[tag] = true
+	return tag
+}
 
 // tokenTag returns the tag of a well-formed token: one leaseToken made, or
 // one Resume accepts.
