@@ -131,7 +131,7 @@ type Leadership struct {
 	l     *Lock
 	fence int64
 
-	// The one Proclaim under way holds its Lock's proclaimTurn: a Proclaim
+	// The one Proclaim under way holds its Lock's opTurn: a Proclaim
 	// waiting for it honours its context, and Value does not wait for the
 	// network.
 	seq   int64      // the number of the last Proclaim sent (see proclaim.lua); guarded by the turn
@@ -156,10 +156,10 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	// A loss found here is told once the turn is given back: a Lost hook
 	// may Proclaim, or call the Lock (see Lock.lapse).
 	defer ld.l.tellUntold()
-	if !ld.l.take(ctx, proclaimTurn) { // a Proclaim under way outlasted ctx
+	if !ld.l.take(ctx, opTurn) { // a Proclaim under way outlasted ctx
 		return opError("proclaim", ld.l.name, backend.NotSent(ctx.Err()))
 	}
-	defer ld.l.give(proclaimTurn)
+	defer ld.l.give(opTurn)
 	if err := ld.l.lapse(); err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ type Lock struct {
 	base  backend.Claim  // where cl points, unless an attempt was undone (see renew)
 	start time.Time
 	capAt time.Time // the max hold's deadline (zero: none), set by activate; validUntil never passes it
-	slot  int       // the mode it is counted in (Held): its kind's, or a read once downgraded; mu guards it
+	slot  int       // the mode it is counted in (Held): its kind's, unless recount moved it (a Downgrade); mu guards it
 
 	fence int64 // the lease's fence once issued; fenceTurn guards it
 
@@ -530,15 +530,15 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 }
 
 // The turns of a Lock's calls that send its claim: one Release, one
-// extension (the last one sets the lease), one Fence and one Proclaim (a
-// leader's) at a time; a Downgrade takes the first three. A call waiting
-// its turn honours its context, and the turn goes to the calls waiting for
-// it in the order they came.
+// extension (the last one sets the lease), one Fence and one operation of
+// its kind's own (a leader's Proclaim) at a time; a Downgrade takes the
+// first three. A call waiting its turn honours its context, and the turn
+// goes to the calls waiting for it in the order they came.
 const (
 	relTurn uint8 = 1 << iota
 	extTurn
 	fenceTurn
-	proclaimTurn
+	opTurn
 )
 
 // turnWait is a call waiting for turn t: given is closed once it is
@@ -697,6 +697,17 @@ func (l *Lock) Context() context.Context {
 		l.onSettledLocked(cancel)
 	}
 	return l.ctx
+}
+
+// recount counts the Lock in the mode of slot from now on, in its held
+// counts (Held), unless a loss or release ended its count already; l.mu
+// must be held.
+func (l *Lock) recount(slot int) {
+	if l.err == nil && l.slot != slot {
+		l.c.held[l.slot].ended.Add(1)
+		l.slot = slot
+		l.c.held[slot].began.Add(1)
+	}
 }
 
 // finish settles the Lock's state with err, unless it is settled already,

@@ -83,11 +83,8 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	})
 	w.mu.Lock()
 	w.cl.SetKind(cl.Kind) // (only its kind changes: Key, Token and TTL read the rest unlocked)
-	// Downgraded, it counts as a read (unless a loss meanwhile uncounted it).
-	if ok && err == nil && w.err == nil && w.slot != readHolds.slot {
-		w.c.held[w.slot].ended.Add(1)
-		w.slot = readHolds.slot
-		w.c.held[w.slot].began.Add(1)
+	if ok && err == nil {
+		w.recount(readHolds.slot) // downgraded, it counts as a read
 	}
 	w.mu.Unlock()
 	if err := w.answered("downgrade", "the write hold is gone", ok, err); err != nil {
