@@ -72,6 +72,8 @@ var (
 
 func (campaign) scripts() (*script.Script, scriptSet) { return campaignAcquire, campaignScripts }
 
+func (campaign) anyBackend() bool { return false } // (its scripts, on one node)
+
 // fenceWindow: a term's fence lives as long as its lease, if longer than
 // the Node's fence window, as campaign_acquire.lua issues it.
 func (campaign) fenceWindow(n Node, ttl time.Duration) any {

@@ -32,6 +32,11 @@ type Kind interface {
 	// scripts returns the script the kind's acquisition runs and the set
 	// of those its leases run.
 	scripts() (first *script.Script, need scriptSet)
+	// anyBackend reports whether every backend carries the kind (see
+	// Backend.Carries): a quorum, and one without scripts, as well as a
+	// Node (shared: false). A kind built on another kind's type (the fair
+	// lock on the plain lock's) says it itself.
+	anyBackend() bool
 	// fenceWindow is how long the fence counter lives after a lease of
 	// ttl on n is fenced (see Node.Fence): the Node's fence window
 	// (shared), unless the kind says otherwise.
@@ -55,6 +60,8 @@ type shared struct{}
 func (shared) fenceWindow(n Node, _ time.Duration) any { return n.fenceMS }
 
 func (shared) holder(*Claim) string { return "" }
+
+func (shared) anyBackend() bool { return false }
 
 // A shape is a Redis type that kinds keep at their lock key, and how a key
 // of that type reads, whichever kind wrote it.
@@ -105,10 +112,10 @@ var (
 	ErrNeedsScripts = errors.New("only plain locks run without scripts")
 )
 
-// plainOnly is the Carries of a backend that serves plain locks only: nil
-// for PlainLock, else why.
-func plainOnly(k Kind, why error) error {
-	if k != PlainLock {
+// anyBackendOnly is the Carries of a backend that serves only the kinds
+// every backend carries (plain locks): nil for those, else why.
+func anyBackendOnly(k Kind, why error) error {
+	if !k.anyBackend() {
 		return why
 	}
 	return nil

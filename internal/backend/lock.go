@@ -143,3 +143,9 @@ func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) (an
 }
 
 func (fairLock) scripts() (*script.Script, scriptSet) { return acquireFair, fairScripts }
+
+// anyBackend: a plain lock's commands are plain enough for a quorum, and
+// for a backend without scripts; a fair lock's queue needs its scripts.
+func (plainLock) anyBackend() bool { return true }
+
+func (fairLock) anyBackend() bool { return false }

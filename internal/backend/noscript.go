@@ -48,7 +48,7 @@ func NewNoScripts(n Node, nodeTimeout time.Duration) (NoScripts, error) {
 
 // Carries serves plain locks only: every other Kind runs scripts (see
 // Backend).
-func (NoScripts) Carries(k Kind) error { return plainOnly(k, ErrNeedsScripts) }
+func (NoScripts) Carries(k Kind) error { return anyBackendOnly(k, ErrNeedsScripts) }
 
 // Prepare does nothing: no scripts to load (see Backend).
 func (NoScripts) Prepare(context.Context, *Claim) error { return nil }

@@ -240,7 +240,7 @@ type nodeAcquire struct {
 func isTrue(ok bool) bool { return ok }
 
 // Carries serves plain locks only (see Backend).
-func (q *Quorum) Carries(k Kind) error { return plainOnly(k, ErrOverQuorum) }
+func (q *Quorum) Carries(k Kind) error { return anyBackendOnly(k, ErrOverQuorum) }
 
 // Acquire takes the lock on a majority. A quorum carries plain locks
 // only: a claim of another Kind is refused, unsent. A waiter (queue)
