@@ -211,7 +211,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, opError("leader", e.name, err)
 	case !st.Held:
 		return Leader{}, nil
-	case st.Type != "string":
+	case st.Type != "string", tokenTag(st.Token) != campaigns.tag: // (a string whose token is no leader's: a lock's, or another program's value)
 		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, "the name is held as "+st.HeldAs()+", not by a leader"))
 	}
 	_, value := told(st.Token, st.Extra)

@@ -291,8 +291,12 @@ func tagged(tag byte) byte {
 }
 
 // tokenTag returns the tag of a well-formed token: one leaseToken made, or
-// one Resume accepts.
+// one Resume accepts; of any other string (another program's value), one
+// no kind has.
 func tokenTag(token string) byte {
+	if len(token) < 22 || strings.IndexByte(base64URL, token[21]) < 0 {
+		return 0xff
+	}
 	return byte(strings.IndexByte(base64URL, token[21]) & 0x0f)
 }
 
