@@ -65,14 +65,18 @@ func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 // name before it, once. A cause that must match a sentinel error is made
 // with backend.Because, so that the sentinel's own "dlock: " is not repeated.
 
-// opError is the error of operation op on the lock name, caused by err. A
-// go-redis client closed under the Client says so its own way: the error
-// matches ErrClosed too, as a driver's does.
+// opError is the error of operation op on the lock name, caused by err.
 func opError(op, name string, err error) error {
+	return fmt.Errorf("dlock: %s %q: %w", op, name, closedToo(err))
+}
+
+// closedToo is err, made to match ErrClosed too if it says that a go-redis
+// client was closed under the Client, as a driver's closed client does.
+func closedToo(err error) error {
 	if errors.Is(err, redis.ErrClosed) && !errors.Is(err, ErrClosed) {
-		err = backend.Detailed(err.Error(), err, ErrClosed)
+		return backend.Detailed(err.Error(), err, ErrClosed)
 	}
-	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+	return err
 }
 
 // gaveUp is the error of an acquisition (op, see acquireOp) whose context

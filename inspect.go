@@ -100,7 +100,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
 	keys, err := c.b.Scan(ctx, c.opts.prefix+"{"+cmp.Or(pattern, "*")+"}")
 	if err != nil {
-		return nil, fmt.Errorf("dlock: list: %w", err)
+		return nil, fmt.Errorf("dlock: list: %w", closedToo(err))
 	}
 	for i, key := range keys {
 		keys[i] = strings.TrimSuffix(strings.TrimPrefix(key, c.opts.prefix+"{"), "}")

@@ -284,8 +284,12 @@ const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 var tags = map[byte]bool{0: true}
 
 // tagged registers tag, 1 to 15, as the tag of a kind's lease tokens, and
-// returns it. Tokens live in Redis: a kind never changes its tag.
+// returns it; a tag out of range, or taken, panics as the program starts.
+// Tokens live in Redis: a kind never changes its tag.
 func tagged(tag byte) byte {
+	if tag == 0 || tag > 15 || tags[tag] {
+		panic(fmt.Sprintf("dlock: token tag %d: out of range or taken", tag))
+	}
 	tags[tag] = true
 	return tag
 }

@@ -30,3 +30,24 @@ func TestTokensCarryTheTagsTheyAlwaysDid(t *testing.T) {
 		}
 	}
 }
+
+// A kind's tag is one no other kind has, in the four bits a token carries:
+// another is refused as the program starts; and a string that is no token
+// (another program's value at a lock key) has a tag no kind has.
+func TestATagIsOneNoOtherKindHas(t *testing.T) {
+	for _, tag := range []byte{0, campaigns.tag, 16} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("tagged(%d) did not panic", tag)
+				}
+			}()
+			tagged(tag)
+		}()
+	}
+	for _, s := range []string{"", "hello", strings.Repeat("*", 22)} {
+		if tag := tokenTag(s); tags[tag] {
+			t.Errorf("tokenTag(%q) = %d, a kind's tag", s, tag)
+		}
+	}
+}
