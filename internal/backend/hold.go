@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,8 +107,15 @@ var zsetShape = shaped(shape{typ: "zset", heldAs: "a semaphore or a read-write l
 		st.Leases = rwHolds(hs)
 		st.Holding, st.ended = holding, holding == "" // (permits that just ended)
 	},
-	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
-		return p.ZRangeWithScores(ctx, key, 0, -1)
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error) {
+		zs := p.ZRangeWithScores(ctx, key, 0, -1) // (lowest score first)
+		return func() (any, error) {
+			var v []any
+			for _, z := range zs.Val() {
+				v = append(v, fmt.Sprint(z.Member), strconv.FormatFloat(z.Score, 'f', -1, 64))
+			}
+			return v, zs.Err()
+		}
 	},
 })
 

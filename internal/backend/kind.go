@@ -80,8 +80,10 @@ type shape struct {
 	// beside (inspect.lua's KEYS[5], a leader's: see valueKey).
 	read func(st *State, contents any, now int64, extra string)
 	// fetch queues on p the read of the contents that inspect.lua makes,
-	// for a backend without scripts (see flat).
-	fetch func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder
+	// for a backend without scripts, and returns what reads its reply once
+	// p ran: as a script's call reads it (a string; a hash's fields and
+	// values, or a sorted set's members and scores, as one flat list).
+	fetch func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error)
 }
 
 // shapes are the Redis types the kinds keep, by name: each registers

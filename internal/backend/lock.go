@@ -102,8 +102,14 @@ var stringShape = shaped(shape{typ: "string", heldAs: "a lock", holds: holding("
 			st.Leases, st.Extra = []Hold{{Token: st.Token, Left: st.TTL}}, proclaimed(extra, st.Token)
 		}
 	},
-	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
-		return p.Do(ctx, "GET", key)
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error) {
+		get := p.Get(ctx, key)
+		return func() (any, error) {
+			if s, err := get.Result(); err != redis.Nil {
+				return s, err
+			}
+			return "", nil
+		}
 	},
 })
 

@@ -351,9 +351,9 @@ func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
 // passes what it read to stateOf.
 func readState(ctx context.Context, k *Keys, p redis.Pipeliner) (State, error) {
 	kind := p.Type(ctx, k.Lock)
-	contents := map[*shape]redis.Cmder{}
-	for _, s := range shapes {
-		contents[s] = s.fetch(ctx, p, k.Lock)
+	contents := map[string]func() (any, error){}
+	for typ, s := range shapes {
+		contents[typ] = s.fetch(ctx, p, k.Lock)
 	}
 	pttl, now := p.Do(ctx, "PTTL", k.Lock), p.Time(ctx)
 	// The errors of these (a key of another type) read as no fence, no
@@ -364,8 +364,12 @@ func readState(ctx context.Context, k *Keys, p redis.Pipeliner) (State, error) {
 	if kind.Err() == nil && kind.Val() == "" { // (TYPE always answers: the pipeline failed unsent, by a hook)
 		return State{}, perr
 	}
-	t, err := now.Result()                         // (a failed pipeline fails every read)
-	c, cerr := flat(contents[shapeOf(kind.Val())]) // (the reads of the other types failed: WRONGTYPE)
+	t, err := now.Result() // (a failed pipeline fails every read)
+	var c any              // (nothing for a type no kind keeps; the reads of the other types failed: WRONGTYPE)
+	var cerr error
+	if read := contents[kind.Val()]; read != nil {
+		c, cerr = read()
+	}
 	if err = cmp.Or(err, cerr, kind.Err()); err != nil {
 		return State{}, err
 	}
@@ -383,33 +387,6 @@ func readState(ctx context.Context, k *Keys, p redis.Pipeliner) (State, error) {
 		}
 	}
 	return stateOf(k, kind.Val(), holder, c, left, f, ms, live, value.Val()), nil
-}
-
-// flat returns the reply of a shape's fetch as a script's call reads: a
-// string's value ("" if missing); a hash's fields and values, or a sorted
-// set's members and scores (lowest first), as one flat list of strings;
-// nothing without a fetch (a type no kind keeps).
-func flat(cmd redis.Cmder) (any, error) {
-	var v []any
-	switch cmd := cmd.(type) {
-	case nil:
-		return nil, nil
-	case *redis.Cmd:
-		s, err := cmd.Text()
-		if err == redis.Nil {
-			return "", nil
-		}
-		return s, err
-	case *redis.MapStringStringCmd:
-		for field, value := range cmd.Val() {
-			v = append(v, field, value)
-		}
-	case *redis.ZSliceCmd:
-		for _, z := range cmd.Val() {
-			v = append(v, fmt.Sprint(z.Member), strconv.FormatFloat(z.Score, 'f', -1, 64))
-		}
-	}
-	return v, cmd.Err()
 }
 
 // Op is refused: the kinds with operations of their own need scripts (see

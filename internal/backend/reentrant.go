@@ -107,7 +107,14 @@ var hashShape = shaped(shape{typ: "hash", heldAs: "a reentrant lock", holds: hol
 			st.Leases, st.Extra, st.Holding = holds, Owner(owner), owner+" "+fence
 		}
 	},
-	fetch: func(ctx context.Context, p redis.Pipeliner, key string) redis.Cmder {
-		return p.HGetAll(ctx, key)
+	fetch: func(ctx context.Context, p redis.Pipeliner, key string) func() (any, error) {
+		all := p.HGetAll(ctx, key)
+		return func() (any, error) {
+			var v []any
+			for field, value := range all.Val() {
+				v = append(v, field, value)
+			}
+			return v, all.Err()
+		}
 	},
 })
