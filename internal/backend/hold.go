@@ -51,7 +51,7 @@ func (h hold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, 
 		withPermits(h.w, c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, h.ask)...)
 	v, err := as[int64](r, err) // >= 0 granted, else -2 - the PTTL of the hold that keeps it out
 	if err != nil {
-		return Grant{}, RedisErr(err)
+		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 	}
 	if v >= 0 {
 		return n.granted(Grant{Held: true}, acks)

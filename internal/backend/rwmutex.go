@@ -38,7 +38,7 @@ func (rwHold) scripts() (*script.Script, scriptSet) { return holdAcquire, rwScri
 // holder: a hold is named by its member of the set, "<ask>:<token>".
 func (h rwHold) holder(c *Claim) string { return h.ask.(string) + ":" + c.Token }
 
-func (rwHold) what() string { return "a read-write lock's hold" }
+func (rwHold) what() string { return "a read-write lock" }
 
 // holdDowngrade turns a write hold into a read (Downgrade); a read-write
 // lock's holds load it with the semaphore's scripts, so that Downgrade

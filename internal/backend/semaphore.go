@@ -29,7 +29,7 @@ type permit struct{ hold }
 
 func (permit) scripts() (*script.Script, scriptSet) { return holdAcquire, holdScripts }
 
-func (permit) what() string { return "a semaphore's permit" }
+func (permit) what() string { return "a semaphore" }
 
 // permits is the semaphore's permits.lua, which keeps its size.
 var permits = loads("permits")
@@ -40,7 +40,7 @@ var permits = loads("permits")
 func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error) {
 	r, err := ints(n.run(ctx, permits, []any{k.Lock, sizeKey(k), k.Queue}, op, v, size, k.Channel, n.pub))
 	if err != nil {
-		return PermitSize{}, RedisErr(err)
+		return PermitSize{}, n.wrongKind(ctx, k.Lock, Permit, RedisErr(err))
 	}
 	if len(r) != 3 {
 		return PermitSize{}, fmt.Errorf("permits.lua: unexpected reply %v", r)

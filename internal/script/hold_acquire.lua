@@ -50,16 +50,16 @@ else
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) -- as now_ms in lib.lua
-local added -- 1 when added below as the set's possibly only member
+local added -- 1 when added below as the set's possibly only member (a key of another type: WRONGTYPE, nothing written)
 if quiet then
   if w == 1 then
-    added = redis.pcall('ZADD', KEYS[1], 'NX', now + ttl, member)
+    added = redis.call('ZADD', KEYS[1], 'NX', now + ttl, member)
   else
     local args = {'ZADD', KEYS[1], 'NX'}
     for i = 1, w do
       args[2 * i + 2], args[2 * i + 3] = now + ttl, i == 1 and member or (member .. ' ' .. i)
     end
-    added = redis.pcall(unpack(args))
+    added = redis.call(unpack(args))
   end
   -- The only member, lapsed ones included: the key lasts as long as this
   -- hold. (With lapsed members it goes the way below, which drops them: a
@@ -72,13 +72,12 @@ if quiet then
   end
 end
 -- (the shared functions are defined here)
-if type(added) == 'table' then return not_hold_kind(KEYS[1], n) end
 if added and added > 0 then
   hold_call(KEYS[1], member, w, nil, 'ZREM') -- others hold: the rules below decide
 end
 if not quiet and revoked(KEYS[5]) then return revoked_reply() end
 if type(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)) ~= 'number' or not same_kind(KEYS[1], member) then
-  return not_hold_kind(KEYS[1], n)
+  return redis.error_reply('WRONGTYPE dlock: the key holds a value of another kind')
 end
 -- The hold's scores: a hold of more than 500 permits (more than one
 -- ZMSCORE) is read whole only if its first member is there.

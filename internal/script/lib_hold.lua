@@ -110,16 +110,3 @@ local function same_kind(key, member)
   local first = redis.call('ZRANGE', key, 0, 0)[1]
   return not first or (string.sub(first, 2, 2) == ':') == (string.sub(member, 2, 2) == ':')
 end
-
--- not_hold_kind is the error of a request for a semaphore's permit (n, its
--- size) or a read-write lock's hold (n nil) at key, which holds another
--- kind. It reads the key's type: only on this path, never on a grant's.
-local function not_hold_kind(key, n)
-  local kind = redis.call('TYPE', key)['ok']
-  if kind == 'zset' then
-    kind = same_kind(key, '') and 'sem' or 'rw' -- ('': a semaphore's kind of member)
-  end
-  local what = ({string = 'a lock (a string)', hash = 'a reentrant lock (a hash)', rw = 'a read-write lock',
-    sem = 'a semaphore'})[kind] or ('a ' .. kind)
-  return redis.error_reply('WRONGTYPE dlock: the key holds ' .. what .. ', not ' .. (n and 'a semaphore' or 'a read-write lock'))
-end

@@ -18,7 +18,7 @@
 -- is written).
 local held = redis.pcall('ZCOUNT', KEYS[1], '(' .. now_ms(), '+inf')
 if type(held) ~= 'number' or not same_kind(KEYS[1], '') then -- ('': a semaphore's member)
-  return not_hold_kind(KEYS[1], 1)
+  return redis.error_reply('WRONGTYPE dlock: the key holds a value of another kind')
 end
 local stored = tonumber(redis.call('GET', KEYS[2]) or '')
 local size, changed = stored or tonumber(ARGV[3]), 0
