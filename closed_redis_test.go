@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/goredisdriver"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // A Client whose Redis client was closed under it fails its calls, a held
@@ -19,18 +20,7 @@ func TestCallsThroughAClosedRedisClientFailWithErrClosed(t *testing.T) {
 	s, _ := setup(t)
 	for _, road := range []string{"New", "NewFrom"} {
 		t.Run(road, func(t *testing.T) {
-			rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-			var c *dlock.Client
-			var err error
-			if road == "New" {
-				c, err = dlock.New(rdb)
-			} else {
-				c, err = dlock.NewFrom(goredisdriver.Conn(rdb))
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close(t.Context()) })
+			c, rdb := onOwnRedisClient(t, s, road)
 			l, err := c.TryAcquire(t.Context(), "closed-held-"+road)
 			if err != nil {
 				t.Fatal(err)
@@ -53,4 +43,24 @@ func TestCallsThroughAClosedRedisClientFailWithErrClosed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// onOwnRedisClient returns a Client on a go-redis client of its own for s,
+// which the test may close under it: made with New, or with NewFrom
+// through the go-redis driver (road "NewFrom").
+func onOwnRedisClient(t *testing.T, s *redistest.Server, road string) (*dlock.Client, *redis.Client) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	var c *dlock.Client
+	var err error
+	if road == "New" {
+		c, err = dlock.New(rdb)
+	} else {
+		c, err = dlock.NewFrom(goredisdriver.Conn(rdb))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(t.Context()) })
+	return c, rdb
 }
