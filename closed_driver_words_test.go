@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/goredisdriver"
 )
 
 // A call through a driver whose client was closed fails with ErrClosed
@@ -19,12 +16,7 @@ import (
 func TestCallsThroughAClosedDriverSayDlockOnce(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	c, err := dlock.NewFrom(goredisdriver.Conn(rdb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(t.Context()) })
+	c, rdb := onOwnRedisClient(t, s, "NewFrom")
 	l, err := c.TryAcquire(t.Context(), "closed-driver-words")
 	if err != nil {
 		t.Fatal(err)
