@@ -265,6 +265,7 @@ func (a *acquisition) try(ctx context.Context) (*Lock, time.Duration, error) {
 		a.entered = a.l.k.place(token) // answered and refused
 	}
 	switch _, quorum := errors.AsType[*QuorumError](err); {
+	case backend.ClosedOut(err): // (no later attempt can reach a majority)
 	case quorum:
 		// (Not one cut short by the context's end, if an earlier attempt
 		// was answered: it says less, its missing nodes were not waited for.)

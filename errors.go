@@ -71,10 +71,17 @@ func opError(op, name string, err error) error {
 }
 
 // closedToo is err, made to match ErrClosed too if it says that a go-redis
-// client was closed under the Client, as a driver's closed client does.
+// client was closed under the Client, as a driver's closed client does;
+// ErrClosed's own "dlock: " at its head (a driver's wrapping, or Close's)
+// is the caller's prefix, said once.
 func closedToo(err error) error {
-	if errors.Is(err, redis.ErrClosed) && !errors.Is(err, ErrClosed) {
+	switch {
+	case errors.Is(err, redis.ErrClosed) && !errors.Is(err, ErrClosed):
 		return backend.Detailed(err.Error(), err, ErrClosed)
+	case errors.Is(err, ErrClosed):
+		if s, ok := strings.CutPrefix(err.Error(), "dlock: "); ok {
+			return backend.Detailed(s, err)
+		}
 	}
 	return err
 }

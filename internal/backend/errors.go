@@ -71,6 +71,22 @@ func (e *QuorumError) Error() string {
 // Unwrap returns the nodes' errors.
 func (e *QuorumError) Unwrap() []error { return e.Nodes }
 
+// ClosedOut reports whether err is a QuorumError with so many nodes whose
+// client was closed that a majority can no longer answer.
+func ClosedOut(err error) bool {
+	q, ok := errors.AsType[*QuorumError](err)
+	if !ok {
+		return false
+	}
+	n := 0
+	for _, e := range q.Nodes {
+		if closed(e) {
+			n++
+		}
+	}
+	return n > len(q.Nodes)-q.Need
+}
+
 // Is makes an acquisition's QuorumError match ErrNotAcquired: the lock was
 // not taken. Another operation's says only that no majority answered.
 func (e *QuorumError) Is(target error) bool {

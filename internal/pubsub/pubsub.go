@@ -300,11 +300,13 @@ func poke(c chan struct{}) {
 // run keeps the line's connection until the line is stopped: it connects,
 // serves the connection until it is done, marks the line's channels
 // unconfirmed (a waiter still waiting for a first confirmation goes on
-// without it), and connects again after a backoff.
+// without it), and connects again after a backoff. A client found closed
+// will never announce a release: its waiters are told to try again
+// (Recheck), and so learn that it is closed.
 func (l *line) run() {
 	for backoff := minBackoff; l.ctx.Err() == nil; backoff = min(2*backoff, maxBackoff) {
 		start := time.Now()
-		l.serve()
+		closed := errors.Is(l.serve(), driver.ErrClosed)
 		l.h.mu.Lock()
 		l.down = true
 		for _, t := range l.topics {
@@ -312,6 +314,11 @@ func (l *line) run() {
 			case <-t.ready:
 			default:
 				close(t.ready)
+			}
+			for _, w := range t.waiters {
+				if closed { // (every time it is found closed: a waiter that came meanwhile too)
+					w.signal(Recheck)
+				}
 			}
 		}
 		l.h.mu.Unlock()
@@ -327,13 +334,14 @@ func (l *line) run() {
 
 // serve opens a connection, subscribes it to the line's channels, and
 // sends the (un)subscriptions asked for and the pings needed until the
-// connection is done or the line stopped.
-func (l *line) serve() {
+// connection is done or the line stopped; it returns the error of the
+// call that found the connection unusable, if one did.
+func (l *line) serve() error {
 	ctx, cancel := context.WithTimeout(l.ctx, netTimeout)
 	ps, err := l.h.conn.PubSub(ctx, l.channel)
 	cancel()
 	if err != nil {
-		return
+		return err
 	}
 	defer ps.Close()
 	l.h.mu.Lock()
@@ -346,8 +354,11 @@ func (l *line) serve() {
 	l.h.mu.Unlock()
 	// (The reader starts once the first SUBSCRIBE returned. A line has
 	// channels, and so a SUBSCRIBE to send, until it is stopped.)
-	if l.ctx.Err() != nil || !l.flush(ps) {
-		return
+	if l.ctx.Err() != nil {
+		return nil
+	}
+	if err := l.flush(ps); err != nil {
+		return err
 	}
 	done := make(chan struct{})
 	l.h.lines.Go(func() { l.read(ps, done) }) // (Hub.Close waits for it too: it ends last)
@@ -355,20 +366,21 @@ func (l *line) serve() {
 		ps.Close() // (its Receive returns)
 		<-done
 	}()
-	for ok := true; ok; { // (while the connection takes what is sent)
+	for err == nil { // (while the connection takes what is sent)
 		select {
 		case <-l.ctx.Done():
-			return
+			return nil
 		case <-done:
-			return
+			return nil
 		case <-l.silent:
 			now := time.Now() // (with its monotonic reading)
 			l.pinged.CompareAndSwap(nil, &now)
-			ok = l.send(ps.Ping) == nil
+			err = l.send(ps.Ping)
 		case <-l.asked:
-			ok = l.flush(ps)
+			err = l.flush(ps)
 		}
 	}
+	return err
 }
 
 // send runs a command of the connection, bounded by netTimeout.
@@ -378,10 +390,10 @@ func (l *line) send(cmd func(context.Context) error) error {
 	return cmd(ctx)
 }
 
-// flush sends the (un)subscriptions asked for, in order; it reports
-// whether the connection took them. Ops asked meanwhile are sent by the
-// next flush, which ask signals.
-func (l *line) flush(ps driver.PubSub) bool {
+// flush sends the (un)subscriptions asked for, in order; it returns the
+// error of one the connection did not take. Ops asked meanwhile are sent
+// by the next flush, which ask signals.
+func (l *line) flush(ps driver.PubSub) error {
 	l.h.mu.Lock()
 	ops := l.ops
 	l.ops = nil
@@ -391,11 +403,11 @@ func (l *line) flush(ps driver.PubSub) bool {
 		if o.subscribe {
 			f = ps.Subscribe
 		}
-		if l.send(func(ctx context.Context) error { return f(ctx, o.chans...) }) != nil {
-			return false
+		if err := l.send(func(ctx context.Context) error { return f(ctx, o.chans...) }); err != nil {
+			return err
 		}
 	}
-	return true
+	return nil
 }
 
 // read dispatches the connection's messages until it is done or the line
