@@ -30,28 +30,17 @@ func TestBackoffBounds(t *testing.T) {
 // DefaultMinBackoff: a waiter never polls in a tight loop. Fair waiters
 // never consult it.
 func TestBackoffClampedAtUse(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
-	defer rdb.Close()
 	for _, d := range []time.Duration{0, -time.Second} {
-		c, err := New(rdb, WithUnfair(func(int) time.Duration { return d }))
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := undialled(t, WithUnfair(func(int) time.Duration { return d }))
 		if got := c.own.sleep(c.opts.backoff, 1, -1, DefaultTTL, true); got != DefaultMinBackoff {
 			t.Errorf("sleep with a backoff of %v = %v, want DefaultMinBackoff (%v)", d, got, DefaultMinBackoff)
 		}
 	}
-	c, err := New(rdb, WithUnfair(func(int) time.Duration { return time.Millisecond }))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := undialled(t, WithUnfair(func(int) time.Duration { return time.Millisecond }))
 	if got := c.own.sleep(c.opts.backoff, 1, -1, DefaultTTL, true); got != time.Millisecond {
 		t.Errorf("sleep with a backoff of 1ms = %v, want 1ms (only non-positive ones are raised)", got)
 	}
-	fair, err := New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fair := undialled(t)
 	if got, want := fair.own.sleep(fair.opts.backoff, 1, -1, DefaultTTL, true), backend.Window(DefaultTTL)/3; got != want {
 		t.Errorf("fair sleep = %v, want a third of the queue entry's life, %v", got, want)
 	}
@@ -98,4 +87,17 @@ func TestBackendErrorsAreThePackages(t *testing.T) {
 	if !errors.Is(deep, ErrNotAcquired) || !errors.Is(deep, ErrWrongType) {
 		t.Errorf("%v does not match ErrNotAcquired and its node's ErrWrongType", deep)
 	}
+}
+
+// undialled returns a Client made with opts on a Redis client that is never
+// dialled, for what needs no server; it is closed when tb ends.
+func undialled(tb testing.TB, opts ...Option) *Client {
+	tb.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	tb.Cleanup(func() { rdb.Close() })
+	c, err := New(rdb, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }

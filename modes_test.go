@@ -3,20 +3,13 @@ package dlock
 import (
 	"slices"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Every kind registers its mode where it is declared, whatever the order
 // the package's files are initialised in: each names the mode it always
 // did (Event.Mode, Held), once, and a Client counts every one of them.
 func TestEveryKindRegistersTheModeItHadAlways(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
-	defer rdb.Close()
-	c, err := New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := undialled(t)
 	s, err := c.Semaphore("s", 3)
 	if err != nil {
 		t.Fatal(err)
