@@ -179,7 +179,7 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 		return nil, err
 	}
 	l := &Lock{c: c, k: k, name: name, p: p,
-		base: backend.Claim{Keys: keys, TTL: p.asked(p.ttl), Holder: k.ownerOf(c), Kind: k.lease}}
+		base: backend.Claim{Keys: keys, TTL: p.asked(p.ttl), Holder: k.holders.ownerOf(c), Kind: k.lease}}
 	l.cl = &l.base
 	token := p.resume
 	if token == "" {

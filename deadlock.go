@@ -84,7 +84,7 @@ func holdersIn(ctx context.Context) []string {
 	h, _ := ctx.Value(heldKey{}).(*heldContext)
 	for i := 0; h != nil && i < deadlockDepth*4; i++ {
 		for _, l := range h.held.leases() {
-			id := l.k.recordOf(l.cl, l.name)
+			id := l.k.holders.recordOf(l.cl, l.name)
 			if l.Err() == nil && !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}

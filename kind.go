@@ -28,11 +28,34 @@ type kind struct {
 	// ("": "held by another holder"), or, for a kind whose refusals name
 	// no holder (so that each one is worth keeping anyway), their text.
 	by, why string
-	permits int // a semaphore's N as asked: its refusals say it
-	// owned says that its leases belong to an owner (Client.Owner), which
-	// its claims name, not to a token.
-	owned bool
+	permits int     // a semaphore's N as asked: its refusals say it
+	holders holders // whom its leases belong to: their tokens, or a reentrant lock's owners
 }
+
+// holders is whom a kind's leases belong to, and what follows from it:
+// the owner its claims name (for an acquisition by c), the name Lock.Token
+// gives the lease cl, and the identity the deadlock records key it by when
+// held under name; and, if a lease cannot be resumed from its token
+// (Resume) or a Client of the kind cannot carry other kinds (carries),
+// the refusal of op or call, else nil.
+type holders interface {
+	ownerOf(c *Client) string
+	tokenOf(cl *backend.Claim) string
+	recordOf(cl *backend.Claim, name string) string
+	resumes(op, name string) error
+	carries(call string, w words) error
+}
+
+// tokens is the holders of a kind whose leases belong to their tokens: its
+// claims name no owner, and nothing is refused. (A reentrant lock's leases
+// belong to owners: see reentrant.go.)
+type tokens struct{}
+
+func (tokens) ownerOf(*Client) string                      { return "" }
+func (tokens) tokenOf(cl *backend.Claim) string            { return cl.Token }
+func (tokens) recordOf(cl *backend.Claim, _ string) string { return cl.Token }
+func (tokens) resumes(string, string) error                { return nil }
+func (tokens) carries(string, words) error                 { return nil }
 
 // words are how a kind made on top of a Client's locks, or a call that
 // needs what a backend may not carry, speaks of itself when a Client
@@ -57,56 +80,12 @@ func (k *kind) mode() string { return modes[k.slot] }
 // The kinds of a Client's own locks, one chosen when it is made
 // (ownOn).
 var (
-	unfairLocks    = kind{slot: newMode("unfair"), lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
-	fairLocks      = kind{slot: newMode("fair"), lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release"}
-	quorumLocks    = kind{slot: newMode("quorum"), lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release"}
+	unfairLocks    = kind{slot: newMode("unfair"), lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
+	fairLocks      = kind{slot: newMode("fair"), lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
+	quorumLocks    = kind{slot: newMode("quorum"), lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
 	reentrantLocks = kind{slot: newMode("reentrant"), lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
-		owned: true, by: "held by another owner"} // (its claims and refusals all name its owner)
+		holders: owners{}, by: "held by another owner"} // (its claims and refusals all name its owner)
 )
-
-// Owner returns a Client, sharing c's configuration and Close, whose reentrant
-// locks are held by owner; [ErrInvalid] if c is not reentrant or owner is "".
-func (c *Client) Owner(owner string) (*Client, error) {
-	switch {
-	case !c.own.owned:
-		return nil, fmt.Errorf("%w: Owner(%q): the Client's locks are not reentrant (WithReentrant)", ErrInvalid, owner)
-	case owner == "":
-		return nil, fmt.Errorf("%w: Owner(\"\"): empty owner", ErrInvalid)
-	}
-	return &Client{engine: c.engine, owner: owner}, nil
-}
-
-// ownerOf is the owner that an acquisition of kind k by c names in its
-// claim: "" if k's leases belong to tokens, else c's owner (see Owner) or,
-// if c has none, a new one.
-func (k *kind) ownerOf(c *Client) string {
-	switch {
-	case !k.owned:
-		return ""
-	case c.owner == "":
-		return c.id + "/" + newToken() // no owner: the acquisition is its own
-	}
-	return c.id + "/" + c.owner
-}
-
-// tokenOf names the holder of the lease cl of kind k, as Lock.Token does:
-// its owner, if k's leases belong to owners, else its token.
-func (k *kind) tokenOf(cl *backend.Claim) string {
-	if k.owned {
-		return cl.Holder
-	}
-	return cl.Token
-}
-
-// recordOf is the holder identity that the deadlock records key the lease
-// cl of kind k held under name by: its owner's hold of name (see
-// ownerHold), if k's leases belong to owners, else its token.
-func (k *kind) recordOf(cl *backend.Claim, name string) string {
-	if k.owned {
-		return ownerHold(cl.Holder, name)
-	}
-	return cl.Token
-}
 
 // place is the place in the queue of an attempt of kind k with token that
 // Redis answered and refused: token if k's waiters queue, else "".
@@ -135,12 +114,13 @@ func (k *kind) refusal(name string, g backend.Grant) *NotAcquiredError {
 
 // resumes checks that a lease of kind k held under name can be resumed
 // from token (Resume): an error wrapping ErrInvalid if k's leases belong
-// to owners, not to tokens, or ErrNotHeld if token is another kind's.
+// to owners, not to tokens (see holders), or ErrNotHeld if token is
+// another kind's.
 func (k *kind) resumes(name, token string) error {
-	switch {
-	case k.owned:
-		return fmt.Errorf("%w: %s %q: Resume: a reentrant Client's holds belong to its owners, not to a token", ErrInvalid, k.acquireOp, name)
-	case tokenTag(token) != k.tag:
+	if err := k.holders.resumes(k.acquireOp, name); err != nil {
+		return err
+	}
+	if tokenTag(token) != k.tag {
 		return fmt.Errorf("%w: %q: Resume: the token is another kind's lease", ErrNotHeld, name)
 	}
 	return nil
@@ -193,10 +173,11 @@ func backoffAt(backoff Backoff, attempt int) time.Duration {
 
 // carries asks c's backend whether it serves the kind k, which call
 // (Semaphore, RWMutex, Election) makes; if not, it returns an error
-// wrapping ErrInvalid that says why in the kind's words w.
+// wrapping ErrInvalid that says why in the kind's words w (as c's own
+// kind's holders do if they refuse).
 func (c *Client) carries(k *kind, call string, w words) error {
-	if c.own.owned { // (a reentrant Client carries its own locks alone)
-		return fmt.Errorf("%w: %s: a reentrant Client (WithReentrant) cannot %s %s", ErrInvalid, call, w.verb, w.one)
+	if err := c.own.holders.carries(call, w); err != nil {
+		return err
 	}
 	return unserved(call, w, c.b.Carries(k.lease))
 }

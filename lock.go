@@ -200,7 +200,7 @@ func (l *Lock) Name() string { return l.name }
 func (l *Lock) Key() string { return l.cl.Lock }
 
 // Token returns the lease's opaque token: no spaces, holder metadata included.
-func (l *Lock) Token() string { return l.k.tokenOf(l.cl) }
+func (l *Lock) Token() string { return l.k.holders.tokenOf(l.cl) }
 
 // Meta returns the lease's holder metadata ([HolderMeta]).
 func (l *Lock) Meta() string { return l.p.meta }

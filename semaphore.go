@@ -37,7 +37,7 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if permits > 0 {
 		why = fmt.Sprintf("no permit free: all %d held, or others waiting ahead", permits)
 	}
-	k := kind{slot: semaphoreMode, lease: backend.Permits(permits, 1), fair: true, acquireOp: "acquire", releaseOp: "release",
+	k := kind{slot: semaphoreMode, lease: backend.Permits(permits, 1), fair: true, acquireOp: "acquire", releaseOp: "release", holders: tokens{},
 		why: why, permits: permits}
 	if err := c.carries(&k, fmt.Sprintf("Semaphore(%q, %d)", name, permits), words{plural: "semaphores", one: "a semaphore", verb: "keep"}); err != nil {
 		return nil, err
