@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -275,6 +276,8 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, ErrWrongType): // (another kind holds the name: nobody leads, until it changes)
+			pending, ends = Leader{}, time.Time{}
 		case err != nil:
 			next = observeRetry
 		default:

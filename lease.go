@@ -110,18 +110,26 @@ func HolderMeta(meta string) LeaseOption {
 // (a leadership keeps its term's); [ErrNotHeld] if it ended. See
 // docs/resume.md.
 func Resume(token string) LockOption {
-	// A lease token (see leaseToken): 22 base64url characters, the last
-	// one with a tag, then the metadata part, escaped (see metaSuffix).
-	random, suffix, _ := strings.Cut(token, string(metaSep))
-	switch {
-	case len(random) != 22 || strings.ContainsFunc(random, func(r rune) bool { return !strings.ContainsRune(base64URL, r) }):
-		return badOption("Resume(%q): not a lease token: 22 base64url characters, then '.' and the metadata if any", token)
-	case !tags[tokenTag(token)]:
-		return badOption("Resume(%q): not a lease token: its 22nd character is not one a token ends its random part with", token)
-	case strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }):
-		return badOption("Resume(%q): not a lease token: its metadata part holds a character a token never does", token)
+	if why := notToken(token); why != "" {
+		return badOption("Resume(%q): not a lease token: %s", token, why)
 	}
 	return LeaseOption{func(p *lease) { p.resume = token }}
+}
+
+// notToken says why s is not a lease token (see leaseToken): 22 base64url
+// characters, the last one with a kind's tag, then the metadata part,
+// escaped (see metaSuffix); "" if it is one.
+func notToken(s string) string {
+	random, suffix, _ := strings.Cut(s, string(metaSep))
+	switch {
+	case len(random) != 22 || strings.ContainsFunc(random, func(r rune) bool { return !strings.ContainsRune(base64URL, r) }):
+		return "22 base64url characters, then '.' and the metadata if any"
+	case !tags[byte(strings.IndexByte(base64URL, s[21])&0x0f)]:
+		return "its 22nd character is not one a token ends its random part with"
+	case strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }):
+		return "its metadata part holds a character a token never does"
+	}
+	return ""
 }
 
 // MaxHold caps how long a lease is held (default 0: none; per call 0 lifts the
@@ -298,7 +306,7 @@ func tagged(tag byte) byte {
 // one Resume accepts; of any other string (another program's value), one
 // no kind has.
 func tokenTag(token string) byte {
-	if len(token) < 22 || strings.IndexByte(base64URL, token[21]) < 0 {
+	if notToken(token) != "" {
 		return 0xff
 	}
 	return byte(strings.IndexByte(base64URL, token[21]) & 0x0f)

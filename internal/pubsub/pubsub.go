@@ -302,7 +302,7 @@ func poke(c chan struct{}) {
 // unconfirmed (a waiter still waiting for a first confirmation goes on
 // without it), and connects again after a backoff. A client found closed
 // will never announce a release: its waiters are told to try again
-// (Recheck), and so learn that it is closed.
+// (Recheck), and its watches called, and so learn that it is closed.
 func (l *line) run() {
 	for backoff := minBackoff; l.ctx.Err() == nil; backoff = min(2*backoff, maxBackoff) {
 		start := time.Now()
@@ -321,7 +321,14 @@ func (l *line) run() {
 				}
 			}
 		}
+		var calls []func() // (a watch's: no message will come whose reader calls them)
+		if closed {
+			calls, l.h.calls = l.h.calls, nil
+		}
 		l.h.mu.Unlock()
+		for _, f := range calls {
+			f() // (outside the Hub's lock, as read calls them)
+		}
 		if time.Since(start) > maxBackoff {
 			backoff = minBackoff // it had been up a while
 		}
