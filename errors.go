@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockio/dlock/driver"
 	"github.com/dlockio/dlock/internal/backend"
 )
@@ -75,15 +73,12 @@ func opError(op, name string, err error) error {
 // ErrClosed's own "dlock: " at its head (a driver's wrapping, or Close's)
 // is the caller's prefix, said once.
 func closedToo(err error) error {
-	switch {
-	case errors.Is(err, redis.ErrClosed) && !errors.Is(err, ErrClosed):
-		return backend.Detailed(err.Error(), err, ErrClosed)
-	case errors.Is(err, ErrClosed):
+	if errors.Is(err, ErrClosed) {
 		if s, ok := strings.CutPrefix(err.Error(), "dlock: "); ok {
 			return backend.Detailed(s, err)
 		}
 	}
-	return err
+	return backend.MatchClosed(err)
 }
 
 // gaveUp is the error of an acquisition (op, see acquireOp) whose context

@@ -3,6 +3,7 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -68,23 +69,33 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the nodes' errors.
-func (e *QuorumError) Unwrap() []error { return e.Nodes }
+// Unwrap returns the nodes' errors, but those of nodes whose client was
+// closed only once so many were that a majority can no longer answer
+// (ClosedOut): a minority's closed client does not make the error match
+// ErrClosed, as a caller that stops on it would stop while the Client
+// still works. Nodes keeps every node's error.
+func (e *QuorumError) Unwrap() []error {
+	if e.closedOut() || !slices.ContainsFunc(e.Nodes, closed) {
+		return e.Nodes
+	}
+	return slices.DeleteFunc(slices.Clone(e.Nodes), closed)
+}
 
 // ClosedOut reports whether err is a QuorumError with so many nodes whose
 // client was closed that a majority can no longer answer.
 func ClosedOut(err error) bool {
 	q, ok := errors.AsType[*QuorumError](err)
-	if !ok {
-		return false
-	}
+	return ok && q.closedOut()
+}
+
+func (e *QuorumError) closedOut() bool {
 	n := 0
-	for _, e := range q.Nodes {
-		if closed(e) {
+	for _, err := range e.Nodes {
+		if closed(err) {
 			n++
 		}
 	}
-	return n > len(q.Nodes)-q.Need
+	return n > len(e.Nodes)-e.Need
 }
 
 // Is makes an acquisition's QuorumError match ErrNotAcquired: the lock was

@@ -303,6 +303,15 @@ func closed(err error) bool {
 	return errors.Is(err, redis.ErrClosed) || errors.Is(err, driver.ErrClosed)
 }
 
+// MatchClosed is err, made to match driver.ErrClosed too if it says that a
+// go-redis client was closed, as a driver's closed client's does.
+func MatchClosed(err error) error {
+	if errors.Is(err, redis.ErrClosed) && !errors.Is(err, driver.ErrClosed) {
+		return Detailed(err.Error(), err, driver.ErrClosed)
+	}
+	return err
+}
+
 // noScript reports whether err is a NOSCRIPT reply: the server's script
 // cache lacks the script.
 func noScript(err error) bool {
