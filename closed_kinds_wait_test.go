@@ -52,6 +52,7 @@ func TestWaiterOfEachKindWhoseRedisClientClosesEndsWithErrClosed(t *testing.T) {
 	}{
 		{"fair lock", lock, nil},
 		{"unfair lock", lock, []dlock.Option{dlock.WithUnfair(nil)}},
+		{"reentrant lock", lock, []dlock.Option{dlock.WithReentrant(true)}},
 		{"semaphore", sem, nil},
 		{"write lock", write, nil},
 		{"campaign", campaign, nil},
