@@ -99,3 +99,33 @@ func TestWaiterOfEachKindWhoseRedisClientClosesEndsWithErrClosed(t *testing.T) {
 		})
 	}
 }
+
+// Observe's channel closes once the Redis client under its Client is
+// closed: no read can succeed after it, and the observer stops reading.
+func TestObserveEndsWhenItsRedisClientIsClosed(t *testing.T) {
+	t.Parallel()
+	s, rdb := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := newElection(t, newClient(t, rdb), "closed-observed").Campaign(ctx, "v"); err != nil {
+		t.Fatal(err)
+	}
+	mine := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { mine.Close() })
+	ch := newElection(t, newClient(t, mine), "closed-observed").Observe(ctx)
+	if ld := <-ch; ld.Value != "v" {
+		t.Fatalf("Observe's first leader = %+v; want the one who proclaimed v", ld)
+	}
+	mine.Close()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("Observe's channel was still open 5s after its Redis client was closed")
+		}
+	}
+}

@@ -274,7 +274,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 		ld, err := e.Leader(ctx)
 		next := e.c.opts.lease.ttl
 		switch {
-		case ctx.Err() != nil:
+		case ctx.Err() != nil, errors.Is(err, ErrClosed): // (its Redis client closed: no read will succeed)
 			return
 		case errors.Is(err, ErrWrongType): // (another kind holds the name: nobody leads, until it changes)
 			pending, ends = Leader{}, time.Time{}
