@@ -103,10 +103,12 @@ type Worker struct {
 	// pending holds handles whose Release failed with a Redis error: the
 	// docs say Release may be called again.
 	pending []*handle
-	hold    time.Duration // the Client's max hold (MaxHold); 0: none
-	meta    *string       // the Client's holder metadata (HolderMeta); nil: the default
-	trace   tracer        // the parts a multi-lock call takes and gives back
-	hook    *lostHook     // the Client's Lost hook, nil if none (losthook.go)
+	hold    time.Duration  // the Client's max hold (MaxHold); 0: none
+	meta    *string        // the Client's holder metadata (HolderMeta); nil: the default
+	trace   tracer         // the parts a multi-lock call takes and gives back
+	hook    *lostHook      // the Client's Lost hook, nil if none (losthook.go)
+	via     []string       // the proxies it reaches the lock nodes through, one per node
+	common  []dlock.Option // the options of its Client
 }
 
 // handle is a Lock with the id its events carry.
@@ -151,36 +153,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.opts.driver = cfg.Mode != ModeNoScripts && (Driver != nil || w.rng.IntN(3) == 0) // (WithoutScripts needs New)
 	w.opts.watchLoss = w.opts.autoExtend && w.rng.IntN(3) == 0
-	var nodes []redis.UniversalClient
-	var conns []driver.Conn
 	var via []string
 	for _, addrs := range cfg.Nodes {
 		via = append(via, addrs[w.rng.IntN(len(addrs))])
-		rdb := redis.NewClient(&redis.Options{
-			Addr: via[len(via)-1], DialTimeout: 500 * time.Millisecond,
-			ReadTimeout: w.opts.readTimeout, WriteTimeout: w.opts.readTimeout,
-			ContextTimeoutEnabled: w.opts.ctxTimeout, MaxRetries: w.opts.maxRetries, PoolSize: poolSize,
-		})
-		w.rdbs = append(w.rdbs, rdb)
-		nodes = append(nodes, rdb)
-		conns = append(conns, goredisdriver.Conn(rdb))
-		if Driver != nil && w.opts.driver {
-			conn, closeConn, derr := Driver(via[len(via)-1], w.opts.readTimeout)
-			if derr != nil {
-				err = derr
-				break
-			}
-			conns[len(conns)-1] = conn
-			w.closers = append(w.closers, closeConn)
-		}
-	}
-	if err != nil {
-		w.closeConns()
-		w.rec.Close()
-		return nil, err
-	}
-	if w.opts.driver {
-		w.opts.refuse = w.refusals(conns)
 	}
 	w.grdb = redis.NewClient(&redis.Options{Network: cfg.GuardNet, Addr: cfg.GuardAddr, PoolSize: 4})
 	w.guard = dlock.NewGuard(w.grdb)
@@ -210,43 +185,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if w.hook = newLostHook(w); w.hook != nil {
 		common = append(common, dlock.WithObserver(w.hook.observer()))
 	}
-	own := append(common, waiting(Fair(cfg.Mode)), dlock.WithReentrant(cfg.Mode == ModeReentrant))
-	switch quorum := cfg.Mode == ModeQuorum3 || cfg.Mode == ModeQuorum5; {
-	case quorum && w.opts.driver:
-		w.c, err = dlock.NewRedlockFrom(conns, nodeTimeout, common...)
-	case quorum:
-		w.c, err = dlock.NewRedlock(nodes, nodeTimeout, common...)
-	case w.opts.driver:
-		w.c, err = dlock.NewFrom(conns[0], own...)
-	default:
-		w.c, err = dlock.New(nodes[0], own...)
-	}
-	if err == nil && cfg.Mode == ModeSemaphore {
-		w.sems = map[string]*dlock.Semaphore{}
-		for _, name := range cfg.Names {
-			if w.sems[name], err = w.c.Semaphore(name, SemPermits); err != nil {
-				break
-			}
-		}
-	}
-	if err == nil && cfg.Mode == ModeElection {
-		w.elect = map[string]*dlock.Election{}
-		w.won = map[*dlock.Lock]*dlock.Leadership{}
-		for _, name := range cfg.Names {
-			if w.elect[name], err = w.c.Election(name); err != nil {
-				break
-			}
-		}
-	}
-	if err == nil && cfg.Mode == ModeRW {
-		w.rws = map[string]*dlock.RWMutex{}
-		for _, name := range cfg.Names {
-			if w.rws[name], err = w.c.RWMutex(name); err != nil {
-				break
-			}
-		}
-	}
-	if err != nil {
+	w.via, w.common = via, common
+	if err := w.connect(); err != nil {
 		w.closeConns()
 		w.grdb.Close()
 		w.rec.Close()
@@ -255,6 +195,86 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	w.rec.Add(Event{Op: OpConfig, Inv: now(), Note: fmt.Sprintf("auto=%v ctxtimeout=%v retries=%d pipelining=%v readtimeout=%v maxhold=%v meta=%v driver=%v refuse=%g%% losthook=%v",
 		w.opts.autoExtend, w.opts.ctxTimeout, w.opts.maxRetries, w.opts.pipelining, w.opts.readTimeout, w.hold, w.meta != nil, w.opts.driver, 100*w.opts.refuse, w.hook != nil), Via: strings.Join(via, " ")})
 	return w, nil
+}
+
+// connect makes the worker's Redis clients, through the proxies w.via,
+// and its Client on them, with the options w.common.
+func (w *Worker) connect() error {
+	var (
+		nodes   []redis.UniversalClient
+		conns   []driver.Conn
+		rdbs    []*redis.Client
+		closers []func()
+		err     error
+	)
+	for _, addr := range w.via {
+		rdb := redis.NewClient(&redis.Options{
+			Addr: addr, DialTimeout: 500 * time.Millisecond,
+			ReadTimeout: w.opts.readTimeout, WriteTimeout: w.opts.readTimeout,
+			ContextTimeoutEnabled: w.opts.ctxTimeout, MaxRetries: w.opts.maxRetries, PoolSize: poolSize,
+		})
+		rdbs = append(rdbs, rdb)
+		nodes = append(nodes, rdb)
+		conns = append(conns, goredisdriver.Conn(rdb))
+		if Driver != nil && w.opts.driver {
+			conn, closeConn, derr := Driver(addr, w.opts.readTimeout)
+			if derr != nil {
+				err = derr
+				break
+			}
+			conns[len(conns)-1] = conn
+			closers = append(closers, closeConn)
+		}
+	}
+	w.rdbs, w.closers = rdbs, closers
+	if err != nil {
+		return err
+	}
+	if w.opts.driver {
+		w.opts.refuse = w.refusals(conns)
+	}
+	own := append(w.common[:len(w.common):len(w.common)], waiting(Fair(w.cfg.Mode)), dlock.WithReentrant(w.cfg.Mode == ModeReentrant))
+	var c *dlock.Client
+	switch quorum := w.cfg.Mode == ModeQuorum3 || w.cfg.Mode == ModeQuorum5; {
+	case quorum && w.opts.driver:
+		c, err = dlock.NewRedlockFrom(conns, nodeTimeout, w.common...)
+	case quorum:
+		c, err = dlock.NewRedlock(nodes, nodeTimeout, w.common...)
+	case w.opts.driver:
+		c, err = dlock.NewFrom(conns[0], own...)
+	default:
+		c, err = dlock.New(nodes[0], own...)
+	}
+	if err != nil {
+		return err
+	}
+	w.c = c
+	if w.cfg.Mode == ModeSemaphore {
+		w.sems = map[string]*dlock.Semaphore{}
+		for _, name := range w.cfg.Names {
+			if w.sems[name], err = w.c.Semaphore(name, SemPermits); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil && w.cfg.Mode == ModeElection {
+		w.elect = map[string]*dlock.Election{}
+		w.won = map[*dlock.Lock]*dlock.Leadership{}
+		for _, name := range w.cfg.Names {
+			if w.elect[name], err = w.c.Election(name); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil && w.cfg.Mode == ModeRW {
+		w.rws = map[string]*dlock.RWMutex{}
+		for _, name := range w.cfg.Names {
+			if w.rws[name], err = w.c.RWMutex(name); err != nil {
+				break
+			}
+		}
+	}
+	return err
 }
 
 // poolSize is each lock node client's go-redis pool size; check (f) bounds
