@@ -24,6 +24,7 @@ var Invariants = []struct{ ID, What string }{
 	{"l", "jeopardy: told only while an automatic extension is in flight or after one failed; a loss never leaves Jeopardy open"},
 	{"m", "no deadlock reported where names nest in one global order"},
 	{"n", "a Lost hook's call of the lost lease's Lock returns within a bound of its context's end and never reports the lease held"},
+	{"o", "calls through a Client whose go-redis client was closed fail with ErrClosed at once, its waits end, and it closes"},
 }
 
 // FreeWaits sums up the free-wait part of (d) over a round.
@@ -133,6 +134,7 @@ func Check(h []Event, p Params) *Report {
 	checkJeopardy(h, r)
 	checkNoDeadlock(h, r)
 	checkLostCalls(h, r)
+	checkClosed(h, r)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
 	return r
 }

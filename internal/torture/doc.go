@@ -53,7 +53,11 @@
 // quorum), and, through a TCP proxy in front of every node, requests or
 // replies delayed past the read timeout (a request can land after its
 // caller gave up and undid it), stalls, and stalls of replies followed by
-// a cut (go-redis re-sends the command, so scripts run twice). Some rounds
+// a cut (go-redis re-sends the command, so scripts run twice). A goroutine
+// worker's go-redis client is closed under its Client while it holds and
+// waits — its only node's, or of a quorum one node's or a majority's —
+// and it then makes a fresh client and Client (closed.go); the leases it
+// kept are left to expire. Some rounds
 // end by SIGKILLing a worker process that may hold locks. On the driver
 // road, three workers in four have their connections refuse 2–10% of the
 // commands (of a batch, one by one or all) unsent, with an error wrapping
@@ -145,7 +149,13 @@
 //	    loss, Extend, Downgrade and Proclaim fail, Fence returns only the
 //	    fence issued before, and Release returns nil only as a repeat of
 //	    the worker's own Release (or Do's, once fn returned), called
-//	    before it returned.
+//	    before it returned;
+//	(o) closed clients: once a worker's only node's or a majority's go-redis
+//	    client is closed under its Client, every call it makes fails with
+//	    ErrClosed within 2s (a Lock that knows its lease lost, or a call
+//	    whose context ended, may say so instead; a quorum's Release returns
+//	    nil once a node confirmed it), its waits under way end within their
+//	    bound, and its Client then closes.
 //
 // Checks that count a lease's time use the lease time it asked for
 // (LeaseTTL); a MaxWait ends a wait, for (d), like its context's end.

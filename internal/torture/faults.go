@@ -32,6 +32,7 @@ type Targets struct {
 	Proxies [][]Proxy // per node, the proxies clients reach it through
 	Procs   []*os.Process
 	ProcIDs []string
+	Workers []*Worker // goroutine workers whose go-redis clients can be closed
 }
 
 // Fault kinds. Restarts empty a node: the docs say a lock is then forgotten
@@ -47,6 +48,7 @@ const (
 	FaultCut           = "cut"            // connections closed
 	FaultWorkerPause   = "worker-pause"   // SIGSTOP a worker process past the TTL, then SIGCONT
 	FaultWorkerKill    = "worker-kill"    // SIGKILL a worker process (its leases must expire)
+	FaultClientClose   = "client-close"   // close a worker's go-redis clients under its Client (closed.go)
 	faultInjectorError = "injector-error" // the injector itself failed (a broken round)
 )
 
@@ -102,6 +104,9 @@ func (j *Injector) pick() string {
 	if len(j.T.Procs) > 0 {
 		kinds = append(kinds, FaultWorkerPause, FaultWorkerPause)
 	}
+	if len(j.T.Workers) > 0 {
+		kinds = append(kinds, FaultClientClose)
+	}
 	return kinds[j.Rng.IntN(len(kinds))]
 }
 
@@ -152,6 +157,8 @@ func (j *Injector) inject(kind string, e *Event) (string, error) {
 		return target, nil
 	case FaultWorkerPause:
 		return j.pauseWorker()
+	case FaultClientClose:
+		return j.closeClient()
 	}
 	return target, fmt.Errorf("unknown fault %q", kind)
 }
@@ -172,4 +179,35 @@ func (j *Injector) pauseWorker() (string, error) {
 		return j.T.ProcIDs[i], err
 	}
 	return j.T.ProcIDs[i], nil
+}
+
+// renewMax bounds how long the injector waits for a worker whose Redis
+// clients it closed to make a fresh Client: the end of the operation it
+// was in (a wait of up to 3×TTL on a quorum with a minority closed, a
+// critical section) and the Close of its old Client.
+func (j *Injector) renewMax() time.Duration { return 10*j.TTL + closeMax }
+
+// closeClient closes a goroutine worker's go-redis client under its Client
+// while it holds and waits — the only node's, or of a quorum one node's or
+// a majority's — and waits until the worker has made a fresh one.
+func (j *Injector) closeClient() (string, error) {
+	w := j.T.Workers[j.Rng.IntN(len(j.T.Workers))]
+	n, k := len(j.T.Servers), 1
+	if n > 1 && j.Rng.IntN(2) == 0 {
+		k = n/2 + 1
+	}
+	nodes := j.Rng.Perm(n)[:k]
+	what := fmt.Sprintf("%s nodes %v", w.cfg.ID, nodes)
+	c := w.cutClient(nodes)
+	if c == nil {
+		return w.cfg.ID + " (already finished)", nil
+	}
+	time.Sleep(j.dur(j.TTL/4, j.TTL))
+	close(c.over)
+	select {
+	case <-c.renewed:
+		return what, nil
+	case <-time.After(j.renewMax()):
+		return what, fmt.Errorf("no fresh Client within %v", j.renewMax())
+	}
 }

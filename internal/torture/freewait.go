@@ -62,7 +62,8 @@ import (
 //   - a worker's SIGSTOP: that worker's waits, and every wait for a lock it
 //     was trying to take meanwhile (or had given up on a second before):
 //     a fair release may hand the lock to its queue entry, or an attempt
-//     of it take the lock, and the stopped worker cannot pass it on.
+//     of it take the lock, and the stopped worker cannot pass it on; so
+//     too a worker's go-redis clients closed under its Client.
 //
 // A paused or killed holder needs nothing more: its lease counts as held
 // until a Release of it returned or the bounds above, not until its last
@@ -171,11 +172,11 @@ func leases(h []Event, ttl time.Duration) []lease {
 		switch e.Op {
 		case OpExtend:
 			s := byCS[e.CS]
-			if s == nil || (e.Res != "ok" && e.Res != "err") {
+			if s == nil || (e.Res != "ok" && e.Res != "err" && e.Res != "closed") {
 				continue
 			}
 			end := e.Ret + e.Arg + s.delay
-			if e.Res == "err" {
+			if e.Res != "ok" { // (a closed client's: it may have been under way)
 				end += int64(landingSlack)
 			}
 			s.expiry = max(s.expiry, end)
@@ -321,7 +322,7 @@ func effects(h []Event) []effect {
 			// The killed worker's last events may be missing, and its leases
 			// and queue entries live on until they expire: check no more.
 			f.from, f.to, f.global = e.Inv-int64(time.Second), math.MaxInt64, true
-		case FaultWorkerPause:
+		case FaultWorkerPause, FaultClientClose:
 			id, _, _ := strings.Cut(e.Name, " ")
 			f.workers, f.calls = map[string]bool{id: true}, true
 		case FaultDelayReq, FaultDelayRep, FaultStallReplies, FaultStall, FaultCut:

@@ -102,6 +102,7 @@ const (
 	OpJeopardy  = "jeopardy"  // a jeopardy told (Res "founded" or "unfounded"), or a loss found with Jeopardy open (Res "missed")
 	OpRefused   = "refused"   // a command the driver refused unsent (refuse.go): Note the call and the command, Name its lock
 	OpLostCall  = "lostcall"  // a call of a lost lease's Lock by the Lost hook: Note the call (or "unwatched": no watched lease lost), Arg the fence Fence returned, DL/Bound its context's
+	OpClosed    = "closed"    // a worker's Redis clients closed under its Client (closed.go): from Inv until its fresh Client at Ret; Note the nodes closed, Arg how many it has, Held if those were its only one or a majority, Err what failed after
 )
 
 // Recorder appends events to a file, one JSON object per line. A line is
@@ -198,6 +199,8 @@ func classify(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
+	case errors.Is(err, dlock.ErrClosed):
+		return "closed" // (o): whatever else the error says
 	case errors.Is(err, dlock.ErrStaleFence):
 		return "stale"
 	case errors.Is(err, dlock.ErrReleased):

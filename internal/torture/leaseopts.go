@@ -161,7 +161,7 @@ func (w *Worker) inspect(h *handle, co callOpts) {
 	e.Ret, e.Err, e.Seen, e.Res = now(), errText(err), info.Meta, "other"
 	switch {
 	case err != nil:
-		e.Res = "err"
+		e.Res = classify(err)
 	case info.Token == h.l.Token():
 		e.Res = "mine"
 	}

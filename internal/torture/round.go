@@ -92,16 +92,19 @@ func runRound(t *testing.T, c *cluster, p plan) *result {
 	cfgs := workerConfigs(c, p, n, dir, stop)
 
 	var wg sync.WaitGroup
+	inj := &Injector{T: c.targets(n), TTL: p.ttl, Rng: rand.New(rand.NewPCG(p.seed, 2)), Rec: coord, Restart: p.restarts}
 	for _, cfg := range cfgs[:p.routines] {
 		w, err := NewWorker(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(w.closers) == 0 { // (a Driver's connections are no go-redis clients)
+			inj.T.Workers = append(inj.T.Workers, w)
+		}
 		wg.Go(func() { w.Run(); w.Close() })
 	}
 	procs := startProcs(t, cfgs[p.routines:], dir)
 
-	inj := &Injector{T: c.targets(n), TTL: p.ttl, Rng: rand.New(rand.NewPCG(p.seed, 2)), Rec: coord, Restart: p.restarts}
 	for _, pr := range procs {
 		inj.T.Procs, inj.T.ProcIDs = append(inj.T.Procs, pr.cmd.Process), append(inj.T.ProcIDs, pr.id)
 	}
@@ -111,6 +114,9 @@ func runRound(t *testing.T, c *cluster, p plan) *result {
 
 	waitWorkers(t, &wg, procs, coord, stop, res)
 	<-injDone
+	if killed == 0 && inj.Counts[FaultClientClose] > 0 {
+		killed = stop // a worker whose client was closed leaves its leases to expire, as a killed one does
+	}
 	// Requests a delay fault held are delivered after it heals: let them
 	// land (they are what can leave a lease nobody holds) before scanning.
 	time.Sleep(1500 * time.Millisecond)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -109,6 +110,10 @@ type Worker struct {
 	hook    *lostHook      // the Client's Lost hook, nil if none (losthook.go)
 	via     []string       // the proxies it reaches the lock nodes through, one per node
 	common  []dlock.Option // the options of its Client
+	// mu guards rdbs, cut and done against the injector (see cutClient).
+	mu   sync.Mutex
+	cut  *cut // its Redis clients closed under its Client, until it makes a fresh one
+	done bool // it no longer runs operations
 }
 
 // handle is a Lock with the id its events carry.
@@ -226,7 +231,9 @@ func (w *Worker) connect() error {
 			closers = append(closers, closeConn)
 		}
 	}
+	w.mu.Lock() // (the injector closes them: see cutClient)
 	w.rdbs, w.closers = rdbs, closers
+	w.mu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -328,8 +335,12 @@ var Driver func(addr string, timeout time.Duration) (conn driver.Conn, close fun
 func (w *Worker) Run() {
 	for i := 0; i < w.cfg.MaxOps && now() < w.cfg.Stop; i++ {
 		w.step()
+		if !w.renewIfCut() {
+			break
+		}
 	}
 	w.finish()
+	w.endCuts()
 	for i, rdb := range w.rdbs {
 		st := rdb.PoolStats()
 		w.rec.Add(Event{Op: OpPool, Inv: now(), Arg: int64(st.TotalConns), Bound: poolSize, Note: fmt.Sprint("node", i)})
