@@ -113,7 +113,8 @@ const closedBound = 2 * time.Second
 // its Client (its only node's, or a majority's), every call it made until
 // it had a fresh Client failed with ErrClosed within closedBound, and its
 // acquisitions under way ended within their bound; then the Client closed
-// and a fresh one was made. Excused: a Release, Extend, Downgrade,
+// and a fresh one was made. With only a minority of a quorum's clients
+// closed, no call failed with ErrClosed: the Client still works. Excused: a Release, Extend, Downgrade,
 // Proclaim or Resume of a lease its Lock knew lost (it answers from what
 // it knows); a call whose context had ended (it may say so); and a
 // quorum's Release that returned nil, as one does when a node confirmed
@@ -128,9 +129,6 @@ func checkClosed(h []Event, r *Report) {
 		if c.Err != "" {
 			r.fail("o", "", c.Ret, "%s: after its Redis client was closed (%s): %s", c.W, c.Note, c.Err)
 		}
-		if !c.Held {
-			continue // a minority of a quorum: the calls go on
-		}
 		for _, e := range h {
 			always := e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDoRet || e.Op == OpLeader || e.Op == OpInspect
 			held := e.Op == OpRelease || e.Op == OpExtend || e.Op == OpDowngrade || e.Op == OpProclaim || e.Op == OpResume
@@ -139,6 +137,11 @@ func checkClosed(h []Event, r *Report) {
 			}
 			r.Checked["o"]++
 			switch {
+			case !c.Held: // a minority of a quorum: the Client still works
+				if e.Inv >= c.Inv && e.Res == "closed" {
+					r.fail("o", e.Name, e.Ret, "%s: %s returned ErrClosed with the clients of only %s of its %d nodes closed: %s",
+						c.W, e.Op, c.Note, c.Arg, e.Err)
+				}
 			case e.Inv < c.Inv: // under way at the closing
 				if always && e.Tok == "" && e.Ret > c.Inv+max(e.Bound, int64(closedBound)) {
 					r.fail("o", e.Name, e.Ret, "%s: %s went on %v after its Redis client was closed (%s): %s %s",

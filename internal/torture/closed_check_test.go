@@ -9,8 +9,10 @@ import (
 // Redis client was closed, a call that fails otherwise than with
 // ErrClosed, or late, and a wait that goes on, are reported; a Release the
 // Lock answers from what it knows, a quorum's Release that a node
-// confirmed, a call whose context had ended, and calls over a quorum with a
-// minority closed are not; a Close that failed after the cut is.
+// confirmed, a call whose context had ended, and a call over a quorum with a
+// minority closed that fails otherwise are not; a call that reports
+// ErrClosed with only a minority closed, and a Close that failed after the
+// cut, are.
 func TestClosedCheckHoldsCallsToErrClosedAtOnce(t *testing.T) {
 	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	at := func(ms int) int64 { return base + int64(ms)*int64(time.Millisecond) }
@@ -46,6 +48,8 @@ func TestClosedCheckHoldsCallsToErrClosedAtOnce(t *testing.T) {
 		{"a wait ending", []Event{call(OpAcquire, 50, 1000, "closed"), closed(true, "")}, false},
 		{"another worker's call", []Event{closed(true, ""), {W: "g1", Op: OpTry, Inv: at(200), Ret: at(201), Res: "notacq"}}, false},
 		{"a minority closed", []Event{closed(false, ""), call(OpTry, 200, 201, "notacq")}, false},
+		{"ErrClosed with a minority closed", []Event{closed(false, ""), call(OpTry, 200, 201, "closed")}, true},
+		{"ErrClosed under way as a minority closed", []Event{call(OpAcquire, 50, 201, "closed"), closed(false, "")}, false},
 		{"Close failed", []Event{closed(false, "Client.Close: context deadline exceeded")}, true},
 	} {
 		r := Check(c.h, Params{TTL: time.Second})

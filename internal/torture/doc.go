@@ -155,7 +155,8 @@
 //	    ErrClosed within 2s (a Lock that knows its lease lost, or a call
 //	    whose context ended, may say so instead; a quorum's Release returns
 //	    nil once a node confirmed it), its waits under way end within their
-//	    bound, and its Client then closes.
+//	    bound, and its Client then closes; with only a minority of a
+//	    quorum's clients closed, no call fails with ErrClosed.
 //
 // Checks that count a lease's time use the lease time it asked for
 // (LeaseTTL); a MaxWait ends a wait, for (d), like its context's end.
