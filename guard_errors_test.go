@@ -20,14 +20,7 @@ func TestGuardNamesTheResourceKeyAndQueuedCommandsErrorsAsTheyAre(t *testing.T) 
 	g := dlock.NewGuard(rdb)
 	rdb.Set(ctx, "res:foreign", "a string", 0)
 
-	for what, err := range map[string]error{
-		"write": g.Write(ctx, "res:foreign", "v", 1, "tok"),
-		"do":    g.Do(ctx, "res:foreign", 1, "tok", func(redis.Pipeliner) error { return nil }),
-		"read": func() error {
-			_, _, err := g.Read(ctx, "res:foreign")
-			return err
-		}(),
-	} {
+	for what, err := range guardCalls(ctx, g, "res:foreign") {
 		if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), "the resource key holds a value of another type") ||
 			strings.Contains(err.Error(), "lock key") {
 			t.Errorf("%s on a foreign resource key: %v; want ErrWrongType naming the resource key", what, err)
