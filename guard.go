@@ -102,7 +102,7 @@ func (g *Guard) Do(ctx context.Context, resource string, fence int64, token stri
 		case queued && !reply:
 			return fmt.Errorf("dlock: guarded do %q: no reply to EXEC, the commands may have been applied: %w", resource, err)
 		default: // (the transaction's, or a queued command's own error, as Redis gave it)
-			return fmt.Errorf("dlock: guarded do %q: %w", resource, err)
+			return fmt.Errorf("dlock: guarded do %q: %w", resource, closedToo(err))
 		}
 	}
 	return fmt.Errorf("dlock: guarded do %q: the fence changed during each of %d tries", resource, doTries)
@@ -124,10 +124,11 @@ func (g *Guard) Read(ctx context.Context, key string) (string, int64, error) {
 }
 
 // resourceErr is Redis's error err about a Guard's resource key: one that
-// holds another type than the Guard's hash is foreign ([ErrWrongType]).
+// holds another type than the Guard's hash is foreign ([ErrWrongType]); a
+// closed Redis client's matches ErrClosed.
 func resourceErr(err error) error {
 	if strings.HasPrefix(err.Error(), "WRONGTYPE") {
 		return backend.Detailed("the resource key holds a value of another type", ErrWrongType, err)
 	}
-	return backend.RedisErr(err)
+	return closedToo(backend.RedisErr(err))
 }
