@@ -174,7 +174,8 @@ func WithShardedPubSub(on bool) Option {
 // takes it), whose validity (the lease time less its drift margin) is at
 // least validity.
 func (o *options) leaseFor(validity time.Duration) time.Duration {
-	ttl := (validity + 2*time.Millisecond) * 100 / 99 // ttl − (ttl/100 + 2ms) ≥ validity
+	// ttl − (ttl/100 + 2ms) ≥ validity: (validity + 2ms) * 100/99, summed so as not to overflow
+	ttl := validity + 2*time.Millisecond + (validity+2*time.Millisecond)/99
 	if o.drift >= 0 {
 		ttl = validity + o.drift
 	}
