@@ -98,7 +98,8 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
 // List returns the state of the held locks whose names match the glob pattern
 // ("" for all), sorted by name. It uses SCAN: locks come and go while it runs.
 func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
-	keys, err := c.b.Scan(ctx, c.opts.prefix+"{"+cmp.Or(pattern, "*")+"}")
+	prefix := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`).Replace(c.opts.prefix) // (as written, not a glob)
+	keys, err := c.b.Scan(ctx, prefix+"{"+cmp.Or(pattern, "*")+"}")
 	if err != nil {
 		return nil, fmt.Errorf("dlock: list: %w", closedToo(err))
 	}
