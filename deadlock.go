@@ -31,14 +31,15 @@ var ErrDeadlock = errors.New("dlock: deadlock")
 // DefaultDeadlockCheck is [DeadlockCheck]'s default.
 const DefaultDeadlockCheck = time.Second
 
-// minDeadlockCheck is the shortest threshold DeadlockCheck accepts.
-const minDeadlockCheck = 10 * time.Millisecond
+// The thresholds DeadlockCheck accepts, besides 0: a waiter's record lives
+// a few of them, which a longer one would overflow.
+const minDeadlockCheck, maxDeadlockCheck = 10 * time.Millisecond, 24 * time.Hour
 
 // DeadlockCheck makes a waiter whose context holds leases look for a deadlock
-// every d it waits (0: off; else ≥ 10ms; default [DefaultDeadlockCheck]).
+// every d it waits (0: off; else 10ms to 24h; default [DefaultDeadlockCheck]).
 func DeadlockCheck(d time.Duration) LeaseOption {
-	if d < 0 || (d > 0 && d < minDeadlockCheck) {
-		return badOption("DeadlockCheck(%v): the threshold must be 0 (off) or at least %v", d, minDeadlockCheck)
+	if d < 0 || (d > 0 && d < minDeadlockCheck) || d > maxDeadlockCheck {
+		return badOption("DeadlockCheck(%v): the threshold must be 0 (off) or %v to %v", d, minDeadlockCheck, maxDeadlockCheck)
 	}
 	return LeaseOption{func(p *lease) { p.dlCheck = d }}
 }
