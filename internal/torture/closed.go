@@ -116,7 +116,8 @@ const closedBound = 2 * time.Second
 // and a fresh one was made. With only a minority of a quorum's clients
 // closed, no call failed with ErrClosed: the Client still works. Excused: a Release, Extend, Downgrade,
 // Proclaim or Resume of a lease its Lock knew lost (it answers from what
-// it knows); a call whose context had ended (it may say so); and a
+// it knows); a call whose context had ended (it may say so); a call
+// the worker's refuser failed before it reached the client (refuse.go); and a
 // quorum's Release that returned nil, as one does when a node confirmed
 // the release and the others did not answer (backend/quorum.go: their
 // leases expire).
@@ -151,7 +152,7 @@ func checkClosed(h []Event, r *Report) {
 				r.fail("o", e.Name, e.Ret, "%s: %s called after its Redis client was closed (%s) took %v: %s %s",
 					c.W, e.Op, c.Note, time.Duration(e.Ret-e.Inv).Round(time.Millisecond), e.Res, e.Err)
 			case e.Op == OpRelease && e.Res == "ok" && c.Arg > 1:
-			case e.Res != "closed" && (always || e.Held) && !ctxEnded(e):
+			case e.Res != "closed" && (always || e.Held) && !ctxEnded(e) && !refusedHere(e):
 				r.fail("o", e.Name, e.Ret, "%s: %s called after its Redis client was closed (%s) returned %s, not ErrClosed: %s",
 					c.W, e.Op, c.Note, e.Res, e.Err)
 			}

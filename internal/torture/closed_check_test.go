@@ -10,7 +10,8 @@ import (
 // ErrClosed, or late, and a wait that goes on, are reported; a Release the
 // Lock answers from what it knows, a quorum's Release that a node
 // confirmed, a call whose context had ended, and a call over a quorum with a
-// minority closed that fails otherwise are not; a call that reports
+// minority closed that fails otherwise, and a call the checker's own
+// refuser failed before it reached the client, are not; a call that reports
 // ErrClosed with only a minority closed, and a Close that failed after the
 // cut, are.
 func TestClosedCheckHoldsCallsToErrClosedAtOnce(t *testing.T) {
@@ -30,6 +31,8 @@ func TestClosedCheckHoldsCallsToErrClosedAtOnce(t *testing.T) {
 	released.Held = true
 	ctxEnded := call(OpDoRet, 200, 201, "notheld")
 	ctxEnded.Err = `dlock: acquire "n1": not acquired: context canceled: dlock: not held: "n0"`
+	refused := call(OpTry, 200, 201, "err")
+	refused.Err = `dlock: acquire "n0": not sent: torture: evalsha hold_acquire refused`
 	for _, c := range []struct {
 		name string
 		h    []Event
@@ -43,6 +46,7 @@ func TestClosedCheckHoldsCallsToErrClosedAtOnce(t *testing.T) {
 		{"a quorum's Release returning nil", []Event{majority, released}, false},
 		{"a quorum's acquisition not failing with ErrClosed", []Event{majority, call(OpAcquire, 200, 201, "notacq")}, true},
 		{"its context ended", []Event{closed(true, ""), ctxEnded}, false},
+		{"refused by the checker before its client", []Event{closed(true, ""), refused}, false},
 		{"late", []Event{closed(true, ""), call(OpAcquire, 200, 2500, "closed")}, true},
 		{"a wait going on", []Event{call(OpAcquire, 50, 6000, "closed"), closed(true, "")}, true},
 		{"a wait ending", []Event{call(OpAcquire, 50, 1000, "closed"), closed(true, "")}, false},

@@ -112,8 +112,15 @@ func (r *refuser) refused(call string, args []any) error {
 	}
 	e.Ret = e.Inv
 	r.rec.Add(e)
-	return fmt.Errorf("%w: torture: %s refused", driver.ErrNotSent, what)
+	return fmt.Errorf("%w: %s%s refused", driver.ErrNotSent, refusedMark, what)
 }
+
+// refusedMark begins what a refusal of the refuser's adds to ErrNotSent.
+const refusedMark = "torture: "
+
+// refusedHere reports whether the call e failed on a refusal of the
+// refuser's, made before its command reached the Redis client.
+func refusedHere(e Event) bool { return strings.Contains(e.Err, "not sent: "+refusedMark) }
 
 // commandName names a command for the history: a script by its file.
 func commandName(args []any) string {
