@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -178,6 +179,9 @@ func (o *options) leaseFor(validity time.Duration) time.Duration {
 	ttl := validity + 2*time.Millisecond + (validity+2*time.Millisecond)/99
 	if o.drift >= 0 {
 		ttl = validity + o.drift
+	}
+	if ttl > math.MaxInt64-2*time.Millisecond { // (no longer whole milliseconds fit: the caller's TTL, at most this, reaches it)
+		return math.MaxInt64
 	}
 	ttl = (ttl + time.Millisecond - 1).Truncate(time.Millisecond)
 	for ttl-o.driftFor(ttl) < validity { // integer division's rounding
