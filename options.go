@@ -175,13 +175,14 @@ func WithShardedPubSub(on bool) Option {
 // takes it), whose validity (the lease time less its drift margin) is at
 // least validity.
 func (o *options) leaseFor(validity time.Duration) time.Duration {
+	const longest = time.Duration(math.MaxInt64)
+	if validity > longest/2 || o.drift > longest/2 { // (the sums below would overflow: the caller's TTL, at most this, is the lease)
+		return longest
+	}
 	// ttl − (ttl/100 + 2ms) ≥ validity: (validity + 2ms) * 100/99, summed so as not to overflow
 	ttl := validity + 2*time.Millisecond + (validity+2*time.Millisecond)/99
 	if o.drift >= 0 {
 		ttl = validity + o.drift
-	}
-	if ttl > math.MaxInt64-2*time.Millisecond { // (no longer whole milliseconds fit: the caller's TTL, at most this, reaches it)
-		return math.MaxInt64
 	}
 	ttl = (ttl + time.Millisecond - 1).Truncate(time.Millisecond)
 	for ttl-o.driftFor(ttl) < validity { // integer division's rounding
