@@ -65,20 +65,19 @@ func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 
 // opError is the error of operation op on the lock name, caused by err.
 func opError(op, name string, err error) error {
-	return fmt.Errorf("dlock: %s %q: %w", op, name, closedToo(err))
+	return fmt.Errorf("dlock: %s %q: %w", op, name, unprefixed(err))
 }
 
-// closedToo is err, made to match ErrClosed too if it says that a go-redis
-// client was closed under the Client, as a driver's closed client does;
-// ErrClosed's own "dlock: " at its head (a driver's wrapping, or Close's)
-// is the caller's prefix, said once.
-func closedToo(err error) error {
+// unprefixed is err without the "dlock: " at its head if it matches
+// ErrClosed (a driver's wrapping, or Close's): the caller's prefix is said
+// once.
+func unprefixed(err error) error {
 	if errors.Is(err, ErrClosed) {
 		if s, ok := strings.CutPrefix(err.Error(), "dlock: "); ok {
 			return backend.Detailed(s, err)
 		}
 	}
-	return backend.MatchClosed(err)
+	return err
 }
 
 // gaveUp is the error of an acquisition (op, see acquireOp) whose context

@@ -102,7 +102,7 @@ func (g *Guard) Do(ctx context.Context, resource string, fence int64, token stri
 		case queued && !reply:
 			return fmt.Errorf("dlock: guarded do %q: no reply to EXEC, the commands may have been applied: %w", resource, err)
 		default: // (the transaction's, or a queued command's own error, as Redis gave it)
-			return fmt.Errorf("dlock: guarded do %q: %w", resource, closedToo(err))
+			return fmt.Errorf("dlock: guarded do %q: %w", resource, backend.MatchClosed(err))
 		}
 	}
 	return fmt.Errorf("dlock: guarded do %q: the fence changed during each of %d tries", resource, doTries)
@@ -130,5 +130,5 @@ func resourceErr(err error) error {
 	if strings.HasPrefix(err.Error(), "WRONGTYPE") {
 		return backend.Detailed("the resource key holds a value of another type", ErrWrongType, err)
 	}
-	return closedToo(backend.RedisErr(err))
+	return backend.RedisErr(err)
 }

@@ -101,7 +101,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]Info, error) {
 	prefix := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`).Replace(c.opts.prefix) // (as written, not a glob)
 	keys, err := c.b.Scan(ctx, prefix+"{"+cmp.Or(pattern, "*")+"}")
 	if err != nil {
-		return nil, fmt.Errorf("dlock: list: %w", closedToo(err))
+		return nil, fmt.Errorf("dlock: list: %w", unprefixed(err))
 	}
 	for i, key := range keys {
 		keys[i] = strings.TrimSuffix(strings.TrimPrefix(key, c.opts.prefix+"{"), "}")

@@ -729,8 +729,7 @@ func stateOf(k *Keys, typ, holder string, contents any, pttl, fence, now, queued
 const scanBatch = 256
 
 // Scan runs SCAN on every master: through go-redis, as a read that go-redis
-// sends again after a broken connection, with go-redis's errors as they are
-// (see goredisdriver.Loader).
+// sends again after a broken connection (see goredisdriver.Loader).
 func (n Node) Scan(ctx context.Context, match string) ([]string, error) {
 	masters, err := n.conn.Masters(ctx)
 	if err != nil {
@@ -742,7 +741,7 @@ func (n Node) Scan(ctx context.Context, match string) ([]string, error) {
 		for {
 			v, err := m.Do(ctx, "scan", cursor, "match", match, "count", scanBatch)
 			if err != nil {
-				return keys, err
+				return keys, RedisErr(err)
 			}
 			r, _ := v.([]any)
 			if len(r) != 2 {
@@ -785,9 +784,14 @@ func (n Node) Announce(ctx context.Context, k *Keys, msg string) error {
 }
 
 // RedisErr translates the replies from Redis that have a meaning of their
-// own here; other errors it returns as they are. It adds no prefix: the
-// method that returns the error names the operation and the lock.
+// own here, and makes a closed go-redis client's error match
+// driver.ErrClosed, as a driver's does; other errors it returns as they
+// are. It adds no prefix: the method that returns the error names the
+// operation and the lock.
 func RedisErr(err error) error {
+	if errors.Is(err, redis.ErrClosed) {
+		return MatchClosed(err)
+	}
 	if errors.Is(err, redis.Nil) {
 		return errors.New("unexpected nil reply")
 	}

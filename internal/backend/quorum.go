@@ -203,7 +203,7 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 		if !a.ok {
 			a.err = why
 		}
-		r.errs[i] = MatchClosed(a.err) // (a node's error, told as the Client's would be)
+		r.errs[i] = a.err
 	}
 	return r
 }
