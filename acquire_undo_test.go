@@ -3,15 +3,21 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/script"
 )
 
 // An acquisition whose grant comes back after its validity ran out is not
@@ -111,5 +117,67 @@ func TestRedlockSplitVoteUndoesTheMinoritysGrant(t *testing.T) {
 	}
 	if !waitFor(5*time.Second, func() bool { return nodes[0].Exists(ctx, key).Val() == 0 }) {
 		t.Errorf("the minority's grant of a refused quorum attempt still holds %s on its node: it was not undone", key)
+	}
+}
+
+// losingConn is go-redis's driver that loses the reply of its second fair
+// acquire call (the script runs; the call fails with io.EOF) and refuses
+// unsent those after the third, as a driver may.
+type losingConn struct {
+	driver.Conn
+	mu    sync.Mutex
+	calls int
+}
+
+func (c *losingConn) Do(ctx context.Context, args ...any) (any, error) {
+	if len(args) < 2 || args[1] != script.Named("acquire_fair").Hash() {
+		return c.Conn.Do(ctx, args...)
+	}
+	c.mu.Lock()
+	c.calls++
+	n := c.calls
+	c.mu.Unlock()
+	switch {
+	case n == 2:
+		c.Conn.Do(ctx, args...)
+		return nil, io.EOF
+	case n > 3:
+		return nil, fmt.Errorf("%w: refused", driver.ErrNotSent)
+	}
+	return c.Conn.Do(ctx, args...)
+}
+
+// A fair wait whose attempt's reply was lost, undone and asked again with
+// a new token that Redis queued, leaves the queue when its next attempt is
+// refused unsent and the wait ends: the holder's release then frees the
+// lock rather than hand it to the ended wait's token, which nobody would
+// release before its TTL.
+func TestFairWaitAskedAgainLeavesTheQueueWhenItEnds(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	holder := newClient(t, rdb)
+	t.Cleanup(func() { holder.Close(context.Background()) })
+	held, err := holder.TryAcquire(ctx, "asked-again", dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.NewFrom(&losingConn{Conn: goredisdriver.Conn(rdb)}, dlock.WithAutoExtend(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// Its queue entry lives 1.5s, renewed every 500ms: the refused attempt
+	// comes before the context ends.
+	if _, err := c.Acquire(wctx, "asked-again", dlock.LeaseTTL(1500*time.Millisecond)); !errors.Is(err, driver.ErrNotSent) {
+		t.Fatalf("Acquire whose attempt was refused = %v, want driver.ErrNotSent", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := rdb.Get(ctx, held.Key()).Result(); !errors.Is(err, redis.Nil) {
+		t.Errorf("the lock after its holder's release = %q (%v): handed to the ended wait's token", v, err)
 	}
 }
