@@ -62,7 +62,7 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	}
 	wait := pending.p.wait
 	if wait == 0 || try { // one attempt
-		l, g, err := c.attempt(ctx, pending, false)
+		l, g, err := c.attempt(ctx, pending, nil)
 		switch {
 		case l == nil && ctx.Err() != nil: // (an attempt that failed returns no Lock)
 			if endedOnly(ctx, err) {
@@ -257,12 +257,9 @@ func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
 // may still be on its way, so every later handover is confirmed.
 func (a *acquisition) try(ctx context.Context) (*Lock, time.Duration, error) {
 	token := a.l.cl.Token
-	l, g, err := a.l.c.attempt(ctx, a.l, true)
+	l, g, err := a.l.c.attempt(ctx, a.l, &a.entered)
 	if a.w != nil && a.l.cl.Token != token {
 		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
-	}
-	if err == nil && l == nil && a.l.cl.Token == token {
-		a.entered = a.l.k.place(token) // answered and refused
 	}
 	switch _, quorum := errors.AsType[*QuorumError](err); {
 	case backend.ClosedOut(err): // (no later attempt can reach a majority)
@@ -313,9 +310,13 @@ func (a *acquisition) handedOver(wake int64) *Lock {
 // nothing. An attempt whose outcome is unknown
 // (no answer, or ctx ended while it was in flight) or that came back too
 // late is undone, and l gets a new lease token for the next attempt: the
-// undo revoked the old one. Its errors are bare causes: the caller names
-// the operation and the lock.
-func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backend.Grant, error) {
+// undo revoked the old one. A waiter's attempt (entered not nil) queues
+// if the lock is taken: when Redis answered it without a grant, *entered
+// is set to the place it may hold (kind.place) under the token it was
+// answered for, a new one if its first request's reply was lost. Its
+// errors are bare causes: the caller names the operation and the lock.
+func (c *Client) attempt(ctx context.Context, l *Lock, entered *string) (*Lock, backend.Grant, error) {
+	queue := entered != nil
 	if err := ctx.Err(); err != nil {
 		return nil, backend.Grant{}, backend.NotSent(err)
 	}
@@ -341,6 +342,9 @@ func (c *Client) attempt(ctx context.Context, l *Lock, queue bool) (*Lock, backe
 	}
 	if err == nil && !g.Once {
 		l.cl.Clean = false // a copy of the request may land later: the release marks the lease ended
+	}
+	if queue && err == nil && !g.Held && !g.Undo {
+		*entered = l.k.place(l.cl.Token) // answered and refused
 	}
 	switch {
 	case errors.Is(err, backend.ErrNotSent) && !g.Undo: // (a quorum's may be one node's: the others' grants are undone below)
