@@ -219,8 +219,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{Value: value, Token: st.Token, Fence: st.Fence, TTL: st.TTL}, nil
 }
 
-// Observe returns a channel, closed when ctx or the Client ends, of the leader
-// then each change in fence order (zero: none); a slow reader gets the latest.
+// Observe returns a channel of the leader, then each change in fence order
+// (zero: none; a slow reader gets the latest), closed when ctx, the Client
+// or its Redis client ends.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	if !e.c.bg.Go(func() { e.observe(ctx, ch) }) { // (Close waits for a read under way)

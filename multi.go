@@ -48,8 +48,7 @@ type Part struct {
 	Name   string
 }
 
-// AcquireParts is [Client.AcquireAll] for parts on several Clients;
-// [ErrInvalid]: a key twice.
+// AcquireParts is [Client.AcquireAll] across Clients; [ErrInvalid]: a key twice.
 func AcquireParts(ctx context.Context, parts []Part, opts ...LockOption) (*MultiLock, error) {
 	return acquireAll(ctx, parts, opts, false)
 }
