@@ -860,6 +860,21 @@ func TestRunMaxHoldGivesTheWholeHold(t *testing.T) {
 	}
 }
 
+// A --max-hold up to the longest duration runs the command: the guardian's
+// margin that the lease keeps past it does not overflow into a negative max
+// hold, which the library refused with a message naming neither the flag nor
+// the value given.
+func TestRunLongestMaxHoldRunsTheCommand(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	for _, d := range []string{"2562047h47m16s", "2562047h47m14s"} {
+		code, _, errOut := result(t, dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--max-hold", d, "longest", "--", "true"))
+		if code != exitOK {
+			t.Errorf("dlock run --max-hold %s: exit %d, stderr %q; want %d", d, code, errOut, exitOK)
+		}
+	}
+}
+
 // dlock inspect shows the holder metadata, the default hostname:pid of
 // the dlock that holds the lock or the one --meta sets, in text and JSON;
 // a run that finds the lock held names the holder by it.
