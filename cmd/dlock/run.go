@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -248,7 +249,7 @@ func runOptions(ttl, maxHold time.Duration, meta string, metaSet bool) ([]dlock.
 	}
 	leaseCap := maxHold
 	if maxHold > 0 {
-		leaseCap += guardianMargin(ttl)
+		leaseCap = min(maxHold, math.MaxInt64-guardianMargin(ttl)) + guardianMargin(ttl) // (no sum past the longest Duration)
 	}
 	opts := []dlock.Option{dlock.LeaseTTL(ttl), dlock.MaxHold(leaseCap)}
 	if metaSet {
