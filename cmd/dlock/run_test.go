@@ -205,6 +205,35 @@ func TestRunKilledDlockTakesGroupAlong(t *testing.T) {
 	}
 }
 
+// The command's process group does not outlive the lock when its leader
+// exits first: a job the command left running in the background (here a
+// sleep that sh started and did not wait for) is in the group that runs
+// under the lock, and another dlock run must not take the lock while it
+// runs. Once dlock run has exited, and so released the lock, no process of
+// the group is left.
+func TestRunGroupLeftByItsLeaderDoesNotOutliveTheLock(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	cmd := dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--ttl", "3s", "--grace", "1s", "left", "--", "sh", "-c", "echo $$; exec >/dev/null 2>&1; sleep 30 &")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("dlock run: %v", err)
+	}
+	pgid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || pgid <= 1 {
+		t.Fatalf("the command said %q, want its process ID", out)
+	}
+	t.Cleanup(func() {
+		for pid := range group(pgid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if left := group(pgid); len(left) > 0 && !lockHeld(rdb, "dlock:{left}") {
+		t.Errorf("dlock run exited and the lock is free, but the command's process group still runs: %v", left)
+	}
+}
+
 // Ctrl-Z stops the command with dlock: SIGTSTP does not reach the
 // command's own process group from the terminal, and a stopped dlock
 // cannot extend the lease. SIGCONT continues both.
