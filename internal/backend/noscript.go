@@ -72,6 +72,10 @@ const maxTries = 16
 // times: it did nothing.
 var errConflict = fmt.Errorf("the transaction was aborted by concurrent writes to its keys %d times", maxTries)
 
+// errRedirected reports an operation whose transaction never ran: the
+// Cluster redirected it more times than the client follows.
+var errRedirected = errors.New("the transaction did not run: its slot is being migrated, and the Cluster redirected it more times than the client follows")
+
 // tx is one try of an operation: a transaction that watches the keys the
 // operation decides on, and the operation's context.
 type tx struct {
@@ -83,16 +87,23 @@ type tx struct {
 // key or its marker: they share the hash slot) until fn returns anything
 // but an aborted EXEC (redis.TxFailedErr), or a MOVED/ASK reply when the
 // slot is being moved on a Cluster; each try reads anew. It returns the
-// last try's value and error.
+// last try's value and error. A Cluster client that gave up following
+// redirects (ASK from a slot's source, MOVED from its target, while the
+// slot is migrated) returns no error though fn never ran to its end: that
+// is errRedirected, not an answer.
 func watched[T any](ctx context.Context, n NoScripts, keys []string, fn func(tx) (T, error)) (T, error) {
 	var v T
+	var ran bool // fn ran to its end without an error
 	run := func(t *redis.Tx) (err error) {
 		v, err = fn(tx{t, ctx})
+		ran = err == nil
 		return err
 	}
 	for try := range maxTries {
 		err := n.uc.Watch(ctx, run, keys...)
 		switch {
+		case err == nil && !ran:
+			return v, errRedirected // (v: a try's that failed, if any)
 		case err == nil || ctx.Err() != nil:
 			return v, err
 		case errors.Is(err, redis.TxFailedErr):
