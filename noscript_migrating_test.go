@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
@@ -30,43 +32,8 @@ func TestWithoutScriptsOnAMigratingSlotTakesNoRedirectForAnAnswer(t *testing.T) 
 	ctx := t.Context()
 	// A lease far longer than the test: no extension runs meanwhile.
 	c := newClient(t, cc, dlock.WithoutScripts(), dlock.LeaseTTL(time.Minute))
-	ids := make([]string, len(nodes))
-	for i, n := range nodes {
-		id, err := n.Do(ctx, "CLUSTER", "MYID")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = fmt.Sprint(id)
-	}
-	// migrate starts moving the slot of key to another master, and returns
-	// the source, the target and the slot's end of the move.
-	migrate := func(key string) (src, dst *redistest.Server, done func()) {
-		t.Helper()
-		slot := cc.ClusterKeySlot(ctx, key).Val()
-		m, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, d := 0, 0
-		for i, n := range nodes {
-			if n.Addr() == m.Options().Addr {
-				s, d = i, (i+1)%len(nodes)
-			}
-		}
-		for _, cmd := range [][]any{{nodes[d], "IMPORTING", ids[s]}, {nodes[s], "MIGRATING", ids[d]}} {
-			if _, err := cmd[0].(*redistest.Server).Do(ctx, "CLUSTER", "SETSLOT", slot, cmd[1], cmd[2]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return nodes[s], nodes[d], func() {
-			for _, n := range nodes {
-				n.Do(context.Background(), "CLUSTER", "SETSLOT", slot, "NODE", ids[d])
-			}
-		}
-	}
-
 	t.Run("a free lock", func(t *testing.T) {
-		_, _, done := migrate("dlock:{migrating-free}")
+		_, _, done := migrating(t, nodes, cc, "dlock:{migrating-free}")
 		defer done()
 		l, err := c.TryAcquire(ctx, "migrating-free")
 		if errors.Is(err, dlock.ErrNotAcquired) {
@@ -82,7 +49,7 @@ func TestWithoutScriptsOnAMigratingSlotTakesNoRedirectForAnAnswer(t *testing.T) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		src, dst, done := migrate(l.Key())
+		src, dst, done := migrating(t, nodes, cc, l.Key())
 		defer done()
 		if _, err := src.Do(ctx, "MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS", l.Key()); err != nil {
 			t.Fatal(err)
@@ -92,4 +59,41 @@ func TestWithoutScriptsOnAMigratingSlotTakesNoRedirectForAnAnswer(t *testing.T) 
 			t.Errorf("Release of a lease whose key moved to the slot's new master = %v, want nil or a Redis error: the lease is held there", err)
 		}
 	})
+}
+
+// migrating starts moving the slot of key from its master to another of
+// the Cluster's nodes (the masters), and returns the source, the target and
+// the end of the move (the slot given to the target).
+func migrating(t *testing.T, nodes []*redistest.Server, cc *redis.ClusterClient, key string) (src, dst *redistest.Server, done func()) {
+	t.Helper()
+	ctx := t.Context()
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
+		id, err := n.Do(ctx, "CLUSTER", "MYID")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = fmt.Sprint(id)
+	}
+	slot := cc.ClusterKeySlot(ctx, key).Val()
+	m, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, d := 0, 0
+	for i, n := range nodes {
+		if n.Addr() == m.Options().Addr {
+			s, d = i, (i+1)%len(nodes)
+		}
+	}
+	for _, cmd := range [][]any{{nodes[d], "IMPORTING", ids[s]}, {nodes[s], "MIGRATING", ids[d]}} {
+		if _, err := cmd[0].(*redistest.Server).Do(ctx, "CLUSTER", "SETSLOT", slot, cmd[1], cmd[2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodes[s], nodes[d], func() {
+		for _, n := range nodes {
+			n.Do(context.Background(), "CLUSTER", "SETSLOT", slot, "NODE", ids[d])
+		}
+	}
 }
