@@ -201,3 +201,50 @@ func TestBatcherUnderACancellationStorm(t *testing.T) {
 		})
 	}
 }
+
+// A call in a pipeline that a hook of the Redis client failed before it
+// was sent (a circuit breaker that opened) gets the hook's error, as a call
+// sent alone does: go-redis leaves the pipeline's commands without a reply
+// or an error then, which read as an unexpected nil reply.
+func TestBatchedCallsFailedByAClientHookGetTheHooksError(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := t.Context()
+	h := &failingPipelines{err: errors.New("circuit open")}
+	h.on.Store("")
+	rdb := s.Client(t)
+	rdb.AddHook(h)
+	c := newClient(t, rdb, dlock.LeaseTTL(10*time.Second))
+	warm(t, ctx, c, "lock", "warm") // (its scripts loaded, by a pipeline the hook lets through)
+	failed := 0
+	for round := 0; round < 5 && failed == 0; round++ {
+		h.on.Store("reads")
+		var mu sync.Mutex
+		var locks []*dlock.Lock
+		var wg sync.WaitGroup
+		for i := range 64 {
+			wg.Go(func() {
+				l, err := c.TryAcquire(ctx, fmt.Sprintf("hooked-%d-%d", round, i))
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil: // (sent alone: the hook fails pipelines only)
+					locks = append(locks, l)
+				case errors.Is(err, h.err):
+					failed++
+				default:
+					failed++
+					t.Errorf("TryAcquire in a pipeline the hook failed = %v, want the hook's error", err)
+				}
+			})
+		}
+		wg.Wait()
+		h.on.Store("")
+		for _, l := range locks {
+			l.Release(ctx)
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no call went in a pipeline in 5 rounds of 64 at once")
+	}
+}
