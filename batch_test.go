@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // Many goroutines of one Client share pipelines; each still gets its own
@@ -246,5 +248,29 @@ func TestBatchedCallsFailedByAClientHookGetTheHooksError(t *testing.T) {
 	}
 	if failed == 0 {
 		t.Fatal("no call went in a pipeline in 5 rounds of 64 at once")
+	}
+}
+
+// With replica acknowledgement a script call goes with its WAIT in a
+// pipeline of its own; one that a hook of the Redis client failed before it
+// was sent gets the hook's error too, not an unexpected nil reply.
+func TestAckedCallFailedByAClientHookGetsTheHooksError(t *testing.T) {
+	t.Parallel()
+	master := redistest.Start(t, redistest.TCP(), redistest.Args("--repl-diskless-sync-delay", "0"))
+	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
+	ctx := t.Context()
+	if !replicaAcks(ctx, master, replica) {
+		t.Fatal("the replica never acknowledged")
+	}
+	h := &failingPipelines{err: errors.New("circuit open")}
+	h.on.Store("")
+	rdb := master.Client(t)
+	rdb.AddHook(h)
+	c := newClient(t, rdb, dlock.WithReplicaAck(1, time.Second))
+	warm(t, ctx, c, "lock", "warm")
+	h.on.Store("reads")
+	defer h.on.Store("")
+	if l, err := c.TryAcquire(ctx, "acked-hooked"); !errors.Is(err, h.err) {
+		t.Errorf("TryAcquire whose pipeline the hook failed = %v (a Lock: %v), want the hook's error", err, l != nil)
 	}
 }
