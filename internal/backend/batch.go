@@ -188,11 +188,9 @@ func (b *batcher) send(calls []*call) {
 	for _, c := range calls {
 		pipe.Process(ctx, c)
 	}
-	if _, err := pipe.Exec(ctx); err != nil { // each command carries its own error; Exec empties pipe
+	if _, err := pipe.Exec(ctx); err != nil { // each command carries its own error (see goredisdriver.Unanswered); Exec empties pipe
 		for _, c := range calls {
-			if cmd := c.Cmder.(*redis.Cmd); cmd.Val() == nil && cmd.Err() == nil {
-				cmd.SetErr(err) // no reply: a hook failed the pipeline before it was sent, with an error of its own
-			}
+			goredisdriver.Unanswered(c.Cmder.(*redis.Cmd), err)
 		}
 	}
 	b.pipes.Put(pipe)

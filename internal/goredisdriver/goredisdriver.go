@@ -41,6 +41,15 @@ func (c conn) sent(cmd *redis.Cmd) redis.Cmder {
 	return Once{Cmder: cmd}
 }
 
+// Unanswered gives cmd err, the error of the pipeline that carried it, if it has
+// neither a reply nor an error: a hook failed the pipeline before it was
+// sent, and go-redis gives that error to none of its commands.
+func Unanswered(cmd *redis.Cmd, err error) {
+	if cmd.Val() == nil && cmd.Err() == nil {
+		cmd.SetErr(err)
+	}
+}
+
 // Once is a command that go-redis sends once, never again after a failure.
 type Once struct{ redis.Cmder }
 
@@ -98,7 +107,11 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 		rs[i] = redis.NewCmd(ctx, args...)
 		p.Process(ctx, c.sent(rs[i]))
 	}
-	p.Exec(ctx)
+	if _, err := p.Exec(ctx); err != nil {
+		for _, cmd := range rs {
+			Unanswered(cmd, err)
+		}
+	}
 	out := make([]driver.Result, len(cmds))
 	for i, cmd := range rs {
 		out[i].Val, out[i].Err = c.reply(cmd)
