@@ -508,3 +508,31 @@ func TestSemaphoreUnsetPermits(t *testing.T) {
 	}
 	held.Release(ctx)
 }
+
+// A refusal of a handle made with N = 5, while a size of 2 is kept in Redis
+// and 2 permits are held, does not say that all 5 are held: the kept size,
+// not the handle's N, bounds the holders.
+func TestSemaphoreRefusalUnderAKeptSizeDoesNotCountTheHandlesN(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	s5, err := newClient(t, rdb).Semaphore("kept-refusal", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s5.TrySetPermits(ctx, 2); !ok || err != nil {
+		t.Fatalf("TrySetPermits(2) = %v, %v", ok, err)
+	}
+	for range 2 {
+		if _, err := s5.TryAcquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = s5.TryAcquire(ctx)
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("a third permit of a kept 2 = %v, want ErrNotAcquired", err)
+	}
+	if strings.Contains(err.Error(), "all 5 held") {
+		t.Errorf("the refusal says %q: 2 permits are held, of a kept size of 2", err)
+	}
+}
