@@ -74,14 +74,14 @@ func heldKinds() []heldKind {
 		}, try: func(t *testing.T, ctx context.Context, c *dlock.Client, name string, wait dlock.LeaseOption) error {
 			_, err := newSemaphore(t, c, name, 1).Acquire(ctx, wait)
 			return err
-		}, refusal: "no permit free: all 1 held, or others waiting ahead"},
+		}, refusal: "no permit free: all held, or others waiting ahead"},
 		{kind: "permits2", resumable: true, take: func(t *testing.T, ctx context.Context, c *dlock.Client, name string) *dlock.Lock {
 			s := newSemaphore(t, c, name, 3)
 			return taken(t)(s.AcquireN(ctx, 2, meta, dlock.MaxWait(0)))
 		}, try: func(t *testing.T, ctx context.Context, c *dlock.Client, name string, wait dlock.LeaseOption) error {
 			_, err := newSemaphore(t, c, name, 3).AcquireN(ctx, 2, wait)
 			return err
-		}, refusal: "no permit free: all 3 held, or others waiting ahead"},
+		}, refusal: "no permit free: all held, or others waiting ahead"},
 		{kind: "read", resumable: true, take: rwTake(false, false), try: rwTry,
 			refusal: "the lock is held (by readers or a writer), or others wait ahead"},
 		{kind: "write", resumable: true, take: rwTake(true, false), try: rwTry,

@@ -33,12 +33,10 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	}
 	// Its permits are a kind of their own, asked with N = permits: they
 	// queue, whatever WithUnfair says.
-	why := "no permit free: all held, or others waiting ahead" // (N asked as 0: the size kept in Redis, if any)
-	if permits > 0 {
-		why = fmt.Sprintf("no permit free: all %d held, or others waiting ahead", permits)
-	}
+	// Its refusal names no count: a size kept in Redis, not N, bounds the
+	// holders (N is the error's Permits).
 	k := kind{slot: semaphoreMode, lease: backend.Permits(permits, 1), fair: true, acquireOp: "acquire", releaseOp: "release", holders: tokens{},
-		why: why, permits: permits}
+		why: "no permit free: all held, or others waiting ahead", permits: permits}
 	if err := c.carries(&k, fmt.Sprintf("Semaphore(%q, %d)", name, permits), words{plural: "semaphores", one: "a semaphore", verb: "keep"}); err != nil {
 		return nil, err
 	}
