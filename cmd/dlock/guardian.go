@@ -235,6 +235,11 @@ func cmdRunGuardian(args []string, stderr io.Writer) int {
 	if err != nil {
 		return exitFailure // dlock is already gone: start nothing
 	}
+	// CMD's processes that their parent left are the guardian's to reap
+	// (PR_SET_CHILD_SUBREAPER), not init's, which may never reap them (a
+	// container whose first process is dlock): a dead one must not keep
+	// the group, and so the lock, alive.
+	syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -270,6 +275,8 @@ func cmdRunGuardian(args []string, stderr io.Writer) int {
 		lostAt  int64 // when dlock said the lock was lost; 0 if it has not
 		stopped bool  // we stopped the group at the lease's end
 		timer   = time.NewTimer(time.Hour)
+		code    int              // CMD's exit code, once its leader exited
+		poll    <-chan time.Time // while the group outlives its leader
 	)
 	arm := func() {
 		timer.Stop()
@@ -281,7 +288,18 @@ func cmdRunGuardian(args []string, stderr io.Writer) int {
 	for {
 		select {
 		case err := <-exited:
-			return exitCode(err)
+			// The leader exited. A job it left in the background is in
+			// its group, which runs under the lock until it has all
+			// exited: dlock releases the lock when the guardian exits.
+			code, exited = exitCode(err), nil
+			if groupGone(pgid, true) {
+				return code
+			}
+			poll = time.Tick(10 * time.Millisecond)
+		case <-poll:
+			if groupGone(pgid, true) {
+				return code
+			}
 		case v := <-msgs:
 			if v == 0 {
 				leaseEnd, lostAt = 0, monoNow()
@@ -311,12 +329,28 @@ func cmdRunGuardian(args []string, stderr io.Writer) int {
 	}
 }
 
+// prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
+const prSetChildSubreaper = 36
+
+// groupGone reports whether no process of the group pgid is left. With
+// reap, once the leader is reaped (by its exec.Cmd), it first reaps the
+// group's members that ended as the guardian's children (see
+// prSetChildSubreaper).
+func groupGone(pgid int, reap bool) bool {
+	for reap {
+		var ws syscall.WaitStatus
+		if pid, err := syscall.Wait4(-pgid, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+			break
+		}
+	}
+	return syscall.Kill(-pgid, 0) == syscall.ESRCH
+}
+
 // terminate ends CMD's process group once dlock has died: SIGTERM (and
 // SIGCONT, so that a stopped group gets it) now, SIGKILL at killAt unless
 // the whole group has exited by then, and at once if killAt has passed.
-// A member that died but is not reaped yet (an orphan waits for init)
-// still counts: the guardian may linger until init reaps it, never past
-// killAt.
+// A member that died but is not reaped yet still counts, until the
+// guardian reaps it (once the leader is reaped), never past killAt.
 func terminate(pgid int, exited <-chan error, killAt int64) int {
 	code := exitFailure
 	if monoNow() < killAt {
@@ -324,7 +358,7 @@ func terminate(pgid int, exited <-chan error, killAt int64) int {
 		syscall.Kill(-pgid, syscall.SIGCONT)
 		poll := time.NewTicker(10 * time.Millisecond)
 		defer poll.Stop()
-		for monoNow() < killAt && syscall.Kill(-pgid, 0) == nil {
+		for monoNow() < killAt && !groupGone(pgid, exited == nil) {
 			select {
 			case err := <-exited: // reap the leader; the rest of the group may live on
 				code, exited = exitCode(err), nil

@@ -42,7 +42,8 @@ arrival order, so that readers do not starve a writer. Not available over a
 quorum.
 
 CMD runs in a process group of its own, which is kept under the lock or
-stopped. SIGINT, SIGTERM and SIGHUP are forwarded to it; Ctrl-Z (SIGTSTP)
+stopped; the lock is released once the whole group has exited, a job CMD
+left in the background included. SIGINT, SIGTERM and SIGHUP are forwarded to it; Ctrl-Z (SIGTSTP)
 stops it along with dlock, and SIGCONT continues both. If the lock is lost
 while CMD runs, the group gets SIGTERM and, after --grace, SIGKILL. A small
 guardian process between dlock and CMD watches dlock: if dlock dies (even by

@@ -205,32 +205,63 @@ func TestRunKilledDlockTakesGroupAlong(t *testing.T) {
 	}
 }
 
-// The command's process group does not outlive the lock when its leader
-// exits first: a job the command left running in the background (here a
-// sleep that sh started and did not wait for) is in the group that runs
-// under the lock, and another dlock run must not take the lock while it
-// runs. Once dlock run has exited, and so released the lock, no process of
-// the group is left.
-func TestRunGroupLeftByItsLeaderDoesNotOutliveTheLock(t *testing.T) {
+// The command's process group runs under the lock until it has all
+// exited, not only its leader: a job the command left running in the
+// background (here a sleep that sh started and did not wait for) keeps the
+// lock held, and dlock run exits, releasing it, once the job has ended.
+func TestRunHoldsTheLockUntilTheCommandsWholeGroupHasExited(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
-	cmd := dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--ttl", "3s", "--grace", "1s", "left", "--", "sh", "-c", "echo $$; exec >/dev/null 2>&1; sleep 30 &")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("dlock run: %v", err)
+	cmd := dlockCmd(t, []string{"REDIS_URL=" + s.URL()}, "run", "--ttl", "3s", "left", "--", "sh", "-c", "echo $$; exec >/dev/null 2>&1; sleep 2 &")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	pgid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	pgid, err := strconv.Atoi(strings.TrimSpace(line))
 	if err != nil || pgid <= 1 {
-		t.Fatalf("the command said %q, want its process ID", out)
+		t.Fatalf("the command said %q, want its process ID", line)
 	}
 	t.Cleanup(func() {
 		for pid := range group(pgid) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	if left := group(pgid); len(left) > 0 && !lockHeld(rdb, "dlock:{left}") {
-		t.Errorf("dlock run exited and the lock is free, but the command's process group still runs: %v", left)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	seen := false // the job seen running with its leader gone
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Fatalf("dlock run: %v", err)
+			}
+			if left := group(pgid); len(left) > 0 {
+				t.Errorf("dlock run exited, releasing the lock, while the command's process group still runs: %v", left)
+			}
+			if lockHeld(rdb, "dlock:{left}") {
+				t.Error("dlock run exited and left the lock held")
+			}
+			if !seen {
+				t.Error("the background job was never seen running under the lock after its leader exited")
+			}
+			return
+		case <-deadline:
+			t.Fatal("dlock run did not exit within 30s of a 2s job")
+		case <-time.After(20 * time.Millisecond):
+			// Read the lock before the group: a group seen running after
+			// the lock was seen free is a job that outlived the lock.
+			held := lockHeld(rdb, "dlock:{left}")
+			members := group(pgid)
+			if _, leader := members[pgid]; len(members) > 0 && !leader {
+				seen = true
+				if !held {
+					t.Fatalf("the lock is free while the command's background job runs: %v", members)
+				}
+			}
+		}
 	}
 }
 
