@@ -120,24 +120,52 @@ func TestRedlockSplitVoteUndoesTheMinoritysGrant(t *testing.T) {
 	}
 }
 
+// heldAndWaiting returns a lease of name that a Client on rdb holds for a
+// minute, and a fair Client on conn, without auto-extension, to wait for it.
+func heldAndWaiting(t *testing.T, rdb *redis.Client, conn driver.Conn, name string) (*dlock.Lock, *dlock.Client) {
+	t.Helper()
+	holder := newClient(t, rdb)
+	t.Cleanup(func() { holder.Close(context.Background()) })
+	held, err := holder.TryAcquire(t.Context(), name, dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.NewFrom(conn, dlock.WithAutoExtend(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return held, c
+}
+
 // losingConn is go-redis's driver that loses the reply of its second fair
 // acquire call (the script runs; the call fails with io.EOF) and refuses
 // unsent those after the third, as a driver may.
 type losingConn struct {
 	driver.Conn
-	mu    sync.Mutex
-	calls int
+	fairCalls
+}
+
+// fairCalls counts a driver's fair acquire calls.
+type fairCalls struct {
+	mu sync.Mutex
+	n  int
+}
+
+// count returns the number of the call of args if it is a fair acquire,
+// and 0 if not.
+func (f *fairCalls) count(args []any) int {
+	if len(args) < 2 || args[1] != script.Named("acquire_fair").Hash() {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	return f.n
 }
 
 func (c *losingConn) Do(ctx context.Context, args ...any) (any, error) {
-	if len(args) < 2 || args[1] != script.Named("acquire_fair").Hash() {
-		return c.Conn.Do(ctx, args...)
-	}
-	c.mu.Lock()
-	c.calls++
-	n := c.calls
-	c.mu.Unlock()
-	switch {
+	switch n := c.count(args); {
 	case n == 2:
 		c.Conn.Do(ctx, args...)
 		return nil, io.EOF
@@ -156,17 +184,7 @@ func TestFairWaitAskedAgainLeavesTheQueueWhenItEnds(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	holder := newClient(t, rdb)
-	t.Cleanup(func() { holder.Close(context.Background()) })
-	held, err := holder.TryAcquire(ctx, "asked-again", dlock.LeaseTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := dlock.NewFrom(&losingConn{Conn: goredisdriver.Conn(rdb)}, dlock.WithAutoExtend(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(context.Background()) })
+	held, c := heldAndWaiting(t, rdb, &losingConn{Conn: goredisdriver.Conn(rdb)}, "asked-again")
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	// Its queue entry lives 1.5s, renewed every 500ms: the refused attempt
@@ -179,5 +197,85 @@ func TestFairWaitAskedAgainLeavesTheQueueWhenItEnds(t *testing.T) {
 	}
 	if v, err := rdb.Get(ctx, held.Key()).Result(); !errors.Is(err, redis.Nil) {
 		t.Errorf("the lock after its holder's release = %q (%v): handed to the ended wait's token", v, err)
+	}
+}
+
+// handingConn is go-redis's driver that loses the reply of its second fair
+// acquire call (the script runs; the call fails with io.EOF) and, after
+// its third has run, calls handOver and holds that call's reply until its
+// pub/sub connection has handled a message since.
+type handingConn struct {
+	driver.Conn
+	fairCalls
+	handOver func()
+	handled  chan struct{} // closed once a message was handled
+	once     sync.Once
+}
+
+func (c *handingConn) Do(ctx context.Context, args ...any) (any, error) {
+	n := c.count(args)
+	v, err := c.Conn.Do(ctx, args...)
+	switch n {
+	case 2:
+		return nil, io.EOF
+	case 3:
+		c.handOver()
+		select {
+		case <-c.handled:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return v, err
+}
+
+func (c *handingConn) PubSub(ctx context.Context, channel string) (driver.PubSub, error) {
+	ps, err := c.Conn.PubSub(ctx, channel)
+	return &handledPubSub{PubSub: ps, c: c}, err
+}
+
+// handledPubSub closes its handingConn's handled when it is asked to
+// receive after a message: the message was handled.
+type handledPubSub struct {
+	driver.PubSub
+	c       *handingConn
+	message bool
+}
+
+func (p *handledPubSub) Receive(ctx context.Context) (driver.Message, error) {
+	if p.message {
+		p.c.once.Do(func() { close(p.c.handled) })
+	}
+	m, err := p.PubSub.Receive(ctx)
+	p.message = p.message || (err == nil && m.Kind == "message")
+	return m, err
+}
+
+// A fair wait whose attempt's reply was lost, undone and asked again with
+// a new token, hears a handover to that token that comes before the
+// request's reply: it takes the lock at once, not when it next wakes to
+// try again (after the holder's lease would have run out), while the lock
+// stays handed to it and taken for nobody.
+func TestFairWaitAskedAgainHearsAHandoverBeforeItsReply(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	conn := &handingConn{Conn: goredisdriver.Conn(rdb), handled: make(chan struct{})}
+	held, c := heldAndWaiting(t, rdb, conn, "handed-early")
+	var released time.Time
+	conn.handOver = func() { // (the request asked again is in the queue)
+		released = time.Now()
+		if err := held.Release(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(wctx, "handed-early", dlock.LeaseTTL(30*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire whose handover came before its reply = %v, want the lock", err)
+	}
+	defer l.Release(ctx)
+	if took := time.Since(released); took > 2*time.Second {
+		t.Errorf("Acquire took the lock %v after the handover to it: it did not hear it", took)
 	}
 }
