@@ -256,11 +256,7 @@ func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
 // After a late attempt, a handover message for the lease just given back
 // may still be on its way, so every later handover is confirmed.
 func (a *acquisition) try(ctx context.Context) (*Lock, time.Duration, error) {
-	token := a.l.cl.Token
-	l, g, err := a.l.c.attempt(ctx, a.l, &a.entered)
-	if a.w != nil && a.l.cl.Token != token {
-		a.w.retoken(a.l.cl.Token) // the attempt was undone: a new lease token
-	}
+	l, g, err := a.l.c.attempt(ctx, a.l, a)
 	switch _, quorum := errors.AsType[*QuorumError](err); {
 	case backend.ClosedOut(err): // (no later attempt can reach a majority)
 	case quorum:
@@ -310,13 +306,21 @@ func (a *acquisition) handedOver(wake int64) *Lock {
 // nothing. An attempt whose outcome is unknown
 // (no answer, or ctx ended while it was in flight) or that came back too
 // late is undone, and l gets a new lease token for the next attempt: the
-// undo revoked the old one. A waiter's attempt (entered not nil) queues
-// if the lock is taken: when Redis answered it without a grant, *entered
-// is set to the place it may hold (kind.place) under the token it was
-// answered for, a new one if its first request's reply was lost. Its
-// errors are bare causes: the caller names the operation and the lock.
-func (c *Client) attempt(ctx context.Context, l *Lock, entered *string) (*Lock, backend.Grant, error) {
-	queue := entered != nil
+// undo revoked the old one. A waiter's attempt (a not nil) queues if the
+// lock is taken: when Redis answered it without a grant, a.entered is set
+// to the place it may hold (kind.place) under the token it was answered
+// for, a new one if its first request's reply was lost; a.w moves to each
+// new token before a request under it is sent, as a handover to it may
+// come before the reply. Its errors are bare causes: the caller names the
+// operation and the lock.
+func (c *Client) attempt(ctx context.Context, l *Lock, a *acquisition) (*Lock, backend.Grant, error) {
+	queue := a != nil
+	renew := func() {
+		l.renew()
+		if queue && a.w != nil {
+			a.w.retoken(l.cl.Token)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, backend.Grant{}, backend.NotSent(err)
 	}
@@ -336,7 +340,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock, entered *string) (*Lock, 
 		// request again (see backend.Claim.Clean): undo it and try once
 		// more, as a new lease.
 		c.undo(ctx, l.cl)
-		l.renew()
+		renew()
 		t = l.termsFrom(time.Now())
 		g, err = c.b.Acquire(ctx, l.cl, t.ask, queue)
 	}
@@ -344,14 +348,14 @@ func (c *Client) attempt(ctx context.Context, l *Lock, entered *string) (*Lock, 
 		l.cl.Clean = false // a copy of the request may land later: the release marks the lease ended
 	}
 	if queue && err == nil && !g.Held && !g.Undo {
-		*entered = l.k.place(l.cl.Token) // answered and refused
+		a.entered = l.k.place(l.cl.Token) // answered and refused
 	}
 	switch {
 	case errors.Is(err, backend.ErrNotSent) && !g.Undo: // (a quorum's may be one node's: the others' grants are undone below)
 		return nil, backend.Grant{}, err
 	case errors.Is(err, backend.ErrRevoked) && !g.Undo:
 		// Only a token already ended is refused; take a new one and go on.
-		l.renew()
+		renew()
 		return nil, backend.Grant{PTTL: -1}, nil
 	case err == nil && g.Held && !time.Now().Before(t.until):
 		// The reply came back after the lease could already have expired
@@ -364,7 +368,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock, entered *string) (*Lock, 
 		// few quorum nodes granted it): make sure no lease or queue entry of
 		// ours is left to block others, everywhere.
 		c.undo(ctx, l.cl)
-		l.renew()
+		renew()
 	}
 	if err != nil || !g.Held {
 		return nil, g, err
