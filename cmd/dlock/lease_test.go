@@ -20,27 +20,27 @@ func TestAcquireExtendReleaseAcrossProcesses(t *testing.T) {
 	ctx := t.Context()
 	env := []string{"REDIS_URL=" + s.URL()}
 
-	token := acquireToken(t, env, "--ttl", "5s", "--meta", "step-1", "nightly")
+	token := acquireToken(t, env, "--ttl", "2m", "--meta", "step-1", "nightly")
 	if len(token) < 22 || strings.ContainsAny(token, " \n") {
 		t.Fatalf("acquire printed %q, want one token", token)
 	}
 	if got := rdb.Get(ctx, "dlock:{nightly}").Val(); got != token {
 		t.Fatalf("the lock after acquire exited holds %q, want the printed token %q", got, token)
 	}
-	if pttl := rdb.PTTL(ctx, "dlock:{nightly}").Val(); pttl <= 3*time.Second || pttl > 5*time.Second {
-		t.Errorf("the lease left by acquire lives %v, want its --ttl of 5s", pttl)
+	if pttl := rdb.PTTL(ctx, "dlock:{nightly}").Val(); pttl <= time.Minute || pttl > 2*time.Minute {
+		t.Errorf("the lease left by acquire lives %v, want its --ttl of 2m", pttl)
 	}
 	if code, _, errOut := result(t, dlockCmd(t, env, "acquire", "--wait", "0", "nightly")); code != exitNotAcquired || !strings.Contains(errOut, "step-1") {
 		t.Errorf("a second acquire: exit %d, stderr %q; want %d naming step-1", code, errOut, exitNotAcquired)
 	}
 
-	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "--token", token, "--ttl", "20s", "nightly")); code != exitOK {
+	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "--token", token, "--ttl", "10m", "nightly")); code != exitOK {
 		t.Fatalf("extend: exit %d, stderr %q", code, errOut)
 	}
-	if pttl := rdb.PTTL(ctx, "dlock:{nightly}").Val(); pttl <= 15*time.Second {
-		t.Errorf("after extend --ttl 20s the lease lives %v", pttl)
+	if pttl := rdb.PTTL(ctx, "dlock:{nightly}").Val(); pttl <= 5*time.Minute {
+		t.Errorf("after extend --ttl 10m the lease lives %v", pttl)
 	}
-	if code, _, _ := result(t, dlockCmd(t, env, "extend", "--token", token, "--ttl", "20s", "other")); code != exitLost {
+	if code, _, _ := result(t, dlockCmd(t, env, "extend", "--token", token, "--ttl", "10m", "other")); code != exitLost {
 		t.Errorf("extend of the token on another name: exit %d, want %d", code, exitLost)
 	}
 	if code, out, errOut := result(t, dlockCmd(t, env, "release", "--token", token, "nightly")); code != exitOK || !strings.Contains(out, "released") {
@@ -69,14 +69,14 @@ func TestAcquireReleaseKinds(t *testing.T) {
 	ctx := t.Context()
 	env := []string{"REDIS_URL=" + s.URL()}
 
-	tokens := []string{acquireToken(t, env, "-n", "2", "--ttl", "10s", "pool"), acquireToken(t, env, "-n", "2", "--ttl", "10s", "pool")}
+	tokens := []string{acquireToken(t, env, "-n", "2", "--ttl", "2m", "pool"), acquireToken(t, env, "-n", "2", "--ttl", "2m", "pool")}
 	if code, _, _ := result(t, dlockCmd(t, env, "acquire", "-n", "2", "--wait", "0", "pool")); code != exitNotAcquired {
 		t.Errorf("a third permit of 2: exit %d, want %d", code, exitNotAcquired)
 	}
 	if code, _, _ := result(t, dlockCmd(t, env, "release", "--token", tokens[0], "pool")); code != exitConfig {
 		t.Errorf("release of a permit's token as a lock: exit %d, want %d (the name is a semaphore)", code, exitConfig)
 	}
-	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "-n", "2", "--token", tokens[1], "--ttl", "30s", "pool")); code != exitOK {
+	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "-n", "2", "--token", tokens[1], "--ttl", "10m", "pool")); code != exitOK {
 		t.Errorf("extend -n 2: exit %d, stderr %q", code, errOut)
 	}
 	for _, tok := range tokens {
@@ -88,7 +88,7 @@ func TestAcquireReleaseKinds(t *testing.T) {
 		t.Errorf("%d permits left after both were released by token", n)
 	}
 
-	read := acquireToken(t, env, "--read", "--ttl", "10s", "doc")
+	read := acquireToken(t, env, "--read", "--ttl", "2m", "doc")
 	if code, _, _ := result(t, dlockCmd(t, env, "release", "--write", "--token", read, "doc")); code != exitLost {
 		t.Errorf("release --write of a read's token: exit %d, want %d", code, exitLost)
 	}
@@ -167,12 +167,12 @@ func TestReleaseByTokenOfWrongKindKeepsLease(t *testing.T) {
 	ctx := t.Context()
 	env := []string{"REDIS_URL=" + s.URL()}
 
-	tok := acquireToken(t, env, "--ttl", "10s", "-n", "3", "k:sem")
-	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "--token", tok, "--ttl", "20s", "-n", "3", "k:sem")); code != exitOK {
+	tok := acquireToken(t, env, "--ttl", "2m", "-n", "3", "k:sem")
+	if code, _, errOut := result(t, dlockCmd(t, env, "extend", "--token", tok, "--ttl", "10m", "-n", "3", "k:sem")); code != exitOK {
 		t.Fatalf("extend -n 3: exit %d, %q", code, errOut)
 	}
-	if pttl := rdb.PTTL(ctx, "dlock:{k:sem}").Val(); pttl < 15*time.Second {
-		t.Errorf("after extend --ttl 20s the permit lives %v", pttl)
+	if pttl := rdb.PTTL(ctx, "dlock:{k:sem}").Val(); pttl < 5*time.Minute {
+		t.Errorf("after extend --ttl 10m the permit lives %v", pttl)
 	}
 	if code, _, errOut := result(t, dlockCmd(t, env, "release", "--token", tok, "k:sem")); code != exitLost && code != exitConfig {
 		t.Errorf("release of a permit as a plain lock: exit %d, %q; want %d or %d", code, errOut, exitLost, exitConfig)
@@ -187,7 +187,7 @@ func TestReleaseByTokenOfWrongKindKeepsLease(t *testing.T) {
 		t.Errorf("the semaphore key is still there after release")
 	}
 
-	wtok := acquireToken(t, env, "--ttl", "30s", "--write", "k:rw")
+	wtok := acquireToken(t, env, "--ttl", "2m", "--write", "k:rw")
 	if code, _, errOut := result(t, dlockCmd(t, env, "release", "--token", wtok, "--read", "k:rw")); code != exitLost {
 		t.Errorf("release of a write as a read: exit %d, %q; want %d", code, errOut, exitLost)
 	}
