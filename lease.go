@@ -118,7 +118,7 @@ func Resume(token string) LockOption {
 
 // notToken says why s is not a lease token (see leaseToken): 22 base64url
 // characters, the last one with a kind's tag, then the metadata part,
-// escaped (see metaSuffix); "" if it is one.
+// escaped (see metaSuffix), of metadata HolderMeta accepts; "" if it is one.
 func notToken(s string) string {
 	random, suffix, _ := strings.Cut(s, string(metaSep))
 	switch {
@@ -128,6 +128,9 @@ func notToken(s string) string {
 		return "its 22nd character is not one a token ends its random part with"
 	case strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }):
 		return "its metadata part holds a character a token never does"
+	}
+	if why := badMeta(metaOf(s)); why != "" {
+		return "its metadata " + why
 	}
 	return ""
 }

@@ -46,6 +46,11 @@ func TestLockOptionRefusalNamesTheFirstBadOption(t *testing.T) {
 		{[]dlock.LockOption{dlock.Resume("abc")}, `Resume("abc"): not a lease token: 22 base64url characters, then '.' and the metadata if any`},
 		{[]dlock.LockOption{dlock.Resume("AAAAAAAAAAAAAAAAAAAAAC")}, `Resume("AAAAAAAAAAAAAAAAAAAAAC"): not a lease token: its 22nd character is not one a token ends its random part with`},
 		{[]dlock.LockOption{dlock.Resume("AAAAAAAAAAAAAAAAAAAAAA.a b")}, `Resume("AAAAAAAAAAAAAAAAAAAAAA.a b"): not a lease token: its metadata part holds a character a token never does`},
+		// Metadata no token carries, as HolderMeta refuses it, once unescaped.
+		{[]dlock.LockOption{dlock.Resume("AAAAAAAAAAAAAAAAAAAAAA.%01")}, `Resume("AAAAAAAAAAAAAAAAAAAAAA.%01"): not a lease token: its metadata holds the control character U+0001`},
+		{[]dlock.LockOption{dlock.Resume("AAAAAAAAAAAAAAAAAAAAAA.%FF")}, `Resume("AAAAAAAAAAAAAAAAAAAAAA.%FF"): not a lease token: its metadata is not valid UTF-8`},
+		{[]dlock.LockOption{dlock.Resume("AAAAAAAAAAAAAAAAAAAAAA." + strings.Repeat("x", dlock.MaxMetaLen+1))},
+			`Resume("AAAAAAAAAAAAAAAAAAAAAA.` + strings.Repeat("x", dlock.MaxMetaLen+1) + `"): not a lease token: its metadata is 129 bytes, longer than 128`},
 		{[]dlock.LockOption{dlock.MaxHold(-time.Second)}, "MaxHold(-1s): the max hold must be 0 (none) or at least 30ms"},
 		{[]dlock.LockOption{dlock.MaxHold(time.Millisecond)}, "MaxHold(1ms): the max hold must be 0 (none) or at least 30ms"},
 		{[]dlock.LockOption{dlock.LockDelay(-time.Second)}, "LockDelay(-1s): the delay must not be negative"},
