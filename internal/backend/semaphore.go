@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/dlockio/dlock/internal/script"
 )
@@ -36,17 +37,36 @@ var permits = loads("permits")
 
 // Permits runs permits.lua on the semaphore k: op "get", "set" (to v,
 // unless a size is stored), "unset" or "add" (v); size is the caller's N,
-// the size while none is stored.
-func (n Node) Permits(ctx context.Context, k *Keys, op string, v, size int) (PermitSize, error) {
-	r, err := ints(n.run(ctx, permits, []any{k.Lock, sizeKey(k), k.Queue}, op, v, size, k.Channel, n.pub))
+// the size while none is stored. A change carries its request's id: a
+// copy of it that lands again (asked again after a lost reply, or late)
+// gets the first one's answer and changes nothing, for RequestWindow; and
+// it is acknowledged as an acquisition is (WithReplicaAck, durable grants).
+func (n Node) Permits(ctx context.Context, k *Keys, op, id string, v, size int) (PermitSize, error) {
+	keys := []any{k.Lock, sizeKey(k), k.Queue, sizeKey(k) + ":" + id}
+	args := []any{op, v, size, k.Channel, n.pub, RequestWindow.Milliseconds()}
+	r, acks, err := any(nil), int64(-1), error(nil)
+	if op == "get" {
+		r, err = n.run(ctx, permits, keys, args...)
+	} else {
+		r, acks, err = n.acked(ctx, permits, nil, keys, args...)
+	}
+	vs, err := ints(r, err)
+	if err == nil && acks >= 0 && acks < int64(n.replicas) {
+		err = n.ackError(acks)
+	}
 	if err != nil {
 		return PermitSize{}, n.wrongKind(ctx, k.Lock, Permit, RedisErr(err))
 	}
-	if len(r) != 3 {
-		return PermitSize{}, fmt.Errorf("permits.lua: unexpected reply %v", r)
+	if len(vs) != 3 {
+		return PermitSize{}, fmt.Errorf("permits.lua: unexpected reply %v", vs)
 	}
-	return PermitSize{Size: int(r[0]), Held: int(r[1]), Changed: r[2] == 1}, nil
+	return PermitSize{Size: int(vs[0]), Held: int(vs[1]), Changed: vs[2] == 1}, nil
 }
+
+// RequestWindow is how long a semaphore's size change is known by its id
+// (see Node.Permits): a copy of its request that lands later than that
+// after the first is applied again.
+const RequestWindow = time.Minute
 
 // sizeKey is the key of a semaphore's size kept in Redis (permits.lua),
 // made only when a size is stored.

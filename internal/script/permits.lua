@@ -1,10 +1,17 @@
 -- permits.lua: read or change a semaphore's size kept in Redis.
 -- KEYS[1] the set (see lib.lua)   KEYS[2] the size key   KEYS[3] the queue
+-- KEYS[4] the request's key: "<size key>:<request id>", for a change
 -- ARGV[1] what to do: 'get'; 'set' stores ARGV[2] unless a size is stored;
 --         'add' adds ARGV[2] (negative: takes away) to the stored size, or
 --         to ARGV[3] when none is stored; 'unset' deletes the stored size
 -- ARGV[3] the caller's N: the size while none is stored
 -- ARGV[4] release channel   ARGV[5] publish command: PUBLISH or SPUBLISH
+-- ARGV[6] how long the request's key lives, in ms
+-- A change ('set', 'add', 'unset') is applied once: the request's key keeps
+-- its answer, "<size> <changed>", and a copy of the request that lands
+-- while it lives (asked again after a lost reply, or late in the network)
+-- gets that answer and changes nothing but the key, written again so that
+-- a WAIT after the copy covers the first one's write.
 -- The size key has no expiry: it is the semaphore's configuration, not a
 -- lease's state. Holds above a size that shrank keep their permits until
 -- they end; none is granted until fewer than the size are held. A change
@@ -20,9 +27,13 @@ local held = redis.pcall('ZCOUNT', KEYS[1], '(' .. now_ms(), '+inf')
 if type(held) ~= 'number' or not same_kind(KEYS[1], '') then -- ('': a semaphore's member)
   return redis.error_reply('WRONGTYPE dlock: the key holds a value of another kind')
 end
+local seen = ARGV[1] ~= 'get' and redis.call('GET', KEYS[4])
 local stored = tonumber(redis.call('GET', KEYS[2]) or '')
 local size, changed = stored or tonumber(ARGV[3]), 0
-if ARGV[1] == 'set' and not stored then
+if seen then
+  local s, c = string.match(seen, '^(%d+) (%d)$')
+  size, changed = tonumber(s), tonumber(c)
+elseif ARGV[1] == 'set' and not stored then
   size, changed = tonumber(ARGV[2]), 1
   redis.call('SET', KEYS[2], string.format('%d', size))
 elseif ARGV[1] == 'add' then
@@ -34,6 +45,9 @@ elseif ARGV[1] == 'add' then
 elseif ARGV[1] == 'unset' and stored then
   size, changed = tonumber(ARGV[3]), 1
   redis.call('DEL', KEYS[2])
+end
+if ARGV[1] ~= 'get' then
+  redis.call('SET', KEYS[4], string.format('%d %d', size, changed), 'PX', ARGV[6])
 end
 if changed == 1 and redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call(ARGV[5], ARGV[4], '*')

@@ -1,0 +1,131 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// A size change whose request the client sent twice (the first copy held
+// in the network past the client's read timeout, then landing after the
+// second) is applied once: AddPermits adds its delta once, and a late
+// copy of TrySetPermits does not bring back a size unset since.
+func TestSemaphoreSizeChangeSentTwiceIsAppliedOnce(t *testing.T) {
+	t.Parallel()
+	s, _ := setupTCP(t)
+	ctx := t.Context()
+	rdbP, p := lateCopyClient(t, s)
+	c := newClient(t, rdbP)
+	sem, err := c.Semaphore("resent-size", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.Available(ctx); err != nil { // (warm: the script loaded)
+		t.Fatal(err)
+	}
+	var n int
+	lateFirstCopy(p, func() { n, err = sem.AddPermits(ctx, 1) })
+	if err != nil || n != 3 {
+		t.Fatalf("AddPermits(1) of 2 = %d, %v; want 3", n, err)
+	}
+	time.Sleep(700 * time.Millisecond) // the first copy has landed
+	if n, err := sem.Available(ctx); err != nil || n != 3 {
+		t.Errorf("Available after AddPermits(1) of 2, sent twice = %d, %v; want 3 (added once)", n, err)
+	}
+
+	if ok, err := sem.UnsetPermits(ctx); err != nil || !ok {
+		t.Fatalf("UnsetPermits = %v, %v", ok, err)
+	}
+	var ok bool
+	lateFirstCopy(p, func() { ok, err = sem.TrySetPermits(ctx, 7) })
+	if err != nil || !ok {
+		t.Fatalf("TrySetPermits(7) = %v, %v; want true", ok, err)
+	}
+	if ok, err := sem.UnsetPermits(ctx); err != nil || !ok {
+		t.Fatalf("UnsetPermits after TrySetPermits(7) = %v, %v", ok, err)
+	}
+	time.Sleep(700 * time.Millisecond) // the first copy of TrySetPermits has landed
+	if n, err := sem.Available(ctx); err != nil || n != 2 {
+		t.Errorf("Available after a late copy of TrySetPermits(7) landed past UnsetPermits = %d, %v; want the handle's N, 2", n, err)
+	}
+}
+
+// An AddPermits whose reply was lost (the connection broke once Redis ran
+// it) is asked again under the same request: it returns the size its
+// first copy made, and the delta is added once.
+func TestSemaphoreAddPermitsWithItsReplyLostIsAppliedOnce(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	direct := s.Client(t)
+	ctx := t.Context()
+	d := &replyLoser{}
+	opts := s.Options()
+	opts.Dialer, opts.PoolSize = d.dial, 1
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	c := newClient(t, rdb)
+	sem, _ := c.Semaphore("lost-reply-size", 2)
+	if _, err := sem.Available(ctx); err != nil { // (warm: the script loaded)
+		t.Fatal(err)
+	}
+	d.word = []byte("add")
+	d.done = func() bool { return direct.Get(ctx, "dlock:{lost-reply-size}:n").Val() == "5" }
+	d.armed.Store(true)
+	go func() { // Redis is reachable again a little later
+		waitFor(10*time.Second, d.refuse.Load)
+		time.Sleep(100 * time.Millisecond)
+		d.allow()
+	}()
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	n, err := sem.AddPermits(actx, 3)
+	cancel()
+	if err != nil || n != 5 {
+		t.Errorf("AddPermits(3) of 2 with its reply lost = %d, %v; want 5", n, err)
+	}
+	if v := direct.Get(ctx, "dlock:{lost-reply-size}:n").Val(); v != "5" {
+		t.Errorf("the kept size after AddPermits(3) of 2 with its reply lost = %q, want 5 (added once)", v)
+	}
+}
+
+// With WithReplicaAck, a size change returns once a replica has it: with
+// replication stalled, AddPermits fails with ErrReplicaAck (the master
+// has the change: it says so, and a copy of the request adds nothing), and
+// Available, which changes nothing, still answers.
+func TestSemaphoreSizeChangeWaitsForTheReplicas(t *testing.T) {
+	t.Parallel()
+	long(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	master := redistest.Start(t, redistest.TCP(), redistest.Args("--repl-diskless-sync-delay", "0"))
+	link := redistest.NewProxy(t, master.Addr())
+	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
+	if !replicaAcks(ctx, master, replica) {
+		t.Fatal("the replica never synced")
+	}
+	rdb, rrdb := master.Client(t), replica.Client(t)
+	sem, _ := newClient(t, rdb, dlock.WithReplicaAck(1, 300*time.Millisecond)).Semaphore("acked-size", 2)
+	if n, err := sem.AddPermits(ctx, 1); err != nil || n != 3 {
+		t.Fatalf("acknowledged AddPermits(1) = %d, %v; want 3", n, err)
+	}
+	if v := rrdb.Get(ctx, "dlock:{acked-size}:n").Val(); v != "3" {
+		t.Errorf("the replica's size once AddPermits returned = %q, want 3", v)
+	}
+	link.Stall()
+	defer link.Cut()
+	if _, err := sem.AddPermits(ctx, 1); !errors.Is(err, dlock.ErrReplicaAck) {
+		t.Errorf("AddPermits with replication stalled = %v, want ErrReplicaAck", err)
+	}
+	if v := rdb.Get(ctx, "dlock:{acked-size}:n").Val(); v != "4" {
+		t.Errorf("the master's size after an unacknowledged AddPermits(1) of 3 = %q, want 4 (added once)", v)
+	}
+	if n, err := sem.Available(ctx); err != nil || n != 4 {
+		t.Errorf("Available with replication stalled = %d, %v; want 4", n, err)
+	}
+}
