@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/leakcheck"
-	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/script"
 )
 
@@ -374,12 +372,7 @@ func TestHoldReplicaAck(t *testing.T) {
 			leakcheck.Check(t)
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
-			master := redistest.Start(t, redistest.TCP(), redistest.Args("--repl-diskless-sync-delay", "0"))
-			link := redistest.NewProxy(t, master.Addr())
-			replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
-			if !replicaAcks(ctx, master, replica) {
-				t.Fatal("the replica never synced")
-			}
+			master, _, link := replicated(t, ctx)
 			rdb := master.Client(t)
 			s := k.locker(t, newClient(t, rdb, dlock.WithReplicaAck(1, 2*time.Second), dlock.WithAutoExtend(false)), k.name)
 			l, err := s.TryAcquire(ctx)

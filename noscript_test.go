@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -382,13 +381,7 @@ func TestWithoutScriptsReplicaAck(t *testing.T) {
 	leakcheck.Check(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	fast := redistest.Args("--repl-diskless-sync-delay", "0")
-	master := redistest.Start(t, redistest.TCP(), fast)
-	link := redistest.NewProxy(t, master.Addr()) // replication crosses it
-	replica := redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
-	if !replicaAcks(ctx, master, replica) {
-		t.Fatal("the replica never synced")
-	}
+	master, _, link := replicated(t, ctx)
 	rdb := noScriptUser(t, master, nil)
 	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
 	l, err := c.TryAcquire(ctx, "acked")

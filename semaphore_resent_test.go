@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"strconv"
 	"testing"
 	"time"
 
@@ -103,12 +102,7 @@ func TestSemaphoreSizeChangeWaitsForTheReplicas(t *testing.T) {
 	long(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	master := redistest.Start(t, redistest.TCP(), redistest.Args("--repl-diskless-sync-delay", "0"))
-	link := redistest.NewProxy(t, master.Addr())
-	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
-	if !replicaAcks(ctx, master, replica) {
-		t.Fatal("the replica never synced")
-	}
+	master, replica, link := replicated(t, ctx)
 	rdb, rrdb := master.Client(t), replica.Client(t)
 	sem, _ := newClient(t, rdb, dlock.WithReplicaAck(1, 300*time.Millisecond)).Semaphore("acked-size", 2)
 	if n, err := sem.AddPermits(ctx, 1); err != nil || n != 3 {

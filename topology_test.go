@@ -46,6 +46,20 @@ func replicaAcks(ctx context.Context, master, replica *redistest.Server) bool {
 	})
 }
 
+// replicated starts a master and a replica that replicates from it
+// through a proxy (link: Stall stops replication), and waits until the
+// master counts the replica's acknowledgements.
+func replicated(t *testing.T, ctx context.Context) (master, replica *redistest.Server, link *redistest.Proxy) {
+	fast := redistest.Args("--repl-diskless-sync-delay", "0")
+	master = redistest.Start(t, redistest.TCP(), fast)
+	link = redistest.NewProxy(t, master.Addr())
+	replica = redistest.Start(t, redistest.TCP(), fast, redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(link.Port())))
+	if !replicaAcks(ctx, master, replica) {
+		t.Fatal("the replica never synced")
+	}
+	return master, replica, link
+}
+
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
