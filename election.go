@@ -194,7 +194,12 @@ func (ld *Leadership) ValidUntil() time.Time { return ld.l.ValidUntil() }
 func (ld *Leadership) Lock() *Lock { return ld.l }
 
 // Resign ends the leadership for the next candidate, as [Lock.Release] does.
-func (ld *Leadership) Resign(ctx context.Context) error { return ld.l.Release(ctx) }
+func (ld *Leadership) Resign(ctx context.Context) error {
+	if ld == nil {
+		return errNil
+	}
+	return ld.l.Release(ctx)
+}
 
 // Leader is who leads an election, as read; the zero Leader when nobody does.
 type Leader struct {

@@ -109,6 +109,11 @@ func unheld(op, name, detail string, errs, last []error) error {
 // ErrClosed, whose "dlock: " the caller's prefix already says.
 var errClosedWait = backend.Detailed(strings.TrimPrefix(ErrClosed.Error(), "dlock: "), ErrClosed)
 
+// errNil is the error of a nil handle's Release and Err: one whose
+// acquisition failed holds nothing (a Release deferred before the error
+// was checked).
+var errNil = fmt.Errorf("dlock: %w", backend.Because(ErrNotHeld, "a nil handle: nothing was acquired", ErrInvalid))
+
 // lost is the error of a lease that is no longer ours, for why: it
 // matches ErrNotHeld, and errs (ErrMaxHold for a lease that ended at its
 // max hold).

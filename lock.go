@@ -267,8 +267,13 @@ func (l *Lock) Jeopardy() <-chan struct{} {
 }
 
 // Err returns nil while held, then [ErrReleased] or the loss (wraps
-// [ErrNotHeld]).
-func (l *Lock) Err() error { return l.expire() }
+// [ErrNotHeld], as for a nil l).
+func (l *Lock) Err() error {
+	if l == nil {
+		return errNil
+	}
+	return l.expire()
+}
 
 // TTL asks Redis how long the lease has left; [ErrNotHeld] if lost,
 // [ErrReleased].
@@ -457,8 +462,11 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 }
 
 // Release gives the lock up; a repeat returns nil. [ErrNotHeld] if it was lost
-// or resumed elsewhere first. After a Redis error, retry or let it expire.
+// or resumed elsewhere first, or l is nil. After a Redis error, retry or let it expire.
 func (l *Lock) Release(ctx context.Context) (err error) {
+	if l == nil {
+		return errNil
+	}
 	// A loss due is told before the turn is taken: a Lost hook may call
 	// Release. With none under way, a done ctx still takes its turn: the
 	// release stops the watchdog. Waiting for one under way, nothing is sent.

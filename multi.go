@@ -308,6 +308,9 @@ func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // Release releases every part as [Lock.Release] does; errors name their part.
 func (m *MultiLock) Release(ctx context.Context) error {
+	if m == nil {
+		return errNil
+	}
 	return m.release(func(l *Lock) error { return l.Release(ctx) })
 }
 
