@@ -3,6 +3,7 @@ package dlock
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -125,15 +126,16 @@ func (s *Semaphore) TryDo(ctx context.Context, fn func(ctx context.Context, l *L
 
 // size runs op on the size kept in Redis (see backend.Node.Permits); its
 // error names the operation what, and comes with the zero PermitSize. It
-// asks again, under the same request, after an error that may pass, up to
-// backend.RetryTries times while ctx lasts: a change is applied once.
+// asks again, under the same request, after an error that may pass (not
+// an acknowledgement's: it waited), up to backend.RetryTries times while
+// ctx lasts: a change is applied once.
 func (s *Semaphore) size(ctx context.Context, what, op string, v int) (ps backend.PermitSize, err error) {
 	id := newToken()
 	for try, wait := 1, minRetry; ; try, wait = try+1, wait*4 {
 		ps, err = backend.OpValue[backend.PermitSize](ctx, s.c.b, func(ctx context.Context, n backend.Node) (any, error) {
 			return n.Permits(ctx, &s.keys, op, id, v, s.k.permits)
 		})
-		if err == nil || try == backend.RetryTries || !backend.Transient(err) || !sleep(ctx, wait) {
+		if err == nil || try == backend.RetryTries || !backend.Transient(err) || errors.Is(err, ErrReplicaAck) || errors.Is(err, ErrNotDurable) || !sleep(ctx, wait) {
 			break
 		}
 	}

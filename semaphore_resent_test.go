@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,9 +96,9 @@ func TestSemaphoreAddPermitsWithItsReplyLostIsAppliedOnce(t *testing.T) {
 }
 
 // With WithReplicaAck, a size change returns once a replica has it: with
-// replication stalled, AddPermits fails with ErrReplicaAck (the master
-// has the change: it says so, and a copy of the request adds nothing), and
-// Available, which changes nothing, still answers.
+// replication stalled, AddPermits fails with ErrReplicaAck after one WAIT
+// (the master has the change: it says so, and the call does not ask
+// again), and Available, which changes nothing, still answers.
 func TestSemaphoreSizeChangeWaitsForTheReplicas(t *testing.T) {
 	t.Parallel()
 	long(t)
@@ -113,13 +115,52 @@ func TestSemaphoreSizeChangeWaitsForTheReplicas(t *testing.T) {
 	}
 	link.Stall()
 	defer link.Cut()
+	waits := func() string { return info(ctx, master, "commandstats", "cmdstat_wait") }
+	before := waits()
 	if _, err := sem.AddPermits(ctx, 1); !errors.Is(err, dlock.ErrReplicaAck) {
 		t.Errorf("AddPermits with replication stalled = %v, want ErrReplicaAck", err)
+	}
+	if after := waits(); callsOf(after) != callsOf(before)+1 {
+		t.Errorf("WAITs after AddPermits with replication stalled: %q, before %q; want one more: an acknowledgement that timed out is not asked again", after, before)
 	}
 	if v := rdb.Get(ctx, "dlock:{acked-size}:n").Val(); v != "4" {
 		t.Errorf("the master's size after an unacknowledged AddPermits(1) of 3 = %q, want 4 (added once)", v)
 	}
 	if n, err := sem.Available(ctx); err != nil || n != 4 {
 		t.Errorf("Available with replication stalled = %d, %v; want 4", n, err)
+	}
+}
+
+// callsOf reads the calls of an INFO commandstats entry, "calls=<n>,…".
+func callsOf(stat string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(stat, ",", 2)[0], "calls="))
+	return n
+}
+
+// A size change refused (ErrInvalid) keeps its refusal for its copies: a
+// late copy of an AddPermits that would have left no permit, landing once
+// another caller has grown the size, is refused as the first was, and the
+// size stays as the other caller left it.
+func TestSemaphoreSizeChangeRefusedIsRefusedToItsLateCopy(t *testing.T) {
+	t.Parallel()
+	s, direct := setupTCP(t)
+	ctx := t.Context()
+	rdbP, p := lateCopyClient(t, s)
+	sem, _ := newClient(t, rdbP).Semaphore("refused-size", 2)
+	other, _ := newClient(t, direct).Semaphore("refused-size", 2)
+	if ok, err := sem.TrySetPermits(ctx, 2); err != nil || !ok {
+		t.Fatalf("TrySetPermits(2) = %v, %v", ok, err)
+	}
+	var err error
+	lateFirstCopy(p, func() { _, err = sem.AddPermits(ctx, -2) })
+	if !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("AddPermits(-2) of 2 = %v, want ErrInvalid", err)
+	}
+	if n, err := other.AddPermits(ctx, 5); err != nil || n != 7 {
+		t.Fatalf("another caller's AddPermits(5) = %d, %v; want 7", n, err)
+	}
+	time.Sleep(700 * time.Millisecond) // the first copy of AddPermits(-2) has landed
+	if v := direct.Get(ctx, "dlock:{refused-size}:n").Val(); v != "7" {
+		t.Errorf("the kept size after the late copy of a refused AddPermits(-2) = %q, want 7", v)
 	}
 }

@@ -460,6 +460,13 @@ func semaphore(t *testing.T, a, b *dlock.Client) {
 	if most > 3 {
 		t.Fatalf("%d permits of 3 held at once", most)
 	}
+	// A size kept in Redis, changed through the driver.
+	if n, err := sb.AddPermits(ctx, 1); err != nil || n != 4 {
+		t.Fatalf("AddPermits(1) of 3: %d, %v", n, err)
+	}
+	if ok, err := sa.UnsetPermits(ctx); err != nil || !ok {
+		t.Fatalf("UnsetPermits of a kept size: %v, %v", ok, err)
+	}
 }
 
 func rwMutex(t *testing.T, a, b *dlock.Client) {
