@@ -191,18 +191,10 @@ func sortedParts(parts []Part) ([]Part, error) {
 }
 
 // giveBack releases the parts an acquisition had taken before it failed,
-// all at once, as a Do releases its lock (see release). A part whose Client
-// was closed is left to expire: nothing is sent after Close.
+// all at once, as a Do releases its lock (see release), also those whose
+// Client was closed meanwhile: their holder has no Lock to release.
 func giveBack(ctx context.Context, locks []*Lock) {
-	each(locks, func(l *Lock) error {
-		if l.c.closed.Load() {
-			l.mu.Lock()
-			l.finish(errClosedWait)
-			l.mu.Unlock()
-			return nil
-		}
-		return release(ctx, l)
-	})
+	each(locks, func(l *Lock) error { return release(ctx, l) })
 }
 
 // newMulti returns the MultiLock of locks, taken in acquisition order for
