@@ -240,13 +240,15 @@ func afterClose(t *testing.T, p *redistest.Proxy, c *dlock.Client, name string, 
 
 // Close waits for the watchdog's extension under way: while its request
 // is held in the network, Close returns only at its ctx's end; once the
-// call failed, at once.
+// call failed, at once. (The extension waits no longer than the lease's
+// validity: a lease of 3s leaves it two seconds in flight, far more than
+// a loaded machine takes to see it held and call Close.)
 func TestCloseWaitsForTheWatchdogsExtensionUnderWay(t *testing.T) {
 	t.Parallel()
 	leakcheck.Check(t)
 	p, rdb, _ := proxied(t, -1, 5*time.Second)
 	c := newClient(t, rdb)
-	l, err := c.TryAcquire(t.Context(), "close-extension", dlock.LeaseTTL(900*time.Millisecond))
+	l, err := c.TryAcquire(t.Context(), "close-extension", dlock.LeaseTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
