@@ -106,7 +106,7 @@ func TestSemaphoreSizeChangeWaitsForTheReplicas(t *testing.T) {
 	defer cancel()
 	master, replica, link := replicated(t, ctx)
 	rdb, rrdb := master.Client(t), replica.Client(t)
-	sem, _ := newClient(t, rdb, dlock.WithReplicaAck(1, 300*time.Millisecond)).Semaphore("acked-size", 2)
+	sem, _ := newClient(t, rdb, dlock.WithReplicaAck(1, 2*time.Second)).Semaphore("acked-size", 2)
 	if n, err := sem.AddPermits(ctx, 1); err != nil || n != 3 {
 		t.Fatalf("acknowledged AddPermits(1) = %d, %v; want 3", n, err)
 	}
