@@ -267,7 +267,7 @@ func (l *Lock) Jeopardy() <-chan struct{} {
 }
 
 // Err returns nil while held, then [ErrReleased] or the loss (wraps
-// [ErrNotHeld], as for a nil l).
+// [ErrNotHeld]).
 func (l *Lock) Err() error {
 	if l == nil {
 		return errNil
@@ -461,8 +461,8 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 	}
 }
 
-// Release gives the lock up; a repeat returns nil. [ErrNotHeld] if it was lost
-// or resumed elsewhere first, or l is nil. After a Redis error, retry or let it expire.
+// Release gives the lock up; a repeat returns nil. [ErrNotHeld] if lost, resumed
+// elsewhere first, or nil. After a Redis error, retry or let it expire.
 func (l *Lock) Release(ctx context.Context) (err error) {
 	if l == nil {
 		return errNil
