@@ -1,11 +1,14 @@
 package pubsub
 
 import (
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 )
+
+var churnSeed = flag.Uint64("churn.seed", 0, "seed of the churn test's schedule (0: from the time)")
 
 // Waiters come and go on a few channels, and messages are published,
 // while the hub's connections are cut again and again at random moments
@@ -19,8 +22,11 @@ func TestEveryWaiterWokenAfterEachCutUnderChurn(t *testing.T) {
 	if testing.Short() {
 		rounds = 4
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := *churnSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (-churn.seed reruns it)", seed)
 	bothModes(t, func(t *testing.T, sharded bool) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		h, rdb, s, p := startHub(t, sharded)
@@ -36,15 +42,26 @@ func TestEveryWaiterWokenAfterEachCutUnderChurn(t *testing.T) {
 		}
 		var ws []waiter
 		n, checked := 0, 0
+		add := func() {
+			n++
+			ch := fmt.Sprint("ch", rng.IntN(5))
+			wake := make(chan int64, 1)
+			w, _ := h.Subscribe(ch, fmt.Sprint("t", n), wake)
+			ws = append(ws, waiter{w, ch, wake})
+		}
+		listened := func() bool {
+			for _, w := range ws {
+				if h.Listening(w.ch) {
+					return true
+				}
+			}
+			return false
+		}
 		for round := range rounds {
 			for range rng.IntN(30) {
 				switch r := rng.IntN(10); {
 				case r < 5 || len(ws) == 0:
-					n++
-					ch := fmt.Sprint("ch", rng.IntN(5))
-					wake := make(chan int64, 1)
-					w, _ := h.Subscribe(ch, fmt.Sprint("t", n), wake)
-					ws = append(ws, waiter{w, ch, wake})
+					add()
 				case r < 7:
 					i := rng.IntN(len(ws))
 					ws[i].w.Close()
@@ -53,6 +70,16 @@ func TestEveryWaiterWokenAfterEachCutUnderChurn(t *testing.T) {
 					publish(t.Context(), fmt.Sprint("ch", rng.IntN(5)), WakeAll)
 				}
 				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			}
+			// Each cut meets at least one waiter listened to; the others
+			// may still be on their way.
+			if len(ws) == 0 {
+				add()
+			}
+			for deadline := time.Now().Add(10 * time.Second); !listened(); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("round %d: no channel listened to 10s after its waiter came", round)
+				}
 			}
 			var heard []waiter // (a channel first confirmed after the cut wakes nobody)
 			for _, w := range ws {
