@@ -22,15 +22,16 @@ import (
 // replyLoser is a go-redis Dialer whose connections, once armed, deliver
 // the first request that holds word, wait until Redis has run it (done
 // says so), then break, and from then on refuse new connections until
-// allow: a reply lost to a broken connection, and Redis unreachable from
-// the client for a while after.
+// allow (unless reachable): a reply lost to a broken connection, and
+// Redis unreachable from the client for a while after.
 type replyLoser struct {
-	word   []byte
-	done   func() bool
-	armed  atomic.Bool
-	refuse atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
+	word      []byte
+	done      func() bool
+	reachable bool // new connections are made at once after the loss
+	armed     atomic.Bool
+	refuse    atomic.Bool
+	mu        sync.Mutex
+	conns     []net.Conn
 }
 
 func (d *replyLoser) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -60,7 +61,7 @@ func (c *replyLosingConn) Write(b []byte) (int, error) {
 	}
 	n, err := c.Conn.Write(b)
 	waitFor(10*time.Second, c.d.done)
-	c.d.refuse.Store(true)
+	c.d.refuse.Store(!c.d.reachable)
 	c.d.mu.Lock()
 	for _, c := range c.d.conns {
 		c.Close()

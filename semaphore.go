@@ -3,7 +3,6 @@ package dlock
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -124,21 +123,13 @@ func (s *Semaphore) TryDo(ctx context.Context, fn func(ctx context.Context, l *L
 	return s.c.do(ctx, &s.k, s.name, fn, opts, true)
 }
 
-// size runs op on the size kept in Redis (see backend.Node.Permits); its
-// error names the operation what, and comes with the zero PermitSize. It
-// asks again, under the same request, after an error that may pass (not
-// an acknowledgement's: it waited), up to backend.RetryTries times while
-// ctx lasts: a change is applied once.
-func (s *Semaphore) size(ctx context.Context, what, op string, v int) (ps backend.PermitSize, err error) {
+// size runs op on the size kept in Redis (see backend.Node.Permits) under
+// a request id of its own; its error names the operation what.
+func (s *Semaphore) size(ctx context.Context, what, op string, v int) (backend.PermitSize, error) {
 	id := newToken()
-	for try, wait := 1, minRetry; ; try, wait = try+1, wait*4 {
-		ps, err = backend.OpValue[backend.PermitSize](ctx, s.c.b, func(ctx context.Context, n backend.Node) (any, error) {
-			return n.Permits(ctx, &s.keys, op, id, v, s.k.permits)
-		})
-		if err == nil || try == backend.RetryTries || !backend.Transient(err) || errors.Is(err, ErrReplicaAck) || errors.Is(err, ErrNotDurable) || !sleep(ctx, wait) {
-			break
-		}
-	}
+	ps, err := backend.OpValue[backend.PermitSize](ctx, s.c.b, func(ctx context.Context, n backend.Node) (any, error) {
+		return n.Permits(ctx, &s.keys, op, id, v, s.k.permits)
+	})
 	if err != nil {
 		err = opError(what, s.name, err)
 	}

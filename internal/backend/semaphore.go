@@ -38,18 +38,21 @@ var permits = loads("permits")
 // Permits runs permits.lua on the semaphore k: op "get", "set" (to v,
 // unless a size is stored), "unset" or "add" (v); size is the caller's N,
 // the size while none is stored. A change carries its request's id: a
-// copy of it that lands again (asked again after a lost reply, or late)
-// gets the first one's answer and changes nothing, for RequestWindow; and
-// it is acknowledged as an acquisition is (WithReplicaAck, durable grants).
+// copy of it that lands again (asked again after a lost reply, as a
+// release is, see again; or late) gets the first one's answer and changes
+// nothing, for RequestWindow; and it is acknowledged as an acquisition is
+// (WithReplicaAck, durable grants).
 func (n Node) Permits(ctx context.Context, k *Keys, op, id string, v, size int) (PermitSize, error) {
 	keys := []any{k.Lock, sizeKey(k), k.Queue, sizeKey(k) + ":" + id}
 	args := []any{op, v, size, k.Channel, n.pub, RequestWindow.Milliseconds()}
-	r, acks, err := any(nil), int64(-1), error(nil)
-	if op == "get" {
-		r, err = n.run(ctx, permits, keys, args...)
-	} else {
+	acks := int64(-1)
+	_, r, err := n.again(ctx, false, func() (r any, err error) {
+		if op == "get" {
+			return n.run(ctx, permits, keys, args...)
+		}
 		r, acks, err = n.acked(ctx, permits, nil, keys, args...)
-	}
+		return r, err
+	})
 	vs, err := ints(r, err)
 	if err == nil && acks >= 0 && acks < int64(n.replicas) {
 		err = n.ackError(acks)
