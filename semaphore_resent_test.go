@@ -159,3 +159,38 @@ func TestSemaphoreSizeChangeRefusedIsRefusedToItsLateCopy(t *testing.T) {
 		t.Errorf("the kept size after the late copy of a refused AddPermits(-2) = %q, want 7", v)
 	}
 }
+
+// A size change asked again after its reply was lost gets its first
+// copy's answer even when the name was taken as another kind meanwhile:
+// it was applied, and it reports so rather than the other kind's key.
+func TestSemaphoreSizeChangeAskedAgainAfterTheNameChangedKindGetsItsAnswer(t *testing.T) {
+	t.Parallel()
+	p, rdb, direct := proxied(t, 0, 5*time.Second)
+	ctx := t.Context()
+	sem, _ := newClient(t, rdb).Semaphore("resent-kind", 2)
+	if _, err := sem.Available(ctx); err != nil { // (warm: the script loaded)
+		t.Fatal(err)
+	}
+	p.StallReplies()
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := sem.AddPermits(ctx, 3)
+		done <- result{n, err}
+	}()
+	if !waitFor(5*time.Second, func() bool { return direct.Get(ctx, "dlock:{resent-kind}:n").Val() == "5" }) {
+		t.Fatal("AddPermits(3) never reached Redis")
+	}
+	l, err := newClient(t, direct).TryAcquire(ctx, "resent-kind") // the name, a plain lock now
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	p.Cut()
+	if r := <-done; r.err != nil || r.n != 5 {
+		t.Errorf("AddPermits(3) of 2, asked again after the name became a plain lock = %d, %v; want 5, as applied", r.n, r.err)
+	}
+}

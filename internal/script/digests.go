@@ -22,7 +22,7 @@ var digests = map[string]string{
 	"hold_extend":       "d20b44aa32ef8746e24b1757b1e43f2b8367edeb",
 	"hold_release":      "073ff10724d3610407a378b284a7dcdf1ee676db",
 	"inspect":           "762eb9e8b0797c045b3cde03866cf14f882278ba",
-	"permits":           "695f96f27231ec0be65d6aeada86b75d2953b0fe",
+	"permits":           "7b1b8901095c29aeeec292e2de8e19f3ad203292",
 	"proclaim":          "b3b59aa7269169787bfbfd82245ed994dda28077",
 	"raise_fence":       "5334cfb9a2a2c84bfbdeee32c4036bebfc0bf196",
 	"release":           "1ffae76aadfc6b3186db5677709b6023b5cc1081",

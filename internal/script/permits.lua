@@ -21,9 +21,9 @@
 -- with none stored those who ask with N = 0 are refused.
 -- Returns {size, held, changed}: the size after the call, the permits
 -- held now (live members of the set), 1 if the call changed the size.
--- Errors: WRONGTYPE if the set is another kind's; DLOCK_RANGE if 'add'
--- would leave the size outside [1, 2^31-1] (only the request's key is
--- written).
+-- Errors: WRONGTYPE if the set is another kind's (not to a copy of an
+-- applied change: its answer stands, held 0); DLOCK_RANGE if 'add' would
+-- leave the size outside [1, 2^31-1] (only the request's key is written).
 local seen = ARGV[1] ~= 'get' and redis.call('GET', KEYS[4])
 local function refuse(err) -- (a change's refusal is its answer too)
   if ARGV[1] ~= 'get' then redis.call('SET', KEYS[4], '!' .. err, 'PX', ARGV[6]) end
@@ -31,9 +31,8 @@ local function refuse(err) -- (a change's refusal is its answer too)
 end
 if seen and string.sub(seen, 1, 1) == '!' then return refuse(string.sub(seen, 2)) end
 local held = redis.pcall('ZCOUNT', KEYS[1], '(' .. now_ms(), '+inf')
-if type(held) ~= 'number' or not same_kind(KEYS[1], '') then -- ('': a semaphore's member)
-  return refuse('WRONGTYPE dlock: the key holds a value of another kind')
-end
+local foreign = type(held) ~= 'number' or not same_kind(KEYS[1], '') -- ('': a semaphore's member)
+if foreign and not seen then return refuse('WRONGTYPE dlock: the key holds a value of another kind') end
 local stored = tonumber(redis.call('GET', KEYS[2]) or '')
 local size, changed = stored or tonumber(ARGV[3]), 0
 if seen then
@@ -55,4 +54,4 @@ if ARGV[1] ~= 'get' then redis.call('SET', KEYS[4], string.format('%d %d', size,
 if changed == 1 and redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call(ARGV[5], ARGV[4], '*')
 end
-return {size, held, changed}
+return {size, foreign and 0 or held, changed}
