@@ -185,21 +185,21 @@ func (ld *Leadership) Fence() int64 { return ld.fence }
 func (ld *Leadership) Done() <-chan struct{} { return ld.l.Done() }
 
 // Err returns nil while leading, [ErrReleased] after Resign, or the loss.
-func (ld *Leadership) Err() error { return ld.l.Err() }
+func (ld *Leadership) Err() error { return ld.Lock().Err() }
 
 // ValidUntil returns the lease's deadline (see [Lock.ValidUntil]).
 func (ld *Leadership) ValidUntil() time.Time { return ld.l.ValidUntil() }
 
 // Lock returns the leader's lease. Releasing it resigns.
-func (ld *Leadership) Lock() *Lock { return ld.l }
+func (ld *Leadership) Lock() *Lock {
+	if ld == nil {
+		return nil // (whose Release and Err say so)
+	}
+	return ld.l
+}
 
 // Resign ends the leadership for the next candidate, as [Lock.Release] does.
-func (ld *Leadership) Resign(ctx context.Context) error {
-	if ld == nil {
-		return errNil
-	}
-	return ld.l.Release(ctx)
-}
+func (ld *Leadership) Resign(ctx context.Context) error { return ld.Lock().Release(ctx) }
 
 // Leader is who leads an election, as read; the zero Leader when nobody does.
 type Leader struct {

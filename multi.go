@@ -275,6 +275,9 @@ func (m *MultiLock) Done() <-chan struct{} {
 
 // Err returns nil while every part is held, [ErrReleased], or the first loss.
 func (m *MultiLock) Err() error {
+	if m == nil {
+		return errNil
+	}
 	m.check()
 	return context.Cause(m.settled)
 }

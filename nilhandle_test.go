@@ -17,13 +17,27 @@ func TestNilHandlesReleaseReportsNotHeld(t *testing.T) {
 	var m *dlock.MultiLock
 	var ld *dlock.Leadership
 	for name, call := range map[string]func() error{
-		"Lock.Release":      func() error { return l.Release(ctx) },
-		"Lock.Err":          l.Err,
-		"MultiLock.Release": func() error { return m.Release(ctx) },
-		"Leadership.Resign": func() error { return ld.Resign(ctx) },
+		"Lock.Release":              func() error { return l.Release(ctx) },
+		"Lock.Err":                  l.Err,
+		"MultiLock.Release":         func() error { return m.Release(ctx) },
+		"Leadership.Resign":         func() error { return ld.Resign(ctx) },
+		"MultiLock.Err":             m.Err,
+		"Leadership.Err":            ld.Err,
+		"Leadership.Lock().Release": func() error { return ld.Lock().Release(ctx) },
 	} {
 		if err := call(); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("%s of nil = %v, want ErrNotHeld and ErrInvalid", name, err)
 		}
+	}
+}
+
+// A nil Client (New failed, and a deferred Close ran before its error was
+// checked) closes nothing: its Close reports ErrInvalid, as a nil
+// *os.File's does, rather than panic.
+func TestNilClientsCloseReportsInvalid(t *testing.T) {
+	t.Parallel()
+	var c *dlock.Client
+	if err := c.Close(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Close of a nil Client = %v, want ErrInvalid", err)
 	}
 }
