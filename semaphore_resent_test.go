@@ -3,8 +3,11 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,5 +195,87 @@ func TestSemaphoreSizeChangeAskedAgainAfterTheNameChangedKindGetsItsAnswer(t *te
 	p.Cut()
 	if r := <-done; r.err != nil || r.n != 5 {
 		t.Errorf("AddPermits(3) of 2, asked again after the name became a plain lock = %d, %v; want 5, as applied", r.n, r.err)
+	}
+}
+
+// Size changes from many goroutines while the network cuts connections,
+// holds replies and delays requests at random are each applied at most
+// once: the kept size is the start, plus the deltas of the calls that
+// succeeded, plus at most those of the calls that failed (a failed call
+// may have been applied, once).
+func TestSemaphoreSizeChangesUnderFaultsAreAppliedAtMostOnce(t *testing.T) {
+	t.Parallel()
+	s, direct := setupTCP(t)
+	ctx := t.Context()
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 150 * time.Millisecond, PoolSize: 4})
+	t.Cleanup(func() { rdb.Close() })
+	sem, _ := newClient(t, rdb).Semaphore("faulted-size", 1000)
+	if ok, err := sem.TrySetPermits(ctx, 1000); !ok || err != nil {
+		t.Fatalf("TrySetPermits(1000) = %v, %v", ok, err)
+	}
+	faults := 40 // the calls go on until the last
+	if testing.Short() {
+		faults = 15
+	}
+	var applied, mayAdd, mayTake, failed, made atomic.Int64 // the successes' deltas; the failed calls' positive and negative ones
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := 0; i < 1000 && ctx.Err() == nil; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				d := []int64{1, 2, 3, -1}[rand.IntN(4)]
+				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				_, err := sem.AddPermits(cctx, int(d))
+				cancel()
+				made.Add(1)
+				switch {
+				case err == nil:
+					applied.Add(d)
+				case d > 0:
+					failed.Add(1)
+					mayAdd.Add(d)
+				default:
+					failed.Add(1)
+					mayTake.Add(d)
+				}
+			}
+		})
+	}
+	for range faults {
+		time.Sleep(time.Duration(5+rand.IntN(25)) * time.Millisecond)
+		switch rand.IntN(3) {
+		case 0:
+			p.Cut()
+		case 1:
+			p.StallReplies()
+			time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
+			p.Cut()
+		default:
+			p.Delay(time.Duration(rand.IntN(250))*time.Millisecond, 0)
+			time.Sleep(50 * time.Millisecond)
+			p.Delay(0, 0)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	p.Cut()
+	if !waitFor(5*time.Second, func() bool { return p.HeldRequests() == 0 }) { // (every late copy landed or dropped)
+		t.Fatalf("%d requests still held by the proxy", p.HeldRequests())
+	}
+	size, err := strconv.ParseInt(direct.Get(ctx, "dlock:{faulted-size}:n").Val(), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := size - 1000 - applied.Load()
+	t.Logf("%d calls, %d failed; the kept size %d is 1000 + %d from the successes + %d", made.Load(), failed.Load(), size, applied.Load(), extra)
+	if extra < mayTake.Load() || extra > mayAdd.Load() {
+		t.Errorf("the kept size %d = 1000 + %d from the successes + %d, outside what the failed calls could have changed [%d, %d]",
+			size, applied.Load(), extra, mayTake.Load(), mayAdd.Load())
 	}
 }
