@@ -269,7 +269,7 @@ func (l *Lock) Jeopardy() <-chan struct{} {
 // Err returns nil while held, then [ErrReleased] or the loss (wraps
 // [ErrNotHeld]).
 func (l *Lock) Err() error {
-	if l == nil {
+	if l == nil || l.c == nil { // (nil, or a zero Lock: never acquired)
 		return errNil
 	}
 	return l.expire()
@@ -464,7 +464,7 @@ func (l *Lock) setValidity(ttl time.Duration, t terms, onlyEarlier bool) {
 // Release gives the lock up; a repeat returns nil. [ErrNotHeld] if lost, resumed
 // elsewhere first, or nil. After a Redis error, retry or let it expire.
 func (l *Lock) Release(ctx context.Context) (err error) {
-	if l == nil {
+	if l == nil || l.c == nil {
 		return errNil
 	}
 	// A loss due is told before the turn is taken: a Lost hook may call

@@ -275,7 +275,7 @@ func (m *MultiLock) Done() <-chan struct{} {
 
 // Err returns nil while every part is held, [ErrReleased], or the first loss.
 func (m *MultiLock) Err() error {
-	if m == nil {
+	if m == nil || m.settled == nil { // (nil, or a zero MultiLock: never acquired)
 		return errNil
 	}
 	m.check()
@@ -303,7 +303,7 @@ func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // Release releases every part as [Lock.Release] does; errors name their part.
 func (m *MultiLock) Release(ctx context.Context) error {
-	if m == nil {
+	if m == nil || m.settled == nil {
 		return errNil
 	}
 	return m.release(func(l *Lock) error { return l.Release(ctx) })

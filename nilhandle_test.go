@@ -8,8 +8,9 @@ import (
 )
 
 // A handle that was never acquired (nil: its acquisition failed, and a
-// deferred Release ran before the error was checked) holds nothing: its
-// Release and Err report ErrNotHeld, and ErrInvalid, rather than panic.
+// deferred Release ran before the error was checked; or a zero value)
+// holds nothing: its Release and Err report ErrNotHeld, and ErrInvalid,
+// rather than panic.
 func TestNilHandlesReleaseReportsNotHeld(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -24,6 +25,12 @@ func TestNilHandlesReleaseReportsNotHeld(t *testing.T) {
 		"MultiLock.Err":             m.Err,
 		"Leadership.Err":            ld.Err,
 		"Leadership.Lock().Release": func() error { return ld.Lock().Release(ctx) },
+		"zero Lock.Release":         func() error { return new(dlock.Lock).Release(ctx) },
+		"zero Lock.Err":             new(dlock.Lock).Err,
+		"zero MultiLock.Release":    func() error { return new(dlock.MultiLock).Release(ctx) },
+		"zero MultiLock.Err":        new(dlock.MultiLock).Err,
+		"zero Leadership.Resign":    func() error { return new(dlock.Leadership).Resign(ctx) },
+		"zero Leadership.Err":       new(dlock.Leadership).Err,
 	} {
 		if err := call(); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("%s of nil = %v, want ErrNotHeld and ErrInvalid", name, err)
