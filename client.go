@@ -51,8 +51,13 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	o := apply(opts)
 	_, rt := goredisdriver.Limits(rdb)
+	// (The waits go in the write's pipeline, under the read timeout.)
+	by := fmt.Sprintf("WithDurableGrants(%v)", o.durable)
+	if o.durable == 0 {
+		by = fmt.Sprintf("WithReplicaAck(%d, %v)", o.replicas, o.ackTimeout)
+	}
 	wait := o.durable + o.ackTimeout*time.Duration(min(o.replicas, 1))
-	o.invalidIf(o.durable > 0 && rt > 0 && wait >= rt, "WithDurableGrants(%v): the wait must end before the Redis client's read timeout (%v), which would cut it off as a lost reply", o.durable, rt)
+	o.invalidIf(wait > 0 && rt > 0 && wait >= rt, "%s: the wait must end before the Redis client's read timeout (%v), which would cut it off as a lost reply", by, rt)
 	return build([]redis.UniversalClient{rdb}, newNode, o)
 }
 

@@ -41,6 +41,8 @@ func TestConstructorsRefuseEachInvalidOptionInItsOwnWords(t *testing.T) {
 		{"New, no durable timeout", newOf(dlock.WithDurableGrants(0)), "WithDurableGrants(0s): need a positive timeout"},
 		{"New, a durable wait past the read timeout", newOf(dlock.WithDurableGrants(time.Hour)),
 			"WithDurableGrants(1h0m0s): the wait must end before the Redis client's read timeout (" + rt.String() + "), which would cut it off as a lost reply"},
+		{"New, a replica ack past the read timeout", newOf(dlock.WithReplicaAck(1, rt)),
+			"WithReplicaAck(1, " + rt.String() + "): the wait must end before the Redis client's read timeout (" + rt.String() + "), which would cut it off as a lost reply"},
 		{"New, a durable wait and a replica ack past the read timeout", newOf(dlock.WithDurableGrants(time.Millisecond), dlock.WithReplicaAck(1, rt)),
 			"WithDurableGrants(1ms): the wait must end before the Redis client's read timeout (" + rt.String() + "), which would cut it off as a lost reply"},
 		{"New, nil option", newOf(nil), "option 1 is nil"},

@@ -144,8 +144,8 @@ func WithReentrant(on bool) Option {
 	return option(func(o *options) { o.reentrant = on })
 }
 
-// WithReplicaAck makes grants and extensions wait up to timeout for n replicas
-// (default 0); one not acknowledged is undone ([ErrReplicaAck],
+// WithReplicaAck makes grants and extensions wait up to timeout (< ReadTimeout)
+// for n replicas; one not acknowledged is undone ([ErrReplicaAck],
 // [ErrNotAcquired]). It narrows, but does NOT close, a failover's window.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return option(func(o *options) {
