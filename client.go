@@ -143,7 +143,7 @@ func nodeFrom(conn driver.Conn, o *options) (backend.Node, *pubsub.Hub) {
 // Locks stop being extended. It waits for their work under way (save a hook's
 // caller) and pub/sub, or returns ctx.Err(); a lease at max hold then expires.
 func (c *Client) Close(ctx context.Context) error {
-	if c == nil {
+	if c == nil || c.engine == nil {
 		return fmt.Errorf("%w: Close of a nil Client", ErrInvalid) // (New failed; a deferred Close ran before its error was checked)
 	}
 	if !c.closed.Swap(true) {

@@ -39,12 +39,13 @@ func TestNilHandlesReleaseReportsNotHeld(t *testing.T) {
 }
 
 // A nil Client (New failed, and a deferred Close ran before its error was
-// checked) closes nothing: its Close reports ErrInvalid, as a nil
+// checked), or a zero one, closes nothing: its Close reports ErrInvalid, as a nil
 // *os.File's does, rather than panic.
 func TestNilClientsCloseReportsInvalid(t *testing.T) {
 	t.Parallel()
-	var c *dlock.Client
-	if err := c.Close(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
-		t.Errorf("Close of a nil Client = %v, want ErrInvalid", err)
+	for name, c := range map[string]*dlock.Client{"nil": nil, "zero": new(dlock.Client)} {
+		if err := c.Close(t.Context()); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Close of a %s Client = %v, want ErrInvalid", name, err)
+		}
 	}
 }
