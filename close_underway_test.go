@@ -252,6 +252,13 @@ func TestCloseWaitsForTheWatchdogsExtensionUnderWay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The acquire's request has landed (the proxy counts it held until its
+	// write returns, which may come after the reply): what the proxy holds
+	// from the stall on is the watchdog's extension, sent a third of the
+	// lease later.
+	if !waitFor(5*time.Second, func() bool { return p.HeldRequests() == 0 }) {
+		t.Fatalf("the proxy still holds %d requests after 5s", p.HeldRequests())
+	}
 	p.Stall()
 	closeWaits(t, p, c, "the watchdog's extension", func() bool { return p.HeldRequests() > 0 })
 	l.Release(t.Context())

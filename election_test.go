@@ -1325,6 +1325,9 @@ func TestCloseCutsAnObserveReadUnderWay(t *testing.T) {
 	}
 	obs := e.Observe(context.Background())
 	<-obs // (the first read answered)
+	if !waitFor(5*time.Second, func() bool { return p.HeldRequests() == 0 }) { // (its request counted as held until its write returns)
+		t.Fatalf("the proxy still holds %d requests after 5s", p.HeldRequests())
+	}
 	p.Stall()
 	// With no leader, Observe reads again a lease time later: its read is held.
 	if !waitFor(10*time.Second, func() bool { return p.HeldRequests() > 0 }) {
