@@ -1325,7 +1325,8 @@ func TestCloseCutsAnObserveReadUnderWay(t *testing.T) {
 	}
 	obs := e.Observe(context.Background())
 	<-obs // (the first read answered)
-	if !waitFor(5*time.Second, func() bool { return p.HeldRequests() == 0 }) { // (its request counted as held until its write returns)
+	// (its request is counted as held until its write returns)
+	if !waitFor(5*time.Second, func() bool { return p.HeldRequests() == 0 }) {
 		t.Fatalf("the proxy still holds %d requests after 5s", p.HeldRequests())
 	}
 	p.Stall()
