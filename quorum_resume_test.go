@@ -162,7 +162,25 @@ func TestRedlockSupersededReleaseWithASlowNodeIsNotReleased(t *testing.T) {
 	slow, p1 := proxiedNode(t, srvs[1], 0)
 	missed, down := evalsFailing(t, srvs[2])
 	opts := []dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}
-	first := firstLease(t, newRedlock(t, []redis.UniversalClient{direct[0], slow, direct[2]}, 200*time.Millisecond, opts...), "superseded-slow")
+	// On a loaded machine an attempt before the one that succeeded may
+	// hold node 1 until its undo lands there: take the lock again until
+	// every node holds the first Lock's lease.
+	holder := newRedlock(t, []redis.UniversalClient{direct[0], slow, direct[2]}, 200*time.Millisecond, opts...)
+	var first *dlock.Lock
+	everywhere := func() bool {
+		return !slices.ContainsFunc(direct, func(n redis.UniversalClient) bool {
+			return !strings.HasPrefix(n.Get(ctx, first.Key()).Val(), first.Token())
+		})
+	}
+	for i := 0; first == nil || !waitFor(time.Second, everywhere); i++ {
+		if first != nil {
+			first.Release(ctx)
+		}
+		if i == 5 {
+			t.Fatal("five first Locks, none of them on every node")
+		}
+		first = firstLease(t, holder, "superseded-slow")
+	}
 	down.Store(true) // node 2 misses the resume
 	r, err := newRedlock(t, []redis.UniversalClient{direct[0], direct[1], missed}, 200*time.Millisecond, opts...).TryAcquire(ctx, "superseded-slow", dlock.Resume(first.Token()))
 	down.Store(false)
