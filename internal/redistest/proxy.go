@@ -34,6 +34,7 @@ type Proxy struct {
 	conns    map[net.Conn]struct{}
 	wg       sync.WaitGroup
 	held     atomic.Int64 // requests read from clients, neither delivered nor dropped yet
+	stallIn  atomic.Int64 // requests read from clients since the latest Stall
 }
 
 // NewProxy starts a proxy to target (host:port), stopped in tb's cleanup.
@@ -103,6 +104,8 @@ func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 				d := p.reqDelay
 				if reply {
 					d = p.repDelay
+				} else if p.stalled {
+					p.stallIn.Add(1)
 				}
 				p.mu.Unlock()
 				mu.Lock()
@@ -193,8 +196,15 @@ func (p *Proxy) HeldRequests() int { return int(p.held.Load()) }
 func (p *Proxy) Stall() {
 	p.mu.Lock()
 	p.stalled = true
+	p.stallIn.Store(0)
 	p.mu.Unlock()
 }
+
+// RequestsSinceStall reports how many reads from clients the proxy took
+// in since the latest Stall (while still stalled): unlike HeldRequests,
+// it does not count a request read before the stall whose write has not
+// returned yet.
+func (p *Proxy) RequestsSinceStall() int { return int(p.stallIn.Load()) }
 
 // StallReplies holds what the server sends from now on, while requests
 // still reach it: commands run, their replies do not arrive.
