@@ -96,7 +96,7 @@ func (g *Guard) Do(ctx context.Context, resource string, fence int64, token stri
 		case errors.Is(err, redis.TxFailedErr): // (a write to the fence since it was read)
 			continue
 		case err == nil && !queued: // (a Cluster client that gave up following redirects, its slot being migrated, without running it)
-			return fmt.Errorf("dlock: guarded do %q: the transaction did not run: the Cluster redirected it more times than the client follows", resource)
+			return fmt.Errorf("dlock: guarded do %q: %w", resource, backend.ErrRedirected)
 		case err == nil || fnErr != nil || errors.Is(err, ErrStaleFence):
 			return err
 		case readErr != nil:

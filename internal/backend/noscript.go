@@ -72,9 +72,9 @@ const maxTries = 16
 // times: it did nothing.
 var errConflict = fmt.Errorf("the transaction was aborted by concurrent writes to its keys %d times", maxTries)
 
-// errRedirected reports an operation whose transaction never ran: the
+// ErrRedirected reports an operation whose transaction never ran: the
 // Cluster redirected it more times than the client follows.
-var errRedirected = errors.New("the transaction did not run: its slot is being migrated, and the Cluster redirected it more times than the client follows")
+var ErrRedirected = errors.New("the transaction did not run: its slot is being migrated, and the Cluster redirected it more times than the client follows")
 
 // tx is one try of an operation: a transaction that watches the keys the
 // operation decides on, and the operation's context.
@@ -90,7 +90,7 @@ type tx struct {
 // last try's value and error. A Cluster client that gave up following
 // redirects (ASK from a slot's source, MOVED from its target, while the
 // slot is migrated) returns no error though fn never ran to its end: that
-// is errRedirected, not an answer.
+// is ErrRedirected, not an answer.
 func watched[T any](ctx context.Context, n NoScripts, keys []string, fn func(tx) (T, error)) (T, error) {
 	var v T
 	var ran bool // fn ran to its end without an error
@@ -103,7 +103,7 @@ func watched[T any](ctx context.Context, n NoScripts, keys []string, fn func(tx)
 		err := n.uc.Watch(ctx, run, keys...)
 		switch {
 		case err == nil && !ran:
-			return v, errRedirected // (v: a try's that failed, if any)
+			return v, ErrRedirected // (v: a try's that failed, if any)
 		case err == nil || ctx.Err() != nil:
 			return v, err
 		case errors.Is(err, redis.TxFailedErr):
