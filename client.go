@@ -57,7 +57,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		by = fmt.Sprintf("WithReplicaAck(%d, %v)", o.replicas, o.ackTimeout)
 	}
 	wait := o.durable + o.ackTimeout*time.Duration(min(o.replicas, 1))
-	o.invalidIf(wait > 0 && rt > 0 && wait >= rt, "%s: the wait must end before the Redis client's read timeout (%v), which would cut it off as a lost reply", by, rt)
+	o.invalidIf(rt > 0 && (wait >= rt || wait < o.durable), // (a sum past the longest Duration wraps)
+		"%s: the wait must end before the Redis client's read timeout (%v), which would cut it off as a lost reply", by, rt)
 	return build([]redis.UniversalClient{rdb}, newNode, o)
 }
 

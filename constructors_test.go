@@ -25,13 +25,13 @@ func TestConstructorsReportAnInvalidOptionBeforeTheirOwnRefusals(t *testing.T) {
 	checkRefusals(t, []refusal{
 		{"NewFrom, replica ack without a timeout", func() (*dlock.Client, error) {
 			return dlock.NewFrom(conn, dlock.WithReplicaAck(1, 0))
-		}, "WithReplicaAck(1, 0s): need n ≥ 0 and a positive timeout"},
+		}, "WithReplicaAck(1, 0s): need n ≥ 0 and a timeout of at least 1ms"},
 		{"NewFrom, bad prefix, then durable grants", func() (*dlock.Client, error) {
 			return dlock.NewFrom(conn, dlock.WithPrefix("a{"), dlock.WithDurableGrants(time.Second))
 		}, `WithPrefix("a{"): the prefix must not contain '{' or '}'`},
 		{"NewFrom, no durable timeout, then no scripts", func() (*dlock.Client, error) {
 			return dlock.NewFrom(conn, dlock.WithDurableGrants(-time.Second), dlock.WithoutScripts())
-		}, "WithDurableGrants(-1s): need a positive timeout"},
+		}, "WithDurableGrants(-1s): need a timeout of at least 1ms"},
 		{"New, negative drift, then a durable wait past the read timeout", func() (*dlock.Client, error) {
 			return dlock.New(rdb, dlock.WithDrift(-time.Millisecond), dlock.WithDurableGrants(time.Hour))
 		}, "WithDrift(-1ms): the drift must not be negative"},
@@ -40,7 +40,7 @@ func TestConstructorsReportAnInvalidOptionBeforeTheirOwnRefusals(t *testing.T) {
 		}, `WithPrefix("}"): the prefix must not contain '{' or '}'`},
 		{"NewRedlock, negative replicas, then no scripts", func() (*dlock.Client, error) {
 			return dlock.NewRedlock(nodes, 0, dlock.WithReplicaAck(-1, time.Second), dlock.WithoutScripts())
-		}, "WithReplicaAck(-1, 1s): need n ≥ 0 and a positive timeout"},
+		}, "WithReplicaAck(-1, 1s): need n ≥ 0 and a timeout of at least 1ms"},
 		{"NewRedlock, bad prefix, TTL below the node timeout", func() (*dlock.Client, error) {
 			return dlock.NewRedlock(nodes, time.Minute, dlock.WithPrefix("a{"))
 		}, `WithPrefix("a{"): the prefix must not contain '{' or '}'`},

@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -36,9 +37,14 @@ func TestConstructorsRefuseEachInvalidOptionInItsOwnWords(t *testing.T) {
 		{"New, bad prefix", newOf(dlock.WithPrefix("a}")), `WithPrefix("a}"): the prefix must not contain '{' or '}'`},
 		{"New, negative drift", newOf(dlock.WithDrift(-time.Millisecond)), "WithDrift(-1ms): the drift must not be negative"},
 		{"New, drift of the TTL", newOf(dlock.LeaseTTL(time.Second), dlock.WithDrift(time.Second)), "WithDrift(1s): the drift must be below the TTL (1s)"},
-		{"New, negative replicas", newOf(dlock.WithReplicaAck(-1, time.Second)), "WithReplicaAck(-1, 1s): need n ≥ 0 and a positive timeout"},
-		{"New, replica ack without a timeout", newOf(dlock.WithReplicaAck(2, 0)), "WithReplicaAck(2, 0s): need n ≥ 0 and a positive timeout"},
-		{"New, no durable timeout", newOf(dlock.WithDurableGrants(0)), "WithDurableGrants(0s): need a positive timeout"},
+		{"New, negative replicas", newOf(dlock.WithReplicaAck(-1, time.Second)), "WithReplicaAck(-1, 1s): need n ≥ 0 and a timeout of at least 1ms"},
+		{"New, replica ack without a timeout", newOf(dlock.WithReplicaAck(2, 0)), "WithReplicaAck(2, 0s): need n ≥ 0 and a timeout of at least 1ms"},
+		{"New, no durable timeout", newOf(dlock.WithDurableGrants(0)), "WithDurableGrants(0s): need a timeout of at least 1ms"},
+		// (WAIT and WAITAOF count whole milliseconds: under one, they would wait for ever.)
+		{"New, a replica ack under a millisecond", newOf(dlock.WithReplicaAck(1, 500*time.Microsecond)), "WithReplicaAck(1, 500µs): need n ≥ 0 and a timeout of at least 1ms"},
+		{"New, a durable wait under a millisecond", newOf(dlock.WithDurableGrants(999 * time.Microsecond)), "WithDurableGrants(999µs): need a timeout of at least 1ms"},
+		{"New, a durable wait and a replica ack whose sum wraps", newOf(dlock.WithDurableGrants(time.Millisecond), dlock.WithReplicaAck(1, math.MaxInt64)),
+			"WithDurableGrants(1ms): the wait must end before the Redis client's read timeout (" + rt.String() + "), which would cut it off as a lost reply"},
 		{"New, a durable wait past the read timeout", newOf(dlock.WithDurableGrants(time.Hour)),
 			"WithDurableGrants(1h0m0s): the wait must end before the Redis client's read timeout (" + rt.String() + "), which would cut it off as a lost reply"},
 		{"New, a replica ack past the read timeout", newOf(dlock.WithReplicaAck(1, rt)),

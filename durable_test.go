@@ -245,7 +245,7 @@ func refused(t *testing.T, ctx context.Context, s *redistest.Server, rdb *redis.
 	}
 }
 
-// WithDurableGrants needs a positive timeout, and a Client that can send
+// WithDurableGrants needs a timeout of at least 1ms (WAITAOF counts whole milliseconds), and a Client that can send
 // WAITAOF after its writes: NewFrom and NewRedlock refuse it.
 func TestDurableGrantsInvalidOptions(t *testing.T) {
 	t.Parallel()

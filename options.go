@@ -144,23 +144,23 @@ func WithReentrant(on bool) Option {
 	return option(func(o *options) { o.reentrant = on })
 }
 
-// WithReplicaAck makes grants and extensions wait up to timeout (< ReadTimeout)
-// for n replicas; one not acknowledged is undone ([ErrReplicaAck],
+// WithReplicaAck makes grants and extensions wait up to timeout (1ms to
+// ReadTimeout) for n replicas; one not acknowledged is undone ([ErrReplicaAck],
 // [ErrNotAcquired]). It narrows, but does NOT close, a failover's window.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return option(func(o *options) {
-		o.invalidIf(n < 0 || (n > 0 && timeout <= 0), "WithReplicaAck(%d, %v): need n ≥ 0 and a positive timeout", n, timeout)
+		// (WAIT counts whole milliseconds, and waits for ever given 0.)
+		o.invalidIf(n < 0 || (n > 0 && timeout < time.Millisecond), "WithReplicaAck(%d, %v): need n ≥ 0 and a timeout of at least 1ms", n, timeout)
 		o.replicas, o.ackTimeout = n, timeout
 	})
 }
 
-// WithDurableGrants makes grants and extensions wait up to timeout for the
-// append-only file (WAITAOF, Redis 7.2+), else undone: [ErrNotDurable],
-// [ErrNotAcquired]. [ErrInvalid]: no WAITAOF or appendonly; timeout ≥
-// ReadTimeout.
+// WithDurableGrants makes grants and extensions wait up to timeout (1ms to
+// ReadTimeout) for the append-only file (WAITAOF, Redis 7.2+), else undone:
+// [ErrNotDurable], [ErrNotAcquired]. [ErrInvalid]: no WAITAOF or appendonly.
 func WithDurableGrants(timeout time.Duration) Option {
 	return option(func(o *options) {
-		o.invalidIf(timeout <= 0, "WithDurableGrants(%v): need a positive timeout", timeout)
+		o.invalidIf(timeout < time.Millisecond, "WithDurableGrants(%v): need a timeout of at least 1ms", timeout)
 		o.durable = timeout
 	})
 }
