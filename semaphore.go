@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -99,14 +98,11 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Lock, err
 // MaxAcquireN is the most permits AcquireN takes (see docs/semaphore.md).
 const MaxAcquireN = 10_000
 
-// AcquireN takes n permits as one *Lock (1 ≤ n ≤ N, the size kept and
-// [MaxAcquireN]), in arrival order: later callers never pass it.
+// AcquireN takes n permits as one *Lock (1 ≤ n ≤ [MaxAcquireN], and the size
+// kept, else N), in arrival order: later callers never pass it.
 func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*Lock, error) {
-	if n > MaxAcquireN {
-		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q: more than MaxAcquireN (%d) permits at once", ErrInvalid, n, s.name, MaxAcquireN)
-	}
-	if most := cmp.Or(s.k.permits, MaxAcquireN); n < 1 || n > most {
-		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q of %d permits: need 1 to %d", ErrInvalid, n, s.name, s.k.permits, most)
+	if n < 1 || n > MaxAcquireN { // (Redis refuses more than the size: the kept one, which may exceed N)
+		return nil, fmt.Errorf("%w: AcquireN(%d) on semaphore %q: need 1 to MaxAcquireN (%d) permits at once", ErrInvalid, n, s.name, MaxAcquireN)
 	}
 	k := s.k
 	k.lease = backend.Permits(s.k.permits, n)

@@ -84,6 +84,10 @@ func TestSemaphoreAcquireN(t *testing.T) {
 			t.Errorf("AcquireN(%d) of 5 = %v, want ErrInvalid", n, err)
 		}
 	}
+	// (Redis refuses 6: the size in force could be one kept there, above 5.)
+	if _, err := s.AcquireN(ctx, 6); err == nil || !strings.HasSuffix(err.Error(), "asks 6 permits of a semaphore of 5") {
+		t.Errorf("AcquireN(6) of 5 = %v, want its refusal to say the size", err)
+	}
 }
 
 // Callers wanting several permits never deadlock and never hold more than N

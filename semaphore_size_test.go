@@ -51,9 +51,16 @@ func TestSemaphoreSizeKeptInRedis(t *testing.T) {
 	for _, l := range held {
 		l.Release(ctx)
 	}
-	if _, err := s9.AcquireN(ctx, 3); err != nil {
-		t.Errorf("AcquireN(3) of a kept size of 3: %v", err)
+	l, err := s9.AcquireN(ctx, 3)
+	if err != nil {
+		t.Fatalf("AcquireN(3) of a kept size of 3: %v", err)
 	}
+	l.Release(ctx)
+	// A caller of N = 2 takes 3 of the kept 3: the kept size bounds it.
+	if l, err = s2.AcquireN(ctx, 3, dlock.MaxWait(time.Second)); err != nil {
+		t.Fatalf("AcquireN(3) by a caller of N = 2 of a kept size of 3: %v", err)
+	}
+	l.Release(ctx)
 }
 
 // AddPermits grows and shrinks the kept size. Growing admits a waiter at

@@ -31,9 +31,9 @@
 -- Errors: REVOKED if this hold's lease was already ended (nothing is
 -- written, no queue entry made); WRONGTYPE if the key holds another kind
 -- (nothing is written); DLOCK_TOOMANY if the hold asks more permits than
--- the stored size (nothing is written, a queue entry of the caller's
--- stays for its undo to take out); DLOCK_NOSIZE if the caller's N is 0 and
--- no size is stored (the same).
+-- the stored size, or without one the caller's N (nothing is written, a
+-- queue entry of the caller's stays for its undo to take out);
+-- DLOCK_NOSIZE if the caller's N is 0 and no size is stored (the same).
 local token, ttl, what = ARGV[1], tonumber(ARGV[2]), ARGV[8]
 local n, w = tonumber(what), tonumber(ARGV[9]) or 1
 local member = n and token or (what .. ':' .. token)
@@ -110,8 +110,8 @@ if n then
   if not size and n == 0 then
     return redis.error_reply('DLOCK_NOSIZE no size is kept in Redis for this semaphore of 0 permits')
   end
-  if size and w > size then
-    return redis.error_reply(string.format('DLOCK_TOOMANY asks %d permits of a semaphore whose stored size is %d', w, size))
+  if w > (size or n) then
+    return redis.error_reply(string.format('DLOCK_TOOMANY asks %d permits of a semaphore of %d%s', w, size or n, size and ' (its size kept in Redis)' or ''))
   end
   local held
   held, head = serve_queue(KEYS, now, redis.call('ZCARD', KEYS[1]), token, a, size)
