@@ -14,9 +14,10 @@ import (
 // fair lock's do. Extend, Release, Fence and Undo serve permits through the
 // same methods as locks, by the claim's Kind, Permits(N, 1).
 
-// Permits returns the kind of a hold of w permits at once (0 < w ≤
-// permits; 1: a permit) of a semaphore whose holder asks with N = permits:
-// one lease, w members of the set.
+// Permits returns the kind of a hold of w permits at once (w > 0; 1: a
+// permit) of a semaphore whose holder asks with N = permits: one lease, w
+// members of the set. The script refuses w above the size in force (the
+// kept size, else permits).
 func Permits(permits, w int) Kind { return permit{hold{w: w, ask: permits, sized: true}} }
 
 // Permit is the kind Inspect reads every permit of a semaphore as
