@@ -103,8 +103,12 @@ func onEveryNode(t *testing.T, c *dlock.Client, nodes []redis.UniversalClient, n
 }
 
 // failEvals fails every script call of a go-redis client while on is set,
-// unsent, as a node that cannot be reached.
-type failEvals struct{ on *atomic.Bool }
+// unsent, as a node that cannot be reached; it counts them in refused, if
+// set.
+type failEvals struct {
+	on      *atomic.Bool
+	refused *atomic.Int64
+}
 
 func (h failEvals) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h failEvals) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -124,6 +128,9 @@ func (h failEvals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 func (h failEvals) fail(cmd redis.Cmder, next func() error) error {
 	if h.on.Load() && strings.HasPrefix(cmd.Name(), "eval") {
+		if h.refused != nil {
+			h.refused.Add(1)
+		}
 		err := errors.New("node unreachable")
 		cmd.SetErr(err)
 		return err
@@ -142,7 +149,7 @@ func TestARedlockResumeWithoutAMajorityIsNotAcquired(t *testing.T) {
 	for i := range 3 {
 		c := redistest.Start(t).Client(t)
 		if i > 0 {
-			c.AddHook(failEvals{&on})
+			c.AddHook(failEvals{on: &on})
 		}
 		nodes = append(nodes, c)
 	}

@@ -29,13 +29,34 @@ func proxiedNode(t *testing.T, srv *redistest.Server, readTimeout time.Duration)
 }
 
 // evalsFailing returns a client (no retries) to srv whose script calls
-// fail unsent while the flag returned is set.
-func evalsFailing(t *testing.T, srv *redistest.Server) (*redis.Client, *atomic.Bool) {
-	down := new(atomic.Bool)
+// fail unsent while missing runs.
+func evalsFailing(t *testing.T, srv *redistest.Server) (*redis.Client, *missing) {
+	m := new(missing)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	c.AddHook(failEvals{down})
+	c.AddHook(failEvals{&m.down, &m.refused})
 	t.Cleanup(func() { c.Close() })
-	return c, down
+	return c, m
+}
+
+// missing fails a node's script calls (see evalsFailing).
+type missing struct {
+	down    atomic.Bool
+	refused atomic.Int64
+}
+
+// during runs f, a Resume, with the node's script calls failing, and
+// keeps them failing until one was refused: a quorum's call to a node
+// runs on even once the others settled the outcome, and on a loaded
+// machine may start after f returned (its extension would then land).
+func (m *missing) during(t *testing.T, f func()) {
+	t.Helper()
+	m.down.Store(true)
+	defer m.down.Store(false)
+	n := m.refused.Load()
+	f()
+	if !waitFor(5*time.Second, func() bool { return m.refused.Load() > n }) {
+		t.Fatal("the node missed no script call of the resume")
+	}
 }
 
 // takenWithin tries, for up to d (0: once), to take name with a new
@@ -89,14 +110,13 @@ func numberedEverywhere(t *testing.T, direct []redis.UniversalClient, l *dlock.L
 func resumedMissingNode2(t *testing.T, srvs []*redistest.Server, direct []redis.UniversalClient, node1 redis.UniversalClient, name string, more ...dlock.Option) (first, resumed *dlock.Lock) {
 	t.Helper()
 	ctx := t.Context()
-	missed, down := evalsFailing(t, srvs[2])
+	missed, node2 := evalsFailing(t, srvs[2])
 	opts := append([]dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}, more...)
 	first = firstLease(t, newRedlock(t, direct, 200*time.Millisecond, opts...), name)
 	mark := numberedEverywhere(t, direct, first)
 	resumer := newRedlock(t, []redis.UniversalClient{direct[0], node1, missed}, 200*time.Millisecond, opts...)
-	down.Store(true)
-	resumed, err := resumer.TryAcquire(ctx, name, dlock.Resume(first.Token()))
-	down.Store(false)
+	var err error
+	node2.during(t, func() { resumed, err = resumer.TryAcquire(ctx, name, dlock.Resume(first.Token())) })
 	if err != nil {
 		t.Fatalf("resume on nodes 0 and 1 = %v", err)
 	}
@@ -160,7 +180,7 @@ func TestRedlockSupersededReleaseWithASlowNodeIsNotReleased(t *testing.T) {
 	srvs, direct := startQuorum(t, 3)
 	ctx := t.Context()
 	slow, p1 := proxiedNode(t, srvs[1], 0)
-	missed, down := evalsFailing(t, srvs[2])
+	missed, node2 := evalsFailing(t, srvs[2])
 	opts := []dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}
 	// On a loaded machine an attempt before the one that succeeded may
 	// hold node 1 until its undo lands there: take the lock again until
@@ -181,9 +201,11 @@ func TestRedlockSupersededReleaseWithASlowNodeIsNotReleased(t *testing.T) {
 		}
 		first = firstLease(t, holder, "superseded-slow")
 	}
-	down.Store(true) // node 2 misses the resume
-	r, err := newRedlock(t, []redis.UniversalClient{direct[0], direct[1], missed}, 200*time.Millisecond, opts...).TryAcquire(ctx, "superseded-slow", dlock.Resume(first.Token()))
-	down.Store(false)
+	var r *dlock.Lock
+	var err error
+	node2.during(t, func() { // node 2 misses the resume
+		r, err = newRedlock(t, []redis.UniversalClient{direct[0], direct[1], missed}, 200*time.Millisecond, opts...).TryAcquire(ctx, "superseded-slow", dlock.Resume(first.Token()))
+	})
 	if err != nil {
 		t.Fatalf("resume on nodes 0 and 1 = %v", err)
 	}

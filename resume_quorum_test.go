@@ -148,10 +148,12 @@ func TestRedlockResumeThatLostTheRaceLeavesNoLeaseOnTheNodeItLanded(t *testing.T
 		t.Fatalf("C's extension was held on %d nodes, want 3", held.Load())
 	}
 
-	missed, down := evalsFailing(t, srvs[2])
-	down.Store(true)
-	b, err := newRedlock(t, []redis.UniversalClient{direct[0], direct[1], missed}, 200*time.Millisecond, opts...).TryAcquire(ctx, name, dlock.Resume(first.Token()))
-	down.Store(false)
+	missed, node2 := evalsFailing(t, srvs[2])
+	var b *dlock.Lock
+	var err error
+	node2.during(t, func() {
+		b, err = newRedlock(t, []redis.UniversalClient{direct[0], direct[1], missed}, 200*time.Millisecond, opts...).TryAcquire(ctx, name, dlock.Resume(first.Token()))
+	})
 	close(open)
 	if err != nil {
 		t.Fatalf("B's resume on nodes 0 and 1 = %v", err)
@@ -221,11 +223,13 @@ func resumedAgainMissingNode0(t *testing.T, srvs []*redistest.Server, direct []r
 	t.Helper()
 	ctx := t.Context()
 	first, _ := resumedMissingNode2(t, srvs, direct, direct[1], name)
-	missed, down := evalsFailing(t, srvs[0])
+	missed, node0 := evalsFailing(t, srvs[0])
 	opts := []dlock.Option{dlock.LeaseTTL(10 * time.Second), dlock.WithAutoExtend(false)}
-	down.Store(true)
-	last, err := newRedlock(t, []redis.UniversalClient{missed, node1, direct[2]}, 200*time.Millisecond, opts...).TryAcquire(ctx, name, dlock.Resume(first.Token()))
-	down.Store(false)
+	var last *dlock.Lock
+	var err error
+	node0.during(t, func() {
+		last, err = newRedlock(t, []redis.UniversalClient{missed, node1, direct[2]}, 200*time.Millisecond, opts...).TryAcquire(ctx, name, dlock.Resume(first.Token()))
+	})
 	if err != nil {
 		t.Fatalf("second resume on nodes 1 and 2 = %v", err)
 	}
