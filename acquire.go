@@ -316,7 +316,14 @@ func (a *acquisition) handedOver(wake int64) *Lock {
 func (c *Client) attempt(ctx context.Context, l *Lock, a *acquisition) (*Lock, backend.Grant, error) {
 	queue := a != nil
 	renew := func() {
-		l.renew()
+		// A new token, on a copy of the claim: requests of the undone
+		// attempt may still be in flight (a quorum node that did not answer
+		// in time, a pipeline whose caller gave up) with arguments that
+		// point into it. The token carries the holder metadata, as the
+		// first did.
+		cl := *l.cl
+		cl.SetToken(leaseToken(l.p.suffix, l.k.tag))
+		l.cl = &cl
 		if queue && a.w != nil {
 			a.w.retoken(l.cl.Token)
 		}
@@ -411,12 +418,12 @@ func (c *Client) cleanUp(ctx context.Context, deadline time.Time, f func(context
 		return
 	}
 	tried := []<-chan struct{}{first}
-	awaitAll(ctx, tried, undoTimeout)
+	backend.Await(ctx, tried, undoTimeout)
 	if ctx.Err() != nil {
 		// Done from the start, or the caller gave up meanwhile (a
 		// client's own timer can fail the call a moment before ctx
 		// reports it): wait up to undoWait from now.
-		awaitAll(context.Background(), tried, undoWait)
+		backend.Await(context.Background(), tried, undoWait)
 	}
 }
 

@@ -25,7 +25,7 @@ type Lock struct {
 	base  backend.Claim  // where cl points, unless an attempt was undone (see renew)
 	start time.Time
 	capAt time.Time // the max hold's deadline (zero: none), set by activate; validUntil never passes it
-	slot  int       // the mode it is counted in (Held): its kind's, unless recount moved it (a Downgrade); mu guards it
+	slot  int       // the mode it is counted in (Held): its kind's, unless a Downgrade moved it; mu guards it
 
 	fence int64 // the lease's fence once issued; fenceTurn guards it
 
@@ -124,7 +124,7 @@ func (l *Lock) listen(ctx context.Context) {
 		ready = append(ready, w.Ready())
 	}
 	l.mu.Unlock()
-	awaitAll(ctx, ready, min(l.p.ttl/3, listenWait)) // (no Extend can have changed it before the Lock is returned)
+	backend.Await(ctx, ready, min(l.p.ttl/3, listenWait)) // (no Extend can have changed it before the Lock is returned)
 }
 
 // terms are what one request for the lease asks for: the lease time to
@@ -172,17 +172,6 @@ func (t terms) atCap() bool { return !t.capAt.IsZero() && t.until.Equal(t.capAt)
 // atCap reports whether the validity ends at the max hold's deadline (not
 // for a pending Lock, which has neither); l.mu must be held.
 func (l *Lock) atCap() bool { return terms{until: l.validUntil, capAt: l.capAt}.atCap() }
-
-// renew gives the pending Lock a new lease token after its attempt was
-// undone. The claim is copied, not changed: requests of the undone attempt
-// may still be in flight (a quorum node that did not answer in time, a
-// pipeline whose caller gave up) with arguments that point into it. The
-// new token carries the lease's holder metadata, as the first did.
-func (l *Lock) renew() {
-	cl := *l.cl
-	cl.SetToken(leaseToken(l.p.suffix, l.k.tag))
-	l.cl = &cl
-}
 
 // watchLocked arms the expiry timer, which declares the loss at the
 // validity deadline, unless it is armed already or the Lock is settled;
@@ -319,6 +308,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	for wait := minRetry; ; wait *= 2 {
 		sent := time.Now()
 		err = l.extend(vctx, ttl)
+		l.tellUntold() // (once the turn is given back: see lapse)
 		// It tries again after a Redis error that may pass (the outcome
 		// unknown, each extension safe to repeat; not a definite refusal
 		// such as WRONGTYPE), with ctx alive and the lease valid
@@ -329,7 +319,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		case err == nil, vctx.Err() != nil, l.c.closed.Load(),
 			errors.Is(err, ErrNotHeld), errors.Is(err, ErrReleased), errors.Is(err, ErrMaxHold), errors.Is(err, ErrInvalid),
 			!backend.Transient(err):
-		case time.Now().Add(wait+2*time.Since(sent)).Before(l.ValidUntil()) && sleep(vctx, wait):
+		case time.Now().Add(wait+2*time.Since(sent)).Before(l.ValidUntil()) && backend.SleepCtx(vctx, wait) && vctx.Err() == nil:
 			continue
 		}
 		break
@@ -356,14 +346,10 @@ func (l *Lock) extendable(ttl time.Duration, held interface{ Err() error }, of f
 }
 
 // extend extends the lease to ttl (0: the lease time of the latest
-// extension, as the watchdog does), cut at the max hold.
+// extension, as the watchdog does), cut at the max hold. A loss it finds
+// is left untold: its caller tells it once the turn is given back (see
+// lapse).
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
-	defer l.tellUntold() // (once the turn is given back: see lapse)
-	return l.extendTurn(ctx, ttl)
-}
-
-// extendTurn is extend, which leaves a loss it finds untold.
-func (l *Lock) extendTurn(ctx context.Context, ttl time.Duration) error {
 	if !l.take(ctx, extTurn) { // another extension under way outlasted ctx
 		return opError("extend", l.name, backend.NotSent(ctx.Err()))
 	}
@@ -705,17 +691,6 @@ func (l *Lock) Context() context.Context {
 		l.onSettledLocked(cancel)
 	}
 	return l.ctx
-}
-
-// recount counts the Lock in the mode of slot from now on, in its held
-// counts (Held), unless a loss or release ended its count already; l.mu
-// must be held.
-func (l *Lock) recount(slot int) {
-	if l.err == nil && l.slot != slot {
-		l.c.held[l.slot].ended.Add(1)
-		l.slot = slot
-		l.c.held[slot].began.Add(1)
-	}
 }
 
 // finish settles the Lock's state with err, unless it is settled already,

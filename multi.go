@@ -132,7 +132,7 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 			}
 			l, err := part.Client.acquireAs(ctx, &part.Client.own, part.Name, partOpts, try)
 			if err != nil {
-				giveBack(ctx, locks)
+				each(locks, func(l *Lock) error { return release(ctx, l) }) // (as a Do releases: the holder has no Lock to release)
 				return nil, partRefused(part.Name, err)
 			}
 			locks = append(locks, l)
@@ -142,7 +142,7 @@ func acquireAll(ctx context.Context, parts []Part, opts []LockOption, try bool) 
 			return newMulti(parts, locks), nil
 		}
 		lost := locks[i]
-		giveBack(ctx, locks)
+		each(locks, func(l *Lock) error { return release(ctx, l) }) // (as a Do releases: the holder has no Lock to release)
 		if try || round == maxRounds {
 			why := strings.TrimPrefix(lost.Err().Error(), "dlock: ")
 			return nil, partRefused(lost.name, opError("acquire", lost.name, backend.Because(ErrNotAcquired,
@@ -188,13 +188,6 @@ func sortedParts(parts []Part) ([]Part, error) {
 		}
 	}
 	return order, nil
-}
-
-// giveBack releases the parts an acquisition had taken before it failed,
-// all at once, as a Do releases its lock (see release), also those whose
-// Client was closed meanwhile: their holder has no Lock to release.
-func giveBack(ctx context.Context, locks []*Lock) {
-	each(locks, func(l *Lock) error { return release(ctx, l) })
 }
 
 // newMulti returns the MultiLock of locks, taken in acquisition order for

@@ -83,8 +83,12 @@ func (rw *RWMutex) Downgrade(ctx context.Context, w *Lock) error {
 	})
 	w.mu.Lock()
 	w.cl.SetKind(cl.Kind) // (only its kind changes: Key, Token and TTL read the rest unlocked)
-	if ok && err == nil {
-		w.recount(readHolds.slot) // downgraded, it counts as a read
+	// Downgraded, it counts as a read in the held counts (Held), unless a
+	// loss or a release ended its count already.
+	if ok && err == nil && w.err == nil && w.slot != readHolds.slot {
+		w.c.held[w.slot].ended.Add(1)
+		w.slot = readHolds.slot
+		w.c.held[w.slot].began.Add(1)
 	}
 	w.mu.Unlock()
 	if err := w.answered("downgrade", "the write hold is gone", ok, err); err != nil {

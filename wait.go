@@ -3,8 +3,8 @@ package dlock
 import (
 	"context"
 	"slices"
-	"time"
 
+	"github.com/dlockio/dlock/internal/backend"
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
@@ -41,32 +41,8 @@ func (c *Client) watch(ctx context.Context, channel, token string) *waiters {
 	for i, h := range c.hubs {
 		w.ws[i], ready[i] = h.Subscribe(channel, token, w.wake)
 	}
-	awaitAll(ctx, ready, DefaultMaxBackoff)
+	backend.Await(ctx, ready, DefaultMaxBackoff)
 	return w
-}
-
-// awaitAll waits until every channel in ready is closed, for as long as
-// ctx allows and d at most.
-func awaitAll(ctx context.Context, ready []<-chan struct{}, d time.Duration) {
-	bound := time.After(d)
-	for _, r := range ready {
-		select {
-		case <-r:
-		case <-bound:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// sleep waits for d, or until ctx ends (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-time.After(d):
-	case <-ctx.Done():
-	}
-	return ctx.Err() == nil
 }
 
 // retoken moves the waiters to a new lease token, so that a handover to

@@ -26,21 +26,14 @@ func (l *Lock) tick() {
 	l.c.bg.Enter()
 	l.mu.Lock()
 	validUntil, closed, atCap := l.validUntil, l.c.closed.Load(), l.atCap()
-	switch {
-	case time.Now().Before(l.due): // fired as it was re-armed: it runs at due
+	if early, running := time.Now().Before(l.due), l.running; early || running || l.err != nil || atCap || closed {
 		l.mu.Unlock()
 		l.c.bg.Leave()
-		return
-	case l.running: // due is when the extension in flight went unanswered
-		l.mu.Unlock()
-		l.c.bg.Leave()
-		l.jeopardize(opError("extend", l.name, errors.New("no answer within half the validity left")), true)
-		return
-	case l.err != nil || atCap || closed:
-		l.mu.Unlock()
-		l.c.bg.Leave()
-		if closed && !atCap {
-			// Extended no more, the lease ends at its validity: at risk.
+		switch {
+		case early: // fired as it was re-armed: it runs at due
+		case running: // due is when the extension in flight went unanswered
+			l.jeopardize(opError("extend", l.name, errors.New("no answer within half the validity left")), true)
+		case closed && !atCap: // extended no more, the lease ends at its validity: at risk
 			l.jeopardize(opError("extend", l.name, ErrClosed), false)
 		}
 		return // (at the max hold, the expiry timer ends the lease there; after Close, its validity)
@@ -58,7 +51,7 @@ func (l *Lock) tick() {
 	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
 	err := opError("extend", l.name, ErrClosed) // (if Close went on as the Start hook ran: nothing is sent)
 	if l.c.bg.Lend(func() { ctx = l.c.start(ctx, l.k, &e) }) {
-		err = l.extendTurn(ctx, 0) // the lease time of the latest extension
+		err = l.extend(ctx, 0) // the lease time of the latest extension
 	}
 	l.c.bg.Leave()
 	l.tellUntold()

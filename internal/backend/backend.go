@@ -392,7 +392,7 @@ func (n Node) acked(ctx context.Context, s *script.Script, refused error, keys [
 			}
 		case cluster && err != nil && strings.HasPrefix(err.Error(), "MOVED ") && try < 5:
 			cc.ReloadState(ctx)
-			if !sleepCtx(ctx, time.Duration(try+1)*50*time.Millisecond) {
+			if !SleepCtx(ctx, time.Duration(try+1)*50*time.Millisecond) {
 				return rs[0].Val, 0, rs[0].Err
 			}
 		default:
@@ -402,14 +402,30 @@ func (n Node) acked(ctx context.Context, s *script.Script, refused error, keys [
 	}
 }
 
-// sleepCtx sleeps for d, or until ctx ends: it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+// SleepCtx sleeps for d, or until ctx ends: it reports whether d passed.
+func SleepCtx(ctx context.Context, d time.Duration) bool {
 	select {
 	case <-time.After(d):
 		return true
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// Await waits until every channel in ready is closed, for as long as ctx
+// allows and d at most: it reports whether they all were.
+func Await(ctx context.Context, ready []<-chan struct{}, d time.Duration) bool {
+	bound := time.After(d)
+	for _, r := range ready {
+		select {
+		case <-r:
+		case <-bound:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // ackError reports a write that the append-only file (durable grants) or
@@ -610,7 +626,7 @@ func (n Node) again(ctx context.Context, sent bool, f func() (any, error)) (bool
 		if ReplyLost(err) {
 			sent, lost = true, err
 		}
-		if !sleepCtx(ctx, pause) {
+		if !SleepCtx(ctx, pause) {
 			break
 		}
 		v, err = f()

@@ -19,7 +19,7 @@ type campaign struct{ plainLock } // (its holder and shape are a plain lock's)
 
 func (campaign) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	g, err := n.takeLock(ctx, c, campaignAcquire, []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, c.Wake},
-		waiterArg(queue, c.Token, ttl.Milliseconds(), n.fairConf(ttl))...)
+		appendIf(queue, 1, c.Token, ttl.Milliseconds(), n.fairConf(ttl))...)
 	if err == nil && !g.Held && g.Holder != "" { // (refused: a GET on this path only)
 		value, _ := as[string](n.do(ctx, "get", valueKey(&c.Keys))) // (unread: the token's metadata names it)
 		g.Extra = proclaimed(value, g.Holder)

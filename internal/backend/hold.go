@@ -25,30 +25,25 @@ type hold struct {
 }
 
 func (h hold) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration, seq int64) (any, int64, error) {
-	return n.acked(ctx, holdExtend, nil, []any{c.Lock, c.Rev}, withPermits(h.w, c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
+	return n.acked(ctx, holdExtend, nil, []any{c.Lock, c.Rev}, appendIf(h.w > 1, h.w, c.HolderID(), ttl.Milliseconds(), c.seqArg(seq))...)
 }
 
 func (hold) shape() *shape { return zsetShape }
 
-// holdKeys returns the keys of a hold's acquisition and release, more
-// last (a semaphore's size kept in Redis).
-func (c *Claim) holdKeys(more ...any) []any {
-	return append([]any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}, more...)
-}
-
-// keys returns the keys of the hold h's acquisition and release for c.
+// keys returns the keys of the hold h's acquisition and release for c, a
+// semaphore's size kept in Redis last.
 func (h hold) keys(c *Claim) []any {
 	if h.sized {
-		return c.holdKeys(sizeKey(&c.Keys))
+		return []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev, sizeKey(&c.Keys)}
 	}
-	return c.holdKeys()
+	return []any{c.Lock, c.Fence, c.Queue, c.Waiters, c.Rev}
 }
 
 // acquire runs hold_acquire.lua once for c, the hold h, which asks for
 // h.ask.
 func (h hold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
 	r, acks, err := n.acked(ctx, holdAcquire, ErrNotAcquired, h.keys(c),
-		withPermits(h.w, c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, h.ask)...)
+		appendIf(h.w > 1, h.w, c.Token, ttl.Milliseconds(), flag(queue), Window(ttl).Milliseconds(), c.Channel, n.pub, n.fenceMS, h.ask)...)
 	v, err := as[int64](r, err) // >= 0 granted, else -2 - the PTTL of the hold that keeps it out
 	if err != nil {
 		return Grant{}, n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
@@ -61,20 +56,8 @@ func (h hold) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, 
 
 // release sends hold_release.lua for c, the hold h.
 func (h hold) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {
-	a := []any{c.HolderID(), c.Channel, n.pub, n.fenceMS}
-	if h.w > 1 || window > 0 {
-		a = append(a, h.w) // (ARGV[5], before what a marked lease passes)
-	}
+	a := appendIf(h.w > 1 || window > 0, h.w, c.HolderID(), c.Channel, n.pub, n.fenceMS) // (ARGV[5], before what a marked lease passes)
 	return n.run(ctx, holdRelease, h.keys(c), c.markedArgs(window, a...)...)
-}
-
-// withPermits returns a hold script's arguments a, followed by the hold's
-// permits w when more than one (the scripts' last argument, 1 when absent).
-func withPermits(w int, a ...any) []any {
-	if w > 1 {
-		return append(a, w)
-	}
-	return a
 }
 
 // The scripts of a semaphore's permits and of a read-write lock's holds

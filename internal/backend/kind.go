@@ -134,6 +134,15 @@ func flag(b bool) int {
 	return 0
 }
 
+// appendIf returns a script's arguments args, followed by v if cond: its
+// optional last argument (a fair waiter's 1, a hold's permits).
+func appendIf(cond bool, v any, args ...any) []any {
+	if cond {
+		return append(args, v)
+	}
+	return args
+}
+
 // granted returns g, what an acquire script granted, unless fewer replicas
 // than asked acknowledged it (acks; -1 without replica ack): then it must
 // be undone.

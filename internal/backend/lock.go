@@ -131,16 +131,7 @@ func (fairLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration
 		conf = n.fairConf(ttl)
 	}
 	return n.takeLock(ctx, c, acquireFair, []any{&c.Lock, &c.Fence, &c.Queue, &c.Waiters, &c.Rev, &c.Wake},
-		waiterArg(queue, &c.Token, n.ms(ttl), conf)...)
-}
-
-// waiterArg appends to acquire_fair.lua's arguments args the 1 that only a
-// waiter's attempt passes: it queues up if the lock is taken.
-func waiterArg(queue bool, args ...any) []any {
-	if queue {
-		return append(args, 1)
-	}
-	return args
+		appendIf(queue, 1, &c.Token, n.ms(ttl), conf)...) // (a waiter's 1: it queues up if the lock is taken)
 }
 
 func (fairLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {

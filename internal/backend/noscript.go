@@ -112,7 +112,7 @@ func watched[T any](ctx context.Context, n NoScripts, keys []string, fn func(tx)
 			if cc, ok := n.uc.(*redis.ClusterClient); ok {
 				cc.ReloadState(ctx)
 			}
-			if !sleepCtx(ctx, time.Duration(try+1)*20*time.Millisecond) {
+			if !SleepCtx(ctx, time.Duration(try+1)*20*time.Millisecond) {
 				return v, ctx.Err()
 			}
 		default:

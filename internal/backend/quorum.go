@@ -166,11 +166,7 @@ func fanOut[T any](ctx context.Context, q *Quorum, yes func(T) bool, until waitU
 		defer func() {
 			done := make(chan struct{})
 			go func() { after.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-ctx.Done():
-			case <-time.After(q.timeout):
-			}
+			Await(ctx, []<-chan struct{}{done}, q.timeout)
 		}()
 	}
 	r := round[T]{q: q, answers: make([]answer[T], len(q.nodes)), errs: make([]error, len(q.nodes))}

@@ -54,7 +54,7 @@ var (
 // keeps every other use of c out meanwhile. ErrSuperseded: another Lock
 // resumed the lease.
 func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
-	v, err := as[int64](n.run(ctx, holdDowngrade, c.holdKeys(), c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer))
+	v, err := as[int64](n.run(ctx, holdDowngrade, hold{}.keys(c), c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer))
 	if err != nil && !neverSent(err) && !errors.As(err, new(redis.Error)) {
 		c.SetKind(Downgrading) // sent, and no reply of Redis's: either outcome
 	}

@@ -135,7 +135,7 @@ func (n Node) Prepare(ctx context.Context, c *Claim) error {
 	done := make(chan struct{})
 	if !s.loading.CompareAndSwap(nil, &done) {
 		if wait := s.loading.Load(); wait != nil { // (nil: it ended meanwhile)
-			loadEnded(ctx, *wait)
+			Await(ctx, []<-chan struct{}{*wait}, loadWait)
 		}
 		return nil
 	}
@@ -158,22 +158,10 @@ func (s *serverCache) loadWithin(ctx context.Context, conn driver.Conn, need scr
 		s.loading.Store(nil)
 		close(done)
 	}()
-	if loadEnded(ctx, done) {
+	if Await(ctx, []<-chan struct{}{done}, loadWait) {
 		return err
 	}
 	return nil // (ctx ended: the call that follows sends nothing; or loadWait passed: it runs its script anyway, see rerun)
-}
-
-// loadEnded waits for done, the end of a load, up to loadWait or until ctx
-// ends: it reports whether the load ended.
-func loadEnded(ctx context.Context, done <-chan struct{}) bool {
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-	case <-time.After(loadWait):
-	}
-	return false
 }
 
 // loadWait bounds how long a call waits for a load of its scripts, its own

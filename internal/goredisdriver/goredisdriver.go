@@ -107,13 +107,10 @@ func (c conn) DoMulti(ctx context.Context, cmds ...[]any) []driver.Result {
 		rs[i] = redis.NewCmd(ctx, args...)
 		p.Process(ctx, c.sent(rs[i]))
 	}
-	if _, err := p.Exec(ctx); err != nil {
-		for _, cmd := range rs {
-			Unanswered(cmd, err)
-		}
-	}
+	_, err := p.Exec(ctx)
 	out := make([]driver.Result, len(cmds))
 	for i, cmd := range rs {
+		Unanswered(cmd, err) // (nothing if err is nil)
 		out[i].Val, out[i].Err = c.reply(cmd)
 	}
 	return out

@@ -289,6 +289,18 @@ func (l *line) ask(subscribe bool, channel string) {
 	poke(l.asked)
 }
 
+// unlock releases h.mu, and then calls the Watch functions queued under it
+// (outside the lock: f may take its caller's own, under which it calls the
+// Hub). Every holder of h.mu that queues calls releases it so.
+func (h *Hub) unlock() {
+	calls := h.calls
+	h.calls = nil
+	h.mu.Unlock()
+	for _, f := range calls {
+		f()
+	}
+}
+
 // poke signals c, a channel of capacity 1, unless a signal is pending.
 func poke(c chan struct{}) {
 	select {
@@ -321,14 +333,7 @@ func (l *line) run() {
 				}
 			}
 		}
-		var calls []func() // (a watch's: no message will come whose reader calls them)
-		if closed {
-			calls, l.h.calls = l.h.calls, nil
-		}
-		l.h.mu.Unlock()
-		for _, f := range calls {
-			f() // (outside the Hub's lock, as read calls them)
-		}
+		l.h.unlock() // (a closed client's watches: no message will come whose reader calls them)
 		if time.Since(start) > maxBackoff {
 			backoff = minBackoff // it had been up a while
 		}
@@ -435,12 +440,7 @@ func (l *line) read(ps driver.PubSub, done chan struct{}) {
 			l.pinged.Store(nil) // (whatever came, the connection answers)
 			l.h.mu.Lock()
 			ok = l.deliver(m)
-			calls := l.h.calls
-			l.h.calls = nil
-			l.h.mu.Unlock()
-			for _, f := range calls {
-				f() // (outside the Hub's lock: f may take its caller's own, under which it calls the Hub)
-			}
+			l.h.unlock()
 		case silent && errors.Is(err, context.DeadlineExceeded):
 			if at := l.pinged.Load(); at != nil && time.Since(*at) > netTimeout {
 				return

@@ -145,7 +145,7 @@ func withLib(name string) *Script {
 	}
 	// A function is needed if the script, its types or a needed function
 	// calls it; each is defined after those it calls.
-	var defs []string // the needed functions' chunks, the last first
+	var defs string // the needed functions' chunks
 	needed := calledIn(src)
 	if strings.Contains(src, "types[") { // types.lua, and the types' tables and the functions it calls
 		types := []string{read("types.lua")}
@@ -162,11 +162,10 @@ func withLib(name string) *Script {
 		if m == nil || !needed[m[1]] {
 			continue
 		}
-		defs = append(defs, libChunks[i]+"\n\n")
+		defs = libChunks[i] + "\n\n" + defs
 		maps.Copy(needed, calledIn(libChunks[i]))
 	}
-	slices.Reverse(defs)
-	return &Script{name: name, src: head + strings.Join(defs, "") + tail, hash: digests[name], arg: digests[name]}
+	return &Script{name: name, src: head + defs + tail, hash: digests[name], arg: digests[name]}
 }
 
 // read returns the text of the package's file name.
