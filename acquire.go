@@ -248,7 +248,7 @@ func (a *acquisition) run(first context.Context) (*Lock, error) {
 // it waits.
 func (a *acquisition) sleep(attempt int, pttl time.Duration) time.Duration {
 	ask := a.l.termsFrom(time.Now()).ask
-	return a.l.k.sleep(a.l.c.opts.backoff, attempt, pttl, ask, a.entered == a.l.cl.Token)
+	return a.l.k.waits.sleep(a.l.c.opts.backoff, attempt, pttl, ask, a.entered == a.l.cl.Token)
 }
 
 // try makes one attempt under ctx. A missing majority (quorum) and an
@@ -355,7 +355,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock, a *acquisition) (*Lock, b
 		l.cl.Clean = false // a copy of the request may land later: the release marks the lease ended
 	}
 	if queue && err == nil && !g.Held && !g.Undo {
-		a.entered = l.k.place(l.cl.Token) // answered and refused
+		a.entered = l.k.waits.place(l.cl.Token) // answered and refused
 	}
 	switch {
 	case errors.Is(err, backend.ErrNotSent) && !g.Undo: // (a quorum's may be one node's: the others' grants are undone below)

@@ -36,7 +36,7 @@ func (c *Client) Election(name string) (*Election, error) {
 // queue whatever WithUnfair says; a leader resigns. Their tokens carry a
 // tag of their own: a leadership's lease is a string holding its token,
 // as a plain lock's is.
-var campaigns = kind{slot: newMode("election"), lease: backend.Campaign, fair: true, tag: tagged(1),
+var campaigns = kind{slot: newMode("election"), lease: backend.Campaign, waits: queues{}, tag: tagged(1),
 	acquireOp: "campaign", releaseOp: "resign", by: "led by another candidate", holders: tokens{}}
 
 // Name returns the election's name.

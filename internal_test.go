@@ -32,16 +32,16 @@ func TestBackoffBounds(t *testing.T) {
 func TestBackoffClampedAtUse(t *testing.T) {
 	for _, d := range []time.Duration{0, -time.Second} {
 		c := undialled(t, WithUnfair(func(int) time.Duration { return d }))
-		if got := c.own.sleep(c.opts.backoff, 1, -1, DefaultTTL, true); got != DefaultMinBackoff {
+		if got := c.own.waits.sleep(c.opts.backoff, 1, -1, DefaultTTL, true); got != DefaultMinBackoff {
 			t.Errorf("sleep with a backoff of %v = %v, want DefaultMinBackoff (%v)", d, got, DefaultMinBackoff)
 		}
 	}
 	c := undialled(t, WithUnfair(func(int) time.Duration { return time.Millisecond }))
-	if got := c.own.sleep(c.opts.backoff, 1, -1, DefaultTTL, true); got != time.Millisecond {
+	if got := c.own.waits.sleep(c.opts.backoff, 1, -1, DefaultTTL, true); got != time.Millisecond {
 		t.Errorf("sleep with a backoff of 1ms = %v, want 1ms (only non-positive ones are raised)", got)
 	}
 	fair := undialled(t)
-	if got, want := fair.own.sleep(fair.opts.backoff, 1, -1, DefaultTTL, true), backend.Window(DefaultTTL)/3; got != want {
+	if got, want := fair.own.waits.sleep(fair.opts.backoff, 1, -1, DefaultTTL, true), backend.Window(DefaultTTL)/3; got != want {
 		t.Errorf("fair sleep = %v, want a third of the queue entry's life, %v", got, want)
 	}
 }
@@ -100,4 +100,38 @@ func undialled(tb testing.TB, opts ...Option) *Client {
 		tb.Fatal(err)
 	}
 	return c
+}
+
+// Every kind says how its waiters wait: the Client's fair locks, an
+// election's candidates, a read-write lock's holds and a semaphore's
+// permits queue (a refused attempt keeps its place under its token); the
+// unfair, quorum and reentrant locks poll. Either kind of waiter sleeps no
+// longer than the holder's lease has left, and a queueing waiter that is
+// not queued sleeps no longer than its backoff.
+func TestEachKindsWaitersQueueOrPoll(t *testing.T) {
+	s, err := undialled(t).Semaphore("s", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backoff := func(int) time.Duration { return 5 * time.Millisecond }
+	for k, queue := range map[*kind]bool{&fairLocks: true, &campaigns: true, &readHolds: true, &writeHolds: true, &s.k: true,
+		&unfairLocks: false, &quorumLocks: false, &reentrantLocks: false} {
+		if k.waits == nil {
+			t.Errorf("the %s kind says nothing of how its waiters wait", k.mode())
+			continue
+		}
+		want := ""
+		if queue {
+			want = "tok"
+		}
+		if got := k.waits.place("tok"); got != want {
+			t.Errorf("a refused %s attempt's place in the queue = %q, want %q", k.mode(), got, want)
+		}
+		if got := k.waits.sleep(backoff, 1, 2*time.Millisecond, time.Minute, true); got != 3*time.Millisecond {
+			t.Errorf("a %s waiter sleeps %v with 2ms left on the holder's lease, want 3ms", k.mode(), got)
+		}
+		if got, want := k.waits.sleep(backoff, 1, -1, time.Minute, false), 5*time.Millisecond; got != want && queue {
+			t.Errorf("a %s waiter that is not queued sleeps %v, want its backoff, %v", k.mode(), got, want)
+		}
+	}
 }

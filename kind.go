@@ -16,7 +16,7 @@ import (
 type kind struct {
 	slot  int          // its mode (modes[slot], its name in Event.Mode), and its place in the Client's held counts
 	lease backend.Kind // what the backend runs
-	fair  bool         // its waiters queue
+	waits waiting      // how its waiters wait: they poll, or queue
 	tag   byte         // the tag of its lease tokens (see tagged)
 	// needs is what its waiter needs of the name's holders, as its
 	// deadlock records say it (see waitCheck): "all" gone (a writer);
@@ -80,21 +80,12 @@ func (k *kind) mode() string { return modes[k.slot] }
 // The kinds of a Client's own locks, one chosen when it is made
 // (ownOn).
 var (
-	unfairLocks    = kind{slot: newMode("unfair"), lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
-	fairLocks      = kind{slot: newMode("fair"), lease: backend.FairLock, fair: true, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
-	quorumLocks    = kind{slot: newMode("quorum"), lease: backend.PlainLock, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
-	reentrantLocks = kind{slot: newMode("reentrant"), lease: backend.ReentrantLock, acquireOp: "acquire", releaseOp: "release",
+	unfairLocks    = kind{slot: newMode("unfair"), lease: backend.PlainLock, waits: polls{}, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
+	fairLocks      = kind{slot: newMode("fair"), lease: backend.FairLock, waits: queues{}, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
+	quorumLocks    = kind{slot: newMode("quorum"), lease: backend.PlainLock, waits: polls{}, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
+	reentrantLocks = kind{slot: newMode("reentrant"), lease: backend.ReentrantLock, waits: polls{}, acquireOp: "acquire", releaseOp: "release",
 		holders: owners{}, by: "held by another owner"} // (its claims and refusals all name its owner)
 )
-
-// place is the place in the queue of an attempt of kind k with token that
-// Redis answered and refused: token if k's waiters queue, else "".
-func (k *kind) place(token string) string {
-	if k.fair {
-		return token
-	}
-	return ""
-}
 
 // says reports whether a refusal g of an attempt of kind k says something
 // worth keeping (see refusal): it names a holder, or k's refusals name none.
@@ -144,24 +135,50 @@ func (o *options) ownOn(b backend.Backend) (kind, error) {
 	return k, unserved("WithReentrant(true)", words{plural: "reentrant locks", verb: "keep"}, b.Carries(k.lease))
 }
 
-// sleep is how long a waiter for a lease of kind k, of ttl, sleeps after
-// its attempt-th attempt unless woken: until the holder's lease (pttl) runs
-// out, as it may have died without releasing, or else, if k's waiters
-// poll, the backoff; if they queue, a third of the queue entry's life, to
-// renew it, and the backoff too while the waiter is not queued (its last
-// attempt was undone, refused as revoked, came back too late or missed a
-// quorum): it hears of no release, as nothing is announced when nobody
-// queues, so it tries again soon, and so queues.
-func (k *kind) sleep(backoff Backoff, attempt int, pttl, ttl time.Duration, queued bool) time.Duration {
-	d := backend.Window(ttl) / 3
-	if !k.fair {
-		d = min(backoffAt(backoff, attempt), backend.WakeWindow) // (the wake key it set lives no longer)
-	}
-	if pttl > 0 && pttl < d {
-		d = pttl + time.Millisecond
-	}
-	if k.fair && !queued {
+// waiting is how a kind's waiters wait: they poll (polls), trying again
+// after a backoff, or queue in Redis (queues) and are handed the lease.
+type waiting interface {
+	// place is the place in the queue of an attempt with token that Redis
+	// answered and refused: token if the waiters queue, else "".
+	place(token string) string
+	// sleep is how long a waiter for a lease of ttl sleeps after its
+	// attempt-th attempt unless woken: never past the end of the holder's
+	// lease (pttl, see untilEnd), as the holder may have died without
+	// releasing; queued says whether its last attempt left it in the queue.
+	sleep(backoff Backoff, attempt int, pttl, ttl time.Duration, queued bool) time.Duration
+}
+
+type (
+	polls  struct{}
+	queues struct{}
+)
+
+func (polls) place(string) string        { return "" }
+func (queues) place(token string) string { return token }
+
+// sleep: the backoff, no longer than the wake key the waiter set lives.
+func (polls) sleep(backoff Backoff, attempt int, pttl, _ time.Duration, _ bool) time.Duration {
+	return untilEnd(min(backoffAt(backoff, attempt), backend.WakeWindow), pttl)
+}
+
+// sleep: a third of the queue entry's life, to renew it, and the backoff
+// too while the waiter is not queued (its last attempt was undone, refused
+// as revoked, came back too late or missed a quorum): it hears of no
+// release, as nothing is announced when nobody queues, so it tries again
+// soon, and so queues.
+func (queues) sleep(backoff Backoff, attempt int, pttl, ttl time.Duration, queued bool) time.Duration {
+	d := untilEnd(backend.Window(ttl)/3, pttl)
+	if !queued {
 		d = min(d, backoffAt(backoff, attempt))
+	}
+	return d
+}
+
+// untilEnd is d, or, if the holder's lease ends sooner (pttl > 0), a
+// moment after it ends.
+func untilEnd(d, pttl time.Duration) time.Duration {
+	if pttl > 0 && pttl < d {
+		return pttl + time.Millisecond
 	}
 	return d
 }

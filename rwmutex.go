@@ -34,9 +34,9 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 // The kinds of a read-write lock's read and write holds: they queue,
 // whatever WithUnfair says.
 var (
-	readHolds = kind{slot: newMode("read"), lease: backend.Read, fair: true, acquireOp: "acquire", releaseOp: "release", holders: tokens{},
+	readHolds = kind{slot: newMode("read"), lease: backend.Read, waits: queues{}, acquireOp: "acquire", releaseOp: "release", holders: tokens{},
 		why: "a writer holds the lock, or others wait ahead"}
-	writeHolds = kind{slot: newMode("write"), lease: backend.Write, fair: true, needs: "all", acquireOp: "acquire", releaseOp: "release", holders: tokens{},
+	writeHolds = kind{slot: newMode("write"), lease: backend.Write, waits: queues{}, needs: "all", acquireOp: "acquire", releaseOp: "release", holders: tokens{},
 		why: "the lock is held (by readers or a writer), or others wait ahead"}
 )
 

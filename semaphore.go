@@ -34,7 +34,7 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	// queue, whatever WithUnfair says.
 	// Its refusal names no count: a size kept in Redis, not N, bounds the
 	// holders (N is the error's Permits).
-	k := kind{slot: semaphoreMode, lease: backend.Permits(permits, 1), fair: true, acquireOp: "acquire", releaseOp: "release", holders: tokens{},
+	k := kind{slot: semaphoreMode, lease: backend.Permits(permits, 1), waits: queues{}, acquireOp: "acquire", releaseOp: "release", holders: tokens{},
 		why: "no permit free: all held, or others waiting ahead", permits: permits}
 	if err := c.carries(&k, fmt.Sprintf("Semaphore(%q, %d)", name, permits), words{plural: "semaphores", one: "a semaphore", verb: "keep"}); err != nil {
 		return nil, err
