@@ -10,7 +10,7 @@ import (
 
 // Invariants, by the letter the failure messages and summaries use.
 var Invariants = []struct{ ID, What string }{
-	{"a", "no two holders of a name (of a semaphore: no more than N; of a read-write lock: no writer with another holder) believe they hold it at once (outside exempt windows)"},
+	{"a", "no two holders of a name (of a semaphore: no more than N, N+1 while its kept size changes; of a read-write lock: no writer with another holder) believe they hold it at once (outside exempt windows)"},
 	{"b", "fences strictly increase in acquisition order per name (of a semaphore: differ between permits; of a read-write lock: a write's above every earlier hold's, a read's above every earlier write's)"},
 	{"c", "the Guard never accepts a write with a fence below one it accepted before"},
 	{"d", "liveness: contexts honoured, no waiter sleeps long through a free lock, freed locks acquirable, workers finish"},
@@ -25,6 +25,7 @@ var Invariants = []struct{ ID, What string }{
 	{"m", "no deadlock reported where names nest in one global order"},
 	{"n", "a Lost hook's call of the lost lease's Lock returns within a bound of its context's end and never reports the lease held"},
 	{"o", "calls through a Client whose go-redis client was closed fail with ErrClosed at once, its waits end, and it closes"},
+	{"p", "a semaphore's kept size changes once per AddPermits: every size returned is one the sizer's changes allow"},
 }
 
 // FreeWaits sums up the free-wait part of (d) over a round.
@@ -106,7 +107,7 @@ func Check(h []Event, p Params) *Report {
 			r.Faults[e.Note]++
 		case OpRefused:
 			r.Faults[OpRefused]++ // (no window: the invariants hold through it)
-		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect, OpResume, OpDowngrade, OpProclaim:
+		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect, OpResume, OpDowngrade, OpProclaim, OpSize:
 			r.Ops[e.Op+":"+e.Res]++
 			if e.Op == OpRelease && e.Note == raceNote {
 				r.Ops["release-racing-watchdog:"+e.Res]++ // (of the releases counted)
@@ -135,6 +136,7 @@ func Check(h []Event, p Params) *Report {
 	checkNoDeadlock(h, r)
 	checkLostCalls(h, r)
 	checkClosed(h, r)
+	checkSizes(h, p, r)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
 	return r
 }
@@ -215,9 +217,11 @@ func downgrades(h []Event, ok bool) map[string]int64 {
 }
 
 // checkOverlaps is (a): critical sections of one name held by different
-// holders must not overlap; of a semaphore, no more than its N may.
-// Nested reentrant holds share their owner.
+// holders must not overlap; of a semaphore, no more than its N may, or
+// N+1 where the sizer changed its kept size (size.go). Nested reentrant
+// holds share their owner.
 func checkOverlaps(h []Event, ex exempt, p Params, r *Report) {
+	sized := sizeChanged(h)
 	ivs := intervals(h)
 	sort.Slice(ivs, func(i, j int) bool { return ivs[i].from < ivs[j].from })
 	active := map[string][]*interval{}
@@ -241,8 +245,12 @@ func checkOverlaps(h []Event, ex exempt, p Params, r *Report) {
 		}
 		active[iv.name] = append(keep, iv)
 		if p.semaphore() {
-			if len(others) >= p.Permits {
-				semOverlap(r, iv, others, p.Permits)
+			n := p.Permits
+			if sized[iv.name] {
+				n++
+			}
+			if len(others) >= n {
+				semOverlap(r, iv, others, n)
 			}
 			continue
 		}

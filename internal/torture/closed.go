@@ -131,7 +131,7 @@ func checkClosed(h []Event, r *Report) {
 			r.fail("o", "", c.Ret, "%s: after its Redis client was closed (%s): %s", c.W, c.Note, c.Err)
 		}
 		for _, e := range h {
-			always := e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDoRet || e.Op == OpLeader || e.Op == OpInspect
+			always := e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDoRet || e.Op == OpLeader || e.Op == OpInspect || e.Op == OpSize
 			held := e.Op == OpRelease || e.Op == OpExtend || e.Op == OpDowngrade || e.Op == OpProclaim || e.Op == OpResume
 			if e.W != c.W || e.Grp != "" || !always && !held || e.Ret < c.Inv || e.Inv > c.Ret {
 				continue

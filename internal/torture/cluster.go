@@ -217,6 +217,10 @@ func leftovers(keys []scanKey, prefix string, maxLease, grace time.Duration, res
 			// such a hold for nobody is a request that landed after its
 			// undo's marker ended, as the docs allow.
 			continue
+		case tail == ":n" && k.kind == "string" && k.pttl < 0:
+			continue // a semaphore's kept size (size.go): configuration, without expiry
+		case strings.HasPrefix(tail, ":n:") && k.kind == "string" && k.pttl >= 0 && k.pttl <= time.Minute:
+			continue // the kept answer of a size change, for a minute
 		case strings.HasPrefix(rest, "waits:") && k.kind == "string" && k.pttl >= 0 && k.pttl <= recordLife:
 			continue // a waiter's deadlock record whose delete a fault or a kill cut off (see nest.go)
 		case grace > 0 && k.pttl >= 0 && k.pttl <= grace:

@@ -22,7 +22,10 @@
 // through a new Lock (Resume, one acquisition in five where no watchdog or
 // max hold runs); a write downgraded to a read (RWMutex.Downgrade, rw
 // rounds); a leader's value changed (Leadership.Proclaim, election rounds,
-// checked by (h) against what reads of the leader show). In plain and fair rounds (15 in 100) and
+// checked by (h) against what reads of the leader show); in semaphore
+// rounds without node restarts, a worker that only changes the names' kept
+// sizes (Semaphore.AddPermits, between N and N+1: size.go), checked by (a)
+// and (p). In plain and fair rounds (15 in 100) and
 // multi rounds (half), an acquisition takes a set of two or more names in
 // random order (AcquireAll, TryAcquireAll, DoAll), contending with single
 // acquisitions of the same names. Where the names are plain locks (plain,
@@ -77,7 +80,8 @@
 // # Invariants
 //
 //	(a) critical sections of one name under different owners never
-//	    overlap (of a semaphore: no more than N of them at any instant),
+//	    overlap (of a semaphore: no more than N of them at any instant,
+//	    N+1 while its kept size changes),
 //	    except in the windows the docs allow: after a lock node came back
 //	    empty, until the longest lease granted before could have run out
 //	    (there (c) must still hold);
@@ -93,7 +97,8 @@
 //	    (some killed while holding), each name is acquirable within
 //	    TTL-derived bounds; workers finish;
 //	(e) after the run and after the probe, Redis holds nothing under the
-//	    round's prefix but fence keys, and revocation markers, wake keys
+//	    round's prefix but fence keys, a semaphore's kept size, and
+//	    revocation markers, size changes' answers (a minute), wake keys
 //	    and sorted sets whose holds all lapsed (a request that landed
 //	    after its undo's marker ended took a hold for nobody, as the docs
 //	    allow, and a release does not shorten the key's expiry) that
@@ -156,7 +161,11 @@
 //	    whose context ended, may say so instead; a quorum's Release returns
 //	    nil once a node confirmed it), its waits under way end within their
 //	    bound, and its Client then closes; with only a minority of a
-//	    quorum's clients closed, no call fails with ErrClosed.
+//	    quorum's clients closed, no call fails with ErrClosed;
+//	(p) a semaphore's kept size changes once per AddPermits: with one
+//	    sizer that adds a permit to a size of N and takes one from N+1,
+//	    and after a failed change waits until its copies have landed and
+//	    reads the size again, every size a change returns is N or N+1.
 //
 // Checks that count a lease's time use the lease time it asked for
 // (LeaseTTL); a MaxWait ends a wait, for (d), like its context's end.

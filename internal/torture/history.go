@@ -62,6 +62,8 @@ type Event struct {
 	LMeta string `json:"lmeta,omitempty"`
 	// MH: the error (Err) wraps dlock.ErrMaxHold.
 	MH bool `json:"mh,omitempty"`
+	// Size is the size a semaphore's kept size change (OpSize) returned.
+	Size int64 `json:"size,omitempty"`
 	// Via is, for a worker's config, the addresses of the proxies it
 	// reaches the lock nodes through (space-separated, one per node); for
 	// a fault that hit one proxy, that proxy's address.
@@ -102,6 +104,7 @@ const (
 	OpJeopardy  = "jeopardy"  // a jeopardy told (Res "founded" or "unfounded"), or a loss found with Jeopardy open (Res "missed")
 	OpRefused   = "refused"   // a command the driver refused unsent (refuse.go): Note the call and the command, Name its lock
 	OpLostCall  = "lostcall"  // a call of a lost lease's Lock by the Lost hook: Note the call (or "unwatched": no watched lease lost), Arg the fence Fence returned, DL/Bound its context's
+	OpSize      = "size"      // Semaphore.AddPermits by the round's one sizer (size.go): Arg the delta (0: a read), Size the size returned
 	OpClosed    = "closed"    // a worker's Redis clients closed under its Client (closed.go): from Inv until its fresh Client at Ret; Note the nodes closed, Arg how many it has, Held if those were its only one or a majority, Err what failed after
 )
 

@@ -26,6 +26,7 @@ type plan struct {
 	routines  int           // goroutine workers
 	procs     int           // worker processes
 	restarts  bool          // node restarts allowed (exempt windows)
+	sizes     bool          // a worker changes the semaphores' kept sizes (size.go): semaphore rounds without restarts
 	finalKill bool          // SIGKILL a worker process as the run ends
 }
 
@@ -59,6 +60,7 @@ func newPlan(seed uint64, round int, short bool, only string) plan {
 		p.run, p.routines, p.procs = p.run/2, 3, 1
 	}
 	p.restarts = rng.IntN(2) == 0
+	p.sizes = p.mode == ModeSemaphore && !p.restarts
 	p.finalKill = rng.IntN(5) < 2
 	return p
 }
@@ -147,6 +149,7 @@ func workerConfigs(c *cluster, p plan, n int, dir string, stop int64) []WorkerCo
 			Prefix: fmt.Sprintf("t%d:", p.round), TTL: p.ttl, Nodes: c.addrs(n),
 			GuardNet: c.guard.Network(), GuardAddr: c.guard.Addr(), GuardKey: fmt.Sprintf("guard:%d:", p.round),
 			Stop: stop, MaxOps: 5000, History: filepath.Join(dir, id+".jsonl"),
+			Sizer: p.sizes && i == 0, // (a goroutine worker, one of 3 to 5: no process pause holds its requests)
 		})
 	}
 	return out

@@ -7,9 +7,10 @@ import (
 )
 
 // The checks of a semaphore round, on small hand-made histories: (a)
-// allows N holders at once and no more, (b) wants distinct fences, not
-// ordered ones, and (d) counts a semaphore free while fewer than N of its
-// leases may be held.
+// allows N holders at once and no more (N+1 of a name whose kept size the
+// sizer changes), (b) wants distinct fences, not ordered ones, (d) counts
+// a semaphore free while fewer than N of its leases may be held, and (p)
+// wants every size a change returned to be N or N+1.
 func TestSemaphoreChecks(t *testing.T) {
 	const ttl = time.Second
 	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
@@ -25,6 +26,9 @@ func TestSemaphoreChecks(t *testing.T) {
 		return Event{W: w, Name: "n0", Op: OpAcquire, Inv: at(inv), Ret: at(inv + 5), Res: "ok", CS: cs, Tok: cs,
 			Fence: fence, VU: at(inv) + int64(ttl)}
 	}
+	size := func(delta, got int, res string) []Event { // a change of the kept size by the sizer
+		return []Event{{W: "g0", Name: "n0", Op: OpSize, Inv: at(-5), Ret: at(-4), Arg: int64(delta), Size: int64(got), Res: res}}
+	}
 	waiter := Event{W: "g9", Name: "n0", Op: OpAcquire, Inv: at(50), Ret: at(6005), DL: at(6000), Bound: int64(time.Second), Res: "notacq"}
 	cases := []struct {
 		name    string
@@ -38,6 +42,13 @@ func TestSemaphoreChecks(t *testing.T) {
 			map[string]bool{}},
 		{"three holders of a semaphore of 2", 2, [][]Event{inside("g0", "a", 1, 0, 100), inside("g1", "b", 2, 50, 150),
 			inside("g2", "c", 3, 80, 200)}, map[string]bool{"a": true}},
+		{"three holders of a semaphore of 2 whose size grew", 2, [][]Event{size(1, 3, "ok"), inside("g0", "a", 1, 0, 100),
+			inside("g1", "b", 2, 50, 150), inside("g2", "c", 3, 80, 200)}, map[string]bool{}},
+		{"four holders of a semaphore of 2 whose size grew", 2, [][]Event{size(1, 3, "ok"), inside("g0", "a", 1, 0, 100),
+			inside("g1", "b", 2, 50, 150), inside("g2", "c", 3, 80, 200), inside("g3", "d", 4, 90, 210)}, map[string]bool{"a": true}},
+		{"a size change applied twice", 2, [][]Event{size(1, 4, "ok")}, map[string]bool{"p": true}},
+		{"a size taken below N", 2, [][]Event{size(-1, 1, "ok")}, map[string]bool{"p": true}},
+		{"a failed size change", 2, [][]Event{size(1, 0, "err")}, map[string]bool{}},
 		{"three in turn, two at a time", 2, [][]Event{inside("g0", "a", 1, 0, 100), inside("g1", "b", 2, 50, 150),
 			inside("g2", "c", 3, 120, 200)}, map[string]bool{}},
 		{"two permits with one fence", 2, [][]Event{{acquired("g0", "a", 7, 0), acquired("g1", "b", 7, 10)}},
@@ -57,7 +68,7 @@ func TestSemaphoreChecks(t *testing.T) {
 			}
 			sort.SliceStable(h, func(i, j int) bool { return h[i].Inv < h[j].Inv })
 			r := Check(h, Params{TTL: ttl, Permits: c.permits})
-			for _, inv := range []string{"a", "b", "d"} {
+			for _, inv := range []string{"a", "b", "d", "p"} {
 				want := c.fails[inv]
 				if got := r.Count(inv) > 0; got != want {
 					t.Errorf("(%s) violated: %v, want %v: %+v", inv, got, want, r.Violations)

@@ -65,6 +65,9 @@ type WorkerConfig struct {
 	Stop      int64  // unix ns: no operation starts after it
 	MaxOps    int
 	History   string // the file this worker records its events in
+	// Sizer: this worker, and no other, changes the kept sizes of the
+	// round's semaphores, and does nothing else (size.go).
+	Sizer bool
 }
 
 // clientOpts are the randomly chosen go-redis and dlock settings of one worker.
@@ -104,6 +107,7 @@ type Worker struct {
 	// pending holds handles whose Release failed with a Redis error: the
 	// docs say Release may be called again.
 	pending []*handle
+	sizes   *sizes         // a sizer's state, nil for the other workers (size.go)
 	hold    time.Duration  // the Client's max hold (MaxHold); 0: none
 	meta    *string        // the Client's holder metadata (HolderMeta); nil: the default
 	trace   tracer         // the parts a multi-lock call takes and gives back
@@ -146,6 +150,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x7041)), rec: rec}
+	if cfg.Sizer {
+		w.sizes = &sizes{known: map[string]int{}, quiet: map[string]time.Time{}}
+	}
 	w.opts = clientOpts{
 		readTimeout: []time.Duration{200 * time.Millisecond, 300 * time.Millisecond}[w.rng.IntN(2)],
 		ctxTimeout:  w.rng.IntN(2) == 0,
@@ -352,6 +359,11 @@ func (w *Worker) step() {
 	name := w.cfg.Names[w.rng.IntN(len(w.cfg.Names))]
 	if w.elect != nil && w.rng.IntN(6) == 0 {
 		w.readLeader(name)
+		return
+	}
+	if w.sizes != nil { // the sizer does nothing else
+		w.resize(name)
+		time.Sleep(w.dur(0, w.cfg.TTL/10))
 		return
 	}
 	if share := multiShare(w.cfg.Mode); share > 0 && w.rng.IntN(100) < share {
