@@ -322,7 +322,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock, a *acquisition) (*Lock, b
 		// point into it. The token carries the holder metadata, as the
 		// first did.
 		cl := *l.cl
-		cl.SetToken(leaseToken(l.p.suffix, l.k.tag))
+		cl.SetToken(leaseToken(l.p.suffix, l.k.mark))
 		l.cl = &cl
 		if queue && a.w != nil {
 			a.w.retoken(l.cl.Token)

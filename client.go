@@ -192,7 +192,7 @@ func (c *Client) prepare(k *kind, name string, opts []LockOption, try bool) (*Lo
 	l.cl = &l.base
 	token := p.resume
 	if token == "" {
-		token = leaseToken(p.suffix, k.tag)
+		token = leaseToken(p.suffix, k.mark)
 	} else if err := k.resumes(name, token); err != nil {
 		return nil, err
 	}

@@ -33,10 +33,10 @@ func (c *Client) Election(name string) (*Election, error) {
 }
 
 // campaigns are the kind of an election's candidates: they campaign, and
-// queue whatever WithUnfair says; a leader resigns. Their tokens carry a
-// tag of their own: a leadership's lease is a string holding its token,
-// as a plain lock's is.
-var campaigns = kind{slot: newMode("election"), lease: backend.Campaign, waits: queues{}, tag: tagged(1),
+// queue whatever WithUnfair says; a leader resigns. Their tokens begin
+// with "e:": a leadership's lease is a string holding its token, as a
+// plain lock's is.
+var campaigns = kind{slot: newMode("election"), lease: backend.Campaign, waits: queues{}, mark: marked("e:"),
 	acquireOp: "campaign", releaseOp: "resign", by: "led by another candidate", holders: tokens{}}
 
 // Name returns the election's name.
@@ -217,7 +217,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, opError("leader", e.name, err)
 	case !st.Held:
 		return Leader{}, nil
-	case st.Type != "string", tokenTag(st.Token) != campaigns.tag: // (a string whose token is no leader's: a lock's, or another program's value)
+	case st.Type != "string", tokenMark(st.Token) != campaigns.mark: // (a string whose token is no leader's: a lock's, or another program's value)
 		return Leader{}, opError("leader", e.name, backend.Because(ErrWrongType, "the name is held as "+st.HeldAs()+", not by a leader"))
 	}
 	_, value := told(st.Token, st.Extra)

@@ -10,16 +10,15 @@ import (
 )
 
 // Leader refuses a name whose string holds another program's value
-// (ErrWrongType), as it refuses a plain lock's token, even when the
-// value's 22nd character is one whose low bits are a campaign's tag:
-// "lock held by cron on host-7" is no lease token (it holds spaces, and
-// no campaign made it), so it names no leader.
-func TestElectionLeaderRefusesAForeignValueThatLooksTagged(t *testing.T) {
+// (ErrWrongType), as it refuses a plain lock's token, even when the value
+// begins with a leader's mark: "e:lock held by cron on host-7" is no lease
+// token (it holds spaces, and no campaign made it), so it names no leader.
+func TestElectionLeaderRefusesAForeignValueThatLooksMarked(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	const name, value = "foreign-leader", "lock held by cron on host-7" // (its 22nd character: 'h')
+	const name, value = "foreign-leader", "e:lock held by cron on host-7"
 	if err := rdb.Set(ctx, "dlock:{"+name+"}", value, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestOnlyAReentrantLocksLeasesBelongToOwners(t *testing.T) {
 		err  error
 		want string
 	}{
-		{reentrantLocks.resumes("n", leaseToken("", 0)), `dlock: invalid argument: acquire "n": Resume: a reentrant Client's holds belong to its owners, not to a token`},
+		{reentrantLocks.resumes("n", leaseToken("", "")), `dlock: invalid argument: acquire "n": Resume: a reentrant Client's holds belong to its owners, not to a token`},
 		{re.carries(&s.k, `Semaphore("s", 3)`, words{one: "a semaphore", verb: "keep"}), `dlock: invalid argument: Semaphore("s", 3): a reentrant Client (WithReentrant) cannot keep a semaphore`},
 		{c.carries(&s.k, `Semaphore("s", 3)`, words{one: "a semaphore", verb: "keep"}), ""},
 		{func() error { _, err := c.Owner("job"); return err }(), `dlock: invalid argument: Owner("job"): the Client's locks are not reentrant (WithReentrant)`},

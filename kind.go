@@ -17,7 +17,7 @@ type kind struct {
 	slot  int          // its mode (modes[slot], its name in Event.Mode), and its place in the Client's held counts
 	lease backend.Kind // what the backend runs
 	waits waiting      // how its waiters wait: they poll, or queue
-	tag   byte         // the tag of its lease tokens (see tagged)
+	mark  string       // what its lease tokens begin with (see marks), "" for most
 	// needs is what its waiter needs of the name's holders, as its
 	// deadlock records say it (see waitCheck): "all" gone (a writer);
 	// "" for one, which the records say as "one".
@@ -111,7 +111,7 @@ func (k *kind) resumes(name, token string) error {
 	if err := k.holders.resumes(k.acquireOp, name); err != nil {
 		return err
 	}
-	if tokenTag(token) != k.tag {
+	if tokenMark(token) != k.mark {
 		return fmt.Errorf("%w: %q: Resume: the token is another kind's lease", ErrNotHeld, name)
 	}
 	return nil

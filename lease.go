@@ -116,16 +116,14 @@ func Resume(token string) LockOption {
 	return LeaseOption{func(p *lease) { p.resume = token }}
 }
 
-// notToken says why s is not a lease token (see leaseToken): 22 base64url
-// characters, the last one with a kind's tag, then the metadata part,
-// escaped (see metaSuffix), of metadata HolderMeta accepts; "" if it is one.
+// notToken says why s is not a lease token (see leaseToken): a kind's mark
+// if any, 22 base64url characters, then the metadata part, escaped (see
+// metaSuffix), of metadata HolderMeta accepts; "" if it is one.
 func notToken(s string) string {
-	random, suffix, _ := strings.Cut(s, string(metaSep))
+	random, suffix, _ := strings.Cut(strings.TrimPrefix(s, markOf(s)), string(metaSep))
 	switch {
 	case len(random) != 22 || strings.ContainsFunc(random, func(r rune) bool { return !strings.ContainsRune(base64URL, r) }):
-		return "22 base64url characters, then '.' and the metadata if any"
-	case !tags[byte(strings.IndexByte(base64URL, s[21])&0x0f)]:
-		return "its 22nd character is not one a token ends its random part with"
+		return "a kind's mark if any (\"e:\"), 22 base64url characters, then '.' and the metadata if any"
 	case strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }):
 		return "its metadata part holds a character a token never does"
 	}
@@ -270,49 +268,54 @@ func suffixOf(token string) string {
 	return ""
 }
 
-// leaseToken returns a new lease token: 128 random bits in base64url,
-// followed by suffix (see metaSuffix). The 22nd character carries only two
-// of the bits; its four low bits, zero in base64, carry tag (see tokenTag).
-func leaseToken(suffix string, tag byte) string {
+// leaseToken returns a new lease token: mark (a kind's, see marks; most
+// have none), 128 random bits in base64url, then suffix (see metaSuffix).
+func leaseToken(suffix, mark string) string {
 	var raw [16]byte
 	rand.Read(raw[:]) // never fails (crypto/rand, Go 1.24+)
 	var enc [22]byte
 	base64.RawURLEncoding.Encode(enc[:], raw[:])
-	enc[21] = base64URL[strings.IndexByte(base64URL, enc[21])|int(tag&0x0f)]
-	return string(enc[:]) + suffix
+	return mark + string(enc[:]) + suffix
 }
 
 // newToken returns a random 128-bit token without metadata.
-func newToken() string { return leaseToken("", 0) }
+func newToken() string { return leaseToken("", "") }
 
 const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
-// tags are the tags of lease tokens: which kind of lease took a token,
-// where the keys alone cannot tell (a leadership's lease and a plain
-// lock's are both a string holding the token), so that Resume refuses the
-// other kind's. A kind declares its tag (tagged); the others' tokens carry
-// 0.
-var tags = map[byte]bool{0: true}
+// marks are what a kind's lease tokens begin with where its key alone
+// cannot tell the kind (a leadership's lease and a plain lock's are both a
+// string holding the token), so that Resume and Leader refuse the other
+// kind's: a letter and ':', which no other token begins with (base64url
+// has no ':'), as a read-write lock's members are "r:" or "w:" and a
+// token. A kind declares its mark where it is declared (marked).
+var marks []string
 
-// tagged registers tag, 1 to 15, as the tag of a kind's lease tokens, and
-// returns it; a tag out of range, or taken, panics as the program starts.
-// Tokens live in Redis: a kind never changes its tag.
-func tagged(tag byte) byte {
-	if tag == 0 || tag > 15 || tags[tag] {
-		panic(fmt.Sprintf("dlock: token tag %d: out of range or taken", tag))
-	}
-	tags[tag] = true
-	return tag
+// marked registers mark as what a kind's lease tokens begin with, and
+// returns it.
+func marked(mark string) string {
+	marks = append(marks, mark)
+	return mark
 }
 
-// tokenTag returns the tag of a well-formed token: one leaseToken made, or
-// one Resume accepts; of any other string (another program's value), one
-// no kind has.
-func tokenTag(token string) byte {
-	if notToken(token) != "" {
-		return 0xff
+// markOf returns the mark s begins with, "" if none.
+func markOf(s string) string {
+	for _, m := range marks {
+		if strings.HasPrefix(s, m) {
+			return m
+		}
 	}
-	return byte(strings.IndexByte(base64URL, token[21]) & 0x0f)
+	return ""
+}
+
+// tokenMark returns the mark of a well-formed token (one leaseToken made,
+// or one Resume accepts), "" if it has none; of any other string (another
+// program's value), "?", no kind's.
+func tokenMark(token string) string {
+	if notToken(token) != "" {
+		return "?"
+	}
+	return markOf(token)
 }
 
 // defaultMeta is the holder metadata of a Client without HolderMeta:

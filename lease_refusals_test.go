@@ -43,8 +43,8 @@ func TestLockOptionRefusalNamesTheFirstBadOption(t *testing.T) {
 		{[]dlock.LockOption{dlock.HolderMeta("a\nb")}, `HolderMeta("a\nb"): holds the control character U+000A`},
 		{[]dlock.LockOption{dlock.HolderMeta("é\u0085x\x01")}, `HolderMeta("é\u0085x\x01"): holds the control character U+0085`},
 		{[]dlock.LockOption{dlock.HolderMeta("\xff\n")}, `HolderMeta("\xff\n"): is not valid UTF-8`},
-		{[]dlock.LockOption{dlock.Resume("abc")}, `Resume("abc"): not a lease token: 22 base64url characters, then '.' and the metadata if any`},
-		{[]dlock.LockOption{dlock.Resume("AAAAAAAAAAAAAAAAAAAAAC")}, `Resume("AAAAAAAAAAAAAAAAAAAAAC"): not a lease token: its 22nd character is not one a token ends its random part with`},
+		{[]dlock.LockOption{dlock.Resume("abc")}, `Resume("abc"): not a lease token: a kind's mark if any ("e:"), 22 base64url characters, then '.' and the metadata if any`},
+		{[]dlock.LockOption{dlock.Resume("x:AAAAAAAAAAAAAAAAAAAAAC")}, `Resume("x:AAAAAAAAAAAAAAAAAAAAAC"): not a lease token: a kind's mark if any ("e:"), 22 base64url characters, then '.' and the metadata if any`},
 		{[]dlock.LockOption{dlock.Resume("AAAAAAAAAAAAAAAAAAAAAA.a b")}, `Resume("AAAAAAAAAAAAAAAAAAAAAA.a b"): not a lease token: its metadata part holds a character a token never does`},
 		// Metadata no token carries, as HolderMeta refuses it, once unescaped.
 		{[]dlock.LockOption{dlock.Resume("AAAAAAAAAAAAAAAAAAAAAA.%01")}, `Resume("AAAAAAAAAAAAAAAAAAAAAA.%01"): not a lease token: its metadata holds the control character U+0001`},
@@ -60,7 +60,7 @@ func TestLockOptionRefusalNamesTheFirstBadOption(t *testing.T) {
 		{[]dlock.LockOption{dlock.LeaseTTL(time.Millisecond), dlock.LockDelay(-time.Second)}, "LeaseTTL(1ms): the TTL must be at least 30ms"},
 		{[]dlock.LockOption{nil, dlock.MaxHold(time.Millisecond)}, "option 1 is nil"},
 		{[]dlock.LockOption{dlock.HolderMeta("\x00"), nil}, `HolderMeta("\x00"): holds the control character U+0000`},
-		{[]dlock.LockOption{dlock.Resume("abc"), dlock.HolderMeta("\x00")}, `Resume("abc"): not a lease token: 22 base64url characters, then '.' and the metadata if any`},
+		{[]dlock.LockOption{dlock.Resume("abc"), dlock.HolderMeta("\x00")}, `Resume("abc"): not a lease token: a kind's mark if any ("e:"), 22 base64url characters, then '.' and the metadata if any`},
 		// A valid option after a bad one does not clear it.
 		{[]dlock.LockOption{dlock.LeaseTTL(time.Millisecond), dlock.LeaseTTL(time.Second)}, "LeaseTTL(1ms): the TTL must be at least 30ms"},
 		// An option's own refusal comes before the checks of the whole.

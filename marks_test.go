@@ -1,0 +1,45 @@
+package dlock
+
+import (
+	"strings"
+	"testing"
+)
+
+// A leadership's lease token begins with "e:", readable at its key with
+// redis-cli, every other kind's with its 22 random base64url characters:
+// the key's type cannot tell a leader from a plain lock (both a string
+// holding the token), its token's mark does. Resume takes both, and
+// refuses a mark no kind declares.
+func TestOnlyALeadersTokensBeginWithItsMark(t *testing.T) {
+	for _, tc := range []struct {
+		k    *kind
+		want string
+	}{
+		{&unfairLocks, ""}, {&fairLocks, ""}, {&quorumLocks, ""}, {&reentrantLocks, ""},
+		{&campaigns, "e:"}, {&readHolds, ""}, {&writeHolds, ""},
+	} {
+		token := leaseToken(".m", tc.k.mark)
+		random, _, _ := strings.Cut(strings.TrimPrefix(token, tc.want), ".")
+		if !strings.HasPrefix(token, tc.want) || len(random) != 22 || strings.Contains(random, ":") || tokenMark(token) != tc.want {
+			t.Errorf("a %s lease's token %q: mark %q, want %q and 22 random characters", tc.k.mode(), token, tokenMark(token), tc.want)
+		}
+		var p lease
+		if Resume(token).applyLease(&p); p.firstInvalid != "" {
+			t.Errorf("Resume(%q) refused: %s", token, p.firstInvalid)
+		}
+	}
+	var p lease
+	if Resume("x:" + leaseToken("", "")).applyLease(&p); p.firstInvalid == "" {
+		t.Errorf("Resume of a token with a mark no kind declares was taken")
+	}
+}
+
+// A string that is no token (another program's value at a lock key) has a
+// mark no kind has, even when it begins with one.
+func TestAValueThatIsNoTokenHasNoKindsMark(t *testing.T) {
+	for _, s := range []string{"", "hello", "e:", "e:hello", "e:" + strings.Repeat("*", 22), strings.Repeat("A", 22) + " x"} {
+		if m := tokenMark(s); m == "" || m == campaigns.mark {
+			t.Errorf("tokenMark(%q) = %q, a kind's mark", s, m)
+		}
+	}
+}
