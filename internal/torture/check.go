@@ -2,6 +2,7 @@ package torture
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -10,7 +11,7 @@ import (
 
 // Invariants, by the letter the failure messages and summaries use.
 var Invariants = []struct{ ID, What string }{
-	{"a", "no two holders of a name (of a semaphore: no more than N, N+1 while its kept size changes; of a read-write lock: no writer with another holder) believe they hold it at once (outside exempt windows)"},
+	{"a", "no two holders of a name (of a semaphore: no more than N, or the size in force when the last was granted; of a read-write lock: no writer with another holder) believe they hold it at once (outside exempt windows)"},
 	{"b", "fences strictly increase in acquisition order per name (of a semaphore: differ between permits; of a read-write lock: a write's above every earlier hold's, a read's above every earlier write's)"},
 	{"c", "the Guard never accepts a write with a fence below one it accepted before"},
 	{"d", "liveness: contexts honoured, no waiter sleeps long through a free lock, freed locks acquirable, workers finish"},
@@ -218,10 +219,18 @@ func downgrades(h []Event, ok bool) map[string]int64 {
 
 // checkOverlaps is (a): critical sections of one name held by different
 // holders must not overlap; of a semaphore, no more than its N may, or
-// N+1 where the sizer changed its kept size (size.go). Nested reentrant
-// holds share their owner.
+// N+1 where the sizer may have changed its kept size (size.go): the bound
+// at the size in force when the last of them was granted, which came
+// after the latest of their acquisitions began. Nested reentrant holds
+// share their owner.
 func checkOverlaps(h []Event, ex exempt, p Params, r *Report) {
-	sized := sizeChanged(h)
+	spans := sizeSpans(h, p.Permits)
+	called := map[string]int64{} // a critical section's acquisition: when its call began
+	for _, e := range h {
+		if (e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDo) && e.Res == "ok" && e.CS != "" {
+			called[e.CS] = e.Inv
+		}
+	}
 	ivs := intervals(h)
 	sort.Slice(ivs, func(i, j int) bool { return ivs[i].from < ivs[j].from })
 	active := map[string][]*interval{}
@@ -245,11 +254,13 @@ func checkOverlaps(h []Event, ex exempt, p Params, r *Report) {
 		}
 		active[iv.name] = append(keep, iv)
 		if p.semaphore() {
-			n := p.Permits
-			if sized[iv.name] {
-				n++
+			last := int64(math.MinInt64) // no later than the last grant
+			for _, o := range append(others, iv) {
+				if at, ok := called[o.cs]; ok {
+					last = max(last, at)
+				}
 			}
-			if len(others) >= n {
+			if n := permitsAt(spans, iv.name, last, iv.from, p.Permits); len(others) >= n {
 				semOverlap(r, iv, others, n)
 			}
 			continue

@@ -80,8 +80,9 @@
 // # Invariants
 //
 //	(a) critical sections of one name under different owners never
-//	    overlap (of a semaphore: no more than N of them at any instant,
-//	    N+1 while its kept size changes),
+//	    overlap (of a semaphore: no more than N of them at any instant;
+//	    where its kept size changes, N+1, but N where the size was known
+//	    to be N when the last of them was granted),
 //	    except in the windows the docs allow: after a lock node came back
 //	    empty, until the longest lease granted before could have run out
 //	    (there (c) must still hold);

@@ -26,9 +26,14 @@ func TestSemaphoreChecks(t *testing.T) {
 		return Event{W: w, Name: "n0", Op: OpAcquire, Inv: at(inv), Ret: at(inv + 5), Res: "ok", CS: cs, Tok: cs,
 			Fence: fence, VU: at(inv) + int64(ttl)}
 	}
-	size := func(delta, got int, res string) []Event { // a change of the kept size by the sizer
-		return []Event{{W: "g0", Name: "n0", Op: OpSize, Inv: at(-5), Ret: at(-4), Arg: int64(delta), Size: int64(got), Res: res}}
+	size := func(inv, delta, got int, res string) Event { // a change of the kept size by the sizer
+		return Event{W: "g0", Name: "n0", Op: OpSize, Inv: at(inv), Ret: at(inv + 1), Arg: int64(delta), Size: int64(got), Res: res}
 	}
+	called := func(w, cs string, inv int) Event { // the acquisition of a critical section
+		return Event{W: w, Name: "n0", Op: OpAcquire, Inv: at(inv), Ret: at(inv + 2), Res: "ok", CS: cs, Tok: cs}
+	}
+	three := [][]Event{inside("g1", "a", 1, 0, 100), inside("g2", "b", 2, 50, 150), inside("g3", "c", 3, 80, 200),
+		{called("g1", "a", -2), called("g2", "b", 45), called("g3", "c", 75)}}
 	waiter := Event{W: "g9", Name: "n0", Op: OpAcquire, Inv: at(50), Ret: at(6005), DL: at(6000), Bound: int64(time.Second), Res: "notacq"}
 	cases := []struct {
 		name    string
@@ -42,13 +47,21 @@ func TestSemaphoreChecks(t *testing.T) {
 			map[string]bool{}},
 		{"three holders of a semaphore of 2", 2, [][]Event{inside("g0", "a", 1, 0, 100), inside("g1", "b", 2, 50, 150),
 			inside("g2", "c", 3, 80, 200)}, map[string]bool{"a": true}},
-		{"three holders of a semaphore of 2 whose size grew", 2, [][]Event{size(1, 3, "ok"), inside("g0", "a", 1, 0, 100),
-			inside("g1", "b", 2, 50, 150), inside("g2", "c", 3, 80, 200)}, map[string]bool{}},
-		{"four holders of a semaphore of 2 whose size grew", 2, [][]Event{size(1, 3, "ok"), inside("g0", "a", 1, 0, 100),
+		{"three holders of a semaphore of 2 whose size grew", 2, append(three, []Event{size(-5, 1, 3, "ok")}),
+			map[string]bool{}},
+		{"four holders of a semaphore of 2 whose size grew", 2, [][]Event{{size(-5, 1, 3, "ok")}, inside("g0", "a", 1, 0, 100),
 			inside("g1", "b", 2, 50, 150), inside("g2", "c", 3, 80, 200), inside("g3", "d", 4, 90, 210)}, map[string]bool{"a": true}},
-		{"a size change applied twice", 2, [][]Event{size(1, 4, "ok")}, map[string]bool{"p": true}},
-		{"a size taken below N", 2, [][]Event{size(-1, 1, "ok")}, map[string]bool{"p": true}},
-		{"a failed size change", 2, [][]Event{size(1, 0, "err")}, map[string]bool{}},
+		{"three holders after the size shrank back to 2", 2, append(three, []Event{size(-30, 1, 3, "ok"), size(-20, -1, 2, "ok")}),
+			map[string]bool{"a": true}},
+		{"three holders, the last asking while the size shrank", 2, append(three, []Event{size(-30, 1, 3, "ok"), size(77, -1, 2, "ok")}),
+			map[string]bool{}},
+		{"three holders after a failed shrink", 2, append(three, []Event{size(-30, 1, 3, "ok"), size(-20, -1, 0, "err")}),
+			map[string]bool{}},
+		{"three holders before the size grew", 2, append(three, []Event{size(90, 1, 3, "ok")}),
+			map[string]bool{"a": true}},
+		{"a size change applied twice", 2, [][]Event{{size(-5, 1, 4, "ok")}}, map[string]bool{"p": true}},
+		{"a size taken below N", 2, [][]Event{{size(-5, -1, 1, "ok")}}, map[string]bool{"p": true}},
+		{"a failed size change", 2, [][]Event{{size(-5, 1, 0, "err")}}, map[string]bool{}},
 		{"three in turn, two at a time", 2, [][]Event{inside("g0", "a", 1, 0, 100), inside("g1", "b", 2, 50, 150),
 			inside("g2", "c", 3, 120, 200)}, map[string]bool{}},
 		{"two permits with one fence", 2, [][]Event{{acquired("g0", "a", 7, 0), acquired("g1", "b", 7, 10)}},

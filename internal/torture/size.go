@@ -1,6 +1,9 @@
 package torture
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // In a semaphore round without node restarts, one goroutine worker, the
 // sizer, changes the names' kept sizes (Semaphore.AddPermits), a change
@@ -14,10 +17,12 @@ import "time"
 // its size (AddPermits(0)) before it changes it again.
 //
 // So, if each change is applied once, every size a call returns is N or
-// N+1, and at most N+1 permits are held at once: (p) checks the first,
-// and (a) the second (checkOverlaps). A change applied twice (a re-sent or
-// asked-again request counted again) or applied to another size than the
-// one Redis answered with shows there.
+// N+1, and at most N+1 permits are held at once, at most N when the last
+// of the holders was granted its permit while the size was known to be N
+// (see permitsAt): (p) checks the first, and (a) the others
+// (checkOverlaps). A change applied twice (a re-sent or asked-again
+// request counted again), or a grant above a size that shrank, shows
+// there.
 
 // sizes is the sizer's state.
 type sizes struct {
@@ -56,15 +61,55 @@ func (w *Worker) resize(name string) {
 	w.sizes.known[name] = size
 }
 
-// sizeChanged lists the names whose kept size a call changed or read.
-func sizeChanged(h []Event) map[string]bool {
-	m := map[string]bool{}
-	for _, e := range h {
-		if e.Op == OpSize {
-			m[e.Name] = true
+// sizeSpan is a stretch [from, to] in which the kept size of a name was
+// known to be size: from a change's return to the sizer's next call on
+// the name (a failed change's copies have landed by then: see sizeQuiet),
+// and, before the sizer's first call, when none was kept, N. After a
+// failed change it is 0: unknown.
+type sizeSpan struct {
+	from, to int64
+	size     int
+}
+
+// sizeSpans returns the stretches of each name the sizer changed.
+func sizeSpans(h []Event, n int) map[string][]sizeSpan {
+	out := map[string][]sizeSpan{}
+	open := map[string]sizeSpan{}
+	for _, e := range h { // (by Inv: the sizer's calls on a name follow each other)
+		if e.Op != OpSize {
+			continue
+		}
+		s, ok := open[e.Name]
+		if !ok {
+			s = sizeSpan{from: math.MinInt64, size: n}
+		}
+		s.to = e.Inv
+		out[e.Name] = append(out[e.Name], s)
+		open[e.Name] = sizeSpan{from: e.Ret, size: int(e.Size)} // (0 after a failure)
+	}
+	for name, s := range open {
+		s.to = math.MaxInt64
+		out[name] = append(out[name], s)
+	}
+	return out
+}
+
+// permitsAt is how many holders of the semaphore name of N = n may hold it
+// at once when the last of them was granted its permit within [from, to]:
+// n if no sizer changed its size, or its size was known to be n all that
+// while; else n+1 (holders above a size that shrank keep their permits,
+// but none is granted above the size in force).
+func permitsAt(spans map[string][]sizeSpan, name string, from, to int64, n int) int {
+	ss, sized := spans[name]
+	if !sized {
+		return n
+	}
+	for _, s := range ss {
+		if s.from <= from && to <= s.to && s.size == n {
+			return n
 		}
 	}
-	return m
+	return n + 1
 }
 
 // checkSizes is (p): every size a change returned is N or N+1 (see the top
