@@ -34,9 +34,9 @@ func (c *Client) Election(name string) (*Election, error) {
 
 // campaigns are the kind of an election's candidates: they campaign, and
 // queue whatever WithUnfair says; a leader resigns. Their tokens begin
-// with "e:": a leadership's lease is a string holding its token, as a
-// plain lock's is.
-var campaigns = kind{slot: newMode("election"), lease: backend.Campaign, waits: queues{}, mark: marked("e:"),
+// with "e:" (before the marks, they carried the tag 1): a leadership's
+// lease is a string holding its token, as a plain lock's is.
+var campaigns = kind{slot: newMode("election"), lease: backend.Campaign, waits: queues{}, mark: marked("e:", 1),
 	acquireOp: "campaign", releaseOp: "resign", by: "led by another candidate", holders: tokens{}}
 
 // Name returns the election's name.

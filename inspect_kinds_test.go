@@ -219,7 +219,7 @@ func TestLeaderRefusesANameHeldAsAnotherKindSayingWhat(t *testing.T) {
 	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute))
 	const zset = "a semaphore or a read-write lock"
 	want := map[string]string{ // "" for no error, else what the name is held as
-		"free": "", "leader": "", "plain": "a lock", "string": "a lock", // (a leader's token carries its kind's tag)
+		"free": "", "leader": "", "plain": "a lock", "string": "a lock", // (a leader's token carries its kind's mark)
 		"reentrant": "a reentrant lock", "hash": "a reentrant lock", "owner's holds lapsed": "a reentrant lock",
 		"semaphore": zset, "readers": zset, "writer": zset, "lapsed": zset, "mixed zset": zset, "zset": zset,
 		"list": "a list", "set": "a set",

@@ -288,19 +288,23 @@ const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 // string holding the token), so that Resume and Leader refuse the other
 // kind's: a letter and ':', which no other token begins with (base64url
 // has no ':'), as a read-write lock's members are "r:" or "w:" and a
-// token. A kind declares its mark where it is declared (marked).
-var marks []string
+// token. A kind declares its mark where it is declared (marked), with the
+// tag that versions of dlock before the marks put in the four low bits of
+// its tokens' 22nd character instead: a lease such a version took may
+// still be held, and the character of a new token has them 0 (it carries
+// two of the random bits).
+var marks = map[string]byte{}
 
-// marked registers mark as what a kind's lease tokens begin with, and
-// returns it.
-func marked(mark string) string {
-	marks = append(marks, mark)
+// marked registers mark, and the tag its kind's tokens carried before, and
+// returns mark.
+func marked(mark string, tag byte) string {
+	marks[mark] = tag
 	return mark
 }
 
 // markOf returns the mark s begins with, "" if none.
 func markOf(s string) string {
-	for _, m := range marks {
+	for m := range marks {
 		if strings.HasPrefix(s, m) {
 			return m
 		}
@@ -309,13 +313,26 @@ func markOf(s string) string {
 }
 
 // tokenMark returns the mark of a well-formed token (one leaseToken made,
-// or one Resume accepts), "" if it has none; of any other string (another
-// program's value), "?", no kind's.
+// or one Resume accepts), or of the kind whose tag an unmarked one carries
+// (see marks); "" for none; of any other string (another program's
+// value), "?", no kind's.
 func tokenMark(token string) string {
 	if notToken(token) != "" {
 		return "?"
 	}
-	return markOf(token)
+	if m := markOf(token); m != "" {
+		return m
+	}
+	tag := byte(strings.IndexByte(base64URL, token[21]) & 0x0f)
+	for m, t := range marks {
+		if t == tag {
+			return m
+		}
+	}
+	if tag != 0 {
+		return "?"
+	}
+	return ""
 }
 
 // defaultMeta is the holder metadata of a Client without HolderMeta:

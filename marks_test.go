@@ -35,11 +35,27 @@ func TestOnlyALeadersTokensBeginWithItsMark(t *testing.T) {
 }
 
 // A string that is no token (another program's value at a lock key) has a
-// mark no kind has, even when it begins with one.
+// mark no kind has, even when it begins with one; a token whose metadata
+// holds a mark has none.
 func TestAValueThatIsNoTokenHasNoKindsMark(t *testing.T) {
 	for _, s := range []string{"", "hello", "e:", "e:hello", "e:" + strings.Repeat("*", 22), strings.Repeat("A", 22) + " x"} {
 		if m := tokenMark(s); m == "" || m == campaigns.mark {
 			t.Errorf("tokenMark(%q) = %q, a kind's mark", s, m)
+		}
+	}
+	if s := leaseToken(metaSuffix("e:x"), ""); tokenMark(s) != "" {
+		t.Errorf("tokenMark(%q) = %q, want none", s, tokenMark(s))
+	}
+}
+
+// A token without a mark whose 22nd character carries the tag 1 in its
+// four low bits is a leader's that a version of dlock before the marks
+// took, and reads as one; another tag (2 to 15) as no kind's; 0, every new
+// token's, as none.
+func TestALeadersTokenFromBeforeTheMarksReadsAsALeaders(t *testing.T) {
+	for c, want := range map[byte]string{'Q': "", 'R': campaigns.mark, 'S': "?", 'f': "?", 'g': ""} {
+		if s := strings.Repeat("Q", 21) + string(c) + ".node-a"; tokenMark(s) != want {
+			t.Errorf("tokenMark(%q) = %q, want %q", s, tokenMark(s), want)
 		}
 	}
 }

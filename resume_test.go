@@ -2,6 +2,8 @@ package dlock_test
 
 import (
 	"errors"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -843,6 +845,14 @@ func TestResumeOfForeignMarksRefusedBeforeSending(t *testing.T) {
 	tok := l.Token()
 	sem, _ := c.Semaphore("resume-tag-sem", 2)
 	rw, _ := c.RWMutex("resume-tag-rw")
+	scripts := func() (n int) { // the scripts the server ran
+		for _, m := range regexp.MustCompile(`cmdstat_eval(?:sha)?:calls=(\d+)`).FindAllStringSubmatch(rdb.Info(ctx, "commandstats").Val(), -1) {
+			calls, _ := strconv.Atoi(m[1])
+			n += calls
+		}
+		return n
+	}
+	before := scripts()
 	for mark, want := range map[string]error{"x:": dlock.ErrInvalid, "e:": dlock.ErrNotHeld} { // (no token; a leader's)
 		other := mark + tok
 		if _, err := c.TryAcquire(ctx, "resume-tag", dlock.Resume(other)); !errors.Is(err, want) {
@@ -854,6 +864,9 @@ func TestResumeOfForeignMarksRefusedBeforeSending(t *testing.T) {
 		if _, err := rw.Reader().TryAcquire(ctx, dlock.Resume(other)); err == nil {
 			t.Errorf("mark %q: resume as a read succeeded", mark)
 		}
+	}
+	if ran := scripts() - before; ran != 0 {
+		t.Errorf("the refused resumes ran %d scripts", ran)
 	}
 	prefix := strings.TrimSuffix(l.Key(), "{resume-tag}")
 	if n, _ := rdb.Exists(ctx, prefix+"{resume-tag-sem}", prefix+"{resume-tag-rw}").Result(); n != 0 {
