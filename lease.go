@@ -120,9 +120,9 @@ func Resume(token string) LockOption {
 // if any, 22 base64url characters, then the metadata part, escaped (see
 // metaSuffix), of metadata HolderMeta accepts; "" if it is one.
 func notToken(s string) string {
-	random, suffix, _ := strings.Cut(strings.TrimPrefix(s, markOf(s)), string(metaSep))
+	random, suffix, dot := strings.Cut(strings.TrimPrefix(s, markOf(s)), string(metaSep))
 	switch {
-	case len(random) != 22 || strings.ContainsFunc(random, func(r rune) bool { return !strings.ContainsRune(base64URL, r) }):
+	case len(random) != 22 || strings.ContainsFunc(random, func(r rune) bool { return !strings.ContainsRune(base64URL, r) }), dot && suffix == "":
 		return "a kind's mark if any (\"e:\"), 22 base64url characters, then '.' and the metadata if any"
 	case strings.ContainsFunc(suffix, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '{' || r == '}' }):
 		return "its metadata part holds a character a token never does"

@@ -45,6 +45,7 @@ func TestLockOptionRefusalNamesTheFirstBadOption(t *testing.T) {
 		{[]dlock.LockOption{dlock.HolderMeta("\xff\n")}, `HolderMeta("\xff\n"): is not valid UTF-8`},
 		{[]dlock.LockOption{dlock.Resume("abc")}, `Resume("abc"): not a lease token: a kind's mark if any ("e:"), 22 base64url characters, then '.' and the metadata if any`},
 		{[]dlock.LockOption{dlock.Resume("x:AAAAAAAAAAAAAAAAAAAAAC")}, `Resume("x:AAAAAAAAAAAAAAAAAAAAAC"): not a lease token: a kind's mark if any ("e:"), 22 base64url characters, then '.' and the metadata if any`},
+		{[]dlock.LockOption{dlock.Resume("AAAAAAAAAAAAAAAAAAAAAA.")}, `Resume("AAAAAAAAAAAAAAAAAAAAAA."): not a lease token: a kind's mark if any ("e:"), 22 base64url characters, then '.' and the metadata if any`},
 		{[]dlock.LockOption{dlock.Resume("AAAAAAAAAAAAAAAAAAAAAA.a b")}, `Resume("AAAAAAAAAAAAAAAAAAAAAA.a b"): not a lease token: its metadata part holds a character a token never does`},
 		// Metadata no token carries, as HolderMeta refuses it, once unescaped.
 		{[]dlock.LockOption{dlock.Resume("AAAAAAAAAAAAAAAAAAAAAA.%01")}, `Resume("AAAAAAAAAAAAAAAAAAAAAA.%01"): not a lease token: its metadata holds the control character U+0001`},
