@@ -8,9 +8,9 @@ import (
 // In a semaphore round without node restarts, one goroutine worker, the
 // sizer, changes the names' kept sizes (Semaphore.AddPermits), a change
 // every TTL/20 on average, while the others hold and wait, through the
-// same faults. It keeps each size
-// at N (SemPermits) or N+1: it adds a permit to a size it knows is N or
-// less, and takes one from a larger size. A change whose call failed may
+// same faults. It keeps each size at N (SemPermits) or N+1: it adds a
+// permit to a size it knows is N or less, and takes one from a larger
+// size. A change whose call failed may
 // have been applied, or be applied later by a copy still on its way (a
 // request a delay fault or a paused server holds): the sizer leaves that
 // name alone for sizeQuiet, until every copy has landed, and then reads
