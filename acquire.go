@@ -39,7 +39,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 // acquireAs is Acquire (try: TryAcquire) of a lease of kind k.
 func (c *Client) acquireAs(ctx context.Context, k *kind, name string, opts []LockOption, try bool) (*Lock, error) {
 	e, start := Event{Op: OpAcquire, Name: name, Try: try}, time.Now()
-	ctx = c.start(ctx, k, &e)
+	ctx = c.start(ctx, k.mode(), &e)
 	l, err := c.acquire(ctx, k, name, opts, try)
 	if err == nil {
 		l.listen(ctx) // a watched lease hears its channel before it returns

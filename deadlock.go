@@ -79,20 +79,31 @@ const (
 )
 
 // holdersIn returns the holder identities of the leases ctx carries (see
-// heldContext), outermost last; nil if none.
+// leasesIn), outermost last; nil if none.
 func holdersIn(ctx context.Context) []string {
 	var ids []string
+	for _, l := range leasesIn(ctx) {
+		if id := l.k.holders.recordOf(l.cl, l.name); !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// leasesIn returns the leases still held that ctx carries (see
+// heldContext), outermost last; nil if none.
+func leasesIn(ctx context.Context) []*Lock {
+	var ls []*Lock
 	h, _ := ctx.Value(heldKey{}).(*heldContext)
 	for i := 0; h != nil && i < deadlockDepth*4; i++ {
 		for _, l := range h.held.leases() {
-			id := l.k.holders.recordOf(l.cl, l.name)
-			if l.Err() == nil && !slices.Contains(ids, id) {
-				ids = append(ids, id)
+			if l.Err() == nil {
+				ls = append(ls, l)
 			}
 		}
 		h, _ = h.Context.Value(heldKey{}).(*heldContext)
 	}
-	return ids
+	return ls
 }
 
 // leases returns the leases l holds: itself.

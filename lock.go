@@ -185,6 +185,14 @@ func (l *Lock) watchLocked() {
 // Name returns the lock's name.
 func (l *Lock) Name() string { return l.name }
 
+// mode is the mode l is held in, as its events and Held name it: its
+// kind's, or a read's once a Downgrade made it one.
+func (l *Lock) mode() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return modes[l.slot]
+}
+
 // Key returns the Redis key that holds the lock.
 func (l *Lock) Key() string { return l.cl.Lock }
 
@@ -299,7 +307,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	e, start := Event{Op: OpExtend, Name: l.name}, time.Now()
-	ctx = l.c.start(ctx, l.k, &e)
+	ctx = l.c.start(ctx, l.mode(), &e)
 	// Nothing is gained past the validity (an extension sent later finds
 	// the lease lost), so no attempt or wait outlasts it.
 	vctx, cancel := context.WithDeadline(ctx, l.ValidUntil())
@@ -471,7 +479,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 		return opError(l.k.releaseOp, l.name, backend.NotSent(ctx.Err()))
 	}
 	e, start := Event{Op: OpRelease, Name: l.name}, time.Now()
-	ctx = l.c.start(ctx, l.k, &e)
+	ctx = l.c.start(ctx, l.mode(), &e)
 	// A loss due meanwhile is told once the turn is given back (see
 	// lapse), before the release ends; the end is told on the caller's
 	// ctx, not the clean-up's below.

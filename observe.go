@@ -80,10 +80,10 @@ func (o *observers) all() []Observer {
 	return list
 }
 
-// start tells the observers that e begins and returns the context for its
-// Redis calls.
-func (c *Client) start(ctx context.Context, k *kind, e *Event) context.Context {
-	e.Mode = k.mode()
+// start tells the observers that e, of a lease in mode, begins and returns
+// the context for its Redis calls.
+func (c *Client) start(ctx context.Context, mode string, e *Event) context.Context {
+	e.Mode = mode
 	for _, o := range c.obs.all() {
 		if o.Start != nil { // (a nil context returned keeps ctx)
 			c.obs.safely(func() { ctx = cmp.Or(o.Start(ctx, e), ctx) })
@@ -134,7 +134,7 @@ func (c *Client) tell(l *Lock, op Op, err error) {
 	if op == OpLost {
 		c.obs.lost.Add(1)
 	}
-	c.obs.notify(context.Background(), &Event{Op: op, Name: l.name, Mode: l.k.mode(), Held: time.Since(l.start), Err: err})
+	c.obs.notify(context.Background(), &Event{Op: op, Name: l.name, Mode: l.mode(), Held: time.Since(l.start), Err: err})
 }
 
 // notify tells the observers of e: their function for e.Op (Lost,

@@ -12,21 +12,19 @@ import (
 // each hold a [*Lock], queued in arrival order. Safe for concurrent use.
 type RWMutex struct {
 	name           string
-	c              *Client   // the Client that made it
-	nest           rwNestKey // the mark of its holds' contexts (see RWLocker.nested)
+	c              *Client // the Client that made it
 	reader, writer RWLocker
 }
 
 // RWMutex returns the read-write lock name; [ErrInvalid] for a bad name.
 func (c *Client) RWMutex(name string) (*RWMutex, error) {
-	keys, err := c.check(name)
-	if err != nil {
+	if _, err := c.check(name); err != nil {
 		return nil, err
 	}
 	if err := c.carries(&writeHolds, fmt.Sprintf("RWMutex(%q)", name), words{plural: "read-write locks", one: "a read-write lock", verb: "keep"}); err != nil {
 		return nil, err
 	}
-	rw := &RWMutex{name: name, c: c, nest: rwNestKey{c.bg, keys.Lock}}
+	rw := &RWMutex{name: name, c: c}
 	rw.reader, rw.writer = RWLocker{rw, &readHolds}, RWLocker{rw, &writeHolds}
 	return rw, nil
 }
@@ -123,15 +121,7 @@ func (rw *RWMutex) Holders(ctx context.Context) ([]RWHold, error) {
 // RWLocker takes read or write holds; [ErrInvalid] if zero or nested in a hold.
 type RWLocker struct {
 	rw *RWMutex // the lock it takes holds of
-	k  *kind    // its acquisitions: read or write holds, the value of its holds' contexts (nest)
-}
-
-// rwNestKey marks a context with the hold of a read-write lock that Do
-// takes under it (and so the context it gives fn): the Clients from one
-// New (their shared tracker) and the lock's key. Its value is the hold's kind: &readHolds or &writeHolds.
-type rwNestKey struct {
-	bg  *backend.Tracker
-	key string
+	k  *kind    // its acquisitions: read or write holds
 }
 
 // Write reports whether l takes write holds.
@@ -163,33 +153,33 @@ func (l *RWLocker) TryDo(ctx context.Context, fn func(ctx context.Context, l *Lo
 	return l.do(ctx, fn, opts, true)
 }
 
-// do is Do (try: TryDo). fn's context, made under the one it is given,
-// carries the hold (see nested).
+// do is Do (try: TryDo).
 func (l *RWLocker) do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts []LockOption, try bool) error {
 	if err := l.nested(ctx); err != nil {
 		return err
 	}
-	return l.rw.c.do(context.WithValue(ctx, l.rw.nest, l.k), l.k, l.rw.name, fn, opts, try)
+	return l.rw.c.do(ctx, l.k, l.rw.name, fn, opts, try)
 }
 
-// nested returns the error of an acquisition whose context carries a hold
-// of the same lock, which it would wait for forever, or by an RWLocker of
-// no RWMutex (nil or zero).
+// nested returns the error of an acquisition whose context carries a live
+// hold of the same lock (a Do's, or a Lock's Context), which it would wait
+// for forever, or by an RWLocker of no RWMutex (nil or zero).
 func (l *RWLocker) nested(ctx context.Context) error {
 	if l == nil || l.rw == nil {
 		return fmt.Errorf("%w: an RWLocker is an RWMutex's Reader or Writer", ErrInvalid)
 	}
-	held, _ := ctx.Value(l.rw.nest).(*kind)
-	var why string
-	switch {
-	case held == nil:
-		return nil
-	case held == &readHolds && l.k == &writeHolds:
-		why = "a write inside a read of the same lock would wait for that read; release it first (a read cannot be upgraded)"
-	case held == &readHolds:
-		why = "a read inside a read of the same lock would wait behind a writer queued between them, which waits for the first"
-	default:
-		why = "the context holds the write of the same lock, which this hold would wait for"
+	for _, h := range leasesIn(ctx) {
+		if h.name != l.rw.name || h.c.engine != l.rw.c.engine {
+			continue
+		}
+		why := "the context holds the write of the same lock, which this hold would wait for"
+		switch read := h.mode() == readHolds.mode(); {
+		case read && l.k == &writeHolds:
+			why = "a write inside a read of the same lock would wait for that read; release it first (a read cannot be upgraded)"
+		case read:
+			why = "a read inside a read of the same lock would wait behind a writer queued between them, which waits for the first"
+		}
+		return opError("acquire", l.rw.name, backend.Because(ErrInvalid, why))
 	}
-	return opError("acquire", l.rw.name, backend.Because(ErrInvalid, why))
+	return nil
 }

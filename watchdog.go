@@ -50,7 +50,7 @@ func (l *Lock) tick() {
 	defer cancel()
 	e, start := Event{Op: OpExtend, Name: l.name, Auto: true}, time.Now()
 	err := opError("extend", l.name, ErrClosed) // (if Close went on as the Start hook ran: nothing is sent)
-	if l.c.bg.Lend(func() { ctx = l.c.start(ctx, l.k, &e) }) {
+	if l.c.bg.Lend(func() { ctx = l.c.start(ctx, l.mode(), &e) }) {
 		err = l.extend(ctx, 0) // the lease time of the latest extension
 	}
 	l.c.bg.Leave()
