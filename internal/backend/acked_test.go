@@ -229,3 +229,21 @@ func TestAckedAfterItsSlotMovedRunsOnTheNewMaster(t *testing.T) {
 		t.Errorf("the new master ran SCRIPT LOAD %s times, want 1", got)
 	}
 }
+
+// A Downgrade through a closed go-redis client sent nothing: the hold
+// stays a write, not one whose downgrade has an unknown outcome.
+func TestDowngradeOnAClosedClientLeavesTheHoldAWrite(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	n := NewNode(rdb, Config{TTL: time.Second})
+	c := &Claim{Keys: KeysFor("dlock:", "closed-downgrade"), Kind: Write}
+	c.SetToken("tok")
+	rdb.Close()
+	if ok, err := n.Downgrade(t.Context(), c); ok || !errors.Is(err, redis.ErrClosed) {
+		t.Errorf("Downgrade through a closed client = %v, %v, want false, %v", ok, err, redis.ErrClosed)
+	}
+	if c.Kind != Write {
+		t.Errorf("the hold after a Downgrade through a closed client is %s (%v), want a write", c.Kind.what(), c.Kind)
+	}
+}

@@ -1,6 +1,9 @@
 package backend
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 // A quorum and a backend without scripts carry plain locks and no other
 // kind, each refusing the others with its own reason; a Node carries every
@@ -27,6 +30,28 @@ func TestOnlyPlainLocksAreCarriedOverAQuorumAndWithoutScripts(t *testing.T) {
 		}
 		if err := (Node{}).Carries(tc.k); err != nil {
 			t.Errorf("a Node's Carries(%s) = %v, want nil", tc.what, err)
+		}
+	}
+}
+
+// A backend without scripts refuses a claim of any kind it does not carry
+// in each call that takes one, unsent: its Acquire, Extend, Release, Undo
+// and Fence. (A zero NoScripts has no connection: a call that sent would
+// panic.)
+func TestNoScriptsRefusesAClaimOfAKindItDoesNotCarryUnsent(t *testing.T) {
+	ctx := t.Context()
+	for _, k := range []Kind{FairLock, ReentrantLock, Campaign, Read, Write, Permits(3, 1)} {
+		c := &Claim{Kind: k, Token: "t"}
+		var n NoScripts
+		_, acquire := n.Acquire(ctx, c, 1e9, true)
+		_, extend := n.Extend(ctx, c, 1e9, 1)
+		_, release := n.Release(ctx, c)
+		undo := n.Undo(ctx, c)
+		_, fence := n.Fence(ctx, c)
+		for call, err := range map[string]error{"Acquire": acquire, "Extend": extend, "Release": release, "Undo": undo, "Fence": fence} {
+			if !errors.Is(err, ErrNeedsScripts) || !errors.Is(err, ErrNotSent) {
+				t.Errorf("%s of %s without scripts = %v, want ErrNeedsScripts, unsent", call, k.what(), err)
+			}
 		}
 	}
 }

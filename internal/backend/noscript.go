@@ -270,6 +270,9 @@ func (n NoScripts) acquireTx(t tx, c *Claim, ttl time.Duration, queue bool) (Gra
 // attempt still in flight, or by another lease, after the reads aborts the
 // EXEC, and the release reads again.
 func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
+	if err := n.Carries(c.Kind); err != nil {
+		return false, NotSent(err)
+	}
 	px := Window(cmp.Or(c.TTL, n.ttl)).Milliseconds() // the marker's life
 	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(t tx) (bool, error) {
 		h, m, _, err := t.lease(c)
@@ -335,6 +338,9 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 // The lease's marker is watched too: a Lock that another resumed gets no
 // fence (see drives).
 func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
+	if err := n.Carries(c.Kind); err != nil {
+		return 0, NotSent(err)
+	}
 	return result(watched(ctx, n, []string{c.Lock, c.Fence, c.Rev}, func(t tx) (int64, error) {
 		h, m, r, err := t.lease(c, []any{"GET", c.Fence}, []any{"TIME"})
 		prev, _ := r[0].Int64()     // (0: no counter)

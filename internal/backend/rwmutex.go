@@ -55,8 +55,8 @@ var (
 // resumed the lease.
 func (n Node) Downgrade(ctx context.Context, c *Claim) (bool, error) {
 	v, err := as[int64](n.run(ctx, holdDowngrade, hold{}.keys(c), c.Token, c.Channel, n.pub, n.fenceMS, c.Resumer))
-	if err != nil && !neverSent(err) && !errors.As(err, new(redis.Error)) {
-		c.SetKind(Downgrading) // sent, and no reply of Redis's: either outcome
+	if err != nil && !neverSent(err) && !errors.As(err, new(redis.Error)) && !closed(err) {
+		c.SetKind(Downgrading) // sent, and no reply of Redis's (nor a closed client's refusal): either outcome
 	}
 	if v, err = leaseReply(v, err); v == 1 {
 		c.SetKind(Read)
