@@ -303,15 +303,16 @@ func (a *acquisition) handedOver(wake int64) *Lock {
 // attempt runs the acquire script once for the pending Lock l. It returns l
 // when taken, or nil and Redis's answer (the holder's remaining lease, -1
 // if unknown, and who it is) when not; after an error the grant says
-// nothing. An attempt whose outcome is unknown
-// (no answer, or ctx ended while it was in flight) or that came back too
-// late is undone, and l gets a new lease token for the next attempt: the
-// undo revoked the old one. A waiter's attempt (a not nil) queues if the
-// lock is taken: when Redis answered it without a grant, a.entered is set
-// to the place it may hold (kind.place) under the token it was answered
-// for, a new one if its first request's reply was lost; a.w moves to each
-// new token before a request under it is sent, as a handover to it may
-// come before the reply. Its errors are bare causes: the caller names the
+// nothing. A request whose reply was lost is asked again once, under the
+// same token, when the Redis client retries (backend.Grant.Again). An
+// attempt whose outcome is still unknown (no answer, or ctx ended while it
+// was in flight) or that came back too late is undone, and l gets a new
+// lease token for the next attempt: the undo revoked the old one. A
+// waiter's attempt (a not nil) queues if the lock is taken: when Redis
+// answered it without a grant, a.entered is set to the place it may hold
+// (kind.place) under the token it was answered for; a.w moves to each new
+// token before a request under it is sent, as a handover to it may come
+// before the reply. Its errors are bare causes: the caller names the
 // operation and the lock.
 func (c *Client) attempt(ctx context.Context, l *Lock, a *acquisition) (*Lock, backend.Grant, error) {
 	queue := a != nil
@@ -344,10 +345,11 @@ func (c *Client) attempt(ctx context.Context, l *Lock, a *acquisition) (*Lock, b
 	g, err := c.b.Acquire(ctx, l.cl, t.ask, queue)
 	if err != nil && g.Again && ctx.Err() == nil {
 		// The reply was lost, and the Redis client does not send the
-		// request again (see backend.Claim.Clean): undo it and try once
-		// more, as a new lease.
-		c.undo(ctx, l.cl)
-		renew()
+		// request again: ask once more under the same token, which every
+		// acquire script answers as it did the first (so a waiter keeps
+		// its place in the queue). The first may still land later: the
+		// lease is not clean, and its release marks it ended.
+		l.cl.Clean = false
 		t = l.termsFrom(time.Now())
 		g, err = c.b.Acquire(ctx, l.cl, t.ask, queue)
 	}

@@ -175,9 +175,9 @@ func (c *losingConn) Do(ctx context.Context, args ...any) (any, error) {
 	return c.Conn.Do(ctx, args...)
 }
 
-// A fair wait whose attempt's reply was lost, undone and asked again with
-// a new token that Redis queued, leaves the queue when its next attempt is
-// refused unsent and the wait ends: the holder's release then frees the
+// A fair wait whose attempt's reply was lost, asked again under its token
+// and queued by Redis, leaves the queue when its next attempt is refused
+// unsent and the wait ends: the holder's release then frees the
 // lock rather than hand it to the ended wait's token, which nobody would
 // release before its TTL.
 func TestFairWaitAskedAgainLeavesTheQueueWhenItEnds(t *testing.T) {
@@ -250,9 +250,9 @@ func (p *handledPubSub) Receive(ctx context.Context) (driver.Message, error) {
 	return m, err
 }
 
-// A fair wait whose attempt's reply was lost, undone and asked again with
-// a new token, hears a handover to that token that comes before the
-// request's reply: it takes the lock at once, not when it next wakes to
+// A fair wait whose attempt's reply was lost and asked again under its
+// token hears a handover to that token that comes before the request's
+// reply: it takes the lock at once, not when it next wakes to
 // try again (after the holder's lease would have run out), while the lock
 // stays handed to it and taken for nobody.
 func TestFairWaitAskedAgainHearsAHandoverBeforeItsReply(t *testing.T) {

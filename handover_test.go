@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"sync"
@@ -98,30 +99,46 @@ func (p *tappedPubSub) Receive(ctx context.Context) (driver.Message, error) {
 }
 
 // A queued waiter whose renewing attempt lost its reply after Redis had
-// handed it the lock undoes that attempt (which passes the lock on to the
-// next waiter) and tries again under a new token. The handover message to
-// the old token, already received, must not make it a holder: only a
-// handover naming its current token may, or Redis's answer. For every
-// queued kind; "write over reads" is a writer queued between readers.
-func TestQueuedWaiterIgnoresHandoverToItsUndoneToken(t *testing.T) {
+// handed it the lock asks again under the same token when its Redis client
+// retries: Redis answers that it holds the lock, and it takes it before
+// the next waiter, keeping its place. When its client does not retry, its
+// wait ends with the lost reply, and the undo of its attempt passes the
+// lock on to the next waiter: nothing is left stuck. For every queued
+// kind; "write over reads" is a writer queued between readers.
+func TestQueuedWaiterWhoseReplyIsLostKeepsItsPlaceOrPassesTheLockOn(t *testing.T) {
 	t.Parallel()
 	kinds := map[string]kindCase{}
 	for _, k := range everyKind() {
 		kinds[k.name] = k
 	}
-	for _, tc := range []struct{ name, holder, waiter, next string }{
-		{"lock", "own", "own", "own"},
-		{"semaphore", "semaphore", "semaphore", "semaphore"},
-		{"write", "write", "write", "write"},
-		{"write over reads", "read", "write", "read"},
-		{"election", "election", "election", "election"},
+	for _, tc := range []struct {
+		name, holder, waiter, next string
+		retries                    bool
+	}{
+		{"lock", "own", "own", "own", true},
+		{"semaphore", "semaphore", "semaphore", "semaphore", true},
+		{"write", "write", "write", "write", true},
+		{"write over reads", "read", "write", "read", true},
+		{"election", "election", "election", "election", true},
+		{"lock without retries", "own", "own", "own", false},
+		{"semaphore without retries", "semaphore", "semaphore", "semaphore", false},
+		{"write without retries", "write", "write", "write", false},
+		{"write over reads without retries", "read", "write", "read", false},
+		{"election without retries", "election", "election", "election", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, rdb := setup(t)
+			t.Parallel()
+			srv, rdb := setup(t)
 			ctx := t.Context()
 			const name = "stale"
 			direct := newClient(t, rdb)
-			lc := newLossyConn(goredisdriver.Conn(rdb))
+			opts := srv.Options()
+			if !tc.retries {
+				opts.MaxRetries = -1
+			}
+			wrdb := redis.NewClient(opts)
+			t.Cleanup(func() { wrdb.Close() })
+			lc := newLossyConn(goredisdriver.Conn(wrdb))
 			wc, err := dlock.NewFrom(lc)
 			if err != nil {
 				t.Fatal(err)
@@ -178,7 +195,15 @@ func TestQueuedWaiterIgnoresHandoverToItsUndoneToken(t *testing.T) {
 					t.Fatal("the handover never reached the waiter")
 				}
 			}
-			nextWaiterThenWaiter(t, lc, w, x)
+			close(lc.lose)
+			if tc.retries { // asked again, the waiter's attempt finds the lock its own
+				inTurn(t, w, x, "the waiter", "the next waiter")
+				return
+			}
+			if wr := <-w; !errors.Is(wr.err, io.EOF) {
+				t.Errorf("the waiter whose reply was lost, without retries = %v, want io.EOF", wr.err)
+			}
+			inTurn(t, x, nil, "the next waiter", "")
 		})
 	}
 }
@@ -189,49 +214,52 @@ type takeResult struct {
 	err error
 }
 
-// nextWaiterThenWaiter: once lc's held reply is lost, the waiter (w) undoes
-// and queues again; the next waiter (x) takes the lock, the waiter takes it
-// only after the next one released.
-func nextWaiterThenWaiter(t *testing.T, lc *lossyConn, w, x <-chan takeResult) {
+// inTurn checks that first takes the lock, that second does not while
+// first holds it, and that second takes it once first released it; with
+// second nil, only that first takes the lock, which it then releases.
+func inTurn(t *testing.T, first, second <-chan takeResult, firstName, secondName string) {
 	t.Helper()
 	ctx := t.Context()
-	// The reply is lost: the waiter undoes (the next waiter is handed
-	// the lock) and queues again under a new token.
-	close(lc.lose)
-	var xr takeResult
+	var fr takeResult
 	select {
-	case xr = <-x:
+	case fr = <-first:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the next waiter never took the lock")
+		t.Fatalf("%s never took the lock", firstName)
 	}
-	if xr.err != nil {
-		t.Fatalf("the next waiter: %v", xr.err)
+	if fr.err != nil {
+		t.Fatalf("%s: %v", firstName, fr.err)
+	}
+	if second == nil {
+		if err := fr.l.Release(ctx); err != nil {
+			t.Errorf("%s's Release = %v, want nil", firstName, err)
+		}
+		return
 	}
 	select {
-	case wr := <-w:
-		if wr.err == nil {
-			t.Errorf("the waiter took the lock (lease %s) while the next waiter holds it", wr.l.Token())
-			wr.l.Release(ctx)
+	case sr := <-second:
+		if sr.err == nil {
+			t.Errorf("%s took the lock (lease %s) while %s holds it", secondName, sr.l.Token(), firstName)
+			sr.l.Release(ctx)
 		} else {
-			t.Errorf("the waiter: %v", wr.err)
+			t.Errorf("%s: %v", secondName, sr.err)
 		}
-		xr.l.Release(ctx)
+		fr.l.Release(ctx)
 		return
 	case <-time.After(2 * time.Second): // (long enough for a wrongly trusted handover to show)
 	}
-	if err := xr.l.Release(ctx); err != nil {
+	if err := fr.l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case wr := <-w:
-		if wr.err != nil {
-			t.Fatalf("the waiter after the next one released: %v", wr.err)
+	case sr := <-second:
+		if sr.err != nil {
+			t.Fatalf("%s after %s released: %v", secondName, firstName, sr.err)
 		}
-		if err := wr.l.Release(ctx); err != nil {
-			t.Errorf("the waiter's Release = %v, want nil", err)
+		if err := sr.l.Release(ctx); err != nil {
+			t.Errorf("%s's Release = %v, want nil", secondName, err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter never took the lock after the next one released")
+		t.Fatalf("%s never took the lock after %s released", secondName, firstName)
 	}
 }
 

@@ -202,8 +202,9 @@ type Grant struct {
 	// it can land later. Without it the lease's Claim is not Clean.
 	Once bool
 	// Again reports that the request's reply was lost and may be asked
-	// again, as a new attempt once this one is undone: the Redis client,
-	// which never sends it twice, is configured to retry.
+	// again, under the same token (the acquire scripts answer a repeat as
+	// the first): the Redis client, which never sends it twice, is
+	// configured to retry.
 	Again bool
 }
 
