@@ -237,6 +237,32 @@ func (c *Client) do(ctx context.Context, k *kind, name string, fn func(ctx conte
 	}, func(l *Lock) error { return release(ctx, l) })
 }
 
+// The kinds of a Client's own locks on one deployment, one chosen when it
+// is made (ownOn): a reentrant lock's is in reentrant.go, a quorum's in
+// redlock.go.
+var (
+	unfairLocks = kind{slot: newMode("unfair"), lease: backend.PlainLock, waits: polls{}, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
+	fairLocks   = kind{slot: newMode("fair"), lease: backend.FairLock, waits: queues{}, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
+)
+
+// ownOn returns the kind of the Client's own locks that the options ask
+// for: over a quorum (a node timeout, NewRedlock), or on one deployment,
+// whose waiting is fair where b carries it (not WithoutScripts); if b
+// does not carry it, an error wrapping ErrInvalid that says why (only
+// reentrant locks can be refused).
+func (o *options) ownOn(b backend.Backend) (kind, error) {
+	k := unfairLocks
+	switch {
+	case o.reentrant:
+		k = reentrantLocks
+	case o.nodeTimeout > 0:
+		k = quorumLocks
+	case !o.unfair && b.Carries(fairLocks.lease) == nil:
+		k = fairLocks
+	}
+	return k, unserved("WithReentrant(true)", words{plural: "reentrant locks", verb: "keep"}, b.Carries(k.lease))
+}
+
 // nilFunc is the refusal of a Do given no function to run under name.
 func nilFunc(name string) error {
 	return fmt.Errorf("%w: do %q: the function to run is nil", ErrInvalid, name)

@@ -10,9 +10,10 @@ import (
 )
 
 // kind is what a Client's acquisitions are, seen from this package, and how
-// they speak: the Client's own locks (Client.own, one of those below,
-// chosen when the Client is made), or a kind made on top of them, each
-// described in its own file (semaphore.go, rwmutex.go, election.go).
+// they speak: the Client's own locks (Client.own, chosen when the Client
+// is made: client.go's ownOn; reentrant.go, redlock.go), or a kind made on
+// top of them, each described in its own file (semaphore.go, rwmutex.go,
+// election.go). This file lists no kind.
 type kind struct {
 	slot  int          // its mode (modes[slot], its name in Event.Mode), and its place in the Client's held counts
 	lease backend.Kind // what the backend runs
@@ -77,16 +78,6 @@ func newMode(name string) int {
 // mode is k's name in Event.Mode.
 func (k *kind) mode() string { return modes[k.slot] }
 
-// The kinds of a Client's own locks, one chosen when it is made
-// (ownOn).
-var (
-	unfairLocks    = kind{slot: newMode("unfair"), lease: backend.PlainLock, waits: polls{}, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
-	fairLocks      = kind{slot: newMode("fair"), lease: backend.FairLock, waits: queues{}, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
-	quorumLocks    = kind{slot: newMode("quorum"), lease: backend.PlainLock, waits: polls{}, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
-	reentrantLocks = kind{slot: newMode("reentrant"), lease: backend.ReentrantLock, waits: polls{}, acquireOp: "acquire", releaseOp: "release",
-		holders: owners{}, by: "held by another owner"} // (its claims and refusals all name its owner)
-)
-
 // says reports whether a refusal g of an attempt of kind k says something
 // worth keeping (see refusal): it names a holder, or k's refusals name none.
 func (k *kind) says(g backend.Grant) bool {
@@ -115,24 +106,6 @@ func (k *kind) resumes(name, token string) error {
 		return fmt.Errorf("%w: %q: Resume: the token is another kind's lease", ErrNotHeld, name)
 	}
 	return nil
-}
-
-// ownOn returns the kind of the Client's own locks that the options ask
-// for: over a quorum (a node timeout, NewRedlock), or on one deployment,
-// whose waiting is fair where b carries it (not WithoutScripts); if b
-// does not carry it, an error wrapping ErrInvalid that says why (only
-// reentrant locks can be refused).
-func (o *options) ownOn(b backend.Backend) (kind, error) {
-	k := unfairLocks
-	switch {
-	case o.reentrant:
-		k = reentrantLocks
-	case o.nodeTimeout > 0:
-		k = quorumLocks
-	case !o.unfair && b.Carries(fairLocks.lease) == nil:
-		k = fairLocks
-	}
-	return k, unserved("WithReentrant(true)", words{plural: "reentrant locks", verb: "keep"}, b.Carries(k.lease))
 }
 
 // waiting is how a kind's waiters wait: they poll (polls), trying again

@@ -13,6 +13,10 @@ import (
 	"github.com/dlockio/dlock/internal/pubsub"
 )
 
+// quorumLocks is the kind of a quorum's own locks (NewRedlock): plain
+// locks, whose waiters poll.
+var quorumLocks = kind{slot: newMode("quorum"), lease: backend.PlainLock, waits: polls{}, acquireOp: "acquire", releaseOp: "release", holders: tokens{}}
+
 // NewRedlock returns a Client whose locks are held on a majority of N masters
 // (docs/deployments.md), waiting up to nodeTimeout on each (0: TTL/50, ≥ 5ms).
 // Locks wait unfairly; other kinds, WithReplicaAck and WithoutScripts are

@@ -21,6 +21,11 @@ var _ = part(func(info *Info, st backend.State) {
 	}
 })
 
+// reentrantLocks is the kind of a reentrant Client's own locks
+// (WithReentrant): its claims and refusals all name its owner.
+var reentrantLocks = kind{slot: newMode("reentrant"), lease: backend.ReentrantLock, waits: polls{}, acquireOp: "acquire", releaseOp: "release",
+	holders: owners{}, by: "held by another owner"}
+
 // owners is the holders of a reentrant lock: its leases belong to owners,
 // not to tokens, which its claims name, Lock.Token gives, and the deadlock
 // records key by the owner's hold of the name (see ownerHold). Its leases
