@@ -296,8 +296,15 @@ const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 var marks = map[string]byte{}
 
 // marked registers mark, and the tag its kind's tokens carried before, and
-// returns mark.
+// returns mark. A mark that one registered already begins with, or that
+// begins with one, would tell two kinds apart by nothing: it panics, as
+// the package is initialized.
 func marked(mark string, tag byte) string {
+	for m := range marks {
+		if strings.HasPrefix(mark, m) || strings.HasPrefix(m, mark) {
+			panic("dlock: the token mark " + strconv.Quote(mark) + " overlaps " + strconv.Quote(m))
+		}
+	}
 	marks[mark] = tag
 	return mark
 }

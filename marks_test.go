@@ -59,3 +59,22 @@ func TestALeadersTokenFromBeforeTheMarksReadsAsALeaders(t *testing.T) {
 		}
 	}
 }
+
+// A mark that overlaps one registered already (the same, or one beginning
+// with the other) panics as it registers, and registers nothing: two kinds
+// would share their tokens' mark.
+func TestAnOverlappingMarkPanicsUnregistered(t *testing.T) {
+	for _, mark := range []string{"e:", "e:x", "e"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("marked(%q) beside the campaign's e: did not panic", mark)
+				}
+			}()
+			marked(mark, 0)
+		}()
+		if _, ok := marks[mark]; ok && mark != "e:" {
+			t.Errorf("marked(%q) registered the overlapping mark", mark)
+		}
+	}
+}

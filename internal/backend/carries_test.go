@@ -55,3 +55,21 @@ func TestNoScriptsRefusesAClaimOfAKindItDoesNotCarryUnsent(t *testing.T) {
 		}
 	}
 }
+
+// Every Kind can be compared with ==, as the root package compares a
+// claim's Kind with Write and Downgrading: none holds a value that would
+// make == panic.
+func TestEveryKindIsComparable(t *testing.T) {
+	for _, k := range []Kind{PlainLock, FairLock, ReentrantLock, Campaign, Read, Write, Downgrading, Permits(3, 1), Permits(0, 2)} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s (%T) == itself panicked: %v", k.what(), k, r)
+				}
+			}()
+			if k != k { //nolint:staticcheck // (the comparison is the test)
+				t.Errorf("%s (%T) is not equal to itself", k.what(), k)
+			}
+		}()
+	}
+}
