@@ -194,10 +194,20 @@ func (l *Lock) mode() string {
 }
 
 // Key returns the Redis key that holds the lock.
-func (l *Lock) Key() string { return l.cl.Lock }
+func (l *Lock) Key() string {
+	if l.cl == nil { // (a zero Lock)
+		return ""
+	}
+	return l.cl.Lock
+}
 
 // Token returns the lease's opaque token: no spaces, holder metadata included.
-func (l *Lock) Token() string { return l.k.holders.tokenOf(l.cl) }
+func (l *Lock) Token() string {
+	if l.k == nil { // (a zero Lock)
+		return ""
+	}
+	return l.k.holders.tokenOf(l.cl)
+}
 
 // Meta returns the lease's holder metadata ([HolderMeta]).
 func (l *Lock) Meta() string { return l.p.meta }
@@ -344,6 +354,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // ErrInvalid if ttl is below MinTTL or l's drift, else held's error. of
 // names what was to be extended, for the refusal only.
 func (l *Lock) extendable(ttl time.Duration, held interface{ Err() error }, of func() string) error {
+	if l.c == nil { // (a zero Lock)
+		return errNil
+	}
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: Extend(%v) of %s: the TTL must be at least %v", ErrInvalid, ttl, of(), MinTTL)
 	}
@@ -609,6 +622,11 @@ func (l *Lock) lapse() error { return l.declare(false) }
 // declare is expire, with tell, else lapse.
 func (l *Lock) declare(tell bool) error {
 	l.mu.Lock()
+	if l.c == nil { // (a zero Lock: never acquired, it is settled as such)
+		defer l.mu.Unlock()
+		l.err = cmp.Or(l.err, errNil)
+		return l.err
+	}
 	if err := l.err; err != nil || time.Now().Before(l.validUntil) { // settled, or extended meanwhile
 		l.mu.Unlock()
 		return err
