@@ -63,6 +63,9 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	wait := pending.p.wait
 	if wait == 0 || try { // one attempt
 		l, g, err := c.attempt(ctx, pending, nil)
+		if l == nil && pending.cl.Astray { // (a refusal after a lost reply: its copy may still land)
+			c.undo(ctx, pending.cl)
+		}
 		switch {
 		case l == nil && ctx.Err() != nil: // (an attempt that failed returns no Lock)
 			if endedOnly(ctx, err) {
@@ -105,7 +108,7 @@ func (c *Client) acquire(ctx context.Context, k *kind, name string, opts []LockO
 	// attempt whose outcome is unknown was undone, and the token
 	// renewed): a wait none of whose requests reached Redis leaves
 	// nothing to take out, and sends nothing more.
-	if a.entered == pending.cl.Token && !a.gone { // (if the lock was handed to it meanwhile, the undo passes it on)
+	if (a.entered == pending.cl.Token || pending.cl.Astray) && !a.gone { // (if the lock was handed to it meanwhile, the undo passes it on)
 		c.undo(ctx, pending.cl)
 	}
 	if actx.Err() == nil {
@@ -303,9 +306,9 @@ func (a *acquisition) handedOver(wake int64) *Lock {
 // attempt runs the acquire script once for the pending Lock l. It returns l
 // when taken, or nil and Redis's answer (the holder's remaining lease, -1
 // if unknown, and who it is) when not; after an error the grant says
-// nothing. A request whose reply was lost is asked again once, under the
-// same token, when the Redis client retries (backend.Grant.Again). An
-// attempt whose outcome is still unknown (no answer, or ctx ended while it
+// nothing. A request whose reply was lost is asked again under the same
+// token by the backend (see backend.Node.Acquire). An attempt whose
+// outcome is still unknown (no answer, or ctx ended while it
 // was in flight) or that came back too late is undone, and l gets a new
 // lease token for the next attempt: the undo revoked the old one. A
 // waiter's attempt (a not nil) queues if the lock is taken: when Redis
@@ -341,21 +344,14 @@ func (c *Client) attempt(ctx context.Context, l *Lock, a *acquisition) (*Lock, b
 	if err := ctx.Err(); err != nil {
 		return nil, backend.Grant{}, backend.NotSent(err)
 	}
+	// (The terms count from the first copy sent: one asked again after a
+	// lost reply may find the lease the first took, and not lengthen it.)
 	t := l.termsFrom(time.Now())
 	g, err := c.b.Acquire(ctx, l.cl, t.ask, queue)
-	if err != nil && g.Again && ctx.Err() == nil {
-		// The reply was lost, and the Redis client does not send the
-		// request again: ask once more under the same token, which every
-		// acquire script answers as it did the first (so a waiter keeps
-		// its place in the queue). The first may still land later: the
-		// lease is not clean, and its release marks it ended.
-		l.cl.Clean = false
-		t = l.termsFrom(time.Now())
-		g, err = c.b.Acquire(ctx, l.cl, t.ask, queue)
-	}
 	if err == nil && !g.Once {
 		l.cl.Clean = false // a copy of the request may land later: the release marks the lease ended
 	}
+	l.cl.Astray = l.cl.Astray || g.Astray // (and the acquisition undoes it if it ends without the lease)
 	if queue && err == nil && !g.Held && !g.Undo {
 		a.entered = l.k.waits.place(l.cl.Token) // answered and refused
 	}

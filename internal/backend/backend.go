@@ -84,6 +84,10 @@ type Claim struct {
 	// ReleaseSent reports that a release of the lease was sent before and
 	// its reply lost: it may have run. The caller sets it.
 	ReleaseSent bool
+	// Astray reports that an acquire of the token whose reply was lost
+	// may still land (Grant.Astray): an acquisition that ends without the
+	// lease undoes it. The caller sets it; SetToken clears it.
+	Astray bool
 	// tried is, per quorum node, the call of the lease's last failed
 	// acquire attempt there (see Quorum.Undo); nil if none. SetToken
 	// clears it.
@@ -118,7 +122,7 @@ func (c *Claim) markedArgs(window int64, args ...any) []any {
 // unknown outcome) is refused by Redis from then on, so an attempt after an
 // undo needs a new one.
 func (c *Claim) SetToken(token string) {
-	c.Token, c.Clean, c.tried = token, true, nil
+	c.Token, c.Clean, c.Astray, c.tried = token, true, false, nil
 	c.Rev = c.Lock + ":r:" + token
 	c.Holder = c.Kind.holder(c)
 }
@@ -201,11 +205,9 @@ type Grant struct {
 	// Once reports that the request was sent once and answered: no copy of
 	// it can land later. Without it the lease's Claim is not Clean.
 	Once bool
-	// Again reports that the request's reply was lost and may be asked
-	// again, under the same token (the acquire scripts answer a repeat as
-	// the first): the Redis client, which never sends it twice, is
-	// configured to retry.
-	Again bool
+	// Astray reports that a copy of the request whose reply was lost may
+	// still land, though a later copy was answered (see Node.Acquire).
+	Astray bool
 }
 
 // Backend runs lock operations against one Redis deployment. The Lock
@@ -285,7 +287,7 @@ type Node struct {
 	uc         redis.UniversalClient // the go-redis client (nil through a driver): a Cluster's masters, the script-free transactions
 	pub        any                   // PUBLISH, or SPUBLISH on a Redis Cluster (an argument, converted once)
 	replicas   int                   // acknowledgements acquire and extend need: WithReplicaAck's replicas, plus the append-only file's with durable grants
-	retries    bool                  // a lost reply is asked again, once (see Grant.Again), unless the client never sends a command again
+	retries    bool                  // a lost reply is asked again (see again), unless the client never sends a command again
 	ackTimeout time.Duration
 	durable    time.Duration // WithDurableGrants: how long WAITAOF waits for the append-only file (0: off; see durable.go)
 	acks       [][]any       // the waits sent after a write (ackCmds), built once
@@ -446,15 +448,24 @@ func (n Node) ackUndone(acks int64) error {
 	return Because(ErrNotAcquired, err.Error()+" (undone)", err)
 }
 
-// Acquire runs the acquire script once. After an error the attempt must be
-// undone (Grant.Undo) unless the request surely never reached Redis: the
+// Acquire runs the acquire script, asked again under the same token while
+// its reply is lost (see again): every acquire script answers a repeat as
+// it did the first (it confirms the lease, renews a queue entry in place,
+// or finds the lock handed to it), so a waiter keeps its place in line.
+// Then a copy may still land (Grant.Astray). After an error the attempt
+// must be undone (Grant.Undo) unless no request surely reached Redis: the
 // script may have run with its reply lost, or written part of its work
 // before a write was refused (Lua does not roll back).
 func (n Node) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	g, err := c.Kind.acquire(ctx, n, c, ttl, queue)
+	var g Grant
+	astray, _, err := n.again(ctx, false, func() (any, error) {
+		var err error
+		g, err = c.Kind.acquire(ctx, n, c, ttl, queue)
+		return nil, err
+	})
 	g.Undo = g.Undo || err != nil && !errors.Is(err, ErrRevoked) && !neverSent(err)
-	g.Once = err == nil && n.replicas == 0 // (WAIT's pipeline is go-redis's own)
-	g.Again = g.Undo && n.retries && ReplyLost(err)
+	g.Once = err == nil && !astray && n.replicas == 0 // (WAIT's pipeline is go-redis's own)
+	g.Astray = astray
 	return g, err
 }
 

@@ -251,7 +251,7 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 	}
 	r := fanOut(ctx, q, func(g Grant) bool { return g.Held }, untilSettled, func(ctx context.Context, n Node) (Grant, error) {
 		g, err := n.Acquire(ctx, c, ttl, queue)
-		tried[n.i].left = g.Held || g.Undo
+		tried[n.i].left = g.Held || g.Undo || g.Astray
 		close(tried[n.i].done)
 		return g, err
 	})
@@ -264,10 +264,11 @@ func (q *Quorum) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue
 	c.tried = tried // (its undo, if any, skips the nodes where it left nothing)
 	// The caller undoes what may have been granted, on every node: nothing
 	// to undo if no node granted it and every other one refused, or surely
-	// never got the request.
+	// never got the request, and no copy whose reply was lost may land.
 	undo := r.yes > 0
 	pttl, holder, named := time.Duration(-1), "", map[string]int{} // of the refusing nodes' holders: the longest lease, the one most named
 	for _, a := range r.answers {
+		undo = undo || a.v.Astray
 		switch {
 		case a.err == errRefused:
 			pttl = max(pttl, a.v.PTTL)
