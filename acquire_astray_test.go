@@ -211,3 +211,52 @@ func TestRefusedTryAcquireAfterALostReplyLeavesItsLateCopyNothing(t *testing.T) 
 		})
 	}
 }
+
+// A reentrant waiter (it polls) whose first request is delayed (its reply
+// lost) and whose request asked again is refused does not keep that
+// token: the delayed copy, landing once the holder's lease ended, takes
+// nothing, and the waiter's hold, taken later, ends no later than its key,
+// so no other owner takes the lock while it is valid.
+func TestPollingWaiterAfterALostReplyLeavesItsLateCopyNothing(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	other := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
+	held, err := other.TryAcquire(ctx, "astray-poller", dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := lateCopy{make(chan struct{}), make(chan struct{})}
+	conn := &astrayConn{Conn: goredisdriver.Conn(rdb), script: "acquire_reentrant", first: lc.first}
+	// Its polls come 700ms apart: a copy landing just after one is found
+	// by the next, 700ms after it set the hold's deadline.
+	c := astrayClient(t, conn, dlock.WithReentrant(true), dlock.WithUnfair(func(int) time.Duration { return 700 * time.Millisecond }))
+	done := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "astray-poller", dlock.LeaseTTL(2*time.Second), dlock.MaxWait(10*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- l
+	}()
+	// Its first attempt asked again, and the attempt made once it listens:
+	// it sleeps till its next poll.
+	if !waitFor(5*time.Second, func() bool { conn.mu.Lock(); defer conn.mu.Unlock(); return conn.n >= 3 }) {
+		t.Fatal("the waiter never asked again")
+	}
+	rdb.Del(ctx, held.Key()) // the holder's lease ends unannounced, as at its expiry
+	close(lc.land)
+	<-lc.landed
+	l := <-done
+	if l == nil {
+		return
+	}
+	defer l.Release(ctx)
+	pttl, err := rdb.PTTL(ctx, l.Key()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if expiry := time.Now().Add(pttl); l.ValidUntil().After(expiry) {
+		t.Errorf("the waiter's hold is valid %v past its key's expiry", l.ValidUntil().Sub(expiry))
+	}
+}
