@@ -640,6 +640,7 @@ func TestLateAcquireCopyKeepsShortening(t *testing.T) {
 	}{
 		{"unfair", plain(dlock.WithUnfair(nil))},
 		{"fair", plain(dlock.WithObserver(dlock.Observer{}))},
+		{"reentrant", plain(dlock.WithReentrant(true))},
 		{"semaphore", func(t *testing.T, name string) func() (*dlock.Lock, error) {
 			c := newClient(t, rdbP, dlock.LeaseTTL(10*time.Second), dlock.WithAutoExtend(false))
 			sem, err := c.Semaphore(name, 2)
