@@ -260,3 +260,46 @@ func TestPollingWaiterAfterALostReplyLeavesItsLateCopyNothing(t *testing.T) {
 		t.Errorf("the waiter's hold is valid %v past its key's expiry", l.ValidUntil().Sub(expiry))
 	}
 }
+
+// A Redlock TryAcquire refused by its node after the reply to its first
+// request was lost (the request delayed in the network) undoes its token
+// there: the delayed copy, landing after the holder's release, leaves the
+// lock free. (One node: with more, the round ends before the node that
+// asked again answers, and its silence alone calls for the undo.)
+func TestRedlockRefusedAfterALostReplyLeavesItsLateCopyNothing(t *testing.T) {
+	t.Parallel()
+	srvs, nodes := startQuorum(t, 1)
+	ctx := t.Context()
+	held, err := newRedlock(t, nodes, 100*time.Millisecond).TryAcquire(ctx, "astray-quorum", dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := lateCopy{make(chan struct{}), make(chan struct{})}
+	retrying := redis.NewClient(&redis.Options{Addr: srvs[0].Addr()}) // (a node asks again only through a client that retries)
+	t.Cleanup(func() { retrying.Close() })
+	conn := &astrayConn{Conn: goredisdriver.Conn(retrying), script: "acquire", first: lc.first}
+	c, err := dlock.NewRedlockFrom([]driver.Conn{conn}, 500*time.Millisecond, dlock.WithAutoExtend(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	if l, err := c.TryAcquire(ctx, "astray-quorum", dlock.LeaseTTL(time.Minute)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of the held lock = %v, %v, want ErrNotAcquired", l, err)
+	}
+	if conn.mu.Lock(); conn.n < 2 {
+		t.Fatalf("the node was asked %d times, want the request asked again", conn.n)
+	}
+	conn.mu.Unlock()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(lc.land)
+	select {
+	case <-lc.landed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the delayed copy never landed")
+	}
+	if !waitFor(5*time.Second, func() bool { return retrying.Exists(ctx, held.Key()).Val() == 0 }) {
+		t.Errorf("after the release the lock is held by the late copy of a refused TryAcquire (%v left): by nobody", retrying.PTTL(ctx, held.Key()).Val())
+	}
+}
