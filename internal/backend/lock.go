@@ -37,10 +37,8 @@ var (
 )
 
 func (plainLock) acquire(ctx context.Context, n Node, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	if queue { // (a waiter: the wake key too, see acquire.lua)
-		return n.takeLock(ctx, c, acquire, []any{&c.Lock, &c.Rev, &c.Wake}, &c.Token, n.ms(ttl))
-	}
-	return n.takeLock(ctx, c, acquire, []any{&c.Lock, &c.Rev}, &c.Token, n.ms(ttl))
+	// (a waiter: the wake key too, see acquire.lua)
+	return n.takeLock(ctx, c, acquire, appendIf(queue, &c.Wake, &c.Lock, &c.Rev), &c.Token, n.ms(ttl))
 }
 
 // takeLock runs s, acquire.lua or acquire_fair.lua, once for the lease c
@@ -73,10 +71,7 @@ func (plainLock) extend(ctx context.Context, n Node, c *Claim, ttl time.Duration
 // lease c; with the clock on, its last argument asks for the server's time
 // in the reply (see clock.go).
 func (n Node) extendLease(ctx context.Context, s *script.Script, c *Claim, ttl time.Duration, seq int64, keys ...any) (any, int64, error) {
-	if n.clock.on() {
-		return n.acked(ctx, s, nil, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq), 1)
-	}
-	return n.acked(ctx, s, nil, keys, c.Token, ttl.Milliseconds(), c.seqArg(seq))
+	return n.acked(ctx, s, nil, keys, appendIf(n.clock.on(), 1, c.Token, ttl.Milliseconds(), c.seqArg(seq))...)
 }
 
 func (plainLock) release(ctx context.Context, n Node, c *Claim, window int64) (any, error) {

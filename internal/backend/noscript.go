@@ -90,9 +90,15 @@ type tx struct {
 // last try's value and error. A Cluster client that gave up following
 // redirects (ASK from a slot's source, MOVED from its target, while the
 // slot is migrated) returns no error though fn never ran to its end: that
-// is ErrRedirected, not an answer.
-func watched[T any](ctx context.Context, n NoScripts, keys []string, fn func(tx) (T, error)) (T, error) {
+// is ErrRedirected, not an answer. A lease c (nil for none) of a kind n
+// does not carry is refused, unsent.
+func watched[T any](ctx context.Context, n NoScripts, c *Claim, keys []string, fn func(tx) (T, error)) (T, error) {
 	var v T
+	if c != nil {
+		if err := n.Carries(c.Kind); err != nil {
+			return v, NotSent(err)
+		}
+	}
 	var ran bool // fn ran to its end without an error
 	run := func(t *redis.Tx) (err error) {
 		v, err = fn(tx{t, ctx})
@@ -205,10 +211,7 @@ func (n NoScripts) ack(t tx, err, refused error, short func(acks int64) error) e
 // attempt must be undone. There is no fair queue: with queue set (a
 // waiter) a refused attempt sets the wake key.
 func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	if err := n.Carries(c.Kind); err != nil {
-		return Grant{}, NotSent(err)
-	}
-	g, err := watched(ctx, n, []string{c.Rev}, func(t tx) (Grant, error) { return n.acquireTx(t, c, ttl, queue) })
+	g, err := watched(ctx, n, c, []string{c.Rev}, func(t tx) (Grant, error) { return n.acquireTx(t, c, ttl, queue) })
 	if err != nil {
 		err = n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 		g.Undo = !errors.Is(err, ErrRevoked) && !neverSent(err) // (a failed try's Grant has no Undo)
@@ -270,11 +273,8 @@ func (n NoScripts) acquireTx(t tx, c *Claim, ttl time.Duration, queue bool) (Gra
 // attempt still in flight, or by another lease, after the reads aborts the
 // EXEC, and the release reads again.
 func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
-	if err := n.Carries(c.Kind); err != nil {
-		return false, NotSent(err)
-	}
 	px := Window(cmp.Or(c.TTL, n.ttl)).Milliseconds() // the marker's life
-	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(t tx) (bool, error) {
+	return result(watched(ctx, n, c, []string{c.Lock, c.Rev}, func(t tx) (bool, error) {
 		h, m, _, err := t.lease(c)
 		ok := h == c.Token
 		switch {
@@ -300,9 +300,6 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 // are watched, so an older extension delayed in the network, which reads
 // before a newer one writes and would act after it, finds its EXEC aborted.
 func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error) {
-	if err := n.Carries(c.Kind); err != nil {
-		return false, NotSent(err)
-	}
 	ms, arg := ttl.Milliseconds(), fmt.Sprint(c.seqArg(seq))
 	// Unnumbered, it never shortens the lease: no order to keep (see
 	// extend.lua). Numbered, it reads both keys with GET instead, as
@@ -312,7 +309,7 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 		read = tx.get
 		writes = [][]any{{"pexpire", c.Lock, ms}, {"SET", c.Rev, "e" + arg, "PX", ms}}
 	}
-	return result(watched(ctx, n, []string{c.Lock, c.Rev}, func(t tx) (bool, error) {
+	return result(watched(ctx, n, c, []string{c.Lock, c.Rev}, func(t tx) (bool, error) {
 		h, m, _, err := read(t, c)
 		switch {
 		case err != nil || h != c.Token:
@@ -338,10 +335,7 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 // The lease's marker is watched too: a Lock that another resumed gets no
 // fence (see drives).
 func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
-	if err := n.Carries(c.Kind); err != nil {
-		return 0, NotSent(err)
-	}
-	return result(watched(ctx, n, []string{c.Lock, c.Fence, c.Rev}, func(t tx) (int64, error) {
+	return result(watched(ctx, n, c, []string{c.Lock, c.Fence, c.Rev}, func(t tx) (int64, error) {
 		h, m, r, err := t.lease(c, []any{"GET", c.Fence}, []any{"TIME"})
 		prev, _ := r[0].Int64()     // (0: no counter)
 		now, _ := r[1].Int64Slice() // seconds, µs
@@ -431,7 +425,7 @@ func (n NoScripts) Announce(ctx context.Context, k *Keys, msg string) error {
 // lock is watched before its holding is read, so the EXEC deletes the
 // holding that was read, or nothing.
 func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
-	return result(watched(ctx, n, []string{k.Lock}, func(t tx) (bool, error) {
+	return result(watched(ctx, n, nil, []string{k.Lock}, func(t tx) (bool, error) {
 		st, err := readState(ctx, k, t.Pipeline())
 		if ok, ferr := st.forced(); !ok { // (a failed read's State is empty: no holding)
 			return false, cmp.Or(err, ferr)
