@@ -352,6 +352,14 @@ func (c *Client) attempt(ctx context.Context, l *Lock, a *acquisition) (*Lock, b
 		l.cl.Clean = false // a copy of the request may land later: the release marks the lease ended
 	}
 	l.cl.Astray = l.cl.Astray || g.Astray // (and the acquisition undoes it if it ends without the lease)
+	if g.Astray && err == nil && !g.Held && l.k.waits.place(l.cl.Token) == "" {
+		// Refused, a waiter that polls keeps no place to lose: its copy
+		// that may land is undone now, and it asks under a new token. (Kept,
+		// a copy landing on the free lock would be found by a later poll
+		// whose validity counts from that poll, while a reentrant hold
+		// found again keeps the deadline the copy set.)
+		g.Undo = true
+	}
 	if queue && err == nil && !g.Held && !g.Undo {
 		a.entered = l.k.waits.place(l.cl.Token) // answered and refused
 	}

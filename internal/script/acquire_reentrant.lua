@@ -2,11 +2,9 @@
 -- The lock is a hash: 'owner' = the owner id, 'fence' = the fence of the
 -- first hold, and one field 'h:<hold token>' = deadline (ms, server clock)
 -- per hold, with PX expiry at the latest deadline. Each hold is a lease of
--- its own: a stale handle's release cannot remove a newer hold, and no hold
--- shortens the key below another's deadline. A re-sent request that finds
--- its field pushes the hold's deadline out to ttl from now if it is sooner
--- (the caller counts its validity from when it sent this request), but not
--- once a numbered extension of the hold was applied (see acquire.lua).
+-- its own: a re-sent request finds its field and changes nothing, a stale
+-- handle's release cannot remove a newer hold, and no hold shortens the
+-- key below another's deadline.
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] the hold's revocation key
 -- ARGV[1] owner id   ARGV[2] hold token   ARGV[3] ttl in ms
 -- ARGV[4] how long the fence counter lives, in ms (the fence window)
@@ -43,10 +41,8 @@ if owner ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1]), 0, owner, hold}
 end
 local now = now_ms()
-local deadline = tonumber(redis.call('HGET', KEYS[1], field)) or 0
-if deadline == 0 or (deadline < now + ttl and not numbered(KEYS[3])) then
-  redis.call('HSET', KEYS[1], field, now + ttl)
-  redis.call('PEXPIRE', KEYS[1], ttl, 'GT')
+if redis.call('HSETNX', KEYS[1], field, now + ttl) == 1 and redis.call('PTTL', KEYS[1]) < ttl then
+  redis.call('PEXPIRE', KEYS[1], ttl)
 end
 local holds = live_holds(KEYS[1], now)
 return {1, tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0, holds}

@@ -6,7 +6,7 @@ package script
 var digests = map[string]string{
 	"acquire":           "685ecf9e1cc45a347f680189c2cbf18bc50056d3",
 	"acquire_fair":      "a2ccb031bab95c8a46c2bbac5b50da0a5c12e7a4",
-	"acquire_reentrant": "bb49dc39737b9726241e97e7c0442a795f7feb97",
+	"acquire_reentrant": "e4c55580e211569f28c50b51ecc25d58f290939b",
 	"announce":          "5701fe43c5fbc0c834c29f3fe18c87bd45c9600a",
 	"campaign_acquire":  "b0b5106831a7551a006e7be8c85baa46311125da",
 	"campaign_extend":   "9a1be709b5ec348993f9c5b30c3f85c6add5479e",
