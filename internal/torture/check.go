@@ -11,7 +11,7 @@ import (
 
 // Invariants, by the letter the failure messages and summaries use.
 var Invariants = []struct{ ID, What string }{
-	{"a", "no two holders of a name (of a semaphore: no more than N, or the size in force when the last was granted; of a read-write lock: no writer with another holder) believe they hold it at once (outside exempt windows)"},
+	{"a", "no two holders of a name (of a semaphore: no more than N permits, each hold weighed by the permits it took, or the size in force when the last was granted; of a read-write lock: no writer with another holder) believe they hold it at once (outside exempt windows)"},
 	{"b", "fences strictly increase in acquisition order per name (of a semaphore: differ between permits; of a read-write lock: a write's above every earlier hold's, a read's above every earlier write's)"},
 	{"c", "the Guard never accepts a write with a fence below one it accepted before"},
 	{"d", "liveness: contexts honoured, no waiter sleeps long through a free lock, freed locks acquirable, workers finish"},
@@ -37,6 +37,9 @@ type FreeWaits struct {
 	Stretches int   // free stretches a waiter waited through (also in Checked["d"])
 	Longest   int64 // the longest of them, ns
 	Bound     int64 // the bound, ns
+	// Of a semaphore's: the waits for several permits (AcquireN), and
+	// the waits whose queueing (OpQueued) was found.
+	Multi, Queued int
 }
 
 // Violation is one broken invariant, with the instant it is about.
@@ -110,6 +113,9 @@ func Check(h []Event, p Params) *Report {
 			r.Faults[OpRefused]++ // (no window: the invariants hold through it)
 		case OpAcquire, OpTry, OpDoRet, OpExtend, OpRelease, OpWrite, OpAll, OpCapped, OpCapFree, OpInspect, OpResume, OpDowngrade, OpProclaim, OpSize:
 			r.Ops[e.Op+":"+e.Res]++
+			if e.N > 1 {
+				r.Ops[fmt.Sprintf("%s-%d:%s", e.Op, e.N, e.Res)]++ // (of those counted: AcquireN)
+			}
 			if e.Op == OpRelease && e.Note == raceNote {
 				r.Ops["release-racing-watchdog:"+e.Res]++ // (of the releases counted)
 			}
@@ -226,10 +232,19 @@ func downgrades(h []Event, ok bool) map[string]int64 {
 func checkOverlaps(h []Event, ex exempt, p Params, r *Report) {
 	spans := sizeSpans(h, p.Permits)
 	called := map[string]int64{} // a critical section's acquisition: when its call began
+	weight := map[string]int{}   // a semaphore's critical section: the permits its hold took (AcquireN)
 	for _, e := range h {
 		if (e.Op == OpAcquire || e.Op == OpTry || e.Op == OpDo) && e.Res == "ok" && e.CS != "" {
 			called[e.CS] = e.Inv
+			weight[e.CS] = max(e.N, 1)
 		}
+	}
+	permits := func(ivs ...*interval) int { // the permits the holds of ivs took, together
+		n := 0
+		for _, iv := range ivs {
+			n += max(weight[iv.cs], 1)
+		}
+		return n
 	}
 	ivs := intervals(h)
 	sort.Slice(ivs, func(i, j int) bool { return ivs[i].from < ivs[j].from })
@@ -260,8 +275,8 @@ func checkOverlaps(h []Event, ex exempt, p Params, r *Report) {
 					last = max(last, at)
 				}
 			}
-			if n := permitsAt(spans, iv.name, last, iv.from, p.Permits); len(others) >= n {
-				semOverlap(r, iv, others, n)
+			if n := permitsAt(spans, iv.name, last, iv.from, p.Permits); permits(others...)+permits(iv) > n {
+				semOverlap(r, iv, others, n, permits)
 			}
 			continue
 		}
@@ -273,16 +288,17 @@ func checkOverlaps(h []Event, ex exempt, p Params, r *Report) {
 }
 
 // semOverlap reports iv entering a semaphore's critical section while
-// others, at least its N, still believed they held a permit.
-func semOverlap(r *Report, iv *interval, others []*interval, permits int) {
+// others still believed they held permits: with iv's, more than its N.
+// weigh says how many permits holds took (AcquireN takes several).
+func semOverlap(r *Report, iv *interval, others []*interval, n int, weigh func(...*interval) int) {
 	cs := []string{iv.cs}
 	var desc []string
 	for _, o := range others {
 		cs = append(cs, o.cs)
-		desc = append(desc, fmt.Sprintf("%s (%s fence %d, until %s)", o.cs, o.w, o.fence, ms(o.to)))
+		desc = append(desc, fmt.Sprintf("%s (%s fence %d, %d permits, until %s)", o.cs, o.w, o.fence, weigh(o), ms(o.to)))
 	}
-	r.failCS("a", iv.name, iv.from, cs, "%s (%s fence %d) entered at %s while %d other holders (N = %d) still believed they held a permit: %s",
-		iv.cs, iv.w, iv.fence, ms(iv.from), len(others), permits, strings.Join(desc, ", "))
+	r.failCS("a", iv.name, iv.from, cs, "%s (%s fence %d, %d permits) entered at %s while %d other holders of %d permits (N = %d) still believed they held them: %s",
+		iv.cs, iv.w, iv.fence, weigh(iv), ms(iv.from), len(others), weigh(others...), n, strings.Join(desc, ", "))
 }
 
 // ms formats a unix-ns instant as seconds.milliseconds within its minute,

@@ -25,7 +25,9 @@
 // checked by (h) against what reads of the leader show); in semaphore
 // rounds without node restarts, a worker that only changes the names' kept
 // sizes (Semaphore.AddPermits, between N and N+1: size.go), checked by (a)
-// and (p). In plain and fair rounds (15 in 100) and
+// and (p); and in semaphore rounds one Acquire or TryAcquire in three
+// takes 2 to N permits at once as one lease (Semaphore.AcquireN; for one
+// attempt with MaxWait(0)), resumed as such. In plain and fair rounds (15 in 100) and
 // multi rounds (half), an acquisition takes a set of two or more names in
 // random order (AcquireAll, TryAcquireAll, DoAll), contending with single
 // acquisitions of the same names. Where the names are plain locks (plain,
@@ -80,7 +82,8 @@
 // # Invariants
 //
 //	(a) critical sections of one name under different owners never
-//	    overlap (of a semaphore: no more than N of them at any instant;
+//	    overlap (of a semaphore: no more than N permits at any instant,
+//	    each critical section weighing the permits its hold took;
 //	    where its kept size changes, N+1, but N where the size was known
 //	    to be N when the last of them was granted),
 //	    except in the windows the docs allow: after a lock node came back
@@ -93,7 +96,11 @@
 //	    accepted before;
 //	(d) liveness: a call returns within a bound of its context's end; no
 //	    Acquire or Do sleeps through a free lock (by the history: no lease
-//	    of any worker held or unexpired; of a semaphore, fewer than N) for
+//	    of any worker held or unexpired; of a semaphore, as many permits
+//	    free as the waiter asks for, and as every waiter that may be ahead
+//	    of it in the queue asks for while it waits: a semaphore's queue is
+//	    strictly FIFO, and a head waiting for k permits holds up everyone
+//	    behind it while fewer than k are free) for
 //	    longer than 2s + TTL, outside the faults that reach it (freewait.go); with every worker gone
 //	    (some killed while holding), each name is acquirable within
 //	    TTL-derived bounds; workers finish;

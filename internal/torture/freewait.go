@@ -121,6 +121,7 @@ const expirySlack = 200 * time.Millisecond
 type lease struct {
 	name, w, cs string
 	from, to    int64
+	n           int // of a semaphore: the permits it holds (AcquireN); 1 otherwise
 }
 
 // leases reconstructs the span of every handle's lease (see above).
@@ -155,7 +156,7 @@ func leases(h []Event, ttl time.Duration) []lease {
 		if e.VU != 0 && e.Grp == "" { // (a set's part may have been extended while the call took the others)
 			from = max(from, e.VU-lt)
 		}
-		s := &span{lease: lease{name: e.Name, w: e.W, cs: e.CS, from: from}, acqRet: e.Ret,
+		s := &span{lease: lease{name: e.Name, w: e.W, cs: e.CS, from: from, n: max(e.N, 1)}, acqRet: e.Ret,
 			expiry: e.Ret + lt + e.Delay, maxTTL: lt + e.Delay, delay: e.Delay}
 		byCS[e.CS] = s
 		order = append(order, s)
@@ -241,6 +242,10 @@ type busy struct {
 	lastIsWindow bool   // a fault window ends it
 	lastLease    string // the lease in it that ended last
 	lastLeaseTo  int64
+	// Of a semaphore, the wait ahead in the queue whose start opens it and
+	// whose end ends it, if one does ("" if a lease or a window does).
+	firstWait, lastWait string
+	n                   int // the permits the lease of first holds (1 if 0)
 }
 
 // wait is one Acquire's (or Do's) wait: from its invocation until it got
@@ -249,6 +254,11 @@ type wait struct {
 	w, op, name, cs string
 	from, to        int64
 	res             string
+	// Of a semaphore: n is the permits it waits for (AcquireN; else 1),
+	// and queued, if not 0, when it was told to wait (OpQueued): its place
+	// in the queue dates from no later.
+	n      int
+	queued int64
 }
 
 // waits gathers the waits of h.
@@ -260,6 +270,13 @@ func waits(h []Event) []wait {
 			do[key(e)] = e
 		}
 	}
+	queued := map[string][]int64{} // by worker and name: when its waits were told to wait, in order
+	for _, e := range h {
+		if e.Op == OpQueued {
+			k := e.W + "\x00" + e.Name
+			queued[k] = append(queued[k], e.Inv)
+		}
+	}
 	var out []wait
 	for _, e := range h {
 		if e.Op == OpAll {
@@ -269,12 +286,18 @@ func waits(h []Event) []wait {
 		if (e.Op != OpAcquire && e.Op != OpDoRet) || e.Grp != "" { // (a set's parts wait one by one: setWaits)
 			continue
 		}
-		wt := wait{w: e.W, op: e.Op, name: e.Name, cs: e.CS, from: e.Inv, to: e.Ret, res: e.Res}
+		wt := wait{w: e.W, op: e.Op, name: e.Name, cs: e.CS, from: e.Inv, to: e.Ret, res: e.Res, n: max(e.N, 1)}
 		if e.Op == OpDoRet {
 			wt.op = OpDo
 			if d, ok := do[key(e)]; ok {
 				wt.to, wt.cs, wt.res = d.Ret, d.CS, "ok"
 			}
+		}
+		// (A worker waits for one acquisition at a time: the first time it
+		// was told to wait for the name within the call is this call's.)
+		qs := queued[e.W+"\x00"+e.Name]
+		if i, _ := slices.BinarySearch(qs, wt.from); i < len(qs) && qs[i] <= wt.to {
+			wt.queued = qs[i]
 		}
 		switch wt.res {
 		case "invalid", "wrongtype":
@@ -407,15 +430,15 @@ func checkFreeWaits(h []Event, p Params, r *Report) {
 	cs := calls(h)
 	byName := map[string][]busy{}
 	for _, l := range append(leases(h, p.TTL), givenBack(h, p.TTL)...) {
-		byName[l.name] = append(byName[l.name], busy{from: l.from, to: l.to, first: l.cs, last: l.cs, lastLease: l.cs, lastLeaseTo: l.to})
+		byName[l.name] = append(byName[l.name], busy{from: l.from, to: l.to, first: l.cs, last: l.cs, lastLease: l.cs, lastLeaseTo: l.to, n: l.n})
 	}
-	if p.semaphore() { // a semaphore is busy while all its permits may be held
-		for name, ls := range byName {
-			byName[name] = saturated(ls, p.Permits)
-		}
+	all := waits(h)
+	var sem *semBusy
+	if p.semaphore() { // a semaphore is busy for a waiter while fewer permits than it, or a waiter ahead of it, needs may be free
+		sem = newSemBusy(byName, all, fx, p.Permits)
 	}
 	lockFx := map[string][]window{} // per name, the fault windows that keep it from every waiter
-	for _, wt := range waits(h) {
+	for _, wt := range all {
 		ws, ok := lockFx[wt.name]
 		if !ok {
 			for _, f := range fx {
@@ -432,9 +455,19 @@ func checkFreeWaits(h []Event, p Params, r *Report) {
 			}
 		}
 		r.Free.Waits++
+		if sem != nil && wt.n > 1 {
+			r.Free.Multi++
+		}
+		if sem != nil && wt.queued != 0 {
+			r.Free.Queued++
+		}
 		r.Free.Waiting += wt.to - wt.from
 		r.Free.Reachable += wt.to - wt.from - covered(merged(nil, ws), wt.from, wt.to)
-		ss := merged(byName[wt.name], ws)
+		spans := byName[wt.name]
+		if sem != nil {
+			spans = sem.busyFor(wt)
+		}
+		ss := merged(spans, ws)
 		// The free stretches are the gaps between spans, and the time before
 		// the first and after the last.
 		for i := 0; i <= len(ss); i++ {
@@ -472,11 +505,16 @@ func freeViolation(r *Report, wt wait, prev, next busy, from, to, bound int64, h
 		after = fmt.Sprintf("after a fault window; the last lease before, %s's, ended by %s", prev.lastLease, ms(prev.lastLeaseTo))
 	case hasPrev && prev.lastIsWindow:
 		after = "after a fault window"
+	case hasPrev && prev.lastWait != "":
+		after = "after " + prev.lastWait + ", ahead of it, ended"
 	case hasPrev:
 		after = "after " + prev.last + "'s lease ended"
 	}
 	until := "its wait ended"
-	if next.from == to && next.first != "" {
+	switch {
+	case next.from == to && next.firstWait != "":
+		until = next.firstWait + " came ahead of it"
+	case next.from == to && next.first != "":
 		until = next.first + " took it"
 	}
 	var cs []string
@@ -505,37 +543,150 @@ func covered(spans []busy, from, to int64) int64 {
 	return n
 }
 
-// saturated returns the stretches in which at least n of the lease spans
-// ls overlap: when every permit of a semaphore of N = n may have been
-// held. Each opens with the lease whose start made it n and ends with the
-// one whose end left fewer.
-func saturated(ls []busy, n int) []busy {
+// A semaphore's waiters queue in arrival order, and a waiter for k permits
+// at the head holds up everyone behind it while fewer than k are free
+// (docs/semaphore.md: strict arrival order; a later caller wanting fewer
+// does not pass it). So a waiter W for k permits is kept waiting, rightly,
+// while fewer than k may be free, or while a waiter V ahead of it for more
+// waits and fewer than V's may be free; else, the queue's head (W or one
+// ahead of it) can be granted, and W must get its permits or see others
+// take them within freeBound. Its lock is "busy" for W while that holds;
+// with every wait for one permit that is while all N may be held.
+//
+// V may be ahead of W only if V was called before W's place in the queue
+// was taken: before W was told to wait (OpQueued), W's first attempt
+// having returned by then. A fault that reached W while it waited (its
+// worker stopped or cut off past its queue entry's life, a restart that
+// emptied the queue) may have sent it to the back: from then on every wait
+// called before the fault ended may be ahead. Without an OpQueued (a worker
+// killed before its events were written, say) every wait called before W's
+// ended may be.
+
+// semBusy computes, per waiter, when a semaphore's name is busy for it.
+type semBusy struct {
+	n      int
+	leases map[string][]busy // by name, weighted by their permits
+	waits  map[string][]wait // by name, the waits for more than one permit
+	fx     []effect
+	plain  map[string][]busy // by name and permits waited for, the busy stretches of a waiter with nobody ahead for more
+}
+
+func newSemBusy(leases map[string][]busy, ws []wait, fx []effect, n int) *semBusy {
+	b := &semBusy{n: n, leases: leases, waits: map[string][]wait{}, fx: fx, plain: map[string][]busy{}}
+	for _, wt := range ws {
+		if wt.n > 1 {
+			b.waits[wt.name] = append(b.waits[wt.name], wt)
+		}
+	}
+	return b
+}
+
+// arrival is the latest instant wt's place in the queue can date from
+// (see above).
+func (b *semBusy) arrival(wt wait) int64 {
+	at := wt.to
+	if wt.queued != 0 {
+		at = wt.queued
+	}
+	for _, f := range b.fx {
+		if (f.global || f.workers[wt.w]) && f.from <= wt.to && f.to >= wt.from {
+			at = max(at, f.to)
+		}
+	}
+	return at
+}
+
+// busyFor returns the stretches in which wt's name is busy for wt.
+func (b *semBusy) busyFor(wt wait) []busy {
+	wt.n = max(wt.n, 1)
+	var ahead []wait
+	arrived := int64(math.MinInt64)
+	for _, v := range b.waits[wt.name] {
+		if v.n <= wt.n || v.to <= wt.from || v.from >= wt.to {
+			continue // (one wanting no more does not hold wt up longer than wt's own need does)
+		}
+		if arrived == math.MinInt64 {
+			arrived = b.arrival(wt)
+		}
+		if v.from <= arrived {
+			ahead = append(ahead, v)
+		}
+	}
+	if len(ahead) > 0 {
+		return saturated(b.leases[wt.name], ahead, wt.n, b.n)
+	}
+	key := wt.name + "\x00" + strconv.Itoa(wt.n)
+	ss, ok := b.plain[key]
+	if !ok {
+		ss = saturated(b.leases[wt.name], nil, wt.n, b.n)
+		b.plain[key] = ss
+	}
+	return ss
+}
+
+// saturated returns the stretches in which a waiter for k permits of a
+// semaphore of N = n, with the waits ahead of it, must wait: those in
+// which the lease spans ls may hold more than n less what the waiter or
+// one of ahead (while it waits) needs. With k = 1 and none ahead: when at
+// least n of them overlap, every permit may be held. Each opens with the
+// lease (or the wait) whose start made it so and ends with the one whose
+// end made it no longer so.
+func saturated(ls []busy, ahead []wait, k, n int) []busy {
 	type edge struct {
-		at    int64
-		delta int
-		cs    string
+		at      int64
+		start   bool
+		permits int    // a lease's, taken (start) or given back
+		need    int    // a wait ahead's, from its start to its end
+		cs      string // the lease's
+		wait    string // the wait's
 	}
 	var edges []edge
 	for _, l := range ls {
-		edges = append(edges, edge{l.from, 1, l.first}, edge{l.to, -1, l.first})
+		p := max(l.n, 1)
+		edges = append(edges, edge{at: l.from, start: true, permits: p, cs: l.first}, edge{at: l.to, permits: p, cs: l.first})
 	}
-	sort.Slice(edges, func(i, j int) bool {
+	for _, v := range ahead {
+		d := fmt.Sprintf("%s's wait for %d permits", v.w, v.n)
+		edges = append(edges, edge{at: v.from, start: true, need: v.n, wait: d}, edge{at: v.to, need: v.n, wait: d})
+	}
+	sort.SliceStable(edges, func(i, j int) bool {
 		if edges[i].at != edges[j].at {
 			return edges[i].at < edges[j].at
 		}
-		return edges[i].delta > edges[j].delta // a start before an end at the same instant: spans that touch are joined
+		return edges[i].start && !edges[j].start // a start before an end at the same instant: spans that touch are joined
 	})
 	var out []busy
-	count := 0
+	held := 0
+	needs := map[int]int{} // the waits ahead under way, by permits needed
+	full := false
 	for _, e := range edges {
-		count += e.delta
 		switch {
-		case e.delta > 0 && count == n:
-			out = append(out, busy{from: e.at, first: e.cs})
-		case e.delta < 0 && count == n-1:
-			b := &out[len(out)-1]
-			b.to, b.last, b.lastLease, b.lastLeaseTo = e.at, e.cs, e.cs, e.at
+		case e.start && e.need > 0:
+			needs[e.need]++
+		case e.need > 0:
+			needs[e.need]--
+		case e.start:
+			held += e.permits
+		default:
+			held -= e.permits
 		}
+		need := k
+		for m, c := range needs {
+			if c > 0 {
+				need = max(need, m)
+			}
+		}
+		switch now := held+need > n; {
+		case now && !full:
+			out = append(out, busy{from: e.at, first: e.cs, firstWait: e.wait})
+		case !now && full:
+			b := &out[len(out)-1]
+			b.to, b.last, b.lastLease, b.lastLeaseTo, b.lastWait = e.at, e.cs, e.cs, e.at, e.wait
+			if e.cs == "" { // (a wait ended it: the last lease is the one that ended last in it)
+				b.lastLease, b.lastLeaseTo = "", math.MinInt64
+			}
+		}
+		full = held+need > n
 	}
 	return out
 }
@@ -553,7 +704,7 @@ func merged(ls []busy, faults []window) []busy {
 	for _, b := range all {
 		if n := len(out); n > 0 && b.from <= out[n-1].to {
 			if b.to > out[n-1].to {
-				out[n-1].to, out[n-1].last, out[n-1].lastIsWindow = b.to, b.last, b.lastIsWindow
+				out[n-1].to, out[n-1].last, out[n-1].lastIsWindow, out[n-1].lastWait = b.to, b.last, b.lastIsWindow, b.lastWait
 			}
 			if b.lastLease != "" && b.lastLeaseTo >= out[n-1].lastLeaseTo {
 				out[n-1].lastLease, out[n-1].lastLeaseTo = b.lastLease, b.lastLeaseTo
@@ -633,7 +784,7 @@ func givenBack(h []Event, ttl time.Duration) []lease {
 					if s.kind == '!' {
 						to += ttlOf(e, ttl) + int64(landingSlack) + int64(expirySlack)
 					}
-					out = append(out, lease{name: s.name, w: e.W, cs: e.Grp + "/" + s.name, from: f, to: to})
+					out = append(out, lease{name: s.name, w: e.W, cs: e.Grp + "/" + s.name, from: f, to: to, n: 1})
 					delete(from, s.name)
 				}
 			}

@@ -64,6 +64,9 @@ type Event struct {
 	MH bool `json:"mh,omitempty"`
 	// Size is the size a semaphore's kept size change (OpSize) returned.
 	Size int64 `json:"size,omitempty"`
+	// N is how many permits of a semaphore an acquisition asked for
+	// (Semaphore.AcquireN) and its hold, if granted, weighs: 0 for one.
+	N int `json:"pn,omitempty"`
 	// Via is, for a worker's config, the addresses of the proxies it
 	// reaches the lock nodes through (space-separated, one per node); for
 	// a fault that hit one proxy, that proxy's address.
@@ -105,6 +108,7 @@ const (
 	OpRefused   = "refused"   // a command the driver refused unsent (refuse.go): Note the call and the command, Name its lock
 	OpLostCall  = "lostcall"  // a call of a lost lease's Lock by the Lost hook: Note the call (or "unwatched": no watched lease lost), Arg the fence Fence returned, DL/Bound its context's
 	OpSize      = "size"      // Semaphore.AddPermits by the round's one sizer (size.go): Arg the delta (0: a read), Size the size returned
+	OpQueued    = "queued"    // semaphore rounds: an acquisition of the worker started to wait (Observer.Waiting), its place in the queue taken by Inv
 	OpClosed    = "closed"    // a worker's Redis clients closed under its Client (closed.go): from Inv until its fresh Client at Ret; Note the nodes closed, Arg how many it has, Held if those were its only one or a majority, Err what failed after
 )
 
@@ -276,6 +280,9 @@ func format(e Event, base int64) string {
 	}
 	if e.Fence != 0 {
 		s += fmt.Sprintf(" fence=%d", e.Fence)
+	}
+	if e.N > 1 {
+		s += fmt.Sprintf(" permits=%d", e.N)
 	}
 	if e.VU != 0 {
 		s += " vu=" + ms(e.VU)

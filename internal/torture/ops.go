@@ -19,7 +19,8 @@ func (w *Worker) acquire(name, op string) {
 	defer cancel()
 	own := w.owner()
 	co := w.drawOpts(op)
-	t := w.target(own, name, co.opts)
+	n := w.permits()
+	t := w.targetN(own, name, co.opts, n)
 	inv := now()
 	var (
 		l   *dlock.Lock
@@ -33,12 +34,15 @@ func (w *Worker) acquire(name, op string) {
 	vu := validUntil(l) // read before Ret: any extension it reflects began before Ret
 	e := Event{Name: name, Op: op, Inv: inv, Ret: now(), Res: classify(err), Err: errText(err), DL: dl, Bound: w.lateBound()}
 	w.annotate(&e, co, l)
+	if n > 1 {
+		e.N = n
+	}
 	if l == nil {
 		w.rec.Add(e)
 		return
 	}
 	h := w.newHandle(l, own)
-	h.ttl = cmp.Or(co.ttl, w.cfg.TTL)
+	h.ttl, h.n = cmp.Or(co.ttl, w.cfg.TTL), n
 	e.CS, e.Tok, e.Own, e.Fence, e.VU = h.id, l.Token(), own, h.fence, vu
 	w.rec.Add(e)
 	if own == "" && !w.opts.autoExtend && co.hold == nil && w.hold == 0 && w.rng.IntN(5) == 0 {
@@ -73,7 +77,7 @@ func (w *Worker) acquire(name, op string) {
 func (w *Worker) resume(h *handle, name string, co callOpts) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	t := w.target("", name, nil)
+	t := w.targetN("", name, nil, h.n) // (a hold of n permits is resumed as n: AcquireN)
 	if rw := w.rws[name]; rw != nil {
 		t = rwSide(rw, IsWrite(h.l.Token())) // the side of the hold, not a random one
 	}
@@ -87,6 +91,9 @@ func (w *Worker) resume(h *handle, name string, co callOpts) {
 	}
 	e := Event{Name: name, Op: OpResume, CS: h.id, Tok: h.l.Token(), Fence: h.fence, Arg: int64(ttl),
 		VU0: h.l.ValidUntil().UnixNano(), Held: h.l.Err() == nil}
+	if h.n > 1 {
+		e.N = h.n
+	}
 	e.Inv = now()
 	l, err := t.TryAcquire(ctx, opts...)
 	vu := validUntil(l)

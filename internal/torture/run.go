@@ -125,8 +125,12 @@ func freeLine(f FreeWaits) string {
 	if f.Waiting > 0 {
 		pct = 100 * float64(f.Reachable) / float64(f.Waiting)
 	}
-	return fmt.Sprintf("%d waits, %v of their %v outside faults (%.0f%%), %d free stretches, longest %v (bound %v)",
+	s := fmt.Sprintf("%d waits, %v of their %v outside faults (%.0f%%), %d free stretches, longest %v (bound %v)",
 		f.Waits, ms(f.Reachable), ms(f.Waiting), pct, f.Stretches, ms(f.Longest), ms(f.Bound))
+	if f.Multi > 0 || f.Queued > 0 {
+		s += fmt.Sprintf("; %d for several permits, %d seen queued", f.Multi, f.Queued)
+	}
+	return s
 }
 
 // hookLine renders the calls Lost hooks made in a round, and the losses

@@ -131,6 +131,9 @@ type handle struct {
 	// as an Extend left it (see watchdogAt); set for acquire's handles.
 	ttl  time.Duration
 	next int64
+	// n is how many permits of a semaphore the lease holds (AcquireN); 0
+	// or 1: one.
+	n int
 }
 
 // newHandle makes the handle of an acquisition and asks for its fence.
@@ -193,6 +196,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if w.opts.autoExtend {
 		common = append(common, dlock.WithObserver((&jeopardies{rec: w.rec}).observer()))
+	}
+	if cfg.Mode == ModeSemaphore {
+		common = append(common, dlock.WithObserver(queued(rec)))
 	}
 	if w.hook = newLostHook(w); w.hook != nil {
 		common = append(common, dlock.WithObserver(w.hook.observer()))
@@ -494,6 +500,63 @@ func (w *Worker) target(own, name string, opts []dlock.LockOption) target {
 		t = withOpts{t, opts}
 	}
 	return t
+}
+
+// targetN is target, but for n permits at once of a semaphore (n > 1):
+// Semaphore.AcquireN.
+func (w *Worker) targetN(own, name string, opts []dlock.LockOption, n int) target {
+	s := w.sems[name]
+	if s == nil || n <= 1 {
+		return w.target(own, name, opts)
+	}
+	var t target = permitsN{s, n}
+	if len(opts) > 0 {
+		t = withOpts{t, opts}
+	}
+	return t
+}
+
+// permitsN is a hold of n permits of a semaphore at once: AcquireN, and
+// for one attempt AcquireN with MaxWait(0), as the docs say (there is no
+// TryAcquireN). There is no Do of several permits.
+type permitsN struct {
+	s *dlock.Semaphore
+	n int
+}
+
+func (p permitsN) Acquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	return p.s.AcquireN(ctx, p.n, opts...)
+}
+func (p permitsN) TryAcquire(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+	return p.s.AcquireN(ctx, p.n, append(opts[:len(opts):len(opts)], dlock.MaxWait(0))...)
+}
+func (p permitsN) Do(context.Context, func(context.Context, *dlock.Lock) error, ...dlock.LockOption) error {
+	panic("torture: the workload runs no Do of several permits")
+}
+
+// permits draws how many permits an acquisition takes: in semaphore
+// rounds one Acquire or TryAcquire in three takes 2 to SemPermits at once
+// (AcquireN); else 1. Other rounds draw nothing, so their seeds replay as
+// before.
+func (w *Worker) permits() int {
+	if w.sems == nil || w.rng.IntN(3) != 0 {
+		return 1
+	}
+	return 2 + w.rng.IntN(SemPermits-1)
+}
+
+// queued is the Observer of a semaphore round's Client that records when
+// an acquisition starts to wait (OpQueued): its first attempt, which puts
+// it in the queue, has returned by then, so its place dates from no
+// later. A worker waits for one acquisition at a time, so the worker and
+// the name say which. Check (d) needs it to tell who may be ahead of whom
+// (see aheadOf).
+func queued(rec *Recorder) dlock.Observer {
+	return dlock.Observer{Waiting: func(_ context.Context, name string, delta int) {
+		if delta > 0 {
+			rec.Add(Event{Name: name, Op: OpQueued, Inv: now()})
+		}
+	}}
 }
 
 // withOpts is a target taken with the per-call options opts.
