@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -365,8 +366,9 @@ func (n Node) Batches() (calls, writes uint64) {
 // On a Cluster both go to the master that owns the keys' slot, on one of
 // its connections (WAIT counts the writes of its own connection). A MOVED
 // reply (the slot moved since the client last looked) reloads the slot map
-// and tries again, a few times; an ASK (the slot is being migrated) is
-// returned as the error it is.
+// and tries again, a few times, after a pause; so do ASK and TRYAGAIN (the
+// slot is being migrated, and the script's keys are not all on one of its
+// masters: Redis runs it nowhere until the move ends).
 //
 // A NOSCRIPT reply (the server's script cache was emptied) sends the
 // script again with the scripts the Node had loaded there (see
@@ -393,7 +395,7 @@ func (n Node) acked(ctx context.Context, s *script.Script, refused error, keys [
 			} else {
 				reload, cmd = 0, asEval(s, cmd) // then with EVAL: loading was refused, or did not cure it
 			}
-		case cluster && err != nil && strings.HasPrefix(err.Error(), "MOVED ") && try < 5:
+		case cluster && err != nil && slices.ContainsFunc([]string{"MOVED ", "ASK ", "TRYAGAIN"}, func(p string) bool { return strings.HasPrefix(err.Error(), p) }) && try < 5:
 			cc.ReloadState(ctx)
 			if !SleepCtx(ctx, time.Duration(try+1)*50*time.Millisecond) {
 				return rs[0].Val, 0, rs[0].Err
