@@ -40,6 +40,12 @@ type FreeWaits struct {
 	// Of a semaphore's: the waits for several permits (AcquireN), and
 	// the waits whose queueing (OpQueued) was found.
 	Multi, Queued int
+	// Behind counts a semaphore's waits that the queue rule alone kept
+	// waiting for a while: a waiter for more, possibly ahead, waited
+	// while as many permits as this one needs may have been free;
+	// BehindTime sums those whiles, ns.
+	Behind     int
+	BehindTime int64
 }
 
 // Violation is one broken invariant, with the instant it is about.
@@ -63,6 +69,10 @@ type Report struct {
 	Free       FreeWaits      // (d) waits through a free lock
 	Hooks      map[string]int // (n) calls by Lost hooks, by call and outcome
 	Violations []Violation
+	// Beside counts a semaphore's critical sections entered, within the
+	// bound, beside another holder where one of them took several permits
+	// (AcquireN): a 2 beside a 1 under N = 3, say.
+	Beside int
 }
 
 func (r *Report) fail(inv, name string, at int64, format string, args ...any) {
@@ -275,8 +285,12 @@ func checkOverlaps(h []Event, ex exempt, p Params, r *Report) {
 					last = max(last, at)
 				}
 			}
-			if n := permitsAt(spans, iv.name, last, iv.from, p.Permits); permits(others...)+permits(iv) > n {
+			n := permitsAt(spans, iv.name, last, iv.from, p.Permits)
+			switch all := permits(others...) + permits(iv); {
+			case all > n:
 				semOverlap(r, iv, others, n, permits)
+			case len(others) > 0 && all > len(others)+1:
+				r.Beside++
 			}
 			continue
 		}

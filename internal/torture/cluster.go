@@ -265,7 +265,7 @@ func probe(rec *Recorder, cfg WorkerConfig, rdbs []*redis.Client, bound time.Dur
 			e := Event{Name: name, Op: OpProbe, Inv: now(), Bound: int64(bound)}
 			var t target = lockName{c, name, nil}
 			if cfg.Mode == ModeSemaphore {
-				s, err := c.Semaphore(name, SemPermits)
+				s, err := c.Semaphore(name, cfg.Permits)
 				if err != nil {
 					e.Ret, e.Res, e.Err = now(), classify(err), errText(err)
 					rec.Add(e)

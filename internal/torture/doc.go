@@ -1,7 +1,8 @@
 // Package torture is a model-based randomized fault checker for dlock: a
 // "torture test". TestTorture runs seeded rounds; each round picks a mode
 // (plain unfair, fair, reentrant with nested holds, Redlock over 3 or 5
-// nodes, semaphores of SemPermits permits, elections whose campaigns
+// nodes, semaphores of N permits, N drawn per round from SemPermits (2 or
+// 3), elections whose campaigns
 // are the acquisitions, plain locks WithoutScripts, read-write locks, or
 // multi: fair locks half of whose acquisitions take several names at
 // once), drives several Clients — goroutines of the test process and
@@ -27,7 +28,9 @@
 // sizes (Semaphore.AddPermits, between N and N+1: size.go), checked by (a)
 // and (p); and in semaphore rounds one Acquire or TryAcquire in three
 // takes 2 to N permits at once as one lease (Semaphore.AcquireN; for one
-// attempt with MaxWait(0)), resumed as such. In plain and fair rounds (15 in 100) and
+// attempt with MaxWait(0)), resumed as such (with N = 3, a hold of 2
+// leaves a permit to take beside it, or to hold back from a waiter for one
+// queued behind a waiter for more). In plain and fair rounds (15 in 100) and
 // multi rounds (half), an acquisition takes a set of two or more names in
 // random order (AcquireAll, TryAcquireAll, DoAll), contending with single
 // acquisitions of the same names. Where the names are plain locks (plain,

@@ -466,6 +466,10 @@ func checkFreeWaits(h []Event, p Params, r *Report) {
 		spans := byName[wt.name]
 		if sem != nil {
 			spans = sem.busyFor(wt)
+			if d := sem.behind(wt, spans); d > 0 {
+				r.Free.Behind++
+				r.Free.BehindTime += d
+			}
 		}
 		ss := merged(spans, ws)
 		// The free stretches are the gaps between spans, and the time before
@@ -615,13 +619,26 @@ func (b *semBusy) busyFor(wt wait) []busy {
 	if len(ahead) > 0 {
 		return saturated(b.leases[wt.name], ahead, wt.n, b.n)
 	}
-	key := wt.name + "\x00" + strconv.Itoa(wt.n)
+	return b.own(wt.name, wt.n)
+}
+
+// own returns the stretches in which name is busy for a waiter for k
+// permits with nobody ahead for more.
+func (b *semBusy) own(name string, k int) []busy {
+	key := name + "\x00" + strconv.Itoa(k)
 	ss, ok := b.plain[key]
 	if !ok {
-		ss = saturated(b.leases[wt.name], nil, wt.n, b.n)
+		ss = saturated(b.leases[name], nil, k, b.n)
 		b.plain[key] = ss
 	}
 	return ss
+}
+
+// behind returns how long within wt's wait its name was busy for wt,
+// by busyFor's stretches ss, but not by its own need alone: the time the
+// queue rule kept it behind a waiter for more with its permits free.
+func (b *semBusy) behind(wt wait, ss []busy) int64 {
+	return covered(ss, wt.from, wt.to) - covered(b.own(wt.name, max(wt.n, 1)), wt.from, wt.to)
 }
 
 // saturated returns the stretches in which a waiter for k permits of a

@@ -27,6 +27,7 @@ type plan struct {
 	procs     int           // worker processes
 	restarts  bool          // node restarts allowed (exempt windows)
 	sizes     bool          // a worker changes the semaphores' kept sizes (size.go): semaphore rounds without restarts
+	permits   int           // the N of a semaphore round's semaphores, one of SemPermits; 1 in other rounds
 	finalKill bool          // SIGKILL a worker process as the run ends
 }
 
@@ -62,7 +63,20 @@ func newPlan(seed uint64, round int, short bool, only string) plan {
 	p.restarts = rng.IntN(2) == 0
 	p.sizes = p.mode == ModeSemaphore && !p.restarts
 	p.finalKill = rng.IntN(5) < 2
+	p.permits = 1
+	if p.mode == ModeSemaphore { // (drawn last, and only here: other rounds' seeds replay as before)
+		p.permits = SemPermits[rng.IntN(len(SemPermits))]
+	}
 	return p
+}
+
+// modeLine renders a round's mode for its summary, with a semaphore
+// round's N.
+func (p plan) modeLine() string {
+	if p.mode == ModeSemaphore {
+		return fmt.Sprintf("%s permits=%d", p.mode, p.permits)
+	}
+	return p.mode
 }
 
 // result is what a round produced.
@@ -129,7 +143,7 @@ func runRound(t *testing.T, c *cluster, p plan) *result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res.report = Check(res.history, Params{TTL: p.ttl, Permits: Permits(p.mode), RW: p.mode == ModeRW})
+	res.report = Check(res.history, Params{TTL: p.ttl, Permits: p.permits, RW: p.mode == ModeRW})
 	for k, v := range inj.Counts {
 		res.report.Faults[k] = v
 	}
@@ -148,7 +162,7 @@ func workerConfigs(c *cluster, p plan, n int, dir string, stop int64) []WorkerCo
 			ID: id, Seed: p.seed ^ uint64(i+1)*0x51ed27, Mode: p.mode, Names: p.names,
 			Prefix: fmt.Sprintf("t%d:", p.round), TTL: p.ttl, Nodes: c.addrs(n),
 			GuardNet: c.guard.Network(), GuardAddr: c.guard.Addr(), GuardKey: fmt.Sprintf("guard:%d:", p.round),
-			Stop: stop, MaxOps: 5000, History: filepath.Join(dir, id+".jsonl"),
+			Stop: stop, MaxOps: 5000, History: filepath.Join(dir, id+".jsonl"), Permits: p.permits,
 			Sizer: p.sizes && i == 0, // (a goroutine worker, one of 3 to 5: no process pause holds its requests)
 		})
 	}

@@ -89,9 +89,9 @@ func report(t *testing.T, seed uint64, res *result, totals map[string]int, o Opt
 		counts[inv.ID] = r.Count(inv.ID)
 		totals[inv.ID] += counts[inv.ID]
 	}
-	t.Logf("round %d mode=%s ttl=%v names=%d workers=%dg+%dp run=%v wall=%v restarts=%v kill=%v\n  ops: %s\n  faults: %s\n  checked: %s exempt-overlaps=%d\n  free waits (d): %s\n  lost hooks (n): %s\n  violations: %s",
-		p.round, p.mode, p.ttl, len(p.names), p.routines, p.procs, p.run, res.wall.Round(time.Millisecond),
-		p.restarts, p.finalKill, mapLine(r.Ops), mapLine(r.Faults), mapLine(r.Checked), r.Exempt, freeLine(r.Free), hookLine(r.Hooks), invariantCounts(counts))
+	t.Logf("round %d mode=%s ttl=%v names=%d workers=%dg+%dp run=%v wall=%v restarts=%v kill=%v\n  ops: %s\n  faults: %s\n  checked: %s exempt-overlaps=%d%s\n  free waits (d): %s\n  lost hooks (n): %s\n  violations: %s",
+		p.round, p.modeLine(), p.ttl, len(p.names), p.routines, p.procs, p.run, res.wall.Round(time.Millisecond),
+		p.restarts, p.finalKill, mapLine(r.Ops), mapLine(r.Faults), mapLine(r.Checked), r.Exempt, besideLine(p, r), freeLine(r.Free), hookLine(r.Hooks), invariantCounts(counts))
 	shown := map[string]int{}
 	for _, v := range r.Violations {
 		if shown[v.Inv]++; shown[v.Inv] > 3 {
@@ -102,7 +102,7 @@ func report(t *testing.T, seed uint64, res *result, totals map[string]int, o Opt
 			from, to, lines = v.From, v.To, 80
 		}
 		t.Errorf("VIOLATION (%s) seed=%d round=%d mode=%s name=%s: %s\n  rerun: %s -torture.seed=%d -torture.round=%d\n  history around it (ms since round start):\n%s",
-			v.Inv, seed, p.round, p.mode, v.Name, v.Msg, o.Rerun, seed, p.round,
+			v.Inv, seed, p.round, p.modeLine(), v.Name, v.Msg, o.Rerun, seed, p.round,
 			Excerpt(res.history, v.Name, v.CS, from, to, res.base, lines))
 	}
 	for inv, n := range shown {
@@ -128,9 +128,19 @@ func freeLine(f FreeWaits) string {
 	s := fmt.Sprintf("%d waits, %v of their %v outside faults (%.0f%%), %d free stretches, longest %v (bound %v)",
 		f.Waits, ms(f.Reachable), ms(f.Waiting), pct, f.Stretches, ms(f.Longest), ms(f.Bound))
 	if f.Multi > 0 || f.Queued > 0 {
-		s += fmt.Sprintf("; %d for several permits, %d seen queued", f.Multi, f.Queued)
+		s += fmt.Sprintf("; %d for several permits, %d seen queued, %d held up behind one for more with their permits free (%v)",
+			f.Multi, f.Queued, f.Behind, ms(f.BehindTime))
 	}
 	return s
+}
+
+// besideLine renders, for a semaphore round, how many holds were entered
+// beside another where one of them took several permits.
+func besideLine(p plan, r *Report) string {
+	if p.mode != ModeSemaphore {
+		return ""
+	}
+	return fmt.Sprintf(" beside-several-permits=%d", r.Beside)
 }
 
 // hookLine renders the calls Lost hooks made in a round, and the losses

@@ -107,3 +107,64 @@ func TestSemaphoreChecksWeighPermits(t *testing.T) {
 		})
 	}
 }
+
+// A semaphore round's summary counts the cases only N > 2 can show: a hold
+// entered beside another where one of them took several permits, within
+// N (Report.Beside), and a waiter kept waiting, with the permits it needs
+// free, behind a waiter for more (FreeWaits.Behind).
+func TestSemaphoreSummaryCountsHoldsBesideAndWaitsBehind(t *testing.T) {
+	const ttl = time.Second
+	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	at := func(ms int) int64 { return base + int64(ms)*int64(time.Millisecond) }
+	hold := func(w, cs string, fence int64, n, from, to int) []Event {
+		return []Event{
+			{W: w, Name: "n0", Op: OpAcquire, Inv: at(from - 5), Ret: at(from - 2), Res: "ok", CS: cs, Tok: cs, Fence: fence, N: n},
+			{W: w, Name: "n0", Op: OpEnter, Inv: at(from), CS: cs, Tok: cs, Fence: fence, Held: true},
+			{W: w, Name: "n0", Op: OpExit, Inv: at(to), CS: cs, Tok: cs, Fence: fence, Held: true},
+		}
+	}
+	held := func(w, cs string, fence int64, inv int) []Event { // 1 permit from inv on, never released
+		return []Event{{W: w, Op: OpConfig, Inv: at(-10), Note: "auto=true"}, {W: w, Name: "n0", Op: OpAcquire, Inv: at(inv),
+			Ret: at(inv + 5), Res: "ok", CS: cs, Tok: cs, Fence: fence, VU: at(inv) + int64(ttl)}}
+	}
+	waiter := func(w string, n, inv int) []Event { // waits in vain for n permits until 6s
+		return []Event{{W: w, Op: OpConfig, Inv: at(-10), Note: "auto=true"},
+			{W: w, Name: "n0", Op: OpAcquire, Inv: at(inv), Ret: at(6005), DL: at(6000), Bound: int64(time.Second), Res: "notacq", N: n},
+			{W: w, Name: "n0", Op: OpQueued, Inv: at(inv + 5)}}
+	}
+	cases := []struct {
+		name           string
+		permits        int
+		h              [][]Event
+		beside, behind int
+	}{
+		{"a hold of 1 entering beside one of 2, of 3", 3, [][]Event{hold("g0", "a", 1, 2, 0, 100), hold("g1", "b", 2, 1, 50, 150)}, 1, 0},
+		{"a hold of 2 entering beside one of 1, of 3", 3, [][]Event{hold("g0", "a", 1, 1, 0, 100), hold("g1", "b", 2, 2, 50, 150)}, 1, 0},
+		{"two holds of 1 at once, of 3", 3, [][]Event{hold("g0", "a", 1, 1, 0, 100), hold("g1", "b", 2, 1, 50, 150)}, 0, 0},
+		{"a hold of 2 after one of 1 ended, of 3", 3, [][]Event{hold("g0", "a", 1, 1, 0, 100), hold("g1", "b", 2, 2, 120, 150)}, 0, 0},
+		{"a waiter for 1 behind a waiter for 2, two of 3 held", 3, [][]Event{held("g0", "a", 1, 0), held("g1", "b", 2, 10),
+			waiter("g8", 2, 40), waiter("g9", 1, 50)}, 0, 1},
+		{"a waiter for 1 ahead of a waiter for 2, all of 2 held", 2, [][]Event{held("g0", "a", 1, 0), held("g1", "b", 2, 10),
+			waiter("g9", 1, 40), waiter("g8", 2, 50)}, 0, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var h []Event
+			for _, es := range c.h {
+				h = append(h, es...)
+			}
+			sort.SliceStable(h, func(i, j int) bool { return h[i].Inv < h[j].Inv })
+			r := Check(h, Params{TTL: ttl, Permits: c.permits})
+			if r.Beside != c.beside || r.Free.Behind != c.behind {
+				t.Errorf("beside %d, behind %d (%v); want %d and %d; violations: %+v",
+					r.Beside, r.Free.Behind, time.Duration(r.Free.BehindTime), c.beside, c.behind, r.Violations)
+			}
+			if c.behind > 0 && r.Free.BehindTime <= 0 {
+				t.Errorf("behind for %v, want a while", time.Duration(r.Free.BehindTime))
+			}
+			if len(r.Violations) > 0 {
+				t.Errorf("violations: %+v", r.Violations)
+			}
+		})
+	}
+}

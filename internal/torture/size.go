@@ -8,7 +8,7 @@ import (
 // In a semaphore round without node restarts, one goroutine worker, the
 // sizer, changes the names' kept sizes (Semaphore.AddPermits), a change
 // every TTL/20 on average, while the others hold and wait, through the
-// same faults. It keeps each size at N (SemPermits) or N+1: it adds a
+// same faults. It keeps each size at N (the round's, one of SemPermits) or N+1: it adds a
 // permit to a size it knows is N or less, and takes one from a larger
 // size. A change whose call failed may
 // have been applied, or be applied later by a copy still on its way (a
@@ -43,7 +43,7 @@ func (w *Worker) resize(name string) {
 	delta := 0
 	if n, ok := w.sizes.known[name]; ok {
 		delta = 1
-		if n > SemPermits {
+		if n > w.cfg.Permits {
 			delta = -1
 		}
 	}

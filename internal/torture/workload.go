@@ -23,7 +23,7 @@ const (
 	ModeReentrant = "reentrant" // one node, WithReentrant(true), nested holds
 	ModeQuorum3   = "quorum3"   // NewRedlock over 3 nodes
 	ModeQuorum5   = "quorum5"   // NewRedlock over 5 nodes
-	ModeSemaphore = "semaphore" // one node, every name a semaphore of SemPermits permits
+	ModeSemaphore = "semaphore" // one node, every name a semaphore of N permits, N drawn per round from SemPermits
 	ModeElection  = "election"  // one node, every name an election: leaderships are the leases
 	ModeNoScripts = "noscripts" // one node, WithoutScripts(): transactions instead of scripts, unfair
 	ModeRW        = "rw"        // one node, every name a read-write lock, held for reads or writes
@@ -33,21 +33,16 @@ const (
 // Modes lists every mode, in the order rounds cycle through them.
 var Modes = []string{ModePlain, ModeFair, ModeReentrant, ModeQuorum3, ModeQuorum5, ModeSemaphore, ModeElection, ModeNoScripts, ModeRW, ModeMulti}
 
-// SemPermits is the N of every semaphore of a semaphore round: at most that
-// many holders of a name at once.
-const SemPermits = 2
+// SemPermits are the sizes a semaphore round draws its N from (newPlan):
+// every semaphore of the round has N permits, the sizer keeps its size at
+// N or N+1 (size.go), and a hold of several permits takes 2 to N. With
+// N = 2 such a hold takes every permit; with N = 3 a hold of 2 leaves one
+// free, to be taken beside it, or held back from a waiter for 1 queued
+// behind a waiter for 2 or 3 (check (d)'s queue rule).
+var SemPermits = [...]int{2, 3}
 
 // Fair reports whether a mode's Clients wait fairly (the default; see WithUnfair).
 func Fair(mode string) bool { return mode == ModeFair || mode == ModeMulti }
-
-// Permits returns how many holders of a name a mode allows at once: 1 for
-// a lock, SemPermits for a semaphore.
-func Permits(mode string) int {
-	if mode == ModeSemaphore {
-		return SemPermits
-	}
-	return 1
-}
 
 // WorkerConfig is everything a worker needs; a worker process gets it as a
 // JSON file.
@@ -65,6 +60,9 @@ type WorkerConfig struct {
 	Stop      int64  // unix ns: no operation starts after it
 	MaxOps    int
 	History   string // the file this worker records its events in
+	// Permits is the N of every semaphore of a semaphore round (one of
+	// SemPermits); 1 in other rounds.
+	Permits int
 	// Sizer: this worker, and no other, changes the kept sizes of the
 	// round's semaphores, and does nothing else (size.go).
 	Sizer bool
@@ -270,9 +268,12 @@ func (w *Worker) connect() error {
 	}
 	w.c = c
 	if w.cfg.Mode == ModeSemaphore {
+		if w.cfg.Permits < 2 {
+			return fmt.Errorf("torture: a semaphore round's worker config has Permits = %d, want one of %v", w.cfg.Permits, SemPermits)
+		}
 		w.sems = map[string]*dlock.Semaphore{}
 		for _, name := range w.cfg.Names {
-			if w.sems[name], err = w.c.Semaphore(name, SemPermits); err != nil {
+			if w.sems[name], err = w.c.Semaphore(name, w.cfg.Permits); err != nil {
 				break
 			}
 		}
@@ -535,14 +536,14 @@ func (p permitsN) Do(context.Context, func(context.Context, *dlock.Lock) error, 
 }
 
 // permits draws how many permits an acquisition takes: in semaphore
-// rounds one Acquire or TryAcquire in three takes 2 to SemPermits at once
+// rounds one Acquire or TryAcquire in three takes 2 to N at once
 // (AcquireN); else 1. Other rounds draw nothing, so their seeds replay as
 // before.
 func (w *Worker) permits() int {
 	if w.sems == nil || w.rng.IntN(3) != 0 {
 		return 1
 	}
-	return 2 + w.rng.IntN(SemPermits-1)
+	return 2 + w.rng.IntN(w.cfg.Permits-1)
 }
 
 // queued is the Observer of a semaphore round's Client that records when
