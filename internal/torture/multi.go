@@ -272,8 +272,9 @@ func (w *Worker) extendAll(m *dlock.MultiLock, hs []*handle, ttl time.Duration) 
 
 // setCall runs call, a call on the whole set, and records it as one event
 // like e for each part, with the part's validity before (VU0) and after:
-// "ok" if call returned nil, else "err" (its error joins the parts', and
-// does not say which of them took effect).
+// "ok" if call returned nil, "closed" if its error matches ErrClosed (as
+// classify says a single call's), else "err" (its error joins the parts',
+// and does not say which of them took effect).
 func (w *Worker) setCall(hs []*handle, e Event, call func() error) error {
 	es := make([]Event, len(hs))
 	for i, h := range hs {
@@ -284,7 +285,10 @@ func (w *Worker) setCall(hs []*handle, e Event, call func() error) error {
 	inv := now()
 	err := call()
 	ret, res := now(), "ok"
-	if err != nil {
+	switch {
+	case errors.Is(err, dlock.ErrClosed):
+		res = "closed" // (o), as classify says a single call's
+	case err != nil:
 		res = "err"
 	}
 	for i, h := range hs {
