@@ -37,7 +37,15 @@ func TestReplicaAckRidesOutASlotMigration(t *testing.T) {
 	// The move to end at the next ASK or TRYAGAIN a master answers.
 	var mu sync.Mutex
 	var end func()
-	cc.OnNewNode(func(n *redis.Client) { n.AddHook(redirected{func() { mu.Lock(); defer mu.Unlock(); end(); end = func() {} }}) })
+	endMove := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if end != nil {
+			end()
+			end = nil
+		}
+	}
+	cc.OnNewNode(func(n *redis.Client) { n.AddHook(redirected{endMove}) })
 	ctx := t.Context()
 	c := newClient(t, cc, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
 
