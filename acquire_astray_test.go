@@ -212,52 +212,62 @@ func TestRefusedTryAcquireAfterALostReplyLeavesItsLateCopyNothing(t *testing.T) 
 	}
 }
 
-// A reentrant waiter (it polls) whose first request is delayed (its reply
-// lost) and whose request asked again is refused does not keep that
-// token: the delayed copy, landing once the holder's lease ended, takes
-// nothing, and the waiter's hold, taken later, ends no later than its key,
-// so no other owner takes the lock while it is valid.
-func TestPollingWaiterAfterALostReplyLeavesItsLateCopyNothing(t *testing.T) {
+// A polling waiter (reentrant, or unfair) whose first request is delayed
+// (its reply lost) and whose request asked again is refused: the delayed
+// copy lands once the holder's lease ended, and the hold the waiter is
+// given later (the reentrant one's undo leaves the copy nothing; the unfair
+// one's poll finds the lock its copy took) ends no later than its key, so no
+// other owner takes the lock while it is valid.
+func TestPollingWaiterAfterALostReplyIsValidNoLongerThanItsKey(t *testing.T) {
 	t.Parallel()
-	_, rdb := setup(t)
-	ctx := t.Context()
-	other := newClient(t, rdb, dlock.WithReentrant(true), dlock.WithAutoExtend(false))
-	held, err := other.TryAcquire(ctx, "astray-poller", dlock.LeaseTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lc := lateCopy{make(chan struct{}), make(chan struct{})}
-	conn := &astrayConn{Conn: goredisdriver.Conn(rdb), script: "acquire_reentrant", first: lc.first}
-	// Its polls come 700ms apart: a copy landing just after one is found
-	// by the next, 700ms after it set the hold's deadline.
-	c := astrayClient(t, conn, dlock.WithReentrant(true), dlock.WithUnfair(func(int) time.Duration { return 700 * time.Millisecond }))
-	done := make(chan *dlock.Lock, 1)
-	go func() {
-		l, err := c.Acquire(ctx, "astray-poller", dlock.LeaseTTL(2*time.Second), dlock.MaxWait(10*time.Second))
-		if err != nil {
-			t.Error(err)
-		}
-		done <- l
-	}()
-	// Its first attempt asked again, and the attempt made once it listens:
-	// it sleeps till its next poll.
-	if !waitFor(5*time.Second, func() bool { conn.mu.Lock(); defer conn.mu.Unlock(); return conn.n >= 3 }) {
-		t.Fatal("the waiter never asked again")
-	}
-	rdb.Del(ctx, held.Key()) // the holder's lease ends unannounced, as at its expiry
-	close(lc.land)
-	<-lc.landed
-	l := <-done
-	if l == nil {
-		return
-	}
-	defer l.Release(ctx)
-	pttl, err := rdb.PTTL(ctx, l.Key()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if expiry := time.Now().Add(pttl); l.ValidUntil().After(expiry) {
-		t.Errorf("the waiter's hold is valid %v past its key's expiry", l.ValidUntil().Sub(expiry))
+	for _, tc := range []struct {
+		name, script string
+		mode         dlock.Option
+		asked        int // the calls of script made once the waiter sleeps till its next poll
+	}{
+		{"reentrant", "acquire_reentrant", dlock.WithReentrant(true), 3}, // (asked again, and once it listens)
+		{"unfair", "acquire", dlock.WithUnfair(nil), 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, rdb := setup(t)
+			ctx := t.Context()
+			held, err := newClient(t, rdb, tc.mode, dlock.WithAutoExtend(false)).TryAcquire(ctx, "astray-poller", dlock.LeaseTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lc := lateCopy{make(chan struct{}), make(chan struct{})}
+			conn := &astrayConn{Conn: goredisdriver.Conn(rdb), script: tc.script, first: lc.first}
+			// Its polls come 700ms apart: a copy landing just after one is
+			// found by the next, 700ms after it set the hold's deadline.
+			c := astrayClient(t, conn, tc.mode, dlock.WithUnfair(func(int) time.Duration { return 700 * time.Millisecond }))
+			done := make(chan *dlock.Lock, 1)
+			go func() {
+				l, err := c.Acquire(ctx, "astray-poller", dlock.LeaseTTL(2*time.Second), dlock.MaxWait(10*time.Second))
+				if err != nil {
+					t.Error(err)
+				}
+				done <- l
+			}()
+			if !waitFor(5*time.Second, func() bool { conn.mu.Lock(); defer conn.mu.Unlock(); return conn.n >= tc.asked }) {
+				t.Fatal("the waiter never asked again")
+			}
+			rdb.Del(ctx, held.Key()) // the holder's lease ends unannounced, as at its expiry
+			close(lc.land)
+			<-lc.landed
+			l := <-done
+			if l == nil {
+				return // (its error is reported)
+			}
+			defer l.Release(ctx)
+			pttl, err := rdb.PTTL(ctx, l.Key()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if expiry := time.Now().Add(pttl); l.ValidUntil().After(expiry) {
+				t.Errorf("the waiter's hold is valid %v past its key's expiry", l.ValidUntil().Sub(expiry))
+			}
+		})
 	}
 }
 

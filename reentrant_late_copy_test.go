@@ -252,47 +252,6 @@ func TestLateCopyOfAShortenedNestedHoldKeepsItsDeadline(t *testing.T) {
 	}
 }
 
-// An unfair waiter (it polls) whose first request is delayed (its reply
-// lost) and whose request asked again is refused keeps its token: the
-// delayed copy, landing once the holder's lease ended, takes the lock for
-// it, and the hold its later poll finds is valid no longer than its key.
-func TestUnfairPollingWaiterFindingItsLateCopyIsValidNoLongerThanItsKey(t *testing.T) {
-	t.Parallel()
-	_, rdb := setup(t)
-	ctx := t.Context()
-	held, err := newClient(t, rdb, dlock.WithUnfair(nil), dlock.WithAutoExtend(false)).TryAcquire(ctx, "astray-unfair-poller", dlock.LeaseTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := &holdConn{Conn: goredisdriver.Conn(rdb), script: "acquire"}
-	c := astrayClient(t, conn, dlock.WithUnfair(func(int) time.Duration { return 700 * time.Millisecond }))
-	lc := conn.arm()
-	done := make(chan *dlock.Lock, 1)
-	go func() {
-		l, err := c.Acquire(ctx, "astray-unfair-poller", dlock.LeaseTTL(2*time.Second), dlock.MaxWait(10*time.Second))
-		if err != nil {
-			t.Error(err)
-		}
-		done <- l
-	}()
-	time.Sleep(300 * time.Millisecond)
-	rdb.Del(ctx, held.Key()) // the holder's lease ends unannounced, as at its expiry
-	close(lc.land)
-	<-lc.landed
-	l := <-done
-	if l == nil {
-		return
-	}
-	defer l.Release(ctx)
-	pttl, err := rdb.PTTL(ctx, l.Key()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if expiry := time.Now().Add(pttl); l.ValidUntil().After(expiry) {
-		t.Errorf("the waiter's lease is valid %v past its key's expiry", l.ValidUntil().Sub(expiry))
-	}
-}
-
 // A reentrant waiter (it polls) whose delayed copy took the free lock for
 // it, and who sleeps past that hold's deadline while another hold of its
 // owner keeps the lock, finds at its next poll a hold that lapsed: it must
