@@ -307,10 +307,7 @@ func (q *Quorum) Fence(ctx context.Context, c *Claim) (int64, error) {
 	if ok, err := r.outcome("fence"); !ok {
 		return 0, err
 	}
-	var fence int64
-	for f := range r.said {
-		fence = max(fence, f)
-	}
+	fence := slices.Max(slices.Collect(r.said)) // (a majority said yes: at least one fence)
 	if raised := q.raise(ctx, c, fence); !raised.won() {
 		return 0, raised.fail("fence")
 	}
@@ -459,8 +456,7 @@ func (q *Quorum) Batches() (calls, writes uint64) {
 // Force force-releases the lock on every node (see Node.Force).
 func (q *Quorum) Force(ctx context.Context, k *Keys) (bool, error) {
 	r := fanOut(ctx, q, nil, untilAll, func(ctx context.Context, n Node) (bool, error) { return n.Force(ctx, k) })
-	deleted := slices.ContainsFunc(r.answers, func(a answer[bool]) bool { return a.v })
-	return deleted, nodeErrors(r.errs, nil)
+	return slices.ContainsFunc(r.answers, func(a answer[bool]) bool { return a.v }), nodeErrors(r.errs, nil)
 }
 
 // Announce publishes msg on every node; it fails only if none took it.
@@ -496,11 +492,7 @@ func (q *Quorum) Scan(ctx context.Context, match string) ([]string, error) {
 	if !r.won() {
 		return nil, r.fail("list")
 	}
-	var keys []string
-	for found := range r.said {
-		keys = append(keys, found...)
-	}
-	return keys, nil
+	return slices.Concat(slices.Collect(r.said)...), nil
 }
 
 // Op is refused: a quorum carries no kind with operations of its own (see
