@@ -28,24 +28,6 @@ type Info struct {
 	InDelay bool          // every lease has at most this Client's LockDelay left: its validity ended
 }
 
-// infoOf is the Info of the lock name in the state st, read by a Client
-// whose LockDelay is delay.
-func infoOf(name string, st backend.State, delay time.Duration) Info {
-	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
-		Meta: strings.Join(metasOf(st.Leases, st.Extra), ", "), Queued: int(st.Queued)}
-	for _, fill := range parts {
-		fill(&info, st)
-	}
-	// InDelay: the longest lease left is at most delay (a holder's own
-	// extensions keep its lease above it).
-	left := time.Duration(-1)
-	for _, h := range st.Leases {
-		left = max(left, h.Left)
-	}
-	info.InDelay = delay > 0 && st.Held && left >= 0 && left <= delay
-	return info
-}
-
 // parts fill each the part of an Info that one kind's holds show (Owners,
 // Permits, RWHolds) from the lock's state: each kind adds its own where it
 // is declared (part).
@@ -78,7 +60,19 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if err != nil {
 		return Info{}, opError("inspect", name, err)
 	}
-	return infoOf(name, st, c.opts.lease.delay), nil
+	info := Info{Name: name, Key: st.Key, Held: st.Held, Type: st.Type, Token: st.Token, TTL: st.TTL, Fence: st.Fence,
+		Meta: strings.Join(metasOf(st.Leases, st.Extra), ", "), Queued: int(st.Queued)}
+	for _, fill := range parts {
+		fill(&info, st)
+	}
+	// InDelay: the longest lease left is at most this Client's LockDelay (a
+	// holder's own extensions keep its lease above it).
+	left, delay := time.Duration(-1), c.opts.lease.delay
+	for _, h := range st.Leases {
+		left = max(left, h.Left)
+	}
+	info.InDelay = delay > 0 && st.Held && left >= 0 && left <= delay
+	return info, nil
 }
 
 // ForceRelease deletes the lock name and its holds ([ErrWrongType] if foreign),
