@@ -218,13 +218,13 @@ type Backend interface {
 	// Acquire takes the lock if it is free or already ours; with queue set
 	// (a waiter of a queued kind) it also joins, or renews its place in, the waiters' queue.
 	Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error)
-	// Release deletes the lock if it is ours (handing it to the next waiter
-	// in fair mode) and reports whether it was; a waiter's token leaves the queue.
-	// ErrSuperseded: another Lock resumed the lease, which is left to it.
 	// Extend resets the lease to ttl from now, unless an extension with a
 	// higher sequence number seq was applied already (a late copy of an
 	// older one must not cut short what a newer one set).
 	Extend(ctx context.Context, c *Claim, ttl time.Duration, seq int64) (bool, error)
+	// Release deletes the lock if it is ours (handing it to the next waiter
+	// in fair mode) and reports whether it was; a waiter's token leaves the queue.
+	// ErrSuperseded: another Lock resumed the lease, which is left to it.
 	Release(ctx context.Context, c *Claim) (bool, error)
 	// Fence issues the fencing token of the lease c, if it holds the lock:
 	// greater than every fence issued for the name before (0: not held;
