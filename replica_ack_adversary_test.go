@@ -1,0 +1,142 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// Replica acknowledgement on a Cluster whose lock slot is being migrated:
+// the edges of the retries (their count, the script cache of the slot's
+// new master, a context that ends during a pause). One Cluster for all.
+func TestReplicaAckMigrationEdges(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds a Cluster with replicas")
+	}
+	leakcheck.Check(t)
+	nodes := redistest.StartCluster(t, 3, 1)
+	masters := nodes[:3]
+	var addrs []string
+	for _, n := range masters {
+		addrs = append(addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	// The move ends at the at-th ASK or TRYAGAIN a master answers (0: never).
+	var mu sync.Mutex
+	var seen, at int
+	var end func()
+	onRedirect := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		seen++
+		if end != nil && seen == at {
+			end()
+			end = nil
+		}
+	}
+	arm := func(n int, done func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen, at, end = 0, n, done
+	}
+	cc.OnNewNode(func(n *redis.Client) { n.AddHook(redirected{onRedirect}) })
+	ctx := t.Context()
+	c := newClient(t, cc, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
+
+	// The docs: a call that meets a move under way tries again after
+	// pauses, for up to ¾ s. A move that ends at the fifth redirect (the
+	// last paused try) ends within that; the next try goes to the new
+	// master, whose script cache may not have the script yet (a master that
+	// never ran it, or one restarted): a NOSCRIPT there must be cured as on
+	// any other try, not handed to the caller raw.
+	t.Run("a move that ends at the last paused try, onto a master without the script", func(t *testing.T) {
+		name := "acked-late-end-noscript"
+		_, dst, done := migrating(t, masters, cc, "dlock:{"+name+"}")
+		if _, err := dst.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
+			t.Fatal(err)
+		}
+		arm(5, done)
+		start := time.Now()
+		l, err := c.TryAcquire(ctx, name)
+		took := time.Since(start)
+		if err != nil {
+			arm(0, nil)
+			done()
+			t.Fatalf("TryAcquire with replica ack, the move ended at the 5th redirect (after %v) = %v, want the lock: the move ended within the retries", took, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release = %v", err)
+		}
+	})
+
+	// A context that ends during a pause between redirects: the caller is
+	// told its context ended (ErrNotAcquired and ctx's error), promptly,
+	// and the call leaves nothing held.
+	t.Run("a context that ends during the pauses", func(t *testing.T) {
+		name := "acked-ctx-ends"
+		src, dst, done := migrating(t, masters, cc, "dlock:{"+name+"}")
+		arm(0, nil)
+		defer done()
+		short, cancel := context.WithTimeout(ctx, 120*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		l, err := c.TryAcquire(short, name)
+		took := time.Since(start)
+		if l != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("TryAcquire whose ctx ends during a migration's pause = %v, %v; want nil and ErrNotAcquired, context.DeadlineExceeded", l, err)
+		}
+		if took > 600*time.Millisecond {
+			t.Errorf("TryAcquire took %v past its 120ms ctx", took)
+		}
+		for _, s := range []*redistest.Server{src, dst} {
+			if exists(ctx, s, "dlock:{"+name+"}") {
+				t.Errorf("a lock key is left on %s", s.Addr())
+			}
+		}
+	})
+
+	// An extension whose context ends during a pause is told the context's
+	// end (as one whose go-redis call it cut short), not a redirect the
+	// library chose to wait out.
+	t.Run("an extension whose context ends during the pauses", func(t *testing.T) {
+		name := "acked-ext-ctx-ends"
+		l, err := c.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, dst, done := migrating(t, masters, cc, l.Key())
+		if _, err := src.Do(ctx, "MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS", l.Key()); err != nil {
+			t.Fatal(err)
+		}
+		arm(0, nil)
+		short, cancel := context.WithTimeout(ctx, 120*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err = l.Extend(short, time.Minute)
+		took := time.Since(start)
+		done()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Extend whose ctx ends during a migration's pause = %v, want an error matching context.DeadlineExceeded", err)
+		}
+		if err != nil && (strings.Contains(err.Error(), ": ASK ") || strings.Contains(err.Error(), ": TRYAGAIN")) {
+			t.Errorf("Extend's error carries Redis's raw redirect: %v", err)
+		}
+		if took > 600*time.Millisecond {
+			t.Errorf("Extend took %v past its 120ms ctx", took)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release once the move ended = %v", err)
+		}
+	})
+}
