@@ -368,7 +368,8 @@ func (n Node) Batches() (calls, writes uint64) {
 // reply (the slot moved since the client last looked) reloads the slot map
 // and tries again, a few times, after a pause; so do ASK and TRYAGAIN (the
 // slot is being migrated, and the script's keys are not all on one of its
-// masters: Redis runs it nowhere until the move ends).
+// masters: Redis runs it nowhere until the move ends). A context that ends
+// during a pause is the error, as a call not sent: no try ran the script.
 //
 // A NOSCRIPT reply (the server's script cache was emptied) sends the
 // script again with the scripts the Node had loaded there (see
@@ -381,24 +382,32 @@ func (n Node) acked(ctx context.Context, s *script.Script, refused error, keys [
 	}
 	cc, cluster := n.uc.(*redis.ClusterClient)
 	cmd := evalsha(s, keys, args)
-	var reload scriptSet    // after a NOSCRIPT: load these with the script
-	for try := 0; ; try++ { // (at try 5 the default case returns)
+	var reload scriptSet // after a NOSCRIPT: load these with the script
+	// The NOSCRIPT cure (a reload, then EVAL) and the redirects are counted
+	// apart: a move that ends at the last redirect may land the next try on
+	// a master without the script, which is cured there as anywhere.
+	for cures, moves := 0, 0; ; { // (the default case returns)
 		srv, m, err := n.server(ctx, firstKey(cmd))
 		if err != nil {
 			return nil, 0, err
 		}
 		rs := srv.pipelined(ctx, n.loader(m), reload, append([][]any{cmd}, n.acks...)...)
 		switch err := rs[0].Err; {
-		case noScript(err) && cmd[0] == "evalsha" && try < 5:
+		case noScript(err) && cmd[0] == "evalsha" && cures < 5:
+			cures++
 			if reload == 0 && !srv.refused.Load() {
 				reload = scriptSet(srv.loaded.Swap(0)) | setOf(s) // then a second time, with them
 			} else {
 				reload, cmd = 0, asEval(s, cmd) // then with EVAL: loading was refused, or did not cure it
 			}
-		case cluster && err != nil && slices.ContainsFunc([]string{"MOVED ", "ASK ", "TRYAGAIN"}, func(p string) bool { return strings.HasPrefix(err.Error(), p) }) && try < 5:
+		case cluster && err != nil && slices.ContainsFunc([]string{"MOVED ", "ASK ", "TRYAGAIN"}, func(p string) bool { return strings.HasPrefix(err.Error(), p) }) && moves < 5:
+			moves++
 			cc.ReloadState(ctx)
-			if !SleepCtx(ctx, time.Duration(try+1)*50*time.Millisecond) {
-				return rs[0].Val, 0, rs[0].Err
+			if !SleepCtx(ctx, time.Duration(moves)*50*time.Millisecond) {
+				// Every try so far was refused unrun (a redirect, a
+				// NOSCRIPT): the caller is told its context ended, and
+				// that nothing ran.
+				return nil, 0, NotSent(ctx.Err())
 			}
 		default:
 			acks, err := n.acksOf(rs[1:], refused)
