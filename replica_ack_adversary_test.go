@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -139,4 +140,106 @@ func TestReplicaAckMigrationEdges(t *testing.T) {
 			t.Errorf("Release once the move ended = %v", err)
 		}
 	})
+
+	// The docs (guarantees): a call whose context ends mid-flight returns
+	// at once. With replica ack on a Cluster the script and its WAIT go to
+	// the slot's master on a go-redis connection of its own, which does not
+	// watch ctx: a stalled replica holds WAIT for the whole ack timeout
+	// (2s here), past a 200ms ctx. The grant left behind must be undone.
+	t.Run("a context that ends while WAIT waits for a stalled replica", func(t *testing.T) {
+		name := "acked-ctx-wait"
+		l, err := c.TryAcquire(ctx, name) // (the scripts loaded on its master)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m, err := cc.MasterForKey(ctx, l.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var master, replica *redistest.Server
+		for _, n := range nodes {
+			if n.Addr() == m.Options().Addr {
+				master = n
+			}
+		}
+		for _, n := range nodes {
+			if info(ctx, n, "replication", "master_port") == strconv.Itoa(master.Port()) {
+				replica = n
+			}
+		}
+		if replica == nil {
+			t.Fatal("no replica of the lock's master")
+		}
+		replica.Pause()
+		resumed := false
+		defer func() {
+			if !resumed {
+				replica.Resume()
+			}
+		}()
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		l, err = c.TryAcquire(short, name)
+		took := time.Since(start)
+		replica.Resume()
+		resumed = true
+		if l != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("TryAcquire whose ctx ends while WAIT waits = %v, %v; want nil and ErrNotAcquired, context.DeadlineExceeded", l, err)
+		}
+		if took > time.Second {
+			t.Errorf("TryAcquire took %v past its 200ms ctx (the ack timeout is 2s)", took)
+		}
+		for deadline := time.Now().Add(3 * time.Second); exists(ctx, master, "dlock:{"+name+"}"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Errorf("the grant whose caller left is still held 3s later, by nobody")
+				break
+			}
+		}
+	})
+}
+
+// The same on one master with a replica (the batcher's connection): a
+// call whose context ends while WAIT waits for a stalled replica returns
+// at once, told that its context ended, and its grant is undone.
+func TestReplicaAckTryAcquireLeavesAtItsContextWhileWAITWaits(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	ctx := t.Context()
+	master := redistest.Start(t, redistest.TCP())
+	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
+	if !replicaAcks(ctx, master, replica) {
+		t.Fatal("the replica never synced")
+	}
+	rdb := master.Client(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false), dlock.WithReplicaAck(1, 2*time.Second))
+	l, err := c.TryAcquire(ctx, "acked-one-wait") // (the scripts loaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	replica.Pause()
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	l, err = c.TryAcquire(short, "acked-one-wait")
+	took := time.Since(start)
+	replica.Resume()
+	if l != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryAcquire whose ctx ends while WAIT waits = %v, %v; want nil and ErrNotAcquired, context.DeadlineExceeded", l, err)
+	}
+	if took > time.Second {
+		t.Errorf("TryAcquire took %v past its 200ms ctx (the ack timeout is 2s)", took)
+	}
+	for deadline := time.Now().Add(3 * time.Second); exists(ctx, master, "dlock:{acked-one-wait}"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("the grant whose caller left is still held 3s later, by nobody")
+			break
+		}
+	}
 }
