@@ -391,7 +391,8 @@ func (n Node) acked(ctx context.Context, s *script.Script, refused error, keys [
 		if err != nil {
 			return nil, 0, err
 		}
-		rs := srv.pipelined(ctx, n.loader(m), reload, append([][]any{cmd}, n.acks...)...)
+		cmds := append([][]any{cmd}, n.acks...)
+		rs := leftAt(ctx, len(cmds), func() []driver.Result { return srv.pipelined(ctx, n.loader(m), reload, cmds...) })
 		switch err := rs[0].Err; {
 		case noScript(err) && cmd[0] == "evalsha" && cures < 5:
 			cures++
@@ -413,6 +414,31 @@ func (n Node) acked(ctx context.Context, s *script.Script, refused error, keys [
 			acks, err := n.acksOf(rs[1:], refused)
 			return rs[0].Val, acks, cmp.Or(rs[0].Err, err)
 		}
+	}
+}
+
+// leftAt runs f, an acknowledged call's pipeline of n commands, and
+// returns its results; or, if ctx ends first, n errors that say the call
+// was left in flight (ErrLeftInFlight, and ctx's error): its WAIT may hold
+// the reply for the whole ack timeout, and go-redis does not watch ctx
+// while it reads (without ContextTimeoutEnabled). f then ends on its own,
+// within the ack timeout or the read timeout.
+func leftAt(ctx context.Context, n int, f func() []driver.Result) []driver.Result {
+	if ctx.Done() == nil {
+		return f()
+	}
+	done := make(chan []driver.Result, 1)
+	go func() { done <- f() }()
+	select {
+	case rs := <-done:
+		return rs
+	case <-ctx.Done():
+		select {
+		case rs := <-done: // (in as well)
+			return rs
+		default:
+		}
+		return slices.Repeat([]driver.Result{{Err: fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err())}}, n)
 	}
 }
 
