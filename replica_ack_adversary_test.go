@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -240,6 +241,66 @@ func TestReplicaAckTryAcquireLeavesAtItsContextWhileWAITWaits(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Errorf("the grant whose caller left is still held 3s later, by nobody")
 			break
+		}
+	}
+}
+
+// The extension's clock flag (its optional last argument, ARGV[4]) goes
+// to every kind whose extension takes it: a leader's lease extended with a
+// clock observer (and with replica ack, through acked) reads as extended,
+// and keeps its proclaimed value alive with it; a plain lock's too.
+func TestExtensionsWithTheClockFlagAreReadAsExtended(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	ctx := t.Context()
+	master := redistest.Start(t, redistest.TCP())
+	replica := redistest.Start(t, redistest.TCP(), redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
+	if !replicaAcks(ctx, master, replica) {
+		t.Fatal("the replica never synced")
+	}
+	rdb := master.Client(t)
+	for _, acked := range []bool{false, true} {
+		w := new(clockWatcher)
+		opts := []dlock.Option{dlock.LeaseTTL(5 * time.Second), dlock.WithAutoExtend(false), dlock.WithObserver(w.observer())}
+		if acked {
+			opts = append(opts, dlock.WithReplicaAck(1, time.Second))
+		}
+		c := newClient(t, rdb, opts...)
+		e, err := c.Election(fmt.Sprint("clock-flag-", acked))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ld, err := e.Campaign(ctx, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ld.Proclaim(ctx, "w"); err != nil {
+			t.Fatal(err)
+		}
+		if err := ld.Lock().Extend(ctx, time.Minute); err != nil {
+			t.Errorf("acked %v: a leader's Extend with the clock observed = %v, want nil", acked, err)
+		}
+		key := ld.Lock().Key()
+		for _, k := range []string{key, key + ":v"} {
+			if ms, err := rdb.PTTL(ctx, k).Result(); err != nil || ms < 30*time.Second {
+				t.Errorf("acked %v: PTTL %s after the leader's Extend(1m) = %v, %v; want above 30s", acked, k, ms, err)
+			}
+		}
+		l, err := c.TryAcquire(ctx, fmt.Sprint("clock-flag-plain-", acked))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Extend(ctx, time.Minute); err != nil {
+			t.Errorf("acked %v: a plain Extend with the clock observed = %v, want nil", acked, err)
+		}
+		if ms, err := rdb.PTTL(ctx, l.Key()).Result(); err != nil || ms < 30*time.Second {
+			t.Errorf("acked %v: PTTL after a plain Extend(1m) = %v, %v; want above 30s", acked, ms, err)
+		}
+		if err := ld.Resign(ctx); err != nil {
+			t.Errorf("Resign = %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release = %v", err)
 		}
 	}
 }
