@@ -243,6 +243,27 @@ func TestReplicaAckTryAcquireLeavesAtItsContextWhileWAITWaits(t *testing.T) {
 			break
 		}
 	}
+
+	// A semaphore's two permits taken at once, the same way: the hold left
+	// behind is undone, and both permits are free again.
+	sem, err := c.Semaphore("acked-one-sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica.Pause()
+	short2, cancel2 := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel2()
+	start = time.Now()
+	l, err = sem.AcquireN(short2, 2)
+	took = time.Since(start)
+	replica.Resume()
+	if l != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
+		t.Errorf("AcquireN(2) whose ctx ends while WAIT waits = %v, %v after %v; want nil and ErrNotAcquired, context.DeadlineExceeded, at once", l, err, took)
+	}
+	if !waitFor(3*time.Second, func() bool { n, err := sem.Available(ctx); return err == nil && n == 2 }) {
+		n, err := sem.Available(ctx)
+		t.Errorf("Available 3s after the AcquireN whose caller left = %v, %v; want 2: the hold undone", n, err)
+	}
 }
 
 // The extension's clock flag (its optional last argument, ARGV[4]) goes
