@@ -92,16 +92,49 @@ type tx struct {
 // slot is migrated) returns no error though fn never ran to its end: that
 // is ErrRedirected, not an answer. A lease c (nil for none) of a kind n
 // does not carry is refused, unsent.
-func watched[T any](ctx context.Context, n NoScripts, c *Claim, keys []string, fn func(tx) (T, error)) (T, error) {
+func watched[T any](ctx context.Context, n NoScripts, c *Claim, keys []string, fn func(tx, *Claim) (T, error)) (T, error) {
 	var v T
 	if c != nil {
 		if err := n.Carries(c.Kind); err != nil {
 			return v, NotSent(err)
 		}
+		c = new(*c) // (fn reads its own copy: a try left in flight must not read the caller's next token)
 	}
+	if ctx.Done() == nil {
+		return watchTries(ctx, n, c, keys, fn)
+	}
+	// The transaction's round trips go on a go-redis connection that does
+	// not watch ctx while it reads (without ContextTimeoutEnabled), for up
+	// to its read timeout, or WAIT's ack timeout: the caller leaves at ctx's
+	// end, the call left in flight (ReplyLost), as a batched call is.
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := watchTries(ctx, n, c, keys, fn)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-done: // (in as well)
+			return r.v, r.err
+		default:
+		}
+		return v, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err())
+	}
+}
+
+// watchTries is watched's tries, on the claim c (nil for none).
+func watchTries[T any](ctx context.Context, n NoScripts, c *Claim, keys []string, fn func(tx, *Claim) (T, error)) (T, error) {
+	var v T
 	var ran bool // fn ran to its end without an error
 	run := func(t *redis.Tx) (err error) {
-		v, err = fn(tx{t, ctx})
+		v, err = fn(tx{t, ctx}, c)
 		ran = err == nil
 		return err
 	}
@@ -211,7 +244,7 @@ func (n NoScripts) ack(t tx, err, refused error, short func(acks int64) error) e
 // attempt must be undone. There is no fair queue: with queue set (a
 // waiter) a refused attempt sets the wake key.
 func (n NoScripts) Acquire(ctx context.Context, c *Claim, ttl time.Duration, queue bool) (Grant, error) {
-	g, err := watched(ctx, n, c, []string{c.Rev}, func(t tx) (Grant, error) { return n.acquireTx(t, c, ttl, queue) })
+	g, err := watched(ctx, n, c, []string{c.Rev}, func(t tx, c *Claim) (Grant, error) { return n.acquireTx(t, c, ttl, queue) })
 	if err != nil {
 		err = n.wrongKind(ctx, c.Lock, c.Kind, RedisErr(err))
 		g.Undo = !errors.Is(err, ErrRevoked) && !neverSent(err) // (a failed try's Grant has no Undo)
@@ -274,7 +307,7 @@ func (n NoScripts) acquireTx(t tx, c *Claim, ttl time.Duration, queue bool) (Gra
 // EXEC, and the release reads again.
 func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 	px := Window(cmp.Or(c.TTL, n.ttl)).Milliseconds() // the marker's life
-	return result(watched(ctx, n, c, []string{c.Lock, c.Rev}, func(t tx) (bool, error) {
+	return result(watched(ctx, n, c, []string{c.Lock, c.Rev}, func(t tx, c *Claim) (bool, error) {
 		h, m, _, err := t.lease(c)
 		ok := h == c.Token
 		switch {
@@ -309,7 +342,7 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 		read = tx.get
 		writes = [][]any{{"pexpire", c.Lock, ms}, {"SET", c.Rev, "e" + arg, "PX", ms}}
 	}
-	return result(watched(ctx, n, c, []string{c.Lock, c.Rev}, func(t tx) (bool, error) {
+	return result(watched(ctx, n, c, []string{c.Lock, c.Rev}, func(t tx, c *Claim) (bool, error) {
 		h, m, _, err := read(t, c)
 		switch {
 		case err != nil || h != c.Token:
@@ -335,7 +368,7 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 // The lease's marker is watched too: a Lock that another resumed gets no
 // fence (see drives).
 func (n NoScripts) Fence(ctx context.Context, c *Claim) (int64, error) {
-	return result(watched(ctx, n, c, []string{c.Lock, c.Fence, c.Rev}, func(t tx) (int64, error) {
+	return result(watched(ctx, n, c, []string{c.Lock, c.Fence, c.Rev}, func(t tx, c *Claim) (int64, error) {
 		h, m, r, err := t.lease(c, []any{"GET", c.Fence}, []any{"TIME"})
 		prev, _ := r[0].Int64()     // (0: no counter)
 		now, _ := r[1].Int64Slice() // seconds, µs
@@ -425,7 +458,7 @@ func (n NoScripts) Announce(ctx context.Context, k *Keys, msg string) error {
 // lock is watched before its holding is read, so the EXEC deletes the
 // holding that was read, or nothing.
 func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
-	return result(watched(ctx, n, nil, []string{k.Lock}, func(t tx) (bool, error) {
+	return result(watched(ctx, n, nil, []string{k.Lock}, func(t tx, _ *Claim) (bool, error) {
 		st, err := readState(ctx, k, t.Pipeline())
 		if ok, ferr := st.forced(); !ok { // (a failed read's State is empty: no holding)
 			return false, cmp.Or(err, ferr)
