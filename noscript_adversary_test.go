@@ -72,3 +72,26 @@ func TestWithoutScriptsTryAcquireLeavesAtItsContext(t *testing.T) {
 		})
 	}
 }
+
+// A script-free Client's Inspect on a frozen server leaves at its
+// context's end, with its context's error, as a scripting Client's does
+// (the read is a MULTI on a go-redis connection of its own).
+func TestWithoutScriptsInspectLeavesAtItsContext(t *testing.T) {
+	t.Parallel()
+	s, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithAutoExtend(false))
+	if _, err := c.Inspect(ctx, "ns-inspect"); err != nil { // (a connection in the pool)
+		t.Fatal(err)
+	}
+	s.Pause()
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Inspect(short, "ns-inspect")
+	took := time.Since(start)
+	s.Resume()
+	if !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
+		t.Errorf("Inspect on a frozen server with a 200ms ctx = %v after %v, want context.DeadlineExceeded at once", err, took)
+	}
+}
