@@ -392,7 +392,10 @@ func (n Node) acked(ctx context.Context, s *script.Script, refused error, keys [
 			return nil, 0, err
 		}
 		cmds := append([][]any{cmd}, n.acks...)
-		rs := leftAt(ctx, len(cmds), func() []driver.Result { return srv.pipelined(ctx, n.loader(m), reload, cmds...) })
+		rs, err := leftWith(ctx, func() ([]driver.Result, error) { return srv.pipelined(ctx, n.loader(m), reload, cmds...), nil })
+		if err != nil {
+			rs = slices.Repeat([]driver.Result{{Err: err}}, len(cmds))
+		}
 		switch err := rs[0].Err; {
 		case noScript(err) && cmd[0] == "evalsha" && cures < 5:
 			cures++
@@ -417,28 +420,36 @@ func (n Node) acked(ctx context.Context, s *script.Script, refused error, keys [
 	}
 }
 
-// leftAt runs f, an acknowledged call's pipeline of n commands, and
-// returns its results; or, if ctx ends first, n errors that say the call
-// was left in flight (ErrLeftInFlight, and ctx's error): its WAIT may hold
-// the reply for the whole ack timeout, and go-redis does not watch ctx
-// while it reads (without ContextTimeoutEnabled). f then ends on its own,
-// within the ack timeout or the read timeout.
-func leftAt(ctx context.Context, n int, f func() []driver.Result) []driver.Result {
+// leftWith runs f, a call's round trips on a go-redis connection of its
+// own (an acknowledged call's script and WAIT, a script-free transaction),
+// which does not watch ctx while it reads (without ContextTimeoutEnabled),
+// for up to its read timeout, or WAIT's ack timeout; the caller leaves at
+// ctx's end, the call left in flight (ErrLeftInFlight: ReplyLost), as a
+// batched call is. f then ends on its own.
+func leftWith[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	if ctx.Done() == nil {
 		return f()
 	}
-	done := make(chan []driver.Result, 1)
-	go func() { done <- f() }()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
 	select {
-	case rs := <-done:
-		return rs
+	case r := <-done:
+		return r.v, r.err
 	case <-ctx.Done():
 		select {
-		case rs := <-done: // (in as well)
-			return rs
+		case r := <-done: // (in as well)
+			return r.v, r.err
 		default:
 		}
-		return slices.Repeat([]driver.Result{{Err: fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err())}}, n)
+		var zero T
+		return zero, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err())
 	}
 }
 

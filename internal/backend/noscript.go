@@ -100,33 +100,7 @@ func watched[T any](ctx context.Context, n NoScripts, c *Claim, keys []string, f
 		}
 		c = new(*c) // (fn reads its own copy: a try left in flight must not read the caller's next token)
 	}
-	if ctx.Done() == nil {
-		return watchTries(ctx, n, c, keys, fn)
-	}
-	// The transaction's round trips go on a go-redis connection that does
-	// not watch ctx while it reads (without ContextTimeoutEnabled), for up
-	// to its read timeout, or WAIT's ack timeout: the caller leaves at ctx's
-	// end, the call left in flight (ReplyLost), as a batched call is.
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		v, err := watchTries(ctx, n, c, keys, fn)
-		done <- result{v, err}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-ctx.Done():
-		select {
-		case r := <-done: // (in as well)
-			return r.v, r.err
-		default:
-		}
-		return v, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err())
-	}
+	return leftWith(ctx, func() (T, error) { return watchTries(ctx, n, c, keys, fn) })
 }
 
 // watchTries is watched's tries, on the claim c (nil for none).
@@ -440,7 +414,7 @@ func (NoScripts) Op(context.Context, KindOp) (any, error) { return nil, ErrNeeds
 // Inspect reads the lock's state as inspect.lua does, in one MULTI (which
 // nothing can abort: it writes nothing, and watches nothing).
 func (n NoScripts) Inspect(ctx context.Context, k *Keys) (State, error) {
-	return result(readState(ctx, k, n.uc.TxPipeline()))
+	return result(leftWith(ctx, func() (State, error) { return readState(ctx, k, n.uc.TxPipeline()) }))
 }
 
 // Undo ends the lease c may hold (see Node.Undo).
