@@ -17,7 +17,7 @@ var digests = map[string]string{
 	"fence_current":     "52c6dbe977e17d8713f9d41df5ddddb157e57f10",
 	"force_release":     "2e58f822d2a7399b6e915e7148d3a4136c28d3a2",
 	"guard":             "4b2cd147a5381ac69f0f5be06d7a4a4c394217f9",
-	"hold_acquire":      "c169efe12b8f90ac1e2b36d2ef8b5d1b977ba190",
+	"hold_acquire":      "36256de51bb1455fdb0252daf18aabfd0d79e737",
 	"hold_downgrade":    "6101eea3bd09f7c5f61fcef07eb4a7817e4a2ba1",
 	"hold_extend":       "d20b44aa32ef8746e24b1757b1e43f2b8367edeb",
 	"hold_release":      "073ff10724d3610407a378b284a7dcdf1ee676db",

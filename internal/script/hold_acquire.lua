@@ -79,6 +79,13 @@ if not quiet and revoked(KEYS[5]) then return revoked_reply() end
 if type(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)) ~= 'number' or not same_kind(KEYS[1], member) then
   return redis.error_reply('WRONGTYPE dlock: the key holds a value of another kind')
 end
+-- A write's request that finds its token's read held is a late copy of a
+-- write since downgraded (hold_downgrade.lua): the hold is ours, as a read,
+-- and the copy takes nothing (no queue entry that would wait for that read
+-- and be handed the lock once it ends).
+if what == 'w' and redis.call('ZSCORE', KEYS[1], 'r:' .. token) then
+  return 0
+end
 -- The hold's scores: a hold of more than 500 permits (more than one
 -- ZMSCORE) is read whole only if its first member is there.
 local mine = hold_call(KEYS[1], member, w > 500 and 1 or w, nil, 'ZMSCORE')
