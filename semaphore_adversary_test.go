@@ -1,0 +1,186 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// A waiter for k permits at the head of the queue holds up those behind it;
+// when it goes (its Client closed, its context cancelled) it must leave the
+// queue at once, and the waiter behind it get the free permit.
+func TestSemaphoreAcquireNHeadThatGoesLetsTheNextIn(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"close", "cancel"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			_, rdb := setup(t)
+			ctx := t.Context()
+			name := "adv-head-goes-" + how
+			holder := newSemaphore(t, newClient(t, rdb), name, 3)
+			one, err := holder.Acquire(ctx, dlock.LeaseTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer one.Release(ctx)
+			hc := newClient(t, rdb)
+			head := newSemaphore(t, hc, name, 3)
+			hctx, hcancel := context.WithCancel(ctx)
+			defer hcancel()
+			headErr := make(chan error, 1)
+			go func() {
+				l, err := head.AcquireN(hctx, 3, dlock.LeaseTTL(time.Minute))
+				if err == nil {
+					l.Release(ctx)
+				}
+				headErr <- err
+			}()
+			if !queued(ctx, rdb, name, 1) {
+				t.Fatal("the waiter for 3 never queued")
+			}
+			behind := newSemaphore(t, newClient(t, rdb), name, 3)
+			got := make(chan error, 1)
+			go func() {
+				l, err := behind.Acquire(ctx, dlock.LeaseTTL(time.Minute), dlock.MaxWait(10*time.Second))
+				if err == nil {
+					l.Release(ctx)
+				}
+				got <- err
+			}()
+			if !queued(ctx, rdb, name, 2) {
+				t.Fatal("the waiter for 1 never queued")
+			}
+			start := time.Now()
+			if how == "close" {
+				if err := hc.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				hcancel()
+			}
+			select {
+			case err := <-headErr:
+				if err == nil {
+					t.Fatal("the head waiter got its permits after it went")
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the head waiter's call did not return 5s after it went")
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatalf("the waiter behind the head that went: %v", err)
+				}
+				if d := time.Since(start); d > 2*time.Second {
+					t.Errorf("the waiter behind got its permit %v after the head went", d)
+				}
+			case <-time.After(8 * time.Second):
+				t.Fatalf("the waiter behind never got the free permit (queue %v)", rdb.LRange(ctx, "dlock:{"+name+"}:q", 0, -1).Val())
+			}
+		})
+	}
+}
+
+// Calls on the size kept in Redis return by their context when replies are
+// stalled, with an error that says the context ended (not a raw Redis
+// text), and a change asked under a stalled reply is applied at most once.
+func TestSemaphoreSizeCallsUnderStalledRepliesEndWithTheirContext(t *testing.T) {
+	t.Parallel()
+	p, rdb, direct := proxied(t, 3, 0)
+	ctx := t.Context()
+	s := newSemaphore(t, newClient(t, rdb), "adv-size-stall", 2)
+	if ok, err := s.TrySetPermits(ctx, 5); err != nil || !ok {
+		t.Fatalf("TrySetPermits = %v, %v", ok, err)
+	}
+	for _, tc := range []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"AddPermits", func(ctx context.Context) error { _, err := s.AddPermits(ctx, 1); return err }},
+		{"Available", func(ctx context.Context) error { _, err := s.Available(ctx); return err }},
+		{"UnsetPermits", func(ctx context.Context) error { _, err := s.UnsetPermits(ctx); return err }},
+		{"TrySetPermits", func(ctx context.Context) error { _, err := s.TrySetPermits(ctx, 9); return err }},
+	} {
+		p.StallReplies()
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
+		err := tc.call(cctx)
+		d := time.Since(start)
+		cancel()
+		p.Cut()
+		if err == nil {
+			t.Errorf("%s under stalled replies succeeded", tc.name)
+		} else if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s under stalled replies = %v, want it to match context.DeadlineExceeded", tc.name, err)
+		}
+		if d > 1500*time.Millisecond {
+			t.Errorf("%s returned %v after its 300ms context", tc.name, d)
+		}
+	}
+	// The changes: +1 at most once, then maybe unset (size 2 again), then
+	// maybe set to 9.
+	v, err := direct.Get(ctx, "dlock:{adv-size-stall}:n").Result()
+	if err == nil && v != "5" && v != "6" && v != "9" {
+		t.Errorf("the size kept is %s after +1 to 5 at most once, an unset and a set to 9", v)
+	}
+}
+
+// Eight goroutines on four Clients take 1 to 3 of 4 permits through a proxy
+// that delays and stalls replies at random; counted inside their critical
+// sections while valid, they never hold more than 4 between them.
+func TestSemaphoreAcquireNUnderDelayedRepliesNeverOverN(t *testing.T) {
+	t.Parallel()
+	p, rdb, _ := proxied(t, 3, 300*time.Millisecond)
+	ctx := t.Context()
+	const name, N = "adv-n-faults", 4
+	var inside atomic.Int64
+	var mu sync.Mutex
+	var bad []string
+	stop := time.Now().Add(4 * time.Second)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		c := newClient(t, rdb)
+		s := newSemaphore(t, c, name, N)
+		wg.Go(func() {
+			for i := 0; i < 200 && time.Now().Before(stop); i++ {
+				k := 1 + (w+i)%3
+				l, err := s.AcquireN(ctx, k, dlock.MaxWait(time.Second), dlock.LeaseTTL(2*time.Second))
+				if err != nil {
+					continue
+				}
+				n := inside.Add(int64(k))
+				if n > N && time.Now().Before(l.ValidUntil()) {
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("%d permits held with this hold of %d", n, k))
+					mu.Unlock()
+				}
+				time.Sleep(time.Millisecond)
+				inside.Add(-int64(k))
+				l.Release(ctx)
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := 0; time.Now().Before(stop); i++ {
+			switch i % 3 {
+			case 0:
+				p.Delay(0, 150*time.Millisecond)
+			case 1:
+				p.StallReplies()
+			}
+			time.Sleep(200 * time.Millisecond)
+			p.Cut()
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("%d overlaps above N=%d: %v", len(bad), N, bad[:min(len(bad), 5)])
+	}
+}
