@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,5 +183,85 @@ func TestSemaphoreAcquireNUnderDelayedRepliesNeverOverN(t *testing.T) {
 	wg.Wait()
 	if len(bad) > 0 {
 		t.Fatalf("%d overlaps above N=%d: %v", len(bad), N, bad[:min(len(bad), 5)])
+	}
+}
+
+// Refusals of a semaphore's and a read-write lock's calls match their
+// documented sentinel and carry no raw Redis or Lua text.
+func TestSemaphoreAndRWRefusalsMatchTheirSentinelsWithoutRawRedisText(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	s := newSemaphore(t, c, "adv-words-sem", 3)
+	held, err := s.Acquire(ctx, dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	rw := newRW(t, c, "adv-words-rw")
+	w, err := rw.Writer().Acquire(ctx, dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release(ctx)
+	plain, err := c.Acquire(ctx, "adv-words-lock", dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Release(ctx)
+	onRW := newSemaphore(t, c, "adv-words-rw", 3)
+	onLock := newSemaphore(t, c, "adv-words-lock", 3)
+	sized := newSemaphore(t, c, "adv-words-sized", 0)
+	if _, err := sized.TrySetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	rwOnSem := newRW(t, c, "adv-words-sem")
+	for _, tc := range []struct {
+		name string
+		want error
+		call func() error
+	}{
+		{"AcquireN above N", dlock.ErrInvalid, func() error { _, err := s.AcquireN(ctx, 4, dlock.MaxWait(time.Second)); return err }},
+		{"AcquireN above the kept size", dlock.ErrInvalid, func() error { _, err := sized.AcquireN(ctx, 3, dlock.MaxWait(time.Second)); return err }},
+		{"AcquireN of 0", dlock.ErrInvalid, func() error { _, err := s.AcquireN(ctx, 0); return err }},
+		{"AddPermits below 1", dlock.ErrInvalid, func() error { _, err := sized.AddPermits(ctx, -2); return err }},
+		{"AddPermits below 1 without a size", dlock.ErrInvalid, func() error { _, err := s.AddPermits(ctx, -3); return err }},
+		{"Available of 0 without a size", dlock.ErrInvalid, func() error {
+			_, err := newSemaphore(t, c, "adv-words-none", 0).Available(ctx)
+			return err
+		}},
+		{"AcquireN of 0 permits without a size", dlock.ErrInvalid, func() error {
+			_, err := newSemaphore(t, c, "adv-words-none", 0).AcquireN(ctx, 1, dlock.MaxWait(time.Second))
+			return err
+		}},
+		{"AcquireN on a read-write lock", dlock.ErrWrongType, func() error { _, err := onRW.AcquireN(ctx, 2, dlock.MaxWait(time.Second)); return err }},
+		{"AcquireN on a lock", dlock.ErrWrongType, func() error { _, err := onLock.AcquireN(ctx, 2, dlock.MaxWait(time.Second)); return err }},
+		{"AddPermits on a read-write lock", dlock.ErrWrongType, func() error { _, err := onRW.AddPermits(ctx, 1); return err }},
+		{"TrySetPermits on a lock", dlock.ErrWrongType, func() error { _, err := onLock.TrySetPermits(ctx, 1); return err }},
+		{"Available on a lock", dlock.ErrWrongType, func() error { _, err := onLock.Available(ctx); return err }},
+		{"UnsetPermits on a read-write lock", dlock.ErrWrongType, func() error { _, err := onRW.UnsetPermits(ctx); return err }},
+		{"write on a semaphore", dlock.ErrWrongType, func() error { _, err := rwOnSem.Writer().Acquire(ctx, dlock.MaxWait(time.Second)); return err }},
+		{"read on a semaphore", dlock.ErrWrongType, func() error { _, err := rwOnSem.Reader().TryAcquire(ctx); return err }},
+		{"Downgrade of a permit", dlock.ErrInvalid, func() error { return rwOnSem.Downgrade(ctx, held) }},
+		{"Downgrade of a read", dlock.ErrInvalid, func() error {
+			r, err := newRW(t, c, "adv-words-rw2").Reader().Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer r.Release(ctx)
+			return newRW(t, c, "adv-words-rw2").Downgrade(ctx, r)
+		}},
+	} {
+		err := tc.call()
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s = %v, want it to match %v", tc.name, err, tc.want)
+			continue
+		}
+		for _, raw := range []string{"user_script", "DLOCK_", "ERR ", "Operation against a key", "REVOKED", "@user"} {
+			if strings.Contains(err.Error(), raw) {
+				t.Errorf("%s = %q: carries Redis's raw %q", tc.name, err, raw)
+			}
+		}
 	}
 }
