@@ -1,7 +1,11 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,4 +93,124 @@ func TestRWMutexLateWriteCopyAfterDowngradeLeavesNoWriteAfterRelease(t *testing.
 		t.Fatalf("a write after the release = %v (holds %+v)", err, hs)
 	}
 	l.Release(ctx)
+}
+
+// span is the time a hold was used as a read or a write: from its grant to
+// its release, cut at its validity.
+type rwSpan struct {
+	from, to time.Time
+	write    bool
+	hold     int
+}
+
+// Readers, writers and writers that downgrade, on several Clients through a
+// proxy that delays, stalls and cuts replies: no write is used while any
+// other hold, read or write, is (each counted from its grant until its
+// release or its ValidUntil, whichever is first).
+func TestRWMutexExclusionUnderFaultsWithDowngrades(t *testing.T) {
+	t.Parallel()
+	p, rdb, _ := proxied(t, 3, 300*time.Millisecond)
+	ctx := t.Context()
+	const name = "adv-rw-faults"
+	var mu sync.Mutex
+	var spans []rwSpan
+	var holds atomic.Int64
+	record := func(s rwSpan) {
+		if s.to.After(s.from) {
+			mu.Lock()
+			spans = append(spans, s)
+			mu.Unlock()
+		}
+	}
+	until := func(l *dlock.Lock) time.Time {
+		now, v := time.Now(), l.ValidUntil()
+		if v.Before(now) {
+			return v
+		}
+		return now
+	}
+	stop := time.Now().Add(4 * time.Second)
+	var wg sync.WaitGroup
+	for g := range 6 {
+		rw := newRW(t, newClient(t, rdb, dlock.LeaseTTL(time.Second)), name)
+		wg.Go(func() {
+			for i := 0; i < 300 && time.Now().Before(stop); i++ {
+				write := (g+i)%3 != 0
+				locker := rw.Reader()
+				if write {
+					locker = rw.Writer()
+				}
+				l, err := locker.Acquire(ctx, dlock.MaxWait(time.Second))
+				if err != nil {
+					continue
+				}
+				id := int(holds.Add(1))
+				from := time.Now()
+				time.Sleep(time.Millisecond)
+				if write && i%2 == 0 {
+					record(rwSpan{from, until(l), true, id})
+					// Settle the downgrade: an unknown outcome leaves a
+					// read or a write, so only a read is used after it.
+					var err error
+					for try := 0; try < 5; try++ {
+						dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+						err = rw.Downgrade(dctx, l)
+						cancel()
+						if err == nil || l.Err() != nil {
+							break
+						}
+					}
+					if err != nil {
+						l.Release(ctx)
+						continue
+					}
+					from, write = time.Now(), false
+					time.Sleep(time.Millisecond)
+				}
+				record(rwSpan{from, until(l), write, id})
+				l.Release(ctx)
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := 0; time.Now().Before(stop); i++ {
+			switch i % 3 {
+			case 0:
+				p.Delay(150*time.Millisecond, 0)
+			case 1:
+				p.StallReplies()
+			}
+			time.Sleep(200 * time.Millisecond)
+			p.Cut()
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	wg.Wait()
+	var bad []string
+	for i, a := range spans {
+		for _, b := range spans[i+1:] {
+			if a.hold != b.hold && (a.write || b.write) && a.from.Before(b.to) && b.from.Before(a.to) {
+				bad = append(bad, fmt.Sprintf("hold %d (write %v) and hold %d (write %v) overlap by %v", a.hold, a.write, b.hold, b.write,
+					earliest(a.to, b.to).Sub(latest(a.from, b.from))))
+			}
+		}
+	}
+	t.Logf("%d spans", len(spans))
+	if len(bad) > 0 {
+		t.Fatalf("%d overlaps with a write: %v", len(bad), bad[:min(len(bad), 5)])
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
