@@ -265,3 +265,65 @@ func TestSemaphoreAndRWRefusalsMatchTheirSentinelsWithoutRawRedisText(t *testing
 		}
 	}
 }
+
+// Growing the kept size lets in at once the waiters who now fit, on the
+// same Client and on others, a waiter for several permits among them, in
+// arrival order.
+func TestSemaphoreGrowingLetsEveryWaiterThatFitsInAtOnce(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "adv-grow"
+	shared := newClient(t, rdb)
+	s := newSemaphore(t, shared, name, 0)
+	if _, err := s.TrySetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.AcquireN(ctx, 3, dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	ks := []int{1, 3, 1, 2, 1}
+	got := make(chan error, len(ks))
+	var mu sync.Mutex
+	var locks []*dlock.Lock
+	for i, k := range ks {
+		sem := s
+		if i%2 == 1 {
+			sem = newSemaphore(t, newClient(t, rdb), name, 0)
+		}
+		go func() {
+			l, err := sem.AcquireN(ctx, k, dlock.LeaseTTL(time.Minute), dlock.MaxWait(20*time.Second))
+			if err == nil {
+				mu.Lock()
+				locks = append(locks, l)
+				mu.Unlock()
+			}
+			got <- err
+		}()
+		if !queued(ctx, rdb, name, int64(i+1)) {
+			t.Fatalf("waiter %d never queued", i)
+		}
+	}
+	start := time.Now()
+	if n, err := s.AddPermits(ctx, 8); err != nil || n != 11 {
+		t.Fatalf("AddPermits(8) = %d, %v", n, err)
+	}
+	for range ks {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a waiter that fits was not let in 5s after the size grew (queue %v)", rdb.LRange(ctx, "dlock:{"+name+"}:q", 0, -1).Val())
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the waiters got in %v after the size grew", d)
+	}
+	for _, l := range locks {
+		l.Release(ctx)
+	}
+}
