@@ -327,3 +327,46 @@ func TestSemaphoreGrowingLetsEveryWaiterThatFitsInAtOnce(t *testing.T) {
 		l.Release(ctx)
 	}
 }
+
+// A server restarted empty forgets the permits; a waiter for several
+// permits is let in soon after (its pub/sub connection's return wakes it),
+// not when the forgotten holds would have ended.
+func TestSemaphoreAcquireNWaiterGetsInSoonAfterAnEmptyRestart(t *testing.T) {
+	t.Parallel()
+	s, rdb := setup(t)
+	ctx := t.Context()
+	const name = "adv-restart"
+	holder := newSemaphore(t, newClient(t, rdb), name, 3)
+	held, err := holder.AcquireN(ctx, 3, dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := newSemaphore(t, newClient(t, rdb), name, 3)
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.AcquireN(ctx, 2, dlock.LeaseTTL(time.Minute), dlock.MaxWait(30*time.Second))
+		if err == nil {
+			l.Release(ctx)
+		}
+		got <- err
+	}()
+	if !waitFor(10*time.Second, queuedAndListening(t, rdb, name, 1)) {
+		t.Fatal("the waiter never queued")
+	}
+	s.Restart()
+	start := time.Now()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter after the restart: %v", err)
+		}
+		d := time.Since(start)
+		t.Logf("the waiter got in %v after the restart", d)
+		if d > 10*time.Second {
+			t.Errorf("the waiter got in %v after the restart", d)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter was not let in 20s after an empty restart")
+	}
+	held.Release(ctx) // (forgotten: nothing to give back)
+}
