@@ -174,11 +174,15 @@ func TestRWMutexExclusionUnderFaultsWithDowngrades(t *testing.T) {
 	}
 	wg.Go(func() {
 		for i := 0; time.Now().Before(stop); i++ {
-			switch i % 3 {
+			switch i % 4 {
 			case 0:
 				p.Delay(150*time.Millisecond, 0)
 			case 1:
 				p.StallReplies()
+			case 2: // requests held past the read timeout: re-sent, the first copy landing late
+				p.Delay(400*time.Millisecond, 0)
+			case 3: // replies held past it: re-sent after the first ran
+				p.Delay(0, 400*time.Millisecond)
 			}
 			time.Sleep(200 * time.Millisecond)
 			p.Cut()
@@ -196,6 +200,20 @@ func TestRWMutexExclusionUnderFaultsWithDowngrades(t *testing.T) {
 		}
 	}
 	t.Logf("%d spans", len(spans))
+	// Faults over and every holder gone: the lock is free again once the
+	// leases (1s) and queue entries (as long) that went astray ran out.
+	p.Cut()
+	probe := newRW(t, newClient(t, rdb), name)
+	if !waitFor(5*time.Second, func() bool {
+		l, err := probe.Writer().TryAcquire(ctx)
+		if err == nil {
+			l.Release(ctx)
+		}
+		return err == nil
+	}) {
+		hs, _ := probe.Holders(ctx)
+		t.Errorf("the lock is not free 5s after its last holder: holds %+v", hs)
+	}
 	if len(bad) > 0 {
 		t.Fatalf("%d overlaps with a write: %v", len(bad), bad[:min(len(bad), 5)])
 	}

@@ -169,11 +169,15 @@ func TestSemaphoreAcquireNUnderDelayedRepliesNeverOverN(t *testing.T) {
 	}
 	wg.Go(func() {
 		for i := 0; time.Now().Before(stop); i++ {
-			switch i % 3 {
+			switch i % 4 {
 			case 0:
-				p.Delay(0, 150*time.Millisecond)
+				p.Delay(150*time.Millisecond, 0)
 			case 1:
 				p.StallReplies()
+			case 2: // requests held past the read timeout: re-sent, the first copy landing late
+				p.Delay(400*time.Millisecond, 0)
+			case 3: // replies held past it: re-sent after the first ran
+				p.Delay(0, 400*time.Millisecond)
 			}
 			time.Sleep(200 * time.Millisecond)
 			p.Cut()
@@ -183,6 +187,20 @@ func TestSemaphoreAcquireNUnderDelayedRepliesNeverOverN(t *testing.T) {
 	wg.Wait()
 	if len(bad) > 0 {
 		t.Fatalf("%d overlaps above N=%d: %v", len(bad), N, bad[:min(len(bad), 5)])
+	}
+	// Faults over and every holder gone: all N permits are free again once
+	// the leases (2s) and queue entries that went astray ran out.
+	p.Cut()
+	probe := newSemaphore(t, newClient(t, rdb), name, N)
+	if !waitFor(6*time.Second, func() bool {
+		l, err := probe.AcquireN(ctx, N, dlock.MaxWait(0))
+		if err == nil {
+			l.Release(ctx)
+		}
+		return err == nil
+	}) {
+		hs, _ := probe.Holders(ctx)
+		t.Errorf("the %d permits are not free 6s after the last holder: holds %+v", N, hs)
 	}
 }
 
