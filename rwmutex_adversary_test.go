@@ -232,3 +232,41 @@ func latest(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// A Downgrade of a write hold that ended is told with the hold's own error:
+// released (ErrReleased), lapsed or taken away (ErrNotHeld); the hold is
+// not turned into a read.
+func TestRWMutexDowngradeOfAnEndedHoldIsToldItsEnd(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb, dlock.WithAutoExtend(false))
+	for _, tc := range []struct {
+		name string
+		end  func(rw *dlock.RWMutex, w *dlock.Lock)
+		want error
+	}{
+		{"released", func(_ *dlock.RWMutex, w *dlock.Lock) { w.Release(ctx) }, dlock.ErrReleased},
+		{"deleted", func(_ *dlock.RWMutex, w *dlock.Lock) { rdb.Del(ctx, w.Key()) }, dlock.ErrNotHeld},
+		{"forced", func(rw *dlock.RWMutex, w *dlock.Lock) {
+			if _, err := c.ForceRelease(ctx, rw.Name()); err != nil {
+				t.Fatal(err)
+			}
+		}, dlock.ErrNotHeld},
+	} {
+		rw := newRW(t, c, "adv-dg-ended-"+tc.name)
+		w, err := rw.Writer().Acquire(ctx, dlock.LeaseTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.end(rw, w)
+		err = rw.Downgrade(ctx, w)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: Downgrade = %v, want it to match %v", tc.name, err, tc.want)
+		}
+		if n := rdb.Exists(ctx, w.Key()).Val(); n != 0 {
+			t.Errorf("%s: the lock's key exists after the Downgrade of an ended hold: %v", tc.name, rdb.ZRangeWithScores(ctx, w.Key(), 0, -1).Val())
+		}
+		w.Release(ctx)
+	}
+}
