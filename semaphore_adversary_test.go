@@ -388,3 +388,38 @@ func TestSemaphoreAcquireNWaiterGetsInSoonAfterAnEmptyRestart(t *testing.T) {
 	}
 	held.Release(ctx) // (forgotten: nothing to give back)
 }
+
+// Size calls and AcquireN with a context already done fail with its error,
+// sending nothing; AcquireN after the Client's Close fails with ErrClosed.
+// (The size calls after Close are not acquisitions: like a Release or an
+// Inspect, they are still sent.)
+func TestSemaphoreCallsWithADoneContextSendNothing(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	s := newSemaphore(t, c, "adv-closed", 3)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	calls := map[string]func(ctx context.Context) error{
+		"AcquireN":      func(ctx context.Context) error { _, err := s.AcquireN(ctx, 2); return err },
+		"AddPermits":    func(ctx context.Context) error { _, err := s.AddPermits(ctx, 1); return err },
+		"TrySetPermits": func(ctx context.Context) error { _, err := s.TrySetPermits(ctx, 4); return err },
+		"UnsetPermits":  func(ctx context.Context) error { _, err := s.UnsetPermits(ctx); return err },
+		"Available":     func(ctx context.Context) error { _, err := s.Available(ctx); return err },
+	}
+	for name, call := range calls {
+		if err := call(done); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a done context = %v, want context.Canceled", name, err)
+		}
+	}
+	if keys := rdb.Keys(ctx, "dlock:*").Val(); len(keys) != 0 {
+		t.Errorf("keys written: %v", keys)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireN(ctx, 2); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("AcquireN after Close = %v, want ErrClosed", err)
+	}
+}
