@@ -270,3 +270,75 @@ func TestRWMutexDowngradeOfAnEndedHoldIsToldItsEnd(t *testing.T) {
 		w.Release(ctx)
 	}
 }
+
+// A writer first in line holds up the readers behind it; when it goes (its
+// Client closed, its context cancelled) it leaves the line at once and the
+// readers behind it get in beside the reads held.
+func TestRWMutexQueuedWriterThatGoesLetsTheReadersIn(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"close", "cancel"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			_, rdb := setup(t)
+			ctx := t.Context()
+			name := "adv-rw-writer-goes-" + how
+			r0, err := newRW(t, newClient(t, rdb), name).Reader().Acquire(ctx, dlock.LeaseTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r0.Release(ctx)
+			wc := newClient(t, rdb)
+			wctx, wcancel := context.WithCancel(ctx)
+			defer wcancel()
+			werr := make(chan error, 1)
+			go func() {
+				l, err := newRW(t, wc, name).Writer().Acquire(wctx, dlock.LeaseTTL(time.Minute))
+				if err == nil {
+					l.Release(ctx)
+				}
+				werr <- err
+			}()
+			if !queued(ctx, rdb, name, 1) {
+				t.Fatal("the writer never queued")
+			}
+			got := make(chan error, 1)
+			go func() {
+				l, err := newRW(t, newClient(t, rdb), name).Reader().Acquire(ctx, dlock.LeaseTTL(time.Minute), dlock.MaxWait(10*time.Second))
+				if err == nil {
+					l.Release(ctx)
+				}
+				got <- err
+			}()
+			if !queued(ctx, rdb, name, 2) {
+				t.Fatal("the reader never queued")
+			}
+			start := time.Now()
+			if how == "close" {
+				if err := wc.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				wcancel()
+			}
+			select {
+			case err := <-werr:
+				if err == nil {
+					t.Fatal("the writer got the lock after it went")
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the writer's call did not return 5s after it went")
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatalf("the reader behind the writer that went: %v", err)
+				}
+				if d := time.Since(start); d > 2*time.Second {
+					t.Errorf("the reader got in %v after the writer went", d)
+				}
+			case <-time.After(8 * time.Second):
+				t.Fatalf("the reader never got in (queue %v)", rdb.LRange(ctx, "dlock:{"+name+"}:q", 0, -1).Val())
+			}
+		})
+	}
+}
