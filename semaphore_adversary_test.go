@@ -423,3 +423,52 @@ func TestSemaphoreCallsWithADoneContextSendNothing(t *testing.T) {
 		t.Errorf("AcquireN after Close = %v, want ErrClosed", err)
 	}
 }
+
+// Waiters for 1 to 3 of 3 permits whose waits end within milliseconds, so
+// that many end as a release hands them their permits: no more than 3 held
+// while valid, and every permit free once they are all gone.
+func TestSemaphoreWaitsEndingAsPermitsAreHandedLeaveNoneStuck(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name, N = "adv-handover-race", 3
+	var inside atomic.Int64
+	var over atomic.Int64
+	var taken, refused atomic.Int64
+	stop := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		s := newSemaphore(t, newClient(t, rdb), name, N)
+		wg.Go(func() {
+			for i := 0; i < 500 && time.Now().Before(stop); i++ {
+				k := 1 + (g+i)%N
+				wait := time.Duration(1+(g*7+i)%15) * time.Millisecond
+				l, err := s.AcquireN(ctx, k, dlock.MaxWait(wait), dlock.LeaseTTL(2*time.Second))
+				if err != nil {
+					refused.Add(1)
+					continue
+				}
+				taken.Add(1)
+				if n := inside.Add(int64(k)); n > N && time.Now().Before(l.ValidUntil()) {
+					over.Add(1)
+				}
+				time.Sleep(time.Duration(i%3) * time.Millisecond)
+				inside.Add(-int64(k))
+				l.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d taken, %d waits ended", taken.Load(), refused.Load())
+	if over.Load() > 0 {
+		t.Errorf("%d times more than %d permits were held", over.Load(), N)
+	}
+	probe := newSemaphore(t, newClient(t, rdb), name, N)
+	if n, err := probe.Available(ctx); err != nil || n != N {
+		hs, _ := probe.Holders(ctx)
+		t.Errorf("Available once every caller is gone = %d, %v, want %d (holds %+v, queue %v)", n, err, N, hs, rdb.LRange(ctx, "dlock:{"+name+"}:q", 0, -1).Val())
+	}
+	if q := rdb.LLen(ctx, "dlock:{"+name+"}:q").Val(); q != 0 {
+		t.Errorf("%d queue entries left once every caller is gone", q)
+	}
+}
