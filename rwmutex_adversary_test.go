@@ -342,3 +342,69 @@ func TestRWMutexQueuedWriterThatGoesLetsTheReadersIn(t *testing.T) {
 		})
 	}
 }
+
+// Readers, writers and downgrading writers whose waits end within
+// milliseconds, so that many end as a release or a downgrade hands them the
+// lock: the lock is free, its line empty, once they are all gone.
+func TestRWMutexWaitsEndingAsHoldsAreHandedLeaveNothingStuck(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "adv-rw-handover-race"
+	var writers, readers, bad atomic.Int64
+	stop := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		rw := newRW(t, newClient(t, rdb), name)
+		wg.Go(func() {
+			for i := 0; i < 500 && time.Now().Before(stop); i++ {
+				write := (g+i)%2 == 0
+				locker := rw.Reader()
+				if write {
+					locker = rw.Writer()
+				}
+				wait := time.Duration(1+(g*5+i)%12) * time.Millisecond
+				l, err := locker.Acquire(ctx, dlock.MaxWait(wait), dlock.LeaseTTL(2*time.Second))
+				if err != nil {
+					continue
+				}
+				if write {
+					if writers.Add(1) > 1 || readers.Load() > 0 {
+						bad.Add(1)
+					}
+					time.Sleep(time.Duration(i%2) * time.Millisecond)
+					writers.Add(-1)
+					if i%3 == 0 {
+						if err := rw.Downgrade(ctx, l); err == nil {
+							readers.Add(1)
+							time.Sleep(time.Duration(i%2) * time.Millisecond)
+							readers.Add(-1)
+						}
+					}
+				} else {
+					readers.Add(1)
+					if writers.Load() > 0 {
+						bad.Add(1)
+					}
+					time.Sleep(time.Duration(i%2) * time.Millisecond)
+					readers.Add(-1)
+				}
+				l.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	if bad.Load() > 0 {
+		t.Errorf("%d times a write was held beside another hold", bad.Load())
+	}
+	probe := newRW(t, newClient(t, rdb), name)
+	l, err := probe.Writer().TryAcquire(ctx)
+	if err != nil {
+		hs, _ := probe.Holders(ctx)
+		t.Fatalf("a write once every caller is gone = %v (holds %+v, line %v)", err, hs, rdb.LRange(ctx, "dlock:{"+name+"}:q", 0, -1).Val())
+	}
+	l.Release(ctx)
+	if q := rdb.LLen(ctx, "dlock:{"+name+"}:q").Val(); q != 0 {
+		t.Errorf("%d entries left in the line once every caller is gone", q)
+	}
+}
