@@ -15,7 +15,7 @@ var digests = map[string]string{
 	"extend_reentrant":  "6e4ed5a3a5da5d8be5876591576ffbb08a5dff5b",
 	"fence":             "891c39a9e60f67092c17f04959be1ee8e3690168",
 	"fence_current":     "52c6dbe977e17d8713f9d41df5ddddb157e57f10",
-	"force_release":     "2e58f822d2a7399b6e915e7148d3a4136c28d3a2",
+	"force_release":     "12648af07795ee7466ce0799c10be4c75cfe220d",
 	"guard":             "4b2cd147a5381ac69f0f5be06d7a4a4c394217f9",
 	"hold_acquire":      "36256de51bb1455fdb0252daf18aabfd0d79e737",
 	"hold_downgrade":    "6101eea3bd09f7c5f61fcef07eb4a7817e4a2ba1",
