@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/goredisdriver"
 )
 
 // A waiter for k permits at the head of the queue holds up those behind it;
@@ -470,5 +472,75 @@ func TestSemaphoreWaitsEndingAsPermitsAreHandedLeaveNoneStuck(t *testing.T) {
 	}
 	if q := rdb.LLen(ctx, "dlock:{"+name+"}:q").Val(); q != 0 {
 		t.Errorf("%d queue entries left once every caller is gone", q)
+	}
+}
+
+// A waiter for several permits whose request's reply is lost while it waits
+// asks again under the same token and keeps its place: the waiter for one
+// permit behind it does not pass it, and the release of the permits it
+// waits for hands them to it first.
+func TestSemaphoreAcquireNWaiterWithALostReplyKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	const name = "adv-keeps-place"
+	held, err := newSemaphore(t, newClient(t, rdb), name, 2).AcquireN(ctx, 2, dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost atomic.Int32
+	conn := &astrayConn{Conn: goredisdriver.Conn(rdb), script: "hold_acquire",
+		rest: func(c *astrayConn, ctx context.Context, args []any) (any, error) {
+			if lost.Add(1) == 1 { // the second call: ran, its reply lost
+				c.Conn.Do(ctx, args...)
+				return nil, io.EOF
+			}
+			return c.Conn.Do(ctx, args...)
+		}}
+	head := newSemaphore(t, astrayClient(t, conn), name, 2)
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := head.AcquireN(ctx, 2, dlock.LeaseTTL(time.Minute), dlock.MaxWait(10*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	if !waitFor(5*time.Second, func() bool { return lost.Load() >= 2 }) {
+		t.Fatal("the waiter never asked again after its lost reply")
+	}
+	if !queued(ctx, rdb, name, 1) {
+		t.Fatal("the waiter for 2 is not queued")
+	}
+	behind := newSemaphore(t, newClient(t, rdb), name, 2)
+	small := make(chan *dlock.Lock, 1)
+	go func() {
+		l, _ := behind.Acquire(ctx, dlock.LeaseTTL(time.Minute), dlock.MaxWait(10*time.Second))
+		small <- l
+	}()
+	if !queued(ctx, rdb, name, 2) {
+		t.Fatal("the waiter for 1 never queued")
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l == nil {
+			t.Fatal("the waiter for 2 got nothing")
+		}
+		select {
+		case s := <-small:
+			t.Fatalf("the waiter for 1 got a permit (%v) beside the hold of 2 of 2", s)
+		case <-time.After(200 * time.Millisecond):
+		}
+		l.Release(ctx)
+	case s := <-small:
+		t.Fatalf("the waiter for 1 passed the waiter for 2 that lost a reply (%v)", s)
+	case <-time.After(8 * time.Second):
+		t.Fatal("the waiter for 2 was not let in after the release")
+	}
+	if s := <-small; s != nil {
+		s.Release(ctx)
 	}
 }
