@@ -447,3 +447,40 @@ func TestRWMutexForcedWriteIsToldLostDespiteALateCopyOfItsRequest(t *testing.T) 
 		t.Fatalf("Extend of the forced write after another writer held the lock = %v, want ErrNotHeld (holds now %+v)", err, hs)
 	}
 }
+
+// Release, Extend and Fence racing a Downgrade of the same hold: each call
+// either comes before the Downgrade or after it; whichever wins, the lock
+// is free once the Release returned, with no read or write left behind.
+func TestRWMutexDowngradeRacingReleaseExtendFenceLeavesNothing(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	for i := range 30 {
+		name := fmt.Sprint("adv-dg-race-", i)
+		rw := newRW(t, c, name)
+		w, err := rw.Writer().Acquire(ctx, dlock.LeaseTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var dgErr, relErr error
+		wg.Go(func() { dgErr = rw.Downgrade(ctx, w) })
+		wg.Go(func() { w.Extend(ctx, 10*time.Second) })
+		wg.Go(func() { w.Fence(ctx) })
+		wg.Go(func() {
+			time.Sleep(time.Duration(i%4) * 200 * time.Microsecond)
+			relErr = w.Release(ctx)
+		})
+		wg.Wait()
+		if relErr != nil {
+			t.Fatalf("%s: Release racing a Downgrade = %v", name, relErr)
+		}
+		if dgErr != nil && !errors.Is(dgErr, dlock.ErrReleased) {
+			t.Errorf("%s: Downgrade racing a Release = %v, want nil or ErrReleased", name, dgErr)
+		}
+		if m := rdb.ZRange(ctx, w.Key(), 0, -1).Val(); len(m) != 0 {
+			t.Errorf("%s: holds left after the Release: %v", name, m)
+		}
+	}
+}
