@@ -850,17 +850,7 @@ func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 	if ok, ferr := st.forced(); !ok { // (a failed read's State is empty: no holding)
 		return false, cmp.Or(err, ferr)
 	}
-	// A semaphore's or read-write lock's holds forced out have their
-	// tokens' markers set ended, as a release does: a copy of a request of
-	// theirs still in flight is refused, rather than give the hold back to
-	// a holder that would then never learn it was forced out.
-	keys := []any{k.Lock}
-	if st.Type == "zset" {
-		for _, h := range st.Leases {
-			keys = append(keys, k.Lock+":r:"+h.Token)
-		}
-	}
-	ok, err := as[int64](n.run(ctx, script.ForceRelease, keys, st.Holding, k.Channel, n.pub, Window(time.Minute).Milliseconds()))
+	ok, err := as[int64](n.run(ctx, script.ForceRelease, st.forcedKeys(k), st.Holding, k.Channel, n.pub, time.Minute.Milliseconds()))
 	return result(ok == 1, err)
 }
 

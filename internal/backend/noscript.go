@@ -437,7 +437,11 @@ func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
 		if ok, ferr := st.forced(); !ok { // (a failed read's State is empty: no holding)
 			return false, cmp.Or(err, ferr)
 		}
-		_, err = t.exec([]any{"DEL", k.Lock}, []any{n.pub, k.Channel, "*"})
+		cmds := [][]any{{"DEL", k.Lock}, {n.pub, k.Channel, "*"}}
+		for _, marker := range st.forcedKeys(k)[1:] { // (see Node.Force)
+			cmds = append(cmds, []any{"SET", marker, "0", "PX", time.Minute.Milliseconds()})
+		}
+		_, err = t.exec(cmds...)
 		return true, err // (result drops it after an error)
 	}))
 }

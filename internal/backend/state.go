@@ -60,6 +60,19 @@ func (s State) forced() (bool, error) {
 	return true, nil
 }
 
+// forcedKeys returns the lock key of k, then the markers of the leases of
+// s, which Force sets ended for the longest revocation window (their TTLs
+// are not known), as a release sets a marker: a copy of a forced lease's
+// request still in flight is refused when it lands, and cannot give the
+// lease back to a holder that would never learn it was forced out.
+func (s State) forcedKeys(k *Keys) []any {
+	keys := []any{k.Lock}
+	for _, h := range s.Leases {
+		keys = append(keys, k.Lock+":r:"+h.Token)
+	}
+	return keys
+}
+
 // HeldAs names the kinds that keep a key of the lock's type, in words ("a
 // reentrant lock"); for a type no kind keeps, "a " and its name.
 func (s State) HeldAs() string { return shapeOf(s.Type).heldAs }

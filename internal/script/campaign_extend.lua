@@ -14,8 +14,6 @@ if now then
   if ARGV[3] == '0' then value[4] = 'GT' end -- (as the lease: an unnumbered extension never shortens it)
   redis.call(unpack(value))
 end
-if ARGV[4] ~= '1' then
-  return r
-end
+if ARGV[4] ~= '1' then return r end
 local t = redis.call('TIME')
 return {r, tonumber(t[1]) * 1000000 + tonumber(t[2])}

@@ -15,8 +15,6 @@
 -- lease is ours but a newer extension was applied (see superseded in
 -- lib.lua): this request changed nothing.
 local r = extend_lease(KEYS, ARGV)
-if ARGV[4] ~= '1' then
-  return r
-end
+if ARGV[4] ~= '1' then return r end
 local t = redis.call('TIME')
 return {r, tonumber(t[1]) * 1000000 + tonumber(t[2])}

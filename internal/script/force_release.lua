@@ -8,10 +8,10 @@
 -- "<owner> <fence>", or a semaphore's live permits' tokens separated by
 -- spaces, in any order   ARGV[2] release channel
 -- ARGV[3] publish command: PUBLISH or SPUBLISH
--- KEYS[2...] (a semaphore's or read-write lock's) the markers of the holds'
--- tokens (see lib.lua), set ended ('0') for ARGV[4] ms, as a release sets
--- them: a copy of a forced hold's request still in flight is refused, and
--- cannot give the hold back to a holder that would never learn of the force.
+-- KEYS[2...] the markers of the leases' tokens (see lib.lua), set ended
+-- ('0') for ARGV[4] ms, as a release sets them: a copy of a forced lease's
+-- request still in flight is refused, and cannot give the lease back to a
+-- holder that would never learn of the force.
 -- Returns 1 if the lock was deleted, 0 if it was not there (any more).
 -- Errors: WRONGTYPE if the key holds something else.
 local kind = redis.call('TYPE', KEYS[1])['ok']

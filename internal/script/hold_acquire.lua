@@ -83,9 +83,7 @@ end
 -- write since downgraded (hold_downgrade.lua): the hold is ours, as a read,
 -- and the copy takes nothing (no queue entry that would wait for that read
 -- and be handed the lock once it ends).
-if what == 'w' and redis.call('ZSCORE', KEYS[1], 'r:' .. token) then
-  return 0
-end
+if what == 'w' and redis.call('ZSCORE', KEYS[1], 'r:' .. token) then return 0 end
 -- The hold's scores: a hold of more than 500 permits (more than one
 -- ZMSCORE) is read whole only if its first member is there.
 local mine = hold_call(KEYS[1], member, w > 500 and 1 or w, nil, 'ZMSCORE')

@@ -25,7 +25,7 @@ func TestSemaphoreAcquireNHeadThatGoesLetsTheNextIn(t *testing.T) {
 			t.Parallel()
 			_, rdb := setup(t)
 			ctx := t.Context()
-			name := "adv-head-goes-" + how
+			name := "faults-head-goes-" + how
 			holder := newSemaphore(t, newClient(t, rdb), name, 3)
 			one, err := holder.Acquire(ctx, dlock.LeaseTTL(time.Minute))
 			if err != nil {
@@ -97,7 +97,7 @@ func TestSemaphoreSizeCallsUnderStalledRepliesEndWithTheirContext(t *testing.T) 
 	t.Parallel()
 	p, rdb, direct := proxied(t, 3, 0)
 	ctx := t.Context()
-	s := newSemaphore(t, newClient(t, rdb), "adv-size-stall", 2)
+	s := newSemaphore(t, newClient(t, rdb), "faults-size-stall", 2)
 	if ok, err := s.TrySetPermits(ctx, 5); err != nil || !ok {
 		t.Fatalf("TrySetPermits = %v, %v", ok, err)
 	}
@@ -128,7 +128,7 @@ func TestSemaphoreSizeCallsUnderStalledRepliesEndWithTheirContext(t *testing.T) 
 	}
 	// The changes: +1 at most once, then maybe unset (size 2 again), then
 	// maybe set to 9.
-	v, err := direct.Get(ctx, "dlock:{adv-size-stall}:n").Result()
+	v, err := direct.Get(ctx, "dlock:{faults-size-stall}:n").Result()
 	if err == nil && v != "5" && v != "6" && v != "9" {
 		t.Errorf("the size kept is %s after +1 to 5 at most once, an unset and a set to 9", v)
 	}
@@ -141,7 +141,7 @@ func TestSemaphoreAcquireNUnderDelayedRepliesNeverOverN(t *testing.T) {
 	t.Parallel()
 	p, rdb, _ := proxied(t, 3, 300*time.Millisecond)
 	ctx := t.Context()
-	const name, N = "adv-n-faults", 4
+	const name, N = "faults-n-faults", 4
 	var inside atomic.Int64
 	var mu sync.Mutex
 	var bad []string
@@ -213,30 +213,30 @@ func TestSemaphoreAndRWRefusalsMatchTheirSentinelsWithoutRawRedisText(t *testing
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
-	s := newSemaphore(t, c, "adv-words-sem", 3)
+	s := newSemaphore(t, c, "faults-words-sem", 3)
 	held, err := s.Acquire(ctx, dlock.LeaseTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Release(ctx)
-	rw := newRW(t, c, "adv-words-rw")
+	rw := newRW(t, c, "faults-words-rw")
 	w, err := rw.Writer().Acquire(ctx, dlock.LeaseTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Release(ctx)
-	plain, err := c.Acquire(ctx, "adv-words-lock", dlock.LeaseTTL(time.Minute))
+	plain, err := c.Acquire(ctx, "faults-words-lock", dlock.LeaseTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer plain.Release(ctx)
-	onRW := newSemaphore(t, c, "adv-words-rw", 3)
-	onLock := newSemaphore(t, c, "adv-words-lock", 3)
-	sized := newSemaphore(t, c, "adv-words-sized", 0)
+	onRW := newSemaphore(t, c, "faults-words-rw", 3)
+	onLock := newSemaphore(t, c, "faults-words-lock", 3)
+	sized := newSemaphore(t, c, "faults-words-sized", 0)
 	if _, err := sized.TrySetPermits(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	rwOnSem := newRW(t, c, "adv-words-sem")
+	rwOnSem := newRW(t, c, "faults-words-sem")
 	for _, tc := range []struct {
 		name string
 		want error
@@ -248,11 +248,11 @@ func TestSemaphoreAndRWRefusalsMatchTheirSentinelsWithoutRawRedisText(t *testing
 		{"AddPermits below 1", dlock.ErrInvalid, func() error { _, err := sized.AddPermits(ctx, -2); return err }},
 		{"AddPermits below 1 without a size", dlock.ErrInvalid, func() error { _, err := s.AddPermits(ctx, -3); return err }},
 		{"Available of 0 without a size", dlock.ErrInvalid, func() error {
-			_, err := newSemaphore(t, c, "adv-words-none", 0).Available(ctx)
+			_, err := newSemaphore(t, c, "faults-words-none", 0).Available(ctx)
 			return err
 		}},
 		{"AcquireN of 0 permits without a size", dlock.ErrInvalid, func() error {
-			_, err := newSemaphore(t, c, "adv-words-none", 0).AcquireN(ctx, 1, dlock.MaxWait(time.Second))
+			_, err := newSemaphore(t, c, "faults-words-none", 0).AcquireN(ctx, 1, dlock.MaxWait(time.Second))
 			return err
 		}},
 		{"AcquireN on a read-write lock", dlock.ErrWrongType, func() error { _, err := onRW.AcquireN(ctx, 2, dlock.MaxWait(time.Second)); return err }},
@@ -265,12 +265,12 @@ func TestSemaphoreAndRWRefusalsMatchTheirSentinelsWithoutRawRedisText(t *testing
 		{"read on a semaphore", dlock.ErrWrongType, func() error { _, err := rwOnSem.Reader().TryAcquire(ctx); return err }},
 		{"Downgrade of a permit", dlock.ErrInvalid, func() error { return rwOnSem.Downgrade(ctx, held) }},
 		{"Downgrade of a read", dlock.ErrInvalid, func() error {
-			r, err := newRW(t, c, "adv-words-rw2").Reader().Acquire(ctx)
+			r, err := newRW(t, c, "faults-words-rw2").Reader().Acquire(ctx)
 			if err != nil {
 				return err
 			}
 			defer r.Release(ctx)
-			return newRW(t, c, "adv-words-rw2").Downgrade(ctx, r)
+			return newRW(t, c, "faults-words-rw2").Downgrade(ctx, r)
 		}},
 	} {
 		err := tc.call()
@@ -293,7 +293,7 @@ func TestSemaphoreGrowingLetsEveryWaiterThatFitsInAtOnce(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv-grow"
+	const name = "faults-grow"
 	shared := newClient(t, rdb)
 	s := newSemaphore(t, shared, name, 0)
 	if _, err := s.TrySetPermits(ctx, 3); err != nil {
@@ -355,7 +355,7 @@ func TestSemaphoreAcquireNWaiterGetsInSoonAfterAnEmptyRestart(t *testing.T) {
 	t.Parallel()
 	s, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv-restart"
+	const name = "faults-restart"
 	holder := newSemaphore(t, newClient(t, rdb), name, 3)
 	held, err := holder.AcquireN(ctx, 3, dlock.LeaseTTL(time.Minute))
 	if err != nil {
@@ -400,7 +400,7 @@ func TestSemaphoreCallsWithADoneContextSendNothing(t *testing.T) {
 	_, rdb := setup(t)
 	ctx := t.Context()
 	c := newClient(t, rdb)
-	s := newSemaphore(t, c, "adv-closed", 3)
+	s := newSemaphore(t, c, "faults-closed", 3)
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	calls := map[string]func(ctx context.Context) error{
@@ -433,7 +433,7 @@ func TestSemaphoreWaitsEndingAsPermitsAreHandedLeaveNoneStuck(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name, N = "adv-handover-race", 3
+	const name, N = "faults-handover-race", 3
 	var inside atomic.Int64
 	var over atomic.Int64
 	var taken, refused atomic.Int64
@@ -483,7 +483,7 @@ func TestSemaphoreAcquireNWaiterWithALostReplyKeepsItsPlace(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv-keeps-place"
+	const name = "faults-keeps-place"
 	held, err := newSemaphore(t, newClient(t, rdb), name, 2).AcquireN(ctx, 2, dlock.LeaseTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)

@@ -61,7 +61,7 @@ func downgradedWithALateWriteCopy(t *testing.T, name string) (*dlock.Lock, *dloc
 func TestRWMutexLateWriteCopyAfterDowngradeBlocksNoReader(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	w, other, _ := downgradedWithALateWriteCopy(t, "adv-dg-late-read")
+	w, other, _ := downgradedWithALateWriteCopy(t, "faults-dg-late-read")
 	defer w.Release(ctx)
 	r, err := other.Reader().TryAcquire(ctx, dlock.LeaseTTL(time.Minute))
 	if err != nil {
@@ -77,7 +77,7 @@ func TestRWMutexLateWriteCopyAfterDowngradeBlocksNoReader(t *testing.T) {
 func TestRWMutexLateWriteCopyAfterDowngradeLeavesNoWriteAfterRelease(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	w, other, _ := downgradedWithALateWriteCopy(t, "adv-dg-late-release")
+	w, other, _ := downgradedWithALateWriteCopy(t, "faults-dg-late-release")
 	if err := w.Extend(ctx, 30*time.Second); err != nil { // shorter than the minute: numbered
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestRWMutexExclusionUnderFaultsWithDowngrades(t *testing.T) {
 	t.Parallel()
 	p, rdb, _ := proxied(t, 3, 300*time.Millisecond)
 	ctx := t.Context()
-	const name = "adv-rw-faults"
+	const name = "faults-rw-faults"
 	var mu sync.Mutex
 	var spans []rwSpan
 	var holds atomic.Int64
@@ -254,7 +254,7 @@ func TestRWMutexDowngradeOfAnEndedHoldIsToldItsEnd(t *testing.T) {
 			}
 		}, dlock.ErrNotHeld},
 	} {
-		rw := newRW(t, c, "adv-dg-ended-"+tc.name)
+		rw := newRW(t, c, "faults-dg-ended-"+tc.name)
 		w, err := rw.Writer().Acquire(ctx, dlock.LeaseTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
@@ -281,7 +281,7 @@ func TestRWMutexQueuedWriterThatGoesLetsTheReadersIn(t *testing.T) {
 			t.Parallel()
 			_, rdb := setup(t)
 			ctx := t.Context()
-			name := "adv-rw-writer-goes-" + how
+			name := "faults-rw-writer-goes-" + how
 			r0, err := newRW(t, newClient(t, rdb), name).Reader().Acquire(ctx, dlock.LeaseTTL(time.Minute))
 			if err != nil {
 				t.Fatal(err)
@@ -350,7 +350,7 @@ func TestRWMutexWaitsEndingAsHoldsAreHandedLeaveNothingStuck(t *testing.T) {
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv-rw-handover-race"
+	const name = "faults-rw-handover-race"
 	var writers, readers, bad atomic.Int64
 	stop := time.Now().Add(3 * time.Second)
 	var wg sync.WaitGroup
@@ -418,7 +418,7 @@ func TestRWMutexForcedWriteIsToldLostDespiteALateCopyOfItsRequest(t *testing.T) 
 	t.Parallel()
 	_, rdb := setup(t)
 	ctx := t.Context()
-	const name = "adv-forced-late"
+	const name = "faults-forced-late"
 	lc := lateCopy{make(chan struct{}), make(chan struct{})}
 	conn := &astrayConn{Conn: goredisdriver.Conn(rdb), script: "hold_acquire", first: lc.first}
 	c := astrayClient(t, conn)
@@ -457,7 +457,7 @@ func TestRWMutexDowngradeRacingReleaseExtendFenceLeavesNothing(t *testing.T) {
 	ctx := t.Context()
 	c := newClient(t, rdb)
 	for i := range 30 {
-		name := fmt.Sprint("adv-dg-race-", i)
+		name := fmt.Sprint("faults-dg-race-", i)
 		rw := newRW(t, c, name)
 		w, err := rw.Writer().Acquire(ctx, dlock.LeaseTTL(10*time.Second))
 		if err != nil {
