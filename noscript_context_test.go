@@ -63,7 +63,7 @@ func TestWithoutScriptsTryAcquireLeavesAtItsContext(t *testing.T) {
 			if l != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("TryAcquire whose ctx ends mid-flight = %v, %v; want nil and ErrNotAcquired, context.DeadlineExceeded", l, err)
 			}
-			if took > time.Second {
+			if took > 1500*time.Millisecond {
 				t.Errorf("TryAcquire took %v past its 200ms ctx", took)
 			}
 			if !waitFor(4*time.Second, func() bool { return !exists(ctx, master, "dlock:{"+name+"}") }) {
@@ -91,7 +91,7 @@ func TestWithoutScriptsInspectLeavesAtItsContext(t *testing.T) {
 	_, err := c.Inspect(short, "ns-inspect")
 	took := time.Since(start)
 	s.Resume()
-	if !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
+	if !errors.Is(err, context.DeadlineExceeded) || took > 1500*time.Millisecond {
 		t.Errorf("Inspect on a frozen server with a 200ms ctx = %v after %v, want context.DeadlineExceeded at once", err, took)
 	}
 }

@@ -191,7 +191,7 @@ func TestReplicaAckMigrationEdges(t *testing.T) {
 		if l != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("TryAcquire whose ctx ends while WAIT waits = %v, %v; want nil and ErrNotAcquired, context.DeadlineExceeded", l, err)
 		}
-		if took > time.Second {
+		if took > 1500*time.Millisecond { // (the ack timeout: 2s)
 			t.Errorf("TryAcquire took %v past its 200ms ctx (the ack timeout is 2s)", took)
 		}
 		for deadline := time.Now().Add(3 * time.Second); exists(ctx, master, "dlock:{"+name+"}"); time.Sleep(20 * time.Millisecond) {
@@ -234,7 +234,7 @@ func TestReplicaAckTryAcquireLeavesAtItsContextWhileWAITWaits(t *testing.T) {
 	if l != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("TryAcquire whose ctx ends while WAIT waits = %v, %v; want nil and ErrNotAcquired, context.DeadlineExceeded", l, err)
 	}
-	if took > time.Second {
+	if took > 1500*time.Millisecond { // (the ack timeout: 2s)
 		t.Errorf("TryAcquire took %v past its 200ms ctx (the ack timeout is 2s)", took)
 	}
 	for deadline := time.Now().Add(3 * time.Second); exists(ctx, master, "dlock:{acked-one-wait}"); time.Sleep(20 * time.Millisecond) {
@@ -257,7 +257,7 @@ func TestReplicaAckTryAcquireLeavesAtItsContextWhileWAITWaits(t *testing.T) {
 	l, err = sem.AcquireN(short2, 2)
 	took = time.Since(start)
 	replica.Resume()
-	if l != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
+	if l != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || took > 1500*time.Millisecond {
 		t.Errorf("AcquireN(2) whose ctx ends while WAIT waits = %v, %v after %v; want nil and ErrNotAcquired, context.DeadlineExceeded, at once", l, err, took)
 	}
 	if !waitFor(3*time.Second, func() bool { n, err := sem.Available(ctx); return err == nil && n == 2 }) {

