@@ -1,0 +1,294 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// forcedKinds are the kinds whose leases ForceRelease ends: each takes a
+// lease of name on c.
+var forcedKinds = []struct {
+	name     string
+	opts     []dlock.Option
+	scripted bool // the kind needs scripts
+	take     func(ctx context.Context, c *dlock.Client, name string, o ...dlock.LockOption) (*dlock.Lock, error)
+}{
+	{"unfair", []dlock.Option{dlock.WithUnfair(nil)}, false, func(ctx context.Context, c *dlock.Client, name string, o ...dlock.LockOption) (*dlock.Lock, error) {
+		return c.TryAcquire(ctx, name, o...)
+	}},
+	{"fair", nil, false, func(ctx context.Context, c *dlock.Client, name string, o ...dlock.LockOption) (*dlock.Lock, error) {
+		return c.TryAcquire(ctx, name, o...)
+	}},
+	{"reentrant", []dlock.Option{dlock.WithReentrant(true)}, true, func(ctx context.Context, c *dlock.Client, name string, o ...dlock.LockOption) (*dlock.Lock, error) {
+		return c.TryAcquire(ctx, name, o...)
+	}},
+	{"permit", nil, true, func(ctx context.Context, c *dlock.Client, name string, o ...dlock.LockOption) (*dlock.Lock, error) {
+		s, err := c.Semaphore(name, 2)
+		if err != nil {
+			return nil, err
+		}
+		return s.TryAcquire(ctx, o...)
+	}},
+	{"read", nil, true, func(ctx context.Context, c *dlock.Client, name string, o ...dlock.LockOption) (*dlock.Lock, error) {
+		rw, err := c.RWMutex(name)
+		if err != nil {
+			return nil, err
+		}
+		return rw.Reader().TryAcquire(ctx, o...)
+	}},
+	{"write", nil, true, func(ctx context.Context, c *dlock.Client, name string, o ...dlock.LockOption) (*dlock.Lock, error) {
+		rw, err := c.RWMutex(name)
+		if err != nil {
+			return nil, err
+		}
+		return rw.Writer().TryAcquire(ctx, o...)
+	}},
+	{"leader", nil, true, func(ctx context.Context, c *dlock.Client, name string, o ...dlock.LockOption) (*dlock.Lock, error) {
+		e, err := c.Election(name)
+		if err != nil {
+			return nil, err
+		}
+		ld, err := e.Campaign(ctx, "v", append(o, dlock.MaxWait(0))...)
+		if err != nil {
+			return nil, err
+		}
+		return ld.Lock(), nil
+	}},
+}
+
+// noLuaWords fails the test if err carries the words of a script's error
+// reply: a caller is told by sentinel, not by Redis's text.
+func noLuaWords(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	for _, w := range []string{"REVOKED", "this lease was already ended", "ERR ", "user_script"} {
+		if strings.Contains(err.Error(), w) {
+			t.Errorf("%s: %v carries Redis's words %q", what, err, w)
+		}
+	}
+}
+
+// A lease of any kind ended by ForceRelease is told ErrNotHeld at its
+// holder's next Fence, Extend or Release (none of them reads the marker the
+// force set as anything but ended, nor passes on a script's words), its
+// token is not resumed, and the marker the force set refuses nobody else:
+// the same Client takes the lock again at once, under a new token.
+func TestForcedLeaseOfEveryKindIsToldNotHeldAndItsMarkerRefusesNoNewLease(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	for _, mode := range []string{"scripts", "noscripts", "forced-without-scripts"} {
+		for _, k := range forcedKinds {
+			if mode == "noscripts" && k.scripted {
+				continue
+			}
+			for _, op := range []string{"fence", "extend", "release", "resume"} {
+				// (A leader's and a reentrant lock's fence is issued with
+				// the lease, and returned as issued; a reentrant hold's
+				// token is not a resumable one.)
+				if (op == "fence" && (k.name == "leader" || k.name == "reentrant")) || (op == "resume" && k.name == "reentrant") {
+					continue
+				}
+				t.Run(mode+"/"+k.name+"/"+op, func(t *testing.T) {
+					t.Parallel()
+					ctx := t.Context()
+					opts := k.opts
+					if mode == "noscripts" {
+						opts = append(append([]dlock.Option(nil), opts...), dlock.WithoutScripts())
+					}
+					c := newClient(t, rdb, opts...)
+					defer c.Close(context.WithoutCancel(ctx))
+					name := "forced-kind-" + mode + "-" + k.name + "-" + op
+					l, err := k.take(ctx, c, name, dlock.LeaseTTL(time.Minute))
+					if err != nil {
+						t.Fatal(err)
+					}
+					forcer := c
+					if mode == "forced-without-scripts" { // (a script-free Client forces a scripted one's lease)
+						forcer = newClient(t, rdb, dlock.WithoutScripts())
+						defer forcer.Close(context.WithoutCancel(ctx))
+					}
+					if ok, err := forcer.ForceRelease(ctx, name); err != nil || !ok {
+						t.Fatalf("ForceRelease = %v, %v", ok, err)
+					}
+					switch op {
+					case "fence":
+						_, err = l.Fence(ctx)
+					case "extend":
+						err = l.Extend(ctx, time.Minute)
+					case "release":
+						err = l.Release(ctx)
+					case "resume":
+						var r *dlock.Lock
+						r, err = k.take(ctx, c, name, dlock.Resume(l.Token()))
+						if err == nil {
+							r.Release(ctx)
+						}
+					}
+					if !errors.Is(err, dlock.ErrNotHeld) {
+						t.Errorf("%s of the forced lease = %v, want ErrNotHeld", op, err)
+					}
+					noLuaWords(t, op, err)
+					l.Release(ctx)
+					again, err := k.take(ctx, c, name, dlock.LeaseTTL(time.Minute))
+					if err != nil {
+						t.Fatalf("a new lease of the lock after the force: %v", err)
+					}
+					if again.Token() == l.Token() {
+						t.Errorf("the new lease reuses the forced lease's token %s", l.Token())
+					}
+					if err := again.Extend(ctx, time.Minute); err != nil {
+						t.Errorf("Extend of the new lease: %v", err)
+					}
+					if err := again.Release(ctx); err != nil {
+						t.Errorf("Release of the new lease: %v", err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// Waiters of every queued kind keep getting in while ForceRelease ends
+// their holders again and again: a force deletes the lock and announces
+// it free, and the markers it sets refuse only the forced leases' own
+// tokens, so no waiter is left queued behind a holding that is gone; when
+// the churn ends the lock is free and its queue empty.
+func TestWaitersGetInWhileForceReleaseEndsTheirHoldersAgainAndAgain(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	for _, k := range forcedKinds {
+		if k.name == "leader" || k.name == "reentrant" || k.name == "unfair" {
+			continue // (no queue of their own)
+		}
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			name := "forced-churn-" + k.name
+			c := newClient(t, rdb, k.opts...)
+			defer c.Close(context.WithoutCancel(ctx))
+			wait := func(ctx context.Context, c *dlock.Client, name string, o ...dlock.LockOption) (*dlock.Lock, error) {
+				switch k.name {
+				case "permit":
+					s, _ := c.Semaphore(name, 2)
+					return s.Acquire(ctx, o...)
+				case "read", "write":
+					rw, _ := c.RWMutex(name)
+					if k.name == "read" {
+						return rw.Reader().Acquire(ctx, o...)
+					}
+					return rw.Writer().Acquire(ctx, o...)
+				}
+				return c.Acquire(ctx, name, o...)
+			}
+			stop := make(chan struct{})
+			forced := make(chan int, 1)
+			go func() {
+				n := 0
+				defer func() { forced <- n }()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(15 * time.Millisecond):
+					}
+					if ok, err := c.ForceRelease(ctx, name); err != nil {
+						t.Errorf("ForceRelease: %v", err)
+						return
+					} else if ok {
+						n++
+					}
+				}
+			}()
+			errs := make(chan error, 4)
+			for w := range 4 {
+				go func() {
+					for i := range 12 {
+						l, err := wait(ctx, c, name, dlock.LeaseTTL(10*time.Second), dlock.MaxWait(4*time.Second))
+						if err != nil {
+							errs <- fmt.Errorf("worker %d, acquisition %d: %w", w, i, err)
+							return
+						}
+						time.Sleep(3 * time.Millisecond)
+						if err := l.Release(ctx); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+							errs <- fmt.Errorf("worker %d, release %d: %w", w, i, err)
+							return
+						}
+						noLuaWords(t, "release", l.Err())
+					}
+					errs <- nil
+				}()
+			}
+			for range 4 {
+				if err := <-errs; err != nil {
+					t.Error(err)
+				}
+			}
+			close(stop)
+			t.Logf("%d forces ended a holding", <-forced)
+			info, err := c.Inspect(ctx, name)
+			if err != nil || info.Held || info.Queued != 0 {
+				t.Errorf("the lock after the churn: %+v, %v; want it free with nobody queued", info, err)
+			}
+		})
+	}
+}
+
+// ForceRelease over a Redlock quorum ends the lease on every node and sets
+// its marker on each: the forced holder's extension is told ErrNotHeld,
+// Resume of its token is refused, and a new lease is taken at once; with
+// one node paused the force still ends the lease on the others (the
+// paused node's answer is the error) and the holder is still told lost.
+func TestRedlockForceReleaseEndsTheLeaseAndRefusesOnlyItsToken(t *testing.T) {
+	t.Parallel()
+	srvs, nodes := startQuorum(t, 3)
+	ctx := t.Context()
+	c := newRedlock(t, nodes, 300*time.Millisecond)
+	defer c.Close(context.WithoutCancel(ctx))
+	for _, paused := range []bool{false, true} {
+		name := fmt.Sprintf("forced-quorum-%v", paused)
+		l, err := c.TryAcquire(ctx, name, dlock.LeaseTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if paused {
+			srvs[2].Pause()
+		}
+		ok, err := c.ForceRelease(ctx, name)
+		if paused {
+			srvs[2].Resume()
+		}
+		t.Logf("paused=%v: ForceRelease = %v, %v", paused, ok, err)
+		noLuaWords(t, "ForceRelease", err)
+		if !paused && (err != nil || !ok) {
+			t.Fatalf("ForceRelease = %v, %v", ok, err)
+		}
+		if err := l.Extend(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("paused=%v: Extend of the forced lease = %v, want ErrNotHeld", paused, err)
+		}
+		if r, err := c.TryAcquire(ctx, name, dlock.Resume(l.Token())); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("paused=%v: Resume of the forced token = %v, %v; want ErrNotHeld", paused, r, err)
+		}
+		l.Release(ctx)
+		if paused {
+			// The paused node still holds the forced lease (the force never
+			// reached it): a minority, which blocks nobody's quorum.
+			ok, err := c.ForceRelease(ctx, name)
+			t.Logf("the second ForceRelease = %v, %v", ok, err)
+		}
+		again, err := c.TryAcquire(ctx, name, dlock.LeaseTTL(time.Minute))
+		if err != nil {
+			t.Fatalf("paused=%v: a new lease after the force: %v", paused, err)
+		}
+		if err := again.Release(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+}
