@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/leakcheck"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // forcedKinds are the kinds whose leases ForceRelease ends: each takes a
@@ -289,6 +292,111 @@ func TestRedlockForceReleaseEndsTheLeaseAndRefusesOnlyItsToken(t *testing.T) {
 		}
 		if err := again.Release(ctx); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// An extension whose context ends while it is in flight on a call of its
+// own (script-free, on a frozen server) leaves at its context's end and is
+// not a loss: the Lock stays held, extends again once the server answers,
+// and its release frees the lock. (The replica-acknowledged path shares
+// leftWith; its setup, a synced replica, takes seconds.)
+func TestExtensionLeftInFlightAtItsContextsEndIsNoLoss(t *testing.T) {
+	t.Parallel()
+	leakcheck.Check(t)
+	ctx := t.Context()
+	master := redistest.Start(t, redistest.TCP())
+	rdb := master.Client(t)
+	c := newClient(t, rdb, dlock.LeaseTTL(5*time.Second), dlock.WithAutoExtend(false), dlock.WithoutScripts())
+	defer c.Close(context.WithoutCancel(ctx))
+	l, err := c.TryAcquire(ctx, "left-extension")
+	if err != nil {
+		t.Fatal(err)
+	}
+	master.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			master.Resume()
+		}
+	}()
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = l.Extend(short, 5*time.Second)
+	took := time.Since(start)
+	master.Resume()
+	resumed = true
+	if took > time.Second {
+		t.Errorf("Extend took %v past its 200ms ctx", took)
+	}
+	if err == nil || errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Extend whose ctx ends in flight = %v; want its context's error, not ErrNotHeld", err)
+	}
+	noLuaWords(t, "extend", err)
+	select {
+	case <-l.Done():
+		t.Fatalf("the Lock ended after an extension left in flight: %v", l.Err())
+	default:
+	}
+	if err := l.Extend(ctx, 5*time.Second); err != nil {
+		t.Errorf("Extend once the server answers: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+	if !waitFor(3*time.Second, func() bool { return !exists(ctx, master, l.Key()) }) {
+		t.Errorf("the lock is still held after its release")
+	}
+}
+
+// A script-free Client's calls with a context already done send nothing
+// and say so, as a scripting Client's do: their error matches the
+// context's and driver.ErrNotSent, not "left in flight" (a call that
+// never left is not in flight: a Release so told counts its release as
+// maybe sent, an acquisition so told is undone for nothing). Each call is
+// made several times: which of two ready channels leftWith's select takes
+// is random.
+func TestWithoutScriptsCallsWithADoneContextAreToldNotSent(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	for _, mode := range []string{"scripts", "noscripts"} {
+		opts := []dlock.Option{dlock.WithAutoExtend(false)}
+		if mode == "noscripts" {
+			opts = append(opts, dlock.WithoutScripts())
+		}
+		c := newClient(t, rdb, opts...)
+		defer c.Close(context.WithoutCancel(ctx))
+		name := "done-ctx-" + mode
+		l, err := c.TryAcquire(ctx, name, dlock.LeaseTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		calls := map[string]func() error{
+			"Fence":        func() error { _, err := l.Fence(done); return err },
+			"Extend":       func() error { return l.Extend(done, time.Minute) },
+			"Inspect":      func() error { _, err := c.Inspect(done, name); return err },
+			"ForceRelease": func() error { _, err := c.ForceRelease(done, name); return err },
+		}
+		for call, f := range calls {
+			for range 10 {
+				if err := f(); !errors.Is(err, context.Canceled) || !errors.Is(err, driver.ErrNotSent) {
+					t.Errorf("%s: %s with a done context = %v; want context.Canceled and driver.ErrNotSent", mode, call, err)
+					break
+				}
+			}
+		}
+		if info, err := c.Inspect(ctx, name); err != nil || !info.Held {
+			t.Errorf("%s: the lock after calls with a done context: %+v, %v; want it still held", mode, info, err)
+		}
+		if err := l.Release(done); !errors.Is(err, context.Canceled) || !errors.Is(err, driver.ErrNotSent) {
+			t.Errorf("%s: Release with a done context = %v; want context.Canceled and driver.ErrNotSent", mode, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("%s: Release: %v", mode, err)
 		}
 	}
 }
