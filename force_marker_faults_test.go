@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/driver"
@@ -398,5 +401,75 @@ func TestWithoutScriptsCallsWithADoneContextAreToldNotSent(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Errorf("%s: Release: %v", mode, err)
 		}
+	}
+}
+
+// cancelAfterMarkerRead is a go-redis hook that cancels a context once a
+// GET of a lease's marker (a resume's read of its sequence number) has
+// been answered, while armed.
+type cancelAfterMarkerRead struct {
+	cancel context.CancelFunc
+	armed  atomic.Bool
+}
+
+func (h *cancelAfterMarkerRead) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *cancelAfterMarkerRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); len(args) == 2 && strings.EqualFold(fmt.Sprint(args[0]), "get") && strings.Contains(fmt.Sprint(args[1]), ":r:") && h.armed.CompareAndSwap(true, false) {
+			h.cancel()
+		}
+		return err
+	}
+}
+
+func (h *cancelAfterMarkerRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A script-free Resume whose context ends between its read of the lease's
+// sequence number and its extension sends no extension, and so undoes
+// nothing: the lease it failed to resume stays its holder's, who extends
+// it. (Told "left in flight", the extension was taken as maybe landed and
+// undone, which ended the holder's live lease though nothing was sent.)
+func TestWithoutScriptsResumeWhoseContextEndsBeforeItsExtensionLeavesTheLeaseToItsHolder(t *testing.T) {
+	t.Parallel()
+	srv, rdb := setup(t)
+	ctx := t.Context()
+	holder := newClient(t, rdb, dlock.WithoutScripts(), dlock.WithAutoExtend(false))
+	defer holder.Close(context.WithoutCancel(ctx))
+	l, err := holder.TryAcquire(ctx, "resume-cut-short", dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb2 := srv.Client(t)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hook := &cancelAfterMarkerRead{cancel: cancel}
+	rdb2.AddHook(hook)
+	resumer := newClient(t, rdb2, dlock.WithoutScripts(), dlock.WithAutoExtend(false))
+	defer resumer.Close(context.WithoutCancel(ctx))
+	hook.armed.Store(true)
+	r, err := resumer.TryAcquire(rctx, "resume-cut-short", dlock.Resume(l.Token()))
+	if err == nil {
+		r.Release(ctx)
+		t.Fatal("the resume succeeded though its context ended before its extension")
+	}
+	if hook.armed.Load() {
+		t.Fatalf("the resume never read the marker: %v", err)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("the resume = %v, want context.Canceled", err)
+	}
+	time.Sleep(100 * time.Millisecond) // (an undo in the background would have run)
+	if v, err := rdb.Get(ctx, l.Key()).Result(); err != nil || v != l.Token() {
+		t.Errorf("the lock after a resume that sent no extension = %q, %v; want the holder's token", v, err)
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Errorf("the holder's Extend after a resume that sent nothing = %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Error(err)
 	}
 }
