@@ -425,10 +425,16 @@ func (n Node) acked(ctx context.Context, s *script.Script, refused error, keys [
 // which does not watch ctx while it reads (without ContextTimeoutEnabled),
 // for up to its read timeout, or WAIT's ack timeout; the caller leaves at
 // ctx's end, the call left in flight (ErrLeftInFlight: ReplyLost), as a
-// batched call is. f then ends on its own.
+// batched call is. f then ends on its own. A ctx already done runs
+// nothing: the call is not sent (ErrNotSent), as a go-redis call with it
+// would not be.
 func leftWith[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	if ctx.Done() == nil {
 		return f()
+	}
+	if err := ctx.Err(); err != nil { // (nothing left: not in flight)
+		var zero T
+		return zero, NotSent(err)
 	}
 	type result struct {
 		v   T
