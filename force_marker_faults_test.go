@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/driver"
+	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -471,5 +472,56 @@ func TestWithoutScriptsResumeWhoseContextEndsBeforeItsExtensionLeavesTheLeaseToI
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Error(err)
+	}
+}
+
+// A leader ended by ForceRelease, whose campaign request was delayed in
+// the network (its reply lost, the request asked again and granted), is
+// told lost at its next extension though that copy lands after another
+// candidate led and resigned: the force set its token's marker ended, so
+// the copy takes no term for a leader that would never learn of the force.
+func TestForcedLeaderIsToldLostDespiteALateCopyOfItsCampaign(t *testing.T) {
+	t.Parallel()
+	_, rdb := setup(t)
+	ctx := t.Context()
+	name := "forced-late-leader"
+	lc := lateCopy{make(chan struct{}), make(chan struct{})}
+	conn := &astrayConn{Conn: goredisdriver.Conn(rdb), script: "campaign_acquire", first: lc.first}
+	e, err := astrayClient(t, conn).Election(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := e.Campaign(ctx, "first", dlock.LeaseTTL(time.Minute), dlock.MaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Resign(ctx)
+	other := newClient(t, rdb)
+	if ok, err := other.ForceRelease(ctx, name); err != nil || !ok {
+		t.Fatalf("ForceRelease = %v, %v", ok, err)
+	}
+	oe, err := other.Election(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := oe.Campaign(ctx, "second", dlock.MaxWait(2*time.Second))
+	if err != nil {
+		t.Fatalf("a campaign after the ForceRelease: %v", err)
+	}
+	if err := next.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(lc.land)
+	select {
+	case <-lc.landed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the delayed copy never landed")
+	}
+	if err := ld.Lock().Extend(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+		info, _ := other.Inspect(ctx, name)
+		t.Fatalf("Extend of the forced leader after another came and went = %v, want ErrNotHeld (the lock now: %+v)", err, info)
+	}
+	if info, err := other.Inspect(ctx, name); err != nil || info.Held {
+		t.Errorf("the lock after the late copy landed: %+v, %v; want it free", info, err)
 	}
 }
