@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/dlockio/dlock/internal/goredisdriver"
 	"github.com/dlockio/dlock/internal/leakcheck"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/script"
 )
 
 // forcedKinds are the kinds whose leases ForceRelease ends: each takes a
@@ -523,5 +525,113 @@ func TestForcedLeaderIsToldLostDespiteALateCopyOfItsCampaign(t *testing.T) {
 	}
 	if info, err := other.Inspect(ctx, name); err != nil || info.Held {
 		t.Errorf("the lock after the late copy landed: %+v, %v; want it free", info, err)
+	}
+}
+
+// afterInspect is a go-redis hook that runs between, once, when a reply to
+// the inspect script (ForceRelease's read of the lock) has come back: the
+// moment between a force's read and its script.
+type afterInspect struct {
+	between func()
+	armed   atomic.Bool
+	once    sync.Once
+}
+
+func (h *afterInspect) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *afterInspect) inspected(cmds ...redis.Cmder) {
+	for _, cmd := range cmds {
+		if args := cmd.Args(); h.armed.Load() && cmd.Err() == nil && len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && fmt.Sprint(args[1]) == script.Inspect.Hash() {
+			h.once.Do(h.between)
+		}
+	}
+}
+
+func (h *afterInspect) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.inspected(cmd)
+		return err
+	}
+}
+
+func (h *afterInspect) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.inspected(cmds...)
+		return err
+	}
+}
+
+// A reentrant lock's hold taken by its owner between ForceRelease's read
+// and its script is forced out with the holds the force read (the holding
+// it names, "<owner> <fence>", is the same), so its marker must be set
+// ended too: else a late copy of that hold's request, landing after
+// another owner came and went, takes the lock again for a holder that
+// never learns of the force, and whose next extension succeeds.
+func TestReentrantHoldTakenBetweenAForcesReadAndItsScriptIsToldLost(t *testing.T) {
+	t.Parallel()
+	srv, rdb := setup(t)
+	ctx := t.Context()
+	name := "forced-between-reentrant"
+	lc := lateCopy{make(chan struct{}), make(chan struct{})}
+	var delayed atomic.Bool
+	conn := &astrayConn{Conn: goredisdriver.Conn(rdb), script: "acquire_reentrant",
+		rest: func(c *astrayConn, ctx context.Context, args []any) (any, error) {
+			if delayed.CompareAndSwap(false, true) {
+				return lc.first(c, ctx, args) // the second hold's first request: held in the network
+			}
+			return c.Conn.Do(ctx, args...)
+		}}
+	owner, err := astrayClient(t, conn, dlock.WithReentrant(true)).Owner("o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := owner.TryAcquire(ctx, name, dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Release(ctx)
+	var second *dlock.Lock
+	rdbF := srv.Client(t)
+	hook := &afterInspect{between: func() {
+		// The owner enters again: its first request is delayed, its reply
+		// lost, and the request asked again is granted.
+		second, err = owner.TryAcquire(ctx, name, dlock.LeaseTTL(time.Minute))
+	}}
+	rdbF.AddHook(hook)
+	forcer := newClient(t, rdbF, dlock.WithReentrant(true))
+	if _, err := forcer.Inspect(ctx, name); err != nil { // (its scripts loaded: the force reads once)
+		t.Fatal(err)
+	}
+	hook.armed.Store(true)
+	ok, ferr := forcer.ForceRelease(ctx, name)
+	if err != nil {
+		t.Fatalf("the second hold, taken between the force's read and its script: %v", err)
+	}
+	if second == nil {
+		t.Fatal("the force never read the lock")
+	}
+	defer second.Release(ctx)
+	if ferr != nil || !ok {
+		t.Fatalf("ForceRelease = %v, %v", ok, ferr)
+	}
+	other := newClient(t, rdb, dlock.WithReentrant(true))
+	next, err := other.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("another owner after the force: %v", err)
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(lc.land)
+	select {
+	case <-lc.landed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the delayed copy never landed")
+	}
+	if err := second.Extend(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+		info, _ := other.Inspect(ctx, name)
+		t.Fatalf("Extend of the hold forced out after another owner came and went = %v, want ErrNotHeld (the lock now: %+v)", err, info)
 	}
 }
