@@ -21,6 +21,7 @@ if holding == nil then
   return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind .. ' that is not a dlock lock')
 end
 if holding ~= ARGV[1] then return 0 end
+types[kind].forced(KEYS[1], ARGV[4]) -- (a reentrant lock's holds taken since the caller read them)
 redis.call('DEL', KEYS[1])
 for i = 2, #KEYS do
   redis.call('SET', KEYS[i], '0', 'PX', ARGV[4])

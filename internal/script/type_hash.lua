@@ -17,3 +17,11 @@ end
 
 -- The owner's id outlives a lease: its first hold's fence stays current.
 function types.hash.current(key, fence) return redis.call('HGET', key, 'fence') == fence end
+
+-- The holding names the owner, not its holds: those it took since the
+-- force's caller read them are marked here.
+function types.hash.forced(key, ms)
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    if string.sub(f, 1, 2) == 'h:' then redis.call('SET', key .. ':r:' .. string.sub(f, 3), '0', 'PX', ms) end
+  end
+end

@@ -14,3 +14,6 @@ function types.string.holds(key, id, marker)
 end
 
 function types.string.current(_, fence) return clock_passed(fence) end
+
+-- The holding names every lease: the caller read them all (KEYS[2...]).
+function types.string.forced() end

@@ -27,3 +27,6 @@ function types.zset.holds(key, id, marker)
 end
 
 function types.zset.current(_, fence) return clock_passed(fence) end
+
+-- The holding names every lease: the caller read them all (KEYS[2...]).
+function types.zset.forced() end

@@ -15,6 +15,8 @@
 --   holds(key, id, marker) reports whether id holds it (false for a key of
 --     another type: the key's type is not probed), and returns the value of
 --     the string key marker, if one is given;
+--   forced(key, ms) sets ended, for ms, the markers of the leases that hold
+--     it that force_release.lua's caller may not have read (see there);
 --   current(key, fence) reports whether fence, issued to its holder, is
 --     still current once the fence counter is gone (see fence_current.lua).
 local types = {}
