@@ -635,3 +635,49 @@ func TestReentrantHoldTakenBetweenAForcesReadAndItsScriptIsToldLost(t *testing.T
 		t.Fatalf("Extend of the hold forced out after another owner came and went = %v, want ErrNotHeld (the lock now: %+v)", err, info)
 	}
 }
+
+// ForceRelease reports whether it deleted a holding; a false is read as
+// "not held" (the CLI prints so). A semaphore's permit or a fair lock's
+// handover that comes between the force's read and its script changes the
+// holding the script names: the script then deletes nothing. The lock was
+// held throughout, and still is: the force must not report that nothing
+// was held and leave the holders in.
+func TestForceReleaseRacingANewHolderDoesNotReportNothingHeldWhileHeld(t *testing.T) {
+	t.Parallel()
+	srv, rdb := setup(t)
+	ctx := t.Context()
+	for _, k := range forcedKinds {
+		if k.name != "permit" && k.name != "read" {
+			continue
+		}
+		t.Run(k.name, func(t *testing.T) {
+			name := "force-racing-" + k.name
+			c := newClient(t, rdb, k.opts...)
+			defer c.Close(context.WithoutCancel(ctx))
+			first, err := k.take(ctx, c, name, dlock.LeaseTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Release(ctx)
+			var second *dlock.Lock
+			hook := &afterInspect{between: func() { second, err = k.take(ctx, c, name, dlock.LeaseTTL(time.Minute)) }}
+			rdbF := srv.Client(t)
+			rdbF.AddHook(hook)
+			forcer := newClient(t, rdbF)
+			defer forcer.Close(context.WithoutCancel(ctx))
+			if _, err := forcer.Inspect(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			hook.armed.Store(true)
+			ok, ferr := forcer.ForceRelease(ctx, name)
+			if err != nil || second == nil {
+				t.Fatalf("the second hold, taken between the force's read and its script: %v", err)
+			}
+			defer second.Release(ctx)
+			info, ierr := forcer.Inspect(ctx, name)
+			if ferr != nil || ierr != nil || (!ok && info.Held) {
+				t.Errorf("ForceRelease = %v, %v, and the lock after it held=%v (%v): told nothing was held while two holds hold it", ok, ferr, info.Held, ierr)
+			}
+		})
+	}
+}
