@@ -333,7 +333,7 @@ func TestExtensionLeftInFlightAtItsContextsEndIsNoLoss(t *testing.T) {
 	took := time.Since(start)
 	master.Resume()
 	resumed = true
-	if took > time.Second {
+	if took > 2500*time.Millisecond { // (go-redis's read timeout: 5s)
 		t.Errorf("Extend took %v past its 200ms ctx", took)
 	}
 	if err == nil || errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, context.DeadlineExceeded) {

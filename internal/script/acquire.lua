@@ -27,9 +27,7 @@
 local mark = redis.call('GET', KEYS[2])
 if mark ~= '0' and mark ~= '1' then -- not ended (see revoked in lib.lua)
   local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
-  if not holder then
-    return 0
-  end
+  if not holder then return 0 end
   if holder == ARGV[1] then
     if not mark then -- (a numbered extension's mark: it may have shortened the lease, which this copy must not undo)
       redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')

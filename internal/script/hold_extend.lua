@@ -18,9 +18,7 @@ local now = now_ms()
 local w = tonumber(ARGV[4]) or 1
 local member = hold_member(KEYS[1], ARGV[1])
 local score = redis.pcall('ZSCORE', KEYS[1], member)
-if type(score) ~= 'string' or tonumber(score) <= now then
-  return 0 -- gone, or the key is not a semaphore or read-write lock
-end
+if type(score) ~= 'string' or tonumber(score) <= now then return 0 end -- gone, or the key is not a semaphore or read-write lock
 if w > 1 then -- every permit of the hold must be live: none lapsed on its own
   local scores = hold_call(KEYS[1], member, w, nil, 'ZMSCORE')
   for i = 1, w do

@@ -8,9 +8,7 @@
 -- ARGV[5] the asking Lock's resumer id ('' for the Lock that took the lease)
 -- Returns 1 if the counter is at least the fence now, 0 if the lease does
 -- not hold the lock here, or another Lock resumed it (see drives).
-if not types[ARGV[4]].holds(KEYS[1], ARGV[2]) or not drives(redis.call('GET', KEYS[3]), ARGV[5]) then
-  return 0
-end
+if not types[ARGV[4]].holds(KEYS[1], ARGV[2]) or not drives(redis.call('GET', KEYS[3]), ARGV[5]) then return 0 end
 local cur = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 redis.call('SET', KEYS[2], string.format('%d', math.max(cur, tonumber(ARGV[1]))), 'PX', ARGV[3])
 return 1

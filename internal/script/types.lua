@@ -16,7 +16,7 @@
 --     another type: the key's type is not probed), and returns the value of
 --     the string key marker, if one is given;
 --   forced(key, ms) sets ended, for ms, the markers of the leases that hold
---     it that force_release.lua's caller may not have read (see there);
+--     it that force_release.lua's caller may not have read (a hash's holds);
 --   current(key, fence) reports whether fence, issued to its holder, is
 --     still current once the fence counter is gone (see fence_current.lua).
 local types = {}
