@@ -533,6 +533,7 @@ func TestForcedLeaderIsToldLostDespiteALateCopyOfItsCampaign(t *testing.T) {
 // moment between a force's read and its script.
 type afterInspect struct {
 	between func()
+	every   bool // between runs after every read, not the first only
 	armed   atomic.Bool
 	once    sync.Once
 }
@@ -542,7 +543,11 @@ func (h *afterInspect) DialHook(next redis.DialHook) redis.DialHook { return nex
 func (h *afterInspect) inspected(cmds ...redis.Cmder) {
 	for _, cmd := range cmds {
 		if args := cmd.Args(); h.armed.Load() && cmd.Err() == nil && len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && fmt.Sprint(args[1]) == script.Inspect.Hash() {
-			h.once.Do(h.between)
+			if h.every {
+				h.between()
+			} else {
+				h.once.Do(h.between)
+			}
 		}
 	}
 }
@@ -679,5 +684,48 @@ func TestForceReleaseRacingANewHolderDoesNotReportNothingHeldWhileHeld(t *testin
 				t.Errorf("ForceRelease = %v, %v, and the lock after it held=%v (%v): told nothing was held while two holds hold it", ok, ferr, info.Held, ierr)
 			}
 		})
+	}
+}
+
+// A ForceRelease whose every read of the holders is followed by a new
+// permit, so that its script never finds the holding it read, gives up
+// after a few tries with an error, not with "nothing held": the lock was
+// held all along.
+func TestForceReleaseWhoseHoldersChangeAfterEveryReadIsAnError(t *testing.T) {
+	t.Parallel()
+	srv, rdb := setup(t)
+	ctx := t.Context()
+	c := newClient(t, rdb)
+	sem, err := c.Semaphore("force-busy", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var taken []*dlock.Lock
+	defer func() {
+		for _, l := range taken {
+			l.Release(ctx)
+		}
+	}()
+	hook := &afterInspect{every: true, between: func() {
+		if l, err := sem.TryAcquire(ctx, dlock.LeaseTTL(time.Minute)); err == nil {
+			taken = append(taken, l)
+		}
+	}}
+	first, err := sem.TryAcquire(ctx, dlock.LeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken = append(taken, first)
+	rdbF := srv.Client(t)
+	rdbF.AddHook(hook)
+	forcer := newClient(t, rdbF)
+	hook.armed.Store(true)
+	ok, ferr := forcer.ForceRelease(ctx, "force-busy")
+	hook.armed.Store(false)
+	if ok || ferr == nil {
+		t.Errorf("ForceRelease whose holders changed after each read = %v, %v; want an error", ok, ferr)
+	}
+	if info, err := c.Inspect(ctx, "force-busy"); err != nil || len(info.Permits) != len(taken) {
+		t.Errorf("after the refused force: %d permits held, %v; want the %d taken", len(info.Permits), err, len(taken))
 	}
 }

@@ -853,8 +853,9 @@ func (n Node) Undo(ctx context.Context, c *Claim) error {
 
 // Force reads the lock's holding, then runs force_release.lua naming it;
 // a holding that changed in between (a permit or hold taken, a fair lock
-// handed over) has the script delete nothing, and is read again, a few
-// times: the lock was held all along, and false would say it was not.
+// handed over) has the script delete nothing, and is read again, up to
+// three times, then reported as an error: the lock was held all along,
+// and false would say it was not.
 func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 	for try := 1; ; try++ {
 		st, err := n.Inspect(ctx, k)
@@ -862,8 +863,11 @@ func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 			return false, cmp.Or(err, ferr)
 		}
 		ok, err := as[int64](n.run(ctx, script.ForceRelease, st.forcedKeys(k), st.Holding, k.Channel, n.pub, time.Minute.Milliseconds()))
-		if ok == 1 || err != nil || try == 3 {
+		switch {
+		case ok == 1 || err != nil:
 			return result(ok == 1, err)
+		case try == 3:
+			return false, errors.New("the lock's holders changed between each read of them and the force, three times: try again")
 		}
 	}
 }

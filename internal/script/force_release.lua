@@ -23,8 +23,8 @@ end
 if holding ~= ARGV[1] then return 0 end
 types[kind].forced(KEYS[1], ARGV[4]) -- (a reentrant lock's holds taken since the caller read them)
 redis.call('DEL', KEYS[1])
-for i = 2, #KEYS do
-  redis.call('SET', KEYS[i], '0', 'PX', ARGV[4])
+for i = 2, #KEYS do -- (a lease released since the caller read it keeps its '1': a re-sent release reads it)
+  if redis.call('GET', KEYS[i]) ~= '1' then redis.call('SET', KEYS[i], '0', 'PX', ARGV[4]) end
 end
 redis.call(ARGV[3], ARGV[2], '*')
 return 1

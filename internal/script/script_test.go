@@ -412,3 +412,24 @@ func TestSharedScriptsReadEachTypeWithTheCommandsItNeeds(t *testing.T) {
 		}
 	}
 }
+
+// A force release sets ended the markers of the leases it is given, and of
+// every hold a reentrant lock has when it runs (one taken after its caller
+// read them too), but leaves '1' where a lease was released since the
+// caller read it: a re-sent copy of that release reads it as done.
+func TestForceReleaseMarksTheLeasesItEndsButNotOneReleasedSince(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	rdb.HSet(ctx, "{l}", "owner", "o", "fence", "7", "h:read", "99999999999999", "h:since", "99999999999999")
+	rdb.Set(ctx, "{l}:r:released", "1", time.Minute)
+	keys := []string{"{l}", "{l}:r:read", "{l}:r:released"}
+	if n, err := ForceRelease.Run(ctx, rdb, keys, "o 7", "{l}:ch", "PUBLISH", 60000).Int64(); n != 1 || err != nil {
+		t.Fatalf("force release of the reentrant lock = %d, %v; want 1", n, err)
+	}
+	for key, want := range map[string]string{"{l}:r:read": "0", "{l}:r:since": "0", "{l}:r:released": "1"} {
+		if v, err := rdb.Get(ctx, key).Result(); v != want || err != nil {
+			t.Errorf("%s after the force = %q, %v; want %q", key, v, err, want)
+		}
+	}
+}
