@@ -538,13 +538,18 @@ type afterInspect struct {
 	every   bool // between runs after every read, not the first only
 	armed   atomic.Bool
 	once    sync.Once
+	forces  atomic.Int32 // the force scripts run
 }
 
 func (h *afterInspect) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *afterInspect) inspected(cmds ...redis.Cmder) {
 	for _, cmd := range cmds {
-		if args := cmd.Args(); h.armed.Load() && cmd.Err() == nil && len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && fmt.Sprint(args[1]) == script.Inspect.Hash() {
+		args := cmd.Args()
+		if len(args) > 1 && fmt.Sprint(args[1]) == script.ForceRelease.Hash() {
+			h.forces.Add(1)
+		}
+		if h.armed.Load() && cmd.Err() == nil && len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && fmt.Sprint(args[1]) == script.Inspect.Hash() {
 			if h.every {
 				h.between()
 			} else {
@@ -692,42 +697,64 @@ func TestForceReleaseRacingANewHolderDoesNotReportNothingHeldWhileHeld(t *testin
 // A ForceRelease whose every read of the holders is followed by a new
 // permit, so that its script never finds the holding it read, gives up
 // after a few tries with an error, not with "nothing held": the lock was
-// held all along.
+// held all along. One whose last read is followed by the lock's release
+// reports it as not held, with no error.
 func TestForceReleaseWhoseHoldersChangeAfterEveryReadIsAnError(t *testing.T) {
 	t.Parallel()
-	srv, rdb := setup(t)
-	ctx := t.Context()
-	c := newClient(t, rdb)
-	sem, err := c.Semaphore("force-busy", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var taken []*dlock.Lock
-	defer func() {
-		for _, l := range taken {
-			l.Release(ctx)
-		}
-	}()
-	hook := &afterInspect{every: true, between: func() {
-		if l, err := sem.TryAcquire(ctx, dlock.LeaseTTL(time.Minute)); err == nil {
-			taken = append(taken, l)
-		}
-	}}
-	first, err := sem.TryAcquire(ctx, dlock.LeaseTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	taken = append(taken, first)
-	rdbF := srv.Client(t)
-	rdbF.AddHook(hook)
-	forcer := newClient(t, rdbF)
-	hook.armed.Store(true)
-	ok, ferr := forcer.ForceRelease(ctx, "force-busy")
-	hook.armed.Store(false)
-	if ok || ferr == nil {
-		t.Errorf("ForceRelease whose holders changed after each read = %v, %v; want an error", ok, ferr)
-	}
-	if info, err := c.Inspect(ctx, "force-busy"); err != nil || len(info.Permits) != len(taken) {
-		t.Errorf("after the refused force: %d permits held, %v; want the %d taken", len(info.Permits), err, len(taken))
+	for _, freedAtLast := range []bool{false, true} {
+		t.Run(fmt.Sprint("freed at the last read ", freedAtLast), func(t *testing.T) {
+			t.Parallel()
+			srv, rdb := setup(t)
+			ctx := t.Context()
+			c := newClient(t, rdb)
+			sem, err := c.Semaphore("force-busy", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var taken []*dlock.Lock
+			defer func() {
+				for _, l := range taken {
+					l.Release(ctx)
+				}
+			}()
+			hook := &afterInspect{every: true}
+			hook.between = func() {
+				if freedAtLast && hook.forces.Load() == 2 { // (the last read)
+					for _, l := range taken {
+						l.Release(ctx)
+					}
+					taken = nil
+				} else if l, err := sem.TryAcquire(ctx, dlock.LeaseTTL(time.Minute)); err == nil {
+					taken = append(taken, l)
+				}
+			}
+			rdbF := srv.Client(t)
+			rdbF.AddHook(hook)
+			forcer := newClient(t, rdbF)
+			if _, err := sem.TryAcquire(ctx, dlock.LeaseTTL(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := forcer.ForceRelease(ctx, "force-busy"); err != nil { // (loads the scripts: each is sent once in the force below)
+				t.Fatal(err)
+			}
+			first, err := sem.TryAcquire(ctx, dlock.LeaseTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			taken = append(taken, first)
+			hook.forces.Store(0)
+			hook.armed.Store(true)
+			ok, ferr := forcer.ForceRelease(ctx, "force-busy")
+			hook.armed.Store(false)
+			if freedAtLast && (ok || ferr != nil) {
+				t.Errorf("ForceRelease of a lock freed after its last read = %v, %v; want false, nil", ok, ferr)
+			}
+			if !freedAtLast && (ok || ferr == nil) {
+				t.Errorf("ForceRelease whose holders changed after each read = %v, %v; want an error", ok, ferr)
+			}
+			if info, err := c.Inspect(ctx, "force-busy"); err != nil || len(info.Permits) != len(taken) {
+				t.Errorf("after the force: %d permits held, %v; want the %d taken", len(info.Permits), err, len(taken))
+			}
+		})
 	}
 }

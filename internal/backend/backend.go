@@ -864,7 +864,7 @@ func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 		}
 		ok, err := as[int64](n.run(ctx, script.ForceRelease, st.forcedKeys(k), st.Holding, k.Channel, n.pub, time.Minute.Milliseconds()))
 		switch {
-		case ok == 1 || err != nil:
+		case ok != 0 || err != nil: // (-1: freed since the read)
 			return result(ok == 1, err)
 		case try == 3:
 			return false, errors.New("the lock's holders changed between each read of them and the force, three times: try again")

@@ -12,10 +12,11 @@
 -- ('0') for ARGV[4] ms, as a release sets them: a copy of a forced lease's
 -- request still in flight is refused, and cannot give the lease back to a
 -- holder that would never learn of the force.
--- Returns 1 if the lock was deleted, 0 if it was not there (any more).
+-- Returns 1 if the lock was deleted, 0 if its holding is not ARGV[1] any
+-- more, -1 if the lock is not there.
 -- Errors: WRONGTYPE if the key holds something else.
 local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'none' then return 0 end
+if kind == 'none' then return -1 end
 local holding = types[kind] and types[kind].holding(KEYS[1], ARGV[1]) -- (see types.lua)
 if holding == nil then
   return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind .. ' that is not a dlock lock')

@@ -327,7 +327,7 @@ func TestWakeKeyNotSetForALeaseEndingNow(t *testing.T) {
 }
 
 // A force release deletes a reentrant lock whose holding it names (its
-// owner and fence), and leaves a key that is no dlock lock (another
+// owner and fence), tells a free key from a changed holding, and leaves a key that is no dlock lock (another
 // program's set, a hash without an owner) with a WRONGTYPE error that
 // names the key's type.
 func TestForceReleaseRefusesAKeyThatIsNoDlockLock(t *testing.T) {
@@ -344,8 +344,8 @@ func TestForceReleaseRefusesAKeyThatIsNoDlockLock(t *testing.T) {
 	if n, err := force("reentrant", "o 7"); n != 1 || err != nil || rdb.Exists(ctx, "reentrant").Val() != 0 {
 		t.Errorf("force release of a reentrant lock's holding = %d, %v; want 1, the key deleted", n, err)
 	}
-	if n, err := force("reentrant", "o 7"); n != 0 || err != nil {
-		t.Errorf("force release of a free key = %d, %v; want 0", n, err)
+	if n, err := force("reentrant", "o 7"); n != -1 || err != nil {
+		t.Errorf("force release of a free key = %d, %v; want -1 (not 0: its holding changed)", n, err)
 	}
 	rdb.SAdd(ctx, "set", "x")
 	rdb.HSet(ctx, "hash", "field", "x")
