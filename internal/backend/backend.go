@@ -124,9 +124,13 @@ func (c *Claim) markedArgs(window int64, args ...any) []any {
 // undo needs a new one.
 func (c *Claim) SetToken(token string) {
 	c.Token, c.Clean, c.Astray, c.tried = token, true, false, nil
-	c.Rev = c.Lock + ":r:" + token
+	c.Rev = markerKey(c.Lock, token)
 	c.Holder = c.Kind.holder(c)
 }
+
+// markerKey is the key of the marker of the lease with token on lock (see
+// lib.lua).
+func markerKey(lock, token string) string { return lock + ":r:" + token }
 
 // SetKind makes the claim's lease of kind k, with its Holder.
 func (c *Claim) SetKind(k Kind) {
@@ -420,14 +424,13 @@ func (n Node) acked(ctx context.Context, s *script.Script, refused error, keys [
 	}
 }
 
-// leftWith runs f, a call's round trips on a go-redis connection of its
-// own (an acknowledged call's script and WAIT, a script-free transaction),
-// which does not watch ctx while it reads (without ContextTimeoutEnabled),
-// for up to its read timeout, or WAIT's ack timeout; the caller leaves at
-// ctx's end, the call left in flight (ErrLeftInFlight: ReplyLost), as a
-// batched call is. f then ends on its own. A ctx already done runs
-// nothing: the call is not sent (ErrNotSent), as a go-redis call with it
-// would not be.
+// leftWith runs f, a call that may not watch ctx while it waits (an
+// acknowledged call's script and WAIT, or a script-free transaction, on a
+// go-redis connection of its own, which reads for up to its read timeout
+// or WAIT's ack timeout; a guarded driver's call), on a goroutine of its
+// own: the caller leaves at ctx's end, the call left in flight
+// (ErrLeftInFlight: ReplyLost), as a batched call is. f then ends on its
+// own. A ctx already done runs nothing: the call is not sent (ErrNotSent).
 func leftWith[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	if ctx.Done() == nil {
 		return f()

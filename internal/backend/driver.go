@@ -49,28 +49,15 @@ var (
 	epoch       = time.Now()
 )
 
-// guarded runs f on ctx as guard says; f's error says whether it failed
-// without a reply (noReply).
+// guarded runs f on ctx as guard says, through leftWith while troubled;
+// f's error says whether it failed without a reply (noReply). A call left
+// in flight is noted as it is left: the trouble counts from then, not from
+// when f ends.
 func guarded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	if !troubled() {
 		return noted(f(ctx))
 	}
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		v, err := noted(f(ctx))
-		done <- result{v, err}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-ctx.Done(): // (no reply: the trouble counts from now, not from when f ends)
-		var zero T
-		return noted(zero, fmt.Errorf("%w: %w", ErrLeftInFlight, ctx.Err()))
-	}
+	return noted(leftWith(ctx, func() (T, error) { return noted(f(ctx)) }))
 }
 
 // troubled reports whether a driver call failed without a reply less than

@@ -68,7 +68,7 @@ func (s State) forced() (bool, error) {
 func (s State) forcedKeys(k *Keys) []any {
 	keys := []any{k.Lock}
 	for _, h := range s.Leases {
-		keys = append(keys, k.Lock+":r:"+h.Token)
+		keys = append(keys, markerKey(k.Lock, h.Token))
 	}
 	return keys
 }
