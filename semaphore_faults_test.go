@@ -15,74 +15,98 @@ import (
 	"github.com/dlockio/dlock/internal/goredisdriver"
 )
 
-// A waiter for k permits at the head of the queue holds up those behind it;
-// when it goes (its Client closed, its context cancelled) it must leave the
-// queue at once, and the waiter behind it get the free permit.
-func TestSemaphoreAcquireNHeadThatGoesLetsTheNextIn(t *testing.T) {
+// A waiter first in line holds up those behind it (a semaphore's waiter for
+// all 3 permits while 1 is held, a writer while a read is held); when it
+// goes (its Client closed, its context cancelled) it must leave the line at
+// once, and the waiter behind it get in beside the hold.
+func TestAHeadWaiterThatLeavesLetsTheNextIn(t *testing.T) {
 	t.Parallel()
-	for _, how := range []string{"close", "cancel"} {
-		t.Run(how, func(t *testing.T) {
-			t.Parallel()
-			_, rdb := setup(t)
-			ctx := t.Context()
-			name := "faults-head-goes-" + how
-			holder := newSemaphore(t, newClient(t, rdb), name, 3)
-			one, err := holder.Acquire(ctx, dlock.LeaseTTL(time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer one.Release(ctx)
-			hc := newClient(t, rdb)
-			head := newSemaphore(t, hc, name, 3)
-			hctx, hcancel := context.WithCancel(ctx)
-			defer hcancel()
-			headErr := make(chan error, 1)
-			go func() {
-				l, err := head.AcquireN(hctx, 3, dlock.LeaseTTL(time.Minute))
-				if err == nil {
-					l.Release(ctx)
+	type acquirer func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error)
+	for _, kind := range []struct {
+		name, head, behind string
+		// open returns the head's acquisition if head, else one that
+		// takes what the holder and the waiter behind it take.
+		open func(t *testing.T, c *dlock.Client, name string, head bool) acquirer
+	}{
+		{"semaphore", "the waiter for 3", "the waiter for 1", func(t *testing.T, c *dlock.Client, name string, head bool) acquirer {
+			s := newSemaphore(t, c, name, 3)
+			if head {
+				return func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lock, error) {
+					return s.AcquireN(ctx, 3, opts...)
 				}
-				headErr <- err
-			}()
-			if !queued(ctx, rdb, name, 1) {
-				t.Fatal("the waiter for 3 never queued")
 			}
-			behind := newSemaphore(t, newClient(t, rdb), name, 3)
-			got := make(chan error, 1)
-			go func() {
-				l, err := behind.Acquire(ctx, dlock.LeaseTTL(time.Minute), dlock.MaxWait(10*time.Second))
-				if err == nil {
-					l.Release(ctx)
-				}
-				got <- err
-			}()
-			if !queued(ctx, rdb, name, 2) {
-				t.Fatal("the waiter for 1 never queued")
+			return s.Acquire
+		}},
+		{"rwmutex", "the writer", "the reader", func(t *testing.T, c *dlock.Client, name string, head bool) acquirer {
+			if head {
+				return newRW(t, c, name).Writer().Acquire
 			}
-			if how == "close" {
-				if err := hc.Close(ctx); err != nil {
+			return newRW(t, c, name).Reader().Acquire
+		}},
+	} {
+		for _, how := range []string{"close", "cancel"} {
+			t.Run(kind.name+"/"+how, func(t *testing.T) {
+				t.Parallel()
+				_, rdb := setup(t)
+				ctx := t.Context()
+				name := "faults-head-goes-" + kind.name + "-" + how
+				held, err := kind.open(t, newClient(t, rdb), name, false)(ctx, dlock.LeaseTTL(time.Minute))
+				if err != nil {
 					t.Fatal(err)
 				}
-			} else {
-				hcancel()
-			}
-			select {
-			case err := <-headErr:
-				if err == nil {
-					t.Fatal("the head waiter got its permits after it went")
+				defer held.Release(ctx)
+				hc := newClient(t, rdb)
+				head := kind.open(t, hc, name, true)
+				hctx, hcancel := context.WithCancel(ctx)
+				defer hcancel()
+				headErr := make(chan error, 1)
+				go func() {
+					l, err := head(hctx, dlock.LeaseTTL(time.Minute))
+					if err == nil {
+						l.Release(ctx)
+					}
+					headErr <- err
+				}()
+				if !queued(ctx, rdb, name, 1) {
+					t.Fatalf("%s never queued", kind.head)
 				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("the head waiter's call did not return 5s after it went")
-			}
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatalf("the waiter behind the head that went: %v", err)
+				behind := kind.open(t, newClient(t, rdb), name, false)
+				got := make(chan error, 1)
+				go func() {
+					l, err := behind(ctx, dlock.LeaseTTL(time.Minute), dlock.MaxWait(10*time.Second))
+					if err == nil {
+						l.Release(ctx)
+					}
+					got <- err
+				}()
+				if !queued(ctx, rdb, name, 2) {
+					t.Fatalf("%s never queued", kind.behind)
 				}
-			case <-time.After(8 * time.Second):
-				t.Fatalf("the waiter behind never got the free permit (queue %v)", rdb.LRange(ctx, "dlock:{"+name+"}:q", 0, -1).Val())
-			}
-		})
+				if how == "close" {
+					if err := hc.Close(ctx); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					hcancel()
+				}
+				select {
+				case err := <-headErr:
+					if err == nil {
+						t.Fatalf("%s got in after it went", kind.head)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%s's call did not return 5s after it went", kind.head)
+				}
+				select {
+				case err := <-got:
+					if err != nil {
+						t.Fatalf("%s behind the head that went: %v", kind.behind, err)
+					}
+				case <-time.After(8 * time.Second):
+					t.Fatalf("%s never got in (queue %v)", kind.behind, rdb.LRange(ctx, "dlock:{"+name+"}:q", 0, -1).Val())
+				}
+			})
+		}
 	}
 }
 
