@@ -11,27 +11,42 @@ import (
 
 // A lease ended by ForceRelease, whose first acquire request was delayed
 // in the network (its reply lost, the request asked again and granted), is
-// told lost at its next extension though that copy lands after another
-// holder came and went: the force set its token's marker ended, as a
-// release does, so the copy takes nothing.
+// told lost at its next extension, as documented, though that copy lands
+// after another holder came and went: the force set its token's marker
+// ended, as a release does, so the copy takes nothing. Were it to give the
+// forced hold back to its token, its holder (a lock's, or a read-write
+// lock's writer) would never learn that another held the lock meanwhile.
 func TestForcedLeaseIsToldLostDespiteALateCopyOfItsRequest(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, script string
 		opts         []dlock.Option
+		write        bool // a read-write lock's write, else a lock's hold
 	}{
-		{"unfair", "acquire", []dlock.Option{dlock.WithUnfair(nil)}},
-		{"fair", "acquire_fair", nil},
-		{"reentrant", "acquire_reentrant", []dlock.Option{dlock.WithReentrant(true)}},
+		{"unfair", "acquire", []dlock.Option{dlock.WithUnfair(nil)}, false},
+		{"fair", "acquire_fair", nil, false},
+		{"reentrant", "acquire_reentrant", []dlock.Option{dlock.WithReentrant(true)}, false},
+		{"rwmutex write", "hold_acquire", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, rdb := setup(t)
 			ctx := t.Context()
 			name := "forced-late-" + tc.name
+			acquire := func(c *dlock.Client, try bool, opts ...dlock.LockOption) (*dlock.Lock, error) {
+				switch {
+				case tc.write && try:
+					return newRW(t, c, name).Writer().TryAcquire(ctx, opts...)
+				case tc.write:
+					return newRW(t, c, name).Writer().Acquire(ctx, opts...)
+				case try:
+					return c.TryAcquire(ctx, name, opts...)
+				}
+				return c.Acquire(ctx, name, opts...)
+			}
 			lc := lateCopy{make(chan struct{}), make(chan struct{})}
 			conn := &astrayConn{Conn: goredisdriver.Conn(rdb), script: tc.script, first: lc.first}
-			l, err := astrayClient(t, conn, tc.opts...).Acquire(ctx, name, dlock.LeaseTTL(time.Minute), dlock.MaxWait(5*time.Second))
+			l, err := acquire(astrayClient(t, conn, tc.opts...), false, dlock.LeaseTTL(time.Minute), dlock.MaxWait(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -40,7 +55,7 @@ func TestForcedLeaseIsToldLostDespiteALateCopyOfItsRequest(t *testing.T) {
 			if ok, err := other.ForceRelease(ctx, name); err != nil || !ok {
 				t.Fatalf("ForceRelease = %v, %v", ok, err)
 			}
-			next, err := other.TryAcquire(ctx, name)
+			next, err := acquire(other, true)
 			if err != nil {
 				t.Fatalf("an acquisition after the ForceRelease: %v", err)
 			}

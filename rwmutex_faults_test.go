@@ -337,45 +337,6 @@ func TestRWMutexWaitsEndingAsHoldsAreHandedLeaveNothingStuck(t *testing.T) {
 	}
 }
 
-// A write hold ended by ForceRelease is told lost at its next extension,
-// as documented, even when a copy of its request delayed in the network
-// lands after another writer held and released the lock in between: the
-// copy must not give the forced hold back to its token, or its holder never
-// learns that another writer held the lock meanwhile.
-func TestRWMutexForcedWriteIsToldLostDespiteALateCopyOfItsRequest(t *testing.T) {
-	t.Parallel()
-	_, rdb := setup(t)
-	ctx := t.Context()
-	const name = "faults-forced-late"
-	lc := lateCopy{make(chan struct{}), make(chan struct{})}
-	conn := &astrayConn{Conn: goredisdriver.Conn(rdb), script: "hold_acquire", first: lc.first}
-	c := astrayClient(t, conn)
-	w, err := newRW(t, c, name).Writer().Acquire(ctx, dlock.LeaseTTL(time.Minute), dlock.MaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Release(ctx)
-	other := newClient(t, rdb)
-	if ok, err := other.ForceRelease(ctx, name); err != nil || !ok {
-		t.Fatalf("ForceRelease = %v, %v", ok, err)
-	}
-	w2, err := newRW(t, other, name).Writer().TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("a write after the ForceRelease: %v", err)
-	}
-	w2.Release(ctx)
-	close(lc.land)
-	select {
-	case <-lc.landed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the delayed copy never landed")
-	}
-	if err := w.Extend(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
-		hs, _ := newRW(t, other, name).Holders(ctx)
-		t.Fatalf("Extend of the forced write after another writer held the lock = %v, want ErrNotHeld (holds now %+v)", err, hs)
-	}
-}
-
 // Release, Extend and Fence racing a Downgrade of the same hold: each call
 // either comes before the Downgrade or after it; whichever wins, the lock
 // is free once the Release returned, with no read or write left behind.
