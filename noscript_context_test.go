@@ -13,12 +13,13 @@ import (
 )
 
 // The docs (guarantees): a call whose context ends mid-flight returns at
-// once, with an error matching ErrNotAcquired and ctx's. A script-free
-// Client's acquisition runs as a WATCH/MULTI/EXEC transaction on a go-redis
-// connection of its own: against a frozen server, or with replica ack
-// while a stalled replica holds WAIT, it must leave at its context's end
-// too, and leave nothing held once the server answers.
-func TestWithoutScriptsTryAcquireLeavesAtItsContext(t *testing.T) {
+// once, with an error matching ErrNotAcquired and ctx's. A TryAcquire
+// against a frozen server, or with replica ack while a stalled replica
+// holds WAIT (its ack timeout 2s), must leave at its context's end, and
+// leave nothing held once the server answers: a script-free Client's (a
+// WATCH/MULTI/EXEC transaction on a go-redis connection of its own) and a
+// scripting one's (the batcher's connection) alike.
+func TestTryAcquireLeavesAtItsContextWhileTheServerStalls(t *testing.T) {
 	t.Parallel()
 	leakcheck.Check(t)
 	ctx := t.Context()
@@ -28,18 +29,20 @@ func TestWithoutScriptsTryAcquireLeavesAtItsContext(t *testing.T) {
 		t.Fatal("the replica never synced")
 	}
 	rdb := master.Client(t)
-	for _, tc := range []struct {
+	acked := dlock.WithReplicaAck(1, 2*time.Second)
+	for i, tc := range []struct {
 		name   string
 		opts   []dlock.Option
 		frozen *redistest.Server
 	}{
-		{"a frozen server", nil, master},
-		{"replica ack, a stalled replica", []dlock.Option{dlock.WithReplicaAck(1, 2*time.Second)}, replica},
+		{"without scripts, a frozen server", []dlock.Option{dlock.WithoutScripts()}, master},
+		{"without scripts, replica ack, a stalled replica", []dlock.Option{dlock.WithoutScripts(), acked}, replica},
+		{"replica ack, a stalled replica", []dlock.Option{acked}, replica},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newClient(t, rdb, append([]dlock.Option{dlock.WithoutScripts(), dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false)}, tc.opts...)...)
-			name := "ns-ctx-" + strconv.Itoa(len(tc.opts))
-			l, err := c.TryAcquire(ctx, name) // (a connection in the pool)
+			c := newClient(t, rdb, append([]dlock.Option{dlock.LeaseTTL(time.Minute), dlock.WithAutoExtend(false)}, tc.opts...)...)
+			name := "ctx-stall-" + strconv.Itoa(i)
+			l, err := c.TryAcquire(ctx, name) // (a connection in the pool, the scripts loaded)
 			if err != nil {
 				t.Fatal(err)
 			}
