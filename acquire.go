@@ -214,7 +214,7 @@ func (a *acquisition) run(first context.Context) (*Lock, error) {
 			attempt-- // (a check is no attempt: the backoff stays)
 			continue
 		case <-a.ctx.Done(): // (checked below)
-		case <-a.l.c.stop: // (checked below)
+		case <-a.l.c.stop.Done(): // (checked below)
 		}
 		if a.ctx.Err() != nil {
 			return nil, a.ctx.Err()

@@ -32,10 +32,11 @@ type engine struct {
 	opts options
 	id   string // this Client's instance ID, part of a reentrant owner's identity
 
-	bg          *backend.Tracker // work left running in the background: clean-up (undo), a quorum node's late call
-	closed      atomic.Bool      // Close was called
-	stop        chan struct{}    // closed by the first Close: wakes waiting acquisitions
-	hubsClosing sync.Once        // starts closing the hubs, at the first Close
+	bg          *backend.Tracker   // work left running in the background: clean-up (undo), a quorum node's late call
+	closed      atomic.Bool        // Close was called
+	stop        context.Context    // done at the first Close: wakes waiting acquisitions, cuts Observe's reads
+	halt        context.CancelFunc // ends stop
+	hubsClosing sync.Once          // starts closing the hubs, at the first Close
 	obs         observers
 	clockMu     sync.Mutex
 	clocks      []*Event // the clocks to tell (see watchClock)
@@ -89,8 +90,8 @@ func build[N any](nodes []N, node func(N, *options) (backend.Node, *pubsub.Hub),
 	if err != nil {
 		return nil, err
 	}
-	e := &engine{b: b, bg: bg, hubs: hubs, opts: o, id: newToken()[:11],
-		stop: make(chan struct{}), own: own, held: make(holds, len(modes))}
+	e := &engine{b: b, bg: bg, hubs: hubs, opts: o, id: newToken()[:11], own: own, held: make(holds, len(modes))}
+	e.stop, e.halt = context.WithCancel(context.Background())
 	for _, ob := range o.observers {
 		e.obs.add(ob)
 	}
@@ -147,9 +148,8 @@ func (c *Client) Close(ctx context.Context) error {
 	if c == nil || c.engine == nil {
 		return fmt.Errorf("%w: Close of a nil Client", ErrInvalid) // (New failed; a deferred Close ran before its error was checked)
 	}
-	if !c.closed.Swap(true) {
-		close(c.stop) // wakes the acquisitions waiting: they end with ErrClosed
-	}
+	c.closed.Store(true)
+	c.halt()                  // wakes the acquisitions waiting: they end with ErrClosed
 	c.bg.Drain(ctx)           // (acquisitions and clean-up first: they use the hubs)
 	c.hubsClosing.Do(func() { // (once: a later Close waits for the same closing)
 		for _, h := range c.hubs { // (counted though drained: a hub's connection may hang past ctx, a dial, a write)

@@ -246,13 +246,8 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	defer close(ch)
 	ctx, cancel := context.WithCancel(ctx) // (ends with the Client too: a read under way is cut by Close)
 	defer cancel()
-	go func() {
-		select {
-		case <-e.c.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	stop := context.AfterFunc(e.c.stop, cancel)
+	defer stop()
 	w := e.c.watch(ctx, e.keys.Channel, pubsub.WatchToken())
 	defer w.close()
 	timer := time.NewTimer(0) // the first read, once subscribed
