@@ -314,7 +314,7 @@ func release(ctx context.Context, l *Lock) error {
 type holding interface {
 	Err() error
 	onSettled(func(error))
-	leases() []*Lock // (see holdersIn)
+	leases() []*Lock // (see leasesIn)
 }
 
 // heldContext is the context Do and DoAll give fn, and Lock.Context. Its
@@ -357,5 +357,5 @@ func (h *heldContext) Value(key any) any {
 // heldKey is the key under which a heldContext, and each context derived
 // from it, gives the innermost heldContext (see Lock.release): the
 // contexts of nested Dos chain, each one's parent the next (see
-// holdersIn).
+// leasesIn).
 type heldKey struct{}

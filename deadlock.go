@@ -78,18 +78,6 @@ const (
 	deadlockCalls = 64 // Redis calls
 )
 
-// holdersIn returns the holder identities of the leases ctx carries (see
-// leasesIn), outermost last; nil if none.
-func holdersIn(ctx context.Context) []string {
-	var ids []string
-	for _, l := range leasesIn(ctx) {
-		if id := l.k.holders.recordOf(l.cl, l.name); !slices.Contains(ids, id) {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
 // leasesIn returns the leases still held that ctx carries (see
 // heldContext), outermost last; nil if none.
 func leasesIn(ctx context.Context) []*Lock {
@@ -152,7 +140,12 @@ func (c *Client) deadlockCheck(ctx context.Context, l *Lock, since time.Time) (*
 	if !ok || l.p.dlCheck <= 0 {
 		return nil, nil
 	}
-	mine := holdersIn(ctx)
+	var mine []string // the holder identities of the leases ctx carries (see leasesIn), outermost last
+	for _, held := range leasesIn(ctx) {
+		if id := held.k.holders.recordOf(held.cl, held.name); !slices.Contains(mine, id) {
+			mine = append(mine, id)
+		}
+	}
 	if len(mine) == 0 {
 		return nil, nil
 	}
