@@ -323,10 +323,5 @@ func (w *waitCheck) alike(before []step) bool {
 // alike walk counted before: its waiter still waits. (The walker's own
 // is, by every check.)
 func (w *waitCheck) renewed(before []step) bool {
-	for i, s := range w.steps {
-		if s.renewals <= before[i].renewals {
-			return false
-		}
-	}
-	return true
+	return slices.EqualFunc(w.steps, before, func(s, b step) bool { return s.renewals > b.renewals })
 }
