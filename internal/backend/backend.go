@@ -858,7 +858,7 @@ func (n Node) Undo(ctx context.Context, c *Claim) error {
 // a holding that changed in between (a permit or hold taken, a fair lock
 // handed over) has the script delete nothing, and is read again, up to
 // three times, then reported as an error: the lock was held all along,
-// and false would say it was not.
+// and false would say it was not. A lock freed in between is not held.
 func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
 	for try := 1; ; try++ {
 		st, err := n.Inspect(ctx, k)

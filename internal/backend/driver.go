@@ -31,7 +31,7 @@ func NewNodeFrom(d driver.Conn, c Config) Node {
 // (a guarded one as its caller leaves it in flight) until troubleFor
 // passes without another, each call runs on a goroutine of its own and its
 // caller leaves when its context ends (whether the command was sent is
-// then unknown). Healthy, a call reads one atomic; one that read it just
+// then unknown; a call whose context is already done is not sent). Healthy, a call reads one atomic; one that read it just
 // before a failure was recorded (the failed call's return and its record
 // are a moment apart) runs unguarded, as before any failure.
 type guard struct{ driver.Conn }

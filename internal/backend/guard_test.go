@@ -191,3 +191,28 @@ func guardedThroughProxy(t *testing.T, readTimeout time.Duration) (guard, *redis
 	t.Cleanup(p.Cut)
 	return guard{goredisdriver.Conn(rdb)}, p
 }
+
+// While calls are guarded, one whose context is already done is not sent:
+// it is told ErrNotSent (nothing to undo), not left in flight, and adds no
+// trouble. (Not parallel: it sets lastNoReply.)
+func TestGuardedCallWithADoneContextIsNotSent(t *testing.T) {
+	g, _ := guardedThroughProxy(t, 2*time.Second)
+	at := int64(time.Since(epoch))
+	lastNoReply.Store(at)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := g.Do(ctx, "SET", "k", "v"); !errors.Is(err, ErrNotSent) || errors.Is(err, ErrLeftInFlight) || !errors.Is(err, context.Canceled) {
+		t.Errorf("a guarded SET with a done context = %v, want ErrNotSent and the context's error", err)
+	}
+	for i, r := range g.DoMulti(ctx, []any{"SET", "k", "v"}, []any{"PING"}) {
+		if !errors.Is(r.Err, ErrNotSent) {
+			t.Errorf("a guarded DoMulti with a done context: result %d = %v, want ErrNotSent", i, r.Err)
+		}
+	}
+	if v, err := g.Do(t.Context(), "GET", "k"); v != nil || err != nil {
+		t.Errorf("GET k = %v, %v, want nil, nil: nothing was sent", v, err)
+	}
+	if lastNoReply.Load() != at {
+		t.Errorf("the done calls moved the trouble's start")
+	}
+}

@@ -327,9 +327,9 @@ func TestWakeKeyNotSetForALeaseEndingNow(t *testing.T) {
 }
 
 // A force release deletes a reentrant lock whose holding it names (its
-// owner and fence), tells a free key from a changed holding, and leaves a key that is no dlock lock (another
-// program's set, a hash without an owner) with a WRONGTYPE error that
-// names the key's type.
+// owner and fence), tells a free key from a changed holding, and leaves a
+// key that is no dlock lock (another program's set, a hash without an
+// owner) with a WRONGTYPE error that names the key's type.
 func TestForceReleaseRefusesAKeyThatIsNoDlockLock(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
