@@ -860,17 +860,27 @@ func (n Node) Undo(ctx context.Context, c *Claim) error {
 // three times, then reported as an error: the lock was held all along,
 // and false would say it was not. A lock freed in between is not held.
 func (n Node) Force(ctx context.Context, k *Keys) (bool, error) {
+	holding, err := n.force(ctx, k)
+	return holding != "", err
+}
+
+// force is Force, and returns the holding it ended ("" if none).
+func (n Node) force(ctx context.Context, k *Keys) (string, error) {
 	for try := 1; ; try++ {
 		st, err := n.Inspect(ctx, k)
 		if ok, ferr := st.forced(); !ok { // (a failed read's State is empty: no holding)
-			return false, cmp.Or(err, ferr)
+			return "", cmp.Or(err, ferr)
 		}
 		ok, err := as[int64](n.run(ctx, script.ForceRelease, st.forcedKeys(k), st.Holding, k.Channel, n.pub, time.Minute.Milliseconds()))
 		switch {
-		case ok != 0 || err != nil: // (-1: freed since the read)
-			return result(ok == 1, err)
+		case err != nil:
+			return "", RedisErr(err)
+		case ok == 1:
+			return st.Holding, nil
+		case ok == -1: // (freed since the read)
+			return "", nil
 		case try == 3:
-			return false, errors.New("the lock's holders changed between each read of them and the force, three times: try again")
+			return "", errors.New("the lock's holders changed between each read of them and the force, three times: try again")
 		}
 	}
 }

@@ -453,10 +453,27 @@ func (q *Quorum) Batches() (calls, writes uint64) {
 	return calls, writes
 }
 
-// Force force-releases the lock on every node (see Node.Force).
+// Force force-releases the lock on every node (see Node.Force). A node
+// that failed is an error, unless each lease the force ended was ended on
+// a majority: its marker there refuses it, so it can never hold a
+// majority again. (A lease ended on fewer may: its requests still on their
+// way to the nodes the force found free would be granted there.)
 func (q *Quorum) Force(ctx context.Context, k *Keys) (bool, error) {
-	r := fanOut(ctx, q, nil, untilAll, func(ctx context.Context, n Node) (bool, error) { return n.Force(ctx, k) })
-	return slices.ContainsFunc(r.answers, func(a answer[bool]) bool { return a.v }), nodeErrors(r.errs, nil)
+	r := fanOut(ctx, q, nil, untilAll, func(ctx context.Context, n Node) (string, error) { return n.force(ctx, k) })
+	ended := map[string]int{}
+	for holding := range r.said {
+		if holding != "" {
+			ended[holding]++
+		}
+	}
+	settled := len(ended) > 0
+	for _, nodes := range ended {
+		settled = settled && nodes >= q.need()
+	}
+	if settled {
+		return true, nil
+	}
+	return len(ended) > 0, nodeErrors(r.errs, nil)
 }
 
 // Announce publishes msg on every node; it fails only if none took it.
