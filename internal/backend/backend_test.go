@@ -85,7 +85,7 @@ func TestForceReleaseScriptNamesTheHolding(t *testing.T) {
 	k := KeysFor("dlock:", "forced")
 	rdb.Set(ctx, k.Lock, "first", time.Minute)
 	force := func() int64 {
-		n, err := script.ForceRelease.Run(ctx, rdb, []string{k.Lock}, "first", k.Channel, "PUBLISH").Int64()
+		n, err := script.ForceRelease.Run(ctx, rdb, []string{k.Lock}, "first", k.Channel, "PUBLISH", 60000).Int64()
 		if err != nil {
 			t.Fatal(err)
 		}

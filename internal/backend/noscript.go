@@ -439,7 +439,7 @@ func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
 		}
 		cmds := [][]any{{"DEL", k.Lock}, {n.pub, k.Channel, "*"}}
 		for _, marker := range st.forcedKeys(k)[1:] { // (see Node.Force)
-			cmds = append(cmds, []any{"SET", marker, "0", "PX", time.Minute.Milliseconds()})
+			cmds = append(cmds, []any{"SET", marker, "0", "PX", (max(st.TTL, 0) + time.Minute).Milliseconds()})
 		}
 		_, err = t.exec(cmds...)
 		return true, err // (result drops it after an error)

@@ -61,10 +61,11 @@ func (s State) forced() (bool, error) {
 }
 
 // forcedKeys returns the lock key of k, then the markers of the leases of
-// s, which Force sets ended for the longest revocation window (their TTLs
-// are not known), as a release sets a marker: a copy of a forced lease's
-// request still in flight is refused when it lands, and cannot give the
-// lease back to a holder that would never learn it was forced out.
+// s, which Force sets ended, as a release sets a marker, for the lock
+// key's TTL (its longest lease's) and a minute beyond: a copy of a forced
+// lease's request still in flight, for as long as the lease could have
+// lived, is refused when it lands, and cannot give the lease back to a
+// holder that would never learn it was forced out.
 func (s State) forcedKeys(k *Keys) []any {
 	keys := []any{k.Lock}
 	for _, h := range s.Leases {

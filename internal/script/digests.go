@@ -15,7 +15,7 @@ var digests = map[string]string{
 	"extend_reentrant":  "6e4ed5a3a5da5d8be5876591576ffbb08a5dff5b",
 	"fence":             "f111857a07bf07da4d8e500ed7e7314c10df23d4",
 	"fence_current":     "c7546552e23467b885aa7a9ce2cec350e38def5e",
-	"force_release":     "6d8fc1edf4ccbe0f0db7cf770d17010c9cc022f8",
+	"force_release":     "7823ea608910f6751ff64609010b53a5882a3afc",
 	"guard":             "4b2cd147a5381ac69f0f5be06d7a4a4c394217f9",
 	"hold_acquire":      "fd9120b70fceb4e6ed9f94940c7fe50e99234915",
 	"hold_downgrade":    "6101eea3bd09f7c5f61fcef07eb4a7817e4a2ba1",

@@ -335,7 +335,7 @@ func TestForceReleaseRefusesAKeyThatIsNoDlockLock(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	ctx := t.Context()
 	force := func(key, holding string) (int64, error) {
-		return ForceRelease.Run(ctx, rdb, []string{key}, holding, key+":ch", "PUBLISH").Int64()
+		return ForceRelease.Run(ctx, rdb, []string{key}, holding, key+":ch", "PUBLISH", 60000).Int64()
 	}
 	rdb.HSet(ctx, "reentrant", "owner", "o", "fence", "7")
 	if n, err := force("reentrant", "o 8"); n != 0 || err != nil {
@@ -394,7 +394,7 @@ func TestSharedScriptsReadEachTypeWithTheCommandsItNeeds(t *testing.T) {
 		str, hash, zset int
 	}{
 		{Inspect, []string{"l", "l:fence", "l:q", "l:w", "l:v"}, func(string) []any { return nil }, 7, 7, 7},
-		{ForceRelease, []string{"l"}, func(typ string) []any { return []any{holding[typ], "l:ch", "PUBLISH", 60000} }, 4, 6, 5},
+		{ForceRelease, []string{"l"}, func(typ string) []any { return []any{holding[typ], "l:ch", "PUBLISH", 60000} }, 5, 7, 6}, // (PTTL: the markers outlive the leases)
 		{Fence, []string{"l", "l:fence", "l:r:tok"}, func(typ string) []any { return []any{"tok", 1000, typ, ""} }, 3, 4, 5},
 		{RaiseFence, []string{"l", "l:fence", "l:r:tok"}, func(typ string) []any { return []any{5, "tok", 1000, typ, ""} }, 4, 4, 5},
 		{Named("fence_current"), []string{"l", "l:fence"}, func(typ string) []any { return []any{"tok", 7, typ} }, 3, 3, 4},
@@ -430,6 +430,41 @@ func TestForceReleaseMarksTheLeasesItEndsButNotOneReleasedSince(t *testing.T) {
 	for key, want := range map[string]string{"{l}:r:read": "0", "{l}:r:since": "0", "{l}:r:released": "1"} {
 		if v, err := rdb.Get(ctx, key).Result(); v != want || err != nil {
 			t.Errorf("%s after the force = %q, %v; want %q", key, v, err, want)
+		}
+	}
+}
+
+// A force release sets the markers it sets for as long as the lock's
+// longest lease could have lived (the key's TTL) and a minute beyond: a
+// copy of a lease's request may still land any time within its TTL. A
+// plain lock of three minutes; a reentrant lock of five, one of whose
+// holds was taken after its caller read them.
+func TestForceReleaseMarksTheLeasesForTheirTTLAndAMinute(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	ctx := t.Context()
+	rdb.Set(ctx, "{s}", "tok", 3*time.Minute)
+	rdb.HSet(ctx, "{h}", "owner", "o", "fence", "7", "h:read", "99999999999999", "h:since", "99999999999999")
+	rdb.PExpire(ctx, "{h}", 5*time.Minute)
+	for _, c := range []struct {
+		keys    []string
+		holding string
+		ttl     time.Duration
+	}{
+		{[]string{"{s}", "{s}:r:tok"}, "tok", 3 * time.Minute},
+		{[]string{"{h}", "{h}:r:read"}, "o 7", 5 * time.Minute},
+	} {
+		if n, err := ForceRelease.Run(ctx, rdb, c.keys, c.holding, "ch", "PUBLISH", 60000).Int64(); n != 1 || err != nil {
+			t.Fatalf("force release of %s = %d, %v; want 1", c.keys[0], n, err)
+		}
+		markers := c.keys[1:]
+		if c.keys[0] == "{h}" {
+			markers = append(markers, "{h}:r:since")
+		}
+		for _, m := range markers {
+			if left := rdb.PTTL(ctx, m).Val(); left < c.ttl+50*time.Second || left > c.ttl+time.Minute {
+				t.Errorf("%s lives %v after the force; want the lock's TTL, %v, and a minute", m, left, c.ttl)
+			}
 		}
 	}
 }
