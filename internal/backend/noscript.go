@@ -181,14 +181,14 @@ func (t tx) lease(c *Claim, more ...[]any) (holder, mark string, r []*redis.Cmd,
 // it (WRONGTYPE), and a marker of another type only when the lock holds
 // the lease, since the script, finding that it does not, reads no further.
 // It returns no more replies (lease's signature).
-func (t tx) get(c *Claim, _ ...[]any) (holder, mark string, _ []*redis.Cmd, err error) {
-	r, err := t.read([]any{"GET", c.Lock}, []any{"GET", c.Rev})
+func (t tx) get(c *Claim, more ...[]any) (holder, mark string, _ []*redis.Cmd, err error) {
+	r, err := t.read(append([][]any{{"GET", c.Lock}, {"GET", c.Rev}}, more...)...)
 	holder, herr := r[0].Text()
 	mark, _ = r[1].Text()
 	if holder != c.Token && (herr == nil || herr == redis.Nil) {
 		err = nil // the holder was read: the marker's error does not count
 	}
-	return holder, mark, nil, err
+	return holder, mark, r[2:], err
 }
 
 // ack returns err, the error of the transaction's writes, if any; else it
@@ -293,6 +293,7 @@ func (n NoScripts) Release(ctx context.Context, c *Claim) (bool, error) {
 			_, err = t.exec([]any{"DEL", c.Lock, c.Wake}, []any{"SET", c.Rev, "1", "PX", px}, []any{n.pub, c.Channel, "*"})
 		case m == "1": // released already, by a try whose reply was lost
 			return true, nil
+		case m == "0": // ended already: its marker stays as it is (see lib.lua's revoke)
 		default:
 			_, err = t.exec([]any{"SET", c.Rev, "0", "PX", px})
 		}
@@ -311,13 +312,12 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 	// Unnumbered, it never shortens the lease: no order to keep (see
 	// extend.lua). Numbered, it reads both keys with GET instead, as
 	// extend.lua does (see get).
-	read, writes := tx.lease, [][]any{{"pexpire", c.Lock, ms, "gt"}}
-	if seq > 0 {
-		read = tx.get
-		writes = [][]any{{"pexpire", c.Lock, ms}, {"SET", c.Rev, "e" + arg, "PX", ms}}
+	read, more := tx.lease, [][]any(nil)
+	if seq > 0 { // (the marker's life: see below)
+		read, more = tx.get, [][]any{{"PTTL", c.Lock}, {"PTTL", c.Rev}}
 	}
 	return result(watched(ctx, n, c, []string{c.Lock, c.Rev}, func(t tx, c *Claim) (bool, error) {
-		h, m, _, err := read(t, c)
+		h, m, pttls, err := read(t, c, more...)
 		switch {
 		case err != nil || h != c.Token:
 			return false, err
@@ -326,6 +326,12 @@ func (n NoScripts) Extend(ctx context.Context, c *Claim, ttl time.Duration, seq 
 			return true, nil
 		case seq == 0 || seqOf(m) >= seq:
 			return false, ErrSuperseded
+		}
+		writes := [][]any{{"pexpire", c.Lock, ms, "gt"}}
+		if seq > 0 { // the marker lives as long as the lease could have, if longer (see lib.lua's superseded)
+			lock, _ := pttls[0].Int64()
+			rev, _ := pttls[1].Int64()
+			writes = [][]any{{"pexpire", c.Lock, ms}, {"SET", c.Rev, "e" + arg, "PX", max(ms, lock, rev)}}
 		}
 		_, err = t.exec(writes...)
 		return true, n.ack(t, err, nil, n.ackError) // (result drops it after an error)
@@ -437,9 +443,19 @@ func (n NoScripts) Force(ctx context.Context, k *Keys) (bool, error) {
 		if ok, ferr := st.forced(); !ok { // (a failed read's State is empty: no holding)
 			return false, cmp.Or(err, ferr)
 		}
+		markers := st.forcedKeys(k)[1:]
+		reads := make([][]any, len(markers))
+		for i, m := range markers {
+			reads[i] = []any{"PTTL", m}
+		}
+		pttls, err := t.read(reads...)
+		if err != nil {
+			return false, err
+		}
 		cmds := [][]any{{"DEL", k.Lock}, {n.pub, k.Channel, "*"}}
-		for _, marker := range st.forcedKeys(k)[1:] { // (see Node.Force)
-			cmds = append(cmds, []any{"SET", marker, "0", "PX", (max(st.TTL, 0) + time.Minute).Milliseconds()})
+		for i, marker := range markers { // (as long as the lease could have lived, and a minute: see force_release.lua)
+			rev, _ := pttls[i].Int64()
+			cmds = append(cmds, []any{"SET", marker, "0", "PX", max(st.TTL.Milliseconds(), rev, 0) + time.Minute.Milliseconds()})
 		}
 		_, err = t.exec(cmds...)
 		return true, err // (result drops it after an error)

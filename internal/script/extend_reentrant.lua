@@ -13,7 +13,7 @@ if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
 local now = now_ms()
 local deadline = tonumber(redis.call('HGET', KEYS[1], field) or '0') or 0
 if deadline <= now then return 0 end
-local s = extension(KEYS[2], ARGV[4], ARGV[3])
+local s = extension(KEYS[2], ARGV[4], ARGV[3], KEYS[1])
 if s ~= 0 then return s end
 local until_ms = now + tonumber(ARGV[3])
 if ARGV[4] == '0' and until_ms <= deadline then return 1 end -- (never shortened)

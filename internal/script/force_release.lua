@@ -10,10 +10,11 @@
 -- ARGV[3] publish command: PUBLISH or SPUBLISH
 -- KEYS[2...] the markers of the leases' tokens (see lib.lua), set ended
 -- ('0') as a release sets them, for ARGV[4] ms beyond the lock key's TTL
--- (its longest lease's): a copy of a forced lease's request still in
--- flight, for as long as the lease could have lived, is refused, and
--- cannot give the lease back to a holder that would never learn of the
--- force.
+-- (its longest lease's) or the marker's (a shortened lease's: see
+-- superseded in lib.lua), if longer: a copy of a forced lease's request
+-- still in flight, for as long as the lease could have lived, is refused,
+-- and cannot give the lease back to a holder that would never learn of
+-- the force.
 -- Returns 1 if the lock was deleted, 0 if its holding is not ARGV[1] any
 -- more, -1 if the lock is not there.
 -- Errors: WRONGTYPE if the key holds something else.
@@ -23,10 +24,10 @@ local holding = types[kind] and types[kind].holding(KEYS[1], ARGV[1]) -- (see ty
 if holding == nil then return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind .. ' that is not a dlock lock') end
 if holding ~= ARGV[1] then return 0 end
 local ms = math.max(redis.call('PTTL', KEYS[1]), 0) + ARGV[4]
+for i = 2, #KEYS do -- (a lease released since the caller read it keeps its '1': a re-sent release reads it)
+  if redis.call('GET', KEYS[i]) ~= '1' then redis.call('SET', KEYS[i], '0', 'PX', math.max(ms, redis.call('PTTL', KEYS[i]) + ARGV[4])) end
+end
 types[kind].forced(KEYS[1], ms) -- (a reentrant lock's holds taken since the caller read them)
 redis.call('DEL', KEYS[1])
-for i = 2, #KEYS do -- (a lease released since the caller read it keeps its '1': a re-sent release reads it)
-  if redis.call('GET', KEYS[i]) ~= '1' then redis.call('SET', KEYS[i], '0', 'PX', ms) end
-end
 redis.call(ARGV[3], ARGV[2], '*')
 return 1

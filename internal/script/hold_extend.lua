@@ -26,7 +26,7 @@ if w > 1 then -- every permit of the hold must be live: none lapsed on its own
   end
 end
 if ARGV[3] ~= '0' and redis.call('ZSCORE', KEYS[1], member .. ' ' .. (w + 1)) then return 0 end
-local s = extension(KEYS[2], ARGV[3], ARGV[2])
+local s = extension(KEYS[2], ARGV[3], ARGV[2], KEYS[1])
 if s ~= 0 then return s end
 local until_ms = now + tonumber(ARGV[2])
 if ARGV[3] == '0' then

@@ -55,11 +55,9 @@ removed = type(removed) == 'number' and math.min(removed, 1) or 0 -- (not a numb
 -- (a hold that was removed has none: it left the queue when granted).
 local was
 if ARGV[6] then
-  was = redis.call('SET', KEYS[5], removed == 1 and '1' or '0', 'PX', ARGV[6], 'GET')
-  if removed == 0 and was == '1' then
-    redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) -- a re-sent release: the first copy's answer
-    return 1
-  end
+  was = redis.call('GET', KEYS[5])
+  if removed == 0 and was == '1' then return 1 end -- a re-sent release: the first copy's answer
+  if removed == 1 or was ~= '0' then redis.call('SET', KEYS[5], removed == 1 and '1' or '0', 'PX', ARGV[6]) end -- (see revoke in lib.lua)
 elseif removed == 0 then
   was = redis.call('GET', KEYS[5])
 end

@@ -99,9 +99,10 @@ end
 -- revoke marks a lease (or a reentrant hold) ended: held is '1' if it held
 -- the lock until now. A window of '0' writes nothing: every request of the
 -- lease was answered on its one send, so none can land later (see
--- Node.Release).
+-- Node.Release). A '0' already there stays as it is: a force's outlives
+-- the lease (see force_release.lua), a release's window may not.
 local function revoke(key, held, window_ms)
-  if window_ms ~= '0' then
+  if window_ms ~= '0' and (held == '1' or redis.call('GET', key) ~= '0') then
     redis.call('SET', key, held, 'PX', window_ms)
   end
 end
@@ -122,12 +123,15 @@ end
 
 -- superseded tells whether an extension with sequence number seq may be
 -- applied: 0 if it is the newest (seq is then recorded in the marker key,
--- for ttl_ms: the lease's life), 1 if it was applied already (a re-sent
+-- for ttl_ms, the lease's life, or as long as the lock key lock or the
+-- marker had left if longer: a late copy of the lease's acquire may land
+-- while the lease could have lived as asked, and a force reads it there,
+-- see force_release.lua), 1 if it was applied already (a re-sent
 -- copy), 2 if a higher number was (a late copy, or the lease was resumed
 -- by another Lock, which numbers its extensions above: see resume.go).
 -- seq is "<n>", or "<n>.<id>" from a resumed Lock (its id tells its copies
 -- from another resumer's that picked the same number).
-local function superseded(key, seq, ttl_ms)
+local function superseded(key, seq, ttl_ms, lock)
   local m = redis.call('GET', key)
   local last = m and tonumber(string.match(m, '^e(%d+)'))
   local n = tonumber(string.match(seq, '^(%d+)'))
@@ -136,7 +140,7 @@ local function superseded(key, seq, ttl_ms)
   elseif last == n then
     return 1
   end
-  redis.call('SET', key, 'e' .. seq, 'PX', ttl_ms)
+  redis.call('SET', key, 'e' .. seq, 'PX', math.max(tonumber(ttl_ms), redis.call('PTTL', key), redis.call('PTTL', lock)))
   return 0
 end
 
@@ -153,7 +157,7 @@ local function extend_lease(k, a)
   elseif redis.call('GET', k[1]) ~= a[1] then
     return 0
   end
-  local r = superseded(k[2], a[3], a[2])
+  local r = superseded(k[2], a[3], a[2], k[1])
   if r ~= 0 then return r end
   redis.call('PEXPIRE', k[1], a[2])
   return 1, true
@@ -164,8 +168,8 @@ end
 -- nothing. seq is its sequence number (see superseded), or '0' for one
 -- that never shortens the lease, a late copy once a numbered one was
 -- applied (2, see numbered).
-local function extension(key, seq, ttl_ms)
-  if seq ~= '0' then return superseded(key, seq, ttl_ms) end
+local function extension(key, seq, ttl_ms, lock)
+  if seq ~= '0' then return superseded(key, seq, ttl_ms, lock) end
   return numbered(key) and 2 or 0
 end
 

@@ -79,7 +79,7 @@ local function leave_queue(k, a, m)
   end
   if not a[3] then return 0 end
   if m == '1' then return 1 end
-  redis.call('SET', k[5], '0', 'PX', a[3]) -- ended, not holding the lock (see revoke)
+  if m ~= '0' then redis.call('SET', k[5], '0', 'PX', a[3]) end -- ended, not holding the lock (see revoke)
   return 0
 end
 

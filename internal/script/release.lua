@@ -38,5 +38,5 @@ if not ARGV[3] then
 elseif v[2] == '1' then
   return 1
 end
-redis.call('SET', KEYS[3], '0', 'PX', ARGV[3])
+if v[2] ~= '0' then redis.call('SET', KEYS[3], '0', 'PX', ARGV[3]) end -- (see revoke in lib.lua)
 return 0

@@ -22,6 +22,7 @@ function types.hash.current(key, fence) return redis.call('HGET', key, 'fence') 
 -- force's caller read them are marked here.
 function types.hash.forced(key, ms)
   for _, f in ipairs(redis.call('HKEYS', key)) do
-    if string.sub(f, 1, 2) == 'h:' then redis.call('SET', key .. ':r:' .. string.sub(f, 3), '0', 'PX', ms) end
+    local m = key .. ':r:' .. string.sub(f, 3)
+    if string.sub(f, 1, 2) == 'h:' and redis.call('GET', m) ~= '0' then redis.call('SET', m, '0', 'PX', ms) end
   end
 end
